@@ -1,0 +1,43 @@
+"""lerobot_zarr: LeRobot datasets as local, episode-chunked Zarr v3 stores sampled through memory maps.
+
+Start with :func:`open_dataset`. The store layout is documented in :mod:`lerobot_zarr.store`.
+"""
+
+import os as _os
+
+# Episode chunks use zarr's rectilinear chunk grid, an extension zarr 3.4 keeps off by default; readers of our
+# stores (zarr, xarray) need it, so turn it on for this process.
+_os.environ.setdefault("ZARR_ARRAY__RECTILINEAR_CHUNKS", "True")
+
+from .api import cache_home, open_dataset  # noqa: E402
+from .dataset import DatasetMeta, LeRobotZarrDataset  # noqa: E402
+from .errors import (  # noqa: E402
+    CorruptSourceError,
+    DeltaTimestampsError,
+    FrameIndexError,
+    LeRobotZarrError,
+    NotMaterializedError,
+    SchemaMismatchError,
+    SourceNotFoundError,
+    StoreError,
+    StoreLockedError,
+    UnsupportedDtypeError,
+)
+
+__all__ = [
+    "open_dataset",
+    "cache_home",
+    "LeRobotZarrDataset",
+    "DatasetMeta",
+    "LeRobotZarrError",
+    "SourceNotFoundError",
+    "CorruptSourceError",
+    "SchemaMismatchError",
+    "UnsupportedDtypeError",
+    "DeltaTimestampsError",
+    "FrameIndexError",
+    "NotMaterializedError",
+    "StoreError",
+    "StoreLockedError",
+]
+__version__ = "0.1.0"

@@ -1,0 +1,94 @@
+"""Memory maps of one feature's episode chunk files, laid side by side in one reserved address range.
+
+Each episode's chunk file is mapped read-only (``mmap(MAP_SHARED | MAP_FIXED)``) into its own slot of a
+reservation; slots are aligned to both the page size and the frame size, so one strided numpy view covers every
+slot and a single fancy index gathers frames from many episodes at once (what ``get_batch`` needs). Rows outside a
+mapped episode are never read: callers map an episode before touching its rows. Unmapping puts an inaccessible
+anonymous mapping back over the slot, keeping the reservation whole. The reservation is released when the
+last view of it is garbage collected.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import mmap
+import os
+import weakref
+from pathlib import Path
+
+import numpy as np
+
+from .errors import StoreError
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mmap.restype = ctypes.c_void_p
+_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+_libc.munmap.restype = ctypes.c_int
+_libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+
+_MAP_FAILED = ctypes.c_void_p(-1).value
+_MAP_FIXED = 0x10  # same value on Linux and macOS
+_PROT_NONE = 0
+_MAP_NORESERVE = getattr(mmap, "MAP_NORESERVE", 0)
+_ANON = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _MAP_NORESERVE
+MAX_RESERVATION = 1 << 46  # 64 TiB of address space per feature
+
+
+def _check(addr: int | None, what: str) -> int:
+    if addr is None or addr == _MAP_FAILED:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+    return addr
+
+
+class EpisodeRegion:
+    """Read-only view of a feature's episode chunks; ``rows[e] + local`` is frame ``local`` of episode ``e``."""
+
+    def __init__(self, name: str, dtype: np.dtype, frame_shape: tuple[int, ...], lengths: np.ndarray,
+                 paths: list[Path]):
+        self.name = name
+        self.paths = paths
+        frame_bytes = int(np.prod(frame_shape, dtype=np.int64)) * dtype.itemsize
+        align = math.lcm(mmap.PAGESIZE, frame_bytes)
+        self.sizes = np.asarray(lengths, dtype=np.int64) * frame_bytes
+        slots = -(-self.sizes // align) * align
+        self.offsets = np.concatenate([[0], np.cumsum(slots)[:-1]]).astype(np.int64)
+        self.slots = slots
+        self.total = int(slots.sum()) + align
+        if self.total > MAX_RESERVATION:
+            raise StoreError(f"feature {name!r}: frames of {frame_bytes} bytes cannot be mapped side by side "
+                             f"({self.total} bytes of address space needed)")
+        self.base = _check(_libc.mmap(None, self.total, _PROT_NONE, _ANON, -1, 0), f"reserving {name!r}")
+        buf = (ctypes.c_char * self.total).from_address(self.base)
+        # The reservation lives as long as any numpy view of it: released with the buffer object, never before.
+        weakref.finalize(buf, _libc.munmap, self.base, self.total)
+        n_rows = self.total // frame_bytes
+        view = np.frombuffer(buf, dtype=np.uint8, count=n_rows * frame_bytes).view(dtype)
+        self.view = view.reshape(n_rows, *frame_shape)
+        self.view.flags.writeable = False
+        self.rows = self.offsets // frame_bytes
+
+    def map(self, e: int) -> None:
+        """Map the chunk file of episode ``e`` into its slot, after checking its size."""
+        path = self.paths[e]
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        except FileNotFoundError:
+            raise StoreError(f"{path}: chunk of episode {e} of feature {self.name!r} is missing") from None
+        try:
+            size = os.fstat(fd).st_size
+            if size != self.sizes[e]:
+                raise StoreError(f"{path}: chunk of episode {e} of feature {self.name!r} holds {size} bytes, "
+                                 f"expected {int(self.sizes[e])}")
+            addr = self.base + int(self.offsets[e])
+            got = _check(_libc.mmap(addr, size, mmap.PROT_READ, mmap.MAP_SHARED | _MAP_FIXED, fd, 0), str(path))
+            if got != addr:
+                raise OSError(f"{path}: mapped at {got:#x} instead of {addr:#x}")
+        finally:
+            os.close(fd)
+
+    def unmap(self, e: int) -> None:
+        addr = self.base + int(self.offsets[e])
+        _check(_libc.mmap(addr, int(self.slots[e]), _PROT_NONE, _ANON | _MAP_FIXED, -1, 0), self.name)
+

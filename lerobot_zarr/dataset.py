@@ -1,0 +1,312 @@
+"""Sampling from a local store with LeRobot's semantics: ``ds[i]``, ``ds.get_batch(indices)``, episodes, meta.
+
+Frame lookups and temporal windows are index arithmetic on the episode table; data comes from memory maps of
+the chunk files (see ``_region``), opened lazily in each process, never through zarr-python.
+"""
+
+from __future__ import annotations
+
+import operator
+import os
+import threading
+from bisect import bisect_right
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ._region import EpisodeRegion
+from .errors import DeltaTimestampsError, FrameIndexError, NotMaterializedError
+from .store import StoreState, chunk_path, read_state
+
+__all__ = ["DatasetMeta", "LeRobotZarrDataset", "IMAGE_FORMATS"]
+
+IMAGE_FORMATS = ("uint8_hwc", "float32_chw")
+DELTA_TOLERANCE_S = 1e-4
+_DEFAULT_MAX_MAPS = int(os.environ.get("LEROBOT_ZARR_MAX_MAPS", "16384"))
+
+
+@dataclass(frozen=True)
+class DatasetMeta:
+    """What the store knows about its dataset (LeRobot's info, tasks, stats, episode table)."""
+
+    root: Path
+    info: dict
+    tasks: list[str]
+    stats: dict
+    source: dict
+    episode_start: np.ndarray
+    episode_end: np.ndarray
+    episode_length: np.ndarray
+    materialized_episodes: np.ndarray  # bool mask: episodes whose every stored feature is committed
+    not_materialized: dict[str, str]
+    stored_features: tuple[str, ...] = field(default=())
+
+    @property
+    def fps(self) -> float:
+        return float(self.info["fps"])
+
+    @property
+    def robot_type(self) -> str | None:
+        return self.info.get("robot_type")
+
+    @property
+    def features(self) -> dict[str, dict]:
+        """LeRobot feature specs (dtype, shape, names), videos included."""
+        return self.info["features"]
+
+    @property
+    def total_episodes(self) -> int:
+        return len(self.episode_length)
+
+    @property
+    def total_frames(self) -> int:
+        return int(self.episode_length.sum())
+
+    @classmethod
+    def from_state(cls, state: StoreState) -> DatasetMeta:
+        a = state.attrs
+        return cls(state.root, a["info"], a["tasks"], a["stats"], a["source"], state.episode_start,
+                   state.episode_end, state.episode_length, state.complete_episodes(),
+                   dict(a.get("not_materialized", {})), tuple(state.arrays))
+
+    def __repr__(self) -> str:
+        return (f"DatasetMeta(root={str(self.root)!r}, fps={self.fps:g}, robot_type={self.robot_type!r}, "
+                f"episodes={self.total_episodes} ({int(self.materialized_episodes.sum())} local), "
+                f"frames={self.total_frames}, features={list(self.features)})")
+
+
+def _window_offsets(delta_timestamps: Mapping[str, Sequence[float]] | None, fps: float, known: Sequence[str],
+                    missing: Mapping[str, str]) -> dict[str, np.ndarray]:
+    """Validate deltas (multiples of 1/fps within 1e-4 s) and turn them into frame offsets."""
+    out: dict[str, np.ndarray] = {}
+    for key, deltas in (delta_timestamps or {}).items():
+        if key in missing:
+            raise NotMaterializedError(f"delta_timestamps: feature {key!r} is not materialized: {missing[key]}")
+        if key not in known:
+            raise DeltaTimestampsError(f"delta_timestamps: unknown feature {key!r} (features: {list(known)})")
+        try:
+            values = np.asarray(list(deltas), dtype=np.float64).reshape(-1)
+        except (TypeError, ValueError):
+            raise DeltaTimestampsError(f"delta_timestamps[{key!r}] must be a list of seconds, got {deltas!r}") from None
+        if values.size == 0 or not np.isfinite(values).all():
+            raise DeltaTimestampsError(f"delta_timestamps[{key!r}] must be a non-empty list of finite seconds")
+        frames = np.round(values * fps)
+        bad = np.flatnonzero(np.abs(values - frames / fps) > DELTA_TOLERANCE_S)
+        if bad.size:
+            raise DeltaTimestampsError(f"delta_timestamps[{key!r}]: {values[bad[0]]} s is not a multiple of "
+                                       f"1/fps = {1 / fps:.6g} s (tolerance {DELTA_TOLERANCE_S} s)")
+        out[key] = frames.astype(np.int64)
+    return out
+
+
+class LeRobotZarrDataset:
+    """Random access to a store's frames, as ``LeRobotDataset`` returns them but in numpy.
+
+    ``len(ds)`` is the number of frames of the selected episodes; ``ds[i]`` is the i-th of them. The object
+    pickles as its arguments and reopens its maps lazily in each process, so it works in DataLoader workers.
+    """
+
+    def __init__(self, root: str | os.PathLike, *, episodes: Sequence[int] | None = None,
+                 delta_timestamps: Mapping[str, Sequence[float]] | None = None, image_format: str = "uint8_hwc",
+                 max_open_maps: int = _DEFAULT_MAX_MAPS):
+        if image_format not in IMAGE_FORMATS:
+            raise ValueError(f"image_format must be one of {IMAGE_FORMATS}, got {image_format!r}")
+        self._args = (str(root), None if episodes is None else [int(e) for e in episodes],
+                      None if delta_timestamps is None else {k: list(v) for k, v in delta_timestamps.items()},
+                      image_format, int(max_open_maps))
+        self.root = Path(root)
+        state = read_state(self.root)
+        self.meta = DatasetMeta.from_state(state)
+        self.image_format = image_format
+        self._specs = state.arrays
+        n_ep = self.meta.total_episodes
+        present = self.meta.materialized_episodes
+        if episodes is None:
+            selected = np.flatnonzero(present)
+        else:
+            selected = np.asarray(self._args[1], dtype=np.int64)
+            bad = selected[(selected < 0) | (selected >= n_ep)]
+            if bad.size:
+                raise FrameIndexError(f"{self.root}: episode {int(bad[0])} does not exist ({n_ep} episodes)")
+            if len(np.unique(selected)) != len(selected):
+                raise ValueError(f"episodes lists an episode twice: {self._args[1]}")
+            absent = selected[~present[selected]]
+            if absent.size:
+                raise NotMaterializedError(f"{self.root}: episodes {absent.tolist()[:20]} are not in the local store")
+        self.episodes = selected
+        self.delta_timestamps = self._args[2]
+        self._offsets = _window_offsets(self.delta_timestamps, self.meta.fps, list(self._specs),
+                                        self.meta.not_materialized)
+        lengths = self.meta.episode_length[selected]
+        self._cum = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        self._len = int(self._cum[-1])
+        self._cum_list = self._cum.tolist()
+        self._sel_list = selected.tolist()
+        self._start_list = self.meta.episode_start.tolist()
+        self._length_list = self.meta.episode_length.tolist()
+        self._tasks = np.array(self.meta.tasks, dtype=object)
+        self._max_maps = max(1, int(max_open_maps) // max(1, len(self._specs)))
+        self._regions: dict[str, EpisodeRegion] | None = None
+        self._lock = threading.Lock()
+
+    # pickling: arguments only ---------------------------------------------------------------------------
+    def __getstate__(self) -> tuple:
+        return self._args
+
+    def __setstate__(self, args: tuple) -> None:
+        root, episodes, deltas, image_format, max_maps = args
+        self.__init__(root, episodes=episodes, delta_timestamps=deltas, image_format=image_format,
+                      max_open_maps=max_maps)
+
+    def __repr__(self) -> str:
+        return (f"LeRobotZarrDataset(root={str(self.root)!r}, frames={self._len}, episodes={len(self.episodes)}, "
+                f"features={list(self._specs)}, delta_timestamps={self.delta_timestamps})")
+
+    def __len__(self) -> int:
+        return self._len
+
+    @property
+    def num_episodes(self) -> int:
+        return len(self.episodes)
+
+    # maps -----------------------------------------------------------------------------------------------
+    def _open_regions(self) -> dict[str, EpisodeRegion]:
+        lengths = self.meta.episode_length
+        regions = {}
+        for name, spec in self._specs.items():
+            ndim = 1 + len(spec.frame_shape)
+            paths = [chunk_path(self.root, name, e, ndim) for e in range(len(lengths))]
+            regions[name] = EpisodeRegion(name, spec.dtype, spec.frame_shape, lengths, paths)
+        self._mapped = np.zeros(len(lengths), dtype=bool)
+        self._last_used = np.zeros(len(lengths), dtype=np.int64)
+        self._tick = 0
+        self._plain = [(name, r.view, r.rows) for name, r in regions.items() if name not in self._offsets]
+        self._windowed = [(name, r.view, r.rows, self._offsets[name]) for name, r in regions.items()
+                          if name in self._offsets]
+        self._images = [name for name, s in self._specs.items() if s.kind == "image"]
+        self._task_source = (regions["task_index"].view, regions["task_index"].rows)
+        self._regions = regions
+        return regions
+
+    def _ensure_mapped(self, eps: np.ndarray) -> None:
+        """Map the given episodes in every feature, evicting the least recently used beyond the budget."""
+        if self._regions is None:
+            self._open_regions()
+        self._tick += 1
+        self._last_used[eps] = self._tick
+        need = np.unique(eps[~self._mapped[eps]])
+        if not need.size:
+            return
+        n_mapped = int(self._mapped.sum())
+        excess = n_mapped + len(need) - self._max_maps
+        if excess > 0:
+            candidates = np.flatnonzero(self._mapped & (self._last_used < self._tick))
+            drop = candidates[np.argsort(self._last_used[candidates], kind="stable")[:max(excess, n_mapped // 4)]]
+            for region in self._regions.values():
+                for e in drop.tolist():
+                    region.unmap(e)
+            self._mapped[drop] = False
+        for e in need.tolist():
+            for region in self._regions.values():
+                region.map(e)
+            self._mapped[e] = True
+
+    # index arithmetic -----------------------------------------------------------------------------------
+    def _locate(self, i: int) -> tuple[int, int]:
+        n = self._len
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise FrameIndexError(f"frame index {i} is out of range for a dataset of {n} frames")
+        k = bisect_right(self._cum_list, i) - 1
+        return self._sel_list[k], i - self._cum_list[k]
+
+    def _locate_many(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        idx = np.asarray(indices)
+        if idx.dtype.kind not in "iu":
+            raise TypeError(f"indices must be integers, got dtype {idx.dtype}")
+        idx = idx.astype(np.int64, copy=True).reshape(-1)
+        idx[idx < 0] += self._len
+        bad = (idx < 0) | (idx >= self._len)
+        if bad.any():
+            raise FrameIndexError(f"frame index {int(np.asarray(indices).reshape(-1)[np.argmax(bad)])} is out of "
+                                  f"range for a dataset of {self._len} frames")
+        k = np.searchsorted(self._cum, idx, side="right") - 1
+        return self.episodes[k], idx - self._cum[k]
+
+    def _image_out(self, out: dict[str, Any]) -> None:
+        if self.image_format == "float32_chw":
+            for name in self._images:
+                arr = out[name]
+                out[name] = np.moveaxis(arr, -1, -3).astype(np.float32) / np.float32(255)
+
+    # sampling -------------------------------------------------------------------------------------------
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        """Frame ``i`` with every stored feature, windows and ``*_is_pad`` masks, and the ``task`` string."""
+        e, local = self._locate(operator.index(i))
+        length = self._length_list[e]
+        out: dict[str, Any] = {}
+        with self._lock:
+            if self._regions is None or not self._mapped[e]:
+                self._ensure_mapped(np.array([e]))
+            else:
+                self._last_used[e] = self._tick
+            for name, view, rows, offsets in self._windowed:
+                q = offsets + local
+                pad = (q < 0) | (q >= length)
+                np.clip(q, 0, length - 1, out=q)
+                q += rows[e]
+                out[name] = view[q]
+                out[f"{name}_is_pad"] = pad
+            for name, view, rows in self._plain:
+                value = view[rows[e] + local]
+                out[name] = value.copy() if isinstance(value, np.ndarray) else value
+            task_view, task_rows = self._task_source
+            out["task"] = self._tasks[task_view[task_rows[e] + local]]
+        if self._images:
+            self._image_out(out)
+        return out
+
+    def get_batch(self, indices: Sequence[int] | np.ndarray) -> dict[str, Any]:
+        """The same dict as ``ds[i]`` for many frames, stacked along a leading batch axis (one gather per feature)."""
+        eps, local = self._locate_many(indices)
+        length = self.meta.episode_length[eps]
+        out: dict[str, Any] = {}
+        with self._lock:
+            self._ensure_mapped(eps)
+            for name, view, rows, offsets in self._windowed:
+                q = local[:, None] + offsets[None, :]
+                pad = (q < 0) | (q >= length[:, None])
+                np.clip(q, 0, (length - 1)[:, None], out=q)
+                out[name] = view[q + rows[eps][:, None]]
+                out[f"{name}_is_pad"] = pad
+            for name, view, rows in self._plain:
+                out[name] = view[rows[eps] + local]
+            task_view, task_rows = self._task_source
+            out["task"] = self._tasks[task_view[task_rows[eps] + local]].tolist()
+        if self._images:
+            self._image_out(out)
+        return out
+
+    def episode(self, episode_index: int) -> dict[str, np.ndarray]:
+        """All frames of one episode: read-only memory maps of its chunk files, one per stored feature."""
+        e = operator.index(episode_index)
+        if not 0 <= e < self.meta.total_episodes:
+            raise FrameIndexError(f"episode {e} does not exist ({self.meta.total_episodes} episodes)")
+        if not self.meta.materialized_episodes[e]:
+            raise NotMaterializedError(f"{self.root}: episode {e} is not in the local store")
+        n = int(self.meta.episode_length[e])
+        return {name: np.memmap(chunk_path(self.root, name, e, 1 + len(spec.frame_shape)), dtype=spec.dtype,
+                                mode="r", shape=(n, *spec.frame_shape))
+                for name, spec in self._specs.items()}
+
+    def episode_frames(self, episode_index: int) -> range:
+        """Dataset indices (for ``ds[i]``) of the frames of one selected episode."""
+        hits = np.flatnonzero(self.episodes == operator.index(episode_index))
+        if not hits.size:
+            raise FrameIndexError(f"episode {episode_index} is not selected in this dataset")
+        k = int(hits[0])
+        return range(self._cum_list[k], self._cum_list[k + 1])

@@ -1,0 +1,60 @@
+"""Exceptions raised by lerobot_zarr.
+
+Every class also subclasses the builtin exception it refines, so callers that catch ``FileNotFoundError`` or
+``ValueError`` keep working. Messages name the file, episode or feature concerned.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "LeRobotZarrError",
+    "SourceNotFoundError",
+    "CorruptSourceError",
+    "SchemaMismatchError",
+    "UnsupportedDtypeError",
+    "DeltaTimestampsError",
+    "FrameIndexError",
+    "NotMaterializedError",
+    "StoreError",
+    "StoreLockedError",
+]
+
+
+class LeRobotZarrError(Exception):
+    """Base class of every error this package raises on purpose."""
+
+
+class SourceNotFoundError(LeRobotZarrError, FileNotFoundError):
+    """A LeRobot dataset folder, store or one of their files does not exist."""
+
+
+class CorruptSourceError(LeRobotZarrError, ValueError):
+    """A source file exists but cannot be read (truncated parquet, invalid JSON, undecodable image...)."""
+
+
+class SchemaMismatchError(LeRobotZarrError, ValueError):
+    """A source file disagrees with the dataset's declared features or episode table."""
+
+
+class UnsupportedDtypeError(LeRobotZarrError, TypeError):
+    """A feature declares a dtype this package does not know how to store."""
+
+
+class DeltaTimestampsError(LeRobotZarrError, ValueError):
+    """``delta_timestamps`` names an unknown feature or holds a delta that is not a multiple of 1/fps."""
+
+
+class FrameIndexError(LeRobotZarrError, IndexError):
+    """A frame or episode index is outside the dataset."""
+
+
+class NotMaterializedError(LeRobotZarrError, LookupError):
+    """The data asked for is described by the metadata but not held by the local store (e.g. video frames)."""
+
+
+class StoreError(LeRobotZarrError, ValueError):
+    """A local store is missing its commit point, has an unknown format version or inconsistent metadata."""
+
+
+class StoreLockedError(LeRobotZarrError, BlockingIOError):
+    """Another live process holds the store's writer lock."""

@@ -1,0 +1,517 @@
+"""Reading LeRobot dataset folders (codebase v3.x and v2.x) into numpy, one episode at a time.
+
+This module knows the LeRobot layouts (see ``meta/info.json``): where the data files are, which episode lives
+in which file and row range, how features are encoded in Parquet (``fixed_size_list``, pandas-style ``list``,
+nested lists, scalar columns, PNG/JPEG image structs), and where tasks and stats are kept. It never writes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .errors import (
+    CorruptSourceError,
+    SchemaMismatchError,
+    SourceNotFoundError,
+    UnsupportedDtypeError,
+)
+
+__all__ = ["FeatureSpec", "EpisodeTable", "LeRobotSource", "DEFAULT_FEATURES", "is_lerobot_folder"]
+
+DEFAULT_FEATURES = ("timestamp", "frame_index", "episode_index", "index", "task_index")
+_DEFAULT_DTYPES = {"timestamp": "float32", "frame_index": "int64", "episode_index": "int64", "index": "int64",
+                   "task_index": "int64"}
+NUMERIC_DTYPES = frozenset({"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+                            "float16", "float32", "float64"})
+STAT_KEYS = ("min", "max", "mean", "std", "count", "q01", "q10", "q50", "q90", "q99")
+
+
+@dataclass(frozen=True)
+class FeatureSpec:
+    """One LeRobot feature: its declared dtype and shape, and the per-frame shape stored locally.
+
+    ``kind`` is ``"numeric"``, ``"image"`` (bytes inside the parquet, stored decoded as uint8 HWC),
+    ``"video"`` (mp4 files, not materialized yet) or ``"string"`` (not materialized).
+    """
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    names: Any = None
+    frame_shape: tuple[int, ...] = ()
+
+    @property
+    def kind(self) -> str:
+        if self.dtype in ("image", "video", "string"):
+            return self.dtype
+        return "numeric"
+
+    @property
+    def numpy_dtype(self) -> np.dtype:
+        return np.dtype("uint8") if self.kind == "image" else np.dtype(self.dtype)
+
+
+@dataclass(frozen=True)
+class EpisodeTable:
+    """Episodes in ``episode_index`` order: global frame range ``[start, end)`` and the file holding them."""
+
+    length: np.ndarray  # int64 (E,)
+    start: np.ndarray  # int64 (E,), global index of the first frame
+    tasks: list[list[str]]
+    data_file: list[str]  # path relative to the dataset root
+    file_row: np.ndarray  # int64 (E,), row of the episode's first frame inside its data file
+
+    @property
+    def end(self) -> np.ndarray:
+        return self.start + self.length
+
+    def __len__(self) -> int:
+        return len(self.length)
+
+
+def is_lerobot_folder(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a folder holding ``meta/info.json``."""
+    return (Path(path) / "meta" / "info.json").is_file()
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise SourceNotFoundError(f"{path}: file not found") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise CorruptSourceError(f"{path}: invalid JSON ({exc})") from exc
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    try:
+        lines = path.read_text().splitlines()
+    except FileNotFoundError:
+        raise SourceNotFoundError(f"{path}: file not found") from None
+    rows = []
+    for lineno, line in enumerate(lines, 1):
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise CorruptSourceError(f"{path}:{lineno}: invalid JSON line ({exc})") from exc
+    return rows
+
+
+def _open_parquet(path: Path) -> pq.ParquetFile:
+    try:
+        return pq.ParquetFile(path)
+    except FileNotFoundError:
+        raise SourceNotFoundError(f"{path}: file not found") from None
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise CorruptSourceError(f"{path}: not a readable parquet file ({exc})") from exc
+
+
+def _safe_relpath(root: Path, rel: str, what: str) -> str:
+    """Refuse paths from metadata that would leave the dataset folder."""
+    candidate = Path(rel)
+    if candidate.is_absolute() or ".." in candidate.parts:
+        raise CorruptSourceError(f"{root}: {what} path {rel!r} leaves the dataset folder")
+    return candidate.as_posix()
+
+
+def _parse_features(info: dict, info_path: Path) -> dict[str, FeatureSpec]:
+    raw = info.get("features")
+    if not isinstance(raw, dict) or not raw:
+        raise CorruptSourceError(f"{info_path}: 'features' is missing or empty")
+    specs = {}
+    for name, ft in raw.items():
+        if not isinstance(ft, dict) or "dtype" not in ft:
+            raise CorruptSourceError(f"{info_path}: feature {name!r} has no dtype")
+        dtype = ft["dtype"]
+        if dtype not in NUMERIC_DTYPES and dtype not in ("image", "video", "string"):
+            raise UnsupportedDtypeError(f"{info_path}: feature {name!r} has unsupported dtype {dtype!r}")
+        try:
+            shape = tuple(int(s) for s in ft.get("shape", (1,)))
+        except (TypeError, ValueError):
+            raise CorruptSourceError(f"{info_path}: feature {name!r} has an invalid shape {ft.get('shape')!r}")
+        if dtype in ("image", "video") and (len(shape) != 3 or shape[-1] not in (1, 3, 4)):
+            raise SchemaMismatchError(f"{info_path}: {dtype} feature {name!r} must have shape (H, W, C), got {shape}")
+        specs[name] = FeatureSpec(name, dtype, shape, ft.get("names"))
+    for name in DEFAULT_FEATURES:
+        specs.setdefault(name, FeatureSpec(name, _DEFAULT_DTYPES[name], (1,)))
+    return specs
+
+
+def _frame_shape_from_arrow(spec: FeatureSpec, typ: pa.DataType, path: Path) -> tuple[int, ...]:
+    """Per-frame shape of a column as stored: a plain column is a scalar, list nesting adds trailing axes."""
+    if spec.kind == "image":
+        if not (pa.types.is_struct(typ) and typ.get_field_index("bytes") >= 0):
+            raise SchemaMismatchError(f"{path}: image feature {spec.name!r} is {typ}, expected struct<bytes, path>")
+        return spec.shape
+    depth = 0
+    while pa.types.is_list(typ) or pa.types.is_fixed_size_list(typ) or pa.types.is_large_list(typ):
+        typ = typ.value_type
+        depth += 1
+    if depth == 0:
+        if spec.shape not in ((1,), ()):
+            raise SchemaMismatchError(f"{path}: feature {spec.name!r} declares shape {spec.shape} but is a scalar column")
+        return ()
+    if depth == 1 and len(spec.shape) > 1:
+        raise SchemaMismatchError(f"{path}: feature {spec.name!r} declares shape {spec.shape} but is a flat list")
+    if depth != len(spec.shape):
+        raise SchemaMismatchError(
+            f"{path}: feature {spec.name!r} declares shape {spec.shape} but the column nests {depth} list level(s)")
+    return spec.shape
+
+
+def _flatten_lists(arr: pa.Array, shape: tuple[int, ...], name: str, path: Path) -> pa.Array:
+    """Flatten nested (fixed size or variable) lists, checking every list has the declared length."""
+    for size in shape:
+        if arr.null_count:
+            raise CorruptSourceError(f"{path}: feature {name!r} has null values")
+        if pa.types.is_fixed_size_list(arr.type):
+            if arr.type.list_size != size:
+                raise SchemaMismatchError(
+                    f"{path}: feature {name!r} has lists of size {arr.type.list_size}, declared {size}")
+        else:
+            lengths = arr.value_lengths().to_numpy(zero_copy_only=False)
+            bad = np.flatnonzero(lengths != size)
+            if bad.size:
+                raise SchemaMismatchError(
+                    f"{path}: feature {name!r} row {int(bad[0])} has {int(lengths[bad[0]])} values, declared {size}")
+        arr = arr.flatten()
+    return arr
+
+
+def _decode_images(col: pa.ChunkedArray, spec: FeatureSpec, path: Path, first_row: int) -> np.ndarray:
+    from PIL import Image
+
+    out = np.empty((len(col), *spec.shape), dtype=np.uint8)
+    mode = {1: "L", 3: "RGB", 4: "RGBA"}[spec.shape[-1]]
+    row = 0
+    for chunk in col.chunks:
+        data = chunk.field("bytes")
+        for value in data:
+            raw = value.as_buffer()
+            if raw is None:
+                raise CorruptSourceError(f"{path}: image feature {spec.name!r} row {first_row + row} has no bytes")
+            try:
+                with Image.open(io.BytesIO(raw)) as img:
+                    pixels = np.asarray(img if img.mode == mode else img.convert(mode))
+            except (OSError, SyntaxError, ValueError) as exc:
+                raise CorruptSourceError(
+                    f"{path}: image feature {spec.name!r} row {first_row + row} cannot be decoded ({exc})") from exc
+            pixels = pixels.reshape(pixels.shape[0], pixels.shape[1], -1)
+            if pixels.shape != spec.shape:
+                raise SchemaMismatchError(
+                    f"{path}: image feature {spec.name!r} row {first_row + row} is {pixels.shape}, declared {spec.shape}")
+            out[row] = pixels
+            row += 1
+    return out
+
+
+def column_to_numpy(col: pa.ChunkedArray, spec: FeatureSpec, path: Path, first_row: int = 0) -> np.ndarray:
+    """Convert one parquet column to a (frames, *frame_shape) array of the feature's dtype, zero-copy if possible."""
+    if spec.kind == "image":
+        return _decode_images(col, spec, path, first_row)
+    want = spec.numpy_dtype
+    parts = []
+    for chunk in col.chunks:
+        flat = _flatten_lists(chunk, spec.frame_shape, spec.name, path)
+        if flat.null_count:
+            raise CorruptSourceError(f"{path}: feature {spec.name!r} has null values")
+        if not (pa.types.is_integer(flat.type) or pa.types.is_floating(flat.type) or pa.types.is_boolean(flat.type)):
+            raise SchemaMismatchError(f"{path}: feature {spec.name!r} holds {flat.type}, declared {spec.dtype}")
+        values = flat.to_numpy(zero_copy_only=False)
+        if values.dtype != want:
+            cast = values.astype(want)
+            if not np.array_equal(cast.astype(values.dtype), values, equal_nan=values.dtype.kind == "f"):
+                raise SchemaMismatchError(
+                    f"{path}: feature {spec.name!r} holds {values.dtype} values that do not fit the declared {want}")
+            values = cast
+        parts.append(values.reshape(-1, *spec.frame_shape))
+    if not parts:
+        return np.empty((0, *spec.frame_shape), dtype=want)
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+def _merge_stats(episode_stats: list[dict]) -> dict:
+    """Count-weighted merge of per-episode stats (parallel variance), like LeRobot's aggregate_stats."""
+    merged: dict[str, dict] = {}
+    keys = {k for s in episode_stats for k in s}
+    for key in sorted(keys):
+        rows = [s[key] for s in episode_stats if key in s]
+        counts = np.array([np.asarray(r["count"], dtype=np.float64).reshape(-1)[0] for r in rows])
+        total = counts.sum()
+        if total == 0:
+            continue
+        shape_ref = np.asarray(rows[0]["mean"], dtype=np.float64)
+        w = counts.reshape(-1, *([1] * shape_ref.ndim)) / total
+        means = np.stack([np.asarray(r["mean"], dtype=np.float64) for r in rows])
+        stds = np.stack([np.asarray(r["std"], dtype=np.float64) for r in rows])
+        mean = (w * means).sum(axis=0)
+        var = (w * (stds**2 + (means - mean) ** 2)).sum(axis=0)
+        out = {
+            "min": np.min(np.stack([np.asarray(r["min"], dtype=np.float64) for r in rows]), axis=0).tolist(),
+            "max": np.max(np.stack([np.asarray(r["max"], dtype=np.float64) for r in rows]), axis=0).tolist(),
+            "mean": mean.tolist(),
+            "std": np.sqrt(var).tolist(),
+            "count": [int(total)],
+        }
+        for q in ("q01", "q10", "q50", "q90", "q99"):
+            if all(q in r for r in rows):
+                out[q] = (w * np.stack([np.asarray(r[q], dtype=np.float64) for r in rows])).sum(axis=0).tolist()
+        merged[key] = out
+    return merged
+
+
+class LeRobotSource:
+    """A LeRobot dataset folder: metadata parsed on construction, frames read on demand per episode."""
+
+    def __init__(self, root: str | os.PathLike):
+        self.root = Path(root).resolve()
+        if not self.root.is_dir():
+            raise SourceNotFoundError(f"{self.root}: no such dataset folder")
+        info_path = self.root / "meta" / "info.json"
+        if not info_path.is_file():
+            raise SourceNotFoundError(f"{self.root}: not a LeRobot dataset (meta/info.json not found)")
+        self.info: dict = _read_json(info_path)
+        if not isinstance(self.info, dict):
+            raise CorruptSourceError(f"{info_path}: expected a JSON object")
+        version = str(self.info.get("codebase_version", ""))
+        try:
+            self.major = int(version.lstrip("v").split(".")[0])
+        except ValueError:
+            raise CorruptSourceError(f"{info_path}: unreadable codebase_version {version!r}") from None
+        if self.major not in (2, 3):
+            raise CorruptSourceError(f"{info_path}: codebase_version {version!r} is not supported (v2.x or v3.x)")
+        try:
+            self.fps = float(self.info["fps"])
+        except (KeyError, TypeError, ValueError):
+            raise CorruptSourceError(f"{info_path}: 'fps' is missing or not a number") from None
+        if not self.fps > 0:
+            raise CorruptSourceError(f"{info_path}: fps must be positive, got {self.fps}")
+        self.features = _parse_features(self.info, info_path)
+        if self.major == 3:
+            self.episodes = self._read_episodes_v3()
+            self.tasks = self._read_tasks_v3()
+        else:
+            self.episodes = self._read_episodes_v2()
+            self.tasks = self._read_tasks_v2()
+        self.stats = self._read_stats()
+        self._resolve_frame_shapes()
+
+    # metadata -------------------------------------------------------------------------------------------
+    def _read_episodes_v3(self) -> EpisodeTable:
+        files = sorted((self.root / "meta" / "episodes").glob("*/*.parquet"))
+        if not files:
+            raise SourceNotFoundError(f"{self.root / 'meta' / 'episodes'}: no episode metadata parquet files")
+        columns = ["episode_index", "tasks", "length", "data/chunk_index", "data/file_index",
+                   "dataset_from_index", "dataset_to_index"]
+        tables = []
+        for path in files:
+            pf = _open_parquet(path)
+            missing = [c for c in columns if c not in pf.schema_arrow.names]
+            if missing:
+                raise SchemaMismatchError(f"{path}: episode metadata lacks column(s) {missing}")
+            tables.append(pf.read(columns=columns))
+        table = pa.concat_tables(tables).to_pydict()
+        order = np.argsort(np.asarray(table["episode_index"], dtype=np.int64), kind="stable")
+        get = {k: [table[k][i] for i in order] for k in columns}
+        index = np.asarray(get["episode_index"], dtype=np.int64)
+        if not np.array_equal(index, np.arange(len(index))):
+            raise SchemaMismatchError(f"{self.root}/meta/episodes: episode_index is not contiguous from 0")
+        length = np.asarray(get["length"], dtype=np.int64)
+        start = np.asarray(get["dataset_from_index"], dtype=np.int64)
+        end = np.asarray(get["dataset_to_index"], dtype=np.int64)
+        bad = np.flatnonzero((end - start != length) | (length <= 0))
+        if bad.size:
+            e = int(bad[0])
+            raise SchemaMismatchError(
+                f"{self.root}/meta/episodes: episode {e} has length {length[e]} but frame range [{start[e]}, {end[e]})")
+        template = self.info.get("data_path") or "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
+        data_file = [
+            _safe_relpath(self.root, template.format(chunk_index=c, file_index=f), f"episode {e} data")
+            for e, (c, f) in enumerate(zip(get["data/chunk_index"], get["data/file_index"], strict=True))
+        ]
+        # Row of each episode inside its file: files hold episodes in global index order.
+        file_row = np.zeros(len(length), dtype=np.int64)
+        first_start: dict[str, int] = {}
+        for e, rel in enumerate(data_file):
+            file_row[e] = start[e] - first_start.setdefault(rel, int(start[e]))
+        return EpisodeTable(length, start, [list(t or []) for t in get["tasks"]], data_file, file_row)
+
+    def _read_episodes_v2(self) -> EpisodeTable:
+        path = self.root / "meta" / "episodes.jsonl"
+        rows = sorted(_read_jsonl(path), key=lambda r: r.get("episode_index", -1))
+        try:
+            index = np.asarray([r["episode_index"] for r in rows], dtype=np.int64)
+            length = np.asarray([r["length"] for r in rows], dtype=np.int64)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CorruptSourceError(f"{path}: each line needs integer episode_index and length ({exc})") from None
+        if not np.array_equal(index, np.arange(len(index))):
+            raise SchemaMismatchError(f"{path}: episode_index is not contiguous from 0")
+        if (length <= 0).any():
+            raise SchemaMismatchError(f"{path}: episode {int(np.argmax(length <= 0))} has no frames")
+        start = np.concatenate([[0], np.cumsum(length)[:-1]]).astype(np.int64)
+        template = self.info.get("data_path") or "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet"
+        chunks_size = int(self.info.get("chunks_size") or 1000)
+        data_file = [
+            _safe_relpath(self.root, template.format(episode_chunk=e // chunks_size, episode_index=e), f"episode {e} data")
+            for e in range(len(index))
+        ]
+        tasks = [list(r.get("tasks") or []) for r in rows]
+        return EpisodeTable(length, start, tasks, data_file, np.zeros(len(index), dtype=np.int64))
+
+    def _read_tasks_v3(self) -> list[str]:
+        path = self.root / "meta" / "tasks.parquet"
+        table = _open_parquet(path).read()
+        names = table.column_names
+        text_col = next((c for c in ("task", "__index_level_0__") if c in names), None)
+        if text_col is None:
+            string_cols = [c for c in names if pa.types.is_string(table.schema.field(c).type)
+                           or pa.types.is_large_string(table.schema.field(c).type)]
+            if len(string_cols) != 1 or "task_index" not in names:
+                raise SchemaMismatchError(f"{path}: expected a task_index column and one task string column")
+            text_col = string_cols[0]
+        return self._task_list(table.column("task_index").to_pylist(), table.column(text_col).to_pylist(), path)
+
+    def _read_tasks_v2(self) -> list[str]:
+        path = self.root / "meta" / "tasks.jsonl"
+        rows = _read_jsonl(path)
+        try:
+            return self._task_list([r["task_index"] for r in rows], [r["task"] for r in rows], path)
+        except KeyError as exc:
+            raise CorruptSourceError(f"{path}: each line needs task_index and task ({exc} missing)") from None
+
+    @staticmethod
+    def _task_list(indices: Sequence[int], texts: Sequence[str], path: Path) -> list[str]:
+        by_index = dict(zip((int(i) for i in indices), texts, strict=True))
+        if sorted(by_index) != list(range(len(by_index))):
+            raise SchemaMismatchError(f"{path}: task_index values are not contiguous from 0")
+        return [str(by_index[i]) for i in range(len(by_index))]
+
+    def _read_stats(self) -> dict:
+        stats_path = self.root / "meta" / "stats.json"
+        if stats_path.is_file():
+            stats = _read_json(stats_path)
+            if not isinstance(stats, dict):
+                raise CorruptSourceError(f"{stats_path}: expected a JSON object")
+            return stats
+        episodes_stats = self.root / "meta" / "episodes_stats.jsonl"
+        if episodes_stats.is_file():
+            rows = _read_jsonl(episodes_stats)
+            try:
+                return _merge_stats([r["stats"] for r in rows])
+            except (KeyError, TypeError, ValueError) as exc:
+                raise CorruptSourceError(f"{episodes_stats}: unreadable per-episode stats ({exc})") from exc
+        return {}
+
+    def _resolve_frame_shapes(self) -> None:
+        """Fix each feature's stored per-frame shape from the first data file's schema."""
+        first = self.root / self.episodes.data_file[0]
+        schema = _open_parquet(first).schema_arrow
+        for name, spec in list(self.features.items()):
+            if spec.kind in ("video", "string"):
+                continue
+            if name not in schema.names:
+                raise SchemaMismatchError(f"{first}: feature {name!r} declared in info.json has no column")
+            frame_shape = _frame_shape_from_arrow(spec, schema.field(name).type, first)
+            self.features[name] = FeatureSpec(spec.name, spec.dtype, spec.shape, spec.names, frame_shape)
+
+    # data -----------------------------------------------------------------------------------------------
+    @property
+    def stored_features(self) -> dict[str, FeatureSpec]:
+        """Features whose frames live in the data parquet (numeric and image)."""
+        return {k: v for k, v in self.features.items() if v.kind in ("numeric", "image")}
+
+    def fingerprint(self) -> str:
+        """A digest of the metadata files and the data files' names, sizes and mtimes."""
+        h = hashlib.sha256()
+        for path in sorted(p for p in (self.root / "meta").rglob("*") if p.is_file()):
+            h.update(path.relative_to(self.root).as_posix().encode())
+            h.update(path.read_bytes())
+        for rel in sorted(set(self.episodes.data_file)):
+            path = self.root / rel
+            st = path.stat() if path.exists() else None
+            h.update(f"{rel}:{st.st_size if st else -1}:{st.st_mtime_ns if st else -1}".encode())
+        return h.hexdigest()
+
+    def iter_episodes(self, episodes: Sequence[int]) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
+        """Yield ``(episode, {feature: frames})`` for the given episodes, reading each data file once.
+
+        Frames are validated against the episode table (episode_index and index columns).
+        """
+        by_file: dict[str, list[int]] = {}
+        for e in sorted(set(int(e) for e in episodes)):
+            by_file.setdefault(self.episodes.data_file[e], []).append(e)
+        specs = self.stored_features
+        for rel, eps in by_file.items():
+            yield from self._read_file(rel, eps, specs)
+
+    def _read_file(self, rel: str, eps: list[int], specs: dict[str, FeatureSpec]):
+        path = self.root / rel
+        if not path.is_file():
+            raise SourceNotFoundError(f"{path}: data file of episode(s) {eps[:5]}{'...' if len(eps) > 5 else ''} not found")
+        pf = _open_parquet(path)
+        names = pf.schema_arrow.names
+        missing = [k for k in specs if k not in names]
+        if missing:
+            raise SchemaMismatchError(f"{path}: no column for feature(s) {missing}")
+        for k, spec in specs.items():
+            _frame_shape_from_arrow(spec, pf.schema_arrow.field(k).type, path)
+        rg_rows = np.array([pf.metadata.row_group(i).num_rows for i in range(pf.num_row_groups)], dtype=np.int64)
+        rg_start = np.concatenate([[0], np.cumsum(rg_rows)])
+        t = self.episodes
+        lo = int(t.file_row[eps[0]])
+        hi = int(t.file_row[eps[-1]] + t.length[eps[-1]])
+        if hi > rg_start[-1]:
+            raise SchemaMismatchError(f"{path}: holds {rg_start[-1]} rows, episode table needs rows up to {hi}")
+        first_rg = int(np.searchsorted(rg_start, lo, side="right") - 1)
+        last_rg = int(np.searchsorted(rg_start, hi, side="left"))
+        try:
+            table = pf.read_row_groups(list(range(first_rg, last_rg)), columns=list(specs))
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise CorruptSourceError(f"{path}: cannot read row groups {first_rg}..{last_rg - 1} ({exc})") from exc
+        base = int(rg_start[first_rg])
+        for e in eps:
+            r0 = int(t.file_row[e]) - base
+            n = int(t.length[e])
+            piece = table.slice(r0, n)
+            frames = {k: column_to_numpy(piece.column(k), spec, path, r0 + base) for k, spec in specs.items()}
+            self._check_episode(frames, e, path)
+            yield e, frames
+
+    def _check_episode(self, frames: dict[str, np.ndarray], e: int, path: Path) -> None:
+        n = int(self.episodes.length[e])
+        ep = frames["episode_index"].reshape(n)
+        idx = frames["index"].reshape(n)
+        start = int(self.episodes.start[e])
+        if ep.shape[0] != n or (ep != e).any():
+            raise SchemaMismatchError(f"{path}: rows for episode {e} hold episode_index {int(ep[ep != e][0])}")
+        if not np.array_equal(idx, np.arange(start, start + n)):
+            raise SchemaMismatchError(
+                f"{path}: episode {e} 'index' column is not the contiguous range [{start}, {start + n})")
+        task_index = frames["task_index"].reshape(n)
+        if len(task_index) and (task_index.min() < 0 or task_index.max() >= len(self.tasks)):
+            raise SchemaMismatchError(f"{path}: episode {e} has a task_index outside the {len(self.tasks)} tasks")
+
+    def describe(self) -> dict[str, Any]:
+        """Summary used for store attributes: counts and the features not materialized, with why."""
+        return {
+            "total_episodes": len(self.episodes),
+            "total_frames": int(self.episodes.length.sum()),
+            "fps": self.fps,
+            "not_materialized": {
+                k: ("video decoding is not supported yet" if v.kind == "video"
+                    else "string features are not stored")
+                for k, v in self.features.items() if v.kind in ("video", "string")
+            },
+        }

@@ -1,0 +1,107 @@
+"""LeRobot source -> local store, in one pass over the data files, resumable at episode granularity.
+
+Each data file is read once; every episode's frames are written straight from Arrow buffers (zero copy for
+numeric columns) into its chunk files. Episodes become visible only at a commit (about every second and at
+the end), so an interrupted transcode (exception, Ctrl-C, kill -9) leaves the store at its last commit, and the
+next call writes only what is missing.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from .errors import StoreError
+from .source import FeatureSpec, LeRobotSource
+from .store import (
+    ArraySpec,
+    StoreState,
+    WriterLock,
+    chunk_path,
+    write_chunk,
+    commit,
+    create_store,
+    is_store,
+    read_state,
+)
+
+__all__ = ["transcode", "array_specs"]
+
+_COMMIT_EVERY_S = 1.0
+
+
+def _array_spec(spec: FeatureSpec) -> ArraySpec:
+    if spec.kind == "image":
+        dims = tuple(n if isinstance(n, str) else f"dim_{k}" for k, n in enumerate(spec.names or ()))
+        if len(dims) != 3 or len(set(dims)) != 3:
+            dims = ("height", "width", "channels")
+    else:
+        dims = tuple(f"dim_{k}" for k in range(len(spec.frame_shape)))
+    return ArraySpec(spec.numpy_dtype.newbyteorder("<"), spec.frame_shape, dims, spec.kind)
+
+
+def array_specs(source: LeRobotSource) -> dict[str, ArraySpec]:
+    """The store arrays a source maps to: one per numeric or image feature."""
+    return {name: _array_spec(spec) for name, spec in source.stored_features.items()}
+
+
+def _progress(total: int, desc: str, enabled: bool):
+    from huggingface_hub.utils import tqdm  # honours HF_HUB_DISABLE_PROGRESS_BARS
+
+    return tqdm(total=total, desc=desc, unit="frame", unit_scale=True, disable=not enabled or None)
+
+
+def _create(source: LeRobotSource, root: Path, source_record: dict) -> StoreState:
+    t = source.episodes
+    first_task = np.array([source.tasks.index(ts[0]) if ts and ts[0] in source.tasks else -1 for ts in t.tasks],
+                          dtype=np.int64)
+    attrs = {
+        "info": source.info,
+        "tasks": source.tasks,
+        "stats": source.stats,
+        "source": source_record,
+        "not_materialized": source.describe()["not_materialized"],
+    }
+    return create_store(root, array_specs(source), t.start, t.length, first_task, attrs)
+
+
+def transcode(source: LeRobotSource, root: str | os.PathLike, *, episodes: Sequence[int] | None = None,
+              source_record: dict | None = None, progress: bool = True) -> StoreState:
+    """Write the given episodes (default: all) of ``source`` into the store at ``root``; return its state.
+
+    Creates the store if needed, skips episodes already committed, and holds the store's writer lock
+    meanwhile (a second process transcoding into the same store waits for the first).
+    """
+    root = Path(root)
+    record = source_record or {"kind": "local", "path": str(source.root), "fingerprint": source.fingerprint()}
+    wanted = range(len(source.episodes)) if episodes is None else sorted(set(int(e) for e in episodes))
+    with WriterLock(root):
+        if is_store(root):
+            state = read_state(root)
+            if state.attrs.get("source") != record:
+                raise StoreError(f"{root}: store was made from {state.attrs.get('source')}, not from {record}")
+        else:
+            state = _create(source, root, record)
+        done = state.complete_episodes()
+        todo = [e for e in wanted if not done[e]]
+        if not todo:
+            return state
+        specs = array_specs(source)
+        pending: list[int] = []
+        last_commit = time.monotonic()
+        with _progress(int(source.episodes.length[todo].sum()), f"transcoding {source.root.name}", progress) as bar:
+            for e, frames in source.iter_episodes(todo):
+                for name, spec in specs.items():
+                    write_chunk(chunk_path(root, name, e, 1 + len(spec.frame_shape)), frames[name])
+                pending.append(e)
+                bar.update(int(source.episodes.length[e]))
+                if time.monotonic() - last_commit >= _COMMIT_EVERY_S:
+                    commit(root, features_episodes={name: pending for name in specs})
+                    pending, last_commit = [], time.monotonic()
+            if pending:
+                commit(root, features_episodes={name: pending for name in specs})
+        return read_state(root)
