@@ -19,6 +19,7 @@ import numpy as np
 
 from ._region import EpisodeRegion
 from .errors import DeltaTimestampsError, FrameIndexError, NotMaterializedError
+from .source import LeRobotSource
 from .store import StoreState, chunk_path, read_state
 
 __all__ = ["DatasetMeta", "LeRobotZarrDataset", "IMAGE_FORMATS"]
@@ -71,6 +72,14 @@ class DatasetMeta:
         return cls(state.root, a["info"], a["tasks"], a["stats"], a["source"], state.episode_start,
                    state.episode_end, state.episode_length, state.complete_episodes(),
                    dict(a.get("not_materialized", {})), tuple(state.arrays))
+
+    @classmethod
+    def from_source(cls, source: LeRobotSource) -> DatasetMeta:
+        """Metadata of a LeRobot folder that has no store yet (nothing materialized)."""
+        t = source.episodes
+        return cls(source.root, source.info, source.tasks, source.stats, {"kind": "local", "path": str(source.root)},
+                   t.start, t.end, t.length, np.zeros(len(t), dtype=bool), source.describe()["not_materialized"],
+                   tuple(source.stored_features))
 
     def __repr__(self) -> str:
         return (f"DatasetMeta(root={str(self.root)!r}, fps={self.fps:g}, robot_type={self.robot_type!r}, "

@@ -1,0 +1,106 @@
+"""Command line: ``lerobot-zarr demo | info SOURCE | convert SOURCE``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from .api import open_dataset
+from .dataset import DatasetMeta, LeRobotZarrDataset
+from .source import LeRobotSource, is_lerobot_folder
+from .errors import LeRobotZarrError
+
+__all__ = ["main", "describe"]
+
+
+def _size_on_disk(root: Path) -> int:
+    return sum(p.stat().st_size for p in root.rglob("*") if p.is_file() and not p.is_symlink())
+
+
+def describe(meta: DatasetMeta) -> str:
+    """A human-readable summary of a dataset: features, counts, episodes, tasks, stats, local size."""
+    m = meta
+    n_local = int(m.materialized_episodes.sum())
+    lines = [
+        f"location:     {m.root}" + ("" if n_local else " (a LeRobot folder, not transcoded)"),
+        f"source:       {m.source.get('path') or m.source}",
+        f"format:       LeRobot {m.info.get('codebase_version')}, robot_type={m.robot_type}, fps={m.fps:g}",
+        f"episodes:     {m.total_episodes} ({n_local} in the local store)",
+        f"frames:       {m.total_frames}",
+        f"lengths:      min {int(m.episode_length.min())}, median {int(np.median(m.episode_length))}, "
+        f"max {int(m.episode_length.max())}",
+        f"tasks ({len(m.tasks)}):" + "".join(f"\n  [{i}] {t}" for i, t in enumerate(m.tasks[:10]))
+        + ("\n  ..." if len(m.tasks) > 10 else ""),
+        "features:",
+    ]
+    for name, ft in m.features.items():
+        status = f"not materialized: {m.not_materialized[name]}" if name in m.not_materialized else "stored"
+        names = ft.get("names")
+        shown = f", names={str(names)[:60]}{'...' if len(str(names)) > 60 else ''}" if names else ""
+        lines.append(f"  {name:<32} {ft['dtype']:<8} {str(tuple(ft.get('shape', ()))):<14} {status}{shown}")
+    if m.stats:
+        lines.append("stats (mean of each stored vector feature, first values):")
+        for name, s in m.stats.items():
+            if name in m.stored_features and "mean" in s:
+                mean = np.asarray(s["mean"], dtype=float).reshape(-1)
+                lines.append(f"  {name:<32} {np.array2string(mean[:4], precision=3)}{' ...' if mean.size > 4 else ''}")
+    if n_local:
+        lines.append(f"local size:   {_size_on_disk(m.root) / 1e6:.1f} MB")
+    else:
+        frame_bytes = sum(int(np.prod(ft.get("shape") or [1])) * (1 if ft["dtype"] in ("image", "bool") else
+                          np.dtype(ft["dtype"]).itemsize) for k, ft in m.features.items() if k in m.stored_features)
+        lines.append(f"store size:   {m.total_frames * frame_bytes / 1e6:.1f} MB once transcoded (stored features)")
+    return "\n".join(lines)
+
+
+def _parse_episodes(text: str | None) -> list[int] | None:
+    if not text:
+        return None
+    out: list[int] = []
+    for part in text.split(","):
+        a, _, b = part.partition("-")
+        out.extend(range(int(a), int(b) + 1) if b else [int(a)])
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="lerobot-zarr", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    demo = sub.add_parser("demo", help="generate a sample LeRobot dataset, transcode it, sample it, time it")
+    demo.add_argument("--dir", type=Path, default=None, help="work folder (default: a temporary one)")
+    demo.add_argument("--episodes", type=int, default=300, help="episodes in the generated dataset")
+    info = sub.add_parser("info", help="describe a LeRobot dataset folder or a store")
+    info.add_argument("source")
+    convert = sub.add_parser("convert", help="transcode a LeRobot dataset folder into a store")
+    convert.add_argument("source")
+    convert.add_argument("--root", type=Path, default=None, help="store folder (default: the cache)")
+    convert.add_argument("--episodes", default=None, help="e.g. 0,3,5-9 (default: all)")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "demo":
+            from .demo import run_demo
+
+            run_demo(args.dir, n_episodes=args.episodes)
+        elif args.command == "info":
+            path = Path(args.source)
+            meta = (DatasetMeta.from_source(LeRobotSource(path)) if is_lerobot_folder(path)
+                    else LeRobotZarrDataset(path).meta)
+            print(describe(meta))
+        elif args.command == "convert":
+            ds = open_dataset(args.source, root=args.root, episodes=_parse_episodes(args.episodes))
+            print(describe(ds.meta))
+    except LeRobotZarrError as exc:
+        print(f"lerobot-zarr: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("lerobot-zarr: interrupted (committed episodes are kept; run again to resume)", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

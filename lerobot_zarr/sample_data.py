@@ -1,0 +1,689 @@
+"""Synthetic LeRobot datasets for the README demo, the tests and the benchmarks.
+
+:func:`write_sample_dataset` writes a dataset in LeRobot's v3.0 or v2.1 layout that looks like what lerobot itself
+writes: same folders and file names, same ``info.json`` keys, same parquet column names, types and row groups, same
+episode table and statistics. Frame data is random but reproducible (same arguments give identical bytes), numeric
+columns are built with vectorised numpy, so a million frames take a few seconds.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+import pathlib
+from collections.abc import Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from PIL import Image
+
+__all__ = ["write_sample_dataset"]
+
+CHUNKS_SIZE = 1000
+DATA_FILES_SIZE_IN_MB = 100
+VIDEO_FILES_SIZE_IN_MB = 200
+ROBOT_TYPE = "synthetic_arm"
+DEFAULT_LENGTHS = (20, 60)
+GRID_KEY = "observation.grid"
+GRID_SHAPE = (3, 4)
+QUANTILES = {"q01": 0.01, "q10": 0.10, "q50": 0.50, "q90": 0.90, "q99": 0.99}
+STAT_NAMES = ("min", "max", "mean", "std", "count", *QUANTILES)
+# The five features lerobot adds to every dataset, in its column order.
+DEFAULT_FEATURES = {
+    "timestamp": "float32",
+    "frame_index": "int64",
+    "episode_index": "int64",
+    "index": "int64",
+    "task_index": "int64",
+}
+# pandas version recorded in the pandas schema metadata, as in real LeRobot files.
+PANDAS_VERSION = "2.3.3"
+
+V3_DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
+V3_VIDEO_PATH = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
+V21_DATA_PATH = "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet"
+V21_VIDEO_PATH = "videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4"
+
+
+def write_sample_dataset(
+    path: str | os.PathLike,
+    *,
+    version: str = "v3.0",
+    n_episodes: int = 6,
+    lengths: Sequence[int] | tuple[int, int] | None = None,
+    fps: int = 30,
+    seed: int = 0,
+    state_dim: int = 6,
+    action_dim: int = 6,
+    vector_type: str = "fixed_size_list",
+    image_keys: Sequence[str] = (),
+    image_shape: tuple[int, int, int] = (24, 32, 3),
+    image_format: str = "png",
+    extra_nd: bool = False,
+    video_keys: Sequence[str] = (),
+    tasks: Sequence[str] = ("pick the cube", "place the cube"),
+    episodes_per_file: int | None = None,
+    row_group_per_episode: bool = True,
+    write_stats: bool = True,
+) -> pathlib.Path:
+    """Write a synthetic LeRobot dataset into the empty or missing folder ``path`` and return its path.
+
+    Args:
+        path: Dataset root; created if missing, must be empty if it exists.
+        version: ``"v3.0"`` (data files holding many episodes) or ``"v2.1"`` (one data file per episode).
+        n_episodes: Number of episodes.
+        lengths: Frames per episode: a list of ``n_episodes`` ints, or a 2-tuple ``(lo, hi)`` giving an inclusive
+            range the lengths are drawn from with ``seed`` (a 2-tuple is always a range). Default ``(20, 60)``.
+        fps: Frames per second; ``timestamp = frame_index / fps``.
+        seed: Seed of every random draw (lengths, vectors, images).
+        state_dim: Size of the float32 vector ``observation.state``.
+        action_dim: Size of the float32 vector ``action``.
+        vector_type: ``"fixed_size_list"`` (lerobot's own files, with ``huggingface`` schema metadata) or
+            ``"list"`` (pandas-written files: variable ``list<float>`` and pandas schema metadata).
+        image_keys: Image features stored in the data parquet as ``struct<bytes: binary, path: string>``.
+        image_shape: ``(height, width, channels)`` of the uint8 images; channels 1, 3 or 4.
+        image_format: ``"png"`` (lossless) or ``"jpeg"``.
+        extra_nd: Add the float32 feature ``observation.grid`` of shape (3, 4), stored as nested lists.
+        video_keys: Features of dtype ``video`` declared in ``info.json`` (no mp4 is written).
+        tasks: Task strings; episode ``e`` performs ``tasks[e % len(tasks)]``. Only tasks in use are listed.
+        episodes_per_file: v3.0 only: episodes per data file (``None``: all episodes in one file).
+        row_group_per_episode: v3.0: one row group per episode (lerobot's way) or one per data file.
+        write_stats: Write statistics (v3.0: ``meta/stats.json`` and ``stats/*`` episode columns; v2.1:
+            ``meta/episodes_stats.jsonl``).
+
+    Raises:
+        ValueError: An argument is invalid or ``path`` is a file or a non-empty folder.
+    """
+    root = pathlib.Path(path)
+    _check_options(
+        root, version, fps, seed, state_dim, action_dim, vector_type, image_keys, image_shape, image_format,
+        video_keys, tasks, episodes_per_file,
+    )
+    lengths_rng, data_rng, image_rng = (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(3))
+    episode_lengths = _episode_lengths(lengths_rng, n_episodes, lengths)
+    used_tasks = list(tasks)[: min(len(tasks), n_episodes)]
+
+    frames = _numeric_frames(data_rng, episode_lengths, fps, state_dim, action_dim, extra_nd, len(used_tasks))
+    images = {
+        key: _image_column(image_rng, episode_lengths, image_shape, image_format, key_number, write_stats)
+        for key_number, key in enumerate(image_keys)
+    }
+    fixed = vector_type == "fixed_size_list"
+    table = _frames_table(frames, images, fixed, version)
+
+    features = _features(state_dim, action_dim, extra_nd, image_keys, image_shape, video_keys, fps)
+    episode_stats: dict[str, dict[str, np.ndarray]] = {}
+    if write_stats:
+        episode_stats = {key: _episode_stats(values, episode_lengths) for key, values in frames.items()}
+        episode_stats.update({key: stats for key, (_, stats) in images.items()})
+        episode_stats = {key: episode_stats[key] for key in features if key in episode_stats}
+
+    root.mkdir(parents=True, exist_ok=True)
+    if version == "v3.0":
+        _write_v3(
+            root, table, episode_lengths, features, used_tasks, video_keys, fps, episodes_per_file,
+            row_group_per_episode, episode_stats,
+        )
+    else:
+        _write_v21(root, table, episode_lengths, features, used_tasks, video_keys, fps, episode_stats)
+    return root
+
+
+# --------------------------------------------------------------------------------------------- argument checks
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+def _check_int(name: str, value: object, minimum: int) -> None:
+    if not _is_int(value) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+
+
+def _check_names(name: str, values: Sequence[str]) -> list[str]:
+    if isinstance(values, str) or not isinstance(values, Sequence):
+        raise ValueError(f"{name} must be a sequence of strings, got {values!r}")
+    for value in values:
+        if not isinstance(value, str) or not value:
+            raise ValueError(f"{name} must hold non-empty strings, got {value!r}")
+    if len(set(values)) != len(values):
+        raise ValueError(f"{name} has duplicates: {list(values)!r}")
+    return list(values)
+
+
+def _check_options(
+    root: pathlib.Path,
+    version: str,
+    fps: int,
+    seed: int,
+    state_dim: int,
+    action_dim: int,
+    vector_type: str,
+    image_keys: Sequence[str],
+    image_shape: tuple[int, int, int],
+    image_format: str,
+    video_keys: Sequence[str],
+    tasks: Sequence[str],
+    episodes_per_file: int | None,
+) -> None:
+    """Raise ValueError for any invalid argument of write_sample_dataset except lengths."""
+    if version not in ("v3.0", "v2.1"):
+        raise ValueError(f"version must be 'v3.0' or 'v2.1', got {version!r}")
+    _check_int("fps", fps, 1)
+    _check_int("seed", seed, 0)
+    _check_int("state_dim", state_dim, 1)
+    _check_int("action_dim", action_dim, 1)
+    if vector_type not in ("fixed_size_list", "list"):
+        raise ValueError(f"vector_type must be 'fixed_size_list' or 'list', got {vector_type!r}")
+    camera_keys = _check_names("image_keys", image_keys) + _check_names("video_keys", video_keys)
+    taken = {"observation.state", "action", GRID_KEY, *DEFAULT_FEATURES}
+    clashes = [key for key in camera_keys if key in taken] + [key for key in video_keys if key in image_keys]
+    if clashes:
+        raise ValueError(f"image/video keys clash with other features: {clashes!r}")
+    if any("/" in key for key in camera_keys):
+        raise ValueError(f"image/video keys cannot contain '/' (it separates episode column names): {camera_keys!r}")
+    if (
+        not isinstance(image_shape, Sequence)
+        or len(image_shape) != 3
+        or not all(_is_int(size) and size >= 1 for size in image_shape)
+    ):
+        raise ValueError(f"image_shape must be (height, width, channels) of positive ints, got {image_shape!r}")
+    if image_shape[2] not in (1, 3, 4):
+        raise ValueError(f"image channels must be 1, 3 or 4, got {image_shape[2]}")
+    if image_format not in ("png", "jpeg"):
+        raise ValueError(f"image_format must be 'png' or 'jpeg', got {image_format!r}")
+    if image_format == "jpeg" and image_shape[2] == 4:
+        raise ValueError("jpeg images cannot have 4 channels")
+    if not _check_names("tasks", tasks):
+        raise ValueError("tasks must hold at least one task")
+    if episodes_per_file is not None:
+        if version != "v3.0":
+            raise ValueError("episodes_per_file applies to version 'v3.0' only")
+        _check_int("episodes_per_file", episodes_per_file, 1)
+    if root.exists() and (not root.is_dir() or any(root.iterdir())):
+        raise ValueError(f"{root} must be an empty folder or not exist")
+
+
+def _episode_lengths(
+    rng: np.random.Generator, n_episodes: int, lengths: Sequence[int] | tuple[int, int] | None
+) -> np.ndarray:
+    """Validated frame count of every episode (int64 array of n_episodes values >= 1)."""
+    _check_int("n_episodes", n_episodes, 1)
+    if lengths is None:
+        lengths = DEFAULT_LENGTHS
+    if isinstance(lengths, tuple) and len(lengths) == 2:
+        low, high = lengths
+        if not (_is_int(low) and _is_int(high) and 1 <= low <= high):
+            raise ValueError(f"lengths range (lo, hi) needs integers 1 <= lo <= hi, got {lengths!r}")
+        return rng.integers(low, high, size=n_episodes, endpoint=True, dtype=np.int64)
+    if isinstance(lengths, str) or not isinstance(lengths, (Sequence, np.ndarray)):
+        raise ValueError(f"lengths must be a list of ints, a (lo, hi) tuple or None, got {lengths!r}")
+    if len(lengths) != n_episodes or not all(_is_int(length) and length >= 1 for length in lengths):
+        raise ValueError(f"lengths must hold {n_episodes} integers >= 1 (one per episode), got {lengths!r}")
+    return np.asarray(lengths, dtype=np.int64)
+
+
+# ------------------------------------------------------------------------------------------------- frame data
+
+
+def _numeric_frames(
+    rng: np.random.Generator,
+    lengths: np.ndarray,
+    fps: int,
+    state_dim: int,
+    action_dim: int,
+    extra_nd: bool,
+    n_tasks: int,
+) -> dict[str, np.ndarray]:
+    """All numeric columns, frames of all episodes in global index order, in lerobot's column order."""
+    total = int(lengths.sum())
+    episode_index = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
+    starts = np.cumsum(lengths) - lengths
+    frame_index = np.arange(total, dtype=np.int64) - starts[episode_index]
+    seconds = (frame_index / fps).astype(np.float32)
+
+    def trajectory(dim: int) -> np.ndarray:
+        """Per-episode offset + a sine per dimension + normal noise, as float32 (total, dim)."""
+        offset = rng.normal(0.0, 1.0, (len(lengths), dim)).astype(np.float32)
+        amplitude = rng.uniform(0.1, 0.5, dim).astype(np.float32)
+        angular_speed = (2 * np.pi * rng.uniform(0.2, 1.5, dim)).astype(np.float32)
+        values = np.sin(seconds[:, None] * angular_speed)
+        values *= amplitude
+        values += offset[episode_index]
+        values += np.float32(0.02) * rng.standard_normal((total, dim), dtype=np.float32)
+        values[0] = 0.0  # the robot starts at rest: an exact zero row
+        return values
+
+    frames = {"observation.state": trajectory(state_dim), "action": trajectory(action_dim)}
+    if extra_nd:
+        frames[GRID_KEY] = trajectory(math.prod(GRID_SHAPE)).reshape(total, *GRID_SHAPE)
+    frames.update(
+        timestamp=seconds,
+        frame_index=frame_index,
+        episode_index=episode_index,
+        index=np.arange(total, dtype=np.int64),
+        task_index=episode_index % n_tasks,
+    )
+    return frames
+
+
+def _episode_images(
+    rng: np.random.Generator, length: int, shape: tuple[int, int, int], episode: int, key_number: int
+) -> np.ndarray:
+    """uint8 frames (length, H, W, C): diagonal gradient stripes that move over time, plus noise."""
+    height, width, channels = shape
+    rows = np.arange(height)[:, None, None] * (255.0 / height)
+    cols = np.arange(width)[None, :, None] * (255.0 / width)
+    channel = np.arange(channels)[None, None, :]
+    base = rows * (channel + 1) + cols * (channels - channel)
+    shift = (np.arange(length) * 4 + episode * 29 + key_number * 67)[:, None, None, None]
+    noise = rng.integers(0, 24, size=(length, *shape))
+    return ((base + shift + noise) % 256).astype(np.uint8)
+
+
+def _encode_image(frame: np.ndarray, image_format: str) -> bytes:
+    buffer = io.BytesIO()
+    Image.fromarray(frame[:, :, 0] if frame.shape[2] == 1 else frame).save(buffer, format=image_format.upper())
+    return buffer.getvalue()
+
+
+def _image_column(
+    rng: np.random.Generator,
+    lengths: np.ndarray,
+    shape: tuple[int, int, int],
+    image_format: str,
+    key_number: int,
+    with_stats: bool,
+) -> tuple[pa.StructArray, dict[str, np.ndarray]]:
+    """Encoded images of all frames as struct<bytes, path>, and their per-episode stats (empty without stats).
+
+    Stats are per channel, shape (C, 1, 1), of the pixel values scaled to [0, 1], as lerobot stores them; like
+    lerobot's they describe the pixels before encoding (JPEG alters them slightly).
+    """
+    extension = "png" if image_format == "png" else "jpg"
+    channels = shape[2]
+    encoded: list[bytes] = []
+    names: list[str] = []
+    per_episode: list[dict[str, np.ndarray]] = []
+    for episode, length in enumerate(lengths.tolist()):
+        pixels = _episode_images(rng, length, shape, episode, key_number)
+        encoded.extend(_encode_image(frame, image_format) for frame in pixels)
+        names.extend(f"frame_{frame_index:06d}.{extension}" for frame_index in range(length))
+        if with_stats:
+            pixel_values = pixels.reshape(-1, channels) / 255.0
+            stats = _episode_stats(pixel_values, np.array([len(pixel_values)]))
+            stats = {name: values[0].reshape(channels, 1, 1) for name, values in stats.items() if name != "count"}
+            stats["count"] = np.array([length])  # frames, not pixels
+            per_episode.append(stats)
+    column = pa.StructArray.from_arrays(
+        [pa.array(encoded, pa.binary()), pa.array(names, pa.string())], names=["bytes", "path"]
+    )
+    if not per_episode:
+        return column, {}
+    return column, {name: np.stack([stats[name] for stats in per_episode]) for name in STAT_NAMES}
+
+
+def _nested_list(values: np.ndarray, fixed: bool) -> pa.Array:
+    """Rows of ``values`` (shape (n, d1, d2, ...)) as nested fixed-size or variable-size arrow lists."""
+    array = pa.array(values.reshape(-1))
+    for size in reversed(values.shape[1:]):
+        if fixed:
+            array = pa.FixedSizeListArray.from_arrays(array, size)
+        else:
+            offsets = pa.array(np.arange(0, len(array) + 1, size, dtype=np.int32))
+            array = pa.ListArray.from_arrays(offsets, array)
+    return array
+
+
+def _frames_table(
+    frames: dict[str, np.ndarray],
+    images: dict[str, tuple[pa.StructArray, dict[str, np.ndarray]]],
+    fixed: bool,
+    version: str,
+) -> pa.Table:
+    """Data table of all frames: vectors, images, then the five default columns, with schema metadata."""
+    columns = {key: _nested_list(values, fixed) for key, values in frames.items() if key not in DEFAULT_FEATURES}
+    columns.update({key: column for key, (column, _) in images.items()})
+    columns.update({key: pa.array(frames[key]) for key in DEFAULT_FEATURES})
+    table = pa.table(columns)
+    if fixed:
+        return table.replace_schema_metadata({"huggingface": _huggingface_metadata(table.schema, version)})
+    return table.replace_schema_metadata({"pandas": _pandas_metadata(table.schema, index_column=None)})
+
+
+def _huggingface_metadata(schema: pa.Schema, version: str) -> str:
+    """The ``huggingface`` schema metadata of the `datasets` library, as lerobot's files carry it."""
+    list_type = "List" if version == "v3.0" else "Sequence"
+
+    def feature(arrow_type: pa.DataType) -> dict:
+        if pa.types.is_fixed_size_list(arrow_type):
+            return {"feature": feature(arrow_type.value_type), "length": arrow_type.list_size, "_type": list_type}
+        if pa.types.is_struct(arrow_type):
+            return {"_type": "Image"}
+        return {"dtype": arrow_type.to_pandas_dtype().__name__, "_type": "Value"}
+
+    return json.dumps({"info": {"features": {field.name: feature(field.type) for field in schema}}})
+
+
+def _pandas_metadata(schema: pa.Schema, index_column: str | None) -> str:
+    """The ``pandas`` schema metadata pandas writes, with ``index_column`` (the last column) as a named index."""
+
+    def pandas_type(arrow_type: pa.DataType) -> str:
+        if pa.types.is_string(arrow_type):
+            return "unicode"
+        if pa.types.is_list(arrow_type):
+            return f"list[{pandas_type(arrow_type.value_type)}]"
+        if pa.types.is_struct(arrow_type):
+            return "object"
+        return arrow_type.to_pandas_dtype().__name__
+
+    def numpy_type(arrow_type: pa.DataType) -> str:
+        if pa.types.is_integer(arrow_type) or pa.types.is_floating(arrow_type):
+            return arrow_type.to_pandas_dtype().__name__
+        return "object"
+
+    columns = [
+        {
+            "name": field.name,
+            "field_name": field.name,
+            "pandas_type": pandas_type(field.type),
+            "numpy_type": numpy_type(field.type),
+            "metadata": None,
+        }
+        for field in schema
+    ]
+    column_indexes = []
+    if index_column is not None:
+        column_indexes = [
+            {
+                "name": None,
+                "field_name": None,
+                "pandas_type": "unicode",
+                "numpy_type": "object",
+                "metadata": {"encoding": "UTF-8"},
+            }
+        ]
+    return json.dumps(
+        {
+            "index_columns": [] if index_column is None else [index_column],
+            "column_indexes": column_indexes,
+            "columns": columns,
+            "attributes": {},
+            "creator": {"library": "pyarrow", "version": pa.__version__},
+            "pandas_version": PANDAS_VERSION,
+        }
+    )
+
+
+# ------------------------------------------------------------------------------------------------- statistics
+
+
+def _episode_stats(values: np.ndarray, lengths: np.ndarray) -> dict[str, np.ndarray]:
+    """Per-episode min, max, mean, std, count and quantiles of ``values`` (frames of all episodes in order).
+
+    Results have shape (n_episodes, *values.shape[1:]), (n_episodes, 1) for 1-D ``values`` and for count; min
+    and max keep the dtype of ``values``, the others are float64. Quantiles interpolate like ``numpy.quantile``.
+    """
+    n_episodes = len(lengths)
+    flat = values.reshape(len(values), -1)
+    starts = np.cumsum(lengths) - lengths
+    episode_of_row = np.repeat(np.arange(n_episodes), lengths)
+    as_float = flat.astype(np.float64)
+    mean = np.add.reduceat(as_float, starts, axis=0) / lengths[:, None]
+    variance = np.add.reduceat((as_float - mean[episode_of_row]) ** 2, starts, axis=0) / lengths[:, None]
+    stats = {
+        "min": np.minimum.reduceat(flat, starts, axis=0),
+        "max": np.maximum.reduceat(flat, starts, axis=0),
+        "mean": mean,
+        "std": np.sqrt(variance),
+    }
+    for start, stop in zip(starts.tolist(), (starts + lengths).tolist()):
+        as_float[start:stop].sort(axis=0)
+    for name, q in QUANTILES.items():
+        position = q * (lengths - 1)
+        below = np.floor(position).astype(np.int64)
+        above = np.minimum(below + 1, lengths - 1)
+        fraction = (position - below)[:, None]
+        low, high = as_float[starts + below], as_float[starts + above]
+        stats[name] = low + (high - low) * fraction
+    shape = (n_episodes, *(values.shape[1:] or (1,)))  # scalar features get stats of shape [1]
+    result = {name: array.reshape(shape) for name, array in stats.items()}
+    result["count"] = lengths.reshape(n_episodes, 1).astype(np.int64)
+    return {name: result[name] for name in STAT_NAMES}
+
+
+def _aggregate_stats(stats: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Dataset stats from per-episode stats: count-weighted merge (parallel variance, weighted quantiles)."""
+    counts = stats["count"][:, 0]
+    weights = (counts / counts.sum()).reshape(-1, *[1] * (stats["mean"].ndim - 1))
+    mean = (weights * stats["mean"]).sum(axis=0)
+    variance = (weights * (stats["std"] ** 2 + (stats["mean"] - mean) ** 2)).sum(axis=0)
+    merged = {
+        "min": stats["min"].min(axis=0),
+        "max": stats["max"].max(axis=0),
+        "mean": mean,
+        "std": np.sqrt(variance),
+        "count": np.array([counts.sum()]),
+    }
+    merged.update({name: (weights * stats[name]).sum(axis=0) for name in QUANTILES})
+    return merged
+
+
+def _stats_json(stats: dict[str, np.ndarray], row: int | None = None) -> dict[str, list]:
+    """Stats of one episode (``row``) or of the dataset as JSON-ready nested lists."""
+    return {name: (array if row is None else array[row]).tolist() for name, array in stats.items()}
+
+
+# --------------------------------------------------------------------------------------------------- metadata
+
+
+def _features(
+    state_dim: int,
+    action_dim: int,
+    extra_nd: bool,
+    image_keys: Sequence[str],
+    image_shape: tuple[int, int, int],
+    video_keys: Sequence[str],
+    fps: int,
+) -> dict[str, dict]:
+    """The ``features`` entry of info.json, in data column order (video features before the defaults)."""
+    features: dict[str, dict] = {
+        "observation.state": {
+            "dtype": "float32", "shape": [state_dim], "names": [f"joint_{i}" for i in range(state_dim)]
+        },
+        "action": {"dtype": "float32", "shape": [action_dim], "names": [f"joint_{i}" for i in range(action_dim)]},
+    }
+    if extra_nd:
+        features[GRID_KEY] = {"dtype": "float32", "shape": list(GRID_SHAPE), "names": ["rows", "columns"]}
+    camera_names = ["height", "width", "channels"]
+    for key in image_keys:
+        features[key] = {"dtype": "image", "shape": list(image_shape), "names": camera_names}
+    height, width, channels = image_shape
+    for key in video_keys:
+        features[key] = {
+            "dtype": "video",
+            "shape": list(image_shape),
+            "names": camera_names,
+            "info": {
+                "video.height": height,
+                "video.width": width,
+                "video.codec": "av1",
+                "video.pix_fmt": "yuv420p",
+                "video.is_depth_map": False,
+                "video.fps": fps,
+                "video.channels": channels,
+                "has_audio": False,
+            },
+        }
+    features.update({key: {"dtype": dtype, "shape": [1], "names": None} for key, dtype in DEFAULT_FEATURES.items()})
+    return features
+
+
+def _write_json(file: pathlib.Path, content: dict) -> None:
+    file.parent.mkdir(parents=True, exist_ok=True)
+    file.write_text(json.dumps(content, indent=4, ensure_ascii=False), encoding="utf-8")
+
+
+def _write_jsonl(file: pathlib.Path, rows: list[dict]) -> None:
+    file.parent.mkdir(parents=True, exist_ok=True)
+    file.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows), encoding="utf-8")
+
+
+def _write_data_file(file: pathlib.Path, table: pa.Table, lengths: Sequence[int], row_group_per_episode: bool) -> None:
+    """Write ``table`` (the frames of consecutive episodes of ``lengths``) with one row group per episode or one."""
+    file.parent.mkdir(parents=True, exist_ok=True)
+    with pq.ParquetWriter(file, table.schema) as writer:
+        if not row_group_per_episode:
+            writer.write_table(table, row_group_size=max(table.num_rows, 1))
+            return
+        offset = 0
+        for length in lengths:
+            writer.write_table(table.slice(offset, length), row_group_size=length)
+            offset += length
+
+
+def _write_tasks_parquet(file: pathlib.Path, tasks: list[str]) -> None:
+    """meta/tasks.parquet as pandas writes ``DataFrame({"task_index": ...}, index=Index(tasks, name="task"))``."""
+    table = pa.table({"task_index": pa.array(np.arange(len(tasks), dtype=np.int64)), "task": pa.array(tasks)})
+    table = table.replace_schema_metadata({"pandas": _pandas_metadata(table.schema, index_column="task")})
+    pq.write_table(table, file)
+
+
+def _write_v3(
+    root: pathlib.Path,
+    table: pa.Table,
+    lengths: np.ndarray,
+    features: dict[str, dict],
+    tasks: list[str],
+    video_keys: Sequence[str],
+    fps: int,
+    episodes_per_file: int | None,
+    row_group_per_episode: bool,
+    episode_stats: dict[str, dict[str, np.ndarray]],
+) -> None:
+    """Write the v3.0 layout: data files of many episodes, episodes parquet, tasks parquet, info and stats."""
+    n_episodes = len(lengths)
+    per_file = episodes_per_file or n_episodes
+    starts = np.cumsum(lengths) - lengths
+    file_number = np.arange(n_episodes) // per_file
+    chunk_index, file_index = file_number // CHUNKS_SIZE, file_number % CHUNKS_SIZE
+    for number in range(int(file_number[-1]) + 1):
+        first, stop = number * per_file, min((number + 1) * per_file, n_episodes)
+        rows = table.slice(int(starts[first]), int(lengths[first:stop].sum()))
+        file = root / V3_DATA_PATH.format(chunk_index=number // CHUNKS_SIZE, file_index=number % CHUNKS_SIZE)
+        _write_data_file(file, rows, lengths[first:stop].tolist(), row_group_per_episode)
+
+    zeros = pa.array(np.zeros(n_episodes, dtype=np.int64))
+    columns: dict[str, pa.Array] = {
+        "episode_index": pa.array(np.arange(n_episodes, dtype=np.int64)),
+        "tasks": pa.array([[tasks[e % len(tasks)]] for e in range(n_episodes)], pa.list_(pa.string())),
+        "length": pa.array(lengths),
+        "data/chunk_index": pa.array(chunk_index),
+        "data/file_index": pa.array(file_index),
+        "dataset_from_index": pa.array(starts),
+        "dataset_to_index": pa.array(starts + lengths),
+    }
+    # Videos are split like the data files; each episode's time range restarts at 0 in a new file.
+    start_in_file = starts - starts[file_number * per_file]
+    for key in video_keys:
+        columns[f"videos/{key}/chunk_index"] = pa.array(chunk_index)
+        columns[f"videos/{key}/file_index"] = pa.array(file_index)
+        columns[f"videos/{key}/from_timestamp"] = pa.array(start_in_file / fps)
+        columns[f"videos/{key}/to_timestamp"] = pa.array((start_in_file + lengths) / fps)
+    for key, stats in episode_stats.items():
+        for name, values in stats.items():
+            columns[f"stats/{key}/{name}"] = _nested_list(
+                values.astype(np.float64) if values.dtype.kind == "f" else values, fixed=False
+            )
+    columns["meta/episodes/chunk_index"] = zeros
+    columns["meta/episodes/file_index"] = zeros
+    episodes_file = root / "meta/episodes/chunk-000/file-000.parquet"
+    episodes_file.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table(columns), episodes_file)
+
+    _write_tasks_parquet(root / "meta/tasks.parquet", tasks)
+    if episode_stats:
+        _write_json(
+            root / "meta/stats.json",
+            {key: _stats_json(_aggregate_stats(stats)) for key, stats in episode_stats.items()},
+        )
+    _write_json(
+        root / "meta/info.json",
+        {
+            "codebase_version": "v3.0",
+            "robot_type": ROBOT_TYPE,
+            "total_episodes": n_episodes,
+            "total_frames": int(lengths.sum()),
+            "total_tasks": len(tasks),
+            "chunks_size": CHUNKS_SIZE,
+            "data_files_size_in_mb": DATA_FILES_SIZE_IN_MB,
+            "video_files_size_in_mb": VIDEO_FILES_SIZE_IN_MB,
+            "fps": fps,
+            "splits": {"train": f"0:{n_episodes}"},
+            "data_path": V3_DATA_PATH,
+            "video_path": V3_VIDEO_PATH if video_keys else None,
+            "features": features,
+        },
+    )
+
+
+def _write_v21(
+    root: pathlib.Path,
+    table: pa.Table,
+    lengths: np.ndarray,
+    features: dict[str, dict],
+    tasks: list[str],
+    video_keys: Sequence[str],
+    fps: int,
+    episode_stats: dict[str, dict[str, np.ndarray]],
+) -> None:
+    """Write the v2.1 layout: one data file per episode and jsonl metadata (no stats.json)."""
+    n_episodes = len(lengths)
+    starts = (np.cumsum(lengths) - lengths).tolist()
+    for episode, (start, length) in enumerate(zip(starts, lengths.tolist())):
+        file = root / V21_DATA_PATH.format(episode_chunk=episode // CHUNKS_SIZE, episode_index=episode)
+        _write_data_file(file, table.slice(start, length), [length], row_group_per_episode=True)
+
+    meta = root / "meta"
+    _write_jsonl(
+        meta / "episodes.jsonl",
+        [
+            {"episode_index": e, "tasks": [tasks[e % len(tasks)]], "length": length}
+            for e, length in enumerate(lengths.tolist())
+        ],
+    )
+    _write_jsonl(meta / "tasks.jsonl", [{"task_index": i, "task": task} for i, task in enumerate(tasks)])
+    if episode_stats:
+        no_quantiles = {
+            key: {name: stats[name] for name in ("min", "max", "mean", "std", "count")}
+            for key, stats in episode_stats.items()
+        }
+        _write_jsonl(
+            meta / "episodes_stats.jsonl",
+            [
+                {"episode_index": e, "stats": {key: _stats_json(stats, e) for key, stats in no_quantiles.items()}}
+                for e in range(n_episodes)
+            ],
+        )
+    _write_json(
+        meta / "info.json",
+        {
+            "codebase_version": "v2.1",
+            "robot_type": ROBOT_TYPE,
+            "total_episodes": n_episodes,
+            "total_frames": int(lengths.sum()),
+            "total_tasks": len(tasks),
+            "total_videos": n_episodes * len(video_keys),
+            "total_chunks": math.ceil(n_episodes / CHUNKS_SIZE),
+            "chunks_size": CHUNKS_SIZE,
+            "fps": fps,
+            "splits": {"train": f"0:{n_episodes}"},
+            "data_path": V21_DATA_PATH,
+            "video_path": V21_VIDEO_PATH if video_keys else None,
+            "features": features,
+        },
+    )
