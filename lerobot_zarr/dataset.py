@@ -172,7 +172,7 @@ class LeRobotZarrDataset:
 
     def __repr__(self) -> str:
         return (f"LeRobotZarrDataset(root={str(self.root)!r}, frames={self._len}, episodes={len(self.episodes)}, "
-                f"features={list(self._specs)}, delta_timestamps={self.delta_timestamps})")
+                f"features={list(self._specs)}, windows={ {k: len(v) for k, v in self._offsets.items()} })")
 
     def __len__(self) -> int:
         return self._len
