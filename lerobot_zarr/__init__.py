@@ -4,10 +4,13 @@ Start with :func:`open_dataset`. The store layout is documented in :mod:`lerobot
 """
 
 import os as _os
+import sys as _sys
 
 # Episode chunks use zarr's rectilinear chunk grid, an extension zarr 3.4 keeps off by default; readers of our
-# stores (zarr, xarray) need it, so turn it on for this process.
+# stores (zarr, xarray) need it, so turn it on for this process. zarr reads the variable when it is imported.
 _os.environ.setdefault("ZARR_ARRAY__RECTILINEAR_CHUNKS", "True")
+if "zarr" in _sys.modules:
+    _sys.modules["zarr"].config.set({"array.rectilinear_chunks": True})
 
 from .api import cache_home, open_dataset  # noqa: E402
 from .dataset import DatasetMeta, LeRobotZarrDataset  # noqa: E402
