@@ -11,7 +11,7 @@ from pathlib import Path
 from .dataset import LeRobotZarrDataset
 from .errors import NotMaterializedError, SourceNotFoundError
 from .source import LeRobotSource, is_lerobot_folder
-from .store import is_store, read_state
+from .store import has_commit_point, read_state
 from .transcode import transcode
 
 __all__ = ["open_dataset", "cache_home", "store_path_for"]
@@ -61,16 +61,11 @@ def open_dataset(
         progress: show a progress bar while transcoding (also off with HF_HUB_DISABLE_PROGRESS_BARS=1).
     """
     path = Path(source).expanduser()
-    if is_store(path):
+    if has_commit_point(path):
         if root is not None and Path(root).resolve() != path.resolve():
             raise ValueError(f"{path} is a store already; root={root!r} would be a second copy")
         store = path
-        recorded = read_state(store).attrs["source"]
-        origin = Path(recorded.get("path", ""))
-        if episodes is not None and recorded.get("kind") == "local" and is_lerobot_folder(origin):
-            state = read_state(store)
-            if not state.complete_episodes()[[e for e in episodes if 0 <= e < len(state.episode_length)]].all():
-                transcode(LeRobotSource(origin), store, episodes=episodes, source_record=recorded, progress=progress)
+        _materialize_from_recorded_source(store, episodes, progress)
     elif is_lerobot_folder(path):
         if revision is not None:
             raise ValueError(f"{path}: revision={revision!r} applies to Hub repositories, not to a local folder")
@@ -81,8 +76,21 @@ def open_dataset(
         raise SourceNotFoundError(f"{path}: neither a LeRobot dataset folder (meta/info.json) nor a lerobot_zarr store")
     else:
         raise SourceNotFoundError(f"{source}: no such folder (Hub repositories are not supported by this version)")
-    try:
-        return LeRobotZarrDataset(store, episodes=episodes, delta_timestamps=delta_timestamps,
-                                  image_format=image_format)
-    except NotMaterializedError as exc:
-        raise NotMaterializedError(f"{exc} (its source folder is not available to transcode them)") from None
+    return LeRobotZarrDataset(store, episodes=episodes, delta_timestamps=delta_timestamps, image_format=image_format)
+
+
+def _materialize_from_recorded_source(store: Path, episodes: Sequence[int] | None, progress: bool) -> None:
+    """Transcode requested episodes a store lacks from the local folder it was made from, if that still exists."""
+    state = read_state(store)
+    if episodes is None:
+        return
+    complete = state.complete_episodes()
+    missing = sorted({int(e) for e in episodes if 0 <= e < len(complete) and not complete[e]})
+    if not missing:
+        return
+    recorded = state.attrs["source"]
+    origin = Path(recorded.get("path", ""))
+    if recorded.get("kind") != "local" or not is_lerobot_folder(origin):
+        raise NotMaterializedError(f"{store}: episodes {missing[:20]} are not in the store and its source "
+                                   f"{recorded.get('path')!r} is not available to transcode them")
+    transcode(LeRobotSource(origin), store, episodes=missing, progress=progress)

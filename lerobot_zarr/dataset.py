@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ._region import EpisodeRegion
-from .errors import DeltaTimestampsError, FrameIndexError, NotMaterializedError
+from .errors import DeltaTimestampsError, FrameIndexError, NotMaterializedError, StoreError
 from .source import LeRobotSource
 from .store import StoreState, chunk_path, read_state
 
@@ -96,6 +96,8 @@ def _window_offsets(delta_timestamps: Mapping[str, Sequence[float]] | None, fps:
             raise NotMaterializedError(f"delta_timestamps: feature {key!r} is not materialized: {missing[key]}")
         if key not in known:
             raise DeltaTimestampsError(f"delta_timestamps: unknown feature {key!r} (features: {list(known)})")
+        if isinstance(deltas, (str, bytes)) or not isinstance(deltas, Sequence | np.ndarray):
+            raise DeltaTimestampsError(f"delta_timestamps[{key!r}] must be a list of seconds, got {deltas!r}")
         try:
             values = np.asarray(list(deltas), dtype=np.float64).reshape(-1)
         except (TypeError, ValueError):
@@ -123,11 +125,13 @@ class LeRobotZarrDataset:
                  max_open_maps: int = _DEFAULT_MAX_MAPS):
         if image_format not in IMAGE_FORMATS:
             raise ValueError(f"image_format must be one of {IMAGE_FORMATS}, got {image_format!r}")
+        self.root = Path(root)
+        state = read_state(self.root)
+        self._offsets = _window_offsets(delta_timestamps, float(state.attrs["info"]["fps"]), list(state.arrays),
+                                        state.attrs.get("not_materialized", {}))
         self._args = (str(root), None if episodes is None else [int(e) for e in episodes],
                       None if delta_timestamps is None else {k: list(v) for k, v in delta_timestamps.items()},
                       image_format, int(max_open_maps))
-        self.root = Path(root)
-        state = read_state(self.root)
         self.meta = DatasetMeta.from_state(state)
         self.image_format = image_format
         self._specs = state.arrays
@@ -136,19 +140,16 @@ class LeRobotZarrDataset:
         if episodes is None:
             selected = np.flatnonzero(present)
         else:
-            selected = np.asarray(self._args[1], dtype=np.int64)
+            # LeRobot filters frames in file order: the selection is a set, in episode order
+            selected = np.unique(np.asarray(self._args[1], dtype=np.int64))
             bad = selected[(selected < 0) | (selected >= n_ep)]
             if bad.size:
                 raise FrameIndexError(f"{self.root}: episode {int(bad[0])} does not exist ({n_ep} episodes)")
-            if len(np.unique(selected)) != len(selected):
-                raise ValueError(f"episodes lists an episode twice: {self._args[1]}")
             absent = selected[~present[selected]]
             if absent.size:
                 raise NotMaterializedError(f"{self.root}: episodes {absent.tolist()[:20]} are not in the local store")
         self.episodes = selected
         self.delta_timestamps = self._args[2]
-        self._offsets = _window_offsets(self.delta_timestamps, self.meta.fps, list(self._specs),
-                                        self.meta.not_materialized)
         lengths = self.meta.episode_length[selected]
         self._cum = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
         self._len = int(self._cum[-1])
@@ -190,6 +191,7 @@ class LeRobotZarrDataset:
             paths = [chunk_path(self.root, name, e, ndim) for e in range(len(lengths))]
             regions[name] = EpisodeRegion(name, spec.dtype, spec.frame_shape, lengths, paths)
         self._mapped = np.zeros(len(lengths), dtype=bool)
+        self._n_mapped = 0
         self._last_used = np.zeros(len(lengths), dtype=np.int64)
         self._tick = 0
         self._plain = [(name, r.view, r.rows) for name, r in regions.items() if name not in self._offsets]
@@ -201,40 +203,41 @@ class LeRobotZarrDataset:
         return regions
 
     def _ensure_mapped(self, eps: np.ndarray) -> None:
-        """Map the given episodes in every feature, evicting the least recently used beyond the budget."""
+        """Map the given episodes (at most the budget) in every feature, evicting the least recently used."""
         if self._regions is None:
             self._open_regions()
         self._tick += 1
         self._last_used[eps] = self._tick
         need = np.unique(eps[~self._mapped[eps]])
-        if not need.size:
-            return
-        n_mapped = int(self._mapped.sum())
-        excess = n_mapped + len(need) - self._max_maps
+        excess = self._n_mapped + len(need) - self._max_maps
         if excess > 0:
             candidates = np.flatnonzero(self._mapped & (self._last_used < self._tick))
-            drop = candidates[np.argsort(self._last_used[candidates], kind="stable")[:max(excess, n_mapped // 4)]]
+            order = np.argsort(self._last_used[candidates], kind="stable")
+            drop = candidates[order[:max(excess, self._n_mapped // 4)]]
             for region in self._regions.values():
                 for e in drop.tolist():
                     region.unmap(e)
             self._mapped[drop] = False
+            self._n_mapped -= len(drop)
         for e in need.tolist():
             for region in self._regions.values():
                 region.map(e)
             self._mapped[e] = True
+            self._n_mapped += 1
 
     # index arithmetic -----------------------------------------------------------------------------------
-    def _locate(self, i: int) -> tuple[int, int]:
+    def _locate(self, index: int) -> tuple[int, int]:
         n = self._len
-        if i < 0:
-            i += n
+        i = index + n if index < 0 else index
         if not 0 <= i < n:
-            raise FrameIndexError(f"frame index {i} is out of range for a dataset of {n} frames")
+            raise FrameIndexError(f"frame index {index} is out of range for a dataset of {n} frames")
         k = bisect_right(self._cum_list, i) - 1
         return self._sel_list[k], i - self._cum_list[k]
 
     def _locate_many(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         idx = np.asarray(indices)
+        if idx.size == 0:
+            idx = idx.astype(np.int64)
         if idx.dtype.kind not in "iu":
             raise TypeError(f"indices must be integers, got dtype {idx.dtype}")
         idx = idx.astype(np.int64, copy=True).reshape(-1)
@@ -282,6 +285,27 @@ class LeRobotZarrDataset:
     def get_batch(self, indices: Sequence[int] | np.ndarray) -> dict[str, Any]:
         """The same dict as ``ds[i]`` for many frames, stacked along a leading batch axis (one gather per feature)."""
         eps, local = self._locate_many(indices)
+        unique = np.unique(eps)
+        if len(unique) <= self._max_maps:
+            return self._gather(eps, local)
+        # more episodes than may be mapped at once: gather in parts of at most the budget, then reassemble
+        part_of = np.searchsorted(unique, eps) // self._max_maps
+        parts = [np.flatnonzero(part_of == p) for p in range(int(part_of.max()) + 1)]
+        results = [self._gather(eps[m], local[m]) for m in parts]
+        order = np.concatenate(parts)
+        out: dict[str, Any] = {}
+        for key in results[0]:
+            if key == "task":
+                tasks = np.empty(len(eps), dtype=object)
+                tasks[order] = [t for r in results for t in r[key]]
+                out[key] = tasks.tolist()
+            else:
+                merged = np.concatenate([r[key] for r in results])
+                out[key] = np.empty_like(merged)
+                out[key][order] = merged
+        return out
+
+    def _gather(self, eps: np.ndarray, local: np.ndarray) -> dict[str, Any]:
         length = self.meta.episode_length[eps]
         out: dict[str, Any] = {}
         with self._lock:
@@ -308,9 +332,15 @@ class LeRobotZarrDataset:
         if not self.meta.materialized_episodes[e]:
             raise NotMaterializedError(f"{self.root}: episode {e} is not in the local store")
         n = int(self.meta.episode_length[e])
-        return {name: np.memmap(chunk_path(self.root, name, e, 1 + len(spec.frame_shape)), dtype=spec.dtype,
-                                mode="r", shape=(n, *spec.frame_shape))
-                for name, spec in self._specs.items()}
+        out = {}
+        for name, spec in self._specs.items():
+            path = chunk_path(self.root, name, e, 1 + len(spec.frame_shape))
+            size = path.stat().st_size if path.is_file() else None
+            if size != n * spec.frame_bytes:
+                raise StoreError(f"{path}: chunk of episode {e} of feature {name!r} "
+                                 + ("is missing" if size is None else f"holds {size} bytes, expected {n * spec.frame_bytes}"))
+            out[name] = np.memmap(path, dtype=spec.dtype, mode="r", shape=(n, *spec.frame_shape))
+        return out
 
     def episode_frames(self, episode_index: int) -> range:
         """Dataset indices (for ``ds[i]``) of the frames of one selected episode."""

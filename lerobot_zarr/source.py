@@ -135,12 +135,13 @@ def _parse_features(info: dict, info_path: Path) -> dict[str, FeatureSpec]:
         if not isinstance(ft, dict) or "dtype" not in ft:
             raise CorruptSourceError(f"{info_path}: feature {name!r} has no dtype")
         dtype = ft["dtype"]
-        if dtype not in NUMERIC_DTYPES and dtype not in ("image", "video", "string"):
+        if not isinstance(dtype, str) or (dtype not in NUMERIC_DTYPES and dtype not in ("image", "video", "string")):
             raise UnsupportedDtypeError(f"{info_path}: feature {name!r} has unsupported dtype {dtype!r}")
-        try:
-            shape = tuple(int(s) for s in ft.get("shape", (1,)))
-        except (TypeError, ValueError):
-            raise CorruptSourceError(f"{info_path}: feature {name!r} has an invalid shape {ft.get('shape')!r}")
+        raw_shape = ft.get("shape", (1,))
+        if (not isinstance(raw_shape, (list, tuple)) or not raw_shape
+                or not all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in raw_shape)):
+            raise CorruptSourceError(f"{info_path}: feature {name!r} has an invalid shape {raw_shape!r}")
+        shape = tuple(raw_shape)
         if dtype in ("image", "video") and (len(shape) != 3 or shape[-1] not in (1, 3, 4)):
             raise SchemaMismatchError(f"{info_path}: {dtype} feature {name!r} must have shape (H, W, C), got {shape}")
         specs[name] = FeatureSpec(name, dtype, shape, ft.get("names"))
@@ -157,6 +158,10 @@ def _frame_shape_from_arrow(spec: FeatureSpec, typ: pa.DataType, path: Path) -> 
         return spec.shape
     depth = 0
     while pa.types.is_list(typ) or pa.types.is_fixed_size_list(typ) or pa.types.is_large_list(typ):
+        if (pa.types.is_fixed_size_list(typ) and depth < len(spec.shape)
+                and typ.list_size != spec.shape[depth]):
+            raise SchemaMismatchError(f"{path}: feature {spec.name!r} holds lists of size {typ.list_size} on axis "
+                                      f"{depth}, declared shape {spec.shape}")
         typ = typ.value_type
         depth += 1
     if depth == 0:
@@ -171,26 +176,28 @@ def _frame_shape_from_arrow(spec: FeatureSpec, typ: pa.DataType, path: Path) -> 
     return spec.shape
 
 
-def _flatten_lists(arr: pa.Array, shape: tuple[int, ...], name: str, path: Path) -> pa.Array:
+def _flatten_lists(arr: pa.Array, shape: tuple[int, ...], name: str, where: str, first_row: int) -> pa.Array:
     """Flatten nested (fixed size or variable) lists, checking every list has the declared length."""
+    per_row = 1
     for size in shape:
         if arr.null_count:
-            raise CorruptSourceError(f"{path}: feature {name!r} has null values")
+            raise CorruptSourceError(f"{where}: feature {name!r} has null values")
         if pa.types.is_fixed_size_list(arr.type):
             if arr.type.list_size != size:
                 raise SchemaMismatchError(
-                    f"{path}: feature {name!r} has lists of size {arr.type.list_size}, declared {size}")
+                    f"{where}: feature {name!r} has lists of size {arr.type.list_size}, declared {size}")
         else:
             lengths = arr.value_lengths().to_numpy(zero_copy_only=False)
             bad = np.flatnonzero(lengths != size)
             if bad.size:
-                raise SchemaMismatchError(
-                    f"{path}: feature {name!r} row {int(bad[0])} has {int(lengths[bad[0]])} values, declared {size}")
+                raise SchemaMismatchError(f"{where}: feature {name!r} file row {first_row + int(bad[0]) // per_row} "
+                                          f"has a list of {int(lengths[bad[0]])} values, declared {size}")
         arr = arr.flatten()
+        per_row *= size
     return arr
 
 
-def _decode_images(col: pa.ChunkedArray, spec: FeatureSpec, path: Path, first_row: int) -> np.ndarray:
+def _decode_images(col: pa.ChunkedArray, spec: FeatureSpec, where: str, first_row: int) -> np.ndarray:
     from PIL import Image
 
     out = np.empty((len(col), *spec.shape), dtype=np.uint8)
@@ -201,40 +208,44 @@ def _decode_images(col: pa.ChunkedArray, spec: FeatureSpec, path: Path, first_ro
         for value in data:
             raw = value.as_buffer()
             if raw is None:
-                raise CorruptSourceError(f"{path}: image feature {spec.name!r} row {first_row + row} has no bytes")
+                raise CorruptSourceError(f"{where}: image feature {spec.name!r} file row {first_row + row} has no bytes")
             try:
                 with Image.open(io.BytesIO(raw)) as img:
                     pixels = np.asarray(img if img.mode == mode else img.convert(mode))
             except (OSError, SyntaxError, ValueError) as exc:
                 raise CorruptSourceError(
-                    f"{path}: image feature {spec.name!r} row {first_row + row} cannot be decoded ({exc})") from exc
+                    f"{where}: image feature {spec.name!r} file row {first_row + row} cannot be decoded ({exc})") from exc
             pixels = pixels.reshape(pixels.shape[0], pixels.shape[1], -1)
             if pixels.shape != spec.shape:
                 raise SchemaMismatchError(
-                    f"{path}: image feature {spec.name!r} row {first_row + row} is {pixels.shape}, declared {spec.shape}")
+                    f"{where}: image feature {spec.name!r} file row {first_row + row} is {pixels.shape}, declared {spec.shape}")
             out[row] = pixels
             row += 1
     return out
 
 
-def column_to_numpy(col: pa.ChunkedArray, spec: FeatureSpec, path: Path, first_row: int = 0) -> np.ndarray:
-    """Convert one parquet column to a (frames, *frame_shape) array of the feature's dtype, zero-copy if possible."""
+def column_to_numpy(col: pa.ChunkedArray, spec: FeatureSpec, where: str, first_row: int = 0) -> np.ndarray:
+    """Convert one parquet column to a (frames, *frame_shape) array of the feature's dtype, zero-copy if possible.
+
+    ``where`` (file and episode) and ``first_row`` (file row of the column's first value) locate errors.
+    """
     if spec.kind == "image":
-        return _decode_images(col, spec, path, first_row)
+        return _decode_images(col, spec, where, first_row)
     want = spec.numpy_dtype
     parts = []
     for chunk in col.chunks:
-        flat = _flatten_lists(chunk, spec.frame_shape, spec.name, path)
+        flat = _flatten_lists(chunk, spec.frame_shape, spec.name, where, first_row)
+        first_row += len(chunk)
         if flat.null_count:
-            raise CorruptSourceError(f"{path}: feature {spec.name!r} has null values")
+            raise CorruptSourceError(f"{where}: feature {spec.name!r} has null values")
         if not (pa.types.is_integer(flat.type) or pa.types.is_floating(flat.type) or pa.types.is_boolean(flat.type)):
-            raise SchemaMismatchError(f"{path}: feature {spec.name!r} holds {flat.type}, declared {spec.dtype}")
+            raise SchemaMismatchError(f"{where}: feature {spec.name!r} holds {flat.type}, declared {spec.dtype}")
         values = flat.to_numpy(zero_copy_only=False)
         if values.dtype != want:
             cast = values.astype(want)
             if not np.array_equal(cast.astype(values.dtype), values, equal_nan=values.dtype.kind == "f"):
                 raise SchemaMismatchError(
-                    f"{path}: feature {spec.name!r} holds {values.dtype} values that do not fit the declared {want}")
+                    f"{where}: feature {spec.name!r} holds {values.dtype} values that do not fit the declared {want}")
             values = cast
         parts.append(values.reshape(-1, *spec.frame_shape))
     if not parts:
@@ -337,10 +348,8 @@ class LeRobotSource:
             raise SchemaMismatchError(
                 f"{self.root}/meta/episodes: episode {e} has length {length[e]} but frame range [{start[e]}, {end[e]})")
         template = self.info.get("data_path") or "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
-        data_file = [
-            _safe_relpath(self.root, template.format(chunk_index=c, file_index=f), f"episode {e} data")
-            for e, (c, f) in enumerate(zip(get["data/chunk_index"], get["data/file_index"], strict=True))
-        ]
+        data_file = [self._data_path(template, e, chunk_index=c, file_index=f)
+                     for e, (c, f) in enumerate(zip(get["data/chunk_index"], get["data/file_index"], strict=True))]
         # Row of each episode inside its file: files hold episodes in global index order.
         file_row = np.zeros(len(length), dtype=np.int64)
         first_start: dict[str, int] = {}
@@ -363,12 +372,19 @@ class LeRobotSource:
         start = np.concatenate([[0], np.cumsum(length)[:-1]]).astype(np.int64)
         template = self.info.get("data_path") or "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet"
         chunks_size = int(self.info.get("chunks_size") or 1000)
-        data_file = [
-            _safe_relpath(self.root, template.format(episode_chunk=e // chunks_size, episode_index=e), f"episode {e} data")
-            for e in range(len(index))
-        ]
+        data_file = [self._data_path(template, e, episode_chunk=e // chunks_size, episode_index=e)
+                     for e in range(len(index))]
         tasks = [list(r.get("tasks") or []) for r in rows]
         return EpisodeTable(length, start, tasks, data_file, np.zeros(len(index), dtype=np.int64))
+
+    def _data_path(self, template: str, episode: int, **fields: int) -> str:
+        """Fill info.json's ``data_path`` template for one episode, refusing paths that leave the folder."""
+        try:
+            rel = str(template).format(**fields)
+        except (KeyError, IndexError, ValueError) as exc:
+            raise CorruptSourceError(f"{self.root / 'meta' / 'info.json'}: data_path {template!r} cannot be filled "
+                                     f"with {sorted(fields)} ({exc!r})") from None
+        return _safe_relpath(self.root, rel, f"episode {episode} data")
 
     def _read_tasks_v3(self) -> list[str]:
         path = self.root / "meta" / "tasks.parquet"
@@ -417,6 +433,8 @@ class LeRobotSource:
     def _resolve_frame_shapes(self) -> None:
         """Fix each feature's stored per-frame shape from the first data file's schema."""
         first = self.root / self.episodes.data_file[0]
+        if not first.is_file():
+            raise SourceNotFoundError(f"{first}: data file of episode 0 not found")
         schema = _open_parquet(first).schema_arrow
         for name, spec in list(self.features.items()):
             if spec.kind in ("video", "string"):
@@ -485,7 +503,8 @@ class LeRobotSource:
             r0 = int(t.file_row[e]) - base
             n = int(t.length[e])
             piece = table.slice(r0, n)
-            frames = {k: column_to_numpy(piece.column(k), spec, path, r0 + base) for k, spec in specs.items()}
+            where = f"{path} (episode {e})"
+            frames = {k: column_to_numpy(piece.column(k), spec, where, r0 + base) for k, spec in specs.items()}
             self._check_episode(frames, e, path)
             yield e, frames
 

@@ -67,6 +67,8 @@ __all__ = [
     "to_ranges",
     "from_ranges",
     "check_array_name",
+    "check_new_store_location",
+    "has_commit_point",
 ]
 
 FORMAT_VERSION = 1
@@ -221,13 +223,21 @@ def _dump(doc: dict) -> bytes:
     return json.dumps(doc, separators=(",", ":"), allow_nan=False).encode()
 
 
+def check_new_store_location(root: Path) -> None:
+    """Refuse to make a store in a file or in a folder holding anything but a half-created store."""
+    if root.exists() and (root.is_symlink() or not root.is_dir()):
+        raise StoreError(f"{root}: exists and is not a folder; a store needs a folder of its own")
+    if root.is_dir() and not (root / _CREATING).exists():
+        if any(p.name != ".lock" for p in root.iterdir()):
+            raise StoreError(f"{root}: folder is not empty and is not a lerobot_zarr store; refusing to write into it")
+
+
 def create_store(root: Path, arrays: Mapping[str, ArraySpec], episode_start: np.ndarray,
                  episode_length: np.ndarray, episode_task_index: np.ndarray, attrs: dict) -> StoreState:
     """Lay out an empty store (no episode committed) and commit it. ``root`` must be empty or a half-created store."""
+    check_new_store_location(root)
     root.mkdir(parents=True, exist_ok=True)
     leftovers = [p for p in root.iterdir() if p.name not in (".lock", _CREATING)]
-    if leftovers and not (root / _CREATING).exists():
-        raise StoreError(f"{root}: folder is not empty and is not a lerobot_zarr store; refusing to write into it")
     (root / _CREATING).touch()
     for p in leftovers:  # debris of an earlier creation that never committed
         if p.is_dir() and not p.is_symlink():
@@ -261,7 +271,7 @@ def read_root(root: Path) -> dict:
     path = root / _ROOT
     try:
         doc = json.loads(path.read_bytes())
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         raise SourceNotFoundError(f"{root}: not a lerobot_zarr store (no committed zarr.json)") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise StoreError(f"{path}: unreadable ({exc})") from exc
@@ -274,12 +284,9 @@ def read_root(root: Path) -> dict:
     return doc
 
 
-def is_store(root: Path) -> bool:
-    try:
-        read_root(root)
-    except (SourceNotFoundError, StoreError):
-        return False
-    return True
+def has_commit_point(root: Path) -> bool:
+    """Whether ``root`` holds a root ``zarr.json`` (a store, or something claiming to be one: read it to know)."""
+    return (Path(root) / _ROOT).is_file()
 
 
 def read_state(root: Path) -> StoreState:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import StoreError
+from .errors import FrameIndexError, StoreError
 from .source import FeatureSpec, LeRobotSource
 from .store import (
     ArraySpec,
@@ -25,7 +25,8 @@ from .store import (
     write_chunk,
     commit,
     create_store,
-    is_store,
+    check_new_store_location,
+    has_commit_point,
     read_state,
 )
 
@@ -78,9 +79,15 @@ def transcode(source: LeRobotSource, root: str | os.PathLike, *, episodes: Seque
     """
     root = Path(root)
     record = source_record or {"kind": "local", "path": str(source.root), "fingerprint": source.fingerprint()}
-    wanted = range(len(source.episodes)) if episodes is None else sorted(set(int(e) for e in episodes))
+    n_episodes = len(source.episodes)
+    wanted = range(n_episodes) if episodes is None else sorted(set(int(e) for e in episodes))
+    bad = [e for e in wanted if not 0 <= e < n_episodes]
+    if bad:
+        raise FrameIndexError(f"{source.root}: episode {bad[0]} does not exist ({n_episodes} episodes)")
+    if not has_commit_point(root):
+        check_new_store_location(root)
     with WriterLock(root):
-        if is_store(root):
+        if has_commit_point(root):
             state = read_state(root)
             if state.attrs.get("source") != record:
                 raise StoreError(f"{root}: store was made from {state.attrs.get('source')}, not from {record}")

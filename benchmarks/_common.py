@@ -1,0 +1,171 @@
+"""Helpers shared by the benchmarks (not part of the library): dataset building, parquet reading, timing, RSS.
+
+Everything here is independent of ``lerobot_zarr`` internals on purpose: the baselines read the LeRobot parquet
+files with pyarrow directly, so they also serve as an independent check of what the library returns.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+FPS = 30
+STATE_DIM = 14
+ACTION_DIM = 14
+DEFAULT_EPISODES = 2000
+LENGTHS = (300, 700)
+# Every numeric feature the store holds for this dataset, in LeRobot's column order.
+FEATURES = ("observation.state", "action", "timestamp", "frame_index", "episode_index", "index", "task_index")
+
+
+def add_dataset_args(parser) -> None:
+    parser.add_argument("--episodes", type=int, default=DEFAULT_EPISODES,
+                        help=f"episodes of {LENGTHS[0]}-{LENGTHS[1]} frames (default {DEFAULT_EPISODES}, ~1e6 frames)")
+    parser.add_argument("--frames-scale", type=float, default=None,
+                        help="alternative to --episodes: scale of the default size (0.1 = ~100k frames)")
+    parser.add_argument("--episodes-per-file", type=int, default=400,
+                        help="episodes per LeRobot data file (default 400: ~30 MB parquet files)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out-dir", type=Path, default=None,
+                        help="work folder (default: a new temp dir, deleted at the end unless --keep)")
+    parser.add_argument("--keep", action="store_true", help="keep the work folder (reused by a later run)")
+
+
+def n_episodes(args) -> int:
+    if args.frames_scale is not None:
+        return max(1, round(DEFAULT_EPISODES * args.frames_scale))
+    return args.episodes
+
+
+class WorkDir:
+    """The benchmark's work folder: a temp dir removed at exit unless --keep or --out-dir was given."""
+
+    def __init__(self, args, prefix: str):
+        if args.out_dir is not None:
+            self.path = args.out_dir.expanduser().resolve()
+            self.path.mkdir(parents=True, exist_ok=True)
+            self.remove = False
+        else:
+            self.path = Path(tempfile.mkdtemp(prefix=prefix))
+            self.remove = not args.keep
+
+    def __enter__(self) -> Path:
+        return self.path
+
+    def __exit__(self, *exc) -> None:
+        if self.remove:
+            shutil.rmtree(self.path, ignore_errors=True)
+        else:
+            print(f"\n(work folder kept: {self.path})")
+
+
+def build_dataset(work: Path, episodes: int, episodes_per_file: int, seed: int) -> tuple[Path, bool]:
+    """Write (or reuse, if the same parameters were used before) the synthetic LeRobot v3.0 dataset.
+
+    Returns (folder, reused)."""
+    from lerobot_zarr.sample_data import write_sample_dataset
+
+    src = work / "lerobot_dataset"
+    params = {"episodes": episodes, "lengths": list(LENGTHS), "episodes_per_file": episodes_per_file, "seed": seed,
+              "fps": FPS, "state_dim": STATE_DIM, "action_dim": ACTION_DIM}
+    marker = work / "lerobot_dataset.params.json"
+    if src.exists() and marker.exists() and json.loads(marker.read_text()) == params:
+        print(f"reusing LeRobot dataset {src}")
+        return src, True
+    if src.exists():
+        shutil.rmtree(src)
+    t0 = time.perf_counter()
+    write_sample_dataset(src, version="v3.0", n_episodes=episodes, lengths=LENGTHS, fps=FPS, seed=seed,
+                         state_dim=STATE_DIM, action_dim=ACTION_DIM, episodes_per_file=episodes_per_file)
+    marker.write_text(json.dumps(params))
+    print(f"wrote LeRobot v3.0 dataset in {time.perf_counter() - t0:.1f} s: {src}")
+    return src, False
+
+
+def data_files(src: Path) -> list[Path]:
+    return sorted((src / "data").glob("*/*.parquet"))
+
+
+def dir_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def read_columns(files: list[Path], features=FEATURES) -> dict[str, np.ndarray]:
+    """Read LeRobot data parquet files into one numpy array per feature (frames in global index order)."""
+    parts: dict[str, list[np.ndarray]] = {k: [] for k in features}
+    for f in files:
+        table = pq.read_table(f, columns=list(features))
+        for k in features:
+            for chunk in table.column(k).chunks:
+                if pa.types.is_fixed_size_list(chunk.type) or pa.types.is_list(chunk.type):
+                    width = chunk.type.list_size if pa.types.is_fixed_size_list(chunk.type) else None
+                    values = chunk.flatten().to_numpy(zero_copy_only=False)
+                    parts[k].append(values.reshape(-1, width or len(values) // len(chunk)))
+                else:
+                    parts[k].append(chunk.to_numpy(zero_copy_only=False))
+    return {k: np.ascontiguousarray(np.concatenate(v)) for k, v in parts.items()}
+
+
+def read_episode_table(src: Path) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """(episode start, episode end, tasks) from meta/episodes/*.parquet and meta/tasks.parquet."""
+    eps = pa.concat_tables([pq.read_table(f, columns=["episode_index", "dataset_from_index", "dataset_to_index"])
+                            for f in sorted((src / "meta" / "episodes").glob("*/*.parquet"))])
+    order = np.argsort(eps.column("episode_index").to_numpy())
+    start = eps.column("dataset_from_index").to_numpy()[order].astype(np.int64)
+    end = eps.column("dataset_to_index").to_numpy()[order].astype(np.int64)
+    tasks_t = pq.read_table(src / "meta" / "tasks.parquet")
+    by_index = dict(zip(tasks_t.column("task_index").to_pylist(), tasks_t.column("task").to_pylist(), strict=True))
+    return start, end, [by_index[i] for i in range(len(by_index))]
+
+
+# ------------------------------------------------------------------------------------------------ timing
+def interleaved(fns: dict[str, Callable[[], object]], repeats: int) -> dict[str, list[float]]:
+    """Run each fn ``repeats`` times, alternating between them (A B C A B C ...) so that noise from the other
+    tenants of the VM hits every contender alike. Returns wall seconds per run."""
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t0)
+    return times
+
+
+def best(ts: list[float]) -> float:
+    return min(ts)
+
+
+def median(ts: list[float]) -> float:
+    return statistics.median(ts)
+
+
+# ------------------------------------------------------------------------------------------------ memory
+def proc_status(pid: int | str = "self") -> dict[str, int]:
+    """VmRSS, RssAnon, RssFile, VmSize of a process in KiB, from /proc/<pid>/status."""
+    out = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            key, _, rest = line.partition(":")
+            if key in ("VmRSS", "RssAnon", "RssFile", "RssShmem", "VmSize"):
+                out[key] = int(rest.split()[0])
+    return out
+
+
+def drop_dirty_pages() -> None:
+    """Flush dirty pages (outside any timed region) so a timed run does not pay for the previous run's writes."""
+    os.sync()
+
+
+def python_exe() -> str:
+    return sys.executable
