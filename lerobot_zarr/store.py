@@ -42,7 +42,6 @@ import fcntl
 import json
 import os
 import shutil
-import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -189,34 +188,38 @@ def _dims(name: str, spec: ArraySpec) -> list[str]:
     return ["frame", *(f"{name}.{d}" for d in spec.dims)]
 
 
-def _build_metadata(arrays: Mapping[str, ArraySpec], lengths: np.ndarray, attrs: dict) -> dict[str, dict]:
-    """Let zarr itself produce every ``zarr.json`` (with consolidated metadata) in memory; we write them."""
-    import zarr
-    from zarr.storage import MemoryStore
+def _array_doc(shape: tuple[int, ...], dtype: np.dtype, chunk_grid: dict, dims: list[str]) -> dict:
+    """A zarr v3 array ``zarr.json``: bytes codec only (no compressor), default chunk keys, fill value 0."""
+    codec: dict = {"name": "bytes"}
+    if dtype.itemsize > 1:
+        codec["configuration"] = {"endian": "little"}
+    fill = False if dtype.kind == "b" else 0.0 if dtype.kind == "f" else 0
+    return {"shape": list(shape), "data_type": dtype.name, "chunk_grid": chunk_grid,
+            "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
+            "fill_value": fill, "codecs": [codec], "attributes": {}, "dimension_names": dims,
+            "zarr_format": 3, "node_type": "array", "storage_transformers": []}
 
-    entries: dict = {}
-    mem = MemoryStore(entries)
+
+def _build_metadata(arrays: Mapping[str, ArraySpec], lengths: np.ndarray, attrs: dict) -> dict[str, dict]:
+    """Every ``zarr.json`` of a store, keyed by path; the root's carries the consolidated metadata.
+
+    Written by hand rather than through zarr-python, whose writes start an event-loop thread in the caller's
+    process (which then warns on fork, as DataLoader workers do); the tests check that zarr and xarray read it.
+    """
     total = int(lengths.sum())
+    docs: dict[str, dict] = {}
+    for name, spec in arrays.items():
+        grid = {"name": "rectilinear",
+                "configuration": {"kind": "inline",
+                                  "chunk_shapes": [[int(n) for n in lengths], *([s] for s in spec.frame_shape)]}}
+        docs[name] = _array_doc((total, *spec.frame_shape), spec.dtype, grid, _dims(name, spec))
     n_episodes = len(lengths)
-    with zarr.config.set({"array.rectilinear_chunks": True}), warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # zarr warns that consolidated metadata is not in the v3 spec yet
-        group = zarr.create_group(store=mem, zarr_format=3, attributes={ATTRS_KEY: attrs})
-        for name, spec in arrays.items():
-            group.create_array(
-                name,
-                shape=(total, *spec.frame_shape),
-                chunks=[[int(n) for n in lengths], *([s] for s in spec.frame_shape)],
-                dtype=spec.dtype,
-                compressors=None,
-                filters=None,
-                fill_value=0,
-                dimension_names=_dims(name, spec),
-            )
-        for name in EPISODE_ARRAYS:
-            group.create_array(name, shape=(n_episodes,), chunks=(max(n_episodes, 1),), dtype="int64",
-                               compressors=None, filters=None, fill_value=0, dimension_names=["episode"])
-        zarr.consolidate_metadata(mem)
-    return {key: json.loads(buf.to_bytes()) for key, buf in entries.items() if key.endswith(_ROOT)}
+    for name in EPISODE_ARRAYS:
+        grid = {"name": "regular", "configuration": {"chunk_shape": [max(n_episodes, 1)]}}
+        docs[name] = _array_doc((n_episodes,), np.dtype("int64"), grid, ["episode"])
+    root = {"attributes": {ATTRS_KEY: attrs}, "zarr_format": 3, "node_type": "group",
+            "consolidated_metadata": {"kind": "inline", "must_understand": False, "metadata": docs}}
+    return {_ROOT: root, **{f"{name}/{_ROOT}": doc for name, doc in docs.items()}}
 
 
 def _dump(doc: dict) -> bytes:

@@ -51,9 +51,14 @@ def array_specs(source: LeRobotSource) -> dict[str, ArraySpec]:
 
 
 def _progress(total: int, desc: str, enabled: bool):
-    from huggingface_hub.utils import tqdm  # honours HF_HUB_DISABLE_PROGRESS_BARS
+    """A progress bar honouring HF_HUB_DISABLE_PROGRESS_BARS, without tqdm's monitor thread (threads make a
+    later fork, as in DataLoader workers, unsafe)."""
+    from huggingface_hub.utils import tqdm
 
-    return tqdm(total=total, desc=desc, unit="frame", unit_scale=True, disable=not enabled or None)
+    class Bar(tqdm):
+        monitor_interval = 0
+
+    return Bar(total=total, desc=desc, unit="frame", unit_scale=True, disable=not enabled or None)
 
 
 def _create(source: LeRobotSource, root: Path, source_record: dict) -> StoreState:
