@@ -295,7 +295,9 @@ def has_commit_point(root: Path) -> bool:
 def read_state(root: Path) -> StoreState:
     """Read the committed state: one JSON read plus the episode table chunks (no zarr call, no data read)."""
     root = Path(root)
-    attrs = read_root(root)["attributes"][ATTRS_KEY]
+    doc = read_root(root)
+    attrs = doc["attributes"][ATTRS_KEY]
+    consolidated = doc.get("consolidated_metadata", {}).get("metadata", {})
     table = {}
     for name in ("episode_start", "episode_length", "episode_task_index"):
         path = root / name / "c" / "0"
@@ -309,7 +311,9 @@ def read_state(root: Path) -> StoreState:
     for name, f in attrs["features"].items():
         check_array_name(name)
         dtype = np.dtype(f["dtype"]).newbyteorder("<")
-        arrays[name] = ArraySpec(dtype, tuple(f["frame_shape"]), (), f["kind"])
+        dims = consolidated.get(name, {}).get("dimension_names") or ["frame"]
+        arrays[name] = ArraySpec(dtype, tuple(f["frame_shape"]), tuple(d.removeprefix(f"{name}.") for d in dims[1:]),
+                                 f["kind"])
     return StoreState(root, attrs, table["episode_start"], table["episode_length"],
                       table["episode_task_index"], arrays)
 
