@@ -15,6 +15,7 @@ import math
 import mmap
 import os
 import weakref
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -46,9 +47,9 @@ class EpisodeRegion:
     """Read-only view of a feature's episode chunks; ``rows[e] + local`` is frame ``local`` of episode ``e``."""
 
     def __init__(self, name: str, dtype: np.dtype, frame_shape: tuple[int, ...], lengths: np.ndarray,
-                 paths: list[Path]):
+                 path_of: Callable[[int], Path]):
         self.name = name
-        self.paths = paths
+        self.path_of = path_of
         frame_bytes = int(np.prod(frame_shape, dtype=np.int64)) * dtype.itemsize
         align = math.lcm(mmap.PAGESIZE, frame_bytes)
         self.sizes = np.asarray(lengths, dtype=np.int64) * frame_bytes
@@ -71,7 +72,7 @@ class EpisodeRegion:
 
     def map(self, e: int) -> None:
         """Map the chunk file of episode ``e`` into its slot, after checking its size."""
-        path = self.paths[e]
+        path = self.path_of(e)
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
         except FileNotFoundError:

@@ -12,6 +12,7 @@ import threading
 from bisect import bisect_right
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -155,7 +156,6 @@ class LeRobotZarrDataset:
         self._len = int(self._cum[-1])
         self._cum_list = self._cum.tolist()
         self._sel_list = selected.tolist()
-        self._start_list = self.meta.episode_start.tolist()
         self._length_list = self.meta.episode_length.tolist()
         self._tasks = np.array(self.meta.tasks, dtype=object)
         self._max_maps = max(1, int(max_open_maps) // max(1, len(self._specs)))
@@ -187,9 +187,8 @@ class LeRobotZarrDataset:
         lengths = self.meta.episode_length
         regions = {}
         for name, spec in self._specs.items():
-            ndim = 1 + len(spec.frame_shape)
-            paths = [chunk_path(self.root, name, e, ndim) for e in range(len(lengths))]
-            regions[name] = EpisodeRegion(name, spec.dtype, spec.frame_shape, lengths, paths)
+            path_of = partial(chunk_path, self.root, name, ndim=1 + len(spec.frame_shape))
+            regions[name] = EpisodeRegion(name, spec.dtype, spec.frame_shape, lengths, path_of)
         self._mapped = np.zeros(len(lengths), dtype=bool)
         self._n_mapped = 0
         self._last_used = np.zeros(len(lengths), dtype=np.int64)
