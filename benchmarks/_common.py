@@ -162,9 +162,37 @@ def proc_status(pid: int | str = "self") -> dict[str, int]:
     return out
 
 
-def drop_dirty_pages() -> None:
-    """Flush dirty pages (outside any timed region) so a timed run does not pay for the previous run's writes."""
+def _block_stat(path: Path) -> Path | None:
+    st = os.stat(path)
+    stat = Path(f"/sys/dev/block/{os.major(st.st_dev)}:{os.minor(st.st_dev)}/stat")
+    return stat if stat.exists() else None  # tmpfs and friends have no block device
+
+
+def settle_disk(path: Path, quiet_s: float = 1.0, timeout_s: float = 30.0) -> float:
+    """Flush dirty pages, then wait until the block device holding ``path`` has done no write, discard or flush
+    for ``quiet_s`` and has nothing in flight (ext4 here is mounted with ``discard``: deleting files or a
+    journal commit keeps the disk busy for seconds after the writes). Untimed. Returns the seconds waited."""
+    t0 = time.perf_counter()
     os.sync()
+    stat = _block_stat(path)
+    if stat is None:
+        return 0.0
+
+    def sample() -> tuple[tuple[int, ...], int]:
+        # Documentation/block/stat.rst: [6] sectors written, [8] in flight, [13] sectors discarded, [15] flushes
+        f = [int(x) for x in stat.read_text().split()] + [0] * 17
+        return (f[6], f[13], f[15]), f[8]
+
+    last, _ = sample()
+    quiet_since = time.perf_counter()
+    while time.perf_counter() - t0 < timeout_s:
+        time.sleep(0.1)
+        now, in_flight = sample()
+        if now != last or in_flight:
+            last, quiet_since = now, time.perf_counter()
+        elif time.perf_counter() - quiet_since >= quiet_s:
+            break
+    return time.perf_counter() - t0
 
 
 def python_exe() -> str:

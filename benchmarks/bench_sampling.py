@@ -10,7 +10,8 @@ the same process (interleaved repeats, warm page cache):
   dict of keys as ours (a vectorised version for batches);
 - HF:    ``datasets.load_dataset("parquet", ...)`` with a numpy port of LeRobot's ``hf_transform_to_torch`` and
   LeRobot's ``__getitem__`` logic (``hf[i]``, ``meta.episodes[ep]`` bounds, ``hf[key][query_indices]`` per
-  windowed key, ``tasks.iloc[t].name``); also a variant with ``with_format("numpy")`` and episode bounds from plain lists.
+  windowed key, ``tasks.iloc[t].name``); also a variant with ``with_format("numpy")`` and episode bounds from
+  plain lists.
 
 Also: time and RSS of opening the existing store (fresh subprocess), cost of mapping an episode on first touch,
 and an equality check of ours against the floor (and against HF) that raises on mismatch.
@@ -36,6 +37,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common as C  # noqa: E402
 
+from lerobot_zarr.baseline import FlatMemmapSampler  # noqa: E402
+
 BATCH = 256
 TARGET_ITEM_RATIO = 2.0  # ours ds[i] / floor ds[i] <= 2
 TARGET_HF_RATIO = 50.0  # HF / ours ds[i] >= 50
@@ -44,66 +47,6 @@ TARGET_BATCH_RATE = 1_000_000  # get_batch samples/s >= 1e6
 
 def delta_timestamps() -> dict[str, list[float]]:
     return {"observation.state": [-1 / C.FPS, 0.0], "action": [k / C.FPS for k in range(16)]}
-
-
-# ----------------------------------------------------------------------------------------- the floor
-class FlatMemmapFloor:
-    """Hand-written reference: one flat file per feature (``tofile``), ``np.memmap``, episode start/end arrays."""
-
-    @staticmethod
-    def write(folder: Path, arrays: dict[str, np.ndarray]) -> dict:
-        folder.mkdir(parents=True, exist_ok=True)
-        layout = {}
-        for name, arr in arrays.items():
-            np.ascontiguousarray(arr).tofile(folder / f"{name}.bin")
-            layout[name] = {"dtype": arr.dtype.str, "shape": list(arr.shape)}
-        (folder / "layout.json").write_text(json.dumps(layout))
-        return layout
-
-    def __init__(self, folder: Path, start: np.ndarray, end: np.ndarray, tasks: list[str], deltas: dict):
-        layout = json.loads((folder / "layout.json").read_text())
-        # np.memmap, then a plain ndarray view of the same mapping: indexing a memmap subclass costs ~1 µs more
-        # per operation (__array_finalize__), a careful hand-written sampler avoids that.
-        self.arrays = {k: np.memmap(folder / f"{k}.bin", dtype=v["dtype"], mode="r", shape=tuple(v["shape"]))
-                       .view(np.ndarray) for k, v in layout.items()}
-        self.start = np.asarray(start, dtype=np.int64)
-        self.end = np.asarray(end, dtype=np.int64)
-        self.tasks = np.array(tasks, dtype=object)
-        offsets = {k: np.round(np.asarray(v, dtype=np.float64) * C.FPS).astype(np.int64) for k, v in deltas.items()}
-        self.windowed = [(k, self.arrays[k], off) for k, off in offsets.items()]
-        self.plain = [(k, a) for k, a in self.arrays.items() if k not in offsets]
-        self.task_index = self.arrays["task_index"]
-
-    def __len__(self) -> int:
-        return int(self.end[-1])
-
-    def __getitem__(self, i: int) -> dict:
-        e = np.searchsorted(self.start, i, side="right") - 1
-        lo, hi = self.start[e], self.end[e]
-        out = {}
-        for key, arr, off in self.windowed:
-            q = off + i
-            out[f"{key}_is_pad"] = (q < lo) | (q >= hi)
-            out[key] = arr[np.clip(q, lo, hi - 1)]
-        for key, arr in self.plain:
-            v = arr[i]
-            out[key] = v.copy() if isinstance(v, np.ndarray) else v
-        out["task"] = self.tasks[self.task_index[i]]
-        return out
-
-    def get_batch(self, indices) -> dict:
-        idx = np.asarray(indices, dtype=np.int64)
-        e = np.searchsorted(self.start, idx, side="right") - 1
-        lo, hi = self.start[e][:, None], self.end[e][:, None]
-        out = {}
-        for key, arr, off in self.windowed:
-            q = idx[:, None] + off[None, :]
-            out[f"{key}_is_pad"] = (q < lo) | (q >= hi)
-            out[key] = arr[np.clip(q, lo, hi - 1)]
-        for key, arr in self.plain:
-            out[key] = arr[idx]
-        out["task"] = self.tasks[self.task_index[idx]].tolist()
-        return out
 
 
 # ----------------------------------------------------------------------------------------- the HF path
@@ -154,7 +97,8 @@ class HFPaths:
         ep_start, ep_end = ep["dataset_from_index"], ep["dataset_to_index"]
         query_indices = {key: [max(ep_start, min(ep_end - 1, idx + delta)) for delta in delta_idx]
                          for key, delta_idx in self.delta_indices.items()}
-        padding = {f"{key}_is_pad": np.array([(idx + delta < ep_start) | (idx + delta >= ep_end) for delta in delta_idx])
+        padding = {f"{key}_is_pad": np.array([(idx + delta < ep_start) | (idx + delta >= ep_end)
+                                               for delta in delta_idx])
                    for key, delta_idx in self.delta_indices.items()}
         query_result = {key: np.stack(self.lerobot[key][q_idx]) for key, q_idx in query_indices.items()}
         item = {**item, **padding}
@@ -196,7 +140,7 @@ def assert_same(a: dict, b: dict, where: str, exact_types: bool = True) -> None:
             raise AssertionError(f"{where}: {k!r} values differ:\n{xa}\n{ya}")
 
 
-def check_equal(ds, floor: FlatMemmapFloor, hf: HFPaths | None, start: np.ndarray, end: np.ndarray,
+def check_equal(ds, floor: FlatMemmapSampler, hf: HFPaths | None, start: np.ndarray, end: np.ndarray,
                 rng: np.random.Generator) -> int:
     """ours == floor (exact: same keys, types, dtypes, shapes, values) at random frames and episode edges."""
     edges = []
@@ -284,11 +228,11 @@ def main() -> None:
 
         # --- floor: read the parquet independently, tofile one flat file per feature ---------------------
         start, end, tasks = C.read_episode_table(src)
-        if not (floor_dir / "layout.json").exists():
+        if not (floor_dir / "meta.json").exists():
             t0 = time.perf_counter()
-            FlatMemmapFloor.write(floor_dir, C.read_columns(C.data_files(src)))
+            FlatMemmapSampler.write(floor_dir, C.read_columns(C.data_files(src)), start, end - start, tasks, C.FPS)
             print(f"floor written (parquet -> numpy -> tofile) in {time.perf_counter() - t0:.2f} s")
-        floor = FlatMemmapFloor(floor_dir, start, end, tasks, deltas)
+        floor = FlatMemmapSampler(floor_dir, deltas)
         assert len(floor) == n, (len(floor), n)
 
         hf = None
@@ -389,7 +333,8 @@ def main() -> None:
         print(f"  HF LeRobot path / ours ds[i] {r_hf:6.1f}x best, {C.median(hf_lr) / C.median(ours_hf):.1f}x median   "
               f"(target >= {TARGET_HF_RATIO:g}x: {mark(r_hf >= TARGET_HF_RATIO)})")
         print(f"  HF numpy-format / ours ds[i] {min(hf_lean) / min(ours_hf):6.1f}x best")
-        print(f"  HF LeRobot path / ours ds[i] {min(hf_lr) / min(ours_i):6.1f}x best, using the {len(items)}-index ds[i] figure")
+        print(f"  HF LeRobot path / ours ds[i] {min(hf_lr) / min(ours_i):6.1f}x best, "
+              f"using the {len(items)}-index ds[i] figure")
 
     m0, m1, m2, m3 = probe["mem"]
     print("\nOpening the existing store (already transcoded)")
@@ -404,9 +349,11 @@ def main() -> None:
           f"VmRSS +{(m2['VmRSS'] - m1['VmRSS']) / 1024:.2f} MiB")
     print(f"    get_batch(first frame of every episode)     {probe['map_all_s'] * 1e3:8.2f} ms cold "
           f"({(probe['map_all_s'] - probe['map_all_warm_s']) / probe['episodes'] * 1e6:.1f} µs to map one episode, "
-          f"all features), {probe['map_all_warm_s'] * 1e3:.2f} ms warm; VmRSS +{(m3['VmRSS'] - m2['VmRSS']) / 1024:.2f} MiB"
-          f" (RssAnon +{(m3['RssAnon'] - m2['RssAnon']) / 1024:.2f} MiB; VmSize +{(m3['VmSize'] - m0['VmSize']) / 2**20:.1f}"
-          f" GiB of address space reserved)")
+          f"all features), {probe['map_all_warm_s'] * 1e3:.2f} ms warm; "
+          f"VmRSS +{(m3['VmRSS'] - m2['VmRSS']) / 1024:.2f} MiB (RssAnon +{(m3['RssAnon'] - m2['RssAnon']) / 1024:.2f} "
+          f"MiB; VmSize +{(m3['VmSize'] - m0['VmSize']) / 2**20:.1f} GiB of address space reserved)")
+    print("    (RssFile counts page-cache pages of the chunk files mapped into the process: shared with the page cache"
+          " and other workers, not copies; RssAnon is the private memory)")
     print(f"  (whole store on disk: {stored_mb:.0f} MB)")
 
 

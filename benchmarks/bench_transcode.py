@@ -141,9 +141,11 @@ def main() -> None:
         parquet_to_numpy(files)
         transcode(fresh())
         times: dict[str, list[float]] = {k: [] for k in contenders}
+        waited = []
         for _ in range(args.runs):
             for name, fn in contenders.items():
-                os.sync()  # previous runs' dirty pages are not billed to this one
+                # previous runs' dirty pages and the disk's pending discards are not billed to this run
+                waited.append(C.settle_disk(runs_dir))
                 out = fresh()
                 t0 = time.perf_counter()
                 fn(out)
@@ -161,7 +163,7 @@ def main() -> None:
 
         prof_text = None
         if args.profile:
-            os.sync()
+            C.settle_disk(runs_dir)
             prof = cProfile.Profile()
             prof.enable()
             transcode(fresh())
@@ -189,8 +191,11 @@ def main() -> None:
     print(f"  transcode / tofile per episode             {ratio:6.2f}x   (target <= {TARGET_RATIO:g}x: "
           f"{'meets target' if ratio <= TARGET_RATIO else 'MISSES target'})")
     print(f"  transcode / (tofile per episode + os.sync) {ours / base_sync:6.2f}x")
-    print(f"  transcode / parquet->numpy read            {ours / min(times['parquet -> numpy (pyarrow read_table)']):6.2f}x")
+    read = min(times["parquet -> numpy (pyarrow read_table)"])
+    print(f"  transcode / parquet->numpy read            {ours / read:6.2f}x")
     print(f"  store on disk {store_mb:.0f} MB (= arrays + zarr metadata)")
+    print(f"  (before each run: os.sync() and a wait for the disk to be idle 1 s, "
+          f"{C.median(waited):.1f} s median wait)")
     if prof_text:
         print("\ncProfile of one transcode (sorted by own time, then cumulative):")
         print(prof_text)

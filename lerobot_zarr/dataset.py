@@ -114,6 +114,25 @@ def _window_offsets(delta_timestamps: Mapping[str, Sequence[float]] | None, fps:
     return out
 
 
+class _Window:
+    """A windowed feature's view with its frame offsets, precomputed for the sampling hot path."""
+
+    def __init__(self, name: str, region: EpisodeRegion, offsets: np.ndarray):
+        self.name, self.pad_key = name, f"{name}_is_pad"
+        self.view, self.rows, self.rows_list = region.view, region.rows, region.rows.tolist()
+        self.offsets = offsets
+        self.lo, self.hi = int(offsets.min()), int(offsets.max())
+        self.no_pad = np.zeros(len(offsets), dtype=bool)
+        # Offsets lo..hi in steps of one frame: every window is a block of consecutive rows, so a strided view
+        # with one block per starting row lets a batch copy whole blocks. Only blocks inside an episode are read.
+        self.blocks = None
+        if np.array_equal(offsets, np.arange(self.lo, self.hi + 1)):
+            v = self.view
+            n = len(offsets)
+            self.blocks = np.lib.stride_tricks.as_strided(
+                v, (v.shape[0] - n + 1, n, *v.shape[1:]), (v.strides[0], *v.strides), writeable=False)
+
+
 class LeRobotZarrDataset:
     """Random access to a store's frames, as ``LeRobotDataset`` returns them but in numpy.
 
@@ -193,9 +212,9 @@ class LeRobotZarrDataset:
         self._n_mapped = 0
         self._last_used = np.zeros(len(lengths), dtype=np.int64)
         self._tick = 0
-        self._plain = [(name, r.view, r.rows) for name, r in regions.items() if name not in self._offsets]
-        self._windowed = [(name, r.view, r.rows, self._offsets[name]) for name, r in regions.items()
-                          if name in self._offsets]
+        self._plain = [(name, r.view, r.rows, r.rows.tolist()) for name, r in regions.items()
+                       if name not in self._offsets]
+        self._windowed = [_Window(name, r, self._offsets[name]) for name, r in regions.items() if name in self._offsets]
         self._images = [name for name, s in self._specs.items() if s.kind == "image"]
         self._task_source = (regions["task_index"].view, regions["task_index"].rows)
         self._regions = regions
@@ -265,15 +284,17 @@ class LeRobotZarrDataset:
                 self._ensure_mapped(np.array([e]))
             else:
                 self._last_used[e] = self._tick
-            for name, view, rows, offsets in self._windowed:
-                q = offsets + local
-                pad = (q < 0) | (q >= length)
-                np.clip(q, 0, length - 1, out=q)
-                q += rows[e]
-                out[name] = view[q]
-                out[f"{name}_is_pad"] = pad
-            for name, view, rows in self._plain:
-                value = view[rows[e] + local]
+            for w in self._windowed:
+                base = w.rows_list[e]
+                if local + w.lo >= 0 and local + w.hi < length:  # the usual case: no padding
+                    out[w.name] = w.view[w.offsets + (base + local)]
+                    out[w.pad_key] = w.no_pad.copy()
+                else:
+                    q = w.offsets + local
+                    out[w.pad_key] = (q < 0) | (q >= length)
+                    out[w.name] = w.view[np.minimum(np.maximum(q, 0), length - 1) + base]
+            for name, view, _, rows_list in self._plain:
+                value = view[rows_list[e] + local]
                 out[name] = value.copy() if isinstance(value, np.ndarray) else value
             task_view, task_rows = self._task_source
             out["task"] = self._tasks[task_view[task_rows[e] + local]]
@@ -284,6 +305,8 @@ class LeRobotZarrDataset:
     def get_batch(self, indices: Sequence[int] | np.ndarray) -> dict[str, Any]:
         """The same dict as ``ds[i]`` for many frames, stacked along a leading batch axis (one gather per feature)."""
         eps, local = self._locate_many(indices)
+        if len(eps) <= self._max_maps:
+            return self._gather(eps, local)
         unique = np.unique(eps)
         if len(unique) <= self._max_maps:
             return self._gather(eps, local)
@@ -308,14 +331,31 @@ class LeRobotZarrDataset:
         length = self.meta.episode_length[eps]
         out: dict[str, Any] = {}
         with self._lock:
-            self._ensure_mapped(eps)
-            for name, view, rows, offsets in self._windowed:
-                q = local[:, None] + offsets[None, :]
+            if self._regions is None or not self._mapped[eps].all():
+                self._ensure_mapped(eps)
+            else:
+                self._tick += 1
+                self._last_used[eps] = self._tick
+            for w in self._windowed:
+                base = w.rows[eps]
+                q = local[:, None] + w.offsets
                 pad = (q < 0) | (q >= length[:, None])
-                np.clip(q, 0, (length - 1)[:, None], out=q)
-                out[name] = view[q + rows[eps][:, None]]
-                out[f"{name}_is_pad"] = pad
-            for name, view, rows in self._plain:
+                out[w.pad_key] = pad
+                if w.blocks is None:
+                    out[w.name] = w.view[np.minimum(np.maximum(q, 0), (length - 1)[:, None]) + base[:, None]]
+                    continue
+                # contiguous window: copy whole blocks where it lies inside the episode, gather rows at the edges
+                edge = pad.any(axis=1)
+                if not edge.any():
+                    out[w.name] = w.blocks[base + local + w.lo]
+                    continue
+                data = np.empty((len(eps), *w.blocks.shape[1:]), dtype=w.view.dtype)
+                inside = ~edge
+                data[inside] = w.blocks[base[inside] + local[inside] + w.lo]
+                clamped = np.minimum(np.maximum(q[edge], 0), (length[edge] - 1)[:, None])
+                data[edge] = w.view[clamped + base[edge][:, None]]
+                out[w.name] = data
+            for name, view, rows, _ in self._plain:
                 out[name] = view[rows[eps] + local]
             task_view, task_rows = self._task_source
             out["task"] = self._tasks[task_view[task_rows[eps] + local]].tolist()
@@ -333,7 +373,7 @@ class LeRobotZarrDataset:
         n = int(self.meta.episode_length[e])
         out = {}
         for name, spec in self._specs.items():
-            path = chunk_path(self.root, name, e, 1 + len(spec.frame_shape))
+            path = Path(chunk_path(self.root, name, e, 1 + len(spec.frame_shape)))
             size = path.stat().st_size if path.is_file() else None
             if size != n * spec.frame_bytes:
                 raise StoreError(f"{path}: chunk of episode {e} of feature {name!r} "

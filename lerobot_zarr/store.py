@@ -37,8 +37,10 @@ files first, flush them, then replace the root ``zarr.json``; readers trust only
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import fcntl
+import functools
 import json
 import os
 import shutil
@@ -129,9 +131,9 @@ def check_array_name(name: str) -> str:
     return name
 
 
-def chunk_path(root: Path, name: str, episode: int, ndim: int) -> Path:
+def chunk_path(root: str | os.PathLike, name: str, episode: int, ndim: int) -> str:
     """Path of the chunk file of ``episode`` in array ``name`` with ``ndim`` dimensions (frame axis included)."""
-    return root.joinpath(name, "c", str(episode), *(["0"] * (ndim - 1)))
+    return f"{os.fspath(root)}/{name}/c/{episode}" + "/0" * (ndim - 1)
 
 
 def to_ranges(indices: Iterable[int]) -> list[list[int]]:
@@ -172,16 +174,40 @@ def _atomic_write(path: Path, data: bytes) -> None:
     _fsync_dir(path.parent)
 
 
-def write_chunk(path: Path, data: np.ndarray) -> None:
+def write_chunk(path: str | os.PathLike, data: np.ndarray) -> None:
     """Write one chunk file: raw little-endian C-order bytes. Symlinks in place of the file are refused."""
-    path.parent.mkdir(parents=True, exist_ok=True)
     arr = np.ascontiguousarray(data, dtype=data.dtype.newbyteorder("<"))
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
     try:
-        with os.fdopen(fd, "wb", closefd=False) as f:
-            f.write(memoryview(arr.reshape(-1)).cast("B"))
+        fd = os.open(path, flags, 0o644)
+    except FileNotFoundError:  # first chunk of its folder
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd = os.open(path, flags, 0o644)
+    try:
+        view = memoryview(arr.reshape(-1)).cast("B")
+        while view:
+            view = view[os.write(fd, view):]
     finally:
         os.close(fd)
+
+
+def _flush_filesystem(root: Path) -> None:
+    """Flush written data of the store's filesystem to disk (``syncfs``; ``sync`` where it does not exist)."""
+    syncfs = getattr(_libc(), "syncfs", None)
+    if syncfs is None:
+        os.sync()
+        return
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        if syncfs(fd) != 0:
+            os.sync()
+    finally:
+        os.close(fd)
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
 
 
 def _dims(name: str, spec: ArraySpec) -> list[str]:
@@ -263,7 +289,7 @@ def create_store(root: Path, arrays: Mapping[str, ArraySpec], episode_start: np.
             path = root / key
             path.parent.mkdir(parents=True, exist_ok=True)
             _atomic_write(path, _dump(doc))
-    os.sync()
+    _flush_filesystem(root)
     _atomic_write(root / _ROOT, _dump(docs[_ROOT]))
     (root / _CREATING).unlink()
     return read_state(root)
@@ -325,7 +351,7 @@ def commit(root: Path, *, features_episodes: Mapping[str, Iterable[int]]) -> Non
     for name, episodes in features_episodes.items():
         entry = attrs["features"][name]
         entry["episodes"] = to_ranges([*from_ranges(entry["episodes"]), *episodes])
-    os.sync()  # chunk files reach the disk before the metadata that lists them
+    _flush_filesystem(root)  # chunk files reach the disk before the metadata that lists them
     _atomic_write(root / _ROOT, _dump(doc))
 
 

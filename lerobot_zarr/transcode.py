@@ -63,8 +63,8 @@ def _progress(total: int, desc: str, enabled: bool):
 
 def _create(source: LeRobotSource, root: Path, source_record: dict) -> StoreState:
     t = source.episodes
-    first_task = np.array([source.tasks.index(ts[0]) if ts and ts[0] in source.tasks else -1 for ts in t.tasks],
-                          dtype=np.int64)
+    task_index = {task: i for i, task in enumerate(source.tasks)}
+    first_task = np.array([task_index.get(ts[0], -1) if ts else -1 for ts in t.tasks], dtype=np.int64)
     attrs = {
         "info": source.info,
         "tasks": source.tasks,

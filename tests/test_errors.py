@@ -650,7 +650,7 @@ def test_damaged_chunk_file(tmp_path, damage):
     src = make_source(tmp_path / "src")
     store = tmp_path / "store"
     open_(src, store)
-    bad = chunk_path(store, "action", 2, 2)
+    bad = Path(chunk_path(store, "action", 2, 2))
     if damage == "truncate":
         with open(bad, "r+b") as f:
             f.truncate(10)
@@ -673,7 +673,7 @@ def test_damaged_chunk_file_episode_access(tmp_path, damage):
     src = make_source(tmp_path / "src")
     store = tmp_path / "store"
     open_(src, store)
-    bad = chunk_path(store, "action", 2, 2)
+    bad = Path(chunk_path(store, "action", 2, 2))
     if damage == "truncate":
         with open(bad, "r+b") as f:
             f.truncate(10)

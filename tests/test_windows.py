@@ -207,6 +207,22 @@ def test_get_batch_matches_reference_and_getitem(sample, data, deltas, episodes)
     assert_batch_equal(ds.get_batch(np.asarray(indices, dtype=np.int32)), [ds[i] for i in indices])
 
 
+@SETTINGS
+@given(data=st.data(), episodes=episode_subsets())
+def test_contiguous_windows_batch_matches_reference(sample, data, episodes):
+    """Windows of consecutive frames (the usual training spec) take a block-copy path in get_batch: check it on
+    batches mixing windows inside episodes and windows cut by an edge, images included."""
+    _, store, ref = sample
+    deltas = {}
+    for key in ("observation.state", "action", IMAGE):
+        first = data.draw(st.integers(-6, 3))
+        deltas[key] = [k / FPS for k in range(first, first + data.draw(st.integers(1, 18)))]
+    ds = open_ds(store, episodes=episodes, delta_timestamps=deltas)
+    frames = ref.frames(episodes)
+    indices = data.draw(st.lists(st.integers(0, len(frames) - 1), min_size=1, max_size=64))
+    assert_batch_equal(ds.get_batch(indices), [ref.item(frames, i, deltas) for i in indices])
+
+
 def test_every_frame_with_edge_windows(sample):
     """Exhaustive: every frame of every episode with a window wider than any episode on both sides."""
     _, store, ref = sample

@@ -1,0 +1,1 @@
+"""Test helpers for lerobot_zarr (not imported by the library itself)."""
