@@ -488,25 +488,40 @@ class LeRobotSource:
         rg_rows = np.array([pf.metadata.row_group(i).num_rows for i in range(pf.num_row_groups)], dtype=np.int64)
         rg_start = np.concatenate([[0], np.cumsum(rg_rows)])
         t = self.episodes
-        lo = int(t.file_row[eps[0]])
-        hi = int(t.file_row[eps[-1]] + t.length[eps[-1]])
-        if hi > rg_start[-1]:
-            raise SchemaMismatchError(f"{path}: holds {rg_start[-1]} rows, episode table needs rows up to {hi}")
-        first_rg = int(np.searchsorted(rg_start, lo, side="right") - 1)
-        last_rg = int(np.searchsorted(rg_start, hi, side="left"))
-        try:
-            table = pf.read_row_groups(list(range(first_rg, last_rg)), columns=list(specs))
-        except (pa.ArrowInvalid, OSError) as exc:
-            raise CorruptSourceError(f"{path}: cannot read row groups {first_rg}..{last_rg - 1} ({exc})") from exc
-        base = int(rg_start[first_rg])
+        last_row = int(t.file_row[eps[-1]] + t.length[eps[-1]])
+        if last_row > rg_start[-1]:
+            raise SchemaMismatchError(f"{path}: holds {rg_start[-1]} rows, episode table needs rows up to {last_row}")
+        # Read only the row groups holding the episodes asked for, each run of consecutive ones at once.
+        needed: set[int] = set()
         for e in eps:
-            r0 = int(t.file_row[e]) - base
-            n = int(t.length[e])
-            piece = table.slice(r0, n)
-            where = f"{path} (episode {e})"
-            frames = {k: column_to_numpy(piece.column(k), spec, where, r0 + base) for k, spec in specs.items()}
-            self._check_episode(frames, e, path)
-            yield e, frames
+            first = int(np.searchsorted(rg_start, t.file_row[e], side="right") - 1)
+            last = int(np.searchsorted(rg_start, t.file_row[e] + t.length[e], side="left"))
+            needed.update(range(first, last))
+        runs: list[list[int]] = []
+        for g in sorted(needed):
+            if runs and runs[-1][-1] == g - 1:
+                runs[-1].append(g)
+            else:
+                runs.append([g])
+        numeric = {k: v for k, v in specs.items() if v.kind == "numeric"}
+        images = {k: v for k, v in specs.items() if v.kind == "image"}
+        pending = list(eps)
+        for run in runs:
+            try:
+                table = pf.read_row_groups(run, columns=list(specs))
+            except (pa.ArrowInvalid, OSError) as exc:
+                raise CorruptSourceError(f"{path}: cannot read row groups {run[0]}..{run[-1]} ({exc})") from exc
+            base, stop = int(rg_start[run[0]]), int(rg_start[run[-1] + 1])
+            # numeric columns: converted once per run (zero copy from Arrow where possible), sliced per episode
+            columns = {k: column_to_numpy(table.column(k), spec, str(path), base) for k, spec in numeric.items()}
+            while pending and t.file_row[pending[0]] + t.length[pending[0]] <= stop:
+                e = pending.pop(0)
+                r0, n = int(t.file_row[e]) - base, int(t.length[e])
+                frames = {k: col[r0:r0 + n] for k, col in columns.items()}
+                for k, spec in images.items():  # decoded per episode: bounded memory
+                    frames[k] = column_to_numpy(table.column(k).slice(r0, n), spec, f"{path} (episode {e})", r0 + base)
+                self._check_episode(frames, e, path)
+                yield e, frames
 
     def _check_episode(self, frames: dict[str, np.ndarray], e: int, path: Path) -> None:
         n = int(self.episodes.length[e])

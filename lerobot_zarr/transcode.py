@@ -9,8 +9,11 @@ next call writes only what is missing.
 from __future__ import annotations
 
 import os
+import queue
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from typing import TypeVar
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +36,7 @@ from .store import (
 __all__ = ["transcode", "array_specs"]
 
 _COMMIT_EVERY_S = 1.0
+T = TypeVar("T")
 
 
 def _array_spec(spec: FeatureSpec) -> ArraySpec:
@@ -75,15 +79,54 @@ def _create(source: LeRobotSource, root: Path, source_record: dict) -> StoreStat
     return create_store(root, array_specs(source), t.start, t.length, first_task, attrs)
 
 
+def _prefetched(items: Iterator[T], depth: int) -> Iterator[T]:
+    """Run ``items`` in a background thread, at most ``depth`` ahead, so that parquet decoding (which releases
+    the GIL) overlaps chunk writes. Exceptions of the producer are raised here; stopping early stops it."""
+    buffer: queue.Queue = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def put(entry: tuple) -> bool:
+        while not stop.is_set():
+            try:
+                buffer.put(entry, timeout=0.1)
+                return True
+            except queue.Full:
+                pass
+        return False
+
+    def produce() -> None:
+        try:
+            for item in items:
+                if not put((True, item)):
+                    return
+            put((False, None))
+        except BaseException as exc:  # handed to the consumer, which raises it
+            put((False, exc))
+
+    thread = threading.Thread(target=produce, name="lerobot_zarr-reader", daemon=True)
+    thread.start()
+    try:
+        while True:
+            more, payload = buffer.get()
+            if not more:
+                if payload is not None:
+                    raise payload
+                return
+            yield payload
+    finally:
+        stop.set()
+        thread.join()
+
+
 def transcode(source: LeRobotSource, root: str | os.PathLike, *, episodes: Sequence[int] | None = None,
-              source_record: dict | None = None, progress: bool = True) -> StoreState:
+              progress: bool = True) -> StoreState:
     """Write the given episodes (default: all) of ``source`` into the store at ``root``; return its state.
 
     Creates the store if needed, skips episodes already committed, and holds the store's writer lock
     meanwhile (a second process transcoding into the same store waits for the first).
     """
     root = Path(root)
-    record = source_record or {"kind": "local", "path": str(source.root), "fingerprint": source.fingerprint()}
+    record = {"kind": "local", "path": str(source.root), "fingerprint": source.fingerprint()}
     n_episodes = len(source.episodes)
     wanted = range(n_episodes) if episodes is None else sorted(set(int(e) for e in episodes))
     bad = [e for e in wanted if not 0 <= e < n_episodes]
@@ -106,7 +149,7 @@ def transcode(source: LeRobotSource, root: str | os.PathLike, *, episodes: Seque
         pending: list[int] = []
         last_commit = time.monotonic()
         with _progress(int(source.episodes.length[todo].sum()), f"transcoding {source.root.name}", progress) as bar:
-            for e, frames in source.iter_episodes(todo):
+            for e, frames in _prefetched(source.iter_episodes(todo), depth=4):
                 for name, spec in specs.items():
                     write_chunk(chunk_path(root, name, e, 1 + len(spec.frame_shape)), frames[name])
                 pending.append(e)

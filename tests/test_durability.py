@@ -104,7 +104,10 @@ def test_keyboard_interrupt_mid_transcode(source, tmp_path, monkeypatch):
     assert assert_committed_episodes_exact(store, ref) == list(range(12))
 
 
-def test_partial_episode_selection_then_more(source, tmp_path):
+@pytest.mark.parametrize("row_group_per_episode", [True, False])
+def test_partial_episode_selection_then_more(tmp_path, row_group_per_episode):
+    source = write_sample_dataset(tmp_path / "src", n_episodes=12, lengths=(40, 80), episodes_per_file=4,
+                                  row_group_per_episode=row_group_per_episode)
     store = tmp_path / "store"
     ref = reference_frames(source)
     ds = lerobot_zarr.open_dataset(source, root=store, episodes=[2, 9], progress=False)

@@ -35,7 +35,28 @@ Behaviour worth knowing (see also the ``HubServer`` docstring):
   Authorization header`` (the client raises a plain ``HfHubHTTPError`` with status 401); reading a private repo
   without a token gets 401 with ``X-Error-Code: RepoNotFound`` (the client raises ``RepositoryNotFoundError`` whose
   ``response.status_code`` is 401, the way to tell an auth failure from a missing repo, which is 404); writes
-  without a token get 401. Any valid token may read and write every repo.
+  without a token get 401. Any valid token may read and write every repo. ``/api/whoami-v2`` answers 401 unless
+  the request carries a valid token (so also whenever ``tokens`` is None).
+
+Endpoints (``{t}`` = ``datasets|models|spaces``; ``{prefix}`` = ``datasets/``, ``spaces/`` or nothing for models;
+``{rev}`` = branch, tag, ``refs/heads/x``, ``refs/tags/x`` or a full commit sha, URL-quoted):
+
+- ``GET /api/{t}/{id}``, ``GET /api/{t}/{id}/revision/{rev}``: repo info with ``sha`` and ``siblings``.
+- ``GET /api/{t}/{id}/tree/{rev}[/{path}]?recursive=&expand=``: entries, paginated (``tree_page_size``) with
+  ``Link: <...>; rel="next"``; 404 ``EntryNotFound`` if ``path`` is not a folder. ``expand`` adds ``lastCommit``.
+- ``POST /api/{t}/{id}/paths-info/{rev}`` (form or JSON ``paths``, ``expand``): entries of the paths that exist.
+- ``GET /api/{t}/{id}/refs``, ``GET /api/{t}/{id}/commits/{rev}``.
+- ``HEAD|GET /{prefix}{id}/resolve/{rev}/{path}``: single ``Range`` (``s-e``, ``s-``, ``-n``) -> 206, 416 if
+  unsatisfiable; a malformed or multi-range header is ignored (200).
+- ``POST /api/repos/create``, ``DELETE /api/repos/delete``, ``PUT /api/{t}/{id}/settings`` (visibility).
+- ``POST /api/{t}/{id}/preupload/{rev}``, ``POST /{prefix}{id}.git/info/lfs/objects/batch`` (upload only; the
+  ``href`` is a signed URL on this server, PUT to it without Authorization, content checked against the oid),
+  ``POST /api/{t}/{id}/commit/{branch}`` (ndjson; ``parentCommit`` checked -> 412; ``create_pr`` -> 400; a
+  commit changing nothing is still recorded), ``POST|DELETE /api/{t}/{id}/tag/{rev}``,
+  ``POST|DELETE /api/{t}/{id}/branch/{name}``, ``POST /api/validate-yaml``, ``GET /api/whoami-v2``.
+- Errors are JSON ``{"error": ...}`` with ``X-Error-Message`` and, for 404s of repos, revisions and entries,
+  ``X-Error-Code`` ``RepoNotFound`` / ``RevisionNotFound`` / ``EntryNotFound`` (entry errors also carry
+  ``X-Repo-Commit``). Bad repo ids or paths (``..``, absolute, ``.git``, empty segments) get 400.
 """
 
 from __future__ import annotations
@@ -51,6 +72,7 @@ import re
 import secrets
 import socket
 import threading
+import traceback
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime, timezone
@@ -190,7 +212,8 @@ class RequestRecord:
     """One request as the server saw it. ``path`` is the URL-decoded path, ``query`` the raw query string,
     ``range`` the ``Range`` header, ``bytes_sent`` the response body bytes written (updated while streaming,
     before each write), ``bytes_received`` the request body bytes read, ``connection`` a number identifying the
-    TCP connection (equal numbers: the request reused a kept-alive connection)."""
+    TCP connection (equal numbers: the request reused a kept-alive connection). ``status`` stays 0 when no
+    status line was sent (a ``"reset"`` fault, or a ``"drop"`` fault on a response without body)."""
 
     method: str
     path: str
@@ -576,13 +599,19 @@ class _HTTPServer(ThreadingHTTPServer):
         self.hub = hub
         self._conns: set[socket.socket] = set()
         self._conns_lock = threading.Lock()
+        self._conn_counter = 0
         super().__init__(address, handler)
 
-    def track(self, conn: socket.socket, add: bool) -> int:
+    def track(self, conn: socket.socket) -> int:
+        """Register an open connection; returns its sequence number."""
         with self._conns_lock:
-            (self._conns.add if add else self._conns.discard)(conn)
-            self._conn_counter = getattr(self, "_conn_counter", 0) + add
+            self._conns.add(conn)
+            self._conn_counter += 1
             return self._conn_counter
+
+    def untrack(self, conn: socket.socket) -> None:
+        with self._conns_lock:
+            self._conns.discard(conn)
 
     def close_all_connections(self) -> None:
         with self._conns_lock:
@@ -605,13 +634,13 @@ class _Handler(BaseHTTPRequestHandler):
 
     def setup(self):
         super().setup()
-        self._conn_id = self.server.track(self.connection, True)
+        self._conn_id = self.server.track(self.connection)
 
     def finish(self):
         try:
             super().finish()
         finally:
-            self.server.track(self.connection, False)
+            self.server.untrack(self.connection)
 
     def do_GET(self):
         self._handle("GET")
@@ -666,7 +695,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._abort()
         except (ConnectionError, TimeoutError, socket.timeout):
             self.close_connection = True
-        except Exception as err:  # a server bug: answer 500 so that the test sees it
+        except Exception as err:  # a server bug: answer 500 so that the test sees it, and keep the traceback
+            self.hub.errors.append(traceback.format_exc())
             if self._headers_sent:
                 self._abort()
             else:
@@ -886,13 +916,15 @@ class _Handler(BaseHTTPRequestHandler):
             ("DELETE", "tag"): lambda: self._delete_tag(repo_type, repo_id, "/".join(args)),
             ("POST", "branch"): lambda: self._create_branch(repo_type, repo_id, "/".join(args)),
             ("DELETE", "branch"): lambda: self._delete_branch(repo_type, repo_id, "/".join(args)),
+            ("PUT", "settings"): lambda: self._settings(repo_type, repo_id),
         }
         handler = handlers.get((method, action))
         if handler is None:
             if any(a == action for _, a in handlers):
                 raise _HubError(405, "Method not allowed")
             raise _HubError(404, "Not Found")
-        if (action in ("", "refs") and args) or (action in ("revision", "tree", "tag", "branch") and not args):
+        no_args, needs_args = ("", "refs", "settings"), ("revision", "tree", "tag", "branch")
+        if (action in no_args and args) or (action in needs_args and not args):
             raise _HubError(404, "Not Found")
         return handler()
 
@@ -1071,13 +1103,12 @@ class _Handler(BaseHTTPRequestHandler):
     def _refs(self, repo_type: str, repo_id: str) -> None:
         repo = self._repo(repo_type, repo_id)
         with self.hub._storage.lock:
-            out = {
-                "branches": [
-                    {"name": n, "ref": f"refs/heads/{n}", "targetCommit": c} for n, c in sorted(repo["branches"].items())
-                ],
-                "tags": [{"name": n, "ref": f"refs/tags/{n}", "targetCommit": c} for n, c in sorted(repo["tags"].items())],
-                "converts": [],
-            }
+            branches, tags = sorted(repo["branches"].items()), sorted(repo["tags"].items())
+        out = {
+            "branches": [{"name": n, "ref": f"refs/heads/{n}", "targetCommit": c} for n, c in branches],
+            "tags": [{"name": n, "ref": f"refs/tags/{n}", "targetCommit": c} for n, c in tags],
+            "converts": [],
+        }
         if self._flag("include_prs"):
             out["pullRequests"] = []
         self._send_json(out)
@@ -1245,9 +1276,12 @@ class _Handler(BaseHTTPRequestHandler):
                 header = value
             elif key == "file":
                 path = self._path(str(value.get("path", "")))
-                content = value.get("content", "")
+                content = str(value.get("content", ""))
                 try:
-                    data = base64.b64decode(content, validate=True) if value.get("encoding") == "base64" else content.encode()
+                    if value.get("encoding") == "base64":
+                        data = base64.b64decode(content, validate=True)
+                    else:
+                        data = content.encode()
                 except (ValueError, binascii.Error):
                     raise _HubError(400, f"Invalid base64 content for {path}") from None
                 ops.append(("add", path, {**_entry(storage.put_bytes(data)), "lfs": False}))
@@ -1283,6 +1317,20 @@ class _Handler(BaseHTTPRequestHandler):
                 "pullRequestUrl": None,
             }
         )
+
+    def _settings(self, repo_type: str, repo_id: str) -> None:
+        storage = self.hub._storage
+        repo = self._repo(repo_type, repo_id, write=True)
+        if not self._body_consumed:
+            self._body = self._read_body()
+        body = self._json_body()
+        with storage.lock:
+            if "visibility" in body:
+                repo["private"] = body["visibility"] == "private"
+            elif "private" in body:
+                repo["private"] = bool(body["private"])
+            storage.save_repo(repo)
+        self._send_json({})
 
     def _create_tag(self, repo_type: str, repo_id: str, rev: str) -> None:
         storage = self.hub._storage
@@ -1384,6 +1432,8 @@ class HubServer:
         self.tokens: dict[str, str] | None = dict(tokens) if tokens is not None else None
         self.tree_page_size = 1000
         self.stats = HubStats()
+        #: Tracebacks of unexpected exceptions in request handlers (each also answered with a 500).
+        self.errors: list[str] = []
         self._storage = _Storage(self.storage_dir)
         self._secret = secrets.token_bytes(32)
         self._faults: list[_Fault] = []
