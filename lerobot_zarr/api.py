@@ -33,8 +33,9 @@ def store_path_for(source: LeRobotSource) -> Path:
 
     A source folder whose metadata or data files change gets a new store; two sources never share one.
     """
-    key = hashlib.sha256(f"{source.root}\0{source.fingerprint()}".encode()).hexdigest()[:16]
-    name = re.sub(r"[^A-Za-z0-9._-]", "_", source.root.name) or "dataset"
+    record = source.record()
+    key = hashlib.sha256(f"{record['path']}\0{record['fingerprint']}".encode()).hexdigest()[:16]
+    name = re.sub(r"[^A-Za-z0-9._-]", "_", source.files.name) or "dataset"
     return cache_home() / "local" / f"{name}-{key}"
 
 

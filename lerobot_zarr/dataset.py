@@ -78,7 +78,7 @@ class DatasetMeta:
     def from_source(cls, source: LeRobotSource) -> DatasetMeta:
         """Metadata of a LeRobot folder that has no store yet (nothing materialized)."""
         t = source.episodes
-        return cls(source.root, source.info, source.tasks, source.stats, {"kind": "local", "path": str(source.root)},
+        return cls(Path(source.files.location()), source.info, source.tasks, source.stats, source.record(),
                    t.start, t.end, t.length, np.zeros(len(t), dtype=bool), source.describe()["not_materialized"],
                    tuple(source.stored_features))
 

@@ -7,19 +7,20 @@ nested lists, scalar columns, PNG/JPEG image structs), and where tasks and stats
 
 from __future__ import annotations
 
-import hashlib
+import functools
 import io
 import json
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from .files import LocalFiles, SourceFiles
 from .errors import (
     CorruptSourceError,
     SchemaMismatchError,
@@ -85,48 +86,50 @@ def is_lerobot_folder(path: str | os.PathLike) -> bool:
     return (Path(path) / "meta" / "info.json").is_file()
 
 
-def _read_json(path: Path) -> Any:
+def _read_json(files: SourceFiles, rel: str) -> Any:
     try:
-        return json.loads(path.read_text())
+        return json.loads(files.read_bytes(rel))
     except FileNotFoundError:
-        raise SourceNotFoundError(f"{path}: file not found") from None
+        raise SourceNotFoundError(f"{files.location(rel)}: file not found") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise CorruptSourceError(f"{path}: invalid JSON ({exc})") from exc
+        raise CorruptSourceError(f"{files.location(rel)}: invalid JSON ({exc})") from exc
 
 
-def _read_jsonl(path: Path) -> list[dict]:
+def _read_jsonl(files: SourceFiles, rel: str) -> list[dict]:
     try:
-        lines = path.read_text().splitlines()
+        lines = files.read_bytes(rel).decode().splitlines()
     except FileNotFoundError:
-        raise SourceNotFoundError(f"{path}: file not found") from None
+        raise SourceNotFoundError(f"{files.location(rel)}: file not found") from None
+    except UnicodeDecodeError as exc:
+        raise CorruptSourceError(f"{files.location(rel)}: not UTF-8 text ({exc})") from exc
     rows = []
     for lineno, line in enumerate(lines, 1):
         if line.strip():
             try:
                 rows.append(json.loads(line))
             except json.JSONDecodeError as exc:
-                raise CorruptSourceError(f"{path}:{lineno}: invalid JSON line ({exc})") from exc
+                raise CorruptSourceError(f"{files.location(rel)}:{lineno}: invalid JSON line ({exc})") from exc
     return rows
 
 
-def _open_parquet(path: Path) -> pq.ParquetFile:
+def _open_parquet(files: SourceFiles, rel: str) -> pq.ParquetFile:
     try:
-        return pq.ParquetFile(path)
+        return files.parquet(rel)
     except FileNotFoundError:
-        raise SourceNotFoundError(f"{path}: file not found") from None
+        raise SourceNotFoundError(f"{files.location(rel)}: file not found") from None
     except (pa.ArrowInvalid, OSError) as exc:
-        raise CorruptSourceError(f"{path}: not a readable parquet file ({exc})") from exc
+        raise CorruptSourceError(f"{files.location(rel)}: not a readable parquet file ({exc})") from exc
 
 
-def _safe_relpath(root: Path, rel: str, what: str) -> str:
-    """Refuse paths from metadata that would leave the dataset folder."""
-    candidate = Path(rel)
-    if candidate.is_absolute() or ".." in candidate.parts:
-        raise CorruptSourceError(f"{root}: {what} path {rel!r} leaves the dataset folder")
+def safe_relpath(where: str, rel: str, what: str) -> str:
+    """Refuse paths from metadata that would leave the dataset folder (absolute, ``..``, backslashes)."""
+    candidate = PurePosixPath(rel)
+    if candidate.is_absolute() or ".." in candidate.parts or "\\" in rel or not candidate.parts:
+        raise CorruptSourceError(f"{where}: {what} path {rel!r} leaves the dataset folder")
     return candidate.as_posix()
 
 
-def _parse_features(info: dict, info_path: Path) -> dict[str, FeatureSpec]:
+def _parse_features(info: dict, info_path: str) -> dict[str, FeatureSpec]:
     raw = info.get("features")
     if not isinstance(raw, dict) or not raw:
         raise CorruptSourceError(f"{info_path}: 'features' is missing or empty")
@@ -150,7 +153,7 @@ def _parse_features(info: dict, info_path: Path) -> dict[str, FeatureSpec]:
     return specs
 
 
-def _frame_shape_from_arrow(spec: FeatureSpec, typ: pa.DataType, path: Path) -> tuple[int, ...]:
+def _frame_shape_from_arrow(spec: FeatureSpec, typ: pa.DataType, path: str) -> tuple[int, ...]:
     """Per-frame shape of a column as stored: a plain column is a scalar, list nesting adds trailing axes."""
     if spec.kind == "image":
         if not (pa.types.is_struct(typ) and typ.get_field_index("bytes") >= 0):
@@ -284,16 +287,21 @@ def _merge_stats(episode_stats: list[dict]) -> dict:
 
 
 class LeRobotSource:
-    """A LeRobot dataset folder: metadata parsed on construction, frames read on demand per episode."""
+    """A LeRobot dataset (a local folder, or any ``SourceFiles``): metadata parsed on construction, frames read
+    on demand per episode."""
 
-    def __init__(self, root: str | os.PathLike):
-        self.root = Path(root).resolve()
-        if not self.root.is_dir():
-            raise SourceNotFoundError(f"{self.root}: no such dataset folder")
-        info_path = self.root / "meta" / "info.json"
-        if not info_path.is_file():
-            raise SourceNotFoundError(f"{self.root}: not a LeRobot dataset (meta/info.json not found)")
-        self.info: dict = _read_json(info_path)
+    def __init__(self, source: str | os.PathLike | SourceFiles):
+        if isinstance(source, SourceFiles):
+            self.files = source
+        else:
+            if not Path(source).is_dir():
+                raise SourceNotFoundError(f"{Path(source).resolve()}: no such dataset folder")
+            self.files = LocalFiles(source)
+        files = self.files
+        info_path = files.location("meta/info.json")
+        if not files.exists("meta/info.json"):
+            raise SourceNotFoundError(f"{files.location()}: not a LeRobot dataset (meta/info.json not found)")
+        self.info: dict = _read_json(files, "meta/info.json")
         if not isinstance(self.info, dict):
             raise CorruptSourceError(f"{info_path}: expected a JSON object")
         version = str(self.info.get("codebase_version", ""))
@@ -321,24 +329,26 @@ class LeRobotSource:
 
     # metadata -------------------------------------------------------------------------------------------
     def _read_episodes_v3(self) -> EpisodeTable:
-        files = sorted((self.root / "meta" / "episodes").glob("*/*.parquet"))
-        if not files:
-            raise SourceNotFoundError(f"{self.root / 'meta' / 'episodes'}: no episode metadata parquet files")
+        files = self.files
+        metas = [safe_relpath(files.location(), rel, "episode metadata")
+                 for rel in files.list("meta/episodes") if rel.endswith(".parquet")]
+        if not metas:
+            raise SourceNotFoundError(f"{files.location('meta/episodes')}: no episode metadata parquet files")
         columns = ["episode_index", "tasks", "length", "data/chunk_index", "data/file_index",
                    "dataset_from_index", "dataset_to_index"]
         tables = []
-        for path in files:
-            pf = _open_parquet(path)
+        for rel in metas:
+            pf = _open_parquet(files, rel)
             missing = [c for c in columns if c not in pf.schema_arrow.names]
             if missing:
-                raise SchemaMismatchError(f"{path}: episode metadata lacks column(s) {missing}")
+                raise SchemaMismatchError(f"{files.location(rel)}: episode metadata lacks column(s) {missing}")
             tables.append(pf.read(columns=columns))
         table = pa.concat_tables(tables).to_pydict()
         order = np.argsort(np.asarray(table["episode_index"], dtype=np.int64), kind="stable")
         get = {k: [table[k][i] for i in order] for k in columns}
         index = np.asarray(get["episode_index"], dtype=np.int64)
         if not np.array_equal(index, np.arange(len(index))):
-            raise SchemaMismatchError(f"{self.root}/meta/episodes: episode_index is not contiguous from 0")
+            raise SchemaMismatchError(f"{files.location('meta/episodes')}: episode_index is not contiguous from 0")
         length = np.asarray(get["length"], dtype=np.int64)
         start = np.asarray(get["dataset_from_index"], dtype=np.int64)
         end = np.asarray(get["dataset_to_index"], dtype=np.int64)
@@ -346,7 +356,7 @@ class LeRobotSource:
         if bad.size:
             e = int(bad[0])
             raise SchemaMismatchError(
-                f"{self.root}/meta/episodes: episode {e} has length {length[e]} but frame range [{start[e]}, {end[e]})")
+                f"{files.location('meta/episodes')}: episode {e} has length {length[e]} but frame range [{start[e]}, {end[e]})")
         template = self.info.get("data_path") or "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
         data_file = [self._data_path(template, e, chunk_index=c, file_index=f)
                      for e, (c, f) in enumerate(zip(get["data/chunk_index"], get["data/file_index"], strict=True))]
@@ -358,8 +368,8 @@ class LeRobotSource:
         return EpisodeTable(length, start, [list(t or []) for t in get["tasks"]], data_file, file_row)
 
     def _read_episodes_v2(self) -> EpisodeTable:
-        path = self.root / "meta" / "episodes.jsonl"
-        rows = sorted(_read_jsonl(path), key=lambda r: r.get("episode_index", -1))
+        path = self.files.location("meta/episodes.jsonl")
+        rows = sorted(_read_jsonl(self.files, "meta/episodes.jsonl"), key=lambda r: r.get("episode_index", -1))
         try:
             index = np.asarray([r["episode_index"] for r in rows], dtype=np.int64)
             length = np.asarray([r["length"] for r in rows], dtype=np.int64)
@@ -382,13 +392,13 @@ class LeRobotSource:
         try:
             rel = str(template).format(**fields)
         except (KeyError, IndexError, ValueError) as exc:
-            raise CorruptSourceError(f"{self.root / 'meta' / 'info.json'}: data_path {template!r} cannot be filled "
+            raise CorruptSourceError(f"{self.files.location('meta/info.json')}: data_path {template!r} cannot be filled "
                                      f"with {sorted(fields)} ({exc!r})") from None
-        return _safe_relpath(self.root, rel, f"episode {episode} data")
+        return safe_relpath(self.files.location(), rel, f"episode {episode} data")
 
     def _read_tasks_v3(self) -> list[str]:
-        path = self.root / "meta" / "tasks.parquet"
-        table = _open_parquet(path).read()
+        path = self.files.location("meta/tasks.parquet")
+        table = _open_parquet(self.files, "meta/tasks.parquet").read()
         names = table.column_names
         text_col = next((c for c in ("task", "__index_level_0__") if c in names), None)
         if text_col is None:
@@ -400,42 +410,43 @@ class LeRobotSource:
         return self._task_list(table.column("task_index").to_pylist(), table.column(text_col).to_pylist(), path)
 
     def _read_tasks_v2(self) -> list[str]:
-        path = self.root / "meta" / "tasks.jsonl"
-        rows = _read_jsonl(path)
+        path = self.files.location("meta/tasks.jsonl")
+        rows = _read_jsonl(self.files, "meta/tasks.jsonl")
         try:
             return self._task_list([r["task_index"] for r in rows], [r["task"] for r in rows], path)
         except KeyError as exc:
             raise CorruptSourceError(f"{path}: each line needs task_index and task ({exc} missing)") from None
 
     @staticmethod
-    def _task_list(indices: Sequence[int], texts: Sequence[str], path: Path) -> list[str]:
+    def _task_list(indices: Sequence[int], texts: Sequence[str], path: str) -> list[str]:
         by_index = dict(zip((int(i) for i in indices), texts, strict=True))
         if sorted(by_index) != list(range(len(by_index))):
             raise SchemaMismatchError(f"{path}: task_index values are not contiguous from 0")
         return [str(by_index[i]) for i in range(len(by_index))]
 
     def _read_stats(self) -> dict:
-        stats_path = self.root / "meta" / "stats.json"
-        if stats_path.is_file():
-            stats = _read_json(stats_path)
+        files = self.files
+        if files.exists("meta/stats.json"):
+            stats = _read_json(files, "meta/stats.json")
             if not isinstance(stats, dict):
-                raise CorruptSourceError(f"{stats_path}: expected a JSON object")
+                raise CorruptSourceError(f"{files.location('meta/stats.json')}: expected a JSON object")
             return stats
-        episodes_stats = self.root / "meta" / "episodes_stats.jsonl"
-        if episodes_stats.is_file():
-            rows = _read_jsonl(episodes_stats)
+        if files.exists("meta/episodes_stats.jsonl"):
+            rows = _read_jsonl(files, "meta/episodes_stats.jsonl")
             try:
                 return _merge_stats([r["stats"] for r in rows])
             except (KeyError, TypeError, ValueError) as exc:
-                raise CorruptSourceError(f"{episodes_stats}: unreadable per-episode stats ({exc})") from exc
+                raise CorruptSourceError(
+                    f"{files.location('meta/episodes_stats.jsonl')}: unreadable per-episode stats ({exc})") from exc
         return {}
 
     def _resolve_frame_shapes(self) -> None:
         """Fix each feature's stored per-frame shape from the first data file's schema."""
-        first = self.root / self.episodes.data_file[0]
-        if not first.is_file():
+        rel = self.episodes.data_file[0]
+        first = self.files.location(rel)
+        if not self.files.exists(rel):
             raise SourceNotFoundError(f"{first}: data file of episode 0 not found")
-        schema = _open_parquet(first).schema_arrow
+        schema = _open_parquet(self.files, rel).schema_arrow
         for name, spec in list(self.features.items()):
             if spec.kind in ("video", "string"):
                 continue
@@ -450,17 +461,13 @@ class LeRobotSource:
         """Features whose frames live in the data parquet (numeric and image)."""
         return {k: v for k, v in self.features.items() if v.kind in ("numeric", "image")}
 
-    def fingerprint(self) -> str:
-        """A digest of the metadata files and the data files' names, sizes and mtimes."""
-        h = hashlib.sha256()
-        for path in sorted(p for p in (self.root / "meta").rglob("*") if p.is_file()):
-            h.update(path.relative_to(self.root).as_posix().encode())
-            h.update(path.read_bytes())
-        for rel in sorted(set(self.episodes.data_file)):
-            path = self.root / rel
-            st = path.stat() if path.exists() else None
-            h.update(f"{rel}:{st.st_size if st else -1}:{st.st_mtime_ns if st else -1}".encode())
-        return h.hexdigest()
+    @functools.cached_property
+    def _record(self) -> dict:
+        return self.files.record(self.episodes.data_file)
+
+    def record(self) -> dict:
+        """Identity of the source, kept in the store's attributes (path and content digest, or repo and commit)."""
+        return dict(self._record)
 
     def iter_episodes(self, episodes: Sequence[int]) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
         """Yield ``(episode, {feature: frames})`` for the given episodes, reading each data file once.
@@ -475,10 +482,10 @@ class LeRobotSource:
             yield from self._read_file(rel, eps, specs)
 
     def _read_file(self, rel: str, eps: list[int], specs: dict[str, FeatureSpec]):
-        path = self.root / rel
-        if not path.is_file():
+        path = self.files.location(rel)
+        if not self.files.exists(rel):
             raise SourceNotFoundError(f"{path}: data file of episode(s) {eps[:5]}{'...' if len(eps) > 5 else ''} not found")
-        pf = _open_parquet(path)
+        pf = _open_parquet(self.files, rel)
         names = pf.schema_arrow.names
         missing = [k for k in specs if k not in names]
         if missing:
@@ -513,7 +520,7 @@ class LeRobotSource:
                 raise CorruptSourceError(f"{path}: cannot read row groups {run[0]}..{run[-1]} ({exc})") from exc
             base, stop = int(rg_start[run[0]]), int(rg_start[run[-1] + 1])
             # numeric columns: converted once per run (zero copy from Arrow where possible), sliced per episode
-            columns = {k: column_to_numpy(table.column(k), spec, str(path), base) for k, spec in numeric.items()}
+            columns = {k: column_to_numpy(table.column(k), spec, path, base) for k, spec in numeric.items()}
             while pending and t.file_row[pending[0]] + t.length[pending[0]] <= stop:
                 e = pending.pop(0)
                 r0, n = int(t.file_row[e]) - base, int(t.length[e])
@@ -523,7 +530,7 @@ class LeRobotSource:
                 self._check_episode(frames, e, path)
                 yield e, frames
 
-    def _check_episode(self, frames: dict[str, np.ndarray], e: int, path: Path) -> None:
+    def _check_episode(self, frames: dict[str, np.ndarray], e: int, path: str) -> None:
         n = int(self.episodes.length[e])
         ep = frames["episode_index"].reshape(n)
         idx = frames["index"].reshape(n)

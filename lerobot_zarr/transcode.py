@@ -126,12 +126,12 @@ def transcode(source: LeRobotSource, root: str | os.PathLike, *, episodes: Seque
     meanwhile (a second process transcoding into the same store waits for the first).
     """
     root = Path(root)
-    record = {"kind": "local", "path": str(source.root), "fingerprint": source.fingerprint()}
+    record = source.record()
     n_episodes = len(source.episodes)
     wanted = range(n_episodes) if episodes is None else sorted(set(int(e) for e in episodes))
     bad = [e for e in wanted if not 0 <= e < n_episodes]
     if bad:
-        raise FrameIndexError(f"{source.root}: episode {bad[0]} does not exist ({n_episodes} episodes)")
+        raise FrameIndexError(f"{source.files.location()}: episode {bad[0]} does not exist ({n_episodes} episodes)")
     if not has_commit_point(root):
         check_new_store_location(root)
     with WriterLock(root):
@@ -148,7 +148,7 @@ def transcode(source: LeRobotSource, root: str | os.PathLike, *, episodes: Seque
         specs = array_specs(source)
         pending: list[int] = []
         last_commit = time.monotonic()
-        with _progress(int(source.episodes.length[todo].sum()), f"transcoding {source.root.name}", progress) as bar:
+        with _progress(int(source.episodes.length[todo].sum()), f"transcoding {source.files.name}", progress) as bar:
             for e, frames in _prefetched(source.iter_episodes(todo), depth=4):
                 for name, spec in specs.items():
                     write_chunk(chunk_path(root, name, e, 1 + len(spec.frame_shape)), frames[name])

@@ -1,0 +1,84 @@
+"""Where a LeRobot source's files come from: a local folder here, a Hub repository at one commit in ``hub``.
+
+``source.py`` reads every file through this interface, by '/'-separated path relative to the dataset root, so
+the same reader serves both.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from abc import ABC, abstractmethod
+from collections.abc import Iterable
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+__all__ = ["SourceFiles", "LocalFiles"]
+
+
+class SourceFiles(ABC):
+    """Read-only access to the files of one LeRobot dataset."""
+
+    #: short name, for progress bars and cache folder names
+    name: str
+
+    @abstractmethod
+    def location(self, rel: str = "") -> str:
+        """Where a file (or, without ``rel``, the dataset) is, for messages."""
+
+    @abstractmethod
+    def exists(self, rel: str) -> bool:
+        """Whether the file exists."""
+
+    @abstractmethod
+    def read_bytes(self, rel: str) -> bytes:
+        """The file's content; ``FileNotFoundError`` when missing."""
+
+    @abstractmethod
+    def parquet(self, rel: str) -> pq.ParquetFile:
+        """The file opened as parquet, reading only what is asked of it (footer, then row groups)."""
+
+    @abstractmethod
+    def list(self, folder: str) -> list[str]:
+        """Every file below ``folder``, sorted."""
+
+    @abstractmethod
+    def record(self, data_files: Iterable[str]) -> dict:
+        """Identity of this source as stored in a store's attributes: a store is only reused for the same one."""
+
+
+class LocalFiles(SourceFiles):
+    """A LeRobot dataset folder on a local filesystem."""
+
+    def __init__(self, root: str | os.PathLike):
+        self.root = Path(root).resolve()
+        self.name = self.root.name
+
+    def location(self, rel: str = "") -> str:
+        return str(self.root / rel) if rel else str(self.root)
+
+    def exists(self, rel: str) -> bool:
+        return (self.root / rel).is_file()
+
+    def read_bytes(self, rel: str) -> bytes:
+        return (self.root / rel).read_bytes()
+
+    def parquet(self, rel: str) -> pq.ParquetFile:
+        return pq.ParquetFile(self.root / rel)
+
+    def list(self, folder: str) -> list[str]:
+        base = self.root / folder
+        return sorted(p.relative_to(self.root).as_posix() for p in base.rglob("*") if p.is_file())
+
+    def record(self, data_files: Iterable[str]) -> dict:
+        """Path plus a digest of the metadata files and of the data files' names, sizes and mtimes."""
+        h = hashlib.sha256()
+        for rel in self.list("meta"):
+            h.update(rel.encode())
+            h.update(self.read_bytes(rel))
+        for rel in sorted(set(data_files)):
+            path = self.root / rel
+            st = path.stat() if path.exists() else None
+            h.update(f"{rel}:{st.st_size if st else -1}:{st.st_mtime_ns if st else -1}".encode())
+        return {"kind": "local", "path": str(self.root), "fingerprint": h.hexdigest()}
