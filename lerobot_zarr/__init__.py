@@ -12,14 +12,18 @@ _os.environ.setdefault("ZARR_ARRAY__RECTILINEAR_CHUNKS", "True")
 if "zarr" in _sys.modules:
     _sys.modules["zarr"].config.set({"array.rectilinear_chunks": True})
 
-from .api import cache_home, open_dataset  # noqa: E402
+from .api import cache_home, inspect, open_dataset  # noqa: E402
 from .dataset import DatasetMeta, LeRobotZarrDataset  # noqa: E402
 from .errors import (  # noqa: E402
     CorruptSourceError,
     DeltaTimestampsError,
     FrameIndexError,
+    HubAuthError,
+    HubError,
     LeRobotZarrError,
     NotMaterializedError,
+    RepoNotFoundError,
+    RevisionNotFoundError,
     SchemaMismatchError,
     SourceNotFoundError,
     StoreError,
@@ -29,6 +33,7 @@ from .errors import (  # noqa: E402
 
 __all__ = [
     "open_dataset",
+    "inspect",
     "cache_home",
     "LeRobotZarrDataset",
     "DatasetMeta",
@@ -42,5 +47,9 @@ __all__ = [
     "NotMaterializedError",
     "StoreError",
     "StoreLockedError",
+    "RepoNotFoundError",
+    "RevisionNotFoundError",
+    "HubAuthError",
+    "HubError",
 ]
 __version__ = "0.1.0"

@@ -8,13 +8,14 @@ import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from .dataset import LeRobotZarrDataset
-from .errors import NotMaterializedError, SourceNotFoundError
+from .dataset import DatasetMeta, LeRobotZarrDataset
+from .errors import HubError, NotMaterializedError, SourceNotFoundError
+from .hub import REPO_ID, HubFiles, parse_repo_id, resolve_revision
 from .source import LeRobotSource, is_lerobot_folder
 from .store import has_commit_point, read_state
 from .transcode import transcode
 
-__all__ = ["open_dataset", "cache_home", "store_path_for"]
+__all__ = ["open_dataset", "inspect", "cache_home", "store_path_for"]
 
 CACHE_ENV = "LEROBOT_ZARR_HOME"
 
@@ -50,14 +51,15 @@ def open_dataset(
     image_format: str = "uint8_hwc",
     progress: bool = True,
 ) -> LeRobotZarrDataset:
-    """Open a LeRobot dataset folder (transcoding it into a local store on first use) or an existing store.
+    """Open a LeRobot dataset (folder or Hub repo; transcoded into a local store on first use) or a store.
 
     Args:
-        source: a LeRobot dataset folder (v3.x or v2.x) or a store folder made by this package.
-        root: where the store lives; default under :func:`cache_home`, keyed by source.
-        episodes: episode indices to use (default all); missing ones are transcoded from a local source.
+        source: a LeRobot dataset folder (v3.x or v2.x), a store folder made by this package, or a Hub dataset
+            repo id ``org/name`` (only the episodes asked for are downloaded, by range reads of their row groups).
+        root: where the store lives; default under :func:`cache_home`, keyed by source (and Hub commit).
+        episodes: episode indices to use (default all); missing ones are fetched/transcoded into the store.
         delta_timestamps: ``{feature: [seconds, ...]}`` temporal windows, as in LeRobotDataset.
-        revision, token: for Hub repositories (not supported for local folders).
+        revision: Hub branch, tag or commit (default: LeRobot's choice, tag ``v3.0``); token: Hub token.
         image_format: ``"uint8_hwc"`` (default) or LeRobot's ``"float32_chw"`` in [0, 1].
         progress: show a progress bar while transcoding (also off with HF_HUB_DISABLE_PROGRESS_BARS=1).
     """
@@ -66,7 +68,7 @@ def open_dataset(
         if root is not None and Path(root).resolve() != path.resolve():
             raise ValueError(f"{path} is a store already; root={root!r} would be a second copy")
         store = path
-        _materialize_from_recorded_source(store, episodes, progress)
+        _materialize_from_recorded_source(store, episodes, progress, token)
     elif is_lerobot_folder(path):
         if revision is not None:
             raise ValueError(f"{path}: revision={revision!r} applies to Hub repositories, not to a local folder")
@@ -75,23 +77,85 @@ def open_dataset(
         transcode(src, store, episodes=episodes, progress=progress)
     elif path.exists():
         raise SourceNotFoundError(f"{path}: neither a LeRobot dataset folder (meta/info.json) nor a lerobot_zarr store")
+    elif isinstance(source, str) and REPO_ID.match(source):
+        store = _open_hub(source, root=root, episodes=episodes, revision=revision, token=token, progress=progress)
     else:
-        raise SourceNotFoundError(f"{source}: no such folder (Hub repositories are not supported by this version)")
+        raise SourceNotFoundError(f"{source}: no such folder, and not a Hub repo id of the form 'org/name'")
     return LeRobotZarrDataset(store, episodes=episodes, delta_timestamps=delta_timestamps, image_format=image_format)
 
 
-def _materialize_from_recorded_source(store: Path, episodes: Sequence[int] | None, progress: bool) -> None:
-    """Transcode requested episodes a store lacks from the local folder it was made from, if that still exists."""
-    state = read_state(store)
+def _hub_home(repo_id: str) -> Path:
+    return cache_home() / "hub" / repo_id.replace("/", "--")
+
+
+def _open_hub(repo_id: str, *, root, episodes, revision, token, progress) -> Path:
+    """Resolve the revision (offline: from the last resolution), then fetch the episodes the store lacks."""
+    from huggingface_hub import constants
+
+    ref_file = _hub_home(repo_id) / "refs" / (revision or "_default")
+    if constants.is_offline_mode():
+        if not ref_file.is_file():
+            raise HubError(f"{repo_id}: HF_HUB_OFFLINE is set and revision {revision or '(default)'} was never "
+                           f"opened on this machine")
+        commit = ref_file.read_text().strip()
+    else:
+        revision, commit = resolve_revision(repo_id, revision, token=token)
+        ref_file.parent.mkdir(parents=True, exist_ok=True)
+        ref_file.write_text(commit)
+    store = Path(root).expanduser() if root is not None else _hub_home(repo_id) / commit
+    if has_commit_point(store):
+        missing = _missing_episodes(store, episodes)
+        if not missing:
+            return store
+        if constants.is_offline_mode():
+            raise NotMaterializedError(f"{store}: HF_HUB_OFFLINE is set and episodes {missing[:20]} are not in the "
+                                       f"local store")
+    elif constants.is_offline_mode():
+        raise HubError(f"{repo_id}: HF_HUB_OFFLINE is set and there is no local store at {store}")
+    transcode(LeRobotSource(HubFiles(repo_id, commit, revision=revision, token=token)), store,
+              episodes=episodes, progress=progress)
+    return store
+
+
+def _missing_episodes(store: Path, episodes: Sequence[int] | None) -> list[int]:
+    complete = read_state(store).complete_episodes()
+    wanted = range(len(complete)) if episodes is None else episodes
+    return sorted({int(e) for e in wanted if 0 <= e < len(complete) and not complete[e]})
+
+
+def _materialize_from_recorded_source(store: Path, episodes: Sequence[int] | None, progress: bool,
+                                      token: str | bool | None = None) -> None:
+    """Transcode requested episodes a store lacks from the source it was made from, if that is reachable."""
     if episodes is None:
         return
-    complete = state.complete_episodes()
-    missing = sorted({int(e) for e in episodes if 0 <= e < len(complete) and not complete[e]})
+    missing = _missing_episodes(store, episodes)
     if not missing:
         return
-    recorded = state.attrs["source"]
+    recorded = read_state(store).attrs["source"]
+    if recorded.get("kind") == "hub":
+        from huggingface_hub import constants
+
+        if constants.is_offline_mode():
+            raise NotMaterializedError(f"{store}: HF_HUB_OFFLINE is set and episodes {missing[:20]} are not in the "
+                                       f"store")
+        files = HubFiles(recorded["repo_id"], recorded["commit"], revision=recorded.get("revision"), token=token,
+                         endpoint=recorded.get("endpoint"))
+        transcode(LeRobotSource(files), store, episodes=missing, progress=progress)
+        return
     origin = Path(recorded.get("path", ""))
     if recorded.get("kind") != "local" or not is_lerobot_folder(origin):
         raise NotMaterializedError(f"{store}: episodes {missing[:20]} are not in the store and its source "
                                    f"{recorded.get('path')!r} is not available to transcode them")
     transcode(LeRobotSource(origin), store, episodes=missing, progress=progress)
+
+
+def inspect(repo_id: str, *, revision: str | None = None, token: str | bool | None = None) -> DatasetMeta:
+    """What a Hub dataset holds, from its metadata alone (info.json, the episode table without per-episode stats,
+    tasks, stats.json): features, fps, robot type, episodes and their lengths, tasks, stats, and in
+    ``meta.source`` the bytes of data and videos on the Hub. No data file is read."""
+    revision, commit = resolve_revision(parse_repo_id(repo_id), revision, token=token)
+    files = HubFiles(repo_id, commit, revision=revision, token=token)
+    meta = DatasetMeta.from_source(LeRobotSource(files))
+    meta.source["hub_bytes"] = {top: sum(n for p, n in files.sizes.items() if p.startswith(top + "/"))
+                                for top in ("data", "videos", "meta")}
+    return meta

@@ -78,9 +78,10 @@ class DatasetMeta:
     def from_source(cls, source: LeRobotSource) -> DatasetMeta:
         """Metadata of a LeRobot folder that has no store yet (nothing materialized)."""
         t = source.episodes
+        stored = tuple(k for k, v in source.features.items() if v.kind in ("numeric", "image"))
         return cls(Path(source.files.location()), source.info, source.tasks, source.stats, source.record(),
                    t.start, t.end, t.length, np.zeros(len(t), dtype=bool), source.describe()["not_materialized"],
-                   tuple(source.stored_features))
+                   stored)
 
     def __repr__(self) -> str:
         return (f"DatasetMeta(root={str(self.root)!r}, fps={self.fps:g}, robot_type={self.robot_type!r}, "

@@ -17,6 +17,10 @@ __all__ = [
     "NotMaterializedError",
     "StoreError",
     "StoreLockedError",
+    "RepoNotFoundError",
+    "RevisionNotFoundError",
+    "HubAuthError",
+    "HubError",
 ]
 
 
@@ -58,3 +62,20 @@ class StoreError(LeRobotZarrError, ValueError):
 
 class StoreLockedError(LeRobotZarrError, BlockingIOError):
     """Another live process holds the store's writer lock."""
+
+
+class RepoNotFoundError(SourceNotFoundError):
+    """A Hub dataset repository does not exist (or is private and no token can see it)."""
+
+
+class RevisionNotFoundError(SourceNotFoundError):
+    """A branch, tag or commit does not exist in a Hub repository."""
+
+
+class HubAuthError(LeRobotZarrError, PermissionError):
+    """The Hub refused the request: private or gated repository without a (valid) token."""
+
+
+class HubError(LeRobotZarrError, ConnectionError):
+    """A Hub request failed after bounded retries (server error, dropped connection), or needs the network while
+    ``HF_HUB_OFFLINE`` is set."""

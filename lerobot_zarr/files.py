@@ -22,6 +22,8 @@ class SourceFiles(ABC):
 
     #: short name, for progress bars and cache folder names
     name: str
+    #: how many row-group reads may be in flight at once
+    concurrency: int = 1
 
     @abstractmethod
     def location(self, rel: str = "") -> str:
@@ -36,8 +38,8 @@ class SourceFiles(ABC):
         """The file's content; ``FileNotFoundError`` when missing."""
 
     @abstractmethod
-    def parquet(self, rel: str) -> pq.ParquetFile:
-        """The file opened as parquet, reading only what is asked of it (footer, then row groups)."""
+    def parquet(self, rel: str, metadata: pq.FileMetaData | None = None) -> pq.ParquetFile:
+        """The file opened as parquet, reading only what is asked of it (footer unless given, then row groups)."""
 
     @abstractmethod
     def list(self, folder: str) -> list[str]:
@@ -64,8 +66,8 @@ class LocalFiles(SourceFiles):
     def read_bytes(self, rel: str) -> bytes:
         return (self.root / rel).read_bytes()
 
-    def parquet(self, rel: str) -> pq.ParquetFile:
-        return pq.ParquetFile(self.root / rel)
+    def parquet(self, rel: str, metadata: pq.FileMetaData | None = None) -> pq.ParquetFile:
+        return pq.ParquetFile(self.root / rel, metadata=metadata)
 
     def list(self, folder: str) -> list[str]:
         base = self.root / folder

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import functools
 import io
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 import json
 import os
 from collections.abc import Iterator, Sequence
@@ -325,7 +327,6 @@ class LeRobotSource:
             self.episodes = self._read_episodes_v2()
             self.tasks = self._read_tasks_v2()
         self.stats = self._read_stats()
-        self._resolve_frame_shapes()
 
     # metadata -------------------------------------------------------------------------------------------
     def _read_episodes_v3(self) -> EpisodeTable:
@@ -456,9 +457,11 @@ class LeRobotSource:
             self.features[name] = FeatureSpec(spec.name, spec.dtype, spec.shape, spec.names, frame_shape)
 
     # data -----------------------------------------------------------------------------------------------
-    @property
+    @functools.cached_property
     def stored_features(self) -> dict[str, FeatureSpec]:
-        """Features whose frames live in the data parquet (numeric and image)."""
+        """Features whose frames live in the data parquet (numeric and image), with their stored per-frame shape
+        (read from the first data file's schema on first use: metadata-only readers never touch data files)."""
+        self._resolve_frame_shapes()
         return {k: v for k, v in self.features.items() if v.kind in ("numeric", "image")}
 
     @functools.cached_property
@@ -470,18 +473,32 @@ class LeRobotSource:
         return dict(self._record)
 
     def iter_episodes(self, episodes: Sequence[int]) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
-        """Yield ``(episode, {feature: frames})`` for the given episodes, reading each data file once.
+        """Yield ``(episode, {feature: frames})`` for the given episodes, reading only the row groups holding them.
 
-        Frames are validated against the episode table (episode_index and index columns).
+        Work is split into runs of consecutive row groups, read ``files.concurrency`` at a time (several range
+        requests in flight for a Hub repository). Frames are checked against the episode table.
         """
         by_file: dict[str, list[int]] = {}
         for e in sorted(set(int(e) for e in episodes)):
             by_file.setdefault(self.episodes.data_file[e], []).append(e)
         specs = self.stored_features
-        for rel, eps in by_file.items():
-            yield from self._read_file(rel, eps, specs)
+        units = (unit for rel, eps in by_file.items() for unit in self._plan_file(rel, eps, specs))
+        workers = getattr(self.files, "concurrency", 1)
+        if workers <= 1:
+            for unit in units:
+                yield from self._read_unit(*unit, specs)
+            return
+        with ThreadPoolExecutor(workers, thread_name_prefix="lerobot_zarr-fetch") as pool:
+            in_flight: deque = deque()
+            for unit in units:
+                in_flight.append(pool.submit(lambda u: list(self._read_unit(*u, specs)), unit))
+                if len(in_flight) >= 2 * workers:
+                    yield from in_flight.popleft().result()
+            while in_flight:
+                yield from in_flight.popleft().result()
 
-    def _read_file(self, rel: str, eps: list[int], specs: dict[str, FeatureSpec]):
+    def _plan_file(self, rel: str, eps: list[int], specs: dict[str, FeatureSpec]) -> list[tuple]:
+        """Check a data file's schema (footer only) and split the episodes asked for into row-group runs."""
         path = self.files.location(rel)
         if not self.files.exists(rel):
             raise SourceNotFoundError(f"{path}: data file of episode(s) {eps[:5]}{'...' if len(eps) > 5 else ''} not found")
@@ -498,7 +515,6 @@ class LeRobotSource:
         last_row = int(t.file_row[eps[-1]] + t.length[eps[-1]])
         if last_row > rg_start[-1]:
             raise SchemaMismatchError(f"{path}: holds {rg_start[-1]} rows, episode table needs rows up to {last_row}")
-        # Read only the row groups holding the episodes asked for, each run of consecutive ones at once.
         needed: set[int] = set()
         for e in eps:
             first = int(np.searchsorted(rg_start, t.file_row[e], side="right") - 1)
@@ -510,25 +526,34 @@ class LeRobotSource:
                 runs[-1].append(g)
             else:
                 runs.append([g])
-        numeric = {k: v for k, v in specs.items() if v.kind == "numeric"}
-        images = {k: v for k, v in specs.items() if v.kind == "image"}
-        pending = list(eps)
+        units = []
         for run in runs:
-            try:
-                table = pf.read_row_groups(run, columns=list(specs))
-            except (pa.ArrowInvalid, OSError) as exc:
-                raise CorruptSourceError(f"{path}: cannot read row groups {run[0]}..{run[-1]} ({exc})") from exc
             base, stop = int(rg_start[run[0]]), int(rg_start[run[-1] + 1])
-            # numeric columns: converted once per run (zero copy from Arrow where possible), sliced per episode
-            columns = {k: column_to_numpy(table.column(k), spec, path, base) for k, spec in numeric.items()}
-            while pending and t.file_row[pending[0]] + t.length[pending[0]] <= stop:
-                e = pending.pop(0)
-                r0, n = int(t.file_row[e]) - base, int(t.length[e])
-                frames = {k: col[r0:r0 + n] for k, col in columns.items()}
-                for k, spec in images.items():  # decoded per episode: bounded memory
-                    frames[k] = column_to_numpy(table.column(k).slice(r0, n), spec, f"{path} (episode {e})", r0 + base)
-                self._check_episode(frames, e, path)
-                yield e, frames
+            unit_eps = [e for e in eps if base <= t.file_row[e] and t.file_row[e] + t.length[e] <= stop]
+            units.append((rel, pf.metadata, run, base, unit_eps))
+        return units
+
+    def _read_unit(self, rel: str, metadata: pq.FileMetaData, run: list[int], base: int, eps: list[int],
+                   specs: dict[str, FeatureSpec]) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
+        """Read one run of row groups and cut it into episodes."""
+        path = self.files.location(rel)
+        t = self.episodes
+        try:
+            table = self.files.parquet(rel, metadata).read_row_groups(run, columns=list(specs))
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise CorruptSourceError(f"{path}: cannot read row groups {run[0]}..{run[-1]} ({exc})") from exc
+        # numeric columns: converted once per run (zero copy from Arrow where possible), sliced per episode
+        columns = {k: column_to_numpy(table.column(k), spec, path, base)
+                   for k, spec in specs.items() if spec.kind == "numeric"}
+        for e in eps:
+            r0, n = int(t.file_row[e]) - base, int(t.length[e])
+            frames = {k: col[r0:r0 + n] for k, col in columns.items()}
+            for k, spec in specs.items():
+                if spec.kind == "image":  # decoded per episode: bounded memory
+                    frames[k] = column_to_numpy(table.column(k).slice(r0, n), spec, f"{path} (episode {e})",
+                                                r0 + base)
+            self._check_episode(frames, e, path)
+            yield e, frames
 
     def _check_episode(self, frames: dict[str, np.ndarray], e: int, path: str) -> None:
         n = int(self.episodes.length[e])
