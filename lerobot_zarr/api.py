@@ -8,7 +8,7 @@ import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from .dataset import DatasetMeta, LeRobotZarrDataset
+from .dataset import DatasetMeta, EpisodeSelection, LeRobotZarrDataset
 from .errors import HubError, NotMaterializedError, SourceNotFoundError
 from .hub import REPO_ID, HubFiles, parse_repo_id, resolve_revision
 from .source import LeRobotSource, is_lerobot_folder
@@ -44,7 +44,7 @@ def open_dataset(
     source: str | os.PathLike,
     *,
     root: str | os.PathLike | None = None,
-    episodes: Sequence[int] | None = None,
+    episodes: EpisodeSelection | None = None,
     delta_timestamps: Mapping[str, Sequence[float]] | None = None,
     revision: str | None = None,
     token: str | bool | None = None,
@@ -57,7 +57,8 @@ def open_dataset(
         source: a LeRobot dataset folder (v3.x or v2.x), a store folder made by this package, or a Hub dataset
             repo id ``org/name`` (only the episodes asked for are downloaded, by range reads of their row groups).
         root: where the store lives; default under :func:`cache_home`, keyed by source (and Hub commit).
-        episodes: episode indices to use (default all); missing ones are fetched/transcoded into the store.
+        episodes: episode indices to use (default all), or ``{episode: slice(first, stop)}`` for frame ranges
+            (whole episodes are stored; windows see the whole episode); missing ones are fetched or transcoded.
         delta_timestamps: ``{feature: [seconds, ...]}`` temporal windows, as in LeRobotDataset.
         revision: Hub branch, tag or commit (default: LeRobot's choice, tag ``v3.0``); token: Hub token.
         image_format: ``"uint8_hwc"`` (default) or LeRobot's ``"float32_chw"`` in [0, 1].
@@ -117,13 +118,13 @@ def _open_hub(repo_id: str, *, root, episodes, revision, token, progress) -> Pat
     return store
 
 
-def _missing_episodes(store: Path, episodes: Sequence[int] | None) -> list[int]:
+def _missing_episodes(store: Path, episodes: EpisodeSelection | None) -> list[int]:
     complete = read_state(store).complete_episodes()
     wanted = range(len(complete)) if episodes is None else episodes
     return sorted({int(e) for e in wanted if 0 <= e < len(complete) and not complete[e]})
 
 
-def _materialize_from_recorded_source(store: Path, episodes: Sequence[int] | None, progress: bool,
+def _materialize_from_recorded_source(store: Path, episodes: EpisodeSelection | None, progress: bool,
                                       token: str | bool | None = None) -> None:
     """Transcode requested episodes a store lacks from the source it was made from, if that is reachable."""
     if episodes is None:

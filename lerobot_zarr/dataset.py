@@ -115,6 +115,38 @@ def _window_offsets(delta_timestamps: Mapping[str, Sequence[float]] | None, fps:
     return out
 
 
+EpisodeSelection = Sequence[int] | Mapping[int, slice | range | tuple[int, int] | None]
+
+
+def episode_ranges(episodes: EpisodeSelection, lengths: np.ndarray) -> list[tuple[int, int, int]]:
+    """Normalise an episode selection to sorted ``(episode, first_frame, stop_frame)`` triples.
+
+    ``[3, 5]`` selects whole episodes; ``{3: slice(100, 200), 5: None}`` selects frames 100..199 of episode 3
+    (episode-local frame indices, negative ones from the end, step 1) and all of episode 5. Like LeRobot's
+    filtering, the order given does not matter: frames come in episode order.
+    """
+    items = episodes.items() if isinstance(episodes, Mapping) else ((e, None) for e in episodes)
+    out: dict[int, tuple[int, int, int]] = {}
+    for e, frames in items:
+        e = operator.index(e)
+        if not 0 <= e < len(lengths):
+            raise FrameIndexError(f"episode {e} does not exist ({len(lengths)} episodes)")
+        n = int(lengths[e])
+        if frames is None:
+            first, stop = 0, n
+        else:
+            if isinstance(frames, tuple):
+                frames = slice(*frames)
+            if not isinstance(frames, (slice, range)) or frames.step not in (None, 1):
+                raise ValueError(f"episode {e}: frames must be a slice, range or (first, stop) of step 1, "
+                                 f"got {frames!r}")
+            first, stop, _ = slice(frames.start, frames.stop).indices(n)
+            if stop <= first:
+                raise FrameIndexError(f"episode {e}: frame range {frames!r} is empty for an episode of {n} frames")
+        out[e] = (e, first, stop)
+    return [out[e] for e in sorted(out)]
+
+
 class _Window:
     """A windowed feature's view with its frame offsets, precomputed for the sampling hot path."""
 
@@ -137,11 +169,12 @@ class _Window:
 class LeRobotZarrDataset:
     """Random access to a store's frames, as ``LeRobotDataset`` returns them but in numpy.
 
-    ``len(ds)`` is the number of frames of the selected episodes; ``ds[i]`` is the i-th of them. The object
+    ``len(ds)`` is the number of frames of the selected episodes (or frame ranges of episodes: windows still see
+    the whole episode, padding only at its true edges); ``ds[i]`` is the i-th of them. The object
     pickles as its arguments and reopens its maps lazily in each process, so it works in DataLoader workers.
     """
 
-    def __init__(self, root: str | os.PathLike, *, episodes: Sequence[int] | None = None,
+    def __init__(self, root: str | os.PathLike, *, episodes: EpisodeSelection | None = None,
                  delta_timestamps: Mapping[str, Sequence[float]] | None = None, image_format: str = "uint8_hwc",
                  max_open_maps: int = _DEFAULT_MAX_MAPS):
         if image_format not in IMAGE_FORMATS:
@@ -150,7 +183,8 @@ class LeRobotZarrDataset:
         state = read_state(self.root)
         self._offsets = _window_offsets(delta_timestamps, float(state.attrs["info"]["fps"]), list(state.arrays),
                                         state.attrs.get("not_materialized", {}))
-        self._args = (str(root), None if episodes is None else [int(e) for e in episodes],
+        ranges = None if episodes is None else episode_ranges(episodes, state.episode_length)
+        self._args = (str(root), ranges,
                       None if delta_timestamps is None else {k: list(v) for k, v in delta_timestamps.items()},
                       image_format, int(max_open_maps))
         self.meta = DatasetMeta.from_state(state)
@@ -158,24 +192,24 @@ class LeRobotZarrDataset:
         self._specs = state.arrays
         n_ep = self.meta.total_episodes
         present = self.meta.materialized_episodes
-        if episodes is None:
+        if ranges is None:
             selected = np.flatnonzero(present)
+            first = np.zeros(len(selected), dtype=np.int64)
+            stop = self.meta.episode_length[selected]
         else:
-            # LeRobot filters frames in file order: the selection is a set, in episode order
-            selected = np.unique(np.asarray(self._args[1], dtype=np.int64))
-            bad = selected[(selected < 0) | (selected >= n_ep)]
-            if bad.size:
-                raise FrameIndexError(f"{self.root}: episode {int(bad[0])} does not exist ({n_ep} episodes)")
+            table = np.array(ranges, dtype=np.int64).reshape(-1, 3)
+            selected, first, stop = table[:, 0], table[:, 1], table[:, 2]
             absent = selected[~present[selected]]
             if absent.size:
                 raise NotMaterializedError(f"{self.root}: episodes {absent.tolist()[:20]} are not in the local store")
         self.episodes = selected
         self.delta_timestamps = self._args[2]
-        lengths = self.meta.episode_length[selected]
-        self._cum = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        self._first = first  # selected frames of episode k: [first[k], stop[k]) (whole episodes by default)
+        self._cum = np.concatenate([[0], np.cumsum(stop - first)]).astype(np.int64)
         self._len = int(self._cum[-1])
         self._cum_list = self._cum.tolist()
         self._sel_list = selected.tolist()
+        self._first_list = first.tolist()
         self._length_list = self.meta.episode_length.tolist()
         self._tasks = np.array(self.meta.tasks, dtype=object)
         self._max_maps = max(1, int(max_open_maps) // max(1, len(self._specs)))
@@ -187,7 +221,8 @@ class LeRobotZarrDataset:
         return self._args
 
     def __setstate__(self, args: tuple) -> None:
-        root, episodes, deltas, image_format, max_maps = args
+        root, ranges, deltas, image_format, max_maps = args
+        episodes = None if ranges is None else {e: (first, stop) for e, first, stop in ranges}
         self.__init__(root, episodes=episodes, delta_timestamps=deltas, image_format=image_format,
                       max_open_maps=max_maps)
 
@@ -251,7 +286,7 @@ class LeRobotZarrDataset:
         if not 0 <= i < n:
             raise FrameIndexError(f"frame index {index} is out of range for a dataset of {n} frames")
         k = bisect_right(self._cum_list, i) - 1
-        return self._sel_list[k], i - self._cum_list[k]
+        return self._sel_list[k], i - self._cum_list[k] + self._first_list[k]
 
     def _locate_many(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         idx = np.asarray(indices)
@@ -266,7 +301,7 @@ class LeRobotZarrDataset:
             raise FrameIndexError(f"frame index {int(np.asarray(indices).reshape(-1)[np.argmax(bad)])} is out of "
                                   f"range for a dataset of {self._len} frames")
         k = np.searchsorted(self._cum, idx, side="right") - 1
-        return self.episodes[k], idx - self._cum[k]
+        return self.episodes[k], idx - self._cum[k] + self._first[k]
 
     def _image_out(self, out: dict[str, Any]) -> None:
         if self.image_format == "float32_chw":
@@ -383,7 +418,7 @@ class LeRobotZarrDataset:
         return out
 
     def episode_frames(self, episode_index: int) -> range:
-        """Dataset indices (for ``ds[i]``) of the frames of one selected episode."""
+        """Dataset indices (for ``ds[i]``) of the selected frames of one selected episode."""
         hits = np.flatnonzero(self.episodes == operator.index(episode_index))
         if not hits.size:
             raise FrameIndexError(f"episode {episode_index} is not selected in this dataset")

@@ -13,6 +13,7 @@ import hashlib
 import io
 import json
 import pathlib
+import pickle
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -489,3 +490,24 @@ def test_v21_source_windows(tmp_path):
     for i in range(len(ds)):
         assert_item_equal(ds[i], items[i])
     assert_batch_equal(ds.get_batch(np.arange(len(ds))[::-1]), items[::-1])
+
+
+def test_frame_range_selection(sample):
+    """{episode: slice} selects frames of an episode; windows still see (and pad at) the whole episode."""
+    _, store, ref = sample
+    deltas = {"action": [k / FPS for k in range(-2, 4)]}
+    lo3, hi3 = ref.bounds[3]
+    ds = open_ds(store, episodes={5: None, 3: slice(1, -1)}, delta_timestamps=deltas)
+    frames = list(range(lo3 + 1, hi3 - 1)) + list(range(*ref.bounds[5]))
+    assert len(ds) == len(frames)
+    full = ref.frames()
+    items = [ref.item(full, g, deltas) for g in frames]  # in a full dataset index == global frame
+    for i, want in enumerate(items):
+        assert_item_equal(ds[i], want)
+    assert_batch_equal(ds.get_batch(np.arange(len(ds))), items)
+    assert ds.episode_frames(3) == range(0, hi3 - lo3 - 2)
+    assert pickle.loads(pickle.dumps(ds))[0]["index"] == ds[0]["index"]
+    with pytest.raises(FrameIndexError):
+        open_ds(store, episodes={3: slice(hi3 - lo3, None)})  # empty range
+    with pytest.raises(ValueError):
+        open_ds(store, episodes={3: slice(0, 4, 2)})
