@@ -1,4 +1,4 @@
-"""Command line: ``lerobot-zarr demo | info SOURCE | convert SOURCE``."""
+"""Command line: ``lerobot-zarr demo | info SOURCE | convert SOURCE`` (SOURCE: folder, store or Hub repo id)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,11 @@ from pathlib import Path
 
 import numpy as np
 
-from .api import open_dataset
+from .api import inspect, open_dataset
 from .dataset import DatasetMeta, LeRobotZarrDataset
 from .source import LeRobotSource, is_lerobot_folder
 from .errors import LeRobotZarrError
+from .hub import REPO_ID
 
 __all__ = ["main", "describe"]
 
@@ -48,6 +49,9 @@ def describe(meta: DatasetMeta) -> str:
             if name in m.stored_features and "mean" in s:
                 mean = np.asarray(s["mean"], dtype=float).reshape(-1)
                 lines.append(f"  {name:<32} {np.array2string(mean[:4], precision=3)}{' ...' if mean.size > 4 else ''}")
+    hub_bytes = m.source.get("hub_bytes")
+    if hub_bytes:
+        lines.append("on the Hub:   " + ", ".join(f"{k}/ {v / 1e6:.1f} MB" for k, v in hub_bytes.items()))
     if n_local:
         lines.append(f"local size:   {_size_on_disk(m.root) / 1e6:.1f} MB")
     else:
@@ -73,10 +77,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     demo = sub.add_parser("demo", help="generate a sample LeRobot dataset, transcode it, sample it, time it")
     demo.add_argument("--dir", type=Path, default=None, help="work folder (default: a temporary one)")
     demo.add_argument("--episodes", type=int, default=300, help="episodes in the generated dataset")
-    info = sub.add_parser("info", help="describe a LeRobot dataset folder or a store")
-    info.add_argument("source")
-    convert = sub.add_parser("convert", help="transcode a LeRobot dataset folder into a store")
-    convert.add_argument("source")
+    info = sub.add_parser("info", help="describe a LeRobot dataset folder, a store, or a Hub repo (metadata only)")
+    info.add_argument("source", help="folder, store or Hub repo id org/name")
+    info.add_argument("--revision", default=None, help="Hub branch, tag or commit")
+    convert = sub.add_parser("convert", help="transcode a LeRobot dataset folder or Hub repo into a store")
+    convert.add_argument("source", help="folder or Hub repo id org/name")
+    convert.add_argument("--revision", default=None, help="Hub branch, tag or commit")
     convert.add_argument("--root", type=Path, default=None, help="store folder (default: the cache)")
     convert.add_argument("--episodes", default=None, help="e.g. 0,3,5-9 (default: all)")
     args = parser.parse_args(argv)
@@ -87,11 +93,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             run_demo(args.dir, n_episodes=args.episodes)
         elif args.command == "info":
             path = Path(args.source)
-            meta = (DatasetMeta.from_source(LeRobotSource(path)) if is_lerobot_folder(path)
-                    else LeRobotZarrDataset(path).meta)
+            if is_lerobot_folder(path):
+                meta = DatasetMeta.from_source(LeRobotSource(path))
+            elif path.exists() or not REPO_ID.match(args.source):
+                meta = LeRobotZarrDataset(path).meta
+            else:
+                meta = inspect(args.source, revision=args.revision)
             print(describe(meta))
         elif args.command == "convert":
-            ds = open_dataset(args.source, root=args.root, episodes=_parse_episodes(args.episodes))
+            ds = open_dataset(args.source, root=args.root, episodes=_parse_episodes(args.episodes),
+                              revision=args.revision)
             print(describe(ds.meta))
     except LeRobotZarrError as exc:
         print(f"lerobot-zarr: error: {exc}", file=sys.stderr)
