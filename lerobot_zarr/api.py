@@ -50,6 +50,7 @@ def open_dataset(
     token: str | bool | None = None,
     image_format: str = "uint8_hwc",
     progress: bool = True,
+    lazy: bool = False,
 ) -> LeRobotZarrDataset:
     """Open a LeRobot dataset (folder or Hub repo; transcoded into a local store on first use) or a store.
 
@@ -63,26 +64,33 @@ def open_dataset(
         revision: Hub branch, tag or commit (default: LeRobot's choice, tag ``v3.0``); token: Hub token.
         image_format: ``"uint8_hwc"`` (default) or LeRobot's ``"float32_chw"`` in [0, 1].
         progress: show a progress bar while transcoding (also off with HF_HUB_DISABLE_PROGRESS_BARS=1).
+        lazy: fetch nothing up front (the store holds the metadata only) and fetch each episode the first time a
+            sample touches it, in the process that samples (DataLoader workers use the default Hub credentials,
+            not ``token``). Off by default: a training step that hits the network is slow and can fail; offline,
+            touching a missing episode raises ``NotMaterializedError`` naming it.
     """
     path = Path(source).expanduser()
     if has_commit_point(path):
         if root is not None and Path(root).resolve() != path.resolve():
             raise ValueError(f"{path} is a store already; root={root!r} would be a second copy")
         store = path
-        _materialize_from_recorded_source(store, episodes, progress, token)
+        if not lazy:
+            materialize(store, episodes, progress=progress, token=token)
     elif is_lerobot_folder(path):
         if revision is not None:
             raise ValueError(f"{path}: revision={revision!r} applies to Hub repositories, not to a local folder")
         src = LeRobotSource(path)
         store = Path(root).expanduser() if root is not None else store_path_for(src)
-        transcode(src, store, episodes=episodes, progress=progress)
+        transcode(src, store, episodes=[] if lazy else episodes, progress=progress)
     elif path.exists():
         raise SourceNotFoundError(f"{path}: neither a LeRobot dataset folder (meta/info.json) nor a lerobot_zarr store")
     elif isinstance(source, str) and REPO_ID.match(source):
-        store = _open_hub(source, root=root, episodes=episodes, revision=revision, token=token, progress=progress)
+        store = _open_hub(source, root=root, episodes=[] if lazy else episodes, revision=revision, token=token,
+                          progress=progress)
     else:
         raise SourceNotFoundError(f"{source}: no such folder, and not a Hub repo id of the form 'org/name'")
-    return LeRobotZarrDataset(store, episodes=episodes, delta_timestamps=delta_timestamps, image_format=image_format)
+    return LeRobotZarrDataset(store, episodes=episodes, delta_timestamps=delta_timestamps, image_format=image_format,
+                              lazy=lazy)
 
 
 def _hub_home(repo_id: str) -> Path:
@@ -124,9 +132,11 @@ def _missing_episodes(store: Path, episodes: EpisodeSelection | None) -> list[in
     return sorted({int(e) for e in wanted if 0 <= e < len(complete) and not complete[e]})
 
 
-def _materialize_from_recorded_source(store: Path, episodes: EpisodeSelection | None, progress: bool,
-                                      token: str | bool | None = None) -> None:
-    """Transcode requested episodes a store lacks from the source it was made from, if that is reachable."""
+def materialize(store: str | os.PathLike, episodes: EpisodeSelection | None, *, progress: bool = True,
+                token: str | bool | None = None) -> None:
+    """Fetch or transcode the episodes a store lacks from the source it was made from (Hub repo at its recorded
+    commit, or local folder), if that is reachable."""
+    store = Path(store)
     if episodes is None:
         return
     missing = _missing_episodes(store, episodes)

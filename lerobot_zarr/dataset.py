@@ -176,7 +176,7 @@ class LeRobotZarrDataset:
 
     def __init__(self, root: str | os.PathLike, *, episodes: EpisodeSelection | None = None,
                  delta_timestamps: Mapping[str, Sequence[float]] | None = None, image_format: str = "uint8_hwc",
-                 max_open_maps: int = _DEFAULT_MAX_MAPS):
+                 max_open_maps: int = _DEFAULT_MAX_MAPS, lazy: bool = False):
         if image_format not in IMAGE_FORMATS:
             raise ValueError(f"image_format must be one of {IMAGE_FORMATS}, got {image_format!r}")
         self.root = Path(root)
@@ -186,21 +186,23 @@ class LeRobotZarrDataset:
         ranges = None if episodes is None else episode_ranges(episodes, state.episode_length)
         self._args = (str(root), ranges,
                       None if delta_timestamps is None else {k: list(v) for k, v in delta_timestamps.items()},
-                      image_format, int(max_open_maps))
+                      image_format, int(max_open_maps), bool(lazy))
         self.meta = DatasetMeta.from_state(state)
         self.image_format = image_format
         self._specs = state.arrays
         n_ep = self.meta.total_episodes
         present = self.meta.materialized_episodes
+        self._lazy = lazy
+        self._present = present.copy()
         if ranges is None:
-            selected = np.flatnonzero(present)
+            selected = np.arange(n_ep) if lazy else np.flatnonzero(present)
             first = np.zeros(len(selected), dtype=np.int64)
             stop = self.meta.episode_length[selected]
         else:
             table = np.array(ranges, dtype=np.int64).reshape(-1, 3)
             selected, first, stop = table[:, 0], table[:, 1], table[:, 2]
             absent = selected[~present[selected]]
-            if absent.size:
+            if absent.size and not lazy:
                 raise NotMaterializedError(f"{self.root}: episodes {absent.tolist()[:20]} are not in the local store")
         self.episodes = selected
         self.delta_timestamps = self._args[2]
@@ -221,10 +223,10 @@ class LeRobotZarrDataset:
         return self._args
 
     def __setstate__(self, args: tuple) -> None:
-        root, ranges, deltas, image_format, max_maps = args
+        root, ranges, deltas, image_format, max_maps, lazy = args
         episodes = None if ranges is None else {e: (first, stop) for e, first, stop in ranges}
         self.__init__(root, episodes=episodes, delta_timestamps=deltas, image_format=image_format,
-                      max_open_maps=max_maps)
+                      max_open_maps=max_maps, lazy=lazy)
 
     def __repr__(self) -> str:
         return (f"LeRobotZarrDataset(root={str(self.root)!r}, frames={self._len}, episodes={len(self.episodes)}, "
@@ -263,6 +265,8 @@ class LeRobotZarrDataset:
         self._tick += 1
         self._last_used[eps] = self._tick
         need = np.unique(eps[~self._mapped[eps]])
+        if self._lazy and not self._present[need].all():
+            self._fetch(need[~self._present[need]])
         excess = self._n_mapped + len(need) - self._max_maps
         if excess > 0:
             candidates = np.flatnonzero(self._mapped & (self._last_used < self._tick))
@@ -278,6 +282,16 @@ class LeRobotZarrDataset:
                 region.map(e)
             self._mapped[e] = True
             self._n_mapped += 1
+
+    def _fetch(self, episodes: np.ndarray) -> None:
+        """Lazy mode: bring missing episodes into the store from its recorded source (Hub or local folder)."""
+        from .api import materialize
+
+        materialize(self.root, episodes.tolist(), progress=False)
+        self._present = read_state(self.root).complete_episodes()
+        absent = episodes[~self._present[episodes]]
+        if absent.size:
+            raise NotMaterializedError(f"{self.root}: episodes {absent.tolist()[:20]} could not be fetched")
 
     # index arithmetic -----------------------------------------------------------------------------------
     def _locate(self, index: int) -> tuple[int, int]:

@@ -12,6 +12,7 @@ import re
 from urllib.parse import quote
 from collections.abc import Iterable
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .errors import CorruptSourceError, HubAuthError, HubError, RepoNotFoundError, RevisionNotFoundError
@@ -23,6 +24,7 @@ __all__ = ["HubFiles", "resolve_revision", "parse_repo_id", "REPO_ID"]
 REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _SHA = re.compile(r"^[0-9a-f]{40}$")
 _RETRIES = 4
+_FOOTER_GUESS = 16 * 1024
 _BACKOFF_S = 0.25
 
 
@@ -174,7 +176,24 @@ class HubFiles(SourceFiles):
         return self.get(rel)
 
     def parquet(self, rel: str, metadata: pq.FileMetaData | None = None) -> pq.ParquetFile:
-        return pq.ParquetFile(_RangeFile(self, rel), metadata=metadata, pre_buffer=True)
+        return pq.ParquetFile(_RangeFile(self, rel), metadata=metadata or self._footer(rel), pre_buffer=True)
+
+    def _footer(self, rel: str) -> pq.FileMetaData:
+        """Read just the parquet footer: its tail first (one small request), the rest only if it is longer."""
+        size = self.size(rel)
+        tail = self.get(rel, max(0, size - _FOOTER_GUESS), size)
+        if len(tail) < 8 or tail[-4:] != b"PAR1":
+            raise CorruptSourceError(f"{self.location(rel)}: not a parquet file (no PAR1 magic at its end)")
+        length = int.from_bytes(tail[-8:-4], "little")
+        if length + 8 > size - 4:
+            raise CorruptSourceError(f"{self.location(rel)}: parquet footer of {length} bytes does not fit the file")
+        if length + 8 > len(tail):
+            tail = self.get(rel, size - 8 - length, size - len(tail)) + tail
+        footer = tail[-8 - length:]
+        try:
+            return pq.read_metadata(pa.BufferReader(b"PAR1" + footer))
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise CorruptSourceError(f"{self.location(rel)}: unreadable parquet footer ({exc})") from exc
 
     def list(self, folder: str) -> list[str]:
         prefix = folder.rstrip("/") + "/"

@@ -1,0 +1,188 @@
+"""Shared helpers for the Hub tests (test_hub_open.py, test_hub_errors.py): client settings pointed at a test
+HubServer, the real datasets, dataset comparison and parquet row-group byte ranges.
+
+The real ``huggingface_hub`` client is used throughout; only its settings are changed (endpoint, Xet off,
+telemetry off, offline flag, token and cache locations isolated per test), never its logic.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+import lerobot_zarr  # noqa: F401  (sets zarr's rectilinear-chunks switch before anything else touches zarr)
+from huggingface_hub import constants as hf_constants
+
+DATASETS_DIR = (Path(__file__).resolve().parents[1] / ".." / "shared" / "datasets").resolve()
+#: real dataset folder -> the tag it is served under (LeRobot's revision resolution picks it)
+REAL_DATASETS = {"record-test": "v3.0", "open_50": "v3.0", "G1-policy-train": "v2.1"}
+#: requests the huggingface_hub client makes on its own, once per process (agent-harness registry)
+CLIENT_NOISE = ("/api/agent-harnesses",)
+
+
+def real_dataset(name: str) -> Path:
+    """Path of a real dataset folder, or skip the test when it is absent."""
+    path = DATASETS_DIR / name
+    if not (path / "meta" / "info.json").is_file():
+        pytest.skip(f"real LeRobot dataset {name!r} not found at {path} (../shared/datasets); skipping")
+    return path
+
+
+@dataclass
+class HubEnv:
+    """Per-test client settings: where huggingface_hub's and lerobot_zarr's caches live, and the offline switch."""
+
+    endpoint: str
+    hf_home: Path
+    hf_cache: Path
+    zarr_home: Path
+    monkeypatch: pytest.MonkeyPatch
+
+    def offline(self, value: bool = True) -> None:
+        self.monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", value)
+
+
+def make_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, endpoint: str) -> HubEnv:
+    """Point huggingface_hub (read at call time) and lerobot_zarr at ``endpoint`` and at caches under tmp_path."""
+    hf_home = tmp_path / "hf_home"
+    hf_cache = hf_home / "hub"
+    zarr_home = tmp_path / "zarr_home"
+    monkeypatch.setattr(hf_constants, "ENDPOINT", endpoint)
+    monkeypatch.setattr(hf_constants, "HF_HUB_DISABLE_XET", True)
+    monkeypatch.setattr(hf_constants, "HF_HUB_DISABLE_TELEMETRY", True)
+    monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(hf_constants, "HF_HOME", str(hf_home))
+    monkeypatch.setattr(hf_constants, "HF_HUB_CACHE", str(hf_cache))
+    monkeypatch.setattr(hf_constants, "HF_TOKEN_PATH", str(hf_home / "token"))
+    monkeypatch.setattr(hf_constants, "HF_STORED_TOKENS_PATH", str(hf_home / "stored_tokens"), raising=False)
+    for var in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_ENDPOINT", "HF_OIDC_RESOURCE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("LEROBOT_ZARR_HOME", str(zarr_home))
+    monkeypatch.setenv("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    return HubEnv(endpoint, hf_home, hf_cache, zarr_home, monkeypatch)
+
+
+# ------------------------------------------------------------------------------------------------ requests
+
+
+def lib_requests(server, method: str | None = None, path_contains: str | None = None) -> list:
+    """Requests the server saw, without the client's own once-per-process registry fetch."""
+    return [r for r in server.requests(method, path_contains) if not any(n in r.path for n in CLIENT_NOISE)]
+
+
+def resolve_prefix(repo_id: str, commit: str | None = None) -> str:
+    """URL-decoded path prefix of file downloads of a dataset repo (optionally at one commit)."""
+    return f"/datasets/{repo_id}/resolve/" + (f"{commit}/" if commit else "")
+
+
+_RANGE = re.compile(r"bytes=(\d+)-(\d*)$")
+
+
+def parse_range(header: str | None, size: int) -> tuple[int, int]:
+    """``[start, stop)`` of a ``Range: bytes=s-e`` header (the whole file without one)."""
+    if header is None:
+        return 0, size
+    m = _RANGE.fullmatch(header.strip())
+    assert m, f"unexpected Range header {header!r}"
+    start = int(m.group(1))
+    stop = int(m.group(2)) + 1 if m.group(2) else size
+    return start, min(stop, size)
+
+
+# ------------------------------------------------------------------------------------------------ parquet
+
+
+@dataclass(frozen=True)
+class RowGroup:
+    index: int
+    start: int  # first byte of its first column chunk
+    stop: int  # one past the last byte of its last column chunk
+    compressed: int  # sum of the column chunks' total_compressed_size
+    num_rows: int
+
+
+def row_groups(path: Path) -> list[RowGroup]:
+    """Byte ranges of a parquet file's row groups, from its footer."""
+    md = pq.ParquetFile(path).metadata
+    out = []
+    for i in range(md.num_row_groups):
+        rg = md.row_group(i)
+        cols = [rg.column(j) for j in range(rg.num_columns)]
+        starts = [c.dictionary_page_offset if c.has_dictionary_page and c.dictionary_page_offset is not None
+                  else c.data_page_offset for c in cols]  # fmt: skip
+        stops = [s + c.total_compressed_size for s, c in zip(starts, cols, strict=True)]
+        out.append(RowGroup(i, min(starts), max(stops), sum(c.total_compressed_size for c in cols), rg.num_rows))
+    return out
+
+
+def footer_size(path: Path) -> int:
+    """Bytes of the parquet footer (metadata + length + magic)."""
+    return pq.ParquetFile(path).metadata.serialized_size + 8
+
+
+def column_chunk_ranges(path: Path, prefix: str) -> list[tuple[int, int]]:
+    """Byte ranges ``[start, stop)`` of the column chunks whose path starts with ``prefix`` (all row groups)."""
+    md = pq.ParquetFile(path).metadata
+    out = []
+    for i in range(md.num_row_groups):
+        rg = md.row_group(i)
+        for j in range(rg.num_columns):
+            c = rg.column(j)
+            if c.path_in_schema.startswith(prefix):
+                start = (c.dictionary_page_offset if c.has_dictionary_page and c.dictionary_page_offset is not None
+                         else c.data_page_offset)  # fmt: skip
+                out.append((start, start + c.total_compressed_size))
+    return out
+
+
+def overlaps(a: tuple[int, int], b: tuple[int, int]) -> bool:
+    return a[0] < b[1] and b[0] < a[1]
+
+
+# ------------------------------------------------------------------------------------------------ comparison
+
+
+def assert_same_frames(got, want, what: str = "") -> None:
+    """Two open datasets hold the same frames: every feature (and the task strings), bit for bit."""
+    assert len(got) == len(want), f"{what}: {len(got)} frames, expected {len(want)}"
+    assert list(got.episodes) == list(want.episodes), what
+    idx = np.arange(len(want))
+    a, b = got.get_batch(idx), want.get_batch(idx)
+    assert sorted(a) == sorted(b), f"{what}: keys {sorted(a)} != {sorted(b)}"
+    for key in b:
+        if key == "task":
+            assert list(a[key]) == list(b[key]), f"{what}: task strings differ"
+            continue
+        x, y = np.asarray(a[key]), np.asarray(b[key])
+        assert x.dtype == y.dtype and x.shape == y.shape, f"{what}: {key} {x.dtype}{x.shape} != {y.dtype}{y.shape}"
+        # bit for bit (NaNs included)
+        assert x.tobytes() == y.tobytes(), f"{what}: feature {key!r} differs"
+    assert got.meta.tasks == want.meta.tasks, what
+    assert np.array_equal(got.meta.episode_length, want.meta.episode_length), what
+
+
+def files_under(root: Path) -> list[Path]:
+    return sorted(p for p in Path(root).rglob("*") if p.is_file()) if Path(root).exists() else []
+
+
+def no_hf_data_copies(env: HubEnv) -> None:
+    """Nothing of the data went through huggingface_hub's cache or a local_dir copy."""
+    parquet = [p for p in files_under(env.hf_home) if p.suffix == ".parquet"]
+    assert parquet == [], f"parquet files under HF_HOME: {parquet[:5]}"
+    cached = files_under(env.hf_cache)
+    assert cached == [], f"files in the huggingface_hub cache: {cached[:5]}"
+    for base in (env.hf_home, env.zarr_home):
+        local_dir_meta = [p for p in Path(base).rglob(".cache")] if Path(base).exists() else []
+        assert local_dir_meta == [], f"local_dir download metadata found: {local_dir_meta[:5]}"
+    zarr_parquet = [p for p in files_under(env.zarr_home) if p.suffix in (".parquet", ".mp4")]
+    assert zarr_parquet == [], f"source files copied into the store folder: {zarr_parquet[:5]}"
+
+
+def has_env_value(name: str) -> bool:
+    return bool(os.environ.get(name))

@@ -1,0 +1,83 @@
+"""Lazy mode: episodes are fetched from the Hub the first time a sample touches them, and only then."""
+
+from __future__ import annotations
+
+import pickle
+
+import huggingface_hub.constants as hf_constants
+import numpy as np
+import pytest
+
+import lerobot_zarr
+from lerobot_zarr.sample_data import write_sample_dataset
+from lerobot_zarr.testing.hub_server import HubServer
+
+
+@pytest.fixture
+def hub(tmp_path, monkeypatch):
+    src = write_sample_dataset(tmp_path / "src", n_episodes=10, lengths=(20, 40), episodes_per_file=5)
+    with HubServer(tmp_path / "server") as server:
+        server.add_repo("org/lazy", src, tags=["v3.0"])
+        monkeypatch.setattr(hf_constants, "ENDPOINT", server.endpoint)
+        monkeypatch.setattr(hf_constants, "HF_HUB_DISABLE_XET", True)
+        monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", False)
+        monkeypatch.setenv("LEROBOT_ZARR_HOME", str(tmp_path / "home"))
+        yield server, src
+
+
+def data_requests(server, src) -> list:
+    """Requests for data files other than reads of their footer (store creation reads one for the schema)."""
+    out = []
+    for r in server.requests(method="GET"):
+        if "/data/" not in r.path:
+            continue
+        rel = "data/" + r.path.split("/data/", 1)[1]
+        size = (src / rel).stat().st_size
+        if not (r.range and r.range.endswith(f"-{size - 1}")):
+            out.append(r)
+    return out
+
+
+def test_lazy_fetches_on_first_touch_only(hub, tmp_path):
+    server, src = hub
+    reference = lerobot_zarr.open_dataset(src, root=tmp_path / "local", progress=False)
+    ds = lerobot_zarr.open_dataset("org/lazy", lazy=True, progress=False)
+    assert len(ds) == len(reference)
+    assert not data_requests(server, src), "lazy open fetched data"
+    last = len(ds) - 1  # in episode 9, in the second data file
+    server.reset_stats()
+    item = ds[last]
+    fetched = data_requests(server, src)
+    assert fetched and all("file-001" in r.path for r in fetched)
+    want = reference[last]
+    for key in ("observation.state", "action", "index", "episode_index"):
+        np.testing.assert_array_equal(item[key], want[key])
+    server.reset_stats()
+    ds[last - 1]  # same episode: already local
+    assert not data_requests(server, src)
+    assert ds.meta.materialized_episodes.sum() == 0  # meta is the state at open; the store has grown
+    assert lerobot_zarr.LeRobotZarrDataset(ds.root).meta.materialized_episodes.tolist() == [False] * 9 + [True]
+
+
+def test_lazy_batch_and_pickled_copy(hub, tmp_path):
+    server, src = hub
+    reference = lerobot_zarr.open_dataset(src, root=tmp_path / "local", progress=False)
+    ds = lerobot_zarr.open_dataset("org/lazy", lazy=True, progress=False)
+    copy = pickle.loads(pickle.dumps(ds))
+    idx = np.arange(len(ds))
+    batch, want = copy.get_batch(idx), reference.get_batch(idx)
+    for key in want:
+        np.testing.assert_array_equal(np.asarray(batch[key]), np.asarray(want[key]), err_msg=key)
+
+
+def test_lazy_offline_names_missing_episode(hub, monkeypatch):
+    server, _ = hub
+    ds = lerobot_zarr.open_dataset("org/lazy", lazy=True, progress=False)
+    ds[0]
+    monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", True)
+    server.reset_stats()
+    offline = lerobot_zarr.open_dataset("org/lazy", lazy=True, progress=False)
+    offline[0]
+    with pytest.raises(lerobot_zarr.NotMaterializedError, match=r"\[9\]"):
+        offline[len(offline) - 1]
+    assert not server.requests()
