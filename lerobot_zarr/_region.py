@@ -11,13 +11,12 @@ last view of it is garbage collected.
 from __future__ import annotations
 
 import ctypes
+import errno
 import math
 import mmap
 import os
 import weakref
 from collections.abc import Callable
-from pathlib import Path
-
 import numpy as np
 
 from .errors import StoreError
@@ -47,7 +46,7 @@ class EpisodeRegion:
     """Read-only view of a feature's episode chunks; ``rows[e] + local`` is frame ``local`` of episode ``e``."""
 
     def __init__(self, name: str, dtype: np.dtype, frame_shape: tuple[int, ...], lengths: np.ndarray,
-                 path_of: Callable[[int], Path]):
+                 path_of: Callable[[int], str | os.PathLike]):
         self.name = name
         self.path_of = path_of
         frame_bytes = int(np.prod(frame_shape, dtype=np.int64)) * dtype.itemsize
@@ -63,7 +62,8 @@ class EpisodeRegion:
         self.base = _check(_libc.mmap(None, self.total, _PROT_NONE, _ANON, -1, 0), f"reserving {name!r}")
         buf = (ctypes.c_char * self.total).from_address(self.base)
         # The reservation lives as long as any numpy view of it: released with the buffer object, never before.
-        weakref.finalize(buf, _libc.munmap, self.base, self.total)
+        release = weakref.finalize(buf, _libc.munmap, self.base, self.total)
+        release.atexit = False  # at exit a daemon thread may still sample: let the OS reclaim the memory
         n_rows = self.total // frame_bytes
         view = np.frombuffer(buf, dtype=np.uint8, count=n_rows * frame_bytes).view(dtype)
         self.view = view.reshape(n_rows, *frame_shape)
@@ -83,7 +83,13 @@ class EpisodeRegion:
                 raise StoreError(f"{path}: chunk of episode {e} of feature {self.name!r} holds {size} bytes, "
                                  f"expected {int(self.sizes[e])}")
             addr = self.base + int(self.offsets[e])
-            got = _check(_libc.mmap(addr, size, mmap.PROT_READ, mmap.MAP_SHARED | _MAP_FIXED, fd, 0), str(path))
+            try:
+                got = _check(_libc.mmap(addr, size, mmap.PROT_READ, mmap.MAP_SHARED | _MAP_FIXED, fd, 0), str(path))
+            except OSError as exc:
+                if exc.errno == errno.ENOMEM:
+                    raise StoreError(f"{path}: the process has too many memory maps (vm.max_map_count); lower "
+                                     f"LEROBOT_ZARR_MAX_MAPS or open fewer datasets at once") from None
+                raise
             if got != addr:
                 raise OSError(f"{path}: mapped at {got:#x} instead of {addr:#x}")
         finally:

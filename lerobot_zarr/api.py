@@ -149,8 +149,7 @@ def materialize(store: str | os.PathLike, episodes: EpisodeSelection | None, *, 
         if constants.is_offline_mode():
             raise NotMaterializedError(f"{store}: HF_HUB_OFFLINE is set and episodes {missing[:20]} are not in the "
                                        f"store")
-        files = HubFiles(recorded["repo_id"], recorded["commit"], revision=recorded.get("revision"), token=token,
-                         endpoint=recorded.get("endpoint"))
+        files = HubFiles(recorded["repo_id"], recorded["commit"], token=token, endpoint=recorded.get("endpoint"))
         transcode(LeRobotSource(files), store, episodes=missing, progress=progress)
         return
     origin = Path(recorded.get("path", ""))

@@ -8,6 +8,7 @@ for a single static dataset (no episode chunks, no partial downloads, no edits).
 from __future__ import annotations
 
 import json
+from bisect import bisect_right
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -27,11 +28,13 @@ class FlatMemmapSampler:
         self.tasks = np.array(meta["tasks"], dtype=object)
         self.start = np.load(folder / "episode_start.npy")
         self.end = np.load(folder / "episode_end.npy")
+        self.start_list, self.end_list = self.start.tolist(), self.end.tolist()
         self.arrays = {name: np.memmap(folder / f"{name}.bin", dtype=spec["dtype"], mode="r",
                                        shape=tuple(spec["shape"])).view(np.ndarray)  # plain views index faster
                        for name, spec in meta["arrays"].items()}
         self.offsets = {k: np.round(np.asarray(v) * self.fps).astype(np.int64)
                         for k, v in (delta_timestamps or {}).items()}
+        self.span = {k: (int(v.min()), int(v.max())) for k, v in self.offsets.items()}
         self.plain = [k for k in self.arrays if k not in self.offsets]
 
     @staticmethod
@@ -51,13 +54,17 @@ class FlatMemmapSampler:
         return int(self.end[-1])
 
     def __getitem__(self, i: int) -> dict[str, Any]:
-        e = int(np.searchsorted(self.start, i, side="right")) - 1
-        lo, hi = int(self.start[e]), int(self.end[e])
+        e = bisect_right(self.start_list, i) - 1
+        lo, hi = self.start_list[e], self.end_list[e]
         out: dict[str, Any] = {}
         for key, off in self.offsets.items():
-            q = i + off
-            out[f"{key}_is_pad"] = (q < lo) | (q >= hi)
-            out[key] = self.arrays[key][np.clip(q, lo, hi - 1)]
+            q = off + i
+            if lo <= i + self.span[key][0] and i + self.span[key][1] < hi:  # inside the episode: no clamping
+                out[f"{key}_is_pad"] = np.zeros(len(off), dtype=bool)
+                out[key] = self.arrays[key][q]
+            else:
+                out[f"{key}_is_pad"] = (q < lo) | (q >= hi)
+                out[key] = self.arrays[key][np.minimum(np.maximum(q, lo), hi - 1)]
         for key in self.plain:
             value = self.arrays[key][i]
             out[key] = np.array(value) if isinstance(value, np.ndarray) else value

@@ -9,25 +9,50 @@ from __future__ import annotations
 import operator
 import os
 import threading
+import weakref
 from bisect import bisect_right
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ._region import EpisodeRegion
 from .errors import DeltaTimestampsError, FrameIndexError, NotMaterializedError, StoreError
-from .source import LeRobotSource
-from .store import StoreState, chunk_path, read_state
+from .store import StoreState, chunk_path, from_ranges, read_state, to_ranges
+
+if TYPE_CHECKING:
+    from .source import LeRobotSource
 
 __all__ = ["DatasetMeta", "LeRobotZarrDataset", "IMAGE_FORMATS"]
 
 IMAGE_FORMATS = ("uint8_hwc", "float32_chw")
 DELTA_TOLERANCE_S = 1e-4
-_DEFAULT_MAX_MAPS = int(os.environ.get("LEROBOT_ZARR_MAX_MAPS", "16384"))
+MAX_MAPS_ENV = "LEROBOT_ZARR_MAX_MAPS"
+_live_datasets: weakref.WeakSet = weakref.WeakSet()
+
+
+def _default_max_maps() -> int:
+    raw = os.environ.get(MAX_MAPS_ENV, "16384")
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError(f"{MAX_MAPS_ENV}={raw!r} is not an integer") from None
+    if value < 1:
+        raise ValueError(f"{MAX_MAPS_ENV} must be positive, got {value}")
+    return value
+
+
+def _reset_locks_after_fork() -> None:
+    # a fork taken while another thread sampled would leave the child's lock held forever
+    for ds in list(_live_datasets):
+        ds._lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_locks_after_fork)
 
 
 @dataclass(frozen=True)
@@ -80,7 +105,7 @@ class DatasetMeta:
         t = source.episodes
         stored = tuple(k for k, v in source.features.items() if v.kind in ("numeric", "image"))
         return cls(Path(source.files.location()), source.info, source.tasks, source.stats, source.record(),
-                   t.start, t.end, t.length, np.zeros(len(t), dtype=bool), source.describe()["not_materialized"],
+                   t.start, t.end, t.length, np.zeros(len(t), dtype=bool), source.not_materialized,
                    stored)
 
     def __repr__(self) -> str:
@@ -176,7 +201,7 @@ class LeRobotZarrDataset:
 
     def __init__(self, root: str | os.PathLike, *, episodes: EpisodeSelection | None = None,
                  delta_timestamps: Mapping[str, Sequence[float]] | None = None, image_format: str = "uint8_hwc",
-                 max_open_maps: int = _DEFAULT_MAX_MAPS, lazy: bool = False):
+                 max_open_maps: int | None = None, lazy: bool = False):
         if image_format not in IMAGE_FORMATS:
             raise ValueError(f"image_format must be one of {IMAGE_FORMATS}, got {image_format!r}")
         self.root = Path(root)
@@ -184,9 +209,7 @@ class LeRobotZarrDataset:
         self._offsets = _window_offsets(delta_timestamps, float(state.attrs["info"]["fps"]), list(state.arrays),
                                         state.attrs.get("not_materialized", {}))
         ranges = None if episodes is None else episode_ranges(episodes, state.episode_length)
-        self._args = (str(root), ranges,
-                      None if delta_timestamps is None else {k: list(v) for k, v in delta_timestamps.items()},
-                      image_format, int(max_open_maps), bool(lazy))
+        max_open_maps = _default_max_maps() if max_open_maps is None else int(max_open_maps)
         self.meta = DatasetMeta.from_state(state)
         self.image_format = image_format
         self._specs = state.arrays
@@ -196,35 +219,39 @@ class LeRobotZarrDataset:
         self._present = present.copy()
         if ranges is None:
             selected = np.arange(n_ep) if lazy else np.flatnonzero(present)
-            first = np.zeros(len(selected), dtype=np.int64)
-            stop = self.meta.episode_length[selected]
-        else:
-            table = np.array(ranges, dtype=np.int64).reshape(-1, 3)
-            selected, first, stop = table[:, 0], table[:, 1], table[:, 2]
-            absent = selected[~present[selected]]
-            if absent.size and not lazy:
-                raise NotMaterializedError(f"{self.root}: episodes {absent.tolist()[:20]} are not in the local store")
+            ranges = [(e, 0, n) for e, n in zip(selected.tolist(), self.meta.episode_length[selected].tolist())]
+        table = np.array(ranges, dtype=np.int64).reshape(-1, 3)
+        selected, first, stop = table[:, 0], table[:, 1], table[:, 2]
+        absent = selected[~present[selected]]
+        if absent.size and not lazy:
+            raise NotMaterializedError(f"{self.root}: episodes {absent.tolist()[:20]} are not in the local store")
         self.episodes = selected
-        self.delta_timestamps = self._args[2]
+        self.delta_timestamps = None if delta_timestamps is None else {k: list(v) for k, v in delta_timestamps.items()}
+        # pickled: the resolved selection (not "whatever is committed when unpickled"), compactly
+        whole = bool((first == 0).all() and (stop == self.meta.episode_length[selected]).all())
+        selection = ("whole", to_ranges(selected.tolist())) if whole else ("frames", table.tolist())
+        self._args = (str(root), selection, self.delta_timestamps, image_format, max_open_maps, bool(lazy))
         self._first = first  # selected frames of episode k: [first[k], stop[k]) (whole episodes by default)
         self._cum = np.concatenate([[0], np.cumsum(stop - first)]).astype(np.int64)
         self._len = int(self._cum[-1])
         self._cum_list = self._cum.tolist()
         self._sel_list = selected.tolist()
         self._first_list = first.tolist()
-        self._length_list = self.meta.episode_length.tolist()
+        self._lengths = self.meta.episode_length.copy()  # bounds for reads: never a user-visible array
+        self._length_list = self._lengths.tolist()
         self._tasks = np.array(self.meta.tasks, dtype=object)
         self._max_maps = max(1, int(max_open_maps) // max(1, len(self._specs)))
         self._regions: dict[str, EpisodeRegion] | None = None
         self._lock = threading.Lock()
+        _live_datasets.add(self)
 
     # pickling: arguments only ---------------------------------------------------------------------------
     def __getstate__(self) -> tuple:
         return self._args
 
     def __setstate__(self, args: tuple) -> None:
-        root, ranges, deltas, image_format, max_maps, lazy = args
-        episodes = None if ranges is None else {e: (first, stop) for e, first, stop in ranges}
+        root, (kind, selection), deltas, image_format, max_maps, lazy = args
+        episodes = from_ranges(selection) if kind == "whole" else {e: (a, b) for e, a, b in selection}
         self.__init__(root, episodes=episodes, delta_timestamps=deltas, image_format=image_format,
                       max_open_maps=max_maps, lazy=lazy)
 
@@ -347,7 +374,7 @@ class LeRobotZarrDataset:
                 value = view[rows_list[e] + local]
                 out[name] = value.copy() if isinstance(value, np.ndarray) else value
             task_view, task_rows = self._task_source
-            out["task"] = self._tasks[task_view[task_rows[e] + local]]
+            out["task"] = self._tasks[task_view[task_rows[e] + local].reshape(-1)[0]]
         if self._images:
             self._image_out(out)
         return out
@@ -378,7 +405,7 @@ class LeRobotZarrDataset:
         return out
 
     def _gather(self, eps: np.ndarray, local: np.ndarray) -> dict[str, Any]:
-        length = self.meta.episode_length[eps]
+        length = self._lengths[eps]
         out: dict[str, Any] = {}
         with self._lock:
             if self._regions is None or not self._mapped[eps].all():
@@ -408,7 +435,8 @@ class LeRobotZarrDataset:
             for name, view, rows, _ in self._plain:
                 out[name] = view[rows[eps] + local]
             task_view, task_rows = self._task_source
-            out["task"] = self._tasks[task_view[task_rows[eps] + local]].tolist()
+            task_index = task_view[task_rows[eps] + local]
+            out["task"] = self._tasks[task_index[:, 0] if task_index.ndim > 1 else task_index].tolist()
         if self._images:
             self._image_out(out)
         return out
@@ -423,12 +451,17 @@ class LeRobotZarrDataset:
         n = int(self.meta.episode_length[e])
         out = {}
         for name, spec in self._specs.items():
-            path = Path(chunk_path(self.root, name, e, 1 + len(spec.frame_shape)))
-            size = path.stat().st_size if path.is_file() else None
-            if size != n * spec.frame_bytes:
-                raise StoreError(f"{path}: chunk of episode {e} of feature {name!r} "
-                                 + ("is missing" if size is None else f"holds {size} bytes, expected {n * spec.frame_bytes}"))
-            out[name] = np.memmap(path, dtype=spec.dtype, mode="r", shape=(n, *spec.frame_shape))
+            path = chunk_path(self.root, name, e, 1 + len(spec.frame_shape))
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+            except FileNotFoundError:
+                raise StoreError(f"{path}: chunk of episode {e} of feature {name!r} is missing") from None
+            with os.fdopen(fd, "rb") as f:
+                size = os.fstat(fd).st_size
+                if size != n * spec.frame_bytes:
+                    raise StoreError(f"{path}: chunk of episode {e} of feature {name!r} holds {size} bytes, "
+                                     f"expected {n * spec.frame_bytes}")
+                out[name] = np.memmap(f, dtype=spec.dtype, mode="r", shape=(n, *spec.frame_shape))
         return out
 
     def episode_frames(self, episode_index: int) -> range:

@@ -200,8 +200,8 @@ class HubFiles(SourceFiles):
         return sorted(p for p in self.sizes if p.startswith(prefix))
 
     def record(self, data_files: Iterable[str]) -> dict:
-        return {"kind": "hub", "repo_id": self.repo_id, "revision": self.revision, "commit": self.commit,
-                "endpoint": self.endpoint}
+        # the commit, not the name it was reached by: "main" and "v3.0" at the same commit share a store
+        return {"kind": "hub", "repo_id": self.repo_id, "commit": self.commit, "endpoint": self.endpoint}
 
 
 class _RangeFile(io.RawIOBase):

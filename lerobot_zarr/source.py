@@ -327,6 +327,8 @@ class LeRobotSource:
             self.episodes = self._read_episodes_v2()
             self.tasks = self._read_tasks_v2()
         self.stats = self._read_stats()
+        if not len(self.episodes):
+            raise SchemaMismatchError(f"{files.location()}: the dataset has no episodes")
 
     # metadata -------------------------------------------------------------------------------------------
     def _read_episodes_v3(self) -> EpisodeTable:
@@ -569,15 +571,8 @@ class LeRobotSource:
         if len(task_index) and (task_index.min() < 0 or task_index.max() >= len(self.tasks)):
             raise SchemaMismatchError(f"{path}: episode {e} has a task_index outside the {len(self.tasks)} tasks")
 
-    def describe(self) -> dict[str, Any]:
-        """Summary used for store attributes: counts and the features not materialized, with why."""
-        return {
-            "total_episodes": len(self.episodes),
-            "total_frames": int(self.episodes.length.sum()),
-            "fps": self.fps,
-            "not_materialized": {
-                k: ("video decoding is not supported yet" if v.kind == "video"
-                    else "string features are not stored")
-                for k, v in self.features.items() if v.kind in ("video", "string")
-            },
-        }
+    @property
+    def not_materialized(self) -> dict[str, str]:
+        """Features listed in info.json that the store does not hold, with the reason."""
+        return {k: ("video decoding is not supported yet" if v.kind == "video" else "string features are not stored")
+                for k, v in self.features.items() if v.kind in ("video", "string")}

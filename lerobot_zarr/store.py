@@ -249,7 +249,8 @@ def _build_metadata(arrays: Mapping[str, ArraySpec], lengths: np.ndarray, attrs:
 
 
 def _dump(doc: dict) -> bytes:
-    return json.dumps(doc, separators=(",", ":"), allow_nan=False).encode()
+    # NaN/Infinity in LeRobot stats are kept as Python's json (and zarr-python) read them
+    return json.dumps(doc, separators=(",", ":")).encode()
 
 
 def check_new_store_location(root: Path) -> None:
@@ -275,6 +276,10 @@ def create_store(root: Path, arrays: Mapping[str, ArraySpec], episode_start: np.
             p.unlink()
     for name in arrays:
         check_array_name(name)
+    folded = [name.casefold() for name in arrays]
+    if len(set(folded)) != len(folded):
+        raise StoreError(f"{root}: feature names {sorted(arrays)} differ only by case; they would share a folder on "
+                         f"case-insensitive filesystems")
     attrs = dict(attrs, format_version=FORMAT_VERSION,
                  features={name: {"kind": spec.kind, "dtype": spec.dtype.str.lstrip("<>|="),
                                   "frame_shape": list(spec.frame_shape), "episodes": []}
@@ -340,6 +345,8 @@ def read_state(root: Path) -> StoreState:
         dims = consolidated.get(name, {}).get("dimension_names") or ["frame"]
         arrays[name] = ArraySpec(dtype, tuple(f["frame_shape"]), tuple(d.removeprefix(f"{name}.") for d in dims[1:]),
                                  f["kind"])
+    for values in table.values():
+        values.flags.writeable = False
     return StoreState(root, attrs, table["episode_start"], table["episode_length"],
                       table["episode_task_index"], arrays)
 

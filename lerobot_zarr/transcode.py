@@ -13,7 +13,7 @@ import queue
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 from pathlib import Path
 
 import numpy as np
@@ -24,19 +24,19 @@ from .store import (
     ArraySpec,
     StoreState,
     WriterLock,
+    check_new_store_location,
     chunk_path,
-    write_chunk,
     commit,
     create_store,
-    check_new_store_location,
     has_commit_point,
     read_state,
+    write_chunk,
 )
 
 __all__ = ["transcode", "array_specs"]
 
 _COMMIT_EVERY_S = 1.0
-T = TypeVar("T")
+_T = TypeVar("_T")
 
 
 def _array_spec(spec: FeatureSpec) -> ArraySpec:
@@ -54,7 +54,7 @@ def array_specs(source: LeRobotSource) -> dict[str, ArraySpec]:
     return {name: _array_spec(spec) for name, spec in source.stored_features.items()}
 
 
-def _progress(total: int, desc: str, enabled: bool):
+def _progress(total: int, desc: str, enabled: bool) -> Any:
     """A progress bar honouring HF_HUB_DISABLE_PROGRESS_BARS, without tqdm's monitor thread (threads make a
     later fork, as in DataLoader workers, unsafe)."""
     from huggingface_hub.utils import tqdm
@@ -74,12 +74,12 @@ def _create(source: LeRobotSource, root: Path, source_record: dict) -> StoreStat
         "tasks": source.tasks,
         "stats": source.stats,
         "source": source_record,
-        "not_materialized": source.describe()["not_materialized"],
+        "not_materialized": source.not_materialized,
     }
     return create_store(root, array_specs(source), t.start, t.length, first_task, attrs)
 
 
-def _prefetched(items: Iterator[T], depth: int) -> Iterator[T]:
+def _prefetched(items: Iterator[_T], depth: int) -> Iterator[_T]:
     """Run ``items`` in a background thread, at most ``depth`` ahead, so that parquet decoding (which releases
     the GIL) overlaps chunk writes. Exceptions of the producer are raised here; stopping early stops it."""
     buffer: queue.Queue = queue.Queue(maxsize=depth)
@@ -118,6 +118,13 @@ def _prefetched(items: Iterator[T], depth: int) -> Iterator[T]:
         thread.join()
 
 
+def _checked_state(root: Path, record: dict) -> StoreState:
+    state = read_state(root)
+    if state.attrs.get("source") != record:
+        raise StoreError(f"{root}: store was made from {state.attrs.get('source')}, not from {record}")
+    return state
+
+
 def transcode(source: LeRobotSource, root: str | os.PathLike, *, episodes: Sequence[int] | None = None,
               progress: bool = True) -> StoreState:
     """Write the given episodes (default: all) of ``source`` into the store at ``root``; return its state.
@@ -132,15 +139,14 @@ def transcode(source: LeRobotSource, root: str | os.PathLike, *, episodes: Seque
     bad = [e for e in wanted if not 0 <= e < n_episodes]
     if bad:
         raise FrameIndexError(f"{source.files.location()}: episode {bad[0]} does not exist ({n_episodes} episodes)")
-    if not has_commit_point(root):
+    if has_commit_point(root):
+        state = _checked_state(root, record)
+        if state.complete_episodes()[list(wanted)].all():
+            return state  # nothing to write: no need to wait for a writer
+    else:
         check_new_store_location(root)
     with WriterLock(root):
-        if has_commit_point(root):
-            state = read_state(root)
-            if state.attrs.get("source") != record:
-                raise StoreError(f"{root}: store was made from {state.attrs.get('source')}, not from {record}")
-        else:
-            state = _create(source, root, record)
+        state = _checked_state(root, record) if has_commit_point(root) else _create(source, root, record)
         done = state.complete_episodes()
         todo = [e for e in wanted if not done[e]]
         if not todo:
