@@ -12,6 +12,8 @@ Layout of a store folder::
                                   table. Episode e covers frames [episode_start[e], episode_end[e]) of every
                                   feature array; e is the LeRobot ``episode_index``.
     .lock                         writer lock (``flock``); not part of the zarr hierarchy
+    .lerobot_zarr-creating        present only while a store is being laid out (before its first commit)
+    .zarr.json.tmp-<pid>          a commit in progress (or debris of a killed one, ignored)
 
 Feature arrays use zarr's rectilinear chunk grid: along ``frame`` the chunk sizes are the episode lengths, so
 one chunk is one episode; trailing axes are one chunk. Readers need zarr's rectilinear extension enabled
@@ -24,7 +26,9 @@ so that xarray sees distinct dimensions for features of different widths.
 - ``format_version``: 1.
 - ``info``: LeRobot's ``meta/info.json`` of the source as read (features, fps, robot_type, codebase_version...).
 - ``tasks``: task strings by ``task_index``. ``stats``: LeRobot's ``meta/stats.json`` (or the merge of v2.1
-  per-episode stats). ``source``: where the data came from (``{"kind": "local", "path", "fingerprint"}``).
+  per-episode stats). ``source``: where the data came from: ``{"kind": "local", "path", "fingerprint"}`` (a
+  digest of the metadata files and of the data files' names, sizes and mtimes) or ``{"kind": "hub", "repo_id",
+  "commit", "endpoint"}``. A store only ever takes data from the source it records.
 - ``features``: for each stored array, ``{"kind": "numeric"|"image", "dtype", "frame_shape", "episodes"}``
   where ``episodes`` lists half-open ``[first, stop)`` ranges of episodes whose chunks are committed. Only those
   chunks hold data; any other chunk file may be absent or hold garbage from an interrupted write.

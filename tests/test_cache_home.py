@@ -1,0 +1,41 @@
+"""Where stores go without root=: under $LEROBOT_ZARR_HOME (else $HF_HOME/lerobot_zarr), one per source."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import huggingface_hub.constants as hf_constants
+
+import lerobot_zarr
+from lerobot_zarr.sample_data import write_sample_dataset
+
+
+def test_env_var_sets_the_cache_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("LEROBOT_ZARR_HOME", str(tmp_path / "home"))
+    assert lerobot_zarr.cache_home() == tmp_path / "home"
+    src = write_sample_dataset(tmp_path / "src", n_episodes=2)
+    ds = lerobot_zarr.open_dataset(src, progress=False)
+    assert Path(ds.root).parent.parent == tmp_path / "home"
+    again = lerobot_zarr.open_dataset(src, progress=False)
+    assert again.root == ds.root, "the second open reuses the store"
+
+
+def test_default_is_under_hf_home(tmp_path, monkeypatch):
+    monkeypatch.delenv("LEROBOT_ZARR_HOME", raising=False)
+    monkeypatch.setattr(hf_constants, "HF_HOME", str(tmp_path / "hf"))
+    assert lerobot_zarr.cache_home() == tmp_path / "hf" / "lerobot_zarr"
+
+
+def test_two_sources_and_a_changed_source_never_share_a_store(tmp_path, monkeypatch):
+    monkeypatch.setenv("LEROBOT_ZARR_HOME", str(tmp_path / "home"))
+    a = write_sample_dataset(tmp_path / "a" / "ds", n_episodes=2, seed=1)
+    b = write_sample_dataset(tmp_path / "b" / "ds", n_episodes=2, seed=2)  # same folder name, other data
+    store_a = lerobot_zarr.open_dataset(a, progress=False).root
+    store_b = lerobot_zarr.open_dataset(b, progress=False).root
+    assert store_a != store_b
+    shutil.rmtree(a)
+    write_sample_dataset(a, n_episodes=3, seed=3)  # same path, new content
+    store_a2 = lerobot_zarr.open_dataset(a, progress=False).root
+    assert store_a2 not in (store_a, store_b)
+    assert len(lerobot_zarr.open_dataset(a, progress=False).meta.episode_length) == 3
