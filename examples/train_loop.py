@@ -15,14 +15,13 @@ from lerobot_zarr.sample_data import write_sample_dataset
 
 
 def main() -> None:
-    tmp = Path(tempfile.mkdtemp(prefix="lerobot_zarr-example-"))
+    tmp = Path(tempfile.mkdtemp(prefix="lerobot_zarr-example-"))  # the store is kept there: reuse it, or delete it
     source = Path(sys.argv[1]) if len(sys.argv) > 1 else write_sample_dataset(tmp / "src", n_episodes=50,
                                                                               lengths=(200, 400))
-    meta_fps = 30
-    ds = lerobot_zarr.open_dataset(
-        source,
-        root=tmp / "store",
-        delta_timestamps={"observation.state": [-1 / meta_fps, 0.0], "action": [k / meta_fps for k in range(16)]},
+    store = lerobot_zarr.open_dataset(source, root=tmp / "store").root  # transcoded once, reused after
+    fps = lerobot_zarr.LeRobotZarrDataset(store).meta.fps
+    ds = lerobot_zarr.LeRobotZarrDataset(
+        store, delta_timestamps={"observation.state": [-1 / fps, 0.0], "action": [k / fps for k in range(16)]}
     )
     print(ds)
     rng = np.random.default_rng(0)

@@ -21,11 +21,11 @@ import numpy as np
 
 from .errors import StoreError
 
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.mmap.restype = ctypes.c_void_p
-_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
-_libc.munmap.restype = ctypes.c_int
-_libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+libc.munmap.restype = ctypes.c_int
+libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
 
 _MAP_FAILED = ctypes.c_void_p(-1).value
 _MAP_FIXED = 0x10  # same value on Linux and macOS
@@ -59,10 +59,10 @@ class EpisodeRegion:
         if self.total > MAX_RESERVATION:
             raise StoreError(f"feature {name!r}: frames of {frame_bytes} bytes cannot be mapped side by side "
                              f"({self.total} bytes of address space needed)")
-        self.base = _check(_libc.mmap(None, self.total, _PROT_NONE, _ANON, -1, 0), f"reserving {name!r}")
+        self.base = _check(libc.mmap(None, self.total, _PROT_NONE, _ANON, -1, 0), f"reserving {name!r}")
         buf = (ctypes.c_char * self.total).from_address(self.base)
         # The reservation lives as long as any numpy view of it: released with the buffer object, never before.
-        release = weakref.finalize(buf, _libc.munmap, self.base, self.total)
+        release = weakref.finalize(buf, libc.munmap, self.base, self.total)
         release.atexit = False  # at exit a daemon thread may still sample: let the OS reclaim the memory
         n_rows = self.total // frame_bytes
         view = np.frombuffer(buf, dtype=np.uint8, count=n_rows * frame_bytes).view(dtype)
@@ -84,7 +84,7 @@ class EpisodeRegion:
                                  f"expected {int(self.sizes[e])}")
             addr = self.base + int(self.offsets[e])
             try:
-                got = _check(_libc.mmap(addr, size, mmap.PROT_READ, mmap.MAP_SHARED | _MAP_FIXED, fd, 0), str(path))
+                got = _check(libc.mmap(addr, size, mmap.PROT_READ, mmap.MAP_SHARED | _MAP_FIXED, fd, 0), str(path))
             except OSError as exc:
                 if exc.errno == errno.ENOMEM:
                     raise StoreError(f"{path}: the process has too many memory maps (vm.max_map_count); lower "
@@ -97,5 +97,5 @@ class EpisodeRegion:
 
     def unmap(self, e: int) -> None:
         addr = self.base + int(self.offsets[e])
-        _check(_libc.mmap(addr, int(self.slots[e]), _PROT_NONE, _ANON | _MAP_FIXED, -1, 0), self.name)
+        _check(libc.mmap(addr, int(self.slots[e]), _PROT_NONE, _ANON | _MAP_FIXED, -1, 0), self.name)
 

@@ -61,13 +61,17 @@ def describe(meta: DatasetMeta) -> str:
     return "\n".join(lines)
 
 
-def _parse_episodes(text: str | None) -> list[int] | None:
-    if not text:
-        return None
+def _episode_list(text: str) -> list[int]:
+    """``"0,3,5-9"`` -> ``[0, 3, 5, 6, 7, 8, 9]`` (an argparse type: bad input is a usage error)."""
     out: list[int] = []
-    for part in text.split(","):
-        a, _, b = part.partition("-")
-        out.extend(range(int(a), int(b) + 1) if b else [int(a)])
+    try:
+        for part in text.split(","):
+            a, dash, b = part.strip().partition("-")
+            if dash and not b:
+                raise ValueError(part)
+            out.extend(range(int(a), int(b) + 1) if dash else [int(a)])
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected episode indices like 0,3,5-9") from None
     return out
 
 
@@ -75,7 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="lerobot-zarr", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="generate a sample LeRobot dataset, transcode it, sample it, time it")
-    demo.add_argument("--dir", type=Path, default=None, help="work folder (default: a temporary one)")
+    demo.add_argument("--dir", type=Path, default=None, help="an empty or new work folder (default: a temporary one)")
     demo.add_argument("--episodes", type=int, default=300, help="episodes in the generated dataset")
     info = sub.add_parser("info", help="describe a LeRobot dataset folder, a store, or a Hub repo (metadata only)")
     info.add_argument("source", help="folder, store or Hub repo id org/name")
@@ -84,7 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     convert.add_argument("source", help="folder or Hub repo id org/name")
     convert.add_argument("--revision", default=None, help="Hub branch, tag or commit")
     convert.add_argument("--root", type=Path, default=None, help="store folder (default: the cache)")
-    convert.add_argument("--episodes", default=None, help="e.g. 0,3,5-9 (default: all)")
+    convert.add_argument("--episodes", type=_episode_list, default=None, help="e.g. 0,3,5-9 (default: all)")
     args = parser.parse_args(argv)
     try:
         if args.command == "demo":
@@ -101,8 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 meta = inspect(args.source, revision=args.revision)
             print(describe(meta))
         elif args.command == "convert":
-            ds = open_dataset(args.source, root=args.root, episodes=_parse_episodes(args.episodes),
-                              revision=args.revision)
+            ds = open_dataset(args.source, root=args.root, episodes=args.episodes, revision=args.revision)
             print(describe(ds.meta))
     except LeRobotZarrError as exc:
         print(f"lerobot-zarr: error: {exc}", file=sys.stderr)

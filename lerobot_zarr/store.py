@@ -41,10 +41,8 @@ files first, flush them, then replace the root ``zarr.json``; readers trust only
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import errno
 import fcntl
-import functools
 import json
 import os
 import shutil
@@ -55,6 +53,7 @@ from typing import Any
 
 import numpy as np
 
+from ._region import libc
 from .errors import SourceNotFoundError, StoreError, StoreLockedError
 
 __all__ = [
@@ -197,7 +196,7 @@ def write_chunk(path: str | os.PathLike, data: np.ndarray) -> None:
 
 def _flush_filesystem(root: Path) -> None:
     """Flush written data of the store's filesystem to disk (``syncfs``; ``sync`` where it does not exist)."""
-    syncfs = getattr(_libc(), "syncfs", None)
+    syncfs = getattr(libc, "syncfs", None)
     if syncfs is None:
         os.sync()
         return
@@ -207,11 +206,6 @@ def _flush_filesystem(root: Path) -> None:
             os.sync()
     finally:
         os.close(fd)
-
-
-@functools.cache
-def _libc() -> ctypes.CDLL:
-    return ctypes.CDLL(None, use_errno=True)
 
 
 def _dims(name: str, spec: ArraySpec) -> list[str]:
