@@ -87,6 +87,8 @@ def open_dataset(
     elif isinstance(source, str) and REPO_ID.match(source):
         store = _open_hub(source, root=root, episodes=[] if lazy else episodes, revision=revision, token=token,
                           progress=progress)
+    elif revision is not None or token is not None:  # meant as a Hub repo
+        parse_repo_id(str(source))
     else:
         raise SourceNotFoundError(f"{source}: no such folder, and not a Hub repo id of the form 'org/name'")
     return LeRobotZarrDataset(store, episodes=episodes, delta_timestamps=delta_timestamps, image_format=image_format,
@@ -149,7 +151,8 @@ def materialize(store: str | os.PathLike, episodes: EpisodeSelection | None, *, 
         if constants.is_offline_mode():
             raise NotMaterializedError(f"{store}: HF_HUB_OFFLINE is set and episodes {missing[:20]} are not in the "
                                        f"store")
-        files = HubFiles(recorded["repo_id"], recorded["commit"], token=token, endpoint=recorded.get("endpoint"))
+        # the endpoint configured now (HF_ENDPOINT), which may be a mirror of the one the store was made from
+        files = HubFiles(recorded["repo_id"], recorded["commit"], token=token)
         transcode(LeRobotSource(files), store, episodes=missing, progress=progress)
         return
     origin = Path(recorded.get("path", ""))

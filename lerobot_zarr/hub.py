@@ -111,6 +111,7 @@ class HubFiles(SourceFiles):
         self.token = token
         self.endpoint = (endpoint or constants.ENDPOINT).rstrip("/")
         self.name = repo_id.replace("/", "--")
+        self._footers: dict[str, pq.FileMetaData] = {}
         api = HfApi(endpoint=self.endpoint, token=token)
         try:
             entries = list(api.list_repo_tree(repo_id, recursive=True, revision=commit, repo_type="dataset"))
@@ -179,7 +180,13 @@ class HubFiles(SourceFiles):
         return pq.ParquetFile(_RangeFile(self, rel), metadata=metadata or self._footer(rel), pre_buffer=True)
 
     def _footer(self, rel: str) -> pq.FileMetaData:
-        """Read just the parquet footer: its tail first (one small request), the rest only if it is longer."""
+        """Read just the parquet footer: its tail first (one small request), the rest only if it is longer.
+        Footers are kept for the life of this object (one commit: they cannot change)."""
+        if rel not in self._footers:
+            self._footers[rel] = self._read_footer(rel)
+        return self._footers[rel]
+
+    def _read_footer(self, rel: str) -> pq.FileMetaData:
         size = self.size(rel)
         tail = self.get(rel, max(0, size - _FOOTER_GUESS), size)
         if len(tail) < 8 or tail[-4:] != b"PAR1":

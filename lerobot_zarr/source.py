@@ -117,6 +117,8 @@ def _read_jsonl(files: SourceFiles, rel: str) -> list[dict]:
 def _open_parquet(files: SourceFiles, rel: str) -> pq.ParquetFile:
     try:
         return files.parquet(rel)
+    except ConnectionError:  # a network failure (HubError) is not a corrupt file
+        raise
     except FileNotFoundError:
         raise SourceNotFoundError(f"{files.location(rel)}: file not found") from None
     except (pa.ArrowInvalid, OSError) as exc:
@@ -542,6 +544,8 @@ class LeRobotSource:
         t = self.episodes
         try:
             table = self.files.parquet(rel, metadata).read_row_groups(run, columns=list(specs))
+        except ConnectionError:
+            raise
         except (pa.ArrowInvalid, OSError) as exc:
             raise CorruptSourceError(f"{path}: cannot read row groups {run[0]}..{run[-1]} ({exc})") from exc
         # numeric columns: converted once per run (zero copy from Arrow where possible), sliced per episode

@@ -7,7 +7,6 @@ telemetry off, offline flag, token and cache locations isolated per test), never
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,6 +53,8 @@ def make_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, endpoint: str) -> 
     hf_cache = hf_home / "hub"
     zarr_home = tmp_path / "zarr_home"
     monkeypatch.setattr(hf_constants, "ENDPOINT", endpoint)
+    # hf_hub_download/snapshot_download build file URLs from this template (made at import from HF_ENDPOINT)
+    monkeypatch.setattr(hf_constants, "HUGGINGFACE_CO_URL_TEMPLATE", endpoint + "/{repo_id}/resolve/{revision}/{filename}")
     monkeypatch.setattr(hf_constants, "HF_HUB_DISABLE_XET", True)
     monkeypatch.setattr(hf_constants, "HF_HUB_DISABLE_TELEMETRY", True)
     monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", False)
@@ -184,5 +185,3 @@ def no_hf_data_copies(env: HubEnv) -> None:
     assert zarr_parquet == [], f"source files copied into the store folder: {zarr_parquet[:5]}"
 
 
-def has_env_value(name: str) -> bool:
-    return bool(os.environ.get(name))
