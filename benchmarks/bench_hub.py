@@ -1,0 +1,102 @@
+"""Bytes and requests at a Hub: lerobot_zarr's inspect and per-episode opens vs snapshot_download.
+
+Serves a synthetic LeRobot v3.0 dataset (LeRobot's layout: several episodes per data file, one row group per
+episode) from the project's Hub-compatible test server on 127.0.0.1, and counts at the server what each way of
+getting at it transfers, in the same run:
+
+- ``lerobot_zarr.inspect(repo_id)``: metadata only;
+- ``open_dataset(repo_id, episodes=[k])`` and ``episodes=[10 episodes]``: footers + the row groups asked for;
+- ``snapshot_download(allow_patterns=[the data file holding episode k, "meta/*"])``, what LeRobotDataset does for
+  ``episodes=[k]`` (it downloads the whole file holding the episode, into the Hub cache);
+- ``open_dataset(repo_id)`` for everything, timed against the same transcode from a local folder.
+
+Run:  cd /work/main && PYTHONPATH=/work/main /work/venv/bin/python benchmarks/bench_hub.py [--episodes 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_DISABLE_XET", "1")
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+
+import huggingface_hub.constants as hf_constants  # noqa: E402
+import pyarrow.parquet as pq  # noqa: E402
+
+import lerobot_zarr  # noqa: E402
+from lerobot_zarr.sample_data import write_sample_dataset  # noqa: E402
+from lerobot_zarr.testing.hub_server import HubServer  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--episodes", type=int, default=200)
+    parser.add_argument("--episodes-per-file", type=int, default=100)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench_hub-") as tmp:
+        work = Path(tmp)
+        src = write_sample_dataset(work / "src", n_episodes=args.episodes, lengths=(300, 700), state_dim=14,
+                                   action_dim=14, episodes_per_file=args.episodes_per_file,
+                                   image_keys=("observation.images.wrist",), image_shape=(32, 32, 3))
+        os.environ["LEROBOT_ZARR_HOME"] = str(work / "lerobot_zarr_home")
+        with HubServer(work / "server") as server:
+            hf_constants.ENDPOINT = server.endpoint
+            hf_constants.HUGGINGFACE_CO_URL_TEMPLATE = server.endpoint + "/{repo_id}/resolve/{revision}/{filename}"
+            hf_constants.HF_HUB_CACHE = str(work / "hf_cache")
+            server.add_repo("bench/ds", src, tags=["v3.0"])
+            data_bytes = sum(p.stat().st_size for p in (src / "data").rglob("*.parquet"))
+            print(f"dataset: {args.episodes} episodes, {args.episodes_per_file} per data file, "
+                  f"{data_bytes / 1e6:.1f} MB of data parquet (state/action f32[14], a 32x32 PNG camera)")
+            rows = []
+
+            def measure(label: str, fn) -> float:
+                server.reset_stats()
+                t0 = time.perf_counter()
+                fn()
+                elapsed = time.perf_counter() - t0
+                rows.append((label, server.bytes_sent(), len(server.requests()), elapsed))
+                return elapsed
+
+            k = args.episodes_per_file + 7  # an episode in the middle of the second data file
+            data_file = "data/chunk-000/file-001.parquet"
+            md = pq.ParquetFile(src / data_file).metadata
+            rg = md.row_group(k - args.episodes_per_file)
+            rg_bytes = sum(rg.column(i).total_compressed_size for i in range(rg.num_columns))
+
+            measure("inspect (metadata only)", lambda: lerobot_zarr.inspect("bench/ds"))
+            measure(f"open_dataset(episodes=[{k}])",
+                    lambda: lerobot_zarr.open_dataset("bench/ds", episodes=[k], progress=False))
+            ten = list(range(0, args.episodes, max(1, args.episodes // 10)))[:10]
+            measure("open_dataset(10 episodes, new)",
+                    lambda: lerobot_zarr.open_dataset("bench/ds", episodes=ten, progress=False))
+
+            from huggingface_hub import snapshot_download
+
+            measure(f"snapshot_download(file of ep. {k} + meta)",
+                    lambda: snapshot_download("bench/ds", repo_type="dataset", revision="v3.0",
+                                              allow_patterns=[data_file, "meta/*", "meta/**"]))
+            t_hub = measure("open_dataset(all, into a new store)",
+                            lambda: lerobot_zarr.open_dataset("bench/ds", root=work / "all", progress=False))
+            t0 = time.perf_counter()
+            lerobot_zarr.open_dataset(src, root=work / "local", progress=False)
+            t_local = time.perf_counter() - t0
+
+            print(f"\n{'':<44}{'bytes':>14}{'requests':>10}{'seconds':>10}")
+            for label, nbytes, nreq, secs in rows:
+                print(f"{label:<44}{nbytes:>14,}{nreq:>10}{secs:>10.2f}")
+            one = rows[1][1]
+            snap = rows[3][1]
+            print(f"\nepisode {k}: its row group is {rg_bytes:,} B; the whole data file {md.serialized_size:,} B "
+                  f"footer, {(src / data_file).stat().st_size:,} B in all")
+            print(f"one-episode open / snapshot_download of its file: {one / snap:.3f} "
+                  f"({snap / one:.1f}x fewer bytes)")
+            print(f"full open from the Hub vs from a local folder: {t_hub:.2f} s vs {t_local:.2f} s "
+                  f"({t_hub / t_local:.2f}x)")
+
+
+if __name__ == "__main__":
+    main()
