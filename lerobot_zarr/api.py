@@ -7,6 +7,7 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from urllib.parse import quote
 
 from .dataset import DatasetMeta, EpisodeSelection, LeRobotZarrDataset
 from .errors import HubError, NotMaterializedError, SourceNotFoundError
@@ -103,7 +104,8 @@ def _open_hub(repo_id: str, *, root, episodes, revision, token, progress) -> Pat
     """Resolve the revision (offline: from the last resolution), then fetch the episodes the store lacks."""
     from huggingface_hub import constants
 
-    ref_file = _hub_home(repo_id) / "refs" / (revision or "_default")
+    # last commit each revision name resolved to, for HF_HUB_OFFLINE (names quoted: "../x" stays one file name)
+    ref_file = _hub_home(repo_id) / "refs" / quote(revision or "_default", safe="")
     if constants.is_offline_mode():
         if not ref_file.is_file():
             raise HubError(f"{repo_id}: HF_HUB_OFFLINE is set and revision {revision or '(default)'} was never "
@@ -112,7 +114,9 @@ def _open_hub(repo_id: str, *, root, episodes, revision, token, progress) -> Pat
     else:
         revision, commit = resolve_revision(repo_id, revision, token=token)
         ref_file.parent.mkdir(parents=True, exist_ok=True)
-        ref_file.write_text(commit)
+        tmp = ref_file.with_name(f".{ref_file.name}.tmp-{os.getpid()}")
+        tmp.write_text(commit)
+        os.replace(tmp, ref_file)
     store = Path(root).expanduser() if root is not None else _hub_home(repo_id) / commit
     if has_commit_point(store):
         missing = _missing_episodes(store, episodes)

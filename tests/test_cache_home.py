@@ -39,3 +39,16 @@ def test_two_sources_and_a_changed_source_never_share_a_store(tmp_path, monkeypa
     store_a2 = lerobot_zarr.open_dataset(a, progress=False).root
     assert store_a2 not in (store_a, store_b)
     assert len(lerobot_zarr.open_dataset(a, progress=False).meta.episode_length) == 3
+
+
+def test_revision_names_never_leave_the_cache(tmp_path, monkeypatch):
+    """Revision names become file names of the offline ref records: quoted, they cannot escape the cache home."""
+    monkeypatch.setenv("LEROBOT_ZARR_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", True)
+    try:
+        lerobot_zarr.open_dataset("org/name", revision="../../../escape", progress=False)
+    except lerobot_zarr.HubError as exc:
+        assert "never opened" in str(exc)
+    else:
+        raise AssertionError("an offline open of an unknown revision must fail")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [], "nothing written anywhere"
