@@ -20,29 +20,32 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from PIL import Image
 
+from .lerobot_v3 import (
+    CHUNKS_SIZE,
+    DEFAULT_FEATURES,
+    QUANTILES,
+    STAT_NAMES,
+    V3_DATA_PATH,
+    aggregate_stats,
+    per_episode_stats,
+    huggingface_metadata,
+    nested_list,
+    pandas_metadata,
+    stats_json,
+    write_data_file,
+    write_json,
+    write_tasks_parquet,
+)
+
 __all__ = ["write_sample_dataset"]
 
-CHUNKS_SIZE = 1000
 DATA_FILES_SIZE_IN_MB = 100
 VIDEO_FILES_SIZE_IN_MB = 200
 ROBOT_TYPE = "synthetic_arm"
 DEFAULT_LENGTHS = (20, 60)
 GRID_KEY = "observation.grid"
 GRID_SHAPE = (3, 4)
-QUANTILES = {"q01": 0.01, "q10": 0.10, "q50": 0.50, "q90": 0.90, "q99": 0.99}
-STAT_NAMES = ("min", "max", "mean", "std", "count", *QUANTILES)
-# The five features lerobot adds to every dataset, in its column order.
-DEFAULT_FEATURES = {
-    "timestamp": "float32",
-    "frame_index": "int64",
-    "episode_index": "int64",
-    "index": "int64",
-    "task_index": "int64",
-}
-# pandas version recorded in the pandas schema metadata, as in real LeRobot files.
-PANDAS_VERSION = "2.3.3"
 
-V3_DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
 V3_VIDEO_PATH = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
 V21_DATA_PATH = "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet"
 V21_VIDEO_PATH = "videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4"
@@ -117,7 +120,7 @@ def write_sample_dataset(
     features = _features(state_dim, action_dim, extra_nd, image_keys, image_shape, video_keys, fps)
     episode_stats: dict[str, dict[str, np.ndarray]] = {}
     if write_stats:
-        episode_stats = {key: _episode_stats(values, episode_lengths) for key, values in frames.items()}
+        episode_stats = {key: per_episode_stats(values, episode_lengths) for key, values in frames.items()}
         episode_stats.update({key: stats for key, (_, stats) in images.items()})
         episode_stats = {key: episode_stats[key] for key in features if key in episode_stats}
 
@@ -315,7 +318,7 @@ def _image_column(
         names.extend(f"frame_{frame_index:06d}.{extension}" for frame_index in range(length))
         if with_stats:
             pixel_values = pixels.reshape(-1, channels) / 255.0
-            stats = _episode_stats(pixel_values, np.array([len(pixel_values)]))
+            stats = per_episode_stats(pixel_values, np.array([len(pixel_values)]))
             stats = {name: values[0].reshape(channels, 1, 1) for name, values in stats.items() if name != "count"}
             stats["count"] = np.array([length])  # frames, not pixels
             per_episode.append(stats)
@@ -327,18 +330,6 @@ def _image_column(
     return column, {name: np.stack([stats[name] for stats in per_episode]) for name in STAT_NAMES}
 
 
-def _nested_list(values: np.ndarray, fixed: bool) -> pa.Array:
-    """Rows of ``values`` (shape (n, d1, d2, ...)) as nested fixed-size or variable-size arrow lists."""
-    array = pa.array(values.reshape(-1))
-    for size in reversed(values.shape[1:]):
-        if fixed:
-            array = pa.FixedSizeListArray.from_arrays(array, size)
-        else:
-            offsets = pa.array(np.arange(0, len(array) + 1, size, dtype=np.int32))
-            array = pa.ListArray.from_arrays(offsets, array)
-    return array
-
-
 def _frames_table(
     frames: dict[str, np.ndarray],
     images: dict[str, tuple[pa.StructArray, dict[str, np.ndarray]]],
@@ -346,136 +337,16 @@ def _frames_table(
     version: str,
 ) -> pa.Table:
     """Data table of all frames: vectors, images, then the five default columns, with schema metadata."""
-    columns = {key: _nested_list(values, fixed) for key, values in frames.items() if key not in DEFAULT_FEATURES}
+    columns = {key: nested_list(values, fixed) for key, values in frames.items() if key not in DEFAULT_FEATURES}
     columns.update({key: column for key, (column, _) in images.items()})
     columns.update({key: pa.array(frames[key]) for key in DEFAULT_FEATURES})
     table = pa.table(columns)
     if fixed:
-        return table.replace_schema_metadata({"huggingface": _huggingface_metadata(table.schema, version)})
-    return table.replace_schema_metadata({"pandas": _pandas_metadata(table.schema, index_column=None)})
-
-
-def _huggingface_metadata(schema: pa.Schema, version: str) -> str:
-    """The ``huggingface`` schema metadata of the `datasets` library, as lerobot's files carry it."""
-    list_type = "List" if version == "v3.0" else "Sequence"
-
-    def feature(arrow_type: pa.DataType) -> dict:
-        if pa.types.is_fixed_size_list(arrow_type):
-            return {"feature": feature(arrow_type.value_type), "length": arrow_type.list_size, "_type": list_type}
-        if pa.types.is_struct(arrow_type):
-            return {"_type": "Image"}
-        return {"dtype": arrow_type.to_pandas_dtype().__name__, "_type": "Value"}
-
-    return json.dumps({"info": {"features": {field.name: feature(field.type) for field in schema}}})
-
-
-def _pandas_metadata(schema: pa.Schema, index_column: str | None) -> str:
-    """The ``pandas`` schema metadata pandas writes, with ``index_column`` (the last column) as a named index."""
-
-    def pandas_type(arrow_type: pa.DataType) -> str:
-        if pa.types.is_string(arrow_type):
-            return "unicode"
-        if pa.types.is_list(arrow_type):
-            return f"list[{pandas_type(arrow_type.value_type)}]"
-        if pa.types.is_struct(arrow_type):
-            return "object"
-        return arrow_type.to_pandas_dtype().__name__
-
-    def numpy_type(arrow_type: pa.DataType) -> str:
-        if pa.types.is_integer(arrow_type) or pa.types.is_floating(arrow_type):
-            return arrow_type.to_pandas_dtype().__name__
-        return "object"
-
-    columns = [
-        {
-            "name": field.name,
-            "field_name": field.name,
-            "pandas_type": pandas_type(field.type),
-            "numpy_type": numpy_type(field.type),
-            "metadata": None,
-        }
-        for field in schema
-    ]
-    column_indexes = []
-    if index_column is not None:
-        column_indexes = [
-            {
-                "name": None,
-                "field_name": None,
-                "pandas_type": "unicode",
-                "numpy_type": "object",
-                "metadata": {"encoding": "UTF-8"},
-            }
-        ]
-    return json.dumps(
-        {
-            "index_columns": [] if index_column is None else [index_column],
-            "column_indexes": column_indexes,
-            "columns": columns,
-            "attributes": {},
-            "creator": {"library": "pyarrow", "version": pa.__version__},
-            "pandas_version": PANDAS_VERSION,
-        }
-    )
+        return table.replace_schema_metadata({"huggingface": huggingface_metadata(table.schema, version)})
+    return table.replace_schema_metadata({"pandas": pandas_metadata(table.schema, index_column=None)})
 
 
 # ------------------------------------------------------------------------------------------------- statistics
-
-
-def _episode_stats(values: np.ndarray, lengths: np.ndarray) -> dict[str, np.ndarray]:
-    """Per-episode min, max, mean, std, count and quantiles of ``values`` (frames of all episodes in order).
-
-    Results have shape (n_episodes, *values.shape[1:]), (n_episodes, 1) for 1-D ``values`` and for count; min
-    and max keep the dtype of ``values``, the others are float64. Quantiles interpolate like ``numpy.quantile``.
-    """
-    n_episodes = len(lengths)
-    flat = values.reshape(len(values), -1)
-    starts = np.cumsum(lengths) - lengths
-    episode_of_row = np.repeat(np.arange(n_episodes), lengths)
-    as_float = flat.astype(np.float64)
-    mean = np.add.reduceat(as_float, starts, axis=0) / lengths[:, None]
-    variance = np.add.reduceat((as_float - mean[episode_of_row]) ** 2, starts, axis=0) / lengths[:, None]
-    stats = {
-        "min": np.minimum.reduceat(flat, starts, axis=0),
-        "max": np.maximum.reduceat(flat, starts, axis=0),
-        "mean": mean,
-        "std": np.sqrt(variance),
-    }
-    for start, stop in zip(starts.tolist(), (starts + lengths).tolist()):
-        as_float[start:stop].sort(axis=0)
-    for name, q in QUANTILES.items():
-        position = q * (lengths - 1)
-        below = np.floor(position).astype(np.int64)
-        above = np.minimum(below + 1, lengths - 1)
-        fraction = (position - below)[:, None]
-        low, high = as_float[starts + below], as_float[starts + above]
-        stats[name] = low + (high - low) * fraction
-    shape = (n_episodes, *(values.shape[1:] or (1,)))  # scalar features get stats of shape [1]
-    result = {name: array.reshape(shape) for name, array in stats.items()}
-    result["count"] = lengths.reshape(n_episodes, 1).astype(np.int64)
-    return {name: result[name] for name in STAT_NAMES}
-
-
-def _aggregate_stats(stats: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Dataset stats from per-episode stats: count-weighted merge (parallel variance, weighted quantiles)."""
-    counts = stats["count"][:, 0]
-    weights = (counts / counts.sum()).reshape(-1, *[1] * (stats["mean"].ndim - 1))
-    mean = (weights * stats["mean"]).sum(axis=0)
-    variance = (weights * (stats["std"] ** 2 + (stats["mean"] - mean) ** 2)).sum(axis=0)
-    merged = {
-        "min": stats["min"].min(axis=0),
-        "max": stats["max"].max(axis=0),
-        "mean": mean,
-        "std": np.sqrt(variance),
-        "count": np.array([counts.sum()]),
-    }
-    merged.update({name: (weights * stats[name]).sum(axis=0) for name in QUANTILES})
-    return merged
-
-
-def _stats_json(stats: dict[str, np.ndarray], row: int | None = None) -> dict[str, list]:
-    """Stats of one episode (``row``) or of the dataset as JSON-ready nested lists."""
-    return {name: (array if row is None else array[row]).tolist() for name, array in stats.items()}
 
 
 # --------------------------------------------------------------------------------------------------- metadata
@@ -523,34 +394,9 @@ def _features(
     return features
 
 
-def _write_json(file: pathlib.Path, content: dict) -> None:
-    file.parent.mkdir(parents=True, exist_ok=True)
-    file.write_text(json.dumps(content, indent=4, ensure_ascii=False), encoding="utf-8")
-
-
 def _write_jsonl(file: pathlib.Path, rows: list[dict]) -> None:
     file.parent.mkdir(parents=True, exist_ok=True)
     file.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows), encoding="utf-8")
-
-
-def _write_data_file(file: pathlib.Path, table: pa.Table, lengths: Sequence[int], row_group_per_episode: bool) -> None:
-    """Write ``table`` (the frames of consecutive episodes of ``lengths``) with one row group per episode or one."""
-    file.parent.mkdir(parents=True, exist_ok=True)
-    with pq.ParquetWriter(file, table.schema) as writer:
-        if not row_group_per_episode:
-            writer.write_table(table, row_group_size=max(table.num_rows, 1))
-            return
-        offset = 0
-        for length in lengths:
-            writer.write_table(table.slice(offset, length), row_group_size=length)
-            offset += length
-
-
-def _write_tasks_parquet(file: pathlib.Path, tasks: list[str]) -> None:
-    """meta/tasks.parquet as pandas writes ``DataFrame({"task_index": ...}, index=Index(tasks, name="task"))``."""
-    table = pa.table({"task_index": pa.array(np.arange(len(tasks), dtype=np.int64)), "task": pa.array(tasks)})
-    table = table.replace_schema_metadata({"pandas": _pandas_metadata(table.schema, index_column="task")})
-    pq.write_table(table, file)
 
 
 def _write_v3(
@@ -575,7 +421,7 @@ def _write_v3(
         first, stop = number * per_file, min((number + 1) * per_file, n_episodes)
         rows = table.slice(int(starts[first]), int(lengths[first:stop].sum()))
         file = root / V3_DATA_PATH.format(chunk_index=number // CHUNKS_SIZE, file_index=number % CHUNKS_SIZE)
-        _write_data_file(file, rows, lengths[first:stop].tolist(), row_group_per_episode)
+        write_data_file(file, rows, lengths[first:stop].tolist(), row_group_per_episode)
 
     zeros = pa.array(np.zeros(n_episodes, dtype=np.int64))
     columns: dict[str, pa.Array] = {
@@ -596,7 +442,7 @@ def _write_v3(
         columns[f"videos/{key}/to_timestamp"] = pa.array((start_in_file + lengths) / fps)
     for key, stats in episode_stats.items():
         for name, values in stats.items():
-            columns[f"stats/{key}/{name}"] = _nested_list(
+            columns[f"stats/{key}/{name}"] = nested_list(
                 values.astype(np.float64) if values.dtype.kind == "f" else values, fixed=False
             )
     columns["meta/episodes/chunk_index"] = zeros
@@ -605,13 +451,13 @@ def _write_v3(
     episodes_file.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.table(columns), episodes_file)
 
-    _write_tasks_parquet(root / "meta/tasks.parquet", tasks)
+    write_tasks_parquet(root / "meta/tasks.parquet", tasks)
     if episode_stats:
-        _write_json(
+        write_json(
             root / "meta/stats.json",
-            {key: _stats_json(_aggregate_stats(stats)) for key, stats in episode_stats.items()},
+            {key: stats_json(aggregate_stats(stats)) for key, stats in episode_stats.items()},
         )
-    _write_json(
+    write_json(
         root / "meta/info.json",
         {
             "codebase_version": "v3.0",
@@ -646,7 +492,7 @@ def _write_v21(
     starts = (np.cumsum(lengths) - lengths).tolist()
     for episode, (start, length) in enumerate(zip(starts, lengths.tolist())):
         file = root / V21_DATA_PATH.format(episode_chunk=episode // CHUNKS_SIZE, episode_index=episode)
-        _write_data_file(file, table.slice(start, length), [length], row_group_per_episode=True)
+        write_data_file(file, table.slice(start, length), [length], row_group_per_episode=True)
 
     meta = root / "meta"
     _write_jsonl(
@@ -665,11 +511,11 @@ def _write_v21(
         _write_jsonl(
             meta / "episodes_stats.jsonl",
             [
-                {"episode_index": e, "stats": {key: _stats_json(stats, e) for key, stats in no_quantiles.items()}}
+                {"episode_index": e, "stats": {key: stats_json(stats, e) for key, stats in no_quantiles.items()}}
                 for e in range(n_episodes)
             ],
         )
-    _write_json(
+    write_json(
         meta / "info.json",
         {
             "codebase_version": "v2.1",

@@ -1,0 +1,192 @@
+"""Writing LeRobot v3.0 datasets: the parquet encodings, statistics and metadata files LeRobot reads.
+
+Shared by :mod:`lerobot_zarr.export` (a store back to LeRobot's format, for ``to_lerobot`` and ``push``) and
+:mod:`lerobot_zarr.sample_data` (synthetic datasets). Everything is plain pyarrow (no pandas): pandas' schema
+metadata is written by hand so that pandas, and so LeRobot, reads ``meta/tasks.parquet`` with its index.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+from collections.abc import Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+__all__ = ["QUANTILES", "STAT_NAMES", "DEFAULT_FEATURES", "V3_DATA_PATH", "CHUNKS_SIZE", "nested_list",
+           "huggingface_metadata", "pandas_metadata", "per_episode_stats", "aggregate_stats", "stats_json",
+           "write_data_file", "write_tasks_parquet", "write_json"]
+
+CHUNKS_SIZE = 1000
+QUANTILES = {"q01": 0.01, "q10": 0.10, "q50": 0.50, "q90": 0.90, "q99": 0.99}
+STAT_NAMES = ("min", "max", "mean", "std", "count", *QUANTILES)
+# The five features lerobot adds to every dataset, in its column order.
+DEFAULT_FEATURES = {
+    "timestamp": "float32",
+    "frame_index": "int64",
+    "episode_index": "int64",
+    "index": "int64",
+    "task_index": "int64",
+}
+# pandas version recorded in the pandas schema metadata, as in real LeRobot files.
+PANDAS_VERSION = "2.3.3"
+V3_DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
+
+
+def nested_list(values: np.ndarray, fixed: bool) -> pa.Array:
+    """Rows of ``values`` (shape (n, d1, d2, ...)) as nested fixed-size or variable-size arrow lists."""
+    array = pa.array(values.reshape(-1))
+    for size in reversed(values.shape[1:]):
+        if fixed:
+            array = pa.FixedSizeListArray.from_arrays(array, size)
+        else:
+            offsets = pa.array(np.arange(0, len(array) + 1, size, dtype=np.int32))
+            array = pa.ListArray.from_arrays(offsets, array)
+    return array
+
+
+def huggingface_metadata(schema: pa.Schema, version: str) -> str:
+    """The ``huggingface`` schema metadata of the `datasets` library, as lerobot's files carry it."""
+    list_type = "List" if version == "v3.0" else "Sequence"
+
+    def feature(arrow_type: pa.DataType) -> dict:
+        if pa.types.is_fixed_size_list(arrow_type):
+            return {"feature": feature(arrow_type.value_type), "length": arrow_type.list_size, "_type": list_type}
+        if pa.types.is_struct(arrow_type):
+            return {"_type": "Image"}
+        return {"dtype": arrow_type.to_pandas_dtype().__name__, "_type": "Value"}
+
+    return json.dumps({"info": {"features": {field.name: feature(field.type) for field in schema}}})
+
+
+def pandas_metadata(schema: pa.Schema, index_column: str | None) -> str:
+    """The ``pandas`` schema metadata pandas writes, with ``index_column`` (the last column) as a named index."""
+
+    def pandas_type(arrow_type: pa.DataType) -> str:
+        if pa.types.is_string(arrow_type):
+            return "unicode"
+        if pa.types.is_list(arrow_type):
+            return f"list[{pandas_type(arrow_type.value_type)}]"
+        if pa.types.is_struct(arrow_type):
+            return "object"
+        return arrow_type.to_pandas_dtype().__name__
+
+    def numpy_type(arrow_type: pa.DataType) -> str:
+        if pa.types.is_integer(arrow_type) or pa.types.is_floating(arrow_type):
+            return arrow_type.to_pandas_dtype().__name__
+        return "object"
+
+    columns = [
+        {
+            "name": field.name,
+            "field_name": field.name,
+            "pandas_type": pandas_type(field.type),
+            "numpy_type": numpy_type(field.type),
+            "metadata": None,
+        }
+        for field in schema
+    ]
+    column_indexes = []
+    if index_column is not None:
+        column_indexes = [
+            {
+                "name": None,
+                "field_name": None,
+                "pandas_type": "unicode",
+                "numpy_type": "object",
+                "metadata": {"encoding": "UTF-8"},
+            }
+        ]
+    return json.dumps(
+        {
+            "index_columns": [] if index_column is None else [index_column],
+            "column_indexes": column_indexes,
+            "columns": columns,
+            "attributes": {},
+            "creator": {"library": "pyarrow", "version": pa.__version__},
+            "pandas_version": PANDAS_VERSION,
+        }
+    )
+
+
+def per_episode_stats(values: np.ndarray, lengths: np.ndarray) -> dict[str, np.ndarray]:
+    """Per-episode min, max, mean, std, count and quantiles of ``values`` (frames of all episodes in order).
+
+    Results have shape (n_episodes, *values.shape[1:]), (n_episodes, 1) for 1-D ``values`` and for count; min
+    and max keep the dtype of ``values``, the others are float64. Quantiles interpolate like ``numpy.quantile``.
+    """
+    n_episodes = len(lengths)
+    flat = values.reshape(len(values), -1)
+    starts = np.cumsum(lengths) - lengths
+    episode_of_row = np.repeat(np.arange(n_episodes), lengths)
+    as_float = flat.astype(np.float64)
+    mean = np.add.reduceat(as_float, starts, axis=0) / lengths[:, None]
+    variance = np.add.reduceat((as_float - mean[episode_of_row]) ** 2, starts, axis=0) / lengths[:, None]
+    stats = {
+        "min": np.minimum.reduceat(flat, starts, axis=0),
+        "max": np.maximum.reduceat(flat, starts, axis=0),
+        "mean": mean,
+        "std": np.sqrt(variance),
+    }
+    for start, stop in zip(starts.tolist(), (starts + lengths).tolist()):
+        as_float[start:stop].sort(axis=0)
+    for name, q in QUANTILES.items():
+        position = q * (lengths - 1)
+        below = np.floor(position).astype(np.int64)
+        above = np.minimum(below + 1, lengths - 1)
+        fraction = (position - below)[:, None]
+        low, high = as_float[starts + below], as_float[starts + above]
+        stats[name] = low + (high - low) * fraction
+    shape = (n_episodes, *(values.shape[1:] or (1,)))  # scalar features get stats of shape [1]
+    result = {name: array.reshape(shape) for name, array in stats.items()}
+    result["count"] = lengths.reshape(n_episodes, 1).astype(np.int64)
+    return {name: result[name] for name in STAT_NAMES}
+
+
+def aggregate_stats(stats: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Dataset stats from per-episode stats: count-weighted merge (parallel variance, weighted quantiles)."""
+    counts = stats["count"][:, 0]
+    weights = (counts / counts.sum()).reshape(-1, *[1] * (stats["mean"].ndim - 1))
+    mean = (weights * stats["mean"]).sum(axis=0)
+    variance = (weights * (stats["std"] ** 2 + (stats["mean"] - mean) ** 2)).sum(axis=0)
+    merged = {
+        "min": stats["min"].min(axis=0),
+        "max": stats["max"].max(axis=0),
+        "mean": mean,
+        "std": np.sqrt(variance),
+        "count": np.array([counts.sum()]),
+    }
+    merged.update({name: (weights * stats[name]).sum(axis=0) for name in QUANTILES})
+    return merged
+
+
+def stats_json(stats: dict[str, np.ndarray], row: int | None = None) -> dict[str, list]:
+    """Stats of one episode (``row``) or of the dataset as JSON-ready nested lists."""
+    return {name: (array if row is None else array[row]).tolist() for name, array in stats.items()}
+
+
+def write_data_file(file: pathlib.Path, table: pa.Table, lengths: Sequence[int], row_group_per_episode: bool) -> None:
+    """Write ``table`` (the frames of consecutive episodes of ``lengths``) with one row group per episode or one."""
+    file.parent.mkdir(parents=True, exist_ok=True)
+    with pq.ParquetWriter(file, table.schema) as writer:
+        if not row_group_per_episode:
+            writer.write_table(table, row_group_size=max(table.num_rows, 1))
+            return
+        offset = 0
+        for length in lengths:
+            writer.write_table(table.slice(offset, length), row_group_size=length)
+            offset += length
+
+
+def write_tasks_parquet(file: pathlib.Path, tasks: list[str]) -> None:
+    """meta/tasks.parquet as pandas writes ``DataFrame({"task_index": ...}, index=Index(tasks, name="task"))``."""
+    table = pa.table({"task_index": pa.array(np.arange(len(tasks), dtype=np.int64)), "task": pa.array(tasks)})
+    table = table.replace_schema_metadata({"pandas": pandas_metadata(table.schema, index_column="task")})
+    pq.write_table(table, file)
+
+
+def write_json(file: pathlib.Path, content: dict) -> None:
+    file.parent.mkdir(parents=True, exist_ok=True)
+    file.write_text(json.dumps(content, indent=4, ensure_ascii=False), encoding="utf-8")
