@@ -1,4 +1,4 @@
-"""Command line: ``lerobot-zarr demo | info SOURCE | convert SOURCE`` (SOURCE: folder, store or Hub repo id)."""
+"""Command line: ``lerobot-zarr demo | info SOURCE | convert SOURCE | push STORE REPO_ID``."""
 
 from __future__ import annotations
 
@@ -89,6 +89,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     convert.add_argument("--revision", default=None, help="Hub branch, tag or commit")
     convert.add_argument("--root", type=Path, default=None, help="store folder (default: the cache)")
     convert.add_argument("--episodes", type=_episode_list, default=None, help="e.g. 0,3,5-9 (default: all)")
+    push = sub.add_parser("push", help="publish a store to a Hub dataset repo as LeRobot v3.0 (one commit)")
+    push.add_argument("store", type=Path)
+    push.add_argument("repo_id")
+    push.add_argument("--revision", default=None, help="branch to commit to (default main)")
+    push.add_argument("--private", action="store_true")
+    push.add_argument("--message", default=None, help="commit message")
     args = parser.parse_args(argv)
     try:
         if args.command == "demo":
@@ -107,6 +113,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.command == "convert":
             ds = open_dataset(args.source, root=args.root, episodes=args.episodes, revision=args.revision)
             print(describe(ds.meta))
+        elif args.command == "push":
+            commit = LeRobotZarrDataset(args.store).push(args.repo_id, revision=args.revision, private=args.private,
+                                                         commit_message=args.message)
+            print(f"pushed {args.store} to {args.repo_id}: " + (f"commit {commit}" if commit else "no change"))
     except LeRobotZarrError as exc:
         print(f"lerobot-zarr: error: {exc}", file=sys.stderr)
         return 1

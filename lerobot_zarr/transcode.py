@@ -13,11 +13,12 @@ import queue
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from typing import Any, TypeVar
+from typing import TypeVar
 from pathlib import Path
 
 import numpy as np
 
+from ._progress import progress_bar
 from .errors import FrameIndexError, StoreError
 from .source import FeatureSpec, LeRobotSource
 from .store import (
@@ -52,17 +53,6 @@ def _array_spec(spec: FeatureSpec) -> ArraySpec:
 def array_specs(source: LeRobotSource) -> dict[str, ArraySpec]:
     """The store arrays a source maps to: one per numeric or image feature."""
     return {name: _array_spec(spec) for name, spec in source.stored_features.items()}
-
-
-def _progress(total: int, desc: str, enabled: bool) -> Any:
-    """A progress bar honouring HF_HUB_DISABLE_PROGRESS_BARS, without tqdm's monitor thread (threads make a
-    later fork, as in DataLoader workers, unsafe)."""
-    from huggingface_hub.utils import tqdm
-
-    class Bar(tqdm):
-        monitor_interval = 0
-
-    return Bar(total=total, desc=desc, unit="frame", unit_scale=True, disable=not enabled or None)
 
 
 def _create(source: LeRobotSource, root: Path, source_record: dict) -> StoreState:
@@ -162,7 +152,7 @@ def transcode(source: LeRobotSource, root: str | os.PathLike, *, episodes: Seque
         specs = array_specs(source)
         pending: list[int] = []
         last_commit = time.monotonic()
-        with _progress(int(source.episodes.length[todo].sum()), f"transcoding {source.files.name}", progress) as bar:
+        with progress_bar(int(source.episodes.length[todo].sum()), f"transcoding {source.files.name}", progress) as bar:
             for e, frames in _prefetched(source.iter_episodes(todo), depth=4):
                 for name, spec in specs.items():
                     write_chunk(chunk_path(root, name, e, 1 + len(spec.frame_shape)), frames[name])

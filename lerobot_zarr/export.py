@@ -1,0 +1,273 @@
+"""A store back to LeRobot's v3.0 format: ``to_lerobot`` (a local folder) and ``push`` (a Hub repo, one commit).
+
+The output is what LeRobot writes: data files of bounded size with one row group per episode (vectors as
+``fixed_size_list``, images as ``struct<bytes, path>`` PNG), ``meta/info.json``, ``meta/episodes`` with per-episode
+stats, ``meta/tasks.parquet`` (task text in a pandas index named ``task``), ``meta/stats.json`` with quantiles and a
+dataset card. Bytes are deterministic for the same store, so pushing an unchanged store changes nothing. Alongside,
+``meta/lerobot_zarr_index.json`` gives our readers the store metadata and each episode's row-group byte range.
+Features the store does not hold (videos) are left out of the export.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ._progress import progress_bar
+from .dataset import LeRobotZarrDataset
+from .errors import HubAuthError, NotMaterializedError, StoreError
+from .lerobot_v3 import (
+    CHUNKS_SIZE,
+    DEFAULT_FEATURES,
+    STAT_NAMES,
+    V3_DATA_PATH,
+    aggregate_stats,
+    huggingface_metadata,
+    nested_list,
+    per_episode_stats,
+    stats_json,
+    write_json,
+    write_tasks_parquet,
+)
+from .store import read_root
+
+__all__ = ["to_lerobot", "push", "INDEX_FILE"]
+
+INDEX_FILE = "meta/lerobot_zarr_index.json"
+_TAG = "v3.0"
+
+
+def _encode_png(frame: np.ndarray) -> bytes:
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.fromarray(frame if frame.shape[-1] != 1 else frame[..., 0]).save(buf, format="PNG", compress_level=6)
+    return buf.getvalue()
+
+
+def _column(values: np.ndarray, kind: str, e: int) -> pa.Array:
+    if kind == "image":
+        data = pa.array([_encode_png(frame) for frame in values], pa.binary())
+        paths = pa.array([f"frame-{e:06d}-{i:06d}.png" for i in range(len(values))], pa.string())
+        return pa.StructArray.from_arrays([data, paths], names=["bytes", "path"])
+    if values.ndim == 1:
+        return pa.array(np.ascontiguousarray(values))
+    return nested_list(np.ascontiguousarray(values), fixed=True)
+
+
+def _stats(values: np.ndarray, kind: str) -> dict[str, np.ndarray]:
+    """One episode's stats, shaped like LeRobot's (images: per channel, scaled to [0, 1], shape (C, 1, 1))."""
+    if kind == "image":
+        channels = values.shape[-1]
+        stats = per_episode_stats(values.reshape(-1, channels) / 255.0, np.array([values.size // channels]))
+        stats = {k: v[0].reshape(channels, 1, 1) for k, v in stats.items() if k != "count"}
+        stats["count"] = np.array([len(values)])
+        return stats
+    return {k: v[0] for k, v in per_episode_stats(values, np.array([len(values)])).items()}
+
+
+def _card(info: dict) -> str:
+    return (
+        "---\nlicense: apache-2.0\ntask_categories:\n- robotics\ntags:\n- LeRobot\nconfigs:\n- config_name: default\n"
+        "  data_files: data/*/*.parquet\n---\n\n"
+        "This dataset uses the [LeRobot](https://github.com/huggingface/lerobot) v3.0 format. It was written by "
+        "lerobot_zarr from a local store.\n\n## Dataset structure\n\n[meta/info.json](meta/info.json):\n"
+        f"```json\n{json.dumps(info, indent=4)}\n```\n"
+    )
+
+
+def to_lerobot(dataset: LeRobotZarrDataset | str | os.PathLike, path: str | os.PathLike, *,
+               data_files_size_in_mb: int = 100, progress: bool = True) -> Path:
+    """Export a complete store to a new LeRobot v3.0 folder at ``path`` (written aside, then renamed in place)."""
+    ds = dataset if isinstance(dataset, LeRobotZarrDataset) else LeRobotZarrDataset(dataset)
+    path = Path(path)
+    if path.exists() and (not path.is_dir() or any(path.iterdir())):
+        raise StoreError(f"{path}: exists and is not an empty folder; to_lerobot writes a new dataset")
+    missing = np.flatnonzero(~ds.meta.materialized_episodes)
+    if missing.size:
+        raise NotMaterializedError(f"{ds.root}: episodes {missing[:20].tolist()} are not in the local store; "
+                                   f"open the dataset with all its episodes before exporting it")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
+    try:
+        _write(ds, tmp, data_files_size_in_mb, progress)
+        if path.exists():
+            path.rmdir()
+        os.replace(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return path
+
+
+def _write(ds: LeRobotZarrDataset, root: Path, size_mb: int, progress: bool) -> None:
+    meta = ds.meta
+    info = meta.info
+    specs = ds._specs
+    order = [k for k in info["features"] if k in specs] + [k for k in specs if k not in info["features"]]
+    kinds = {k: specs[k].kind for k in order}
+    features = {k: v for k, v in info["features"].items() if k in specs}
+    for k, dtype in DEFAULT_FEATURES.items():
+        features.setdefault(k, {"dtype": dtype, "shape": [1], "names": None})
+    lengths = meta.episode_length
+    n_episodes = len(lengths)
+    frame_bytes = sum(specs[k].frame_bytes for k in order)
+
+    files: list[list[int]] = [[]]
+    size = 0
+    for e in range(n_episodes):
+        if files[-1] and size + int(lengths[e]) * frame_bytes > size_mb * 1_000_000:
+            files.append([])
+            size = 0
+        files[-1].append(e)
+        size += int(lengths[e]) * frame_bytes
+
+    episode_rows: list[dict] = []
+    episode_stats: dict[str, list[dict[str, np.ndarray]]] = {k: [] for k in order}
+    ranges: list[dict] = []
+    bar = progress_bar(int(lengths.sum()), f"exporting {ds.root.name}", progress)
+    for number, eps in enumerate(files):
+        chunk, file = divmod(number, CHUNKS_SIZE)
+        rel = V3_DATA_PATH.format(chunk_index=chunk, file_index=file)
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        writer = None
+        for e in eps:
+            arrays = ds.episode(e)
+            table = pa.table({k: _column(arrays[k], kinds[k], e) for k in order})
+            if writer is None:
+                schema = table.schema.with_metadata({"huggingface": huggingface_metadata(table.schema, "v3.0")})
+                writer = pq.ParquetWriter(root / rel, schema, compression="snappy")
+            writer.write_table(table.replace_schema_metadata(schema.metadata), row_group_size=max(len(table), 1))
+            task_index = np.asarray(arrays["task_index"]).reshape(-1)
+            first_seen = task_index[np.sort(np.unique(task_index, return_index=True)[1])]
+            episode_rows.append({"episode_index": e, "tasks": [meta.tasks[t] for t in first_seen.tolist()],
+                                 "length": int(lengths[e]), "data/chunk_index": chunk, "data/file_index": file})
+            for k in order:
+                episode_stats[k].append(_stats(np.asarray(arrays[k]), kinds[k]))
+            bar.update(int(lengths[e]))
+        writer.close()
+        footer = pq.ParquetFile(root / rel).metadata
+        for g, e in enumerate(eps):
+            rg = footer.row_group(g)
+            starts = [c.dictionary_page_offset or c.data_page_offset for c in map(rg.column, range(rg.num_columns))]
+            ranges.append({"episode_index": e, "data_file": rel, "row_group": g, "offset": min(starts),
+                           "length": sum(rg.column(i).total_compressed_size for i in range(rg.num_columns))})
+
+    bar.close()
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+    columns: dict[str, pa.Array] = {
+        "episode_index": pa.array(np.arange(n_episodes, dtype=np.int64)),
+        "tasks": pa.array([r["tasks"] for r in episode_rows], pa.list_(pa.string())),
+        "length": pa.array(lengths.astype(np.int64)),
+        "data/chunk_index": pa.array([r["data/chunk_index"] for r in episode_rows], pa.int64()),
+        "data/file_index": pa.array([r["data/file_index"] for r in episode_rows], pa.int64()),
+        "dataset_from_index": pa.array(starts),
+        "dataset_to_index": pa.array(starts + lengths),
+    }
+    stacked = {k: {name: np.stack([s[name] for s in episode_stats[k]]) for name in STAT_NAMES} for k in order}
+    for k, stats in stacked.items():
+        for name, values in stats.items():
+            columns[f"stats/{k}/{name}"] = nested_list(
+                values.astype(np.float64) if values.dtype.kind == "f" else values.astype(np.int64), fixed=False)
+    zeros = pa.array(np.zeros(n_episodes, dtype=np.int64))
+    columns["meta/episodes/chunk_index"] = zeros
+    columns["meta/episodes/file_index"] = zeros
+    (root / "meta" / "episodes" / "chunk-000").mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table(columns), root / "meta/episodes/chunk-000/file-000.parquet", compression="snappy")
+    write_tasks_parquet(root / "meta/tasks.parquet", list(meta.tasks))
+    write_json(root / "meta/stats.json", {k: stats_json(aggregate_stats(s)) for k, s in stacked.items()})
+    out_info = {
+        "codebase_version": "v3.0",
+        "robot_type": info.get("robot_type"),
+        "total_episodes": n_episodes,
+        "total_frames": int(lengths.sum()),
+        "total_tasks": len(meta.tasks),
+        "chunks_size": CHUNKS_SIZE,
+        "data_files_size_in_mb": size_mb,
+        "video_files_size_in_mb": info.get("video_files_size_in_mb", 200),
+        "fps": info["fps"],
+        "splits": {"train": f"0:{n_episodes}"},
+        "data_path": V3_DATA_PATH,
+        "video_path": None,
+        "features": features,
+    }
+    write_json(root / "meta/info.json", out_info)
+    (root / "README.md").write_text(_card(out_info), encoding="utf-8")
+    store_doc = read_root(ds.root)
+    store_doc["attributes"]["lerobot_zarr"].pop("source", None)  # local paths stay local
+    write_json(root / INDEX_FILE, {"format_version": 1, "store": store_doc, "episodes": ranges})
+
+
+def _git_oid(path: Path, lfs: bool) -> str:
+    data = path.read_bytes()
+    if lfs:
+        return hashlib.sha256(data).hexdigest()
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def push(dataset: LeRobotZarrDataset | str | os.PathLike, repo_id: str, *, revision: str | None = None,
+         private: bool = False, token: str | bool | None = None, commit_message: str | None = None,
+         progress: bool = True) -> str | None:
+    """Publish a complete store to a Hub dataset repo as LeRobot v3.0, in one commit, tagged ``v3.0``.
+
+    Files identical to the remote ones are not uploaded again; if nothing changed no commit is made. Returns the
+    new commit sha, or None when nothing changed. A repo holding a dataset with other features is refused.
+    """
+    from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi
+    from huggingface_hub import errors as hf
+
+    from .hub import parse_repo_id
+
+    parse_repo_id(repo_id)
+    ds = dataset if isinstance(dataset, LeRobotZarrDataset) else LeRobotZarrDataset(dataset)
+    api = HfApi(token=token)
+    branch = revision or "main"
+    try:
+        with tempfile.TemporaryDirectory(prefix="lerobot_zarr-push-") as tmp:
+            out = to_lerobot(ds, Path(tmp) / "dataset", progress=progress)
+            api.create_repo(repo_id, repo_type="dataset", private=private, exist_ok=True)
+            remote = {e.path: e for e in api.list_repo_tree(repo_id, recursive=True, revision=branch,
+                                                               repo_type="dataset") if hasattr(e, "blob_id")}
+            if "meta/info.json" in remote:
+                theirs = json.loads(Path(api.hf_hub_download(repo_id, "meta/info.json", repo_type="dataset",
+                                                             revision=branch, cache_dir=Path(tmp) / "cache")
+                                         ).read_text())
+                ours = json.loads((out / "meta/info.json").read_text())
+                for key in ("features", "fps", "robot_type"):
+                    if theirs.get(key) != ours.get(key):
+                        raise StoreError(f"{repo_id}: the repo holds another dataset ({key} differs: "
+                                         f"{theirs.get(key)!r} there, {ours.get(key)!r} here)")
+            local = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
+            changed = [rel for rel in local if rel not in remote or
+                       _git_oid(out / rel, remote[rel].lfs is not None) !=
+                       (remote[rel].lfs.sha256 if remote[rel].lfs is not None else remote[rel].blob_id)]
+            stale = [rel for rel in remote if rel.startswith(("data/", "meta/")) and rel not in local]
+            head = None
+            if changed or stale:
+                ops = [CommitOperationAdd(path_in_repo=rel, path_or_fileobj=str(out / rel)) for rel in local]
+                ops += [CommitOperationDelete(path_in_repo=rel) for rel in stale]
+                info = api.create_commit(repo_id, ops, repo_type="dataset", revision=branch,
+                                         commit_message=commit_message or f"lerobot_zarr: {len(changed)} files")
+                head = info.oid
+            tip = head or api.dataset_info(repo_id, revision=branch).sha
+            tags = {t.name: t.target_commit for t in api.list_repo_refs(repo_id, repo_type="dataset").tags}
+            if tags.get(_TAG) != tip:
+                if _TAG in tags:
+                    api.delete_tag(repo_id, tag=_TAG, repo_type="dataset")
+                api.create_tag(repo_id, tag=_TAG, revision=tip, repo_type="dataset")
+            return head
+    except hf.HfHubHTTPError as exc:
+        status = getattr(exc.response, "status_code", None)
+        if status in (401, 403):
+            raise HubAuthError(f"{repo_id}: not allowed to push (HTTP {status}); pass token= with write access "
+                               f"or log in with `hf auth login`") from exc
+        raise
