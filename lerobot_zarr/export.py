@@ -10,6 +10,7 @@ Features the store does not hold (videos) are left out of the export.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import io
 import json
@@ -38,11 +39,11 @@ from .lerobot_v3 import (
     write_json,
     write_tasks_parquet,
 )
+from .source import INDEX_FILE
 from .store import read_root
 
 __all__ = ["to_lerobot", "push", "INDEX_FILE"]
 
-INDEX_FILE = "meta/lerobot_zarr_index.json"
 _TAG = "v3.0"
 
 
@@ -156,11 +157,14 @@ def _write(ds: LeRobotZarrDataset, root: Path, size_mb: int, progress: bool) -> 
             bar.update(int(lengths[e]))
         writer.close()
         footer = pq.ParquetFile(root / rel).metadata
+        file_row = 0
         for g, e in enumerate(eps):
             rg = footer.row_group(g)
             starts = [c.dictionary_page_offset or c.data_page_offset for c in map(rg.column, range(rg.num_columns))]
-            ranges.append({"episode_index": e, "data_file": rel, "row_group": g, "offset": min(starts),
+            ranges.append({"episode_index": e, "data_file": rel, "row_group": g, "file_row": file_row,
+                           "offset": min(starts),
                            "length": sum(rg.column(i).total_compressed_size for i in range(rg.num_columns))})
+            file_row += rg.num_rows
 
     bar.close()
     starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
@@ -204,14 +208,40 @@ def _write(ds: LeRobotZarrDataset, root: Path, size_mb: int, progress: bool) -> 
     (root / "README.md").write_text(_card(out_info), encoding="utf-8")
     store_doc = read_root(ds.root)
     store_doc["attributes"]["lerobot_zarr"].pop("source", None)  # local paths stay local
-    write_json(root / INDEX_FILE, {"format_version": 1, "store": store_doc, "episodes": ranges})
+    data_files = sorted({r["data_file"] for r in ranges})
+    write_json(root / INDEX_FILE, {
+        "format_version": 1,
+        # what the files this index describes hash to: a reader uses the index only if the repo still holds them
+        "files": {rel: _identity(root / rel) for rel in ["meta/info.json", "meta/tasks.parquet", *data_files]},
+        "footers": {rel: base64.b64encode(_footer_bytes(root / rel)).decode() for rel in data_files},
+        "episodes": [dict(r, length=int(lengths[r["episode_index"]]), tasks=episode_rows[i]["tasks"])
+                     for i, r in enumerate(ranges)],
+        "info": out_info,
+        "tasks": list(meta.tasks),
+        "stats": json.loads((root / "meta/stats.json").read_text()),
+        "store": store_doc,
+    })
+
+
+def _identity(path: Path) -> dict[str, str]:
+    """The ids the Hub lists a file by: sha256 (LFS files) and git blob sha1 (regular files)."""
+    data = path.read_bytes()
+    return {"sha256": hashlib.sha256(data).hexdigest(),
+            "git_sha1": hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()}
+
+
+def _footer_bytes(path: Path) -> bytes:
+    """A parquet file's footer as stored at its end (FileMetaData, its length, ``PAR1``): enough to read any row
+    group by range."""
+    with open(path, "rb") as f:
+        f.seek(-8, os.SEEK_END)
+        length = int.from_bytes(f.read(4), "little")
+        f.seek(-8 - length, os.SEEK_END)
+        return f.read(length + 8)
 
 
 def _git_oid(path: Path, lfs: bool) -> str:
-    data = path.read_bytes()
-    if lfs:
-        return hashlib.sha256(data).hexdigest()
-    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+    return _identity(path)["sha256" if lfs else "git_sha1"]
 
 
 def push(dataset: LeRobotZarrDataset | str | os.PathLike, repo_id: str, *, revision: str | None = None,

@@ -118,9 +118,13 @@ class HubFiles(SourceFiles):
         except Exception as exc:
             raise _translate(exc, repo_id, self.revision) from exc
         self.sizes: dict[str, int] = {}
+        self.oids: dict[str, str] = {}  # sha256 of LFS files, git blob sha1 of the others
         for entry in entries:
             if getattr(entry, "size", None) is not None and not hasattr(entry, "tree_id"):
-                self.sizes[safe_relpath(self.location(), entry.path, "repository file")] = int(entry.size)
+                rel = safe_relpath(self.location(), entry.path, "repository file")
+                self.sizes[rel] = int(entry.size)
+                lfs = getattr(entry, "lfs", None)
+                self.oids[rel] = (lfs.sha256 if lfs is not None else entry.blob_id) or ""
 
     def location(self, rel: str = "") -> str:
         return f"{self.repo_id}@{self.revision}" + (f":{rel}" if rel else "")
@@ -201,6 +205,14 @@ class HubFiles(SourceFiles):
             return pq.read_metadata(pa.BufferReader(b"PAR1" + footer))
         except (pa.ArrowInvalid, OSError) as exc:
             raise CorruptSourceError(f"{self.location(rel)}: unreadable parquet footer ({exc})") from exc
+
+    def matches(self, rel: str, identity: dict[str, str]) -> bool:
+        """Whether the repo's file is the one ``identity`` ({"sha256", "git_sha1"}) describes."""
+        return bool(self.oids.get(rel)) and self.oids[rel] in (identity.get("sha256"), identity.get("git_sha1"))
+
+    def seed_footer(self, rel: str, metadata: pq.FileMetaData) -> None:
+        """A footer known from elsewhere (our index file): no request for it."""
+        self._footers[rel] = metadata
 
     def list(self, folder: str) -> list[str]:
         prefix = folder.rstrip("/") + "/"

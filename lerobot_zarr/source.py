@@ -7,6 +7,7 @@ nested lists, scalar columns, PNG/JPEG image structs), and where tasks and stats
 
 from __future__ import annotations
 
+import base64
 import functools
 import io
 from collections import deque
@@ -32,6 +33,7 @@ from .errors import (
 
 __all__ = ["FeatureSpec", "EpisodeTable", "LeRobotSource", "DEFAULT_FEATURES", "is_lerobot_folder"]
 
+INDEX_FILE = "meta/lerobot_zarr_index.json"  # written by export.push next to LeRobot's files
 DEFAULT_FEATURES = ("timestamp", "frame_index", "episode_index", "index", "task_index")
 _DEFAULT_DTYPES = {"timestamp": "float32", "frame_index": "int64", "episode_index": "int64", "index": "int64",
                    "task_index": "int64"}
@@ -302,6 +304,8 @@ class LeRobotSource:
                 raise SourceNotFoundError(f"{Path(source).resolve()}: no such dataset folder")
             self.files = LocalFiles(source)
         files = self.files
+        if self._load_index():
+            return
         info_path = files.location("meta/info.json")
         if not files.exists("meta/info.json"):
             raise SourceNotFoundError(f"{files.location()}: not a LeRobot dataset (meta/info.json not found)")
@@ -333,6 +337,39 @@ class LeRobotSource:
             raise SchemaMismatchError(f"{files.location()}: the dataset has no episodes")
 
     # metadata -------------------------------------------------------------------------------------------
+    def _load_index(self) -> bool:
+        """Use ``meta/lerobot_zarr_index.json`` (written by our push) when the repo still holds exactly the files
+        it describes: one request then gives the metadata, the data files' footers and the episode table."""
+        files = self.files
+        matches = getattr(files, "matches", None)
+        if matches is None or not files.exists(INDEX_FILE):
+            return False
+        try:
+            index = json.loads(files.read_bytes(INDEX_FILE))
+            if index.get("format_version") != 1 or not all(matches(rel, ident)
+                                                            for rel, ident in index["files"].items()):
+                return False  # written for other files (the repo was changed by another tool): ignore it
+            info, rows = index["info"], index["episodes"]
+            data_file = [safe_relpath(files.location(), r["data_file"], "index data") for r in rows]
+            length = np.asarray([r["length"] for r in rows], dtype=np.int64)
+            if [r["episode_index"] for r in rows] != list(range(len(rows))) or (length <= 0).any():
+                raise CorruptSourceError(f"{files.location(INDEX_FILE)}: inconsistent episode table")
+            footers = {rel: pq.read_metadata(pa.BufferReader(b"PAR1" + base64.b64decode(text)))
+                       for rel, text in index["footers"].items()}
+        except (KeyError, TypeError, ValueError, pa.ArrowInvalid) as exc:
+            raise CorruptSourceError(f"{files.location(INDEX_FILE)}: unreadable index ({exc})") from exc
+        for rel, footer in footers.items():
+            files.seed_footer(safe_relpath(files.location(), rel, "index footer"), footer)
+        self.info, self.major, self.fps = info, 3, float(info["fps"])
+        self.features = _parse_features(info, files.location("meta/info.json"))
+        start = np.concatenate([[0], np.cumsum(length)[:-1]]).astype(np.int64)
+        self.episodes = EpisodeTable(length, start, [list(r["tasks"]) for r in rows], data_file,
+                                     np.asarray([r["file_row"] for r in rows], dtype=np.int64))
+        self.tasks = [str(t) for t in index["tasks"]]
+        self.stats = index["stats"]
+        return True
+
+
     def _read_episodes_v3(self) -> EpisodeTable:
         files = self.files
         metas = [safe_relpath(files.location(), rel, "episode metadata")
