@@ -11,11 +11,12 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, IterableDataset
 
 from .dataset import LeRobotZarrDataset
+from .stream import SampleStream
 
-__all__ = ["TorchDataset", "to_tensors"]
+__all__ = ["TorchDataset", "TorchStream", "to_tensors"]
 
 
 def to_tensors(sample: dict[str, Any]) -> dict[str, Any]:
@@ -40,3 +41,17 @@ class TorchDataset(Dataset):
         """Batched fetch used by DataLoader: one vectorised ``get_batch`` instead of a loop, split back into items."""
         batch = self.dataset.get_batch(indices)
         return [to_tensors({k: v[j] for k, v in batch.items()}) for j in range(len(indices))]
+
+
+class TorchStream(IterableDataset):
+    """An iterable torch dataset over :func:`lerobot_zarr.stream`: each DataLoader worker reads its own share of
+    the episodes (no duplicates, no gaps); call :meth:`set_epoch` before each epoch for a new shuffle."""
+
+    def __init__(self, samples: SampleStream):
+        self.samples = samples
+
+    def set_epoch(self, epoch: int) -> None:
+        self.samples.set_epoch(epoch)
+
+    def __iter__(self):
+        return (to_tensors(item) for item in self.samples)

@@ -1,0 +1,202 @@
+"""Streaming samples for training on data larger than the disk: episodes arrive by range reads, a few at a time.
+
+``stream(source)`` yields the same dicts as ``ds[i]`` (windows and padding included), each frame once per epoch.
+Episodes are shuffled with a seed shared by every rank and worker, then dealt out: rank ``r`` of ``world_size``,
+worker ``w`` of ``num_workers`` takes every ``(world_size * num_workers)``-th episode from position
+``r * num_workers + w`` (no duplicates, no gaps). Each process keeps at most ``buffer_episodes`` episodes in memory
+and fetches as many ahead in a background thread, drawing frames at random across the buffered episodes.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .dataset import IMAGE_FORMATS, LeRobotZarrDataset, _window_offsets
+from .errors import FrameIndexError, SourceNotFoundError
+from .source import LeRobotSource, is_lerobot_folder
+from .store import has_commit_point
+from .transcode import _prefetched
+
+__all__ = ["stream", "SampleStream"]
+
+
+def _worker() -> tuple[int, int]:
+    """(worker id, number of workers) of the torch DataLoader worker running this, else (0, 1)."""
+    try:
+        from torch.utils.data import get_worker_info
+    except ImportError:
+        return 0, 1
+    info = get_worker_info()
+    return (0, 1) if info is None else (info.id, info.num_workers)
+
+
+class SampleStream:
+    """An iterable of samples; iterating again starts the next epoch (or call :meth:`set_epoch`)."""
+
+    def __init__(self, source: str | os.PathLike, *, revision: str | None = None, token: str | bool | None = None,
+                 episodes: Sequence[int] | None = None,
+                 delta_timestamps: Mapping[str, Sequence[float]] | None = None, shuffle: bool = True,
+                 seed: int = 0, buffer_episodes: int = 4, rank: int = 0, world_size: int = 1,
+                 image_format: str = "uint8_hwc", worker: tuple[int, int] | None = None):
+        if not 0 <= rank < world_size:
+            raise ValueError(f"rank must be in [0, world_size={world_size}), got {rank}")
+        if buffer_episodes < 1:
+            raise ValueError(f"buffer_episodes must be at least 1, got {buffer_episodes}")
+        if image_format not in IMAGE_FORMATS:
+            raise ValueError(f"image_format must be one of {IMAGE_FORMATS}, got {image_format!r}")
+        self.source, self.revision, self.token = source, revision, token
+        self.shuffle, self.seed, self.buffer_episodes = shuffle, int(seed), int(buffer_episodes)
+        self.rank, self.world_size, self.worker = rank, world_size, worker
+        self.image_format = image_format
+        self.epoch = 0
+        reader = self._reader()
+        n = reader.n_episodes
+        self.episodes = list(range(n)) if episodes is None else sorted({int(e) for e in episodes})
+        bad = [e for e in self.episodes if not 0 <= e < n]
+        if bad:
+            raise FrameIndexError(f"{source}: episode {bad[0]} does not exist ({n} episodes)")
+        self.fps, self.tasks, self.kinds = reader.fps, reader.tasks, reader.kinds
+        self.delta_timestamps = delta_timestamps
+        self._offsets = _window_offsets(delta_timestamps, self.fps, list(self.kinds), reader.not_materialized)
+        self.lengths = reader.lengths
+
+    def _reader(self) -> _EpisodeReader:
+        path = Path(self.source).expanduser()
+        if has_commit_point(path):
+            return _StoreReader(path)
+        if is_lerobot_folder(path):
+            return _SourceReader(LeRobotSource(path))
+        if path.exists():
+            raise SourceNotFoundError(f"{path}: neither a LeRobot dataset folder nor a lerobot_zarr store")
+        from .hub import HubFiles, resolve_revision
+
+        revision, commit = resolve_revision(str(self.source), self.revision, token=self.token)
+        self.revision = commit  # every rank and worker reads the same commit
+        return _SourceReader(LeRobotSource(HubFiles(str(self.source), commit, revision=revision, token=self.token)))
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+    def shard(self, epoch: int, worker: tuple[int, int] | None = None) -> list[int]:
+        """The episodes this rank and worker read in ``epoch``, in order."""
+        order = list(self.episodes)
+        if self.shuffle:
+            np.random.default_rng([self.seed, epoch]).shuffle(order)
+        w, num_workers = worker or self.worker or _worker()
+        step = self.world_size * num_workers
+        return order[self.rank * num_workers + w::step]
+
+    def __len__(self) -> int:
+        """Samples per epoch over all ranks and workers."""
+        return int(self.lengths[self.episodes].sum())
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        epoch = self.epoch
+        self.epoch += 1
+        worker = self.worker or _worker()
+        shard = self.shard(epoch, worker)
+        rng = np.random.default_rng([self.seed, epoch, self.rank, worker[0]])
+        reader = self._reader()
+        fetched = _prefetched(((e, reader.episode(e)) for e in shard), depth=self.buffer_episodes)
+        buffer: list[tuple[int, dict[str, np.ndarray], list[int]]] = []
+        try:
+            while True:
+                while len(buffer) < self.buffer_episodes:
+                    nxt = next(fetched, None)
+                    if nxt is None:
+                        break
+                    e, frames = nxt
+                    n = int(self.lengths[e])
+                    order = rng.permutation(n).tolist() if self.shuffle else list(range(n - 1, -1, -1))
+                    buffer.append((e, frames, order))
+                if not buffer:
+                    return
+                if self.shuffle:
+                    remaining = np.array([len(b[2]) for b in buffer], dtype=np.float64)
+                    k = int(rng.choice(len(buffer), p=remaining / remaining.sum()))
+                else:
+                    k = 0
+                e, frames, order = buffer[k]
+                yield self._item(frames, order.pop(), int(self.lengths[e]))
+                if not order:
+                    buffer.pop(k)
+        finally:
+            fetched.close()
+
+    def _item(self, frames: dict[str, np.ndarray], local: int, length: int) -> dict[str, Any]:
+        """Frame ``local`` of an episode held in memory, exactly as ``LeRobotZarrDataset.__getitem__`` gives it."""
+        out: dict[str, Any] = {}
+        for name, values in frames.items():
+            offsets = self._offsets.get(name)
+            if offsets is None:
+                value = values[local]
+                out[name] = value.copy() if isinstance(value, np.ndarray) else value
+            else:
+                q = offsets + local
+                out[f"{name}_is_pad"] = (q < 0) | (q >= length)
+                out[name] = values[np.minimum(np.maximum(q, 0), length - 1)]
+        task_index = np.asarray(frames["task_index"][local]).reshape(-1)[0]
+        out["task"] = self.tasks[int(task_index)]
+        if self.image_format == "float32_chw":
+            for name, kind in self.kinds.items():
+                if kind == "image":
+                    out[name] = np.moveaxis(out[name], -1, -3).astype(np.float32) / np.float32(255)
+        return out
+
+
+class _EpisodeReader:
+    n_episodes: int
+    fps: float
+    tasks: list[str]
+    kinds: dict[str, str]
+    lengths: np.ndarray
+    not_materialized: dict[str, str]
+
+    def episode(self, e: int) -> dict[str, np.ndarray]:
+        raise NotImplementedError
+
+
+class _SourceReader(_EpisodeReader):
+    """Episodes read from a LeRobot dataset (folder or Hub repo): only their row groups."""
+
+    def __init__(self, source: LeRobotSource):
+        self.src = source
+        self.n_episodes = len(source.episodes)
+        self.fps, self.tasks, self.lengths = source.fps, source.tasks, source.episodes.length
+        self.kinds = {k: v.kind for k, v in source.stored_features.items()}
+        self.not_materialized = source.not_materialized
+
+    def episode(self, e: int) -> dict[str, np.ndarray]:
+        ((_, frames),) = list(self.src.iter_episodes([e]))
+        return frames
+
+
+class _StoreReader(_EpisodeReader):
+    """Episodes read from a local store (read-only maps of its chunk files)."""
+
+    def __init__(self, root: Path):
+        self.ds = LeRobotZarrDataset(root)
+        meta = self.ds.meta
+        self.n_episodes, self.fps, self.tasks = meta.total_episodes, meta.fps, meta.tasks
+        self.lengths = meta.episode_length
+        self.kinds = {k: s.kind for k, s in self.ds._specs.items()}
+        self.not_materialized = meta.not_materialized
+
+    def episode(self, e: int) -> dict[str, np.ndarray]:
+        return self.ds.episode(e)
+
+
+def stream(source: str | os.PathLike, *, revision: str | None = None, token: str | bool | None = None,
+           episodes: Sequence[int] | None = None, delta_timestamps: Mapping[str, Sequence[float]] | None = None,
+           shuffle: bool = True, seed: int = 0, buffer_episodes: int = 4, rank: int = 0, world_size: int = 1,
+           image_format: str = "uint8_hwc") -> SampleStream:
+    """Stream samples of a Hub repo, LeRobot folder or store; see :class:`SampleStream` and the module docs."""
+    return SampleStream(source, revision=revision, token=token, episodes=episodes,
+                        delta_timestamps=delta_timestamps, shuffle=shuffle, seed=seed,
+                        buffer_episodes=buffer_episodes, rank=rank, world_size=world_size,
+                        image_format=image_format)
