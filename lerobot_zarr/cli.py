@@ -1,4 +1,4 @@
-"""Command line: ``lerobot-zarr demo | info SOURCE | convert SOURCE | push STORE REPO_ID``."""
+"""Command line: ``lerobot-zarr demo | info SOURCE | convert SOURCE | view SOURCE --episode N | push STORE REPO_ID``."""
 
 from __future__ import annotations
 
@@ -95,6 +95,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     push.add_argument("--revision", default=None, help="branch to commit to (default main)")
     push.add_argument("--private", action="store_true")
     push.add_argument("--message", default=None, help="commit message")
+    view = sub.add_parser("view", help="plot one episode to a PNG (and log it to a rerun .rrd)")
+    view.add_argument("source", help="store, LeRobot folder or Hub repo id org/name")
+    view.add_argument("--episode", type=int, required=True)
+    view.add_argument("--out", type=Path, default=None, help="PNG path (default episode_<n>.png)")
+    view.add_argument("--rrd", type=Path, default=None, help="also save a rerun recording (needs rerun-sdk)")
+    view.add_argument("--revision", default=None, help="Hub branch, tag or commit")
     args = parser.parse_args(argv)
     try:
         if args.command == "demo":
@@ -113,6 +119,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.command == "convert":
             ds = open_dataset(args.source, root=args.root, episodes=args.episodes, revision=args.revision)
             print(describe(ds.meta))
+        elif args.command == "view":
+            from .view import view_episode
+
+            png = view_episode(args.source, args.episode, out=args.out, rrd=args.rrd, revision=args.revision)
+            print(f"wrote {png}" + (f" and {args.rrd}" if args.rrd else ""))
         elif args.command == "push":
             commit = LeRobotZarrDataset(args.store).push(args.repo_id, revision=args.revision, private=args.private,
                                                          commit_message=args.message)
