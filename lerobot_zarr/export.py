@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 
 from ._progress import progress_bar
 from .dataset import LeRobotZarrDataset
-from .errors import HubAuthError, NotMaterializedError, StoreError
+from .errors import HubAuthError, HubError, NotMaterializedError, StoreError
 from .lerobot_v3 import (
     CHUNKS_SIZE,
     DEFAULT_FEATURES,
@@ -121,27 +121,22 @@ def _write(ds: LeRobotZarrDataset, root: Path, size_mb: int, progress: bool) -> 
         features.setdefault(k, {"dtype": dtype, "shape": [1], "names": None})
     lengths = meta.episode_length
     n_episodes = len(lengths)
-    frame_bytes = sum(specs[k].frame_bytes for k in order)
-
-    files: list[list[int]] = [[]]
-    size = 0
-    for e in range(n_episodes):
-        if files[-1] and size + int(lengths[e]) * frame_bytes > size_mb * 1_000_000:
-            files.append([])
-            size = 0
-        files[-1].append(e)
-        size += int(lengths[e]) * frame_bytes
 
     episode_rows: list[dict] = []
     episode_stats: dict[str, list[dict[str, np.ndarray]]] = {k: [] for k in order}
     ranges: list[dict] = []
     bar = progress_bar(int(lengths.sum()), f"exporting {ds.root.name}", progress)
-    for number, eps in enumerate(files):
+    limit = size_mb * 2**20
+    number, e = 0, 0
+    while e < n_episodes:  # one data file per pass: episodes until the file would pass the size limit
         chunk, file = divmod(number, CHUNKS_SIZE)
         rel = V3_DATA_PATH.format(chunk_index=chunk, file_index=file)
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        writer = None
-        for e in eps:
+        writer, eps, frames_written = None, [], 0
+        while e < n_episodes:
+            written = (root / rel).stat().st_size if writer is not None else 0
+            if eps and written + written / frames_written * int(lengths[e]) > limit:
+                break
             arrays = ds.episode(e)
             table = pa.table({k: _column(arrays[k], kinds[k], e) for k in order})
             if writer is None:
@@ -155,17 +150,20 @@ def _write(ds: LeRobotZarrDataset, root: Path, size_mb: int, progress: bool) -> 
             for k in order:
                 episode_stats[k].append(_stats(np.asarray(arrays[k]), kinds[k]))
             bar.update(int(lengths[e]))
+            eps.append(e)
+            frames_written += int(lengths[e])
+            e += 1
         writer.close()
         footer = pq.ParquetFile(root / rel).metadata
         file_row = 0
-        for g, e in enumerate(eps):
+        for g, ep in enumerate(eps):
             rg = footer.row_group(g)
             starts = [c.dictionary_page_offset or c.data_page_offset for c in map(rg.column, range(rg.num_columns))]
-            ranges.append({"episode_index": e, "data_file": rel, "row_group": g, "file_row": file_row,
+            ranges.append({"episode_index": ep, "data_file": rel, "row_group": g, "file_row": file_row,
                            "offset": min(starts),
-                           "length": sum(rg.column(i).total_compressed_size for i in range(rg.num_columns))})
+                           "nbytes": sum(rg.column(i).total_compressed_size for i in range(rg.num_columns))})
             file_row += rg.num_rows
-
+        number += 1
     bar.close()
     starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
     columns: dict[str, pa.Array] = {
@@ -214,6 +212,7 @@ def _write(ds: LeRobotZarrDataset, root: Path, size_mb: int, progress: bool) -> 
         # what the files this index describes hash to: a reader uses the index only if the repo still holds them
         "files": {rel: _identity(root / rel) for rel in ["meta/info.json", "meta/tasks.parquet", *data_files]},
         "footers": {rel: base64.b64encode(_footer_bytes(root / rel)).decode() for rel in data_files},
+        # per episode: frames (length), row group and its byte range [offset, offset + nbytes) in data_file
         "episodes": [dict(r, length=int(lengths[r["episode_index"]]), tasks=episode_rows[i]["tasks"])
                      for i, r in enumerate(ranges)],
         "info": out_info,
@@ -255,7 +254,7 @@ def push(dataset: LeRobotZarrDataset | str | os.PathLike, repo_id: str, *, revis
     from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi
     from huggingface_hub import errors as hf
 
-    from .hub import parse_repo_id
+    from .hub import network_errors, parse_repo_id
 
     parse_repo_id(repo_id)
     ds = dataset if isinstance(dataset, LeRobotZarrDataset) else LeRobotZarrDataset(dataset)
@@ -300,4 +299,6 @@ def push(dataset: LeRobotZarrDataset | str | os.PathLike, repo_id: str, *, revis
         if status in (401, 403):
             raise HubAuthError(f"{repo_id}: not allowed to push (HTTP {status}); pass token= with write access "
                                f"or log in with `hf auth login`") from exc
-        raise
+        raise HubError(f"{repo_id}: push failed, the remote is unchanged (HTTP {status}: {exc})") from exc
+    except network_errors() as exc:
+        raise HubError(f"{repo_id}: push failed, the remote is unchanged ({exc})") from exc

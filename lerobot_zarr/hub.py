@@ -19,13 +19,28 @@ from .errors import CorruptSourceError, HubAuthError, HubError, RepoNotFoundErro
 from .files import SourceFiles
 from .source import safe_relpath
 
-__all__ = ["HubFiles", "resolve_revision", "parse_repo_id", "REPO_ID"]
+__all__ = ["HubFiles", "resolve_revision", "parse_repo_id", "network_errors", "REPO_ID"]
 
 REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _SHA = re.compile(r"^[0-9a-f]{40}$")
 _RETRIES = 4
 _FOOTER_GUESS = 16 * 1024
 _BACKOFF_S = 0.25
+
+
+def network_errors() -> tuple[type[BaseException], ...]:
+    """Exception classes of a failed connection, whichever HTTP client huggingface_hub uses."""
+    errors: list[type[BaseException]] = [ConnectionError, TimeoutError]
+    for name in ("httpx2", "httpx", "requests"):
+        try:
+            module = __import__(name)
+        except ImportError:
+            continue
+        for attr in ("TransportError", "ConnectionError", "Timeout"):
+            cls = getattr(module, attr, None)
+            if isinstance(cls, type) and issubclass(cls, BaseException):
+                errors.append(cls)
+    return tuple(errors)
 
 
 def parse_repo_id(repo_id: str) -> str:
