@@ -14,6 +14,7 @@ if "zarr" in _sys.modules:
 
 from .api import cache_home, inspect, open_dataset  # noqa: E402
 from .dataset import DatasetMeta, LeRobotZarrDataset  # noqa: E402
+from .streaming import SampleStream, stream  # noqa: E402
 from .errors import (  # noqa: E402
     CorruptSourceError,
     DeltaTimestampsError,
@@ -34,6 +35,8 @@ from .errors import (  # noqa: E402
 __all__ = [
     "open_dataset",
     "inspect",
+    "stream",
+    "SampleStream",
     "cache_home",
     "LeRobotZarrDataset",
     "DatasetMeta",

@@ -14,7 +14,7 @@ import torch
 from torch.utils.data import Dataset, IterableDataset
 
 from .dataset import LeRobotZarrDataset
-from .stream import SampleStream
+from .streaming import SampleStream
 
 __all__ = ["TorchDataset", "TorchStream", "to_tensors"]
 

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from .dataset import IMAGE_FORMATS, LeRobotZarrDataset, _window_offsets
-from .errors import FrameIndexError, SourceNotFoundError
+from .errors import FrameIndexError, NotMaterializedError, SourceNotFoundError
 from .source import LeRobotSource, is_lerobot_folder
 from .store import has_commit_point
 from .transcode import _prefetched
@@ -55,11 +55,16 @@ class SampleStream:
         self.image_format = image_format
         self.epoch = 0
         reader = self._reader()
+        self._reader_cache: _EpisodeReader | None = reader  # reused by the first epoch in this process
         n = reader.n_episodes
-        self.episodes = list(range(n)) if episodes is None else sorted({int(e) for e in episodes})
+        self.episodes = (np.flatnonzero(reader.available).tolist() if episodes is None
+                         else sorted({int(e) for e in episodes}))
         bad = [e for e in self.episodes if not 0 <= e < n]
         if bad:
             raise FrameIndexError(f"{source}: episode {bad[0]} does not exist ({n} episodes)")
+        absent = [e for e in self.episodes if not reader.available[e]]
+        if absent:
+            raise NotMaterializedError(f"{source}: episodes {absent[:20]} are not in the store")
         self.fps, self.tasks, self.kinds = reader.fps, reader.tasks, reader.kinds
         self.delta_timestamps = delta_timestamps
         self._offsets = _window_offsets(delta_timestamps, self.fps, list(self.kinds), reader.not_materialized)
@@ -78,6 +83,9 @@ class SampleStream:
         revision, commit = resolve_revision(str(self.source), self.revision, token=self.token)
         self.revision = commit  # every rank and worker reads the same commit
         return _SourceReader(LeRobotSource(HubFiles(str(self.source), commit, revision=revision, token=self.token)))
+
+    def __getstate__(self) -> dict:
+        return dict(self.__dict__, _reader_cache=None)  # workers open their own reader
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = int(epoch)
@@ -101,7 +109,7 @@ class SampleStream:
         worker = self.worker or _worker()
         shard = self.shard(epoch, worker)
         rng = np.random.default_rng([self.seed, epoch, self.rank, worker[0]])
-        reader = self._reader()
+        reader, self._reader_cache = self._reader_cache or self._reader(), None
         fetched = _prefetched(((e, reader.episode(e)) for e in shard), depth=self.buffer_episodes)
         buffer: list[tuple[int, dict[str, np.ndarray], list[int]]] = []
         try:
@@ -116,11 +124,12 @@ class SampleStream:
                     buffer.append((e, frames, order))
                 if not buffer:
                     return
-                if self.shuffle:
-                    remaining = np.array([len(b[2]) for b in buffer], dtype=np.float64)
-                    k = int(rng.choice(len(buffer), p=remaining / remaining.sum()))
-                else:
-                    k = 0
+                k = 0
+                if self.shuffle:  # a buffered episode, with probability proportional to its frames left
+                    pick = int(rng.integers(sum(len(b[2]) for b in buffer)))
+                    while pick >= len(buffer[k][2]):
+                        pick -= len(buffer[k][2])
+                        k += 1
                 e, frames, order = buffer[k]
                 yield self._item(frames, order.pop(), int(self.lengths[e]))
                 if not order:
@@ -135,7 +144,7 @@ class SampleStream:
             offsets = self._offsets.get(name)
             if offsets is None:
                 value = values[local]
-                out[name] = value.copy() if isinstance(value, np.ndarray) else value
+                out[name] = np.array(value) if isinstance(value, np.ndarray) else value
             else:
                 q = offsets + local
                 out[f"{name}_is_pad"] = (q < 0) | (q >= length)
@@ -150,6 +159,7 @@ class SampleStream:
 
 
 class _EpisodeReader:
+    available: np.ndarray  # bool mask over episodes: which can be read
     n_episodes: int
     fps: float
     tasks: list[str]
@@ -170,6 +180,7 @@ class _SourceReader(_EpisodeReader):
         self.fps, self.tasks, self.lengths = source.fps, source.tasks, source.episodes.length
         self.kinds = {k: v.kind for k, v in source.stored_features.items()}
         self.not_materialized = source.not_materialized
+        self.available = np.ones(self.n_episodes, dtype=bool)
 
     def episode(self, e: int) -> dict[str, np.ndarray]:
         ((_, frames),) = list(self.src.iter_episodes([e]))
@@ -186,6 +197,7 @@ class _StoreReader(_EpisodeReader):
         self.lengths = meta.episode_length
         self.kinds = {k: s.kind for k, s in self.ds._specs.items()}
         self.not_materialized = meta.not_materialized
+        self.available = meta.materialized_episodes
 
     def episode(self, e: int) -> dict[str, np.ndarray]:
         return self.ds.episode(e)
