@@ -18,11 +18,6 @@ stream/random-access ratio of the bests. Memory of a Hub stream: the child's pea
 just before streaming (reset through ``/proc/self/clear_refs``), and over the next epoch the ``tracemalloc`` peak (Python and numpy allocations) plus the
 largest pyarrow pool usage seen, compared with one episode's decoded size and the whole dataset's.
 
-Note on the test server: its handler sends headers and body in separate writes without ``TCP_NODELAY``, so on
-loopback most responses wait ~40 ms for a delayed ACK (Nagle). Streaming is measured against the server as
-shipped and, as a separate row, with ``TCP_NODELAY`` set on its accepted sockets by this script (a patch local to
-this process, made to show what the client itself costs); ``--no-nodelay-row`` skips that row.
-
 Run:  cd /work/main && PYTHONPATH=/work/main /work/venv/bin/python benchmarks/bench_stream.py [--episodes 200]
 """
 
@@ -31,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -126,24 +120,6 @@ def child(args) -> None:
 # ------------------------------------------------------------------------------------------------ parent side
 
 
-def set_nodelay(on: bool) -> None:
-    """Set TCP_NODELAY on the test server's accepted sockets (new connections), or undo it."""
-    from lerobot_zarr.testing import hub_server
-
-    handler = hub_server._Handler
-    if on and not hasattr(handler, "_bench_setup"):
-        handler._bench_setup = handler.setup
-
-        def setup(self):
-            handler._bench_setup(self)
-            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-        handler.setup = setup
-    elif not on and hasattr(handler, "_bench_setup"):
-        handler.setup = handler._bench_setup
-        del handler._bench_setup
-
-
 def run_child(mode: str, common: list[str], extra: list[str] = ()) -> dict:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1]) + os.pathsep + env.get("PYTHONPATH", "")
@@ -161,7 +137,6 @@ def main() -> None:
     parser.add_argument("--episodes-per-file", type=int, default=100)
     parser.add_argument("--buffer-episodes", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--no-nodelay-row", action="store_true")
     # child mode (internal)
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--source", default="hub", help=argparse.SUPPRESS)
@@ -209,27 +184,21 @@ def main() -> None:
             common = ["--endpoint", server.endpoint, "--src", str(src), "--store", str(store.root),
                       "--buffer-episodes", str(args.buffer_episodes)]
             contenders = {
-                "stream, test Hub server (as shipped)": ("stream", "hub", False),
-                "stream, test Hub server + TCP_NODELAY": ("stream", "hub", True),
-                "stream, local LeRobot folder": ("stream", "folder", False),
-                "stream, local store": ("stream", "store", False),
-                "random access ds[i], local store": ("random", "store", False),
+                "stream, test Hub server": ("stream", "hub"),
+                "stream, local LeRobot folder": ("stream", "folder"),
+                "stream, local store": ("stream", "store"),
+                "random access ds[i], local store": ("random", "store"),
             }
-            if args.no_nodelay_row:
-                del contenders["stream, test Hub server + TCP_NODELAY"]
             results: dict[str, list[dict]] = {k: [] for k in contenders}
             hub_requests = {}
             for _ in range(args.repeats):
-                for label, (mode, source, nodelay) in contenders.items():
-                    set_nodelay(nodelay)
+                for label, (mode, source) in contenders.items():
                     server.reset_stats()
                     r = run_child(mode, common, ["--source", source])
                     if source == "hub":
                         hub_requests[label] = (len(server.requests()), server.bytes_sent())
                     assert r["samples"] == frames, (label, r["samples"], frames)
                     results[label].append(r)
-            set_nodelay(False)
-
             print(f"\n{'contender':<42}{'best samples/s':>16}{'median':>12}{'open s':>9}{'vs ds[i]':>10}")
             ref = max(frames / r["seconds"] for r in results["random access ds[i], local store"])
             for label, rs in results.items():
@@ -240,18 +209,11 @@ def main() -> None:
             for label, (nreq, nbytes) in hub_requests.items():
                 print(f"  {label}: {nreq} requests, {nbytes / 1e6:.1f} MB sent (one child: 1-episode warm-up, "
                       f"open, one epoch; data parquet {data_bytes / 1e6:.1f} MB)")
-            best_hub = max(frames / r["seconds"] for r in results["stream, test Hub server (as shipped)"])
-            print(f"\nratio stream (test Hub server, as shipped) / random access ds[i] (local store): "
-                  f"{best_hub / ref:.2f}")
-            if "stream, test Hub server + TCP_NODELAY" in results:
-                best_nd = max(frames / r["seconds"] for r in results["stream, test Hub server + TCP_NODELAY"])
-                print(f"ratio stream (test Hub server + TCP_NODELAY) / random access ds[i] (local store): "
-                      f"{best_nd / ref:.2f}")
+            best_hub = max(frames / r["seconds"] for r in results["stream, test Hub server"])
+            print(f"\nratio stream (test Hub server) / random access ds[i] (local store): {best_hub / ref:.2f}")
 
             # memory of a Hub stream
-            set_nodelay(True)
             mem = run_child("memory", common, ["--source", "hub"])
-            set_nodelay(False)
             episode_mb = int(lengths.max()) * frame_bytes / 1e6
             print(f"\nmemory of a Hub stream (buffer_episodes={args.buffer_episodes}; largest episode "
                   f"{episode_mb:.2f} MB decoded, whole dataset {frames * frame_bytes / 1e6:.1f} MB):")
