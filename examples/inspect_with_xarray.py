@@ -7,8 +7,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-import lerobot_zarr  # sets ZARR_ARRAY__RECTILINEAR_CHUNKS=True, which zarr needs to read episode chunks
 import xarray as xr
+
+import lerobot_zarr  # sets ZARR_ARRAY__RECTILINEAR_CHUNKS=True, which zarr needs to read episode chunks
 from lerobot_zarr.sample_data import write_sample_dataset
 
 

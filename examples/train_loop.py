@@ -26,7 +26,7 @@ def main() -> None:
     print(ds)
     rng = np.random.default_rng(0)
     t0 = time.perf_counter()
-    for step in range(200):
+    for _ in range(200):
         batch = ds.get_batch(rng.integers(0, len(ds), 256))
         # normalise with the dataset's stats, as a policy would
         mean = np.asarray(ds.meta.stats["action"]["mean"], dtype=np.float32)

@@ -14,7 +14,6 @@ if "zarr" in _sys.modules:
 
 from .api import cache_home, inspect, open_dataset  # noqa: E402
 from .dataset import DatasetMeta, LeRobotZarrDataset  # noqa: E402
-from .streaming import SampleStream, stream  # noqa: E402
 from .errors import (  # noqa: E402
     CorruptSourceError,
     DeltaTimestampsError,
@@ -31,6 +30,7 @@ from .errors import (  # noqa: E402
     StoreLockedError,
     UnsupportedDtypeError,
 )
+from .streaming import SampleStream, stream  # noqa: E402
 
 __all__ = [
     "open_dataset",

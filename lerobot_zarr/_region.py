@@ -17,6 +17,7 @@ import mmap
 import os
 import weakref
 from collections.abc import Callable
+
 import numpy as np
 
 from .errors import StoreError

@@ -11,9 +11,9 @@ import numpy as np
 
 from .api import inspect, open_dataset
 from .dataset import DatasetMeta, LeRobotZarrDataset
-from .source import LeRobotSource, is_lerobot_folder
 from .errors import LeRobotZarrError
 from .hub import REPO_ID
+from .source import LeRobotSource, is_lerobot_folder
 
 __all__ = ["main", "describe"]
 

@@ -21,7 +21,7 @@ import numpy as np
 
 from ._region import EpisodeRegion
 from .errors import DeltaTimestampsError, FrameIndexError, NotMaterializedError, StoreError
-from .store import StoreState, chunk_path, from_ranges, read_state, to_ranges
+from .store import ArraySpec, StoreState, chunk_path, from_ranges, read_state, to_ranges
 
 if TYPE_CHECKING:
     from .source import LeRobotSource
@@ -114,7 +114,7 @@ class DatasetMeta:
                 f"frames={self.total_frames}, features={list(self.features)})")
 
 
-def _window_offsets(delta_timestamps: Mapping[str, Sequence[float]] | None, fps: float, known: Sequence[str],
+def window_offsets(delta_timestamps: Mapping[str, Sequence[float]] | None, fps: float, known: Sequence[str],
                     missing: Mapping[str, str]) -> dict[str, np.ndarray]:
     """Validate deltas (multiples of 1/fps within 1e-4 s) and turn them into frame offsets."""
     out: dict[str, np.ndarray] = {}
@@ -206,7 +206,7 @@ class LeRobotZarrDataset:
             raise ValueError(f"image_format must be one of {IMAGE_FORMATS}, got {image_format!r}")
         self.root = Path(root)
         state = read_state(self.root)
-        self._offsets = _window_offsets(delta_timestamps, float(state.attrs["info"]["fps"]), list(state.arrays),
+        self._offsets = window_offsets(delta_timestamps, float(state.attrs["info"]["fps"]), list(state.arrays),
                                         state.attrs.get("not_materialized", {}))
         ranges = None if episodes is None else episode_ranges(episodes, state.episode_length)
         max_open_maps = _default_max_maps() if max_open_maps is None else int(max_open_maps)
@@ -219,7 +219,8 @@ class LeRobotZarrDataset:
         self._present = present.copy()
         if ranges is None:
             selected = np.arange(n_ep) if lazy else np.flatnonzero(present)
-            ranges = [(e, 0, n) for e, n in zip(selected.tolist(), self.meta.episode_length[selected].tolist())]
+            lengths = self.meta.episode_length[selected].tolist()
+            ranges = [(e, 0, n) for e, n in zip(selected.tolist(), lengths, strict=True)]
         table = np.array(ranges, dtype=np.int64).reshape(-1, 3)
         selected, first, stop = table[:, 0], table[:, 1], table[:, 2]
         absent = selected[~present[selected]]
@@ -261,6 +262,11 @@ class LeRobotZarrDataset:
 
     def __len__(self) -> int:
         return self._len
+
+    @property
+    def array_specs(self) -> dict[str, ArraySpec]:
+        """The store's arrays: dtype, per-frame shape and kind (numeric or image) of each stored feature."""
+        return dict(self._specs)
 
     @property
     def num_episodes(self) -> int:

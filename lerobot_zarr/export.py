@@ -113,7 +113,7 @@ def to_lerobot(dataset: LeRobotZarrDataset | str | os.PathLike, path: str | os.P
 def _write(ds: LeRobotZarrDataset, root: Path, size_mb: int, progress: bool) -> None:
     meta = ds.meta
     info = meta.info
-    specs = ds._specs
+    specs = ds.array_specs
     order = [k for k in info["features"] if k in specs] + [k for k in specs if k not in info["features"]]
     kinds = {k: specs[k].kind for k in order}
     features = {k: v for k, v in info["features"].items() if k in specs}

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import io
 import re
-from urllib.parse import quote
 from collections.abc import Iterable
+from urllib.parse import quote
 
 import pyarrow as pa
 import pyarrow.parquet as pq

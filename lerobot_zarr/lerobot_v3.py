@@ -130,7 +130,7 @@ def per_episode_stats(values: np.ndarray, lengths: np.ndarray) -> dict[str, np.n
         "mean": mean,
         "std": np.sqrt(variance),
     }
-    for start, stop in zip(starts.tolist(), (starts + lengths).tolist()):
+    for start, stop in zip(starts.tolist(), (starts + lengths).tolist(), strict=True):
         as_float[start:stop].sort(axis=0)
     for name, q in QUANTILES.items():
         position = q * (lengths - 1)

@@ -23,14 +23,13 @@ from PIL import Image
 from .lerobot_v3 import (
     CHUNKS_SIZE,
     DEFAULT_FEATURES,
-    QUANTILES,
     STAT_NAMES,
     V3_DATA_PATH,
     aggregate_stats,
-    per_episode_stats,
     huggingface_metadata,
     nested_list,
     pandas_metadata,
+    per_episode_stats,
     stats_json,
     write_data_file,
     write_json,
@@ -490,7 +489,7 @@ def _write_v21(
     """Write the v2.1 layout: one data file per episode and jsonl metadata (no stats.json)."""
     n_episodes = len(lengths)
     starts = (np.cumsum(lengths) - lengths).tolist()
-    for episode, (start, length) in enumerate(zip(starts, lengths.tolist())):
+    for episode, (start, length) in enumerate(zip(starts, lengths.tolist(), strict=True)):
         file = root / V21_DATA_PATH.format(episode_chunk=episode // CHUNKS_SIZE, episode_index=episode)
         write_data_file(file, table.slice(start, length), [length], row_group_per_episode=True)
 

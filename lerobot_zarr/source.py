@@ -10,11 +10,11 @@ from __future__ import annotations
 import base64
 import functools
 import io
-from collections import deque
-from concurrent.futures import ThreadPoolExecutor
 import json
 import os
+from collections import deque
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -23,13 +23,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .files import LocalFiles, SourceFiles
 from .errors import (
     CorruptSourceError,
     SchemaMismatchError,
     SourceNotFoundError,
     UnsupportedDtypeError,
 )
+from .files import LocalFiles, SourceFiles
 
 __all__ = ["FeatureSpec", "EpisodeTable", "LeRobotSource", "DEFAULT_FEATURES", "is_lerobot_folder"]
 

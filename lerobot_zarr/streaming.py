@@ -16,11 +16,11 @@ from typing import Any
 
 import numpy as np
 
-from .dataset import IMAGE_FORMATS, LeRobotZarrDataset, _window_offsets
+from ._background import prefetched
+from .dataset import IMAGE_FORMATS, LeRobotZarrDataset, window_offsets
 from .errors import FrameIndexError, NotMaterializedError, SourceNotFoundError
 from .source import LeRobotSource, is_lerobot_folder
 from .store import has_commit_point
-from .transcode import _prefetched
 
 __all__ = ["stream", "SampleStream"]
 
@@ -67,7 +67,7 @@ class SampleStream:
             raise NotMaterializedError(f"{source}: episodes {absent[:20]} are not in the store")
         self.fps, self.tasks, self.kinds = reader.fps, reader.tasks, reader.kinds
         self.delta_timestamps = delta_timestamps
-        self._offsets = _window_offsets(delta_timestamps, self.fps, list(self.kinds), reader.not_materialized)
+        self._offsets = window_offsets(delta_timestamps, self.fps, list(self.kinds), reader.not_materialized)
         self.lengths = reader.lengths
 
     def _reader(self) -> _EpisodeReader:
@@ -110,7 +110,7 @@ class SampleStream:
         shard = self.shard(epoch, worker)
         rng = np.random.default_rng([self.seed, epoch, self.rank, worker[0]])
         reader, self._reader_cache = self._reader_cache or self._reader(), None
-        fetched = _prefetched(((e, reader.episode(e)) for e in shard), depth=self.buffer_episodes)
+        fetched = prefetched(((e, reader.episode(e)) for e in shard), depth=self.buffer_episodes)
         buffer: list[tuple[int, dict[str, np.ndarray], list[int]]] = []
         try:
             while True:
@@ -195,7 +195,7 @@ class _StoreReader(_EpisodeReader):
         meta = self.ds.meta
         self.n_episodes, self.fps, self.tasks = meta.total_episodes, meta.fps, meta.tasks
         self.lengths = meta.episode_length
-        self.kinds = {k: s.kind for k, s in self.ds._specs.items()}
+        self.kinds = {k: s.kind for k, s in self.ds.array_specs.items()}
         self.not_materialized = meta.not_materialized
         self.available = meta.materialized_episodes
 

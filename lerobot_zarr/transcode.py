@@ -9,15 +9,13 @@ next call writes only what is missing.
 from __future__ import annotations
 
 import os
-import queue
-import threading
 import time
-from collections.abc import Iterator, Sequence
-from typing import TypeVar
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
+from ._background import prefetched
 from ._progress import progress_bar
 from .errors import FrameIndexError, StoreError
 from .source import FeatureSpec, LeRobotSource
@@ -37,7 +35,6 @@ from .store import (
 __all__ = ["transcode", "array_specs"]
 
 _COMMIT_EVERY_S = 1.0
-_T = TypeVar("_T")
 
 
 def _array_spec(spec: FeatureSpec) -> ArraySpec:
@@ -67,45 +64,6 @@ def _create(source: LeRobotSource, root: Path, source_record: dict) -> StoreStat
         "not_materialized": source.not_materialized,
     }
     return create_store(root, array_specs(source), t.start, t.length, first_task, attrs)
-
-
-def _prefetched(items: Iterator[_T], depth: int) -> Iterator[_T]:
-    """Run ``items`` in a background thread, at most ``depth`` ahead, so that parquet decoding (which releases
-    the GIL) overlaps chunk writes. Exceptions of the producer are raised here; stopping early stops it."""
-    buffer: queue.Queue = queue.Queue(maxsize=depth)
-    stop = threading.Event()
-
-    def put(entry: tuple) -> bool:
-        while not stop.is_set():
-            try:
-                buffer.put(entry, timeout=0.1)
-                return True
-            except queue.Full:
-                pass
-        return False
-
-    def produce() -> None:
-        try:
-            for item in items:
-                if not put((True, item)):
-                    return
-            put((False, None))
-        except BaseException as exc:  # handed to the consumer, which raises it
-            put((False, exc))
-
-    thread = threading.Thread(target=produce, name="lerobot_zarr-reader", daemon=True)
-    thread.start()
-    try:
-        while True:
-            more, payload = buffer.get()
-            if not more:
-                if payload is not None:
-                    raise payload
-                return
-            yield payload
-    finally:
-        stop.set()
-        thread.join()
 
 
 def _same_source(a: dict | None, b: dict) -> bool:
@@ -153,7 +111,7 @@ def transcode(source: LeRobotSource, root: str | os.PathLike, *, episodes: Seque
         pending: list[int] = []
         last_commit = time.monotonic()
         with progress_bar(int(source.episodes.length[todo].sum()), f"transcoding {source.files.name}", progress) as bar:
-            for e, frames in _prefetched(source.iter_episodes(todo), depth=4):
+            for e, frames in prefetched(source.iter_episodes(todo), depth=4):
                 for name, spec in specs.items():
                     write_chunk(chunk_path(root, name, e, 1 + len(spec.frame_shape)), frames[name])
                 pending.append(e)

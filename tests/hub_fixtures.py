@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from huggingface_hub import constants as hf_constants
 
 import lerobot_zarr  # noqa: F401  (sets zarr's rectilinear-chunks switch before anything else touches zarr)
-from huggingface_hub import constants as hf_constants
 
 DATASETS_DIR = (Path(__file__).resolve().parents[1] / ".." / "shared" / "datasets").resolve()
 #: real dataset folder -> the tag it is served under (LeRobot's revision resolution picks it)

@@ -22,7 +22,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-import lerobot_zarr
 from lerobot_zarr import (
     CorruptSourceError,
     DeltaTimestampsError,

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hub_fixtures import assert_same_frames, files_under, lib_requests, make_env
 
 from lerobot_zarr import (
     CorruptSourceError,
@@ -23,8 +24,6 @@ from lerobot_zarr.sample_data import write_sample_dataset
 from lerobot_zarr.source import safe_relpath
 from lerobot_zarr.store import has_commit_point
 from lerobot_zarr.testing.hub_server import HubServer
-
-from hub_fixtures import assert_same_frames, files_under, lib_requests, make_env
 
 TOKEN = "hf_good"
 #: tree entries added to a commit on disk (the server refuses such names in commits, so they are forged)

@@ -15,16 +15,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-import lerobot_zarr
-import lerobot_zarr.hub as hub_module
-from huggingface_hub import snapshot_download
-from lerobot_zarr import HubError, NotMaterializedError, inspect, open_dataset
-from lerobot_zarr.sample_data import write_sample_dataset
-from lerobot_zarr.source import LeRobotSource
-from lerobot_zarr.store import has_commit_point, read_state
-from lerobot_zarr.testing.hub_server import HubServer
-
 from hub_fixtures import (
     DATASETS_DIR,
     REAL_DATASETS,
@@ -41,6 +31,15 @@ from hub_fixtures import (
     resolve_prefix,
     row_groups,
 )
+from huggingface_hub import snapshot_download
+
+import lerobot_zarr
+import lerobot_zarr.hub as hub_module
+from lerobot_zarr import HubError, NotMaterializedError, inspect, open_dataset
+from lerobot_zarr.sample_data import write_sample_dataset
+from lerobot_zarr.source import LeRobotSource
+from lerobot_zarr.store import has_commit_point, read_state
+from lerobot_zarr.testing.hub_server import HubServer
 
 DATA0 = "data/chunk-000/file-000.parquet"
 FOOTER_READ = 64 * 1024  # what pyarrow reads from the end of a file to find its footer

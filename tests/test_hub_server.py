@@ -12,12 +12,11 @@ import json
 import os
 import time
 
+import huggingface_hub
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-
-import huggingface_hub
 from huggingface_hub import (
     CommitOperationAdd,
     CommitOperationDelete,

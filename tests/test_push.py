@@ -24,15 +24,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from PIL import Image
-
-import lerobot_zarr
-import lerobot_zarr.export as export_module
-from lerobot_zarr import HubAuthError, LeRobotZarrDataset, NotMaterializedError, StoreError, open_dataset
-from lerobot_zarr.cli import main as cli_main
-from lerobot_zarr.sample_data import write_sample_dataset
-from lerobot_zarr.testing.hub_server import HubServer
-
 from hub_fixtures import (
     REAL_DATASETS,
     assert_same_frames,
@@ -44,6 +35,14 @@ from hub_fixtures import (
     real_dataset,
     row_groups,
 )
+from PIL import Image
+
+import lerobot_zarr
+import lerobot_zarr.export as export_module
+from lerobot_zarr import HubAuthError, LeRobotZarrDataset, NotMaterializedError, StoreError, open_dataset
+from lerobot_zarr.cli import main as cli_main
+from lerobot_zarr.sample_data import write_sample_dataset
+from lerobot_zarr.testing.hub_server import HubServer
 
 TOKEN = "hf_write"
 TAG = "v3.0"
@@ -803,7 +802,7 @@ def test_interrupted_push_leaves_the_remote_unchanged(hub, env, builds, tmp_path
     assert hub.refs(repo_id)["tags"][TAG] == sha1
     # a push of a new repo interrupted at the commit: no files and no v3.0 tag appear
     fresh = "alice/interrupted-new"
-    with pytest.raises(Exception):
+    with pytest.raises(lerobot_zarr.HubError):
         b.ds.push(fresh, token=TOKEN, progress=False)
     assert hub.list_files(fresh) == [] and TAG not in hub.refs(fresh)["tags"]
     # once the server recovers, the same push goes through in one commit

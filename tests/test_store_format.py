@@ -10,8 +10,6 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-import lerobot_zarr  # noqa: F401  (must come first: enables zarr's rectilinear chunk grids)
-
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -19,6 +17,7 @@ import pytest
 import zarr
 from PIL import Image
 
+import lerobot_zarr  # noqa: F401  (must come first: enables zarr's rectilinear chunk grids)
 from lerobot_zarr import open_dataset
 
 REAL_DIR = (Path(__file__).parents[1] / ".." / "shared" / "datasets").resolve()

@@ -18,13 +18,12 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
+from hub_fixtures import make_env, parse_range, real_dataset, resolve_prefix, row_groups
 
 import lerobot_zarr
 from lerobot_zarr.sample_data import write_sample_dataset
 from lerobot_zarr.streaming import SampleStream, stream
 from lerobot_zarr.testing.hub_server import HubServer
-
-from hub_fixtures import make_env, parse_range, real_dataset, resolve_prefix, row_groups
 
 FPS = 30
 REPO = "org/stream"

@@ -78,7 +78,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from urllib.parse import parse_qs, urlencode, urlsplit, unquote
+from urllib.parse import parse_qs, unquote, urlencode, urlsplit
 
 __all__ = ["HubServer", "HubStats", "RequestRecord", "LFS_EXTENSIONS", "LFS_THRESHOLD", "REPO_TYPES"]
 
