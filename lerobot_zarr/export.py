@@ -45,6 +45,7 @@ from .store import read_root
 __all__ = ["to_lerobot", "push", "INDEX_FILE"]
 
 _TAG = "v3.0"
+_INLINE_FOOTERS_MAX = 2 * 2**20
 
 
 def _encode_png(frame: np.ndarray) -> bytes:
@@ -207,11 +208,16 @@ def _write(ds: LeRobotZarrDataset, root: Path, size_mb: int, progress: bool) -> 
     store_doc = read_root(ds.root)
     store_doc["attributes"]["lerobot_zarr"].pop("source", None)  # local paths stay local
     data_files = sorted({r["data_file"] for r in ranges})
+    footers = {rel: _footer_bytes(root / rel) for rel in data_files}
     write_json(root / INDEX_FILE, {
         "format_version": 1,
         # what the files this index describes hash to: a reader uses the index only if the repo still holds them
         "files": {rel: _identity(root / rel) for rel in ["meta/info.json", "meta/tasks.parquet", *data_files]},
-        "footers": {rel: base64.b64encode(_footer_bytes(root / rel)).decode() for rel in data_files},
+        # footers inline while small (a partial open is then this file plus one range GET per episode), else
+        # their sizes (one exact range GET per data file touched): the index stays small for big datasets
+        "footer_bytes": {rel: len(footers[rel]) for rel in data_files},
+        "footers": ({rel: base64.b64encode(footers[rel]).decode() for rel in data_files}
+                    if sum(map(len, footers.values())) <= _INLINE_FOOTERS_MAX else {}),
         # per episode: frames (length), row group and its byte range [offset, offset + nbytes) in data_file
         "episodes": [dict(r, length=int(lengths[r["episode_index"]]), tasks=episode_rows[i]["tasks"])
                      for i, r in enumerate(ranges)],

@@ -127,6 +127,7 @@ class HubFiles(SourceFiles):
         self.endpoint = (endpoint or constants.ENDPOINT).rstrip("/")
         self.name = repo_id.replace("/", "--")
         self._footers: dict[str, pq.FileMetaData] = {}
+        self._footer_sizes: dict[str, int] = {}
         api = HfApi(endpoint=self.endpoint, token=token)
         try:
             entries = list(api.list_repo_tree(repo_id, recursive=True, revision=commit, repo_type="dataset"))
@@ -207,7 +208,8 @@ class HubFiles(SourceFiles):
 
     def _read_footer(self, rel: str) -> pq.FileMetaData:
         size = self.size(rel)
-        tail = self.get(rel, max(0, size - _FOOTER_GUESS), size)
+        guess = self._footer_sizes.get(rel, _FOOTER_GUESS)  # exact when our index recorded it
+        tail = self.get(rel, max(0, size - guess), size)
         if len(tail) < 8 or tail[-4:] != b"PAR1":
             raise CorruptSourceError(f"{self.location(rel)}: not a parquet file (no PAR1 magic at its end)")
         length = int.from_bytes(tail[-8:-4], "little")
@@ -225,9 +227,13 @@ class HubFiles(SourceFiles):
         """Whether the repo's file is the one ``identity`` ({"sha256", "git_sha1"}) describes."""
         return bool(self.oids.get(rel)) and self.oids[rel] in (identity.get("sha256"), identity.get("git_sha1"))
 
-    def seed_footer(self, rel: str, metadata: pq.FileMetaData) -> None:
-        """A footer known from elsewhere (our index file): no request for it."""
-        self._footers[rel] = metadata
+    def seed_footer(self, rel: str, metadata: pq.FileMetaData | None = None, size: int | None = None) -> None:
+        """What our index file knows of a footer: the footer itself (no request for it), or its size in bytes
+        (one exact range request)."""
+        if metadata is not None:
+            self._footers[rel] = metadata
+        if size is not None:
+            self._footer_sizes[rel] = int(size)
 
     def list(self, folder: str) -> list[str]:
         prefix = folder.rstrip("/") + "/"

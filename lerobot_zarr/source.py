@@ -339,7 +339,8 @@ class LeRobotSource:
     # metadata -------------------------------------------------------------------------------------------
     def _load_index(self) -> bool:
         """Use ``meta/lerobot_zarr_index.json`` (written by our push) when the repo still holds exactly the files
-        it describes: one request then gives the metadata, the data files' footers and the episode table."""
+        it describes: one request then gives the metadata, the episode table and the data files' footers (or
+        their exact sizes, for big datasets)."""
         files = self.files
         matches = getattr(files, "matches", None)
         if matches is None or not files.exists(INDEX_FILE):
@@ -358,8 +359,8 @@ class LeRobotSource:
                        for rel, text in index["footers"].items()}
         except (KeyError, TypeError, ValueError, pa.ArrowInvalid) as exc:
             raise CorruptSourceError(f"{files.location(INDEX_FILE)}: unreadable index ({exc})") from exc
-        for rel, footer in footers.items():
-            files.seed_footer(safe_relpath(files.location(), rel, "index footer"), footer)
+        for rel, size in index.get("footer_bytes", {}).items():
+            files.seed_footer(safe_relpath(files.location(), rel, "index footer"), footers.get(rel), size=size)
         self.info, self.major, self.fps = info, 3, float(info["fps"])
         self.features = _parse_features(info, files.location("meta/info.json"))
         start = np.concatenate([[0], np.cumsum(length)[:-1]]).astype(np.int64)
