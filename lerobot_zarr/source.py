@@ -524,8 +524,8 @@ class LeRobotSource:
         for e in sorted(set(int(e) for e in episodes)):
             by_file.setdefault(self.episodes.data_file[e], []).append(e)
         specs = self.stored_features
-        units = (unit for rel, eps in by_file.items() for unit in self._plan_file(rel, eps, specs))
-        workers = getattr(self.files, "concurrency", 1)
+        units = [unit for rel, eps in by_file.items() for unit in self._plan_file(rel, eps, specs)]
+        workers = min(self.files.concurrency, len(units))
         if workers <= 1:
             for unit in units:
                 yield from self._read_unit(*unit, specs)

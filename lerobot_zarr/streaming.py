@@ -3,14 +3,17 @@
 ``stream(source)`` yields the same dicts as ``ds[i]`` (windows and padding included), each frame once per epoch.
 Episodes are shuffled with a seed shared by every rank and worker, then dealt out: rank ``r`` of ``world_size``,
 worker ``w`` of ``num_workers`` takes every ``(world_size * num_workers)``-th episode from position
-``r * num_workers + w`` (no duplicates, no gaps). Each process keeps at most ``buffer_episodes`` episodes in memory
-and fetches as many ahead in a background thread, drawing frames at random across the buffered episodes.
+``r * num_workers + w`` (no duplicates, no gaps). Each process keeps ``buffer_episodes`` episodes in memory and
+fetches as many ahead in a background thread (from the Hub, up to that many range requests in flight), so at most
+about three times ``buffer_episodes`` episodes are held at once; frames are drawn at random across the buffer.
 """
 
 from __future__ import annotations
 
 import os
+from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -110,7 +113,7 @@ class SampleStream:
         shard = self.shard(epoch, worker)
         rng = np.random.default_rng([self.seed, epoch, self.rank, worker[0]])
         reader, self._reader_cache = self._reader_cache or self._reader(), None
-        fetched = prefetched(((e, reader.episode(e)) for e in shard), depth=self.buffer_episodes)
+        fetched = prefetched(_fetch_in_order(reader, shard, self.buffer_episodes), depth=self.buffer_episodes)
         buffer: list[tuple[int, dict[str, np.ndarray], list[int]]] = []
         try:
             while True:
@@ -158,8 +161,27 @@ class SampleStream:
         return out
 
 
+def _fetch_in_order(reader: _EpisodeReader, shard: list[int], ahead: int) -> Iterator[tuple[int, dict]]:
+    """``(episode, frames)`` in shard order, several fetched at once when the reader is remote."""
+    workers = min(reader.concurrency, ahead)
+    if workers <= 1:
+        yield from ((e, reader.episode(e)) for e in shard)
+        return
+    with ThreadPoolExecutor(workers, thread_name_prefix="lerobot_zarr-stream") as pool:
+        pending: deque = deque()
+        for e in shard:
+            pending.append((e, pool.submit(reader.episode, e)))
+            if len(pending) >= workers:
+                e0, future = pending.popleft()
+                yield e0, future.result()
+        while pending:
+            e0, future = pending.popleft()
+            yield e0, future.result()
+
+
 class _EpisodeReader:
     available: np.ndarray  # bool mask over episodes: which can be read
+    concurrency: int = 1  # episodes worth fetching at once
     n_episodes: int
     fps: float
     tasks: list[str]
@@ -181,6 +203,7 @@ class _SourceReader(_EpisodeReader):
         self.kinds = {k: v.kind for k, v in source.stored_features.items()}
         self.not_materialized = source.not_materialized
         self.available = np.ones(self.n_episodes, dtype=bool)
+        self.concurrency = source.files.concurrency
 
     def episode(self, e: int) -> dict[str, np.ndarray]:
         ((_, frames),) = list(self.src.iter_episodes([e]))
