@@ -483,12 +483,18 @@ class LeRobotSource:
                     f"{files.location('meta/episodes_stats.jsonl')}: unreadable per-episode stats ({exc})") from exc
         return {}
 
+    def schema_from_episode(self, episode: int) -> None:
+        """Take stored frame shapes from this episode's data file (whose footer is read anyway) rather than the
+        first one: a partial open then reads one footer, not two. Only before the shapes are first needed."""
+        self._schema_episode = int(episode)
+
     def _resolve_frame_shapes(self) -> None:
-        """Fix each feature's stored per-frame shape from the first data file's schema."""
-        rel = self.episodes.data_file[0]
+        """Fix each feature's stored per-frame shape from a data file's schema (every file must agree)."""
+        e = getattr(self, "_schema_episode", 0)
+        rel = self.episodes.data_file[e]
         first = self.files.location(rel)
         if not self.files.exists(rel):
-            raise SourceNotFoundError(f"{first}: data file of episode 0 not found")
+            raise SourceNotFoundError(f"{first}: data file of episode {e} not found")
         schema = _open_parquet(self.files, rel).schema_arrow
         for name, spec in list(self.features.items()):
             if spec.kind in ("video", "string"):

@@ -102,6 +102,8 @@ def transcode(source: LeRobotSource, root: str | os.PathLike, *, episodes: Seque
     else:
         check_new_store_location(root)
     with WriterLock(root):
+        if wanted:
+            source.schema_from_episode(wanted[0])
         state = _checked_state(root, record) if has_commit_point(root) else _create(source, root, record)
         done = state.complete_episodes()
         todo = [e for e in wanted if not done[e]]

@@ -63,3 +63,18 @@ def test_a_stale_index_is_ignored(pushed):
     want = lerobot_zarr.open_dataset(other, root=tmp / "other-store", episodes=[3], progress=False)
     np.testing.assert_array_equal(ds.get_batch(np.arange(len(ds)))["action"],
                                   want.get_batch(np.arange(len(want)))["action"])
+
+
+def test_partial_open_without_index_reads_one_footer(tmp_path, monkeypatch):
+    """A repo written by LeRobot (no index): opening one episode of the second data file reads that file's footer
+    and row group only, nothing of the first file."""
+    src = write_sample_dataset(tmp_path / "src", n_episodes=8, episodes_per_file=4)
+    monkeypatch.setenv("LEROBOT_ZARR_HOME", str(tmp_path / "home"))
+    with HubServer(tmp_path / "server") as server:
+        server.add_repo("org/plain", src, tags=["v3.0"])
+        monkeypatch.setattr(hf_constants, "ENDPOINT", server.endpoint)
+        monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", False)
+        ds = lerobot_zarr.open_dataset("org/plain", episodes=[6], progress=False)
+        assert ds.episodes.tolist() == [6]
+        touched = {r.path.rsplit("/", 1)[-1] for r in _data_gets(server)}
+        assert touched == {"file-001.parquet"}, touched
