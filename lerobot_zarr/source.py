@@ -39,7 +39,6 @@ _DEFAULT_DTYPES = {"timestamp": "float32", "frame_index": "int64", "episode_inde
                    "task_index": "int64"}
 NUMERIC_DTYPES = frozenset({"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
                             "float16", "float32", "float64"})
-STAT_KEYS = ("min", "max", "mean", "std", "count", "q01", "q10", "q50", "q90", "q99")
 
 
 @dataclass(frozen=True)
