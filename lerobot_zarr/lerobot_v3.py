@@ -146,7 +146,8 @@ def per_episode_stats(values: np.ndarray, lengths: np.ndarray) -> dict[str, np.n
 
 
 def aggregate_stats(stats: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Dataset stats from per-episode stats: count-weighted merge (parallel variance, weighted quantiles)."""
+    """Dataset stats from per-episode stats: count-weighted merge (parallel variance, weighted quantiles; the
+    quantiles only where the episodes have them)."""
     counts = stats["count"][:, 0]
     weights = (counts / counts.sum()).reshape(-1, *[1] * (stats["mean"].ndim - 1))
     mean = (weights * stats["mean"]).sum(axis=0)
@@ -158,7 +159,7 @@ def aggregate_stats(stats: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         "std": np.sqrt(variance),
         "count": np.array([counts.sum()]),
     }
-    merged.update({name: (weights * stats[name]).sum(axis=0) for name in QUANTILES})
+    merged.update({name: (weights * stats[name]).sum(axis=0) for name in QUANTILES if name in stats})
     return merged
 
 

@@ -30,6 +30,7 @@ from .errors import (
     UnsupportedDtypeError,
 )
 from .files import LocalFiles, SourceFiles
+from .lerobot_v3 import STAT_NAMES, aggregate_stats, stats_json
 
 __all__ = ["FeatureSpec", "EpisodeTable", "LeRobotSource", "DEFAULT_FEATURES", "is_lerobot_folder"]
 
@@ -262,32 +263,16 @@ def column_to_numpy(col: pa.ChunkedArray, spec: FeatureSpec, where: str, first_r
 
 
 def _merge_stats(episode_stats: list[dict]) -> dict:
-    """Count-weighted merge of per-episode stats (parallel variance), like LeRobot's aggregate_stats."""
+    """Dataset stats from per-episode stats (v2.1 ``episodes_stats.jsonl``), merged the way LeRobot does."""
     merged: dict[str, dict] = {}
-    keys = {k for s in episode_stats for k in s}
-    for key in sorted(keys):
+    for key in sorted({k for s in episode_stats for k in s}):
         rows = [s[key] for s in episode_stats if key in s]
-        counts = np.array([np.asarray(r["count"], dtype=np.float64).reshape(-1)[0] for r in rows])
-        total = counts.sum()
-        if total == 0:
-            continue
-        shape_ref = np.asarray(rows[0]["mean"], dtype=np.float64)
-        w = counts.reshape(-1, *([1] * shape_ref.ndim)) / total
-        means = np.stack([np.asarray(r["mean"], dtype=np.float64) for r in rows])
-        stds = np.stack([np.asarray(r["std"], dtype=np.float64) for r in rows])
-        mean = (w * means).sum(axis=0)
-        var = (w * (stds**2 + (means - mean) ** 2)).sum(axis=0)
-        out = {
-            "min": np.min(np.stack([np.asarray(r["min"], dtype=np.float64) for r in rows]), axis=0).tolist(),
-            "max": np.max(np.stack([np.asarray(r["max"], dtype=np.float64) for r in rows]), axis=0).tolist(),
-            "mean": mean.tolist(),
-            "std": np.sqrt(var).tolist(),
-            "count": [int(total)],
-        }
-        for q in ("q01", "q10", "q50", "q90", "q99"):
-            if all(q in r for r in rows):
-                out[q] = (w * np.stack([np.asarray(r[q], dtype=np.float64) for r in rows])).sum(axis=0).tolist()
-        merged[key] = out
+        stacked = {name: np.stack([np.asarray(r[name], dtype=np.int64 if name == "count" else np.float64)
+                                   for r in rows])
+                   for name in STAT_NAMES if name == "count" or all(name in r for r in rows)}
+        stacked["count"] = stacked["count"].reshape(len(rows), -1)[:, :1]
+        if stacked["count"].sum() > 0:
+            merged[key] = stats_json(aggregate_stats(stacked))
     return merged
 
 
