@@ -287,7 +287,8 @@ class LeRobotZarrDataset:
                        if name not in self._offsets]
         self._windowed = [_Window(name, r, self._offsets[name]) for name, r in regions.items() if name in self._offsets]
         self._images = [name for name, s in self._specs.items() if s.kind == "image"]
-        self._task_source = (regions["task_index"].view, regions["task_index"].rows)
+        task = regions["task_index"]  # read again for the task text: it may be windowed, or stored as a 1-vector
+        self._task_source = (task.view, task.rows, task.rows.tolist(), task.view.ndim > 1)
         self._regions = regions
         return regions
 
@@ -379,8 +380,9 @@ class LeRobotZarrDataset:
             for name, view, _, rows_list in self._plain:
                 value = view[rows_list[e] + local]
                 out[name] = value.copy() if isinstance(value, np.ndarray) else value
-            task_view, task_rows = self._task_source
-            out["task"] = self._tasks[task_view[task_rows[e] + local].reshape(-1)[0]]
+            task_view, _, task_rows, vector = self._task_source
+            task_index = task_view[task_rows[e] + local]
+            out["task"] = self._tasks[task_index[0] if vector else task_index]
         if self._images:
             self._image_out(out)
         return out
@@ -440,9 +442,9 @@ class LeRobotZarrDataset:
                 out[w.name] = data
             for name, view, rows, _ in self._plain:
                 out[name] = view[rows[eps] + local]
-            task_view, task_rows = self._task_source
+            task_view, task_rows, _, vector = self._task_source
             task_index = task_view[task_rows[eps] + local]
-            out["task"] = self._tasks[task_index[:, 0] if task_index.ndim > 1 else task_index].tolist()
+            out["task"] = self._tasks[task_index[:, 0] if vector else task_index].tolist()
         if self._images:
             self._image_out(out)
         return out

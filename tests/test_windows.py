@@ -511,3 +511,22 @@ def test_frame_range_selection(sample):
         open_ds(store, episodes={3: slice(hi3 - lo3, None)})  # empty range
     with pytest.raises(ValueError):
         open_ds(store, episodes={3: slice(0, 4, 2)})
+
+
+def test_task_index_stored_as_a_one_vector(tmp_path):
+    """Some writers store LeRobot's scalar columns as list<int64>[1]: items keep that shape, tasks stay strings."""
+    import pyarrow as pa
+
+    src = write_sample_dataset(tmp_path / "src", n_episodes=3, tasks=("pick", "place", "push"))
+    for path in (src / "data").rglob("*.parquet"):
+        table = pq.read_table(path)
+        column = table.column("task_index").combine_chunks()
+        vector = pa.FixedSizeListArray.from_arrays(column, 1)
+        table = table.set_column(table.schema.get_field_index("task_index"), "task_index", vector)
+        pq.write_table(table.replace_schema_metadata(None), path)
+    ref = Reference(src)
+    ds = lerobot_zarr.open_dataset(src, root=tmp_path / "store", progress=False)
+    tasks = [ref.tasks[int(np.asarray(t).reshape(-1)[0])] for t in ref.columns["task_index"]]
+    assert ds[0]["task_index"].shape == (1,)
+    assert [ds[i]["task"] for i in range(len(ds))] == tasks
+    assert ds.get_batch(np.arange(len(ds)))["task"] == tasks
