@@ -8,6 +8,7 @@ telemetry off, offline flag, token and cache locations isolated per test), never
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,6 +68,17 @@ def make_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, endpoint: str) -> 
     monkeypatch.setenv("LEROBOT_ZARR_HOME", str(zarr_home))
     monkeypatch.setenv("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     return HubEnv(endpoint, hf_home, hf_cache, zarr_home, monkeypatch)
+
+
+def server_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, server) -> Iterator[HubEnv]:
+    """Body of a per-test fixture over a shared server: client pointed at it, faults and stats reset, and no
+    server-side error left behind."""
+    env = make_env(monkeypatch, tmp_path, server.endpoint)
+    server.clear_faults()
+    server.reset_stats()
+    yield env
+    server.clear_faults()
+    assert server.errors == [], server.errors[0]
 
 
 # ------------------------------------------------------------------------------------------------ requests

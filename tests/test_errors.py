@@ -608,35 +608,31 @@ def test_store_opened_directly_does_not_mix_in_a_changed_source(tmp_path):
     assert not LeRobotZarrDataset(store).meta.materialized_episodes[2]
 
 
-def test_store_format_version_unknown(tmp_path):
+def _store_of_format_version(tmp_path: Path, version: int) -> tuple[Path, Path]:
+    """A source and its store, whose root zarr.json then claims another format version."""
     src = make_source(tmp_path / "src")
     store = tmp_path / "store"
     open_(src, store)
     doc = json.loads((store / "zarr.json").read_text())
-    doc["attributes"]["lerobot_zarr"]["format_version"] = 99
+    doc["attributes"]["lerobot_zarr"]["format_version"] = version
     (store / "zarr.json").write_text(json.dumps(doc))
+    return src, store
+
+
+def test_store_format_version_unknown(tmp_path):
+    src, store = _store_of_format_version(tmp_path, 99)
     msg = raises(StoreError, ValueError, LeRobotZarrDataset, store)
     assert "99" in msg and str(store / "zarr.json") in msg
 
 
 def test_store_format_version_unknown_via_open_dataset(tmp_path):
-    src = make_source(tmp_path / "src")
-    store = tmp_path / "store"
-    open_(src, store)
-    doc = json.loads((store / "zarr.json").read_text())
-    doc["attributes"]["lerobot_zarr"]["format_version"] = 99
-    (store / "zarr.json").write_text(json.dumps(doc))
+    src, store = _store_of_format_version(tmp_path, 99)
     msg = raises(StoreError, ValueError, open_, store)
     assert "99" in msg and str(store) in msg
 
 
 def test_store_format_version_unknown_as_root(tmp_path):
-    src = make_source(tmp_path / "src")
-    store = tmp_path / "store"
-    open_(src, store)
-    doc = json.loads((store / "zarr.json").read_text())
-    doc["attributes"]["lerobot_zarr"]["format_version"] = 99
-    (store / "zarr.json").write_text(json.dumps(doc))
+    src, store = _store_of_format_version(tmp_path, 99)
     before = snapshot(store)
     msg = raises(StoreError, ValueError, open_, src, store)
     assert "99" in msg and str(store) in msg

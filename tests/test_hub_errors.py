@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hub_fixtures import assert_same_frames, files_under, lib_requests, make_env
+from hub_fixtures import assert_same_frames, files_under, lib_requests, server_env
 
 from lerobot_zarr import (
     CorruptSourceError,
@@ -70,12 +70,7 @@ def hub(tmp_path_factory):
 
 @pytest.fixture(autouse=True)
 def env(monkeypatch, tmp_path, hub):
-    e = make_env(monkeypatch, tmp_path, hub.endpoint)
-    hub.clear_faults()
-    hub.reset_stats()
-    yield e
-    hub.clear_faults()
-    assert hub.errors == [], hub.errors[0]
+    yield from server_env(monkeypatch, tmp_path, hub)
 
 
 def _stores(env) -> list[Path]:

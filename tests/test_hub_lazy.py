@@ -7,6 +7,7 @@ import pickle
 import huggingface_hub.constants as hf_constants
 import numpy as np
 import pytest
+from hub_fixtures import make_env
 
 import lerobot_zarr
 from lerobot_zarr.sample_data import write_sample_dataset
@@ -18,10 +19,7 @@ def hub(tmp_path, monkeypatch):
     src = write_sample_dataset(tmp_path / "src", n_episodes=10, lengths=(20, 40), episodes_per_file=5)
     with HubServer(tmp_path / "server") as server:
         server.add_repo("org/lazy", src, tags=["v3.0"])
-        monkeypatch.setattr(hf_constants, "ENDPOINT", server.endpoint)
-        monkeypatch.setattr(hf_constants, "HF_HUB_DISABLE_XET", True)
-        monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", False)
-        monkeypatch.setenv("LEROBOT_ZARR_HOME", str(tmp_path / "home"))
+        make_env(monkeypatch, tmp_path, server.endpoint)
         yield server, src
 
 

@@ -23,13 +23,13 @@ from hub_fixtures import (
     files_under,
     footer_size,
     lib_requests,
-    make_env,
     no_hf_data_copies,
     overlaps,
     parse_range,
     real_dataset,
     resolve_prefix,
     row_groups,
+    server_env,
 )
 from huggingface_hub import snapshot_download
 
@@ -101,12 +101,7 @@ def hub(tmp_path_factory):
 
 @pytest.fixture(autouse=True)
 def env(monkeypatch, tmp_path, hub):
-    e = make_env(monkeypatch, tmp_path, hub.server.endpoint)
-    hub.server.clear_faults()
-    hub.server.reset_stats()
-    yield e
-    hub.server.clear_faults()
-    assert hub.server.errors == [], hub.server.errors[0]
+    yield from server_env(monkeypatch, tmp_path, hub.server)
 
 
 def _repo(hub: Hub, key: str) -> Repo:

@@ -3,9 +3,9 @@ big datasets whose footers are not inlined, one exact footer request per data fi
 
 from __future__ import annotations
 
-import huggingface_hub.constants as hf_constants
 import numpy as np
 import pytest
+from hub_fixtures import make_env
 
 import lerobot_zarr
 import lerobot_zarr.export as export_module
@@ -17,13 +17,8 @@ from lerobot_zarr.testing.hub_server import HubServer
 def pushed(tmp_path, monkeypatch):
     src = write_sample_dataset(tmp_path / "src", n_episodes=12)
     store = lerobot_zarr.open_dataset(src, root=tmp_path / "store", progress=False)
-    monkeypatch.setenv("LEROBOT_ZARR_HOME", str(tmp_path / "home"))
     with HubServer(tmp_path / "server") as server:
-        monkeypatch.setattr(hf_constants, "ENDPOINT", server.endpoint)
-        monkeypatch.setattr(hf_constants, "HUGGINGFACE_CO_URL_TEMPLATE",
-                            server.endpoint + "/{repo_id}/resolve/{revision}/{filename}")
-        monkeypatch.setattr(hf_constants, "HF_HUB_DISABLE_XET", True)
-        monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", False)
+        make_env(monkeypatch, tmp_path, server.endpoint)
         yield server, store, tmp_path
 
 
@@ -69,11 +64,9 @@ def test_partial_open_without_index_reads_one_footer(tmp_path, monkeypatch):
     """A repo written by LeRobot (no index): opening one episode of the second data file reads that file's footer
     and row group only, nothing of the first file."""
     src = write_sample_dataset(tmp_path / "src", n_episodes=8, episodes_per_file=4)
-    monkeypatch.setenv("LEROBOT_ZARR_HOME", str(tmp_path / "home"))
     with HubServer(tmp_path / "server") as server:
         server.add_repo("org/plain", src, tags=["v3.0"])
-        monkeypatch.setattr(hf_constants, "ENDPOINT", server.endpoint)
-        monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", False)
+        make_env(monkeypatch, tmp_path, server.endpoint)
         ds = lerobot_zarr.open_dataset("org/plain", episodes=[6], progress=False)
         assert ds.episodes.tolist() == [6]
         touched = {r.path.rsplit("/", 1)[-1] for r in _data_gets(server)}

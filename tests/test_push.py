@@ -30,10 +30,10 @@ from hub_fixtures import (
     files_under,
     footer_size,
     lib_requests,
-    make_env,
     parse_range,
     real_dataset,
     row_groups,
+    server_env,
 )
 from PIL import Image
 
@@ -535,12 +535,7 @@ def hub(tmp_path_factory):
 
 @pytest.fixture
 def env(monkeypatch, tmp_path, hub):
-    e = make_env(monkeypatch, tmp_path, hub.endpoint)
-    hub.clear_faults()
-    hub.reset_stats()
-    yield e
-    hub.clear_faults()
-    assert hub.errors == [], hub.errors[0]
+    yield from server_env(monkeypatch, tmp_path, hub)
 
 
 def _tree(hub: HubServer, repo_id: str, commit: str | None = None) -> dict[str, str]:
