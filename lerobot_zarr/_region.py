@@ -20,13 +20,9 @@ from collections.abc import Callable
 
 import numpy as np
 
+from ._libc import libc
 from .errors import StoreError
-
-libc = ctypes.CDLL(None, use_errno=True)
-libc.mmap.restype = ctypes.c_void_p
-libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
-libc.munmap.restype = ctypes.c_int
-libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+from .store import open_chunk
 
 _MAP_FAILED = ctypes.c_void_p(-1).value
 _MAP_FIXED = 0x10  # same value on Linux and macOS
@@ -74,15 +70,9 @@ class EpisodeRegion:
     def map(self, e: int) -> None:
         """Map the chunk file of episode ``e`` into its slot, after checking its size."""
         path = self.path_of(e)
+        size = int(self.sizes[e])
+        fd = open_chunk(path, size, e, self.name)
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-        except FileNotFoundError:
-            raise StoreError(f"{path}: chunk of episode {e} of feature {self.name!r} is missing") from None
-        try:
-            size = os.fstat(fd).st_size
-            if size != self.sizes[e]:
-                raise StoreError(f"{path}: chunk of episode {e} of feature {self.name!r} holds {size} bytes, "
-                                 f"expected {int(self.sizes[e])}")
             addr = self.base + int(self.offsets[e])
             try:
                 got = _check(libc.mmap(addr, size, mmap.PROT_READ, mmap.MAP_SHARED | _MAP_FIXED, fd, 0), str(path))

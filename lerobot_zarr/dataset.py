@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ._region import EpisodeRegion
-from .errors import DeltaTimestampsError, FrameIndexError, NotMaterializedError, StoreError
-from .store import ArraySpec, StoreState, chunk_path, from_ranges, read_state, to_ranges
+from .errors import DeltaTimestampsError, FrameIndexError, NotMaterializedError
+from .store import ArraySpec, StoreState, chunk_path, from_ranges, open_chunk, read_state, to_ranges
 
 if TYPE_CHECKING:
     from .source import LeRobotSource
@@ -460,15 +460,7 @@ class LeRobotZarrDataset:
         out = {}
         for name, spec in self._specs.items():
             path = chunk_path(self.root, name, e, 1 + len(spec.frame_shape))
-            try:
-                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-            except FileNotFoundError:
-                raise StoreError(f"{path}: chunk of episode {e} of feature {name!r} is missing") from None
-            with os.fdopen(fd, "rb") as f:
-                size = os.fstat(fd).st_size
-                if size != n * spec.frame_bytes:
-                    raise StoreError(f"{path}: chunk of episode {e} of feature {name!r} holds {size} bytes, "
-                                     f"expected {n * spec.frame_bytes}")
+            with os.fdopen(open_chunk(path, n * spec.frame_bytes, e, name), "rb") as f:
                 out[name] = np.memmap(f, dtype=spec.dtype, mode="r", shape=(n, *spec.frame_shape))
         return out
 

@@ -53,7 +53,7 @@ from typing import Any
 
 import numpy as np
 
-from ._region import libc
+from ._libc import libc
 from .errors import SourceNotFoundError, StoreError, StoreLockedError
 
 __all__ = [
@@ -67,6 +67,7 @@ __all__ = [
     "read_state",
     "commit",
     "write_chunk",
+    "open_chunk",
     "WriterLock",
     "to_ranges",
     "from_ranges",
@@ -192,6 +193,20 @@ def write_chunk(path: str | os.PathLike, data: np.ndarray) -> None:
             view = view[os.write(fd, view):]
     finally:
         os.close(fd)
+
+
+def open_chunk(path: str | os.PathLike, nbytes: int, episode: int, feature: str) -> int:
+    """Open a committed chunk file read-only (refusing a symlink) and check its size; return the descriptor."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        raise StoreError(f"{path}: chunk of episode {episode} of feature {feature!r} is missing") from None
+    size = os.fstat(fd).st_size
+    if size != nbytes:
+        os.close(fd)
+        raise StoreError(f"{path}: chunk of episode {episode} of feature {feature!r} holds {size} bytes, "
+                         f"expected {nbytes}")
+    return fd
 
 
 def _flush_filesystem(root: Path) -> None:
