@@ -6,6 +6,7 @@ import shutil
 from pathlib import Path
 
 import huggingface_hub.constants as hf_constants
+import pytest
 
 import lerobot_zarr
 from lerobot_zarr.sample_data import write_sample_dataset
@@ -42,13 +43,28 @@ def test_two_sources_and_a_changed_source_never_share_a_store(tmp_path, monkeypa
 
 
 def test_revision_names_never_leave_the_cache(tmp_path, monkeypatch):
-    """Revision names become file names of the offline ref records: quoted, they cannot escape the cache home."""
-    monkeypatch.setenv("LEROBOT_ZARR_HOME", str(tmp_path / "home"))
-    monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", True)
-    try:
-        lerobot_zarr.open_dataset("org/name", revision="../../../escape", progress=False)
-    except lerobot_zarr.HubError as exc:
-        assert "never opened" in str(exc)
-    else:
-        raise AssertionError("an offline open of an unknown revision must fail")
-    assert sorted(p.name for p in tmp_path.iterdir()) == [], "nothing written anywhere"
+    """Revision names (which a Hub's refs answer can carry) become file names of the offline ref records: quoted,
+    they stay single files inside the cache home."""
+    import lerobot_zarr.api as api
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("LEROBOT_ZARR_HOME", str(home))
+    monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", False)
+    evil = "../../../escape"
+    monkeypatch.setattr(api, "resolve_revision", lambda repo_id, revision, token=None: (revision, "0" * 40))
+
+    class Stop(Exception):
+        pass
+
+    def no_network(*args, **kwargs):
+        raise Stop
+
+    monkeypatch.setattr(api, "HubFiles", no_network)
+    with pytest.raises(Stop):
+        lerobot_zarr.open_dataset("org/name", revision=evil, progress=False)
+    written = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert len(written) == 1 and written[0].parent == home / "hub" / "org--name" / "refs", written
+    assert written[0].read_text() == "0" * 40
+    monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", True)  # the record is what an offline open finds
+    with pytest.raises(lerobot_zarr.HubError, match="no local store"):
+        lerobot_zarr.open_dataset("org/name", revision=evil, progress=False)
