@@ -59,7 +59,7 @@ if hasattr(os, "register_at_fork"):
 class DatasetMeta:
     """What the store knows about its dataset (LeRobot's info, tasks, stats, episode table)."""
 
-    root: Path
+    root: Path | str  # the store folder; for a source's metadata (no store), its location (folder or repo@rev)
     info: dict
     tasks: list[str]
     stats: dict
@@ -104,7 +104,7 @@ class DatasetMeta:
         """Metadata of a LeRobot folder that has no store yet (nothing materialized)."""
         t = source.episodes
         stored = tuple(k for k, v in source.features.items() if v.kind in ("numeric", "image"))
-        return cls(Path(source.files.location()), source.info, source.tasks, source.stats, source.record(),
+        return cls(source.files.location(), source.info, source.tasks, source.stats, source.record(),
                    t.start, t.end, t.length, np.zeros(len(t), dtype=bool), source.not_materialized,
                    stored)
 

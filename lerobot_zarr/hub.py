@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import re
+import time
 from collections.abc import Iterable
 from urllib.parse import quote
 
@@ -159,8 +160,6 @@ class HubFiles(SourceFiles):
 
     def get(self, rel: str, start: int = 0, stop: int | None = None) -> bytes:
         """Bytes ``[start, stop)`` of a file (to its end without ``stop``), with bounded retries."""
-        import time
-
         from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
 
         size = self.size(rel)
