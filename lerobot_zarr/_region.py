@@ -40,10 +40,12 @@ def _check(addr: int | None, what: str) -> int:
 
 
 class EpisodeRegion:
-    """Read-only view of a feature's episode chunks; ``rows[e] + local`` is frame ``local`` of episode ``e``."""
+    """Read-only view of a feature's episode chunks; ``rows[e] + local`` is frame ``local`` of episode ``e``.
+
+    ``path_of(e)`` gives the chunk file of episode ``e`` and where it is once retired (see ``store``)."""
 
     def __init__(self, name: str, dtype: np.dtype, frame_shape: tuple[int, ...], lengths: np.ndarray,
-                 path_of: Callable[[int], str | os.PathLike]):
+                 path_of: Callable[[int], tuple[str, str]]):
         self.name = name
         self.path_of = path_of
         frame_bytes = int(np.prod(frame_shape, dtype=np.int64)) * dtype.itemsize
@@ -69,9 +71,9 @@ class EpisodeRegion:
 
     def map(self, e: int) -> None:
         """Map the chunk file of episode ``e`` into its slot, after checking its size."""
-        path = self.path_of(e)
+        path, retired = self.path_of(e)
         size = int(self.sizes[e])
-        fd = open_chunk(path, size, e, self.name)
+        fd = open_chunk(path, size, e, self.name, retired=retired)
         try:
             addr = self.base + int(self.offsets[e])
             try:

@@ -21,7 +21,16 @@ import numpy as np
 
 from ._region import EpisodeRegion
 from .errors import DeltaTimestampsError, FrameIndexError, NotMaterializedError
-from .store import ArraySpec, StoreState, chunk_path, from_ranges, open_chunk, read_state, to_ranges
+from .store import (
+    ArraySpec,
+    StoreState,
+    chunk_path,
+    from_ranges,
+    open_chunk,
+    read_state,
+    retired_path,
+    to_ranges,
+)
 
 if TYPE_CHECKING:
     from .source import LeRobotSource
@@ -205,13 +214,21 @@ class LeRobotZarrDataset:
         if image_format not in IMAGE_FORMATS:
             raise ValueError(f"image_format must be one of {IMAGE_FORMATS}, got {image_format!r}")
         self.root = Path(root)
-        state = read_state(self.root)
+        self.image_format = image_format
+        self._request = (episodes, delta_timestamps, _default_max_maps() if max_open_maps is None
+                         else int(max_open_maps), bool(lazy))
+        self._lock = threading.Lock()
+        self._load(read_state(self.root))
+        _live_datasets.add(self)
+
+    def _load(self, state: StoreState) -> None:
+        """Set up index arithmetic for a committed state (maps are opened lazily)."""
+        episodes, delta_timestamps, max_open_maps, lazy = self._request
         self._offsets = window_offsets(delta_timestamps, float(state.attrs["info"]["fps"]), list(state.arrays),
                                         state.attrs.get("not_materialized", {}))
         ranges = None if episodes is None else episode_ranges(episodes, state.episode_length)
-        max_open_maps = _default_max_maps() if max_open_maps is None else int(max_open_maps)
         self.meta = DatasetMeta.from_state(state)
-        self.image_format = image_format
+        self._generation = state.generation
         self._specs = state.arrays
         n_ep = self.meta.total_episodes
         present = self.meta.materialized_episodes
@@ -231,7 +248,7 @@ class LeRobotZarrDataset:
         # pickled: the resolved selection (not "whatever is committed when unpickled"), compactly
         whole = bool((first == 0).all() and (stop == self.meta.episode_length[selected]).all())
         selection = ("whole", to_ranges(selected.tolist())) if whole else ("frames", table.tolist())
-        self._args = (str(root), selection, self.delta_timestamps, image_format, max_open_maps, bool(lazy))
+        self._args = (str(self.root), selection, self.delta_timestamps, self.image_format, max_open_maps, lazy)
         self._first = first  # selected frames of episode k: [first[k], stop[k]) (whole episodes by default)
         self._cum = np.concatenate([[0], np.cumsum(stop - first)]).astype(np.int64)
         self._len = int(self._cum[-1])
@@ -240,11 +257,27 @@ class LeRobotZarrDataset:
         self._first_list = first.tolist()
         self._lengths = self.meta.episode_length.copy()  # bounds for reads: never a user-visible array
         self._length_list = self._lengths.tolist()
+        self._chunks = state.table.chunk
+        # stored episode_index / index values exceed LeRobot's after earlier episodes were deleted
+        shifts = {"episode_index": state.table.episode_index_shift, "index": state.table.index_shift}
+        self._shifts = [(name, shift, shift.tolist()) for name, shift in shifts.items()
+                        if name in self._specs and shift.any()]
         self._tasks = np.array(self.meta.tasks, dtype=object)
         self._max_maps = max(1, int(max_open_maps) // max(1, len(self._specs)))
         self._regions: dict[str, EpisodeRegion] | None = None
-        self._lock = threading.Lock()
-        _live_datasets.add(self)
+
+    def refresh(self) -> bool:
+        """Pick up what writers committed since this dataset was opened (appended or deleted episodes, new
+        tasks): the same arguments applied to the latest commit. Returns whether anything changed.
+
+        In-place edits of frames need no refresh: they are visible at once. A dataset otherwise keeps the commit
+        it opened, so indices stay stable for a sampler until it refreshes."""
+        state = read_state(self.root)
+        if state.generation == self._generation:
+            return False
+        with self._lock:
+            self._load(state)
+        return True
 
     # pickling: arguments only ---------------------------------------------------------------------------
     def __getstate__(self) -> tuple:
@@ -277,7 +310,7 @@ class LeRobotZarrDataset:
         lengths = self.meta.episode_length
         regions = {}
         for name, spec in self._specs.items():
-            path_of = partial(chunk_path, self.root, name, ndim=1 + len(spec.frame_shape))
+            path_of = partial(self._chunk_files, name, spec.ndim)
             regions[name] = EpisodeRegion(name, spec.dtype, spec.frame_shape, lengths, path_of)
         self._mapped = np.zeros(len(lengths), dtype=bool)
         self._n_mapped = 0
@@ -291,6 +324,10 @@ class LeRobotZarrDataset:
         self._task_source = (task.view, task.rows, task.rows.tolist(), task.view.ndim > 1)
         self._regions = regions
         return regions
+
+    def _chunk_files(self, name: str, ndim: int, e: int) -> tuple[str, str]:
+        chunk = int(self._chunks[e])
+        return chunk_path(self.root, name, chunk, ndim), retired_path(self.root, name, chunk)
 
     def _ensure_mapped(self, eps: np.ndarray) -> None:
         """Map the given episodes (at most the budget) in every feature, evicting the least recently used."""
@@ -383,6 +420,8 @@ class LeRobotZarrDataset:
             task_view, _, task_rows, vector = self._task_source
             task_index = task_view[task_rows[e] + local]
             out["task"] = self._tasks[task_index[0] if vector else task_index]
+            for name, _, shift in self._shifts:
+                out[name] = out[name] - shift[e]
         if self._images:
             self._image_out(out)
         return out
@@ -445,12 +484,15 @@ class LeRobotZarrDataset:
             task_view, task_rows, _, vector = self._task_source
             task_index = task_view[task_rows[eps] + local]
             out["task"] = self._tasks[task_index[:, 0] if vector else task_index].tolist()
+            for name, shift, _ in self._shifts:
+                out[name] = out[name] - shift[eps].reshape(-1, *[1] * (out[name].ndim - 1))
         if self._images:
             self._image_out(out)
         return out
 
     def episode(self, episode_index: int) -> dict[str, np.ndarray]:
-        """All frames of one episode: read-only memory maps of its chunk files, one per stored feature."""
+        """All frames of one episode: read-only memory maps of its chunk files, one per stored feature (``episode_index``
+        and ``index`` are corrected copies once earlier episodes were deleted)."""
         e = operator.index(episode_index)
         if not 0 <= e < self.meta.total_episodes:
             raise FrameIndexError(f"episode {e} does not exist ({self.meta.total_episodes} episodes)")
@@ -459,9 +501,11 @@ class LeRobotZarrDataset:
         n = int(self.meta.episode_length[e])
         out = {}
         for name, spec in self._specs.items():
-            path = chunk_path(self.root, name, e, 1 + len(spec.frame_shape))
-            with os.fdopen(open_chunk(path, n * spec.frame_bytes, e, name), "rb") as f:
+            path, retired = self._chunk_files(name, spec.ndim, e)
+            with os.fdopen(open_chunk(path, n * spec.frame_bytes, e, name, retired=retired), "rb") as f:
                 out[name] = np.memmap(f, dtype=spec.dtype, mode="r", shape=(n, *spec.frame_shape))
+        for name, shift, _ in self._shifts:
+            out[name] = np.asarray(out[name]) - shift[e]
         return out
 
     def to_lerobot(self, path: str | os.PathLike, *, data_files_size_in_mb: int = 100,

@@ -3,32 +3,45 @@
 Layout of a store folder::
 
     zarr.json                     root group. Its write is the COMMIT POINT (atomic rename). It holds
-                                  attributes["lerobot_zarr"] (below) and the consolidated metadata of every array.
-    <feature>/zarr.json           one array per stored feature, shape (total_frames, *frame_shape), C order
-    <feature>/c/<e>/0/...         the chunk of episode e: exactly length_e * frame_bytes raw little-endian bytes,
-                                  no header (the codec chain is the ``bytes`` codec alone, no compressor)
-    episode_start/ episode_end/ episode_length/ episode_task_index/
-                                  1-D int64 arrays over dimension "episode" (one chunk, ``c/0``): the episode
-                                  table. Episode e covers frames [episode_start[e], episode_end[e]) of every
-                                  feature array; e is the LeRobot ``episode_index``.
+                                  attributes["lerobot_zarr"] (below), including the episode table, and the
+                                  consolidated metadata of every array.
+    <feature>/zarr.json           one array per stored feature, C order, frames first
+    <feature>/c/<k>/0/...         chunk k: the frames of one episode, exactly length * frame_bytes raw
+                                  little-endian bytes, no header (the codec chain is the ``bytes`` codec alone)
+    episode_start/ episode_end/ episode_length/ episode_task_index/ episode_chunk/
+                                  1-D int64 arrays over dimension "episode" (one chunk, ``c/0``): a copy of the
+                                  committed episode table for zarr/xarray readers (lerobot_zarr reads the root)
+    .episode_stats/<k>.json       per-episode statistics of chunk k (kept by writers; not part of the hierarchy)
+    .retired/<feature>/<k>        chunk files of deleted episodes, kept a while for readers of older commits
     .lock                         writer lock (``flock``); not part of the zarr hierarchy
     .lerobot_zarr-creating        present only while a store is being laid out (before its first commit)
     .zarr.json.tmp-<pid>          a commit in progress (or debris of a killed one, ignored)
 
-Feature arrays use zarr's rectilinear chunk grid: along ``frame`` the chunk sizes are the episode lengths, so
-one chunk is one episode; trailing axes are one chunk. Readers need zarr's rectilinear extension enabled
-(``ZARR_ARRAY__RECTILINEAR_CHUNKS=True``; importing lerobot_zarr sets it for its own process). Dimension names:
-``frame`` first, then ``<feature>.<axis>`` (``height``/``width``/``channels`` for images, ``dim_<k>`` otherwise),
-so that xarray sees distinct dimensions for features of different widths.
+Chunks are numbered by a chunk id that is never reused: appending an episode writes chunk ``next_chunk``;
+deleting one retires its chunk and never renames another, so a reader holding an older commit never finds a
+different episode under a chunk id it knows. Episode e (the LeRobot ``episode_index``) is chunk
+``chunk[e]``; chunk ids increase with the episode index. Feature arrays use zarr's rectilinear chunk grid over
+chunk ids ``0 .. next_chunk - 1``: a live chunk spans its episode's frames, a retired one spans a single filler
+frame (fill value, no file), so zarr and xarray read every live frame in episode order. Readers need zarr's
+rectilinear extension (``ZARR_ARRAY__RECTILINEAR_CHUNKS=True``; importing lerobot_zarr sets it for its own
+process). Dimension names: ``frame`` first, then ``<feature>.<axis>`` (``height``/``width``/``channels`` for
+images, ``dim_<k>`` otherwise), so that xarray sees distinct dimensions for features of different widths.
 
 ``attributes["lerobot_zarr"]``:
 
-- ``format_version``: 1.
-- ``info``: LeRobot's ``meta/info.json`` of the source as read (features, fps, robot_type, codebase_version...).
-- ``tasks``: task strings by ``task_index``. ``stats``: LeRobot's ``meta/stats.json`` (or the merge of v2.1
-  per-episode stats). ``source``: where the data came from: ``{"kind": "local", "path", "fingerprint"}`` (a
-  digest of the metadata files and of the data files' names, sizes and mtimes) or ``{"kind": "hub", "repo_id",
-  "commit", "endpoint"}``. A store only ever takes data from the source it records.
+- ``format_version``: 2 (version 1 stores, with the table in the ``episode_*`` arrays only, are read too).
+- ``info``: LeRobot's ``meta/info.json`` (features, fps, robot_type, codebase_version...).
+- ``tasks``: task strings by ``task_index``. ``stats``: LeRobot's ``meta/stats.json`` (or the merge of
+  per-episode stats). ``source``: where the data came from: ``{"kind": "local", "path", "fingerprint"}``,
+  ``{"kind": "hub", "repo_id", "commit", "endpoint"}``, ``{"kind": "recorded"}`` for a store made by
+  :func:`lerobot_zarr.create`, or ``{"kind": "edited", "from": <record>}`` once a writer changed it. A store
+  only ever takes data from the source it records.
+- ``episodes``: the episode table, lists over episodes: ``start`` and ``length`` (frames ``[start, start +
+  length)`` in LeRobot's global ``index``), ``task_index`` (first task), ``chunk``, and ``episode_index_shift`` /
+  ``index_shift``: what the stored ``episode_index`` / ``index`` values of that chunk exceed the episode's
+  LeRobot values by (non-zero after earlier episodes were deleted: readers subtract them).
+- ``next_chunk``: the next chunk id; ``retired``: ``[[chunk, unix_time], ...]`` retired chunks whose files may
+  still be in ``.retired/``; ``generation``: counts commits.
 - ``features``: for each stored array, ``{"kind": "numeric"|"image", "dtype", "frame_shape", "episodes"}``
   where ``episodes`` lists half-open ``[first, stop)`` ranges of episodes whose chunks are committed. Only those
   chunks hold data; any other chunk file may be absent or hold garbage from an interrupted write.
@@ -47,7 +60,7 @@ import json
 import os
 import shutil
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -61,13 +74,20 @@ __all__ = [
     "ATTRS_KEY",
     "EPISODE_ARRAYS",
     "ArraySpec",
+    "EpisodeTable",
     "StoreState",
     "chunk_path",
+    "retired_path",
+    "stats_path",
     "create_store",
+    "read_root",
     "read_state",
     "commit",
+    "commit_state",
     "write_chunk",
     "open_chunk",
+    "flush_filesystem",
+    "atomic_write",
     "WriterLock",
     "to_ranges",
     "from_ranges",
@@ -76,9 +96,11 @@ __all__ = [
     "has_commit_point",
 ]
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+_READABLE_VERSIONS = (1, 2)
 ATTRS_KEY = "lerobot_zarr"
-EPISODE_ARRAYS = ("episode_start", "episode_end", "episode_length", "episode_task_index")
+EPISODE_ARRAYS = ("episode_start", "episode_end", "episode_length", "episode_task_index", "episode_chunk")
+_TABLE_KEYS = ("start", "length", "task_index", "chunk", "episode_index_shift", "index_shift")
 _ROOT = "zarr.json"
 _CREATING = ".lerobot_zarr-creating"
 
@@ -96,32 +118,100 @@ class ArraySpec:
     def frame_bytes(self) -> int:
         return int(np.prod(self.frame_shape, dtype=np.int64)) * self.dtype.itemsize
 
+    @property
+    def ndim(self) -> int:
+        return 1 + len(self.frame_shape)
+
+
+@dataclass(frozen=True)
+class EpisodeTable:
+    """The committed episodes: read-only int64 arrays over episodes (see the module docstring)."""
+
+    start: np.ndarray
+    length: np.ndarray
+    task_index: np.ndarray
+    chunk: np.ndarray
+    episode_index_shift: np.ndarray
+    index_shift: np.ndarray
+
+    def __post_init__(self) -> None:
+        n = len(self.length)
+        for key in _TABLE_KEYS:
+            values = np.asarray(getattr(self, key), dtype=np.int64).reshape(-1)
+            if len(values) != n:
+                raise StoreError(f"episode table column {key!r} has {len(values)} entries for {n} episodes")
+            values = values.copy()
+            values.flags.writeable = False
+            object.__setattr__(self, key, values)
+
+    @classmethod
+    def contiguous(cls, length: Iterable[int], task_index: Iterable[int], chunk: Iterable[int],
+                   episode_index_shift: Iterable[int] | None = None,
+                   index_shift: Iterable[int] | None = None) -> EpisodeTable:
+        """A table whose episodes follow each other from global index 0 (what writers keep)."""
+        length = np.asarray(list(length) if not isinstance(length, np.ndarray) else length, dtype=np.int64)
+        zeros = np.zeros(len(length), dtype=np.int64)
+        start = np.concatenate([[0], np.cumsum(length)[:-1]]).astype(np.int64) if len(length) else zeros
+        return cls(start, length, np.asarray(list(task_index) if not isinstance(task_index, np.ndarray)
+                                             else task_index, dtype=np.int64),
+                   np.asarray(list(chunk) if not isinstance(chunk, np.ndarray) else chunk, dtype=np.int64),
+                   zeros if episode_index_shift is None else episode_index_shift,
+                   zeros if index_shift is None else index_shift)
+
+    @property
+    def end(self) -> np.ndarray:
+        return self.start + self.length
+
+    def __len__(self) -> int:
+        return len(self.length)
+
+    def to_json(self) -> dict[str, list[int]]:
+        return {key: getattr(self, key).tolist() for key in _TABLE_KEYS}
+
 
 @dataclass(frozen=True)
 class StoreState:
-    """What the committed root ``zarr.json`` says: the attributes and the episode table."""
+    """What the committed root ``zarr.json`` says: the attributes, the episode table and the arrays."""
 
     root: Path
     attrs: dict
-    episode_start: np.ndarray
-    episode_length: np.ndarray
-    episode_task_index: np.ndarray
+    table: EpisodeTable
     arrays: dict[str, ArraySpec]
 
     @property
+    def episode_start(self) -> np.ndarray:
+        return self.table.start
+
+    @property
+    def episode_length(self) -> np.ndarray:
+        return self.table.length
+
+    @property
     def episode_end(self) -> np.ndarray:
-        return self.episode_start + self.episode_length
+        return self.table.end
+
+    @property
+    def episode_task_index(self) -> np.ndarray:
+        return self.table.task_index
+
+    @property
+    def next_chunk(self) -> int:
+        return int(self.attrs["next_chunk"])
+
+    @property
+    def generation(self) -> int:
+        return int(self.attrs.get("generation", 0))
 
     def materialized(self, feature: str) -> np.ndarray:
         """Boolean mask over episodes: which chunks of ``feature`` are committed."""
-        mask = np.zeros(len(self.episode_length), dtype=bool)
+        mask = np.zeros(len(self.table), dtype=bool)
         for a, b in self.attrs["features"][feature]["episodes"]:
             mask[a:b] = True
         return mask
 
     def complete_episodes(self) -> np.ndarray:
         """Mask of episodes committed for every stored array."""
-        mask = np.ones(len(self.episode_length), dtype=bool)
+        mask = np.ones(len(self.table), dtype=bool)
         for name in self.arrays:
             mask &= self.materialized(name)
         return mask
@@ -135,9 +225,18 @@ def check_array_name(name: str) -> str:
     return name
 
 
-def chunk_path(root: str | os.PathLike, name: str, episode: int, ndim: int) -> str:
-    """Path of the chunk file of ``episode`` in array ``name`` with ``ndim`` dimensions (frame axis included)."""
-    return f"{os.fspath(root)}/{name}/c/{episode}" + "/0" * (ndim - 1)
+def chunk_path(root: str | os.PathLike, name: str, chunk: int, ndim: int) -> str:
+    """Path of chunk file ``chunk`` of array ``name`` with ``ndim`` dimensions (frame axis included)."""
+    return f"{os.fspath(root)}/{name}/c/{chunk}" + "/0" * (ndim - 1)
+
+
+def retired_path(root: str | os.PathLike, name: str, chunk: int) -> str:
+    """Where a retired chunk file waits until it is deleted."""
+    return f"{os.fspath(root)}/.retired/{name}/{chunk}"
+
+
+def stats_path(root: str | os.PathLike, chunk: int) -> Path:
+    return Path(root) / ".episode_stats" / f"{chunk}.json"
 
 
 def to_ranges(indices: Iterable[int]) -> list[list[int]]:
@@ -163,19 +262,27 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` via a temporary file, fsync and rename: readers see old or new, never partial."""
+def _write_all(fd: int, data: bytes | memoryview) -> None:
+    view = memoryview(data).cast("B")
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def atomic_write(path: Path, data: bytes, *, durable: bool = True) -> None:
+    """Write ``data`` to ``path`` via a temporary file and rename: readers see old or new, never partial.
+
+    ``durable`` also fsyncs the file and its folder (survives power loss, not only a killed process)."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
+        _write_all(fd, data)
+        if durable:
+            os.fsync(fd)
     finally:
         os.close(fd)
     os.replace(tmp, path)
-    _fsync_dir(path.parent)
+    if durable:
+        _fsync_dir(path.parent)
 
 
 def write_chunk(path: str | os.PathLike, data: np.ndarray) -> None:
@@ -188,19 +295,27 @@ def write_chunk(path: str | os.PathLike, data: np.ndarray) -> None:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         fd = os.open(path, flags, 0o644)
     try:
-        view = memoryview(arr.reshape(-1)).cast("B")
-        while view:
-            view = view[os.write(fd, view):]
+        _write_all(fd, memoryview(arr.reshape(-1)))
     finally:
         os.close(fd)
 
 
-def open_chunk(path: str | os.PathLike, nbytes: int, episode: int, feature: str) -> int:
-    """Open a committed chunk file read-only (refusing a symlink) and check its size; return the descriptor."""
+def open_chunk(path: str | os.PathLike, nbytes: int, episode: int, feature: str, *,
+               retired: str | os.PathLike | None = None, flags: int = os.O_RDONLY) -> int:
+    """Open a committed chunk file (refusing a symlink) and check its size; return the descriptor.
+
+    ``retired`` is where the file is found if a writer deleted the episode after the caller read its commit."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        fd = os.open(path, flags | os.O_NOFOLLOW)
     except FileNotFoundError:
-        raise StoreError(f"{path}: chunk of episode {episode} of feature {feature!r} is missing") from None
+        fd = None
+        if retired is not None:
+            with contextlib.suppress(FileNotFoundError):
+                fd = os.open(retired, flags | os.O_NOFOLLOW)
+                path = retired
+        if fd is None:
+            raise StoreError(f"{path}: chunk of episode {episode} of feature {feature!r} is missing (if a writer "
+                             f"deleted episodes since this dataset was opened, open it again)") from None
     size = os.fstat(fd).st_size
     if size != nbytes:
         os.close(fd)
@@ -209,7 +324,7 @@ def open_chunk(path: str | os.PathLike, nbytes: int, episode: int, feature: str)
     return fd
 
 
-def _flush_filesystem(root: Path) -> None:
+def flush_filesystem(root: Path) -> None:
     """Flush written data of the store's filesystem to disk (``syncfs``; ``sync`` where it does not exist)."""
     syncfs = getattr(libc, "syncfs", None)
     if syncfs is None:
@@ -239,20 +354,45 @@ def _array_doc(shape: tuple[int, ...], dtype: np.dtype, chunk_grid: dict, dims: 
             "zarr_format": 3, "node_type": "array", "storage_transformers": []}
 
 
-def _build_metadata(arrays: Mapping[str, ArraySpec], lengths: np.ndarray, attrs: dict) -> dict[str, dict]:
+def _run_length(values: list[int]) -> list:
+    """zarr's rectilinear edge list: runs of two or more equal sizes become ``[size, count]``."""
+    out: list = []
+    for v in values:
+        if out and isinstance(out[-1], list) and out[-1][0] == v:
+            out[-1][1] += 1
+        elif out and not isinstance(out[-1], list) and out[-1] == v:
+            out[-1] = [v, 2]
+        else:
+            out.append(v)
+    return out
+
+
+def chunk_sizes(table: EpisodeTable, next_chunk: int) -> np.ndarray:
+    """Frames of every chunk id along the zarr ``frame`` axis: the episode length, or 1 for a retired chunk."""
+    sizes = np.ones(next_chunk, dtype=np.int64)
+    sizes[table.chunk] = table.length
+    return sizes
+
+
+def _build_metadata(arrays: Mapping[str, ArraySpec], table: EpisodeTable, next_chunk: int,
+                    attrs: dict) -> dict[str, dict]:
     """Every ``zarr.json`` of a store, keyed by path; the root's carries the consolidated metadata.
 
     Written by hand rather than through zarr-python, whose writes start an event-loop thread in the caller's
     process (which then warns on fork, as DataLoader workers do); the tests check that zarr and xarray read it.
     """
-    total = int(lengths.sum())
+    sizes = chunk_sizes(table, next_chunk)
+    total = int(sizes.sum())
     docs: dict[str, dict] = {}
     for name, spec in arrays.items():
-        grid = {"name": "rectilinear",
-                "configuration": {"kind": "inline",
-                                  "chunk_shapes": [[int(n) for n in lengths], *([s] for s in spec.frame_shape)]}}
+        if next_chunk:
+            grid = {"name": "rectilinear",
+                    "configuration": {"kind": "inline",
+                                      "chunk_shapes": [_run_length(sizes.tolist()), *([s] for s in spec.frame_shape)]}}
+        else:  # no chunk yet: a rectilinear grid needs at least one edge
+            grid = {"name": "regular", "configuration": {"chunk_shape": [1, *spec.frame_shape]}}
         docs[name] = _array_doc((total, *spec.frame_shape), spec.dtype, grid, _dims(name, spec))
-    n_episodes = len(lengths)
+    n_episodes = len(table)
     for name in EPISODE_ARRAYS:
         grid = {"name": "regular", "configuration": {"chunk_shape": [max(n_episodes, 1)]}}
         docs[name] = _array_doc((n_episodes,), np.dtype("int64"), grid, ["episode"])
@@ -275,9 +415,15 @@ def check_new_store_location(root: Path) -> None:
             raise StoreError(f"{root}: folder is not empty and is not a lerobot_zarr store; refusing to write into it")
 
 
-def create_store(root: Path, arrays: Mapping[str, ArraySpec], episode_start: np.ndarray,
-                 episode_length: np.ndarray, episode_task_index: np.ndarray, attrs: dict) -> StoreState:
-    """Lay out an empty store (no episode committed) and commit it. ``root`` must be empty or a half-created store."""
+def _features_attrs(arrays: Mapping[str, ArraySpec]) -> dict:
+    return {name: {"kind": spec.kind, "dtype": spec.dtype.str.lstrip("<>|="), "frame_shape": list(spec.frame_shape),
+                   "episodes": []} for name, spec in arrays.items()}
+
+
+def create_store(root: Path, arrays: Mapping[str, ArraySpec], table: EpisodeTable, attrs: dict) -> StoreState:
+    """Lay out an empty store (no chunk committed) and commit it. ``root`` must be empty or a half-created store.
+
+    The table may list episodes to come (a transcode lists its source's); their chunks are ``table.chunk``."""
     check_new_store_location(root)
     root.mkdir(parents=True, exist_ok=True)
     leftovers = [p for p in root.iterdir() if p.name not in (".lock", _CREATING)]
@@ -293,29 +439,37 @@ def create_store(root: Path, arrays: Mapping[str, ArraySpec], episode_start: np.
     if len(set(folded)) != len(folded):
         raise StoreError(f"{root}: feature names {sorted(arrays)} differ only by case; they would share a folder on "
                          f"case-insensitive filesystems")
-    attrs = dict(attrs, format_version=FORMAT_VERSION,
-                 features={name: {"kind": spec.kind, "dtype": spec.dtype.str.lstrip("<>|="),
-                                  "frame_shape": list(spec.frame_shape), "episodes": []}
-                           for name, spec in arrays.items()})
-    docs = _build_metadata(arrays, episode_length, attrs)
-    table = {"episode_start": episode_start, "episode_end": episode_start + episode_length,
-             "episode_length": episode_length, "episode_task_index": episode_task_index}
-    for name, values in table.items():
-        write_chunk(root / name / "c" / "0", np.asarray(values, dtype="<i8"))
-    for key, doc in docs.items():
-        if key != _ROOT:
-            path = root / key
-            path.parent.mkdir(parents=True, exist_ok=True)
-            _atomic_write(path, _dump(doc))
-    _flush_filesystem(root)
-    _atomic_write(root / _ROOT, _dump(docs[_ROOT]))
+    next_chunk = int(table.chunk.max()) + 1 if len(table) else 0
+    attrs = dict(attrs, format_version=FORMAT_VERSION, features=_features_attrs(arrays), next_chunk=next_chunk,
+                 retired=[], generation=0)
+    _write_commit(root, arrays, table, attrs, durable=True)
     (root / _CREATING).unlink()
     return read_state(root)
 
 
+def _write_commit(root: Path, arrays: Mapping[str, ArraySpec], table: EpisodeTable, attrs: dict, *,
+                  durable: bool) -> None:
+    """Write the array metadata and the zarr copy of the episode table, flush, then replace the root."""
+    attrs["episodes"] = table.to_json()
+    docs = _build_metadata(arrays, table, int(attrs["next_chunk"]), attrs)
+    columns = {"episode_start": table.start, "episode_end": table.end, "episode_length": table.length,
+               "episode_task_index": table.task_index, "episode_chunk": table.chunk}
+    for name, values in columns.items():
+        (root / name / "c").mkdir(parents=True, exist_ok=True)
+        atomic_write(root / name / "c" / "0", np.asarray(values, dtype="<i8").tobytes(), durable=False)
+    for key, doc in docs.items():
+        if key != _ROOT:
+            path = root / key
+            path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(path, _dump(doc), durable=False)
+    if durable:
+        flush_filesystem(root)  # chunk files reach the disk before the metadata that lists them
+    atomic_write(root / _ROOT, _dump(docs[_ROOT]), durable=durable)
+
+
 def read_root(root: Path) -> dict:
     """The root ``zarr.json`` document of a committed store."""
-    path = root / _ROOT
+    path = Path(root) / _ROOT
     try:
         doc = json.loads(path.read_bytes())
     except (FileNotFoundError, NotADirectoryError):
@@ -325,9 +479,9 @@ def read_root(root: Path) -> dict:
     attrs = doc.get("attributes", {}).get(ATTRS_KEY) if isinstance(doc, dict) else None
     if not isinstance(attrs, dict):
         raise StoreError(f"{path}: not a lerobot_zarr store (no '{ATTRS_KEY}' attributes)")
-    if attrs.get("format_version") != FORMAT_VERSION:
+    if attrs.get("format_version") not in _READABLE_VERSIONS:
         raise StoreError(f"{path}: store format version {attrs.get('format_version')!r} is not supported "
-                         f"(this lerobot_zarr reads version {FORMAT_VERSION})")
+                         f"(this lerobot_zarr reads versions {', '.join(map(str, _READABLE_VERSIONS))})")
     return doc
 
 
@@ -336,21 +490,39 @@ def has_commit_point(root: Path) -> bool:
     return (Path(root) / _ROOT).is_file()
 
 
+def _version1_table(root: Path, attrs: dict) -> EpisodeTable:
+    """Format 1 kept the table in the ``episode_*`` arrays only, chunk id = episode index."""
+    columns = {}
+    for name in ("episode_start", "episode_length", "episode_task_index"):
+        try:
+            columns[name] = np.fromfile(root / name / "c" / "0", dtype="<i8").astype(np.int64)
+        except FileNotFoundError:
+            raise StoreError(f"{root}: episode table array {name!r} is missing") from None
+    n = len(columns["episode_length"])
+    if not len(columns["episode_start"]) == n == len(columns["episode_task_index"]):
+        raise StoreError(f"{root}: episode table arrays have different lengths")
+    attrs.update(next_chunk=n, retired=[], generation=0)
+    zeros = np.zeros(n, dtype=np.int64)
+    return EpisodeTable(columns["episode_start"], columns["episode_length"], columns["episode_task_index"],
+                        np.arange(n, dtype=np.int64), zeros, zeros)
+
+
 def read_state(root: Path) -> StoreState:
-    """Read the committed state: one JSON read plus the episode table chunks (no zarr call, no data read)."""
+    """Read the committed state: one JSON read (no zarr call, no data read)."""
     root = Path(root)
     doc = read_root(root)
     attrs = doc["attributes"][ATTRS_KEY]
     consolidated = doc.get("consolidated_metadata", {}).get("metadata", {})
-    table = {}
-    for name in ("episode_start", "episode_length", "episode_task_index"):
-        path = root / name / "c" / "0"
+    if attrs["format_version"] == 1:
+        table = _version1_table(root, attrs)
+    else:
         try:
-            table[name] = np.fromfile(path, dtype="<i8").astype(np.int64, copy=False)
-        except FileNotFoundError:
-            raise StoreError(f"{root}: episode table array {name!r} is missing") from None
-    if not (len(table["episode_start"]) == len(table["episode_length"]) == len(table["episode_task_index"])):
-        raise StoreError(f"{root}: episode table arrays have different lengths")
+            table = EpisodeTable(**{key: attrs["episodes"][key] for key in _TABLE_KEYS})
+        except (KeyError, TypeError, ValueError) as exc:
+            raise StoreError(f"{root / _ROOT}: episode table unreadable ({exc!r})") from None
+        if len(table) and (table.chunk.min() < 0 or table.chunk.max() >= int(attrs["next_chunk"])
+                           or (np.diff(table.chunk) <= 0).any()):
+            raise StoreError(f"{root / _ROOT}: episode table lists chunk ids out of order or out of range")
     arrays = {}
     for name, f in attrs["features"].items():
         check_array_name(name)
@@ -358,21 +530,33 @@ def read_state(root: Path) -> StoreState:
         dims = consolidated.get(name, {}).get("dimension_names") or ["frame"]
         arrays[name] = ArraySpec(dtype, tuple(f["frame_shape"]), tuple(d.removeprefix(f"{name}.") for d in dims[1:]),
                                  f["kind"])
-    for values in table.values():
-        values.flags.writeable = False
-    return StoreState(root, attrs, table["episode_start"], table["episode_length"],
-                      table["episode_task_index"], arrays)
+    return StoreState(root, attrs, table, arrays)
 
 
 def commit(root: Path, *, features_episodes: Mapping[str, Iterable[int]]) -> None:
-    """Make newly written chunks visible: flush data, then atomically replace the root ``zarr.json``."""
+    """Make newly written chunks of listed episodes visible: flush data, then atomically replace the root."""
     doc = read_root(root)
     attrs = doc["attributes"][ATTRS_KEY]
     for name, episodes in features_episodes.items():
         entry = attrs["features"][name]
         entry["episodes"] = to_ranges([*from_ranges(entry["episodes"]), *episodes])
-    _flush_filesystem(root)  # chunk files reach the disk before the metadata that lists them
-    _atomic_write(root / _ROOT, _dump(doc))
+    attrs["generation"] = int(attrs.get("generation", 0)) + 1
+    flush_filesystem(root)  # chunk files reach the disk before the metadata that lists them
+    atomic_write(root / _ROOT, _dump(doc))
+
+
+def commit_state(state: StoreState, *, table: EpisodeTable | None = None, durable: bool = True,
+                 **attrs: Any) -> StoreState:
+    """Commit a new episode table and/or attributes over ``state`` (a writer's): every episode listed complete."""
+    table = state.table if table is None else table
+    new_attrs = json.loads(json.dumps(state.attrs))  # a private copy
+    new_attrs.update(attrs)
+    new_attrs["format_version"] = FORMAT_VERSION
+    new_attrs["generation"] = state.generation + 1
+    for entry in new_attrs["features"].values():
+        entry["episodes"] = [[0, len(table)]] if len(table) else []
+    _write_commit(state.root, state.arrays, table, new_attrs, durable=durable)
+    return replace(state, attrs=new_attrs, table=table)
 
 
 class WriterLock:

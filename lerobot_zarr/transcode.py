@@ -21,6 +21,7 @@ from .errors import FrameIndexError, StoreError
 from .source import FeatureSpec, LeRobotSource
 from .store import (
     ArraySpec,
+    EpisodeTable,
     StoreState,
     WriterLock,
     check_new_store_location,
@@ -63,7 +64,9 @@ def _create(source: LeRobotSource, root: Path, source_record: dict) -> StoreStat
         "source": source_record,
         "not_materialized": source.not_materialized,
     }
-    return create_store(root, array_specs(source), t.start, t.length, first_task, attrs)
+    zeros = np.zeros(len(t), dtype=np.int64)
+    table = EpisodeTable(t.start, t.length, first_task, np.arange(len(t), dtype=np.int64), zeros, zeros)
+    return create_store(root, array_specs(source), table, attrs)
 
 
 def _same_source(a: dict | None, b: dict) -> bool:
@@ -115,7 +118,7 @@ def transcode(source: LeRobotSource, root: str | os.PathLike, *, episodes: Seque
         with progress_bar(int(source.episodes.length[todo].sum()), f"transcoding {source.files.name}", progress) as bar:
             for e, frames in prefetched(source.iter_episodes(todo), depth=4):
                 for name, spec in specs.items():
-                    write_chunk(chunk_path(root, name, e, 1 + len(spec.frame_shape)), frames[name])
+                    write_chunk(chunk_path(root, name, int(state.table.chunk[e]), spec.ndim), frames[name])
                 pending.append(e)
                 bar.update(int(source.episodes.length[e]))
                 if time.monotonic() - last_commit >= _COMMIT_EVERY_S:

@@ -24,7 +24,7 @@ REAL_DIR = (Path(__file__).parents[1] / ".." / "shared" / "datasets").resolve()
 CAM = "observation.images.cam"
 GRID = "observation.grid"
 VIDEO = "observation.images.video"
-EPISODE_ARRAYS = ("episode_start", "episode_end", "episode_length", "episode_task_index")
+EPISODE_ARRAYS = ("episode_start", "episode_end", "episode_length", "episode_task_index", "episode_chunk")
 
 # name -> write_sample_dataset keyword arguments
 GENERATED = {
@@ -288,7 +288,7 @@ def test_root_zarr_json(built: Built):
         assert m["node_type"] == "array"
     attrs = doc["attributes"]["lerobot_zarr"]
     src = built.src
-    assert attrs["format_version"] == 1
+    assert attrs["format_version"] == 2
     assert attrs["info"] == _json(src / "meta" / "info.json"), f"{built.name}: attrs info != meta/info.json"
     assert attrs["tasks"] == [built.ref.tasks[i] for i in range(len(built.ref.tasks))], f"{built.name}: tasks"
     if (src / "meta" / "stats.json").is_file():
