@@ -28,17 +28,21 @@ from .errors import (  # noqa: E402
     SourceNotFoundError,
     StoreError,
     StoreLockedError,
+    DiskSpaceError,
     UnsupportedDtypeError,
 )
 from .streaming import SampleStream, stream  # noqa: E402
+from .writer import WritableDataset, create  # noqa: E402
 
 __all__ = [
     "open_dataset",
+    "create",
     "inspect",
     "stream",
     "SampleStream",
     "cache_home",
     "LeRobotZarrDataset",
+    "WritableDataset",
     "DatasetMeta",
     "LeRobotZarrError",
     "SourceNotFoundError",
@@ -50,6 +54,7 @@ __all__ = [
     "NotMaterializedError",
     "StoreError",
     "StoreLockedError",
+    "DiskSpaceError",
     "RepoNotFoundError",
     "RevisionNotFoundError",
     "HubAuthError",

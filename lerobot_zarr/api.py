@@ -52,6 +52,7 @@ def open_dataset(
     image_format: str = "uint8_hwc",
     progress: bool = True,
     lazy: bool = False,
+    mode: str = "r",
 ) -> LeRobotZarrDataset:
     """Open a LeRobot dataset (folder or Hub repo; transcoded into a local store on first use) or a store.
 
@@ -69,13 +70,22 @@ def open_dataset(
             sample touches it, in the process that samples (DataLoader workers use the default Hub credentials,
             not ``token``). Off by default: a training step that hits the network is slow and can fail; offline,
             touching a missing episode raises ``NotMaterializedError`` naming it.
+        mode: ``"r"`` (default) to read, or ``"r+"`` to also write: returns a
+            :class:`~lerobot_zarr.writer.WritableDataset` over every episode (all fetched first), holding the
+            store's writer lock.
     """
+    if mode not in ("r", "r+"):
+        raise ValueError(f"mode must be 'r' or 'r+', got {mode!r}")
+    if mode == "r+" and (episodes is not None or lazy):
+        raise ValueError("mode='r+' opens every episode: episodes= and lazy=True do not apply")
     path = Path(source).expanduser()
     if has_commit_point(path):
         if root is not None and Path(root).resolve() != path.resolve():
             raise ValueError(f"{path} is a store already; root={root!r} would be a second copy")
         store = path
-        if not lazy:
+        if mode == "r+":
+            materialize(store, range(len(read_state(store).table)), progress=progress, token=token)
+        elif not lazy:
             materialize(store, episodes, progress=progress, token=token)
     elif is_lerobot_folder(path):
         if revision is not None:
@@ -92,6 +102,10 @@ def open_dataset(
         parse_repo_id(str(source))
     else:
         raise SourceNotFoundError(f"{source}: no such folder, and not a Hub repo id of the form 'org/name'")
+    if mode == "r+":
+        from .writer import WritableDataset
+
+        return WritableDataset(store, delta_timestamps=delta_timestamps, image_format=image_format)
     return LeRobotZarrDataset(store, episodes=episodes, delta_timestamps=delta_timestamps, image_format=image_format,
                               lazy=lazy)
 

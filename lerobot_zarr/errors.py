@@ -17,6 +17,7 @@ __all__ = [
     "NotMaterializedError",
     "StoreError",
     "StoreLockedError",
+    "DiskSpaceError",
     "RepoNotFoundError",
     "RevisionNotFoundError",
     "HubAuthError",
@@ -62,6 +63,10 @@ class StoreError(LeRobotZarrError, ValueError):
 
 class StoreLockedError(LeRobotZarrError, BlockingIOError):
     """Another live process holds the store's writer lock."""
+
+
+class DiskSpaceError(LeRobotZarrError, OSError):
+    """A write was refused because it would take the free space of the store's volume below the margin."""
 
 
 class RepoNotFoundError(SourceNotFoundError):

@@ -32,9 +32,9 @@ from .lerobot_v3 import (
     STAT_NAMES,
     V3_DATA_PATH,
     aggregate_stats,
+    episode_stats as lerobot_stats,
     huggingface_metadata,
     nested_list,
-    per_episode_stats,
     stats_json,
     write_json,
     write_tasks_parquet,
@@ -64,17 +64,6 @@ def _column(values: np.ndarray, kind: str, e: int) -> pa.Array:
     if values.ndim == 1:
         return pa.array(np.ascontiguousarray(values))
     return nested_list(np.ascontiguousarray(values), fixed=True)
-
-
-def _stats(values: np.ndarray, kind: str) -> dict[str, np.ndarray]:
-    """One episode's stats, shaped like LeRobot's (images: per channel, scaled to [0, 1], shape (C, 1, 1))."""
-    if kind == "image":
-        channels = values.shape[-1]
-        stats = per_episode_stats(values.reshape(-1, channels) / 255.0, np.array([values.size // channels]))
-        stats = {k: v[0].reshape(channels, 1, 1) for k, v in stats.items() if k != "count"}
-        stats["count"] = np.array([len(values)])
-        return stats
-    return {k: v[0] for k, v in per_episode_stats(values, np.array([len(values)])).items()}
 
 
 def _card(info: dict) -> str:
@@ -149,7 +138,7 @@ def _write(ds: LeRobotZarrDataset, root: Path, size_mb: int, progress: bool) -> 
             episode_rows.append({"episode_index": e, "tasks": [meta.tasks[t] for t in first_seen.tolist()],
                                  "length": int(lengths[e]), "data/chunk_index": chunk, "data/file_index": file})
             for k in order:
-                episode_stats[k].append(_stats(np.asarray(arrays[k]), kinds[k]))
+                episode_stats[k].append(lerobot_stats(np.asarray(arrays[k]), kinds[k]))
             bar.update(int(lengths[e]))
             eps.append(e)
             frames_written += int(lengths[e])

@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 
 __all__ = ["QUANTILES", "STAT_NAMES", "DEFAULT_FEATURES", "V3_DATA_PATH", "CHUNKS_SIZE", "nested_list",
            "huggingface_metadata", "pandas_metadata", "per_episode_stats", "aggregate_stats", "stats_json",
-           "write_data_file", "write_tasks_parquet", "write_json"]
+           "write_data_file", "write_tasks_parquet", "write_json", "episode_stats", "image_stats"]
 
 CHUNKS_SIZE = 1000
 QUANTILES = {"q01": 0.01, "q10": 0.10, "q50": 0.50, "q90": 0.90, "q99": 0.99}
@@ -143,6 +143,52 @@ def per_episode_stats(values: np.ndarray, lengths: np.ndarray) -> dict[str, np.n
     result = {name: array.reshape(shape) for name, array in stats.items()}
     result["count"] = lengths.reshape(n_episodes, 1).astype(np.int64)
     return {name: result[name] for name in STAT_NAMES}
+
+
+def _sample_indices(n: int) -> np.ndarray:
+    """LeRobot's choice of frames for image stats: about n**0.75 evenly spaced frames (at least 100 or all)."""
+    count = max(min(n, 100), min(int(n ** 0.75), 10_000))
+    return np.round(np.linspace(0, n - 1, count)).astype(np.int64)
+
+
+def image_stats(frames: np.ndarray) -> dict[str, np.ndarray]:
+    """Per-channel stats of uint8 (T, H, W, C) frames scaled to [0, 1], shape (C, 1, 1), as LeRobot computes them
+    (on its sample of frames, downsampled past 300 pixels; ``count`` is the number of frames sampled).
+
+    Exact for uint8 and fast: every statistic comes from one 256-bin histogram per channel."""
+    sample = frames[_sample_indices(len(frames))]
+    height, width = sample.shape[1:3]
+    if max(height, width) >= 300:
+        step = int(width / 150) if width > height else int(height / 150)
+        sample = sample[:, ::step, ::step]
+    channels = sample.shape[-1]
+    flat = sample.reshape(-1, channels)
+    n = len(flat)
+    levels = np.arange(256, dtype=np.float64)
+    out = {name: np.empty(channels) for name in STAT_NAMES if name != "count"}
+    for c in range(channels):
+        hist = np.bincount(flat[:, c], minlength=256)
+        seen = np.flatnonzero(hist)
+        cumulative = np.cumsum(hist)
+        mean = hist @ levels / n
+        out["min"][c], out["max"][c], out["mean"][c] = seen[0], seen[-1], mean
+        out["std"][c] = np.sqrt(hist @ (levels - mean) ** 2 / n)
+        for name, q in QUANTILES.items():
+            position = q * (n - 1)
+            below = int(np.floor(position))
+            low = np.searchsorted(cumulative, below, side="right")
+            high = np.searchsorted(cumulative, min(below + 1, n - 1), side="right")
+            out[name][c] = low + (high - low) * (position - below)
+    stats = {name: (values / 255.0).reshape(channels, 1, 1) for name, values in out.items()}
+    stats["count"] = np.array([len(sample)])
+    return {name: stats[name] for name in STAT_NAMES}
+
+
+def episode_stats(values: np.ndarray, kind: str) -> dict[str, np.ndarray]:
+    """One episode's stats of one feature, shaped like LeRobot's (images: :func:`image_stats`)."""
+    if kind == "image":
+        return image_stats(values)
+    return {k: v[0] for k, v in per_episode_stats(values, np.array([len(values)])).items()}
 
 
 def aggregate_stats(stats: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

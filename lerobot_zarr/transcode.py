@@ -33,12 +33,13 @@ from .store import (
     write_chunk,
 )
 
-__all__ = ["transcode", "array_specs"]
+__all__ = ["transcode", "array_specs", "array_spec_of"]
 
 _COMMIT_EVERY_S = 1.0
 
 
-def _array_spec(spec: FeatureSpec) -> ArraySpec:
+def array_spec_of(spec: FeatureSpec) -> ArraySpec:
+    """The store array of one numeric or image feature."""
     if spec.kind == "image":
         dims = tuple(n if isinstance(n, str) else f"dim_{k}" for k, n in enumerate(spec.names or ()))
         if len(dims) != 3 or len(set(dims)) != 3:
@@ -50,7 +51,7 @@ def _array_spec(spec: FeatureSpec) -> ArraySpec:
 
 def array_specs(source: LeRobotSource) -> dict[str, ArraySpec]:
     """The store arrays a source maps to: one per numeric or image feature."""
-    return {name: _array_spec(spec) for name, spec in source.stored_features.items()}
+    return {name: array_spec_of(spec) for name, spec in source.stored_features.items()}
 
 
 def _create(source: LeRobotSource, root: Path, source_record: dict) -> StoreState:
@@ -72,6 +73,8 @@ def _create(source: LeRobotSource, root: Path, source_record: dict) -> StoreStat
 def _same_source(a: dict | None, b: dict) -> bool:
     """Same data: a Hub commit is the same wherever it is served from (mirror, other endpoint)."""
     def key(r: dict | None) -> dict | None:
+        if r and r.get("kind") == "edited":  # a store changed in place by a writer still comes from its source
+            r = r.get("from")
         return {k: v for k, v in r.items() if k != "endpoint"} if r and r.get("kind") == "hub" else r
 
     return key(a) == key(b)
@@ -100,6 +103,8 @@ def transcode(source: LeRobotSource, root: str | os.PathLike, *, episodes: Seque
         raise FrameIndexError(f"{source.files.location()}: episode {bad[0]} does not exist ({n_episodes} episodes)")
     if has_commit_point(root):
         state = _checked_state(root, record)
+        if state.attrs["source"].get("kind") == "edited":
+            return state  # complete (writers need that) and since changed in place: nothing to fetch into it
         if state.complete_episodes()[list(wanted)].all():
             return state  # nothing to write: no need to wait for a writer
     else:
