@@ -84,6 +84,7 @@ __all__ = [
     "read_state",
     "commit",
     "commit_state",
+    "write_zarr_copies",
     "write_chunk",
     "open_chunk",
     "flush_filesystem",
@@ -447,11 +448,10 @@ def create_store(root: Path, arrays: Mapping[str, ArraySpec], table: EpisodeTabl
     return read_state(root)
 
 
-def _write_commit(root: Path, arrays: Mapping[str, ArraySpec], table: EpisodeTable, attrs: dict, *,
-                  durable: bool) -> None:
-    """Write the array metadata and the zarr copy of the episode table, flush, then replace the root."""
-    attrs["episodes"] = table.to_json()
-    docs = _build_metadata(arrays, table, int(attrs["next_chunk"]), attrs)
+def write_zarr_copies(root: Path, arrays: Mapping[str, ArraySpec], table: EpisodeTable, next_chunk: int) -> None:
+    """Write what zarr readers without consolidated metadata read: each array's ``zarr.json`` and the episode
+    table arrays. Not the commit point: our readers never read them, and a commit writes them first."""
+    docs = _build_metadata(arrays, table, next_chunk, {})
     columns = {"episode_start": table.start, "episode_end": table.end, "episode_length": table.length,
                "episode_task_index": table.task_index, "episode_chunk": table.chunk}
     for name, values in columns.items():
@@ -462,9 +462,21 @@ def _write_commit(root: Path, arrays: Mapping[str, ArraySpec], table: EpisodeTab
             path = root / key
             path.parent.mkdir(parents=True, exist_ok=True)
             atomic_write(path, _dump(doc), durable=False)
+
+
+def _publish(root: Path, arrays: Mapping[str, ArraySpec], table: EpisodeTable, attrs: dict, *, durable: bool) -> None:
+    """The commit point: flush what was written, then replace the root ``zarr.json``."""
+    attrs["episodes"] = table.to_json()
+    root_doc = _build_metadata(arrays, table, int(attrs["next_chunk"]), attrs)[_ROOT]
     if durable:
         flush_filesystem(root)  # chunk files reach the disk before the metadata that lists them
-    atomic_write(root / _ROOT, _dump(docs[_ROOT]), durable=durable)
+    atomic_write(root / _ROOT, _dump(root_doc), durable=durable)
+
+
+def _write_commit(root: Path, arrays: Mapping[str, ArraySpec], table: EpisodeTable, attrs: dict, *,
+                  durable: bool) -> None:
+    write_zarr_copies(root, arrays, table, int(attrs["next_chunk"]))
+    _publish(root, arrays, table, attrs, durable=durable)
 
 
 def read_root(root: Path) -> dict:
@@ -546,8 +558,10 @@ def commit(root: Path, *, features_episodes: Mapping[str, Iterable[int]]) -> Non
 
 
 def commit_state(state: StoreState, *, table: EpisodeTable | None = None, durable: bool = True,
-                 **attrs: Any) -> StoreState:
-    """Commit a new episode table and/or attributes over ``state`` (a writer's): every episode listed complete."""
+                 copies_written: bool = False, **attrs: Any) -> StoreState:
+    """Commit a new episode table and/or attributes over ``state`` (a writer's): every episode listed complete.
+
+    ``copies_written``: the caller already wrote :func:`write_zarr_copies` for this table and ``next_chunk``."""
     table = state.table if table is None else table
     new_attrs = json.loads(json.dumps(state.attrs))  # a private copy
     new_attrs.update(attrs)
@@ -555,7 +569,9 @@ def commit_state(state: StoreState, *, table: EpisodeTable | None = None, durabl
     new_attrs["generation"] = state.generation + 1
     for entry in new_attrs["features"].values():
         entry["episodes"] = [[0, len(table)]] if len(table) else []
-    _write_commit(state.root, state.arrays, table, new_attrs, durable=durable)
+    if not copies_written:
+        write_zarr_copies(state.root, state.arrays, table, int(new_attrs["next_chunk"]))
+    _publish(state.root, state.arrays, table, new_attrs, durable=durable)
     return replace(state, attrs=new_attrs, table=table)
 
 

@@ -17,6 +17,7 @@ import operator
 import os
 import time
 import weakref
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -50,6 +51,7 @@ from .store import (
     retired_path,
     stats_path,
     write_chunk,
+    write_zarr_copies,
 )
 from .transcode import array_spec_of
 
@@ -313,7 +315,8 @@ class WritableDataset(LeRobotZarrDataset):
 
     # committing -----------------------------------------------------------------------------------------
     def _commit(self, table: EpisodeTable, rows: dict[str, dict[str, np.ndarray]] | None, *,
-                tasks: list[str] | None = None, retire: Sequence[int] = (), **attrs: Any) -> None:
+                tasks: list[str] | None = None, retire: Sequence[int] = (), copies_written: bool = False,
+                **attrs: Any) -> None:
         """One commit: table, tasks, stats, info counters; then retire the given chunks and reload the sampler."""
         state = self._state
         tasks = list(state.attrs["tasks"]) if tasks is None else tasks
@@ -329,8 +332,8 @@ class WritableDataset(LeRobotZarrDataset):
         if rows is not None:
             attrs["stats"] = self._dataset_stats(table, rows)
         next_chunk = max(state.next_chunk, int(table.chunk.max()) + 1 if len(table) else 0)
-        new_state = commit_state(state, table=table, durable=self.durable, info=info, tasks=tasks, source=source,
-                                 retired=retired, next_chunk=next_chunk, **attrs)
+        new_state = commit_state(state, table=table, durable=self.durable, copies_written=copies_written, info=info,
+                                 tasks=tasks, source=source, retired=retired, next_chunk=next_chunk, **attrs)
         self._state = new_state
         if rows is not None:
             self._stats_rows = rows
@@ -414,18 +417,24 @@ class WritableDataset(LeRobotZarrDataset):
                     index=np.arange(start, start + n, dtype=np.int64), task_index=task_index)
         chunk = self._state.next_chunk
         rows = self._episode_stats_rows()
-        for name, spec in self._specs.items():
-            write_chunk(chunk_path(self.root, name, chunk, spec.ndim), _stored(data[name], spec))
-        new_stats = self._stats_of(chunk, data)
+        data = {name: _stored(data[name], spec) for name, spec in self._specs.items()}
         dropped_frames = int(table.length[:drop].sum())
         new_table = EpisodeTable.contiguous(
             [*table.length[kept].tolist(), n], [*table.task_index[kept].tolist(), int(task_index[0])],
             [*table.chunk[kept].tolist(), chunk],
             [*(table.episode_index_shift[kept] + drop).tolist(), 0],
             [*(table.index_shift[kept] + dropped_frames).tolist(), 0])
+        # numpy stats and the zarr copies of the metadata overlap the chunk writes (system calls release the GIL)
+        with ThreadPoolExecutor(2) as pool:
+            stats = pool.submit(self._stats_of, chunk, data)
+            copies = pool.submit(write_zarr_copies, self.root, self._specs, new_table, chunk + 1)
+            for name, spec in self._specs.items():
+                write_chunk(chunk_path(self.root, name, chunk, spec.ndim), data[name])
+            new_stats = stats.result()
+            copies.result()
         new_rows = {name: {k: np.concatenate([v[drop:], new_stats[name][k][None]]) for k, v in rows[name].items()}
                     for name in rows}
-        self._commit(new_table, new_rows, tasks=tasks, retire=table.chunk[:drop].tolist())
+        self._commit(new_table, new_rows, tasks=tasks, retire=table.chunk[:drop].tolist(), copies_written=True)
         return e
 
     def add_frame(self, frame: Mapping[str, Any], *, task: str | None = None) -> None:
