@@ -17,6 +17,7 @@ from .dataset import DatasetMeta, LeRobotZarrDataset  # noqa: E402
 from .errors import (  # noqa: E402
     CorruptSourceError,
     DeltaTimestampsError,
+    DiskSpaceError,
     FrameIndexError,
     HubAuthError,
     HubError,
@@ -28,7 +29,6 @@ from .errors import (  # noqa: E402
     SourceNotFoundError,
     StoreError,
     StoreLockedError,
-    DiskSpaceError,
     UnsupportedDtypeError,
 )
 from .streaming import SampleStream, stream  # noqa: E402

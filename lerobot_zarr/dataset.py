@@ -491,8 +491,8 @@ class LeRobotZarrDataset:
         return out
 
     def episode(self, episode_index: int) -> dict[str, np.ndarray]:
-        """All frames of one episode: read-only memory maps of its chunk files, one per stored feature (``episode_index``
-        and ``index`` are corrected copies once earlier episodes were deleted)."""
+        """All frames of one episode: read-only memory maps of its chunk files, one per stored feature
+        (``episode_index`` and ``index`` are corrected copies once earlier episodes were deleted)."""
         e = operator.index(episode_index)
         if not 0 <= e < self.meta.total_episodes:
             raise FrameIndexError(f"episode {e} does not exist ({self.meta.total_episodes} episodes)")

@@ -32,12 +32,14 @@ from .lerobot_v3 import (
     STAT_NAMES,
     V3_DATA_PATH,
     aggregate_stats,
-    episode_stats as lerobot_stats,
     huggingface_metadata,
     nested_list,
     stats_json,
     write_json,
     write_tasks_parquet,
+)
+from .lerobot_v3 import (
+    episode_stats as lerobot_stats,
 )
 from .source import INDEX_FILE
 from .store import read_root

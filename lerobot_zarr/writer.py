@@ -17,8 +17,8 @@ import operator
 import os
 import time
 import weakref
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +39,6 @@ from .source import FeatureSpec
 from .store import (
     ArraySpec,
     EpisodeTable,
-    StoreState,
     WriterLock,
     atomic_write,
     check_array_name,
