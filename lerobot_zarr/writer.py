@@ -46,6 +46,7 @@ from .store import (
     chunk_path,
     commit_state,
     create_store,
+    open_chunk,
     read_state,
     retired_path,
     stats_path,
@@ -269,12 +270,16 @@ class WritableDataset(LeRobotZarrDataset):
         self._write_stats_file(chunk, stats)
         return stats
 
+    def _map_chunk(self, name: str, chunk: int, length: int, *, writable: bool = False) -> np.memmap:
+        """A memory map of one committed chunk file (symlinks refused, size checked)."""
+        spec = self._specs[name]
+        path = chunk_path(self.root, name, chunk, spec.ndim)
+        fd = open_chunk(path, length * spec.frame_bytes, chunk, name, flags=os.O_RDWR if writable else os.O_RDONLY)
+        with os.fdopen(fd, "r+b" if writable else "rb") as f:
+            return np.memmap(f, dtype=spec.dtype, mode="r+" if writable else "r", shape=(length, *spec.frame_shape))
+
     def _read_chunk(self, chunk: int, length: int) -> dict[str, np.ndarray]:
-        out = {}
-        for name, spec in self._specs.items():
-            path = chunk_path(self.root, name, chunk, spec.ndim)
-            out[name] = np.memmap(path, dtype=spec.dtype, mode="r", shape=(length, *spec.frame_shape))
-        return out
+        return {name: self._map_chunk(name, chunk, length) for name in self._specs}
 
     def _episode_stats_rows(self) -> dict[str, dict[str, np.ndarray]]:
         """Per-episode stats of every episode, stacked (rows in episode order); computed once where missing."""
@@ -510,12 +515,8 @@ class WritableDataset(LeRobotZarrDataset):
             if not isinstance(frames, (slice, range)) or frames.step not in (None, 1):
                 raise ValueError(f"frames must be a slice, range or (first, stop) of step 1, got {frames!r}")
             first, stop, _ = slice(frames.start, frames.stop).indices(length)
-        maps = {}
-        for name, spec in self._specs.items():
-            if name in DEFAULT_FEATURES:
-                continue
-            path = chunk_path(self.root, name, chunk, spec.ndim)
-            maps[name] = np.memmap(path, dtype=spec.dtype, mode="r+", shape=(length, *spec.frame_shape))
+        maps = {name: self._map_chunk(name, chunk, length, writable=True) for name in self._specs
+                if name not in DEFAULT_FEATURES}
         try:
             yield {name: m[first:stop] for name, m in maps.items()}
         finally:
@@ -545,13 +546,11 @@ class WritableDataset(LeRobotZarrDataset):
             self._commit(self._state.table, None, tasks=tasks)
         k = tasks.index(task)
         table = self._state.table
-        spec = self._specs["task_index"]
         rows = self._episode_stats_rows()
         new_rows = {name: {s: v.copy() for s, v in rows[name].items()} for name in rows}
         for e in eps:
             chunk, length = int(table.chunk[e]), int(table.length[e])
-            path = chunk_path(self.root, "task_index", chunk, spec.ndim)
-            m = np.memmap(path, dtype=spec.dtype, mode="r+", shape=(length, *spec.frame_shape))
+            m = self._map_chunk("task_index", chunk, length, writable=True)
             m[:] = k
             m.flush()
             del m
