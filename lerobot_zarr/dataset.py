@@ -9,6 +9,7 @@ from __future__ import annotations
 import operator
 import os
 import threading
+import warnings
 import weakref
 from bisect import bisect_right
 from collections.abc import Mapping, Sequence
@@ -79,6 +80,8 @@ class DatasetMeta:
     materialized_episodes: np.ndarray  # bool mask: episodes whose every stored feature is committed
     not_materialized: dict[str, str]
     stored_features: tuple[str, ...] = field(default=())
+    # per stored feature, episodes the source could not give (missing or broken videos) and why
+    unavailable: dict[str, dict[int, str]] = field(default_factory=dict)
 
     @property
     def fps(self) -> float:
@@ -106,13 +109,15 @@ class DatasetMeta:
         a = state.attrs
         return cls(state.root, a["info"], a["tasks"], a["stats"], a["source"], state.episode_start,
                    state.episode_end, state.episode_length, state.complete_episodes(),
-                   dict(a.get("not_materialized", {})), tuple(state.arrays))
+                   dict(a.get("not_materialized", {})), tuple(state.arrays),
+                   {name: state.unavailable(name) for name in state.arrays if state.unavailable(name)})
 
     @classmethod
     def from_source(cls, source: LeRobotSource) -> DatasetMeta:
         """Metadata of a LeRobot folder that has no store yet (nothing materialized)."""
         t = source.episodes
-        stored = tuple(k for k, v in source.features.items() if v.kind in ("numeric", "image"))
+        stored = tuple(k for k, v in source.features.items()
+                       if v.kind in ("numeric", "image", "video") and k not in source.not_materialized)
         return cls(source.files.location(), source.info, source.tasks, source.stats, source.record(),
                    t.start, t.end, t.length, np.zeros(len(t), dtype=bool), source.not_materialized,
                    stored)
@@ -219,17 +224,29 @@ class LeRobotZarrDataset:
                          else int(max_open_maps), bool(lazy))
         self._lock = threading.Lock()
         self._load(read_state(self.root))
+        for name, why in self._left_out.items():
+            if name not in self.meta.not_materialized:
+                warnings.warn(f"{self.root}: feature {name!r} is left out of samples: {why}", stacklevel=2)
         _live_datasets.add(self)
 
     def _load(self, state: StoreState) -> None:
         """Set up index arithmetic for a committed state (maps are opened lazily)."""
         episodes, delta_timestamps, max_open_maps, lazy = self._request
-        self._offsets = window_offsets(delta_timestamps, float(state.attrs["info"]["fps"]), list(state.arrays),
-                                        state.attrs.get("not_materialized", {}))
         ranges = None if episodes is None else episode_ranges(episodes, state.episode_length)
         self.meta = DatasetMeta.from_state(state)
+        wanted = (np.array([e for e, _, _ in ranges], dtype=np.int64) if ranges is not None
+                  else np.arange(len(state.table)))
+        missing = dict(state.attrs.get("not_materialized", {}))
+        for name, reasons in self.meta.unavailable.items():
+            hit = [e for e in wanted.tolist() if e in reasons]
+            if hit:  # a camera some selected episodes lack: left out of samples, not the episodes
+                missing[name] = (f"unavailable in {len(hit)} of the {len(wanted)} selected episodes "
+                                 f"{hit[:10]}{'...' if len(hit) > 10 else ''}; episode {hit[0]}: {reasons[hit[0]]}")
+        self._left_out = {name: why for name, why in missing.items() if name in state.arrays}
+        self._offsets = window_offsets(delta_timestamps, float(state.attrs["info"]["fps"]), list(state.arrays),
+                                        missing)
         self._generation = state.generation
-        self._specs = state.arrays
+        self._specs = {name: spec for name, spec in state.arrays.items() if name not in self._left_out}
         n_ep = self.meta.total_episodes
         present = self.meta.materialized_episodes
         self._lazy = lazy
@@ -297,6 +314,12 @@ class LeRobotZarrDataset:
         return self._len
 
     @property
+    def left_out(self) -> dict[str, str]:
+        """Features the store lists but samples of this selection lack, with why (e.g. a camera whose video is
+        missing for some selected episodes: select only the episodes that have it to get it)."""
+        return dict(self._left_out)
+
+    @property
     def array_specs(self) -> dict[str, ArraySpec]:
         """The store's arrays: dtype, per-frame shape and kind (numeric or image) of each stored feature."""
         return dict(self._specs)
@@ -319,7 +342,7 @@ class LeRobotZarrDataset:
         self._plain = [(name, r.view, r.rows, r.rows.tolist()) for name, r in regions.items()
                        if name not in self._offsets]
         self._windowed = [_Window(name, r, self._offsets[name]) for name, r in regions.items() if name in self._offsets]
-        self._images = [name for name, s in self._specs.items() if s.kind == "image"]
+        self._images = [name for name, s in self._specs.items() if s.kind in ("image", "video")]
         task = regions["task_index"]  # read again for the task text: it may be windowed, or stored as a 1-vector
         self._task_source = (task.view, task.rows, task.rows.tolist(), task.view.ndim > 1)
         self._regions = regions

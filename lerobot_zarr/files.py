@@ -11,6 +11,7 @@ import os
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from pathlib import Path
+from typing import BinaryIO
 
 import pyarrow.parquet as pq
 
@@ -42,6 +43,10 @@ class SourceFiles(ABC):
         """The file opened as parquet, reading only what is asked of it (footer unless given, then row groups)."""
 
     @abstractmethod
+    def open(self, rel: str) -> BinaryIO:
+        """The file as a seekable binary file object that reads only what is asked of it (videos)."""
+
+    @abstractmethod
     def list(self, folder: str) -> list[str]:
         """Every file below ``folder``, sorted."""
 
@@ -68,6 +73,9 @@ class LocalFiles(SourceFiles):
 
     def parquet(self, rel: str, metadata: pq.FileMetaData | None = None) -> pq.ParquetFile:
         return pq.ParquetFile(self.root / rel, metadata=metadata)
+
+    def open(self, rel: str) -> BinaryIO:
+        return (self.root / rel).open("rb")
 
     def list(self, folder: str) -> list[str]:
         base = self.root / folder

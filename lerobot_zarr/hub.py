@@ -11,6 +11,7 @@ import io
 import re
 import time
 from collections.abc import Iterable
+from typing import BinaryIO
 from urllib.parse import quote
 
 import pyarrow as pa
@@ -25,6 +26,7 @@ __all__ = ["HubFiles", "resolve_revision", "parse_repo_id", "network_errors", "R
 REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _SHA = re.compile(r"^[0-9a-f]{40}$")
 _RETRIES = 4
+_VIDEO_BLOCK = 1 << 20
 _FOOTER_GUESS = 16 * 1024
 _BACKOFF_S = 0.25
 
@@ -196,7 +198,13 @@ class HubFiles(SourceFiles):
         return self.get(rel)
 
     def parquet(self, rel: str, metadata: pq.FileMetaData | None = None) -> pq.ParquetFile:
+        if self.size(rel) < 12:
+            raise CorruptSourceError(f"{self.location(rel)}: {self.size(rel)} bytes is too small to be parquet")
         return pq.ParquetFile(_RangeFile(self, rel), metadata=metadata or self._footer(rel), pre_buffer=True)
+
+    def open(self, rel: str) -> BinaryIO:
+        """Range reads of ``_VIDEO_BLOCK`` bytes at least: a decoder's many small reads become few requests."""
+        return _RangeFile(self, rel, block=_VIDEO_BLOCK)
 
     def _footer(self, rel: str) -> pq.FileMetaData:
         """Read just the parquet footer: its tail first (one small request), the rest only if it is longer.
@@ -244,16 +252,17 @@ class HubFiles(SourceFiles):
 
 
 class _RangeFile(io.RawIOBase):
-    """A seekable read-only file over HTTP range requests: each read is one request (pyarrow coalesces its
-    reads of a row group into few large ones)."""
+    """A seekable read-only file over HTTP range requests. Without ``block`` each read is one request (pyarrow
+    coalesces its reads of a row group into few large ones); with it, reads fetch at least ``block`` bytes and
+    later reads inside them are served from that buffer."""
 
-    def __init__(self, files: HubFiles, rel: str):
+    def __init__(self, files: HubFiles, rel: str, *, block: int = 0):
         super().__init__()
         self.files, self.rel = files, rel
         self.length = files.size(rel)
         self.pos = 0
-        if self.length < 12:
-            raise CorruptSourceError(f"{files.location(rel)}: {self.length} bytes is too small to be parquet")
+        self.block = block
+        self._buffer, self._buffer_start = b"", 0
 
     def readable(self) -> bool:
         return True
@@ -279,7 +288,17 @@ class _RangeFile(io.RawIOBase):
 
     def read(self, size: int = -1) -> bytes:
         stop = self.length if size is None or size < 0 else min(self.length, self.pos + size)
-        data = self.files.get(self.rel, self.pos, stop)
+        if stop <= self.pos:
+            return b""
+        start, end = self._buffer_start, self._buffer_start + len(self._buffer)
+        if self.block and not (start <= self.pos and stop <= end):
+            self._buffer_start = self.pos
+            self._buffer = self.files.get(self.rel, self.pos, max(stop, min(self.length, self.pos + self.block)))
+            start = self.pos
+        if self.block:
+            data = self._buffer[self.pos - start:stop - start]
+        else:
+            data = self.files.get(self.rel, self.pos, stop)
         self.pos += len(data)
         return data
 

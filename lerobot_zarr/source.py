@@ -15,7 +15,7 @@ import os
 from collections import deque
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -31,6 +31,7 @@ from .errors import (
 )
 from .files import LocalFiles, SourceFiles
 from .lerobot_v3 import STAT_NAMES, aggregate_stats, stats_json
+from .video import VideoUnavailable, decode_into, have_pyav
 
 __all__ = ["FeatureSpec", "EpisodeTable", "LeRobotSource", "DEFAULT_FEATURES", "is_lerobot_folder"]
 
@@ -47,7 +48,7 @@ class FeatureSpec:
     """One LeRobot feature: its declared dtype and shape, and the per-frame shape stored locally.
 
     ``kind`` is ``"numeric"``, ``"image"`` (bytes inside the parquet, stored decoded as uint8 HWC),
-    ``"video"`` (mp4 files, not materialized yet) or ``"string"`` (not materialized).
+    ``"video"`` (mp4 files, decoded into the store as uint8 HWC with PyAV) or ``"string"`` (not stored).
     """
 
     name: str
@@ -64,7 +65,7 @@ class FeatureSpec:
 
     @property
     def numpy_dtype(self) -> np.dtype:
-        return np.dtype("uint8") if self.kind == "image" else np.dtype(self.dtype)
+        return np.dtype("uint8") if self.kind in ("image", "video") else np.dtype(self.dtype)
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,8 @@ class EpisodeTable:
     tasks: list[list[str]]
     data_file: list[str]  # path relative to the dataset root
     file_row: np.ndarray  # int64 (E,), row of the episode's first frame inside its data file
+    # per video feature and episode: (mp4 path relative to the root, second where the episode starts) or None
+    videos: dict[str, list[tuple[str, float] | None]] = field(default_factory=dict)
 
     @property
     def end(self) -> np.ndarray:
@@ -348,8 +351,14 @@ class LeRobotSource:
         self.info, self.major, self.fps = info, 3, float(info["fps"])
         self.features = _parse_features(info, files.location("meta/info.json"))
         start = np.concatenate([[0], np.cumsum(length)[:-1]]).astype(np.int64)
+        video_keys = [k for k, v in self.features.items() if v.kind == "video"]
+        if video_keys and not all(isinstance(r.get("videos"), dict) for r in rows):
+            return False  # an index without the videos' places: read LeRobot's episode metadata instead
+        videos = {k: [None if r["videos"].get(k) is None else
+                      (safe_relpath(files.location(), r["videos"][k][0], "index video"), float(r["videos"][k][1]))
+                      for r in rows] for k in video_keys}
         self.episodes = EpisodeTable(length, start, [list(r["tasks"]) for r in rows], data_file,
-                                     np.asarray([r["file_row"] for r in rows], dtype=np.int64))
+                                     np.asarray([r["file_row"] for r in rows], dtype=np.int64), videos)
         self.tasks = [str(t) for t in index["tasks"]]
         self.stats = index["stats"]
         return True
@@ -363,16 +372,23 @@ class LeRobotSource:
             raise SourceNotFoundError(f"{files.location('meta/episodes')}: no episode metadata parquet files")
         columns = ["episode_index", "tasks", "length", "data/chunk_index", "data/file_index",
                    "dataset_from_index", "dataset_to_index"]
+        video_keys = [k for k, v in self.features.items() if v.kind == "video"]
+        video_columns = [f"videos/{k}/{c}" for k in video_keys for c in ("chunk_index", "file_index", "from_timestamp")]
         tables = []
         for rel in metas:
             pf = _open_parquet(files, rel)
             missing = [c for c in columns if c not in pf.schema_arrow.names]
             if missing:
                 raise SchemaMismatchError(f"{files.location(rel)}: episode metadata lacks column(s) {missing}")
-            tables.append(pf.read(columns=columns))
-        table = pa.concat_tables(tables).to_pydict()
+            present = [c for c in video_columns if c in pf.schema_arrow.names]
+            table = pf.read(columns=columns + present)
+            for c in video_columns:
+                if c not in present:  # no video columns at all: every episode's video is unknown
+                    table = table.append_column(c, pa.nulls(table.num_rows, pa.float64()))
+            tables.append(table.select(columns + video_columns))
+        table = pa.concat_tables(tables, promote_options="permissive").to_pydict()
         order = np.argsort(np.asarray(table["episode_index"], dtype=np.int64), kind="stable")
-        get = {k: [table[k][i] for i in order] for k in columns}
+        get = {k: [table[k][i] for i in order] for k in columns + video_columns}
         index = np.asarray(get["episode_index"], dtype=np.int64)
         if not np.array_equal(index, np.arange(len(index))):
             raise SchemaMismatchError(f"{files.location('meta/episodes')}: episode_index is not contiguous from 0")
@@ -392,7 +408,17 @@ class LeRobotSource:
         first_start: dict[str, int] = {}
         for e, rel in enumerate(data_file):
             file_row[e] = start[e] - first_start.setdefault(rel, int(start[e]))
-        return EpisodeTable(length, start, [list(t or []) for t in get["tasks"]], data_file, file_row)
+        video_template = self.info.get("video_path") or "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
+        videos: dict[str, list[tuple[str, float] | None]] = {}
+        for k in video_keys:
+            refs: list[tuple[str, float] | None] = []
+            for e, (c, f, t0) in enumerate(zip(get[f"videos/{k}/chunk_index"], get[f"videos/{k}/file_index"],
+                                               get[f"videos/{k}/from_timestamp"], strict=True)):
+                refs.append(None if c is None or f is None or t0 is None else
+                            (self._data_path(video_template, e, video_key=k, chunk_index=int(c), file_index=int(f)),
+                             float(t0)))
+            videos[k] = refs
+        return EpisodeTable(length, start, [list(t or []) for t in get["tasks"]], data_file, file_row, videos)
 
     def _read_episodes_v2(self) -> EpisodeTable:
         path = self.files.location("meta/episodes.jsonl")
@@ -412,9 +438,14 @@ class LeRobotSource:
         data_file = [self._data_path(template, e, episode_chunk=e // chunks_size, episode_index=e)
                      for e in range(len(index))]
         tasks = [list(r.get("tasks") or []) for r in rows]
-        return EpisodeTable(length, start, tasks, data_file, np.zeros(len(index), dtype=np.int64))
+        video_template = self.info.get("video_path") or \
+            "videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4"
+        videos = {k: [(self._data_path(video_template, e, video_key=k, episode_chunk=e // chunks_size,
+                                       episode_index=e), 0.0) for e in range(len(index))]
+                  for k, v in self.features.items() if v.kind == "video"}
+        return EpisodeTable(length, start, tasks, data_file, np.zeros(len(index), dtype=np.int64), videos)
 
-    def _data_path(self, template: str, episode: int, **fields: int) -> str:
+    def _data_path(self, template: str, episode: int, **fields: int | str) -> str:
         """Fill info.json's ``data_path`` template for one episode, refusing paths that leave the folder."""
         try:
             rel = str(template).format(**fields)
@@ -481,7 +512,10 @@ class LeRobotSource:
             raise SourceNotFoundError(f"{first}: data file of episode {e} not found")
         schema = _open_parquet(self.files, rel).schema_arrow
         for name, spec in list(self.features.items()):
-            if spec.kind in ("video", "string"):
+            if spec.kind == "video":
+                self.features[name] = FeatureSpec(spec.name, spec.dtype, spec.shape, spec.names, spec.shape)
+                continue
+            if spec.kind == "string":
                 continue
             if name not in schema.names:
                 raise SchemaMismatchError(f"{first}: feature {name!r} declared in info.json has no column")
@@ -494,7 +528,8 @@ class LeRobotSource:
         """Features whose frames live in the data parquet (numeric and image), with their stored per-frame shape
         (read from the first data file's schema on first use: metadata-only readers never touch data files)."""
         self._resolve_frame_shapes()
-        return {k: v for k, v in self.features.items() if v.kind in ("numeric", "image")}
+        kinds = ("numeric", "image", "video") if have_pyav() else ("numeric", "image")
+        return {k: v for k, v in self.features.items() if v.kind in kinds}
 
     @functools.cached_property
     def _record(self) -> dict:
@@ -505,7 +540,8 @@ class LeRobotSource:
         return dict(self._record)
 
     def iter_episodes(self, episodes: Sequence[int]) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
-        """Yield ``(episode, {feature: frames})`` for the given episodes, reading only the row groups holding them.
+        """Yield ``(episode, {feature: frames})`` for the given episodes, reading only the row groups holding them
+        (the features of the data files: cameras kept as videos come from :meth:`decode_video`).
 
         Work is split into runs of consecutive row groups, read ``files.concurrency`` at a time (several range
         requests in flight for a Hub repository). Frames are checked against the episode table.
@@ -513,7 +549,7 @@ class LeRobotSource:
         by_file: dict[str, list[int]] = {}
         for e in sorted(set(int(e) for e in episodes)):
             by_file.setdefault(self.episodes.data_file[e], []).append(e)
-        specs = self.stored_features
+        specs = {k: v for k, v in self.stored_features.items() if v.kind != "video"}
         units = [unit for rel, eps in by_file.items() for unit in self._plan_file(rel, eps, specs)]
         workers = min(self.files.concurrency, len(units))
         if workers <= 1:
@@ -603,8 +639,26 @@ class LeRobotSource:
         if len(task_index) and (task_index.min() < 0 or task_index.max() >= len(self.tasks)):
             raise SchemaMismatchError(f"{path}: episode {e} has a task_index outside the {len(self.tasks)} tasks")
 
+    def decode_video(self, episode: int, key: str, timestamps: np.ndarray, out: str | os.PathLike) -> None:
+        """Decode camera ``key`` of ``episode`` at the episode's dataset ``timestamps`` into the file ``out``.
+
+        Raises :class:`~lerobot_zarr.video.VideoUnavailable` (with the reason) when the video is not listed, not
+        there, cannot be decoded or has no frame close enough to a timestamp; network errors propagate."""
+        where = f"episode {episode}, camera {key!r}"
+        ref = self.episodes.videos.get(key, [None] * (episode + 1))[episode]
+        if ref is None:
+            raise VideoUnavailable(f"{where}: meta/episodes lists no video file")
+        rel, from_timestamp = ref
+        if not self.files.exists(rel):
+            raise VideoUnavailable(f"{where}: video file {self.files.location(rel)} not found")
+        queries = from_timestamp + np.asarray(timestamps, dtype=np.float64).reshape(-1)
+        with self.files.open(rel) as f:
+            decode_into(f, out, queries, self.features[key].frame_shape,
+                        f"{self.files.location(rel)} ({where})")
+
     @property
     def not_materialized(self) -> dict[str, str]:
         """Features listed in info.json that the store does not hold, with the reason."""
-        return {k: ("video decoding is not supported yet" if v.kind == "video" else "string features are not stored")
-                for k, v in self.features.items() if v.kind in ("video", "string")}
+        video = "decoding videos needs PyAV: pip install 'lerobot_zarr[video]'"
+        return {k: (video if v.kind == "video" else "string features are not stored")
+                for k, v in self.features.items() if v.kind == "string" or (v.kind == "video" and not have_pyav())}

@@ -42,9 +42,12 @@ images, ``dim_<k>`` otherwise), so that xarray sees distinct dimensions for feat
   LeRobot values by (non-zero after earlier episodes were deleted: readers subtract them).
 - ``next_chunk``: the next chunk id; ``retired``: ``[[chunk, unix_time], ...]`` retired chunks whose files may
   still be in ``.retired/``; ``generation``: counts commits.
-- ``features``: for each stored array, ``{"kind": "numeric"|"image", "dtype", "frame_shape", "episodes"}``
-  where ``episodes`` lists half-open ``[first, stop)`` ranges of episodes whose chunks are committed. Only those
-  chunks hold data; any other chunk file may be absent or hold garbage from an interrupted write.
+- ``features``: for each stored array, ``{"kind": "numeric"|"image"|"video", "dtype", "frame_shape",
+  "episodes"}`` where ``episodes`` lists half-open ``[first, stop)`` ranges of episodes whose chunks are
+  committed. Only those chunks hold data; any other chunk file may be absent or hold garbage from an interrupted
+  write. Images and videos are stored alike (uint8 HWC frames); ``video`` says the source kept them as mp4.
+- ``unavailable``: ``{feature: [[first, stop, reason], ...]}``: episodes whose frames of that feature the source
+  cannot give (a missing or undecodable video, a timestamp without a frame), with why. They count as done.
 - ``not_materialized``: ``{feature: reason}`` for features listed in ``info`` that have no array (videos...).
 
 A store missing its root ``zarr.json`` (or whose root lacks these attributes) is not a store. Writers write chunk
@@ -210,11 +213,18 @@ class StoreState:
             mask[a:b] = True
         return mask
 
+    def unavailable(self, feature: str) -> dict[int, str]:
+        """Episodes whose frames of ``feature`` the source cannot give (a missing or broken video), with why."""
+        return {e: reason for a, b, reason in self.attrs.get("unavailable", {}).get(feature, [])
+                for e in range(a, b)}
+
     def complete_episodes(self) -> np.ndarray:
-        """Mask of episodes committed for every stored array."""
+        """Mask of episodes done for every stored array: committed, or known to be unavailable."""
         mask = np.ones(len(self.table), dtype=bool)
         for name in self.arrays:
-            mask &= self.materialized(name)
+            done = self.materialized(name)
+            done[list(self.unavailable(name))] = True
+            mask &= done
         return mask
 
 
@@ -545,13 +555,25 @@ def read_state(root: Path) -> StoreState:
     return StoreState(root, attrs, table, arrays)
 
 
-def commit(root: Path, *, features_episodes: Mapping[str, Iterable[int]]) -> None:
-    """Make newly written chunks of listed episodes visible: flush data, then atomically replace the root."""
+def commit(root: Path, *, features_episodes: Mapping[str, Iterable[int]],
+           unavailable: Mapping[str, Mapping[int, str]] | None = None) -> None:
+    """Make newly written chunks of listed episodes visible, and record episodes whose frames of a feature the
+    source cannot give (with the reason): flush data, then atomically replace the root."""
     doc = read_root(root)
     attrs = doc["attributes"][ATTRS_KEY]
     for name, episodes in features_episodes.items():
         entry = attrs["features"][name]
         entry["episodes"] = to_ranges([*from_ranges(entry["episodes"]), *episodes])
+    for name, reasons in (unavailable or {}).items():
+        known = {e: r for a, b, r in attrs.setdefault("unavailable", {}).get(name, []) for e in range(a, b)}
+        known.update((int(e), str(r)) for e, r in reasons.items())
+        runs: list[list] = []
+        for e in sorted(known):
+            if runs and runs[-1][1] == e and runs[-1][2] == known[e]:
+                runs[-1][1] = e + 1
+            else:
+                runs.append([e, e + 1, known[e]])
+        attrs["unavailable"][name] = runs
     attrs["generation"] = int(attrs.get("generation", 0)) + 1
     flush_filesystem(root)  # chunk files reach the disk before the metadata that lists them
     atomic_write(root / _ROOT, _dump(doc))

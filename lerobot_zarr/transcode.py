@@ -1,7 +1,8 @@
 """LeRobot source -> local store, in one pass over the data files, resumable at episode granularity.
 
 Each data file is read once; every episode's frames are written straight from Arrow buffers (zero copy for
-numeric columns) into its chunk files. Episodes become visible only at a commit (about every second and at
+numeric columns) into its chunk files; cameras kept as mp4 are decoded (PyAV) in a thread pool, several
+episodes and cameras at once, straight into their chunk files. Episodes become visible only at a commit (about every second and at
 the end), so an interrupted transcode (exception, Ctrl-C, kill -9) leaves the store at its last commit, and the
 next call writes only what is missing.
 """
@@ -10,14 +11,16 @@ from __future__ import annotations
 
 import os
 import time
+from collections import deque
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 
 from ._background import prefetched
 from ._progress import progress_bar
-from .errors import FrameIndexError, StoreError
+from .errors import FrameIndexError, NotMaterializedError, StoreError
 from .source import FeatureSpec, LeRobotSource
 from .store import (
     ArraySpec,
@@ -32,6 +35,7 @@ from .store import (
     read_state,
     write_chunk,
 )
+from .video import VideoUnavailable, have_pyav
 
 __all__ = ["transcode", "array_specs", "array_spec_of"]
 
@@ -40,7 +44,7 @@ _COMMIT_EVERY_S = 1.0
 
 def array_spec_of(spec: FeatureSpec) -> ArraySpec:
     """The store array of one numeric or image feature."""
-    if spec.kind == "image":
+    if spec.kind in ("image", "video"):
         dims = tuple(n if isinstance(n, str) else f"dim_{k}" for k, n in enumerate(spec.names or ()))
         if len(dims) != 3 or len(set(dims)) != 3:
             dims = ("height", "width", "channels")
@@ -117,18 +121,65 @@ def transcode(source: LeRobotSource, root: str | os.PathLike, *, episodes: Seque
         todo = [e for e in wanted if not done[e]]
         if not todo:
             return state
-        specs = array_specs(source)
-        pending: list[int] = []
-        last_commit = time.monotonic()
-        with progress_bar(int(source.episodes.length[todo].sum()), f"transcoding {source.files.name}", progress) as bar:
+        return _write_episodes(source, root, state, todo, progress)
+
+
+def _write_episodes(source: LeRobotSource, root: Path, state: StoreState, todo: list[int], progress: bool
+                    ) -> StoreState:
+    """Write ``todo``'s chunks (cameras decoded in a thread pool, parallel across episodes and cameras), commit
+    about every second. An episode is committed when all its features are written or known unavailable."""
+    specs = state.arrays
+    cameras = [name for name, spec in specs.items() if spec.kind == "video"]
+    if cameras and not have_pyav():
+        raise NotMaterializedError(f"{root}: decoding the cameras {cameras} needs PyAV: "
+                                   f"pip install 'lerobot_zarr[video]'")
+    workers = min(8, len(os.sched_getaffinity(0))) if cameras else 0
+    done: list[int] = []
+    unavailable: dict[str, dict[int, str]] = {}
+    last_commit = time.monotonic()
+
+    def commit_done() -> None:
+        nonlocal done, unavailable, last_commit
+        committed = {name: [e for e in done if e not in unavailable.get(name, {})] for name in specs}
+        commit(root, features_episodes=committed, unavailable=unavailable)
+        done, unavailable, last_commit = [], {}, time.monotonic()
+
+    def finish(e: int, decoding: dict[str, Future]) -> None:
+        for name, future in decoding.items():
+            try:
+                future.result()
+            except VideoUnavailable as exc:
+                unavailable.setdefault(name, {})[e] = str(exc)
+        done.append(e)
+        bar.update(int(source.episodes.length[e]))
+        if time.monotonic() - last_commit >= _COMMIT_EVERY_S:
+            commit_done()
+
+    what = f"transcoding {source.files.name}" + (f" (decoding {len(cameras)} cameras)" if cameras else "")
+    with (progress_bar(int(source.episodes.length[todo].sum()), what, progress) as bar,
+          ThreadPoolExecutor(max(1, workers), thread_name_prefix="lerobot_zarr-video") as pool):
+        in_flight: deque[tuple[int, dict[str, Future]]] = deque()
+        try:
             for e, frames in prefetched(source.iter_episodes(todo), depth=4):
+                chunk = int(state.table.chunk[e])
                 for name, spec in specs.items():
-                    write_chunk(chunk_path(root, name, int(state.table.chunk[e]), spec.ndim), frames[name])
-                pending.append(e)
-                bar.update(int(source.episodes.length[e]))
-                if time.monotonic() - last_commit >= _COMMIT_EVERY_S:
-                    commit(root, features_episodes={name: pending for name in specs})
-                    pending, last_commit = [], time.monotonic()
-            if pending:
-                commit(root, features_episodes={name: pending for name in specs})
-        return read_state(root)
+                    if spec.kind != "video":
+                        write_chunk(chunk_path(root, name, chunk, spec.ndim), frames[name])
+                decoding = {}
+                for name in cameras:
+                    out = chunk_path(root, name, chunk, specs[name].ndim)
+                    os.makedirs(os.path.dirname(out), exist_ok=True)
+                    decoding[name] = pool.submit(source.decode_video, e, name, frames["timestamp"], out)
+                in_flight.append((e, decoding))
+                while in_flight and (len(in_flight) > 2 * workers
+                                     or all(f.done() for f in in_flight[0][1].values())):
+                    finish(*in_flight.popleft())
+            while in_flight:
+                finish(*in_flight.popleft())
+        except BaseException:
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+        if done:
+            commit_done()
+    return read_state(root)
+

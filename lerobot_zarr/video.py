@@ -1,0 +1,155 @@
+"""Camera frames out of (and back into) LeRobot's mp4 files, with PyAV (the ``video`` extra).
+
+Decoding matches each dataset timestamp to the nearest decoded frame the way LeRobot does (within
+``TOLERANCE_S``, else the episode's camera is reported unavailable with the timestamp that failed) and streams the
+chosen frames straight into a chunk file, two frames in memory at a time. Encoding writes LeRobot's default
+video: AV1 (libsvtav1), yuv420p, a keyframe every 2 frames, crf 30, episodes concatenated per file.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from fractions import Fraction
+from typing import Any, BinaryIO
+
+import numpy as np
+
+__all__ = ["TOLERANCE_S", "VideoUnavailable", "decode_into", "have_pyav", "VideoWriter", "ENCODING"]
+
+TOLERANCE_S = 1e-4  # LeRobot's tolerance between a dataset timestamp and a decoded frame's
+ENCODING = {"vcodec": "libsvtav1", "pix_fmt": "yuv420p", "g": 2, "crf": 30, "preset": 12}
+_FORMATS = {1: "gray", 3: "rgb24", 4: "rgba"}
+
+
+class VideoUnavailable(Exception):  # noqa: N818 (a reason, recorded in the store, not raised to users)
+    """This episode's frames of this camera cannot be had; the message says why (recorded in the store)."""
+
+
+def have_pyav() -> bool:
+    try:
+        import av  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def decode_into(source: BinaryIO | str, out: str | os.PathLike, queries: np.ndarray, frame_shape: Sequence[int],
+                where: str) -> None:
+    """Decode the frames nearest to ``queries`` (seconds in the file, increasing) into the file ``out``.
+
+    ``where`` names the episode and camera in messages. Raises :class:`VideoUnavailable` when the file cannot be
+    decoded, a frame has another shape, or a timestamp has no frame within ``TOLERANCE_S``. ``out`` holds
+    garbage after a failure; only a commit makes it part of a store.
+    """
+    import av
+
+    height, width, channels = (int(s) for s in frame_shape)
+    fmt = _FORMATS.get(channels)
+    if fmt is None:
+        raise VideoUnavailable(f"{where}: {channels} channels cannot be decoded")
+    queries = np.asarray(queries, dtype=np.float64)
+    fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+    try:
+        with av.open(source, mode="r") as container:
+            stream = container.streams.video[0]
+            stream.thread_type = "AUTO"
+            tb = stream.time_base
+            container.seek(max(0, int((queries[0] - TOLERANCE_S) / tb)), stream=stream, backward=True,
+                           any_frame=False)
+            written = _match(container.decode(stream), queries, fd, (height, width, channels), fmt, where)
+    except VideoUnavailable:
+        raise
+    except (av.error.FFmpegError, ValueError, IndexError) as exc:  # IndexError: no video stream
+        raise VideoUnavailable(f"{where}: cannot decode ({type(exc).__name__}: {exc})") from None
+    finally:
+        os.close(fd)
+    if written != len(queries):
+        raise VideoUnavailable(f"{where}: decoded {written} of {len(queries)} frames")
+
+
+def _match(frames: Any, queries: np.ndarray, fd: int, shape: tuple[int, int, int], fmt: str, where: str) -> int:
+    """Stream decoded frames, writing for each query the nearer of the frames around it."""
+    n = len(queries)
+    qi = 0
+    prev: tuple[float, Any] | None = None
+    cache: dict[int, bytes] = {}
+
+    def pixels(frame: Any) -> bytes:
+        key = id(frame)
+        if key not in cache:
+            cache.clear()  # at most the frame chosen last is reused
+            arr = frame.to_ndarray(format=fmt)
+            if arr.ndim == 2:
+                arr = arr[..., None]
+            if arr.shape != shape:
+                raise VideoUnavailable(f"{where}: decoded frames of shape {arr.shape}, the dataset declares {shape}")
+            cache[key] = np.ascontiguousarray(arr).tobytes()
+        return cache[key]
+
+    def write(t: float, frame: Any, q: float) -> None:
+        if abs(t - q) >= TOLERANCE_S:
+            raise VideoUnavailable(f"{where}: no frame within {TOLERANCE_S} s of timestamp {q:.6f} s (nearest "
+                                   f"decoded frame at {t:.6f} s)")
+        view = memoryview(pixels(frame))
+        while view:
+            view = view[os.write(fd, view):]
+
+    for frame in frames:
+        if frame.time is None:
+            raise VideoUnavailable(f"{where}: decoded a frame without a timestamp")
+        t = float(frame.time)
+        while qi < n and queries[qi] <= t:
+            q = float(queries[qi])
+            if prev is not None and abs(prev[0] - q) < abs(t - q):
+                write(prev[0], prev[1], q)
+            else:
+                write(t, frame, q)
+            qi += 1
+        if qi == n:
+            return qi
+        prev = (t, frame)
+    while qi < n and prev is not None:  # past the last frame
+        write(prev[0], prev[1], float(queries[qi]))
+        qi += 1
+    return qi
+
+
+class VideoWriter:
+    """One LeRobot mp4 file: episodes appended one after the other; ``duration`` is where the next one starts."""
+
+    def __init__(self, path: str | os.PathLike, fps: float, width: int, height: int, channels: int = 3):
+        import av
+
+        self.fps = Fraction(fps).limit_denominator(1001)
+        self.container = av.open(str(path), mode="w")
+        self.stream = self.container.add_stream(ENCODING["vcodec"], rate=self.fps)
+        self.stream.width, self.stream.height = width, height
+        self.stream.pix_fmt = ENCODING["pix_fmt"]
+        self.stream.options = {"g": str(ENCODING["g"]), "crf": str(ENCODING["crf"]),
+                               "preset": str(ENCODING["preset"])}
+        self.format = _FORMATS[channels]
+        self.frames = 0
+
+    @property
+    def duration(self) -> float:
+        """Seconds of video written so far: the ``from_timestamp`` of the next episode."""
+        return float(self.frames / self.fps)
+
+    def add(self, frames: np.ndarray) -> tuple[float, float]:
+        """Append an episode's frames (T, H, W, C) uint8; return its ``(from_timestamp, to_timestamp)``."""
+        import av
+
+        start = self.duration
+        for image in frames:
+            frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(image if image.shape[-1] != 1 else image[..., 0]),
+                                               format=self.format)
+            frame.pts = self.frames
+            frame.time_base = 1 / self.fps
+            self.container.mux(self.stream.encode(frame))
+            self.frames += 1
+        return start, self.duration
+
+    def close(self) -> None:
+        self.container.mux(self.stream.encode(None))
+        self.container.close()
