@@ -532,20 +532,23 @@ class LeRobotZarrDataset:
         return out
 
     def to_lerobot(self, path: str | os.PathLike, *, data_files_size_in_mb: int = 100,
-                   progress: bool = True) -> Path:
-        """Export the (complete) store as a LeRobot v3.0 folder at ``path``; see :mod:`lerobot_zarr.export`."""
+                   video_files_size_in_mb: int = 200, videos: bool | None = None, progress: bool = True) -> Path:
+        """Export the (complete) store as a LeRobot v3.0 folder at ``path``; see :mod:`lerobot_zarr.export`
+        (``videos``: cameras as the source had them by default, or all as videos / all as images)."""
         from .export import to_lerobot
 
-        return to_lerobot(self, path, data_files_size_in_mb=data_files_size_in_mb, progress=progress)
+        return to_lerobot(self, path, data_files_size_in_mb=data_files_size_in_mb,
+                          video_files_size_in_mb=video_files_size_in_mb, videos=videos, progress=progress)
 
     def push(self, repo_id: str, *, revision: str | None = None, private: bool = False,
-             token: str | bool | None = None, commit_message: str | None = None, progress: bool = True) -> str | None:
+             token: str | bool | None = None, commit_message: str | None = None, videos: bool | None = None,
+             progress: bool = True) -> str | None:
         """Publish the store to the Hub as LeRobot v3.0 in one commit tagged ``v3.0`` (only changed files are
         uploaded; an unchanged store makes no commit). Returns the commit sha, or None if nothing changed."""
         from .export import push
 
         return push(self, repo_id, revision=revision, private=private, token=token,
-                    commit_message=commit_message, progress=progress)
+                    commit_message=commit_message, videos=videos, progress=progress)
 
     def episode_frames(self, episode_index: int) -> range:
         """Dataset indices (for ``ds[i]``) of the selected frames of one selected episode."""

@@ -17,6 +17,7 @@ import json
 import os
 import shutil
 import tempfile
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -43,10 +44,12 @@ from .lerobot_v3 import (
 )
 from .source import INDEX_FILE
 from .store import read_root
+from .video import ENCODING, VideoWriter
 
 __all__ = ["to_lerobot", "push", "INDEX_FILE"]
 
 _TAG = "v3.0"
+V3_VIDEO_PATH = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
 _INLINE_FOOTERS_MAX = 2 * 2**20
 
 
@@ -59,7 +62,7 @@ def _encode_png(frame: np.ndarray) -> bytes:
 
 
 def _column(values: np.ndarray, kind: str, e: int) -> pa.Array:
-    if kind == "image":
+    if kind in ("image", "video"):
         data = pa.array([_encode_png(frame) for frame in values], pa.binary())
         paths = pa.array([f"frame-{e:06d}-{i:06d}.png" for i in range(len(values))], pa.string())
         return pa.StructArray.from_arrays([data, paths], names=["bytes", "path"])
@@ -79,8 +82,13 @@ def _card(info: dict) -> str:
 
 
 def to_lerobot(dataset: LeRobotZarrDataset | str | os.PathLike, path: str | os.PathLike, *,
-               data_files_size_in_mb: int = 100, progress: bool = True) -> Path:
-    """Export a complete store to a new LeRobot v3.0 folder at ``path`` (written aside, then renamed in place)."""
+               data_files_size_in_mb: int = 100, video_files_size_in_mb: int = 200, videos: bool | None = None,
+               progress: bool = True) -> Path:
+    """Export a complete store to a new LeRobot v3.0 folder at ``path`` (written aside, then renamed in place).
+
+    Cameras go out as the source had them (``videos=None``): mp4 videos (AV1, LeRobot's encoding, episodes
+    concatenated per file) or PNG image features; ``videos=True`` / ``False`` makes every camera a video / an
+    image feature. A camera some episodes lack (missing source videos) is left out, with a warning."""
     ds = dataset if isinstance(dataset, LeRobotZarrDataset) else LeRobotZarrDataset(dataset)
     path = Path(path)
     if path.exists() and (not path.is_dir() or any(path.iterdir())):
@@ -92,7 +100,7 @@ def to_lerobot(dataset: LeRobotZarrDataset | str | os.PathLike, path: str | os.P
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
     try:
-        _write(ds, tmp, data_files_size_in_mb, progress)
+        _write(ds, tmp, data_files_size_in_mb, video_files_size_in_mb, videos, progress)
         if path.exists():
             path.rmdir()
         os.replace(tmp, path)
@@ -102,15 +110,31 @@ def to_lerobot(dataset: LeRobotZarrDataset | str | os.PathLike, path: str | os.P
     return path
 
 
-def _write(ds: LeRobotZarrDataset, root: Path, size_mb: int, progress: bool) -> None:
+def _write(ds: LeRobotZarrDataset, root: Path, size_mb: int, video_size_mb: int, videos: bool | None,
+           progress: bool) -> None:
     meta = ds.meta
     info = meta.info
     specs = ds.array_specs
+    for name, why in ds.left_out.items():
+        warnings.warn(f"{ds.root}: feature {name!r} is left out of the export: {why}", stacklevel=3)
+    cameras = [k for k, spec in specs.items() if spec.kind in ("image", "video")]
+    as_video = [k for k in cameras if (specs[k].kind == "video" if videos is None else videos)]
     order = [k for k in info["features"] if k in specs] + [k for k in specs if k not in info["features"]]
     kinds = {k: specs[k].kind for k in order}
-    features = {k: v for k, v in info["features"].items() if k in specs}
+    columns_order = [k for k in order if k not in as_video]
+    features = {k: dict(v) for k, v in info["features"].items() if k in specs}
     for k, dtype in DEFAULT_FEATURES.items():
         features.setdefault(k, {"dtype": dtype, "shape": [1], "names": None})
+    for k in cameras:
+        height, width, channels = specs[k].frame_shape
+        features[k] = {"dtype": "video" if k in as_video else "image", "shape": [height, width, channels],
+                       "names": features.get(k, {}).get("names") or ["height", "width", "channels"]}
+        if k in as_video:
+            features[k]["info"] = {"video.height": height, "video.width": width, "video.codec": "av1",
+                                   "video.pix_fmt": ENCODING["pix_fmt"], "video.is_depth_map": False,
+                                   "video.fps": info["fps"], "video.channels": channels, "has_audio": False}
+    video_out = {k: _VideoFiles(root, k, float(info["fps"]), specs[k].frame_shape, video_size_mb)
+                 for k in as_video}
     lengths = meta.episode_length
     n_episodes = len(lengths)
 
@@ -130,7 +154,7 @@ def _write(ds: LeRobotZarrDataset, root: Path, size_mb: int, progress: bool) -> 
             if eps and written + written / frames_written * int(lengths[e]) > limit:
                 break
             arrays = ds.episode(e)
-            table = pa.table({k: _column(arrays[k], kinds[k], e) for k in order})
+            table = pa.table({k: _column(arrays[k], kinds[k], e) for k in columns_order})
             if writer is None:
                 schema = table.schema.with_metadata({"huggingface": huggingface_metadata(table.schema, "v3.0")})
                 writer = pq.ParquetWriter(root / rel, schema, compression="snappy")
@@ -138,7 +162,8 @@ def _write(ds: LeRobotZarrDataset, root: Path, size_mb: int, progress: bool) -> 
             task_index = np.asarray(arrays["task_index"]).reshape(-1)
             first_seen = task_index[np.sort(np.unique(task_index, return_index=True)[1])]
             episode_rows.append({"episode_index": e, "tasks": [meta.tasks[t] for t in first_seen.tolist()],
-                                 "length": int(lengths[e]), "data/chunk_index": chunk, "data/file_index": file})
+                                 "length": int(lengths[e]), "data/chunk_index": chunk, "data/file_index": file,
+                                 **{k: out.add(np.asarray(arrays[k])) for k, out in video_out.items()}})
             for k in order:
                 episode_stats[k].append(lerobot_stats(np.asarray(arrays[k]), kinds[k]))
             bar.update(int(lengths[e]))
@@ -157,6 +182,8 @@ def _write(ds: LeRobotZarrDataset, root: Path, size_mb: int, progress: bool) -> 
             file_row += rg.num_rows
         number += 1
     bar.close()
+    for out in video_out.values():
+        out.close()
     starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
     columns: dict[str, pa.Array] = {
         "episode_index": pa.array(np.arange(n_episodes, dtype=np.int64)),
@@ -167,6 +194,12 @@ def _write(ds: LeRobotZarrDataset, root: Path, size_mb: int, progress: bool) -> 
         "dataset_from_index": pa.array(starts),
         "dataset_to_index": pa.array(starts + lengths),
     }
+    for k in as_video:
+        places = [r[k] for r in episode_rows]
+        for i, column in enumerate(("chunk_index", "file_index")):
+            columns[f"videos/{k}/{column}"] = pa.array([p[i] for p in places], pa.int64())
+        for i, column in enumerate(("from_timestamp", "to_timestamp"), start=2):
+            columns[f"videos/{k}/{column}"] = pa.array([p[i] for p in places], pa.float64())
     stacked = {k: {name: np.stack([s[name] for s in episode_stats[k]]) for name in STAT_NAMES} for k in order}
     for k, stats in stacked.items():
         for name, values in stats.items():
@@ -191,7 +224,7 @@ def _write(ds: LeRobotZarrDataset, root: Path, size_mb: int, progress: bool) -> 
         "fps": info["fps"],
         "splits": {"train": f"0:{n_episodes}"},
         "data_path": V3_DATA_PATH,
-        "video_path": None,
+        "video_path": V3_VIDEO_PATH if as_video else None,
         "features": features,
     }
     write_json(root / "meta/info.json", out_info)
@@ -210,13 +243,49 @@ def _write(ds: LeRobotZarrDataset, root: Path, size_mb: int, progress: bool) -> 
         "footers": ({rel: base64.b64encode(footers[rel]).decode() for rel in data_files}
                     if sum(map(len, footers.values())) <= _INLINE_FOOTERS_MAX else {}),
         # per episode: frames (length), row group and its byte range [offset, offset + nbytes) in data_file
-        "episodes": [dict(r, length=int(lengths[r["episode_index"]]), tasks=episode_rows[i]["tasks"])
+        "episodes": [dict(r, length=int(lengths[r["episode_index"]]), tasks=episode_rows[i]["tasks"],
+                          videos={k: [_video_rel(k, *episode_rows[i][k][:2]), episode_rows[i][k][2]]
+                                  for k in as_video})
                      for i, r in enumerate(ranges)],
         "info": out_info,
         "tasks": list(meta.tasks),
         "stats": json.loads((root / "meta/stats.json").read_text()),
         "store": store_doc,
     })
+
+
+def _video_rel(key: str, chunk: int, file: int) -> str:
+    return V3_VIDEO_PATH.format(video_key=key, chunk_index=chunk, file_index=file)
+
+
+class _VideoFiles:
+    """One camera's mp4 files: episodes appended to the current file until it passes the size limit."""
+
+    def __init__(self, root: Path, key: str, fps: float, frame_shape: tuple[int, ...], size_mb: int):
+        self.root, self.key, self.fps = root, key, fps
+        self.height, self.width, self.channels = frame_shape
+        self.limit = size_mb * 2**20
+        self.number = 0
+        self.writer: VideoWriter | None = None
+
+    def add(self, frames: np.ndarray) -> tuple[int, int, float, float]:
+        """Encode one episode; its ``(chunk_index, file_index, from_timestamp, to_timestamp)``."""
+        chunk, file = divmod(self.number, CHUNKS_SIZE)
+        if self.writer is None:
+            path = self.root / _video_rel(self.key, chunk, file)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self.path = path
+            self.writer = VideoWriter(path, self.fps, self.width, self.height, self.channels)
+        start, stop = self.writer.add(frames)
+        if self.path.stat().st_size >= self.limit:
+            self.close()
+        return chunk, file, start, stop
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
+            self.number += 1
 
 
 def _identity(path: Path) -> dict[str, str]:
@@ -242,7 +311,7 @@ def _git_oid(path: Path, lfs: bool) -> str:
 
 def push(dataset: LeRobotZarrDataset | str | os.PathLike, repo_id: str, *, revision: str | None = None,
          private: bool = False, token: str | bool | None = None, commit_message: str | None = None,
-         progress: bool = True) -> str | None:
+         videos: bool | None = None, progress: bool = True) -> str | None:
     """Publish a complete store to a Hub dataset repo as LeRobot v3.0, in one commit, tagged ``v3.0``.
 
     Files identical to the remote ones are not uploaded again; if nothing changed no commit is made. Returns the
@@ -259,7 +328,7 @@ def push(dataset: LeRobotZarrDataset | str | os.PathLike, repo_id: str, *, revis
     branch = revision or "main"
     try:
         with tempfile.TemporaryDirectory(prefix="lerobot_zarr-push-") as tmp:
-            out = to_lerobot(ds, Path(tmp) / "dataset", progress=progress)
+            out = to_lerobot(ds, Path(tmp) / "dataset", videos=videos, progress=progress)
             api.create_repo(repo_id, repo_type="dataset", private=private, exist_ok=True)
             remote = {e.path: e for e in api.list_repo_tree(repo_id, recursive=True, revision=branch,
                                                                repo_type="dataset") if hasattr(e, "blob_id")}
@@ -276,7 +345,7 @@ def push(dataset: LeRobotZarrDataset | str | os.PathLike, repo_id: str, *, revis
             changed = [rel for rel in local if rel not in remote or
                        _git_oid(out / rel, remote[rel].lfs is not None) !=
                        (remote[rel].lfs.sha256 if remote[rel].lfs is not None else remote[rel].blob_id)]
-            stale = [rel for rel in remote if rel.startswith(("data/", "meta/")) and rel not in local]
+            stale = [rel for rel in remote if rel.startswith(("data/", "meta/", "videos/")) and rel not in local]
             head = None
             if changed or stale:
                 ops = [CommitOperationAdd(path_in_repo=rel, path_or_fileobj=str(out / rel)) for rel in local]

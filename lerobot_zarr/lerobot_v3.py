@@ -186,7 +186,7 @@ def image_stats(frames: np.ndarray) -> dict[str, np.ndarray]:
 
 def episode_stats(values: np.ndarray, kind: str) -> dict[str, np.ndarray]:
     """One episode's stats of one feature, shaped like LeRobot's (images: :func:`image_stats`)."""
-    if kind == "image":
+    if kind in ("image", "video"):
         return image_stats(values)
     return {k: v[0] for k, v in per_episode_stats(values, np.array([len(values)])).items()}
 

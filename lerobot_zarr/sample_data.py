@@ -66,6 +66,7 @@ def write_sample_dataset(
     image_format: str = "png",
     extra_nd: bool = False,
     video_keys: Sequence[str] = (),
+    write_videos: bool = False,
     tasks: Sequence[str] = ("pick the cube", "place the cube"),
     episodes_per_file: int | None = None,
     row_group_per_episode: bool = True,
@@ -89,7 +90,9 @@ def write_sample_dataset(
         image_shape: ``(height, width, channels)`` of the uint8 images; channels 1, 3 or 4.
         image_format: ``"png"`` (lossless) or ``"jpeg"``.
         extra_nd: Add the float32 feature ``observation.grid`` of shape (3, 4), stored as nested lists.
-        video_keys: Features of dtype ``video`` declared in ``info.json`` (no mp4 is written).
+        video_keys: Features of dtype ``video`` declared in ``info.json``, of shape ``image_shape``.
+        write_videos: Also write their mp4 files (AV1 with LeRobot's settings, needs PyAV): v3.0 concatenates
+            the episodes of a data file per camera, v2.1 writes one file per episode. Otherwise no mp4 exists.
         tasks: Task strings; episode ``e`` performs ``tasks[e % len(tasks)]``. Only tasks in use are listed.
         episodes_per_file: v3.0 only: episodes per data file (``None``: all episodes in one file).
         row_group_per_episode: v3.0: one row group per episode (lerobot's way) or one per data file.
@@ -131,7 +134,47 @@ def write_sample_dataset(
         )
     else:
         _write_v21(root, table, episode_lengths, features, used_tasks, video_keys, fps, episode_stats)
+    if write_videos:
+        _write_videos(root, version, video_keys, episode_lengths, image_shape, fps, episodes_per_file, seed)
     return root
+
+
+def camera_frames(key_number: int, episode: int, length: int, shape: Sequence[int], seed: int) -> np.ndarray:
+    """The frames written into a generated video: a moving gradient with a little noise (easy to encode)."""
+    height, width, channels = shape
+    rng = np.random.default_rng([seed, key_number, episode])
+    y, x = np.mgrid[0:height, 0:width]
+    t = np.arange(length)[:, None, None, None]
+    phase = np.arange(channels)[None, None, None, :] * 40 + episode * 17 + key_number * 31
+    frames = (x[None, :, :, None] * 3 + y[None, :, :, None] * 2 + t * 5 + phase) % 256
+    frames = frames + rng.integers(0, 8, size=(length, height, width, channels))
+    return np.clip(frames, 0, 255).astype(np.uint8)
+
+
+def _write_videos(root: pathlib.Path, version: str, video_keys: Sequence[str], lengths: np.ndarray,
+                  shape: Sequence[int], fps: int, episodes_per_file: int | None, seed: int) -> None:
+    from .video import VideoWriter
+
+    height, width, channels = shape
+    n_episodes = len(lengths)
+    for key_number, key in enumerate(video_keys):
+        if version == "v2.1":
+            for e, length in enumerate(lengths.tolist()):
+                path = root / V21_VIDEO_PATH.format(episode_chunk=e // CHUNKS_SIZE, video_key=key, episode_index=e)
+                path.parent.mkdir(parents=True, exist_ok=True)
+                writer = VideoWriter(path, fps, width, height, channels)
+                writer.add(camera_frames(key_number, e, length, shape, seed))
+                writer.close()
+            continue
+        per_file = episodes_per_file or n_episodes
+        for number in range(math.ceil(n_episodes / per_file)):
+            path = root / V3_VIDEO_PATH.format(video_key=key, chunk_index=number // CHUNKS_SIZE,
+                                               file_index=number % CHUNKS_SIZE)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            writer = VideoWriter(path, fps, width, height, channels)
+            for e in range(number * per_file, min((number + 1) * per_file, n_episodes)):
+                writer.add(camera_frames(key_number, e, int(lengths[e]), shape, seed))
+            writer.close()
 
 
 # --------------------------------------------------------------------------------------------- argument checks

@@ -121,6 +121,7 @@ class VideoWriter:
     def __init__(self, path: str | os.PathLike, fps: float, width: int, height: int, channels: int = 3):
         import av
 
+        os.environ.setdefault("SVT_LOG", "1")  # SVT-AV1 prints its banner and settings to stderr otherwise
         self.fps = Fraction(fps).limit_denominator(1001)
         self.container = av.open(str(path), mode="w")
         self.stream = self.container.add_stream(ENCODING["vcodec"], rate=self.fps)
