@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import re
+import threading
 import time
 from collections.abc import Iterable
 from typing import BinaryIO
@@ -26,7 +27,8 @@ __all__ = ["HubFiles", "resolve_revision", "parse_repo_id", "network_errors", "R
 REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _SHA = re.compile(r"^[0-9a-f]{40}$")
 _RETRIES = 4
-_VIDEO_BLOCK = 1 << 20
+_READ_AHEAD = (256 << 10, 8 << 20)
+_SHARED_BLOCKS_BYTES = 64 << 20  # first read after a seek, and the most a sequential read grows to
 _FOOTER_GUESS = 16 * 1024
 _BACKOFF_S = 0.25
 
@@ -130,6 +132,8 @@ class HubFiles(SourceFiles):
         self.endpoint = (endpoint or constants.ENDPOINT).rstrip("/")
         self.name = repo_id.replace("/", "--")
         self._footers: dict[str, pq.FileMetaData] = {}
+        self._blocks: dict[tuple[str, int], bytes] = {}  # recent read-ahead blocks, oldest first
+        self._blocks_lock = threading.Lock()
         self._footer_sizes: dict[str, int] = {}
         api = HfApi(endpoint=self.endpoint, token=token)
         try:
@@ -197,14 +201,29 @@ class HubFiles(SourceFiles):
     def read_bytes(self, rel: str) -> bytes:
         return self.get(rel)
 
+    def block(self, rel: str, start: int, stop: int) -> tuple[int, bytes]:
+        """Bytes from ``start`` to at least ``stop``: from a block read recently by any reader of the same file
+        if one holds ``[start, stop)`` (episodes next to each other in one mp4 share blocks), else fetched."""
+        with self._blocks_lock:
+            for key, data in reversed(self._blocks.items()):
+                if key[0] == rel and key[1] <= start and stop <= key[1] + len(data):
+                    return key[1], data
+        data = self.get(rel, start, stop)
+        with self._blocks_lock:
+            self._blocks[(rel, start)] = data
+            while sum(len(d) for d in self._blocks.values()) > _SHARED_BLOCKS_BYTES:
+                self._blocks.pop(next(iter(self._blocks)))
+        return start, data
+
     def parquet(self, rel: str, metadata: pq.FileMetaData | None = None) -> pq.ParquetFile:
         if self.size(rel) < 12:
             raise CorruptSourceError(f"{self.location(rel)}: {self.size(rel)} bytes is too small to be parquet")
         return pq.ParquetFile(_RangeFile(self, rel), metadata=metadata or self._footer(rel), pre_buffer=True)
 
     def open(self, rel: str) -> BinaryIO:
-        """Range reads of ``_VIDEO_BLOCK`` bytes at least: a decoder's many small reads become few requests."""
-        return _RangeFile(self, rel, block=_VIDEO_BLOCK)
+        """The file over range requests with read-ahead: a decoder's many small reads become few requests, and
+        a seek (to the mp4 index at the end, to an episode's frames) reads little past what it needs."""
+        return _RangeFile(self, rel, block=_READ_AHEAD[0])
 
     def _footer(self, rel: str) -> pq.FileMetaData:
         """Read just the parquet footer: its tail first (one small request), the rest only if it is longer.
@@ -290,15 +309,19 @@ class _RangeFile(io.RawIOBase):
         stop = self.length if size is None or size < 0 else min(self.length, self.pos + size)
         if stop <= self.pos:
             return b""
-        start, end = self._buffer_start, self._buffer_start + len(self._buffer)
-        if self.block and not (start <= self.pos and stop <= end):
-            self._buffer_start = self.pos
-            self._buffer = self.files.get(self.rel, self.pos, max(stop, min(self.length, self.pos + self.block)))
-            start = self.pos
-        if self.block:
-            data = self._buffer[self.pos - start:stop - start]
-        else:
+        if not self.block:
             data = self.files.get(self.rel, self.pos, stop)
+        else:
+            start, end = self._buffer_start, self._buffer_start + len(self._buffer)
+            head = self._buffer[self.pos - start:stop - start] if start <= self.pos < end else b""
+            if self.pos + len(head) < stop:
+                # reading on from the buffer: read further ahead next time; after a seek: start small again
+                fetch = self.pos + len(head)
+                self.block = min(2 * self.block, _READ_AHEAD[1]) if fetch == end else _READ_AHEAD[0]
+                self._buffer_start, self._buffer = self.files.block(
+                    self.rel, fetch, max(stop, min(self.length, fetch + self.block)))
+                head += self._buffer[fetch - self._buffer_start:stop - self._buffer_start]
+            data = head
         self.pos += len(data)
         return data
 
