@@ -2,9 +2,9 @@
 
 Each data file is read once; every episode's frames are written straight from Arrow buffers (zero copy for
 numeric columns) into its chunk files; cameras kept as mp4 are decoded (PyAV) in a thread pool, several
-episodes and cameras at once, straight into their chunk files. Episodes become visible only at a commit (about every second and at
-the end), so an interrupted transcode (exception, Ctrl-C, kill -9) leaves the store at its last commit, and the
-next call writes only what is missing.
+episodes and cameras at once, straight into their chunk files. Episodes become visible only at a commit (about
+every second and at the end), so an interrupted transcode (exception, Ctrl-C, kill -9) leaves the store at its
+last commit, and the next call writes only what is missing.
 """
 
 from __future__ import annotations
