@@ -28,6 +28,7 @@ from .store import (
     chunk_path,
     from_ranges,
     open_chunk,
+    read_shard_index,
     read_state,
     retired_path,
     to_ranges,
@@ -205,6 +206,71 @@ class _Window:
                 v, (v.shape[0] - n + 1, n, *v.shape[1:]), (v.strides[0], *v.strides), writeable=False)
 
 
+class _Compact:
+    """A compact feature (zstd-compressed frames in a zarr shard per episode): frames are read with ``pread``
+    and decompressed with numcodecs, the shard indexes of at most ``max_open`` episodes kept open."""
+
+    def __init__(self, name: str, spec: ArraySpec, lengths: np.ndarray, path_of: Any, max_open: int,
+                 offsets: np.ndarray | None):
+        from numcodecs import Zstd
+
+        self.name, self.spec, self.lengths, self.path_of = name, spec, lengths, path_of
+        self.codec = Zstd()
+        self.max_open = max(1, max_open)
+        self.offsets = offsets
+        self.pad_key = f"{name}_is_pad"
+        self.open: dict[int, tuple[int, np.ndarray]] = {}  # episode -> (fd, shard index), oldest first
+        self._finalizer = weakref.finalize(self, _close_all, self.open)
+
+    def _episode(self, e: int) -> tuple[int, np.ndarray]:
+        entry = self.open.pop(e, None)
+        if entry is None:
+            path, retired = self.path_of(e)
+            fd = open_chunk(path, -1, e, self.name, retired=retired)
+            try:
+                entry = (fd, read_shard_index(fd, int(self.lengths[e]), f"{path} (episode {e})"))
+            except BaseException:
+                os.close(fd)
+                raise
+            while len(self.open) >= self.max_open:
+                os.close(self.open.pop(next(iter(self.open)))[0])
+        self.open[e] = entry  # most recently used last
+        return entry
+
+    def frames(self, eps: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        out = np.empty((len(eps), *self.spec.frame_shape), dtype=self.spec.dtype)
+        flat = out.reshape(len(eps), -1).view(np.uint8)
+        for k, (e, r) in enumerate(zip(np.asarray(eps).tolist(), np.asarray(rows).tolist(), strict=True)):
+            fd, index = self._episode(e)
+            offset, nbytes = index[r]
+            flat[k] = np.frombuffer(self.codec.decode(os.pread(fd, int(nbytes), int(offset))), dtype=np.uint8)
+        return out
+
+    def item(self, out: dict[str, Any], e: int, local: int, length: int) -> None:
+        if self.offsets is None:
+            out[self.name] = self.frames(np.array([e]), np.array([local]))[0]
+            return
+        q = self.offsets + local
+        out[self.pad_key] = (q < 0) | (q >= length)
+        out[self.name] = self.frames(np.full(len(q), e), np.clip(q, 0, length - 1))
+
+    def batch(self, out: dict[str, Any], eps: np.ndarray, local: np.ndarray, length: np.ndarray) -> None:
+        if self.offsets is None:
+            out[self.name] = self.frames(eps, local)
+            return
+        q = local[:, None] + self.offsets
+        out[self.pad_key] = (q < 0) | (q >= length[:, None])
+        rows = np.minimum(np.maximum(q, 0), (length - 1)[:, None])
+        frames = self.frames(np.repeat(eps, len(self.offsets)), rows.reshape(-1))
+        out[self.name] = frames.reshape(len(eps), len(self.offsets), *self.spec.frame_shape)
+
+
+def _close_all(open_files: dict[int, tuple[int, np.ndarray]]) -> None:
+    for fd, _ in open_files.values():
+        os.close(fd)
+    open_files.clear()
+
+
 class LeRobotZarrDataset:
     """Random access to a store's frames, as ``LeRobotDataset`` returns them but in numpy.
 
@@ -332,9 +398,14 @@ class LeRobotZarrDataset:
     def _open_regions(self) -> dict[str, EpisodeRegion]:
         lengths = self.meta.episode_length
         regions = {}
+        self._compact = {}
         for name, spec in self._specs.items():
             path_of = partial(self._chunk_files, name, spec.ndim)
-            regions[name] = EpisodeRegion(name, spec.dtype, spec.frame_shape, lengths, path_of)
+            if spec.storage == "compact":
+                self._compact[name] = _Compact(name, spec, lengths, path_of, self._max_maps,
+                                               self._offsets.get(name))
+            else:
+                regions[name] = EpisodeRegion(name, spec.dtype, spec.frame_shape, lengths, path_of)
         self._mapped = np.zeros(len(lengths), dtype=bool)
         self._n_mapped = 0
         self._last_used = np.zeros(len(lengths), dtype=np.int64)
@@ -445,6 +516,8 @@ class LeRobotZarrDataset:
             out["task"] = self._tasks[task_index[0] if vector else task_index]
             for name, _, shift in self._shifts:
                 out[name] = out[name] - shift[e]
+            for name, compact in self._compact.items():
+                compact.item(out, e, local, length)
         if self._images:
             self._image_out(out)
         return out
@@ -509,6 +582,8 @@ class LeRobotZarrDataset:
             out["task"] = self._tasks[task_index[:, 0] if vector else task_index].tolist()
             for name, shift, _ in self._shifts:
                 out[name] = out[name] - shift[eps].reshape(-1, *[1] * (out[name].ndim - 1))
+            for name, compact in self._compact.items():
+                compact.batch(out, eps, local, length)
         if self._images:
             self._image_out(out)
         return out
@@ -524,6 +599,11 @@ class LeRobotZarrDataset:
         n = int(self.meta.episode_length[e])
         out = {}
         for name, spec in self._specs.items():
+            if spec.storage == "compact":
+                reader = _Compact(name, spec, self.meta.episode_length, partial(self._chunk_files, name, spec.ndim), 1,
+                                  None)
+                out[name] = reader.frames(np.full(n, e), np.arange(n))
+                continue
             path, retired = self._chunk_files(name, spec.ndim, e)
             with os.fdopen(open_chunk(path, n * spec.frame_bytes, e, name, retired=retired), "rb") as f:
                 out[name] = np.memmap(f, dtype=spec.dtype, mode="r", shape=(n, *spec.frame_shape))

@@ -13,7 +13,7 @@ import io
 import json
 import os
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -639,8 +639,9 @@ class LeRobotSource:
         if len(task_index) and (task_index.min() < 0 or task_index.max() >= len(self.tasks)):
             raise SchemaMismatchError(f"{path}: episode {e} has a task_index outside the {len(self.tasks)} tasks")
 
-    def decode_video(self, episode: int, key: str, timestamps: np.ndarray, out: str | os.PathLike) -> None:
-        """Decode camera ``key`` of ``episode`` at the episode's dataset ``timestamps`` into the file ``out``.
+    def decode_video(self, episode: int, key: str, timestamps: np.ndarray, sink: Callable[[bytes], None]) -> None:
+        """Decode camera ``key`` of ``episode`` at the episode's dataset ``timestamps``, frame by frame into
+        ``sink`` (uint8 HWC bytes).
 
         Raises :class:`~lerobot_zarr.video.VideoUnavailable` (with the reason) when the video is not listed, not
         there, cannot be decoded or has no frame close enough to a timestamp; network errors propagate."""
@@ -653,7 +654,7 @@ class LeRobotSource:
             raise VideoUnavailable(f"{where}: video file {self.files.location(rel)} not found")
         queries = from_timestamp + np.asarray(timestamps, dtype=np.float64).reshape(-1)
         with self.files.open(rel) as f:
-            decode_into(f, out, queries, self.features[key].frame_shape,
+            decode_into(f, sink, queries, self.features[key].frame_shape,
                         f"{self.files.location(rel)} ({where})")
 
     @property

@@ -89,6 +89,10 @@ __all__ = [
     "commit_state",
     "write_zarr_copies",
     "write_chunk",
+    "write_frames",
+    "chunk_writer",
+    "read_shard_index",
+    "STORAGES",
     "open_chunk",
     "flush_filesystem",
     "atomic_write",
@@ -106,6 +110,8 @@ ATTRS_KEY = "lerobot_zarr"
 EPISODE_ARRAYS = ("episode_start", "episode_end", "episode_length", "episode_task_index", "episode_chunk")
 _TABLE_KEYS = ("start", "length", "task_index", "chunk", "episode_index_shift", "index_shift")
 _ROOT = "zarr.json"
+COMPACT_CODEC = {"name": "zstd", "configuration": {"level": 3, "checksum": False}}
+STORAGES = ("raw", "compact")
 _CREATING = ".lerobot_zarr-creating"
 
 
@@ -117,6 +123,7 @@ class ArraySpec:
     frame_shape: tuple[int, ...]
     dims: tuple[str, ...]
     kind: str = "numeric"
+    storage: str = "raw"  # or "compact": a zarr shard per episode, one zstd-compressed frame per inner chunk
 
     @property
     def frame_bytes(self) -> int:
@@ -311,9 +318,95 @@ def write_chunk(path: str | os.PathLike, data: np.ndarray) -> None:
         os.close(fd)
 
 
+class ChunkWriter:
+    """Writes one raw chunk file frame by frame (a decoder's output goes straight to disk)."""
+
+    def __init__(self, path: str | os.PathLike, n_frames: int):
+        self.path = os.fspath(path)
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+        self.n_frames, self.written = n_frames, 0
+
+    def write(self, frame: bytes) -> None:
+        _write_all(self.fd, frame)
+        self.written += 1
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+    def __enter__(self) -> ChunkWriter:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class ShardWriter(ChunkWriter):
+    """Writes one compact chunk: a zarr shard of single-frame inner chunks, each compressed with zstd, and the
+    shard index (offset, nbytes per frame, then its crc32c) at the end."""
+
+    def __init__(self, path: str | os.PathLike, n_frames: int):
+        super().__init__(path, n_frames)
+        from numcodecs import Zstd
+
+        self.codec = Zstd(level=COMPACT_CODEC["configuration"]["level"])
+        self.index = np.zeros((n_frames, 2), dtype="<u8")
+        self.offset = 0
+
+    def write(self, frame: bytes) -> None:
+        data = self.codec.encode(frame)
+        _write_all(self.fd, data)
+        self.index[self.written] = (self.offset, len(data))
+        self.offset += len(data)
+        self.written += 1
+
+    def close(self) -> None:
+        try:
+            if self.written == self.n_frames:
+                from numcodecs import CRC32C
+
+                _write_all(self.fd, bytes(CRC32C().encode(self.index.tobytes())))
+        finally:
+            super().close()
+
+
+def chunk_writer(spec: ArraySpec, path: str | os.PathLike, n_frames: int) -> ChunkWriter:
+    return ShardWriter(path, n_frames) if spec.storage == "compact" else ChunkWriter(path, n_frames)
+
+
+def write_frames(spec: ArraySpec, path: str | os.PathLike, frames: np.ndarray) -> None:
+    """Write one episode's chunk of ``spec``'s array (raw or compact)."""
+    if spec.storage != "compact":
+        write_chunk(path, frames)
+        return
+    frames = np.ascontiguousarray(frames, dtype=spec.dtype)
+    with ShardWriter(path, len(frames)) as writer:
+        for frame in frames:
+            writer.write(frame.tobytes())
+
+
+def read_shard_index(fd: int, n_frames: int, where: str) -> np.ndarray:
+    """The (offset, nbytes) of every frame of a compact chunk, checked against its crc32c and the file size."""
+    from numcodecs import CRC32C
+
+    size = os.fstat(fd).st_size
+    tail = 16 * n_frames + 4
+    if size < tail:
+        raise StoreError(f"{where}: compact chunk of {size} bytes cannot hold the index of {n_frames} frames")
+    raw = os.pread(fd, tail, size - tail)
+    try:
+        index = np.frombuffer(CRC32C().decode(raw), dtype="<u8").reshape(n_frames, 2).astype(np.int64)
+    except RuntimeError as exc:
+        raise StoreError(f"{where}: compact chunk index is corrupt ({exc})") from None
+    if ((index[:, 0] + index[:, 1]) > size - tail).any() or (index < 0).any():
+        raise StoreError(f"{where}: compact chunk index points outside the file")
+    return index
+
+
 def open_chunk(path: str | os.PathLike, nbytes: int, episode: int, feature: str, *,
                retired: str | os.PathLike | None = None, flags: int = os.O_RDONLY) -> int:
-    """Open a committed chunk file (refusing a symlink) and check its size; return the descriptor.
+    """Open a committed chunk file (refusing a symlink) and check its size (unless ``nbytes`` < 0: compact
+    chunks); return the descriptor.
 
     ``retired`` is where the file is found if a writer deleted the episode after the caller read its commit."""
     try:
@@ -328,7 +421,7 @@ def open_chunk(path: str | os.PathLike, nbytes: int, episode: int, feature: str,
             raise StoreError(f"{path}: chunk of episode {episode} of feature {feature!r} is missing (if a writer "
                              f"deleted episodes since this dataset was opened, open it again)") from None
     size = os.fstat(fd).st_size
-    if size != nbytes:
+    if nbytes >= 0 and size != nbytes:
         os.close(fd)
         raise StoreError(f"{path}: chunk of episode {episode} of feature {feature!r} holds {size} bytes, "
                          f"expected {nbytes}")
@@ -353,15 +446,24 @@ def _dims(name: str, spec: ArraySpec) -> list[str]:
     return ["frame", *(f"{name}.{d}" for d in spec.dims)]
 
 
-def _array_doc(shape: tuple[int, ...], dtype: np.dtype, chunk_grid: dict, dims: list[str]) -> dict:
-    """A zarr v3 array ``zarr.json``: bytes codec only (no compressor), default chunk keys, fill value 0."""
+def _array_doc(shape: tuple[int, ...], dtype: np.dtype, chunk_grid: dict, dims: list[str],
+               storage: str = "raw") -> dict:
+    """A zarr v3 array ``zarr.json``: default chunk keys, fill value 0, and either the bytes codec alone (raw:
+    chunk files are the array bytes) or a shard per chunk whose inner chunks are single frames compressed with
+    zstd (compact)."""
     codec: dict = {"name": "bytes"}
     if dtype.itemsize > 1:
         codec["configuration"] = {"endian": "little"}
+    codecs = [codec]
+    if storage == "compact":
+        codecs = [{"name": "sharding_indexed", "configuration": {
+            "chunk_shape": [1, *shape[1:]], "codecs": [codec, COMPACT_CODEC],
+            "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "crc32c"}],
+            "index_location": "end"}}]
     fill = False if dtype.kind == "b" else 0.0 if dtype.kind == "f" else 0
     return {"shape": list(shape), "data_type": dtype.name, "chunk_grid": chunk_grid,
             "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
-            "fill_value": fill, "codecs": [codec], "attributes": {}, "dimension_names": dims,
+            "fill_value": fill, "codecs": codecs, "attributes": {}, "dimension_names": dims,
             "zarr_format": 3, "node_type": "array", "storage_transformers": []}
 
 
@@ -402,7 +504,7 @@ def _build_metadata(arrays: Mapping[str, ArraySpec], table: EpisodeTable, next_c
                                       "chunk_shapes": [_run_length(sizes.tolist()), *([s] for s in spec.frame_shape)]}}
         else:  # no chunk yet: a rectilinear grid needs at least one edge
             grid = {"name": "regular", "configuration": {"chunk_shape": [1, *spec.frame_shape]}}
-        docs[name] = _array_doc((total, *spec.frame_shape), spec.dtype, grid, _dims(name, spec))
+        docs[name] = _array_doc((total, *spec.frame_shape), spec.dtype, grid, _dims(name, spec), spec.storage)
     n_episodes = len(table)
     for name in EPISODE_ARRAYS:
         grid = {"name": "regular", "configuration": {"chunk_shape": [max(n_episodes, 1)]}}
@@ -428,7 +530,7 @@ def check_new_store_location(root: Path) -> None:
 
 def _features_attrs(arrays: Mapping[str, ArraySpec]) -> dict:
     return {name: {"kind": spec.kind, "dtype": spec.dtype.str.lstrip("<>|="), "frame_shape": list(spec.frame_shape),
-                   "episodes": []} for name, spec in arrays.items()}
+                   "storage": spec.storage, "episodes": []} for name, spec in arrays.items()}
 
 
 def create_store(root: Path, arrays: Mapping[str, ArraySpec], table: EpisodeTable, attrs: dict) -> StoreState:
@@ -551,7 +653,7 @@ def read_state(root: Path) -> StoreState:
         dtype = np.dtype(f["dtype"]).newbyteorder("<")
         dims = consolidated.get(name, {}).get("dimension_names") or ["frame"]
         arrays[name] = ArraySpec(dtype, tuple(f["frame_shape"]), tuple(d.removeprefix(f"{name}.") for d in dims[1:]),
-                                 f["kind"])
+                                 f["kind"], f.get("storage", "raw"))
     return StoreState(root, attrs, table, arrays)
 
 

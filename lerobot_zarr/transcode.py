@@ -12,8 +12,9 @@ from __future__ import annotations
 import os
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -23,17 +24,19 @@ from ._progress import progress_bar
 from .errors import FrameIndexError, NotMaterializedError, StoreError
 from .source import FeatureSpec, LeRobotSource
 from .store import (
+    STORAGES,
     ArraySpec,
     EpisodeTable,
     StoreState,
     WriterLock,
     check_new_store_location,
     chunk_path,
+    chunk_writer,
     commit,
     create_store,
     has_commit_point,
     read_state,
-    write_chunk,
+    write_frames,
 )
 from .video import VideoUnavailable, have_pyav
 
@@ -53,12 +56,24 @@ def array_spec_of(spec: FeatureSpec) -> ArraySpec:
     return ArraySpec(spec.numpy_dtype.newbyteorder("<"), spec.frame_shape, dims, spec.kind)
 
 
+def _check_storage(storage: Mapping[str, str] | None, specs: Mapping[str, ArraySpec], where: str) -> dict[str, str]:
+    """``{camera: "raw" | "compact"}``: only image/video features have a choice."""
+    storage = dict(storage or {})
+    for name, choice in storage.items():
+        if choice not in STORAGES:
+            raise ValueError(f"storage[{name!r}] must be one of {STORAGES}, got {choice!r}")
+        if name not in specs or specs[name].kind not in ("image", "video"):
+            cameras = [k for k, v in specs.items() if v.kind in ("image", "video")]
+            raise ValueError(f"{where}: storage applies to cameras (image/video features: {cameras}), not {name!r}")
+    return storage
+
+
 def array_specs(source: LeRobotSource) -> dict[str, ArraySpec]:
     """The store arrays a source maps to: one per numeric or image feature."""
     return {name: array_spec_of(spec) for name, spec in source.stored_features.items()}
 
 
-def _create(source: LeRobotSource, root: Path, source_record: dict) -> StoreState:
+def _create(source: LeRobotSource, root: Path, source_record: dict, storage: Mapping[str, str]) -> StoreState:
     t = source.episodes
     task_index = {task: i for i, task in enumerate(source.tasks)}
     first_task = np.array([task_index.get(ts[0], -1) if ts else -1 for ts in t.tasks], dtype=np.int64)
@@ -71,7 +86,8 @@ def _create(source: LeRobotSource, root: Path, source_record: dict) -> StoreStat
     }
     zeros = np.zeros(len(t), dtype=np.int64)
     table = EpisodeTable(t.start, t.length, first_task, np.arange(len(t), dtype=np.int64), zeros, zeros)
-    return create_store(root, array_specs(source), table, attrs)
+    specs = {name: replace(spec, storage=storage.get(name, "raw")) for name, spec in array_specs(source).items()}
+    return create_store(root, specs, table, attrs)
 
 
 def _same_source(a: dict | None, b: dict) -> bool:
@@ -92,11 +108,12 @@ def _checked_state(root: Path, record: dict) -> StoreState:
 
 
 def transcode(source: LeRobotSource, root: str | os.PathLike, *, episodes: Sequence[int] | None = None,
-              progress: bool = True) -> StoreState:
+              progress: bool = True, storage: Mapping[str, str] | None = None) -> StoreState:
     """Write the given episodes (default: all) of ``source`` into the store at ``root``; return its state.
 
     Creates the store if needed, skips episodes already committed, and holds the store's writer lock
-    meanwhile (a second process transcoding into the same store waits for the first).
+    meanwhile (a second process transcoding into the same store waits for the first). ``storage`` chooses how a
+    new store keeps cameras: ``"raw"`` (default: memory-mapped, fastest) or ``"compact"`` (zstd per frame).
     """
     root = Path(root)
     record = source.record()
@@ -107,6 +124,11 @@ def transcode(source: LeRobotSource, root: str | os.PathLike, *, episodes: Seque
         raise FrameIndexError(f"{source.files.location()}: episode {bad[0]} does not exist ({n_episodes} episodes)")
     if has_commit_point(root):
         state = _checked_state(root, record)
+        for name, choice in (storage or {}).items():
+            held = state.arrays[name].storage if name in state.arrays else None
+            if held != choice:
+                raise StoreError(f"{root}: the store keeps {name!r} as {held!r}, not {choice!r}; choose another "
+                                 f"root for another storage")
         if state.attrs["source"].get("kind") == "edited":
             return state  # complete (writers need that) and since changed in place: nothing to fetch into it
         if state.complete_episodes()[list(wanted)].all():
@@ -116,12 +138,21 @@ def transcode(source: LeRobotSource, root: str | os.PathLike, *, episodes: Seque
     with WriterLock(root):
         if wanted:
             source.schema_from_episode(wanted[0])
-        state = _checked_state(root, record) if has_commit_point(root) else _create(source, root, record)
+        if has_commit_point(root):
+            state = _checked_state(root, record)
+        else:
+            choices = _check_storage(storage, array_specs(source), source.files.location())
+            state = _create(source, root, record, choices)
         done = state.complete_episodes()
         todo = [e for e in wanted if not done[e]]
         if not todo:
             return state
         return _write_episodes(source, root, state, todo, progress)
+
+
+def _decode(source: LeRobotSource, e: int, name: str, spec: ArraySpec, timestamps: np.ndarray, path: str) -> None:
+    with chunk_writer(spec, path, len(timestamps)) as writer:
+        source.decode_video(e, name, timestamps, writer.write)
 
 
 def _write_episodes(source: LeRobotSource, root: Path, state: StoreState, todo: list[int], progress: bool
@@ -164,12 +195,10 @@ def _write_episodes(source: LeRobotSource, root: Path, state: StoreState, todo: 
                 chunk = int(state.table.chunk[e])
                 for name, spec in specs.items():
                     if spec.kind != "video":
-                        write_chunk(chunk_path(root, name, chunk, spec.ndim), frames[name])
-                decoding = {}
-                for name in cameras:
-                    out = chunk_path(root, name, chunk, specs[name].ndim)
-                    os.makedirs(os.path.dirname(out), exist_ok=True)
-                    decoding[name] = pool.submit(source.decode_video, e, name, frames["timestamp"], out)
+                        write_frames(spec, chunk_path(root, name, chunk, spec.ndim), frames[name])
+                decoding = {name: pool.submit(_decode, source, e, name, specs[name], frames["timestamp"],
+                                              chunk_path(root, name, chunk, specs[name].ndim))
+                            for name in cameras}
                 in_flight.append((e, decoding))
                 while in_flight and (len(in_flight) > 2 * workers
                                      or all(f.done() for f in in_flight[0][1].values())):

@@ -9,7 +9,7 @@ video: AV1 (libsvtav1), yuv420p, a keyframe every 2 frames, crf 30, episodes con
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from fractions import Fraction
 from typing import Any, BinaryIO
 
@@ -34,13 +34,14 @@ def have_pyav() -> bool:
     return True
 
 
-def decode_into(source: BinaryIO | str, out: str | os.PathLike, queries: np.ndarray, frame_shape: Sequence[int],
-                where: str) -> None:
-    """Decode the frames nearest to ``queries`` (seconds in the file, increasing) into the file ``out``.
+def decode_into(source: BinaryIO | str, sink: Callable[[bytes], None], queries: np.ndarray,
+                frame_shape: Sequence[int], where: str) -> None:
+    """Decode the frames nearest to ``queries`` (seconds in the file, increasing), handing each to ``sink`` as
+    raw uint8 HWC bytes, in order.
 
     ``where`` names the episode and camera in messages. Raises :class:`VideoUnavailable` when the file cannot be
-    decoded, a frame has another shape, or a timestamp has no frame within ``TOLERANCE_S``. ``out`` holds
-    garbage after a failure; only a commit makes it part of a store.
+    decoded, a frame has another shape, or a timestamp has no frame within ``TOLERANCE_S``; what the sink got
+    until then is garbage (only a commit makes a chunk part of a store).
     """
     import av
 
@@ -49,7 +50,6 @@ def decode_into(source: BinaryIO | str, out: str | os.PathLike, queries: np.ndar
     if fmt is None:
         raise VideoUnavailable(f"{where}: {channels} channels cannot be decoded")
     queries = np.asarray(queries, dtype=np.float64)
-    fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
     try:
         with av.open(source, mode="r") as container:
             stream = container.streams.video[0]
@@ -57,18 +57,17 @@ def decode_into(source: BinaryIO | str, out: str | os.PathLike, queries: np.ndar
             tb = stream.time_base
             container.seek(max(0, int((queries[0] - TOLERANCE_S) / tb)), stream=stream, backward=True,
                            any_frame=False)
-            written = _match(container.decode(stream), queries, fd, (height, width, channels), fmt, where)
+            written = _match(container.decode(stream), queries, sink, (height, width, channels), fmt, where)
     except VideoUnavailable:
         raise
     except (av.error.FFmpegError, ValueError, IndexError) as exc:  # IndexError: no video stream
         raise VideoUnavailable(f"{where}: cannot decode ({type(exc).__name__}: {exc})") from None
-    finally:
-        os.close(fd)
     if written != len(queries):
         raise VideoUnavailable(f"{where}: decoded {written} of {len(queries)} frames")
 
 
-def _match(frames: Any, queries: np.ndarray, fd: int, shape: tuple[int, int, int], fmt: str, where: str) -> int:
+def _match(frames: Any, queries: np.ndarray, sink: Callable[[bytes], None], shape: tuple[int, int, int], fmt: str,
+           where: str) -> int:
     """Stream decoded frames, writing for each query the nearer of the frames around it."""
     n = len(queries)
     qi = 0
@@ -91,9 +90,7 @@ def _match(frames: Any, queries: np.ndarray, fd: int, shape: tuple[int, int, int
         if abs(t - q) >= TOLERANCE_S:
             raise VideoUnavailable(f"{where}: no frame within {TOLERANCE_S} s of timestamp {q:.6f} s (nearest "
                                    f"decoded frame at {t:.6f} s)")
-        view = memoryview(pixels(frame))
-        while view:
-            view = view[os.write(fd, view):]
+        sink(pixels(frame))
 
     for frame in frames:
         if frame.time is None:

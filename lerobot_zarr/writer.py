@@ -167,6 +167,15 @@ class WritableDataset(LeRobotZarrDataset):
             if missing.size:
                 raise NotMaterializedError(f"{root}: episodes {missing[:20].tolist()} are not in the local store; "
                                            f"open it with every episode before writing to it")
+            gaps = [name for name in state.arrays if state.unavailable(name)]
+            if gaps:
+                raise NotMaterializedError(f"{root}: features {gaps} lack some episodes (missing source videos: "
+                                           f"{state.unavailable(gaps[0])[min(state.unavailable(gaps[0]))]}); a "
+                                           f"store is writable only with every feature of every episode")
+            compact = [name for name, spec in state.arrays.items() if spec.storage != "raw"]
+            if compact:
+                raise StoreError(f"{root}: features {compact} are stored compact (compressed frames), which "
+                                 f"cannot be written in place; use a store with raw storage to write")
             self.root, self._state = root, state
             self._cleanup()
             super().__init__(root, delta_timestamps=delta_timestamps, image_format=image_format,
