@@ -31,6 +31,7 @@ from .errors import (  # noqa: E402
     StoreLockedError,
     UnsupportedDtypeError,
 )
+from .sharding import episodes_for_rank, split_episodes  # noqa: E402
 from .streaming import SampleStream, stream  # noqa: E402
 from .writer import WritableDataset, create  # noqa: E402
 
@@ -39,6 +40,8 @@ __all__ = [
     "create",
     "inspect",
     "stream",
+    "episodes_for_rank",
+    "split_episodes",
     "SampleStream",
     "cache_home",
     "LeRobotZarrDataset",

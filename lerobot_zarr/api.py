@@ -7,6 +7,7 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 from .dataset import DatasetMeta, EpisodeSelection, LeRobotZarrDataset
@@ -54,6 +55,7 @@ def open_dataset(
     lazy: bool = False,
     mode: str = "r",
     storage: Mapping[str, str] | None = None,
+    client: Any = None,
 ) -> LeRobotZarrDataset:
     """Open a LeRobot dataset (folder or Hub repo; transcoded into a local store on first use) or a store.
 
@@ -74,6 +76,8 @@ def open_dataset(
         storage: how a new store keeps each camera, ``{feature: "raw" | "compact"}``: raw (default) is memory
             mapped and fastest; compact keeps each frame zstd-compressed (smaller on disk, a decompression per
             frame read). Fixed when the store is made.
+        client: a ``dask.distributed.Client``: transcode on its workers (split by data file; they write into
+            ``root``, which they must see at the same path), committed here. Default: in this process.
         mode: ``"r"`` (default) to read, or ``"r+"`` to also write: returns a
             :class:`~lerobot_zarr.writer.WritableDataset` over every episode (all fetched first), holding the
             store's writer lock.
@@ -96,12 +100,12 @@ def open_dataset(
             raise ValueError(f"{path}: revision={revision!r} applies to Hub repositories, not to a local folder")
         src = LeRobotSource(path)
         store = Path(root).expanduser() if root is not None else store_path_for(src)
-        transcode(src, store, episodes=[] if lazy else episodes, progress=progress, storage=storage)
+        transcode(src, store, episodes=[] if lazy else episodes, progress=progress, storage=storage, client=client)
     elif path.exists():
         raise SourceNotFoundError(f"{path}: neither a LeRobot dataset folder (meta/info.json) nor a lerobot_zarr store")
     elif isinstance(source, str) and REPO_ID.match(source):
         store = _open_hub(source, root=root, episodes=[] if lazy else episodes, revision=revision, token=token,
-                          progress=progress, storage=storage)
+                          progress=progress, storage=storage, client=client)
     elif revision is not None or token is not None:  # meant as a Hub repo
         parse_repo_id(str(source))
     else:
@@ -118,7 +122,7 @@ def _hub_home(repo_id: str) -> Path:
     return cache_home() / "hub" / repo_id.replace("/", "--")
 
 
-def _open_hub(repo_id: str, *, root, episodes, revision, token, progress, storage) -> Path:
+def _open_hub(repo_id: str, *, root, episodes, revision, token, progress, storage, client) -> Path:
     """Resolve the revision (offline: from the last resolution), then fetch the episodes the store lacks."""
     from huggingface_hub import constants
 
@@ -146,7 +150,7 @@ def _open_hub(repo_id: str, *, root, episodes, revision, token, progress, storag
     elif constants.is_offline_mode():
         raise HubError(f"{repo_id}: HF_HUB_OFFLINE is set and there is no local store at {store}")
     transcode(LeRobotSource(HubFiles(repo_id, commit, revision=revision, token=token)), store,
-              episodes=episodes, progress=progress, storage=storage)
+              episodes=episodes, progress=progress, storage=storage, client=client)
     return store
 
 

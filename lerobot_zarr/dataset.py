@@ -83,6 +83,7 @@ class DatasetMeta:
     stored_features: tuple[str, ...] = field(default=())
     # per stored feature, episodes the source could not give (missing or broken videos) and why
     unavailable: dict[str, dict[int, str]] = field(default_factory=dict)
+    episode_task_index: np.ndarray | None = None  # each episode's first task (-1: unknown)
 
     @property
     def fps(self) -> float:
@@ -111,7 +112,8 @@ class DatasetMeta:
         return cls(state.root, a["info"], a["tasks"], a["stats"], a["source"], state.episode_start,
                    state.episode_end, state.episode_length, state.complete_episodes(),
                    dict(a.get("not_materialized", {})), tuple(state.arrays),
-                   {name: state.unavailable(name) for name in state.arrays if state.unavailable(name)})
+                   {name: state.unavailable(name) for name in state.arrays if state.unavailable(name)},
+                   state.table.task_index)
 
     @classmethod
     def from_source(cls, source: LeRobotSource) -> DatasetMeta:
@@ -588,9 +590,10 @@ class LeRobotZarrDataset:
             self._image_out(out)
         return out
 
-    def episode(self, episode_index: int) -> dict[str, np.ndarray]:
-        """All frames of one episode: read-only memory maps of its chunk files, one per stored feature
-        (``episode_index`` and ``index`` are corrected copies once earlier episodes were deleted)."""
+    def episode(self, episode_index: int, *, features: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+        """All frames of one episode: read-only memory maps of its chunk files, one per stored feature (or per
+        feature of ``features``); ``episode_index`` and ``index`` are corrected copies once earlier episodes
+        were deleted, compact cameras decoded arrays."""
         e = operator.index(episode_index)
         if not 0 <= e < self.meta.total_episodes:
             raise FrameIndexError(f"episode {e} does not exist ({self.meta.total_episodes} episodes)")
@@ -598,7 +601,13 @@ class LeRobotZarrDataset:
             raise NotMaterializedError(f"{self.root}: episode {e} is not in the local store")
         n = int(self.meta.episode_length[e])
         out = {}
+        unknown = sorted(set(features or ()) - set(self._specs))
+        if unknown:
+            raise NotMaterializedError(f"{self.root}: features {unknown} are not in the samples of this dataset "
+                                       f"(stored: {list(self._specs)})")
         for name, spec in self._specs.items():
+            if features is not None and name not in features:
+                continue
             if spec.storage == "compact":
                 reader = _Compact(name, spec, self.meta.episode_length, partial(self._chunk_files, name, spec.ndim), 1,
                                   None)
@@ -608,7 +617,8 @@ class LeRobotZarrDataset:
             with os.fdopen(open_chunk(path, n * spec.frame_bytes, e, name, retired=retired), "rb") as f:
                 out[name] = np.memmap(f, dtype=spec.dtype, mode="r", shape=(n, *spec.frame_shape))
         for name, shift, _ in self._shifts:
-            out[name] = np.asarray(out[name]) - shift[e]
+            if name in out:
+                out[name] = np.asarray(out[name]) - shift[e]
         return out
 
     def to_lerobot(self, path: str | os.PathLike, *, data_files_size_in_mb: int = 100,
@@ -629,6 +639,16 @@ class LeRobotZarrDataset:
 
         return push(self, repo_id, revision=revision, private=private, token=token,
                     commit_message=commit_message, videos=videos, progress=progress)
+
+    def to_xarray(self) -> Any:
+        """The selected, materialized episodes as a lazy ``xarray.Dataset`` (xarray extra): one dask chunk per
+        episode; dims ``frame`` and ``<feature>.<axis>`` (named from LeRobot's ``names`` where it names an axis,
+        with its labels as coordinates); ``episode_index``, ``frame_index``, ``timestamp`` and ``index`` as
+        coordinates; and the episode table over dim ``episode`` (with ``episode_materialized``: a partial store
+        lists the episodes it lacks instead of filling them with zeros)."""
+        from .analysis import to_xarray
+
+        return to_xarray(self)
 
     def episode_frames(self, episode_index: int) -> range:
         """Dataset indices (for ``ds[i]``) of the selected frames of one selected episode."""

@@ -149,6 +149,10 @@ class HubFiles(SourceFiles):
                 lfs = getattr(entry, "lfs", None)
                 self.oids[rel] = (lfs.sha256 if lfs is not None else entry.blob_id) or ""
 
+    def __reduce__(self) -> tuple:
+        # to another process (a dask worker) as what it reads: the listing is made again there
+        return (_hub_files, (self.repo_id, self.commit, self.revision, self.token, self.endpoint))
+
     def location(self, rel: str = "") -> str:
         return f"{self.repo_id}@{self.revision}" + (f":{rel}" if rel else "")
 
@@ -268,6 +272,10 @@ class HubFiles(SourceFiles):
     def record(self, data_files: Iterable[str]) -> dict:
         # the commit, not the name it was reached by: "main" and "v3.0" at the same commit share a store
         return {"kind": "hub", "repo_id": self.repo_id, "commit": self.commit, "endpoint": self.endpoint}
+
+
+def _hub_files(repo_id: str, commit: str, revision: str, token: str | bool | None, endpoint: str) -> HubFiles:
+    return HubFiles(repo_id, commit, revision=revision, token=token, endpoint=endpoint)
 
 
 class _RangeFile(io.RawIOBase):

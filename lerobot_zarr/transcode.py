@@ -16,12 +16,14 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from ._background import prefetched
 from ._progress import progress_bar
 from .errors import FrameIndexError, NotMaterializedError, StoreError
+from .files import SourceFiles
 from .source import FeatureSpec, LeRobotSource
 from .store import (
     STORAGES,
@@ -108,12 +110,14 @@ def _checked_state(root: Path, record: dict) -> StoreState:
 
 
 def transcode(source: LeRobotSource, root: str | os.PathLike, *, episodes: Sequence[int] | None = None,
-              progress: bool = True, storage: Mapping[str, str] | None = None) -> StoreState:
+              progress: bool = True, storage: Mapping[str, str] | None = None, client: Any = None) -> StoreState:
     """Write the given episodes (default: all) of ``source`` into the store at ``root``; return its state.
 
     Creates the store if needed, skips episodes already committed, and holds the store's writer lock
     meanwhile (a second process transcoding into the same store waits for the first). ``storage`` chooses how a
     new store keeps cameras: ``"raw"`` (default: memory-mapped, fastest) or ``"compact"`` (zstd per frame).
+    With a ``dask.distributed.Client`` the episodes are split by data file across its workers, which write their
+    chunks straight into the store (a folder every worker sees at the same path); this process commits.
     """
     root = Path(root)
     record = source.record()
@@ -147,7 +151,81 @@ def transcode(source: LeRobotSource, root: str | os.PathLike, *, episodes: Seque
         todo = [e for e in wanted if not done[e]]
         if not todo:
             return state
+        if client is not None:
+            return _write_distributed(source, root, state, todo, progress, client)
         return _write_episodes(source, root, state, todo, progress)
+
+
+_UNIT_EPISODES = 64  # at most this many episodes per distributed task: retries redo little, workers stay busy
+
+
+def _units(source: LeRobotSource, todo: list[int]) -> list[list[int]]:
+    """Episodes grouped by data file (each file read once), in groups of at most ``_UNIT_EPISODES``."""
+    by_file: dict[str, list[int]] = {}
+    for e in todo:
+        by_file.setdefault(source.episodes.data_file[e], []).append(e)
+    return [eps[i:i + _UNIT_EPISODES] for eps in by_file.values() for i in range(0, len(eps), _UNIT_EPISODES)]
+
+
+def transcode_unit(files: SourceFiles, root: str, episodes: list[int]) -> tuple[list[int], dict[str, dict[int, str]]]:
+    """A distributed task: write the chunks of ``episodes`` into the store at ``root`` (not committed).
+
+    Writing the same chunk files again is harmless, so a task retried after a worker died (or run twice) leaves
+    the same bytes; only the caller's commit makes them part of the store."""
+    source = LeRobotSource(files)
+    state = read_state(Path(root))
+    unavailable: dict[str, dict[int, str]] = {}
+    for e, frames in source.iter_episodes(episodes):
+        chunk = int(state.table.chunk[e])
+        for name, spec in state.arrays.items():
+            path = chunk_path(root, name, chunk, spec.ndim)
+            if spec.kind != "video":
+                write_frames(spec, path, frames[name])
+                continue
+            try:
+                _decode(source, e, name, spec, frames["timestamp"], path)
+            except VideoUnavailable as exc:
+                unavailable.setdefault(name, {})[e] = str(exc)
+    return list(episodes), unavailable
+
+
+def _write_distributed(source: LeRobotSource, root: Path, state: StoreState, todo: list[int], progress: bool,
+                       client: Any) -> StoreState:
+    """Fan the episodes out to a dask cluster's workers, committing here about every second as tasks finish."""
+    from distributed import as_completed
+
+    if [name for name, spec in state.arrays.items() if spec.kind == "video"] and not have_pyav():
+        raise NotMaterializedError(f"{root}: decoding videos needs PyAV: pip install 'lerobot_zarr[video]'")
+    units = _units(source, todo)
+    futures = client.map(transcode_unit, [source.files] * len(units), [str(root)] * len(units), units,
+                         pure=False, retries=3)
+    done: list[int] = []
+    unavailable: dict[str, dict[int, str]] = {}
+    last_commit = time.monotonic()
+
+    def commit_done() -> None:
+        nonlocal done, unavailable, last_commit
+        committed = {name: [e for e in done if e not in unavailable.get(name, {})] for name in state.arrays}
+        commit(root, features_episodes=committed, unavailable=unavailable)
+        done, unavailable, last_commit = [], {}, time.monotonic()
+
+    with progress_bar(int(source.episodes.length[todo].sum()),
+                      f"transcoding {source.files.name} on {len(client.scheduler_info()['workers'])} workers",
+                      progress) as bar:
+        try:
+            for future in as_completed(futures):
+                episodes, gaps = future.result()
+                done.extend(episodes)
+                for name, reasons in gaps.items():
+                    unavailable.setdefault(name, {}).update(reasons)
+                bar.update(int(source.episodes.length[episodes].sum()))
+                if time.monotonic() - last_commit >= _COMMIT_EVERY_S:
+                    commit_done()
+        finally:
+            client.cancel(futures)
+            if done:
+                commit_done()
+    return read_state(root)
 
 
 def _decode(source: LeRobotSource, e: int, name: str, spec: ArraySpec, timestamps: np.ndarray, path: str) -> None:

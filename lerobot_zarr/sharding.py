@@ -1,0 +1,46 @@
+"""Splitting a dataset's episodes across the machines (ranks) of a training job.
+
+Each rank opens only its episodes (``open_dataset(repo_id, episodes=episodes_for_rank(...))``), so each machine
+downloads and stores only what it samples; the split is a pure function of the episode lengths and the seed,
+the same on every rank without any communication.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Sequence
+
+import numpy as np
+
+__all__ = ["episodes_for_rank", "split_episodes"]
+
+
+def split_episodes(lengths: Sequence[int] | np.ndarray, world_size: int, *, seed: int = 0) -> list[list[int]]:
+    """Deal episodes out to ``world_size`` ranks with about the same number of frames each.
+
+    Episodes are shuffled with ``seed``, then each goes, longest first, to the rank with the fewest frames so far
+    (ties to the lowest rank). Every episode goes to exactly one rank; each rank's list is sorted."""
+    world_size = operator.index(world_size)
+    if world_size < 1:
+        raise ValueError(f"world_size must be at least 1, got {world_size}")
+    lengths = np.asarray(lengths, dtype=np.int64).reshape(-1)
+    if len(lengths) < world_size:
+        raise ValueError(f"{len(lengths)} episodes cannot be split across {world_size} ranks")
+    order = np.random.default_rng(seed).permutation(len(lengths))
+    order = order[np.argsort(-lengths[order], kind="stable")]
+    load = np.zeros(world_size, dtype=np.int64)
+    out: list[list[int]] = [[] for _ in range(world_size)]
+    for e in order.tolist():
+        rank = int(np.argmin(load))
+        out[rank].append(e)
+        load[rank] += lengths[e]
+    return [sorted(part) for part in out]
+
+
+def episodes_for_rank(lengths: Sequence[int] | np.ndarray, rank: int, world_size: int, *, seed: int = 0
+                      ) -> list[int]:
+    """This rank's episodes of :func:`split_episodes` (``lengths``: e.g. ``inspect(repo_id).episode_length``)."""
+    rank = operator.index(rank)
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank must be in [0, {world_size}), got {rank}")
+    return split_episodes(lengths, world_size, seed=seed)[rank]
