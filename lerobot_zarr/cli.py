@@ -89,6 +89,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     convert.add_argument("--revision", default=None, help="Hub branch, tag or commit")
     convert.add_argument("--root", type=Path, default=None, help="store folder (default: the cache)")
     convert.add_argument("--episodes", type=_episode_list, default=None, help="e.g. 0,3,5-9 (default: all)")
+    convert.add_argument("--compact", action="append", default=[], metavar="CAMERA",
+                         help="keep this camera compressed (zstd per frame) instead of raw; repeatable")
+    convert.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                         help="transcode on a dask.distributed cluster (e.g. tcp://host:8786; the workers must see "
+                              "the store folder at the same path)")
     push = sub.add_parser("push", help="publish a store to a Hub dataset repo as LeRobot v3.0 (one commit)")
     push.add_argument("store", type=Path)
     push.add_argument("repo_id")
@@ -117,7 +122,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                 meta = inspect(args.source, revision=args.revision)
             print(describe(meta))
         elif args.command == "convert":
-            ds = open_dataset(args.source, root=args.root, episodes=args.episodes, revision=args.revision)
+            storage = {camera: "compact" for camera in args.compact}
+            if args.scheduler:
+                from distributed import Client
+
+                with Client(args.scheduler) as client:
+                    ds = open_dataset(args.source, root=args.root, episodes=args.episodes, revision=args.revision,
+                                      storage=storage, client=client)
+            else:
+                ds = open_dataset(args.source, root=args.root, episodes=args.episodes, revision=args.revision,
+                                  storage=storage)
             print(describe(ds.meta))
         elif args.command == "view":
             from .view import view_episode
