@@ -41,6 +41,7 @@ from .store import (
     EpisodeTable,
     WriterLock,
     atomic_write,
+    CREATING_MARKER,
     check_array_name,
     check_new_store_location,
     chunk_path,
@@ -180,18 +181,30 @@ class WritableDataset(LeRobotZarrDataset):
         self.min_free_bytes = _min_free_bytes(min_free_bytes)
         self._episode_buffer: list[tuple[dict[str, np.ndarray], str]] = []
         self._stats_rows: dict[str, dict[str, np.ndarray]] | None = None  # per-episode stats of stored values
+        self._dirty: dict[int, set[str]] = {}  # chunk -> features edited in place since the last commit
+        if self._state.attrs.get("pending_tasks"):  # a set_task killed midway: finish it (idempotent)
+            self._rewrite_task_index(self._state.attrs["pending_tasks"])
+        stats_dir = self.root / ".episode_stats"
+        if stats_dir.is_dir() and any(not stats_path(self.root, c).exists() for c in self._state.table.chunk.tolist()):
+            # an edit was cut short by a crash (it had dropped its episode's stats): recompute and commit them
+            self._commit(self._state.table, self._episode_stats_rows(), copies_written=True)
 
     def __reduce__(self) -> tuple:
         # a copy in another process (a DataLoader worker) is a reader of the same episodes: it cannot hold the lock
         return (LeRobotZarrDataset.__new__, (LeRobotZarrDataset,), self.__getstate__())
 
     def close(self) -> None:
-        """Release the writer lock. The dataset stays readable."""
-        self._release()
+        """Commit pending edits (:meth:`flush`) and release the writer lock. The dataset stays readable."""
+        if not self.closed:
+            try:
+                self.flush()
+            finally:
+                self._release()
 
     @property
     def closed(self) -> bool:
-        return not self._release.alive
+        """Whether this object can no longer write: closed, or a copy in a forked child (which may only read)."""
+        return not self._release.alive or not self._writer_lock.held
 
     def __enter__(self) -> WritableDataset:
         return self
@@ -213,8 +226,11 @@ class WritableDataset(LeRobotZarrDataset):
 
     # housekeeping ---------------------------------------------------------------------------------------
     def _check_open(self) -> None:
-        if self.closed:
+        if not self._release.alive:
             raise StoreError(f"{self.root}: this writable dataset was closed; open it again with mode='r+'")
+        if not self._writer_lock.held:
+            raise StoreError(f"{self.root}: this writable dataset was opened by another process (this one is a "
+                             f"fork of it); a forked process may read it but not write to it")
 
     def _cleanup(self) -> None:
         """After a crash: drop chunk files no commit lists, finish retiring, delete what expired."""
@@ -239,8 +255,12 @@ class WritableDataset(LeRobotZarrDataset):
                 stem = entry.name.removesuffix(".json")
                 if not (stem.isdigit() and int(stem) in live):
                     _remove(entry)
-        for tmp in self.root.glob(".zarr.json.tmp-*"):
-            _remove(tmp)
+        for pattern in (".*.tmp-*", "*/.*.tmp-*", "*/c/.*.tmp-*", CREATING_MARKER):
+            for tmp in self.root.glob(pattern):  # debris of writes killed before their rename
+                _remove(tmp)
+        # zarr's copies of the table and array metadata may be those of a commit killed before its root write
+        write_zarr_copies(self.root, state.arrays, state.table, state.next_chunk)
+
 
     def _retire_file(self, name: str, spec: ArraySpec, chunk: int) -> None:
         target = Path(retired_path(self.root, name, chunk))
@@ -321,8 +341,11 @@ class WritableDataset(LeRobotZarrDataset):
     def _commit(self, table: EpisodeTable, rows: dict[str, dict[str, np.ndarray]] | None, *,
                 tasks: list[str] | None = None, retire: Sequence[int] = (), copies_written: bool = False,
                 **attrs: Any) -> None:
-        """One commit: table, tasks, stats, info counters; then retire the given chunks and reload the sampler."""
+        """One commit: table, tasks, stats, info counters; then retire the given chunks and reload the sampler.
+        Stats of in-place edits not committed yet are folded in."""
         state = self._state
+        if self._dirty:
+            rows = self._fold_dirty(table, self._episode_stats_rows() if rows is None else rows)
         tasks = list(state.attrs["tasks"]) if tasks is None else tasks
         info = dict(state.attrs["info"], total_episodes=len(table), total_frames=int(table.length.sum()),
                     total_tasks=len(tasks), splits={"train": f"0:{len(table)}"} if len(table) else {})
@@ -339,6 +362,7 @@ class WritableDataset(LeRobotZarrDataset):
         new_state = commit_state(state, table=table, durable=self.durable, copies_written=copies_written, info=info,
                                  tasks=tasks, source=source, retired=retired, next_chunk=next_chunk, **attrs)
         self._state = new_state
+        self._dirty = {}
         if rows is not None:
             self._stats_rows = rows
         for chunk in retire:
@@ -495,16 +519,24 @@ class WritableDataset(LeRobotZarrDataset):
             return sorted({self._episode_index(e) for e in episodes})
 
     @contextlib.contextmanager
-    def edit(self, episode: int, frames: slice | range | tuple[int, int] | None = None
-             ) -> Iterator[dict[str, np.ndarray]]:
+    def edit(self, episode: int, frames: slice | range | tuple[int, int] | None = None, *,
+             features: Sequence[str] | None = None) -> Iterator[dict[str, np.ndarray]]:
         """Edit one episode (or a frame range of it) IN PLACE: ``with ds.edit(3) as ep: ep["action"][10:20] = 0``.
 
-        Yields writable memory maps of the episode's frames for every feature but LeRobot's own index columns.
-        Writes reach every reader's maps at once; on leaving the block the episode's stats are recomputed and
-        committed. Not atomic: a crash during the block can leave an edit half applied.
+        Yields writable memory maps of the episode's frames for ``features`` (default: every feature but LeRobot's
+        own columns). Writes reach every reader's maps at once and are flushed to the file when the block ends;
+        the episode's stats are recomputed for those features at the next commit (:meth:`flush`, :meth:`close`
+        or any other change), so many small edits cost little more than the writes. Not atomic: a crash during
+        the block can leave an edit half applied (the next writer then recomputes that episode's stats).
         """
         self._check_open()
         e = self._episode_index(episode)
+        editable = [name for name in self._specs if name not in DEFAULT_FEATURES]
+        names = editable if features is None else list(features)
+        wrong = [name for name in names if name not in editable]
+        if wrong:
+            raise ValueError(f"{self.root}: cannot edit {wrong} in place (editable features: {editable}; tasks "
+                             f"change with set_task, indices with delete_episodes/delete_frames)")
         table = self._state.table
         chunk, length = int(table.chunk[e]), int(table.length[e])
         if frames is None:
@@ -515,52 +547,77 @@ class WritableDataset(LeRobotZarrDataset):
             if not isinstance(frames, (slice, range)) or frames.step not in (None, 1):
                 raise ValueError(f"frames must be a slice, range or (first, stop) of step 1, got {frames!r}")
             first, stop, _ = slice(frames.start, frames.stop).indices(length)
-        maps = {name: self._map_chunk(name, chunk, length, writable=True) for name in self._specs
-                if name not in DEFAULT_FEATURES}
+        maps = {name: self._map_chunk(name, chunk, length, writable=True) for name in names}
+        # until its stats are recomputed the chunk has none on disk: a writer after a crash recomputes them
+        _remove(stats_path(self.root, chunk))
+        self._dirty.setdefault(chunk, set()).update(names)
         try:
             yield {name: m[first:stop] for name, m in maps.items()}
         finally:
             for m in maps.values():
                 m.flush()
-            del maps
-            table = self._state.table
-            if e >= len(table) or int(table.chunk[e]) != chunk:
-                raise StoreError(f"{self.root}: episode {e} was deleted or rewritten during its edit")
-            rows = self._episode_stats_rows()
-            stats = self._stats_of(chunk, self._read_chunk(chunk, length))
-            new_rows = {name: {k: v.copy() for k, v in rows[name].items()} for name in rows}
-            for name in new_rows:
-                for k in new_rows[name]:
-                    new_rows[name][k][e] = stats[name][k]
-            self._commit(table, new_rows)
+
+    def flush(self) -> None:
+        """Commit what in-place edits changed (their episodes' stats); a no-op when nothing is pending."""
+        self._check_open()
+        if self._dirty:
+            self._commit(self._state.table, self._episode_stats_rows(), copies_written=True)
+
+    def _fold_dirty(self, table: EpisodeTable, rows: dict[str, dict[str, np.ndarray]]
+                    ) -> dict[str, dict[str, np.ndarray]]:
+        """``rows`` (aligned with ``table``) with the stats of edited features recomputed from the data."""
+        position = {int(c): i for i, c in enumerate(table.chunk.tolist())}
+        rows = {name: {k: v.copy() for k, v in rows[name].items()} for name in rows}
+        for chunk, names in self._dirty.items():
+            e = position.get(chunk)
+            if e is None:  # deleted or rewritten since: its new chunk got fresh stats
+                continue
+            length = int(table.length[e])
+            for name in names:
+                stats = episode_stats(np.asarray(self._map_chunk(name, chunk, length)), self._specs[name].kind)
+                for k in rows[name]:
+                    rows[name][k][e] = stats[k]
+            self._write_stats_file(chunk, {name: {k: v[e] for k, v in rows[name].items()} for name in rows})
+        return rows
 
     def set_task(self, episodes: int | Sequence[int], task: str) -> None:
-        """Give episodes a new task (every frame's ``task_index``), adding the task string if it is new."""
+        """Give episodes a new task, adding the task string if it is new.
+
+        One commit records the new task of each episode together with the rewrite of their frames'
+        ``task_index`` still to do; the frames are then rewritten in place and a second commit ends it. A writer
+        killed in between leaves the rewrite to the next writer, which finishes it when it opens (readers may
+        meanwhile see the old task text on some frames)."""
         self._check_open()
         if not isinstance(task, str) or not task:
             raise ValueError(f"task must be a non-empty string, got {task!r}")
         eps = self._episode_list(episodes)
         tasks = list(self._state.attrs["tasks"])
-        if task not in tasks:  # committed first, so that no frame ever holds an index the task list lacks
+        if task not in tasks:
             tasks.append(task)
-            self._commit(self._state.table, None, tasks=tasks)
         k = tasks.index(task)
         table = self._state.table
-        rows = self._episode_stats_rows()
-        new_rows = {name: {s: v.copy() for s, v in rows[name].items()} for name in rows}
-        for e in eps:
-            chunk, length = int(table.chunk[e]), int(table.length[e])
-            m = self._map_chunk("task_index", chunk, length, writable=True)
+        task_index = table.task_index.copy()
+        task_index[eps] = k
+        pending = [[int(table.chunk[e]), k] for e in eps]
+        self._commit(EpisodeTable(table.start, table.length, task_index, table.chunk, table.episode_index_shift,
+                                  table.index_shift), None, tasks=tasks, pending_tasks=pending)
+        self._rewrite_task_index(pending)
+
+    def _rewrite_task_index(self, pending: list[list[int]]) -> None:
+        """Write each listed chunk's ``task_index`` frames in place, then commit (with their stats)."""
+        table = self._state.table
+        position = {int(c): i for i, c in enumerate(table.chunk.tolist())}
+        for chunk, k in pending:
+            e = position.get(int(chunk))
+            if e is None:
+                continue
+            m = self._map_chunk("task_index", int(chunk), int(table.length[e]), writable=True)
             m[:] = k
             m.flush()
             del m
-            stats = self._stats_of(chunk, self._read_chunk(chunk, length))
-            for s in new_rows["task_index"]:
-                new_rows["task_index"][s][e] = stats["task_index"][s]
-        task_index = table.task_index.copy()
-        task_index[eps] = k
-        self._commit(EpisodeTable(table.start, table.length, task_index, table.chunk, table.episode_index_shift,
-                                  table.index_shift), new_rows)
+            _remove(stats_path(self.root, int(chunk)))
+            self._dirty.setdefault(int(chunk), set()).add("task_index")
+        self._commit(table, self._episode_stats_rows(), copies_written=True, pending_tasks=None)
 
     def delete_episodes(self, episodes: int | Sequence[int]) -> None:
         """Delete whole episodes in one commit. Later episodes are renumbered (``episode_index``, ``index``
