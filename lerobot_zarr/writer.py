@@ -157,6 +157,8 @@ class WritableDataset(LeRobotZarrDataset):
     context manager, or call :meth:`close`, to release the writer lock (a dead process releases it too).
     """
 
+    _headroom = 1.0  # appended episodes get maps next to the others: sampling keeps its maps across commits
+
     def __init__(self, root: str | os.PathLike, *, delta_timestamps: Mapping[str, Sequence[float]] | None = None,
                  image_format: str = "uint8_hwc", max_open_maps: int | None = None, durable: bool = True,
                  min_free_bytes: int | None = None):
