@@ -287,12 +287,17 @@ class LeRobotZarrDataset:
         self._mapped, self._last_used, self._n_mapped = mapped, last_used, int(mapped.sum())
         self._index_regions(regions)
 
+    def _learn_tasks(self) -> None:
+        """A writer gave frames a task added after this dataset's commit (set_task works in place): tasks are
+        only ever appended, so the latest list names it."""
+        self._tasks = np.array(read_state(self.root).attrs["tasks"], dtype=object)
+
     def refresh(self) -> bool:
         """Pick up what writers committed since this dataset was opened (appended or deleted episodes, new
         tasks): the same arguments applied to the latest commit. Returns whether anything changed.
 
-        In-place edits of frames need no refresh: they are visible at once. A dataset otherwise keeps the commit
-        it opened, so indices stay stable for a sampler until it refreshes."""
+        In-place changes of frames (``edit``, ``set_task``) need no refresh: they are visible at once. A dataset
+        otherwise keeps the commit it opened, so indices stay stable for a sampler until it refreshes."""
         state = read_state(self.root)
         if state.generation == self._generation:
             return False
@@ -445,7 +450,10 @@ class LeRobotZarrDataset:
                 out[name] = value.copy() if isinstance(value, np.ndarray) else value
             task_view, _, task_rows, vector = self._task_source
             task_index = task_view[task_rows[e] + local]
-            out["task"] = self._tasks[task_index[0] if vector else task_index]
+            task_index = task_index[0] if vector else task_index
+            if task_index >= len(self._tasks):
+                self._learn_tasks()
+            out["task"] = self._tasks[task_index]
             for name, _, shift in self._shifts:
                 out[name] = out[name] - shift[e]
         if self._images:
@@ -509,7 +517,10 @@ class LeRobotZarrDataset:
                 out[name] = view[rows[eps] + local]
             task_view, task_rows, _, vector = self._task_source
             task_index = task_view[task_rows[eps] + local]
-            out["task"] = self._tasks[task_index[:, 0] if vector else task_index].tolist()
+            task_index = task_index[:, 0] if vector else task_index
+            if len(task_index) and task_index.max() >= len(self._tasks):
+                self._learn_tasks()
+            out["task"] = self._tasks[task_index].tolist()
             for name, shift, _ in self._shifts:
                 out[name] = out[name] - shift[eps].reshape(-1, *[1] * (out[name].ndim - 1))
         if self._images:

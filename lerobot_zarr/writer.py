@@ -137,12 +137,14 @@ def create(root: str | os.PathLike, *, fps: float, features: Mapping[str, Mappin
     if capacity_frames is not None and int(capacity_frames) < 1:
         raise ValueError(f"capacity_frames must be positive, got {capacity_frames}")
     info_features, arrays = _feature_specs(features)
-    check_new_store_location(root)
+    if root.exists() and (root.is_symlink() or not root.is_dir()):
+        check_new_store_location(root)  # raises: not a folder
     info = {"codebase_version": "v3.0", "robot_type": robot_type, "fps": fps if fps % 1 else int(fps),
             "features": info_features, "total_episodes": 0, "total_frames": 0, "total_tasks": 0,
             "splits": {}}
     empty = EpisodeTable.contiguous([], [], [])
-    with WriterLock(root, blocking=False):
+    with WriterLock(root, blocking=False):  # first: a store another writer holds is "locked", not "exists"
+        check_new_store_location(root)
         create_store(root, arrays, empty, {"info": info, "tasks": [], "stats": {}, "source": {"kind": "recorded"},
                                            "not_materialized": {}, "capacity_frames": capacity_frames})
     return WritableDataset(root, durable=durable, min_free_bytes=min_free_bytes)
@@ -153,8 +155,9 @@ class WritableDataset(LeRobotZarrDataset):
     after each write the sampler sees the new commit, so indices stay consistent).
 
     Structural changes (:meth:`add_episode`, :meth:`save_episode`, :meth:`delete_episodes`,
-    :meth:`delete_frames`, :meth:`set_task`) are atomic commits. :meth:`edit` changes frames in place. Use as a
-    context manager, or call :meth:`close`, to release the writer lock (a dead process releases it too).
+    :meth:`delete_frames`) are atomic commits: readers of older commits keep their view until they refresh.
+    :meth:`edit` and :meth:`set_task` change frames in place: every reader sees them at once. Use as a context
+    manager, or call :meth:`close`, to release the writer lock (a dead process releases it too).
     """
 
     _headroom = 1.0  # appended episodes get maps next to the others: sampling keeps its maps across commits
@@ -361,8 +364,14 @@ class WritableDataset(LeRobotZarrDataset):
         if rows is not None:
             attrs["stats"] = self._dataset_stats(table, rows)
         next_chunk = max(state.next_chunk, int(table.chunk.max()) + 1 if len(table) else 0)
-        new_state = commit_state(state, table=table, durable=self.durable, copies_written=copies_written, info=info,
-                                 tasks=tasks, source=source, retired=retired, next_chunk=next_chunk, **attrs)
+        try:
+            new_state = commit_state(state, table=table, durable=self.durable, copies_written=copies_written,
+                                     info=info, tasks=tasks, source=source, retired=retired, next_chunk=next_chunk,
+                                     **attrs)
+        except BaseException:
+            with contextlib.suppress(Exception):  # zarr's copies go back to the commit that still stands
+                write_zarr_copies(self.root, state.arrays, state.table, state.next_chunk)
+            raise
         self._state = new_state
         self._dirty = {}
         if rows is not None:
@@ -585,10 +594,11 @@ class WritableDataset(LeRobotZarrDataset):
     def set_task(self, episodes: int | Sequence[int], task: str) -> None:
         """Give episodes a new task, adding the task string if it is new.
 
-        One commit records the new task of each episode together with the rewrite of their frames'
-        ``task_index`` still to do; the frames are then rewritten in place and a second commit ends it. A writer
-        killed in between leaves the rewrite to the next writer, which finishes it when it opens (readers may
-        meanwhile see the old task text on some frames)."""
+        In place, like :meth:`edit`: readers see the new task at once (the task list only ever grows, so a reader
+        of an older commit learns a new task's text when it meets it). One commit records the new task of each
+        episode together with the rewrite of their frames' ``task_index`` still to do; the frames are then
+        rewritten and a second commit ends it. A writer killed in between leaves the rewrite to the next writer,
+        which finishes it when it opens."""
         self._check_open()
         if not isinstance(task, str) or not task:
             raise ValueError(f"task must be a non-empty string, got {task!r}")
@@ -661,6 +671,8 @@ class WritableDataset(LeRobotZarrDataset):
             gone[slice(frames.start, frames.stop)] = True
         else:
             idx = np.asarray(frames)
+            if idx.size == 0:
+                return
             if idx.dtype.kind not in "iu" or idx.ndim != 1:
                 raise TypeError(f"frames must be a slice, range, (first, stop) or a list of frame indices, "
                                 f"got {frames!r:.200}")
@@ -681,6 +693,7 @@ class WritableDataset(LeRobotZarrDataset):
         lengths[e] = length - int(gone.sum())
         starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
         chunks = table.chunk.copy()
+        task_index = table.task_index.copy()
         fps = float(self.meta.fps)
         new_rows = {name: {k: v.copy() for k, v in rows[name].items()} for name in rows}
         with progress_bar(len(later), f"rewriting episodes {e}..{len(table) - 1}", len(later) > 50) as bar:
@@ -692,6 +705,7 @@ class WritableDataset(LeRobotZarrDataset):
                 if old == e:
                     data["frame_index"] = np.arange(n, dtype=np.int64)
                     data["timestamp"] = (np.arange(n) / fps).astype(np.float32)
+                    task_index[e] = int(np.asarray(data["task_index"]).reshape(n, -1)[0, 0])  # its first task now
                 data["episode_index"] = np.full(n, old, dtype=np.int64)
                 data["index"] = np.arange(starts[old], starts[old] + n, dtype=np.int64)
                 for name, spec in self._specs.items():
@@ -704,7 +718,7 @@ class WritableDataset(LeRobotZarrDataset):
                 bar.update(1)
         zeros = np.zeros(len(table), dtype=np.int64)
         new_table = EpisodeTable.contiguous(
-            lengths, table.task_index, chunks, np.where(np.arange(len(table)) >= e, zeros, table.episode_index_shift),
+            lengths, task_index, chunks, np.where(np.arange(len(table)) >= e, zeros, table.episode_index_shift),
             np.where(np.arange(len(table)) >= e, zeros, table.index_shift))
         self._commit(new_table, new_rows, retire=table.chunk[e:].tolist())
 
@@ -739,8 +753,8 @@ def _as_frames(name: str, value: Any, spec: ArraySpec) -> np.ndarray:
         if arr.ndim == 4 and arr.shape[1:] != shape and arr.shape[1:] == (shape[2], shape[0], shape[1]):
             arr = np.moveaxis(arr, 1, -1)  # CHW, as LeRobot's cameras give them
         if arr.dtype.kind == "f":
-            if arr.size and not (np.nanmin(arr) >= 0 and np.nanmax(arr) <= 1):
-                raise SchemaMismatchError(f"feature {name!r}: float images must be in [0, 1]")
+            if arr.size and not (np.isfinite(arr).all() and arr.min() >= 0 and arr.max() <= 1):
+                raise SchemaMismatchError(f"feature {name!r}: float images must be finite and in [0, 1]")
             arr = np.round(arr * 255)
         elif arr.dtype != np.uint8:
             raise SchemaMismatchError(f"feature {name!r}: images must be uint8 or float in [0, 1], got {arr.dtype}")
