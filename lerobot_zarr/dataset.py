@@ -279,7 +279,8 @@ class LeRobotZarrDataset:
         drop = np.setdiff1d(np.flatnonzero(self._mapped), keep[keep >= 0])
         for region in regions.values():
             if not region.relayout(keep, self.meta.episode_length, drop):
-                return  # out of reserved room: start afresh (lazily)
+                self._headroom = 1.0  # out of reserved room: start afresh (lazily), with room for what comes next
+                return
         mapped = np.zeros(len(keep), dtype=bool)
         last_used = np.zeros(len(keep), dtype=np.int64)
         mapped[keep >= 0] = self._mapped[keep[keep >= 0]]

@@ -534,8 +534,9 @@ class WritableDataset(LeRobotZarrDataset):
              features: Sequence[str] | None = None) -> Iterator[dict[str, np.ndarray]]:
         """Edit one episode (or a frame range of it) IN PLACE: ``with ds.edit(3) as ep: ep["action"][10:20] = 0``.
 
-        Yields writable memory maps of the episode's frames for ``features`` (default: every feature but LeRobot's
-        own columns). Writes reach every reader's maps at once and are flushed to the file when the block ends;
+        Yields a mapping of writable memory maps of the episode's frames for ``features`` (default: every feature
+        but LeRobot's own columns), each mapped when first looked up. Writes reach every reader's maps at once and
+        are flushed to the file when the block ends;
         the episode's stats are recomputed for those features at the next commit (:meth:`flush`, :meth:`close`
         or any other change), so many small edits cost little more than the writes. Not atomic: a crash during
         the block can leave an edit half applied (the next writer then recomputes that episode's stats).
@@ -558,15 +559,11 @@ class WritableDataset(LeRobotZarrDataset):
             if not isinstance(frames, (slice, range)) or frames.step not in (None, 1):
                 raise ValueError(f"frames must be a slice, range or (first, stop) of step 1, got {frames!r}")
             first, stop, _ = slice(frames.start, frames.stop).indices(length)
-        maps = {name: self._map_chunk(name, chunk, length, writable=True) for name in names}
-        # until its stats are recomputed the chunk has none on disk: a writer after a crash recomputes them
-        _remove(stats_path(self.root, chunk))
-        self._dirty.setdefault(chunk, set()).update(names)
+        maps = _EditMaps(self, chunk, length, slice(first, stop), names)
         try:
-            yield {name: m[first:stop] for name, m in maps.items()}
+            yield maps
         finally:
-            for m in maps.values():
-                m.flush()
+            maps.close()
 
     def flush(self) -> None:
         """Commit what in-place edits changed (their episodes' stats); a no-op when nothing is pending."""
@@ -721,6 +718,37 @@ class WritableDataset(LeRobotZarrDataset):
             lengths, task_index, chunks, np.where(np.arange(len(table)) >= e, zeros, table.episode_index_shift),
             np.where(np.arange(len(table)) >= e, zeros, table.index_shift))
         self._commit(new_table, new_rows, retire=table.chunk[e:].tolist())
+
+
+class _EditMaps(Mapping):
+    """What ``edit`` yields: each feature's frames mapped writable on first lookup, flushed at the end, and the
+    episode's stats marked for recomputation for the features looked up."""
+
+    def __init__(self, ds: WritableDataset, chunk: int, length: int, frames: slice, names: list[str]):
+        self.ds, self.chunk, self.length, self.frames, self.names = ds, chunk, length, frames, names
+        self.maps: dict[str, np.memmap] = {}
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        if name not in self.maps:
+            if name not in self.names:
+                raise KeyError(name)
+            self.maps[name] = self.ds._map_chunk(name, self.chunk, self.length, writable=True)
+            dirty = self.ds._dirty.setdefault(self.chunk, set())
+            if not dirty:  # until recomputed its stats are gone from disk: a writer after a crash redoes them
+                _remove(stats_path(self.ds.root, self.chunk))
+            dirty.add(name)
+        return self.maps[name][self.frames]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names)
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def close(self) -> None:
+        for m in self.maps.values():
+            m.flush()
+        self.maps.clear()
 
 
 def _remove(path: Path | str) -> None:
