@@ -45,16 +45,20 @@ class EpisodeRegion:
     ``path_of(e)`` gives the chunk file of episode ``e`` and where it is once retired (see ``store``)."""
 
     def __init__(self, name: str, dtype: np.dtype, frame_shape: tuple[int, ...], lengths: np.ndarray,
-                 path_of: Callable[[int], tuple[str, str]]):
+                 path_of: Callable[[int], tuple[str, str]], *, headroom: float = 0.0):
         self.name = name
         self.path_of = path_of
         frame_bytes = int(np.prod(frame_shape, dtype=np.int64)) * dtype.itemsize
-        align = math.lcm(mmap.PAGESIZE, frame_bytes)
+        self.frame_bytes = frame_bytes
+        self.align = align = math.lcm(mmap.PAGESIZE, frame_bytes)
         self.sizes = np.asarray(lengths, dtype=np.int64) * frame_bytes
         slots = -(-self.sizes // align) * align
         self.offsets = np.concatenate([[0], np.cumsum(slots)[:-1]]).astype(np.int64)
         self.slots = slots
-        self.total = int(slots.sum()) + align
+        self.end = int(slots.sum())  # slots are handed out from here on (``relayout``)
+        # a writer's dataset keeps room to lay out appended episodes without moving the mapped ones
+        extra = int(self.end * headroom) + (1 << 30 if headroom else 0)
+        self.total = -(-(self.end + extra) // align) * align + align
         if self.total > MAX_RESERVATION:
             raise StoreError(f"feature {name!r}: frames of {frame_bytes} bytes cannot be mapped side by side "
                              f"({self.total} bytes of address space needed)")
@@ -87,6 +91,26 @@ class EpisodeRegion:
                 raise OSError(f"{path}: mapped at {got:#x} instead of {addr:#x}")
         finally:
             os.close(fd)
+
+    def relayout(self, keep: np.ndarray, lengths: np.ndarray, drop: np.ndarray) -> bool:
+        """Follow a new episode table without moving mapped episodes: episode ``i`` of the new table is episode
+        ``keep[i]`` of the old one (same chunk file), or new when ``keep[i] < 0`` (a slot after the others); old
+        episodes ``drop`` are unmapped. False when the reservation has no room left (build a new region)."""
+        sizes = np.asarray(lengths, dtype=np.int64) * self.frame_bytes
+        slots = -(-sizes // self.align) * self.align
+        new = keep < 0
+        offsets = np.empty(len(keep), dtype=np.int64)
+        offsets[~new] = self.offsets[keep[~new]]
+        starts = self.end + np.concatenate([[0], np.cumsum(slots[new])[:-1]]).astype(np.int64)
+        end = self.end + int(slots[new].sum())
+        if end + self.align > self.total:
+            return False
+        for e in drop.tolist():
+            self.unmap(e)
+        offsets[new] = starts
+        self.offsets, self.sizes, self.slots, self.end = offsets, sizes, slots, end
+        self.rows = self.offsets // self.frame_bytes
+        return True
 
     def unmap(self, e: int) -> None:
         addr = self.base + int(self.offsets[e])

@@ -281,6 +281,8 @@ class LeRobotZarrDataset:
     pickles as its arguments and reopens its maps lazily in each process, so it works in DataLoader workers.
     """
 
+    _headroom = 0.0  # address space reserved past the episodes for appends (a writer's dataset sets it)
+
     def __init__(self, root: str | os.PathLike, *, episodes: EpisodeSelection | None = None,
                  delta_timestamps: Mapping[str, Sequence[float]] | None = None, image_format: str = "uint8_hwc",
                  max_open_maps: int | None = None, lazy: bool = False):
@@ -298,7 +300,9 @@ class LeRobotZarrDataset:
         _live_datasets.add(self)
 
     def _load(self, state: StoreState) -> None:
-        """Set up index arithmetic for a committed state (maps are opened lazily)."""
+        """Set up index arithmetic for a committed state (maps are opened lazily; on a reload, episodes whose chunk
+        is unchanged keep their maps)."""
+        previous = getattr(self, "_regions", None), getattr(self, "_chunks", None), getattr(self, "_specs", None)
         episodes, delta_timestamps, max_open_maps, lazy = self._request
         ranges = None if episodes is None else episode_ranges(episodes, state.episode_length)
         self.meta = DatasetMeta.from_state(state)
@@ -350,13 +354,38 @@ class LeRobotZarrDataset:
         self._tasks = np.array(self.meta.tasks, dtype=object)
         self._max_maps = max(1, int(max_open_maps) // max(1, len(self._specs)))
         self._regions: dict[str, EpisodeRegion] | None = None
+        if previous[0] is not None and previous[2] == self._specs:
+            self._relayout(previous[0], previous[1])
+
+    def _relayout(self, regions: dict[str, EpisodeRegion], old_chunks: np.ndarray) -> None:
+        """Keep the maps of a previous commit's episodes whose chunk is still listed (same file, same frames)."""
+        where = {int(c): i for i, c in enumerate(old_chunks.tolist())}
+        keep = np.array([where.get(int(c), -1) for c in self._chunks.tolist()], dtype=np.int64)
+        drop = np.setdiff1d(np.flatnonzero(self._mapped), keep[keep >= 0])
+        for region in regions.values():
+            if not region.relayout(keep, self.meta.episode_length, drop):
+                self._headroom = 1.0  # out of reserved room: start afresh (lazily), with room for what comes next
+                return
+        mapped = np.zeros(len(keep), dtype=bool)
+        last_used = np.zeros(len(keep), dtype=np.int64)
+        mapped[keep >= 0] = self._mapped[keep[keep >= 0]]
+        last_used[keep >= 0] = self._last_used[keep[keep >= 0]]
+        self._mapped, self._last_used, self._n_mapped = mapped, last_used, int(mapped.sum())
+        self._compact = {name: _Compact(name, reader.spec, self.meta.episode_length, reader.path_of, self._max_maps,
+                                        self._offsets.get(name)) for name, reader in self._compact.items()}
+        self._index_regions(regions)
+
+    def _learn_tasks(self) -> None:
+        """A writer gave frames a task added after this dataset's commit (set_task works in place): tasks are
+        only ever appended, so the latest list names it."""
+        self._tasks = np.array(read_state(self.root).attrs["tasks"], dtype=object)
 
     def refresh(self) -> bool:
         """Pick up what writers committed since this dataset was opened (appended or deleted episodes, new
         tasks): the same arguments applied to the latest commit. Returns whether anything changed.
 
-        In-place edits of frames need no refresh: they are visible at once. A dataset otherwise keeps the commit
-        it opened, so indices stay stable for a sampler until it refreshes."""
+        In-place changes of frames (``edit``, ``set_task``) need no refresh: they are visible at once. A dataset
+        otherwise keeps the commit it opened, so indices stay stable for a sampler until it refreshes."""
         state = read_state(self.root)
         if state.generation == self._generation:
             return False
@@ -407,11 +436,17 @@ class LeRobotZarrDataset:
                 self._compact[name] = _Compact(name, spec, lengths, path_of, self._max_maps,
                                                self._offsets.get(name))
             else:
-                regions[name] = EpisodeRegion(name, spec.dtype, spec.frame_shape, lengths, path_of)
+                regions[name] = EpisodeRegion(name, spec.dtype, spec.frame_shape, lengths, path_of,
+                                              headroom=self._headroom)
         self._mapped = np.zeros(len(lengths), dtype=bool)
         self._n_mapped = 0
         self._last_used = np.zeros(len(lengths), dtype=np.int64)
         self._tick = 0
+        self._index_regions(regions)
+        return regions
+
+    def _index_regions(self, regions: dict[str, EpisodeRegion]) -> None:
+        """The hot path's per-feature views and row offsets."""
         self._plain = [(name, r.view, r.rows, r.rows.tolist()) for name, r in regions.items()
                        if name not in self._offsets]
         self._windowed = [_Window(name, r, self._offsets[name]) for name, r in regions.items() if name in self._offsets]
@@ -419,7 +454,6 @@ class LeRobotZarrDataset:
         task = regions["task_index"]  # read again for the task text: it may be windowed, or stored as a 1-vector
         self._task_source = (task.view, task.rows, task.rows.tolist(), task.view.ndim > 1)
         self._regions = regions
-        return regions
 
     def _chunk_files(self, name: str, ndim: int, e: int) -> tuple[str, str]:
         chunk = int(self._chunks[e])
@@ -515,7 +549,10 @@ class LeRobotZarrDataset:
                 out[name] = value.copy() if isinstance(value, np.ndarray) else value
             task_view, _, task_rows, vector = self._task_source
             task_index = task_view[task_rows[e] + local]
-            out["task"] = self._tasks[task_index[0] if vector else task_index]
+            task_index = task_index[0] if vector else task_index
+            if task_index >= len(self._tasks):
+                self._learn_tasks()
+            out["task"] = self._tasks[task_index]
             for name, _, shift in self._shifts:
                 out[name] = out[name] - shift[e]
             for name, compact in self._compact.items():
@@ -581,7 +618,10 @@ class LeRobotZarrDataset:
                 out[name] = view[rows[eps] + local]
             task_view, task_rows, _, vector = self._task_source
             task_index = task_view[task_rows[eps] + local]
-            out["task"] = self._tasks[task_index[:, 0] if vector else task_index].tolist()
+            task_index = task_index[:, 0] if vector else task_index
+            if len(task_index) and task_index.max() >= len(self._tasks):
+                self._learn_tasks()
+            out["task"] = self._tasks[task_index].tolist()
             for name, shift, _ in self._shifts:
                 out[name] = out[name] - shift[eps].reshape(-1, *[1] * (out[name].ndim - 1))
             for name, compact in self._compact.items():

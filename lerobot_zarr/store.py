@@ -62,6 +62,7 @@ import fcntl
 import json
 import os
 import shutil
+import weakref
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -113,6 +114,7 @@ _ROOT = "zarr.json"
 COMPACT_CODEC = {"name": "zstd", "configuration": {"level": 3, "checksum": False}}
 STORAGES = ("raw", "compact")
 _CREATING = ".lerobot_zarr-creating"
+CREATING_MARKER = _CREATING
 
 
 @dataclass(frozen=True)
@@ -520,9 +522,12 @@ def _dump(doc: dict) -> bytes:
 
 
 def check_new_store_location(root: Path) -> None:
-    """Refuse to make a store in a file or in a folder holding anything but a half-created store."""
+    """Refuse to make a store in a file, over a store, or in a folder holding anything but a half-created store."""
     if root.exists() and (root.is_symlink() or not root.is_dir()):
         raise StoreError(f"{root}: exists and is not a folder; a store needs a folder of its own")
+    if (root / _ROOT).is_file():
+        raise StoreError(f"{root}: is a store already (open it, e.g. open_dataset(root, mode='r+'), or choose "
+                         f"another folder)")
     if root.is_dir() and not (root / _CREATING).exists():
         if any(p.name != ".lock" for p in root.iterdir()):
             raise StoreError(f"{root}: folder is not empty and is not a lerobot_zarr store; refusing to write into it")
@@ -534,7 +539,8 @@ def _features_attrs(arrays: Mapping[str, ArraySpec]) -> dict:
 
 
 def create_store(root: Path, arrays: Mapping[str, ArraySpec], table: EpisodeTable, attrs: dict) -> StoreState:
-    """Lay out an empty store (no chunk committed) and commit it. ``root`` must be empty or a half-created store.
+    """Lay out an empty store (no chunk committed) and commit it. ``root`` must be empty or a half-created store
+    (one killed before its first commit).
 
     The table may list episodes to come (a transcode lists its source's); their chunks are ``table.chunk``."""
     check_new_store_location(root)
@@ -699,17 +705,39 @@ def commit_state(state: StoreState, *, table: EpisodeTable | None = None, durabl
     return replace(state, attrs=new_attrs, table=table)
 
 
+_held_locks: weakref.WeakSet = weakref.WeakSet()
+
+
+def _drop_inherited_locks() -> None:
+    # A forked child shares the parent's lock: it must neither release it nor keep it alive after the parent dies.
+    for lock in list(_held_locks):
+        if lock._fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(lock._fd)
+            lock._fd = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_drop_inherited_locks)
+
+
 class WriterLock:
-    """Exclusive ``flock`` on ``<store>/.lock``: one writer per store, released when its process dies."""
+    """Exclusive ``flock`` on ``<store>/.lock``: one writer per store, released when its process dies. A forked
+    child does not inherit it (its copy is closed after the fork)."""
 
     def __init__(self, root: Path, *, blocking: bool = True):
         self.root = Path(root)
         self.blocking = blocking
         self._fd: int | None = None
 
+    @property
+    def held(self) -> bool:
+        """Whether this process holds the lock."""
+        return self._fd is not None
+
     def __enter__(self) -> WriterLock:
         self.root.mkdir(parents=True, exist_ok=True)
-        self._fd = os.open(self.root / ".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        self._fd = os.open(self.root / ".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
         try:
             fcntl.flock(self._fd, fcntl.LOCK_EX | (0 if self.blocking else fcntl.LOCK_NB))
         except OSError as exc:
@@ -718,9 +746,11 @@ class WriterLock:
             if exc.errno in (errno.EAGAIN, errno.EACCES):
                 raise StoreLockedError(f"{self.root}: another process is writing this store") from None
             raise
+        _held_locks.add(self)
         return self
 
     def __exit__(self, *exc: Any) -> None:
+        _held_locks.discard(self)
         if self._fd is not None:
             with contextlib.suppress(OSError):
                 fcntl.flock(self._fd, fcntl.LOCK_UN)

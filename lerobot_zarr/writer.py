@@ -41,6 +41,7 @@ from .store import (
     EpisodeTable,
     WriterLock,
     atomic_write,
+    CREATING_MARKER,
     check_array_name,
     check_new_store_location,
     chunk_path,
@@ -136,12 +137,14 @@ def create(root: str | os.PathLike, *, fps: float, features: Mapping[str, Mappin
     if capacity_frames is not None and int(capacity_frames) < 1:
         raise ValueError(f"capacity_frames must be positive, got {capacity_frames}")
     info_features, arrays = _feature_specs(features)
-    check_new_store_location(root)
+    if root.exists() and (root.is_symlink() or not root.is_dir()):
+        check_new_store_location(root)  # raises: not a folder
     info = {"codebase_version": "v3.0", "robot_type": robot_type, "fps": fps if fps % 1 else int(fps),
             "features": info_features, "total_episodes": 0, "total_frames": 0, "total_tasks": 0,
             "splits": {}}
     empty = EpisodeTable.contiguous([], [], [])
-    with WriterLock(root, blocking=False):
+    with WriterLock(root, blocking=False):  # first: a store another writer holds is "locked", not "exists"
+        check_new_store_location(root)
         create_store(root, arrays, empty, {"info": info, "tasks": [], "stats": {}, "source": {"kind": "recorded"},
                                            "not_materialized": {}, "capacity_frames": capacity_frames})
     return WritableDataset(root, durable=durable, min_free_bytes=min_free_bytes)
@@ -152,9 +155,12 @@ class WritableDataset(LeRobotZarrDataset):
     after each write the sampler sees the new commit, so indices stay consistent).
 
     Structural changes (:meth:`add_episode`, :meth:`save_episode`, :meth:`delete_episodes`,
-    :meth:`delete_frames`, :meth:`set_task`) are atomic commits. :meth:`edit` changes frames in place. Use as a
-    context manager, or call :meth:`close`, to release the writer lock (a dead process releases it too).
+    :meth:`delete_frames`) are atomic commits: readers of older commits keep their view until they refresh.
+    :meth:`edit` and :meth:`set_task` change frames in place: every reader sees them at once. Use as a context
+    manager, or call :meth:`close`, to release the writer lock (a dead process releases it too).
     """
+
+    _headroom = 1.0  # appended episodes get maps next to the others: sampling keeps its maps across commits
 
     def __init__(self, root: str | os.PathLike, *, delta_timestamps: Mapping[str, Sequence[float]] | None = None,
                  image_format: str = "uint8_hwc", max_open_maps: int | None = None, durable: bool = True,
@@ -189,18 +195,30 @@ class WritableDataset(LeRobotZarrDataset):
         self.min_free_bytes = _min_free_bytes(min_free_bytes)
         self._episode_buffer: list[tuple[dict[str, np.ndarray], str]] = []
         self._stats_rows: dict[str, dict[str, np.ndarray]] | None = None  # per-episode stats of stored values
+        self._dirty: dict[int, set[str]] = {}  # chunk -> features edited in place since the last commit
+        if self._state.attrs.get("pending_tasks"):  # a set_task killed midway: finish it (idempotent)
+            self._rewrite_task_index(self._state.attrs["pending_tasks"])
+        stats_dir = self.root / ".episode_stats"
+        if stats_dir.is_dir() and any(not stats_path(self.root, c).exists() for c in self._state.table.chunk.tolist()):
+            # an edit was cut short by a crash (it had dropped its episode's stats): recompute and commit them
+            self._commit(self._state.table, self._episode_stats_rows(), copies_written=True)
 
     def __reduce__(self) -> tuple:
         # a copy in another process (a DataLoader worker) is a reader of the same episodes: it cannot hold the lock
         return (LeRobotZarrDataset.__new__, (LeRobotZarrDataset,), self.__getstate__())
 
     def close(self) -> None:
-        """Release the writer lock. The dataset stays readable."""
-        self._release()
+        """Commit pending edits (:meth:`flush`) and release the writer lock. The dataset stays readable."""
+        if not self.closed:
+            try:
+                self.flush()
+            finally:
+                self._release()
 
     @property
     def closed(self) -> bool:
-        return not self._release.alive
+        """Whether this object can no longer write: closed, or a copy in a forked child (which may only read)."""
+        return not self._release.alive or not self._writer_lock.held
 
     def __enter__(self) -> WritableDataset:
         return self
@@ -222,8 +240,11 @@ class WritableDataset(LeRobotZarrDataset):
 
     # housekeeping ---------------------------------------------------------------------------------------
     def _check_open(self) -> None:
-        if self.closed:
+        if not self._release.alive:
             raise StoreError(f"{self.root}: this writable dataset was closed; open it again with mode='r+'")
+        if not self._writer_lock.held:
+            raise StoreError(f"{self.root}: this writable dataset was opened by another process (this one is a "
+                             f"fork of it); a forked process may read it but not write to it")
 
     def _cleanup(self) -> None:
         """After a crash: drop chunk files no commit lists, finish retiring, delete what expired."""
@@ -248,8 +269,12 @@ class WritableDataset(LeRobotZarrDataset):
                 stem = entry.name.removesuffix(".json")
                 if not (stem.isdigit() and int(stem) in live):
                     _remove(entry)
-        for tmp in self.root.glob(".zarr.json.tmp-*"):
-            _remove(tmp)
+        for pattern in (".*.tmp-*", "*/.*.tmp-*", "*/c/.*.tmp-*", CREATING_MARKER):
+            for tmp in self.root.glob(pattern):  # debris of writes killed before their rename
+                _remove(tmp)
+        # zarr's copies of the table and array metadata may be those of a commit killed before its root write
+        write_zarr_copies(self.root, state.arrays, state.table, state.next_chunk)
+
 
     def _retire_file(self, name: str, spec: ArraySpec, chunk: int) -> None:
         target = Path(retired_path(self.root, name, chunk))
@@ -330,8 +355,11 @@ class WritableDataset(LeRobotZarrDataset):
     def _commit(self, table: EpisodeTable, rows: dict[str, dict[str, np.ndarray]] | None, *,
                 tasks: list[str] | None = None, retire: Sequence[int] = (), copies_written: bool = False,
                 **attrs: Any) -> None:
-        """One commit: table, tasks, stats, info counters; then retire the given chunks and reload the sampler."""
+        """One commit: table, tasks, stats, info counters; then retire the given chunks and reload the sampler.
+        Stats of in-place edits not committed yet are folded in."""
         state = self._state
+        if self._dirty:
+            rows = self._fold_dirty(table, self._episode_stats_rows() if rows is None else rows)
         tasks = list(state.attrs["tasks"]) if tasks is None else tasks
         info = dict(state.attrs["info"], total_episodes=len(table), total_frames=int(table.length.sum()),
                     total_tasks=len(tasks), splits={"train": f"0:{len(table)}"} if len(table) else {})
@@ -345,9 +373,16 @@ class WritableDataset(LeRobotZarrDataset):
         if rows is not None:
             attrs["stats"] = self._dataset_stats(table, rows)
         next_chunk = max(state.next_chunk, int(table.chunk.max()) + 1 if len(table) else 0)
-        new_state = commit_state(state, table=table, durable=self.durable, copies_written=copies_written, info=info,
-                                 tasks=tasks, source=source, retired=retired, next_chunk=next_chunk, **attrs)
+        try:
+            new_state = commit_state(state, table=table, durable=self.durable, copies_written=copies_written,
+                                     info=info, tasks=tasks, source=source, retired=retired, next_chunk=next_chunk,
+                                     **attrs)
+        except BaseException:
+            with contextlib.suppress(Exception):  # zarr's copies go back to the commit that still stands
+                write_zarr_copies(self.root, state.arrays, state.table, state.next_chunk)
+            raise
         self._state = new_state
+        self._dirty = {}
         if rows is not None:
             self._stats_rows = rows
         for chunk in retire:
@@ -504,16 +539,25 @@ class WritableDataset(LeRobotZarrDataset):
             return sorted({self._episode_index(e) for e in episodes})
 
     @contextlib.contextmanager
-    def edit(self, episode: int, frames: slice | range | tuple[int, int] | None = None
-             ) -> Iterator[dict[str, np.ndarray]]:
+    def edit(self, episode: int, frames: slice | range | tuple[int, int] | None = None, *,
+             features: Sequence[str] | None = None) -> Iterator[dict[str, np.ndarray]]:
         """Edit one episode (or a frame range of it) IN PLACE: ``with ds.edit(3) as ep: ep["action"][10:20] = 0``.
 
-        Yields writable memory maps of the episode's frames for every feature but LeRobot's own index columns.
-        Writes reach every reader's maps at once; on leaving the block the episode's stats are recomputed and
-        committed. Not atomic: a crash during the block can leave an edit half applied.
+        Yields a mapping of writable memory maps of the episode's frames for ``features`` (default: every feature
+        but LeRobot's own columns), each mapped when first looked up. Writes reach every reader's maps at once and
+        are flushed to the file when the block ends;
+        the episode's stats are recomputed for those features at the next commit (:meth:`flush`, :meth:`close`
+        or any other change), so many small edits cost little more than the writes. Not atomic: a crash during
+        the block can leave an edit half applied (the next writer then recomputes that episode's stats).
         """
         self._check_open()
         e = self._episode_index(episode)
+        editable = [name for name in self._specs if name not in DEFAULT_FEATURES]
+        names = editable if features is None else list(features)
+        wrong = [name for name in names if name not in editable]
+        if wrong:
+            raise ValueError(f"{self.root}: cannot edit {wrong} in place (editable features: {editable}; tasks "
+                             f"change with set_task, indices with delete_episodes/delete_frames)")
         table = self._state.table
         chunk, length = int(table.chunk[e]), int(table.length[e])
         if frames is None:
@@ -524,52 +568,74 @@ class WritableDataset(LeRobotZarrDataset):
             if not isinstance(frames, (slice, range)) or frames.step not in (None, 1):
                 raise ValueError(f"frames must be a slice, range or (first, stop) of step 1, got {frames!r}")
             first, stop, _ = slice(frames.start, frames.stop).indices(length)
-        maps = {name: self._map_chunk(name, chunk, length, writable=True) for name in self._specs
-                if name not in DEFAULT_FEATURES}
+        maps = _EditMaps(self, chunk, length, slice(first, stop), names)
         try:
-            yield {name: m[first:stop] for name, m in maps.items()}
+            yield maps
         finally:
-            for m in maps.values():
-                m.flush()
-            del maps
-            table = self._state.table
-            if e >= len(table) or int(table.chunk[e]) != chunk:
-                raise StoreError(f"{self.root}: episode {e} was deleted or rewritten during its edit")
-            rows = self._episode_stats_rows()
-            stats = self._stats_of(chunk, self._read_chunk(chunk, length))
-            new_rows = {name: {k: v.copy() for k, v in rows[name].items()} for name in rows}
-            for name in new_rows:
-                for k in new_rows[name]:
-                    new_rows[name][k][e] = stats[name][k]
-            self._commit(table, new_rows)
+            maps.close()
+
+    def flush(self) -> None:
+        """Commit what in-place edits changed (their episodes' stats); a no-op when nothing is pending."""
+        self._check_open()
+        if self._dirty:
+            self._commit(self._state.table, self._episode_stats_rows(), copies_written=True)
+
+    def _fold_dirty(self, table: EpisodeTable, rows: dict[str, dict[str, np.ndarray]]
+                    ) -> dict[str, dict[str, np.ndarray]]:
+        """``rows`` (aligned with ``table``) with the stats of edited features recomputed from the data."""
+        position = {int(c): i for i, c in enumerate(table.chunk.tolist())}
+        rows = {name: {k: v.copy() for k, v in rows[name].items()} for name in rows}
+        for chunk, names in self._dirty.items():
+            e = position.get(chunk)
+            if e is None:  # deleted or rewritten since: its new chunk got fresh stats
+                continue
+            length = int(table.length[e])
+            for name in names:
+                stats = episode_stats(np.asarray(self._map_chunk(name, chunk, length)), self._specs[name].kind)
+                for k in rows[name]:
+                    rows[name][k][e] = stats[k]
+            self._write_stats_file(chunk, {name: {k: v[e] for k, v in rows[name].items()} for name in rows})
+        return rows
 
     def set_task(self, episodes: int | Sequence[int], task: str) -> None:
-        """Give episodes a new task (every frame's ``task_index``), adding the task string if it is new."""
+        """Give episodes a new task, adding the task string if it is new.
+
+        In place, like :meth:`edit`: readers see the new task at once (the task list only ever grows, so a reader
+        of an older commit learns a new task's text when it meets it). One commit records the new task of each
+        episode together with the rewrite of their frames' ``task_index`` still to do; the frames are then
+        rewritten and a second commit ends it. A writer killed in between leaves the rewrite to the next writer,
+        which finishes it when it opens."""
         self._check_open()
         if not isinstance(task, str) or not task:
             raise ValueError(f"task must be a non-empty string, got {task!r}")
         eps = self._episode_list(episodes)
         tasks = list(self._state.attrs["tasks"])
-        if task not in tasks:  # committed first, so that no frame ever holds an index the task list lacks
+        if task not in tasks:
             tasks.append(task)
-            self._commit(self._state.table, None, tasks=tasks)
         k = tasks.index(task)
         table = self._state.table
-        rows = self._episode_stats_rows()
-        new_rows = {name: {s: v.copy() for s, v in rows[name].items()} for name in rows}
-        for e in eps:
-            chunk, length = int(table.chunk[e]), int(table.length[e])
-            m = self._map_chunk("task_index", chunk, length, writable=True)
+        task_index = table.task_index.copy()
+        task_index[eps] = k
+        pending = [[int(table.chunk[e]), k] for e in eps]
+        self._commit(EpisodeTable(table.start, table.length, task_index, table.chunk, table.episode_index_shift,
+                                  table.index_shift), None, tasks=tasks, pending_tasks=pending)
+        self._rewrite_task_index(pending)
+
+    def _rewrite_task_index(self, pending: list[list[int]]) -> None:
+        """Write each listed chunk's ``task_index`` frames in place, then commit (with their stats)."""
+        table = self._state.table
+        position = {int(c): i for i, c in enumerate(table.chunk.tolist())}
+        for chunk, k in pending:
+            e = position.get(int(chunk))
+            if e is None:
+                continue
+            m = self._map_chunk("task_index", int(chunk), int(table.length[e]), writable=True)
             m[:] = k
             m.flush()
             del m
-            stats = self._stats_of(chunk, self._read_chunk(chunk, length))
-            for s in new_rows["task_index"]:
-                new_rows["task_index"][s][e] = stats["task_index"][s]
-        task_index = table.task_index.copy()
-        task_index[eps] = k
-        self._commit(EpisodeTable(table.start, table.length, task_index, table.chunk, table.episode_index_shift,
-                                  table.index_shift), new_rows)
+            _remove(stats_path(self.root, int(chunk)))
+            self._dirty.setdefault(int(chunk), set()).add("task_index")
+        self._commit(table, self._episode_stats_rows(), copies_written=True, pending_tasks=None)
 
     def delete_episodes(self, episodes: int | Sequence[int]) -> None:
         """Delete whole episodes in one commit. Later episodes are renumbered (``episode_index``, ``index``
@@ -611,6 +677,8 @@ class WritableDataset(LeRobotZarrDataset):
             gone[slice(frames.start, frames.stop)] = True
         else:
             idx = np.asarray(frames)
+            if idx.size == 0:
+                return
             if idx.dtype.kind not in "iu" or idx.ndim != 1:
                 raise TypeError(f"frames must be a slice, range, (first, stop) or a list of frame indices, "
                                 f"got {frames!r:.200}")
@@ -631,6 +699,7 @@ class WritableDataset(LeRobotZarrDataset):
         lengths[e] = length - int(gone.sum())
         starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
         chunks = table.chunk.copy()
+        task_index = table.task_index.copy()
         fps = float(self.meta.fps)
         new_rows = {name: {k: v.copy() for k, v in rows[name].items()} for name in rows}
         with progress_bar(len(later), f"rewriting episodes {e}..{len(table) - 1}", len(later) > 50) as bar:
@@ -642,6 +711,7 @@ class WritableDataset(LeRobotZarrDataset):
                 if old == e:
                     data["frame_index"] = np.arange(n, dtype=np.int64)
                     data["timestamp"] = (np.arange(n) / fps).astype(np.float32)
+                    task_index[e] = int(np.asarray(data["task_index"]).reshape(n, -1)[0, 0])  # its first task now
                 data["episode_index"] = np.full(n, old, dtype=np.int64)
                 data["index"] = np.arange(starts[old], starts[old] + n, dtype=np.int64)
                 for name, spec in self._specs.items():
@@ -654,9 +724,40 @@ class WritableDataset(LeRobotZarrDataset):
                 bar.update(1)
         zeros = np.zeros(len(table), dtype=np.int64)
         new_table = EpisodeTable.contiguous(
-            lengths, table.task_index, chunks, np.where(np.arange(len(table)) >= e, zeros, table.episode_index_shift),
+            lengths, task_index, chunks, np.where(np.arange(len(table)) >= e, zeros, table.episode_index_shift),
             np.where(np.arange(len(table)) >= e, zeros, table.index_shift))
         self._commit(new_table, new_rows, retire=table.chunk[e:].tolist())
+
+
+class _EditMaps(Mapping):
+    """What ``edit`` yields: each feature's frames mapped writable on first lookup, flushed at the end, and the
+    episode's stats marked for recomputation for the features looked up."""
+
+    def __init__(self, ds: WritableDataset, chunk: int, length: int, frames: slice, names: list[str]):
+        self.ds, self.chunk, self.length, self.frames, self.names = ds, chunk, length, frames, names
+        self.maps: dict[str, np.memmap] = {}
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        if name not in self.maps:
+            if name not in self.names:
+                raise KeyError(name)
+            self.maps[name] = self.ds._map_chunk(name, self.chunk, self.length, writable=True)
+            dirty = self.ds._dirty.setdefault(self.chunk, set())
+            if not dirty:  # until recomputed its stats are gone from disk: a writer after a crash redoes them
+                _remove(stats_path(self.ds.root, self.chunk))
+            dirty.add(name)
+        return self.maps[name][self.frames]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names)
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def close(self) -> None:
+        for m in self.maps.values():
+            m.flush()
+        self.maps.clear()
 
 
 def _remove(path: Path | str) -> None:
@@ -689,8 +790,8 @@ def _as_frames(name: str, value: Any, spec: ArraySpec) -> np.ndarray:
         if arr.ndim == 4 and arr.shape[1:] != shape and arr.shape[1:] == (shape[2], shape[0], shape[1]):
             arr = np.moveaxis(arr, 1, -1)  # CHW, as LeRobot's cameras give them
         if arr.dtype.kind == "f":
-            if arr.size and not (np.nanmin(arr) >= 0 and np.nanmax(arr) <= 1):
-                raise SchemaMismatchError(f"feature {name!r}: float images must be in [0, 1]")
+            if arr.size and not (np.isfinite(arr).all() and arr.min() >= 0 and arr.max() <= 1):
+                raise SchemaMismatchError(f"feature {name!r}: float images must be finite and in [0, 1]")
             arr = np.round(arr * 255)
         elif arr.dtype != np.uint8:
             raise SchemaMismatchError(f"feature {name!r}: images must be uint8 or float in [0, 1], got {arr.dtype}")
