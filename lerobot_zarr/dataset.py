@@ -208,6 +208,19 @@ class _Window:
                 v, (v.shape[0] - n + 1, n, *v.shape[1:]), (v.strides[0], *v.strides), writeable=False)
 
 
+def read_episode_chunk(root: str | os.PathLike, name: str, spec: ArraySpec, chunk: int, length: int,
+                       episode: int) -> np.ndarray:
+    """A copy of one episode's stored frames of one feature, from chunk ``chunk`` (or its retired copy)."""
+    path = chunk_path(root, name, chunk, spec.ndim)
+    retired = retired_path(root, name, chunk)
+    if spec.storage == "compact":
+        reader = _Compact(name, spec, np.full(episode + 1, length), lambda e: (path, retired), 1, None)
+        return reader.frames(np.full(length, episode), np.arange(length))
+    fd = open_chunk(path, length * spec.frame_bytes, episode, name, retired=retired)
+    with os.fdopen(fd, "rb") as f:
+        return np.fromfile(f, dtype=spec.dtype).reshape(length, *spec.frame_shape)
+
+
 class _Compact:
     """A compact feature (zstd-compressed frames in a zarr shard per episode): frames are read with ``pread``
     and decompressed with numcodecs, the shard indexes of at most ``max_open`` episodes kept open."""
@@ -350,6 +363,11 @@ class LeRobotZarrDataset:
         self._tasks = np.array(self.meta.tasks, dtype=object)
         self._max_maps = max(1, int(max_open_maps) // max(1, len(self._specs)))
         self._regions: dict[str, EpisodeRegion] | None = None
+
+    def index_shifts(self) -> dict[str, np.ndarray]:
+        """What the stored ``episode_index`` / ``index`` values of each episode exceed LeRobot's by (after
+        deletions; all zero otherwise)."""
+        return {name: shift for name, shift, _ in self._shifts}
 
     def refresh(self) -> bool:
         """Pick up what writers committed since this dataset was opened (appended or deleted episodes, new
