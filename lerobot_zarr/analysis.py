@@ -14,7 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .dataset import read_episode_chunk
 from .lerobot_v3 import QUANTILES, aggregate_stats, stats_json
+from .store import ArraySpec
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -39,9 +41,12 @@ def _labels(names: Any, size: int) -> tuple[str | None, list[str] | None]:
     return None, None
 
 
-def _read_episode(ds: LeRobotZarrDataset, name: str, e: int) -> np.ndarray:
-    """One episode's frames of one feature, read from its chunk file (a dask task)."""
-    return np.array(ds.episode(e, features=[name])[name])
+def _read_episode(root: str, name: str, spec: ArraySpec, chunk: int, length: int, episode: int, shift: int
+                  ) -> np.ndarray:
+    """One episode's frames of one feature (a dask task): read from the chunk the view's commit lists, so a
+    worker reads that commit's data even after a writer moved on (or raises if its files are gone)."""
+    return read_episode_chunk(root, name, spec, chunk, length, episode) - shift if shift else \
+        read_episode_chunk(root, name, spec, chunk, length, episode)
 
 
 def to_xarray(ds: LeRobotZarrDataset) -> xr.Dataset:
@@ -56,10 +61,15 @@ def to_xarray(ds: LeRobotZarrDataset) -> xr.Dataset:
     features = meta.features
     data_vars: dict[str, Any] = {}
     coords: dict[str, Any] = {}
+    chunks = ds._chunks[selected].tolist()
+    shifts = ds.index_shifts()
     for name, spec in ds.array_specs.items():
-        blocks = [da.from_delayed(dask.delayed(_read_episode, pure=True)(ds, name, e), (n, *spec.frame_shape),
-                                  dtype=spec.dtype, name=f"lerobot_zarr-{ds.root}-{name}-{e}-{ds._generation}")
-                  for e, n in zip(selected.tolist(), lengths, strict=True)]
+        shift = shifts.get(name, np.zeros(meta.total_episodes, dtype=np.int64))
+        blocks = [da.from_delayed(dask.delayed(_read_episode, pure=True)(str(ds.root), name, spec, c, n, e,
+                                                                         int(shift[e])),
+                                  (n, *spec.frame_shape), dtype=spec.dtype,
+                                  name=f"lerobot_zarr-{ds.root}-{name}-{c}-{int(shift[e])}")
+                  for e, n, c in zip(selected.tolist(), lengths, chunks, strict=True)]
         data = da.concatenate(blocks, axis=0) if blocks else da.zeros((0, *spec.frame_shape), dtype=spec.dtype)
         dims = ["frame", *(f"{name}.{d}" for d in spec.dims)]
         if len(spec.frame_shape) == 1:
@@ -97,12 +107,15 @@ def lerobot_stats(x: xr.Dataset, features: list[str] | None = None) -> dict[str,
     it: each episode's min, max, mean, std and quantiles, then the count-weighted merge (parallel variance for
     std, count-weighted average for quantiles).
 
-    LeRobot computes an episode's quantiles from a 5000-bin histogram, so recomputed quantiles differ from a
-    LeRobot ``stats.json`` by up to about (max - min) / 5000 per episode; the other statistics agree to float
-    precision. Image and video features (LeRobot samples frames for them) are not recomputed here.
+    Quantiles are the inverse CDF (numpy's ``inverted_cdf``), which LeRobot approximates with a 5000-bin
+    histogram per episode: they differ from a LeRobot ``stats.json`` by up to about (max - min) / 5000. LeRobot
+    computes means and variances in float32 (variance as E[x^2] - E[x]^2), so its std can be off by a few tens
+    of float32 epsilons times E[x^2] where |mean| >> std; these are exact (float64). Image and video features (LeRobot samples frames for them) are not recomputed here.
     """
     import dask
 
+    if not x.sizes.get("frame"):
+        return {}
     names = features or [k for k, v in x.data_vars.items() if v.dims and v.dims[0] == "frame"
                          and v.attrs.get("lerobot_dtype") not in ("image", "video")]
     names += [k for k in ("timestamp", "frame_index", "episode_index", "index") if features is None and k in x.coords]
@@ -130,8 +143,8 @@ def _episode_stats(values: np.ndarray) -> dict[str, np.ndarray]:
     flat = values.reshape(len(values), -1).astype(np.float64)
     shape = values.shape[1:] or (1,)
     stats = {"min": flat.min(axis=0), "max": flat.max(axis=0), "mean": flat.mean(axis=0), "std": flat.std(axis=0)}
-    for key, q in QUANTILES.items():
-        stats[key] = np.quantile(flat, q, axis=0)
+    for key, q in QUANTILES.items():  # the inverse CDF, what LeRobot's histogram approximates
+        stats[key] = np.quantile(flat, q, axis=0, method="inverted_cdf")
     stats = {k: v.reshape(shape) for k, v in stats.items()}
     stats["count"] = np.array([len(values)])
     return stats

@@ -208,6 +208,19 @@ class _Window:
                 v, (v.shape[0] - n + 1, n, *v.shape[1:]), (v.strides[0], *v.strides), writeable=False)
 
 
+def read_episode_chunk(root: str | os.PathLike, name: str, spec: ArraySpec, chunk: int, length: int,
+                       episode: int) -> np.ndarray:
+    """A copy of one episode's stored frames of one feature, from chunk ``chunk`` (or its retired copy)."""
+    path = chunk_path(root, name, chunk, spec.ndim)
+    retired = retired_path(root, name, chunk)
+    if spec.storage == "compact":
+        reader = _Compact(name, spec, np.full(episode + 1, length), lambda e: (path, retired), 1, None)
+        return reader.frames(np.full(length, episode), np.arange(length))
+    fd = open_chunk(path, length * spec.frame_bytes, episode, name, retired=retired)
+    with os.fdopen(fd, "rb") as f:
+        return np.fromfile(f, dtype=spec.dtype).reshape(length, *spec.frame_shape)
+
+
 class _Compact:
     """A compact feature (zstd-compressed frames in a zarr shard per episode): frames are read with ``pread``
     and decompressed with numcodecs, the shard indexes of at most ``max_open`` episodes kept open."""
@@ -379,6 +392,11 @@ class LeRobotZarrDataset:
         """A writer gave frames a task added after this dataset's commit (set_task works in place): tasks are
         only ever appended, so the latest list names it."""
         self._tasks = np.array(read_state(self.root).attrs["tasks"], dtype=object)
+
+    def index_shifts(self) -> dict[str, np.ndarray]:
+        """What the stored ``episode_index`` / ``index`` values of each episode exceed LeRobot's by (after
+        deletions; all zero otherwise)."""
+        return {name: shift for name, shift, _ in self._shifts}
 
     def refresh(self) -> bool:
         """Pick up what writers committed since this dataset was opened (appended or deleted episodes, new

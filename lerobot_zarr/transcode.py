@@ -213,7 +213,7 @@ def _write_distributed(source: LeRobotSource, root: Path, state: StoreState, tod
                       f"transcoding {source.files.name} on {len(client.scheduler_info()['workers'])} workers",
                       progress) as bar:
         try:
-            for future in as_completed(futures):
+            for future in as_completed(futures, loop=client.loop):
                 episodes, gaps = future.result()
                 done.extend(episodes)
                 for name, reasons in gaps.items():
