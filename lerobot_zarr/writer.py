@@ -19,6 +19,7 @@ import time
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -37,11 +38,12 @@ from .errors import (
 from .lerobot_v3 import DEFAULT_FEATURES, aggregate_stats, episode_stats, stats_json
 from .source import FeatureSpec
 from .store import (
+    CREATING_MARKER,
     ArraySpec,
     EpisodeTable,
+    StoreState,
     WriterLock,
     atomic_write,
-    CREATING_MARKER,
     check_array_name,
     check_new_store_location,
     chunk_path,
@@ -173,6 +175,7 @@ class WritableDataset(LeRobotZarrDataset):
             if missing.size:
                 raise NotMaterializedError(f"{root}: episodes {missing[:20].tolist()} are not in the local store; "
                                            f"open it with every episode before writing to it")
+            state = _drop_empty_features(state)
             gaps = [name for name in state.arrays if state.unavailable(name)]
             if gaps:
                 raise NotMaterializedError(f"{root}: features {gaps} lack some episodes (missing source videos: "
@@ -758,6 +761,27 @@ class _EditMaps(Mapping):
         for m in self.maps.values():
             m.flush()
         self.maps.clear()
+
+
+def _drop_empty_features(state: StoreState) -> StoreState:
+    """Drop arrays the source could give for no episode (cameras whose videos are all missing): the store then
+    lists them as not materialized, as one made without them would, and stays writable."""
+    n = len(state.table)
+    empty = [name for name in state.arrays if n and len(state.unavailable(name)) == n]
+    if not empty:
+        return state
+    attrs = state.attrs
+    not_materialized = dict(attrs.get("not_materialized", {}))
+    for name in empty:
+        not_materialized[name] = f"unavailable in every episode; episode 0: {state.unavailable(name)[0]}"
+    kept = {name: spec for name, spec in state.arrays.items() if name not in empty}
+    new_state = commit_state(
+        replace(state, arrays=kept), features={k: v for k, v in attrs["features"].items() if k not in empty},
+        not_materialized=not_materialized,
+        unavailable={k: v for k, v in attrs.get("unavailable", {}).items() if k not in empty})
+    for name in empty:
+        _remove(state.root / name)
+    return new_state
 
 
 def _remove(path: Path | str) -> None:
