@@ -58,9 +58,9 @@ def decode_into(source: BinaryIO | str, sink: Callable[[bytes], None], queries: 
             container.seek(max(0, int((queries[0] - TOLERANCE_S) / tb)), stream=stream, backward=True,
                            any_frame=False)
             written = _match(container.decode(stream), queries, sink, (height, width, channels), fmt, where)
-    except VideoUnavailable:
+    except (VideoUnavailable, ConnectionError):  # a network failure (HubError) is not the file's fault: retry later
         raise
-    except (av.error.FFmpegError, ValueError, IndexError) as exc:  # IndexError: no video stream
+    except (av.error.FFmpegError, OSError, ValueError, IndexError) as exc:  # IndexError: no video stream
         raise VideoUnavailable(f"{where}: cannot decode ({type(exc).__name__}: {exc})") from None
     if written != len(queries):
         raise VideoUnavailable(f"{where}: decoded {written} of {len(queries)} frames")

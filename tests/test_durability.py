@@ -85,21 +85,22 @@ def test_keyboard_interrupt_mid_transcode(source, tmp_path, monkeypatch):
     store = tmp_path / "store"
     ref = reference_frames(source)
     monkeypatch.setattr(transcode_mod, "_COMMIT_EVERY_S", 0.0)
-    original = transcode_mod.write_chunk
+    original = transcode_mod.write_frames  # what the transcode writes each feature's chunk with
     calls = {"n": 0}
 
-    def interrupted(path, data):
+    def interrupted(spec, path, frames):
         calls["n"] += 1
         if calls["n"] == 25:  # in the middle of an episode's features
             raise KeyboardInterrupt
-        original(path, data)
+        original(spec, path, frames)
 
-    monkeypatch.setattr(transcode_mod, "write_chunk", interrupted)
+    monkeypatch.setattr(transcode_mod, "write_frames", interrupted)
     with pytest.raises(KeyboardInterrupt):
         lerobot_zarr.open_dataset(source, root=store, progress=False)
+    assert calls["n"] == 25, "the transcode no longer writes chunks through transcode.write_frames"
     committed = assert_committed_episodes_exact(store, ref)
     assert committed == list(range(len(committed))) and 0 < len(committed) < 12
-    monkeypatch.setattr(transcode_mod, "write_chunk", original)
+    monkeypatch.setattr(transcode_mod, "write_frames", original)
     lerobot_zarr.open_dataset(source, root=store, progress=False)
     assert assert_committed_episodes_exact(store, ref) == list(range(12))
 

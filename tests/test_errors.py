@@ -428,13 +428,25 @@ def test_video_not_materialized_message_does_not_blame_missing_source(sample):
 
 
 def test_video_key_rest_still_works(sample):
-    _, _, ds = sample
+    """The declared video has no mp4: its camera is an array whose every episode is unavailable (with why), left
+    out of the samples; every other feature samples as usual."""
+    _, store, ds = sample
     item = ds[0]
     assert VIDEO_KEY not in item
     assert {"observation.state", "action", "timestamp", "index"} <= set(item)
-    assert VIDEO_KEY in ds.meta.not_materialized and "video" in ds.meta.not_materialized[VIDEO_KEY]
     assert VIDEO_KEY in ds.meta.features  # still described by the metadata
-    assert VIDEO_KEY not in ds.get_batch([0, 1])
+    assert VIDEO_KEY in ds.meta.stored_features and VIDEO_KEY not in ds.meta.not_materialized
+    reasons = ds.meta.unavailable[VIDEO_KEY]
+    assert sorted(reasons) == list(range(len(LENGTHS))), reasons
+    for e, reason in reasons.items():
+        assert f"episode {e}" in reason and repr(VIDEO_KEY) in reason and "not found" in reason, reason
+        assert f"videos/{VIDEO_KEY}/chunk-000/file-000.mp4" in reason, reason
+    assert VIDEO_KEY in ds.left_out and "unavailable" in ds.left_out[VIDEO_KEY], ds.left_out
+    assert ds.meta.materialized_episodes.all()  # the episodes are complete: all but the camera samples
+    assert VIDEO_KEY not in ds.get_batch([0, 1]) and VIDEO_KEY not in ds.episode(0)
+    assert len(ds) == N_FRAMES
+    with pytest.warns(UserWarning, match=f"{VIDEO_KEY!r} is left out of samples"):
+        open_(store)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -786,8 +798,11 @@ def test_real_video_key_in_delta_timestamps(tmp_path):
     if not (src / "meta" / "info.json").is_file():
         pytest.skip(f"real dataset 'record-test' not found at {src}; skipping (needs ../shared/datasets)")
     store = tmp_path / "store"  # the source is only read
-    ds = open_(src, store)
+    with pytest.warns(UserWarning, match="left out of samples"):
+        ds = open_(src, store)
     video = "observation.images.front"
-    assert video in ds.meta.not_materialized and video not in ds[0]
+    assert video in ds.left_out and video not in ds[0]
+    assert sorted(ds.meta.unavailable[video]) == [0, 1, 2, 3]  # record-test ships without its videos
+    assert all("not found" in r for r in ds.meta.unavailable[video].values())
     msg = raises(NotMaterializedError, LookupError, open_, store, delta_timestamps={video: [0.0]})
-    assert repr(video) in msg and "not materialized" in msg
+    assert repr(video) in msg and "not materialized" in msg and "not found" in msg, msg

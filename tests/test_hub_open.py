@@ -133,6 +133,10 @@ def test_whole_hub_open_is_bit_exact(hub, env, tmp_path, key):
     assert ds.meta.info == local.meta.info
     assert json.dumps(ds.meta.stats, sort_keys=True) == json.dumps(local.meta.stats, sort_keys=True)
     assert ds.meta.not_materialized == local.meta.not_materialized
+    # cameras whose mp4 is missing (real datasets): the same episodes unavailable from the Hub as locally
+    assert {k: sorted(v) for k, v in ds.meta.unavailable.items()} == \
+        {k: sorted(v) for k, v in local.meta.unavailable.items()}
+    assert ds.left_out.keys() == local.left_out.keys()
     assert ds.meta.source["kind"] == "hub" and ds.meta.source["commit"] == repo.sha
     tag = REAL_DATASETS.get(key, "v2.1" if key == "v21" else "v3.0")
     assert hub.server.refs(repo.repo_id)["tags"] == {tag: repo.sha}  # LeRobot's choice: the version tag

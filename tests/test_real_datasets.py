@@ -247,14 +247,38 @@ def test_index_columns_semantics(case: Case):
         assert np.array_equal(batch["frame_index"][s:t], np.arange(t - s)), f"{case.name}: frame_index ep {e}"
 
 
-def test_video_features_reported_not_materialized(case: Case):
+def _video_file(ref: Reference, src: Path, key: str, e: int) -> Path:
+    """Where info.json's video_path template puts camera ``key`` of episode ``e`` (json and pyarrow only)."""
+    info = ref.info
+    if ref.version >= 3:
+        rows = {}
+        for f in sorted((src / "meta" / "episodes").glob("*/*.parquet")):
+            t = pq.read_table(f, columns=["episode_index", f"videos/{key}/chunk_index", f"videos/{key}/file_index"])
+            rows.update({r["episode_index"]: r for r in t.to_pylist()})
+        return src / info["video_path"].format(video_key=key, chunk_index=rows[e][f"videos/{key}/chunk_index"],
+                                               file_index=rows[e][f"videos/{key}/file_index"])
+    return src / info["video_path"].format(episode_chunk=e // info["chunks_size"], video_key=key, episode_index=e)
+
+
+def test_missing_videos_reported_unavailable(case: Case):
+    """These datasets ship without (most of) their mp4 files: each camera is stored, its episodes without a video
+    are unavailable with a reason naming the missing file, and the camera is left out of samples of a selection
+    holding such episodes (here: all episodes). Every other feature is there (the tests above)."""
     ds, ref = case.ds, case.ref
     assert ref.videos, f"{case.name}: expected the dataset to declare video features"
-    assert set(ds.meta.not_materialized) == set(ref.videos), \
-        f"{case.name}: not_materialized {ds.meta.not_materialized} != video features {ref.videos}"
+    assert ds.meta.not_materialized == {}, f"{case.name}: not_materialized {ds.meta.not_materialized}"
+    assert set(ds.meta.unavailable) == set(ref.videos) == set(ds.left_out), \
+        f"{case.name}: unavailable {sorted(ds.meta.unavailable)}, left out {sorted(ds.left_out)}"
     for v in ref.videos:
-        reason = ds.meta.not_materialized[v]
-        assert isinstance(reason, str) and reason, f"{case.name}: empty reason for {v!r}"
+        files = [_video_file(ref, case.src, v, e) for e in range(len(ref.lengths))]
+        missing = [e for e, f in enumerate(files) if not f.is_file()]
+        assert missing, f"{case.name}: every video of {v!r} is there; the test expects missing ones"
+        reasons = ds.meta.unavailable[v]
+        assert sorted(reasons) == missing, f"{case.name}: {v!r} unavailable in {sorted(reasons)[:10]}, " \
+                                           f"missing files for {missing[:10]}"
+        for e in missing[:5] + missing[-5:]:
+            assert str(files[e]) in reasons[e] and "not found" in reasons[e], f"{case.name}: {reasons[e]!r}"
+        assert v in ds.meta.stored_features and v not in ds.array_specs
         assert v not in ds[0], f"{case.name}: video feature {v!r} present in ds[0]"
         assert v not in ds.episode(0), f"{case.name}: video feature {v!r} present in ds.episode(0)"
 

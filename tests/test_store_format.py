@@ -64,7 +64,14 @@ class Ref:
 
     @property
     def stored(self) -> list[str]:
+        """Features stored from the data parquet (the reference holds their frames)."""
         return [k for k, f in self.info["features"].items() if f["dtype"] not in ("video", "string")]
+
+    @property
+    def videos(self) -> list[str]:
+        """Cameras kept as mp4: stored too, as uint8 frames decoded from the videos (none exist for these sources:
+        every episode of them is unavailable)."""
+        return [k for k, f in self.info["features"].items() if f["dtype"] == "video"]
 
     @property
     def starts(self) -> np.ndarray:
@@ -211,9 +218,13 @@ def test_zarr_values_equal_dataset_and_source(built: Built):
     g = _open_group(built.store)
     ref = built.ref
     arrays = {name for name, _ in g.arrays()}
-    assert arrays == set(ref.stored) | set(EPISODE_ARRAYS), \
-        f"{built.name}: zarr arrays {sorted(arrays)} != stored features + episode table"
     batch = built.ds.get_batch(np.arange(len(built.ds)))
+    assert arrays == set(ref.stored) | set(ref.videos) | set(EPISODE_ARRAYS), \
+        f"{built.name}: zarr arrays {sorted(arrays)} != stored features + videos + episode table"
+    for name in ref.videos:  # described like images (their frames: none, every video of these sources is missing)
+        shape = tuple(ref.info["features"][name]["shape"])
+        assert g[name].shape == (int(ref.lengths.sum()), *shape) and g[name].dtype == np.uint8, name
+        assert name not in batch, f"{built.name}: {name} sampled although its videos are missing"
     for name in ref.stored:
         values = g[name][:]
         assert_same_bits(values, ref.frames[name], f"{built.name}: zarr {name} vs source")
@@ -277,12 +288,14 @@ def test_root_zarr_json(built: Built):
     assert doc["zarr_format"] == 3 and doc["node_type"] == "group"
     assert "consolidated_metadata" in doc, f"{built.name}: root zarr.json has no consolidated_metadata"
     consolidated = doc["consolidated_metadata"]["metadata"]
-    assert set(consolidated) == set(built.ref.stored) | set(EPISODE_ARRAYS), \
+    assert set(consolidated) == set(built.ref.stored) | set(built.ref.videos) | set(EPISODE_ARRAYS), \
         f"{built.name}: consolidated metadata lists {sorted(consolidated)}"
     total = int(built.ref.lengths.sum())
-    for name in built.ref.stored:
+    frame_shapes = {name: list(built.ref.frames[name].shape[1:]) for name in built.ref.stored}
+    frame_shapes.update({name: list(built.ref.info["features"][name]["shape"]) for name in built.ref.videos})
+    for name in [*built.ref.stored, *built.ref.videos]:
         m = consolidated[name]
-        assert m["shape"] == [total, *built.ref.frames[name].shape[1:]], f"{built.name}: {name} shape {m['shape']}"
+        assert m["shape"] == [total, *frame_shapes[name]], f"{built.name}: {name} shape {m['shape']}"
         assert m["dimension_names"][0] == "frame"
         assert m["chunk_grid"]["name"] == "rectilinear", f"{built.name}: {name} chunk grid {m['chunk_grid']}"
         assert m["node_type"] == "array"
@@ -295,17 +308,27 @@ def test_root_zarr_json(built: Built):
         assert attrs["stats"] == _json(src / "meta" / "stats.json"), f"{built.name}: attrs stats != stats.json"
     assert attrs["source"]["kind"] == "local"
     assert Path(attrs["source"]["path"]) == src.resolve(), f"{built.name}: source path {attrs['source']}"
-    assert set(attrs["features"]) == set(built.ref.stored)
+    assert set(attrs["features"]) == set(built.ref.stored) | set(built.ref.videos)
     n_ep = len(built.ref.lengths)
     for name, f in attrs["features"].items():
-        data = built.ref.frames[name]
-        expected_kind = "image" if built.ref.info["features"][name]["dtype"] == "image" else "numeric"
+        dtype = built.ref.info["features"][name]["dtype"]
+        expected_kind = dtype if dtype in ("image", "video") else "numeric"
         assert f["kind"] == expected_kind, f"{built.name}: {name} kind {f['kind']}"
-        assert np.dtype(f["dtype"]) == data.dtype, f"{built.name}: {name} dtype {f['dtype']}"
-        assert f["frame_shape"] == list(data.shape[1:]), f"{built.name}: {name} frame_shape {f['frame_shape']}"
-        assert f["episodes"] == [[0, n_ep]], f"{built.name}: {name} committed episodes {f['episodes']}"
-    videos = {k for k, f in built.ref.info["features"].items() if f["dtype"] == "video"}
-    assert set(attrs["not_materialized"]) == videos
+        want_dtype = np.dtype("uint8") if dtype == "video" else built.ref.frames[name].dtype
+        assert np.dtype(f["dtype"]) == want_dtype, f"{built.name}: {name} dtype {f['dtype']}"
+        assert f["frame_shape"] == frame_shapes[name], f"{built.name}: {name} frame_shape {f['frame_shape']}"
+        assert f.get("storage", "raw") == "raw", f"{built.name}: {name} storage {f.get('storage')}"
+        # a video whose mp4 is missing has no committed chunk: its episodes are listed unavailable instead
+        want = [] if dtype == "video" else [[0, n_ep]]
+        assert f["episodes"] == want, f"{built.name}: {name} committed episodes {f['episodes']}"
+    unavailable = attrs.get("unavailable", {})
+    assert set(unavailable) == set(built.ref.videos), f"{built.name}: unavailable {sorted(unavailable)}"
+    for name, runs in unavailable.items():  # [[first, stop, reason], ...] covering every episode, in order
+        covered = [e for a, b, _ in runs for e in range(a, b)]
+        assert covered == list(range(n_ep)), f"{built.name}: {name} unavailable episodes {covered}"
+        assert all(isinstance(r, str) and "not found" in r and name in r for _, _, r in runs), runs
+    strings = {k for k, f in built.ref.info["features"].items() if f["dtype"] == "string"}
+    assert set(attrs["not_materialized"]) == strings, attrs["not_materialized"]
 
 
 def test_episode_table_arrays(built: Built):

@@ -267,10 +267,28 @@ def test_real_dataset_folder(tmp_path, name, state, action):
     check_epoch(shards, ds, list(range(ds.meta.total_episodes)))
 
 
+@pytest.mark.xfail(strict=True, reason="BUG: stream() of a LeRobot folder lists video features among its features "
+                                       "but never decodes them: a window on a camera whose videos are missing is "
+                                       "accepted and samples silently lack the camera (LeRobotZarrDataset raises "
+                                       "NotMaterializedError)")  # fmt: skip
 def test_real_dataset_video_window_is_not_materialized(tmp_path):
+    """record-test ships without its videos: a window on a camera cannot be served."""
     src = real_dataset("record-test")
     with pytest.raises(lerobot_zarr.NotMaterializedError):
         stream(src, delta_timestamps={"observation.images.front": [0.0]})
+
+
+def test_store_video_window_is_not_materialized(tmp_path):
+    """The same from the store: the camera is left out of samples (every video missing), a window on it raises."""
+    src = real_dataset("record-test")
+    store = tmp_path / "store"
+    with pytest.warns(UserWarning, match="left out of samples"):
+        lerobot_zarr.open_dataset(src, root=store, progress=False)
+    with pytest.raises((lerobot_zarr.NotMaterializedError, lerobot_zarr.DeltaTimestampsError),
+                       match="observation.images.front"):
+        stream(store, delta_timestamps={"observation.images.front": [0.0]})
+    item = next(iter(stream(store, shuffle=False)))
+    assert "observation.images.front" not in item and "action" in item
 
 
 # ------------------------------------------------------------------------------------------------ network
