@@ -24,6 +24,7 @@ from .dataset import IMAGE_FORMATS, LeRobotZarrDataset, window_offsets
 from .errors import FrameIndexError, NotMaterializedError, SourceNotFoundError
 from .source import LeRobotSource, is_lerobot_folder
 from .store import has_commit_point
+from .video import VideoUnavailable
 
 __all__ = ["stream", "SampleStream"]
 
@@ -156,7 +157,7 @@ class SampleStream:
         out["task"] = self.tasks[int(task_index)]
         if self.image_format == "float32_chw":
             for name, kind in self.kinds.items():
-                if kind == "image":
+                if kind in ("image", "video"):
                     out[name] = np.moveaxis(out[name], -1, -3).astype(np.float32) / np.float32(255)
         return out
 
@@ -200,13 +201,32 @@ class _SourceReader(_EpisodeReader):
         self.src = source
         self.n_episodes = len(source.episodes)
         self.fps, self.tasks, self.lengths = source.fps, source.tasks, source.episodes.length
-        self.kinds = {k: v.kind for k, v in source.stored_features.items()}
-        self.not_materialized = source.not_materialized
+        # a camera whose video files are missing for some episodes is left out, as a store leaves it out
+        missing = {}
+        for name, refs in source.episodes.videos.items():
+            if name not in source.stored_features:
+                continue
+            lacking = [e for e, ref in enumerate(refs) if ref is None or not source.files.exists(ref[0])]
+            if lacking:
+                missing[name] = (f"its video file is missing for {len(lacking)} of {self.n_episodes} episodes "
+                                 f"{lacking[:10]}{'...' if len(lacking) > 10 else ''}; stream a store made with "
+                                 f"open_dataset(..., episodes=[...]) of the episodes that have it")
+        self.kinds = {k: v.kind for k, v in source.stored_features.items() if k not in missing}
+        self.not_materialized = {**source.not_materialized, **missing}
         self.available = np.ones(self.n_episodes, dtype=bool)
         self.concurrency = source.files.concurrency
 
     def episode(self, e: int) -> dict[str, np.ndarray]:
         ((_, frames),) = list(self.src.iter_episodes([e]))
+        for name, kind in self.kinds.items():
+            if kind == "video":
+                pixels: list[bytes] = []
+                try:
+                    self.src.decode_video(e, name, frames["timestamp"], pixels.append)
+                except VideoUnavailable as exc:
+                    raise NotMaterializedError(str(exc)) from None
+                shape = self.src.features[name].frame_shape
+                frames[name] = np.frombuffer(b"".join(pixels), dtype=np.uint8).reshape(len(pixels), *shape)
         return frames
 
 

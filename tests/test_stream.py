@@ -267,15 +267,13 @@ def test_real_dataset_folder(tmp_path, name, state, action):
     check_epoch(shards, ds, list(range(ds.meta.total_episodes)))
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: stream() of a LeRobot folder lists video features among its features "
-                                       "but never decodes them: a window on a camera whose videos are missing is "
-                                       "accepted and samples silently lack the camera (LeRobotZarrDataset raises "
-                                       "NotMaterializedError)")  # fmt: skip
 def test_real_dataset_video_window_is_not_materialized(tmp_path):
-    """record-test ships without its videos: a window on a camera cannot be served."""
+    """record-test ships without its videos: a window on a camera cannot be served, and samples leave it out."""
     src = real_dataset("record-test")
-    with pytest.raises(lerobot_zarr.NotMaterializedError):
+    with pytest.raises(lerobot_zarr.NotMaterializedError, match="video file is missing"):
         stream(src, delta_timestamps={"observation.images.front": [0.0]})
+    item = next(iter(stream(src, shuffle=False)))
+    assert "observation.images.front" not in item and "action" in item
 
 
 def test_store_video_window_is_not_materialized(tmp_path):
@@ -504,3 +502,17 @@ def test_stream_is_public_api():
 def test_missing_source(tmp_path):
     with pytest.raises(lerobot_zarr.SourceNotFoundError):
         stream(tmp_path)  # an empty folder: neither a LeRobot folder nor a store
+
+
+def test_stream_of_a_folder_decodes_its_videos(tmp_path):
+    """A LeRobot folder with mp4 cameras streams their frames, equal to the store's decode of the same files."""
+    pytest.importorskip("av", reason="the video extra (PyAV) is not installed")
+    src = write_sample_dataset(tmp_path / "src", n_episodes=3, lengths=(5, 9), video_keys=("cam",), write_videos=True,
+                               image_shape=(16, 24, 3), seed=4)
+    ds = lerobot_zarr.open_dataset(src, root=tmp_path / "store", progress=False)
+    items = list(stream(src, shuffle=False, delta_timestamps={"cam": [-1 / 30, 0.0]}))
+    assert len(items) == len(ds)
+    windowed = lerobot_zarr.LeRobotZarrDataset(tmp_path / "store", delta_timestamps={"cam": [-1 / 30, 0.0]})
+    for i, item in enumerate(items):
+        want = windowed[int(item["index"])]
+        assert np.array_equal(item["cam"], want["cam"]) and np.array_equal(item["cam_is_pad"], want["cam_is_pad"]), i
