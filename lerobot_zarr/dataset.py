@@ -507,7 +507,15 @@ class LeRobotZarrDataset:
         from .api import materialize
 
         materialize(self.root, episodes.tolist(), progress=False)
-        self._present = read_state(self.root).complete_episodes()
+        state = read_state(self.root)
+        for name in self._specs:
+            gone = {e: why for e, why in state.unavailable(name).items() if e in set(episodes.tolist())}
+            if gone:
+                e = min(gone)
+                raise NotMaterializedError(f"{self.root}: episode {e} has no {name!r} frames ({gone[e]}); open the "
+                                           f"dataset without lazy=True to leave the camera out, or select episodes "
+                                           f"that have it")
+        self._present = state.complete_episodes()
         absent = episodes[~self._present[episodes]]
         if absent.size:
             raise NotMaterializedError(f"{self.root}: episodes {absent.tolist()[:20]} could not be fetched")

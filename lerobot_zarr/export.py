@@ -49,6 +49,7 @@ from .video import ENCODING, VideoWriter
 __all__ = ["to_lerobot", "push", "INDEX_FILE"]
 
 _TAG = "v3.0"
+_AV1_RATIO = 20  # raw camera bytes per byte of LeRobot's AV1 (crf 30), roughly: sizes video files
 V3_VIDEO_PATH = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
 _INLINE_FOOTERS_MAX = 2 * 2**20
 
@@ -259,13 +260,16 @@ def _video_rel(key: str, chunk: int, file: int) -> str:
 
 
 class _VideoFiles:
-    """One camera's mp4 files: episodes appended to the current file until it passes the size limit."""
+    """One camera's mp4 files: episodes appended to the current file until it is estimated to pass the size
+    limit. The estimate (raw frame bytes / ``_AV1_RATIO``) keeps exports byte-deterministic: the encoder's own
+    threads make the size of a file still being written vary from run to run."""
 
     def __init__(self, root: Path, key: str, fps: float, frame_shape: tuple[int, ...], size_mb: int):
         self.root, self.key, self.fps = root, key, fps
         self.height, self.width, self.channels = frame_shape
-        self.limit = size_mb * 2**20
+        self.limit = size_mb * 2**20 * _AV1_RATIO
         self.number = 0
+        self.raw = 0
         self.writer: VideoWriter | None = None
 
     def add(self, frames: np.ndarray) -> tuple[int, int, float, float]:
@@ -277,7 +281,8 @@ class _VideoFiles:
             self.path = path
             self.writer = VideoWriter(path, self.fps, self.width, self.height, self.channels)
         start, stop = self.writer.add(frames)
-        if self.path.stat().st_size >= self.limit:
+        self.raw += frames.nbytes
+        if self.raw >= self.limit:
             self.close()
         return chunk, file, start, stop
 
@@ -286,6 +291,7 @@ class _VideoFiles:
             self.writer.close()
             self.writer = None
             self.number += 1
+            self.raw = 0
 
 
 def _identity(path: Path) -> dict[str, str]:

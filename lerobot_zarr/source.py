@@ -533,7 +533,8 @@ class LeRobotSource:
 
     @functools.cached_property
     def _record(self) -> dict:
-        return self.files.record(self.episodes.data_file)
+        videos = {ref[0] for refs in self.episodes.videos.values() for ref in refs if ref is not None}
+        return self.files.record([*self.episodes.data_file, *sorted(videos)])
 
     def record(self) -> dict:
         """Identity of the source, kept in the store's attributes (path and content digest, or repo and commit)."""

@@ -682,11 +682,6 @@ def test_export_as_images_is_exact_and_exports_are_deterministic(exported, gen_r
     assert [rel for rel in first if first[rel] != second[rel]] == [], "two exports of the same store differ"
 
 
-@pytest.mark.xfail(strict=False, reason="BUG (intermittent): _VideoFiles decides where an mp4 file ends from "
-                                        "stat().st_size of the file the encoder is still writing; SVT-AV1 hands "
-                                        "packets over from its own threads and the muxer buffers, so the size seen "
-                                        "after an episode varies from run to run: the episode at the split moves "
-                                        "between files and the export's bytes change (push re-uploads)")  # fmt: skip
 def test_export_split_into_several_video_files_is_deterministic(exported, tmp_path):
     ds, out = exported
     want = _files(out)
@@ -714,10 +709,6 @@ def test_export_of_image_features_as_videos(tmp_path):
         assert own < 25 and own < 0.9 * shifted, (e, own, shifted)
 
 
-@pytest.mark.xfail(strict=True, raises=FileNotFoundError,
-                   reason="BUG: to_lerobot with videos stats the mp4 after the first episode, but SVT-AV1 has not "
-                          "emitted a packet before about 20 frames, so PyAV has not created the file yet: "
-                          "FileNotFoundError (and 'Svt[error]: deinit called without sending EOS!')")  # fmt: skip
 def test_export_videos_of_short_episodes(tmp_path):
     src = write_sample_dataset(tmp_path / "src", n_episodes=3, lengths=[10, 12, 30], image_shape=SMALL,
                                video_keys=(FRONT,), write_videos=True, seed=29)  # fmt: skip
@@ -809,9 +800,6 @@ def test_stream_of_a_store_yields_the_cameras(gen_raw, gen_compact):
             assert items[i][f"{FRONT}_is_pad"].tolist() == want[f"{FRONT}_is_pad"].tolist()
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: stream(store, image_format='float32_chw') converts only kind 'image' "
-                                       "features: cameras decoded from videos (kind 'video') stay uint8 HWC, "
-                                       "unlike ds[i]")  # fmt: skip
 def test_stream_of_a_store_converts_video_cameras_to_float32_chw(gen_raw):
     items = _stream_items(gen_raw.root, image_format="float32_chw")
     want = LeRobotZarrDataset(gen_raw.root, image_format="float32_chw")[3]
@@ -819,23 +807,15 @@ def test_stream_of_a_store_converts_video_cameras_to_float32_chw(gen_raw):
     assert items[3][FRONT].dtype == np.float32 and items[3][FRONT].shape == want[FRONT].shape == (3, 48, 64)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: stream() of a LeRobot folder never decodes its videos: samples lack "
-                                       "the cameras, with no warning, and windows on them are accepted and "
-                                       "ignored (the stream promises the dicts ds[i] gives)")  # fmt: skip
 def test_stream_of_a_folder_yields_the_cameras(gen, gen_raw):
     items = _stream_items(gen, delta_timestamps={FRONT: [0.0]})
     assert FRONT in items[0] and f"{FRONT}_is_pad" in items[0], sorted(items[0])
     assert np.array_equal(items[0][FRONT][0], gen_raw[0][FRONT])
 
 
-# ------------------------------------------------------------------------------------------------ open questions
+# ------------------------------------------------------------------------------------------------ lazy, and a known gap
 
 
-@pytest.mark.xfail(strict=True, raises=StoreError,
-                   reason="BUG: with lazy=True the camera cannot be left out at open (nothing is known yet); an "
-                          "episode whose video is missing is then fetched, its camera recorded unavailable, and "
-                          "reading it raises StoreError 'chunk ... holds 0 bytes' (as if the store were corrupt) "
-                          "instead of an error naming the camera and the missing video")  # fmt: skip
 def test_lazy_dataset_touching_an_episode_without_video(tmp_path):
     src = write_sample_dataset(tmp_path / "src", n_episodes=3, lengths=(8, 12), image_shape=SMALL,
                                video_keys=(FRONT,), write_videos=True, episodes_per_file=1, seed=30)  # fmt: skip
@@ -846,11 +826,9 @@ def test_lazy_dataset_touching_an_episode_without_video(tmp_path):
         ds[ds.episode_frames(1)[0]]
 
 
-@pytest.mark.xfail(strict=True, reason="DESIGN GAP: a local source's fingerprint covers meta/ and the data files, "
-                                       "not the videos: once an episode's camera is recorded unavailable, adding "
-                                       "the mp4 to the folder later never brings the camera (same default store, "
-                                       "and unavailable episodes count as done)")  # fmt: skip
 def test_videos_added_to_the_source_later_are_used(tmp_path, monkeypatch):
+    """A local source's fingerprint covers its video files too: a video that arrives later gives a new store
+    (the default one) with the camera."""
     monkeypatch.setenv("LEROBOT_ZARR_HOME", str(tmp_path / "home"))
     src = write_sample_dataset(tmp_path / "src", n_episodes=2, lengths=(8, 12), image_shape=SMALL,
                                video_keys=(FRONT,), write_videos=True, episodes_per_file=1, seed=31)  # fmt: skip
