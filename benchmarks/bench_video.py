@@ -70,8 +70,8 @@ TARGET_SPEEDUP = 20.0  # per-sample mp4 decode / ours (raw) >= 20
 BLOCK = 25  # indices per interleaving block
 BATCH = 32
 INNER_RAW = 4  # ours raw is ~50x faster than the mp4 rows: each of its slots runs its block 4 times (divided out)
-FULL = {"episodes": 10, "lengths": (100, 150), "samples": 250, "repeats": 3, "transcode_episodes": 2,
-        "transcode_runs": 5}
+FULL = {"episodes": 10, "lengths": (100, 150), "samples": 200, "repeats": 3, "transcode_episodes": 2,
+        "transcode_runs": 3}
 QUICK = {"episodes": 4, "lengths": (40, 60), "samples": 50, "repeats": 2, "transcode_episodes": 2,
          "transcode_runs": 2}
 

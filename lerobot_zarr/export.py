@@ -134,8 +134,7 @@ def _write(ds: LeRobotZarrDataset, root: Path, size_mb: int, video_size_mb: int,
             features[k]["info"] = {"video.height": height, "video.width": width, "video.codec": "av1",
                                    "video.pix_fmt": ENCODING["pix_fmt"], "video.is_depth_map": False,
                                    "video.fps": info["fps"], "video.channels": channels, "has_audio": False}
-    video_out = {k: _VideoFiles(root, k, float(info["fps"]), specs[k].frame_shape, video_size_mb)
-                 for k in as_video}
+
     lengths = meta.episode_length
     n_episodes = len(lengths)
 
@@ -163,8 +162,7 @@ def _write(ds: LeRobotZarrDataset, root: Path, size_mb: int, video_size_mb: int,
             task_index = np.asarray(arrays["task_index"]).reshape(-1)
             first_seen = task_index[np.sort(np.unique(task_index, return_index=True)[1])]
             episode_rows.append({"episode_index": e, "tasks": [meta.tasks[t] for t in first_seen.tolist()],
-                                 "length": int(lengths[e]), "data/chunk_index": chunk, "data/file_index": file,
-                                 **{k: out.add(np.asarray(arrays[k])) for k, out in video_out.items()}})
+                                 "length": int(lengths[e]), "data/chunk_index": chunk, "data/file_index": file})
             for k in order:
                 episode_stats[k].append(lerobot_stats(np.asarray(arrays[k]), kinds[k]))
             bar.update(int(lengths[e]))
@@ -183,7 +181,12 @@ def _write(ds: LeRobotZarrDataset, root: Path, size_mb: int, video_size_mb: int,
             file_row += rg.num_rows
         number += 1
     bar.close()
-    for out in video_out.values():
+    for k in as_video:  # one camera at a time: two live SVT-AV1 encoders in a process have been seen to hang
+        out = _VideoFiles(root, k, float(info["fps"]), specs[k].frame_shape, video_size_mb)
+        with progress_bar(int(lengths.sum()), f"encoding {k}", progress) as video_bar:
+            for e in range(n_episodes):
+                episode_rows[e][k] = out.add(np.asarray(ds.episode(e, features=[k])[k]))
+                video_bar.update(int(lengths[e]))
         out.close()
     starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
     columns: dict[str, pa.Array] = {
