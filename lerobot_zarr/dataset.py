@@ -581,7 +581,7 @@ class LeRobotZarrDataset:
             out["task"] = self._tasks[task_index]
             for name, _, shift in self._shifts:
                 out[name] = out[name] - shift[e]
-            for name, compact in self._compact.items():
+            for compact in self._compact.values():
                 compact.item(out, e, local, length)
         if self._images:
             self._image_out(out)
@@ -650,7 +650,7 @@ class LeRobotZarrDataset:
             out["task"] = self._tasks[task_index].tolist()
             for name, shift, _ in self._shifts:
                 out[name] = out[name] - shift[eps].reshape(-1, *[1] * (out[name].ndim - 1))
-            for name, compact in self._compact.items():
+            for compact in self._compact.values():
                 compact.batch(out, eps, local, length)
         if self._images:
             self._image_out(out)
