@@ -183,11 +183,13 @@ def _write(ds: LeRobotZarrDataset, root: Path, size_mb: int, video_size_mb: int,
     bar.close()
     for k in as_video:  # one camera at a time: two live SVT-AV1 encoders in a process have been seen to hang
         out = _VideoFiles(root, k, float(info["fps"]), specs[k].frame_shape, video_size_mb)
-        with progress_bar(int(lengths.sum()), f"encoding {k}", progress) as video_bar:
-            for e in range(n_episodes):
-                episode_rows[e][k] = out.add(np.asarray(ds.episode(e, features=[k])[k]))
-                video_bar.update(int(lengths[e]))
-        out.close()
+        try:
+            with progress_bar(int(lengths.sum()), f"encoding {k}", progress) as video_bar:
+                for e in range(n_episodes):
+                    episode_rows[e][k] = out.add(np.asarray(ds.episode(e, features=[k])[k]))
+                    video_bar.update(int(lengths[e]))
+        finally:
+            out.close()  # also after a failure: an encoder left to the garbage collector can hang in its deinit
     starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
     columns: dict[str, pa.Array] = {
         "episode_index": pa.array(np.arange(n_episodes, dtype=np.int64)),
