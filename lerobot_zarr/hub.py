@@ -325,7 +325,7 @@ class _RangeFile(io.RawIOBase):
             if self.pos + len(head) < stop:
                 # reading on from the buffer: read further ahead next time; after a seek: start small again
                 fetch = self.pos + len(head)
-                self.block = min(2 * self.block, _READ_AHEAD[1]) if fetch == end else _READ_AHEAD[0]
+                self.block = min(2 * self.block, _READ_AHEAD[1]) if self._buffer and fetch == end else _READ_AHEAD[0]
                 self._buffer_start, self._buffer = self.files.block(
                     self.rel, fetch, max(stop, min(self.length, fetch + self.block)))
                 head += self._buffer[fetch - self._buffer_start:stop - self._buffer_start]
