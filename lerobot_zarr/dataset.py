@@ -160,6 +160,18 @@ def window_offsets(delta_timestamps: Mapping[str, Sequence[float]] | None, fps: 
 EpisodeSelection = Sequence[int] | Mapping[int, slice | range | tuple[int, int] | None]
 
 
+def frame_range(frames: slice | range | tuple[int, int] | None, n: int, where: str) -> tuple[int, int]:
+    """``[first, stop)`` of a frame selection of an episode of ``n`` frames (None: all; negative from the end)."""
+    if frames is None:
+        return 0, n
+    if isinstance(frames, tuple):
+        frames = slice(*frames)
+    if not isinstance(frames, (slice, range)) or frames.step not in (None, 1):
+        raise ValueError(f"{where}: frames must be a slice, range or (first, stop) of step 1, got {frames!r}")
+    first, stop, _ = slice(frames.start, frames.stop).indices(n)
+    return first, stop
+
+
 def episode_ranges(episodes: EpisodeSelection, lengths: np.ndarray) -> list[tuple[int, int, int]]:
     """Normalise an episode selection to sorted ``(episode, first_frame, stop_frame)`` triples.
 
@@ -174,17 +186,9 @@ def episode_ranges(episodes: EpisodeSelection, lengths: np.ndarray) -> list[tupl
         if not 0 <= e < len(lengths):
             raise FrameIndexError(f"episode {e} does not exist ({len(lengths)} episodes)")
         n = int(lengths[e])
-        if frames is None:
-            first, stop = 0, n
-        else:
-            if isinstance(frames, tuple):
-                frames = slice(*frames)
-            if not isinstance(frames, (slice, range)) or frames.step not in (None, 1):
-                raise ValueError(f"episode {e}: frames must be a slice, range or (first, stop) of step 1, "
-                                 f"got {frames!r}")
-            first, stop, _ = slice(frames.start, frames.stop).indices(n)
-            if stop <= first:
-                raise FrameIndexError(f"episode {e}: frame range {frames!r} is empty for an episode of {n} frames")
+        first, stop = frame_range(frames, n, f"episode {e}")
+        if stop <= first:
+            raise FrameIndexError(f"episode {e}: frame range {frames!r} is empty for an episode of {n} frames")
         out[e] = (e, first, stop)
     return [out[e] for e in sorted(out)]
 
@@ -675,9 +679,7 @@ class LeRobotZarrDataset:
             if features is not None and name not in features:
                 continue
             if spec.storage == "compact":
-                reader = _Compact(name, spec, self.meta.episode_length, partial(self._chunk_files, name, spec.ndim), 1,
-                                  None)
-                out[name] = reader.frames(np.full(n, e), np.arange(n))
+                out[name] = read_episode_chunk(self.root, name, spec, int(self._chunks[e]), n, e)
                 continue
             path, retired = self._chunk_files(name, spec.ndim, e)
             with os.fdopen(open_chunk(path, n * spec.frame_bytes, e, name, retired=retired), "rb") as f:

@@ -32,6 +32,7 @@ from .lerobot_v3 import (
     DEFAULT_FEATURES,
     STAT_NAMES,
     V3_DATA_PATH,
+    V3_VIDEO_PATH,
     aggregate_stats,
     huggingface_metadata,
     nested_list,
@@ -50,7 +51,6 @@ __all__ = ["to_lerobot", "push", "INDEX_FILE"]
 
 _TAG = "v3.0"
 _AV1_RATIO = 20  # raw camera bytes per byte of LeRobot's AV1 (crf 30), roughly: sizes video files
-V3_VIDEO_PATH = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
 _INLINE_FOOTERS_MAX = 2 * 2**20
 
 

@@ -15,9 +15,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-__all__ = ["QUANTILES", "STAT_NAMES", "DEFAULT_FEATURES", "V3_DATA_PATH", "CHUNKS_SIZE", "nested_list",
-           "huggingface_metadata", "pandas_metadata", "per_episode_stats", "aggregate_stats", "stats_json",
-           "write_data_file", "write_tasks_parquet", "write_json", "episode_stats", "image_stats"]
+__all__ = ["QUANTILES", "STAT_NAMES", "DEFAULT_FEATURES", "V3_DATA_PATH", "V3_VIDEO_PATH", "V21_DATA_PATH",
+           "V21_VIDEO_PATH", "CHUNKS_SIZE", "nested_list", "huggingface_metadata", "pandas_metadata",
+           "per_episode_stats", "aggregate_stats", "stats_json", "write_data_file", "write_tasks_parquet", "write_json",
+           "episode_stats", "image_stats"]
 
 CHUNKS_SIZE = 1000
 QUANTILES = {"q01": 0.01, "q10": 0.10, "q50": 0.50, "q90": 0.90, "q99": 0.99}
@@ -33,6 +34,9 @@ DEFAULT_FEATURES = {
 # pandas version recorded in the pandas schema metadata, as in real LeRobot files.
 PANDAS_VERSION = "2.3.3"
 V3_DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
+V3_VIDEO_PATH = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
+V21_DATA_PATH = "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet"
+V21_VIDEO_PATH = "videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4"
 
 
 def nested_list(values: np.ndarray, fixed: bool) -> pa.Array:

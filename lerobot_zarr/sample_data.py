@@ -25,6 +25,9 @@ from .lerobot_v3 import (
     DEFAULT_FEATURES,
     STAT_NAMES,
     V3_DATA_PATH,
+    V3_VIDEO_PATH,
+    V21_DATA_PATH,
+    V21_VIDEO_PATH,
     aggregate_stats,
     huggingface_metadata,
     nested_list,
@@ -45,9 +48,6 @@ DEFAULT_LENGTHS = (20, 60)
 GRID_KEY = "observation.grid"
 GRID_SHAPE = (3, 4)
 
-V3_VIDEO_PATH = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
-V21_DATA_PATH = "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet"
-V21_VIDEO_PATH = "videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4"
 
 
 def write_sample_dataset(

@@ -30,7 +30,15 @@ from .errors import (
     UnsupportedDtypeError,
 )
 from .files import LocalFiles, SourceFiles
-from .lerobot_v3 import STAT_NAMES, aggregate_stats, stats_json
+from .lerobot_v3 import (
+    STAT_NAMES,
+    V3_DATA_PATH,
+    V3_VIDEO_PATH,
+    V21_DATA_PATH,
+    V21_VIDEO_PATH,
+    aggregate_stats,
+    stats_json,
+)
 from .video import VideoUnavailable, decode_into, have_pyav
 
 __all__ = ["FeatureSpec", "EpisodeTable", "LeRobotSource", "DEFAULT_FEATURES", "is_lerobot_folder"]
@@ -400,7 +408,7 @@ class LeRobotSource:
             e = int(bad[0])
             raise SchemaMismatchError(
                 f"{files.location('meta/episodes')}: episode {e} has length {length[e]} but frame range [{start[e]}, {end[e]})")
-        template = self.info.get("data_path") or "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
+        template = self.info.get("data_path") or V3_DATA_PATH
         data_file = [self._data_path(template, e, chunk_index=c, file_index=f)
                      for e, (c, f) in enumerate(zip(get["data/chunk_index"], get["data/file_index"], strict=True))]
         # Row of each episode inside its file: files hold episodes in global index order.
@@ -408,7 +416,7 @@ class LeRobotSource:
         first_start: dict[str, int] = {}
         for e, rel in enumerate(data_file):
             file_row[e] = start[e] - first_start.setdefault(rel, int(start[e]))
-        video_template = self.info.get("video_path") or "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
+        video_template = self.info.get("video_path") or V3_VIDEO_PATH
         videos: dict[str, list[tuple[str, float] | None]] = {}
         for k in video_keys:
             refs: list[tuple[str, float] | None] = []
@@ -433,13 +441,12 @@ class LeRobotSource:
         if (length <= 0).any():
             raise SchemaMismatchError(f"{path}: episode {int(np.argmax(length <= 0))} has no frames")
         start = np.concatenate([[0], np.cumsum(length)[:-1]]).astype(np.int64)
-        template = self.info.get("data_path") or "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet"
+        template = self.info.get("data_path") or V21_DATA_PATH
         chunks_size = int(self.info.get("chunks_size") or 1000)
         data_file = [self._data_path(template, e, episode_chunk=e // chunks_size, episode_index=e)
                      for e in range(len(index))]
         tasks = [list(r.get("tasks") or []) for r in rows]
-        video_template = self.info.get("video_path") or \
-            "videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4"
+        video_template = self.info.get("video_path") or V21_VIDEO_PATH
         videos = {k: [(self._data_path(video_template, e, video_key=k, episode_chunk=e // chunks_size,
                                        episode_index=e), 0.0) for e in range(len(index))]
                   for k, v in self.features.items() if v.kind == "video"}

@@ -162,13 +162,10 @@ class EpisodeTable:
                    episode_index_shift: Iterable[int] | None = None,
                    index_shift: Iterable[int] | None = None) -> EpisodeTable:
         """A table whose episodes follow each other from global index 0 (what writers keep)."""
-        length = np.asarray(list(length) if not isinstance(length, np.ndarray) else length, dtype=np.int64)
+        length = np.asarray(length, dtype=np.int64).reshape(-1)
         zeros = np.zeros(len(length), dtype=np.int64)
-        start = np.concatenate([[0], np.cumsum(length)[:-1]]).astype(np.int64) if len(length) else zeros
-        return cls(start, length, np.asarray(list(task_index) if not isinstance(task_index, np.ndarray)
-                                             else task_index, dtype=np.int64),
-                   np.asarray(list(chunk) if not isinstance(chunk, np.ndarray) else chunk, dtype=np.int64),
-                   zeros if episode_index_shift is None else episode_index_shift,
+        start = np.cumsum(length) - length
+        return cls(start, length, task_index, chunk, zeros if episode_index_shift is None else episode_index_shift,
                    zeros if index_shift is None else index_shift)
 
     @property

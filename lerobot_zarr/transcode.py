@@ -176,14 +176,9 @@ def transcode_unit(files: SourceFiles, root: str, episodes: list[int]) -> tuple[
     state = read_state(Path(root))
     unavailable: dict[str, dict[int, str]] = {}
     for e, frames in source.iter_episodes(episodes):
-        chunk = int(state.table.chunk[e])
-        for name, spec in state.arrays.items():
-            path = chunk_path(root, name, chunk, spec.ndim)
-            if spec.kind != "video":
-                write_frames(spec, path, frames[name])
-                continue
+        for name in _write_data_chunks(root, state, e, frames):
             try:
-                _decode(source, e, name, spec, frames["timestamp"], path)
+                _decode(source, e, name, state.arrays[name], frames["timestamp"], _chunk_of(root, state, name, e))
             except VideoUnavailable as exc:
                 unavailable.setdefault(name, {})[e] = str(exc)
     return list(episodes), unavailable
@@ -194,38 +189,65 @@ def _write_distributed(source: LeRobotSource, root: Path, state: StoreState, tod
     """Fan the episodes out to a dask cluster's workers, committing here about every second as tasks finish."""
     from distributed import as_completed
 
-    if [name for name, spec in state.arrays.items() if spec.kind == "video"] and not have_pyav():
-        raise NotMaterializedError(f"{root}: decoding videos needs PyAV: pip install 'lerobot_zarr[video]'")
+    _check_cameras(root, state)
     units = _units(source, todo)
     futures = client.map(transcode_unit, [source.files] * len(units), [str(root)] * len(units), units,
                          pure=False, retries=3)
-    done: list[int] = []
-    unavailable: dict[str, dict[int, str]] = {}
-    last_commit = time.monotonic()
-
-    def commit_done() -> None:
-        nonlocal done, unavailable, last_commit
-        committed = {name: [e for e in done if e not in unavailable.get(name, {})] for name in state.arrays}
-        commit(root, features_episodes=committed, unavailable=unavailable)
-        done, unavailable, last_commit = [], {}, time.monotonic()
-
+    commits = _Commits(root, state)
     with progress_bar(int(source.episodes.length[todo].sum()),
                       f"transcoding {source.files.name} on {len(client.scheduler_info()['workers'])} workers",
                       progress) as bar:
         try:
             for future in as_completed(futures, loop=client.loop):
                 episodes, gaps = future.result()
-                done.extend(episodes)
-                for name, reasons in gaps.items():
-                    unavailable.setdefault(name, {}).update(reasons)
+                commits.add(episodes, gaps)
                 bar.update(int(source.episodes.length[episodes].sum()))
-                if time.monotonic() - last_commit >= _COMMIT_EVERY_S:
-                    commit_done()
         finally:
             client.cancel(futures)
-            if done:
-                commit_done()
+            commits.flush()
     return read_state(root)
+
+
+class _Commits:
+    """Episodes written (or known unavailable for some features), committed about every second and at the end."""
+
+    def __init__(self, root: Path, state: StoreState):
+        self.root, self.names = root, list(state.arrays)
+        self.done: list[int] = []
+        self.unavailable: dict[str, dict[int, str]] = {}
+        self.last = time.monotonic()
+
+    def add(self, episodes: list[int], unavailable: dict[str, dict[int, str]]) -> None:
+        self.done.extend(episodes)
+        for name, reasons in unavailable.items():
+            self.unavailable.setdefault(name, {}).update(reasons)
+        if time.monotonic() - self.last >= _COMMIT_EVERY_S:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.done:
+            written = {name: [e for e in self.done if e not in self.unavailable.get(name, {})] for name in self.names}
+            commit(self.root, features_episodes=written, unavailable=self.unavailable)
+        self.done, self.unavailable, self.last = [], {}, time.monotonic()
+
+
+def _check_cameras(root: Path, state: StoreState) -> None:
+    cameras = [name for name, spec in state.arrays.items() if spec.kind == "video"]
+    if cameras and not have_pyav():
+        raise NotMaterializedError(f"{root}: decoding the cameras {cameras} needs PyAV: "
+                                   f"pip install 'lerobot_zarr[video]'")
+
+
+def _chunk_of(root: str | Path, state: StoreState, name: str, e: int) -> str:
+    return chunk_path(root, name, int(state.table.chunk[e]), state.arrays[name].ndim)
+
+
+def _write_data_chunks(root: str | Path, state: StoreState, e: int, frames: dict[str, np.ndarray]) -> list[str]:
+    """Write episode ``e``'s chunks of every feature read from the data files; return the cameras left to decode."""
+    for name, spec in state.arrays.items():
+        if spec.kind != "video":
+            write_frames(spec, _chunk_of(root, state, name, e), frames[name])
+    return [name for name, spec in state.arrays.items() if spec.kind == "video"]
 
 
 def _decode(source: LeRobotSource, e: int, name: str, spec: ArraySpec, timestamps: np.ndarray, path: str) -> None:
@@ -237,32 +259,20 @@ def _write_episodes(source: LeRobotSource, root: Path, state: StoreState, todo: 
                     ) -> StoreState:
     """Write ``todo``'s chunks (cameras decoded in a thread pool, parallel across episodes and cameras), commit
     about every second. An episode is committed when all its features are written or known unavailable."""
-    specs = state.arrays
-    cameras = [name for name, spec in specs.items() if spec.kind == "video"]
-    if cameras and not have_pyav():
-        raise NotMaterializedError(f"{root}: decoding the cameras {cameras} needs PyAV: "
-                                   f"pip install 'lerobot_zarr[video]'")
+    _check_cameras(root, state)
+    cameras = [name for name, spec in state.arrays.items() if spec.kind == "video"]
     workers = min(8, len(os.sched_getaffinity(0))) if cameras else 0
-    done: list[int] = []
-    unavailable: dict[str, dict[int, str]] = {}
-    last_commit = time.monotonic()
-
-    def commit_done() -> None:
-        nonlocal done, unavailable, last_commit
-        committed = {name: [e for e in done if e not in unavailable.get(name, {})] for name in specs}
-        commit(root, features_episodes=committed, unavailable=unavailable)
-        done, unavailable, last_commit = [], {}, time.monotonic()
+    commits = _Commits(root, state)
 
     def finish(e: int, decoding: dict[str, Future]) -> None:
+        unavailable: dict[str, dict[int, str]] = {}
         for name, future in decoding.items():
             try:
                 future.result()
             except VideoUnavailable as exc:
-                unavailable.setdefault(name, {})[e] = str(exc)
-        done.append(e)
+                unavailable[name] = {e: str(exc)}
+        commits.add([e], unavailable)
         bar.update(int(source.episodes.length[e]))
-        if time.monotonic() - last_commit >= _COMMIT_EVERY_S:
-            commit_done()
 
     what = f"transcoding {source.files.name}" + (f" (decoding {len(cameras)} cameras)" if cameras else "")
     with (progress_bar(int(source.episodes.length[todo].sum()), what, progress) as bar,
@@ -270,13 +280,9 @@ def _write_episodes(source: LeRobotSource, root: Path, state: StoreState, todo: 
         in_flight: deque[tuple[int, dict[str, Future]]] = deque()
         try:
             for e, frames in prefetched(source.iter_episodes(todo), depth=4):
-                chunk = int(state.table.chunk[e])
-                for name, spec in specs.items():
-                    if spec.kind != "video":
-                        write_frames(spec, chunk_path(root, name, chunk, spec.ndim), frames[name])
-                decoding = {name: pool.submit(_decode, source, e, name, specs[name], frames["timestamp"],
-                                              chunk_path(root, name, chunk, specs[name].ndim))
-                            for name in cameras}
+                decoding = {name: pool.submit(_decode, source, e, name, state.arrays[name], frames["timestamp"],
+                                              _chunk_of(root, state, name, e))
+                            for name in _write_data_chunks(root, state, e, frames)}
                 in_flight.append((e, decoding))
                 while in_flight and (len(in_flight) > 2 * workers
                                      or all(f.done() for f in in_flight[0][1].values())):
@@ -286,7 +292,5 @@ def _write_episodes(source: LeRobotSource, root: Path, state: StoreState, todo: 
         except BaseException:
             pool.shutdown(wait=True, cancel_futures=True)
             raise
-        if done:
-            commit_done()
+        commits.flush()
     return read_state(root)
-

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from ._progress import progress_bar
-from .dataset import LeRobotZarrDataset
+from .dataset import LeRobotZarrDataset, frame_range
 from .errors import (
     DiskSpaceError,
     FrameIndexError,
@@ -563,14 +563,7 @@ class WritableDataset(LeRobotZarrDataset):
                              f"change with set_task, indices with delete_episodes/delete_frames)")
         table = self._state.table
         chunk, length = int(table.chunk[e]), int(table.length[e])
-        if frames is None:
-            first, stop = 0, length
-        else:
-            if isinstance(frames, tuple):
-                frames = slice(*frames)
-            if not isinstance(frames, (slice, range)) or frames.step not in (None, 1):
-                raise ValueError(f"frames must be a slice, range or (first, stop) of step 1, got {frames!r}")
-            first, stop, _ = slice(frames.start, frames.stop).indices(length)
+        first, stop = frame_range(frames, length, f"{self.root}: episode {e}")
         maps = _EditMaps(self, chunk, length, slice(first, stop), names)
         try:
             yield maps
