@@ -475,6 +475,7 @@ class LeRobotZarrDataset:
         self._images = [name for name, s in self._specs.items() if s.kind in ("image", "video")]
         task = regions["task_index"]  # read again for the task text: it may be windowed, or stored as a 1-vector
         self._task_source = (task.view, task.rows, task.rows.tolist(), task.view.ndim > 1)
+        self._extras = bool(self._shifts or self._compact)  # per-sample work beyond the maps (rare): one test
         self._regions = regions
 
     def _chunk_files(self, name: str, ndim: int, e: int) -> tuple[str, str]:
@@ -580,13 +581,16 @@ class LeRobotZarrDataset:
             task_view, _, task_rows, vector = self._task_source
             task_index = task_view[task_rows[e] + local]
             task_index = task_index[0] if vector else task_index
-            if task_index >= len(self._tasks):
+            try:
+                out["task"] = self._tasks[task_index]
+            except IndexError:  # a writer's set_task gave frames a task added after this commit
                 self._learn_tasks()
-            out["task"] = self._tasks[task_index]
-            for name, _, shift in self._shifts:
-                out[name] = out[name] - shift[e]
-            for compact in self._compact.values():
-                compact.item(out, e, local, length)
+                out["task"] = self._tasks[task_index]
+            if self._extras:
+                for name, _, shift in self._shifts:
+                    out[name] = out[name] - shift[e]
+                for compact in self._compact.values():
+                    compact.item(out, e, local, length)
         if self._images:
             self._image_out(out)
         return out
@@ -652,10 +656,11 @@ class LeRobotZarrDataset:
             if len(task_index) and task_index.max() >= len(self._tasks):
                 self._learn_tasks()
             out["task"] = self._tasks[task_index].tolist()
-            for name, shift, _ in self._shifts:
-                out[name] = out[name] - shift[eps].reshape(-1, *[1] * (out[name].ndim - 1))
-            for compact in self._compact.values():
-                compact.batch(out, eps, local, length)
+            if self._extras:
+                for name, shift, _ in self._shifts:
+                    out[name] = out[name] - shift[eps].reshape(-1, *[1] * (out[name].ndim - 1))
+                for compact in self._compact.values():
+                    compact.batch(out, eps, local, length)
         if self._images:
             self._image_out(out)
         return out

@@ -70,6 +70,14 @@ def make_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, endpoint: str) -> 
     return HubEnv(endpoint, hf_home, hf_cache, zarr_home, monkeypatch)
 
 
+def running_server(server):
+    """Body of a module-scoped server fixture: the server runs while the tests use it, and none of its requests
+    ended in a server-side error."""
+    with server:
+        yield server
+    assert server.errors == [], server.errors[0]
+
+
 def server_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, server) -> Iterator[HubEnv]:
     """Body of a per-test fixture over a shared server: client pointed at it, faults and stats reset, and no
     server-side error left behind."""

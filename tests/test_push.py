@@ -34,6 +34,7 @@ from hub_fixtures import (
     parse_range,
     real_dataset,
     row_groups,
+    running_server,
     server_env,
 )
 from PIL import Image
@@ -547,10 +548,7 @@ def test_lerobot_loads_the_export(builds, key):
 
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory):
-    server = HubServer(tmp_path_factory.mktemp("push_hub") / "storage", tokens={TOKEN: "alice"})
-    with server:
-        yield server
-    assert server.errors == [], server.errors[0]
+    yield from running_server(HubServer(tmp_path_factory.mktemp("push_hub") / "storage", tokens={TOKEN: "alice"}))
 
 
 @pytest.fixture

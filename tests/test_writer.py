@@ -1489,12 +1489,12 @@ TOKEN = "hf_write"
 
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory):
+    from hub_fixtures import running_server
+
     from lerobot_zarr.testing.hub_server import HubServer
 
-    server = HubServer(tmp_path_factory.mktemp("writer_hub") / "storage", tokens={TOKEN: "alice"})
-    with server:
-        yield server
-    assert server.errors == [], server.errors[0]
+    yield from running_server(HubServer(tmp_path_factory.mktemp("writer_hub") / "storage",
+                                        tokens={TOKEN: "alice"}))
 
 
 @pytest.fixture
