@@ -14,7 +14,7 @@ from .dataset import DatasetMeta, EpisodeSelection, LeRobotZarrDataset
 from .errors import HubError, NotMaterializedError, SourceNotFoundError
 from .hub import REPO_ID, HubFiles, parse_repo_id, resolve_revision
 from .source import LeRobotSource, is_lerobot_folder
-from .store import has_commit_point, read_state
+from .store import DEFAULT_PACK_BYTES, has_commit_point, read_state
 from .transcode import transcode
 
 __all__ = ["open_dataset", "inspect", "cache_home", "store_path_for"]
@@ -56,6 +56,7 @@ def open_dataset(
     mode: str = "r",
     storage: Mapping[str, str] | None = None,
     client: Any = None,
+    pack_bytes: int = DEFAULT_PACK_BYTES,
 ) -> LeRobotZarrDataset:
     """Open a LeRobot dataset (folder or Hub repo; transcoded into a local store on first use) or a store.
 
@@ -76,8 +77,10 @@ def open_dataset(
         storage: how a new store keeps each camera, ``{feature: "raw" | "compact"}``: raw (default) is memory
             mapped and fastest; compact keeps each frame zstd-compressed (smaller on disk, a decompression per
             frame read). Fixed when the store is made.
-        client: a ``dask.distributed.Client``: transcode on its workers (split by data file; they write into
-            ``root``, which they must see at the same path), committed here. Default: in this process.
+        client: a ``dask.distributed.Client``: transcode on its workers (split by pack; they write into ``root``,
+            which they must see at the same path), committed here. Default: in this process.
+        pack_bytes: target size of a new store's packs (consecutive episodes in one chunk file per feature), for
+            its widest raw feature; default 32 MiB. Fixed when the store is made.
         mode: ``"r"`` (default) to read, or ``"r+"`` to also write: returns a
             :class:`~lerobot_zarr.writer.WritableDataset` over every episode (all fetched first), holding the
             store's writer lock.
@@ -100,12 +103,13 @@ def open_dataset(
             raise ValueError(f"{path}: revision={revision!r} applies to Hub repositories, not to a local folder")
         src = LeRobotSource(path)
         store = Path(root).expanduser() if root is not None else store_path_for(src)
-        transcode(src, store, episodes=[] if lazy else episodes, progress=progress, storage=storage, client=client)
+        transcode(src, store, episodes=[] if lazy else episodes, progress=progress, storage=storage, client=client,
+                  pack_bytes=pack_bytes)
     elif path.exists():
         raise SourceNotFoundError(f"{path}: neither a LeRobot dataset folder (meta/info.json) nor a lerobot_zarr store")
     elif isinstance(source, str) and REPO_ID.match(source):
         store = _open_hub(source, root=root, episodes=[] if lazy else episodes, revision=revision, token=token,
-                          progress=progress, storage=storage, client=client)
+                          progress=progress, storage=storage, client=client, pack_bytes=pack_bytes)
     elif revision is not None or token is not None:  # meant as a Hub repo
         parse_repo_id(str(source))
     else:
@@ -115,14 +119,19 @@ def open_dataset(
 
         return WritableDataset(store, delta_timestamps=delta_timestamps, image_format=image_format)
     return LeRobotZarrDataset(store, episodes=episodes, delta_timestamps=delta_timestamps, image_format=image_format,
-                              lazy=lazy)
+                              lazy=lazy, fetch=_fetch if lazy else None)
+
+
+def _fetch(store: Path, episodes: list[int]) -> None:
+    """What a lazy dataset calls (in any process) to bring missing episodes into its store."""
+    materialize(store, episodes, progress=False)
 
 
 def _hub_home(repo_id: str) -> Path:
     return cache_home() / "hub" / repo_id.replace("/", "--")
 
 
-def _open_hub(repo_id: str, *, root, episodes, revision, token, progress, storage, client) -> Path:
+def _open_hub(repo_id: str, *, root, episodes, revision, token, progress, storage, client, pack_bytes) -> Path:
     """Resolve the revision (offline: from the last resolution), then fetch the episodes the store lacks."""
     from huggingface_hub import constants
 
@@ -150,7 +159,7 @@ def _open_hub(repo_id: str, *, root, episodes, revision, token, progress, storag
     elif constants.is_offline_mode():
         raise HubError(f"{repo_id}: HF_HUB_OFFLINE is set and there is no local store at {store}")
     transcode(LeRobotSource(HubFiles(repo_id, commit, revision=revision, token=token)), store,
-              episodes=episodes, progress=progress, storage=storage, client=client)
+              episodes=episodes, progress=progress, storage=storage, client=client, pack_bytes=pack_bytes)
     return store
 
 
@@ -170,7 +179,7 @@ def materialize(store: str | os.PathLike, episodes: EpisodeSelection | None, *, 
     missing = _missing_episodes(store, episodes)
     if not missing:
         return
-    recorded = read_state(store).attrs["source"]
+    recorded = read_state(store).source
     if recorded.get("kind") == "hub":
         from huggingface_hub import constants
 
