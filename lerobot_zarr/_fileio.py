@@ -24,13 +24,15 @@ __all__ = [
     "create_sized",
     "open_nofollow",
     "punch_hole",
+    "disk_error",
     "WriterLock",
 ]
 
 _WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-def _disk_error(exc: OSError, path: str | os.PathLike) -> OSError:
+def disk_error(exc: OSError, path: str | os.PathLike) -> OSError:
+    """A full disk or quota as :class:`DiskSpaceError` naming the path; other errors as they are."""
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
         return DiskSpaceError(exc.errno, f"{os.fspath(path)}: no space left on the device while writing; the store "
                                          f"stays at its last commit", path=os.fspath(path))
@@ -56,7 +58,7 @@ def pwrite_all(fd: int, data: bytes | memoryview, offset: int, path: str | os.Pa
             n = os.pwrite(fd, view, offset)
             view, offset = view[n:], offset + n
     except OSError as exc:
-        raise _disk_error(exc, path) from None
+        raise disk_error(exc, path) from None
 
 
 def create_sized(path: str | os.PathLike, size: int) -> bool:
@@ -72,7 +74,7 @@ def create_sized(path: str | os.PathLike, size: int) -> bool:
         os.ftruncate(fd, size)
     except OSError as exc:
         os.close(fd)
-        raise _disk_error(exc, path) from None
+        raise disk_error(exc, path) from None
     os.close(fd)
     try:
         os.link(tmp, path)  # never replaces a file another writer created meanwhile

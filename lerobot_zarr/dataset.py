@@ -286,17 +286,23 @@ class LeRobotZarrDataset:
         self._index()
 
     def _index(self) -> None:
-        """The hot path's per-episode rows and per-feature views."""
+        """The hot path's per-episode places and per-feature views (each feature has its own pack slots)."""
         maps = self._maps
-        self._row0 = maps.base_row[self._chunk] + self._state.table.offset  # row of each episode's first frame
         sel = self._sel
-        self._k_row0 = self._row0[sel.episodes].tolist()
-        self._k_length = self._lengths[sel.episodes].tolist()
+        self._offset = self._state.table.offset
         self._k_pack = self._chunk[sel.episodes].tolist()
+        self._k_offset = self._offset[sel.episodes].tolist()
+        self._k_length = self._lengths[sel.episodes].tolist()
         self._sel_packs = np.unique(self._chunk[sel.episodes])
         self._len = len(sel)
         views = maps.views
-        self._plain = [(name, views[name], _scalar_view(views[name])) for name in views if name not in self._windows]
+
+        def base(name: str) -> tuple[np.ndarray, list[int]]:
+            rows = maps.base_rows(name)
+            return rows, rows.tolist()
+
+        self._plain = [(name, views[name], views[name].ndim == 1, *base(name)) for name in views
+                       if name not in self._windows]
         self._windowed = []
         for name, w in self._windows.items():
             if name not in views:
@@ -308,11 +314,10 @@ class LeRobotZarrDataset:
                 blocks = np.lib.stride_tricks.as_strided(
                     view, (view.shape[0] - n + 1, n, *view.shape[1:]), (view.strides[0], *view.strides),
                     writeable=False)
-            self._windowed.append((w, view, blocks))
+            self._windowed.append((w, view, blocks, *base(name)))
         self._images = [name for name, s in self._specs.items() if s.kind in ("image", "video")]
         task = views.get("task_index")
-        self._task_view = task if task is not None else None
-        self._task_vector = task is not None and task.ndim > 1
+        self._task = None if task is None else (task, task.ndim > 1, *base("task_index"))
         self._extras = bool(self._shifts or self._compact)  # per-sample work beyond the maps (rare): one test
         self._all_mapped = False
 
@@ -348,7 +353,7 @@ class LeRobotZarrDataset:
                 self._maps.close()
             for reader in self._compact.values():
                 reader.close()
-            self._windowed, self._plain, self._task_view = [], [], None
+            self._windowed, self._plain, self._task = [], [], None
             self._all_mapped = False
             self._closed = True
 
@@ -471,23 +476,26 @@ class LeRobotZarrDataset:
         k = bisect_right(sel._cum_list, j) - 1
         local = j - sel._cum_list[k] + sel._first_list[k]
         length = self._k_length[k]
-        row = self._k_row0[k] + local
+        pack = self._k_pack[k]
+        off = self._k_offset[k] + local  # the frame's row inside its pack
         out: dict[str, Any] = {}
         with self._lock:
             if not self._all_mapped:
-                self._touch(sel._episode_list[k], self._k_pack[k])
-            for w, view, blocks in self._windowed:
+                self._touch(sel._episode_list[k], pack)
+            for w, view, blocks, _, base in self._windowed:
+                row = base[pack] + off
                 if local + w.lo >= 0 and local + w.hi < length:  # the usual case: no padding
                     out[w.name] = blocks[row + w.lo].copy() if blocks is not None else view[w.offsets + row]
                     out[w.pad_key] = w.no_pad.copy()
                 else:
                     q, out[w.pad_key] = w.frames(local, length)
                     out[w.name] = view[q + (row - local)]
-            for name, view, scalar in self._plain:
-                out[name] = view[row] if scalar else view[row].copy()
-            if self._task_view is not None:
-                task_index = self._task_view[row]
-                task_index = task_index[0] if self._task_vector else task_index
+            for name, view, scalar, _, base in self._plain:
+                out[name] = view[base[pack] + off] if scalar else view[base[pack] + off].copy()
+            if self._task is not None:
+                view, vector, _, base = self._task
+                task_index = view[base[pack] + off]
+                task_index = task_index[0] if vector else task_index
                 try:
                     out["task"] = self._tasks[task_index]
                 except IndexError:  # a writer's set_task gave frames a task added after this commit
@@ -545,8 +553,10 @@ class LeRobotZarrDataset:
         with self._lock:
             if not self._all_mapped:
                 self._ensure_mapped(eps)
-            rows = self._row0[eps] + local
-            for w, view, blocks in self._windowed:
+            packs = self._chunk[eps]
+            offs = self._offset[eps] + local  # each frame's row inside its pack
+            for w, view, blocks, base, _ in self._windowed:
+                rows = base[packs] + offs
                 if blocks is not None:
                     inside = w.inside_batch(local, length)
                     if inside.all():
@@ -564,11 +574,12 @@ class LeRobotZarrDataset:
                 edge = ~inside
                 data[edge] = view[q[edge] + (rows - local)[edge][:, None]]
                 out[w.name] = data
-            for name, view, _ in self._plain:
-                out[name] = view[rows]
-            if self._task_view is not None:
-                task_index = self._task_view[rows]
-                task_index = task_index[:, 0] if self._task_vector else task_index
+            for name, view, _, base, _ in self._plain:
+                out[name] = view[base[packs] + offs]
+            if self._task is not None:
+                view, vector, base, _ = self._task
+                task_index = view[base[packs] + offs]
+                task_index = task_index[:, 0] if vector else task_index
                 if len(task_index) and task_index.max() >= len(self._tasks):
                     self._learn_tasks()
                 out["task"] = self._tasks[task_index].tolist()

@@ -26,7 +26,7 @@ import numpy as np
 
 from ._background import prefetched
 from ._fileio import WriterLock
-from ._packs import ensure_pack, row_writer, write_rows
+from ._packs import ensure_pack, row_writer, write_rows, write_rows_vectored
 from ._progress import progress_bar
 from .errors import FrameIndexError, NotMaterializedError, SourceMismatchError, StoreError
 from .files import SourceFiles
@@ -194,12 +194,14 @@ def transcode_unit(files: SourceFiles, root: str, episodes: list[int]) -> tuple[
     source = LeRobotSource(files)
     state = read_state(Path(root))
     unavailable: dict[str, dict[int, str]] = {}
+    rows = _Rows(root, state)
     for e, frames in source.iter_episodes(episodes):
-        for name in _write_data_rows(root, state, e, frames):
+        for name in rows.add(e, frames):
             try:
                 _decode(source, root, state, e, name, frames["timestamp"])
             except VideoUnavailable as exc:
                 unavailable.setdefault(name, {})[e] = str(exc)
+    rows.flush()
     return list(episodes), unavailable
 
 
@@ -231,8 +233,8 @@ class _Commits:
     """Episodes written (or known unavailable for some features), committed about every second and at the end.
     Each commit takes the writer lock briefly and merges into the store's latest state."""
 
-    def __init__(self, root: Path):
-        self.root = root
+    def __init__(self, root: Path, before: Any = None):
+        self.root, self.before = root, before  # before: called first at each commit (pending writes)
         self.done: list[int] = []
         self.unavailable: dict[str, dict[int, str]] = {}
         self.last = time.monotonic()
@@ -246,6 +248,8 @@ class _Commits:
 
     def flush(self) -> None:
         if self.done:
+            if self.before is not None:
+                self.before()
             with WriterLock(self.root):
                 state = read_state(self.root)
                 written = {name: [e for e in self.done if e not in self.unavailable.get(name, {})]
@@ -266,14 +270,45 @@ def _location(state: StoreState, e: int) -> tuple[int, int, int]:
     return pack, int(state.table.offset[e]), int(state.packs.rows[pack])
 
 
-def _write_data_rows(root: str | Path, state: StoreState, e: int, frames: dict[str, np.ndarray]) -> list[str]:
-    """Write episode ``e``'s rows of every feature read from the data files; return the cameras left to decode."""
-    pack, offset, rows = _location(state, e)
-    ensure_pack(root, state.arrays, pack, rows)
-    for name, spec in state.arrays.items():
-        if spec.kind != "video":
-            write_rows(root, name, spec, pack, offset, frames[name], rows)
-    return [name for name, spec in state.arrays.items() if spec.kind == "video"]
+class _Rows:
+    """The rows read from the data files, written per pack and feature in large vectored writes: consecutive
+    episodes of a pack are gathered (up to ``_WRITE_BYTES``) and written together before they are committed
+    (:meth:`flush`). Compact features are written per episode at once."""
+
+    def __init__(self, root: str | Path, state: StoreState):
+        self.root, self.state = root, state
+        self.raw = {n: s for n, s in state.arrays.items() if s.kind != "video" and s.storage == "raw"}
+        self.compact = {n: s for n, s in state.arrays.items() if s.kind != "video" and s.storage != "raw"}
+        self.cameras = [n for n, s in state.arrays.items() if s.kind == "video"]
+        self.parts: dict[str, list[np.ndarray]] = {n: [] for n in self.raw}
+        self.pack, self.start, self.next, self.nbytes = -1, 0, 0, 0
+
+    def add(self, e: int, frames: dict[str, np.ndarray]) -> list[str]:
+        """Take episode ``e``'s frames; return the cameras left to decode."""
+        pack, offset, rows = _location(self.state, e)
+        if self.nbytes and (pack != self.pack or offset != self.next or self.nbytes >= _WRITE_BYTES):
+            self.flush()
+        ensure_pack(self.root, self.state.arrays, pack, rows)
+        if not self.nbytes:
+            self.pack, self.start = pack, offset
+        for name in self.raw:
+            self.parts[name].append(frames[name])
+            self.nbytes += frames[name].nbytes
+        self.next = offset + int(self.state.table.length[e])
+        for name, spec in self.compact.items():
+            write_rows(self.root, name, spec, pack, offset, frames[name], rows)
+        return self.cameras
+
+    def flush(self) -> None:
+        """Write what was gathered (before the episodes holding it are committed)."""
+        if self.nbytes:
+            for name, spec in self.raw.items():
+                write_rows_vectored(self.root, name, spec, self.pack, self.start, self.parts[name])
+                self.parts[name] = []
+        self.nbytes = 0
+
+
+_WRITE_BYTES = 32 << 20
 
 
 def _decode(source: LeRobotSource, root: str | Path, state: StoreState, e: int, name: str, timestamps: np.ndarray
@@ -290,7 +325,8 @@ def _write_episodes(source: LeRobotSource, root: Path, state: StoreState, todo: 
     _check_cameras(root, state)
     cameras = [name for name, spec in state.arrays.items() if spec.kind == "video"]
     workers = min(8, _cpu_count()) if cameras else 0
-    commits = _Commits(root)
+    rows = _Rows(root, state)
+    commits = _Commits(root, before=rows.flush)
 
     def finish(e: int, decoding: dict[str, Future]) -> None:
         unavailable: dict[str, dict[int, str]] = {}
@@ -311,7 +347,7 @@ def _write_episodes(source: LeRobotSource, root: Path, state: StoreState, todo: 
         try:
             for e, frames in prefetched(source.iter_episodes(todo), depth=4):
                 decoding = {name: pool.submit(_decode, source, root, state, e, name, frames["timestamp"])
-                            for name in _write_data_rows(root, state, e, frames)}
+                            for name in rows.add(e, frames)}
                 in_flight.append((e, decoding))
                 while in_flight and (len(in_flight) > 2 * workers
                                      or all(f.done() for f in in_flight[0][1].values())):

@@ -675,16 +675,16 @@ def _set_write_delay(delay: float) -> None:
     """Run on a worker: make transcode_unit's chunk writes slower (or restore them with 0)."""
     from lerobot_zarr import transcode
 
-    original = transcode.__dict__.setdefault("_test_original_write_rows", transcode.write_rows)
+    original = transcode.__dict__.setdefault("_test_original_write_rows", transcode.write_rows_vectored)
     if delay <= 0:
-        transcode.write_rows = original
+        transcode.write_rows_vectored = original
         return
 
     def slow(*args, **kwargs):
         time.sleep(delay)
         return original(*args, **kwargs)
 
-    transcode.write_rows = slow
+    transcode.write_rows_vectored = slow
 
 
 def dist_open(client, *args, **kwargs):
@@ -708,8 +708,9 @@ def test_distributed_transcode_is_bit_identical(client, video_source, tmp_path, 
     want = tmp_path / "in-process"
     open_dataset(video_source, root=want, progress=False)
     calls = []
-    original = transcode.write_rows
-    monkeypatch.setattr(transcode, "write_rows", lambda *a, **k: (calls.append(a[1]), original(*a, **k))[1])
+    original = transcode.write_rows_vectored
+    monkeypatch.setattr(transcode, "write_rows_vectored",
+                        lambda *a, **k: (calls.append(a[1]), original(*a, **k))[1])
     with get_task_stream(client) as stream:
         ds = dist_open(client, video_source, root=tmp_path / "distributed")
     assert calls == [], "chunks were written by the calling process, not by the workers"

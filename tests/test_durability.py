@@ -75,9 +75,10 @@ def test_exception_mid_transcode_keeps_committed_episodes_and_resumes(source, tm
     table = lerobot_zarr.store.read_state(store).table
     committed = {(int(table.chunk[e]), int(table.offset[e])) for e in range(7)}
     rewritten = []
-    write_rows = transcode_mod.write_rows
-    monkeypatch.setattr(transcode_mod, "write_rows", lambda root, name, spec, pack, offset, frames, rows: (
-        rewritten.append((pack, offset)), write_rows(root, name, spec, pack, offset, frames, rows)))
+    write = transcode_mod.write_rows_vectored
+    monkeypatch.setattr(transcode_mod, "write_rows_vectored", lambda root, name, spec, pack, offset, parts: (
+        rewritten.extend((pack, offset + sum(map(len, parts[:i]))) for i in range(len(parts))),
+        write(root, name, spec, pack, offset, parts)))
     ds = lerobot_zarr.open_dataset(source, root=store, progress=False)
     assert ds.episodes.tolist() == list(range(12))
     assert assert_committed_episodes_exact(store, ref) == list(range(12))
@@ -89,7 +90,7 @@ def test_keyboard_interrupt_mid_transcode(source, tmp_path, monkeypatch):
     store = tmp_path / "store"
     ref = reference_frames(source)
     monkeypatch.setattr(transcode_mod, "_COMMIT_EVERY_S", 0.0)
-    original = transcode_mod.write_rows  # what the transcode writes each feature's rows of an episode with
+    original = transcode_mod.write_rows_vectored  # what the transcode writes each feature's rows with
     calls = {"n": 0}
 
     def interrupted(*args):
@@ -98,13 +99,13 @@ def test_keyboard_interrupt_mid_transcode(source, tmp_path, monkeypatch):
             raise KeyboardInterrupt
         original(*args)
 
-    monkeypatch.setattr(transcode_mod, "write_rows", interrupted)
+    monkeypatch.setattr(transcode_mod, "write_rows_vectored", interrupted)
     with pytest.raises(KeyboardInterrupt):
         lerobot_zarr.open_dataset(source, root=store, progress=False)
-    assert calls["n"] == 25, "the transcode no longer writes rows through transcode.write_rows"
+    assert calls["n"] == 25, "the transcode no longer writes rows through transcode.write_rows_vectored"
     committed = assert_committed_episodes_exact(store, ref)
     assert committed == list(range(len(committed))) and 0 < len(committed) < 12
-    monkeypatch.setattr(transcode_mod, "write_rows", original)
+    monkeypatch.setattr(transcode_mod, "write_rows_vectored", original)
     lerobot_zarr.open_dataset(source, root=store, progress=False)
     assert assert_committed_episodes_exact(store, ref) == list(range(12))
 
