@@ -459,8 +459,9 @@ class StoreState:
         try:
             return _parse_state(Path(root), attrs, consolidated, version, where)
         except CorruptStoreError as exc:
-            exc.path = exc.path or where
-            raise
+            if where in str(exc):
+                raise
+            raise CorruptStoreError(f"{where}: {exc}", path=where, episode=exc.episode) from None
         except (KeyError, IndexError, TypeError, ValueError, OverflowError, AttributeError) as exc:
             raise CorruptStoreError(f"{where}: malformed root attributes ({type(exc).__name__}: {exc})",
                                     path=where) from None
