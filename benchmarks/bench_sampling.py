@@ -40,30 +40,11 @@ from lerobot_zarr.baseline import FlatMemmapSampler  # noqa: E402
 
 BATCH = 256
 TARGET_ITEM, TARGET_BATCH = 1.5, 1.2
-# name -> (episodes, episode frames (lo, hi) inclusive, episodes per data file)
-SHAPES = {"2k": (2000, (300, 700), 400), "20k": (20000, (50, 50), 4000), "100k": (100000, (10, 30), 20000)}
 N_DATASETS = 20
 
 
 def deltas() -> dict[str, list[float]]:
     return {"observation.state": [-1 / C.FPS, 0.0], "action": [k / C.FPS for k in range(16)]}
-
-
-def build(work: Path, name: str, episodes: int, lengths: tuple[int, int], per_file: int, seed: int) -> Path:
-    from lerobot_zarr.sample_data import write_sample_dataset
-
-    src = work / f"src-{name}"
-    params = {"episodes": episodes, "lengths": list(lengths), "per_file": per_file, "seed": seed}
-    marker = work / f"src-{name}.json"
-    if src.exists() and marker.exists() and json.loads(marker.read_text()) == params:
-        return src
-    shutil.rmtree(src, ignore_errors=True)
-    t0 = time.perf_counter()
-    write_sample_dataset(src, n_episodes=episodes, lengths=lengths, fps=C.FPS, seed=seed, state_dim=C.STATE_DIM,
-                         action_dim=C.ACTION_DIM, episodes_per_file=per_file)
-    marker.write_text(json.dumps(params))
-    print(f"  wrote the LeRobot dataset in {time.perf_counter() - t0:.1f} s")
-    return src
 
 
 def map_count() -> int:
@@ -140,7 +121,7 @@ def run_shape(work: Path, name: str, episodes: int, lengths: tuple[int, int], pe
     import lerobot_zarr
 
     print(f"\n[{name}] {episodes:,} episodes of {lengths[0]}-{lengths[1]} frames")
-    src = build(work, name, episodes, lengths, per_file, args.seed)
+    src = C.build_shape(work, name, episodes, lengths, per_file, args.seed)
     store, floor_dir = work / f"store-{name}", work / f"floor-{name}"
     t0 = time.perf_counter()
     ds = lerobot_zarr.open_dataset(src, root=store, delta_timestamps=deltas(), progress=False)
@@ -202,7 +183,7 @@ def run_shape(work: Path, name: str, episodes: int, lengths: tuple[int, int], pe
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--shapes", default="2k,20k,100k", help=f"comma-separated among {', '.join(SHAPES)}")
+    p.add_argument("--shapes", default="2k,20k,100k", help=f"comma-separated among {', '.join(C.SHAPES)}")
     p.add_argument("--episodes", type=int, default=None, help="a custom shape: this many episodes ...")
     p.add_argument("--episode-frames", default=None, metavar="LO-HI", help="... of LO to HI frames (e.g. 10-30)")
     p.add_argument("--items", type=int, default=20000, help="ds[i] calls per repeat (default 20000)")
@@ -216,11 +197,7 @@ def main() -> None:
     if args.quick:
         args.items, args.batches, args.repeats = 3000, 20, 3
     warnings.filterwarnings("ignore")
-    shapes = {k: SHAPES[k] for k in args.shapes.split(",") if k}
-    if args.episodes is not None:
-        lo, _, hi = (args.episode_frames or "300-700").partition("-")
-        shapes = {f"{args.episodes}x{lo}-{hi or lo}": (args.episodes, (int(lo), int(hi or lo)),
-                                                       max(1, args.episodes // 5))}
+    shapes = C.parse_shapes(args.shapes, args.episodes, args.episode_frames)
     print(f"bench_sampling: python {sys.version.split()[0]}, numpy {np.__version__}, {os.cpu_count()} CPUs; "
           f"vm.max_map_count {max_map_count():,}")
     with C.WorkDir(args, "bench_sampling-") as work:

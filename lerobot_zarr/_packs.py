@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ._fileio import disk_error, create_sized, open_nofollow, pwrite_all
+from ._fileio import create_sized, disk_error, open_nofollow, pwrite_all
 from ._zarr_meta import COMPACT_CODEC
 from .errors import CorruptStoreError
 from .store import ArraySpec, chunk_path, retired_path

@@ -11,7 +11,7 @@ from typing import Any
 from urllib.parse import quote
 
 from .dataset import DatasetMeta, EpisodeSelection, LeRobotZarrDataset
-from .errors import HubError, NotMaterializedError, SourceNotFoundError
+from .errors import ArgumentError, HubError, NotMaterializedError, SourceNotFoundError
 from .hub import REPO_ID, HubFiles, parse_repo_id, resolve_revision
 from .source import LeRobotSource, is_lerobot_folder
 from .store import DEFAULT_PACK_BYTES, has_commit_point, read_state
@@ -86,13 +86,13 @@ def open_dataset(
             store's writer lock.
     """
     if mode not in ("r", "r+"):
-        raise ValueError(f"mode must be 'r' or 'r+', got {mode!r}")
+        raise ArgumentError(f"mode must be 'r' or 'r+', got {mode!r}")
     if mode == "r+" and (episodes is not None or lazy):
-        raise ValueError("mode='r+' opens every episode: episodes= and lazy=True do not apply")
+        raise ArgumentError("mode='r+' opens every episode: episodes= and lazy=True do not apply")
     path = Path(source).expanduser()
     if has_commit_point(path):
         if root is not None and Path(root).resolve() != path.resolve():
-            raise ValueError(f"{path} is a store already; root={root!r} would be a second copy")
+            raise ArgumentError(f"{path} is a store already; root={root!r} would be a second copy")
         store = path
         if mode == "r+":
             materialize(store, range(len(read_state(store).table)), progress=progress, token=token)
@@ -100,16 +100,20 @@ def open_dataset(
             materialize(store, episodes, progress=progress, token=token)
     elif is_lerobot_folder(path):
         if revision is not None:
-            raise ValueError(f"{path}: revision={revision!r} applies to Hub repositories, not to a local folder")
+            raise ArgumentError(f"{path}: revision={revision!r} applies to Hub repositories, not to a local folder")
         src = LeRobotSource(path)
-        store = Path(root).expanduser() if root is not None else store_path_for(src)
+        if mode == "r+":
+            store = _writable_copy(path, root, store_path_for(src))
+        else:
+            store = Path(root).expanduser() if root is not None else store_path_for(src)
         transcode(src, store, episodes=[] if lazy else episodes, progress=progress, storage=storage, client=client,
                   pack_bytes=pack_bytes)
     elif path.exists():
         raise SourceNotFoundError(f"{path}: neither a LeRobot dataset folder (meta/info.json) nor a lerobot_zarr store")
     elif isinstance(source, str) and REPO_ID.match(source):
         store = _open_hub(source, root=root, episodes=[] if lazy else episodes, revision=revision, token=token,
-                          progress=progress, storage=storage, client=client, pack_bytes=pack_bytes)
+                          progress=progress, storage=storage, client=client, pack_bytes=pack_bytes,
+                          writable=mode == "r+")
     elif revision is not None or token is not None:  # meant as a Hub repo
         parse_repo_id(str(source))
     else:
@@ -122,6 +126,25 @@ def open_dataset(
                               lazy=lazy, fetch=_fetch if lazy else None)
 
 
+def _writable_copy(source: str | os.PathLike, root: str | os.PathLike | None, shared: Path) -> Path:
+    """The store that ``mode="r+"`` on a folder or Hub repo writes to: never the shared store of the cache (other
+    opens of the source read it), but ``root``, started as a copy-on-write copy of the shared store when that one
+    holds every episode (its packs are shared by hard links until written), else transcoded there."""
+    if root is None:
+        raise ArgumentError(f"{source}: mode='r+' on a LeRobot folder or Hub repo writes to a store of its own, "
+                            f"so that other opens of the source keep reading the source's data: pass root= (a new "
+                            f"folder: it starts as a copy of the cached store, sharing its files until they are "
+                            f"written)")
+    store = Path(root).expanduser()
+    if store.resolve() == shared.resolve():
+        raise ArgumentError(f"{store}: is the cache's shared store of {source}; pass another root= to write")
+    if not has_commit_point(store) and has_commit_point(shared) and read_state(shared).complete_episodes().all():
+        from .writer import fork
+
+        fork(shared, store)
+    return store
+
+
 def _fetch(store: Path, episodes: list[int]) -> None:
     """What a lazy dataset calls (in any process) to bring missing episodes into its store."""
     materialize(store, episodes, progress=False)
@@ -131,7 +154,8 @@ def _hub_home(repo_id: str) -> Path:
     return cache_home() / "hub" / repo_id.replace("/", "--")
 
 
-def _open_hub(repo_id: str, *, root, episodes, revision, token, progress, storage, client, pack_bytes) -> Path:
+def _open_hub(repo_id: str, *, root, episodes, revision, token, progress, storage, client, pack_bytes,
+              writable: bool = False) -> Path:
     """Resolve the revision (offline: from the last resolution), then fetch the episodes the store lacks."""
     from huggingface_hub import constants
 
@@ -148,7 +172,10 @@ def _open_hub(repo_id: str, *, root, episodes, revision, token, progress, storag
         tmp = ref_file.with_name(f".{ref_file.name}.tmp-{os.getpid()}")
         tmp.write_text(commit)
         os.replace(tmp, ref_file)
-    store = Path(root).expanduser() if root is not None else _hub_home(repo_id) / commit
+    if writable:
+        store = _writable_copy(repo_id, root, _hub_home(repo_id) / commit)
+    else:
+        store = Path(root).expanduser() if root is not None else _hub_home(repo_id) / commit
     if has_commit_point(store):
         missing = _missing_episodes(store, episodes)
         if not missing:

@@ -22,7 +22,7 @@ import numpy as np
 
 from ._maps import PackMaps
 from ._packs import open_pack, read_shard_index
-from .errors import CorruptStoreError, FrameIndexError, NotMaterializedError, StoreClosedError
+from .errors import ArgumentError, CorruptStoreError, FrameIndexError, NotMaterializedError, StoreClosedError
 from .selection import EpisodeSelection, Selection, episode_ranges, frame_range
 from .store import ArraySpec, PackLayout, StoreState, chunk_path, pack_rows_target, read_state, retired_path
 from .windows import window_offsets, windows
@@ -45,9 +45,9 @@ def _default_max_maps() -> int:
     try:
         value = int(raw)
     except ValueError:
-        raise ValueError(f"{MAX_MAPS_ENV}={raw!r} is not an integer") from None
+        raise ArgumentError(f"{MAX_MAPS_ENV}={raw!r} is not an integer") from None
     if value < 1:
-        raise ValueError(f"{MAX_MAPS_ENV} must be positive, got {value}")
+        raise ArgumentError(f"{MAX_MAPS_ENV} must be positive, got {value}")
     return value
 
 
@@ -221,9 +221,9 @@ class LeRobotZarrDataset:
                  image_format: ImageFormat = "uint8_hwc", max_open_maps: int | None = None, lazy: bool = False,
                  fetch: Callable[[Path, list[int]], None] | None = None):
         if image_format not in IMAGE_FORMATS:
-            raise ValueError(f"image_format must be one of {IMAGE_FORMATS}, got {image_format!r}")
+            raise ArgumentError(f"image_format must be one of {IMAGE_FORMATS}, got {image_format!r}")
         if lazy and fetch is None:
-            raise ValueError("lazy=True needs fetch=, the callable that brings missing episodes into the store "
+            raise ArgumentError("lazy=True needs fetch=, the callable that brings missing episodes into the store "
                              "(open_dataset(..., lazy=True) passes it)")
         self.root = Path(root)
         self.image_format = image_format
@@ -434,7 +434,7 @@ class LeRobotZarrDataset:
     def _touch(self, e: int, pack: int) -> None:
         """The item path's check: map the pack of episode ``e`` if needed, else mark it recently used."""
         maps = self._maps
-        if maps is not None and maps.mapped[pack] and (not self._lazy or self._present[e]):
+        if maps.mapped[pack] and (not self._lazy or self._present[e]):
             maps.last_used[pack] = maps.tick
         else:
             self._ensure_mapped(np.array([e]))

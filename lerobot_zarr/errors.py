@@ -19,6 +19,7 @@ __all__ = [
     "DeltaTimestampsError",
     "FrameIndexError",
     "NotMaterializedError",
+    "ArgumentError",
     "StoreError",
     "CorruptStoreError",
     "StoreExistsError",
@@ -77,6 +78,10 @@ class FrameIndexError(LeRobotZarrError, IndexError):
 
 class NotMaterializedError(LeRobotZarrError, LookupError):
     """The data asked for is described by the metadata but not held by the local store (e.g. video frames)."""
+
+
+class ArgumentError(LeRobotZarrError, TypeError, ValueError):
+    """An argument has the wrong type or an invalid value (the message names it and says what is expected)."""
 
 
 class StoreError(LeRobotZarrError, ValueError):

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from .errors import FrameIndexError
+from .errors import ArgumentError, FrameIndexError
 from .store import from_ranges, to_ranges
 
 __all__ = ["EpisodeSelection", "Selection", "frame_range", "episode_ranges"]
@@ -23,24 +23,24 @@ def frame_range(frames: slice | range | tuple[int, int] | None, n: int, where: s
         return 0, n
     if isinstance(frames, tuple):
         if len(frames) != 2:
-            raise ValueError(f"{where}: frames must be (first, stop), got {frames!r}")
+            raise ArgumentError(f"{where}: frames must be (first, stop), got {frames!r}")
         frames = slice(*frames)
     if not isinstance(frames, (slice, range)) or frames.step not in (None, 1):
-        raise ValueError(f"{where}: frames must be a slice, range or (first, stop) of step 1, got {frames!r:.80}")
+        raise ArgumentError(f"{where}: frames must be a slice, range or (first, stop) of step 1, got {frames!r:.80}")
     try:
         first, stop, _ = slice(frames.start, frames.stop).indices(n)
     except TypeError:
-        raise ValueError(f"{where}: frames must have integer bounds, got {frames!r:.80}") from None
+        raise ArgumentError(f"{where}: frames must have integer bounds, got {frames!r:.80}") from None
     return first, stop
 
 
 def _episode_index(e: object, n: int) -> int:
     if isinstance(e, (bool, np.bool_)):
-        raise TypeError(f"episode indices must be integers, got {e!r}")
+        raise ArgumentError(f"episode indices must be integers, got {e!r}")
     try:
         e = operator.index(e)
     except TypeError:
-        raise TypeError(f"episode indices must be integers, got {e!r:.40} ({type(e).__name__})") from None
+        raise ArgumentError(f"episode indices must be integers, got {e!r:.40} ({type(e).__name__})") from None
     if not 0 <= e < n:
         raise FrameIndexError(f"episode {e} does not exist ({n} episodes)", episode=e)
     return e
@@ -54,9 +54,9 @@ def episode_ranges(episodes: EpisodeSelection, lengths: np.ndarray) -> list[tupl
     filtering, the order given does not matter: frames come in episode order.
     """
     if isinstance(episodes, (str, bytes)) or not isinstance(episodes, (Mapping, Sequence, np.ndarray, range)):
-        raise TypeError(f"episodes must be a list of episode indices or {{episode: frames}}, got {episodes!r:.80}")
+        raise ArgumentError(f"episodes must be a list of episode indices or {{episode: frames}}, got {episodes!r:.80}")
     if isinstance(episodes, np.ndarray) and episodes.ndim != 1:
-        raise TypeError(f"episodes must be a 1-D list of episode indices, got an array of shape {episodes.shape}")
+        raise ArgumentError(f"episodes must be a 1-D list of episode indices, got an array of shape {episodes.shape}")
     items = episodes.items() if isinstance(episodes, Mapping) else ((e, None) for e in episodes)
     out: dict[int, tuple[int, int, int]] = {}
     for e, frames in items:
@@ -74,12 +74,12 @@ class Selection:
     """The selected frames: selected episode k serves its frames ``[first[k], stop[k])`` as dataset indices
     ``cum[k] .. cum[k + 1] - 1``."""
 
-    def __init__(self, ranges: list[tuple[int, int, int]], n_episodes: int):
-        table = np.array(ranges, dtype=np.int64).reshape(-1, 3)
-        self.episodes, self.first, stop = table[:, 0], table[:, 1], table[:, 2]
-        self.cum = np.concatenate([[0], np.cumsum(stop - self.first)]).astype(np.int64)
+    def __init__(self, episodes: np.ndarray, first: np.ndarray, stop: np.ndarray, n_episodes: int):
+        self.episodes = np.asarray(episodes, dtype=np.int64)
+        self.first = np.asarray(first, dtype=np.int64)
+        self._stop = np.asarray(stop, dtype=np.int64)
+        self.cum = np.concatenate([[0], np.cumsum(self._stop - self.first)]).astype(np.int64)
         self.n_episodes = n_episodes
-        self._stop = stop
         # plain lists for the per-item path (a list lookup costs a third of a numpy scalar lookup)
         self._cum_list, self._episode_list, self._first_list = (self.cum.tolist(), self.episodes.tolist(),
                                                                 self.first.tolist())
@@ -89,9 +89,9 @@ class Selection:
         """The selection ``episodes`` asks for, or every episode of the mask ``default`` (whole episodes)."""
         if episodes is None:
             chosen = np.flatnonzero(default)
-            return cls([(e, 0, n) for e, n in zip(chosen.tolist(), lengths[chosen].tolist(), strict=True)],
-                       len(lengths))
-        return cls(episode_ranges(episodes, lengths), len(lengths))
+            return cls(chosen, np.zeros(len(chosen), dtype=np.int64), lengths[chosen], len(lengths))
+        table = np.array(episode_ranges(episodes, lengths), dtype=np.int64).reshape(-1, 3)
+        return cls(table[:, 0], table[:, 1], table[:, 2], len(lengths))
 
     def __len__(self) -> int:
         return int(self.cum[-1])
@@ -114,9 +114,9 @@ class Selection:
         if idx.size == 0:
             idx = idx.astype(np.int64)
         if idx.dtype.kind not in "iu":
-            raise TypeError(f"indices must be integers, got dtype {idx.dtype}")
+            raise ArgumentError(f"indices must be integers, got dtype {idx.dtype}")
         if idx.ndim != 1:
-            raise TypeError(f"indices must be 1-D, got an array of shape {idx.shape} (flatten it and reshape the "
+            raise ArgumentError(f"indices must be 1-D, got an array of shape {idx.shape} (flatten it and reshape the "
                             f"results)")
         n = self._cum_list[-1]
         idx = idx.astype(np.int64, copy=True)

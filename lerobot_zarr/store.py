@@ -740,9 +740,10 @@ def check_new_store_location(root: Path) -> None:
                                    f"into it", path=root)
 
 
-def create_store(state: StoreState) -> StoreState:
-    """Lay out an empty store at ``state.root`` (no episode committed yet) and commit it. The folder must be empty
-    or a half-created store (one killed before its first commit). The table may list episodes to come (a transcode
+def create_store(state: StoreState, *, keep_files: bool = False) -> StoreState:
+    """Lay out a store at ``state.root`` and make its first commit. The folder must be empty or a half-created
+    store (one killed before its first commit), whose debris is removed unless ``keep_files`` (the caller put the
+    pack files its state lists there first, as a copy does). The table may list episodes to come (a transcode
     lists its source's, with their planned packs)."""
     root = state.root
     check_new_store_location(root)
@@ -753,7 +754,7 @@ def create_store(state: StoreState) -> StoreState:
         raise StoreError(f"{root}: feature names {sorted(state.arrays)} differ only by case; they would share a "
                          f"folder on case-insensitive filesystems", path=root)
     root.mkdir(parents=True, exist_ok=True)
-    leftovers = [p for p in root.iterdir() if p.name not in (".lock", _CREATING)]
+    leftovers = [] if keep_files else [p for p in root.iterdir() if p.name not in (".lock", _CREATING)]
     (root / _CREATING).touch()
     for p in leftovers:  # debris of an earlier creation that never committed
         if p.is_dir() and not p.is_symlink():

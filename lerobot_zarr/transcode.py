@@ -28,7 +28,7 @@ from ._background import prefetched
 from ._fileio import WriterLock
 from ._packs import ensure_pack, row_writer, write_rows, write_rows_vectored
 from ._progress import progress_bar
-from .errors import FrameIndexError, NotMaterializedError, SourceMismatchError, StoreError
+from .errors import ArgumentError, FrameIndexError, NotMaterializedError, SourceMismatchError, StoreError
 from .files import SourceFiles
 from .source import LeRobotSource
 from .store import (
@@ -66,10 +66,10 @@ def _check_storage(storage: Mapping[str, str] | None, specs: Mapping[str, ArrayS
     storage = dict(storage or {})
     for name, choice in storage.items():
         if choice not in STORAGES:
-            raise ValueError(f"storage[{name!r}] must be one of {STORAGES}, got {choice!r}")
+            raise ArgumentError(f"storage[{name!r}] must be one of {STORAGES}, got {choice!r}")
         if name not in specs or specs[name].kind not in ("image", "video"):
             cameras = [k for k, v in specs.items() if v.kind in ("image", "video")]
-            raise ValueError(f"{where}: storage applies to cameras (image/video features: {cameras}), not {name!r}")
+            raise ArgumentError(f"{where}: storage applies to cameras (image/video features: {cameras}), not {name!r}")
     return storage
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
+import shutil
 import math
 import operator
 import os
@@ -32,6 +33,7 @@ from ._packs import ensure_pack, remove_retired, retire_pack, write_rows
 from ._progress import progress_bar
 from .dataset import ImageFormat, LeRobotZarrDataset, _pack_file
 from .errors import (
+    ArgumentError,
     DiskSpaceError,
     FrameIndexError,
     NotMaterializedError,
@@ -52,6 +54,7 @@ from .store import (
     StoreState,
     array_spec,
     check_array_name,
+    chunk_path,
     check_new_store_location,
     commit,
     create_store,
@@ -60,7 +63,7 @@ from .store import (
     stats_path,
 )
 
-__all__ = ["create", "WritableDataset", "MIN_FREE_ENV", "RETIRE_AFTER_S", "RESERVED_NAMES"]
+__all__ = ["create", "fork", "WritableDataset", "EditFrames", "MIN_FREE_ENV", "RETIRE_AFTER_S", "RESERVED_NAMES"]
 
 MIN_FREE_ENV = "LEROBOT_ZARR_MIN_FREE_BYTES"
 _DEFAULT_MIN_FREE = 256 * 2**20
@@ -80,7 +83,7 @@ def _min_free_bytes(value: int | None) -> int:
     try:
         return int(raw)
     except ValueError:
-        raise ValueError(f"{MIN_FREE_ENV}={raw!r} is not an integer") from None
+        raise ArgumentError(f"{MIN_FREE_ENV}={raw!r} is not an integer") from None
 
 
 def _feature_specs(features: Mapping[str, Mapping[str, Any]]) -> tuple[dict, dict[str, ArraySpec]]:
@@ -158,13 +161,13 @@ def create(root: str | os.PathLike, *, fps: float, features: Mapping[str, Mappin
     try:
         fps = float(fps)
     except (TypeError, ValueError):
-        raise ValueError(f"fps must be a number, got {fps!r:.40}") from None
+        raise ArgumentError(f"fps must be a number, got {fps!r:.40}") from None
     if not (math.isfinite(fps) and fps > 0):
-        raise ValueError(f"fps must be finite and positive, got {fps}")
+        raise ArgumentError(f"fps must be finite and positive, got {fps}")
     if capacity_frames is not None and operator.index(capacity_frames) < 1:
-        raise ValueError(f"capacity_frames must be positive, got {capacity_frames}")
+        raise ArgumentError(f"capacity_frames must be positive, got {capacity_frames}")
     if operator.index(pack_bytes) < 1:
-        raise ValueError(f"pack_bytes must be positive, got {pack_bytes}")
+        raise ArgumentError(f"pack_bytes must be positive, got {pack_bytes}")
     info_features, arrays = _feature_specs(features)
     if root.exists() and (root.is_symlink() or not root.is_dir()):
         check_new_store_location(root)  # raises: not a folder
@@ -179,6 +182,37 @@ def create(root: str | os.PathLike, *, fps: float, features: Mapping[str, Mappin
                                 capacity_frames=None if capacity_frames is None else int(capacity_frames),
                                 pack_bytes=int(pack_bytes)))
     return WritableDataset(root, durable=durable, min_free_bytes=min_free_bytes)
+
+
+def fork(source: str | os.PathLike, root: str | os.PathLike) -> StoreState:
+    """Make ``root`` a copy of the complete store ``source`` that shares its pack files by hard links (instant, no
+    disk space) until a writer changes a pack, which it copies first (:meth:`WritableDataset._own_pack`): writes
+    to the copy never reach ``source``. On another filesystem (no hard links) the packs are copied."""
+    source, root = Path(source), Path(root)
+    state = read_state(source)
+    if not state.complete_episodes().all():
+        raise NotMaterializedError(f"{source}: a store is copied with every episode; this one lacks some",
+                                   path=source)
+    with WriterLock(root, blocking=False):
+        check_new_store_location(root)
+        root.mkdir(parents=True, exist_ok=True)
+        (root / CREATING_MARKER).touch()
+        for pack in np.flatnonzero(state.packs.rows > 0).tolist():
+            for name, spec in state.arrays.items():
+                src, dst = Path(chunk_path(source, name, pack, spec.ndim)), Path(chunk_path(root, name, pack,
+                                                                                           spec.ndim))
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                with contextlib.suppress(FileNotFoundError):
+                    dst.unlink()  # debris of a copy killed midway
+                try:
+                    os.link(src, dst, follow_symlinks=False)
+                except OSError:  # another filesystem, or no hard links there: copy
+                    shutil.copyfile(src, dst, follow_symlinks=False)
+        stats = source / ".episode_stats"
+        if stats.is_dir():
+            shutil.copytree(stats, root / ".episode_stats", symlinks=False, dirs_exist_ok=True)
+        new = create_store(replace(state, root=root, retired=()), keep_files=True)
+    return new
 
 
 class WritableDataset(LeRobotZarrDataset):
@@ -467,7 +501,7 @@ class WritableDataset(LeRobotZarrDataset):
         tasks = list(self._state.tasks)
         per_frame = [task] * n if isinstance(task, str) else list(task) if isinstance(task, Sequence) else None
         if per_frame is None or len(per_frame) != n or not all(isinstance(t, str) and t for t in per_frame):
-            raise ValueError(f"task must be a non-empty string or one per frame ({n}), got {task!r:.200}")
+            raise ArgumentError(f"task must be a non-empty string or one per frame ({n}), got {task!r:.200}")
         lookup = {t: i for i, t in enumerate(tasks)}
         out = np.empty(n, dtype=np.int64)
         for i, t in enumerate(per_frame):
@@ -504,10 +538,47 @@ class WritableDataset(LeRobotZarrDataset):
             raise SchemaMismatchError(f"{self.root}: an episode needs at least one frame", episode=episode)
         return n, out
 
+    def _shared(self, pack: int) -> bool:
+        """Whether the pack's files are hard links shared with another store (a copy made by :func:`fork`)."""
+        for name, spec in self._specs.items():
+            try:
+                if os.stat(chunk_path(self.root, name, pack, spec.ndim), follow_symlinks=False).st_nlink > 1:
+                    return True
+            except FileNotFoundError:
+                pass
+        return False
+
+    def _own_pack(self, pack: int) -> int:
+        """The id under which pack ``pack`` is this store's own, to write in place: a pack shared with another
+        store by hard links is first copied to a new pack (one commit; the other store never changes)."""
+        if not self._shared(pack):
+            return pack
+        state = self._state
+        rows = int(state.packs.rows[pack])
+        new = len(state.packs)
+        self._check_space(rows * sum(spec.frame_bytes for spec in self._specs.values()))
+        for name, spec in self._specs.items():
+            src, dst = chunk_path(self.root, name, pack, spec.ndim), Path(chunk_path(self.root, name, new, spec.ndim))
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            tmp = dst.with_name(f".{dst.name}.tmp-{os.getpid()}")
+            shutil.copyfile(src, tmp, follow_symlinks=False)
+            os.replace(tmp, dst)
+        table = state.table
+        moved = table.chunk == pack
+        for offset in table.offset[moved].tolist():
+            with contextlib.suppress(FileNotFoundError):
+                os.replace(stats_path(self.root, pack, offset), stats_path(self.root, new, offset))
+        chunk = np.where(moved, new, table.chunk)
+        self._commit(state, None, table=EpisodeTable(table.start, table.length, table.task_index, chunk,
+                                                     table.offset, table.episode_index_shift, table.index_shift),
+                     packs=state.packs.with_pack(rows, rows))
+        return new
+
     def _allocate(self, packs: PackLayout, n: int) -> tuple[PackLayout, int, int]:
-        """Rows for ``n`` new frames: the free rows of the last pack if they fit, else a new pack (of the target
-        size, or ``n`` rows for a bigger episode). Returns the new layout, the pack and the row offset."""
-        if len(packs) and packs.rows[-1] > 0 and packs.free_rows() >= n:
+        """Rows for ``n`` new frames: the free rows of the last pack if they fit (and it is this store's own),
+        else a new pack (of the target size, or ``n`` rows for a bigger episode). Returns the new layout, the pack
+        and the row offset."""
+        if len(packs) and packs.rows[-1] > 0 and packs.free_rows() >= n and not self._shared(len(packs) - 1):
             return PackLayout(packs.rows, packs.next_row + n), len(packs) - 1, packs.next_row
         target = pack_rows_target(self._specs, self._state.pack_bytes)
         if self.capacity_frames is not None:  # a ring buffer frees a pack once all of it was evicted: keep them small
@@ -535,7 +606,7 @@ class WritableDataset(LeRobotZarrDataset):
         task_index, tasks = self._task_indices(task, n)
         capacity = self.capacity_frames
         if capacity is not None and n > capacity:
-            raise ValueError(f"{self.root}: an episode of {n} frames does not fit a ring buffer of {capacity} frames")
+            raise ArgumentError(f"{self.root}: an episode of {n} frames does not fit a ring buffer of {capacity} frames")
         drop = 0
         if capacity is not None:
             total = int(table.length.sum())
@@ -578,7 +649,7 @@ class WritableDataset(LeRobotZarrDataset):
                                       f"{type(frame).__name__}")
         task = frame.get("task", task) if task is None else task
         if not isinstance(task, str) or not task:
-            raise ValueError("add_frame needs the frame's task: add_frame(frame, task='...') or frame['task']")
+            raise ArgumentError("add_frame needs the frame's task: add_frame(frame, task='...') or frame['task']")
         values = {}
         episode = len(self._state.table)
         for name, value in frame.items():
@@ -602,7 +673,7 @@ class WritableDataset(LeRobotZarrDataset):
     def save_episode(self) -> int:
         """Write the buffered frames as one episode (atomically, like :meth:`add_episode`); return its index."""
         if not self._episode_buffer:
-            raise ValueError(f"{self.root}: no frame was added since the last save_episode()")
+            raise ArgumentError(f"{self.root}: no frame was added since the last save_episode()")
         names = self._episode_buffer[0][0].keys()
         for i, (values, _) in enumerate(self._episode_buffer):
             if values.keys() != names:
@@ -616,11 +687,11 @@ class WritableDataset(LeRobotZarrDataset):
     # editing --------------------------------------------------------------------------------------------
     def _episode_index(self, episode: Any) -> int:
         if isinstance(episode, (bool, np.bool_)):
-            raise TypeError(f"episode indices must be integers, got {episode!r}")
+            raise ArgumentError(f"episode indices must be integers, got {episode!r}")
         try:
             e = operator.index(episode)
         except TypeError:
-            raise TypeError(f"episode indices must be integers, got {episode!r:.40} ({type(episode).__name__})"
+            raise ArgumentError(f"episode indices must be integers, got {episode!r:.40} ({type(episode).__name__})"
                             ) from None
         n = len(self._state.table)
         if not -n <= e < n:
@@ -629,15 +700,15 @@ class WritableDataset(LeRobotZarrDataset):
 
     def _episode_list(self, episodes: int | Sequence[int]) -> list[int]:
         if isinstance(episodes, (str, bytes)):
-            raise TypeError(f"episodes must be an episode index or a list of them, got {episodes!r:.40}")
+            raise ArgumentError(f"episodes must be an episode index or a list of them, got {episodes!r:.40}")
         try:
             return [self._episode_index(operator.index(episodes))]
         except TypeError:
             pass
         if isinstance(episodes, np.ndarray) and episodes.ndim != 1:
-            raise TypeError(f"episodes must be 1-D, got an array of shape {episodes.shape}")
+            raise ArgumentError(f"episodes must be 1-D, got an array of shape {episodes.shape}")
         if not isinstance(episodes, (Sequence, np.ndarray, range, set, frozenset)):
-            raise TypeError(f"episodes must be an episode index or a list of them, got {type(episodes).__name__}")
+            raise ArgumentError(f"episodes must be an episode index or a list of them, got {type(episodes).__name__}")
         return sorted({self._episode_index(e) for e in episodes})
 
     @contextlib.contextmanager
@@ -645,12 +716,13 @@ class WritableDataset(LeRobotZarrDataset):
              features: Sequence[str] | None = None) -> Iterator[dict[str, np.ndarray]]:
         """Edit one episode (or a frame range of it) IN PLACE: ``with ds.edit(3) as ep: ep["action"][10:20] = 0``.
 
-        Yields a mapping of writable memory maps of the episode's frames for ``features`` (default: every feature
-        but LeRobot's own columns), each mapped when first looked up. Writes reach every reader's maps at once and
-        are flushed to the file when the block ends; the episode's stats are recomputed for those features at the
-        next commit (:meth:`flush`, :meth:`close` or any other change), so many small edits cost little more than
-        the writes. Not atomic: a crash during the block can leave an edit half applied (the next writer then
-        recomputes that episode's stats). Assign values of the feature's dtype: numpy casts assignments silently.
+        Yields a mapping of the episode's frames for ``features`` (default: every feature but LeRobot's own
+        columns) as :class:`EditFrames`, each memory-mapped when first looked up: assignments are checked (values
+        the dtype cannot hold raise ``ValueRangeError``) and written in place. Writes reach every reader's maps at
+        once and are flushed to the file when the block ends; the episode's stats are recomputed for those
+        features at the next commit (:meth:`flush`, :meth:`close` or any other change), so many small edits cost
+        little more than the writes. Not atomic: a crash during the block can leave an edit half applied (the next writer then
+        recomputes that episode's stats).
         """
         self._check_open()
         e = self._episode_index(episode)
@@ -658,12 +730,13 @@ class WritableDataset(LeRobotZarrDataset):
         names = editable if features is None else list(features)
         wrong = [name for name in names if name not in editable]
         if wrong:
-            raise ValueError(f"{self.root}: cannot edit {wrong} in place (editable features: {editable}; tasks "
+            raise ArgumentError(f"{self.root}: cannot edit {wrong} in place (editable features: {editable}; tasks "
                              f"change with set_task, indices with delete_episodes/delete_frames)")
+        first, stop = frame_range(frames, int(self._state.table.length[e]), f"{self.root}: episode {e}")
+        self._own_pack(int(self._state.table.chunk[e]))
         table = self._state.table
         pack, offset, length = int(table.chunk[e]), int(table.offset[e]), int(table.length[e])
-        first, stop = frame_range(frames, length, f"{self.root}: episode {e}")
-        maps = _EditMaps(self, pack, offset, length, slice(first, stop), names)
+        maps = _EditMaps(self, e, pack, offset, length, slice(first, stop), names)
         try:
             yield maps
         finally:
@@ -685,8 +758,10 @@ class WritableDataset(LeRobotZarrDataset):
         which finishes it when it opens."""
         self._check_open()
         if not isinstance(task, str) or not task:
-            raise ValueError(f"task must be a non-empty string, got {task!r:.80}")
+            raise ArgumentError(f"task must be a non-empty string, got {task!r:.80}")
         eps = self._episode_list(episodes)
+        for pack in sorted({int(self._state.table.chunk[e]) for e in eps}):
+            self._own_pack(pack)
         tasks = list(self._state.tasks)
         if task not in tasks:
             tasks.append(task)
@@ -782,14 +857,14 @@ class WritableDataset(LeRobotZarrDataset):
             frames = slice(*frames)
         if isinstance(frames, (slice, range)):
             if frames.step not in (None, 1):
-                raise ValueError(f"frames must have step 1, got {frames!r}")
+                raise ArgumentError(f"frames must have step 1, got {frames!r}")
             gone[slice(frames.start, frames.stop)] = True
         else:
             idx = np.asarray(frames)
             if idx.size == 0:
                 return
             if idx.dtype.kind not in "iu" or idx.ndim != 1:
-                raise TypeError(f"frames must be a slice, range, (first, stop) or a list of frame indices, "
+                raise ArgumentError(f"frames must be a slice, range, (first, stop) or a list of frame indices, "
                                 f"got {frames!r:.200}")
             if ((idx < -length) | (idx >= length)).any():
                 raise FrameIndexError(f"episode {e} has {length} frames; cannot delete frames {idx.tolist()[:20]}",
@@ -825,16 +900,81 @@ class WritableDataset(LeRobotZarrDataset):
         self._commit(self._state, new_rows, table=new_table, packs=packs)
 
 
+class EditFrames:
+    """One feature's frames of an episode being edited (what ``ds.edit(...)[feature]`` gives): reading gives
+    read-only numpy views; assignments (``ep[k][10:20] = x``, ``ep[k] += 1``) are checked first (values the
+    feature's dtype cannot hold raise :class:`~lerobot_zarr.errors.ValueRangeError`) and then written in place."""
+
+    def __init__(self, name: str, frames: np.ndarray, kind: str, episode: int):
+        self.name, self._frames, self._kind, self.episode = name, frames, kind, episode
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self._frames.shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self._frames.dtype
+
+    @property
+    def ndim(self) -> int:
+        return self._frames.ndim
+
+    def __len__(self) -> int:
+        return len(self._frames)
+
+    def _read_only(self, value: Any) -> Any:
+        if isinstance(value, np.ndarray):
+            value = value.view(np.ndarray)
+            value.flags.writeable = False
+        return value
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        out = self._read_only(self._frames)
+        return out.astype(dtype) if dtype is not None else (out.copy() if copy else out)
+
+    def __getitem__(self, key: Any) -> Any:
+        return self._read_only(self._frames[key])
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        value = np.asarray(value.__array__() if isinstance(value, EditFrames) else value)
+        _check_assignable(self.name, value, self.dtype, self.episode)
+        self._frames[key] = value
+
+    def _inplace(self, op: Any, other: Any) -> EditFrames:
+        with np.errstate(all="ignore"):
+            self[...] = op(np.asarray(self), np.asarray(other))
+        return self
+
+    def __iadd__(self, other: Any) -> EditFrames:
+        return self._inplace(np.add, other)
+
+    def __isub__(self, other: Any) -> EditFrames:
+        return self._inplace(np.subtract, other)
+
+    def __imul__(self, other: Any) -> EditFrames:
+        return self._inplace(np.multiply, other)
+
+    def __itruediv__(self, other: Any) -> EditFrames:
+        return self._inplace(np.true_divide, other)
+
+    def __repr__(self) -> str:
+        return f"EditFrames({self.name!r}, episode={self.episode}, shape={self.shape}, dtype={self.dtype})"
+
+
 class _EditMaps(Mapping):
-    """What ``edit`` yields: each feature's frames mapped writable on first lookup, flushed at the end, and the
-    episode's stats marked for recomputation for the features looked up."""
+    """What ``edit`` yields: each feature's frames mapped writable on first lookup (as :class:`EditFrames`),
+    flushed at the end, and the episode's stats marked for recomputation for the features looked up."""
 
-    def __init__(self, ds: WritableDataset, pack: int, offset: int, length: int, frames: slice, names: list[str]):
-        self.ds, self.key, self.length, self.frames, self.names = ds, (pack, offset), length, frames, names
+    def __init__(self, ds: WritableDataset, episode: int, pack: int, offset: int, length: int, frames: slice,
+                 names: list[str]):
+        self.ds, self.episode, self.key, self.length, self.frames, self.names = (ds, episode, (pack, offset), length,
+                                                                                  frames, names)
         self.maps: dict[str, np.memmap] = {}
+        self.views: dict[str, EditFrames] = {}
 
-    def __getitem__(self, name: str) -> np.ndarray:
-        if name not in self.maps:
+    def __getitem__(self, name: str) -> EditFrames:
+        if name not in self.views:
             if name not in self.names:
                 raise KeyError(name)
             self.maps[name] = self.ds._rows_map(name, *self.key, self.length, writable=True)
@@ -842,7 +982,15 @@ class _EditMaps(Mapping):
             if not dirty:  # until recomputed its stats are gone from disk: a writer after a crash redoes them
                 _remove(stats_path(self.ds.root, *self.key))
             dirty.add(name)
-        return self.maps[name][self.frames]
+            self.views[name] = EditFrames(name, self.maps[name][self.frames], self.ds._specs[name].kind,
+                                          self.episode)
+        return self.views[name]
+
+    def __setitem__(self, name: str, value: Any) -> None:
+        """``ep[k] = values`` (or the result of ``ep[k] += x``): every selected frame of the feature."""
+        target = self[name]
+        if value is not target:
+            target[...] = value
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.names)
@@ -854,6 +1002,7 @@ class _EditMaps(Mapping):
         for m in self.maps.values():
             m.flush()
         self.maps.clear()
+        self.views.clear()
 
 
 def _drop_empty_features(state: StoreState) -> StoreState:
@@ -957,8 +1106,16 @@ def _as_frames(name: str, value: Any, spec: ArraySpec, episode: int) -> np.ndarr
         raise SchemaMismatchError(f"feature {name!r}: expected frames of shape (T, {', '.join(map(str, shape))}), "
                                   f"got {arr.shape}".replace("(T, )", "(T,)"), feature=name, episode=episode)
     if spec.kind != "image":
-        if not np.can_cast(arr.dtype, spec.dtype, casting="same_kind"):
-            raise SchemaMismatchError(f"feature {name!r}, episode {episode}: {arr.dtype} values cannot be stored as "
-                                      f"{spec.dtype}", feature=name, episode=episode)
-        _check_fits(name, arr, spec.dtype, episode)
+        _check_assignable(name, arr, spec.dtype, episode)
     return arr.astype(spec.dtype, copy=False)
+
+
+def _check_assignable(name: str, arr: np.ndarray, dtype: np.dtype, episode: int) -> None:
+    """Values may become the stored dtype only without changing: integers and bools anywhere they fit, floats
+    into floats (no overflow), never floats into integers or bools, never other kinds."""
+    src, dst = arr.dtype.kind, dtype.kind
+    allowed = src == "b" or (src in "iu" and dst in "biuf") or (src == "f" and dst == "f")
+    if not allowed:
+        raise SchemaMismatchError(f"feature {name!r}, episode {episode}: {arr.dtype} values cannot be stored as "
+                                  f"{dtype}", feature=name, episode=episode)
+    _check_fits(name, arr, dtype, episode)
