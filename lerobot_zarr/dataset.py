@@ -405,6 +405,19 @@ class LeRobotZarrDataset:
     def num_episodes(self) -> int:
         return len(self.episodes)
 
+    def select(self, episodes: EpisodeSelection) -> LeRobotZarrDataset:
+        """A new dataset over the same store holding only ``episodes`` (LeRobot episode indices, or
+        ``{episode: frames}``); this one is unchanged. Its samples, xarray view and exports (``to_lerobot``,
+        ``push``: the selected whole episodes, renumbered from 0) hold just those."""
+        _, _, max_maps, lazy, fetch = self._request
+        return LeRobotZarrDataset(self.root, episodes=episodes, delta_timestamps=self.delta_timestamps,
+                                  image_format=self.image_format, max_open_maps=max_maps, lazy=lazy, fetch=fetch)
+
+    @property
+    def selected_explicitly(self) -> bool:
+        """Whether episodes were chosen (``episodes=``, :meth:`select`) rather than all the store holds."""
+        return self._request[0] is not None
+
     def episode_frames(self, episode_index: int) -> range:
         """Dataset indices (for ``ds[i]``) of the selected frames of one selected episode."""
         return self._sel.frames_of(operator.index(episode_index))

@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 
 from ._progress import progress_bar
 from .dataset import LeRobotZarrDataset
-from .errors import HubAuthError, HubError, NotMaterializedError, StoreError
+from .errors import ArgumentError, HubAuthError, HubError, NotMaterializedError, StoreError
 from .lerobot_v3 import (
     CHUNKS_SIZE,
     DEFAULT_FEATURES,
@@ -94,10 +94,7 @@ def to_lerobot(dataset: LeRobotZarrDataset | str | os.PathLike, path: str | os.P
     path = Path(path)
     if path.exists() and (not path.is_dir() or any(path.iterdir())):
         raise StoreError(f"{path}: exists and is not an empty folder; to_lerobot writes a new dataset")
-    missing = np.flatnonzero(~ds.meta.materialized_episodes)
-    if missing.size:
-        raise NotMaterializedError(f"{ds.root}: episodes {missing[:20].tolist()} are not in the local store; "
-                                   f"open the dataset with all its episodes before exporting it")
+    _check_exportable(ds)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
     try:
@@ -109,6 +106,25 @@ def to_lerobot(dataset: LeRobotZarrDataset | str | os.PathLike, path: str | os.P
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return path
+
+
+def _check_exportable(ds: LeRobotZarrDataset) -> None:
+    """An export holds the dataset's episodes, whole: every one the store lists, or a selection asked for
+    explicitly (``ds.select([...])``, ``episodes=``), which is renumbered from 0. A store that lacks episodes is
+    not exported by accident as a smaller dataset."""
+    if not ds._sel.whole(ds.meta.episode_length):
+        raise ArgumentError(f"{ds.root}: an export holds whole episodes; this dataset selects frame ranges of some "
+                            f"(select whole episodes with ds.select([...]))")
+    missing = np.flatnonzero(~ds.meta.materialized_episodes)
+    if missing.size and not ds.selected_explicitly:
+        held = np.flatnonzero(ds.meta.materialized_episodes).tolist()
+        raise NotMaterializedError(
+            f"{ds.root}: the store holds {len(held)} of the dataset's {ds.meta.total_episodes} episodes (lacking "
+            f"{missing[:10].tolist()}{'...' if missing.size > 10 else ''}). Fetch them first "
+            f"(open_dataset(<its source>) or `lerobot-zarr convert <its source>`), or publish the ones it holds as "
+            f"a new dataset, renumbered from 0: ds.select({held[:5]}{'...' if len(held) > 5 else ''}) then "
+            f"push/to_lerobot (CLI: `lerobot-zarr push STORE REPO_ID --episodes ...`)", path=ds.root,
+            episode=int(missing[0]))
 
 
 def _write(ds: LeRobotZarrDataset, root: Path, size_mb: int, video_size_mb: int, videos: bool | None,
@@ -135,8 +151,14 @@ def _write(ds: LeRobotZarrDataset, root: Path, size_mb: int, video_size_mb: int,
                                    "video.pix_fmt": ENCODING["pix_fmt"], "video.is_depth_map": False,
                                    "video.fps": info["fps"], "video.channels": channels, "has_audio": False}
 
-    lengths = meta.episode_length
+    selected = ds.episodes.tolist()  # the store's episodes, exported as 0 .. n_episodes - 1
+    lengths = meta.episode_length[selected]
     n_episodes = len(lengths)
+    new_start = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+    if n_episodes < meta.total_episodes:
+        warnings.warn(f"{ds.root}: exporting {n_episodes} of the store's {meta.total_episodes} episodes "
+                      f"({selected[:10]}{'...' if n_episodes > 10 else ''}), renumbered 0..{n_episodes - 1}",
+                      stacklevel=3)
 
     episode_rows: list[dict] = []
     episode_stats: dict[str, list[dict[str, np.ndarray]]] = {k: [] for k in order}
@@ -153,7 +175,10 @@ def _write(ds: LeRobotZarrDataset, root: Path, size_mb: int, video_size_mb: int,
             written = (root / rel).stat().st_size if writer is not None else 0
             if eps and written + written / frames_written * int(lengths[e]) > limit:
                 break
-            arrays = ds.episode(e)
+            arrays = dict(ds.episode(selected[e]))
+            n = int(lengths[e])
+            arrays["episode_index"] = np.full(n, e, dtype=np.int64)
+            arrays["index"] = np.arange(new_start[e], new_start[e] + n, dtype=np.int64)
             table = pa.table({k: _column(arrays[k], kinds[k], e) for k in columns_order})
             if writer is None:
                 schema = table.schema.with_metadata({"huggingface": huggingface_metadata(table.schema, "v3.0")})
@@ -186,7 +211,7 @@ def _write(ds: LeRobotZarrDataset, root: Path, size_mb: int, video_size_mb: int,
         try:
             with progress_bar(int(lengths.sum()), f"encoding {k}", progress) as video_bar:
                 for e in range(n_episodes):
-                    episode_rows[e][k] = out.add(np.asarray(ds.episode(e, features=[k])[k]))
+                    episode_rows[e][k] = out.add(np.asarray(ds.episode(selected[e], features=[k])[k]))
                     video_bar.update(int(lengths[e]))
         finally:
             out.close()  # also after a failure: an encoder left to the garbage collector can hang in its deinit

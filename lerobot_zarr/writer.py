@@ -240,14 +240,8 @@ class WritableDataset(LeRobotZarrDataset):
                                            f"open it with every episode before writing to it", path=root,
                                            episode=int(missing[0]))
             state = _drop_empty_features(state)
-            gaps = [name for name in state.arrays if state.unavailable_of(name)]
-            if gaps:
-                name = gaps[0]
-                first = min(state.unavailable_of(name))
-                raise NotMaterializedError(f"{root}: features {gaps} lack some episodes (episode {first}: "
-                                           f"{state.unavailable_of(name)[first]}); a store is writable only with "
-                                           f"every feature of every episode", path=root, feature=name,
-                                           episode=first)
+            # episodes whose frames of a feature the source could not give (missing videos): kept by position
+            self._gaps = {name: state.unavailable_of(name) for name in state.arrays if state.unavailable_of(name)}
             compact = [name for name, spec in state.arrays.items() if spec.storage != "raw"]
             if compact:
                 raise StoreError(f"{root}: features {compact} are stored compact (compressed frames), which "
@@ -367,13 +361,13 @@ class WritableDataset(LeRobotZarrDataset):
 
     def _stats_of(self, pack: int, offset: int, arrays: Mapping[str, np.ndarray]) -> dict[str, dict[str, np.ndarray]]:
         """Per-episode stats of one episode's stored values, computed and kept next to it."""
-        stats = {name: episode_stats(np.asarray(arrays[name]), spec.kind) for name, spec in self._specs.items()}
+        stats = {name: episode_stats(np.asarray(arrays[name]), spec.kind) for name, spec in self._state.arrays.items()}
         self._write_stats_file(pack, offset, stats)
         return stats
 
     def _rows_map(self, name: str, pack: int, offset: int, length: int, *, writable: bool = False) -> np.memmap:
         """A memory map of one committed episode's rows of one feature (symlinks refused, size checked)."""
-        spec = self._specs[name]
+        spec = self._state.arrays[name]
         rows = int(self._state.packs.rows[pack])
         fd = _pack_file(self.root, name, spec, pack, rows, os.O_RDWR if writable else os.O_RDONLY)
         with os.fdopen(fd, "r+b" if writable else "rb") as f:
@@ -383,7 +377,7 @@ class WritableDataset(LeRobotZarrDataset):
     def _read_episode(self, e: int, table: EpisodeTable | None = None) -> dict[str, np.ndarray]:
         t = self._state.table if table is None else table
         pack, offset, length = int(t.chunk[e]), int(t.offset[e]), int(t.length[e])
-        return {name: self._rows_map(name, pack, offset, length) for name in self._specs}
+        return {name: self._rows_map(name, pack, offset, length) for name in self._state.arrays}
 
     def _stats_missing(self) -> bool:
         """Whether some episode lacks its stats file while others have one (an edit's crash dropped it)."""
@@ -404,7 +398,7 @@ class WritableDataset(LeRobotZarrDataset):
         for e, (pack, offset) in enumerate(zip(table.chunk.tolist(), table.offset.tolist(), strict=True)):
             try:
                 doc = json.loads(stats_path(self.root, pack, offset).read_bytes())
-                rows.append({name: {k: np.asarray(v) for k, v in doc[name].items()} for name in self._specs})
+                rows.append({name: {k: np.asarray(v) for k, v in doc[name].items()} for name in self._state.arrays})
             except (FileNotFoundError, KeyError, ValueError, TypeError, AttributeError):
                 rows.append({})
                 todo.append(e)
@@ -412,15 +406,23 @@ class WritableDataset(LeRobotZarrDataset):
             for e in todo:
                 rows[e] = self._stats_of(int(table.chunk[e]), int(table.offset[e]), self._read_episode(e))
                 bar.update(1)
-        self._stats_rows = {name: _stack([row[name] for row in rows], spec) for name, spec in self._specs.items()}
+        self._stats_rows = {name: _stack([row[name] for row in rows], spec) for name, spec in self._state.arrays.items()}
         return self._stats_rows
 
-    def _dataset_stats(self, table: EpisodeTable, rows: dict[str, dict[str, np.ndarray]]) -> dict:
+    def _dataset_stats(self, table: EpisodeTable, rows: dict[str, dict[str, np.ndarray]],
+                       gaps_of: Mapping[str, Mapping[int, str]]) -> dict:
         """LeRobot's stats.json from per-episode stats: count-weighted merge, index columns shifted back."""
         if not len(table):
             return {}
         out = {}
         for name, stats in rows.items():
+            gaps = gaps_of.get(name)
+            if gaps:  # episodes without this feature's frames (zeros in the store) do not count
+                keep = np.ones(len(table), dtype=bool)
+                keep[[e for e in gaps if e < len(table)]] = False
+                if not keep.any():
+                    continue
+                stats = {k: v[keep] for k, v in stats.items()}
             if name in _INDEX_COLUMNS:
                 shift = (table.episode_index_shift if name == "episode_index" else table.index_shift)
                 stats = dict(stats)
@@ -441,18 +443,21 @@ class WritableDataset(LeRobotZarrDataset):
                 continue
             length = int(table.length[e])
             for name in names:
-                stats = episode_stats(np.asarray(self._rows_map(name, pack, offset, length)), self._specs[name].kind)
+                stats = episode_stats(np.asarray(self._rows_map(name, pack, offset, length)), self._state.arrays[name].kind)
                 for k in rows[name]:
                     rows[name][k][e] = stats[k]
             self._write_stats_file(pack, offset, {name: {k: v[e] for k, v in rows[name].items()} for name in rows})
         return rows
 
     # committing -----------------------------------------------------------------------------------------
-    def _commit(self, state: StoreState, rows: dict[str, dict[str, np.ndarray]] | None, **changes: Any) -> None:
+    def _commit(self, state: StoreState, rows: dict[str, dict[str, np.ndarray]] | None, *,
+                gaps: dict[str, dict[int, str]] | None = None, **changes: Any) -> None:
         """One commit of ``state`` (its table, packs, tasks...) with ``changes`` applied: info counters, stats,
-        source; packs left without a live episode are retired after it (expired retired packs deleted); the
-        sampler reloads. Stats of in-place edits not committed yet are folded in."""
+        source, and ``gaps`` (per feature, the positions of episodes without its frames, if they moved); packs
+        left without a live episode are retired after it (expired retired packs deleted); the sampler reloads.
+        Stats of in-place edits not committed yet are folded in."""
         previous = self._state
+        gaps = self._gaps if gaps is None else {name: g for name, g in gaps.items() if g}
         state = replace(state, **changes)
         table = state.table
         if self._dirty:
@@ -473,12 +478,14 @@ class WritableDataset(LeRobotZarrDataset):
         source = state.source
         if source.get("kind") not in ("recorded", "edited"):
             source = {"kind": "edited", "from": source}
-        stats = self._dataset_stats(table, rows) if rows is not None else state.stats
+        stats = self._dataset_stats(table, rows, gaps) if rows is not None else state.stats
         new = replace(state, info=info, source=source, stats=stats, retired=tuple(retired),
                       packs=packs.retire(retire)).all_materialized()
+        new = replace(new, unavailable={}).with_materialized({}, gaps)
         if rows is not None and self._dirty:
             (self.root / _STATS_PENDING).touch()
         self._state = commit(new, previous=previous, durable=self.durable)
+        self._gaps = gaps
         with contextlib.suppress(FileNotFoundError):
             (self.root / _STATS_PENDING).unlink()
         self._dirty = {}
@@ -490,9 +497,9 @@ class WritableDataset(LeRobotZarrDataset):
         for pack, offset in gone:
             _remove(stats_path(self.root, pack, offset))
         for pack in retire:
-            retire_pack(self.root, self._specs, pack)
+            retire_pack(self.root, self._state.arrays, pack)
         for pack in expired:
-            remove_retired(self.root, self._specs, pack)
+            remove_retired(self.root, self._state.arrays, pack)
         with self._lock:
             self._load(self._state)
 
@@ -516,7 +523,7 @@ class WritableDataset(LeRobotZarrDataset):
         if not isinstance(frames, Mapping):
             raise SchemaMismatchError(f"{self.root}: an episode is a mapping {{feature: frames}}, got "
                                       f"{type(frames).__name__}")
-        user = [name for name in self._specs if name not in DEFAULT_FEATURES]
+        user = [name for name in self._state.arrays if name not in DEFAULT_FEATURES]
         unknown = sorted(set(frames) - {*user, "timestamp"}, key=str)
         if unknown:
             raise SchemaMismatchError(f"{self.root}: the episode has features {unknown} that are not this dataset's "
@@ -527,7 +534,7 @@ class WritableDataset(LeRobotZarrDataset):
         out: dict[str, np.ndarray] = {}
         n = None
         for name in [*user, *(["timestamp"] if "timestamp" in frames else [])]:
-            values = _as_frames(name, frames[name], self._specs[name], episode)
+            values = _as_frames(name, frames[name], self._state.arrays[name], episode)
             if n is None:
                 n = len(values)
             elif len(values) != n:
@@ -540,7 +547,7 @@ class WritableDataset(LeRobotZarrDataset):
 
     def _shared(self, pack: int) -> bool:
         """Whether the pack's files are hard links shared with another store (a copy made by :func:`fork`)."""
-        for name, spec in self._specs.items():
+        for name, spec in self._state.arrays.items():
             try:
                 if os.stat(chunk_path(self.root, name, pack, spec.ndim), follow_symlinks=False).st_nlink > 1:
                     return True
@@ -556,8 +563,8 @@ class WritableDataset(LeRobotZarrDataset):
         state = self._state
         rows = int(state.packs.rows[pack])
         new = len(state.packs)
-        self._check_space(rows * sum(spec.frame_bytes for spec in self._specs.values()))
-        for name, spec in self._specs.items():
+        self._check_space(rows * sum(spec.frame_bytes for spec in self._state.arrays.values()))
+        for name, spec in self._state.arrays.items():
             src, dst = chunk_path(self.root, name, pack, spec.ndim), Path(chunk_path(self.root, name, new, spec.ndim))
             dst.parent.mkdir(parents=True, exist_ok=True)
             tmp = dst.with_name(f".{dst.name}.tmp-{os.getpid()}")
@@ -580,15 +587,15 @@ class WritableDataset(LeRobotZarrDataset):
         and the row offset."""
         if len(packs) and packs.rows[-1] > 0 and packs.free_rows() >= n and not self._shared(len(packs) - 1):
             return PackLayout(packs.rows, packs.next_row + n), len(packs) - 1, packs.next_row
-        target = pack_rows_target(self._specs, self._state.pack_bytes)
+        target = pack_rows_target(self._state.arrays, self._state.pack_bytes)
         if self.capacity_frames is not None:  # a ring buffer frees a pack once all of it was evicted: keep them small
             target = min(target, max(1, self.capacity_frames // 8))
         rows = max(target, n)
         return packs.with_pack(rows, n), len(packs), 0
 
     def _write_episode(self, packs: PackLayout, pack: int, offset: int, data: Mapping[str, np.ndarray]) -> None:
-        ensure_pack(self.root, self._specs, pack, int(packs.rows[pack]))
-        for name, spec in self._specs.items():
+        ensure_pack(self.root, self._state.arrays, pack, int(packs.rows[pack]))
+        for name, spec in self._state.arrays.items():
             write_rows(self.root, name, spec, pack, offset, data[name], int(packs.rows[pack]))
 
     def add_episode(self, frames: Mapping[str, Any], *, task: str | Sequence[str]) -> int:
@@ -613,7 +620,7 @@ class WritableDataset(LeRobotZarrDataset):
             while total + n > capacity:
                 total -= int(table.length[drop])
                 drop += 1
-        self._check_space(n * sum(spec.frame_bytes for spec in self._specs.values()))
+        self._check_space(n * sum(spec.frame_bytes for spec in self._state.arrays.values()))
         kept = slice(drop, None)
         start = int(table.length[kept].sum())
         e = len(table) - drop
@@ -621,7 +628,7 @@ class WritableDataset(LeRobotZarrDataset):
         data.setdefault("timestamp", (np.arange(n) / fps).astype(np.float32))
         data.update(frame_index=np.arange(n, dtype=np.int64), episode_index=np.full(n, e, dtype=np.int64),
                     index=np.arange(start, start + n, dtype=np.int64), task_index=task_index)
-        data = {name: _stored(data[name], spec) for name, spec in self._specs.items()}
+        data = {name: _stored(data[name], spec) for name, spec in self._state.arrays.items()}
         packs, pack, offset = self._allocate(self._state.packs, n)
         rows = self._episode_stats_rows()
         dropped_frames = int(table.length[:drop].sum())
@@ -637,7 +644,8 @@ class WritableDataset(LeRobotZarrDataset):
             new_stats = stats.result()
         new_rows = {name: {k: np.concatenate([v[drop:], new_stats[name][k][None]]) for k, v in rows[name].items()}
                     for name in rows}
-        self._commit(self._state, new_rows, table=new_table, packs=packs, tasks=tuple(tasks))
+        gaps = {name: {p - drop: why for p, why in g.items() if p >= drop} for name, g in self._gaps.items()}
+        self._commit(self._state, new_rows, table=new_table, packs=packs, tasks=tuple(tasks), gaps=gaps)
         return e
 
     def add_frame(self, frame: Mapping[str, Any], *, task: str | None = None) -> None:
@@ -655,10 +663,10 @@ class WritableDataset(LeRobotZarrDataset):
         for name, value in frame.items():
             if name == "task":
                 continue
-            if name not in self._specs or name in DEFAULT_FEATURES and name != "timestamp":
+            if name not in self._state.arrays or name in DEFAULT_FEATURES and name != "timestamp":
                 raise SchemaMismatchError(f"{self.root}: unknown or writer-filled feature {name!r} in add_frame",
                                           feature=str(name))
-            values[name] = _as_frames(name, np.asarray(value)[None], self._specs[name], episode)[0]
+            values[name] = _as_frames(name, np.asarray(value)[None], self._state.arrays[name], episode)[0]
         self._episode_buffer.append((values, task))
 
     @property
@@ -726,13 +734,18 @@ class WritableDataset(LeRobotZarrDataset):
         """
         self._check_open()
         e = self._episode_index(episode)
-        editable = [name for name in self._specs if name not in DEFAULT_FEATURES]
+        editable = [name for name in self._state.arrays if name not in DEFAULT_FEATURES]
         names = editable if features is None else list(features)
         wrong = [name for name in names if name not in editable]
         if wrong:
             raise ArgumentError(f"{self.root}: cannot edit {wrong} in place (editable features: {editable}; tasks "
                              f"change with set_task, indices with delete_episodes/delete_frames)")
         first, stop = frame_range(frames, int(self._state.table.length[e]), f"{self.root}: episode {e}")
+        lacking = [name for name in names if e in self._gaps.get(name, {})]
+        if lacking:
+            raise NotMaterializedError(f"{self.root}: episode {e} has no frames of {lacking} to edit "
+                                       f"({self._gaps[lacking[0]][e]})", path=self.root, episode=e,
+                                       feature=lacking[0])
         self._own_pack(int(self._state.table.chunk[e]))
         table = self._state.table
         pack, offset, length = int(table.chunk[e]), int(table.offset[e]), int(table.length[e])
@@ -747,6 +760,36 @@ class WritableDataset(LeRobotZarrDataset):
         self._check_open()
         if self._dirty:
             self._commit(self._state, self._episode_stats_rows())
+
+    def drop_features(self, features: str | Sequence[str]) -> None:
+        """Remove features from the store IN PLACE, in one commit (their files are deleted after it): e.g. a
+        camera whose videos are missing in some episodes, before publishing the rest. LeRobot's own columns
+        cannot be dropped; a feature listed in ``info`` but not stored (a video left out) is removed from
+        ``info`` too."""
+        self._check_open()
+        names = [features] if isinstance(features, str) else list(features)
+        state = self._state
+        unknown = [n for n in names if n not in state.arrays and n not in state.info.get("features", {})]
+        if unknown:
+            raise ArgumentError(f"{self.root}: no features {unknown} to drop (features: "
+                                f"{list(state.info.get('features', {}))})")
+        own = [n for n in names if n in DEFAULT_FEATURES]
+        if own:
+            raise ArgumentError(f"{self.root}: {own} are LeRobot's own columns; they cannot be dropped")
+        if not names:
+            return
+        rows = {k: v for k, v in self._episode_stats_rows().items() if k not in names}
+        info = dict(state.info, features={k: v for k, v in state.info["features"].items() if k not in names})
+        stats = {k: v for k, v in state.stats.items() if k not in names}
+        new = replace(state, info=info, stats=stats,
+                      arrays={k: v for k, v in state.arrays.items() if k not in names},
+                      materialized={k: v for k, v in state.materialized.items() if k not in names},
+                      not_materialized={k: v for k, v in state.not_materialized.items() if k not in names})
+        self._commit(new, rows, gaps={k: v for k, v in self._gaps.items() if k not in names})
+        self._stats_rows = rows
+        for name in names:
+            _remove(self.root / name)
+            _remove(self.root / ".retired" / name)
 
     def set_task(self, episodes: int | Sequence[int], task: str) -> None:
         """Give episodes a new task, adding the task string if it is new.
@@ -810,7 +853,7 @@ class WritableDataset(LeRobotZarrDataset):
             return table, packs
         chunk, offset = table.chunk.copy(), table.offset.copy()
         moving = np.flatnonzero(np.isin(table.chunk, sparse))
-        self._check_space(int(table.length[moving].sum()) * sum(s.frame_bytes for s in self._specs.values()))
+        self._check_space(int(table.length[moving].sum()) * sum(s.frame_bytes for s in self._state.arrays.values()))
         for e in moving.tolist():
             data = {name: np.asarray(v) for name, v in self._read_episode(e, table).items()}
             packs, chunk[e], offset[e] = self._relocate(packs, data)
@@ -839,7 +882,9 @@ class WritableDataset(LeRobotZarrDataset):
                                             (table.index_shift + frames_before)[keep])
         new_rows = {name: {k: v[keep] for k, v in rows[name].items()} for name in rows}
         new_table, packs = self._compact_packs(new_table, self._state.packs, new_rows)
-        self._commit(self._state, new_rows, table=new_table, packs=packs)
+        position = np.cumsum(keep) - 1
+        gaps = {name: {int(position[p]): why for p, why in g.items() if keep[p]} for name, g in self._gaps.items()}
+        self._commit(self._state, new_rows, table=new_table, packs=packs, gaps=gaps)
 
     def delete_frames(self, episode: int, frames: slice | range | tuple[int, int] | Sequence[int]) -> None:
         """Delete frames of one episode (a range or a list of frame indices) in one commit.
@@ -877,12 +922,12 @@ class WritableDataset(LeRobotZarrDataset):
             return
         rows = self._episode_stats_rows()
         n = length - int(gone.sum())
-        self._check_space(n * sum(spec.frame_bytes for spec in self._specs.values()))
+        self._check_space(n * sum(spec.frame_bytes for spec in self._state.arrays.values()))
         data = {name: np.asarray(v)[~gone] for name, v in self._read_episode(e).items()}
         data["frame_index"] = np.arange(n, dtype=np.int64)
         data["timestamp"] = (np.arange(n) / self.meta.fps).astype(np.float32)
         data["index"] = np.arange(n, dtype=np.int64) + int(table.start[e] + table.index_shift[e])
-        data = {name: _stored(data[name], spec) for name, spec in self._specs.items()}
+        data = {name: _stored(data[name], spec) for name, spec in self._state.arrays.items()}
         packs, pack, offset = self._relocate(self._state.packs, data)
         stats = self._stats_of(pack, offset, data)
         lengths, chunk, offsets = table.length.copy(), table.chunk.copy(), table.offset.copy()
@@ -982,7 +1027,7 @@ class _EditMaps(Mapping):
             if not dirty:  # until recomputed its stats are gone from disk: a writer after a crash redoes them
                 _remove(stats_path(self.ds.root, *self.key))
             dirty.add(name)
-            self.views[name] = EditFrames(name, self.maps[name][self.frames], self.ds._specs[name].kind,
+            self.views[name] = EditFrames(name, self.maps[name][self.frames], self.ds._state.arrays[name].kind,
                                           self.episode)
         return self.views[name]
 

@@ -764,7 +764,7 @@ def test_lerobot_loads_the_video_export(exported, tmp_path, capsys):
 # ------------------------------------------------------------------------------------------------ 9. writers
 
 
-def test_writable_dataset_refuses_compact_and_unavailable_cameras(gen, gen_compact, tmp_path):
+def test_writable_dataset_refuses_compact_but_opens_unavailable_cameras(gen, gen_compact, tmp_path):
     with pytest.raises(StoreError, match="compact"):
         open_dataset(gen_compact.root, mode="r+", progress=False)
     with WriterLock(gen_compact.root, blocking=False):  # the refusal released the writer lock
@@ -774,8 +774,12 @@ def test_writable_dataset_refuses_compact_and_unavailable_cameras(gen, gen_compa
                                    video_keys=(FRONT,), write_videos=True, episodes_per_file=1, seed=27)  # fmt: skip
     (missing / "videos" / FRONT / "chunk-000" / "file-002.mp4").unlink()
     store = open_left_out(missing, root=tmp_path / "store", cameras=[FRONT]).root
-    with pytest.raises(NotMaterializedError, match=FRONT):
-        open_dataset(store, mode="r+", progress=False)
+    with pytest.warns(UserWarning, match="left out"), open_dataset(store, mode="r+", progress=False) as w:
+        assert FRONT in w.left_out and list(w.meta.unavailable[FRONT]) == [2]
+        with pytest.raises(NotMaterializedError, match=FRONT), w.edit(2, features=[FRONT]):
+            pass
+        w.delete_episodes([2])  # the camera is complete again
+        assert w.left_out == {} and w.meta.unavailable == {} and FRONT in w[0]
     # a raw store with every camera available is writable
     with open_dataset(gen, root=tmp_path / "raw", mode="r+", progress=False) as writable:
         assert FRONT in writable.array_specs
