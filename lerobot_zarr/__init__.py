@@ -12,6 +12,8 @@ _os.environ.setdefault("ZARR_ARRAY__RECTILINEAR_CHUNKS", "True")
 if "zarr" in _sys.modules:
     _sys.modules["zarr"].config.set({"array.rectilinear_chunks": True})
 
+from . import analysis as _analysis  # noqa: E402, F401  (registers ds.to_xarray)
+from . import export as _export  # noqa: E402, F401  (registers ds.push and ds.to_lerobot)
 from .api import cache_home, inspect, open_dataset  # noqa: E402
 from .dataset import DatasetMeta, LeRobotZarrDataset  # noqa: E402
 from .errors import *  # noqa: E402, F403  (every exception class, listed in errors.__all__)

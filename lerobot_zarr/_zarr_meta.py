@@ -15,9 +15,12 @@ import numpy as np
 if TYPE_CHECKING:
     from .store import ArraySpec, StoreState
 
-__all__ = ["ROOT", "metadata_documents", "dump"]
+__all__ = ["ROOT", "LIVE_ARRAY", "EPISODE_ARRAYS", "metadata_documents", "dump"]
 
 ROOT = "zarr.json"
+LIVE_ARRAY = "frame_live"
+EPISODE_ARRAYS = ("episode_start", "episode_end", "episode_length", "episode_task_index", "episode_chunk",
+                  "episode_offset", "episode_frame")
 COMPACT_CODEC = {"name": "zstd", "configuration": {"level": 3, "checksum": False}}
 
 
@@ -79,8 +82,6 @@ def _frame_grid(sizes: np.ndarray, frame_shape: tuple[int, ...]) -> dict:
 def metadata_documents(state: StoreState, attributes: Mapping[str, Any] | None) -> dict[str, dict]:
     """Every ``zarr.json`` of the store, keyed by path relative to the store. The root's holds ``attributes`` (the
     root state) and the consolidated metadata of every array; without ``attributes`` the root is left out."""
-    from .store import EPISODE_ARRAYS, LIVE_ARRAY
-
     sizes = state.packs.zarr_sizes()
     total = int(sizes.sum())
     docs: dict[str, dict] = {}

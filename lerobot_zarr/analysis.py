@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .dataset import read_episode_rows
+from .dataset import forwarded, read_episode_rows
 from .lerobot_v3 import QUANTILES, aggregate_stats, stats_json
 from .store import ArraySpec
 
@@ -50,6 +50,7 @@ def _read_episode(root: str, name: str, spec: ArraySpec, location: tuple[int, in
     return values - shift if shift else values
 
 
+@forwarded("to_xarray")
 def to_xarray(ds: LeRobotZarrDataset) -> xr.Dataset:
     """The dataset's selection as a lazy ``xarray.Dataset`` (see :meth:`LeRobotZarrDataset.to_xarray`)."""
     import dask

@@ -30,7 +30,7 @@ from .windows import window_offsets, windows
 if TYPE_CHECKING:
     from .source import LeRobotSource
 
-__all__ = ["DatasetMeta", "LeRobotZarrDataset", "IMAGE_FORMATS", "ImageFormat", "read_episode_rows",
+__all__ = ["DatasetMeta", "LeRobotZarrDataset", "IMAGE_FORMATS", "ImageFormat", "read_episode_rows", "forwarded",
            "frame_range", "episode_ranges", "window_offsets", "EpisodeSelection"]
 
 ImageFormat = Literal["uint8_hwc", "float32_chw"]
@@ -131,6 +131,19 @@ class DatasetMeta:
         return (f"DatasetMeta(root={str(self.root)!r}, fps={self.fps:g}, robot_type={self.robot_type!r}, "
                 f"episodes={self.total_episodes} ({int(self.materialized_episodes.sum())} local), "
                 f"frames={self.total_frames}, features={list(self.features)})")
+
+
+_FORWARDED: dict[str, Callable[..., Any]] = {}
+
+
+def forwarded(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register the function behind the dataset's convenience method ``name`` (``export`` and ``analysis`` do when
+    imported; the package imports them), so that this module never imports the modules built on it."""
+    def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+        _FORWARDED[name] = fn
+        return fn
+
+    return register
 
 
 def _pack_file(root: str | os.PathLike, name: str, spec: ArraySpec, pack: int, rows: int, flags: int = os.O_RDONLY
@@ -660,14 +673,12 @@ class LeRobotZarrDataset:
         pack = int(self._chunk[e])
         return pack, int(self._state.table.offset[e]), int(self._state.packs.rows[pack])
 
-    # conveniences forwarding to other modules (imported when called: no import cycle) -----------------------
+    # conveniences forwarding to modules that build on this one (registered by them: imports point one way) ---
     def to_lerobot(self, path: str | os.PathLike, *, data_files_size_in_mb: int = 100,
                    video_files_size_in_mb: int = 200, videos: bool | None = None, progress: bool = True) -> Path:
         """Export the (complete) store as a LeRobot v3.0 folder at ``path``; see :mod:`lerobot_zarr.export`
         (``videos``: cameras as the source had them by default, or all as videos / all as images)."""
-        from .export import to_lerobot
-
-        return to_lerobot(self, path, data_files_size_in_mb=data_files_size_in_mb,
+        return _FORWARDED["to_lerobot"](self, path, data_files_size_in_mb=data_files_size_in_mb,
                           video_files_size_in_mb=video_files_size_in_mb, videos=videos, progress=progress)
 
     def push(self, repo_id: str, *, revision: str | None = None, private: bool = False,
@@ -675,9 +686,7 @@ class LeRobotZarrDataset:
              progress: bool = True) -> str | None:
         """Publish the store to the Hub as LeRobot v3.0 in one commit tagged ``v3.0`` (only changed files are
         uploaded; an unchanged store makes no commit). Returns the commit sha, or None if nothing changed."""
-        from .export import push
-
-        return push(self, repo_id, revision=revision, private=private, token=token,
+        return _FORWARDED["push"](self, repo_id, revision=revision, private=private, token=token,
                     commit_message=commit_message, videos=videos, progress=progress)
 
     def to_xarray(self) -> Any:
@@ -686,6 +695,4 @@ class LeRobotZarrDataset:
         with its labels as coordinates); ``episode_index``, ``frame_index``, ``timestamp`` and ``index`` as
         coordinates; and the episode table over dim ``episode`` (with ``episode_materialized``: a partial store
         lists the episodes it lacks instead of filling them with zeros)."""
-        from .analysis import to_xarray
-
-        return to_xarray(self)
+        return _FORWARDED["to_xarray"](self)

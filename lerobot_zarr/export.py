@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ._progress import progress_bar
-from .dataset import LeRobotZarrDataset
+from .dataset import LeRobotZarrDataset, forwarded
 from .errors import ArgumentError, HubAuthError, HubError, NotMaterializedError, StoreError
 from .lerobot_v3 import (
     CHUNKS_SIZE,
@@ -82,6 +82,7 @@ def _card(info: dict) -> str:
     )
 
 
+@forwarded("to_lerobot")
 def to_lerobot(dataset: LeRobotZarrDataset | str | os.PathLike, path: str | os.PathLike, *,
                data_files_size_in_mb: int = 100, video_files_size_in_mb: int = 200, videos: bool | None = None,
                progress: bool = True) -> Path:
@@ -345,6 +346,7 @@ def _git_oid(path: Path, lfs: bool) -> str:
     return _identity(path)["sha256" if lfs else "git_sha1"]
 
 
+@forwarded("push")
 def push(dataset: LeRobotZarrDataset | str | os.PathLike, repo_id: str, *, revision: str | None = None,
          private: bool = False, token: str | bool | None = None, commit_message: str | None = None,
          videos: bool | None = None, progress: bool = True) -> str | None:

@@ -90,7 +90,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ._fileio import WriterLock, atomic_write, create_sized, flush_filesystem, open_nofollow, pwrite_all
-from ._zarr_meta import ROOT, dump, metadata_documents
+from ._zarr_meta import EPISODE_ARRAYS, LIVE_ARRAY, ROOT, dump, metadata_documents
 from .errors import CorruptStoreError, SourceNotFoundError, StoreError, StoreExistsError
 
 __all__ = [
@@ -127,9 +127,6 @@ __all__ = [
 FORMAT_VERSION = 3
 _READABLE_VERSIONS = (1, 2, 3)
 ATTRS_KEY = "lerobot_zarr"
-LIVE_ARRAY = "frame_live"
-EPISODE_ARRAYS = ("episode_start", "episode_end", "episode_length", "episode_task_index", "episode_chunk",
-                  "episode_offset", "episode_frame")
 DEFAULT_PACK_BYTES = 32 << 20
 STORAGES = ("raw", "compact")
 Storage = Literal["raw", "compact"]
