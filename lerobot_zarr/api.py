@@ -11,8 +11,9 @@ from typing import Any
 from urllib.parse import quote
 
 from .dataset import DatasetMeta, EpisodeSelection, LeRobotZarrDataset
-from .errors import HubError, NotMaterializedError, SourceNotFoundError
-from .hub import REPO_ID, HubFiles, parse_repo_id, resolve_revision
+from .errors import HubError, NotMaterializedError
+from .hub import HubFiles, resolve_revision
+from .resolve import resolve_source
 from .source import LeRobotSource, is_lerobot_folder
 from .store import has_commit_point, read_state
 from .transcode import transcode
@@ -86,30 +87,22 @@ def open_dataset(
         raise ValueError(f"mode must be 'r' or 'r+', got {mode!r}")
     if mode == "r+" and (episodes is not None or lazy):
         raise ValueError("mode='r+' opens every episode: episodes= and lazy=True do not apply")
-    path = Path(source).expanduser()
-    if has_commit_point(path):
-        if root is not None and Path(root).resolve() != path.resolve():
-            raise ValueError(f"{path} is a store already; root={root!r} would be a second copy")
-        store = path
+    src = resolve_source(source, revision=revision, token=token)
+    if src.kind == "store":
+        store = src.path
+        if root is not None and Path(root).resolve() != store.resolve():
+            raise ValueError(f"{store} is a store already; root={root!r} would be a second copy")
         if mode == "r+":
             materialize(store, range(len(read_state(store).table)), progress=progress, token=token)
         elif not lazy:
             materialize(store, episodes, progress=progress, token=token)
-    elif is_lerobot_folder(path):
-        if revision is not None:
-            raise ValueError(f"{path}: revision={revision!r} applies to Hub repositories, not to a local folder")
-        src = LeRobotSource(path)
-        store = Path(root).expanduser() if root is not None else store_path_for(src)
-        transcode(src, store, episodes=[] if lazy else episodes, progress=progress, storage=storage, client=client)
-    elif path.exists():
-        raise SourceNotFoundError(f"{path}: neither a LeRobot dataset folder (meta/info.json) nor a lerobot_zarr store")
-    elif isinstance(source, str) and REPO_ID.match(source):
-        store = _open_hub(source, root=root, episodes=[] if lazy else episodes, revision=revision, token=token,
-                          progress=progress, storage=storage, client=client)
-    elif revision is not None or token is not None:  # meant as a Hub repo
-        parse_repo_id(str(source))
+    elif src.kind == "folder":
+        folder = LeRobotSource(src.path)
+        store = Path(root).expanduser() if root is not None else store_path_for(folder)
+        transcode(folder, store, episodes=[] if lazy else episodes, progress=progress, storage=storage, client=client)
     else:
-        raise SourceNotFoundError(f"{source}: no such folder, and not a Hub repo id of the form 'org/name'")
+        store = _open_hub(src.repo_id, root=root, episodes=[] if lazy else episodes, revision=revision, token=token,
+                          progress=progress, storage=storage, client=client)
     if mode == "r+":
         from .writer import WritableDataset
 
@@ -188,12 +181,19 @@ def materialize(store: str | os.PathLike, episodes: EpisodeSelection | None, *, 
     transcode(LeRobotSource(origin), store, episodes=missing, progress=progress)
 
 
-def inspect(repo_id: str, *, revision: str | None = None, token: str | bool | None = None) -> DatasetMeta:
-    """What a Hub dataset holds, from its metadata alone (info.json, the episode table without per-episode stats,
-    tasks, stats.json): features, fps, robot type, episodes and their lengths, tasks, stats, and in
-    ``meta.source`` the bytes of data and videos on the Hub. No data file is read."""
-    revision, commit = resolve_revision(parse_repo_id(repo_id), revision, token=token)
-    files = HubFiles(repo_id, commit, revision=revision, token=token)
+def inspect(source: str | os.PathLike, *, revision: str | None = None,
+            token: str | bool | None = None) -> DatasetMeta:
+    """What a dataset holds, from its metadata alone: features, fps, robot type, episodes and their lengths,
+    tasks, stats. ``source`` is a Hub repo id (info.json, the episode table without per-episode stats, tasks and
+    stats.json are read; ``meta.source["hub_bytes"]`` gives the bytes of data and videos on the Hub), a LeRobot
+    folder (its metadata files) or a store (its root ``zarr.json``). No data file is read."""
+    src = resolve_source(source, revision=revision, token=token)
+    if src.kind == "store":
+        return DatasetMeta.from_state(read_state(src.path))
+    if src.kind == "folder":
+        return DatasetMeta.from_source(LeRobotSource(src.path))
+    revision, commit = resolve_revision(src.repo_id, revision, token=token)
+    files = HubFiles(src.repo_id, commit, revision=revision, token=token)
     meta = DatasetMeta.from_source(LeRobotSource(files))
     meta.source["hub_bytes"] = {top: sum(n for p, n in files.sizes.items() if p.startswith(top + "/"))
                                 for top in ("data", "videos", "meta")}

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ._region import EpisodeRegion
-from .errors import DeltaTimestampsError, FrameIndexError, NotMaterializedError
+from .errors import DeltaTimestampsError, FrameIndexError, LeRobotZarrWarning, NotMaterializedError
 from .store import (
     ArraySpec,
     StoreState,
@@ -311,9 +311,10 @@ class LeRobotZarrDataset:
                          else int(max_open_maps), bool(lazy))
         self._lock = threading.Lock()
         self._load(read_state(self.root))
-        for name, why in self._left_out.items():
-            if name not in self.meta.not_materialized:
-                warnings.warn(f"{self.root}: feature {name!r} is left out of samples: {why}", stacklevel=2)
+        left_out = {name: why for name, why in self._left_out.items() if name not in self.meta.not_materialized}
+        if left_out:
+            warnings.warn(f"{self.root}: " + "; ".join(f"{n!r} is left out of samples: {w}" for n, w in left_out.items()),
+                          LeRobotZarrWarning, skip_file_prefixes=(os.path.dirname(__file__),))
         _live_datasets.add(self)
 
     def _load(self, state: StoreState) -> None:
