@@ -184,17 +184,31 @@ def materialize(store: str | os.PathLike, episodes: EpisodeSelection | None, *, 
 def inspect(source: str | os.PathLike, *, revision: str | None = None,
             token: str | bool | None = None) -> DatasetMeta:
     """What a dataset holds, from its metadata alone: features, fps, robot type, episodes and their lengths,
-    tasks, stats. ``source`` is a Hub repo id (info.json, the episode table without per-episode stats, tasks and
-    stats.json are read; ``meta.source["hub_bytes"]`` gives the bytes of data and videos on the Hub), a LeRobot
-    folder (its metadata files) or a store (its root ``zarr.json``). No data file is read."""
+    tasks, stats, and in ``meta.unavailable`` the episodes whose camera video file is missing. ``source`` is a Hub
+    repo id (info.json, the episode table without per-episode stats, tasks and stats.json are read;
+    ``meta.source["hub_bytes"]`` gives the bytes of data and videos on the Hub), a LeRobot folder (its metadata
+    files) or a store (its root ``zarr.json``). No data file is read."""
     src = resolve_source(source, revision=revision, token=token)
     if src.kind == "store":
         return DatasetMeta.from_state(read_state(src.path))
     if src.kind == "folder":
-        return DatasetMeta.from_source(LeRobotSource(src.path))
-    revision, commit = resolve_revision(src.repo_id, revision, token=token)
-    files = HubFiles(src.repo_id, commit, revision=revision, token=token)
-    meta = DatasetMeta.from_source(LeRobotSource(files))
-    meta.source["hub_bytes"] = {top: sum(n for p, n in files.sizes.items() if p.startswith(top + "/"))
-                                for top in ("data", "videos", "meta")}
+        lerobot = LeRobotSource(src.path)
+        meta = DatasetMeta.from_source(lerobot)
+    else:
+        revision, commit = resolve_revision(src.repo_id, revision, token=token)
+        files = HubFiles(src.repo_id, commit, revision=revision, token=token)
+        lerobot = LeRobotSource(files)
+        meta = DatasetMeta.from_source(lerobot)
+        meta.source["hub_bytes"] = {top: sum(n for p, n in files.sizes.items() if p.startswith(top + "/"))
+                                    for top in ("data", "videos", "meta")}
+    found: dict[str, bool] = {}
+    for name, refs in lerobot.episodes.videos.items():
+        reasons = {}
+        for e, ref in enumerate(refs):
+            if ref is None:
+                reasons[e] = "meta/episodes lists no video file"
+            elif not found.setdefault(ref[0], lerobot.files.exists(ref[0])):
+                reasons[e] = f"video file {lerobot.files.location(ref[0])} not found"
+        if reasons:
+            meta.unavailable[name] = reasons
     return meta
