@@ -3,6 +3,7 @@
 Start with :func:`open_dataset`. The store layout is documented in :mod:`lerobot_zarr.store`.
 """
 
+import logging as _logging
 import os as _os
 import sys as _sys
 
@@ -13,6 +14,7 @@ if "zarr" in _sys.modules:
     _sys.modules["zarr"].config.set({"array.rectilinear_chunks": True})
 
 from .api import cache_home, inspect, open_dataset  # noqa: E402
+from .cache import cache_info  # noqa: E402
 from .dataset import DatasetMeta, LeRobotZarrDataset  # noqa: E402
 from .errors import (  # noqa: E402
     CorruptSourceError,
@@ -22,6 +24,7 @@ from .errors import (  # noqa: E402
     HubAuthError,
     HubError,
     LeRobotZarrError,
+    LeRobotZarrWarning,
     NotMaterializedError,
     RepoNotFoundError,
     RevisionNotFoundError,
@@ -44,10 +47,12 @@ __all__ = [
     "split_episodes",
     "SampleStream",
     "cache_home",
+    "cache_info",
     "LeRobotZarrDataset",
     "WritableDataset",
     "DatasetMeta",
     "LeRobotZarrError",
+    "LeRobotZarrWarning",
     "SourceNotFoundError",
     "CorruptSourceError",
     "SchemaMismatchError",
@@ -64,3 +69,6 @@ __all__ = [
     "HubError",
 ]
 __version__ = "0.1.0"
+
+# a library logs, its application decides where to: nothing is printed unless a handler is configured
+_logging.getLogger("lerobot_zarr").addHandler(_logging.NullHandler())

@@ -239,7 +239,7 @@ def _parser() -> argparse.ArgumentParser:
     push.add_argument("store", type=Path, help="the store folder (see `cache ls` for the cached ones)")
     push.add_argument("repo_id", help="Hub dataset repo id org/name (created if missing)")
     push.add_argument("--revision", "--branch", dest="revision", default=None,
-                      help="branch to commit to (default main; created if missing)")
+                      help="branch to commit to (default main)")
     push.add_argument("--private", action="store_true", help="create the repo private (an existing one is unchanged)")
     push.add_argument("--token", default=None, help="Hub token with write access (default: `hf auth login`'s)")
     push.add_argument("--message", default=None, help="commit message")
