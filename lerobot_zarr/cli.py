@@ -200,7 +200,7 @@ def _parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="the whole job offline: a test Hub on 127.0.0.1, inspect, partial download, "
                                        "sampling speed, edits, push and reopen")
     demo.add_argument("--dir", type=Path, default=None, help="an empty or new work folder (default: a temporary one)")
-    demo.add_argument("--episodes", type=int, default=120, help="episodes in the generated dataset (default 120)")
+    demo.add_argument("--episodes", type=int, default=100, help="episodes in the generated dataset (default 100)")
 
     info = sub.add_parser("info", help="describe a dataset from its metadata (no data read): Hub repo, folder, store")
     info.add_argument("source", help="LeRobot folder, store, or Hub repo id org/name")
