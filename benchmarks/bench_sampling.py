@@ -16,7 +16,7 @@ the same process (interleaved repeats, warm page cache):
 Also: time and RSS of opening the existing store (fresh subprocess), cost of mapping an episode on first touch,
 and an equality check of ours against the floor (and against HF) that raises on mismatch.
 
-Run:  cd /work/main && PYTHONPATH=/work/main /work/venv/bin/python benchmarks/bench_sampling.py [--frames-scale 0.1]
+Run (from the repository root):  .venv/bin/python benchmarks/bench_sampling.py [--frames-scale 0.1]
 """
 
 from __future__ import annotations

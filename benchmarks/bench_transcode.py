@@ -16,7 +16,7 @@ f32[14], ~148 bytes per frame over the 7 stored features), then times, best of N
 MB/s are stored-bytes (the decoded arrays, what lands in the store) per second for every row.
 ``--profile`` adds a cProfile of one transcode, restricted to the interesting frames.
 
-Run:  cd /work/main && PYTHONPATH=/work/main /work/venv/bin/python benchmarks/bench_transcode.py [--frames-scale 0.1]
+Run (from the repository root):  .venv/bin/python benchmarks/bench_transcode.py [--frames-scale 0.1]
 """
 
 from __future__ import annotations

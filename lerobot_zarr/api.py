@@ -188,7 +188,7 @@ def inspect(source: str | os.PathLike, *, revision: str | None = None,
     repo id (info.json, the episode table without per-episode stats, tasks and stats.json are read;
     ``meta.source["hub_bytes"]`` gives the bytes of data and videos on the Hub), a LeRobot folder (its metadata
     files) or a store (its root ``zarr.json``). No data file is read."""
-    src = resolve_source(source, revision=revision, token=token)
+    src = resolve_source(source, revision=revision, token=token, hub_first=True)
     if src.kind == "store":
         return DatasetMeta.from_state(read_state(src.path))
     if src.kind == "folder":

@@ -35,8 +35,8 @@ class ResolvedSource:
         return str(self.path)
 
 
-def resolve_source(source: str | os.PathLike, *, revision: str | None = None,
-                   token: str | bool | None = None) -> ResolvedSource:
+def resolve_source(source: str | os.PathLike, *, revision: str | None = None, token: str | bool | None = None,
+                   hub_first: bool = False) -> ResolvedSource:
     """Decide whether ``source`` is a store (a folder with a root ``zarr.json``), a LeRobot dataset folder
     (``meta/info.json``) or a Hub dataset repo id ``org/name``; a local path wins over a repo id of the same name.
 
@@ -57,6 +57,6 @@ def resolve_source(source: str | os.PathLike, *, revision: str | None = None,
         raise SourceNotFoundError(f"{path}: neither a LeRobot dataset folder (meta/info.json) nor a lerobot_zarr store")
     if isinstance(source, str) and REPO_ID.match(source) and ".." not in source:
         return ResolvedSource("hub", repo_id=source, revision=revision, token=token)
-    if revision is not None or token is not None:  # meant as a Hub repo
+    if hub_first or revision is not None or token is not None:  # meant as a Hub repo
         parse_repo_id(str(source))
     raise SourceNotFoundError(f"{source}: no such folder, and not a Hub repo id of the form 'org/name'")
