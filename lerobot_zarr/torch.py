@@ -99,9 +99,8 @@ class IndexBatches(Sampler):
 
 
 class _NumpyBatches(Dataset):
-    """``get_batch`` of an index batch, in numpy. In a DataLoader worker, the arrays are packed into one bytearray:
-    one buffer to pickle through the worker's pipe instead of a pickle per array (or a shared-memory segment per
-    tensor, which costs more than the gather itself); the main process unpacks views of it."""
+    """``get_batch`` of an index batch, in numpy: arrays cross from DataLoader workers as plain pickled bytes,
+    cheaper than a shared-memory segment per tensor; the loader turns them into tensors in the main process."""
 
     def __init__(self, dataset: LeRobotZarrDataset):
         self.dataset = dataset
@@ -109,35 +108,8 @@ class _NumpyBatches(Dataset):
     def __len__(self) -> int:
         return len(self.dataset)
 
-    def __getitem__(self, indices: Sequence[int] | np.ndarray) -> dict[str, Any] | _Packed:
-        batch = self.dataset.get_batch(np.asarray(indices, dtype=np.int64))
-        return batch if torch.utils.data.get_worker_info() is None else _Packed(batch)
-
-
-class _Packed:
-    """A batch's arrays in one bytearray (8-byte aligned slots) with their layout, and its other values."""
-
-    def __init__(self, batch: Mapping[str, Any]):
-        arrays = {k: np.ascontiguousarray(v) for k, v in batch.items() if isinstance(v, np.ndarray)}
-        self.layout, total = [], 0
-        for k, v in arrays.items():
-            self.layout.append((k, v.dtype.str, v.shape, total))
-            total += -(-v.nbytes // 8) * 8
-        self.buffer = bytearray(total)
-        flat = np.frombuffer(self.buffer, dtype=np.uint8)
-        for k, _, _, offset in self.layout:
-            v = arrays[k]
-            flat[offset:offset + v.nbytes] = v.reshape(-1).view(np.uint8)
-        self.other = {k: v for k, v in batch.items() if k not in arrays}
-
-    def unpack(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for k, dtype, shape, offset in self.layout:
-            count = int(np.prod(shape, dtype=np.int64))
-            out[k] = torch.from_numpy(np.frombuffer(self.buffer, dtype=dtype, count=count, offset=offset)
-                                      .reshape(shape))
-        out.update(self.other)
-        return out
+    def __getitem__(self, indices: Sequence[int] | np.ndarray) -> dict[str, Any]:
+        return self.dataset.get_batch(np.asarray(indices, dtype=np.int64))
 
 
 def _as_is(batch: Any) -> Any:
@@ -148,8 +120,30 @@ class BatchLoader(DataLoader):
     """A ``DataLoader`` over whole index batches (see :func:`batch_loader`), yielding dicts of tensors."""
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        for batch in super().__iter__():
-            yield batch.unpack() if isinstance(batch, _Packed) else to_tensors(batch)
+        batches = super().__iter__()
+        _widen_pipe(batches)
+        for batch in batches:
+            yield to_tensors(batch)
+
+
+_F_SETPIPE_SZ = 1031  # Linux fcntl: resize a pipe's buffer
+
+
+def _widen_pipe(batches: Any) -> None:
+    """Let a whole batch fit in the pipe its workers send results through (64 KiB by default: a 300 KB batch then
+    crosses in five reader/writer handoffs). Best effort: Linux only, and only where torch's iterator exposes
+    its result queue."""
+    queue = getattr(batches, "_worker_result_queue", None)
+    reader = getattr(queue, "_reader", None)
+    if reader is None:
+        return
+    try:
+        import fcntl
+
+        limit = int(Path("/proc/sys/fs/pipe-max-size").read_text())
+        fcntl.fcntl(reader.fileno(), _F_SETPIPE_SZ, min(limit, 4 << 20))
+    except (OSError, ValueError, ImportError):
+        pass
 
 
 def batch_loader(dataset: LeRobotZarrDataset | TorchDataset, batch_size: int, *, shuffle: bool = True,
