@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import logging
 import os
 import shutil
 import time
@@ -24,9 +25,10 @@ from urllib.parse import unquote
 from .api import cache_home
 from .errors import StoreError, StoreLockedError
 
-__all__ = ["CachedStore", "cache_info", "remove_store", "prune_candidates", "find_stores"]
+__all__ = ["CachedStore", "cache_info", "find_stores", "prune_candidates", "remove_store"]
 
 _CREATING = ".lerobot_zarr-creating"  # a store being laid out (no commit point yet)
+log = logging.getLogger("lerobot_zarr")
 
 
 @dataclass(frozen=True)
@@ -221,6 +223,7 @@ def remove_store(path: str | os.PathLike, *, home: str | os.PathLike | None = No
     finally:
         os.close(fd)
     shutil.rmtree(trash)
+    log.info("removed store %s (%d bytes)", resolved, size)
     if resolved.parent.parent == home / "hub":
         repo_dir = resolved.parent
         refs = repo_dir / "refs"

@@ -20,7 +20,7 @@ import numpy as np
 
 from .errors import LeRobotZarrError, LeRobotZarrWarning
 
-__all__ = ["main", "describe", "describe_json"]
+__all__ = ["describe", "describe_json", "main"]
 
 BOOKKEEPING = ("timestamp", "frame_index", "episode_index", "index", "task_index")
 log = logging.getLogger("lerobot_zarr")
@@ -157,7 +157,7 @@ def describe(meta: Any) -> str:
         status = ft["status"] if ft["status"] == "stored" or name in BOOKKEEPING else ft["status"].upper()
         if not d["is_store"] and status == "stored":
             status = "to store"
-        lines.append(f"  {name:<32} {ft['dtype']:<8} {str(tuple(ft['shape'])):<14} {status}{shown}")
+        lines.append(f"  {name:<32} {ft['dtype']:<8} {tuple(ft['shape'])!s:<14} {status}{shown}")
         if ft["why"]:
             lines.append(f"      why: {ft['why']}")
     if d["stats_mean"]:
@@ -262,7 +262,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
     text = str(message)
-    if issubclass(category, LeRobotZarrWarning):
+    if issubclass(category, LeRobotZarrWarning) or category is UserWarning:
         print(f"lerobot-zarr: warning: {text}", file=sys.stderr)
     else:
         print(f"lerobot-zarr: warning: {text} ({category.__name__} at {Path(filename).name}:{lineno})",
@@ -352,8 +352,8 @@ def _run(args: argparse.Namespace) -> int:
         print(json.dumps(describe_json(meta), indent=2, default=str) if args.json else describe(meta))
     elif args.command in ("convert", "download"):
         storage = {camera: "compact" for camera in args.compact}
-        kwargs = dict(root=args.root, episodes=args.episodes, revision=args.revision, token=args.token,
-                      storage=storage or None)
+        kwargs = {"root": args.root, "episodes": args.episodes, "revision": args.revision, "token": args.token,
+                  "storage": storage or None}
         if args.scheduler:
             from distributed import Client
 
@@ -390,6 +390,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     log.setLevel(logging.INFO if args.verbose else logging.WARNING)
     try:
         with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", category=DeprecationWarning)  # libraries' business, not the user's
+            warnings.filterwarnings("ignore", category=PendingDeprecationWarning)
             warnings.filterwarnings("default", category=LeRobotZarrWarning)
             warnings.showwarning = _show_warning
             return _run(args)

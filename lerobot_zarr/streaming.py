@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import logging
 import os
 import warnings
 from collections import deque
@@ -39,6 +40,8 @@ from .source import LeRobotSource
 from .video import VideoUnavailable
 
 __all__ = ["SampleStream", "stream"]
+
+log = logging.getLogger("lerobot_zarr")
 
 
 def _worker() -> tuple[int, int]:
@@ -166,6 +169,9 @@ class SampleStream:
         rng = np.random.default_rng([self.seed, epoch, self.rank, worker[0]])
         reader, self._reader_cache = self._reader_cache or self._reader(), None
         own = int(self.lengths[shard].sum()) if shard else 0
+        log.info("stream epoch %d, rank %d of %d, worker %d of %d: %d episodes, %d frames, %d samples (%s)", epoch,
+                 self.rank, self.world_size, *worker, len(shard), own, quota,
+                 "exact" if quota == own else "padded" if quota > own else "dropping the excess")
         kept: deque = deque(maxlen=self.buffer_episodes)  # the last episodes read: padding repeats their frames
         samples = itertools.chain(self._pass(reader, shard, min(own, quota), rng, kept),
                                   self._padding(reader, order, kept, quota - own, rng))

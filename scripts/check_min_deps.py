@@ -3,7 +3,8 @@ a smoke test of the library against them (not in CI: it downloads and installs a
 
     python3.12 scripts/check_min_deps.py [--venv DIR] [--keep] [pytest args...]
 
-Each runtime dependency ``name>=X`` (or ``name>=X,<Y``) is installed as ``name==X``; the test tools (pytest,
+Each runtime dependency ``name>=X`` (or ``name>=X,<Y``) is installed at the lowest release ``>= X`` (one ``pip
+index versions`` look-up per dependency); the test tools (pytest,
 hypothesis) come at their latest. lerobot_zarr itself is imported from this checkout (PYTHONPATH), not installed.
 The smoke test is a set of test modules that exercise every dependency: zarr (store, xarray-free paths), numcodecs
 (compact cameras), pyarrow (LeRobot parquet), huggingface_hub (the test Hub), numpy, pillow. Exit code: pytest's.
@@ -25,15 +26,34 @@ SMOKE = ["tests/test_windows.py", "tests/test_store_format.py", "tests/test_hub_
          "tests/test_stream.py", "tests/test_writer.py", "tests/test_cache.py"]
 
 
-def minimum_pins() -> list[str]:
+def _key(version: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", version))
+
+
+def lowest(python: Path, name: str, bound: str) -> str:
+    """The lowest released version of ``name`` that is ``>= bound`` (a bound like ``2024.1`` need not be a
+    release itself), from the package index pip is configured with."""
+    listing = subprocess.run([str(python), "-m", "pip", "index", "versions", name, "--disable-pip-version-check"],
+                             check=True, capture_output=True, text=True).stdout
+    m = re.search(r"Available versions:\s*(.+)", listing)
+    if not m:
+        raise SystemExit(f"check_min_deps: no versions of {name} found:\n{listing}")
+    versions = [v.strip() for v in m.group(1).split(",") if re.fullmatch(r"[0-9.]+", v.strip())]
+    ok = [v for v in versions if _key(v) >= _key(bound)]
+    if not ok:
+        raise SystemExit(f"check_min_deps: no release of {name} >= {bound}")
+    return min(ok, key=_key)
+
+
+def lower_bounds() -> list[tuple[str, str]]:
     deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
-    pins = []
+    out = []
     for dep in deps:
         m = re.fullmatch(r"\s*([A-Za-z0-9_.\[\]-]+)\s*>=\s*([0-9][^,;\s]*)\s*(,.*)?", dep)
         if not m:
             raise SystemExit(f"check_min_deps: cannot read a lower bound from {dep!r}")
-        pins.append(f"{m.group(1)}=={m.group(2)}")
-    return pins
+        out.append((m.group(1), m.group(2)))
+    return out
 
 
 def main() -> int:
@@ -42,10 +62,10 @@ def main() -> int:
     parser.add_argument("--keep", action="store_true", help="keep the venv")
     args, pytest_args = parser.parse_known_args()
     venv = args.venv or Path(tempfile.mkdtemp(prefix="lerobot_zarr-min-deps-"))
-    pins = minimum_pins()
-    print("minimum versions:", " ".join(pins), flush=True)
     try:
         subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
+        pins = [f"{name}=={lowest(venv / 'bin' / 'python', name, bound)}" for name, bound in lower_bounds()]
+        print("lowest versions the bounds allow:", " ".join(pins), flush=True)
         pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
         subprocess.run([*pip, *pins, "pytest", "hypothesis"], check=True)
         frozen = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "freeze"], check=True,
@@ -53,7 +73,7 @@ def main() -> int:
         print("installed:", " ".join(line for line in frozen.split() if "==" in line), flush=True)
         env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": str(venv)}
         result = subprocess.run([str(venv / "bin" / "python"), "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                                 *(pytest_args or SMOKE)], cwd=ROOT, env=env)
+                                 *(pytest_args or SMOKE)], cwd=ROOT, env=env, check=False)
         return result.returncode
     finally:
         if args.venv is None and not args.keep:

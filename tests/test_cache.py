@@ -39,7 +39,7 @@ def world(tmp_path, monkeypatch):
 
 
 def test_cache_info_lists_every_store(world):
-    env, _, folder, local, old, new = world
+    _, _, folder, local, old, new = world
     stores = {s.path: s for s in cache_info()}
     assert set(stores) == {local, old, new}
     s = stores[local]
@@ -58,7 +58,7 @@ def test_cache_info_lists_every_store(world):
 
 
 def test_prune_removes_old_commits_and_stale_folder_stores(world, capsys):
-    env, _, folder, local, old, new = world
+    _, _, folder, local, old, new = world
     shutil.rmtree(folder)
     write_sample_dataset(folder, n_episodes=2, seed=5)  # same path, new content: its old store is stale
     fresh = lerobot_zarr.open_dataset(folder, progress=False).root
