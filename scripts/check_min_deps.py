@@ -4,8 +4,8 @@ a smoke test of the library against them (not in CI: it downloads and installs a
     python3.12 scripts/check_min_deps.py [--venv DIR] [--keep] [pytest args...]
 
 Each runtime dependency ``name>=X`` (or ``name>=X,<Y``) is installed at the lowest release ``>= X`` (one ``pip
-index versions`` look-up per dependency); the test tools (pytest,
-hypothesis) come at their latest. lerobot_zarr itself is imported from this checkout (PYTHONPATH), not installed.
+index versions`` look-up per dependency); the test tools (pytest, hypothesis, and PyAV, which the real datasets'
+tests expect) come at their latest. lerobot_zarr itself is imported from this checkout (PYTHONPATH), not installed.
 The smoke test is a set of test modules that exercise every dependency: zarr (store, xarray-free paths), numcodecs
 (compact cameras), pyarrow (LeRobot parquet), huggingface_hub (the test Hub), numpy, pillow. Exit code: pytest's.
 """
@@ -67,7 +67,7 @@ def main() -> int:
         pins = [f"{name}=={lowest(venv / 'bin' / 'python', name, bound)}" for name, bound in lower_bounds()]
         print("lowest versions the bounds allow:", " ".join(pins), flush=True)
         pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-        subprocess.run([*pip, *pins, "pytest", "hypothesis"], check=True)
+        subprocess.run([*pip, *pins, "pytest", "hypothesis", "av"], check=True)
         frozen = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "freeze"], check=True,
                                 capture_output=True, text=True).stdout
         print("installed:", " ".join(line for line in frozen.split() if "==" in line), flush=True)
