@@ -166,3 +166,39 @@ def test_items_equal_lerobots(ds, tmp_path, monkeypatch, episodes):
             assert isinstance(got, torch.Tensor), (i, key)
             assert got.dtype == want.dtype and got.shape == want.shape, (i, key, got.dtype, got.shape, want.shape)
             torch.testing.assert_close(got, want, rtol=0, atol=1e-6, msg=f"item {i} {key}")
+
+
+def test_stream_batches_through_a_dataloader(ds):
+    """TorchStream over stream(batch_size=B): DataLoader(batch_size=None, 2 workers) yields tensor batches that
+    together hold every frame once, each equal to get_batch of its indices."""
+    from lerobot_zarr.streaming import stream
+    from lerobot_zarr.torch import TorchStream
+
+    loader = torch.utils.data.DataLoader(TorchStream(stream(ds.root, delta_timestamps=DELTAS, batch_size=5)),
+                                         batch_size=None, num_workers=2)
+    seen = []
+    for batch in loader:
+        idx = batch["index"].numpy()
+        assert_batch(batch, ds.get_batch(idx))
+        seen.extend(idx.tolist())
+    assert sorted(seen) == list(range(len(ds)))
+
+
+def test_push_to_hub_of_the_dropin(ds, tmp_path, monkeypatch):
+    """LeRobotDataset(...).push_to_hub() publishes the store to its repo_id (the test Hub); reopening it from there
+    gives the same items."""
+    from hub_fixtures import make_env
+
+    from lerobot_zarr.testing.hub_server import HubServer
+    from lerobot_zarr.torch import LeRobotDataset
+
+    with HubServer(tmp_path / "server", tokens={"tok": "me"}) as server:
+        make_env(monkeypatch, tmp_path, server.endpoint)
+        monkeypatch.setenv("HF_TOKEN", "tok")
+        lds = LeRobotDataset("me/pushed", root=ds.meta.source["path"], store=str(tmp_path / "s"))
+        assert lds.push_to_hub(private=True) is not None
+        back = LeRobotDataset("me/pushed", store=str(tmp_path / "back"))
+        assert len(back) == len(lds)
+        for i in (0, len(lds) - 1):
+            a, b = lds[i], back[i]
+            assert set(a) == set(b) and all(torch.equal(a[k], b[k]) for k in a if k != "task")
