@@ -12,7 +12,9 @@ interleaved over ``--repeats`` (best and median samples/s):
   items, which the default collate stacks again).
 
 Worker start-up is excluded (``persistent_workers=True``, one warm-up epoch). Targets: batch_loader at 0 workers
-at least 0.5x get_batch; at 2 workers not slower than at 0.
+at least 0.5x get_batch; at 2 workers not slower than at 0. ``--camera raw|compact`` adds a 64x64 RGB camera
+(PNG in the source; ``compact``: zstd per frame in the store, so each sample costs a decompression): heavier
+batches, where worker processes can pay for shipping their results back.
 
 Run:  .venv/bin/python benchmarks/bench_torch.py [--episodes 200] [--batch-size 256]
 """
@@ -33,6 +35,8 @@ def main() -> int:
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--batches", type=int, default=200, help="batches per timed epoch")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--camera", choices=("none", "raw", "compact"), default="none",
+                        help="add a 64x64 camera, stored raw or compact (default none)")
     args = parser.parse_args()
     try:
         import torch
@@ -44,9 +48,19 @@ def main() -> int:
 
     torch.set_num_threads(1)
     with WorkDir(args, "lerobot_zarr-bench-torch-") as work:
-        src, _ = build_dataset(work, n_episodes(args), args.episodes_per_file, args.seed)
         deltas = {"observation.state": [-1 / FPS, 0.0], "action": [k / FPS for k in range(16)]}
-        ds = lerobot_zarr.open_dataset(src, root=work / "store", delta_timestamps=deltas, progress=False)
+        if args.camera == "none":
+            src, _ = build_dataset(work, n_episodes(args), args.episodes_per_file, args.seed)
+            ds = lerobot_zarr.open_dataset(src, root=work / "store", delta_timestamps=deltas, progress=False)
+        else:
+            from lerobot_zarr.sample_data import write_sample_dataset
+
+            cam = "observation.images.cam"
+            src = write_sample_dataset(work / "camera_dataset", n_episodes=n_episodes(args), lengths=(300, 700),
+                                       fps=FPS, seed=args.seed, state_dim=14, action_dim=14, image_keys=(cam,),
+                                       image_shape=(64, 64, 3), episodes_per_file=args.episodes_per_file)
+            ds = lerobot_zarr.open_dataset(src, root=work / f"store_{args.camera}", delta_timestamps=deltas,
+                                           storage={cam: args.camera}, progress=False)
         n, bs = args.batches, args.batch_size
         rng = np.random.default_rng(args.seed)
         order = [rng.integers(0, len(ds), bs) for _ in range(n)]
