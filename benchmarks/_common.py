@@ -93,6 +93,41 @@ def build_dataset(work: Path, episodes: int, episodes_per_file: int, seed: int) 
     return src, False
 
 
+# dataset shapes of the scale benchmarks: name -> (episodes, episode frames (lo, hi) inclusive, episodes per file)
+SHAPES = {"2k": (2000, (300, 700), 400), "20k": (20000, (50, 50), 4000), "100k": (100000, (10, 30), 20000)}
+
+
+def build_shape(work: Path, name: str, episodes: int, lengths: tuple[int, int], per_file: int, seed: int) -> Path:
+    """Write (or reuse) a synthetic LeRobot v3.0 dataset of ``episodes`` episodes of ``lengths`` frames."""
+    from lerobot_zarr.sample_data import write_sample_dataset
+
+    src = work / f"src-{name}"
+    params = {"episodes": episodes, "lengths": list(lengths), "per_file": per_file, "seed": seed}
+    marker = work / f"src-{name}.json"
+    if src.exists() and marker.exists() and json.loads(marker.read_text()) == params:
+        return src
+    shutil.rmtree(src, ignore_errors=True)
+    t0 = time.perf_counter()
+    write_sample_dataset(src, n_episodes=episodes, lengths=lengths, fps=FPS, seed=seed, state_dim=STATE_DIM,
+                         action_dim=ACTION_DIM, episodes_per_file=per_file)
+    marker.write_text(json.dumps(params))
+    print(f"  wrote the LeRobot dataset ({episodes:,} episodes) in {time.perf_counter() - t0:.1f} s")
+    return src
+
+
+def parse_shapes(spec: str, episodes: int | None, episode_frames: str | None) -> dict[str, tuple]:
+    """``--shapes 2k,20k`` or a custom ``--episodes N --episode-frames LO-HI``."""
+    if episodes is not None:
+        lo, _, hi = (episode_frames or "300-700").partition("-")
+        return {f"{episodes}x{lo}-{hi or lo}": (episodes, (int(lo), int(hi or lo)), max(1, episodes // 5))}
+    return {k: SHAPES[k] for k in spec.split(",") if k}
+
+
+def allocated_bytes(path: Path) -> int:
+    """Disk blocks allocated under ``path`` (sparse holes take none), in bytes."""
+    return sum(p.stat().st_blocks * 512 for p in path.rglob("*") if p.is_file())
+
+
 def data_files(src: Path) -> list[Path]:
     return sorted((src / "data").glob("*/*.parquet"))
 

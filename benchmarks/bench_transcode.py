@@ -1,22 +1,22 @@
-"""Transcode speed: ``lerobot_zarr.open_dataset`` (LeRobot parquet -> episode-chunked Zarr store) vs raw tofile.
+"""Transcode speed and size at real dataset shapes: ``lerobot_zarr.open_dataset`` (LeRobot parquet -> packed Zarr
+store) vs the bare parquet read, and the open time of the result.
 
-Builds a synthetic LeRobot v3.0 dataset (default 2,000 episodes of 300-700 frames, ~1e6 frames, state/action
-f32[14], ~148 bytes per frame over the 7 stored features), then times, best of N runs into fresh target folders
-(dirty pages flushed with os.sync() before each run, outside the timing; runs of the contenders interleaved):
+For each shape (default: 1M frames in 20,000 episodes of 50 frames; ~2M frames in 100,000 episodes of 10-30), it
+writes a synthetic LeRobot v3.0 dataset (state/action f32[14] and LeRobot's five columns; one row group per
+episode, as LeRobot writes them) and times, best of ``--runs`` runs into fresh folders, interleaved, with dirty
+pages flushed and the disk idle before each run (outside the timing):
 
-- parquet -> numpy: reading every data file with pyarrow into numpy arrays (the unavoidable part of a transcode);
-- tofile, one file per feature: the same bytes (already in memory) written with ``ndarray.tofile``;
-- tofile, one file per episode per feature (flat folder per feature);
-- tofile, one file per episode per feature at the store's zarr chunk paths (``<feature>/c/<e>/0``: one folder
-  per chunk, as the zarr v3 chunk key encoding requires);
-- tofile per episode followed by ``os.sync()`` (the transcoder calls ``os.sync()`` at each commit, about every
-  second, so that a crash never leaves committed metadata pointing at unwritten data);
+- parquet -> numpy: reading every data file with pyarrow into numpy arrays (what any transcode must do);
+- tofile, one file per feature: the decoded bytes (already in memory) written with ``ndarray.tofile`` (the floor of
+  writing them);
 - ours: ``open_dataset(lerobot_folder, root=fresh_store, progress=False)``.
 
-MB/s are stored-bytes (the decoded arrays, what lands in the store) per second for every row.
-``--profile`` adds a cProfile of one transcode, restricted to the interesting frames.
+It then checks the store against the parquet data (pack files read with numpy at the rows the episode table
+gives), reports disk blocks allocated / stored bytes, file counts, and the time to open the store in a fresh
+process. Targets: the 20,000-episode case within 1.5x of the bare parquet read; allocated <= 1.1x stored bytes;
+the 100,000-episode store opens in < 100 ms in a fresh process.
 
-Run (from the repository root):  .venv/bin/python benchmarks/bench_transcode.py [--frames-scale 0.1]
+Run from the repository root:  .venv/bin/python benchmarks/bench_transcode.py [--shapes 20k,100k] [--runs 3]
 """
 
 from __future__ import annotations
@@ -24,9 +24,11 @@ from __future__ import annotations
 import argparse
 import cProfile
 import io
+import json
 import os
 import pstats
 import shutil
+import subprocess
 import sys
 import time
 import warnings
@@ -39,7 +41,7 @@ import pyarrow.parquet as pq
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common as C  # noqa: E402
 
-TARGET_RATIO = 3.0  # transcode / tofile (one file per episode per feature) <= 3
+TARGET_READ, TARGET_ALLOC, TARGET_OPEN_S = 1.5, 1.1, 0.1
 
 
 def parquet_to_numpy(files: list[Path]) -> int:
@@ -63,142 +65,142 @@ def tofile_per_feature(arrays: dict[str, np.ndarray], out: Path) -> None:
         arr.tofile(out / f"{name}.bin")
 
 
-def tofile_per_episode(arrays: dict[str, np.ndarray], start: np.ndarray, end: np.ndarray, out: Path) -> None:
-    bounds = list(zip(start.tolist(), end.tolist()))
+def check_store(store: Path, arrays: dict[str, np.ndarray], start: np.ndarray) -> None:
+    """Every frame of the store equals the parquet data: pack files read with numpy at the table's rows."""
+    from lerobot_zarr.store import read_state
+
+    state = read_state(store)
+    t = state.table
+    episode = np.repeat(np.arange(len(t)), t.length)
+    pack = t.chunk[episode]
+    row = t.offset[episode] + np.arange(len(episode)) - np.repeat(start, t.length)
     for name, arr in arrays.items():
-        d = out / name
-        d.mkdir(parents=True)
-        for e, (s, t) in enumerate(bounds):
-            arr[s:t].tofile(d / str(e))
+        spec = state.arrays[name]
+        for k in np.unique(pack).tolist():
+            path = store.joinpath(name, "c", str(k), *(["0"] * (arr.ndim - 1)))
+            data = np.fromfile(path, dtype=spec.dtype).reshape(-1, *arr.shape[1:])
+            where = np.flatnonzero(pack == k)
+            if not np.array_equal(data[row[where]], arr[where]):
+                raise AssertionError(f"{store}: pack {k} of {name} differs from the parquet data")
 
 
-def tofile_zarr_paths(arrays: dict[str, np.ndarray], start: np.ndarray, end: np.ndarray, out: Path) -> None:
-    bounds = list(zip(start.tolist(), end.tolist()))
-    for name, arr in arrays.items():
-        zeros = ["0"] * (arr.ndim - 1)
-        for e, (s, t) in enumerate(bounds):
-            path = out.joinpath(name, "c", str(e), *zeros)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            arr[s:t].tofile(path)
+OPEN_PROBE = r"""
+import json, sys, time
+t0 = time.perf_counter()
+import lerobot_zarr
+t_import = time.perf_counter() - t0
+t0 = time.perf_counter()
+ds = lerobot_zarr.LeRobotZarrDataset(sys.argv[1])
+t_open = time.perf_counter() - t0
+t0 = time.perf_counter()
+ds = lerobot_zarr.open_dataset(sys.argv[1], progress=False)
+print(json.dumps({"import_s": t_import, "open_s": t_open, "open_dataset_s": time.perf_counter() - t0}))
+"""
+
+
+def open_in_fresh_process(store: Path, repeats: int = 5) -> dict:
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    runs = [json.loads(subprocess.run([sys.executable, "-c", OPEN_PROBE, str(store)], env=env, capture_output=True,
+                                      text=True, check=True).stdout.strip().splitlines()[-1])
+            for _ in range(repeats)]
+    return {k: min(r[k] for r in runs) for k in runs[0]}
+
+
+def run_shape(work: Path, name: str, episodes: int, lengths: tuple[int, int], per_file: int, args) -> dict:
+    import lerobot_zarr
+
+    print(f"\n[{name}] {episodes:,} episodes of {lengths[0]}-{lengths[1]} frames")
+    src = C.build_shape(work, name, episodes, lengths, per_file, args.seed)
+    files = C.data_files(src)
+    arrays = C.read_columns(files)
+    start, end, _ = C.read_episode_table(src)
+    total = sum(a.nbytes for a in arrays.values())
+    runs_dir = (args.target_dir.expanduser().resolve() if args.target_dir else work) / f"runs-{name}"
+    shutil.rmtree(runs_dir, ignore_errors=True)
+    runs_dir.mkdir(parents=True)
+    counter = iter(range(10**9))
+    last: list[Path] = []
+
+    def transcode(out: Path) -> None:
+        lerobot_zarr.open_dataset(src, root=out, progress=False)
+        last[:] = [out]
+
+    contenders = {"parquet -> numpy (pyarrow read_table)": lambda out: parquet_to_numpy(files),
+                  "tofile, one file per feature": lambda out: tofile_per_feature(arrays, out),
+                  "lerobot_zarr open_dataset (transcode)": transcode}
+    parquet_to_numpy(files)  # warm-up: page cache of the parquet files, imports
+    runs = args.runs if name != "100k" or args.runs_100k is None else args.runs_100k
+    times: dict[str, list[float]] = {k: [] for k in contenders}
+    for _ in range(runs):
+        for label, fn in contenders.items():
+            C.settle_disk(runs_dir)
+            out = runs_dir / f"run-{next(counter)}"
+            t0 = time.perf_counter()
+            fn(out)
+            times[label].append(time.perf_counter() - t0)
+    store = last[0]
+    check_store(store, arrays, start)
+    prof_text = None
+    if args.profile:
+        C.settle_disk(runs_dir)
+        prof = cProfile.Profile()
+        prof.enable()
+        transcode(runs_dir / "profiled")
+        prof.disable()
+        s = io.StringIO()
+        pstats.Stats(prof, stream=s).sort_stats("tottime").print_stats(20)
+        prof_text = s.getvalue()
+    result = {"name": name, "episodes": episodes, "frames": int(end[-1]), "bytes": total, "times": times,
+              "stored": sum(p.stat().st_size for p in store.rglob("*") if p.is_file()),
+              "allocated": C.allocated_bytes(store), "files": sum(1 for p in store.rglob("*") if p.is_file()),
+              "open": open_in_fresh_process(store), "profile": prof_text}
+    shutil.rmtree(runs_dir, ignore_errors=True)
+    return result
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    C.add_dataset_args(p)
+    p.add_argument("--shapes", default="20k,100k", help=f"comma-separated among {', '.join(C.SHAPES)}")
+    p.add_argument("--episodes", type=int, default=None, help="a custom shape: this many episodes ...")
+    p.add_argument("--episode-frames", default=None, metavar="LO-HI", help="... of LO to HI frames")
     p.add_argument("--runs", type=int, default=3, help="runs per contender, best (and median) reported; default 3")
-    p.add_argument("--profile", action="store_true", help="also cProfile one transcode and print the top frames")
-    p.add_argument("--target-dir", type=Path, default=None,
-                   help="where the timed runs write (default: inside the work folder; /dev/shm isolates CPU cost)")
+    p.add_argument("--runs-100k", type=int, default=1, help="runs for the 100k shape (default 1)")
+    p.add_argument("--profile", action="store_true", help="also cProfile one transcode per shape")
+    p.add_argument("--target-dir", type=Path, default=None, help="where the timed runs write (e.g. /dev/shm)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out-dir", type=Path, default=None, help="work folder (kept; datasets reused)")
+    p.add_argument("--keep", action="store_true", help="keep the temporary work folder")
     args = p.parse_args()
     warnings.filterwarnings("ignore")
-    import lerobot_zarr
-
-    n_eps = C.n_episodes(args)
-    print(f"bench_transcode: {n_eps} episodes of {C.LENGTHS[0]}-{C.LENGTHS[1]} frames, state/action f32[14]; "
-          f"python {sys.version.split()[0]}, numpy {np.__version__}, pyarrow {pa.__version__}, {os.cpu_count()} CPUs")
+    print(f"bench_transcode: python {sys.version.split()[0]}, numpy {np.__version__}, pyarrow {pa.__version__}, "
+          f"{os.cpu_count()} CPUs")
     with C.WorkDir(args, "bench_transcode-") as work:
-        src, _ = C.build_dataset(work, n_eps, args.episodes_per_file, args.seed)
-        files = C.data_files(src)
-        parquet_mb = sum(f.stat().st_size for f in files) / 1e6
-        arrays = C.read_columns(files)  # the bytes the store will hold, in memory for the tofile baselines
-        start, end, _ = C.read_episode_table(src)
-        frames = int(end[-1])
-        total = sum(a.nbytes for a in arrays.values())
-        print(f"{frames:,} frames in {len(files)} data files ({parquet_mb:.0f} MB parquet); "
-              f"{total / 1e6:.0f} MB of decoded arrays ({total / frames:.0f} B/frame, {len(arrays)} features)")
-        runs_dir = (args.target_dir.expanduser().resolve() / f"bench_transcode-runs-{os.getpid()}"
-                    if args.target_dir else work / "runs")
-        print(f"timed runs write under {runs_dir}")
+        results = [run_shape(work, name, *shape, args) for name, shape in
+                   C.parse_shapes(args.shapes, args.episodes, args.episode_frames).items()]
 
-        counter = iter(range(10**9))
-
-        def fresh() -> Path:
-            return runs_dir / f"run-{next(counter)}"
-
-        last_store: list[Path] = []
-
-        def transcode(out: Path) -> None:
-            lerobot_zarr.open_dataset(src, root=out, progress=False)
-            last_store[:] = [out]
-
-        def tofile_sync(out: Path) -> None:
-            tofile_per_episode(arrays, start, end, out)
-            os.sync()
-
-        contenders = {
-            "parquet -> numpy (pyarrow read_table)": lambda out: parquet_to_numpy(files),
-            "tofile, one file per feature": lambda out: tofile_per_feature(arrays, out),
-            "tofile, one file per episode per feature": lambda out: tofile_per_episode(arrays, start, end, out),
-            "tofile per episode, zarr chunk paths (+mkdir)": lambda out: tofile_zarr_paths(arrays, start, end, out),
-            "tofile per episode + os.sync()": tofile_sync,
-            "lerobot_zarr open_dataset (transcode)": transcode,
-        }
-        # Run folders are all kept until the end: deleting 14,000 files between runs makes ext4 (mounted with
-        # `discard` here) do journal and discard work that lands in the next timed run.
-        shutil.rmtree(runs_dir, ignore_errors=True)
-        runs_dir.mkdir(parents=True)
-        # warm-up: page cache of the parquet files, imports, first-touch of the arrays
-        parquet_to_numpy(files)
-        transcode(fresh())
-        times: dict[str, list[float]] = {k: [] for k in contenders}
-        waited = []
-        for _ in range(args.runs):
-            for name, fn in contenders.items():
-                # previous runs' dirty pages and the disk's pending discards are not billed to this run
-                waited.append(C.settle_disk(runs_dir))
-                out = fresh()
-                t0 = time.perf_counter()
-                fn(out)
-                times[name].append(time.perf_counter() - t0)
-        # check the last transcode wrote the parquet data (first and last episode, every feature)
-        store = last_store[0]
-        for e in (0, n_eps - 1):
-            for name, arr in arrays.items():
-                path = store.joinpath(name, "c", str(e), *(["0"] * (arr.ndim - 1)))
-                want = arr[int(start[e]):int(end[e])]
-                got = np.fromfile(path, dtype=want.dtype).reshape(want.shape)
-                if not np.array_equal(got, want):
-                    raise AssertionError(f"transcoded chunk {path} differs from the parquet data")
-        store_mb = C.dir_bytes(store) / 1e6
-
-        prof_text = None
-        if args.profile:
-            C.settle_disk(runs_dir)
-            prof = cProfile.Profile()
-            prof.enable()
-            transcode(fresh())
-            prof.disable()
-            s = io.StringIO()
-            st = pstats.Stats(prof, stream=s).sort_stats("tottime")
-            st.print_stats(25)
-            s.write("\n--- cumulative ---\n")
-            st.sort_stats("cumulative").print_stats(35)
-            prof_text = s.getvalue()
-        shutil.rmtree(runs_dir, ignore_errors=True)
-        if args.target_dir:
-            print(f"(timed runs wrote to {runs_dir}, removed)")
-
-    print(f"\nTranscode, {frames:,} frames, {total / 1e6:.0f} MB stored; wall seconds, best and median of "
-          f"{args.runs} runs into fresh folders (2-core shared VM)")
-    base = min(times["tofile, one file per episode per feature"])
-    base_sync = min(times["tofile per episode + os.sync()"])
-    print(f"{'':<48}{'best s':>9}{'median s':>10}{'MB/s (best)':>13}{'x tofile/ep':>13}")
-    for name, ts in times.items():
-        print(f"{name:<48}{min(ts):>9.3f}{C.median(ts):>10.3f}{total / 1e6 / min(ts):>13.0f}{min(ts) / base:>12.2f}x")
-    ours = min(times["lerobot_zarr open_dataset (transcode)"])
-    ratio = ours / base
-    print("\nRatios (best of runs)")
-    print(f"  transcode / tofile per episode             {ratio:6.2f}x   (target <= {TARGET_RATIO:g}x: "
-          f"{'meets target' if ratio <= TARGET_RATIO else 'MISSES target'})")
-    print(f"  transcode / (tofile per episode + os.sync) {ours / base_sync:6.2f}x")
-    read = min(times["parquet -> numpy (pyarrow read_table)"])
-    print(f"  transcode / parquet->numpy read            {ours / read:6.2f}x")
-    print(f"  store on disk {store_mb:.0f} MB (= arrays + zarr metadata)")
-    print(f"  (before each run: os.sync() and a wait for the disk to be idle 1 s, "
-          f"{C.median(waited):.1f} s median wait)")
-    if prof_text:
-        print("\ncProfile of one transcode (sorted by own time, then cumulative):")
-        print(prof_text)
+    for r in results:
+        times = r["times"]
+        read = min(times["parquet -> numpy (pyarrow read_table)"])
+        ours = min(times["lerobot_zarr open_dataset (transcode)"])
+        print(f"\n[{r['name']}] {r['frames']:,} frames in {r['episodes']:,} episodes, {r['bytes'] / 1e6:.0f} MB "
+              f"stored; wall seconds, best and median of {len(next(iter(times.values())))} runs")
+        print(f"{'':<42}{'best s':>9}{'median s':>10}{'MB/s (best)':>13}")
+        for label, ts in times.items():
+            print(f"{label:<42}{min(ts):>9.3f}{C.median(ts):>10.3f}{r['bytes'] / 1e6 / min(ts):>13.0f}")
+        alloc = r["allocated"] / r["bytes"]
+        print(f"  transcode / parquet read      {ours / read:5.2f}x   (target <= {TARGET_READ}x"
+              + (f": {'met' if ours / read <= TARGET_READ else 'MISSED'})" if r["name"] == "20k" else ")"))
+        print(f"  disk allocated / stored bytes {alloc:5.2f}x   (target <= {TARGET_ALLOC}x: "
+              f"{'met' if alloc <= TARGET_ALLOC else 'MISSED'}); {r['files']} files, "
+              f"{r['stored'] / 1e6:.0f} MB of file sizes")
+        o = r["open"]
+        print(f"  fresh process (best of 5): LeRobotZarrDataset(store) {o['open_s'] * 1e3:.1f} ms"
+              + (f" (target < {TARGET_OPEN_S * 1e3:.0f} ms: {'met' if o['open_s'] < TARGET_OPEN_S else 'MISSED'})"
+                 if r["name"] == "100k" else "")
+              + f", open_dataset(store) {o['open_dataset_s'] * 1e3:.1f} ms, import lerobot_zarr "
+                f"{o['import_s'] * 1e3:.0f} ms")
+        if r["profile"]:
+            print(r["profile"])
 
 
 if __name__ == "__main__":

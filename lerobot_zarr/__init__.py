@@ -16,24 +16,8 @@ if "zarr" in _sys.modules:
 from .api import cache_home, inspect, open_dataset  # noqa: E402
 from .cache import cache_info  # noqa: E402
 from .dataset import DatasetMeta, LeRobotZarrDataset  # noqa: E402
-from .errors import (  # noqa: E402
-    CorruptSourceError,
-    DeltaTimestampsError,
-    DiskSpaceError,
-    FrameIndexError,
-    HubAuthError,
-    HubError,
-    LeRobotZarrError,
-    LeRobotZarrWarning,
-    NotMaterializedError,
-    RepoNotFoundError,
-    RevisionNotFoundError,
-    SchemaMismatchError,
-    SourceNotFoundError,
-    StoreError,
-    StoreLockedError,
-    UnsupportedDtypeError,
-)
+from .errors import *  # noqa: E402, F403  (every exception class, listed in errors.__all__)
+from .errors import __all__ as _errors
 from .sharding import episodes_for_rank, split_episodes  # noqa: E402
 from .streaming import SampleStream, stream  # noqa: E402
 from .writer import WritableDataset, create  # noqa: E402
@@ -51,22 +35,7 @@ __all__ = [
     "LeRobotZarrDataset",
     "WritableDataset",
     "DatasetMeta",
-    "LeRobotZarrError",
-    "LeRobotZarrWarning",
-    "SourceNotFoundError",
-    "CorruptSourceError",
-    "SchemaMismatchError",
-    "UnsupportedDtypeError",
-    "DeltaTimestampsError",
-    "FrameIndexError",
-    "NotMaterializedError",
-    "StoreError",
-    "StoreLockedError",
-    "DiskSpaceError",
-    "RepoNotFoundError",
-    "RevisionNotFoundError",
-    "HubAuthError",
-    "HubError",
+    *_errors,
 ]
 __version__ = "0.1.0"
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .dataset import read_episode_chunk
+from .dataset import read_episode_rows
 from .lerobot_v3 import QUANTILES, aggregate_stats, stats_json
 from .store import ArraySpec
 
@@ -41,12 +41,13 @@ def _labels(names: Any, size: int) -> tuple[str | None, list[str] | None]:
     return None, None
 
 
-def _read_episode(root: str, name: str, spec: ArraySpec, chunk: int, length: int, episode: int, shift: int
+def _read_episode(root: str, name: str, spec: ArraySpec, location: tuple[int, int, int], length: int, shift: int
                   ) -> np.ndarray:
-    """One episode's frames of one feature (a dask task): read from the chunk the view's commit lists, so a
-    worker reads that commit's data even after a writer moved on (or raises if its files are gone)."""
-    return read_episode_chunk(root, name, spec, chunk, length, episode) - shift if shift else \
-        read_episode_chunk(root, name, spec, chunk, length, episode)
+    """One episode's frames of one feature (a dask task): read from the rows the view's commit lists, so a worker
+    reads that commit's data even after a writer moved on (or raises if its files are gone)."""
+    pack, offset, rows = location
+    values = read_episode_rows(root, name, spec, pack, rows, offset, length)
+    return values - shift if shift else values
 
 
 def to_xarray(ds: LeRobotZarrDataset) -> xr.Dataset:
@@ -61,15 +62,15 @@ def to_xarray(ds: LeRobotZarrDataset) -> xr.Dataset:
     features = meta.features
     data_vars: dict[str, Any] = {}
     coords: dict[str, Any] = {}
-    chunks = ds._chunks[selected].tolist()
+    locations = [ds.episode_location(e) for e in selected.tolist()]
     shifts = ds.index_shifts()
     for name, spec in ds.array_specs.items():
         shift = shifts.get(name, np.zeros(meta.total_episodes, dtype=np.int64))
-        blocks = [da.from_delayed(dask.delayed(_read_episode, pure=True)(str(ds.root), name, spec, c, n, e,
+        blocks = [da.from_delayed(dask.delayed(_read_episode, pure=True)(str(ds.root), name, spec, loc, n,
                                                                          int(shift[e])),
                                   (n, *spec.frame_shape), dtype=spec.dtype,
-                                  name=f"lerobot_zarr-{ds.root}-{name}-{c}-{int(shift[e])}")
-                  for e, n, c in zip(selected.tolist(), lengths, chunks, strict=True)]
+                                  name=f"lerobot_zarr-{ds.root}-{name}-{loc[0]}-{loc[1]}-{n}-{int(shift[e])}")
+                  for e, n, loc in zip(selected.tolist(), lengths, locations, strict=True)]
         data = da.concatenate(blocks, axis=0) if blocks else da.zeros((0, *spec.frame_shape), dtype=spec.dtype)
         dims = ["frame", *(f"{name}.{d}" for d in spec.dims)]
         if len(spec.frame_shape) == 1:

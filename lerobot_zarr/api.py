@@ -11,11 +11,11 @@ from typing import Any
 from urllib.parse import quote
 
 from .dataset import DatasetMeta, EpisodeSelection, LeRobotZarrDataset
-from .errors import HubError, NotMaterializedError
+from .errors import ArgumentError, HubError, NotMaterializedError
 from .hub import HubFiles, resolve_revision
 from .resolve import resolve_source
 from .source import LeRobotSource, is_lerobot_folder
-from .store import has_commit_point, read_state
+from .store import DEFAULT_PACK_BYTES, has_commit_point, read_state
 from .transcode import transcode
 
 __all__ = ["open_dataset", "inspect", "cache_home", "store_path_for"]
@@ -57,6 +57,7 @@ def open_dataset(
     mode: str = "r",
     storage: Mapping[str, str] | None = None,
     client: Any = None,
+    pack_bytes: int = DEFAULT_PACK_BYTES,
 ) -> LeRobotZarrDataset:
     """Open a LeRobot dataset (folder or Hub repo; transcoded into a local store on first use) or a store.
 
@@ -77,45 +78,77 @@ def open_dataset(
         storage: how a new store keeps each camera, ``{feature: "raw" | "compact"}``: raw (default) is memory
             mapped and fastest; compact keeps each frame zstd-compressed (smaller on disk, a decompression per
             frame read). Fixed when the store is made.
-        client: a ``dask.distributed.Client``: transcode on its workers (split by data file; they write into
-            ``root``, which they must see at the same path), committed here. Default: in this process.
+        client: a ``dask.distributed.Client``: transcode on its workers (split by pack; they write into ``root``,
+            which they must see at the same path), committed here. Default: in this process.
+        pack_bytes: target size of a new store's packs (consecutive episodes in one chunk file per feature), for
+            its widest raw feature; default 32 MiB. Fixed when the store is made.
         mode: ``"r"`` (default) to read, or ``"r+"`` to also write: returns a
             :class:`~lerobot_zarr.writer.WritableDataset` over every episode (all fetched first), holding the
             store's writer lock.
     """
     if mode not in ("r", "r+"):
-        raise ValueError(f"mode must be 'r' or 'r+', got {mode!r}")
+        raise ArgumentError(f"mode must be 'r' or 'r+', got {mode!r}")
     if mode == "r+" and (episodes is not None or lazy):
-        raise ValueError("mode='r+' opens every episode: episodes= and lazy=True do not apply")
+        raise ArgumentError("mode='r+' opens every episode: episodes= and lazy=True do not apply")
     src = resolve_source(source, revision=revision, token=token)
     if src.kind == "store":
         store = src.path
         if root is not None and Path(root).resolve() != store.resolve():
-            raise ValueError(f"{store} is a store already; root={root!r} would be a second copy")
+            raise ArgumentError(f"{store} is a store already; root={root!r} would be a second copy")
         if mode == "r+":
             materialize(store, range(len(read_state(store).table)), progress=progress, token=token)
         elif not lazy:
             materialize(store, episodes, progress=progress, token=token)
     elif src.kind == "folder":
         folder = LeRobotSource(src.path)
-        store = Path(root).expanduser() if root is not None else store_path_for(folder)
-        transcode(folder, store, episodes=[] if lazy else episodes, progress=progress, storage=storage, client=client)
+        if mode == "r+":
+            store = _writable_copy(src.path, root, store_path_for(folder))
+        else:
+            store = Path(root).expanduser() if root is not None else store_path_for(folder)
+        transcode(folder, store, episodes=[] if lazy else episodes, progress=progress, storage=storage, client=client,
+                  pack_bytes=pack_bytes)
     else:
         store = _open_hub(src.repo_id, root=root, episodes=[] if lazy else episodes, revision=revision, token=token,
-                          progress=progress, storage=storage, client=client)
+                          progress=progress, storage=storage, client=client, pack_bytes=pack_bytes,
+                          writable=mode == "r+")
     if mode == "r+":
         from .writer import WritableDataset
 
         return WritableDataset(store, delta_timestamps=delta_timestamps, image_format=image_format)
     return LeRobotZarrDataset(store, episodes=episodes, delta_timestamps=delta_timestamps, image_format=image_format,
-                              lazy=lazy)
+                              lazy=lazy, fetch=_fetch if lazy else None)
+
+
+def _writable_copy(source: str | os.PathLike, root: str | os.PathLike | None, shared: Path) -> Path:
+    """The store that ``mode="r+"`` on a folder or Hub repo writes to: never the shared store of the cache (other
+    opens of the source read it), but ``root``, started as a copy-on-write copy of the shared store when that one
+    holds every episode (its packs are shared by hard links until written), else transcoded there."""
+    if root is None:
+        raise ArgumentError(f"{source}: mode='r+' on a LeRobot folder or Hub repo writes to a store of its own, "
+                            f"so that other opens of the source keep reading the source's data: pass root= (a new "
+                            f"folder: it starts as a copy of the cached store, sharing its files until they are "
+                            f"written)")
+    store = Path(root).expanduser()
+    if store.resolve() == shared.resolve():
+        raise ArgumentError(f"{store}: is the cache's shared store of {source}; pass another root= to write")
+    if not has_commit_point(store) and has_commit_point(shared) and read_state(shared).complete_episodes().all():
+        from .writer import fork
+
+        fork(shared, store)
+    return store
+
+
+def _fetch(store: Path, episodes: list[int]) -> None:
+    """What a lazy dataset calls (in any process) to bring missing episodes into its store."""
+    materialize(store, episodes, progress=False)
 
 
 def _hub_home(repo_id: str) -> Path:
     return cache_home() / "hub" / repo_id.replace("/", "--")
 
 
-def _open_hub(repo_id: str, *, root, episodes, revision, token, progress, storage, client) -> Path:
+def _open_hub(repo_id: str, *, root, episodes, revision, token, progress, storage, client, pack_bytes,
+              writable: bool = False) -> Path:
     """Resolve the revision (offline: from the last resolution), then fetch the episodes the store lacks."""
     from huggingface_hub import constants
 
@@ -132,7 +165,10 @@ def _open_hub(repo_id: str, *, root, episodes, revision, token, progress, storag
         tmp = ref_file.with_name(f".{ref_file.name}.tmp-{os.getpid()}")
         tmp.write_text(commit)
         os.replace(tmp, ref_file)
-    store = Path(root).expanduser() if root is not None else _hub_home(repo_id) / commit
+    if writable:
+        store = _writable_copy(repo_id, root, _hub_home(repo_id) / commit)
+    else:
+        store = Path(root).expanduser() if root is not None else _hub_home(repo_id) / commit
     if has_commit_point(store):
         missing = _missing_episodes(store, episodes)
         if not missing:
@@ -143,7 +179,7 @@ def _open_hub(repo_id: str, *, root, episodes, revision, token, progress, storag
     elif constants.is_offline_mode():
         raise HubError(f"{repo_id}: HF_HUB_OFFLINE is set and there is no local store at {store}")
     transcode(LeRobotSource(HubFiles(repo_id, commit, revision=revision, token=token)), store,
-              episodes=episodes, progress=progress, storage=storage, client=client)
+              episodes=episodes, progress=progress, storage=storage, client=client, pack_bytes=pack_bytes)
     return store
 
 
@@ -163,7 +199,7 @@ def materialize(store: str | os.PathLike, episodes: EpisodeSelection | None, *, 
     missing = _missing_episodes(store, episodes)
     if not missing:
         return
-    recorded = read_state(store).attrs["source"]
+    recorded = read_state(store).source
     if recorded.get("kind") == "hub":
         from huggingface_hub import constants
 

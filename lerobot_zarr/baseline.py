@@ -1,8 +1,11 @@
 """The hand-written numpy memmap sampler we measure ourselves against (the speed floor).
 
 Each feature is one flat ``np.memmap`` of all frames plus the episode bounds, as a careful user would write it
-for a single static dataset (no episode chunks, no partial downloads, no edits). It returns the same dict as
-:class:`~lerobot_zarr.LeRobotZarrDataset`, so benchmarks and the demo can compare like for like.
+for a single static dataset (no episode chunks, no partial downloads, no edits), with every shortcut we know:
+plain ndarray views of the maps, ``bisect`` on a list of episode starts, windows that lie inside their episode
+copied as one slice (one strided block per sample in a batch), clamped gathers only at episode edges. It returns
+the same dict as :class:`~lerobot_zarr.LeRobotZarrDataset`, so benchmarks and the demo can compare like for like.
+It is written independently of the library on purpose (no shared window code): it also checks it.
 """
 
 from __future__ import annotations
@@ -32,10 +35,19 @@ class FlatMemmapSampler:
         self.arrays = {name: np.memmap(folder / f"{name}.bin", dtype=spec["dtype"], mode="r",
                                        shape=tuple(spec["shape"])).view(np.ndarray)  # plain views index faster
                        for name, spec in meta["arrays"].items()}
-        self.offsets = {k: np.round(np.asarray(v) * self.fps).astype(np.int64)
-                        for k, v in (delta_timestamps or {}).items()}
-        self.span = {k: (int(v.min()), int(v.max())) for k, v in self.offsets.items()}
-        self.plain = [k for k in self.arrays if k not in self.offsets]
+        self.windows = []
+        for key, deltas in (delta_timestamps or {}).items():
+            off = np.round(np.asarray(deltas) * self.fps).astype(np.int64)
+            lo, hi = int(off.min()), int(off.max())
+            arr = self.arrays[key]
+            blocks = None
+            if np.array_equal(off, np.arange(lo, hi + 1)):  # consecutive frames: one block per window
+                blocks = np.lib.stride_tricks.as_strided(arr, (len(arr) - len(off) + 1, len(off), *arr.shape[1:]),
+                                                         (arr.strides[0], *arr.strides), writeable=False)
+            self.windows.append((key, f"{key}_is_pad", off, lo, hi, arr, blocks, np.zeros(len(off), dtype=bool)))
+        self.plain = [(k, a, a.ndim == 1) for k, a in self.arrays.items()
+                      if k not in (delta_timestamps or {})]
+        self.task_index = self.arrays["task_index"]
 
     @staticmethod
     def write(folder: str | Path, arrays: Mapping[str, np.ndarray], episode_start: np.ndarray,
@@ -57,30 +69,34 @@ class FlatMemmapSampler:
         e = bisect_right(self.start_list, i) - 1
         lo, hi = self.start_list[e], self.end_list[e]
         out: dict[str, Any] = {}
-        for key, off in self.offsets.items():
-            q = off + i
-            if lo <= i + self.span[key][0] and i + self.span[key][1] < hi:  # inside the episode: no clamping
-                out[f"{key}_is_pad"] = np.zeros(len(off), dtype=bool)
-                out[key] = self.arrays[key][q]
+        for key, pad_key, off, wlo, whi, arr, blocks, no_pad in self.windows:
+            if lo <= i + wlo and i + whi < hi:  # inside the episode: no clamping
+                out[key] = arr[i + wlo:i + whi + 1].copy() if blocks is not None else arr[off + i]
+                out[pad_key] = no_pad.copy()
             else:
-                out[f"{key}_is_pad"] = (q < lo) | (q >= hi)
-                out[key] = self.arrays[key][np.minimum(np.maximum(q, lo), hi - 1)]
-        for key in self.plain:
-            value = self.arrays[key][i]
-            out[key] = np.array(value) if isinstance(value, np.ndarray) else value
-        out["task"] = self.tasks[out["task_index"]]
+                q = off + i
+                out[pad_key] = (q < lo) | (q >= hi)
+                out[key] = arr[np.minimum(np.maximum(q, lo), hi - 1)]
+        for key, arr, scalar in self.plain:
+            out[key] = arr[i] if scalar else arr[i].copy()
+        out["task"] = self.tasks[self.task_index[i]]
         return out
 
     def get_batch(self, indices: np.ndarray) -> dict[str, Any]:
         idx = np.asarray(indices, dtype=np.int64)
         e = np.searchsorted(self.start, idx, side="right") - 1
-        lo, hi = self.start[e][:, None], self.end[e][:, None]
+        lo, hi = self.start[e], self.end[e]
         out: dict[str, Any] = {}
-        for key, off in self.offsets.items():
+        for key, pad_key, off, wlo, whi, arr, blocks, _ in self.windows:
+            inside = (idx + wlo >= lo) & (idx + whi < hi)
+            if blocks is not None and inside.all():
+                out[key] = blocks[idx + wlo]
+                out[pad_key] = np.zeros((len(idx), len(off)), dtype=bool)
+                continue
             q = idx[:, None] + off[None, :]
-            out[f"{key}_is_pad"] = (q < lo) | (q >= hi)
-            out[key] = self.arrays[key][np.clip(q, lo, hi - 1)]
-        for key in self.plain:
-            out[key] = self.arrays[key][idx]
-        out["task"] = self.tasks[out["task_index"]].tolist()
+            out[pad_key] = (q < lo[:, None]) | (q >= hi[:, None])
+            out[key] = arr[np.clip(q, lo[:, None], hi[:, None] - 1)]
+        for key, arr, _ in self.plain:
+            out[key] = arr[idx]
+        out["task"] = self.tasks[self.task_index[idx]].tolist()
         return out

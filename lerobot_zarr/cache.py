@@ -59,7 +59,7 @@ def _store_summary(path: Path) -> tuple[dict, int, int]:
     from .store import read_state
 
     state = read_state(path)
-    return dict(state.attrs.get("source", {})), int(state.complete_episodes().sum()), len(state.table)
+    return dict(state.source), int(state.complete_episodes().sum()), len(state.table)
 
 
 def _size(path: Path) -> tuple[int, float]:

@@ -1,7 +1,8 @@
 """Sampling from a local store with LeRobot's semantics: ``ds[i]``, ``ds.get_batch(indices)``, episodes, meta.
 
-Frame lookups and temporal windows are index arithmetic on the episode table; data comes from memory maps of
-the chunk files (see ``_region``), opened lazily in each process, never through zarr-python.
+Which frames a dataset serves is :mod:`~lerobot_zarr.selection`'s arithmetic, windows are
+:mod:`~lerobot_zarr.windows`' kernel, and the data comes from memory maps of the store's packs (:mod:`._maps`),
+opened lazily in each process, never through zarr-python.
 """
 
 from __future__ import annotations
@@ -12,47 +13,48 @@ import threading
 import warnings
 import weakref
 from bisect import bisect_right
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from ._region import EpisodeRegion
-from .errors import DeltaTimestampsError, FrameIndexError, LeRobotZarrWarning, NotMaterializedError
-from .store import (
-    ArraySpec,
-    StoreState,
-    chunk_path,
-    from_ranges,
-    open_chunk,
-    read_shard_index,
-    read_state,
-    retired_path,
-    to_ranges,
+from ._maps import PackMaps
+from ._packs import open_pack, read_shard_index
+from .errors import (
+    ArgumentError,
+    CorruptStoreError,
+    FrameIndexError,
+    LeRobotZarrWarning,
+    NotMaterializedError,
+    StoreClosedError,
 )
+from .selection import EpisodeSelection, Selection, episode_ranges, frame_range
+from .store import ArraySpec, PackLayout, StoreState, chunk_path, pack_rows_target, read_state, retired_path
+from .windows import window_offsets, windows
 
 if TYPE_CHECKING:
     from .source import LeRobotSource
 
-__all__ = ["DatasetMeta", "LeRobotZarrDataset", "IMAGE_FORMATS"]
+__all__ = ["DatasetMeta", "LeRobotZarrDataset", "IMAGE_FORMATS", "ImageFormat", "read_episode_rows",
+           "frame_range", "episode_ranges", "window_offsets", "EpisodeSelection"]
 
+ImageFormat = Literal["uint8_hwc", "float32_chw"]
 IMAGE_FORMATS = ("uint8_hwc", "float32_chw")
-DELTA_TOLERANCE_S = 1e-4
 MAX_MAPS_ENV = "LEROBOT_ZARR_MAX_MAPS"
+_DEFAULT_MAX_MAPS = 4096
 _live_datasets: weakref.WeakSet = weakref.WeakSet()
 
 
 def _default_max_maps() -> int:
-    raw = os.environ.get(MAX_MAPS_ENV, "16384")
+    raw = os.environ.get(MAX_MAPS_ENV, str(_DEFAULT_MAX_MAPS))
     try:
         value = int(raw)
     except ValueError:
-        raise ValueError(f"{MAX_MAPS_ENV}={raw!r} is not an integer") from None
+        raise ArgumentError(f"{MAX_MAPS_ENV}={raw!r} is not an integer") from None
     if value < 1:
-        raise ValueError(f"{MAX_MAPS_ENV} must be positive, got {value}")
+        raise ArgumentError(f"{MAX_MAPS_ENV} must be positive, got {value}")
     return value
 
 
@@ -66,7 +68,7 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_reset_locks_after_fork)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DatasetMeta:
     """What the store knows about its dataset (LeRobot's info, tasks, stats, episode table)."""
 
@@ -80,7 +82,7 @@ class DatasetMeta:
     episode_length: np.ndarray
     materialized_episodes: np.ndarray  # bool mask: episodes whose every stored feature is committed
     not_materialized: dict[str, str]
-    stored_features: tuple[str, ...] = field(default=())
+    stored_features: tuple[str, ...] = ()
     # per stored feature, episodes the source could not give (missing or broken videos) and why
     unavailable: dict[str, dict[int, str]] = field(default_factory=dict)
     episode_task_index: np.ndarray | None = None  # each episode's first task (-1: unknown)
@@ -99,6 +101,11 @@ class DatasetMeta:
         return self.info["features"]
 
     @property
+    def camera_keys(self) -> list[str]:
+        """Image and video features, as LeRobot names them."""
+        return [k for k, v in self.features.items() if v.get("dtype") in ("image", "video")]
+
+    @property
     def total_episodes(self) -> int:
         return len(self.episode_length)
 
@@ -108,22 +115,24 @@ class DatasetMeta:
 
     @classmethod
     def from_state(cls, state: StoreState) -> DatasetMeta:
-        a = state.attrs
-        return cls(state.root, a["info"], a["tasks"], a["stats"], a["source"], state.episode_start,
-                   state.episode_end, state.episode_length, state.complete_episodes(),
-                   dict(a.get("not_materialized", {})), tuple(state.arrays),
-                   {name: state.unavailable(name) for name in state.arrays if state.unavailable(name)},
-                   state.table.task_index)
+        unavailable = {name: state.unavailable_of(name) for name in state.arrays}
+        return cls(root=state.root, info=state.info, tasks=list(state.tasks), stats=state.stats,
+                   source=state.source, episode_start=state.episode_start, episode_end=state.episode_end,
+                   episode_length=state.episode_length, materialized_episodes=state.complete_episodes(),
+                   not_materialized=dict(state.not_materialized), stored_features=tuple(state.arrays),
+                   unavailable={k: v for k, v in unavailable.items() if v},
+                   episode_task_index=state.table.task_index)
 
     @classmethod
     def from_source(cls, source: LeRobotSource) -> DatasetMeta:
-        """Metadata of a LeRobot folder that has no store yet (nothing materialized)."""
+        """Metadata of a LeRobot folder or Hub repo that has no store yet (nothing materialized)."""
         t = source.episodes
         stored = tuple(k for k, v in source.features.items()
                        if v.kind in ("numeric", "image", "video") and k not in source.not_materialized)
-        return cls(source.files.location(), source.info, source.tasks, source.stats, source.record(),
-                   t.start, t.end, t.length, np.zeros(len(t), dtype=bool), source.not_materialized,
-                   stored)
+        return cls(root=source.files.location(), info=source.info, tasks=source.tasks, stats=source.stats,
+                   source=source.record(), episode_start=t.start, episode_end=t.end, episode_length=t.length,
+                   materialized_episodes=np.zeros(len(t), dtype=bool), not_materialized=source.not_materialized,
+                   stored_features=stored)
 
     def __repr__(self) -> str:
         return (f"DatasetMeta(root={str(self.root)!r}, fps={self.fps:g}, robot_type={self.robot_type!r}, "
@@ -131,272 +140,199 @@ class DatasetMeta:
                 f"frames={self.total_frames}, features={list(self.features)})")
 
 
-def window_offsets(delta_timestamps: Mapping[str, Sequence[float]] | None, fps: float, known: Sequence[str],
-                    missing: Mapping[str, str]) -> dict[str, np.ndarray]:
-    """Validate deltas (multiples of 1/fps within 1e-4 s) and turn them into frame offsets."""
-    out: dict[str, np.ndarray] = {}
-    for key, deltas in (delta_timestamps or {}).items():
-        if key in missing:
-            raise NotMaterializedError(f"delta_timestamps: feature {key!r} is not materialized: {missing[key]}")
-        if key not in known:
-            raise DeltaTimestampsError(f"delta_timestamps: unknown feature {key!r} (features: {list(known)})")
-        if isinstance(deltas, (str, bytes)) or not isinstance(deltas, Sequence | np.ndarray):
-            raise DeltaTimestampsError(f"delta_timestamps[{key!r}] must be a list of seconds, got {deltas!r}")
-        try:
-            values = np.asarray(list(deltas), dtype=np.float64).reshape(-1)
-        except (TypeError, ValueError):
-            raise DeltaTimestampsError(f"delta_timestamps[{key!r}] must be a list of seconds, got {deltas!r}") from None
-        if values.size == 0 or not np.isfinite(values).all():
-            raise DeltaTimestampsError(f"delta_timestamps[{key!r}] must be a non-empty list of finite seconds")
-        frames = np.round(values * fps)
-        bad = np.flatnonzero(np.abs(values - frames / fps) > DELTA_TOLERANCE_S)
-        if bad.size:
-            raise DeltaTimestampsError(f"delta_timestamps[{key!r}]: {values[bad[0]]} s is not a multiple of "
-                                       f"1/fps = {1 / fps:.6g} s (tolerance {DELTA_TOLERANCE_S} s)")
-        out[key] = frames.astype(np.int64)
-    return out
+def _pack_file(root: str | os.PathLike, name: str, spec: ArraySpec, pack: int, rows: int, flags: int = os.O_RDONLY
+               ) -> int:
+    nbytes = rows * spec.frame_bytes if spec.storage == "raw" else -1
+    return open_pack(chunk_path(root, name, pack, spec.ndim), nbytes, retired=retired_path(root, name, pack),
+                     what=f"pack {pack} of feature {name!r}", flags=flags, feature=name)
 
 
-EpisodeSelection = Sequence[int] | Mapping[int, slice | range | tuple[int, int] | None]
-
-
-def frame_range(frames: slice | range | tuple[int, int] | None, n: int, where: str) -> tuple[int, int]:
-    """``[first, stop)`` of a frame selection of an episode of ``n`` frames (None: all; negative from the end)."""
-    if frames is None:
-        return 0, n
-    if isinstance(frames, tuple):
-        frames = slice(*frames)
-    if not isinstance(frames, (slice, range)) or frames.step not in (None, 1):
-        raise ValueError(f"{where}: frames must be a slice, range or (first, stop) of step 1, got {frames!r}")
-    first, stop, _ = slice(frames.start, frames.stop).indices(n)
-    return first, stop
-
-
-def episode_ranges(episodes: EpisodeSelection, lengths: np.ndarray) -> list[tuple[int, int, int]]:
-    """Normalise an episode selection to sorted ``(episode, first_frame, stop_frame)`` triples.
-
-    ``[3, 5]`` selects whole episodes; ``{3: slice(100, 200), 5: None}`` selects frames 100..199 of episode 3
-    (episode-local frame indices, negative ones from the end, step 1) and all of episode 5. Like LeRobot's
-    filtering, the order given does not matter: frames come in episode order.
-    """
-    items = episodes.items() if isinstance(episodes, Mapping) else ((e, None) for e in episodes)
-    out: dict[int, tuple[int, int, int]] = {}
-    for e, frames in items:
-        e = operator.index(e)
-        if not 0 <= e < len(lengths):
-            raise FrameIndexError(f"episode {e} does not exist ({len(lengths)} episodes)")
-        n = int(lengths[e])
-        first, stop = frame_range(frames, n, f"episode {e}")
-        if stop <= first:
-            raise FrameIndexError(f"episode {e}: frame range {frames!r} is empty for an episode of {n} frames")
-        out[e] = (e, first, stop)
-    return [out[e] for e in sorted(out)]
-
-
-class _Window:
-    """A windowed feature's view with its frame offsets, precomputed for the sampling hot path."""
-
-    def __init__(self, name: str, region: EpisodeRegion, offsets: np.ndarray):
-        self.name, self.pad_key = name, f"{name}_is_pad"
-        self.view, self.rows, self.rows_list = region.view, region.rows, region.rows.tolist()
-        self.offsets = offsets
-        self.lo, self.hi = int(offsets.min()), int(offsets.max())
-        self.no_pad = np.zeros(len(offsets), dtype=bool)
-        # Offsets lo..hi in steps of one frame: every window is a block of consecutive rows, so a strided view
-        # with one block per starting row lets a batch copy whole blocks. Only blocks inside an episode are read.
-        self.blocks = None
-        if np.array_equal(offsets, np.arange(self.lo, self.hi + 1)):
-            v = self.view
-            n = len(offsets)
-            self.blocks = np.lib.stride_tricks.as_strided(
-                v, (v.shape[0] - n + 1, n, *v.shape[1:]), (v.strides[0], *v.strides), writeable=False)
-
-
-def read_episode_chunk(root: str | os.PathLike, name: str, spec: ArraySpec, chunk: int, length: int,
-                       episode: int) -> np.ndarray:
-    """A copy of one episode's stored frames of one feature, from chunk ``chunk`` (or its retired copy)."""
-    path = chunk_path(root, name, chunk, spec.ndim)
-    retired = retired_path(root, name, chunk)
-    if spec.storage == "compact":
-        reader = _Compact(name, spec, np.full(episode + 1, length), lambda e: (path, retired), 1, None)
-        return reader.frames(np.full(length, episode), np.arange(length))
-    fd = open_chunk(path, length * spec.frame_bytes, episode, name, retired=retired)
+def read_episode_rows(root: str | os.PathLike, name: str, spec: ArraySpec, pack: int, pack_rows: int, offset: int,
+                      length: int) -> np.ndarray:
+    """A copy of one episode's stored frames of one feature: ``length`` rows from ``offset`` of pack ``pack``."""
+    if spec.storage != "raw":
+        reader = _CompactReader(root, name, spec, PackLayout(np.array([0] * pack + [pack_rows])), 1)
+        return reader.frames(np.full(length, pack), np.arange(offset, offset + length))
+    fd = _pack_file(root, name, spec, pack, pack_rows)
     with os.fdopen(fd, "rb") as f:
-        return np.fromfile(f, dtype=spec.dtype).reshape(length, *spec.frame_shape)
+        f.seek(offset * spec.frame_bytes)
+        return np.fromfile(f, dtype=spec.dtype, count=length * int(np.prod(spec.frame_shape, dtype=np.int64))
+                           ).reshape(length, *spec.frame_shape)
 
 
-class _Compact:
-    """A compact feature (zstd-compressed frames in a zarr shard per episode): frames are read with ``pread``
-    and decompressed with numcodecs, the shard indexes of at most ``max_open`` episodes kept open."""
+class _CompactReader:
+    """A compact feature (zstd-compressed frames in a zarr shard per pack): frames are read with ``pread`` and
+    decompressed with numcodecs, the descriptors of at most ``max_open`` packs kept open."""
 
-    def __init__(self, name: str, spec: ArraySpec, lengths: np.ndarray, path_of: Any, max_open: int,
-                 offsets: np.ndarray | None):
+    def __init__(self, root: str | os.PathLike, name: str, spec: ArraySpec, packs: PackLayout, max_open: int):
         from numcodecs import Zstd
 
-        self.name, self.spec, self.lengths, self.path_of = name, spec, lengths, path_of
+        self.root, self.name, self.spec, self.packs = root, name, spec, packs
         self.codec = Zstd()
         self.max_open = max(1, max_open)
-        self.offsets = offsets
-        self.pad_key = f"{name}_is_pad"
-        self.open: dict[int, tuple[int, np.ndarray]] = {}  # episode -> (fd, shard index), oldest first
+        self.open: dict[int, int] = {}  # pack -> fd, oldest first
         self._finalizer = weakref.finalize(self, _close_all, self.open)
 
-    def _episode(self, e: int) -> tuple[int, np.ndarray]:
-        entry = self.open.pop(e, None)
-        if entry is None:
-            path, retired = self.path_of(e)
-            fd = open_chunk(path, -1, e, self.name, retired=retired)
-            try:
-                entry = (fd, read_shard_index(fd, int(self.lengths[e]), f"{path} (episode {e})"))
-            except BaseException:
-                os.close(fd)
-                raise
+    def _fd(self, pack: int) -> int:
+        fd = self.open.pop(pack, None)
+        if fd is None:
+            fd = _pack_file(self.root, self.name, self.spec, pack, int(self.packs.rows[pack]))
             while len(self.open) >= self.max_open:
-                os.close(self.open.pop(next(iter(self.open)))[0])
-        self.open[e] = entry  # most recently used last
-        return entry
+                os.close(self.open.pop(next(iter(self.open))))
+        self.open[pack] = fd  # most recently used last
+        return fd
 
-    def frames(self, eps: np.ndarray, rows: np.ndarray) -> np.ndarray:
-        out = np.empty((len(eps), *self.spec.frame_shape), dtype=self.spec.dtype)
-        flat = out.reshape(len(eps), -1).view(np.uint8)
-        for k, (e, r) in enumerate(zip(np.asarray(eps).tolist(), np.asarray(rows).tolist(), strict=True)):
-            fd, index = self._episode(e)
-            offset, nbytes = index[r]
-            flat[k] = np.frombuffer(self.codec.decode(os.pread(fd, int(nbytes), int(offset))), dtype=np.uint8)
+    def frames(self, packs: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """Frames at ``rows`` of ``packs`` (equal-length arrays), decoded."""
+        out = np.empty((len(rows), *self.spec.frame_shape), dtype=self.spec.dtype)
+        flat = out.reshape(len(rows), -1).view(np.uint8)
+        packs, rows = np.asarray(packs), np.asarray(rows)
+        for pack in np.unique(packs).tolist():
+            where = np.flatnonzero(packs == pack)
+            fd = self._fd(pack)
+            first, last = int(rows[where].min()), int(rows[where].max())
+            index = read_shard_index(fd, self.spec, int(self.packs.rows[pack]), first, last - first + 1,
+                                     f"pack {pack} of feature {self.name!r}")
+            for k, r in zip(where.tolist(), (rows[where] - first).tolist(), strict=True):
+                offset, nbytes = index[r]
+                flat[k] = np.frombuffer(self.codec.decode(os.pread(fd, int(nbytes), int(offset))), dtype=np.uint8)
         return out
 
-    def item(self, out: dict[str, Any], e: int, local: int, length: int) -> None:
-        if self.offsets is None:
-            out[self.name] = self.frames(np.array([e]), np.array([local]))[0]
-            return
-        q = self.offsets + local
-        out[self.pad_key] = (q < 0) | (q >= length)
-        out[self.name] = self.frames(np.full(len(q), e), np.clip(q, 0, length - 1))
-
-    def batch(self, out: dict[str, Any], eps: np.ndarray, local: np.ndarray, length: np.ndarray) -> None:
-        if self.offsets is None:
-            out[self.name] = self.frames(eps, local)
-            return
-        q = local[:, None] + self.offsets
-        out[self.pad_key] = (q < 0) | (q >= length[:, None])
-        rows = np.minimum(np.maximum(q, 0), (length - 1)[:, None])
-        frames = self.frames(np.repeat(eps, len(self.offsets)), rows.reshape(-1))
-        out[self.name] = frames.reshape(len(eps), len(self.offsets), *self.spec.frame_shape)
+    def close(self) -> None:
+        _close_all(self.open)
 
 
-def _close_all(open_files: dict[int, tuple[int, np.ndarray]]) -> None:
-    for fd, _ in open_files.values():
+def _close_all(open_files: dict[int, int]) -> None:
+    for fd in open_files.values():
         os.close(fd)
     open_files.clear()
+
+
+def _scalar_view(view: np.ndarray) -> bool:
+    return view.ndim == 1
 
 
 class LeRobotZarrDataset:
     """Random access to a store's frames, as ``LeRobotDataset`` returns them but in numpy.
 
     ``len(ds)`` is the number of frames of the selected episodes (or frame ranges of episodes: windows still see
-    the whole episode, padding only at its true edges); ``ds[i]`` is the i-th of them. The object
-    pickles as its arguments and reopens its maps lazily in each process, so it works in DataLoader workers.
+    the whole episode, padding only at its true edges); ``ds[i]`` is the i-th of them. The object pickles as its
+    arguments and reopens its maps lazily in each process, so it works in DataLoader workers. ``close()`` (or
+    ``with``) releases its memory maps at once; dropping the last reference does too.
     """
 
-    _headroom = 0.0  # address space reserved past the episodes for appends (a writer's dataset sets it)
+    _headroom = 0.0  # address space reserved past the packs for appends (a writer's dataset sets it)
 
     def __init__(self, root: str | os.PathLike, *, episodes: EpisodeSelection | None = None,
-                 delta_timestamps: Mapping[str, Sequence[float]] | None = None, image_format: str = "uint8_hwc",
-                 max_open_maps: int | None = None, lazy: bool = False):
+                 delta_timestamps: Mapping[str, Sequence[float]] | None = None,
+                 image_format: ImageFormat = "uint8_hwc", max_open_maps: int | None = None, lazy: bool = False,
+                 fetch: Callable[[Path, list[int]], None] | None = None):
         if image_format not in IMAGE_FORMATS:
-            raise ValueError(f"image_format must be one of {IMAGE_FORMATS}, got {image_format!r}")
+            raise ArgumentError(f"image_format must be one of {IMAGE_FORMATS}, got {image_format!r}")
+        if lazy and fetch is None:
+            raise ArgumentError("lazy=True needs fetch=, the callable that brings missing episodes into the store "
+                             "(open_dataset(..., lazy=True) passes it)")
         self.root = Path(root)
         self.image_format = image_format
         self._request = (episodes, delta_timestamps, _default_max_maps() if max_open_maps is None
-                         else int(max_open_maps), bool(lazy))
+                         else int(max_open_maps), bool(lazy), fetch)
         self._lock = threading.Lock()
+        self._maps: PackMaps | None = None
+        self._closed = False
         self._load(read_state(self.root))
         left_out = {name: why for name, why in self._left_out.items() if name not in self.meta.not_materialized}
         if left_out:
-            warnings.warn(f"{self.root}: " + "; ".join(f"{n!r} is left out of samples: {w}" for n, w in left_out.items()),
-                          LeRobotZarrWarning, skip_file_prefixes=(os.path.dirname(__file__),))
+            text = "; ".join(f"{n!r} is left out of samples: {w}" for n, w in left_out.items())
+            warnings.warn(f"{self.root}: {text}", LeRobotZarrWarning, skip_file_prefixes=(os.path.dirname(__file__),))
         _live_datasets.add(self)
 
+    # state ------------------------------------------------------------------------------------------------
     def _load(self, state: StoreState) -> None:
-        """Set up index arithmetic for a committed state (maps are opened lazily; on a reload, episodes whose chunk
-        is unchanged keep their maps)."""
-        previous = getattr(self, "_regions", None), getattr(self, "_chunks", None), getattr(self, "_specs", None)
-        episodes, delta_timestamps, max_open_maps, lazy = self._request
-        ranges = None if episodes is None else episode_ranges(episodes, state.episode_length)
-        self.meta = DatasetMeta.from_state(state)
-        wanted = (np.array([e for e, _, _ in ranges], dtype=np.int64) if ranges is not None
-                  else np.arange(len(state.table)))
-        missing = dict(state.attrs.get("not_materialized", {}))
-        for name, reasons in self.meta.unavailable.items():
+        """Set up index arithmetic for a committed state (maps are opened lazily; on a reload, packs keep their
+        maps)."""
+        episodes, delta_timestamps, max_open_maps, lazy, _ = self._request
+        self._state = state
+        self.meta = meta = DatasetMeta.from_state(state)
+        present = meta.materialized_episodes
+        selection = Selection.of(episodes, meta.episode_length, np.ones(len(present), bool) if lazy else present)
+        wanted = selection.episodes
+        missing = dict(state.not_materialized)
+        for name, reasons in meta.unavailable.items():
             hit = [e for e in wanted.tolist() if e in reasons]
             if hit:  # a camera some selected episodes lack: left out of samples, not the episodes
                 missing[name] = (f"unavailable in {len(hit)} of the {len(wanted)} selected episodes "
                                  f"{hit[:10]}{'...' if len(hit) > 10 else ''}; episode {hit[0]}: {reasons[hit[0]]}")
         self._left_out = {name: why for name, why in missing.items() if name in state.arrays}
-        self._offsets = window_offsets(delta_timestamps, float(state.attrs["info"]["fps"]), list(state.arrays),
-                                        missing)
-        self._generation = state.generation
-        self._specs = {name: spec for name, spec in state.arrays.items() if name not in self._left_out}
-        n_ep = self.meta.total_episodes
-        present = self.meta.materialized_episodes
-        self._lazy = lazy
-        self._present = present.copy()
-        if ranges is None:
-            selected = np.arange(n_ep) if lazy else np.flatnonzero(present)
-            lengths = self.meta.episode_length[selected].tolist()
-            ranges = [(e, 0, n) for e, n in zip(selected.tolist(), lengths, strict=True)]
-        table = np.array(ranges, dtype=np.int64).reshape(-1, 3)
-        selected, first, stop = table[:, 0], table[:, 1], table[:, 2]
-        absent = selected[~present[selected]]
+        self._offsets = window_offsets(delta_timestamps, state.fps, list(state.arrays), missing)
+        absent = wanted[~present[wanted]]
         if absent.size and not lazy:
-            raise NotMaterializedError(f"{self.root}: episodes {absent.tolist()[:20]} are not in the local store")
-        self.episodes = selected
+            raise NotMaterializedError(f"{self.root}: episodes {absent.tolist()[:20]} are not in the local store",
+                                       path=self.root, episode=int(absent[0]))
+        self._sel = selection
+        self.episodes = selection.episodes
         self.delta_timestamps = None if delta_timestamps is None else {k: list(v) for k, v in delta_timestamps.items()}
-        # pickled: the resolved selection (not "whatever is committed when unpickled"), compactly
-        whole = bool((first == 0).all() and (stop == self.meta.episode_length[selected]).all())
-        selection = ("whole", to_ranges(selected.tolist())) if whole else ("frames", table.tolist())
-        self._args = (str(self.root), selection, self.delta_timestamps, self.image_format, max_open_maps, lazy)
-        self._first = first  # selected frames of episode k: [first[k], stop[k]) (whole episodes by default)
-        self._cum = np.concatenate([[0], np.cumsum(stop - first)]).astype(np.int64)
-        self._len = int(self._cum[-1])
-        self._cum_list = self._cum.tolist()
-        self._sel_list = selected.tolist()
-        self._first_list = first.tolist()
-        self._lengths = self.meta.episode_length.copy()  # bounds for reads: never a user-visible array
-        self._length_list = self._lengths.tolist()
-        self._chunks = state.table.chunk
+        self._lazy, self._present = lazy, present.copy()
+        self._specs = {name: spec for name, spec in state.arrays.items() if name not in self._left_out}
+        self._windows = windows(self._offsets)
+        self._lengths = meta.episode_length.copy()  # bounds for reads: never a user-visible array
+        self._chunk = state.table.chunk
+        self._tasks = np.array(meta.tasks, dtype=object)
         # stored episode_index / index values exceed LeRobot's after earlier episodes were deleted
         shifts = {"episode_index": state.table.episode_index_shift, "index": state.table.index_shift}
         self._shifts = [(name, shift, shift.tolist()) for name, shift in shifts.items()
                         if name in self._specs and shift.any()]
-        self._tasks = np.array(self.meta.tasks, dtype=object)
-        self._max_maps = max(1, int(max_open_maps) // max(1, len(self._specs)))
-        self._regions: dict[str, EpisodeRegion] | None = None
-        if previous[0] is not None and previous[2] == self._specs:
-            self._relayout(previous[0], previous[1])
+        n_raw = sum(spec.storage == "raw" for spec in self._specs.values())
+        self._max_packs = max(1, max_open_maps // max(1, n_raw))
+        self._compact = {name: _CompactReader(self.root, name, spec, state.packs, self._max_packs)
+                         for name, spec in self._specs.items() if spec.storage != "raw"}
+        raw = {name: spec for name, spec in self._specs.items() if spec.storage == "raw"}
+        if self._maps is None or set(self._maps.specs) != set(raw) or not self._maps.update(state.packs):
+            if self._maps is not None:
+                self._maps.close()
+            headroom = int(self._headroom * (state.packs.rows.sum() + 4 * pack_rows_target(raw, state.pack_bytes)))
+            self._maps = PackMaps(self.root, raw, state.packs, max_packs=self._max_packs, headroom_rows=headroom)
+        self._index()
 
-    def _relayout(self, regions: dict[str, EpisodeRegion], old_chunks: np.ndarray) -> None:
-        """Keep the maps of a previous commit's episodes whose chunk is still listed (same file, same frames)."""
-        where = {int(c): i for i, c in enumerate(old_chunks.tolist())}
-        keep = np.array([where.get(int(c), -1) for c in self._chunks.tolist()], dtype=np.int64)
-        drop = np.setdiff1d(np.flatnonzero(self._mapped), keep[keep >= 0])
-        for region in regions.values():
-            if not region.relayout(keep, self.meta.episode_length, drop):
-                self._headroom = 1.0  # out of reserved room: start afresh (lazily), with room for what comes next
-                return
-        mapped = np.zeros(len(keep), dtype=bool)
-        last_used = np.zeros(len(keep), dtype=np.int64)
-        mapped[keep >= 0] = self._mapped[keep[keep >= 0]]
-        last_used[keep >= 0] = self._last_used[keep[keep >= 0]]
-        self._mapped, self._last_used, self._n_mapped = mapped, last_used, int(mapped.sum())
-        self._compact = {name: _Compact(name, reader.spec, self.meta.episode_length, reader.path_of, self._max_maps,
-                                        self._offsets.get(name)) for name, reader in self._compact.items()}
-        self._index_regions(regions)
+    def _index(self) -> None:
+        """The hot path's per-episode places and per-feature views (each feature has its own pack slots)."""
+        maps = self._maps
+        sel = self._sel
+        self._offset = self._state.table.offset
+        self._k_pack = self._chunk[sel.episodes].tolist()
+        self._k_offset = self._offset[sel.episodes].tolist()
+        self._k_length = self._lengths[sel.episodes].tolist()
+        self._sel_packs = np.unique(self._chunk[sel.episodes])
+        self._len = len(sel)
+        views = maps.views
+
+        def base(name: str) -> tuple[np.ndarray, list[int]]:
+            rows = maps.base_rows(name)
+            return rows, rows.tolist()
+
+        self._plain = [(name, views[name], views[name].ndim == 1, *base(name)) for name in views
+                       if name not in self._windows]
+        self._windowed = []
+        for name, w in self._windows.items():
+            if name not in views:
+                continue
+            view = views[name]
+            blocks = None
+            if w.contiguous:  # one block of consecutive rows per window: a strided view copies whole blocks
+                n = len(w.offsets)
+                blocks = np.lib.stride_tricks.as_strided(
+                    view, (view.shape[0] - n + 1, n, *view.shape[1:]), (view.strides[0], *view.strides),
+                    writeable=False)
+            self._windowed.append((w, view, blocks, *base(name)))
+        self._images = [name for name, s in self._specs.items() if s.kind in ("image", "video")]
+        task = views.get("task_index")
+        self._task = None if task is None else (task, task.ndim > 1, *base("task_index"))
+        self._extras = bool(self._shifts or self._compact)  # per-sample work beyond the maps (rare): one test
+        self._all_mapped = False
 
     def _learn_tasks(self) -> None:
         """A writer gave frames a task added after this dataset's commit (set_task works in place): tasks are
         only ever appended, so the latest list names it."""
-        self._tasks = np.array(read_state(self.root).attrs["tasks"], dtype=object)
+        self._tasks = np.array(read_state(self.root).tasks, dtype=object)
 
     def index_shifts(self) -> dict[str, np.ndarray]:
         """What the stored ``episode_index`` / ``index`` values of each episode exceed LeRobot's by (after
@@ -410,21 +346,50 @@ class LeRobotZarrDataset:
         In-place changes of frames (``edit``, ``set_task``) need no refresh: they are visible at once. A dataset
         otherwise keeps the commit it opened, so indices stay stable for a sampler until it refreshes."""
         state = read_state(self.root)
-        if state.generation == self._generation:
+        if state.generation == self._state.generation:
             return False
         with self._lock:
+            self._check_not_closed()
             self._load(state)
         return True
 
-    # pickling: arguments only ---------------------------------------------------------------------------
+    # lifetime ---------------------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Release the memory maps and open files now. The dataset cannot sample afterwards."""
+        with self._lock:
+            if self._maps is not None:
+                self._maps.close()
+            for reader in self._compact.values():
+                reader.close()
+            self._windowed, self._plain, self._task = [], [], None
+            self._all_mapped = False
+            self._closed = True
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __enter__(self) -> LeRobotZarrDataset:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _check_not_closed(self) -> None:
+        if self._closed:
+            raise StoreClosedError(f"{self.root}: this dataset was closed; open it again to sample",
+                                   path=self.root)
+
+    # pickling: arguments only ------------------------------------------------------------------------------
     def __getstate__(self) -> tuple:
-        return self._args
+        _, _, max_maps, lazy, fetch = self._request
+        return (str(self.root), self._sel.to_args(self.meta.episode_length), self.delta_timestamps,
+                self.image_format, max_maps, lazy, fetch)
 
     def __setstate__(self, args: tuple) -> None:
-        root, (kind, selection), deltas, image_format, max_maps, lazy = args
-        episodes = from_ranges(selection) if kind == "whole" else {e: (a, b) for e, a, b in selection}
-        self.__init__(root, episodes=episodes, delta_timestamps=deltas, image_format=image_format,
-                      max_open_maps=max_maps, lazy=lazy)
+        root, selection, deltas, image_format, max_maps, lazy, fetch = args
+        self.__init__(root, episodes=Selection.from_args(selection), delta_timestamps=deltas,
+                      image_format=image_format, max_open_maps=max_maps, lazy=lazy, fetch=fetch)
 
     def __repr__(self) -> str:
         return (f"LeRobotZarrDataset(root={str(self.root)!r}, frames={self._len}, episodes={len(self.episodes)}, "
@@ -448,107 +413,58 @@ class LeRobotZarrDataset:
     def num_episodes(self) -> int:
         return len(self.episodes)
 
-    # maps -----------------------------------------------------------------------------------------------
-    def _open_regions(self) -> dict[str, EpisodeRegion]:
-        lengths = self.meta.episode_length
-        regions = {}
-        self._compact = {}
-        for name, spec in self._specs.items():
-            path_of = partial(self._chunk_files, name, spec.ndim)
-            if spec.storage == "compact":
-                self._compact[name] = _Compact(name, spec, lengths, path_of, self._max_maps,
-                                               self._offsets.get(name))
-            else:
-                regions[name] = EpisodeRegion(name, spec.dtype, spec.frame_shape, lengths, path_of,
-                                              headroom=self._headroom)
-        self._mapped = np.zeros(len(lengths), dtype=bool)
-        self._n_mapped = 0
-        self._last_used = np.zeros(len(lengths), dtype=np.int64)
-        self._tick = 0
-        self._index_regions(regions)
-        return regions
+    def episode_frames(self, episode_index: int) -> range:
+        """Dataset indices (for ``ds[i]``) of the selected frames of one selected episode."""
+        return self._sel.frames_of(operator.index(episode_index))
 
-    def _index_regions(self, regions: dict[str, EpisodeRegion]) -> None:
-        """The hot path's per-feature views and row offsets."""
-        self._plain = [(name, r.view, r.rows, r.rows.tolist()) for name, r in regions.items()
-                       if name not in self._offsets]
-        self._windowed = [_Window(name, r, self._offsets[name]) for name, r in regions.items() if name in self._offsets]
-        self._images = [name for name, s in self._specs.items() if s.kind in ("image", "video")]
-        task = regions["task_index"]  # read again for the task text: it may be windowed, or stored as a 1-vector
-        self._task_source = (task.view, task.rows, task.rows.tolist(), task.view.ndim > 1)
-        self._extras = bool(self._shifts or self._compact)  # per-sample work beyond the maps (rare): one test
-        self._regions = regions
-
-    def _chunk_files(self, name: str, ndim: int, e: int) -> tuple[str, str]:
-        chunk = int(self._chunks[e])
-        return chunk_path(self.root, name, chunk, ndim), retired_path(self.root, name, chunk)
-
+    # maps -------------------------------------------------------------------------------------------------
     def _ensure_mapped(self, eps: np.ndarray) -> None:
-        """Map the given episodes (at most the budget) in every feature, evicting the least recently used."""
-        if self._regions is None:
-            self._open_regions()
-        self._tick += 1
-        self._last_used[eps] = self._tick
-        need = np.unique(eps[~self._mapped[eps]])
-        if self._lazy and not self._present[need].all():
-            self._fetch(need[~self._present[need]])
-        excess = self._n_mapped + len(need) - self._max_maps
-        if excess > 0:
-            candidates = np.flatnonzero(self._mapped & (self._last_used < self._tick))
-            order = np.argsort(self._last_used[candidates], kind="stable")
-            drop = candidates[order[:max(excess, self._n_mapped // 4)]]
-            for region in self._regions.values():
-                for e in drop.tolist():
-                    region.unmap(e)
-            self._mapped[drop] = False
-            self._n_mapped -= len(drop)
-        for e in need.tolist():
-            for region in self._regions.values():
-                region.map(e)
-            self._mapped[e] = True
-            self._n_mapped += 1
+        """Map the packs of the given episodes (fetching missing episodes first in lazy mode)."""
+        self._check_not_closed()
+        if self._lazy:
+            need = np.unique(eps)
+            if not self._present[need].all():
+                self._fetch_missing(need[~self._present[need]])
+        packs = np.unique(self._chunk[eps])
+        try:
+            self._maps.ensure(packs)
+        except CorruptStoreError as exc:
+            pack = getattr(exc, "pack", None)
+            hit = eps[self._chunk[eps] == pack]
+            if not len(hit):
+                raise
+            e = int(hit[0])
+            raise CorruptStoreError(f"{exc} (pack {pack} holds episode {e}, asked for here)", path=exc.path,
+                                    episode=e, feature=exc.feature) from None
+        self._all_mapped = bool(self._maps.mapped[self._sel_packs].all()) and (
+            not self._lazy or bool(self._present[self._sel.episodes].all()))
 
-    def _fetch(self, episodes: np.ndarray) -> None:
+    def _touch(self, e: int, pack: int) -> None:
+        """The item path's check: map the pack of episode ``e`` if needed, else mark it recently used."""
+        maps = self._maps
+        if maps.mapped[pack] and (not self._lazy or self._present[e]):
+            maps.last_used[pack] = maps.tick
+        else:
+            self._ensure_mapped(np.array([e]))
+
+    def _fetch_missing(self, episodes: np.ndarray) -> None:
         """Lazy mode: bring missing episodes into the store from its recorded source (Hub or local folder)."""
-        from .api import materialize
-
-        materialize(self.root, episodes.tolist(), progress=False)
+        fetch = self._request[4]
+        fetch(self.root, episodes.tolist())
         state = read_state(self.root)
+        wanted = set(episodes.tolist())
         for name in self._specs:
-            gone = {e: why for e, why in state.unavailable(name).items() if e in set(episodes.tolist())}
+            gone = {e: why for e, why in state.unavailable_of(name).items() if e in wanted}
             if gone:
                 e = min(gone)
                 raise NotMaterializedError(f"{self.root}: episode {e} has no {name!r} frames ({gone[e]}); open the "
                                            f"dataset without lazy=True to leave the camera out, or select episodes "
-                                           f"that have it")
+                                           f"that have it", path=self.root, episode=e, feature=name)
         self._present = state.complete_episodes()
         absent = episodes[~self._present[episodes]]
         if absent.size:
-            raise NotMaterializedError(f"{self.root}: episodes {absent.tolist()[:20]} could not be fetched")
-
-    # index arithmetic -----------------------------------------------------------------------------------
-    def _locate(self, index: int) -> tuple[int, int]:
-        n = self._len
-        i = index + n if index < 0 else index
-        if not 0 <= i < n:
-            raise FrameIndexError(f"frame index {index} is out of range for a dataset of {n} frames")
-        k = bisect_right(self._cum_list, i) - 1
-        return self._sel_list[k], i - self._cum_list[k] + self._first_list[k]
-
-    def _locate_many(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        idx = np.asarray(indices)
-        if idx.size == 0:
-            idx = idx.astype(np.int64)
-        if idx.dtype.kind not in "iu":
-            raise TypeError(f"indices must be integers, got dtype {idx.dtype}")
-        idx = idx.astype(np.int64, copy=True).reshape(-1)
-        idx[idx < 0] += self._len
-        bad = (idx < 0) | (idx >= self._len)
-        if bad.any():
-            raise FrameIndexError(f"frame index {int(np.asarray(indices).reshape(-1)[np.argmax(bad)])} is out of "
-                                  f"range for a dataset of {self._len} frames")
-        k = np.searchsorted(self._cum, idx, side="right") - 1
-        return self.episodes[k], idx - self._cum[k] + self._first[k]
+            raise NotMaterializedError(f"{self.root}: episodes {absent.tolist()[:20]} could not be fetched",
+                                       path=self.root, episode=int(absent[0]))
 
     def _image_out(self, out: dict[str, Any]) -> None:
         if self.image_format == "float32_chw":
@@ -556,56 +472,74 @@ class LeRobotZarrDataset:
                 arr = out[name]
                 out[name] = np.moveaxis(arr, -1, -3).astype(np.float32) / np.float32(255)
 
-    # sampling -------------------------------------------------------------------------------------------
+    # sampling ---------------------------------------------------------------------------------------------
     def __getitem__(self, i: int) -> dict[str, Any]:
         """Frame ``i`` with every stored feature, windows and ``*_is_pad`` masks, and the ``task`` string."""
-        e, local = self._locate(operator.index(i))
-        length = self._length_list[e]
+        i = operator.index(i)
+        sel = self._sel
+        n = self._len
+        j = i + n if i < 0 else i
+        if not 0 <= j < n:
+            raise FrameIndexError(f"frame index {i} is out of range for a dataset of {n} frames")
+        k = bisect_right(sel._cum_list, j) - 1
+        local = j - sel._cum_list[k] + sel._first_list[k]
+        length = self._k_length[k]
+        pack = self._k_pack[k]
+        off = self._k_offset[k] + local  # the frame's row inside its pack
         out: dict[str, Any] = {}
         with self._lock:
-            if self._regions is None or not self._mapped[e]:
-                self._ensure_mapped(np.array([e]))
-            else:
-                self._last_used[e] = self._tick
-            for w in self._windowed:
-                base = w.rows_list[e]
+            if not self._all_mapped:
+                self._touch(sel._episode_list[k], pack)
+            for w, view, blocks, _, base in self._windowed:
+                row = base[pack] + off
                 if local + w.lo >= 0 and local + w.hi < length:  # the usual case: no padding
-                    out[w.name] = w.view[w.offsets + (base + local)]
+                    out[w.name] = blocks[row + w.lo].copy() if blocks is not None else view[w.offsets + row]
                     out[w.pad_key] = w.no_pad.copy()
                 else:
-                    q = w.offsets + local
-                    out[w.pad_key] = (q < 0) | (q >= length)
-                    out[w.name] = w.view[np.minimum(np.maximum(q, 0), length - 1) + base]
-            for name, view, _, rows_list in self._plain:
-                value = view[rows_list[e] + local]
-                out[name] = value.copy() if isinstance(value, np.ndarray) else value
-            task_view, _, task_rows, vector = self._task_source
-            task_index = task_view[task_rows[e] + local]
-            task_index = task_index[0] if vector else task_index
-            try:
-                out["task"] = self._tasks[task_index]
-            except IndexError:  # a writer's set_task gave frames a task added after this commit
-                self._learn_tasks()
-                out["task"] = self._tasks[task_index]
+                    q, out[w.pad_key] = w.frames(local, length)
+                    out[w.name] = view[q + (row - local)]
+            for name, view, scalar, _, base in self._plain:
+                out[name] = view[base[pack] + off] if scalar else view[base[pack] + off].copy()
+            if self._task is not None:
+                view, vector, _, base = self._task
+                task_index = view[base[pack] + off]
+                task_index = task_index[0] if vector else task_index
+                try:
+                    out["task"] = self._tasks[task_index]
+                except IndexError:  # a writer's set_task gave frames a task added after this commit
+                    self._learn_tasks()
+                    out["task"] = self._tasks[task_index]
             if self._extras:
+                e = sel._episode_list[k]
                 for name, _, shift in self._shifts:
                     out[name] = out[name] - shift[e]
-                for compact in self._compact.values():
-                    compact.item(out, e, local, length)
+                for name, reader in self._compact.items():
+                    self._compact_item(out, name, reader, e, local, length)
         if self._images:
             self._image_out(out)
         return out
 
+    def _compact_item(self, out: dict, name: str, reader: _CompactReader, e: int, local: int, length: int) -> None:
+        pack, offset = int(self._chunk[e]), int(self._state.table.offset[e])
+        w = self._windows.get(name)
+        if w is None:
+            out[name] = reader.frames(np.array([pack]), np.array([offset + local]))[0]
+            return
+        q, out[w.pad_key] = w.frames(local, length)
+        out[name] = reader.frames(np.full(len(q), pack), offset + q)
+
     def get_batch(self, indices: Sequence[int] | np.ndarray) -> dict[str, Any]:
-        """The same dict as ``ds[i]`` for many frames, stacked along a leading batch axis (one gather per feature)."""
-        eps, local = self._locate_many(indices)
-        if len(eps) <= self._max_maps:
+        """The same dict as ``ds[i]`` for many frames, stacked along a leading batch axis (one gather per
+        feature). ``indices`` is 1-D."""
+        eps, local = self._sel.locate_many(indices)
+        packs = self._chunk[eps]
+        if self._all_mapped or len(eps) <= self._max_packs:
             return self._gather(eps, local)
-        unique = np.unique(eps)
-        if len(unique) <= self._max_maps:
+        unique = np.unique(packs)
+        if len(unique) <= self._max_packs:
             return self._gather(eps, local)
-        # more episodes than may be mapped at once: gather in parts of at most the budget, then reassemble
-        part_of = np.searchsorted(unique, eps) // self._max_maps
+        # more packs than may be mapped at once: gather in parts of at most the budget, then reassemble
+        part_of = np.searchsorted(unique, packs) // self._max_packs
         parts = [np.flatnonzero(part_of == p) for p in range(int(part_of.max()) + 1)]
         results = [self._gather(eps[m], local[m]) for m in parts]
         order = np.concatenate(parts)
@@ -625,76 +559,103 @@ class LeRobotZarrDataset:
         length = self._lengths[eps]
         out: dict[str, Any] = {}
         with self._lock:
-            if self._regions is None or not self._mapped[eps].all():
+            if not self._all_mapped:
                 self._ensure_mapped(eps)
-            else:
-                self._tick += 1
-                self._last_used[eps] = self._tick
-            for w in self._windowed:
-                base = w.rows[eps]
-                q = local[:, None] + w.offsets
-                pad = (q < 0) | (q >= length[:, None])
+            packs = self._chunk[eps]
+            offs = self._offset[eps] + local  # each frame's row inside its pack
+            for w, view, blocks, base, _ in self._windowed:
+                rows = base[packs] + offs
+                if blocks is not None:
+                    inside = w.inside_batch(local, length)
+                    if inside.all():
+                        out[w.name] = blocks[rows + w.lo]
+                        out[w.pad_key] = np.zeros((len(eps), len(w.offsets)), dtype=bool)
+                        continue
+                q, pad = w.frames_batch(local, length)
                 out[w.pad_key] = pad
-                if w.blocks is None:
-                    out[w.name] = w.view[np.minimum(np.maximum(q, 0), (length - 1)[:, None]) + base[:, None]]
+                if blocks is None:
+                    out[w.name] = view[q + (rows - local)[:, None]]
                     continue
                 # contiguous window: copy whole blocks where it lies inside the episode, gather rows at the edges
-                edge = pad.any(axis=1)
-                if not edge.any():
-                    out[w.name] = w.blocks[base + local + w.lo]
-                    continue
-                data = np.empty((len(eps), *w.blocks.shape[1:]), dtype=w.view.dtype)
-                inside = ~edge
-                data[inside] = w.blocks[base[inside] + local[inside] + w.lo]
-                clamped = np.minimum(np.maximum(q[edge], 0), (length[edge] - 1)[:, None])
-                data[edge] = w.view[clamped + base[edge][:, None]]
+                data = np.empty((len(eps), *blocks.shape[1:]), dtype=view.dtype)
+                data[inside] = blocks[rows[inside] + w.lo]
+                edge = ~inside
+                data[edge] = view[q[edge] + (rows - local)[edge][:, None]]
                 out[w.name] = data
-            for name, view, rows, _ in self._plain:
-                out[name] = view[rows[eps] + local]
-            task_view, task_rows, _, vector = self._task_source
-            task_index = task_view[task_rows[eps] + local]
-            task_index = task_index[:, 0] if vector else task_index
-            if len(task_index) and task_index.max() >= len(self._tasks):
-                self._learn_tasks()
-            out["task"] = self._tasks[task_index].tolist()
+            for name, view, _, base, _ in self._plain:
+                out[name] = view[base[packs] + offs]
+            if self._task is not None:
+                view, vector, base, _ = self._task
+                task_index = view[base[packs] + offs]
+                task_index = task_index[:, 0] if vector else task_index
+                if len(task_index) and task_index.max() >= len(self._tasks):
+                    self._learn_tasks()
+                out["task"] = self._tasks[task_index].tolist()
             if self._extras:
                 for name, shift, _ in self._shifts:
                     out[name] = out[name] - shift[eps].reshape(-1, *[1] * (out[name].ndim - 1))
-                for compact in self._compact.values():
-                    compact.batch(out, eps, local, length)
+                for name, reader in self._compact.items():
+                    self._compact_batch(out, name, reader, eps, local, length)
         if self._images:
             self._image_out(out)
         return out
 
+    def _compact_batch(self, out: dict, name: str, reader: _CompactReader, eps: np.ndarray, local: np.ndarray,
+                       length: np.ndarray) -> None:
+        packs, offsets = self._chunk[eps], self._state.table.offset[eps]
+        w = self._windows.get(name)
+        if w is None:
+            out[name] = reader.frames(packs, offsets + local)
+            return
+        q, out[w.pad_key] = w.frames_batch(local, length)
+        frames = reader.frames(np.repeat(packs, len(w.offsets)), (offsets[:, None] + q).reshape(-1))
+        out[name] = frames.reshape(len(eps), len(w.offsets), *reader.spec.frame_shape)
+
     def episode(self, episode_index: int, *, features: Sequence[str] | None = None) -> dict[str, np.ndarray]:
-        """All frames of one episode: read-only memory maps of its chunk files, one per stored feature (or per
-        feature of ``features``); ``episode_index`` and ``index`` are corrected copies once earlier episodes
-        were deleted, compact cameras decoded arrays."""
+        """All frames of one episode: read-only memory maps of its rows, one per stored feature (or per feature of
+        ``features``); ``episode_index`` and ``index`` are corrected copies once earlier episodes were deleted,
+        compact cameras decoded arrays."""
+        self._check_not_closed()
         e = operator.index(episode_index)
         if not 0 <= e < self.meta.total_episodes:
-            raise FrameIndexError(f"episode {e} does not exist ({self.meta.total_episodes} episodes)")
+            raise FrameIndexError(f"episode {e} does not exist ({self.meta.total_episodes} episodes)", episode=e)
         if not self.meta.materialized_episodes[e]:
-            raise NotMaterializedError(f"{self.root}: episode {e} is not in the local store")
-        n = int(self.meta.episode_length[e])
-        out = {}
+            raise NotMaterializedError(f"{self.root}: episode {e} is not in the local store", path=self.root,
+                                       episode=e)
         unknown = sorted(set(features or ()) - set(self._specs))
         if unknown:
             raise NotMaterializedError(f"{self.root}: features {unknown} are not in the samples of this dataset "
-                                       f"(stored: {list(self._specs)})")
+                                       f"(stored: {list(self._specs)})", path=self.root, feature=unknown[0])
+        n = int(self.meta.episode_length[e])
+        pack, offset = int(self._chunk[e]), int(self._state.table.offset[e])
+        rows = int(self._state.packs.rows[pack])
+        out = {}
         for name, spec in self._specs.items():
             if features is not None and name not in features:
                 continue
-            if spec.storage == "compact":
-                out[name] = read_episode_chunk(self.root, name, spec, int(self._chunks[e]), n, e)
+            if spec.storage != "raw":
+                out[name] = read_episode_rows(self.root, name, spec, pack, rows, offset, n)
                 continue
-            path, retired = self._chunk_files(name, spec.ndim, e)
-            with os.fdopen(open_chunk(path, n * spec.frame_bytes, e, name, retired=retired), "rb") as f:
-                out[name] = np.memmap(f, dtype=spec.dtype, mode="r", shape=(n, *spec.frame_shape))
+            try:
+                fd = _pack_file(self.root, name, spec, pack, rows)
+            except CorruptStoreError as exc:
+                raise CorruptStoreError(f"{exc} (pack {pack} holds episode {e}, asked for here)", path=exc.path,
+                                        episode=e, feature=name) from None
+            with os.fdopen(fd, "rb") as f:
+                out[name] = np.memmap(f, dtype=spec.dtype, mode="r", offset=offset * spec.frame_bytes,
+                                      shape=(n, *spec.frame_shape))
         for name, shift, _ in self._shifts:
             if name in out:
                 out[name] = np.asarray(out[name]) - shift[e]
         return out
 
+    def episode_location(self, episode_index: int) -> tuple[int, int, int]:
+        """``(pack, row offset, pack rows)`` of an episode in the store (see :mod:`lerobot_zarr.store`)."""
+        e = operator.index(episode_index)
+        pack = int(self._chunk[e])
+        return pack, int(self._state.table.offset[e]), int(self._state.packs.rows[pack])
+
+    # conveniences forwarding to other modules (imported when called: no import cycle) -----------------------
     def to_lerobot(self, path: str | os.PathLike, *, data_files_size_in_mb: int = 100,
                    video_files_size_in_mb: int = 200, videos: bool | None = None, progress: bool = True) -> Path:
         """Export the (complete) store as a LeRobot v3.0 folder at ``path``; see :mod:`lerobot_zarr.export`
@@ -723,11 +684,3 @@ class LeRobotZarrDataset:
         from .analysis import to_xarray
 
         return to_xarray(self)
-
-    def episode_frames(self, episode_index: int) -> range:
-        """Dataset indices (for ``ds[i]``) of the selected frames of one selected episode."""
-        hits = np.flatnonzero(self.episodes == operator.index(episode_index))
-        if not hits.size:
-            raise FrameIndexError(f"episode {episode_index} is not selected in this dataset")
-        k = int(hits[0])
-        return range(self._cum_list[k], self._cum_list[k + 1])

@@ -1,10 +1,14 @@
 """Exceptions raised by lerobot_zarr.
 
 Every class also subclasses the builtin exception it refines, so callers that catch ``FileNotFoundError`` or
-``ValueError`` keep working. Messages name the file, episode or feature concerned.
+``ValueError`` keep working. Messages name the file, episode or feature concerned, and the same facts are
+attributes (``path``, ``episode``, ``feature``, ``repo_id``; ``response`` for Hub errors), ``None`` where they do
+not apply.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 __all__ = [
     "LeRobotZarrError",
@@ -15,9 +19,15 @@ __all__ = [
     "DeltaTimestampsError",
     "FrameIndexError",
     "NotMaterializedError",
+    "ArgumentError",
     "StoreError",
+    "CorruptStoreError",
+    "StoreExistsError",
+    "StoreClosedError",
+    "SourceMismatchError",
     "StoreLockedError",
     "DiskSpaceError",
+    "ValueRangeError",
     "RepoNotFoundError",
     "RevisionNotFoundError",
     "HubAuthError",
@@ -28,6 +38,19 @@ __all__ = [
 
 class LeRobotZarrError(Exception):
     """Base class of every error this package raises on purpose."""
+
+    path: str | None = None
+    episode: int | None = None
+    feature: str | None = None
+    repo_id: str | None = None
+
+    def __init__(self, *args: Any, path: Any = None, episode: int | None = None, feature: str | None = None,
+                 repo_id: str | None = None, **fields: Any):
+        super().__init__(*args)
+        self.path = None if path is None else str(path)
+        self.episode, self.feature, self.repo_id = episode, feature, repo_id
+        for key, value in fields.items():
+            setattr(self, key, value)
 
 
 class SourceNotFoundError(LeRobotZarrError, FileNotFoundError):
@@ -58,8 +81,29 @@ class NotMaterializedError(LeRobotZarrError, LookupError):
     """The data asked for is described by the metadata but not held by the local store (e.g. video frames)."""
 
 
+class ArgumentError(LeRobotZarrError, TypeError, ValueError):
+    """An argument has the wrong type or an invalid value (the message names it and says what is expected)."""
+
+
 class StoreError(LeRobotZarrError, ValueError):
-    """A local store is missing its commit point, has an unknown format version or inconsistent metadata."""
+    """A local store cannot be used as asked. The subclasses say why; this is their common base."""
+
+
+class CorruptStoreError(StoreError):
+    """A store's files disagree with its committed metadata, or the metadata itself is malformed (the message
+    names the file and key)."""
+
+
+class StoreExistsError(StoreError, FileExistsError):
+    """The target folder holds something else (a store, other files): nothing is written over it."""
+
+
+class StoreClosedError(StoreError):
+    """The dataset was closed (or is a forked copy of a writer, which may only read)."""
+
+
+class SourceMismatchError(StoreError):
+    """A store (or a Hub repo being pushed to) holds another dataset than the one asked for."""
 
 
 class StoreLockedError(LeRobotZarrError, BlockingIOError):
@@ -67,7 +111,11 @@ class StoreLockedError(LeRobotZarrError, BlockingIOError):
 
 
 class DiskSpaceError(LeRobotZarrError, OSError):
-    """A write was refused because it would take the free space of the store's volume below the margin."""
+    """A write was refused (or failed) for lack of free space on the store's volume; nothing was committed."""
+
+
+class ValueRangeError(SchemaMismatchError):
+    """A value given to a writer does not fit the feature's dtype (it would be stored as another value)."""
 
 
 class RepoNotFoundError(SourceNotFoundError):
@@ -83,8 +131,8 @@ class HubAuthError(LeRobotZarrError, PermissionError):
 
 
 class HubError(LeRobotZarrError, ConnectionError):
-    """A Hub request failed after bounded retries (server error, dropped connection), or needs the network while
-    ``HF_HUB_OFFLINE`` is set."""
+    """A Hub request failed after bounded retries (server error, dropped connection, stalled transfer), or needs
+    the network while ``HF_HUB_OFFLINE`` is set."""
 
 
 class LeRobotZarrWarning(UserWarning):

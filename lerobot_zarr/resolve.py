@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import SourceNotFoundError
+from .errors import ArgumentError, SourceNotFoundError
 from .hub import REPO_ID, parse_repo_id
 from .source import is_lerobot_folder
 from .store import has_commit_point
@@ -41,17 +41,18 @@ def resolve_source(source: str | os.PathLike, *, revision: str | None = None, to
     (``meta/info.json``) or a Hub dataset repo id ``org/name``; a local path wins over a repo id of the same name.
 
     Raises ``SourceNotFoundError`` for an existing path that is neither, or a string that is neither an existing
-    path nor a repo id; ``ValueError`` for ``revision=`` on a local folder, or a malformed repo id given with a
-    revision or token (clearly meant for the Hub).
+    path nor a repo id; ``ArgumentError`` (a ``ValueError``) for ``revision=`` on a local folder or store, and
+    ``ValueError`` for a malformed repo id given with a revision or token, or with ``hub_first`` (for callers whose
+    source is usually a repo id, like ``inspect``).
     """
     path = Path(source).expanduser()
     if has_commit_point(path):
         if revision is not None:
-            raise ValueError(f"{path}: revision={revision!r} applies to Hub repositories, not to a local store")
+            raise ArgumentError(f"{path}: revision={revision!r} applies to Hub repositories, not to a local store")
         return ResolvedSource("store", path=path, token=token)
     if is_lerobot_folder(path):
         if revision is not None:
-            raise ValueError(f"{path}: revision={revision!r} applies to Hub repositories, not to a local folder")
+            raise ArgumentError(f"{path}: revision={revision!r} applies to Hub repositories, not to a local folder")
         return ResolvedSource("folder", path=path, token=token)
     if path.exists():
         raise SourceNotFoundError(f"{path}: neither a LeRobot dataset folder (meta/info.json) nor a lerobot_zarr store")

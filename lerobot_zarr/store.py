@@ -1,120 +1,144 @@
-"""The on-disk store format: a Zarr v3 group that other tools can read. This docstring is the contract.
+"""The on-disk store format (version 3): a Zarr v3 group that other tools can read. This docstring is the contract.
 
 Layout of a store folder::
 
-    zarr.json                     root group. Its write is the COMMIT POINT (atomic rename). It holds
-                                  attributes["lerobot_zarr"] (below), including the episode table, and the
-                                  consolidated metadata of every array.
-    <feature>/zarr.json           one array per stored feature, C order, frames first
-    <feature>/c/<k>/0/...         chunk k: the frames of one episode, exactly length * frame_bytes raw
-                                  little-endian bytes, no header (the codec chain is the ``bytes`` codec alone)
-    episode_start/ episode_end/ episode_length/ episode_task_index/ episode_chunk/
-                                  1-D int64 arrays over dimension "episode" (one chunk, ``c/0``): a copy of the
-                                  committed episode table for zarr/xarray readers (lerobot_zarr reads the root)
-    .episode_stats/<k>.json       per-episode statistics of chunk k (kept by writers; not part of the hierarchy)
-    .retired/<feature>/<k>        chunk files of deleted episodes, kept a while for readers of older commits
-    .lock                         writer lock (``flock``); not part of the zarr hierarchy
-    .lerobot_zarr-creating        present only while a store is being laid out (before its first commit)
-    .zarr.json.tmp-<pid>          a commit in progress (or debris of a killed one, ignored)
+    zarr.json                  root group. Its write is the COMMIT POINT (atomic rename). It holds the root state in
+                               attributes["lerobot_zarr"] (below) and the consolidated metadata of every array.
+    <feature>/zarr.json        one array per stored feature, C order, frames first
+    <feature>/c/<k>/0...       PACK k of that feature: ``rows[k]`` frames of many consecutive episodes. Raw storage:
+                               exactly rows[k] * frame_bytes little-endian bytes, no header (the ``bytes`` codec
+                               alone), created sparse at full size (unwritten rows are holes: no disk, read as 0).
+                               Compact storage: a zarr shard of single-frame zstd chunks, its index first.
+    frame_live/zarr.json, c/<k>
+                               bool per row of pack k: True where the row holds a frame of a committed episode.
+                               Feature arrays name it in their ``coordinates`` attribute, so xarray shows it as a
+                               coordinate: rows that are not live (deleted, not fetched yet, unused room at the end
+                               of a pack, one filler row per retired pack) hold no data.
+    episode_start/ episode_end/ episode_length/ episode_task_index/ episode_chunk/ episode_offset/ episode_frame/
+                               1-D int64 arrays over dimension "episode": a copy of the committed episode table for
+                               zarr/xarray readers (``episode_frame``: row along ``frame`` of each episode's first
+                               frame). lerobot_zarr reads the root.
+    .episode_stats/<k>-<offset>.json
+                               per-episode statistics of the episode at row ``offset`` of pack k (writers' cache)
+    .retired/<feature>/<k>     pack files of retired packs, kept a while for readers of older commits
+    .lock                      writer lock (``flock``); not part of the zarr hierarchy
+    .lerobot_zarr-creating     present only while a store is being laid out (before its first commit)
+    .frame_live-pending        present while ``frame_live`` may lag the last commit (repaired by the next commit)
 
-Chunks are numbered by a chunk id that is never reused: appending an episode writes chunk ``next_chunk``;
-deleting one retires its chunk and never renames another, so a reader holding an older commit never finds a
-different episode under a chunk id it knows. Episode e (the LeRobot ``episode_index``) is chunk
-``chunk[e]``; chunk ids increase with the episode index. Feature arrays use zarr's rectilinear chunk grid over
-chunk ids ``0 .. next_chunk - 1``: a live chunk spans its episode's frames, a retired one spans a single filler
-frame (fill value, no file), so zarr and xarray read every live frame in episode order. Readers need zarr's
-rectilinear extension (``ZARR_ARRAY__RECTILINEAR_CHUNKS=True``; importing lerobot_zarr sets it for its own
-process). Dimension names: ``frame`` first, then ``<feature>.<axis>`` (``height``/``width``/``channels`` for
-images, ``dim_<k>`` otherwise), so that xarray sees distinct dimensions for features of different widths.
+Packs. Episode e (the LeRobot ``episode_index``) is the ``length[e]`` rows from row ``offset[e]`` of pack
+``chunk[e]`` in every feature array: an episode never spans two packs. A pack holds consecutive episodes up to a
+target size (``pack_bytes``, default 32 MiB of the widest raw feature; an episode bigger than that gets a pack of
+its own). Pack ids are never reused and a row, once given to an episode, is never given to another: appends fill
+the unused rows of the last pack, then start a new pack; an edit that changes an episode's length (deleting
+frames) writes it again into fresh rows. So a reader holding an older commit never finds other data where its
+table points. Rows of deleted episodes stay in their pack (no longer live) until the whole pack is retired
+(``packs.rows[k]`` = 0: zarr shows it as one filler row, and its files move to ``.retired/``); a writer moves the
+live episodes of a pack that is mostly dead to fresh rows (compaction), so along ``frame`` episodes are in pack
+order, which is episode order unless a writer moved some.
 
-``attributes["lerobot_zarr"]``:
+Readers need zarr's rectilinear chunk grid extension (``ZARR_ARRAY__RECTILINEAR_CHUNKS=True``; importing
+lerobot_zarr sets it for its own process). Dimension names: ``frame`` first, then ``<feature>.<axis>``
+(``height``/``width``/``channels`` for images, ``dim_<k>`` otherwise).
 
-- ``format_version``: 2 (version 1 stores, with the table in the ``episode_*`` arrays only, are read too).
-- ``info``: LeRobot's ``meta/info.json`` (features, fps, robot_type, codebase_version...).
-- ``tasks``: task strings by ``task_index``. ``stats``: LeRobot's ``meta/stats.json`` (or the merge of
-  per-episode stats). ``source``: where the data came from: ``{"kind": "local", "path", "fingerprint"}``,
-  ``{"kind": "hub", "repo_id", "commit", "endpoint"}``, ``{"kind": "recorded"}`` for a store made by
-  :func:`lerobot_zarr.create`, or ``{"kind": "edited", "from": <record>}`` once a writer changed it. A store
-  only ever takes data from the source it records.
-- ``episodes``: the episode table, lists over episodes: ``start`` and ``length`` (frames ``[start, start +
-  length)`` in LeRobot's global ``index``), ``task_index`` (first task), ``chunk``, and ``episode_index_shift`` /
-  ``index_shift``: what the stored ``episode_index`` / ``index`` values of that chunk exceed the episode's
-  LeRobot values by (non-zero after earlier episodes were deleted: readers subtract them).
-- ``next_chunk``: the next chunk id; ``retired``: ``[[chunk, unix_time], ...]`` retired chunks whose files may
-  still be in ``.retired/``; ``generation``: counts commits.
-- ``features``: for each stored array, ``{"kind": "numeric"|"image"|"video", "dtype", "frame_shape",
-  "episodes"}`` where ``episodes`` lists half-open ``[first, stop)`` ranges of episodes whose chunks are
-  committed. Only those chunks hold data; any other chunk file may be absent or hold garbage from an interrupted
-  write. Images and videos are stored alike (uint8 HWC frames); ``video`` says the source kept them as mp4.
+``attributes["lerobot_zarr"]`` (the root state, :class:`StoreState`; every key is validated when read):
+
+- ``format_version``: 3. Versions 1 and 2 (one chunk per episode) are read too; the first commit made by this
+  version upgrades such a store in place (data files unchanged: chunk k becomes pack k with one episode at row 0).
+- ``info``: LeRobot's ``meta/info.json`` (features, fps, robot_type, codebase_version...). ``tasks``: task strings
+  by ``task_index``. ``stats``: LeRobot's ``meta/stats.json``. ``source``: where the data came from:
+  ``{"kind": "local", "path", "fingerprint"}``, ``{"kind": "hub", "repo_id", "commit", "endpoint"}``,
+  ``{"kind": "recorded"}`` (:func:`lerobot_zarr.create`), or ``{"kind": "edited", "from": <record>}`` once a writer
+  changed it. A store only ever takes data from the source it records.
+- ``episodes``: the episode table, one column per key, each the base64 of the zlib-compressed little-endian int64
+  differences of the column (first value as is): ``start`` and ``length`` (frames ``[start, start + length)`` in
+  LeRobot's global ``index``), ``task_index`` (first task, -1 if unknown), ``chunk`` and ``offset`` (pack and row),
+  ``episode_index_shift`` / ``index_shift``: what the stored ``episode_index`` / ``index`` values exceed LeRobot's by
+  (non-zero after earlier episodes were deleted; lerobot_zarr computes both from the table).
+- ``packs``: ``{"rows": <column as above>, "next_row": n}``: rows of every pack id (0: retired), and the rows used
+  in the last pack (appends go on from there). ``pack_bytes``: the target pack size of new packs.
+- ``features``: for each stored array, ``{"kind": "numeric"|"image"|"video", "dtype", "frame_shape", "storage":
+  "raw"|"compact", "shard_index": "start"|"end", "episodes"}`` where ``episodes`` lists half-open ``[first, stop)``
+  ranges of episodes whose rows are committed. Only those rows hold data; other rows may hold zeros or garbage
+  from an interrupted write. Images and videos are stored alike (uint8 HWC frames); ``video`` says the source kept
+  them as mp4.
 - ``unavailable``: ``{feature: [[first, stop, reason], ...]}``: episodes whose frames of that feature the source
   cannot give (a missing or undecodable video, a timestamp without a frame), with why. They count as done.
 - ``not_materialized``: ``{feature: reason}`` for features listed in ``info`` that have no array (videos...).
+- ``retired``: ``[[pack, unix_time], ...]`` retired packs whose files may still be in ``.retired/``;
+  ``generation``: counts commits; ``capacity_frames``: ring-buffer capacity or null; ``pending_tasks``: a
+  ``set_task`` in progress, ``[[chunk, offset, task_index], ...]`` (finished by the next writer).
 
-A store missing its root ``zarr.json`` (or whose root lacks these attributes) is not a store. Writers write chunk
-files first, flush them, then replace the root ``zarr.json``; readers trust only what the root lists.
+A store missing its root ``zarr.json`` (or whose root lacks these attributes) is not a store. Writers write pack
+rows first, flush them, then replace the root ``zarr.json``; readers trust only what the root lists.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import contextlib
-import errno
-import fcntl
 import json
+import math
 import os
 import shutil
-import weakref
+import zlib
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
-from ._libc import libc
-from .errors import SourceNotFoundError, StoreError, StoreLockedError
+from ._fileio import WriterLock, atomic_write, create_sized, flush_filesystem, open_nofollow, pwrite_all
+from ._zarr_meta import ROOT, dump, metadata_documents
+from .errors import CorruptStoreError, SourceNotFoundError, StoreError, StoreExistsError
 
 __all__ = [
     "FORMAT_VERSION",
     "ATTRS_KEY",
+    "LIVE_ARRAY",
     "EPISODE_ARRAYS",
+    "DEFAULT_PACK_BYTES",
+    "STORAGES",
+    "Storage",
     "ArraySpec",
+    "array_spec",
     "EpisodeTable",
+    "PackLayout",
     "StoreState",
     "chunk_path",
     "retired_path",
+    "live_path",
     "stats_path",
-    "create_store",
-    "read_root",
-    "read_state",
-    "commit",
-    "commit_state",
-    "write_zarr_copies",
-    "write_chunk",
-    "write_frames",
-    "chunk_writer",
-    "read_shard_index",
-    "STORAGES",
-    "open_chunk",
-    "flush_filesystem",
-    "atomic_write",
-    "WriterLock",
     "to_ranges",
     "from_ranges",
     "check_array_name",
     "check_new_store_location",
     "has_commit_point",
+    "read_root",
+    "read_state",
+    "create_store",
+    "commit",
+    "plan_packs",
+    "pack_rows_target",
+    "WriterLock",
 ]
 
-FORMAT_VERSION = 2
-_READABLE_VERSIONS = (1, 2)
+FORMAT_VERSION = 3
+_READABLE_VERSIONS = (1, 2, 3)
 ATTRS_KEY = "lerobot_zarr"
-EPISODE_ARRAYS = ("episode_start", "episode_end", "episode_length", "episode_task_index", "episode_chunk")
-_TABLE_KEYS = ("start", "length", "task_index", "chunk", "episode_index_shift", "index_shift")
-_ROOT = "zarr.json"
-COMPACT_CODEC = {"name": "zstd", "configuration": {"level": 3, "checksum": False}}
+LIVE_ARRAY = "frame_live"
+EPISODE_ARRAYS = ("episode_start", "episode_end", "episode_length", "episode_task_index", "episode_chunk",
+                  "episode_offset", "episode_frame")
+DEFAULT_PACK_BYTES = 32 << 20
 STORAGES = ("raw", "compact")
+Storage = Literal["raw", "compact"]
+_KINDS = ("numeric", "image", "video")
+_TABLE_KEYS = ("start", "length", "task_index", "chunk", "offset", "episode_index_shift", "index_shift")
 _CREATING = ".lerobot_zarr-creating"
 CREATING_MARKER = _CREATING
+_LIVE_PENDING = ".frame_live-pending"
+_MAX_ROWS = 1 << 40  # rows of one pack, frames of one episode: beyond any real dataset, and keeps ints exact
 
 
 @dataclass(frozen=True)
@@ -125,7 +149,8 @@ class ArraySpec:
     frame_shape: tuple[int, ...]
     dims: tuple[str, ...]
     kind: str = "numeric"
-    storage: str = "raw"  # or "compact": a zarr shard per episode, one zstd-compressed frame per inner chunk
+    storage: Storage = "raw"
+    shard_index: Literal["start", "end"] = "start"  # compact storage: where each pack's shard index is
 
     @property
     def frame_bytes(self) -> int:
@@ -136,6 +161,41 @@ class ArraySpec:
         return 1 + len(self.frame_shape)
 
 
+def array_spec(dtype: str, frame_shape: tuple[int, ...], names: Any = None) -> ArraySpec:
+    """The store array of a LeRobot feature: ``dtype`` is LeRobot's ("float32", "image", "video"...), ``frame_shape``
+    the stored per-frame shape (LeRobot's shape ``[1]`` is stored as scalars: ``()``)."""
+    if dtype in ("image", "video"):
+        dims = tuple(n if isinstance(n, str) else f"dim_{k}" for k, n in enumerate(names or ()))
+        if len(dims) != 3 or len(set(dims)) != 3:
+            dims = ("height", "width", "channels")
+        return ArraySpec(np.dtype("uint8"), tuple(frame_shape), dims, dtype)
+    return ArraySpec(np.dtype(dtype).newbyteorder("<"), tuple(frame_shape),
+                     tuple(f"dim_{k}" for k in range(len(frame_shape))))
+
+
+def _encode_column(values: np.ndarray) -> str:
+    diffs = np.diff(np.asarray(values, dtype=np.int64), prepend=np.int64(0)).astype("<i8")
+    return base64.b64encode(zlib.compress(diffs.tobytes(), 1)).decode("ascii")
+
+
+def _decode_column(text: Any, where: str) -> np.ndarray:
+    if not isinstance(text, str):
+        raise CorruptStoreError(f"{where}: expected an encoded int64 column (a string), got {type(text).__name__}")
+    try:
+        raw = zlib.decompress(base64.b64decode(text.encode("ascii"), validate=True))
+    except (binascii.Error, zlib.error, UnicodeEncodeError, ValueError) as exc:
+        raise CorruptStoreError(f"{where}: undecodable int64 column ({exc})") from None
+    if len(raw) % 8:
+        raise CorruptStoreError(f"{where}: int64 column of {len(raw)} bytes (not a multiple of 8)")
+    return np.cumsum(np.frombuffer(raw, dtype="<i8")).astype(np.int64)
+
+
+def _frozen(values: Any) -> np.ndarray:
+    out = np.array(values, dtype=np.int64).reshape(-1)
+    out.flags.writeable = False
+    return out
+
+
 @dataclass(frozen=True)
 class EpisodeTable:
     """The committed episodes: read-only int64 arrays over episodes (see the module docstring)."""
@@ -144,28 +204,27 @@ class EpisodeTable:
     length: np.ndarray
     task_index: np.ndarray
     chunk: np.ndarray
+    offset: np.ndarray
     episode_index_shift: np.ndarray
     index_shift: np.ndarray
 
     def __post_init__(self) -> None:
-        n = len(self.length)
+        n = len(np.asarray(self.length).reshape(-1))
         for key in _TABLE_KEYS:
-            values = np.asarray(getattr(self, key), dtype=np.int64).reshape(-1)
+            values = _frozen(getattr(self, key))
             if len(values) != n:
-                raise StoreError(f"episode table column {key!r} has {len(values)} entries for {n} episodes")
-            values = values.copy()
-            values.flags.writeable = False
+                raise CorruptStoreError(f"episode table column {key!r} has {len(values)} entries for {n} episodes")
             object.__setattr__(self, key, values)
 
     @classmethod
     def contiguous(cls, length: Iterable[int], task_index: Iterable[int], chunk: Iterable[int],
-                   episode_index_shift: Iterable[int] | None = None,
+                   offset: Iterable[int], episode_index_shift: Iterable[int] | None = None,
                    index_shift: Iterable[int] | None = None) -> EpisodeTable:
         """A table whose episodes follow each other from global index 0 (what writers keep)."""
-        length = np.asarray(length, dtype=np.int64).reshape(-1)
+        length = np.asarray(list(length) if not isinstance(length, np.ndarray) else length, dtype=np.int64)
         zeros = np.zeros(len(length), dtype=np.int64)
-        start = np.cumsum(length) - length
-        return cls(start, length, task_index, chunk, zeros if episode_index_shift is None else episode_index_shift,
+        return cls(np.cumsum(length) - length, length, task_index, chunk, offset,
+                   zeros if episode_index_shift is None else episode_index_shift,
                    zeros if index_shift is None else index_shift)
 
     @property
@@ -175,85 +234,77 @@ class EpisodeTable:
     def __len__(self) -> int:
         return len(self.length)
 
-    def to_json(self) -> dict[str, list[int]]:
-        return {key: getattr(self, key).tolist() for key in _TABLE_KEYS}
+    def take(self, keep: np.ndarray) -> EpisodeTable:
+        """The rows ``keep`` (a mask or indices), columns unchanged."""
+        return EpisodeTable(*(getattr(self, key)[keep] for key in _TABLE_KEYS))
+
+    def to_json(self) -> dict[str, str]:
+        return {key: _encode_column(getattr(self, key)) for key in _TABLE_KEYS}
+
+    @classmethod
+    def from_json(cls, doc: Any, where: str) -> EpisodeTable:
+        if not isinstance(doc, Mapping):
+            raise CorruptStoreError(f"{where}: 'episodes' must be an object of encoded columns")
+        missing = [key for key in _TABLE_KEYS if key not in doc]
+        if missing:
+            raise CorruptStoreError(f"{where}: 'episodes' lacks the column(s) {missing}")
+        return cls(*(_decode_column(doc[key], f"{where}: episodes.{key}") for key in _TABLE_KEYS))
 
 
 @dataclass(frozen=True)
-class StoreState:
-    """What the committed root ``zarr.json`` says: the attributes, the episode table and the arrays."""
+class PackLayout:
+    """Rows of every pack id (0: retired) and the rows used so far in the last pack."""
 
-    root: Path
-    attrs: dict
-    table: EpisodeTable
-    arrays: dict[str, ArraySpec]
+    rows: np.ndarray
+    next_row: int = 0
 
-    @property
-    def episode_start(self) -> np.ndarray:
-        return self.table.start
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "rows", _frozen(self.rows))
 
-    @property
-    def episode_length(self) -> np.ndarray:
-        return self.table.length
+    def __len__(self) -> int:
+        return len(self.rows)
 
-    @property
-    def episode_end(self) -> np.ndarray:
-        return self.table.end
+    def zarr_sizes(self) -> np.ndarray:
+        """Frames of each pack along zarr's ``frame`` axis: its rows, or one filler row for a retired pack."""
+        return np.maximum(self.rows, 1)
 
-    @property
-    def episode_task_index(self) -> np.ndarray:
-        return self.table.task_index
+    def zarr_starts(self) -> np.ndarray:
+        sizes = self.zarr_sizes()
+        return np.cumsum(sizes) - sizes
 
-    @property
-    def next_chunk(self) -> int:
-        return int(self.attrs["next_chunk"])
+    def free_rows(self) -> int:
+        """Unused rows at the end of the last pack (where appends go)."""
+        return int(self.rows[-1]) - self.next_row if len(self.rows) else 0
 
-    @property
-    def generation(self) -> int:
-        return int(self.attrs.get("generation", 0))
+    def with_pack(self, rows: int, used: int) -> PackLayout:
+        """One more pack of ``rows`` rows, the first ``used`` of them in use."""
+        return PackLayout(np.append(self.rows, int(rows)), int(used))
 
-    def materialized(self, feature: str) -> np.ndarray:
-        """Boolean mask over episodes: which chunks of ``feature`` are committed."""
-        mask = np.zeros(len(self.table), dtype=bool)
-        for a, b in self.attrs["features"][feature]["episodes"]:
-            mask[a:b] = True
-        return mask
+    def retire(self, packs: Iterable[int]) -> PackLayout:
+        rows = self.rows.copy()
+        rows[list(packs)] = 0
+        return PackLayout(rows, self.next_row if len(rows) and rows[-1] else 0)
 
-    def unavailable(self, feature: str) -> dict[int, str]:
-        """Episodes whose frames of ``feature`` the source cannot give (a missing or broken video), with why."""
-        return {e: reason for a, b, reason in self.attrs.get("unavailable", {}).get(feature, [])
-                for e in range(a, b)}
+    def to_json(self) -> dict[str, Any]:
+        return {"rows": _encode_column(self.rows), "next_row": self.next_row}
 
-    def complete_episodes(self) -> np.ndarray:
-        """Mask of episodes done for every stored array: committed, or known to be unavailable."""
-        mask = np.ones(len(self.table), dtype=bool)
-        for name in self.arrays:
-            done = self.materialized(name)
-            done[list(self.unavailable(name))] = True
-            mask &= done
-        return mask
+    @classmethod
+    def from_json(cls, doc: Any, where: str) -> PackLayout:
+        if not isinstance(doc, Mapping) or "rows" not in doc:
+            raise CorruptStoreError(f"{where}: 'packs' must be an object with 'rows' and 'next_row'")
+        rows = _decode_column(doc["rows"], f"{where}: packs.rows")
+        next_row = _integer(doc.get("next_row"), f"{where}: packs.next_row", 0, int(rows[-1]) if len(rows) else 0)
+        if (rows < 0).any() or (rows > _MAX_ROWS).any():
+            raise CorruptStoreError(f"{where}: packs.rows holds a negative or impossibly large row count")
+        return cls(rows, next_row)
 
 
-def check_array_name(name: str) -> str:
-    """Refuse feature names that are not safe as a folder and zarr node name (they come from metadata)."""
-    if (not name or name in (".", "..") or name.startswith("__") or name.startswith(".")
-            or any(c in name for c in "/\\\0") or name in EPISODE_ARRAYS or name == _ROOT):
-        raise StoreError(f"feature name {name!r} cannot be stored as a zarr array")
-    return name
-
-
-def chunk_path(root: str | os.PathLike, name: str, chunk: int, ndim: int) -> str:
-    """Path of chunk file ``chunk`` of array ``name`` with ``ndim`` dimensions (frame axis included)."""
-    return f"{os.fspath(root)}/{name}/c/{chunk}" + "/0" * (ndim - 1)
-
-
-def retired_path(root: str | os.PathLike, name: str, chunk: int) -> str:
-    """Where a retired chunk file waits until it is deleted."""
-    return f"{os.fspath(root)}/.retired/{name}/{chunk}"
-
-
-def stats_path(root: str | os.PathLike, chunk: int) -> Path:
-    return Path(root) / ".episode_stats" / f"{chunk}.json"
+def _integer(value: Any, where: str, low: int | None = None, high: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise CorruptStoreError(f"{where}: expected an integer, got {value!r:.80}")
+    if (low is not None and value < low) or (high is not None and value > high):
+        raise CorruptStoreError(f"{where}: {value} is outside [{low}, {high}]")
+    return value
 
 
 def to_ranges(indices: Iterable[int]) -> list[list[int]]:
@@ -271,485 +322,540 @@ def from_ranges(ranges: Iterable[Iterable[int]]) -> list[int]:
     return [i for a, b in ranges for i in range(a, b)]
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+def _mask(ranges: Iterable[tuple[int, int]], n: int) -> np.ndarray:
+    mask = np.zeros(n, dtype=bool)
+    for a, b in ranges:
+        mask[a:b] = True
+    return mask
 
 
-def _write_all(fd: int, data: bytes | memoryview) -> None:
-    view = memoryview(data).cast("B")
-    while view:
-        view = view[os.write(fd, view):]
+def _ranges_of(mask: np.ndarray) -> tuple[tuple[int, int], ...]:
+    edges = np.flatnonzero(np.diff(np.concatenate([[0], mask.astype(np.int8), [0]])))
+    return tuple((int(a), int(b)) for a, b in zip(edges[::2], edges[1::2], strict=True))
 
 
-def atomic_write(path: Path, data: bytes, *, durable: bool = True) -> None:
-    """Write ``data`` to ``path`` via a temporary file and rename: readers see old or new, never partial.
+@dataclass(frozen=True)
+class StoreState:
+    """The committed root state of a store (the root ``zarr.json``), typed and validated. Immutable: writers make
+    the next state with :func:`dataclasses.replace` and publish it with :func:`commit`."""
 
-    ``durable`` also fsyncs the file and its folder (survives power loss, not only a killed process)."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
-    try:
-        _write_all(fd, data)
-        if durable:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    if durable:
-        _fsync_dir(path.parent)
+    root: Path
+    info: dict
+    tasks: tuple[str, ...]
+    stats: dict
+    source: dict
+    arrays: dict[str, ArraySpec]
+    table: EpisodeTable
+    packs: PackLayout
+    materialized: dict[str, tuple[tuple[int, int], ...]]
+    unavailable: dict[str, tuple[tuple[int, int, str], ...]] = field(default_factory=dict)
+    not_materialized: dict[str, str] = field(default_factory=dict)
+    retired: tuple[tuple[int, float], ...] = ()
+    generation: int = 0
+    pack_bytes: int = DEFAULT_PACK_BYTES
+    capacity_frames: int | None = None
+    pending_tasks: tuple[tuple[int, int, int], ...] = ()
+    read_version: int = FORMAT_VERSION  # the format the root was written in (1 and 2 are upgraded at the next commit)
 
+    @property
+    def fps(self) -> float:
+        return float(self.info["fps"])
 
-def write_chunk(path: str | os.PathLike, data: np.ndarray) -> None:
-    """Write one chunk file: raw little-endian C-order bytes. Symlinks in place of the file are refused."""
-    arr = np.ascontiguousarray(data, dtype=data.dtype.newbyteorder("<"))
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
-    try:
-        fd = os.open(path, flags, 0o644)
-    except FileNotFoundError:  # first chunk of its folder
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        fd = os.open(path, flags, 0o644)
-    try:
-        _write_all(fd, memoryview(arr.reshape(-1)))
-    finally:
-        os.close(fd)
+    @property
+    def episode_start(self) -> np.ndarray:
+        return self.table.start
 
+    @property
+    def episode_length(self) -> np.ndarray:
+        return self.table.length
 
-class ChunkWriter:
-    """Writes one raw chunk file frame by frame (a decoder's output goes straight to disk)."""
+    @property
+    def episode_end(self) -> np.ndarray:
+        return self.table.end
 
-    def __init__(self, path: str | os.PathLike, n_frames: int):
-        self.path = os.fspath(path)
-        os.makedirs(os.path.dirname(self.path), exist_ok=True)
-        self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
-        self.n_frames, self.written = n_frames, 0
+    def materialized_mask(self, feature: str) -> np.ndarray:
+        """Boolean mask over episodes: which episodes' rows of ``feature`` are committed."""
+        return _mask(self.materialized.get(feature, ()), len(self.table))
 
-    def write(self, frame: bytes) -> None:
-        _write_all(self.fd, frame)
-        self.written += 1
+    def unavailable_of(self, feature: str) -> dict[int, str]:
+        """Episodes whose frames of ``feature`` the source cannot give (a missing or broken video), with why."""
+        return {e: reason for a, b, reason in self.unavailable.get(feature, ()) for e in range(a, b)}
 
-    def close(self) -> None:
-        os.close(self.fd)
+    def complete_episodes(self) -> np.ndarray:
+        """Mask of episodes done for every stored array: committed, or known to be unavailable."""
+        mask = np.ones(len(self.table), dtype=bool)
+        for name in self.arrays:
+            done = self.materialized_mask(name)
+            for a, b, _ in self.unavailable.get(name, ()):
+                done[a:b] = True
+            mask &= done
+        return mask
 
-    def __enter__(self) -> ChunkWriter:
-        return self
+    def episode_frame(self) -> np.ndarray:
+        """Row along zarr's ``frame`` axis of each episode's first frame."""
+        return self.packs.zarr_starts()[self.table.chunk] + self.table.offset if len(self.table) else \
+            np.zeros(0, dtype=np.int64)
 
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
+    def with_materialized(self, done: Mapping[str, Iterable[int]],
+                          unavailable: Mapping[str, Mapping[int, str]] | None = None) -> StoreState:
+        """This state with more episodes committed per feature (and episodes known unavailable, with why)."""
+        materialized = dict(self.materialized)
+        for name, episodes in done.items():
+            mask = self.materialized_mask(name)
+            mask[list(episodes)] = True
+            materialized[name] = _ranges_of(mask)
+        gaps = dict(self.unavailable)
+        for name, reasons in (unavailable or {}).items():
+            known = self.unavailable_of(name)
+            known.update((int(e), str(r)) for e, r in reasons.items())
+            runs: list[list] = []
+            for e in sorted(known):
+                if runs and runs[-1][1] == e and runs[-1][2] == known[e]:
+                    runs[-1][1] = e + 1
+                else:
+                    runs.append([e, e + 1, known[e]])
+            gaps[name] = tuple((a, b, r) for a, b, r in runs)
+        return replace(self, materialized=materialized, unavailable=gaps)
 
+    def all_materialized(self) -> StoreState:
+        """This state with every episode committed for every array (what a writer's commit says)."""
+        full = ((0, len(self.table)),) if len(self.table) else ()
+        return replace(self, materialized={name: full for name in self.arrays})
 
-class ShardWriter(ChunkWriter):
-    """Writes one compact chunk: a zarr shard of single-frame inner chunks, each compressed with zstd, and the
-    shard index (offset, nbytes per frame, then its crc32c) at the end."""
+    # JSON ---------------------------------------------------------------------------------------------------
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format_version": FORMAT_VERSION,
+            "info": self.info,
+            "tasks": list(self.tasks),
+            "stats": self.stats,
+            "source": self.source,
+            "not_materialized": dict(self.not_materialized),
+            "features": {name: {"kind": spec.kind, "dtype": spec.dtype.str.lstrip("<>|="),
+                                "frame_shape": list(spec.frame_shape), "storage": spec.storage,
+                                "shard_index": spec.shard_index, "dims": list(spec.dims),
+                                "episodes": [list(r) for r in self.materialized.get(name, ())]}
+                         for name, spec in self.arrays.items()},
+            "unavailable": {name: [list(r) for r in runs] for name, runs in self.unavailable.items() if runs},
+            "episodes": self.table.to_json(),
+            "packs": self.packs.to_json(),
+            "pack_bytes": self.pack_bytes,
+            "retired": [list(r) for r in self.retired],
+            "generation": self.generation,
+            "capacity_frames": self.capacity_frames,
+            "pending_tasks": [list(p) for p in self.pending_tasks],
+        }
 
-    def __init__(self, path: str | os.PathLike, n_frames: int):
-        super().__init__(path, n_frames)
-        from numcodecs import Zstd
-
-        self.codec = Zstd(level=COMPACT_CODEC["configuration"]["level"])
-        self.index = np.zeros((n_frames, 2), dtype="<u8")
-        self.offset = 0
-
-    def write(self, frame: bytes) -> None:
-        data = self.codec.encode(frame)
-        _write_all(self.fd, data)
-        self.index[self.written] = (self.offset, len(data))
-        self.offset += len(data)
-        self.written += 1
-
-    def close(self) -> None:
+    @classmethod
+    def from_json(cls, root: Path, attrs: Any, consolidated: Mapping[str, Any]) -> StoreState:
+        """Validate the root attributes of any readable format version; errors name the key."""
+        where = str(Path(root) / ROOT)
+        if not isinstance(attrs, Mapping):
+            raise CorruptStoreError(f"{where}: not a lerobot_zarr store (no '{ATTRS_KEY}' attributes)", path=where)
+        version = attrs.get("format_version")
+        if version not in _READABLE_VERSIONS:
+            raise StoreError(f"{where}: store format version {version!r} is not supported (this lerobot_zarr reads "
+                             f"versions {', '.join(map(str, _READABLE_VERSIONS))})", path=where)
         try:
-            if self.written == self.n_frames:
-                from numcodecs import CRC32C
-
-                _write_all(self.fd, bytes(CRC32C().encode(self.index.tobytes())))
-        finally:
-            super().close()
-
-
-def chunk_writer(spec: ArraySpec, path: str | os.PathLike, n_frames: int) -> ChunkWriter:
-    return ShardWriter(path, n_frames) if spec.storage == "compact" else ChunkWriter(path, n_frames)
+            return _parse_state(Path(root), attrs, consolidated, version, where)
+        except CorruptStoreError as exc:
+            if where in str(exc):
+                raise
+            raise CorruptStoreError(f"{where}: {exc}", path=where, episode=exc.episode) from None
+        except (KeyError, IndexError, TypeError, ValueError, OverflowError, AttributeError) as exc:
+            raise CorruptStoreError(f"{where}: malformed root attributes ({type(exc).__name__}: {exc})",
+                                    path=where) from None
 
 
-def write_frames(spec: ArraySpec, path: str | os.PathLike, frames: np.ndarray) -> None:
-    """Write one episode's chunk of ``spec``'s array (raw or compact)."""
-    if spec.storage != "compact":
-        write_chunk(path, frames)
+def _key(attrs: Mapping, key: str, kind: type | tuple[type, ...], where: str, default: Any = ...) -> Any:
+    if key not in attrs:
+        if default is ...:
+            raise CorruptStoreError(f"{where}: root attribute {key!r} is missing")
+        return default
+    value = attrs[key]
+    if not isinstance(value, kind):
+        raise CorruptStoreError(f"{where}: root attribute {key!r} has the wrong type ({type(value).__name__})")
+    return value
+
+
+def _parse_arrays(features: Mapping, consolidated: Mapping, where: str) -> dict[str, ArraySpec]:
+    arrays = {}
+    for name, f in features.items():
+        check_array_name(name)
+        at = f"{where}: features[{name!r}]"
+        if not isinstance(f, Mapping):
+            raise CorruptStoreError(f"{at} must be an object")
+        try:
+            dtype = np.dtype(str(f["dtype"])).newbyteorder("<")
+        except (KeyError, TypeError) as exc:
+            raise CorruptStoreError(f"{at}.dtype is missing or unknown ({exc})") from None
+        if dtype.kind not in "biuf":
+            raise CorruptStoreError(f"{at}.dtype {dtype} cannot be stored raw")
+        shape = f.get("frame_shape")
+        if not isinstance(shape, list) or not all(isinstance(s, int) and not isinstance(s, bool) and 0 < s < _MAX_ROWS
+                                                  for s in shape):
+            raise CorruptStoreError(f"{at}.frame_shape must be a list of positive integers, got {shape!r:.80}")
+        kind, storage = f.get("kind"), f.get("storage", "raw")
+        if kind not in _KINDS:
+            raise CorruptStoreError(f"{at}.kind must be one of {_KINDS}, got {kind!r:.40}")
+        if storage not in STORAGES:
+            raise CorruptStoreError(f"{at}.storage must be one of {STORAGES}, got {storage!r:.40}")
+        shard_index = f.get("shard_index", "end")  # format 2 wrote compact shards with their index at the end
+        if shard_index not in ("start", "end"):
+            raise CorruptStoreError(f"{at}.shard_index must be 'start' or 'end'")
+        dims = f.get("dims")
+        if dims is None:  # formats 1 and 2 kept them in the arrays' metadata only
+            names = consolidated.get(name, {}).get("dimension_names") if isinstance(consolidated, Mapping) else None
+            dims = [d.removeprefix(f"{name}.") for d in (names or ["frame"])[1:]] if isinstance(names, list) else []
+        if not isinstance(dims, list) or len(dims) != len(shape) or not all(isinstance(d, str) for d in dims):
+            dims = [f"dim_{k}" for k in range(len(shape))]
+        arrays[name] = ArraySpec(dtype, tuple(shape), tuple(dims), kind, storage, shard_index)
+    return arrays
+
+
+def _parse_ranges(value: Any, n: int, where: str, with_reason: bool = False) -> tuple:
+    if not isinstance(value, list):
+        raise CorruptStoreError(f"{where} must be a list of ranges")
+    out = []
+    for item in value:
+        width = 3 if with_reason else 2
+        if not isinstance(item, list) or len(item) != width:
+            raise CorruptStoreError(f"{where}: {item!r:.60} is not a [first, stop{', reason' * with_reason}] range")
+        a = _integer(item[0], where, 0, n)
+        b = _integer(item[1], where, a, n)
+        out.append((a, b, str(item[2])) if with_reason else (a, b))
+    return tuple(out)
+
+
+def _check_table(table: EpisodeTable, packs: PackLayout, n_tasks: int, where: str) -> None:
+    if not len(table):
         return
-    frames = np.ascontiguousarray(frames, dtype=spec.dtype)
-    with ShardWriter(path, len(frames)) as writer:
-        for frame in frames:
-            writer.write(frame.tobytes())
+    if (table.length <= 0).any() or (table.length > _MAX_ROWS).any():
+        raise CorruptStoreError(f"{where}: episode {int(np.argmax(table.length <= 0))} has a non-positive length "
+                                f"(episodes.length)")
+    if (table.start < 0).any() or (table.offset < 0).any() or (table.episode_index_shift < 0).any() \
+            or (table.index_shift < 0).any():
+        raise CorruptStoreError(f"{where}: the episode table holds negative starts, offsets or shifts")
+    if ((table.task_index < -1) | (table.task_index >= max(n_tasks, 0))).any() and n_tasks >= 0:
+        bad = int(np.argmax((table.task_index < -1) | (table.task_index >= n_tasks)))
+        raise CorruptStoreError(f"{where}: episode {bad} has task_index {int(table.task_index[bad])} outside the "
+                                f"{n_tasks} tasks (episodes.task_index)", episode=bad)
+    if (table.chunk < 0).any() or (table.chunk >= len(packs)).any():
+        raise CorruptStoreError(f"{where}: the episode table lists packs outside the {len(packs)} packs "
+                                f"(episodes.chunk)")
+    if (table.offset + table.length > packs.rows[table.chunk]).any():
+        bad = int(np.argmax(table.offset + table.length > packs.rows[table.chunk]))
+        raise CorruptStoreError(f"{where}: episode {bad} (rows {int(table.offset[bad])}+{int(table.length[bad])}) "
+                                f"does not fit pack {int(table.chunk[bad])} of {int(packs.rows[table.chunk[bad]])} "
+                                f"rows", episode=bad)
+    order = np.lexsort((table.offset, table.chunk))
+    chunk, offset, end = table.chunk[order], table.offset[order], (table.offset + table.length)[order]
+    overlap = (chunk[1:] == chunk[:-1]) & (offset[1:] < end[:-1])
+    if overlap.any():
+        raise CorruptStoreError(f"{where}: episodes {int(order[np.argmax(overlap)])} and "
+                                f"{int(order[np.argmax(overlap) + 1])} overlap in pack {int(chunk[1:][overlap][0])}")
 
 
-def read_shard_index(fd: int, n_frames: int, where: str) -> np.ndarray:
-    """The (offset, nbytes) of every frame of a compact chunk, checked against its crc32c and the file size."""
-    from numcodecs import CRC32C
+def _parse_state(root: Path, attrs: Mapping, consolidated: Mapping, version: int, where: str) -> StoreState:
+    info = _key(attrs, "info", dict, where)
+    fps = info.get("fps")
+    if isinstance(fps, bool) or not isinstance(fps, (int, float)) or not math.isfinite(fps) or fps <= 0:
+        raise CorruptStoreError(f"{where}: info.fps must be a finite positive number, got {fps!r:.40}")
+    if not isinstance(info.get("features", {}), dict):
+        raise CorruptStoreError(f"{where}: info.features must be an object")
+    tasks = _key(attrs, "tasks", list, where)
+    if not all(isinstance(t, str) for t in tasks):
+        raise CorruptStoreError(f"{where}: tasks must be strings")
+    stats = _key(attrs, "stats", dict, where, {})
+    source = _key(attrs, "source", dict, where)
+    arrays = _parse_arrays(_key(attrs, "features", dict, where), consolidated, where)
+    if version == 3:
+        packs = PackLayout.from_json(_key(attrs, "packs", dict, where), where)
+        table = EpisodeTable.from_json(_key(attrs, "episodes", dict, where), where)
+    else:
+        table, packs = _legacy_table(root, attrs, where, version)
+    _check_table(table, packs, len(tasks), where)
+    n = len(table)
+    features = attrs["features"]
+    materialized = {name: _parse_ranges(features[name].get("episodes", []), n, f"{where}: features[{name!r}].episodes")
+                    for name in arrays}
+    unavailable = {}
+    for name, runs in _key(attrs, "unavailable", dict, where, {}).items():
+        if name in arrays:
+            unavailable[name] = _parse_ranges(runs, n, f"{where}: unavailable[{name!r}]", with_reason=True)
+    not_materialized = {str(k): str(v) for k, v in _key(attrs, "not_materialized", dict, where, {}).items()}
+    retired = []
+    for item in _key(attrs, "retired", list, where, []):
+        if not (isinstance(item, list) and len(item) == 2 and isinstance(item[1], (int, float))):
+            raise CorruptStoreError(f"{where}: retired entries are [pack, unix_time], got {item!r:.60}")
+        retired.append((_integer(item[0], f"{where}: retired", 0), float(item[1])))
+    capacity = _key(attrs, "capacity_frames", (int, type(None)), where, None)
+    if capacity is not None and (isinstance(capacity, bool) or capacity < 1):
+        raise CorruptStoreError(f"{where}: capacity_frames must be a positive integer or null")
+    pending = []
+    for item in _key(attrs, "pending_tasks", (list, type(None)), where, None) or []:
+        if not (isinstance(item, list) and len(item) in (2, 3)):
+            raise CorruptStoreError(f"{where}: pending_tasks entries are [chunk, offset, task_index]")
+        if len(item) == 2:  # format 2: [chunk, task_index], one episode per chunk at row 0
+            item = [item[0], 0, item[1]]
+        pending.append((_integer(item[0], where, 0), _integer(item[1], where, 0),
+                        _integer(item[2], f"{where}: pending_tasks", 0, len(tasks) - 1)))
+    return StoreState(
+        root=root, info=info, tasks=tuple(tasks), stats=stats, source=source, arrays=arrays, table=table,
+        packs=packs, materialized=materialized, unavailable=unavailable, not_materialized=not_materialized,
+        retired=tuple(retired), generation=_integer(attrs.get("generation", 0), f"{where}: generation", 0),
+        pack_bytes=_integer(attrs.get("pack_bytes", DEFAULT_PACK_BYTES), f"{where}: pack_bytes", 1),
+        capacity_frames=capacity, pending_tasks=tuple(pending), read_version=version)
 
-    size = os.fstat(fd).st_size
-    tail = 16 * n_frames + 4
-    if size < tail:
-        raise StoreError(f"{where}: compact chunk of {size} bytes cannot hold the index of {n_frames} frames")
-    raw = os.pread(fd, tail, size - tail)
+
+def _legacy_table(root: Path, attrs: Mapping, where: str, version: int) -> tuple[EpisodeTable, PackLayout]:
+    """Formats 1 and 2: one chunk per episode (chunk k = pack k holding one episode at row 0), retired chunks
+    shown as one filler row."""
+    if version == 1:  # the table lived in the episode_* arrays only, chunk id = episode index
+        columns = {}
+        for name in ("episode_start", "episode_length", "episode_task_index"):
+            try:
+                columns[name] = np.fromfile(root / name / "c" / "0", dtype="<i8").astype(np.int64)
+            except FileNotFoundError:
+                raise CorruptStoreError(f"{root}: episode table array {name!r} is missing") from None
+        n = len(columns["episode_length"])
+        if not len(columns["episode_start"]) == n == len(columns["episode_task_index"]):
+            raise CorruptStoreError(f"{root}: episode table arrays have different lengths")
+        zeros = np.zeros(n, dtype=np.int64)
+        table = EpisodeTable(columns["episode_start"], columns["episode_length"], columns["episode_task_index"],
+                             np.arange(n), zeros, zeros, zeros)
+        return table, PackLayout(table.length, int(table.length[-1]) if n else 0)
+    episodes = _key(attrs, "episodes", dict, where)
+    columns = {}
+    for key in ("start", "length", "task_index", "chunk", "episode_index_shift", "index_shift"):
+        values = episodes.get(key)
+        if not isinstance(values, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+            raise CorruptStoreError(f"{where}: episodes.{key} must be a list of integers")
+        columns[key] = np.asarray(values, dtype=np.int64)
+    next_chunk = _integer(attrs.get("next_chunk"), f"{where}: next_chunk", 0, _MAX_ROWS)
+    chunk = columns["chunk"]
+    if len(chunk) and (chunk.min() < 0 or chunk.max() >= next_chunk or (np.diff(chunk) <= 0).any()):
+        raise CorruptStoreError(f"{where}: episodes.chunk lists chunk ids out of order or out of range")
+    rows = np.zeros(next_chunk, dtype=np.int64)
+    rows[chunk] = columns["length"]
+    table = EpisodeTable(columns["start"], columns["length"], columns["task_index"], chunk,
+                         np.zeros(len(chunk), dtype=np.int64), columns["episode_index_shift"], columns["index_shift"])
+    return table, PackLayout(rows, int(rows[-1]) if next_chunk else 0)
+
+
+# paths ----------------------------------------------------------------------------------------------------
+def check_array_name(name: str) -> str:
+    """Refuse feature names that are not safe as a folder and zarr node name (they come from metadata)."""
+    if (not isinstance(name, str) or not name or name in (".", "..") or name.startswith("__") or name.startswith(".")
+            or any(c in name for c in "/\\\0") or name in EPISODE_ARRAYS or name in (LIVE_ARRAY, ROOT)):
+        raise StoreError(f"feature name {name!r:.80} cannot be stored as a zarr array", feature=str(name))
+    return name
+
+
+def chunk_path(root: str | os.PathLike, name: str, pack: int, ndim: int) -> str:
+    """Path of pack ``pack`` of array ``name`` with ``ndim`` dimensions (frame axis included)."""
+    return f"{os.fspath(root)}/{name}/c/{pack}" + "/0" * (ndim - 1)
+
+
+def retired_path(root: str | os.PathLike, name: str, pack: int) -> str:
+    """Where a retired pack file waits until it is deleted."""
+    return f"{os.fspath(root)}/.retired/{name}/{pack}"
+
+
+def live_path(root: str | os.PathLike, pack: int) -> str:
+    return f"{os.fspath(root)}/{LIVE_ARRAY}/c/{pack}"
+
+
+def stats_path(root: str | os.PathLike, pack: int, offset: int) -> Path:
+    return Path(root) / ".episode_stats" / f"{pack}-{offset}.json"
+
+
+# reading ----------------------------------------------------------------------------------------------------
+def read_root(root: Path) -> dict:
+    """The root ``zarr.json`` document of a committed store (JSON only; :func:`read_state` validates it)."""
+    path = Path(root) / ROOT
     try:
-        index = np.frombuffer(CRC32C().decode(raw), dtype="<u8").reshape(n_frames, 2).astype(np.int64)
-    except RuntimeError as exc:
-        raise StoreError(f"{where}: compact chunk index is corrupt ({exc})") from None
-    if ((index[:, 0] + index[:, 1]) > size - tail).any() or (index < 0).any():
-        raise StoreError(f"{where}: compact chunk index points outside the file")
-    return index
+        with open(path, "rb") as f:  # a symlinked root is followed only if it is one: stores never make them
+            doc = json.loads(f.read())
+    except (FileNotFoundError, NotADirectoryError):
+        raise SourceNotFoundError(f"{root}: not a lerobot_zarr store (no committed zarr.json)", path=root) from None
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+        raise CorruptStoreError(f"{path}: unreadable ({exc})", path=path) from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("attributes"), dict) \
+            or not isinstance(doc["attributes"].get(ATTRS_KEY), dict):
+        raise CorruptStoreError(f"{path}: not a lerobot_zarr store (no '{ATTRS_KEY}' attributes)", path=path)
+    return doc
 
 
-def open_chunk(path: str | os.PathLike, nbytes: int, episode: int, feature: str, *,
-               retired: str | os.PathLike | None = None, flags: int = os.O_RDONLY) -> int:
-    """Open a committed chunk file (refusing a symlink) and check its size (unless ``nbytes`` < 0: compact
-    chunks); return the descriptor.
-
-    ``retired`` is where the file is found if a writer deleted the episode after the caller read its commit."""
-    try:
-        fd = os.open(path, flags | os.O_NOFOLLOW)
-    except FileNotFoundError:
-        fd = None
-        if retired is not None:
-            with contextlib.suppress(FileNotFoundError):
-                fd = os.open(retired, flags | os.O_NOFOLLOW)
-                path = retired
-        if fd is None:
-            raise StoreError(f"{path}: chunk of episode {episode} of feature {feature!r} is missing (if a writer "
-                             f"deleted episodes since this dataset was opened, open it again)") from None
-    size = os.fstat(fd).st_size
-    if nbytes >= 0 and size != nbytes:
-        os.close(fd)
-        raise StoreError(f"{path}: chunk of episode {episode} of feature {feature!r} holds {size} bytes, "
-                         f"expected {nbytes}")
-    return fd
+def has_commit_point(root: str | os.PathLike) -> bool:
+    """Whether ``root`` holds a root ``zarr.json`` (a store, or something claiming to be one: read it to know)."""
+    return (Path(root) / ROOT).is_file()
 
 
-def flush_filesystem(root: Path) -> None:
-    """Flush written data of the store's filesystem to disk (``syncfs``; ``sync`` where it does not exist)."""
-    syncfs = getattr(libc, "syncfs", None)
-    if syncfs is None:
-        os.sync()
-        return
-    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        if syncfs(fd) != 0:
-            os.sync()
-    finally:
-        os.close(fd)
+def read_state(root: str | os.PathLike) -> StoreState:
+    """Read and validate the committed state: one JSON read (no zarr call, no data read)."""
+    root = Path(root)
+    doc = read_root(root)
+    consolidated = doc.get("consolidated_metadata", {})
+    consolidated = consolidated.get("metadata", {}) if isinstance(consolidated, dict) else {}
+    return StoreState.from_json(root, doc["attributes"][ATTRS_KEY], consolidated)
 
 
-def _dims(name: str, spec: ArraySpec) -> list[str]:
-    return ["frame", *(f"{name}.{d}" for d in spec.dims)]
+# packs ------------------------------------------------------------------------------------------------------
+def pack_rows_target(arrays: Mapping[str, ArraySpec], pack_bytes: int) -> int:
+    """Rows of a new pack: as many frames of the widest raw feature as fit ``pack_bytes`` (at least one)."""
+    widest = max((s.frame_bytes for s in arrays.values() if s.storage == "raw"), default=1)
+    return max(1, int(pack_bytes) // max(widest, 1))
 
 
-def _array_doc(shape: tuple[int, ...], dtype: np.dtype, chunk_grid: dict, dims: list[str],
-               storage: str = "raw") -> dict:
-    """A zarr v3 array ``zarr.json``: default chunk keys, fill value 0, and either the bytes codec alone (raw:
-    chunk files are the array bytes) or a shard per chunk whose inner chunks are single frames compressed with
-    zstd (compact)."""
-    codec: dict = {"name": "bytes"}
-    if dtype.itemsize > 1:
-        codec["configuration"] = {"endian": "little"}
-    codecs = [codec]
-    if storage == "compact":
-        codecs = [{"name": "sharding_indexed", "configuration": {
-            "chunk_shape": [1, *shape[1:]], "codecs": [codec, COMPACT_CODEC],
-            "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "crc32c"}],
-            "index_location": "end"}}]
-    fill = False if dtype.kind == "b" else 0.0 if dtype.kind == "f" else 0
-    return {"shape": list(shape), "data_type": dtype.name, "chunk_grid": chunk_grid,
-            "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
-            "fill_value": fill, "codecs": codecs, "attributes": {}, "dimension_names": dims,
-            "zarr_format": 3, "node_type": "array", "storage_transformers": []}
+def plan_packs(lengths: np.ndarray, target_rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Consecutive episodes grouped into packs of at most ``target_rows`` rows (an episode longer than that alone):
+    ``(pack of each episode, row offset of each episode, rows of each pack)``."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    chunk = np.empty(len(lengths), dtype=np.int64)
+    offset = np.empty(len(lengths), dtype=np.int64)
+    rows: list[int] = []
+    used = target_rows  # forces a first pack
+    for e, n in enumerate(lengths.tolist()):
+        if used + n > target_rows and used > 0:
+            rows.append(0)
+            used = 0
+        chunk[e], offset[e] = len(rows) - 1, used
+        used += n
+        rows[-1] = used
+    return chunk, offset, np.asarray(rows, dtype=np.int64)
 
 
-def _run_length(values: list[int]) -> list:
-    """zarr's rectilinear edge list: runs of two or more equal sizes become ``[size, count]``."""
-    out: list = []
-    for v in values:
-        if out and isinstance(out[-1], list) and out[-1][0] == v:
-            out[-1][1] += 1
-        elif out and not isinstance(out[-1], list) and out[-1] == v:
-            out[-1] = [v, 2]
-        else:
-            out.append(v)
-    return out
-
-
-def chunk_sizes(table: EpisodeTable, next_chunk: int) -> np.ndarray:
-    """Frames of every chunk id along the zarr ``frame`` axis: the episode length, or 1 for a retired chunk."""
-    sizes = np.ones(next_chunk, dtype=np.int64)
-    sizes[table.chunk] = table.length
-    return sizes
-
-
-def _build_metadata(arrays: Mapping[str, ArraySpec], table: EpisodeTable, next_chunk: int,
-                    attrs: dict) -> dict[str, dict]:
-    """Every ``zarr.json`` of a store, keyed by path; the root's carries the consolidated metadata.
-
-    Written by hand rather than through zarr-python, whose writes start an event-loop thread in the caller's
-    process (which then warns on fork, as DataLoader workers do); the tests check that zarr and xarray read it.
-    """
-    sizes = chunk_sizes(table, next_chunk)
-    total = int(sizes.sum())
-    docs: dict[str, dict] = {}
-    for name, spec in arrays.items():
-        if next_chunk:
-            grid = {"name": "rectilinear",
-                    "configuration": {"kind": "inline",
-                                      "chunk_shapes": [_run_length(sizes.tolist()), *([s] for s in spec.frame_shape)]}}
-        else:  # no chunk yet: a rectilinear grid needs at least one edge
-            grid = {"name": "regular", "configuration": {"chunk_shape": [1, *spec.frame_shape]}}
-        docs[name] = _array_doc((total, *spec.frame_shape), spec.dtype, grid, _dims(name, spec), spec.storage)
-    n_episodes = len(table)
-    for name in EPISODE_ARRAYS:
-        grid = {"name": "regular", "configuration": {"chunk_shape": [max(n_episodes, 1)]}}
-        docs[name] = _array_doc((n_episodes,), np.dtype("int64"), grid, ["episode"])
-    root = {"attributes": {ATTRS_KEY: attrs}, "zarr_format": 3, "node_type": "group",
-            "consolidated_metadata": {"kind": "inline", "must_understand": False, "metadata": docs}}
-    return {_ROOT: root, **{f"{name}/{_ROOT}": doc for name, doc in docs.items()}}
-
-
-def _dump(doc: dict) -> bytes:
-    # NaN/Infinity in LeRobot stats are kept as Python's json (and zarr-python) read them
-    return json.dumps(doc, separators=(",", ":")).encode()
-
-
+# creating and committing --------------------------------------------------------------------------------------
 def check_new_store_location(root: Path) -> None:
     """Refuse to make a store in a file, over a store, or in a folder holding anything but a half-created store."""
     if root.exists() and (root.is_symlink() or not root.is_dir()):
-        raise StoreError(f"{root}: exists and is not a folder; a store needs a folder of its own")
-    if (root / _ROOT).is_file():
-        raise StoreError(f"{root}: is a store already (open it, e.g. open_dataset(root, mode='r+'), or choose "
-                         f"another folder)")
+        raise StoreExistsError(f"{root}: exists and is not a folder; a store needs a folder of its own", path=root)
+    if (root / ROOT).is_file():
+        raise StoreExistsError(f"{root}: is a store already (open it, e.g. open_dataset(root, mode='r+'), or choose "
+                               f"another folder)", path=root)
     if root.is_dir() and not (root / _CREATING).exists():
         if any(p.name != ".lock" for p in root.iterdir()):
-            raise StoreError(f"{root}: folder is not empty and is not a lerobot_zarr store; refusing to write into it")
+            raise StoreExistsError(f"{root}: folder is not empty and is not a lerobot_zarr store; refusing to write "
+                                   f"into it", path=root)
 
 
-def _features_attrs(arrays: Mapping[str, ArraySpec]) -> dict:
-    return {name: {"kind": spec.kind, "dtype": spec.dtype.str.lstrip("<>|="), "frame_shape": list(spec.frame_shape),
-                   "storage": spec.storage, "episodes": []} for name, spec in arrays.items()}
-
-
-def create_store(root: Path, arrays: Mapping[str, ArraySpec], table: EpisodeTable, attrs: dict) -> StoreState:
-    """Lay out an empty store (no chunk committed) and commit it. ``root`` must be empty or a half-created store
-    (one killed before its first commit).
-
-    The table may list episodes to come (a transcode lists its source's); their chunks are ``table.chunk``."""
+def create_store(state: StoreState, *, keep_files: bool = False) -> StoreState:
+    """Lay out a store at ``state.root`` and make its first commit. The folder must be empty or a half-created
+    store (one killed before its first commit), whose debris is removed unless ``keep_files`` (the caller put the
+    pack files its state lists there first, as a copy does). The table may list episodes to come (a transcode
+    lists its source's, with their planned packs)."""
+    root = state.root
     check_new_store_location(root)
+    for name in state.arrays:
+        check_array_name(name)
+    folded = [name.casefold() for name in state.arrays]
+    if len(set(folded)) != len(folded):
+        raise StoreError(f"{root}: feature names {sorted(state.arrays)} differ only by case; they would share a "
+                         f"folder on case-insensitive filesystems", path=root)
     root.mkdir(parents=True, exist_ok=True)
-    leftovers = [p for p in root.iterdir() if p.name not in (".lock", _CREATING)]
+    leftovers = [] if keep_files else [p for p in root.iterdir() if p.name not in (".lock", _CREATING)]
     (root / _CREATING).touch()
     for p in leftovers:  # debris of an earlier creation that never committed
         if p.is_dir() and not p.is_symlink():
             shutil.rmtree(p)
         else:
             p.unlink()
-    for name in arrays:
-        check_array_name(name)
-    folded = [name.casefold() for name in arrays]
-    if len(set(folded)) != len(folded):
-        raise StoreError(f"{root}: feature names {sorted(arrays)} differ only by case; they would share a folder on "
-                         f"case-insensitive filesystems")
-    next_chunk = int(table.chunk.max()) + 1 if len(table) else 0
-    attrs = dict(attrs, format_version=FORMAT_VERSION, features=_features_attrs(arrays), next_chunk=next_chunk,
-                 retired=[], generation=0)
-    _write_commit(root, arrays, table, attrs, durable=True)
+    state = commit(replace(state, generation=-1, read_version=FORMAT_VERSION), previous=None)
     (root / _CREATING).unlink()
-    return read_state(root)
+    return state
 
 
-def write_zarr_copies(root: Path, arrays: Mapping[str, ArraySpec], table: EpisodeTable, next_chunk: int) -> None:
-    """Write what zarr readers without consolidated metadata read: each array's ``zarr.json`` and the episode
-    table arrays. Not the commit point: our readers never read them, and a commit writes them first."""
-    docs = _build_metadata(arrays, table, next_chunk, {})
+def _write_zarr_copies(state: StoreState) -> None:
+    """What zarr readers without consolidated metadata read: each array's ``zarr.json`` and the episode table
+    arrays. Not the commit point: our readers never read them, and a commit writes them first."""
+    root, table = state.root, state.table
     columns = {"episode_start": table.start, "episode_end": table.end, "episode_length": table.length,
-               "episode_task_index": table.task_index, "episode_chunk": table.chunk}
+               "episode_task_index": table.task_index, "episode_chunk": table.chunk, "episode_offset": table.offset,
+               "episode_frame": state.episode_frame()}
     for name, values in columns.items():
         (root / name / "c").mkdir(parents=True, exist_ok=True)
         atomic_write(root / name / "c" / "0", np.asarray(values, dtype="<i8").tobytes(), durable=False)
-    for key, doc in docs.items():
-        if key != _ROOT:
-            path = root / key
-            path.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write(path, _dump(doc), durable=False)
+    for key, doc in metadata_documents(state, None).items():
+        path = root / key
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(path, dump(doc), durable=False)
 
 
-def _publish(root: Path, arrays: Mapping[str, ArraySpec], table: EpisodeTable, attrs: dict, *, durable: bool) -> None:
-    """The commit point: flush what was written, then replace the root ``zarr.json``."""
-    attrs["episodes"] = table.to_json()
-    root_doc = _build_metadata(arrays, table, int(attrs["next_chunk"]), attrs)[_ROOT]
-    if durable:
-        flush_filesystem(root)  # chunk files reach the disk before the metadata that lists them
-    atomic_write(root / _ROOT, _dump(root_doc), durable=durable)
+def _live_runs(state: StoreState) -> np.ndarray:
+    """(pack, offset, length) of every row run that is live in ``state``: its complete episodes."""
+    t = state.table
+    done = state.complete_episodes()
+    return np.stack([t.chunk[done], t.offset[done], t.length[done]], axis=1) if len(t) else np.zeros((0, 3), np.int64)
 
 
-def _write_commit(root: Path, arrays: Mapping[str, ArraySpec], table: EpisodeTable, attrs: dict, *,
-                  durable: bool) -> None:
-    write_zarr_copies(root, arrays, table, int(attrs["next_chunk"]))
-    _publish(root, arrays, table, attrs, durable=durable)
-
-
-def read_root(root: Path) -> dict:
-    """The root ``zarr.json`` document of a committed store."""
-    path = Path(root) / _ROOT
-    try:
-        doc = json.loads(path.read_bytes())
-    except (FileNotFoundError, NotADirectoryError):
-        raise SourceNotFoundError(f"{root}: not a lerobot_zarr store (no committed zarr.json)") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise StoreError(f"{path}: unreadable ({exc})") from exc
-    attrs = doc.get("attributes", {}).get(ATTRS_KEY) if isinstance(doc, dict) else None
-    if not isinstance(attrs, dict):
-        raise StoreError(f"{path}: not a lerobot_zarr store (no '{ATTRS_KEY}' attributes)")
-    if attrs.get("format_version") not in _READABLE_VERSIONS:
-        raise StoreError(f"{path}: store format version {attrs.get('format_version')!r} is not supported "
-                         f"(this lerobot_zarr reads versions {', '.join(map(str, _READABLE_VERSIONS))})")
-    return doc
-
-
-def has_commit_point(root: Path) -> bool:
-    """Whether ``root`` holds a root ``zarr.json`` (a store, or something claiming to be one: read it to know)."""
-    return (Path(root) / _ROOT).is_file()
-
-
-def _version1_table(root: Path, attrs: dict) -> EpisodeTable:
-    """Format 1 kept the table in the ``episode_*`` arrays only, chunk id = episode index."""
-    columns = {}
-    for name in ("episode_start", "episode_length", "episode_task_index"):
+def _set_live(root: Path, packs: PackLayout, runs: np.ndarray, value: bool) -> None:
+    for pack, offset, length in runs.tolist():
+        rows = int(packs.rows[pack])
+        if not rows:
+            continue
+        path = live_path(root, pack)
+        create_sized(path, rows)
+        fd = open_nofollow(path, os.O_WRONLY)
         try:
-            columns[name] = np.fromfile(root / name / "c" / "0", dtype="<i8").astype(np.int64)
+            pwrite_all(fd, (b"\1" if value else b"\0") * length, offset, path)
+        finally:
+            os.close(fd)
+
+
+def _runs_difference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Rows of ``a`` (pack, offset, length) that ``b`` does not hold."""
+    if not len(a) or not len(b):
+        return a
+    key = lambda r: (r[:, 0] << 40) | r[:, 1]  # noqa: E731  (offsets stay below 2**40)
+    return a[~np.isin(key(a), key(b))]
+
+
+def _repair_live(state: StoreState) -> None:
+    """Rewrite every pack's ``frame_live`` from the table (after a crash between a commit and its flags)."""
+    expected = {int(k): np.zeros(int(r), dtype=np.uint8) for k, r in enumerate(state.packs.rows.tolist()) if r}
+    for pack, offset, length in _live_runs(state).tolist():
+        expected[pack][offset:offset + length] = 1
+    for pack, flags in expected.items():
+        path = live_path(state.root, pack)
+        try:
+            with open(path, "rb") as f:
+                if f.read() == flags.tobytes():
+                    continue
         except FileNotFoundError:
-            raise StoreError(f"{root}: episode table array {name!r} is missing") from None
-    n = len(columns["episode_length"])
-    if not len(columns["episode_start"]) == n == len(columns["episode_task_index"]):
-        raise StoreError(f"{root}: episode table arrays have different lengths")
-    attrs.update(next_chunk=n, retired=[], generation=0)
-    zeros = np.zeros(n, dtype=np.int64)
-    return EpisodeTable(columns["episode_start"], columns["episode_length"], columns["episode_task_index"],
-                        np.arange(n, dtype=np.int64), zeros, zeros)
+            if not flags.any():
+                continue
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(Path(path), flags.tobytes(), durable=False)
 
 
-def read_state(root: Path) -> StoreState:
-    """Read the committed state: one JSON read (no zarr call, no data read)."""
-    root = Path(root)
-    doc = read_root(root)
-    attrs = doc["attributes"][ATTRS_KEY]
-    consolidated = doc.get("consolidated_metadata", {}).get("metadata", {})
-    if attrs["format_version"] == 1:
-        table = _version1_table(root, attrs)
+def commit(state: StoreState, *, previous: StoreState | None, durable: bool = True) -> StoreState:
+    """THE commit: publish ``state`` as the store's new committed state and return it (generation + 1).
+
+    Order: zarr's copies of the metadata, rows becoming live flagged in ``frame_live``, a flush of everything
+    written (``durable``: to disk), the atomic replacement of the root ``zarr.json``, then rows no longer live
+    unflagged. ``previous`` is the state this one replaces (None when creating the store)."""
+    root = state.root
+    base = -1 if previous is None else previous.generation
+    state = replace(state, generation=base + 1, read_version=FORMAT_VERSION)
+    pending = root / _LIVE_PENDING
+    repair = pending.exists() or previous is None or previous.read_version < FORMAT_VERSION
+    new_runs = _live_runs(state)
+    old_runs = _live_runs(previous) if previous is not None else np.zeros((0, 3), np.int64)
+    gone = _runs_difference(old_runs, new_runs)
+    if len(gone) and not pending.exists():
+        pending.touch()
+    _write_zarr_copies(state)
+    if not repair:
+        _set_live(root, state.packs, _runs_difference(new_runs, old_runs), True)
+    root_doc = metadata_documents(state, {ATTRS_KEY: state.to_json()})[ROOT]
+    if durable:
+        flush_filesystem(root)  # data reaches the disk before the metadata that lists it
+    atomic_write(root / ROOT, dump(root_doc), durable=durable)
+    if repair:
+        _repair_live(state)
     else:
-        try:
-            table = EpisodeTable(**{key: attrs["episodes"][key] for key in _TABLE_KEYS})
-        except (KeyError, TypeError, ValueError) as exc:
-            raise StoreError(f"{root / _ROOT}: episode table unreadable ({exc!r})") from None
-        if len(table) and (table.chunk.min() < 0 or table.chunk.max() >= int(attrs["next_chunk"])
-                           or (np.diff(table.chunk) <= 0).any()):
-            raise StoreError(f"{root / _ROOT}: episode table lists chunk ids out of order or out of range")
-    arrays = {}
-    for name, f in attrs["features"].items():
-        check_array_name(name)
-        dtype = np.dtype(f["dtype"]).newbyteorder("<")
-        dims = consolidated.get(name, {}).get("dimension_names") or ["frame"]
-        arrays[name] = ArraySpec(dtype, tuple(f["frame_shape"]), tuple(d.removeprefix(f"{name}.") for d in dims[1:]),
-                                 f["kind"], f.get("storage", "raw"))
-    return StoreState(root, attrs, table, arrays)
-
-
-def commit(root: Path, *, features_episodes: Mapping[str, Iterable[int]],
-           unavailable: Mapping[str, Mapping[int, str]] | None = None) -> None:
-    """Make newly written chunks of listed episodes visible, and record episodes whose frames of a feature the
-    source cannot give (with the reason): flush data, then atomically replace the root."""
-    doc = read_root(root)
-    attrs = doc["attributes"][ATTRS_KEY]
-    for name, episodes in features_episodes.items():
-        entry = attrs["features"][name]
-        entry["episodes"] = to_ranges([*from_ranges(entry["episodes"]), *episodes])
-    for name, reasons in (unavailable or {}).items():
-        known = {e: r for a, b, r in attrs.setdefault("unavailable", {}).get(name, []) for e in range(a, b)}
-        known.update((int(e), str(r)) for e, r in reasons.items())
-        runs: list[list] = []
-        for e in sorted(known):
-            if runs and runs[-1][1] == e and runs[-1][2] == known[e]:
-                runs[-1][1] = e + 1
-            else:
-                runs.append([e, e + 1, known[e]])
-        attrs["unavailable"][name] = runs
-    attrs["generation"] = int(attrs.get("generation", 0)) + 1
-    flush_filesystem(root)  # chunk files reach the disk before the metadata that lists them
-    atomic_write(root / _ROOT, _dump(doc))
-
-
-def commit_state(state: StoreState, *, table: EpisodeTable | None = None, durable: bool = True,
-                 copies_written: bool = False, **attrs: Any) -> StoreState:
-    """Commit a new episode table and/or attributes over ``state`` (a writer's): every episode listed complete.
-
-    ``copies_written``: the caller already wrote :func:`write_zarr_copies` for this table and ``next_chunk``."""
-    table = state.table if table is None else table
-    new_attrs = json.loads(json.dumps(state.attrs))  # a private copy
-    new_attrs.update(attrs)
-    new_attrs["format_version"] = FORMAT_VERSION
-    new_attrs["generation"] = state.generation + 1
-    for entry in new_attrs["features"].values():
-        entry["episodes"] = [[0, len(table)]] if len(table) else []
-    if not copies_written:
-        write_zarr_copies(state.root, state.arrays, table, int(new_attrs["next_chunk"]))
-    _publish(state.root, state.arrays, table, new_attrs, durable=durable)
-    return replace(state, attrs=new_attrs, table=table)
-
-
-_held_locks: weakref.WeakSet = weakref.WeakSet()
-
-
-def _drop_inherited_locks() -> None:
-    # A forked child shares the parent's lock: it must neither release it nor keep it alive after the parent dies.
-    for lock in list(_held_locks):
-        if lock._fd is not None:
-            with contextlib.suppress(OSError):
-                os.close(lock._fd)
-            lock._fd = None
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_drop_inherited_locks)
-
-
-class WriterLock:
-    """Exclusive ``flock`` on ``<store>/.lock``: one writer per store, released when its process dies. A forked
-    child does not inherit it (its copy is closed after the fork)."""
-
-    def __init__(self, root: Path, *, blocking: bool = True):
-        self.root = Path(root)
-        self.blocking = blocking
-        self._fd: int | None = None
-
-    @property
-    def held(self) -> bool:
-        """Whether this process holds the lock."""
-        return self._fd is not None
-
-    def __enter__(self) -> WriterLock:
-        self.root.mkdir(parents=True, exist_ok=True)
-        self._fd = os.open(self.root / ".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-        try:
-            fcntl.flock(self._fd, fcntl.LOCK_EX | (0 if self.blocking else fcntl.LOCK_NB))
-        except OSError as exc:
-            os.close(self._fd)
-            self._fd = None
-            if exc.errno in (errno.EAGAIN, errno.EACCES):
-                raise StoreLockedError(f"{self.root}: another process is writing this store") from None
-            raise
-        _held_locks.add(self)
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        _held_locks.discard(self)
-        if self._fd is not None:
-            with contextlib.suppress(OSError):
-                fcntl.flock(self._fd, fcntl.LOCK_UN)
-            os.close(self._fd)
-            self._fd = None
+        _set_live(root, state.packs, gone, False)
+    with contextlib.suppress(FileNotFoundError):
+        pending.unlink()
+    return state

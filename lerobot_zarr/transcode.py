@@ -1,10 +1,14 @@
 """LeRobot source -> local store, in one pass over the data files, resumable at episode granularity.
 
-Each data file is read once; every episode's frames are written straight from Arrow buffers (zero copy for
-numeric columns) into its chunk files; cameras kept as mp4 are decoded (PyAV) in a thread pool, several
-episodes and cameras at once, straight into their chunk files. Episodes become visible only at a commit (about
-every second and at the end), so an interrupted transcode (exception, Ctrl-C, kill -9) leaves the store at its
-last commit, and the next call writes only what is missing.
+The store's packs are planned for every episode of the source when it is created; each data file is read once
+and every episode's frames are written straight from Arrow buffers (zero copy for numeric columns) to their rows;
+cameras kept as mp4 are decoded (PyAV) in a thread pool, several episodes and cameras at once, straight into their
+rows. Episodes become visible only at a commit (about every second and at the end), so an interrupted transcode
+(exception, Ctrl-C, kill -9) leaves the store at its last commit, and the next call writes only what is missing.
+
+The store's writer lock is taken only to create the store and for each commit, never while reading the source:
+a process stalled on the network does not block another one fetching other episodes of the same store. Two
+processes writing the same episode write the same bytes; a commit merges what the store already lists.
 """
 
 from __future__ import annotations
@@ -21,41 +25,40 @@ from typing import Any
 import numpy as np
 
 from ._background import prefetched
+from ._fileio import WriterLock
+from ._packs import ensure_pack, row_writer, write_rows, write_rows_vectored
 from ._progress import progress_bar
-from .errors import FrameIndexError, NotMaterializedError, StoreError
+from .errors import ArgumentError, FrameIndexError, NotMaterializedError, SourceMismatchError, StoreError
 from .files import SourceFiles
-from .source import FeatureSpec, LeRobotSource
+from .source import LeRobotSource
 from .store import (
+    DEFAULT_PACK_BYTES,
     STORAGES,
     ArraySpec,
     EpisodeTable,
+    PackLayout,
     StoreState,
-    WriterLock,
+    array_spec,
     check_new_store_location,
-    chunk_path,
-    chunk_writer,
     commit,
     create_store,
     has_commit_point,
+    pack_rows_target,
+    plan_packs,
     read_state,
-    write_frames,
 )
 from .video import VideoUnavailable, have_pyav
 
-__all__ = ["transcode", "array_specs", "array_spec_of"]
+__all__ = ["transcode", "array_specs"]
 
 _COMMIT_EVERY_S = 1.0
 
 
-def array_spec_of(spec: FeatureSpec) -> ArraySpec:
-    """The store array of one numeric or image feature."""
-    if spec.kind in ("image", "video"):
-        dims = tuple(n if isinstance(n, str) else f"dim_{k}" for k, n in enumerate(spec.names or ()))
-        if len(dims) != 3 or len(set(dims)) != 3:
-            dims = ("height", "width", "channels")
-    else:
-        dims = tuple(f"dim_{k}" for k in range(len(spec.frame_shape)))
-    return ArraySpec(spec.numpy_dtype.newbyteorder("<"), spec.frame_shape, dims, spec.kind)
+def _cpu_count() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS has no affinity
+        return os.cpu_count() or 1
 
 
 def _check_storage(storage: Mapping[str, str] | None, specs: Mapping[str, ArraySpec], where: str) -> dict[str, str]:
@@ -63,33 +66,32 @@ def _check_storage(storage: Mapping[str, str] | None, specs: Mapping[str, ArrayS
     storage = dict(storage or {})
     for name, choice in storage.items():
         if choice not in STORAGES:
-            raise ValueError(f"storage[{name!r}] must be one of {STORAGES}, got {choice!r}")
+            raise ArgumentError(f"storage[{name!r}] must be one of {STORAGES}, got {choice!r}")
         if name not in specs or specs[name].kind not in ("image", "video"):
             cameras = [k for k, v in specs.items() if v.kind in ("image", "video")]
-            raise ValueError(f"{where}: storage applies to cameras (image/video features: {cameras}), not {name!r}")
+            raise ArgumentError(f"{where}: storage applies to cameras (image/video features: {cameras}), not {name!r}")
     return storage
 
 
 def array_specs(source: LeRobotSource) -> dict[str, ArraySpec]:
-    """The store arrays a source maps to: one per numeric or image feature."""
-    return {name: array_spec_of(spec) for name, spec in source.stored_features.items()}
+    """The store arrays a source maps to: one per numeric, image or (decoded) video feature."""
+    return {name: array_spec(spec.dtype if spec.kind != "numeric" else spec.numpy_dtype.name, spec.frame_shape,
+                             spec.names) for name, spec in source.stored_features.items()}
 
 
-def _create(source: LeRobotSource, root: Path, source_record: dict, storage: Mapping[str, str]) -> StoreState:
+def _create(source: LeRobotSource, root: Path, record: dict, storage: Mapping[str, str], pack_bytes: int
+            ) -> StoreState:
     t = source.episodes
     task_index = {task: i for i, task in enumerate(source.tasks)}
     first_task = np.array([task_index.get(ts[0], -1) if ts else -1 for ts in t.tasks], dtype=np.int64)
-    attrs = {
-        "info": source.info,
-        "tasks": source.tasks,
-        "stats": source.stats,
-        "source": source_record,
-        "not_materialized": source.not_materialized,
-    }
+    arrays = {name: replace(spec, storage=storage.get(name, "raw")) for name, spec in array_specs(source).items()}
+    chunk, offset, rows = plan_packs(t.length, pack_rows_target(arrays, pack_bytes))
     zeros = np.zeros(len(t), dtype=np.int64)
-    table = EpisodeTable(t.start, t.length, first_task, np.arange(len(t), dtype=np.int64), zeros, zeros)
-    specs = {name: replace(spec, storage=storage.get(name, "raw")) for name, spec in array_specs(source).items()}
-    return create_store(root, specs, table, attrs)
+    return create_store(StoreState(
+        root=root, info=source.info, tasks=tuple(source.tasks), stats=source.stats, source=record, arrays=arrays,
+        table=EpisodeTable(t.start, t.length, first_task, chunk, offset, zeros, zeros),
+        packs=PackLayout(rows, int(rows[-1]) if len(rows) else 0), materialized={},
+        not_materialized=source.not_materialized, pack_bytes=int(pack_bytes)))
 
 
 def _same_source(a: dict | None, b: dict) -> bool:
@@ -97,27 +99,38 @@ def _same_source(a: dict | None, b: dict) -> bool:
     def key(r: dict | None) -> dict | None:
         if r and r.get("kind") == "edited":  # a store changed in place by a writer still comes from its source
             r = r.get("from")
-        return {k: v for k, v in r.items() if k != "endpoint"} if r and r.get("kind") == "hub" else r
+        return {k: v for k, v in r.items() if k != "endpoint"} if isinstance(r, dict) and r.get("kind") == "hub" else r
 
     return key(a) == key(b)
 
 
 def _checked_state(root: Path, record: dict) -> StoreState:
     state = read_state(root)
-    if not _same_source(state.attrs.get("source"), record):
-        raise StoreError(f"{root}: store was made from {state.attrs.get('source')}, not from {record}")
+    if not _same_source(state.source, record):
+        raise SourceMismatchError(
+            f"{root}: this store was made from {_describe(state.source)}, not from {_describe(record)}; delete the "
+            f"folder or pick another root= for this source", path=root)
     return state
 
 
+def _describe(record: dict) -> str:
+    if record.get("kind") == "hub":
+        return f"Hub repo {record.get('repo_id')}@{str(record.get('commit'))[:12]}"
+    if record.get("kind") == "local":
+        return f"the folder {record.get('path')}"
+    return f"a {record.get('kind', 'unknown')} source"
+
+
 def transcode(source: LeRobotSource, root: str | os.PathLike, *, episodes: Sequence[int] | None = None,
-              progress: bool = True, storage: Mapping[str, str] | None = None, client: Any = None) -> StoreState:
+              progress: bool = True, storage: Mapping[str, str] | None = None, client: Any = None,
+              pack_bytes: int = DEFAULT_PACK_BYTES) -> StoreState:
     """Write the given episodes (default: all) of ``source`` into the store at ``root``; return its state.
 
-    Creates the store if needed, skips episodes already committed, and holds the store's writer lock
-    meanwhile (a second process transcoding into the same store waits for the first). ``storage`` chooses how a
-    new store keeps cameras: ``"raw"`` (default: memory-mapped, fastest) or ``"compact"`` (zstd per frame).
-    With a ``dask.distributed.Client`` the episodes are split by data file across its workers, which write their
-    chunks straight into the store (a folder every worker sees at the same path); this process commits.
+    Creates the store if needed (packs of about ``pack_bytes`` of the widest feature) and skips episodes already
+    committed. ``storage`` chooses how a new store keeps cameras: ``"raw"`` (default: memory-mapped, fastest) or
+    ``"compact"`` (zstd per frame). With a ``dask.distributed.Client`` the episodes are split by pack across its
+    workers, which write their rows straight into the store (a folder every worker sees at the same path); this
+    process commits.
     """
     root = Path(root)
     record = source.record()
@@ -125,62 +138,70 @@ def transcode(source: LeRobotSource, root: str | os.PathLike, *, episodes: Seque
     wanted = range(n_episodes) if episodes is None else sorted(set(int(e) for e in episodes))
     bad = [e for e in wanted if not 0 <= e < n_episodes]
     if bad:
-        raise FrameIndexError(f"{source.files.location()}: episode {bad[0]} does not exist ({n_episodes} episodes)")
+        raise FrameIndexError(f"{source.files.location()}: episode {bad[0]} does not exist ({n_episodes} episodes)",
+                              episode=bad[0])
     if has_commit_point(root):
         state = _checked_state(root, record)
         for name, choice in (storage or {}).items():
             held = state.arrays[name].storage if name in state.arrays else None
             if held != choice:
                 raise StoreError(f"{root}: the store keeps {name!r} as {held!r}, not {choice!r}; choose another "
-                                 f"root for another storage")
-        if state.attrs["source"].get("kind") == "edited":
+                                 f"root for another storage", path=root, feature=name)
+        if state.source.get("kind") == "edited":
             return state  # complete (writers need that) and since changed in place: nothing to fetch into it
         if state.complete_episodes()[list(wanted)].all():
-            return state  # nothing to write: no need to wait for a writer
+            return state
     else:
         check_new_store_location(root)
-    with WriterLock(root):
         if wanted:
             source.schema_from_episode(wanted[0])
-        if has_commit_point(root):
-            state = _checked_state(root, record)
-        else:
-            choices = _check_storage(storage, array_specs(source), source.files.location())
-            state = _create(source, root, record, choices)
-        done = state.complete_episodes()
-        todo = [e for e in wanted if not done[e]]
-        if not todo:
-            return state
-        if client is not None:
-            return _write_distributed(source, root, state, todo, progress, client)
-        return _write_episodes(source, root, state, todo, progress)
+        with WriterLock(root):
+            if not has_commit_point(root):
+                choices = _check_storage(storage, array_specs(source), source.files.location())
+                _create(source, root, record, choices, pack_bytes)
+        state = _checked_state(root, record)
+    done = state.complete_episodes()
+    todo = [e for e in wanted if not done[e]]
+    if not todo:
+        return state
+    if client is not None:
+        return _write_distributed(source, root, state, todo, progress, client)
+    return _write_episodes(source, root, state, todo, progress)
 
 
-_UNIT_EPISODES = 64  # at most this many episodes per distributed task: retries redo little, workers stay busy
+_UNIT_EPISODES = 64  # at most this many episodes per distributed task (of one pack): retries redo little
 
 
-def _units(source: LeRobotSource, todo: list[int]) -> list[list[int]]:
-    """Episodes grouped by data file (each file read once), in groups of at most ``_UNIT_EPISODES``."""
-    by_file: dict[str, list[int]] = {}
+def _units(source: LeRobotSource, state: StoreState, todo: list[int]) -> list[list[int]]:
+    """Episodes grouped by data file (each read once; a bad file fails only its units) and pack, in groups of at
+    most ``_UNIT_EPISODES``; whole packs when a camera is compact (one process may append to a compact pack)."""
+    if any(spec.storage != "raw" for spec in state.arrays.values()):
+        by_pack: dict[int, list[int]] = {}
+        for e in todo:
+            by_pack.setdefault(int(state.table.chunk[e]), []).append(e)
+        return list(by_pack.values())
+    groups: dict[tuple[str, int], list[int]] = {}
     for e in todo:
-        by_file.setdefault(source.episodes.data_file[e], []).append(e)
-    return [eps[i:i + _UNIT_EPISODES] for eps in by_file.values() for i in range(0, len(eps), _UNIT_EPISODES)]
+        groups.setdefault((source.episodes.data_file[e], int(state.table.chunk[e])), []).append(e)
+    return [eps[i:i + _UNIT_EPISODES] for eps in groups.values() for i in range(0, len(eps), _UNIT_EPISODES)]
 
 
 def transcode_unit(files: SourceFiles, root: str, episodes: list[int]) -> tuple[list[int], dict[str, dict[int, str]]]:
-    """A distributed task: write the chunks of ``episodes`` into the store at ``root`` (not committed).
+    """A distributed task: write the rows of ``episodes`` into the store at ``root`` (not committed).
 
-    Writing the same chunk files again is harmless, so a task retried after a worker died (or run twice) leaves
-    the same bytes; only the caller's commit makes them part of the store."""
+    Writing the same rows again is harmless, so a task retried after a worker died (or run twice) leaves the
+    same bytes; only the caller's commit makes them part of the store."""
     source = LeRobotSource(files)
     state = read_state(Path(root))
     unavailable: dict[str, dict[int, str]] = {}
+    rows = _Rows(root, state)
     for e, frames in source.iter_episodes(episodes):
-        for name in _write_data_chunks(root, state, e, frames):
+        for name in rows.add(e, frames):
             try:
-                _decode(source, e, name, state.arrays[name], frames["timestamp"], _chunk_of(root, state, name, e))
+                _decode(source, root, state, e, name, frames["timestamp"])
             except VideoUnavailable as exc:
                 unavailable.setdefault(name, {})[e] = str(exc)
+    rows.flush()
     return list(episodes), unavailable
 
 
@@ -190,10 +211,10 @@ def _write_distributed(source: LeRobotSource, root: Path, state: StoreState, tod
     from distributed import as_completed
 
     _check_cameras(root, state)
-    units = _units(source, todo)
+    units = _units(source, state, todo)
     futures = client.map(transcode_unit, [source.files] * len(units), [str(root)] * len(units), units,
                          pure=False, retries=3)
-    commits = _Commits(root, state)
+    commits = _Commits(root)
     with progress_bar(int(source.episodes.length[todo].sum()),
                       f"transcoding {source.files.name} on {len(client.scheduler_info()['workers'])} workers",
                       progress) as bar:
@@ -209,10 +230,11 @@ def _write_distributed(source: LeRobotSource, root: Path, state: StoreState, tod
 
 
 class _Commits:
-    """Episodes written (or known unavailable for some features), committed about every second and at the end."""
+    """Episodes written (or known unavailable for some features), committed about every second and at the end.
+    Each commit takes the writer lock briefly and merges into the store's latest state."""
 
-    def __init__(self, root: Path, state: StoreState):
-        self.root, self.names = root, list(state.arrays)
+    def __init__(self, root: Path, before: Any = None):
+        self.root, self.before = root, before  # before: called first at each commit (pending writes)
         self.done: list[int] = []
         self.unavailable: dict[str, dict[int, str]] = {}
         self.last = time.monotonic()
@@ -226,8 +248,13 @@ class _Commits:
 
     def flush(self) -> None:
         if self.done:
-            written = {name: [e for e in self.done if e not in self.unavailable.get(name, {})] for name in self.names}
-            commit(self.root, features_episodes=written, unavailable=self.unavailable)
+            if self.before is not None:
+                self.before()
+            with WriterLock(self.root):
+                state = read_state(self.root)
+                written = {name: [e for e in self.done if e not in self.unavailable.get(name, {})]
+                           for name in state.arrays}
+                commit(state.with_materialized(written, self.unavailable), previous=state)
         self.done, self.unavailable, self.last = [], {}, time.monotonic()
 
 
@@ -235,34 +262,71 @@ def _check_cameras(root: Path, state: StoreState) -> None:
     cameras = [name for name, spec in state.arrays.items() if spec.kind == "video"]
     if cameras and not have_pyav():
         raise NotMaterializedError(f"{root}: decoding the cameras {cameras} needs PyAV: "
-                                   f"pip install 'lerobot_zarr[video]'")
+                                   f"pip install 'lerobot_zarr[video]'", path=root)
 
 
-def _chunk_of(root: str | Path, state: StoreState, name: str, e: int) -> str:
-    return chunk_path(root, name, int(state.table.chunk[e]), state.arrays[name].ndim)
+def _location(state: StoreState, e: int) -> tuple[int, int, int]:
+    pack = int(state.table.chunk[e])
+    return pack, int(state.table.offset[e]), int(state.packs.rows[pack])
 
 
-def _write_data_chunks(root: str | Path, state: StoreState, e: int, frames: dict[str, np.ndarray]) -> list[str]:
-    """Write episode ``e``'s chunks of every feature read from the data files; return the cameras left to decode."""
-    for name, spec in state.arrays.items():
-        if spec.kind != "video":
-            write_frames(spec, _chunk_of(root, state, name, e), frames[name])
-    return [name for name, spec in state.arrays.items() if spec.kind == "video"]
+class _Rows:
+    """The rows read from the data files, written per pack and feature in large vectored writes: consecutive
+    episodes of a pack are gathered (up to ``_WRITE_BYTES``) and written together before they are committed
+    (:meth:`flush`). Compact features are written per episode at once."""
+
+    def __init__(self, root: str | Path, state: StoreState):
+        self.root, self.state = root, state
+        self.raw = {n: s for n, s in state.arrays.items() if s.kind != "video" and s.storage == "raw"}
+        self.compact = {n: s for n, s in state.arrays.items() if s.kind != "video" and s.storage != "raw"}
+        self.cameras = [n for n, s in state.arrays.items() if s.kind == "video"]
+        self.parts: dict[str, list[np.ndarray]] = {n: [] for n in self.raw}
+        self.pack, self.start, self.next, self.nbytes = -1, 0, 0, 0
+
+    def add(self, e: int, frames: dict[str, np.ndarray]) -> list[str]:
+        """Take episode ``e``'s frames; return the cameras left to decode."""
+        pack, offset, rows = _location(self.state, e)
+        if self.nbytes and (pack != self.pack or offset != self.next or self.nbytes >= _WRITE_BYTES):
+            self.flush()
+        ensure_pack(self.root, self.state.arrays, pack, rows)
+        if not self.nbytes:
+            self.pack, self.start = pack, offset
+        for name in self.raw:
+            self.parts[name].append(frames[name])
+            self.nbytes += frames[name].nbytes
+        self.next = offset + int(self.state.table.length[e])
+        for name, spec in self.compact.items():
+            write_rows(self.root, name, spec, pack, offset, frames[name], rows)
+        return self.cameras
+
+    def flush(self) -> None:
+        """Write what was gathered (before the episodes holding it are committed)."""
+        if self.nbytes:
+            for name, spec in self.raw.items():
+                write_rows_vectored(self.root, name, spec, self.pack, self.start, self.parts[name])
+                self.parts[name] = []
+        self.nbytes = 0
 
 
-def _decode(source: LeRobotSource, e: int, name: str, spec: ArraySpec, timestamps: np.ndarray, path: str) -> None:
-    with chunk_writer(spec, path, len(timestamps)) as writer:
+_WRITE_BYTES = 32 << 20
+
+
+def _decode(source: LeRobotSource, root: str | Path, state: StoreState, e: int, name: str, timestamps: np.ndarray
+            ) -> None:
+    pack, offset, rows = _location(state, e)
+    with row_writer(root, name, state.arrays[name], pack, offset, len(timestamps), rows) as writer:
         source.decode_video(e, name, timestamps, writer.write)
 
 
 def _write_episodes(source: LeRobotSource, root: Path, state: StoreState, todo: list[int], progress: bool
                     ) -> StoreState:
-    """Write ``todo``'s chunks (cameras decoded in a thread pool, parallel across episodes and cameras), commit
+    """Write ``todo``'s rows (cameras decoded in a thread pool, parallel across episodes and cameras), commit
     about every second. An episode is committed when all its features are written or known unavailable."""
     _check_cameras(root, state)
     cameras = [name for name, spec in state.arrays.items() if spec.kind == "video"]
-    workers = min(8, len(os.sched_getaffinity(0))) if cameras else 0
-    commits = _Commits(root, state)
+    workers = min(8, _cpu_count()) if cameras else 0
+    rows = _Rows(root, state)
+    commits = _Commits(root, before=rows.flush)
 
     def finish(e: int, decoding: dict[str, Future]) -> None:
         unavailable: dict[str, dict[int, str]] = {}
@@ -274,15 +338,16 @@ def _write_episodes(source: LeRobotSource, root: Path, state: StoreState, todo: 
         commits.add([e], unavailable)
         bar.update(int(source.episodes.length[e]))
 
-    what = f"transcoding {source.files.name}" + (f" (decoding {len(cameras)} cameras)" if cameras else "")
+    what = f"transcoding {source.files.name}"
+    if cameras:
+        what += f" (decoding {len(cameras)} camera{'s' if len(cameras) > 1 else ''})"
     with (progress_bar(int(source.episodes.length[todo].sum()), what, progress) as bar,
           ThreadPoolExecutor(max(1, workers), thread_name_prefix="lerobot_zarr-video") as pool):
         in_flight: deque[tuple[int, dict[str, Future]]] = deque()
         try:
             for e, frames in prefetched(source.iter_episodes(todo), depth=4):
-                decoding = {name: pool.submit(_decode, source, e, name, state.arrays[name], frames["timestamp"],
-                                              _chunk_of(root, state, name, e))
-                            for name in _write_data_chunks(root, state, e, frames)}
+                decoding = {name: pool.submit(_decode, source, root, state, e, name, frames["timestamp"])
+                            for name in rows.add(e, frames)}
                 in_flight.append((e, decoding))
                 while in_flight and (len(in_flight) > 2 * workers
                                      or all(f.done() for f in in_flight[0][1].values())):

@@ -1,11 +1,12 @@
 """Writing a store in place: record episodes, edit frames, delete episodes or frames, keep a ring buffer.
 
 One writer per store (the ``.lock`` flock, released by the kernel when the writer dies), any number of readers
-in other processes. Every change is one commit of the root ``zarr.json`` (see :mod:`lerobot_zarr.store`): new
-chunk files are written under fresh chunk ids and flushed before the commit that lists them, deleted episodes'
-chunks are retired after it, so a writer killed at any instant leaves the store at its last commit. Frame edits
-(:meth:`WritableDataset.edit`) are the exception by nature: they write through shared memory maps, so readers see
-them at once, and a crash in the middle of one leaves it partly applied.
+in other processes. Every change is one commit of the root ``zarr.json`` (see :mod:`lerobot_zarr.store`): new rows
+are written where no committed episode points (the free rows of the last pack, or a new pack) and flushed before
+the commit that lists them; packs left without a live episode are retired after it; so a writer killed at any
+instant leaves the store at its last commit. Frame edits (:meth:`WritableDataset.edit`) are the exception by
+nature: they write through shared memory maps, so readers see them at once, and a crash in the middle of one
+leaves it partly applied (the next writer then recomputes the stats of that episode).
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
+import shutil
+import math
 import operator
 import os
 import time
@@ -25,46 +28,50 @@ from typing import Any
 
 import numpy as np
 
+from ._fileio import WriterLock, atomic_write
+from ._packs import ensure_pack, remove_retired, retire_pack, write_rows
 from ._progress import progress_bar
-from .dataset import LeRobotZarrDataset, frame_range
+from .dataset import ImageFormat, LeRobotZarrDataset, _pack_file
 from .errors import (
+    ArgumentError,
     DiskSpaceError,
     FrameIndexError,
     NotMaterializedError,
     SchemaMismatchError,
+    StoreClosedError,
     StoreError,
     UnsupportedDtypeError,
+    ValueRangeError,
 )
 from .lerobot_v3 import DEFAULT_FEATURES, aggregate_stats, episode_stats, stats_json
-from .source import FeatureSpec
+from .selection import frame_range
 from .store import (
     CREATING_MARKER,
+    DEFAULT_PACK_BYTES,
     ArraySpec,
     EpisodeTable,
+    PackLayout,
     StoreState,
-    WriterLock,
-    atomic_write,
+    array_spec,
     check_array_name,
-    check_new_store_location,
     chunk_path,
-    commit_state,
+    check_new_store_location,
+    commit,
     create_store,
-    open_chunk,
+    pack_rows_target,
     read_state,
-    retired_path,
     stats_path,
-    write_chunk,
-    write_zarr_copies,
 )
-from .transcode import array_spec_of
 
-__all__ = ["create", "WritableDataset", "MIN_FREE_ENV", "RETIRE_AFTER_S"]
+__all__ = ["create", "fork", "WritableDataset", "EditFrames", "MIN_FREE_ENV", "RETIRE_AFTER_S", "RESERVED_NAMES"]
 
 MIN_FREE_ENV = "LEROBOT_ZARR_MIN_FREE_BYTES"
 _DEFAULT_MIN_FREE = 256 * 2**20
-RETIRE_AFTER_S = 60.0  # how long a deleted episode's files stay readable for readers of older commits
+RETIRE_AFTER_S = 60.0  # how long a retired pack's files stay readable for readers of older commits
 _LOCATION_STATS = ("min", "max", "mean", "q01", "q10", "q50", "q90", "q99")
 _INDEX_COLUMNS = ("episode_index", "index")  # stored values may exceed LeRobot's by the table's shifts
+_STATS_PENDING = ".stats-pending"  # stats files newer than the committed stats.json may exist
+RESERVED_NAMES = ("task",)  # sample keys a feature may not take (with LeRobot's own columns and '*_is_pad')
 
 
 def _min_free_bytes(value: int | None) -> int:
@@ -76,52 +83,68 @@ def _min_free_bytes(value: int | None) -> int:
     try:
         return int(raw)
     except ValueError:
-        raise ValueError(f"{MIN_FREE_ENV}={raw!r} is not an integer") from None
+        raise ArgumentError(f"{MIN_FREE_ENV}={raw!r} is not an integer") from None
 
 
 def _feature_specs(features: Mapping[str, Mapping[str, Any]]) -> tuple[dict, dict[str, ArraySpec]]:
     """LeRobot feature specs (``{"dtype", "shape", "names"}``) -> info features with LeRobot's defaults added,
     and the store arrays they map to."""
+    if not isinstance(features, Mapping) or not features:
+        raise SchemaMismatchError(f"features must be a non-empty mapping {{name: {{'dtype', 'shape'}}}}, got "
+                                  f"{features!r:.80}")
     info: dict[str, dict] = {}
     for name, ft in features.items():
+        if not isinstance(name, str):
+            raise SchemaMismatchError(f"feature names must be strings, got {name!r}")
         if not isinstance(ft, Mapping) or "dtype" not in ft or "shape" not in ft:
-            raise SchemaMismatchError(f"feature {name!r}: a feature is a dict with 'dtype' and 'shape', got {ft!r}")
+            raise SchemaMismatchError(f"feature {name!r}: a feature is a dict with 'dtype' and 'shape', got {ft!r}",
+                                      feature=name)
+        if name in RESERVED_NAMES or name.endswith("_is_pad"):
+            raise SchemaMismatchError(f"feature {name!r}: the name is taken by samples ('task' and '<feature>_is_pad' "
+                                      f"keys); choose another", feature=name)
         check_array_name(name)
         dtype = str(ft["dtype"])
         if dtype in ("video", "string"):
             raise UnsupportedDtypeError(f"feature {name!r}: dtype {dtype!r} cannot be recorded into a store (store "
-                                        f"cameras as dtype 'image')")
+                                        f"cameras as dtype 'image')", feature=name)
         if dtype != "image":
             try:
-                np.dtype(dtype)
+                kind = np.dtype(dtype).kind
             except TypeError:
-                raise UnsupportedDtypeError(f"feature {name!r}: unknown dtype {dtype!r}") from None
-        shape = tuple(int(s) for s in ft["shape"])
-        if any(s < 1 for s in shape) or (dtype == "image" and len(shape) != 3):
-            raise SchemaMismatchError(f"feature {name!r}: shape {list(shape)} is not valid for dtype {dtype!r}")
+                raise UnsupportedDtypeError(f"feature {name!r}: unknown dtype {dtype!r}", feature=name) from None
+            if kind not in "biuf":
+                raise UnsupportedDtypeError(f"feature {name!r}: dtype {dtype!r} cannot be stored as raw bytes (use a "
+                                            f"bool, integer or float dtype)", feature=name)
+        try:
+            shape = tuple(operator.index(s) for s in ft["shape"])
+        except TypeError:
+            raise SchemaMismatchError(f"feature {name!r}: shape must be a list of integers, got {ft['shape']!r:.60}",
+                                      feature=name) from None
+        if not shape or any(s < 1 for s in shape) or (dtype == "image" and (len(shape) != 3
+                                                                             or shape[-1] not in (1, 3, 4))):
+            raise SchemaMismatchError(f"feature {name!r}: shape {list(shape)} is not valid for dtype {dtype!r}",
+                                      feature=name)
         names = ft.get("names")
         if dtype == "image" and names is None:
             names = ["height", "width", "channels"]
         info[name] = {"dtype": dtype, "shape": list(shape), "names": names}
     for name, dtype in DEFAULT_FEATURES.items():
         if name in info and (info[name]["dtype"] != dtype or info[name]["shape"] != [1]):
-            raise SchemaMismatchError(f"feature {name!r} is LeRobot's own: dtype {dtype!r}, shape [1]")
+            raise SchemaMismatchError(f"feature {name!r} is LeRobot's own, filled by the writer: dtype {dtype!r}, "
+                                      f"shape [1]; leave it out", feature=name)
         info.setdefault(name, {"dtype": dtype, "shape": [1], "names": None})
-    arrays = {}
-    for name, ft in info.items():
-        shape = tuple(ft["shape"])
-        frame_shape = () if shape == (1,) and ft["dtype"] != "image" else shape  # LeRobot stores [1] as scalars
-        arrays[name] = array_spec_of(FeatureSpec(name, ft["dtype"], shape, ft["names"], frame_shape))
+    arrays = {name: array_spec(ft["dtype"], () if ft["shape"] == [1] and ft["dtype"] != "image" else tuple(ft["shape"]),
+                               ft["names"]) for name, ft in info.items()}
     return info, arrays
 
 
 def create(root: str | os.PathLike, *, fps: float, features: Mapping[str, Mapping[str, Any]],
            robot_type: str | None = None, capacity_frames: int | None = None, durable: bool = True,
-           min_free_bytes: int | None = None) -> WritableDataset:
+           min_free_bytes: int | None = None, pack_bytes: int = DEFAULT_PACK_BYTES) -> WritableDataset:
     """Make a new, empty store at ``root`` and open it for writing.
 
     Args:
-        fps: frames per second (timestamps are ``frame_index / fps``).
+        fps: frames per second (timestamps are ``frame_index / fps``); finite and positive.
         features: LeRobot feature specs, ``{name: {"dtype": "float32", "shape": [14], "names": [...]}}``;
             cameras are ``{"dtype": "image", "shape": [H, W, C]}``. LeRobot's ``timestamp``, ``frame_index``,
             ``episode_index``, ``index`` and ``task_index`` are added and filled by the writer.
@@ -131,25 +154,65 @@ def create(root: str | os.PathLike, *, fps: float, features: Mapping[str, Mappin
             process is killed, and much faster for small episodes.
         min_free_bytes: refuse writes that would leave less free space on the volume (default 256 MiB, or
             ``$LEROBOT_ZARR_MIN_FREE_BYTES``).
+        pack_bytes: target size of a pack (consecutive episodes in one chunk file per feature) for the widest
+            feature; an episode bigger than that gets a pack of its own.
     """
     root = Path(root)
-    fps = float(fps)
-    if not fps > 0:
-        raise ValueError(f"fps must be positive, got {fps}")
-    if capacity_frames is not None and int(capacity_frames) < 1:
-        raise ValueError(f"capacity_frames must be positive, got {capacity_frames}")
+    try:
+        fps = float(fps)
+    except (TypeError, ValueError):
+        raise ArgumentError(f"fps must be a number, got {fps!r:.40}") from None
+    if not (math.isfinite(fps) and fps > 0):
+        raise ArgumentError(f"fps must be finite and positive, got {fps}")
+    if capacity_frames is not None and operator.index(capacity_frames) < 1:
+        raise ArgumentError(f"capacity_frames must be positive, got {capacity_frames}")
+    if operator.index(pack_bytes) < 1:
+        raise ArgumentError(f"pack_bytes must be positive, got {pack_bytes}")
     info_features, arrays = _feature_specs(features)
     if root.exists() and (root.is_symlink() or not root.is_dir()):
         check_new_store_location(root)  # raises: not a folder
     info = {"codebase_version": "v3.0", "robot_type": robot_type, "fps": fps if fps % 1 else int(fps),
             "features": info_features, "total_episodes": 0, "total_frames": 0, "total_tasks": 0,
             "splits": {}}
-    empty = EpisodeTable.contiguous([], [], [])
+    empty = EpisodeTable.contiguous([], [], [], [])
     with WriterLock(root, blocking=False):  # first: a store another writer holds is "locked", not "exists"
         check_new_store_location(root)
-        create_store(root, arrays, empty, {"info": info, "tasks": [], "stats": {}, "source": {"kind": "recorded"},
-                                           "not_materialized": {}, "capacity_frames": capacity_frames})
+        create_store(StoreState(root=root, info=info, tasks=(), stats={}, source={"kind": "recorded"}, arrays=arrays,
+                                table=empty, packs=PackLayout(np.zeros(0, np.int64)), materialized={},
+                                capacity_frames=None if capacity_frames is None else int(capacity_frames),
+                                pack_bytes=int(pack_bytes)))
     return WritableDataset(root, durable=durable, min_free_bytes=min_free_bytes)
+
+
+def fork(source: str | os.PathLike, root: str | os.PathLike) -> StoreState:
+    """Make ``root`` a copy of the complete store ``source`` that shares its pack files by hard links (instant, no
+    disk space) until a writer changes a pack, which it copies first (:meth:`WritableDataset._own_pack`): writes
+    to the copy never reach ``source``. On another filesystem (no hard links) the packs are copied."""
+    source, root = Path(source), Path(root)
+    state = read_state(source)
+    if not state.complete_episodes().all():
+        raise NotMaterializedError(f"{source}: a store is copied with every episode; this one lacks some",
+                                   path=source)
+    with WriterLock(root, blocking=False):
+        check_new_store_location(root)
+        root.mkdir(parents=True, exist_ok=True)
+        (root / CREATING_MARKER).touch()
+        for pack in np.flatnonzero(state.packs.rows > 0).tolist():
+            for name, spec in state.arrays.items():
+                src, dst = Path(chunk_path(source, name, pack, spec.ndim)), Path(chunk_path(root, name, pack,
+                                                                                           spec.ndim))
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                with contextlib.suppress(FileNotFoundError):
+                    dst.unlink()  # debris of a copy killed midway
+                try:
+                    os.link(src, dst, follow_symlinks=False)
+                except OSError:  # another filesystem, or no hard links there: copy
+                    shutil.copyfile(src, dst, follow_symlinks=False)
+        stats = source / ".episode_stats"
+        if stats.is_dir():
+            shutil.copytree(stats, root / ".episode_stats", symlinks=False, dirs_exist_ok=True)
+        new = create_store(replace(state, root=root, retired=()), keep_files=True)
+    return new
 
 
 class WritableDataset(LeRobotZarrDataset):
@@ -158,14 +221,14 @@ class WritableDataset(LeRobotZarrDataset):
 
     Structural changes (:meth:`add_episode`, :meth:`save_episode`, :meth:`delete_episodes`,
     :meth:`delete_frames`) are atomic commits: readers of older commits keep their view until they refresh.
-    :meth:`edit` and :meth:`set_task` change frames in place: every reader sees them at once. Use as a context
+    :meth:`edit` and :meth:`set_task` change frames IN PLACE: every reader sees them at once. Use as a context
     manager, or call :meth:`close`, to release the writer lock (a dead process releases it too).
     """
 
-    _headroom = 1.0  # appended episodes get maps next to the others: sampling keeps its maps across commits
+    _headroom = 1.0  # appended packs get maps next to the others: sampling keeps its maps across commits
 
     def __init__(self, root: str | os.PathLike, *, delta_timestamps: Mapping[str, Sequence[float]] | None = None,
-                 image_format: str = "uint8_hwc", max_open_maps: int | None = None, durable: bool = True,
+                 image_format: ImageFormat = "uint8_hwc", max_open_maps: int | None = None, durable: bool = True,
                  min_free_bytes: int | None = None):
         root = Path(root)
         lock = WriterLock(root, blocking=False).__enter__()
@@ -174,18 +237,23 @@ class WritableDataset(LeRobotZarrDataset):
             missing = np.flatnonzero(~state.complete_episodes())
             if missing.size:
                 raise NotMaterializedError(f"{root}: episodes {missing[:20].tolist()} are not in the local store; "
-                                           f"open it with every episode before writing to it")
+                                           f"open it with every episode before writing to it", path=root,
+                                           episode=int(missing[0]))
             state = _drop_empty_features(state)
-            gaps = [name for name in state.arrays if state.unavailable(name)]
+            gaps = [name for name in state.arrays if state.unavailable_of(name)]
             if gaps:
-                raise NotMaterializedError(f"{root}: features {gaps} lack some episodes (missing source videos: "
-                                           f"{state.unavailable(gaps[0])[min(state.unavailable(gaps[0]))]}); a "
-                                           f"store is writable only with every feature of every episode")
+                name = gaps[0]
+                first = min(state.unavailable_of(name))
+                raise NotMaterializedError(f"{root}: features {gaps} lack some episodes (episode {first}: "
+                                           f"{state.unavailable_of(name)[first]}); a store is writable only with "
+                                           f"every feature of every episode", path=root, feature=name,
+                                           episode=first)
             compact = [name for name, spec in state.arrays.items() if spec.storage != "raw"]
             if compact:
                 raise StoreError(f"{root}: features {compact} are stored compact (compressed frames), which "
-                                 f"cannot be written in place; use a store with raw storage to write")
-            self.root, self._state = root, state
+                                 f"cannot be written in place; use a store with raw storage to write", path=root)
+            self.root = root
+            self._state = state
             self._cleanup()
             super().__init__(root, delta_timestamps=delta_timestamps, image_format=image_format,
                              max_open_maps=max_open_maps)
@@ -198,13 +266,12 @@ class WritableDataset(LeRobotZarrDataset):
         self.min_free_bytes = _min_free_bytes(min_free_bytes)
         self._episode_buffer: list[tuple[dict[str, np.ndarray], str]] = []
         self._stats_rows: dict[str, dict[str, np.ndarray]] | None = None  # per-episode stats of stored values
-        self._dirty: dict[int, set[str]] = {}  # chunk -> features edited in place since the last commit
-        if self._state.attrs.get("pending_tasks"):  # a set_task killed midway: finish it (idempotent)
-            self._rewrite_task_index(self._state.attrs["pending_tasks"])
-        stats_dir = self.root / ".episode_stats"
-        if stats_dir.is_dir() and any(not stats_path(self.root, c).exists() for c in self._state.table.chunk.tolist()):
-            # an edit was cut short by a crash (it had dropped its episode's stats): recompute and commit them
-            self._commit(self._state.table, self._episode_stats_rows(), copies_written=True)
+        self._dirty: dict[tuple[int, int], set[str]] = {}  # (pack, offset) -> features edited since the last commit
+        if self._state.pending_tasks:  # a set_task killed midway: finish it (idempotent)
+            self._rewrite_task_index(list(self._state.pending_tasks))
+        if (self.root / _STATS_PENDING).exists() or self._stats_missing():
+            # an edit was cut short by a crash (stats dropped, or written but not committed): recompute and commit
+            self._commit(self._state, self._episode_stats_rows())
 
     def __reduce__(self) -> tuple:
         # a copy in another process (a DataLoader worker) is a reader of the same episodes: it cannot hold the lock
@@ -235,7 +302,7 @@ class WritableDataset(LeRobotZarrDataset):
     @property
     def capacity_frames(self) -> int | None:
         """Ring-buffer capacity in frames (None: unbounded)."""
-        return self._state.attrs.get("capacity_frames")
+        return self._state.capacity_frames
 
     @property
     def features(self) -> dict[str, dict]:
@@ -244,48 +311,44 @@ class WritableDataset(LeRobotZarrDataset):
     # housekeeping ---------------------------------------------------------------------------------------
     def _check_open(self) -> None:
         if not self._release.alive:
-            raise StoreError(f"{self.root}: this writable dataset was closed; open it again with mode='r+'")
+            raise StoreClosedError(f"{self.root}: this writable dataset was closed; open it again with mode='r+'",
+                                   path=self.root)
         if not self._writer_lock.held:
-            raise StoreError(f"{self.root}: this writable dataset was opened by another process (this one is a "
-                             f"fork of it); a forked process may read it but not write to it")
+            raise StoreClosedError(f"{self.root}: this writable dataset was opened by another process (this one is "
+                                   f"a fork of it); a forked process may read it but not write to it",
+                                   path=self.root)
 
     def _cleanup(self) -> None:
-        """After a crash: drop chunk files no commit lists, finish retiring, delete what expired."""
+        """After a crash: drop pack files no commit lists, finish retiring, delete what expired, remove debris."""
         state = self._state
-        live = set(state.table.chunk.tolist())
-        retired = {int(c) for c, _ in state.attrs.get("retired", [])}
-        for name, spec in state.arrays.items():
+        n_packs = len(state.packs)
+        retired = {pack for pack, _ in state.retired}
+        for name in [*state.arrays, "frame_live"]:
             folder = self.root / name / "c"
             if not folder.is_dir():
                 continue
             for entry in folder.iterdir():
-                if not entry.name.isdigit() or int(entry.name) in live:
+                if not entry.name.isdigit():
+                    _remove(entry)  # debris of a pack creation killed before its rename
                     continue
-                chunk = int(entry.name)
-                if chunk in retired:
-                    self._retire_file(name, spec, chunk)
-                else:
-                    _remove(entry)
+                pack = int(entry.name)
+                if pack >= n_packs or (state.packs.rows[pack] == 0 and (pack not in retired or name == "frame_live")):
+                    _remove(entry)  # a pack created for an append that never committed, or retired and expired
+                elif state.packs.rows[pack] == 0:
+                    retire_pack(self.root, {name: state.arrays[name]}, pack)  # retired by a commit, not moved yet
+        live = {(int(c), int(o)) for c, o in zip(state.table.chunk.tolist(), state.table.offset.tolist(), strict=True)}
         stats_dir = self.root / ".episode_stats"
         if stats_dir.is_dir():
             for entry in stats_dir.iterdir():
-                stem = entry.name.removesuffix(".json")
-                if not (stem.isdigit() and int(stem) in live):
+                key = tuple(entry.name.removesuffix(".json").split("-"))
+                if not (len(key) == 2 and all(k.isdigit() for k in key) and (int(key[0]), int(key[1])) in live):
                     _remove(entry)
-        for pattern in (".*.tmp-*", "*/.*.tmp-*", "*/c/.*.tmp-*", CREATING_MARKER):
+        for pattern in (".*.tmp-*", "*/.*.tmp-*", "*/c/.*.tmp-*", "*/c/*/.*.tmp-*", ".episode_stats/.*.tmp-*",
+                        CREATING_MARKER):
             for tmp in self.root.glob(pattern):  # debris of writes killed before their rename
                 _remove(tmp)
-        # zarr's copies of the table and array metadata may be those of a commit killed before its root write
-        write_zarr_copies(self.root, state.arrays, state.table, state.next_chunk)
-
-
-    def _retire_file(self, name: str, spec: ArraySpec, chunk: int) -> None:
-        target = Path(retired_path(self.root, name, chunk))
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with contextlib.suppress(FileNotFoundError):
-            os.replace(chunk_path(self.root, name, chunk, spec.ndim), target)
-        if spec.ndim > 1:
-            _remove(self.root / name / "c" / str(chunk))
+        if state.read_version < 3 or (self.root / ".frame_live-pending").exists():
+            self._state = commit(state, previous=state, durable=True)  # upgrade the format / repair frame_live
 
     def _check_space(self, nbytes: int) -> None:
         st = os.statvfs(self.root)
@@ -293,30 +356,43 @@ class WritableDataset(LeRobotZarrDataset):
         if free - nbytes < self.min_free_bytes:
             raise DiskSpaceError(errno.ENOSPC, f"{self.root}: writing {nbytes} bytes would leave {free - nbytes} "
                                                f"bytes free on its volume, below the margin of {self.min_free_bytes}"
-                                               f" bytes (min_free_bytes= or ${MIN_FREE_ENV}); nothing was written")
+                                               f" bytes (min_free_bytes= or ${MIN_FREE_ENV}); nothing was written",
+                                 path=self.root)
 
     # stats ----------------------------------------------------------------------------------------------
-    def _write_stats_file(self, chunk: int, stats: Mapping[str, Mapping[str, np.ndarray]]) -> None:
-        path = stats_path(self.root, chunk)
+    def _write_stats_file(self, pack: int, offset: int, stats: Mapping[str, Mapping[str, np.ndarray]]) -> None:
+        path = stats_path(self.root, pack, offset)
         path.parent.mkdir(exist_ok=True)
         atomic_write(path, json.dumps({k: stats_json(v) for k, v in stats.items()}).encode(), durable=False)
 
-    def _stats_of(self, chunk: int, arrays: Mapping[str, np.ndarray]) -> dict[str, dict[str, np.ndarray]]:
-        """Per-episode stats of one chunk's stored values, computed and kept next to it."""
+    def _stats_of(self, pack: int, offset: int, arrays: Mapping[str, np.ndarray]) -> dict[str, dict[str, np.ndarray]]:
+        """Per-episode stats of one episode's stored values, computed and kept next to it."""
         stats = {name: episode_stats(np.asarray(arrays[name]), spec.kind) for name, spec in self._specs.items()}
-        self._write_stats_file(chunk, stats)
+        self._write_stats_file(pack, offset, stats)
         return stats
 
-    def _map_chunk(self, name: str, chunk: int, length: int, *, writable: bool = False) -> np.memmap:
-        """A memory map of one committed chunk file (symlinks refused, size checked)."""
+    def _rows_map(self, name: str, pack: int, offset: int, length: int, *, writable: bool = False) -> np.memmap:
+        """A memory map of one committed episode's rows of one feature (symlinks refused, size checked)."""
         spec = self._specs[name]
-        path = chunk_path(self.root, name, chunk, spec.ndim)
-        fd = open_chunk(path, length * spec.frame_bytes, chunk, name, flags=os.O_RDWR if writable else os.O_RDONLY)
+        rows = int(self._state.packs.rows[pack])
+        fd = _pack_file(self.root, name, spec, pack, rows, os.O_RDWR if writable else os.O_RDONLY)
         with os.fdopen(fd, "r+b" if writable else "rb") as f:
-            return np.memmap(f, dtype=spec.dtype, mode="r+" if writable else "r", shape=(length, *spec.frame_shape))
+            return np.memmap(f, dtype=spec.dtype, mode="r+" if writable else "r", offset=offset * spec.frame_bytes,
+                             shape=(length, *spec.frame_shape))
 
-    def _read_chunk(self, chunk: int, length: int) -> dict[str, np.ndarray]:
-        return {name: self._map_chunk(name, chunk, length) for name in self._specs}
+    def _read_episode(self, e: int, table: EpisodeTable | None = None) -> dict[str, np.ndarray]:
+        t = self._state.table if table is None else table
+        pack, offset, length = int(t.chunk[e]), int(t.offset[e]), int(t.length[e])
+        return {name: self._rows_map(name, pack, offset, length) for name in self._specs}
+
+    def _stats_missing(self) -> bool:
+        """Whether some episode lacks its stats file while others have one (an edit's crash dropped it)."""
+        try:
+            present = set(os.listdir(self.root / ".episode_stats"))
+        except FileNotFoundError:
+            return False
+        t = self._state.table
+        return any(f"{c}-{o}.json" not in present for c, o in zip(t.chunk.tolist(), t.offset.tolist(), strict=True))
 
     def _episode_stats_rows(self) -> dict[str, dict[str, np.ndarray]]:
         """Per-episode stats of every episode, stacked (rows in episode order); computed once where missing."""
@@ -325,17 +401,16 @@ class WritableDataset(LeRobotZarrDataset):
         table = self._state.table
         rows: list[dict] = []
         todo = []
-        for e, chunk in enumerate(table.chunk.tolist()):
+        for e, (pack, offset) in enumerate(zip(table.chunk.tolist(), table.offset.tolist(), strict=True)):
             try:
-                doc = json.loads(stats_path(self.root, chunk).read_bytes())
+                doc = json.loads(stats_path(self.root, pack, offset).read_bytes())
                 rows.append({name: {k: np.asarray(v) for k, v in doc[name].items()} for name in self._specs})
-            except (FileNotFoundError, KeyError, ValueError):
+            except (FileNotFoundError, KeyError, ValueError, TypeError, AttributeError):
                 rows.append({})
                 todo.append(e)
         with progress_bar(len(todo), f"episode stats of {self.root.name}", bool(todo) and len(todo) > 20) as bar:
             for e in todo:
-                chunk, length = int(table.chunk[e]), int(table.length[e])
-                rows[e] = self._stats_of(chunk, self._read_chunk(chunk, length))
+                rows[e] = self._stats_of(int(table.chunk[e]), int(table.offset[e]), self._read_episode(e))
                 bar.update(1)
         self._stats_rows = {name: _stack([row[name] for row in rows], spec) for name, spec in self._specs.items()}
         return self._stats_rows
@@ -354,56 +429,79 @@ class WritableDataset(LeRobotZarrDataset):
             out[name] = stats_json(aggregate_stats(stats))
         return out
 
+    def _fold_dirty(self, table: EpisodeTable, rows: dict[str, dict[str, np.ndarray]]
+                    ) -> dict[str, dict[str, np.ndarray]]:
+        """``rows`` (aligned with ``table``) with the stats of edited features recomputed from the data."""
+        position = {(int(c), int(o)): i for i, (c, o) in enumerate(zip(table.chunk.tolist(), table.offset.tolist(),
+                                                                      strict=True))}
+        rows = {name: {k: v.copy() for k, v in rows[name].items()} for name in rows}
+        for (pack, offset), names in self._dirty.items():
+            e = position.get((pack, offset))
+            if e is None:  # deleted or moved since: its new rows got fresh stats
+                continue
+            length = int(table.length[e])
+            for name in names:
+                stats = episode_stats(np.asarray(self._rows_map(name, pack, offset, length)), self._specs[name].kind)
+                for k in rows[name]:
+                    rows[name][k][e] = stats[k]
+            self._write_stats_file(pack, offset, {name: {k: v[e] for k, v in rows[name].items()} for name in rows})
+        return rows
+
     # committing -----------------------------------------------------------------------------------------
-    def _commit(self, table: EpisodeTable, rows: dict[str, dict[str, np.ndarray]] | None, *,
-                tasks: list[str] | None = None, retire: Sequence[int] = (), copies_written: bool = False,
-                **attrs: Any) -> None:
-        """One commit: table, tasks, stats, info counters; then retire the given chunks and reload the sampler.
-        Stats of in-place edits not committed yet are folded in."""
-        state = self._state
+    def _commit(self, state: StoreState, rows: dict[str, dict[str, np.ndarray]] | None, **changes: Any) -> None:
+        """One commit of ``state`` (its table, packs, tasks...) with ``changes`` applied: info counters, stats,
+        source; packs left without a live episode are retired after it (expired retired packs deleted); the
+        sampler reloads. Stats of in-place edits not committed yet are folded in."""
+        previous = self._state
+        state = replace(state, **changes)
+        table = state.table
         if self._dirty:
             rows = self._fold_dirty(table, self._episode_stats_rows() if rows is None else rows)
-        tasks = list(state.attrs["tasks"]) if tasks is None else tasks
-        info = dict(state.attrs["info"], total_episodes=len(table), total_frames=int(table.length.sum()),
+        tasks = list(state.tasks)
+        info = dict(state.info, total_episodes=len(table), total_frames=int(table.length.sum()),
                     total_tasks=len(tasks), splits={"train": f"0:{len(table)}"} if len(table) else {})
         now = time.time()
-        retired = [[c, t] for c, t in state.attrs.get("retired", []) if now - t < RETIRE_AFTER_S]
-        expired = [c for c, t in state.attrs.get("retired", []) if now - t >= RETIRE_AFTER_S]
-        retired += [[int(c), now] for c in retire]
-        source = state.attrs["source"]
+        packs = state.packs
+        live = np.zeros(len(packs), dtype=bool)
+        live[table.chunk] = True
+        if len(packs):
+            live[-1] |= packs.free_rows() > 0 and packs.rows[-1] > 0  # the open pack stays for the next append
+        retire = np.flatnonzero(~live & (packs.rows > 0)).tolist()
+        retired = [(c, t) for c, t in state.retired if now - t < RETIRE_AFTER_S]
+        expired = [c for c, t in state.retired if now - t >= RETIRE_AFTER_S]
+        retired += [(int(c), now) for c in retire]
+        source = state.source
         if source.get("kind") not in ("recorded", "edited"):
             source = {"kind": "edited", "from": source}
-        if rows is not None:
-            attrs["stats"] = self._dataset_stats(table, rows)
-        next_chunk = max(state.next_chunk, int(table.chunk.max()) + 1 if len(table) else 0)
-        try:
-            new_state = commit_state(state, table=table, durable=self.durable, copies_written=copies_written,
-                                     info=info, tasks=tasks, source=source, retired=retired, next_chunk=next_chunk,
-                                     **attrs)
-        except BaseException:
-            with contextlib.suppress(Exception):  # zarr's copies go back to the commit that still stands
-                write_zarr_copies(self.root, state.arrays, state.table, state.next_chunk)
-            raise
-        self._state = new_state
+        stats = self._dataset_stats(table, rows) if rows is not None else state.stats
+        new = replace(state, info=info, source=source, stats=stats, retired=tuple(retired),
+                      packs=packs.retire(retire)).all_materialized()
+        if rows is not None and self._dirty:
+            (self.root / _STATS_PENDING).touch()
+        self._state = commit(new, previous=previous, durable=self.durable)
+        with contextlib.suppress(FileNotFoundError):
+            (self.root / _STATS_PENDING).unlink()
         self._dirty = {}
         if rows is not None:
             self._stats_rows = rows
-        for chunk in retire:
-            for name, spec in self._specs.items():
-                self._retire_file(name, spec, int(chunk))
-            _remove(stats_path(self.root, int(chunk)))
-        for chunk in expired:
-            for name in self._specs:
-                _remove(Path(retired_path(self.root, name, int(chunk))))
+        kept = {(int(c), int(o)) for c, o in zip(table.chunk.tolist(), table.offset.tolist(), strict=True)}
+        gone = {(int(c), int(o)) for c, o in zip(previous.table.chunk.tolist(), previous.table.offset.tolist(),
+                                                 strict=True)} - kept
+        for pack, offset in gone:
+            _remove(stats_path(self.root, pack, offset))
+        for pack in retire:
+            retire_pack(self.root, self._specs, pack)
+        for pack in expired:
+            remove_retired(self.root, self._specs, pack)
         with self._lock:
-            self._load(new_state)
+            self._load(self._state)
 
     # recording ------------------------------------------------------------------------------------------
     def _task_indices(self, task: str | Sequence[str], n: int) -> tuple[np.ndarray, list[str]]:
-        tasks = list(self._state.attrs["tasks"])
-        per_frame = [task] * n if isinstance(task, str) else list(task)
-        if len(per_frame) != n or not all(isinstance(t, str) and t for t in per_frame):
-            raise ValueError(f"task must be a non-empty string or one per frame ({n}), got {task!r:.200}")
+        tasks = list(self._state.tasks)
+        per_frame = [task] * n if isinstance(task, str) else list(task) if isinstance(task, Sequence) else None
+        if per_frame is None or len(per_frame) != n or not all(isinstance(t, str) and t for t in per_frame):
+            raise ArgumentError(f"task must be a non-empty string or one per frame ({n}), got {task!r:.200}")
         lookup = {t: i for i, t in enumerate(tasks)}
         out = np.empty(n, dtype=np.int64)
         for i, t in enumerate(per_frame):
@@ -413,29 +511,85 @@ class WritableDataset(LeRobotZarrDataset):
             out[i] = lookup[t]
         return out, tasks
 
-    def _frames_of(self, frames: Mapping[str, Any]) -> tuple[int, dict[str, np.ndarray]]:
-        """Validate one episode's user features: every one present, same length, right shape and dtype."""
+    def _frames_of(self, frames: Mapping[str, Any], episode: int) -> tuple[int, dict[str, np.ndarray]]:
+        """Validate one episode's user features: every one present, same length, right shape, values that fit."""
+        if not isinstance(frames, Mapping):
+            raise SchemaMismatchError(f"{self.root}: an episode is a mapping {{feature: frames}}, got "
+                                      f"{type(frames).__name__}")
         user = [name for name in self._specs if name not in DEFAULT_FEATURES]
-        unknown = sorted(set(frames) - {*user, "timestamp"})
+        unknown = sorted(set(frames) - {*user, "timestamp"}, key=str)
         if unknown:
             raise SchemaMismatchError(f"{self.root}: the episode has features {unknown} that are not this dataset's "
-                                      f"or are filled by the writer (this dataset's: {user})")
+                                      f"or are filled by the writer (this dataset's: {user})", feature=str(unknown[0]))
         missing = [name for name in user if name not in frames]
         if missing:
-            raise SchemaMismatchError(f"{self.root}: the episode lacks features {missing}")
+            raise SchemaMismatchError(f"{self.root}: the episode lacks features {missing}", feature=missing[0])
         out: dict[str, np.ndarray] = {}
         n = None
         for name in [*user, *(["timestamp"] if "timestamp" in frames else [])]:
-            spec = self._specs[name]
-            values = _as_frames(name, frames[name], spec)
+            values = _as_frames(name, frames[name], self._specs[name], episode)
             if n is None:
                 n = len(values)
             elif len(values) != n:
-                raise SchemaMismatchError(f"feature {name!r} has {len(values)} frames, {user[0]!r} has {n}")
+                raise SchemaMismatchError(f"feature {name!r} has {len(values)} frames, {user[0]!r} has {n}",
+                                          feature=name, episode=episode)
             out[name] = values
         if not n:
-            raise SchemaMismatchError(f"{self.root}: an episode needs at least one frame")
+            raise SchemaMismatchError(f"{self.root}: an episode needs at least one frame", episode=episode)
         return n, out
+
+    def _shared(self, pack: int) -> bool:
+        """Whether the pack's files are hard links shared with another store (a copy made by :func:`fork`)."""
+        for name, spec in self._specs.items():
+            try:
+                if os.stat(chunk_path(self.root, name, pack, spec.ndim), follow_symlinks=False).st_nlink > 1:
+                    return True
+            except FileNotFoundError:
+                pass
+        return False
+
+    def _own_pack(self, pack: int) -> int:
+        """The id under which pack ``pack`` is this store's own, to write in place: a pack shared with another
+        store by hard links is first copied to a new pack (one commit; the other store never changes)."""
+        if not self._shared(pack):
+            return pack
+        state = self._state
+        rows = int(state.packs.rows[pack])
+        new = len(state.packs)
+        self._check_space(rows * sum(spec.frame_bytes for spec in self._specs.values()))
+        for name, spec in self._specs.items():
+            src, dst = chunk_path(self.root, name, pack, spec.ndim), Path(chunk_path(self.root, name, new, spec.ndim))
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            tmp = dst.with_name(f".{dst.name}.tmp-{os.getpid()}")
+            shutil.copyfile(src, tmp, follow_symlinks=False)
+            os.replace(tmp, dst)
+        table = state.table
+        moved = table.chunk == pack
+        for offset in table.offset[moved].tolist():
+            with contextlib.suppress(FileNotFoundError):
+                os.replace(stats_path(self.root, pack, offset), stats_path(self.root, new, offset))
+        chunk = np.where(moved, new, table.chunk)
+        self._commit(state, None, table=EpisodeTable(table.start, table.length, table.task_index, chunk,
+                                                     table.offset, table.episode_index_shift, table.index_shift),
+                     packs=state.packs.with_pack(rows, rows))
+        return new
+
+    def _allocate(self, packs: PackLayout, n: int) -> tuple[PackLayout, int, int]:
+        """Rows for ``n`` new frames: the free rows of the last pack if they fit (and it is this store's own),
+        else a new pack (of the target size, or ``n`` rows for a bigger episode). Returns the new layout, the pack
+        and the row offset."""
+        if len(packs) and packs.rows[-1] > 0 and packs.free_rows() >= n and not self._shared(len(packs) - 1):
+            return PackLayout(packs.rows, packs.next_row + n), len(packs) - 1, packs.next_row
+        target = pack_rows_target(self._specs, self._state.pack_bytes)
+        if self.capacity_frames is not None:  # a ring buffer frees a pack once all of it was evicted: keep them small
+            target = min(target, max(1, self.capacity_frames // 8))
+        rows = max(target, n)
+        return packs.with_pack(rows, n), len(packs), 0
+
+    def _write_episode(self, packs: PackLayout, pack: int, offset: int, data: Mapping[str, np.ndarray]) -> None:
+        ensure_pack(self.root, self._specs, pack, int(packs.rows[pack]))
+        for name, spec in self._specs.items():
+            write_rows(self.root, name, spec, pack, offset, data[name], int(packs.rows[pack]))
 
     def add_episode(self, frames: Mapping[str, Any], *, task: str | Sequence[str]) -> int:
         """Append one episode atomically and return its ``episode_index``.
@@ -443,15 +597,16 @@ class WritableDataset(LeRobotZarrDataset):
         ``frames`` maps every feature (LeRobot's own ones excepted) to an array of (T, *shape) values; ``task``
         is the episode's task string (or one per frame). ``timestamp`` (frame_index / fps unless given),
         ``frame_index``, ``episode_index``, ``index`` and ``task_index`` are filled in. In ring-buffer mode the
-        oldest episodes are dropped first to make room.
+        oldest episodes are dropped first to make room. Values that the feature's dtype cannot hold exactly
+        (out of range, NaN or fractions into integers) raise :class:`~lerobot_zarr.errors.ValueRangeError`.
         """
         self._check_open()
-        n, data = self._frames_of(frames)
+        table = self._state.table
+        n, data = self._frames_of(frames, len(table))
         task_index, tasks = self._task_indices(task, n)
         capacity = self.capacity_frames
         if capacity is not None and n > capacity:
-            raise ValueError(f"{self.root}: an episode of {n} frames does not fit a ring buffer of {capacity} frames")
-        table = self._state.table
+            raise ArgumentError(f"{self.root}: an episode of {n} frames does not fit a ring buffer of {capacity} frames")
         drop = 0
         if capacity is not None:
             total = int(table.length.sum())
@@ -462,46 +617,48 @@ class WritableDataset(LeRobotZarrDataset):
         kept = slice(drop, None)
         start = int(table.length[kept].sum())
         e = len(table) - drop
-        fps = float(self.meta.fps)
+        fps = self.meta.fps
         data.setdefault("timestamp", (np.arange(n) / fps).astype(np.float32))
         data.update(frame_index=np.arange(n, dtype=np.int64), episode_index=np.full(n, e, dtype=np.int64),
                     index=np.arange(start, start + n, dtype=np.int64), task_index=task_index)
-        chunk = self._state.next_chunk
-        rows = self._episode_stats_rows()
         data = {name: _stored(data[name], spec) for name, spec in self._specs.items()}
+        packs, pack, offset = self._allocate(self._state.packs, n)
+        rows = self._episode_stats_rows()
         dropped_frames = int(table.length[:drop].sum())
         new_table = EpisodeTable.contiguous(
             [*table.length[kept].tolist(), n], [*table.task_index[kept].tolist(), int(task_index[0])],
-            [*table.chunk[kept].tolist(), chunk],
+            [*table.chunk[kept].tolist(), pack], [*table.offset[kept].tolist(), offset],
             [*(table.episode_index_shift[kept] + drop).tolist(), 0],
             [*(table.index_shift[kept] + dropped_frames).tolist(), 0])
-        # numpy stats and the zarr copies of the metadata overlap the chunk writes (system calls release the GIL)
-        with ThreadPoolExecutor(2) as pool:
-            stats = pool.submit(self._stats_of, chunk, data)
-            copies = pool.submit(write_zarr_copies, self.root, self._specs, new_table, chunk + 1)
-            for name, spec in self._specs.items():
-                write_chunk(chunk_path(self.root, name, chunk, spec.ndim), data[name])
+        # numpy stats overlap the row writes (system calls release the GIL)
+        with ThreadPoolExecutor(1) as pool:
+            stats = pool.submit(self._stats_of, pack, offset, data)
+            self._write_episode(packs, pack, offset, data)
             new_stats = stats.result()
-            copies.result()
         new_rows = {name: {k: np.concatenate([v[drop:], new_stats[name][k][None]]) for k, v in rows[name].items()}
                     for name in rows}
-        self._commit(new_table, new_rows, tasks=tasks, retire=table.chunk[:drop].tolist(), copies_written=True)
+        self._commit(self._state, new_rows, table=new_table, packs=packs, tasks=tuple(tasks))
         return e
 
     def add_frame(self, frame: Mapping[str, Any], *, task: str | None = None) -> None:
         """Buffer one frame of the episode being recorded (``task`` here or as ``frame["task"]``); nothing is
         written until :meth:`save_episode`."""
         self._check_open()
+        if not isinstance(frame, Mapping):
+            raise SchemaMismatchError(f"{self.root}: a frame is a mapping {{feature: value}}, got "
+                                      f"{type(frame).__name__}")
         task = frame.get("task", task) if task is None else task
         if not isinstance(task, str) or not task:
-            raise ValueError("add_frame needs the frame's task: add_frame(frame, task='...') or frame['task']")
+            raise ArgumentError("add_frame needs the frame's task: add_frame(frame, task='...') or frame['task']")
         values = {}
+        episode = len(self._state.table)
         for name, value in frame.items():
             if name == "task":
                 continue
             if name not in self._specs or name in DEFAULT_FEATURES and name != "timestamp":
-                raise SchemaMismatchError(f"{self.root}: unknown or writer-filled feature {name!r} in add_frame")
-            values[name] = _as_frames(name, np.asarray(value)[None], self._specs[name])[0]
+                raise SchemaMismatchError(f"{self.root}: unknown or writer-filled feature {name!r} in add_frame",
+                                          feature=str(name))
+            values[name] = _as_frames(name, np.asarray(value)[None], self._specs[name], episode)[0]
         self._episode_buffer.append((values, task))
 
     @property
@@ -516,7 +673,7 @@ class WritableDataset(LeRobotZarrDataset):
     def save_episode(self) -> int:
         """Write the buffered frames as one episode (atomically, like :meth:`add_episode`); return its index."""
         if not self._episode_buffer:
-            raise ValueError(f"{self.root}: no frame was added since the last save_episode()")
+            raise ArgumentError(f"{self.root}: no frame was added since the last save_episode()")
         names = self._episode_buffer[0][0].keys()
         for i, (values, _) in enumerate(self._episode_buffer):
             if values.keys() != names:
@@ -528,30 +685,44 @@ class WritableDataset(LeRobotZarrDataset):
         return e
 
     # editing --------------------------------------------------------------------------------------------
-    def _episode_index(self, episode: int) -> int:
-        e = operator.index(episode)
+    def _episode_index(self, episode: Any) -> int:
+        if isinstance(episode, (bool, np.bool_)):
+            raise ArgumentError(f"episode indices must be integers, got {episode!r}")
+        try:
+            e = operator.index(episode)
+        except TypeError:
+            raise ArgumentError(f"episode indices must be integers, got {episode!r:.40} ({type(episode).__name__})"
+                            ) from None
         n = len(self._state.table)
         if not -n <= e < n:
-            raise FrameIndexError(f"{self.root}: episode {episode} does not exist ({n} episodes)")
+            raise FrameIndexError(f"{self.root}: episode {episode} does not exist ({n} episodes)", episode=e)
         return e % n
 
     def _episode_list(self, episodes: int | Sequence[int]) -> list[int]:
+        if isinstance(episodes, (str, bytes)):
+            raise ArgumentError(f"episodes must be an episode index or a list of them, got {episodes!r:.40}")
         try:
             return [self._episode_index(operator.index(episodes))]
         except TypeError:
-            return sorted({self._episode_index(e) for e in episodes})
+            pass
+        if isinstance(episodes, np.ndarray) and episodes.ndim != 1:
+            raise ArgumentError(f"episodes must be 1-D, got an array of shape {episodes.shape}")
+        if not isinstance(episodes, (Sequence, np.ndarray, range, set, frozenset)):
+            raise ArgumentError(f"episodes must be an episode index or a list of them, got {type(episodes).__name__}")
+        return sorted({self._episode_index(e) for e in episodes})
 
     @contextlib.contextmanager
     def edit(self, episode: int, frames: slice | range | tuple[int, int] | None = None, *,
              features: Sequence[str] | None = None) -> Iterator[dict[str, np.ndarray]]:
         """Edit one episode (or a frame range of it) IN PLACE: ``with ds.edit(3) as ep: ep["action"][10:20] = 0``.
 
-        Yields a mapping of writable memory maps of the episode's frames for ``features`` (default: every feature
-        but LeRobot's own columns), each mapped when first looked up. Writes reach every reader's maps at once and
-        are flushed to the file when the block ends;
-        the episode's stats are recomputed for those features at the next commit (:meth:`flush`, :meth:`close`
-        or any other change), so many small edits cost little more than the writes. Not atomic: a crash during
-        the block can leave an edit half applied (the next writer then recomputes that episode's stats).
+        Yields a mapping of the episode's frames for ``features`` (default: every feature but LeRobot's own
+        columns) as :class:`EditFrames`, each memory-mapped when first looked up: assignments are checked (values
+        the dtype cannot hold raise ``ValueRangeError``) and written in place. Writes reach every reader's maps at
+        once and are flushed to the file when the block ends; the episode's stats are recomputed for those
+        features at the next commit (:meth:`flush`, :meth:`close` or any other change), so many small edits cost
+        little more than the writes. Not atomic: a crash during the block can leave an edit half applied (the next writer then
+        recomputes that episode's stats).
         """
         self._check_open()
         e = self._episode_index(episode)
@@ -559,12 +730,13 @@ class WritableDataset(LeRobotZarrDataset):
         names = editable if features is None else list(features)
         wrong = [name for name in names if name not in editable]
         if wrong:
-            raise ValueError(f"{self.root}: cannot edit {wrong} in place (editable features: {editable}; tasks "
+            raise ArgumentError(f"{self.root}: cannot edit {wrong} in place (editable features: {editable}; tasks "
                              f"change with set_task, indices with delete_episodes/delete_frames)")
+        first, stop = frame_range(frames, int(self._state.table.length[e]), f"{self.root}: episode {e}")
+        self._own_pack(int(self._state.table.chunk[e]))
         table = self._state.table
-        chunk, length = int(table.chunk[e]), int(table.length[e])
-        first, stop = frame_range(frames, length, f"{self.root}: episode {e}")
-        maps = _EditMaps(self, chunk, length, slice(first, stop), names)
+        pack, offset, length = int(table.chunk[e]), int(table.offset[e]), int(table.length[e])
+        maps = _EditMaps(self, e, pack, offset, length, slice(first, stop), names)
         try:
             yield maps
         finally:
@@ -574,24 +746,7 @@ class WritableDataset(LeRobotZarrDataset):
         """Commit what in-place edits changed (their episodes' stats); a no-op when nothing is pending."""
         self._check_open()
         if self._dirty:
-            self._commit(self._state.table, self._episode_stats_rows(), copies_written=True)
-
-    def _fold_dirty(self, table: EpisodeTable, rows: dict[str, dict[str, np.ndarray]]
-                    ) -> dict[str, dict[str, np.ndarray]]:
-        """``rows`` (aligned with ``table``) with the stats of edited features recomputed from the data."""
-        position = {int(c): i for i, c in enumerate(table.chunk.tolist())}
-        rows = {name: {k: v.copy() for k, v in rows[name].items()} for name in rows}
-        for chunk, names in self._dirty.items():
-            e = position.get(chunk)
-            if e is None:  # deleted or rewritten since: its new chunk got fresh stats
-                continue
-            length = int(table.length[e])
-            for name in names:
-                stats = episode_stats(np.asarray(self._map_chunk(name, chunk, length)), self._specs[name].kind)
-                for k in rows[name]:
-                    rows[name][k][e] = stats[k]
-            self._write_stats_file(chunk, {name: {k: v[e] for k, v in rows[name].items()} for name in rows})
-        return rows
+            self._commit(self._state, self._episode_stats_rows())
 
     def set_task(self, episodes: int | Sequence[int], task: str) -> None:
         """Give episodes a new task, adding the task string if it is new.
@@ -603,39 +758,71 @@ class WritableDataset(LeRobotZarrDataset):
         which finishes it when it opens."""
         self._check_open()
         if not isinstance(task, str) or not task:
-            raise ValueError(f"task must be a non-empty string, got {task!r}")
+            raise ArgumentError(f"task must be a non-empty string, got {task!r:.80}")
         eps = self._episode_list(episodes)
-        tasks = list(self._state.attrs["tasks"])
+        for pack in sorted({int(self._state.table.chunk[e]) for e in eps}):
+            self._own_pack(pack)
+        tasks = list(self._state.tasks)
         if task not in tasks:
             tasks.append(task)
         k = tasks.index(task)
         table = self._state.table
         task_index = table.task_index.copy()
         task_index[eps] = k
-        pending = [[int(table.chunk[e]), k] for e in eps]
-        self._commit(EpisodeTable(table.start, table.length, task_index, table.chunk, table.episode_index_shift,
-                                  table.index_shift), None, tasks=tasks, pending_tasks=pending)
+        pending = [(int(table.chunk[e]), int(table.offset[e]), k) for e in eps]
+        new_table = EpisodeTable(table.start, table.length, task_index, table.chunk, table.offset,
+                                 table.episode_index_shift, table.index_shift)
+        self._commit(self._state, None, table=new_table, tasks=tuple(tasks), pending_tasks=tuple(pending))
         self._rewrite_task_index(pending)
 
-    def _rewrite_task_index(self, pending: list[list[int]]) -> None:
-        """Write each listed chunk's ``task_index`` frames in place, then commit (with their stats)."""
+    def _rewrite_task_index(self, pending: list[tuple[int, int, int]]) -> None:
+        """Write each listed episode's ``task_index`` frames in place, then commit (with their stats)."""
         table = self._state.table
-        position = {int(c): i for i, c in enumerate(table.chunk.tolist())}
-        for chunk, k in pending:
-            e = position.get(int(chunk))
+        position = {(int(c), int(o)): i for i, (c, o) in enumerate(zip(table.chunk.tolist(), table.offset.tolist(),
+                                                                      strict=True))}
+        for pack, offset, k in pending:
+            e = position.get((int(pack), int(offset)))
             if e is None:
                 continue
-            m = self._map_chunk("task_index", int(chunk), int(table.length[e]), writable=True)
+            m = self._rows_map("task_index", int(pack), int(offset), int(table.length[e]), writable=True)
             m[:] = k
             m.flush()
             del m
-            _remove(stats_path(self.root, int(chunk)))
-            self._dirty.setdefault(int(chunk), set()).add("task_index")
-        self._commit(table, self._episode_stats_rows(), copies_written=True, pending_tasks=None)
+            _remove(stats_path(self.root, int(pack), int(offset)))
+            self._dirty.setdefault((int(pack), int(offset)), set()).add("task_index")
+        self._commit(self._state, self._episode_stats_rows(), pending_tasks=())
+
+    def _relocate(self, packs: PackLayout, data: Mapping[str, np.ndarray]) -> tuple[PackLayout, int, int]:
+        """Write one episode's (possibly changed) frames into fresh rows; return the layout, pack and offset."""
+        n = len(next(iter(data.values())))
+        packs, pack, offset = self._allocate(packs, n)
+        self._write_episode(packs, pack, offset, data)
+        return packs, pack, offset
+
+    def _compact_packs(self, table: EpisodeTable, packs: PackLayout, rows: dict[str, dict[str, np.ndarray]]
+                 ) -> tuple[EpisodeTable, PackLayout]:
+        """Move the live episodes of packs left mostly dead (live rows under half the pack, the last pack
+        excepted) to fresh rows, so that the next commit retires those packs and their disk space is freed."""
+        live_rows = np.bincount(table.chunk, weights=table.length, minlength=len(packs))
+        sparse = np.flatnonzero((packs.rows > 0) & (live_rows > 0) & (live_rows * 2 < packs.rows))
+        sparse = sparse[sparse != len(packs) - 1]
+        if not len(sparse):
+            return table, packs
+        chunk, offset = table.chunk.copy(), table.offset.copy()
+        moving = np.flatnonzero(np.isin(table.chunk, sparse))
+        self._check_space(int(table.length[moving].sum()) * sum(s.frame_bytes for s in self._specs.values()))
+        for e in moving.tolist():
+            data = {name: np.asarray(v) for name, v in self._read_episode(e, table).items()}
+            packs, chunk[e], offset[e] = self._relocate(packs, data)
+            self._write_stats_file(int(chunk[e]), int(offset[e]), {name: {k: v[e] for k, v in rows[name].items()}
+                                                                   for name in rows})
+        return EpisodeTable(table.start, table.length, table.task_index, chunk, offset, table.episode_index_shift,
+                            table.index_shift), packs
 
     def delete_episodes(self, episodes: int | Sequence[int]) -> None:
         """Delete whole episodes in one commit. Later episodes are renumbered (``episode_index``, ``index``
-        stay contiguous, as LeRobot needs) without rewriting their data."""
+        stay contiguous, as LeRobot needs) without rewriting their data; a pack left mostly dead has its other
+        episodes moved (work proportional to the pack, not the dataset)."""
         self._check_open()
         eps = self._episode_list(episodes)
         if not eps:
@@ -648,18 +835,19 @@ class WritableDataset(LeRobotZarrDataset):
         episodes_before = np.cumsum(gone) - gone
         frames_before = np.cumsum(np.where(gone, table.length, 0)) - np.where(gone, table.length, 0)
         new_table = EpisodeTable.contiguous(table.length[keep], table.task_index[keep], table.chunk[keep],
-                                            (table.episode_index_shift + episodes_before)[keep],
+                                            table.offset[keep], (table.episode_index_shift + episodes_before)[keep],
                                             (table.index_shift + frames_before)[keep])
         new_rows = {name: {k: v[keep] for k, v in rows[name].items()} for name in rows}
-        self._commit(new_table, new_rows, retire=table.chunk[gone].tolist())
+        new_table, packs = self._compact_packs(new_table, self._state.packs, new_rows)
+        self._commit(self._state, new_rows, table=new_table, packs=packs)
 
     def delete_frames(self, episode: int, frames: slice | range | tuple[int, int] | Sequence[int]) -> None:
         """Delete frames of one episode (a range or a list of frame indices) in one commit.
 
         The episode keeps LeRobot's invariants (``frame_index`` 0..n-1, ``timestamp`` = frame_index / fps) and
-        the later episodes' ``index`` stays contiguous: the episode and the ones after it are rewritten under new
-        chunk ids (work proportional to the frames from that episode on). Deleting every frame deletes the
-        episode."""
+        the later episodes' ``index`` stays contiguous: the shortened episode is written into fresh rows (work
+        proportional to the episode, and to its pack when that is left mostly dead), later episodes are
+        renumbered through the table. Deleting every frame deletes the episode."""
         self._check_open()
         e = self._episode_index(episode)
         table = self._state.table
@@ -669,17 +857,18 @@ class WritableDataset(LeRobotZarrDataset):
             frames = slice(*frames)
         if isinstance(frames, (slice, range)):
             if frames.step not in (None, 1):
-                raise ValueError(f"frames must have step 1, got {frames!r}")
+                raise ArgumentError(f"frames must have step 1, got {frames!r}")
             gone[slice(frames.start, frames.stop)] = True
         else:
             idx = np.asarray(frames)
             if idx.size == 0:
                 return
             if idx.dtype.kind not in "iu" or idx.ndim != 1:
-                raise TypeError(f"frames must be a slice, range, (first, stop) or a list of frame indices, "
+                raise ArgumentError(f"frames must be a slice, range, (first, stop) or a list of frame indices, "
                                 f"got {frames!r:.200}")
             if ((idx < -length) | (idx >= length)).any():
-                raise FrameIndexError(f"episode {e} has {length} frames; cannot delete frames {idx.tolist()[:20]}")
+                raise FrameIndexError(f"episode {e} has {length} frames; cannot delete frames {idx.tolist()[:20]}",
+                                      episode=e)
             gone[idx] = True
         if not gone.any():
             return
@@ -687,62 +876,121 @@ class WritableDataset(LeRobotZarrDataset):
             self.delete_episodes([e])
             return
         rows = self._episode_stats_rows()
-        later = range(e, len(table))
-        nbytes = sum(spec.frame_bytes for spec in self._specs.values()) * int(table.length[e:].sum())
-        self._check_space(nbytes)
-        next_chunk = self._state.next_chunk
-        lengths = table.length.copy()
-        lengths[e] = length - int(gone.sum())
-        starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
-        chunks = table.chunk.copy()
+        n = length - int(gone.sum())
+        self._check_space(n * sum(spec.frame_bytes for spec in self._specs.values()))
+        data = {name: np.asarray(v)[~gone] for name, v in self._read_episode(e).items()}
+        data["frame_index"] = np.arange(n, dtype=np.int64)
+        data["timestamp"] = (np.arange(n) / self.meta.fps).astype(np.float32)
+        data["index"] = np.arange(n, dtype=np.int64) + int(table.start[e] + table.index_shift[e])
+        data = {name: _stored(data[name], spec) for name, spec in self._specs.items()}
+        packs, pack, offset = self._relocate(self._state.packs, data)
+        stats = self._stats_of(pack, offset, data)
+        lengths, chunk, offsets = table.length.copy(), table.chunk.copy(), table.offset.copy()
+        lengths[e], chunk[e], offsets[e] = n, pack, offset
         task_index = table.task_index.copy()
-        fps = float(self.meta.fps)
+        task_index[e] = int(np.asarray(data["task_index"]).reshape(n, -1)[0, 0])  # its first task now
+        index_shift = table.index_shift + np.where(np.arange(len(table)) > e, length - n, 0)
+        new_table = EpisodeTable.contiguous(lengths, task_index, chunk, offsets, table.episode_index_shift,
+                                            index_shift)
         new_rows = {name: {k: v.copy() for k, v in rows[name].items()} for name in rows}
-        with progress_bar(len(later), f"rewriting episodes {e}..{len(table) - 1}", len(later) > 50) as bar:
-            for i, old in enumerate(later):
-                chunk = next_chunk + i
-                src = self._read_chunk(int(table.chunk[old]), int(table.length[old]))
-                data = {name: (v[~gone] if old == e else v) for name, v in src.items()}
-                n = int(lengths[old])
-                if old == e:
-                    data["frame_index"] = np.arange(n, dtype=np.int64)
-                    data["timestamp"] = (np.arange(n) / fps).astype(np.float32)
-                    task_index[e] = int(np.asarray(data["task_index"]).reshape(n, -1)[0, 0])  # its first task now
-                data["episode_index"] = np.full(n, old, dtype=np.int64)
-                data["index"] = np.arange(starts[old], starts[old] + n, dtype=np.int64)
-                for name, spec in self._specs.items():
-                    write_chunk(chunk_path(self.root, name, chunk, spec.ndim), _stored(data[name], spec))
-                stats = self._stats_of(chunk, data)
-                for name in new_rows:
-                    for k in new_rows[name]:
-                        new_rows[name][k][old] = stats[name][k]
-                chunks[old] = chunk
-                bar.update(1)
-        zeros = np.zeros(len(table), dtype=np.int64)
-        new_table = EpisodeTable.contiguous(
-            lengths, task_index, chunks, np.where(np.arange(len(table)) >= e, zeros, table.episode_index_shift),
-            np.where(np.arange(len(table)) >= e, zeros, table.index_shift))
-        self._commit(new_table, new_rows, retire=table.chunk[e:].tolist())
+        for name in new_rows:
+            for k in new_rows[name]:
+                new_rows[name][k][e] = stats[name][k]
+        new_table, packs = self._compact_packs(new_table, packs, new_rows)
+        self._commit(self._state, new_rows, table=new_table, packs=packs)
+
+
+class EditFrames:
+    """One feature's frames of an episode being edited (what ``ds.edit(...)[feature]`` gives): reading gives
+    read-only numpy views; assignments (``ep[k][10:20] = x``, ``ep[k] += 1``) are checked first (values the
+    feature's dtype cannot hold raise :class:`~lerobot_zarr.errors.ValueRangeError`) and then written in place."""
+
+    def __init__(self, name: str, frames: np.ndarray, kind: str, episode: int):
+        self.name, self._frames, self._kind, self.episode = name, frames, kind, episode
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self._frames.shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self._frames.dtype
+
+    @property
+    def ndim(self) -> int:
+        return self._frames.ndim
+
+    def __len__(self) -> int:
+        return len(self._frames)
+
+    def _read_only(self, value: Any) -> Any:
+        if isinstance(value, np.ndarray):
+            value = value.view(np.ndarray)
+            value.flags.writeable = False
+        return value
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        out = self._read_only(self._frames)
+        return out.astype(dtype) if dtype is not None else (out.copy() if copy else out)
+
+    def __getitem__(self, key: Any) -> Any:
+        return self._read_only(self._frames[key])
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        value = np.asarray(value.__array__() if isinstance(value, EditFrames) else value)
+        _check_assignable(self.name, value, self.dtype, self.episode)
+        self._frames[key] = value
+
+    def _inplace(self, op: Any, other: Any) -> EditFrames:
+        with np.errstate(all="ignore"):
+            self[...] = op(np.asarray(self), np.asarray(other))
+        return self
+
+    def __iadd__(self, other: Any) -> EditFrames:
+        return self._inplace(np.add, other)
+
+    def __isub__(self, other: Any) -> EditFrames:
+        return self._inplace(np.subtract, other)
+
+    def __imul__(self, other: Any) -> EditFrames:
+        return self._inplace(np.multiply, other)
+
+    def __itruediv__(self, other: Any) -> EditFrames:
+        return self._inplace(np.true_divide, other)
+
+    def __repr__(self) -> str:
+        return f"EditFrames({self.name!r}, episode={self.episode}, shape={self.shape}, dtype={self.dtype})"
 
 
 class _EditMaps(Mapping):
-    """What ``edit`` yields: each feature's frames mapped writable on first lookup, flushed at the end, and the
-    episode's stats marked for recomputation for the features looked up."""
+    """What ``edit`` yields: each feature's frames mapped writable on first lookup (as :class:`EditFrames`),
+    flushed at the end, and the episode's stats marked for recomputation for the features looked up."""
 
-    def __init__(self, ds: WritableDataset, chunk: int, length: int, frames: slice, names: list[str]):
-        self.ds, self.chunk, self.length, self.frames, self.names = ds, chunk, length, frames, names
+    def __init__(self, ds: WritableDataset, episode: int, pack: int, offset: int, length: int, frames: slice,
+                 names: list[str]):
+        self.ds, self.episode, self.key, self.length, self.frames, self.names = (ds, episode, (pack, offset), length,
+                                                                                  frames, names)
         self.maps: dict[str, np.memmap] = {}
+        self.views: dict[str, EditFrames] = {}
 
-    def __getitem__(self, name: str) -> np.ndarray:
-        if name not in self.maps:
+    def __getitem__(self, name: str) -> EditFrames:
+        if name not in self.views:
             if name not in self.names:
                 raise KeyError(name)
-            self.maps[name] = self.ds._map_chunk(name, self.chunk, self.length, writable=True)
-            dirty = self.ds._dirty.setdefault(self.chunk, set())
+            self.maps[name] = self.ds._rows_map(name, *self.key, self.length, writable=True)
+            dirty = self.ds._dirty.setdefault(self.key, set())
             if not dirty:  # until recomputed its stats are gone from disk: a writer after a crash redoes them
-                _remove(stats_path(self.ds.root, self.chunk))
+                _remove(stats_path(self.ds.root, *self.key))
             dirty.add(name)
-        return self.maps[name][self.frames]
+            self.views[name] = EditFrames(name, self.maps[name][self.frames], self.ds._specs[name].kind,
+                                          self.episode)
+        return self.views[name]
+
+    def __setitem__(self, name: str, value: Any) -> None:
+        """``ep[k] = values`` (or the result of ``ep[k] += x``): every selected frame of the feature."""
+        target = self[name]
+        if value is not target:
+            target[...] = value
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.names)
@@ -754,24 +1002,23 @@ class _EditMaps(Mapping):
         for m in self.maps.values():
             m.flush()
         self.maps.clear()
+        self.views.clear()
 
 
 def _drop_empty_features(state: StoreState) -> StoreState:
     """Drop arrays the source could give for no episode (cameras whose videos are all missing): the store then
     lists them as not materialized, as one made without them would, and stays writable."""
     n = len(state.table)
-    empty = [name for name in state.arrays if n and len(state.unavailable(name)) == n]
+    empty = [name for name in state.arrays if n and len(state.unavailable_of(name)) == n]
     if not empty:
         return state
-    attrs = state.attrs
-    not_materialized = dict(attrs.get("not_materialized", {}))
+    not_materialized = dict(state.not_materialized)
     for name in empty:
-        not_materialized[name] = f"unavailable in every episode; episode 0: {state.unavailable(name)[0]}"
-    kept = {name: spec for name, spec in state.arrays.items() if name not in empty}
-    new_state = commit_state(
-        replace(state, arrays=kept), features={k: v for k, v in attrs["features"].items() if k not in empty},
-        not_materialized=not_materialized,
-        unavailable={k: v for k, v in attrs.get("unavailable", {}).items() if k not in empty})
+        not_materialized[name] = f"unavailable in every episode; episode 0: {state.unavailable_of(name)[0]}"
+    new_state = commit(replace(state, arrays={k: v for k, v in state.arrays.items() if k not in empty},
+                               materialized={k: v for k, v in state.materialized.items() if k not in empty},
+                               unavailable={k: v for k, v in state.unavailable.items() if k not in empty},
+                               not_materialized=not_materialized), previous=state)
     for name in empty:
         _remove(state.root / name)
     return new_state
@@ -799,25 +1046,76 @@ def _stored(values: np.ndarray, spec: ArraySpec) -> np.ndarray:
     return np.ascontiguousarray(values, dtype=spec.dtype)
 
 
-def _as_frames(name: str, value: Any, spec: ArraySpec) -> np.ndarray:
+def _check_fits(name: str, arr: np.ndarray, dtype: np.dtype, episode: int) -> None:
+    """Refuse values the stored dtype would change: out of range, NaN/inf or fractions into integers, finite
+    floats that overflow to infinity. (float64 -> float32 rounding is what a float32 feature means.)"""
+    if arr.dtype == dtype or not arr.size:
+        return
+    where = f"feature {name!r}, episode {episode}"
+    if dtype.kind == "b":
+        if not np.isin(arr, (0, 1)).all():
+            raise ValueRangeError(f"{where}: bool values must be 0/1 or True/False", feature=name, episode=episode)
+        return
+    if arr.dtype.kind == "b":
+        return
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        if arr.dtype.kind == "f":
+            if not np.isfinite(arr).all():
+                raise ValueRangeError(f"{where}: NaN or infinite values cannot be stored as {dtype}", feature=name,
+                                      episode=episode)
+            if (arr != np.round(arr)).any():
+                raise ValueRangeError(f"{where}: fractional values cannot be stored as {dtype}", feature=name,
+                                      episode=episode)
+        low, high = arr.min(), arr.max()
+        if low < info.min or high > info.max:
+            bad = low if low < info.min else high
+            raise ValueRangeError(f"{where}: value {bad} does not fit {dtype} [{info.min}, {info.max}]", feature=name,
+                                  episode=episode)
+        return
+    if dtype.kind == "f" and arr.dtype.kind in "iuf":
+        with np.errstate(over="ignore", invalid="ignore"):
+            cast = arr.astype(dtype)
+        overflow = np.isinf(cast) & ~np.isinf(arr) if arr.dtype.kind == "f" else np.isinf(cast)
+        if overflow.any():
+            raise ValueRangeError(f"{where}: value {arr[overflow].reshape(-1)[0]} overflows {dtype}", feature=name,
+                                  episode=episode)
+
+
+def _as_frames(name: str, value: Any, spec: ArraySpec, episode: int) -> np.ndarray:
     """Frames of one feature as (T, *frame_shape) of the stored dtype; images may also come CHW or in [0, 1]."""
     arr = np.asarray(value)
+    if arr.dtype.kind not in "biuf":
+        raise SchemaMismatchError(f"feature {name!r}, episode {episode}: {arr.dtype} values cannot be stored as "
+                                  f"{spec.dtype}", feature=name, episode=episode)
     shape = spec.frame_shape
     if spec.kind == "image":
         if arr.ndim == 4 and arr.shape[1:] != shape and arr.shape[1:] == (shape[2], shape[0], shape[1]):
             arr = np.moveaxis(arr, 1, -1)  # CHW, as LeRobot's cameras give them
         if arr.dtype.kind == "f":
             if arr.size and not (np.isfinite(arr).all() and arr.min() >= 0 and arr.max() <= 1):
-                raise SchemaMismatchError(f"feature {name!r}: float images must be finite and in [0, 1]")
+                raise ValueRangeError(f"feature {name!r}, episode {episode}: float images must be finite and in "
+                                      f"[0, 1]", feature=name, episode=episode)
             arr = np.round(arr * 255)
         elif arr.dtype != np.uint8:
-            raise SchemaMismatchError(f"feature {name!r}: images must be uint8 or float in [0, 1], got {arr.dtype}")
+            raise SchemaMismatchError(f"feature {name!r}: images must be uint8 or float in [0, 1], got {arr.dtype}",
+                                      feature=name, episode=episode)
     if arr.ndim == 1 + len(shape) + 1 and shape == () and arr.shape[1:] == (1,):
         arr = arr[:, 0]  # scalars given as (T, 1)
     if arr.ndim != 1 + len(shape) or arr.shape[1:] != shape:
         raise SchemaMismatchError(f"feature {name!r}: expected frames of shape (T, {', '.join(map(str, shape))}), "
-                                  f"got {arr.shape}".replace("(T, )", "(T,)"))
-    if not np.can_cast(arr.dtype, spec.dtype, casting="same_kind") and not (
-            spec.kind == "image" and arr.dtype.kind == "f"):
-        raise SchemaMismatchError(f"feature {name!r}: {arr.dtype} values cannot be stored as {spec.dtype}")
+                                  f"got {arr.shape}".replace("(T, )", "(T,)"), feature=name, episode=episode)
+    if spec.kind != "image":
+        _check_assignable(name, arr, spec.dtype, episode)
     return arr.astype(spec.dtype, copy=False)
+
+
+def _check_assignable(name: str, arr: np.ndarray, dtype: np.dtype, episode: int) -> None:
+    """Values may become the stored dtype only without changing: integers and bools anywhere they fit, floats
+    into floats (no overflow), never floats into integers or bools, never other kinds."""
+    src, dst = arr.dtype.kind, dtype.kind
+    allowed = src == "b" or (src in "iu" and dst in "biuf") or (src == "f" and dst == "f")
+    if not allowed:
+        raise SchemaMismatchError(f"feature {name!r}, episode {episode}: {arr.dtype} values cannot be stored as "
+                                  f"{dtype}", feature=name, episode=episode)
+    _check_fits(name, arr, dtype, episode)

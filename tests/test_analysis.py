@@ -33,7 +33,7 @@ import lerobot_zarr  # noqa: F401  (sets zarr's rectilinear-chunks switch for xr
 from lerobot_zarr import CorruptSourceError, create, episodes_for_rank, open_dataset, split_episodes
 from lerobot_zarr.analysis import lerobot_stats
 from lerobot_zarr.sample_data import write_sample_dataset
-from lerobot_zarr.store import chunk_sizes, read_root, read_state
+from lerobot_zarr.store import read_root, read_state
 from lerobot_zarr.testing.hub_server import HubServer
 
 xr = pytest.importorskip("xarray")
@@ -185,14 +185,14 @@ def assert_same_store(got: Path, want: Path, what: str, *, same_source: bool = T
 
 
 def chunk_files(root: Path, episodes) -> dict[str, bytes]:
-    """Bytes of the chunk files of the given episodes (every array), keyed by path."""
+    """Bytes of the given episodes' rows in their pack files (every array), keyed by path and episode."""
     state = read_state(root)
     out = {}
     for e in episodes:
-        chunk = int(state.table.chunk[e])
+        pack, offset, n = int(state.table.chunk[e]), int(state.table.offset[e]), int(state.table.length[e])
         for name, spec in state.arrays.items():
-            rel = f"{name}/c/{chunk}" + "/0" * len(spec.frame_shape)
-            out[rel] = (root / rel).read_bytes()
+            rel = f"{name}/c/{pack}" + "/0" * len(spec.frame_shape)
+            out[f"{rel}#{e}"] = (root / rel).read_bytes()[offset * spec.frame_bytes:(offset + n) * spec.frame_bytes]
     return out
 
 
@@ -315,7 +315,7 @@ def _writer_store(root: Path):
                 GRID: {"dtype": "float32", "shape": [2, 2]},
                 "cam": {"dtype": "image", "shape": [4, 6, 3]}}
     rng = np.random.default_rng(7)
-    w = create(root, fps=10, features=features, durable=False)
+    w = create(root, fps=10, features=features, durable=False, pack_bytes=4 * 6 * 3 * 12)  # packs of 12 frames
     written = []
 
     def add(n: int, task: str) -> None:
@@ -430,7 +430,8 @@ def _check_open_zarr(root: Path, ds, what: str) -> None:
     assert z.sizes["frame"] == x.sizes["frame"], what
     for name, spec in ds.array_specs.items():
         assert z[name].dims == ("frame", *(f"{name}.{d}" for d in spec.dims)), f"{what}: zarr dims of {name}"
-        assert z[name].chunks[0] == x.chunks["frame"], f"{what}: zarr chunks of {name} are not the episodes"
+        packs = read_state(root).packs.rows
+        assert z[name].chunks[0] == tuple(packs.tolist()), f"{what}: zarr chunks of {name} are not the packs"
         assert_bits(z[name].values, x[name].values, f"{what}: xr.open_zarr {name} vs to_xarray")
     for key in ("episode_start", "episode_end", "episode_length", "episode_task_index"):
         assert_bits(z[key].values, x[key].values, f"{what}: {key}")
@@ -449,35 +450,34 @@ def test_open_zarr_equals_to_xarray_generated(sources, video_source, tmp_path):
         _check_open_zarr(tmp_path / key, ds, key)
 
 
-def test_open_zarr_writer_store_has_one_filler_row_per_retired_chunk(tmp_path):
-    """The store docstring: feature arrays span chunk ids 0 .. next_chunk - 1; a live chunk holds its episode's
-    frames as stored (episode_index/index still exceed LeRobot's by the shifts), a retired one a single filler
-    frame (fill value 0, no file)."""
+def test_open_zarr_writer_store_marks_live_rows(tmp_path):
+    """The store docstring: feature arrays span every pack id; a pack holds its episodes' frames as stored
+    (episode_index/index still exceed LeRobot's by the shifts) at their offsets, ``frame_live`` marks exactly the
+    rows of live episodes, and a retired pack is a single filler row (fill value 0, no file, not live)."""
     root = tmp_path / "w"
     w, expected, lengths, _, _ = _writer_store(root)
     w.close()
     state = read_state(root)
-    table, next_chunk = state.table, state.next_chunk
-    retired = sorted(set(range(next_chunk)) - set(table.chunk.tolist()))
-    assert retired == [0, 2] and next_chunk == 7
+    table, packs = state.table, state.packs
+    assert packs.rows.tolist() == [12, 0, 12, 12, 12], "12-frame packs: 5+7 | 9 (deleted) | 11 | 6 | 8+4"
+    assert table.chunk.tolist() == [0, 2, 3, 4, 4] and table.offset.tolist() == [5, 0, 0, 0, 8]
     z = xr.open_zarr(root, consolidated=True)
-    assert z.sizes["frame"] == sum(lengths) + len(retired)
-    sizes = chunk_sizes(table, next_chunk)
+    sizes = np.maximum(packs.rows, 1)
+    assert z.sizes["frame"] == int(sizes.sum())
     stored = dict(expected)
     stored["episode_index"] = expected["episode_index"] + np.repeat(table.episode_index_shift, lengths)
     stored["index"] = expected["index"] + np.repeat(table.index_shift, lengths)
-    starts = np.concatenate([[0], np.cumsum(lengths)])
-    for name, spec in state.arrays.items():
+    first = (np.cumsum(sizes) - sizes)[table.chunk] + table.offset
+    assert z["episode_frame"].values.tolist() == first.tolist()
+    rows = np.concatenate([np.arange(f, f + n) for f, n in zip(first, lengths, strict=True)])
+    assert "frame_live" in z.coords and np.flatnonzero(z["frame_live"].values).tolist() == sorted(rows.tolist())
+    for name in state.arrays:
         assert z[name].chunks[0] == tuple(sizes.tolist()), f"zarr chunks of {name}"
-        want, k = [], 0
-        for c in range(next_chunk):
-            if c in retired:
-                want.append(np.zeros((1, *spec.frame_shape), dtype=spec.dtype))
-            else:
-                want.append(stored[name][starts[k]:starts[k + 1]])
-                k += 1
-        assert_bits(z[name].values, np.concatenate(want), f"zarr view of {name}")
+        assert_bits(z[name].values[rows], stored[name], f"zarr view of {name}")
+        assert not z[name].values[int((np.cumsum(sizes) - sizes)[1])].any(), "a retired pack reads as fill value"
     assert z["episode_chunk"].values.tolist() == table.chunk.tolist()
+    live_only = z.isel(frame=z["frame_live"].values)  # what the docstring tells zarr users to do
+    assert live_only.sizes["frame"] == sum(lengths)
 
 
 # ================================================================================================ 4. statistics
@@ -675,16 +675,16 @@ def _set_write_delay(delay: float) -> None:
     """Run on a worker: make transcode_unit's chunk writes slower (or restore them with 0)."""
     from lerobot_zarr import transcode
 
-    original = transcode.__dict__.setdefault("_test_original_write_frames", transcode.write_frames)
+    original = transcode.__dict__.setdefault("_test_original_write_rows", transcode.write_rows_vectored)
     if delay <= 0:
-        transcode.write_frames = original
+        transcode.write_rows_vectored = original
         return
 
     def slow(*args, **kwargs):
         time.sleep(delay)
         return original(*args, **kwargs)
 
-    transcode.write_frames = slow
+    transcode.write_rows_vectored = slow
 
 
 def dist_open(client, *args, **kwargs):
@@ -708,8 +708,9 @@ def test_distributed_transcode_is_bit_identical(client, video_source, tmp_path, 
     want = tmp_path / "in-process"
     open_dataset(video_source, root=want, progress=False)
     calls = []
-    original = transcode.write_frames
-    monkeypatch.setattr(transcode, "write_frames", lambda *a, **k: (calls.append(a[1]), original(*a, **k))[1])
+    original = transcode.write_rows_vectored
+    monkeypatch.setattr(transcode, "write_rows_vectored",
+                        lambda *a, **k: (calls.append(a[1]), original(*a, **k))[1])
     with get_task_stream(client) as stream:
         ds = dist_open(client, video_source, root=tmp_path / "distributed")
     assert calls == [], "chunks were written by the calling process, not by the workers"

@@ -184,7 +184,7 @@ def test_default_revision_is_the_v3_tag_not_a_later_main(hub, tmp_path):
     default = open_dataset("org/revs", progress=False)
     assert default.meta.source["commit"] == sha_a
     assert_same_frames(default, local_a, "default revision")
-    assert read_state(Path(default.root)).attrs["source"]["commit"] == sha_a  # recorded in the store
+    assert read_state(Path(default.root)).source["commit"] == sha_a  # recorded in the store
 
     main = open_dataset("org/revs", revision="main", progress=False)
     assert main.meta.source["commit"] == sha_b

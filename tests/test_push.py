@@ -40,6 +40,7 @@ from hub_fixtures import (
 from PIL import Image
 
 import lerobot_zarr
+from lerobot_zarr.store import read_state
 import lerobot_zarr.export as export_module
 from lerobot_zarr import HubAuthError, LeRobotZarrDataset, NotMaterializedError, StoreError, open_dataset
 from lerobot_zarr.cli import main as cli_main
@@ -579,10 +580,13 @@ def _remote_state(hub: HubServer, repo_id: str):
 
 
 def _edit_store(store: Path, episode: int, feature: str = "action") -> None:
-    """Change one value of one episode's chunk in place (the bytes of an edited recording)."""
-    chunk = store / feature / "c" / str(episode) / "0"
+    """Change one value of one episode's rows in place (the bytes of an edited recording), at the pack and row
+    the store's episode table gives."""
+    table = read_state(store).table
+    chunk = store / feature / "c" / str(int(table.chunk[episode])) / "0"
     mm = np.memmap(chunk, dtype=np.float32, mode="r+")
-    mm[0] = mm[0] + np.float32(1.5)
+    row = int(table.offset[episode]) * (mm.size // int(read_state(store).packs.rows[table.chunk[episode]]))
+    mm[row] = mm[row] + np.float32(1.5)
     mm.flush()
     del mm
 

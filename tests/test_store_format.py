@@ -24,7 +24,10 @@ REAL_DIR = (Path(__file__).parents[1] / ".." / "shared" / "datasets").resolve()
 CAM = "observation.images.cam"
 GRID = "observation.grid"
 VIDEO = "observation.images.video"
-EPISODE_ARRAYS = ("episode_start", "episode_end", "episode_length", "episode_task_index", "episode_chunk")
+EPISODE_ARRAYS = ("episode_start", "episode_end", "episode_length", "episode_task_index", "episode_chunk",
+                  "episode_offset", "episode_frame")
+BOOKKEEPING = (*EPISODE_ARRAYS, "frame_live")
+PACK_ROWS = 50  # stores here are made with packs of 50 frames of their widest feature: several per dataset
 
 # name -> write_sample_dataset keyword arguments
 GENERATED = {
@@ -76,6 +79,22 @@ class Ref:
     @property
     def starts(self) -> np.ndarray:
         return np.concatenate([[0], np.cumsum(self.lengths)[:-1]]).astype(np.int64)
+
+    def packs(self, target: int = PACK_ROWS) -> list[list[int]]:
+        """The contract's packing, written out: consecutive episodes while they fit ``target`` rows (an episode
+        longer than that alone)."""
+        packs: list[list[int]] = []
+        used = target
+        for e, n in enumerate(self.lengths.tolist()):
+            if used + n > target and used > 0:
+                packs.append([])
+                used = 0
+            packs[-1].append(e)
+            used += n
+        return packs
+
+    def pack_sizes(self) -> tuple[int, ...]:
+        return tuple(int(self.lengths[p].sum()) for p in self.packs())
 
 
 def reference(src: Path) -> Ref:
@@ -189,8 +208,12 @@ def _build(name: str, workdir: Path) -> Built:
         if name == "zeros":
             _zero_episodes(src)
     store = workdir / f"store-{name}"
-    ds = open_dataset(src, root=store, progress=False)
-    _BUILT[name] = Built(name, src, store, ds, reference(src))
+    ref = reference(src)
+    widest = max(ref.frames[k][0].nbytes for k in ref.stored)
+    for k in ref.videos:
+        widest = max(widest, int(np.prod(ref.info["features"][k]["shape"])))
+    ds = open_dataset(src, root=store, progress=False, pack_bytes=widest * PACK_ROWS)
+    _BUILT[name] = Built(name, src, store, ds, ref)
     return _BUILT[name]
 
 
@@ -219,8 +242,9 @@ def test_zarr_values_equal_dataset_and_source(built: Built):
     ref = built.ref
     arrays = {name for name, _ in g.arrays()}
     batch = built.ds.get_batch(np.arange(len(built.ds)))
-    assert arrays == set(ref.stored) | set(ref.videos) | set(EPISODE_ARRAYS), \
-        f"{built.name}: zarr arrays {sorted(arrays)} != stored features + videos + episode table"
+    assert arrays == set(ref.stored) | set(ref.videos) | set(BOOKKEEPING), \
+        f"{built.name}: zarr arrays {sorted(arrays)} != stored features + videos + episode table + frame_live"
+    assert g["frame_live"][:].all(), f"{built.name}: a store made from a source has only live rows"
     for name in ref.videos:  # described like images (their frames: none, every video of these sources is missing)
         shape = tuple(ref.info["features"][name]["shape"])
         assert g[name].shape == (int(ref.lengths.sum()), *shape) and g[name].dtype == np.uint8, name
@@ -233,9 +257,11 @@ def test_zarr_values_equal_dataset_and_source(built: Built):
         f"{built.name}: task strings differ"
 
 
-def test_dimension_names_and_one_chunk_per_episode(built: Built):
+def test_dimension_names_and_packed_chunks(built: Built):
     g = _open_group(built.store)
-    lengths = tuple(int(n) for n in built.ref.lengths)
+    lengths = built.ref.pack_sizes()
+    assert len(lengths) > 1 or built.name == "one-row-group" or built.ref.lengths.sum() <= PACK_ROWS, \
+        f"{built.name}: the test means to cross pack boundaries"
     for name in built.ref.stored:
         a = g[name]
         dims = a.metadata.dimension_names
@@ -246,11 +272,12 @@ def test_dimension_names_and_one_chunk_per_episode(built: Built):
         if built.ref.info["features"][name]["dtype"] == "image":
             assert dims[1:] == (f"{name}.height", f"{name}.width", f"{name}.channels"), f"{name}: {dims}"
         sizes = a.read_chunk_sizes
-        assert tuple(sizes[0]) == lengths, f"{built.name}: {name} frame chunks {sizes[0]} != episode lengths {lengths}"
+        assert tuple(sizes[0]) == lengths, f"{built.name}: {name} frame chunks {sizes[0]} != pack sizes {lengths}"
         assert [tuple(s) for s in sizes[1:]] == [(n,) for n in a.shape[1:]], \
             f"{built.name}: {name} trailing axes should be one chunk, got {sizes[1:]}"
     for name in EPISODE_ARRAYS:
         assert g[name].metadata.dimension_names == ("episode",), f"{built.name}: {name} dims"
+    assert tuple(g["frame_live"].read_chunk_sizes[0]) == lengths and g["frame_live"].dtype == np.bool_
 
 
 def test_codec_chain_is_bytes_only(built: Built):
@@ -267,19 +294,22 @@ def test_codec_chain_is_bytes_only(built: Built):
 
 def test_chunk_files_are_raw_little_endian_bytes(built: Built):
     ref = built.ref
+    packs = ref.packs()
     for name in ref.stored:
         data = ref.frames[name]
         frame_shape = data.shape[1:]
         dtype = data.dtype.newbyteorder("<")
-        for e, (s, n) in enumerate(zip(ref.starts, ref.lengths, strict=True)):
-            path = built.store.joinpath(name, "c", str(e), *(["0"] * len(frame_shape)))
+        for k, episodes in enumerate(packs):
+            path = built.store.joinpath(name, "c", str(k), *(["0"] * len(frame_shape)))
             assert path.is_file(), f"{built.name}: chunk file {path.relative_to(built.store)} missing"
-            expected_size = int(n) * int(np.prod(frame_shape, dtype=np.int64)) * dtype.itemsize
+            n = int(ref.lengths[episodes].sum())
+            expected_size = n * int(np.prod(frame_shape, dtype=np.int64)) * dtype.itemsize
             assert path.stat().st_size == expected_size, \
                 f"{built.name}: {path.relative_to(built.store)} holds {path.stat().st_size} bytes, expected {expected_size}"
-            raw = np.fromfile(path, dtype=dtype).reshape(int(n), *frame_shape)
-            assert_same_bits(raw.astype(data.dtype), data[s:s + n], f"{built.name}: raw file {name} episode {e}")
-        extra = {p.name for p in (built.store / name / "c").iterdir()} - {str(e) for e in range(len(ref.lengths))}
+            raw = np.fromfile(path, dtype=dtype).reshape(n, *frame_shape)
+            s = int(ref.starts[episodes[0]])
+            assert_same_bits(raw.astype(data.dtype), data[s:s + n], f"{built.name}: raw file {name} pack {k}")
+        extra = {p.name for p in (built.store / name / "c").iterdir()} - {str(k) for k in range(len(packs))}
         assert not extra, f"{built.name}: unexpected chunk folders in {name}/c: {extra}"
 
 
@@ -288,7 +318,7 @@ def test_root_zarr_json(built: Built):
     assert doc["zarr_format"] == 3 and doc["node_type"] == "group"
     assert "consolidated_metadata" in doc, f"{built.name}: root zarr.json has no consolidated_metadata"
     consolidated = doc["consolidated_metadata"]["metadata"]
-    assert set(consolidated) == set(built.ref.stored) | set(built.ref.videos) | set(EPISODE_ARRAYS), \
+    assert set(consolidated) == set(built.ref.stored) | set(built.ref.videos) | set(BOOKKEEPING), \
         f"{built.name}: consolidated metadata lists {sorted(consolidated)}"
     total = int(built.ref.lengths.sum())
     frame_shapes = {name: list(built.ref.frames[name].shape[1:]) for name in built.ref.stored}
@@ -301,7 +331,7 @@ def test_root_zarr_json(built: Built):
         assert m["node_type"] == "array"
     attrs = doc["attributes"]["lerobot_zarr"]
     src = built.src
-    assert attrs["format_version"] == 2
+    assert attrs["format_version"] == 3
     assert attrs["info"] == _json(src / "meta" / "info.json"), f"{built.name}: attrs info != meta/info.json"
     assert attrs["tasks"] == [built.ref.tasks[i] for i in range(len(built.ref.tasks))], f"{built.name}: tasks"
     if (src / "meta" / "stats.json").is_file():
@@ -340,6 +370,11 @@ def test_episode_table_arrays(built: Built):
     first_task = np.array([ref.frames["task_index"][s] for s in ref.starts])
     assert np.array_equal(g["episode_task_index"][:], first_task), \
         f"{built.name}: episode_task_index {g['episode_task_index'][:]} != task of each episode's frames {first_task}"
+    chunk = np.concatenate([[k] * len(p) for k, p in enumerate(ref.packs())])
+    assert np.array_equal(g["episode_chunk"][:], chunk), f"{built.name}: episode_chunk {g['episode_chunk'][:]}"
+    assert np.array_equal(g["episode_frame"][:], ref.starts), "a store made from a source keeps episode order"
+    pack_start = np.concatenate([[0], np.cumsum(ref.pack_sizes())[:-1]])
+    assert np.array_equal(g["episode_offset"][:], ref.starts - pack_start[chunk])
 
 
 def test_xarray_open_zarr(built: Built):
@@ -349,7 +384,8 @@ def test_xarray_open_zarr(built: Built):
         warnings.simplefilter("ignore")
         xds = xr.open_zarr(built.store, consolidated=True)
     g = _open_group(built.store)
-    lengths = tuple(int(n) for n in built.ref.lengths)
+    lengths = built.ref.pack_sizes()
+    assert "frame_live" in xds.coords and bool(xds["frame_live"].all()), "frame_live is a coordinate"
     for name in built.ref.stored:
         var = xds[name]
         assert var.dims == tuple(g[name].metadata.dimension_names), f"{built.name}: xarray dims of {name}"
@@ -382,23 +418,23 @@ def test_import_enables_rectilinear_chunks(workdir, first):
 # ---------------------------------------------------------------------------------------------------------------
 # Specific cases
 # ---------------------------------------------------------------------------------------------------------------
-def test_zero_episodes_have_chunk_files(workdir):
+def test_zero_episodes_are_written_not_holes(workdir):
+    """All-zero actions and black frames are real data: their rows are written (not left as holes that zarr
+    would skip as fill value) and flagged live."""
     b = _build("zeros", workdir)
     ref = b.ref
-    s, n = int(ref.starts[2]), int(ref.lengths[2])
-    assert not ref.frames["action"][s:s + n].any(), "reference: episode 2 actions should be zero"
-    path = b.store / "action" / "c" / "2" / "0"
-    assert path.is_file(), "all-zero action chunk of episode 2 was not written (zarr skips fill-value chunks)"
-    assert path.stat().st_size == n * 6 * 4
-    assert not b.ds.episode(2)["action"].any()
-    s1, n1 = int(ref.starts[1]), int(ref.lengths[1])
-    assert not ref.frames[CAM][s1:s1 + n1].any(), "reference: episode 1 images should be black"
-    path = b.store / CAM / "c" / "1" / "0" / "0" / "0"
-    assert path.is_file(), "black image chunk of episode 1 was not written"
-    assert not np.fromfile(path, dtype=np.uint8).any()
+    g = _open_group(b.store)
+    for e, name in ((2, "action"), (1, CAM)):
+        s, n = int(ref.starts[e]), int(ref.lengths[e])
+        assert not ref.frames[name][s:s + n].any(), f"reference: episode {e} {name} should be zero"
+        pack = next(k for k, p in enumerate(ref.packs()) if e in p)
+        path = b.store.joinpath(name, "c", str(pack), *(["0"] * (ref.frames[name].ndim - 1)))
+        assert path.is_file(), f"pack {pack} of {name} was not written"
+        assert not np.asarray(b.ds.episode(e)[name]).any()
+        assert g["frame_live"][s:s + n].all()
+        assert_same_bits(g[name][s:s + n], ref.frames[name][s:s + n], f"zarr read of episode {e} {name}")
     # episode 0: episode_index (and here task_index) are zero in every frame
-    assert (b.store / "episode_index" / "c" / "0").is_file()
-    assert not np.fromfile(b.store / "episode_index" / "c" / "0", dtype="<i8").any()
+    assert not np.fromfile(b.store / "episode_index" / "c" / "0", dtype="<i8")[:int(ref.lengths[0])].any()
 
 
 @pytest.mark.parametrize("name", ["png", "jpeg", "v2.1"])

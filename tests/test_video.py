@@ -415,7 +415,7 @@ def test_hub_server_errors_on_a_video_are_raised_not_recorded(hub, env, tmp_path
     with pytest.raises(HubError):
         open_dataset("org/big", episodes=[3], progress=False)
     state = read_state(Path(env.zarr_home) / "hub" / "org--big" / sha)  # made before the frames were fetched
-    assert state.unavailable(FRONT) == {}, state.unavailable(FRONT)
+    assert state.unavailable_of(FRONT) == {}, state.unavailable_of(FRONT)
     assert not state.complete_episodes()[3]
     server.clear_faults()
     ds = open_quiet("org/big", episodes=[3])
@@ -508,7 +508,7 @@ def test_exception_mid_decode_keeps_the_last_commit_and_resumes(gen, gen_raw, tm
         open_dataset(gen, root=store, progress=False)
     state = read_state(store)
     assert np.flatnonzero(state.complete_episodes()).tolist() == [0, 1, 2, 3]
-    assert all(state.unavailable(k) == {} for k in CAMS), "an exception was recorded as a broken video"
+    assert all(state.unavailable_of(k) == {} for k in CAMS), "an exception was recorded as a broken video"
     partial = open_quiet(store)
     assert partial.episodes.tolist() == [0, 1, 2, 3]
     assert_store_matches_reference(partial, Reference(gen), CAMS, [0, 1, 2, 3], "committed before the failure")

@@ -86,9 +86,13 @@ def make_frames(rng: np.random.Generator, n: int, features: dict = FEATURES) -> 
     return out
 
 
+PACK_BYTES = 144 * 24  # 24 frames of the widest feature (the camera) per pack: tests cross many pack boundaries
+
+
 def new_store(root: Path, features: dict = FEATURES, **kwargs) -> WritableDataset:
     kwargs.setdefault("durable", False)
     kwargs.setdefault("min_free_bytes", 0)
+    kwargs.setdefault("pack_bytes", PACK_BYTES)
     return lz.create(root, fps=FPS, features=features, robot_type="test_bot", **kwargs)
 
 
@@ -337,7 +341,7 @@ def check_dataset(ds, model: Model, what: str, *, items: bool = True, episodes: 
             for k in arrays:
                 assert_array_equal_bits(arrays[k], exp[k][bounds[e]:bounds[e + 1]], f"{what}: episode({e})[{k!r}]")
     if stats:
-        assert_stats(read_state(ds.root).attrs["stats"], model, f"{what} committed stats")
+        assert_stats(read_state(ds.root).stats, model, f"{what} committed stats")
         assert_stats(meta.stats, model, f"{what} meta.stats")
     if fresh:
         reader = lz.open_dataset(ds.root, progress=False)
@@ -349,8 +353,8 @@ def check_dataset(ds, model: Model, what: str, *, items: bool = True, episodes: 
 
 def check_on_disk(root: Path, model: Model, what: str, *, first_task: bool = False) -> None:
     """The on-disk contract (store.py), read with zarr-python and numpy, not through the library's reader: the
-    episode table in the root and its zarr copies, and every live frame of the user features in episode order
-    along the rectilinear chunk grid (a retired chunk is one filler frame)."""
+    episode table in the root and its zarr copies, ``frame_live`` marking exactly the rows of committed episodes,
+    and every live frame of the user features where the table's ``episode_frame`` says."""
     import zarr
 
     state = read_state(root)
@@ -358,27 +362,30 @@ def check_on_disk(root: Path, model: Model, what: str, *, first_task: bool = Fal
     starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64) if len(lengths) else lengths
     table = state.table
     assert np.array_equal(table.length, lengths) and np.array_equal(table.start, starts), what
-    assert (np.diff(table.chunk) > 0).all() and (table.chunk < state.next_chunk).all(), what
+    assert (table.chunk < len(state.packs)).all() and (table.offset + table.length <= state.packs.rows[table.chunk]).all()
     group = zarr.open_group(root, mode="r")
     copies = {"episode_start": starts, "episode_end": starts + lengths, "episode_length": lengths,
-              "episode_chunk": table.chunk}
+              "episode_chunk": table.chunk, "episode_offset": table.offset}
     for name, want in copies.items():
         assert np.array_equal(np.asarray(group[name][:]), want), f"{what}: zarr copy {name}"
     if first_task:
         first = [model.tasks.index(ep["task"][0]) for ep in model.episodes]
         assert table.task_index.tolist() == first, f"{what}: episode table task_index (first task) {table.task_index}"
         assert np.asarray(group["episode_task_index"][:]).tolist() == first, f"{what}: zarr episode_task_index"
-    sizes = np.ones(state.next_chunk, dtype=np.int64)
-    sizes[table.chunk] = table.length
-    live = np.zeros(int(sizes.sum()), dtype=bool)
-    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-    for c in table.chunk.tolist():
-        live[offsets[c]:offsets[c + 1]] = True
+    # independent of the library: pack k spans max(rows[k], 1) frames along the grid, episodes sit at their offset
+    sizes = np.maximum(state.packs.rows, 1)
+    first_row = (np.cumsum(sizes) - sizes)[table.chunk] + table.offset if len(table) else np.zeros(0, np.int64)
+    assert np.array_equal(np.asarray(group["episode_frame"][:]), first_row), f"{what}: zarr episode_frame"
+    rows = np.concatenate([np.arange(f, f + n) for f, n in zip(first_row, lengths, strict=True)]) if len(lengths) \
+        else np.zeros(0, np.int64)
+    live = np.asarray(group["frame_live"][:])
+    assert live.shape == (int(sizes.sum()),), f"{what}: frame_live has {live.shape} rows, the grid {sizes.sum()}"
+    assert np.array_equal(np.flatnonzero(live), np.sort(rows)), f"{what}: frame_live does not mark the live rows"
     exp = model.expected()
     for k in model.features:
         values = np.asarray(group[k][:])
         assert values.shape[0] == len(live), f"{what}: zarr {k} has {values.shape[0]} rows, grid {len(live)}"
-        assert_array_equal_bits(values[live], exp[k], f"{what}: zarr read of {k}")
+        assert_array_equal_bits(values[rows], exp[k], f"{what}: zarr read of {k}")
 
 
 def store_snapshot(root: Path) -> tuple:
@@ -539,7 +546,7 @@ def test_add_frame_save_episode_equals_add_episode(tmp_path):
         assert b.episode_buffer_size == 0
     check_dataset(a, model, "add_episode")
     check_dataset(b, model, "add_frame + save_episode")
-    assert read_state(a.root).attrs["stats"] == read_state(b.root).attrs["stats"]
+    assert read_state(a.root).stats == read_state(b.root).stats
     chunk_files = sorted(str(p.relative_to(a.root)) for p in a.root.glob("*/c/**/*") if p.is_file())
     assert chunk_files == sorted(str(p.relative_to(b.root)) for p in b.root.glob("*/c/**/*") if p.is_file())
     for rel in chunk_files:
@@ -1060,13 +1067,15 @@ def test_reader_of_an_older_commit_keeps_its_data_until_refresh(tmp_path):
 
 
 def test_reader_of_an_expired_commit_gets_a_clear_error(tmp_path, monkeypatch):
-    """Once retired chunks expire (RETIRE_AFTER_S), a reader still on the old commit that touches a deleted
-    episode for the first time gets a StoreError telling it to reopen, never another episode's data."""
+    """Once retired packs expire (RETIRE_AFTER_S), a reader still on the old commit that touches a deleted
+    episode of a retired pack for the first time gets a StoreError telling it to reopen, never another episode's
+    data."""
     rng = np.random.default_rng(27)
-    ds, model = filled_store(tmp_path / "s", rng, lengths=(5, 8, 3))
+    ds, model = filled_store(tmp_path / "s", rng, lengths=(20, 8, 3))  # episode 0 alone in pack 0
+    assert read_state(ds.root).table.chunk.tolist() == [0, 1, 1]
     monkeypatch.setattr(writer_module, "RETIRE_AFTER_S", 0.0)
     reader = lz.open_dataset(ds.root)
-    first = reader[5]  # maps episode 1 only
+    first = reader[20]  # maps pack 1 only
     ds.delete_episodes([0])
     model.delete_episodes([0])
     ds.add_episode(f := make_frames(rng, 4), task="t")  # a second commit expires the retired chunk
@@ -1074,7 +1083,7 @@ def test_reader_of_an_expired_commit_gets_a_clear_error(tmp_path, monkeypatch):
     assert not any(p.is_file() for p in (ds.root / ".retired").rglob("*") if p.name == "0")
     with pytest.raises(StoreError):
         reader[0]
-    assert_columns(reader[5], first, "a mapped episode stays readable")
+    assert_columns(reader[20], first, "a mapped episode stays readable")
     assert reader.refresh() is True
     check_dataset(reader, model, "after refresh", fresh=False)
 
@@ -1118,12 +1127,12 @@ def test_a_failed_commit_leaves_the_store_at_its_last_commit(tmp_path, monkeypat
     rng = np.random.default_rng(14)
     root = tmp_path / "s"
     ds, model = filled_store(root, rng, lengths=(4, 6, 5), capacity_frames=18)
-    real = writer_module.commit_state
+    real = writer_module.commit
 
     def crash(*args, **kwargs):
         raise RuntimeError("simulated crash at the commit point")
 
-    monkeypatch.setattr(writer_module, "commit_state", crash)
+    monkeypatch.setattr(writer_module, "commit", crash)
     for what, op in [("add_episode", lambda: ds.add_episode(make_frames(rng, 3), task="t")),
                      ("add_episode dropping the oldest", lambda: ds.add_episode(make_frames(rng, 5), task="t")),
                      ("delete_episodes", lambda: ds.delete_episodes([0])),
@@ -1135,11 +1144,12 @@ def test_a_failed_commit_leaves_the_store_at_its_last_commit(tmp_path, monkeypat
         assert_columns(reader.get_batch(np.arange(len(reader))), model.expected(), f"after a failed {what}")
         assert_stats(reader.meta.stats, model, f"after a failed {what}")
         check_dataset(ds, model, f"the writer after a failed {what}", items=False, episodes=False, fresh=False)
-    monkeypatch.setattr(writer_module, "commit_state", real)
+    monkeypatch.setattr(writer_module, "commit", real)
     ds.close()
     ds = lz.open_dataset(root, mode="r+")
-    live = set(read_state(root).table.chunk.tolist())
-    for name in read_state(root).arrays:  # the uncommitted chunk files were cleaned up
+    packs = read_state(root).packs
+    live = {k for k in range(len(packs)) if packs.rows[k] > 0}
+    for name in read_state(root).arrays:  # the packs of uncommitted appends were cleaned up
         assert {int(p.name) for p in (root / name / "c").iterdir()} == live, name
     check_dataset(ds, model, "reopened after the failed commits")
     ds.add_episode(f := make_frames(rng, 2), task="t")
@@ -1159,7 +1169,7 @@ def test_zarr_readers_keep_reading_the_committed_table_after_a_failed_commit(tmp
     def crash(*args, **kwargs):
         raise RuntimeError("simulated crash at the commit point")
 
-    monkeypatch.setattr(writer_module, "commit_state", crash)
+    monkeypatch.setattr(writer_module, "commit", crash)
     with pytest.raises(RuntimeError):
         ds.add_episode(make_frames(rng, 5), task="t")
     check_on_disk(root, model, "zarr read after a failed append")
@@ -1218,7 +1228,7 @@ import os, sys
 import lerobot_zarr as lz
 import lerobot_zarr.writer as w
 ds = lz.open_dataset(sys.argv[1], mode="r+")
-real, calls = w.commit_state, []
+real, calls = w.commit, []
 
 def commit_then_die(*args, **kwargs):
     calls.append(1)
@@ -1226,7 +1236,7 @@ def commit_then_die(*args, **kwargs):
         os._exit(3)  # killed at this commit point
     return real(*args, **kwargs)
 
-w.commit_state = commit_then_die
+w.commit = commit_then_die
 ds.set_task([0, 2], sys.argv[2])
 os._exit(4)
 """

@@ -52,6 +52,7 @@ COMMON = textwrap.dedent('''
         STATE: {"dtype": "float32", "shape": [14]},
         IMAGE: {"dtype": "image", "shape": [6, 8, 3]},
     }
+    PACK_BYTES = 6 * 8 * 3 * 32  # packs of 32 frames: the writers cross pack boundaries all the time
 
 
     def episode_length(seed):
@@ -73,6 +74,7 @@ COMMON = textwrap.dedent('''
 _common: dict = {}
 exec(compile(COMMON, "<COMMON>", "exec"), _common)  # noqa: S102  (the writer processes run the same source)
 FPS, STATE, IMAGE, FEATURES = _common["FPS"], _common["STATE"], _common["IMAGE"], _common["FEATURES"]
+PACK_BYTES = _common["PACK_BYTES"]
 episode_length, task_of, generate = _common["episode_length"], _common["task_of"], _common["generate"]
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -100,7 +102,7 @@ CHILD_BODY = textwrap.dedent('''
     def open_writer(root, durable, log):
         if not has_commit_point(root):
             log.begin(op="create")
-            ds = lerobot_zarr.create(root, fps=FPS, features=FEATURES, durable=durable)
+            ds = lerobot_zarr.create(root, fps=FPS, features=FEATURES, durable=durable, pack_bytes=PACK_BYTES)
             log("done")
             return ds
         ds = lerobot_zarr.open_dataset(root, mode="r+") if durable else lerobot_zarr.WritableDataset(root, durable=False)
@@ -547,7 +549,7 @@ def check_dataset(ds: LeRobotZarrDataset, ctx: str, *, deep: bool = True) -> Con
 def check_stats(root: Path, ds: LeRobotZarrDataset, ctx: str) -> None:
     """The committed stats and info counters describe exactly the committed frames."""
     state = read_state(root)
-    info = state.attrs["info"]
+    info = state.info
     total = len(ds)
     assert (info["total_episodes"], info["total_frames"]) == (ds.meta.total_episodes, total), \
         f"{ctx}: info says {info['total_episodes']} episodes / {info['total_frames']} frames"
@@ -555,7 +557,7 @@ def check_stats(root: Path, ds: LeRobotZarrDataset, ctx: str) -> None:
         return
     batch = ds.get_batch(np.arange(total))
     for name in ("obs.seed", "obs.row", STATE, "index", "episode_index", "frame_index"):
-        stats = state.attrs["stats"][name]
+        stats = state.stats[name]
         values = np.asarray(batch[name], dtype=np.float64).reshape(total, -1)
         for key, expected in (("min", values.min(axis=0)), ("max", values.max(axis=0))):
             _eq(np.asarray(stats[key], dtype=np.float64).reshape(-1), expected, f"{ctx}: stats[{name!r}][{key!r}]",
@@ -597,30 +599,36 @@ def summary(content: Content | None) -> str:
 
 
 def check_no_debris(root: Path, ctx: str) -> None:
-    """After a writer opened the store: chunk files (and stats files) exist for live chunks only, none at or past
-    next_chunk, retired files only for chunks the commit lists as retired, no commit debris at the root."""
+    """After a writer opened the store: pack files exist for committed packs only (none at or past the last pack
+    id, full size), retired files only for packs the commit lists as retired, stats files for live episodes only,
+    no commit debris at the root."""
     state = read_state(root)
+    packs = state.packs
+    committed = {k for k in range(len(packs)) if packs.rows[k] > 0}
     live = set(state.table.chunk.tolist())
-    retired = {int(c) for c, _ in state.attrs["retired"]}
-    assert not live & retired, f"{ctx}: chunks {sorted(live & retired)} are both live and retired"
-    assert not live or max(live) < state.next_chunk, f"{ctx}: live chunk {max(live)} >= next_chunk"
+    retired = {int(c) for c, _ in state.retired}
+    assert live <= committed, f"{ctx}: episodes in packs {sorted(live - committed)} that are retired or unknown"
+    assert not committed & retired, f"{ctx}: packs {sorted(committed & retired)} are both committed and retired"
     for name, spec in state.arrays.items():
         folder = root / name / "c"
         entries = sorted(os.listdir(folder)) if folder.is_dir() else []
         odd = [x for x in entries if not x.isdigit()]
         ids = {int(x) for x in entries if x.isdigit()}
-        assert not odd and ids == live, (
-            f"{ctx}: {folder} holds chunk ids {sorted(ids - live)} that no commit lists (next_chunk "
-            f"{state.next_chunk}) and lacks {sorted(live - ids)}; other entries {odd}")
-        for e, chunk in enumerate(state.table.chunk.tolist()):
-            path = Path(chunk_path(root, name, chunk, spec.ndim))
-            size = int(state.table.length[e]) * spec.frame_bytes
+        assert not odd and ids == committed, (
+            f"{ctx}: {folder} holds pack ids {sorted(ids - committed)} that no commit lists ({len(packs)} packs) "
+            f"and lacks {sorted(committed - ids)}; other entries {odd}")
+        for k in sorted(committed):
+            path = Path(chunk_path(root, name, k, spec.ndim))
+            size = int(packs.rows[k]) * spec.frame_bytes
             assert path.is_file() and path.stat().st_size == size, f"{ctx}: {path} is not a {size}-byte file"
         rfolder = root / ".retired" / name
         kept = {int(x) for x in os.listdir(rfolder)} if rfolder.is_dir() else set()
-        assert kept <= retired, f"{ctx}: {rfolder} holds chunks {sorted(kept - retired)} the commit does not list"
+        assert kept <= retired, f"{ctx}: {rfolder} holds packs {sorted(kept - retired)} the commit does not list"
+    flags = {int(x) for x in os.listdir(root / "frame_live" / "c")} if (root / "frame_live" / "c").is_dir() else set()
+    assert flags <= committed, f"{ctx}: frame_live holds packs {sorted(flags - committed)} no commit lists"
     stats = {p.name for p in (root / ".episode_stats").iterdir()} if (root / ".episode_stats").is_dir() else set()
-    assert stats == {f"{c}.json" for c in live}, f"{ctx}: .episode_stats holds {sorted(stats)}, live chunks {live}"
+    want = {f"{c}-{o}.json" for c, o in zip(state.table.chunk.tolist(), state.table.offset.tolist(), strict=True)}
+    assert stats == want, f"{ctx}: .episode_stats holds {sorted(stats)}, live episodes {sorted(want)}"
     leftovers = sorted(p.name for p in root.glob(".zarr.json.tmp-*"))
     assert not leftovers, f"{ctx}: commit debris {leftovers} left at the root"
 
@@ -709,9 +717,11 @@ def test_sigkill_writer_at_random_moments(tmp_path):
                     f"{ctx}:\nstore holds      {summary(actual)}\nexpected (done)  {summary(candidates[0])}\n"
                     + (f"or with in-flight {summary(candidates[1])}\n" if len(candidates) > 1 else "")
                     + f"before the cycle {summary(before)}")
-            for chunk, episode in zip(state.table.chunk.tolist(), actual, strict=True):
-                assert chunk_owner.setdefault(chunk, episode) == episode, (
-                    f"{ctx}: chunk id {chunk} reused: held {summary([chunk_owner[chunk]])}, now {summary([episode])}")
+            places = zip(state.table.chunk.tolist(), state.table.offset.tolist(), strict=True)
+            for place, episode in zip(places, actual, strict=True):
+                assert chunk_owner.setdefault(place, episode) == episode, (
+                    f"{ctx}: rows at (pack, offset) {place} reused: held {summary([chunk_owner[place]])}, now "
+                    f"{summary([episode])}")
             if cycle % 3 == 0:  # a new writer in this process, at once: the dead writer's lock is gone
                 with lerobot_zarr.open_dataset(root, mode="r+") as writer:
                     assert check_dataset(writer, ctx + " (reopened writer)", deep=False) == actual
@@ -749,7 +759,8 @@ def ring_invariants(content: Content, ctx: str, capacity: int) -> None:
 
 def test_reader_polls_while_writer_appends_and_deletes(tmp_path):
     root = tmp_path / "store"
-    with lerobot_zarr.create(root, fps=FPS, features=FEATURES, capacity_frames=CAPACITY, durable=False) as w:
+    with lerobot_zarr.create(root, fps=FPS, features=FEATURES, capacity_frames=CAPACITY, durable=False,
+                             pack_bytes=PACK_BYTES) as w:
         for seed in range(5):
             w.add_episode(generate(seed), task=task_of(seed))
     long_lived = LeRobotZarrDataset(root)
@@ -805,7 +816,8 @@ def test_reader_polls_while_writer_appends_and_deletes(tmp_path):
 def test_ring_buffer_evicts_under_a_long_lived_reader(tmp_path):
     capacity = 120
     root = tmp_path / "store"
-    with lerobot_zarr.create(root, fps=FPS, features=FEATURES, capacity_frames=capacity, durable=False) as w:
+    with lerobot_zarr.create(root, fps=FPS, features=FEATURES, capacity_frames=capacity, durable=False,
+                             pack_bytes=PACK_BYTES) as w:
         for seed in range(14):
             w.add_episode(generate(seed), task=task_of(seed))
     state0 = read_state(root)
@@ -873,7 +885,7 @@ def test_ring_buffer_evicts_under_a_long_lived_reader(tmp_path):
 # ---------------------------------------------------------------------------------------------------------------
 def test_killed_writer_releases_lock_and_second_live_writer_is_refused(tmp_path):
     root = tmp_path / "store"
-    with lerobot_zarr.create(root, fps=FPS, features=FEATURES, durable=False) as w:
+    with lerobot_zarr.create(root, fps=FPS, features=FEATURES, durable=False, pack_bytes=PACK_BYTES) as w:
         for seed in range(3):
             w.add_episode(generate(seed), task=task_of(seed))
     stop = tmp_path / "stop"
@@ -910,7 +922,7 @@ def test_killed_writer_releases_lock_and_second_live_writer_is_refused(tmp_path)
 
 def _fork_setup(tmp_path: Path, child: str) -> tuple[Path, Path, Child]:
     root = tmp_path / "store"
-    with lerobot_zarr.create(root, fps=FPS, features=FEATURES, durable=False) as w:
+    with lerobot_zarr.create(root, fps=FPS, features=FEATURES, durable=False, pack_bytes=PACK_BYTES) as w:
         w.add_episode(generate(0), task=task_of(0))
     stop = tmp_path / "stop"
     writer = Child(tmp_path, "writer", mode="fork", child=child, root=str(root), stop=str(stop), seed_base=1)
@@ -968,7 +980,7 @@ def test_zarr_copy_of_episode_table_matches_commit_after_kill_at_commit_point(tm
     change (here delete_frames: same episode count, wrong lengths) until the next writer's crash cleanup rewrites
     them from the commit."""
     root = tmp_path / "store"
-    with lerobot_zarr.create(root, fps=FPS, features=FEATURES, durable=False) as w:
+    with lerobot_zarr.create(root, fps=FPS, features=FEATURES, durable=False, pack_bytes=PACK_BYTES) as w:
         for seed in range(3):
             w.add_episode(generate(seed), task=task_of(seed))
     child = run_child(tmp_path, "writer", mode="commit_kill", root=str(root), when="before",
@@ -985,8 +997,9 @@ def test_zarr_copy_of_episode_table_matches_commit_after_kill_at_commit_point(tm
 
     seen_by_zarr = zarr.open_group(root, mode="r")["episode_length"][:].tolist()
     feature_doc = json.loads((root / STATE / "zarr.json").read_text())["shape"][0]
-    assert (copy, seen_by_zarr, feature_doc) == (lengths, lengths, int(sum(lengths))), (
-        f"committed episode lengths {lengths} ({sum(lengths)} frames), but episode_length/c/0 holds "
+    rows = int(np.maximum(state.packs.rows, 1).sum())
+    assert (copy, seen_by_zarr, feature_doc) == (lengths, lengths, rows), (
+        f"committed episode lengths {lengths} ({rows} rows of packs), but episode_length/c/0 holds "
         f"{copy}, zarr reads episode_length = {seen_by_zarr}, {STATE}/zarr.json says "
         f"{feature_doc} frames: the zarr copy describes the killed, uncommitted delete_frames")
 
@@ -997,7 +1010,7 @@ def test_kill_between_commit_and_retiring_keeps_the_old_commit_readable(tmp_path
     the next writer's crash cleanup retires the leftovers (no debris), and a reader of the previous commit, mapping
     its chunks only now, still reads its episodes."""
     root = tmp_path / "store"
-    with lerobot_zarr.create(root, fps=FPS, features=FEATURES, durable=False) as w:
+    with lerobot_zarr.create(root, fps=FPS, features=FEATURES, durable=False, pack_bytes=PACK_BYTES) as w:
         for seed in range(4):
             w.add_episode(generate(seed), task=task_of(seed))
     before = [(s, tuple(range(episode_length(s)))) for s in range(4)]
@@ -1017,7 +1030,7 @@ def test_crash_cleanup_removes_temporary_files(tmp_path):
     ``.<name>.tmp-<pid>`` and a rename; the temporary files of a writer killed in between are removed by the next
     writer's crash cleanup (no leak, however many crashes)."""
     root = tmp_path / "store"
-    with lerobot_zarr.create(root, fps=FPS, features=FEATURES, durable=False) as w:
+    with lerobot_zarr.create(root, fps=FPS, features=FEATURES, durable=False, pack_bytes=PACK_BYTES) as w:
         for seed in range(2):
             w.add_episode(generate(seed), task=task_of(seed))
     child = run_child(tmp_path, "writer", mode="commit_kill", root=str(root), when="before",
@@ -1036,21 +1049,21 @@ def test_set_task_killed_midway_is_finished_by_the_next_writer(tmp_path):
     place: killed after the first episode, the committed table already says the new task and lists the pending
     rewrite; the next writer finishes it when it opens, so frames and table agree again."""
     root = tmp_path / "store"
-    with lerobot_zarr.create(root, fps=FPS, features=FEATURES, durable=False) as w:
+    with lerobot_zarr.create(root, fps=FPS, features=FEATURES, durable=False, pack_bytes=PACK_BYTES) as w:
         for seed in range(3):
             w.add_episode(generate(seed), task=task_of(seed))
     child = run_child(tmp_path, "writer", mode="set_task_kill", root=str(root), eps=[0, 1, 2], task="relabelled")
     assert child.proc.returncode == -signal.SIGKILL and "killing" in child.lines(), child.describe()
     state = read_state(root)
-    committed = [state.attrs["tasks"][t] for t in state.table.task_index.tolist()]
+    committed = [state.tasks[t] for t in state.table.task_index.tolist()]
     assert committed == ["relabelled"] * 3, f"the kill came after the first commit, which says {committed}"
-    assert state.attrs.get("pending_tasks"), "the commit does not record the frame rewrite still to do"
+    assert state.pending_tasks, "the commit does not record the frame rewrite still to do"
     lerobot_zarr.open_dataset(root, mode="r+").close()  # the next writer finishes the rewrite
     ds = LeRobotZarrDataset(root)
     state = read_state(root)
     tasks_of_frames = [sorted(set(ds.get_batch(np.arange(r.start, r.stop))["task"]))
                        for r in (ds.episode_frames(e) for e in range(3))]
-    committed = [state.attrs["tasks"][t] for t in state.table.task_index.tolist()]
+    committed = [state.tasks[t] for t in state.table.task_index.tolist()]
     assert tasks_of_frames == [["relabelled"]] * 3 and committed == ["relabelled"] * 3, (
         f"after the next writer opened: frames' tasks per episode {tasks_of_frames}, committed {committed}")
-    assert not state.attrs.get("pending_tasks")
+    assert not state.pending_tasks

@@ -1,0 +1,147 @@
+"""Which frames a dataset serves: episodes (or frame ranges of them) in episode order, and the arithmetic from a
+dataset index ``i`` to (episode, frame inside the episode). No data access here."""
+
+from __future__ import annotations
+
+import operator
+from bisect import bisect_right
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from .errors import ArgumentError, FrameIndexError
+from .store import from_ranges, to_ranges
+
+__all__ = ["EpisodeSelection", "Selection", "frame_range", "episode_ranges"]
+
+EpisodeSelection = Sequence[int] | Mapping[int, slice | range | tuple[int, int] | None]
+
+
+def frame_range(frames: slice | range | tuple[int, int] | None, n: int, where: str) -> tuple[int, int]:
+    """``[first, stop)`` of a frame selection of an episode of ``n`` frames (None: all; negative from the end)."""
+    if frames is None:
+        return 0, n
+    if isinstance(frames, tuple):
+        if len(frames) != 2:
+            raise ArgumentError(f"{where}: frames must be (first, stop), got {frames!r}")
+        frames = slice(*frames)
+    if not isinstance(frames, (slice, range)) or frames.step not in (None, 1):
+        raise ArgumentError(f"{where}: frames must be a slice, range or (first, stop) of step 1, got {frames!r:.80}")
+    try:
+        first, stop, _ = slice(frames.start, frames.stop).indices(n)
+    except TypeError:
+        raise ArgumentError(f"{where}: frames must have integer bounds, got {frames!r:.80}") from None
+    return first, stop
+
+
+def _episode_index(e: object, n: int) -> int:
+    if isinstance(e, (bool, np.bool_)):
+        raise ArgumentError(f"episode indices must be integers, got {e!r}")
+    try:
+        e = operator.index(e)
+    except TypeError:
+        raise ArgumentError(f"episode indices must be integers, got {e!r:.40} ({type(e).__name__})") from None
+    if not 0 <= e < n:
+        raise FrameIndexError(f"episode {e} does not exist ({n} episodes)", episode=e)
+    return e
+
+
+def episode_ranges(episodes: EpisodeSelection, lengths: np.ndarray) -> list[tuple[int, int, int]]:
+    """Normalise an episode selection to sorted ``(episode, first_frame, stop_frame)`` triples.
+
+    ``[3, 5]`` selects whole episodes; ``{3: slice(100, 200), 5: None}`` selects frames 100..199 of episode 3
+    (episode-local frame indices, negative ones from the end, step 1) and all of episode 5. Like LeRobot's
+    filtering, the order given does not matter: frames come in episode order.
+    """
+    if isinstance(episodes, (str, bytes)) or not isinstance(episodes, (Mapping, Sequence, np.ndarray, range)):
+        raise ArgumentError(f"episodes must be a list of episode indices or {{episode: frames}}, got {episodes!r:.80}")
+    if isinstance(episodes, np.ndarray) and episodes.ndim != 1:
+        raise ArgumentError(f"episodes must be a 1-D list of episode indices, got an array of shape {episodes.shape}")
+    items = episodes.items() if isinstance(episodes, Mapping) else ((e, None) for e in episodes)
+    out: dict[int, tuple[int, int, int]] = {}
+    for e, frames in items:
+        e = _episode_index(e, len(lengths))
+        n = int(lengths[e])
+        first, stop = frame_range(frames, n, f"episode {e}")
+        if stop <= first:
+            raise FrameIndexError(f"episode {e}: frame range {frames!r} is empty for an episode of {n} frames",
+                                  episode=e)
+        out[e] = (e, first, stop)
+    return [out[e] for e in sorted(out)]
+
+
+class Selection:
+    """The selected frames: selected episode k serves its frames ``[first[k], stop[k])`` as dataset indices
+    ``cum[k] .. cum[k + 1] - 1``."""
+
+    def __init__(self, episodes: np.ndarray, first: np.ndarray, stop: np.ndarray, n_episodes: int):
+        self.episodes = np.asarray(episodes, dtype=np.int64)
+        self.first = np.asarray(first, dtype=np.int64)
+        self._stop = np.asarray(stop, dtype=np.int64)
+        self.cum = np.concatenate([[0], np.cumsum(self._stop - self.first)]).astype(np.int64)
+        self.n_episodes = n_episodes
+        # plain lists for the per-item path (a list lookup costs a third of a numpy scalar lookup)
+        self._cum_list, self._episode_list, self._first_list = (self.cum.tolist(), self.episodes.tolist(),
+                                                                self.first.tolist())
+
+    @classmethod
+    def of(cls, episodes: EpisodeSelection | None, lengths: np.ndarray, default: np.ndarray) -> Selection:
+        """The selection ``episodes`` asks for, or every episode of the mask ``default`` (whole episodes)."""
+        if episodes is None:
+            chosen = np.flatnonzero(default)
+            return cls(chosen, np.zeros(len(chosen), dtype=np.int64), lengths[chosen], len(lengths))
+        table = np.array(episode_ranges(episodes, lengths), dtype=np.int64).reshape(-1, 3)
+        return cls(table[:, 0], table[:, 1], table[:, 2], len(lengths))
+
+    def __len__(self) -> int:
+        return int(self.cum[-1])
+
+    def whole(self, lengths: np.ndarray) -> bool:
+        return bool((self.first == 0).all() and (self._stop == lengths[self.episodes]).all())
+
+    def locate(self, index: int) -> tuple[int, int]:
+        """``(episode, frame inside it)`` of dataset index ``index`` (negative from the end)."""
+        n = self._cum_list[-1]
+        i = index + n if index < 0 else index
+        if not 0 <= i < n:
+            raise FrameIndexError(f"frame index {index} is out of range for a dataset of {n} frames")
+        k = bisect_right(self._cum_list, i) - 1
+        return self._episode_list[k], i - self._cum_list[k] + self._first_list[k]
+
+    def locate_many(self, indices: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`locate` for an array of indices (1-D; any integer dtype)."""
+        idx = np.asarray(indices)
+        if idx.size == 0:
+            idx = idx.astype(np.int64)
+        if idx.dtype.kind not in "iu":
+            raise ArgumentError(f"indices must be integers, got dtype {idx.dtype}")
+        if idx.ndim != 1:
+            raise ArgumentError(f"indices must be 1-D, got an array of shape {idx.shape} (flatten it and reshape the "
+                            f"results)")
+        n = self._cum_list[-1]
+        idx = idx.astype(np.int64, copy=True)
+        idx[idx < 0] += n
+        bad = (idx < 0) | (idx >= n)
+        if bad.any():
+            raise FrameIndexError(f"frame index {int(np.asarray(indices)[np.argmax(bad)])} is out of range for a "
+                                  f"dataset of {n} frames")
+        k = np.searchsorted(self.cum, idx, side="right") - 1
+        return self.episodes[k], idx - self.cum[k] + self.first[k]
+
+    def frames_of(self, episode: int) -> range:
+        hits = np.flatnonzero(self.episodes == episode)
+        if not hits.size:
+            raise FrameIndexError(f"episode {episode} is not selected in this dataset", episode=episode)
+        k = int(hits[0])
+        return range(self._cum_list[k], self._cum_list[k + 1])
+
+    def to_args(self, lengths: np.ndarray) -> tuple[str, list]:
+        """A compact picklable form: ``("whole", episode ranges)`` or ``("frames", [[e, first, stop], ...])``."""
+        if self.whole(lengths):
+            return "whole", to_ranges(self._episode_list)
+        return "frames", np.stack([self.episodes, self.first, self._stop], axis=1).tolist()
+
+    @staticmethod
+    def from_args(args: tuple[str, list]) -> EpisodeSelection:
+        kind, selection = args
+        return from_ranges(selection) if kind == "whole" else {e: (a, b) for e, a, b in selection}
