@@ -242,7 +242,9 @@ class LeRobotZarrDataset:
         self._load(read_state(self.root))
         left_out = {name: why for name, why in self._left_out.items() if name not in self.meta.not_materialized}
         if left_out:
-            text = "; ".join(f"{n!r} is left out of samples: {w}" for n, w in left_out.items())
+            (first, why), *others = left_out.items()
+            text = f"{first!r} is left out of samples: {why}" + (
+                f"; so are {', '.join(map(repr, dict(others)))} (ds.left_out says why for each)" if others else "")
             warnings.warn(f"{self.root}: {text}", LeRobotZarrWarning, skip_file_prefixes=(os.path.dirname(__file__),))
         _live_datasets.add(self)
 

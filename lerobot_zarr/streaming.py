@@ -107,9 +107,10 @@ class SampleStream:
                                        {**reader.not_materialized, **reader.left_out})
         self.lengths = reader.lengths
         if self.left_out:
-            warnings.warn(f"{source}: " + "; ".join(f"{k!r} is left out of samples: {why}"
-                                                    for k, why in self.left_out.items()),
-                          LeRobotZarrWarning, skip_file_prefixes=(os.path.dirname(__file__),))
+            (first, why), *others = self.left_out.items()
+            text = f"{first!r} is left out of samples: {why}" + (
+                f"; so are {', '.join(map(repr, dict(others)))} (the stream's left_out says why)" if others else "")
+            warnings.warn(f"{source}: {text}", LeRobotZarrWarning, skip_file_prefixes=(os.path.dirname(__file__),))
 
     def _reader(self) -> _EpisodeReader:
         src = resolve_source(self.source, revision=self.revision, token=self.token)
