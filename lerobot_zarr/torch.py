@@ -59,7 +59,7 @@ class TorchDataset(Dataset):
         return len(self.dataset)
 
     def __getitem__(self, i: int | Sequence[int]) -> dict[str, Any]:
-        if isinstance(i, (Sequence, np.ndarray, torch.Tensor)) and not isinstance(i, str):
+        if (isinstance(i, Sequence) and not isinstance(i, str)) or getattr(i, "ndim", 0) > 0:
             return to_tensors(self.dataset.get_batch(np.asarray(i, dtype=np.int64)))
         return to_tensors(self.dataset[int(i)])
 

@@ -83,7 +83,12 @@ def assert_batch(batch: dict, expected: dict) -> None:
 
 def test_list_index_is_one_batch(ds):
     idx = [5, 0, len(ds) - 1, 7]
-    assert_batch(TorchDataset(ds)[idx], ds.get_batch(idx))
+    tds = TorchDataset(ds)
+    assert_batch(tds[idx], ds.get_batch(idx))
+    assert_batch(tds[torch.tensor(idx)], ds.get_batch(idx))
+    assert_batch(tds[np.asarray(idx)], ds.get_batch(idx))
+    assert_tensor_item(tds[torch.tensor(5)], ds[5])  # 0-d: one item
+    assert_tensor_item(tds[np.int64(5)], ds[5])
 
 
 @pytest.mark.parametrize("num_workers", [0, 2])
