@@ -22,7 +22,7 @@ cluster is to scale out to more cores and machines (workers that see the store a
 Stores go under the work folder, by default a temporary folder next to the repository (on /work, not tmpfs),
 removed at the end. The dataset is reused by a later run with the same ``--out-dir`` and parameters.
 
-Run:  cd /work/wt8 && PYTHONPATH=/work/wt8 /work/venv/bin/python benchmarks/bench_distributed.py [--quick]
+Run (from the repository root):  .venv/bin/python benchmarks/bench_distributed.py [--quick]
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ getting at it transfers, in the same run:
   ``episodes=[k]`` (it downloads the whole file holding the episode, into the Hub cache);
 - ``open_dataset(repo_id)`` for everything, timed against the same transcode from a local folder.
 
-Run:  cd /work/main && PYTHONPATH=/work/main /work/venv/bin/python benchmarks/bench_hub.py [--episodes 200]
+Run (from the repository root):  .venv/bin/python benchmarks/bench_hub.py [--episodes 200]
 """
 
 from __future__ import annotations

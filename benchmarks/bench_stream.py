@@ -18,7 +18,7 @@ stream/random-access ratio of the bests. Memory of a Hub stream: the child's pea
 just before streaming (reset through ``/proc/self/clear_refs``), and over the next epoch the ``tracemalloc`` peak (Python and numpy allocations) plus the
 largest pyarrow pool usage seen, compared with one episode's decoded size and the whole dataset's.
 
-Run:  cd /work/main && PYTHONPATH=/work/main /work/venv/bin/python benchmarks/bench_stream.py [--episodes 200]
+Run (from the repository root):  .venv/bin/python benchmarks/bench_stream.py [--episodes 200]
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ Everything is written under a temp folder in the folder holding the checkout by 
 which may be tmpfs: the raw store takes 1.84 GB per 1,000 frames of two 480x640 cameras). ``--quick``: 4 short
 episodes, for a smoke test (~1 min).
 
-Run:  cd /work/main && PYTHONPATH=/work/main /work/venv/bin/python benchmarks/bench_video.py [--quick]
+Run (from the repository root):  .venv/bin/python benchmarks/bench_video.py [--quick]
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ Everything is written under a temp folder on the checkout's filesystem (``--tmp-
 tmpfs), whose device, type and mount options are printed. Figures are medians; nothing asserts a timing (only the
 read-back correctness checks raise).
 
-Run:  cd /work/main && /work/venv/bin/python benchmarks/bench_write.py [--quick]
+Run (from the repository root):  .venv/bin/python benchmarks/bench_write.py [--quick]
 """
 
 from __future__ import annotations

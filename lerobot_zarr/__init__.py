@@ -3,6 +3,7 @@
 Start with :func:`open_dataset`. The store layout is documented in :mod:`lerobot_zarr.store`.
 """
 
+import logging as _logging
 import os as _os
 import sys as _sys
 
@@ -15,6 +16,7 @@ if "zarr" in _sys.modules:
 from . import analysis as _analysis  # noqa: E402, F401  (registers ds.to_xarray)
 from . import export as _export  # noqa: E402, F401  (registers ds.push and ds.to_lerobot)
 from .api import cache_home, inspect, open_dataset  # noqa: E402
+from .cache import cache_info  # noqa: E402
 from .dataset import DatasetMeta, LeRobotZarrDataset  # noqa: E402
 from .errors import *  # noqa: E402, F403  (every exception class, listed in errors.__all__)
 from .errors import __all__ as _errors
@@ -31,9 +33,13 @@ __all__ = [
     "split_episodes",
     "SampleStream",
     "cache_home",
+    "cache_info",
     "LeRobotZarrDataset",
     "WritableDataset",
     "DatasetMeta",
     *_errors,
 ]
 __version__ = "0.1.0"
+
+# a library logs, its application decides where to: nothing is printed unless a handler is configured
+_logging.getLogger("lerobot_zarr").addHandler(_logging.NullHandler())

@@ -11,8 +11,9 @@ from typing import Any
 from urllib.parse import quote
 
 from .dataset import DatasetMeta, EpisodeSelection, LeRobotZarrDataset
-from .errors import ArgumentError, HubError, NotMaterializedError, SourceNotFoundError
-from .hub import REPO_ID, HubFiles, parse_repo_id, resolve_revision
+from .errors import ArgumentError, HubError, NotMaterializedError
+from .hub import HubFiles, resolve_revision
+from .resolve import resolve_source
 from .source import LeRobotSource, is_lerobot_folder
 from .store import DEFAULT_PACK_BYTES, has_commit_point, read_state
 from .transcode import transcode
@@ -89,35 +90,27 @@ def open_dataset(
         raise ArgumentError(f"mode must be 'r' or 'r+', got {mode!r}")
     if mode == "r+" and (episodes is not None or lazy):
         raise ArgumentError("mode='r+' opens every episode: episodes= and lazy=True do not apply")
-    path = Path(source).expanduser()
-    if has_commit_point(path):
-        if root is not None and Path(root).resolve() != path.resolve():
-            raise ArgumentError(f"{path} is a store already; root={root!r} would be a second copy")
-        store = path
+    src = resolve_source(source, revision=revision, token=token)
+    if src.kind == "store":
+        store = src.path
+        if root is not None and Path(root).resolve() != store.resolve():
+            raise ArgumentError(f"{store} is a store already; root={root!r} would be a second copy")
         if mode == "r+":
             materialize(store, range(len(read_state(store).table)), progress=progress, token=token)
         elif not lazy:
             materialize(store, episodes, progress=progress, token=token)
-    elif is_lerobot_folder(path):
-        if revision is not None:
-            raise ArgumentError(f"{path}: revision={revision!r} applies to Hub repositories, not to a local folder")
-        src = LeRobotSource(path)
+    elif src.kind == "folder":
+        folder = LeRobotSource(src.path)
         if mode == "r+":
-            store = _writable_copy(path, root, store_path_for(src))
+            store = _writable_copy(src.path, root, store_path_for(folder))
         else:
-            store = Path(root).expanduser() if root is not None else store_path_for(src)
-        transcode(src, store, episodes=[] if lazy else episodes, progress=progress, storage=storage, client=client,
+            store = Path(root).expanduser() if root is not None else store_path_for(folder)
+        transcode(folder, store, episodes=[] if lazy else episodes, progress=progress, storage=storage, client=client,
                   pack_bytes=pack_bytes)
-    elif path.exists():
-        raise SourceNotFoundError(f"{path}: neither a LeRobot dataset folder (meta/info.json) nor a lerobot_zarr store")
-    elif isinstance(source, str) and REPO_ID.match(source):
-        store = _open_hub(source, root=root, episodes=[] if lazy else episodes, revision=revision, token=token,
+    else:
+        store = _open_hub(src.repo_id, root=root, episodes=[] if lazy else episodes, revision=revision, token=token,
                           progress=progress, storage=storage, client=client, pack_bytes=pack_bytes,
                           writable=mode == "r+")
-    elif revision is not None or token is not None:  # meant as a Hub repo
-        parse_repo_id(str(source))
-    else:
-        raise SourceNotFoundError(f"{source}: no such folder, and not a Hub repo id of the form 'org/name'")
     if mode == "r+":
         from .writer import WritableDataset
 
@@ -224,13 +217,34 @@ def materialize(store: str | os.PathLike, episodes: EpisodeSelection | None, *, 
     transcode(LeRobotSource(origin), store, episodes=missing, progress=progress)
 
 
-def inspect(repo_id: str, *, revision: str | None = None, token: str | bool | None = None) -> DatasetMeta:
-    """What a Hub dataset holds, from its metadata alone (info.json, the episode table without per-episode stats,
-    tasks, stats.json): features, fps, robot type, episodes and their lengths, tasks, stats, and in
-    ``meta.source`` the bytes of data and videos on the Hub. No data file is read."""
-    revision, commit = resolve_revision(parse_repo_id(repo_id), revision, token=token)
-    files = HubFiles(repo_id, commit, revision=revision, token=token)
-    meta = DatasetMeta.from_source(LeRobotSource(files))
-    meta.source["hub_bytes"] = {top: sum(n for p, n in files.sizes.items() if p.startswith(top + "/"))
-                                for top in ("data", "videos", "meta")}
+def inspect(source: str | os.PathLike, *, revision: str | None = None,
+            token: str | bool | None = None) -> DatasetMeta:
+    """What a dataset holds, from its metadata alone: features, fps, robot type, episodes and their lengths,
+    tasks, stats, and in ``meta.unavailable`` the episodes whose camera video file is missing. ``source`` is a Hub
+    repo id (info.json, the episode table without per-episode stats, tasks and stats.json are read;
+    ``meta.source["hub_bytes"]`` gives the bytes of data and videos on the Hub), a LeRobot folder (its metadata
+    files) or a store (its root ``zarr.json``). No data file is read."""
+    src = resolve_source(source, revision=revision, token=token, hub_first=True)
+    if src.kind == "store":
+        return DatasetMeta.from_state(read_state(src.path))
+    if src.kind == "folder":
+        lerobot = LeRobotSource(src.path)
+        meta = DatasetMeta.from_source(lerobot)
+    else:
+        revision, commit = resolve_revision(src.repo_id, revision, token=token)
+        files = HubFiles(src.repo_id, commit, revision=revision, token=token)
+        lerobot = LeRobotSource(files)
+        meta = DatasetMeta.from_source(lerobot)
+        meta.source["hub_bytes"] = {top: sum(n for p, n in files.sizes.items() if p.startswith(top + "/"))
+                                    for top in ("data", "videos", "meta")}
+    found: dict[str, bool] = {}
+    for name, refs in lerobot.episodes.videos.items():
+        reasons = {}
+        for e, ref in enumerate(refs):
+            if ref is None:
+                reasons[e] = "meta/episodes lists no video file"
+            elif not found.setdefault(ref[0], lerobot.files.exists(ref[0])):
+                reasons[e] = f"video file {lerobot.files.location(ref[0])} not found"
+        if reasons:
+            meta.unavailable[name] = reasons
     return meta

@@ -1,63 +1,176 @@
-"""Command line: ``lerobot-zarr demo | info SOURCE | convert SOURCE | view SOURCE --episode N | push STORE REPO_ID``."""
+"""Command line: ``lerobot-zarr demo | info | convert (download) | view | push | cache ls|rm|prune``.
+
+SOURCE is a LeRobot dataset folder (v3.x or v2.x), a store made by lerobot_zarr, or a Hub dataset repo id
+``org/name``. Run ``lerobot-zarr COMMAND --help`` for each command's options.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import logging
 import sys
+import time
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from .api import inspect, open_dataset
-from .dataset import DatasetMeta, LeRobotZarrDataset
-from .errors import LeRobotZarrError
-from .hub import REPO_ID
-from .source import LeRobotSource, is_lerobot_folder
+from .errors import LeRobotZarrError, LeRobotZarrWarning
 
-__all__ = ["main", "describe"]
+__all__ = ["describe", "describe_json", "main"]
+
+BOOKKEEPING = ("timestamp", "frame_index", "episode_index", "index", "task_index")
+log = logging.getLogger("lerobot_zarr")
 
 
 def _size_on_disk(root: Path) -> int:
-    return sum(p.stat().st_size for p in root.rglob("*") if p.is_file() and not p.is_symlink())
+    return sum(p.stat().st_size for p in Path(root).rglob("*") if p.is_file() and not p.is_symlink())
 
 
-def describe(meta: DatasetMeta) -> str:
-    """A human-readable summary of a dataset: features, counts, episodes, tasks, stats, local size."""
+def _mb(n: float) -> str:
+    return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.1f} MB"
+
+
+def source_line(source: dict) -> str:
+    """A store's or source's origin on one line."""
+    kind = source.get("kind")
+    if kind == "local":
+        return f"LeRobot folder {source.get('path')}"
+    if kind == "hub":
+        commit = str(source.get("commit", ""))
+        endpoint = source.get("endpoint")
+        where = "" if not endpoint or "huggingface.co" in str(endpoint) else f" on {endpoint}"
+        return f"Hub {source.get('repo_id')} @ {commit[:12]}{where}"
+    if kind == "recorded":
+        return "recorded with lerobot_zarr.create"
+    if kind == "edited":
+        return f"edited in place, from {source_line(source.get('from', {}))}"
+    return json.dumps(source, sort_keys=True)
+
+
+def _frame_bytes(ft: dict) -> int:
+    dtype = ft["dtype"]
+    itemsize = 1 if dtype in ("image", "video", "bool") else np.dtype(dtype).itemsize
+    return int(np.prod(ft.get("shape") or [1])) * itemsize
+
+
+def _episode_list_text(episodes: list[int]) -> str:
+    return f"{episodes[:8]}{'...' if len(episodes) > 8 else ''}"
+
+
+def feature_status(meta: Any, name: str) -> tuple[str, str]:
+    """``(status, why)`` of a feature: ``stored`` (in the store, or to be stored by a transcode), ``not stored``
+    (never, e.g. strings, or videos without PyAV), ``unavailable`` (the source cannot give it for the episodes
+    concerned: samples leave it out), or ``partly unavailable`` (some episodes lack it: samples of a selection of
+    the others have it)."""
+    if name in meta.not_materialized:
+        return "not stored", meta.not_materialized[name]
+    reasons = meta.unavailable.get(name, {})
+    held = np.flatnonzero(meta.materialized_episodes) if meta.materialized_episodes.any() \
+        else np.arange(meta.total_episodes)
+    lacking = [int(e) for e in held if int(e) in reasons]
+    if not lacking:
+        return "stored", ""
+    first = reasons[lacking[0]]
+    where = "held" if meta.materialized_episodes.any() else "of the dataset"
+    if len(lacking) == len(held):
+        return "unavailable", f"in all {len(held)} episodes {where}; e.g. {first}"
+    have = [int(e) for e in held if int(e) not in reasons]
+    return "partly unavailable", (f"missing in {len(lacking)} of {len(held)} episodes {where} "
+                                  f"{_episode_list_text(lacking)}: samples leave it out unless you select "
+                                  f"episodes that have it, e.g. {_episode_list_text(have)}; e.g. {first}")
+
+
+def _stats_means(meta: Any) -> dict[str, list[float]]:
+    out = {}
+    for name in meta.features:
+        s = meta.stats.get(name, {})
+        if name in BOOKKEEPING or name not in meta.stored_features or "mean" not in s:
+            continue
+        out[name] = np.asarray(s["mean"], dtype=float).reshape(-1).tolist()
+    return out
+
+
+def describe_json(meta: Any) -> dict:
+    """The summary of :func:`describe` as plain JSON-able data."""
     m = meta
-    n_local = int(m.materialized_episodes.sum())
-    lines = [
-        f"location:     {m.root}" + ("" if n_local else " (a LeRobot folder, not transcoded)"),
-        f"source:       {m.source.get('path') or m.source}",
-        f"format:       LeRobot {m.info.get('codebase_version')}, robot_type={m.robot_type}, fps={m.fps:g}",
-        f"episodes:     {m.total_episodes} ({n_local} in the local store)",
-        f"frames:       {m.total_frames}",
-        f"lengths:      min {int(m.episode_length.min())}, median {int(np.median(m.episode_length))}, "
-        f"max {int(m.episode_length.max())}",
-        f"tasks ({len(m.tasks)}):" + "".join(f"\n  [{i}] {t}" for i, t in enumerate(m.tasks[:10]))
-        + ("\n  ..." if len(m.tasks) > 10 else ""),
-        "features:",
-    ]
+    held = int(m.materialized_episodes.sum())
+    features = {}
     for name, ft in m.features.items():
-        status = f"not materialized: {m.not_materialized[name]}" if name in m.not_materialized else "stored"
-        names = ft.get("names")
-        shown = f", names={str(names)[:60]}{'...' if len(str(names)) > 60 else ''}" if names else ""
-        lines.append(f"  {name:<32} {ft['dtype']:<8} {str(tuple(ft.get('shape', ()))):<14} {status}{shown}")
-    if m.stats:
-        lines.append("stats (mean of each stored vector feature, first values):")
-        for name, s in m.stats.items():
-            if name in m.stored_features and "mean" in s:
-                mean = np.asarray(s["mean"], dtype=float).reshape(-1)
-                lines.append(f"  {name:<32} {np.array2string(mean[:4], precision=3)}{' ...' if mean.size > 4 else ''}")
-    hub_bytes = m.source.get("hub_bytes")
-    if hub_bytes:
-        lines.append("on the Hub:   " + ", ".join(f"{k}/ {v / 1e6:.1f} MB" for k, v in hub_bytes.items()))
-    if n_local:
-        lines.append(f"local size:   {_size_on_disk(m.root) / 1e6:.1f} MB")
+        status, why = feature_status(m, name)
+        features[name] = {"dtype": ft["dtype"], "shape": list(ft.get("shape") or []), "names": ft.get("names"),
+                          "status": status, "why": why}
+    out = {
+        "location": str(m.root),
+        "is_store": isinstance(m.root, Path) and (m.root / "zarr.json").is_file(),
+        "source": m.source,
+        "source_line": source_line(m.source),
+        "codebase_version": m.info.get("codebase_version"),
+        "robot_type": m.robot_type,
+        "fps": m.fps,
+        "total_episodes": m.total_episodes,
+        "episodes_in_store": held,
+        "total_frames": m.total_frames,
+        "episode_length": {"min": int(m.episode_length.min()), "median": float(np.median(m.episode_length)),
+                           "max": int(m.episode_length.max())} if m.total_episodes else None,
+        "tasks": list(m.tasks),
+        "features": features,
+        "stats_mean": _stats_means(m),
+    }
+    if m.source.get("hub_bytes"):
+        out["hub_bytes"] = m.source["hub_bytes"]
+    if out["is_store"]:
+        out["local_bytes"] = _size_on_disk(Path(m.root))
     else:
-        frame_bytes = sum(int(np.prod(ft.get("shape") or [1])) * (1 if ft["dtype"] in ("image", "bool") else
-                          np.dtype(ft["dtype"]).itemsize) for k, ft in m.features.items() if k in m.stored_features)
-        lines.append(f"store size:   {m.total_frames * frame_bytes / 1e6:.1f} MB once transcoded (stored features)")
+        out["estimated_store_bytes"] = sum(
+            _frame_bytes(ft) * int(m.episode_length[[e for e in range(m.total_episodes)
+                                                     if e not in m.unavailable.get(k, {})]].sum())
+            for k, ft in m.features.items() if features[k]["status"] in ("stored", "partly unavailable"))
+    return out
+
+
+def describe(meta: Any) -> str:
+    """A human-readable summary of a dataset: origin, counts, episodes, tasks, features (stored, not stored,
+    unavailable, with why), stats of the data features, size."""
+    d = describe_json(meta)
+    lengths = d["episode_length"]
+    held = d["episodes_in_store"]
+    lines = [
+        f"location:     {d['location']}" + ("" if d["is_store"] else " (metadata only: not transcoded)"),
+        f"source:       {d['source_line']}",
+        f"format:       LeRobot {d['codebase_version']}, robot_type={d['robot_type']}, fps={d['fps']:g}",
+        f"episodes:     {d['total_episodes']}" + (f" ({held} in the store)" if d["is_store"] else ""),
+        f"frames:       {d['total_frames']}",
+    ]
+    if lengths:
+        lines.append(f"lengths:      min {lengths['min']}, median {lengths['median']:g}, max {lengths['max']}")
+    tasks = d["tasks"]
+    lines.append(f"tasks ({len(tasks)}):" + "".join(f"\n  [{i}] {t}" for i, t in enumerate(tasks[:10]))
+                 + ("\n  ..." if len(tasks) > 10 else ""))
+    lines.append("features:")
+    for name, ft in d["features"].items():
+        names = ft["names"]
+        shown = f"  names={str(names)[:50]}{'...' if len(str(names)) > 50 else ''}" if names else ""
+        status = ft["status"] if ft["status"] == "stored" or name in BOOKKEEPING else ft["status"].upper()
+        if not d["is_store"] and status == "stored":
+            status = "to store"
+        lines.append(f"  {name:<32} {ft['dtype']:<8} {tuple(ft['shape'])!s:<14} {status}{shown}")
+        if ft["why"]:
+            lines.append(f"      why: {ft['why']}")
+    if d["stats_mean"]:
+        lines.append("stats (mean, first values):")
+        for name, mean in d["stats_mean"].items():
+            lines.append(f"  {name:<32} {np.array2string(np.asarray(mean[:4]), precision=3)}"
+                         f"{' ...' if len(mean) > 4 else ''}")
+    if "hub_bytes" in d:
+        lines.append("on the Hub:   " + ", ".join(f"{k}/ {_mb(v)}" for k, v in d["hub_bytes"].items()))
+    if "local_bytes" in d:
+        lines.append(f"store size:   {_mb(d['local_bytes'])} on disk")
+    else:
+        lines.append(f"store size:   {_mb(d['estimated_store_bytes'])} once transcoded (cameras decoded raw)")
     return "\n".join(lines)
 
 
@@ -75,80 +188,224 @@ def _episode_list(text: str) -> list[int]:
     return out
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="lerobot-zarr", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo", help="generate a sample LeRobot dataset, transcode it, sample it, time it")
+def _parser() -> argparse.ArgumentParser:
+    from . import __version__
+
+    parser = argparse.ArgumentParser(prog="lerobot-zarr", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"lerobot_zarr {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log what is done; full tracebacks on errors")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    demo = sub.add_parser("demo", help="the whole job offline: a test Hub on 127.0.0.1, inspect, partial download, "
+                                       "sampling speed, edits, push and reopen")
     demo.add_argument("--dir", type=Path, default=None, help="an empty or new work folder (default: a temporary one)")
-    demo.add_argument("--episodes", type=int, default=300, help="episodes in the generated dataset")
-    info = sub.add_parser("info", help="describe a LeRobot dataset folder, a store, or a Hub repo (metadata only)")
-    info.add_argument("source", help="folder, store or Hub repo id org/name")
-    info.add_argument("--revision", default=None, help="Hub branch, tag or commit")
-    convert = sub.add_parser("convert", help="transcode a LeRobot dataset folder or Hub repo into a store")
-    convert.add_argument("source", help="folder or Hub repo id org/name")
-    convert.add_argument("--revision", default=None, help="Hub branch, tag or commit")
-    convert.add_argument("--root", type=Path, default=None, help="store folder (default: the cache)")
+    demo.add_argument("--episodes", type=int, default=100, help="episodes in the generated dataset (default 100)")
+
+    info = sub.add_parser("info", help="describe a dataset from its metadata (no data read): Hub repo, folder, store")
+    info.add_argument("source", help="LeRobot folder, store, or Hub repo id org/name")
+    info.add_argument("--revision", default=None, help="Hub branch, tag or commit (default: LeRobot's choice)")
+    info.add_argument("--token", default=None, help="Hub token (default: the one `hf auth login` saved)")
+    info.add_argument("--json", action="store_true", help="print the summary as JSON")
+
+    convert = sub.add_parser("convert", aliases=["download"],
+                             help="make a store of a LeRobot folder or Hub repo (only the episodes asked for)")
+    convert.add_argument("source", help="LeRobot folder or Hub repo id org/name (or a store, to fetch episodes)")
+    convert.add_argument("--revision", default=None, help="Hub branch, tag or commit (default: LeRobot's choice)")
+    convert.add_argument("--token", default=None, help="Hub token (default: the one `hf auth login` saved)")
+    convert.add_argument("--root", type=Path, default=None, help="store folder (default: in the cache, see `cache ls`)")
     convert.add_argument("--episodes", type=_episode_list, default=None, help="e.g. 0,3,5-9 (default: all)")
     convert.add_argument("--compact", action="append", default=[], metavar="CAMERA",
                          help="keep this camera compressed (zstd per frame) instead of raw; repeatable")
     convert.add_argument("--scheduler", default=None, metavar="ADDRESS",
                          help="transcode on a dask.distributed cluster (e.g. tcp://host:8786; the workers must see "
                               "the store folder at the same path)")
-    push = sub.add_parser("push", help="publish a store to a Hub dataset repo as LeRobot v3.0 (one commit)")
-    push.add_argument("store", type=Path)
-    push.add_argument("repo_id")
-    push.add_argument("--revision", default=None, help="branch to commit to (default main)")
-    push.add_argument("--private", action="store_true")
-    push.add_argument("--message", default=None, help="commit message")
-    view = sub.add_parser("view", help="plot one episode to a PNG (and log it to a rerun .rrd)")
-    view.add_argument("source", help="store, LeRobot folder or Hub repo id org/name")
-    view.add_argument("--episode", type=int, required=True)
+    convert.add_argument("--json", action="store_true", help="print the summary as JSON")
+
+    view = sub.add_parser("view", help="plot one episode to a PNG (curves, camera frames); rerun .rrd or viewer")
+    view.add_argument("source", help="store, LeRobot folder or Hub repo id org/name (only that episode is fetched)")
+    view.add_argument("--episode", type=int, required=True, help="episode index")
     view.add_argument("--out", type=Path, default=None, help="PNG path (default episode_<n>.png)")
     view.add_argument("--rrd", type=Path, default=None, help="also save a rerun recording (needs rerun-sdk)")
+    live = view.add_mutually_exclusive_group()
+    live.add_argument("--spawn", action="store_true", help="also open the episode in a rerun viewer (needs a display)")
+    live.add_argument("--serve", action="store_true",
+                      help="also serve the episode to rerun viewers over gRPC (connect with `rerun --connect URL`); "
+                           "runs until Ctrl-C")
     view.add_argument("--revision", default=None, help="Hub branch, tag or commit")
-    args = parser.parse_args(argv)
+    view.add_argument("--token", default=None, help="Hub token")
+
+    push = sub.add_parser("push", help="publish a store to a Hub dataset repo as LeRobot v3.0 (one commit)")
+    push.add_argument("store", type=Path, help="the store folder (see `cache ls` for the cached ones)")
+    push.add_argument("repo_id", help="Hub dataset repo id org/name (created if missing)")
+    push.add_argument("--revision", "--branch", dest="revision", default=None,
+                      help="branch to commit to (default main)")
+    push.add_argument("--private", action="store_true", help="create the repo private (an existing one is unchanged)")
+    push.add_argument("--token", default=None, help="Hub token with write access (default: `hf auth login`'s)")
+    push.add_argument("--message", default=None, help="commit message")
+
+    cache = sub.add_parser("cache", help="list or remove the stores under the cache home (like `hf cache`)")
+    cache_sub = cache.add_subparsers(dest="cache_command", required=True, metavar="ACTION")
+    ls = cache_sub.add_parser("ls", help="list stores: source, revision, size, episodes, last use")
+    ls.add_argument("--json", action="store_true", help="print as JSON")
+    rm = cache_sub.add_parser("rm", help="remove stores: a store path, a repo id (all its commits), repo@commit, "
+                                         "or a LeRobot folder (its stores)")
+    rm.add_argument("targets", nargs="+", metavar="TARGET", help="what to remove")
+    rm.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
+    rm.add_argument("--dry-run", action="store_true", help="only say what would be removed")
+    prune = cache_sub.add_parser("prune", help="remove stores nothing points to any more: old Hub commits, stores of "
+                                               "folders that changed or are gone, never-committed transcodes")
+    prune.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
+    prune.add_argument("--dry-run", action="store_true", help="only say what would be removed")
+    return parser
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    text = str(message)
+    if issubclass(category, LeRobotZarrWarning) or category is UserWarning:
+        print(f"lerobot-zarr: warning: {text}", file=sys.stderr)
+    else:
+        print(f"lerobot-zarr: warning: {text} ({category.__name__} at {Path(filename).name}:{lineno})",
+              file=sys.stderr)
+
+
+def _age(seconds: float) -> str:
+    seconds = max(0.0, time.time() - seconds)
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.0f} {unit} ago"
+    return "just now"
+
+
+def _confirm(question: str, yes: bool) -> bool:
+    if yes:
+        return True
+    if not sys.stdin.isatty():
+        print(f"{question} -- not confirmed (no terminal): pass --yes", file=sys.stderr)
+        return False
+    return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")
+
+
+def _cache(args: argparse.Namespace) -> int:
+    from .api import cache_home
+    from .cache import cache_info, find_stores, prune_candidates, remove_store
+
+    if args.cache_command == "ls":
+        stores = cache_info()
+        if args.json:
+            print(json.dumps([s.to_json() for s in stores], indent=2))
+            return 0
+        print(f"cache home: {cache_home()}")
+        if not stores:
+            print("(no stores)")
+            return 0
+        print(f"{'SOURCE':<40} {'REVISION':<14} {'SIZE':>10} {'EPISODES':>10} {'LAST USE':>12}  REFS / STATUS")
+        for s in stores:
+            rev = (s.revision or "")[:12] or "-"
+            extra = ", ".join(s.refs) + ("" if s.status == "ok" else f" [{s.status}]")
+            print(f"{s.source[-40:]:<40} {rev:<14} {_mb(s.size_bytes):>10} {f'{s.episodes}/{s.total_episodes}':>10} "
+                  f"{_age(s.last_used):>12}  {extra}")
+            print(f"  {s.path}")
+        print(f"{len(stores)} stores, {_mb(sum(s.size_bytes for s in stores))}")
+        return 0
+    if args.cache_command == "rm":
+        chosen, missing = [], []
+        for target in args.targets:
+            hits = find_stores(target)
+            (chosen.extend(hits) if hits else missing.append(target))
+        for target in missing:
+            print(f"lerobot-zarr: no store in the cache matches {target!r}", file=sys.stderr)
+        plan = [(s, "asked for") for s in {s.path: s for s in chosen}.values()]
+    else:
+        plan = prune_candidates()
+    if not plan:
+        print("nothing to remove")
+        return 1 if args.cache_command == "rm" else 0
+    for s, why in plan:
+        print(f"  {s.source} {(s.revision or '')[:12]}  {_mb(s.size_bytes)}  ({why})\n    {s.path}")
+    total = sum(s.size_bytes for s, _ in plan)
+    if args.dry_run:
+        print(f"would remove {len(plan)} stores, {_mb(total)}")
+        return 0
+    if not _confirm(f"remove {len(plan)} stores ({_mb(total)})?", args.yes):
+        return 1
+    freed, failed = 0, 0
+    for s, _ in plan:
+        try:
+            freed += remove_store(s.path)
+        except (LeRobotZarrError, ValueError, OSError) as exc:
+            print(f"lerobot-zarr: not removed: {exc}", file=sys.stderr)
+            failed += 1
+    print(f"removed {len(plan) - failed} stores, {_mb(freed)} freed")
+    return 1 if failed else 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    from .api import inspect, open_dataset
+
+    if args.command == "demo":
+        from .demo import run_demo
+
+        run_demo(args.dir, n_episodes=args.episodes)
+    elif args.command == "info":
+        meta = inspect(args.source, revision=args.revision, token=args.token)
+        print(json.dumps(describe_json(meta), indent=2, default=str) if args.json else describe(meta))
+    elif args.command in ("convert", "download"):
+        storage = {camera: "compact" for camera in args.compact}
+        kwargs = {"root": args.root, "episodes": args.episodes, "revision": args.revision, "token": args.token,
+                  "storage": storage or None}
+        if args.scheduler:
+            from distributed import Client
+
+            with Client(args.scheduler) as client:
+                ds = open_dataset(args.source, client=client, **kwargs)
+        else:
+            ds = open_dataset(args.source, **kwargs)
+        print(json.dumps(describe_json(ds.meta), indent=2, default=str) if args.json else describe(ds.meta))
+    elif args.command == "view":
+        from .view import view_episode
+
+        png = view_episode(args.source, args.episode, out=args.out, rrd=args.rrd, revision=args.revision,
+                           token=args.token, live="spawn" if args.spawn else "serve" if args.serve else None)
+        print(f"wrote {png}" + (f" and {args.rrd}" if args.rrd else ""))
+    elif args.command == "push":
+        from .dataset import LeRobotZarrDataset
+
+        ds = LeRobotZarrDataset(args.store)
+        commit = ds.push(args.repo_id, revision=args.revision, private=args.private, token=args.token,
+                         commit_message=args.message, progress=True)
+        print(f"pushed {args.store} to {args.repo_id}" + (f"@{args.revision}" if args.revision else "") + ": "
+              + (f"commit {commit}" if commit else "no change (the Hub already holds these files)"))
+    elif args.command == "cache":
+        return _cache(args)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("lerobot-zarr: %(message)s"))
+    log.addHandler(handler)
+    previous_level = log.level
+    log.setLevel(logging.INFO if args.verbose else logging.WARNING)
     try:
-        if args.command == "demo":
-            from .demo import run_demo
-
-            run_demo(args.dir, n_episodes=args.episodes)
-        elif args.command == "info":
-            path = Path(args.source)
-            if is_lerobot_folder(path):
-                meta = DatasetMeta.from_source(LeRobotSource(path))
-            elif path.exists() or not REPO_ID.match(args.source):
-                meta = LeRobotZarrDataset(path).meta
-            else:
-                meta = inspect(args.source, revision=args.revision)
-            print(describe(meta))
-        elif args.command == "convert":
-            storage = {camera: "compact" for camera in args.compact}
-            if args.scheduler:
-                from distributed import Client
-
-                with Client(args.scheduler) as client:
-                    ds = open_dataset(args.source, root=args.root, episodes=args.episodes, revision=args.revision,
-                                      storage=storage, client=client)
-            else:
-                ds = open_dataset(args.source, root=args.root, episodes=args.episodes, revision=args.revision,
-                                  storage=storage)
-            print(describe(ds.meta))
-        elif args.command == "view":
-            from .view import view_episode
-
-            png = view_episode(args.source, args.episode, out=args.out, rrd=args.rrd, revision=args.revision)
-            print(f"wrote {png}" + (f" and {args.rrd}" if args.rrd else ""))
-        elif args.command == "push":
-            commit = LeRobotZarrDataset(args.store).push(args.repo_id, revision=args.revision, private=args.private,
-                                                         commit_message=args.message)
-            print(f"pushed {args.store} to {args.repo_id}: " + (f"commit {commit}" if commit else "no change"))
-    except LeRobotZarrError as exc:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", category=DeprecationWarning)  # libraries' business, not the user's
+            warnings.filterwarnings("ignore", category=PendingDeprecationWarning)
+            warnings.filterwarnings("default", category=LeRobotZarrWarning)
+            warnings.showwarning = _show_warning
+            return _run(args)
+    except (LeRobotZarrError, ValueError, OSError) as exc:
+        if args.verbose:
+            raise
         print(f"lerobot-zarr: error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("lerobot-zarr: interrupted (committed episodes are kept; run again to resume)", file=sys.stderr)
         return 130
-    return 0
+    finally:
+        log.removeHandler(handler)
+        log.setLevel(previous_level)
 
 
 if __name__ == "__main__":

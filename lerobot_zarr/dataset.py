@@ -22,7 +22,14 @@ import numpy as np
 
 from ._maps import PackMaps
 from ._packs import open_pack, read_shard_index
-from .errors import ArgumentError, CorruptStoreError, FrameIndexError, NotMaterializedError, StoreClosedError
+from .errors import (
+    ArgumentError,
+    CorruptStoreError,
+    FrameIndexError,
+    LeRobotZarrWarning,
+    NotMaterializedError,
+    StoreClosedError,
+)
 from .selection import EpisodeSelection, Selection, episode_ranges, frame_range
 from .store import ArraySpec, PackLayout, StoreState, chunk_path, pack_rows_target, read_state, retired_path
 from .windows import window_offsets, windows
@@ -246,9 +253,12 @@ class LeRobotZarrDataset:
         self._maps: PackMaps | None = None
         self._closed = False
         self._load(read_state(self.root))
-        for name, why in self._left_out.items():
-            if name not in self.meta.not_materialized:
-                warnings.warn(f"{self.root}: feature {name!r} is left out of samples: {why}", stacklevel=2)
+        left_out = {name: why for name, why in self._left_out.items() if name not in self.meta.not_materialized}
+        if left_out:
+            (first, why), *others = left_out.items()
+            text = f"{first!r} is left out of samples: {why}" + (
+                f"; so are {', '.join(map(repr, dict(others)))} (ds.left_out says why for each)" if others else "")
+            warnings.warn(f"{self.root}: {text}", LeRobotZarrWarning, skip_file_prefixes=(os.path.dirname(__file__),))
         _live_datasets.add(self)
 
     # state ------------------------------------------------------------------------------------------------

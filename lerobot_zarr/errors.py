@@ -32,6 +32,7 @@ __all__ = [
     "RevisionNotFoundError",
     "HubAuthError",
     "HubError",
+    "LeRobotZarrWarning",
 ]
 
 
@@ -132,3 +133,8 @@ class HubAuthError(LeRobotZarrError, PermissionError):
 class HubError(LeRobotZarrError, ConnectionError):
     """A Hub request failed after bounded retries (server error, dropped connection, stalled transfer), or needs
     the network while ``HF_HUB_OFFLINE`` is set."""
+
+
+class LeRobotZarrWarning(UserWarning):
+    """Something the user should know but that does not stop the work (e.g. a camera left out of samples); shown
+    once per dataset, pointing at the user's call."""

@@ -51,6 +51,11 @@ def nested_list(values: np.ndarray, fixed: bool) -> pa.Array:
     return array
 
 
+def _numpy_name(arrow_type: pa.DataType) -> str:
+    """``arrow_type.to_pandas_dtype().__name__`` without pandas (which pyarrow < 26 imports for it)."""
+    return pa.array([], type=arrow_type).to_numpy(zero_copy_only=False).dtype.type.__name__
+
+
 def huggingface_metadata(schema: pa.Schema, version: str) -> str:
     """The ``huggingface`` schema metadata of the `datasets` library, as lerobot's files carry it."""
     list_type = "List" if version == "v3.0" else "Sequence"
@@ -60,7 +65,7 @@ def huggingface_metadata(schema: pa.Schema, version: str) -> str:
             return {"feature": feature(arrow_type.value_type), "length": arrow_type.list_size, "_type": list_type}
         if pa.types.is_struct(arrow_type):
             return {"_type": "Image"}
-        return {"dtype": arrow_type.to_pandas_dtype().__name__, "_type": "Value"}
+        return {"dtype": _numpy_name(arrow_type), "_type": "Value"}
 
     return json.dumps({"info": {"features": {field.name: feature(field.type) for field in schema}}})
 
@@ -75,11 +80,11 @@ def pandas_metadata(schema: pa.Schema, index_column: str | None) -> str:
             return f"list[{pandas_type(arrow_type.value_type)}]"
         if pa.types.is_struct(arrow_type):
             return "object"
-        return arrow_type.to_pandas_dtype().__name__
+        return _numpy_name(arrow_type)
 
     def numpy_type(arrow_type: pa.DataType) -> str:
         if pa.types.is_integer(arrow_type) or pa.types.is_floating(arrow_type):
-            return arrow_type.to_pandas_dtype().__name__
+            return _numpy_name(arrow_type)
         return "object"
 
     columns = [

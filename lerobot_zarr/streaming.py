@@ -1,32 +1,47 @@
 """Streaming samples for training on data larger than the disk: episodes arrive by range reads, a few at a time.
 
-``stream(source)`` yields the same dicts as ``ds[i]`` (windows and padding included), each frame once per epoch.
-Episodes are shuffled with a seed shared by every rank and worker, then dealt out: rank ``r`` of ``world_size``,
-worker ``w`` of ``num_workers`` takes every ``(world_size * num_workers)``-th episode from position
-``r * num_workers + w`` (no duplicates, no gaps). Each process keeps ``buffer_episodes`` episodes in memory and
-fetches as many ahead in a background thread (from the Hub, up to that many range requests in flight), so at most
-about three times ``buffer_episodes`` episodes are held at once; frames are drawn at random across the buffer.
+``stream(source)`` yields the same dicts as ``ds[i]`` (windows and padding included), or with ``batch_size=B`` the
+dicts of ``ds.get_batch`` (each batch one vectorised gather per feature across the buffered episodes).
+
+Sharding: episodes are shuffled with a seed shared by every rank and worker, then dealt out to the
+``world_size * num_workers`` shards (rank ``r``, DataLoader worker ``w`` -> shard ``r * num_workers + w``),
+longest first to the shard with the fewest frames so far, so the shards hold about the same number of frames;
+no episode is in two shards. With ``world_size > 1`` every rank must see the same number of samples per epoch (a
+rank with fewer batches leaves the others waiting in a collective: DDP hangs), so each worker position ``w``
+yields the same count on every rank: by default (``drop_last=False``, torch's DistributedSampler default) the
+largest shard's frame count, shorter shards repeating frames of their own episodes (every frame at least once);
+with ``drop_last=True`` the smallest's, longer shards dropping the excess (random frames when shuffled). With one
+rank nothing is padded or dropped: every frame exactly once.
+
+Each process keeps ``buffer_episodes`` episodes in memory and fetches as many ahead in a background thread (from
+the Hub, up to that many range requests in flight), so at most about three times ``buffer_episodes`` episodes are
+held at once; frames are drawn at random across the buffer.
 """
 
 from __future__ import annotations
 
+import heapq
+import itertools
+import logging
 import os
+import warnings
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ._background import prefetched
 from .dataset import IMAGE_FORMATS, LeRobotZarrDataset, window_offsets
-from .errors import FrameIndexError, NotMaterializedError, SourceNotFoundError
-from .source import LeRobotSource, is_lerobot_folder
-from .store import has_commit_point
+from .errors import FrameIndexError, LeRobotZarrWarning, NotMaterializedError
+from .resolve import resolve_source
+from .source import LeRobotSource
 from .video import VideoUnavailable
 
-__all__ = ["stream", "SampleStream"]
+__all__ = ["SampleStream", "stream"]
+
+log = logging.getLogger("lerobot_zarr")
 
 
 def _worker() -> tuple[int, int]:
@@ -39,54 +54,76 @@ def _worker() -> tuple[int, int]:
     return (0, 1) if info is None else (info.id, info.num_workers)
 
 
+def deal(order: Sequence[int], lengths: np.ndarray, n_shards: int) -> list[list[int]]:
+    """Deal episodes (in ``order``) to ``n_shards`` shards of about equal frames: longest first (ties in
+    ``order``), each to the shard with the fewest frames so far (ties to the lowest shard). Each shard keeps the
+    episodes in ``order``."""
+    position = {e: k for k, e in enumerate(order)}
+    by_length = sorted(order, key=lambda e: (-int(lengths[e]), position[e]))
+    heap = [(0, s) for s in range(n_shards)]
+    owner: dict[int, int] = {}
+    for e in by_length:
+        load, shard = heapq.heappop(heap)
+        owner[e] = shard
+        heapq.heappush(heap, (load + int(lengths[e]), shard))
+    shards: list[list[int]] = [[] for _ in range(n_shards)]
+    for e in order:
+        shards[owner[e]].append(e)
+    return shards
+
+
 class SampleStream:
-    """An iterable of samples; iterating again starts the next epoch (or call :meth:`set_epoch`)."""
+    """An iterable of samples (or batches); iterating again starts the next epoch (or call :meth:`set_epoch`)."""
 
     def __init__(self, source: str | os.PathLike, *, revision: str | None = None, token: str | bool | None = None,
                  episodes: Sequence[int] | None = None,
                  delta_timestamps: Mapping[str, Sequence[float]] | None = None, shuffle: bool = True,
                  seed: int = 0, buffer_episodes: int = 4, rank: int = 0, world_size: int = 1,
-                 image_format: str = "uint8_hwc", worker: tuple[int, int] | None = None):
+                 image_format: str = "uint8_hwc", worker: tuple[int, int] | None = None,
+                 batch_size: int | None = None, drop_last: bool = False):
         if not 0 <= rank < world_size:
             raise ValueError(f"rank must be in [0, world_size={world_size}), got {rank}")
         if buffer_episodes < 1:
             raise ValueError(f"buffer_episodes must be at least 1, got {buffer_episodes}")
         if image_format not in IMAGE_FORMATS:
             raise ValueError(f"image_format must be one of {IMAGE_FORMATS}, got {image_format!r}")
+        if batch_size is not None and int(batch_size) < 1:
+            raise ValueError(f"batch_size must be a positive integer or None, got {batch_size!r}")
         self.source, self.revision, self.token = source, revision, token
         self.shuffle, self.seed, self.buffer_episodes = shuffle, int(seed), int(buffer_episodes)
         self.rank, self.world_size, self.worker = rank, world_size, worker
         self.image_format = image_format
+        self.batch_size = None if batch_size is None else int(batch_size)
+        self.drop_last = bool(drop_last)
         self.epoch = 0
+        self._selection = None if episodes is None else sorted({int(e) for e in episodes})
         reader = self._reader()
         self._reader_cache: _EpisodeReader | None = reader  # reused by the first epoch in this process
-        n = reader.n_episodes
-        self.episodes = (np.flatnonzero(reader.available).tolist() if episodes is None
-                         else sorted({int(e) for e in episodes}))
-        bad = [e for e in self.episodes if not 0 <= e < n]
-        if bad:
-            raise FrameIndexError(f"{source}: episode {bad[0]} does not exist ({n} episodes)")
-        absent = [e for e in self.episodes if not reader.available[e]]
-        if absent:
-            raise NotMaterializedError(f"{source}: episodes {absent[:20]} are not in the store")
+        self.episodes = reader.episodes
         self.fps, self.tasks, self.kinds = reader.fps, reader.tasks, reader.kinds
+        self.left_out = dict(reader.left_out)
         self.delta_timestamps = delta_timestamps
-        self._offsets = window_offsets(delta_timestamps, self.fps, list(self.kinds), reader.not_materialized)
+        self._offsets = window_offsets(delta_timestamps, self.fps, list(self.kinds),
+                                       {**reader.not_materialized, **reader.left_out})
         self.lengths = reader.lengths
+        if self.left_out:
+            (first, why), *others = self.left_out.items()
+            text = f"{first!r} is left out of samples: {why}" + (
+                f"; so are {', '.join(map(repr, dict(others)))} (the stream's left_out says why)" if others else "")
+            warnings.warn(f"{source}: {text}", LeRobotZarrWarning, skip_file_prefixes=(os.path.dirname(__file__),))
 
     def _reader(self) -> _EpisodeReader:
-        path = Path(self.source).expanduser()
-        if has_commit_point(path):
-            return _StoreReader(path)
-        if is_lerobot_folder(path):
-            return _SourceReader(LeRobotSource(path))
-        if path.exists():
-            raise SourceNotFoundError(f"{path}: neither a LeRobot dataset folder nor a lerobot_zarr store")
+        src = resolve_source(self.source, revision=self.revision, token=self.token)
+        if src.kind == "store":
+            return _StoreReader(src.path, self._selection)
+        if src.kind == "folder":
+            return _SourceReader(LeRobotSource(src.path), self._selection, str(src.path))
         from .hub import HubFiles, resolve_revision
 
-        revision, commit = resolve_revision(str(self.source), self.revision, token=self.token)
+        revision, commit = resolve_revision(src.repo_id, self.revision, token=self.token)
         self.revision = commit  # every rank and worker reads the same commit
-        return _SourceReader(LeRobotSource(HubFiles(str(self.source), commit, revision=revision, token=self.token)))
+        files = HubFiles(src.repo_id, commit, revision=revision, token=self.token)
+        return _SourceReader(LeRobotSource(files), self._selection, src.repo_id)
 
     def __getstate__(self) -> dict:
         return dict(self.__dict__, _reader_cache=None)  # workers open their own reader
@@ -94,35 +131,96 @@ class SampleStream:
     def set_epoch(self, epoch: int) -> None:
         self.epoch = int(epoch)
 
-    def shard(self, epoch: int, worker: tuple[int, int] | None = None) -> list[int]:
-        """The episodes this rank and worker read in ``epoch``, in order."""
+    def _plan(self, epoch: int, num_workers: int) -> tuple[list[int], list[list[int]]]:
+        """The epoch's episode order and its shards (``world_size * num_workers`` of them)."""
         order = list(self.episodes)
         if self.shuffle:
             np.random.default_rng([self.seed, epoch]).shuffle(order)
+        return order, deal(order, self.lengths, self.world_size * num_workers)
+
+    def shard(self, epoch: int, worker: tuple[int, int] | None = None) -> list[int]:
+        """The episodes this rank and worker read in ``epoch``, in order."""
         w, num_workers = worker or self.worker or _worker()
-        step = self.world_size * num_workers
-        return order[self.rank * num_workers + w::step]
+        return self._plan(epoch, num_workers)[1][self.rank * num_workers + w]
+
+    def samples_per_shard(self, epoch: int, worker: tuple[int, int] | None = None) -> int:
+        """How many samples this rank and worker yield in ``epoch``: its frames with one rank; with several, the
+        same count for this worker position on every rank (see the module docs)."""
+        w, num_workers = worker or self.worker or _worker()
+        _, shards = self._plan(epoch, num_workers)
+        frames = [int(self.lengths[s].sum()) if s else 0 for s in shards]
+        if self.world_size == 1:
+            return frames[w]
+        same_position = frames[w::num_workers]
+        return min(same_position) if self.drop_last else max(same_position)
 
     def __len__(self) -> int:
-        """Samples per epoch over all ranks and workers."""
-        return int(self.lengths[self.episodes].sum())
+        """Samples this rank yields per epoch (over its workers, as set by ``worker`` or, in the main process,
+        one): all selected frames with one rank."""
+        _, num_workers = self.worker or _worker()
+        return sum(self.samples_per_shard(self.epoch, (w, num_workers)) for w in range(num_workers))
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         epoch = self.epoch
         self.epoch += 1
         worker = self.worker or _worker()
-        shard = self.shard(epoch, worker)
+        order, shards = self._plan(epoch, worker[1])
+        shard = shards[self.rank * worker[1] + worker[0]]
+        quota = self.samples_per_shard(epoch, worker)
         rng = np.random.default_rng([self.seed, epoch, self.rank, worker[0]])
         reader, self._reader_cache = self._reader_cache or self._reader(), None
-        fetched = prefetched(_fetch_in_order(reader, shard, self.buffer_episodes), depth=self.buffer_episodes)
+        own = int(self.lengths[shard].sum()) if shard else 0
+        log.info("stream epoch %d, rank %d of %d, worker %d of %d: %d episodes, %d frames, %d samples (%s)", epoch,
+                 self.rank, self.world_size, *worker, len(shard), own, quota,
+                 "exact" if quota == own else "padded" if quota > own else "dropping the excess")
+        kept: deque = deque(maxlen=self.buffer_episodes)  # the last episodes read: padding repeats their frames
+        samples = itertools.chain(self._pass(reader, shard, min(own, quota), rng, kept),
+                                  self._padding(reader, order, kept, quota - own, rng))
+        if self.batch_size is None:
+            for frames, e, local in samples:
+                yield self._item(frames, local, int(self.lengths[e]))
+            return
+        while True:
+            picks = list(itertools.islice(samples, self.batch_size))
+            if not picks:
+                return
+            yield self._batch(picks)
+
+    def _padding(self, reader: _EpisodeReader, order: list[int], kept: deque, n: int,
+                 rng: np.random.Generator) -> Iterator[tuple[dict[str, np.ndarray], int, int]]:
+        """``n`` repeated frames (none if ``n <= 0``) of the episodes this shard read last, in memory still (a
+        shard without episodes reads the epoch's first ones); at random when shuffled, else in order."""
+        if n <= 0:
+            return
+        if not kept:
+            yield from self._pass(reader, order, min(n, int(self.lengths[order].sum())), rng, kept)
+            n -= int(self.lengths[order].sum())
+        held = list(kept)
+        total = sum(int(self.lengths[e]) for e, _ in held)
+        starts = np.cumsum([0] + [int(self.lengths[e]) for e, _ in held])
+        picks = rng.integers(total, size=max(n, 0)) if self.shuffle else np.arange(max(n, 0)) % total
+        for p in picks.tolist():
+            k = int(np.searchsorted(starts, p, side="right") - 1)
+            e, frames = held[k]
+            yield frames, e, p - int(starts[k])
+
+    def _pass(self, reader: _EpisodeReader, episodes: list[int], limit: int, rng: np.random.Generator,
+              kept: deque) -> Iterator[tuple[dict[str, np.ndarray], int, int]]:
+        """``(frames of an episode, episode, frame)`` over ``episodes`` (buffered, drawn at random when shuffled),
+        ``limit`` of them; each episode read is also put in ``kept``."""
+        if limit <= 0:
+            return
+        fetched = prefetched(_fetch_in_order(reader, episodes, self.buffer_episodes), depth=self.buffer_episodes)
         buffer: list[tuple[int, dict[str, np.ndarray], list[int]]] = []
+        left = limit
         try:
-            while True:
+            while left:
                 while len(buffer) < self.buffer_episodes:
                     nxt = next(fetched, None)
                     if nxt is None:
                         break
                     e, frames = nxt
+                    kept.append((e, frames))
                     n = int(self.lengths[e])
                     order = rng.permutation(n).tolist() if self.shuffle else list(range(n - 1, -1, -1))
                     buffer.append((e, frames, order))
@@ -135,7 +233,8 @@ class SampleStream:
                         pick -= len(buffer[k][2])
                         k += 1
                 e, frames, order = buffer[k]
-                yield self._item(frames, order.pop(), int(self.lengths[e]))
+                yield frames, e, order.pop()
+                left -= 1
                 if not order:
                     buffer.pop(k)
         finally:
@@ -155,11 +254,50 @@ class SampleStream:
                 out[name] = values[np.minimum(np.maximum(q, 0), length - 1)]
         task_index = np.asarray(frames["task_index"][local]).reshape(-1)[0]
         out["task"] = self.tasks[int(task_index)]
+        self._image_out(out)
+        return out
+
+    def _batch(self, picks: list[tuple[dict[str, np.ndarray], int, int]]) -> dict[str, Any]:
+        """The ``get_batch`` dict of the picked frames: per feature one clamped gather per buffered episode (LeRobot's
+        clamp-and-pad windows), written into one preallocated array."""
+        n = len(picks)
+        local = np.fromiter((p[2] for p in picks), dtype=np.int64, count=n)
+        groups: dict[int, tuple[dict[str, np.ndarray], list[int]]] = {}
+        for k, (frames, e, _) in enumerate(picks):
+            groups.setdefault(e, (frames, []))[1].append(k)
+        parts = [(frames, np.asarray(ks), int(self.lengths[e])) for e, (frames, ks) in groups.items()]
+        out: dict[str, Any] = {}
+        for name in parts[0][0]:
+            offsets = self._offsets.get(name)
+            first = parts[0][0][name]
+            if offsets is None:
+                data = np.empty((n, *first.shape[1:]), dtype=first.dtype)
+                for frames, ks, _ in parts:
+                    data[ks] = frames[name][local[ks]]
+            else:
+                q = local[:, None] + offsets
+                length = np.empty(n, dtype=np.int64)
+                for _, ks, m in parts:
+                    length[ks] = m
+                pad = (q < 0) | (q >= length[:, None])
+                rows = np.minimum(np.maximum(q, 0), (length - 1)[:, None])
+                data = np.empty((n, len(offsets), *first.shape[1:]), dtype=first.dtype)
+                for frames, ks, _ in parts:
+                    data[ks] = frames[name][rows[ks]]
+                out[f"{name}_is_pad"] = pad
+            out[name] = data
+        task_index = np.empty(n, dtype=np.int64)
+        for frames, ks, _ in parts:
+            task_index[ks] = np.asarray(frames["task_index"][local[ks]]).reshape(len(ks), -1)[:, 0]
+        out["task"] = [self.tasks[int(t)] for t in task_index]
+        self._image_out(out)
+        return out
+
+    def _image_out(self, out: dict[str, Any]) -> None:
         if self.image_format == "float32_chw":
             for name, kind in self.kinds.items():
                 if kind in ("image", "video"):
                     out[name] = np.moveaxis(out[name], -1, -3).astype(np.float32) / np.float32(255)
-        return out
 
 
 def _fetch_in_order(reader: _EpisodeReader, shard: list[int], ahead: int) -> Iterator[tuple[int, dict]]:
@@ -181,39 +319,49 @@ def _fetch_in_order(reader: _EpisodeReader, shard: list[int], ahead: int) -> Ite
 
 
 class _EpisodeReader:
-    available: np.ndarray  # bool mask over episodes: which can be read
+    """Episodes of a selection, read one at a time: ``episodes`` (the selection, validated), what samples hold
+    (``kinds``) and what they leave out for this selection (``left_out``: feature -> why)."""
+
     concurrency: int = 1  # episodes worth fetching at once
-    n_episodes: int
+    episodes: list[int]
     fps: float
     tasks: list[str]
     kinds: dict[str, str]
     lengths: np.ndarray
     not_materialized: dict[str, str]
+    left_out: dict[str, str]
 
     def episode(self, e: int) -> dict[str, np.ndarray]:
         raise NotImplementedError
 
 
-class _SourceReader(_EpisodeReader):
-    """Episodes read from a LeRobot dataset (folder or Hub repo): only their row groups."""
+def _short(episodes: list[int]) -> str:
+    return f"{episodes[:10]}{'...' if len(episodes) > 10 else ''}"
 
-    def __init__(self, source: LeRobotSource):
+
+class _SourceReader(_EpisodeReader):
+    """Episodes read from a LeRobot dataset (folder or Hub repo): only their row groups, and the video bytes of the
+    cameras that every selected episode has."""
+
+    def __init__(self, source: LeRobotSource, selection: list[int] | None, where: str):
         self.src = source
-        self.n_episodes = len(source.episodes)
+        n = len(source.episodes)
+        self.episodes = list(range(n)) if selection is None else selection
+        bad = [e for e in self.episodes if not 0 <= e < n]
+        if bad:
+            raise FrameIndexError(f"{where}: episode {bad[0]} does not exist ({n} episodes)")
         self.fps, self.tasks, self.lengths = source.fps, source.tasks, source.episodes.length
-        # a camera whose video files are missing for some episodes is left out, as a store leaves it out
-        missing = {}
+        # a camera whose video is missing for some selected episodes is left out, as a store leaves it out
+        self.left_out = {}
         for name, refs in source.episodes.videos.items():
             if name not in source.stored_features:
                 continue
-            lacking = [e for e, ref in enumerate(refs) if ref is None or not source.files.exists(ref[0])]
+            lacking = [e for e in self.episodes if refs[e] is None or not source.files.exists(refs[e][0])]
             if lacking:
-                missing[name] = (f"its video file is missing for {len(lacking)} of {self.n_episodes} episodes "
-                                 f"{lacking[:10]}{'...' if len(lacking) > 10 else ''}; stream a store made with "
-                                 f"open_dataset(..., episodes=[...]) of the episodes that have it")
-        self.kinds = {k: v.kind for k, v in source.stored_features.items() if k not in missing}
-        self.not_materialized = {**source.not_materialized, **missing}
-        self.available = np.ones(self.n_episodes, dtype=bool)
+                self.left_out[name] = (f"its video file is missing for {len(lacking)} of the {len(self.episodes)} "
+                                       f"selected episodes {_short(lacking)}; select episodes that have it")
+        self.kinds = {k: v.kind for k, v in source.stored_features.items() if k not in self.left_out}
+        self.not_materialized = dict(source.not_materialized)
         self.concurrency = source.files.concurrency
 
     def episode(self, e: int) -> dict[str, np.ndarray]:
@@ -231,16 +379,19 @@ class _SourceReader(_EpisodeReader):
 
 
 class _StoreReader(_EpisodeReader):
-    """Episodes read from a local store (read-only maps of its chunk files)."""
+    """Episodes read from a local store (read-only maps of its chunk files): by default those it holds."""
 
-    def __init__(self, root: Path):
-        self.ds = LeRobotZarrDataset(root)
+    def __init__(self, root: os.PathLike, selection: list[int] | None):
+        with warnings.catch_warnings():  # the stream says what it leaves out, once
+            warnings.simplefilter("ignore", LeRobotZarrWarning)
+            self.ds = LeRobotZarrDataset(root, episodes=selection)
         meta = self.ds.meta
-        self.n_episodes, self.fps, self.tasks = meta.total_episodes, meta.fps, meta.tasks
+        self.episodes = sorted(set(self.ds.episodes.tolist()))
+        self.fps, self.tasks = meta.fps, meta.tasks
         self.lengths = meta.episode_length
         self.kinds = {k: s.kind for k, s in self.ds.array_specs.items()}
         self.not_materialized = meta.not_materialized
-        self.available = meta.materialized_episodes
+        self.left_out = {k: why for k, why in self.ds.left_out.items() if k not in meta.not_materialized}
 
     def episode(self, e: int) -> dict[str, np.ndarray]:
         return self.ds.episode(e)
@@ -249,9 +400,13 @@ class _StoreReader(_EpisodeReader):
 def stream(source: str | os.PathLike, *, revision: str | None = None, token: str | bool | None = None,
            episodes: Sequence[int] | None = None, delta_timestamps: Mapping[str, Sequence[float]] | None = None,
            shuffle: bool = True, seed: int = 0, buffer_episodes: int = 4, rank: int = 0, world_size: int = 1,
-           image_format: str = "uint8_hwc") -> SampleStream:
-    """Stream samples of a Hub repo, LeRobot folder or store; see :class:`SampleStream` and the module docs."""
+           image_format: str = "uint8_hwc", batch_size: int | None = None, drop_last: bool = False) -> SampleStream:
+    """Stream samples of a Hub repo, LeRobot folder or store; see :class:`SampleStream` and the module docs.
+
+    ``batch_size``: yield ``get_batch``-style dicts of that many samples (the last one of an epoch may be
+    smaller) instead of single samples. ``drop_last``: with several ranks, even out the ranks' sample counts by
+    dropping (True) rather than repeating (False, default) frames."""
     return SampleStream(source, revision=revision, token=token, episodes=episodes,
                         delta_timestamps=delta_timestamps, shuffle=shuffle, seed=seed,
                         buffer_episodes=buffer_episodes, rank=rank, world_size=world_size,
-                        image_format=image_format)
+                        image_format=image_format, batch_size=batch_size, drop_last=drop_last)

@@ -1,11 +1,13 @@
 """Looking at one episode: a PNG figure (curves by feature name, camera thumbnails) and, with rerun, an ``.rrd``.
 
 Works on a store, a LeRobot folder or a Hub repo; from the Hub only that episode is fetched (into the store, like
-``open_dataset(..., episodes=[n])``). Needs the ``viz`` extra (matplotlib; rerun-sdk for ``.rrd``).
+``open_dataset(..., episodes=[n])``). Cameras kept as videos are drawn from their decoded frames. Needs the ``viz``
+extra (matplotlib; rerun-sdk for ``.rrd`` and the live viewer).
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 from pathlib import Path
 from typing import Any
@@ -14,7 +16,7 @@ import numpy as np
 
 from .api import open_dataset
 
-__all__ = ["view_episode", "dimension_names"]
+__all__ = ["dimension_names", "view_episode"]
 
 
 def dimension_names(names: Any, size: int) -> list[str]:
@@ -35,58 +37,77 @@ def dimension_names(names: Any, size: int) -> list[str]:
     return flat if len(flat) == size else [f"dim_{k}" for k in range(size)]
 
 
+GROUP = 12  # most lines per panel: wider vectors are split into panels of this many named dimensions
+
+
+def _groups(labels: list[str]) -> list[tuple[int, int]]:
+    """``[start, stop)`` of the panels of a vector: one if it has at most ``GROUP`` dimensions, else near-equal
+    runs of at most ``GROUP``."""
+    n = len(labels)
+    parts = -(-n // GROUP)
+    bounds = np.linspace(0, n, parts + 1).round().astype(int).tolist()
+    return list(itertools.pairwise(bounds))
+
+
 def view_episode(source: str | os.PathLike, episode: int, *, out: str | os.PathLike | None = None,
                  rrd: str | os.PathLike | None = None, revision: str | None = None,
-                 token: str | bool | None = None, thumbnails: int = 6) -> Path:
+                 token: str | bool | None = None, thumbnails: int = 6, live: str | None = None,
+                 wait: bool = True) -> Path:
     """Write a PNG figure of ``episode`` (default ``episode_<n>.png``) and, if ``rrd`` is given, a rerun recording.
 
-    Panels: one per vector feature (state, action...) with a line per named dimension, one for the scalar
-    features other than LeRobot's bookkeeping columns, and a row of ``thumbnails`` frames per camera that the store
-    holds. Returns the PNG path.
+    Panels: one per vector feature (state, action...) with a line and a legend entry per named dimension (vectors
+    wider than 12 are split into several panels), one for the scalar features other than LeRobot's bookkeeping
+    columns, and a strip of ``thumbnails`` frames per camera (image or video) that the store holds.
+    ``live="spawn"`` also opens the episode in a rerun viewer (needs a display), ``live="serve"`` serves it to
+    rerun viewers over gRPC (printing the URL) and, with ``wait``, blocks until Ctrl-C. Returns the PNG path.
     """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    if live not in (None, "spawn", "serve"):
+        raise ValueError(f"live must be None, 'spawn' or 'serve', got {live!r}")
     ds = open_dataset(source, episodes=[episode], revision=revision, token=token, progress=False)
     arrays = ds.episode(episode)
     features = ds.meta.features
     fps = ds.meta.fps
     t = np.arange(int(ds.meta.episode_length[episode])) / fps
     skip = {"timestamp", "frame_index", "episode_index", "index", "task_index"}
-    vectors = [k for k, a in arrays.items() if k not in skip and a.ndim >= 2 and features.get(k, {}).get("dtype")
-               not in ("image", "video")]
+    cameras = [k for k in arrays if features.get(k, {}).get("dtype") in ("image", "video")]
+    vectors = [k for k, a in arrays.items() if k not in skip and a.ndim >= 2 and k not in cameras]
     scalars = [k for k, a in arrays.items() if k not in skip and a.ndim == 1]
-    cameras = [k for k in arrays if features.get(k, {}).get("dtype") == "image"]
-    rows = len(vectors) + (1 if scalars else 0) + len(cameras)
+    panels = []  # (feature, labels, [start, stop))
+    for key in vectors:
+        values = np.asarray(arrays[key]).reshape(len(t), -1)
+        labels = dimension_names(features.get(key, {}).get("names"), values.shape[1])
+        panels += [(key, labels, span) for span in _groups(labels)]
+    rows = len(panels) + (1 if scalars else 0) + len(cameras)
     fig = plt.figure(figsize=(12, 2.8 * max(rows, 1)), constrained_layout=True)
     grid = fig.add_gridspec(max(rows, 1), thumbnails)
     row = 0
-    for key in vectors:
+    for key, labels, (a, b) in panels:
         ax = fig.add_subplot(grid[row, :])
         values = np.asarray(arrays[key]).reshape(len(t), -1)
-        labels = dimension_names(features.get(key, {}).get("names"), values.shape[1])
-        for d in range(values.shape[1]):
+        for d in range(a, b):
             ax.plot(t, values[:, d], lw=1, label=labels[d])
-        ax.set_title(key)
+        ax.set_title(key if (a, b) == (0, len(labels)) else f"{key} [{a}:{b}]")
         ax.set_xlabel("time (s)")
-        if values.shape[1] <= 16:
-            ax.legend(fontsize=6, ncol=4, loc="upper right")
+        ax.legend(fontsize=6, ncol=1 + (b - a - 1) // 6, loc="center left", bbox_to_anchor=(1.0, 0.5))
         row += 1
     if scalars:
         ax = fig.add_subplot(grid[row, :])
         for key in scalars:
             ax.plot(t, np.asarray(arrays[key]), lw=1, label=key)
         ax.set_title("scalars")
-        ax.legend(fontsize=6)
+        ax.legend(fontsize=6, loc="center left", bbox_to_anchor=(1.0, 0.5))
         row += 1
     for key in cameras:
-        frames = np.asarray(arrays[key])
+        frames = arrays[key]
         for j, i in enumerate(np.linspace(0, len(frames) - 1, thumbnails).astype(int)):
             ax = fig.add_subplot(grid[row, j])
-            ax.imshow(frames[i].squeeze())
-            ax.set_title(f"{key} t={t[i]:.2f}s", fontsize=7)
+            ax.imshow(np.asarray(frames[i]).squeeze())
+            ax.set_title(f"{key}\nt={t[i]:.2f}s" if j == 0 else f"t={t[i]:.2f}s", fontsize=7, loc="left")
             ax.axis("off")
         row += 1
     task = ds.meta.tasks[int(np.asarray(arrays["task_index"]).reshape(-1)[0])]
@@ -94,28 +115,58 @@ def view_episode(source: str | os.PathLike, episode: int, *, out: str | os.PathL
     png = Path(out) if out is not None else Path(f"episode_{episode}.png")
     fig.savefig(png, dpi=80)
     plt.close(fig)
-    if rrd is not None:
-        _log_rerun(Path(rrd), episode, arrays, features, fps, vectors, scalars, cameras)
+    if rrd is not None or live is not None:
+        _log_rerun(None if rrd is None else Path(rrd), episode, arrays, features, fps, vectors, scalars, cameras,
+                   live=live, wait=wait)
     return png
 
 
-def _log_rerun(path: Path, episode: int, arrays: dict[str, np.ndarray], features: dict, fps: float,
-               vectors: list[str], scalars: list[str], cameras: list[str]) -> None:
-    """Log the episode to a rerun recording saved at ``path`` (timeline ``frame_index``; seconds too)."""
+def _log_rerun(path: Path | None, episode: int, arrays: dict[str, np.ndarray], features: dict, fps: float,
+               vectors: list[str], scalars: list[str], cameras: list[str], *, live: str | None = None,
+               wait: bool = True) -> list[Any]:
+    """Log the episode to rerun (timelines ``frame_index`` and ``timestamp``): curves as columns, a scalar entity
+    per named dimension; camera frames JPEG-compressed (raw 480x640 video frames would take ~1 MB each). Saved at
+    ``path`` and/or spawned or served live (a recording each). Returns the recording streams."""
     import rerun as rr
 
-    rec = rr.RecordingStream("lerobot_zarr", recording_id=f"episode_{episode}")
-    rec.save(path)
+    recordings = []
+    if path is not None:
+        rec = rr.RecordingStream("lerobot_zarr", recording_id=f"episode_{episode}")
+        rec.save(path)
+        recordings.append(rec)
+    if live is not None:
+        rec = rr.RecordingStream("lerobot_zarr", recording_id=f"episode_{episode}")
+        if live == "spawn":
+            rec.spawn()
+        else:
+            rec.url = rec.serve_grpc()
+            print(f"serving episode {episode} to rerun viewers: rerun --connect {rec.url}  (Ctrl-C to stop)")
+        recordings.append(rec)
     n = len(arrays["frame_index"])
-    for i in range(n):
-        rec.set_time("frame_index", sequence=i)
-        rec.set_time("timestamp", duration=i / fps)
+    frame = np.arange(n)
+    for rec in recordings:
+        index = [rr.TimeColumn("frame_index", sequence=frame), rr.TimeColumn("timestamp", duration=frame / fps)]
         for key in vectors:
-            values = np.asarray(arrays[key][i]).reshape(-1)
-            for d, label in enumerate(dimension_names(features.get(key, {}).get("names"), values.size)):
-                rec.log(f"{key}/{label}", rr.Scalars(float(values[d])))
+            values = np.asarray(arrays[key]).reshape(n, -1).astype(np.float64)
+            for d, label in enumerate(dimension_names(features.get(key, {}).get("names"), values.shape[1])):
+                rec.send_columns(f"{key}/{label}", index, rr.Scalars.columns(scalars=values[:, d]))
         for key in scalars:
-            rec.log(key, rr.Scalars(float(arrays[key][i])))
+            rec.send_columns(key, index, rr.Scalars.columns(scalars=np.asarray(arrays[key], dtype=np.float64)))
         for key in cameras:
-            rec.log(key, rr.Image(np.asarray(arrays[key][i])))
-    rec.flush()
+            frames = arrays[key]
+            for i in range(n):
+                rec.set_time("frame_index", sequence=i)
+                rec.set_time("timestamp", duration=i / fps)
+                image = np.asarray(frames[i])
+                rec.log(key, rr.Image(image).compress(jpeg_quality=85) if image.ndim == 3 and image.shape[2] == 3
+                        else rr.Image(image))
+        rec.flush()
+    if live == "serve" and wait:
+        import time
+
+        try:
+            while True:
+                time.sleep(1)
+        except KeyboardInterrupt:
+            pass
+    return recordings

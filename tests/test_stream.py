@@ -135,19 +135,34 @@ def run_shards(source, *, world_size: int = 2, num_workers: int = 2, epoch: int 
 
 
 def check_epoch(shards: dict, ds, episodes: list[int]) -> None:
-    """The union of the shards is ds's multiset exactly; shards are disjoint and hold what shard() says."""
+    """The shards' own samples together are ds's multiset exactly; shards are disjoint and hold what shard()
+    says; with several ranks, every worker position yields the same count on every rank (DDP needs equal
+    counts), shorter shards padding with repeats of their own frames (of any episode when they have none)."""
     want = reference_multiset(ds)
     assert len(want) == len(ds), "reference samples are not distinct (test data problem)"
     got: Counter = Counter()
     seen: dict[int, tuple[int, int]] = {}
+    counts: dict[int, set[int]] = {}
     for who, (shard, items) in shards.items():
-        eps = {int(np.asarray(it["episode_index"]).reshape(-1)[0]) for it in items}
+        own = int(sum(ds.meta.episode_length[e] for e in shard))
+        assert len(items) >= own, f"{who}: {len(items)} samples, fewer than its {own} frames"
+        counts.setdefault(who[1], set()).add(len(items))
+        eps = {episode_of(it) for it in items[:own]}
         assert eps <= set(shard), f"{who}: samples of episodes {sorted(eps - set(shard))} outside its shard {shard}"
-        assert len(items) == int(sum(ds.meta.episode_length[e] for e in shard)), f"{who}: wrong sample count"
+        padding = [freeze(it) for it in items[own:]]
+        assert all(p in want for p in padding), f"{who}: a padding sample equals no ds[i]"
+        if shard:
+            assert {episode_of(it) for it in items[own:]} <= set(shard), f"{who}: padding from other episodes"
+        assert len(items) - own < max(ds.meta.episode_length), f"{who}: {len(items) - own} padding samples"
         for e in shard:
             assert e not in seen, f"episode {e} is in the shards of both {seen[e]} and {who}"
             seen[e] = who
-        got.update(freeze(it) for it in items)
+        got.update(freeze(it) for it in items[:own])
+    ranks = {who[0] for who in shards}
+    if len(ranks) > 1:
+        assert all(len(c) == 1 for c in counts.values()), f"sample counts differ between ranks: {counts}"
+    else:
+        assert sum(len(items) for _, items in shards.values()) == len(ds), "one rank: every frame exactly once"
     assert sorted(seen) == sorted(episodes), f"episodes covered {sorted(seen)} != {sorted(episodes)}"
     dupes = [k for k, n in got.items() if n > 1]
     assert not dupes, f"{len(dupes)} samples streamed more than once"
@@ -315,7 +330,7 @@ def _body_ranges(requests, path: Path, groups) -> list[tuple[int, int]]:
 def test_each_episode_fetched_once_per_epoch(world):
     """Over one epoch of all 2 x 2 shards, every row group's bytes are requested exactly once (footers apart)."""
     shards, records = world.hub_epoch()
-    assert sum(len(items) for _, items in shards.values()) == sum(LENGTHS)
+    assert sum(len(items) for _, items in shards.values()) >= sum(LENGTHS)  # 2 ranks: padded to equal counts
     by_file = _data_requests(records, resolve_prefix(REPO))
     files = sorted(p.relative_to(world.src).as_posix() for p in (world.src / "data").rglob("*.parquet"))
     assert sorted(by_file) == files
@@ -407,8 +422,10 @@ def test_no_shuffle_gives_episode_and_frame_order(world, kind):
     # sharded: each shard gets its episodes in order, frames in order
     for (rank, w), (shard, items) in run_shards(world.source(kind), shuffle=False).items():
         assert shard == sorted(shard)
-        assert [(episode_of(it), frame_of(it)) for it in items] == [
-            (e, f) for e in shard for f in range(LENGTHS[e])], (rank, w)
+        own = [(e, f) for e in shard for f in range(LENGTHS[e])]
+        assert [(episode_of(it), frame_of(it)) for it in items][:len(own)] == own, (rank, w)
+        padding = [(episode_of(it), frame_of(it)) for it in items[len(own):]]
+        assert set(padding) <= set(own), (rank, w)  # padding repeats frames of the shard
 
 
 # ------------------------------------------------------------------------------------------------ memory

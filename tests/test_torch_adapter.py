@@ -65,3 +65,145 @@ def test_dataloader_iterates(ds, num_workers):
                 np.testing.assert_array_equal(batch[key].numpy(), value, err_msg=key)
         seen += n
     assert seen == len(ds)
+
+
+# ------------------------------------------------------------------------------------------------ batched path
+
+
+def assert_batch(batch: dict, expected: dict) -> None:
+    assert set(batch) == set(expected)
+    for key, value in expected.items():
+        if key == "task":
+            assert list(batch[key]) == list(value)
+        else:
+            assert isinstance(batch[key], torch.Tensor), key
+            assert batch[key].numpy().dtype == np.asarray(value).dtype, key
+            np.testing.assert_array_equal(batch[key].numpy(), value, err_msg=key)
+
+
+def test_list_index_is_one_batch(ds):
+    idx = [5, 0, len(ds) - 1, 7]
+    tds = TorchDataset(ds)
+    assert_batch(tds[idx], ds.get_batch(idx))
+    assert_batch(tds[torch.tensor(idx)], ds.get_batch(idx))
+    assert_batch(tds[np.asarray(idx)], ds.get_batch(idx))
+    assert_tensor_item(tds[torch.tensor(5)], ds[5])  # 0-d: one item
+    assert_tensor_item(tds[np.int64(5)], ds[5])
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_batch_loader_yields_get_batch(ds, num_workers):
+    """batch_loader: each batch is get_batch of the sampler's indices, as tensors; one epoch covers every frame
+    once; the generator fixes the order."""
+    from lerobot_zarr.torch import batch_loader
+
+    loader = batch_loader(ds, 7, shuffle=True, generator=torch.Generator().manual_seed(3), num_workers=num_workers)
+    seen = []
+    for batch in loader:
+        idx = batch["index"].numpy() - int(ds.meta.episode_start[0])  # frame i has index i here (one store)
+        assert_batch(batch, ds.get_batch(idx))
+        assert len(idx) <= 7
+        seen.extend(idx.tolist())
+    assert sorted(seen) == list(range(len(ds)))
+    again = [b["index"].tolist() for b in batch_loader(ds, 7, generator=torch.Generator().manual_seed(3))]
+    assert [i for b in again for i in b] == seen
+    ordered = [b["index"].tolist() for b in batch_loader(ds, 4, shuffle=False, drop_last=True)]
+    assert [i for b in ordered for i in b] == list(range(len(ds) // 4 * 4)) and all(len(b) == 4 for b in ordered)
+
+
+def test_getitems_splits_one_gather(ds):
+    items = TorchDataset(ds).__getitems__([3, 1])
+    assert_tensor_item(items[0], ds[3])
+    assert_tensor_item(items[1], ds[1])
+
+
+# ------------------------------------------------------------------------------------------------ LeRobot drop-in
+
+
+def test_lerobot_dataset_dropin_without_lerobot(ds, tmp_path):
+    """The drop-in gives LeRobot's layout (checked against LeRobot itself below when it is installed)."""
+    from lerobot_zarr.torch import LeRobotDataset
+
+    src = ds.meta.source["path"]
+    lds = LeRobotDataset("local/x", root=src, delta_timestamps=DELTAS, store=str(tmp_path / "s"))
+    assert len(lds) == len(ds) and lds.num_episodes == 5 and lds.fps == FPS
+    assert lds.meta.camera_keys == [IMAGE]
+    item = lds[4]
+    assert item[IMAGE].dtype == torch.float32 and tuple(item[IMAGE].shape) == (1, 3, 6, 8)
+    assert float(item[IMAGE].max()) <= 1.0
+    assert item["index"].ndim == 0 and int(item["index"]) == 4
+    with pytest.raises(ValueError, match="tolerance"):
+        LeRobotDataset("local/x", root=src, tolerance_s=1e-2)
+
+
+def _lerobot():
+    pytest.importorskip("lerobot", reason="lerobot is not installed (compatibility with LeRobot 0.6.1's items)")
+    try:
+        from lerobot.datasets.lerobot_dataset import LeRobotDataset as Reference
+    except ImportError as exc:
+        pytest.skip(f"lerobot is installed but its LeRobotDataset does not import: {exc}")
+    return Reference
+
+
+@pytest.mark.parametrize("episodes", [None, [1, 3]])
+def test_items_equal_lerobots(ds, tmp_path, monkeypatch, episodes):
+    """Every item of the drop-in equals LeRobot's own LeRobotDataset on the same folder: keys, dtypes, shapes,
+    values (images float32 CHW within 1e-6: both divide uint8 by 255)."""
+    Reference = _lerobot()
+    from lerobot_zarr.torch import LeRobotDataset
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    src = ds.meta.source["path"]
+    ref = Reference("local/x", root=src, episodes=episodes, delta_timestamps=DELTAS)
+    ours = LeRobotDataset("local/x", root=src, episodes=episodes, delta_timestamps=DELTAS,
+                          store=str(tmp_path / "s"))
+    assert len(ours) == len(ref) and ours.num_episodes == ref.num_episodes and ours.num_frames == ref.num_frames
+    assert ours.meta.camera_keys == ref.meta.camera_keys
+    assert ours.fps == ref.fps
+    for i in range(len(ref)):
+        a, b = ref[i], ours[i]
+        assert set(a) == set(b), (i, sorted(set(a) ^ set(b)))
+        for key, want in a.items():
+            got = b[key]
+            if isinstance(want, str):
+                assert got == want, (i, key)
+                continue
+            assert isinstance(got, torch.Tensor), (i, key)
+            assert got.dtype == want.dtype and got.shape == want.shape, (i, key, got.dtype, got.shape, want.shape)
+            torch.testing.assert_close(got, want, rtol=0, atol=1e-6, msg=f"item {i} {key}")
+
+
+def test_stream_batches_through_a_dataloader(ds):
+    """TorchStream over stream(batch_size=B): DataLoader(batch_size=None, 2 workers) yields tensor batches that
+    together hold every frame once, each equal to get_batch of its indices."""
+    from lerobot_zarr.streaming import stream
+    from lerobot_zarr.torch import TorchStream
+
+    loader = torch.utils.data.DataLoader(TorchStream(stream(ds.root, delta_timestamps=DELTAS, batch_size=5)),
+                                         batch_size=None, num_workers=2)
+    seen = []
+    for batch in loader:
+        idx = batch["index"].numpy()
+        assert_batch(batch, ds.get_batch(idx))
+        seen.extend(idx.tolist())
+    assert sorted(seen) == list(range(len(ds)))
+
+
+def test_push_to_hub_of_the_dropin(ds, tmp_path, monkeypatch):
+    """LeRobotDataset(...).push_to_hub() publishes the store to its repo_id (the test Hub); reopening it from there
+    gives the same items."""
+    from hub_fixtures import make_env
+
+    from lerobot_zarr.testing.hub_server import HubServer
+    from lerobot_zarr.torch import LeRobotDataset
+
+    with HubServer(tmp_path / "server", tokens={"tok": "me"}) as server:
+        make_env(monkeypatch, tmp_path, server.endpoint)
+        monkeypatch.setenv("HF_TOKEN", "tok")
+        lds = LeRobotDataset("me/pushed", root=ds.meta.source["path"], store=str(tmp_path / "s"))
+        assert lds.push_to_hub(private=True) is not None
+        back = LeRobotDataset("me/pushed", store=str(tmp_path / "back"))
+        assert len(back) == len(lds)
+        for i in (0, len(lds) - 1):
+            a, b = lds[i], back[i]
+            assert set(a) == set(b) and all(torch.equal(a[k], b[k]) for k in a if k != "task")

@@ -84,3 +84,42 @@ def test_view_from_the_hub_fetches_only_that_episode(source, tmp_path, monkeypat
         others = sum(g.column(c).total_compressed_size for g in rg[:2] for c in range(g.num_columns))
         sent = sum(r.bytes_sent for r in server.requests("GET") if r.path.endswith(data))
         assert sent < own + 20_000 + others / 2, (sent, own, others)  # its row group + footer reads, not the others
+
+
+def test_wide_vectors_are_split_into_panels_with_legends(tmp_path, monkeypatch):
+    """26-d state/action (as the G1 robot has): 3 panels each of at most 12 named lines, each with a legend."""
+    import matplotlib.pyplot as plt
+
+    monkeypatch.setenv("LEROBOT_ZARR_HOME", str(tmp_path / "home"))
+    src = write_sample_dataset(tmp_path / "wide", n_episodes=2, state_dim=26, action_dim=26)
+    legends = []
+    real_savefig = plt.Figure.savefig
+
+    def spy(fig, *args, **kwargs):
+        legends.extend(len(ax.get_legend().get_texts()) for ax in fig.axes if ax.get_legend() is not None)
+        return real_savefig(fig, *args, **kwargs)
+
+    monkeypatch.setattr(plt.Figure, "savefig", spy)
+    png = view_episode(src, 0, out=tmp_path / "wide.png")
+    with Image.open(png) as img:
+        assert img.size[1] == 6 * ROW_PX  # 3 + 3 vector panels, no camera, no other scalar
+    assert sorted(legends) == [8, 8, 9, 9, 9, 9], legends  # 26 = 9 + 8 + 9 named lines per vector
+
+
+def test_serve_to_a_rerun_viewer_without_a_display(source, tmp_path):
+    """--serve: the episode is served over gRPC on a local port (checked by connecting to it), no display needed."""
+    pytest.importorskip("rerun", reason="rerun-sdk (viz extra) is not installed")
+    import socket
+    from urllib.parse import urlparse
+
+    from lerobot_zarr.view import _log_rerun
+
+    ds = __import__("lerobot_zarr").open_dataset(source, episodes=[0], progress=False)
+    arrays = ds.episode(0)
+    recordings = _log_rerun(None, 0, arrays, ds.meta.features, ds.meta.fps, ["action"], [],
+                            ["observation.images.cam"], live="serve", wait=False)
+    url = urlparse(recordings[0].url.replace("rerun+http", "http"))
+    with socket.create_connection((url.hostname, url.port), timeout=5):
+        pass
+    for rec in recordings:
+        rec.disconnect()

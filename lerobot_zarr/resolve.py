@@ -1,0 +1,63 @@
+"""One answer to "what is this source?": a store, a LeRobot dataset folder, or a Hub repo id.
+
+``open_dataset``, ``inspect``, ``stream``, ``view`` and the command line all take the same ``source`` argument;
+:func:`resolve_source` decides once what it names, with the same errors everywhere. It makes no network request:
+a Hub source's revision is resolved by whoever reads it.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import ArgumentError, SourceNotFoundError
+from .hub import REPO_ID, parse_repo_id
+from .source import is_lerobot_folder
+from .store import has_commit_point
+
+__all__ = ["ResolvedSource", "resolve_source"]
+
+
+@dataclass(frozen=True)
+class ResolvedSource:
+    """What a ``source`` argument names: ``kind`` is ``"store"``, ``"folder"`` or ``"hub"``."""
+
+    kind: str
+    path: Path | None = None  # store or folder
+    repo_id: str | None = None  # Hub
+    revision: str | None = None
+    token: str | bool | None = None
+
+    def __str__(self) -> str:
+        if self.kind == "hub":
+            return self.repo_id + (f"@{self.revision}" if self.revision else "")
+        return str(self.path)
+
+
+def resolve_source(source: str | os.PathLike, *, revision: str | None = None, token: str | bool | None = None,
+                   hub_first: bool = False) -> ResolvedSource:
+    """Decide whether ``source`` is a store (a folder with a root ``zarr.json``), a LeRobot dataset folder
+    (``meta/info.json``) or a Hub dataset repo id ``org/name``; a local path wins over a repo id of the same name.
+
+    Raises ``SourceNotFoundError`` for an existing path that is neither, or a string that is neither an existing
+    path nor a repo id; ``ArgumentError`` (a ``ValueError``) for ``revision=`` on a local folder or store, and
+    ``ValueError`` for a malformed repo id given with a revision or token, or with ``hub_first`` (for callers whose
+    source is usually a repo id, like ``inspect``).
+    """
+    path = Path(source).expanduser()
+    if has_commit_point(path):
+        if revision is not None:
+            raise ArgumentError(f"{path}: revision={revision!r} applies to Hub repositories, not to a local store")
+        return ResolvedSource("store", path=path, token=token)
+    if is_lerobot_folder(path):
+        if revision is not None:
+            raise ArgumentError(f"{path}: revision={revision!r} applies to Hub repositories, not to a local folder")
+        return ResolvedSource("folder", path=path, token=token)
+    if path.exists():
+        raise SourceNotFoundError(f"{path}: neither a LeRobot dataset folder (meta/info.json) nor a lerobot_zarr store")
+    if isinstance(source, str) and REPO_ID.match(source) and ".." not in source:
+        return ResolvedSource("hub", repo_id=source, revision=revision, token=token)
+    if hub_first or revision is not None or token is not None:  # meant as a Hub repo
+        parse_repo_id(str(source))
+    raise SourceNotFoundError(f"{source}: no such folder, and not a Hub repo id of the form 'org/name'")
