@@ -433,13 +433,18 @@ class LeRobotZarrDataset:
         ``{episode: frames}``); this one is unchanged. Its samples, xarray view and exports (``to_lerobot``,
         ``push``: the selected whole episodes, renumbered from 0) hold just those."""
         _, _, max_maps, lazy, fetch = self._request
-        return LeRobotZarrDataset(self.root, episodes=episodes, delta_timestamps=self.delta_timestamps,
+        view = LeRobotZarrDataset(self.root, episodes=episodes, delta_timestamps=self.delta_timestamps,
                                   image_format=self.image_format, max_open_maps=max_maps, lazy=lazy, fetch=fetch)
+        view._selected = True
+        return view
+
+    _selected = False
 
     @property
     def selected_explicitly(self) -> bool:
-        """Whether episodes were chosen (``episodes=``, :meth:`select`) rather than all the store holds."""
-        return self._request[0] is not None
+        """Whether this dataset is a :meth:`select` of its store's episodes: exports publish exactly those. Other
+        datasets export every episode of the store, and refuse when the store lacks some."""
+        return self._selected
 
     def episode_frames(self, episode_index: int) -> range:
         """Dataset indices (for ``ds[i]``) of the selected frames of one selected episode."""

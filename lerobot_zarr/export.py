@@ -110,19 +110,20 @@ def to_lerobot(dataset: LeRobotZarrDataset | str | os.PathLike, path: str | os.P
 
 
 def _check_exportable(ds: LeRobotZarrDataset) -> None:
-    """An export holds the dataset's episodes, whole: every one the store lists, or a selection asked for
-    explicitly (``ds.select([...])``, ``episodes=``), which is renumbered from 0. A store that lacks episodes is
-    not exported by accident as a smaller dataset."""
+    """An export holds whole episodes: every one the store lists, or a selection made for it with
+    ``ds.select([...])``, renumbered from 0. A dataset opened on some episodes (or a store that lacks some) is not
+    published by accident as a smaller dataset."""
     if not ds._sel.whole(ds.meta.episode_length):
         raise ArgumentError(f"{ds.root}: an export holds whole episodes; this dataset selects frame ranges of some "
                             f"(select whole episodes with ds.select([...]))")
-    missing = np.flatnonzero(~ds.meta.materialized_episodes)
-    if missing.size and not ds.selected_explicitly:
-        held = np.flatnonzero(ds.meta.materialized_episodes).tolist()
+    if not ds.selected_explicitly and len(ds.episodes) < ds.meta.total_episodes:
+        missing = np.setdiff1d(np.arange(ds.meta.total_episodes), ds.episodes)
+        held = ds.episodes.tolist()
         raise NotMaterializedError(
-            f"{ds.root}: the store holds {len(held)} of the dataset's {ds.meta.total_episodes} episodes (lacking "
+            f"{ds.root}: this dataset holds {len(held)} of the store's {ds.meta.total_episodes} episodes (lacking "
             f"{missing[:10].tolist()}{'...' if missing.size > 10 else ''}). Fetch them first "
-            f"(open_dataset(<its source>) or `lerobot-zarr convert <its source>`), or publish the ones it holds as "
+            f"(open_dataset(<its source>) or `lerobot-zarr convert <its source>`) and export them all, or publish "
+            f"these as "
             f"a new dataset, renumbered from 0: ds.select({held[:5]}{'...' if len(held) > 5 else ''}) then "
             f"push/to_lerobot (CLI: `lerobot-zarr push STORE REPO_ID --episodes ...`)", path=ds.root,
             episode=int(missing[0]))
