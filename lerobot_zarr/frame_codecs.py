@@ -161,11 +161,29 @@ class ZstdFrames(FrameCodec):
 
 
 def _zstd_into(zstd: Any, data: Any, out: np.ndarray, name: str) -> None:
+    size = _zstd_content_size(data)
     try:
+        if size != out.nbytes:  # numcodecs fills a larger ``out`` only partly, without a word
+            raise ValueError(f"the frame holds {size} bytes" if size is not None else "not a zstd frame")
         zstd.decode(data, out=out.reshape(-1))
     except (RuntimeError, ValueError) as exc:  # corrupt or of another size
         raise StoreError(f"{name}: cannot decode a frame of {out.shape} from {len(memoryview(data))} bytes "
                          f"({exc})") from None
+
+
+def _zstd_content_size(data: Any) -> int | None:
+    """The decompressed size a zstd frame header declares (numcodecs always writes it), else None."""
+    head = bytes(memoryview(data)[:18])
+    if len(head) < 6 or head[:4] != b"\x28\xb5\x2f\xfd":
+        return None
+    fhd = head[4]
+    single = (fhd >> 5) & 1
+    pos = 5 + (0 if single else 1) + (0, 1, 2, 4)[fhd & 3]
+    width = (1 if single else 0, 2, 4, 8)[fhd >> 6]
+    if width == 0 or len(head) < pos + width:
+        return None
+    size = int.from_bytes(head[pos:pos + width], "little")
+    return size + 256 if width == 2 else size
 
 
 class DeltaZstdFrames(ZstdFrames):

@@ -9,9 +9,11 @@ sampling (no aliasing). Filters (the ``interpolation`` option, the same names as
 - ``"bicubic"``: Keys cubic (a = -0.5), support 2 (x ``in/out`` when downscaling); sharper, may ring.
 - ``"box"``: mean of the input pixels whose centres fall inside the output pixel (area averaging).
 
-Pixel centres are aligned (``align_corners=False``); the filter is separable (rows, then columns, 8-bit
-fixed-point weights with rounding): results are within 1 of the exact real-valued definition (tested against a
-float64 reference written from it). A crop ``(top, left, height, width)`` is taken before resizing.
+Pixel centres are aligned (``align_corners=False``); the filter is separable: along each row first, into an
+8-bit image (rounded half up, clipped to 0..255), then down each column. Results are within 1 of that definition
+computed in float64 (the weights are fixed-point; tested against such a reference). A crop ``(top, left, height,
+width)`` is taken before resizing. Speed (480x640 -> 224x224, one thread): ~2 ms per frame, in the range of
+decoding the AV1 frame; ``resize_frames`` spreads frames over the decode thread pool.
 """
 
 from __future__ import annotations
