@@ -27,6 +27,7 @@ from __future__ import annotations
 import bisect
 import os
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any, BinaryIO
@@ -41,6 +42,20 @@ __all__ = ["Mp4Frames", "TOLERANCE_S"]
 
 _FORMATS = {1: "gray", 3: "rgb24", 4: "rgba"}
 _abandoned: list[Any] = []  # containers of a parent process, kept alive (never closed) in its forked children
+_readers: weakref.WeakSet[Mp4Frames] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for reader in list(_readers):
+        reader._forget()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _as_path(key: str) -> str:
+    return key
 
 
 class _Run:
@@ -64,6 +79,7 @@ class _File:
 
     def __init__(self, key: str, source: str | BinaryIO, cache_frames: int):
         import av
+        import av.video.reformatter
 
         self.key = key
         self.lock = threading.Lock()
@@ -74,6 +90,10 @@ class _File:
             self.container.close()
             raise CorruptSourceError(f"{key}: no video stream") from None
         self.stream.codec_context.thread_count = 1  # per-window decodes: one thread is fastest (no frame delay)
+        # PyAV's to_ndarray converts with a thread-local swscale context using a pool of threads, which a forked
+        # child inherits without its threads (and hangs in): convert with this file's own one-thread context
+        # (the same pixels, and faster per frame)
+        self.reformatter = av.video.reformatter.VideoReformatter()
         self.tb = self.stream.time_base
         # the container's sample index (mp4: no read needed): where keyframes are, to seek straight to them
         entries = [(int(e.timestamp), bool(e.is_keyframe)) for e in (self.stream.index_entries or ())]
@@ -165,7 +185,7 @@ class _File:
                                      f"decoded frame at {t:.6f} s)")
         frame = run.frames[j]
         if not isinstance(frame, np.ndarray):
-            arr = frame.to_ndarray(format=fmt)
+            arr = self.reformatter.reformat(frame, format=fmt, threads=1).to_ndarray()
             if arr.ndim == 2:
                 arr = arr[..., None]
             if arr.shape != shape:
@@ -190,11 +210,11 @@ class Mp4Frames:
             raise ValueError(f"max_open must be >= 1 and cache_frames >= 2, got {max_open}, {cache_frames}")
         self.frame_shape: tuple[int, int, int] = shape  # type: ignore[assignment]
         self.format = _FORMATS[shape[2]]
-        self.opener = opener or (lambda key: key)
+        self.opener = opener or _as_path
         self.max_open, self.cache_frames, self.threads = max_open, cache_frames, threads
         self._files: OrderedDict[str, _File] = OrderedDict()
         self._lock = threading.Lock()
-        self._pid = os.getpid()
+        _readers.add(self)
 
     def __getstate__(self) -> dict[str, Any]:  # pickles as its settings: open files stay in their process
         state = self.__dict__.copy()
@@ -204,33 +224,30 @@ class Mp4Frames:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._lock = threading.Lock()
-        self._pid = os.getpid()
+        _readers.add(self)
+
+    def _forget(self) -> None:
+        """In a forked child: drop the parent's open files without closing them (their decoder and converter
+        threads do not exist here) and its locks (another thread may have held them at the fork)."""
+        _abandoned.extend(self._files.values())
+        self._files, self._lock = OrderedDict(), threading.Lock()
 
     # -- open files
     def _file(self, key: str) -> _File:
         """The open file for ``key`` (opened, and the least recently used closed, as needed); caller holds no
         file lock."""
         with self._lock:
-            if self._pid != os.getpid():  # forked: the parent's decoders are not ours to use or close
-                _abandoned.extend(self._files.values())
-                self._files, self._pid = OrderedDict(), os.getpid()
             f = self._files.get(key)
             if f is not None:
                 self._files.move_to_end(key)
                 return f
-            for old in list(self._files):
-                if len(self._files) < self.max_open:
-                    break
-                victim = self._files[old]
-                if victim.lock.acquire(blocking=False):  # not in use by another thread
-                    try:
-                        del self._files[old]
-                        victim.close()
-                    finally:
-                        victim.lock.release()
-            f = self._open(key)
-            self._files[key] = f
-            return f
+        self._trim_to(self.max_open - 1)
+        f = self._open(key)
+        with self._lock:
+            other = self._files.setdefault(key, f)
+        if other is not f:  # another thread opened it meanwhile
+            f.close()
+        return other
 
     def _open(self, key: str) -> _File:
         import av
@@ -300,7 +317,28 @@ class Mp4Frames:
             raise ValueError(f"out must be uint8 of shape {(n, *self.frame_shape)}, got {out.dtype}{out.shape}")
         return out
 
+    def _trim_to(self, limit: int) -> None:
+        """Close least recently used files beyond ``limit`` that no thread is using."""
+        with self._lock:
+            for old in list(self._files):
+                if len(self._files) <= limit:
+                    break
+                victim = self._files[old]
+                if victim.lock.acquire(blocking=False):
+                    try:
+                        del self._files[old]
+                        victim.close()
+                    finally:
+                        victim.lock.release()
+
     def _read_file(self, key: str, times: np.ndarray, rows: np.ndarray, out: np.ndarray, where: str) -> None:
+        try:
+            self._read_open_file(key, times, rows, out, where)
+        finally:
+            if len(self._files) > self.max_open:  # several threads held more files open than allowed
+                self._trim_to(self.max_open)
+
+    def _read_open_file(self, key: str, times: np.ndarray, rows: np.ndarray, out: np.ndarray, where: str) -> None:
         import av
 
         order = np.argsort(times, kind="stable")
