@@ -12,8 +12,9 @@ Unlike LeRobot's per-sample decode (open the file, seek, decode, close, every sa
   where the decoder stands reaches the frame without passing a keyframe it could seek to;
 - keeps the last ``cache_frames`` decoded frames of each open file (the current run, contiguous in time), so
   overlapping windows (``ds[i]`` then ``ds[i + 1]``) and sequential reads decode each frame once;
-- batches: :meth:`Mp4Frames.read_many` groups queries by file, sorts them by time (one forward pass per file)
-  and decodes different files in parallel threads (PyAV releases the GIL while decoding).
+- batches: :meth:`Mp4Frames.read_many` groups queries by file and sorts them by time (forward passes), and
+  decodes in parallel threads (PyAV releases the GIL while decoding): different files, and different parts of
+  one file through one container per thread (LeRobot v3 puts many episodes in one mp4).
 
 A random 2-frame window still costs what decoding its frames from the previous keyframe costs (LeRobot's AV1:
 a keyframe every 2 frames, 2-3 frames decoded): the saving over per-sample decode is the open and seek, the
@@ -35,7 +36,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from .errors import CorruptSourceError, SchemaMismatchError, SourceNotFoundError
-from .frame_codecs import run_in_parallel
+from .frame_codecs import decode_threads, run_in_parallel
 from .video import TOLERANCE_S
 
 __all__ = ["Mp4Frames", "TOLERANCE_S"]
@@ -212,7 +213,7 @@ class Mp4Frames:
         self.format = _FORMATS[shape[2]]
         self.opener = opener or _as_path
         self.max_open, self.cache_frames, self.threads = max_open, cache_frames, threads
-        self._files: OrderedDict[str, _File] = OrderedDict()
+        self._files: OrderedDict[tuple[str, int], _File] = OrderedDict()
         self._lock = threading.Lock()
         _readers.add(self)
 
@@ -233,18 +234,18 @@ class Mp4Frames:
         self._files, self._lock = OrderedDict(), threading.Lock()
 
     # -- open files
-    def _file(self, key: str) -> _File:
-        """The open file for ``key`` (opened, and the least recently used closed, as needed); caller holds no
-        file lock."""
+    def _file(self, key: str, slot: int = 0) -> _File:
+        """Container number ``slot`` of the file ``key`` (opened, and the least recently used closed, as
+        needed); the caller holds no file lock."""
         with self._lock:
-            f = self._files.get(key)
+            f = self._files.get((key, slot))
             if f is not None:
-                self._files.move_to_end(key)
+                self._files.move_to_end((key, slot))
                 return f
         self._trim_to(self.max_open - 1)
         f = self._open(key)
         with self._lock:
-            other = self._files.setdefault(key, f)
+            other = self._files.setdefault((key, slot), f)
         if other is not f:  # another thread opened it meanwhile
             f.close()
         return other
@@ -298,16 +299,29 @@ class Mp4Frames:
         if len(files) != len(times):
             raise ValueError(f"{len(files)} files for {len(times)} timestamps")
         out = self._out(len(times), out)
+        threads = threads if threads is not None else self.threads
+        threads = decode_threads() if threads is None else max(1, threads)
         groups: dict[str, list[int]] = {}
         for k, f in enumerate(files):
             groups.setdefault(f, []).append(k)
-        items = list(groups.items())
+        # a file's queries, in time order, are cut into one contiguous part per thread, each decoded by its own
+        # container of the file ("slot"): a batch whose windows all lie in one big mp4 still uses every thread
+        work: list[list[tuple[str, int, np.ndarray]]] = [[] for _ in range(threads)]
+        turn = 0
+        for key, members in groups.items():
+            rows = np.asarray(members)
+            rows = rows[np.argsort(times[rows], kind="stable")]
+            parts = min(threads, len(rows))
+            for p in range(parts):
+                work[(turn + p) % threads].append((key, p, rows[len(rows) * p // parts:len(rows) * (p + 1) // parts]))
+            turn += parts
 
         def run(lo: int, hi: int) -> None:
-            for key, rows in items[lo:hi]:
-                self._read_file(key, times[rows], np.asarray(rows), out, key)
+            for tasks in work[lo:hi]:
+                for key, slot, rows in tasks:
+                    self._read_file(key, times[rows], rows, out, key, slot)
 
-        run_in_parallel(run, len(items), threads=threads if threads is not None else self.threads)
+        run_in_parallel(run, threads, threads=threads)
         return out
 
     def _out(self, n: int, out: np.ndarray | None) -> np.ndarray:
@@ -331,18 +345,20 @@ class Mp4Frames:
                     finally:
                         victim.lock.release()
 
-    def _read_file(self, key: str, times: np.ndarray, rows: np.ndarray, out: np.ndarray, where: str) -> None:
+    def _read_file(self, key: str, times: np.ndarray, rows: np.ndarray, out: np.ndarray, where: str,
+                   slot: int = 0) -> None:
         try:
-            self._read_open_file(key, times, rows, out, where)
+            self._read_open_file(key, times, rows, out, where, slot)
         finally:
             if len(self._files) > self.max_open:  # several threads held more files open than allowed
                 self._trim_to(self.max_open)
 
-    def _read_open_file(self, key: str, times: np.ndarray, rows: np.ndarray, out: np.ndarray, where: str) -> None:
+    def _read_open_file(self, key: str, times: np.ndarray, rows: np.ndarray, out: np.ndarray, where: str,
+                        slot: int) -> None:
         import av
 
         order = np.argsort(times, kind="stable")
-        f = self._file(key)
+        f = self._file(key, slot)
         with f.lock:
             try:
                 for k in order.tolist():

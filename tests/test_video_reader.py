@@ -132,6 +132,16 @@ def test_read_many_over_files_in_any_order(av1):
         assert reader.stats()["open"] == 1
 
 
+def test_read_many_in_one_file_uses_a_container_per_thread(av1):
+    path, _, n = av1["a.mp4"]
+    want = reference(path, all_times(n))
+    rows = np.random.default_rng(4).integers(0, n, 40)
+    reader = Mp4Frames(SHAPE, threads=2)
+    assert np.array_equal(reader.read_many([str(path)] * 40, rows / FPS), want[rows])
+    assert reader.stats()["open"] == 2
+    assert np.array_equal(Mp4Frames(SHAPE, threads=3).read_many([str(path)] * 2, rows[:2] / FPS), want[rows[:2]])
+
+
 def test_h264_with_b_frames_equals_decode_into(h264):
     path, n = h264
     want = reference(path, all_times(n))
