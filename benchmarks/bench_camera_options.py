@@ -53,10 +53,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from lerobot_zarr.frame_codecs import decode_batch, decode_threads, frame_codec  # noqa: E402
-from lerobot_zarr.resize import resize_frame, resize_frames  # noqa: E402
-from lerobot_zarr.video import TOLERANCE_S, VideoWriter, decode_into  # noqa: E402
-from lerobot_zarr.video_reader import Mp4Frames  # noqa: E402
+from lerobot_zarr.frame_codecs import decode_batch, decode_threads, frame_codec
+from lerobot_zarr.resize import resize_frame, resize_frames
+from lerobot_zarr.video import TOLERANCE_S, VideoWriter, decode_into
+from lerobot_zarr.video_reader import Mp4Frames
 
 G1 = ROOT / ".." / "shared" / "datasets" / "G1-policy-train"
 G1_CAMERA = "observation.images.cam_high"

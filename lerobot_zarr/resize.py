@@ -26,7 +26,7 @@ from PIL import Image
 from .errors import UnsupportedDtypeError
 from .frame_codecs import run_in_parallel
 
-__all__ = ["INTERPOLATIONS", "resize_frames", "resize_frame", "check_resize"]
+__all__ = ["INTERPOLATIONS", "check_resize", "resize_frame", "resize_frames"]
 
 INTERPOLATIONS = ("bilinear", "bicubic", "box")
 

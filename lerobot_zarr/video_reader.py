@@ -39,7 +39,7 @@ from .errors import CorruptSourceError, SchemaMismatchError, SourceNotFoundError
 from .frame_codecs import decode_threads, run_in_parallel
 from .video import TOLERANCE_S
 
-__all__ = ["Mp4Frames", "TOLERANCE_S"]
+__all__ = ["TOLERANCE_S", "Mp4Frames"]
 
 _FORMATS = {1: "gray", 3: "rgb24", 4: "rgba"}
 _abandoned: list[Any] = []  # containers of a parent process, kept alive (never closed) in its forked children
@@ -273,7 +273,7 @@ class Mp4Frames:
     def __enter__(self) -> Mp4Frames:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def stats(self) -> dict[str, int]:

@@ -14,9 +14,9 @@ import pytest
 
 av = pytest.importorskip("av", reason="PyAV (the video extra) is not installed")
 
-from lerobot_zarr.errors import CorruptSourceError, SchemaMismatchError, SourceNotFoundError  # noqa: E402
-from lerobot_zarr.video import TOLERANCE_S, VideoWriter, decode_into  # noqa: E402
-from lerobot_zarr.video_reader import Mp4Frames  # noqa: E402
+from lerobot_zarr.errors import CorruptSourceError, SchemaMismatchError, SourceNotFoundError
+from lerobot_zarr.video import TOLERANCE_S, VideoWriter, decode_into
+from lerobot_zarr.video_reader import Mp4Frames
 
 FPS = 30
 SHAPE = (48, 64, 3)
@@ -191,7 +191,7 @@ def test_opener_gives_file_objects(av1):
 
     def opener(key: str):
         opened.append(key)
-        return open(path, "rb")  # noqa: SIM115 (the container owns it)
+        return open(path, "rb")
 
     reader = Mp4Frames(SHAPE, opener=opener)
     assert np.array_equal(reader.read("cam/b", all_times(n)[::3]), reference(path, all_times(n)[::3]))
