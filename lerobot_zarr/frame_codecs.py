@@ -6,7 +6,7 @@ Three codecs, chosen per camera (measured on G1-policy-train's real AV1 camera, 
 - ``"zstd"``: zstd of the raw frame bytes (the store's ``compact`` storage until now). Lossless, ~2.3x smaller
   than raw on real footage. Plain zarr codecs only.
 - ``"delta-zstd"`` (the lossless default): each pixel row minus the row above it (uint8, modulo 256), then zstd.
-  Lossless, ~3.7x smaller than raw on real footage (1.6x smaller than ``"zstd"``) at the same decode speed.
+  Lossless, ~3.7x smaller than raw on real footage (1.6x smaller than ``"zstd"``), decoding ~20% slower.
   The row filter is the zarr codec ``lerobot_zarr.delta`` (below).
 - ``"jpeg"`` (the lossy default, quality 90, 4:2:0 chroma): libjpeg-turbo through ``simplejpeg``; ~20x smaller
   than raw, ~4.7x the mp4's bytes on real footage, mean abs error ~1.2 (of 255) against PyAV's decode. The zarr
