@@ -387,7 +387,8 @@ def decode_batch(codec: FrameCodec, blobs: Sequence[Any], out: np.ndarray, *, th
     """Decode ``blobs[k]`` into ``out[k]`` for every k, in parallel (``out``: (N, H, W, C) uint8, C-contiguous).
 
     The frames are split into one contiguous run per thread of a pool that lives as long as the process (a
-    forked child makes its own). ``where(k)`` names frame k in errors (e.g. the episode and row)."""
+    forked child makes its own); batches of under 1 MiB of pixels are decoded in the caller's thread. ``where(k)``
+    names frame k in errors (e.g. the episode and row)."""
     n = len(blobs)
     if out.shape != (n, *codec.frame_shape) or out.dtype != np.uint8 or not out.flags.c_contiguous:
         raise ValueError(f"out must be a C-contiguous uint8 array of shape {(n, *codec.frame_shape)}, got "
@@ -400,8 +401,13 @@ def decode_batch(codec: FrameCodec, blobs: Sequence[Any], out: np.ndarray, *, th
             except StoreError as exc:
                 raise StoreError(f"{where(k) if where else f'frame {k}'}: {exc}") from None
 
+    if out.nbytes < _PARALLEL_BYTES:  # handing small frames to other threads costs more than decoding them
+        threads = 1
     run_in_parallel(run, n, threads=threads)
     return out
+
+
+_PARALLEL_BYTES = 1 << 20  # decode batches of less than this many pixel bytes in the caller's thread
 
 
 def run_in_parallel(fn: Callable[[int, int], None], n: int, *, threads: int | None = None) -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from lerobot_zarr import frame_codecs
 from lerobot_zarr.errors import StoreError, UnsupportedDtypeError
 from lerobot_zarr.frame_codecs import (
     CODECS,
@@ -226,6 +227,31 @@ def _codecs_for(shape):
     return [frame_codec(n, shape) for n in names]
 
 
+@pytest.fixture
+def parallel_always(monkeypatch):
+    """Small test frames go through the thread pool too (by default batches under 1 MiB stay in one thread)."""
+    monkeypatch.setattr(frame_codecs, "_PARALLEL_BYTES", 0)
+
+
+def test_small_batches_stay_in_the_callers_thread(monkeypatch):
+    codec = frame_codec("zstd", (8, 8, 3))
+    blobs = [codec.encode(f) for f in smooth_frames(4, (8, 8, 3))]
+    threads_seen = set()
+    decode_into = codec.decode_into
+
+    def spy(data, out):
+        threads_seen.add(threading.get_ident())
+        decode_into(data, out)
+
+    monkeypatch.setattr(codec, "decode_into", spy)
+    decode_batch(codec, blobs, np.empty((4, 8, 8, 3), np.uint8), threads=4)
+    assert threads_seen == {threading.get_ident()}
+    monkeypatch.setattr(frame_codecs, "_PARALLEL_BYTES", 0)
+    decode_batch(codec, blobs, np.empty((4, 8, 8, 3), np.uint8), threads=4)
+    assert len(threads_seen) > 1
+
+
+@pytest.mark.usefixtures("parallel_always")
 def test_decode_batch_equals_one_by_one_and_takes_buffers():
     frames = smooth_frames(7, (24, 40, 3))
     for codec in _codecs_for(frames.shape[1:]):
@@ -242,6 +268,7 @@ def test_decode_batch_equals_one_by_one_and_takes_buffers():
             assert np.array_equal(want, frames)
 
 
+@pytest.mark.usefixtures("parallel_always")
 def test_decode_batch_errors_name_the_frame_and_check_out():
     codec = frame_codec("delta-zstd", (8, 8, 3))
     blobs = [codec.encode(f) for f in smooth_frames(4, (8, 8, 3))]
@@ -265,6 +292,8 @@ def _decode_in_child(conn, blobs, shape):
     conn.close()
 
 
+@pytest.mark.usefixtures("parallel_always")
+@pytest.mark.filterwarnings("ignore:This process")
 def test_decode_batch_after_fork():
     shape = (16, 24, 3)
     frames = smooth_frames(6, shape)
