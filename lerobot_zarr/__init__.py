@@ -13,6 +13,10 @@ _os.environ.setdefault("ZARR_ARRAY__RECTILINEAR_CHUNKS", "True")
 if "zarr" in _sys.modules:
     _sys.modules["zarr"].config.set({"array.rectilinear_chunks": True})
 
+from .frame_codecs import register_when_zarr_is_imported as _register_codecs  # noqa: E402
+
+_register_codecs()  # lerobot_zarr's zarr codecs (compressed cameras), for zarr and xarray readers of our stores
+
 from . import analysis as _analysis  # noqa: E402, F401  (registers ds.to_xarray)
 from . import export as _export  # noqa: E402, F401  (registers ds.push and ds.to_lerobot)
 from .api import cache_home, inspect, open_dataset  # noqa: E402

@@ -72,19 +72,17 @@ def _match(frames: Any, queries: np.ndarray, sink: Callable[[bytes], None], shap
     n = len(queries)
     qi = 0
     prev: tuple[float, Any] | None = None
-    cache: dict[int, bytes] = {}
+    cache: list[tuple[Any, bytes]] = []  # the frame chosen last and its pixels (holding it keeps its id unique)
 
     def pixels(frame: Any) -> bytes:
-        key = id(frame)
-        if key not in cache:
-            cache.clear()  # at most the frame chosen last is reused
+        if not cache or cache[0][0] is not frame:
             arr = frame.to_ndarray(format=fmt)
             if arr.ndim == 2:
                 arr = arr[..., None]
             if arr.shape != shape:
                 raise VideoUnavailable(f"{where}: decoded frames of shape {arr.shape}, the dataset declares {shape}")
-            cache[key] = np.ascontiguousarray(arr).tobytes()
-        return cache[key]
+            cache[:] = [(frame, np.ascontiguousarray(arr).tobytes())]
+        return cache[0][1]
 
     def write(t: float, frame: Any, q: float) -> None:
         if abs(t - q) >= TOLERANCE_S:
