@@ -3,7 +3,8 @@
 A raw pack file is exactly ``rows * frame_bytes`` bytes, created sparse at full size before any row is written,
 so positional writes of different episodes (threads, dask workers) never race and unwritten rows take no disk.
 A compact pack is a zarr shard whose index (``rows`` x (offset, nbytes) uint64, then its crc32c) comes first: frames
-are zstd-compressed and appended after it, then their index entries are filled in; one process writes a compact
+are encoded with the array's frame codec (:mod:`~lerobot_zarr.frame_codecs`) and appended after it, then their
+index entries are filled in; one process writes a compact
 pack at a time (transcode units are whole packs), threads of that process take the pack's lock.
 """
 
@@ -19,7 +20,6 @@ from typing import Any
 import numpy as np
 
 from ._fileio import create_sized, disk_error, open_nofollow, pwrite_all
-from ._zarr_meta import COMPACT_CODEC
 from .errors import CorruptStoreError
 from .store import ArraySpec, chunk_path, retired_path
 
@@ -50,6 +50,8 @@ def ensure_pack(root: str | os.PathLike, arrays: Mapping[str, ArraySpec], pack: 
     """Create pack ``pack`` of every array (``rows`` rows) unless it exists: raw files sparse at full size,
     compact files with an empty shard index."""
     for name, spec in arrays.items():
+        if spec.storage == "mp4":
+            continue
         path = chunk_path(root, name, pack, spec.ndim)
         if spec.storage == "raw":
             create_sized(path, rows * spec.frame_bytes)
@@ -79,18 +81,22 @@ class RowWriter:
         if spec.storage == "raw":
             self.fd = open_nofollow(path, os.O_WRONLY)
         else:
-            from numcodecs import Zstd
+            from .frame_codecs import frame_codec
 
-            self.codec = Zstd(level=COMPACT_CODEC["configuration"]["level"])
+            self.codec = frame_codec(spec.codec_spec, spec.frame_shape)
             self.frames: list[bytes] = []
 
-    def write(self, frame: bytes) -> None:
+    def write(self, frame: bytes | np.ndarray) -> None:
+        """Append one frame (raw bytes of the stored shape, or an array of it)."""
         if self.written >= self.n_frames:
             raise CorruptStoreError(f"{self.path}: more than the {self.n_frames} frames of the episode written")
         if self.spec.storage == "raw":
-            pwrite_all(self.fd, frame, (self.offset + self.written) * self.spec.frame_bytes, self.path)
+            data = frame if isinstance(frame, bytes) else memoryview(np.ascontiguousarray(frame)).cast("B")
+            pwrite_all(self.fd, data, (self.offset + self.written) * self.spec.frame_bytes, self.path)
         else:
-            self.frames.append(self.codec.encode(frame))
+            array = frame if isinstance(frame, np.ndarray) else \
+                np.frombuffer(frame, dtype=np.uint8).reshape(self.spec.frame_shape)
+            self.frames.append(self.codec.encode(array))
         self.written += 1
 
     def close(self) -> None:
@@ -129,7 +135,7 @@ def write_rows(root: str | os.PathLike, name: str, spec: ArraySpec, pack: int, o
         return
     with RowWriter(path, spec, offset, len(data), pack_rows) as writer:
         for frame in data:
-            writer.write(frame.tobytes())
+            writer.write(frame)
 
 
 _IOV_MAX = 512
@@ -198,9 +204,11 @@ def _append_compact(path: str, spec: ArraySpec, offset: int, frames: list[bytes]
             os.close(fd)
 
 
-def read_shard_index(fd: int, spec: ArraySpec, rows: int, first: int, count: int, where: str) -> np.ndarray:
+def read_shard_index(fd: int, spec: ArraySpec, rows: int, first: int, count: int, where: str, *,
+                     allow_empty: bool = False) -> np.ndarray:
     """``(offset, nbytes)`` of rows ``first .. first + count`` of a compact pack of ``rows`` rows, checked against
-    the file size (and, for end-index shards, their crc32c)."""
+    the file size (and, for end-index shards, their crc32c). Rows never written are an error, or with
+    ``allow_empty`` (a whole pack's index, some of whose episodes are not fetched yet) ``(-1, 0)``."""
     size = os.fstat(fd).st_size
     if spec.shard_index == "start":
         if size < _index_bytes(rows):
@@ -218,9 +226,12 @@ def read_shard_index(fd: int, spec: ArraySpec, rows: int, first: int, count: int
         except RuntimeError as exc:
             raise CorruptStoreError(f"{where}: compact chunk index is corrupt ({exc})") from None
         index = full[first:first + count]
-    if (index[:, 0] == _EMPTY).any() or ((index[:, 0] + index[:, 1]) > size).any():
+    empty = index[:, 0] == _EMPTY
+    if (empty.any() and not allow_empty) or ((index[~empty, 0] + index[~empty, 1]) > size).any():
         raise CorruptStoreError(f"{where}: compact pack index points outside the file or at frames never written")
-    return index.astype(np.int64)
+    out = index.astype(np.int64)
+    out[empty] = (-1, 0)
+    return out
 
 
 def open_pack(path: str | os.PathLike, nbytes: int, *, retired: str | os.PathLike | None, what: str,

@@ -21,7 +21,6 @@ ROOT = "zarr.json"
 LIVE_ARRAY = "frame_live"
 EPISODE_ARRAYS = ("episode_start", "episode_end", "episode_length", "episode_task_index", "episode_chunk",
                   "episode_offset", "episode_frame")
-COMPACT_CODEC = {"name": "zstd", "configuration": {"level": 3, "checksum": False}}
 
 
 def dump(doc: dict) -> bytes:
@@ -51,12 +50,14 @@ def _bytes_codec(dtype: np.dtype) -> dict:
 
 def _codecs(spec: ArraySpec) -> list[dict]:
     """Raw: the bytes codec alone (chunk files are the array bytes). Compact: a shard per pack whose inner chunks
-    are single frames compressed with zstd, the shard index at ``spec.shard_index`` (start or end)."""
+    are single frames encoded with the array's frame codec, the shard index at ``spec.shard_index``."""
     codec = _bytes_codec(spec.dtype)
     if spec.storage == "raw":
         return [codec]
+    from .frame_codecs import frame_codec
+
     return [{"name": "sharding_indexed", "configuration": {
-        "chunk_shape": [1, *spec.frame_shape], "codecs": [codec, COMPACT_CODEC],
+        "chunk_shape": [1, *spec.frame_shape], "codecs": frame_codec(spec.codec_spec, spec.frame_shape).zarr_codecs(),
         "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "crc32c"}],
         "index_location": spec.shard_index}}]
 
@@ -86,6 +87,8 @@ def metadata_documents(state: StoreState, attributes: Mapping[str, Any] | None) 
     total = int(sizes.sum())
     docs: dict[str, dict] = {}
     for name, spec in state.arrays.items():
+        if spec.storage == "mp4":  # kept as the source's mp4 files, outside the zarr hierarchy
+            continue
         docs[name] = _array_doc((total, *spec.frame_shape), spec.dtype, _frame_grid(sizes, spec.frame_shape),
                                 ["frame", *(f"{name}.{d}" for d in spec.dims)], _codecs(spec),
                                 {"coordinates": LIVE_ARRAY})

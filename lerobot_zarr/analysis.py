@@ -66,6 +66,8 @@ def to_xarray(ds: LeRobotZarrDataset) -> xr.Dataset:
     locations = [ds.episode_location(e) for e in selected.tolist()]
     shifts = ds.index_shifts()
     for name, spec in ds.array_specs.items():
+        if spec.storage == "mp4":  # decoded per sample only: not part of the analysis view
+            continue
         shift = shifts.get(name, np.zeros(meta.total_episodes, dtype=np.int64))
         blocks = [da.from_delayed(dask.delayed(_read_episode, pure=True)(str(ds.root), name, spec, loc, n,
                                                                          int(shift[e])),

@@ -56,6 +56,7 @@ def open_dataset(
     lazy: bool = False,
     mode: str = "r",
     storage: Mapping[str, str] | None = None,
+    resize: Mapping[str, Any] | None = None,
     client: Any = None,
     pack_bytes: int = DEFAULT_PACK_BYTES,
 ) -> LeRobotZarrDataset:
@@ -75,9 +76,13 @@ def open_dataset(
             sample touches it, in the process that samples (DataLoader workers use the default Hub credentials,
             not ``token``). Off by default: a training step that hits the network is slow and can fail; offline,
             touching a missing episode raises ``NotMaterializedError`` naming it.
-        storage: how a new store keeps each camera, ``{feature: "raw" | "compact"}``: raw (default) is memory
-            mapped and fastest; compact keeps each frame zstd-compressed (smaller on disk, a decompression per
-            frame read). Fixed when the store is made.
+        storage: how a new store keeps each camera, ``{feature: choice}`` (fixed when the store is made; the
+            README compares them on real footage): ``"raw"`` (default: memory-mapped frames, fastest, biggest),
+            ``"lossless"`` (delta-zstd per frame), ``"compact"`` (zstd per frame), ``"jpeg"`` / ``"jpeg:Q"``
+            (lossy, quality Q, default 90; decoded in parallel per batch), ``"mp4"`` (video features: the source's
+            mp4 files kept as they are, decoded on read), or any codec of :mod:`lerobot_zarr.frame_codecs`.
+        resize: ``{feature: (height, width)}`` (or ``{"size", "crop", "interpolation"}``): cameras stored resized
+            (antialiased bilinear by default, as torchvision's ``Resize``); ``info`` then gives the stored shape.
         client: a ``dask.distributed.Client``: transcode on its workers (split by pack; they write into ``root``,
             which they must see at the same path), committed here. Default: in this process.
         pack_bytes: target size of a new store's packs (consecutive episodes in one chunk file per feature), for
@@ -105,11 +110,12 @@ def open_dataset(
             store = _writable_copy(src.path, root, store_path_for(folder))
         else:
             store = Path(root).expanduser() if root is not None else store_path_for(folder)
-        transcode(folder, store, episodes=[] if lazy else episodes, progress=progress, storage=storage, client=client,
+        transcode(folder, store, episodes=[] if lazy else episodes, progress=progress, storage=storage, resize=resize,
+                  client=client,
                   pack_bytes=pack_bytes)
     else:
         store = _open_hub(src.repo_id, root=root, episodes=[] if lazy else episodes, revision=revision, token=token,
-                          progress=progress, storage=storage, client=client, pack_bytes=pack_bytes,
+                          progress=progress, storage=storage, resize=resize, client=client, pack_bytes=pack_bytes,
                           writable=mode == "r+")
     if mode == "r+":
         from .writer import WritableDataset
@@ -147,7 +153,7 @@ def _hub_home(repo_id: str) -> Path:
     return cache_home() / "hub" / repo_id.replace("/", "--")
 
 
-def _open_hub(repo_id: str, *, root, episodes, revision, token, progress, storage, client, pack_bytes,
+def _open_hub(repo_id: str, *, root, episodes, revision, token, progress, storage, resize, client, pack_bytes,
               writable: bool = False) -> Path:
     """Resolve the revision (offline: from the last resolution), then fetch the episodes the store lacks."""
     from huggingface_hub import constants
@@ -179,7 +185,8 @@ def _open_hub(repo_id: str, *, root, episodes, revision, token, progress, storag
     elif constants.is_offline_mode():
         raise HubError(f"{repo_id}: HF_HUB_OFFLINE is set and there is no local store at {store}")
     transcode(LeRobotSource(HubFiles(repo_id, commit, revision=revision, token=token)), store,
-              episodes=episodes, progress=progress, storage=storage, client=client, pack_bytes=pack_bytes)
+              episodes=episodes, progress=progress, storage=storage, resize=resize, client=client,
+              pack_bytes=pack_bytes)
     return store
 
 

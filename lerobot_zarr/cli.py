@@ -215,8 +215,13 @@ def _parser() -> argparse.ArgumentParser:
     convert.add_argument("--token", default=None, help="Hub token (default: the one `hf auth login` saved)")
     convert.add_argument("--root", type=Path, default=None, help="store folder (default: in the cache, see `cache ls`)")
     convert.add_argument("--episodes", type=_episode_list, default=None, help="e.g. 0,3,5-9 (default: all)")
+    convert.add_argument("--storage", action="append", default=[], metavar="CAMERA=CHOICE", type=_camera_option,
+                         help="how the store keeps a camera: raw (default), lossless, compact, jpeg, jpeg:Q (quality "
+                              "Q), mp4 (video cameras: the mp4 files kept, decoded on read); repeatable")
+    convert.add_argument("--resize", action="append", default=[], metavar="CAMERA=HxW", type=_camera_size,
+                         help="store a camera resized to H x W pixels (antialiased bilinear); repeatable")
     convert.add_argument("--compact", action="append", default=[], metavar="CAMERA",
-                         help="keep this camera compressed (zstd per frame) instead of raw; repeatable")
+                         help="same as --storage CAMERA=compact (zstd per frame); repeatable")
     convert.add_argument("--scheduler", default=None, metavar="ADDRESS",
                          help="transcode on a dask.distributed cluster (e.g. tcp://host:8786; the workers must see "
                               "the store folder at the same path)")
@@ -340,6 +345,21 @@ def _cache(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def _camera_option(text: str) -> tuple[str, str]:
+    camera, sep, value = text.rpartition("=")
+    if not sep or not camera or not value:
+        raise argparse.ArgumentTypeError(f"expected CAMERA=VALUE, got {text!r}")
+    return camera, value
+
+
+def _camera_size(text: str) -> tuple[str, tuple[int, int]]:
+    camera, value = _camera_option(text)
+    height, sep, width = value.lower().partition("x")
+    if not sep or not height.isdigit() or not width.isdigit():
+        raise argparse.ArgumentTypeError(f"expected CAMERA=HxW such as cam=224x224, got {text!r}")
+    return camera, (int(height), int(width))
+
+
 def _run(args: argparse.Namespace) -> int:
     from .api import inspect, open_dataset
 
@@ -351,9 +371,10 @@ def _run(args: argparse.Namespace) -> int:
         meta = inspect(args.source, revision=args.revision, token=args.token)
         print(json.dumps(describe_json(meta), indent=2, default=str) if args.json else describe(meta))
     elif args.command in ("convert", "download"):
-        storage = {camera: "compact" for camera in args.compact}
+        storage = {**{camera: "compact" for camera in args.compact}, **dict(args.storage)}
+        resize = dict(args.resize)
         kwargs = {"root": args.root, "episodes": args.episodes, "revision": args.revision, "token": args.token,
-                  "storage": storage or None}
+                  "storage": storage or None, "resize": resize or None}
         if args.scheduler:
             from distributed import Client
 

@@ -20,8 +20,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from ._cameras import CodecFrames, VideoFrames
 from ._maps import PackMaps
-from ._packs import open_pack, read_shard_index
+from ._packs import open_pack
 from .errors import (
     ArgumentError,
     CorruptStoreError,
@@ -163,66 +164,17 @@ def _pack_file(root: str | os.PathLike, name: str, spec: ArraySpec, pack: int, r
 def read_episode_rows(root: str | os.PathLike, name: str, spec: ArraySpec, pack: int, pack_rows: int, offset: int,
                       length: int) -> np.ndarray:
     """A copy of one episode's stored frames of one feature: ``length`` rows from ``offset`` of pack ``pack``."""
-    if spec.storage != "raw":
-        reader = _CompactReader(root, name, spec, PackLayout(np.array([0] * pack + [pack_rows])), 1)
-        return reader.frames(np.full(length, pack), np.arange(offset, offset + length))
+    if spec.storage == "compact":
+        reader = CodecFrames(root, name, spec, PackLayout(np.array([0] * pack + [pack_rows])), 1)
+        try:
+            return reader.read_rows(np.full(length, pack), np.arange(offset, offset + length))
+        finally:
+            reader.close()
     fd = _pack_file(root, name, spec, pack, pack_rows)
     with os.fdopen(fd, "rb") as f:
         f.seek(offset * spec.frame_bytes)
         return np.fromfile(f, dtype=spec.dtype, count=length * int(np.prod(spec.frame_shape, dtype=np.int64))
                            ).reshape(length, *spec.frame_shape)
-
-
-class _CompactReader:
-    """A compact feature (zstd-compressed frames in a zarr shard per pack): frames are read with ``pread`` and
-    decompressed with numcodecs, the descriptors of at most ``max_open`` packs kept open."""
-
-    def __init__(self, root: str | os.PathLike, name: str, spec: ArraySpec, packs: PackLayout, max_open: int):
-        from numcodecs import Zstd
-
-        self.root, self.name, self.spec, self.packs = root, name, spec, packs
-        self.codec = Zstd()
-        self.max_open = max(1, max_open)
-        self.open: dict[int, int] = {}  # pack -> fd, oldest first
-        self._finalizer = weakref.finalize(self, _close_all, self.open)
-
-    def _fd(self, pack: int) -> int:
-        fd = self.open.pop(pack, None)
-        if fd is None:
-            fd = _pack_file(self.root, self.name, self.spec, pack, int(self.packs.rows[pack]))
-            while len(self.open) >= self.max_open:
-                os.close(self.open.pop(next(iter(self.open))))
-        self.open[pack] = fd  # most recently used last
-        return fd
-
-    def frames(self, packs: np.ndarray, rows: np.ndarray) -> np.ndarray:
-        """Frames at ``rows`` of ``packs`` (equal-length arrays), decoded."""
-        out = np.empty((len(rows), *self.spec.frame_shape), dtype=self.spec.dtype)
-        flat = out.reshape(len(rows), -1).view(np.uint8)
-        packs, rows = np.asarray(packs), np.asarray(rows)
-        for pack in np.unique(packs).tolist():
-            where = np.flatnonzero(packs == pack)
-            fd = self._fd(pack)
-            first, last = int(rows[where].min()), int(rows[where].max())
-            index = read_shard_index(fd, self.spec, int(self.packs.rows[pack]), first, last - first + 1,
-                                     f"pack {pack} of feature {self.name!r}")
-            for k, r in zip(where.tolist(), (rows[where] - first).tolist(), strict=True):
-                offset, nbytes = index[r]
-                flat[k] = np.frombuffer(self.codec.decode(os.pread(fd, int(nbytes), int(offset))), dtype=np.uint8)
-        return out
-
-    def close(self) -> None:
-        _close_all(self.open)
-
-
-def _close_all(open_files: dict[int, int]) -> None:
-    for fd in open_files.values():
-        os.close(fd)
-    open_files.clear()
-
-
-def _scalar_view(view: np.ndarray) -> bool:
-    return view.ndim == 1
 
 
 class LeRobotZarrDataset:
@@ -298,7 +250,10 @@ class LeRobotZarrDataset:
                         if name in self._specs and shift.any()]
         n_raw = sum(spec.storage == "raw" for spec in self._specs.values())
         self._max_packs = max(1, max_open_maps // max(1, n_raw))
-        self._compact = {name: _CompactReader(self.root, name, spec, state.packs, self._max_packs)
+        for reader in getattr(self, "_cameras", {}).values():
+            reader.close()
+        self._cameras = {name: (CodecFrames(self.root, name, spec, state.packs, self._max_packs)
+                                if spec.storage == "compact" else VideoFrames(self.root, name, spec, len(state.table)))
                          for name, spec in self._specs.items() if spec.storage != "raw"}
         raw = {name: spec for name, spec in self._specs.items() if spec.storage == "raw"}
         if self._maps is None or set(self._maps.specs) != set(raw) or not self._maps.update(state.packs):
@@ -341,7 +296,7 @@ class LeRobotZarrDataset:
         self._images = [name for name, s in self._specs.items() if s.kind in ("image", "video")]
         task = views.get("task_index")
         self._task = None if task is None else (task, task.ndim > 1, *base("task_index"))
-        self._extras = bool(self._shifts or self._compact)  # per-sample work beyond the maps (rare): one test
+        self._extras = bool(self._shifts or self._cameras)  # per-sample work beyond the maps (rare): one test
         self._all_mapped = False
 
     def _learn_tasks(self) -> None:
@@ -374,7 +329,7 @@ class LeRobotZarrDataset:
         with self._lock:
             if self._maps is not None:
                 self._maps.close()
-            for reader in self._compact.values():
+            for reader in self._cameras.values():
                 reader.close()
             self._windowed, self._plain, self._task = [], [], None
             self._all_mapped = False
@@ -546,20 +501,25 @@ class LeRobotZarrDataset:
                 e = sel._episode_list[k]
                 for name, _, shift in self._shifts:
                     out[name] = out[name] - shift[e]
-                for name, reader in self._compact.items():
-                    self._compact_item(out, name, reader, e, local, length)
+                for name, reader in self._cameras.items():
+                    self._camera_item(out, name, reader, e, local, length)
         if self._images:
             self._image_out(out)
         return out
 
-    def _compact_item(self, out: dict, name: str, reader: _CompactReader, e: int, local: int, length: int) -> None:
-        pack, offset = int(self._chunk[e]), int(self._state.table.offset[e])
+    def _camera_item(self, out: dict, name: str, reader: Any, e: int, local: int, length: int) -> None:
         w = self._windows.get(name)
         if w is None:
-            out[name] = reader.frames(np.array([pack]), np.array([offset + local]))[0]
+            out[name] = reader.read(self, np.array([e]), np.array([local]))[0]
             return
         q, out[w.pad_key] = w.frames(local, length)
-        out[name] = reader.frames(np.full(len(q), pack), offset + q)
+        out[name] = reader.read(self, np.full(len(q), e), q)
+
+    def _timestamps(self, episodes: np.ndarray, frames: np.ndarray) -> np.ndarray:
+        """The stored ``timestamp`` of episode-local frames (cameras kept as mp4 are decoded at them)."""
+        view = self._maps.views["timestamp"]
+        rows = self._maps.base_rows("timestamp")[self._chunk[episodes]] + self._offset[episodes] + frames
+        return view[rows].astype(np.float64)
 
     def get_batch(self, indices: Sequence[int] | np.ndarray) -> dict[str, Any]:
         """The same dict as ``ds[i]`` for many frames, stacked along a leading batch axis (one gather per
@@ -627,22 +587,21 @@ class LeRobotZarrDataset:
             if self._extras:
                 for name, shift, _ in self._shifts:
                     out[name] = out[name] - shift[eps].reshape(-1, *[1] * (out[name].ndim - 1))
-                for name, reader in self._compact.items():
-                    self._compact_batch(out, name, reader, eps, local, length)
+                for name, reader in self._cameras.items():
+                    self._camera_batch(out, name, reader, eps, local, length)
         if self._images:
             self._image_out(out)
         return out
 
-    def _compact_batch(self, out: dict, name: str, reader: _CompactReader, eps: np.ndarray, local: np.ndarray,
-                       length: np.ndarray) -> None:
-        packs, offsets = self._chunk[eps], self._state.table.offset[eps]
+    def _camera_batch(self, out: dict, name: str, reader: Any, eps: np.ndarray, local: np.ndarray,
+                      length: np.ndarray) -> None:
         w = self._windows.get(name)
         if w is None:
-            out[name] = reader.frames(packs, offsets + local)
+            out[name] = reader.read(self, eps, local)
             return
         q, out[w.pad_key] = w.frames_batch(local, length)
-        frames = reader.frames(np.repeat(packs, len(w.offsets)), (offsets[:, None] + q).reshape(-1))
-        out[name] = frames.reshape(len(eps), len(w.offsets), *reader.spec.frame_shape)
+        frames = reader.read(self, np.repeat(eps, len(w.offsets)), q.reshape(-1))
+        out[name] = frames.reshape(len(eps), len(w.offsets), *frames.shape[1:])
 
     def episode(self, episode_index: int, *, features: Sequence[str] | None = None) -> dict[str, np.ndarray]:
         """All frames of one episode: read-only memory maps of its rows, one per stored feature (or per feature of
@@ -667,7 +626,9 @@ class LeRobotZarrDataset:
             if features is not None and name not in features:
                 continue
             if spec.storage != "raw":
-                out[name] = read_episode_rows(self.root, name, spec, pack, rows, offset, n)
+                with self._lock:
+                    self._ensure_mapped(np.array([e]))
+                    out[name] = self._cameras[name].read(self, np.full(n, e), np.arange(n))
                 continue
             try:
                 fd = _pack_file(self.root, name, spec, pack, rows)

@@ -148,7 +148,9 @@ def _write(ds: LeRobotZarrDataset, root: Path, size_mb: int, video_size_mb: int,
         height, width, channels = specs[k].frame_shape
         features[k] = {"dtype": "video" if k in as_video else "image", "shape": [height, width, channels],
                        "names": features.get(k, {}).get("names") or ["height", "width", "channels"]}
-        if k in as_video:
+        if k in as_video and specs[k].storage == "mp4" and not specs[k].resize and "info" in info["features"][k]:
+            features[k]["info"] = info["features"][k]["info"]  # the source's files go out as they are
+        elif k in as_video:
             features[k]["info"] = {"video.height": height, "video.width": width, "video.codec": "av1",
                                    "video.pix_fmt": ENCODING["pix_fmt"], "video.is_depth_map": False,
                                    "video.fps": info["fps"], "video.channels": channels, "has_audio": False}
@@ -209,6 +211,9 @@ def _write(ds: LeRobotZarrDataset, root: Path, size_mb: int, video_size_mb: int,
         number += 1
     bar.close()
     for k in as_video:  # one camera at a time: two live SVT-AV1 encoders in a process have been seen to hang
+        if specs[k].storage == "mp4" and not specs[k].resize:  # the source's bytes, unchanged
+            _copy_mp4(ds, root, k, selected, episode_rows)
+            continue
         out = _VideoFiles(root, k, float(info["fps"]), specs[k].frame_shape, video_size_mb)
         try:
             with progress_bar(int(lengths.sum()), f"encoding {k}", progress) as video_bar:
@@ -285,6 +290,24 @@ def _write(ds: LeRobotZarrDataset, root: Path, size_mb: int, video_size_mb: int,
         "stats": json.loads((root / "meta/stats.json").read_text()),
         "store": store_doc,
     })
+
+
+def _copy_mp4(ds: LeRobotZarrDataset, root: Path, key: str, selected: list[int], episode_rows: list[dict]) -> None:
+    """A camera kept as mp4: the files holding the exported episodes copied unchanged (renumbered as LeRobot's
+    ``file-NNN``), each episode at the same seconds of its file."""
+    from ._cameras import read_mp4_index
+
+    index = read_mp4_index(ds.root, key, ds.meta.total_episodes)
+    numbers: dict[int, int] = {}
+    for e, src in enumerate(selected):
+        f = int(index["file"][src])
+        if f not in numbers:
+            numbers[f] = len(numbers)
+            target = root / _video_rel(key, *divmod(numbers[f], CHUNKS_SIZE))
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(ds.root / key / "videos" / index["files"][f], target, follow_symlinks=False)
+        chunk, file = divmod(numbers[f], CHUNKS_SIZE)
+        episode_rows[e][key] = (chunk, file, float(index["from_timestamp"][src]), float(index["to_timestamp"][src]))
 
 
 def _video_rel(key: str, chunk: int, file: int) -> str:

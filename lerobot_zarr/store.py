@@ -128,8 +128,8 @@ FORMAT_VERSION = 3
 _READABLE_VERSIONS = (1, 2, 3)
 ATTRS_KEY = "lerobot_zarr"
 DEFAULT_PACK_BYTES = 32 << 20
-STORAGES = ("raw", "compact")
-Storage = Literal["raw", "compact"]
+STORAGES = ("raw", "compact", "mp4")
+Storage = Literal["raw", "compact", "mp4"]
 _KINDS = ("numeric", "image", "video")
 _TABLE_KEYS = ("start", "length", "task_index", "chunk", "offset", "episode_index_shift", "index_shift")
 _CREATING = ".lerobot_zarr-creating"
@@ -148,6 +148,17 @@ class ArraySpec:
     kind: str = "numeric"
     storage: Storage = "raw"
     shard_index: Literal["start", "end"] = "start"  # compact storage: where each pack's shard index is
+    codec: tuple[tuple[str, Any], ...] = ()  # compact storage: the frame codec (FrameCodec.describe() items)
+    resize: tuple[tuple[str, Any], ...] = ()  # cameras resized from the source: {"from", "size", "crop", ...}
+
+    @property
+    def codec_spec(self) -> dict[str, Any]:
+        """The frame codec of a compact array (formats before the codec was recorded: zstd level 3)."""
+        return dict(self.codec) if self.codec else {"codec": "zstd", "level": 3}
+
+    @property
+    def resize_spec(self) -> dict[str, Any]:
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in self.resize}
 
     @property
     def frame_bytes(self) -> int:
@@ -431,6 +442,8 @@ class StoreState:
             "features": {name: {"kind": spec.kind, "dtype": spec.dtype.str.lstrip("<>|="),
                                 "frame_shape": list(spec.frame_shape), "storage": spec.storage,
                                 "shard_index": spec.shard_index, "dims": list(spec.dims),
+                                **({"codec": spec.codec_spec} if spec.storage == "compact" else {}),
+                                **({"resize": spec.resize_spec} if spec.resize else {}),
                                 "episodes": [list(r) for r in self.materialized.get(name, ())]}
                          for name, spec in self.arrays.items()},
             "unavailable": {name: [list(r) for r in runs] for name, runs in self.unavailable.items() if runs},
@@ -506,8 +519,19 @@ def _parse_arrays(features: Mapping, consolidated: Mapping, where: str) -> dict[
             dims = [d.removeprefix(f"{name}.") for d in (names or ["frame"])[1:]] if isinstance(names, list) else []
         if not isinstance(dims, list) or len(dims) != len(shape) or not all(isinstance(d, str) for d in dims):
             dims = [f"dim_{k}" for k in range(len(shape))]
-        arrays[name] = ArraySpec(dtype, tuple(shape), tuple(dims), kind, storage, shard_index)
+        codec, resize = f.get("codec", {}), f.get("resize", {})
+        if not isinstance(codec, Mapping) or not isinstance(resize, Mapping):
+            raise CorruptStoreError(f"{at}.codec and .resize must be objects")
+        if storage == "mp4" and kind != "video":
+            raise CorruptStoreError(f"{at}: only video features can be kept as mp4")
+        arrays[name] = ArraySpec(dtype, tuple(shape), tuple(dims), kind, storage, shard_index,
+                                 tuple((str(k), _frozen_json(v)) for k, v in codec.items()),
+                                 tuple((str(k), _frozen_json(v)) for k, v in resize.items()))
     return arrays
+
+
+def _frozen_json(value: Any) -> Any:
+    return tuple(_frozen_json(v) for v in value) if isinstance(value, list) else value
 
 
 def _parse_ranges(value: Any, n: int, where: str, with_reason: bool = False) -> tuple:

@@ -13,7 +13,11 @@ processes writing the same episode write the same bytes; a commit merges what th
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import shutil
+import threading
 import time
 from collections import deque
 from collections.abc import Mapping, Sequence
@@ -25,15 +29,17 @@ from typing import Any
 import numpy as np
 
 from ._background import prefetched
-from ._fileio import WriterLock
+from ._cameras import mp4_index_path
+from ._fileio import WriterLock, atomic_write
 from ._packs import ensure_pack, row_writer, write_rows, write_rows_vectored
 from ._progress import progress_bar
 from .errors import ArgumentError, FrameIndexError, NotMaterializedError, SourceMismatchError, StoreError
 from .files import SourceFiles
+from .resize import resize_frame, resize_frames
 from .source import LeRobotSource
 from .store import (
+    CREATING_MARKER,
     DEFAULT_PACK_BYTES,
-    STORAGES,
     ArraySpec,
     EpisodeTable,
     PackLayout,
@@ -61,16 +67,63 @@ def _cpu_count() -> int:
         return os.cpu_count() or 1
 
 
-def _check_storage(storage: Mapping[str, str] | None, specs: Mapping[str, ArraySpec], where: str) -> dict[str, str]:
-    """``{camera: "raw" | "compact"}``: only image/video features have a choice."""
-    storage = dict(storage or {})
-    for name, choice in storage.items():
-        if choice not in STORAGES:
-            raise ArgumentError(f"storage[{name!r}] must be one of {STORAGES}, got {choice!r}")
-        if name not in specs or specs[name].kind not in ("image", "video"):
-            cameras = [k for k, v in specs.items() if v.kind in ("image", "video")]
-            raise ArgumentError(f"{where}: storage applies to cameras (image/video features: {cameras}), not {name!r}")
-    return storage
+CAMERA_STORAGES = ("raw", "compact", "lossless", "jpeg", "mp4")  # and any frame codec: "zstd:9", "jpeg:80"...
+Resize = tuple[int, int] | Mapping[str, Any]
+
+
+def camera_array(name: str, spec: ArraySpec, storage: str | None, resize: Resize | None) -> ArraySpec:
+    """How a new store keeps a camera: ``storage`` ``"raw"`` (memory-mapped frames), ``"compact"`` (zstd per
+    frame), ``"lossless"`` (delta-zstd per frame), ``"jpeg"`` / ``"jpeg:Q"`` (lossy, quality Q, default 90) or
+    any frame codec of :mod:`~lerobot_zarr.frame_codecs`, or ``"mp4"`` (the source's mp4 files kept, decoded on
+    read; video features only); ``resize`` ``(height, width)`` or ``{"size", "crop", "interpolation"}``."""
+    from .frame_codecs import frame_codec
+    from .resize import check_resize
+
+    choice = storage or "raw"
+    if not isinstance(choice, str):
+        raise ArgumentError(f"storage[{name!r}] must be a string such as {CAMERA_STORAGES}, got {choice!r:.40}")
+    if resize is not None:
+        options = dict(resize) if isinstance(resize, Mapping) else {"size": resize}
+        unknown = set(options) - {"size", "crop", "interpolation"}
+        if unknown or "size" not in options:
+            raise ArgumentError(f"resize[{name!r}] is (height, width) or {{'size', 'crop', 'interpolation'}}, got "
+                                f"{resize!r:.80}")
+        try:
+            shape = check_resize(spec.frame_shape, options["size"], crop=options.get("crop"),
+                                 interpolation=options.get("interpolation", "bilinear"))
+        except (ValueError, TypeError) as exc:
+            raise ArgumentError(f"resize[{name!r}]: {exc}") from None
+        recorded = {"from": list(spec.frame_shape), "size": list(shape[:2]),
+                    "interpolation": options.get("interpolation", "bilinear"),
+                    **({"crop": [int(c) for c in options["crop"]]} if options.get("crop") is not None else {})}
+        spec = replace(spec, frame_shape=shape, resize=tuple((k, tuple(v) if isinstance(v, list) else v)
+                                                             for k, v in recorded.items()))
+    if choice == "raw":
+        return spec
+    if choice == "mp4":
+        if spec.kind != "video":
+            raise ArgumentError(f"storage[{name!r}] = 'mp4' keeps a camera's mp4 files: {name!r} is not a video")
+        return replace(spec, storage="mp4")
+    codec = {"compact": "zstd", "lossless": "delta-zstd"}.get(choice, choice)
+    try:
+        described = frame_codec(codec, spec.frame_shape).describe()
+    except (ValueError, TypeError) as exc:
+        raise ArgumentError(f"storage[{name!r}] = {choice!r}: {exc} (storages: {CAMERA_STORAGES})") from None
+    return replace(spec, storage="compact", codec=tuple(described.items()))
+
+
+def _camera_arrays(source: LeRobotSource, storage: Mapping[str, str] | None, resize: Mapping[str, Resize] | None
+                   ) -> dict[str, ArraySpec]:
+    """The arrays of a new store with the cameras kept as asked (only image/video features have a choice)."""
+    specs = array_specs(source)
+    cameras = [k for k, v in specs.items() if v.kind in ("image", "video")]
+    for what, choices in (("storage", storage), ("resize", resize)):
+        wrong = [k for k in (choices or {}) if k not in cameras]
+        if wrong:
+            raise ArgumentError(f"{source.files.location()}: {what} applies to cameras (image/video features: "
+                                f"{cameras}), not {wrong}")
+    return {name: camera_array(name, spec, (storage or {}).get(name), (resize or {}).get(name))
+            if name in cameras else spec for name, spec in specs.items()}
 
 
 def array_specs(source: LeRobotSource) -> dict[str, ArraySpec]:
@@ -79,19 +132,44 @@ def array_specs(source: LeRobotSource) -> dict[str, ArraySpec]:
                              spec.names) for name, spec in source.stored_features.items()}
 
 
-def _create(source: LeRobotSource, root: Path, record: dict, storage: Mapping[str, str], pack_bytes: int
+def _create(source: LeRobotSource, root: Path, record: dict, arrays: Mapping[str, ArraySpec], pack_bytes: int
             ) -> StoreState:
     t = source.episodes
     task_index = {task: i for i, task in enumerate(source.tasks)}
     first_task = np.array([task_index.get(ts[0], -1) if ts else -1 for ts in t.tasks], dtype=np.int64)
-    arrays = {name: replace(spec, storage=storage.get(name, "raw")) for name, spec in array_specs(source).items()}
     chunk, offset, rows = plan_packs(t.length, pack_rows_target(arrays, pack_bytes))
     zeros = np.zeros(len(t), dtype=np.int64)
+    info = source.info
+    resized = {k: s.frame_shape for k, s in arrays.items() if s.resize}
+    if resized:  # the store's info says what it holds: the stored frame shape, and where it came from
+        features = {k: dict(v) for k, v in info["features"].items()}
+        for k, shape in resized.items():
+            features[k]["shape"] = list(shape)
+        info = dict(info, features=features)
+    for name, spec in arrays.items():
+        if spec.storage == "mp4":
+            _write_mp4_index(source, root, name)
     return create_store(StoreState(
-        root=root, info=source.info, tasks=tuple(source.tasks), stats=source.stats, source=record, arrays=arrays,
+        root=root, info=info, tasks=tuple(source.tasks), stats=source.stats, source=record, arrays=dict(arrays),
         table=EpisodeTable(t.start, t.length, first_task, chunk, offset, zeros, zeros),
         packs=PackLayout(rows, int(rows[-1]) if len(rows) else 0), materialized={},
-        not_materialized=source.not_materialized, pack_bytes=int(pack_bytes)))
+        not_materialized=source.not_materialized, pack_bytes=int(pack_bytes)), keep_files=True)
+
+
+def _write_mp4_index(source: LeRobotSource, root: Path, name: str) -> None:
+    """The episode -> (file, from, to timestamp) table of a camera kept as mp4 (fixed with the store)."""
+    refs = source.episodes.videos.get(name, [])
+    files = sorted({ref[0] for ref in refs if ref is not None})
+    number = {f: i for i, f in enumerate(files)}
+    lengths = source.episodes.length
+    doc = {"files": files,
+           "file": [number[ref[0]] if ref is not None else -1 for ref in refs],
+           "from_timestamp": [ref[1] if ref is not None else 0.0 for ref in refs],
+           "to_timestamp": [(ref[1] if ref is not None else 0.0) + int(n) / source.fps
+                            for ref, n in zip(refs, lengths.tolist(), strict=True)]}
+    path = mp4_index_path(root, name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, json.dumps(doc).encode(), durable=False)
 
 
 def _same_source(a: dict | None, b: dict) -> bool:
@@ -122,13 +200,14 @@ def _describe(record: dict) -> str:
 
 
 def transcode(source: LeRobotSource, root: str | os.PathLike, *, episodes: Sequence[int] | None = None,
-              progress: bool = True, storage: Mapping[str, str] | None = None, client: Any = None,
+              progress: bool = True, storage: Mapping[str, str] | None = None,
+              resize: Mapping[str, Resize] | None = None, client: Any = None,
               pack_bytes: int = DEFAULT_PACK_BYTES) -> StoreState:
     """Write the given episodes (default: all) of ``source`` into the store at ``root``; return its state.
 
     Creates the store if needed (packs of about ``pack_bytes`` of the widest feature) and skips episodes already
-    committed. ``storage`` chooses how a new store keeps cameras: ``"raw"`` (default: memory-mapped, fastest) or
-    ``"compact"`` (zstd per frame). With a ``dask.distributed.Client`` the episodes are split by pack across its
+    committed. ``storage`` and ``resize`` choose how a new store keeps cameras (:func:`camera_array`). With a
+    ``dask.distributed.Client`` the episodes are split by pack across its
     workers, which write their rows straight into the store (a folder every worker sees at the same path); this
     process commits.
     """
@@ -142,11 +221,17 @@ def transcode(source: LeRobotSource, root: str | os.PathLike, *, episodes: Seque
                               episode=bad[0])
     if has_commit_point(root):
         state = _checked_state(root, record)
-        for name, choice in (storage or {}).items():
-            held = state.arrays[name].storage if name in state.arrays else None
-            if held != choice:
-                raise StoreError(f"{root}: the store keeps {name!r} as {held!r}, not {choice!r}; choose another "
-                                 f"root for another storage", path=root, feature=name)
+        if storage or resize:
+            wanted_arrays = _camera_arrays(source, storage, resize)
+            for name in {*(storage or {}), *(resize or {})}:
+                held = state.arrays.get(name)
+                want = wanted_arrays[name]
+                if held is None or (held.storage, held.codec_spec if held.storage == "compact" else None,
+                                    held.resize) != (want.storage, want.codec_spec if want.storage == "compact"
+                                                     else None, want.resize):
+                    raise StoreError(f"{root}: the store keeps {name!r} otherwise ({_kept(held)}) than asked "
+                                     f"({_kept(want)}); choose another root for another storage or size", path=root,
+                                     feature=name)
         if state.source.get("kind") == "edited":
             return state  # complete (writers need that) and since changed in place: nothing to fetch into it
         if state.complete_episodes()[list(wanted)].all():
@@ -157,8 +242,10 @@ def transcode(source: LeRobotSource, root: str | os.PathLike, *, episodes: Seque
             source.schema_from_episode(wanted[0])
         with WriterLock(root):
             if not has_commit_point(root):
-                choices = _check_storage(storage, array_specs(source), source.files.location())
-                _create(source, root, record, choices, pack_bytes)
+                arrays = _camera_arrays(source, storage, resize)
+                root.mkdir(parents=True, exist_ok=True)
+                (root / CREATING_MARKER).touch()
+                _create(source, root, record, arrays, pack_bytes)
         state = _checked_state(root, record)
     done = state.complete_episodes()
     todo = [e for e in wanted if not done[e]]
@@ -167,6 +254,13 @@ def transcode(source: LeRobotSource, root: str | os.PathLike, *, episodes: Seque
     if client is not None:
         return _write_distributed(source, root, state, todo, progress, client)
     return _write_episodes(source, root, state, todo, progress)
+
+
+def _kept(spec: ArraySpec | None) -> str:
+    if spec is None:
+        return "not stored"
+    text = spec.storage if spec.storage != "compact" else f"compact {spec.codec_spec}"
+    return text + (f", resized to {spec.frame_shape[:2]}" if spec.resize else "")
 
 
 _UNIT_EPISODES = 64  # at most this many episodes per distributed task (of one pack): retries redo little
@@ -280,6 +374,7 @@ class _Rows:
         self.raw = {n: s for n, s in state.arrays.items() if s.kind != "video" and s.storage == "raw"}
         self.compact = {n: s for n, s in state.arrays.items() if s.kind != "video" and s.storage != "raw"}
         self.cameras = [n for n, s in state.arrays.items() if s.kind == "video"]
+        self.resized = {n: s.resize_spec for n, s in state.arrays.items() if s.resize and s.kind == "image"}
         self.parts: dict[str, list[np.ndarray]] = {n: [] for n in self.raw}
         self.pack, self.start, self.next, self.nbytes = -1, 0, 0, 0
 
@@ -291,6 +386,9 @@ class _Rows:
         ensure_pack(self.root, self.state.arrays, pack, rows)
         if not self.nbytes:
             self.pack, self.start = pack, offset
+        for name, how in self.resized.items():
+            frames[name] = resize_frames(frames[name], how["size"], crop=how.get("crop"),
+                                         interpolation=how["interpolation"])
         for name in self.raw:
             self.parts[name].append(frames[name])
             self.nbytes += frames[name].nbytes
@@ -313,9 +411,75 @@ _WRITE_BYTES = 32 << 20
 
 def _decode(source: LeRobotSource, root: str | Path, state: StoreState, e: int, name: str, timestamps: np.ndarray
             ) -> None:
+    """One episode of a video camera into the store: decoded into its rows (resized first if the store keeps the
+    camera smaller), or, kept as mp4, its file copied into the store."""
+    spec = state.arrays[name]
+    if spec.storage == "mp4":
+        _keep_mp4(source, Path(root), e, name)
+        return
     pack, offset, rows = _location(state, e)
-    with row_writer(root, name, state.arrays[name], pack, offset, len(timestamps), rows) as writer:
-        source.decode_video(e, name, timestamps, writer.write)
+    with row_writer(root, name, spec, pack, offset, len(timestamps), rows) as writer:
+        sink = writer.write
+        if spec.resize:
+            how = spec.resize_spec
+            shape = tuple(how["from"])
+
+            def sink(frame: bytes) -> None:
+                writer.write(resize_frame(np.frombuffer(frame, np.uint8).reshape(shape), how["size"],
+                                          crop=how.get("crop"), interpolation=how["interpolation"]))
+
+        source.decode_video(e, name, timestamps, sink)
+
+
+_copy_locks: dict[str, threading.Lock] = {}
+_copy_guard = threading.Lock()
+
+
+def _keep_mp4(source: LeRobotSource, root: Path, e: int, name: str) -> None:
+    """Make the mp4 file holding episode ``e`` of camera ``name`` part of the store (a hard link or a copy of a
+    local file, the whole file from a Hub repo), once; a missing or unreadable file makes the episode's camera
+    unavailable."""
+    ref = source.episodes.videos.get(name, [None] * (e + 1))[e]
+    if ref is None:
+        raise VideoUnavailable(f"episode {e}, camera {name!r}: meta/episodes lists no video file")
+    rel = ref[0]
+    if not source.files.exists(rel):
+        raise VideoUnavailable(f"episode {e}, camera {name!r}: video file {source.files.location(rel)} not found")
+    target = root / name / "videos" / rel
+    with _copy_guard:
+        lock = _copy_locks.setdefault(str(target), threading.Lock())
+    with lock:
+        if target.is_file():
+            return
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}-{threading.get_ident()}")
+        try:
+            local = getattr(source.files, "root", None)
+            if isinstance(local, Path):
+                try:
+                    os.link(local / rel, tmp, follow_symlinks=False)
+                except OSError:
+                    shutil.copyfile(local / rel, tmp, follow_symlinks=False)
+            else:
+                with source.files.open(rel) as f, open(tmp, "wb") as out:
+                    shutil.copyfileobj(f, out, 8 << 20)
+            if not have_pyav() or not _decodable(tmp):
+                raise VideoUnavailable(f"episode {e}, camera {name!r}: {source.files.location(rel)} has no "
+                                       f"decodable video stream")
+            os.replace(tmp, target)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+
+
+def _decodable(path: Path) -> bool:
+    import av
+
+    try:
+        with av.open(str(path)) as container:
+            return bool(container.streams.video)
+    except (av.error.FFmpegError, OSError, ValueError):
+        return False
 
 
 def _write_episodes(source: LeRobotSource, root: Path, state: StoreState, todo: list[int], progress: bool

@@ -14,10 +14,10 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
-import shutil
 import math
 import operator
 import os
+import shutil
 import time
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
@@ -54,8 +54,8 @@ from .store import (
     StoreState,
     array_spec,
     check_array_name,
-    chunk_path,
     check_new_store_location,
+    chunk_path,
     commit,
     create_store,
     pack_rows_target,
@@ -406,7 +406,8 @@ class WritableDataset(LeRobotZarrDataset):
             for e in todo:
                 rows[e] = self._stats_of(int(table.chunk[e]), int(table.offset[e]), self._read_episode(e))
                 bar.update(1)
-        self._stats_rows = {name: _stack([row[name] for row in rows], spec) for name, spec in self._state.arrays.items()}
+        self._stats_rows = {name: _stack([row[name] for row in rows], spec)
+                            for name, spec in self._state.arrays.items()}
         return self._stats_rows
 
     def _dataset_stats(self, table: EpisodeTable, rows: dict[str, dict[str, np.ndarray]],
@@ -443,7 +444,8 @@ class WritableDataset(LeRobotZarrDataset):
                 continue
             length = int(table.length[e])
             for name in names:
-                stats = episode_stats(np.asarray(self._rows_map(name, pack, offset, length)), self._state.arrays[name].kind)
+                stats = episode_stats(np.asarray(self._rows_map(name, pack, offset, length)),
+                                      self._state.arrays[name].kind)
                 for k in rows[name]:
                     rows[name][k][e] = stats[k]
             self._write_stats_file(pack, offset, {name: {k: v[e] for k, v in rows[name].items()} for name in rows})
@@ -613,7 +615,8 @@ class WritableDataset(LeRobotZarrDataset):
         task_index, tasks = self._task_indices(task, n)
         capacity = self.capacity_frames
         if capacity is not None and n > capacity:
-            raise ArgumentError(f"{self.root}: an episode of {n} frames does not fit a ring buffer of {capacity} frames")
+            raise ArgumentError(f"{self.root}: an episode of {n} frames does not fit a ring buffer of {capacity} "
+                                f"frames")
         drop = 0
         if capacity is not None:
             total = int(table.length.sum())
@@ -729,8 +732,8 @@ class WritableDataset(LeRobotZarrDataset):
         the dtype cannot hold raise ``ValueRangeError``) and written in place. Writes reach every reader's maps at
         once and are flushed to the file when the block ends; the episode's stats are recomputed for those
         features at the next commit (:meth:`flush`, :meth:`close` or any other change), so many small edits cost
-        little more than the writes. Not atomic: a crash during the block can leave an edit half applied (the next writer then
-        recomputes that episode's stats).
+        little more than the writes. Not atomic: a crash during the block can leave an edit half applied (the next
+        writer then recomputes that episode's stats).
         """
         self._check_open()
         e = self._episode_index(episode)

@@ -456,26 +456,30 @@ def test_codecs_register_whatever_the_import_order():
 # ------------------------------------------------------------------------------------------------ shard layout
 
 
-def test_shard_bytes_equal_the_store_shard_writer(tmp_path):
-    """The zstd codec's shard (index at the end) is byte for byte what store.ShardWriter writes for compact."""
-    from lerobot_zarr.store import COMPACT_CODEC, ShardWriter, read_shard_index
+def test_shard_bytes_equal_the_store_pack_writer(tmp_path):
+    """A compact pack with one episode filling it is byte for byte ``shard_bytes(..., index_location="start")``
+    of the codec's frames: what the store writes is a plain zarr shard."""
+    from lerobot_zarr._packs import ensure_pack, read_shard_index, write_rows
+    from lerobot_zarr.store import ArraySpec, chunk_path
 
     shape = (12, 16, 3)
     frames = noise_frames(5, shape)
-    path = tmp_path / "shard"
-    with ShardWriter(path, len(frames)) as writer:
-        for f in frames:
-            writer.write(f.tobytes())
-    codec = frame_codec("zstd", shape)
-    assert codec.zarr_codecs()[1] == COMPACT_CODEC
-    assert shard_bytes([codec.encode(f) for f in frames]) == path.read_bytes()
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        index = read_shard_index(fd, len(frames), str(path))
-    finally:
-        os.close(fd)
-    data = path.read_bytes()
-    assert all(np.array_equal(codec.decode(data[o:o + n]), f) for (o, n), f in zip(index.tolist(), frames))
+    for spec_text in ("zstd", "delta-zstd"):
+        codec = frame_codec(spec_text, shape)
+        spec = ArraySpec(np.dtype(np.uint8), shape, ("height", "width", "channels"), "image", "compact",
+                         codec=tuple(codec.describe().items()))
+        root = tmp_path / spec_text
+        ensure_pack(root, {"cam": spec}, 0, len(frames))
+        write_rows(root, "cam", spec, 0, 0, frames, len(frames))
+        path = Path(chunk_path(root, "cam", 0, 4))
+        assert shard_bytes([codec.encode(f) for f in frames], index_location="start") == path.read_bytes()
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            index = read_shard_index(fd, spec, len(frames), 0, len(frames), str(path))
+        finally:
+            os.close(fd)
+        data = path.read_bytes()
+        assert all(np.array_equal(codec.decode(data[o:o + n]), f) for (o, n), f in zip(index.tolist(), frames))
 
 
 def test_shard_index_at_the_start_points_past_itself():

@@ -1,0 +1,148 @@
+"""Readers of cameras that are not memory-mapped raw frames: compact packs (one encoded frame per zarr inner chunk,
+decoded in parallel) and cameras kept as the source's mp4 files (decoded on read, containers kept open).
+
+Both answer ``read(ds, episodes, frames)``: the frames ``frames[k]`` (episode-local) of ``episodes[k]``, as a new
+``(n, H, W, C)`` uint8 array; the dataset passes itself for the episode table and the stored timestamps.
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import weakref
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ._packs import open_pack, read_shard_index
+from .errors import CorruptStoreError, NotMaterializedError
+from .frame_codecs import decode_batch, frame_codec
+from .store import ArraySpec, PackLayout, chunk_path, retired_path
+
+if TYPE_CHECKING:
+    from .dataset import LeRobotZarrDataset
+
+__all__ = ["CodecFrames", "VideoFrames", "MP4_INDEX", "mp4_index_path", "read_mp4_index"]
+
+MP4_INDEX = "mp4.json"
+
+
+class CodecFrames:
+    """A compact camera: each pack a zarr shard, mapped read-only (at most ``max_open`` at once), its index read
+    once, frames decoded with the array's frame codec straight into the output, in parallel for big batches."""
+
+    def __init__(self, root: str | os.PathLike, name: str, spec: ArraySpec, packs: PackLayout, max_open: int):
+        self.root, self.name, self.spec, self.packs = os.fspath(root), name, spec, packs
+        self.codec = frame_codec(spec.codec_spec, spec.frame_shape)
+        self.max_open = max(1, max_open)
+        self.open: dict[int, tuple[mmap.mmap, np.ndarray]] = {}  # pack -> (map, index), oldest first
+        self._finalizer = weakref.finalize(self, _close_all, self.open)
+
+    def _pack(self, pack: int) -> tuple[mmap.mmap, np.ndarray]:
+        entry = self.open.pop(pack, None)
+        if entry is None:
+            rows = int(self.packs.rows[pack])
+            fd = open_pack(chunk_path(self.root, self.name, pack, self.spec.ndim), -1,
+                           retired=retired_path(self.root, self.name, pack),
+                           what=f"pack {pack} of feature {self.name!r}", feature=self.name)
+            try:
+                index = read_shard_index(fd, self.spec, rows, 0, rows, f"pack {pack} of feature {self.name!r}",
+                                         allow_empty=True)
+                entry = (mmap.mmap(fd, 0, prot=mmap.PROT_READ), index)
+            finally:
+                os.close(fd)
+            while len(self.open) >= self.max_open:
+                self.open.pop(next(iter(self.open)))[0].close()
+        self.open[pack] = entry  # most recently used last
+        return entry
+
+    def read_rows(self, packs: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """Frames at ``rows`` of ``packs`` (equal-length arrays), decoded."""
+        out = np.empty((len(rows), *self.spec.frame_shape), dtype=np.uint8)
+        blobs: list[Any] = []
+        for pack, row in zip(np.asarray(packs).tolist(), np.asarray(rows).tolist(), strict=True):
+            data, index = self._pack(pack)
+            offset, nbytes = index[row]
+            if offset < 0:
+                raise CorruptStoreError(f"{self.root}: pack {pack} of {self.name!r} has no frame at row {row}")
+            blobs.append(memoryview(data)[offset:offset + nbytes])
+        decode_batch(self.codec, blobs, out, where=lambda k: f"{self.name!r} pack {int(packs[k])} row {int(rows[k])}")
+        return out
+
+    def read(self, ds: LeRobotZarrDataset, episodes: np.ndarray, frames: np.ndarray) -> np.ndarray:
+        return self.read_rows(ds._chunk[episodes], ds._offset[episodes] + frames)
+
+    def close(self) -> None:
+        _close_all(self.open)
+
+
+def _close_all(open_packs: dict) -> None:
+    for data, _ in open_packs.values():
+        data.close()
+    open_packs.clear()
+
+
+def mp4_index_path(root: str | os.PathLike, name: str) -> Path:
+    return Path(root) / name / MP4_INDEX
+
+
+def read_mp4_index(root: str | os.PathLike, name: str, n_episodes: int) -> dict[str, Any]:
+    """The episode -> (file, from_timestamp, to_timestamp) table of a camera kept as mp4, checked: file names
+    are relative paths inside ``<camera>/videos/``."""
+    path = mp4_index_path(root, name)
+    try:
+        doc = json.loads(path.read_bytes())
+        files = [str(f) for f in doc["files"]]
+        file_of = np.asarray(doc["file"], dtype=np.int64)
+        start = np.asarray(doc["from_timestamp"], dtype=np.float64)
+        stop = np.asarray(doc["to_timestamp"], dtype=np.float64)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise CorruptStoreError(f"{path}: unreadable mp4 index of camera {name!r} ({exc})", path=path,
+                                feature=name) from None
+    if not len(file_of) == len(start) == len(stop) == n_episodes or (file_of >= len(files)).any() \
+            or (file_of < -1).any():
+        raise CorruptStoreError(f"{path}: the mp4 index does not describe the store's {n_episodes} episodes",
+                                path=path, feature=name)
+    for f in files:
+        parts = Path(f).parts
+        if not parts or Path(f).is_absolute() or ".." in parts or "\\" in f:
+            raise CorruptStoreError(f"{path}: file name {f!r} leaves the camera's folder", path=path, feature=name)
+    return {"files": files, "file": file_of, "from_timestamp": start, "to_timestamp": stop}
+
+
+class VideoFrames:
+    """A camera kept as mp4: frames decoded on read at the dataset's timestamps (LeRobot's nearest frame within
+    1e-4 s) by :class:`~lerobot_zarr.video_reader.Mp4Frames`, which keeps containers open, seeks to keyframes only
+    when needed and caches the frames it decoded; resized after decoding if the camera is."""
+
+    def __init__(self, root: str | os.PathLike, name: str, spec: ArraySpec, n_episodes: int):
+        from .video_reader import Mp4Frames
+
+        self.root, self.name, self.spec = Path(root), name, spec
+        self.index = read_mp4_index(root, name, n_episodes)
+        resize = spec.resize_spec
+        source_shape = tuple(resize["from"]) if resize else spec.frame_shape
+        folder = self.root / name / "videos"
+        self.reader = Mp4Frames(source_shape, opener=lambda key: str(folder / key))
+
+    def read(self, ds: LeRobotZarrDataset, episodes: np.ndarray, frames: np.ndarray) -> np.ndarray:
+        file_of = self.index["file"][episodes]
+        if (file_of < 0).any():
+            e = int(episodes[np.argmax(file_of < 0)])
+            raise NotMaterializedError(f"{ds.root}: episode {e} has no video of {self.name!r}", episode=e,
+                                       feature=self.name)
+        times = self.index["from_timestamp"][episodes] + ds._timestamps(episodes, frames)
+        files = [self.index["files"][f] for f in file_of.tolist()]
+        decoded = self.reader.read_many(files, times)
+        resize = self.spec.resize_spec
+        if not resize:
+            return decoded
+        from .resize import resize_frames
+
+        return resize_frames(decoded, resize["size"], crop=resize.get("crop"),
+                             interpolation=resize.get("interpolation", "bilinear"))
+
+    def close(self) -> None:
+        self.reader.close()
