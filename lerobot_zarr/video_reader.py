@@ -97,7 +97,9 @@ class _File:
         self.reformatter = av.video.reformatter.VideoReformatter()
         self.tb = self.stream.time_base
         # the container's sample index (mp4: no read needed): where keyframes are, to seek straight to them
-        entries = [(int(e.timestamp), bool(e.is_keyframe)) for e in (self.stream.index_entries or ())]
+        # (PyAV < 16 has no index_entries: then seeks go by time, as decode_into's)
+        entries = [(int(e.timestamp), bool(e.is_keyframe)) for e in (getattr(self.stream, "index_entries", None)
+                                                                        or ())]
         self.key_pts = sorted(ts for ts, key in entries if key)
         self.keyframes = [float(ts * self.tb) for ts in self.key_pts]
         self.entry_times = sorted(float(ts * self.tb) for ts, _ in entries)
@@ -186,7 +188,10 @@ class _File:
                                      f"decoded frame at {t:.6f} s)")
         frame = run.frames[j]
         if not isinstance(frame, np.ndarray):
-            arr = self.reformatter.reformat(frame, format=fmt, threads=1).to_ndarray()
+            try:
+                arr = self.reformatter.reformat(frame, format=fmt, threads=1).to_ndarray()
+            except TypeError:  # PyAV < 16: no threads option (and no threaded conversion to avoid)
+                arr = self.reformatter.reformat(frame, format=fmt).to_ndarray()
             if arr.ndim == 2:
                 arr = arr[..., None]
             if arr.shape != shape:
