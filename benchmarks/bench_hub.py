@@ -8,9 +8,11 @@ getting at it transfers, in the same run:
 - ``open_dataset(repo_id, episodes=[k])`` and ``episodes=[10 episodes]``: footers + the row groups asked for;
 - ``snapshot_download(allow_patterns=[the data file holding episode k, "meta/*"])``, what LeRobotDataset does for
   ``episodes=[k]`` (it downloads the whole file holding the episode, into the Hub cache);
-- ``open_dataset(repo_id)`` for everything, timed against the same transcode from a local folder.
+- ``open_dataset(repo_id)`` for everything, timed against the same transcode from a local folder;
+- the same store pushed back with ``push`` (so the repo holds our index file ``meta/lerobot_zarr_index.json``):
+  ``inspect`` and a one-episode open of that repo.
 
-Run:  cd /work/main && PYTHONPATH=/work/main /work/venv/bin/python benchmarks/bench_hub.py [--episodes 200]
+Run:  .venv/bin/python benchmarks/bench_hub.py [--episodes 200]
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ def main() -> None:
                                    action_dim=14, episodes_per_file=args.episodes_per_file,
                                    image_keys=("observation.images.wrist",), image_shape=(32, 32, 3))
         os.environ["LEROBOT_ZARR_HOME"] = str(work / "lerobot_zarr_home")
-        with HubServer(work / "server") as server:
+        with HubServer(work / "server", tokens={"bench-token": "bench"}) as server:
             hf_constants.ENDPOINT = server.endpoint
             hf_constants.HUGGINGFACE_CO_URL_TEMPLATE = server.endpoint + "/{repo_id}/resolve/{revision}/{filename}"
             hf_constants.HF_HUB_CACHE = str(work / "hf_cache")
@@ -82,8 +84,15 @@ def main() -> None:
             t_hub = measure("open_dataset(all, into a new store)",
                             lambda: lerobot_zarr.open_dataset("bench/ds", root=work / "all", progress=False))
             t0 = time.perf_counter()
-            lerobot_zarr.open_dataset(src, root=work / "local", progress=False)
+            local = lerobot_zarr.open_dataset(src, root=work / "local", progress=False)
             t_local = time.perf_counter() - t0
+
+            local.push("bench/pushed", token="bench-token", progress=False)
+            meta_bytes = {repo: sum(len(server.get_file(repo, rel)) for rel in server.list_files(repo)
+                                    if rel.startswith("meta/")) for repo in ("bench/ds", "bench/pushed")}
+            measure("pushed: inspect (our index file)", lambda: lerobot_zarr.inspect("bench/pushed"))
+            measure(f"pushed: open_dataset(episodes=[{k}])",
+                    lambda: lerobot_zarr.open_dataset("bench/pushed", episodes=[k], progress=False))
 
             print(f"\n{'':<44}{'bytes':>14}{'requests':>10}{'seconds':>10}")
             for label, nbytes, nreq, secs in rows:
@@ -94,6 +103,8 @@ def main() -> None:
                   f"footer, {(src / data_file).stat().st_size:,} B in all")
             print(f"one-episode open / snapshot_download of its file: {one / snap:.3f} "
                   f"({snap / one:.1f}x fewer bytes)")
+            print(f"metadata files: {meta_bytes['bench/ds']:,} B in bench/ds (inspect served {rows[0][1]:,} B), "
+                  f"{meta_bytes['bench/pushed']:,} B in bench/pushed (our index included)")
             print(f"full open from the Hub vs from a local folder: {t_hub:.2f} s vs {t_local:.2f} s "
                   f"({t_hub / t_local:.2f}x)")
 

@@ -77,10 +77,27 @@ class RevisionNotFoundError(SourceNotFoundError):
     """A branch, tag or commit does not exist in a Hub repository."""
 
 
-class HubAuthError(LeRobotZarrError, PermissionError):
-    """The Hub refused the request: private or gated repository without a (valid) token."""
+class _HubFields:
+    """Optional keyword fields of a Hub error, like huggingface_hub's: ``repo_id``, ``revision``, ``path`` (the file
+    in the repo), ``status`` (HTTP status, when there was an answer) and ``response`` (the HTTP response, if any;
+    not pickled)."""
+
+    def __init__(self, *args: object, repo_id: str | None = None, revision: str | None = None,
+                 path: str | None = None, status: int | None = None, response: object = None):
+        super().__init__(*args)
+        self.repo_id, self.revision, self.path, self.status, self.response = repo_id, revision, path, status, response
+
+    def __reduce__(self):
+        state = {k: v for k, v in self.__dict__.items() if k != "response"}
+        return (type(self), self.args, state)
 
 
-class HubError(LeRobotZarrError, ConnectionError):
-    """A Hub request failed after bounded retries (server error, dropped connection), or needs the network while
-    ``HF_HUB_OFFLINE`` is set."""
+class HubAuthError(_HubFields, LeRobotZarrError, PermissionError):
+    """The Hub refused the request: private or gated repository without a (valid) token, or a token without write
+    access for a push."""
+
+
+class HubError(_HubFields, LeRobotZarrError, ConnectionError):
+    """A Hub request failed after bounded retries (server error, dropped connection, stalled or trickling answer,
+    a body or range other than the one asked for), the server sent something unusable (a commit id that is not a
+    sha), or the request needs the network while ``HF_HUB_OFFLINE`` is set."""
