@@ -405,8 +405,14 @@ class HubFiles(SourceFiles):
             return b""
         with self._lock:
             tail = self._tails.get(rel)
-        if tail is not None and tail[0] <= start:
-            return tail[1][start - tail[0]:stop - tail[0]]
+        if tail is not None and tail[0] < stop:  # the end of the range came with the footer: fetch the rest only
+            return self._fetch(rel, start, tail[0]) + tail[1][max(0, start - tail[0]):stop - tail[0]]
+        return self._fetch(rel, start, stop)
+
+    def _fetch(self, rel: str, start: int, stop: int) -> bytes:
+        if start >= stop:
+            return b""
+        size = self.sizes[rel]
         where = Where(self.repo_id, self.revision, rel)
         headers = {"Accept-Encoding": "identity"}
         ranged = start > 0 or stop < size

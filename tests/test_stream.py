@@ -312,6 +312,12 @@ def _body_ranges(requests, path: Path, groups) -> list[tuple[int, int]]:
     return [(a, b) for a, b in ranges if b != size and a < groups[-1].stop]
 
 
+def _in_tail(path: Path, g) -> bool:
+    """Whether the row group lies in the last 16 KiB of the file, which HubFiles reads to find the footer and then
+    serves the row group from (a small file is read once, whole)."""
+    return g.start >= path.stat().st_size - 16 * 1024
+
+
 def test_each_episode_fetched_once_per_epoch(world):
     """Over one epoch of all 2 x 2 shards, every row group's bytes are requested exactly once (footers apart)."""
     shards, records = world.hub_epoch()
@@ -325,8 +331,9 @@ def test_each_episode_fetched_once_per_epoch(world):
         for g in groups:
             covered = sum(max(0, min(b, g.stop) - max(a, g.start)) for a, b in body)
             hits = sum(1 for a, b in body if a < g.stop and g.start < b)
-            assert covered == g.stop - g.start, (f"{rel} row group {g.index}: {covered} of {g.stop - g.start} "
-                                                 f"bytes requested over {hits} requests in one epoch")
+            assert covered == g.stop - g.start or (covered == 0 and _in_tail(world.src / rel, g)), (
+                f"{rel} row group {g.index}: {covered} of {g.stop - g.start} bytes requested over {hits} requests "
+                f"in one epoch")
 
 
 def test_episode_subset_fetches_only_its_row_groups(world):
@@ -344,7 +351,8 @@ def test_episode_subset_fetches_only_its_row_groups(world):
         for g in groups:
             e = number * EPISODES_PER_FILE + g.index
             covered = sum(max(0, min(b, g.stop) - max(a, g.start)) for a, b in body)
-            assert covered == ((g.stop - g.start) if e in SUBSET else 0), f"episode {e} ({rel} rg {g.index})"
+            wanted = e in SUBSET and not _in_tail(p, g)
+            assert covered == ((g.stop - g.start) if wanted else 0), f"episode {e} ({rel} rg {g.index})"
 
 
 # ------------------------------------------------------------------------------------------------ order

@@ -1220,7 +1220,8 @@ class _Handler(BaseHTTPRequestHandler):
         if fault is not None and fault.kind == "short":  # a complete answer, just fewer bytes than the range
             length = min(length, fault.after_bytes)
         if fault is not None and fault.kind == "bad_range" and status == 206:  # another part of the file than asked
-            start = min(start + max(1, fault.after_bytes), size - length)
+            shift = max(1, fault.after_bytes)
+            start = start + shift if start + shift + length <= size else max(0, start - shift)
             headers["Content-Range"] = f"bytes {start}-{start + length - 1}/{size}"
         if self._start(status, headers, length):
             with open(storage.blob_path(entry["sha256"]), "rb") as f:
@@ -1679,8 +1680,8 @@ class HubServer:
         - ``"trickle"``: send the body at ``rate`` bytes per second (in tenths of a second).
         - ``"short"`` (file downloads): a complete answer (``Content-Length`` agreeing) of at most ``after_bytes``
           body bytes, whatever range was asked.
-        - ``"bad_range"`` (range downloads): the bytes ``max(1, after_bytes)`` further into the file, with a
-          ``Content-Range`` saying so.
+        - ``"bad_range"`` (range downloads): the bytes ``max(1, after_bytes)`` further into the file (or back,
+          at its end), with a ``Content-Range`` saying so.
         - ``"bad_commit"`` (``/refs`` and repo info): ``value`` wherever a commit id is due.
         """
         if kind not in _FAULT_KINDS:
