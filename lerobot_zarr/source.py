@@ -410,6 +410,17 @@ class LeRobotSource:
         self.stats = self._read_stats()
         if not len(self.episodes):
             raise SchemaMismatchError(f"{files.location()}: the dataset has no episodes")
+        self._check_totals(info_path)
+
+    def _check_totals(self, info_path: str) -> None:
+        """info.json's ``total_episodes`` / ``total_frames`` (where given) agree with the episode table: a table cut
+        short (a crash while recording, a lost file) is not read as a smaller dataset."""
+        for key, actual in (("total_episodes", len(self.episodes)), ("total_frames", int(self.episodes.length.sum()))):
+            if key in self.info and self.info[key] is not None:
+                declared = _int(self.info[key], info_path, key)
+                if declared != actual:
+                    raise SchemaMismatchError(f"{info_path}: {key} is {declared}, the episode table "
+                                              f"({self.files.location('meta')}) holds {actual}")
 
     # metadata -------------------------------------------------------------------------------------------
     def _load_index(self) -> bool:
@@ -684,9 +695,11 @@ class LeRobotSource:
         rg_rows = np.array([pf.metadata.row_group(i).num_rows for i in range(pf.num_row_groups)], dtype=np.int64)
         rg_start = np.concatenate([[0], np.cumsum(rg_rows)])
         t = self.episodes
-        last_row = int(t.file_row[eps[-1]] + t.length[eps[-1]])
-        if last_row > rg_start[-1]:
-            raise SchemaMismatchError(f"{path}: holds {rg_start[-1]} rows, episode table needs rows up to {last_row}")
+        in_file = self._episodes_of_file.get(rel, eps)
+        rows = int(max(t.file_row[e] + t.length[e] for e in in_file))
+        if rows != rg_start[-1]:
+            raise SchemaMismatchError(f"{path}: holds {rg_start[-1]} rows, the episode table gives it {rows} "
+                                      f"(episodes {in_file[0]}..{in_file[-1]})")
         needed: set[int] = set()
         for e in eps:
             first = int(np.searchsorted(rg_start, t.file_row[e], side="right") - 1)
@@ -704,6 +717,14 @@ class LeRobotSource:
             unit_eps = [e for e in eps if base <= t.file_row[e] and t.file_row[e] + t.length[e] <= stop]
             units.append((rel, pf.metadata, run, base, unit_eps))
         return units
+
+    @functools.cached_property
+    def _episodes_of_file(self) -> dict[str, list[int]]:
+        """Every episode of each data file, from the episode table."""
+        out: dict[str, list[int]] = {}
+        for e, rel in enumerate(self.episodes.data_file):
+            out.setdefault(rel, []).append(e)
+        return out
 
     def _read_unit(self, rel: str, metadata: pq.FileMetaData, run: list[int], base: int, eps: list[int],
                    specs: dict[str, FeatureSpec]) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
