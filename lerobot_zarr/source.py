@@ -3,6 +3,18 @@
 This module knows the LeRobot layouts (see ``meta/info.json``): where the data files are, which episode lives
 in which file and row range, how features are encoded in Parquet (``fixed_size_list``, pandas-style ``list``,
 nested lists, scalar columns, PNG/JPEG image structs), and where tasks and stats are kept. It never writes.
+
+What it checks, so that bad input is a typed error naming the file (and episode, feature or field) rather than a
+raw Python error or silently wrong frames:
+
+- metadata, when the source is opened: info.json (``fps`` finite and positive, ``chunks_size``, path templates
+  checked before any formatting: only LeRobot's fields, plain integer specs of bounded width), the episode table
+  (integer, non-null indices; episodes following each other from frame 0; ``total_episodes`` / ``total_frames``
+  agreeing), tasks and per-episode stats; every path from metadata stays inside the dataset folder;
+- frames, as each episode is read (so at transcode time, when the store is filled): the data file's schema and
+  row count, ``episode_index`` / ``index`` / ``task_index`` against the episode table, and timestamps: consecutive
+  timestamps of an episode 1/fps apart within LeRobot's 1e-4 s (a dropped frame would otherwise make every window
+  after it silently return another time than asked), images the declared size before they are decoded.
 """
 
 from __future__ import annotations

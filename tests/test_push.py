@@ -473,6 +473,16 @@ def _uncompressed(path: Path, row_group: int | None = None) -> int:
     return sum(md.row_group(g).column(c).total_uncompressed_size for g in groups for c in range(md.num_columns))
 
 
+def test_info_records_the_file_sizes_used(builds, tmp_path):
+    """info.json gives the data and video file size limits the export used, not the source's."""
+    b = builds.get("gen_png")
+    source_info = json.loads((b.source / "meta" / "info.json").read_text())
+    out = b.ds.to_lerobot(tmp_path / "sized", data_files_size_in_mb=3, video_files_size_in_mb=7, progress=False)
+    info = json.loads((Path(out) / "meta" / "info.json").read_text())
+    assert (info["data_files_size_in_mb"], info["video_files_size_in_mb"]) == (3, 7)
+    assert source_info.get("video_files_size_in_mb") != 7, "the check needs a source with another value"
+
+
 def test_small_data_files_hold_whole_episodes(big_export, tmp_path):
     ds, out = big_export.ds, big_export.out
     assert sum(_uncompressed(p) for p in out.glob("data/*/*.parquet")) > 3 * 2**20, "expected several MB of data"
