@@ -116,8 +116,8 @@ def main() -> None:
                     try:
                         for what, eps in ((f"episodes=[{kv}]", [kv]), ("all", None)):
                             measure(f"video {what}, {name}",
-                                    lambda: lerobot_zarr.open_dataset("bench/video", episodes=eps, progress=False,
-                                                                      root=work / f"video-{name}-{what}"))
+                                    lambda eps=eps, root=work / f"video-{name}-{what}": lerobot_zarr.open_dataset(
+                                        "bench/video", episodes=eps, root=root, progress=False))
                     finally:
                         hub_module._READ_AHEAD, hub_module.HubFiles.block = read_ahead, block
 

@@ -21,6 +21,20 @@ from hypothesis import HealthCheck, given, seed, settings
 from lerobot_zarr.testing.source_fuzz import check, describe, make_base, mutations
 
 
+def _property(base, outcomes: dict[str, int], tmp: Path, examples: int, random_seed: int):
+    """The fuzz property over ``base`` as a hypothesis test; counts each example's outcome into ``outcomes``."""
+
+    @seed(random_seed)
+    @settings(max_examples=examples, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @given(edits=mutations(base))
+    def run(edits):
+        with tempfile.TemporaryDirectory(dir=tmp) as work:
+            outcome = check(base, edits, Path(work))
+        outcomes[outcome] = outcomes.get(outcome, 0) + 1
+
+    return run
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--examples", type=int, default=2000, help="examples per format (default 2000)")
@@ -34,19 +48,9 @@ def main() -> int:
         for version in args.version or ["v3.0", "v2.1"]:
             base = make_base(Path(tmp) / version, version)
             outcomes: dict[str, int] = {}
-
-            @seed(args.seed)
-            @settings(max_examples=args.examples, deadline=None, database=None,
-                      suppress_health_check=list(HealthCheck))
-            @given(edits=mutations(base))
-            def run(edits):
-                with tempfile.TemporaryDirectory(dir=tmp) as work:
-                    outcome = check(base, edits, Path(work))
-                outcomes[outcome] = outcomes.get(outcome, 0) + 1
-
             t0 = time.perf_counter()
             try:
-                run()
+                _property(base, outcomes, Path(tmp), args.examples, args.seed)()
             except AssertionError as exc:
                 failed = True
                 print(f"{version}: PROPERTY FAILED: {exc}", file=sys.stderr)

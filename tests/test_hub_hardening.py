@@ -24,7 +24,6 @@ import numpy as np
 import pytest
 from hub_fixtures import assert_same_frames, files_under, lib_requests, resolve_prefix, running_server, server_env
 
-import lerobot_zarr
 import lerobot_zarr.export as export_module
 import lerobot_zarr.hub as hub_module
 from lerobot_zarr import (
@@ -223,7 +222,7 @@ def test_inspect_reads_each_metadata_file_once(hub, env):
     inspect("org/many")
     for rel in ("meta/info.json", "meta/stats.json", "meta/tasks.parquet", "meta/episodes/chunk-000/file-000.parquet"):
         size = (hub.many / rel).stat().st_size
-        served = sum(r.bytes_sent for r in lib_requests(hub, "GET", f"/datasets/org/many/resolve/") if
+        served = sum(r.bytes_sent for r in lib_requests(hub, "GET", "/datasets/org/many/resolve/") if
                      r.path.endswith("/" + rel))
         assert 0 < served <= size, f"{rel}: {served} B served for a {size} B file"
 

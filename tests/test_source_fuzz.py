@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from lerobot_zarr.testing.source_fuzz import check, make_base, mutations
 
