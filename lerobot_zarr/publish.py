@@ -72,12 +72,14 @@ class Publisher:
         self.tag: str | None = None  # where v3.0 points before the push
         self.remote: dict[str, str] = {}  # path -> oid of the base's files
         self.remote_info: dict | None = None
+        self._local: dict[str, dict[str, str]] = {}  # path -> ids of the files being pushed
 
     # ------------------------------------------------------------------------------------------------ checks
     def check(self) -> None:
         """Token, repo, write access and the branch's state: everything that can fail before the export."""
         where = Where(self.repo_id, self.branch)
         token = self.token = self._token()  # resolved once: the same token for every call of this push
+        self.api = type(self.api)(endpoint=self.endpoint, token=token)
         try:
             _, me = request_json(f"{self.endpoint}/api/whoami-v2", where, token=token)
         except HubAuthError as exc:
@@ -126,10 +128,7 @@ class Publisher:
             self.base = self.head or (check_commit(branches["main"], where, "main") if "main" in branches else None)
             self.tag = check_commit(tags[TAG], where, TAG) if TAG in tags else None
             if self.base is not None:
-                for entry in list_tree(self.repo_id, self.base, token=token, endpoint=self.endpoint):
-                    if isinstance(entry, dict) and entry.get("type") == "file" and isinstance(entry.get("path"), str):
-                        lfs = entry.get("lfs")
-                        self.remote[entry["path"]] = str((lfs or {}).get("oid") or entry.get("oid") or "")
+                self.remote = self._files_at(self.base)
             if "meta/info.json" in self.remote:
                 rel = "meta/info.json"
                 _, body = request("GET", f"{self.endpoint}/datasets/{self.repo_id}/resolve/{self.base}/{rel}",
@@ -139,6 +138,15 @@ class Publisher:
             raise self._unchanged("reading the repo's refs", HubError(f"unexpected answer ({exc})")) from exc
         except LeRobotZarrError as exc:
             raise self._unchanged("reading the repo's state", exc) from exc
+
+    def _files_at(self, commit: str) -> dict[str, str]:
+        """path -> oid (sha256 of LFS files, git blob sha1 of the others) of the files at ``commit``."""
+        files = {}
+        for entry in list_tree(self.repo_id, commit, token=self.token, endpoint=self.endpoint):
+            if isinstance(entry, dict) and entry.get("type") == "file" and isinstance(entry.get("path"), str):
+                lfs = entry.get("lfs")
+                files[entry["path"]] = str((lfs if isinstance(lfs, dict) else {}).get("oid") or entry.get("oid") or "")
+        return files
 
     def check_same_dataset(self, info: Mapping[str, Any]) -> None:
         """Refuse (StoreError) a branch holding a dataset with other features, fps or robot type than ``info``."""
@@ -159,14 +167,18 @@ class Publisher:
         files), then point tag v3.0 at the head. Returns the new commit, or None if nothing changed."""
         from huggingface_hub import CommitOperationAdd, CommitOperationDelete
 
-        local = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
-        changed = [rel for rel in local if self.remote.get(rel) not in identity(folder / rel).values()]
+        local = {p.relative_to(folder).as_posix(): identity(p) for p in sorted(folder.rglob("*")) if p.is_file()}
+        changed = [rel for rel, ids in local.items() if self.remote.get(rel) not in ids.values()]
         stale = [rel for rel in self.remote if rel.startswith(("data/", "meta/", "videos/")) and rel not in local]
+        self._local = local
         new = None
         if changed or stale or self.head is None:
             if self.head is None and self.base is not None and self.branch != "main":
-                self._hf("creating the branch", self.api.create_branch, self.repo_id, branch=self.branch,
-                         revision=self.base, repo_type="dataset", exist_ok=True)
+                try:
+                    self._hf("creating the branch", self.api.create_branch, self.repo_id, branch=self.branch,
+                             revision=self.base, repo_type="dataset", exist_ok=True)
+                except _Failed as failure:
+                    raise self._error(failure, "the remote is unchanged") from failure.cause
             ops = [CommitOperationAdd(path_in_repo=rel, path_or_fileobj=str(folder / rel)) for rel in changed]
             ops += [CommitOperationDelete(path_in_repo=rel) for rel in stale]
             try:
@@ -236,20 +248,26 @@ class Publisher:
                             status=getattr(cause, "status", None))
 
     def _after_commit_failure(self, failure: _Failed) -> LeRobotZarrError:
-        """What the remote holds after a failed commit: unchanged, unless the commit went through before the error
-        (the answer lost), which re-reading the branch tells."""
+        """What the remote holds after a failed commit, read back: unchanged; or our commit went through before the
+        error (its answer lost: the branch's files are ours); or another commit moved the branch meanwhile."""
+        where = Where(self.repo_id, self.branch)
         try:
-            _, refs = request_json(f"{self.endpoint}/api/datasets/{self.repo_id}/refs",
-                                   Where(self.repo_id, self.branch), token=self.token)
+            _, refs = request_json(f"{self.endpoint}/api/datasets/{self.repo_id}/refs", where, token=self.token)
             now = next((b.get("targetCommit") for b in refs.get("branches", []) if b.get("name") == self.branch), None)
+            if now == self.head or now is None:
+                state = "the remote is unchanged" + (" (the repo was created, empty)" if self.created else "")
+                return self._error(failure, state)
+            now = check_commit(now, where, self.branch)
+            theirs = self._files_at(now)
         except Exception:  # noqa: BLE001 - the state is reported as unknown below
             return self._error(failure, f"the remote could not be read back: {self.branch} is at {self.head} or at "
-                                        f"the new commit; run push again")
-        if now == self.head:
-            state = "the remote is unchanged" + (" (the repo was created, empty)" if self.created else "")
-            return self._error(failure, state)
-        return self._error(failure, f"{self.branch} moved to {now}; tag {TAG} "
-                                    + (f"still points at {self.tag}" if self.tag else "is missing")
+                                        f"a new commit; run push again")
+        ours = all(theirs.get(rel) in ids.values() for rel, ids in self._local.items())
+        if not ours:
+            return self._error(failure, f"{self.branch} moved to {now} by another commit meanwhile, nothing of this "
+                                        f"push was committed; run push again")
+        return self._error(failure, f"{self.branch} moved to {now} (the commit went through, its answer was lost); "
+                                    f"tag {TAG} " + (f"still points at {self.tag}" if self.tag else "is missing")
                                     + "; run push again to retag")
 
 

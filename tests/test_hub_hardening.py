@@ -331,9 +331,33 @@ def test_commit_whose_answer_stalls_ends_in_bounded_time_saying_what_the_remote_
     hub.inject_fault(path_contains=f"/api/datasets/{repo_id}/commit/", kind="stall", method="POST", count=1)
     exc = _bounded(lambda: local.push(repo_id, token=TOKEN, progress=False), 30)
     head = hub.refs(repo_id)["branches"]["main"]
-    assert isinstance(exc, HubError) and f"main moved to {head}; tag {TAG} is missing" in str(exc), repr(exc)
+    message = str(exc)
+    assert isinstance(exc, HubError) and f"main moved to {head} (the commit went through" in message, message
+    assert f"tag {TAG} is missing; run push again to retag" in message, message
     assert local.push(repo_id, token=TOKEN, progress=False) is None
     assert hub.refs(repo_id)["tags"] == {TAG: head}
+
+
+def test_concurrent_commit_fails_the_push_whole_and_says_so(hub, env, local, tmp_path):
+    """Another commit lands on the branch between the checks and our commit: ours is refused (its parent is
+    checked), the message says the branch moved by another commit, and pushing again goes through."""
+    from lerobot_zarr.publish import Publisher
+
+    repo_id = "alice/concurrent"
+    first = local.push(repo_id, token=TOKEN, progress=False)
+    edited = _edited_copy(local, tmp_path)
+    folder = edited.to_lerobot(tmp_path / "export", progress=False)
+    publisher = Publisher(repo_id, token=TOKEN, progress=False)
+    publisher.check()
+    other = hub.commit_files(repo_id, {"notes.txt": b"someone else"}, message="meanwhile")
+    with pytest.raises(HubError) as info:
+        publisher.publish(Path(folder), None)
+    message = str(info.value)
+    assert f"main moved to {other} by another commit meanwhile, nothing of this push was committed" in message
+    assert hub.refs(repo_id) == {"branches": {"main": other}, "tags": {TAG: first}}
+    new = edited.push(repo_id, token=TOKEN, progress=False)
+    assert hub.refs(repo_id) == {"branches": {"main": new}, "tags": {TAG: new}}
+    assert "notes.txt" in hub.list_files(repo_id)
 
 
 def test_push_progress_false_hides_huggingface_hub_bars(hub, env, local, capfd):
