@@ -8,7 +8,12 @@ getting at it transfers, in the same run:
 - ``open_dataset(repo_id, episodes=[k])`` and ``episodes=[10 episodes]``: footers + the row groups asked for;
 - ``snapshot_download(allow_patterns=[the data file holding episode k, "meta/*"])``, what LeRobotDataset does for
   ``episodes=[k]`` (it downloads the whole file holding the episode, into the Hub cache);
-- ``open_dataset(repo_id)`` for everything, timed against the same transcode from a local folder.
+- ``open_dataset(repo_id)`` for everything, timed against the same transcode from a local folder;
+- the same store pushed back with ``push`` (so the repo holds our index file ``meta/lerobot_zarr_index.json``):
+  ``inspect`` and a one-episode open of that repo;
+- a camera kept as mp4 (AV1, all episodes in one file): a one-episode and a whole open decode its frames from the
+  Hub through our file object (read-ahead from 64 KiB doubling to 8 MiB, blocks shared by the readers of a file),
+  and again without read-ahead (every read of the decoder one request) and without the shared blocks.
 
 Run (from the repository root):  .venv/bin/python benchmarks/bench_hub.py [--episodes 200]
 """
@@ -28,6 +33,7 @@ import huggingface_hub.constants as hf_constants  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
 import lerobot_zarr  # noqa: E402
+import lerobot_zarr.hub as hub_module  # noqa: E402
 from lerobot_zarr.sample_data import write_sample_dataset  # noqa: E402
 from lerobot_zarr.testing.hub_server import HubServer  # noqa: E402
 
@@ -36,6 +42,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--episodes", type=int, default=200)
     parser.add_argument("--episodes-per-file", type=int, default=100)
+    parser.add_argument("--video-episodes", type=int, default=20, help="episodes of the mp4 dataset (0: skip)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench_hub-") as tmp:
         work = Path(tmp)
@@ -43,7 +50,7 @@ def main() -> None:
                                    action_dim=14, episodes_per_file=args.episodes_per_file,
                                    image_keys=("observation.images.wrist",), image_shape=(32, 32, 3))
         os.environ["LEROBOT_ZARR_HOME"] = str(work / "lerobot_zarr_home")
-        with HubServer(work / "server") as server:
+        with HubServer(work / "server", tokens={"bench-token": "bench"}) as server:
             hf_constants.ENDPOINT = server.endpoint
             hf_constants.HUGGINGFACE_CO_URL_TEMPLATE = server.endpoint + "/{repo_id}/resolve/{revision}/{filename}"
             hf_constants.HF_HUB_CACHE = str(work / "hf_cache")
@@ -82,18 +89,51 @@ def main() -> None:
             t_hub = measure("open_dataset(all, into a new store)",
                             lambda: lerobot_zarr.open_dataset("bench/ds", root=work / "all", progress=False))
             t0 = time.perf_counter()
-            lerobot_zarr.open_dataset(src, root=work / "local", progress=False)
+            local = lerobot_zarr.open_dataset(src, root=work / "local", progress=False)
             t_local = time.perf_counter() - t0
 
-            print(f"\n{'':<44}{'bytes':>14}{'requests':>10}{'seconds':>10}")
+            local.push("bench/pushed", token="bench-token", progress=False)
+            meta_bytes = {repo: sum(len(server.get_file(repo, rel)) for rel in server.list_files(repo)
+                                    if rel.startswith("meta/")) for repo in ("bench/ds", "bench/pushed")}
+            measure("pushed: inspect (our index file)", lambda: lerobot_zarr.inspect("bench/pushed"))
+            measure(f"pushed: open_dataset(episodes=[{k}])",
+                    lambda: lerobot_zarr.open_dataset("bench/pushed", episodes=[k], progress=False))
+
+            if args.video_episodes:
+                key = "observation.images.cam"
+                vsrc = write_sample_dataset(work / "vsrc", n_episodes=args.video_episodes, lengths=(60, 90),
+                                            video_keys=(key,), write_videos=True, image_shape=(96, 128, 3), seed=3)
+                server.add_repo("bench/video", vsrc, tags=["v3.0"])
+                kv = args.video_episodes // 2
+                mp4 = sum(p.stat().st_size for p in (vsrc / "videos").rglob("*.mp4"))
+                read_ahead, block = hub_module._READ_AHEAD, hub_module.HubFiles.block
+                variants = {"ours": lambda: None,
+                            "no read-ahead": lambda: setattr(hub_module, "_READ_AHEAD", (0, 0)),
+                            "no shared blocks": lambda: setattr(hub_module.HubFiles, "block", lambda self, rel, a, b:
+                                                                (a, self.get(rel, a, b)))}
+                for name, setup in variants.items():
+                    setup()
+                    try:
+                        for what, eps in ((f"episodes=[{kv}]", [kv]), ("all", None)):
+                            measure(f"video {what}, {name}",
+                                    lambda eps=eps, root=work / f"video-{name}-{what}": lerobot_zarr.open_dataset(
+                                        "bench/video", episodes=eps, root=root, progress=False))
+                    finally:
+                        hub_module._READ_AHEAD, hub_module.HubFiles.block = read_ahead, block
+
+            print(f"\n{'':<52}{'bytes':>14}{'requests':>10}{'seconds':>10}")
             for label, nbytes, nreq, secs in rows:
-                print(f"{label:<44}{nbytes:>14,}{nreq:>10}{secs:>10.2f}")
+                print(f"{label:<52}{nbytes:>14,}{nreq:>10}{secs:>10.2f}")
             one = rows[1][1]
             snap = rows[3][1]
             print(f"\nepisode {k}: its row group is {rg_bytes:,} B; the whole data file {md.serialized_size:,} B "
                   f"footer, {(src / data_file).stat().st_size:,} B in all")
             print(f"one-episode open / snapshot_download of its file: {one / snap:.3f} "
                   f"({snap / one:.1f}x fewer bytes)")
+            print(f"metadata files: {meta_bytes['bench/ds']:,} B in bench/ds (inspect served {rows[0][1]:,} B), "
+                  f"{meta_bytes['bench/pushed']:,} B in bench/pushed (our index included)")
+            if args.video_episodes:
+                print(f"video dataset: {args.video_episodes} episodes in {mp4:,} B of mp4")
             print(f"full open from the Hub vs from a local folder: {t_hub:.2f} s vs {t_local:.2f} s "
                   f"({t_hub / t_local:.2f}x)")
 

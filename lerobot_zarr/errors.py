@@ -2,8 +2,8 @@
 
 Every class also subclasses the builtin exception it refines, so callers that catch ``FileNotFoundError`` or
 ``ValueError`` keep working. Messages name the file, episode or feature concerned, and the same facts are
-attributes (``path``, ``episode``, ``feature``, ``repo_id``; ``response`` for Hub errors), ``None`` where they do
-not apply.
+attributes (``path``, ``episode``, ``feature``, ``repo_id``; ``revision``, ``status`` and ``response`` for Hub
+errors), ``None`` where they do not apply.
 """
 
 from __future__ import annotations
@@ -43,6 +43,9 @@ class LeRobotZarrError(Exception):
     episode: int | None = None
     feature: str | None = None
     repo_id: str | None = None
+    revision: str | None = None
+    status: int | None = None  # Hub errors: the HTTP status, when there was an answer
+    response: Any = None  # Hub errors: the HTTP response, if any (not pickled)
 
     def __init__(self, *args: Any, path: Any = None, episode: int | None = None, feature: str | None = None,
                  repo_id: str | None = None, **fields: Any):
@@ -51,6 +54,9 @@ class LeRobotZarrError(Exception):
         self.episode, self.feature, self.repo_id = episode, feature, repo_id
         for key, value in fields.items():
             setattr(self, key, value)
+
+    def __reduce__(self) -> tuple:
+        return type(self), self.args, {k: v for k, v in self.__dict__.items() if k != "response"}
 
 
 class SourceNotFoundError(LeRobotZarrError, FileNotFoundError):
@@ -127,12 +133,14 @@ class RevisionNotFoundError(SourceNotFoundError):
 
 
 class HubAuthError(LeRobotZarrError, PermissionError):
-    """The Hub refused the request: private or gated repository without a (valid) token."""
+    """The Hub refused the request: private or gated repository without a (valid) token, or a token without write
+    access for a push."""
 
 
 class HubError(LeRobotZarrError, ConnectionError):
-    """A Hub request failed after bounded retries (server error, dropped connection, stalled transfer), or needs
-    the network while ``HF_HUB_OFFLINE`` is set."""
+    """A Hub request failed after bounded retries (server error, dropped connection, stalled or trickling answer,
+    a body or range other than the one asked for), the server sent something unusable (a commit id that is not a
+    sha), or the request needs the network while ``HF_HUB_OFFLINE`` is set."""
 
 
 class LeRobotZarrWarning(UserWarning):

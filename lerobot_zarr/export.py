@@ -4,14 +4,12 @@ The output is what LeRobot writes: data files of bounded size with one row group
 ``fixed_size_list``, images as ``struct<bytes, path>`` PNG), ``meta/info.json``, ``meta/episodes`` with per-episode
 stats, ``meta/tasks.parquet`` (task text in a pandas index named ``task``), ``meta/stats.json`` with quantiles and a
 dataset card. Bytes are deterministic for the same store, so pushing an unchanged store changes nothing. Alongside,
-``meta/lerobot_zarr_index.json`` gives our readers the store metadata and each episode's row-group byte range.
-Features the store does not hold (videos) are left out of the export.
+``meta/lerobot_zarr_index.json`` (:mod:`lerobot_zarr.hub_index`) gives our readers all the metadata and the data
+files' footers in one file. Features the store does not hold (videos) are left out of the export.
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import io
 import json
 import os
@@ -26,7 +24,8 @@ import pyarrow.parquet as pq
 
 from ._progress import progress_bar
 from .dataset import LeRobotZarrDataset, forwarded
-from .errors import ArgumentError, HubAuthError, HubError, NotMaterializedError, StoreError
+from .errors import ArgumentError, NotMaterializedError, StoreError
+from .hub_index import INDEX_FILE, write_index
 from .lerobot_v3 import (
     CHUNKS_SIZE,
     DEFAULT_FEATURES,
@@ -43,15 +42,12 @@ from .lerobot_v3 import (
 from .lerobot_v3 import (
     episode_stats as lerobot_stats,
 )
-from .source import INDEX_FILE
-from .store import read_root
 from .video import ENCODING, VideoWriter
 
 __all__ = ["to_lerobot", "push", "INDEX_FILE"]
 
 _TAG = "v3.0"
 _AV1_RATIO = 20  # raw camera bytes per byte of LeRobot's AV1 (crf 30), roughly: sizes video files
-_INLINE_FOOTERS_MAX = 2 * 2**20
 
 
 def _encode_png(frame: np.ndarray) -> bytes:
@@ -129,18 +125,11 @@ def _check_exportable(ds: LeRobotZarrDataset) -> None:
             episode=int(missing[0]))
 
 
-def _write(ds: LeRobotZarrDataset, root: Path, size_mb: int, video_size_mb: int, videos: bool | None,
-           progress: bool) -> None:
-    meta = ds.meta
-    info = meta.info
-    specs = ds.array_specs
-    for name, why in ds.left_out.items():
-        warnings.warn(f"{ds.root}: feature {name!r} is left out of the export: {why}", stacklevel=3)
+def _features(ds: LeRobotZarrDataset, videos: bool | None) -> dict:
+    """The ``features`` of the exported info.json (also what push compares with the remote's before exporting)."""
+    info, specs = ds.meta.info, ds.array_specs
     cameras = [k for k, spec in specs.items() if spec.kind in ("image", "video")]
     as_video = [k for k in cameras if (specs[k].kind == "video" if videos is None else videos)]
-    order = [k for k in info["features"] if k in specs] + [k for k in specs if k not in info["features"]]
-    kinds = {k: specs[k].kind for k in order}
-    columns_order = [k for k in order if k not in as_video]
     features = {k: dict(v) for k, v in info["features"].items() if k in specs}
     for k, dtype in DEFAULT_FEATURES.items():
         features.setdefault(k, {"dtype": dtype, "shape": [1], "names": None})
@@ -154,6 +143,22 @@ def _write(ds: LeRobotZarrDataset, root: Path, size_mb: int, video_size_mb: int,
             features[k]["info"] = {"video.height": height, "video.width": width, "video.codec": "av1",
                                    "video.pix_fmt": ENCODING["pix_fmt"], "video.is_depth_map": False,
                                    "video.fps": info["fps"], "video.channels": channels, "has_audio": False}
+    return features
+
+
+def _write(ds: LeRobotZarrDataset, root: Path, size_mb: int, video_size_mb: int, videos: bool | None,
+           progress: bool) -> None:
+    meta = ds.meta
+    info = meta.info
+    specs = ds.array_specs
+    for name, why in ds.left_out.items():
+        warnings.warn(f"{ds.root}: feature {name!r} is left out of the export: {why}", stacklevel=3)
+    cameras = [k for k, spec in specs.items() if spec.kind in ("image", "video")]
+    as_video = [k for k in cameras if (specs[k].kind == "video" if videos is None else videos)]
+    order = [k for k in info["features"] if k in specs] + [k for k in specs if k not in info["features"]]
+    kinds = {k: specs[k].kind for k in order}
+    columns_order = [k for k in order if k not in as_video]
+    features = _features(ds, videos)
 
     selected = ds.episodes.tolist()  # the store's episodes, exported as 0 .. n_episodes - 1
     lengths = meta.episode_length[selected]
@@ -202,12 +207,8 @@ def _write(ds: LeRobotZarrDataset, root: Path, size_mb: int, video_size_mb: int,
         footer = pq.ParquetFile(root / rel).metadata
         file_row = 0
         for g, ep in enumerate(eps):
-            rg = footer.row_group(g)
-            starts = [c.dictionary_page_offset or c.data_page_offset for c in map(rg.column, range(rg.num_columns))]
-            ranges.append({"episode_index": ep, "data_file": rel, "row_group": g, "file_row": file_row,
-                           "offset": min(starts),
-                           "nbytes": sum(rg.column(i).total_compressed_size for i in range(rg.num_columns))})
-            file_row += rg.num_rows
+            ranges.append({"episode_index": ep, "data_file": rel, "file_row": file_row})
+            file_row += footer.row_group(g).num_rows
         number += 1
     bar.close()
     for k in as_video:  # one camera at a time: two live SVT-AV1 encoders in a process have been seen to hang
@@ -258,7 +259,7 @@ def _write(ds: LeRobotZarrDataset, root: Path, size_mb: int, video_size_mb: int,
         "total_tasks": len(meta.tasks),
         "chunks_size": CHUNKS_SIZE,
         "data_files_size_in_mb": size_mb,
-        "video_files_size_in_mb": info.get("video_files_size_in_mb", 200),
+        "video_files_size_in_mb": video_size_mb,
         "fps": info["fps"],
         "splits": {"train": f"0:{n_episodes}"},
         "data_path": V3_DATA_PATH,
@@ -267,29 +268,11 @@ def _write(ds: LeRobotZarrDataset, root: Path, size_mb: int, video_size_mb: int,
     }
     write_json(root / "meta/info.json", out_info)
     (root / "README.md").write_text(_card(out_info), encoding="utf-8")
-    store_doc = read_root(ds.root)
-    store_doc["attributes"]["lerobot_zarr"].pop("source", None)  # local paths stay local
-    data_files = sorted({r["data_file"] for r in ranges})
-    footers = {rel: _footer_bytes(root / rel) for rel in data_files}
-    write_json(root / INDEX_FILE, {
-        "format_version": 1,
-        # what the files this index describes hash to: a reader uses the index only if the repo still holds them
-        "files": {rel: _identity(root / rel) for rel in ["meta/info.json", "meta/tasks.parquet", *data_files]},
-        # footers inline while small (a partial open is then this file plus one range GET per episode), else
-        # their sizes (one exact range GET per data file touched): the index stays small for big datasets
-        "footer_bytes": {rel: len(footers[rel]) for rel in data_files},
-        "footers": ({rel: base64.b64encode(footers[rel]).decode() for rel in data_files}
-                    if sum(map(len, footers.values())) <= _INLINE_FOOTERS_MAX else {}),
-        # per episode: frames (length), row group and its byte range [offset, offset + nbytes) in data_file
-        "episodes": [dict(r, length=int(lengths[r["episode_index"]]), tasks=episode_rows[i]["tasks"],
-                          videos={k: [_video_rel(k, *episode_rows[i][k][:2]), episode_rows[i][k][2]]
-                                  for k in as_video})
-                     for i, r in enumerate(ranges)],
-        "info": out_info,
-        "tasks": list(meta.tasks),
-        "stats": json.loads((root / "meta/stats.json").read_text()),
-        "store": store_doc,
-    })
+    write_index(root, info=out_info, tasks=list(meta.tasks),
+                stats=json.loads((root / "meta/stats.json").read_text()), length=lengths.tolist(),
+                data_file=[r["data_file"] for r in ranges], file_row=[r["file_row"] for r in ranges],
+                episode_tasks=[r["tasks"] for r in episode_rows],
+                videos={k: [(_video_rel(k, *r[k][:2]), r[k][2]) for r in episode_rows] for k in as_video})
 
 
 def _copy_mp4(ds: LeRobotZarrDataset, root: Path, key: str, selected: list[int], episode_rows: list[dict]) -> None:
@@ -349,84 +332,32 @@ class _VideoFiles:
             self.raw = 0
 
 
-def _identity(path: Path) -> dict[str, str]:
-    """The ids the Hub lists a file by: sha256 (LFS files) and git blob sha1 (regular files)."""
-    data = path.read_bytes()
-    return {"sha256": hashlib.sha256(data).hexdigest(),
-            "git_sha1": hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()}
-
-
-def _footer_bytes(path: Path) -> bytes:
-    """A parquet file's footer as stored at its end (FileMetaData, its length, ``PAR1``): enough to read any row
-    group by range."""
-    with open(path, "rb") as f:
-        f.seek(-8, os.SEEK_END)
-        length = int.from_bytes(f.read(4), "little")
-        f.seek(-8 - length, os.SEEK_END)
-        return f.read(length + 8)
-
-
-def _git_oid(path: Path, lfs: bool) -> str:
-    return _identity(path)["sha256" if lfs else "git_sha1"]
-
-
 @forwarded("push")
 def push(dataset: LeRobotZarrDataset | str | os.PathLike, repo_id: str, *, revision: str | None = None,
          private: bool = False, token: str | bool | None = None, commit_message: str | None = None,
          videos: bool | None = None, progress: bool = True) -> str | None:
     """Publish a complete store to a Hub dataset repo as LeRobot v3.0, in one commit, tagged ``v3.0``.
 
-    Files identical to the remote ones are not uploaded again; if nothing changed no commit is made. Returns the
-    new commit sha, or None when nothing changed. A repo holding a dataset with other features is refused.
+    Before exporting anything: the dataset holds whole episodes, all of the store's or a :meth:`select` of them
+    (renumbered from 0), a token with write access is there (``token=``, else the
+    login or ``HF_TOKEN``; none: :class:`HubAuthError` at once), the repo exists (else it is created, ``private``)
+    and its branch holds nothing or a dataset with the same features, fps and robot type (else
+    :class:`StoreError`). Files identical to the remote ones are not uploaded again; if nothing changed no commit
+    is made. ``progress=False`` also hides huggingface_hub's upload bars. An error says what the remote holds
+    then; running push again completes a push that failed after its commit (see :mod:`lerobot_zarr.publish`).
+    Returns the new commit sha, or None when nothing changed.
     """
-    from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi
-    from huggingface_hub import errors as hf
-
-    from .hub import network_errors, parse_repo_id
+    from .hub import parse_repo_id
+    from .publish import Publisher
 
     parse_repo_id(repo_id)
     ds = dataset if isinstance(dataset, LeRobotZarrDataset) else LeRobotZarrDataset(dataset)
-    api = HfApi(token=token)
-    branch = revision or "main"
-    try:
-        with tempfile.TemporaryDirectory(prefix="lerobot_zarr-push-") as tmp:
-            out = to_lerobot(ds, Path(tmp) / "dataset", videos=videos, progress=progress)
-            api.create_repo(repo_id, repo_type="dataset", private=private, exist_ok=True)
-            remote = {e.path: e for e in api.list_repo_tree(repo_id, recursive=True, revision=branch,
-                                                               repo_type="dataset") if hasattr(e, "blob_id")}
-            if "meta/info.json" in remote:
-                theirs = json.loads(Path(api.hf_hub_download(repo_id, "meta/info.json", repo_type="dataset",
-                                                             revision=branch, cache_dir=Path(tmp) / "cache")
-                                         ).read_text())
-                ours = json.loads((out / "meta/info.json").read_text())
-                for key in ("features", "fps", "robot_type"):
-                    if theirs.get(key) != ours.get(key):
-                        raise StoreError(f"{repo_id}: the repo holds another dataset ({key} differs: "
-                                         f"{theirs.get(key)!r} there, {ours.get(key)!r} here)")
-            local = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
-            changed = [rel for rel in local if rel not in remote or
-                       _git_oid(out / rel, remote[rel].lfs is not None) !=
-                       (remote[rel].lfs.sha256 if remote[rel].lfs is not None else remote[rel].blob_id)]
-            stale = [rel for rel in remote if rel.startswith(("data/", "meta/", "videos/")) and rel not in local]
-            head = None
-            if changed or stale:
-                ops = [CommitOperationAdd(path_in_repo=rel, path_or_fileobj=str(out / rel)) for rel in local]
-                ops += [CommitOperationDelete(path_in_repo=rel) for rel in stale]
-                info = api.create_commit(repo_id, ops, repo_type="dataset", revision=branch,
-                                         commit_message=commit_message or f"lerobot_zarr: {len(changed)} files")
-                head = info.oid
-            tip = head or api.dataset_info(repo_id, revision=branch).sha
-            tags = {t.name: t.target_commit for t in api.list_repo_refs(repo_id, repo_type="dataset").tags}
-            if tags.get(_TAG) != tip:
-                if _TAG in tags:
-                    api.delete_tag(repo_id, tag=_TAG, repo_type="dataset")
-                api.create_tag(repo_id, tag=_TAG, revision=tip, repo_type="dataset")
-            return head
-    except hf.HfHubHTTPError as exc:
-        status = getattr(exc.response, "status_code", None)
-        if status in (401, 403):
-            raise HubAuthError(f"{repo_id}: not allowed to push (HTTP {status}); pass token= with write access "
-                               f"or log in with `hf auth login`") from exc
-        raise HubError(f"{repo_id}: push failed, the remote is unchanged (HTTP {status}: {exc})") from exc
-    except network_errors() as exc:
-        raise HubError(f"{repo_id}: push failed, the remote is unchanged ({exc})") from exc
+    _check_exportable(ds)
+    publisher = Publisher(repo_id, branch=revision or "main", token=token, private=private, progress=progress)
+    publisher.check()
+    publisher.check_same_dataset({"features": _features(ds, videos), "fps": ds.meta.info["fps"],
+                                  "robot_type": ds.meta.info.get("robot_type")})
+    with tempfile.TemporaryDirectory(prefix="lerobot_zarr-push-") as tmp:
+        out = to_lerobot(ds, Path(tmp) / "dataset", videos=videos, progress=progress)
+        publisher.check_same_dataset(json.loads((out / "meta/info.json").read_text()))
+        return publisher.publish(out, commit_message)

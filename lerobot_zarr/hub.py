@@ -1,51 +1,80 @@
 """Hub I/O: resolve a revision the way LeRobot does, list a dataset repo, and read byte ranges of its files.
 
-Everything goes through the real ``huggingface_hub`` client (its session, headers, endpoint, token and offline
-settings) but never through its download cache: parquet files are opened as range-reading file objects, so
-only footers and the row groups asked for cross the network, and the local store stays the only local copy.
+Every request goes through huggingface_hub's own HTTP session (``get_session()``: its headers, proxies, endpoint,
+token and offline switch) and error mapping (``hf_raise_for_status``), but never through its download cache:
+parquet files are opened as range-reading file objects, so only footers and the row groups asked for cross the
+network, and the local store stays the only local copy. huggingface_hub >= 1.0 (an httpx-style session).
+
+Bounded waits: each request has a connect and a read timeout (huggingface_hub's conventions: ``HF_HUB_ETAG_TIMEOUT``
+for API calls, ``HF_HUB_DOWNLOAD_TIMEOUT`` for file reads, taken from the environment at call time, else from
+``huggingface_hub.constants``) and a total deadline (two timeouts plus the body at ``_MIN_RATE`` bytes/s), so a
+server that trickles cannot hold a read for ever either. Failed attempts (timeouts, dropped connections,
+408/429/5xx, a short body, a ``Content-Range`` other than the one asked for) are retried ``_RETRIES`` times with
+exponential backoff (``Retry-After`` honoured up to ``_MAX_WAIT_S``), then raise :class:`HubError` naming the
+file. No lock is held while waiting on the network.
+
+Trust: nothing the server sends becomes a local path unchecked. Commits must be 40-hex shas; tree paths pass
+``safe_relpath`` (an odd name outside ``meta/``, ``data/`` and ``videos/`` is ignored, one inside them refused);
+pagination links must stay on the endpoint (they are sent the token).
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
+import json
+import math
+import os
 import re
+import sys
 import threading
 import time
-from collections.abc import Iterable
-from typing import BinaryIO
-from urllib.parse import quote
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any, BinaryIO
+from urllib.parse import quote, urlsplit
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .errors import CorruptSourceError, HubAuthError, HubError, RepoNotFoundError, RevisionNotFoundError
+from .errors import (
+    CorruptSourceError,
+    HubAuthError,
+    HubError,
+    RepoNotFoundError,
+    RevisionNotFoundError,
+    SourceNotFoundError,
+)
 from .files import SourceFiles
 from .source import safe_relpath
 
-__all__ = ["HubFiles", "resolve_revision", "parse_repo_id", "network_errors", "REPO_ID"]
+__all__ = ["HubFiles", "resolve_revision", "parse_repo_id", "network_errors", "request", "request_json",
+           "request_timeout", "session_timeouts", "check_commit", "REPO_ID"]
 
 REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _SHA = re.compile(r"^[0-9a-f]{40}$")
 _RETRIES = 4
-_READ_AHEAD = (256 << 10, 8 << 20)
-_SHARED_BLOCKS_BYTES = 64 << 20  # first read after a seek, and the most a sequential read grows to
-_FOOTER_GUESS = 16 * 1024
 _BACKOFF_S = 0.25
+_MAX_WAIT_S = 8.0
+_RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})  # huggingface_hub's http_backoff retries these
+_MIN_RATE = 32 * 1024  # bytes/s a response body must average (past two timeouts) before its deadline
+_API_BODY_MAX = 64 << 20  # the most an API answer (JSON) may hold
+_MAX_PAGES = 10_000
+# Read-ahead of file objects (videos): the first read after a seek, and the most a sequential read grows to.
+# Measured in benchmarks/bench_hub.py (AV1 mp4, a one-episode and a whole open): without read-ahead a whole open
+# makes ~4x the requests; starting at 256 KiB instead of 64 KiB read 2.4x the bytes for one episode.
+_READ_AHEAD = (64 << 10, 8 << 20)
+_SHARED_BLOCKS_BYTES = 64 << 20  # blocks shared by the readers of one file (a whole open: ~half the bytes)
+_TAILS_BYTES = 16 << 20  # file tails kept from footer reads (a small file is read once, whole)
+_FOOTER_GUESS = 16 * 1024
+_DATASET_FOLDERS = ("meta", "data", "videos")  # what LeRobotSource reads; odd names elsewhere are ignored
+_CONTENT_RANGE = re.compile(r"bytes\s+(\d+)-(\d+)/(\d+|\*)")
 
 
 def network_errors() -> tuple[type[BaseException], ...]:
     """Exception classes of a failed connection, whichever HTTP client huggingface_hub uses."""
-    errors: list[type[BaseException]] = [ConnectionError, TimeoutError]
-    for name in ("httpx2", "httpx", "requests"):
-        try:
-            module = __import__(name)
-        except ImportError:
-            continue
-        for attr in ("TransportError", "ConnectionError", "Timeout"):
-            cls = getattr(module, attr, None)
-            if isinstance(cls, type) and issubclass(cls, BaseException):
-                errors.append(cls)
-    return tuple(errors)
+    return (ConnectionError, TimeoutError, _http_module().TransportError)
 
 
 def parse_repo_id(repo_id: str) -> str:
@@ -55,50 +84,224 @@ def parse_repo_id(repo_id: str) -> str:
     return repo_id
 
 
-def _translate(exc: Exception, repo_id: str, revision: str | None) -> Exception:
-    """huggingface_hub's errors -> ours (which name the repo and revision)."""
+def request_timeout(kind: str = "api") -> float:
+    """Connect and read timeout in seconds: ``HF_HUB_ETAG_TIMEOUT`` for API calls (``kind="api"``),
+    ``HF_HUB_DOWNLOAD_TIMEOUT`` for file reads (``kind="download"``), as huggingface_hub names them."""
+    from huggingface_hub import constants
+
+    name = "HF_HUB_ETAG_TIMEOUT" if kind == "api" else "HF_HUB_DOWNLOAD_TIMEOUT"
+    for raw in (os.environ.get(name), getattr(constants, name, None)):
+        try:
+            value = float(raw)
+        except (TypeError, ValueError):
+            continue
+        if math.isfinite(value) and value > 0:
+            return value
+    return 10.0
+
+
+def _http_module() -> Any:
+    """The HTTP library of huggingface_hub's session (httpx for 1.x, httpx2 for 2.x): timeouts and errors."""
+    from huggingface_hub.utils import get_session
+
+    return sys.modules[type(get_session()).__module__.split(".")[0]]
+
+
+@dataclass(frozen=True)
+class Where:
+    """What a request is about, for messages and error fields."""
+
+    repo_id: str
+    revision: str | None = None
+    path: str | None = None
+
+    def __str__(self) -> str:
+        text = self.repo_id + (f"@{self.revision}" if self.revision else "")
+        return text + (f":{self.path}" if self.path else "")
+
+    def fields(self, **more: Any) -> dict[str, Any]:
+        return {"repo_id": self.repo_id, "revision": self.revision, "path": self.path, **more}
+
+
+class _Retry(Exception):
+    """A failed attempt that deserves another one."""
+
+
+def _translate(exc: Exception, where: Where) -> Exception:
+    """huggingface_hub's errors -> ours (which name the repo, revision and file)."""
     from huggingface_hub import errors as hf
 
-    status = getattr(getattr(exc, "response", None), "status_code", None)
-    if status == 401 or status == 403:
-        return HubAuthError(f"{repo_id}: not authorized (HTTP {status}); the repo is private or gated: pass token= "
-                            f"or log in with `hf auth login`")
+    response = getattr(exc, "response", None)
+    status = getattr(response, "status_code", None)
+    fields = where.fields(status=status, response=response)
+    if status in (401, 403):
+        return HubAuthError(f"{where}: not authorized (HTTP {status}); the repo is private or gated: pass token= "
+                            f"or log in with `hf auth login`", **fields)
     if isinstance(exc, hf.RevisionNotFoundError):
-        return RevisionNotFoundError(f"{repo_id}: revision {revision!r} not found")
+        return RevisionNotFoundError(f"{where.repo_id}: revision {where.revision!r} not found")
     if isinstance(exc, hf.RepositoryNotFoundError):
-        return RepoNotFoundError(f"{repo_id}: dataset repository not found")
+        return RepoNotFoundError(f"{where.repo_id}: dataset repository not found")
+    if isinstance(exc, hf.EntryNotFoundError):
+        return SourceNotFoundError(f"{where}: file not found on the Hub")
     if isinstance(exc, hf.OfflineModeIsEnabled):
-        return HubError(f"{repo_id}: HF_HUB_OFFLINE is set and the data asked for is not in the local store")
-    return HubError(f"{repo_id}@{revision}: Hub request failed: {exc}")
+        return HubError(f"{where.repo_id}: HF_HUB_OFFLINE is set and the data asked for is not in the local store",
+                        **fields)
+    return HubError(f"{where}: Hub request failed: {exc}", **fields)
+
+
+def _retry_after(headers: Any) -> float:
+    try:
+        return min(float(headers.get("retry-after", 0)), _MAX_WAIT_S)
+    except (TypeError, ValueError):
+        return 0.0
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def request(method: str, url: str, where: Where, *, token: str | bool | None = None, kind: str = "api",
+            headers: dict[str, str] | None = None, params: dict | None = None, expect_bytes: int | None = None,
+            check: Callable[[Any], None] | None = None) -> tuple[Any, bytes]:
+    """One request through huggingface_hub's session with bounded waits and retries: ``(response, body)``.
+
+    ``expect_bytes``: the exact body length (a shorter or longer body is a failed attempt); without it the body
+    may hold up to ``_API_BODY_MAX`` bytes. ``check(response)`` looks at the status and headers before the body is
+    read and raises ``_Retry`` (try again) or a :class:`HubError`. HTTP errors other than 408/429/5xx raise at once,
+    translated (401/403 -> :class:`HubAuthError`, missing repo / revision / file -> ``*NotFoundError``).
+    """
+    from huggingface_hub import errors as hf
+    from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
+
+    timeout = request_timeout(kind)
+    limit = _API_BODY_MAX if expect_bytes is None else expect_bytes
+    budget = 2 * timeout + (1 << 20 if expect_bytes is None else expect_bytes) / _MIN_RATE
+    all_headers = {**build_hf_headers(token=token), **(headers or {})}
+    last: Exception | None = None
+    for attempt in range(_RETRIES + 1):
+        wait = _BACKOFF_S * 2**attempt
+        session = get_session()
+        http = sys.modules[type(session).__module__.split(".")[0]]
+        deadline = time.monotonic() + budget
+        try:
+            with session.stream(method, url, headers=all_headers, params=params, timeout=http.Timeout(timeout),
+                                follow_redirects=True) as response:
+                status = response.status_code
+                if status in _RETRY_STATUS:
+                    last = HubError(f"{where}: HTTP {status}", **where.fields(status=status, response=response))
+                    wait = max(wait, _retry_after(response.headers))
+                elif status >= 400:  # read (bounded) here: huggingface_hub reads the error body without a limit
+                    read = http.Response(status, headers=response.headers, request=response.request,
+                                         content=_read_body(response, 1 << 20, deadline, where, budget))
+                    try:
+                        hf_raise_for_status(read)
+                    except Exception as exc:  # huggingface_hub's typed HTTP errors, translated
+                        raise _translate(exc, where) from exc
+                    raise HubError(f"{where}: HTTP {status}", **where.fields(status=status, response=read))
+                else:
+                    if check is not None:
+                        check(response)
+                    body = _read_body(response, limit, deadline, where, budget)
+                    if expect_bytes is not None and len(body) != expect_bytes:
+                        raise _Retry(f"{where}: asked for {expect_bytes} bytes, got {len(body)}")
+                    return response, body
+        except _Retry as exc:
+            last = exc
+        except hf.OfflineModeIsEnabled as exc:
+            raise _translate(exc, where) from exc
+        except (http.TimeoutException, http.NetworkError, http.RemoteProtocolError) as exc:
+            last = exc  # stalled, dropped or reset: try again
+        except http.HTTPError as exc:  # not worth another attempt: a proxy error, an undecodable body...
+            raise HubError(f"{where}: Hub request failed ({exc!r})", **where.fields()) from exc
+        if attempt < _RETRIES:
+            time.sleep(min(wait, _MAX_WAIT_S))
+    status = getattr(last, "status", None)
+    raise HubError(f"{where}: failed after {_RETRIES + 1} attempts ({last or 'no answer'})",
+                   **where.fields(status=status, response=getattr(last, "response", None))) from last
+
+
+def _read_body(response: Any, limit: int, deadline: float, where: Where, budget: float) -> bytes:
+    chunks, n = [], 0
+    for chunk in response.iter_bytes():
+        n += len(chunk)
+        if n > limit:
+            raise _Retry(f"{where}: the server sent more than the {limit} bytes expected")
+        chunks.append(chunk)
+        if time.monotonic() > deadline:
+            raise _Retry(f"{where}: too slow, {n} bytes after {budget:.1f} s (deadline of the request)")
+    return b"".join(chunks)
+
+
+def request_json(url: str, where: Where, *, token: str | bool | None = None, method: str = "GET",
+                 params: dict | None = None) -> tuple[Any, Any]:
+    """``(response, parsed JSON)`` of an API call (see :func:`request`)."""
+    response, body = request(method, url, where, token=token, params=params)
+    try:
+        return response, json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise HubError(f"{where}: the Hub answered {url} with invalid JSON ({exc})", **where.fields()) from exc
+
+
+def check_commit(value: Any, where: Where, name: str) -> str:
+    """A commit id from the server, used as a folder name later: a 40-hex sha or a :class:`HubError`."""
+    if not isinstance(value, str) or not _SHA.match(value):
+        raise HubError(f"{where.repo_id}: the Hub gave {_short(value)} as the commit of {name!r}, which is not a "
+                       f"40-hex commit sha", **where.fields())
+    return value
+
+
+def _endpoint(endpoint: str | None) -> str:
+    from huggingface_hub import constants
+
+    return (endpoint or constants.ENDPOINT).rstrip("/")
+
+
+def _next_link(link: str | None, endpoint: str, where: Where) -> str | None:
+    """The ``rel="next"`` URL of a ``Link`` header, refused unless on the endpoint (it is sent the token)."""
+    if not link:
+        return None
+    for part in link.split(","):
+        m = re.fullmatch(r'\s*<([^>]*)>\s*;\s*rel="?next"?\s*', part)
+        if m:
+            url, base = urlsplit(m.group(1)), urlsplit(endpoint)
+            if (url.scheme, url.netloc) != (base.scheme, base.netloc):
+                raise HubError(f"{where}: the tree listing links to {_short(m.group(1))}, outside {endpoint}",
+                               **where.fields())
+            return m.group(1)
+    return None
 
 
 def resolve_revision(repo_id: str, revision: str | None = None, *, token: str | bool | None = None,
                      endpoint: str | None = None) -> tuple[str, str]:
     """``(revision, commit sha)``. Without a revision, like LeRobot: tag ``v3.0`` if present, else the highest
     ``v3.x`` tag, else the highest ``v2.x`` tag (which we read too), else the main branch."""
-    from huggingface_hub import HfApi
-
-    api = HfApi(endpoint=endpoint, token=token)
-    try:
-        refs = api.list_repo_refs(repo_id, repo_type="dataset")
-        branches = {b.name: b.target_commit for b in refs.branches}
-        tags = {t.name: t.target_commit for t in refs.tags}
+    endpoint = _endpoint(endpoint)
+    where = Where(repo_id, revision)
+    _, refs = request_json(f"{endpoint}/api/datasets/{repo_id}/refs", where, token=token)
+    branches, tags = _refs(refs, "branches", where), _refs(refs, "tags", where)
+    if revision is None:
+        revision = _default_revision(tags) or ("main" if "main" in branches else next(iter(branches), None))
         if revision is None:
-            revision = _default_revision(tags) or ("main" if "main" in branches else next(iter(branches), None))
-            if revision is None:
-                raise RevisionNotFoundError(f"{repo_id}: repository has no branch and no version tag")
-        if revision in tags:
-            return revision, tags[revision]
-        if revision in branches:
-            return revision, branches[revision]
-        if not _SHA.match(revision):
-            raise RevisionNotFoundError(f"{repo_id}: revision {revision!r} is neither a branch, a tag nor a commit "
-                                        f"(tags: {sorted(tags)}, branches: {sorted(branches)})")
-        return revision, api.dataset_info(repo_id, revision=revision).sha
-    except (RevisionNotFoundError, RepoNotFoundError):
-        raise
-    except Exception as exc:  # huggingface_hub and network errors, translated
-        raise _translate(exc, repo_id, revision) from exc
+            raise RevisionNotFoundError(f"{repo_id}: repository has no branch and no version tag")
+        where = Where(repo_id, revision)
+    if revision in tags:
+        return revision, check_commit(tags[revision], where, revision)
+    if revision in branches:
+        return revision, check_commit(branches[revision], where, revision)
+    if not _SHA.match(revision):
+        raise RevisionNotFoundError(f"{repo_id}: revision {revision!r} is neither a branch, a tag nor a commit "
+                                    f"(tags: {sorted(tags)}, branches: {sorted(branches)})")
+    _, info = request_json(f"{endpoint}/api/datasets/{repo_id}/revision/{revision}", where, token=token)
+    return revision, check_commit(info.get("sha") if isinstance(info, dict) else None, where, revision)
+
+
+def _refs(refs: Any, kind: str, where: Where) -> dict[str, Any]:
+    """``{name: target commit}`` of the branches or tags in a ``/refs`` answer (commits checked when used)."""
+    entries = refs.get(kind) if isinstance(refs, dict) else None
+    if not isinstance(entries, list):
+        raise HubError(f"{where.repo_id}: the Hub's list of refs has no {kind!r} list", **where.fields())
+    return {e["name"]: e.get("targetCommit") for e in entries if isinstance(e, dict) and isinstance(e.get("name"), str)}
 
 
 def _default_revision(tags: Iterable[str]) -> str | None:
@@ -116,6 +319,25 @@ def _default_revision(tags: Iterable[str]) -> str | None:
     return None
 
 
+def list_tree(repo_id: str, revision: str, *, token: str | bool | None = None,
+              endpoint: str | None = None) -> list[dict]:
+    """Every entry of a repo's tree at ``revision`` (``/tree?recursive=true``, following its pages)."""
+    endpoint = _endpoint(endpoint)
+    where = Where(repo_id, revision)
+    url: str | None = f"{endpoint}/api/datasets/{repo_id}/tree/{quote(revision, safe='')}"
+    params: dict | None = {"recursive": "true", "expand": "false"}
+    entries: list = []
+    for _ in range(_MAX_PAGES):
+        response, page = request_json(url, where, token=token, params=params)
+        if not isinstance(page, list):
+            raise HubError(f"{where}: the tree listing is not a list", **where.fields())
+        entries += page
+        url, params = _next_link(response.headers.get("link"), endpoint, where), None
+        if url is None:
+            return entries
+    raise HubError(f"{where}: the tree listing has more than {_MAX_PAGES} pages", **where.fields())
+
+
 class HubFiles(SourceFiles):
     """A dataset repository at one commit, read with HTTP range requests and no disk cache."""
 
@@ -123,31 +345,41 @@ class HubFiles(SourceFiles):
 
     def __init__(self, repo_id: str, commit: str, *, revision: str | None = None, token: str | bool | None = None,
                  endpoint: str | None = None):
-        from huggingface_hub import HfApi, constants
-
         self.repo_id = parse_repo_id(repo_id)
-        self.commit = commit
+        self.commit = check_commit(commit, Where(repo_id, revision), revision or "the store's source")
         self.revision = revision or commit
         self.token = token
-        self.endpoint = (endpoint or constants.ENDPOINT).rstrip("/")
+        self.endpoint = _endpoint(endpoint)
         self.name = repo_id.replace("/", "--")
         self._footers: dict[str, pq.FileMetaData] = {}
-        self._blocks: dict[tuple[str, int], bytes] = {}  # recent read-ahead blocks, oldest first
-        self._blocks_lock = threading.Lock()
         self._footer_sizes: dict[str, int] = {}
-        api = HfApi(endpoint=self.endpoint, token=token)
-        try:
-            entries = list(api.list_repo_tree(repo_id, recursive=True, revision=commit, repo_type="dataset"))
-        except Exception as exc:
-            raise _translate(exc, repo_id, self.revision) from exc
+        self._lock = threading.Lock()  # guards the two caches below; never held while waiting on the network
+        self._blocks: OrderedDict[tuple[str, int], bytes] = OrderedDict()  # recent read-ahead blocks
+        self._tails: OrderedDict[str, tuple[int, bytes]] = OrderedDict()  # file tails read with their footer
         self.sizes: dict[str, int] = {}
         self.oids: dict[str, str] = {}  # sha256 of LFS files, git blob sha1 of the others
-        for entry in entries:
-            if getattr(entry, "size", None) is not None and not hasattr(entry, "tree_id"):
-                rel = safe_relpath(self.location(), entry.path, "repository file")
-                self.sizes[rel] = int(entry.size)
-                lfs = getattr(entry, "lfs", None)
-                self.oids[rel] = (lfs.sha256 if lfs is not None else entry.blob_id) or ""
+        for entry in list_tree(repo_id, commit, token=token, endpoint=self.endpoint):
+            self._add_entry(entry)
+
+    def _add_entry(self, entry: Any) -> None:
+        if not isinstance(entry, dict) or entry.get("type") != "file":
+            return
+        path, size = entry.get("path"), entry.get("size")
+        top = path.replace("\\", "/").split("/", 1)[0] if isinstance(path, str) else None
+        try:
+            rel = safe_relpath(self.location(), path if isinstance(path, str) else "", "repository file")
+        except CorruptSourceError:
+            if top in _DATASET_FOLDERS:
+                raise
+            return  # a name we never read (docs/a\b.txt): ignored
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            if top in _DATASET_FOLDERS:
+                raise CorruptSourceError(f"{self.location(rel)}: the tree listing gives it size {_short(size)}")
+            return
+        lfs = entry.get("lfs")
+        oid = lfs.get("oid") if isinstance(lfs, dict) else entry.get("oid")
+        self.sizes[rel] = size
+        self.oids[rel] = oid if isinstance(oid, str) else ""
 
     def __reduce__(self) -> tuple:
         # to another process (a dask worker) as what it reads: the listing is made again there
@@ -169,38 +401,43 @@ class HubFiles(SourceFiles):
             raise FileNotFoundError(f"{self.location(rel)}: no such file in the repository") from None
 
     def get(self, rel: str, start: int = 0, stop: int | None = None) -> bytes:
-        """Bytes ``[start, stop)`` of a file (to its end without ``stop``), with bounded retries."""
-        from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
-
+        """Bytes ``[start, stop)`` of a file (to its end without ``stop``), with bounded waits and retries."""
         size = self.size(rel)
         stop = size if stop is None else min(stop, size)
         if start >= stop:
             return b""
-        headers = build_hf_headers(token=self.token)
-        if start or stop < size:
-            headers["Range"] = f"bytes={start}-{stop - 1}"
-        last: Exception | None = None
-        for attempt in range(_RETRIES + 1):
-            try:
-                response = get_session().get(self.url(rel), headers=headers, follow_redirects=True)
-                if response.status_code >= 500 or response.status_code in (408, 429):
-                    last = HubError(f"{self.location(rel)}: HTTP {response.status_code}")
-                else:
-                    hf_raise_for_status(response)
-                    data = response.content
-                    if len(data) != stop - start:
-                        raise HubError(f"{self.location(rel)}: asked for bytes [{start}, {stop}), got {len(data)}")
-                    return data
-            except HubError:
-                raise
-            except Exception as exc:
-                from huggingface_hub import errors as hf
+        with self._lock:
+            tail = self._tails.get(rel)
+        if tail is not None and tail[0] < stop:  # the end of the range came with the footer: fetch the rest only
+            return self._fetch(rel, start, tail[0]) + tail[1][max(0, start - tail[0]):stop - tail[0]]
+        return self._fetch(rel, start, stop)
 
-                if isinstance(exc, (hf.HfHubHTTPError, hf.OfflineModeIsEnabled)):
-                    raise _translate(exc, self.repo_id, self.revision) from exc
-                last = exc  # connection dropped or reset: try again
-            time.sleep(_BACKOFF_S * 2**attempt)
-        raise HubError(f"{self.location(rel)}: download failed after {_RETRIES + 1} attempts ({last})")
+    def _fetch(self, rel: str, start: int, stop: int) -> bytes:
+        if start >= stop:
+            return b""
+        size = self.sizes[rel]
+        where = Where(self.repo_id, self.revision, rel)
+        headers = {"Accept-Encoding": "identity"}
+        ranged = start > 0 or stop < size
+        if ranged:
+            headers["Range"] = f"bytes={start}-{stop - 1}"
+
+        def check(response: Any) -> None:
+            if not ranged:
+                return
+            if response.status_code != 206:
+                raise HubError(f"{where}: asked for bytes {start}-{stop - 1}, the server answered HTTP "
+                               f"{response.status_code} without the range (it must honour Range requests)",
+                               **where.fields(status=response.status_code, response=response))
+            answered = response.headers.get("content-range", "")
+            m = _CONTENT_RANGE.fullmatch(answered.strip())
+            if not m or (int(m[1]), int(m[2])) != (start, stop - 1) or m[3] not in ("*", str(size)):
+                raise _Retry(f"{where}: asked for bytes {start}-{stop - 1}/{size}, the server answered "
+                             f"Content-Range {_short(answered)}")
+
+        _, data = request("GET", self.url(rel), where, token=self.token, kind="download", headers=headers,
+                          expect_bytes=stop - start, check=check)
+        return data
 
     def read_bytes(self, rel: str) -> bytes:
         return self.get(rel)
@@ -208,15 +445,14 @@ class HubFiles(SourceFiles):
     def block(self, rel: str, start: int, stop: int) -> tuple[int, bytes]:
         """Bytes from ``start`` to at least ``stop``: from a block read recently by any reader of the same file
         if one holds ``[start, stop)`` (episodes next to each other in one mp4 share blocks), else fetched."""
-        with self._blocks_lock:
+        with self._lock:
             for key, data in reversed(self._blocks.items()):
                 if key[0] == rel and key[1] <= start and stop <= key[1] + len(data):
                     return key[1], data
         data = self.get(rel, start, stop)
-        with self._blocks_lock:
+        with self._lock:
             self._blocks[(rel, start)] = data
-            while sum(len(d) for d in self._blocks.values()) > _SHARED_BLOCKS_BYTES:
-                self._blocks.pop(next(iter(self._blocks)))
+            _trim(self._blocks, _SHARED_BLOCKS_BYTES, len)
         return start, data
 
     def parquet(self, rel: str, metadata: pq.FileMetaData | None = None) -> pq.ParquetFile:
@@ -239,17 +475,21 @@ class HubFiles(SourceFiles):
     def _read_footer(self, rel: str) -> pq.FileMetaData:
         size = self.size(rel)
         guess = self._footer_sizes.get(rel, _FOOTER_GUESS)  # exact when our index recorded it
-        tail = self.get(rel, max(0, size - guess), size)
+        start = max(0, size - guess)
+        tail = self.get(rel, start, size)
         if len(tail) < 8 or tail[-4:] != b"PAR1":
             raise CorruptSourceError(f"{self.location(rel)}: not a parquet file (no PAR1 magic at its end)")
         length = int.from_bytes(tail[-8:-4], "little")
         if length + 8 > size - 4:
             raise CorruptSourceError(f"{self.location(rel)}: parquet footer of {length} bytes does not fit the file")
         if length + 8 > len(tail):
-            tail = self.get(rel, size - 8 - length, size - len(tail)) + tail
-        footer = tail[-8 - length:]
+            start = size - 8 - length
+            tail = self.get(rel, start, size - len(tail)) + tail
+        with self._lock:  # later reads inside the tail (a small file's columns) are served from it
+            self._tails[rel] = (start, tail)
+            _trim(self._tails, _TAILS_BYTES, lambda t: len(t[1]))
         try:
-            return pq.read_metadata(pa.BufferReader(b"PAR1" + footer))
+            return pq.read_metadata(pa.BufferReader(b"PAR1" + tail[-8 - length:]))
         except (pa.ArrowInvalid, OSError) as exc:
             raise CorruptSourceError(f"{self.location(rel)}: unreadable parquet footer ({exc})") from exc
 
@@ -272,6 +512,12 @@ class HubFiles(SourceFiles):
     def record(self, data_files: Iterable[str]) -> dict:
         # the commit, not the name it was reached by: "main" and "v3.0" at the same commit share a store
         return {"kind": "hub", "repo_id": self.repo_id, "commit": self.commit, "endpoint": self.endpoint}
+
+
+def _trim(cache: OrderedDict, limit: int, nbytes: Callable[[Any], int]) -> None:
+    """Drop the oldest entries of ``cache`` until its values hold at most ``limit`` bytes (keeps the newest)."""
+    while len(cache) > 1 and sum(nbytes(v) for v in cache.values()) > limit:
+        cache.popitem(last=False)
 
 
 def _hub_files(repo_id: str, commit: str, revision: str, token: str | bool | None, endpoint: str) -> HubFiles:
@@ -335,3 +581,72 @@ class _RangeFile(io.RawIOBase):
 
     def readall(self) -> bytes:
         return self.read(-1)
+
+
+# ------------------------------------------------------------------------------------------------ huggingface_hub calls
+
+_bounded_lock = threading.Lock()
+_bounded: dict[int, tuple[Any, Any, int]] = {}  # id(session) -> (session, its own timeout, users)
+
+
+@contextlib.contextmanager
+def session_timeouts() -> Iterator[None]:
+    """Connect/read timeouts (``HF_HUB_DOWNLOAD_TIMEOUT``) on huggingface_hub's shared session while the block runs,
+    for the HfApi calls that pass none of their own (commit, LFS upload, tag, repo creation). The session's own
+    setting is put back afterwards. (A session huggingface_hub re-creates inside the block, after a connection
+    error, has its default again.)"""
+    from huggingface_hub.utils import get_session
+
+    session = get_session()
+    key = id(session)
+    with _bounded_lock:
+        entry = _bounded.get(key)
+        if entry is None:
+            _bounded[key] = (session, session.timeout, 1)
+            session.timeout = _http_module().Timeout(request_timeout("download"))
+        else:
+            _bounded[key] = (entry[0], entry[1], entry[2] + 1)
+    try:
+        yield
+    finally:
+        with _bounded_lock:
+            session, own, users = _bounded[key]
+            if users == 1:
+                del _bounded[key]
+                session.timeout = own
+            else:
+                _bounded[key] = (session, own, users - 1)
+
+
+@contextlib.contextmanager
+def quiet_progress(quiet: bool) -> Iterator[None]:
+    """huggingface_hub's progress bars off while the block runs when ``quiet``; its settings are put back after
+    (they are process-wide: a bar another thread opens meanwhile is hidden too)."""
+    if not quiet:
+        yield
+        return
+    from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
+
+    states = getattr(sys.modules.get("huggingface_hub.utils.tqdm"), "progress_bar_states", None)
+    saved = dict(states) if isinstance(states, dict) else None
+    was_disabled = are_progress_bars_disabled()
+    with contextlib.suppress(Exception), _no_warnings():
+        disable_progress_bars()
+    try:
+        yield
+    finally:
+        if saved is not None:
+            states.clear()
+            states.update(saved)
+        elif not was_disabled:
+            with contextlib.suppress(Exception), _no_warnings():
+                enable_progress_bars()
+
+
+@contextlib.contextmanager
+def _no_warnings() -> Iterator[None]:
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield

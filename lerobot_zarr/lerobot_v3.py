@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import json
 import pathlib
-from collections.abc import Sequence
+import re
+import string
+from collections.abc import Collection, Sequence
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 __all__ = ["QUANTILES", "STAT_NAMES", "DEFAULT_FEATURES", "V3_DATA_PATH", "V3_VIDEO_PATH", "V21_DATA_PATH",
-           "V21_VIDEO_PATH", "CHUNKS_SIZE", "nested_list", "huggingface_metadata", "pandas_metadata",
+           "V21_VIDEO_PATH", "CHUNKS_SIZE", "check_path_template", "nested_list", "huggingface_metadata", "pandas_metadata",
            "per_episode_stats", "aggregate_stats", "stats_json", "write_data_file", "write_tasks_parquet", "write_json",
            "episode_stats", "image_stats"]
 
@@ -37,6 +39,27 @@ V3_DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
 V3_VIDEO_PATH = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
 V21_DATA_PATH = "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet"
 V21_VIDEO_PATH = "videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4"
+_INT_SPEC = re.compile(r"0?\d{0,2}d")  # "", "d", "03d", "06d": a plain integer of at most 99 digits
+
+
+def check_path_template(template: object, fields: Collection[str]) -> str:
+    """An info.json path template (``data_path``, ``video_path``) checked before it is ever formatted: a string
+    whose replacement fields are only ``fields`` (LeRobot's names), by plain name (no attribute access or
+    indexing), without conversion, and with a plain integer format spec of bounded width (``{chunk_index:03d}``)
+    for the integer fields, none for ``video_key``. Raises ``ValueError`` saying what is wrong."""
+    if not isinstance(template, str) or not template or len(template) > 1024:
+        raise ValueError(f"{template!r:.80} is not a path template")
+    for _, name, spec, conversion in string.Formatter().parse(template):  # ValueError on unbalanced braces
+        if name is None:
+            continue
+        if name not in fields:
+            raise ValueError(f"field {{{name}}} is not one of {sorted(fields)}")
+        if conversion is not None:
+            raise ValueError(f"field {{{name}}} has a conversion (!{conversion})")
+        if spec and (name == "video_key" or not _INT_SPEC.fullmatch(spec)):
+            raise ValueError(f"field {{{name}}} has format spec {spec!r:.40}; only plain integer specs like '03d' "
+                             f"are allowed" + (", none for video_key" if name == "video_key" else ""))
+    return template
 
 
 def nested_list(values: np.ndarray, fixed: bool) -> pa.Array:

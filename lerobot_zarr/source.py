@@ -3,14 +3,26 @@
 This module knows the LeRobot layouts (see ``meta/info.json``): where the data files are, which episode lives
 in which file and row range, how features are encoded in Parquet (``fixed_size_list``, pandas-style ``list``,
 nested lists, scalar columns, PNG/JPEG image structs), and where tasks and stats are kept. It never writes.
+
+What it checks, so that bad input is a typed error naming the file (and episode, feature or field) rather than a
+raw Python error or silently wrong frames:
+
+- metadata, when the source is opened: info.json (``fps`` finite and positive, ``chunks_size``, path templates
+  checked before any formatting: only LeRobot's fields, plain integer specs of bounded width), the episode table
+  (integer, non-null indices; episodes following each other from frame 0; ``total_episodes`` / ``total_frames``
+  agreeing), tasks and per-episode stats; every path from metadata stays inside the dataset folder;
+- frames, as each episode is read (so at transcode time, when the store is filled): the data file's schema and
+  row count, ``episode_index`` / ``index`` / ``task_index`` against the episode table, and timestamps: consecutive
+  timestamps of an episode 1/fps apart within LeRobot's 1e-4 s (a dropped frame would otherwise make every window
+  after it silently return another time than asked), images the declared size before they are decoded.
 """
 
 from __future__ import annotations
 
-import base64
 import functools
 import io
 import json
+import math
 import os
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
@@ -25,6 +37,7 @@ import pyarrow.parquet as pq
 
 from .errors import (
     CorruptSourceError,
+    LeRobotZarrError,
     SchemaMismatchError,
     SourceNotFoundError,
     UnsupportedDtypeError,
@@ -37,18 +50,19 @@ from .lerobot_v3 import (
     V21_DATA_PATH,
     V21_VIDEO_PATH,
     aggregate_stats,
+    check_path_template,
     stats_json,
 )
 from .video import VideoUnavailable, decode_into, have_pyav
 
 __all__ = ["FeatureSpec", "EpisodeTable", "LeRobotSource", "DEFAULT_FEATURES", "is_lerobot_folder"]
 
-INDEX_FILE = "meta/lerobot_zarr_index.json"  # written by export.push next to LeRobot's files
 DEFAULT_FEATURES = ("timestamp", "frame_index", "episode_index", "index", "task_index")
 _DEFAULT_DTYPES = {"timestamp": "float32", "frame_index": "int64", "episode_index": "int64", "index": "int64",
                    "task_index": "int64"}
 NUMERIC_DTYPES = frozenset({"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
                             "float16", "float32", "float64"})
+TIMESTAMP_TOLERANCE_S = 1e-4  # LeRobot's tolerance on timestamps (check_timestamps_sync, delta_timestamps)
 
 
 @dataclass(frozen=True)
@@ -121,21 +135,94 @@ def _read_jsonl(files: SourceFiles, rel: str) -> list[dict]:
     for lineno, line in enumerate(lines, 1):
         if line.strip():
             try:
-                rows.append(json.loads(line))
+                row = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise CorruptSourceError(f"{files.location(rel)}:{lineno}: invalid JSON line ({exc})") from exc
+            if not isinstance(row, dict):
+                raise CorruptSourceError(f"{files.location(rel)}:{lineno}: expected a JSON object, got "
+                                         f"{type(row).__name__}")
+            rows.append(row)
     return rows
+
+
+def _int(value: Any, where: str, what: str, *, low: int = 0) -> int:
+    """A metadata integer (JSON or parquet value): an int >= ``low``, not a bool, float or None."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < low:
+        raise CorruptSourceError(f"{where}: {what} must be an integer >= {low}, got {value!r:.80}")
+    return int(value)
+
+
+def _parse_fps(info: dict, where: str) -> float:
+    fps = info.get("fps")
+    if isinstance(fps, bool) or not isinstance(fps, (int, float)):
+        raise CorruptSourceError(f"{where}: 'fps' is missing or not a number (got {fps!r:.80})")
+    fps = float(fps)
+    if not (math.isfinite(fps) and fps > 0):
+        raise CorruptSourceError(f"{where}: fps must be finite and positive, got {fps}")
+    return fps
+
+
+def _int_column(table: pa.Table, name: str, where: str, *, order: np.ndarray | None = None,
+                nullable: bool = False) -> list[int | None]:
+    """An integer column of an episode table (in ``order``), every value an int >= 0 (or None if ``nullable``)."""
+    col = table.column(name)
+    if not (pa.types.is_integer(col.type) or (nullable and pa.types.is_null(col.type))):
+        raise CorruptSourceError(f"{where}: column {name!r} holds {col.type}, expected integers")
+    values = col.to_pylist()
+    if order is not None:
+        values = [values[i] for i in order]
+    for e, v in enumerate(values):
+        if (v is None and not nullable) or (v is not None and v < 0):
+            raise CorruptSourceError(f"{where}: column {name!r} of {'episode' if order is not None else 'row'} {e} "
+                                     f"is {v!r}, expected an integer >= 0")
+    return values
+
+
+def _float_column(table: pa.Table, name: str, where: str, order: np.ndarray) -> list[float | None]:
+    col = table.column(name)
+    if not (pa.types.is_floating(col.type) or pa.types.is_integer(col.type) or pa.types.is_null(col.type)):
+        raise CorruptSourceError(f"{where}: column {name!r} holds {col.type}, expected seconds")
+    column = col.to_pylist()
+    values = [column[int(i)] for i in order]
+    for e, v in enumerate(values):
+        if v is not None and not (math.isfinite(v) and v >= 0):
+            raise CorruptSourceError(f"{where}: column {name!r} of episode {e} is {v!r}, expected seconds >= 0")
+    return [None if v is None else float(v) for v in values]
+
+
+def _task_lists(col: pa.ChunkedArray, where: str, order: np.ndarray) -> list[list[str]]:
+    if not (pa.types.is_list(col.type) or pa.types.is_large_list(col.type) or pa.types.is_null(col.type)):
+        raise CorruptSourceError(f"{where}: column 'tasks' holds {col.type}, expected lists of strings")
+    values = col.to_pylist()
+    out = []
+    for e, i in enumerate(order):
+        tasks = values[int(i)] or []
+        if not all(isinstance(t, str) for t in tasks):
+            raise CorruptSourceError(f"{where}: column 'tasks' of episode {e} is {tasks!r:.80}, expected strings")
+        out.append(list(tasks))
+    return out
 
 
 def _open_parquet(files: SourceFiles, rel: str) -> pq.ParquetFile:
     try:
         return files.parquet(rel)
-    except ConnectionError:  # a network failure (HubError) is not a corrupt file
+    except LeRobotZarrError:  # ours already: a Hub failure (HubError, HubAuthError) is not a corrupt file
         raise
     except FileNotFoundError:
         raise SourceNotFoundError(f"{files.location(rel)}: file not found") from None
-    except (pa.ArrowInvalid, OSError) as exc:
+    except (pa.ArrowException, OSError) as exc:
         raise CorruptSourceError(f"{files.location(rel)}: not a readable parquet file ({exc})") from exc
+
+
+def _read_table(files: SourceFiles, rel: str, columns: Sequence[str] | None = None) -> pa.Table:
+    """A (small, metadata) parquet file's columns; a file pyarrow cannot read raises CorruptSourceError."""
+    pf = _open_parquet(files, rel)
+    try:
+        return pf.read(columns=list(columns) if columns is not None else None)
+    except LeRobotZarrError:
+        raise
+    except (pa.ArrowException, OSError) as exc:
+        raise CorruptSourceError(f"{files.location(rel)}: cannot read columns {columns} ({exc})") from exc
 
 
 def safe_relpath(where: str, rel: str, what: str) -> str:
@@ -217,6 +304,10 @@ def _flatten_lists(arr: pa.Array, shape: tuple[int, ...], name: str, where: str,
     return arr
 
 
+class _OtherSize(Exception):
+    """An image whose header gives other dimensions than the feature declares (found before decoding it)."""
+
+
 def _decode_images(col: pa.ChunkedArray, spec: FeatureSpec, where: str, first_row: int) -> np.ndarray:
     from PIL import Image
 
@@ -231,8 +322,14 @@ def _decode_images(col: pa.ChunkedArray, spec: FeatureSpec, where: str, first_ro
                 raise CorruptSourceError(f"{where}: image feature {spec.name!r} file row {first_row + row} has no bytes")
             try:
                 with Image.open(io.BytesIO(raw)) as img:
+                    if img.size != (spec.shape[1], spec.shape[0]):  # checked before decoding: no bomb is inflated
+                        raise _OtherSize(f"{img.size[1]}x{img.size[0]} pixels")
                     pixels = np.asarray(img if img.mode == mode else img.convert(mode))
-            except (OSError, SyntaxError, ValueError) as exc:
+            except _OtherSize as exc:
+                raise SchemaMismatchError(
+                    f"{where}: image feature {spec.name!r} file row {first_row + row} is {exc}, declared "
+                    f"{spec.shape} (not decoded)") from None
+            except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:
                 raise CorruptSourceError(
                     f"{where}: image feature {spec.name!r} file row {first_row + row} cannot be decoded ({exc})") from exc
             pixels = pixels.reshape(pixels.shape[0], pixels.shape[1], -1)
@@ -314,12 +411,7 @@ class LeRobotSource:
             raise CorruptSourceError(f"{info_path}: unreadable codebase_version {version!r}") from None
         if self.major not in (2, 3):
             raise CorruptSourceError(f"{info_path}: codebase_version {version!r} is not supported (v2.x or v3.x)")
-        try:
-            self.fps = float(self.info["fps"])
-        except (KeyError, TypeError, ValueError):
-            raise CorruptSourceError(f"{info_path}: 'fps' is missing or not a number") from None
-        if not self.fps > 0:
-            raise CorruptSourceError(f"{info_path}: fps must be positive, got {self.fps}")
+        self.fps = _parse_fps(self.info, info_path)
         self.features = _parse_features(self.info, info_path)
         if self.major == 3:
             self.episodes = self._read_episodes_v3()
@@ -330,58 +422,58 @@ class LeRobotSource:
         self.stats = self._read_stats()
         if not len(self.episodes):
             raise SchemaMismatchError(f"{files.location()}: the dataset has no episodes")
+        self._check_totals(info_path)
+
+    def _check_totals(self, info_path: str) -> None:
+        """info.json's ``total_episodes`` / ``total_frames`` (where given) agree with the episode table: a table cut
+        short (a crash while recording, a lost file) is not read as a smaller dataset."""
+        for key, actual in (("total_episodes", len(self.episodes)), ("total_frames", int(self.episodes.length.sum()))):
+            if key in self.info and self.info[key] is not None:
+                declared = _int(self.info[key], info_path, key)
+                if declared != actual:
+                    raise SchemaMismatchError(f"{info_path}: {key} is {declared}, the episode table "
+                                              f"({self.files.location('meta')}) holds {actual}")
 
     # metadata -------------------------------------------------------------------------------------------
     def _load_index(self) -> bool:
-        """Use ``meta/lerobot_zarr_index.json`` (written by our push) when the repo still holds exactly the files
-        it describes: one request then gives the metadata, the episode table and the data files' footers (or
-        their exact sizes, for big datasets)."""
-        files = self.files
-        matches = getattr(files, "matches", None)
-        if matches is None or not files.exists(INDEX_FILE):
-            return False
-        try:
-            index = json.loads(files.read_bytes(INDEX_FILE))
-            if index.get("format_version") != 1 or not all(matches(rel, ident)
-                                                            for rel, ident in index["files"].items()):
-                return False  # written for other files (the repo was changed by another tool): ignore it
-            info, rows = index["info"], index["episodes"]
-            data_file = [safe_relpath(files.location(), r["data_file"], "index data") for r in rows]
-            length = np.asarray([r["length"] for r in rows], dtype=np.int64)
-            if [r["episode_index"] for r in rows] != list(range(len(rows))) or (length <= 0).any():
-                raise CorruptSourceError(f"{files.location(INDEX_FILE)}: inconsistent episode table")
-            footers = {rel: pq.read_metadata(pa.BufferReader(b"PAR1" + base64.b64decode(text)))
-                       for rel, text in index["footers"].items()}
-        except (KeyError, TypeError, ValueError, pa.ArrowInvalid) as exc:
-            raise CorruptSourceError(f"{files.location(INDEX_FILE)}: unreadable index ({exc})") from exc
-        for rel, size in index.get("footer_bytes", {}).items():
-            files.seed_footer(safe_relpath(files.location(), rel, "index footer"), footers.get(rel), size=size)
-        self.info, self.major, self.fps = info, 3, float(info["fps"])
-        self.features = _parse_features(info, files.location("meta/info.json"))
-        start = np.concatenate([[0], np.cumsum(length)[:-1]]).astype(np.int64)
-        video_keys = [k for k, v in self.features.items() if v.kind == "video"]
-        if video_keys and not all(isinstance(r.get("videos"), dict) for r in rows):
-            return False  # an index without the videos' places: read LeRobot's episode metadata instead
-        videos = {k: [None if r["videos"].get(k) is None else
-                      (safe_relpath(files.location(), r["videos"][k][0], "index video"), float(r["videos"][k][1]))
-                      for r in rows] for k in video_keys}
-        self.episodes = EpisodeTable(length, start, [list(r["tasks"]) for r in rows], data_file,
-                                     np.asarray([r["file_row"] for r in rows], dtype=np.int64), videos)
-        self.tasks = [str(t) for t in index["tasks"]]
-        self.stats = index["stats"]
-        return True
+        """Take everything from our index file (:mod:`lerobot_zarr.hub_index`) when the source has one that still
+        describes its files: one request then gives the metadata, the episode table and the data files' footers
+        (or their exact sizes)."""
+        from .hub_index import read_index
 
+        files = self.files
+        index = read_index(files)
+        if index is None:
+            return False
+        info_path = files.location("meta/info.json")
+        self.info, self.major, self.fps = index.info, 3, _parse_fps(index.info, info_path)
+        self.features = _parse_features(index.info, info_path)
+        video_keys = [k for k, v in self.features.items() if v.kind == "video"]
+        if sorted(index.videos) != sorted(video_keys):
+            raise CorruptSourceError(f"{files.location('meta/lerobot_zarr_index.json')}: gives videos of "
+                                     f"{sorted(index.videos)}, info.json declares {video_keys}")
+        start = np.concatenate([[0], np.cumsum(index.length)[:-1]]).astype(np.int64)
+        self.episodes = EpisodeTable(index.length, start, index.episode_tasks, index.data_file, index.file_row,
+                                     {k: list(refs) for k, refs in index.videos.items()})
+        self.tasks, self.stats = index.tasks, index.stats
+        for rel, size in index.footer_bytes.items():
+            files.seed_footer(rel, index.footers.get(rel), size=size)
+        return True
 
     def _read_episodes_v3(self) -> EpisodeTable:
         files = self.files
+        where = files.location("meta/episodes")
         metas = [safe_relpath(files.location(), rel, "episode metadata")
                  for rel in files.list("meta/episodes") if rel.endswith(".parquet")]
         if not metas:
-            raise SourceNotFoundError(f"{files.location('meta/episodes')}: no episode metadata parquet files")
+            raise SourceNotFoundError(f"{where}: no episode metadata parquet files")
         columns = ["episode_index", "tasks", "length", "data/chunk_index", "data/file_index",
                    "dataset_from_index", "dataset_to_index"]
         video_keys = [k for k, v in self.features.items() if v.kind == "video"]
         video_columns = [f"videos/{k}/{c}" for k in video_keys for c in ("chunk_index", "file_index", "from_timestamp")]
+        data_template = self._path_template("data_path", V3_DATA_PATH, ("chunk_index", "file_index"))
+        video_template = (self._path_template("video_path", V3_VIDEO_PATH, ("video_key", "chunk_index", "file_index"))
+                          if video_keys else "")
         tables = []
         for rel in metas:
             pf = _open_parquet(files, rel)
@@ -389,81 +481,97 @@ class LeRobotSource:
             if missing:
                 raise SchemaMismatchError(f"{files.location(rel)}: episode metadata lacks column(s) {missing}")
             present = [c for c in video_columns if c in pf.schema_arrow.names]
-            table = pf.read(columns=columns + present)
+            table = _read_table(files, rel, columns + present)
             for c in video_columns:
                 if c not in present:  # no video columns at all: every episode's video is unknown
-                    table = table.append_column(c, pa.nulls(table.num_rows, pa.float64()))
+                    kind = pa.float64() if c.endswith("from_timestamp") else pa.int64()
+                    table = table.append_column(c, pa.nulls(table.num_rows, kind))
             tables.append(table.select(columns + video_columns))
-        table = pa.concat_tables(tables, promote_options="permissive").to_pydict()
-        order = np.argsort(np.asarray(table["episode_index"], dtype=np.int64), kind="stable")
-        get = {k: [table[k][i] for i in order] for k in columns + video_columns}
-        index = np.asarray(get["episode_index"], dtype=np.int64)
-        if not np.array_equal(index, np.arange(len(index))):
-            raise SchemaMismatchError(f"{files.location('meta/episodes')}: episode_index is not contiguous from 0")
+        try:
+            table = pa.concat_tables(tables, promote_options="permissive")
+        except pa.ArrowException as exc:
+            raise SchemaMismatchError(f"{where}: episode metadata files disagree on column types ({exc})") from exc
+        index = _int_column(table, "episode_index", where)
+        order = np.argsort(np.asarray(index, dtype=np.int64), kind="stable")
+        if not np.array_equal(np.asarray(index, dtype=np.int64)[order], np.arange(len(index))):
+            raise SchemaMismatchError(f"{where}: episode_index is not contiguous from 0")
+        get = {c: _int_column(table, c, where, order=order, nullable=c.startswith("videos/"))
+               for c in [*columns, *video_columns] if c not in ("episode_index", "tasks")
+               and not c.endswith("from_timestamp")}
         length = np.asarray(get["length"], dtype=np.int64)
         start = np.asarray(get["dataset_from_index"], dtype=np.int64)
         end = np.asarray(get["dataset_to_index"], dtype=np.int64)
-        bad = np.flatnonzero((end - start != length) | (length <= 0))
+        expected_start = np.concatenate([[0], np.cumsum(length)[:-1]])
+        bad = np.flatnonzero((end - start != length) | (length <= 0) | (start != expected_start))
         if bad.size:
             e = int(bad[0])
-            raise SchemaMismatchError(
-                f"{files.location('meta/episodes')}: episode {e} has length {length[e]} but frame range [{start[e]}, {end[e]})")
-        template = self.info.get("data_path") or V3_DATA_PATH
-        data_file = [self._data_path(template, e, chunk_index=c, file_index=f)
+            raise SchemaMismatchError(f"{where}: episode {e} has length {length[e]} and frame range [{start[e]}, "
+                                      f"{end[e]}); episodes must follow each other from frame 0 with at least one "
+                                      f"frame")
+        data_file = [self._fill(data_template, "data", e, chunk_index=c, file_index=f)
                      for e, (c, f) in enumerate(zip(get["data/chunk_index"], get["data/file_index"], strict=True))]
         # Row of each episode inside its file: files hold episodes in global index order.
         file_row = np.zeros(len(length), dtype=np.int64)
         first_start: dict[str, int] = {}
         for e, rel in enumerate(data_file):
             file_row[e] = start[e] - first_start.setdefault(rel, int(start[e]))
-        video_template = self.info.get("video_path") or V3_VIDEO_PATH
         videos: dict[str, list[tuple[str, float] | None]] = {}
         for k in video_keys:
-            refs: list[tuple[str, float] | None] = []
-            for e, (c, f, t0) in enumerate(zip(get[f"videos/{k}/chunk_index"], get[f"videos/{k}/file_index"],
-                                               get[f"videos/{k}/from_timestamp"], strict=True)):
-                refs.append(None if c is None or f is None or t0 is None else
-                            (self._data_path(video_template, e, video_key=k, chunk_index=int(c), file_index=int(f)),
-                             float(t0)))
-            videos[k] = refs
-        return EpisodeTable(length, start, [list(t or []) for t in get["tasks"]], data_file, file_row, videos)
+            starts = _float_column(table, f"videos/{k}/from_timestamp", where, order)
+            videos[k] = [None if c is None or f is None or t0 is None else
+                         (self._fill(video_template, f"{k!r} video", e, video_key=k, chunk_index=c, file_index=f), t0)
+                         for e, (c, f, t0) in enumerate(zip(get[f"videos/{k}/chunk_index"],
+                                                            get[f"videos/{k}/file_index"], starts, strict=True))]
+        return EpisodeTable(length, start, _task_lists(table.column("tasks"), where, order), data_file, file_row,
+                            videos)
 
     def _read_episodes_v2(self) -> EpisodeTable:
         path = self.files.location("meta/episodes.jsonl")
-        rows = sorted(_read_jsonl(self.files, "meta/episodes.jsonl"), key=lambda r: r.get("episode_index", -1))
-        try:
-            index = np.asarray([r["episode_index"] for r in rows], dtype=np.int64)
-            length = np.asarray([r["length"] for r in rows], dtype=np.int64)
-        except (KeyError, TypeError, ValueError) as exc:
-            raise CorruptSourceError(f"{path}: each line needs integer episode_index and length ({exc})") from None
+        rows = _read_jsonl(self.files, "meta/episodes.jsonl")
+        for lineno, r in enumerate(rows, 1):
+            _int(r.get("episode_index"), f"{path}:{lineno}", "episode_index")
+            _int(r.get("length"), f"{path}:{lineno}", "length", low=1)
+            tasks = r.get("tasks")
+            if tasks is not None and not (isinstance(tasks, list) and all(isinstance(t, str) for t in tasks)):
+                raise CorruptSourceError(f"{path}:{lineno}: tasks must be a list of strings, got {tasks!r:.80}")
+        rows.sort(key=lambda r: r["episode_index"])
+        index = np.asarray([r["episode_index"] for r in rows], dtype=np.int64)
+        length = np.asarray([r["length"] for r in rows], dtype=np.int64)
         if not np.array_equal(index, np.arange(len(index))):
             raise SchemaMismatchError(f"{path}: episode_index is not contiguous from 0")
-        if (length <= 0).any():
-            raise SchemaMismatchError(f"{path}: episode {int(np.argmax(length <= 0))} has no frames")
         start = np.concatenate([[0], np.cumsum(length)[:-1]]).astype(np.int64)
-        template = self.info.get("data_path") or V21_DATA_PATH
-        chunks_size = int(self.info.get("chunks_size") or 1000)
-        data_file = [self._data_path(template, e, episode_chunk=e // chunks_size, episode_index=e)
+        fields = ("episode_chunk", "episode_index")
+        template = self._path_template("data_path", V21_DATA_PATH, fields)
+        chunks_size = self.info.get("chunks_size")
+        chunks_size = 1000 if chunks_size is None else _int(chunks_size, self.files.location("meta/info.json"),
+                                                              "chunks_size", low=1)
+        data_file = [self._fill(template, "data", e, episode_chunk=e // chunks_size, episode_index=e)
                      for e in range(len(index))]
         tasks = [list(r.get("tasks") or []) for r in rows]
-        video_template = self.info.get("video_path") or V21_VIDEO_PATH
-        videos = {k: [(self._data_path(video_template, e, video_key=k, episode_chunk=e // chunks_size,
-                                       episode_index=e), 0.0) for e in range(len(index))]
-                  for k, v in self.features.items() if v.kind == "video"}
+        video_keys = [k for k, v in self.features.items() if v.kind == "video"]
+        video_template = (self._path_template("video_path", V21_VIDEO_PATH, ("video_key", *fields))
+                          if video_keys else "")
+        videos = {k: [(self._fill(video_template, f"{k!r} video", e, video_key=k, episode_chunk=e // chunks_size,
+                                  episode_index=e), 0.0) for e in range(len(index))]
+                  for k in video_keys}
         return EpisodeTable(length, start, tasks, data_file, np.zeros(len(index), dtype=np.int64), videos)
 
-    def _data_path(self, template: str, episode: int, **fields: int | str) -> str:
-        """Fill info.json's ``data_path`` template for one episode, refusing paths that leave the folder."""
+    def _path_template(self, key: str, default: str, fields: Sequence[str]) -> str:
+        """info.json's ``data_path`` / ``video_path`` (or LeRobot's default), checked before any use."""
+        template = self.info.get(key) or default
         try:
-            rel = str(template).format(**fields)
-        except (KeyError, IndexError, ValueError) as exc:
-            raise CorruptSourceError(f"{self.files.location('meta/info.json')}: data_path {template!r} cannot be filled "
-                                     f"with {sorted(fields)} ({exc!r})") from None
-        return safe_relpath(self.files.location(), rel, f"episode {episode} data")
+            return check_path_template(template, fields)
+        except ValueError as exc:
+            raise CorruptSourceError(f"{self.files.location('meta/info.json')}: {key} {template!r:.120} cannot be "
+                                     f"filled with {list(fields)} ({exc})") from None
+
+    def _fill(self, template: str, what: str, episode: int, **fields: int | str) -> str:
+        """A checked path template filled for one episode, refusing paths that leave the folder."""
+        return safe_relpath(self.files.location(), template.format(**fields), f"episode {episode} {what}")
 
     def _read_tasks_v3(self) -> list[str]:
         path = self.files.location("meta/tasks.parquet")
-        table = _open_parquet(self.files, "meta/tasks.parquet").read()
+        table = _read_table(self.files, "meta/tasks.parquet")
         names = table.column_names
         text_col = next((c for c in ("task", "__index_level_0__") if c in names), None)
         if text_col is None:
@@ -472,22 +580,25 @@ class LeRobotSource:
             if len(string_cols) != 1 or "task_index" not in names:
                 raise SchemaMismatchError(f"{path}: expected a task_index column and one task string column")
             text_col = string_cols[0]
+        if "task_index" not in names:
+            raise SchemaMismatchError(f"{path}: no task_index column")
         return self._task_list(table.column("task_index").to_pylist(), table.column(text_col).to_pylist(), path)
 
     def _read_tasks_v2(self) -> list[str]:
         path = self.files.location("meta/tasks.jsonl")
         rows = _read_jsonl(self.files, "meta/tasks.jsonl")
-        try:
-            return self._task_list([r["task_index"] for r in rows], [r["task"] for r in rows], path)
-        except KeyError as exc:
-            raise CorruptSourceError(f"{path}: each line needs task_index and task ({exc} missing)") from None
+        return self._task_list([r.get("task_index") for r in rows], [r.get("task") for r in rows], path)
 
     @staticmethod
-    def _task_list(indices: Sequence[int], texts: Sequence[str], path: str) -> list[str]:
-        by_index = dict(zip((int(i) for i in indices), texts, strict=True))
-        if sorted(by_index) != list(range(len(by_index))):
+    def _task_list(indices: Sequence[Any], texts: Sequence[Any], path: str) -> list[str]:
+        for i, text in zip(indices, texts, strict=True):
+            _int(i, path, "task_index")
+            if not isinstance(text, str):
+                raise CorruptSourceError(f"{path}: task {i} is {text!r:.80}, expected a string")
+        by_index = dict(zip(indices, texts, strict=True))
+        if len(by_index) != len(indices) or sorted(by_index) != list(range(len(by_index))):
             raise SchemaMismatchError(f"{path}: task_index values are not contiguous from 0")
-        return [str(by_index[i]) for i in range(len(by_index))]
+        return [by_index[i] for i in range(len(by_index))]
 
     def _read_stats(self) -> dict:
         files = self.files
@@ -497,12 +608,20 @@ class LeRobotSource:
                 raise CorruptSourceError(f"{files.location('meta/stats.json')}: expected a JSON object")
             return stats
         if files.exists("meta/episodes_stats.jsonl"):
+            path = files.location("meta/episodes_stats.jsonl")
             rows = _read_jsonl(files, "meta/episodes_stats.jsonl")
+            for lineno, r in enumerate(rows, 1):
+                stats = r.get("stats")
+                if not isinstance(stats, dict) or not all(isinstance(v, dict) for v in stats.values()):
+                    raise CorruptSourceError(f"{path}:{lineno}: 'stats' must map each feature to its statistics")
+                for key, v in stats.items():
+                    if "count" not in v:
+                        raise CorruptSourceError(f"{path}:{lineno}: the statistics of {key!r} have no count")
             try:
-                return _merge_stats([r["stats"] for r in rows])
-            except (KeyError, TypeError, ValueError) as exc:
-                raise CorruptSourceError(
-                    f"{files.location('meta/episodes_stats.jsonl')}: unreadable per-episode stats ({exc})") from exc
+                with np.errstate(all="ignore"):
+                    return _merge_stats([r["stats"] for r in rows])
+            except (KeyError, TypeError, ValueError, IndexError, OverflowError) as exc:
+                raise CorruptSourceError(f"{path}: unreadable per-episode stats ({exc!r:.200})") from exc
         return {}
 
     def schema_from_episode(self, episode: int) -> None:
@@ -588,9 +707,11 @@ class LeRobotSource:
         rg_rows = np.array([pf.metadata.row_group(i).num_rows for i in range(pf.num_row_groups)], dtype=np.int64)
         rg_start = np.concatenate([[0], np.cumsum(rg_rows)])
         t = self.episodes
-        last_row = int(t.file_row[eps[-1]] + t.length[eps[-1]])
-        if last_row > rg_start[-1]:
-            raise SchemaMismatchError(f"{path}: holds {rg_start[-1]} rows, episode table needs rows up to {last_row}")
+        in_file = self._episodes_of_file.get(rel, eps)
+        rows = int(max(t.file_row[e] + t.length[e] for e in in_file))
+        if rows != rg_start[-1]:
+            raise SchemaMismatchError(f"{path}: holds {rg_start[-1]} rows, the episode table gives it {rows} "
+                                      f"(episodes {in_file[0]}..{in_file[-1]})")
         needed: set[int] = set()
         for e in eps:
             first = int(np.searchsorted(rg_start, t.file_row[e], side="right") - 1)
@@ -609,6 +730,14 @@ class LeRobotSource:
             units.append((rel, pf.metadata, run, base, unit_eps))
         return units
 
+    @functools.cached_property
+    def _episodes_of_file(self) -> dict[str, list[int]]:
+        """Every episode of each data file, from the episode table."""
+        out: dict[str, list[int]] = {}
+        for e, rel in enumerate(self.episodes.data_file):
+            out.setdefault(rel, []).append(e)
+        return out
+
     def _read_unit(self, rel: str, metadata: pq.FileMetaData, run: list[int], base: int, eps: list[int],
                    specs: dict[str, FeatureSpec]) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
         """Read one run of row groups and cut it into episodes."""
@@ -616,9 +745,9 @@ class LeRobotSource:
         t = self.episodes
         try:
             table = self.files.parquet(rel, metadata).read_row_groups(run, columns=list(specs))
-        except ConnectionError:
+        except LeRobotZarrError:  # a Hub failure naming the file (HubError, HubAuthError), not a corrupt file
             raise
-        except (pa.ArrowInvalid, OSError) as exc:
+        except (pa.ArrowException, OSError) as exc:
             raise CorruptSourceError(f"{path}: cannot read row groups {run[0]}..{run[-1]} ({exc})") from exc
         # numeric columns: converted once per run (zero copy from Arrow where possible), sliced per episode
         columns = {k: column_to_numpy(table.column(k), spec, path, base)
@@ -646,6 +775,25 @@ class LeRobotSource:
         task_index = frames["task_index"].reshape(n)
         if len(task_index) and (task_index.min() < 0 or task_index.max() >= len(self.tasks)):
             raise SchemaMismatchError(f"{path}: episode {e} has a task_index outside the {len(self.tasks)} tasks")
+        self._check_timestamps(frames["timestamp"].reshape(n), e, path)
+
+    def _check_timestamps(self, ts: np.ndarray, e: int, path: str) -> None:
+        """Consecutive timestamps of an episode are 1/fps apart, within LeRobot's 1e-4 s (as its
+        ``check_timestamps_sync``; plus the rounding of the stored float type, which float32 makes coarser than
+        1e-4 s past ~2000 s). A dropped or repeated frame would otherwise shift every window after it: the store
+        addresses frames by index, so ``t + k/fps`` would silently be another time."""
+        if len(ts) < 2:
+            return
+        step = np.diff(ts.astype(np.float64))
+        slack = TIMESTAMP_TOLERANCE_S + (2 * np.spacing(np.abs(ts[1:])).astype(np.float64)
+                                         if ts.dtype.kind == "f" else 0.0)
+        bad = np.flatnonzero(~(np.abs(step - 1.0 / self.fps) <= slack))  # NaN steps are bad too
+        if bad.size:
+            i = int(bad[0])
+            raise SchemaMismatchError(
+                f"{path}: episode {e} frames {i} and {i + 1} have timestamps {float(ts[i]):.6f} s and "
+                f"{float(ts[i + 1]):.6f} s, {float(step[i]):.6f} s apart instead of 1/fps = {1 / self.fps:.6f} s "
+                f"(tolerance {TIMESTAMP_TOLERANCE_S} s): a dropped or repeated frame, or timestamps at another fps")
 
     def decode_video(self, episode: int, key: str, timestamps: np.ndarray, sink: Callable[[bytes], None]) -> None:
         """Decode camera ``key`` of ``episode`` at the episode's dataset ``timestamps``, frame by frame into

@@ -8,16 +8,18 @@ import pytest
 from hub_fixtures import make_env
 
 import lerobot_zarr
-import lerobot_zarr.export as export_module
+import lerobot_zarr.hub_index as hub_index
 from lerobot_zarr.sample_data import write_sample_dataset
 from lerobot_zarr.testing.hub_server import HubServer
+
+TOKEN = "hf_write"
 
 
 @pytest.fixture
 def pushed(tmp_path, monkeypatch):
     src = write_sample_dataset(tmp_path / "src", n_episodes=12)
     store = lerobot_zarr.open_dataset(src, root=tmp_path / "store", progress=False)
-    with HubServer(tmp_path / "server") as server:
+    with HubServer(tmp_path / "server", tokens={TOKEN: "alice"}) as server:
         make_env(monkeypatch, tmp_path, server.endpoint)
         yield server, store, tmp_path
 
@@ -35,8 +37,8 @@ def _equal(a, b) -> bool:
 def test_partial_open_uses_the_index(pushed, monkeypatch, inline):
     server, store, tmp = pushed
     if not inline:
-        monkeypatch.setattr(export_module, "_INLINE_FOOTERS_MAX", 0)
-    store.push("org/ds", progress=False)
+        monkeypatch.setattr(hub_index, "INLINE_FOOTERS_MAX", 0)
+    store.push("org/ds", token=TOKEN, progress=False)
     server.reset_stats()
     ds = lerobot_zarr.open_dataset("org/ds", episodes=[3, 7], root=tmp / f"partial-{inline}", progress=False)
     assert _equal(ds, lerobot_zarr.LeRobotZarrDataset(store.root, episodes=[3, 7]))
@@ -48,7 +50,7 @@ def test_partial_open_uses_the_index(pushed, monkeypatch, inline):
 def test_a_stale_index_is_ignored(pushed):
     """A repo changed by another tool after our push: the index describes other files, so it is not used."""
     server, store, tmp = pushed
-    store.push("org/ds", progress=False)
+    store.push("org/ds", token=TOKEN, progress=False)
     other = write_sample_dataset(tmp / "other", n_episodes=12, seed=5)  # same layout, other values
     files = {p.relative_to(other).as_posix(): p.read_bytes() for p in other.rglob("*") if p.is_file()}
     server.commit_files("org/ds", files)  # meta/ and data/ replaced; our index file stays, now stale

@@ -13,6 +13,8 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import io
 import json
 import re
@@ -240,14 +242,6 @@ def _close(got, want, what: str) -> None:
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-9, err_msg=what)
 
 
-def _index_byte_length(row: dict) -> int:
-    """The byte length of an episode's row group in our index ([offset, offset + length))."""
-    for key in ("nbytes", "byte_length", "bytes_length", "size"):  # tolerated spellings if 'length' means frames
-        if key in row:
-            return int(row[key])
-    return int(row["length"])
-
-
 def check_layout(out: Path, ds: LeRobotZarrDataset, what: str) -> dict[int, tuple[str, int]]:
     """Everything LeRobot v3.0 requires of the folder ``out`` exported from the complete store ``ds``.
 
@@ -398,25 +392,41 @@ def check_layout(out: Path, ds: LeRobotZarrDataset, what: str) -> dict[int, tupl
 
 
 def check_index(out: Path, ds: LeRobotZarrDataset, where: dict[int, tuple[str, int]], what: str) -> None:
-    """meta/lerobot_zarr_index.json: every episode with its data file and its row group's byte range."""
+    """meta/lerobot_zarr_index.json (format 2, contract in lerobot_zarr.hub_index), checked against the files with
+    json / pyarrow / hashlib: every episode's data file and first row, the footers (sizes and, inlined, bytes), the
+    identities of the files it stands for, and the metadata it copies."""
     n_episodes = ds.meta.total_episodes
     index = json.loads((out / INDEX_FILE).read_text())
-    rows = index["episodes"]
-    assert [r["episode_index"] for r in rows] == list(range(n_episodes)), f"{what}: index episodes"
-    for r in rows:
-        e = r["episode_index"]
-        rel, g = where[e]
-        assert r["data_file"] == rel, f"{what}: index puts episode {e} in {r['data_file']}, it is in {rel}"
-        if "row_group" in r:
-            assert r["row_group"] == g, f"{what}: index row group of episode {e}"
-        size = (out / rel).stat().st_size
-        offset, nbytes = int(r["offset"]), _index_byte_length(r)
-        rg = row_groups(out / rel)[g]
-        assert 4 <= offset and offset + nbytes <= size - footer_size(out / rel), \
-            f"{what}: episode {e} range [{offset}, {offset + nbytes}) outside the data of {rel} ({size} B)"
-        assert (offset, offset + nbytes) == (rg.start, rg.stop), (
-            f"{what}: index byte range of episode {e} is [{offset}, {offset + nbytes}), the footer says "
-            f"[{rg.start}, {rg.stop}) ({rel} row group {g}; index row keys {sorted(r)})")
+    assert index["format_version"] == 2, what
+    assert set(index) == {"format_version", "files", "info", "tasks", "stats", "data_files", "video_files",
+                          "episodes", "footer_bytes", "footers"}, f"{what}: index keys {sorted(index)}"
+    episodes = index["episodes"]
+    assert episodes["length"] == ds.meta.episode_length.tolist(), f"{what}: index episode lengths"
+    first_row = {}
+    for rel in sorted({rel for rel, _ in where.values()}):
+        md = pq.ParquetFile(out / rel).metadata
+        rows = np.concatenate([[0], np.cumsum([md.row_group(g).num_rows for g in range(md.num_row_groups)])])
+        first_row.update({e: int(rows[g]) for e, (r, g) in where.items() if r == rel})
+    for e in range(n_episodes):
+        rel = index["data_files"][episodes["data_file"][e]]
+        assert rel == where[e][0], f"{what}: index puts episode {e} in {rel}, it is in {where[e][0]}"
+        assert episodes["file_row"][e] == first_row[e], f"{what}: index file row of episode {e}"
+    for rel in index["data_files"]:
+        tail = (out / rel).read_bytes()[-(footer_size(out / rel)):]
+        assert index["footer_bytes"][rel] == len(tail), f"{what}: footer size of {rel}"
+        if index["footers"]:
+            assert base64.b64decode(index["footers"][rel]) == tail, f"{what}: inlined footer of {rel}"
+    covered = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()
+                     and p.relative_to(out).parts[0] in ("meta", "data", "videos") and p.name != Path(INDEX_FILE).name)
+    assert sorted(index["files"]) == covered, f"{what}: index covers {sorted(index['files'])}"
+    for rel, ids in index["files"].items():
+        data = (out / rel).read_bytes()
+        assert ids == {"sha256": hashlib.sha256(data).hexdigest(),
+                       "git_sha1": hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()}, f"{what}: id of {rel}"
+    assert index["info"] == json.loads((out / "meta" / "info.json").read_text()), what
+    assert index["stats"] == json.loads((out / "meta" / "stats.json").read_text()), what
+    tasks = pq.read_table(out / "meta" / "tasks.parquet").to_pydict()
+    assert index["tasks"] == [t for _, t in sorted(zip(tasks["task_index"], tasks["task"], strict=True))], what
 
 
 @pytest.mark.parametrize("key", ALL)
@@ -462,6 +472,16 @@ def _uncompressed(path: Path, row_group: int | None = None) -> int:
     md = pq.read_metadata(path)
     groups = range(md.num_row_groups) if row_group is None else [row_group]
     return sum(md.row_group(g).column(c).total_uncompressed_size for g in groups for c in range(md.num_columns))
+
+
+def test_info_records_the_file_sizes_used(builds, tmp_path):
+    """info.json gives the data and video file size limits the export used, not the source's."""
+    b = builds.get("gen_png")
+    source_info = json.loads((b.source / "meta" / "info.json").read_text())
+    out = b.ds.to_lerobot(tmp_path / "sized", data_files_size_in_mb=3, video_files_size_in_mb=7, progress=False)
+    info = json.loads((Path(out) / "meta" / "info.json").read_text())
+    assert (info["data_files_size_in_mb"], info["video_files_size_in_mb"]) == (3, 7)
+    assert source_info.get("video_files_size_in_mb") != 7, "the check needs a source with another value"
 
 
 def test_small_data_files_hold_whole_episodes(big_export, tmp_path):
@@ -652,8 +672,9 @@ def test_second_push_of_an_unchanged_store_makes_no_commit_and_uploads_nothing(h
     allowed = (
         r"POST /api/repos/create",
         rf"GET /api/datasets/{repo_id}(/revision/[^/]+)?",
-        rf"GET /api/datasets/{repo_id}/tree/main(/.*)?",
+        rf"GET /api/datasets/{repo_id}/tree/(main|[0-9a-f]{{40}})(/.*)?",
         rf"GET /api/datasets/{repo_id}/refs",
+        rf"GET /api/datasets/{repo_id}/auth-check/write",
         rf"POST /api/datasets/{repo_id}/(preupload|paths-info)/main",
         rf"(HEAD|GET) /datasets/{repo_id}/resolve/[^/]+/meta/[^/]+\.json",
         r"GET /api/whoami-v2",

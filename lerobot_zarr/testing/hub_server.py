@@ -36,7 +36,8 @@ Behaviour worth knowing (see also the ``HubServer`` docstring):
   without a token gets 401 with ``X-Error-Code: RepoNotFound`` (the client raises ``RepositoryNotFoundError`` whose
   ``response.status_code`` is 401, the way to tell an auth failure from a missing repo, which is 404); writes
   without a token get 401. Any valid token may read and write every repo. ``/api/whoami-v2`` answers 401 unless
-  the request carries a valid token (so also whenever ``tokens`` is None).
+  the request carries a valid token (so also whenever ``tokens`` is None). Tokens listed in ``read_only`` may read
+  but not write (403 on writes; ``whoami`` gives their role as ``"read"``).
 
 Endpoints (``{t}`` = ``datasets|models|spaces``; ``{prefix}`` = ``datasets/``, ``spaces/`` or nothing for models;
 ``{rev}`` = branch, tag, ``refs/heads/x``, ``refs/tags/x`` or a full commit sha, URL-quoted):
@@ -45,7 +46,8 @@ Endpoints (``{t}`` = ``datasets|models|spaces``; ``{prefix}`` = ``datasets/``, `
 - ``GET /api/{t}/{id}/tree/{rev}[/{path}]?recursive=&expand=``: entries, paginated (``tree_page_size``) with
   ``Link: <...>; rel="next"``; 404 ``EntryNotFound`` if ``path`` is not a folder. ``expand`` adds ``lastCommit``.
 - ``POST /api/{t}/{id}/paths-info/{rev}`` (form or JSON ``paths``, ``expand``): entries of the paths that exist.
-- ``GET /api/{t}/{id}/refs``, ``GET /api/{t}/{id}/commits/{rev}``.
+- ``GET /api/{t}/{id}/refs``, ``GET /api/{t}/{id}/commits/{rev}``, ``GET /api/{t}/{id}/auth-check[/write]`` (200
+  if the request may read / write the repo, else 401 / 403 / 404 ``RepoNotFound``).
 - ``HEAD|GET /{prefix}{id}/resolve/{rev}/{path}``: single ``Range`` (``s-e``, ``s-``, ``-n``) -> 206, 416 if
   unsatisfiable; a malformed or multi-range header is ignored (200).
 - ``POST /api/repos/create``, ``DELETE /api/repos/delete``, ``PUT /api/{t}/{id}/settings`` (visibility).
@@ -275,6 +277,12 @@ class _Fault:
     remaining: int
     after_bytes: int
     method: str | None
+    seconds: float = 60.0
+    rate: int = 16
+    value: str = ""
+
+
+_FAULT_KINDS = ("500", "401", "403", "drop", "reset", "stall", "trickle", "short", "bad_range", "bad_commit")
 
 
 # --------------------------------------------------------------------------------------------------- storage
@@ -675,18 +683,21 @@ class _Handler(BaseHTTPRequestHandler):
         self.hub.stats._append(self._rec)
         self._headers_sent = False
         self._drop_after: int | None = None
+        self._fault: _Fault | None = None
         self._body: bytes = b""
         self._body_consumed = False
         try:
             fault = self.hub._take_fault(method, self._rec.path)
             if method != "PUT" or fault is not None:
                 self._body = self._read_body()
+            self._fault = fault
             if fault is not None:
-                if fault.kind == "500":
-                    raise _HubError(500, "Internal Error (injected fault)")
+                if fault.kind in ("500", "401", "403"):
+                    raise _HubError(int(fault.kind), f"Injected fault (HTTP {fault.kind})")
                 if fault.kind == "reset":
                     raise _Dropped
-                self._drop_after = fault.after_bytes
+                if fault.kind == "drop":
+                    self._drop_after = fault.after_bytes
             segments = [unquote(s) for s in split.path.split("/")[1:]]
             while len(segments) > 1 and segments[-1] == "":
                 segments.pop()
@@ -739,7 +750,30 @@ class _Handler(BaseHTTPRequestHandler):
     def _read_body(self) -> bytes:
         return b"".join(self._read_chunks())
 
+    def _stall(self) -> None:
+        """A ``"stall"`` fault: wait (until the server stops at the latest), then drop the connection."""
+        self.hub._stopping.wait(self._fault.seconds)
+        raise _Dropped
+
     def _write(self, data: bytes) -> None:
+        fault = self._fault
+        if fault is not None and fault.kind == "stall" and self._headers_sent:
+            room = fault.after_bytes - self._rec.bytes_sent
+            if room < len(data):
+                if room > 0:
+                    self._rec.bytes_sent += room
+                    self.wfile.write(data[:room])
+                    self.wfile.flush()
+                self._stall()
+        if fault is not None and fault.kind == "trickle" and self._headers_sent:
+            piece = max(1, fault.rate // 10)
+            for i in range(0, len(data), piece):
+                if self.hub._stopping.wait(0.1):
+                    raise _Dropped
+                self._rec.bytes_sent += len(data[i:i + piece])
+                self.wfile.write(data[i:i + piece])
+                self.wfile.flush()
+            return
         if self._drop_after is not None:
             room = self._drop_after - self._rec.bytes_sent
             if room < len(data):
@@ -755,6 +789,8 @@ class _Handler(BaseHTTPRequestHandler):
         has_body = self.command != "HEAD" and length > 0
         if self._drop_after is not None and not has_body:
             raise _Dropped  # nothing to cut short: drop before the status line
+        if self._fault is not None and self._fault.kind == "stall" and (self._fault.after_bytes == 0 or not has_body):
+            self._stall()  # nothing answered at all
         self._rec.status = status
         self.send_response(status)
         for key, value in headers.items():
@@ -812,6 +848,7 @@ class _Handler(BaseHTTPRequestHandler):
         tokens = self.hub.tokens
         self._user = None
         self._authorized = tokens is None
+        self._read_only = False
         if tokens is None:
             return
         header = self.headers.get("Authorization")
@@ -823,10 +860,14 @@ class _Handler(BaseHTTPRequestHandler):
             raise _HubError(401, _INVALID_CREDENTIALS, headers={"X-Error-Message": _INVALID_CREDENTIALS})
         self._user = tokens[token]
         self._authorized = True
+        self._read_only = token in self.hub.read_only
 
     def _require_auth(self) -> None:
+        """For writes: a token (401 without), and one that may write (403 for a read-only one)."""
         if not self._authorized:
             raise _HubError(401, "You must be authenticated to access this resource (pass a token).")
+        if self._read_only:
+            raise _HubError(403, "This token has read access only; writing needs a token with write access.")
 
     def _repo(self, repo_type: str, repo_id: str, *, write: bool = False) -> dict:
         if write:
@@ -911,6 +952,7 @@ class _Handler(BaseHTTPRequestHandler):
             ("GET", "tree"): lambda: self._tree(repo_type, repo_id, args),
             ("POST", "paths-info"): lambda: self._paths_info(repo_type, repo_id, "/".join(args)),
             ("GET", "refs"): lambda: self._refs(repo_type, repo_id),
+            ("GET", "auth-check"): lambda: self._auth_check(repo_type, repo_id, args),
             ("GET", "commits"): lambda: self._commits(repo_type, repo_id, "/".join(args) or "main"),
             ("POST", "preupload"): lambda: self._preupload(repo_type, repo_id, "/".join(args)),
             ("POST", "commit"): lambda: self._commit(repo_type, repo_id, "/".join(args)),
@@ -946,7 +988,8 @@ class _Handler(BaseHTTPRequestHandler):
                 "canPay": False,
                 "avatarUrl": "",
                 "orgs": [],
-                "auth": {"type": "access_token", "accessToken": {"displayName": "test", "role": "write"}},
+                "auth": {"type": "access_token",
+                         "accessToken": {"displayName": "test", "role": "read" if self._read_only else "write"}},
             }
         )
 
@@ -1006,7 +1049,7 @@ class _Handler(BaseHTTPRequestHandler):
                 "_id": hashlib.sha1(f"{repo_type}:{repo_id}".encode()).hexdigest()[:24],
                 "id": repo_id,
                 "author": repo_id.split("/")[0],
-                "sha": cid,
+                "sha": self._bad_commit(cid),
                 "lastModified": doc["date"],
                 "createdAt": repo["createdAt"],
                 "private": repo["private"],
@@ -1102,13 +1145,23 @@ class _Handler(BaseHTTPRequestHandler):
                 out.append(self._entry_json(idx, cid, path, expand))
         self._send_json(out, headers={"X-Repo-Commit": cid})
 
+    def _auth_check(self, repo_type: str, repo_id: str, args: list[str]) -> None:
+        if args not in ([], ["write"]):
+            raise _HubError(404, "Not Found")
+        self._repo(repo_type, repo_id, write=args == ["write"])
+        self._send_json({})
+
+    def _bad_commit(self, cid: str) -> str:
+        """A ``"bad_commit"`` fault answers its ``value`` wherever a commit id is due."""
+        return self._fault.value if self._fault is not None and self._fault.kind == "bad_commit" else cid
+
     def _refs(self, repo_type: str, repo_id: str) -> None:
         repo = self._repo(repo_type, repo_id)
         with self.hub._storage.lock:
             branches, tags = sorted(repo["branches"].items()), sorted(repo["tags"].items())
         out = {
-            "branches": [{"name": n, "ref": f"refs/heads/{n}", "targetCommit": c} for n, c in branches],
-            "tags": [{"name": n, "ref": f"refs/tags/{n}", "targetCommit": c} for n, c in tags],
+            "branches": [{"name": n, "ref": f"refs/heads/{n}", "targetCommit": self._bad_commit(c)} for n, c in branches],
+            "tags": [{"name": n, "ref": f"refs/tags/{n}", "targetCommit": self._bad_commit(c)} for n, c in tags],
             "converts": [],
         }
         if self._flag("include_prs"):
@@ -1163,6 +1216,13 @@ class _Handler(BaseHTTPRequestHandler):
                 status = 206
                 headers["Content-Range"] = f"bytes {start}-{end}/{size}"
         length = max(0, end - start + 1)
+        fault = self._fault
+        if fault is not None and fault.kind == "short":  # a complete answer, just fewer bytes than the range
+            length = min(length, fault.after_bytes)
+        if fault is not None and fault.kind == "bad_range" and status == 206:  # another part of the file than asked
+            shift = max(1, fault.after_bytes)
+            start = start + shift if start + shift + length <= size else max(0, start - shift)
+            headers["Content-Range"] = f"bytes {start}-{start + length - 1}/{size}"
         if self._start(status, headers, length):
             with open(storage.blob_path(entry["sha256"]), "rb") as f:
                 f.seek(start)
@@ -1428,10 +1488,12 @@ class HubServer:
     """
 
     def __init__(self, storage_dir: str | os.PathLike, *, host: str = "127.0.0.1", port: int = 0,
-                 tokens: Mapping[str, str] | None = None):  # fmt: skip
+                 tokens: Mapping[str, str] | None = None, read_only: Sequence[str] = ()):  # fmt: skip
         self.storage_dir = Path(storage_dir).resolve()
         self.host, self.port = host, port
         self.tokens: dict[str, str] | None = dict(tokens) if tokens is not None else None
+        self.read_only = frozenset(read_only)
+        self._stopping = threading.Event()
         self.tree_page_size = 1000
         self.stats = HubStats()
         #: Tracebacks of unexpected exceptions in request handlers (each also answered with a 500).
@@ -1454,6 +1516,7 @@ class HubServer:
     def start(self) -> "HubServer":
         if self._httpd is not None:
             return self
+        self._stopping.clear()
         self._httpd = _HTTPServer((self.host, self.port), _Handler, self)
         host, port = self._httpd.server_address[:2]
         self.port = port
@@ -1468,6 +1531,7 @@ class HubServer:
         httpd, self._httpd = self._httpd, None
         if httpd is None:
             return
+        self._stopping.set()  # stalled and trickling answers end
         httpd.shutdown()
         httpd.server_close()
         httpd.close_all_connections()
@@ -1600,7 +1664,8 @@ class HubServer:
         self.stats.reset()
 
     def inject_fault(self, *, path_contains: str, kind: str, count: int = 1, after_bytes: int = 0,
-                     method: str | None = None) -> None:  # fmt: skip
+                     method: str | None = None, seconds: float = 60.0, rate: int = 16,
+                     value: str = "") -> None:  # fmt: skip
         """Make the next ``count`` requests whose URL-decoded path contains ``path_contains`` (and whose method is
         ``method``, if given) fail. Kinds:
 
@@ -1609,13 +1674,23 @@ class HubServer:
           connection after ``after_bytes`` body bytes; a response without body (HEAD) is dropped before its
           status line.
         - ``"reset"``: close the connection without answering.
+        - ``"401"``, ``"403"``: answer that status (as for a token that may not read the file).
+        - ``"stall"``: send nothing for ``seconds`` (or until the server stops), then close the connection; with
+          ``after_bytes`` > 0, the status line, headers and that many body bytes first.
+        - ``"trickle"``: send the body at ``rate`` bytes per second (in tenths of a second).
+        - ``"short"`` (file downloads): a complete answer (``Content-Length`` agreeing) of at most ``after_bytes``
+          body bytes, whatever range was asked.
+        - ``"bad_range"`` (range downloads): the bytes ``max(1, after_bytes)`` further into the file (or back,
+          at its end), with a ``Content-Range`` saying so.
+        - ``"bad_commit"`` (``/refs`` and repo info): ``value`` wherever a commit id is due.
         """
-        if kind not in ("500", "drop", "reset"):
+        if kind not in _FAULT_KINDS:
             raise ValueError(f"unknown fault kind {kind!r}")
-        if count < 1 or after_bytes < 0:
-            raise ValueError("count must be >= 1 and after_bytes >= 0")
+        if count < 1 or after_bytes < 0 or seconds < 0 or rate < 1:
+            raise ValueError("count and rate must be >= 1, after_bytes and seconds >= 0")
         with self._faults_lock:
-            self._faults.append(_Fault(path_contains, kind, count, after_bytes, method.upper() if method else None))
+            self._faults.append(_Fault(path_contains, kind, count, after_bytes, method.upper() if method else None,
+                                       seconds, rate, value))
 
     def clear_faults(self) -> None:
         with self._faults_lock:
