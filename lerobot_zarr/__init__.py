@@ -13,7 +13,7 @@ _os.environ.setdefault("ZARR_ARRAY__RECTILINEAR_CHUNKS", "True")
 if "zarr" in _sys.modules:
     _sys.modules["zarr"].config.set({"array.rectilinear_chunks": True})
 
-from .frame_codecs import register_when_zarr_is_imported as _register_codecs  # noqa: E402
+from ._codec_registry import register_when_zarr_is_imported as _register_codecs  # noqa: E402
 
 _register_codecs()  # lerobot_zarr's zarr codecs (compressed cameras), for zarr and xarray readers of our stores
 

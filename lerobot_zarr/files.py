@@ -10,12 +10,14 @@ import hashlib
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
 import pyarrow.parquet as pq
 
-__all__ = ["SourceFiles", "LocalFiles"]
+from .errors import CorruptSourceError
+
+__all__ = ["SourceFiles", "LocalFiles", "safe_relpath"]
 
 
 class SourceFiles(ABC):
@@ -92,3 +94,11 @@ class LocalFiles(SourceFiles):
             st = path.stat() if path.exists() else None
             h.update(f"{rel}:{st.st_size if st else -1}:{st.st_mtime_ns if st else -1}".encode())
         return {"kind": "local", "path": str(self.root), "fingerprint": h.hexdigest()}
+
+
+def safe_relpath(where: str, rel: str, what: str) -> str:
+    """Refuse paths from metadata that would leave the dataset folder (absolute, ``..``, backslashes)."""
+    candidate = PurePosixPath(rel)
+    if candidate.is_absolute() or ".." in candidate.parts or "\\" in rel or not candidate.parts:
+        raise CorruptSourceError(f"{where}: {what} path {rel!r} leaves the dataset folder")
+    return candidate.as_posix()

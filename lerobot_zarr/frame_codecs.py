@@ -18,7 +18,7 @@ per-process thread pool (recreated after ``fork``); zstd and libjpeg-turbo relea
 
 In zarr terms, a compressed camera array is sharded: a shard is a chunk of frames, each inner chunk one frame
 ``(1, H, W, C)`` whose codec chain is :meth:`FrameCodec.zarr_codecs`. ``lerobot_zarr.delta`` and
-``lerobot_zarr.jpeg`` are registered with zarr's codec registry by :func:`register_zarr_codecs`: importing
+``lerobot_zarr.jpeg`` are registered with zarr's codec registry (:mod:`._codec_registry`): importing
 ``lerobot_zarr`` does it at once if zarr is imported, else right after zarr's import (a one-shot import hook;
 lerobot_zarr itself never imports zarr). A plain zarr-python or xarray reader therefore needs ``lerobot_zarr``
 installed and imported (or ``zarr.codecs`` entry points in its package metadata), and, for ``jpeg``,
@@ -29,10 +29,7 @@ undoes them) or a JPEG file.
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.util
 import os
-import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -58,8 +55,6 @@ __all__ = [
     "decode_batch",
     "decode_threads",
     "frame_codec",
-    "register_when_zarr_is_imported",
-    "register_zarr_codecs",
     "run_in_parallel",
     "shard_bytes",
     "shard_index",
@@ -428,53 +423,6 @@ def run_in_parallel(fn: Callable[[int, int], None], n: int, *, threads: int | No
     for exc in errors:
         if exc is not None:
             raise exc
-
-
-# ------------------------------------------------------------------------------------------------ zarr codecs
-_registered = False
-
-
-def register_zarr_codecs() -> None:
-    """Register ``lerobot_zarr.delta`` and ``lerobot_zarr.jpeg`` with zarr-python (idempotent)."""
-    global _registered
-    if _registered:
-        return
-    from zarr.registry import register_codec
-
-    from . import _zarr_codecs
-
-    register_codec(DELTA_CODEC, _zarr_codecs.DeltaCodec)
-    register_codec(JPEG_CODEC, _zarr_codecs.JpegCodec)
-    _registered = True
-
-
-def register_when_zarr_is_imported() -> None:
-    """Register the zarr codecs now if zarr is imported, else right after zarr's import (lerobot_zarr itself
-    never imports zarr: reading a store with zarr or xarray must not need the import to come first)."""
-    if "zarr" in sys.modules:
-        register_zarr_codecs()
-    elif not any(isinstance(f, _AfterZarrImport) for f in sys.meta_path):
-        sys.meta_path.insert(0, _AfterZarrImport())
-
-
-class _AfterZarrImport(importlib.abc.MetaPathFinder):
-    """One-shot import hook: runs :func:`register_zarr_codecs` once the ``zarr`` package has been executed."""
-
-    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
-        if name != "zarr":
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(name)
-        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
-            return spec
-        exec_module = spec.loader.exec_module
-
-        def exec_then_register(module: Any) -> None:
-            exec_module(module)
-            register_zarr_codecs()
-
-        spec.loader.exec_module = exec_then_register  # type: ignore[method-assign]
-        return spec
 
 
 # ------------------------------------------------------------------------------------------------ shard layout

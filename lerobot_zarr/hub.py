@@ -46,8 +46,7 @@ from .errors import (
     RevisionNotFoundError,
     SourceNotFoundError,
 )
-from .files import SourceFiles
-from .source import safe_relpath
+from .files import SourceFiles, safe_relpath
 
 __all__ = ["HubFiles", "resolve_revision", "parse_repo_id", "network_errors", "request", "request_json",
            "request_timeout", "session_timeouts", "check_commit", "REPO_ID"]

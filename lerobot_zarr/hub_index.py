@@ -136,7 +136,7 @@ def write_index(root: Path, *, info: dict, tasks: Sequence[str], stats: dict, le
 def read_index(files: Any) -> HubIndex | None:
     """The index of ``files`` (a :class:`~lerobot_zarr.files.SourceFiles`) if it has one that still describes its
     files, else None. One request: the index file."""
-    from .source import safe_relpath
+    from .files import safe_relpath
 
     matches = getattr(files, "matches", None)
     if matches is None or not files.exists(INDEX_FILE):

@@ -28,7 +28,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -42,7 +42,7 @@ from .errors import (
     SourceNotFoundError,
     UnsupportedDtypeError,
 )
-from .files import LocalFiles, SourceFiles
+from .files import LocalFiles, SourceFiles, safe_relpath
 from .lerobot_v3 import (
     STAT_NAMES,
     V3_DATA_PATH,
@@ -223,14 +223,6 @@ def _read_table(files: SourceFiles, rel: str, columns: Sequence[str] | None = No
         raise
     except (pa.ArrowException, OSError) as exc:
         raise CorruptSourceError(f"{files.location(rel)}: cannot read columns {columns} ({exc})") from exc
-
-
-def safe_relpath(where: str, rel: str, what: str) -> str:
-    """Refuse paths from metadata that would leave the dataset folder (absolute, ``..``, backslashes)."""
-    candidate = PurePosixPath(rel)
-    if candidate.is_absolute() or ".." in candidate.parts or "\\" in rel or not candidate.parts:
-        raise CorruptSourceError(f"{where}: {what} path {rel!r} leaves the dataset folder")
-    return candidate.as_posix()
 
 
 def _parse_features(info: dict, info_path: str) -> dict[str, FeatureSpec]:
