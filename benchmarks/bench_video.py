@@ -1,60 +1,69 @@
-"""Cameras kept as mp4: sampling from the store (raw and compact) vs LeRobot's per-sample decode, disk, transcode.
+"""Camera storage options of the real store, end to end: disk bytes, ``ds[i]`` and ``get_batch(64)`` throughput with
+2-frame windows, and pixel error, against LeRobot's per-sample mp4 decode measured in the same run.
 
-Builds a synthetic LeRobot v3.0 dataset (default 10 episodes of 100-150 frames, ~1,250 frames) with two 480x640
-cameras stored as real AV1 mp4 files, LeRobot's encoding (libsvtav1, yuv420p, g=2, crf 30: byte for byte the files
-``write_sample_dataset(..., write_videos=True)`` writes, with its frame generator redone ~10x faster in uint8
-arithmetic), plus ``observation.state`` / ``action`` f32[14]. Sample spec: ``delta_timestamps`` ``[-1/fps, 0]`` on both cameras and on
-the state, ``[k/fps, k=0..15]`` on the action. Then, in the same run:
+Datasets:
 
-1. Random access, µs per sample on the same seeded random indices, contenders interleaved block by block (A B C D
-   A B C D ... over blocks of 25 indices) so that noise from other tenants hits all alike; medians of repeats:
+- ``G1-policy-train`` (``../shared/datasets/``, LeRobot v2.1): its real camera ``observation.images.cam_high``,
+  480x640 AV1 (LeRobot's encoding, a keyframe every 2 frames), opened with ``episodes=[1, 2, 4, 5]``, the only
+  episodes whose mp4 files exist (skipped with a message when the folder is absent; ``--g1``, ``--g1-episodes``);
+- a larger synthetic LeRobot v3.0 dataset (default 10 episodes of 150 frames): numeric data and metadata by
+  ``write_sample_dataset``, two 480x640 cameras of camera-like moving scenes (the scene of
+  ``bench_camera_options.py``, drawn in float32 inside each object's box: ~10x faster, the same picture, other
+  noise) encoded as LeRobot does (libsvtav1, yuv420p, g=2, crf 30) into one mp4 per camera, episodes concatenated.
 
-   - ours, raw storage:     ``open_dataset(folder, root=store, delta_timestamps=..., storage={cam: "raw"})[i]``
-   - ours, compact storage: the same with ``storage={cam: "compact"}`` (zstd per frame)
-   - (and ``get_batch`` of 32 indices, per sample, for both)
-   - mp4 per sample, cold:  what LeRobot's ``decode_video_frames_torchvision`` (pyav backend) does per camera:
-     ``av.open`` the camera's video file, seek to the first requested timestamp (backward, to a keyframe), decode
-     until the last requested timestamp, pick the nearest decoded frame for each timestamp (tolerance 1e-4 s),
-     convert those to rgb24 ndarrays, close the file;
-   - mp4 per sample, warm:  the same with every video file kept open (a seek per sample, no open).
+Each option is a real store: ``open_dataset(src, root=<store>, episodes=..., storage={cam: option},
+resize={cam: (224, 224)} or none, delta_timestamps={cam: [-1/fps, 0]})`` for ``raw``, ``compact`` (zstd per
+frame), ``lossless`` (delta-zstd), ``jpeg`` (q90), ``jpeg:80`` and ``mp4`` (the source's files kept, decoded on
+read), each at full size and resized to 224x224 at transcode (``mp4``: resized after decoding, on read).
 
-   The mp4 baselines use one decoder thread (``--mp4-threads``): per sample that was ~20 % faster here than
-   FFmpeg's automatic thread count, which is what LeRobot gets.
+Per option, in the same run:
 
-   The mp4 baselines return the camera windows only, get their query timestamps precomputed, and convert only
-   the chosen frames to rgb24 (torchvision converts every decoded frame, LeRobot then also makes them float32):
-   they are lower bounds of LeRobot's cost per sample, which adds its HF-datasets row fetch (bench_sampling.py).
-   Before timing, the camera windows of ours (raw and compact) are checked equal, pixel for pixel, to the
-   baseline's decode at random frames and episode edges (raises if not).
+- disk: bytes of ``<store>/<camera>/`` (every camera) / bytes of the same episodes' mp4 files;
+- ``ds[i]`` samples/s and ``get_batch(64)`` samples/s, and their ratio to LeRobot's per-sample decode, as
+  ``decode_video_frames_torchvision`` (pyav backend) does it per camera: ``av.open`` the episode's video file, seek
+  to the first requested timestamp (backward, to a keyframe), decode until the last one, pick the nearest decoded
+  frame for each timestamp (within 1e-4 s), convert those to rgb24 ndarrays, close the file; one decoder thread
+  (``--mp4-threads``; ~20 % faster per sample here than FFmpeg's automatic count, which LeRobot gets). For the
+  224x224 rows the baseline also resizes the two frames (``lerobot_zarr.resize.resize_frame``, as a training
+  transform would). The baseline returns the camera windows only, so it is a lower bound of LeRobot's cost per
+  sample (which adds its HF-datasets row fetch, see ``bench_sampling.py``; and LeRobot converts every decoded
+  frame and makes them float32). LeRobot has no batch path: its batch rows run the per-sample decode 64 times.
+  The baseline runs interleaved with every contender block by block (25 indices for ``ds[i]``, one batch of 64
+  for ``get_batch``), the order rotating per block, on the same random indices, fresh ones every repeat; medians
+  over repeats, per-repeat ratio ranges in brackets. A warm variant (files kept open, a seek per sample) is timed
+  beside it in the ``ds[i]`` part for the cold/warm note;
+- max / mean abs pixel error of every stored frame against PyAV's decode of the same frames (for 224x224 rows:
+  against ``lerobot_zarr.resize.resize_frames`` of PyAV's decode). Raises if a lossless option (raw, compact,
+  lossless, mp4, at either size) is not exact, or if the baseline's windows differ from the raw stores' ones;
+- transcode: seconds of the store's first ``open_dataset`` (one run, for information; no bare-decode floor: that
+  comparison, formerly part 3 of this script, is dropped).
 
-2. Disk: bytes of each camera array in the store, raw vs compact, vs the mp4 files.
-
-3. Transcode throughput of the cameras: frames decoded into a fresh store per second (``open_dataset(...,
-   episodes=<first k>)``, raw and compact), vs the floor: PyAV decoding the same episodes of the same mp4 files
-   to rgb24 ndarrays and discarding them, with the transcoder's parallelism (a thread pool of min(8, CPUs)
-   workers over (episode, camera), ``thread_type="AUTO"``). Runs interleaved, ``os.sync()`` and a wait for an idle
-   disk before each (as bench_transcode.py); medians.
+Every store file and mp4 is in the page cache when timing starts (the pixel check read all of them; one untimed
+block per contender opens maps, containers and thread pools): the figures are warm-cache ones.
 
 Everything is written under a temp folder in the folder holding the checkout by default (``--tmp-root``; not /tmp,
-which may be tmpfs: the raw store takes 1.84 GB per 1,000 frames of two 480x640 cameras). ``--quick``: 4 short
-episodes, for a smoke test (~1 min).
+which may be RAM): a dataset's twelve stores exist at once (G1 ~2.9 GB, the synthetic one ~7.8 GB; checked against
+the free space first) and are deleted after its rows unless ``--keep`` or ``--out-dir``. A full run takes ~10 min
+on 2 CPUs. ``--quick``: one G1 episode, 3 synthetic episodes of 60 frames, fewer samples (a smoke test, ~1.5 min).
 
-Run (from the repository root):  .venv/bin/python benchmarks/bench_video.py [--quick]
+Run (from the repository root):  .venv/bin/python benchmarks/bench_video.py [--quick] [--datasets g1,synthetic]
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import multiprocessing as mp
 import os
 import shutil
+import statistics
 import sys
 import tempfile
 import time
 import warnings
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -63,88 +72,174 @@ import pyarrow.parquet as pq
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common as C  # noqa: E402
 
-CAMERAS = ("observation.images.front", "observation.images.top")
+ROOT = Path(__file__).resolve().parents[1]
+G1 = ROOT.parent / "shared" / "datasets" / "G1-policy-train"
+G1_EPISODES = (1, 2, 4, 5)
+SYN_CAMERAS = ("observation.images.front", "observation.images.top")
 SHAPE = (480, 640, 3)
+SMALL = (224, 224)
+STORAGES = ("raw", "compact", "lossless", "jpeg", "jpeg:80", "mp4")
+LOSSY = ("jpeg", "jpeg:80")
 TOLERANCE_S = 1e-4  # LeRobot's tolerance between a requested timestamp and a decoded frame's
-TARGET_SPEEDUP = 20.0  # per-sample mp4 decode / ours (raw) >= 20
-BLOCK = 25  # indices per interleaving block
-BATCH = 32
-INNER_RAW = 4  # ours raw is ~50x faster than the mp4 rows: each of its slots runs its block 4 times (divided out)
-FULL = {"episodes": 10, "lengths": (100, 150), "samples": 200, "repeats": 3, "transcode_episodes": 2,
-        "transcode_runs": 3}
-QUICK = {"episodes": 4, "lengths": (40, 60), "samples": 50, "repeats": 2, "transcode_episodes": 2,
-         "transcode_runs": 2}
+BATCH = 64
+BLOCK = 25  # indices per interleaving block of the ds[i] part
+CHECK_ROWS = 64  # frames per get_batch of the pixel check
+TARGET_LOSSY = (5.0, 10.0)  # a lossy option at <= 5x the mp4's bytes and >= 10x faster than per-sample decode
+TARGET_MP4 = (1.0, 3.0)  # mp4 kept: 1x the bytes and >= 3x faster
+FULL = {"syn_episodes": 10, "syn_length": 150, "samples": 200, "batches": 3, "repeats": 3}
+QUICK = {"syn_episodes": 3, "syn_length": 60, "samples": 50, "batches": 1, "repeats": 2}
 
 
-def delta_timestamps() -> dict[str, list[float]]:
-    window = [-1 / C.FPS, 0.0]
-    return {**{cam: window for cam in CAMERAS}, "observation.state": window,
-            "action": [k / C.FPS for k in range(16)]}
+@dataclass(frozen=True)
+class Option:
+    storage: str
+    resized: bool
+
+    @property
+    def label(self) -> str:
+        return self.storage + (" 224x224" if self.resized else "")
+
+    @property
+    def folder(self) -> str:
+        return self.storage.replace(":", "") + ("-224" if self.resized else "")
+
+    @property
+    def lossless(self) -> bool:
+        return self.storage not in LOSSY
 
 
-# ------------------------------------------------------------------------------------------------ dataset
-def camera_frames(key_number: int, episode: int, length: int, seed: int) -> np.ndarray:
-    """``lerobot_zarr.sample_data.camera_frames`` (gradient + noise), the same bytes ~10x faster: uint8 arithmetic
-    (mod 256 by wrap-around) instead of int64 arrays, and the noise from the raw PCG64 stream (``integers(0, 8)``
-    is the top 3 bits of each ``next_uint32``, i.e. of the low then the high half of each 64-bit output)."""
-    height, width, channels = SHAPE
-    rng = np.random.default_rng([seed, key_number, episode])
-    n = length * height * width * channels
-    raw = rng.bit_generator.random_raw((n + 1) // 2).view("<u4")[:n]
-    noise = (raw >> np.uint32(29)).astype(np.uint8).reshape(length, height, width, channels)
-    y, x = np.mgrid[0:height, 0:width]
-    xy = ((x * 3 + y * 2) % 256).astype(np.uint8)[:, :, None]
-    shift = ((np.arange(length)[:, None] * 5 + np.arange(channels)[None, :] * 40 + episode * 17 + key_number * 31)
-             % 256).astype(np.uint8)
-    out = np.empty((length, height, width, channels), np.uint8)
+OPTIONS = [Option(s, r) for r in (False, True) for s in STORAGES]
+
+
+# ------------------------------------------------------------------------------------------------ sources
+@dataclass
+class Source:
+    """A LeRobot dataset as the benchmark sees it, read from its metadata with json / pyarrow (independent of
+    lerobot_zarr): the episodes sampled, in order, their lengths and positions in the view, and each camera's
+    video file and ``from_timestamp`` per episode."""
+
+    name: str
+    src: Path
+    cameras: tuple[str, ...]
+    selection: list[int] | None  # ``episodes=`` of open_dataset (None: all)
+    fps: float
+    episodes: np.ndarray
+    length: np.ndarray
+    files: dict[str, list[str]]
+    from_ts: dict[str, np.ndarray]
+
+    @property
+    def start(self) -> np.ndarray:
+        return np.concatenate([[0], np.cumsum(self.length)[:-1]]).astype(np.int64)
+
+    @property
+    def n(self) -> int:
+        return int(self.length.sum())
+
+    def mp4_bytes(self) -> int:
+        return sum(os.path.getsize(f) for cam in self.cameras for f in set(self.files[cam]))
+
+
+def read_source(name: str, src: Path, selection: list[int] | None) -> Source:
+    info = json.loads((src / "meta" / "info.json").read_text())
+    cameras = tuple(k for k, f in info["features"].items() if f.get("dtype") == "video")
+    fps = float(info["fps"])
+    if info["codebase_version"].startswith("v2"):
+        lengths = {r["episode_index"]: r["length"] for r in map(json.loads, (src / "meta" / "episodes.jsonl").open())}
+        episodes = np.asarray(sorted(selection) if selection is not None else sorted(lengths), np.int64)
+        files = {cam: [str(src / info["video_path"].format(episode_chunk=int(e) // info["chunks_size"], video_key=cam,
+                                                           episode_index=int(e))) for e in episodes]
+                 for cam in cameras}
+        return Source(name, src, cameras, selection, fps, episodes, np.asarray([lengths[e] for e in episodes]),
+                      files, {cam: np.zeros(len(episodes)) for cam in cameras})
+    cols = ["episode_index", "length"] + [f"videos/{cam}/{k}" for cam in cameras
+                                          for k in ("chunk_index", "file_index", "from_timestamp")]
+    t = pq.read_table(sorted((src / "meta" / "episodes").glob("*/*.parquet")), columns=cols).to_pydict()
+    rows = sorted(range(len(t["episode_index"])), key=lambda r: t["episode_index"][r])
+    if selection is not None:
+        rows = [r for r in rows if t["episode_index"][r] in set(selection)]
+    files = {cam: [str(src / info["video_path"].format(video_key=cam, chunk_index=t[f"videos/{cam}/chunk_index"][r],
+                                                       file_index=t[f"videos/{cam}/file_index"][r])) for r in rows]
+             for cam in cameras}
+    from_ts = {cam: np.asarray([t[f"videos/{cam}/from_timestamp"][r] for r in rows], np.float64) for cam in cameras}
+    return Source(name, src, cameras, selection, fps, np.asarray([t["episode_index"][r] for r in rows]),
+                  np.asarray([t["length"][r] for r in rows], np.int64), files, from_ts)
+
+
+def scene_frames(camera: int, episode: int, length: int, seed: int) -> np.ndarray:
+    """``bench_camera_options.scene_frames`` (a textured table under a slowly panning camera, a 'gripper' and two
+    blocks moving over it, soft light, sensor noise), in float32 and drawn inside each object's box."""
+    rng = np.random.default_rng([seed, camera, episode])
+    h, w, _ = SHAPE
+    big = rng.normal(0, 1, (h // 8 + 8, w // 8 + 16, 3))
+    texture = np.kron(big, np.ones((8, 8, 1)))  # blocky noise, then blurred into wood-like grain
+    for axis in (0, 1):
+        for _ in range(3):
+            texture = (texture + np.roll(texture, 3, axis) + np.roll(texture, -3, axis)) / 3
+    base = (np.array([150, 110, 70]) + 25 * texture / texture.std()).astype(np.float32)
+    y, x = np.mgrid[0:h, 0:w]
+    light = (0.75 + 0.25 * np.cos((x - w / 2) / w * 2.2) * np.cos((y - h / 2) / h * 1.8))[..., None].astype(np.float32)
+    objects = [(rng.uniform(0.2, 0.8, 2), rng.uniform(-1, 1, 2), rng.integers(30, 230, 3).astype(np.float32), r)
+               for r in (60, 35, 28)]
+    out = np.empty((length, h, w, 3), np.uint8)
+    img = np.empty((h, w, 3), np.float32)
     for t in range(length):
-        base = xy + shift[t]  # wraps: the library's "% 256"
-        frame = base + noise[t]
-        frame[frame < base] = 255  # the library's clip(.., 0, 255) of base + noise
-        out[t] = frame
+        pan = int(8 * np.sin(t / 40))
+        np.multiply(base[4 + pan // 2: 4 + pan // 2 + h, 8 + pan: 8 + pan + w], light, out=img)
+        for k, (p0, v, colour, r) in enumerate(objects):
+            cy = h * (p0[0] + 0.25 * np.sin(t / (25 + 7 * k) + v[0]))
+            cx = w * (p0[1] + 0.25 * np.cos(t / (31 + 5 * k) + v[1]))
+            ry, rx = (r * 1.6, r * 0.7) if k == 0 else (r, r)
+            y0, y1 = max(0, int(cy - ry) - 1), min(h, int(cy + ry) + 2)
+            x0, x1 = max(0, int(cx - rx) - 1), min(w, int(cx + rx) + 2)
+            if y0 >= y1 or x0 >= x1:
+                continue
+            yy, xx, patch = y[y0:y1, x0:x1], x[y0:y1, x0:x1], img[y0:y1, x0:x1]
+            if k == 0:  # a rectangle with a darker rim
+                mask = (np.abs(yy - cy) < ry) & (np.abs(xx - cx) < rx)
+                rim = mask & ~((np.abs(yy - cy) < ry - 6) & (np.abs(xx - cx) < rx - 6))
+                patch[mask] = colour
+                patch[rim] = colour * 0.5
+            else:
+                d = (yy - cy) ** 2 + (xx - cx) ** 2
+                inside = d < r * r
+                patch[inside] = colour * (1.1 - 0.4 * np.sqrt(d[inside]) / r)[:, None]
+        img += rng.standard_normal(img.shape, dtype=np.float32) * 2.0
+        np.clip(img, 0, 255, out=img)
+        out[t] = img
     return out
 
 
-def _write_camera(src: str, key_number: int, key: str, lengths: list[int], per_file: int, seed: int) -> None:
-    """One camera's mp4 files, byte for byte what ``write_sample_dataset(write_videos=True)`` writes (v3.0)."""
-    from lerobot_zarr.sample_data import CHUNKS_SIZE, V3_VIDEO_PATH
-    from lerobot_zarr.sample_data import camera_frames as library_frames
+def _write_camera(path: str, camera: int, lengths: list[int], seed: int) -> None:
     from lerobot_zarr.video import VideoWriter
 
-    height, width, channels = SHAPE
-    for number in range((len(lengths) + per_file - 1) // per_file):
-        path = Path(src) / V3_VIDEO_PATH.format(video_key=key, chunk_index=number // CHUNKS_SIZE,
-                                                 file_index=number % CHUNKS_SIZE)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        writer = VideoWriter(path, C.FPS, width, height, channels)
-        for e in range(number * per_file, min((number + 1) * per_file, len(lengths))):
-            frames = camera_frames(key_number, e, lengths[e], seed)
-            head = min(2, lengths[e])  # the library's first frames are a prefix of its longer episodes
-            if not np.array_equal(frames[:head], library_frames(key_number, e, head, SHAPE, seed)):
-                raise AssertionError(f"camera_frames differs from lerobot_zarr.sample_data.camera_frames (episode {e})")
-            writer.add(frames)
-        writer.close()
+    writer = VideoWriter(path, C.FPS, SHAPE[1], SHAPE[0], SHAPE[2])
+    for e, n in enumerate(lengths):
+        writer.add(scene_frames(camera, e, n, seed))
+    writer.close()
 
 
-def _write_videos(src: Path, lengths: list[int], per_file: int, seed: int, stall_s: float = 60.0,
-                  start_s: float = 300.0, attempts: int = 3) -> None:
-    """Every camera's mp4 files, one camera at a time, each in a child process that is killed and started again
-    if it fails, or if its file stops growing for ``stall_s`` (or has no byte after ``start_s``: starting a
-    process can take long on a busy disk). SVT-AV1 4.2.0 (PyAV 19.0.2's wheel) deadlocked here (every encoder
-    thread idle, the caller stuck in ``svt_av1_enc_send_picture``) or emitted a packet the muxer refused (EINVAL,
-    then a hang in ``svt_av1_enc_deinit``) in 3 of 12 camera encodes when two encoders ran at once on this 2-core
-    VM, in none of 10 run one at a time."""
+def _write_videos(src: Path, lengths: list[int], seed: int, stall_s: float = 60.0, start_s: float = 300.0,
+                  attempts: int = 3) -> None:
+    """Every camera's mp4 file, one camera at a time, each in a child process that is killed and started again
+    if it fails, or if its file stops growing for ``stall_s`` (or has no byte after ``start_s``). SVT-AV1 4.2.0
+    (PyAV 19.0.2's wheel) deadlocked or emitted a packet the muxer refused in 3 of 12 camera encodes when two
+    encoders ran at once on this 2-core VM, in none of 10 run one at a time."""
+    from lerobot_zarr.sample_data import CHUNKS_SIZE, V3_VIDEO_PATH
+
     ctx = mp.get_context("spawn")
-    for k, key in enumerate(CAMERAS):
-        folder = src / "videos" / key
+    for k, key in enumerate(SYN_CAMERAS):
+        path = src / V3_VIDEO_PATH.format(video_key=key, chunk_index=0, file_index=0)
+        assert CHUNKS_SIZE > 0
+        path.parent.mkdir(parents=True, exist_ok=True)
         for attempt in range(1, attempts + 1):
-            shutil.rmtree(folder, ignore_errors=True)
-            proc = ctx.Process(target=_write_camera, args=(str(src), k, key, lengths, per_file, seed), daemon=True)
+            path.unlink(missing_ok=True)
+            proc = ctx.Process(target=_write_camera, args=(str(path), k, lengths, seed), daemon=True)
             proc.start()
             size, changed, why = 0, time.monotonic(), ""
             while proc.is_alive():
                 proc.join(0.5)
-                now_size = C.dir_bytes(folder) if folder.exists() else 0
+                now_size = path.stat().st_size if path.exists() else 0
                 if now_size != size:
                     size, changed = now_size, time.monotonic()
                 elif proc.is_alive() and time.monotonic() - changed > (stall_s if size else start_s):
@@ -155,79 +250,69 @@ def _write_videos(src: Path, lengths: list[int], per_file: int, seed: int, stall
                 break
             why = why or f"exit code {proc.exitcode}"
             if attempt == attempts:
-                raise RuntimeError(f"encoding the videos of {key!r} failed {attempts} times (last: {why})")
-            print(f"(encoding the videos of {key!r} failed: {why}; writing them again)", flush=True)
+                raise RuntimeError(f"encoding the video of {key!r} failed {attempts} times (last: {why})")
+            print(f"(encoding the video of {key!r} failed: {why}; writing it again)", flush=True)
 
 
-def build_dataset(work: Path, episodes: int, lengths: tuple[int, int], episodes_per_file: int | None,
-                  seed: int) -> tuple[Path, bool]:
-    """Write (or reuse, same parameters) the dataset: numeric data and metadata by ``write_sample_dataset``, the
-    cameras' mp4 files as its ``write_videos=True`` does."""
+def build_synthetic(work: Path, episodes: int, length: int, seed: int) -> Path:
+    """Write (or reuse, same parameters) the synthetic LeRobot v3.0 dataset, every episode in one data file and
+    one mp4 per camera."""
     from lerobot_zarr.sample_data import write_sample_dataset
 
-    src = work / "lerobot_video_dataset"
-    params = {"episodes": episodes, "lengths": list(lengths), "episodes_per_file": episodes_per_file, "seed": seed,
-              "fps": C.FPS, "cameras": list(CAMERAS), "shape": list(SHAPE)}
-    marker = work / "lerobot_video_dataset.params.json"
+    src = work / "synthetic"
+    params = {"episodes": episodes, "length": length, "seed": seed, "cameras": list(SYN_CAMERAS), "v": 2}
+    marker = work / "synthetic.params.json"
     if src.exists() and marker.exists() and json.loads(marker.read_text()) == params:
-        print(f"reusing LeRobot dataset {src}")
-        return src, True
+        print(f"reusing the synthetic dataset {src}")
+        return src
     shutil.rmtree(src, ignore_errors=True)
     marker.unlink(missing_ok=True)
     t0 = time.perf_counter()
-    write_sample_dataset(src, version="v3.0", n_episodes=episodes, lengths=lengths, fps=C.FPS, seed=seed,
-                         state_dim=C.STATE_DIM, action_dim=C.ACTION_DIM, video_keys=CAMERAS, write_videos=False,
-                         image_shape=SHAPE, episodes_per_file=episodes_per_file)
-    start, end, _ = C.read_episode_table(src)
-    _write_videos(src, (end - start).tolist(), episodes_per_file or episodes, seed)
+    write_sample_dataset(src, version="v3.0", n_episodes=episodes, lengths=(length, length), fps=C.FPS, seed=seed,
+                         state_dim=C.STATE_DIM, action_dim=C.ACTION_DIM, video_keys=SYN_CAMERAS, write_videos=False,
+                         image_shape=SHAPE)
+    _write_videos(src, [length] * episodes, seed)
     marker.write_text(json.dumps(params))
-    print(f"wrote LeRobot v3.0 dataset with AV1 videos in {time.perf_counter() - t0:.1f} s: {src}")
-    return src, False
+    print(f"wrote the synthetic LeRobot v3.0 dataset in {time.perf_counter() - t0:.0f} s: {src}", flush=True)
+    return src
 
 
-class Episodes:
-    """Episode bounds and each camera's video file and ``from_timestamp``, read from the LeRobot metadata with
-    pyarrow (independent of lerobot_zarr)."""
+# ------------------------------------------------------------------------------------------------ reference
+def pyav_decode(path: str, from_ts: float, n: int, fps: float) -> np.ndarray:
+    """PyAV's decode of the frames at ``from_ts + k / fps``, k < n (the decoded frame within 1e-4 s of each)."""
+    import av
 
-    def __init__(self, src: Path):
-        info = json.loads((src / "meta" / "info.json").read_text())
-        self.fps = float(info["fps"])
-        self.start, end, _ = C.read_episode_table(src)
-        self.length = end - self.start
-        cols = ["episode_index"] + [f"videos/{cam}/{k}" for cam in CAMERAS
-                                    for k in ("chunk_index", "file_index", "from_timestamp")]
-        t = pq.read_table(min((src / "meta" / "episodes").glob("*/*.parquet")), columns=cols)
-        order = np.argsort(t.column("episode_index").to_numpy())
-        self.file: dict[str, list[str]] = {}
-        self.from_ts: dict[str, np.ndarray] = {}
-        for cam in CAMERAS:
-            chunk = t.column(f"videos/{cam}/chunk_index").to_numpy()[order]
-            fileno = t.column(f"videos/{cam}/file_index").to_numpy()[order]
-            self.file[cam] = [str(src / info["video_path"].format(video_key=cam, chunk_index=int(c), file_index=int(f)))
-                              for c, f in zip(chunk, fileno, strict=True)]
-            self.from_ts[cam] = t.column(f"videos/{cam}/from_timestamp").to_numpy()[order].astype(np.float64)
+    want = from_ts + np.arange(n) / fps
+    out = np.empty((n, *SHAPE), np.uint8)
+    got = np.zeros(n, bool)
+    with av.open(path) as container:
+        stream = container.streams.video[0]
+        stream.thread_type = "AUTO"
+        container.seek(max(0, int((from_ts - TOLERANCE_S) / stream.time_base)), backward=True, any_frame=False,
+                       stream=stream)
+        for frame in container.decode(stream):
+            t = float(frame.time)
+            if t > want[-1] + TOLERANCE_S:
+                break
+            j = round((t - from_ts) * fps)
+            if 0 <= j < n and abs(want[j] - t) < TOLERANCE_S:
+                out[j] = frame.to_ndarray(format="rgb24")
+                got[j] = True
+    if not got.all():
+        raise AssertionError(f"{path}: no frame within {TOLERANCE_S} s of {want[~got][:3]} s")
+    return out
 
 
-# ------------------------------------------------------------------------------------------------ baseline
-class Mp4PerSample:
+class LeRobotPerSample:
     """LeRobot's per-sample video decode with PyAV (``decode_video_frames_torchvision``, pyav backend): per camera
-    open the file (cold) or reuse an open container (warm), seek to the first timestamp (backward, keyframe),
-    decode until the last, take the nearest frame of each timestamp, convert it to an rgb24 ndarray."""
+    open the file (or, ``warm``, reuse an open container), seek to the first timestamp (backward, keyframe), decode
+    until the last, take the nearest frame of each timestamp, convert it to an rgb24 ndarray; then resize each
+    frame to ``size`` if given (a training transform)."""
 
-    def __init__(self, eps: Episodes, deltas: dict[str, list[float]], warm: bool, threads: int):
-        self.eps, self.warm, self.threads = eps, warm, threads
-        self.offsets = {cam: np.round(np.asarray(deltas[cam]) * eps.fps).astype(np.int64) for cam in CAMERAS}
+    def __init__(self, source: Source, *, warm: bool = False, size: tuple[int, int] | None = None, threads: int = 1):
+        self.source, self.warm, self.size, self.threads = source, warm, size, threads
+        self.offsets = np.array([-1, 0])  # delta_timestamps [-1/fps, 0] in frames
         self.containers: dict[str, tuple] = {}
-
-    def queries(self, i: int) -> dict[str, tuple[str, np.ndarray]]:
-        """Per camera: (video file, timestamps in the file) of frame ``i``'s window, clamped to its episode."""
-        e = int(np.searchsorted(self.eps.start, i, side="right")) - 1
-        local, n = i - int(self.eps.start[e]), int(self.eps.length[e])
-        out = {}
-        for cam in CAMERAS:
-            q = np.clip(local + self.offsets[cam], 0, n - 1)
-            out[cam] = (self.eps.file[cam][e], self.eps.from_ts[cam][e] + q / self.eps.fps)
-        return out
 
     def _open(self, path: str):
         import av
@@ -240,9 +325,7 @@ class Mp4PerSample:
 
     def decode(self, path: str, timestamps: np.ndarray) -> np.ndarray:
         if self.warm:
-            entry = self.containers.get(path)
-            if entry is None:
-                entry = self.containers[path] = self._open(path)
+            entry = self.containers.get(path) or self.containers.setdefault(path, self._open(path))
             container, stream = entry
         else:
             container, stream = self._open(path)
@@ -265,8 +348,18 @@ class Mp4PerSample:
             if not self.warm:
                 container.close()
 
-    def sample(self, q: dict[str, tuple[str, np.ndarray]]) -> dict[str, np.ndarray]:
-        return {cam: self.decode(path, ts) for cam, (path, ts) in q.items()}
+    def sample(self, i: int) -> dict[str, np.ndarray]:
+        """The camera windows of position ``i`` of the view, clamped to its episode."""
+        from lerobot_zarr.resize import resize_frame
+
+        s = self.source
+        k = int(np.searchsorted(s.start, i, side="right")) - 1
+        q = np.clip(i - int(s.start[k]) + self.offsets, 0, int(s.length[k]) - 1)
+        out = {}
+        for cam in s.cameras:
+            frames = self.decode(s.files[cam][k], s.from_ts[cam][k] + q / s.fps)
+            out[cam] = frames if self.size is None else np.stack([resize_frame(f, self.size) for f in frames])
+        return out
 
     def close(self) -> None:
         for container, _ in self.containers.values():
@@ -274,314 +367,316 @@ class Mp4PerSample:
         self.containers.clear()
 
 
-# ------------------------------------------------------------------------------------------------ floor
-def floor_decode(jobs: list[tuple[str, float, int]], fps: float, workers: int) -> int:
-    """Decode the frames of (video file, from_timestamp, frames) jobs to rgb24 ndarrays and drop them; the
-    transcoder's parallelism (thread pool over jobs, ``thread_type="AUTO"``). Returns the frames decoded."""
-    import av
-
-    def one(job: tuple[str, float, int]) -> int:
-        path, t0, n = job
-        first, end = t0 - TOLERANCE_S, t0 + (n - 0.5) / fps
-        k = 0
-        with av.open(path) as container:
-            stream = container.streams.video[0]
-            stream.thread_type = "AUTO"
-            container.seek(max(0, int(first / stream.time_base)), backward=True, any_frame=False, stream=stream)
-            for frame in container.decode(stream):
-                t = float(frame.time)
-                if t < first:
-                    continue
-                if t > end:
-                    break
-                frame.to_ndarray(format="rgb24")
-                k += 1
-        if k != n:
-            raise AssertionError(f"{path}: floor decoded {k} of {n} frames")
-        return k
-
-    with ThreadPoolExecutor(max(1, workers)) as pool:
-        return sum(pool.map(one, jobs))
-
-
 # ------------------------------------------------------------------------------------------------ checks
-def check_equal(datasets: dict[str, object], mp4: Mp4PerSample, eps: Episodes, rng: np.random.Generator,
-                n_random: int) -> int:
-    """Camera windows of every dataset == the per-sample decode of the mp4, pixel for pixel (raises if not)."""
-    n = int(eps.start[-1] + eps.length[-1])
-    idx = rng.integers(0, n, n_random).tolist()
-    for e in rng.choice(len(eps.start), size=min(3, len(eps.start)), replace=False).tolist():
-        s, t = int(eps.start[e]), int(eps.start[e] + eps.length[e])
+def pixel_errors(source: Source, plain: dict[Option, object]) -> dict[Option, tuple[int, float]]:
+    """Max and mean abs error of every stored frame of every option against PyAV's decode (resized for the
+    224x224 options); raises if a lossless option is not exact, or if a store's rows are not the source's
+    episodes and frames in order."""
+    from lerobot_zarr.resize import resize_frames
+
+    worst = dict.fromkeys(plain, 0)
+    total = dict.fromkeys(plain, 0.0)
+    values = dict.fromkeys(plain, 0)
+    for k, e in enumerate(source.episodes.tolist()):
+        n, s = int(source.length[k]), int(source.start[k])
+        ref = {cam: pyav_decode(source.files[cam][k], float(source.from_ts[cam][k]), n, source.fps)
+               for cam in source.cameras}
+        ref_small = {cam: resize_frames(ref[cam], SMALL) for cam in source.cameras}
+        for opt, ds in plain.items():
+            for lo in range(0, n, CHECK_ROWS):
+                hi = min(n, lo + CHECK_ROWS)
+                batch = ds.get_batch(np.arange(s + lo, s + hi))
+                frames_ok = np.array_equal(batch["frame_index"], np.arange(lo, hi))
+                if not ((batch["episode_index"] == e).all() and frames_ok):
+                    raise AssertionError(f"{source.name} {opt.label}: rows {s + lo}..{s + hi} are not frames {lo}..{hi}"
+                                         f" of episode {e}")
+                for cam in source.cameras:
+                    want = (ref_small if opt.resized else ref)[cam][lo:hi]
+                    got = batch[cam]
+                    if got.shape != want.shape or got.dtype != np.uint8:
+                        raise AssertionError(f"{source.name} {opt.label} {cam}: {got.dtype}{got.shape}, expected "
+                                             f"uint8{want.shape}")
+                    err = np.abs(got.astype(np.int16) - want)
+                    worst[opt] = max(worst[opt], int(err.max()))
+                    total[opt] += float(err.sum(dtype=np.int64))
+                    values[opt] += err.size
+    for opt in plain:
+        if opt.lossless and worst[opt]:
+            raise AssertionError(f"{source.name}: the {opt.label} store differs from PyAV's decode (max abs error "
+                                 f"{worst[opt]}): a lossless option must be exact")
+    return {opt: (worst[opt], total[opt] / values[opt]) for opt in plain}
+
+
+def check_baseline(source: Source, baselines: dict[str, LeRobotPerSample], windowed: dict[Option, object],
+                   rng: np.random.Generator, n_random: int) -> int:
+    """The baselines' camera windows == the raw stores' ``ds[i]`` ones (full size and 224x224), at random
+    positions and episode edges, pixel for pixel."""
+    idx = rng.integers(0, source.n, n_random).tolist()
+    for k in range(len(source.length)):
+        s, t = int(source.start[k]), int(source.start[k] + source.length[k])
         idx += [s, s + 1, t - 1]
+    pairs = [(baselines["cold"], windowed[Option("raw", False)]), (baselines["warm"], windowed[Option("raw", False)]),
+             (baselines["cold 224"], windowed[Option("raw", True)])]
     for i in idx:
-        want = mp4.sample(mp4.queries(i))
-        for name, ds in datasets.items():
-            got = ds[i]
-            for cam in CAMERAS:
-                a, b = got[cam], want[cam]
-                if a.shape != b.shape or a.dtype != b.dtype or not np.array_equal(a, b):
-                    diff = (np.abs(a.astype(np.int16) - b.astype(np.int16)).max() if a.shape == b.shape else "-")
-                    raise AssertionError(f"{name}[{i}][{cam!r}]: {a.dtype}{a.shape} differs from the mp4 decode "
-                                         f"{b.dtype}{b.shape} (max abs diff {diff})")
+        for base, ds in pairs:
+            want, got = base.sample(i), ds[i]
+            for cam in source.cameras:
+                if not np.array_equal(got[cam], want[cam]):
+                    raise AssertionError(f"{source.name} [{i}] {cam}: the per-sample baseline's window differs from "
+                                         f"the raw store's")
     return len(idx)
 
 
 # ------------------------------------------------------------------------------------------------ timing
-def interleaved_blocks(fns: dict[str, tuple[Callable[[list], None], int]], blocks: list[list], repeats: int
-                       ) -> dict[str, list[float]]:
-    """Seconds per repeat for each contender over all ``blocks``; contenders alternate block by block (the order
-    rotating per block), each running a block ``inner`` times in its slot (time divided by ``inner``)."""
+def interleaved(fns: dict[str, Callable[[list], None]], draw: Callable[[], list[list]], repeats: int
+                ) -> dict[str, list[float]]:
+    """Seconds per repeat of each contender over the blocks ``draw()`` gives (fresh indices every repeat, the
+    same for every contender), contenders alternating block by block, the order rotating per block. One untimed
+    block each first (maps, open containers, thread pools)."""
     names = list(fns)
+    warmup = draw()[0]
+    for name in names:
+        fns[name](warmup)
     times = {k: [0.0] * repeats for k in names}
     for r in range(repeats):
-        for b, block in enumerate(blocks):
+        for b, block in enumerate(draw()):
             for name in names[b % len(names):] + names[:b % len(names)]:
-                fn, inner = fns[name]
                 t0 = time.perf_counter()
-                for _ in range(inner):
-                    fn(block)
-                times[name][r] += (time.perf_counter() - t0) / inner
+                fns[name](block)
+                times[name][r] += time.perf_counter() - t0
     return times
 
 
-def mb(n: float) -> str:
-    return f"{n / 1e6:,.1f} MB"
+def load() -> str:
+    return " ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+# ------------------------------------------------------------------------------------------------ one dataset
+def run_source(source: Source, work: Path, cfg: dict, args: argparse.Namespace) -> None:
+    import lerobot_zarr
+
+    options = [o for o in OPTIONS if args.jpeg or o.storage not in LOSSY]
+    mp4_bytes = source.mp4_bytes()
+    window = {cam: [-1 / source.fps, 0.0] for cam in source.cameras}
+    print(f"\n## {source.name}: {len(source.cameras)} camera(s) {SHAPE[0]}x{SHAPE[1]} AV1, episodes "
+          f"{source.episodes.tolist() if len(source.episodes) <= 12 else f'{len(source.episodes)}'}, {source.n:,} "
+          f"frames, mp4 {mp4_bytes / 1e6:.1f} MB; load average {load()}", flush=True)
+
+    # --- the stores: first open transcodes (one run each, for information) ------------------------------------
+    roots = {opt: work / f"{source.name}-{opt.folder}" for opt in options}
+    frame_bytes = source.n * len(source.cameras) * int(np.prod(SHAPE))
+    need = int(2.9 * frame_bytes) - sum(C.dir_bytes(r) for r in roots.values() if r.exists())  # raw 1, compact <= 0.85
+    free = shutil.disk_usage(work).free
+    if need > free - (1 << 30):
+        raise SystemExit(f"{source.name}: its stores need ~{need / 1e9:.1f} GB more in {work}, {free / 1e9:.1f} GB "
+                         f"free (keep 1 GB): choose another --tmp-root / --out-dir, or a smaller dataset")
+    windowed, plain, transcode_s, disk = {}, {}, {}, {}
+    for opt in options:
+        root = roots[opt]
+        reused = (root / "zarr.json").exists()
+        t0 = time.perf_counter()
+        windowed[opt] = lerobot_zarr.open_dataset(
+            source.src, root=root, episodes=source.selection, delta_timestamps=window, progress=False,
+            storage=dict.fromkeys(source.cameras, opt.storage),
+            resize=dict.fromkeys(source.cameras, SMALL) if opt.resized else None)
+        transcode_s[opt] = None if reused else time.perf_counter() - t0
+        plain[opt] = lerobot_zarr.open_dataset(root, progress=False)
+        if len(windowed[opt]) != source.n or len(plain[opt]) != source.n:
+            raise AssertionError(f"{source.name} {opt.label}: {len(windowed[opt])} frames, expected {source.n}")
+        disk[opt] = sum(C.dir_bytes(root / cam) for cam in source.cameras)
+        print(f"  store {opt.label:<16} {disk[opt] / 1e6:9.1f} MB of camera, "
+              + ("reused" if reused else f"transcoded in {transcode_s[opt]:.1f} s"), flush=True)
+
+    # --- correctness: pixel error of every frame; the baseline equals the raw stores ---------------------------
+    t0 = time.perf_counter()
+    errors = pixel_errors(source, plain)
+    for ds in plain.values():
+        ds.close()
+    baselines = {"cold": LeRobotPerSample(source, threads=args.mp4_threads),
+                 "warm": LeRobotPerSample(source, warm=True, threads=args.mp4_threads),
+                 "cold 224": LeRobotPerSample(source, size=SMALL, threads=args.mp4_threads)}
+    checked = check_baseline(source, baselines, windowed, np.random.default_rng(args.seed + 1), 10)
+    print(f"  pixel check of {source.n * len(source.cameras):,} frames per option against PyAV's decode (lossless "
+          f"options exact) and baseline == raw store windows at {checked} positions: {time.perf_counter() - t0:.0f} s",
+          flush=True)
+
+    # --- timing ------------------------------------------------------------------------------------------------
+    rng = np.random.default_rng(args.seed)
+
+    # each result is dropped before the next call, as a training loop does (keeping a block's results alive
+    # would make every call fault in fresh pages for its frames: ~10x the time of a raw ds[i] here)
+    def per_sample(base: LeRobotPerSample) -> Callable[[list], None]:
+        def run(block: list) -> None:
+            for i in block:
+                base.sample(i)
+        return run
+
+    def items(ds) -> Callable[[list], None]:
+        def run(block: list) -> None:
+            for i in block:
+                ds[i]
+        return run
+
+    def batches(ds) -> Callable[[list], None]:
+        return lambda block: ds.get_batch(block[0]) and None
+
+    def per_sample_batch(base: LeRobotPerSample) -> Callable[[list], None]:
+        return lambda block: per_sample(base)(block[0].tolist())
+
+    def draw_items() -> list[list]:
+        idx = rng.integers(0, source.n, cfg["samples"]).tolist()
+        return [idx[k:k + BLOCK] for k in range(0, len(idx), BLOCK)]
+
+    def draw_batches() -> list[list]:
+        return [[rng.integers(0, source.n, BATCH)] for _ in range(cfg["batches"])]
+
+    t0 = time.perf_counter()
+    item_fns = {f"LeRobot {k}": per_sample(b) for k, b in baselines.items()}
+    item_fns.update({opt.label: items(windowed[opt]) for opt in options})
+    t_items = interleaved(item_fns, draw_items, cfg["repeats"])
+    t_items_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    batch_fns = {"LeRobot cold": per_sample_batch(baselines["cold"]),
+                 "LeRobot cold 224": per_sample_batch(baselines["cold 224"])}
+    batch_fns.update({opt.label: batches(windowed[opt]) for opt in options})
+    t_batch = interleaved(batch_fns, draw_batches, cfg["repeats"])
+    t_batch_s = time.perf_counter() - t0
+    for b in baselines.values():
+        b.close()
+    for ds in windowed.values():
+        ds.close()
+    if args.out_dir is None and not args.keep:  # the next dataset's stores get the room
+        for root in roots.values():
+            shutil.rmtree(root, ignore_errors=True)
+
+    # --- report ------------------------------------------------------------------------------------------------
+    n_items, n_batch = cfg["samples"], cfg["batches"] * BATCH
+    med = statistics.median
+
+    def rate(ts: list[float], n: int) -> float:
+        return n / med(ts)
+
+    def ratio(base: list[float], ours: list[float]) -> tuple[float, float, float]:
+        per = [b / o for b, o in zip(base, ours, strict=True)]
+        return med(base) / med(ours), min(per), max(per)
+
+    cold, warm, cold_small = t_items["LeRobot cold"], t_items["LeRobot warm"], t_items["LeRobot cold 224"]
+    print(f"\n{source.name}: {cfg['repeats']} repeats of {n_items} random windows one at a time (blocks of {BLOCK}) "
+          f"and {cfg['batches']} batches of {BATCH}, fresh random indices per repeat, contenders interleaved; medians "
+          f"(per-repeat ratio range in brackets). Timing took {t_items_s:.0f} + {t_batch_s:.0f} s; load average "
+          f"{load()}.\n")
+    print(f"LeRobot per-sample decode ({len(source.cameras)} camera(s), 2-frame windows): "
+          f"{med(cold) / n_items * 1e3:.1f} ms per sample ({rate(cold, n_items):,.0f} samples/s) cold (open + seek "
+          f"+ decode + close per camera, LeRobot's path); warm (files kept open): {med(warm) / n_items * 1e3:.1f} ms, "
+          f"cold/warm {med(cold) / med(warm):.2f}x; with the resize to 224x224: "
+          f"{med(cold_small) / n_items * 1e3:.1f} ms. In the get_batch part: "
+          f"{med(t_batch['LeRobot cold']) / n_batch * 1e3:.1f} ms / "
+          f"{med(t_batch['LeRobot cold 224']) / n_batch * 1e3:.1f} ms per sample.\n")
+    print("| option | camera bytes | disk / mp4 | ds[i] samples/s | x LeRobot | get_batch(64) samples/s | x LeRobot "
+          "| max err | mean err | transcode s |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    summary = {}
+    for opt in options:
+        base_i = t_items["LeRobot cold 224" if opt.resized else "LeRobot cold"]
+        base_b = t_batch["LeRobot cold 224" if opt.resized else "LeRobot cold"]
+        ri, rb = ratio(base_i, t_items[opt.label]), ratio(base_b, t_batch[opt.label])
+        e_max, e_mean = errors[opt]
+        summary[opt] = (disk[opt] / mp4_bytes, ri[0], rb[0])
+        ts = transcode_s[opt]
+        print(f"| {opt.label} | {disk[opt] / 1e6:,.1f} MB | {disk[opt] / mp4_bytes:,.2f}x | "
+              f"{rate(t_items[opt.label], n_items):,.0f} | {ri[0]:,.1f}x [{ri[1]:,.1f}-{ri[2]:,.1f}] | "
+              f"{rate(t_batch[opt.label], n_batch):,.0f} | {rb[0]:,.1f}x [{rb[1]:,.1f}-{rb[2]:,.1f}] | {e_max} | "
+              f"{e_mean:.3f} | {'reused' if ts is None else f'{ts:.1f}'} |")
+    mp4_warm = ratio(warm, t_items["mp4"])
+    print(f"\n(mp4 kept vs LeRobot warm, files kept open: {mp4_warm[0]:.1f}x [{mp4_warm[1]:.1f}-{mp4_warm[2]:.1f}] "
+          f"for ds[i]; 224x224 rows are timed against LeRobot's decode + the same resize)")
+
+    print("\nTargets:")
+    for opt in options:
+        if opt.storage in LOSSY:
+            size, fast_i, fast_b = summary[opt]
+            ok = size <= TARGET_LOSSY[0] and fast_i >= TARGET_LOSSY[1]
+            print(f"  lossy {opt.label:<14} {size:.2f}x the mp4's bytes (<= {TARGET_LOSSY[0]:g}x), ds[i] "
+                  f"{fast_i:.1f}x / get_batch {fast_b:.1f}x faster (>= {TARGET_LOSSY[1]:g}x): "
+                  f"{'met' if ok else 'MISSED'}{' (also by get_batch)' if ok and fast_b >= TARGET_LOSSY[1] else ''}")
+    for opt in options:
+        if opt.storage == "mp4":
+            size, fast_i, fast_b = summary[opt]
+            ok = size <= TARGET_MP4[0] * 1.01 and fast_i >= TARGET_MP4[1]
+            print(f"  mp4 kept {opt.label:<11} {size:.3f}x the mp4's bytes (1x), ds[i] {fast_i:.1f}x / get_batch "
+                  f"{fast_b:.1f}x faster (>= {TARGET_MP4[1]:g}x): ds[i] {'met' if ok else 'MISSED'}, get_batch "
+                  f"{'met' if size <= TARGET_MP4[0] * 1.01 and fast_b >= TARGET_MP4[1] else 'MISSED'}")
 
 
 # ------------------------------------------------------------------------------------------------ main
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true",
-                   help=f"small run: {QUICK['episodes']} episodes of {QUICK['lengths'][0]}-{QUICK['lengths'][1]} "
-                        f"frames, {QUICK['samples']} samples, {QUICK['repeats']} repeats")
-    p.add_argument("--episodes", type=int, default=None, help=f"episodes (default {FULL['episodes']})")
-    p.add_argument("--lengths", type=int, nargs=2, default=None, metavar=("LO", "HI"),
-                   help=f"frames per episode, inclusive range (default {FULL['lengths'][0]} {FULL['lengths'][1]})")
-    p.add_argument("--episodes-per-file", type=int, default=None,
-                   help="episodes per data / video file (default: all in one, ~45 MB per camera at full size; "
-                        "LeRobot's video files go up to 200 MB)")
-    p.add_argument("--samples", type=int, default=None, help=f"random indices timed (default {FULL['samples']})")
+                   help=f"small run: G1 episode {G1_EPISODES[0]} only, {QUICK['syn_episodes']} synthetic episodes of "
+                        f"{QUICK['syn_length']} frames, {QUICK['samples']} samples, {QUICK['repeats']} repeats")
+    p.add_argument("--datasets", default="g1,synthetic", help="which datasets, comma separated (default g1,synthetic)")
+    p.add_argument("--g1", type=Path, default=G1, help="the G1-policy-train folder (default ../shared/datasets/...)")
+    p.add_argument("--g1-episodes", type=int, nargs="+", default=None,
+                   help=f"G1 episodes to open (default {' '.join(map(str, G1_EPISODES))}: those with mp4 files)")
+    p.add_argument("--syn-episodes", type=int, default=None,
+                   help=f"synthetic episodes (default {FULL['syn_episodes']})")
+    p.add_argument("--syn-length", type=int, default=None, help=f"frames per synthetic episode ({FULL['syn_length']})")
+    p.add_argument("--samples", type=int, default=None, help=f"ds[i] windows per repeat (default {FULL['samples']})")
+    p.add_argument("--batches", type=int, default=None, help=f"batches of {BATCH} per repeat ({FULL['batches']})")
     p.add_argument("--repeats", type=int, default=None, help=f"timed repeats, medians (default {FULL['repeats']})")
-    p.add_argument("--transcode-episodes", type=int, default=None,
-                   help=f"episodes transcoded per timed transcode run (default {FULL['transcode_episodes']})")
-    p.add_argument("--transcode-runs", type=int, default=None,
-                   help=f"timed transcode runs per contender (default {FULL['transcode_runs']})")
+    p.add_argument("--no-jpeg", dest="jpeg", action="store_false", help="leave out the jpeg options")
     p.add_argument("--mp4-threads", type=int, default=1,
-                   help="decoder threads of the per-sample mp4 baselines (default 1: fastest per sample here, "
-                        "~20%% faster than 0 = FFmpeg's automatic choice, which LeRobot gets)")
+                   help="decoder threads of the per-sample baseline (default 1: fastest per sample here, ~20%% faster "
+                        "than 0 = FFmpeg's automatic choice, which LeRobot gets)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out-dir", type=Path, default=None,
                    help="work folder (default: a new temp dir under --tmp-root, deleted at the end unless --keep); "
-                        "the dataset and stores in it are reused by a later run with the same parameters")
+                        "the synthetic dataset and the stores in it are reused by a later run")
     p.add_argument("--keep", action="store_true", help="keep the default temp folder")
-    p.add_argument("--tmp-root", type=Path, default=Path(__file__).resolve().parents[2],
+    p.add_argument("--tmp-root", type=Path, default=ROOT.parent,
                    help="where the default temp folder goes (default: the folder holding the checkout; not /tmp, "
                         "which may be RAM)")
     args = p.parse_args()
     cfg = dict(QUICK if args.quick else FULL)
     for k in cfg:
         if getattr(args, k, None) is not None:
-            cfg[k] = tuple(getattr(args, k)) if k == "lengths" else getattr(args, k)
+            cfg[k] = getattr(args, k)
+    g1_episodes = args.g1_episodes or ([G1_EPISODES[0]] if args.quick else list(G1_EPISODES))
+    wanted = {d.strip() for d in args.datasets.split(",") if d.strip()}
+    if wanted - {"g1", "synthetic"}:
+        p.error(f"--datasets: unknown {sorted(wanted - {'g1', 'synthetic'})}")
+    if args.jpeg and importlib.util.find_spec("simplejpeg") is None:
+        print("(simplejpeg is not installed: the jpeg options are left out; `pip install simplejpeg` to time them)")
+        args.jpeg = False
     warnings.filterwarnings("ignore")
     os.environ.setdefault("SVT_LOG", "1")
     import av
 
-    import lerobot_zarr
+    from lerobot_zarr.frame_codecs import decode_threads
 
     if args.out_dir is None:
         tempfile.tempdir = str(args.tmp_root.expanduser().resolve())  # where WorkDir's mkdtemp puts the folder
-    deltas = delta_timestamps()
-    workers = min(8, len(os.sched_getaffinity(0)))  # the transcoder's decode pool
     t_start = time.perf_counter()
+    print(f"bench_video: python {sys.version.split()[0]}, numpy {np.__version__}, PyAV {av.__version__} (libavcodec "
+          f"{'.'.join(map(str, av.library_versions['libavcodec']))}), {os.cpu_count()} CPUs, store decode threads "
+          f"{decode_threads()}, load average {load()} (1, 5, 15 min)")
     with C.WorkDir(args, "bench_video-") as work:
-        src, reused = build_dataset(work, cfg["episodes"], cfg["lengths"], args.episodes_per_file, args.seed)
-        eps = Episodes(src)
-        n = int(eps.start[-1] + eps.length[-1])
-        with av.open(eps.file[CAMERAS[0]][0]) as c:
-            decoder = c.streams.video[0].codec_context.name
-        print(f"bench_video: {len(eps.start)} episodes of {cfg['lengths'][0]}-{cfg['lengths'][1]} frames ({n:,} "
-              f"frames), 2 cameras {SHAPE[0]}x{SHAPE[1]} AV1 mp4 (libsvtav1 yuv420p g=2 crf 30), state/action "
-              f"f32[14]; python {sys.version.split()[0]}, numpy {np.__version__}, PyAV {av.__version__} (libavcodec "
-              f"{'.'.join(map(str, av.library_versions['libavcodec']))}, AV1 decoder {decoder}), "
-              f"{os.cpu_count()} CPUs, load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
-
-        # --- the stores: first open transcodes (timed once, for information) ---------------------------------
-        stores = {"raw": work / "store_raw", "compact": work / "store_compact"}
-        if not reused:
-            for d in stores.values():
-                shutil.rmtree(d, ignore_errors=True)
-        ds, first_open = {}, {}
-        for kind, root in stores.items():
-            C.settle_disk(work)
-            t0 = time.perf_counter()
-            ds[kind] = lerobot_zarr.open_dataset(src, root=root, delta_timestamps=deltas,
-                                                 storage={cam: kind for cam in CAMERAS}, progress=False)
-            first_open[kind] = time.perf_counter() - t0
-            assert len(ds[kind]) == n, (len(ds[kind]), n)
-        print("first open_dataset (transcode of every episode, single run): " + ", ".join(
-            f"{kind} {t:.1f} s ({2 * n / t:,.0f} camera frames/s)" for kind, t in first_open.items())
-            + (" [stores reused]" if reused else ""))
-
-        cold = Mp4PerSample(eps, deltas, warm=False, threads=args.mp4_threads)
-        warm = Mp4PerSample(eps, deltas, warm=True, threads=args.mp4_threads)
-        rng = np.random.default_rng(args.seed)
-        checked = check_equal({"ours raw": ds["raw"], "ours compact": ds["compact"]}, cold, eps,
-                              np.random.default_rng(args.seed + 1), n_random=10 if args.quick else 20)
-        print(f"equality check passed: camera windows of ours (raw and compact) == per-sample mp4 decode, pixel "
-              f"for pixel, at {checked} frames (random + episode edges)")
-
-        # --- 1. random access ---------------------------------------------------------------------------
-        items = rng.integers(0, n, cfg["samples"]).tolist()
-        blocks = [items[k:k + BLOCK] for k in range(0, len(items), BLOCK)]
-        queries = {i: cold.queries(i) for i in set(items)}  # the baselines get their timestamps for free
-        batches = [rng.integers(0, n, BATCH) for _ in range(max(1, len(items) // BATCH))]
-        batch_blocks = [batches[k:k + 2] for k in range(0, len(batches), 2)]
-
-        def items_of(get):
-            def run(block):
-                for i in block:
-                    get(i)
-            return run
-
-        def mp4_of(sampler):
-            def run(block):
-                for i in block:
-                    sampler.sample(queries[i])
-            return run
-
-        def batches_of(d):
-            def run(block):
-                for b in block:
-                    d.get_batch(b)
-            return run
-
-        contenders = {"ours raw": (items_of(ds["raw"].__getitem__), INNER_RAW),
-                      "ours compact": (items_of(ds["compact"].__getitem__), 1),
-                      "mp4 cold": (mp4_of(cold), 1),
-                      "mp4 warm": (mp4_of(warm), 1)}
-        # warm-up: page cache of the stores' frames at these indices and of the mp4 files, maps, open containers
-        for name, (fn, _) in contenders.items():
-            for block in (blocks if name.startswith("ours") else blocks[:1]):
-                fn(block)
-        for d in ds.values():
-            batches_of(d)(batches)
-        t_items = interleaved_blocks(contenders, blocks, cfg["repeats"])
-        t_batch = interleaved_blocks({"ours raw": (batches_of(ds["raw"]), 1),
-                                      "ours compact": (batches_of(ds["compact"]), 1)}, batch_blocks,
-                                     cfg["repeats"])
-        warm.close()
-
-        # --- 2. disk -------------------------------------------------------------------------------------
-        disk = {cam: {"mp4": sum(os.path.getsize(f) for f in set(eps.file[cam])),
-                      "raw": C.dir_bytes(stores["raw"] / cam),
-                      "compact": C.dir_bytes(stores["compact"] / cam)} for cam in CAMERAS}
-        numeric = {kind: C.dir_bytes(root) - sum(disk[cam][kind] for cam in CAMERAS) for kind, root in stores.items()}
-
-        # --- 3. transcode throughput -----------------------------------------------------------------------
-        subset = list(range(min(cfg["transcode_episodes"], len(eps.start))))
-        jobs = [(eps.file[cam][e], float(eps.from_ts[cam][e]), int(eps.length[e])) for e in subset for cam in CAMERAS]
-        tc_frames = sum(j[2] for j in jobs)
-        runs_dir = work / "transcode_runs"
-        shutil.rmtree(runs_dir, ignore_errors=True)
-        runs_dir.mkdir()
-        counter = iter(range(10**9))
-
-        def transcode(kind: str) -> Callable[[], None]:
-            def run() -> None:
-                lerobot_zarr.open_dataset(src, root=runs_dir / f"{kind}-{next(counter)}", episodes=subset,
-                                          storage={cam: kind for cam in CAMERAS}, progress=False)
-            return run
-
-        tc_fns = {"ours raw": transcode("raw"), "ours compact": transcode("compact"),
-                  "floor": lambda: floor_decode(jobs, eps.fps, workers)}
-        tc_times: dict[str, list[float]] = {k: [] for k in tc_fns}
-        waited = []
-        for _ in range(cfg["transcode_runs"]):
-            for name, fn in tc_fns.items():
-                waited.append(C.settle_disk(runs_dir))  # earlier runs' dirty pages are not billed to this one
-                t0 = time.perf_counter()
-                fn()
-                tc_times[name].append(time.perf_counter() - t0)
-        last_raw = max(runs_dir.glob("raw-*"), key=lambda q: int(q.name.split("-")[1]))
-        check = lerobot_zarr.open_dataset(last_raw, delta_timestamps=deltas, progress=False)
-        for i in (0, len(check) - 1):
-            for cam in CAMERAS:
-                if not np.array_equal(check[i][cam], ds["raw"][i][cam]):
-                    raise AssertionError(f"timed transcode {last_raw}: frame {i} of {cam!r} differs from the store")
-        tc_bytes = {kind: sum(C.dir_bytes(min(runs_dir.glob(f"{kind}-*")) / cam) for cam in CAMERAS)
-                    for kind in ("raw", "compact")}
-        shutil.rmtree(runs_dir, ignore_errors=True)
-
-    total_s = time.perf_counter() - t_start
-
-    # ------------------------------------------------------------------------------------------------ report
-    k_items = len(items)
-    us = {name: [t / k_items * 1e6 for t in ts] for name, ts in t_items.items()}
-    us_b = {name: [t / (BATCH * len(batches)) * 1e6 for t in ts] for name, ts in t_batch.items()}
-    med = {name: C.median(v) for name, v in us.items()}
-    print(f"\n1. Random access, {n:,} frames, 2 cameras {SHAPE[0]}x{SHAPE[1]} x 2-frame windows + state/action; "
-          f"µs per sample, median (and best) of {cfg['repeats']} repeats over the same {k_items} seeded random "
-          f"indices, interleaved in blocks of {BLOCK}")
-    print(f"{'':<58}{'median µs':>11}{'best µs':>10}{'samples/s':>11}")
-    rows = [("ours ds[i], raw storage (memory mapped)", us["ours raw"]),
-            ("ours ds[i], compact storage (zstd per frame)", us["ours compact"]),
-            (f"ours get_batch({BATCH}) per sample, raw", us_b["ours raw"]),
-            (f"ours get_batch({BATCH}) per sample, compact", us_b["ours compact"]),
-            ("mp4 per sample, cold (av.open + seek + decode per camera)", us["mp4 cold"]),
-            ("mp4 per sample, warm (containers kept open: seek + decode)", us["mp4 warm"])]
-    for name, v in rows:
-        print(f"{name:<58}{C.median(v):>11,.0f}{min(v):>10,.0f}{1e6 / C.median(v):>11,.0f}")
-
-    def mark(ratio: float) -> str:
-        return f"(target >= {TARGET_SPEEDUP:g}x: {'meets target' if ratio >= TARGET_SPEEDUP else 'MISSES target'})"
-
-    print("\n   Ratios, baseline / ours (medians; per-repeat ratios min-max in brackets)")
-    for base in ("mp4 cold", "mp4 warm"):
-        for ours in ("ours raw", "ours compact"):
-            r = med[base] / med[ours]
-            per = [b / o for b, o in zip(us[base], us[ours], strict=True)]
-            print(f"   {base} / {ours:<13} {r:7.1f}x  [{min(per):.1f}-{max(per):.1f}]  "
-                  f"{mark(r) if ours == 'ours raw' else ''}")
-    print(f"   compact / raw ds[i]           {med['ours compact'] / med['ours raw']:7.2f}x   (the price of compact "
-          f"storage per sample: 4 zstd frame decompressions of {np.prod(SHAPE) / 1e3:.0f} kB)")
-    print(f"   compact / raw get_batch       {C.median(us_b['ours compact']) / C.median(us_b['ours raw']):7.2f}x")
-    print("   (the mp4 rows are lower bounds of LeRobot's per-sample cost: camera windows only, timestamps "
-          "precomputed, only the chosen frames converted to rgb24, no float32 conversion)")
-
-    print(f"\n2. Disk, bytes of each camera ({n:,} frames of {SHAPE[0]}x{SHAPE[1]}x{SHAPE[2]} uint8 = "
-          f"{mb(n * np.prod(SHAPE))} decoded)")
-    print(f"{'':<28}{'mp4 (AV1)':>14}{'store raw':>14}{'store compact':>16}{'raw/mp4':>9}{'compact/mp4':>13}"
-          f"{'raw/compact':>13}")
-    tot = {k: sum(disk[cam][k] for cam in CAMERAS) for k in ("mp4", "raw", "compact")}
-    for name, d in [*disk.items(), ("both cameras", tot)]:
-        print(f"{name:<28}{mb(d['mp4']):>14}{mb(d['raw']):>14}{mb(d['compact']):>16}{d['raw'] / d['mp4']:>8.1f}x"
-              f"{d['compact'] / d['mp4']:>12.1f}x{d['raw'] / d['compact']:>12.2f}x")
-    print(f"   (rest of each store: numeric features + metadata, raw {numeric['raw'] / 1e3:,.0f} kB, compact "
-          f"{numeric['compact'] / 1e3:,.0f} kB)")
-    print(f"   trade-off: compact saves {1 - tot['compact'] / tot['raw']:.0%} of the camera bytes of raw storage and "
-          f"costs {med['ours compact'] / med['ours raw']:.1f}x the time per ds[i] sample "
-          f"({med['ours compact'] - med['ours raw']:,.0f} µs more); both stay "
-          f"{min(med['mp4 warm'], med['mp4 cold']) / med['ours compact']:.0f}x+ faster than per-sample decode")
-    print("   (this synthetic video is a gradient plus uniform noise: compact ratios on real camera footage differ)")
-
-    fps_of = {name: tc_frames / C.median(ts) for name, ts in tc_times.items()}
-    print(f"\n3. Transcode throughput of the cameras: episodes {subset[0]}-{subset[-1]} ({tc_frames:,} camera frames), "
-          f"median (and best) of {cfg['transcode_runs']} runs into fresh folders, interleaved; decode pool of "
-          f"{workers} workers; frames/s and ours/floor time ratio from the medians (and bests)")
-    print(f"{'':<58}{'median s':>10}{'best s':>9}{'frames/s':>10}{'ours/floor':>12}{'(best)':>8}")
-    labels = {"ours raw": "ours open_dataset(episodes=...), raw storage",
-              "ours compact": "ours open_dataset(episodes=...), compact storage",
-              "floor": "floor: PyAV decode to rgb24 ndarrays, nothing written"}
-    for name, ts in tc_times.items():
-        ratio, ratio_best = C.median(ts) / C.median(tc_times["floor"]), min(ts) / min(tc_times["floor"])
-        print(f"{labels[name]:<58}{C.median(ts):>10.2f}{min(ts):>9.2f}{fps_of[name]:>10,.0f}{ratio:>11.2f}x"
-              f"{ratio_best:>7.2f}x")
-    print(f"   written per run: raw {mb(tc_bytes['raw'])}, compact {mb(tc_bytes['compact'])} of camera chunks "
-          f"(+ the episodes' numeric data); before each run os.sync() and a wait for an idle disk, "
-          f"{C.median(waited):.1f} s median wait; the transcoder's os.sync() at each commit also waits for other "
-          f"processes' dirty pages, which shows as outliers on a shared disk)")
-    print(f"\n(total wall time {total_s:.0f} s; load average now {' '.join(f'{x:.1f}' for x in os.getloadavg())}: "
-          f"1, 5, 15 min, on {os.cpu_count()} CPUs shared with other tenants)")
+        sources = []
+        if "g1" in wanted:
+            if (args.g1 / "meta" / "info.json").exists():
+                sources.append(read_source("G1-policy-train", args.g1, g1_episodes))
+            else:
+                print(f"(G1-policy-train not found at {args.g1}: its rows are skipped)")
+        if "synthetic" in wanted:
+            src = build_synthetic(work, cfg["syn_episodes"], cfg["syn_length"], args.seed)
+            sources.append(read_source("synthetic", src, None))
+        for source in sources:
+            missing = [f for cam in source.cameras for f in source.files[cam] if not os.path.exists(f)]
+            if missing:
+                raise SystemExit(f"{source.name}: video file {missing[0]} not found (choose episodes with mp4 files)")
+            run_source(source, work, cfg, args)
+    print(f"\n(total wall time {time.perf_counter() - t_start:.0f} s; load average now {load()}: 1, 5, 15 min, on "
+          f"{os.cpu_count()} CPUs shared with other tenants)")
 
 
 if __name__ == "__main__":

@@ -42,6 +42,9 @@ from .video import TOLERANCE_S
 __all__ = ["TOLERANCE_S", "Mp4Frames"]
 
 _FORMATS = {1: "gray", 3: "rgb24", 4: "rgba"}
+# fewest queries of one file worth a container of their own in read_many: each container seeks and decodes from a
+# keyframe, so splitting a 2-frame window (or two) over containers decodes its frames' keyframe runs twice
+_MIN_PART = 4
 _abandoned: list[Any] = []  # containers of a parent process, kept alive (never closed) in its forked children
 _readers: weakref.WeakSet[Mp4Frames] = weakref.WeakSet()
 
@@ -166,6 +169,18 @@ class _File:
             return between > 0
         return q - last > 1.0
 
+    def _settled(self, q: float) -> bool:
+        """Whether the run's last frame, a hair before ``q``, is already the one to pick: within the tolerance
+        of ``q`` and, per the container's index, nearer than the next frame. Stored timestamps (float32 in
+        LeRobot's parquet) often lie a few ns after their frame's: without this, every such query decoded the
+        next frame too. Without an index, never (decode on)."""
+        run = self.run
+        if not run or not run.times or not self.entry_times or not 0 <= q - run.times[-1] < TOLERANCE_S:
+            return False
+        last = run.times[-1]
+        j = bisect.bisect_right(self.entry_times, last)
+        return j == len(self.entry_times) or self.entry_times[j] - q > q - last
+
     def frame_at(self, q: float, fmt: str, shape: tuple[int, int, int], where: str) -> np.ndarray:
         """The frame decode_into gives for timestamp ``q``: the nearer of the last frame before ``q`` and the
         first at or after it (that one on a tie), within ``TOLERANCE_S``."""
@@ -173,7 +188,7 @@ class _File:
             self._seek(q)
         run = self.run
         assert run is not None
-        while (not run.times or run.times[-1] < q) and not run.ended:
+        while (not run.times or run.times[-1] < q) and not run.ended and not self._settled(q):
             self._next()
         j = bisect.bisect_left(run.times, q)  # first frame at or after q (len: none, past the last frame)
         if j == len(run.times):
@@ -309,24 +324,27 @@ class Mp4Frames:
         groups: dict[str, list[int]] = {}
         for k, f in enumerate(files):
             groups.setdefault(f, []).append(k)
-        # a file's queries, in time order, are cut into one contiguous part per thread, each decoded by its own
-        # container of the file ("slot"): a batch whose windows all lie in one big mp4 still uses every thread
+        # a file's queries, in time order, are cut into one contiguous part per thread (of _MIN_PART queries at
+        # least), each decoded by its own container of the file ("slot"): a batch whose windows all lie in one big
+        # mp4 still uses every thread, and a single window stays in one container
         work: list[list[tuple[str, int, np.ndarray]]] = [[] for _ in range(threads)]
         turn = 0
         for key, members in groups.items():
             rows = np.asarray(members)
             rows = rows[np.argsort(times[rows], kind="stable")]
-            parts = min(threads, len(rows))
+            parts = max(1, min(threads, len(rows) // _MIN_PART))
             for p in range(parts):
                 work[(turn + p) % threads].append((key, p, rows[len(rows) * p // parts:len(rows) * (p + 1) // parts]))
             turn += parts
+
+        work = [tasks for tasks in work if tasks]
 
         def run(lo: int, hi: int) -> None:
             for tasks in work[lo:hi]:
                 for key, slot, rows in tasks:
                     self._read_file(key, times[rows], rows, out, key, slot)
 
-        run_in_parallel(run, threads, threads=threads)
+        run_in_parallel(run, len(work), threads=threads)
         return out
 
     def _out(self, n: int, out: np.ndarray | None) -> np.ndarray:

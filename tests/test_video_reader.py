@@ -142,6 +142,34 @@ def test_read_many_in_one_file_uses_a_container_per_thread(av1):
     assert np.array_equal(Mp4Frames(SHAPE, threads=3).read_many([str(path)] * 2, rows[:2] / FPS), want[rows[:2]])
 
 
+def test_float32_timestamps_decode_no_extra_frame(av1):
+    """LeRobot stores timestamps as float32, a few ns after their frame's time: the frame is still the one
+    picked, without decoding the next one (as many frames decoded as with exact times)."""
+    path, _, n = av1["a.mp4"]
+    want = reference(path, all_times(n))
+    stored = all_times(n).astype(np.float32).astype(np.float64)
+    assert (stored > all_times(n)).any()
+    exact, rounded = Mp4Frames(SHAPE), Mp4Frames(SHAPE)
+    for i in np.random.default_rng(5).integers(1, n, 40).tolist():
+        exact.read(str(path), all_times(n)[[i - 1, i]])
+        assert np.array_equal(rounded.read(str(path), stored[[i - 1, i]]), want[[i - 1, i]]), i
+    assert rounded.stats() == exact.stats()
+
+
+def test_read_many_keeps_a_window_in_one_container(av1):
+    """A 2-frame window read through read_many (as a camera kept as mp4 reads ds[i]) decodes what read() does:
+    splitting it over one container per thread would seek and decode from a keyframe twice."""
+    path, _, n = av1["a.mp4"]
+    want = reference(path, all_times(n))
+    batched, single = Mp4Frames(SHAPE, threads=2), Mp4Frames(SHAPE, threads=2)
+    for i in (5, 17, 40, 41, 70):
+        times = np.array([i - 1, i]) / FPS
+        assert np.array_equal(batched.read_many([str(path)] * 2, times), want[[i - 1, i]]), i
+        single.read(str(path), times)
+    assert batched.stats() == single.stats()
+    assert batched.stats()["open"] == 1
+
+
 def test_h264_with_b_frames_equals_decode_into(h264):
     path, n = h264
     want = reference(path, all_times(n))
