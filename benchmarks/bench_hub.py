@@ -29,13 +29,13 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_DISABLE_XET", "1")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
-import huggingface_hub.constants as hf_constants  # noqa: E402
-import pyarrow.parquet as pq  # noqa: E402
+import huggingface_hub.constants as hf_constants
+import pyarrow.parquet as pq
 
-import lerobot_zarr  # noqa: E402
-import lerobot_zarr.hub as hub_module  # noqa: E402
-from lerobot_zarr.sample_data import write_sample_dataset  # noqa: E402
-from lerobot_zarr.testing.hub_server import HubServer  # noqa: E402
+import lerobot_zarr
+import lerobot_zarr.hub as hub_module
+from lerobot_zarr.sample_data import write_sample_dataset
+from lerobot_zarr.testing.hub_server import HubServer
 
 
 def main() -> None:

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -34,9 +33,9 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _common as C  # noqa: E402
+import _common as C
 
-from lerobot_zarr.baseline import FlatMemmapSampler  # noqa: E402
+from lerobot_zarr.baseline import FlatMemmapSampler
 
 BATCH = 256
 TARGET_ITEM, TARGET_BATCH = 1.5, 1.2
@@ -140,8 +139,8 @@ def run_shape(work: Path, name: str, episodes: int, lengths: tuple[int, int], pe
     def batches(get_batch):
         return lambda bs: [get_batch(b) for b in bs]
 
-    item_idx = lambda: rng.integers(0, n, args.items).tolist()  # noqa: E731
-    batch_idx = lambda: [rng.integers(0, n, BATCH) for _ in range(args.batches)]  # noqa: E731
+    item_idx = lambda: rng.integers(0, n, args.items).tolist()
+    batch_idx = lambda: [rng.integers(0, n, BATCH) for _ in range(args.batches)]
     for fn in (items(ds.__getitem__), items(floor.__getitem__)):  # warm-up: page cache, maps
         fn(item_idx())
     for fn in (batches(ds.get_batch), batches(floor.get_batch)):
@@ -154,7 +153,7 @@ def run_shape(work: Path, name: str, episodes: int, lengths: tuple[int, int], pe
     # twenty datasets in one process: each sample (batch) from a random one of them
     many = [lerobot_zarr.LeRobotZarrDataset(store, delta_timestamps=deltas()) for _ in range(N_DATASETS)]
     floors = [FlatMemmapSampler(floor_dir, deltas()) for _ in range(N_DATASETS)]
-    which = lambda k: rng.integers(0, N_DATASETS, k).tolist()  # noqa: E731
+    which = lambda k: rng.integers(0, N_DATASETS, k).tolist()
 
     def items_many(group):
         return lambda work: [group[d][i] for d, i in zip(*work, strict=True)]
@@ -162,8 +161,8 @@ def run_shape(work: Path, name: str, episodes: int, lengths: tuple[int, int], pe
     def batches_many(group):
         return lambda work: [group[d].get_batch(b) for d, b in zip(*work, strict=True)]
 
-    many_items = lambda: (which(args.items), item_idx())  # noqa: E731
-    many_batches = lambda: (which(args.batches), batch_idx())  # noqa: E731
+    many_items = lambda: (which(args.items), item_idx())
+    many_batches = lambda: (which(args.batches), batch_idx())
     for fn in (items_many(many), items_many(floors)):
         fn(many_items())
     for fn in (batches_many(many), batches_many(floors)):
@@ -203,7 +202,7 @@ def main() -> None:
     with C.WorkDir(args, "bench_sampling-") as work:
         results = [run_shape(work, name, *shape, args) for name, shape in shapes.items()]
 
-    us = lambda ts, k: min(ts) / k * 1e6  # noqa: E731
+    us = lambda ts, k: min(ts) / k * 1e6
     print(f"\nµs per sample, best of {args.repeats} interleaved repeats on fresh uniform random indices "
           f"(ds[i]: {args.items:,} per repeat; get_batch: {args.batches} x {BATCH})")
     head = (f"{'shape':<8}{'frames':>11}{'packs':>7}{'files':>7}  {'ds[i] ours/floor':>22}{'ratio':>7}"

@@ -39,7 +39,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _common as C  # noqa: E402
+import _common as C
 
 TARGET_READ, TARGET_ALLOC, TARGET_OPEN_S = 1.5, 1.1, 0.1
 

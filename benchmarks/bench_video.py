@@ -70,7 +70,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _common as C  # noqa: E402
+import _common as C
 
 ROOT = Path(__file__).resolve().parents[1]
 G1 = ROOT.parent / "shared" / "datasets" / "G1-policy-train"

@@ -13,20 +13,20 @@ _os.environ.setdefault("ZARR_ARRAY__RECTILINEAR_CHUNKS", "True")
 if "zarr" in _sys.modules:
     _sys.modules["zarr"].config.set({"array.rectilinear_chunks": True})
 
-from ._codec_registry import register_when_zarr_is_imported as _register_codecs  # noqa: E402
+from ._codec_registry import register_when_zarr_is_imported as _register_codecs
 
 _register_codecs()  # lerobot_zarr's zarr codecs (compressed cameras), for zarr and xarray readers of our stores
 
-from . import analysis as _analysis  # noqa: E402, F401  (registers ds.to_xarray)
-from . import export as _export  # noqa: E402, F401  (registers ds.push and ds.to_lerobot)
-from .api import cache_home, inspect, open_dataset  # noqa: E402
-from .cache import cache_info  # noqa: E402
-from .dataset import DatasetMeta, LeRobotZarrDataset  # noqa: E402
-from .errors import *  # noqa: E402, F403  (every exception class, listed in errors.__all__)
+from . import analysis as _analysis  # noqa: F401  (registers ds.to_xarray)
+from . import export as _export  # noqa: F401  (registers ds.push and ds.to_lerobot)
+from .api import cache_home, inspect, open_dataset
+from .cache import cache_info
+from .dataset import DatasetMeta, LeRobotZarrDataset
+from .errors import *
 from .errors import __all__ as _errors
-from .sharding import episodes_for_rank, split_episodes  # noqa: E402
-from .streaming import SampleStream, stream  # noqa: E402
-from .writer import WritableDataset, create  # noqa: E402
+from .sharding import episodes_for_rank, split_episodes
+from .streaming import SampleStream, stream
+from .writer import WritableDataset, create
 
 __all__ = [
     "open_dataset",

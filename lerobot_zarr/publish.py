@@ -259,7 +259,7 @@ class Publisher:
                 return self._error(failure, state)
             now = check_commit(now, where, self.branch)
             theirs = self._files_at(now)
-        except Exception:  # noqa: BLE001 - the state is reported as unknown below
+        except Exception:
             return self._error(failure, f"the remote could not be read back: {self.branch} is at {self.head} or at "
                                         f"a new commit; run push again")
         ours = all(theirs.get(rel) in ids.values() for rel, ids in self._local.items())

@@ -761,6 +761,18 @@ def check_new_store_location(root: Path) -> None:
                                    f"into it", path=root)
 
 
+def remove_creation_debris(root: Path) -> None:
+    """Mark ``root`` as a store being created and empty it of an earlier creation that never committed."""
+    root.mkdir(parents=True, exist_ok=True)
+    leftovers = [p for p in root.iterdir() if p.name not in (".lock", _CREATING)]
+    (root / _CREATING).touch()
+    for p in leftovers:
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p)
+        else:
+            p.unlink()
+
+
 def create_store(state: StoreState, *, keep_files: bool = False) -> StoreState:
     """Lay out a store at ``state.root`` and make its first commit. The folder must be empty or a half-created
     store (one killed before its first commit), whose debris is removed unless ``keep_files`` (the caller put the
@@ -774,14 +786,10 @@ def create_store(state: StoreState, *, keep_files: bool = False) -> StoreState:
     if len(set(folded)) != len(folded):
         raise StoreError(f"{root}: feature names {sorted(state.arrays)} differ only by case; they would share a "
                          f"folder on case-insensitive filesystems", path=root)
-    root.mkdir(parents=True, exist_ok=True)
-    leftovers = [] if keep_files else [p for p in root.iterdir() if p.name not in (".lock", _CREATING)]
-    (root / _CREATING).touch()
-    for p in leftovers:  # debris of an earlier creation that never committed
-        if p.is_dir() and not p.is_symlink():
-            shutil.rmtree(p)
-        else:
-            p.unlink()
+    if keep_files:
+        (root / _CREATING).touch()
+    else:
+        remove_creation_debris(root)
     state = commit(replace(state, generation=-1, read_version=FORMAT_VERSION), previous=None)
     (root / _CREATING).unlink()
     return state
@@ -828,7 +836,7 @@ def _runs_difference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Rows of ``a`` (pack, offset, length) that ``b`` does not hold."""
     if not len(a) or not len(b):
         return a
-    key = lambda r: (r[:, 0] << 40) | r[:, 1]  # noqa: E731  (offsets stay below 2**40)
+    key = lambda r: (r[:, 0] << 40) | r[:, 1]
     return a[~np.isin(key(a), key(b))]
 
 

@@ -38,7 +38,6 @@ from .files import SourceFiles
 from .resize import resize_frame, resize_frames
 from .source import LeRobotSource
 from .store import (
-    CREATING_MARKER,
     DEFAULT_PACK_BYTES,
     ArraySpec,
     EpisodeTable,
@@ -52,6 +51,7 @@ from .store import (
     pack_rows_target,
     plan_packs,
     read_state,
+    remove_creation_debris,
 )
 from .video import VideoUnavailable, have_pyav
 
@@ -219,6 +219,8 @@ def transcode(source: LeRobotSource, root: str | os.PathLike, *, episodes: Seque
     if bad:
         raise FrameIndexError(f"{source.files.location()}: episode {bad[0]} does not exist ({n_episodes} episodes)",
                               episode=bad[0])
+    if wanted:  # frame shapes from a data file this call reads anyway
+        source.schema_from_episode(wanted[0])
     if has_commit_point(root):
         state = _checked_state(root, record)
         if storage or resize:
@@ -238,13 +240,10 @@ def transcode(source: LeRobotSource, root: str | os.PathLike, *, episodes: Seque
             return state
     else:
         check_new_store_location(root)
-        if wanted:
-            source.schema_from_episode(wanted[0])
         with WriterLock(root):
             if not has_commit_point(root):
                 arrays = _camera_arrays(source, storage, resize)
-                root.mkdir(parents=True, exist_ok=True)
-                (root / CREATING_MARKER).touch()
+                remove_creation_debris(root)
                 _create(source, root, record, arrays, pack_bytes)
         state = _checked_state(root, record)
     done = state.complete_episodes()

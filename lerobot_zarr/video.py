@@ -22,7 +22,7 @@ ENCODING = {"vcodec": "libsvtav1", "pix_fmt": "yuv420p", "g": 2, "crf": 30, "pre
 _FORMATS = {1: "gray", 3: "rgb24", 4: "rgba"}
 
 
-class VideoUnavailable(Exception):  # noqa: N818 (a reason, recorded in the store, not raised to users)
+class VideoUnavailable(Exception):
     """This episode's frames of this camera cannot be had; the message says why (recorded in the store)."""
 
 

@@ -60,6 +60,7 @@ from .store import (
     create_store,
     pack_rows_target,
     read_state,
+    remove_creation_debris,
     stats_path,
 )
 
@@ -195,8 +196,7 @@ def fork(source: str | os.PathLike, root: str | os.PathLike) -> StoreState:
                                    path=source)
     with WriterLock(root, blocking=False):
         check_new_store_location(root)
-        root.mkdir(parents=True, exist_ok=True)
-        (root / CREATING_MARKER).touch()
+        remove_creation_debris(root)
         for pack in np.flatnonzero(state.packs.rows > 0).tolist():
             for name, spec in state.arrays.items():
                 src, dst = Path(chunk_path(source, name, pack, spec.ndim)), Path(chunk_path(root, name, pack,

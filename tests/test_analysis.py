@@ -764,7 +764,7 @@ def test_distributed_transcode_survives_a_killed_worker(client, video_source, tm
     def run() -> None:
         try:
             dist_open(client, video_source, root=store)
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:
             errors.append(exc)
 
     thread = threading.Thread(target=run)

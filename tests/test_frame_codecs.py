@@ -287,7 +287,7 @@ def _decode_in_child(conn, blobs, shape):
         out = np.empty((len(blobs), *shape), np.uint8)
         decode_batch(codec, blobs, out, threads=2)
         conn.send(out)
-    except BaseException as exc:  # noqa: BLE001 (reported to the parent)
+    except BaseException as exc:
         conn.send(repr(exc))
     conn.close()
 

@@ -20,8 +20,8 @@ from lerobot_zarr import (
     inspect,
     open_dataset,
 )
-from lerobot_zarr.sample_data import write_sample_dataset
 from lerobot_zarr.files import safe_relpath
+from lerobot_zarr.sample_data import write_sample_dataset
 from lerobot_zarr.store import has_commit_point
 from lerobot_zarr.testing.hub_server import HubServer
 

@@ -321,7 +321,7 @@ def test_threads_share_one_dataset(many, budget):
                     np.testing.assert_array_equal(batch["index"], idx)
                     np.testing.assert_array_equal(batch["observation.state"][:, 1], ref["observation.state"][idx])
                     np.testing.assert_array_equal(batch["action"][:, 0], ref["action"][idx])
-        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+        except BaseException as exc:
             errors.append(exc)
 
     threads = [threading.Thread(target=work, args=(seed,)) for seed in range(4)]

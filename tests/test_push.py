@@ -42,11 +42,11 @@ from hub_fixtures import (
 from PIL import Image
 
 import lerobot_zarr
-from lerobot_zarr.store import read_state
 import lerobot_zarr.export as export_module
 from lerobot_zarr import HubAuthError, LeRobotZarrDataset, NotMaterializedError, StoreError, open_dataset
 from lerobot_zarr.cli import main as cli_main
 from lerobot_zarr.sample_data import write_sample_dataset
+from lerobot_zarr.store import read_state
 from lerobot_zarr.testing.hub_server import HubServer
 
 TOKEN = "hf_write"

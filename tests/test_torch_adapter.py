@@ -7,9 +7,9 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed (optional extra lerobot_zarr[torch])")
 
-import lerobot_zarr  # noqa: E402
-from lerobot_zarr.sample_data import write_sample_dataset  # noqa: E402
-from lerobot_zarr.torch import TorchDataset  # noqa: E402
+import lerobot_zarr
+from lerobot_zarr.sample_data import write_sample_dataset
+from lerobot_zarr.torch import TorchDataset
 
 FPS = 30
 IMAGE = "observation.images.top"

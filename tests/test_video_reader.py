@@ -230,7 +230,7 @@ def test_opener_gives_file_objects(av1):
 def _child_read(conn, reader, path, times):
     try:
         conn.send(reader.read(path, times))
-    except BaseException as exc:  # noqa: BLE001 (reported to the parent)
+    except BaseException as exc:
         conn.send(repr(exc))
     conn.close()
 

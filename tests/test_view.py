@@ -8,9 +8,9 @@ from PIL import Image
 
 pytest.importorskip("matplotlib", reason="the viz extra (matplotlib) is not installed")
 
-from lerobot_zarr.cli import main  # noqa: E402
-from lerobot_zarr.sample_data import write_sample_dataset  # noqa: E402
-from lerobot_zarr.view import dimension_names, view_episode  # noqa: E402
+from lerobot_zarr.cli import main
+from lerobot_zarr.sample_data import write_sample_dataset
+from lerobot_zarr.view import dimension_names, view_episode
 
 ROW_PX = round(2.8 * 80)  # figure height per panel row at the figure's dpi
 

@@ -72,7 +72,7 @@ COMMON = textwrap.dedent('''
                 IMAGE: rng.integers(0, 256, (n, 6, 8, 3), dtype=np.uint8)}
 ''')
 _common: dict = {}
-exec(compile(COMMON, "<COMMON>", "exec"), _common)  # noqa: S102  (the writer processes run the same source)
+exec(compile(COMMON, "<COMMON>", "exec"), _common)
 FPS, STATE, IMAGE, FEATURES = _common["FPS"], _common["STATE"], _common["IMAGE"], _common["FEATURES"]
 PACK_BYTES = _common["PACK_BYTES"]
 episode_length, task_of, generate = _common["episode_length"], _common["task_of"], _common["generate"]

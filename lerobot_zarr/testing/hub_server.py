@@ -637,7 +637,7 @@ class _Handler(BaseHTTPRequestHandler):
     timeout = 120  # idle keep-alive connections are closed after this many seconds
     server: _HTTPServer
 
-    def log_message(self, format, *args):  # noqa: A002 - silence the default stderr logging
+    def log_message(self, format, *args):
         pass
 
     def setup(self):
