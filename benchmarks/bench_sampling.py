@@ -14,7 +14,10 @@ same process, interleaved, on FRESH uniform random indices each repeat (the same
 
 Targets at default settings: ``ds[i]`` <= 1.5x floor and ``get_batch`` <= 1.2x floor in every row. Also: an
 equality check of ours against the floor (raises on mismatch), the open time of the store in a fresh process, and
-with ``--hf`` the HF-datasets path LeRobot uses (2,000-episode shape only; needs the ``bench`` extra).
+on the first shape LeRobot itself: ``lerobot.datasets.lerobot_dataset.LeRobotDataset`` on the same folder when
+``lerobot`` is importable (run with a LeRobot environment's Python and this checkout on ``PYTHONPATH``), else
+LeRobot's ``__getitem__`` logic ported to numpy over HF ``datasets`` when that is (the ``bench`` extra); values
+checked equal to ours, ``--no-lerobot`` skips it.
 
 Run from the repository root:  .venv/bin/python benchmarks/bench_sampling.py [--shapes 2k,20k,100k] [--quick]
 """
@@ -44,6 +47,80 @@ N_DATASETS = 20
 
 def deltas() -> dict[str, list[float]]:
     return {"observation.state": [-1 / C.FPS, 0.0], "action": [k / C.FPS for k in range(16)]}
+
+
+class LeRobotPath:
+    """LeRobot's random access on the dataset folder: its own ``LeRobotDataset`` when lerobot is importable, else its
+    ``__getitem__`` (v3.0, no video) over HF ``datasets`` with a numpy port of ``hf_transform_to_torch``."""
+
+    def __init__(self, src: Path, cache_dir: Path):
+        os.environ["HF_HUB_OFFLINE"] = "1"  # a local folder: nothing to ask the Hub
+        try:
+            from lerobot.datasets.lerobot_dataset import LeRobotDataset
+        except ImportError:
+            LeRobotDataset = None
+        t0 = time.perf_counter()
+        if LeRobotDataset is not None:
+            import lerobot
+
+            self.what = f"LeRobotDataset (lerobot {lerobot.__version__})"
+            ds = LeRobotDataset("local/bench", root=src, delta_timestamps=deltas())
+            self.item = lambda i: {k: v.numpy() if hasattr(v, "numpy") else v for k, v in ds[i].items()}
+        else:
+            import datasets
+            import pandas as pd
+
+            datasets.logging.set_verbosity_error()
+            datasets.disable_progress_bars()
+            self.what = f"LeRobot's __getitem__ over HF datasets {datasets.__version__} (lerobot not importable)"
+            load = lambda files: datasets.load_dataset("parquet", data_files=[str(f) for f in files], split="train",
+                                                       cache_dir=str(cache_dir))
+            self.hf = load(C.data_files(src)).with_transform(_numpy_transform)
+            episodes = load(sorted((src / "meta" / "episodes").glob("*/*.parquet")))
+            self.episodes = episodes.select_columns([k for k in episodes.features if not k.startswith("stats/")])
+            self.tasks = pd.read_parquet(src / "meta" / "tasks.parquet")
+            self.item = self._hf_item
+        self.load_s = time.perf_counter() - t0
+        self.delta_indices = {k: [round(d * C.FPS) for d in v] for k, v in deltas().items()}
+
+    def _hf_item(self, idx: int) -> dict:
+        item = self.hf[idx]
+        ep = self.episodes[int(item["episode_index"])]
+        lo, hi = ep["dataset_from_index"], ep["dataset_to_index"]
+        for key, delta_idx in self.delta_indices.items():
+            item[f"{key}_is_pad"] = np.array([(idx + d < lo) | (idx + d >= hi) for d in delta_idx])
+            item[key] = np.stack(self.hf[key][[max(lo, min(hi - 1, idx + d)) for d in delta_idx]])
+        item["task"] = self.tasks.iloc[int(item["task_index"])].name
+        return item
+
+
+def _numpy_transform(items: dict) -> dict:
+    """LeRobot's ``hf_transform_to_torch`` in numpy: floats become float32 as ``torch.tensor`` makes them."""
+    for key, values in items.items():
+        if values and not (values[0] is None or isinstance(values[0], str)):
+            items[key] = [np.asarray(x).astype(np.float32) if np.asarray(x).dtype == np.float64 else np.asarray(x)
+                          for x in values]
+    return items
+
+
+def lerobot_path(src: Path, cache_dir: Path) -> LeRobotPath | None:
+    try:
+        return LeRobotPath(src, cache_dir)
+    except ImportError as exc:
+        print(f"  LeRobot comparison skipped: neither lerobot nor datasets is importable ({exc})")
+        return None
+
+
+def assert_values(ours: dict, theirs: dict, where: str) -> None:
+    """The same values (LeRobot gives tensors and 0-d arrays where we give numpy scalars)."""
+    for k, v in ours.items():
+        if k not in theirs:
+            raise AssertionError(f"{where}: LeRobot has no {k!r}")
+        if isinstance(v, str):
+            if v != theirs[k]:
+                raise AssertionError(f"{where}: {k!r}: {v!r} != {theirs[k]!r}")
+        elif not np.array_equal(np.asarray(v), np.asarray(theirs[k]).reshape(np.shape(v))):
+            raise AssertionError(f"{where}: {k!r} values differ")
 
 
 def map_count() -> int:
@@ -149,6 +226,19 @@ def run_shape(work: Path, name: str, episodes: int, lengths: tuple[int, int], pe
     t_batch = timed_pairs({"ours": batches(ds.get_batch), "floor": batches(floor.get_batch)}, batch_idx,
                           args.repeats)
     maps = ds._maps.n_mapped * len(ds._maps.specs)
+    t_lerobot, lerobot_what = None, None
+    if args.lerobot:
+        ref = lerobot_path(src, work / f"hf-{name}")
+        if ref is not None:
+            for i in [0, n - 1, *rng.integers(0, n, 18).tolist()]:
+                assert_values(ds[i], ref.item(i), f"ds[{i}] vs {ref.what}")
+            k = args.lerobot_samples
+            ref_idx = lambda: rng.integers(0, n, k).tolist()
+            items(ref.item)(ref_idx())
+            t_lerobot = timed_pairs({"ours": items(ds.__getitem__), "lerobot": items(ref.item)}, ref_idx,
+                                    max(3, args.repeats // 2))
+            lerobot_what = ref.what
+            print(f"  {ref.what}: loaded in {ref.load_s:.1f} s; values equal to ours at 20 frames")
 
     # twenty datasets in one process: each sample (batch) from a random one of them
     many = [lerobot_zarr.LeRobotZarrDataset(store, delta_timestamps=deltas()) for _ in range(N_DATASETS)]
@@ -176,7 +266,8 @@ def run_shape(work: Path, name: str, episodes: int, lengths: tuple[int, int], pe
     probe = open_probe(store)
     return {"name": name, "episodes": episodes, "frames": n, "packs": int((ds._state.packs.rows > 0).sum()),
             "item": t_item, "batch": t_batch, "m_item": m_item, "m_batch": m_batch, "maps": maps,
-            "maps_many": maps_many, "process_maps": process_maps, "probe": probe,
+            "maps_many": maps_many, "process_maps": process_maps, "probe": probe, "lerobot": t_lerobot,
+            "lerobot_what": lerobot_what,
             "files": sum(1 for p in store.rglob("*") if p.is_file())}
 
 
@@ -188,19 +279,24 @@ def main() -> None:
     p.add_argument("--items", type=int, default=20000, help="ds[i] calls per repeat (default 20000)")
     p.add_argument("--batches", type=int, default=100, help=f"get_batch({BATCH}) calls per repeat (default 100)")
     p.add_argument("--repeats", type=int, default=7, help="timed repeats, fresh indices each (default 7)")
+    p.add_argument("--lerobot-samples", type=int, default=1000, help="ds[i] calls per repeat against LeRobot")
+    p.add_argument("--no-lerobot", dest="lerobot", action="store_false", help="skip the LeRobot comparison")
     p.add_argument("--quick", action="store_true", help="fewer samples and repeats (a smoke run)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out-dir", type=Path, default=None, help="work folder (kept; datasets and stores reused)")
     p.add_argument("--keep", action="store_true", help="keep the temporary work folder")
     args = p.parse_args()
     if args.quick:
-        args.items, args.batches, args.repeats = 3000, 20, 3
+        args.items, args.batches, args.repeats, args.lerobot_samples = 3000, 20, 3, 200
     warnings.filterwarnings("ignore")
     shapes = C.parse_shapes(args.shapes, args.episodes, args.episode_frames)
     print(f"bench_sampling: python {sys.version.split()[0]}, numpy {np.__version__}, {os.cpu_count()} CPUs; "
           f"vm.max_map_count {max_map_count():,}")
     with C.WorkDir(args, "bench_sampling-") as work:
-        results = [run_shape(work, name, *shape, args) for name, shape in shapes.items()]
+        results = []
+        for name, shape in shapes.items():
+            results.append(run_shape(work, name, *shape, args))
+            args.lerobot = False  # the first shape only: LeRobot's own cost does not depend on the episode count
 
     us = lambda ts, k: min(ts) / k * 1e6
     print(f"\nµs per sample, best of {args.repeats} interleaved repeats on fresh uniform random indices "
@@ -220,6 +316,12 @@ def main() -> None:
     print(f"\nworst ratios: ds[i] {worst['item']:.2f}x (target <= {TARGET_ITEM}x: "
           f"{'met' if worst['item'] <= TARGET_ITEM else 'MISSED'}), get_batch {worst['batch']:.2f}x (target <= "
           f"{TARGET_BATCH}x: {'met' if worst['batch'] <= TARGET_BATCH else 'MISSED'})")
+    for r in results:
+        if r["lerobot"]:
+            k = args.lerobot_samples
+            o, t = us(r["lerobot"]["ours"], k), us(r["lerobot"]["lerobot"], k)
+            print(f"[{r['name']}] ds[i] vs {r['lerobot_what']}: {t:.1f} µs vs ours {o:.2f} µs per sample: "
+                  f"ours {t / o:.0f}x faster")
     limit = max_map_count()
     for r in results:
         print(f"[{r['name']}] maps held: one dataset {r['maps']}, {N_DATASETS} datasets {r['maps_many']} "

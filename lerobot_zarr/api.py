@@ -14,6 +14,7 @@ from .dataset import DatasetMeta, EpisodeSelection, LeRobotZarrDataset
 from .errors import ArgumentError, HubError, NotMaterializedError
 from .hub import HubFiles, resolve_revision
 from .resolve import resolve_source
+from .selection import check_selection
 from .source import LeRobotSource, is_lerobot_folder
 from .store import DEFAULT_PACK_BYTES, has_commit_point, read_state
 from .transcode import transcode
@@ -93,6 +94,7 @@ def open_dataset(
     """
     if mode not in ("r", "r+"):
         raise ArgumentError(f"mode must be 'r' or 'r+', got {mode!r}")
+    episodes = check_selection(episodes)
     if mode == "r+" and (episodes is not None or lazy):
         raise ArgumentError("mode='r+' opens every episode: episodes= and lazy=True do not apply")
     src = resolve_source(source, revision=revision, token=token)
@@ -101,6 +103,7 @@ def open_dataset(
         if root is not None and Path(root).resolve() != store.resolve():
             raise ArgumentError(f"{store} is a store already; root={root!r} would be a second copy")
         if mode == "r+":
+            _check_not_shared(store)
             materialize(store, range(len(read_state(store).table)), progress=progress, token=token)
         elif not lazy:
             materialize(store, episodes, progress=progress, token=token)
@@ -123,6 +126,15 @@ def open_dataset(
         return WritableDataset(store, delta_timestamps=delta_timestamps, image_format=image_format)
     return LeRobotZarrDataset(store, episodes=episodes, delta_timestamps=delta_timestamps, image_format=image_format,
                               lazy=lazy, fetch=_fetch if lazy else None)
+
+
+def _check_not_shared(store: Path) -> None:
+    """Refuse to write into the cache's store of a Hub repo or folder: every later open of that source reads it."""
+    home = cache_home().resolve()
+    if store.resolve().is_relative_to(home) and read_state(store).source.get("kind") in ("hub", "local"):
+        raise ArgumentError(f"{store}: is the cache's shared store of its source, which every open of that source "
+                            f"reads; open the source with mode='r+' and root= (a folder of your own: a copy-on-write "
+                            f"copy of this store) to write", path=store)
 
 
 def _writable_copy(source: str | os.PathLike, root: str | os.PathLike | None, shared: Path) -> Path:
@@ -201,6 +213,7 @@ def materialize(store: str | os.PathLike, episodes: EpisodeSelection | None, *, 
     """Fetch or transcode the episodes a store lacks from the source it was made from (Hub repo at its recorded
     commit, or local folder), if that is reachable."""
     store = Path(store)
+    episodes = check_selection(episodes)
     if episodes is None:
         return
     missing = _missing_episodes(store, episodes)

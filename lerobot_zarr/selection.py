@@ -12,7 +12,7 @@ import numpy as np
 from .errors import ArgumentError, FrameIndexError
 from .store import from_ranges, to_ranges
 
-__all__ = ["EpisodeSelection", "Selection", "frame_range", "episode_ranges"]
+__all__ = ["EpisodeSelection", "Selection", "check_selection", "frame_range", "episode_ranges"]
 
 EpisodeSelection = Sequence[int] | Mapping[int, slice | range | tuple[int, int] | None]
 
@@ -34,16 +34,35 @@ def frame_range(frames: slice | range | tuple[int, int] | None, n: int, where: s
     return first, stop
 
 
-def _episode_index(e: object, n: int) -> int:
+def _as_index(e: object) -> int:
     if isinstance(e, (bool, np.bool_)):
         raise ArgumentError(f"episode indices must be integers, got {e!r}")
     try:
-        e = operator.index(e)
+        return operator.index(e)
     except TypeError:
         raise ArgumentError(f"episode indices must be integers, got {e!r:.40} ({type(e).__name__})") from None
+
+
+def _episode_index(e: object, n: int) -> int:
+    e = _as_index(e)
     if not 0 <= e < n:
         raise FrameIndexError(f"episode {e} does not exist ({n} episodes)", episode=e)
     return e
+
+
+def check_selection(episodes: EpisodeSelection | None) -> EpisodeSelection | None:
+    """``episodes`` as given by a user, checked before anything uses it: a list of integer episode indices (a
+    1-D array or range too) or ``{episode: frames}``; returned with plain ``int`` indices. Bounds are checked
+    later, against the dataset."""
+    if episodes is None:
+        return None
+    if isinstance(episodes, (str, bytes)) or not isinstance(episodes, (Mapping, Sequence, np.ndarray, range)):
+        raise ArgumentError(f"episodes must be a list of episode indices or {{episode: frames}}, got {episodes!r:.80}")
+    if isinstance(episodes, np.ndarray) and episodes.ndim != 1:
+        raise ArgumentError(f"episodes must be a 1-D list of episode indices, got an array of shape {episodes.shape}")
+    if isinstance(episodes, Mapping):
+        return {_as_index(e): frames for e, frames in episodes.items()}
+    return [_as_index(e) for e in episodes]
 
 
 def episode_ranges(episodes: EpisodeSelection, lengths: np.ndarray) -> list[tuple[int, int, int]]:
@@ -53,10 +72,7 @@ def episode_ranges(episodes: EpisodeSelection, lengths: np.ndarray) -> list[tupl
     (episode-local frame indices, negative ones from the end, step 1) and all of episode 5. Like LeRobot's
     filtering, the order given does not matter: frames come in episode order.
     """
-    if isinstance(episodes, (str, bytes)) or not isinstance(episodes, (Mapping, Sequence, np.ndarray, range)):
-        raise ArgumentError(f"episodes must be a list of episode indices or {{episode: frames}}, got {episodes!r:.80}")
-    if isinstance(episodes, np.ndarray) and episodes.ndim != 1:
-        raise ArgumentError(f"episodes must be a 1-D list of episode indices, got an array of shape {episodes.shape}")
+    episodes = check_selection(episodes)
     items = episodes.items() if isinstance(episodes, Mapping) else ((e, None) for e in episodes)
     out: dict[int, tuple[int, int, int]] = {}
     for e, frames in items:

@@ -57,10 +57,16 @@ lerobot_zarr sets it for its own process). Dimension names: ``frame`` first, the
 - ``packs``: ``{"rows": <column as above>, "next_row": n}``: rows of every pack id (0: retired), and the rows used
   in the last pack (appends go on from there). ``pack_bytes``: the target pack size of new packs.
 - ``features``: for each stored array, ``{"kind": "numeric"|"image"|"video", "dtype", "frame_shape", "storage":
-  "raw"|"compact", "shard_index": "start"|"end", "episodes"}`` where ``episodes`` lists half-open ``[first, stop)``
-  ranges of episodes whose rows are committed. Only those rows hold data; other rows may hold zeros or garbage
-  from an interrupted write. Images and videos are stored alike (uint8 HWC frames); ``video`` says the source kept
-  them as mp4.
+  "raw"|"compact"|"mp4", "shard_index": "start"|"end", "episodes"}`` where ``episodes`` lists half-open ``[first,
+  stop)`` ranges of episodes whose rows are committed. Only those rows hold data; other rows may hold zeros or
+  garbage from an interrupted write. Images and videos are stored alike (uint8 HWC frames); ``video`` says the
+  source kept them as mp4. Compact arrays add ``"codec"`` (the frame codec of every inner chunk, e.g.
+  ``{"codec": "zstd", "level": 3}``, ``{"codec": "delta-zstd", ...}``, ``{"codec": "jpeg", "quality": 90}``; the
+  zarr metadata names the same codec, registered as ``lerobot_zarr.delta`` / ``lerobot_zarr.jpeg``). Cameras
+  resized at transcode add ``"resize": {"from": [h, w], "size": [h, w], ...}``; ``frame_shape`` is the stored one.
+  ``"mp4"`` arrays have no pack files: the camera stays in the source's mp4 files under ``<feature>/videos/`` with
+  ``<feature>/mp4.json`` (the file, ``from_timestamp`` and ``to_timestamp`` of every episode), decoded on read; the
+  zarr hierarchy does not list them.
 - ``unavailable``: ``{feature: [[first, stop, reason], ...]}``: episodes whose frames of that feature the source
   cannot give (a missing or undecodable video, a timestamp without a frame), with why. They count as done.
 - ``not_materialized``: ``{feature: reason}`` for features listed in ``info`` that have no array (videos...).

@@ -34,14 +34,19 @@ import numpy as np
 
 from ._background import prefetched
 from .dataset import IMAGE_FORMATS, LeRobotZarrDataset, window_offsets
-from .errors import FrameIndexError, LeRobotZarrWarning, NotMaterializedError
+from .errors import ArgumentError, FrameIndexError, LeRobotZarrWarning, NotMaterializedError
 from .resolve import resolve_source
+from .selection import check_selection
 from .source import LeRobotSource
 from .video import VideoUnavailable
 
 __all__ = ["SampleStream", "stream"]
 
 log = logging.getLogger("lerobot_zarr")
+
+
+def _is_int(x: object) -> bool:
+    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
 
 
 def _worker() -> tuple[int, int]:
@@ -81,14 +86,17 @@ class SampleStream:
                  seed: int = 0, buffer_episodes: int = 4, rank: int = 0, world_size: int = 1,
                  image_format: str = "uint8_hwc", worker: tuple[int, int] | None = None,
                  batch_size: int | None = None, drop_last: bool = False):
-        if not 0 <= rank < world_size:
-            raise ValueError(f"rank must be in [0, world_size={world_size}), got {rank}")
-        if buffer_episodes < 1:
-            raise ValueError(f"buffer_episodes must be at least 1, got {buffer_episodes}")
+        if not (_is_int(rank) and _is_int(world_size) and 0 <= rank < world_size):
+            raise ArgumentError(f"rank must be an integer in [0, world_size={world_size!r}), got {rank!r}")
+        if not (_is_int(buffer_episodes) and buffer_episodes >= 1):
+            raise ArgumentError(f"buffer_episodes must be a positive integer, got {buffer_episodes!r}")
         if image_format not in IMAGE_FORMATS:
-            raise ValueError(f"image_format must be one of {IMAGE_FORMATS}, got {image_format!r}")
-        if batch_size is not None and int(batch_size) < 1:
-            raise ValueError(f"batch_size must be a positive integer or None, got {batch_size!r}")
+            raise ArgumentError(f"image_format must be one of {IMAGE_FORMATS}, got {image_format!r}")
+        if batch_size is not None and not (_is_int(batch_size) and batch_size >= 1):
+            raise ArgumentError(f"batch_size must be a positive integer or None, got {batch_size!r}")
+        if isinstance(episodes, Mapping):
+            raise ArgumentError("stream(episodes=...) takes a list of episode indices (streams serve whole episodes)")
+        episodes = check_selection(episodes)
         self.source, self.revision, self.token = source, revision, token
         self.shuffle, self.seed, self.buffer_episodes = shuffle, int(seed), int(buffer_episodes)
         self.rank, self.world_size, self.worker = rank, world_size, worker
@@ -96,7 +104,7 @@ class SampleStream:
         self.batch_size = None if batch_size is None else int(batch_size)
         self.drop_last = bool(drop_last)
         self.epoch = 0
-        self._selection = None if episodes is None else sorted({int(e) for e in episodes})
+        self._selection = None if episodes is None else sorted(set(episodes))
         reader = self._reader()
         self._reader_cache: _EpisodeReader | None = reader  # reused by the first epoch in this process
         self.episodes = reader.episodes
