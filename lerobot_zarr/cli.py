@@ -1,4 +1,4 @@
-"""Command line: ``lerobot-zarr demo | info | convert (download) | view | push | cache ls|rm|prune``.
+"""Command line: ``lerobot-zarr demo | info | convert (download) | view | edit | push | cache ls|rm|prune``.
 
 SOURCE is a LeRobot dataset folder (v3.x or v2.x), a store made by lerobot_zarr, or a Hub dataset repo id
 ``org/name``. Run ``lerobot-zarr COMMAND --help`` for each command's options.
@@ -188,6 +188,20 @@ def _episode_list(text: str) -> list[int]:
     return out
 
 
+def _push_options(parser: argparse.ArgumentParser, *branch_flags: str) -> None:
+    """The options of a push (``push``, ``edit --push``): branch, privacy, commit message."""
+    parser.add_argument(*branch_flags, dest="branch", default=None, help="branch to commit to (default main)")
+    parser.add_argument("--private", action="store_true", help="create the repo private (an existing one is unchanged)")
+    parser.add_argument("--message", default=None, help="commit message")
+
+
+def _push(ds: Any, label: str, repo_id: str, args: argparse.Namespace) -> None:
+    commit = ds.push(repo_id, revision=args.branch, private=args.private, token=args.token,
+                     commit_message=args.message, progress=True)
+    print(f"pushed {label} to {repo_id}" + (f"@{args.branch}" if args.branch else "") + ": "
+          + (f"commit {commit}" if commit else "no change (the Hub already holds these files)"))
+
+
 def _parser() -> argparse.ArgumentParser:
     from . import __version__
 
@@ -240,14 +254,38 @@ def _parser() -> argparse.ArgumentParser:
     view.add_argument("--revision", default=None, help="Hub branch, tag or commit")
     view.add_argument("--token", default=None, help="Hub token")
 
+    edit = sub.add_parser(
+        "edit", help="clean a dataset in place (delete or keep episodes, drop features), then optionally push it",
+        description="Edit a store in place, as LeRobot's lerobot-edit-dataset does for its folders: features are "
+                    "dropped, then episodes deleted (the others renumbered from 0), each in one atomic commit. A "
+                    "LeRobot folder or Hub repo is edited in a store of its own (--root), never in the cached copy "
+                    "that other opens read. Episode indices are those of the dataset as it is now.")
+    edit.add_argument("source", help="the store to edit in place, or a LeRobot folder or Hub repo id org/name "
+                                     "(copied into --root first)")
+    edit.add_argument("--root", type=Path, default=None,
+                      help="for a folder or Hub repo: the store folder to write (a new folder is made a copy of "
+                           "the source with every episode; an existing one is edited further)")
+    which = edit.add_mutually_exclusive_group()
+    which.add_argument("--delete-episodes", nargs="+", type=_episode_list, action="extend", metavar="EPISODES",
+                       help="episodes to delete, e.g. 0 3 5 or 0,3,5-9")
+    which.add_argument("--keep-episodes", nargs="+", type=_episode_list, action="extend", metavar="EPISODES",
+                       help="episodes to keep (every other one is deleted), e.g. 1 2 4 5 or 1-2,4-5")
+    edit.add_argument("--drop-features", nargs="+", action="extend", metavar="FEATURE",
+                      help="features to remove (e.g. a camera some episodes lack); LeRobot's own columns stay")
+    edit.add_argument("--dry-run", action="store_true",
+                      help="only say what would change (nothing is written or downloaded beyond metadata)")
+    edit.add_argument("--revision", default=None, help="Hub source: branch, tag or commit to copy from")
+    edit.add_argument("--token", default=None,
+                      help="Hub token, to read the source and to push (default: `hf auth login`'s)")
+    edit.add_argument("--push", default=None, metavar="REPO_ID",
+                      help="then publish the edited store to this Hub dataset repo as LeRobot v3.0 (as `push`)")
+    _push_options(edit, "--branch")
+
     push = sub.add_parser("push", help="publish a store to a Hub dataset repo as LeRobot v3.0 (one commit)")
     push.add_argument("store", type=Path, help="the store folder (see `cache ls` for the cached ones)")
     push.add_argument("repo_id", help="Hub dataset repo id org/name (created if missing)")
-    push.add_argument("--revision", "--branch", dest="revision", default=None,
-                      help="branch to commit to (default main)")
-    push.add_argument("--private", action="store_true", help="create the repo private (an existing one is unchanged)")
     push.add_argument("--token", default=None, help="Hub token with write access (default: `hf auth login`'s)")
-    push.add_argument("--message", default=None, help="commit message")
+    _push_options(push, "--revision", "--branch")
 
     cache = sub.add_parser("cache", help="list or remove the stores under the cache home (like `hf cache`)")
     cache_sub = cache.add_subparsers(dest="cache_command", required=True, metavar="ACTION")
@@ -360,6 +398,133 @@ def _camera_size(text: str) -> tuple[str, tuple[int, int]]:
     return camera, (int(height), int(width))
 
 
+def _edit_plan(meta: Any, where: str, args: argparse.Namespace) -> tuple[list[int], list[str]]:
+    """``(episodes to delete, features to drop)`` of an ``edit`` on a dataset described by ``meta``, checked
+    before anything is written: a typed error names the first bad episode or feature."""
+    from .errors import ArgumentError, FrameIndexError
+
+    n = meta.total_episodes
+    # each EPISODES word is a list (0,3,5-9): one flat list
+    keep = None if args.keep_episodes is None else [e for part in args.keep_episodes for e in part]
+    asked = keep if keep is not None else [e for part in args.delete_episodes or [] for e in part]
+    bad = [e for e in asked if not 0 <= e < n]
+    if bad:
+        span = f"0 to {n - 1}" if n else "none"
+        raise FrameIndexError(f"{where}: episode {bad[0]} does not exist ({n} episodes: {span}); nothing was "
+                              f"changed", path=where, episode=bad[0])
+    if keep is not None:
+        gone = sorted(set(range(n)) - set(keep))
+    else:
+        gone = sorted(set(asked))
+    if n and len(gone) == n:
+        raise ArgumentError(f"{where}: this would delete all {n} episodes; nothing was changed")
+    drop = list(dict.fromkeys(args.drop_features or []))
+    unknown = [name for name in drop if name not in meta.features]
+    if unknown:
+        raise ArgumentError(f"{where}: no feature {unknown[0]!r} to drop (features: {list(meta.features)}); nothing "
+                            f"was changed", path=where, feature=unknown[0])
+    own = [name for name in drop if name in BOOKKEEPING]
+    if own:
+        raise ArgumentError(f"{where}: {own} are LeRobot's own columns and cannot be dropped; nothing was changed",
+                            path=where, feature=own[0])
+    return gone, drop
+
+
+def _camera_status(meta: Any, name: str, episodes: Sequence[int]) -> str:
+    if name in meta.not_materialized:
+        return f"not stored ({meta.not_materialized[name]})"
+    reasons = meta.unavailable.get(name, {})
+    lacking = [e for e in episodes if e in reasons]
+    if not lacking:
+        return f"complete ({len(episodes)} episodes)"
+    return f"missing in {len(lacking)} of {len(episodes)} episodes {_episode_list_text(lacking)}"
+
+
+def _edit_summary(before: Any, gone: list[int], drop: list[str], after: Any | None) -> list[str]:
+    """Lines saying what an edit changes: episodes and frames before -> after, features dropped, cameras."""
+    n = before.total_episodes
+    deleted = set(gone)
+    kept = [e for e in range(n) if e not in deleted]
+    frames_after = after.total_frames if after is not None else int(before.episode_length[kept].sum())
+    episodes_after = after.total_episodes if after is not None else len(kept)
+    lines = [f"episodes:   {n} -> {episodes_after}"
+             + (f" (deleted {len(gone)}: {_episode_list_text(gone)}; kept {_episode_list_text(kept)}, renumbered "
+                f"from 0)" if gone else " (none deleted)"),
+             f"frames:     {before.total_frames} -> {frames_after}",
+             f"features:   dropped {drop}" if drop else "features:   none dropped"]
+    for name in before.camera_keys:
+        was = _camera_status(before, name, range(n))
+        if name in drop:
+            now = "dropped"
+        elif after is not None:
+            now = _camera_status(after, name, range(after.total_episodes))
+        else:
+            now = _camera_status(before, name, kept)
+        lines.append(f"camera {name}: {was} -> {now}")
+    return lines
+
+
+def _edit(args: argparse.Namespace) -> int:
+    """``lerobot-zarr edit``: check the plan on metadata first (no data read), then open the store for writing,
+    drop features, delete episodes, and push if asked."""
+    from .api import inspect, open_dataset
+    from .dataset import DatasetMeta
+    from .errors import ArgumentError
+    from .resolve import resolve_source
+    from .store import has_commit_point, read_state
+
+    if not (args.delete_episodes or args.keep_episodes or args.drop_features or args.push):
+        raise ArgumentError("edit: nothing to do; give --delete-episodes, --keep-episodes, --drop-features or --push")
+    src = resolve_source(args.source, revision=args.revision, token=args.token)
+    notes = []
+    if src.kind == "store":
+        if args.root is not None and args.root.resolve() != src.path.resolve():
+            raise ArgumentError(f"{src.path} is a store: it is edited in place, --root does not apply")
+        target = src.path
+        before = DatasetMeta.from_state(read_state(target))
+        lacking = int((~before.materialized_episodes).sum())
+        if lacking:
+            notes.append(f"the store lacks {lacking} of its {before.total_episodes} episodes: writing fetches them "
+                         f"from its source first")
+    else:
+        if args.root is None:
+            raise ArgumentError(f"{src}: a LeRobot folder or Hub repo is edited in a store of its own, so that "
+                                f"other opens of the source keep reading its data: pass --root DIR (a new folder)")
+        target = args.root.expanduser()
+        if has_commit_point(target):
+            before = DatasetMeta.from_state(read_state(target))
+            notes.append(f"editing further the existing store {target} (episode indices are its own)")
+        else:
+            before = inspect(args.source, revision=args.revision, token=args.token)
+            notes.append(f"{target} is made a writable copy of {src} with all its {before.total_episodes} episodes "
+                         f"first")
+    gone, drop = _edit_plan(before, str(target), args)
+    if args.dry_run:
+        print(f"dry run: edit {target} ({source_line(before.source) if src.kind == 'store' else src})")
+        for line in [*notes, *_edit_summary(before, gone, drop, None)]:
+            print(f"  {line}")
+        if args.push:
+            print(f"  then push to {args.push}" + (f"@{args.branch}" if args.branch else ""))
+        print("dry run: nothing was changed")
+        return 0
+    for note in notes:
+        log.info(note)
+    with open_dataset(args.source, root=None if src.kind == "store" else target, mode="r+", revision=args.revision,
+                      token=args.token) as ds:
+        before = ds.meta
+        gone, drop = _edit_plan(before, str(target), args)  # the same plan on the store itself
+        if drop:
+            ds.drop_features(drop)
+        if gone:
+            ds.delete_episodes(gone)
+        print(f"edited {target} ({source_line(before.source)})")
+        for line in _edit_summary(before, gone, drop, ds.meta):
+            print(f"  {line}")
+        if args.push:
+            _push(ds, str(target), args.push, args)
+    return 0
+
+
 def _run(args: argparse.Namespace) -> int:
     from .api import inspect, open_dataset
 
@@ -392,11 +557,9 @@ def _run(args: argparse.Namespace) -> int:
     elif args.command == "push":
         from .dataset import LeRobotZarrDataset
 
-        ds = LeRobotZarrDataset(args.store)
-        commit = ds.push(args.repo_id, revision=args.revision, private=args.private, token=args.token,
-                         commit_message=args.message, progress=True)
-        print(f"pushed {args.store} to {args.repo_id}" + (f"@{args.revision}" if args.revision else "") + ": "
-              + (f"commit {commit}" if commit else "no change (the Hub already holds these files)"))
+        _push(LeRobotZarrDataset(args.store), str(args.store), args.repo_id, args)
+    elif args.command == "edit":
+        return _edit(args)
     elif args.command == "cache":
         return _cache(args)
     return 0

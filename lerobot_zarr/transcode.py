@@ -240,9 +240,11 @@ def transcode(source: LeRobotSource, root: str | os.PathLike, *, episodes: Seque
             return state
     else:
         check_new_store_location(root)
+        # before the lock: the arrays' frame shapes come from a data file's footer, which may be a Hub read (a
+        # stalled one must not keep other processes from making the store and fetching their episodes)
+        arrays = _camera_arrays(source, storage, resize)
         with WriterLock(root):
             if not has_commit_point(root):
-                arrays = _camera_arrays(source, storage, resize)
                 remove_creation_debris(root)
                 _create(source, root, record, arrays, pack_bytes)
         state = _checked_state(root, record)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hub_fixtures import REAL_DATASETS, real_dataset, running_server, server_env
+from hub_fixtures import REAL_DATASETS, lib_requests, real_dataset, running_server, server_env
 
 import lerobot_zarr
 from lerobot_zarr.cli import main
@@ -275,3 +275,190 @@ def test_convert_and_view_open_50_and_push_record_test(capsys, env, tmp_path):
     assert "UserWarning" not in err and ".py:" not in err
     back = lerobot_zarr.open_dataset("alice/record-test", token=TOKEN, root=tmp_path / "back", progress=False)
     assert len(back) == 1492 and set(back.array_specs) >= {"action", "observation.state"}
+
+
+# ------------------------------------------------------------------------------------------------ edit
+
+
+def g1_column(episode: int, key: str) -> np.ndarray:
+    """One column of one G1 episode, read from the folder's own parquet file (v2.1: a file per episode)."""
+    import pyarrow.parquet as pq
+
+    path = real_dataset("G1-policy-train") / "data" / "chunk-000" / f"episode_{episode:06d}.parquet"
+    return np.array(pq.read_table(path).column(key).to_pylist(), dtype=np.float32)
+
+
+def tree_snapshot(root: Path) -> dict[str, tuple[bytes, int]]:
+    """Every file of a (small) folder with its bytes and mtime: what "nothing changed" compares."""
+    return {str(p.relative_to(root)): (p.read_bytes(), p.stat().st_mtime_ns)
+            for p in sorted(root.rglob("*")) if p.is_file() and p.name != ".lock"}
+
+
+def test_edit_cleans_g1_then_pushes_and_the_repo_reopens_exact(capsys, env, hub, tmp_path):
+    """G1-policy-train keeps its camera's mp4 for 4 of its 100 episodes: `edit --keep-episodes` of those makes a
+    store whose camera is complete, `--push` publishes it (private, with a message), and the repo reopens with every
+    non-camera value bit for bit (the source's parquet values, renumbered), and the camera within AV1's loss."""
+    pytest.importorskip("av", reason="the video extra (PyAV) decodes the G1 camera")
+    have = g1_episodes_with_video()
+    assert have == [1, 2, 4, 5]
+    root = tmp_path / "g1-clean"
+    code, out, err = run(capsys, "edit", str(real_dataset("G1-policy-train")), "--root", str(root),
+                         "--keep-episodes", *map(str, have), "--push", "alice/g1-clean", "--token", TOKEN,
+                         "--private", "--message", "G1: the episodes with a camera")
+    assert code == 0, err
+    ours = [line for line in err.splitlines() if line.startswith("lerobot-zarr:")]  # (and huggingface_hub's bars)
+    assert len(ours) == 1 and ours[0].startswith("lerobot-zarr: warning: ") and "left out" in ours[0], err
+    lengths = [len(g1_column(e, "action")) for e in have]
+    assert f"edited {root} (LeRobot folder {real_dataset('G1-policy-train')})\n" in out
+    assert "  episodes:   100 -> 4 (deleted 96: [0, 3, 6, 7, 8, 9, 10, 11]...; kept [1, 2, 4, 5], renumbered from " \
+           "0)\n" in out, out
+    assert f"  frames:     35965 -> {sum(lengths)}\n" in out
+    assert "  features:   none dropped\n" in out
+    assert (f"  camera {G1_CAM}: missing in 96 of 100 episodes [0, 3, 6, 7, 8, 9, 10, 11]... -> complete (4 "
+            f"episodes)\n") in out, out
+    assert f"pushed {root} to alice/g1-clean: commit " in out
+    assert hub.commits("alice/g1-clean")[0]["message"] == "G1: the episodes with a camera"
+    assert hub._get_repo("alice/g1-clean", "dataset")["private"] is True
+
+    edited = lerobot_zarr.open_dataset(root, progress=False)
+    assert edited.meta.total_episodes == 4 and edited.meta.unavailable == {} and edited.left_out == {}
+    back = lerobot_zarr.open_dataset("alice/g1-clean", token=TOKEN, root=tmp_path / "back", progress=False)
+    assert back.meta.total_episodes == 4 and back.meta.unavailable == {} and back.left_out == {}
+    assert back.meta.episode_length.tolist() == lengths
+    keys = [k for k in edited.array_specs if k != G1_CAM]
+    assert sorted(keys) == sorted(k for k in back.array_specs if k != G1_CAM)
+    want = {k: np.concatenate([np.asarray(edited.episode(e, features=keys)[k]) for e in range(4)]) for k in keys}
+    got = {k: np.concatenate([np.asarray(back.episode(e, features=keys)[k]) for e in range(4)]) for k in keys}
+    for key in keys:
+        assert got[key].dtype == want[key].dtype and got[key].tobytes() == want[key].tobytes(), key
+    for key in ("observation.state", "action"):
+        source = np.concatenate([g1_column(e, key) for e in have])
+        assert got[key].reshape(source.shape).tobytes() == source.tobytes(), key
+    assert got["episode_index"].reshape(-1).tolist() == np.repeat(np.arange(4), lengths).tolist()
+    assert got["index"].reshape(-1).tolist() == list(range(sum(lengths)))
+    for e in range(4):  # the camera went out as AV1 (lossy): close to the frames decoded from the source
+        a = np.asarray(back.episode(e)[G1_CAM][::6]).astype(np.int16)
+        b = np.asarray(edited.episode(e)[G1_CAM][::6]).astype(np.int16)
+        assert a.shape == b.shape and np.abs(a - b).mean() < 6, f"episode {e}: {np.abs(a - b).mean()}"
+
+
+def test_edit_a_hub_repo_drops_features_in_a_store_of_its_own(capsys, env, hub, tmp_path):
+    """record-test from the test Hub: its two cameras (no videos kept) are dropped in a writable copy under
+    --root; the copy holds every other value bit for bit, and the cached store of the repo is left as it was."""
+    cams = ["observation.images.front", "observation.images.top"]
+    root = tmp_path / "rt"
+    code, out, err = run(capsys, "edit", "real/record-test", "--root", str(root), "--drop-features", *cams,
+                         "--token", TOKEN)
+    assert code == 0, err
+    assert "  episodes:   4 -> 4 (none deleted)\n" in out and "  frames:     1492 -> 1492\n" in out
+    assert f"  features:   dropped {cams}\n" in out
+    for cam in cams:
+        assert f"  camera {cam}: " in out and out.split(f"  camera {cam}: ")[1].split("\n")[0].endswith("-> dropped")
+    edited = lerobot_zarr.open_dataset(root, progress=False)
+    assert not set(cams) & set(edited.meta.features) and edited.left_out == {}
+    assert edited.meta.source["kind"] == "edited" and edited.meta.source["from"]["repo_id"] == "real/record-test"
+    with pytest.warns(lerobot_zarr.LeRobotZarrWarning, match="left out"):  # the cache's copy: cameras still there
+        shared = lerobot_zarr.open_dataset("real/record-test", progress=False)
+    assert set(cams) <= set(shared.meta.features) and shared.root != root
+    idx = np.arange(len(shared))
+    a, b = edited.get_batch(idx), shared.get_batch(idx)
+    assert sorted(a) == sorted(b)
+    for key in a:
+        if key != "task":
+            assert np.asarray(a[key]).tobytes() == np.asarray(b[key]).tobytes(), key
+    # the same edit again: the store already lacks them, said as an error naming the feature
+    code, _, err = run(capsys, "edit", "real/record-test", "--root", str(root), "--drop-features", cams[0])
+    assert code == 1 and f"no feature '{cams[0]}' to drop" in err and err.count("\n") == 1
+
+
+def test_edit_a_recorded_store_in_place_and_push_to_a_branch(capsys, env, hub, recorded, tmp_path):
+    before = lerobot_zarr.open_dataset(recorded, progress=False)
+    rows = {e: {k: np.asarray(v).copy() for k, v in before.episode(e).items()} for e in range(3)}
+    code, out, err = run(capsys, "edit", str(recorded), "--delete-episodes", "1", "--drop-features",
+                         "observation.images.cam", "--push", "alice/rec-edit", "--token", TOKEN)
+    assert code == 0 and "lerobot-zarr:" not in err, err  # (huggingface_hub's upload bars may be there)
+    assert "  episodes:   3 -> 2 (deleted 1: [1]; kept [0, 2], renumbered from 0)\n" in out
+    assert "  frames:     28 -> 21\n" in out and "  features:   dropped ['observation.images.cam']\n" in out
+    assert "  camera observation.images.cam: complete (3 episodes) -> dropped\n" in out
+    assert f"pushed {recorded} to alice/rec-edit: commit " in out
+    assert not (recorded / "observation.images.cam").exists()
+    back = lerobot_zarr.open_dataset("alice/rec-edit", token=TOKEN, root=tmp_path / "back", progress=False)
+    assert back.meta.episode_length.tolist() == [12, 9] and "observation.images.cam" not in back.meta.features
+    for new, old in ((0, 0), (1, 2)):
+        got = back.episode(new)
+        for key in ("observation.state", "action", "frame_index", "timestamp"):
+            assert np.asarray(got[key]).tobytes() == rows[old][key].tobytes(), (new, key)
+        assert np.asarray(got["episode_index"]).reshape(-1).tolist() == [new] * len(rows[old]["action"])
+    # a second edit pushed to a branch: only that branch moves
+    from huggingface_hub import HfApi
+
+    HfApi(token=TOKEN).create_branch("alice/rec-edit", branch="dev", repo_type="dataset")
+    main_before = hub.refs("alice/rec-edit")["branches"]["main"]
+    code, out, err = run(capsys, "edit", str(recorded), "--keep-episodes", "1", "--push", "alice/rec-edit",
+                         "--branch", "dev", "--token", TOKEN)
+    assert code == 0, err
+    assert "  episodes:   2 -> 1 (deleted 1: [0]; kept [1], renumbered from 0)\n" in out
+    assert f"pushed {recorded} to alice/rec-edit@dev: commit " in out
+    refs = hub.refs("alice/rec-edit")
+    assert refs["branches"]["main"] == main_before != refs["branches"]["dev"]
+    dev = lerobot_zarr.open_dataset("alice/rec-edit", revision="dev", token=TOKEN, root=tmp_path / "dev",
+                                    progress=False)
+    assert dev.meta.episode_length.tolist() == [9]
+    assert np.asarray(dev.episode(0)["action"]).tobytes() == rows[2]["action"].tobytes()
+
+
+def test_edit_dry_run_changes_nothing(capsys, env, hub, recorded, tmp_path):
+    snapshot = tree_snapshot(recorded)
+    hub.reset_stats()
+    code, out, err = run(capsys, "edit", str(recorded), "--delete-episodes", "0", "--drop-features",
+                         "observation.images.cam", "--push", "alice/never", "--token", TOKEN, "--dry-run")
+    assert code == 0 and err == "", err
+    assert out.startswith(f"dry run: edit {recorded} (recorded with lerobot_zarr.create)\n")
+    assert "  episodes:   3 -> 2 (deleted 1: [0]; kept [1, 2], renumbered from 0)\n" in out
+    assert "  frames:     28 -> 16\n" in out and "  features:   dropped ['observation.images.cam']\n" in out
+    assert "  then push to alice/never\n" in out and out.endswith("dry run: nothing was changed\n")
+    assert tree_snapshot(recorded) == snapshot, "a dry run changed the store"
+    assert lib_requests(hub) == [], "a dry run of a store made requests"
+    # a Hub repo with a new --root: metadata only, no store made, no data or video read
+    root = tmp_path / "g1"
+    code, out, err = run(capsys, "edit", "real/G1-policy-train", "--root", str(root), "--keep-episodes", "1-2,4",
+                         "5", "--dry-run")
+    assert code == 0 and err == "", err
+    assert f"  {root} is made a writable copy of real/G1-policy-train with all its 100 episodes first\n" in out
+    assert "  episodes:   100 -> 4 (deleted 96: [0, 3, 6, 7, 8, 9, 10, 11]...; kept [1, 2, 4, 5]" in out
+    assert f"  camera {G1_CAM}: missing in 96 of 100 episodes [0, 3, 6, 7, 8, 9, 10, 11]... -> complete (4 " \
+           f"episodes)\n" in out, out
+    assert not root.exists()
+    reads = [r.path for r in lib_requests(hub, "GET") if "/resolve/" in r.path and ("/data/" in r.path
+                                                                                   or "/videos/" in r.path)]
+    assert reads == [], reads
+    assert not list(env.zarr_home.rglob("zarr.json")), "a dry run made a store"
+
+
+def test_edit_bad_arguments_are_clear_errors_and_change_nothing(capsys, env, recorded, tmp_path):
+    snapshot = tree_snapshot(recorded)
+    for argv, message in [
+        (["--delete-episodes", "1", "7"], f"{recorded}: episode 7 does not exist (3 episodes: 0 to 2); nothing"),
+        (["--keep-episodes", "0-3"], f"{recorded}: episode 3 does not exist (3 episodes: 0 to 2)"),
+        (["--delete-episodes", "0-2"], "would delete all 3 episodes"),
+        (["--drop-features", "action", "nope"], "no feature 'nope' to drop"),
+        (["--drop-features", "episode_index"], "['episode_index'] are LeRobot's own columns"),
+        ([], "nothing to do"),
+        (["--root", str(tmp_path / "x"), "--delete-episodes", "0"], "is a store: it is edited in place"),
+    ]:
+        code, out, err = run(capsys, "edit", str(recorded), *argv)
+        assert code == 1 and out == "" and err.startswith("lerobot-zarr: error: ") and err.count("\n") == 1, err
+        assert message in err, (argv, err)
+    assert tree_snapshot(recorded) == snapshot
+    # a folder: the index is checked on its metadata, before anything is copied
+    g1 = real_dataset("G1-policy-train")
+    code, _, err = run(capsys, "edit", str(g1), "--root", str(tmp_path / "g1"), "--keep-episodes", "1", "100")
+    assert code == 1 and "episode 100 does not exist (100 episodes: 0 to 99)" in err, err
+    assert not (tmp_path / "g1").exists()
+    code, _, err = run(capsys, "edit", str(g1), "--delete-episodes", "0")
+    assert code == 1 and "pass --root DIR" in err
+    for bad in (["--delete-episodes", "1-"], ["--delete-episodes", "0", "--keep-episodes", "1"]):
+        with pytest.raises(SystemExit) as exc:
+            main(["edit", str(recorded), *bad])
+        assert exc.value.code == 2
+    capsys.readouterr()
