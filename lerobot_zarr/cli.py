@@ -285,6 +285,9 @@ def _parser() -> argparse.ArgumentParser:
     push.add_argument("store", type=Path, help="the store folder (see `cache ls` for the cached ones)")
     push.add_argument("repo_id", help="Hub dataset repo id org/name (created if missing)")
     push.add_argument("--token", default=None, help="Hub token with write access (default: `hf auth login`'s)")
+    push.add_argument("--episodes", type=_episode_list, default=None, metavar="0,3,5-9",
+                      help="publish only these episodes of the store, as a new dataset renumbered from 0 (default: "
+                           "every episode; a store lacking some is refused)")
     _push_options(push, "--revision", "--branch")
 
     cache = sub.add_parser("cache", help="list or remove the stores under the cache home (like `hf cache`)")
@@ -557,7 +560,12 @@ def _run(args: argparse.Namespace) -> int:
     elif args.command == "push":
         from .dataset import LeRobotZarrDataset
 
-        _push(LeRobotZarrDataset(args.store), str(args.store), args.repo_id, args)
+        ds = LeRobotZarrDataset(args.store)
+        if args.episodes is not None:
+            ds = ds.select(args.episodes)
+            print(f"publishing {len(ds.episodes)} of the store's {ds.meta.total_episodes} episodes "
+                  f"({_episode_list_text(ds.episodes.tolist())}), renumbered from 0")
+        _push(ds, str(args.store), args.repo_id, args)
     elif args.command == "edit":
         return _edit(args)
     elif args.command == "cache":

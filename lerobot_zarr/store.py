@@ -557,9 +557,11 @@ def _parse_ranges(value: Any, n: int, where: str, with_reason: bool = False) -> 
 def _check_table(table: EpisodeTable, packs: PackLayout, n_tasks: int, where: str) -> None:
     if not len(table):
         return
-    if (table.length <= 0).any() or (table.length > _MAX_ROWS).any():
-        raise CorruptStoreError(f"{where}: episode {int(np.argmax(table.length <= 0))} has a non-positive length "
-                                f"(episodes.length)")
+    bad = (table.length <= 0) | (table.length > _MAX_ROWS)
+    if bad.any():
+        e = int(np.argmax(bad))
+        raise CorruptStoreError(f"{where}: episode {e} has length {int(table.length[e])}, not in [1, {_MAX_ROWS}] "
+                                f"(episodes.length)", episode=e)
     if (table.start < 0).any() or (table.offset < 0).any() or (table.episode_index_shift < 0).any() \
             or (table.index_shift < 0).any():
         raise CorruptStoreError(f"{where}: the episode table holds negative starts, offsets or shifts")

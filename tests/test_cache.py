@@ -13,6 +13,7 @@ import pytest
 from hub_fixtures import make_env
 
 import lerobot_zarr
+from lerobot_zarr._fileio import WriterLock
 from lerobot_zarr.cache import cache_info, find_stores, prune_candidates, remove_store
 from lerobot_zarr.cli import main
 from lerobot_zarr.sample_data import write_sample_dataset
@@ -93,7 +94,8 @@ def test_rm_by_repo_and_ls_json(world, capsys):
 
 def test_rm_refuses_a_store_being_written(world):
     _, _, _, local, _, _ = world
-    with lerobot_zarr.open_dataset(local, mode="r+"):
+    # the cache's shared stores are written only by lerobot_zarr itself (more episodes fetched), under this lock
+    with WriterLock(local):
         with pytest.raises(lerobot_zarr.StoreLockedError):
             remove_store(local)
         assert main(["cache", "rm", str(local), "--yes"]) == 1

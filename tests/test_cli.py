@@ -227,6 +227,27 @@ def test_push_with_token_private_branch_and_message(capsys, env, hub, recorded, 
     assert code == 1 and err.startswith("lerobot-zarr: error: ")
 
 
+def test_push_of_a_partial_store_needs_episodes(capsys, env, hub, tmp_path):
+    """A store holding 3 of open_50's episodes is not pushed as if it were the dataset: `push` refuses and names
+    `--episodes`; with it the episodes are published as a new dataset, renumbered from 0, with the same values."""
+    src = real_dataset("open_50")
+    code, _, err = run(capsys, "convert", str(src), "--episodes", "2,5,7", "--root", str(tmp_path / "part"))
+    assert code == 0, err
+    code, out, err = run(capsys, "push", str(tmp_path / "part"), "alice/part", "--token", TOKEN)
+    assert code == 1 and "--episodes" in err and "lacking [0, 1, 3" in err
+    code, out, err = run(capsys, "push", str(tmp_path / "part"), "alice/part", "--episodes", "2,5", "--token", TOKEN)
+    assert code == 0 and "publishing 2 of the store's" in out and "commit " in out, err
+    back = lerobot_zarr.open_dataset("alice/part", token=TOKEN, root=tmp_path / "back", progress=False)
+    whole = lerobot_zarr.open_dataset(tmp_path / "part", episodes=[2, 5], progress=False)
+    assert back.meta.total_episodes == 2 and len(back) == len(whole)
+    a, b = back.get_batch(np.arange(len(back))), whole.get_batch(np.arange(len(whole)))
+    assert a["episode_index"].tolist() == [0] * int(whole.meta.episode_length[2]) + [1] * int(
+        whole.meta.episode_length[5])
+    assert a["index"].tolist() == list(range(len(back)))
+    for key in ("state", "actions", "frame_index", "timestamp"):
+        assert np.array_equal(a[key], b[key]), key
+
+
 def test_every_argument_has_help():
     from lerobot_zarr.cli import _parser
 

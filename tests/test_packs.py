@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import gc
 import json
+import re
 import os
 import zlib
 from pathlib import Path
@@ -332,7 +333,7 @@ def _mutate(store: Path, fn) -> None:
     (store / "zarr.json").write_text(json.dumps(doc))
 
 
-MUTATIONS = {
+MUTATIONS = {  # what each mutation breaks: the key the error must name
     "info missing": lambda a: a.pop("info"),
     "fps zero": lambda a: a["info"].update(fps=0),
     "fps infinite": lambda a: a["info"].update(fps=float("inf")),
@@ -371,6 +372,20 @@ def test_a_malformed_root_gives_a_store_error_naming_the_key(source, tmp_path, w
     with pytest.raises(StoreError) as info:
         LeRobotZarrDataset(store)
     assert isinstance(info.value, LeRobotZarrError) and str(store / "zarr.json") in str(info.value), str(info.value)
+    assert re.search(NAMED[what], str(info.value)), f"{what}: the error does not name {NAMED[what]!r}: {info.value}"
+
+
+NAMED = {  # the key (or value) each error above must name
+    "info missing": "info", "fps zero": "fps", "fps infinite": "fps", "fps string": "fps", "tasks not a list": "tasks",
+    "episodes missing": "episodes", "episodes column garbage": "length", "negative length": "length",
+    "huge length": "length", "task index out of range": "task", "pack out of range": "pack|chunk",
+    "overlapping episodes": "overlap|offset", "column too short": "start|column", "packs missing": "packs",
+    "next_row out of range": "next_row", "feature dtype unknown": "dtype", "feature dtype object": "dtype",
+    "feature shape negative": "frame_shape|shape", "feature name with slash": "a/b", "episodes range past the end":
+    "episodes", "unavailable not a list": "unavailable", "retired entry malformed": "retired",
+    "generation negative": "generation", "capacity zero": "capacity", "pending task out of range": "pending_tasks",
+    "format version unknown": "format_version|version", "attributes not an object": "format_version|version",
+}
 
 
 def test_a_symlinked_pack_folder_is_refused(source, tmp_path):
