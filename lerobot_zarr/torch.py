@@ -5,7 +5,7 @@
   list of indices with the whole batch at once (one ``ds.get_batch``).
 - :func:`batch_loader` (the fast path): a ``DataLoader`` whose sampler hands out whole index batches
   (``BatchSampler``) and ``batch_size=None``, so each batch is one vectorised ``get_batch`` turned into tensors,
-  never split into items and collated again.
+  never split into items and collated again. Its workers hand batches over through shared memory (:class:`_Ring`).
 - ``TorchStream(stream(...))``: an ``IterableDataset`` over :func:`lerobot_zarr.stream`.
 - :class:`LeRobotDataset`: a drop-in for ``lerobot.datasets.lerobot_dataset.LeRobotDataset`` users (same
   constructor arguments where they apply, LeRobot's item layout: tensors, float32 CHW images in [0, 1],
