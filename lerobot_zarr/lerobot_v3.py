@@ -1,25 +1,24 @@
-"""Writing LeRobot v3.0 datasets: the parquet encodings, statistics and metadata files LeRobot reads.
+"""LeRobot's dataset format: its constants and path templates, the parquet encodings and the statistics.
 
-Shared by :mod:`lerobot_zarr.export` (a store back to LeRobot's format, for ``to_lerobot`` and ``push``) and
-:mod:`lerobot_zarr.sample_data` (synthetic datasets). Everything is plain pyarrow (no pandas): pandas' schema
-metadata is written by hand so that pandas, and so LeRobot, reads ``meta/tasks.parquet`` with its index.
+Read by :mod:`lerobot_zarr.source`; the writers of LeRobot's files (:mod:`lerobot_zarr._lerobot_files`, for
+:mod:`lerobot_zarr.export` and :mod:`lerobot_zarr.sample_data`) and the store's writer build on it. Everything is
+plain pyarrow (no pandas): pandas' schema metadata is written by hand so that pandas, and so LeRobot, reads
+``meta/tasks.parquet`` with its index.
 """
 
 from __future__ import annotations
 
 import json
-import pathlib
 import re
 import string
-from collections.abc import Collection, Sequence
+from collections.abc import Collection
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-__all__ = ["QUANTILES", "STAT_NAMES", "DEFAULT_FEATURES", "V3_DATA_PATH", "V3_VIDEO_PATH", "V21_DATA_PATH",
-           "V21_VIDEO_PATH", "CHUNKS_SIZE", "check_path_template", "nested_list", "huggingface_metadata", "pandas_metadata",
-           "per_episode_stats", "aggregate_stats", "stats_json", "write_data_file", "write_tasks_parquet", "write_json",
+__all__ = ["QUANTILES", "STAT_NAMES", "DEFAULT_FEATURES", "CAMERA_DTYPES", "V3_DATA_PATH", "V3_VIDEO_PATH",
+           "V21_DATA_PATH", "V21_VIDEO_PATH", "CHUNKS_SIZE", "check_path_template", "nested_list",
+           "huggingface_metadata", "pandas_metadata", "per_episode_stats", "aggregate_stats", "stats_json",
            "episode_stats", "image_stats"]
 
 CHUNKS_SIZE = 1000
@@ -33,6 +32,8 @@ DEFAULT_FEATURES = {
     "index": "int64",
     "task_index": "int64",
 }
+# LeRobot's dtypes of camera features (frames of shape (H, W, C), uint8); also the store's kinds of camera arrays.
+CAMERA_DTYPES = frozenset({"image", "video"})
 # pandas version recorded in the pandas schema metadata, as in real LeRobot files.
 PANDAS_VERSION = "2.3.3"
 V3_DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
@@ -218,7 +219,7 @@ def image_stats(frames: np.ndarray) -> dict[str, np.ndarray]:
 
 def episode_stats(values: np.ndarray, kind: str) -> dict[str, np.ndarray]:
     """One episode's stats of one feature, shaped like LeRobot's (images: :func:`image_stats`)."""
-    if kind in ("image", "video"):
+    if kind in CAMERA_DTYPES:
         return image_stats(values)
     return {k: v[0] for k, v in per_episode_stats(values, np.array([len(values)])).items()}
 
@@ -244,28 +245,3 @@ def aggregate_stats(stats: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 def stats_json(stats: dict[str, np.ndarray], row: int | None = None) -> dict[str, list]:
     """Stats of one episode (``row``) or of the dataset as JSON-ready nested lists."""
     return {name: (array if row is None else array[row]).tolist() for name, array in stats.items()}
-
-
-def write_data_file(file: pathlib.Path, table: pa.Table, lengths: Sequence[int], row_group_per_episode: bool) -> None:
-    """Write ``table`` (the frames of consecutive episodes of ``lengths``) with one row group per episode or one."""
-    file.parent.mkdir(parents=True, exist_ok=True)
-    with pq.ParquetWriter(file, table.schema) as writer:
-        if not row_group_per_episode:
-            writer.write_table(table, row_group_size=max(table.num_rows, 1))
-            return
-        offset = 0
-        for length in lengths:
-            writer.write_table(table.slice(offset, length), row_group_size=length)
-            offset += length
-
-
-def write_tasks_parquet(file: pathlib.Path, tasks: list[str]) -> None:
-    """meta/tasks.parquet as pandas writes ``DataFrame({"task_index": ...}, index=Index(tasks, name="task"))``."""
-    table = pa.table({"task_index": pa.array(np.arange(len(tasks), dtype=np.int64)), "task": pa.array(tasks)})
-    table = table.replace_schema_metadata({"pandas": pandas_metadata(table.schema, index_column="task")})
-    pq.write_table(table, file)
-
-
-def write_json(file: pathlib.Path, content: dict) -> None:
-    file.parent.mkdir(parents=True, exist_ok=True)
-    file.write_text(json.dumps(content, indent=4, ensure_ascii=False), encoding="utf-8")
