@@ -31,6 +31,7 @@ from .errors import (
     NotMaterializedError,
     StoreClosedError,
 )
+from .lerobot_v3 import CAMERA_DTYPES
 from .selection import EpisodeSelection, Selection, episode_ranges, frame_range
 from .store import ArraySpec, PackLayout, StoreState, chunk_path, pack_rows_target, read_state, retired_path
 from .windows import window_offsets, windows
@@ -104,7 +105,7 @@ class DatasetMeta:
     @property
     def camera_keys(self) -> list[str]:
         """Image and video features, as LeRobot names them."""
-        return [k for k, v in self.features.items() if v.get("dtype") in ("image", "video")]
+        return [k for k, v in self.features.items() if v.get("dtype") in CAMERA_DTYPES]
 
     @property
     def total_episodes(self) -> int:
@@ -129,7 +130,7 @@ class DatasetMeta:
         """Metadata of a LeRobot folder or Hub repo that has no store yet (nothing materialized)."""
         t = source.episodes
         stored = tuple(k for k, v in source.features.items()
-                       if v.kind in ("numeric", "image", "video") and k not in source.not_materialized)
+                       if v.kind in ("numeric", *CAMERA_DTYPES) and k not in source.not_materialized)
         return cls(root=source.files.location(), info=source.info, tasks=source.tasks, stats=source.stats,
                    source=source.record(), episode_start=t.start, episode_end=t.end, episode_length=t.length,
                    materialized_episodes=np.zeros(len(t), dtype=bool), not_materialized=source.not_materialized,
@@ -293,7 +294,7 @@ class LeRobotZarrDataset:
                     view, (view.shape[0] - n + 1, n, *view.shape[1:]), (view.strides[0], *view.strides),
                     writeable=False)
             self._windowed.append((w, view, blocks, *base(name)))
-        self._images = [name for name, s in self._specs.items() if s.kind in ("image", "video")]
+        self._images = [name for name, s in self._specs.items() if s.kind in CAMERA_DTYPES]
         task = views.get("task_index")
         self._task = None if task is None else (task, task.ndim > 1, *base("task_index"))
         self._extras = bool(self._shifts or self._cameras)  # per-sample work beyond the maps (rare): one test

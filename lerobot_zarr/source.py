@@ -44,6 +44,8 @@ from .errors import (
 )
 from .files import LocalFiles, SourceFiles, safe_relpath
 from .lerobot_v3 import (
+    CAMERA_DTYPES,
+    DEFAULT_FEATURES,
     STAT_NAMES,
     V3_DATA_PATH,
     V3_VIDEO_PATH,
@@ -55,11 +57,8 @@ from .lerobot_v3 import (
 )
 from .video import VideoUnavailable, decode_into, have_pyav
 
-__all__ = ["FeatureSpec", "EpisodeTable", "LeRobotSource", "DEFAULT_FEATURES", "is_lerobot_folder"]
+__all__ = ["FeatureSpec", "EpisodeTable", "LeRobotSource", "is_lerobot_folder"]
 
-DEFAULT_FEATURES = ("timestamp", "frame_index", "episode_index", "index", "task_index")
-_DEFAULT_DTYPES = {"timestamp": "float32", "frame_index": "int64", "episode_index": "int64", "index": "int64",
-                   "task_index": "int64"}
 NUMERIC_DTYPES = frozenset({"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
                             "float16", "float32", "float64"})
 TIMESTAMP_TOLERANCE_S = 1e-4  # LeRobot's tolerance on timestamps (check_timestamps_sync, delta_timestamps)
@@ -81,13 +80,13 @@ class FeatureSpec:
 
     @property
     def kind(self) -> str:
-        if self.dtype in ("image", "video", "string"):
+        if self.dtype in CAMERA_DTYPES or self.dtype == "string":
             return self.dtype
         return "numeric"
 
     @property
     def numpy_dtype(self) -> np.dtype:
-        return np.dtype("uint8") if self.kind in ("image", "video") else np.dtype(self.dtype)
+        return np.dtype("uint8") if self.kind in CAMERA_DTYPES else np.dtype(self.dtype)
 
 
 @dataclass(frozen=True)
@@ -234,18 +233,18 @@ def _parse_features(info: dict, info_path: str) -> dict[str, FeatureSpec]:
         if not isinstance(ft, dict) or "dtype" not in ft:
             raise CorruptSourceError(f"{info_path}: feature {name!r} has no dtype")
         dtype = ft["dtype"]
-        if not isinstance(dtype, str) or (dtype not in NUMERIC_DTYPES and dtype not in ("image", "video", "string")):
+        if not isinstance(dtype, str) or (dtype not in NUMERIC_DTYPES and dtype not in CAMERA_DTYPES and dtype != "string"):
             raise UnsupportedDtypeError(f"{info_path}: feature {name!r} has unsupported dtype {dtype!r}")
         raw_shape = ft.get("shape", (1,))
         if (not isinstance(raw_shape, (list, tuple)) or not raw_shape
                 or not all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in raw_shape)):
             raise CorruptSourceError(f"{info_path}: feature {name!r} has an invalid shape {raw_shape!r}")
         shape = tuple(raw_shape)
-        if dtype in ("image", "video") and (len(shape) != 3 or shape[-1] not in (1, 3, 4)):
+        if dtype in CAMERA_DTYPES and (len(shape) != 3 or shape[-1] not in (1, 3, 4)):
             raise SchemaMismatchError(f"{info_path}: {dtype} feature {name!r} must have shape (H, W, C), got {shape}")
         specs[name] = FeatureSpec(name, dtype, shape, ft.get("names"))
-    for name in DEFAULT_FEATURES:
-        specs.setdefault(name, FeatureSpec(name, _DEFAULT_DTYPES[name], (1,)))
+    for name, dtype in DEFAULT_FEATURES.items():
+        specs.setdefault(name, FeatureSpec(name, dtype, (1,)))
     return specs
 
 
@@ -646,7 +645,7 @@ class LeRobotSource:
         """Features whose frames live in the data parquet (numeric and image), with their stored per-frame shape
         (read from the first data file's schema on first use: metadata-only readers never touch data files)."""
         self._resolve_frame_shapes()
-        kinds = ("numeric", "image", "video") if have_pyav() else ("numeric", "image")
+        kinds = ("numeric", *CAMERA_DTYPES) if have_pyav() else ("numeric", "image")
         return {k: v for k, v in self.features.items() if v.kind in kinds}
 
     @functools.cached_property

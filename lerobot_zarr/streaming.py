@@ -35,6 +35,7 @@ import numpy as np
 from ._background import prefetched
 from .dataset import IMAGE_FORMATS, LeRobotZarrDataset, window_offsets
 from .errors import FrameIndexError, LeRobotZarrWarning, NotMaterializedError
+from .lerobot_v3 import CAMERA_DTYPES
 from .resolve import resolve_source
 from .source import LeRobotSource
 from .video import VideoUnavailable
@@ -296,7 +297,7 @@ class SampleStream:
     def _image_out(self, out: dict[str, Any]) -> None:
         if self.image_format == "float32_chw":
             for name, kind in self.kinds.items():
-                if kind in ("image", "video"):
+                if kind in CAMERA_DTYPES:
                     out[name] = np.moveaxis(out[name], -1, -3).astype(np.float32) / np.float32(255)
 
 

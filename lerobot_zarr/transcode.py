@@ -35,6 +35,7 @@ from ._packs import ensure_pack, row_writer, write_rows, write_rows_vectored
 from ._progress import progress_bar
 from .errors import ArgumentError, FrameIndexError, NotMaterializedError, SourceMismatchError, StoreError
 from .files import SourceFiles
+from .lerobot_v3 import CAMERA_DTYPES
 from .resize import resize_frame, resize_frames
 from .source import LeRobotSource
 from .store import (
@@ -116,7 +117,7 @@ def _camera_arrays(source: LeRobotSource, storage: Mapping[str, str] | None, res
                    ) -> dict[str, ArraySpec]:
     """The arrays of a new store with the cameras kept as asked (only image/video features have a choice)."""
     specs = array_specs(source)
-    cameras = [k for k, v in specs.items() if v.kind in ("image", "video")]
+    cameras = [k for k, v in specs.items() if v.kind in CAMERA_DTYPES]
     for what, choices in (("storage", storage), ("resize", resize)):
         wrong = [k for k in (choices or {}) if k not in cameras]
         if wrong:

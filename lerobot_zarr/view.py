@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from .api import open_dataset
+from .lerobot_v3 import CAMERA_DTYPES, DEFAULT_FEATURES
 
 __all__ = ["dimension_names", "view_episode"]
 
@@ -73,8 +74,8 @@ def view_episode(source: str | os.PathLike, episode: int, *, out: str | os.PathL
     features = ds.meta.features
     fps = ds.meta.fps
     t = np.arange(int(ds.meta.episode_length[episode])) / fps
-    skip = {"timestamp", "frame_index", "episode_index", "index", "task_index"}
-    cameras = [k for k in arrays if features.get(k, {}).get("dtype") in ("image", "video")]
+    skip = DEFAULT_FEATURES
+    cameras = [k for k in arrays if features.get(k, {}).get("dtype") in CAMERA_DTYPES]
     vectors = [k for k, a in arrays.items() if k not in skip and a.ndim >= 2 and k not in cameras]
     scalars = [k for k, a in arrays.items() if k not in skip and a.ndim == 1]
     panels = []  # (feature, labels, [start, stop))
