@@ -7,18 +7,20 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import quote
 
-from .dataset import DatasetMeta, EpisodeSelection, LeRobotZarrDataset
+from .dataset import DatasetMeta, EpisodeSelection, ImageFormat, LeRobotZarrDataset
 from .errors import ArgumentError, HubError, NotMaterializedError
 from .hub import HubFiles, resolve_revision
 from .resolve import resolve_source
 from .source import LeRobotSource, is_lerobot_folder
 from .store import DEFAULT_PACK_BYTES, has_commit_point, read_state
-from .transcode import transcode
+from .transcode import CameraStorage, transcode
 
-__all__ = ["open_dataset", "inspect", "cache_home", "store_path_for"]
+__all__ = ["open_dataset", "inspect", "cache_home", "store_path_for", "Mode"]
+
+Mode = Literal["r", "r+"]  # open_dataset: read, or read and write
 
 CACHE_ENV = "LEROBOT_ZARR_HOME"
 
@@ -51,11 +53,11 @@ def open_dataset(
     delta_timestamps: Mapping[str, Sequence[float]] | None = None,
     revision: str | None = None,
     token: str | bool | None = None,
-    image_format: str = "uint8_hwc",
+    image_format: ImageFormat = "uint8_hwc",
     progress: bool = True,
     lazy: bool = False,
-    mode: str = "r",
-    storage: Mapping[str, str] | None = None,
+    mode: Mode = "r",
+    storage: Mapping[str, CameraStorage | str] | None = None,
     resize: Mapping[str, Any] | None = None,
     client: Any = None,
     pack_bytes: int = DEFAULT_PACK_BYTES,

@@ -16,7 +16,7 @@ from bisect import bisect_right
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import numpy as np
 
@@ -43,7 +43,7 @@ __all__ = ["DatasetMeta", "LeRobotZarrDataset", "IMAGE_FORMATS", "ImageFormat", 
            "frame_range", "episode_ranges", "window_offsets", "EpisodeSelection"]
 
 ImageFormat = Literal["uint8_hwc", "float32_chw"]
-IMAGE_FORMATS = ("uint8_hwc", "float32_chw")
+IMAGE_FORMATS = get_args(ImageFormat)
 MAX_MAPS_ENV = "LEROBOT_ZARR_MAX_MAPS"
 _DEFAULT_MAX_MAPS = 4096
 _live_datasets: weakref.WeakSet = weakref.WeakSet()

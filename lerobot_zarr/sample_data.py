@@ -14,6 +14,7 @@ import math
 import os
 import pathlib
 from collections.abc import Sequence
+from typing import Literal
 
 import numpy as np
 import pyarrow as pa
@@ -58,17 +59,17 @@ GRID_SHAPE = (3, 4)
 def write_sample_dataset(
     path: str | os.PathLike,
     *,
-    version: str = "v3.0",
+    version: Literal["v3.0", "v2.1"] = "v3.0",
     n_episodes: int = 6,
     lengths: Sequence[int] | tuple[int, int] | None = None,
     fps: int = 30,
     seed: int = 0,
     state_dim: int = 6,
     action_dim: int = 6,
-    vector_type: str = "fixed_size_list",
+    vector_type: Literal["fixed_size_list", "list"] = "fixed_size_list",
     image_keys: Sequence[str] = (),
     image_shape: tuple[int, int, int] = (24, 32, 3),
-    image_format: str = "png",
+    image_format: Literal["png", "jpeg"] = "png",
     extra_nd: bool = False,
     video_keys: Sequence[str] = (),
     write_videos: bool = False,

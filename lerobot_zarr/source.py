@@ -233,7 +233,7 @@ def _parse_features(info: dict, info_path: str) -> dict[str, FeatureSpec]:
         if not isinstance(ft, dict) or "dtype" not in ft:
             raise CorruptSourceError(f"{info_path}: feature {name!r} has no dtype")
         dtype = ft["dtype"]
-        if not isinstance(dtype, str) or (dtype not in NUMERIC_DTYPES and dtype not in CAMERA_DTYPES and dtype != "string"):
+        if not isinstance(dtype, str) or dtype not in NUMERIC_DTYPES | CAMERA_DTYPES | {"string"}:
             raise UnsupportedDtypeError(f"{info_path}: feature {name!r} has unsupported dtype {dtype!r}")
         raw_shape = ft.get("shape", (1,))
         if (not isinstance(raw_shape, (list, tuple)) or not raw_shape

@@ -85,7 +85,7 @@ import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import numpy as np
 
@@ -129,8 +129,8 @@ FORMAT_VERSION = 3
 _READABLE_VERSIONS = (1, 2, 3)
 ATTRS_KEY = "lerobot_zarr"
 DEFAULT_PACK_BYTES = 32 << 20
-STORAGES = ("raw", "compact", "mp4")
-Storage = Literal["raw", "compact", "mp4"]
+Storage = Literal["raw", "compact", "mp4"]  # how the store keeps an array
+STORAGES = get_args(Storage)
 _KINDS = ("numeric", *sorted(CAMERA_DTYPES))
 _TABLE_KEYS = ("start", "length", "task_index", "chunk", "offset", "episode_index_shift", "index_shift")
 _CREATING = ".lerobot_zarr-creating"

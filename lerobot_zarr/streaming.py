@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from ._background import prefetched
-from .dataset import IMAGE_FORMATS, LeRobotZarrDataset, window_offsets
+from .dataset import IMAGE_FORMATS, ImageFormat, LeRobotZarrDataset, window_offsets
 from .errors import FrameIndexError, LeRobotZarrWarning, NotMaterializedError
 from .lerobot_v3 import CAMERA_DTYPES
 from .resolve import resolve_source
@@ -80,7 +80,7 @@ class SampleStream:
                  episodes: Sequence[int] | None = None,
                  delta_timestamps: Mapping[str, Sequence[float]] | None = None, shuffle: bool = True,
                  seed: int = 0, buffer_episodes: int = 4, rank: int = 0, world_size: int = 1,
-                 image_format: str = "uint8_hwc", worker: tuple[int, int] | None = None,
+                 image_format: ImageFormat = "uint8_hwc", worker: tuple[int, int] | None = None,
                  batch_size: int | None = None, drop_last: bool = False):
         if not 0 <= rank < world_size:
             raise ValueError(f"rank must be in [0, world_size={world_size}), got {rank}")
@@ -401,7 +401,8 @@ class _StoreReader(_EpisodeReader):
 def stream(source: str | os.PathLike, *, revision: str | None = None, token: str | bool | None = None,
            episodes: Sequence[int] | None = None, delta_timestamps: Mapping[str, Sequence[float]] | None = None,
            shuffle: bool = True, seed: int = 0, buffer_episodes: int = 4, rank: int = 0, world_size: int = 1,
-           image_format: str = "uint8_hwc", batch_size: int | None = None, drop_last: bool = False) -> SampleStream:
+           image_format: ImageFormat = "uint8_hwc", batch_size: int | None = None, drop_last: bool = False
+           ) -> SampleStream:
     """Stream samples of a Hub repo, LeRobot folder or store; see :class:`SampleStream` and the module docs.
 
     ``batch_size``: yield ``get_batch``-style dicts of that many samples (the last one of an epoch may be

@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 import numpy as np
 
@@ -68,11 +68,14 @@ def _cpu_count() -> int:
         return os.cpu_count() or 1
 
 
-CAMERA_STORAGES = ("raw", "compact", "lossless", "jpeg", "mp4")  # and any frame codec: "zstd:9", "jpeg:80"...
+# How a new store keeps a camera (``storage=``): these, or any frame codec such as "zstd:9" or "jpeg:80".
+CameraStorage = Literal["raw", "compact", "lossless", "jpeg", "mp4"]
+CAMERA_STORAGES = get_args(CameraStorage)
 Resize = tuple[int, int] | Mapping[str, Any]
 
 
-def camera_array(name: str, spec: ArraySpec, storage: str | None, resize: Resize | None) -> ArraySpec:
+def camera_array(name: str, spec: ArraySpec, storage: CameraStorage | str | None, resize: Resize | None
+                 ) -> ArraySpec:
     """How a new store keeps a camera: ``storage`` ``"raw"`` (memory-mapped frames), ``"compact"`` (zstd per
     frame), ``"lossless"`` (delta-zstd per frame), ``"jpeg"`` / ``"jpeg:Q"`` (lossy, quality Q, default 90) or
     any frame codec of :mod:`~lerobot_zarr.frame_codecs`, or ``"mp4"`` (the source's mp4 files kept, decoded on
@@ -113,8 +116,8 @@ def camera_array(name: str, spec: ArraySpec, storage: str | None, resize: Resize
     return replace(spec, storage="compact", codec=tuple(described.items()))
 
 
-def _camera_arrays(source: LeRobotSource, storage: Mapping[str, str] | None, resize: Mapping[str, Resize] | None
-                   ) -> dict[str, ArraySpec]:
+def _camera_arrays(source: LeRobotSource, storage: Mapping[str, CameraStorage | str] | None,
+                   resize: Mapping[str, Resize] | None) -> dict[str, ArraySpec]:
     """The arrays of a new store with the cameras kept as asked (only image/video features have a choice)."""
     specs = array_specs(source)
     cameras = [k for k, v in specs.items() if v.kind in CAMERA_DTYPES]
@@ -201,7 +204,7 @@ def _describe(record: dict) -> str:
 
 
 def transcode(source: LeRobotSource, root: str | os.PathLike, *, episodes: Sequence[int] | None = None,
-              progress: bool = True, storage: Mapping[str, str] | None = None,
+              progress: bool = True, storage: Mapping[str, CameraStorage | str] | None = None,
               resize: Mapping[str, Resize] | None = None, client: Any = None,
               pack_bytes: int = DEFAULT_PACK_BYTES) -> StoreState:
     """Write the given episodes (default: all) of ``source`` into the store at ``root``; return its state.

@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -18,6 +18,8 @@ from .api import open_dataset
 from .lerobot_v3 import CAMERA_DTYPES, DEFAULT_FEATURES
 
 __all__ = ["dimension_names", "view_episode"]
+
+Live = Literal["spawn", "serve"]  # a rerun viewer: spawned here, or served to connect to
 
 
 def dimension_names(names: Any, size: int) -> list[str]:
@@ -52,7 +54,7 @@ def _groups(labels: list[str]) -> list[tuple[int, int]]:
 
 def view_episode(source: str | os.PathLike, episode: int, *, out: str | os.PathLike | None = None,
                  rrd: str | os.PathLike | None = None, revision: str | None = None,
-                 token: str | bool | None = None, thumbnails: int = 6, live: str | None = None,
+                 token: str | bool | None = None, thumbnails: int = 6, live: Live | None = None,
                  wait: bool = True) -> Path:
     """Write a PNG figure of ``episode`` (default ``episode_<n>.png``) and, if ``rrd`` is given, a rerun recording.
 
@@ -123,7 +125,7 @@ def view_episode(source: str | os.PathLike, episode: int, *, out: str | os.PathL
 
 
 def _log_rerun(path: Path | None, episode: int, arrays: dict[str, np.ndarray], features: dict, fps: float,
-               vectors: list[str], scalars: list[str], cameras: list[str], *, live: str | None = None,
+               vectors: list[str], scalars: list[str], cameras: list[str], *, live: Live | None = None,
                wait: bool = True) -> list[Any]:
     """Log the episode to rerun (timelines ``frame_index`` and ``timestamp``): curves as columns, a scalar entity
     per named dimension; camera frames JPEG-compressed (raw 480x640 video frames would take ~1 MB each). Saved at
