@@ -2,11 +2,13 @@
 v3.0 format) and :mod:`lerobot_zarr.sample_data` (synthetic datasets) both write, so that their files agree byte
 for byte with LeRobot's and with each other's.
 
-v3.0: ``data/chunk-CCC/file-FFF.parquet`` (:class:`DataFiles`),
-``meta/episodes/chunk-000/file-000.parquet`` (:func:`write_episodes_table`), ``meta/tasks.parquet``
-(:func:`write_tasks`), ``meta/stats.json`` (:func:`write_stats`), ``meta/info.json`` (:func:`write_info`) and the
-dataset card ``README.md`` (:func:`write_card`). The encodings and statistics they use are in
-:mod:`lerobot_zarr.lerobot_v3`; v2.1's jsonl files are written only by ``sample_data``.
+v3.0: ``data/chunk-CCC/file-FFF.parquet`` (:class:`DataFiles`), ``meta/episodes/chunk-000/file-000.parquet``
+(:func:`write_episodes_table`), ``meta/tasks.parquet`` (:func:`write_tasks`), ``meta/stats.json``
+(:func:`write_stats`), ``meta/info.json`` (:func:`write_info`) and the dataset card ``README.md``
+(:func:`write_card`); v2.1's jsonl files are written only by ``sample_data``. Also the parquet encodings they use
+(nested lists, the ``huggingface`` and ``pandas`` schema metadata), in plain pyarrow (no pandas): pandas' schema
+metadata is written by hand so that pandas, and so LeRobot, reads ``meta/tasks.parquet`` with its index. The
+format's constants, ``features`` entries and statistics are in :mod:`lerobot_zarr.lerobot_v3` (no pyarrow).
 """
 
 from __future__ import annotations
@@ -19,44 +21,95 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .lerobot_v3 import (
-    CHUNKS_SIZE,
-    DEFAULT_FEATURES,
-    V3_DATA_PATH,
-    V3_VIDEO_PATH,
-    aggregate_stats,
-    nested_list,
-    pandas_metadata,
-    stats_json,
-)
+from .lerobot_v3 import CHUNKS_SIZE, V3_DATA_PATH, V3_VIDEO_PATH, aggregate_stats, data_file_rel, stats_json
 
-__all__ = ["EPISODES_FILE", "data_file_rel", "video_file_rel", "default_features", "video_info", "write_json",
-           "DataFiles", "write_episodes_table", "write_tasks", "write_stats", "write_info",
-           "write_card"]
+__all__ = ["EPISODES_FILE", "nested_list", "huggingface_metadata", "pandas_metadata", "write_json", "DataFiles",
+           "write_episodes_table", "write_tasks", "write_stats", "write_info", "write_card"]
 
 EPISODES_FILE = "meta/episodes/chunk-000/file-000.parquet"  # one file holds the whole episode table
+# pandas version recorded in the pandas schema metadata, as in real LeRobot files.
+PANDAS_VERSION = "2.3.3"
 
 
-def data_file_rel(number: int) -> str:
-    """Path of the ``number``-th v3.0 data file (0, 1, ...): ``data/chunk-CCC/file-FFF.parquet``."""
-    chunk, file = divmod(number, CHUNKS_SIZE)
-    return V3_DATA_PATH.format(chunk_index=chunk, file_index=file)
+def nested_list(values: np.ndarray, fixed: bool) -> pa.Array:
+    """Rows of ``values`` (shape (n, d1, d2, ...)) as nested fixed-size or variable-size arrow lists."""
+    array = pa.array(values.reshape(-1))
+    for size in reversed(values.shape[1:]):
+        if fixed:
+            array = pa.FixedSizeListArray.from_arrays(array, size)
+        else:
+            offsets = pa.array(np.arange(0, len(array) + 1, size, dtype=np.int32))
+            array = pa.ListArray.from_arrays(offsets, array)
+    return array
 
 
-def video_file_rel(key: str, chunk: int, file: int) -> str:
-    """Path of a camera's v3.0 video file."""
-    return V3_VIDEO_PATH.format(video_key=key, chunk_index=chunk, file_index=file)
+def _numpy_name(arrow_type: pa.DataType) -> str:
+    """``arrow_type.to_pandas_dtype().__name__`` without pandas (which pyarrow < 26 imports for it)."""
+    return pa.array([], type=arrow_type).to_numpy(zero_copy_only=False).dtype.type.__name__
 
 
-def default_features() -> dict[str, dict]:
-    """The ``features`` entries of the five columns LeRobot adds to every dataset, in its order."""
-    return {key: {"dtype": dtype, "shape": [1], "names": None} for key, dtype in DEFAULT_FEATURES.items()}
+def huggingface_metadata(schema: pa.Schema, version: str) -> str:
+    """The ``huggingface`` schema metadata of the `datasets` library, as lerobot's files carry it."""
+    list_type = "List" if version == "v3.0" else "Sequence"
+
+    def feature(arrow_type: pa.DataType) -> dict:
+        if pa.types.is_fixed_size_list(arrow_type):
+            return {"feature": feature(arrow_type.value_type), "length": arrow_type.list_size, "_type": list_type}
+        if pa.types.is_struct(arrow_type):
+            return {"_type": "Image"}
+        return {"dtype": _numpy_name(arrow_type), "_type": "Value"}
+
+    return json.dumps({"info": {"features": {field.name: feature(field.type) for field in schema}}})
 
 
-def video_info(height: int, width: int, channels: int, fps: float, pix_fmt: str = "yuv420p") -> dict:
-    """The ``info`` of a video feature in info.json, for LeRobot's AV1 encoding."""
-    return {"video.height": height, "video.width": width, "video.codec": "av1", "video.pix_fmt": pix_fmt,
-            "video.is_depth_map": False, "video.fps": fps, "video.channels": channels, "has_audio": False}
+def pandas_metadata(schema: pa.Schema, index_column: str | None) -> str:
+    """The ``pandas`` schema metadata pandas writes, with ``index_column`` (the last column) as a named index."""
+
+    def pandas_type(arrow_type: pa.DataType) -> str:
+        if pa.types.is_string(arrow_type):
+            return "unicode"
+        if pa.types.is_list(arrow_type):
+            return f"list[{pandas_type(arrow_type.value_type)}]"
+        if pa.types.is_struct(arrow_type):
+            return "object"
+        return _numpy_name(arrow_type)
+
+    def numpy_type(arrow_type: pa.DataType) -> str:
+        if pa.types.is_integer(arrow_type) or pa.types.is_floating(arrow_type):
+            return _numpy_name(arrow_type)
+        return "object"
+
+    columns = [
+        {
+            "name": field.name,
+            "field_name": field.name,
+            "pandas_type": pandas_type(field.type),
+            "numpy_type": numpy_type(field.type),
+            "metadata": None,
+        }
+        for field in schema
+    ]
+    column_indexes = []
+    if index_column is not None:
+        column_indexes = [
+            {
+                "name": None,
+                "field_name": None,
+                "pandas_type": "unicode",
+                "numpy_type": "object",
+                "metadata": {"encoding": "UTF-8"},
+            }
+        ]
+    return json.dumps(
+        {
+            "index_columns": [] if index_column is None else [index_column],
+            "column_indexes": column_indexes,
+            "columns": columns,
+            "attributes": {},
+            "creator": {"library": "pyarrow", "version": pa.__version__},
+            "pandas_version": PANDAS_VERSION,
+        }
+    )
 
 
 def write_json(file: pathlib.Path, content: dict) -> None:

@@ -18,28 +18,20 @@ import tempfile
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pyarrow as pa
 
-from ._lerobot_files import (
-    DataFiles,
-    default_features,
-    video_file_rel,
-    video_info,
-    write_card,
-    write_episodes_table,
-    write_info,
-    write_stats,
-    write_tasks,
-)
 from ._progress import progress_bar
 from .dataset import LeRobotZarrDataset, forwarded
 from .errors import ArgumentError, NotMaterializedError, StoreError
 from .hub_index import INDEX_FILE, write_index
-from .lerobot_v3 import CAMERA_DTYPES, CHUNKS_SIZE, STAT_NAMES, huggingface_metadata, nested_list
+from .lerobot_v3 import CAMERA_DTYPES, CHUNKS_SIZE, STAT_NAMES, default_features, video_file_rel, video_info
 from .lerobot_v3 import episode_stats as lerobot_stats
 from .video import ENCODING, VideoWriter
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 __all__ = ["to_lerobot", "push", "INDEX_FILE"]
 
@@ -55,6 +47,10 @@ def _encode_png(frame: np.ndarray) -> bytes:
 
 
 def _column(values: np.ndarray, kind: str, e: int) -> pa.Array:
+    import pyarrow as pa
+
+    from ._lerobot_files import nested_list
+
     if kind in CAMERA_DTYPES:
         data = pa.array([_encode_png(frame) for frame in values], pa.binary())
         paths = pa.array([f"frame-{e:06d}-{i:06d}.png" for i in range(len(values))], pa.string())
@@ -140,6 +136,8 @@ def _write(ds: LeRobotZarrDataset, root: Path, size_mb: int, video_size_mb: int,
            progress: bool) -> None:
     """Every file of the LeRobot v3.0 dataset, one writer each: data files (with the per-episode stats and tasks
     they yield), videos, then the metadata files and our index."""
+    from ._lerobot_files import write_card, write_episodes_table, write_info, write_stats, write_tasks
+
     meta = ds.meta
     for name, why in ds.left_out.items():
         warnings.warn(f"{ds.root}: feature {name!r} is left out of the export: {why}", stacklevel=3)
@@ -182,6 +180,10 @@ def _write_data_files(ds: LeRobotZarrDataset, root: Path, selected: list[int], a
                       progress: bool) -> _DataWritten:
     """The data files: episodes appended (one row group each) to a file until it would pass ``size_mb``, estimated
     from the bytes per frame written so far; cameras exported as videos are left out of them."""
+    import pyarrow as pa
+
+    from ._lerobot_files import DataFiles, huggingface_metadata
+
     info, specs, tasks = ds.meta.info, ds.array_specs, ds.meta.tasks
     order = [k for k in info["features"] if k in specs] + [k for k in specs if k not in info["features"]]
     kinds = {k: specs[k].kind for k in order}

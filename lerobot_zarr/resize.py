@@ -22,7 +22,6 @@ from collections.abc import Sequence
 from typing import Literal, get_args
 
 import numpy as np
-from PIL import Image
 
 from .errors import UnsupportedDtypeError
 from .frame_codecs import run_in_parallel
@@ -65,7 +64,9 @@ def resize_frame(frame: np.ndarray, size: Sequence[int], *, crop: Sequence[int] 
     if crop is not None:
         top, left, ch, cw = (int(c) for c in crop)
         frame = frame[top:top + ch, left:left + cw]
-    resample = _RESAMPLE[interpolation]
+    from PIL import Image  # imported here: lerobot_zarr imports without Pillow loaded
+
+    resample = getattr(Image.Resampling, interpolation.upper())
     h, w = shape[:2]
     if frame.shape[2] == 3:
         out[...] = np.asarray(Image.fromarray(np.ascontiguousarray(frame), "RGB").resize((w, h), resample))
@@ -93,6 +94,3 @@ def resize_frames(frames: np.ndarray, size: Sequence[int], *, crop: Sequence[int
     run_in_parallel(run, len(frames), threads=threads)
     return out
 
-
-_RESAMPLE = {"bilinear": Image.Resampling.BILINEAR, "bicubic": Image.Resampling.BICUBIC,
-             "box": Image.Resampling.BOX}

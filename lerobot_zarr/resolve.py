@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import ArgumentError, SourceNotFoundError
+from .files import is_lerobot_folder
 from .hub import REPO_ID, parse_repo_id
-from .source import is_lerobot_folder
 from .store import has_commit_point
 
 __all__ = ["ResolvedSource", "resolve_source"]

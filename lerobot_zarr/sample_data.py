@@ -23,9 +23,9 @@ from PIL import Image
 
 from ._lerobot_files import (
     DataFiles,
-    default_features,
-    video_file_rel,
-    video_info,
+    huggingface_metadata,
+    nested_list,
+    pandas_metadata,
     write_episodes_table,
     write_info,
     write_json,
@@ -38,11 +38,11 @@ from .lerobot_v3 import (
     STAT_NAMES,
     V21_DATA_PATH,
     V21_VIDEO_PATH,
-    huggingface_metadata,
-    nested_list,
-    pandas_metadata,
+    default_features,
     per_episode_stats,
     stats_json,
+    video_file_rel,
+    video_info,
 )
 
 __all__ = ["write_sample_dataset"]

@@ -42,7 +42,7 @@ from .errors import (
     SourceNotFoundError,
     UnsupportedDtypeError,
 )
-from .files import LocalFiles, SourceFiles, safe_relpath
+from .files import LocalFiles, SourceFiles, is_lerobot_folder, safe_relpath
 from .lerobot_v3 import (
     CAMERA_DTYPES,
     DEFAULT_FEATURES,
@@ -107,11 +107,6 @@ class EpisodeTable:
 
     def __len__(self) -> int:
         return len(self.length)
-
-
-def is_lerobot_folder(path: str | os.PathLike) -> bool:
-    """Whether ``path`` is a folder holding ``meta/info.json``."""
-    return (Path(path) / "meta" / "info.json").is_file()
 
 
 def _read_json(files: SourceFiles, rel: str) -> Any:

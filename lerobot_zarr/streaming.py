@@ -28,7 +28,7 @@ import warnings
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -37,8 +37,10 @@ from .dataset import IMAGE_FORMATS, ImageFormat, LeRobotZarrDataset, window_offs
 from .errors import FrameIndexError, LeRobotZarrWarning, NotMaterializedError
 from .lerobot_v3 import CAMERA_DTYPES
 from .resolve import resolve_source
-from .source import LeRobotSource
 from .video import VideoUnavailable
+
+if TYPE_CHECKING:
+    from .source import LeRobotSource
 
 __all__ = ["SampleStream", "stream"]
 
@@ -117,6 +119,8 @@ class SampleStream:
         src = resolve_source(self.source, revision=self.revision, token=self.token)
         if src.kind == "store":
             return _StoreReader(src.path, self._selection)
+        from .source import LeRobotSource  # not with the package: pyarrow is needed for sources only
+
         if src.kind == "folder":
             return _SourceReader(LeRobotSource(src.path), self._selection, str(src.path))
         from .hub import HubFiles, resolve_revision

@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import numpy as np
 
@@ -37,7 +37,6 @@ from .errors import ArgumentError, FrameIndexError, NotMaterializedError, Source
 from .files import SourceFiles
 from .lerobot_v3 import CAMERA_DTYPES
 from .resize import resize_frame, resize_frames
-from .source import LeRobotSource
 from .store import (
     DEFAULT_PACK_BYTES,
     ArraySpec,
@@ -55,6 +54,9 @@ from .store import (
     remove_creation_debris,
 )
 from .video import VideoUnavailable, have_pyav
+
+if TYPE_CHECKING:  # the caller gives the source: reading one is what needs pyarrow
+    from .source import LeRobotSource
 
 __all__ = ["transcode", "array_specs"]
 
@@ -288,6 +290,8 @@ def transcode_unit(files: SourceFiles, root: str, episodes: list[int]) -> tuple[
 
     Writing the same rows again is harmless, so a task retried after a worker died (or run twice) leaves the
     same bytes; only the caller's commit makes them part of the store."""
+    from .source import LeRobotSource
+
     source = LeRobotSource(files)
     state = read_state(Path(root))
     unavailable: dict[str, dict[int, str]] = {}
