@@ -12,7 +12,6 @@ import os
 import threading
 import warnings
 import weakref
-from bisect import bisect_right
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -464,14 +463,8 @@ class LeRobotZarrDataset:
     # sampling ---------------------------------------------------------------------------------------------
     def __getitem__(self, i: int) -> dict[str, Any]:
         """Frame ``i`` with every stored feature, windows and ``*_is_pad`` masks, and the ``task`` string."""
-        i = operator.index(i)
         sel = self._sel
-        n = self._len
-        j = i + n if i < 0 else i
-        if not 0 <= j < n:
-            raise FrameIndexError(f"frame index {i} is out of range for a dataset of {n} frames")
-        k = bisect_right(sel._cum_list, j) - 1
-        local = j - sel._cum_list[k] + sel._first_list[k]
+        k, local = sel.slot(operator.index(i))  # selected episode k, frame inside it
         length = self._k_length[k]
         pack = self._k_pack[k]
         off = self._k_offset[k] + local  # the frame's row inside its pack

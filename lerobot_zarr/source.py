@@ -24,9 +24,7 @@ import io
 import json
 import math
 import os
-from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,6 +33,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ._background import in_threads
 from .errors import (
     CorruptSourceError,
     LeRobotZarrError,
@@ -669,14 +668,9 @@ class LeRobotSource:
             for unit in units:
                 yield from self._read_unit(*unit, specs)
             return
-        with ThreadPoolExecutor(workers, thread_name_prefix="lerobot_zarr-fetch") as pool:
-            in_flight: deque = deque()
-            for unit in units:
-                in_flight.append(pool.submit(lambda u: list(self._read_unit(*u, specs)), unit))
-                if len(in_flight) >= 2 * workers:
-                    yield from in_flight.popleft().result()
-            while in_flight:
-                yield from in_flight.popleft().result()
+        for _, read in in_threads(lambda u: list(self._read_unit(*u, specs)), units, workers, ahead=2 * workers,
+                                  name="lerobot_zarr-fetch"):
+            yield from read
 
     def _plan_file(self, rel: str, eps: list[int], specs: dict[str, FeatureSpec]) -> list[tuple]:
         """Check a data file's schema (footer only) and split the episodes asked for into row-group runs."""

@@ -27,12 +27,11 @@ import os
 import warnings
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ._background import prefetched
+from ._background import in_threads, prefetched
 from .dataset import IMAGE_FORMATS, ImageFormat, LeRobotZarrDataset, window_offsets
 from .errors import FrameIndexError, LeRobotZarrWarning, NotMaterializedError
 from .lerobot_v3 import CAMERA_DTYPES
@@ -308,19 +307,7 @@ class SampleStream:
 def _fetch_in_order(reader: _EpisodeReader, shard: list[int], ahead: int) -> Iterator[tuple[int, dict]]:
     """``(episode, frames)`` in shard order, several fetched at once when the reader is remote."""
     workers = min(reader.concurrency, ahead)
-    if workers <= 1:
-        yield from ((e, reader.episode(e)) for e in shard)
-        return
-    with ThreadPoolExecutor(workers, thread_name_prefix="lerobot_zarr-stream") as pool:
-        pending: deque = deque()
-        for e in shard:
-            pending.append((e, pool.submit(reader.episode, e)))
-            if len(pending) >= workers:
-                e0, future = pending.popleft()
-                yield e0, future.result()
-        while pending:
-            e0, future = pending.popleft()
-            yield e0, future.result()
+    return in_threads(reader.episode, shard, workers, ahead=workers, name="lerobot_zarr-stream")
 
 
 class _EpisodeReader:
