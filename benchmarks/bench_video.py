@@ -225,7 +225,7 @@ def _write_videos(src: Path, lengths: list[int], seed: int, stall_s: float = 60.
     if it fails, or if its file stops growing for ``stall_s`` (or has no byte after ``start_s``). SVT-AV1 4.2.0
     (PyAV 19.0.2's wheel) deadlocked or emitted a packet the muxer refused in 3 of 12 camera encodes when two
     encoders ran at once on this 2-core VM, in none of 10 run one at a time."""
-    from lerobot_zarr.sample_data import CHUNKS_SIZE, V3_VIDEO_PATH
+    from lerobot_zarr.lerobot_v3 import CHUNKS_SIZE, V3_VIDEO_PATH
 
     ctx = mp.get_context("spawn")
     for k, key in enumerate(SYN_CAMERAS):

@@ -1,13 +1,17 @@
-"""Running an iterator in a background thread, a bounded number of items ahead (reads overlap the consumer)."""
+"""Work ahead of the consumer, a bounded amount: an iterator run in a background thread (reads overlap the
+consumer), or a function mapped over items by a thread pool with the results kept in order."""
 
 from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 _T = TypeVar("_T")
+_R = TypeVar("_R")
 
 
 def prefetched(items: Iterator[_T], depth: int) -> Iterator[_T]:
@@ -47,3 +51,24 @@ def prefetched(items: Iterator[_T], depth: int) -> Iterator[_T]:
     finally:
         stop.set()
         thread.join()
+
+
+def in_threads(fn: Callable[[_T], _R], items: Iterable[_T], workers: int, *, ahead: int, name: str
+               ) -> Iterator[tuple[_T, _R]]:
+    """``(item, fn(item))`` for ``items``, in order: ``fn`` runs in a pool of ``workers`` threads (named ``name``)
+    with at most ``ahead`` calls submitted and not yet yielded; with one worker or none, here, one at a time.
+    An exception of ``fn`` is raised in its turn; stopping early waits for the calls in flight."""
+    if workers <= 1:
+        for item in items:
+            yield item, fn(item)
+        return
+    with ThreadPoolExecutor(workers, thread_name_prefix=name) as pool:
+        pending: deque = deque()
+        for item in items:
+            pending.append((item, pool.submit(fn, item)))
+            if len(pending) >= ahead:
+                first, future = pending.popleft()
+                yield first, future.result()
+        while pending:
+            first, future = pending.popleft()
+            yield first, future.result()

@@ -4,7 +4,6 @@ else right after zarr's import, so that zarr and xarray read compressed cameras 
 
 from __future__ import annotations
 
-import importlib.abc
 import importlib.util
 import sys
 from typing import Any
@@ -39,8 +38,10 @@ def register_when_zarr_is_imported() -> None:
         sys.meta_path.insert(0, _AfterZarrImport())
 
 
-class _AfterZarrImport(importlib.abc.MetaPathFinder):
-    """One-shot import hook: runs :func:`register_zarr_codecs` once the ``zarr`` package has been executed."""
+class _AfterZarrImport:
+    """One-shot import hook (a meta path finder: ``find_spec`` is all the import system asks of one; not derived
+    from ``importlib.abc.MetaPathFinder``, whose import pulls in ``importlib.resources``): runs
+    :func:`register_zarr_codecs` once the ``zarr`` package has been executed."""
 
     def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
         if name != "zarr":

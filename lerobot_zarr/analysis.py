@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .dataset import forwarded, read_episode_rows
-from .lerobot_v3 import QUANTILES, aggregate_stats, stats_json
+from .lerobot_v3 import CAMERA_DTYPES, QUANTILES, aggregate_stats, stats_json
 from .store import ArraySpec
 
 if TYPE_CHECKING:
@@ -121,7 +121,7 @@ def lerobot_stats(x: xr.Dataset, features: list[str] | None = None) -> dict[str,
     if not x.sizes.get("frame"):
         return {}
     names = features or [k for k, v in x.data_vars.items() if v.dims and v.dims[0] == "frame"
-                         and v.attrs.get("lerobot_dtype") not in ("image", "video")]
+                         and v.attrs.get("lerobot_dtype") not in CAMERA_DTYPES]
     names += [k for k in ("timestamp", "frame_index", "episode_index", "index") if features is None and k in x.coords]
     import dask.array as da
 

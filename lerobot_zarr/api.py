@@ -7,19 +7,24 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import quote
 
-from .dataset import DatasetMeta, EpisodeSelection, LeRobotZarrDataset
+from .dataset import DatasetMeta, EpisodeSelection, ImageFormat, LeRobotZarrDataset
 from .errors import ArgumentError, HubError, NotMaterializedError
+from .files import is_lerobot_folder
 from .hub import HubFiles, resolve_revision
 from .resolve import resolve_source
 from .selection import check_selection
-from .source import LeRobotSource, is_lerobot_folder
 from .store import DEFAULT_PACK_BYTES, has_commit_point, read_state
-from .transcode import transcode
+from .transcode import CameraStorage, transcode
 
-__all__ = ["open_dataset", "inspect", "cache_home", "store_path_for"]
+if TYPE_CHECKING:
+    from .source import LeRobotSource
+
+__all__ = ["open_dataset", "inspect", "cache_home", "store_path_for", "Mode"]
+
+Mode = Literal["r", "r+"]  # open_dataset: read, or read and write
 
 CACHE_ENV = "LEROBOT_ZARR_HOME"
 
@@ -31,6 +36,14 @@ def cache_home() -> Path:
     from huggingface_hub import constants
 
     return Path(constants.HF_HOME).expanduser() / "lerobot_zarr"
+
+
+def _lerobot_source(where: Any) -> LeRobotSource:
+    """A LeRobot folder or Hub repo to read: :mod:`~lerobot_zarr.source` (and pyarrow) are imported when one is
+    read, not with the package (opening a store needs neither)."""
+    from .source import LeRobotSource
+
+    return LeRobotSource(where)
 
 
 def store_path_for(source: LeRobotSource) -> Path:
@@ -52,11 +65,11 @@ def open_dataset(
     delta_timestamps: Mapping[str, Sequence[float]] | None = None,
     revision: str | None = None,
     token: str | bool | None = None,
-    image_format: str = "uint8_hwc",
+    image_format: ImageFormat = "uint8_hwc",
     progress: bool = True,
     lazy: bool = False,
-    mode: str = "r",
-    storage: Mapping[str, str] | None = None,
+    mode: Mode = "r",
+    storage: Mapping[str, CameraStorage | str] | None = None,
     resize: Mapping[str, Any] | None = None,
     client: Any = None,
     pack_bytes: int = DEFAULT_PACK_BYTES,
@@ -108,7 +121,7 @@ def open_dataset(
         elif not lazy:
             materialize(store, episodes, progress=progress, token=token)
     elif src.kind == "folder":
-        folder = LeRobotSource(src.path)
+        folder = _lerobot_source(src.path)
         if mode == "r+":
             store = _writable_copy(src.path, root, store_path_for(folder))
         else:
@@ -196,7 +209,7 @@ def _open_hub(repo_id: str, *, root, episodes, revision, token, progress, storag
                                        f"local store")
     elif constants.is_offline_mode():
         raise HubError(f"{repo_id}: HF_HUB_OFFLINE is set and there is no local store at {store}")
-    transcode(LeRobotSource(HubFiles(repo_id, commit, revision=revision, token=token)), store,
+    transcode(_lerobot_source(HubFiles(repo_id, commit, revision=revision, token=token)), store,
               episodes=episodes, progress=progress, storage=storage, resize=resize, client=client,
               pack_bytes=pack_bytes)
     return store
@@ -228,13 +241,13 @@ def materialize(store: str | os.PathLike, episodes: EpisodeSelection | None, *, 
                                        f"store")
         # the endpoint configured now (HF_ENDPOINT), which may be a mirror of the one the store was made from
         files = HubFiles(recorded["repo_id"], recorded["commit"], token=token)
-        transcode(LeRobotSource(files), store, episodes=missing, progress=progress)
+        transcode(_lerobot_source(files), store, episodes=missing, progress=progress)
         return
     origin = Path(recorded.get("path", ""))
     if recorded.get("kind") != "local" or not is_lerobot_folder(origin):
         raise NotMaterializedError(f"{store}: episodes {missing[:20]} are not in the store and its source "
                                    f"{recorded.get('path')!r} is not available to transcode them")
-    transcode(LeRobotSource(origin), store, episodes=missing, progress=progress)
+    transcode(_lerobot_source(origin), store, episodes=missing, progress=progress)
 
 
 def inspect(source: str | os.PathLike, *, revision: str | None = None,
@@ -248,12 +261,12 @@ def inspect(source: str | os.PathLike, *, revision: str | None = None,
     if src.kind == "store":
         return DatasetMeta.from_state(read_state(src.path))
     if src.kind == "folder":
-        lerobot = LeRobotSource(src.path)
+        lerobot = _lerobot_source(src.path)
         meta = DatasetMeta.from_source(lerobot)
     else:
         revision, commit = resolve_revision(src.repo_id, revision, token=token)
         files = HubFiles(src.repo_id, commit, revision=revision, token=token)
-        lerobot = LeRobotSource(files)
+        lerobot = _lerobot_source(files)
         meta = DatasetMeta.from_source(lerobot)
         meta.source["hub_bytes"] = {top: sum(n for p, n in files.sizes.items() if p.startswith(top + "/"))
                                     for top in ("data", "videos", "meta")}

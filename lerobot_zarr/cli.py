@@ -19,10 +19,11 @@ from typing import Any
 import numpy as np
 
 from .errors import LeRobotZarrError, LeRobotZarrWarning
+from .lerobot_v3 import CAMERA_DTYPES, DEFAULT_FEATURES
 
 __all__ = ["describe", "describe_json", "main"]
 
-BOOKKEEPING = ("timestamp", "frame_index", "episode_index", "index", "task_index")
+BOOKKEEPING = tuple(DEFAULT_FEATURES)
 log = logging.getLogger("lerobot_zarr")
 
 
@@ -53,7 +54,7 @@ def source_line(source: dict) -> str:
 
 def _frame_bytes(ft: dict) -> int:
     dtype = ft["dtype"]
-    itemsize = 1 if dtype in ("image", "video", "bool") else np.dtype(dtype).itemsize
+    itemsize = 1 if dtype in CAMERA_DTYPES or dtype == "bool" else np.dtype(dtype).itemsize
     return int(np.prod(ft.get("shape") or [1])) * itemsize
 
 

@@ -12,11 +12,10 @@ import os
 import threading
 import warnings
 import weakref
-from bisect import bisect_right
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import numpy as np
 
@@ -31,6 +30,7 @@ from .errors import (
     NotMaterializedError,
     StoreClosedError,
 )
+from .lerobot_v3 import CAMERA_DTYPES
 from .selection import EpisodeSelection, Selection, episode_ranges, frame_range
 from .store import ArraySpec, PackLayout, StoreState, chunk_path, pack_rows_target, read_state, retired_path
 from .windows import window_offsets, windows
@@ -42,7 +42,7 @@ __all__ = ["DatasetMeta", "LeRobotZarrDataset", "IMAGE_FORMATS", "ImageFormat", 
            "frame_range", "episode_ranges", "window_offsets", "EpisodeSelection"]
 
 ImageFormat = Literal["uint8_hwc", "float32_chw"]
-IMAGE_FORMATS = ("uint8_hwc", "float32_chw")
+IMAGE_FORMATS = get_args(ImageFormat)
 MAX_MAPS_ENV = "LEROBOT_ZARR_MAX_MAPS"
 _DEFAULT_MAX_MAPS = 4096
 _live_datasets: weakref.WeakSet = weakref.WeakSet()
@@ -104,7 +104,7 @@ class DatasetMeta:
     @property
     def camera_keys(self) -> list[str]:
         """Image and video features, as LeRobot names them."""
-        return [k for k, v in self.features.items() if v.get("dtype") in ("image", "video")]
+        return [k for k, v in self.features.items() if v.get("dtype") in CAMERA_DTYPES]
 
     @property
     def total_episodes(self) -> int:
@@ -129,7 +129,7 @@ class DatasetMeta:
         """Metadata of a LeRobot folder or Hub repo that has no store yet (nothing materialized)."""
         t = source.episodes
         stored = tuple(k for k, v in source.features.items()
-                       if v.kind in ("numeric", "image", "video") and k not in source.not_materialized)
+                       if v.kind in ("numeric", *CAMERA_DTYPES) and k not in source.not_materialized)
         return cls(root=source.files.location(), info=source.info, tasks=source.tasks, stats=source.stats,
                    source=source.record(), episode_start=t.start, episode_end=t.end, episode_length=t.length,
                    materialized_episodes=np.zeros(len(t), dtype=bool), not_materialized=source.not_materialized,
@@ -293,7 +293,7 @@ class LeRobotZarrDataset:
                     view, (view.shape[0] - n + 1, n, *view.shape[1:]), (view.strides[0], *view.strides),
                     writeable=False)
             self._windowed.append((w, view, blocks, *base(name)))
-        self._images = [name for name, s in self._specs.items() if s.kind in ("image", "video")]
+        self._images = [name for name, s in self._specs.items() if s.kind in CAMERA_DTYPES]
         task = views.get("task_index")
         self._task = None if task is None else (task, task.ndim > 1, *base("task_index"))
         self._extras = bool(self._shifts or self._cameras)  # per-sample work beyond the maps (rare): one test
@@ -463,14 +463,8 @@ class LeRobotZarrDataset:
     # sampling ---------------------------------------------------------------------------------------------
     def __getitem__(self, i: int) -> dict[str, Any]:
         """Frame ``i`` with every stored feature, windows and ``*_is_pad`` masks, and the ``task`` string."""
-        i = operator.index(i)
         sel = self._sel
-        n = self._len
-        j = i + n if i < 0 else i
-        if not 0 <= j < n:
-            raise FrameIndexError(f"frame index {i} is out of range for a dataset of {n} frames")
-        k = bisect_right(sel._cum_list, j) - 1
-        local = j - sel._cum_list[k] + sel._first_list[k]
+        k, local = sel.slot(operator.index(i))  # selected episode k, frame inside it
         length = self._k_length[k]
         pack = self._k_pack[k]
         off = self._k_offset[k] + local  # the frame's row inside its pack

@@ -16,37 +16,25 @@ import os
 import shutil
 import tempfile
 import warnings
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 from ._progress import progress_bar
 from .dataset import LeRobotZarrDataset, forwarded
 from .errors import ArgumentError, NotMaterializedError, StoreError
 from .hub_index import INDEX_FILE, write_index
-from .lerobot_v3 import (
-    CHUNKS_SIZE,
-    DEFAULT_FEATURES,
-    STAT_NAMES,
-    V3_DATA_PATH,
-    V3_VIDEO_PATH,
-    aggregate_stats,
-    huggingface_metadata,
-    nested_list,
-    stats_json,
-    write_json,
-    write_tasks_parquet,
-)
-from .lerobot_v3 import (
-    episode_stats as lerobot_stats,
-)
+from .lerobot_v3 import CAMERA_DTYPES, CHUNKS_SIZE, STAT_NAMES, default_features, video_file_rel, video_info
+from .lerobot_v3 import episode_stats as lerobot_stats
 from .video import ENCODING, VideoWriter
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 __all__ = ["to_lerobot", "push", "INDEX_FILE"]
 
-_TAG = "v3.0"
 _AV1_RATIO = 20  # raw camera bytes per byte of LeRobot's AV1 (crf 30), roughly: sizes video files
 
 
@@ -59,23 +47,17 @@ def _encode_png(frame: np.ndarray) -> bytes:
 
 
 def _column(values: np.ndarray, kind: str, e: int) -> pa.Array:
-    if kind in ("image", "video"):
+    import pyarrow as pa
+
+    from ._lerobot_files import nested_list
+
+    if kind in CAMERA_DTYPES:
         data = pa.array([_encode_png(frame) for frame in values], pa.binary())
         paths = pa.array([f"frame-{e:06d}-{i:06d}.png" for i in range(len(values))], pa.string())
         return pa.StructArray.from_arrays([data, paths], names=["bytes", "path"])
     if values.ndim == 1:
         return pa.array(np.ascontiguousarray(values))
     return nested_list(np.ascontiguousarray(values), fixed=True)
-
-
-def _card(info: dict) -> str:
-    return (
-        "---\nlicense: apache-2.0\ntask_categories:\n- robotics\ntags:\n- LeRobot\nconfigs:\n- config_name: default\n"
-        "  data_files: data/*/*.parquet\n---\n\n"
-        "This dataset uses the [LeRobot](https://github.com/huggingface/lerobot) v3.0 format. It was written by "
-        "lerobot_zarr from a local store.\n\n## Dataset structure\n\n[meta/info.json](meta/info.json):\n"
-        f"```json\n{json.dumps(info, indent=4)}\n```\n"
-    )
 
 
 @forwarded("to_lerobot")
@@ -125,176 +107,164 @@ def _check_exportable(ds: LeRobotZarrDataset) -> None:
             episode=int(missing[0]))
 
 
+def _video_keys(ds: LeRobotZarrDataset, videos: bool | None) -> list[str]:
+    """The cameras exported as videos (the others go out as PNG image features)."""
+    specs = ds.array_specs
+    return [k for k, spec in specs.items() if spec.kind in CAMERA_DTYPES
+            and (spec.kind == "video" if videos is None else videos)]
+
+
 def _features(ds: LeRobotZarrDataset, videos: bool | None) -> dict:
     """The ``features`` of the exported info.json (also what push compares with the remote's before exporting)."""
     info, specs = ds.meta.info, ds.array_specs
-    cameras = [k for k, spec in specs.items() if spec.kind in ("image", "video")]
-    as_video = [k for k in cameras if (specs[k].kind == "video" if videos is None else videos)]
+    as_video = _video_keys(ds, videos)
     features = {k: dict(v) for k, v in info["features"].items() if k in specs}
-    for k, dtype in DEFAULT_FEATURES.items():
-        features.setdefault(k, {"dtype": dtype, "shape": [1], "names": None})
-    for k in cameras:
+    for k, entry in default_features().items():
+        features.setdefault(k, entry)
+    for k in (k for k, spec in specs.items() if spec.kind in CAMERA_DTYPES):
         height, width, channels = specs[k].frame_shape
         features[k] = {"dtype": "video" if k in as_video else "image", "shape": [height, width, channels],
                        "names": features.get(k, {}).get("names") or ["height", "width", "channels"]}
         if k in as_video and specs[k].storage == "mp4" and not specs[k].resize and "info" in info["features"][k]:
             features[k]["info"] = info["features"][k]["info"]  # the source's files go out as they are
         elif k in as_video:
-            features[k]["info"] = {"video.height": height, "video.width": width, "video.codec": "av1",
-                                   "video.pix_fmt": ENCODING["pix_fmt"], "video.is_depth_map": False,
-                                   "video.fps": info["fps"], "video.channels": channels, "has_audio": False}
+            features[k]["info"] = video_info(height, width, channels, info["fps"], ENCODING["pix_fmt"])
     return features
 
 
 def _write(ds: LeRobotZarrDataset, root: Path, size_mb: int, video_size_mb: int, videos: bool | None,
            progress: bool) -> None:
+    """Every file of the LeRobot v3.0 dataset, one writer each: data files (with the per-episode stats and tasks
+    they yield), videos, then the metadata files and our index."""
+    from ._lerobot_files import write_card, write_episodes_table, write_info, write_stats, write_tasks
+
     meta = ds.meta
-    info = meta.info
-    specs = ds.array_specs
     for name, why in ds.left_out.items():
         warnings.warn(f"{ds.root}: feature {name!r} is left out of the export: {why}", stacklevel=3)
-    cameras = [k for k, spec in specs.items() if spec.kind in ("image", "video")]
-    as_video = [k for k in cameras if (specs[k].kind == "video" if videos is None else videos)]
-    order = [k for k in info["features"] if k in specs] + [k for k in specs if k not in info["features"]]
-    kinds = {k: specs[k].kind for k in order}
-    columns_order = [k for k in order if k not in as_video]
-    features = _features(ds, videos)
-
     selected = ds.episodes.tolist()  # the store's episodes, exported as 0 .. n_episodes - 1
     lengths = meta.episode_length[selected]
     n_episodes = len(lengths)
-    new_start = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
     if n_episodes < meta.total_episodes:
         warnings.warn(f"{ds.root}: exporting {n_episodes} of the store's {meta.total_episodes} episodes "
                       f"({selected[:10]}{'...' if n_episodes > 10 else ''}), renumbered 0..{n_episodes - 1}",
                       stacklevel=3)
+    as_video = _video_keys(ds, videos)
+    data = _write_data_files(ds, root, selected, as_video, size_mb, progress)
+    places = {k: _write_videos(ds, root, k, selected, video_size_mb, progress) for k in as_video}
+    write_episodes_table(root, tasks=data.tasks, lengths=lengths, data_files=(data.chunk, data.file),
+                         videos={k: tuple(zip(*p, strict=True)) for k, p in places.items()}, stats=data.stats)
+    write_tasks(root, meta.tasks)
+    stats = write_stats(root, data.stats)
+    info = write_info(root, robot_type=meta.info.get("robot_type"), lengths=lengths, total_tasks=len(meta.tasks),
+                      fps=meta.info["fps"], features=_features(ds, videos), data_files_size_in_mb=size_mb,
+                      video_files_size_in_mb=video_size_mb)
+    write_card(root, info)
+    write_index(root, info=info, tasks=list(meta.tasks), stats=stats, length=lengths.tolist(),
+                data_file=data.rel, file_row=data.file_row, episode_tasks=data.tasks,
+                videos={k: [(video_file_rel(k, *p[:2]), p[2]) for p in ps] for k, ps in places.items()})
 
-    episode_rows: list[dict] = []
+
+@dataclass
+class _DataWritten:
+    """Per exported episode: where its frames went, its tasks (first seen first) and, per feature, its stats."""
+
+    chunk: list[int] = field(default_factory=list)
+    file: list[int] = field(default_factory=list)
+    rel: list[str] = field(default_factory=list)
+    file_row: list[int] = field(default_factory=list)
+    tasks: list[list[str]] = field(default_factory=list)
+    stats: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
+
+
+def _write_data_files(ds: LeRobotZarrDataset, root: Path, selected: list[int], as_video: list[str], size_mb: int,
+                      progress: bool) -> _DataWritten:
+    """The data files: episodes appended (one row group each) to a file until it would pass ``size_mb``, estimated
+    from the bytes per frame written so far; cameras exported as videos are left out of them."""
+    import pyarrow as pa
+
+    from ._lerobot_files import DataFiles, huggingface_metadata
+
+    info, specs, tasks = ds.meta.info, ds.array_specs, ds.meta.tasks
+    order = [k for k in info["features"] if k in specs] + [k for k in specs if k not in info["features"]]
+    kinds = {k: specs[k].kind for k in order}
+    columns = [k for k in order if k not in as_video]
+    lengths = ds.meta.episode_length[selected].tolist()
+    out = _DataWritten()
     episode_stats: dict[str, list[dict[str, np.ndarray]]] = {k: [] for k in order}
-    ranges: list[dict] = []
-    bar = progress_bar(int(lengths.sum()), f"exporting {ds.root.name}", progress)
+    files = DataFiles(root)
     limit = size_mb * 2**20
-    number, e = 0, 0
-    while e < n_episodes:  # one data file per pass: episodes until the file would pass the size limit
-        chunk, file = divmod(number, CHUNKS_SIZE)
-        rel = V3_DATA_PATH.format(chunk_index=chunk, file_index=file)
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        writer, eps, frames_written = None, [], 0
-        while e < n_episodes:
-            written = (root / rel).stat().st_size if writer is not None else 0
-            if eps and written + written / frames_written * int(lengths[e]) > limit:
-                break
-            arrays = dict(ds.episode(selected[e]))
-            n = int(lengths[e])
-            arrays["episode_index"] = np.full(n, e, dtype=np.int64)
-            arrays["index"] = np.arange(new_start[e], new_start[e] + n, dtype=np.int64)
-            table = pa.table({k: _column(arrays[k], kinds[k], e) for k in columns_order})
-            if writer is None:
-                schema = table.schema.with_metadata({"huggingface": huggingface_metadata(table.schema, "v3.0")})
-                writer = pq.ParquetWriter(root / rel, schema, compression="snappy")
-            writer.write_table(table.replace_schema_metadata(schema.metadata), row_group_size=max(len(table), 1))
-            task_index = np.asarray(arrays["task_index"]).reshape(-1)
-            first_seen = task_index[np.sort(np.unique(task_index, return_index=True)[1])]
-            episode_rows.append({"episode_index": e, "tasks": [meta.tasks[t] for t in first_seen.tolist()],
-                                 "length": int(lengths[e]), "data/chunk_index": chunk, "data/file_index": file})
-            for k in order:
-                episode_stats[k].append(lerobot_stats(np.asarray(arrays[k]), kinds[k]))
-            bar.update(int(lengths[e]))
-            eps.append(e)
-            frames_written += int(lengths[e])
-            e += 1
-        writer.close()
-        footer = pq.ParquetFile(root / rel).metadata
-        file_row = 0
-        for g, ep in enumerate(eps):
-            ranges.append({"episode_index": ep, "data_file": rel, "file_row": file_row})
-            file_row += footer.row_group(g).num_rows
-        number += 1
-    bar.close()
-    for k in as_video:  # one camera at a time: two live SVT-AV1 encoders in a process have been seen to hang
-        if specs[k].storage == "mp4" and not specs[k].resize:  # the source's bytes, unchanged
-            _copy_mp4(ds, root, k, selected, episode_rows)
-            continue
-        out = _VideoFiles(root, k, float(info["fps"]), specs[k].frame_shape, video_size_mb)
+    start = 0
+    with progress_bar(sum(lengths), f"exporting {ds.root.name}", progress) as bar:
         try:
-            with progress_bar(int(lengths.sum()), f"encoding {k}", progress) as video_bar:
-                for e in range(n_episodes):
-                    episode_rows[e][k] = out.add(np.asarray(ds.episode(selected[e], features=[k])[k]))
-                    video_bar.update(int(lengths[e]))
+            for e, (src, n) in enumerate(zip(selected, lengths, strict=True)):
+                if files.rows == 0 or files.size() + files.size() / files.rows * n > limit:
+                    files.new_file()
+                arrays = dict(ds.episode(src))
+                arrays["episode_index"] = np.full(n, e, dtype=np.int64)
+                arrays["index"] = np.arange(start, start + n, dtype=np.int64)
+                table = pa.table({k: _column(arrays[k], kinds[k], e) for k in columns})
+                chunk, file = files.place
+                out.chunk.append(chunk)
+                out.file.append(file)
+                out.rel.append(files.rel)
+                out.file_row.append(files.rows)
+                if files.rows == 0:
+                    table = table.replace_schema_metadata(
+                        {"huggingface": huggingface_metadata(table.schema, "v3.0")})
+                files.add(table)
+                task_index = np.asarray(arrays["task_index"]).reshape(-1)
+                first_seen = task_index[np.sort(np.unique(task_index, return_index=True)[1])]
+                out.tasks.append([tasks[t] for t in first_seen.tolist()])
+                for k in order:
+                    episode_stats[k].append(lerobot_stats(np.asarray(arrays[k]), kinds[k]))
+                bar.update(n)
+                start += n
         finally:
-            out.close()  # also after a failure: an encoder left to the garbage collector can hang in its deinit
-    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
-    columns: dict[str, pa.Array] = {
-        "episode_index": pa.array(np.arange(n_episodes, dtype=np.int64)),
-        "tasks": pa.array([r["tasks"] for r in episode_rows], pa.list_(pa.string())),
-        "length": pa.array(lengths.astype(np.int64)),
-        "data/chunk_index": pa.array([r["data/chunk_index"] for r in episode_rows], pa.int64()),
-        "data/file_index": pa.array([r["data/file_index"] for r in episode_rows], pa.int64()),
-        "dataset_from_index": pa.array(starts),
-        "dataset_to_index": pa.array(starts + lengths),
-    }
-    for k in as_video:
-        places = [r[k] for r in episode_rows]
-        for i, column in enumerate(("chunk_index", "file_index")):
-            columns[f"videos/{k}/{column}"] = pa.array([p[i] for p in places], pa.int64())
-        for i, column in enumerate(("from_timestamp", "to_timestamp"), start=2):
-            columns[f"videos/{k}/{column}"] = pa.array([p[i] for p in places], pa.float64())
-    stacked = {k: {name: np.stack([s[name] for s in episode_stats[k]]) for name in STAT_NAMES} for k in order}
-    for k, stats in stacked.items():
-        for name, values in stats.items():
-            columns[f"stats/{k}/{name}"] = nested_list(
-                values.astype(np.float64) if values.dtype.kind == "f" else values.astype(np.int64), fixed=False)
-    zeros = pa.array(np.zeros(n_episodes, dtype=np.int64))
-    columns["meta/episodes/chunk_index"] = zeros
-    columns["meta/episodes/file_index"] = zeros
-    (root / "meta" / "episodes" / "chunk-000").mkdir(parents=True, exist_ok=True)
-    pq.write_table(pa.table(columns), root / "meta/episodes/chunk-000/file-000.parquet", compression="snappy")
-    write_tasks_parquet(root / "meta/tasks.parquet", list(meta.tasks))
-    write_json(root / "meta/stats.json", {k: stats_json(aggregate_stats(s)) for k, s in stacked.items()})
-    out_info = {
-        "codebase_version": "v3.0",
-        "robot_type": info.get("robot_type"),
-        "total_episodes": n_episodes,
-        "total_frames": int(lengths.sum()),
-        "total_tasks": len(meta.tasks),
-        "chunks_size": CHUNKS_SIZE,
-        "data_files_size_in_mb": size_mb,
-        "video_files_size_in_mb": video_size_mb,
-        "fps": info["fps"],
-        "splits": {"train": f"0:{n_episodes}"},
-        "data_path": V3_DATA_PATH,
-        "video_path": V3_VIDEO_PATH if as_video else None,
-        "features": features,
-    }
-    write_json(root / "meta/info.json", out_info)
-    (root / "README.md").write_text(_card(out_info), encoding="utf-8")
-    write_index(root, info=out_info, tasks=list(meta.tasks),
-                stats=json.loads((root / "meta/stats.json").read_text()), length=lengths.tolist(),
-                data_file=[r["data_file"] for r in ranges], file_row=[r["file_row"] for r in ranges],
-                episode_tasks=[r["tasks"] for r in episode_rows],
-                videos={k: [(_video_rel(k, *r[k][:2]), r[k][2]) for r in episode_rows] for k in as_video})
+            files.close()
+    out.stats = {k: {name: np.stack([s[name] for s in per_episode]) for name in STAT_NAMES}
+                 for k, per_episode in episode_stats.items()}
+    return out
 
 
-def _copy_mp4(ds: LeRobotZarrDataset, root: Path, key: str, selected: list[int], episode_rows: list[dict]) -> None:
+def _write_videos(ds: LeRobotZarrDataset, root: Path, key: str, selected: list[int], size_mb: int,
+                  progress: bool) -> list[tuple[int, int, float, float]]:
+    """One camera's mp4 files; per episode its ``(chunk_index, file_index, from_timestamp, to_timestamp)``.
+    One camera at a time: two live SVT-AV1 encoders in a process have been seen to hang."""
+    spec = ds.array_specs[key]
+    if spec.storage == "mp4" and not spec.resize:  # the source's bytes, unchanged
+        return _copy_mp4(ds, root, key, selected)
+    lengths = ds.meta.episode_length[selected].tolist()
+    out = _VideoFiles(root, key, float(ds.meta.info["fps"]), spec.frame_shape, size_mb)
+    places = []
+    try:
+        with progress_bar(sum(lengths), f"encoding {key}", progress) as bar:
+            for src, n in zip(selected, lengths, strict=True):
+                places.append(out.add(np.asarray(ds.episode(src, features=[key])[key])))
+                bar.update(n)
+    finally:
+        out.close()  # also after a failure: an encoder left to the garbage collector can hang in its deinit
+    return places
+
+
+def _copy_mp4(ds: LeRobotZarrDataset, root: Path, key: str,
+              selected: list[int]) -> list[tuple[int, int, float, float]]:
     """A camera kept as mp4: the files holding the exported episodes copied unchanged (renumbered as LeRobot's
     ``file-NNN``), each episode at the same seconds of its file."""
     from ._cameras import read_mp4_index
 
     index = read_mp4_index(ds.root, key, ds.meta.total_episodes)
     numbers: dict[int, int] = {}
-    for e, src in enumerate(selected):
+    places = []
+    for src in selected:
         f = int(index["file"][src])
         if f not in numbers:
             numbers[f] = len(numbers)
-            target = root / _video_rel(key, *divmod(numbers[f], CHUNKS_SIZE))
+            target = root / video_file_rel(key, *divmod(numbers[f], CHUNKS_SIZE))
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(ds.root / key / "videos" / index["files"][f], target, follow_symlinks=False)
         chunk, file = divmod(numbers[f], CHUNKS_SIZE)
-        episode_rows[e][key] = (chunk, file, float(index["from_timestamp"][src]), float(index["to_timestamp"][src]))
-
-
-def _video_rel(key: str, chunk: int, file: int) -> str:
-    return V3_VIDEO_PATH.format(video_key=key, chunk_index=chunk, file_index=file)
+        places.append((chunk, file, float(index["from_timestamp"][src]), float(index["to_timestamp"][src])))
+    return places
 
 
 class _VideoFiles:
@@ -314,7 +284,7 @@ class _VideoFiles:
         """Encode one episode; its ``(chunk_index, file_index, from_timestamp, to_timestamp)``."""
         chunk, file = divmod(self.number, CHUNKS_SIZE)
         if self.writer is None:
-            path = self.root / _video_rel(self.key, chunk, file)
+            path = self.root / video_file_rel(self.key, chunk, file)
             path.parent.mkdir(parents=True, exist_ok=True)
             self.path = path
             self.writer = VideoWriter(path, self.fps, self.width, self.height, self.channels)

@@ -11,13 +11,14 @@ import os
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from pathlib import Path, PurePosixPath
-from typing import BinaryIO
-
-import pyarrow.parquet as pq
+from typing import TYPE_CHECKING, BinaryIO
 
 from .errors import CorruptSourceError
 
-__all__ = ["SourceFiles", "LocalFiles", "safe_relpath"]
+if TYPE_CHECKING:  # pyarrow is imported where a parquet file is read
+    import pyarrow.parquet as pq
+
+__all__ = ["SourceFiles", "LocalFiles", "safe_relpath", "is_lerobot_folder"]
 
 
 class SourceFiles(ABC):
@@ -74,6 +75,8 @@ class LocalFiles(SourceFiles):
         return (self.root / rel).read_bytes()
 
     def parquet(self, rel: str, metadata: pq.FileMetaData | None = None) -> pq.ParquetFile:
+        import pyarrow.parquet as pq
+
         return pq.ParquetFile(self.root / rel, metadata=metadata)
 
     def open(self, rel: str) -> BinaryIO:
@@ -102,3 +105,8 @@ def safe_relpath(where: str, rel: str, what: str) -> str:
     if candidate.is_absolute() or ".." in candidate.parts or "\\" in rel or not candidate.parts:
         raise CorruptSourceError(f"{where}: {what} path {rel!r} leaves the dataset folder")
     return candidate.as_posix()
+
+
+def is_lerobot_folder(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a folder holding ``meta/info.json``."""
+    return (Path(path) / "meta" / "info.json").is_file()

@@ -32,11 +32,8 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 from urllib.parse import quote, urlsplit
-
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 from .errors import (
     CorruptSourceError,
@@ -47,6 +44,9 @@ from .errors import (
     SourceNotFoundError,
 )
 from .files import SourceFiles, safe_relpath
+
+if TYPE_CHECKING:  # pyarrow is imported where a parquet file is read
+    import pyarrow.parquet as pq
 
 __all__ = ["HubFiles", "resolve_revision", "parse_repo_id", "network_errors", "request", "request_json",
            "request_timeout", "session_timeouts", "check_commit", "REPO_ID"]
@@ -455,6 +455,8 @@ class HubFiles(SourceFiles):
         return start, data
 
     def parquet(self, rel: str, metadata: pq.FileMetaData | None = None) -> pq.ParquetFile:
+        import pyarrow.parquet as pq
+
         if self.size(rel) < 12:
             raise CorruptSourceError(f"{self.location(rel)}: {self.size(rel)} bytes is too small to be parquet")
         return pq.ParquetFile(_RangeFile(self, rel), metadata=metadata or self._footer(rel), pre_buffer=True)
@@ -472,6 +474,9 @@ class HubFiles(SourceFiles):
         return self._footers[rel]
 
     def _read_footer(self, rel: str) -> pq.FileMetaData:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
         size = self.size(rel)
         guess = self._footer_sizes.get(rel, _FOOTER_GUESS)  # exact when our index recorded it
         start = max(0, size - guess)

@@ -41,13 +41,14 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 from .errors import CorruptSourceError
+
+if TYPE_CHECKING:  # pyarrow is imported where the index is read
+    import pyarrow.parquet as pq
 
 __all__ = ["INDEX_FILE", "INLINE_FOOTERS_MAX", "HubIndex", "write_index", "read_index"]
 
@@ -136,6 +137,8 @@ def write_index(root: Path, *, info: dict, tasks: Sequence[str], stats: dict, le
 def read_index(files: Any) -> HubIndex | None:
     """The index of ``files`` (a :class:`~lerobot_zarr.files.SourceFiles`) if it has one that still describes its
     files, else None. One request: the index file."""
+    import pyarrow as pa
+
     from .files import safe_relpath
 
     matches = getattr(files, "matches", None)
@@ -161,6 +164,9 @@ def read_index(files: Any) -> HubIndex | None:
 
 
 def _parse(doc: dict, where: str, safe: Any) -> HubIndex:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     def bad(what: str) -> CorruptSourceError:
         return CorruptSourceError(f"{where}: {what}")
 

@@ -1,26 +1,21 @@
-"""Writing LeRobot v3.0 datasets: the parquet encodings, statistics and metadata files LeRobot reads.
+"""LeRobot's dataset format: its constants, path templates and ``features`` entries, and its statistics.
 
-Shared by :mod:`lerobot_zarr.export` (a store back to LeRobot's format, for ``to_lerobot`` and ``push``) and
-:mod:`lerobot_zarr.sample_data` (synthetic datasets). Everything is plain pyarrow (no pandas): pandas' schema
-metadata is written by hand so that pandas, and so LeRobot, reads ``meta/tasks.parquet`` with its index.
+Numpy only (no pyarrow): the reader (:mod:`lerobot_zarr.source`), the writers of LeRobot's files
+(:mod:`lerobot_zarr._lerobot_files`, which also holds the parquet encodings) and the store's writer build on it.
 """
 
 from __future__ import annotations
 
-import json
-import pathlib
 import re
 import string
-from collections.abc import Collection, Sequence
+from collections.abc import Collection
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 
-__all__ = ["QUANTILES", "STAT_NAMES", "DEFAULT_FEATURES", "V3_DATA_PATH", "V3_VIDEO_PATH", "V21_DATA_PATH",
-           "V21_VIDEO_PATH", "CHUNKS_SIZE", "check_path_template", "nested_list", "huggingface_metadata", "pandas_metadata",
-           "per_episode_stats", "aggregate_stats", "stats_json", "write_data_file", "write_tasks_parquet", "write_json",
-           "episode_stats", "image_stats"]
+__all__ = ["QUANTILES", "STAT_NAMES", "DEFAULT_FEATURES", "CAMERA_DTYPES", "V3_DATA_PATH", "V3_VIDEO_PATH",
+           "V21_DATA_PATH", "V21_VIDEO_PATH", "CHUNKS_SIZE", "check_path_template", "data_file_rel", "video_file_rel",
+           "default_features", "video_info", "per_episode_stats", "aggregate_stats", "stats_json", "episode_stats",
+           "image_stats"]
 
 CHUNKS_SIZE = 1000
 QUANTILES = {"q01": 0.01, "q10": 0.10, "q50": 0.50, "q90": 0.90, "q99": 0.99}
@@ -33,8 +28,8 @@ DEFAULT_FEATURES = {
     "index": "int64",
     "task_index": "int64",
 }
-# pandas version recorded in the pandas schema metadata, as in real LeRobot files.
-PANDAS_VERSION = "2.3.3"
+# LeRobot's dtypes of camera features (frames of shape (H, W, C), uint8); also the store's kinds of camera arrays.
+CAMERA_DTYPES = frozenset({"image", "video"})
 V3_DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
 V3_VIDEO_PATH = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
 V21_DATA_PATH = "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet"
@@ -62,85 +57,26 @@ def check_path_template(template: object, fields: Collection[str]) -> str:
     return template
 
 
-def nested_list(values: np.ndarray, fixed: bool) -> pa.Array:
-    """Rows of ``values`` (shape (n, d1, d2, ...)) as nested fixed-size or variable-size arrow lists."""
-    array = pa.array(values.reshape(-1))
-    for size in reversed(values.shape[1:]):
-        if fixed:
-            array = pa.FixedSizeListArray.from_arrays(array, size)
-        else:
-            offsets = pa.array(np.arange(0, len(array) + 1, size, dtype=np.int32))
-            array = pa.ListArray.from_arrays(offsets, array)
-    return array
+def data_file_rel(number: int) -> str:
+    """Path of the ``number``-th v3.0 data file (0, 1, ...): ``data/chunk-CCC/file-FFF.parquet``."""
+    chunk, file = divmod(number, CHUNKS_SIZE)
+    return V3_DATA_PATH.format(chunk_index=chunk, file_index=file)
 
 
-def _numpy_name(arrow_type: pa.DataType) -> str:
-    """``arrow_type.to_pandas_dtype().__name__`` without pandas (which pyarrow < 26 imports for it)."""
-    return pa.array([], type=arrow_type).to_numpy(zero_copy_only=False).dtype.type.__name__
+def video_file_rel(key: str, chunk: int, file: int) -> str:
+    """Path of a camera's v3.0 video file."""
+    return V3_VIDEO_PATH.format(video_key=key, chunk_index=chunk, file_index=file)
 
 
-def huggingface_metadata(schema: pa.Schema, version: str) -> str:
-    """The ``huggingface`` schema metadata of the `datasets` library, as lerobot's files carry it."""
-    list_type = "List" if version == "v3.0" else "Sequence"
-
-    def feature(arrow_type: pa.DataType) -> dict:
-        if pa.types.is_fixed_size_list(arrow_type):
-            return {"feature": feature(arrow_type.value_type), "length": arrow_type.list_size, "_type": list_type}
-        if pa.types.is_struct(arrow_type):
-            return {"_type": "Image"}
-        return {"dtype": _numpy_name(arrow_type), "_type": "Value"}
-
-    return json.dumps({"info": {"features": {field.name: feature(field.type) for field in schema}}})
+def default_features() -> dict[str, dict]:
+    """The ``features`` entries of the five columns LeRobot adds to every dataset, in its order."""
+    return {key: {"dtype": dtype, "shape": [1], "names": None} for key, dtype in DEFAULT_FEATURES.items()}
 
 
-def pandas_metadata(schema: pa.Schema, index_column: str | None) -> str:
-    """The ``pandas`` schema metadata pandas writes, with ``index_column`` (the last column) as a named index."""
-
-    def pandas_type(arrow_type: pa.DataType) -> str:
-        if pa.types.is_string(arrow_type):
-            return "unicode"
-        if pa.types.is_list(arrow_type):
-            return f"list[{pandas_type(arrow_type.value_type)}]"
-        if pa.types.is_struct(arrow_type):
-            return "object"
-        return _numpy_name(arrow_type)
-
-    def numpy_type(arrow_type: pa.DataType) -> str:
-        if pa.types.is_integer(arrow_type) or pa.types.is_floating(arrow_type):
-            return _numpy_name(arrow_type)
-        return "object"
-
-    columns = [
-        {
-            "name": field.name,
-            "field_name": field.name,
-            "pandas_type": pandas_type(field.type),
-            "numpy_type": numpy_type(field.type),
-            "metadata": None,
-        }
-        for field in schema
-    ]
-    column_indexes = []
-    if index_column is not None:
-        column_indexes = [
-            {
-                "name": None,
-                "field_name": None,
-                "pandas_type": "unicode",
-                "numpy_type": "object",
-                "metadata": {"encoding": "UTF-8"},
-            }
-        ]
-    return json.dumps(
-        {
-            "index_columns": [] if index_column is None else [index_column],
-            "column_indexes": column_indexes,
-            "columns": columns,
-            "attributes": {},
-            "creator": {"library": "pyarrow", "version": pa.__version__},
-            "pandas_version": PANDAS_VERSION,
-        }
-    )
+def video_info(height: int, width: int, channels: int, fps: float, pix_fmt: str = "yuv420p") -> dict:
+    """The ``info`` of a video feature in info.json, for LeRobot's AV1 encoding."""
+    return {"video.height": height, "video.width": width, "video.codec": "av1", "video.pix_fmt": pix_fmt,
+            "video.is_depth_map": False, "video.fps": fps, "video.channels": channels, "has_audio": False}
 
 
 def per_episode_stats(values: np.ndarray, lengths: np.ndarray) -> dict[str, np.ndarray]:
@@ -218,7 +154,7 @@ def image_stats(frames: np.ndarray) -> dict[str, np.ndarray]:
 
 def episode_stats(values: np.ndarray, kind: str) -> dict[str, np.ndarray]:
     """One episode's stats of one feature, shaped like LeRobot's (images: :func:`image_stats`)."""
-    if kind in ("image", "video"):
+    if kind in CAMERA_DTYPES:
         return image_stats(values)
     return {k: v[0] for k, v in per_episode_stats(values, np.array([len(values)])).items()}
 
@@ -244,28 +180,3 @@ def aggregate_stats(stats: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 def stats_json(stats: dict[str, np.ndarray], row: int | None = None) -> dict[str, list]:
     """Stats of one episode (``row``) or of the dataset as JSON-ready nested lists."""
     return {name: (array if row is None else array[row]).tolist() for name, array in stats.items()}
-
-
-def write_data_file(file: pathlib.Path, table: pa.Table, lengths: Sequence[int], row_group_per_episode: bool) -> None:
-    """Write ``table`` (the frames of consecutive episodes of ``lengths``) with one row group per episode or one."""
-    file.parent.mkdir(parents=True, exist_ok=True)
-    with pq.ParquetWriter(file, table.schema) as writer:
-        if not row_group_per_episode:
-            writer.write_table(table, row_group_size=max(table.num_rows, 1))
-            return
-        offset = 0
-        for length in lengths:
-            writer.write_table(table.slice(offset, length), row_group_size=length)
-            offset += length
-
-
-def write_tasks_parquet(file: pathlib.Path, tasks: list[str]) -> None:
-    """meta/tasks.parquet as pandas writes ``DataFrame({"task_index": ...}, index=Index(tasks, name="task"))``."""
-    table = pa.table({"task_index": pa.array(np.arange(len(tasks), dtype=np.int64)), "task": pa.array(tasks)})
-    table = table.replace_schema_metadata({"pandas": pandas_metadata(table.schema, index_column="task")})
-    pq.write_table(table, file)
-
-
-def write_json(file: pathlib.Path, content: dict) -> None:
-    file.parent.mkdir(parents=True, exist_ok=True)
-    file.write_text(json.dumps(content, indent=4, ensure_ascii=False), encoding="utf-8")

@@ -19,20 +19,21 @@ decoding the AV1 frame; ``resize_frames`` spreads frames over the decode thread 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Literal, get_args
 
 import numpy as np
-from PIL import Image
 
 from .errors import UnsupportedDtypeError
 from .frame_codecs import run_in_parallel
 
-__all__ = ["INTERPOLATIONS", "check_resize", "resize_frame", "resize_frames"]
+__all__ = ["INTERPOLATIONS", "Interpolation", "check_resize", "resize_frame", "resize_frames"]
 
-INTERPOLATIONS = ("bilinear", "bicubic", "box")
+Interpolation = Literal["bilinear", "bicubic", "box"]
+INTERPOLATIONS = get_args(Interpolation)
 
 
 def check_resize(frame_shape: Sequence[int], size: Sequence[int], *, crop: Sequence[int] | None = None,
-                 interpolation: str = "bilinear") -> tuple[int, int, int]:
+                 interpolation: Interpolation = "bilinear") -> tuple[int, int, int]:
     """Validate a resize of frames of ``frame_shape`` (H, W, C); return the stored frame shape."""
     if interpolation not in INTERPOLATIONS:
         raise ValueError(f"interpolation must be one of {INTERPOLATIONS}, got {interpolation!r}")
@@ -51,7 +52,7 @@ def check_resize(frame_shape: Sequence[int], size: Sequence[int], *, crop: Seque
 
 
 def resize_frame(frame: np.ndarray, size: Sequence[int], *, crop: Sequence[int] | None = None,
-                 interpolation: str = "bilinear", out: np.ndarray | None = None) -> np.ndarray:
+                 interpolation: Interpolation = "bilinear", out: np.ndarray | None = None) -> np.ndarray:
     """One uint8 (H, W, C) frame cropped then resized to ``size`` = (height, width)."""
     if frame.dtype != np.uint8:
         raise UnsupportedDtypeError(f"resize: frames must be uint8, got {frame.dtype}")
@@ -63,7 +64,9 @@ def resize_frame(frame: np.ndarray, size: Sequence[int], *, crop: Sequence[int] 
     if crop is not None:
         top, left, ch, cw = (int(c) for c in crop)
         frame = frame[top:top + ch, left:left + cw]
-    resample = _RESAMPLE[interpolation]
+    from PIL import Image  # imported here: lerobot_zarr imports without Pillow loaded
+
+    resample = getattr(Image.Resampling, interpolation.upper())
     h, w = shape[:2]
     if frame.shape[2] == 3:
         out[...] = np.asarray(Image.fromarray(np.ascontiguousarray(frame), "RGB").resize((w, h), resample))
@@ -75,7 +78,7 @@ def resize_frame(frame: np.ndarray, size: Sequence[int], *, crop: Sequence[int] 
 
 
 def resize_frames(frames: np.ndarray, size: Sequence[int], *, crop: Sequence[int] | None = None,
-                  interpolation: str = "bilinear", threads: int | None = None) -> np.ndarray:
+                  interpolation: Interpolation = "bilinear", threads: int | None = None) -> np.ndarray:
     """Frames (N, H, W, C) uint8 cropped then resized to (N, height, width, C), in parallel over frames (Pillow
     releases the GIL while it resamples)."""
     frames = np.asarray(frames)
@@ -91,6 +94,3 @@ def resize_frames(frames: np.ndarray, size: Sequence[int], *, crop: Sequence[int
     run_in_parallel(run, len(frames), threads=threads)
     return out
 
-
-_RESAMPLE = {"bilinear": Image.Resampling.BILINEAR, "bicubic": Image.Resampling.BICUBIC,
-             "box": Image.Resampling.BOX}

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import ArgumentError, SourceNotFoundError
+from .files import is_lerobot_folder
 from .hub import REPO_ID, parse_repo_id
-from .source import is_lerobot_folder
 from .store import has_commit_point
 
 __all__ = ["ResolvedSource", "resolve_source"]
@@ -46,14 +46,11 @@ def resolve_source(source: str | os.PathLike, *, revision: str | None = None, to
     source is usually a repo id, like ``inspect``).
     """
     path = Path(source).expanduser()
-    if has_commit_point(path):
+    kind = "store" if has_commit_point(path) else "folder" if is_lerobot_folder(path) else None
+    if kind is not None:
         if revision is not None:
-            raise ArgumentError(f"{path}: revision={revision!r} applies to Hub repositories, not to a local store")
-        return ResolvedSource("store", path=path, token=token)
-    if is_lerobot_folder(path):
-        if revision is not None:
-            raise ArgumentError(f"{path}: revision={revision!r} applies to Hub repositories, not to a local folder")
-        return ResolvedSource("folder", path=path, token=token)
+            raise ArgumentError(f"{path}: revision={revision!r} applies to Hub repositories, not to a local {kind}")
+        return ResolvedSource(kind, path=path, token=token)
     if path.exists():
         raise SourceNotFoundError(f"{path}: neither a LeRobot dataset folder (meta/info.json) nor a lerobot_zarr store")
     if isinstance(source, str) and REPO_ID.match(source) and ".." not in source:

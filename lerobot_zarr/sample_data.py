@@ -14,29 +14,35 @@ import math
 import os
 import pathlib
 from collections.abc import Sequence
+from typing import Literal
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 from PIL import Image
 
+from ._lerobot_files import (
+    DataFiles,
+    huggingface_metadata,
+    nested_list,
+    pandas_metadata,
+    write_episodes_table,
+    write_info,
+    write_json,
+    write_stats,
+    write_tasks,
+)
 from .lerobot_v3 import (
     CHUNKS_SIZE,
     DEFAULT_FEATURES,
     STAT_NAMES,
-    V3_DATA_PATH,
-    V3_VIDEO_PATH,
     V21_DATA_PATH,
     V21_VIDEO_PATH,
-    aggregate_stats,
-    huggingface_metadata,
-    nested_list,
-    pandas_metadata,
+    default_features,
     per_episode_stats,
     stats_json,
-    write_data_file,
-    write_json,
-    write_tasks_parquet,
+    video_file_rel,
+    video_info,
 )
 
 __all__ = ["write_sample_dataset"]
@@ -53,17 +59,17 @@ GRID_SHAPE = (3, 4)
 def write_sample_dataset(
     path: str | os.PathLike,
     *,
-    version: str = "v3.0",
+    version: Literal["v3.0", "v2.1"] = "v3.0",
     n_episodes: int = 6,
     lengths: Sequence[int] | tuple[int, int] | None = None,
     fps: int = 30,
     seed: int = 0,
     state_dim: int = 6,
     action_dim: int = 6,
-    vector_type: str = "fixed_size_list",
+    vector_type: Literal["fixed_size_list", "list"] = "fixed_size_list",
     image_keys: Sequence[str] = (),
     image_shape: tuple[int, int, int] = (24, 32, 3),
-    image_format: str = "png",
+    image_format: Literal["png", "jpeg"] = "png",
     extra_nd: bool = False,
     video_keys: Sequence[str] = (),
     write_videos: bool = False,
@@ -168,8 +174,7 @@ def _write_videos(root: pathlib.Path, version: str, video_keys: Sequence[str], l
             continue
         per_file = episodes_per_file or n_episodes
         for number in range(math.ceil(n_episodes / per_file)):
-            path = root / V3_VIDEO_PATH.format(video_key=key, chunk_index=number // CHUNKS_SIZE,
-                                               file_index=number % CHUNKS_SIZE)
+            path = root / video_file_rel(key, *divmod(number, CHUNKS_SIZE))
             path.parent.mkdir(parents=True, exist_ok=True)
             writer = VideoWriter(path, fps, width, height, channels)
             for e in range(number * per_file, min((number + 1) * per_file, n_episodes)):
@@ -415,24 +420,10 @@ def _features(
     camera_names = ["height", "width", "channels"]
     for key in image_keys:
         features[key] = {"dtype": "image", "shape": list(image_shape), "names": camera_names}
-    height, width, channels = image_shape
     for key in video_keys:
-        features[key] = {
-            "dtype": "video",
-            "shape": list(image_shape),
-            "names": camera_names,
-            "info": {
-                "video.height": height,
-                "video.width": width,
-                "video.codec": "av1",
-                "video.pix_fmt": "yuv420p",
-                "video.is_depth_map": False,
-                "video.fps": fps,
-                "video.channels": channels,
-                "has_audio": False,
-            },
-        }
-    features.update({key: {"dtype": dtype, "shape": [1], "names": None} for key, dtype in DEFAULT_FEATURES.items()})
+        features[key] = {"dtype": "video", "shape": list(image_shape), "names": camera_names,
+                         "info": video_info(*image_shape, fps)}
+    features.update(default_features())
     return features
 
 
@@ -458,65 +449,36 @@ def _write_v3(
     per_file = episodes_per_file or n_episodes
     starts = np.cumsum(lengths) - lengths
     file_number = np.arange(n_episodes) // per_file
-    chunk_index, file_index = file_number // CHUNKS_SIZE, file_number % CHUNKS_SIZE
+    files = DataFiles(root)
     for number in range(int(file_number[-1]) + 1):
         first, stop = number * per_file, min((number + 1) * per_file, n_episodes)
         rows = table.slice(int(starts[first]), int(lengths[first:stop].sum()))
-        file = root / V3_DATA_PATH.format(chunk_index=number // CHUNKS_SIZE, file_index=number % CHUNKS_SIZE)
-        write_data_file(file, rows, lengths[first:stop].tolist(), row_group_per_episode)
+        files.new_file()
+        if not row_group_per_episode:
+            files.add(rows)
+            continue
+        for offset, length in zip((starts[first:stop] - starts[first]).tolist(), lengths[first:stop].tolist(),
+                                  strict=True):
+            files.add(rows.slice(offset, length))
+    files.close()
 
-    zeros = pa.array(np.zeros(n_episodes, dtype=np.int64))
-    columns: dict[str, pa.Array] = {
-        "episode_index": pa.array(np.arange(n_episodes, dtype=np.int64)),
-        "tasks": pa.array([[tasks[e % len(tasks)]] for e in range(n_episodes)], pa.list_(pa.string())),
-        "length": pa.array(lengths),
-        "data/chunk_index": pa.array(chunk_index),
-        "data/file_index": pa.array(file_index),
-        "dataset_from_index": pa.array(starts),
-        "dataset_to_index": pa.array(starts + lengths),
-    }
+    chunk_index, file_index = np.divmod(file_number, CHUNKS_SIZE)
     # Videos are split like the data files; each episode's time range restarts at 0 in a new file.
     start_in_file = starts - starts[file_number * per_file]
-    for key in video_keys:
-        columns[f"videos/{key}/chunk_index"] = pa.array(chunk_index)
-        columns[f"videos/{key}/file_index"] = pa.array(file_index)
-        columns[f"videos/{key}/from_timestamp"] = pa.array(start_in_file / fps)
-        columns[f"videos/{key}/to_timestamp"] = pa.array((start_in_file + lengths) / fps)
-    for key, stats in episode_stats.items():
-        for name, values in stats.items():
-            columns[f"stats/{key}/{name}"] = nested_list(
-                values.astype(np.float64) if values.dtype.kind == "f" else values, fixed=False
-            )
-    columns["meta/episodes/chunk_index"] = zeros
-    columns["meta/episodes/file_index"] = zeros
-    episodes_file = root / "meta/episodes/chunk-000/file-000.parquet"
-    episodes_file.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(pa.table(columns), episodes_file)
-
-    write_tasks_parquet(root / "meta/tasks.parquet", tasks)
-    if episode_stats:
-        write_json(
-            root / "meta/stats.json",
-            {key: stats_json(aggregate_stats(stats)) for key, stats in episode_stats.items()},
-        )
-    write_json(
-        root / "meta/info.json",
-        {
-            "codebase_version": "v3.0",
-            "robot_type": ROBOT_TYPE,
-            "total_episodes": n_episodes,
-            "total_frames": int(lengths.sum()),
-            "total_tasks": len(tasks),
-            "chunks_size": CHUNKS_SIZE,
-            "data_files_size_in_mb": DATA_FILES_SIZE_IN_MB,
-            "video_files_size_in_mb": VIDEO_FILES_SIZE_IN_MB,
-            "fps": fps,
-            "splits": {"train": f"0:{n_episodes}"},
-            "data_path": V3_DATA_PATH,
-            "video_path": V3_VIDEO_PATH if video_keys else None,
-            "features": features,
-        },
+    write_episodes_table(
+        root,
+        tasks=[[tasks[e % len(tasks)]] for e in range(n_episodes)],
+        lengths=lengths,
+        data_files=(chunk_index, file_index),
+        videos={key: (chunk_index, file_index, start_in_file / fps, (start_in_file + lengths) / fps)
+                for key in video_keys},
+        stats=episode_stats,
     )
+    write_tasks(root, tasks)
+    if episode_stats:
+        write_stats(root, episode_stats)
+    write_info(root, robot_type=ROBOT_TYPE, lengths=lengths, total_tasks=len(tasks), fps=fps, features=features,
+               data_files_size_in_mb=DATA_FILES_SIZE_IN_MB, video_files_size_in_mb=VIDEO_FILES_SIZE_IN_MB)
 
 
 def _write_v21(
@@ -534,7 +496,8 @@ def _write_v21(
     starts = (np.cumsum(lengths) - lengths).tolist()
     for episode, (start, length) in enumerate(zip(starts, lengths.tolist(), strict=True)):
         file = root / V21_DATA_PATH.format(episode_chunk=episode // CHUNKS_SIZE, episode_index=episode)
-        write_data_file(file, table.slice(start, length), [length], row_group_per_episode=True)
+        file.parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(table.slice(start, length), file, row_group_size=length)
 
     meta = root / "meta"
     _write_jsonl(

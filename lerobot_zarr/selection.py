@@ -12,7 +12,7 @@ import numpy as np
 from .errors import ArgumentError, FrameIndexError
 from .store import from_ranges, to_ranges
 
-__all__ = ["EpisodeSelection", "Selection", "check_selection", "frame_range", "episode_ranges"]
+__all__ = ["EpisodeSelection", "Selection", "check_selection", "frame_range", "episode_index", "episode_ranges"]
 
 EpisodeSelection = Sequence[int] | Mapping[int, slice | range | tuple[int, int] | None]
 
@@ -43,11 +43,13 @@ def _as_index(e: object) -> int:
         raise ArgumentError(f"episode indices must be integers, got {e!r:.40} ({type(e).__name__})") from None
 
 
-def _episode_index(e: object, n: int) -> int:
-    e = _as_index(e)
-    if not 0 <= e < n:
-        raise FrameIndexError(f"episode {e} does not exist ({n} episodes)", episode=e)
-    return e
+def episode_index(e: object, n: int, *, negative: bool = False, where: str = "") -> int:
+    """``e`` checked as the index of one of ``n`` episodes: an integer (not a bool) in ``[0, n)``, or with
+    ``negative`` in ``[-n, n)`` counting from the end. ``where`` (``"path: "``) starts the error message."""
+    i = _as_index(e)
+    if not (-n if negative else 0) <= i < n:
+        raise FrameIndexError(f"{where}episode {i} does not exist ({n} episodes)", episode=i)
+    return i % n if negative else i
 
 
 def check_selection(episodes: EpisodeSelection | None) -> EpisodeSelection | None:
@@ -76,7 +78,7 @@ def episode_ranges(episodes: EpisodeSelection, lengths: np.ndarray) -> list[tupl
     items = episodes.items() if isinstance(episodes, Mapping) else ((e, None) for e in episodes)
     out: dict[int, tuple[int, int, int]] = {}
     for e, frames in items:
-        e = _episode_index(e, len(lengths))
+        e = episode_index(e, len(lengths))
         n = int(lengths[e])
         first, stop = frame_range(frames, n, f"episode {e}")
         if stop <= first:
@@ -115,14 +117,20 @@ class Selection:
     def whole(self, lengths: np.ndarray) -> bool:
         return bool((self.first == 0).all() and (self._stop == lengths[self.episodes]).all())
 
-    def locate(self, index: int) -> tuple[int, int]:
-        """``(episode, frame inside it)`` of dataset index ``index`` (negative from the end)."""
+    def slot(self, index: int) -> tuple[int, int]:
+        """``(k, frame inside the episode)`` of dataset index ``index`` (negative from the end): the frame is in
+        selected episode ``k``, ``episodes[k]``."""
         n = self._cum_list[-1]
         i = index + n if index < 0 else index
         if not 0 <= i < n:
             raise FrameIndexError(f"frame index {index} is out of range for a dataset of {n} frames")
         k = bisect_right(self._cum_list, i) - 1
-        return self._episode_list[k], i - self._cum_list[k] + self._first_list[k]
+        return k, i - self._cum_list[k] + self._first_list[k]
+
+    def locate(self, index: int) -> tuple[int, int]:
+        """``(episode, frame inside it)`` of dataset index ``index`` (negative from the end)."""
+        k, frame = self.slot(index)
+        return self._episode_list[k], frame
 
     def locate_many(self, indices: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`locate` for an array of indices (1-D; any integer dtype)."""

@@ -24,9 +24,7 @@ import io
 import json
 import math
 import os
-from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,6 +33,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ._background import in_threads
 from .errors import (
     CorruptSourceError,
     LeRobotZarrError,
@@ -42,8 +41,10 @@ from .errors import (
     SourceNotFoundError,
     UnsupportedDtypeError,
 )
-from .files import LocalFiles, SourceFiles, safe_relpath
+from .files import LocalFiles, SourceFiles, is_lerobot_folder, safe_relpath
 from .lerobot_v3 import (
+    CAMERA_DTYPES,
+    DEFAULT_FEATURES,
     STAT_NAMES,
     V3_DATA_PATH,
     V3_VIDEO_PATH,
@@ -55,11 +56,8 @@ from .lerobot_v3 import (
 )
 from .video import VideoUnavailable, decode_into, have_pyav
 
-__all__ = ["FeatureSpec", "EpisodeTable", "LeRobotSource", "DEFAULT_FEATURES", "is_lerobot_folder"]
+__all__ = ["FeatureSpec", "EpisodeTable", "LeRobotSource", "is_lerobot_folder"]
 
-DEFAULT_FEATURES = ("timestamp", "frame_index", "episode_index", "index", "task_index")
-_DEFAULT_DTYPES = {"timestamp": "float32", "frame_index": "int64", "episode_index": "int64", "index": "int64",
-                   "task_index": "int64"}
 NUMERIC_DTYPES = frozenset({"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
                             "float16", "float32", "float64"})
 TIMESTAMP_TOLERANCE_S = 1e-4  # LeRobot's tolerance on timestamps (check_timestamps_sync, delta_timestamps)
@@ -81,13 +79,13 @@ class FeatureSpec:
 
     @property
     def kind(self) -> str:
-        if self.dtype in ("image", "video", "string"):
+        if self.dtype in CAMERA_DTYPES or self.dtype == "string":
             return self.dtype
         return "numeric"
 
     @property
     def numpy_dtype(self) -> np.dtype:
-        return np.dtype("uint8") if self.kind in ("image", "video") else np.dtype(self.dtype)
+        return np.dtype("uint8") if self.kind in CAMERA_DTYPES else np.dtype(self.dtype)
 
 
 @dataclass(frozen=True)
@@ -108,11 +106,6 @@ class EpisodeTable:
 
     def __len__(self) -> int:
         return len(self.length)
-
-
-def is_lerobot_folder(path: str | os.PathLike) -> bool:
-    """Whether ``path`` is a folder holding ``meta/info.json``."""
-    return (Path(path) / "meta" / "info.json").is_file()
 
 
 def _read_json(files: SourceFiles, rel: str) -> Any:
@@ -234,18 +227,18 @@ def _parse_features(info: dict, info_path: str) -> dict[str, FeatureSpec]:
         if not isinstance(ft, dict) or "dtype" not in ft:
             raise CorruptSourceError(f"{info_path}: feature {name!r} has no dtype")
         dtype = ft["dtype"]
-        if not isinstance(dtype, str) or (dtype not in NUMERIC_DTYPES and dtype not in ("image", "video", "string")):
+        if not isinstance(dtype, str) or dtype not in NUMERIC_DTYPES | CAMERA_DTYPES | {"string"}:
             raise UnsupportedDtypeError(f"{info_path}: feature {name!r} has unsupported dtype {dtype!r}")
         raw_shape = ft.get("shape", (1,))
         if (not isinstance(raw_shape, (list, tuple)) or not raw_shape
                 or not all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in raw_shape)):
             raise CorruptSourceError(f"{info_path}: feature {name!r} has an invalid shape {raw_shape!r}")
         shape = tuple(raw_shape)
-        if dtype in ("image", "video") and (len(shape) != 3 or shape[-1] not in (1, 3, 4)):
+        if dtype in CAMERA_DTYPES and (len(shape) != 3 or shape[-1] not in (1, 3, 4)):
             raise SchemaMismatchError(f"{info_path}: {dtype} feature {name!r} must have shape (H, W, C), got {shape}")
         specs[name] = FeatureSpec(name, dtype, shape, ft.get("names"))
-    for name in DEFAULT_FEATURES:
-        specs.setdefault(name, FeatureSpec(name, _DEFAULT_DTYPES[name], (1,)))
+    for name, dtype in DEFAULT_FEATURES.items():
+        specs.setdefault(name, FeatureSpec(name, dtype, (1,)))
     return specs
 
 
@@ -646,7 +639,7 @@ class LeRobotSource:
         """Features whose frames live in the data parquet (numeric and image), with their stored per-frame shape
         (read from the first data file's schema on first use: metadata-only readers never touch data files)."""
         self._resolve_frame_shapes()
-        kinds = ("numeric", "image", "video") if have_pyav() else ("numeric", "image")
+        kinds = ("numeric", *CAMERA_DTYPES) if have_pyav() else ("numeric", "image")
         return {k: v for k, v in self.features.items() if v.kind in kinds}
 
     @functools.cached_property
@@ -675,14 +668,9 @@ class LeRobotSource:
             for unit in units:
                 yield from self._read_unit(*unit, specs)
             return
-        with ThreadPoolExecutor(workers, thread_name_prefix="lerobot_zarr-fetch") as pool:
-            in_flight: deque = deque()
-            for unit in units:
-                in_flight.append(pool.submit(lambda u: list(self._read_unit(*u, specs)), unit))
-                if len(in_flight) >= 2 * workers:
-                    yield from in_flight.popleft().result()
-            while in_flight:
-                yield from in_flight.popleft().result()
+        for _, read in in_threads(lambda u: list(self._read_unit(*u, specs)), units, workers, ahead=2 * workers,
+                                  name="lerobot_zarr-fetch"):
+            yield from read
 
     def _plan_file(self, rel: str, eps: list[int], specs: dict[str, FeatureSpec]) -> list[tuple]:
         """Check a data file's schema (footer only) and split the episodes asked for into row-group runs."""

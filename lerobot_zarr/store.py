@@ -91,13 +91,14 @@ import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import numpy as np
 
 from ._fileio import WriterLock, atomic_write, create_sized, flush_filesystem, open_nofollow, pwrite_all
 from ._zarr_meta import EPISODE_ARRAYS, LIVE_ARRAY, ROOT, dump, metadata_documents
 from .errors import CorruptStoreError, SourceNotFoundError, StoreError, StoreExistsError
+from .lerobot_v3 import CAMERA_DTYPES
 
 __all__ = [
     "FORMAT_VERSION",
@@ -134,9 +135,9 @@ FORMAT_VERSION = 3
 _READABLE_VERSIONS = (1, 2, 3)
 ATTRS_KEY = "lerobot_zarr"
 DEFAULT_PACK_BYTES = 32 << 20
-STORAGES = ("raw", "compact", "mp4")
-Storage = Literal["raw", "compact", "mp4"]
-_KINDS = ("numeric", "image", "video")
+Storage = Literal["raw", "compact", "mp4"]  # how the store keeps an array
+STORAGES = get_args(Storage)
+_KINDS = ("numeric", *sorted(CAMERA_DTYPES))
 _TABLE_KEYS = ("start", "length", "task_index", "chunk", "offset", "episode_index_shift", "index_shift")
 _CREATING = ".lerobot_zarr-creating"
 CREATING_MARKER = _CREATING
@@ -178,7 +179,7 @@ class ArraySpec:
 def array_spec(dtype: str, frame_shape: tuple[int, ...], names: Any = None) -> ArraySpec:
     """The store array of a LeRobot feature: ``dtype`` is LeRobot's ("float32", "image", "video"...), ``frame_shape``
     the stored per-frame shape (LeRobot's shape ``[1]`` is stored as scalars: ``()``)."""
-    if dtype in ("image", "video"):
+    if dtype in CAMERA_DTYPES:
         dims = tuple(n if isinstance(n, str) else f"dim_{k}" for k, n in enumerate(names or ()))
         if len(dims) != 3 or len(set(dims)) != 3:
             dims = ("height", "width", "channels")

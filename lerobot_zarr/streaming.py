@@ -27,18 +27,20 @@ import os
 import warnings
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ._background import prefetched
-from .dataset import IMAGE_FORMATS, LeRobotZarrDataset, window_offsets
+from ._background import in_threads, prefetched
+from .dataset import IMAGE_FORMATS, ImageFormat, LeRobotZarrDataset, window_offsets
 from .errors import ArgumentError, FrameIndexError, LeRobotZarrWarning, NotMaterializedError
+from .lerobot_v3 import CAMERA_DTYPES
 from .resolve import resolve_source
 from .selection import check_selection
-from .source import LeRobotSource
 from .video import VideoUnavailable
+
+if TYPE_CHECKING:
+    from .source import LeRobotSource
 
 __all__ = ["SampleStream", "stream"]
 
@@ -84,7 +86,7 @@ class SampleStream:
                  episodes: Sequence[int] | None = None,
                  delta_timestamps: Mapping[str, Sequence[float]] | None = None, shuffle: bool = True,
                  seed: int = 0, buffer_episodes: int = 4, rank: int = 0, world_size: int = 1,
-                 image_format: str = "uint8_hwc", worker: tuple[int, int] | None = None,
+                 image_format: ImageFormat = "uint8_hwc", worker: tuple[int, int] | None = None,
                  batch_size: int | None = None, drop_last: bool = False):
         if not (_is_int(rank) and _is_int(world_size) and 0 <= rank < world_size):
             raise ArgumentError(f"rank must be an integer in [0, world_size={world_size!r}), got {rank!r}")
@@ -124,6 +126,8 @@ class SampleStream:
         src = resolve_source(self.source, revision=self.revision, token=self.token)
         if src.kind == "store":
             return _StoreReader(src.path, self._selection)
+        from .source import LeRobotSource  # not with the package: pyarrow is needed for sources only
+
         if src.kind == "folder":
             return _SourceReader(LeRobotSource(src.path), self._selection, str(src.path))
         from .hub import HubFiles, resolve_revision
@@ -304,26 +308,14 @@ class SampleStream:
     def _image_out(self, out: dict[str, Any]) -> None:
         if self.image_format == "float32_chw":
             for name, kind in self.kinds.items():
-                if kind in ("image", "video"):
+                if kind in CAMERA_DTYPES:
                     out[name] = np.moveaxis(out[name], -1, -3).astype(np.float32) / np.float32(255)
 
 
 def _fetch_in_order(reader: _EpisodeReader, shard: list[int], ahead: int) -> Iterator[tuple[int, dict]]:
     """``(episode, frames)`` in shard order, several fetched at once when the reader is remote."""
     workers = min(reader.concurrency, ahead)
-    if workers <= 1:
-        yield from ((e, reader.episode(e)) for e in shard)
-        return
-    with ThreadPoolExecutor(workers, thread_name_prefix="lerobot_zarr-stream") as pool:
-        pending: deque = deque()
-        for e in shard:
-            pending.append((e, pool.submit(reader.episode, e)))
-            if len(pending) >= workers:
-                e0, future = pending.popleft()
-                yield e0, future.result()
-        while pending:
-            e0, future = pending.popleft()
-            yield e0, future.result()
+    return in_threads(reader.episode, shard, workers, ahead=workers, name="lerobot_zarr-stream")
 
 
 class _EpisodeReader:
@@ -408,7 +400,8 @@ class _StoreReader(_EpisodeReader):
 def stream(source: str | os.PathLike, *, revision: str | None = None, token: str | bool | None = None,
            episodes: Sequence[int] | None = None, delta_timestamps: Mapping[str, Sequence[float]] | None = None,
            shuffle: bool = True, seed: int = 0, buffer_episodes: int = 4, rank: int = 0, world_size: int = 1,
-           image_format: str = "uint8_hwc", batch_size: int | None = None, drop_last: bool = False) -> SampleStream:
+           image_format: ImageFormat = "uint8_hwc", batch_size: int | None = None, drop_last: bool = False
+           ) -> SampleStream:
     """Stream samples of a Hub repo, LeRobot folder or store; see :class:`SampleStream` and the module docs.
 
     ``batch_size``: yield ``get_batch``-style dicts of that many samples (the last one of an epoch may be

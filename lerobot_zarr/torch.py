@@ -26,6 +26,7 @@ import torch
 from torch.utils.data import BatchSampler, DataLoader, Dataset, IterableDataset, Sampler
 
 from .dataset import LeRobotZarrDataset
+from .lerobot_v3 import CAMERA_DTYPES, DEFAULT_FEATURES
 from .streaming import SampleStream
 
 __all__ = ["BatchLoader", "IndexBatches", "LeRobotDataset", "TorchDataset", "TorchStream", "batch_loader", "to_tensors"]
@@ -202,7 +203,7 @@ class _Meta:
     @property
     def camera_keys(self) -> list[str]:
         """Image and video features (LeRobot's ``camera_keys``)."""
-        return [k for k, ft in self.features.items() if ft.get("dtype") in ("image", "video")]
+        return [k for k, ft in self.features.items() if ft.get("dtype") in CAMERA_DTYPES]
 
     @property
     def video_keys(self) -> list[str]:
@@ -275,7 +276,7 @@ class LeRobotDataset(Dataset):
                 continue
             if self.image_transforms is not None:
                 item[key] = self.image_transforms(item[key])
-        for key in ("timestamp", "frame_index", "episode_index", "index", "task_index"):
+        for key in DEFAULT_FEATURES:
             if key in item and item[key].ndim == 1 and item[key].numel() == 1:
                 item[key] = item[key][0]  # LeRobot gives these as 0-d tensors
         return item

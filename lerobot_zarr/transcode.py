@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import numpy as np
 
@@ -35,8 +35,8 @@ from ._packs import ensure_pack, row_writer, write_rows, write_rows_vectored
 from ._progress import progress_bar
 from .errors import ArgumentError, FrameIndexError, NotMaterializedError, SourceMismatchError, StoreError
 from .files import SourceFiles
+from .lerobot_v3 import CAMERA_DTYPES
 from .resize import resize_frame, resize_frames
-from .source import LeRobotSource
 from .store import (
     DEFAULT_PACK_BYTES,
     ArraySpec,
@@ -55,6 +55,9 @@ from .store import (
 )
 from .video import VideoUnavailable, have_pyav
 
+if TYPE_CHECKING:  # the caller gives the source: reading one is what needs pyarrow
+    from .source import LeRobotSource
+
 __all__ = ["transcode", "array_specs"]
 
 _COMMIT_EVERY_S = 1.0
@@ -67,11 +70,14 @@ def _cpu_count() -> int:
         return os.cpu_count() or 1
 
 
-CAMERA_STORAGES = ("raw", "compact", "lossless", "jpeg", "mp4")  # and any frame codec: "zstd:9", "jpeg:80"...
+# How a new store keeps a camera (``storage=``): these, or any frame codec such as "zstd:9" or "jpeg:80".
+CameraStorage = Literal["raw", "compact", "lossless", "jpeg", "mp4"]
+CAMERA_STORAGES = get_args(CameraStorage)
 Resize = tuple[int, int] | Mapping[str, Any]
 
 
-def camera_array(name: str, spec: ArraySpec, storage: str | None, resize: Resize | None) -> ArraySpec:
+def camera_array(name: str, spec: ArraySpec, storage: CameraStorage | str | None, resize: Resize | None
+                 ) -> ArraySpec:
     """How a new store keeps a camera: ``storage`` ``"raw"`` (memory-mapped frames), ``"compact"`` (zstd per
     frame), ``"lossless"`` (delta-zstd per frame), ``"jpeg"`` / ``"jpeg:Q"`` (lossy, quality Q, default 90) or
     any frame codec of :mod:`~lerobot_zarr.frame_codecs`, or ``"mp4"`` (the source's mp4 files kept, decoded on
@@ -112,11 +118,11 @@ def camera_array(name: str, spec: ArraySpec, storage: str | None, resize: Resize
     return replace(spec, storage="compact", codec=tuple(described.items()))
 
 
-def _camera_arrays(source: LeRobotSource, storage: Mapping[str, str] | None, resize: Mapping[str, Resize] | None
-                   ) -> dict[str, ArraySpec]:
+def _camera_arrays(source: LeRobotSource, storage: Mapping[str, CameraStorage | str] | None,
+                   resize: Mapping[str, Resize] | None) -> dict[str, ArraySpec]:
     """The arrays of a new store with the cameras kept as asked (only image/video features have a choice)."""
     specs = array_specs(source)
-    cameras = [k for k, v in specs.items() if v.kind in ("image", "video")]
+    cameras = [k for k, v in specs.items() if v.kind in CAMERA_DTYPES]
     for what, choices in (("storage", storage), ("resize", resize)):
         wrong = [k for k in (choices or {}) if k not in cameras]
         if wrong:
@@ -200,7 +206,7 @@ def _describe(record: dict) -> str:
 
 
 def transcode(source: LeRobotSource, root: str | os.PathLike, *, episodes: Sequence[int] | None = None,
-              progress: bool = True, storage: Mapping[str, str] | None = None,
+              progress: bool = True, storage: Mapping[str, CameraStorage | str] | None = None,
               resize: Mapping[str, Resize] | None = None, client: Any = None,
               pack_bytes: int = DEFAULT_PACK_BYTES) -> StoreState:
     """Write the given episodes (default: all) of ``source`` into the store at ``root``; return its state.
@@ -286,6 +292,8 @@ def transcode_unit(files: SourceFiles, root: str, episodes: list[int]) -> tuple[
 
     Writing the same rows again is harmless, so a task retried after a worker died (or run twice) leaves the
     same bytes; only the caller's commit makes them part of the store."""
+    from .source import LeRobotSource
+
     source = LeRobotSource(files)
     state = read_state(Path(root))
     unavailable: dict[str, dict[int, str]] = {}

@@ -10,13 +10,16 @@ from __future__ import annotations
 import itertools
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 from .api import open_dataset
+from .lerobot_v3 import CAMERA_DTYPES, DEFAULT_FEATURES
 
 __all__ = ["dimension_names", "view_episode"]
+
+Live = Literal["spawn", "serve"]  # a rerun viewer: spawned here, or served to connect to
 
 
 def dimension_names(names: Any, size: int) -> list[str]:
@@ -51,7 +54,7 @@ def _groups(labels: list[str]) -> list[tuple[int, int]]:
 
 def view_episode(source: str | os.PathLike, episode: int, *, out: str | os.PathLike | None = None,
                  rrd: str | os.PathLike | None = None, revision: str | None = None,
-                 token: str | bool | None = None, thumbnails: int = 6, live: str | None = None,
+                 token: str | bool | None = None, thumbnails: int = 6, live: Live | None = None,
                  wait: bool = True) -> Path:
     """Write a PNG figure of ``episode`` (default ``episode_<n>.png``) and, if ``rrd`` is given, a rerun recording.
 
@@ -73,8 +76,8 @@ def view_episode(source: str | os.PathLike, episode: int, *, out: str | os.PathL
     features = ds.meta.features
     fps = ds.meta.fps
     t = np.arange(int(ds.meta.episode_length[episode])) / fps
-    skip = {"timestamp", "frame_index", "episode_index", "index", "task_index"}
-    cameras = [k for k in arrays if features.get(k, {}).get("dtype") in ("image", "video")]
+    skip = DEFAULT_FEATURES
+    cameras = [k for k in arrays if features.get(k, {}).get("dtype") in CAMERA_DTYPES]
     vectors = [k for k, a in arrays.items() if k not in skip and a.ndim >= 2 and k not in cameras]
     scalars = [k for k, a in arrays.items() if k not in skip and a.ndim == 1]
     panels = []  # (feature, labels, [start, stop))
@@ -122,7 +125,7 @@ def view_episode(source: str | os.PathLike, episode: int, *, out: str | os.PathL
 
 
 def _log_rerun(path: Path | None, episode: int, arrays: dict[str, np.ndarray], features: dict, fps: float,
-               vectors: list[str], scalars: list[str], cameras: list[str], *, live: str | None = None,
+               vectors: list[str], scalars: list[str], cameras: list[str], *, live: Live | None = None,
                wait: bool = True) -> list[Any]:
     """Log the episode to rerun (timelines ``frame_index`` and ``timestamp``): curves as columns, a scalar entity
     per named dimension; camera frames JPEG-compressed (raw 480x640 video frames would take ~1 MB each). Saved at

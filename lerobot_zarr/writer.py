@@ -44,7 +44,7 @@ from .errors import (
     ValueRangeError,
 )
 from .lerobot_v3 import DEFAULT_FEATURES, aggregate_stats, episode_stats, stats_json
-from .selection import frame_range
+from .selection import episode_index, frame_range
 from .store import (
     CREATING_MARKER,
     DEFAULT_PACK_BYTES,
@@ -697,17 +697,7 @@ class WritableDataset(LeRobotZarrDataset):
 
     # editing --------------------------------------------------------------------------------------------
     def _episode_index(self, episode: Any) -> int:
-        if isinstance(episode, (bool, np.bool_)):
-            raise ArgumentError(f"episode indices must be integers, got {episode!r}")
-        try:
-            e = operator.index(episode)
-        except TypeError:
-            raise ArgumentError(f"episode indices must be integers, got {episode!r:.40} ({type(episode).__name__})"
-                            ) from None
-        n = len(self._state.table)
-        if not -n <= e < n:
-            raise FrameIndexError(f"{self.root}: episode {episode} does not exist ({n} episodes)", episode=e)
-        return e % n
+        return episode_index(episode, len(self._state.table), negative=True, where=f"{self.root}: ")
 
     def _episode_list(self, episodes: int | Sequence[int]) -> list[int]:
         if isinstance(episodes, (str, bytes)):

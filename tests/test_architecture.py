@@ -4,6 +4,7 @@ import is still a dependency), and data flows one way, source -> transcode -> st
 from __future__ import annotations
 
 import ast
+import os
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "lerobot_zarr"
@@ -95,3 +96,29 @@ def test_data_flows_one_way():
     for module, layers in forbidden.items():
         bad = {m for m in g.get(module, ()) if m.rsplit(".", 1)[-1] in layers}
         assert not bad, f"{module} imports {sorted(bad)}, a layer built on it"
+
+
+def test_heavy_imports_wait_until_needed(tmp_path):
+    """``import lerobot_zarr``, and opening and sampling a store, import neither pyarrow (LeRobot sources and
+    exports), Pillow (resizing, PNG), zarr nor huggingface_hub (the Hub): a DataLoader worker reading a store pays
+    for none of them."""
+    import subprocess
+    import sys
+
+    import numpy as np
+
+    import lerobot_zarr
+
+    store = tmp_path / "store"
+    with lerobot_zarr.create(store, fps=10, features={"observation.state": {"dtype": "float32", "shape": [3]},
+                                                      "cam": {"dtype": "image", "shape": [8, 8, 3]}}) as w:
+        w.add_episode({"observation.state": np.zeros((5, 3), np.float32), "cam": np.zeros((5, 8, 8, 3), np.uint8)},
+                      task="t")
+    heavy = ["pyarrow", "PIL", "zarr", "huggingface_hub", "lerobot_zarr.source"]
+    code = (f"import sys, lerobot_zarr\nafter_import = [m for m in {heavy!r} if m in sys.modules]\n"
+            f"ds = lerobot_zarr.open_dataset({str(store)!r}, delta_timestamps={{'observation.state': [-0.1, 0]}})\n"
+            f"ds[2]; ds.get_batch([0, 1]); lerobot_zarr.inspect({str(store)!r}); next(iter(lerobot_zarr.stream("
+            f"{str(store)!r})))\nprint(after_import, [m for m in {heavy!r} if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": str(PACKAGE.parent)}).stdout
+    assert out.strip() == "[] []", out

@@ -11,8 +11,8 @@ from __future__ import annotations
 import base64
 import gc
 import json
-import re
 import os
+import re
 import zlib
 from pathlib import Path
 

@@ -727,25 +727,21 @@ class _Handler(BaseHTTPRequestHandler):
                     while self.rfile.readline(65537) not in (b"\r\n", b"\n", b""):
                         pass
                     break
-                remaining = size
-                while remaining:
-                    data = self.rfile.read(min(remaining, _CHUNK))
-                    if not data:
-                        raise ConnectionError("truncated chunked body")
-                    remaining -= len(data)
-                    self._rec.bytes_received += len(data)
-                    yield data
+                yield from self._read_exactly(size, "truncated chunked body")
                 self.rfile.readline(65537)
         else:
-            remaining = int(self.headers.get("Content-Length") or 0)
-            while remaining > 0:
-                data = self.rfile.read(min(remaining, _CHUNK))
-                if not data:
-                    raise ConnectionError("truncated body")
-                remaining -= len(data)
-                self._rec.bytes_received += len(data)
-                yield data
+            yield from self._read_exactly(int(self.headers.get("Content-Length") or 0), "truncated body")
         self._body_consumed = True
+
+    def _read_exactly(self, remaining: int, truncated: str) -> Iterator[bytes]:
+        """``remaining`` bytes of the body, in pieces; counts them into the record."""
+        while remaining > 0:
+            data = self.rfile.read(min(remaining, _CHUNK))
+            if not data:
+                raise ConnectionError(truncated)
+            remaining -= len(data)
+            self._rec.bytes_received += len(data)
+            yield data
 
     def _read_body(self) -> bytes:
         return b"".join(self._read_chunks())
