@@ -13,12 +13,15 @@ import gc
 import json
 import os
 import re
+import shutil
 import zlib
 from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
 
 import lerobot_zarr as lz
 from lerobot_zarr import LeRobotZarrDataset, StoreError
@@ -396,3 +399,78 @@ def test_a_symlinked_pack_folder_is_refused(source, tmp_path):
     (store / "action" / "c" / "0").symlink_to(outside)
     with pytest.raises(CorruptStoreError, match="symbolic link"):
         LeRobotZarrDataset(store)[0]
+
+
+# A fuzz of the root state: any leaf replaced by another JSON value, or one entry of an episode-table column moved.
+# Each mutated store must either refuse to open with a typed error or open and sample every frame with the
+# declared shapes; values cannot be checked against the source here (a self-consistent hand edit is a new store).
+def _leaves(node, path=()):
+    if isinstance(node, dict) and node:
+        for k, v in node.items():
+            yield from _leaves(v, (*path, k))
+    elif isinstance(node, list) and node:
+        for i, v in enumerate(node):
+            yield from _leaves(v, (*path, i))
+    else:
+        yield path
+
+
+def _set(node, path, value):
+    for k in path[:-1]:
+        node = node[k]
+    node[path[-1]] = value
+
+
+_JSON = st.recursive(st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats() | st.text(max_size=8),
+                     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner,
+                                                                                  max_size=3), max_leaves=6)
+_COLUMNS = ("start", "length", "task_index", "chunk", "offset", "episode_index_shift", "index_shift")
+
+
+@pytest.fixture(scope="module")
+def fuzz_store(tmp_path_factory) -> tuple[Path, bytes]:
+    tmp = tmp_path_factory.mktemp("fuzz")
+    src = write_sample_dataset(tmp / "src", n_episodes=6, lengths=(5, 9), state_dim=3, action_dim=2,
+                               episodes_per_file=3)
+    store = tmp / "s"
+    lz.open_dataset(src, root=store, progress=False, pack_bytes=400)  # several packs
+    shutil.rmtree(src)  # a store that cannot re-read its source: only the root state decides
+    return store, (store / "zarr.json").read_bytes()
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_a_fuzzed_root_opens_as_a_readable_dataset_or_gives_a_typed_error(fuzz_store, data):
+    store, original = fuzz_store
+    doc = json.loads(original)
+    attrs = doc["attributes"]["lerobot_zarr"]
+    if data.draw(st.booleans(), label="column edit"):
+        column = data.draw(st.sampled_from(_COLUMNS), label="column")
+        values = np.cumsum(np.frombuffer(zlib.decompress(base64.b64decode(attrs["episodes"][column])), "<i8"))
+        values[data.draw(st.integers(0, len(values) - 1), label="row")] += data.draw(
+            st.sampled_from([-2**40, -50, -1, 1, 7, 50, 2**40]), label="delta")
+        attrs["episodes"][column] = _encode(values)
+    else:
+        path = data.draw(st.sampled_from(sorted(_leaves(attrs), key=str)), label="leaf")
+        _set(attrs, path, data.draw(_JSON, label="value"))
+    (store / "zarr.json").write_text(json.dumps(doc))
+    try:
+        try:
+            ds = LeRobotZarrDataset(store)
+        except LeRobotZarrError as exc:
+            event(f"refused: {type(exc).__name__}")
+            return
+        with ds:
+            try:
+                batch = ds.get_batch(np.arange(len(ds)))
+                items = [ds[i] for i in (0, len(ds) - 1)] if len(ds) else []
+            except LeRobotZarrError as exc:
+                event(f"opened, sampling refused: {type(exc).__name__}")
+                return
+            event("opened and sampled")
+            for key, spec in ds.meta.features.items():
+                if key in batch:
+                    assert batch[key].shape[0] == len(ds), key
+                    assert all(np.asarray(item[key]).shape == batch[key].shape[1:] for item in items), (key, spec)
+    finally:
+        (store / "zarr.json").write_bytes(original)

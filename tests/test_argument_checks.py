@@ -1,0 +1,116 @@
+"""Arguments of the wrong kind get a typed ``ArgumentError`` (also a ``TypeError``/``ValueError``) naming what is
+wrong, before any work starts: episode selections of floats, strings or 2-D arrays, 2-D batches, a missing task,
+feature names that samples reserve; a ``delta_timestamps`` that is not a mapping gets ``DeltaTimestampsError``."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import lerobot_zarr as lz
+from lerobot_zarr import ArgumentError, DeltaTimestampsError, SchemaMismatchError
+from lerobot_zarr.api import materialize
+from lerobot_zarr.sample_data import write_sample_dataset
+
+BAD_SELECTIONS = {
+    "float": [1.0],
+    "string items": ["1"],
+    "a string": "01",
+    "2-D array": np.zeros((2, 2), dtype=np.int64),
+    "bool": [True],
+    "float keys": {1.5: None},
+}
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    return write_sample_dataset(tmp_path_factory.mktemp("src") / "ds", n_episodes=4, lengths=(8, 12))
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("LEROBOT_ZARR_HOME", str(tmp_path / "cache"))
+    return tmp_path
+
+
+@pytest.mark.parametrize("episodes", list(BAD_SELECTIONS.values()), ids=list(BAD_SELECTIONS))
+def test_bad_episode_selections_are_refused_everywhere(folder, cache, episodes):
+    with pytest.raises(ArgumentError, match="episode"):
+        lz.open_dataset(folder, episodes=episodes, progress=False)
+    assert not (cache / "cache").exists() or not list((cache / "cache").rglob("zarr.json")), "nothing was made"
+    with pytest.raises(ArgumentError, match="episode"):
+        lz.stream(folder, episodes=episodes)
+    store = lz.open_dataset(folder, episodes=[0], progress=False).root
+    with pytest.raises(ArgumentError, match="episode"):
+        materialize(store, episodes, progress=False)
+    with pytest.raises(ArgumentError, match="episode"):
+        lz.LeRobotZarrDataset(store, episodes=episodes)
+
+
+def test_good_selections_of_other_integer_types_still_work(folder, cache):
+    for episodes in ([np.int64(1), 3], np.array([1, 3], dtype=np.int32), range(1, 4, 2), {1: None, 3: (0, 2)}):
+        ds = lz.open_dataset(folder, episodes=episodes, progress=False)
+        assert sorted(ds.episodes) == [1, 3]
+
+
+@pytest.mark.parametrize("deltas", [[0.0, 0.1], "action", 0.1])
+def test_delta_timestamps_must_be_a_mapping(folder, cache, deltas):
+    with pytest.raises(DeltaTimestampsError, match="must be a mapping"):
+        lz.open_dataset(folder, delta_timestamps=deltas, progress=False)
+
+
+def test_get_batch_refuses_2d_indices(folder, cache):
+    ds = lz.open_dataset(folder, progress=False)
+    with pytest.raises(ArgumentError, match="1-D"):
+        ds.get_batch(np.zeros((2, 3), dtype=np.int64))
+    assert ds.get_batch(np.array([0, 1]))["index"].tolist() == [0, 1]
+
+
+@pytest.fixture
+def writable(tmp_path):
+    ds = lz.create(tmp_path / "rec", fps=10, features={"x": {"dtype": "float32", "shape": [2]}}, durable=False,
+                   min_free_bytes=0)
+    ds.add_episode({"x": np.zeros((3, 2), np.float32)}, task="t")
+    ds.add_episode({"x": np.ones((3, 2), np.float32)}, task="t")
+    yield ds
+    ds.close()
+
+
+@pytest.mark.parametrize("episodes", ["0", [1.0], np.zeros((1, 1), dtype=np.int64), [True], None])
+def test_delete_episodes_refuses_non_integers(writable, episodes):
+    before = (writable.root / "zarr.json").read_bytes()
+    with pytest.raises(ArgumentError, match="episode"):
+        writable.delete_episodes(episodes)
+    assert (writable.root / "zarr.json").read_bytes() == before and writable.meta.total_episodes == 2
+
+
+@pytest.mark.parametrize("task", [None, "", 3, b"t"])
+def test_add_episode_needs_a_task_string(writable, task):
+    with pytest.raises(ArgumentError, match="task"):
+        writable.add_episode({"x": np.zeros((3, 2), np.float32)}, task=task)
+    with pytest.raises(ArgumentError, match="task"):
+        writable.add_frame({"x": np.zeros(2, np.float32)}, task=task)
+    assert writable.meta.total_episodes == 2
+
+
+@pytest.mark.parametrize("name,spec", [
+    ("task", {"dtype": "float32", "shape": [1]}),
+    ("action_is_pad", {"dtype": "bool", "shape": [1]}),
+    ("episode_index", {"dtype": "float32", "shape": [1]}),
+    ("timestamp", {"dtype": "float64", "shape": [1]}),
+    ("task_index", {"dtype": "int64", "shape": [2]}),
+])
+def test_create_refuses_names_samples_reserve(tmp_path, name, spec):
+    with pytest.raises(SchemaMismatchError, match=name) as info:
+        lz.create(tmp_path / "s", fps=10, features={"x": {"dtype": "float32", "shape": [2]}, name: spec})
+    assert info.value.feature == name
+    assert not (tmp_path / "s" / "zarr.json").exists()
+
+
+def test_create_accepts_lerobot_columns_with_lerobots_own_spec(tmp_path):
+    ds = lz.create(tmp_path / "s", fps=10, features={"x": {"dtype": "float32", "shape": [2]},
+                                                   "episode_index": {"dtype": "int64", "shape": [1]},
+                                                   "timestamp": {"dtype": "float32", "shape": [1]}})
+    ds.add_episode({"x": np.zeros((2, 2), np.float32)}, task="t")
+    assert ds[1]["timestamp"] == np.float32(0.1) and ds[1]["episode_index"] == 0
+    ds.close()
