@@ -10,6 +10,7 @@ import contextlib
 import errno
 import fcntl
 import os
+import shutil
 import weakref
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ __all__ = [
     "open_nofollow",
     "punch_hole",
     "disk_error",
+    "copy_file",
     "WriterLock",
 ]
 
@@ -37,6 +39,20 @@ def disk_error(exc: OSError, path: str | os.PathLike) -> OSError:
         return DiskSpaceError(exc.errno, f"{os.fspath(path)}: no space left on the device while writing; the store "
                                          f"stays at its last commit", path=os.fspath(path))
     return exc
+
+
+def copy_file(src: str | os.PathLike, dst: str | os.PathLike) -> None:
+    """Copy ``src`` to ``dst`` (symlinks not followed); a full disk raises ``DiskSpaceError`` naming ``dst`` and
+    the partial copy is removed."""
+    try:
+        shutil.copyfile(src, dst, follow_symlinks=False)
+    except OSError as exc:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(dst)
+        err = disk_error(exc, dst)
+        if err is exc:
+            raise
+        raise err from None
 
 
 def open_nofollow(path: str | os.PathLike, flags: int, mode: int = 0o644) -> int:

@@ -93,6 +93,18 @@ class FlatMemmapSampler:
                 out[key] = blocks[idx + wlo]
                 out[pad_key] = np.zeros((len(idx), len(off)), dtype=bool)
                 continue
+            inner = np.flatnonzero(inside)
+            if blocks is not None and 2 * len(inner) >= len(idx):  # mostly inside: blocks, gathers at the edges
+                edge = np.flatnonzero(~inside)
+                q = idx[edge, None] + off[None, :]
+                e_lo, e_hi = lo[edge, None], hi[edge, None]
+                pad = np.zeros((len(idx), len(off)), dtype=bool)
+                pad[edge] = (q < e_lo) | (q >= e_hi)
+                data = np.empty((len(idx), *blocks.shape[1:]), dtype=arr.dtype)
+                data[inner] = blocks[idx[inner] + wlo]
+                data[edge] = arr[np.clip(q, e_lo, e_hi - 1)]
+                out[key], out[pad_key] = data, pad
+                continue
             q = idx[:, None] + off[None, :]
             out[pad_key] = (q < lo[:, None]) | (q >= hi[:, None])
             out[key] = arr[np.clip(q, lo[:, None], hi[:, None] - 1)]

@@ -552,22 +552,27 @@ class LeRobotZarrDataset:
             offs = self._offset[eps] + local  # each frame's row inside its pack
             for w, view, blocks, base, _ in self._windowed:
                 rows = base[packs] + offs
+                inner = None
                 if blocks is not None:
                     inside = w.inside_batch(local, length)
                     if inside.all():
                         out[w.name] = blocks[rows + w.lo]
                         out[w.pad_key] = np.zeros((len(eps), len(w.offsets)), dtype=bool)
                         continue
-                q, pad = w.frames_batch(local, length)
-                out[w.pad_key] = pad
-                if blocks is None:
+                    inner = np.flatnonzero(inside)
+                if inner is None or 2 * len(inner) < len(eps):  # mostly at episode edges: one clamped gather
+                    q, out[w.pad_key] = w.frames_batch(local, length)
                     out[w.name] = view[q + (rows - local)[:, None]]
                     continue
                 # contiguous window: copy whole blocks where it lies inside the episode, gather rows at the edges
+                edge = np.flatnonzero(~inside)
+                q, edge_pad = w.frames_batch(local[edge], length[edge])
+                pad = np.zeros((len(eps), len(w.offsets)), dtype=bool)
+                pad[edge] = edge_pad
+                out[w.pad_key] = pad
                 data = np.empty((len(eps), *blocks.shape[1:]), dtype=view.dtype)
-                data[inside] = blocks[rows[inside] + w.lo]
-                edge = ~inside
-                data[edge] = view[q[edge] + (rows - local)[edge][:, None]]
+                data[inner] = blocks[rows[inner] + w.lo]
+                data[edge] = view[q + (rows[edge] - local[edge])[:, None]]
                 out[w.name] = data
             for name, view, _, base, _ in self._plain:
                 out[name] = view[base[packs] + offs]

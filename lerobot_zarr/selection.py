@@ -98,6 +98,7 @@ class Selection:
         self._stop = np.asarray(stop, dtype=np.int64)
         self.cum = np.concatenate([[0], np.cumsum(self._stop - self.first)]).astype(np.int64)
         self.n_episodes = n_episodes
+        self._identity = bool(np.array_equal(self.episodes, np.arange(n_episodes)) and not self.first.any())
         # plain lists for the per-item path (a list lookup costs a third of a numpy scalar lookup)
         self._cum_list, self._episode_list, self._first_list = (self.cum.tolist(), self.episodes.tolist(),
                                                                 self.first.tolist())
@@ -143,13 +144,16 @@ class Selection:
             raise ArgumentError(f"indices must be 1-D, got an array of shape {idx.shape} (flatten it and reshape the "
                             f"results)")
         n = self._cum_list[-1]
-        idx = idx.astype(np.int64, copy=True)
-        idx[idx < 0] += n
-        bad = (idx < 0) | (idx >= n)
-        if bad.any():
-            raise FrameIndexError(f"frame index {int(np.asarray(indices)[np.argmax(bad)])} is out of range for a "
-                                  f"dataset of {n} frames")
+        idx = idx.astype(np.int64, copy=False)
+        if len(idx) and (idx.min() < 0 or idx.max() >= n):
+            idx = np.where(idx < 0, idx + n, idx)
+            bad = (idx < 0) | (idx >= n)
+            if bad.any():
+                raise FrameIndexError(f"frame index {int(np.asarray(indices)[np.argmax(bad)])} is out of range for "
+                                      f"a dataset of {n} frames")
         k = np.searchsorted(self.cum, idx, side="right") - 1
+        if self._identity:  # every episode, whole: k is the episode and cum its first frame
+            return k, idx - self.cum[k]
         return self.episodes[k], idx - self.cum[k] + self.first[k]
 
     def frames_of(self, episode: int) -> range:

@@ -30,7 +30,7 @@ import numpy as np
 
 from ._background import prefetched
 from ._cameras import mp4_index_path
-from ._fileio import WriterLock, atomic_write
+from ._fileio import WriterLock, atomic_write, copy_file, disk_error
 from ._packs import ensure_pack, row_writer, write_rows, write_rows_vectored
 from ._progress import progress_bar
 from .errors import ArgumentError, FrameIndexError, NotMaterializedError, SourceMismatchError, StoreError
@@ -468,10 +468,13 @@ def _keep_mp4(source: LeRobotSource, root: Path, e: int, name: str) -> None:
                 try:
                     os.link(local / rel, tmp, follow_symlinks=False)
                 except OSError:
-                    shutil.copyfile(local / rel, tmp, follow_symlinks=False)
+                    copy_file(local / rel, tmp)
             else:
                 with source.files.open(rel) as f, open(tmp, "wb") as out:
-                    shutil.copyfileobj(f, out, 8 << 20)
+                    try:
+                        shutil.copyfileobj(f, out, 8 << 20)
+                    except OSError as exc:
+                        raise disk_error(exc, target) from None  # a full disk named; other errors as they are
             if not have_pyav() or not _decodable(tmp):
                 raise VideoUnavailable(f"episode {e}, camera {name!r}: {source.files.location(rel)} has no "
                                        f"decodable video stream")

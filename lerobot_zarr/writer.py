@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from ._fileio import WriterLock, atomic_write
+from ._fileio import WriterLock, atomic_write, copy_file
 from ._packs import ensure_pack, remove_retired, retire_pack, write_rows
 from ._progress import progress_bar
 from .dataset import ImageFormat, LeRobotZarrDataset, _pack_file
@@ -207,7 +207,7 @@ def fork(source: str | os.PathLike, root: str | os.PathLike) -> StoreState:
                 try:
                     os.link(src, dst, follow_symlinks=False)
                 except OSError:  # another filesystem, or no hard links there: copy
-                    shutil.copyfile(src, dst, follow_symlinks=False)
+                    copy_file(src, dst)
         stats = source / ".episode_stats"
         if stats.is_dir():
             shutil.copytree(stats, root / ".episode_stats", symlinks=False, dirs_exist_ok=True)
@@ -570,7 +570,7 @@ class WritableDataset(LeRobotZarrDataset):
             src, dst = chunk_path(self.root, name, pack, spec.ndim), Path(chunk_path(self.root, name, new, spec.ndim))
             dst.parent.mkdir(parents=True, exist_ok=True)
             tmp = dst.with_name(f".{dst.name}.tmp-{os.getpid()}")
-            shutil.copyfile(src, tmp, follow_symlinks=False)
+            copy_file(src, tmp)
             os.replace(tmp, dst)
         table = state.table
         moved = table.chunk == pack

@@ -230,3 +230,67 @@ def test_a_full_disk_leaves_the_last_commit(tmp_path, monkeypatch, when):
     again.add_episode(good(2), task="t")
     assert again.meta.total_episodes == 2
     again.close()
+
+
+def _no_space(*args, **kwargs):
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+@pytest.mark.parametrize("op", ["delete_episodes", "delete_frames", "set_task", "edit", "ring eviction"])
+def test_a_full_disk_during_other_writes_leaves_the_last_commit(tmp_path, monkeypatch, op):
+    capacity = 12 if op == "ring eviction" else None
+    ds = lz.create(tmp_path / "s", fps=10, features=FEATURES, durable=False, min_free_bytes=0, pack_bytes=64,
+                   capacity_frames=capacity)
+    for k in range(3):
+        ds.add_episode({name: v + k for name, v in good().items()} | {"flag": good()["flag"]}, task="t")
+    before, root = ds.get_batch(np.arange(len(ds))), (ds.root / "zarr.json").read_bytes()
+    monkeypatch.setattr(os, "pwrite", _no_space)
+    monkeypatch.delattr(os, "pwritev", raising=False)
+    with pytest.raises(DiskSpaceError) as info:
+        if op == "delete_episodes":
+            ds.delete_episodes([0])
+        elif op == "delete_frames":
+            ds.delete_frames(1, frames=(1, 3))
+        elif op == "set_task":
+            ds.set_task(0, "another task")
+        elif op == "edit":
+            with ds.edit(2) as ep:
+                ep["x"][:] = 5.0
+            ds.flush()  # an edit's stats and commit
+        else:
+            ds.add_episode(good(), task="t")
+    assert info.value.path and str(tmp_path / "s") in str(info.value)
+    monkeypatch.undo()
+    assert (ds.root / "zarr.json").read_bytes() == root, f"{op}: the commit point changed"
+    ds.close()
+    if op == "edit":  # edits write in place (documented): the values landed, the stats are redone by the next writer
+        before["x"][8:] = 5.0
+        lz.open_dataset(tmp_path / "s", mode="r+").close()
+    again = lz.open_dataset(tmp_path / "s")
+    for k, v in again.get_batch(np.arange(len(again))).items():
+        assert np.array_equal(np.asarray(v), np.asarray(before[k])) if k != "task" else v == before[k], k
+    x = again.get_batch(np.arange(len(again)))["x"].astype(np.float64)
+    np.testing.assert_allclose(again.meta.stats["x"]["max"], x.max(axis=0))
+    np.testing.assert_allclose(again.meta.stats["x"]["mean"], x.mean(axis=0), rtol=1e-6)
+
+
+def test_a_full_disk_while_copying_a_shared_pack_leaves_both_stores_as_they_were(src, tmp_path, monkeypatch):
+    lz.open_dataset(src, progress=False)
+    copy = lz.open_dataset(src, root=tmp_path / "mine", mode="r+", progress=False)
+    root = (copy.root / "zarr.json").read_bytes()
+    real_copyfile = __import__("shutil").copyfile
+
+    def half_then_full(a, b, *, follow_symlinks=True):
+        with open(a, "rb") as f, open(b, "wb") as out:
+            out.write(f.read(100))
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr("shutil.copyfile", half_then_full)
+    with pytest.raises(DiskSpaceError), copy.edit(0) as ep:
+        ep["action"][:] = 7.0
+    monkeypatch.setattr("shutil.copyfile", real_copyfile)
+    assert (copy.root / "zarr.json").read_bytes() == root
+    assert not list(copy.root.rglob(".*.tmp-*")), "the partial copy was removed"
+    copy.close()
+    for ds in (lz.open_dataset(src, progress=False), lz.open_dataset(tmp_path / "mine", progress=False)):
+        np.testing.assert_array_equal(ds.get_batch(np.arange(len(ds)))["action"], source_frames(src, "action"))
