@@ -16,16 +16,21 @@ Everything pickles as cheaply as the dataset does, so ``num_workers > 0`` works.
 
 from __future__ import annotations
 
+import functools
 import os
+import uuid
+import warnings
+import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import BatchSampler, DataLoader, Dataset, IterableDataset, Sampler
+from torch.utils.data import BatchSampler, DataLoader, Dataset, IterableDataset, Sampler, get_worker_info
 
 from .dataset import LeRobotZarrDataset
+from .errors import LeRobotZarrWarning
 from .lerobot_v3 import CAMERA_DTYPES, DEFAULT_FEATURES
 from .streaming import SampleStream
 
@@ -99,18 +104,215 @@ class IndexBatches(Sampler):
             yield order[k:k + self.batch_size]
 
 
-class _NumpyBatches(Dataset):
-    """``get_batch`` of an index batch, in numpy: arrays cross from DataLoader workers as plain pickled bytes,
-    cheaper than a shared-memory segment per tensor; the loader turns them into tensors in the main process."""
+_GROWTH = 4  # a worker's rings may grow to this many times the first one when the user holds many batches
 
-    def __init__(self, dataset: LeRobotZarrDataset):
-        self.dataset = dataset
+
+def _shipped(value: Any) -> bool:
+    """Whether a ``get_batch`` value goes through a ring (numeric and bool arrays; the rest is pickled)."""
+    return type(value) is np.ndarray and value.ndim > 0 and value.dtype.kind in "biufc"
+
+
+def _aligned(n: int) -> int:
+    return (int(n) + 63) & ~63
+
+
+class _Ring:
+    """A DataLoader worker's shared-memory slots for whole batches, so that a batch crosses to the main process as
+    a slot number and a layout instead of its bytes.
+
+    One ``share_memory_()`` tensor: a flag byte per slot, then the slots. The worker makes it and sends it once
+    (with its first batch); it fills only slots whose flag is 0, and sets the flag. The main process clears the
+    flag when the last tensor viewing the slot is freed: the tensors of a delivered batch all view one lease array,
+    whose weak reference frees the slot. A message dropped unread (an abandoned epoch) is still unpickled by the
+    DataLoader, so its lease dies at once and frees its slot."""
+
+    def __init__(self, slots: int, slot_bytes: int, memory: torch.Tensor | None = None, ring_id: str = ""):
+        self.id = ring_id or uuid.uuid4().hex
+        self.slot_bytes = slot_bytes
+        head = _aligned(slots)
+        if memory is None:
+            memory = torch.zeros(head + slots * slot_bytes, dtype=torch.uint8).share_memory_()
+        self.memory = memory
+        whole = memory.numpy()
+        self.flags = whole[:slots]
+        self.slots = [whole[head + s * slot_bytes:head + (s + 1) * slot_bytes] for s in range(slots)]
+        self.leases: list[weakref.ref | None] = [None] * slots
+        self.sent = False
+
+    def acquire(self) -> int | None:
+        """(worker) A free slot, now marked in use; None while the main process holds them all."""
+        free = np.flatnonzero(self.flags == 0)
+        if not len(free):
+            return None
+        slot = int(free[0])
+        self.flags[slot] = 1
+        return slot
+
+    def lease(self, slot: int) -> np.ndarray:
+        """(main process) The bytes of ``slot`` as a new array object whose death frees the slot."""
+        # through a memoryview: a plain view's base would collapse to the whole ring, and outlive the lease
+        mem = np.frombuffer(memoryview(self.slots[slot]), dtype=np.uint8)
+        self.leases[slot] = weakref.ref(mem, functools.partial(_free, self.flags, slot))
+        return mem
+
+
+def _free(flags: np.ndarray, slot: int, _ref: Any) -> None:
+    flags[slot] = 0  # the last reader of the slot is gone; the worker rewrites it only after seeing this
+
+
+# main process: the rings of one loader iteration's workers (by the iteration's token), by ring id
+_RINGS: dict[str, dict[str, _Ring]] = {}
+
+
+class _InRing:
+    """A batch a worker put in its ring: pickles to the slot, the layout and the non-array values (and the ring
+    itself the first time); unpickling it in the main process gives the batch as tensors viewing the slot."""
+
+    __slots__ = ("extras", "layout", "ring", "slot", "token")
+
+    def __init__(self, token: str, ring: _Ring, slot: int, layout: tuple, extras: dict):
+        self.token, self.ring, self.slot, self.layout, self.extras = token, ring, slot, layout, extras
+
+    def __reduce__(self) -> tuple:
+        ring, memory = self.ring, None
+        if not ring.sent:  # the worker's queue thread pickles in order: its first message carries the ring
+            memory, ring.sent = ring.memory, True
+        return _receive, (self.token, ring.id, len(ring.slots), ring.slot_bytes, memory, self.slot, self.layout,
+                          self.extras)
+
+
+def _receive(token: str, ring_id: str, slots: int, slot_bytes: int, memory: torch.Tensor | None, slot: int,
+             layout: tuple, extras: dict) -> dict[str, Any]:
+    ring = _RINGS.get(token, {}).get(ring_id)
+    if ring is None:
+        if memory is None:
+            raise RuntimeError("lerobot_zarr.torch: a batch arrived from a DataLoader worker whose shared memory "
+                               "this loader no longer knows (its iteration has ended)")
+        ring = _RINGS.setdefault(token, {})[ring_id] = _Ring(slots, slot_bytes, memory, ring_id)
+    mem = ring.lease(slot)
+    extras = to_tensors(extras)
+    return {key: extras[key] if offset < 0 else torch.from_numpy(np.ndarray(shape, dtype, buffer=mem, offset=offset))
+            for key, offset, dtype, shape in layout}
+
+
+class _Copied:
+    """A batch that crosses pickled (no ring slot for it): unpickles to tensors too."""
+
+    __slots__ = ("batch",)
+
+    def __init__(self, batch: dict[str, Any]):
+        self.batch = batch
+
+    def __reduce__(self) -> tuple:
+        return to_tensors, (self.batch,)
+
+
+class _BatchRequests(Dataset):
+    """Answers a request (a list of index batches) with their ``get_batch`` dicts. In a DataLoader worker the
+    numeric arrays go into one of the worker's :class:`_Ring` s and cross as a slot number. When every slot is in
+    use (the user holds more batches than planned) the worker adds a ring, up to ``_GROWTH`` times the first one's
+    size and a quarter of the free shared memory (``/dev/shm``); past that, or in a container with little shared
+    memory, a batch crosses pickled instead."""
+
+    def __init__(self, dataset: LeRobotZarrDataset, batch_size: int, slots: int):
+        self.dataset, self.batch_size, self.ring_slots = dataset, int(batch_size), int(slots)
+        self.token: str | None = None  # set by the loader before its workers start
+        self._rings: list[_Ring] = []  # (worker) the first made with the first batch
+        self._room = 0  # (worker) bytes the rings may still grow by
+        self._held: dict | None = None  # (worker) the last batch made
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_rings": [], "_room": 0, "_held": None}
 
     def __len__(self) -> int:
         return len(self.dataset)
 
-    def __getitem__(self, indices: Sequence[int] | np.ndarray) -> dict[str, Any]:
-        return self.dataset.get_batch(np.asarray(indices, dtype=np.int64))
+    def __getitem__(self, request: Sequence[Sequence[int] | np.ndarray]) -> list[Any]:
+        """The batches of ``request``: numpy dicts in the main process; in a worker, objects that unpickle to
+        dicts of tensors."""
+        batches = [self.dataset.get_batch(np.asarray(ix, dtype=np.int64)) for ix in request]
+        if get_worker_info() is None:
+            return batches
+        # Keep the last batch until the next request is made: freed with the others, it would leave the top of the
+        # heap free for malloc to give back to the system, and the next request would take that memory again a
+        # page fault at a time (which doubled the workers' CPU with 3 MB batches).
+        self._held = batches[-1]
+        return [self._ship(b) for b in batches]
+
+    def _ship(self, batch: dict[str, Any]) -> _InRing | _Copied:
+        ring, slot = self._slot(batch)
+        if ring is None:
+            return _Copied(batch)
+        mem, size, offset, layout, extras = ring.slots[slot], ring.slot_bytes, 0, [], {}
+        for key, value in batch.items():
+            if _shipped(value) and offset + value.nbytes <= size:
+                np.ndarray(value.shape, value.dtype, buffer=mem, offset=offset)[...] = value
+                layout.append((key, offset, value.dtype.str, value.shape))  # a str pickles cheaper than a dtype
+                offset = _aligned(offset + value.nbytes)
+            else:
+                layout.append((key, -1, None, None))
+                extras[key] = value
+        if not offset:
+            ring.flags[slot] = 0
+            return _Copied(batch)
+        return _InRing(self.token, ring, slot, tuple(layout), extras)
+
+    def _slot(self, batch: dict[str, Any]) -> tuple[_Ring | None, int]:
+        """A free slot of one of this worker's rings (marked in use), adding a ring if none is free and there
+        is room; (None, -1) otherwise."""
+        for ring in self._rings:
+            slot = ring.acquire()
+            if slot is not None:
+                return ring, slot
+        if self.token is None:
+            return None, -1
+        slot_bytes = sum(_aligned(-(-v.nbytes // max(len(v), 1)) * max(self.batch_size, len(v)))
+                         for v in batch.values() if _shipped(v))  # a full batch, scaled from this one
+        if not slot_bytes:
+            return None, -1
+        if not self._rings:
+            self._room = _GROWTH * self.ring_slots * slot_bytes
+        else:
+            slot_bytes = self._rings[0].slot_bytes
+        slots = min(self.ring_slots if not self._rings else max(1, self.ring_slots // 2), self._room // slot_bytes)
+        try:
+            st = os.statvfs("/dev/shm")
+            slots = min(slots, st.f_bavail * st.f_frsize // 4 // slot_bytes)
+        except OSError:
+            pass
+        if slots < 1:
+            return None, -1
+        try:
+            ring = _Ring(int(slots), slot_bytes)
+        except (OSError, RuntimeError) as exc:  # no usable shared memory here: batches cross pickled
+            warnings.warn(f"lerobot_zarr.torch: DataLoader worker could not make shared memory for its batches "
+                          f"({exc}); they cross pickled instead (slower)", LeRobotZarrWarning, stacklevel=2)
+            self.token = None
+            return None, -1
+        self._rings.append(ring)
+        self._room -= slots * slot_bytes
+        return ring, ring.acquire()
+
+
+class _Requests(Sampler):
+    """The index batches of ``batches``, ``k`` to a request: one DataLoader message to and from a worker per ``k``
+    batches (a message costs the main process about as much as gathering a small batch)."""
+
+    def __init__(self, batches: Sampler, k: int):
+        self.batches, self.k = batches, int(k)
+
+    def __len__(self) -> int:
+        return (len(self.batches) + self.k - 1) // self.k
+
+    def __iter__(self) -> Iterator[list]:
+        request = []
+        for batch in self.batches:
+            request.append(batch)
+            if len(request) == self.k:
+                yield request
+                request = []
+        if request:
+            yield request
 
 
 def _as_is(batch: Any) -> Any:
@@ -118,45 +320,54 @@ def _as_is(batch: Any) -> Any:
 
 
 class BatchLoader(DataLoader):
-    """A ``DataLoader`` over whole index batches (see :func:`batch_loader`), yielding dicts of tensors."""
+    """A ``DataLoader`` over whole index batches (see :func:`batch_loader`), yielding dicts of tensors;
+    ``len()`` counts batches."""
+
+    def __init__(self, requests: _BatchRequests, batches: Sampler, k: int, **kwargs: Any):
+        self._batches = batches
+        super().__init__(requests, batch_size=None, sampler=_Requests(batches, k), collate_fn=_as_is, **kwargs)
+
+    def __len__(self) -> int:
+        return len(self._batches)
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        batches = super().__iter__()
-        _widen_pipe(batches)
-        for batch in batches:
-            yield to_tensors(batch)
-
-
-_F_SETPIPE_SZ = 1031  # Linux fcntl: resize a pipe's buffer
-
-
-def _widen_pipe(batches: Any) -> None:
-    """Let a whole batch fit in the pipe its workers send results through (64 KiB by default: a 300 KB batch then
-    crosses in five reader/writer handoffs). Best effort: Linux only, and only where torch's iterator exposes
-    its result queue."""
-    queue = getattr(batches, "_worker_result_queue", None)
-    reader = getattr(queue, "_reader", None)
-    if reader is None:
-        return
-    try:
-        import fcntl
-
-        limit = int(Path("/proc/sys/fs/pipe-max-size").read_text())
-        fcntl.fcntl(reader.fileno(), _F_SETPIPE_SZ, min(limit, 4 << 20))
-    except (OSError, ValueError, ImportError):
-        pass
+        requests: _BatchRequests = self.dataset
+        token = None
+        if self.num_workers > 0 and not (self.persistent_workers and self._iterator is not None):
+            requests.token = token = uuid.uuid4().hex  # the workers about to start ship under this token
+            if self.persistent_workers:
+                weakref.finalize(self, _RINGS.pop, token, None)
+                token = None
+        answers = super().__iter__()
+        try:
+            for answer in answers:
+                if self.num_workers == 0:
+                    yield to_tensors(answer[0])  # requests of one batch
+                    continue
+                answer.reverse()
+                while answer:  # keep no delivered batch: its slot frees as soon as the user drops it
+                    yield answer.pop()
+        finally:
+            if token is not None:  # this iteration's workers end with it (not persistent)
+                del answers
+                _RINGS.pop(token, None)
 
 
 def batch_loader(dataset: LeRobotZarrDataset | TorchDataset, batch_size: int, *, shuffle: bool = True,
                  drop_last: bool = False, generator: torch.Generator | None = None,
-                 sampler: Sampler | None = None, **kwargs: Any) -> BatchLoader:
+                 sampler: Sampler | None = None, batches_per_request: int | None = None,
+                 **kwargs: Any) -> BatchLoader:
     """A ``DataLoader`` yielding dicts of batched tensors (the ``get_batch`` dict), each batch one ``get_batch``.
 
     Its sampler hands the dataset whole index batches (:class:`IndexBatches`, or ``BatchSampler(sampler)`` for a
     ``sampler`` of your own such as a ``DistributedSampler``) and it runs with ``batch_size=None``: no per-item
-    work, no collation. Other keyword arguments (``num_workers``, ``persistent_workers``, ...) go to
-    ``DataLoader``; batches become tensors in the main process (``pin_memory`` does not apply: call
-    ``.pin_memory()`` on the tensors if you need it)."""
+    work, no collation. Other keyword arguments (``num_workers``, ``persistent_workers``, ``prefetch_factor``,
+    ...) go to ``DataLoader``; ``pin_memory`` does not apply (call ``.pin_memory()`` on the tensors if needed).
+
+    With ``num_workers > 0`` a worker is asked for ``batches_per_request`` batches at a time (default: as many as
+    fit in 12 MiB, 1 to 16) and puts them in shared memory of its own; the main process gets slot numbers and makes
+    tensors viewing the slots. A slot is reused only once every tensor of its batch is freed, so a batch stays
+    valid as long as you hold it (hold many and further batches arrive by copy instead)."""
     ds = dataset.dataset if isinstance(dataset, TorchDataset) else dataset
     if sampler is None:
         batches: Sampler = IndexBatches(len(ds), batch_size, shuffle=shuffle, drop_last=drop_last,
@@ -164,7 +375,25 @@ def batch_loader(dataset: LeRobotZarrDataset | TorchDataset, batch_size: int, *,
     else:
         batches = BatchSampler(sampler, batch_size=int(batch_size), drop_last=drop_last)
     kwargs.pop("pin_memory", None)
-    return BatchLoader(_NumpyBatches(ds), batch_size=None, sampler=batches, collate_fn=_as_is, **kwargs)
+    k = 1
+    if int(kwargs.get("num_workers", 0)) > 0:
+        k = _default_request(ds, batch_size) if batches_per_request is None else int(batches_per_request)
+        if k < 1:
+            raise ValueError(f"batches_per_request must be positive, got {batches_per_request}")
+    prefetch = kwargs.get("prefetch_factor") or 2
+    # a worker's slots in use: its requests in flight, the one being yielded, the batch before it (still held)
+    requests = _BatchRequests(ds, batch_size, slots=(prefetch + 1) * k + 1)
+    return BatchLoader(requests, batches, k, **kwargs)
+
+
+def _default_request(ds: LeRobotZarrDataset, batch_size: int) -> int:
+    """Batches per worker request: as many as fit in 12 MiB, 1 to 16. A request costs a DataLoader message each way
+    (about 0.2 ms of CPU on either side), which must stay small next to the work on the batches it carries."""
+    if not len(ds):
+        return 1
+    one = ds.get_batch(np.zeros(1, dtype=np.int64))
+    nbytes = sum(v.nbytes for v in one.values() if isinstance(v, np.ndarray)) * int(batch_size)
+    return max(1, min(16, (12 << 20) // max(nbytes, 1)))
 
 
 class TorchStream(IterableDataset):

@@ -111,6 +111,130 @@ def test_batch_loader_yields_get_batch(ds, num_workers):
     assert [i for b in ordered for i in b] == list(range(len(ds) // 4 * 4)) and all(len(b) == 4 for b in ordered)
 
 
+def _ring_backed(loader, tensor) -> bool:
+    """Whether ``tensor`` views a worker's shared-memory ring (the batch crossed as a slot number)."""
+    from lerobot_zarr.torch import _RINGS
+
+    ptr = tensor.data_ptr()
+    rings = _RINGS.get(loader.dataset.token, {}).values()
+    return any(r.memory.data_ptr() <= ptr < r.memory.data_ptr() + r.memory.numel() for r in rings)
+
+
+def _frames(batch, ds) -> np.ndarray:
+    return batch["index"].numpy() - int(ds.meta.episode_start[0])  # frame i has index i here (one store)
+
+
+def test_batch_loader_workers_ring_keeps_held_batches(ds):
+    """With workers, batches cross as slots of shared memory that are reused only once released: a batch held to
+    the end of the epoch (and every batch of an epoch kept in a list: more than the rings may ever hold, so the
+    rings grow to their limit and the rest crosses by copy) still equals get_batch of its indices; batches
+    dropped as they come free their slots, so a whole epoch crosses by ring."""
+    from lerobot_zarr.torch import _GROWTH, batch_loader
+
+    loader = batch_loader(ds, 1, shuffle=True, num_workers=1, batches_per_request=1, persistent_workers=True)
+    slots = _GROWTH * ((2 + 1) * 1 + 1)  # (prefetch 2 + 1) * 1 + 1 slots in the first ring
+    assert len(loader) == len(ds) > slots
+    kept = list(loader)
+    assert sorted(i for b in kept for i in _frames(b, ds).tolist()) == list(range(len(ds)))
+    assert sum(_ring_backed(loader, b["action"]) for b in kept) == slots
+    for batch in kept:
+        assert_batch(batch, ds.get_batch(_frames(batch, ds)))
+    del kept, batch
+    first, ring_backed = None, 0
+    for batch in loader:  # slots free as batches are dropped: all but the held first one cross by ring
+        first = batch if first is None else first
+        ring_backed += _ring_backed(loader, batch["action"])
+        batch["action"].zero_()  # the user's batch is the user's to change
+    assert ring_backed == len(loader)
+    assert_batch(first, {**ds.get_batch(_frames(first, ds)), "action": np.zeros_like(first["action"].numpy())})
+
+
+def test_batch_loader_abandoned_epochs_and_many_batches_per_request(ds):
+    """Epochs broken off early (persistent workers drop what was in flight) give their slots back; requests of
+    several batches split into batches, len() counts batches, a held batch outlives the loader's workers."""
+    from lerobot_zarr.torch import _RINGS, batch_loader
+
+    loader = batch_loader(ds, 3, num_workers=2, batches_per_request=3, persistent_workers=True,
+                          generator=torch.Generator().manual_seed(0))
+    assert len(loader) == -(-len(ds) // 3)
+    for _ in range(4):
+        for k, batch in enumerate(loader):
+            if k == 1:
+                break
+    del batch
+    seen = []
+    for batch in loader:
+        assert _ring_backed(loader, batch["observation.state"])
+        assert_batch(batch, ds.get_batch(_frames(batch, ds)))
+        seen.extend(_frames(batch, ds).tolist())
+    assert sorted(seen) == list(range(len(ds)))
+    token = loader.dataset.token
+    del loader
+    assert token not in _RINGS
+    assert_batch(batch, ds.get_batch(_frames(batch, ds)))
+
+    once = batch_loader(ds, 4, num_workers=2, shuffle=False)  # not persistent: rings dropped with the workers
+    for batch in once:
+        assert _ring_backed(once, batch["action"])
+    assert once.dataset.token not in _RINGS
+    assert_batch(batch, ds.get_batch(_frames(batch, ds)))
+    with pytest.raises(ValueError, match="batches_per_request"):
+        batch_loader(ds, 4, num_workers=1, batches_per_request=0)
+
+
+def test_batch_loader_two_iterators_at_once(ds):
+    """Two live iterations of one loader (each with its own workers and rings) both yield exact batches."""
+    from lerobot_zarr.torch import batch_loader
+
+    loader = batch_loader(ds, 5, shuffle=False, num_workers=1)
+    for a, b in zip(loader, loader, strict=True):
+        assert_batch(a, ds.get_batch(_frames(a, ds)))
+        assert torch.equal(a["index"], b["index"]) and torch.equal(a["action"], b["action"])
+
+
+def test_batch_loader_without_shared_memory(ds, monkeypatch):
+    """Where a worker cannot make shared memory, its batches cross pickled: the same values."""
+    import lerobot_zarr.torch as adapter
+
+    class NoSharedMemory(adapter._Ring):
+        def __init__(self, *args, **kwargs):
+            raise RuntimeError("unable to open shared memory object")
+
+    monkeypatch.setattr(adapter, "_Ring", NoSharedMemory)  # forked workers see it too
+    loader = adapter.batch_loader(ds, 6, shuffle=False, num_workers=1, multiprocessing_context="fork")
+    seen = []
+    for batch in loader:
+        assert not _ring_backed(loader, batch["action"])
+        assert_batch(batch, ds.get_batch(_frames(batch, ds)))
+        seen.extend(_frames(batch, ds).tolist())
+    assert seen == list(range(len(ds)))
+
+
+def test_batch_loader_spawn_and_distributed_sampler(ds):
+    """A worker started with spawn (its ring reaches the main process all the same), and a DistributedSampler per
+    rank: each rank's batches equal get_batch, the ranks together cover every frame, set_epoch reshuffles."""
+    from torch.utils.data.distributed import DistributedSampler
+
+    from lerobot_zarr.torch import batch_loader
+
+    ranks = [DistributedSampler(TorchDataset(ds), num_replicas=2, rank=r, shuffle=True, seed=1) for r in (0, 1)]
+    loaders = [batch_loader(ds, 4, sampler=ranks[0], num_workers=1, persistent_workers=True,
+                            multiprocessing_context="spawn"),
+               batch_loader(ds, 4, sampler=ranks[1])]
+    epochs = []
+    for epoch in (0, 1):
+        seen = []
+        for s, loader in zip(ranks, loaders, strict=True):
+            s.set_epoch(epoch)
+            for batch in loader:
+                assert_batch(batch, ds.get_batch(_frames(batch, ds)))
+                assert _ring_backed(loader, batch["action"]) == (loader.num_workers > 0)
+                seen.extend(_frames(batch, ds).tolist())
+        assert set(seen) == set(range(len(ds))) and len(seen) == -(-len(ds) // 2) * 2
+        epochs.append(seen)
+    assert epochs[0] != epochs[1]
+
+
 def test_getitems_splits_one_gather(ds):
     items = TorchDataset(ds).__getitems__([3, 1])
     assert_tensor_item(items[0], ds[3])
