@@ -22,7 +22,7 @@ from . import export as _export  # noqa: F401  (registers ds.push and ds.to_lero
 from .api import cache_home, inspect, open_dataset
 from .cache import cache_info
 from .dataset import DatasetMeta, LeRobotZarrDataset
-from .errors import *
+from .errors import *  # noqa: F403  (the curated list is errors.__all__)
 from .errors import __all__ as _errors
 from .sharding import episodes_for_rank, split_episodes
 from .streaming import SampleStream, stream
