@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import time
 import warnings
@@ -28,7 +29,8 @@ log = logging.getLogger("lerobot_zarr")
 
 
 def _size_on_disk(root: Path) -> int:
-    return sum(p.stat().st_size for p in Path(root).rglob("*") if p.is_file() and not p.is_symlink())
+    """Bytes the store's files take on disk (allocated blocks: packs are sparse until their episodes arrive)."""
+    return sum(p.lstat().st_blocks * 512 for p in Path(root).rglob("*") if p.is_file() and not p.is_symlink())
 
 
 def _mb(n: float) -> str:
@@ -104,9 +106,14 @@ def describe_json(meta: Any) -> dict:
         status, why = feature_status(m, name)
         features[name] = {"dtype": ft["dtype"], "shape": list(ft.get("shape") or []), "names": ft.get("names"),
                           "status": status, "why": why}
+    is_store = isinstance(m.root, Path) and (m.root / "zarr.json").is_file()
+    if not is_store:  # metadata only: what a transcode would store
+        for ft in features.values():
+            if ft["status"] == "stored":
+                ft["status"] = "to store"
     out = {
         "location": str(m.root),
-        "is_store": isinstance(m.root, Path) and (m.root / "zarr.json").is_file(),
+        "is_store": is_store,
         "source": m.source,
         "source_line": source_line(m.source),
         "codebase_version": m.info.get("codebase_version"),
@@ -129,7 +136,7 @@ def describe_json(meta: Any) -> dict:
         out["estimated_store_bytes"] = sum(
             _frame_bytes(ft) * int(m.episode_length[[e for e in range(m.total_episodes)
                                                      if e not in m.unavailable.get(k, {})]].sum())
-            for k, ft in m.features.items() if features[k]["status"] in ("stored", "partly unavailable"))
+            for k, ft in m.features.items() if features[k]["status"] in ("to store", "partly unavailable"))
     return out
 
 
@@ -155,9 +162,7 @@ def describe(meta: Any) -> str:
     for name, ft in d["features"].items():
         names = ft["names"]
         shown = f"  names={str(names)[:50]}{'...' if len(str(names)) > 50 else ''}" if names else ""
-        status = ft["status"] if ft["status"] == "stored" or name in BOOKKEEPING else ft["status"].upper()
-        if not d["is_store"] and status == "stored":
-            status = "to store"
+        status = ft["status"] if ft["status"] in ("stored", "to store") or name in BOOKKEEPING else ft["status"].upper()
         lines.append(f"  {name:<32} {ft['dtype']:<8} {tuple(ft['shape'])!s:<14} {status}{shown}")
         if ft["why"]:
             lines.append(f"      why: {ft['why']}")
@@ -182,6 +187,8 @@ def _episode_list(text: str) -> list[int]:
         for part in text.split(","):
             a, dash, b = part.strip().partition("-")
             if dash and not b:
+                raise ValueError(part)
+            if dash and int(b) < int(a):
                 raise ValueError(part)
             out.extend(range(int(a), int(b) + 1) if dash else [int(a)])
     except ValueError:
@@ -588,6 +595,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             warnings.filterwarnings("default", category=LeRobotZarrWarning)
             warnings.showwarning = _show_warning
             return _run(args)
+    except BrokenPipeError:  # output piped into a command that stopped reading (`| head`): not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes
+        return 0
     except (LeRobotZarrError, ValueError, OSError) as exc:
         if args.verbose:
             raise
