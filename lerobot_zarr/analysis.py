@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .dataset import forwarded, read_episode_rows
+from .errors import warn_user
 from .lerobot_v3 import CAMERA_DTYPES, QUANTILES, aggregate_stats, stats_json
 from .store import ArraySpec
 
@@ -65,8 +66,11 @@ def to_xarray(ds: LeRobotZarrDataset) -> xr.Dataset:
     coords: dict[str, Any] = {}
     locations = [ds.episode_location(e) for e in selected.tolist()]
     shifts = ds.index_shifts()
+    left_out = dict(ds.left_out)
     for name, spec in ds.array_specs.items():
         if spec.storage == "mp4":  # decoded per sample only: not part of the analysis view
+            left_out[name] = "kept as mp4 (decoded per sample): not in the xarray view; use ds[i] or ds.episode(e)"
+            warn_user(f"{ds.root}: camera {name!r} is left out of the xarray view: {left_out[name]}")
             continue
         shift = shifts.get(name, np.zeros(meta.total_episodes, dtype=np.int64))
         blocks = [da.from_delayed(dask.delayed(_read_episode, pure=True)(str(ds.root), name, spec, loc, n,
@@ -102,7 +106,7 @@ def to_xarray(ds: LeRobotZarrDataset) -> xr.Dataset:
     data_vars["episode_task"] = (["episode"], np.where(task_index >= 0, tasks[np.clip(task_index, 0, None)]
                                                        if len(tasks) else "", ""))
     attrs = {"fps": meta.fps, "robot_type": meta.robot_type or "", "root": str(ds.root),
-             "tasks": list(meta.tasks), "left_out": dict(ds.left_out)}
+             "tasks": list(meta.tasks), "left_out": left_out}
     return xr.Dataset(data_vars, coords=coords, attrs=attrs)
 
 

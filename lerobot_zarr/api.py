@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import quote
 
 from .dataset import DatasetMeta, EpisodeSelection, ImageFormat, LeRobotZarrDataset
-from .errors import ArgumentError, HubError, NotMaterializedError
+from .errors import ArgumentError, HubError, NotMaterializedError, warn_user
 from .files import is_lerobot_folder
 from .hub import HubFiles, resolve_revision
 from .resolve import resolve_source
@@ -133,12 +133,26 @@ def open_dataset(
         store = _open_hub(src.repo_id, root=root, episodes=[] if lazy else episodes, revision=revision, token=token,
                           progress=progress, storage=storage, resize=resize, client=client, pack_bytes=pack_bytes,
                           writable=mode == "r+")
+    if src.kind != "store" and storage is None and resize is None:
+        _note_camera_choices(store)
     if mode == "r+":
         from .writer import WritableDataset
 
         return WritableDataset(store, delta_timestamps=delta_timestamps, image_format=image_format)
     return LeRobotZarrDataset(store, episodes=episodes, delta_timestamps=delta_timestamps, image_format=image_format,
                               lazy=lazy, fetch=_fetch if lazy else None)
+
+
+def _note_camera_choices(store: Path) -> None:
+    """Warn when a store made earlier keeps a camera with other values than the source's (resized, lossy) and this
+    open did not ask for it: its ``storage=``/``resize=`` were chosen by the open that made the store."""
+    from .transcode import kept_description
+
+    for name, spec in read_state(store).arrays.items():
+        if spec.resize or (spec.storage == "compact" and spec.codec_spec.get("codec") == "jpeg"):
+            warn_user(f"{store}: camera {name!r} is stored {kept_description(spec)}, as chosen when this store was "
+                      f"made, so its values differ from the source's; pass the same storage=/resize= to open it "
+                      f"without this warning, or root= (a new folder) for other choices")
 
 
 def _check_not_shared(store: Path) -> None:

@@ -594,7 +594,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             warnings.filterwarnings("ignore", category=PendingDeprecationWarning)
             warnings.filterwarnings("default", category=LeRobotZarrWarning)
             warnings.showwarning = _show_warning
-            return _run(args)
+            code = _run(args)
+            sys.stdout.flush()  # here, so that a closed pipe is met below, not at interpreter exit
+            return code
     except BrokenPipeError:  # output piped into a command that stopped reading (`| head`): not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes
         return 0

@@ -10,7 +10,6 @@ from __future__ import annotations
 import operator
 import os
 import threading
-import warnings
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -26,9 +25,9 @@ from .errors import (
     ArgumentError,
     CorruptStoreError,
     FrameIndexError,
-    LeRobotZarrWarning,
     NotMaterializedError,
     StoreClosedError,
+    warn_user,
 )
 from .lerobot_v3 import CAMERA_DTYPES
 from .selection import EpisodeSelection, Selection, episode_ranges, frame_range
@@ -177,6 +176,10 @@ def read_episode_rows(root: str | os.PathLike, name: str, spec: ArraySpec, pack:
                            ).reshape(length, *spec.frame_shape)
 
 
+_WRITE_METHODS = frozenset({"add_episode", "add_frame", "save_episode", "clear_episode_buffer", "edit", "flush",
+                            "drop_features", "set_task", "delete_episodes", "delete_frames"})
+
+
 class LeRobotZarrDataset:
     """Random access to a store's frames, as ``LeRobotDataset`` returns them but in numpy.
 
@@ -210,7 +213,7 @@ class LeRobotZarrDataset:
             (first, why), *others = left_out.items()
             text = f"{first!r} is left out of samples: {why}" + (
                 f"; so are {', '.join(map(repr, dict(others)))} (ds.left_out says why for each)" if others else "")
-            warnings.warn(f"{self.root}: {text}", LeRobotZarrWarning, skip_file_prefixes=(os.path.dirname(__file__),))
+            warn_user(f"{self.root}: {text}")
         _live_datasets.add(self)
 
     # state ------------------------------------------------------------------------------------------------
@@ -460,11 +463,22 @@ class LeRobotZarrDataset:
                 arr = out[name]
                 out[name] = np.moveaxis(arr, -1, -3).astype(np.float32) / np.float32(255)
 
+    def __getattr__(self, name: str) -> Any:
+        if name in _WRITE_METHODS:
+            raise AttributeError(f"{self.root}: {name}() writes, and this dataset is read-only: open it with "
+                                 f"open_dataset(..., mode='r+') (a Hub repo or LeRobot folder also needs root=, a "
+                                 f"folder of your own)", name=name, obj=self)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}", name=name, obj=self)
+
     # sampling ---------------------------------------------------------------------------------------------
     def __getitem__(self, i: int) -> dict[str, Any]:
         """Frame ``i`` with every stored feature, windows and ``*_is_pad`` masks, and the ``task`` string."""
         sel = self._sel
-        k, local = sel.slot(operator.index(i))  # selected episode k, frame inside it
+        try:
+            k, local = sel.slot(operator.index(i))  # selected episode k, frame inside it
+        except TypeError:
+            raise ArgumentError(f"frame indices are integers, got {i!r:.40} ({type(i).__name__}); get_batch takes "
+                                f"many") from None
         length = self._k_length[k]
         pack = self._k_pack[k]
         off = self._k_offset[k] + local  # the frame's row inside its pack

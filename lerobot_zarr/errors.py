@@ -8,6 +8,8 @@ errors), ``None`` where they do not apply.
 
 from __future__ import annotations
 
+import os
+import warnings
 from typing import Any
 
 __all__ = [
@@ -146,3 +148,8 @@ class HubError(LeRobotZarrError, ConnectionError):
 class LeRobotZarrWarning(UserWarning):
     """Something the user should know but that does not stop the work (e.g. a camera left out of samples); shown
     once per dataset, pointing at the user's call."""
+
+
+def warn_user(text: str) -> None:
+    """Warn with :class:`LeRobotZarrWarning`, attributed to the user's line that called into lerobot_zarr."""
+    warnings.warn(text, LeRobotZarrWarning, skip_file_prefixes=(os.path.dirname(__file__),))

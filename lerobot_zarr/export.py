@@ -15,7 +15,6 @@ import json
 import os
 import shutil
 import tempfile
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -24,7 +23,7 @@ import numpy as np
 
 from ._progress import progress_bar
 from .dataset import LeRobotZarrDataset, forwarded
-from .errors import ArgumentError, NotMaterializedError, StoreError
+from .errors import ArgumentError, NotMaterializedError, StoreError, warn_user
 from .hub_index import INDEX_FILE, write_index
 from .lerobot_v3 import CAMERA_DTYPES, CHUNKS_SIZE, STAT_NAMES, default_features, video_file_rel, video_info
 from .lerobot_v3 import episode_stats as lerobot_stats
@@ -91,6 +90,8 @@ def _check_exportable(ds: LeRobotZarrDataset) -> None:
     """An export holds whole episodes: every one the store lists, or a selection made for it with
     ``ds.select([...])``, renumbered from 0. A dataset opened on some episodes (or a store that lacks some) is not
     published by accident as a smaller dataset."""
+    if len(ds.episodes) == 0:
+        raise StoreError(f"{ds.root}: the dataset has no episodes: nothing to export or push", path=ds.root)
     if not ds._sel.whole(ds.meta.episode_length):
         raise ArgumentError(f"{ds.root}: an export holds whole episodes; this dataset selects frame ranges of some "
                             f"(select whole episodes with ds.select([...]))")
@@ -140,14 +141,16 @@ def _write(ds: LeRobotZarrDataset, root: Path, size_mb: int, video_size_mb: int,
 
     meta = ds.meta
     for name, why in ds.left_out.items():
-        warnings.warn(f"{ds.root}: feature {name!r} is left out of the export: {why}", stacklevel=3)
+        warn_user(f"{ds.root}: feature {name!r} is left out of the export: {why}")
+    for name, why in meta.not_materialized.items():
+        if name in meta.info["features"] and name not in ds.left_out:
+            warn_user(f"{ds.root}: feature {name!r} of the source is not in the store, so not in the export: {why}")
     selected = ds.episodes.tolist()  # the store's episodes, exported as 0 .. n_episodes - 1
     lengths = meta.episode_length[selected]
     n_episodes = len(lengths)
     if n_episodes < meta.total_episodes:
-        warnings.warn(f"{ds.root}: exporting {n_episodes} of the store's {meta.total_episodes} episodes "
-                      f"({selected[:10]}{'...' if n_episodes > 10 else ''}), renumbered 0..{n_episodes - 1}",
-                      stacklevel=3)
+        warn_user(f"{ds.root}: exporting {n_episodes} of the store's {meta.total_episodes} episodes "
+                  f"({selected[:10]}{'...' if n_episodes > 10 else ''}), renumbered 0..{n_episodes - 1}")
     as_video = _video_keys(ds, videos)
     data = _write_data_files(ds, root, selected, as_video, size_mb, progress)
     places = {k: _write_videos(ds, root, k, selected, video_size_mb, progress) for k in as_video}

@@ -55,6 +55,7 @@ def resolve_source(source: str | os.PathLike, *, revision: str | None = None, to
         raise SourceNotFoundError(f"{path}: neither a LeRobot dataset folder (meta/info.json) nor a lerobot_zarr store")
     if isinstance(source, str) and REPO_ID.match(source) and ".." not in source:
         return ResolvedSource("hub", repo_id=source, revision=revision, token=token)
-    if hub_first or revision is not None or token is not None:  # meant as a Hub repo
+    local = not isinstance(source, str) or source.startswith(("/", ".", "~"))  # written as a path
+    if not local and (hub_first or revision is not None or token is not None):  # meant as a Hub repo
         parse_repo_id(str(source))
     raise SourceNotFoundError(f"{source}: no such folder, and not a Hub repo id of the form 'org/name'")

@@ -33,7 +33,7 @@ import numpy as np
 
 from ._background import in_threads, prefetched
 from .dataset import IMAGE_FORMATS, ImageFormat, LeRobotZarrDataset, window_offsets
-from .errors import ArgumentError, FrameIndexError, LeRobotZarrWarning, NotMaterializedError
+from .errors import ArgumentError, FrameIndexError, LeRobotZarrWarning, NotMaterializedError, warn_user
 from .lerobot_v3 import CAMERA_DTYPES
 from .resolve import resolve_source
 from .selection import check_selection
@@ -116,11 +116,15 @@ class SampleStream:
         self._offsets = window_offsets(delta_timestamps, self.fps, list(self.kinds),
                                        {**reader.not_materialized, **reader.left_out})
         self.lengths = reader.lengths
+        if self.drop_last and 1 < world_size and len(self.episodes) < world_size:
+            raise ArgumentError(f"{source}: drop_last=True with world_size={world_size} over {len(self.episodes)} "
+                                f"episodes: a rank without an episode would make every rank's count 0; use "
+                                f"drop_last=False (ranks even out by repeating samples) or fewer ranks")
         if self.left_out:
             (first, why), *others = self.left_out.items()
             text = f"{first!r} is left out of samples: {why}" + (
                 f"; so are {', '.join(map(repr, dict(others)))} (the stream's left_out says why)" if others else "")
-            warnings.warn(f"{source}: {text}", LeRobotZarrWarning, skip_file_prefixes=(os.path.dirname(__file__),))
+            warn_user(f"{source}: {text}")
 
     def _reader(self) -> _EpisodeReader:
         src = resolve_source(self.source, revision=self.revision, token=self.token)

@@ -237,9 +237,9 @@ def transcode(source: LeRobotSource, root: str | os.PathLike, *, episodes: Seque
                 if held is None or (held.storage, held.codec_spec if held.storage == "compact" else None,
                                     held.resize) != (want.storage, want.codec_spec if want.storage == "compact"
                                                      else None, want.resize):
-                    raise StoreError(f"{root}: the store keeps {name!r} otherwise ({_kept(held)}) than asked "
-                                     f"({_kept(want)}); choose another root for another storage or size", path=root,
-                                     feature=name)
+                    raise StoreError(f"{root}: the store keeps {name!r} {kept_description(held)}, not "
+                                     f"{kept_description(want)} as asked; choose another root for another storage "
+                                     f"or size", path=root, feature=name)
         if state.source.get("kind") == "edited":
             return state  # complete (writers need that) and since changed in place: nothing to fetch into it
         if state.complete_episodes()[list(wanted)].all():
@@ -263,11 +263,26 @@ def transcode(source: LeRobotSource, root: str | os.PathLike, *, episodes: Seque
     return _write_episodes(source, root, state, todo, progress)
 
 
-def _kept(spec: ArraySpec | None) -> str:
+def storage_name(spec: ArraySpec) -> str:
+    """A camera's storage as ``storage=`` names it: ``raw``, ``mp4``, ``compact``, ``lossless``, ``jpeg:90``..."""
+    if spec.storage != "compact":
+        return spec.storage
+    codec = spec.codec_spec
+    name, level = codec.get("codec"), codec.get("level")
+    if name in ("zstd", "delta-zstd"):
+        short = "compact" if name == "zstd" else "lossless"
+        return short if level == 3 else f"{name}:{level}"
+    if name == "jpeg":
+        return f"jpeg:{codec.get('quality')}"
+    return str(name)
+
+
+def kept_description(spec: ArraySpec | None) -> str:
+    """How a store keeps a camera, in words: ``jpeg:90, resized to 224x224``."""
     if spec is None:
         return "not stored"
-    text = spec.storage if spec.storage != "compact" else f"compact {spec.codec_spec}"
-    return text + (f", resized to {spec.frame_shape[:2]}" if spec.resize else "")
+    size = spec.frame_shape[:2]
+    return storage_name(spec) + (f", resized to {size[0]}x{size[1]}" if spec.resize else "")
 
 
 _UNIT_EPISODES = 64  # at most this many episodes per distributed task (of one pack): retries redo little

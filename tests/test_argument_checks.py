@@ -114,3 +114,20 @@ def test_create_accepts_lerobot_columns_with_lerobots_own_spec(tmp_path):
     ds.add_episode({"x": np.zeros((2, 2), np.float32)}, task="t")
     assert ds[1]["timestamp"] == np.float32(0.1) and ds[1]["episode_index"] == 0
     ds.close()
+
+
+def test_a_frame_index_of_another_type_is_an_argument_error(folder, cache):
+    ds = lz.open_dataset(folder, progress=False)
+    for i in (1.0, "1", None, [1]):
+        with pytest.raises(ArgumentError, match="frame indices are integers"):
+            ds[i]
+    assert ds[np.int32(1)]["index"] == 1
+
+
+@pytest.mark.parametrize("method", ["add_episode", "edit", "delete_episodes", "delete_frames", "set_task",
+                                    "drop_features"])
+def test_writing_a_read_only_dataset_says_how_to_open_it_for_writing(folder, cache, method):
+    ds = lz.open_dataset(folder, progress=False)
+    with pytest.raises(AttributeError, match=r"read-only: open it with open_dataset\(\.\.\., mode='r\+'\)"):
+        getattr(ds, method)
+    assert not hasattr(ds, "no_such_thing")

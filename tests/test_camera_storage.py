@@ -7,6 +7,7 @@ when it is installed."""
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -113,9 +114,9 @@ def test_resize_matches_an_independent_reference(source, stores, tmp_path, optio
 
 
 def test_a_store_keeps_its_choices(source, stores):
-    with pytest.raises(StoreError, match="otherwise"):
+    with pytest.raises(StoreError, match=f"keeps '{CAM}' raw, not jpeg:90 as asked"):
         lz.open_dataset(source, root=stores["raw"].root, storage={CAM: "jpeg"}, progress=False)
-    with pytest.raises(StoreError, match="otherwise"):
+    with pytest.raises(StoreError, match=f"keeps '{CAM}' jpeg:90, not raw, resized to 24x24 as asked"):
         lz.open_dataset(source, root=stores["jpeg"].root, resize={CAM: (24, 24)}, progress=False)
     with pytest.raises(lz.ArgumentError, match="mp4"):
         lz.open_dataset(source, root=Path(stores["raw"].root).parent / "img-mp4", storage={IMG: "mp4"})
@@ -158,3 +159,16 @@ def test_lerobot_loads_the_export(stores, tmp_path, option):
     ours = ds[5]
     frame = (item[CAM].permute(1, 2, 0).numpy() * 255).round().astype(np.uint8)
     assert mean_error(frame, ours[CAM][1]) <= 6.0
+
+
+def test_a_cached_store_made_resized_says_so_when_opened_without_the_choice(source, tmp_path, monkeypatch):
+    monkeypatch.setenv("LEROBOT_ZARR_HOME", str(tmp_path / "cache"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", lz.LeRobotZarrWarning)
+        made = lz.open_dataset(source, resize={CAM: (24, 20)}, progress=False)  # the choice made here: no warning
+        lz.open_dataset(source, resize={CAM: (24, 20)}, progress=False)  # asked again: no warning either
+    with pytest.warns(lz.LeRobotZarrWarning, match=rf"'{CAM}' is stored raw, resized to 24x20, as "
+                                                   r"chosen when this store was made") as caught:
+        again = lz.open_dataset(source, progress=False)
+    assert again.root == made.root and again[0][CAM].shape[-3:-1] == (24, 20)
+    assert caught[0].filename == __file__, "the warning points at the user's line"

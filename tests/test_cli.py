@@ -483,3 +483,34 @@ def test_edit_bad_arguments_are_clear_errors_and_change_nothing(capsys, env, rec
             main(["edit", str(recorded), *bad])
         assert exc.value.code == 2
     capsys.readouterr()
+
+
+def test_store_size_is_the_disk_it_takes_and_json_says_to_store(capsys, env, tmp_path):
+    root = tmp_path / "o50"
+    code, _, _ = run(capsys, "convert", str(real_dataset("open_50")), "--episodes", "0,3", "--root", str(root))
+    assert code == 0
+    d = json.loads(run(capsys, "info", str(root), "--json")[1])
+    allocated = sum(p.lstat().st_blocks * 512 for p in root.rglob("*") if p.is_file())
+    apparent = sum(p.lstat().st_size for p in root.rglob("*") if p.is_file())
+    assert d["local_bytes"] == allocated < apparent, "packs are sparse: the size on disk is what they take"
+    d = json.loads(run(capsys, "info", str(real_dataset("open_50")), "--json")[1])
+    assert d["features"]["state"]["status"] == "to store" and "estimated_store_bytes" in d
+    assert d["estimated_store_bytes"] > 0
+
+
+def test_reversed_episode_range_is_a_usage_error(capsys, env, tmp_path):
+    with pytest.raises(SystemExit) as info:
+        main(["convert", str(real_dataset("record-test")), "--episodes", "3-1", "--root", str(tmp_path / "s")])
+    assert info.value.code == 2 and "'3-1': expected episode indices like 0,3,5-9" in capsys.readouterr().err
+    assert not (tmp_path / "s").exists()
+
+
+def test_output_into_a_closed_pipe_ends_quietly(tmp_path, env):
+    import subprocess
+    import sys
+
+    MAIN = Path(__file__).resolve().parents[1]
+    proc = subprocess.run(f"{sys.executable} -m lerobot_zarr info {real_dataset('open_50')} | true; "
+                          f"echo ${{PIPESTATUS[0]}}", shell=True, executable="/bin/bash", capture_output=True,
+                          text=True, timeout=120, env=dict(os.environ, PYTHONPATH=str(MAIN)))
+    assert proc.stdout == "0\n" and proc.stderr == "", proc.stderr  # `true` reads nothing: the pipe is closed

@@ -921,3 +921,39 @@ def test_cli_push(hub, env, builds, monkeypatch, capsys):
     capsys.readouterr()
     assert cli_main(["push", str(b.ds.root), "alice/ds3"]) == 1
     assert "alice/ds3" in capsys.readouterr().err
+
+
+def test_a_dataset_without_episodes_is_refused_before_touching_the_hub(hub, env, builds, tmp_path):
+    ds = open_dataset(builds.source("gen_png"), root=tmp_path / "store", mode="r+", progress=False)
+    ds.delete_episodes(list(range(ds.meta.total_episodes - 1)))
+    ds.delete_episodes([0])
+    assert ds.meta.total_episodes == 0
+    with pytest.raises(StoreError, match="no episodes: nothing to export or push"):
+        ds.push("alice/empty", token=TOKEN, progress=False)
+    with pytest.raises(StoreError, match="no episodes"):
+        ds.to_lerobot(tmp_path / "out", progress=False)
+    ds.close()
+    with pytest.raises(ValueError):  # no repo was created
+        hub.refs("alice/empty")
+    assert not (tmp_path / "out").exists()
+
+
+def test_export_warnings_are_ours_and_point_at_the_caller(builds, tmp_path):
+    ds = open_dataset(builds.source("gen_png"), root=tmp_path / "store", progress=False)
+    with pytest.warns(lerobot_zarr.LeRobotZarrWarning, match=r"exporting 2 of the store's") as caught:
+        ds.select([0, 2]).to_lerobot(tmp_path / "out", progress=False)
+    assert all(w.filename == __file__ for w in caught), [w.filename for w in caught]
+
+
+def test_a_camera_dropped_from_the_store_is_named_when_exporting(tmp_path):
+    from lerobot_zarr.sample_data import write_sample_dataset
+
+    src = write_sample_dataset(tmp_path / "src", n_episodes=3, lengths=(5, 8), video_keys=["observation.images.cam"],
+                               write_videos=False)  # info.json lists the camera, no mp4 exists
+    ds = open_dataset(src, root=tmp_path / "mine", mode="r+", progress=False)
+    assert "observation.images.cam" in ds.meta.not_materialized and ds.left_out == {}
+    with pytest.warns(lerobot_zarr.LeRobotZarrWarning, match=r"'observation.images.cam' of the source is not in the "
+                                                             r"store, so not in the export"):
+        out = ds.to_lerobot(tmp_path / "out", progress=False)
+    assert "observation.images.cam" not in json.loads((out / "meta/info.json").read_text())["features"]
+    ds.close()

@@ -36,11 +36,16 @@ def test_errors(folder_and_store, tmp_path):
         resolve_source(folder, revision="main")
     with pytest.raises(ValueError, match="applies to Hub repositories"):
         resolve_source(store, revision="main")
-    for bad in ("a/b/c", "../x", "org/../x"):
+    for bad in ("a/b/c", "org/../x"):
         with pytest.raises(ValueError, match="not a Hub dataset repo id"):
             resolve_source(bad, token="t")
         with pytest.raises(ValueError, match="not a Hub dataset repo id"):
             resolve_source(bad, hub_first=True)
+    for path in ("../x", "./x", "/nonexistent/x", "~/nonexistent-x"):  # written as paths: a missing folder
+        with pytest.raises(lerobot_zarr.SourceNotFoundError, match="no such folder"):
+            resolve_source(path, hub_first=True)
+        with pytest.raises(lerobot_zarr.SourceNotFoundError, match="no such folder"):
+            lerobot_zarr.inspect(path)
 
 
 def test_inspect_takes_folders_and_stores(folder_and_store):

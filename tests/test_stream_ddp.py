@@ -158,3 +158,11 @@ def test_a_missing_camera_is_judged_on_the_selection(kind, g1_hub):
         stream(source, episodes=[0, 1], delta_timestamps={G1_CAM: [0.0]})
     message = str(exc.value)
     assert "[0]" in message and "[0, 3" not in message, message
+
+
+def test_drop_last_with_more_ranks_than_episodes_is_refused(store):
+    n = len(lerobot_zarr.LeRobotZarrDataset(store).episodes)
+    with pytest.raises(lerobot_zarr.ArgumentError, match=f"world_size={n + 1} over {n} episodes"):
+        stream(store, rank=0, world_size=n + 1, drop_last=True)
+    counts = {len(list(stream(store, rank=r, world_size=n + 1))) for r in range(n + 1)}  # padding still works
+    assert len(counts) == 1 and counts.pop() > 0
