@@ -197,7 +197,8 @@ class WriterLock:
             os.close(self._fd)
             self._fd = None
             if exc.errno in (errno.EAGAIN, errno.EACCES):
-                raise StoreLockedError(f"{self.root}: another process is writing this store", path=str(self.root)
+                raise StoreLockedError(f"{self.root}: another writer holds this store (another process, or a writable "
+                                       f"dataset still open in this one: close() it first)", path=str(self.root)
                                        ) from None
             raise
         _held_locks.add(self)

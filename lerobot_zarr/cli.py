@@ -441,14 +441,22 @@ def _edit_plan(meta: Any, where: str, args: argparse.Namespace) -> tuple[list[in
     return gone, drop
 
 
-def _camera_status(meta: Any, name: str, episodes: Sequence[int]) -> str:
+def _camera_status(meta: Any, name: str, episodes: Sequence[int], *, renumbered: bool = False) -> str:
+    """A camera's availability over ``episodes`` (``renumbered``: shown by position, as after a deletion); in a
+    store, episodes it does not hold yet are only known once fetched."""
     if name in meta.not_materialized:
         return f"not stored ({meta.not_materialized[name]})"
     reasons = meta.unavailable.get(name, {})
-    lacking = [e for e in episodes if e in reasons]
+    is_store = isinstance(meta.root, Path) and (meta.root / "zarr.json").is_file()  # else a source's metadata
+    held = [e for e in episodes if meta.materialized_episodes[e]] if is_store else list(episodes)
+    shown = {e: k for k, e in enumerate(episodes)} if renumbered else {e: e for e in episodes}
+    lacking = [shown[e] for e in held if e in reasons]
+    unknown = len(episodes) - len(held)
+    later = f"; {unknown} episodes not fetched yet, checked when they are" if unknown else ""
     if not lacking:
-        return f"complete ({len(episodes)} episodes)"
-    return f"missing in {len(lacking)} of {len(episodes)} episodes {_episode_list_text(lacking)}"
+        return f"complete ({len(held)} episodes{' held' if unknown else ''}){later}"
+    return f"missing in {len(lacking)} of {len(held)} episodes{' held' if unknown else ''} " \
+           f"{_episode_list_text(lacking)}{later}"
 
 
 def _edit_summary(before: Any, gone: list[int], drop: list[str], after: Any | None) -> list[str]:
@@ -470,7 +478,7 @@ def _edit_summary(before: Any, gone: list[int], drop: list[str], after: Any | No
         elif after is not None:
             now = _camera_status(after, name, range(after.total_episodes))
         else:
-            now = _camera_status(before, name, kept)
+            now = _camera_status(before, name, kept, renumbered=bool(gone))
         lines.append(f"camera {name}: {was} -> {now}")
     return lines
 

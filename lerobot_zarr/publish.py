@@ -243,9 +243,11 @@ class Publisher:
         return self._error(_Failed(what, cause), state)
 
     def _auth(self, why: str, cause: BaseException) -> HubAuthError:
-        return HubAuthError(f"{self.repo_id}: push needs a Hub token with write access and {why} ({cause}): pass "
-                            f"token= or log in with `hf auth login`; the remote is unchanged", repo_id=self.repo_id,
-                            status=getattr(cause, "status", None))
+        status = getattr(cause, "status", None)
+        return HubAuthError(f"{self.repo_id}: push needs a Hub token with write access and {why}"
+                            f"{f' (HTTP {status})' if status else ''}: pass another token (token=, or --token on the "
+                            f"command line) or log in with `hf auth login`; the remote is unchanged",
+                            repo_id=self.repo_id, status=status)
 
     def _after_commit_failure(self, failure: _Failed) -> LeRobotZarrError:
         """What the remote holds after a failed commit, read back: unchanged; or our commit went through before the

@@ -514,3 +514,17 @@ def test_output_into_a_closed_pipe_ends_quietly(tmp_path, env):
                           f"echo ${{PIPESTATUS[0]}}", shell=True, executable="/bin/bash", capture_output=True,
                           text=True, timeout=120, env=dict(os.environ, PYTHONPATH=str(MAIN)))
     assert proc.stdout == "0\n" and proc.stderr == "", proc.stderr  # `true` reads nothing: the pipe is closed
+
+
+def test_edit_dry_run_of_a_partial_store_says_what_it_cannot_know_yet(capsys, env, tmp_path):
+    root = tmp_path / "o50"
+    assert run(capsys, "convert", str(real_dataset("open_50")), "--episodes", "0,3,5-9", "--root", str(root))[0] == 0
+    code, out, _ = run(capsys, "edit", str(root), "--delete-episodes", "3", "5-6", "--dry-run")
+    assert code == 0
+    line = next(x for x in out.splitlines() if x.strip().startswith("camera image:"))
+    was, now = line.split(" -> ")
+    assert "of 7 episodes held" in was and "43 episodes not fetched yet" in was
+    # after deleting 3, 5 and 6 the held episodes 0, 7, 8, 9 are numbered 0, 4, 5, 6
+    assert "of 4 episodes held" in now and "43 episodes not fetched yet" in now
+    if "missing" in now:
+        assert "[0, 4, 5, 6]" in now
