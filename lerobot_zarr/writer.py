@@ -73,6 +73,9 @@ _LOCATION_STATS = ("min", "max", "mean", "q01", "q10", "q50", "q90", "q99")
 _INDEX_COLUMNS = ("episode_index", "index")  # stored values may exceed LeRobot's by the table's shifts
 _STATS_PENDING = ".stats-pending"  # stats files newer than the committed stats.json may exist
 RESERVED_NAMES = ("task",)  # sample keys a feature may not take (with LeRobot's own columns and '*_is_pad')
+# dtypes whose raw bytes read the same everywhere (not longdouble, whose size depends on the platform)
+_RAW_DTYPES = frozenset(np.dtype(t).type for t in ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16",
+                                                   "uint32", "uint64", "float16", "float32", "float64"))
 
 
 def _min_free_bytes(value: int | None) -> int:
@@ -110,12 +113,13 @@ def _feature_specs(features: Mapping[str, Mapping[str, Any]]) -> tuple[dict, dic
                                         f"cameras as dtype 'image')", feature=name)
         if dtype != "image":
             try:
-                kind = np.dtype(dtype).kind
+                scalar = np.dtype(dtype).type
             except TypeError:
                 raise UnsupportedDtypeError(f"feature {name!r}: unknown dtype {dtype!r}", feature=name) from None
-            if kind not in "biuf":
-                raise UnsupportedDtypeError(f"feature {name!r}: dtype {dtype!r} cannot be stored as raw bytes (use a "
-                                            f"bool, integer or float dtype)", feature=name)
+            if scalar not in _RAW_DTYPES:
+                raise UnsupportedDtypeError(f"feature {name!r}: dtype {dtype!r} cannot be stored as portable raw bytes "
+                                            f"(use bool, int8..int64, uint8..uint64, float16, float32 or float64)",
+                                            feature=name)
         try:
             shape = tuple(operator.index(s) for s in ft["shape"])
         except TypeError:

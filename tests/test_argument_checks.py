@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import lerobot_zarr as lz
-from lerobot_zarr import ArgumentError, DeltaTimestampsError, SchemaMismatchError
+from lerobot_zarr import ArgumentError, DeltaTimestampsError, SchemaMismatchError, UnsupportedDtypeError
 from lerobot_zarr.api import materialize
 from lerobot_zarr.sample_data import write_sample_dataset
 
@@ -114,3 +114,22 @@ def test_create_accepts_lerobot_columns_with_lerobots_own_spec(tmp_path):
     ds.add_episode({"x": np.zeros((2, 2), np.float32)}, task="t")
     assert ds[1]["timestamp"] == np.float32(0.1) and ds[1]["episode_index"] == 0
     ds.close()
+
+
+@pytest.mark.parametrize("dtype", ["float128", "longdouble", "clongdouble", "complex64"])
+def test_create_refuses_dtypes_without_portable_raw_bytes(tmp_path, dtype):
+    try:
+        np.dtype(dtype)
+    except TypeError:
+        pytest.skip(f"numpy has no {dtype} here")
+    with pytest.raises(UnsupportedDtypeError, match="'a'") as info:
+        lz.create(tmp_path / "s", fps=30, features={"a": {"dtype": dtype, "shape": [2]}})
+    assert info.value.feature == "a"
+    assert not (tmp_path / "s" / "zarr.json").exists()
+
+
+def test_create_keeps_float16(tmp_path):
+    with lz.create(tmp_path / "s", fps=30, features={"a": {"dtype": "float16", "shape": [2]}}, min_free_bytes=0) as ds:
+        ds.add_episode({"a": np.full((3, 2), 1.5, np.float16)}, task="t")
+        assert ds[2]["a"].tolist() == [1.5, 1.5]
+
