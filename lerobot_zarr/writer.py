@@ -78,16 +78,28 @@ _RAW_DTYPES = frozenset(np.dtype(t).type for t in ("bool", "int8", "int16", "int
                                                    "uint32", "uint64", "float16", "float32", "float64"))
 
 
+def _count(name: str, value: Any, low: int) -> int:
+    """``value`` checked as an integer (not a bool) of at least ``low``; ``name`` is the argument, for the message."""
+    try:
+        count = None if isinstance(value, (bool, np.bool_)) else operator.index(value)
+    except TypeError:
+        count = None
+    if count is None or count < low:
+        raise ArgumentError(f"{name} must be an integer >= {low}, got {value!r:.40}")
+    return count
+
+
 def _min_free_bytes(value: int | None) -> int:
     if value is not None:
-        return int(value)
+        return _count("min_free_bytes", value, 0)
     raw = os.environ.get(MIN_FREE_ENV)
     if raw is None:
         return _DEFAULT_MIN_FREE
     try:
-        return int(raw)
+        value = int(raw)
     except ValueError:
         raise ArgumentError(f"{MIN_FREE_ENV}={raw!r} is not an integer") from None
+    return _count(f"${MIN_FREE_ENV}", value, 0)
 
 
 def _feature_specs(features: Mapping[str, Mapping[str, Any]]) -> tuple[dict, dict[str, ArraySpec]]:
@@ -169,10 +181,10 @@ def create(root: str | os.PathLike, *, fps: float, features: Mapping[str, Mappin
         raise ArgumentError(f"fps must be a number, got {fps!r:.40}") from None
     if not (math.isfinite(fps) and fps > 0):
         raise ArgumentError(f"fps must be finite and positive, got {fps}")
-    if capacity_frames is not None and operator.index(capacity_frames) < 1:
-        raise ArgumentError(f"capacity_frames must be positive, got {capacity_frames}")
-    if operator.index(pack_bytes) < 1:
-        raise ArgumentError(f"pack_bytes must be positive, got {pack_bytes}")
+    if capacity_frames is not None:
+        capacity_frames = _count("capacity_frames", capacity_frames, 1)
+    pack_bytes = _count("pack_bytes", pack_bytes, 1)
+    min_free_bytes = _min_free_bytes(min_free_bytes)
     info_features, arrays = _feature_specs(features)
     if root.exists() and (root.is_symlink() or not root.is_dir()):
         check_new_store_location(root)  # raises: not a folder
@@ -184,8 +196,7 @@ def create(root: str | os.PathLike, *, fps: float, features: Mapping[str, Mappin
         check_new_store_location(root)
         create_store(StoreState(root=root, info=info, tasks=(), stats={}, source={"kind": "recorded"}, arrays=arrays,
                                 table=empty, packs=PackLayout(np.zeros(0, np.int64)), materialized={},
-                                capacity_frames=None if capacity_frames is None else int(capacity_frames),
-                                pack_bytes=int(pack_bytes)))
+                                capacity_frames=capacity_frames, pack_bytes=pack_bytes))
     return WritableDataset(root, durable=durable, min_free_bytes=min_free_bytes)
 
 

@@ -133,3 +133,19 @@ def test_create_keeps_float16(tmp_path):
         ds.add_episode({"a": np.full((3, 2), 1.5, np.float16)}, task="t")
         assert ds[2]["a"].tolist() == [1.5, 1.5]
 
+
+
+@pytest.mark.parametrize("name", ["capacity_frames", "pack_bytes", "min_free_bytes"])
+@pytest.mark.parametrize("value", [2.5, "10", True, -1, 0])
+def test_create_refuses_bad_sizes(tmp_path, name, value):
+    if name == "min_free_bytes" and value == 0:
+        value = -2  # 0 is a valid margin
+    with pytest.raises(ArgumentError, match=name):
+        lz.create(tmp_path / "s", fps=30, features={"a": {"dtype": "float32", "shape": [2]}}, **{name: value})
+    assert not (tmp_path / "s" / "zarr.json").exists()
+
+
+def test_min_free_bytes_env_must_be_a_non_negative_integer(tmp_path, monkeypatch):
+    monkeypatch.setenv("LEROBOT_ZARR_MIN_FREE_BYTES", "-5")
+    with pytest.raises(ArgumentError, match="LEROBOT_ZARR_MIN_FREE_BYTES must be an integer >= 0"):
+        lz.create(tmp_path / "s", fps=30, features={"a": {"dtype": "float32", "shape": [2]}})
