@@ -142,6 +142,10 @@ def _feature_specs(features: Mapping[str, Mapping[str, Any]]) -> tuple[dict, dic
             raise SchemaMismatchError(f"feature {name!r}: shape {list(shape)} is not valid for dtype {dtype!r}",
                                       feature=name)
         names = ft.get("names")
+        if (isinstance(names, (list, tuple)) and all(isinstance(n, str) for n in names)
+                and len(names) not in (shape[0], len(shape))):
+            raise SchemaMismatchError(f"feature {name!r}: {len(names)} names {list(names)!r:.80} for shape "
+                                      f"{list(shape)} (one per element of a vector, or one per axis)", feature=name)
         if dtype == "image" and names is None:
             names = ["height", "width", "channels"]
         info[name] = {"dtype": dtype, "shape": list(shape), "names": names}

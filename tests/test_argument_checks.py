@@ -149,3 +149,27 @@ def test_min_free_bytes_env_must_be_a_non_negative_integer(tmp_path, monkeypatch
     monkeypatch.setenv("LEROBOT_ZARR_MIN_FREE_BYTES", "-5")
     with pytest.raises(ArgumentError, match="LEROBOT_ZARR_MIN_FREE_BYTES must be an integer >= 0"):
         lz.create(tmp_path / "s", fps=30, features={"a": {"dtype": "float32", "shape": [2]}})
+
+
+@pytest.mark.parametrize("spec", [
+    {"dtype": "float32", "shape": [3], "names": ["x", "y"]},
+    {"dtype": "float32", "shape": [3], "names": ["x", "y", "z", "w"]},
+    {"dtype": "float64", "shape": [2, 3], "names": ["a", "b", "c", "d"]},
+    {"dtype": "image", "shape": [6, 8, 3], "names": ["height", "width"]},
+])
+def test_create_refuses_names_that_do_not_match_the_shape(tmp_path, spec):
+    with pytest.raises(SchemaMismatchError, match="'a'.*names") as info:
+        lz.create(tmp_path / "s", fps=30, features={"a": spec})
+    assert info.value.feature == "a"
+    assert not (tmp_path / "s" / "zarr.json").exists()
+
+
+@pytest.mark.parametrize("spec", [
+    {"dtype": "float32", "shape": [3], "names": ["x", "y", "z"]},
+    {"dtype": "float32", "shape": [3], "names": {"motors": ["x", "y"]}},
+    {"dtype": "float32", "shape": [3], "names": None},
+    {"dtype": "float64", "shape": [2, 3], "names": ["rows", "columns"]},
+    {"dtype": "image", "shape": [6, 8, 3], "names": ["height", "width", "channels"]},
+])
+def test_create_accepts_names_that_match_the_shape(tmp_path, spec):
+    lz.create(tmp_path / "s", fps=30, features={"a": spec}, min_free_bytes=0).close()
