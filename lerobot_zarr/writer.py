@@ -959,8 +959,10 @@ class WritableDataset(LeRobotZarrDataset):
 
 class EditFrames:
     """One feature's frames of an episode being edited (what ``ds.edit(...)[feature]`` gives): reading gives
-    read-only numpy views; assignments (``ep[k][10:20] = x``, ``ep[k] += 1``) are checked first (values the
-    feature's dtype cannot hold raise :class:`~lerobot_zarr.errors.ValueRangeError`) and then written in place."""
+    read-only numpy views; assignments (``ep[k][10:20] = x``, ``ep[k] += 1``) are checked first (values of another
+    shape raise :class:`~lerobot_zarr.errors.SchemaMismatchError`, values the feature's dtype cannot hold
+    :class:`~lerobot_zarr.errors.ValueRangeError`) and then written in place. A scalar feature (LeRobot shape
+    ``[1]``) also takes ``(T, 1)`` values, as :meth:`WritableDataset.add_episode` does."""
 
     def __init__(self, name: str, frames: np.ndarray, kind: str, episode: int):
         self.name, self._frames, self._kind, self.episode = name, frames, kind, episode
@@ -996,11 +998,25 @@ class EditFrames:
     def __setitem__(self, key: Any, value: Any) -> None:
         value = np.asarray(value.__array__() if isinstance(value, EditFrames) else value)
         _check_assignable(self.name, value, self.dtype, self.episode)
-        self._frames[key] = value
+        self._frames[key] = self._shaped(value, key)
+
+    def _shaped(self, value: np.ndarray, key: Any) -> np.ndarray:
+        """``value`` broadcast to the frames ``self[key]``; a scalar feature also takes values with a trailing axis
+        of 1, as :meth:`WritableDataset.add_episode` does."""
+        target = np.broadcast_to(np.empty((), np.bool_), self.shape)[key].shape
+        given = value.shape
+        if self.ndim == 1 and value.ndim == len(target) + 1 and given[-1:] == (1,):
+            value = value[..., 0]
+        try:
+            return np.broadcast_to(value, target)
+        except ValueError:
+            raise SchemaMismatchError(f"feature {self.name!r}, episode {self.episode}: values of shape {given} cannot "
+                                      f"be assigned to frames of shape {target}", feature=self.name,
+                                      episode=self.episode) from None
 
     def _inplace(self, op: Any, other: Any) -> EditFrames:
         with np.errstate(all="ignore"):
-            self[...] = op(np.asarray(self), np.asarray(other))
+            self[...] = op(np.asarray(self), self._shaped(np.asarray(other), ...))
         return self
 
     def __iadd__(self, other: Any) -> EditFrames:

@@ -1681,3 +1681,37 @@ def test_delete_frames_with_an_empty_list_is_a_no_op(tmp_path):
     ds.delete_frames(0, [])
     assert store_snapshot(ds.root) == before
     check_dataset(ds, model, "after delete_frames(0, [])", items=False)
+
+
+def test_edit_checks_the_shape_of_assigned_values(tmp_path):
+    """A value of the wrong shape raises SchemaMismatchError naming the feature and episode (not numpy's broadcast
+    ValueError) and writes nothing; a scalar feature takes (T, 1) values in edits as add_episode does."""
+    rng = np.random.default_rng(31)
+    ds, model = filled_store(tmp_path / "s", rng, lengths=(5, 4))
+    with ds.edit(0) as ep:
+        for what, assign in {
+            "slice": lambda: ep["action"].__setitem__(slice(None), np.zeros((5, 13), "f4")),
+            "whole": lambda: ep.__setitem__("action", np.zeros((4, 14), "f4")),
+            "in place": lambda: ep["action"].__iadd__(np.ones((5, 13), "f4")),
+            "scalar": lambda: ep["observation.counter"].__setitem__(slice(None), np.zeros((5, 2), np.int64)),
+        }.items():
+            with pytest.raises(SchemaMismatchError, match=r"feature '.*', episode 0") as info:
+                assign()
+            assert info.value.feature in ("action", "observation.counter") and info.value.episode == 0, what
+    ds.flush()
+    check_dataset(ds, model, "after refused edits", items=False)
+    counter = np.arange(100, 105, dtype=np.int64)[:, None]  # (T, 1), as add_episode takes it
+    frames = make_frames(rng, 5)
+    frames["observation.counter"] = counter
+    assert ds.add_episode(frames, task=TASKS[0]) == model.add(frames, TASKS[0])
+    with ds.edit(1) as ep:
+        ep["observation.counter"][:] = counter[:4]
+        ep["observation.counter"][1] = np.array([7])
+        ep["observation.counter"] += np.ones((4, 1), np.int64)
+    model.edit(1, 0, 4, {"observation.counter": np.array([101, 8, 103, 104])})
+    with ds.edit(2, frames=(1, 3)) as ep:
+        ep["observation.counter"] = counter[:2]
+    model.edit(2, 1, 3, {"observation.counter": counter[:2, 0]})
+    ds.flush()
+    check_dataset(ds, model, "scalar edits of (T, 1) values")
+    ds.close()
