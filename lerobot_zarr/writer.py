@@ -736,6 +736,7 @@ class WritableDataset(LeRobotZarrDataset):
              features: Sequence[str] | None = None) -> Iterator[dict[str, np.ndarray]]:
         """Edit one episode (or a frame range of it) IN PLACE: ``with ds.edit(3) as ep: ep["action"][10:20] = 0``.
 
+        ``frames`` bounds count from the end when negative; bounds outside the episode raise ``FrameIndexError``.
         Yields a mapping of the episode's frames for ``features`` (default: every feature but LeRobot's own
         columns) as :class:`EditFrames`, each memory-mapped when first looked up: assignments are checked (values
         the dtype cannot hold raise ``ValueRangeError``) and written in place. Writes reach every reader's maps at
@@ -752,7 +753,7 @@ class WritableDataset(LeRobotZarrDataset):
         if wrong:
             raise ArgumentError(f"{self.root}: cannot edit {wrong} in place (editable features: {editable}; tasks "
                              f"change with set_task, indices with delete_episodes/delete_frames)")
-        first, stop = frame_range(frames, int(self._state.table.length[e]), f"{self.root}: episode {e}")
+        first, stop = frame_range(frames, int(self._state.table.length[e]), f"{self.root}: episode {e}", e)
         lacking = [name for name in names if e in self._gaps.get(name, {})]
         if lacking:
             raise NotMaterializedError(f"{self.root}: episode {e} has no frames of {lacking} to edit "
@@ -899,7 +900,8 @@ class WritableDataset(LeRobotZarrDataset):
         self._commit(self._state, new_rows, table=new_table, packs=packs, gaps=gaps)
 
     def delete_frames(self, episode: int, frames: slice | range | tuple[int, int] | Sequence[int]) -> None:
-        """Delete frames of one episode (a range or a list of frame indices) in one commit.
+        """Delete frames of one episode (a range or a list of frame indices; negative ones from the end, any outside
+        the episode raise :class:`~lerobot_zarr.errors.FrameIndexError`) in one commit.
 
         The episode keeps LeRobot's invariants (``frame_index`` 0..n-1, ``timestamp`` = frame_index / fps) and
         the later episodes' ``index`` stays contiguous: the shortened episode is written into fresh rows (work
@@ -910,12 +912,9 @@ class WritableDataset(LeRobotZarrDataset):
         table = self._state.table
         length = int(table.length[e])
         gone = np.zeros(length, dtype=bool)
-        if isinstance(frames, tuple):
-            frames = slice(*frames)
-        if isinstance(frames, (slice, range)):
-            if frames.step not in (None, 1):
-                raise ArgumentError(f"frames must have step 1, got {frames!r}")
-            gone[slice(frames.start, frames.stop)] = True
+        if isinstance(frames, (tuple, slice, range)):
+            first, stop = frame_range(frames, length, f"{self.root}: episode {e}", e)
+            gone[first:stop] = True
         else:
             idx = np.asarray(frames)
             if idx.size == 0:

@@ -795,6 +795,10 @@ def _apply(op, ds, model, rng, counter):
         else:
             frames = slice(a, b) if form == "slice" else (a, b)
         ids = list(range(length))[slice(a, b)]
+        if not (-length <= a <= length and -length <= b <= length):
+            with pytest.raises(FrameIndexError):
+                ds.delete_frames(e, frames)
+            return f"delete_frames({e}, {frames!r}) refused"
         ds.delete_frames(e, frames)
         model.delete_frames(e, ids)
         return f"delete_frames({e}, {frames!r})"
@@ -811,6 +815,10 @@ def _apply(op, ds, model, rng, counter):
             if form == "range":
                 a, b = abs(a), abs(b)
             frames = {"slice": slice(a, b), "tuple": (a, b), "range": range(a, b)}[form]
+            if not (-length <= a <= length and -length <= b <= length):
+                with pytest.raises(FrameIndexError):
+                    ds.edit(e, frames=frames).__enter__()
+                return f"edit({e}, {frames!r}) refused"
             first, stop, _ = slice(a, b).indices(length)
         m = max(stop - first, 0)
         names = [k for k in FEATURES if rng.random() < 0.7] or ["action"]
@@ -869,7 +877,7 @@ def test_random_operations_match_the_reference(tmp_path, initial, ops, capacity,
                 ds = lz.open_dataset(root, mode="r+")
                 assert isinstance(ds, WritableDataset)
                 ds.durable = False
-            if done.startswith("edit") and not done.endswith("+flush"):
+            if done.startswith("edit") and not done.endswith(("+flush", "refused")):
                 stale = True
             elif read_state(root).generation != generation:
                 stale = False
@@ -1715,3 +1723,33 @@ def test_edit_checks_the_shape_of_assigned_values(tmp_path):
     ds.flush()
     check_dataset(ds, model, "scalar edits of (T, 1) values")
     ds.close()
+
+
+def test_frame_ranges_outside_the_episode_are_refused(tmp_path):
+    """Bounds of a frame range outside [-length, length] raise FrameIndexError naming the episode (they used to be
+    clamped: an edit of nothing, or delete_frames(0, slice(0, 10)) deleting a 5-frame episode); nothing changes."""
+    rng = np.random.default_rng(32)
+    ds, model = filled_store(tmp_path / "s", rng, lengths=(5, 4))
+    before = store_snapshot(ds.root)
+    for frames in (slice(5, 50), slice(0, 10), (6, None), range(6), slice(-6, None), (None, -6)):
+        with pytest.raises(FrameIndexError, match="episode 0") as info:
+            ds.edit(0, frames=frames).__enter__()
+        assert info.value.episode == 0
+        with pytest.raises(FrameIndexError, match="episode 0") as info:
+            ds.delete_frames(0, frames)
+        assert info.value.episode == 0, frames
+    assert store_snapshot(ds.root) == before
+    check_dataset(ds, model, "after refused frame ranges", items=False)
+    # bounds inside [-length, length] (None: the end) still work, negative ones from the end
+    with ds.edit(0, frames=slice(5, None)) as ep:
+        assert len(ep["action"]) == 0
+    ds.delete_frames(0, (-5, 1))
+    model.delete_frames(0, [0])
+    ds.delete_frames(1, slice(None, 4))
+    model.delete_frames(1, [0, 1, 2, 3])
+    check_dataset(ds, model, "in-range frame deletes")
+    ds.close()
+    for frames in (slice(0, 50), (4, 5), slice(-5, None)):
+        with pytest.raises(FrameIndexError, match="episode 0"):
+            LeRobotZarrDataset(ds.root, episodes={0: frames})
+    assert len(LeRobotZarrDataset(ds.root, episodes={0: slice(-4, None)})) == 4
