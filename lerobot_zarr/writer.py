@@ -964,22 +964,29 @@ class EditFrames:
     ``[1]``) also takes ``(T, 1)`` values, as :meth:`WritableDataset.add_episode` does."""
 
     def __init__(self, name: str, frames: np.ndarray, kind: str, episode: int):
-        self.name, self._frames, self._kind, self.episode = name, frames, kind, episode
+        self.name, self._kind, self.episode = name, kind, episode
+        self._frames: np.ndarray | None = frames  # None once the edit block has ended
+
+    def _live(self) -> np.ndarray:
+        if self._frames is None:
+            raise StoreClosedError(f"feature {self.name!r}, episode {self.episode}: its edit block has ended; edit in "
+                                   f"a new `with ds.edit(...)` block", feature=self.name, episode=self.episode)
+        return self._frames
 
     @property
     def shape(self) -> tuple[int, ...]:
-        return self._frames.shape
+        return self._live().shape
 
     @property
     def dtype(self) -> np.dtype:
-        return self._frames.dtype
+        return self._live().dtype
 
     @property
     def ndim(self) -> int:
-        return self._frames.ndim
+        return self._live().ndim
 
     def __len__(self) -> int:
-        return len(self._frames)
+        return len(self._live())
 
     def _read_only(self, value: Any) -> Any:
         if isinstance(value, np.ndarray):
@@ -988,16 +995,16 @@ class EditFrames:
         return value
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
-        out = self._read_only(self._frames)
+        out = self._read_only(self._live())
         return out.astype(dtype) if dtype is not None else (out.copy() if copy else out)
 
     def __getitem__(self, key: Any) -> Any:
-        return self._read_only(self._frames[key])
+        return self._read_only(self._live()[key])
 
     def __setitem__(self, key: Any, value: Any) -> None:
         value = np.asarray(value.__array__() if isinstance(value, EditFrames) else value)
         _check_assignable(self.name, value, self.dtype, self.episode)
-        self._frames[key] = self._shaped(value, key)
+        self._live()[key] = self._shaped(value, key)
 
     def _shaped(self, value: np.ndarray, key: Any) -> np.ndarray:
         """``value`` broadcast to the frames ``self[key]``; a scalar feature also takes values with a trailing axis
@@ -1031,12 +1038,15 @@ class EditFrames:
         return self._inplace(np.true_divide, other)
 
     def __repr__(self) -> str:
+        if self._frames is None:
+            return f"EditFrames({self.name!r}, episode={self.episode}, edit block ended)"
         return f"EditFrames({self.name!r}, episode={self.episode}, shape={self.shape}, dtype={self.dtype})"
 
 
 class _EditMaps(Mapping):
     """What ``edit`` yields: each feature's frames mapped writable on first lookup (as :class:`EditFrames`),
-    flushed at the end, and the episode's stats marked for recomputation for the features looked up."""
+    flushed at the end, and the episode's stats marked for recomputation for the features looked up. When the
+    block ends, it and its frames refuse any use (``StoreClosedError``)."""
 
     def __init__(self, ds: WritableDataset, episode: int, pack: int, offset: int, length: int, frames: slice,
                  names: list[str]):
@@ -1044,8 +1054,13 @@ class _EditMaps(Mapping):
                                                                                   frames, names)
         self.maps: dict[str, np.memmap] = {}
         self.views: dict[str, EditFrames] = {}
+        self.ended = False
 
     def __getitem__(self, name: str) -> EditFrames:
+        if self.ended:
+            raise StoreClosedError(f"{self.ds.root}: the edit block of episode {self.episode} has ended; edit in a "
+                                   f"new `with ds.edit(...)` block", path=self.ds.root, episode=self.episode,
+                                   feature=str(name))
         if name not in self.views:
             if name not in self.names:
                 raise KeyError(name)
@@ -1071,8 +1086,11 @@ class _EditMaps(Mapping):
         return len(self.names)
 
     def close(self) -> None:
+        self.ended = True
         for m in self.maps.values():
             m.flush()
+        for view in self.views.values():
+            view._frames = None
         self.maps.clear()
         self.views.clear()
 

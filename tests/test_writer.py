@@ -32,6 +32,7 @@ from lerobot_zarr import (
     FrameIndexError,
     LeRobotZarrDataset,
     SchemaMismatchError,
+    StoreClosedError,
     StoreError,
     StoreLockedError,
     UnsupportedDtypeError,
@@ -1753,3 +1754,26 @@ def test_frame_ranges_outside_the_episode_are_refused(tmp_path):
         with pytest.raises(FrameIndexError, match="episode 0"):
             LeRobotZarrDataset(ds.root, episodes={0: frames})
     assert len(LeRobotZarrDataset(ds.root, episodes={0: slice(-4, None)})) == 4
+
+
+def test_edit_views_end_with_their_block(tmp_path):
+    """Frames looked up in an edit block cannot be written (or read) after it: StoreClosedError, nothing changes,
+    and flush() folds nothing into the stats."""
+    rng = np.random.default_rng(33)
+    ds, model = filled_store(tmp_path / "s", rng, lengths=(5, 4))
+    with ds.edit(0) as ep:
+        counter, action = ep["observation.counter"], ep["action"]
+    for what, op in {
+        "write": lambda: counter.__setitem__(slice(None), 200),
+        "in place": lambda: action.__iadd__(1),
+        "whole feature": lambda: ep.__setitem__("action", 0),
+        "new lookup": lambda: ep["observation.state"],
+        "read": lambda: counter[0],
+    }.items():
+        with pytest.raises(StoreClosedError, match="edit block .*ended") as info:
+            op()
+        assert info.value.episode == 0, what
+    assert "ended" in repr(counter)
+    ds.flush()
+    check_dataset(ds, model, "after writes to ended edit views")
+    ds.close()
