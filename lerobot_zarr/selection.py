@@ -17,8 +17,10 @@ __all__ = ["EpisodeSelection", "Selection", "check_selection", "frame_range", "e
 EpisodeSelection = Sequence[int] | Mapping[int, slice | range | tuple[int, int] | None]
 
 
-def frame_range(frames: slice | range | tuple[int, int] | None, n: int, where: str) -> tuple[int, int]:
-    """``[first, stop)`` of a frame selection of an episode of ``n`` frames (None: all; negative from the end)."""
+def frame_range(frames: slice | range | tuple[int, int] | None, n: int, where: str,
+                episode: int | None = None) -> tuple[int, int]:
+    """``[first, stop)`` of a frame selection of ``episode``, of ``n`` frames (None: all; negative bounds from the
+    end). Bounds outside ``[-n, n]`` raise :class:`FrameIndexError`."""
     if frames is None:
         return 0, n
     if isinstance(frames, tuple):
@@ -28,9 +30,13 @@ def frame_range(frames: slice | range | tuple[int, int] | None, n: int, where: s
     if not isinstance(frames, (slice, range)) or frames.step not in (None, 1):
         raise ArgumentError(f"{where}: frames must be a slice, range or (first, stop) of step 1, got {frames!r:.80}")
     try:
-        first, stop, _ = slice(frames.start, frames.stop).indices(n)
+        bounds = [None if b is None else operator.index(b) for b in (frames.start, frames.stop)]
     except TypeError:
         raise ArgumentError(f"{where}: frames must have integer bounds, got {frames!r:.80}") from None
+    if any(b is not None and not -n <= b <= n for b in bounds):
+        raise FrameIndexError(f"{where}: frames {frames!r:.80} reach outside the episode's {n} frames (bounds go "
+                              f"from -{n} to {n}, negative ones from the end)", episode=episode)
+    first, stop, _ = slice(*bounds).indices(n)
     return first, stop
 
 
@@ -71,7 +77,8 @@ def episode_ranges(episodes: EpisodeSelection, lengths: np.ndarray) -> list[tupl
     """Normalise an episode selection to sorted ``(episode, first_frame, stop_frame)`` triples.
 
     ``[3, 5]`` selects whole episodes; ``{3: slice(100, 200), 5: None}`` selects frames 100..199 of episode 3
-    (episode-local frame indices, negative ones from the end, step 1) and all of episode 5. Like LeRobot's
+    (episode-local frame indices, negative ones from the end, step 1; bounds outside the episode raise
+    :class:`FrameIndexError`) and all of episode 5. Like LeRobot's
     filtering, the order given does not matter: frames come in episode order.
     """
     episodes = check_selection(episodes)
@@ -80,7 +87,7 @@ def episode_ranges(episodes: EpisodeSelection, lengths: np.ndarray) -> list[tupl
     for e, frames in items:
         e = episode_index(e, len(lengths))
         n = int(lengths[e])
-        first, stop = frame_range(frames, n, f"episode {e}")
+        first, stop = frame_range(frames, n, f"episode {e}", e)
         if stop <= first:
             raise FrameIndexError(f"episode {e}: frame range {frames!r} is empty for an episode of {n} frames",
                                   episode=e)

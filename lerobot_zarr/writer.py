@@ -73,18 +73,33 @@ _LOCATION_STATS = ("min", "max", "mean", "q01", "q10", "q50", "q90", "q99")
 _INDEX_COLUMNS = ("episode_index", "index")  # stored values may exceed LeRobot's by the table's shifts
 _STATS_PENDING = ".stats-pending"  # stats files newer than the committed stats.json may exist
 RESERVED_NAMES = ("task",)  # sample keys a feature may not take (with LeRobot's own columns and '*_is_pad')
+# dtypes whose raw bytes read the same everywhere (not longdouble, whose size depends on the platform)
+_RAW_DTYPES = frozenset(np.dtype(t).type for t in ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16",
+                                                   "uint32", "uint64", "float16", "float32", "float64"))
+
+
+def _count(name: str, value: Any, low: int) -> int:
+    """``value`` checked as an integer (not a bool) of at least ``low``; ``name`` is the argument, for the message."""
+    try:
+        count = None if isinstance(value, (bool, np.bool_)) else operator.index(value)
+    except TypeError:
+        count = None
+    if count is None or count < low:
+        raise ArgumentError(f"{name} must be an integer >= {low}, got {value!r:.40}")
+    return count
 
 
 def _min_free_bytes(value: int | None) -> int:
     if value is not None:
-        return int(value)
+        return _count("min_free_bytes", value, 0)
     raw = os.environ.get(MIN_FREE_ENV)
     if raw is None:
         return _DEFAULT_MIN_FREE
     try:
-        return int(raw)
+        value = int(raw)
     except ValueError:
         raise ArgumentError(f"{MIN_FREE_ENV}={raw!r} is not an integer") from None
+    return _count(f"${MIN_FREE_ENV}", value, 0)
 
 
 def _feature_specs(features: Mapping[str, Mapping[str, Any]]) -> tuple[dict, dict[str, ArraySpec]]:
@@ -110,12 +125,13 @@ def _feature_specs(features: Mapping[str, Mapping[str, Any]]) -> tuple[dict, dic
                                         f"cameras as dtype 'image')", feature=name)
         if dtype != "image":
             try:
-                kind = np.dtype(dtype).kind
+                scalar = np.dtype(dtype).type
             except TypeError:
                 raise UnsupportedDtypeError(f"feature {name!r}: unknown dtype {dtype!r}", feature=name) from None
-            if kind not in "biuf":
-                raise UnsupportedDtypeError(f"feature {name!r}: dtype {dtype!r} cannot be stored as raw bytes (use a "
-                                            f"bool, integer or float dtype)", feature=name)
+            if scalar not in _RAW_DTYPES:
+                raise UnsupportedDtypeError(f"feature {name!r}: dtype {dtype!r} cannot be stored as portable raw bytes "
+                                            f"(use bool, int8..int64, uint8..uint64, float16, float32 or float64)",
+                                            feature=name)
         try:
             shape = tuple(operator.index(s) for s in ft["shape"])
         except TypeError:
@@ -126,6 +142,10 @@ def _feature_specs(features: Mapping[str, Mapping[str, Any]]) -> tuple[dict, dic
             raise SchemaMismatchError(f"feature {name!r}: shape {list(shape)} is not valid for dtype {dtype!r}",
                                       feature=name)
         names = ft.get("names")
+        if (isinstance(names, (list, tuple)) and all(isinstance(n, str) for n in names)
+                and len(names) not in (shape[0], len(shape))):
+            raise SchemaMismatchError(f"feature {name!r}: {len(names)} names {list(names)!r:.80} for shape "
+                                      f"{list(shape)} (one per element of a vector, or one per axis)", feature=name)
         if dtype == "image" and names is None:
             names = ["height", "width", "channels"]
         info[name] = {"dtype": dtype, "shape": list(shape), "names": names}
@@ -165,10 +185,10 @@ def create(root: str | os.PathLike, *, fps: float, features: Mapping[str, Mappin
         raise ArgumentError(f"fps must be a number, got {fps!r:.40}") from None
     if not (math.isfinite(fps) and fps > 0):
         raise ArgumentError(f"fps must be finite and positive, got {fps}")
-    if capacity_frames is not None and operator.index(capacity_frames) < 1:
-        raise ArgumentError(f"capacity_frames must be positive, got {capacity_frames}")
-    if operator.index(pack_bytes) < 1:
-        raise ArgumentError(f"pack_bytes must be positive, got {pack_bytes}")
+    if capacity_frames is not None:
+        capacity_frames = _count("capacity_frames", capacity_frames, 1)
+    pack_bytes = _count("pack_bytes", pack_bytes, 1)
+    min_free_bytes = _min_free_bytes(min_free_bytes)
     info_features, arrays = _feature_specs(features)
     if root.exists() and (root.is_symlink() or not root.is_dir()):
         check_new_store_location(root)  # raises: not a folder
@@ -180,8 +200,7 @@ def create(root: str | os.PathLike, *, fps: float, features: Mapping[str, Mappin
         check_new_store_location(root)
         create_store(StoreState(root=root, info=info, tasks=(), stats={}, source={"kind": "recorded"}, arrays=arrays,
                                 table=empty, packs=PackLayout(np.zeros(0, np.int64)), materialized={},
-                                capacity_frames=None if capacity_frames is None else int(capacity_frames),
-                                pack_bytes=int(pack_bytes)))
+                                capacity_frames=capacity_frames, pack_bytes=pack_bytes))
     return WritableDataset(root, durable=durable, min_free_bytes=min_free_bytes)
 
 
@@ -717,6 +736,7 @@ class WritableDataset(LeRobotZarrDataset):
              features: Sequence[str] | None = None) -> Iterator[dict[str, np.ndarray]]:
         """Edit one episode (or a frame range of it) IN PLACE: ``with ds.edit(3) as ep: ep["action"][10:20] = 0``.
 
+        ``frames`` bounds count from the end when negative; bounds outside the episode raise ``FrameIndexError``.
         Yields a mapping of the episode's frames for ``features`` (default: every feature but LeRobot's own
         columns) as :class:`EditFrames`, each memory-mapped when first looked up: assignments are checked (values
         the dtype cannot hold raise ``ValueRangeError``) and written in place. Writes reach every reader's maps at
@@ -733,7 +753,7 @@ class WritableDataset(LeRobotZarrDataset):
         if wrong:
             raise ArgumentError(f"{self.root}: cannot edit {wrong} in place (editable features: {editable}; tasks "
                              f"change with set_task, indices with delete_episodes/delete_frames)")
-        first, stop = frame_range(frames, int(self._state.table.length[e]), f"{self.root}: episode {e}")
+        first, stop = frame_range(frames, int(self._state.table.length[e]), f"{self.root}: episode {e}", e)
         lacking = [name for name in names if e in self._gaps.get(name, {})]
         if lacking:
             raise NotMaterializedError(f"{self.root}: episode {e} has no frames of {lacking} to edit "
@@ -880,7 +900,8 @@ class WritableDataset(LeRobotZarrDataset):
         self._commit(self._state, new_rows, table=new_table, packs=packs, gaps=gaps)
 
     def delete_frames(self, episode: int, frames: slice | range | tuple[int, int] | Sequence[int]) -> None:
-        """Delete frames of one episode (a range or a list of frame indices) in one commit.
+        """Delete frames of one episode (a range or a list of frame indices; negative ones from the end, any outside
+        the episode raise :class:`~lerobot_zarr.errors.FrameIndexError`) in one commit.
 
         The episode keeps LeRobot's invariants (``frame_index`` 0..n-1, ``timestamp`` = frame_index / fps) and
         the later episodes' ``index`` stays contiguous: the shortened episode is written into fresh rows (work
@@ -891,12 +912,9 @@ class WritableDataset(LeRobotZarrDataset):
         table = self._state.table
         length = int(table.length[e])
         gone = np.zeros(length, dtype=bool)
-        if isinstance(frames, tuple):
-            frames = slice(*frames)
-        if isinstance(frames, (slice, range)):
-            if frames.step not in (None, 1):
-                raise ArgumentError(f"frames must have step 1, got {frames!r}")
-            gone[slice(frames.start, frames.stop)] = True
+        if isinstance(frames, (tuple, slice, range)):
+            first, stop = frame_range(frames, length, f"{self.root}: episode {e}", e)
+            gone[first:stop] = True
         else:
             idx = np.asarray(frames)
             if idx.size == 0:
@@ -940,26 +958,35 @@ class WritableDataset(LeRobotZarrDataset):
 
 class EditFrames:
     """One feature's frames of an episode being edited (what ``ds.edit(...)[feature]`` gives): reading gives
-    read-only numpy views; assignments (``ep[k][10:20] = x``, ``ep[k] += 1``) are checked first (values the
-    feature's dtype cannot hold raise :class:`~lerobot_zarr.errors.ValueRangeError`) and then written in place."""
+    read-only numpy views; assignments (``ep[k][10:20] = x``, ``ep[k] += 1``) are checked first (values of another
+    shape raise :class:`~lerobot_zarr.errors.SchemaMismatchError`, values the feature's dtype cannot hold
+    :class:`~lerobot_zarr.errors.ValueRangeError`) and then written in place. A scalar feature (LeRobot shape
+    ``[1]``) also takes ``(T, 1)`` values, as :meth:`WritableDataset.add_episode` does."""
 
     def __init__(self, name: str, frames: np.ndarray, kind: str, episode: int):
-        self.name, self._frames, self._kind, self.episode = name, frames, kind, episode
+        self.name, self._kind, self.episode = name, kind, episode
+        self._frames: np.ndarray | None = frames  # None once the edit block has ended
+
+    def _live(self) -> np.ndarray:
+        if self._frames is None:
+            raise StoreClosedError(f"feature {self.name!r}, episode {self.episode}: its edit block has ended; edit in "
+                                   f"a new `with ds.edit(...)` block", feature=self.name, episode=self.episode)
+        return self._frames
 
     @property
     def shape(self) -> tuple[int, ...]:
-        return self._frames.shape
+        return self._live().shape
 
     @property
     def dtype(self) -> np.dtype:
-        return self._frames.dtype
+        return self._live().dtype
 
     @property
     def ndim(self) -> int:
-        return self._frames.ndim
+        return self._live().ndim
 
     def __len__(self) -> int:
-        return len(self._frames)
+        return len(self._live())
 
     def _read_only(self, value: Any) -> Any:
         if isinstance(value, np.ndarray):
@@ -968,20 +995,34 @@ class EditFrames:
         return value
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
-        out = self._read_only(self._frames)
+        out = self._read_only(self._live())
         return out.astype(dtype) if dtype is not None else (out.copy() if copy else out)
 
     def __getitem__(self, key: Any) -> Any:
-        return self._read_only(self._frames[key])
+        return self._read_only(self._live()[key])
 
     def __setitem__(self, key: Any, value: Any) -> None:
         value = np.asarray(value.__array__() if isinstance(value, EditFrames) else value)
         _check_assignable(self.name, value, self.dtype, self.episode)
-        self._frames[key] = value
+        self._live()[key] = self._shaped(value, key)
+
+    def _shaped(self, value: np.ndarray, key: Any) -> np.ndarray:
+        """``value`` broadcast to the frames ``self[key]``; a scalar feature also takes values with a trailing axis
+        of 1, as :meth:`WritableDataset.add_episode` does."""
+        target = np.broadcast_to(np.empty((), np.bool_), self.shape)[key].shape
+        given = value.shape
+        if self.ndim == 1 and value.ndim == len(target) + 1 and given[-1:] == (1,):
+            value = value[..., 0]
+        try:
+            return np.broadcast_to(value, target)
+        except ValueError:
+            raise SchemaMismatchError(f"feature {self.name!r}, episode {self.episode}: values of shape {given} cannot "
+                                      f"be assigned to frames of shape {target}", feature=self.name,
+                                      episode=self.episode) from None
 
     def _inplace(self, op: Any, other: Any) -> EditFrames:
         with np.errstate(all="ignore"):
-            self[...] = op(np.asarray(self), np.asarray(other))
+            self[...] = op(np.asarray(self), self._shaped(np.asarray(other), ...))
         return self
 
     def __iadd__(self, other: Any) -> EditFrames:
@@ -997,12 +1038,15 @@ class EditFrames:
         return self._inplace(np.true_divide, other)
 
     def __repr__(self) -> str:
+        if self._frames is None:
+            return f"EditFrames({self.name!r}, episode={self.episode}, edit block ended)"
         return f"EditFrames({self.name!r}, episode={self.episode}, shape={self.shape}, dtype={self.dtype})"
 
 
 class _EditMaps(Mapping):
     """What ``edit`` yields: each feature's frames mapped writable on first lookup (as :class:`EditFrames`),
-    flushed at the end, and the episode's stats marked for recomputation for the features looked up."""
+    flushed at the end, and the episode's stats marked for recomputation for the features looked up. When the
+    block ends, it and its frames refuse any use (``StoreClosedError``)."""
 
     def __init__(self, ds: WritableDataset, episode: int, pack: int, offset: int, length: int, frames: slice,
                  names: list[str]):
@@ -1010,8 +1054,13 @@ class _EditMaps(Mapping):
                                                                                   frames, names)
         self.maps: dict[str, np.memmap] = {}
         self.views: dict[str, EditFrames] = {}
+        self.ended = False
 
     def __getitem__(self, name: str) -> EditFrames:
+        if self.ended:
+            raise StoreClosedError(f"{self.ds.root}: the edit block of episode {self.episode} has ended; edit in a "
+                                   f"new `with ds.edit(...)` block", path=self.ds.root, episode=self.episode,
+                                   feature=str(name))
         if name not in self.views:
             if name not in self.names:
                 raise KeyError(name)
@@ -1037,8 +1086,11 @@ class _EditMaps(Mapping):
         return len(self.names)
 
     def close(self) -> None:
+        self.ended = True
         for m in self.maps.values():
             m.flush()
+        for view in self.views.values():
+            view._frames = None
         self.maps.clear()
         self.views.clear()
 

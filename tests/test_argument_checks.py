@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import lerobot_zarr as lz
-from lerobot_zarr import ArgumentError, DeltaTimestampsError, SchemaMismatchError
+from lerobot_zarr import ArgumentError, DeltaTimestampsError, SchemaMismatchError, UnsupportedDtypeError
 from lerobot_zarr.api import materialize
 from lerobot_zarr.sample_data import write_sample_dataset
 
@@ -131,3 +131,62 @@ def test_writing_a_read_only_dataset_says_how_to_open_it_for_writing(folder, cac
     with pytest.raises(AttributeError, match=r"read-only: open it with open_dataset\(\.\.\., mode='r\+'\)"):
         getattr(ds, method)
     assert not hasattr(ds, "no_such_thing")
+
+
+@pytest.mark.parametrize("dtype", ["float128", "longdouble", "clongdouble", "complex64"])
+def test_create_refuses_dtypes_without_portable_raw_bytes(tmp_path, dtype):
+    try:
+        np.dtype(dtype)
+    except TypeError:
+        pytest.skip(f"numpy has no {dtype} here")
+    with pytest.raises(UnsupportedDtypeError, match="'a'") as info:
+        lz.create(tmp_path / "s", fps=30, features={"a": {"dtype": dtype, "shape": [2]}})
+    assert info.value.feature == "a"
+    assert not (tmp_path / "s" / "zarr.json").exists()
+
+
+def test_create_keeps_float16(tmp_path):
+    with lz.create(tmp_path / "s", fps=30, features={"a": {"dtype": "float16", "shape": [2]}}, min_free_bytes=0) as ds:
+        ds.add_episode({"a": np.full((3, 2), 1.5, np.float16)}, task="t")
+        assert ds[2]["a"].tolist() == [1.5, 1.5]
+
+
+
+@pytest.mark.parametrize("name", ["capacity_frames", "pack_bytes", "min_free_bytes"])
+@pytest.mark.parametrize("value", [2.5, "10", True, -1, 0])
+def test_create_refuses_bad_sizes(tmp_path, name, value):
+    if name == "min_free_bytes" and value == 0:
+        value = -2  # 0 is a valid margin
+    with pytest.raises(ArgumentError, match=name):
+        lz.create(tmp_path / "s", fps=30, features={"a": {"dtype": "float32", "shape": [2]}}, **{name: value})
+    assert not (tmp_path / "s" / "zarr.json").exists()
+
+
+def test_min_free_bytes_env_must_be_a_non_negative_integer(tmp_path, monkeypatch):
+    monkeypatch.setenv("LEROBOT_ZARR_MIN_FREE_BYTES", "-5")
+    with pytest.raises(ArgumentError, match="LEROBOT_ZARR_MIN_FREE_BYTES must be an integer >= 0"):
+        lz.create(tmp_path / "s", fps=30, features={"a": {"dtype": "float32", "shape": [2]}})
+
+
+@pytest.mark.parametrize("spec", [
+    {"dtype": "float32", "shape": [3], "names": ["x", "y"]},
+    {"dtype": "float32", "shape": [3], "names": ["x", "y", "z", "w"]},
+    {"dtype": "float64", "shape": [2, 3], "names": ["a", "b", "c", "d"]},
+    {"dtype": "image", "shape": [6, 8, 3], "names": ["height", "width"]},
+])
+def test_create_refuses_names_that_do_not_match_the_shape(tmp_path, spec):
+    with pytest.raises(SchemaMismatchError, match="'a'.*names") as info:
+        lz.create(tmp_path / "s", fps=30, features={"a": spec})
+    assert info.value.feature == "a"
+    assert not (tmp_path / "s" / "zarr.json").exists()
+
+
+@pytest.mark.parametrize("spec", [
+    {"dtype": "float32", "shape": [3], "names": ["x", "y", "z"]},
+    {"dtype": "float32", "shape": [3], "names": {"motors": ["x", "y"]}},
+    {"dtype": "float32", "shape": [3], "names": None},
+    {"dtype": "float64", "shape": [2, 3], "names": ["rows", "columns"]},
+    {"dtype": "image", "shape": [6, 8, 3], "names": ["height", "width", "channels"]},
+])
+def test_create_accepts_names_that_match_the_shape(tmp_path, spec):
+    lz.create(tmp_path / "s", fps=30, features={"a": spec}, min_free_bytes=0).close()

@@ -32,6 +32,7 @@ from lerobot_zarr import (
     FrameIndexError,
     LeRobotZarrDataset,
     SchemaMismatchError,
+    StoreClosedError,
     StoreError,
     StoreLockedError,
     UnsupportedDtypeError,
@@ -795,6 +796,10 @@ def _apply(op, ds, model, rng, counter):
         else:
             frames = slice(a, b) if form == "slice" else (a, b)
         ids = list(range(length))[slice(a, b)]
+        if not (-length <= a <= length and -length <= b <= length):
+            with pytest.raises(FrameIndexError):
+                ds.delete_frames(e, frames)
+            return f"delete_frames({e}, {frames!r}) refused"
         ds.delete_frames(e, frames)
         model.delete_frames(e, ids)
         return f"delete_frames({e}, {frames!r})"
@@ -811,6 +816,10 @@ def _apply(op, ds, model, rng, counter):
             if form == "range":
                 a, b = abs(a), abs(b)
             frames = {"slice": slice(a, b), "tuple": (a, b), "range": range(a, b)}[form]
+            if not (-length <= a <= length and -length <= b <= length):
+                with pytest.raises(FrameIndexError):
+                    ds.edit(e, frames=frames).__enter__()
+                return f"edit({e}, {frames!r}) refused"
             first, stop, _ = slice(a, b).indices(length)
         m = max(stop - first, 0)
         names = [k for k in FEATURES if rng.random() < 0.7] or ["action"]
@@ -869,7 +878,7 @@ def test_random_operations_match_the_reference(tmp_path, initial, ops, capacity,
                 ds = lz.open_dataset(root, mode="r+")
                 assert isinstance(ds, WritableDataset)
                 ds.durable = False
-            if done.startswith("edit") and not done.endswith("+flush"):
+            if done.startswith("edit") and not done.endswith(("+flush", "refused")):
                 stale = True
             elif read_state(root).generation != generation:
                 stale = False
@@ -1681,3 +1690,90 @@ def test_delete_frames_with_an_empty_list_is_a_no_op(tmp_path):
     ds.delete_frames(0, [])
     assert store_snapshot(ds.root) == before
     check_dataset(ds, model, "after delete_frames(0, [])", items=False)
+
+
+def test_edit_checks_the_shape_of_assigned_values(tmp_path):
+    """A value of the wrong shape raises SchemaMismatchError naming the feature and episode (not numpy's broadcast
+    ValueError) and writes nothing; a scalar feature takes (T, 1) values in edits as add_episode does."""
+    rng = np.random.default_rng(31)
+    ds, model = filled_store(tmp_path / "s", rng, lengths=(5, 4))
+    with ds.edit(0) as ep:
+        for what, assign in {
+            "slice": lambda: ep["action"].__setitem__(slice(None), np.zeros((5, 13), "f4")),
+            "whole": lambda: ep.__setitem__("action", np.zeros((4, 14), "f4")),
+            "in place": lambda: ep["action"].__iadd__(np.ones((5, 13), "f4")),
+            "scalar": lambda: ep["observation.counter"].__setitem__(slice(None), np.zeros((5, 2), np.int64)),
+        }.items():
+            with pytest.raises(SchemaMismatchError, match=r"feature '.*', episode 0") as info:
+                assign()
+            assert info.value.feature in ("action", "observation.counter") and info.value.episode == 0, what
+    ds.flush()
+    check_dataset(ds, model, "after refused edits", items=False)
+    counter = np.arange(100, 105, dtype=np.int64)[:, None]  # (T, 1), as add_episode takes it
+    frames = make_frames(rng, 5)
+    frames["observation.counter"] = counter
+    assert ds.add_episode(frames, task=TASKS[0]) == model.add(frames, TASKS[0])
+    with ds.edit(1) as ep:
+        ep["observation.counter"][:] = counter[:4]
+        ep["observation.counter"][1] = np.array([7])
+        ep["observation.counter"] += np.ones((4, 1), np.int64)
+    model.edit(1, 0, 4, {"observation.counter": np.array([101, 8, 103, 104])})
+    with ds.edit(2, frames=(1, 3)) as ep:
+        ep["observation.counter"] = counter[:2]
+    model.edit(2, 1, 3, {"observation.counter": counter[:2, 0]})
+    ds.flush()
+    check_dataset(ds, model, "scalar edits of (T, 1) values")
+    ds.close()
+
+
+def test_frame_ranges_outside_the_episode_are_refused(tmp_path):
+    """Bounds of a frame range outside [-length, length] raise FrameIndexError naming the episode (they used to be
+    clamped: an edit of nothing, or delete_frames(0, slice(0, 10)) deleting a 5-frame episode); nothing changes."""
+    rng = np.random.default_rng(32)
+    ds, model = filled_store(tmp_path / "s", rng, lengths=(5, 4))
+    before = store_snapshot(ds.root)
+    for frames in (slice(5, 50), slice(0, 10), (6, None), range(6), slice(-6, None), (None, -6)):
+        with pytest.raises(FrameIndexError, match="episode 0") as info:
+            ds.edit(0, frames=frames).__enter__()
+        assert info.value.episode == 0
+        with pytest.raises(FrameIndexError, match="episode 0") as info:
+            ds.delete_frames(0, frames)
+        assert info.value.episode == 0, frames
+    assert store_snapshot(ds.root) == before
+    check_dataset(ds, model, "after refused frame ranges", items=False)
+    # bounds inside [-length, length] (None: the end) still work, negative ones from the end
+    with ds.edit(0, frames=slice(5, None)) as ep:
+        assert len(ep["action"]) == 0
+    ds.delete_frames(0, (-5, 1))
+    model.delete_frames(0, [0])
+    ds.delete_frames(1, slice(None, 4))
+    model.delete_frames(1, [0, 1, 2, 3])
+    check_dataset(ds, model, "in-range frame deletes")
+    ds.close()
+    for frames in (slice(0, 50), (4, 5), slice(-5, None)):
+        with pytest.raises(FrameIndexError, match="episode 0"):
+            LeRobotZarrDataset(ds.root, episodes={0: frames})
+    assert len(LeRobotZarrDataset(ds.root, episodes={0: slice(-4, None)})) == 4
+
+
+def test_edit_views_end_with_their_block(tmp_path):
+    """Frames looked up in an edit block cannot be written (or read) after it: StoreClosedError, nothing changes,
+    and flush() folds nothing into the stats."""
+    rng = np.random.default_rng(33)
+    ds, model = filled_store(tmp_path / "s", rng, lengths=(5, 4))
+    with ds.edit(0) as ep:
+        counter, action = ep["observation.counter"], ep["action"]
+    for what, op in {
+        "write": lambda: counter.__setitem__(slice(None), 200),
+        "in place": lambda: action.__iadd__(1),
+        "whole feature": lambda: ep.__setitem__("action", 0),
+        "new lookup": lambda: ep["observation.state"],
+        "read": lambda: counter[0],
+    }.items():
+        with pytest.raises(StoreClosedError, match="edit block .*ended") as info:
+            op()
+        assert info.value.episode == 0, what
+    assert "ended" in repr(counter)
+    ds.flush()
+    check_dataset(ds, model, "after writes to ended edit views")
+    ds.close()
