@@ -5,8 +5,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 find_python() {
   local cand
-  for cand in python3.12 /root/.pyenv/versions/3.12*/bin/python3.12 "$HOME"/.pyenv/versions/3.12*/bin/python3.12 \
-              /usr/local/bin/python3.12 /usr/bin/python3.12; do
+  # python3.12 on PATH, else one that pyenv or uv manages (pyenv's shim fails when 3.12 is not its version)
+  local pyenv_root uv_python
+  pyenv_root="$(pyenv root 2>/dev/null || echo "${PYENV_ROOT:-$HOME/.pyenv}")"
+  uv_python="$(uv python find 3.12 2>/dev/null || true)"
+  for cand in python3.12 "$pyenv_root"/versions/3.12*/bin/python3.12 ${uv_python:+"$uv_python"}; do
     if "$cand" -c 'import sys; assert sys.version_info[:2] == (3, 12)' >/dev/null 2>&1; then
       echo "$cand"; return 0
     fi
