@@ -52,6 +52,9 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import _common as C  # noqa: E402
 
 from lerobot_zarr.frame_codecs import decode_batch, decode_threads, frame_codec
 from lerobot_zarr.resize import resize_frame, resize_frames
@@ -127,48 +130,14 @@ def g1_camera(work: Path) -> Camera | None:
     return decode_reference("G1", [str(f) for f in files], [0.0] * len(files), [lengths[e] for e in eps], work)
 
 
-def scene_frames(episode: int, length: int, seed: int) -> np.ndarray:
-    """Camera-like synthetic frames: a textured table seen by a slowly panning camera, with coloured objects
-    (a 'gripper' and two blocks) moving over it, lit by a soft gradient, plus a little sensor noise."""
-    rng = np.random.default_rng([seed, episode])
-    h, w, _ = SHAPE
-    big = rng.normal(0, 1, (h // 8 + 8, w // 8 + 16, 3))
-    texture = np.kron(big, np.ones((8, 8, 1)))  # blocky noise, then blurred into wood-like grain
-    for axis in (0, 1):
-        for _ in range(3):
-            texture = (texture + np.roll(texture, 3, axis) + np.roll(texture, -3, axis)) / 3
-    base = np.array([150, 110, 70]) + 25 * texture / texture.std()
-    y, x = np.mgrid[0:h, 0:w]
-    light = (0.75 + 0.25 * np.cos((x - w / 2) / w * 2.2) * np.cos((y - h / 2) / h * 1.8))[..., None]
-    out = np.empty((length, h, w, 3), np.uint8)
-    objects = [(rng.uniform(0.2, 0.8, 2), rng.uniform(-1, 1, 2), rng.integers(30, 230, 3), r)
-               for r in (60, 35, 28)]
-    for t in range(length):
-        pan = int(8 * np.sin(t / 40))
-        img = base[4 + pan // 2: 4 + pan // 2 + h, 8 + pan: 8 + pan + w] * light
-        for k, (p0, v, colour, r) in enumerate(objects):
-            cy = h * (p0[0] + 0.25 * np.sin(t / (25 + 7 * k) + v[0]))
-            cx = w * (p0[1] + 0.25 * np.cos(t / (31 + 5 * k) + v[1]))
-            if k == 0:  # a rectangle with a darker rim
-                mask = (np.abs(y - cy) < r * 1.6) & (np.abs(x - cx) < r * 0.7)
-                rim = mask & ~((np.abs(y - cy) < r * 1.6 - 6) & (np.abs(x - cx) < r * 0.7 - 6))
-                img[mask] = colour
-                img[rim] = colour * 0.5
-            else:
-                d = (y - cy) ** 2 + (x - cx) ** 2
-                img[d < r * r] = colour * (1.1 - 0.4 * np.sqrt(d[d < r * r]) / r)[:, None]
-        img += rng.normal(0, 2.0, img.shape)
-        out[t] = np.clip(img, 0, 255)
-    return out
-
-
 def synthetic_camera(work: Path, episodes: int, length: int, seed: int) -> Camera:
     path = work / f"synthetic-{episodes}x{length}-{seed}.mp4"
     spans_path = path.with_suffix(".spans.npy")
     if not (path.exists() and spans_path.exists()):
         os.environ.setdefault("SVT_LOG", "1")
         writer = VideoWriter(path, FPS, SHAPE[1], SHAPE[0])
-        spans = [writer.add(scene_frames(e, length, seed))[0] for e in range(episodes)]
+        spans = [writer.add(C.scene_frames(np.random.default_rng([seed, e]), length, SHAPE))[0]
+                 for e in range(episodes)]
         writer.close()
         np.save(spans_path, np.asarray(spans))
     spans = np.load(spans_path)

@@ -166,56 +166,12 @@ def read_source(name: str, src: Path, selection: list[int] | None) -> Source:
                   np.asarray([t["length"][r] for r in rows], np.int64), files, from_ts)
 
 
-def scene_frames(camera: int, episode: int, length: int, seed: int) -> np.ndarray:
-    """``bench_camera_options.scene_frames`` (a textured table under a slowly panning camera, a 'gripper' and two
-    blocks moving over it, soft light, sensor noise), in float32 and drawn inside each object's box."""
-    rng = np.random.default_rng([seed, camera, episode])
-    h, w, _ = SHAPE
-    big = rng.normal(0, 1, (h // 8 + 8, w // 8 + 16, 3))
-    texture = np.kron(big, np.ones((8, 8, 1)))  # blocky noise, then blurred into wood-like grain
-    for axis in (0, 1):
-        for _ in range(3):
-            texture = (texture + np.roll(texture, 3, axis) + np.roll(texture, -3, axis)) / 3
-    base = (np.array([150, 110, 70]) + 25 * texture / texture.std()).astype(np.float32)
-    y, x = np.mgrid[0:h, 0:w]
-    light = (0.75 + 0.25 * np.cos((x - w / 2) / w * 2.2) * np.cos((y - h / 2) / h * 1.8))[..., None].astype(np.float32)
-    objects = [(rng.uniform(0.2, 0.8, 2), rng.uniform(-1, 1, 2), rng.integers(30, 230, 3).astype(np.float32), r)
-               for r in (60, 35, 28)]
-    out = np.empty((length, h, w, 3), np.uint8)
-    img = np.empty((h, w, 3), np.float32)
-    for t in range(length):
-        pan = int(8 * np.sin(t / 40))
-        np.multiply(base[4 + pan // 2: 4 + pan // 2 + h, 8 + pan: 8 + pan + w], light, out=img)
-        for k, (p0, v, colour, r) in enumerate(objects):
-            cy = h * (p0[0] + 0.25 * np.sin(t / (25 + 7 * k) + v[0]))
-            cx = w * (p0[1] + 0.25 * np.cos(t / (31 + 5 * k) + v[1]))
-            ry, rx = (r * 1.6, r * 0.7) if k == 0 else (r, r)
-            y0, y1 = max(0, int(cy - ry) - 1), min(h, int(cy + ry) + 2)
-            x0, x1 = max(0, int(cx - rx) - 1), min(w, int(cx + rx) + 2)
-            if y0 >= y1 or x0 >= x1:
-                continue
-            yy, xx, patch = y[y0:y1, x0:x1], x[y0:y1, x0:x1], img[y0:y1, x0:x1]
-            if k == 0:  # a rectangle with a darker rim
-                mask = (np.abs(yy - cy) < ry) & (np.abs(xx - cx) < rx)
-                rim = mask & ~((np.abs(yy - cy) < ry - 6) & (np.abs(xx - cx) < rx - 6))
-                patch[mask] = colour
-                patch[rim] = colour * 0.5
-            else:
-                d = (yy - cy) ** 2 + (xx - cx) ** 2
-                inside = d < r * r
-                patch[inside] = colour * (1.1 - 0.4 * np.sqrt(d[inside]) / r)[:, None]
-        img += rng.standard_normal(img.shape, dtype=np.float32) * 2.0
-        np.clip(img, 0, 255, out=img)
-        out[t] = img
-    return out
-
-
 def _write_camera(path: str, camera: int, lengths: list[int], seed: int) -> None:
     from lerobot_zarr.video import VideoWriter
 
     writer = VideoWriter(path, C.FPS, SHAPE[1], SHAPE[0], SHAPE[2])
     for e, n in enumerate(lengths):
-        writer.add(scene_frames(camera, e, n, seed))
+        writer.add(C.scene_frames(np.random.default_rng([seed, camera, e]), n, SHAPE))
     writer.close()
 
 
