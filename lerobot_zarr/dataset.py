@@ -293,7 +293,7 @@ class LeRobotZarrDataset:
             if w.contiguous:  # one block of consecutive rows per window: a strided view copies whole blocks
                 n = len(w.offsets)
                 blocks = np.lib.stride_tricks.as_strided(
-                    view, (view.shape[0] - n + 1, n, *view.shape[1:]), (view.strides[0], *view.strides),
+                    view, (max(view.shape[0] - n + 1, 0), n, *view.shape[1:]), (view.strides[0], *view.strides),
                     writeable=False)
             self._windowed.append((w, view, blocks, *base(name)))
         self._images = [name for name, s in self._specs.items() if s.kind in CAMERA_DTYPES]
@@ -533,9 +533,9 @@ class LeRobotZarrDataset:
         """The same dict as ``ds[i]`` for many frames, stacked along a leading batch axis (one gather per
         feature). ``indices`` is 1-D."""
         eps, local = self._sel.locate_many(indices)
-        packs = self._chunk[eps]
         if self._all_mapped or len(eps) <= self._max_packs:
             return self._gather(eps, local)
+        packs = self._chunk[eps]
         unique = np.unique(packs)
         if len(unique) <= self._max_packs:
             return self._gather(eps, local)
@@ -574,7 +574,7 @@ class LeRobotZarrDataset:
                         out[w.pad_key] = np.zeros((len(eps), len(w.offsets)), dtype=bool)
                         continue
                     inner = np.flatnonzero(inside)
-                if inner is None or 2 * len(inner) < len(eps):  # mostly at episode edges: one clamped gather
+                if inner is None or 2 * len(inner) < len(eps):  # not one block, or mostly at edges: one gather
                     q, out[w.pad_key] = w.frames_batch(local, length)
                     out[w.name] = view[q + (rows - local)[:, None]]
                     continue
