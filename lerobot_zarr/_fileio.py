@@ -27,6 +27,7 @@ __all__ = [
     "punch_hole",
     "disk_error",
     "copy_file",
+    "link_or_copy",
     "WriterLock",
 ]
 
@@ -53,6 +54,14 @@ def copy_file(src: str | os.PathLike, dst: str | os.PathLike) -> None:
         if err is exc:
             raise
         raise err from None
+
+
+def link_or_copy(src: str | os.PathLike, dst: str | os.PathLike) -> None:
+    """``dst`` as a hard link to ``src`` (no bytes copied), or a copy where links fail (another filesystem)."""
+    try:
+        os.link(src, dst, follow_symlinks=False)
+    except OSError:
+        copy_file(src, dst)
 
 
 def open_nofollow(path: str | os.PathLike, flags: int, mode: int = 0o644) -> int:

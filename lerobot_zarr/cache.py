@@ -62,7 +62,7 @@ def _store_summary(path: Path) -> tuple[dict, int, int]:
     return dict(state.source), int(state.complete_episodes().sum()), len(state.table)
 
 
-def _size(path: Path) -> tuple[int, float]:
+def disk_usage(path: Path) -> tuple[int, float]:
     """Bytes on disk (allocated blocks, so sparse files count as what they take) and the latest atime/mtime."""
     total, last = 0, 0.0
     for root, dirs, files in os.walk(path, followlinks=False):
@@ -116,7 +116,7 @@ def cache_info(home: str | os.PathLike | None = None) -> list[CachedStore]:
         committed = (path / "zarr.json").is_file()
         if not committed and not (path / _CREATING).exists():
             continue
-        size, last = _size(path)
+        size, last = disk_usage(path)
         source, revision, refs = "", None, ()
         held = total = 0
         status = "ok"
@@ -209,7 +209,7 @@ def remove_store(path: str | os.PathLike, *, home: str | os.PathLike | None = No
             break
         if parent.is_symlink():
             raise ValueError(f"{path}: {parent} is a symlink")
-    size, _ = _size(resolved)
+    size, _ = disk_usage(resolved)
     fd = os.open(resolved / ".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     try:
         try:

@@ -24,13 +24,14 @@ from .lerobot_v3 import CAMERA_DTYPES, DEFAULT_FEATURES
 
 __all__ = ["describe", "describe_json", "main"]
 
-BOOKKEEPING = tuple(DEFAULT_FEATURES)
 log = logging.getLogger("lerobot_zarr")
 
 
-def _size_on_disk(root: Path) -> int:
-    """Bytes the store's files take on disk (allocated blocks: packs are sparse until their episodes arrive)."""
-    return sum(p.lstat().st_blocks * 512 for p in Path(root).rglob("*") if p.is_file() and not p.is_symlink())
+def _is_store(meta: Any) -> bool:
+    """Whether ``meta`` describes a store (else a source's metadata: ``inspect``)."""
+    from .store import has_commit_point
+
+    return isinstance(meta.root, Path) and has_commit_point(meta.root)
 
 
 def _mb(n: float) -> str:
@@ -91,7 +92,7 @@ def _stats_means(meta: Any) -> dict[str, list[float]]:
     out = {}
     for name in meta.features:
         s = meta.stats.get(name, {})
-        if name in BOOKKEEPING or name not in meta.stored_features or "mean" not in s:
+        if name in DEFAULT_FEATURES or name not in meta.stored_features or "mean" not in s:
             continue
         out[name] = np.asarray(s["mean"], dtype=float).reshape(-1).tolist()
     return out
@@ -106,7 +107,7 @@ def describe_json(meta: Any) -> dict:
         status, why = feature_status(m, name)
         features[name] = {"dtype": ft["dtype"], "shape": list(ft.get("shape") or []), "names": ft.get("names"),
                           "status": status, "why": why}
-    is_store = isinstance(m.root, Path) and (m.root / "zarr.json").is_file()
+    is_store = _is_store(m)
     if not is_store:  # metadata only: what a transcode would store
         for ft in features.values():
             if ft["status"] == "stored":
@@ -131,7 +132,9 @@ def describe_json(meta: Any) -> dict:
     if m.source.get("hub_bytes"):
         out["hub_bytes"] = m.source["hub_bytes"]
     if out["is_store"]:
-        out["local_bytes"] = _size_on_disk(Path(m.root))
+        from .cache import disk_usage
+
+        out["local_bytes"] = disk_usage(Path(m.root))[0]  # allocated: packs are sparse until their episodes come
     else:
         out["estimated_store_bytes"] = sum(
             _frame_bytes(ft) * int(m.episode_length[[e for e in range(m.total_episodes)
@@ -162,7 +165,7 @@ def describe(meta: Any) -> str:
     for name, ft in d["features"].items():
         names = ft["names"]
         shown = f"  names={str(names)[:50]}{'...' if len(str(names)) > 50 else ''}" if names else ""
-        status = ft["status"] if ft["status"] in ("stored", "to store") or name in BOOKKEEPING else ft["status"].upper()
+        status = ft["status"] if ft["status"] in ("stored", "to store") or name in DEFAULT_FEATURES else ft["status"].upper()
         lines.append(f"  {name:<32} {ft['dtype']:<8} {tuple(ft['shape'])!s:<14} {status}{shown}")
         if ft["why"]:
             lines.append(f"      why: {ft['why']}")
@@ -434,7 +437,7 @@ def _edit_plan(meta: Any, where: str, args: argparse.Namespace) -> tuple[list[in
     if unknown:
         raise ArgumentError(f"{where}: no feature {unknown[0]!r} to drop (features: {list(meta.features)}); nothing "
                             f"was changed", path=where, feature=unknown[0])
-    own = [name for name in drop if name in BOOKKEEPING]
+    own = [name for name in drop if name in DEFAULT_FEATURES]
     if own:
         raise ArgumentError(f"{where}: {own} are LeRobot's own columns and cannot be dropped; nothing was changed",
                             path=where, feature=own[0])
@@ -447,7 +450,7 @@ def _camera_status(meta: Any, name: str, episodes: Sequence[int], *, renumbered:
     if name in meta.not_materialized:
         return f"not stored ({meta.not_materialized[name]})"
     reasons = meta.unavailable.get(name, {})
-    is_store = isinstance(meta.root, Path) and (meta.root / "zarr.json").is_file()  # else a source's metadata
+    is_store = _is_store(meta)  # else a source's metadata
     held = [e for e in episodes if meta.materialized_episodes[e]] if is_store else list(episodes)
     shown = {e: k for k, e in enumerate(episodes)} if renumbered else {e: e for e in episodes}
     lacking = [shown[e] for e in held if e in reasons]
@@ -578,9 +581,7 @@ def _run(args: argparse.Namespace) -> int:
 
         ds = LeRobotZarrDataset(args.store)
         if args.episodes is not None:
-            ds = ds.select(args.episodes)
-            print(f"publishing {len(ds.episodes)} of the store's {ds.meta.total_episodes} episodes "
-                  f"({_episode_list_text(ds.episodes.tolist())}), renumbered from 0")
+            ds = ds.select(args.episodes)  # the export warns which episodes it publishes, renumbered
         _push(ds, str(args.store), args.repo_id, args)
     elif args.command == "edit":
         return _edit(args)

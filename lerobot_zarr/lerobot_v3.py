@@ -12,7 +12,7 @@ from collections.abc import Collection
 
 import numpy as np
 
-__all__ = ["QUANTILES", "STAT_NAMES", "DEFAULT_FEATURES", "CAMERA_DTYPES", "V3_DATA_PATH", "V3_VIDEO_PATH",
+__all__ = ["QUANTILES", "STAT_NAMES", "DEFAULT_FEATURES", "CAMERA_DTYPES", "NUMERIC_DTYPES", "V3_DATA_PATH", "V3_VIDEO_PATH",
            "V21_DATA_PATH", "V21_VIDEO_PATH", "CHUNKS_SIZE", "check_path_template", "data_file_rel", "video_file_rel",
            "default_features", "video_info", "per_episode_stats", "aggregate_stats", "stats_json", "episode_stats",
            "image_stats"]
@@ -30,6 +30,9 @@ DEFAULT_FEATURES = {
 }
 # LeRobot's dtypes of camera features (frames of shape (H, W, C), uint8); also the store's kinds of camera arrays.
 CAMERA_DTYPES = frozenset({"image", "video"})
+# dtypes of numeric features: raw bytes that read the same everywhere (no platform-sized longdouble)
+NUMERIC_DTYPES = frozenset({"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+                            "float16", "float32", "float64"})
 V3_DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
 V3_VIDEO_PATH = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
 V21_DATA_PATH = "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet"

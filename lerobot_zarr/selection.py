@@ -105,7 +105,8 @@ class Selection:
         self._stop = np.asarray(stop, dtype=np.int64)
         self.cum = np.concatenate([[0], np.cumsum(self._stop - self.first)]).astype(np.int64)
         self.n_episodes = n_episodes
-        self._identity = bool(np.array_equal(self.episodes, np.arange(n_episodes)) and not self.first.any())
+        self._to_frame = self.first - self.cum[:-1]  # dataset index + this = frame inside selected episode k
+        self._all_episodes = bool(np.array_equal(self.episodes, np.arange(n_episodes)))  # k is the episode
         # plain lists for the per-item path (a list lookup costs a third of a numpy scalar lookup)
         self._cum_list, self._episode_list, self._first_list = (self.cum.tolist(), self.episodes.tolist(),
                                                                 self.first.tolist())
@@ -135,13 +136,8 @@ class Selection:
         k = bisect_right(self._cum_list, i) - 1
         return k, i - self._cum_list[k] + self._first_list[k]
 
-    def locate(self, index: int) -> tuple[int, int]:
-        """``(episode, frame inside it)`` of dataset index ``index`` (negative from the end)."""
-        k, frame = self.slot(index)
-        return self._episode_list[k], frame
-
     def locate_many(self, indices: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """:meth:`locate` for an array of indices (1-D; any integer dtype)."""
+        """``(episodes, frames inside them)`` of dataset indices (1-D, any integer dtype, negative from the end)."""
         idx = np.asarray(indices)
         if idx.size == 0:
             idx = idx.astype(np.int64)
@@ -159,9 +155,7 @@ class Selection:
                 raise FrameIndexError(f"frame index {int(np.asarray(indices)[np.argmax(bad)])} is out of range for "
                                       f"a dataset of {n} frames")
         k = np.searchsorted(self.cum, idx, side="right") - 1
-        if self._identity:  # every episode, whole: k is the episode and cum its first frame
-            return k, idx - self.cum[k]
-        return self.episodes[k], idx - self.cum[k] + self.first[k]
+        return k if self._all_episodes else self.episodes[k], idx + self._to_frame[k]
 
     def frames_of(self, episode: int) -> range:
         hits = np.flatnonzero(self.episodes == episode)

@@ -45,6 +45,7 @@ from .files import LocalFiles, SourceFiles, is_lerobot_folder, safe_relpath
 from .lerobot_v3 import (
     CAMERA_DTYPES,
     DEFAULT_FEATURES,
+    NUMERIC_DTYPES,
     STAT_NAMES,
     V3_DATA_PATH,
     V3_VIDEO_PATH,
@@ -58,8 +59,6 @@ from .video import VideoUnavailable, decode_into, have_pyav
 
 __all__ = ["FeatureSpec", "EpisodeTable", "LeRobotSource", "is_lerobot_folder"]
 
-NUMERIC_DTYPES = frozenset({"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-                            "float16", "float32", "float64"})
 TIMESTAMP_TOLERANCE_S = 1e-4  # LeRobot's tolerance on timestamps (check_timestamps_sync, delta_timestamps)
 
 

@@ -31,7 +31,7 @@ from torch.utils.data import BatchSampler, DataLoader, Dataset, IterableDataset,
 
 from .dataset import LeRobotZarrDataset
 from .errors import LeRobotZarrWarning
-from .lerobot_v3 import CAMERA_DTYPES, DEFAULT_FEATURES
+from .lerobot_v3 import DEFAULT_FEATURES
 from .streaming import SampleStream
 
 __all__ = ["BatchLoader", "IndexBatches", "LeRobotDataset", "TorchDataset", "TorchStream", "batch_loader", "to_tensors"]
@@ -432,7 +432,7 @@ class _Meta:
     @property
     def camera_keys(self) -> list[str]:
         """Image and video features (LeRobot's ``camera_keys``)."""
-        return [k for k, ft in self.features.items() if ft.get("dtype") in CAMERA_DTYPES]
+        return self._meta.camera_keys
 
     @property
     def video_keys(self) -> list[str]:

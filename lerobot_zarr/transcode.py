@@ -30,7 +30,7 @@ import numpy as np
 
 from ._background import prefetched
 from ._cameras import mp4_index_path
-from ._fileio import WriterLock, atomic_write, copy_file, disk_error
+from ._fileio import WriterLock, atomic_write, disk_error, link_or_copy
 from ._packs import ensure_pack, row_writer, write_rows, write_rows_vectored
 from ._progress import progress_bar
 from .errors import ArgumentError, FrameIndexError, NotMaterializedError, SourceMismatchError, StoreError
@@ -480,10 +480,7 @@ def _keep_mp4(source: LeRobotSource, root: Path, e: int, name: str) -> None:
         try:
             local = getattr(source.files, "root", None)
             if isinstance(local, Path):
-                try:
-                    os.link(local / rel, tmp, follow_symlinks=False)
-                except OSError:
-                    copy_file(local / rel, tmp)
+                link_or_copy(local / rel, tmp)
             else:
                 with source.files.open(rel) as f, open(tmp, "wb") as out:
                     try:

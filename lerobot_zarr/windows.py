@@ -70,10 +70,6 @@ class Window:
         self.contiguous = bool(np.array_equal(self.offsets, np.arange(self.lo, self.hi + 1)))
         self.no_pad = np.zeros(len(self.offsets), dtype=bool)
 
-    def inside(self, local: int, length: int) -> bool:
-        """Whether the window of frame ``local`` lies inside its episode (no clamping, no padding)."""
-        return local + self.lo >= 0 and local + self.hi < length
-
     def frames(self, local: int, length: int) -> tuple[np.ndarray, np.ndarray]:
         """Episode-local frames read by the window of frame ``local`` (clamped), and its padding mask."""
         q = self.offsets + local

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from ._fileio import WriterLock, atomic_write, copy_file
+from ._fileio import WriterLock, atomic_write, copy_file, link_or_copy
 from ._packs import ensure_pack, remove_retired, retire_pack, write_rows
 from ._progress import progress_bar
 from .dataset import ImageFormat, LeRobotZarrDataset, _pack_file
@@ -43,7 +43,7 @@ from .errors import (
     UnsupportedDtypeError,
     ValueRangeError,
 )
-from .lerobot_v3 import DEFAULT_FEATURES, aggregate_stats, episode_stats, stats_json
+from .lerobot_v3 import DEFAULT_FEATURES, NUMERIC_DTYPES, aggregate_stats, episode_stats, stats_json
 from .selection import episode_index, frame_range
 from .store import (
     CREATING_MARKER,
@@ -73,9 +73,7 @@ _LOCATION_STATS = ("min", "max", "mean", "q01", "q10", "q50", "q90", "q99")
 _INDEX_COLUMNS = ("episode_index", "index")  # stored values may exceed LeRobot's by the table's shifts
 _STATS_PENDING = ".stats-pending"  # stats files newer than the committed stats.json may exist
 RESERVED_NAMES = ("task",)  # sample keys a feature may not take (with LeRobot's own columns and '*_is_pad')
-# dtypes whose raw bytes read the same everywhere (not longdouble, whose size depends on the platform)
-_RAW_DTYPES = frozenset(np.dtype(t).type for t in ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16",
-                                                   "uint32", "uint64", "float16", "float32", "float64"))
+_RAW_DTYPES = frozenset(np.dtype(t).type for t in NUMERIC_DTYPES)
 
 
 def _count(name: str, value: Any, low: int) -> int:
@@ -223,10 +221,7 @@ def fork(source: str | os.PathLike, root: str | os.PathLike) -> StoreState:
                 dst.parent.mkdir(parents=True, exist_ok=True)
                 with contextlib.suppress(FileNotFoundError):
                     dst.unlink()  # debris of a copy killed midway
-                try:
-                    os.link(src, dst, follow_symlinks=False)
-                except OSError:  # another filesystem, or no hard links there: copy
-                    copy_file(src, dst)
+                link_or_copy(src, dst)
         stats = source / ".episode_stats"
         if stats.is_dir():
             shutil.copytree(stats, root / ".episode_stats", symlinks=False, dirs_exist_ok=True)
