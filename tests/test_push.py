@@ -928,11 +928,13 @@ def test_a_dataset_without_episodes_is_refused_before_touching_the_hub(hub, env,
     ds.delete_episodes(list(range(ds.meta.total_episodes - 1)))
     ds.delete_episodes([0])
     assert ds.meta.total_episodes == 0
+    hub.reset_stats()
     with pytest.raises(StoreError, match="no episodes: nothing to export or push"):
         ds.push("alice/empty", token=TOKEN, progress=False)
     with pytest.raises(StoreError, match="no episodes"):
         ds.to_lerobot(tmp_path / "out", progress=False)
     ds.close()
+    assert lib_requests(hub) == [], "the Hub was not touched"
     with pytest.raises(ValueError):  # no repo was created
         hub.refs("alice/empty")
     assert not (tmp_path / "out").exists()

@@ -15,7 +15,10 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import shutil
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 
@@ -844,3 +847,18 @@ def test_videos_added_to_the_source_later_are_used(tmp_path, monkeypatch):
     mp4.write_bytes(data)  # the video arrives (downloaded later, say)
     ds = open_dataset(src, progress=False)
     assert ds.meta.unavailable == {} and FRONT in ds[ds.episode_frames(1)[0]]
+
+
+def test_svtav1_params_change_threads_not_bytes(tmp_path):
+    """LEROBOT_ZARR_SVTAV1_PARAMS (the suite sets lp=1) gives the same bytes as the encoder's default."""
+    pytest.importorskip("av")
+    script = ("import sys, numpy as np; from lerobot_zarr.video import VideoWriter; "
+              "f = np.random.default_rng(0).integers(0, 255, (6, 64, 96, 3), dtype=np.uint8); "
+              "w = VideoWriter(sys.argv[1], 30, 96, 64); w.add(f); w.close()")
+    out = {}
+    for params in ("", "lp=1"):
+        env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]), LEROBOT_ZARR_SVTAV1_PARAMS=params)
+        path = tmp_path / f"v{params or 'default'}.mp4"
+        subprocess.run([sys.executable, "-c", script, str(path)], check=True, env=env, timeout=120)
+        out[params] = path.read_bytes()
+    assert out[""] == out["lp=1"] and len(out[""]) > 100
