@@ -864,9 +864,16 @@ class WritableDataset(LeRobotZarrDataset):
         self._check_space(int(table.length[moving].sum()) * sum(s.frame_bytes for s in self._state.arrays.values()))
         for e in moving.tolist():
             data = {name: np.asarray(v) for name, v in self._read_episode(e, table).items()}
+            edited = (int(table.chunk[e]), int(table.offset[e])) in self._dirty
             packs, chunk[e], offset[e] = self._relocate(packs, data)
-            self._write_stats_file(int(chunk[e]), int(offset[e]), {name: {k: v[e] for k, v in rows[name].items()}
-                                                                   for name in rows})
+            if edited:  # edited in place since the last commit: ``rows`` holds its stats from before the edit
+                stats = self._stats_of(int(chunk[e]), int(offset[e]), data)
+                for name in rows:
+                    for k in rows[name]:
+                        rows[name][k][e] = stats[name][k]
+            else:
+                self._write_stats_file(int(chunk[e]), int(offset[e]),
+                                       {name: {k: v[e] for k, v in rows[name].items()} for name in rows})
         return EpisodeTable(table.start, table.length, table.task_index, chunk, offset, table.episode_index_shift,
                             table.index_shift), packs
 

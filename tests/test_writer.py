@@ -1223,6 +1223,32 @@ def test_edit_stats_are_committed_at_flush_close_or_the_next_change(tmp_path):
     ds.close()
 
 
+
+@pytest.mark.parametrize("change", ["delete_frames", "delete_episodes"])
+def test_edit_stats_survive_the_compaction_that_moves_the_edited_episode(tmp_path, change):
+    """An episode edited in place (stats not committed yet) whose pack a later deletion compacts is moved with
+    its edited values: the commit must count those values, not the stats from before the edit."""
+    rng = np.random.default_rng(31)
+    root = tmp_path / "s"
+    ds, model = filled_store(root, rng, lengths=(2, 3, 6, 10, 10))  # the last episode starts pack 1
+    new = {k: v * 4 - 3 if v.dtype.kind == "f" else v for k, v in make_frames(rng, 3).items()}
+    with ds.edit(1) as ep:  # episode 1 shares pack 0 with every other episode
+        for k, v in new.items():
+            ep[k][:] = v
+    model.edit(1, 0, 3, new)
+    pack = int(read_state(root).table.chunk[1])
+    assert pack == 0 and len(read_state(root).packs) == 2
+    if change == "delete_frames":  # episode 3 moves out of pack 0, leaving it mostly dead: 0, 1 and 2 move too
+        ds.delete_frames(3, [7])
+        model.delete_frames(3, [7])
+    else:
+        ds.delete_episodes([3])
+        model.delete_episodes([3])
+    assert int(read_state(root).table.chunk[1]) != pack, "the edited episode was not moved: the test misses its case"
+    check_dataset(ds, model, f"edit, then {change} compacting its pack")
+    ds.close()
+    check_dataset(lz.open_dataset(root), model, f"edit, then {change}, reopened", fresh=False)
+
 KILLED_EDIT_SCRIPT = r"""
 import os, sys
 import lerobot_zarr as lz
