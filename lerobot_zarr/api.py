@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import quote
 
+from ._cameras import served_episodes
 from .dataset import DatasetMeta, EpisodeSelection, ImageFormat, LeRobotZarrDataset
 from .errors import ArgumentError, HubError, NotMaterializedError, warn_user
 from .files import is_lerobot_folder
@@ -230,7 +231,7 @@ def _open_hub(repo_id: str, *, root, episodes, revision, token, progress, storag
 
 
 def _missing_episodes(store: Path, episodes: EpisodeSelection | None) -> list[int]:
-    complete = read_state(store).complete_episodes()
+    complete = served_episodes(read_state(store))
     wanted = range(len(complete)) if episodes is None else episodes
     return sorted({int(e) for e in wanted if 0 <= e < len(complete) and not complete[e]})
 

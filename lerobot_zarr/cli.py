@@ -67,11 +67,18 @@ def _episode_list_text(episodes: list[int]) -> str:
 
 def feature_status(meta: Any, name: str) -> tuple[str, str]:
     """``(status, why)`` of a feature: ``stored`` (in the store, or to be stored by a transcode), ``not stored``
-    (never, e.g. strings, or videos without PyAV), ``unavailable`` (the source cannot give it for the episodes
-    concerned: samples leave it out), or ``partly unavailable`` (some episodes lack it: samples of a selection of
-    the others have it)."""
+    (never, e.g. strings), ``unavailable`` (the source cannot give it for the episodes concerned: samples leave it
+    out), ``partly unavailable`` (some episodes lack it: samples of a selection of the others have it), or
+    ``needs PyAV`` (a video camera this Python cannot decode: samples leave it out until PyAV is installed)."""
     if name in meta.not_materialized:
         return "not stored", meta.not_materialized[name]
+    status, why = _availability(meta, name)
+    if name in meta.needs_pyav and status != "unavailable":
+        return "needs PyAV", meta.needs_pyav[name] + (f"; besides, {status}: {why}" if why else "")
+    return status, why
+
+
+def _availability(meta: Any, name: str) -> tuple[str, str]:
     reasons = meta.unavailable.get(name, {})
     held = np.flatnonzero(meta.materialized_episodes) if meta.materialized_episodes.any() \
         else np.arange(meta.total_episodes)
@@ -139,7 +146,8 @@ def describe_json(meta: Any) -> dict:
         out["estimated_store_bytes"] = sum(
             _frame_bytes(ft) * int(m.episode_length[[e for e in range(m.total_episodes)
                                                      if e not in m.unavailable.get(k, {})]].sum())
-            for k, ft in m.features.items() if features[k]["status"] in ("to store", "partly unavailable"))
+            for k, ft in m.features.items() if features[k]["status"] in ("to store", "partly unavailable",
+                                                                         "needs PyAV"))
     return out
 
 

@@ -45,6 +45,7 @@ from .errors import (
 )
 from .lerobot_v3 import DEFAULT_FEATURES, NUMERIC_DTYPES, aggregate_stats, episode_stats, stats_json
 from .selection import episode_index, frame_range
+from .video import have_pyav, pyav_missing
 from .store import (
     CREATING_MARKER,
     DEFAULT_PACK_BYTES,
@@ -248,6 +249,14 @@ class WritableDataset(LeRobotZarrDataset):
         lock = WriterLock(root, blocking=False).__enter__()
         try:
             state = read_state(root)
+            undecoded = [name for name, spec in state.arrays.items()
+                         if spec.kind == "video" and spec.storage != "mp4" and not state.done_mask(name).all()]
+            if undecoded and not have_pyav():  # a writer's commit says every feature of every episode is there
+                lacking = np.flatnonzero(~state.done_mask(undecoded[0]))
+                raise pyav_missing(f"{root}: writing to this store (each commit holds every feature of every "
+                                   f"episode) first decodes camera {undecoded[0]!r} in episodes "
+                                   f"{lacking[:10].tolist()}{'...' if lacking.size > 10 else ''}, which",
+                                   path=root, feature=undecoded[0])
             missing = np.flatnonzero(~state.complete_episodes())
             if missing.size:
                 raise NotMaterializedError(f"{root}: episodes {missing[:20].tolist()} are not in the local store; "
