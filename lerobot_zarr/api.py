@@ -126,7 +126,7 @@ def open_dataset(
         if mode == "r+":
             store = _writable_copy(src.path, root, store_path_for(folder))
         else:
-            store = Path(root).expanduser() if root is not None else store_path_for(folder)
+            store = Path(root).expanduser() if root is not None else _variant(store_path_for(folder), storage, resize)
         transcode(folder, store, episodes=[] if lazy else episodes, progress=progress, storage=storage, resize=resize,
                   client=client,
                   pack_bytes=pack_bytes)
@@ -144,16 +144,29 @@ def open_dataset(
                               lazy=lazy, fetch=_fetch if lazy else None)
 
 
+def _variant(store: Path, storage: Mapping[str, Any] | None, resize: Mapping[str, Any] | None) -> Path:
+    """The cache's store of a source for these camera choices: the plain store, or one of its own next to it
+    (``<store>+<digest of the choices>``), so that ``storage=``/``resize=`` never change what plain opens read."""
+    from .transcode import camera_choices_key
+
+    key = camera_choices_key(storage, resize)
+    return store if key is None else store.with_name(f"{store.name}+{key}")
+
+
 def _note_camera_choices(store: Path) -> None:
     """Warn when a store made earlier keeps a camera with other values than the source's (resized, lossy) and this
     open did not ask for it: its ``storage=``/``resize=`` were chosen by the open that made the store."""
     from .transcode import kept_description
 
+    cached = store.resolve().is_relative_to(cache_home().resolve())
     for name, spec in read_state(store).arrays.items():
         if spec.resize or (spec.storage == "compact" and spec.codec_spec.get("codec") == "jpeg"):
+            fix = (f"this cached store was made so by an earlier lerobot_zarr (camera choices now get a store of "
+                   f"their own): `lerobot-zarr cache rm {store}` and open again for the source's values" if cached
+                   else "pass the same storage=/resize= to open it without this warning, or root= (a new folder) "
+                        "for other choices")
             warn_user(f"{store}: camera {name!r} is stored {kept_description(spec)}, as chosen when this store was "
-                      f"made, so its values differ from the source's; pass the same storage=/resize= to open it "
-                      f"without this warning, or root= (a new folder) for other choices")
+                      f"made, so its values differ from the source's; {fix}")
 
 
 def _check_not_shared(store: Path) -> None:
@@ -214,7 +227,7 @@ def _open_hub(repo_id: str, *, root, episodes, revision, token, progress, storag
     if writable:
         store = _writable_copy(repo_id, root, _hub_home(repo_id) / commit)
     else:
-        store = Path(root).expanduser() if root is not None else _hub_home(repo_id) / commit
+        store = Path(root).expanduser() if root is not None else _variant(_hub_home(repo_id) / commit, storage, resize)
     if has_commit_point(store):
         missing = _missing_episodes(store, episodes)
         if not missing:

@@ -230,7 +230,8 @@ class LeRobotZarrDataset:
                 have = [e for e in np.flatnonzero(present).tolist() if e not in reasons]
                 fix = (f"to sample it, select episodes that have it: episodes={have[:10]}"
                        f"{f'... ({len(have)} episodes)' if len(have) > 10 else ''}" if have else
-                       "no episode has it: leave it out (ds.drop_features, or `lerobot-zarr edit --drop-features`)")
+                       "no episode has it: samples go without it (to remove it from a store of your own: "
+                       "drop_features, or `lerobot-zarr edit --drop-features`)")
                 missing[name] = (f"unavailable in {len(hit)} of the {len(wanted)} selected episodes "
                                  f"{hit[:10]}{'...' if len(hit) > 10 else ''}; episode {hit[0]}: {reasons[hit[0]]}; "
                                  f"{fix}")

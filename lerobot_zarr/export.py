@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -32,7 +33,7 @@ from .video import ENCODING, VideoWriter
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["to_lerobot", "push", "INDEX_FILE"]
+__all__ = ["to_lerobot", "push", "check_push", "INDEX_FILE"]
 
 _AV1_RATIO = 20  # raw camera bytes per byte of LeRobot's AV1 (crf 30), roughly: sizes video files
 
@@ -303,6 +304,24 @@ class _VideoFiles:
             self.writer = None
             self.number += 1
             self.raw = 0
+
+
+def check_push(dataset: LeRobotZarrDataset | None, repo_id: str, *, revision: str | None = None,
+               token: str | bool | None = None, videos: bool | None = None, drop: Sequence[str] = ()) -> None:
+    """What :func:`push` checks before exporting, changing nothing anywhere (a missing repo is not created):
+    for commands that change a store and then push it (``edit --push``), so that a push bound to fail is refused
+    before the store changes. ``dataset``: the data as it will be pushed, less the features in ``drop`` (None:
+    check the token and the remote only)."""
+    from .hub import parse_repo_id
+    from .publish import Publisher
+
+    parse_repo_id(repo_id)
+    publisher = Publisher(repo_id, branch=revision or "main", token=token, progress=False)
+    publisher.check(create=False)
+    if dataset is not None:
+        features = {k: v for k, v in _features(dataset, videos).items() if k not in drop}
+        publisher.check_same_dataset({"features": features, "fps": dataset.meta.info["fps"],
+                                      "robot_type": dataset.meta.info.get("robot_type")})
 
 
 @forwarded("push")

@@ -14,6 +14,7 @@ processes writing the same episode write the same bytes; a commit merges what th
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import shutil
@@ -58,7 +59,7 @@ from .video import VideoUnavailable, have_pyav
 if TYPE_CHECKING:  # the caller gives the source: reading one is what needs pyarrow
     from .source import LeRobotSource
 
-__all__ = ["transcode", "array_specs"]
+__all__ = ["transcode", "array_specs", "camera_choices_key", "kept_description", "storage_name"]
 
 _COMMIT_EVERY_S = 1.0
 
@@ -195,6 +196,24 @@ def _checked_state(root: Path, record: dict) -> StoreState:
             f"{root}: this store was made from {_describe(state.source)}, not from {_describe(record)}; delete the "
             f"folder or pick another root= for this source", path=root)
     return state
+
+
+def camera_choices_key(storage: Mapping[str, CameraStorage | str] | None, resize: Mapping[str, Resize] | None
+                       ) -> str | None:
+    """A short stable name of the camera choices ``storage``/``resize`` that change how cameras are kept (None if
+    none does): the cache keeps a store per choice next to the plain one, so that an experiment never replaces
+    the store every other open of the source reads. Equivalent spellings (``"jpeg"``, ``"jpeg:90"``) agree."""
+    probe = ArraySpec(np.dtype("uint8"), (1 << 20, 1 << 20, 3), ("height", "width", "channels"), "video")
+    chosen = {}
+    for name in sorted({*(storage or {}), *(resize or {})}):
+        kept = camera_array(name, probe, (storage or {}).get(name), None)
+        sized = camera_array(name, probe, None, (resize or {}).get(name)) if (resize or {}).get(name) else None
+        how = [storage_name(kept), {k: v for k, v in sized.resize_spec.items() if k != "from"} if sized else None]
+        if how != ["raw", None]:
+            chosen[name] = how
+    if not chosen:
+        return None
+    return hashlib.sha256(json.dumps(chosen, sort_keys=True).encode()).hexdigest()[:12]
 
 
 def _describe(record: dict) -> str:

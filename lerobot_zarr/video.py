@@ -15,7 +15,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from .errors import MissingExtraError, missing_extra
+from .errors import MissingExtraError, import_optional, missing_extra
 
 __all__ = ["TOLERANCE_S", "VideoUnavailable", "decode_into", "have_pyav", "VideoWriter", "ENCODING"]
 
@@ -129,7 +129,7 @@ class VideoWriter:
     """One LeRobot mp4 file: episodes appended one after the other; ``duration`` is where the next one starts."""
 
     def __init__(self, path: str | os.PathLike, fps: float, width: int, height: int, channels: int = 3):
-        import av
+        av = import_optional("av", "encoding videos")
 
         os.environ.setdefault("SVT_LOG", "1")  # SVT-AV1 prints its banner and settings to stderr otherwise
         self.fps = Fraction(fps).limit_denominator(1001)

@@ -438,9 +438,13 @@ def test_edit_dry_run_changes_nothing(capsys, env, hub, recorded, tmp_path):
     assert out.startswith(f"dry run: edit {recorded} (recorded with lerobot_zarr.create)\n")
     assert "  episodes:   3 -> 2 (deleted 1: [0]; kept [1, 2], renumbered from 0)\n" in out
     assert "  frames:     28 -> 16\n" in out and "  features:   dropped ['observation.images.cam']\n" in out
-    assert "  then push to alice/never\n" in out and out.endswith("dry run: nothing was changed\n")
+    assert "  then push to alice/never (token and write access checked)\n" in out
+    assert out.endswith("dry run: nothing was changed\n")
     assert tree_snapshot(recorded) == snapshot, "a dry run changed the store"
-    assert lib_requests(hub) == [], "a dry run of a store made requests"
+    # the push's token and remote were checked, reading only: no repo made, nothing written on the Hub
+    assert {r.method for r in lib_requests(hub)} <= {"GET", "HEAD"}, [(r.method, r.path) for r in lib_requests(hub)]
+    with pytest.raises(ValueError, match="no dataset repo"):  # the dry run made no repo
+        hub.refs("alice/never")
     # a Hub repo with a new --root: metadata only, no store made, no data or video read
     root = tmp_path / "g1"
     code, out, err = run(capsys, "edit", "real/G1-policy-train", "--root", str(root), "--keep-episodes", "1-2,4",
