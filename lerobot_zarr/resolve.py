@@ -36,6 +36,7 @@ class ResolvedSource:
 
 
 HUB_PREFIX = "hf://datasets/"  # the Hub's own spelling of a dataset repo, for a repo id that looks like a local path
+_NOT_ORGS = frozenset({"api", "datasets", "models", "spaces"})  # namespaces the Hub reserves: such a name is a path
 
 
 def resolve_source(source: str | os.PathLike, *, revision: str | None = None, token: str | bool | None = None,
@@ -61,6 +62,10 @@ def resolve_source(source: str | os.PathLike, *, revision: str | None = None, to
     if path.exists():
         raise SourceNotFoundError(f"{path}: neither a LeRobot dataset folder (meta/info.json) nor a lerobot_zarr store")
     if isinstance(source, str) and REPO_ID.match(source) and ".." not in source:
+        org = source.split("/")[0]
+        if org in _NOT_ORGS:
+            raise SourceNotFoundError(f"{source}: no such folder{_near_miss(path)} (and not a Hub repo id: "
+                                      f"{org!r} is not an organisation on the Hub)")
         if not path.parent.is_dir():
             return ResolvedSource("hub", repo_id=source, revision=revision, token=token)
         raise SourceNotFoundError(f"{source}: no such folder{_near_miss(path)} (not looked up on the Hub: "
