@@ -303,7 +303,8 @@ def _parser() -> argparse.ArgumentParser:
     edit.add_argument("--drop-features", nargs="+", action="extend", metavar="FEATURE",
                       help="features to remove (e.g. a camera some episodes lack); LeRobot's own columns stay")
     edit.add_argument("--dry-run", action="store_true",
-                      help="only say what would change (nothing is written or downloaded beyond metadata)")
+                      help="only say what would change (nothing is written; only metadata is read, and with --push "
+                           "the token and the remote are checked)")
     edit.add_argument("--revision", default=None, help="Hub source: branch, tag or commit to copy from")
     edit.add_argument("--token", default=None,
                       help="Hub token, to read the source and to push (default: `hf auth login`'s)")
