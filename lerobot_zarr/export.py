@@ -28,7 +28,7 @@ from .errors import ArgumentError, NotMaterializedError, StoreError, warn_user
 from .hub_index import INDEX_FILE, write_index
 from .lerobot_v3 import CAMERA_DTYPES, CHUNKS_SIZE, STAT_NAMES, default_features, video_file_rel, video_info
 from .lerobot_v3 import episode_stats as lerobot_stats
-from .video import ENCODING, VideoWriter
+from .video import ENCODING, VideoWriter, pyav_missing
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -93,6 +93,9 @@ def _check_exportable(ds: LeRobotZarrDataset) -> None:
     published by accident as a smaller dataset."""
     if len(ds.episodes) == 0:
         raise StoreError(f"{ds.root}: the dataset has no episodes: nothing to export or push", path=ds.root)
+    undecoded = [name for name in ds.meta.needs_pyav if name in ds.left_out]
+    if undecoded:  # not a property of the data: publishing it without the camera would lose it
+        raise pyav_missing(f"{ds.root}: exporting camera {undecoded[0]!r}", path=ds.root, feature=undecoded[0])
     if not ds._sel.whole(ds.meta.episode_length):
         raise ArgumentError(f"{ds.root}: an export holds whole episodes; this dataset selects frame ranges of some "
                             f"(select whole episodes with ds.select([...]))")

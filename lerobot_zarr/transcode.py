@@ -283,7 +283,7 @@ def transcode(source: LeRobotSource, root: str | os.PathLike, *, episodes: Seque
     return _write_episodes(source, root, state, todo, progress)
 
 
-_OLD_PYAV_REASON = "decoding videos needs PyAV"  # what versions before 0.1.1 recorded in a store made without it
+_OLD_PYAV_REASON = "decoding videos needs PyAV"  # what earlier versions recorded in a store made without it
 
 
 def _heal_cameras(source: LeRobotSource, root: Path, state: StoreState,

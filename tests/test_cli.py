@@ -40,8 +40,8 @@ def tree_bytes(folder: Path, top: str) -> int:
 
 
 @pytest.fixture(scope="module")
-def hub(tmp_path_factory):
-    server = HubServer(tmp_path_factory.mktemp("cli_hub") / "storage", tokens={TOKEN: "alice"})
+def hub(module_tmp):
+    server = HubServer(module_tmp / "storage", tokens={TOKEN: "alice"})
     for name, tag in REAL_DATASETS.items():
         folder = real_dataset(name)
         server.add_repo(f"real/{name}", folder, tags=[tag])

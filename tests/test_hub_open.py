@@ -69,8 +69,8 @@ def _add(server: HubServer, repos: dict, key: str, repo_id: str, folder: Path, t
 
 
 @pytest.fixture(scope="module")
-def hub(tmp_path_factory):
-    base = tmp_path_factory.mktemp("hub_open")
+def hub(module_tmp):
+    base = module_tmp
     gen = base / "generated"
     server = HubServer(base / "storage")
     repos: dict[str, Repo] = {}

@@ -57,7 +57,13 @@ OPEN_WITHOUT_PYAV = """
         ds = lz.open_dataset(src, root=root, episodes=episodes, resize={%r: (24, 32)}, progress=False)
         again = lz.open_dataset(src, root=root, episodes=episodes, resize={%r: (24, 32)}, progress=False)
     state = read_state(ds.root)
+    try:  # publishing without PyAV would lose the camera: refused
+        ds.to_lerobot(root + "-export")
+        export = None
+    except ImportError as exc:
+        export = [type(exc).__name__, str(exc)]
     print(json.dumps({
+        "export": export,
         "warnings": [str(w.message) for w in seen if issubclass(w.category, lz.LeRobotZarrWarning)],
         "left_out": ds.left_out, "item": sorted(ds[0]), "episode": sorted(ds.episode(episodes[0])),
         "batch": sorted(ds.get_batch([0, 1])), "frames": len(ds), "again": sorted(again[0]),
@@ -78,6 +84,8 @@ def test_g1_without_pyav_leaves_the_camera_out_with_a_reason_and_a_later_open_de
     assert "PyAV" in got["left_out"][CAM] and "pip install" in got["left_out"][CAM]
     assert CAM not in got["item"] and CAM not in got["episode"] and CAM not in got["batch"]
     assert CAM not in got["again"] and "observation.state" in got["item"]
+    assert got["export"][0] == "MissingExtraError" and "[video]" in got["export"][1], got["export"]
+    assert not (tmp_path / "store-export").exists()
     # the store holds the camera's array, not decoded yet; nothing about the environment is written into it
     assert CAM in got["arrays"] and got["not_materialized"] == {}
     assert not any(got["camera_done"]) and got["unavailable"] == []

@@ -351,12 +351,12 @@ def noisy_frames(e: int, n: int, shape) -> np.ndarray:
 
 
 @pytest.fixture(scope="module")
-def hub(tmp_path_factory):
+def hub(module_tmp):
     """A test Hub serving a generated v3.0 dataset whose one mp4 (LeRobot's AV1 encoding, written with
     lerobot_zarr.video.VideoWriter like write_sample_dataset does) holds 40 episodes, about 25 MB."""
     from lerobot_zarr.video import VideoWriter
 
-    base = tmp_path_factory.mktemp("video_hub")
+    base = module_tmp / "video_hub"
     big = write_sample_dataset(base / "big", n_episodes=40, lengths=(60, 90), image_shape=HUB_SHAPE,
                                video_keys=(FRONT,), seed=23)  # fmt: skip
     ref = Reference(big)
@@ -608,10 +608,10 @@ def test_storage_choice_is_checked(gen, gen_raw, gen_compact, tmp_path):
 
 
 @pytest.fixture(scope="module")
-def exported(tmp_path_factory):
+def exported(module_tmp):
     """A store of 2 cameras (18 episodes at 96x128, about 2 MB of AV1 per camera) exported with
     video_files_size_in_mb=1: several mp4 files per camera."""
-    base = tmp_path_factory.mktemp("export")
+    base = module_tmp / "export"
     src = write_sample_dataset(base / "src", n_episodes=18, lengths=(70, 90), image_shape=(96, 128, 3),
                                video_keys=CAMS, write_videos=True, episodes_per_file=5, seed=26)  # fmt: skip
     ds = open_quiet(src, root=base / "store")
