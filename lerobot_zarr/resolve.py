@@ -43,8 +43,9 @@ def resolve_source(source: str | os.PathLike, *, revision: str | None = None, to
                    hub_first: bool = False) -> ResolvedSource:
     """Decide whether ``source`` is a store (a folder with a root ``zarr.json``), a LeRobot dataset folder
     (``meta/info.json``) or a Hub dataset repo id ``org/name`` (or ``hf://datasets/org/name``); a local path wins
-    over a repo id of the same name, and ``org/name`` where ``org`` is a local folder is a path (a mistyped one,
-    if it does not exist: "no such folder", never a Hub lookup).
+    over a repo id of the same name. ``org/name`` that does not exist but is one typo away from a local folder
+    (``datasets/G1-policy-trian`` next to ``datasets/G1-policy-train``), or whose ``org`` is a namespace the Hub
+    reserves (``datasets``...), is a mistyped path: "no such folder; did you mean ...", never a Hub lookup.
 
     Raises ``SourceNotFoundError`` for an existing path that is neither, or a string that is neither an existing
     path nor a repo id; ``ArgumentError`` (a ``ValueError``) for ``revision=`` on a local folder or store, and
@@ -66,10 +67,11 @@ def resolve_source(source: str | os.PathLike, *, revision: str | None = None, to
         if org in _NOT_ORGS:
             raise SourceNotFoundError(f"{source}: no such folder{_near_miss(path)} (and not a Hub repo id: "
                                       f"{org!r} is not an organisation on the Hub)")
-        if not path.parent.is_dir():
+        near = _near_miss(path)
+        if not near:
             return ResolvedSource("hub", repo_id=source, revision=revision, token=token)
-        raise SourceNotFoundError(f"{source}: no such folder{_near_miss(path)} (not looked up on the Hub: "
-                                  f"{path.parent}/ is a local folder; for the Hub repo write {HUB_PREFIX}{source})")
+        raise SourceNotFoundError(f"{source}: no such folder{near} (taken for a mistyped path, not looked up on "
+                                  f"the Hub; for the Hub repo write {HUB_PREFIX}{source})")
     local = not isinstance(source, str) or source.startswith(("/", ".", "~"))  # written as a path
     if not local and (hub_first or revision is not None or token is not None):  # meant as a Hub repo
         parse_repo_id(str(source))

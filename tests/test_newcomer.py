@@ -275,14 +275,14 @@ def test_a_mistyped_local_path_is_no_such_folder_not_a_hub_lookup(tmp_path, monk
 
 
 def test_hf_prefix_reaches_the_hub_even_where_a_local_folder_has_the_org_name(hub, tmp_path, monkeypatch):
-    hub.add_repo("lab/rt", real_dataset("record-test"), tags=["v3.0"])
-    (tmp_path / "lab").mkdir()
+    hub.add_repo("lab/record-test", real_dataset("record-test"), tags=["v3.0"])
+    (tmp_path / "lab" / "record-tests").mkdir(parents=True)  # one typo away: the name is taken for a path
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(SourceNotFoundError, match="hf://datasets/lab/rt"):
-        lz.inspect("lab/rt")
-    assert lz.inspect("hf://datasets/lab/rt").total_episodes == 4
-    monkeypatch.chdir(tmp_path / "lab")  # where no folder is named like the org: the repo id as usual
-    assert lz.inspect("lab/rt").total_episodes == 4
+    with pytest.raises(SourceNotFoundError, match=r"did you mean lab/record-tests\?.*hf://datasets/lab/record-test"):
+        lz.inspect("lab/record-test")
+    assert lz.inspect("hf://datasets/lab/record-test").total_episodes == 4
+    (tmp_path / "lab" / "record-tests").rename(tmp_path / "lab" / "notes")  # a folder named like the org, nothing
+    assert lz.inspect("lab/record-test").total_episodes == 4                # near: the repo id (as the demo's)
 
 
 # ------------------------------------------------------------------------------------------------ item 9
@@ -409,3 +409,70 @@ def test_the_hub_server_runs_as_a_command(tmp_path):
         proc.terminate()
         proc.wait(timeout=30)
 
+
+
+# ------------------------------------------------------------------------------------------------ item 11
+
+
+def _readme_block(title: str, language: str) -> str:
+    text = (REPO / "README.md").read_text()
+    section = text.split(f"## {title}\n", 1)[1].split("\n## ", 1)[0]
+    return section.split(f"```{language}\n", 1)[1].split("```", 1)[0]
+
+
+@pytest.fixture
+def pusht(hub):
+    """The README's example repo, served by the test Hub: a generated dataset with a camera, named lerobot/pusht."""
+    src = write_sample_dataset(Path(hub.storage_dir).parent / "pusht", n_episodes=12, lengths=(60, 80),
+                               image_keys=("observation.image",), image_shape=(24, 32, 3))
+    hub.add_repo("lerobot/pusht", src, tags=["v3.0"])
+    return hub
+
+
+def test_readme_python_quick_start_runs(pusht):
+    code = _readme_block("Python quick start", "python")  # the first block (the LeRobotDataset swap needs torch)
+    namespace: dict = {}
+    exec(compile(code, "README.md", "exec"), namespace)  # noqa: S102 (the README's own example)
+    assert namespace["item"]["action"].shape[0] == 16 and namespace["batch"]["action"].shape[:2] == (3, 16)
+    assert namespace["ds"].episodes.tolist() == [0, 1, 2] and "observation.image" in namespace["item"]
+
+
+def test_readme_command_line_quick_start_runs(pusht, tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(REPO), HF_ENDPOINT=pusht.endpoint, HF_HUB_DISABLE_XET="1",
+               HF_HOME=str(tmp_path / "hf"), LEROBOT_ZARR_HOME=str(tmp_path / "cache"))
+    work = tmp_path / "work"
+    work.mkdir()
+    for line in _readme_block("Command line quick start", "bash").splitlines():
+        argv = line.split("#", 1)[0].split()
+        if not argv:
+            continue
+        assert argv[0] == "lerobot-zarr", line
+        proc = subprocess.run([sys.executable, "-m", "lerobot_zarr", *argv[1:]], capture_output=True, text=True,
+                              env=env, cwd=work, timeout=300)
+        assert proc.returncode == 0 and "Traceback" not in proc.stderr, (line, proc.stderr[-2000:])
+    assert (work / "episode_3.png").read_bytes()[:4] == b"\x89PNG" and not (work / "mine").exists()
+
+
+def test_readme_and_docs_links_resolve_and_the_cli_reference_covers_every_option():
+    from lerobot_zarr.cli import _parser
+
+    for doc in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", doc.read_text()):
+            if not target.startswith("http"):
+                assert (doc.parent / target).exists(), f"{doc.name} links to {target}, which does not exist"
+    reference = (REPO / "docs" / "cli.md").read_text()
+    parser = _parser()
+
+    def walk(p: "argparse.ArgumentParser", path: str) -> None:  # noqa: F821
+        for action in p._actions:
+            for option in action.option_strings:
+                if option not in ("-h", "--help", "-v", "--verbose", "--version"):
+                    assert option in reference, f"docs/cli.md does not mention {path} {option}"
+            for name, sub in (getattr(action, "choices", None) or {}).items():
+                if hasattr(sub, "_actions"):
+                    assert f"`{name}`" in reference or f"{name} " in reference, f"docs/cli.md lacks {path} {name}"
+                    walk(sub, f"{path} {name}")
+
+    walk(parser, "lerobot-zarr")
+    assert len((REPO / "README.md").read_text().splitlines()) <= 150
+    assert "/work/" not in (REPO / "README.md").read_text() + "".join(p.read_text() for p in (REPO / "docs").glob("*"))
