@@ -12,7 +12,7 @@ from urllib.parse import quote
 
 from ._cameras import served_episodes
 from .dataset import DatasetMeta, EpisodeSelection, ImageFormat, LeRobotZarrDataset
-from .errors import ArgumentError, HubError, NotMaterializedError, warn_user
+from .errors import ArgumentError, HubError, NotMaterializedError, warn_once
 from .files import is_lerobot_folder
 from .hub import HubFiles, resolve_revision
 from .resolve import resolve_source
@@ -165,8 +165,8 @@ def _note_camera_choices(store: Path) -> None:
                    f"their own): `lerobot-zarr cache rm {store}` and open again for the source's values" if cached
                    else "pass the same storage=/resize= to open it without this warning, or root= (a new folder) "
                         "for other choices")
-            warn_user(f"{store}: camera {name!r} is stored {kept_description(spec)}, as chosen when this store was "
-                      f"made, so its values differ from the source's; {fix}")
+            warn_once(str(store), f"{store}: camera {name!r} is stored {kept_description(spec)}, as chosen when this "
+                                  f"store was made, so its values differ from the source's; {fix}")
 
 
 def _check_not_shared(store: Path) -> None:

@@ -147,8 +147,9 @@ class Reference:
 def assert_frames_equal(got, want: np.ndarray, what: str) -> None:
     got = np.asarray(got)
     assert got.dtype == np.uint8 and got.shape == want.shape, f"{what}: {got.dtype}{got.shape} != uint8{want.shape}"
-    if not np.array_equal(got, want):
-        bad = np.flatnonzero((got != want).reshape(len(want), -1).any(axis=1))
+    # in runs of frames: comparing a 480x640 episode at once makes another episode-sized array (the test budget)
+    if not all(np.array_equal(got[i:i + 16], want[i:i + 16]) for i in range(0, len(want), 16)):
+        bad = np.flatnonzero([not np.array_equal(g, w) for g, w in zip(got, want, strict=True)])
         diff = np.abs(got[bad[0]].astype(int) - want[bad[0]].astype(int))
         raise AssertionError(f"{what}: {len(bad)} of {len(want)} frames differ from the reference decode, first "
                              f"frame {int(bad[0])} (max abs diff {diff.max()}, {np.count_nonzero(diff)} values)")
