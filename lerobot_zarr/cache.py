@@ -3,7 +3,8 @@
 Layout (see docs/guide.md): ``hub/<org>--<name>/<commit>/`` (one store per Hub commit, ``refs/`` records which
 commit each revision name resolved to, for ``HF_HUB_OFFLINE``) and ``local/<name>-<key>/`` (one store per LeRobot
 folder and content); a store made with other camera choices (``storage=``, ``resize=``) is a folder of its own next
-to the plain one, ``<commit>+<choices>`` / ``<name>-<key>+<choices>``. ``lerobot-zarr cache ls | rm | prune`` is the command line for it, in the spirit of ``hf cache``.
+to the plain one, ``<commit>+<choices>`` / ``<name>-<key>+<choices>``. ``lerobot-zarr cache ls | rm | prune`` is
+the command line for it, in the spirit of ``hf cache``.
 
 Removal never touches a store another process is writing (its ``.lock`` is taken, non-blocking, first), never
 follows a symlink, and only removes folders inside the cache home that look like stores.

@@ -82,7 +82,8 @@ class _File:
     """An open container of one mp4 file, its decoder's position and its decoded-frame run."""
 
     def __init__(self, key: str, source: str | BinaryIO, cache_frames: int):
-        av = import_optional("av", "reading a camera kept as mp4")
+        import_optional("av", "reading a camera kept as mp4")
+        import av
         import av.video.reformatter
 
         self.key = key

@@ -46,7 +46,6 @@ from .errors import (
 )
 from .lerobot_v3 import DEFAULT_FEATURES, NUMERIC_DTYPES, aggregate_stats, episode_stats, stats_json
 from .selection import episode_index, frame_range
-from .video import have_pyav, pyav_missing
 from .store import (
     CREATING_MARKER,
     DEFAULT_PACK_BYTES,
@@ -65,6 +64,7 @@ from .store import (
     remove_creation_debris,
     stats_path,
 )
+from .video import have_pyav, pyav_missing
 
 __all__ = ["create", "fork", "WritableDataset", "EditFrames", "MIN_FREE_ENV", "RETIRE_AFTER_S", "RESERVED_NAMES"]
 

@@ -175,7 +175,8 @@ def test_torch_drop_in_without_pyav_lists_only_the_cameras_it_serves(tmp_path):
         from lerobot_zarr.torch import LeRobotDataset
         ds = LeRobotDataset("local/g1", root=sys.argv[1], episodes=[1, 2], store=sys.argv[2])
         print(json.dumps({"camera_keys": ds.meta.camera_keys, "video_keys": ds.meta.video_keys,
-                          "features": sorted(ds.meta.features), "item": sorted(ds[0]), "left_out": ds.dataset.left_out}))
+                          "features": sorted(ds.meta.features), "item": sorted(ds[0]),
+                          "left_out": ds.dataset.left_out}))
     """, tmp_path, str(src), str(tmp_path / "store"))
     assert got["camera_keys"] == [] and got["video_keys"] == [], got
     assert CAM not in got["features"] and CAM not in got["item"] and CAM in got["left_out"]
