@@ -19,14 +19,35 @@ import numpy as np
 from ._packs import open_pack, read_shard_index
 from .errors import CorruptStoreError, NotMaterializedError
 from .frame_codecs import decode_batch, frame_codec
-from .store import ArraySpec, PackLayout, chunk_path, retired_path
+from .store import ArraySpec, PackLayout, StoreState, chunk_path, retired_path
+from .video import have_pyav, pyav_missing
 
 if TYPE_CHECKING:
     from .dataset import LeRobotZarrDataset
 
-__all__ = ["CodecFrames", "VideoFrames", "MP4_INDEX", "mp4_index_path", "read_mp4_index"]
+__all__ = ["CodecFrames", "VideoFrames", "MP4_INDEX", "mp4_index_path", "read_mp4_index", "cameras_needing_pyav",
+           "served_episodes"]
 
 MP4_INDEX = "mp4.json"
+
+
+def cameras_needing_pyav(state: StoreState) -> dict[str, str]:
+    """Video cameras this process cannot serve in full because PyAV is not installed, with the reason: kept as
+    mp4 (decoded on read), or with episodes not decoded yet. Empty where PyAV imports. A property of this process,
+    never of the store: the store keeps such episodes as not decoded, and an open with PyAV decodes them."""
+    names = [name for name, spec in state.arrays.items()
+             if spec.kind == "video" and (spec.storage == "mp4" or not state.done_mask(name).all())]
+    if not names or have_pyav():
+        return {}
+    return {name: f"{pyav_missing('reading a camera kept as mp4')}" if state.arrays[name].storage == "mp4" else
+            f"{pyav_missing()}; until then its episodes stay not decoded in the store (the next open with PyAV "
+            f"decodes them)" for name in names}
+
+
+def served_episodes(state: StoreState, pending: dict[str, str] | None = None) -> np.ndarray:
+    """Mask of the episodes this process can serve: done for every array but the cameras needing PyAV here
+    (``pending``, default :func:`cameras_needing_pyav`), which are left out of samples instead."""
+    return state.complete_episodes(skip=cameras_needing_pyav(state) if pending is None else pending)
 
 
 class CodecFrames:

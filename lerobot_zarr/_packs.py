@@ -23,8 +23,8 @@ from ._fileio import create_sized, disk_error, open_nofollow, pwrite_all
 from .errors import CorruptStoreError
 from .store import ArraySpec, chunk_path, retired_path
 
-__all__ = ["ensure_pack", "write_rows", "write_rows_vectored", "row_writer", "open_pack", "read_shard_index", "retire_pack",
-           "remove_retired", "RowWriter"]
+__all__ = ["ensure_pack", "write_rows", "write_rows_vectored", "row_writer", "open_pack", "open_array_pack",
+           "read_raw_rows", "read_shard_index", "retire_pack", "remove_retired", "RowWriter"]
 
 _EMPTY = np.uint64(2**64 - 1)
 _pack_locks: dict[str, threading.Lock] = {}
@@ -255,6 +255,24 @@ def open_pack(path: str | os.PathLike, nbytes: int, *, retired: str | os.PathLik
         os.close(fd)
         raise CorruptStoreError(f"{path}: {what} holds {size} bytes, expected {nbytes}", path=path, feature=feature)
     return fd
+
+
+def open_array_pack(root: str | os.PathLike, name: str, spec: ArraySpec, pack: int, rows: int,
+                    flags: int = os.O_RDONLY) -> int:
+    """:func:`open_pack` of pack ``pack`` (``rows`` rows) of array ``name`` of the store at ``root``."""
+    nbytes = rows * spec.frame_bytes if spec.storage == "raw" else -1
+    return open_pack(chunk_path(root, name, pack, spec.ndim), nbytes, retired=retired_path(root, name, pack),
+                     what=f"pack {pack} of feature {name!r}", flags=flags, feature=name)
+
+
+def read_raw_rows(root: str | os.PathLike, name: str, spec: ArraySpec, pack: int, pack_rows: int, offset: int,
+                  length: int) -> np.ndarray:
+    """A copy of ``length`` committed rows from row ``offset`` of a raw pack."""
+    fd = open_array_pack(root, name, spec, pack, pack_rows)
+    with os.fdopen(fd, "rb") as f:
+        f.seek(offset * spec.frame_bytes)
+        return np.fromfile(f, dtype=spec.dtype, count=length * int(np.prod(spec.frame_shape, dtype=np.int64))
+                           ).reshape(length, *spec.frame_shape)
 
 
 def _open_in_store(path: str | os.PathLike, flags: int) -> int:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .dataset import forwarded, read_episode_rows
-from .errors import warn_user
+from .errors import import_optional, warn_user
 from .lerobot_v3 import CAMERA_DTYPES, QUANTILES, aggregate_stats, stats_json
 from .store import ArraySpec
 
@@ -54,9 +54,9 @@ def _read_episode(root: str, name: str, spec: ArraySpec, location: tuple[int, in
 @forwarded("to_xarray")
 def to_xarray(ds: LeRobotZarrDataset) -> xr.Dataset:
     """The dataset's selection as a lazy ``xarray.Dataset`` (see :meth:`LeRobotZarrDataset.to_xarray`)."""
-    import dask
+    xr = import_optional("xarray", "ds.to_xarray()")
+    dask = import_optional("dask", "ds.to_xarray()")
     import dask.array as da
-    import xarray as xr
 
     meta = ds.meta
     selected = ds.episodes[meta.materialized_episodes[ds.episodes]]
@@ -120,7 +120,7 @@ def lerobot_stats(x: xr.Dataset, features: list[str] | None = None) -> dict[str,
     computes means and variances in float32 (variance as E[x^2] - E[x]^2), so its std can be off by a few tens
     of float32 epsilons times E[x^2] where |mean| >> std; these are exact (float64). Image and video features (LeRobot samples frames for them) are not recomputed here.
     """
-    import dask
+    dask = import_optional("dask", "lerobot_stats()")
 
     if not x.sizes.get("frame"):
         return {}

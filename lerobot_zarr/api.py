@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import quote
 
+from ._cameras import served_episodes
 from .dataset import DatasetMeta, EpisodeSelection, ImageFormat, LeRobotZarrDataset
-from .errors import ArgumentError, HubError, NotMaterializedError, warn_user
+from .errors import ArgumentError, HubError, NotMaterializedError, warn_once
 from .files import is_lerobot_folder
 from .hub import HubFiles, resolve_revision
 from .resolve import resolve_source
@@ -125,7 +126,7 @@ def open_dataset(
         if mode == "r+":
             store = _writable_copy(src.path, root, store_path_for(folder))
         else:
-            store = Path(root).expanduser() if root is not None else store_path_for(folder)
+            store = Path(root).expanduser() if root is not None else _variant(store_path_for(folder), storage, resize)
         transcode(folder, store, episodes=[] if lazy else episodes, progress=progress, storage=storage, resize=resize,
                   client=client,
                   pack_bytes=pack_bytes)
@@ -143,16 +144,29 @@ def open_dataset(
                               lazy=lazy, fetch=_fetch if lazy else None)
 
 
+def _variant(store: Path, storage: Mapping[str, Any] | None, resize: Mapping[str, Any] | None) -> Path:
+    """The cache's store of a source for these camera choices: the plain store, or one of its own next to it
+    (``<store>+<digest of the choices>``), so that ``storage=``/``resize=`` never change what plain opens read."""
+    from .transcode import camera_choices_key
+
+    key = camera_choices_key(storage, resize)
+    return store if key is None else store.with_name(f"{store.name}+{key}")
+
+
 def _note_camera_choices(store: Path) -> None:
     """Warn when a store made earlier keeps a camera with other values than the source's (resized, lossy) and this
     open did not ask for it: its ``storage=``/``resize=`` were chosen by the open that made the store."""
     from .transcode import kept_description
 
+    cached = store.resolve().is_relative_to(cache_home().resolve())
     for name, spec in read_state(store).arrays.items():
         if spec.resize or (spec.storage == "compact" and spec.codec_spec.get("codec") == "jpeg"):
-            warn_user(f"{store}: camera {name!r} is stored {kept_description(spec)}, as chosen when this store was "
-                      f"made, so its values differ from the source's; pass the same storage=/resize= to open it "
-                      f"without this warning, or root= (a new folder) for other choices")
+            fix = (f"this cached store was made so by an earlier lerobot_zarr (camera choices now get a store of "
+                   f"their own): `lerobot-zarr cache rm {store}` and open again for the source's values" if cached
+                   else "pass the same storage=/resize= to open it without this warning, or root= (a new folder) "
+                        "for other choices")
+            warn_once(str(store), f"{store}: camera {name!r} is stored {kept_description(spec)}, as chosen when this "
+                                  f"store was made, so its values differ from the source's; {fix}")
 
 
 def _check_not_shared(store: Path) -> None:
@@ -213,7 +227,7 @@ def _open_hub(repo_id: str, *, root, episodes, revision, token, progress, storag
     if writable:
         store = _writable_copy(repo_id, root, _hub_home(repo_id) / commit)
     else:
-        store = Path(root).expanduser() if root is not None else _hub_home(repo_id) / commit
+        store = Path(root).expanduser() if root is not None else _variant(_hub_home(repo_id) / commit, storage, resize)
     if has_commit_point(store):
         missing = _missing_episodes(store, episodes)
         if not missing:
@@ -230,7 +244,7 @@ def _open_hub(repo_id: str, *, root, episodes, revision, token, progress, storag
 
 
 def _missing_episodes(store: Path, episodes: EpisodeSelection | None) -> list[int]:
-    complete = read_state(store).complete_episodes()
+    complete = served_episodes(read_state(store))
     wanted = range(len(complete)) if episodes is None else episodes
     return sorted({int(e) for e in wanted if 0 <= e < len(complete) and not complete[e]})
 

@@ -1,8 +1,10 @@
 """The store cache: what lies under :func:`~lerobot_zarr.cache_home`, and removing it safely.
 
-Layout (see the README): ``hub/<org>--<name>/<commit>/`` (one store per Hub commit, ``refs/`` records which commit
-each revision name resolved to, for ``HF_HUB_OFFLINE``) and ``local/<name>-<key>/`` (one store per LeRobot folder
-and content). ``lerobot-zarr cache ls | rm | prune`` is the command line for it, in the spirit of ``hf cache``.
+Layout (see docs/guide.md): ``hub/<org>--<name>/<commit>/`` (one store per Hub commit, ``refs/`` records which
+commit each revision name resolved to, for ``HF_HUB_OFFLINE``) and ``local/<name>-<key>/`` (one store per LeRobot
+folder and content); a store made with other camera choices (``storage=``, ``resize=``) is a folder of its own next
+to the plain one, ``<commit>+<choices>`` / ``<name>-<key>+<choices>``. ``lerobot-zarr cache ls | rm | prune`` is
+the command line for it, in the spirit of ``hf cache``.
 
 Removal never touches a store another process is writing (its ``.lock`` is taken, non-blocking, first), never
 follows a symlink, and only removes folders inside the cache home that look like stores.
@@ -45,6 +47,7 @@ class CachedStore:
     total_episodes: int
     last_used: float  # unix time: latest access or change the filesystem recorded (atime follows relatime)
     status: str  # "ok", "incomplete" (never committed), "edited" (changed in place), "unreadable: ..."
+    variant: str = ""  # cameras kept otherwise than the source has them ("cam=jpeg:90, resized to 224x224")
 
     def to_json(self) -> dict:
         d = asdict(self)
@@ -53,13 +56,17 @@ class CachedStore:
         return d
 
 
-def _store_summary(path: Path) -> tuple[dict, int, int]:
-    """(source record, episodes held, total episodes) of a committed store. The one place this module reads a
-    store's metadata (the store format may change: adapt here)."""
+def _store_summary(path: Path) -> tuple[dict, int, int, str]:
+    """(source record, episodes held, total episodes, camera choices) of a committed store. The one place this
+    module reads a store's metadata (the store format may change: adapt here)."""
+    from ._cameras import served_episodes
     from .store import read_state
+    from .transcode import kept_description
 
     state = read_state(path)
-    return dict(state.source), int(state.complete_episodes().sum()), len(state.table)
+    variant = "; ".join(f"{name}={kept_description(spec)}" for name, spec in state.arrays.items()
+                        if spec.resize or spec.storage != "raw")
+    return dict(state.source), int(served_episodes(state).sum()), len(state.table), variant
 
 
 def disk_usage(path: Path) -> tuple[int, float]:
@@ -119,14 +126,15 @@ def cache_info(home: str | os.PathLike | None = None) -> list[CachedStore]:
         size, last = disk_usage(path)
         source, revision, refs = "", None, ()
         held = total = 0
-        status = "ok"
+        status, variant = "ok", ""
         if kind == "hub":
             org, _, name = path.parent.name.partition("--")
-            source, revision = f"{org}/{name}", path.name
-            refs = tuple(refs_of.setdefault(path.parent, _refs(path.parent)).get(path.name, ()))
+            commit = path.name.partition("+")[0]  # <commit>+<choices>: a store of other camera choices
+            source, revision = f"{org}/{name}", commit
+            refs = tuple(refs_of.setdefault(path.parent, _refs(path.parent)).get(commit, ()))
         if committed:
             try:
-                record, held, total = _store_summary(path)
+                record, held, total, variant = _store_summary(path)
             except (StoreError, OSError, KeyError, ValueError) as exc:
                 status = f"unreadable: {exc}"
             else:
@@ -139,7 +147,7 @@ def cache_info(home: str | os.PathLike | None = None) -> list[CachedStore]:
                     source, revision = record.get("repo_id", source), record.get("commit", revision)
         else:
             status = "incomplete"
-        out.append(CachedStore(path, kind, source, revision, refs, size, held, total, last, status))
+        out.append(CachedStore(path, kind, source, revision, refs, size, held, total, last, status, variant))
     return out
 
 
@@ -182,7 +190,7 @@ def prune_candidates(home: str | os.PathLike | None = None) -> list[tuple[Cached
             except (OSError, ValueError) as exc:
                 out.append((s, f"its source folder {origin} is unreadable ({exc})"))
                 continue
-            if current.name != s.path.name:
+            if current.name != s.path.name.partition("+")[0]:
                 out.append((s, f"its source folder {origin} changed since (now {current.name})"))
     return out
 

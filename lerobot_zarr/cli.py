@@ -67,11 +67,18 @@ def _episode_list_text(episodes: list[int]) -> str:
 
 def feature_status(meta: Any, name: str) -> tuple[str, str]:
     """``(status, why)`` of a feature: ``stored`` (in the store, or to be stored by a transcode), ``not stored``
-    (never, e.g. strings, or videos without PyAV), ``unavailable`` (the source cannot give it for the episodes
-    concerned: samples leave it out), or ``partly unavailable`` (some episodes lack it: samples of a selection of
-    the others have it)."""
+    (never, e.g. strings), ``unavailable`` (the source cannot give it for the episodes concerned: samples leave it
+    out), ``partly unavailable`` (some episodes lack it: samples of a selection of the others have it), or
+    ``needs PyAV`` (a video camera this Python cannot decode: samples leave it out until PyAV is installed)."""
     if name in meta.not_materialized:
         return "not stored", meta.not_materialized[name]
+    status, why = _availability(meta, name)
+    if name in meta.needs_pyav and status != "unavailable":
+        return "needs PyAV", meta.needs_pyav[name] + (f"; besides, {status}: {why}" if why else "")
+    return status, why
+
+
+def _availability(meta: Any, name: str) -> tuple[str, str]:
     reasons = meta.unavailable.get(name, {})
     held = np.flatnonzero(meta.materialized_episodes) if meta.materialized_episodes.any() \
         else np.arange(meta.total_episodes)
@@ -103,10 +110,17 @@ def describe_json(meta: Any) -> dict:
     m = meta
     held = int(m.materialized_episodes.sum())
     features = {}
+    held_or_all = np.flatnonzero(m.materialized_episodes) if m.materialized_episodes.any() \
+        else np.arange(m.total_episodes)
     for name, ft in m.features.items():
         status, why = feature_status(m, name)
         features[name] = {"dtype": ft["dtype"], "shape": list(ft.get("shape") or []), "names": ft.get("names"),
                           "status": status, "why": why}
+        if ft["dtype"] in CAMERA_DTYPES and name in m.stored_features:
+            # which episodes have the camera (of those held, or of the dataset): what to select for complete samples
+            lacking = m.unavailable.get(name, {})
+            features[name]["episodes_with"] = [int(e) for e in held_or_all if int(e) not in lacking]
+            features[name]["episodes_without"] = [int(e) for e in held_or_all if int(e) in lacking]
     is_store = _is_store(m)
     if not is_store:  # metadata only: what a transcode would store
         for ft in features.values():
@@ -139,7 +153,8 @@ def describe_json(meta: Any) -> dict:
         out["estimated_store_bytes"] = sum(
             _frame_bytes(ft) * int(m.episode_length[[e for e in range(m.total_episodes)
                                                      if e not in m.unavailable.get(k, {})]].sum())
-            for k, ft in m.features.items() if features[k]["status"] in ("to store", "partly unavailable"))
+            for k, ft in m.features.items() if features[k]["status"] in ("to store", "partly unavailable",
+                                                                         "needs PyAV"))
     return out
 
 
@@ -216,11 +231,15 @@ def _push(ds: Any, label: str, repo_id: str, args: argparse.Namespace) -> None:
 def _parser() -> argparse.ArgumentParser:
     from . import __version__
 
-    parser = argparse.ArgumentParser(prog="lerobot-zarr", description=__doc__,
+    parser = argparse.ArgumentParser(prog="lerobot-zarr", description=__doc__.replace("``", "'"),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"lerobot_zarr {__version__}")
-    parser.add_argument("-v", "--verbose", action="store_true", help="log what is done; full tracebacks on errors")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    verbose = {"action": "store_true", "help": "log what is done; full tracebacks on errors"}
+    parser.add_argument("-v", "--verbose", **verbose)
+    # -v also after the command (`lerobot-zarr info X -v`); SUPPRESS keeps the one given before it
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("-v", "--verbose", default=argparse.SUPPRESS, **verbose)
+    sub = _Subcommands(parser.add_subparsers(dest="command", required=True, metavar="COMMAND"), common)
 
     demo = sub.add_parser("demo", help="the whole job offline: a test Hub on 127.0.0.1, inspect, partial download, "
                                        "sampling speed, edits, push and reopen")
@@ -284,7 +303,8 @@ def _parser() -> argparse.ArgumentParser:
     edit.add_argument("--drop-features", nargs="+", action="extend", metavar="FEATURE",
                       help="features to remove (e.g. a camera some episodes lack); LeRobot's own columns stay")
     edit.add_argument("--dry-run", action="store_true",
-                      help="only say what would change (nothing is written or downloaded beyond metadata)")
+                      help="only say what would change (nothing is written; only metadata is read, and with --push "
+                           "the token and the remote are checked)")
     edit.add_argument("--revision", default=None, help="Hub source: branch, tag or commit to copy from")
     edit.add_argument("--token", default=None,
                       help="Hub token, to read the source and to push (default: `hf auth login`'s)")
@@ -302,7 +322,7 @@ def _parser() -> argparse.ArgumentParser:
     _push_options(push, "--revision", "--branch")
 
     cache = sub.add_parser("cache", help="list or remove the stores under the cache home (like `hf cache`)")
-    cache_sub = cache.add_subparsers(dest="cache_command", required=True, metavar="ACTION")
+    cache_sub = _Subcommands(cache.add_subparsers(dest="cache_command", required=True, metavar="ACTION"), common)
     ls = cache_sub.add_parser("ls", help="list stores: source, revision, size, episodes, last use")
     ls.add_argument("--json", action="store_true", help="print as JSON")
     rm = cache_sub.add_parser("rm", help="remove stores: a store path, a repo id (all its commits), repo@commit, "
@@ -315,6 +335,16 @@ def _parser() -> argparse.ArgumentParser:
     prune.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
     prune.add_argument("--dry-run", action="store_true", help="only say what would be removed")
     return parser
+
+
+class _Subcommands:
+    """``add_parser`` giving every command the common options (``-v``)."""
+
+    def __init__(self, action: Any, common: argparse.ArgumentParser):
+        self.action, self.common = action, common
+
+    def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+        return self.action.add_parser(name, parents=[self.common], **kwargs)
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
@@ -356,12 +386,13 @@ def _cache(args: argparse.Namespace) -> int:
         if not stores:
             print("(no stores)")
             return 0
-        print(f"{'SOURCE':<40} {'REVISION':<14} {'SIZE':>10} {'EPISODES':>10} {'LAST USE':>12}  REFS / STATUS")
-        for s in stores:
+        print(f"{'REVISION':<12} {'SIZE':>10} {'EPISODES':>11} {'LAST USE':>12}  SOURCE (REFS) [CAMERAS, STATUS]")
+        for s in stores:  # the source last and whole: paths and repo ids are never cut
             rev = (s.revision or "")[:12] or "-"
-            extra = ", ".join(s.refs) + ("" if s.status == "ok" else f" [{s.status}]")
-            print(f"{s.source[-40:]:<40} {rev:<14} {_mb(s.size_bytes):>10} {f'{s.episodes}/{s.total_episodes}':>10} "
-                  f"{_age(s.last_used):>12}  {extra}")
+            extra = (f" ({', '.join(s.refs)})" if s.refs else "") + "".join(
+                f" [{x}]" for x in (s.variant, "" if s.status == "ok" else s.status) if x)
+            print(f"{rev:<12} {_mb(s.size_bytes):>10} {f'{s.episodes}/{s.total_episodes}':>11} "
+                  f"{_age(s.last_used):>12}  {s.source}{extra}")
             print(f"  {s.path}")
         print(f"{len(stores)} stores, {_mb(sum(s.size_bytes for s in stores))}")
         return 0
@@ -492,6 +523,7 @@ def _edit(args: argparse.Namespace) -> int:
     from .api import inspect, open_dataset
     from .dataset import DatasetMeta
     from .errors import ArgumentError
+    from .export import check_push
     from .resolve import resolve_source
     from .store import has_commit_point, read_state
 
@@ -521,12 +553,15 @@ def _edit(args: argparse.Namespace) -> int:
             notes.append(f"{target} is made a writable copy of {src} with all its {before.total_episodes} episodes "
                          f"first")
     gone, drop = _edit_plan(before, str(target), args)
+    if args.push:  # the token, its write access and the remote's state, before anything changes
+        check_push(None, args.push, revision=args.branch, token=args.token)
     if args.dry_run:
         print(f"dry run: edit {target} ({source_line(before.source) if src.kind == 'store' else src})")
         for line in [*notes, *_edit_summary(before, gone, drop, None)]:
             print(f"  {line}")
         if args.push:
-            print(f"  then push to {args.push}" + (f"@{args.branch}" if args.branch else ""))
+            print(f"  then push to {args.push}" + (f"@{args.branch}" if args.branch else "")
+                  + " (token and write access checked)")
         print("dry run: nothing was changed")
         return 0
     for note in notes:
@@ -535,6 +570,11 @@ def _edit(args: argparse.Namespace) -> int:
                       token=args.token) as ds:
         before = ds.meta
         gone, drop = _edit_plan(before, str(target), args)  # the same plan on the store itself
+        if args.push:  # the remote holds nothing, or this dataset as it will be after the edit
+            kept = np.setdiff1d(np.arange(before.total_episodes), gone).tolist()
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", LeRobotZarrWarning)
+                check_push(ds.select(kept), args.push, revision=args.branch, token=args.token, drop=drop)
         if drop:
             ds.drop_features(drop)
         if gone:
@@ -543,7 +583,15 @@ def _edit(args: argparse.Namespace) -> int:
         for line in _edit_summary(before, gone, drop, ds.meta):
             print(f"  {line}")
         if args.push:
-            _push(ds, str(target), args.push, args)
+            try:
+                _push(ds, str(target), args.push, args)
+            except (LeRobotZarrError, ValueError, OSError) as exc:
+                again = f"lerobot-zarr push {target} {args.push}" + (f" --branch {args.branch}" if args.branch else "")
+                print(f"lerobot-zarr: error: {exc}\nlerobot-zarr: the edit of {target} is applied (committed); the "
+                      f"push failed: to publish it, run `{again}`", file=sys.stderr)
+                if args.verbose:
+                    raise
+                return 1
     return 0
 
 
@@ -563,9 +611,10 @@ def _run(args: argparse.Namespace) -> int:
         kwargs = {"root": args.root, "episodes": args.episodes, "revision": args.revision, "token": args.token,
                   "storage": storage or None, "resize": resize or None}
         if args.scheduler:
-            from distributed import Client
+            from .errors import import_optional
 
-            with Client(args.scheduler) as client:
+            distributed = import_optional("distributed", "convert --scheduler (a dask cluster)")
+            with distributed.Client(args.scheduler) as client:
                 ds = open_dataset(args.source, client=client, **kwargs)
         else:
             ds = open_dataset(args.source, **kwargs)

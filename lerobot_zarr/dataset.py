@@ -18,20 +18,23 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import numpy as np
 
-from ._cameras import CodecFrames, VideoFrames
+from ._cameras import CodecFrames, VideoFrames, cameras_needing_pyav, served_episodes
 from ._maps import PackMaps
-from ._packs import open_pack
+from ._packs import open_array_pack as _pack_file
+from ._packs import read_raw_rows
 from .errors import (
     ArgumentError,
     CorruptStoreError,
     FrameIndexError,
     NotMaterializedError,
     StoreClosedError,
-    warn_user,
+    UnknownFeatureError,
+    warn_once,
 )
 from .lerobot_v3 import CAMERA_DTYPES
 from .selection import EpisodeSelection, Selection, episode_ranges, frame_range
-from .store import ArraySpec, PackLayout, StoreState, chunk_path, pack_rows_target, read_state, retired_path
+from .store import ArraySpec, PackLayout, StoreState, pack_rows_target, read_state
+from .video import have_pyav, pyav_missing
 from .windows import window_offsets, windows
 
 if TYPE_CHECKING:
@@ -86,6 +89,8 @@ class DatasetMeta:
     # per stored feature, episodes the source could not give (missing or broken videos) and why
     unavailable: dict[str, dict[int, str]] = field(default_factory=dict)
     episode_task_index: np.ndarray | None = None  # each episode's first task (-1: unknown)
+    # video cameras this process cannot serve because PyAV is not installed, with the reason (not the store's)
+    needs_pyav: dict[str, str] = field(default_factory=dict)
 
     @property
     def fps(self) -> float:
@@ -116,12 +121,13 @@ class DatasetMeta:
     @classmethod
     def from_state(cls, state: StoreState) -> DatasetMeta:
         unavailable = {name: state.unavailable_of(name) for name in state.arrays}
+        needs_pyav = cameras_needing_pyav(state)
         return cls(root=state.root, info=state.info, tasks=list(state.tasks), stats=state.stats,
                    source=state.source, episode_start=state.episode_start, episode_end=state.episode_end,
-                   episode_length=state.episode_length, materialized_episodes=state.complete_episodes(),
+                   episode_length=state.episode_length, materialized_episodes=served_episodes(state, needs_pyav),
                    not_materialized=dict(state.not_materialized), stored_features=tuple(state.arrays),
                    unavailable={k: v for k, v in unavailable.items() if v},
-                   episode_task_index=state.table.task_index)
+                   episode_task_index=state.table.task_index, needs_pyav=needs_pyav)
 
     @classmethod
     def from_source(cls, source: LeRobotSource) -> DatasetMeta:
@@ -129,10 +135,12 @@ class DatasetMeta:
         t = source.episodes
         stored = tuple(k for k, v in source.features.items()
                        if v.kind in ("numeric", *CAMERA_DTYPES) and k not in source.not_materialized)
+        videos = [k for k in stored if source.features[k].kind == "video"]
+        needs_pyav = {k: str(pyav_missing()) for k in videos} if videos and not have_pyav() else {}
         return cls(root=source.files.location(), info=source.info, tasks=source.tasks, stats=source.stats,
                    source=source.record(), episode_start=t.start, episode_end=t.end, episode_length=t.length,
                    materialized_episodes=np.zeros(len(t), dtype=bool), not_materialized=source.not_materialized,
-                   stored_features=stored)
+                   stored_features=stored, needs_pyav=needs_pyav)
 
     def __repr__(self) -> str:
         return (f"DatasetMeta(root={str(self.root)!r}, fps={self.fps:g}, robot_type={self.robot_type!r}, "
@@ -153,13 +161,6 @@ def forwarded(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     return register
 
 
-def _pack_file(root: str | os.PathLike, name: str, spec: ArraySpec, pack: int, rows: int, flags: int = os.O_RDONLY
-               ) -> int:
-    nbytes = rows * spec.frame_bytes if spec.storage == "raw" else -1
-    return open_pack(chunk_path(root, name, pack, spec.ndim), nbytes, retired=retired_path(root, name, pack),
-                     what=f"pack {pack} of feature {name!r}", flags=flags, feature=name)
-
-
 def read_episode_rows(root: str | os.PathLike, name: str, spec: ArraySpec, pack: int, pack_rows: int, offset: int,
                       length: int) -> np.ndarray:
     """A copy of one episode's stored frames of one feature: ``length`` rows from ``offset`` of pack ``pack``."""
@@ -169,11 +170,7 @@ def read_episode_rows(root: str | os.PathLike, name: str, spec: ArraySpec, pack:
             return reader.read_rows(np.full(length, pack), np.arange(offset, offset + length))
         finally:
             reader.close()
-    fd = _pack_file(root, name, spec, pack, pack_rows)
-    with os.fdopen(fd, "rb") as f:
-        f.seek(offset * spec.frame_bytes)
-        return np.fromfile(f, dtype=spec.dtype, count=length * int(np.prod(spec.frame_shape, dtype=np.int64))
-                           ).reshape(length, *spec.frame_shape)
+    return read_raw_rows(root, name, spec, pack, pack_rows, offset, length)
 
 
 _WRITE_METHODS = frozenset({"add_episode", "add_frame", "save_episode", "clear_episode_buffer", "edit", "flush",
@@ -213,7 +210,7 @@ class LeRobotZarrDataset:
             (first, why), *others = left_out.items()
             text = f"{first!r} is left out of samples: {why}" + (
                 f"; so are {', '.join(map(repr, dict(others)))} (ds.left_out says why for each)" if others else "")
-            warn_user(f"{self.root}: {text}")
+            warn_once(str(self.root), f"{self.root}: {text}")
         _live_datasets.add(self)
 
     # state ------------------------------------------------------------------------------------------------
@@ -230,8 +227,18 @@ class LeRobotZarrDataset:
         for name, reasons in meta.unavailable.items():
             hit = [e for e in wanted.tolist() if e in reasons]
             if hit:  # a camera some selected episodes lack: left out of samples, not the episodes
+                have = [e for e in np.flatnonzero(present).tolist() if e not in reasons]
+                fix = (f"to sample it, select episodes that have it: episodes={have[:10]}"
+                       f"{f'... ({len(have)} episodes)' if len(have) > 10 else ''}" if have else
+                       "no episode has it: samples go without it (to remove it from a store of your own: "
+                       "drop_features, or `lerobot-zarr edit --drop-features`)")
                 missing[name] = (f"unavailable in {len(hit)} of the {len(wanted)} selected episodes "
-                                 f"{hit[:10]}{'...' if len(hit) > 10 else ''}; episode {hit[0]}: {reasons[hit[0]]}")
+                                 f"{hit[:10]}{'...' if len(hit) > 10 else ''}; episode {hit[0]}: {reasons[hit[0]]}; "
+                                 f"{fix}")
+        for name, why in meta.needs_pyav.items():  # this process lacks PyAV: a camera not decoded (or kept as mp4)
+            if name not in missing and (state.arrays[name].storage == "mp4"
+                                        or not state.done_mask(name)[wanted].all()):
+                missing[name] = why
         self._left_out = {name: why for name, why in missing.items() if name in state.arrays}
         self._offsets = window_offsets(delta_timestamps, state.fps, list(state.arrays), missing)
         absent = wanted[~present[wanted]]
@@ -451,7 +458,7 @@ class LeRobotZarrDataset:
                 raise NotMaterializedError(f"{self.root}: episode {e} has no {name!r} frames ({gone[e]}); open the "
                                            f"dataset without lazy=True to leave the camera out, or select episodes "
                                            f"that have it", path=self.root, episode=e, feature=name)
-        self._present = state.complete_episodes()
+        self._present = served_episodes(state)
         absent = episodes[~self._present[episodes]]
         if absent.size:
             raise NotMaterializedError(f"{self.root}: episodes {absent.tolist()[:20]} could not be fetched",
@@ -617,22 +624,36 @@ class LeRobotZarrDataset:
         out[name] = frames.reshape(len(eps), len(w.offsets), *frames.shape[1:])
 
     def episode(self, episode_index: int, *, features: Sequence[str] | None = None) -> dict[str, np.ndarray]:
-        """All frames of one episode: read-only memory maps of its rows, one per stored feature (or per feature of
+        """The frames of one selected episode (those the selection holds: all of them unless it chose a frame
+        range): read-only memory maps of its rows, one per feature of the samples (or per feature of
         ``features``); ``episode_index`` and ``index`` are corrected copies once earlier episodes were deleted,
-        compact cameras decoded arrays."""
+        compact cameras decoded arrays. An episode outside the selection raises :class:`FrameIndexError`."""
         self._check_not_closed()
         e = operator.index(episode_index)
         if not 0 <= e < self.meta.total_episodes:
             raise FrameIndexError(f"episode {e} does not exist ({self.meta.total_episodes} episodes)", episode=e)
+        hits = np.flatnonzero(self._sel.episodes == e)
+        if not hits.size:
+            chosen = self._sel.episodes.tolist()
+            raise FrameIndexError(f"{self.root}: episode {e} is not in this dataset's selection ({len(chosen)} "
+                                  f"episodes: {chosen[:10]}{'...' if len(chosen) > 10 else ''}); open the store "
+                                  f"with it selected to read it", path=self.root, episode=e)
         if not self.meta.materialized_episodes[e]:
             raise NotMaterializedError(f"{self.root}: episode {e} is not in the local store", path=self.root,
                                        episode=e)
-        unknown = sorted(set(features or ()) - set(self._specs))
+        unknown = [name for name in dict.fromkeys(features or ()) if name not in self._specs]
         if unknown:
-            raise NotMaterializedError(f"{self.root}: features {unknown} are not in the samples of this dataset "
-                                       f"(stored: {list(self._specs)})", path=self.root, feature=unknown[0])
-        n = int(self.meta.episode_length[e])
-        pack, offset = int(self._chunk[e]), int(self._state.table.offset[e])
+            name = unknown[0]
+            if name in self._left_out or name in self.meta.features:
+                why = self._left_out.get(name) or self.meta.not_materialized.get(name, "not stored")
+                raise NotMaterializedError(f"{self.root}: feature {name!r} is not in this dataset's samples: {why}",
+                                           path=self.root, feature=name, episode=e)
+            raise UnknownFeatureError(f"{self.root}: no feature {name!r} (the samples hold {list(self._specs)})",
+                                      path=self.root, feature=name, episode=e)
+        k = int(hits[0])
+        first = int(self._sel.first[k])
+        n = int(self._sel.cum[k + 1] - self._sel.cum[k])  # the selected frames [first, first + n)
+        pack, offset = int(self._chunk[e]), int(self._state.table.offset[e]) + first
         rows = int(self._state.packs.rows[pack])
         out = {}
         for name, spec in self._specs.items():
@@ -641,7 +662,7 @@ class LeRobotZarrDataset:
             if spec.storage != "raw":
                 with self._lock:
                     self._ensure_mapped(np.array([e]))
-                    out[name] = self._cameras[name].read(self, np.full(n, e), np.arange(n))
+                    out[name] = self._cameras[name].read(self, np.full(n, e), np.arange(first, first + n))
                 continue
             try:
                 fd = _pack_file(self.root, name, spec, pack, rows)

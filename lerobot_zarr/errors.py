@@ -8,8 +8,10 @@ errors), ``None`` where they do not apply.
 
 from __future__ import annotations
 
+import importlib
 import os
 import warnings
+from types import ModuleType
 from typing import Any
 
 __all__ = [
@@ -34,6 +36,8 @@ __all__ = [
     "RevisionNotFoundError",
     "HubAuthError",
     "HubError",
+    "MissingExtraError",
+    "UnknownFeatureError",
     "LeRobotZarrWarning",
 ]
 
@@ -145,6 +149,52 @@ class HubError(LeRobotZarrError, ConnectionError):
     sha), or the request needs the network while ``HF_HUB_OFFLINE`` is set."""
 
 
+class MissingExtraError(LeRobotZarrError, ImportError):
+    """An optional package is not installed (or does not import); the message names it, the pip command and the
+    lerobot_zarr extra that brings it. Nothing was written because of it."""
+
+
+class UnknownFeatureError(LeRobotZarrError, KeyError):
+    """A feature name that the dataset (or the edited episode) does not have; the message lists those it has."""
+
+    def __str__(self) -> str:  # KeyError would show the message quoted
+        return str(self.args[0]) if self.args else ""
+
+
+#: import name -> (what users call it, pip requirement, lerobot_zarr extra); tests check them against pyproject.toml
+OPTIONAL_PACKAGES: dict[str, tuple[str, str, str]] = {
+    "av": ("PyAV", "av>=14", "video"),
+    "simplejpeg": ("simplejpeg", "simplejpeg>=1.8", "jpeg"),
+    "matplotlib": ("matplotlib", "matplotlib>=3.8", "viz"),
+    "rerun": ("rerun-sdk", "rerun-sdk>=0.24", "viz"),
+    "xarray": ("xarray", "xarray>=2025.1", "xarray"),
+    "dask": ("dask", "dask[array]>=2025.1", "xarray"),
+    "distributed": ("dask.distributed", "distributed>=2025.1", "xarray"),
+    "torch": ("torch", "torch>=2.2", "torch"),
+}
+
+
+def missing_extra(module: str, what: str, cause: BaseException | None = None, **fields: Any) -> MissingExtraError:
+    """The one-line error for ``what`` (e.g. "decoding videos") needing the optional package ``module``;
+    ``cause``: the import error of a package that is installed but does not import."""
+    display, requirement, extra = OPTIONAL_PACKAGES[module]
+    text = f"{what} needs {display}: pip install '{requirement}' (lerobot_zarr's [{extra}] extra)"
+    if cause is not None:
+        text += f"; importing it failed: {' '.join(str(cause).split())}"
+    return MissingExtraError(text, name=module, **fields)
+
+
+def import_optional(module: str, what: str) -> ModuleType:
+    """``import module``, or :class:`MissingExtraError` saying what to install for ``what``."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        missing = (exc.name or "").split(".")[0]
+        if isinstance(exc, ModuleNotFoundError) and missing in OPTIONAL_PACKAGES:
+            raise missing_extra(missing, what) from None  # itself, or the optional package it needs (dask)
+        raise missing_extra(module.split(".")[0], what, exc) from None
+
+
 class LeRobotZarrWarning(UserWarning):
     """Something the user should know but that does not stop the work (e.g. a camera left out of samples); shown
     once per dataset, pointing at the user's call."""
@@ -153,3 +203,14 @@ class LeRobotZarrWarning(UserWarning):
 def warn_user(text: str) -> None:
     """Warn with :class:`LeRobotZarrWarning`, attributed to the user's line that called into lerobot_zarr."""
     warnings.warn(text, LeRobotZarrWarning, skip_file_prefixes=(os.path.dirname(__file__),))
+
+
+_warned: set[tuple[str, str]] = set()
+
+
+def warn_once(key: str, text: str) -> None:
+    """:func:`warn_user` once per process for ``key`` (a dataset) and ``text``: opening the same store again with
+    the same outcome says nothing new."""
+    if (key, text) not in _warned:
+        _warned.add((key, text))
+        warn_user(text)

@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -27,12 +28,12 @@ from .errors import ArgumentError, NotMaterializedError, StoreError, warn_user
 from .hub_index import INDEX_FILE, write_index
 from .lerobot_v3 import CAMERA_DTYPES, CHUNKS_SIZE, STAT_NAMES, default_features, video_file_rel, video_info
 from .lerobot_v3 import episode_stats as lerobot_stats
-from .video import ENCODING, VideoWriter
+from .video import ENCODING, VideoWriter, pyav_missing
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["to_lerobot", "push", "INDEX_FILE"]
+__all__ = ["to_lerobot", "push", "check_push", "INDEX_FILE"]
 
 _AV1_RATIO = 20  # raw camera bytes per byte of LeRobot's AV1 (crf 30), roughly: sizes video files
 
@@ -92,6 +93,9 @@ def _check_exportable(ds: LeRobotZarrDataset) -> None:
     published by accident as a smaller dataset."""
     if len(ds.episodes) == 0:
         raise StoreError(f"{ds.root}: the dataset has no episodes: nothing to export or push", path=ds.root)
+    undecoded = [name for name in ds.meta.needs_pyav if name in ds.left_out]
+    if undecoded:  # not a property of the data: publishing it without the camera would lose it
+        raise pyav_missing(f"{ds.root}: exporting camera {undecoded[0]!r}", path=ds.root, feature=undecoded[0])
     if not ds._sel.whole(ds.meta.episode_length):
         raise ArgumentError(f"{ds.root}: an export holds whole episodes; this dataset selects frame ranges of some "
                             f"(select whole episodes with ds.select([...]))")
@@ -303,6 +307,24 @@ class _VideoFiles:
             self.writer = None
             self.number += 1
             self.raw = 0
+
+
+def check_push(dataset: LeRobotZarrDataset | None, repo_id: str, *, revision: str | None = None,
+               token: str | bool | None = None, videos: bool | None = None, drop: Sequence[str] = ()) -> None:
+    """What :func:`push` checks before exporting, changing nothing anywhere (a missing repo is not created):
+    for commands that change a store and then push it (``edit --push``), so that a push bound to fail is refused
+    before the store changes. ``dataset``: the data as it will be pushed, less the features in ``drop`` (None:
+    check the token and the remote only)."""
+    from .hub import parse_repo_id
+    from .publish import Publisher
+
+    parse_repo_id(repo_id)
+    publisher = Publisher(repo_id, branch=revision or "main", token=token, progress=False)
+    publisher.check(create=False)
+    if dataset is not None:
+        features = {k: v for k, v in _features(dataset, videos).items() if k not in drop}
+        publisher.check_same_dataset({"features": features, "fps": dataset.meta.info["fps"],
+                                      "robot_type": dataset.meta.info.get("robot_type")})
 
 
 @forwarded("push")

@@ -37,7 +37,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from .errors import StoreError, UnsupportedDtypeError
+from .errors import StoreError, UnsupportedDtypeError, import_optional
 
 __all__ = [
     "CODECS",
@@ -278,11 +278,7 @@ class JpegFrames(FrameCodec):
 
 
 def _simplejpeg() -> Any:
-    try:
-        import simplejpeg
-    except ImportError:
-        raise ImportError("the jpeg camera storage needs simplejpeg: pip install simplejpeg") from None
-    return simplejpeg
+    return import_optional("simplejpeg", "the jpeg camera storage")
 
 
 _CLASSES: dict[str, type[FrameCodec]] = {c.name: c for c in (ZstdFrames, DeltaZstdFrames, JpegFrames)}

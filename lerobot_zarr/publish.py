@@ -21,6 +21,7 @@ moves the tag. All requests have timeouts (:mod:`lerobot_zarr.hub`); huggingface
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -75,8 +76,10 @@ class Publisher:
         self._local: dict[str, dict[str, str]] = {}  # path -> ids of the files being pushed
 
     # ------------------------------------------------------------------------------------------------ checks
-    def check(self) -> None:
-        """Token, repo, write access and the branch's state: everything that can fail before the export."""
+    def check(self, *, create: bool = True) -> None:
+        """Token, repo, write access and the branch's state: everything that can fail before the export. A missing
+        repo is created (empty), unless ``create`` is False (a check made before changing the store, which
+        changes nothing anywhere: the push that follows creates it)."""
         where = Where(self.repo_id, self.branch)
         token = self.token = self._token()  # resolved once: the same token for every call of this push
         self.api = type(self.api)(endpoint=self.endpoint, token=token)
@@ -95,6 +98,8 @@ class Publisher:
         except LeRobotZarrError as exc:
             if not isinstance(exc, FileNotFoundError):  # RepoNotFoundError: created below
                 raise self._unchanged("checking write access", exc) from exc
+            if not create:
+                return  # nothing there to compare with: the push creates the repo
             try:
                 self._hf("creating the repo", self.api.create_repo, self.repo_id, repo_type="dataset",
                          private=self.private, exist_ok=True)
@@ -158,8 +163,8 @@ class Publisher:
             return
         for key in _SAME_DATASET_KEYS:
             if theirs.get(key) != info.get(key):
-                raise StoreError(f"{self.repo_id}: the repo holds another dataset ({key} differs: "
-                                 f"{theirs.get(key)!r} there, {info.get(key)!r} here); the remote is unchanged")
+                raise StoreError(f"{self.repo_id}: the repo holds another dataset ({_difference(key, theirs.get(key),
+                                 info.get(key))}); push to another repo or branch; the remote is unchanged")
 
     # ------------------------------------------------------------------------------------------------ publish
     def publish(self, folder: Path, commit_message: str | None) -> str | None:
@@ -222,7 +227,8 @@ class Publisher:
         from huggingface_hub import errors as hf
 
         try:
-            with session_timeouts(), quiet_progress(not self.progress):
+            # huggingface_hub's upload bars redraw with terminal escapes: only on a terminal, never into a log
+            with session_timeouts(), quiet_progress(not self.progress or not sys.stderr.isatty()):
                 return fn(*args, **kwargs)
         except (hf.HfHubHTTPError, hf.OfflineModeIsEnabled, *network_errors()) as exc:
             raise _Failed(what, exc) from exc
@@ -271,6 +277,33 @@ class Publisher:
         return self._error(failure, f"{self.branch} moved to {now} (the commit went through, its answer was lost); "
                                     f"tag {TAG} " + (f"still points at {self.tag}" if self.tag else "is missing")
                                     + "; run push again to retag")
+
+
+def _difference(key: str, theirs: Any, ours: Any) -> str:
+    """What differs between the repo's and the store's ``key`` of info.json, in a few words (features by name)."""
+    if key != "features" or not isinstance(theirs, Mapping) or not isinstance(ours, Mapping):
+        return f"{key}: {str(theirs)[:80]!s} there, {str(ours)[:80]!s} here"
+
+    def names(keys: Any) -> str:
+        keys = sorted(keys)
+        return f"{keys[:5]}{f' and {len(keys) - 5} more' if len(keys) > 5 else ''}"
+
+    parts = []
+    if set(theirs) - set(ours):
+        parts.append(f"only there: {names(set(theirs) - set(ours))}")
+    if set(ours) - set(theirs):
+        parts.append(f"only here: {names(set(ours) - set(theirs))}")
+    for name in sorted(set(theirs) & set(ours)):
+        a, b = theirs[name], ours[name]
+        if a != b:
+            fields = [f for f in ("dtype", "shape", "names", "info") if not isinstance(a, Mapping)
+                      or not isinstance(b, Mapping) or a.get(f) != b.get(f)]
+            shown = ", ".join(f"{f} {str(a.get(f))[:40]} there, {str(b.get(f))[:40]} here" for f in fields[:2]
+                              if isinstance(a, Mapping) and isinstance(b, Mapping))
+            parts.append(f"{name!r} differs ({shown or 'its description'})")
+            if len(parts) >= 4:
+                break
+    return "features differ: " + "; ".join(parts)
 
 
 def _json_object(body: bytes) -> dict | None:

@@ -55,7 +55,7 @@ from .lerobot_v3 import (
     check_path_template,
     stats_json,
 )
-from .video import VideoUnavailable, decode_into, have_pyav
+from .video import VideoUnavailable, decode_into
 
 __all__ = ["FeatureSpec", "EpisodeTable", "LeRobotSource", "is_lerobot_folder"]
 
@@ -638,8 +638,7 @@ class LeRobotSource:
         """Features whose frames live in the data parquet (numeric and image), with their stored per-frame shape
         (read from the first data file's schema on first use: metadata-only readers never touch data files)."""
         self._resolve_frame_shapes()
-        kinds = ("numeric", *CAMERA_DTYPES) if have_pyav() else ("numeric", "image")
-        return {k: v for k, v in self.features.items() if v.kind in kinds}
+        return {k: v for k, v in self.features.items() if v.kind in ("numeric", *CAMERA_DTYPES)}
 
     @functools.cached_property
     def _record(self) -> dict:
@@ -794,7 +793,6 @@ class LeRobotSource:
 
     @property
     def not_materialized(self) -> dict[str, str]:
-        """Features listed in info.json that the store does not hold, with the reason."""
-        video = "decoding videos needs PyAV: pip install 'lerobot_zarr[video]'"
-        return {k: (video if v.kind == "video" else "string features are not stored")
-                for k, v in self.features.items() if v.kind == "string" or (v.kind == "video" and not have_pyav())}
+        """Features listed in info.json that a store never holds, with the reason (strings). Whether PyAV is
+        installed is this process's business, not the dataset's: videos are always stored (decoded when it is)."""
+        return {k: "string features are not stored" for k, v in self.features.items() if v.kind == "string"}

@@ -396,14 +396,21 @@ class StoreState:
         """Episodes whose frames of ``feature`` the source cannot give (a missing or broken video), with why."""
         return {e: reason for a, b, reason in self.unavailable.get(feature, ()) for e in range(a, b)}
 
-    def complete_episodes(self) -> np.ndarray:
-        """Mask of episodes done for every stored array: committed, or known to be unavailable."""
+    def done_mask(self, feature: str) -> np.ndarray:
+        """Mask of episodes done for ``feature``: committed, or known to be unavailable."""
+        done = self.materialized_mask(feature)
+        for a, b, _ in self.unavailable.get(feature, ()):
+            done[a:b] = True
+        return done
+
+    def complete_episodes(self, skip: Iterable[str] = ()) -> np.ndarray:
+        """Mask of episodes done for every stored array (but those in ``skip``): committed, or known to be
+        unavailable."""
         mask = np.ones(len(self.table), dtype=bool)
+        skip = set(skip)
         for name in self.arrays:
-            done = self.materialized_mask(name)
-            for a, b, _ in self.unavailable.get(name, ()):
-                done[a:b] = True
-            mask &= done
+            if name not in skip:
+                mask &= self.done_mask(name)
         return mask
 
     def episode_frame(self) -> np.ndarray:

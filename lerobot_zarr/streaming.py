@@ -37,7 +37,7 @@ from .errors import ArgumentError, FrameIndexError, LeRobotZarrWarning, NotMater
 from .lerobot_v3 import CAMERA_DTYPES
 from .resolve import resolve_source
 from .selection import check_selection
-from .video import VideoUnavailable
+from .video import VideoUnavailable, have_pyav, pyav_missing
 
 if TYPE_CHECKING:
     from .source import LeRobotSource
@@ -357,8 +357,12 @@ class _SourceReader(_EpisodeReader):
         self.fps, self.tasks, self.lengths = source.fps, source.tasks, source.episodes.length
         # a camera whose video is missing for some selected episodes is left out, as a store leaves it out
         self.left_out = {}
+        pyav = have_pyav()
         for name, refs in source.episodes.videos.items():
             if name not in source.stored_features:
+                continue
+            if not pyav:
+                self.left_out[name] = str(pyav_missing())
                 continue
             lacking = [e for e in self.episodes if refs[e] is None or not source.files.exists(refs[e][0])]
             if lacking:

@@ -26,13 +26,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
-from torch.utils.data import BatchSampler, DataLoader, Dataset, IterableDataset, Sampler, get_worker_info
 
-from .dataset import LeRobotZarrDataset
-from .errors import LeRobotZarrWarning
-from .lerobot_v3 import DEFAULT_FEATURES
-from .streaming import SampleStream
+from .errors import LeRobotZarrWarning, import_optional
+
+torch = import_optional("torch", "lerobot_zarr.torch (the torch adapter and LeRobotDataset drop-in)")
+from torch.utils.data import BatchSampler, DataLoader, Dataset, IterableDataset, Sampler, get_worker_info  # noqa: E402
+
+from .dataset import LeRobotZarrDataset  # noqa: E402
+from .lerobot_v3 import CAMERA_DTYPES, DEFAULT_FEATURES  # noqa: E402
+from .streaming import SampleStream  # noqa: E402
 
 __all__ = ["BatchLoader", "IndexBatches", "LeRobotDataset", "TorchDataset", "TorchStream", "batch_loader", "to_tensors"]
 
@@ -412,7 +414,9 @@ class TorchStream(IterableDataset):
 
 
 class _Meta:
-    """The parts of ``LeRobotDatasetMetadata`` that training code reads."""
+    """The parts of ``LeRobotDatasetMetadata`` that training code reads. ``features`` (and the camera keys) are
+    those the items hold: a camera left out of the samples (its video missing, or PyAV not installed) is not
+    listed, so a policy built from them does not expect it."""
 
     def __init__(self, meta: Any, stored: Sequence[str]):
         self._meta = meta
@@ -420,8 +424,7 @@ class _Meta:
         self.root = meta.root
         self.info = meta.info
         self.stats = {k: {s: np.asarray(v) for s, v in st.items()} for k, st in meta.stats.items()}
-        self.features = meta.features
-        self._stored = tuple(stored)
+        self.features = {k: v for k, v in meta.features.items() if k in stored}
 
     fps = property(lambda self: self._meta.fps)
     robot_type = property(lambda self: self._meta.robot_type)
@@ -431,8 +434,8 @@ class _Meta:
 
     @property
     def camera_keys(self) -> list[str]:
-        """Image and video features (LeRobot's ``camera_keys``)."""
-        return self._meta.camera_keys
+        """Image and video features the items hold (LeRobot's ``camera_keys``)."""
+        return [k for k, ft in self.features.items() if ft.get("dtype") in CAMERA_DTYPES]
 
     @property
     def video_keys(self) -> list[str]:

@@ -14,13 +14,14 @@ processes writing the same episode write the same bytes; a commit merges what th
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import shutil
 import threading
 import time
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
@@ -29,11 +30,11 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 import numpy as np
 
 from ._background import prefetched
-from ._cameras import mp4_index_path
+from ._cameras import mp4_index_path, served_episodes
 from ._fileio import WriterLock, atomic_write, disk_error, link_or_copy
-from ._packs import ensure_pack, row_writer, write_rows, write_rows_vectored
+from ._packs import ensure_pack, read_raw_rows, row_writer, write_rows, write_rows_vectored
 from ._progress import progress_bar
-from .errors import ArgumentError, FrameIndexError, NotMaterializedError, SourceMismatchError, StoreError
+from .errors import ArgumentError, FrameIndexError, SourceMismatchError, StoreError
 from .files import SourceFiles
 from .lerobot_v3 import CAMERA_DTYPES
 from .resize import resize_frame, resize_frames
@@ -58,7 +59,7 @@ from .video import VideoUnavailable, have_pyav
 if TYPE_CHECKING:  # the caller gives the source: reading one is what needs pyarrow
     from .source import LeRobotSource
 
-__all__ = ["transcode", "array_specs"]
+__all__ = ["transcode", "array_specs", "camera_choices_key", "kept_description", "storage_name"]
 
 _COMMIT_EVERY_S = 1.0
 
@@ -197,6 +198,24 @@ def _checked_state(root: Path, record: dict) -> StoreState:
     return state
 
 
+def camera_choices_key(storage: Mapping[str, CameraStorage | str] | None, resize: Mapping[str, Resize] | None
+                       ) -> str | None:
+    """A short stable name of the camera choices ``storage``/``resize`` that change how cameras are kept (None if
+    none does): the cache keeps a store per choice next to the plain one, so that an experiment never replaces
+    the store every other open of the source reads. Equivalent spellings (``"jpeg"``, ``"jpeg:90"``) agree."""
+    probe = ArraySpec(np.dtype("uint8"), (1 << 20, 1 << 20, 3), ("height", "width", "channels"), "video")
+    chosen = {}
+    for name in sorted({*(storage or {}), *(resize or {})}):
+        kept = camera_array(name, probe, (storage or {}).get(name), None)
+        sized = camera_array(name, probe, None, (resize or {}).get(name)) if (resize or {}).get(name) else None
+        how = [storage_name(kept), {k: v for k, v in sized.resize_spec.items() if k != "from"} if sized else None]
+        if how != ["raw", None]:
+            chosen[name] = how
+    if not chosen:
+        return None
+    return hashlib.sha256(json.dumps(chosen, sort_keys=True).encode()).hexdigest()[:12]
+
+
 def _describe(record: dict) -> str:
     if record.get("kind") == "hub":
         return f"Hub repo {record.get('repo_id')}@{str(record.get('commit'))[:12]}"
@@ -229,6 +248,7 @@ def transcode(source: LeRobotSource, root: str | os.PathLike, *, episodes: Seque
         source.schema_from_episode(wanted[0])
     if has_commit_point(root):
         state = _checked_state(root, record)
+        state = _heal_cameras(source, root, state, storage, resize)
         if storage or resize:
             wanted_arrays = _camera_arrays(source, storage, resize)
             for name in {*(storage or {}), *(resize or {})}:
@@ -242,7 +262,7 @@ def transcode(source: LeRobotSource, root: str | os.PathLike, *, episodes: Seque
                                      f"or size", path=root, feature=name)
         if state.source.get("kind") == "edited":
             return state  # complete (writers need that) and since changed in place: nothing to fetch into it
-        if state.complete_episodes()[list(wanted)].all():
+        if served_episodes(state)[list(wanted)].all():
             return state
     else:
         check_new_store_location(root)
@@ -254,13 +274,42 @@ def transcode(source: LeRobotSource, root: str | os.PathLike, *, episodes: Seque
                 remove_creation_debris(root)
                 _create(source, root, record, arrays, pack_bytes)
         state = _checked_state(root, record)
-    done = state.complete_episodes()
+    done = served_episodes(state)
     todo = [e for e in wanted if not done[e]]
     if not todo:
         return state
     if client is not None:
         return _write_distributed(source, root, state, todo, progress, client)
     return _write_episodes(source, root, state, todo, progress)
+
+
+_OLD_PYAV_REASON = "decoding videos needs PyAV"  # what earlier versions recorded in a store made without it
+
+
+def _heal_cameras(source: LeRobotSource, root: Path, state: StoreState,
+                  storage: Mapping[str, CameraStorage | str] | None, resize: Mapping[str, Resize] | None
+                  ) -> StoreState:
+    """Give back their array to the video cameras that an earlier version left out of a store because PyAV was
+    not installed then (it recorded that as a property of the data): where PyAV is installed now, the camera is
+    added (kept as ``storage``/``resize`` ask, else raw) with no episode decoded, so this transcode decodes it."""
+    lost = [name for name, why in state.not_materialized.items()
+            if why.startswith(_OLD_PYAV_REASON) and name not in state.arrays
+            and getattr(source.features.get(name), "kind", None) == "video"]
+    if not lost or state.source.get("kind") == "edited" or not have_pyav():
+        return state
+    arrays = _camera_arrays(source, {k: v for k, v in (storage or {}).items() if k in lost},
+                            {k: v for k, v in (resize or {}).items() if k in lost})
+    with WriterLock(root):
+        state = read_state(root)
+        lost = [name for name in lost if name in state.not_materialized and name not in state.arrays]
+        if not lost:
+            return state
+        for name in lost:
+            if arrays[name].storage == "mp4":
+                _write_mp4_index(source, root, name)
+        return commit(replace(state, arrays={**state.arrays, **{name: arrays[name] for name in lost}},
+                              not_materialized={k: v for k, v in state.not_materialized.items() if k not in lost}),
+                      previous=state)
 
 
 def storage_name(spec: ArraySpec) -> str:
@@ -302,8 +351,10 @@ def _units(source: LeRobotSource, state: StoreState, todo: list[int]) -> list[li
     return [eps[i:i + _UNIT_EPISODES] for eps in groups.values() for i in range(0, len(eps), _UNIT_EPISODES)]
 
 
-def transcode_unit(files: SourceFiles, root: str, episodes: list[int]) -> tuple[list[int], dict[str, dict[int, str]]]:
-    """A distributed task: write the rows of ``episodes`` into the store at ``root`` (not committed).
+def transcode_unit(files: SourceFiles, root: str, episodes: list[int]
+                   ) -> tuple[list[int], dict[str, dict[int, str]], list[str]]:
+    """A distributed task: write the rows of ``episodes`` into the store at ``root`` (not committed); returns them,
+    the cameras they lack (unavailable, with why) and the cameras this worker could not decode (no PyAV).
 
     Writing the same rows again is harmless, so a task retried after a worker died (or run twice) leaves the
     same bytes; only the caller's commit makes them part of the store."""
@@ -313,14 +364,14 @@ def transcode_unit(files: SourceFiles, root: str, episodes: list[int]) -> tuple[
     state = read_state(Path(root))
     unavailable: dict[str, dict[int, str]] = {}
     rows = _Rows(root, state)
-    for e, frames in source.iter_episodes(episodes):
-        for name in rows.add(e, frames):
+    for e, timestamps, frames in rows.inputs(source, episodes):
+        for name in rows.take(e, frames):
             try:
-                _decode(source, root, state, e, name, frames["timestamp"])
+                _decode(source, root, state, e, name, timestamps)
             except VideoUnavailable as exc:
                 unavailable.setdefault(name, {})[e] = str(exc)
     rows.flush()
-    return list(episodes), unavailable
+    return list(episodes), unavailable, rows.skipped
 
 
 def _write_distributed(source: LeRobotSource, root: Path, state: StoreState, todo: list[int], progress: bool,
@@ -328,7 +379,6 @@ def _write_distributed(source: LeRobotSource, root: Path, state: StoreState, tod
     """Fan the episodes out to a dask cluster's workers, committing here about every second as tasks finish."""
     from distributed import as_completed
 
-    _check_cameras(root, state)
     units = _units(source, state, todo)
     futures = client.map(transcode_unit, [source.files] * len(units), [str(root)] * len(units), units,
                          pure=False, retries=3)
@@ -338,8 +388,8 @@ def _write_distributed(source: LeRobotSource, root: Path, state: StoreState, tod
                       progress) as bar:
         try:
             for future in as_completed(futures, loop=client.loop):
-                episodes, gaps = future.result()
-                commits.add(episodes, gaps)
+                episodes, gaps, skipped = future.result()
+                commits.add(episodes, gaps, skipped)
                 bar.update(int(source.episodes.length[episodes].sum()))
         finally:
             client.cancel(futures)
@@ -355,12 +405,15 @@ class _Commits:
         self.root, self.before = root, before  # before: called first at each commit (pending writes)
         self.done: list[int] = []
         self.unavailable: dict[str, dict[int, str]] = {}
+        self.skipped: dict[str, set[int]] = {}  # cameras not decoded (no PyAV where the rows were written)
         self.last = time.monotonic()
 
-    def add(self, episodes: list[int], unavailable: dict[str, dict[int, str]]) -> None:
+    def add(self, episodes: list[int], unavailable: dict[str, dict[int, str]], skipped: list[str]) -> None:
         self.done.extend(episodes)
         for name, reasons in unavailable.items():
             self.unavailable.setdefault(name, {}).update(reasons)
+        for name in skipped:
+            self.skipped.setdefault(name, set()).update(episodes)
         if time.monotonic() - self.last >= _COMMIT_EVERY_S:
             self.flush()
 
@@ -370,17 +423,18 @@ class _Commits:
                 self.before()
             with WriterLock(self.root):
                 state = read_state(self.root)
-                written = {name: [e for e in self.done if e not in self.unavailable.get(name, {})]
-                           for name in state.arrays}
+                written = {name: [e for e in self.done if e not in self.unavailable.get(name, {})
+                                  and e not in self.skipped.get(name, ())] for name in state.arrays}
                 commit(state.with_materialized(written, self.unavailable), previous=state)
-        self.done, self.unavailable, self.last = [], {}, time.monotonic()
+        self.done, self.unavailable, self.skipped, self.last = [], {}, {}, time.monotonic()
 
 
-def _check_cameras(root: Path, state: StoreState) -> None:
-    cameras = [name for name, spec in state.arrays.items() if spec.kind == "video"]
-    if cameras and not have_pyav():
-        raise NotMaterializedError(f"{root}: decoding the cameras {cameras} needs PyAV: "
-                                   f"pip install 'lerobot_zarr[video]'", path=root)
+def _undecodable(state: StoreState) -> set[str]:
+    """The video cameras this process cannot write: all of them where PyAV is not installed. Their episodes stay
+    not decoded (never recorded as unavailable: a missing package is not a property of the data), and the
+    samples of this process leave them out, saying what to install."""
+    cameras = {name for name, spec in state.arrays.items() if spec.kind == "video"}
+    return cameras if cameras and not have_pyav() else set()
 
 
 def _location(state: StoreState, e: int) -> tuple[int, int, int]:
@@ -397,13 +451,41 @@ class _Rows:
         self.root, self.state = root, state
         self.raw = {n: s for n, s in state.arrays.items() if s.kind != "video" and s.storage == "raw"}
         self.compact = {n: s for n, s in state.arrays.items() if s.kind != "video" and s.storage != "raw"}
-        self.cameras = [n for n, s in state.arrays.items() if s.kind == "video"]
+        videos = [n for n, s in state.arrays.items() if s.kind == "video"]
+        self.skipped = sorted(_undecodable(state))
+        # per camera this process decodes, the episodes it still lacks
+        self.cameras = {n: ~state.done_mask(n) for n in videos if n not in self.skipped}
+        self.others_done = state.complete_episodes(skip=videos)  # episodes whose data-file features are stored
         self.resized = {n: s.resize_spec for n, s in state.arrays.items() if s.resize and s.kind == "image"}
         self.parts: dict[str, list[np.ndarray]] = {n: [] for n in self.raw}
         self.pack, self.start, self.next, self.nbytes = -1, 0, 0, 0
 
-    def add(self, e: int, frames: dict[str, np.ndarray]) -> list[str]:
-        """Take episode ``e``'s frames; return the cameras left to decode."""
+    def inputs(self, source: LeRobotSource, episodes: Sequence[int]
+               ) -> Iterator[tuple[int, np.ndarray, dict[str, np.ndarray] | None]]:
+        """``(episode, timestamps, frames)``: frames read from the data files, or None for an episode whose
+        data-file features the store holds already (a camera decoded later: its timestamps come from the store,
+        nothing is downloaded again)."""
+        stored = [e for e in episodes if self.others_done[e]]
+        for e in stored:
+            pack, offset, rows = _location(self.state, e)
+            yield e, read_raw_rows(self.root, "timestamp", self.state.arrays["timestamp"], pack, rows, offset,
+                                   int(self.state.table.length[e])), None
+        for e, frames in source.iter_episodes([e for e in episodes if not self.others_done[e]]):
+            yield e, frames["timestamp"], frames
+
+    def take(self, e: int, frames: dict[str, np.ndarray] | None) -> list[str]:
+        """Write episode ``e``'s data-file features (unless ``frames`` is None); return the cameras left to
+        decode."""
+        cameras = [n for n, todo in self.cameras.items() if todo[e]]
+        if frames is not None:
+            self.add(e, frames)
+        elif cameras:
+            pack, _, rows = _location(self.state, e)
+            ensure_pack(self.root, {n: self.state.arrays[n] for n in cameras}, pack, rows)
+        return cameras
+
+    def add(self, e: int, frames: dict[str, np.ndarray]) -> None:
+        """Take episode ``e``'s frames (written with the next :meth:`flush`)."""
         pack, offset, rows = _location(self.state, e)
         if self.nbytes and (pack != self.pack or offset != self.next or self.nbytes >= _WRITE_BYTES):
             self.flush()
@@ -419,7 +501,6 @@ class _Rows:
         self.next = offset + int(self.state.table.length[e])
         for name, spec in self.compact.items():
             write_rows(self.root, name, spec, pack, offset, frames[name], rows)
-        return self.cameras
 
     def flush(self) -> None:
         """Write what was gathered (before the episodes holding it are committed)."""
@@ -487,7 +568,7 @@ def _keep_mp4(source: LeRobotSource, root: Path, e: int, name: str) -> None:
                         shutil.copyfileobj(f, out, 8 << 20)
                     except OSError as exc:
                         raise disk_error(exc, target) from None  # a full disk named; other errors as they are
-            if not have_pyav() or not _decodable(tmp):
+            if not _decodable(tmp):
                 raise VideoUnavailable(f"episode {e}, camera {name!r}: {source.files.location(rel)} has no "
                                        f"decodable video stream")
             os.replace(tmp, target)
@@ -510,10 +591,9 @@ def _write_episodes(source: LeRobotSource, root: Path, state: StoreState, todo: 
                     ) -> StoreState:
     """Write ``todo``'s rows (cameras decoded in a thread pool, parallel across episodes and cameras), commit
     about every second. An episode is committed when all its features are written or known unavailable."""
-    _check_cameras(root, state)
-    cameras = [name for name, spec in state.arrays.items() if spec.kind == "video"]
-    workers = min(8, _cpu_count()) if cameras else 0
     rows = _Rows(root, state)
+    cameras = list(rows.cameras)
+    workers = min(8, _cpu_count()) if cameras else 0
     commits = _Commits(root, before=rows.flush)
 
     def finish(e: int, decoding: dict[str, Future]) -> None:
@@ -523,7 +603,7 @@ def _write_episodes(source: LeRobotSource, root: Path, state: StoreState, todo: 
                 future.result()
             except VideoUnavailable as exc:
                 unavailable[name] = {e: str(exc)}
-        commits.add([e], unavailable)
+        commits.add([e], unavailable, rows.skipped)
         bar.update(int(source.episodes.length[e]))
 
     what = f"transcoding {source.files.name}"
@@ -533,9 +613,9 @@ def _write_episodes(source: LeRobotSource, root: Path, state: StoreState, todo: 
           ThreadPoolExecutor(max(1, workers), thread_name_prefix="lerobot_zarr-video") as pool):
         in_flight: deque[tuple[int, dict[str, Future]]] = deque()
         try:
-            for e, frames in prefetched(source.iter_episodes(todo), depth=4):
-                decoding = {name: pool.submit(_decode, source, root, state, e, name, frames["timestamp"])
-                            for name in rows.add(e, frames)}
+            for e, timestamps, frames in prefetched(rows.inputs(source, todo), depth=4):
+                decoding = {name: pool.submit(_decode, source, root, state, e, name, timestamps)
+                            for name in rows.take(e, frames)}
                 in_flight.append((e, decoding))
                 while in_flight and (len(in_flight) > 2 * workers
                                      or all(f.done() for f in in_flight[0][1].values())):

@@ -15,6 +15,8 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from .errors import MissingExtraError, import_optional, missing_extra
+
 __all__ = ["TOLERANCE_S", "VideoUnavailable", "decode_into", "have_pyav", "VideoWriter", "ENCODING"]
 
 TOLERANCE_S = 1e-4  # LeRobot's tolerance between a dataset timestamp and a decoded frame's
@@ -36,6 +38,15 @@ def have_pyav() -> bool:
     except ImportError:
         return False
     return True
+
+
+def pyav_missing(what: str = "decoding videos", **fields: Any) -> MissingExtraError:
+    """The error (and, as text, the reason) for ``what`` needing PyAV where it is not installed."""
+    try:
+        import av  # noqa: F401
+    except ImportError as exc:
+        return missing_extra("av", what, None if isinstance(exc, ModuleNotFoundError) else exc, **fields)
+    return missing_extra("av", what, **fields)
 
 
 def decode_into(source: BinaryIO | str, sink: Callable[[bytes], None], queries: np.ndarray,
@@ -118,7 +129,7 @@ class VideoWriter:
     """One LeRobot mp4 file: episodes appended one after the other; ``duration`` is where the next one starts."""
 
     def __init__(self, path: str | os.PathLike, fps: float, width: int, height: int, channels: int = 3):
-        import av
+        av = import_optional("av", "encoding videos")
 
         os.environ.setdefault("SVT_LOG", "1")  # SVT-AV1 prints its banner and settings to stderr otherwise
         self.fps = Fraction(fps).limit_denominator(1001)

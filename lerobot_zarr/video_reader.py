@@ -35,7 +35,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from .errors import CorruptSourceError, SchemaMismatchError, SourceNotFoundError
+from .errors import CorruptSourceError, SchemaMismatchError, SourceNotFoundError, import_optional
 from .frame_codecs import decode_threads, run_in_parallel
 from .video import TOLERANCE_S
 
@@ -82,6 +82,7 @@ class _File:
     """An open container of one mp4 file, its decoder's position and its decoded-frame run."""
 
     def __init__(self, key: str, source: str | BinaryIO, cache_frames: int):
+        import_optional("av", "reading a camera kept as mp4")
         import av
         import av.video.reformatter
 

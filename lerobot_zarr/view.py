@@ -15,6 +15,7 @@ from typing import Any, Literal
 import numpy as np
 
 from .api import open_dataset
+from .errors import import_optional
 from .lerobot_v3 import CAMERA_DTYPES, DEFAULT_FEATURES
 
 __all__ = ["dimension_names", "view_episode"]
@@ -43,6 +44,13 @@ def dimension_names(names: Any, size: int) -> list[str]:
 GROUP = 12  # most lines per panel: wider vectors are split into panels of this many named dimensions
 
 
+def _line_colors(matplotlib: Any) -> list[Any]:
+    """``GROUP`` (or more) distinct colours: tab20's ten strong hues, then its light ones (matplotlib's default
+    cycle has ten, so the 11th and 12th lines of a panel would repeat the first two)."""
+    tab20 = matplotlib.colormaps["tab20"]
+    return [tab20(i) for i in [*range(0, 20, 2), *range(1, 20, 2)]]
+
+
 def _groups(labels: list[str]) -> list[tuple[int, int]]:
     """``[start, stop)`` of the panels of a vector: one if it has at most ``GROUP`` dimensions, else near-equal
     runs of at most ``GROUP``."""
@@ -64,13 +72,15 @@ def view_episode(source: str | os.PathLike, episode: int, *, out: str | os.PathL
     ``live="spawn"`` also opens the episode in a rerun viewer (needs a display), ``live="serve"`` serves it to
     rerun viewers over gRPC (printing the URL) and, with ``wait``, blocks until Ctrl-C. Returns the PNG path.
     """
-    import matplotlib
-
+    if live not in (None, "spawn", "serve"):
+        raise ValueError(f"live must be None, 'spawn' or 'serve', got {live!r}")
+    matplotlib = import_optional("matplotlib", "drawing an episode (lerobot-zarr view)")
+    if rrd is not None or live is not None:  # said before anything is fetched or drawn
+        import_optional("rerun", "a rerun recording or viewer (--rrd, --spawn, --serve)")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    if live not in (None, "spawn", "serve"):
-        raise ValueError(f"live must be None, 'spawn' or 'serve', got {live!r}")
+    colors = _line_colors(matplotlib)
     ds = open_dataset(source, episodes=[episode], revision=revision, token=token, progress=False)
     arrays = ds.episode(episode)
     features = ds.meta.features
@@ -91,18 +101,23 @@ def view_episode(source: str | os.PathLike, episode: int, *, out: str | os.PathL
     row = 0
     for key, labels, (a, b) in panels:
         ax = fig.add_subplot(grid[row, :])
+        ax.set_prop_cycle(color=colors)
         values = np.asarray(arrays[key]).reshape(len(t), -1)
         for d in range(a, b):
             ax.plot(t, values[:, d], lw=1, label=labels[d])
         ax.set_title(key if (a, b) == (0, len(labels)) else f"{key} [{a}:{b}]")
         ax.set_xlabel("time (s)")
+        ax.set_ylabel(key.rsplit(".", 1)[-1])
         ax.legend(fontsize=6, ncol=1 + (b - a - 1) // 6, loc="center left", bbox_to_anchor=(1.0, 0.5))
         row += 1
     if scalars:
         ax = fig.add_subplot(grid[row, :])
+        ax.set_prop_cycle(color=colors)
         for key in scalars:
             ax.plot(t, np.asarray(arrays[key]), lw=1, label=key)
         ax.set_title("scalars")
+        ax.set_xlabel("time (s)")
+        ax.set_ylabel("value")
         ax.legend(fontsize=6, loc="center left", bbox_to_anchor=(1.0, 0.5))
         row += 1
     for key in cameras:

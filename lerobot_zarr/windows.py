@@ -32,8 +32,8 @@ def window_offsets(delta_timestamps: Mapping[str, Sequence[float]] | None, fps: 
     out: dict[str, np.ndarray] = {}
     for key, deltas in delta_timestamps.items():
         if key in missing:
-            raise NotMaterializedError(f"delta_timestamps: feature {key!r} is not materialized: {missing[key]}",
-                                       feature=str(key))
+            raise NotMaterializedError(f"delta_timestamps: {key!r} cannot be windowed, it is not in the samples: "
+                                       f"{missing[key]} (or leave it out of delta_timestamps)", feature=str(key))
         if key not in known:
             raise DeltaTimestampsError(f"delta_timestamps: unknown feature {key!r} (features: {list(known)})",
                                        feature=str(key))

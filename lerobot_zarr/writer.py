@@ -40,6 +40,7 @@ from .errors import (
     SchemaMismatchError,
     StoreClosedError,
     StoreError,
+    UnknownFeatureError,
     UnsupportedDtypeError,
     ValueRangeError,
 )
@@ -63,6 +64,7 @@ from .store import (
     remove_creation_debris,
     stats_path,
 )
+from .video import have_pyav, pyav_missing
 
 __all__ = ["create", "fork", "WritableDataset", "EditFrames", "MIN_FREE_ENV", "RETIRE_AFTER_S", "RESERVED_NAMES"]
 
@@ -248,6 +250,14 @@ class WritableDataset(LeRobotZarrDataset):
         lock = WriterLock(root, blocking=False).__enter__()
         try:
             state = read_state(root)
+            undecoded = [name for name, spec in state.arrays.items()
+                         if spec.kind == "video" and spec.storage != "mp4" and not state.done_mask(name).all()]
+            if undecoded and not have_pyav():  # a writer's commit says every feature of every episode is there
+                lacking = np.flatnonzero(~state.done_mask(undecoded[0]))
+                raise pyav_missing(f"{root}: writing to this store (each commit holds every feature of every "
+                                   f"episode) first decodes camera {undecoded[0]!r} in episodes "
+                                   f"{lacking[:10].tolist()}{'...' if lacking.size > 10 else ''}, which",
+                                   path=root, feature=undecoded[0])
             missing = np.flatnonzero(~state.complete_episodes())
             if missing.size:
                 raise NotMaterializedError(f"{root}: episodes {missing[:20].tolist()} are not in the local store; "
@@ -373,9 +383,13 @@ class WritableDataset(LeRobotZarrDataset):
         path.parent.mkdir(exist_ok=True)
         atomic_write(path, json.dumps({k: stats_json(v) for k, v in stats.items()}).encode(), durable=False)
 
-    def _stats_of(self, pack: int, offset: int, arrays: Mapping[str, np.ndarray]) -> dict[str, dict[str, np.ndarray]]:
-        """Per-episode stats of one episode's stored values, computed and kept next to it."""
-        stats = {name: episode_stats(np.asarray(arrays[name]), spec.kind) for name, spec in self._state.arrays.items()}
+    def _stats_of(self, pack: int, offset: int, arrays: Mapping[str, np.ndarray], episode: int | None = None
+                  ) -> dict[str, dict[str, np.ndarray]]:
+        """Per-episode stats of one episode's stored values, computed and kept next to it. A feature the episode
+        lacks (a gap: its video was missing) gets the stats of one zero frame, which no merge counts."""
+        gaps = [name for name, g in self._gaps.items() if episode in g] if episode is not None else []
+        stats = {name: episode_stats(np.asarray(arrays[name][:1] if name in gaps else arrays[name]), spec.kind)
+                 for name, spec in self._state.arrays.items()}
         self._write_stats_file(pack, offset, stats)
         return stats
 
@@ -402,27 +416,33 @@ class WritableDataset(LeRobotZarrDataset):
         t = self._state.table
         return any(f"{c}-{o}.json" not in present for c, o in zip(t.chunk.tolist(), t.offset.tolist(), strict=True))
 
-    def _episode_stats_rows(self) -> dict[str, dict[str, np.ndarray]]:
-        """Per-episode stats of every episode, stacked (rows in episode order); computed once where missing."""
+    def _episode_stats_rows(self, episodes: Sequence[int] | None = None) -> dict[str, dict[str, np.ndarray]]:
+        """Per-episode stats, stacked: of every episode (rows in episode order), or only of ``episodes`` (rows in
+        that order: a deletion needs the kept ones only). Computed once where missing, with a progress bar."""
         if self._stats_rows is not None:
-            return self._stats_rows
+            rows = self._stats_rows
+            return rows if episodes is None else {name: {k: v[list(episodes)] for k, v in stats.items()}
+                                                  for name, stats in rows.items()}
         table = self._state.table
-        rows: list[dict] = []
+        chosen = range(len(table)) if episodes is None else [int(e) for e in episodes]
+        found: list[dict] = []
         todo = []
-        for e, (pack, offset) in enumerate(zip(table.chunk.tolist(), table.offset.tolist(), strict=True)):
+        for i, e in enumerate(chosen):
             try:
-                doc = json.loads(stats_path(self.root, pack, offset).read_bytes())
-                rows.append({name: {k: np.asarray(v) for k, v in doc[name].items()} for name in self._state.arrays})
+                doc = json.loads(stats_path(self.root, int(table.chunk[e]), int(table.offset[e])).read_bytes())
+                found.append({name: {k: np.asarray(v) for k, v in doc[name].items()} for name in self._state.arrays})
             except (FileNotFoundError, KeyError, ValueError, TypeError, AttributeError):
-                rows.append({})
-                todo.append(e)
-        with progress_bar(len(todo), f"episode stats of {self.root.name}", bool(todo) and len(todo) > 20) as bar:
-            for e in todo:
-                rows[e] = self._stats_of(int(table.chunk[e]), int(table.offset[e]), self._read_episode(e))
-                bar.update(1)
-        self._stats_rows = {name: _stack([row[name] for row in rows], spec)
-                            for name, spec in self._state.arrays.items()}
-        return self._stats_rows
+                found.append({})
+                todo.append((i, e))
+        with progress_bar(sum(int(table.length[e]) for _, e in todo), f"episode stats of {self.root.name}",
+                          len(todo) > 1) as bar:
+            for i, e in todo:
+                found[i] = self._stats_of(int(table.chunk[e]), int(table.offset[e]), self._read_episode(e), e)
+                bar.update(int(table.length[e]))
+        stacked = {name: _stack([row[name] for row in found], spec) for name, spec in self._state.arrays.items()}
+        if episodes is None:
+            self._stats_rows = stacked
+        return stacked
 
     def _dataset_stats(self, table: EpisodeTable, rows: dict[str, dict[str, np.ndarray]],
                        gaps_of: Mapping[str, Mapping[int, str]]) -> dict:
@@ -886,16 +906,15 @@ class WritableDataset(LeRobotZarrDataset):
         if not eps:
             return
         table = self._state.table
-        rows = self._episode_stats_rows()
         gone = np.zeros(len(table), dtype=bool)
         gone[eps] = True
         keep = ~gone
+        new_rows = self._episode_stats_rows(np.flatnonzero(keep))  # the deleted episodes' stats are not needed
         episodes_before = np.cumsum(gone) - gone
         frames_before = np.cumsum(np.where(gone, table.length, 0)) - np.where(gone, table.length, 0)
         new_table = EpisodeTable.contiguous(table.length[keep], table.task_index[keep], table.chunk[keep],
                                             table.offset[keep], (table.episode_index_shift + episodes_before)[keep],
                                             (table.index_shift + frames_before)[keep])
-        new_rows = {name: {k: v[keep] for k, v in rows[name].items()} for name in rows}
         new_table, packs = self._compact_packs(new_table, self._state.packs, new_rows)
         position = np.cumsum(keep) - 1
         gaps = {name: {int(position[p]): why for p, why in g.items() if keep[p]} for name, g in self._gaps.items()}
@@ -1065,7 +1084,11 @@ class _EditMaps(Mapping):
                                    feature=str(name))
         if name not in self.views:
             if name not in self.names:
-                raise KeyError(name)
+                own = "LeRobot's own columns change with set_task, delete_episodes, delete_frames; " \
+                    if name in DEFAULT_FEATURES else ""
+                raise UnknownFeatureError(f"{self.ds.root}: no feature {name!r} to edit in episode {self.episode} "
+                                          f"({own}editable here: {self.names})", path=self.ds.root,
+                                          episode=self.episode, feature=str(name))
             self.maps[name] = self.ds._rows_map(name, *self.key, self.length, writable=True)
             dirty = self.ds._dirty.setdefault(self.key, set())
             if not dirty:  # until recomputed its stats are gone from disk: a writer after a crash redoes them

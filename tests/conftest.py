@@ -1,8 +1,28 @@
-"""Shared pytest setup: import lerobot_zarr from this working tree; SVT-AV1 with one level of parallelism."""
+"""Shared pytest setup: import lerobot_zarr from this working tree; SVT-AV1 with one level of parallelism; the
+suite's budget (3 GB of temp disk, 3 GB of RAM, 10 minutes on 2 cores: README "Developing").
+
+How tests stay in the budget (use these for new tests):
+
+- a passing test's ``tmp_path`` is deleted when it ends (``tmp_path_retention_policy = "failed"``, pyproject.toml);
+- ``module_tmp``: a folder for a module's shared fixtures, deleted when the module is done (``tmp_path_factory``'s
+  folders live until the session ends);
+- ``g1_store``: G1-policy-train as one read-only store for every test that only reads it (camera at 24x32:
+  13 MB instead of 1.35 GB per copy); a test that writes copies it first;
+- the real datasets' cameras at full size only where the pixels are the point (tests/test_video.py);
+- ``LEROBOT_ZARR_TEST_PROFILE=profile.tsv`` writes each test's seconds, peak temp disk and peak RSS
+  (tests/_budget.py); ``scripts/measure_suite.sh`` measures the whole run.
+
+No test writes into the user's store cache: ``$LEROBOT_ZARR_HOME`` points into the session's temp folder.
+"""
 
 import os
+import shutil
 import sys
+import tempfile
+import warnings
 from pathlib import Path
+
+import pytest
 
 _REPO = str(Path(__file__).resolve().parents[1])
 if _REPO not in sys.path:
@@ -10,3 +30,48 @@ if _REPO not in sys.path:
 
 # The same bytes as the encoder's default (~40 threads), which was seen to hang on a loaded 2-core machine.
 os.environ.setdefault("LEROBOT_ZARR_SVTAV1_PARAMS", "lp=1")
+_HOME = tempfile.mkdtemp(prefix="lerobot_zarr-tests-home-")
+os.environ["LEROBOT_ZARR_HOME"] = _HOME  # tests that want another one set their own
+
+import _budget  # noqa: E402  (tests/ is on sys.path: pytest puts a conftest's folder there)
+
+G1_CAM = "observation.images.cam_high"
+G1_SMALL = (24, 32)  # the shared G1 store keeps its camera at this size
+
+
+def pytest_configure(config):
+    _budget.pytest_configure(config)
+
+
+def pytest_unconfigure(config):
+    shutil.rmtree(_HOME, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def module_tmp(tmp_path_factory, request):
+    """A folder for a module's shared fixtures (sources, stores, a Hub server's storage), deleted when the
+    module's tests are done."""
+    path = tmp_path_factory.mktemp(request.module.__name__.rsplit(".", 1)[-1])
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def g1_store(tmp_path_factory):
+    """G1-policy-train (../shared/datasets) as a store shared by the tests that only read it: all 100 episodes,
+    the camera decoded where its mp4 exists (episodes 1, 2, 4, 5) and kept at 24x32. Read only: the session
+    fails if a test changed it (copy it to write: ``shutil.copytree``)."""
+    from hub_fixtures import real_dataset
+
+    import lerobot_zarr
+
+    src = real_dataset("G1-policy-train")
+    pytest.importorskip("av")
+    root = tmp_path_factory.mktemp("g1_shared") / "store"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", lerobot_zarr.LeRobotZarrWarning)
+        lerobot_zarr.open_dataset(src, root=root, resize={G1_CAM: G1_SMALL}, progress=False).close()
+    committed = (root / "zarr.json").read_bytes()
+    yield root
+    assert (root / "zarr.json").read_bytes() == committed, "a test changed the shared G1 store (copy it first)"
+    shutil.rmtree(root.parent, ignore_errors=True)

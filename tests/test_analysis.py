@@ -236,21 +236,24 @@ def env(monkeypatch, tmp_path, hub):
 
 
 class RealStores:
-    """Each real dataset transcoded once per module (skipped when absent)."""
+    """Each real dataset transcoded once per module (skipped when absent); G1-policy-train is the session's shared
+    read-only store (its camera at 24x32: these tests read its numeric features)."""
 
-    def __init__(self, base: Path):
-        self.base, self.stores = base, {}
+    def __init__(self, base: Path, request):
+        self.base, self.request, self.stores = base, request, {}
 
     def __call__(self, name: str):
         src = real_dataset(name)
-        if name not in self.stores:
+        if name == "G1-policy-train" and name not in self.stores:
+            self.stores[name] = open_dataset(self.request.getfixturevalue("g1_store"), progress=False)
+        elif name not in self.stores:
             self.stores[name] = open_dataset(src, root=self.base / name, progress=False)
         return src, self.stores[name]
 
 
 @pytest.fixture(scope="module")
-def real_stores(tmp_path_factory) -> RealStores:
-    return RealStores(tmp_path_factory.mktemp("analysis_real"))
+def real_stores(module_tmp, request) -> RealStores:
+    return RealStores(module_tmp, request)
 
 
 @pytest.fixture(scope="module")

@@ -7,6 +7,7 @@ when it is installed."""
 from __future__ import annotations
 
 import json
+import shutil
 import warnings
 from pathlib import Path
 
@@ -161,14 +162,22 @@ def test_lerobot_loads_the_export(stores, tmp_path, option):
     assert mean_error(frame, ours[CAM][1]) <= 6.0
 
 
-def test_a_cached_store_made_resized_says_so_when_opened_without_the_choice(source, tmp_path, monkeypatch):
+def test_camera_choices_get_a_cache_store_of_their_own_and_an_old_one_says_so(source, tmp_path, monkeypatch):
+    """Without root=, a store made with camera choices is a cache entry of its own: plain opens keep the source's
+    values. A plain cache store made resized by an earlier version (choices then replaced it) warns, with the fix."""
     monkeypatch.setenv("LEROBOT_ZARR_HOME", str(tmp_path / "cache"))
     with warnings.catch_warnings():
         warnings.simplefilter("error", lz.LeRobotZarrWarning)
         made = lz.open_dataset(source, resize={CAM: (24, 20)}, progress=False)  # the choice made here: no warning
-        lz.open_dataset(source, resize={CAM: (24, 20)}, progress=False)  # asked again: no warning either
+        assert lz.open_dataset(source, resize={CAM: (24, 20)}, progress=False).root == made.root  # the same store
+        plain = lz.open_dataset(source, progress=False)
+    assert plain.root != made.root and plain[0][CAM].shape[-3:-1] == SHAPE[:2] and made[0][CAM].shape[-3:-1] == (24, 20)
+    # what earlier versions left: the resized store in the plain store's place
+    plain.close()
+    shutil.rmtree(plain.root)
+    shutil.copytree(made.root, plain.root)
     with pytest.warns(lz.LeRobotZarrWarning, match=rf"'{CAM}' is stored raw, resized to 24x20, as "
-                                                   r"chosen when this store was made") as caught:
+                                                   r"chosen when this store was made.*cache rm") as caught:
         again = lz.open_dataset(source, progress=False)
-    assert again.root == made.root and again[0][CAM].shape[-3:-1] == (24, 20)
+    assert again.root == plain.root and again[0][CAM].shape[-3:-1] == (24, 20)
     assert caught[0].filename == __file__, "the warning points at the user's line"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -39,8 +40,8 @@ def tree_bytes(folder: Path, top: str) -> int:
 
 
 @pytest.fixture(scope="module")
-def hub(tmp_path_factory):
-    server = HubServer(tmp_path_factory.mktemp("cli_hub") / "storage", tokens={TOKEN: "alice"})
+def hub(module_tmp):
+    server = HubServer(module_tmp / "storage", tokens={TOKEN: "alice"})
     for name, tag in REAL_DATASETS.items():
         folder = real_dataset(name)
         server.add_repo(f"real/{name}", folder, tags=[tag])
@@ -316,17 +317,18 @@ def tree_snapshot(root: Path) -> dict[str, tuple[bytes, int]]:
             for p in sorted(root.rglob("*")) if p.is_file() and p.name != ".lock"}
 
 
-def test_edit_cleans_g1_then_pushes_and_the_repo_reopens_exact(capsys, env, hub, tmp_path):
+def test_edit_cleans_g1_then_pushes_and_the_repo_reopens_exact(capsys, env, hub, tmp_path, g1_store):
     """G1-policy-train keeps its camera's mp4 for 4 of its 100 episodes: `edit --keep-episodes` of those makes a
     store whose camera is complete, `--push` publishes it (private, with a message), and the repo reopens with every
-    non-camera value bit for bit (the source's parquet values, renumbered), and the camera within AV1's loss."""
-    pytest.importorskip("av", reason="the video extra (PyAV) decodes the G1 camera")
+    non-camera value bit for bit (the source's parquet values, renumbered), and the camera within AV1's loss. The
+    store edited is a copy of the session's G1 store (camera at 24x32; a folder's writable copy is
+    test_curation's)."""
     have = g1_episodes_with_video()
     assert have == [1, 2, 4, 5]
     root = tmp_path / "g1-clean"
-    code, out, err = run(capsys, "edit", str(real_dataset("G1-policy-train")), "--root", str(root),
-                         "--keep-episodes", *map(str, have), "--push", "alice/g1-clean", "--token", TOKEN,
-                         "--private", "--message", "G1: the episodes with a camera")
+    shutil.copytree(g1_store, root)
+    code, out, err = run(capsys, "edit", str(root), "--keep-episodes", *map(str, have), "--push", "alice/g1-clean",
+                         "--token", TOKEN, "--private", "--message", "G1: the episodes with a camera")
     assert code == 0, err
     ours = [line for line in err.splitlines() if line.startswith("lerobot-zarr:")]  # (and huggingface_hub's bars)
     assert len(ours) == 1 and ours[0].startswith("lerobot-zarr: warning: ") and "left out" in ours[0], err
@@ -438,9 +440,13 @@ def test_edit_dry_run_changes_nothing(capsys, env, hub, recorded, tmp_path):
     assert out.startswith(f"dry run: edit {recorded} (recorded with lerobot_zarr.create)\n")
     assert "  episodes:   3 -> 2 (deleted 1: [0]; kept [1, 2], renumbered from 0)\n" in out
     assert "  frames:     28 -> 16\n" in out and "  features:   dropped ['observation.images.cam']\n" in out
-    assert "  then push to alice/never\n" in out and out.endswith("dry run: nothing was changed\n")
+    assert "  then push to alice/never (token and write access checked)\n" in out
+    assert out.endswith("dry run: nothing was changed\n")
     assert tree_snapshot(recorded) == snapshot, "a dry run changed the store"
-    assert lib_requests(hub) == [], "a dry run of a store made requests"
+    # the push's token and remote were checked, reading only: no repo made, nothing written on the Hub
+    assert {r.method for r in lib_requests(hub)} <= {"GET", "HEAD"}, [(r.method, r.path) for r in lib_requests(hub)]
+    with pytest.raises(ValueError, match="no dataset repo"):  # the dry run made no repo
+        hub.refs("alice/never")
     # a Hub repo with a new --root: metadata only, no store made, no data or video read
     root = tmp_path / "g1"
     code, out, err = run(capsys, "edit", "real/G1-policy-train", "--root", str(root), "--keep-episodes", "1-2,4",

@@ -13,7 +13,8 @@ from lerobot_zarr.cli import main
 def test_demo_runs_every_step_and_restores_the_hub_settings(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("LEROBOT_ZARR_HOME", str(tmp_path / "user_home"))
     endpoint, offline = hf_constants.ENDPOINT, hf_constants.HF_HUB_OFFLINE
-    assert main(["demo", "--dir", str(tmp_path / "work"), "--episodes", "8"]) == 0
+    monkeypatch.chdir(tmp_path)  # a work folder ./demo, named like the demo's Hub org: the repo id still is one
+    assert main(["demo", "--dir", "demo", "--episodes", "8"]) == 0
     out = capsys.readouterr().out
     for step in range(1, 9):
         assert f"\n{step}. " in "\n" + out, f"step {step} missing:\n{out}"
@@ -23,7 +24,7 @@ def test_demo_runs_every_step_and_restores_the_hub_settings(tmp_path, capsys, mo
     assert hf_constants.ENDPOINT == endpoint and hf_constants.HF_HUB_OFFLINE == offline
     assert os.environ["LEROBOT_ZARR_HOME"] == str(tmp_path / "user_home")
     assert not (tmp_path / "user_home").exists(), "the demo wrote into the user's cache"
-    assert (tmp_path / "work" / "store" / "zarr.json").is_file()
+    assert (tmp_path / "demo" / "store" / "zarr.json").is_file()
 
 
 def test_demo_refuses_a_non_empty_folder(tmp_path):

@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -368,7 +369,9 @@ def test_push_progress_false_hides_huggingface_hub_bars(hub, env, local, capfd):
     local.push("alice/quiet", token=TOKEN, progress=False)
     quiet = capfd.readouterr().err
     assert are_progress_bars_disabled() == before, "push changed huggingface_hub's progress bar setting"
-    local.push("alice/loud", token=TOKEN, progress=True)
+    with pytest.MonkeyPatch.context() as mp:  # huggingface_hub's bars are drawn on a terminal only
+        mp.setattr(sys.stderr, "isatty", lambda: True)
+        local.push("alice/loud", token=TOKEN, progress=True)
     loud = capfd.readouterr().err
     if before:
         pytest.skip("huggingface_hub's progress bars are disabled in this process: nothing to compare")

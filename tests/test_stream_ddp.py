@@ -115,9 +115,9 @@ def g1_have() -> list[int]:
 
 
 @pytest.fixture(scope="module")
-def g1_hub(tmp_path_factory):
+def g1_hub(module_tmp):
     folder = real_dataset("G1-policy-train")
-    tmp = tmp_path_factory.mktemp("g1")
+    tmp = module_tmp
     mp = pytest.MonkeyPatch()
     try:
         with HubServer(tmp / "server") as server:

@@ -147,8 +147,9 @@ class Reference:
 def assert_frames_equal(got, want: np.ndarray, what: str) -> None:
     got = np.asarray(got)
     assert got.dtype == np.uint8 and got.shape == want.shape, f"{what}: {got.dtype}{got.shape} != uint8{want.shape}"
-    if not np.array_equal(got, want):
-        bad = np.flatnonzero((got != want).reshape(len(want), -1).any(axis=1))
+    # in runs of frames: comparing a 480x640 episode at once makes another episode-sized array (the test budget)
+    if not all(np.array_equal(got[i:i + 16], want[i:i + 16]) for i in range(0, len(want), 16)):
+        bad = np.flatnonzero([not np.array_equal(g, w) for g, w in zip(got, want, strict=True)])
         diff = np.abs(got[bad[0]].astype(int) - want[bad[0]].astype(int))
         raise AssertionError(f"{what}: {len(bad)} of {len(want)} frames differ from the reference decode, first "
                              f"frame {int(bad[0])} (max abs diff {diff.max()}, {np.count_nonzero(diff)} values)")
@@ -351,12 +352,12 @@ def noisy_frames(e: int, n: int, shape) -> np.ndarray:
 
 
 @pytest.fixture(scope="module")
-def hub(tmp_path_factory):
+def hub(module_tmp):
     """A test Hub serving a generated v3.0 dataset whose one mp4 (LeRobot's AV1 encoding, written with
     lerobot_zarr.video.VideoWriter like write_sample_dataset does) holds 40 episodes, about 25 MB."""
     from lerobot_zarr.video import VideoWriter
 
-    base = tmp_path_factory.mktemp("video_hub")
+    base = module_tmp / "video_hub"
     big = write_sample_dataset(base / "big", n_episodes=40, lengths=(60, 90), image_shape=HUB_SHAPE,
                                video_keys=(FRONT,), seed=23)  # fmt: skip
     ref = Reference(big)
@@ -608,10 +609,10 @@ def test_storage_choice_is_checked(gen, gen_raw, gen_compact, tmp_path):
 
 
 @pytest.fixture(scope="module")
-def exported(tmp_path_factory):
+def exported(module_tmp):
     """A store of 2 cameras (18 episodes at 96x128, about 2 MB of AV1 per camera) exported with
     video_files_size_in_mb=1: several mp4 files per camera."""
-    base = tmp_path_factory.mktemp("export")
+    base = module_tmp / "export"
     src = write_sample_dataset(base / "src", n_episodes=18, lengths=(70, 90), image_shape=(96, 128, 3),
                                video_keys=CAMS, write_videos=True, episodes_per_file=5, seed=26)  # fmt: skip
     ds = open_quiet(src, root=base / "store")
@@ -777,7 +778,7 @@ def test_writable_dataset_refuses_compact_but_opens_unavailable_cameras(gen, gen
                                    video_keys=(FRONT,), write_videos=True, episodes_per_file=1, seed=27)  # fmt: skip
     (missing / "videos" / FRONT / "chunk-000" / "file-002.mp4").unlink()
     store = open_left_out(missing, root=tmp_path / "store", cameras=[FRONT]).root
-    with pytest.warns(UserWarning, match="left out"), open_dataset(store, mode="r+", progress=False) as w:
+    with open_dataset(store, mode="r+", progress=False) as w:  # left out as above (said once per store and process)
         assert FRONT in w.left_out and list(w.meta.unavailable[FRONT]) == [2]
         with pytest.raises(NotMaterializedError, match=FRONT), w.edit(2, features=[FRONT]):
             pass

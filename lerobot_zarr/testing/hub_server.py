@@ -73,6 +73,7 @@ import os
 import re
 import secrets
 import socket
+import sys
 import threading
 import traceback
 from collections import OrderedDict
@@ -1704,3 +1705,54 @@ class HubServer:
 
     def _sign(self, key: str, size: int) -> str:
         return hmac.new(self._secret, f"{key}:{size}".encode(), hashlib.sha256).hexdigest()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m lerobot_zarr.testing.hub_server``: serve LeRobot folders (or a generated sample) as Hub dataset
+    repos on 127.0.0.1 until Ctrl-C, to try the Hub commands (``lerobot-zarr info org/name``, ``convert``,
+    ``push``...) without the network."""
+    import argparse
+    import tempfile
+
+    parser = argparse.ArgumentParser(prog="python -m lerobot_zarr.testing.hub_server", description=main.__doc__)
+    parser.add_argument("--repo", action="append", default=[], metavar="ORG/NAME=FOLDER",
+                        help="serve a LeRobot dataset folder as this repo, tagged with its codebase version "
+                             "(v3.0, v2.1: what LeRobot's revision resolution picks); repeatable")
+    parser.add_argument("--sample", default=None, metavar="ORG/NAME",
+                        help="serve a generated LeRobot v3.0 dataset (50 episodes, a PNG camera) as this repo")
+    parser.add_argument("--port", type=int, default=0, help="port (default: a free one)")
+    parser.add_argument("--token", default="hf_local_token",
+                        help="the token that may write (push); reading needs none (default hf_local_token)")
+    parser.add_argument("--storage", type=Path, default=None,
+                        help="keep the served repos in this folder (default: a temporary one, deleted at the end)")
+    args = parser.parse_args(argv)
+    if not args.repo and not args.sample:
+        parser.error("give --repo ORG/NAME=FOLDER or --sample ORG/NAME")
+    with tempfile.TemporaryDirectory(prefix="lerobot_zarr-hub-") as tmp:
+        storage = args.storage if args.storage is not None else Path(tmp) / "storage"
+        with HubServer(storage, port=args.port, tokens={args.token: "local"}) as hub:
+            repos = [spec.split("=", 1) for spec in args.repo]
+            if args.sample:
+                from ..sample_data import write_sample_dataset
+
+                repos.append((args.sample, str(write_sample_dataset(Path(tmp) / "sample", n_episodes=50,
+                                                                     image_keys=("observation.images.cam",)))))
+            for pair in repos:
+                if len(pair) != 2 or not Path(pair[1], "meta", "info.json").is_file():
+                    parser.error(f"--repo {'='.join(pair)}: expected ORG/NAME=FOLDER of a LeRobot dataset")
+                repo_id, folder = pair
+                version = json.loads(Path(folder, "meta", "info.json").read_text()).get("codebase_version")
+                hub.add_repo(repo_id, folder, tags=[version] if isinstance(version, str) else [])
+                print(f"serving {repo_id} ({folder}, tag {version})")
+            print(f"Hub at {hub.endpoint} until Ctrl-C. In another shell:\n"
+                  f"  export HF_ENDPOINT={hub.endpoint} HF_HUB_DISABLE_XET=1 HF_TOKEN={args.token}\n"
+                  f"  lerobot-zarr info {repos[0][0]}", flush=True)
+            try:
+                threading.Event().wait()
+            except KeyboardInterrupt:
+                print("stopped")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
