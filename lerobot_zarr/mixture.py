@@ -157,6 +157,7 @@ class LeRobotZarrMixture:
                  rename: Mapping[str, Mapping[str, str]], features: FeatureMode = "intersection",
                  pad_to: Mapping[str, int] | None = None, delta_timestamps: Mapping[str, Sequence[float]] | None = None):
         self.datasets = list(datasets)
+        self._outputs: dict[str, _Output] = {}
         self.sources = tuple(sources)
         self.weights = np.asarray(weights, dtype=np.float64)
         self.delta_timestamps = None if delta_timestamps is None else {k: list(v) for k, v in
@@ -168,7 +169,8 @@ class LeRobotZarrMixture:
         self.offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
         self._starts = self.offsets[:-1].copy()
         self._len = int(self.offsets[-1])
-        self._build(rename, features, dict(pad_to or {}))
+        self._args = ({k: dict(v) for k, v in rename.items()}, features, dict(pad_to or {}))
+        self._build(*self._args)
 
     # schema ---------------------------------------------------------------------------------------------------
     def _build(self, rename: Mapping[str, Mapping[str, str]], mode: FeatureMode, pad_to: dict[str, int]) -> None:
@@ -202,8 +204,7 @@ class LeRobotZarrMixture:
             for f in order:
                 if f not in everywhere:
                     lacking = [names[k] for k, h in enumerate(held) if f not in h]
-                    left_out[f] = (f"not in {lacking} (features='union' keeps it, zero-filled with {f}_is_pad; or "
-                                   f"rename= a feature of theirs to it)")
+                    left_out[f] = f"not in {lacking}"
             order = [f for f in order if f in everywhere]
             if not set(order) - set(DEFAULT_FEATURES):
                 raise SchemaMismatchError(f"the datasets {list(names)} have no feature in common besides LeRobot's "
@@ -214,8 +215,11 @@ class LeRobotZarrMixture:
             raise ArgumentError(f"pad_to names {unknown}, not features of the mixture ({order})")
         self.left_out = left_out
         if left_out:
+            first = next(iter(left_out))
             warn_user(f"mixture of {list(names)}: features {list(left_out)} are left out, as not every dataset has "
-                      f"them ({left_out[next(iter(left_out))]}; mix.left_out says which for each)")
+                      f"them ({first!r} is {left_out[first]}; mix.left_out says it for each); features='union' keeps "
+                      f"them (zero-filled where a dataset lacks one, with <key>_is_pad), or rename= a feature of "
+                      f"theirs to the name")
         self._outputs: dict[str, _Output] = {}
         self._plans: list[list[tuple[str, str | None, str, int]]] = [[] for _ in self.datasets]
         self._dim_masks: dict[str, np.ndarray] = {}
@@ -273,7 +277,7 @@ class LeRobotZarrMixture:
         self._add_output(f, _Output(shape, np.dtype(dtype), zeroed=missing or width is not None))
         pad_key = f"{f}_is_pad"
         if windowed or missing:
-            self._add_output(pad_key, _Output(shape[:1] if windowed else (), np.dtype(bool)))
+            self._add_output(pad_key, _Output(shape[:1] if windowed else (), np.dtype(bool), zeroed=not windowed))
         if width is not None:
             self._add_output(f"{f}_dim_is_pad", _Output((int(width),), np.dtype(bool)))
             masks = np.ones((len(self.datasets), int(width)), dtype=bool)
@@ -431,6 +435,17 @@ class LeRobotZarrMixture:
         return MixtureSampler(schedule, batch_size=batch_size, rank=rank, world_size=world_size,
                               batches_per_epoch=batches_per_epoch)
 
+    # pickling: the datasets (as their arguments) and the options; the schema is rebuilt -------------------------
+    def __getstate__(self) -> tuple:
+        return self.datasets, self.sources, self.weights, self._args, self.delta_timestamps
+
+    def __setstate__(self, state: tuple) -> None:
+        datasets, sources, weights, (rename, features, pad_to), deltas = state
+        with warnings.catch_warnings():  # said where the mixture was opened
+            warnings.simplefilter("ignore", LeRobotZarrWarning)
+            self.__init__(datasets, sources=sources, weights=weights, rename=rename, features=features,
+                          pad_to=pad_to, delta_timestamps=deltas)
+
     # lifetime -------------------------------------------------------------------------------------------------
     def close(self) -> None:
         """Release every dataset's memory maps now."""
@@ -445,7 +460,7 @@ class LeRobotZarrMixture:
 
     def __repr__(self) -> str:
         parts = ", ".join(f"{s!r}: {w:.3g}" for s, w in zip(self.sources, self.weights))
-        return (f"LeRobotZarrMixture({{{parts}}}, frames={self._len}, features={list(self.meta.features)}, "
+        return (f"LeRobotZarrMixture({{{parts}}}, frames={self._len}, features={[k for k in self._outputs if not k.endswith("_is_pad")]}, "
                 f"windows={ {k: len(v) for k, v in (self.delta_timestamps or {}).items()} })")
 
 
