@@ -93,7 +93,7 @@ def permute(x: np.ndarray, n: np.ndarray | int, key: np.ndarray | int) -> np.nda
     bits = np.array([_split_bits(v) for v in sizes.tolist()], dtype=np.int64).reshape(-1, 2)
     word = _word(int(bits.sum(axis=1).max(initial=2)))
     where = where.reshape(x.shape)
-    key = np.broadcast_to(np.asarray(key, dtype=np.uint64), x.shape)
+    key = _mix64(np.broadcast_to(np.asarray(key, dtype=np.uint64), x.shape))
     return _permute(x.astype(word), n.astype(word), bits[where, 0].astype(word), bits[where, 1].astype(word),
                     _key_word(key, word))
 
