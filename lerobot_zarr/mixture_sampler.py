@@ -261,7 +261,6 @@ class MixtureSampler:
         self.batches_per_epoch = (max(1, total // self.global_batch_size) if batches_per_epoch is None
                                   else _as_int(batches_per_epoch, "batches_per_epoch", 1))
         self._position = 0
-        self._started = 0  # position where the current iteration started (for a loader's state)
         self._chunk: tuple[int, np.ndarray] = (0, np.zeros((0, self.batch_size), dtype=np.int64))
 
     # the sequence ---------------------------------------------------------------------------------------------
@@ -304,7 +303,6 @@ class MixtureSampler:
 
     def __iter__(self) -> Iterator[np.ndarray]:
         end = self._epoch_end()
-        self._started = self._position
         while self._position < end:
             batch = self._batch_at(self._position)
             self._position += self.global_batch_size
@@ -319,11 +317,11 @@ class MixtureSampler:
             self._position = epoch * span
 
     # state ----------------------------------------------------------------------------------------------------
-    def state_dict(self, *, batches: int | None = None) -> dict[str, Any]:
-        """A small JSON-serializable state: the position reached and what identifies the mixture. ``batches``:
-        the state after that many batches of the current iteration instead (a loader that prefetches passes the
-        number it has delivered)."""
-        position = self._position if batches is None else self._started + _as_int(
+    def state_dict(self, *, since: Mapping[str, Any] | None = None, batches: int = 0) -> dict[str, Any]:
+        """A small JSON-serializable state: the position reached and what identifies the mixture. With ``since``
+        (an earlier state of this sampler): the state ``batches`` batches after it instead (a loader whose
+        workers run ahead saves where the batches it delivered reached)."""
+        position = self._position if since is None else _as_int(since["position"], "position") + _as_int(
             batches, "batches") * self.global_batch_size
         return {"format": STATE_FORMAT, "version": 1, "position": position, **self.schedule.state_fields(),
                 "global_batch_size": self.global_batch_size}
@@ -358,7 +356,7 @@ class MixtureSampler:
             warn_user(f"the mixture sampler state was saved with batches of {saved_g} samples in all (batch_size "
                       f"* world_size) and is restored with {self.global_batch_size}: the same sequence of samples "
                       f"continues from sample {position}, cut into batches of the new size")
-        self._position = self._started = position
+        self._position = position
 
     def __repr__(self) -> str:
         return (f"MixtureSampler(batch_size={self.batch_size}, rank={self.rank}, world_size={self.world_size}, "
