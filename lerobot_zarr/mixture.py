@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -336,6 +336,8 @@ class LeRobotZarrMixture:
         # a batch from one dataset whose samples need no change is served as that dataset gives it
         self._copy_only = [all(op == _COPY for _, _, op, _ in plan) and not self._dim_masks for plan in self._plans]
         self._sources = [{key: src for key, src, _, _ in plan} for plan in self._plans]
+        self._ops = [{key: (src, op, width) for key, src, op, width in plan} for plan in self._plans]
+        self._dim_keys = {f"{f}_dim_is_pad" for f in self._dim_masks}
 
     # sampling -------------------------------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -361,36 +363,82 @@ class LeRobotZarrMixture:
 
     def get_batch(self, indices: Sequence[int] | np.ndarray) -> dict[str, Any]:
         """The samples of mixture indices stacked along a leading axis: each dataset's ``get_batch`` at its
-        indices, in the mixture's names and shapes, plus ``dataset_index`` (int64)."""
+        indices, in the mixture's names and shapes, plus ``dataset_index`` (int64). One ``get_batch`` per dataset
+        the indices touch; indices grouped by dataset (as the mixture's sampler gives them) are the fastest."""
         d, local = self.locate(indices)
+        return self._gather(d, local)
+
+    def get_batches(self, batches: Sequence[Sequence[int] | np.ndarray]) -> list[dict[str, Any]]:
+        """``[get_batch(b) for b in batches]`` with one ``get_batch`` per dataset for all of them: a mixture of
+        many datasets pays each dataset's fixed cost once per call, not once per batch. The arrays of the results
+        are views of one gather per feature."""
+        located = [self.locate(b) for b in batches]
+        if not located:
+            return []
+        out = self._gather(np.concatenate([d for d, _ in located]), np.concatenate([j for _, j in located]))
+        results, start = [], 0
+        for d, _ in located:
+            stop = start + len(d)
+            results.append({key: value[start:stop] for key, value in out.items()})
+            start = stop
+        return results
+
+    def batches(self, sampler: Iterable[np.ndarray], *, gather: int = 8) -> Iterator[dict[str, Any]]:
+        """The ``get_batch`` dicts of a sampler's index batches, gathered ``gather`` batches at a time with
+        :meth:`get_batches` (in this process; :func:`lerobot_zarr.torch.batch_loader` does the same in its
+        workers)."""
+        if isinstance(gather, (bool, np.bool_)) or not isinstance(gather, (int, np.integer)) or gather < 1:
+            raise ArgumentError(f"gather must be a positive integer, got {gather!r}")
+        pending: list[np.ndarray] = []
+        for idx in sampler:
+            pending.append(idx)
+            if len(pending) == gather:
+                yield from self.get_batches(pending)
+                pending = []
+        if pending:
+            yield from self.get_batches(pending)
+
+    def _gather(self, d: np.ndarray, local: np.ndarray) -> dict[str, Any]:
         n = len(d)
         counts = np.bincount(d, minlength=len(self.datasets))
         present = np.flatnonzero(counts).tolist()
         if len(present) == 1 and self._copy_only[present[0]]:  # one dataset, nothing to pad: no copy at all
             k = present[0]
             part = self.datasets[k].get_batch(local)
-            out = {key: part[self._sources[k][key]] for key in self._outputs}
+            out = {key: part[src] for key, src in self._sources[k].items()}
             out["task"] = part["task"]
         else:
-            out = {key: (np.zeros if o.zeroed else np.empty)((n, *o.shape), dtype=o.dtype)
-                   for key, o in self._outputs.items()}
-            tasks = np.empty(n, dtype=object)
-            grouped = n < 2 or bool((d[1:] >= d[:-1]).all())
-            order = None if grouped else np.argsort(d, kind="stable")
+            # each dataset's samples in one run of rows (sorted by dataset), then back to the order asked for
+            order = None if n < 2 or bool((d[1:] >= d[:-1]).all()) else np.argsort(d, kind="stable")
             stop = np.cumsum(counts)
+            parts = []
             for k in present:
                 lo, hi = int(stop[k] - counts[k]), int(stop[k])
-                where = slice(lo, hi) if order is None else order[lo:hi]
-                part = self.datasets[k].get_batch(local[where])
-                for key, src, op, width in self._plans[k]:
-                    if op in (_COPY, _CAST):
-                        out[key][where] = part[src]
-                    elif op == _PAD:
-                        out[key][where, ..., :width] = part[src]
-                    elif op == _TRUE:
-                        out[key][where] = True
-                tasks[where] = part["task"]
-            out["task"] = tasks.tolist()
+                parts.append((k, lo, hi, self.datasets[k].get_batch(local[lo:hi] if order is None
+                                                                        else local[order[lo:hi]])))
+            inverse = None
+            if order is not None:
+                inverse = np.empty(n, dtype=np.int64)
+                inverse[order] = np.arange(n)
+            out = {}
+            for key, o in self._outputs.items():
+                if key in self._dim_keys:
+                    continue
+                ops = [self._ops[k][key] for k, _, _, _ in parts]
+                if all(op[1] == _COPY for op in ops):  # every part as it is: one concatenation
+                    rows = np.concatenate([part[op[0]] for (_, _, _, part), op in zip(parts, ops)])
+                else:
+                    rows = (np.zeros if o.zeroed else np.empty)((n, *o.shape), dtype=o.dtype)
+                    for (_, lo, hi, part), (src, op, width) in zip(parts, ops):
+                        if op in (_COPY, _CAST):
+                            rows[lo:hi] = part[src]
+                        elif op == _PAD:
+                            rows[lo:hi, ..., :width] = part[src]
+                        elif op == _TRUE:
+                            rows[lo:hi] = True
+                out[key] = rows if inverse is None else rows[inverse]
+            tasks = [t for _, _, _, part in parts for t in part["task"]]
+            out["task"] = tasks if inverse is None else [tasks[i] for i in inverse.tolist()]
         for f, masks in self._dim_masks.items():
             out[f"{f}_dim_is_pad"] = masks[d]
         out["dataset_index"] = d

@@ -231,7 +231,9 @@ class _BatchRequests(Dataset):
     def __getitem__(self, request: Sequence[Sequence[int] | np.ndarray]) -> list[Any]:
         """The batches of ``request``: numpy dicts in the main process; in a worker, objects that unpickle to
         dicts of tensors."""
-        batches = [self.dataset.get_batch(np.asarray(ix, dtype=np.int64)) for ix in request]
+        many = getattr(self.dataset, "get_batches", None)  # a mixture gathers a request's batches at once
+        batches = (many(request) if many is not None else
+                   [self.dataset.get_batch(np.asarray(ix, dtype=np.int64)) for ix in request])
         if get_worker_info() is None:
             return batches
         # Keep the last batch until the next request is made: freed with the others, it would leave the top of the
@@ -359,8 +361,9 @@ class BatchLoader(DataLoader):
         try:
             for answer in answers:
                 if self.num_workers == 0:
-                    self._delivered += 1
-                    yield to_tensors(answer[0])  # requests of one batch
+                    for batch in answer:  # one batch per request, or a mixture's several
+                        self._delivered += 1
+                        yield to_tensors(batch)
                     continue
                 answer.reverse()
                 while answer:  # keep no delivered batch: its slot frees as soon as the user drops it
@@ -388,7 +391,7 @@ def batch_loader(dataset: LeRobotZarrDataset | TorchDataset | Any, batch_size: i
     ...) go to ``DataLoader``; ``pin_memory`` does not apply (call ``.pin_memory()`` on the tensors if needed).
 
     With ``num_workers > 0`` a worker is asked for ``batches_per_request`` batches at a time (default: as many as
-    fit in 12 MiB, 1 to 16) and puts them in shared memory of its own; the main process gets slot numbers and makes
+    fit in 12 MiB, 1 to 16; a mixture gathers them with one ``get_batches``, also without workers) and puts them in shared memory of its own; the main process gets slot numbers and makes
     tensors viewing the slots. A slot is reused only once every tensor of its batch is freed, so a batch stays
     valid as long as you hold it (hold many and further batches arrive by copy instead)."""
     ds = dataset.dataset if isinstance(dataset, TorchDataset) else dataset
@@ -404,7 +407,7 @@ def batch_loader(dataset: LeRobotZarrDataset | TorchDataset | Any, batch_size: i
         batches = BatchSampler(sampler, batch_size=int(batch_size), drop_last=drop_last)
     kwargs.pop("pin_memory", None)
     k = 1
-    if int(kwargs.get("num_workers", 0)) > 0:
+    if int(kwargs.get("num_workers", 0)) > 0 or hasattr(ds, "get_batches"):
         k = _default_request(ds, batch_size) if batches_per_request is None else int(batches_per_request)
         if k < 1:
             raise ValueError(f"batches_per_request must be positive, got {batches_per_request}")

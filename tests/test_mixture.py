@@ -170,6 +170,29 @@ def test_one_dataset_batches_are_served_as_the_dataset_gives_them(stores):
     assert_matches_reference(mix, np.array([0, 30, 1, 29, 2], dtype=np.int32), deltas=DELTAS)
 
 
+def test_get_batches_and_batches_equal_one_get_batch_each(stores):
+    mix = lz.open_mixture({stores["a"]: 1, stores["b"]: 1, stores["c"]: 1}, rename={stores["b"]: RENAME_B},
+                          features="union", pad_to={"observation.state": 6, "action": 5}, delta_timestamps=DELTAS)
+    rng = np.random.default_rng(3)
+    batches = [rng.integers(0, len(mix), n) for n in (5, 1, 17, 8)] + [np.sort(rng.integers(0, len(mix), 9))]
+    many = mix.get_batches(batches)
+    assert mix.get_batches([]) == []
+    sampler = mix.sampler(6, seed=2)
+    through = list(mix.batches(sampler, gather=3))
+    again = [mix.get_batch(idx) for idx in mix.sampler(6, seed=2)]
+    assert len(through) == len(again) == len(mix) // 6
+    for got, want in [*zip(many, [mix.get_batch(b) for b in batches]), *zip(through, again)]:
+        assert set(got) == set(want)
+        for key in want:
+            if key == "task":
+                assert got[key] == want[key]
+            else:
+                np.testing.assert_array_equal(got[key], want[key], err_msg=key)
+                assert got[key].dtype == want[key].dtype
+    with pytest.raises(ArgumentError, match="gather"):
+        next(mix.batches(sampler, gather=0))
+
+
 def test_the_mixture_pickles_as_its_datasets_do(stores):
     mix = lz.open_mixture({stores["a"]: 1, stores["b"]: 1}, rename={stores["b"]: RENAME_B}, features="union",
                           pad_to={"observation.state": 6, "action": 5}, delta_timestamps=DELTAS)
