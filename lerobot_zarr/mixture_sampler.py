@@ -6,11 +6,13 @@ consecutive positions and rank ``r`` takes its ``r``-th contiguous slice. It dep
 weights and the datasets' sizes, never on the number of processes, so a state saved as a position restores on
 any world size.
 
-- **Dataset of a position.** Positions are cut into blocks of :data:`BLOCK`. The first ``s`` positions of a block
-  boundary hold exactly ``floor(s * W[d + 1]) - floor(s * W[d])`` draws of dataset ``d`` (``W``: the cumulative
-  normalized weights, on a grid of 2**-40), so every block holds each dataset's share to within one sample and
-  the count of draws of every dataset before any block is known in O(1). Inside a block the datasets' slots are
-  shuffled by a generator seeded with ``(seed, block)``.
+- **Dataset of a position.** Positions are cut into blocks of :data:`BLOCK` (256). The first ``s`` positions, ``s``
+  a block boundary, hold exactly ``floor(s * W[d + 1]) - floor(s * W[d])`` draws of dataset ``d`` (``W``: the
+  cumulative normalized weights, on a grid of 2**-40): every block holds each dataset's share to within one sample
+  (stratified sampling: each sample's dataset has the weight's probability, and the realized shares never drift),
+  and the draws of every dataset before any block are known in O(1). Inside a block the datasets' slots are in a
+  seeded random order (a Feistel permutation keyed by the block), so a rank computes only the blocks its own
+  positions touch: O(batch_size + 256) per batch whatever the world size.
 - **Frame of a draw.** The ``k``-th draw of dataset ``d`` (counted over the whole sequence) is frame
   ``P[d, k // n_d](k % n_d)``, ``P`` a seeded random-access permutation of ``[0, n_d)`` (a Feistel network with
   cycle walking, :func:`permute`): each pass over a dataset shows every frame once, in a fresh order, before any
@@ -31,7 +33,8 @@ from .errors import ArgumentError, warn_user
 
 __all__ = ["BLOCK", "MixtureSchedule", "MixtureSampler", "permute", "STATE_FORMAT"]
 
-BLOCK = 1 << 14  # positions per block of the dataset schedule (a power of two: its shuffle needs no walking)
+BLOCK = 256  # positions per block of the dataset schedule (a power of two: its shuffle needs no walking)
+MAX_POSITION = 1 << 43  # positions of the sequence (8.8e12 samples): the schedule's integer arithmetic holds below
 _GRID_BITS = 40  # weights are placed on a grid of 2**-40: exact integer arithmetic for any position
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 STATE_FORMAT = "lerobot_zarr.mixture_sampler"
@@ -74,9 +77,9 @@ def _feistel(x: np.ndarray, a: Any, b: Any, key: Any) -> np.ndarray:
     hi, lo = x >> b, x & low
     for r, multiplier in enumerate(_MULTIPLIERS[x.dtype]):
         if r % 2 == 0:
-            hi ^= ((lo ^ key) * multiplier) >> shift_a
+            hi = hi ^ (((lo ^ key) * multiplier) >> shift_a)
         else:
-            lo ^= ((hi ^ key) * multiplier) >> shift_b
+            lo = lo ^ (((hi ^ key) * multiplier) >> shift_b)
     return (hi << b) | lo
 
 
@@ -156,55 +159,58 @@ class MixtureSchedule:
         self._high_bits, self._low_bits = bits[:, 0].astype(self._word), bits[:, 1].astype(self._word)
         self._usizes = self.sizes.astype(self._word)
         self._block_key = _mix64(key ^ _GOLDEN)
-        self._blocks: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._block_positions = np.arange(BLOCK, dtype=np.uint32)[None, :]
+        self._block_bits = tuple(np.uint32(v) for v in _split_bits(BLOCK))
+        self._grid_high = np.array([g >> 20 for g in self._grid], dtype=np.uint64)
+        self._grid_low = np.array([g & ((1 << 20) - 1) for g in self._grid], dtype=np.uint64)
 
     def draws_before(self, position: int) -> np.ndarray:
-        """Draws of each dataset among positions ``[0, position)`` (exact, O(D) at block boundaries plus one
-        block's count)."""
-        b, inside = divmod(_as_int(position, "position"), BLOCK)
-        counts = self._boundary(b)
+        """Draws of each dataset among positions ``[0, position)`` (exact; O(D) plus one block)."""
+        position = _as_int(position, "position")
+        b, inside = divmod(position, BLOCK)
+        counts = np.diff(self._cuts(np.array([b * BLOCK]))[0])
         if inside:
-            counts = counts + np.bincount(self.block(b)[0][:inside], minlength=len(self.sizes))
+            datasets, _ = self.datasets_and_draws(b * BLOCK + np.arange(inside))
+            counts = counts + np.bincount(datasets, minlength=len(self.sizes))
         return counts
 
-    def _boundary(self, b: int) -> np.ndarray:
-        s = b * BLOCK
-        cut = [(s * g) >> _GRID_BITS for g in self._grid]
-        return np.diff(np.array(cut, dtype=np.int64))
-
-    def block(self, b: int) -> tuple[np.ndarray, np.ndarray]:
-        """``(dataset, draw number)`` of every position of block ``b``: the draw number of a position counts the
-        draws of its dataset before it over the whole sequence."""
-        cached = self._blocks.get(b)
-        if cached is not None:
-            return cached
-        base, quota = self._boundary(b), self._boundary(b + 1) - self._boundary(b)
-        # the datasets' slots in a seeded random order (int16: the stable argsort below is a radix sort)
-        a, c = _split_bits(BLOCK)
-        key = _key_word(_mix64(np.array([b], dtype=np.uint64) ^ self._block_key), np.dtype(np.uint32))[0]
-        slots = _feistel(np.arange(BLOCK, dtype=np.uint32), np.uint32(a), np.uint32(c), key)
-        assign = np.repeat(np.arange(len(self.sizes), dtype=np.int16), quota)[slots]
-        order = np.argsort(assign, kind="stable")
-        draws = np.empty(BLOCK, dtype=np.int64)
-        draws[order] = np.arange(BLOCK, dtype=np.int64) - np.repeat(np.cumsum(quota) - quota, quota)
-        draws += base[assign]
-        if len(self._blocks) >= 4:
-            self._blocks.pop(next(iter(self._blocks)))
-        self._blocks[b] = (assign, draws)
-        return assign, draws
+    def _cuts(self, starts: np.ndarray) -> np.ndarray:
+        """``(len(starts), D + 1)``: ``floor(s * W[d])`` for each position ``s`` (W on the 2**-40 grid), exact in
+        64-bit words (the grid cut in halves of 20 bits) for positions below 2**43."""
+        s = np.asarray(starts, dtype=np.uint64)[:, None]
+        twenty = np.uint64(20)
+        return ((s * self._grid_high + ((s * self._grid_low) >> twenty)) >> twenty).astype(np.int64)
 
     def datasets_and_draws(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``(dataset, draw number)`` of each position (a 1-D array of non-negative positions)."""
+        """``(dataset, draw number)`` of each position (a 1-D array of non-negative positions): the blocks they
+        touch are computed whole, all at once. The draw number counts the draws of the dataset before it."""
         positions = np.asarray(positions, dtype=np.int64)
         if not positions.size:
             return positions.copy(), positions.copy()
-        first, last = int(positions.min()) // BLOCK, int(positions.max()) // BLOCK
-        blocks = [self.block(b) for b in range(first, last + 1)]
-        inside = positions - first * BLOCK
-        if len(blocks) == 1:
-            return blocks[0][0][inside].astype(np.int64), blocks[0][1][inside]
-        return (np.concatenate([blk[0] for blk in blocks])[inside].astype(np.int64),
-                np.concatenate([blk[1] for blk in blocks])[inside])
+        if positions.min() < 0 or positions.max() >= MAX_POSITION:
+            raise ArgumentError(f"positions must be in [0, 2**43), got {int(positions.min())}..{int(positions.max())}")
+        blocks, which = np.unique(positions // BLOCK, return_inverse=True)
+        nb, d = len(blocks), len(self.sizes)
+        cuts = self._cuts(np.concatenate([blocks, blocks + 1]) * BLOCK)
+        base = np.diff(cuts[:nb], axis=1)  # (nb, D): draws of each dataset before each block
+        quota = np.diff(cuts[nb:], axis=1) - base  # and in it
+        first_slot = np.zeros((nb, d + 1), dtype=np.int64)
+        np.cumsum(quota, axis=1, out=first_slot[:, 1:])
+        # the block's slots in a seeded random order: slot j of block b goes to the dataset whose run holds it
+        keys = _key_word(_mix64(blocks.astype(np.uint64) ^ self._block_key), np.dtype(np.uint32))[:, None]
+        slots = _feistel(self._block_positions, self._block_bits[0], self._block_bits[1], keys).astype(np.int64)
+        row = np.arange(nb, dtype=np.int64)[:, None]
+        bounds = (first_slot[:, 1:d] + row * BLOCK).reshape(-1)
+        datasets = (np.searchsorted(bounds, (slots + row * BLOCK).reshape(-1), side="right").reshape(nb, BLOCK)
+                    - row * (d - 1)).astype(np.int16)  # int16: the stable sort below is a radix sort
+        # draw numbers in position order inside each block: the rank among the block's positions of its dataset
+        order = np.argsort(datasets, axis=1, kind="stable")
+        ranked = np.take_along_axis(datasets, order, axis=1).astype(np.int64)
+        rank = np.empty((nb, BLOCK), dtype=np.int64)
+        np.put_along_axis(rank, order, np.arange(BLOCK) - np.take_along_axis(first_slot, ranked, axis=1), axis=1)
+        draws = np.take_along_axis(base, datasets.astype(np.int64), axis=1) + rank
+        flat = which * BLOCK + positions % BLOCK
+        return datasets.reshape(-1)[flat].astype(np.int64), draws.reshape(-1)[flat]
 
     def frames(self, datasets: np.ndarray, draws: np.ndarray) -> np.ndarray:
         """The frame (index inside its dataset) of the ``draws``-th draw of each ``datasets``: pass
@@ -284,8 +290,7 @@ class MixtureSampler:
         start, chunk = self._chunk
         k, rest = divmod(position - start, self.global_batch_size)
         if rest or not 0 <= k < len(chunk):
-            # a few thousand positions of this rank at once (numpy at full speed), a few blocks of the sequence
-            count = max(1, min(32768 // self.batch_size, 8 * BLOCK // self.global_batch_size))
+            count = max(1, 16384 // self.batch_size)  # this many of the rank's positions at once: numpy at speed
             first = position + self.rank * self.batch_size
             positions = (first + np.arange(count, dtype=np.int64)[:, None] * self.global_batch_size
                          + np.arange(self.batch_size, dtype=np.int64)).reshape(-1)
