@@ -398,7 +398,7 @@ class _EpochPlan:
 
     def _start_phase(self) -> None:
         episodes, self._left = self.phases.pop(0)
-        self._queue, self._slots = episodes, []
+        self._queue, self._slots, self._buffered = episodes, [], 0
         self._next_episode = 0
 
     def _frames(self, episodes: Sequence[int]) -> int:
@@ -428,6 +428,7 @@ class _EpochPlan:
             self._next_episode += 1
             n = int(self.lengths[e])
             slots.append((e, self.rng.permutation(n).tolist() if self.shuffle else list(range(n - 1, -1, -1))))
+            self._buffered += n
             self.kept.append(e)
             self.entered[e] = len(self.entered)
         if not slots:
@@ -435,12 +436,13 @@ class _EpochPlan:
             return self.next()
         k = 0
         if self.shuffle:  # a buffered episode, with probability proportional to its frames left
-            pick = int(self.rng.integers(sum(len(s[1]) for s in slots)))
+            pick = int(self.rng.integers(self._buffered))
             while pick >= len(slots[k][1]):
                 pick -= len(slots[k][1])
                 k += 1
         e, frames = slots[k]
         local = frames.pop()
+        self._buffered -= 1
         if not frames:
             slots.pop(k)
         self._left -= 1
