@@ -43,7 +43,7 @@ BATCH = 256
 
 
 def load() -> str:
-    return "load average %.2f %.2f %.2f" % os.getloadavg()
+    return "load average {:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
 
 
 def linked_copy(store: Path, to: Path) -> Path:
@@ -132,12 +132,9 @@ def bench_torch(one, mixes: dict, batches: int) -> None:
         print("  (torch is not importable here: run with a Python that has it, this checkout on PYTHONPATH)")
         return
     for workers in (0, 2):
-        loaders = {"one": lambda: batch_loader(one, BATCH, num_workers=workers)}
-        for k, mix in mixes.items():
-            loaders[f"mix{k}"] = (lambda m: lambda: batch_loader(m, BATCH, num_workers=workers))(mix)
         rates = {}
-        for name, make in loaders.items():
-            loader = make()
+        for name, source in {"one": one, **{f"mix{k}": mix for k, mix in mixes.items()}}.items():
+            loader = batch_loader(source, BATCH, num_workers=workers)
             it = iter(loader)
             for _ in range(5):  # warm-up: workers started, maps made
                 next(it)

@@ -13,6 +13,8 @@ Global index ``i`` of a mixture is ``offsets[k] + j``: frame ``j`` of dataset ``
 
 from __future__ import annotations
 
+import itertools
+import operator
 import os
 import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -23,12 +25,12 @@ import numpy as np
 
 from .api import open_dataset
 from .dataset import DatasetMeta, ImageFormat, LeRobotZarrDataset
-from .errors import ArgumentError, DeltaTimestampsError, FrameIndexError, LeRobotZarrWarning, SchemaMismatchError
-from .errors import warn_user
+from .errors import ArgumentError, DeltaTimestampsError, LeRobotZarrWarning, SchemaMismatchError, warn_user
 from .lerobot_v3 import CAMERA_DTYPES, DEFAULT_FEATURES, QUANTILES, aggregate_stats
 from .mixture_sampler import MixtureSampler, MixtureSchedule, frame_weights
+from .selection import Selection
 
-__all__ = ["open_mixture", "LeRobotZarrMixture", "MixtureMeta", "merge_stats"]
+__all__ = ["LeRobotZarrMixture", "MixtureMeta", "merge_stats", "open_mixture"]
 
 Source = str | os.PathLike
 FeatureMode = Literal["intersection", "union"]
@@ -102,7 +104,7 @@ def merge_stats(stats: Sequence[Mapping[str, Any]], width: int | None = None) ->
     widths = [s["mean"].shape[-1] for s in stats]
     out = {name: np.zeros(width) for name in stats[0] if name != "count"}
     bounds = sorted({0, *widths})
-    for lo, hi in zip(bounds, bounds[1:]):
+    for lo, hi in itertools.pairwise(bounds):
         holders = [{name: (value if name == "count" else value[..., lo:hi]) for name, value in s.items()}
                    for s, w in zip(stats, widths) if w >= hi]
         for name, value in aggregate_stats(_stacked(holders)).items():
@@ -167,8 +169,10 @@ class LeRobotZarrMixture:
         if empty:
             raise ArgumentError(f"datasets {empty} of the mixture have no frames (check their episodes=)")
         self.offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-        self._starts = self.offsets[:-1].copy()
         self._len = int(self.offsets[-1])
+        # the datasets as the "episodes" of a selection: its index arithmetic maps global indices to them
+        self._index = Selection(np.arange(len(sizes)), np.zeros(len(sizes), dtype=np.int64), np.array(sizes),
+                                len(sizes))
         self._args = ({k: dict(v) for k, v in rename.items()}, features, dict(pad_to or {}))
         self._build(*self._args)
 
@@ -345,21 +349,7 @@ class LeRobotZarrMixture:
 
     def locate(self, indices: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(dataset, index inside it)`` of mixture indices (1-D, any integer dtype, negative from the end)."""
-        idx = np.asarray(indices)
-        if idx.size == 0:
-            idx = idx.astype(np.int64)
-        if idx.dtype.kind not in "iu" or idx.ndim != 1:
-            raise ArgumentError(f"indices must be a 1-D array of integers, got {idx.dtype} of shape {idx.shape}")
-        idx = idx.astype(np.int64, copy=False)
-        n = self._len
-        if len(idx) and (idx.min() < 0 or idx.max() >= n):
-            idx = np.where(idx < 0, idx + n, idx)
-            bad = (idx < 0) | (idx >= n)
-            if bad.any():
-                raise FrameIndexError(f"index {int(np.asarray(indices)[np.argmax(bad)])} is out of range for a "
-                                      f"mixture of {n} frames")
-        d = np.searchsorted(self._starts, idx, side="right") - 1
-        return d, idx - self._starts[d]
+        return self._index.locate_many(indices)
 
     def get_batch(self, indices: Sequence[int] | np.ndarray) -> dict[str, Any]:
         """The samples of mixture indices stacked along a leading axis: each dataset's ``get_batch`` at its
@@ -448,8 +438,8 @@ class LeRobotZarrMixture:
         """One sample: ``datasets[k][j]`` for mixture index ``i = offsets[k] + j``, in the mixture's names and
         shapes, plus ``dataset_index``."""
         try:
-            (k,), (local,) = self.locate(np.array([i]))
-        except (TypeError, ArgumentError):
+            (k,), (local,) = self.locate(np.array([operator.index(i)]))
+        except TypeError:
             raise ArgumentError(f"mixture indices are integers, got {i!r:.40} ({type(i).__name__}); get_batch takes "
                                 f"many") from None
         k = int(k)

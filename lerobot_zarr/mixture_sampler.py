@@ -31,7 +31,7 @@ import numpy as np
 
 from .errors import ArgumentError, warn_user
 
-__all__ = ["BLOCK", "MixtureSchedule", "MixtureSampler", "permute", "STATE_FORMAT"]
+__all__ = ["BLOCK", "MAX_POSITION", "STATE_FORMAT", "MixtureSampler", "MixtureSchedule", "frame_weights", "permute"]
 
 BLOCK = 256  # positions per block of the dataset schedule (a power of two: its shuffle needs no walking)
 MAX_POSITION = 1 << 43  # positions of the sequence (8.8e12 samples): the schedule's integer arithmetic holds below

@@ -289,7 +289,7 @@ def test_datasets_with_nothing_in_common_and_bad_weights_are_refused(stores):
     with pytest.raises(ArgumentError, match="no frames"):
         lz.open_mixture({stores["a"]: 1, stores["c"]: 1}, episodes={stores["c"]: []})
     mix = lz.open_mixture([stores["a"], stores["c"]])
-    with pytest.raises(FrameIndexError, match="out of range for a mixture of 43 frames"):
+    with pytest.raises(FrameIndexError, match="index 43 is out of range for a dataset of 43 frames"):
         mix.get_batch([43])
     with pytest.raises(ArgumentError, match="integers"):
         mix["0"]
