@@ -136,6 +136,18 @@ def test_union_with_rename_and_pad_to_equals_each_datasets_own_samples(stores):
     cam = batch["observation.images.cam"]
     assert cam.dtype == np.uint8 and (cam[k == 2] == 0).all() and (batch["observation.images.cam_is_pad"] ==
                                                                    (k == 2)).all()
+    # each dataset's rows are its own get_batch at the mapped indices, renamed and padded
+    dataset, local = mix.locate(idx)
+    for kk, rename in ((0, {}), (1, RENAME_B), (2, {})):
+        own = mix.datasets[kk].get_batch(local[dataset == kk])
+        for name, value in own.items():
+            if name == "task":
+                assert [t for t, r in zip(batch["task"], (dataset == kk).tolist()) if r] == value
+                continue
+            base = name[:-len("_is_pad")] if name.endswith("_is_pad") else name
+            key = rename.get(base, base) + name[len(base):]
+            got = batch[key][dataset == kk]
+            np.testing.assert_array_equal(got[..., :value.shape[-1]] if value.ndim > 1 else got, value, err_msg=key)
     # the item's task is its dataset's own
     assert {t for t, kk in zip(batch["task"], k.tolist()) if kk == 1} == {"open the door"}
     assert mix[-1]["dataset_index"] == 2 and mix.get_batch([-1])["index"][0] == mix.datasets[2][-1]["index"]
@@ -450,3 +462,64 @@ def test_sampler_state_of_a_mixture_round_trips_through_json(stores):
     other = lz.open_mixture({stores["a"]: 1, stores["c"]: 1}).sampler(4, seed=7)
     with pytest.raises(ArgumentError, match="weights"):
         other.load_state_dict(state)
+
+
+# LeRobot's MultiLeRobotDataset and Hub sources ----------------------------------------------------------------------
+def test_items_equal_lerobots_multi_dataset(tmp_path, monkeypatch):
+    """Same-schema datasets: each item equals LeRobot's own ``MultiLeRobotDataset`` item (concatenated in the order
+    given, ``dataset_index`` added), keys, dtypes and values."""
+    pytest.importorskip("lerobot", reason="lerobot is not installed")
+    torch = pytest.importorskip("torch")
+    try:
+        from lerobot.datasets.multi_dataset import MultiLeRobotDataset
+    except ImportError as exc:
+        pytest.skip(f"lerobot's MultiLeRobotDataset does not import: {exc}")
+    from lerobot_zarr.sample_data import write_sample_dataset
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    for name, seed, n in (("a", 1, 4), ("b", 2, 3)):
+        write_sample_dataset(tmp_path / "local" / name, n_episodes=n, lengths=(5, 12), seed=seed, fps=FPS)
+    deltas = {"observation.state": [-0.1, 0.0], "action": [0.0, 0.1, 0.2]}
+    theirs = MultiLeRobotDataset(["local/a", "local/b"], root=tmp_path, delta_timestamps=deltas)
+    mix = lz.open_mixture([tmp_path / "local" / "a", tmp_path / "local" / "b"], delta_timestamps=deltas,
+                          root={tmp_path / "local" / n: tmp_path / "stores" / n for n in "ab"})
+    assert len(mix) == len(theirs)
+    for i in range(len(theirs)):
+        want, got = theirs[i], mix[i]
+        assert set(want) == set(got), (i, set(want) ^ set(got))
+        for key, value in want.items():
+            if isinstance(value, str):
+                assert got[key] == value, (i, key)
+                continue
+            mine = torch.from_numpy(np.asarray(got[key]))
+            if value.ndim == 0 and mine.ndim == 1 or key in ("timestamp", "frame_index", "episode_index", "index",
+                                                                "task_index"):
+                mine = mine.reshape(value.shape)
+            assert mine.dtype == value.dtype, (i, key, mine.dtype, value.dtype)
+            torch.testing.assert_close(mine, value, rtol=0, atol=0, msg=f"item {i} {key}")
+
+
+def test_hub_repos_and_folders_mix_with_per_source_options(tmp_path, monkeypatch):
+    from hub_fixtures import make_env
+
+    from lerobot_zarr.sample_data import write_sample_dataset
+    from lerobot_zarr.testing.hub_server import HubServer
+
+    a = write_sample_dataset(tmp_path / "gen" / "a", n_episodes=6, lengths=(8, 15), seed=11, fps=FPS)
+    b = write_sample_dataset(tmp_path / "gen" / "b", version="v2.1", n_episodes=4, lengths=(8, 15), seed=12, fps=FPS)
+    local = write_sample_dataset(tmp_path / "gen" / "local", n_episodes=3, lengths=(8, 15), seed=13, fps=FPS)
+    with HubServer(tmp_path / "storage") as server:
+        server.add_repo("org/a", a, tags=["v3.0"])
+        server.add_repo("org/b", b, tags=["v2.1"])
+        make_env(monkeypatch, tmp_path, server.endpoint)
+        mix = lz.open_mixture({"org/a": 0.5, "org/b": 0.3, str(local): 0.2}, delta_timestamps=DELTAS,
+                              episodes={"org/a": [1, 4]}, revision={"org/b": "v2.1"}, progress=False)
+        alone = lz.open_dataset("org/a", episodes=[1, 4], delta_timestamps=DELTAS, progress=False)
+    assert mix.datasets[0].meta.materialized_episodes.tolist() == [False, True, False, False, True, False]
+    assert len(mix.datasets[0]) == len(alone)
+    rows = np.arange(len(alone))
+    batch = mix.get_batch(rows)
+    for key, value in alone.get_batch(rows).items():
+        if key != "task":
+            np.testing.assert_array_equal(batch[key], value, err_msg=key)
+    assert_matches_reference(mix, np.arange(len(mix)), deltas=DELTAS)
