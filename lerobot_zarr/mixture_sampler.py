@@ -189,7 +189,13 @@ class MixtureSchedule:
             return positions.copy(), positions.copy()
         if positions.min() < 0 or positions.max() >= MAX_POSITION:
             raise ArgumentError(f"positions must be in [0, 2**43), got {int(positions.min())}..{int(positions.max())}")
-        blocks, which = np.unique(positions // BLOCK, return_inverse=True)
+        of = positions // BLOCK
+        if len(of) < 2 or bool((of[1:] >= of[:-1]).all()):  # ascending (a sampler's chunk): runs, no sort
+            starts = np.flatnonzero(np.concatenate([[True], of[1:] != of[:-1]]))
+            blocks = of[starts]
+            which = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, len(of))))
+        else:
+            blocks, which = np.unique(of, return_inverse=True)
         nb, d = len(blocks), len(self.sizes)
         cuts = self._cuts(np.concatenate([blocks, blocks + 1]) * BLOCK)
         base = np.diff(cuts[:nb], axis=1)  # (nb, D): draws of each dataset before each block
@@ -198,17 +204,19 @@ class MixtureSchedule:
         np.cumsum(quota, axis=1, out=first_slot[:, 1:])
         # the block's slots in a seeded random order: slot j of block b goes to the dataset whose run holds it
         keys = _key_word(_mix64(blocks.astype(np.uint64) ^ self._block_key), np.dtype(np.uint32))[:, None]
-        slots = _feistel(self._block_positions, self._block_bits[0], self._block_bits[1], keys).astype(np.int64)
-        row = np.arange(nb, dtype=np.int64)[:, None]
-        bounds = (first_slot[:, 1:d] + row * BLOCK).reshape(-1)
-        datasets = (np.searchsorted(bounds, (slots + row * BLOCK).reshape(-1), side="right").reshape(nb, BLOCK)
-                    - row * (d - 1)).astype(np.int16)  # int16: the stable sort below is a radix sort
-        # draw numbers in position order inside each block: the rank among the block's positions of its dataset
+        slots = _feistel(self._block_positions, self._block_bits[0], self._block_bits[1], keys).astype(np.intp)
+        runs = quota.reshape(-1)
+        table = np.repeat(np.tile(np.arange(d, dtype=np.int16), nb), runs).reshape(nb, BLOCK)
+        datasets = np.take_along_axis(table, slots, axis=1)  # int16: the stable sort below is a radix sort
+        # draw numbers in position order inside each block: the block's positions of each dataset, in order,
+        # take the dataset's next draws (those sorted by dataset read as the runs of `table`)
         order = np.argsort(datasets, axis=1, kind="stable")
-        ranked = np.take_along_axis(datasets, order, axis=1).astype(np.int64)
-        rank = np.empty((nb, BLOCK), dtype=np.int64)
-        np.put_along_axis(rank, order, np.arange(BLOCK) - np.take_along_axis(first_slot, ranked, axis=1), axis=1)
-        draws = np.take_along_axis(base, datasets.astype(np.int64), axis=1) + rank
+        first = np.repeat((base - first_slot[:, :-1]).reshape(-1), runs).reshape(nb, BLOCK) + np.arange(BLOCK)
+        draws = np.empty((nb, BLOCK), dtype=np.int64)
+        np.put_along_axis(draws, order, first, axis=1)
+        if len(positions) == nb * BLOCK and positions[0] % BLOCK == 0 and positions[-1] - positions[0] == len(
+                positions) - 1:  # whole blocks in order: no gather
+            return datasets.reshape(-1).astype(np.int64), draws.reshape(-1)
         flat = which * BLOCK + positions % BLOCK
         return datasets.reshape(-1)[flat].astype(np.int64), draws.reshape(-1)[flat]
 
