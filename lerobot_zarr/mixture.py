@@ -355,23 +355,12 @@ class LeRobotZarrMixture:
         """The samples of mixture indices stacked along a leading axis: each dataset's ``get_batch`` at its
         indices, in the mixture's names and shapes, plus ``dataset_index`` (int64). One ``get_batch`` per dataset
         the indices touch; indices grouped by dataset (as the mixture's sampler gives them) are the fastest."""
-        d, local = self.locate(indices)
-        return self._gather(d, local)
+        return self._gather([self.locate(indices)])[0]
 
     def get_batches(self, batches: Sequence[Sequence[int] | np.ndarray]) -> list[dict[str, Any]]:
         """``[get_batch(b) for b in batches]`` with one ``get_batch`` per dataset for all of them: a mixture of
-        many datasets pays each dataset's fixed cost once per call, not once per batch. The arrays of the results
-        are views of one gather per feature."""
-        located = [self.locate(b) for b in batches]
-        if not located:
-            return []
-        out = self._gather(np.concatenate([d for d, _ in located]), np.concatenate([j for _, j in located]))
-        results, start = [], 0
-        for d, _ in located:
-            stop = start + len(d)
-            results.append({key: value[start:stop] for key, value in out.items()})
-            start = stop
-        return results
+        many datasets pays each dataset's fixed cost once per call, not once per batch."""
+        return self._gather([self.locate(b) for b in batches])
 
     def batches(self, sampler: Iterable[np.ndarray], *, gather: int = 8) -> Iterator[dict[str, Any]]:
         """The ``get_batch`` dicts of a sampler's index batches, gathered ``gather`` batches at a time with
@@ -388,47 +377,65 @@ class LeRobotZarrMixture:
         if pending:
             yield from self.get_batches(pending)
 
-    def _gather(self, d: np.ndarray, local: np.ndarray) -> dict[str, Any]:
-        n = len(d)
-        counts = np.bincount(d, minlength=len(self.datasets))
+    def _gather(self, located: list[tuple[np.ndarray, np.ndarray]]) -> list[dict[str, Any]]:
+        """The batches of ``(dataset, index inside it)`` arrays: each batch's rows sorted by dataset (if they are
+        not), one ``get_batch`` per dataset over every batch's rows of it, then each batch assembled from its runs
+        of rows (a concatenation per feature) and put back in the order asked for."""
+        n_datasets = len(self.datasets)
+        batches = []
+        for d, local in located:
+            order = None if len(d) < 2 or bool((d[1:] >= d[:-1]).all()) else np.argsort(d, kind="stable")
+            ordered = local if order is None else local[order]
+            batches.append((d, order, ordered, np.bincount(d, minlength=n_datasets)))
+        counts = np.array([c for _, _, _, c in batches], dtype=np.int64).reshape(-1, n_datasets)
+        first = np.cumsum(counts, axis=1) - counts  # where each dataset's run starts in each batch
+        taken = np.zeros((len(batches) + 1, n_datasets), dtype=np.int64)  # and where it is in the dataset's gather
+        np.cumsum(counts, axis=0, out=taken[1:])
+        parts = {}
+        for k in np.flatnonzero(taken[-1]).tolist():
+            runs = [ordered[first[j, k]:first[j, k] + counts[j, k]] for j, (_, _, ordered, _) in enumerate(batches)
+                    if counts[j, k]]
+            parts[k] = self.datasets[k].get_batch(runs[0] if len(runs) == 1 else np.concatenate(runs))
+        return [self._assemble(parts, j, batch, first[j], taken[j]) for j, batch in enumerate(batches)]
+
+    def _assemble(self, parts: dict[int, dict], j: int, batch: tuple, first: np.ndarray, taken: np.ndarray
+                  ) -> dict[str, Any]:
+        d, order, _, counts = batch
         present = np.flatnonzero(counts).tolist()
-        if len(present) == 1 and self._copy_only[present[0]]:  # one dataset, nothing to pad: no copy at all
+        n = len(d)
+        if len(present) == 1 and self._copy_only[present[0]]:  # one dataset, nothing to pad: views of its gather
             k = present[0]
-            part = self.datasets[k].get_batch(local)
-            out = {key: part[src] for key, src in self._sources[k].items()}
-            out["task"] = part["task"]
+            lo, hi = int(taken[k]), int(taken[k] + n)
+            part = parts[k]
+            out = {key: part[src][lo:hi] for key, src in self._sources[k].items()}
+            out["task"] = part["task"][lo:hi]
         else:
-            # each dataset's samples in one run of rows (sorted by dataset), then back to the order asked for
-            order = None if n < 2 or bool((d[1:] >= d[:-1]).all()) else np.argsort(d, kind="stable")
-            stop = np.cumsum(counts)
-            parts = []
-            for k in present:
-                lo, hi = int(stop[k] - counts[k]), int(stop[k])
-                parts.append((k, lo, hi, self.datasets[k].get_batch(local[lo:hi] if order is None
-                                                                        else local[order[lo:hi]])))
-            inverse = None
-            if order is not None:
-                inverse = np.empty(n, dtype=np.int64)
-                inverse[order] = np.arange(n)
+            runs = [(k, int(first[k]), int(first[k] + counts[k]), int(taken[k]), parts[k]) for k in present]
             out = {}
             for key, o in self._outputs.items():
                 if key in self._dim_keys:
                     continue
-                ops = [self._ops[k][key] for k, _, _, _ in parts]
-                if all(op[1] == _COPY for op in ops):  # every part as it is: one concatenation
-                    rows = np.concatenate([part[op[0]] for (_, _, _, part), op in zip(parts, ops)])
+                ops = [self._ops[k][key] for k, _, _, _, _ in runs]
+                if all(op[1] == _COPY for op in ops):  # every run as its dataset gives it: one concatenation
+                    pieces = [part[src][at:at + hi - lo] for (_, lo, hi, at, part), (src, _, _) in zip(runs, ops)]
+                    rows = pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
                 else:
                     rows = (np.zeros if o.zeroed else np.empty)((n, *o.shape), dtype=o.dtype)
-                    for (_, lo, hi, part), (src, op, width) in zip(parts, ops):
+                    for (_, lo, hi, at, part), (src, op, width) in zip(runs, ops):
                         if op in (_COPY, _CAST):
-                            rows[lo:hi] = part[src]
+                            rows[lo:hi] = part[src][at:at + hi - lo]
                         elif op == _PAD:
-                            rows[lo:hi, ..., :width] = part[src]
+                            rows[lo:hi, ..., :width] = part[src][at:at + hi - lo]
                         elif op == _TRUE:
                             rows[lo:hi] = True
-                out[key] = rows if inverse is None else rows[inverse]
-            tasks = [t for _, _, _, part in parts for t in part["task"]]
-            out["task"] = tasks if inverse is None else [tasks[i] for i in inverse.tolist()]
+                out[key] = rows
+            out["task"] = [t for _, lo, hi, at, part in runs for t in part["task"][at:at + hi - lo]]
+        if order is not None:  # back to the order asked for
+            inverse = np.empty(n, dtype=np.int64)
+            inverse[order] = np.arange(n)
+            tasks = out.pop("task")
+            out = {key: value[inverse] for key, value in out.items()}
+            out["task"] = [tasks[i] for i in inverse.tolist()]
         for f, masks in self._dim_masks.items():
             out[f"{f}_dim_is_pad"] = masks[d]
         out["dataset_index"] = d
