@@ -16,6 +16,13 @@ rank nothing is padded or dropped: every frame exactly once.
 Each process keeps ``buffer_episodes`` episodes in memory and fetches as many ahead in a background thread (from
 the Hub, up to that many range requests in flight), so at most about three times ``buffer_episodes`` episodes are
 held at once; frames are drawn at random across the buffer.
+
+Resuming: the order of an epoch's draws depends on episode lengths and the seed alone (:class:`_EpochPlan`), so
+``load_state_dict`` of a state saved after ``n`` items replays the first draws without reading anything, then
+fetches only the episodes the rest of the epoch draws from: no sample repeated or skipped. With DataLoader
+workers, the ``n`` delivered items are dealt back to the workers as the DataLoader handed them over (one per
+worker in turn), and the workers take over each other's shards in rotation so that the resumed epoch delivers its
+items in the interrupted order.
 """
 
 from __future__ import annotations
