@@ -157,7 +157,8 @@ class LeRobotZarrMixture:
 
     def __init__(self, datasets: Sequence[LeRobotZarrDataset], *, sources: Sequence[str], weights: np.ndarray,
                  rename: Mapping[str, Mapping[str, str]], features: FeatureMode = "intersection",
-                 pad_to: Mapping[str, int] | None = None, delta_timestamps: Mapping[str, Sequence[float]] | None = None):
+                 pad_to: Mapping[str, int] | None = None,
+                 delta_timestamps: Mapping[str, Sequence[float]] | None = None):
         self.datasets = list(datasets)
         self._outputs: dict[str, _Output] = {}
         self.sources = tuple(sources)
@@ -505,7 +506,8 @@ class LeRobotZarrMixture:
 
     def __repr__(self) -> str:
         parts = ", ".join(f"{s!r}: {w:.3g}" for s, w in zip(self.sources, self.weights))
-        return (f"LeRobotZarrMixture({{{parts}}}, frames={self._len}, features={[k for k in self._outputs if not k.endswith("_is_pad")]}, "
+        features = [k for k in self._outputs if not k.endswith("_is_pad")]
+        return (f"LeRobotZarrMixture({{{parts}}}, frames={self._len}, features={features}, "
                 f"windows={ {k: len(v) for k, v in (self.delta_timestamps or {}).items()} })")
 
 

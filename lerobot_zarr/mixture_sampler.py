@@ -252,11 +252,12 @@ class MixtureSampler:
 
     Global batch ``t`` is positions ``[t * G, (t + 1) * G)`` of the mixture's sequence (``G = batch_size *
     world_size``); rank ``r`` takes its ``r``-th contiguous slice, its indices sorted (so grouped by dataset: the
-    order inside a batch carries no meaning, and sorted indices gather fastest). An epoch is ``batches_per_epoch`` batches
-    (default: the mixture's frames divided by ``G``): iterating yields the batches up to the end of the current
-    epoch, and iterating again continues with the next one. ``state_dict()`` is the position reached (plus what
-    identifies the mixture): restoring it is O(1) and continues the same global sequence on any world size with
-    the same ``G`` (another ``G`` continues the same samples, cut into batches of the new size)."""
+    order inside a batch carries no meaning, and sorted indices gather fastest). An epoch is
+    ``batches_per_epoch`` batches (default: the mixture's frames divided by ``G``): iterating yields the batches
+    up to the end of the current epoch, and iterating again continues with the next one. ``state_dict()`` is the
+    position reached (plus what identifies the mixture): restoring it is O(1) and continues the same global
+    sequence on any world size with the same ``G`` (another ``G`` continues the same samples, cut into batches of
+    the new size)."""
 
     def __init__(self, schedule: MixtureSchedule, *, batch_size: int, rank: int | None = None,
                  world_size: int | None = None, batches_per_epoch: int | None = None):

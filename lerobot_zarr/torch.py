@@ -34,8 +34,8 @@ from .errors import LeRobotZarrWarning
 from .lerobot_v3 import DEFAULT_FEATURES
 from .streaming import SampleStream
 
-__all__ = ["BatchLoader", "IndexBatches", "LeRobotDataset", "StreamLoader", "TorchDataset", "TorchStream", "batch_loader",
-           "stream_loader", "to_tensors"]
+__all__ = ["BatchLoader", "IndexBatches", "LeRobotDataset", "StreamLoader", "TorchDataset", "TorchStream",
+           "batch_loader", "stream_loader", "to_tensors"]
 
 
 def to_tensors(sample: Mapping[str, Any]) -> dict[str, Any]:
@@ -387,15 +387,20 @@ def batch_loader(dataset: LeRobotZarrDataset | TorchDataset | Any, batch_size: i
     ``get_batch`` that pickles; a mixture (``open_mixture``) is sampled by its own sampler by default,
     ``dataset.sampler(batch_size, seed=0)`` (this process's rank of ``torch.distributed`` when initialized): pass
     ``batch_sampler=mix.sampler(...)`` for another seed or rank. The loader's ``state_dict()`` then saves where
-    the delivered batches reached, for the training checkpoint. Other keyword arguments (``num_workers``, ``persistent_workers``, ``prefetch_factor``,
-    ...) go to ``DataLoader``; ``pin_memory`` does not apply (call ``.pin_memory()`` on the tensors if needed).
+    the delivered batches reached, for the training checkpoint. Other keyword arguments (``num_workers``,
+    ``persistent_workers``, ``prefetch_factor``, ...) go to ``DataLoader``; ``pin_memory`` does not apply (call
+    ``.pin_memory()`` on the tensors if needed).
 
     With ``num_workers > 0`` a worker is asked for ``batches_per_request`` batches at a time (default: as many as
-    fit in 12 MiB, 1 to 16; a mixture gathers them with one ``get_batches``, also without workers) and puts them in shared memory of its own; the main process gets slot numbers and makes
-    tensors viewing the slots. A slot is reused only once every tensor of its batch is freed, so a batch stays
-    valid as long as you hold it (hold many and further batches arrive by copy instead)."""
+    fit in 12 MiB, 1 to 16; a mixture gathers them with one ``get_batches``, also without workers) and puts them
+    in shared memory of its own; the main process gets slot numbers and makes tensors viewing the slots. A slot is
+    reused only once every tensor of its batch is freed, so a batch stays valid as long as you hold it (hold many
+    and further batches arrive by copy instead)."""
     ds = dataset.dataset if isinstance(dataset, TorchDataset) else dataset
     if batch_sampler is None and sampler is None and callable(getattr(ds, "sampler", None)):  # a mixture
+        if not shuffle:
+            raise ValueError("a mixture's sampler draws by weight (it always shuffles): shuffle=False does not apply; "
+                             "pass batch_sampler= for batches of your own")
         batch_sampler = ds.sampler(batch_size, seed=0 if generator is None else generator.initial_seed())
     if batch_sampler is not None:
         if sampler is not None:

@@ -267,7 +267,8 @@ def test_a_mismatched_fps_names_both_datasets(tmp_path, stores):
     (dict(rename={"B": {"act": "x", "gripper": "x"}}), ArgumentError, r"two of its features the name 'x'"),
     (dict(rename={"elsewhere": {"a": "b"}}), ArgumentError, r"'elsewhere' is not one of the mixture's sources"),
     (dict(episodes={"elsewhere": [0]}), ArgumentError, r"episodes: 'elsewhere' is not one of"),
-    (dict(pad_to={"observation.state": 6, "action": 4}), ArgumentError, r"pad_to\['action'\] = 4 is narrower than 'action' in .*b' \(5\)"),
+    (dict(pad_to={"observation.state": 6, "action": 4}), ArgumentError,
+     r"pad_to\['action'\] = 4 is narrower than 'action' in .*b' \(5\)"),
     (dict(pad_to={"nothing": 4}), ArgumentError, r"pad_to names \['nothing'\]"),
     (dict(delta_timestamps={"gripper": [0.0]}), DeltaTimestampsError, r"'gripper' is not in \[.*a'\]"),
     (dict(delta_timestamps={"nope": [0.0]}), DeltaTimestampsError, r"'nope' is not a feature of any dataset"),
@@ -523,3 +524,19 @@ def test_hub_repos_and_folders_mix_with_per_source_options(tmp_path, monkeypatch
         if key != "task":
             np.testing.assert_array_equal(batch[key], value, err_msg=key)
     assert_matches_reference(mix, np.arange(len(mix)), deltas=DELTAS)
+
+
+def test_many_small_datasets_in_one_mixture(tmp_path):
+    """40 datasets (as a lab's many recordings): weights by frames, every batch the datasets' own samples."""
+    stores = [make_store(tmp_path / f"s{k:02d}", {"observation.state": ("float32", [4]), "action": ("float32", [3])},
+                         [3 + k % 5, 2 + k % 3], seed=k) for k in range(40)]
+    mix = lz.open_mixture(stores, weights="frames", delta_timestamps=DELTAS)
+    sizes = [len(ds) for ds in mix.datasets]
+    assert len(mix) == sum(sizes) and mix.meta.weights == pytest.approx(tuple(n / sum(sizes) for n in sizes))
+    sampler = mix.sampler(32, seed=5)
+    seen = np.concatenate(list(sampler))
+    assert len(seen) == len(mix) // 32 * 32
+    counts = np.bincount(mix.locate(seen[:256])[0], minlength=40)  # the first block of 256 samples
+    assert np.abs(counts - 256 * np.array(sizes) / sum(sizes)).max() < 1  # each dataset's share within one
+    assert_matches_reference(mix, np.concatenate([sampler.batch(0), np.arange(len(mix))]), deltas=DELTAS)
+    mix.close()

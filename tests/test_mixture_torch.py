@@ -55,6 +55,8 @@ def test_batch_loader_on_a_mixture_gives_its_samplers_batches(mix, num_workers):
     assert len(loader) == len(reference) == len(mix) // 16
     for batch, idx in zip(loader, reference, strict=True):
         _same(batch, mix.get_batch(idx))
+    with pytest.raises(ValueError, match="shuffle=False does not apply"):
+        batch_loader(mix, 16, shuffle=False)
 
 
 @pytest.mark.parametrize("num_workers", [0, 2])
