@@ -24,12 +24,15 @@ from .cache import cache_info
 from .dataset import DatasetMeta, LeRobotZarrDataset
 from .errors import *  # noqa: F403  (the curated list is errors.__all__)
 from .errors import __all__ as _errors
+from .mixture import LeRobotZarrMixture, MixtureMeta, open_mixture
+from .mixture_sampler import MixtureSampler
 from .sharding import episodes_for_rank, split_episodes
 from .streaming import SampleStream, stream
 from .writer import WritableDataset, create
 
 __all__ = [
     "open_dataset",
+    "open_mixture",
     "create",
     "inspect",
     "stream",
@@ -39,6 +42,9 @@ __all__ = [
     "cache_home",
     "cache_info",
     "LeRobotZarrDataset",
+    "LeRobotZarrMixture",
+    "MixtureMeta",
+    "MixtureSampler",
     "WritableDataset",
     "DatasetMeta",
     *_errors,

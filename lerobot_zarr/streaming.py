@@ -16,10 +16,18 @@ rank nothing is padded or dropped: every frame exactly once.
 Each process keeps ``buffer_episodes`` episodes in memory and fetches as many ahead in a background thread (from
 the Hub, up to that many range requests in flight), so at most about three times ``buffer_episodes`` episodes are
 held at once; frames are drawn at random across the buffer.
+
+Resuming: the order of an epoch's draws depends on episode lengths and the seed alone (:class:`_EpochPlan`), so
+``load_state_dict`` of a state saved after ``n`` items replays the first draws without reading anything, then
+fetches only the episodes the rest of the epoch draws from: no sample repeated or skipped. With DataLoader
+workers, the ``n`` delivered items are dealt back to the workers as the DataLoader handed them over (one per
+worker in turn), and the workers take over each other's shards in rotation so that the resumed epoch delivers its
+items in the interrupted order.
 """
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 import itertools
 import logging
@@ -45,6 +53,7 @@ if TYPE_CHECKING:
 __all__ = ["SampleStream", "stream"]
 
 log = logging.getLogger("lerobot_zarr")
+_STATE_FORMAT = "lerobot_zarr.stream"
 
 
 def _is_int(x: object) -> bool:
@@ -106,6 +115,8 @@ class SampleStream:
         self.batch_size = None if batch_size is None else int(batch_size)
         self.drop_last = bool(drop_last)
         self.epoch = 0
+        self._position: tuple[int, int] | None = None  # (epoch, items delivered) of the iteration in this process
+        self._resume: tuple[int, int, int] | None = None  # (epoch, items, num_workers) of a loaded state
         self._selection = None if episodes is None else sorted(set(episodes))
         reader = self._reader()
         self._reader_cache: _EpisodeReader | None = reader  # reused by the first epoch in this process
@@ -145,7 +156,10 @@ class SampleStream:
         return dict(self.__dict__, _reader_cache=None)  # workers open their own reader
 
     def set_epoch(self, epoch: int) -> None:
+        """The epoch the next iteration runs (its shuffle); a loaded state for another epoch no longer applies."""
         self.epoch = int(epoch)
+        if self._resume is not None and self._resume[0] != self.epoch:
+            self._resume = None
 
     def _plan(self, epoch: int, num_workers: int) -> tuple[list[int], list[list[int]]]:
         """The epoch's episode order and its shards (``world_size * num_workers`` of them)."""
@@ -179,82 +193,126 @@ class SampleStream:
     def __iter__(self) -> Iterator[dict[str, Any]]:
         epoch = self.epoch
         self.epoch += 1
-        worker = self.worker or _worker()
+        worker, skip = self._resumed(epoch, self.worker or _worker())
         order, shards = self._plan(epoch, worker[1])
         shard = shards[self.rank * worker[1] + worker[0]]
         quota = self.samples_per_shard(epoch, worker)
         rng = np.random.default_rng([self.seed, epoch, self.rank, worker[0]])
         reader, self._reader_cache = self._reader_cache or self._reader(), None
         own = int(self.lengths[shard].sum()) if shard else 0
-        log.info("stream epoch %d, rank %d of %d, worker %d of %d: %d episodes, %d frames, %d samples (%s)", epoch,
+        log.info("stream epoch %d, rank %d of %d, worker %d of %d: %d episodes, %d frames, %d samples (%s)%s", epoch,
                  self.rank, self.world_size, *worker, len(shard), own, quota,
-                 "exact" if quota == own else "padded" if quota > own else "dropping the excess")
-        kept: deque = deque(maxlen=self.buffer_episodes)  # the last episodes read: padding repeats their frames
-        samples = itertools.chain(self._pass(reader, shard, min(own, quota), rng, kept),
-                                  self._padding(reader, order, kept, quota - own, rng))
+                 "exact" if quota == own else "padded" if quota > own else "dropping the excess",
+                 f", resuming after {skip}" if skip else "")
+        plan = _EpochPlan(shard, order, min(own, quota), quota - own, self.lengths, self.buffer_episodes,
+                          self.shuffle, rng)
+        samples = self._samples(reader, plan, skip)
+        items = skip if self.batch_size is None else -(-skip // self.batch_size)
+        self._position = (epoch, items)
         if self.batch_size is None:
             for frames, e, local in samples:
+                items += 1
+                self._position = (epoch, items)
                 yield self._item(frames, local, int(self.lengths[e]))
-            return
-        while True:
-            picks = list(itertools.islice(samples, self.batch_size))
-            if not picks:
+        else:
+            while True:
+                picks = list(itertools.islice(samples, self.batch_size))
+                if not picks:
+                    break
+                items += 1
+                self._position = (epoch, items)
+                yield self._batch(picks)
+        self._position = (epoch + 1, 0)
+
+    def _samples(self, reader: _EpisodeReader, plan: _EpochPlan, skip: int
+                 ) -> Iterator[tuple[dict[str, np.ndarray], int, int]]:
+        """``(frames of an episode, episode, frame)`` in the plan's order after its first ``skip`` draws (made on
+        episode lengths alone: nothing is read for them). Episodes are fetched in the order they enter the plan's
+        buffer, a few ahead; an episode's frames are dropped once the plan can draw from it no more."""
+        for _ in range(skip):
+            if plan.next() is None:
                 return
-            yield self._batch(picks)
-
-    def _padding(self, reader: _EpisodeReader, order: list[int], kept: deque, n: int,
-                 rng: np.random.Generator) -> Iterator[tuple[dict[str, np.ndarray], int, int]]:
-        """``n`` repeated frames (none if ``n <= 0``) of the episodes this shard read last, in memory still (a
-        shard without episodes reads the epoch's first ones); at random when shuffled, else in order."""
-        if n <= 0:
-            return
-        if not kept:
-            yield from self._pass(reader, order, min(n, int(self.lengths[order].sum())), rng, kept)
-            n -= int(self.lengths[order].sum())
-        held = list(kept)
-        total = sum(int(self.lengths[e]) for e, _ in held)
-        starts = np.cumsum([0] + [int(self.lengths[e]) for e, _ in held])
-        picks = rng.integers(total, size=max(n, 0)) if self.shuffle else np.arange(max(n, 0)) % total
-        for p in picks.tolist():
-            k = int(np.searchsorted(starts, p, side="right") - 1)
-            e, frames = held[k]
-            yield frames, e, p - int(starts[k])
-
-    def _pass(self, reader: _EpisodeReader, episodes: list[int], limit: int, rng: np.random.Generator,
-              kept: deque) -> Iterator[tuple[dict[str, np.ndarray], int, int]]:
-        """``(frames of an episode, episode, frame)`` over ``episodes`` (buffered, drawn at random when shuffled),
-        ``limit`` of them; each episode read is also put in ``kept``."""
-        if limit <= 0:
-            return
-        fetched = prefetched(_fetch_in_order(reader, episodes, self.buffer_episodes), depth=self.buffer_episodes)
-        buffer: list[tuple[int, dict[str, np.ndarray], list[int]]] = []
-        left = limit
+        fetched = prefetched(_fetch_in_order(reader, plan.live() + plan.upcoming(), self.buffer_episodes),
+                             depth=self.buffer_episodes)
+        held: dict[int, dict[str, np.ndarray]] = {}
         try:
-            while left:
-                while len(buffer) < self.buffer_episodes:
-                    nxt = next(fetched, None)
-                    if nxt is None:
-                        break
-                    e, frames = nxt
-                    kept.append((e, frames))
-                    n = int(self.lengths[e])
-                    order = rng.permutation(n).tolist() if self.shuffle else list(range(n - 1, -1, -1))
-                    buffer.append((e, frames, order))
-                if not buffer:
-                    return
-                k = 0
-                if self.shuffle:  # a buffered episode, with probability proportional to its frames left
-                    pick = int(rng.integers(sum(len(b[2]) for b in buffer)))
-                    while pick >= len(buffer[k][2]):
-                        pick -= len(buffer[k][2])
-                        k += 1
-                e, frames, order = buffer[k]
-                yield frames, e, order.pop()
-                left -= 1
-                if not order:
-                    buffer.pop(k)
+            while (pick := plan.next()) is not None:
+                e, local = pick
+                while e not in held:
+                    got, frames = next(fetched)
+                    held[got] = frames
+                yield held[e], e, local
+                if len(held) > 2 * self.buffer_episodes:
+                    live = set(plan.live())
+                    for gone in [g for g in held if g not in live]:
+                        del held[gone]
         finally:
             fetched.close()
+
+    # resuming ----------------------------------------------------------------------------------------------
+    def _items_per_worker(self, epoch: int, num_workers: int) -> list[int]:
+        """Items (samples, or batches with ``batch_size``) each DataLoader worker of this rank yields in ``epoch``."""
+        counts = [self.samples_per_shard(epoch, (w, num_workers)) for w in range(num_workers)]
+        return counts if self.batch_size is None else [-(-n // self.batch_size) for n in counts]
+
+    def _resumed(self, epoch: int, worker: tuple[int, int]) -> tuple[tuple[int, int], int]:
+        """``(worker, samples to skip)`` for this iteration: as given and 0, unless a loaded state resumes
+        ``epoch``. Then the worker skips its share of the items delivered (dealt out as a DataLoader hands them
+        over: one per worker in turn, exhausted ones skipped), and workers take over each other's shards in
+        rotation so that the new DataLoader's worker 0 is the one whose turn was next: the items arrive in the
+        order the interrupted epoch would have given them."""
+        resume = self._resume
+        if resume is None or resume[0] != epoch:
+            return worker, 0
+        _, items, num_workers = resume
+        if num_workers != worker[1]:
+            raise ArgumentError(f"{self.source}: the stream state was saved with {num_workers} DataLoader workers "
+                                f"per rank and is resumed with {worker[1]}; the shards (and so the order) depend on "
+                                f"it: use {num_workers}")
+        counts, first = _round_robin(self._items_per_worker(epoch, num_workers), items)
+        role = ((worker[0] + first) % num_workers, num_workers)
+        mine = counts[role[0]]
+        return role, mine if self.batch_size is None else min(mine * self.batch_size,
+                                                              self.samples_per_shard(epoch, role))
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where this stream is in its epochs, as iterated in this process: small and JSON-serializable.
+        :meth:`load_state_dict` continues from there exactly (no sample repeated or skipped). The state is the
+        same on every rank (they yield equal counts), so one saved on rank 0 restores every rank. Through a torch
+        DataLoader with workers, use ``lerobot_zarr.torch.stream_loader`` (it counts what it delivers)."""
+        epoch, items = self._position if self._position is not None else (self.epoch, 0)
+        return self.state_at(epoch, items)
+
+    def state_at(self, epoch: int, items: int, *, num_workers: int = 1) -> dict[str, Any]:
+        """The state after ``items`` items (samples, or batches with ``batch_size``) of ``epoch`` were delivered
+        by ``num_workers`` DataLoader workers per rank (1: iterated in this process)."""
+        done = items >= sum(self._items_per_worker(epoch, num_workers))
+        return {"format": _STATE_FORMAT, "version": 1, "epoch": int(epoch) + done, "items": 0 if done else int(items),
+                "num_workers": int(num_workers), "world_size": self.world_size, "seed": self.seed,
+                "shuffle": self.shuffle, "batch_size": self.batch_size, "drop_last": self.drop_last,
+                "episodes": _fingerprint(self.episodes, self.lengths)}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continue from a :meth:`state_dict` (or :meth:`state_at`): the next iteration runs the saved epoch from
+        where it was interrupted; the stream must be made with the same episodes, seed, shuffle, batch_size,
+        drop_last and world_size (any rank)."""
+        if not isinstance(state, Mapping) or state.get("format") != _STATE_FORMAT:
+            raise ArgumentError(f"not a stream state (no format {_STATE_FORMAT!r}): {str(state)[:120]}")
+        if state.get("version") != 1:
+            raise ArgumentError(f"stream state version {state.get('version')!r} is not supported (1)")
+        mine = self.state_at(0, 0)
+        for key in ("world_size", "seed", "shuffle", "batch_size", "drop_last", "episodes"):
+            if state.get(key) != mine[key]:
+                what = "the episodes (or their lengths)" if key == "episodes" else f"{key}={state.get(key)!r}"
+                raise ArgumentError(f"{self.source}: the stream state was saved with {what}; this stream has "
+                                    f"{'other ones' if key == 'episodes' else repr(mine[key])}")
+        epoch, items, workers = (state.get(k) for k in ("epoch", "items", "num_workers"))
+        if not all(_is_int(v) and v >= 0 for v in (epoch, items)) or not (_is_int(workers) and workers >= 1):
+            raise ArgumentError(f"a stream state's epoch, items and num_workers must be counts, got {epoch!r}, "
+                                f"{items!r}, {workers!r}")
+        self.epoch = int(epoch)
+        self._resume = (int(epoch), int(items), int(workers)) if items else None
+        self._position = (int(epoch), int(items))
 
     def _item(self, frames: dict[str, np.ndarray], local: int, length: int) -> dict[str, Any]:
         """Frame ``local`` of an episode held in memory, exactly as ``LeRobotZarrDataset.__getitem__`` gives it."""
@@ -320,6 +378,131 @@ def _fetch_in_order(reader: _EpisodeReader, shard: list[int], ahead: int) -> Ite
     """``(episode, frames)`` in shard order, several fetched at once when the reader is remote."""
     workers = min(reader.concurrency, ahead)
     return in_threads(reader.episode, shard, workers, ahead=workers, name="lerobot_zarr-stream")
+
+
+class _EpochPlan:
+    """The order in which one shard draws its samples in an epoch, from episode lengths and the generator alone
+    (no data), so that a resumed epoch can replay its first draws without reading anything.
+
+    Draws: ``limit`` frames of ``shard``, its episodes entering a buffer of ``size`` in order and frames drawn at
+    random across the buffer (each buffered episode with probability in proportion to its frames left); then
+    ``extra`` repeated frames (``extra > 0``: padding to the ranks' common count) drawn from the last ``size``
+    episodes that entered (a shard without episodes first draws the epoch's first episodes, ``order``)."""
+
+    def __init__(self, shard: list[int], order: list[int], limit: int, extra: int, lengths: np.ndarray, size: int,
+                 shuffle: bool, rng: np.random.Generator):
+        self.lengths, self.size, self.shuffle, self.rng = lengths, size, shuffle, rng
+        self.kept: deque = deque(maxlen=size)  # the last episodes that entered: padding repeats their frames
+        self.entered: dict[int, int] = {}  # episode -> when it entered (for the order of fetches)
+        self.phases = [(list(shard), limit)]
+        self.extra = extra
+        self._order = order
+        self._slots: list[tuple[int, list[int]]] = []
+        self._queue: list[int] = []
+        self._left = 0
+        self._picks: np.ndarray | None = None
+        self._start_phase()
+
+    def _start_phase(self) -> None:
+        episodes, self._left = self.phases.pop(0)
+        self._queue, self._slots, self._buffered = episodes, [], 0
+        self._next_episode = 0
+
+    def _frames(self, episodes: Sequence[int]) -> int:
+        return int(self.lengths[list(episodes)].sum()) if len(episodes) else 0
+
+    def next(self) -> tuple[int, int] | None:
+        """The next draw ``(episode, frame)``, or None when the shard has drawn all it yields this epoch."""
+        while self._left <= 0:
+            if self._picks is not None or self.extra <= 0:
+                return self._padding()
+            if not self.kept and not self.phases and self._order:  # an empty shard reads the epoch's first episodes
+                total = self._frames(self._order)
+                self.phases.append((self._order, min(self.extra, total)))
+                self._start_phase()
+                self.extra -= total
+                self._order = []
+                continue
+            held = list(self.kept)
+            total = self._frames(held)
+            n = max(self.extra, 0)
+            self._picks = self.rng.integers(total, size=n) if self.shuffle else np.arange(n) % max(total, 1)
+            self._held, self._starts, self._pick = held, np.cumsum([0] + [int(self.lengths[e]) for e in held]), 0
+            return self._padding()
+        slots = self._slots
+        while len(slots) < self.size and self._next_episode < len(self._queue):
+            e = self._queue[self._next_episode]
+            self._next_episode += 1
+            n = int(self.lengths[e])
+            slots.append((e, self.rng.permutation(n).tolist() if self.shuffle else list(range(n - 1, -1, -1))))
+            self._buffered += n
+            self.kept.append(e)
+            self.entered[e] = len(self.entered)
+        if not slots:
+            self._left = 0
+            return self.next()
+        k = 0
+        if self.shuffle:  # a buffered episode, with probability proportional to its frames left
+            pick = int(self.rng.integers(self._buffered))
+            while pick >= len(slots[k][1]):
+                pick -= len(slots[k][1])
+                k += 1
+        e, frames = slots[k]
+        local = frames.pop()
+        self._buffered -= 1
+        if not frames:
+            slots.pop(k)
+        self._left -= 1
+        return e, local
+
+    def _padding(self) -> tuple[int, int] | None:
+        if self._picks is None or self._pick >= len(self._picks):
+            return None
+        p = int(self._picks[self._pick])
+        self._pick += 1
+        k = int(np.searchsorted(self._starts, p, side="right") - 1)
+        return self._held[k], p - int(self._starts[k])
+
+    def live(self) -> list[int]:
+        """Episodes the plan may still draw from (in the buffer, or kept for padding), in the order they entered."""
+        live = {e for e, _ in self._slots} | (set(self.kept) if self.extra > 0 or self._picks is not None else set())
+        return sorted(live, key=self.entered.__getitem__)
+
+    def upcoming(self) -> list[int]:
+        """Episodes that will still enter the buffer, in order (the rest of this phase, and of a later one)."""
+        later = self._order if (self.extra > 0 and not self.kept and self._picks is None) else []
+        return self._queue[self._next_episode:] + [e for e in later if e not in self._queue]
+
+
+def _round_robin(totals: list[int], items: int) -> tuple[list[int], int]:
+    """How many of the first ``items`` items came from each worker when workers hand over one item each in turn
+    (worker 0 first) and a worker that has given its ``totals[w]`` items is skipped (a DataLoader's order), and
+    which worker gives the next one."""
+    items = min(items, sum(totals))
+    lo, hi = 0, max(totals, default=0)
+    while lo < hi:  # the most full rounds r with sum(min(total, r)) <= items
+        mid = (lo + hi + 1) // 2
+        if sum(min(t, mid) for t in totals) <= items:
+            lo = mid
+        else:
+            hi = mid - 1
+    counts = [min(t, lo) for t in totals]
+    extra, last = items - sum(counts), -1
+    for w, t in enumerate(totals):
+        if extra and t > lo:
+            counts[w] += 1
+            extra -= 1
+            last = w
+    n = len(totals)
+    after = [(last + 1 + k) % n for k in range(n)]
+    return counts, next((w for w in after if counts[w] < totals[w]), 0)
+
+
+def _fingerprint(episodes: Sequence[int], lengths: np.ndarray) -> str:
+    """A short digest of the stream's episodes and their lengths (a state restores only onto the same ones)."""
+    data = np.asarray(list(episodes), dtype=np.int64)
+    digest = hashlib.sha256(data.tobytes() + np.asarray(lengths, dtype=np.int64)[data].tobytes()).hexdigest()
+    return digest[:16]
 
 
 class _EpisodeReader:

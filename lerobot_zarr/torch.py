@@ -36,7 +36,8 @@ from .dataset import LeRobotZarrDataset  # noqa: E402
 from .lerobot_v3 import CAMERA_DTYPES, DEFAULT_FEATURES  # noqa: E402
 from .streaming import SampleStream  # noqa: E402
 
-__all__ = ["BatchLoader", "IndexBatches", "LeRobotDataset", "TorchDataset", "TorchStream", "batch_loader", "to_tensors"]
+__all__ = ["BatchLoader", "IndexBatches", "LeRobotDataset", "StreamLoader", "TorchDataset", "TorchStream",
+           "batch_loader", "stream_loader", "to_tensors"]
 
 
 def to_tensors(sample: Mapping[str, Any]) -> dict[str, Any]:
@@ -232,7 +233,9 @@ class _BatchRequests(Dataset):
     def __getitem__(self, request: Sequence[Sequence[int] | np.ndarray]) -> list[Any]:
         """The batches of ``request``: numpy dicts in the main process; in a worker, objects that unpickle to
         dicts of tensors."""
-        batches = [self.dataset.get_batch(np.asarray(ix, dtype=np.int64)) for ix in request]
+        many = getattr(self.dataset, "get_batches", None)  # a mixture gathers a request's batches at once
+        batches = (many(request) if many is not None else
+                   [self.dataset.get_batch(np.asarray(ix, dtype=np.int64)) for ix in request])
         if get_worker_info() is None:
             return batches
         # Keep the last batch until the next request is made: freed with the others, it would leave the top of the
@@ -323,14 +326,28 @@ def _as_is(batch: Any) -> Any:
 
 class BatchLoader(DataLoader):
     """A ``DataLoader`` over whole index batches (see :func:`batch_loader`), yielding dicts of tensors;
-    ``len()`` counts batches."""
+    ``len()`` counts batches. Over a batch sampler with a state (a mixture's), ``state_dict()`` is its state after
+    the batches this loader has delivered (not those its workers prefetched), and ``load_state_dict()`` restores it
+    before an iteration."""
 
     def __init__(self, requests: _BatchRequests, batches: Sampler, k: int, **kwargs: Any):
         self._batches = batches
+        self._since: dict | None = None  # the batch sampler's state when the current (or last) iteration started
+        self._delivered = 0  # batches that iteration delivered
         super().__init__(requests, batch_size=None, sampler=_Requests(batches, k), collate_fn=_as_is, **kwargs)
 
     def __len__(self) -> int:
         return len(self._batches)
+
+    def state_dict(self) -> dict[str, Any]:
+        if not hasattr(self._batches, "state_dict"):
+            raise TypeError("this loader's batches have no state to save (a mixture's sampler has: "
+                            "batch_loader(mix, ...) or batch_sampler=mix.sampler(...))")
+        return self._batches.state_dict(since=self._since, batches=self._delivered)
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self._batches.load_state_dict(state)
+        self._since, self._delivered = None, 0
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         requests: _BatchRequests = self.dataset
@@ -340,14 +357,19 @@ class BatchLoader(DataLoader):
             if self.persistent_workers:
                 weakref.finalize(self, _RINGS.pop, token, None)
                 token = None
+        if hasattr(self._batches, "state_dict"):  # before the workers start taking batches ahead
+            self._since, self._delivered = self._batches.state_dict(), 0
         answers = super().__iter__()
         try:
             for answer in answers:
                 if self.num_workers == 0:
-                    yield to_tensors(answer[0])  # requests of one batch
+                    for batch in answer:  # one batch per request, or a mixture's several
+                        self._delivered += 1
+                        yield to_tensors(batch)
                     continue
                 answer.reverse()
                 while answer:  # keep no delivered batch: its slot frees as soon as the user drops it
+                    self._delivered += 1
                     yield answer.pop()
         finally:
             if token is not None:  # this iteration's workers end with it (not persistent)
@@ -355,30 +377,44 @@ class BatchLoader(DataLoader):
                 _RINGS.pop(token, None)
 
 
-def batch_loader(dataset: LeRobotZarrDataset | TorchDataset, batch_size: int, *, shuffle: bool = True,
+def batch_loader(dataset: LeRobotZarrDataset | TorchDataset | Any, batch_size: int, *, shuffle: bool = True,
                  drop_last: bool = False, generator: torch.Generator | None = None,
-                 sampler: Sampler | None = None, batches_per_request: int | None = None,
+                 sampler: Sampler | None = None, batch_sampler: Any = None, batches_per_request: int | None = None,
                  **kwargs: Any) -> BatchLoader:
     """A ``DataLoader`` yielding dicts of batched tensors (the ``get_batch`` dict), each batch one ``get_batch``.
 
     Its sampler hands the dataset whole index batches (:class:`IndexBatches`, or ``BatchSampler(sampler)`` for a
-    ``sampler`` of your own such as a ``DistributedSampler``) and it runs with ``batch_size=None``: no per-item
-    work, no collation. Other keyword arguments (``num_workers``, ``persistent_workers``, ``prefetch_factor``,
-    ...) go to ``DataLoader``; ``pin_memory`` does not apply (call ``.pin_memory()`` on the tensors if needed).
+    ``sampler`` of your own such as a ``DistributedSampler``, or ``batch_sampler`` as it is) and it runs with
+    ``batch_size=None``: no per-item work, no collation. ``dataset`` may be anything with ``__len__`` and
+    ``get_batch`` that pickles; a mixture (``open_mixture``) is sampled by its own sampler by default,
+    ``dataset.sampler(batch_size, seed=0)`` (this process's rank of ``torch.distributed`` when initialized): pass
+    ``batch_sampler=mix.sampler(...)`` for another seed or rank. The loader's ``state_dict()`` then saves where
+    the delivered batches reached, for the training checkpoint. Other keyword arguments (``num_workers``,
+    ``persistent_workers``, ``prefetch_factor``, ...) go to ``DataLoader``; ``pin_memory`` does not apply (call
+    ``.pin_memory()`` on the tensors if needed).
 
     With ``num_workers > 0`` a worker is asked for ``batches_per_request`` batches at a time (default: as many as
-    fit in 12 MiB, 1 to 16) and puts them in shared memory of its own; the main process gets slot numbers and makes
-    tensors viewing the slots. A slot is reused only once every tensor of its batch is freed, so a batch stays
-    valid as long as you hold it (hold many and further batches arrive by copy instead)."""
+    fit in 12 MiB, 1 to 16; a mixture gathers them with one ``get_batches``, also without workers) and puts them
+    in shared memory of its own; the main process gets slot numbers and makes tensors viewing the slots. A slot is
+    reused only once every tensor of its batch is freed, so a batch stays valid as long as you hold it (hold many
+    and further batches arrive by copy instead)."""
     ds = dataset.dataset if isinstance(dataset, TorchDataset) else dataset
-    if sampler is None:
-        batches: Sampler = IndexBatches(len(ds), batch_size, shuffle=shuffle, drop_last=drop_last,
-                                        generator=generator)
+    if batch_sampler is None and sampler is None and callable(getattr(ds, "sampler", None)):  # a mixture
+        if not shuffle:
+            raise ValueError("a mixture's sampler draws by weight (it always shuffles): shuffle=False does not apply; "
+                             "pass batch_sampler= for batches of your own")
+        batch_sampler = ds.sampler(batch_size, seed=0 if generator is None else generator.initial_seed())
+    if batch_sampler is not None:
+        if sampler is not None:
+            raise ValueError("give sampler= or batch_sampler=, not both")
+        batches: Any = batch_sampler
+    elif sampler is None:
+        batches = IndexBatches(len(ds), batch_size, shuffle=shuffle, drop_last=drop_last, generator=generator)
     else:
         batches = BatchSampler(sampler, batch_size=int(batch_size), drop_last=drop_last)
     kwargs.pop("pin_memory", None)
     k = 1
-    if int(kwargs.get("num_workers", 0)) > 0:
+    if int(kwargs.get("num_workers", 0)) > 0 or hasattr(ds, "get_batches"):
         k = _default_request(ds, batch_size) if batches_per_request is None else int(batches_per_request)
         if k < 1:
             raise ValueError(f"batches_per_request must be positive, got {batches_per_request}")
@@ -411,6 +447,55 @@ class TorchStream(IterableDataset):
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         return (to_tensors(item) for item in self.samples)
+
+
+class StreamLoader(DataLoader):
+    """A ``DataLoader`` over ``TorchStream(samples)`` (``batch_size=None``: the stream's samples or batches as they
+    come) that counts what it delivers: ``state_dict()`` is where the delivered items reached (not what the workers
+    prefetched), ``load_state_dict()`` resumes an interrupted epoch exactly, with the same ``num_workers``.
+    Iterating again continues an interrupted epoch, or starts the next one (see :func:`stream_loader`)."""
+
+    def __init__(self, samples: SampleStream, **kwargs: Any):
+        super().__init__(TorchStream(samples), batch_size=None, **kwargs)
+        self.samples = samples
+        self._epoch, self._delivered = samples.epoch, 0
+
+    def _workers(self) -> int:
+        return max(1, self.num_workers)
+
+    def set_epoch(self, epoch: int) -> None:
+        """The epoch the next iteration runs; the one it is in (a restored state) continues where it was."""
+        if int(epoch) != self._epoch:
+            self._epoch, self._delivered = int(epoch), 0
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        epoch, samples = self._epoch, self.samples
+        if self._delivered:
+            samples.load_state_dict(samples.state_at(epoch, self._delivered, num_workers=self._workers()))
+        else:
+            samples.set_epoch(epoch)
+        for item in super().__iter__():
+            self._delivered += 1
+            yield item
+        self._epoch, self._delivered = epoch + 1, 0
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.samples.state_at(self._epoch, self._delivered, num_workers=self._workers())
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        if state.get("num_workers") != self._workers():
+            raise ValueError(f"the stream state was saved with {state.get('num_workers')} DataLoader workers per "
+                             f"rank (0 counts as 1) and this loader has {self._workers()}; the order depends on it")
+        self.samples.load_state_dict(state)
+        self._epoch, self._delivered = int(state["epoch"]), int(state["items"])
+
+
+def stream_loader(samples: SampleStream, **kwargs: Any) -> StreamLoader:
+    """A resumable ``DataLoader`` over a stream (:class:`StreamLoader`); keyword arguments go to ``DataLoader``
+    (``num_workers``, ``prefetch_factor``, ...). Save ``loader.state_dict()`` with the training checkpoint and call
+    ``loader.load_state_dict(state)`` on restart: the interrupted epoch continues with no sample repeated or
+    skipped, on every rank (their states are equal)."""
+    return StreamLoader(samples, **kwargs)
 
 
 class _Meta:

@@ -16,7 +16,7 @@ MAIN = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize("script,args", [("online_buffer.py", ["--root", "{tmp}/buffer"]), ("train_loop.py", []),
-                                         ("analyze_with_xarray.py", [])])
+                                         ("analyze_with_xarray.py", []), ("train_mixture.py", [])])
 def test_example_runs(tmp_path, script, args):
     env = dict(os.environ, PYTHONPATH=str(MAIN), LEROBOT_ZARR_HOME=str(tmp_path / "cache"), TMPDIR=str(tmp_path))
     proc = subprocess.run([sys.executable, str(MAIN / "examples" / script), *(a.format(tmp=tmp_path) for a in args)],
