@@ -448,9 +448,19 @@ class HubFiles(SourceFiles):
         return self._fetch(rel, start, stop)
 
     def _hold(self, rel: str, start: int, data: bytes) -> None:
+        stop = start + len(data)
         with self._lock:
+            for key in [(r, a) for (r, a), d in self._held.items() if r == rel and start <= a and a + len(d) <= stop]:
+                del self._held[key]  # inside the new piece
             self._held[(rel, start)] = data
             _trim(self._held, _HELD_BYTES, len)
+
+    def _whole(self, rel: str) -> bytes | None:
+        """The whole file, if it was fetched ahead."""
+        size = self.sizes.get(rel)
+        with self._lock:
+            data = self._held.get((rel, 0))
+        return data if data is not None and len(data) == size else None
 
     def _holds(self, rel: str, start: int, stop: int) -> bool:
         with self._lock:
@@ -481,7 +491,8 @@ class HubFiles(SourceFiles):
         if size <= _WHOLE_FILE_MAX or not rel.endswith(".parquet"):  # (the rest of a JSON file is read anyway)
             if not self._holds(rel, 0, size):
                 self._hold(rel, 0, self._fetch(rel, 0, size))
-        else:
+        else:  # a footer of a few row groups fits a small read; a LeRobot episode table's takes a second one
+            self._footer_hints.setdefault(rel, 1 << 20)
             self._footer(rel)
 
     def prefetch_footers(self, rels: Iterable[str]) -> None:
@@ -492,8 +503,12 @@ class HubFiles(SourceFiles):
     def prefetch_ranges(self, ranges: Mapping[str, Iterable[tuple[int, int]]]) -> None:
         """Fetch byte ranges ``[start, stop)`` of files now, all together, to be read later: ranges of a file
         closer than ``_COALESCE_GAP`` are read as one, with at most ``_MAX_RANGES`` requests per file."""
-        wanted = [(rel, a, b) for rel, rs in ranges.items() for a, b in coalesce(rs, _COALESCE_GAP, _MAX_RANGES)
-                  if not self._holds(rel, a, b)]
+        wanted = []
+        for rel, rs in ranges.items():
+            merged = [(a, b) for a, b in coalesce(rs, _COALESCE_GAP, _MAX_RANGES) if not self._holds(rel, a, b)]
+            if sum(b - a for a, b in merged) > self.size(rel) // 2:
+                merged = [(0, self.size(rel))]  # most of the file (its parts spread over it): all of it, at once
+            wanted += [(rel, a, b) for a, b in merged]
         self._in_parallel([functools.partial(self._fetch_ahead, rel, a, b) for rel, a, b in wanted])
 
     def _fetch_ahead(self, rel: str, start: int, stop: int) -> None:
@@ -566,6 +581,11 @@ class HubFiles(SourceFiles):
 
         if self.size(rel) < 12:
             raise CorruptSourceError(f"{self.location(rel)}: {self.size(rel)} bytes is too small to be parquet")
+        whole = self._whole(rel)
+        if whole is not None:  # read from memory (many small reads through Python would cost more than the parse)
+            import pyarrow as pa
+
+            return pq.ParquetFile(pa.BufferReader(whole), metadata=metadata or self._footer(rel))
         return pq.ParquetFile(_RangeFile(self, rel), metadata=metadata or self._footer(rel), pre_buffer=True)
 
     def open(self, rel: str) -> BinaryIO:

@@ -235,10 +235,10 @@ def column_ranges(pf: pq.ParquetFile, columns: Sequence[str],
     """Byte ranges ``[start, stop)`` of the column chunks of ``columns`` (top-level names) in ``row_groups``
     (default all), from the footer: what reading them touches."""
     first, leaf = {}, 0
-    for field in pf.schema_arrow:
-        n = _leaves(field.type)
-        if field.name in columns:
-            first[field.name] = range(leaf, leaf + n)
+    for column in pf.schema_arrow:
+        n = _leaves(column.type)
+        if column.name in columns:
+            first[column.name] = range(leaf, leaf + n)
         leaf += n
     md = pf.metadata
     out = []
@@ -704,7 +704,8 @@ class LeRobotSource:
         """Features whose frames live in the data parquet (numeric and image), with their stored per-frame shape
         (read from the first data file's schema on first use: metadata-only readers never touch data files)."""
         self._resolve_frame_shapes()
-        kinds = ("numeric", *CAMERA_DTYPES) if have_pyav() else ("numeric", "image")
+        videos = any(v.kind == "video" for v in self.features.values())  # (PyAV is imported only for them)
+        kinds = ("numeric", *CAMERA_DTYPES) if videos and have_pyav() else ("numeric", "image")
         return {k: v for k, v in self.features.items() if v.kind in kinds}
 
     @functools.cached_property

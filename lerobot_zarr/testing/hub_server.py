@@ -272,10 +272,12 @@ class HubStats:
     def bytes_sent(self, path_prefix: str | None = None) -> int:
         return sum(r.bytes_sent for r in self.snapshot() if path_prefix is None or r.path.startswith(path_prefix))
 
-    def round_trips(self) -> int:
+    def round_trips(self, exclude: Sequence[str] = ()) -> int:
         """The longest chain of requests each sent after the previous one was answered: the round trips a client
-        waited for one after the other (requests in flight together count once)."""
-        done = sorted((r.started, r.ended) for r in self.snapshot() if r.ended)
+        waited for one after the other (requests in flight together count once). Requests whose path contains
+        one of ``exclude`` are left out."""
+        done = sorted((r.started, r.ended) for r in self.snapshot()
+                      if r.ended and not any(x in r.path for x in exclude))
         answered: list[tuple[float, int]] = []  # (ended, depth) of requests not yet known to precede the next one
         before = deepest = 0  # the deepest chain answered before the current request started; the deepest of all
         for started, ended in done:
