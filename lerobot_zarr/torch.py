@@ -17,6 +17,7 @@ Everything pickles as cheaply as the dataset does, so ``num_workers > 0`` works.
 from __future__ import annotations
 
 import functools
+import itertools
 import os
 import uuid
 import warnings
@@ -51,6 +52,235 @@ def to_tensors(sample: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+class _Column(torch.Tensor):
+    """A whole batch column standing in for each item's value in what ``__getitems__`` hands to a DataLoader's
+    collate function: every item of the batch holds the same object, and ``torch.stack`` of the items' values
+    (what ``default_collate`` does) gives the batch back without a tensor per item. Through ``__torch_function__``,
+    torch's documented protocol for tensor subclasses. It has an item's shape and dtype, and any other use raises
+    (it is not an item's value): a collate function that does something else fails loudly, never silently.
+
+    In a DataLoader worker, ``default_collate`` stacks each key into shared memory of its own, and a batch then
+    crosses to the main process as one file descriptor per key (~0.25 ms of the main process's CPU each): the
+    columns of a batch are stacked into one shared block instead (:class:`_Block`), which crosses as one."""
+
+    is_nested = False  # read by default_collate once per key: answered here, without the protocol's dispatch
+    layout = torch.strided
+    device = torch.device("cpu")
+
+    @staticmethod
+    def of(batch: torch.Tensor, block: _Block) -> _Column:
+        column = torch.Tensor._make_subclass(_Column, batch)
+        column._batch, column._n, column._item, column._block = batch, len(batch), batch.shape[1:], block
+        column._at = block.place(batch)
+        # what default_collate asks of each item's value in a worker (once per item): a C-level call
+        column.numel = itertools.repeat(column._item.numel()).__next__
+        return column
+
+    def size(self, dim: int | None = None) -> Any:
+        return self._item if dim is None else self._item[dim]
+
+    def _typed_storage(self) -> _Block:
+        return self._block  # whose _new_shared gives it back: the batch's shared block, made when first stacked
+
+    def new(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+        if len(args) == 1 and args[0] is self._block and not kwargs:
+            return self  # default_collate's `out` in a worker: stacked into the block
+        raise TypeError(_NOT_AN_ITEM)
+
+    def resize_(self, *sizes: Any, **kwargs: Any) -> torch.Tensor:
+        if tuple(sizes) == (self._n, *self._item) and not kwargs:
+            return self  # the `out` above, shaped as the batch
+        raise TypeError(_NOT_AN_ITEM)
+
+    def __repr__(self, *args: Any, **kwargs: Any) -> str:
+        return (f"<a column of {self._n} items ({tuple(self._item)}, {self._batch.dtype}) for the DataLoader's "
+                f"collation: index the dataset for one item's values>")
+
+    @classmethod
+    def __torch_function__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if func is torch.stack:
+            tensors = kwargs.get("tensors", args[0] if args else ())
+            dim = kwargs.get("dim", args[1] if len(args) > 1 else 0)
+            first = tensors[0] if len(tensors) else None
+            if dim == 0 and type(first) is _Column and tensors.count(first) == len(tensors) == first._n:
+                out = kwargs.get("out")
+                if out is None:
+                    return first._batch
+                if out is first:
+                    return first._block.stacked(first)
+                return out.copy_(first._batch)
+        elif func in _COLUMN_GETTERS:
+            with torch._C.DisableTorchFunctionSubclass():
+                return func(args[0]._batch[0])
+        raise TypeError(f"{getattr(func, '__name__', func)}: {_NOT_AN_ITEM}")
+
+
+_NOT_AN_ITEM = ("the items lerobot_zarr's __getitems__ gives a DataLoader hold their batch's columns, which stack back "
+                "into the batch (as default_collate does); index the dataset (ds[i]) for one item's values")
+_COLUMN_GETTERS = frozenset({torch.Tensor.dtype.__get__, torch.Tensor.shape.__get__, torch.Tensor.ndim.__get__})
+
+
+class _Block:
+    """Where one batch's columns are stacked in a DataLoader worker: a slot of the worker's shared-memory ring
+    (:func:`_worker_ring`), so that the batch crosses to the main process as the ring (one file descriptor, whose
+    mapping the main process keeps) and offsets, and no new shared memory is made and faulted in per batch (1.5 ms
+    for 300 KB here); a block of its own when every slot is still held."""
+
+    def __init__(self) -> None:
+        self.nbytes = 0
+        self.where: tuple[_Ring | None, int, torch.Tensor] | None = None
+
+    def place(self, column: torch.Tensor) -> int:
+        at = self.nbytes
+        self.nbytes = _aligned(at + column.numel() * column.element_size())
+        return at
+
+    def _new_shared(self, numel: int, device: Any = None) -> _Block:
+        return self
+
+    def stacked(self, column: _Column) -> torch.Tensor:
+        if self.where is None:
+            ring = _worker_ring(self.nbytes)
+            slot = ring.acquire()
+            if slot is None:  # the main process holds every slot: a block of its own
+                self.where = (None, -1, torch.empty(max(self.nbytes, 1), dtype=torch.uint8).share_memory_())
+            else:
+                self.where = (ring, slot, ring.memory[ring.head + slot * ring.slot_bytes:][:ring.slot_bytes])
+        ring, slot, memory = self.where
+        batch = column._batch
+        view = memory[column._at:column._at + batch.numel() * batch.element_size()].view(batch.dtype)
+        out = view.view(batch.shape).copy_(batch)
+        if ring is None:
+            return out
+        out = torch.Tensor._make_subclass(_InSlot, out)
+        out._place = (ring, slot, column._at, batch.dtype, tuple(batch.shape))
+        return out
+
+
+class _InSlot(torch.Tensor):
+    """A collated column in a slot of a worker's ring: pickles as where it is in the ring (and, in the first
+    message from the ring, the ring's memory: one file descriptor, the only one the main process ever receives
+    from this worker's collated batches)."""
+
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    def __reduce_ex__(self, protocol: Any) -> tuple:
+        ring, slot, at, dtype, shape = self._place
+        memory, ring.sent = (None if ring.sent else ring.memory), True
+        return _from_slot, (memory, ring.id, os.getpid(), len(ring.slots), ring.slot_bytes, slot, at, str(dtype),
+                            shape)
+
+
+_worker_rings: dict[int, _Ring] = {}  # this process's ring, by pid (a forked worker does not use its parent's)
+# main process: the rings of the workers' collated batches, by ring id, with the worker's pid (dropped once the
+# worker is gone and another ring arrives: outstanding batches keep their memory through their leases)
+_received: dict[str, tuple[int, _Ring]] = {}
+
+
+def _worker_ring(nbytes: int) -> _Ring:
+    """This worker's ring, of slots holding at least ``nbytes`` (made, or made again bigger, when needed)."""
+    ring = _worker_rings.get(os.getpid())
+    if ring is None or ring.slot_bytes < nbytes:
+        ring = _worker_rings[os.getpid()] = _Ring(_DROPIN_SLOTS, _aligned(nbytes))
+    return ring
+
+
+_DROPIN_SLOTS = 8  # a worker's batches in flight (prefetch_factor 2), the one in use and the one before it held
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _from_slot(memory: torch.Tensor | None, ring_id: str, pid: int, slots: int, slot_bytes: int, slot: int, at: int,
+               dtype: str, shape: tuple) -> torch.Tensor:
+    """(main process) A column of a batch in a worker's ring slot, viewing the slot through the batch's lease:
+    the slot is given back to the worker when every column of the batch is freed."""
+    if memory is not None:
+        for other, (owner, _) in list(_received.items()):
+            if not _alive(owner):
+                del _received[other]
+        _received[ring_id] = (pid, _Ring(slots, slot_bytes, memory, ring_id))
+    entry = _received.get(ring_id)
+    if entry is None:
+        raise RuntimeError("lerobot_zarr.torch: a batch arrived from a DataLoader worker whose shared memory this "
+                           "process never received")
+    ring = entry[1]
+    lease = ring.leases[slot]() if ring.leases[slot] is not None else None
+    if lease is None:  # the batch's first column (a slot is reused only once the lease of its last batch died)
+        lease = ring.lease(slot)
+    dtype = getattr(torch, dtype.removeprefix("torch."))
+    nbytes = int(np.prod(shape, dtype=np.int64)) * torch.empty((), dtype=dtype).element_size()
+    return torch.from_numpy(lease[at:at + nbytes]).view(dtype).view(shape)
+
+
+def _collatable(batch: Mapping[str, Any], squeeze: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """A ``get_batch`` dict as the list of items a DataLoader's collate function expects, without making a
+    tensor per item: items share their batch's columns (:class:`_Column`), and items with the same ``task`` are
+    one dict. ``squeeze``: keys whose items are 0-d (their (B, 1) columns become (B,))."""
+    n = len(batch["task"]) if "task" in batch else len(next(iter(batch.values())))
+    if not n:
+        return []
+    block = _Block()
+    columns: dict[str, Any] = {}
+    for key, value in batch.items():
+        if isinstance(value, np.ndarray):
+            column = torch.from_numpy(value if value.flags.writeable else value.copy())
+            if key in squeeze and column.ndim == 2 and column.shape[1] == 1:
+                column = column.reshape(n)
+            columns[key] = _Column.of(column, block)
+        else:
+            columns[key] = value
+    tasks = batch.get("task")
+    if tasks is None:
+        return [columns] * n
+    one = {task: {**columns, "task": task} for task in set(tasks)}
+    return [one[task] for task in tasks]
+
+
+@functools.cache
+def _collation_works() -> bool:
+    """Whether default_collate stacks :class:`_Column` items back into their batch here (checked once per
+    process, on a tiny batch: a DataLoader worker takes another path than the main process); else items are made
+    one by one (slower, and said once)."""
+    from torch.utils.data import default_collate
+
+    batch = {"a": np.arange(12, dtype=np.float32).reshape(3, 2, 2), "b": np.arange(3, dtype=np.int64).reshape(3, 1),
+             "task": ["x", "y", "x"]}
+    try:
+        got = default_collate(_collatable(batch, squeeze=("b",)))
+        ok = (type(got["a"]) in (torch.Tensor, _InSlot) and torch.equal(got["a"], torch.from_numpy(batch["a"]))
+              and torch.equal(got["b"], torch.arange(3)) and got["task"] == batch["task"])
+    except Exception:  # noqa: BLE001 (any failure means: not with this torch)
+        ok = False
+    finally:
+        _worker_rings.pop(os.getpid(), None)  # (a worker: the check's slot is not sent, so not given back)
+    if not ok:
+        warnings.warn(f"lerobot_zarr.torch: torch {torch.__version__}'s default_collate does not stack batch "
+                      f"columns back; DataLoader batches are made item by item (slower: use "
+                      f"lerobot_zarr.torch.batch_loader)", LeRobotZarrWarning, stacklevel=3)
+    return ok
+
+
+def _items(batch: Mapping[str, Any], squeeze: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """The items of a ``get_batch`` dict for a DataLoader's collate function: sharing their batch's columns when
+    default_collate stacks them back (:func:`_collatable`), else tensors of each item's own."""
+    if _collation_works():
+        return _collatable(batch, squeeze)
+    tensors = to_tensors(batch)
+    n = len(batch["task"]) if "task" in batch else len(next(iter(batch.values())))
+    columns = {k: (v.reshape(n, *v.shape[2:]) if k in squeeze and v.ndim == 2 and v.shape[1] == 1 else v).unbind(0)
+               if isinstance(v, torch.Tensor) else v for k, v in tensors.items()}
+    return [{k: v[j] for k, v in columns.items()} for j in range(n)]
+
+
 class TorchDataset(Dataset):
     """A map-style torch dataset over a :class:`~lerobot_zarr.LeRobotZarrDataset`.
 
@@ -70,11 +300,9 @@ class TorchDataset(Dataset):
         return to_tensors(self.dataset[int(i)])
 
     def __getitems__(self, indices: list[int]) -> list[dict[str, Any]]:
-        """Used by ``DataLoader(batch_size=B)``: one ``get_batch``, split into items for the collate function
-        (:func:`batch_loader` avoids the split and re-collation)."""
-        batch = to_tensors(self.dataset.get_batch(np.asarray(indices, dtype=np.int64)))
-        columns = {k: (v.unbind(0) if isinstance(v, torch.Tensor) else v) for k, v in batch.items()}
-        return [{k: v[j] for k, v in columns.items()} for j in range(len(indices))]
+        """What ``DataLoader(batch_size=B)`` asks for: one ``get_batch``, handed to the collate function as items
+        that share the batch's columns (``default_collate`` stacks them back without a tensor per item)."""
+        return _items(self.dataset.get_batch(np.asarray(indices, dtype=np.int64)))
 
 
 class IndexBatches(Sampler):
@@ -129,7 +357,7 @@ class _Ring:
     def __init__(self, slots: int, slot_bytes: int, memory: torch.Tensor | None = None, ring_id: str = ""):
         self.id = ring_id or uuid.uuid4().hex
         self.slot_bytes = slot_bytes
-        head = _aligned(slots)
+        self.head = head = _aligned(slots)
         if memory is None:
             memory = torch.zeros(head + slots * slot_bytes, dtype=torch.uint8).share_memory_()
         self.memory = memory
@@ -148,15 +376,16 @@ class _Ring:
         self.flags[slot] = 1
         return slot
 
-    def lease(self, slot: int) -> np.ndarray:
-        """(main process) The bytes of ``slot`` as a new array object whose death frees the slot."""
+    def lease(self, slot: int, keep: Any = None) -> np.ndarray:
+        """(main process) The bytes of ``slot`` as a new array object whose death frees the slot (and until then
+        keeps ``keep`` alive)."""
         # through a memoryview: a plain view's base would collapse to the whole ring, and outlive the lease
         mem = np.frombuffer(memoryview(self.slots[slot]), dtype=np.uint8)
-        self.leases[slot] = weakref.ref(mem, functools.partial(_free, self.flags, slot))
+        self.leases[slot] = weakref.ref(mem, functools.partial(_free, self.flags, slot, keep))
         return mem
 
 
-def _free(flags: np.ndarray, slot: int, _ref: Any) -> None:
+def _free(flags: np.ndarray, slot: int, _keep: Any, _ref: Any) -> None:
     flags[slot] = 0  # the last reader of the slot is gone; the worker rewrites it only after seeing this
 
 
@@ -463,6 +692,12 @@ class LeRobotDataset(Dataset):
     ``image_transforms`` is applied to each camera frame (a CHW tensor) like LeRobot does. Arguments about
     LeRobot's own video decoding and recording (``video_backend``, ``download_videos``, encoders) do not apply
     and are accepted and ignored; ``tolerance_s`` must be LeRobot's default (1e-4 s), the one lerobot_zarr uses.
+
+    In a plain ``DataLoader(ds, batch_size=B)`` each batch is one ``get_batch`` (torch's batched fetch,
+    ``__getitems__``): the items handed to the collate function share the batch's columns and
+    ``default_collate`` stacks them back into exactly LeRobot's batch (docs/torch.md). A ``collate_fn`` of your own
+    that reads items one by one gets a ``TypeError`` saying so: pass ``batched_fetch=False`` for real items (then
+    made one by one, as with ``image_transforms``).
     """
 
     def __init__(self, repo_id: str, root: str | os.PathLike | None = None, episodes: list[int] | None = None,
@@ -470,7 +705,7 @@ class LeRobotDataset(Dataset):
                  delta_timestamps: Mapping[str, Sequence[float]] | None = None, tolerance_s: float = 1e-4,
                  revision: str | None = None, force_cache_sync: bool = False, download_videos: bool = True,
                  video_backend: str | None = None, *, token: str | bool | None = None, store: str | None = None,
-                 **ignored: Any):
+                 batched_fetch: bool = True, **ignored: Any):
         from .api import open_dataset
 
         if abs(float(tolerance_s) - 1e-4) > 1e-12:
@@ -486,6 +721,7 @@ class LeRobotDataset(Dataset):
                                     revision=None if self.root is not None else revision, token=token,
                                     image_format="float32_chw")
         self.episodes = None if episodes is None else sorted(int(e) for e in episodes)
+        self.batched_fetch = batched_fetch
         self.meta = _Meta(self.dataset.meta, self.dataset.array_specs)
         self.meta.repo_id = repo_id
 
@@ -497,6 +733,15 @@ class LeRobotDataset(Dataset):
 
     def __len__(self) -> int:
         return len(self.dataset)
+
+    def __getitems__(self, indices: list[int]) -> list[dict[str, Any]]:
+        """What a plain ``DataLoader(ds, batch_size=B)`` asks for: the batch in one ``get_batch``, handed to the
+        collate function as items that share its columns, so that ``default_collate`` stacks them back into
+        LeRobot's batch without a tensor per item (with ``image_transforms``, which apply per item: item by item).
+        """
+        if self.image_transforms is not None or not self.batched_fetch:
+            return [self[i] for i in indices]
+        return _items(self.dataset.get_batch(np.asarray(indices, dtype=np.int64)), squeeze=DEFAULT_FEATURES)
 
     def __getitem__(self, idx: int) -> dict[str, Any]:
         item = to_tensors(self.dataset[int(idx)])
