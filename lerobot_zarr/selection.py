@@ -3,6 +3,7 @@ dataset index ``i`` to (episode, frame inside the episode). No data access here.
 
 from __future__ import annotations
 
+import functools
 import operator
 from bisect import bisect_right
 from collections.abc import Mapping, Sequence
@@ -107,9 +108,20 @@ class Selection:
         self.n_episodes = n_episodes
         self._to_frame = self.first - self.cum[:-1]  # dataset index + this = frame inside selected episode k
         self._all_episodes = bool(np.array_equal(self.episodes, np.arange(n_episodes)))  # k is the episode
-        # plain lists for the per-item path (a list lookup costs a third of a numpy scalar lookup)
-        self._cum_list, self._episode_list, self._first_list = (self.cum.tolist(), self.episodes.tolist(),
-                                                                self.first.tolist())
+
+    # plain lists for the per-item path (a list lookup costs a third of a numpy scalar lookup), made when first
+    # used: opening a dataset of 100,000 episodes that samples batches does not pay for them
+    @functools.cached_property
+    def _cum_list(self) -> list[int]:
+        return self.cum.tolist()
+
+    @functools.cached_property
+    def _episode_list(self) -> list[int]:
+        return self.episodes.tolist()
+
+    @functools.cached_property
+    def _first_list(self) -> list[int]:
+        return self.first.tolist()
 
     @classmethod
     def of(cls, episodes: EpisodeSelection | None, lengths: np.ndarray, default: np.ndarray) -> Selection:
@@ -136,8 +148,19 @@ class Selection:
         k = bisect_right(self._cum_list, i) - 1
         return k, i - self._cum_list[k] + self._first_list[k]
 
+    @property
+    def to_frame(self) -> np.ndarray:
+        """Per selected episode k: what turns a dataset index into the frame inside the episode."""
+        return self._to_frame
+
     def locate_many(self, indices: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(episodes, frames inside them)`` of dataset indices (1-D, any integer dtype, negative from the end)."""
+        k, idx = self.locate_k(indices)
+        return k if self._all_episodes else self.episodes[k], idx + self._to_frame[k]
+
+    def locate_k(self, indices: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(k, index)`` of dataset indices (1-D, any integer dtype, negative from the end): the selected episode
+        of each (``episodes[k]``) and the index, checked and counted from the start."""
         idx = np.asarray(indices)
         if idx.size == 0:
             idx = idx.astype(np.int64)
@@ -154,8 +177,7 @@ class Selection:
             if bad.any():
                 raise FrameIndexError(f"frame index {int(np.asarray(indices)[np.argmax(bad)])} is out of range for "
                                       f"a dataset of {n} frames")
-        k = np.searchsorted(self.cum, idx, side="right") - 1
-        return k if self._all_episodes else self.episodes[k], idx + self._to_frame[k]
+        return np.searchsorted(self.cum, idx, side="right") - 1, idx
 
     def frames_of(self, episode: int) -> range:
         hits = np.flatnonzero(self.episodes == episode)

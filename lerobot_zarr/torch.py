@@ -456,10 +456,14 @@ class _BatchRequests(Dataset):
     def __len__(self) -> int:
         return len(self.dataset)
 
+    def batch(self, indices: Sequence[int] | np.ndarray) -> dict[str, Any]:
+        """One batch: ``get_batch`` of the indices (numpy)."""
+        return self.dataset.get_batch(np.asarray(indices, dtype=np.int64))
+
     def __getitem__(self, request: Sequence[Sequence[int] | np.ndarray]) -> list[Any]:
         """The batches of ``request``: numpy dicts in the main process; in a worker, objects that unpickle to
         dicts of tensors."""
-        batches = [self.dataset.get_batch(np.asarray(ix, dtype=np.int64)) for ix in request]
+        batches = [self.batch(ix) for ix in request]
         if get_worker_info() is None:
             return batches
         # Keep the last batch until the next request is made: freed with the others, it would leave the top of the
@@ -561,6 +565,13 @@ class BatchLoader(DataLoader):
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         requests: _BatchRequests = self.dataset
+        if self.num_workers == 0:
+            # in this process the DataLoader's machinery adds nothing (no collation, no pinning: a batch is one
+            # get_batch) but its cost per batch (a profiler record, the fetcher): the batches come straight
+            return (to_tensors(requests.batch(indices)) for indices in self._batches)
+        return self._from_workers(requests)
+
+    def _from_workers(self, requests: _BatchRequests) -> Iterator[dict[str, Any]]:
         token = None
         if self.num_workers > 0 and not (self.persistent_workers and self._iterator is not None):
             requests.token = token = uuid.uuid4().hex  # the workers about to start ship under this token
@@ -570,9 +581,6 @@ class BatchLoader(DataLoader):
         answers = super().__iter__()
         try:
             for answer in answers:
-                if self.num_workers == 0:
-                    yield to_tensors(answer[0])  # requests of one batch
-                    continue
                 answer.reverse()
                 while answer:  # keep no delivered batch: its slot frees as soon as the user drops it
                     yield answer.pop()
