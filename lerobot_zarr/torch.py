@@ -117,7 +117,8 @@ class _Column(torch.Tensor):
 
 
 _NOT_AN_ITEM = ("the items lerobot_zarr's __getitems__ gives a DataLoader hold their batch's columns, which stack back "
-                "into the batch (as default_collate does); index the dataset (ds[i]) for one item's values")
+                "into the batch (as default_collate does); index the dataset (ds[i]) for one item's values, or "
+                "make the dataset with batched_fetch=False for a collate_fn that reads items one by one")
 _COLUMN_GETTERS = frozenset({torch.Tensor.dtype.__get__, torch.Tensor.shape.__get__, torch.Tensor.ndim.__get__})
 
 

@@ -262,10 +262,12 @@ def test_an_item_of_a_batched_fetch_is_not_mistaken_for_one(ds):
     raises (naming what to do), it never gives another item's values."""
     items = TorchDataset(ds).__getitems__([3, 1])
     column = items[1]["action"]
-    for use in (lambda: column + 1, lambda: column.numpy(), lambda: column[0], lambda: torch.cat([column]),
+    for use in (lambda: column.numpy(), lambda: column[0], lambda: torch.cat([column]), lambda: column.clone(),
                 lambda: torch.stack([column]), lambda: torch.stack([column, items[0]["observation.state"]])):
         with pytest.raises(TypeError, match=r"ds\[i\]"):
             use()
+    with pytest.raises(TypeError):  # (torch turns an operator's TypeError into Python's "unsupported operand")
+        column + 1
     assert "column of 2 items" in repr(column)
     assert torch.equal(torch.stack([items[0]["action"], items[1]["action"]]), torch.from_numpy(ds.get_batch([3, 1])["action"]))
 
@@ -339,8 +341,10 @@ def test_dropin_other_collations(ds, tmp_path):
     def by_item(items):
         return torch.stack([item["action"] * 2 for item in items])
 
-    with pytest.raises(TypeError, match="batched_fetch|ds\\[i\\]"):
+    with pytest.raises(TypeError):
         next(iter(DataLoader(lds, batch_size=3, collate_fn=by_item)))
+    with pytest.raises(TypeError, match="batched_fetch"):
+        next(iter(DataLoader(lds, batch_size=3, collate_fn=lambda items: [item["action"].clone() for item in items])))
     plain = _dropin(ds, tmp_path, batched_fetch=False)
     want = torch.stack([plain[i]["action"] * 2 for i in range(3)])
     assert torch.equal(next(iter(DataLoader(plain, batch_size=3, collate_fn=by_item))), want)
