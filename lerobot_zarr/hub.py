@@ -376,15 +376,15 @@ class HubFiles(SourceFiles):
         self.oids: dict[str, str] = {}  # sha256 of LFS files, git blob sha1 of the others
         # our index file is read alongside the listing (one round trip for both): if the repo has one, it is all
         # the metadata an open needs; if not, the answer is a 404 and LeRobot's files are read
-        with ThreadPoolExecutor(2, thread_name_prefix="lerobot_zarr-hub") as pool:
-            index = pool.submit(self._fetch_unsized, INDEX_FILE)
-            entries = list_tree(repo_id, commit, token=token, endpoint=self.endpoint)
-            for entry in entries:
-                self._add_entry(entry)
-            try:
-                data = index.result()
-            except (FileNotFoundError, HubError):
-                data = None  # none, or not readable now: read (or refused) like any other file when needed
+        pool = ThreadPoolExecutor(1, thread_name_prefix="lerobot_zarr-hub")
+        index = pool.submit(self._fetch_unsized, INDEX_FILE)
+        pool.shutdown(wait=False)  # a listing that fails does not wait for the index's answer
+        for entry in list_tree(repo_id, commit, token=token, endpoint=self.endpoint):
+            self._add_entry(entry)
+        try:  # (answered with the listing: no request of this object is left in flight once it is made)
+            data = index.result()
+        except (FileNotFoundError, HubError):
+            data = None  # none, or not readable now: read (or refused) like any other file when needed
         if data is not None and self.sizes.get(INDEX_FILE) == len(data):
             self._hold(INDEX_FILE, 0, data)
 
