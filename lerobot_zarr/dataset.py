@@ -11,6 +11,7 @@ import operator
 import os
 import threading
 import weakref
+from bisect import bisect_right
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -305,7 +306,7 @@ class LeRobotZarrDataset:
                 blocks = np.lib.stride_tricks.as_strided(
                     view, (max(view.shape[0] - n + 1, 0), n, *view.shape[1:]), (view.strides[0], *view.strides),
                     writeable=False)
-            self._windowed.append((w, view, blocks, group(name)))
+            self._windowed.append((w, view, blocks, group(name), w.lo, w.hi))
         self._images = [name for name, s in self._specs.items() if s.kind in CAMERA_DTYPES]
         task = views.get("task_index")
         self._task = None if task is None else (task, task.ndim > 1, group("task_index"))
@@ -318,15 +319,16 @@ class LeRobotZarrDataset:
         self._ktab[:, 1] = self._lengths[e]
         for g, rows in enumerate(bases):
             self._ktab[:, 2 + g] = rows[self._chunk[e]] + self._offset[e]
-        self._item_places: tuple[list[int], list[list[int]]] | None = None  # made by the first ds[i]
+        self._item_places: tuple[list[int], list[int], list[int], list[list[int]]] | None = None  # by ds[i]
         self._extras = bool(self._shifts or self._cameras)  # per-sample work beyond the maps (rare): one test
         self._all_mapped = False
 
-    def _make_item_places(self) -> tuple[list[int], list[list[int]]]:
-        """The item path's lists of episode lengths and first-frame rows per group (a list lookup is a third of a
-        numpy one), made when first needed."""
-        self._item_places = (self._ktab[:, 1].tolist(), [self._ktab[:, g].tolist()
-                                                         for g in range(2, self._ktab.shape[1])])
+    def _make_item_places(self) -> tuple[list[int], list[int], list[int], list[list[int]]]:
+        """The item path's lists (a list lookup is a third of a numpy one), made when first needed: the
+        selection's index lookup, then per selected episode its length and per group the row of its first
+        frame."""
+        self._item_places = (*self._sel.item_lookup, self._ktab[:, 1].tolist(),
+                             [self._ktab[:, g].tolist() for g in range(2, self._ktab.shape[1])])
         return self._item_places
 
     def _learn_tasks(self) -> None:
@@ -500,24 +502,28 @@ class LeRobotZarrDataset:
     # sampling ---------------------------------------------------------------------------------------------
     def __getitem__(self, i: int) -> dict[str, Any]:
         """Frame ``i`` with every stored feature, windows and ``*_is_pad`` masks, and the ``task`` string."""
-        sel = self._sel
+        cum, to_frame, lengths, row0s = self._item_places or self._make_item_places()
         try:
-            k, local = sel.slot(operator.index(i))  # selected episode k, frame inside it
+            index = operator.index(i)
         except TypeError:
             raise ArgumentError(f"frame indices are integers, got {i!r:.40} ({type(i).__name__}); get_batch takes "
                                 f"many") from None
-        lengths, row0s = self._item_places or self._make_item_places()
+        i = index + self._len if index < 0 else index
+        if not 0 <= i < self._len:
+            raise self._sel.index_error(index)
+        k = bisect_right(cum, i) - 1  # selected episode k
+        local = i + to_frame[k]  # the frame inside it
         length = lengths[k]
         rows = [row0[k] + local for row0 in row0s]  # the frame's row, per group of features
         out: dict[str, Any] = {}
         with self._lock:
             if not self._all_mapped:
-                e = sel._episode_list[k]
+                e = self._sel._episode_list[k]
                 self._touch(e, int(self._chunk[e]))
-            for w, view, blocks, g in self._windowed:
+            for w, view, blocks, g, lo, hi in self._windowed:
                 row = rows[g]
-                if local + w.lo >= 0 and local + w.hi < length:  # the usual case: no padding
-                    out[w.name] = blocks[row + w.lo].copy() if blocks is not None else view[w.offsets + row]
+                if local + lo >= 0 and local + hi < length:  # the usual case: no padding
+                    out[w.name] = blocks[row + lo].copy() if blocks is not None else view[w.offsets + row]
                     out[w.pad_key] = w.no_pad.copy()
                 else:
                     q, pad = w.frames(local, length)
@@ -535,7 +541,7 @@ class LeRobotZarrDataset:
                     self._learn_tasks()
                     out["task"] = self._tasks[task_index]
             if self._extras:
-                e = sel._episode_list[k]
+                e = self._sel._episode_list[k]
                 for name, _, shift in self._shifts:
                     out[name] = out[name] - shift[e]
                 for name, reader in self._cameras.items():
@@ -599,7 +605,7 @@ class LeRobotZarrDataset:
             if not self._all_mapped:
                 self._ensure_mapped(self._sel.episodes[k])
             left = None  # frames after each one in its episode: a window of offsets lo..hi is inside when
-            for w, view, blocks, g in self._windowed:  # local + lo >= 0 and local + hi < length
+            for w, view, blocks, g, _, _ in self._windowed:  # local + lo >= 0 and local + hi < length
                 r = rows[g]
                 if blocks is not None:
                     if left is None:
