@@ -2,8 +2,10 @@
 
 Dataset: the synthetic LeRobot v3.0 dataset of the other benchmarks (state/action f32[14], default 200 episodes
 of 300-700 frames here), sample spec ``delta_timestamps = {"observation.state": [-1/fps, 0], "action":
-[k/fps for k in 0..15]}``. One "epoch" is ``--batches`` batches of ``--batch-size`` random indices. Contenders,
-interleaved over ``--repeats`` (best and median samples/s):
+[k/fps for k in 0..15]}``. One "epoch" is ``--batches`` batches of ``--batch-size`` random indices, drawn as users
+run each contender (fresh shuffled batches each time: ``IndexBatches`` for ``get_batch`` and ``batch_loader``, a
+DataLoader's ``shuffle=True`` for the others). Contenders, interleaved over ``--repeats`` (best and median
+samples/s):
 
 - ``get_batch``: ``ds.get_batch(idx)`` on the same index batches, numpy out (the reference);
 - ``batch_loader(workers=0|N)``: :func:`lerobot_zarr.torch.batch_loader` (a ``BatchSampler`` handing whole
@@ -33,6 +35,7 @@ Run:  .venv/bin/python benchmarks/bench_torch.py [--episodes 200] [--batch-size 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import multiprocessing
 import os
@@ -109,7 +112,7 @@ def main() -> int:
         print("bench_torch: torch is not installed; skipped (pip install 'lerobot_zarr[torch]')")
         return 0
     import lerobot_zarr
-    from lerobot_zarr.torch import LeRobotDataset, TorchDataset, batch_loader
+    from lerobot_zarr.torch import IndexBatches, LeRobotDataset, TorchDataset, batch_loader
 
     torch.set_num_threads(1)
     with WorkDir(args, "lerobot_zarr-bench-torch-") as work:
@@ -124,41 +127,30 @@ def main() -> int:
                                            storage={"observation.images.cam": args.camera}, progress=False)
         dropin = LeRobotDataset("local/bench", root=src, delta_timestamps=deltas, store=str(store))
         n, bs, nw = args.batches, args.batch_size, args.workers
-        rng = np.random.default_rng(args.seed)
-        order = [rng.integers(0, len(ds), bs) for _ in range(n)]
-        flat = np.concatenate(order).tolist()
-
-        class Fixed(torch.utils.data.Sampler):
-            """The same index batches for every contender."""
-
-            def __len__(self) -> int:
-                return len(flat)
-
-            def __iter__(self):
-                return iter(flat)
-
+        # every contender as users run it, on fresh shuffled batches each epoch (the same distribution):
+        # batch_loader's own sampler (IndexBatches), a plain DataLoader's RandomSampler in batches of bs
         loaders = {
-            f"batch_loader(workers={w})": batch_loader(ds, bs, sampler=Fixed(), num_workers=w,
-                                                       persistent_workers=w > 0,
+            f"batch_loader(workers={w})": batch_loader(ds, bs, shuffle=True, num_workers=w, persistent_workers=w > 0,
                                                        batches_per_request=args.batches_per_request if w else None)
             for w in (0, nw)
         }
         loaders["DataLoader(TorchDataset, batch_size)"] = torch.utils.data.DataLoader(
-            TorchDataset(ds), batch_size=bs, sampler=Fixed(), num_workers=0)
+            TorchDataset(ds), batch_size=bs, shuffle=True, num_workers=0)
         for w in (0, nw):
             loaders[f"drop-in, DataLoader(workers={w})"] = torch.utils.data.DataLoader(
-                dropin, batch_size=bs, sampler=Fixed(), num_workers=w, persistent_workers=w > 0)
-        for got, idx in zip(loaders[f"batch_loader(workers={nw})"], order[:3], strict=False):
-            want = ds.get_batch(idx)
-            for key, value in want.items():
-                if key != "task" and not np.array_equal(got[key].numpy(), value):
-                    raise RuntimeError(f"bench_torch: {key} from the loader differs from get_batch")
+                dropin, batch_size=bs, shuffle=True, num_workers=w, persistent_workers=w > 0)
+        for name, loader in loaders.items():  # each loader's first batches are get_batch of their indices
+            for got in itertools.islice(loader, 2):
+                want = ds.get_batch(got["index"].numpy() - int(ds.meta.episode_start[0]))
+                for key, value in want.items():
+                    if key != "task" and not np.array_equal(got[key].numpy().reshape(value.shape), value):
+                        raise RuntimeError(f"bench_torch: {key} from {name} differs from get_batch")
 
         def epoch(loader) -> None:
-            for _ in loader:
+            for _ in itertools.islice(loader, n):
                 pass
 
-        fns = {"get_batch": lambda: [ds.get_batch(b) for b in order]}
+        fns = {"get_batch": lambda: [ds.get_batch(b) for b in itertools.islice(IndexBatches(len(ds), bs), n)]}
         fns.update({name: (lambda ld=ld: epoch(ld)) for name, ld in loaders.items()})
         for fn in fns.values():  # warm-up: page cache, maps, worker start
             fn()
@@ -167,6 +159,7 @@ def main() -> int:
         load1 = os.getloadavg()
         samples = n * bs
         rate = {k: samples / best([r[0] for r in v]) for k, v in runs.items()}
+        cpu = {k: min(v)[1] + min(v)[2] for k, v in runs.items()}
         print(f"\n{len(ds):,} frames, {n} batches of {bs}, best (median) of {args.repeats}; CPU per batch in the "
               f"best run (main process / workers); load average {load0[0]:.2f} before, {load1[0]:.2f} after:")
         for name, rs in runs.items():
@@ -180,6 +173,9 @@ def main() -> int:
         print(f"  batch_loader({nw}) / batch_loader(0): {rn / r0:.2f}x (target >= 1x)")
         print(f"  drop-in in a plain DataLoader(0) / batch_loader(0): {d0 / r0:.2f}x (target >= 0.5x)")
         print(f"  drop-in DataLoader({nw}) / DataLoader(0): {dn / d0:.2f}x (target >= 1x)")
+        print(f"  by CPU per batch (less sensitive to the other tenants, in-process rows): batch_loader(0) / get_batch "
+              f"{cpu['get_batch'] / cpu['batch_loader(workers=0)']:.2f}x, drop-in(0) / batch_loader(0) "
+              f"{cpu['batch_loader(workers=0)'] / cpu['drop-in, DataLoader(workers=0)']:.2f}x")
         training_loop(torch, ds, dropin, src, deltas, args)
     return 0
 
@@ -203,41 +199,59 @@ def training_loop(torch, ds, dropin, src: Path, deltas: dict, args) -> None:
         loss.backward()
         optimizer.step()
 
-    def run(loader, steps: int) -> float:
-        it = iter(loader)
-        step(next(it))  # warm-up (a worker's first batch, page cache)
+    class Feed:
+        """A loader's batches for ever (a new epoch when one ends), its first batch taken (warm-up)."""
+
+        def __init__(self, loader):
+            self.loader, self.it = loader, iter(loader)
+            step(self.next())
+
+        def next(self):
+            try:
+                return next(self.it)
+            except StopIteration:
+                self.it = iter(self.loader)
+                return next(self.it)
+
+    def timed_steps(feed: Feed, steps: int) -> float:
         t0 = time.perf_counter()
         for _ in range(steps):
-            try:
-                batch = next(it)
-            except StopIteration:
-                it = iter(loader)
-                batch = next(it)
-            step(batch)
-        return steps / (time.perf_counter() - t0)
+            step(feed.next())
+        return time.perf_counter() - t0
 
     bs, nw = args.batch_size, args.workers
-    fixed = batch_loader(ds, bs).__iter__().__next__()
+    fixed = next(iter(batch_loader(ds, bs)))
     contenders = {
-        "compute only (one batch, the ceiling)": lambda: run(_Repeat(fixed), args.steps),
-        "batch_loader(workers=0)": lambda: run(batch_loader(ds, bs), args.steps),
-        "drop-in, DataLoader(workers=0)": lambda: run(torch.utils.data.DataLoader(dropin, batch_size=bs,
-                                                                                  shuffle=True), args.steps),
-        f"drop-in, DataLoader(workers={nw})": lambda: run(torch.utils.data.DataLoader(
-            dropin, batch_size=bs, shuffle=True, num_workers=nw, persistent_workers=True), args.steps),
+        "compute only (one batch, the ceiling)": lambda: _Repeat(fixed),
+        "batch_loader(workers=0)": lambda: batch_loader(ds, bs),
+        "drop-in, DataLoader(workers=0)": lambda: torch.utils.data.DataLoader(dropin, batch_size=bs, shuffle=True),
+        f"drop-in, DataLoader(workers={nw})": lambda: torch.utils.data.DataLoader(
+            dropin, batch_size=bs, shuffle=True, num_workers=nw, persistent_workers=True),
     }
     try:
+        import logging
+
+        logging.getLogger("lerobot.utils.import_utils").setLevel(logging.ERROR)  # (its video decoders: not used)
         from lerobot.datasets.lerobot_dataset import LeRobotDataset as Reference
     except ImportError:
         Reference = None
     if Reference is not None:
         os.environ["HF_HUB_OFFLINE"] = "1"
         reference = Reference("local/bench", root=src, delta_timestamps=deltas)
-        contenders["LeRobot's LeRobotDataset, DataLoader(workers=0)"] = lambda: run(
-            torch.utils.data.DataLoader(reference, batch_size=bs, shuffle=True), args.lerobot_steps)
+        contenders["LeRobot's LeRobotDataset, DataLoader(workers=0)"] = lambda: torch.utils.data.DataLoader(
+            reference, batch_size=bs, shuffle=True)
+    feeds = {name: Feed(make()) for name, make in contenders.items()}
+    rounds = 5  # contenders interleaved round by round: the other tenants' noise hits every one alike
+    spent = {name: 0.0 for name in feeds}
+    steps = {name: 0 for name in feeds}
     load0 = os.getloadavg()
-    rates = {name: fn() for name, fn in contenders.items()}
+    for _ in range(rounds):
+        for name, feed in feeds.items():
+            k = max(1, (args.lerobot_steps if name.startswith("LeRobot") else args.steps) // rounds)
+            spent[name] += timed_steps(feed, k)
+            steps[name] += k
     load1 = os.getloadavg()
+    rates = {name: steps[name] / spent[name] for name in feeds}
     ceiling = rates["compute only (one batch, the ceiling)"]
     print(f"\ntraining loop (MLP {state_in} -> 256 -> 256 -> {action_out}, Adam, batch {bs}; {args.steps} steps, "
           f"LeRobot {args.lerobot_steps}); load average {load0[0]:.2f} before, {load1[0]:.2f} after:")

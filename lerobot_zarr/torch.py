@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 import os
 import uuid
 import warnings
@@ -68,12 +69,15 @@ class _Column(torch.Tensor):
     device = torch.device("cpu")
 
     @staticmethod
-    def of(batch: torch.Tensor, block: _Block) -> _Column:
+    def of(values: np.ndarray, block: _Block) -> _Column:
+        """The column of a batch's ``values`` (a fresh array, shared with the tensors made of it)."""
+        batch = torch.from_numpy(values)
         column = torch.Tensor._make_subclass(_Column, batch)
-        column._batch, column._n, column._item, column._block = batch, len(batch), batch.shape[1:], block
-        column._at = block.place(batch)
+        n, item = len(values), values.shape[1:]
+        column._batch, column._n, column._item, column._block = batch, n, torch.Size(item), block
+        column._at = block.place(values.nbytes)
         # what default_collate asks of each item's value in a worker (once per item): a C-level call
-        column.numel = itertools.repeat(column._item.numel()).__next__
+        column.numel = itertools.repeat(values.size // n if n else math.prod(item)).__next__
         return column
 
     def size(self, dim: int | None = None) -> Any:
@@ -132,9 +136,9 @@ class _Block:
         self.nbytes = 0
         self.where: tuple[_Ring | None, int, torch.Tensor] | None = None
 
-    def place(self, column: torch.Tensor) -> int:
+    def place(self, nbytes: int) -> int:
         at = self.nbytes
-        self.nbytes = _aligned(at + column.numel() * column.element_size())
+        self.nbytes = _aligned(at + nbytes)
         return at
 
     def _new_shared(self, numel: int, device: Any = None) -> _Block:
@@ -233,10 +237,11 @@ def _collatable(batch: Mapping[str, Any], squeeze: Sequence[str] = ()) -> list[d
     columns: dict[str, Any] = {}
     for key, value in batch.items():
         if isinstance(value, np.ndarray):
-            column = torch.from_numpy(value if value.flags.writeable else value.copy())
-            if key in squeeze and column.ndim == 2 and column.shape[1] == 1:
-                column = column.reshape(n)
-            columns[key] = _Column.of(column, block)
+            if not value.flags.writeable:
+                value = value.copy()
+            if key in squeeze and value.ndim == 2 and value.shape[1] == 1:
+                value = value.reshape(n)
+            columns[key] = _Column.of(value, block)
         else:
             columns[key] = value
     tasks = batch.get("task")
