@@ -71,11 +71,14 @@ _SHARED_BLOCKS_BYTES = 64 << 20  # blocks shared by the readers of one file (a w
 _HELD_BYTES = 256 << 20  # bytes fetched ahead of their reads (whole files, footers' tails, ranges), oldest out
 _FOOTER_GUESS = 64 * 1024  # tail read for a footer of unknown size (a LeRobot data file's is ~120 B per column
 # chunk: 400 episodes x 7 columns is 330 KiB, hence footer_hint)
-# Round trips against bytes: at 50 ms and 1 Gbit/s one round trip costs as much as ~6 MB. A file up to
-# _WHOLE_FILE_MAX is read whole in one request when most of it is needed or where its parts are is unknown (a
-# LeRobot episode table: row groups of 10 episodes, its stats columns between the ones we read); ranges of a file
-# closer than _COALESCE_GAP are read as one, and one read makes at most _MAX_RANGES requests per file.
-_WHOLE_FILE_MAX = 16 << 20
+# Round trips against bytes: at 50 ms and 1 Gbit/s one round trip costs as much as ~6 MB. A metadata file up to
+# _WHOLE_FILE_MAX is read whole in one request: where its parts are is unknown before its footer, and in a LeRobot
+# episode table (row groups of 10 episodes, LeRobot splits the table at 100 MB) the stats columns lie between the
+# ones we read in every row group, so reading those costs the whole file and two more round trips anyway. Only a
+# bigger one (a table of one row group, written by another tool) is read footer first, then the columns needed.
+# Ranges of a file closer than _COALESCE_GAP are read as one, and one read makes at most _MAX_RANGES requests per
+# file.
+_WHOLE_FILE_MAX = 128 << 20
 _COALESCE_GAP = 1 << 20
 _MAX_RANGES = 16
 _IN_FLIGHT = 8  # requests in flight at once

@@ -601,8 +601,18 @@ class LeRobotSource:
                                      f"filled with {list(fields)} ({exc})") from None
 
     def _fill(self, template: str, what: str, episode: int, **fields: int | str) -> str:
-        """A checked path template filled for one episode, refusing paths that leave the folder."""
-        return safe_relpath(self.files.location(), template.format(**fields), f"episode {episode} {what}")
+        """A checked path template filled for one episode, refusing paths that leave the folder (each distinct
+        filling checked once: the episodes of a v3 data file share it)."""
+        key = (template, *fields.items())
+        path = self._filled.get(key)
+        if path is None:
+            path = self._filled[key] = safe_relpath(self.files.location(), template.format(**fields),
+                                                    f"episode {episode} {what}")
+        return path
+
+    @functools.cached_property
+    def _filled(self) -> dict[tuple, str]:
+        return {}
 
     def _read_tasks_v3(self) -> list[str]:
         path = self.files.location("meta/tasks.parquet")

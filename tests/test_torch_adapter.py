@@ -111,6 +111,20 @@ def test_batch_loader_yields_get_batch(ds, num_workers):
     assert [i for b in ordered for i in b] == list(range(len(ds) // 4 * 4)) and all(len(b) == 4 for b in ordered)
 
 
+def test_batch_loader_without_workers_skips_the_dataloaders_machinery(ds, monkeypatch):
+    """At 0 workers a batch is one get_batch made straight from the sampler: the DataLoader's single-process
+    iterator (its per-batch profiler record and fetcher) is never made."""
+    import torch.utils.data.dataloader as dataloader
+
+    from lerobot_zarr.torch import batch_loader
+
+    monkeypatch.setattr(dataloader, "_SingleProcessDataLoaderIter", None)  # any use of it fails
+    loader = batch_loader(ds, 5, shuffle=False)
+    batches = list(loader)
+    assert len(batches) == len(loader) and [len(b["index"]) for b in batches[:-1]] == [5] * (len(batches) - 1)
+    assert torch.cat([b["index"] for b in batches]).tolist() == ds.get_batch(np.arange(len(ds)))["index"].tolist()
+
+
 def _ring_backed(loader, tensor) -> bool:
     """Whether ``tensor`` views a worker's shared-memory ring (the batch crossed as a slot number)."""
     from lerobot_zarr.torch import _RINGS
