@@ -494,8 +494,8 @@ class HubFiles(SourceFiles):
         if size <= _WHOLE_FILE_MAX or not rel.endswith(".parquet"):  # (the rest of a JSON file is read anyway)
             if not self._holds(rel, 0, size):
                 self._hold(rel, 0, self._fetch(rel, 0, size))
-        else:  # a footer of a few row groups fits a small read of the tail (a big footer takes a second one)
-            self._footer_hints.setdefault(rel, min(1 << 20, size // 16))
+        else:  # a footer of a few row groups fits a small read of the tail (a big one takes a second read)
+            self._footer_hints.setdefault(rel, min(1 << 20, max(_FOOTER_GUESS, size // 128)))
             self._footer(rel)
 
     def prefetch_footers(self, rels: Iterable[str]) -> None:
