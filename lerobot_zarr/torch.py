@@ -17,8 +17,6 @@ Everything pickles as cheaply as the dataset does, so ``num_workers > 0`` works.
 from __future__ import annotations
 
 import functools
-import itertools
-import math
 import os
 import uuid
 import warnings
@@ -54,76 +52,32 @@ def to_tensors(sample: Mapping[str, Any]) -> dict[str, Any]:
 
 
 class _Column(torch.Tensor):
-    """A whole batch column standing in for each item's value in what ``__getitems__`` hands to a DataLoader's
-    collate function: every item of the batch holds the same object, and ``torch.stack`` of the items' values
-    (what ``default_collate`` does) gives the batch back without a tensor per item. Through ``__torch_function__``,
-    torch's documented protocol for tensor subclasses. It has an item's shape and dtype, and any other use raises
-    (it is not an item's value): a collate function that does something else fails loudly, never silently.
-
-    In a DataLoader worker, ``default_collate`` stacks each key into shared memory of its own, and a batch then
-    crosses to the main process as one file descriptor per key (~0.25 ms of the main process's CPU each): the
-    columns of a batch are stacked into one shared block instead (:class:`_Block`), which crosses as one."""
-
-    is_nested = False  # read by default_collate once per key: answered here, without the protocol's dispatch
-    layout = torch.strided
-    device = torch.device("cpu")
+    """What an item of a batched fetch holds for each field: its whole batch's column (a tensor subclass, through
+    torch's documented ``__torch_function__`` protocol), shared by every item of the fetch. It is not one item's
+    value: any use raises, naming what to do, so a collate function that reads items one by one fails loudly and
+    never gives another item's values. ``default_collate`` never reads it: it collates a fetch's items in one step
+    (:func:`_collate_fetch`)."""
 
     @staticmethod
     def of(values: np.ndarray, block: _Block) -> _Column:
         """The column of a batch's ``values`` (a fresh array, shared with the tensors made of it)."""
         batch = torch.from_numpy(values)
         column = torch.Tensor._make_subclass(_Column, batch)
-        n, item = len(values), values.shape[1:]
-        column._batch, column._n, column._item, column._block = batch, n, torch.Size(item), block
-        column._at = block.place(values.nbytes)
-        # what default_collate asks of each item's value in a worker (once per item): a C-level call
-        column.numel = itertools.repeat(values.size // n if n else math.prod(item)).__next__
+        column._batch, column._at, column._block = batch, block.place(values.nbytes), block
         return column
 
-    def size(self, dim: int | None = None) -> Any:
-        return self._item if dim is None else self._item[dim]
-
-    def _typed_storage(self) -> _Block:
-        return self._block  # whose _new_shared gives it back: the batch's shared block, made when first stacked
-
-    def new(self, *args: Any, **kwargs: Any) -> torch.Tensor:
-        if len(args) == 1 and args[0] is self._block and not kwargs:
-            return self  # default_collate's `out` in a worker: stacked into the block
-        raise TypeError(_NOT_AN_ITEM)
-
-    def resize_(self, *sizes: Any, **kwargs: Any) -> torch.Tensor:
-        if tuple(sizes) == (self._n, *self._item) and not kwargs:
-            return self  # the `out` above, shaped as the batch
-        raise TypeError(_NOT_AN_ITEM)
-
     def __repr__(self, *args: Any, **kwargs: Any) -> str:
-        return (f"<a column of {self._n} items ({tuple(self._item)}, {self._batch.dtype}) for the DataLoader's "
-                f"collation: index the dataset for one item's values>")
+        return (f"<a column of {len(self._batch)} items ({tuple(self._batch.shape[1:])}, {self._batch.dtype}) for "
+                f"the DataLoader's collation: index the dataset for one item's values>")
 
     @classmethod
     def __torch_function__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        kwargs = kwargs or {}
-        if func is torch.stack:
-            tensors = kwargs.get("tensors", args[0] if args else ())
-            dim = kwargs.get("dim", args[1] if len(args) > 1 else 0)
-            first = tensors[0] if len(tensors) else None
-            if dim == 0 and type(first) is _Column and tensors.count(first) == len(tensors) == first._n:
-                out = kwargs.get("out")
-                if out is None:
-                    return first._batch
-                if out is first:
-                    return first._block.stacked(first)
-                return out.copy_(first._batch)
-        elif func in _COLUMN_GETTERS:
-            with torch._C.DisableTorchFunctionSubclass():
-                return func(args[0]._batch[0])
         raise TypeError(f"{getattr(func, '__name__', func)}: {_NOT_AN_ITEM}")
 
 
-_NOT_AN_ITEM = ("the items lerobot_zarr's __getitems__ gives a DataLoader hold their batch's columns, which stack back "
-                "into the batch (as default_collate does); index the dataset (ds[i]) for one item's values, or "
-                "make the dataset with batched_fetch=False for a collate_fn that reads items one by one")
-_COLUMN_GETTERS = frozenset({torch.Tensor.dtype.__get__, torch.Tensor.shape.__get__, torch.Tensor.ndim.__get__})
+_NOT_AN_ITEM = ("the items lerobot_zarr's __getitems__ gives a DataLoader share their batch's columns, which "
+                "default_collate turns back into the batch in one step; index the dataset (ds[i]) for one item's "
+                "values, or make the dataset with batched_fetch=False for a collate_fn that reads items one by one")
 
 
 class _Block:
@@ -226,13 +180,62 @@ def _from_slot(memory: torch.Tensor | None, ring_id: str, pid: int, slots: int, 
     return torch.from_numpy(lease[at:at + nbytes]).view(dtype).view(shape)
 
 
-def _collatable(batch: Mapping[str, Any], squeeze: Sequence[str] = ()) -> list[dict[str, Any]]:
-    """A ``get_batch`` dict as the list of items a DataLoader's collate function expects, without making a
-    tensor per item: items share their batch's columns (:class:`_Column`), and items with the same ``task`` are
-    one dict. ``squeeze``: keys whose items are 0-d (their (B, 1) columns become (B,))."""
+class _Fetch:
+    """One batched fetch: the columns and tasks its items share, in the batch's key order, and the items it handed
+    out (a tuple: it cannot be reordered in place)."""
+
+    __slots__ = ("columns", "items", "tasks")
+
+    def collated(self) -> dict[str, Any]:
+        """The batch: the columns themselves (in a DataLoader worker, stacked into its shared-memory ring)."""
+        worker = get_worker_info() is not None
+        out: dict[str, Any] = {}
+        for key, value in self.columns.items():
+            if key == "task" and self.tasks is not None:
+                out[key] = list(self.tasks)
+            elif type(value) is _Column:
+                out[key] = value._block.stacked(value) if worker else value._batch
+            else:
+                out[key] = value
+        return out
+
+
+class _Item(dict):
+    """An item of a batched fetch (a dict of its batch's columns and its task): ``default_collate`` hands the
+    items of a fetch to :func:`_collate_fetch`, registered for this type, which gives the batch back in one step."""
+
+    __slots__ = ("fetch",)
+
+
+def _collate_fetch(batch: Sequence[_Item], *, collate_fn_map: Any = None) -> dict[str, Any]:
+    """default_collate of :class:`_Item` s: the items a fetch handed out, as handed out, are its batch. Items share
+    their batch's columns, so any other list of them (reordered, a part, several fetches) has no batch to give:
+    refused."""
+    fetch = batch[0].fetch
+    if batch is not fetch.items:
+        raise TypeError(f"collating {len(batch)} items of a batched fetch other than as __getitems__ gave them "
+                        f"({len(fetch.items)} items, in order): {_NOT_AN_ITEM}")
+    return fetch.collated()
+
+
+# torch's documented way to extend default_collate (the docstring of torch.utils.data._utils.collate.collate): a
+# collate function for a type of its own in default_collate_fn_map. Only batches of _Item take it. Where a torch
+# has no such registry, _collation_works finds out at the first fetch and items are made one by one instead.
+try:
+    from torch.utils.data._utils.collate import default_collate_fn_map as _collate_map
+except ImportError:  # pragma: no cover (another torch)
+    _collate_map = None
+if isinstance(_collate_map, dict):
+    _collate_map.setdefault(_Item, _collate_fetch)
+
+
+def _collatable(batch: Mapping[str, Any], squeeze: Sequence[str] = ()) -> tuple[dict[str, Any], ...]:
+    """A ``get_batch`` dict as the items a DataLoader's collate function expects, without making a tensor per
+    item: items share their batch's columns (:class:`_Column`), and items with the same ``task`` are one dict (an
+    :class:`_Item` of the fetch). ``squeeze``: keys whose items are 0-d (their (B, 1) columns become (B,))."""
     n = len(batch["task"]) if "task" in batch else len(next(iter(batch.values())))
     if not n:
-        return []
+        return ()
     block = _Block()
     columns: dict[str, Any] = {}
     for key, value in batch.items():
@@ -244,18 +247,27 @@ def _collatable(batch: Mapping[str, Any], squeeze: Sequence[str] = ()) -> list[d
             columns[key] = _Column.of(value, block)
         else:
             columns[key] = value
-    tasks = batch.get("task")
-    if tasks is None:
-        return [columns] * n
-    one = {task: {**columns, "task": task} for task in set(tasks)}
-    return [one[task] for task in tasks]
+    fetch = _Fetch()
+    fetch.columns, fetch.tasks = columns, batch.get("task")
+
+    def item(task: Any) -> _Item:
+        one = _Item(columns) if task is None else _Item({**columns, "task": task})
+        one.fetch = fetch
+        return one
+
+    if fetch.tasks is None:
+        fetch.items = (item(None),) * n
+    else:
+        one = {task: item(task) for task in set(fetch.tasks)}
+        fetch.items = tuple(one[task] for task in fetch.tasks)
+    return fetch.items
 
 
 @functools.cache
 def _collation_works() -> bool:
-    """Whether default_collate stacks :class:`_Column` items back into their batch here (checked once per
-    process, on a tiny batch: a DataLoader worker takes another path than the main process); else items are made
-    one by one (slower, and said once)."""
+    """Whether default_collate turns a fetch's items back into their batch here (checked once per process, on a
+    tiny batch: a DataLoader worker takes another path than the main process); else items are made one by one
+    (slower, and said once)."""
     from torch.utils.data import default_collate
 
     batch = {"a": np.arange(12, dtype=np.float32).reshape(3, 2, 2), "b": np.arange(3, dtype=np.int64).reshape(3, 1),
@@ -269,15 +281,15 @@ def _collation_works() -> bool:
     finally:
         _worker_rings.pop(os.getpid(), None)  # (a worker: the check's slot is not sent, so not given back)
     if not ok:
-        warnings.warn(f"lerobot_zarr.torch: torch {torch.__version__}'s default_collate does not stack batch "
-                      f"columns back; DataLoader batches are made item by item (slower: use "
+        warnings.warn(f"lerobot_zarr.torch: torch {torch.__version__}'s default_collate does not take a batched "
+                      f"fetch back in one step; DataLoader batches are made item by item (slower: use "
                       f"lerobot_zarr.torch.batch_loader)", LeRobotZarrWarning, stacklevel=3)
     return ok
 
 
-def _items(batch: Mapping[str, Any], squeeze: Sequence[str] = ()) -> list[dict[str, Any]]:
+def _items(batch: Mapping[str, Any], squeeze: Sequence[str] = ()) -> Sequence[dict[str, Any]]:
     """The items of a ``get_batch`` dict for a DataLoader's collate function: sharing their batch's columns when
-    default_collate stacks them back (:func:`_collatable`), else tensors of each item's own."""
+    default_collate takes them back in one step (:func:`_collatable`), else tensors of each item's own."""
     if _collation_works():
         return _collatable(batch, squeeze)
     tensors = to_tensors(batch)
@@ -305,9 +317,9 @@ class TorchDataset(Dataset):
             return to_tensors(self.dataset.get_batch(np.asarray(i, dtype=np.int64)))
         return to_tensors(self.dataset[int(i)])
 
-    def __getitems__(self, indices: list[int]) -> list[dict[str, Any]]:
+    def __getitems__(self, indices: list[int]) -> Sequence[dict[str, Any]]:
         """What ``DataLoader(batch_size=B)`` asks for: one ``get_batch``, handed to the collate function as items
-        that share the batch's columns (``default_collate`` stacks them back without a tensor per item)."""
+        that share the batch's columns (``default_collate`` takes them back in one step, no tensor per item)."""
         return _items(self.dataset.get_batch(np.asarray(indices, dtype=np.int64)))
 
 
@@ -709,9 +721,9 @@ class LeRobotDataset(Dataset):
 
     In a plain ``DataLoader(ds, batch_size=B)`` each batch is one ``get_batch`` (torch's batched fetch,
     ``__getitems__``): the items handed to the collate function share the batch's columns and
-    ``default_collate`` stacks them back into exactly LeRobot's batch (docs/torch.md). A ``collate_fn`` of your own
-    that reads items one by one gets a ``TypeError`` saying so: pass ``batched_fetch=False`` for real items (then
-    made one by one, as with ``image_transforms``).
+    ``default_collate`` takes them back into exactly LeRobot's batch (docs/torch.md). A ``collate_fn`` of your own
+    that reads items gets a ``TypeError`` saying so: pass ``batched_fetch=False`` for real items (then made one by
+    one, as with ``image_transforms``).
     """
 
     def __init__(self, repo_id: str, root: str | os.PathLike | None = None, episodes: list[int] | None = None,
@@ -748,11 +760,10 @@ class LeRobotDataset(Dataset):
     def __len__(self) -> int:
         return len(self.dataset)
 
-    def __getitems__(self, indices: list[int]) -> list[dict[str, Any]]:
+    def __getitems__(self, indices: list[int]) -> Sequence[dict[str, Any]]:
         """What a plain ``DataLoader(ds, batch_size=B)`` asks for: the batch in one ``get_batch``, handed to the
-        collate function as items that share its columns, so that ``default_collate`` stacks them back into
-        LeRobot's batch without a tensor per item (with ``image_transforms``, which apply per item: item by item).
-        """
+        collate function as items that share its columns, which ``default_collate`` takes back into LeRobot's batch
+        in one step, without a tensor per item (with ``image_transforms``, which apply per item: item by item)."""
         if self.image_transforms is not None or not self.batched_fetch:
             return [self[i] for i in indices]
         return _items(self.dataset.get_batch(np.asarray(indices, dtype=np.int64)), squeeze=DEFAULT_FEATURES)

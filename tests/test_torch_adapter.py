@@ -267,23 +267,29 @@ def test_getitems_is_one_gather_that_default_collate_stacks_back(ds, monkeypatch
     calls = []
     monkeypatch.setattr(ds, "get_batch", lambda idx, f=ds.get_batch: calls.append(list(idx)) or f(idx))
     items = tds.__getitems__([3, 1, 3, 0])
-    assert calls == [[3, 1, 3, 0]] and len(items) == 4
+    assert calls == [[3, 1, 3, 0]] and len(items) == 4 and isinstance(items, tuple)
     _assert_same_batch(default_collate(items), default_collate([tds[i] for i in (3, 1, 3, 0)]), "getitems")
 
 
 def test_an_item_of_a_batched_fetch_is_not_mistaken_for_one(ds):
-    """The items __getitems__ gives the collate function hold their batch's columns: using one as an item's value
-    raises (naming what to do), it never gives another item's values."""
-    items = TorchDataset(ds).__getitems__([3, 1])
+    """The items __getitems__ gives the collate function share their batch's columns: using one as an item's value,
+    or collating them other than as given (reordered, a part), raises naming what to do; never another item's
+    values."""
+    from torch.utils.data import default_collate
+
+    items = TorchDataset(ds).__getitems__([3, 1, 4])
     column = items[1]["action"]
     for use in (lambda: column.numpy(), lambda: column[0], lambda: torch.cat([column]), lambda: column.clone(),
-                lambda: torch.stack([column]), lambda: torch.stack([column, items[0]["observation.state"]])):
+                lambda: torch.stack([column]), lambda: torch.stack([it["action"] for it in items])):
         with pytest.raises(TypeError, match=r"ds\[i\]"):
             use()
     with pytest.raises(TypeError):  # (torch turns an operator's TypeError into Python's "unsupported operand")
         column + 1
-    assert "column of 2 items" in repr(column)
-    assert torch.equal(torch.stack([items[0]["action"], items[1]["action"]]), torch.from_numpy(ds.get_batch([3, 1])["action"]))
+    assert "column of 3 items" in repr(column)
+    for other in (list(items), items[::-1], items[:2]):
+        with pytest.raises(TypeError, match="batched_fetch"):
+            default_collate(other)
+    _assert_same_batch(default_collate(items), default_collate([TorchDataset(ds)[i] for i in (3, 1, 4)]), "tuple")
 
 
 # ------------------------------------------------------------------------------------------------ LeRobot drop-in
@@ -357,8 +363,10 @@ def test_dropin_other_collations(ds, tmp_path):
 
     with pytest.raises(TypeError):
         next(iter(DataLoader(lds, batch_size=3, collate_fn=by_item)))
-    with pytest.raises(TypeError, match="batched_fetch"):
-        next(iter(DataLoader(lds, batch_size=3, collate_fn=lambda items: [item["action"].clone() for item in items])))
+    for stacked in (lambda items: torch.stack([item["action"] for item in items]),
+                    lambda items: [item["action"].clone() for item in items]):
+        with pytest.raises(TypeError, match="batched_fetch"):
+            next(iter(DataLoader(lds, batch_size=3, collate_fn=stacked)))
     plain = _dropin(ds, tmp_path, batched_fetch=False)
     want = torch.stack([plain[i]["action"] * 2 for i in range(3)])
     assert torch.equal(next(iter(DataLoader(plain, batch_size=3, collate_fn=by_item))), want)
