@@ -17,6 +17,7 @@ Everything pickles as cheaply as the dataset does, so ``num_workers > 0`` works.
 from __future__ import annotations
 
 import functools
+import math
 import os
 import uuid
 import warnings
@@ -64,6 +65,7 @@ class _Column(torch.Tensor):
         batch = torch.from_numpy(values)
         column = torch.Tensor._make_subclass(_Column, batch)
         column._batch, column._at, column._block = batch, block.place(values.nbytes), block
+        column._numpy_dtype = values.dtype.str
         return column
 
     def __repr__(self, *args: Any, **kwargs: Any) -> str:
@@ -113,7 +115,7 @@ class _Block:
         if ring is None:
             return out
         out = torch.Tensor._make_subclass(_InSlot, out)
-        out._place = (ring, slot, column._at, batch.dtype, tuple(batch.shape))
+        out._place = (ring, slot, column._at, column._numpy_dtype, tuple(batch.shape))
         return out
 
 
@@ -127,8 +129,7 @@ class _InSlot(torch.Tensor):
     def __reduce_ex__(self, protocol: Any) -> tuple:
         ring, slot, at, dtype, shape = self._place
         memory, ring.sent = (None if ring.sent else ring.memory), True
-        return _from_slot, (memory, ring.id, os.getpid(), len(ring.slots), ring.slot_bytes, slot, at, str(dtype),
-                            shape)
+        return _from_slot, (memory, ring.id, os.getpid(), len(ring.slots), ring.slot_bytes, slot, at, dtype, shape)
 
 
 _worker_rings: dict[int, _Ring] = {}  # this process's ring, by pid (a forked worker does not use its parent's)
@@ -159,7 +160,7 @@ def _alive(pid: int) -> bool:
 
 
 def _from_slot(memory: torch.Tensor | None, ring_id: str, pid: int, slots: int, slot_bytes: int, slot: int, at: int,
-               dtype: str, shape: tuple) -> torch.Tensor:
+               dtype: str, shape: tuple) -> torch.Tensor:  # dtype: numpy's (dtype.str)
     """(main process) A column of a batch in a worker's ring slot, viewing the slot through the batch's lease:
     the slot is given back to the worker when every column of the batch is freed."""
     if memory is not None:
@@ -175,9 +176,8 @@ def _from_slot(memory: torch.Tensor | None, ring_id: str, pid: int, slots: int, 
     lease = ring.leases[slot]() if ring.leases[slot] is not None else None
     if lease is None:  # the batch's first column (a slot is reused only once the lease of its last batch died)
         lease = ring.lease(slot)
-    dtype = getattr(torch, dtype.removeprefix("torch."))
-    nbytes = int(np.prod(shape, dtype=np.int64)) * torch.empty((), dtype=dtype).element_size()
-    return torch.from_numpy(lease[at:at + nbytes]).view(dtype).view(shape)
+    values = lease[at:].view(dtype)  # (numpy views: cheaper than torch's)
+    return torch.from_numpy(values[:math.prod(shape)].reshape(shape))
 
 
 class _Fetch:
