@@ -144,7 +144,19 @@ def test_network_model_delays_each_request_and_shares_one_link(hub, env):
 
 
 def test_round_trips_count_requests_one_after_the_other(hub, env):
-    hub.network = NetworkModel(latency_s=0.3, rate=1e9)  # (threads started together overlap even under load)
+    from lerobot_zarr.testing.hub_server import HubStats, RequestRecord
+
+    def stats(*spans: tuple[float, float]) -> HubStats:
+        out = HubStats()
+        for started, ended in spans:
+            out._append(RequestRecord("GET", "/x", "", None, started=started, ended=ended))
+        return out
+
+    assert stats((0, 1), (1, 2), (2.5, 3)).round_trips() == 3  # one after the other (a reply, then a request)
+    assert stats((0, 1), (0.1, 1.1), (0.2, 0.9), (1.2, 2)).round_trips() == 2  # three together, then one
+    assert stats((0, 5), (0, 1), (1, 2), (2, 3)).round_trips() == 3  # a long one beside a chain of three
+    assert stats().round_trips() == 0
+    hub.network = NetworkModel(latency_s=0.1, rate=1e9)
     url = f"{hub.endpoint}/api/datasets/org/lerobot-40/refs"
     for _ in range(3):
         _get(url)
@@ -155,7 +167,6 @@ def test_round_trips_count_requests_one_after_the_other(hub, env):
         t.start()
     for t in threads:
         t.join()
-    _get(url)
     hub.network = None
-    assert len(hub.requests()) == 5 and hub.stats.round_trips() == 2
+    assert len(hub.requests()) == 4 and hub.stats.round_trips() < 4  # (together: 1 on a quiet machine)
     assert hub.stats.round_trips(exclude=("/refs",)) == 0
