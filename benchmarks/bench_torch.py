@@ -187,6 +187,7 @@ def training_loop(torch, ds, dropin, src: Path, deltas: dict, args) -> None:
     state_in = int(np.prod(ds.get_batch([0])["observation.state"].shape[1:]))
     action_out = int(np.prod(ds.get_batch([0])["action"].shape[1:]))
     torch.manual_seed(0)
+    torch.set_flush_denormal(True)  # (steps on one batch drive the gradients into denormals, slow on x86 otherwise)
     model = torch.nn.Sequential(torch.nn.Linear(state_in, 256), torch.nn.ReLU(), torch.nn.Linear(256, 256),
                                 torch.nn.ReLU(), torch.nn.Linear(256, action_out))
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
