@@ -42,6 +42,7 @@ import os
 import shutil
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -188,6 +189,7 @@ def training_loop(torch, ds, dropin, src: Path, deltas: dict, args) -> None:
     action_out = int(np.prod(ds.get_batch([0])["action"].shape[1:]))
     torch.manual_seed(0)
     torch.set_flush_denormal(True)  # (steps on one batch drive the gradients into denormals, slow on x86 otherwise)
+    warnings.filterwarnings("ignore", message="The value of the smallest subnormal")  # (numpy's finfo, then)
     model = torch.nn.Sequential(torch.nn.Linear(state_in, 256), torch.nn.ReLU(), torch.nn.Linear(256, 256),
                                 torch.nn.ReLU(), torch.nn.Linear(256, action_out))
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
