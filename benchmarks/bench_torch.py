@@ -244,20 +244,19 @@ def training_loop(torch, ds, dropin, src: Path, deltas: dict, args) -> None:
         contenders["LeRobot's LeRobotDataset, DataLoader(workers=0)"] = lambda: torch.utils.data.DataLoader(
             reference, batch_size=bs, shuffle=True)
     feeds = {name: Feed(make()) for name, make in contenders.items()}
-    rounds = 5  # contenders interleaved round by round: the other tenants' noise hits every one alike
-    spent = {name: 0.0 for name in feeds}
-    steps = {name: 0 for name in feeds}
+    rounds = 10  # contenders interleaved round by round (the other tenants' noise hits every one alike): the median
+    per_round: dict[str, list[float]] = {name: [] for name in feeds}  # of the rounds' steps/s
     load0 = os.getloadavg()
     for _ in range(rounds):
         for name, feed in feeds.items():
             k = max(1, (args.lerobot_steps if name.startswith("LeRobot") else args.steps) // rounds)
-            spent[name] += timed_steps(feed, k)
-            steps[name] += k
+            per_round[name].append(k / timed_steps(feed, k))
     load1 = os.getloadavg()
-    rates = {name: steps[name] / spent[name] for name in feeds}
+    rates = {name: median(r) for name, r in per_round.items()}
     ceiling = rates["compute only (one batch, the ceiling)"]
     print(f"\ntraining loop (MLP {state_in} -> 256 -> 256 -> {action_out}, Adam, batch {bs}; {args.steps} steps, "
-          f"LeRobot {args.lerobot_steps}); load average {load0[0]:.2f} before, {load1[0]:.2f} after:")
+          f"LeRobot {args.lerobot_steps}, in {rounds} interleaved rounds: median steps/s); load average "
+          f"{load0[0]:.2f} before, {load1[0]:.2f} after:")
     for name, r in rates.items():
         print(f"  {name:<52}{r:>9.1f} steps/s  {r / ceiling:>5.2f} of the ceiling")
     if Reference is None:
