@@ -1,33 +1,49 @@
-"""Bytes and requests at a Hub: lerobot_zarr's inspect and per-episode opens vs snapshot_download.
+"""The Hub as users meet it: bytes, requests and round trips of lerobot_zarr's opens, against LeRobot's own.
 
-Serves a synthetic LeRobot v3.0 dataset (LeRobot's layout: several episodes per data file, one row group per
-episode) from the project's Hub-compatible test server on 127.0.0.1, and counts at the server what each way of
-getting at it transfers, in the same run:
+Every repo is served by the project's Hub-compatible test server on 127.0.0.1 and read with the real
+huggingface_hub client; every dataset is laid out as LeRobot 0.6.1 writes one (episodes in data files of
+``--per-file``, one row group per episode; the episode table ``meta/episodes`` in row groups of 10 episodes with
+per-episode stats columns, as LeRobot's recorder flushes it). Three sections (``--sections``):
 
-- ``lerobot_zarr.inspect(repo_id)``: metadata only;
-- ``open_dataset(repo_id, episodes=[k])`` and ``episodes=[10 episodes]``: footers + the row groups asked for;
-- ``snapshot_download(allow_patterns=[the data file holding episode k, "meta/*"])``, what LeRobotDataset does for
-  ``episodes=[k]`` (it downloads the whole file holding the episode, into the Hub cache);
-- ``open_dataset(repo_id)`` for everything, timed against the same transcode from a local folder;
-- the same store pushed back with ``push`` (so the repo holds our index file ``meta/lerobot_zarr_index.json``):
-  ``inspect`` and a one-episode open of that repo;
-- a camera kept as mp4 (AV1, all episodes in one file): a one-episode and a whole open decode its frames from the
-  Hub through our file object (read-ahead from 64 KiB doubling to 8 MiB, blocks shared by the readers of a file),
-  and again without read-ahead (every read of the decoder one request) and without the shared blocks.
+- ``rtt`` (round trips, the first open of a real Hub dataset): the server models a network (``--latency`` per
+  request, one shared link of ``--gbit`` Gbit/s; ``--handshake-rtts`` more per new connection). For datasets of
+  ``--scale`` episodes (default 200, 2,000, 20,000 of ``--scale-frames`` frames), a fresh process opens one
+  episode: requests, round trips (requests one after the other), bytes and wall time of the open; the same for
+  the dataset pushed by us (``push``: with our index file), and LeRobot's ``LeRobotDataset(repo_id,
+  episodes=[k])`` when lerobot is importable (run with a LeRobot environment's Python).
+- ``compare``: one episode of a ``--compare-episodes`` dataset of ``--compare-frames`` frames (default 2,000 of
+  300-700: 400 per file), ours against LeRobot, fresh processes, ``--repeats`` interleaved runs: best and median
+  wall time of the open call (imports done first: ours imports pyarrow and huggingface_hub too, which LeRobot's
+  import brings), and the ratio (target <= 0.5x LeRobot's time). Skipped without lerobot.
+- ``bytes`` (no network model): ``inspect``; ``open_dataset(episodes=[k])`` and of 10 more episodes against
+  ``snapshot_download`` of the file holding episode k (what LeRobot downloads); a whole open against the same
+  transcode from a local folder; ``inspect`` and a one-episode open of the pushed repo; a camera kept as mp4
+  opened with and without read-ahead and shared blocks (bytes and requests of video range reads).
 
-Run (from the repository root):  .venv/bin/python benchmarks/bench_hub.py [--episodes 200]
+The client's once-per-process registry call (``/api/agent-harnesses``) is left out of request counts (both sides
+make it). Run from the repository root:
+  .venv/bin/python benchmarks/bench_hub.py [--quick]
+  PYTHONPATH=. <lerobot-env>/bin/python benchmarks/bench_hub.py     # with LeRobot's rows
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import json
 import os
+import shutil
+import statistics
+import subprocess
+import sys
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_DISABLE_XET", "1")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 import huggingface_hub.constants as hf_constants
 import pyarrow.parquet as pq
@@ -35,107 +51,302 @@ import pyarrow.parquet as pq
 import lerobot_zarr
 import lerobot_zarr.hub as hub_module
 from lerobot_zarr.sample_data import write_sample_dataset
-from lerobot_zarr.testing.hub_server import HubServer
+from lerobot_zarr.testing.hub_server import HubServer, NetworkModel
+
+NOISE = ("/api/agent-harnesses",)  # huggingface_hub's once-per-process registry fetch (both sides make it)
+TOKEN = "bench-token"
+ROOT = Path(__file__).resolve().parents[1]
+LEROBOT_ROW_GROUP = 10  # episodes per row group of meta/episodes, as LeRobot's recorder flushes it
+
+# Fresh processes. "seconds": the open call, its imports done first (ours: pyarrow, pandas, which pyarrow loads on
+# its first conversion, and huggingface_hub, all of which LeRobot's import brings); "with_import": the import too.
+PROBE_OURS = r"""
+import json, sys, time
+t0 = time.perf_counter()
+import huggingface_hub, pandas, pyarrow.parquet
+import lerobot_zarr
+repo, k, root = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+t1 = time.perf_counter()
+ds = lerobot_zarr.open_dataset(repo, episodes=[k], root=root, progress=False)
+t2 = time.perf_counter()
+assert ds.episodes.tolist() == [k] and len(ds) > 0
+print(json.dumps({"seconds": t2 - t1, "with_import": t2 - t0, "frames": len(ds)}))
+"""
+
+PROBE_LEROBOT = r"""
+import json, sys, time
+t0 = time.perf_counter()
+from lerobot.datasets.lerobot_dataset import LeRobotDataset
+repo, k, root = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+t1 = time.perf_counter()
+ds = LeRobotDataset(repo, episodes=[k], root=root)
+t2 = time.perf_counter()
+assert len(ds) > 0
+print(json.dumps({"seconds": t2 - t1, "with_import": t2 - t0, "frames": len(ds)}))
+"""
+
+
+def have_lerobot() -> bool:
+    return importlib.util.find_spec("lerobot") is not None
+
+
+def lerobot_layout(folder: Path, episodes: int, frames: tuple[int, int], per_file: int, seed: int = 0) -> Path:
+    """A synthetic dataset laid out as LeRobot writes one (reused when the parameters match)."""
+    marker = folder.with_name(folder.name + ".json")
+    params = {"episodes": episodes, "frames": list(frames), "per_file": per_file, "seed": seed}
+    if folder.exists() and marker.exists() and json.loads(marker.read_text()) == params:
+        return folder
+    shutil.rmtree(folder, ignore_errors=True)
+    t0 = time.perf_counter()
+    write_sample_dataset(folder, n_episodes=episodes, lengths=frames, state_dim=14, action_dim=14,
+                         episodes_per_file=per_file, episodes_row_group=LEROBOT_ROW_GROUP, seed=seed)
+    marker.write_text(json.dumps(params))
+    print(f"  wrote a LeRobot-layout dataset of {episodes:,} episodes in {time.perf_counter() - t0:.1f} s")
+    return folder
+
+
+class Bench:
+    def __init__(self, work: Path, args):
+        self.work, self.args = work, args
+        self.server = HubServer(work / "server", tokens={TOKEN: "bench"})
+        self.network = NetworkModel(latency_s=args.latency, rate=args.gbit * 125e6, handshake_rtts=args.handshake_rtts)
+        self.probes = 0
+
+    def __enter__(self) -> Bench:
+        self.server.start()
+        hf_constants.ENDPOINT = self.server.endpoint
+        hf_constants.HUGGINGFACE_CO_URL_TEMPLATE = self.server.endpoint + "/{repo_id}/resolve/{revision}/{filename}"
+        self.run = self.work / f"run-{os.getpid()}"  # stores and caches of this run (datasets are reused)
+        hf_constants.HF_HUB_CACHE = str(self.run / "hf_cache")
+        os.environ["LEROBOT_ZARR_HOME"] = str(self.run / "lerobot_zarr_home")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.stop()
+        shutil.rmtree(self.run, ignore_errors=True)
+
+    def add(self, repo: str, folder: Path, *, pushed: bool = False) -> None:
+        """Serve ``folder`` as ``repo``; ``pushed``: as our ``push`` publishes it (with our index file)."""
+        if not pushed:
+            self.server.add_repo(repo, folder, tags=["v3.0"])
+            return
+        local = lerobot_zarr.open_dataset(folder, root=self.run / f"local-{folder.name}", progress=False)
+        local.push(repo, token=TOKEN, progress=False)
+        local.close()
+
+    def probe(self, code: str, repo: str, k: int) -> dict:
+        """A fresh process opening episode ``k`` of ``repo`` over the modelled network: its seconds, and the
+        requests, round trips and bytes the server saw."""
+        self.probes += 1
+        tmp = self.run / f"probe-{self.probes}"
+        env = dict(os.environ, HF_ENDPOINT=self.server.endpoint, HF_HOME=str(tmp / "hf"),
+                   HF_LEROBOT_HOME=str(tmp / "lerobot"), LEROBOT_ZARR_HOME=str(tmp / "zarr_home"),
+                   PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+        self.server.network = self.network
+        self.server.reset_stats()
+        try:
+            out = subprocess.run([sys.executable, "-c", code, repo, str(k), str(tmp / "root")], env=env,
+                                 capture_output=True, text=True, timeout=1800, check=False)
+        finally:
+            self.server.network = None
+        if out.returncode:
+            raise RuntimeError(f"probe of {repo} failed:\n{out.stderr[-3000:]}")
+        result = json.loads(out.stdout.strip().splitlines()[-1])
+        records = [r for r in self.server.requests() if not any(n in r.path for n in NOISE)]
+        result.update(requests=len(records), round_trips=self.server.stats.round_trips(exclude=NOISE),
+                      bytes=sum(r.bytes_sent for r in records))
+        shutil.rmtree(tmp, ignore_errors=True)
+        return result
+
+
+def section_rtt(b: Bench, args) -> None:
+    lo, hi = args.scale_frames
+    print(f"\n== round trips: one episode, fresh process, network {args.latency * 1e3:.0f} ms per request, "
+          f"{args.gbit:g} Gbit/s shared, {args.handshake_rtts} extra round trips per new connection ==")
+    print(f"(datasets of {lo}-{hi} frames per episode, {args.per_file} episodes per data file, LeRobot's layout)")
+    rows = []
+    for n in args.scale:
+        folder = lerobot_layout(b.work / f"scale-{n}", n, (lo, hi), args.per_file)
+        b.add(f"bench/lerobot-{n}", folder)
+        b.add(f"bench/pushed-{n}", folder, pushed=True)
+        table = folder / "meta/episodes/chunk-000/file-000.parquet"
+        k = n // 2 + 7 if n > 20 else n // 2
+        rows.append((n, "LeRobot-written, ours", b.probe(PROBE_OURS, f"bench/lerobot-{n}", k), table))
+        rows.append((n, "pushed by us, ours", b.probe(PROBE_OURS, f"bench/pushed-{n}", k), table))
+        if have_lerobot():
+            rows.append((n, "LeRobot-written, LeRobot", b.probe(PROBE_LEROBOT, f"bench/lerobot-{n}", k), table))
+    print(f"\n{'episodes':>9}  {'repo, reader':<26}{'requests':>9}{'round trips':>12}{'bytes':>14}{'seconds':>9}"
+          f"   episode table")
+    for n, label, r, table in rows:
+        md = pq.ParquetFile(table).metadata
+        print(f"{n:>9,}  {label:<26}{r['requests']:>9}{r['round_trips']:>12}{r['bytes']:>14,}{r['seconds']:>9.2f}"
+              f"   {table.stat().st_size / 1e6:.1f} MB, {md.num_row_groups} row groups")
+    if not have_lerobot():
+        print("(LeRobot's rows skipped: lerobot is not importable here)")
+
+
+def section_compare(b: Bench, args) -> None:
+    if not have_lerobot():
+        print("\n== ours vs LeRobot: skipped (lerobot is not importable; run with a LeRobot environment's Python "
+              "and this checkout on PYTHONPATH) ==")
+        return
+    n, (lo, hi) = args.compare_episodes, args.compare_frames
+    print(f"\n== one episode of {n:,} episodes ({lo}-{hi} frames, {args.per_file} per data file, LeRobot's layout), "
+          f"ours vs LeRobot, fresh processes, {args.repeats} interleaved runs ==")
+    folder = lerobot_layout(b.work / f"compare-{n}", n, (lo, hi), args.per_file)
+    repo = f"bench/compare-{n}"
+    b.add(repo, folder)
+    k = min(n - 1, args.per_file + 7)  # in the second data file
+    runs: dict[str, list[dict]] = {"ours": [], "LeRobot": []}
+    for _ in range(args.repeats):
+        runs["ours"].append(b.probe(PROBE_OURS, repo, k))
+        runs["LeRobot"].append(b.probe(PROBE_LEROBOT, repo, k))
+    for name, rs in runs.items():
+        secs, total = [r["seconds"] for r in rs], [r["with_import"] for r in rs]
+        print(f"  {name:<8} open best {min(secs):6.2f} s, median {statistics.median(secs):6.2f} s; with the import "
+              f"best {min(total):6.2f} s; {rs[0]['requests']} requests, {rs[0]['round_trips']} round trips, "
+              f"{rs[0]['bytes']:,} bytes")
+    for what in ("seconds", "with_import"):
+        best = min(r[what] for r in runs["ours"]) / min(r[what] for r in runs["LeRobot"])
+        med = (statistics.median(r[what] for r in runs["ours"])
+               / statistics.median(r[what] for r in runs["LeRobot"]))
+        print(f"  ours / LeRobot, {'the open' if what == 'seconds' else 'import and open'}: {best:.2f}x (best), "
+              f"{med:.2f}x (median)" + (" (target <= 0.5x)" if what == "seconds" else ""))
+
+
+def section_bytes(b: Bench, args) -> None:
+    print(f"\n== bytes and requests (no network model): {args.episodes} episodes, {args.episodes_per_file} per data "
+          f"file, state/action f32[14] and a 32x32 PNG camera ==")
+    work, server = b.run, b.server
+    src = work / "bytes-src"
+    write_sample_dataset(src, n_episodes=args.episodes, lengths=(300, 700), state_dim=14, action_dim=14,
+                         episodes_per_file=args.episodes_per_file, image_keys=("observation.images.wrist",),
+                         image_shape=(32, 32, 3), episodes_row_group=LEROBOT_ROW_GROUP)
+    server.add_repo("bench/ds", src, tags=["v3.0"])
+    data_bytes = sum(p.stat().st_size for p in (src / "data").rglob("*.parquet"))
+    print(f"dataset: {data_bytes / 1e6:.1f} MB of data parquet")
+    rows = []
+
+    def measure(label: str, fn) -> float:
+        server.reset_stats()
+        t0 = time.perf_counter()
+        fn()
+        elapsed = time.perf_counter() - t0
+        records = [r for r in server.requests() if not any(n in r.path for n in NOISE)]
+        rows.append((label, sum(r.bytes_sent for r in records), len(records), elapsed))
+        return elapsed
+
+    k = args.episodes_per_file + 7  # an episode in the middle of the second data file
+    data_file = "data/chunk-000/file-001.parquet"
+    md = pq.ParquetFile(src / data_file).metadata
+    rg = md.row_group(k - args.episodes_per_file)
+    rg_bytes = sum(rg.column(i).total_compressed_size for i in range(rg.num_columns))
+
+    measure("inspect (metadata only)", lambda: lerobot_zarr.inspect("bench/ds"))
+    measure(f"open_dataset(episodes=[{k}])",
+            lambda: lerobot_zarr.open_dataset("bench/ds", episodes=[k], progress=False))
+    ten = list(range(0, args.episodes, max(1, args.episodes // 10)))[:10]
+    measure("open_dataset(10 episodes, new)",
+            lambda: lerobot_zarr.open_dataset("bench/ds", episodes=ten, progress=False))
+
+    from huggingface_hub import snapshot_download
+
+    measure(f"snapshot_download(file of ep. {k} + meta)",
+            lambda: snapshot_download("bench/ds", repo_type="dataset", revision="v3.0",
+                                      allow_patterns=[data_file, "meta/*", "meta/**"]))
+    t_hub = measure("open_dataset(all, into a new store)",
+                    lambda: lerobot_zarr.open_dataset("bench/ds", root=work / "all", progress=False))
+    t0 = time.perf_counter()
+    local = lerobot_zarr.open_dataset(src, root=work / "local", progress=False)
+    t_local = time.perf_counter() - t0
+
+    local.push("bench/pushed", token=TOKEN, progress=False)
+    meta_bytes = {repo: sum(len(server.get_file(repo, rel)) for rel in server.list_files(repo)
+                            if rel.startswith("meta/")) for repo in ("bench/ds", "bench/pushed")}
+    measure("pushed: inspect (our index file)", lambda: lerobot_zarr.inspect("bench/pushed"))
+    measure(f"pushed: open_dataset(episodes=[{k}])",
+            lambda: lerobot_zarr.open_dataset("bench/pushed", episodes=[k], progress=False))
+
+    if args.video_episodes:
+        key = "observation.images.cam"
+        vsrc = write_sample_dataset(work / "vsrc", n_episodes=args.video_episodes, lengths=(60, 90),
+                                    video_keys=(key,), write_videos=True, image_shape=(96, 128, 3), seed=3,
+                                    episodes_row_group=LEROBOT_ROW_GROUP)
+        server.add_repo("bench/video", vsrc, tags=["v3.0"])
+        kv = args.video_episodes // 2
+        mp4 = sum(p.stat().st_size for p in (vsrc / "videos").rglob("*.mp4"))
+        read_ahead, block = hub_module._READ_AHEAD, hub_module.HubFiles.block
+        variants = {"ours": lambda: None,
+                    "no read-ahead": lambda: setattr(hub_module, "_READ_AHEAD", (0, 0)),
+                    "no shared blocks": lambda: setattr(hub_module.HubFiles, "block", lambda self, rel, a, z:
+                                                        (a, self.get(rel, a, z)))}
+        for name, setup in variants.items():
+            setup()
+            try:
+                for what, eps in ((f"episodes=[{kv}]", [kv]), ("all", None)):
+                    measure(f"video {what}, {name}",
+                            lambda eps=eps, root=work / f"video-{name}-{what}": lerobot_zarr.open_dataset(
+                                "bench/video", episodes=eps, root=root, progress=False))
+            finally:
+                hub_module._READ_AHEAD, hub_module.HubFiles.block = read_ahead, block
+
+    print(f"\n{'':<52}{'bytes':>14}{'requests':>10}{'seconds':>10}")
+    for label, nbytes, nreq, secs in rows:
+        print(f"{label:<52}{nbytes:>14,}{nreq:>10}{secs:>10.2f}")
+    one, snap = rows[1][1], rows[3][1]
+    print(f"\nepisode {k}: its row group is {rg_bytes:,} B; the whole data file {md.serialized_size:,} B "
+          f"footer, {(src / data_file).stat().st_size:,} B in all")
+    print(f"one-episode open / snapshot_download of its file: {one / snap:.3f} ({snap / one:.1f}x fewer bytes)")
+    print(f"metadata files: {meta_bytes['bench/ds']:,} B in bench/ds (inspect served {rows[0][1]:,} B), "
+          f"{meta_bytes['bench/pushed']:,} B in bench/pushed (our index included)")
+    if args.video_episodes:
+        print(f"video dataset: {args.video_episodes} episodes in {mp4:,} B of mp4")
+    print(f"full open from the Hub vs from a local folder: {t_hub:.2f} s vs {t_local:.2f} s "
+          f"({t_hub / t_local:.2f}x)")
+
+
+def frames(text: str) -> tuple[int, int]:
+    lo, _, hi = text.partition("-")
+    return int(lo), int(hi or lo)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--episodes", type=int, default=200)
+    parser.add_argument("--sections", default="rtt,compare,bytes")
+    parser.add_argument("--latency", type=float, default=0.05, help="seconds per request (default 0.05)")
+    parser.add_argument("--gbit", type=float, default=1.0, help="shared link, Gbit/s (default 1)")
+    parser.add_argument("--handshake-rtts", type=int, default=0,
+                        help="round trips more for a request on a new connection (2: TCP + TLS 1.3)")
+    parser.add_argument("--scale", default="200,2000,20000", help="episodes of the round-trip datasets")
+    parser.add_argument("--scale-frames", type=frames, default=(30, 70), metavar="LO-HI")
+    parser.add_argument("--per-file", type=int, default=400, help="episodes per data file (LeRobot: ~400)")
+    parser.add_argument("--compare-episodes", type=int, default=2000)
+    parser.add_argument("--compare-frames", type=frames, default=(300, 700), metavar="LO-HI")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--episodes", type=int, default=200, help="episodes of the bytes section")
     parser.add_argument("--episodes-per-file", type=int, default=100)
     parser.add_argument("--video-episodes", type=int, default=20, help="episodes of the mp4 dataset (0: skip)")
+    parser.add_argument("--quick", action="store_true", help="smaller datasets, fewer runs (a smoke run)")
+    parser.add_argument("--out-dir", type=Path, default=None, help="work folder (kept; datasets reused)")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="bench_hub-") as tmp:
-        work = Path(tmp)
-        src = write_sample_dataset(work / "src", n_episodes=args.episodes, lengths=(300, 700), state_dim=14,
-                                   action_dim=14, episodes_per_file=args.episodes_per_file,
-                                   image_keys=("observation.images.wrist",), image_shape=(32, 32, 3))
-        os.environ["LEROBOT_ZARR_HOME"] = str(work / "lerobot_zarr_home")
-        with HubServer(work / "server", tokens={"bench-token": "bench"}) as server:
-            hf_constants.ENDPOINT = server.endpoint
-            hf_constants.HUGGINGFACE_CO_URL_TEMPLATE = server.endpoint + "/{repo_id}/resolve/{revision}/{filename}"
-            hf_constants.HF_HUB_CACHE = str(work / "hf_cache")
-            server.add_repo("bench/ds", src, tags=["v3.0"])
-            data_bytes = sum(p.stat().st_size for p in (src / "data").rglob("*.parquet"))
-            print(f"dataset: {args.episodes} episodes, {args.episodes_per_file} per data file, "
-                  f"{data_bytes / 1e6:.1f} MB of data parquet (state/action f32[14], a 32x32 PNG camera)")
-            rows = []
-
-            def measure(label: str, fn) -> float:
-                server.reset_stats()
-                t0 = time.perf_counter()
-                fn()
-                elapsed = time.perf_counter() - t0
-                rows.append((label, server.bytes_sent(), len(server.requests()), elapsed))
-                return elapsed
-
-            k = args.episodes_per_file + 7  # an episode in the middle of the second data file
-            data_file = "data/chunk-000/file-001.parquet"
-            md = pq.ParquetFile(src / data_file).metadata
-            rg = md.row_group(k - args.episodes_per_file)
-            rg_bytes = sum(rg.column(i).total_compressed_size for i in range(rg.num_columns))
-
-            measure("inspect (metadata only)", lambda: lerobot_zarr.inspect("bench/ds"))
-            measure(f"open_dataset(episodes=[{k}])",
-                    lambda: lerobot_zarr.open_dataset("bench/ds", episodes=[k], progress=False))
-            ten = list(range(0, args.episodes, max(1, args.episodes // 10)))[:10]
-            measure("open_dataset(10 episodes, new)",
-                    lambda: lerobot_zarr.open_dataset("bench/ds", episodes=ten, progress=False))
-
-            from huggingface_hub import snapshot_download
-
-            measure(f"snapshot_download(file of ep. {k} + meta)",
-                    lambda: snapshot_download("bench/ds", repo_type="dataset", revision="v3.0",
-                                              allow_patterns=[data_file, "meta/*", "meta/**"]))
-            t_hub = measure("open_dataset(all, into a new store)",
-                            lambda: lerobot_zarr.open_dataset("bench/ds", root=work / "all", progress=False))
-            t0 = time.perf_counter()
-            local = lerobot_zarr.open_dataset(src, root=work / "local", progress=False)
-            t_local = time.perf_counter() - t0
-
-            local.push("bench/pushed", token="bench-token", progress=False)
-            meta_bytes = {repo: sum(len(server.get_file(repo, rel)) for rel in server.list_files(repo)
-                                    if rel.startswith("meta/")) for repo in ("bench/ds", "bench/pushed")}
-            measure("pushed: inspect (our index file)", lambda: lerobot_zarr.inspect("bench/pushed"))
-            measure(f"pushed: open_dataset(episodes=[{k}])",
-                    lambda: lerobot_zarr.open_dataset("bench/pushed", episodes=[k], progress=False))
-
-            if args.video_episodes:
-                key = "observation.images.cam"
-                vsrc = write_sample_dataset(work / "vsrc", n_episodes=args.video_episodes, lengths=(60, 90),
-                                            video_keys=(key,), write_videos=True, image_shape=(96, 128, 3), seed=3)
-                server.add_repo("bench/video", vsrc, tags=["v3.0"])
-                kv = args.video_episodes // 2
-                mp4 = sum(p.stat().st_size for p in (vsrc / "videos").rglob("*.mp4"))
-                read_ahead, block = hub_module._READ_AHEAD, hub_module.HubFiles.block
-                variants = {"ours": lambda: None,
-                            "no read-ahead": lambda: setattr(hub_module, "_READ_AHEAD", (0, 0)),
-                            "no shared blocks": lambda: setattr(hub_module.HubFiles, "block", lambda self, rel, a, b:
-                                                                (a, self.get(rel, a, b)))}
-                for name, setup in variants.items():
-                    setup()
-                    try:
-                        for what, eps in ((f"episodes=[{kv}]", [kv]), ("all", None)):
-                            measure(f"video {what}, {name}",
-                                    lambda eps=eps, root=work / f"video-{name}-{what}": lerobot_zarr.open_dataset(
-                                        "bench/video", episodes=eps, root=root, progress=False))
-                    finally:
-                        hub_module._READ_AHEAD, hub_module.HubFiles.block = read_ahead, block
-
-            print(f"\n{'':<52}{'bytes':>14}{'requests':>10}{'seconds':>10}")
-            for label, nbytes, nreq, secs in rows:
-                print(f"{label:<52}{nbytes:>14,}{nreq:>10}{secs:>10.2f}")
-            one = rows[1][1]
-            snap = rows[3][1]
-            print(f"\nepisode {k}: its row group is {rg_bytes:,} B; the whole data file {md.serialized_size:,} B "
-                  f"footer, {(src / data_file).stat().st_size:,} B in all")
-            print(f"one-episode open / snapshot_download of its file: {one / snap:.3f} "
-                  f"({snap / one:.1f}x fewer bytes)")
-            print(f"metadata files: {meta_bytes['bench/ds']:,} B in bench/ds (inspect served {rows[0][1]:,} B), "
-                  f"{meta_bytes['bench/pushed']:,} B in bench/pushed (our index included)")
-            if args.video_episodes:
-                print(f"video dataset: {args.video_episodes} episodes in {mp4:,} B of mp4")
-            print(f"full open from the Hub vs from a local folder: {t_hub:.2f} s vs {t_local:.2f} s "
-                  f"({t_hub / t_local:.2f}x)")
+    if args.quick:
+        args.scale, args.compare_episodes, args.repeats = "200,2000", 400, 2
+        args.episodes, args.episodes_per_file, args.video_episodes = 40, 20, 4
+    args.scale = [int(n) for n in args.scale.split(",") if n]
+    warnings.filterwarnings("ignore")
+    print(f"bench_hub: python {sys.version.split()[0]}, lerobot_zarr {lerobot_zarr.__version__}, lerobot "
+          f"{'importable' if have_lerobot() else 'not importable'}; load average {os.getloadavg()}")
+    work = args.out_dir or Path(tempfile.mkdtemp(prefix="bench_hub-"))
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        with Bench(work, args) as b:
+            sections = {"rtt": section_rtt, "compare": section_compare, "bytes": section_bytes}
+            for name in args.sections.split(","):
+                sections[name](b, args)
+    finally:
+        if args.out_dir is None:
+            shutil.rmtree(work, ignore_errors=True)
+    print(f"\nload average at the end: {os.getloadavg()}")
 
 
 if __name__ == "__main__":

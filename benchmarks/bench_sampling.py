@@ -186,11 +186,17 @@ print(json.dumps({"import_s": t_import, "open_s": t_open, "first_s": t_first}))
 """
 
 
-def open_probe(store: Path) -> dict:
+def open_probe(store: Path, runs: int = 5) -> dict:
+    """Import, open and first-sample times of the store in ``runs`` fresh processes: the median of each (and the
+    best open)."""
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
-    out = subprocess.run([sys.executable, "-c", OPEN_PROBE, str(store), json.dumps(deltas())], env=env,
-                         capture_output=True, text=True, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    probes = []
+    for _ in range(runs):
+        out = subprocess.run([sys.executable, "-c", OPEN_PROBE, str(store), json.dumps(deltas())], env=env,
+                             capture_output=True, text=True, check=True)
+        probes.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    median = {key: sorted(p[key] for p in probes)[runs // 2] for key in probes[0]}
+    return {**median, "best_open_s": min(p["open_s"] for p in probes), "runs": runs}
 
 
 def run_shape(work: Path, name: str, episodes: int, lengths: tuple[int, int], per_file: int, args) -> dict:
@@ -326,8 +332,10 @@ def main() -> None:
     for r in results:
         print(f"[{r['name']}] maps held: one dataset {r['maps']}, {N_DATASETS} datasets {r['maps_many']} "
               f"({r['maps_many'] / limit:.2%} of vm.max_map_count; the process had {r['process_maps']:,} maps in "
-              f"all, {r['process_maps'] / limit:.1%}); fresh process: import {r['probe']['import_s'] * 1e3:.0f} ms, "
-              f"open {r['probe']['open_s'] * 1e3:.1f} ms, first ds[i] {r['probe']['first_s'] * 1e3:.1f} ms")
+              f"all, {r['process_maps'] / limit:.1%}); fresh process (median of {r['probe']['runs']}): import "
+              f"{r['probe']['import_s'] * 1e3:.0f} ms, open {r['probe']['open_s'] * 1e3:.1f} ms (best "
+              f"{r['probe']['best_open_s'] * 1e3:.1f}), first ds[i] {r['probe']['first_s'] * 1e3:.1f} ms; load "
+              f"average {os.getloadavg()[0]:.2f}")
 
 
 if __name__ == "__main__":

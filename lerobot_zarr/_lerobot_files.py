@@ -163,10 +163,11 @@ class DataFiles:
 def write_episodes_table(root: pathlib.Path, *, tasks: Sequence[Sequence[str]], lengths: np.ndarray,
                          data_files: tuple[Sequence[int], Sequence[int]],
                          videos: Mapping[str, tuple[Sequence[int], Sequence[int], Sequence[float], Sequence[float]]],
-                         stats: Mapping[str, Mapping[str, np.ndarray]]) -> None:
+                         stats: Mapping[str, Mapping[str, np.ndarray]], row_group_size: int | None = None) -> None:
     """``meta/episodes``: per episode (0 .. n - 1) its ``tasks``, length and frame range, its data file
     (``data_files``: chunk and file indices), per video key its file and time range (``videos``: chunk, file,
-    from and to timestamps) and per feature its ``stats`` (arrays of shape (n, ...))."""
+    from and to timestamps) and per feature its ``stats`` (arrays of shape (n, ...)). One row group, or row groups
+    of ``row_group_size`` episodes (LeRobot's recorder flushes its metadata buffer every 10 episodes)."""
     lengths = np.asarray(lengths, dtype=np.int64)
     n_episodes = len(lengths)
     starts = np.cumsum(lengths) - lengths
@@ -191,7 +192,8 @@ def write_episodes_table(root: pathlib.Path, *, tasks: Sequence[Sequence[str]], 
     columns["meta/episodes/chunk_index"] = zeros
     columns["meta/episodes/file_index"] = zeros
     (root / EPISODES_FILE).parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(pa.table(columns), root / EPISODES_FILE, compression="snappy")
+    pq.write_table(pa.table(columns), root / EPISODES_FILE, compression="snappy",
+                   row_group_size=row_group_size or max(n_episodes, 1))
 
 
 def write_tasks(root: pathlib.Path, tasks: Sequence[str]) -> None:

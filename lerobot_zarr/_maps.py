@@ -53,13 +53,27 @@ def slot_alignment(frame_bytes: int) -> int:
     return huge if huge <= _MAX_HUGE_ALIGN else math.lcm(mmap.PAGESIZE, frame_bytes)
 
 
+_SHARED_SLOT_MAX = 256 << 20  # features share a slot layout while its granularity costs at most this per slot
+
+
+def _shared_alignment(specs: Mapping[str, ArraySpec]) -> dict[str, int]:
+    """Rows each feature's slots are a multiple of. Every feature's own alignment is a power of two rows: the
+    features for which the largest costs at most ``_SHARED_SLOT_MAX`` per slot all take it, so their packs sit at
+    the same rows and a sampler computes a frame's row once for all of them (numeric features, not cameras)."""
+    own = {name: slot_alignment(spec.frame_bytes) // spec.frame_bytes for name, spec in specs.items()}
+    shared = [name for name in specs if own[name] * specs[name].frame_bytes <= _SHARED_SLOT_MAX]
+    rows = max((own[name] for name in shared), default=1)
+    return {name: rows if name in shared and rows * specs[name].frame_bytes <= _SHARED_SLOT_MAX else own[name]
+            for name in specs}
+
+
 class _Feature:
     """One feature's reservation, its row-indexed read-only view and where each pack's slot starts. The memory
     is released with :meth:`release` or when the last view of it is garbage collected."""
 
-    def __init__(self, name: str, spec: ArraySpec, packs: PackLayout, headroom_rows: int):
+    def __init__(self, name: str, spec: ArraySpec, packs: PackLayout, headroom_rows: int, align_rows: int):
         self.name, self.spec, self.frame_bytes = name, spec, spec.frame_bytes
-        self.align_rows = slot_alignment(spec.frame_bytes) // spec.frame_bytes
+        self.align_rows = align_rows
         self._layout(packs.rows)
         self.capacity_rows = self._round(self.end_row + headroom_rows)
         size = self.capacity_rows * self.frame_bytes
@@ -126,7 +140,9 @@ class PackMaps:
         self.root = os.fspath(root)
         self.specs = {name: spec for name, spec in specs.items() if spec.storage == "raw"}
         self.max_packs = max(1, int(max_packs))
-        self.features = {name: _Feature(name, spec, packs, headroom_rows) for name, spec in self.specs.items()}
+        align = _shared_alignment(self.specs)
+        self.features = {name: _Feature(name, spec, packs, headroom_rows, align[name])
+                         for name, spec in self.specs.items()}
         self.views = {name: f.view for name, f in self.features.items()}
         self.rows = packs.rows
         self.mapped = np.zeros(len(packs), dtype=bool)

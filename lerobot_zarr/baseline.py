@@ -2,8 +2,9 @@
 
 Each feature is one flat ``np.memmap`` of all frames plus the episode bounds, as a careful user would write it
 for a single static dataset (no episode chunks, no partial downloads, no edits), with every shortcut we know:
-plain ndarray views of the maps, ``bisect`` on a list of episode starts, windows that lie inside their episode
-copied as one slice (one strided block per sample in a batch), clamped gathers only at episode edges. It returns
+plain ndarray views of the maps, ``bisect`` on a list of episode starts (a batch: its episodes' bounds in one
+lookup), windows that lie inside their episode copied as one slice (one strided block per sample in a batch),
+clamped gathers only at episode edges (one fused clamp whose changes are the padding). It returns
 the same dict as :class:`~lerobot_zarr.LeRobotZarrDataset`, so benchmarks and the demo can compare like for like.
 It is written independently of the library on purpose (no shared window code): it also checks it.
 """
@@ -32,6 +33,7 @@ class FlatMemmapSampler:
         self.start = np.load(folder / "episode_start.npy")
         self.end = np.load(folder / "episode_end.npy")
         self.start_list, self.end_list = self.start.tolist(), self.end.tolist()
+        self.bounds = np.stack([self.start, self.end], axis=1)  # a batch's episode bounds in one lookup
         self.arrays = {name: np.memmap(folder / f"{name}.bin", dtype=spec["dtype"], mode="r",
                                        shape=tuple(spec["shape"])).view(np.ndarray)  # plain views index faster
                        for name, spec in meta["arrays"].items()}
@@ -75,8 +77,8 @@ class FlatMemmapSampler:
                 out[pad_key] = no_pad.copy()
             else:
                 q = off + i
-                out[pad_key] = (q < lo) | (q >= hi)
                 out[key] = arr[np.minimum(np.maximum(q, lo), hi - 1)]
+                out[pad_key] = (q < lo) | (q >= hi)
         for key, arr, scalar in self.plain:
             out[key] = arr[i] if scalar else arr[i].copy()
         out["task"] = self.tasks[self.task_index[i]]
@@ -85,29 +87,33 @@ class FlatMemmapSampler:
     def get_batch(self, indices: np.ndarray) -> dict[str, Any]:
         idx = np.asarray(indices, dtype=np.int64)
         e = np.searchsorted(self.start, idx, side="right") - 1
-        lo, hi = self.start[e], self.end[e]
+        bounds = self.bounds[e]
+        lo, last = bounds[:, 0], bounds[:, 1] - 1
+        before, after = idx - lo, last - idx  # frames of the episode before and after each one
         out: dict[str, Any] = {}
         for key, pad_key, off, wlo, whi, arr, blocks, _ in self.windows:
-            inside = (idx + wlo >= lo) & (idx + whi < hi)
-            if blocks is not None and inside.all():
+            inside = (before >= -wlo) & (after >= whi)
+            inner = np.flatnonzero(inside)
+            if blocks is not None and len(inner) == len(idx):
                 out[key] = blocks[idx + wlo]
                 out[pad_key] = np.zeros((len(idx), len(off)), dtype=bool)
                 continue
-            inner = np.flatnonzero(inside)
             if blocks is not None and 2 * len(inner) >= len(idx):  # mostly inside: blocks, gathers at the edges
                 edge = np.flatnonzero(~inside)
-                q = idx[edge, None] + off[None, :]
-                e_lo, e_hi = lo[edge, None], hi[edge, None]
-                pad = np.zeros((len(idx), len(off)), dtype=bool)
-                pad[edge] = (q < e_lo) | (q >= e_hi)
+                q = idx[edge, None] + off
+                clamped = np.maximum(q, lo[edge, None])
+                np.minimum(clamped, last[edge, None], out=clamped)
                 data = np.empty((len(idx), *blocks.shape[1:]), dtype=arr.dtype)
                 data[inner] = blocks[idx[inner] + wlo]
-                data[edge] = arr[np.clip(q, e_lo, e_hi - 1)]
+                data[edge] = arr[clamped]
+                pad = np.zeros((len(idx), len(off)), dtype=bool)
+                pad[edge] = q != clamped
                 out[key], out[pad_key] = data, pad
                 continue
-            q = idx[:, None] + off[None, :]
-            out[pad_key] = (q < lo[:, None]) | (q >= hi[:, None])
-            out[key] = arr[np.clip(q, lo[:, None], hi[:, None] - 1)]
+            q = idx[:, None] + off  # one clamp, and the padding is what it changed
+            clamped = np.maximum(q, lo[:, None])
+            np.minimum(clamped, last[:, None], out=clamped)
+            out[key], out[pad_key] = arr[clamped], q != clamped
         for key, arr, _ in self.plain:
             out[key] = arr[idx]
         out["task"] = self.tasks[self.task_index[idx]].tolist()

@@ -11,6 +11,7 @@ import operator
 import os
 import threading
 import weakref
+from bisect import bisect_right
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -148,6 +149,13 @@ class DatasetMeta:
                 f"frames={self.total_frames}, features={list(self.features)})")
 
 
+def _distinct(ids: np.ndarray) -> np.ndarray:
+    """The distinct values of ``ids``, sorted (``np.unique`` without its import of numpy.ma: 0.1 s of a fresh
+    process's open)."""
+    ordered = np.sort(ids)
+    return ordered[np.concatenate([[True], ordered[1:] != ordered[:-1]])] if len(ordered) else ordered
+
+
 _FORWARDED: dict[str, Callable[..., Any]] = {}
 
 
@@ -274,22 +282,25 @@ class LeRobotZarrDataset:
         self._index()
 
     def _index(self) -> None:
-        """The hot path's per-episode places and per-feature views (each feature has its own pack slots)."""
+        """The hot path's per-episode places and per-feature views. Features whose packs have the same slots
+        (those of the same frame alignment) share their rows: one row computation per group, not per feature."""
         maps = self._maps
         sel = self._sel
         self._offset = self._state.table.offset
-        self._k_pack = self._chunk[sel.episodes].tolist()
-        self._k_offset = self._offset[sel.episodes].tolist()
-        self._k_length = self._lengths[sel.episodes].tolist()
-        self._sel_packs = np.unique(self._chunk[sel.episodes])
+        self._sel_packs = _distinct(self._chunk[sel.episodes])
         self._len = len(sel)
         views = maps.views
+        bases: list[np.ndarray] = []
 
-        def base(name: str) -> tuple[np.ndarray, list[int]]:
+        def group(name: str) -> int:
             rows = maps.base_rows(name)
-            return rows, rows.tolist()
+            for g, other in enumerate(bases):
+                if other is rows or np.array_equal(other, rows):
+                    return g
+            bases.append(rows)
+            return len(bases) - 1
 
-        self._plain = [(name, views[name], views[name].ndim == 1, *base(name)) for name in views
+        self._plain = [(name, views[name], views[name].ndim == 1, group(name)) for name in views
                        if name not in self._windows]
         self._windowed = []
         for name, w in self._windows.items():
@@ -302,12 +313,30 @@ class LeRobotZarrDataset:
                 blocks = np.lib.stride_tricks.as_strided(
                     view, (max(view.shape[0] - n + 1, 0), n, *view.shape[1:]), (view.strides[0], *view.strides),
                     writeable=False)
-            self._windowed.append((w, view, blocks, *base(name)))
+            self._windowed.append((w, view, blocks, group(name), w.lo, w.hi))
         self._images = [name for name, s in self._specs.items() if s.kind in CAMERA_DTYPES]
         task = views.get("task_index")
-        self._task = None if task is None else (task, task.ndim > 1, *base("task_index"))
+        self._task = None if task is None else (task, task.ndim > 1, group("task_index"))
+        # per selected episode k, one row of int64s (one cache line for a batch's lookups): what turns a dataset
+        # index into the frame inside its episode (+ to_frame), the episode's length, and per group the row of
+        # its first frame
+        e = sel.episodes
+        self._ktab = np.empty((len(e), 2 + len(bases)), dtype=np.int64)
+        self._ktab[:, 0] = sel.to_frame
+        self._ktab[:, 1] = self._lengths[e]
+        for g, rows in enumerate(bases):
+            self._ktab[:, 2 + g] = rows[self._chunk[e]] + self._offset[e]
+        self._item_places: tuple[list[int], list[int], list[int], list[list[int]]] | None = None  # by ds[i]
         self._extras = bool(self._shifts or self._cameras)  # per-sample work beyond the maps (rare): one test
         self._all_mapped = False
+
+    def _make_item_places(self) -> tuple[list[int], list[int], list[int], list[list[int]]]:
+        """The item path's lists (a list lookup is a third of a numpy one), made when first needed: the
+        selection's index lookup, then per selected episode its length and per group the row of its first
+        frame."""
+        self._item_places = (*self._sel.item_lookup, self._ktab[:, 1].tolist(),
+                             [self._ktab[:, g].tolist() for g in range(2, self._ktab.shape[1])])
+        return self._item_places
 
     def _learn_tasks(self) -> None:
         """A writer gave frames a task added after this dataset's commit (set_task works in place): tasks are
@@ -420,10 +449,10 @@ class LeRobotZarrDataset:
         """Map the packs of the given episodes (fetching missing episodes first in lazy mode)."""
         self._check_not_closed()
         if self._lazy:
-            need = np.unique(eps)
+            need = _distinct(eps)
             if not self._present[need].all():
                 self._fetch_missing(need[~self._present[need]])
-        packs = np.unique(self._chunk[eps])
+        packs = _distinct(self._chunk[eps])
         try:
             self._maps.ensure(packs)
         except CorruptStoreError as exc:
@@ -480,32 +509,38 @@ class LeRobotZarrDataset:
     # sampling ---------------------------------------------------------------------------------------------
     def __getitem__(self, i: int) -> dict[str, Any]:
         """Frame ``i`` with every stored feature, windows and ``*_is_pad`` masks, and the ``task`` string."""
-        sel = self._sel
+        cum, to_frame, lengths, row0s = self._item_places or self._make_item_places()
         try:
-            k, local = sel.slot(operator.index(i))  # selected episode k, frame inside it
+            index = operator.index(i)
         except TypeError:
             raise ArgumentError(f"frame indices are integers, got {i!r:.40} ({type(i).__name__}); get_batch takes "
                                 f"many") from None
-        length = self._k_length[k]
-        pack = self._k_pack[k]
-        off = self._k_offset[k] + local  # the frame's row inside its pack
+        i = index + self._len if index < 0 else index
+        if not 0 <= i < self._len:
+            raise self._sel.index_error(index)
+        k = bisect_right(cum, i) - 1  # selected episode k
+        local = i + to_frame[k]  # the frame inside it
+        length = lengths[k]
+        rows = [row0[k] + local for row0 in row0s]  # the frame's row, per group of features
         out: dict[str, Any] = {}
         with self._lock:
             if not self._all_mapped:
-                self._touch(sel._episode_list[k], pack)
-            for w, view, blocks, _, base in self._windowed:
-                row = base[pack] + off
-                if local + w.lo >= 0 and local + w.hi < length:  # the usual case: no padding
-                    out[w.name] = blocks[row + w.lo].copy() if blocks is not None else view[w.offsets + row]
+                e = self._sel._episode_list[k]
+                self._touch(e, int(self._chunk[e]))
+            for w, view, blocks, g, lo, hi in self._windowed:
+                row = rows[g]
+                if local + lo >= 0 and local + hi < length:  # the usual case: no padding
+                    out[w.name] = blocks[row + lo].copy() if blocks is not None else view[w.offsets + row]
                     out[w.pad_key] = w.no_pad.copy()
                 else:
-                    q, out[w.pad_key] = w.frames(local, length)
+                    q, pad = w.frames(local, length)
                     out[w.name] = view[q + (row - local)]
-            for name, view, scalar, _, base in self._plain:
-                out[name] = view[base[pack] + off] if scalar else view[base[pack] + off].copy()
+                    out[w.pad_key] = pad
+            for name, view, scalar, g in self._plain:
+                out[name] = view[rows[g]] if scalar else view[rows[g]].copy()
             if self._task is not None:
-                view, vector, _, base = self._task
-                task_index = view[base[pack] + off]
+                view, vector, g = self._task
+                task_index = view[rows[g]]
                 task_index = task_index[0] if vector else task_index
                 try:
                     out["task"] = self._tasks[task_index]
@@ -513,7 +548,7 @@ class LeRobotZarrDataset:
                     self._learn_tasks()
                     out["task"] = self._tasks[task_index]
             if self._extras:
-                e = sel._episode_list[k]
+                e = self._sel._episode_list[k]
                 for name, _, shift in self._shifts:
                     out[name] = out[name] - shift[e]
                 for name, reader in self._cameras.items():
@@ -539,22 +574,22 @@ class LeRobotZarrDataset:
     def get_batch(self, indices: Sequence[int] | np.ndarray) -> dict[str, Any]:
         """The same dict as ``ds[i]`` for many frames, stacked along a leading batch axis (one gather per
         feature). ``indices`` is 1-D."""
-        eps, local = self._sel.locate_many(indices)
-        if self._all_mapped or len(eps) <= self._max_packs:
-            return self._gather(eps, local)
-        packs = self._chunk[eps]
-        unique = np.unique(packs)
+        k, idx = self._sel.locate_k(indices)
+        if self._all_mapped or len(k) <= self._max_packs:
+            return self._gather(k, idx)
+        packs = self._chunk[self._sel.episodes[k]]
+        unique = _distinct(packs)
         if len(unique) <= self._max_packs:
-            return self._gather(eps, local)
+            return self._gather(k, idx)
         # more packs than may be mapped at once: gather in parts of at most the budget, then reassemble
         part_of = np.searchsorted(unique, packs) // self._max_packs
         parts = [np.flatnonzero(part_of == p) for p in range(int(part_of.max()) + 1)]
-        results = [self._gather(eps[m], local[m]) for m in parts]
+        results = [self._gather(k[m], idx[m]) for m in parts]
         order = np.concatenate(parts)
         out: dict[str, Any] = {}
         for key in results[0]:
             if key == "task":
-                tasks = np.empty(len(eps), dtype=object)
+                tasks = np.empty(len(k), dtype=object)
                 tasks[order] = [t for r in results for t in r[key]]
                 out[key] = tasks.tolist()
             else:
@@ -563,48 +598,56 @@ class LeRobotZarrDataset:
                 out[key][order] = merged
         return out
 
-    def _gather(self, eps: np.ndarray, local: np.ndarray) -> dict[str, Any]:
-        length = self._lengths[eps]
+    def _gather(self, k: np.ndarray, idx: np.ndarray) -> dict[str, Any]:
+        """The batch of dataset indices ``idx`` of selected episodes ``k``: one lookup of the episodes' places,
+        then per group of features one row computation, per window one fused clamp and pad, per feature one
+        gather."""
+        place = self._ktab[k]
+        local = idx + place[:, 0]  # frame inside the episode
+        length = place[:, 1]
+        rows = [place[:, 2 + g] + local for g in range(place.shape[1] - 2)]
+        n = len(k)
         out: dict[str, Any] = {}
         with self._lock:
             if not self._all_mapped:
-                self._ensure_mapped(eps)
-            packs = self._chunk[eps]
-            offs = self._offset[eps] + local  # each frame's row inside its pack
-            for w, view, blocks, base, _ in self._windowed:
-                rows = base[packs] + offs
-                inner = None
+                self._ensure_mapped(self._sel.episodes[k])
+            left = None  # frames after each one in its episode: a window of offsets lo..hi is inside when
+            for w, view, blocks, g, _, _ in self._windowed:  # local + lo >= 0 and local + hi < length
+                r = rows[g]
                 if blocks is not None:
-                    inside = w.inside_batch(local, length)
-                    if inside.all():
-                        out[w.name] = blocks[rows + w.lo]
-                        out[w.pad_key] = np.zeros((len(eps), len(w.offsets)), dtype=bool)
-                        continue
+                    if left is None:
+                        left = length - local
+                    inside = (local >= -w.lo) & (left > w.hi)
                     inner = np.flatnonzero(inside)
-                if inner is None or 2 * len(inner) < len(eps):  # not one block, or mostly at edges: one gather
-                    q, out[w.pad_key] = w.frames_batch(local, length)
-                    out[w.name] = view[q + (rows - local)[:, None]]
-                    continue
-                # contiguous window: copy whole blocks where it lies inside the episode, gather rows at the edges
-                edge = np.flatnonzero(~inside)
-                q, edge_pad = w.frames_batch(local[edge], length[edge])
-                pad = np.zeros((len(eps), len(w.offsets)), dtype=bool)
-                pad[edge] = edge_pad
-                out[w.pad_key] = pad
-                data = np.empty((len(eps), *blocks.shape[1:]), dtype=view.dtype)
-                data[inner] = blocks[rows[inner] + w.lo]
-                data[edge] = view[q + (rows[edge] - local[edge])[:, None]]
-                out[w.name] = data
-            for name, view, _, base, _ in self._plain:
-                out[name] = view[base[packs] + offs]
+                    if len(inner) == n:
+                        out[w.name] = blocks[r + w.lo]
+                        out[w.pad_key] = np.zeros((n, len(w.offsets)), dtype=bool)
+                        continue
+                    if 2 * len(inner) >= n:  # mostly inside: whole blocks, gathered rows at the edges only
+                        edge = np.flatnonzero(~inside)
+                        first = place[edge, 2 + g]
+                        clamped, edge_pad = w.rows_batch(r[edge], first, first + length[edge] - 1)
+                        data = np.empty((n, *blocks.shape[1:]), dtype=view.dtype)
+                        data[inner] = blocks[r[inner] + w.lo]
+                        data[edge] = view[clamped]
+                        pad = np.zeros((n, len(w.offsets)), dtype=bool)
+                        pad[edge] = edge_pad
+                        out[w.name], out[w.pad_key] = data, pad
+                        continue
+                first = place[:, 2 + g]
+                clamped, pad = w.rows_batch(r, first, first + length - 1)
+                out[w.name], out[w.pad_key] = view[clamped], pad
+            for name, view, _, g in self._plain:
+                out[name] = view[rows[g]]
             if self._task is not None:
-                view, vector, base, _ = self._task
-                task_index = view[base[packs] + offs]
+                view, vector, g = self._task
+                task_index = view[rows[g]]
                 task_index = task_index[:, 0] if vector else task_index
                 if len(task_index) and task_index.max() >= len(self._tasks):
                     self._learn_tasks()
                 out["task"] = self._tasks[task_index].tolist()
             if self._extras:
+                eps = self._sel.episodes[k]
                 for name, shift, _ in self._shifts:
                     out[name] = out[name] - shift[eps].reshape(-1, *[1] * (out[name].ndim - 1))
                 for name, reader in self._cameras.items():

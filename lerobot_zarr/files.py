@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, BinaryIO
 
@@ -57,6 +57,27 @@ class SourceFiles(ABC):
     def record(self, data_files: Iterable[str]) -> dict:
         """Identity of this source as stored in a store's attributes: a store is only reused for the same one."""
 
+    # Hints for sources where a read costs a round trip (a Hub repo): what will be read soon, fetched at once.
+    # A local folder reads on demand and ignores them.
+    def prefetch(self, rels: Iterable[str]) -> None:
+        """These files will be read soon (whole, or their parquet footer when big)."""
+
+    def prefetch_footers(self, rels: Iterable[str]) -> None:
+        """The parquet footers of these files will be read soon."""
+
+    def prefetch_ranges(self, ranges: Mapping[str, Iterable[tuple[int, int]]]) -> None:
+        """These byte ranges ``[start, stop)`` of files (``{file: ranges}``) will be read soon."""
+
+    def footer_hint(self, rel: str, nbytes: int) -> None:
+        """About how long a parquet file's footer is (so that one read fetches it)."""
+
+    def release(self, rel: str) -> None:
+        """What was fetched ahead of ``rel`` is no longer needed."""
+
+    @abstractmethod
+    def size(self, rel: str) -> int:
+        """The file's size in bytes."""
+
 
 class LocalFiles(SourceFiles):
     """A LeRobot dataset folder on a local filesystem."""
@@ -73,6 +94,9 @@ class LocalFiles(SourceFiles):
 
     def read_bytes(self, rel: str) -> bytes:
         return (self.root / rel).read_bytes()
+
+    def size(self, rel: str) -> int:
+        return (self.root / rel).stat().st_size
 
     def parquet(self, rel: str, metadata: pq.FileMetaData | None = None) -> pq.ParquetFile:
         import pyarrow.parquet as pq

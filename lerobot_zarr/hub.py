@@ -21,6 +21,7 @@ pagination links must stay on the endpoint (they are sent the token).
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import json
 import math
@@ -30,7 +31,8 @@ import sys
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, BinaryIO
 from urllib.parse import quote, urlsplit
@@ -44,6 +46,7 @@ from .errors import (
     SourceNotFoundError,
 )
 from .files import SourceFiles, safe_relpath
+from .hub_index import INDEX_FILE
 
 if TYPE_CHECKING:  # pyarrow is imported where a parquet file is read
     import pyarrow.parquet as pq
@@ -65,8 +68,20 @@ _MAX_PAGES = 10_000
 # makes ~4x the requests; starting at 256 KiB instead of 64 KiB read 2.4x the bytes for one episode.
 _READ_AHEAD = (64 << 10, 8 << 20)
 _SHARED_BLOCKS_BYTES = 64 << 20  # blocks shared by the readers of one file (a whole open: ~half the bytes)
-_TAILS_BYTES = 16 << 20  # file tails kept from footer reads (a small file is read once, whole)
-_FOOTER_GUESS = 16 * 1024
+_HELD_BYTES = 256 << 20  # bytes fetched ahead of their reads (whole files, footers' tails, ranges), oldest out
+_FOOTER_GUESS = 64 * 1024  # tail read for a footer of unknown size (a LeRobot data file's is ~120 B per column
+# chunk: 400 episodes x 7 columns is 330 KiB, hence footer_hint)
+# Round trips against bytes: at 50 ms and 1 Gbit/s one round trip costs as much as ~6 MB. A metadata file up to
+# _WHOLE_FILE_MAX is read whole in one request: where its parts are is unknown before its footer, and in a LeRobot
+# episode table (row groups of 10 episodes, LeRobot splits the table at 100 MB) the stats columns lie between the
+# ones we read in every row group, so reading those costs the whole file and two more round trips anyway. Only a
+# bigger one (a table of one row group, written by another tool) is read footer first, then the columns needed.
+# Ranges of a file closer than _COALESCE_GAP are read as one, and one read makes at most _MAX_RANGES requests per
+# file.
+_WHOLE_FILE_MAX = 128 << 20
+_COALESCE_GAP = 1 << 20
+_MAX_RANGES = 16
+_IN_FLIGHT = 8  # requests in flight at once
 _DATASET_FOLDERS = ("meta", "data", "videos")  # what LeRobotSource reads; odd names elsewhere are ignored
 _CONTENT_RANGE = re.compile(r"bytes\s+(\d+)-(\d+)/(\d+|\*)")
 
@@ -338,9 +353,13 @@ def list_tree(repo_id: str, revision: str, *, token: str | bool | None = None,
 
 
 class HubFiles(SourceFiles):
-    """A dataset repository at one commit, read with HTTP range requests and no disk cache."""
+    """A dataset repository at one commit, read with HTTP range requests and no disk cache.
 
-    concurrency = 4
+    Requests that do not depend on each other go out together: the tree listing with our index file (its name is
+    fixed), the metadata files with each other (:meth:`prefetch`), the footers and row groups of several data
+    files (:meth:`prefetch_footers`, :meth:`prefetch_ranges`); bytes fetched ahead are held until read."""
+
+    concurrency = _IN_FLIGHT
 
     def __init__(self, repo_id: str, commit: str, *, revision: str | None = None, token: str | bool | None = None,
                  endpoint: str | None = None):
@@ -351,14 +370,26 @@ class HubFiles(SourceFiles):
         self.endpoint = _endpoint(endpoint)
         self.name = repo_id.replace("/", "--")
         self._footers: dict[str, pq.FileMetaData] = {}
-        self._footer_sizes: dict[str, int] = {}
+        self._footer_sizes: dict[str, int] = {}  # exact, from our index
+        self._footer_hints: dict[str, int] = {}  # estimated by the reader (footer_hint)
         self._lock = threading.Lock()  # guards the two caches below; never held while waiting on the network
         self._blocks: OrderedDict[tuple[str, int], bytes] = OrderedDict()  # recent read-ahead blocks
-        self._tails: OrderedDict[str, tuple[int, bytes]] = OrderedDict()  # file tails read with their footer
+        self._held: OrderedDict[tuple[str, int], bytes] = OrderedDict()  # fetched ahead of their reads
         self.sizes: dict[str, int] = {}
         self.oids: dict[str, str] = {}  # sha256 of LFS files, git blob sha1 of the others
+        # our index file is read alongside the listing (one round trip for both): if the repo has one, it is all
+        # the metadata an open needs; if not, the answer is a 404 and LeRobot's files are read
+        pool = ThreadPoolExecutor(1, thread_name_prefix="lerobot_zarr-hub")
+        index = pool.submit(self._fetch_unsized, INDEX_FILE)
+        pool.shutdown(wait=False)  # a listing that fails does not wait for the index's answer
         for entry in list_tree(repo_id, commit, token=token, endpoint=self.endpoint):
             self._add_entry(entry)
+        try:  # (answered with the listing: no request of this object is left in flight once it is made)
+            data = index.result()
+        except (FileNotFoundError, HubError):
+            data = None  # none, or not readable now: read (or refused) like any other file when needed
+        if data is not None and self.sizes.get(INDEX_FILE) == len(data):
+            self._hold(INDEX_FILE, 0, data)
 
     def _add_entry(self, entry: Any) -> None:
         if not isinstance(entry, dict) or entry.get("type") != "file":
@@ -400,16 +431,108 @@ class HubFiles(SourceFiles):
             raise FileNotFoundError(f"{self.location(rel)}: no such file in the repository") from None
 
     def get(self, rel: str, start: int = 0, stop: int | None = None) -> bytes:
-        """Bytes ``[start, stop)`` of a file (to its end without ``stop``), with bounded waits and retries."""
+        """Bytes ``[start, stop)`` of a file (to its end without ``stop``), with bounded waits and retries: from
+        bytes fetched ahead when they hold the range (or its end: then only the rest is fetched)."""
         size = self.size(rel)
         stop = size if stop is None else min(stop, size)
         if start >= stop:
             return b""
+        tail: tuple[int, bytes] | None = None
         with self._lock:
-            tail = self._tails.get(rel)
-        if tail is not None and tail[0] < stop:  # the end of the range came with the footer: fetch the rest only
-            return self._fetch(rel, start, tail[0]) + tail[1][max(0, start - tail[0]):stop - tail[0]]
+            for (held_rel, a), data in self._held.items():
+                if held_rel != rel or stop > a + len(data) or a >= stop:
+                    continue
+                if a <= start:
+                    return data[start - a:stop - a]
+                if tail is None or a < tail[0]:
+                    tail = (a, data)
+        if tail is not None:  # the end of the range came with the footer: fetch the rest only
+            return self._fetch(rel, start, tail[0]) + tail[1][:stop - tail[0]]
         return self._fetch(rel, start, stop)
+
+    def _hold(self, rel: str, start: int, data: bytes) -> None:
+        stop = start + len(data)
+        with self._lock:
+            for key in [(r, a) for (r, a), d in self._held.items() if r == rel and start <= a and a + len(d) <= stop]:
+                del self._held[key]  # inside the new piece
+            self._held[(rel, start)] = data
+            _trim(self._held, _HELD_BYTES, len)
+
+    def _whole(self, rel: str) -> bytes | None:
+        """The whole file, if it was fetched ahead."""
+        size = self.sizes.get(rel)
+        with self._lock:
+            data = self._held.get((rel, 0))
+        return data if data is not None and len(data) == size else None
+
+    def _holds(self, rel: str, start: int, stop: int) -> bool:
+        with self._lock:
+            return any(r == rel and a <= start and stop <= a + len(d) for (r, a), d in self._held.items())
+
+    def release(self, rel: str) -> None:
+        """Forget the bytes of ``rel`` fetched ahead (the reader has what it needed)."""
+        with self._lock:
+            for key in [key for key in self._held if key[0] == rel]:
+                del self._held[key]
+
+    def _fetch_unsized(self, rel: str) -> bytes:
+        """A whole file whose size is not known yet (a 404 raises SourceNotFoundError, a FileNotFoundError)."""
+        where = Where(self.repo_id, self.revision, rel)
+        _, data = request("GET", self.url(rel), where, token=self.token, kind="download",
+                          headers={"Accept-Encoding": "identity"})
+        return data
+
+    def prefetch(self, rels: Iterable[str]) -> None:
+        """Fetch these files now, all at once (several requests in flight), to be read later: whole, but for
+        parquet files bigger than ``_WHOLE_FILE_MAX`` their footer only. Files the repo does not have are
+        skipped."""
+        todo = [rel for rel in dict.fromkeys(rels) if rel in self.sizes]
+        self._in_parallel([functools.partial(self._prefetch_one, rel) for rel in todo])
+
+    def _prefetch_one(self, rel: str) -> None:
+        size = self.sizes[rel]
+        if size <= _WHOLE_FILE_MAX or not rel.endswith(".parquet"):  # (the rest of a JSON file is read anyway)
+            if not self._holds(rel, 0, size):
+                self._hold(rel, 0, self._fetch(rel, 0, size))
+        else:  # a footer of a few row groups fits a small read of the tail (a big one takes a second read)
+            self._footer_hints.setdefault(rel, min(1 << 20, max(_FOOTER_GUESS, size // 128)))
+            self._footer(rel)
+
+    def prefetch_footers(self, rels: Iterable[str]) -> None:
+        """Read the parquet footers of these files, all at once."""
+        todo = [rel for rel in dict.fromkeys(rels) if rel not in self._footers]
+        self._in_parallel([functools.partial(self._footer, rel) for rel in todo])
+
+    def prefetch_ranges(self, ranges: Mapping[str, Iterable[tuple[int, int]]]) -> None:
+        """Fetch byte ranges ``[start, stop)`` of files now, all together, to be read later: ranges of a file
+        closer than ``_COALESCE_GAP`` are read as one, with at most ``_MAX_RANGES`` requests per file."""
+        wanted = []
+        for rel, rs in ranges.items():
+            merged = [(a, b) for a, b in coalesce(rs, _COALESCE_GAP, _MAX_RANGES) if not self._holds(rel, a, b)]
+            if sum(b - a for a, b in merged) > self.size(rel) // 2:
+                merged = [(0, self.size(rel))]  # most of the file (its parts spread over it): all of it, at once
+            wanted += [(rel, a, b) for a, b in merged]
+        self._in_parallel([functools.partial(self._fetch_ahead, rel, a, b) for rel, a, b in wanted])
+
+    def _fetch_ahead(self, rel: str, start: int, stop: int) -> None:
+        self._hold(rel, start, self.get(rel, start, stop))
+
+    @staticmethod
+    def _in_parallel(calls: Sequence[Callable[[], Any]]) -> None:
+        """Run the calls at once, ``_IN_FLIGHT`` at a time; the first exception is raised once all are done."""
+        if len(calls) <= 1:
+            for call in calls:
+                call()
+            return
+        with ThreadPoolExecutor(min(_IN_FLIGHT, len(calls)), thread_name_prefix="lerobot_zarr-hub") as pool:
+            futures = [pool.submit(call) for call in calls]
+        for future in futures:
+            future.result()
+
+    def footer_hint(self, rel: str, nbytes: int) -> None:
+        """An estimate of a footer's length (from what the reader knows: row groups and columns), so that one
+        request usually fetches it whole; the index's exact lengths take precedence."""
+        self._footer_hints[rel] = int(nbytes)
 
     def _fetch(self, rel: str, start: int, stop: int) -> bytes:
         if start >= stop:
@@ -439,7 +562,9 @@ class HubFiles(SourceFiles):
         return data
 
     def read_bytes(self, rel: str) -> bytes:
-        return self.get(rel)
+        data = self.get(rel)
+        self.release(rel)
+        return data
 
     def block(self, rel: str, start: int, stop: int) -> tuple[int, bytes]:
         """Bytes from ``start`` to at least ``stop``: from a block read recently by any reader of the same file
@@ -459,6 +584,11 @@ class HubFiles(SourceFiles):
 
         if self.size(rel) < 12:
             raise CorruptSourceError(f"{self.location(rel)}: {self.size(rel)} bytes is too small to be parquet")
+        whole = self._whole(rel)
+        if whole is not None:  # read from memory (many small reads through Python would cost more than the parse)
+            import pyarrow as pa
+
+            return pq.ParquetFile(pa.BufferReader(whole), metadata=metadata or self._footer(rel))
         return pq.ParquetFile(_RangeFile(self, rel), metadata=metadata or self._footer(rel), pre_buffer=True)
 
     def open(self, rel: str) -> BinaryIO:
@@ -478,7 +608,8 @@ class HubFiles(SourceFiles):
         import pyarrow.parquet as pq
 
         size = self.size(rel)
-        guess = self._footer_sizes.get(rel, _FOOTER_GUESS)  # exact when our index recorded it
+        exact = self._footer_sizes.get(rel)
+        guess = exact if exact is not None else max(_FOOTER_GUESS, self._footer_hints.get(rel, 0))
         start = max(0, size - guess)
         tail = self.get(rel, start, size)
         if len(tail) < 8 or tail[-4:] != b"PAR1":
@@ -489,9 +620,7 @@ class HubFiles(SourceFiles):
         if length + 8 > len(tail):
             start = size - 8 - length
             tail = self.get(rel, start, size - len(tail)) + tail
-        with self._lock:  # later reads inside the tail (a small file's columns) are served from it
-            self._tails[rel] = (start, tail)
-            _trim(self._tails, _TAILS_BYTES, lambda t: len(t[1]))
+        self._hold(rel, start, tail)  # later reads inside the tail (a small file's columns) are served from it
         try:
             return pq.read_metadata(pa.BufferReader(b"PAR1" + tail[-8 - length:]))
         except (pa.ArrowInvalid, OSError) as exc:
@@ -516,6 +645,21 @@ class HubFiles(SourceFiles):
     def record(self, data_files: Iterable[str]) -> dict:
         # the commit, not the name it was reached by: "main" and "v3.0" at the same commit share a store
         return {"kind": "hub", "repo_id": self.repo_id, "commit": self.commit, "endpoint": self.endpoint}
+
+
+def coalesce(ranges: Iterable[tuple[int, int]], gap: int, most: int) -> list[tuple[int, int]]:
+    """Sorted byte ranges ``[start, stop)`` merged where they overlap or lie less than ``gap`` apart, then across
+    their smallest gaps until at most ``most`` remain."""
+    merged: list[list[int]] = []
+    for a, b in sorted((int(a), int(b)) for a, b in ranges if b > a):
+        if merged and a - merged[-1][1] < gap:
+            merged[-1][1] = max(merged[-1][1], b)
+        else:
+            merged.append([a, b])
+    while len(merged) > max(1, most):
+        i = min(range(len(merged) - 1), key=lambda j: merged[j + 1][0] - merged[j][1])
+        merged[i:i + 2] = [[merged[i][0], max(merged[i][1], merged[i + 1][1])]]
+    return [(a, b) for a, b in merged]
 
 
 def _trim(cache: OrderedDict, limit: int, nbytes: Callable[[Any], int]) -> None:

@@ -77,6 +77,7 @@ def write_sample_dataset(
     episodes_per_file: int | None = None,
     row_group_per_episode: bool = True,
     write_stats: bool = True,
+    episodes_row_group: int | None = None,
 ) -> pathlib.Path:
     """Write a synthetic LeRobot dataset into the empty or missing folder ``path`` and return its path.
 
@@ -104,6 +105,9 @@ def write_sample_dataset(
         row_group_per_episode: v3.0: one row group per episode (lerobot's way) or one per data file.
         write_stats: Write statistics (v3.0: ``meta/stats.json`` and ``stats/*`` episode columns; v2.1:
             ``meta/episodes_stats.jsonl``).
+        episodes_row_group: v3.0: episodes per row group of ``meta/episodes`` (``None``: one row group). LeRobot's
+            recorder writes 10 (it flushes its episode metadata every 10 episodes): with ``write_stats`` that is
+            the layout of the datasets on the Hub.
 
     Raises:
         ValueError: An argument is invalid or ``path`` is a file or a non-empty folder.
@@ -113,6 +117,8 @@ def write_sample_dataset(
         root, version, fps, seed, state_dim, action_dim, vector_type, image_keys, image_shape, image_format,
         video_keys, tasks, episodes_per_file,
     )
+    if episodes_row_group is not None:
+        _check_int("episodes_row_group", episodes_row_group, 1)
     lengths_rng, data_rng, image_rng = (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(3))
     episode_lengths = _episode_lengths(lengths_rng, n_episodes, lengths)
     used_tasks = list(tasks)[: min(len(tasks), n_episodes)]
@@ -136,7 +142,7 @@ def write_sample_dataset(
     if version == "v3.0":
         _write_v3(
             root, table, episode_lengths, features, used_tasks, video_keys, fps, episodes_per_file,
-            row_group_per_episode, episode_stats,
+            row_group_per_episode, episode_stats, episodes_row_group,
         )
     else:
         _write_v21(root, table, episode_lengths, features, used_tasks, video_keys, fps, episode_stats)
@@ -443,6 +449,7 @@ def _write_v3(
     episodes_per_file: int | None,
     row_group_per_episode: bool,
     episode_stats: dict[str, dict[str, np.ndarray]],
+    episodes_row_group: int | None = None,
 ) -> None:
     """Write the v3.0 layout: data files of many episodes, episodes parquet, tasks parquet, info and stats."""
     n_episodes = len(lengths)
@@ -473,6 +480,7 @@ def _write_v3(
         videos={key: (chunk_index, file_index, start_in_file / fps, (start_in_file + lengths) / fps)
                 for key in video_keys},
         stats=episode_stats,
+        row_group_size=episodes_row_group,
     )
     write_tasks(root, tasks)
     if episode_stats:

@@ -3,8 +3,8 @@ dataset index ``i`` to (episode, frame inside the episode). No data access here.
 
 from __future__ import annotations
 
+import functools
 import operator
-from bisect import bisect_right
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -107,9 +107,10 @@ class Selection:
         self.n_episodes = n_episodes
         self._to_frame = self.first - self.cum[:-1]  # dataset index + this = frame inside selected episode k
         self._all_episodes = bool(np.array_equal(self.episodes, np.arange(n_episodes)))  # k is the episode
-        # plain lists for the per-item path (a list lookup costs a third of a numpy scalar lookup)
-        self._cum_list, self._episode_list, self._first_list = (self.cum.tolist(), self.episodes.tolist(),
-                                                                self.first.tolist())
+
+    @functools.cached_property
+    def _episode_list(self) -> list[int]:
+        return self.episodes.tolist()
 
     @classmethod
     def of(cls, episodes: EpisodeSelection | None, lengths: np.ndarray, default: np.ndarray) -> Selection:
@@ -126,18 +127,29 @@ class Selection:
     def whole(self, lengths: np.ndarray) -> bool:
         return bool((self.first == 0).all() and (self._stop == lengths[self.episodes]).all())
 
-    def slot(self, index: int) -> tuple[int, int]:
-        """``(k, frame inside the episode)`` of dataset index ``index`` (negative from the end): the frame is in
-        selected episode ``k``, ``episodes[k]``."""
-        n = self._cum_list[-1]
-        i = index + n if index < 0 else index
-        if not 0 <= i < n:
-            raise FrameIndexError(f"frame index {index} is out of range for a dataset of {n} frames")
-        k = bisect_right(self._cum_list, i) - 1
-        return k, i - self._cum_list[k] + self._first_list[k]
+    def index_error(self, index: int) -> FrameIndexError:
+        return FrameIndexError(f"frame index {index} is out of range for a dataset of {len(self)} frames")
+
+    @functools.cached_property
+    def item_lookup(self) -> tuple[list[int], list[int]]:
+        """Lists for the per-item path (a list lookup costs a third of a numpy scalar lookup): dataset index ``i``
+        (counted from the start) is frame ``i + to_frame[k]`` of selected episode ``k = bisect_right(cum, i) -
+        1``."""
+        return self.cum.tolist(), self._to_frame.tolist()
+
+    @property
+    def to_frame(self) -> np.ndarray:
+        """Per selected episode k: what turns a dataset index into the frame inside the episode."""
+        return self._to_frame
 
     def locate_many(self, indices: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(episodes, frames inside them)`` of dataset indices (1-D, any integer dtype, negative from the end)."""
+        k, idx = self.locate_k(indices)
+        return k if self._all_episodes else self.episodes[k], idx + self._to_frame[k]
+
+    def locate_k(self, indices: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(k, index)`` of dataset indices (1-D, any integer dtype, negative from the end): the selected episode
+        of each (``episodes[k]``) and the index, checked and counted from the start."""
         idx = np.asarray(indices)
         if idx.size == 0:
             idx = idx.astype(np.int64)
@@ -146,7 +158,7 @@ class Selection:
         if idx.ndim != 1:
             raise ArgumentError(f"indices must be 1-D, got an array of shape {idx.shape} (flatten it and reshape the "
                             f"results)")
-        n = self._cum_list[-1]
+        n = len(self)
         idx = idx.astype(np.int64, copy=False)
         if len(idx) and (idx.min() < 0 or idx.max() >= n):
             idx = np.where(idx < 0, idx + n, idx)
@@ -154,15 +166,14 @@ class Selection:
             if bad.any():
                 raise FrameIndexError(f"frame index {int(np.asarray(indices)[np.argmax(bad)])} is out of range for "
                                       f"a dataset of {n} frames")
-        k = np.searchsorted(self.cum, idx, side="right") - 1
-        return k if self._all_episodes else self.episodes[k], idx + self._to_frame[k]
+        return np.searchsorted(self.cum, idx, side="right") - 1, idx
 
     def frames_of(self, episode: int) -> range:
         hits = np.flatnonzero(self.episodes == episode)
         if not hits.size:
             raise FrameIndexError(f"episode {episode} is not selected in this dataset", episode=episode)
         k = int(hits[0])
-        return range(self._cum_list[k], self._cum_list[k + 1])
+        return range(int(self.cum[k]), int(self.cum[k + 1]))
 
     def to_args(self, lengths: np.ndarray) -> tuple[str, list]:
         """A compact picklable form: ``("whole", episode ranges)`` or ``("frames", [[e, first, stop], ...])``."""

@@ -215,6 +215,43 @@ def _read_table(files: SourceFiles, rel: str, columns: Sequence[str] | None = No
         raise
     except (pa.ArrowException, OSError) as exc:
         raise CorruptSourceError(f"{files.location(rel)}: cannot read columns {columns} ({exc})") from exc
+    finally:
+        files.release(rel)
+
+
+def _leaves(typ: pa.DataType) -> int:
+    """Parquet leaf columns of an Arrow type (lists nest one, structs and maps one per field)."""
+    if pa.types.is_struct(typ):
+        return sum(_leaves(typ.field(i).type) for i in range(typ.num_fields))
+    if pa.types.is_map(typ):
+        return _leaves(typ.key_type) + _leaves(typ.item_type)
+    if pa.types.is_list(typ) or pa.types.is_large_list(typ) or pa.types.is_fixed_size_list(typ):
+        return _leaves(typ.value_type)
+    return 1
+
+
+def column_ranges(pf: pq.ParquetFile, columns: Sequence[str],
+                  row_groups: Sequence[int] | None = None) -> list[tuple[int, int]]:
+    """Byte ranges ``[start, stop)`` of the column chunks of ``columns`` (top-level names) in ``row_groups``
+    (default all), from the footer: what reading them touches."""
+    first, leaf = {}, 0
+    for column in pf.schema_arrow:
+        n = _leaves(column.type)
+        if column.name in columns:
+            first[column.name] = range(leaf, leaf + n)
+        leaf += n
+    md = pf.metadata
+    out = []
+    for g in range(md.num_row_groups) if row_groups is None else row_groups:
+        group = md.row_group(g)
+        for leaves in first.values():
+            for c in leaves:
+                chunk = group.column(c)
+                start = chunk.data_page_offset
+                if chunk.has_dictionary_page and 0 < chunk.dictionary_page_offset < start:
+                    start = chunk.dictionary_page_offset
+                out.append((start, start + chunk.total_compressed_size))
+    return out
 
 
 def _parse_features(info: dict, info_path: str) -> dict[str, FeatureSpec]:
@@ -382,6 +419,7 @@ class LeRobotSource:
         files = self.files
         if self._load_index():
             return
+        files.prefetch(self._metadata_files())  # all at once (a Hub repo: one round trip)
         info_path = files.location("meta/info.json")
         if not files.exists("meta/info.json"):
             raise SourceNotFoundError(f"{files.location()}: not a LeRobot dataset (meta/info.json not found)")
@@ -419,6 +457,14 @@ class LeRobotSource:
                                               f"({self.files.location('meta')}) holds {actual}")
 
     # metadata -------------------------------------------------------------------------------------------
+    def _metadata_files(self) -> list[str]:
+        """The metadata files an open reads (v3.x or, without an episode table in parquet, v2.x)."""
+        meta = self.files.list("meta")
+        tables = [rel for rel in meta if rel.startswith("meta/episodes/") and rel.endswith(".parquet")]
+        wanted = (["meta/tasks.parquet", *tables] if tables else ["meta/episodes.jsonl", "meta/tasks.jsonl"])
+        stats = "meta/stats.json" if "meta/stats.json" in meta else "meta/episodes_stats.jsonl"
+        return [rel for rel in ("meta/info.json", stats, *wanted) if rel in meta]
+
     def _load_index(self) -> bool:
         """Take everything from our index file (:mod:`lerobot_zarr.hub_index`) when the source has one that still
         describes its files: one request then gives the metadata, the episode table and the data files' footers
@@ -458,16 +504,21 @@ class LeRobotSource:
         data_template = self._path_template("data_path", V3_DATA_PATH, ("chunk_index", "file_index"))
         video_template = (self._path_template("video_path", V3_VIDEO_PATH, ("video_key", "chunk_index", "file_index"))
                           if video_keys else "")
-        tables = []
+        tables, present, ranges = [], {}, {}
         for rel in metas:
             pf = _open_parquet(files, rel)
             missing = [c for c in columns if c not in pf.schema_arrow.names]
             if missing:
                 raise SchemaMismatchError(f"{files.location(rel)}: episode metadata lacks column(s) {missing}")
-            present = [c for c in video_columns if c in pf.schema_arrow.names]
-            table = _read_table(files, rel, columns + present)
+            present[rel] = [c for c in video_columns if c in pf.schema_arrow.names]
+            ranges[rel] = column_ranges(pf, columns + present[rel])
+        # the columns we read, of every file at once (not the per-episode stats columns, unless a small file came
+        # whole: a LeRobot-written table has them between ours in every row group of 10 episodes)
+        files.prefetch_ranges(ranges)
+        for rel in metas:
+            table = _read_table(files, rel, columns + present[rel])
             for c in video_columns:
-                if c not in present:  # no video columns at all: every episode's video is unknown
+                if c not in present[rel]:  # no video columns at all: every episode's video is unknown
                     kind = pa.float64() if c.endswith("from_timestamp") else pa.int64()
                     table = table.append_column(c, pa.nulls(table.num_rows, kind))
             tables.append(table.select(columns + video_columns))
@@ -550,8 +601,18 @@ class LeRobotSource:
                                      f"filled with {list(fields)} ({exc})") from None
 
     def _fill(self, template: str, what: str, episode: int, **fields: int | str) -> str:
-        """A checked path template filled for one episode, refusing paths that leave the folder."""
-        return safe_relpath(self.files.location(), template.format(**fields), f"episode {episode} {what}")
+        """A checked path template filled for one episode, refusing paths that leave the folder (each distinct
+        filling checked once: the episodes of a v3 data file share it)."""
+        key = (template, *fields.items())
+        path = self._filled.get(key)
+        if path is None:
+            path = self._filled[key] = safe_relpath(self.files.location(), template.format(**fields),
+                                                    f"episode {episode} {what}")
+        return path
+
+    @functools.cached_property
+    def _filled(self) -> dict[tuple, str]:
+        return {}
 
     def _read_tasks_v3(self) -> list[str]:
         path = self.files.location("meta/tasks.parquet")
@@ -608,14 +669,29 @@ class LeRobotSource:
                 raise CorruptSourceError(f"{path}: unreadable per-episode stats ({exc!r:.200})") from exc
         return {}
 
-    def schema_from_episode(self, episode: int) -> None:
-        """Take stored frame shapes from this episode's data file (whose footer is read anyway) rather than the
-        first one: a partial open then reads one footer, not two. Only before the shapes are first needed."""
-        self._schema_episode = int(episode)
+    def will_read(self, episodes: Sequence[int]) -> None:
+        """The episodes about to be read: stored frame shapes come from the first one's data file, whose footer is
+        fetched with the footers of the others' data files, all at once, when the shapes are first needed (a
+        partial open reads no other footer). Only before that."""
+        self._will_read = sorted({int(e) for e in episodes})
+
+    def _prefetch_footers(self, episodes: Sequence[int]) -> None:
+        """Fetch the footers of the data files of ``episodes`` at once, each in one request where the estimate of
+        its length holds (a row group per episode, LeRobot's way)."""
+        rels = [rel for rel in dict.fromkeys(self.episodes.data_file[e] for e in episodes) if self.files.exists(rel)]
+        leaves = sum(2 if v.kind == "image" else 1 for v in self.features.values() if v.kind in ("numeric", "image"))
+        images = sum(v.kind == "image" for v in self.features.values())
+        for rel in rels:
+            # ~120 B of metadata per numeric column chunk with statistics; an image column's hold a PNG's bytes
+            groups = len(self._episodes_of_file.get(rel, ()))
+            self.files.footer_hint(rel, 16384 + groups * (192 * leaves + 8192 * images))
+        self.files.prefetch_footers(rels)
 
     def _resolve_frame_shapes(self) -> None:
         """Fix each feature's stored per-frame shape from a data file's schema (every file must agree)."""
-        e = getattr(self, "_schema_episode", 0)
+        wanted = getattr(self, "_will_read", None) or [0]
+        e = wanted[0]
+        self._prefetch_footers(wanted)
         rel = self.episodes.data_file[e]
         first = self.files.location(rel)
         if not self.files.exists(rel):
@@ -660,6 +736,7 @@ class LeRobotSource:
         for e in sorted(set(int(e) for e in episodes)):
             by_file.setdefault(self.episodes.data_file[e], []).append(e)
         specs = {k: v for k, v in self.stored_features.items() if v.kind != "video"}
+        self._prefetch_footers([eps[0] for eps in by_file.values()])
         units = [unit for rel, eps in by_file.items() for unit in self._plan_file(rel, eps, specs)]
         workers = min(self.files.concurrency, len(units))
         if workers <= 1:

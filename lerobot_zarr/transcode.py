@@ -244,8 +244,8 @@ def transcode(source: LeRobotSource, root: str | os.PathLike, *, episodes: Seque
     if bad:
         raise FrameIndexError(f"{source.files.location()}: episode {bad[0]} does not exist ({n_episodes} episodes)",
                               episode=bad[0])
-    if wanted:  # frame shapes from a data file this call reads anyway
-        source.schema_from_episode(wanted[0])
+    if wanted:  # frame shapes from a data file this call reads anyway (footers fetched together, when needed)
+        source.will_read(wanted)
     if has_commit_point(root):
         state = _checked_state(root, record)
         state = _heal_cameras(source, root, state, storage, resize)

@@ -81,8 +81,14 @@ class Window:
         last = (np.asarray(length) - 1)[:, None]
         return np.minimum(np.maximum(q, 0), last), (q < 0) | (q > last)
 
-    def inside_batch(self, local: np.ndarray, length: np.ndarray) -> np.ndarray:
-        return (local + self.lo >= 0) & (local + self.hi < length)
+    def rows_batch(self, rows: np.ndarray, first: np.ndarray, last: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The same as :meth:`frames_batch` in rows of storage, fused: ``(B, T)`` rows read by the windows of
+        frames at ``rows`` whose episodes lie in rows ``first .. last``, and the padding mask (the rows that had
+        to be clamped)."""
+        q = rows[:, None] + self.offsets
+        clamped = np.maximum(q, first[:, None])
+        np.minimum(clamped, last[:, None], out=clamped)
+        return clamped, q != clamped
 
 
 def windows(offsets: Mapping[str, np.ndarray]) -> dict[str, Window]:

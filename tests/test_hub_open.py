@@ -270,7 +270,22 @@ def test_one_episode_of_a_multi_episode_file_transfers_its_row_group_only(hub, e
     assert data_bytes * 4 < snap_data and total_bytes * 3 < snap_total
 
 
-def test_inspect_reads_metadata_only_without_stats_columns(hub, env, capsys):
+def test_inspect_reads_a_small_episode_table_whole_in_one_request(hub, env):
+    """A small episode table (here with its stats columns, one row group) costs less as one request than as a
+    footer read followed by the columns needed: it comes whole, once, together with the other metadata files."""
+    repo = hub.repos["many"]
+    rel = "meta/episodes/chunk-000/file-000.parquet"
+    size = (repo.folder / rel).stat().st_size
+    assert size <= hub_module._WHOLE_FILE_MAX
+    meta = inspect(repo.repo_id)
+    assert meta.total_episodes == 300
+    reads = lib_requests(hub.server, "GET", resolve_prefix(repo.repo_id, repo.sha) + rel)
+    assert [(r.range, r.bytes_sent) for r in reads] == [(None, size)]
+
+
+def test_inspect_reads_metadata_only_without_stats_columns(hub, env, capsys, monkeypatch):
+    """An episode table too big to read whole: its footer, then the columns needed (never the stats columns)."""
+    monkeypatch.setattr(hub_module, "_WHOLE_FILE_MAX", 0)
     repo = hub.repos["many"]
     server = hub.server
     local = LeRobotSource(repo.folder)

@@ -294,6 +294,33 @@ def test_a_small_map_budget_samples_every_pack(source, tmp_path):
         assert ds._maps.n_mapped <= 2
 
 
+def test_numeric_features_share_one_slot_layout_at_huge_page_boundaries(tmp_path):
+    """Numeric features of every frame size take the same rows per pack slot (a sampler computes a frame's row
+    once for all of them), each slot still starting at a 2 MiB boundary; a camera keeps its own layout. The values
+    are the source's in every pack."""
+    from lerobot_zarr._maps import _HUGE
+
+    src = write_sample_dataset(tmp_path / "src", n_episodes=12, lengths=(20, 40), state_dim=3, action_dim=5,
+                               episodes_per_file=5, image_keys=("observation.images.top",), image_shape=(24, 40, 3))
+    ref = reference(src)
+    lz.open_dataset(src, root=tmp_path / "s", progress=False, pack_bytes=24 * 40 * 3 * 60)
+    ds = LeRobotZarrDataset(tmp_path / "s")
+    features = ds._maps.features
+    assert int((read_state(ds.root).packs.rows > 0).sum()) > 3
+    numeric = [f for name, f in features.items() if name != "observation.images.top"]
+    assert len({f.frame_bytes for f in numeric}) >= 3  # float32[3], float32[5], float32, int64
+    assert all(np.array_equal(f.base_row, numeric[0].base_row) for f in numeric)
+    assert not np.array_equal(features["observation.images.top"].base_row, numeric[0].base_row)
+    for f in numeric:
+        assert all((f.base + int(r) * f.frame_bytes) % _HUGE == 0 for r in f.base_row), f.name
+    assert ds._ktab.shape[1] == 2 + 2  # one group of numeric features, one camera
+    idx = np.random.default_rng(1).integers(0, len(ds), 200)
+    batch = ds.get_batch(idx)
+    for key in ("observation.state", "action", "index", "timestamp"):
+        np.testing.assert_array_equal(batch[key], ref[key][idx].astype(batch[key].dtype), err_msg=key)
+        np.testing.assert_array_equal(ds[int(idx[7])][key], ref[key][idx[7]].astype(batch[key].dtype))
+
+
 def test_close_and_drop_release_maps_at_once(source, tmp_path):
     lz.open_dataset(source, root=tmp_path / "s", progress=False)
     gc.collect()

@@ -111,6 +111,20 @@ def test_batch_loader_yields_get_batch(ds, num_workers):
     assert [i for b in ordered for i in b] == list(range(len(ds) // 4 * 4)) and all(len(b) == 4 for b in ordered)
 
 
+def test_batch_loader_without_workers_skips_the_dataloaders_machinery(ds, monkeypatch):
+    """At 0 workers a batch is one get_batch made straight from the sampler: the DataLoader's single-process
+    iterator (its per-batch profiler record and fetcher) is never made."""
+    import torch.utils.data.dataloader as dataloader
+
+    from lerobot_zarr.torch import batch_loader
+
+    monkeypatch.setattr(dataloader, "_SingleProcessDataLoaderIter", None)  # any use of it fails
+    loader = batch_loader(ds, 5, shuffle=False)
+    batches = list(loader)
+    assert len(batches) == len(loader) and [len(b["index"]) for b in batches[:-1]] == [5] * (len(batches) - 1)
+    assert torch.cat([b["index"] for b in batches]).tolist() == ds.get_batch(np.arange(len(ds)))["index"].tolist()
+
+
 def _ring_backed(loader, tensor) -> bool:
     """Whether ``tensor`` views a worker's shared-memory ring (the batch crossed as a slot number)."""
     from lerobot_zarr.torch import _RINGS
@@ -235,10 +249,47 @@ def test_batch_loader_spawn_and_distributed_sampler(ds):
     assert epochs[0] != epochs[1]
 
 
-def test_getitems_splits_one_gather(ds):
-    items = TorchDataset(ds).__getitems__([3, 1])
-    assert_tensor_item(items[0], ds[3])
-    assert_tensor_item(items[1], ds[1])
+def _assert_same_batch(got: dict, want: dict, what: str) -> None:
+    """Two collated batches: the same keys in the same order, types, dtypes, shapes and values."""
+    assert list(got) == list(want), (what, list(got), list(want))
+    for key, value in want.items():
+        if isinstance(value, list):
+            assert got[key] == value, (what, key)
+            continue
+        assert type(got[key]) is torch.Tensor and got[key].dtype == value.dtype, (what, key, type(got[key]))
+        assert got[key].shape == value.shape and torch.equal(got[key], value), (what, key)
+
+
+def test_getitems_is_one_gather_that_default_collate_stacks_back(ds, monkeypatch):
+    from torch.utils.data import default_collate
+
+    tds = TorchDataset(ds)
+    calls = []
+    monkeypatch.setattr(ds, "get_batch", lambda idx, f=ds.get_batch: calls.append(list(idx)) or f(idx))
+    items = tds.__getitems__([3, 1, 3, 0])
+    assert calls == [[3, 1, 3, 0]] and len(items) == 4 and isinstance(items, tuple)
+    _assert_same_batch(default_collate(items), default_collate([tds[i] for i in (3, 1, 3, 0)]), "getitems")
+
+
+def test_an_item_of_a_batched_fetch_is_not_mistaken_for_one(ds):
+    """The items __getitems__ gives the collate function share their batch's columns: using one as an item's value,
+    or collating them other than as given (reordered, a part), raises naming what to do; never another item's
+    values."""
+    from torch.utils.data import default_collate
+
+    items = TorchDataset(ds).__getitems__([3, 1, 4])
+    column = items[1]["action"]
+    for use in (lambda: column.numpy(), lambda: column[0], lambda: torch.cat([column]), lambda: column.clone(),
+                lambda: torch.stack([column]), lambda: torch.stack([it["action"] for it in items])):
+        with pytest.raises(TypeError, match=r"ds\[i\]"):
+            use()
+    with pytest.raises(TypeError):  # (torch turns an operator's TypeError into Python's "unsupported operand")
+        column + 1
+    assert "column of 3 items" in repr(column)
+    for other in (list(items), items[::-1], items[:2]):
+        with pytest.raises(TypeError, match="batched_fetch"):
+            default_collate(other)
+    _assert_same_batch(default_collate(items), default_collate([TorchDataset(ds)[i] for i in (3, 1, 4)]), "tuple")
 
 
 # ------------------------------------------------------------------------------------------------ LeRobot drop-in
@@ -260,6 +311,71 @@ def test_lerobot_dataset_dropin_without_lerobot(ds, tmp_path):
         LeRobotDataset("local/x", root=src, tolerance_s=1e-2)
 
 
+def _dropin(ds, tmp_path, **kwargs):
+    from lerobot_zarr.torch import LeRobotDataset
+
+    return LeRobotDataset("local/x", root=ds.meta.source["path"], delta_timestamps=DELTAS,
+                          store=str(tmp_path / "s"), **kwargs)
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_dropin_in_a_plain_dataloader_gives_the_collated_items(ds, tmp_path, num_workers):
+    """DataLoader(drop-in, batch_size=B): each batch is exactly default_collate of its items (keys in order,
+    tensor types, dtypes, shapes, values), through one get_batch per batch, with and without workers."""
+    from torch.utils.data import DataLoader, default_collate
+
+    lds = _dropin(ds, tmp_path)
+    batches = list(DataLoader(lds, batch_size=7, num_workers=num_workers))
+    assert sum(len(b["task"]) for b in batches) == len(lds)
+    for j, batch in enumerate(batches):
+        idx = range(7 * j, min(7 * j + 7, len(lds)))
+        _assert_same_batch(batch, default_collate([lds[i] for i in idx]), f"batch {j}")
+
+
+def test_dropin_with_workers_keeps_held_batches(ds, tmp_path):
+    """Batches from workers cross through slots of shared memory reused only once freed: every batch of three
+    epochs held to the end (more than a worker's slots) still holds its values."""
+    from torch.utils.data import DataLoader, default_collate
+
+    lds = _dropin(ds, tmp_path)
+    loader = DataLoader(lds, batch_size=3, num_workers=2, shuffle=False, persistent_workers=True)
+    held = [batch for _ in range(3) for batch in loader]
+    assert len(held) > 3 * 8
+    per_epoch = len(held) // 3
+    for j, batch in enumerate(held):
+        k = j % per_epoch
+        _assert_same_batch(batch, default_collate([lds[i] for i in range(3 * k, min(3 * k + 3, len(lds)))]),
+                           f"held batch {j}")
+
+
+def test_dropin_other_collations(ds, tmp_path):
+    """A Subset of the drop-in batches the same; a collate_fn that reads items one by one fails loudly, and
+    batched_fetch=False (or image_transforms, which apply per item) gives real items."""
+    from torch.utils.data import DataLoader, Subset, default_collate
+
+    lds = _dropin(ds, tmp_path)
+    sub = Subset(lds, [9, 2, 4])
+    _assert_same_batch(next(iter(DataLoader(sub, batch_size=3))), default_collate([lds[i] for i in (9, 2, 4)]),
+                       "subset")
+
+    def by_item(items):
+        return torch.stack([item["action"] * 2 for item in items])
+
+    with pytest.raises(TypeError):
+        next(iter(DataLoader(lds, batch_size=3, collate_fn=by_item)))
+    for stacked in (lambda items: torch.stack([item["action"] for item in items]),
+                    lambda items: [item["action"].clone() for item in items]):
+        with pytest.raises(TypeError, match="batched_fetch"):
+            next(iter(DataLoader(lds, batch_size=3, collate_fn=stacked)))
+    plain = _dropin(ds, tmp_path, batched_fetch=False)
+    want = torch.stack([plain[i]["action"] * 2 for i in range(3)])
+    assert torch.equal(next(iter(DataLoader(plain, batch_size=3, collate_fn=by_item))), want)
+    flipped = _dropin(ds, tmp_path, image_transforms=lambda img: img.flip(-1))
+    got = next(iter(DataLoader(flipped, batch_size=3)))
+    assert torch.equal(got[IMAGE], torch.stack([flipped[i][IMAGE] for i in range(3)]))
+    assert torch.equal(got[IMAGE], torch.stack([lds[i][IMAGE].flip(-1) for i in range(3)]))
+
+
 def _lerobot():
     pytest.importorskip("lerobot", reason="lerobot is not installed (compatibility with LeRobot 0.6.1's items)")
     try:
@@ -267,6 +383,25 @@ def _lerobot():
     except ImportError as exc:
         pytest.skip(f"lerobot is installed but its LeRobotDataset does not import: {exc}")
     return Reference
+
+
+def test_dataloader_batches_equal_lerobots(ds, tmp_path, monkeypatch):
+    """A plain DataLoader over the drop-in gives LeRobot's own DataLoader's batches (same order, no shuffle):
+    keys, dtypes, shapes, values (images within 1e-6)."""
+    Reference = _lerobot()
+    from torch.utils.data import DataLoader
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    ref = Reference("local/x", root=ds.meta.source["path"], delta_timestamps=DELTAS)
+    ours = _dropin(ds, tmp_path)
+    for j, (a, b) in enumerate(zip(DataLoader(ref, batch_size=5), DataLoader(ours, batch_size=5), strict=True)):
+        assert set(a) == set(b), (j, sorted(set(a) ^ set(b)))
+        for key, want in a.items():
+            if isinstance(want, list):
+                assert b[key] == want, (j, key)
+                continue
+            assert b[key].dtype == want.dtype and b[key].shape == want.shape, (j, key, b[key].shape, want.shape)
+            torch.testing.assert_close(b[key], want, rtol=0, atol=1e-6, msg=f"batch {j} {key}")
 
 
 @pytest.mark.parametrize("episodes", [None, [1, 3]])

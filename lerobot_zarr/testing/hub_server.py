@@ -67,6 +67,7 @@ import base64
 import binascii
 import dataclasses
 import hashlib
+import heapq
 import hmac
 import json
 import os
@@ -75,6 +76,7 @@ import secrets
 import socket
 import sys
 import threading
+import time
 import traceback
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
@@ -83,7 +85,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlencode, urlsplit
 
-__all__ = ["HubServer", "HubStats", "RequestRecord", "LFS_EXTENSIONS", "LFS_THRESHOLD", "REPO_TYPES"]
+__all__ = ["HubServer", "HubStats", "NetworkModel", "RequestRecord", "LFS_EXTENSIONS", "LFS_THRESHOLD",
+           "REPO_TYPES"]
 
 REPO_TYPES = ("dataset", "model", "space")
 _PLURAL = {"dataset": "datasets", "model": "models", "space": "spaces"}
@@ -216,7 +219,9 @@ class RequestRecord:
     ``range`` the ``Range`` header, ``bytes_sent`` the response body bytes written (updated while streaming,
     before each write), ``bytes_received`` the request body bytes read, ``connection`` a number identifying the
     TCP connection (equal numbers: the request reused a kept-alive connection). ``status`` stays 0 when no
-    status line was sent (a ``"reset"`` fault, or a ``"drop"`` fault on a response without body)."""
+    status line was sent (a ``"reset"`` fault, or a ``"drop"`` fault on a response without body). ``started`` and
+    ``ended`` are ``time.monotonic()`` when the request arrived and when its answer was written (0 until then):
+    :meth:`HubStats.round_trips` counts the requests one after the other from them."""
 
     method: str
     path: str
@@ -226,6 +231,8 @@ class RequestRecord:
     bytes_sent: int = 0
     bytes_received: int = 0
     connection: int = 0
+    started: float = 0.0
+    ended: float = 0.0
 
     def __iter__(self):
         return iter(dataclasses.astuple(self))
@@ -266,6 +273,21 @@ class HubStats:
     def bytes_sent(self, path_prefix: str | None = None) -> int:
         return sum(r.bytes_sent for r in self.snapshot() if path_prefix is None or r.path.startswith(path_prefix))
 
+    def round_trips(self, exclude: Sequence[str] = ()) -> int:
+        """The longest chain of requests each sent after the previous one was answered: the round trips a client
+        waited for one after the other (requests in flight together count once). Requests whose path contains
+        one of ``exclude`` are left out."""
+        done = sorted((r.started, r.ended) for r in self.snapshot()
+                      if r.ended and not any(x in r.path for x in exclude))
+        answered: list[tuple[float, int]] = []  # (ended, depth) of requests not yet known to precede the next one
+        before = deepest = 0  # the deepest chain answered before the current request started; the deepest of all
+        for started, ended in done:
+            while answered and answered[0][0] <= started:
+                before = max(before, heapq.heappop(answered)[1])
+            heapq.heappush(answered, (ended, before + 1))
+            deepest = max(deepest, before + 1)
+        return deepest
+
     def reset(self) -> None:
         with self._lock:
             self._records.clear()
@@ -281,6 +303,42 @@ class _Fault:
     seconds: float = 60.0
     rate: int = 16
     value: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class NetworkModel:
+    """A modelled network between the clients and the server, so that round trips and bandwidth are measured
+    rather than assumed: every request waits ``latency_s`` (a round trip) before its answer starts, the first
+    request of a connection ``handshake_rtts`` round trips more (TCP and TLS set-up: 2 for HTTPS over TLS 1.3),
+    and all response bodies share one link of ``rate`` bytes/s (1 Gbit/s = 125e6), written in 64 KiB pieces so
+    that concurrent answers share it fairly."""
+
+    latency_s: float = 0.05
+    rate: float = 125e6
+    handshake_rtts: int = 0
+
+    def __post_init__(self) -> None:
+        if not (self.latency_s >= 0 and self.rate > 0 and self.handshake_rtts >= 0):
+            raise ValueError(f"invalid network model {self}")
+
+
+class _Link:
+    """The shared link of a :class:`NetworkModel`: a virtual clock of when it is next free."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._free_at = 0.0
+
+    def send(self, nbytes: int, rate: float, stopping: threading.Event) -> None:
+        """Wait until ``nbytes`` have crossed the link after everything sent before them."""
+        with self._lock:
+            now = time.monotonic()
+            # a sender woken late may catch up by a few ms (a token bucket's burst): oversleeping does not add up
+            self._free_at = max(now - 0.005, self._free_at) + nbytes / rate
+            until = self._free_at
+        delay = until - time.monotonic()
+        if delay > 0 and stopping.wait(delay):
+            raise _Dropped
 
 
 _FAULT_KINDS = ("500", "401", "403", "drop", "reset", "stall", "trickle", "short", "bad_range", "bad_commit")
@@ -646,6 +704,7 @@ class _Handler(BaseHTTPRequestHandler):
         # headers and body go out in separate writes: without this each response waits on a delayed ACK (~40 ms)
         self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._conn_id = self.server.track(self.connection)
+        self._served = 0  # requests answered on this connection
 
     def finish(self):
         try:
@@ -679,7 +738,8 @@ class _Handler(BaseHTTPRequestHandler):
         self._query_string = split.query
         self._query = parse_qs(split.query, keep_blank_values=True)
         self._rec = RequestRecord(
-            method, unquote(split.path), split.query, self.headers.get("Range"), connection=self._conn_id
+            method, unquote(split.path), split.query, self.headers.get("Range"), connection=self._conn_id,
+            started=time.monotonic(),
         )
         self.hub.stats._append(self._rec)
         self._headers_sent = False
@@ -692,6 +752,12 @@ class _Handler(BaseHTTPRequestHandler):
             if method != "PUT" or fault is not None:
                 self._body = self._read_body()
             self._fault = fault
+            network = self.hub.network
+            if network is not None:  # the round trip (and a new connection's handshake) before any answer
+                rtts = 1 + (network.handshake_rtts if not self._served else 0)
+                if self.hub._stopping.wait(network.latency_s * rtts):
+                    raise _Dropped
+            self._served += 1
             if fault is not None:
                 if fault.kind in ("500", "401", "403"):
                     raise _HubError(int(fault.kind), f"Injected fault (HTTP {fault.kind})")
@@ -715,6 +781,8 @@ class _Handler(BaseHTTPRequestHandler):
                 self._abort()
             else:
                 self._send_error(_HubError(500, f"Internal error in test hub: {err!r}"))
+        finally:
+            self._rec.ended = time.monotonic()
 
     def _read_chunks(self) -> Iterator[bytes]:
         """The request body, de-chunked if needed; counts bytes into the record."""
@@ -778,8 +846,16 @@ class _Handler(BaseHTTPRequestHandler):
                     self._rec.bytes_sent += room
                     self.wfile.write(data[:room])
                 raise _Dropped
-        self._rec.bytes_sent += len(data)
-        self.wfile.write(data)
+        network = self.hub.network
+        if network is None:
+            self._rec.bytes_sent += len(data)
+            self.wfile.write(data)
+            return
+        for i in range(0, len(data), _CHUNK):
+            piece = data[i:i + _CHUNK]
+            self.hub._link.send(len(piece), network.rate, self.hub._stopping)
+            self._rec.bytes_sent += len(piece)
+            self.wfile.write(piece)
 
     def _start(self, status: int, headers: Mapping[str, str], length: int) -> bool:
         """Send the status line and headers; returns whether a body follows."""
@@ -1481,17 +1557,21 @@ class HubServer:
     ``endpoint`` is ``http://host:port`` once started. ``tree_page_size`` (default 1000; 50 when ``expand``) is
     the page size of the tree listing, which paginates with a ``Link: <...>; rel="next"`` header.
     ``stats`` records every request (:class:`HubStats`). State persists in ``storage_dir``: a new server on the
-    same directory serves the same repos.
+    same directory serves the same repos. ``network`` (a :class:`NetworkModel`, settable at any time; None: as
+    fast as the machine) models latency and bandwidth.
     """
 
     def __init__(self, storage_dir: str | os.PathLike, *, host: str = "127.0.0.1", port: int = 0,
-                 tokens: Mapping[str, str] | None = None, read_only: Sequence[str] = ()):  # fmt: skip
+                 tokens: Mapping[str, str] | None = None, read_only: Sequence[str] = (),
+                 network: NetworkModel | None = None):  # fmt: skip
         self.storage_dir = Path(storage_dir).resolve()
         self.host, self.port = host, port
         self.tokens: dict[str, str] | None = dict(tokens) if tokens is not None else None
         self.read_only = frozenset(read_only)
         self._stopping = threading.Event()
         self.tree_page_size = 1000
+        self.network = network
+        self._link = _Link()
         self.stats = HubStats()
         #: Tracebacks of unexpected exceptions in request handlers (each also answered with a 500).
         self.errors: list[str] = []
