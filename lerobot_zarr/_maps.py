@@ -97,7 +97,7 @@ class _Feature:
     def map(self, k: int, rows: int, root: str) -> None:
         path = chunk_path(root, self.name, k, self.spec.ndim)
         nbytes = rows * self.frame_bytes
-        fd = open_pack(path, nbytes, retired=retired_path(root, self.name, k),
+        fd = open_pack(path, nbytes, root=root, retired=retired_path(root, self.name, k),
                        what=f"pack {k} of feature {self.name!r}", feature=self.name)
         try:
             addr = self.base + int(self.base_row[k]) * self.frame_bytes

@@ -156,8 +156,9 @@ def forwarded(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
 def _pack_file(root: str | os.PathLike, name: str, spec: ArraySpec, pack: int, rows: int, flags: int = os.O_RDONLY
                ) -> int:
     nbytes = rows * spec.frame_bytes if spec.storage == "raw" else -1
-    return open_pack(chunk_path(root, name, pack, spec.ndim), nbytes, retired=retired_path(root, name, pack),
-                     what=f"pack {pack} of feature {name!r}", flags=flags, feature=name)
+    return open_pack(chunk_path(root, name, pack, spec.ndim), nbytes, root=root,
+                     retired=retired_path(root, name, pack), what=f"pack {pack} of feature {name!r}", flags=flags,
+                     feature=name)
 
 
 def read_episode_rows(root: str | os.PathLike, name: str, spec: ArraySpec, pack: int, pack_rows: int, offset: int,

@@ -83,7 +83,6 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
-import json
 import math
 import os
 import shutil
@@ -95,7 +94,18 @@ from typing import Any, Literal, get_args
 
 import numpy as np
 
-from ._fileio import WriterLock, atomic_write, create_sized, flush_filesystem, open_nofollow, pwrite_all
+from ._fileio import (
+    WriterLock,
+    atomic_write,
+    check_in_store,
+    create_sized,
+    flush_filesystem,
+    load_json,
+    open_nofollow,
+    pwrite_all,
+    read_bounded,
+)
+from ._hashing import ALGORITHM
 from ._zarr_meta import EPISODE_ARRAYS, LIVE_ARRAY, ROOT, dump, metadata_documents
 from .errors import CorruptStoreError, SourceNotFoundError, StoreError, StoreExistsError
 from .lerobot_v3 import CAMERA_DTYPES
@@ -121,6 +131,11 @@ __all__ = [
     "from_ranges",
     "check_array_name",
     "check_new_store_location",
+    "repair_live",
+    "expected_live",
+    "live_matches",
+    "ContentHashes",
+    "location_key",
     "has_commit_point",
     "read_root",
     "read_state",
@@ -143,6 +158,12 @@ _CREATING = ".lerobot_zarr-creating"
 CREATING_MARKER = _CREATING
 _LIVE_PENDING = ".frame_live-pending"
 _MAX_ROWS = 1 << 40  # rows of one pack, frames of one episode: beyond any real dataset, and keeps ints exact
+MAX_EPISODES = 1 << 24  # episodes of one store (a column of the root decompresses to at most 8 bytes each)
+MAX_PACKS = 1 << 23  # pack ids ever used (retired ones included); with rows < 2**40, (pack, row) fits an int64
+MAX_FRAMES = 1 << 48  # frames of a store, and what index shifts may add: sums of them cannot overflow int64
+MAX_FRAME_BYTES = 1 << 32  # bytes of one frame of one feature
+MAX_PACK_BYTES = 1 << 46  # bytes of one raw pack file (the address space a feature may reserve)
+MAX_ROOT_BYTES = 512 << 20  # the root zarr.json (about 60 bytes per episode and feature at most)
 
 
 @dataclass(frozen=True)
@@ -193,16 +214,28 @@ def _encode_column(values: np.ndarray) -> str:
     return base64.b64encode(zlib.compress(diffs.tobytes(), 1)).decode("ascii")
 
 
-def _decode_column(text: Any, where: str) -> np.ndarray:
+def _decode_column(text: Any, where: str, max_items: int, *, exactly: int | None = None) -> np.ndarray:
+    """An encoded int64 column of at most ``max_items`` entries (``exactly`` that many when given): decompressed
+    with a bound, so a small root cannot ask for gigabytes (a zlib "bomb")."""
     if not isinstance(text, str):
         raise CorruptStoreError(f"{where}: expected an encoded int64 column (a string), got {type(text).__name__}")
+    limit = 8 * (max_items if exactly is None else exactly)
     try:
-        raw = zlib.decompress(base64.b64decode(text.encode("ascii"), validate=True))
+        inflater = zlib.decompressobj()
+        raw = inflater.decompress(base64.b64decode(text.encode("ascii"), validate=True), limit + 1)
     except (binascii.Error, zlib.error, UnicodeEncodeError, ValueError) as exc:
         raise CorruptStoreError(f"{where}: undecodable int64 column ({exc})") from None
-    if len(raw) % 8:
-        raise CorruptStoreError(f"{where}: int64 column of {len(raw)} bytes (not a multiple of 8)")
-    return np.cumsum(np.frombuffer(raw, dtype="<i8")).astype(np.int64)
+    if len(raw) > limit or inflater.unconsumed_tail:
+        raise CorruptStoreError(f"{where}: int64 column of more than {limit // 8} entries"
+                                + (" (the store's episode count)" if exactly is not None else ""))
+    if not inflater.eof:
+        raise CorruptStoreError(f"{where}: undecodable int64 column (truncated compressed data)")
+    if len(raw) % 8 or (exactly is not None and len(raw) != limit):
+        raise CorruptStoreError(f"{where}: int64 column of {len(raw)} bytes, expected "
+                                + (f"{limit} ({exactly} entries)" if exactly is not None else "a multiple of 8"))
+    with np.errstate(over="ignore"):
+        values = np.cumsum(np.frombuffer(raw, dtype="<i8")).astype(np.int64)
+    return values
 
 
 def _frozen(values: Any) -> np.ndarray:
@@ -263,7 +296,11 @@ class EpisodeTable:
         missing = [key for key in _TABLE_KEYS if key not in doc]
         if missing:
             raise CorruptStoreError(f"{where}: 'episodes' lacks the column(s) {missing}")
-        return cls(*(_decode_column(doc[key], f"{where}: episodes.{key}") for key in _TABLE_KEYS))
+        length = _decode_column(doc["length"], f"{where}: episodes.length", MAX_EPISODES)
+        columns = {key: length if key == "length" else
+                   _decode_column(doc[key], f"{where}: episodes.{key}", MAX_EPISODES, exactly=len(length))
+                   for key in _TABLE_KEYS}
+        return cls(*(columns[key] for key in _TABLE_KEYS))
 
 
 @dataclass(frozen=True)
@@ -307,11 +344,123 @@ class PackLayout:
     def from_json(cls, doc: Any, where: str) -> PackLayout:
         if not isinstance(doc, Mapping) or "rows" not in doc:
             raise CorruptStoreError(f"{where}: 'packs' must be an object with 'rows' and 'next_row'")
-        rows = _decode_column(doc["rows"], f"{where}: packs.rows")
+        rows = _decode_column(doc["rows"], f"{where}: packs.rows", MAX_PACKS)
         next_row = _integer(doc.get("next_row"), f"{where}: packs.next_row", 0, int(rows[-1]) if len(rows) else 0)
         if (rows < 0).any() or (rows > _MAX_ROWS).any():
             raise CorruptStoreError(f"{where}: packs.rows holds a negative or impossibly large row count")
         return cls(rows, next_row)
+
+
+def location_key(chunk: Any, offset: Any) -> Any:
+    """One int64 per episode location (pack, row): packs < 2**23 and rows < 2**40 keep it exact and ordered."""
+    return (np.asarray(chunk, dtype=np.int64) << 40) | np.asarray(offset, dtype=np.int64)
+
+
+@dataclass(frozen=True)
+class ContentHashes:
+    """The content hash (CRC-32C, :mod:`._hashing`) of each committed episode and feature, keyed by the episode's
+    location (pack, row offset): rows are never given to another episode, so a hash stays with its rows while
+    deletions renumber episodes, and an episode moved to other rows carries its hash explicitly. ``-1``: none
+    recorded (an episode not fetched yet, a camera unavailable in it, or a store made before hashes existed).
+    ``files``: hashes of fixed metadata files of the store (``<camera>/mp4.json``)."""
+
+    keys: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # sorted, unique
+    values: Mapping[str, np.ndarray] = field(default_factory=dict)  # feature -> int64 aligned with keys
+    files: Mapping[str, int] = field(default_factory=dict)
+
+    def aligned(self, table: EpisodeTable, name: str) -> np.ndarray:
+        """Hash of every episode of ``table`` for feature ``name`` (-1 where none is recorded)."""
+        out = np.full(len(table), -1, dtype=np.int64)
+        column = self.values.get(name)
+        if column is None or not len(self.keys) or not len(table):
+            return out
+        want = location_key(table.chunk, table.offset)
+        at = np.minimum(np.searchsorted(self.keys, want), len(self.keys) - 1)
+        hit = self.keys[at] == want
+        out[hit] = column[at[hit]]
+        return out
+
+    def updated(self, entries: Mapping[tuple[int, int], Mapping[str, int]], files: Mapping[str, int] | None = None
+                ) -> ContentHashes:
+        """These hashes with ``entries`` ``{(pack, offset): {feature: hash}}`` recorded (replacing earlier ones)."""
+        if not entries and not files:
+            return self
+        names = sorted({*self.values, *(n for per in entries.values() for n in per)})
+        new_keys = np.unique(location_key([c for c, _ in entries], [o for _, o in entries])) if entries else \
+            np.zeros(0, np.int64)
+        if not len(self.keys) or (len(new_keys) and new_keys[0] > self.keys[-1]):  # appends: no sort
+            keys = np.concatenate([self.keys, new_keys])
+            old_at = np.arange(len(self.keys))
+        else:
+            keys = np.union1d(self.keys, new_keys)
+            old_at = np.searchsorted(keys, self.keys)
+        values = {}
+        for name in names:
+            column = np.full(len(keys), -1, dtype=np.int64)
+            if name in self.values:
+                column[old_at] = self.values[name]
+            values[name] = column
+        for (chunk, offset), per in entries.items():
+            i = int(np.searchsorted(keys, (int(chunk) << 40) | int(offset)))
+            for name, value in per.items():
+                values[name][i] = -1 if value is None else int(value)
+        return ContentHashes(keys, values, {**self.files, **(files or {})})
+
+    def restricted(self, table: EpisodeTable, names: Iterable[str]) -> ContentHashes:
+        """Only the hashes of ``table``'s episodes and of ``names``."""
+        names = [n for n in names if n in self.values]
+        want = np.unique(location_key(table.chunk, table.offset)) if len(table) else np.zeros(0, np.int64)
+        keep = np.isin(self.keys, want)
+        return ContentHashes(self.keys[keep], {n: self.values[n][keep] for n in names}, dict(self.files))
+
+    def to_json(self, table: EpisodeTable, names: Iterable[str]) -> dict[str, Any]:
+        features = {}
+        for name in names:
+            column = self.aligned(table, name)
+            missing = _ranges_of(column < 0)
+            features[name] = {ALGORITHM: base64.b64encode(np.where(column < 0, 0, column).astype("<u4").tobytes()
+                                                         ).decode("ascii"),
+                              "missing": [list(r) for r in missing]}
+        return {"algorithm": ALGORITHM, "features": features, "files": dict(self.files)}
+
+    @classmethod
+    def from_json(cls, doc: Any, table: EpisodeTable, names: Iterable[str], where: str) -> ContentHashes:
+        if doc is None:
+            return cls()
+        if not isinstance(doc, Mapping) or doc.get("algorithm") != ALGORITHM:
+            raise CorruptStoreError(f"{where}: 'hashes' must be an object with algorithm {ALGORITHM!r}")
+        features, files = doc.get("features", {}), doc.get("files", {})
+        if not isinstance(features, Mapping) or not isinstance(files, Mapping):
+            raise CorruptStoreError(f"{where}: hashes.features and hashes.files must be objects")
+        n = len(table)
+        keys = location_key(table.chunk, table.offset)
+        order = np.argsort(keys, kind="stable")
+        values = {}
+        for name in names:
+            entry = features.get(name)
+            if entry is None:
+                continue
+            at = f"{where}: hashes.features[{name!r}]"
+            if not isinstance(entry, Mapping) or not isinstance(entry.get(ALGORITHM), str):
+                raise CorruptStoreError(f"{at} must be an object with an encoded {ALGORITHM!r} column")
+            text = entry[ALGORITHM]
+            if len(text) != 4 * ((4 * n + 2) // 3):
+                raise CorruptStoreError(f"{at}: a column of {len(text)} characters for {n} episodes")
+            try:
+                raw = base64.b64decode(text.encode("ascii"), validate=True)
+            except (binascii.Error, UnicodeEncodeError, ValueError) as exc:
+                raise CorruptStoreError(f"{at}: undecodable column ({exc})") from None
+            if len(raw) != 4 * n:
+                raise CorruptStoreError(f"{at}: a column of {len(raw)} bytes for {n} episodes")
+            column = np.frombuffer(raw, dtype="<u4").astype(np.int64)
+            column[_mask(_parse_ranges(entry.get("missing", []), n, f"{at}.missing"), n)] = -1
+            values[name] = column[order]
+        recorded = {}
+        for key, value in files.items():
+            recorded[str(key)] = _integer(value, f"{where}: hashes.files[{str(key)!r:.60}]", 0, 2**32 - 1)
+        if n and len(np.unique(keys)) != n:
+            raise CorruptStoreError(f"{where}: two episodes share a location (episodes.chunk/offset)")
+        return cls(keys[order], values, recorded)
 
 
 def _integer(value: Any, where: str, low: int | None = None, high: int | None = None) -> int:
@@ -371,6 +520,16 @@ class StoreState:
     capacity_frames: int | None = None
     pending_tasks: tuple[tuple[int, int, int], ...] = ()
     read_version: int = FORMAT_VERSION  # the format the root was written in (1 and 2 are upgraded at the next commit)
+    hashes: ContentHashes = field(default_factory=ContentHashes)
+
+    def episode_hashes(self, name: str) -> np.ndarray:
+        """The content hash of every episode's rows of ``name`` (-1 where none is recorded)."""
+        return self.hashes.aligned(self.table, name)
+
+    def with_hashes(self, entries: Mapping[tuple[int, int], Mapping[str, int]],
+                    files: Mapping[str, int] | None = None) -> StoreState:
+        """This state with content hashes recorded for episodes at ``(pack, offset)`` (and for files)."""
+        return replace(self, hashes=self.hashes.updated(entries, files))
 
     @property
     def fps(self) -> float:
@@ -461,6 +620,7 @@ class StoreState:
             "generation": self.generation,
             "capacity_frames": self.capacity_frames,
             "pending_tasks": [list(p) for p in self.pending_tasks],
+            "hashes": self.hashes.to_json(self.table, self.arrays),
         }
 
     @classmethod
@@ -509,9 +669,11 @@ def _parse_arrays(features: Mapping, consolidated: Mapping, where: str) -> dict[
         if dtype.kind not in "biuf":
             raise CorruptStoreError(f"{at}.dtype {dtype} cannot be stored raw")
         shape = f.get("frame_shape")
-        if not isinstance(shape, list) or not all(isinstance(s, int) and not isinstance(s, bool) and 0 < s < _MAX_ROWS
-                                                  for s in shape):
+        if not isinstance(shape, list) or len(shape) > 8 or not all(
+                isinstance(s, int) and not isinstance(s, bool) and 0 < s < _MAX_ROWS for s in shape):
             raise CorruptStoreError(f"{at}.frame_shape must be a list of positive integers, got {shape!r:.80}")
+        if math.prod(shape) * dtype.itemsize > MAX_FRAME_BYTES:
+            raise CorruptStoreError(f"{at}.frame_shape {shape} makes frames of more than {MAX_FRAME_BYTES} bytes")
         kind, storage = f.get("kind"), f.get("storage", "raw")
         if kind not in _KINDS:
             raise CorruptStoreError(f"{at}.kind must be one of {_KINDS}, got {kind!r:.40}")
@@ -531,10 +693,42 @@ def _parse_arrays(features: Mapping, consolidated: Mapping, where: str) -> dict[
             raise CorruptStoreError(f"{at}.codec and .resize must be objects")
         if storage == "mp4" and kind != "video":
             raise CorruptStoreError(f"{at}: only video features can be kept as mp4")
-        arrays[name] = ArraySpec(dtype, tuple(shape), tuple(dims), kind, storage, shard_index,
-                                 tuple((str(k), _frozen_json(v)) for k, v in codec.items()),
-                                 tuple((str(k), _frozen_json(v)) for k, v in resize.items()))
+        if kind != "numeric" and (dtype != np.uint8 or len(shape) != 3):
+            raise CorruptStoreError(f"{at}: cameras are stored as uint8 (height, width, channels) frames, got "
+                                    f"{dtype}{shape}")
+        spec = ArraySpec(dtype, tuple(shape), tuple(dims), kind, storage, shard_index,
+                         tuple((str(k), _frozen_json(v)) for k, v in codec.items()),
+                         tuple((str(k), _frozen_json(v)) for k, v in resize.items()))
+        if storage == "compact":
+            _check_codec(spec, at)
+        if resize:
+            _check_resize(spec, at)
+        arrays[name] = spec
     return arrays
+
+
+def _check_codec(spec: ArraySpec, at: str) -> None:
+    """A compact camera's frame codec must be one this package writes, with valid options."""
+    from .frame_codecs import frame_codec
+
+    try:
+        frame_codec(spec.codec_spec, spec.frame_shape)
+    except ImportError:  # a codec whose library is not installed here: said when a frame is read
+        pass
+    except (ValueError, TypeError) as exc:
+        raise CorruptStoreError(f"{at}.codec {spec.codec_spec!r:.120} is not a frame codec lerobot_zarr reads "
+                                f"({exc})") from None
+
+
+def _check_resize(spec: ArraySpec, at: str) -> None:
+    """A resized camera records the source's frame shape (``from``) and the stored size."""
+    how = spec.resize_spec
+    source, size = how.get("from"), how.get("size")
+    if not (isinstance(source, list) and len(source) == 3 and all(isinstance(v, int) and 0 < v < 1 << 16
+                                                                   for v in source)
+            and source[2] == spec.frame_shape[2] and size == list(spec.frame_shape[:2])):
+        raise CorruptStoreError(f"{at}.resize {how!r:.120} does not describe frames of {list(spec.frame_shape)} "
+                                f"resized from a source shape (height, width, channels)")
 
 
 def _frozen_json(value: Any) -> Any:
@@ -563,9 +757,21 @@ def _check_table(table: EpisodeTable, packs: PackLayout, n_tasks: int, where: st
         e = int(np.argmax(bad))
         raise CorruptStoreError(f"{where}: episode {e} has length {int(table.length[e])}, not in [1, {_MAX_ROWS}] "
                                 f"(episodes.length)", episode=e)
-    if (table.start < 0).any() or (table.offset < 0).any() or (table.episode_index_shift < 0).any() \
-            or (table.index_shift < 0).any():
-        raise CorruptStoreError(f"{where}: the episode table holds negative starts, offsets or shifts")
+    if float(table.length.astype(np.float64).sum()) > MAX_FRAMES:
+        raise CorruptStoreError(f"{where}: the episodes hold more than {MAX_FRAMES} frames (episodes.length)")
+    expected = np.cumsum(table.length) - table.length
+    if (table.start != expected).any():
+        e = int(np.argmax(table.start != expected))
+        raise CorruptStoreError(f"{where}: episode {e} starts at global index {int(table.start[e])}, expected "
+                                f"{int(expected[e])}: episodes follow each other from index 0 (episodes.start)",
+                                episode=e)
+    for key, high in (("offset", _MAX_ROWS), ("episode_index_shift", MAX_FRAMES), ("index_shift", MAX_FRAMES)):
+        values = getattr(table, key)
+        bad = (values < 0) | (values > high)
+        if bad.any():
+            e = int(np.argmax(bad))
+            raise CorruptStoreError(f"{where}: episode {e} has {key} {int(values[e])}, not in [0, {high}] "
+                                    f"(episodes.{key})", episode=e)
     if ((table.task_index < -1) | (table.task_index >= max(n_tasks, 0))).any() and n_tasks >= 0:
         bad = int(np.argmax((table.task_index < -1) | (table.task_index >= n_tasks)))
         raise CorruptStoreError(f"{where}: episode {bad} has task_index {int(table.task_index[bad])} outside the "
@@ -605,6 +811,10 @@ def _parse_state(root: Path, attrs: Mapping, consolidated: Mapping, version: int
     else:
         table, packs = _legacy_table(root, attrs, where, version)
     _check_table(table, packs, len(tasks), where)
+    widest = max((spec.frame_bytes for spec in arrays.values() if spec.storage == "raw"), default=0)
+    if len(packs) and int(packs.rows.max()) * widest > MAX_PACK_BYTES:
+        raise CorruptStoreError(f"{where}: a pack of {int(packs.rows.max())} rows of {widest}-byte frames is more "
+                                f"than {MAX_PACK_BYTES} bytes (packs.rows)")
     n = len(table)
     features = attrs["features"]
     materialized = {name: _parse_ranges(features[name].get("episodes", []), n, f"{where}: features[{name!r}].episodes")
@@ -618,7 +828,7 @@ def _parse_state(root: Path, attrs: Mapping, consolidated: Mapping, version: int
     for item in _key(attrs, "retired", list, where, []):
         if not (isinstance(item, list) and len(item) == 2 and isinstance(item[1], (int, float))):
             raise CorruptStoreError(f"{where}: retired entries are [pack, unix_time], got {item!r:.60}")
-        retired.append((_integer(item[0], f"{where}: retired", 0), float(item[1])))
+        retired.append((_integer(item[0], f"{where}: retired", 0, max(len(packs) - 1, 0)), float(item[1])))
     capacity = _key(attrs, "capacity_frames", (int, type(None)), where, None)
     if capacity is not None and (isinstance(capacity, bool) or capacity < 1):
         raise CorruptStoreError(f"{where}: capacity_frames must be a positive integer or null")
@@ -628,14 +838,16 @@ def _parse_state(root: Path, attrs: Mapping, consolidated: Mapping, version: int
             raise CorruptStoreError(f"{where}: pending_tasks entries are [chunk, offset, task_index]")
         if len(item) == 2:  # format 2: [chunk, task_index], one episode per chunk at row 0
             item = [item[0], 0, item[1]]
-        pending.append((_integer(item[0], where, 0), _integer(item[1], where, 0),
+        pending.append((_integer(item[0], f"{where}: pending_tasks", 0, max(len(packs) - 1, 0)),
+                        _integer(item[1], f"{where}: pending_tasks", 0, _MAX_ROWS),
                         _integer(item[2], f"{where}: pending_tasks", 0, len(tasks) - 1)))
+    hashes = ContentHashes.from_json(attrs.get("hashes"), table, arrays, where)
     return StoreState(
         root=root, info=info, tasks=tuple(tasks), stats=stats, source=source, arrays=arrays, table=table,
         packs=packs, materialized=materialized, unavailable=unavailable, not_materialized=not_materialized,
         retired=tuple(retired), generation=_integer(attrs.get("generation", 0), f"{where}: generation", 0),
         pack_bytes=_integer(attrs.get("pack_bytes", DEFAULT_PACK_BYTES), f"{where}: pack_bytes", 1),
-        capacity_frames=capacity, pending_tasks=tuple(pending), read_version=version)
+        capacity_frames=capacity, pending_tasks=tuple(pending), read_version=version, hashes=hashes)
 
 
 def _legacy_table(root: Path, attrs: Mapping, where: str, version: int) -> tuple[EpisodeTable, PackLayout]:
@@ -644,10 +856,14 @@ def _legacy_table(root: Path, attrs: Mapping, where: str, version: int) -> tuple
     if version == 1:  # the table lived in the episode_* arrays only, chunk id = episode index
         columns = {}
         for name in ("episode_start", "episode_length", "episode_task_index"):
+            path = root / name / "c" / "0"
             try:
-                columns[name] = np.fromfile(root / name / "c" / "0", dtype="<i8").astype(np.int64)
+                raw = read_bounded(path, 8 * MAX_EPISODES, root=root, what=f"episode table array {name!r}")
             except FileNotFoundError:
                 raise CorruptStoreError(f"{root}: episode table array {name!r} is missing") from None
+            if len(raw) % 8:
+                raise CorruptStoreError(f"{path}: {len(raw)} bytes, not int64 values", path=path)
+            columns[name] = np.frombuffer(raw, dtype="<i8").astype(np.int64)
         n = len(columns["episode_length"])
         if not len(columns["episode_start"]) == n == len(columns["episode_task_index"]):
             raise CorruptStoreError(f"{root}: episode table arrays have different lengths")
@@ -662,7 +878,7 @@ def _legacy_table(root: Path, attrs: Mapping, where: str, version: int) -> tuple
         if not isinstance(values, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
             raise CorruptStoreError(f"{where}: episodes.{key} must be a list of integers")
         columns[key] = np.asarray(values, dtype=np.int64)
-    next_chunk = _integer(attrs.get("next_chunk"), f"{where}: next_chunk", 0, _MAX_ROWS)
+    next_chunk = _integer(attrs.get("next_chunk"), f"{where}: next_chunk", 0, MAX_PACKS)
     chunk = columns["chunk"]
     if len(chunk) and (chunk.min() < 0 or chunk.max() >= next_chunk or (np.diff(chunk) <= 0).any()):
         raise CorruptStoreError(f"{where}: episodes.chunk lists chunk ids out of order or out of range")
@@ -705,12 +921,12 @@ def read_root(root: Path) -> dict:
     """The root ``zarr.json`` document of a committed store (JSON only; :func:`read_state` validates it)."""
     path = Path(root) / ROOT
     try:
-        with open(path, "rb") as f:  # a symlinked root is followed only if it is one: stores never make them
-            doc = json.loads(f.read())
+        data = read_bounded(path, MAX_ROOT_BYTES, what="root zarr.json")
     except (FileNotFoundError, NotADirectoryError):
         raise SourceNotFoundError(f"{root}: not a lerobot_zarr store (no committed zarr.json)", path=root) from None
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
-        raise CorruptStoreError(f"{path}: unreadable ({exc})", path=path) from None
+    except IsADirectoryError:
+        raise CorruptStoreError(f"{path}: is a folder, not the store's root file", path=path) from None
+    doc = load_json(data, str(path))
     if not isinstance(doc, dict) or not isinstance(doc.get("attributes"), dict) \
             or not isinstance(doc["attributes"].get(ATTRS_KEY), dict):
         raise CorruptStoreError(f"{path}: not a lerobot_zarr store (no '{ATTRS_KEY}' attributes)", path=path)
@@ -812,12 +1028,18 @@ def _write_zarr_copies(state: StoreState) -> None:
                "episode_task_index": table.task_index, "episode_chunk": table.chunk, "episode_offset": table.offset,
                "episode_frame": state.episode_frame()}
     for name, values in columns.items():
-        (root / name / "c").mkdir(parents=True, exist_ok=True)
-        atomic_write(root / name / "c" / "0", np.asarray(values, dtype="<i8").tobytes(), durable=False)
+        _make_folder(root, root / name / "c")
+        atomic_write(root / name / "c" / "0", np.asarray(values, dtype="<i8").tobytes(), durable=False, root=root)
     for key, doc in metadata_documents(state, None).items():
         path = root / key
-        path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(path, dump(doc), durable=False)
+        _make_folder(root, path.parent)
+        atomic_write(path, dump(doc), durable=False, root=root)
+
+
+def _make_folder(root: Path, folder: Path) -> None:
+    """``folder`` inside the store made (with its parents) after checking no existing one is a link."""
+    check_in_store(root, folder / "_")
+    folder.mkdir(parents=True, exist_ok=True)
 
 
 def _live_runs(state: StoreState) -> np.ndarray:
@@ -833,8 +1055,8 @@ def _set_live(root: Path, packs: PackLayout, runs: np.ndarray, value: bool) -> N
         if not rows:
             continue
         path = live_path(root, pack)
-        create_sized(path, rows)
-        fd = open_nofollow(path, os.O_WRONLY)
+        create_sized(path, rows, root=root)
+        fd = open_nofollow(path, os.O_WRONLY, root=root)
         try:
             pwrite_all(fd, (b"\1" if value else b"\0") * length, offset, path)
         finally:
@@ -849,22 +1071,34 @@ def _runs_difference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return a[~np.isin(key(a), key(b))]
 
 
-def _repair_live(state: StoreState) -> None:
-    """Rewrite every pack's ``frame_live`` from the table (after a crash between a commit and its flags)."""
+def repair_live(state: StoreState) -> None:
+    """Rewrite every pack's ``frame_live`` that differs from the table (after a crash between a commit and its
+    flags, or damage); the table is what lerobot_zarr reads, ``frame_live`` is for zarr and xarray readers."""
+    for pack, flags in expected_live(state).items():
+        path = live_path(state.root, pack)
+        if live_matches(state.root, pack, flags):
+            continue
+        _make_folder(state.root, Path(path).parent)
+        atomic_write(Path(path), flags.tobytes(), durable=False, root=state.root)
+
+
+def expected_live(state: StoreState) -> dict[int, np.ndarray]:
+    """What ``frame_live`` must hold: per pack with rows, 1 for the rows of complete committed episodes."""
     expected = {int(k): np.zeros(int(r), dtype=np.uint8) for k, r in enumerate(state.packs.rows.tolist()) if r}
     for pack, offset, length in _live_runs(state).tolist():
         expected[pack][offset:offset + length] = 1
-    for pack, flags in expected.items():
-        path = live_path(state.root, pack)
-        try:
-            with open(path, "rb") as f:
-                if f.read() == flags.tobytes():
-                    continue
-        except FileNotFoundError:
-            if not flags.any():
-                continue
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(Path(path), flags.tobytes(), durable=False)
+    return expected
+
+
+def live_matches(root: Path, pack: int, flags: np.ndarray) -> bool:
+    """Whether pack ``pack``'s ``frame_live`` file holds ``flags`` (a missing file holds no live row)."""
+    try:
+        data = read_bounded(live_path(root, pack), len(flags), root=root, what="frame_live chunk")
+    except FileNotFoundError:
+        return not flags.any()
+    except CorruptStoreError:  # a link, or a file of another size
+        return False
+    return data == flags.tobytes()
 
 
 def commit(state: StoreState, *, previous: StoreState | None, durable: bool = True) -> StoreState:
@@ -891,7 +1125,7 @@ def commit(state: StoreState, *, previous: StoreState | None, durable: bool = Tr
         flush_filesystem(root)  # data reaches the disk before the metadata that lists it
     atomic_write(root / ROOT, dump(root_doc), durable=durable)
     if repair:
-        _repair_live(state)
+        repair_live(state)
     else:
         _set_live(root, state.packs, gone, False)
     with contextlib.suppress(FileNotFoundError):
