@@ -24,6 +24,7 @@ from .cache import cache_info
 from .dataset import DatasetMeta, LeRobotZarrDataset
 from .errors import *  # noqa: F403  (the curated list is errors.__all__)
 from .errors import __all__ as _errors
+from .integrity import VerifyReport, verify  # (registers ds.verify)
 from .sharding import episodes_for_rank, split_episodes
 from .streaming import SampleStream, stream
 from .writer import WritableDataset, create
@@ -41,6 +42,8 @@ __all__ = [
     "LeRobotZarrDataset",
     "WritableDataset",
     "DatasetMeta",
+    "verify",
+    "VerifyReport",
     *_errors,
 ]
 __version__ = "0.1.0"

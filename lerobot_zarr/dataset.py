@@ -679,6 +679,13 @@ class LeRobotZarrDataset:
         return _FORWARDED["push"](self, repo_id, revision=revision, private=private, token=token,
                     commit_message=commit_message, videos=videos, progress=progress)
 
+    def verify(self, *, repair: bool = False, record: bool = False, token: str | bool | None = None,
+               progress: bool = True) -> Any:
+        """Re-read every committed episode of the store and check it against the content hashes recorded at commit
+        (:func:`lerobot_zarr.integrity.verify`); returns a :class:`~lerobot_zarr.integrity.VerifyReport` naming
+        what is damaged. ``repair=True`` fetches damaged episodes again from the store's Hub repo or folder."""
+        return _FORWARDED["verify"](self.root, repair=repair, record=record, token=token, progress=progress)
+
     def to_xarray(self) -> Any:
         """The selected, materialized episodes as a lazy ``xarray.Dataset`` (xarray extra): one dask chunk per
         episode; dims ``frame`` and ``<feature>.<axis>`` (named from LeRobot's ``names`` where it names an axis,

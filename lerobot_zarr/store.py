@@ -591,6 +591,15 @@ class StoreState:
             gaps[name] = tuple((a, b, r) for a, b, r in runs)
         return replace(self, materialized=materialized, unavailable=gaps)
 
+    def without_materialized(self, episodes: Mapping[str, Iterable[int]]) -> StoreState:
+        """This state with episodes no longer committed per feature (to be fetched again)."""
+        materialized = dict(self.materialized)
+        for name, gone in episodes.items():
+            mask = self.materialized_mask(name)
+            mask[list(gone)] = False
+            materialized[name] = _ranges_of(mask)
+        return replace(self, materialized=materialized)
+
     def all_materialized(self) -> StoreState:
         """This state with every episode committed for every array (what a writer's commit says)."""
         full = ((0, len(self.table)),) if len(self.table) else ()
