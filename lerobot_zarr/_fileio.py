@@ -17,6 +17,7 @@ import os
 import stat
 import threading
 import weakref
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,11 +31,13 @@ __all__ = [
     "create_sized",
     "open_nofollow",
     "check_in_store",
+    "find_links",
     "load_json",
     "read_bounded",
     "punch_hole",
     "disk_error",
     "copy_file",
+    "data_ranges",
     "link_or_copy",
     "WriterLock",
 ]
@@ -143,6 +146,23 @@ def check_in_store(root: str | os.PathLike, path: str | os.PathLike) -> str:
         if not stat.S_ISDIR(mode):
             raise CorruptStoreError(f"{folder}: is not a folder, where the store keeps {path_s}", path=folder)
     return path_s
+
+
+def find_links(root: str | os.PathLike) -> list[Path]:
+    """Symbolic links anywhere under ``root`` (none is followed), sorted."""
+    found, todo = [], [os.fspath(root)]
+    while todo:
+        folder = todo.pop()
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.is_symlink():
+                found.append(Path(entry.path))
+            elif entry.is_dir(follow_symlinks=False):
+                todo.append(entry.path)
+    return sorted(found)
 
 
 def open_nofollow(path: str | os.PathLike, flags: int, mode: int = 0o644, *, root: str | os.PathLike | None = None
@@ -290,15 +310,15 @@ def read_bounded(path: str | os.PathLike, limit: int, *, root: str | os.PathLike
         os.close(fd)
 
 
-def load_json(data: bytes | str, where: str, *, error: type[Exception] = CorruptStoreError,
+def load_json(data: bytes | str, where: str, *, error: Callable[[str], Exception] = CorruptStoreError,
               max_depth: int = MAX_JSON_DEPTH) -> Any:
     """Parse untrusted JSON: invalid text, or nesting deeper than ``max_depth`` (JSON "bombs" that would exhaust the
-    stack of any code walking them), raise ``error`` naming ``where`` (a typed error of this package)."""
+    stack of any code walking them), raise ``error(message)`` naming ``where`` (a typed error of this package)."""
     try:
         doc = json.loads(data)
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
         detail = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
-        raise error(f"{where}: not valid JSON ({detail})") from None
+        raise error(f"{where}: invalid JSON ({detail})") from None
     stack = [(doc, 1)]
     while stack:
         node, depth = stack.pop()

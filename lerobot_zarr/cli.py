@@ -21,6 +21,7 @@ import numpy as np
 
 from .errors import LeRobotZarrError, LeRobotZarrWarning, SourceNotFoundError
 from .lerobot_v3 import CAMERA_DTYPES, DEFAULT_FEATURES
+from .store import MAX_EPISODES
 
 __all__ = ["describe", "describe_json", "main"]
 
@@ -193,9 +194,12 @@ def _episode_list(text: str) -> list[int]:
                 raise ValueError(part)
             if dash and int(b) < int(a):
                 raise ValueError(part)
+            if (int(b) + 1 - int(a) if dash else 1) + len(out) > MAX_EPISODES:  # before making the list
+                raise argparse.ArgumentTypeError(f"{text!r:.80}: more than {MAX_EPISODES} episodes (a store holds "
+                                                 f"at most that many)")
             out.extend(range(int(a), int(b) + 1) if dash else [int(a)])
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected episode indices like 0,3,5-9") from None
+        raise argparse.ArgumentTypeError(f"{text!r:.80}: expected episode indices like 0,3,5-9") from None
     return out
 
 

@@ -252,6 +252,7 @@ class LeRobotZarrDataset:
         shifts = {"episode_index": state.table.episode_index_shift, "index": state.table.index_shift}
         self._shifts = [(name, shift, shift.tolist()) for name, shift in shifts.items()
                         if name in self._specs and shift.any()]
+        self._shifts_checked = np.zeros(len(state.packs), dtype=bool)  # packs whose stored numbers were checked
         n_raw = sum(spec.storage == "raw" for spec in self._specs.values())
         self._max_packs = max(1, max_open_maps // max(1, n_raw))
         for reader in getattr(self, "_cameras", {}).values():
@@ -428,8 +429,31 @@ class LeRobotZarrDataset:
             e = int(hit[0])
             raise CorruptStoreError(f"{exc} (pack {pack} holds episode {e}, asked for here)", path=exc.path,
                                     episode=e, feature=exc.feature) from None
+        if self._shifts and not self._shifts_checked[packs].all():
+            self._check_shifts(packs[~self._shifts_checked[packs]])
         self._all_mapped = bool(self._maps.mapped[self._sel_packs].all()) and (
             not self._lazy or bool(self._present[self._sel.episodes].all()))
+
+    def _check_shifts(self, packs: np.ndarray) -> None:
+        """Before serving numbers corrected by the table's shifts (after deletions), check them against the stored
+        ones, episode by episode: the stored ``index`` of an episode's first frame is its start plus its
+        ``index_shift``, and its stored ``episode_index`` the episode plus its ``episode_index_shift``; a root
+        whose shifts disagree would serve other (even negative) numbers."""
+        table = self._state.table
+        eps = np.flatnonzero(np.isin(table.chunk, packs) & self._present)
+        for name, shift, _ in self._shifts:
+            view, base = self._maps.views[name], self._maps.base_rows(name)
+            stored = np.asarray(view[base[table.chunk[eps]] + table.offset[eps]]).reshape(len(eps), -1)[:, 0]
+            want = (table.start[eps] if name == "index" else eps) + shift[eps]
+            bad = np.flatnonzero(stored != want)
+            if len(bad):
+                e = int(eps[bad[0]])
+                raise CorruptStoreError(
+                    f"{self.root}: episode {e}'s stored {name} is {int(stored[bad[0]])}, but the table gives "
+                    f"{int(want[bad[0]])} ({'start' if name == 'index' else 'episode'} + {name}_shift "
+                    f"{int(shift[e])}): the root's shifts disagree with the data", path=self.root, episode=e,
+                    feature=name)
+        self._shifts_checked[packs] = True
 
     def _touch(self, e: int, pack: int) -> None:
         """The item path's check: map the pack of episode ``e`` if needed, else mark it recently used."""
@@ -654,7 +678,14 @@ class LeRobotZarrDataset:
                                       shape=(n, *spec.frame_shape))
         for name, shift, _ in self._shifts:
             if name in out:
-                out[name] = np.asarray(out[name]) - shift[e]
+                stored = np.asarray(out[name])
+                first = stored.reshape(n, -1)[0, 0] if n else 0
+                want = (int(self.meta.episode_start[e]) if name == "index" else e) + int(shift[e])
+                if n and first != want:
+                    raise CorruptStoreError(f"{self.root}: episode {e}'s stored {name} is {int(first)}, but the table "
+                                            f"gives {want}: the root's shifts disagree with the data", path=self.root,
+                                            episode=e, feature=name)
+                out[name] = stored - shift[e]
         return out
 
     def episode_location(self, episode_index: int) -> tuple[int, int, int]:

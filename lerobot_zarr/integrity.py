@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from ._cameras import MP4_INDEX, mp4_file, mp4_index_path, read_mp4_index
-from ._fileio import WriterLock, check_in_store, open_nofollow, read_bounded
+from ._fileio import WriterLock, check_in_store, find_links, open_nofollow, read_bounded
 from ._hashing import Crc32c, compact_frame_header, crc32c
 from ._packs import open_pack, read_shard_index
 from ._progress import progress_bar
@@ -44,8 +44,8 @@ from .store import (
     StoreState,
     chunk_path,
     commit,
-    expected_live,
     live_matches,
+    live_runs,
     read_state,
     repair_live,
 )
@@ -140,7 +140,7 @@ def verify(store: str | os.PathLike, *, repair: bool = False, record: bool = Fal
     started = time.perf_counter()
     state = read_state(root)
     report = VerifyReport(root, state.generation, int(state.complete_episodes().sum()))
-    links = _links(root)
+    links = find_links(root)
     for link in links:
         report.store_problems.append(f"{link}: is a symbolic link; a store holds no links (one could point reads "
                                      f"or writes outside it)")
@@ -157,23 +157,6 @@ def verify(store: str | os.PathLike, *, repair: bool = False, record: bool = Fal
 
 
 # ------------------------------------------------------------------------------------------------- reading
-def _links(root: Path) -> list[Path]:
-    """Symbolic links anywhere under the store root (not followed)."""
-    found, todo = [], [root]
-    while todo:
-        folder = todo.pop()
-        try:
-            entries = list(os.scandir(folder))
-        except OSError:
-            continue
-        for entry in entries:
-            if entry.is_symlink():
-                found.append(Path(entry.path))
-            elif entry.is_dir(follow_symlinks=False):
-                todo.append(Path(entry.path))
-    return sorted(found)
-
-
 def _edited(root: Path) -> dict[tuple[int, int], set[str]]:
     """Episodes (by location) edited in place since the last commit, and which features."""
     import json
@@ -395,7 +378,8 @@ def _hash_compact(root: Path, job: _Job) -> tuple[dict[int, int], dict[int, str]
 # ------------------------------------------------------------------------------------------------- store files
 def _check_store_files(state: StoreState, report: VerifyReport) -> None:
     root = state.root
-    bad_live = [pack for pack, flags in expected_live(state).items() if not live_matches(root, pack, flags)]
+    bad_live = [pack for pack, runs in live_runs(state).items()
+                if not live_matches(root, pack, int(state.packs.rows[pack]), runs)]
     if bad_live:
         report.store_problems.append(
             f"frame_live of pack(s) {_short(bad_live)} differs from the committed table: zarr and xarray readers "

@@ -99,6 +99,8 @@ from ._fileio import (
     atomic_write,
     check_in_store,
     create_sized,
+    data_ranges,
+    disk_error,
     flush_filesystem,
     load_json,
     open_nofollow,
@@ -112,6 +114,13 @@ from .lerobot_v3 import CAMERA_DTYPES
 
 __all__ = [
     "FORMAT_VERSION",
+    "MAX_EPISODES",
+    "MAX_FRAMES",
+    "MAX_FRAME_BYTES",
+    "MAX_PACK_BYTES",
+    "MAX_PACKS",
+    "MAX_ROOT_BYTES",
+    "MAX_ROWS",
     "ATTRS_KEY",
     "LIVE_ARRAY",
     "EPISODE_ARRAYS",
@@ -132,7 +141,7 @@ __all__ = [
     "check_array_name",
     "check_new_store_location",
     "repair_live",
-    "expected_live",
+    "live_runs",
     "live_matches",
     "ContentHashes",
     "location_key",
@@ -157,8 +166,8 @@ _TABLE_KEYS = ("start", "length", "task_index", "chunk", "offset", "episode_inde
 _CREATING = ".lerobot_zarr-creating"
 CREATING_MARKER = _CREATING
 _LIVE_PENDING = ".frame_live-pending"
-_MAX_ROWS = 1 << 40  # rows of one pack, frames of one episode: beyond any real dataset, and keeps ints exact
-MAX_EPISODES = 1 << 24  # episodes of one store (a column of the root decompresses to at most 8 bytes each)
+MAX_ROWS = 1 << 40  # rows of one pack, frames of one episode: beyond any real dataset, and keeps ints exact
+MAX_EPISODES = 1 << 20  # episodes of one store (10x DROID's; a column of the root inflates to 8 bytes each)
 MAX_PACKS = 1 << 23  # pack ids ever used (retired ones included); with rows < 2**40, (pack, row) fits an int64
 MAX_FRAMES = 1 << 48  # frames of a store, and what index shifts may add: sums of them cannot overflow int64
 MAX_FRAME_BYTES = 1 << 32  # bytes of one frame of one feature
@@ -346,7 +355,7 @@ class PackLayout:
             raise CorruptStoreError(f"{where}: 'packs' must be an object with 'rows' and 'next_row'")
         rows = _decode_column(doc["rows"], f"{where}: packs.rows", MAX_PACKS)
         next_row = _integer(doc.get("next_row"), f"{where}: packs.next_row", 0, int(rows[-1]) if len(rows) else 0)
-        if (rows < 0).any() or (rows > _MAX_ROWS).any():
+        if (rows < 0).any() or (rows > MAX_ROWS).any():
             raise CorruptStoreError(f"{where}: packs.rows holds a negative or impossibly large row count")
         return cls(rows, next_row)
 
@@ -679,7 +688,7 @@ def _parse_arrays(features: Mapping, consolidated: Mapping, where: str) -> dict[
             raise CorruptStoreError(f"{at}.dtype {dtype} cannot be stored raw")
         shape = f.get("frame_shape")
         if not isinstance(shape, list) or len(shape) > 8 or not all(
-                isinstance(s, int) and not isinstance(s, bool) and 0 < s < _MAX_ROWS for s in shape):
+                isinstance(s, int) and not isinstance(s, bool) and 0 < s < MAX_ROWS for s in shape):
             raise CorruptStoreError(f"{at}.frame_shape must be a list of positive integers, got {shape!r:.80}")
         if math.prod(shape) * dtype.itemsize > MAX_FRAME_BYTES:
             raise CorruptStoreError(f"{at}.frame_shape {shape} makes frames of more than {MAX_FRAME_BYTES} bytes")
@@ -761,10 +770,10 @@ def _parse_ranges(value: Any, n: int, where: str, with_reason: bool = False) -> 
 def _check_table(table: EpisodeTable, packs: PackLayout, n_tasks: int, where: str) -> None:
     if not len(table):
         return
-    bad = (table.length <= 0) | (table.length > _MAX_ROWS)
+    bad = (table.length <= 0) | (table.length > MAX_ROWS)
     if bad.any():
         e = int(np.argmax(bad))
-        raise CorruptStoreError(f"{where}: episode {e} has length {int(table.length[e])}, not in [1, {_MAX_ROWS}] "
+        raise CorruptStoreError(f"{where}: episode {e} has length {int(table.length[e])}, not in [1, {MAX_ROWS}] "
                                 f"(episodes.length)", episode=e)
     if float(table.length.astype(np.float64).sum()) > MAX_FRAMES:
         raise CorruptStoreError(f"{where}: the episodes hold more than {MAX_FRAMES} frames (episodes.length)")
@@ -774,7 +783,7 @@ def _check_table(table: EpisodeTable, packs: PackLayout, n_tasks: int, where: st
         raise CorruptStoreError(f"{where}: episode {e} starts at global index {int(table.start[e])}, expected "
                                 f"{int(expected[e])}: episodes follow each other from index 0 (episodes.start)",
                                 episode=e)
-    for key, high in (("offset", _MAX_ROWS), ("episode_index_shift", MAX_FRAMES), ("index_shift", MAX_FRAMES)):
+    for key, high in (("offset", MAX_ROWS), ("episode_index_shift", MAX_FRAMES), ("index_shift", MAX_FRAMES)):
         values = getattr(table, key)
         bad = (values < 0) | (values > high)
         if bad.any():
@@ -848,7 +857,7 @@ def _parse_state(root: Path, attrs: Mapping, consolidated: Mapping, version: int
         if len(item) == 2:  # format 2: [chunk, task_index], one episode per chunk at row 0
             item = [item[0], 0, item[1]]
         pending.append((_integer(item[0], f"{where}: pending_tasks", 0, max(len(packs) - 1, 0)),
-                        _integer(item[1], f"{where}: pending_tasks", 0, _MAX_ROWS),
+                        _integer(item[1], f"{where}: pending_tasks", 0, MAX_ROWS),
                         _integer(item[2], f"{where}: pending_tasks", 0, len(tasks) - 1)))
     hashes = ContentHashes.from_json(attrs.get("hashes"), table, arrays, where)
     return StoreState(
@@ -1067,47 +1076,96 @@ def _set_live(root: Path, packs: PackLayout, runs: np.ndarray, value: bool) -> N
         create_sized(path, rows, root=root)
         fd = open_nofollow(path, os.O_WRONLY, root=root)
         try:
-            pwrite_all(fd, (b"\1" if value else b"\0") * length, offset, path)
+            _write_flags(fd, offset, length, value, path)
         finally:
             os.close(fd)
+
+
+_FLAG_BLOCK = 8 << 20  # frame_live bytes written or compared at a time: a huge declared pack allocates nothing
+
+
+def _write_flags(fd: int, offset: int, length: int, value: bool, path: str) -> None:
+    block = (b"\1" if value else b"\0") * min(length, _FLAG_BLOCK)
+    for at in range(offset, offset + length, _FLAG_BLOCK):
+        pwrite_all(fd, block[:min(_FLAG_BLOCK, offset + length - at)], at, path)
 
 
 def _runs_difference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Rows of ``a`` (pack, offset, length) that ``b`` does not hold."""
     if not len(a) or not len(b):
         return a
-    key = lambda r: (r[:, 0] << 40) | r[:, 1]
-    return a[~np.isin(key(a), key(b))]
+    return a[~np.isin(location_key(a[:, 0], a[:, 1]), location_key(b[:, 0], b[:, 1]))]
 
 
 def repair_live(state: StoreState) -> None:
     """Rewrite every pack's ``frame_live`` that differs from the table (after a crash between a commit and its
     flags, or damage); the table is what lerobot_zarr reads, ``frame_live`` is for zarr and xarray readers."""
-    for pack, flags in expected_live(state).items():
-        path = live_path(state.root, pack)
-        if live_matches(state.root, pack, flags):
+    for pack, runs in live_runs(state).items():
+        rows = int(state.packs.rows[pack])
+        if live_matches(state.root, pack, rows, runs):
             continue
-        _make_folder(state.root, Path(path).parent)
-        atomic_write(Path(path), flags.tobytes(), durable=False, root=state.root)
+        path = Path(live_path(state.root, pack))
+        _make_folder(state.root, path.parent)
+        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+        fd = open_nofollow(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, root=state.root)
+        try:
+            os.ftruncate(fd, rows)
+            for offset, length in runs:
+                _write_flags(fd, offset, length, True, str(path))
+        except OSError as exc:
+            os.close(fd)
+            os.unlink(tmp)
+            raise disk_error(exc, path) from None
+        os.close(fd)
+        os.replace(tmp, path)
 
 
-def expected_live(state: StoreState) -> dict[int, np.ndarray]:
-    """What ``frame_live`` must hold: per pack with rows, 1 for the rows of complete committed episodes."""
-    expected = {int(k): np.zeros(int(r), dtype=np.uint8) for k, r in enumerate(state.packs.rows.tolist()) if r}
-    for pack, offset, length in _live_runs(state).tolist():
-        expected[pack][offset:offset + length] = 1
-    return expected
+def live_runs(state: StoreState) -> dict[int, list[tuple[int, int]]]:
+    """What ``frame_live`` must hold: per pack with rows, the ``(offset, length)`` runs of rows of complete
+    committed episodes, in order (every other row is 0)."""
+    out: dict[int, list[tuple[int, int]]] = {int(k): [] for k in np.flatnonzero(state.packs.rows > 0).tolist()}
+    for pack, offset, length in sorted(_live_runs(state).tolist()):
+        if pack in out:
+            out[pack].append((offset, length))
+    return out
 
 
-def live_matches(root: Path, pack: int, flags: np.ndarray) -> bool:
-    """Whether pack ``pack``'s ``frame_live`` file holds ``flags`` (a missing file holds no live row)."""
+def live_matches(root: Path, pack: int, rows: int, runs: list[tuple[int, int]]) -> bool:
+    """Whether pack ``pack``'s ``frame_live`` file (``rows`` bytes) is 1 exactly at ``runs`` (a missing file holds
+    no live row). Holes of a sparse file are not read."""
+    path = live_path(root, pack)
     try:
-        data = read_bounded(live_path(root, pack), len(flags), root=root, what="frame_live chunk")
+        fd = open_nofollow(path, os.O_RDONLY, root=root)
     except FileNotFoundError:
-        return not flags.any()
-    except CorruptStoreError:  # a link, or a file of another size
+        return not runs
+    except CorruptStoreError:  # a link on the way
         return False
-    return data == flags.tobytes()
+    try:
+        if os.fstat(fd).st_size != rows:
+            return False
+        ranges = data_ranges(fd, rows)
+        covered = 0
+        for offset, length in runs:  # live rows must lie in data, never in a hole
+            while covered < len(ranges) and ranges[covered][1] <= offset:
+                covered += 1
+            if covered == len(ranges) or ranges[covered][0] > offset or ranges[covered][1] < offset + length:
+                return False
+        starts = np.array([r[0] for r in runs], dtype=np.int64)
+        ends = np.array([r[0] + r[1] for r in runs], dtype=np.int64)
+        for a, b in ranges:
+            for at in range(a, b, _FLAG_BLOCK):
+                stop = min(b, at + _FLAG_BLOCK)
+                want = np.zeros(stop - at, dtype=np.uint8)
+                first = int(np.searchsorted(ends, at, side="right"))
+                for s, e in zip(starts[first:].tolist(), ends[first:].tolist(), strict=True):
+                    if s >= stop:
+                        break
+                    want[max(s, at) - at:min(e, stop) - at] = 1
+                if os.pread(fd, stop - at, at) != want.tobytes():
+                    return False
+        return True
+    finally:
+        os.close(fd)
 
 
 def commit(state: StoreState, *, previous: StoreState | None, durable: bool = True) -> StoreState:

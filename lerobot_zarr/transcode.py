@@ -33,12 +33,23 @@ from ._fileio import WriterLock, atomic_write, check_in_store, disk_error, link_
 from ._hashing import Crc32c, crc32c
 from ._packs import ensure_pack, row_writer, write_rows, write_rows_vectored
 from ._progress import progress_bar
-from .errors import ArgumentError, FrameIndexError, NotMaterializedError, SourceMismatchError, StoreError
+from .errors import (
+    ArgumentError,
+    FrameIndexError,
+    NotMaterializedError,
+    SchemaMismatchError,
+    SourceMismatchError,
+    StoreError,
+)
 from .files import SourceFiles
 from .lerobot_v3 import CAMERA_DTYPES
 from .resize import resize_frame, resize_frames
 from .store import (
     DEFAULT_PACK_BYTES,
+    MAX_EPISODES,
+    MAX_FRAMES,
+    MAX_PACK_BYTES,
+    MAX_ROWS,
     ArraySpec,
     EpisodeTable,
     PackLayout,
@@ -182,6 +193,24 @@ def _create(source: LeRobotSource, root: Path, record: dict, arrays: Mapping[str
         keep_files=True)
 
 
+def _check_storable(source: LeRobotSource, arrays: Mapping[str, ArraySpec]) -> None:
+    """Refuse, before anything is made, a source whose declared episodes a store cannot hold (an episode of
+    10**12 frames in a corrupt episode table): the store's limits are :data:`~lerobot_zarr.store.MAX_EPISODES`,
+    rows per pack, bytes per pack file and frames in all."""
+    length = source.episodes.length.astype(np.float64)
+    widest = max((s.frame_bytes for s in arrays.values() if s.storage == "raw"), default=1)
+    where = source.files.location("meta")
+    if len(length) > MAX_EPISODES or length.sum() > MAX_FRAMES:
+        raise SchemaMismatchError(f"{where}: {len(length)} episodes of {int(length.sum())} frames in all, more than "
+                                  f"a store holds ({MAX_EPISODES} episodes, {MAX_FRAMES} frames)")
+    bad = np.flatnonzero((length > MAX_ROWS) | (length * widest > MAX_PACK_BYTES))
+    if bad.size:
+        e = int(bad[0])
+        raise SchemaMismatchError(f"{where}: episode {e} declares {int(length[e])} frames, more than a store holds "
+                                  f"({MAX_ROWS} frames, {MAX_PACK_BYTES} bytes of its widest feature); the "
+                                  f"episode table is corrupt", episode=e)
+
+
 def _write_mp4_index(source: LeRobotSource, root: Path, name: str) -> int:
     """The episode -> (file, from, to timestamp) table of a camera kept as mp4 (fixed with the store); returns
     its content hash."""
@@ -290,6 +319,7 @@ def transcode(source: LeRobotSource, root: str | os.PathLike, *, episodes: Seque
         # before the lock: the arrays' frame shapes come from a data file's footer, which may be a Hub read (a
         # stalled one must not keep other processes from making the store and fetching their episodes)
         arrays = _camera_arrays(source, storage, resize)
+        _check_storable(source, arrays)  # before the folder is made
         with WriterLock(root):
             if not has_commit_point(root):
                 remove_creation_debris(root)

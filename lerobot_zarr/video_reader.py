@@ -35,7 +35,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from .errors import CorruptSourceError, SchemaMismatchError, SourceNotFoundError
+from .errors import CorruptSourceError, LeRobotZarrError, SchemaMismatchError, SourceNotFoundError
 from .frame_codecs import decode_threads, run_in_parallel
 from .video import TOLERANCE_S
 
@@ -278,7 +278,7 @@ class Mp4Frames:
         except FileNotFoundError:
             raise SourceNotFoundError(f"{key}: video file not found") from None
         except (av.error.FFmpegError, OSError, ValueError) as exc:
-            if isinstance(exc, CorruptSourceError):
+            if isinstance(exc, LeRobotZarrError):  # typed already (a store's file refused by the opener...)
                 raise
             raise CorruptSourceError(f"{key}: cannot open the video ({type(exc).__name__}: {exc})") from None
 

@@ -27,7 +27,16 @@ from typing import Any
 
 import numpy as np
 
-from ._fileio import WriterLock, atomic_write, check_in_store, copy_file, link_or_copy, load_json, read_bounded
+from ._fileio import (
+    WriterLock,
+    atomic_write,
+    check_in_store,
+    copy_file,
+    find_links,
+    link_or_copy,
+    load_json,
+    read_bounded,
+)
 from ._hashing import crc32c
 from ._packs import remove_retired, retire_pack, write_rows
 from ._progress import progress_bar
@@ -50,6 +59,7 @@ from .selection import episode_index, frame_range
 from .store import (
     CREATING_MARKER,
     DEFAULT_PACK_BYTES,
+    MAX_FRAME_BYTES,
     ArraySpec,
     EpisodeTable,
     PackLayout,
@@ -60,8 +70,8 @@ from .store import (
     chunk_path,
     commit,
     create_store,
-    expected_live,
     live_matches,
+    live_runs,
     pack_rows_target,
     read_state,
     remove_creation_debris,
@@ -146,6 +156,11 @@ def _feature_specs(features: Mapping[str, Mapping[str, Any]]) -> tuple[dict, dic
                                                                              or shape[-1] not in (1, 3, 4))):
             raise SchemaMismatchError(f"feature {name!r}: shape {list(shape)} is not valid for dtype {dtype!r}",
                                       feature=name)
+        itemsize = 1 if dtype == "image" else np.dtype(dtype).itemsize
+        if len(shape) > 8 or math.prod(shape) * itemsize > MAX_FRAME_BYTES:
+            raise SchemaMismatchError(f"feature {name!r}: shape {list(shape)[:9]} makes frames of "
+                                      f"{math.prod(shape) * itemsize} bytes; a store holds frames of at most "
+                                      f"{MAX_FRAME_BYTES} bytes and 8 dimensions", feature=name)
         names = ft.get("names")
         if (isinstance(names, (list, tuple)) and all(isinstance(n, str) for n in names)
                 and len(names) not in (shape[0], len(shape))):
@@ -340,7 +355,13 @@ class WritableDataset(LeRobotZarrDataset):
                                    path=self.root)
 
     def _cleanup(self) -> None:
-        """After a crash: drop pack files no commit lists, finish retiring, delete what expired, remove debris."""
+        """After a crash: drop pack files no commit lists, finish retiring, delete what expired, remove debris.
+        First, a store holding a symbolic link anywhere is refused: a writer never follows one out of the store."""
+        links = find_links(self.root)
+        if links:
+            raise CorruptStoreError(f"{links[0]}: is a symbolic link; a store holds none (it could point writes "
+                                    f"outside the store){f' (and {len(links) - 1} more)' if len(links) > 1 else ''}; "
+                                    f"`lerobot-zarr verify --repair {self.root}` removes them", path=links[0])
         state = self._state
         n_packs = len(state.packs)
         retired = {pack for pack, _ in state.retired}
@@ -380,7 +401,8 @@ class WritableDataset(LeRobotZarrDataset):
             if state.read_version < 3 or (self.root / ".frame_live-pending").exists():
                 # upgrade the format / a commit was cut short: its zarr copies and frame_live rewritten
                 self._state = commit(state, previous=state, durable=True)
-            elif not all(live_matches(self.root, pack, flags) for pack, flags in expected_live(state).items()):
+            elif not all(live_matches(self.root, pack, int(state.packs.rows[pack]), runs)
+                         for pack, runs in live_runs(state).items()):
                 repair_live(state)  # frame_live damaged since: rewritten from the table
         except DiskSpaceError as exc:
             if state.read_version < 3:

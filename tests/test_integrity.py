@@ -9,13 +9,9 @@ layout; damage is done by hand to the files.
 
 from __future__ import annotations
 
-import base64
-import errno
 import io
 import json
 import os
-import shutil
-import signal
 import subprocess
 import sys
 import textwrap
@@ -28,7 +24,7 @@ import pytest
 
 import lerobot_zarr as lz
 from lerobot_zarr.cli import main as cli
-from lerobot_zarr.errors import CorruptStoreError, StoreLockedError
+from lerobot_zarr.errors import CorruptStoreError
 from lerobot_zarr.sample_data import write_sample_dataset
 from lerobot_zarr.store import chunk_path, read_state
 
