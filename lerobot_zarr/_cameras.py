@@ -7,6 +7,7 @@ Both answer ``read(ds, episodes, frames)``: the frames ``frames[k]`` (episode-lo
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 import stat
@@ -62,14 +63,19 @@ class CodecFrames:
     def read_rows(self, packs: np.ndarray, rows: np.ndarray) -> np.ndarray:
         """Frames at ``rows`` of ``packs`` (equal-length arrays), decoded."""
         out = np.empty((len(rows), *self.spec.frame_shape), dtype=np.uint8)
-        blobs: list[Any] = []
-        for pack, row in zip(np.asarray(packs).tolist(), np.asarray(rows).tolist(), strict=True):
-            data, index = self._pack(pack)
-            offset, nbytes = index[row]
-            if offset < 0:
-                raise CorruptStoreError(f"{self.root}: pack {pack} of {self.name!r} has no frame at row {row}")
-            blobs.append(memoryview(data)[offset:offset + nbytes])
-        decode_batch(self.codec, blobs, out, where=lambda k: f"{self.name!r} pack {int(packs[k])} row {int(rows[k])}")
+        blobs: list[memoryview] = []
+        try:
+            for pack, row in zip(np.asarray(packs).tolist(), np.asarray(rows).tolist(), strict=True):
+                data, index = self._pack(pack)
+                offset, nbytes = index[row]
+                if offset < 0:
+                    raise CorruptStoreError(f"{self.root}: pack {pack} of {self.name!r} has no frame at row {row}")
+                blobs.append(memoryview(data)[offset:offset + nbytes])
+            decode_batch(self.codec, blobs, out,
+                         where=lambda k: f"{self.name!r} pack {int(packs[k])} row {int(rows[k])}")
+        finally:  # views of the maps must not outlive this call (an error's traceback would keep them)
+            for blob in blobs:
+                blob.release()
         return out
 
     def read(self, ds: LeRobotZarrDataset, episodes: np.ndarray, frames: np.ndarray) -> np.ndarray:
@@ -81,7 +87,8 @@ class CodecFrames:
 
 def _close_all(open_packs: dict) -> None:
     for data, _ in open_packs.values():
-        data.close()
+        with contextlib.suppress(BufferError):  # a view still held elsewhere: the map goes with its last view
+            data.close()
     open_packs.clear()
 
 

@@ -304,10 +304,16 @@ class LeRobotZarrDataset:
         self._extras = bool(self._shifts or self._cameras)  # per-sample work beyond the maps (rare): one test
         self._all_mapped = False
 
-    def _learn_tasks(self) -> None:
+    def _learn_tasks(self, task_index: Any) -> None:
         """A writer gave frames a task added after this dataset's commit (set_task works in place): tasks are
-        only ever appended, so the latest list names it."""
+        only ever appended, so the latest list names it. A ``task_index`` it does not name is damage."""
         self._tasks = np.array(read_state(self.root).tasks, dtype=object)
+        values = np.asarray(task_index)
+        if values.size and (values.min() < 0 or values.max() >= len(self._tasks)):
+            bad = int(values.min() if values.min() < 0 else values.max())
+            raise CorruptStoreError(f"{self.root}: a frame's stored task_index is {bad}, not one of the store's "
+                                    f"{len(self._tasks)} tasks (damaged rows? `lerobot-zarr verify` checks them)",
+                                    path=self.root, feature="task_index")
 
     def index_shifts(self) -> dict[str, np.ndarray]:
         """What the stored ``episode_index`` / ``index`` values of each episode exceed LeRobot's by (after
@@ -526,9 +532,9 @@ class LeRobotZarrDataset:
                 task_index = view[base[pack] + off]
                 task_index = task_index[0] if vector else task_index
                 try:
-                    out["task"] = self._tasks[task_index]
+                    out["task"] = self._tasks[task_index] if task_index >= 0 else self._tasks[len(self._tasks)]
                 except IndexError:  # a writer's set_task gave frames a task added after this commit
-                    self._learn_tasks()
+                    self._learn_tasks(task_index)
                     out["task"] = self._tasks[task_index]
             if self._extras:
                 e = sel._episode_list[k]
@@ -619,8 +625,8 @@ class LeRobotZarrDataset:
                 view, vector, base, _ = self._task
                 task_index = view[base[packs] + offs]
                 task_index = task_index[:, 0] if vector else task_index
-                if len(task_index) and task_index.max() >= len(self._tasks):
-                    self._learn_tasks()
+                if len(task_index) and (task_index.max() >= len(self._tasks) or task_index.min() < 0):
+                    self._learn_tasks(task_index)
                 out["task"] = self._tasks[task_index].tolist()
             if self._extras:
                 for name, shift, _ in self._shifts:

@@ -39,15 +39,19 @@ from .dataset import forwarded
 from .errors import CorruptStoreError, LeRobotZarrError, StoreLockedError
 from .frame_codecs import decode_threads
 from .store import (
+    ATTRS_KEY,
     EPISODE_ARRAYS,
+    ROOT,
     ArraySpec,
     StoreState,
     chunk_path,
     commit,
     live_matches,
     live_runs,
+    read_root,
     read_state,
     repair_live,
+    root_hash,
 )
 
 __all__ = ["verify", "VerifyReport"]
@@ -378,6 +382,15 @@ def _hash_compact(root: Path, job: _Job) -> tuple[dict[int, int], dict[int, str]
 # ------------------------------------------------------------------------------------------------- store files
 def _check_store_files(state: StoreState, report: VerifyReport) -> None:
     root = state.root
+    attrs = read_root(root)["attributes"][ATTRS_KEY]
+    recorded = attrs.get("hashes", {}).get("root") if isinstance(attrs.get("hashes"), dict) else None
+    if recorded is None:
+        report.notes.append("the root zarr.json has no content hash (a store made before hashes): its metadata "
+                            "(tasks, stats, info, the episode table) is unverifiable")
+    elif root_hash(attrs) != recorded:
+        report.store_problems.append(f"{root / ROOT}: its content differs from the hash recorded at its commit: the "
+                                     f"metadata (tasks, stats, info, the episode table) cannot be trusted; restore "
+                                     f"the store from a copy, or make it again from its source")
     bad_live = [pack for pack, runs in live_runs(state).items()
                 if not live_matches(root, pack, int(state.packs.rows[pack]), runs)]
     if bad_live:

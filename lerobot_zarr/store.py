@@ -8,7 +8,10 @@ Layout of a store folder::
     <feature>/c/<k>/0...       PACK k of that feature: ``rows[k]`` frames of many consecutive episodes. Raw storage:
                                exactly rows[k] * frame_bytes little-endian bytes, no header (the ``bytes`` codec
                                alone), created sparse at full size (unwritten rows are holes: no disk, read as 0).
-                               Compact storage: a zarr shard of single-frame zstd chunks, its index first.
+                               Compact storage: a zarr shard of single-frame zstd chunks, its index first (then
+                               the index's crc32c, checked on every read). A pack file is made when the first row
+                               of it is written: a feature none of the pack's committed episodes holds (a camera
+                               whose videos are missing) may have none (zarr reads it as fill value 0).
     frame_live/zarr.json, c/<k>
                                bool per row of pack k: True where the row holds a frame of a committed episode.
                                Feature arrays name it in their ``coordinates`` attribute, so xarray shows it as a
@@ -20,6 +23,8 @@ Layout of a store folder::
                                frame). lerobot_zarr reads the root.
     .episode_stats/<k>-<offset>.json
                                per-episode statistics of the episode at row ``offset`` of pack k (writers' cache)
+    .editing/<k>-<offset>      the features of that episode an in-place edit changed since the last commit (a
+                               JSON list): the next writer recomputes their stats and content hashes
     .retired/<feature>/<k>     pack files of retired packs, kept a while for readers of older commits
     .lock                      writer lock (``flock``); not part of the zarr hierarchy
     .lerobot_zarr-creating     present only while a store is being laid out (before its first commit)
@@ -74,8 +79,29 @@ lerobot_zarr sets it for its own process). Dimension names: ``frame`` first, the
   ``generation``: counts commits; ``capacity_frames``: ring-buffer capacity or null; ``pending_tasks``: a
   ``set_task`` in progress, ``[[chunk, offset, task_index], ...]`` (finished by the next writer).
 
+- ``hashes`` (stores made since content hashes exist; absent in earlier ones, whose episodes ``verify`` reports
+  as unverifiable until ``verify --record``): ``{"algorithm": "crc32c", "features": {name: {"crc32c": <base64 of
+  little-endian uint32, one per episode in table order>, "missing": [[first, stop], ...]}}, "files":
+  {"<camera>/mp4.json": crc}, "root": crc}``. The CRC-32C (Castagnoli) of what the store holds for each committed
+  episode and feature, computed while the rows are written (never by re-reading them), recorded at the commit
+  that lists them: a raw feature's rows, byte for byte; a compact camera's encoded frames in row order, each as
+  its 8-byte little-endian length then its bytes; a camera kept as mp4, the whole file holding the episode.
+  ``missing``: episodes without one (not fetched yet, a camera unavailable in them, committed by an earlier
+  version). An episode moved to other rows keeps its hash; an in-place edit's new hash comes with the commit
+  after it. ``root``: the hash of these attributes but ``hashes``, as canonical JSON (sorted keys, no spaces).
+  Sampling never checks hashes; :func:`lerobot_zarr.verify` does. A CRC finds damage, not forgery: whoever can
+  rewrite the data can rewrite the root.
+
 A store missing its root ``zarr.json`` (or whose root lacks these attributes) is not a store. Writers write pack
 rows first, flush them, then replace the root ``zarr.json``; readers trust only what the root lists.
+
+A store may come from elsewhere, so its files are untrusted input. A store holds no symbolic link: every file is
+opened after checking each folder from the store root down (the root itself may be a link), ``O_NOFOLLOW`` at the
+file, and a writer refuses a store holding a link anywhere. The root is at most ``MAX_ROOT_BYTES``, JSON at most
+64 levels deep, its columns decompressed within their bound (``MAX_EPISODES`` entries, ``MAX_PACKS`` for the
+packs); episodes follow each other from index 0 (``start``), offsets and shifts are bounded so that no sum
+overflows int64, frames are at most ``MAX_FRAME_BYTES``, a raw pack file at most ``MAX_PACK_BYTES``; a shifted
+``episode_index``/``index`` is checked against the stored first frame of its episode before it is served.
 """
 
 from __future__ import annotations
@@ -83,6 +109,7 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
+import json
 import math
 import os
 import shutil
@@ -107,7 +134,7 @@ from ._fileio import (
     pwrite_all,
     read_bounded,
 )
-from ._hashing import ALGORITHM
+from ._hashing import ALGORITHM, crc32c
 from ._zarr_meta import EPISODE_ARRAYS, LIVE_ARRAY, ROOT, dump, metadata_documents
 from .errors import CorruptStoreError, SourceNotFoundError, StoreError, StoreExistsError
 from .lerobot_v3 import CAMERA_DTYPES
@@ -145,6 +172,7 @@ __all__ = [
     "live_matches",
     "ContentHashes",
     "location_key",
+    "root_hash",
     "has_commit_point",
     "read_root",
     "read_state",
@@ -464,6 +492,9 @@ class ContentHashes:
             column = np.frombuffer(raw, dtype="<u4").astype(np.int64)
             column[_mask(_parse_ranges(entry.get("missing", []), n, f"{at}.missing"), n)] = -1
             values[name] = column[order]
+        root = doc.get("root")
+        if root is not None:
+            _integer(root, f"{where}: hashes.root", 0, 2**32 - 1)
         recorded = {}
         for key, value in files.items():
             recorded[str(key)] = _integer(value, f"{where}: hashes.files[{str(key)!r:.60}]", 0, 2**32 - 1)
@@ -1168,6 +1199,13 @@ def live_matches(root: Path, pack: int, rows: int, runs: list[tuple[int, int]]) 
         os.close(fd)
 
 
+def root_hash(attrs: Mapping[str, Any]) -> int:
+    """Content hash of the root state (every attribute but ``hashes``, in a canonical JSON form): damage to the
+    root that still parses (a changed task string, stats, fps...) shows in ``verify``."""
+    body = {k: v for k, v in attrs.items() if k != "hashes"}
+    return crc32c(json.dumps(body, sort_keys=True, separators=(",", ":")).encode())
+
+
 def commit(state: StoreState, *, previous: StoreState | None, durable: bool = True) -> StoreState:
     """THE commit: publish ``state`` as the store's new committed state and return it (generation + 1).
 
@@ -1187,7 +1225,9 @@ def commit(state: StoreState, *, previous: StoreState | None, durable: bool = Tr
     _write_zarr_copies(state)
     if not repair:
         _set_live(root, state.packs, _runs_difference(new_runs, old_runs), True)
-    root_doc = metadata_documents(state, {ATTRS_KEY: state.to_json()})[ROOT]
+    attrs = state.to_json()
+    attrs["hashes"]["root"] = root_hash(attrs)
+    root_doc = metadata_documents(state, {ATTRS_KEY: attrs})[ROOT]
     if durable:
         flush_filesystem(root)  # data reaches the disk before the metadata that lists it
     atomic_write(root / ROOT, dump(root_doc), durable=durable)

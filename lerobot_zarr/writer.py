@@ -483,6 +483,19 @@ class WritableDataset(LeRobotZarrDataset):
                 out[(int(key[0]), int(key[1]))] = {n for n in names if n in self._state.arrays}
         return out
 
+    def _checked_stats(self, doc: Any, length: int) -> dict[str, dict[str, np.ndarray]]:
+        """An episode's stats file (a cache of this writer's), taken only if it has every feature's stats, shaped
+        as computed ones, over ``length`` frames; else ValueError (it is recomputed from the data)."""
+        out = {}
+        for name, spec in self._state.arrays.items():
+            probe = episode_stats(np.zeros((1, *spec.frame_shape), dtype=spec.dtype), spec.kind)
+            got = {k: np.asarray(v, dtype=np.float64) for k, v in doc[name].items()}
+            if got.keys() != probe.keys() or any(got[k].shape != np.shape(v) for k, v in probe.items()) \
+                    or int(got["count"].reshape(-1)[0]) != length:
+                raise ValueError(f"stats of {name!r} do not fit the episode")
+            out[name] = got
+        return out
+
     def _episode_stats_rows(self) -> dict[str, dict[str, np.ndarray]]:
         """Per-episode stats of every episode, stacked (rows in episode order); computed once where missing."""
         if self._stats_rows is not None:
@@ -494,8 +507,7 @@ class WritableDataset(LeRobotZarrDataset):
             try:
                 path = stats_path(self.root, pack, offset)
                 doc = load_json(read_bounded(path, _MAX_STATS_FILE, root=self.root, what="episode stats"), str(path))
-                rows.append({name: {k: np.asarray(v, dtype=np.float64) for k, v in doc[name].items()}
-                             for name in self._state.arrays})
+                rows.append(self._checked_stats(doc, int(table.length[e])))
             except (FileNotFoundError, KeyError, ValueError, TypeError, AttributeError):
                 rows.append({})
                 todo.append(e)

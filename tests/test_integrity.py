@@ -316,6 +316,26 @@ def test_damaged_mp4_file_and_mp4_json(video_source, tmp_path):
     assert any("mp4.json" in p and "hash" in p for p in report.store_problems), report
 
 
+@pytest.mark.parametrize("edit", ["task", "fps", "stats", "shift"])
+def test_a_root_edited_where_it_still_parses_is_a_store_problem(source, tmp_path, edit):
+    root = store_of(source, tmp_path / "s")
+    doc = json.loads((root / "zarr.json").read_bytes())
+    attrs = doc["attributes"]["lerobot_zarr"]
+    if edit == "task":
+        attrs["tasks"][0] = "place the cube"
+    elif edit == "fps":
+        attrs["info"]["fps"] = 15
+    elif edit == "stats":
+        attrs["stats"]["action"]["mean"][0] += 1.0
+    else:
+        attrs["episodes"]["index_shift"] = attrs["episodes"]["episode_index_shift"]  # the same column: zeros
+        attrs["features"]["action"]["episodes"] = [[0, 5]]
+    (root / "zarr.json").write_text(json.dumps(doc))
+    report = lz.verify(root, progress=False)
+    assert any("zarr.json: its content differs" in p for p in report.store_problems), report
+    assert not report.ok
+
+
 def test_symlinks_and_stale_frame_live_are_store_problems_that_repair_fixes(source, tmp_path):
     root = store_of(source, tmp_path / "s")
     (root / "planted").symlink_to(tmp_path)
