@@ -124,6 +124,26 @@ def test_2_nesting_bombs_are_typed_errors(tmp_path):
         read_state(ds.root)
 
 
+class HubFilesLike:
+    """What ``hub_index.read_index`` asks of a Hub repo's files: their sizes (from the tree listing), whether
+    the index describes them, and the index file's bytes."""
+
+    def __init__(self, sizes: dict[str, int], read):
+        self.sizes, self._read = sizes, read
+
+    def matches(self, rel, ids):
+        return True
+
+    def exists(self, rel):
+        return rel in self.sizes
+
+    def location(self, rel=""):
+        return f"org/x/{rel}"
+
+    def read_bytes(self, rel):
+        return self._read()
+
+
 def test_2_nesting_bombs_from_the_hub_are_typed_errors(monkeypatch):
     from lerobot_zarr import hub, hub_index
 
@@ -131,44 +151,21 @@ def test_2_nesting_bombs_from_the_hub_are_typed_errors(monkeypatch):
     with pytest.raises(HubError, match="invalid JSON"):
         hub.request_json("http://127.0.0.1:1/api/x", hub.Where("org/x"))
 
-    class Files:  # a repo whose index file is a nesting bomb
-        sizes = {hub_index.INDEX_FILE: 200_002, "data/x.parquet": 10 << 20}
-
-        def matches(self, rel, ids):
-            return True
-
-        def exists(self, rel):
-            return True
-
-        def location(self, rel=""):
-            return f"org/x/{rel}"
-
-        def read_bytes(self, rel):
-            return b"[" * 100_001 + b"]" * 100_001
-
+    files = HubFilesLike({hub_index.INDEX_FILE: 200_002, "data/x.parquet": 10 << 20},
+                         lambda: b"[" * 100_001 + b"]" * 100_001)  # the repo's index file is a nesting bomb
     with pytest.raises(CorruptSourceError, match="invalid JSON"):
-        hub_index.read_index(Files())
+        hub_index.read_index(files)
 
 
 def test_8_an_index_file_larger_than_what_it_describes_is_not_read():
     from lerobot_zarr import hub_index
 
-    class Files:
-        sizes = {hub_index.INDEX_FILE: 300 << 20, "data/x.parquet": 1 << 20, "meta/info.json": 2000}
+    def download():
+        raise AssertionError("a 300 MiB index was downloaded before any check")
 
-        def matches(self, rel, ids):
-            return True
-
-        def exists(self, rel):
-            return True
-
-        def location(self, rel=""):
-            return f"org/x/{rel}"
-
-        def read_bytes(self, rel):
-            raise AssertionError("a 300 MiB index was downloaded before any check")
-
-    assert hub_index.read_index(Files()) is None
+    files = HubFilesLike({hub_index.INDEX_FILE: 300 << 20, "data/x.parquet": 1 << 20, "meta/info.json": 2000},
+                         download)
+    assert hub_index.read_index(files) is None
 
 
 # ------------------------------------------------------------------------------------------------ 3. shifts

@@ -23,12 +23,10 @@ Used by ``tests/test_store_fuzz.py`` (a few hundred cases, ``LEROBOT_ZARR_STORE_
 from __future__ import annotations
 
 import base64
-import contextlib
 import hashlib
 import json
 import os
 import shutil
-import signal
 import warnings
 import zlib
 from dataclasses import dataclass, field
@@ -38,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import LeRobotZarrError
+from .source_fuzz import _alarm
 
 __all__ = ["Base", "make_bases", "check", "MUTATIONS", "FuzzFailure"]
 
@@ -413,20 +412,6 @@ def _typed_sample(root: Path) -> tuple[bool, Any]:
         return False, exc
 
 
-@contextlib.contextmanager
-def _alarm(case: str):
-    def stop(signum, frame):
-        raise FuzzFailure(f"{case}: still running after {_STOP_S} s (a hang?)")
-
-    previous = signal.signal(signal.SIGALRM, stop)
-    signal.setitimer(signal.ITIMER_REAL, _STOP_S)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-
-
 def _write(root: Path) -> None:
     """What a writer does to a store it opens: append, delete (with compaction), edit, close."""
     from ..writer import WritableDataset
@@ -454,7 +439,7 @@ def check(base: Base, work: Path, rng: np.random.Generator, kind: str | None = N
     case = f"[{base.name}] {kind}: {what}"
     linked = kind.startswith("link")
     before = _snapshot(outside)
-    with _alarm(case):
+    with _alarm(_STOP_S):  # a hang raises in _typed: a failure naming the case
         verified, report = _typed("verify()", lambda: verify(root, progress=False), case)
         intact = verified and report.ok
         sampled, diff = _compare(base, root)
