@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ALGORITHM", "crc32c", "Crc32c", "compact_frame_header"]
+__all__ = ["ALGORITHM", "crc32c", "crc32c_at", "Crc32c", "compact_frame_header"]
 
 ALGORITHM = "crc32c"
 
@@ -49,25 +49,27 @@ def _load_library() -> Any:
 _extend = _load_library()
 
 
-def _address(view: memoryview) -> int:
-    if view.readonly:
-        return np.frombuffer(view, dtype=np.uint8).ctypes.data
-    return ctypes.addressof(ctypes.c_char.from_buffer(view))
-
-
 def crc32c(data: Any, value: int = 0) -> int:
-    """CRC-32C of ``data`` (bytes, a memoryview, a C-contiguous numpy array...), continuing from ``value``."""
-    view = memoryview(data)
-    if not view.c_contiguous:
-        view = memoryview(np.ascontiguousarray(np.asarray(view)))
-    view = view.cast("B") if view.format != "B" or view.ndim != 1 else view
-    if not view.nbytes:
-        return value
+    """CRC-32C of ``data`` (bytes, a memoryview, a numpy array...), continuing from ``value``."""
     if _extend is not None:
-        return int(_extend(value, _address(view), view.nbytes))
+        if isinstance(data, bytes):
+            return int(_extend(value, data, len(data)))
+        array = data if isinstance(data, np.ndarray) else np.frombuffer(data, dtype=np.uint8) if \
+            memoryview(data).c_contiguous else np.ascontiguousarray(np.asarray(memoryview(data)))
+        if not array.flags.c_contiguous:
+            array = np.ascontiguousarray(array)
+        return int(_extend(value, array.ctypes.data, array.nbytes)) if array.nbytes else value
     import google_crc32c
 
-    return int(google_crc32c.extend(value, bytes(view)))
+    view = memoryview(np.ascontiguousarray(np.asarray(memoryview(data)))).cast("B")
+    return int(google_crc32c.extend(value, bytes(view))) if view.nbytes else value
+
+
+def crc32c_at(address: int, nbytes: int, value: int = 0) -> int:
+    """CRC-32C of ``nbytes`` bytes at ``address`` (inside a buffer the caller keeps alive), from ``value``."""
+    if _extend is not None:
+        return int(_extend(value, address, nbytes))
+    return crc32c(ctypes.string_at(address, nbytes), value)
 
 
 class Crc32c:

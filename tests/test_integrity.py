@@ -306,6 +306,9 @@ def test_damaged_mp4_file_and_mp4_json(video_source, tmp_path):
     root = store_of(video_source, tmp_path / "s", storage={CAM: "mp4"})
     index = json.loads((root / CAM / "mp4.json").read_bytes())
     file = root / CAM / "videos" / index["files"][index["file"][0]]
+    data = file.read_bytes()
+    file.unlink()  # a hard link to the source folder's file: damage a copy
+    file.write_bytes(data)
     _flip(file, os.path.getsize(file) // 2)
     report = lz.verify(root, progress=False)
     same_file = [e for e in range(4) if index["file"][e] == index["file"][0]]
@@ -363,6 +366,7 @@ def test_repair_fetches_damaged_episodes_again_from_the_source_folder(source, tm
     assert set(before.damaged) == {"action", "observation.state", IMG}
     report = lz.verify(root, repair=True, progress=False)
     assert report.ok and report.repaired and not report.not_repaired, report
+    assert not any("other bytes" in note for note in report.notes), "the folder gives the bytes first recorded"
     again = lz.open_dataset(root)
     got = again.get_batch(np.arange(len(again)))
     for k, v in want.items():
@@ -466,3 +470,36 @@ def test_verify_reads_at_least_as_many_bytes_as_the_rows(source, tmp_path):
     state = read_state(root)
     rows = sum(int(state.table.length.sum()) * spec.frame_bytes for spec in state.arrays.values())
     assert lz.verify(root, progress=False).bytes_read == rows
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_legacy_store_verifies_as_unverifiable_then_record_makes_damage_visible(tmp_path, version):
+    from test_packs import write_legacy_store
+
+    src = write_sample_dataset(tmp_path / "src", n_episodes=5, lengths=(20, 30), state_dim=4, action_dim=4,
+                               episodes_per_file=5)
+    write_legacy_store(tmp_path / "s", src, version, retired=(1,) if version == 2 else ())
+    report = lz.verify(tmp_path / "s", progress=False)
+    assert not report.damaged and report.unverifiable and report.checked == 0, report
+    assert any("no content hash" in n for n in report.notes)
+    assert lz.verify(tmp_path / "s", record=True, progress=False).repaired
+    assert lz.verify(tmp_path / "s", progress=False).ok
+    state = read_state(tmp_path / "s")
+    path, at, fb = _where(tmp_path / "s", 2, "action")
+    _flip(path, at)
+    assert {k: list(v) for k, v in lz.verify(tmp_path / "s", progress=False).damaged.items()} == {"action": [2]}
+    assert state.read_version == 3, "the recording commit upgraded the store to format 3"
+
+
+def test_repair_fetches_a_damaged_mp4_file_again(video_source, tmp_path):
+    root = store_of(video_source, tmp_path / "s", storage={CAM: "mp4"})
+    want = lz.open_dataset(root).get_batch(np.arange(10))[CAM]
+    index = json.loads((root / CAM / "mp4.json").read_bytes())
+    file = root / CAM / "videos" / index["files"][index["file"][3]]
+    data = file.read_bytes()
+    file.unlink()  # the store's file is a hard link to the source folder's: damage a copy of it
+    file.write_bytes(data[:-100])
+    assert lz.verify(root, progress=False).damaged
+    report = lz.verify(root, repair=True, progress=False)
+    assert report.ok, report
+    np.testing.assert_array_equal(lz.open_dataset(root).get_batch(np.arange(10))[CAM], want)
