@@ -459,7 +459,8 @@ class LeRobotZarrDataset:
                     f"{int(want[bad[0]])} ({'start' if name == 'index' else 'episode'} + {name}_shift "
                     f"{int(shift[e])}): the root's shifts disagree with the data", path=self.root, episode=e,
                     feature=name)
-        self._shifts_checked[packs] = True
+        missing = table.chunk[~self._present]  # (lazy) episodes fetched later are checked then
+        self._shifts_checked[packs[~np.isin(packs, missing)]] = True
 
     def _touch(self, e: int, pack: int) -> None:
         """The item path's check: map the pack of episode ``e`` if needed, else mark it recently used."""
@@ -532,7 +533,9 @@ class LeRobotZarrDataset:
                 task_index = view[base[pack] + off]
                 task_index = task_index[0] if vector else task_index
                 try:
-                    out["task"] = self._tasks[task_index] if task_index >= 0 else self._tasks[len(self._tasks)]
+                    if task_index < 0:
+                        raise IndexError(task_index)
+                    out["task"] = self._tasks[task_index]
                 except IndexError:  # a writer's set_task gave frames a task added after this commit
                     self._learn_tasks(task_index)
                     out["task"] = self._tasks[task_index]

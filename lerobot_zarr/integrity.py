@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from ._cameras import MP4_INDEX, mp4_file, mp4_index_path, read_mp4_index
-from ._fileio import WriterLock, check_in_store, find_links, open_nofollow, read_bounded
+from ._fileio import WriterLock, check_in_store, find_links, load_json, open_nofollow, read_bounded
 from ._hashing import compact_frame_header, crc32c, crc32c_at
 from ._packs import open_pack, read_shard_index
 from ._progress import progress_bar
@@ -161,22 +161,20 @@ def verify(store: str | os.PathLike, *, repair: bool = False, record: bool = Fal
 
 # ------------------------------------------------------------------------------------------------- reading
 def _edited(root: Path) -> dict[tuple[int, int], set[str]]:
-    """Episodes (by location) edited in place since the last commit, and which features."""
-    import json
-
+    """Episodes (by location) edited in place since the last commit, and which features ("*": unreadable)."""
     out: dict[tuple[int, int], set[str]] = {}
     folder = root / _EDITING
     if not folder.is_dir() or folder.is_symlink():
         return out
     for entry in folder.iterdir():
         key = entry.name.split("-")
-        if len(key) != 2 or not all(k.isdigit() for k in key) or entry.is_symlink():
+        if len(key) != 2 or not all(k.isdigit() for k in key):
             continue
         try:
-            names = json.loads(entry.read_bytes()[:1 << 20])
-        except (OSError, ValueError, RecursionError):
+            names = load_json(read_bounded(entry, 1 << 20, root=root, what="edit marker"), str(entry))
+        except (OSError, LeRobotZarrError):
             names = None
-        out[(int(key[0]), int(key[1]))] = set(names) if isinstance(names, list) else {"*"}
+        out[(int(key[0]), int(key[1]))] = set(map(str, names)) if isinstance(names, list) else {"*"}
     return out
 
 

@@ -405,17 +405,23 @@ class ContentHashes:
     values: Mapping[str, np.ndarray] = field(default_factory=dict)  # feature -> int64 aligned with keys
     files: Mapping[str, int] = field(default_factory=dict)
 
-    def aligned(self, table: EpisodeTable, name: str) -> np.ndarray:
-        """Hash of every episode of ``table`` for feature ``name`` (-1 where none is recorded)."""
+    def aligned(self, table: EpisodeTable, name: str, where: tuple[np.ndarray, np.ndarray] | None = None
+                ) -> np.ndarray:
+        """Hash of every episode of ``table`` for feature ``name`` (-1 where none is recorded); ``where``: the
+        table's :meth:`positions`, when several features are looked up."""
         out = np.full(len(table), -1, dtype=np.int64)
         column = self.values.get(name)
         if column is None or not len(self.keys) or not len(table):
             return out
-        want = location_key(table.chunk, table.offset)
-        at = np.minimum(np.searchsorted(self.keys, want), len(self.keys) - 1)
-        hit = self.keys[at] == want
+        at, hit = self.positions(table) if where is None else where
         out[hit] = column[at[hit]]
         return out
+
+    def positions(self, table: EpisodeTable) -> tuple[np.ndarray, np.ndarray]:
+        """Where each episode of ``table`` is among the keys, and whether it is there at all."""
+        want = location_key(table.chunk, table.offset)
+        at = np.minimum(np.searchsorted(self.keys, want), max(len(self.keys) - 1, 0))
+        return at, (self.keys[at] == want) if len(self.keys) else np.zeros(len(table), dtype=bool)
 
     def updated(self, entries: Mapping[tuple[int, int], Mapping[str, int]], files: Mapping[str, int] | None = None
                 ) -> ContentHashes:
@@ -452,8 +458,9 @@ class ContentHashes:
 
     def to_json(self, table: EpisodeTable, names: Iterable[str]) -> dict[str, Any]:
         features = {}
+        where = self.positions(table) if len(self.keys) and len(table) else None
         for name in names:
-            column = self.aligned(table, name)
+            column = self.aligned(table, name, where)
             missing = _ranges_of(column < 0)
             features[name] = {ALGORITHM: base64.b64encode(np.where(column < 0, 0, column).astype("<u4").tobytes()
                                                          ).decode("ascii"),
