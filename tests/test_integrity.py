@@ -503,3 +503,17 @@ def test_repair_fetches_a_damaged_mp4_file_again(video_source, tmp_path):
     report = lz.verify(root, repair=True, progress=False)
     assert report.ok, report
     np.testing.assert_array_equal(lz.open_dataset(root).get_batch(np.arange(10))[CAM], want)
+
+
+def test_compaction_moves_a_damaged_episode_with_its_hash_and_says_so(tmp_path):
+    ds = writer_store(tmp_path / "s")  # packs of 40 rows: episodes 0-4 (35 frames) in pack 0
+    state = read_state(ds.root)
+    assert state.table.chunk[0] == state.table.chunk[1] == state.table.chunk[4] != state.table.chunk[5]
+    path, at, fb = _where(ds.root, 1, "x")
+    _flip(path, at + 1)
+    with pytest.warns(lz.LeRobotZarrWarning, match="episode 0.*differ from the content hash"):
+        ds.delete_episodes([0, 2, 3])  # pack 0 left mostly dead: its other episodes move to fresh rows
+    assert int(read_state(ds.root).table.chunk[0]) != int(state.table.chunk[1]), "the episode was not moved"
+    report = ds.verify(progress=False)
+    assert {k: list(v) for k, v in report.damaged.items()} == {"x": [0]}, report
+    ds.close()
