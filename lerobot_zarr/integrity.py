@@ -23,14 +23,21 @@ import stat
 import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ._cameras import MP4_INDEX, mp4_file, mp4_index_path, read_mp4_index
-from ._fileio import WriterLock, check_in_store, find_links, load_json, open_nofollow, read_bounded
+from ._fileio import (
+    WriterLock,
+    check_in_store,
+    find_links,
+    load_json,
+    open_nofollow,
+    read_bounded,
+)
 from ._hashing import compact_frame_header, crc32c, crc32c_at
 from ._packs import open_pack, read_shard_index
 from ._progress import progress_bar
@@ -42,6 +49,7 @@ from .store import (
     EPISODE_ARRAYS,
     ROOT,
     ArraySpec,
+    ContentHashes,
     StoreState,
     chunk_path,
     commit,
@@ -194,6 +202,11 @@ def _check_episodes(state: StoreState, report: VerifyReport, progress: bool) -> 
     root, table = state.root, state.table
     n = len(table)
     edited = _edited(root)
+    broken = state.hashes.readable()
+    if broken is not None:
+        report.store_problems.append(f"the content hashes cannot be read ({broken}): every episode is unverifiable; "
+                                     f"verify --record records them anew from the bytes as they are")
+        state = replace(state, hashes=ContentHashes())
     jobs: list[_Job] = []
     computed = {name: np.full(n, -1, dtype=np.int64) for name in state.arrays}
     failures: dict[str, dict[int, str]] = {name: {} for name in state.arrays}
@@ -477,6 +490,8 @@ def _fix(root: Path, state: StoreState, report: VerifyReport, computed: Mapping[
 
 
 def _record(state: StoreState, report: VerifyReport, computed: Mapping[str, np.ndarray]) -> None:
+    if state.hashes.readable() is not None:
+        state = replace(state, hashes=ContentHashes())  # unreadable columns: recorded anew
     table = state.table
     entries: dict[tuple[int, int], dict[str, int]] = {}
     for name, per in list(report.unverifiable.items()):

@@ -393,17 +393,50 @@ def location_key(chunk: Any, offset: Any) -> Any:
     return (np.asarray(chunk, dtype=np.int64) << 40) | np.asarray(offset, dtype=np.int64)
 
 
-@dataclass(frozen=True)
 class ContentHashes:
     """The content hash (CRC-32C, :mod:`._hashing`) of each committed episode and feature, keyed by the episode's
     location (pack, row offset): rows are never given to another episode, so a hash stays with its rows while
     deletions renumber episodes, and an episode moved to other rows carries its hash explicitly. ``-1``: none
     recorded (an episode not fetched yet, a camera unavailable in it, or a store made before hashes existed).
-    ``files``: hashes of fixed metadata files of the store (``<camera>/mp4.json``)."""
+    ``files``: hashes of fixed metadata files of the store (``<camera>/mp4.json``). Immutable.
 
-    keys: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # sorted, unique
-    values: Mapping[str, np.ndarray] = field(default_factory=dict)  # feature -> int64 aligned with keys
-    files: Mapping[str, int] = field(default_factory=dict)
+    Read from a root, the columns are decoded when first used (writers, ``verify``): sampling never needs them,
+    and opening a store of 100,000 episodes should not pay for them."""
+
+    def __init__(self, keys: np.ndarray | None = None, values: Mapping[str, np.ndarray] | None = None,
+                 files: Mapping[str, int] | None = None, *, pending: tuple | None = None):
+        self._keys = np.zeros(0, np.int64) if keys is None else keys  # sorted, unique
+        self._values = dict(values or {})  # feature -> int64 aligned with keys
+        self._files = dict(files or {})
+        self._pending = pending  # (doc, table, names, where): decoded on first use
+
+    def _decoded(self) -> None:
+        if self._pending is not None:
+            self._keys, self._values, self._files = _decode_hashes(*self._pending)
+            self._pending = None
+
+    def readable(self) -> CorruptStoreError | None:
+        """None if the columns decode, else the error saying what is wrong with them."""
+        try:
+            self._decoded()
+        except CorruptStoreError as exc:
+            return exc
+        return None
+
+    @property
+    def keys(self) -> np.ndarray:
+        self._decoded()
+        return self._keys
+
+    @property
+    def values(self) -> Mapping[str, np.ndarray]:
+        self._decoded()
+        return self._values
+
+    @property
+    def files(self) -> Mapping[str, int]:
+        self._decoded()
+        return self._files
 
     def aligned(self, table: EpisodeTable, name: str, where: tuple[np.ndarray, np.ndarray] | None = None
                 ) -> np.ndarray:
@@ -469,6 +502,7 @@ class ContentHashes:
 
     @classmethod
     def from_json(cls, doc: Any, table: EpisodeTable, names: Iterable[str], where: str) -> ContentHashes:
+        """Hashes read from a root: the structure checked now, the columns decoded (and checked) when used."""
         if doc is None:
             return cls()
         if not isinstance(doc, Mapping) or doc.get("algorithm") != ALGORITHM:
@@ -476,38 +510,43 @@ class ContentHashes:
         features, files = doc.get("features", {}), doc.get("files", {})
         if not isinstance(features, Mapping) or not isinstance(files, Mapping):
             raise CorruptStoreError(f"{where}: hashes.features and hashes.files must be objects")
-        n = len(table)
-        keys = location_key(table.chunk, table.offset)
-        order = np.argsort(keys, kind="stable")
-        values = {}
-        for name in names:
-            entry = features.get(name)
-            if entry is None:
-                continue
-            at = f"{where}: hashes.features[{name!r}]"
-            if not isinstance(entry, Mapping) or not isinstance(entry.get(ALGORITHM), str):
-                raise CorruptStoreError(f"{at} must be an object with an encoded {ALGORITHM!r} column")
-            text = entry[ALGORITHM]
-            if len(text) != 4 * ((4 * n + 2) // 3):
-                raise CorruptStoreError(f"{at}: a column of {len(text)} characters for {n} episodes")
-            try:
-                raw = base64.b64decode(text.encode("ascii"), validate=True)
-            except (binascii.Error, UnicodeEncodeError, ValueError) as exc:
-                raise CorruptStoreError(f"{at}: undecodable column ({exc})") from None
-            if len(raw) != 4 * n:
-                raise CorruptStoreError(f"{at}: a column of {len(raw)} bytes for {n} episodes")
-            column = np.frombuffer(raw, dtype="<u4").astype(np.int64)
-            column[_mask(_parse_ranges(entry.get("missing", []), n, f"{at}.missing"), n)] = -1
-            values[name] = column[order]
         root = doc.get("root")
         if root is not None:
             _integer(root, f"{where}: hashes.root", 0, 2**32 - 1)
-        recorded = {}
-        for key, value in files.items():
-            recorded[str(key)] = _integer(value, f"{where}: hashes.files[{str(key)!r:.60}]", 0, 2**32 - 1)
-        if n and len(np.unique(keys)) != n:
-            raise CorruptStoreError(f"{where}: two episodes share a location (episodes.chunk/offset)")
-        return cls(keys[order], values, recorded)
+        return cls(pending=(doc, table, tuple(names), where))
+
+
+def _decode_hashes(doc: Mapping, table: EpisodeTable, names: tuple[str, ...], where: str
+                   ) -> tuple[np.ndarray, dict[str, np.ndarray], dict[str, int]]:
+    n = len(table)
+    keys = location_key(table.chunk, table.offset)
+    order = None if not n or (np.diff(keys) > 0).all() else np.argsort(keys, kind="stable")
+    if order is not None and len(np.unique(keys)) != n:
+        raise CorruptStoreError(f"{where}: two episodes share a location (episodes.chunk/offset)")
+    values = {}
+    for name in names:
+        entry = doc["features"].get(name)
+        if entry is None:
+            continue
+        at = f"{where}: hashes.features[{name!r}]"
+        if not isinstance(entry, Mapping) or not isinstance(entry.get(ALGORITHM), str):
+            raise CorruptStoreError(f"{at} must be an object with an encoded {ALGORITHM!r} column")
+        text = entry[ALGORITHM]
+        if len(text) != 4 * ((4 * n + 2) // 3):
+            raise CorruptStoreError(f"{at}: a column of {len(text)} characters for {n} episodes")
+        try:
+            raw = base64.b64decode(text.encode("ascii"), validate=True)
+        except (binascii.Error, UnicodeEncodeError, ValueError) as exc:
+            raise CorruptStoreError(f"{at}: undecodable column ({exc})") from None
+        if len(raw) != 4 * n:
+            raise CorruptStoreError(f"{at}: a column of {len(raw)} bytes for {n} episodes")
+        column = np.frombuffer(raw, dtype="<u4").astype(np.int64)
+        for a, b in _parse_ranges(entry.get("missing", []), n, f"{at}.missing"):
+            column[a:b] = -1
+        values[name] = column if order is None else column[order]
+    files = {str(key): _integer(value, f"{where}: hashes.files[{str(key)!r:.60}]", 0, 2**32 - 1)
+             for key, value in doc["files"].items()}
+    return (keys if order is None else keys[order]), values, files
 
 
 def _integer(value: Any, where: str, low: int | None = None, high: int | None = None) -> int:

@@ -61,6 +61,7 @@ from .store import (
     DEFAULT_PACK_BYTES,
     MAX_FRAME_BYTES,
     ArraySpec,
+    ContentHashes,
     EpisodeTable,
     PackLayout,
     StoreState,
@@ -287,6 +288,11 @@ class WritableDataset(LeRobotZarrDataset):
             self._cleanup()
             super().__init__(root, delta_timestamps=delta_timestamps, image_format=image_format,
                              max_open_maps=max_open_maps)
+            broken = self._state.hashes.readable()
+            if broken is not None:  # not a reason to refuse writes: hashes are recorded anew from here on
+                warn_user(f"{root}: the store's content hashes cannot be read ({broken}); the episodes committed "
+                          f"so far are unverifiable (`lerobot-zarr verify --record` records them anew)")
+                self._state = replace(self._state, hashes=ContentHashes())
         except BaseException:
             lock.__exit__(None, None, None)
             raise

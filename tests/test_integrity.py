@@ -517,3 +517,21 @@ def test_compaction_moves_a_damaged_episode_with_its_hash_and_says_so(tmp_path):
     report = ds.verify(progress=False)
     assert {k: list(v) for k, v in report.damaged.items()} == {"x": [0]}, report
     ds.close()
+
+
+def test_unreadable_hash_columns_are_reported_and_recorded_anew(tmp_path):
+    ds = writer_store(tmp_path / "s")
+    ds.close()
+    doc = json.loads((ds.root / "zarr.json").read_bytes())
+    doc["attributes"]["lerobot_zarr"]["hashes"]["features"]["x"]["crc32c"] = "AAAA"
+    (ds.root / "zarr.json").write_text(json.dumps(doc))
+    r = lz.open_dataset(ds.root)  # sampling never reads the hashes
+    assert len(r.get_batch(np.arange(len(r)))["x"]) == len(r)
+    report = lz.verify(ds.root, progress=False)
+    assert any("content hashes cannot be read" in p for p in report.store_problems) and not report.damaged
+    with pytest.warns(lz.LeRobotZarrWarning, match="content hashes cannot be read"):
+        w = lz.open_dataset(ds.root, mode="r+")
+    w.add_episode({"x": np.ones((3, 3), np.float32), "cam": np.zeros((3, 6, 8, 3), np.uint8)}, task="t")
+    w.close()
+    assert lz.verify(ds.root, record=True, progress=False).repaired
+    assert lz.verify(ds.root, progress=False).ok
