@@ -788,9 +788,9 @@ def _parse_arrays(features: Mapping, consolidated: Mapping, where: str) -> dict[
             raise CorruptStoreError(f"{at}.codec and .resize must be objects")
         if storage == "mp4" and kind != "video":
             raise CorruptStoreError(f"{at}: only video features can be kept as mp4")
-        if kind != "numeric" and (dtype != np.uint8 or len(shape) != 3):
-            raise CorruptStoreError(f"{at}: cameras are stored as uint8 (height, width, channels) frames, got "
-                                    f"{dtype}{shape}")
+        if kind != "numeric" and (dtype != np.uint8 or len(shape) != 3 or shape[2] not in (1, 3, 4)):
+            raise CorruptStoreError(f"{at}: cameras are stored as uint8 (height, width, 1, 3 or 4 channels) frames, "
+                                    f"got {dtype}{shape}")
         spec = ArraySpec(dtype, tuple(shape), tuple(dims), kind, storage, shard_index,
                          tuple((str(k), _frozen_json(v)) for k, v in codec.items()),
                          tuple((str(k), _frozen_json(v)) for k, v in resize.items()))

@@ -355,6 +355,14 @@ def test_8_a_bad_codec_in_the_root_is_a_corrupt_store_naming_the_root(source, tm
             lz.open_dataset(ds.root)
 
 
+def test_8_a_camera_of_impossible_channels_is_a_corrupt_store(source, tmp_path):
+    """Found by the store fuzz: a camera's frame_shape with 7 channels reached the mp4 reader as a ValueError."""
+    ds = lz.open_dataset(source, root=tmp_path / "s", progress=False)
+    edit_root(ds.root, lambda a: a["features"][IMG].__setitem__("frame_shape", [8, 10, 7]))
+    with pytest.raises(CorruptStoreError, match="zarr.json.*channels"):
+        lz.open_dataset(ds.root)
+
+
 def test_8_huge_declared_sizes_allocate_nothing_and_leave_no_half_made_store(source, tmp_path):
     src = tmp_path / "src"
     shutil.copytree(source, src)

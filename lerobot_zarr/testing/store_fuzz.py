@@ -389,9 +389,9 @@ def _same(got: dict[str, Any], want: dict[str, Any]) -> str | None:
     return None
 
 
-def _compare(base: Base, root: Path) -> tuple[bool, str | None]:
+def _compare(base: Base, root: Path, case: str) -> tuple[bool, str | None]:
     """(sampled, difference): whether every sample could be read, and what differs from the oracle."""
-    ok, result = _typed_sample(root)
+    ok, result = _typed("sampling", lambda: _sample(root), case)
     if not ok:
         return False, None
     batch, items = result
@@ -401,15 +401,6 @@ def _compare(base: Base, root: Path) -> tuple[bool, str | None]:
         if d and not diff:
             diff = f"ds[{i}]: {d}"
     return True, diff
-
-
-def _typed_sample(root: Path) -> tuple[bool, Any]:
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return True, _sample(root)
-    except LeRobotZarrError as exc:
-        return False, exc
 
 
 def _write(root: Path) -> None:
@@ -442,7 +433,7 @@ def check(base: Base, work: Path, rng: np.random.Generator, kind: str | None = N
     with _alarm(_STOP_S):  # a hang raises in _typed: a failure naming the case
         verified, report = _typed("verify()", lambda: verify(root, progress=False), case)
         intact = verified and report.ok
-        sampled, diff = _compare(base, root)
+        sampled, diff = _compare(base, root, case)
         if diff and (intact or linked):
             raise FuzzFailure(f"{case}: {'verify found the store intact' if intact else 'with a link planted'}, "
                               f"but a sample differs from the original ({diff})")
@@ -455,7 +446,7 @@ def check(base: Base, work: Path, rng: np.random.Generator, kind: str | None = N
             repaired, _ = _typed("verify(repair=True)", lambda: verify(root, repair=True, progress=False), case)
             ok_now, again = _typed("verify() after repair", lambda: verify(root, progress=False), case)
             if ok_now and again.ok:
-                sampled, diff = _compare(base, root)
+                sampled, diff = _compare(base, root, case)
                 if not sampled or diff:
                     raise FuzzFailure(f"{case}: intact after repair, but sampling "
                                       f"{'failed' if not sampled else f'differs ({diff})'}")
