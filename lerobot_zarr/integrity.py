@@ -163,7 +163,10 @@ def verify(store: str | os.PathLike, *, repair: bool = False, record: bool = Fal
         report.notes.append(f"a writer committed while verify ran (generation {state.generation} -> "
                             f"{latest.generation}): what it changed may show as damage; run verify again")
     if record or repair:
-        _fix(root, state, report, computed, links, repair=repair, record=record, token=token, progress=progress)
+        try:
+            _fix(root, state, report, computed, links, repair=repair, record=record, token=token, progress=progress)
+        except CorruptStoreError as exc:  # a damaged root: nothing is committed on top of it
+            report.not_repaired.append(str(exc))
     return report
 
 
@@ -458,6 +461,12 @@ def _stale_zarr_copies(state: StoreState) -> list[str]:
 # ------------------------------------------------------------------------------------------------- repair
 def _fix(root: Path, state: StoreState, report: VerifyReport, computed: Mapping[str, np.ndarray], links: list[Path],
          *, repair: bool, record: bool, token: Any, progress: bool) -> None:
+    if state.root_intact is not None and not state.root_intact():
+        report.not_repaired.append(f"{root / ROOT}: its content differs from the hash recorded at its commit; "
+                                   f"nothing is committed on top of it (the table everything else is checked "
+                                   f"against cannot be trusted): restore the store from a copy or make it again "
+                                   f"from its source")
+        return
     try:
         lock = WriterLock(root, blocking=False).__enter__()
     except StoreLockedError as exc:

@@ -109,12 +109,13 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
+import functools
 import json
 import math
 import os
 import shutil
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, get_args
@@ -607,6 +608,8 @@ class StoreState:
     pending_tasks: tuple[tuple[int, int, int], ...] = ()
     read_version: int = FORMAT_VERSION  # the format the root was written in (1 and 2 are upgraded at the next commit)
     hashes: ContentHashes = field(default_factory=ContentHashes)
+    # read from disk: whether the root matches its recorded hash (asked, once, before a commit builds on it)
+    root_intact: Callable[[], bool] | None = field(default=None, compare=False, repr=False)
 
     def episode_hashes(self, name: str) -> np.ndarray:
         """The content hash of every episode's rows of ``name`` (-1 where none is recorded)."""
@@ -1039,7 +1042,11 @@ def read_state(root: str | os.PathLike) -> StoreState:
     doc = read_root(root)
     consolidated = doc.get("consolidated_metadata", {})
     consolidated = consolidated.get("metadata", {}) if isinstance(consolidated, dict) else {}
-    return StoreState.from_json(root, doc["attributes"][ATTRS_KEY], consolidated)
+    attrs = doc["attributes"][ATTRS_KEY]
+    state = StoreState.from_json(root, attrs, consolidated)
+    recorded = attrs["hashes"].get("root") if isinstance(attrs.get("hashes"), dict) else None
+    return state if recorded is None else replace(state, root_intact=functools.cache(
+        lambda: root_hash(attrs) == recorded))
 
 
 # packs ------------------------------------------------------------------------------------------------------
@@ -1259,8 +1266,12 @@ def commit(state: StoreState, *, previous: StoreState | None, durable: bool = Tr
     written (``durable``: to disk), the atomic replacement of the root ``zarr.json``, then rows no longer live
     unflagged. ``previous`` is the state this one replaces (None when creating the store)."""
     root = state.root
+    if previous is not None and previous.root_intact is not None and not previous.root_intact():
+        raise CorruptStoreError(f"{root / ROOT}: its content differs from the hash recorded at its commit (damaged "
+                                f"since?); nothing is committed on top of it (`lerobot-zarr verify {root}`; restore "
+                                f"the store from a copy or make it again from its source)", path=root / ROOT)
     base = -1 if previous is None else previous.generation
-    state = replace(state, generation=base + 1, read_version=FORMAT_VERSION)
+    state = replace(state, generation=base + 1, read_version=FORMAT_VERSION, root_intact=None)
     pending = root / _LIVE_PENDING
     repair = pending.exists() or previous is None or previous.read_version < FORMAT_VERSION
     new_runs = _live_runs(state)

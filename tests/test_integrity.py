@@ -337,6 +337,14 @@ def test_a_root_edited_where_it_still_parses_is_a_store_problem(source, tmp_path
     report = lz.verify(root, progress=False)
     assert any("zarr.json: its content differs" in p for p in report.store_problems), report
     assert not report.ok
+    # nothing commits on top of it (a commit would record the damage as the root's new hash)
+    for fix in ({"repair": True}, {"record": True}):
+        fixed = lz.verify(root, progress=False, **fix)
+        assert any("nothing is committed on top of it" in r for r in fixed.not_repaired), fixed
+    with pytest.raises(CorruptStoreError, match="nothing is committed on top of it"):
+        with lz.open_dataset(root, root=root, mode="r+") as w:
+            w.delete_episodes([0])
+    assert any("zarr.json: its content differs" in p for p in lz.verify(root, progress=False).store_problems)
 
 
 def test_symlinks_and_stale_frame_live_are_store_problems_that_repair_fixes(source, tmp_path):
