@@ -88,7 +88,8 @@ lerobot_zarr sets it for its own process). Dimension names: ``frame`` first, the
   its 8-byte little-endian length then its bytes; a camera kept as mp4, the whole file holding the episode.
   ``missing``: episodes without one (not fetched yet, a camera unavailable in them, committed by an earlier
   version). An episode moved to other rows keeps its hash; an in-place edit's new hash comes with the commit
-  after it. ``root``: the hash of these attributes but ``hashes``, as canonical JSON (sorted keys, no spaces).
+  after it. ``root``: the hash of these attributes but ``hashes``, as canonical JSON (sorted keys, no spaces);
+  no commit is made on top of a root that differs from it.
   Sampling never checks hashes; :func:`lerobot_zarr.verify` does. A CRC finds damage, not forgery: whoever can
   rewrite the data can rewrite the root.
 
