@@ -497,8 +497,7 @@ class ContentHashes:
         for name in names:
             column = self.aligned(table, name, where)
             missing = _ranges_of(column < 0)
-            features[name] = {ALGORITHM: base64.b64encode(np.where(column < 0, 0, column).astype("<u4").tobytes()
-                                                         ).decode("ascii"),
+            features[name] = {ALGORITHM: base64.b64encode(column.astype("<u4").tobytes()).decode("ascii"),
                               "missing": [list(r) for r in missing]}
         return {"algorithm": ALGORITHM, "features": features, "files": dict(self.files)}
 
