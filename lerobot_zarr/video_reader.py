@@ -93,6 +93,9 @@ class _File:
         except IndexError:
             self.container.close()
             raise CorruptSourceError(f"{key}: no video stream") from None
+        if self.stream.codec_context is None:  # a codec PyAV has no decoder for (a damaged header, found by fuzz)
+            self.container.close()
+            raise CorruptSourceError(f"{key}: its video stream has no decoder (a damaged file?)")
         self.stream.codec_context.thread_count = 1  # per-window decodes: one thread is fastest (no frame delay)
         # PyAV's to_ndarray converts with a thread-local swscale context using a pool of threads, which a forked
         # child inherits without its threads (and hangs in): convert with this file's own one-thread context
