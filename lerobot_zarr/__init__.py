@@ -24,6 +24,7 @@ from .cache import cache_info
 from .dataset import DatasetMeta, LeRobotZarrDataset
 from .errors import *  # noqa: F403  (the curated list is errors.__all__)
 from .errors import __all__ as _errors
+from .integrity import VerifyReport, verify  # (registers ds.verify)
 from .mixture import LeRobotZarrMixture, MixtureMeta, open_mixture
 from .mixture_sampler import MixtureSampler
 from .sharding import episodes_for_rank, split_episodes
@@ -47,6 +48,8 @@ __all__ = [
     "MixtureSampler",
     "WritableDataset",
     "DatasetMeta",
+    "verify",
+    "VerifyReport",
     *_errors,
 ]
 __version__ = "0.1.0"

@@ -7,15 +7,17 @@ Both answer ``read(ds, episodes, frames)``: the frames ``frames[k]`` (episode-lo
 
 from __future__ import annotations
 
-import json
+import contextlib
 import mmap
 import os
+import stat
 import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ._fileio import check_in_store, load_json, read_bounded
 from ._packs import open_pack, read_shard_index
 from .errors import CorruptStoreError, NotMaterializedError
 from .frame_codecs import decode_batch, frame_codec
@@ -25,8 +27,8 @@ from .video import have_pyav, pyav_missing
 if TYPE_CHECKING:
     from .dataset import LeRobotZarrDataset
 
-__all__ = ["CodecFrames", "VideoFrames", "MP4_INDEX", "mp4_index_path", "read_mp4_index", "cameras_needing_pyav",
-           "served_episodes"]
+__all__ = ["CodecFrames", "VideoFrames", "MP4_INDEX", "mp4_index_path", "read_mp4_index", "mp4_file",
+           "cameras_needing_pyav", "served_episodes"]
 
 MP4_INDEX = "mp4.json"
 
@@ -65,7 +67,7 @@ class CodecFrames:
         entry = self.open.pop(pack, None)
         if entry is None:
             rows = int(self.packs.rows[pack])
-            fd = open_pack(chunk_path(self.root, self.name, pack, self.spec.ndim), -1,
+            fd = open_pack(chunk_path(self.root, self.name, pack, self.spec.ndim), -1, root=self.root,
                            retired=retired_path(self.root, self.name, pack),
                            what=f"pack {pack} of feature {self.name!r}", feature=self.name)
             try:
@@ -82,14 +84,19 @@ class CodecFrames:
     def read_rows(self, packs: np.ndarray, rows: np.ndarray) -> np.ndarray:
         """Frames at ``rows`` of ``packs`` (equal-length arrays), decoded."""
         out = np.empty((len(rows), *self.spec.frame_shape), dtype=np.uint8)
-        blobs: list[Any] = []
-        for pack, row in zip(np.asarray(packs).tolist(), np.asarray(rows).tolist(), strict=True):
-            data, index = self._pack(pack)
-            offset, nbytes = index[row]
-            if offset < 0:
-                raise CorruptStoreError(f"{self.root}: pack {pack} of {self.name!r} has no frame at row {row}")
-            blobs.append(memoryview(data)[offset:offset + nbytes])
-        decode_batch(self.codec, blobs, out, where=lambda k: f"{self.name!r} pack {int(packs[k])} row {int(rows[k])}")
+        blobs: list[memoryview] = []
+        try:
+            for pack, row in zip(np.asarray(packs).tolist(), np.asarray(rows).tolist(), strict=True):
+                data, index = self._pack(pack)
+                offset, nbytes = index[row]
+                if offset < 0:
+                    raise CorruptStoreError(f"{self.root}: pack {pack} of {self.name!r} has no frame at row {row}")
+                blobs.append(memoryview(data)[offset:offset + nbytes])
+            decode_batch(self.codec, blobs, out,
+                         where=lambda k: f"{self.name!r} pack {int(packs[k])} row {int(rows[k])}")
+        finally:  # views of the maps must not outlive this call (an error's traceback would keep them)
+            for blob in blobs:
+                blob.release()
         return out
 
     def read(self, ds: LeRobotZarrDataset, episodes: np.ndarray, frames: np.ndarray) -> np.ndarray:
@@ -101,7 +108,8 @@ class CodecFrames:
 
 def _close_all(open_packs: dict) -> None:
     for data, _ in open_packs.values():
-        data.close()
+        with contextlib.suppress(BufferError):  # a view still held elsewhere: the map goes with its last view
+            data.close()
     open_packs.clear()
 
 
@@ -111,26 +119,61 @@ def mp4_index_path(root: str | os.PathLike, name: str) -> Path:
 
 def read_mp4_index(root: str | os.PathLike, name: str, n_episodes: int) -> dict[str, Any]:
     """The episode -> (file, from_timestamp, to_timestamp) table of a camera kept as mp4, checked: file names
-    are relative paths inside ``<camera>/videos/``."""
+    are relative paths inside ``<camera>/videos/``, timestamps finite and ordered, sizes bounded by the episodes."""
     path = mp4_index_path(root, name)
+    where = f"{path}: mp4 index of camera {name!r}"
     try:
-        doc = json.loads(path.read_bytes())
-        files = [str(f) for f in doc["files"]]
-        file_of = np.asarray(doc["file"], dtype=np.int64)
-        start = np.asarray(doc["from_timestamp"], dtype=np.float64)
-        stop = np.asarray(doc["to_timestamp"], dtype=np.float64)
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise CorruptStoreError(f"{path}: unreadable mp4 index of camera {name!r} ({exc})", path=path,
-                                feature=name) from None
+        doc = load_json(read_bounded(path, _MAX_INDEX_BYTES_PER_EPISODE * (n_episodes + 1) + (1 << 20), root=root,
+                                     what="mp4 index"), where)
+        if not isinstance(doc, dict) or not isinstance(doc.get("files"), list) \
+                or not all(isinstance(f, str) for f in doc["files"]):
+            raise TypeError("'files' must be a list of file names")
+        files = list(doc["files"])
+        columns = {}
+        for key, dtype in (("file", np.int64), ("from_timestamp", np.float64), ("to_timestamp", np.float64)):
+            values = doc.get(key)
+            if not isinstance(values, list) or not all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                                       for v in values):
+                raise TypeError(f"{key!r} must be a list of numbers")
+            columns[key] = np.asarray(values, dtype=dtype)
+    except FileNotFoundError:
+        raise CorruptStoreError(f"{where} is missing", path=path, feature=name) from None
+    except CorruptStoreError as exc:
+        raise CorruptStoreError(str(exc), path=path, feature=name) from None
+    except (OSError, ValueError, KeyError, TypeError, OverflowError) as exc:
+        raise CorruptStoreError(f"{where}: unreadable ({exc})", path=path, feature=name) from None
+    file_of, start, stop = columns["file"], columns["from_timestamp"], columns["to_timestamp"]
     if not len(file_of) == len(start) == len(stop) == n_episodes or (file_of >= len(files)).any() \
             or (file_of < -1).any():
-        raise CorruptStoreError(f"{path}: the mp4 index does not describe the store's {n_episodes} episodes",
+        raise CorruptStoreError(f"{where}: it does not describe the store's {n_episodes} episodes", path=path,
+                                feature=name)
+    if not (np.isfinite(start).all() and np.isfinite(stop).all()) or (start < 0).any() or (stop < start).any():
+        raise CorruptStoreError(f"{where}: from_timestamp/to_timestamp must be finite, non-negative and ordered",
                                 path=path, feature=name)
     for f in files:
-        parts = Path(f).parts
-        if not parts or Path(f).is_absolute() or ".." in parts or "\\" in f:
-            raise CorruptStoreError(f"{path}: file name {f!r} leaves the camera's folder", path=path, feature=name)
+        parts = f.split("/")
+        if not f or f.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\\" in f or "\0" in f:
+            raise CorruptStoreError(f"{where}: file name {f!r:.80} leaves the camera's folder", path=path,
+                                    feature=name)
     return {"files": files, "file": file_of, "from_timestamp": start, "to_timestamp": stop}
+
+
+_MAX_INDEX_BYTES_PER_EPISODE = 512  # an mp4 index takes ~60 bytes per episode, plus its file names
+
+
+def mp4_file(root: str | os.PathLike, name: str, file: str) -> str:
+    """Path of a camera's mp4 file inside the store, checked: no folder from the store root down, nor the file
+    itself, is a symbolic link (so a planted link can make neither reads nor publishing leave the store)."""
+    path = check_in_store(root, f"{os.fspath(root)}/{name}/videos/{file}")
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        raise CorruptStoreError(f"{path}: the mp4 file of camera {name!r} is missing", path=path,
+                                feature=name) from None
+    if not stat.S_ISREG(mode):
+        raise CorruptStoreError(f"{path}: the mp4 file of camera {name!r} is not a regular file (a symbolic link?)",
+                                path=path, feature=name)
+    return path
 
 
 class VideoFrames:
@@ -145,8 +188,7 @@ class VideoFrames:
         self.index = read_mp4_index(root, name, n_episodes)
         resize = spec.resize_spec
         source_shape = tuple(resize["from"]) if resize else spec.frame_shape
-        folder = self.root / name / "videos"
-        self.reader = Mp4Frames(source_shape, opener=lambda key: str(folder / key))
+        self.reader = Mp4Frames(source_shape, opener=lambda key: mp4_file(self.root, name, key))
 
     def read(self, ds: LeRobotZarrDataset, episodes: np.ndarray, frames: np.ndarray) -> np.ndarray:
         file_of = self.index["file"][episodes]

@@ -1,7 +1,10 @@
-"""Low-level file operations of a store: atomic replacement, positional writes, flushing, the writer lock.
+"""Low-level file operations of a store: atomic replacement, positional writes, flushing, sparse copies, the
+writer lock, and the reading of untrusted JSON.
 
-Every write refuses a symlink in place of its file (``O_NOFOLLOW``), and a full disk becomes
-:class:`~lerobot_zarr.errors.DiskSpaceError` naming the path.
+A store may come from elsewhere (a copy, a download, a disk that failed), so its files are untrusted input: every
+open of a file inside a store checks each folder from the store root down to the file (none may be a symbolic
+link, :func:`check_in_store`) and refuses a symlink in place of the file itself (``O_NOFOLLOW``); a full disk
+becomes :class:`~lerobot_zarr.errors.DiskSpaceError` naming the path.
 """
 
 from __future__ import annotations
@@ -9,14 +12,17 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import json
 import os
-import shutil
+import stat
+import threading
 import weakref
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from ._libc import libc
-from .errors import DiskSpaceError, StoreLockedError
+from .errors import CorruptStoreError, DiskSpaceError, StoreLockedError
 
 __all__ = [
     "atomic_write",
@@ -24,9 +30,14 @@ __all__ = [
     "pwrite_all",
     "create_sized",
     "open_nofollow",
+    "check_in_store",
+    "find_links",
+    "load_json",
+    "read_bounded",
     "punch_hole",
     "disk_error",
     "copy_file",
+    "data_ranges",
     "link_or_copy",
     "WriterLock",
 ]
@@ -43,17 +54,63 @@ def disk_error(exc: OSError, path: str | os.PathLike) -> OSError:
 
 
 def copy_file(src: str | os.PathLike, dst: str | os.PathLike) -> None:
-    """Copy ``src`` to ``dst`` (symlinks not followed); a full disk raises ``DiskSpaceError`` naming ``dst`` and
-    the partial copy is removed."""
+    """Copy ``src`` to a new file ``dst`` (a symlink at either is refused), keeping holes as holes: only the data
+    ranges of a sparse file are copied (``SEEK_DATA``/``SEEK_HOLE``), so a pack with unwritten rows stays as small
+    on disk as it was. A full disk raises ``DiskSpaceError`` naming ``dst`` and the partial copy is removed."""
     try:
-        shutil.copyfile(src, dst, follow_symlinks=False)
+        fd_in = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            fd_out = os.open(dst, _WRITE_FLAGS | os.O_EXCL, 0o644)
+            try:
+                _copy_sparse(fd_in, fd_out)
+            finally:
+                os.close(fd_out)
+        finally:
+            os.close(fd_in)
     except OSError as exc:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(dst)
+        if not isinstance(exc, FileExistsError):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(dst)
         err = disk_error(exc, dst)
         if err is exc:
             raise
         raise err from None
+
+
+def data_ranges(fd: int, size: int) -> list[tuple[int, int]]:
+    """``(start, stop)`` byte ranges of a file that may hold data (everything else is a hole, read as zeros); the
+    whole file where the system cannot tell (no ``SEEK_DATA``)."""
+    if not hasattr(os, "SEEK_DATA"):
+        return [(0, size)] if size else []
+    out: list[tuple[int, int]] = []
+    pos = 0
+    while pos < size:
+        try:
+            start = os.lseek(fd, pos, os.SEEK_DATA)
+        except OSError as exc:
+            if exc.errno == errno.ENXIO:  # only a hole from here to the end
+                break
+            return [(0, size)]  # a filesystem that cannot tell
+        stop = min(os.lseek(fd, start, os.SEEK_HOLE), size)
+        out.append((start, stop))
+        pos = stop
+    return out
+
+
+def _copy_sparse(fd_in: int, fd_out: int) -> None:
+    size = os.fstat(fd_in).st_size
+    for start, stop in data_ranges(fd_in, size):
+        pos = start
+        while pos < stop:
+            n = os.copy_file_range(fd_in, fd_out, stop - pos, pos, pos) if hasattr(os, "copy_file_range") else 0
+            if n <= 0:  # not supported here (or nothing copied): plain reads and writes
+                data = os.pread(fd_in, min(stop - pos, 8 << 20), pos)
+                if not data:
+                    raise OSError(errno.EIO, "the file shrank while it was copied")
+                pwrite_all(fd_out, data, pos)
+                n = len(data)
+            pos += n
+    os.ftruncate(fd_out, size)  # the trailing hole, if any
 
 
 def link_or_copy(src: str | os.PathLike, dst: str | os.PathLike) -> None:
@@ -64,8 +121,56 @@ def link_or_copy(src: str | os.PathLike, dst: str | os.PathLike) -> None:
         copy_file(src, dst)
 
 
-def open_nofollow(path: str | os.PathLike, flags: int, mode: int = 0o644) -> int:
-    """``os.open`` that refuses a symlink at ``path`` (and makes missing parent folders when creating)."""
+def check_in_store(root: str | os.PathLike, path: str | os.PathLike) -> str:
+    """``path`` (a file inside the store ``root``) once every folder between ``root`` and the file is known not to
+    be a symbolic link or anything but a folder (folders not made yet are fine: they will be made real). The
+    store root itself may be a link (the user's choice); the file is opened ``O_NOFOLLOW`` by the caller. Raises
+    :class:`CorruptStoreError` naming the link, so that a link planted in a store can point neither reads nor
+    writes outside it."""
+    root_s, path_s = os.fspath(root).rstrip("/") or "/", os.fspath(path)
+    if not path_s.startswith(root_s + "/"):
+        raise CorruptStoreError(f"{path_s}: is not inside the store {root_s}", path=path_s)
+    parts = path_s[len(root_s) + 1:].split("/")
+    if any(p in ("", ".", "..") for p in parts):
+        raise CorruptStoreError(f"{path_s}: not a plain path inside the store {root_s}", path=path_s)
+    folder = root_s
+    for part in parts[:-1]:
+        folder = f"{folder}/{part}"
+        try:
+            mode = os.lstat(folder).st_mode
+        except FileNotFoundError:
+            break
+        if stat.S_ISLNK(mode):
+            raise CorruptStoreError(f"{folder}: is a symbolic link; a store's folders must be real folders (a link "
+                                    f"could point reads or writes outside the store)", path=folder)
+        if not stat.S_ISDIR(mode):
+            raise CorruptStoreError(f"{folder}: is not a folder, where the store keeps {path_s}", path=folder)
+    return path_s
+
+
+def find_links(root: str | os.PathLike) -> list[Path]:
+    """Symbolic links anywhere under ``root`` (none is followed), sorted."""
+    found, todo = [], [os.fspath(root)]
+    while todo:
+        folder = todo.pop()
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.is_symlink():
+                found.append(Path(entry.path))
+            elif entry.is_dir(follow_symlinks=False):
+                todo.append(entry.path)
+    return sorted(found)
+
+
+def open_nofollow(path: str | os.PathLike, flags: int, mode: int = 0o644, *, root: str | os.PathLike | None = None
+                  ) -> int:
+    """``os.open`` that refuses a symlink at ``path`` (and makes missing parent folders when creating). With
+    ``root`` (the store holding ``path``) every folder below the root is checked first (:func:`check_in_store`)."""
+    if root is not None:
+        check_in_store(root, path)
     try:
         return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
     except FileNotFoundError:
@@ -73,6 +178,11 @@ def open_nofollow(path: str | os.PathLike, flags: int, mode: int = 0o644) -> int
             raise
         os.makedirs(os.path.dirname(os.fspath(path)), exist_ok=True)
         return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise CorruptStoreError(f"{os.fspath(path)}: is a symbolic link; store files must be real files",
+                                    path=os.fspath(path)) from None
+        raise
 
 
 def pwrite_all(fd: int, data: bytes | memoryview, offset: int, path: str | os.PathLike = "") -> None:
@@ -86,14 +196,16 @@ def pwrite_all(fd: int, data: bytes | memoryview, offset: int, path: str | os.Pa
         raise disk_error(exc, path) from None
 
 
-def create_sized(path: str | os.PathLike, size: int) -> bool:
+def create_sized(path: str | os.PathLike, size: int, *, root: str | os.PathLike | None = None) -> bool:
     """Create ``path`` as a sparse file of ``size`` bytes (holes take no disk) unless it exists; True if created.
 
     Created under a temporary name and renamed, so a file at ``path`` always has its full size."""
     path = os.fspath(path)
+    if root is not None:
+        check_in_store(root, path)
     if os.path.lexists(path):
         return False
-    tmp = f"{os.path.dirname(path)}/.{os.path.basename(path)}.tmp-{os.getpid()}"
+    tmp = f"{os.path.dirname(path)}/.{os.path.basename(path)}.tmp-{os.getpid()}-{threading.get_ident()}"
     fd = open_nofollow(tmp, _WRITE_FLAGS | os.O_TRUNC)
     try:
         os.ftruncate(fd, size)
@@ -118,11 +230,15 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def atomic_write(path: Path, data: bytes, *, durable: bool = True) -> None:
+def atomic_write(path: Path, data: bytes, *, durable: bool = True, root: str | os.PathLike | None = None) -> None:
     """Write ``data`` to ``path`` via a temporary file and rename: readers see old or new, never partial.
 
-    ``durable`` also fsyncs the file and its folder (survives power loss, not only a killed process)."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    ``durable`` also fsyncs the file and its folder (survives power loss, not only a killed process). With
+    ``root`` (the store holding ``path``) the folders below the root are checked first (:func:`check_in_store`)."""
+    path = Path(path)
+    if root is not None:
+        check_in_store(root, path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{threading.get_ident()}")
     fd = open_nofollow(tmp, _WRITE_FLAGS | os.O_TRUNC)
     try:
         pwrite_all(fd, data, 0, path)
@@ -165,6 +281,54 @@ def punch_hole(fd: int, offset: int, length: int) -> bool:
 
     fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_long, ctypes.c_long]
     return fallocate(fd, _FALLOC_FL_KEEP_SIZE | _FALLOC_FL_PUNCH_HOLE, offset, length) == 0
+
+
+MAX_JSON_DEPTH = 64  # nesting of any JSON file this package reads: its own files need 8
+
+
+def read_bounded(path: str | os.PathLike, limit: int, *, root: str | os.PathLike | None = None,
+                 what: str = "file") -> bytes:
+    """The bytes of a store file of at most ``limit`` bytes (a larger one is refused before it is read), opened
+    without following links (and with ``root``, checked inside the store)."""
+    fd = open_nofollow(path, os.O_RDONLY, root=root)
+    try:
+        size = os.fstat(fd).st_size
+        if size > limit:
+            raise CorruptStoreError(f"{os.fspath(path)}: {what} of {size} bytes, more than the {limit} bytes such a "
+                                    f"file can hold", path=os.fspath(path))
+        chunks, total = [], 0
+        while True:
+            chunk = os.read(fd, min(limit + 1 - total, 8 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > limit:
+                raise CorruptStoreError(f"{os.fspath(path)}: {what} larger than {limit} bytes", path=os.fspath(path))
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def load_json(data: bytes | str, where: str, *, error: Callable[[str], Exception] = CorruptStoreError,
+              max_depth: int = MAX_JSON_DEPTH) -> Any:
+    """Parse untrusted JSON: invalid text, or nesting deeper than ``max_depth`` (JSON "bombs" that would exhaust the
+    stack of any code walking them), raise ``error(message)`` naming ``where`` (a typed error of this package)."""
+    try:
+        doc = json.loads(data)
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+        detail = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+        raise error(f"{where}: invalid JSON ({detail})") from None
+    stack = [(doc, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > max_depth:
+            raise error(f"{where}: JSON nested deeper than {max_depth} levels")
+        if isinstance(node, dict):
+            stack.extend((v, depth + 1) for v in node.values() if isinstance(v, (dict, list)))
+        elif isinstance(node, list):
+            stack.extend((v, depth + 1) for v in node if isinstance(v, (dict, list)))
+    return doc
 
 
 _held_locks: weakref.WeakSet = weakref.WeakSet()

@@ -81,7 +81,11 @@ class _Feature:
             raise StoreError(f"feature {name!r}: {size} bytes of address space needed to map it side by side",
                              feature=name)
         reserved = size + _HUGE
-        raw = _check(libc.mmap(None, reserved, _PROT_NONE, _ANON, -1, 0), f"reserving {name!r}")
+        try:
+            raw = _check(libc.mmap(None, reserved, _PROT_NONE, _ANON, -1, 0), f"reserving {name!r}")
+        except OSError as exc:  # the packs the table declares need more address space than the process has left
+            raise StoreError(f"feature {name!r}: cannot reserve {size} bytes of address space to map its packs side "
+                             f"by side ({exc.strerror}); open fewer datasets at once", feature=name) from None
         self.base = -(-raw // _HUGE) * _HUGE
         buf = (ctypes.c_char * size).from_address(self.base)
         self._release = weakref.finalize(buf, libc.munmap, raw, reserved)
@@ -111,7 +115,7 @@ class _Feature:
     def map(self, k: int, rows: int, root: str) -> None:
         path = chunk_path(root, self.name, k, self.spec.ndim)
         nbytes = rows * self.frame_bytes
-        fd = open_pack(path, nbytes, retired=retired_path(root, self.name, k),
+        fd = open_pack(path, nbytes, root=root, retired=retired_path(root, self.name, k),
                        what=f"pack {k} of feature {self.name!r}", feature=self.name)
         try:
             addr = self.base + int(self.base_row[k]) * self.frame_bytes

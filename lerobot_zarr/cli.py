@@ -1,4 +1,4 @@
-"""Command line: ``lerobot-zarr demo | info | convert (download) | view | edit | push | cache ls|rm|prune``.
+"""Command line: ``lerobot-zarr demo | info | convert (download) | view | edit | push | verify | cache ls|rm|prune``.
 
 SOURCE is a LeRobot dataset folder (v3.x or v2.x), a store made by lerobot_zarr, or a Hub dataset repo id
 ``org/name``. Run ``lerobot-zarr COMMAND --help`` for each command's options.
@@ -19,8 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from .errors import LeRobotZarrError, LeRobotZarrWarning
+from .errors import LeRobotZarrError, LeRobotZarrWarning, SourceNotFoundError
 from .lerobot_v3 import CAMERA_DTYPES, DEFAULT_FEATURES
+from .store import MAX_EPISODES
 
 __all__ = ["describe", "describe_json", "main"]
 
@@ -208,9 +209,12 @@ def _episode_list(text: str) -> list[int]:
                 raise ValueError(part)
             if dash and int(b) < int(a):
                 raise ValueError(part)
+            if (int(b) + 1 - int(a) if dash else 1) + len(out) > MAX_EPISODES:  # before making the list
+                raise argparse.ArgumentTypeError(f"{text!r:.80}: more than {MAX_EPISODES} episodes (a store holds "
+                                                 f"at most that many)")
             out.extend(range(int(a), int(b) + 1) if dash else [int(a)])
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected episode indices like 0,3,5-9") from None
+        raise argparse.ArgumentTypeError(f"{text!r:.80}: expected episode indices like 0,3,5-9") from None
     return out
 
 
@@ -320,6 +324,23 @@ def _parser() -> argparse.ArgumentParser:
                       help="publish only these episodes of the store, as a new dataset renumbered from 0 (default: "
                            "every episode; a store lacking some is refused)")
     _push_options(push, "--revision", "--branch")
+
+    check = sub.add_parser(
+        "verify", help="re-read a store and check every committed episode against its recorded content hashes",
+        description="Re-read every committed episode of a store (every feature's rows, compact cameras' encoded "
+                    "frames, mp4 files) and compare each with the content hash (crc32c) recorded when it was "
+                    "committed; also check pack files, shard indexes and zarr's copies of the commit. Exit status: "
+                    "0 intact, 1 damage found, 3 nothing damaged but some episodes cannot be checked (no hash "
+                    "recorded). Sampling never checks; run this after copying a store or when in doubt.")
+    check.add_argument("store", type=Path, help="the store folder (see `cache ls` for the cached ones)")
+    check.add_argument("--repair", action="store_true",
+                       help="fix what can be: zarr's copies, interrupted edits, planted links, and damaged episodes "
+                            "fetched again from the Hub repo or folder the store was made from")
+    check.add_argument("--record", action="store_true",
+                       help="record hashes for committed episodes that have none (stores made before hashes "
+                            "existed), trusting their bytes as they are now")
+    check.add_argument("--token", default=None, help="Hub token, to fetch damaged episodes again (--repair)")
+    check.add_argument("--json", action="store_true", help="print the report as JSON")
 
     cache = sub.add_parser("cache", help="list or remove the stores under the cache home (like `hf cache`)")
     cache_sub = _Subcommands(cache.add_subparsers(dest="cache_command", required=True, metavar="ACTION"), common)
@@ -636,7 +657,22 @@ def _run(args: argparse.Namespace) -> int:
         return _edit(args)
     elif args.command == "cache":
         return _cache(args)
+    elif args.command == "verify":
+        return _verify(args)
     return 0
+
+
+def _verify(args: argparse.Namespace) -> int:
+    from .integrity import verify
+
+    if not (args.store / "zarr.json").is_file():
+        raise SourceNotFoundError(f"{args.store}: not a lerobot_zarr store (no zarr.json); verify checks a store "
+                                  f"(see `lerobot-zarr cache ls`)", path=args.store)
+    report = verify(args.store, repair=args.repair, record=args.record, token=args.token)
+    print(json.dumps(report.to_json(), indent=2) if args.json else report.summary())
+    if report.damaged or report.store_problems or report.not_repaired:
+        return 1
+    return 0 if report.ok else 3
 
 
 def main(argv: Sequence[str] | None = None) -> int:

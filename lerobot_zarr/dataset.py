@@ -266,6 +266,7 @@ class LeRobotZarrDataset:
         shifts = {"episode_index": state.table.episode_index_shift, "index": state.table.index_shift}
         self._shifts = [(name, shift, shift.tolist()) for name, shift in shifts.items()
                         if name in self._specs and shift.any()]
+        self._shifts_checked = np.zeros(len(state.packs), dtype=bool)  # packs whose stored numbers were checked
         n_raw = sum(spec.storage == "raw" for spec in self._specs.values())
         self._max_packs = max(1, max_open_maps // max(1, n_raw))
         for reader in getattr(self, "_cameras", {}).values():
@@ -338,10 +339,16 @@ class LeRobotZarrDataset:
                              [self._ktab[:, g].tolist() for g in range(2, self._ktab.shape[1])])
         return self._item_places
 
-    def _learn_tasks(self) -> None:
+    def _learn_tasks(self, task_index: Any) -> None:
         """A writer gave frames a task added after this dataset's commit (set_task works in place): tasks are
-        only ever appended, so the latest list names it."""
+        only ever appended, so the latest list names it. A ``task_index`` it does not name is damage."""
         self._tasks = np.array(read_state(self.root).tasks, dtype=object)
+        values = np.asarray(task_index)
+        if values.size and (values.min() < 0 or values.max() >= len(self._tasks)):
+            bad = int(values.min() if values.min() < 0 else values.max())
+            raise CorruptStoreError(f"{self.root}: a frame's stored task_index is {bad}, not one of the store's "
+                                    f"{len(self._tasks)} tasks (damaged rows? `lerobot-zarr verify` checks them)",
+                                    path=self.root, feature="task_index")
 
     def index_shifts(self) -> dict[str, np.ndarray]:
         """What the stored ``episode_index`` / ``index`` values of each episode exceed LeRobot's by (after
@@ -463,8 +470,32 @@ class LeRobotZarrDataset:
             e = int(hit[0])
             raise CorruptStoreError(f"{exc} (pack {pack} holds episode {e}, asked for here)", path=exc.path,
                                     episode=e, feature=exc.feature) from None
+        if self._shifts and not self._shifts_checked[packs].all():
+            self._check_shifts(packs[~self._shifts_checked[packs]])
         self._all_mapped = bool(self._maps.mapped[self._sel_packs].all()) and (
             not self._lazy or bool(self._present[self._sel.episodes].all()))
+
+    def _check_shifts(self, packs: np.ndarray) -> None:
+        """Before serving numbers corrected by the table's shifts (after deletions), check them against the stored
+        ones, episode by episode: the stored ``index`` of an episode's first frame is its start plus its
+        ``index_shift``, and its stored ``episode_index`` the episode plus its ``episode_index_shift``; a root
+        whose shifts disagree would serve other (even negative) numbers."""
+        table = self._state.table
+        eps = np.flatnonzero(np.isin(table.chunk, packs) & self._present)
+        for name, shift, _ in self._shifts:
+            view, base = self._maps.views[name], self._maps.base_rows(name)
+            stored = np.asarray(view[base[table.chunk[eps]] + table.offset[eps]]).reshape(len(eps), -1)[:, 0]
+            want = (table.start[eps] if name == "index" else eps) + shift[eps]
+            bad = np.flatnonzero(stored != want)
+            if len(bad):
+                e = int(eps[bad[0]])
+                raise CorruptStoreError(
+                    f"{self.root}: episode {e}'s stored {name} is {int(stored[bad[0]])}, but the table gives "
+                    f"{int(want[bad[0]])} ({'start' if name == 'index' else 'episode'} + {name}_shift "
+                    f"{int(shift[e])}): the root's shifts disagree with the data", path=self.root, episode=e,
+                    feature=name)
+        missing = table.chunk[~self._present]  # (lazy) episodes fetched later are checked then
+        self._shifts_checked[packs[~np.isin(packs, missing)]] = True
 
     def _touch(self, e: int, pack: int) -> None:
         """The item path's check: map the pack of episode ``e`` if needed, else mark it recently used."""
@@ -543,9 +574,11 @@ class LeRobotZarrDataset:
                 task_index = view[rows[g]]
                 task_index = task_index[0] if vector else task_index
                 try:
+                    if task_index < 0:
+                        raise IndexError(task_index)
                     out["task"] = self._tasks[task_index]
                 except IndexError:  # a writer's set_task gave frames a task added after this commit
-                    self._learn_tasks()
+                    self._learn_tasks(task_index)
                     out["task"] = self._tasks[task_index]
             if self._extras:
                 e = self._sel._episode_list[k]
@@ -643,8 +676,8 @@ class LeRobotZarrDataset:
                 view, vector, g = self._task
                 task_index = view[rows[g]]
                 task_index = task_index[:, 0] if vector else task_index
-                if len(task_index) and task_index.max() >= len(self._tasks):
-                    self._learn_tasks()
+                if len(task_index) and (task_index.max() >= len(self._tasks) or task_index.min() < 0):
+                    self._learn_tasks(task_index)
                 out["task"] = self._tasks[task_index].tolist()
             if self._extras:
                 eps = self._sel.episodes[k]
@@ -717,7 +750,14 @@ class LeRobotZarrDataset:
                                       shape=(n, *spec.frame_shape))
         for name, shift, _ in self._shifts:
             if name in out:
-                out[name] = np.asarray(out[name]) - shift[e]
+                stored = np.asarray(out[name])
+                first = stored.reshape(n, -1)[0, 0] if n else 0
+                want = (int(self.meta.episode_start[e]) if name == "index" else e) + int(shift[e])
+                if n and first != want:
+                    raise CorruptStoreError(f"{self.root}: episode {e}'s stored {name} is {int(first)}, but the table "
+                                            f"gives {want}: the root's shifts disagree with the data", path=self.root,
+                                            episode=e, feature=name)
+                out[name] = stored - shift[e]
         return out
 
     def episode_location(self, episode_index: int) -> tuple[int, int, int]:
@@ -741,6 +781,13 @@ class LeRobotZarrDataset:
         uploaded; an unchanged store makes no commit). Returns the commit sha, or None if nothing changed."""
         return _FORWARDED["push"](self, repo_id, revision=revision, private=private, token=token,
                     commit_message=commit_message, videos=videos, progress=progress)
+
+    def verify(self, *, repair: bool = False, record: bool = False, token: str | bool | None = None,
+               progress: bool = True) -> Any:
+        """Re-read every committed episode of the store and check it against the content hashes recorded at commit
+        (:func:`lerobot_zarr.integrity.verify`); returns a :class:`~lerobot_zarr.integrity.VerifyReport` naming
+        what is damaged. ``repair=True`` fetches damaged episodes again from the store's Hub repo or folder."""
+        return _FORWARDED["verify"](self.root, repair=repair, record=record, token=token, progress=progress)
 
     def to_xarray(self) -> Any:
         """The selected, materialized episodes as a lazy ``xarray.Dataset`` (xarray extra): one dask chunk per

@@ -257,7 +257,8 @@ def _copy_mp4(ds: LeRobotZarrDataset, root: Path, key: str,
               selected: list[int]) -> list[tuple[int, int, float, float]]:
     """A camera kept as mp4: the files holding the exported episodes copied unchanged (renumbered as LeRobot's
     ``file-NNN``), each episode at the same seconds of its file."""
-    from ._cameras import read_mp4_index
+    from ._cameras import mp4_file, read_mp4_index
+    from ._fileio import copy_file
 
     index = read_mp4_index(ds.root, key, ds.meta.total_episodes)
     numbers: dict[int, int] = {}
@@ -268,7 +269,7 @@ def _copy_mp4(ds: LeRobotZarrDataset, root: Path, key: str,
             numbers[f] = len(numbers)
             target = root / video_file_rel(key, *divmod(numbers[f], CHUNKS_SIZE))
             target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(ds.root / key / "videos" / index["files"][f], target, follow_symlinks=False)
+            copy_file(mp4_file(ds.root, key, index["files"][f]), target)  # never a file outside the store
         chunk, file = divmod(numbers[f], CHUNKS_SIZE)
         places.append((chunk, file, float(index["from_timestamp"][src]), float(index["to_timestamp"][src])))
     return places

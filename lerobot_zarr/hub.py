@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import io
-import json
 import math
 import os
 import re
@@ -37,7 +36,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, BinaryIO
 from urllib.parse import quote, urlsplit
 
+from ._fileio import load_json
 from .errors import (
+    ArgumentError,
     CorruptSourceError,
     HubAuthError,
     HubError,
@@ -94,7 +95,8 @@ def network_errors() -> tuple[type[BaseException], ...]:
 def parse_repo_id(repo_id: str) -> str:
     """Validate ``org/name``; the parts become local folder names, so nothing else is accepted."""
     if not isinstance(repo_id, str) or not REPO_ID.match(repo_id) or ".." in repo_id:
-        raise ValueError(f"{repo_id!r} is not a Hub dataset repo id of the form 'org/name'")
+        raise ArgumentError(f"{repo_id!r:.120} is not a Hub dataset repo id of the form 'org/name' (letters, "
+                            f"digits, '-', '_', '.'; no '..')", repo_id=repo_id if isinstance(repo_id, str) else None)
     return repo_id
 
 
@@ -251,10 +253,8 @@ def request_json(url: str, where: Where, *, token: str | bool | None = None, met
                  params: dict | None = None) -> tuple[Any, Any]:
     """``(response, parsed JSON)`` of an API call (see :func:`request`)."""
     response, body = request(method, url, where, token=token, params=params)
-    try:
-        return response, json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise HubError(f"{where}: the Hub answered {url} with invalid JSON ({exc})", **where.fields()) from exc
+    return response, load_json(body, f"{where}: the Hub's answer to {url}",
+                               error=lambda message: HubError(message, **where.fields()))
 
 
 def check_commit(value: Any, where: Where, name: str) -> str:

@@ -36,6 +36,7 @@ import base64
 import binascii
 import hashlib
 import json
+import logging
 import math
 import os
 from collections.abc import Mapping, Sequence
@@ -45,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ._fileio import load_json
 from .errors import CorruptSourceError
 
 if TYPE_CHECKING:  # pyarrow is imported where the index is read
@@ -53,6 +55,8 @@ if TYPE_CHECKING:  # pyarrow is imported where the index is read
 __all__ = ["INDEX_FILE", "INLINE_FOOTERS_MAX", "HubIndex", "write_index", "read_index"]
 
 INDEX_FILE = "meta/lerobot_zarr_index.json"
+MAX_INDEX_BYTES = 512 << 20  # an index larger than this (or than the files it describes) is not read
+log = logging.getLogger("lerobot_zarr")
 FORMAT_VERSION = 2
 INLINE_FOOTERS_MAX = 2 * 2**20
 _COVERED = ("meta/", "data/", "videos/")
@@ -145,10 +149,14 @@ def read_index(files: Any) -> HubIndex | None:
     if matches is None or not files.exists(INDEX_FILE):
         return None
     where = files.location(INDEX_FILE)
-    try:
-        doc = json.loads(files.read_bytes(INDEX_FILE))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise CorruptSourceError(f"{where}: invalid JSON ({exc})") from exc
+    sizes = getattr(files, "sizes", {})
+    described = sum(n for rel, n in sizes.items() if rel != INDEX_FILE and not rel.startswith("videos/"))
+    if sizes.get(INDEX_FILE, 0) > min(MAX_INDEX_BYTES, described + (1 << 20)):
+        # checked before it is read: it holds metadata and footers of the other files, never more than they do
+        log.warning("%s: %d bytes, more than the files it describes; ignored (LeRobot's files are read instead)",
+                    where, sizes[INDEX_FILE])
+        return None
+    doc = load_json(files.read_bytes(INDEX_FILE), where, error=CorruptSourceError)
     if not isinstance(doc, dict) or doc.get("format_version") != FORMAT_VERSION:
         return None  # another version: LeRobot's files are read instead
     ids = doc.get("files")

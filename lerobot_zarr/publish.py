@@ -226,12 +226,17 @@ class Publisher:
         """A huggingface_hub call with timeouts on its session and this push's progress setting."""
         from huggingface_hub import errors as hf
 
+        failures = (hf.HfHubHTTPError, hf.OfflineModeIsEnabled, *network_errors())
         try:
             # huggingface_hub's upload bars redraw with terminal escapes: only on a terminal, never into a log
             with session_timeouts(), quiet_progress(not self.progress or not sys.stderr.isatty()):
                 return fn(*args, **kwargs)
-        except (hf.HfHubHTTPError, hf.OfflineModeIsEnabled, *network_errors()) as exc:
+        except failures as exc:
             raise _Failed(what, exc) from exc
+        except RuntimeError as exc:  # huggingface_hub wraps a failed LFS upload: "Error while uploading 'x'"
+            if isinstance(exc.__cause__, failures):
+                raise _Failed(f"{what} ({exc})", exc.__cause__) from exc
+            raise
 
     def _error(self, failure: _Failed | LeRobotZarrError, state: str) -> LeRobotZarrError:
         what = f"failed {failure.what}" if isinstance(failure, _Failed) else "failed"
@@ -309,6 +314,6 @@ def _difference(key: str, theirs: Any, ours: Any) -> str:
 def _json_object(body: bytes) -> dict | None:
     try:
         value = json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError):
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
         return None
     return value if isinstance(value, dict) else None

@@ -26,7 +26,7 @@ import numpy as np
 from .errors import UnsupportedDtypeError
 from .frame_codecs import run_in_parallel
 
-__all__ = ["INTERPOLATIONS", "Interpolation", "check_resize", "resize_frame", "resize_frames"]
+__all__ = ["INTERPOLATIONS", "Interpolation", "MAX_SIDE", "check_resize", "resize_frame", "resize_frames"]
 
 Interpolation = Literal["bilinear", "bicubic", "box"]
 INTERPOLATIONS = get_args(Interpolation)
@@ -46,9 +46,16 @@ def check_resize(frame_shape: Sequence[int], size: Sequence[int], *, crop: Seque
         top, left, ch, cw = (int(c) for c in crop)
         if top < 0 or left < 0 or ch < 1 or cw < 1 or top + ch > height or left + cw > width:
             raise ValueError(f"crop {tuple(crop)} is outside frames of {height}x{width}")
-    if len(size) != 2 or any(int(s) != s or s < 1 for s in size):
+    if isinstance(size, (str, bytes)) or len(size) != 2 or any(
+            isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 1 for s in size):
         raise ValueError(f"resize must be (height, width) positive integers, got {size!r}")
+    if max(size) > MAX_SIDE:
+        raise ValueError(f"resize {tuple(int(s) for s in size)} is larger than {MAX_SIDE} pixels on a side (a frame "
+                         f"would take {int(size[0]) * int(size[1]) * channels} bytes)")
     return int(size[0]), int(size[1]), channels
+
+
+MAX_SIDE = 8192  # pixels of a resized camera's height or width (8K video is 7680 wide)
 
 
 def resize_frame(frame: np.ndarray, size: Sequence[int], *, crop: Sequence[int] | None = None,

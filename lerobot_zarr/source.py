@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import functools
 import io
-import json
 import math
 import os
 from collections.abc import Callable, Iterator, Sequence
@@ -34,6 +33,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ._background import in_threads
+from ._fileio import load_json
 from .errors import (
     CorruptSourceError,
     LeRobotZarrError,
@@ -109,11 +109,10 @@ class EpisodeTable:
 
 def _read_json(files: SourceFiles, rel: str) -> Any:
     try:
-        return json.loads(files.read_bytes(rel))
+        data = files.read_bytes(rel)
     except FileNotFoundError:
         raise SourceNotFoundError(f"{files.location(rel)}: file not found") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise CorruptSourceError(f"{files.location(rel)}: invalid JSON ({exc})") from exc
+    return load_json(data, files.location(rel), error=CorruptSourceError)
 
 
 def _read_jsonl(files: SourceFiles, rel: str) -> list[dict]:
@@ -126,10 +125,7 @@ def _read_jsonl(files: SourceFiles, rel: str) -> list[dict]:
     rows = []
     for lineno, line in enumerate(lines, 1):
         if line.strip():
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise CorruptSourceError(f"{files.location(rel)}:{lineno}: invalid JSON line ({exc})") from exc
+            row = load_json(line, f"{files.location(rel)}:{lineno}", error=CorruptSourceError)
             if not isinstance(row, dict):
                 raise CorruptSourceError(f"{files.location(rel)}:{lineno}: expected a JSON object, got "
                                          f"{type(row).__name__}")

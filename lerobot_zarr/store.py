@@ -8,7 +8,10 @@ Layout of a store folder::
     <feature>/c/<k>/0...       PACK k of that feature: ``rows[k]`` frames of many consecutive episodes. Raw storage:
                                exactly rows[k] * frame_bytes little-endian bytes, no header (the ``bytes`` codec
                                alone), created sparse at full size (unwritten rows are holes: no disk, read as 0).
-                               Compact storage: a zarr shard of single-frame zstd chunks, its index first.
+                               Compact storage: a zarr shard of single-frame zstd chunks, its index first (then
+                               the index's crc32c, checked on every read). A pack file is made when the first row
+                               of it is written: a feature none of the pack's committed episodes holds (a camera
+                               whose videos are missing) may have none (zarr reads it as fill value 0).
     frame_live/zarr.json, c/<k>
                                bool per row of pack k: True where the row holds a frame of a committed episode.
                                Feature arrays name it in their ``coordinates`` attribute, so xarray shows it as a
@@ -20,6 +23,8 @@ Layout of a store folder::
                                frame). lerobot_zarr reads the root.
     .episode_stats/<k>-<offset>.json
                                per-episode statistics of the episode at row ``offset`` of pack k (writers' cache)
+    .editing/<k>-<offset>      the features of that episode an in-place edit changed since the last commit (a
+                               JSON list): the next writer recomputes their stats and content hashes
     .retired/<feature>/<k>     pack files of retired packs, kept a while for readers of older commits
     .lock                      writer lock (``flock``); not part of the zarr hierarchy
     .lerobot_zarr-creating     present only while a store is being laid out (before its first commit)
@@ -74,8 +79,30 @@ lerobot_zarr sets it for its own process). Dimension names: ``frame`` first, the
   ``generation``: counts commits; ``capacity_frames``: ring-buffer capacity or null; ``pending_tasks``: a
   ``set_task`` in progress, ``[[chunk, offset, task_index], ...]`` (finished by the next writer).
 
+- ``hashes`` (stores made since content hashes exist; absent in earlier ones, whose episodes ``verify`` reports
+  as unverifiable until ``verify --record``): ``{"algorithm": "crc32c", "features": {name: {"crc32c": <base64 of
+  little-endian uint32, one per episode in table order>, "missing": [[first, stop], ...]}}, "files":
+  {"<camera>/mp4.json": crc}, "root": crc}``. The CRC-32C (Castagnoli) of what the store holds for each committed
+  episode and feature, computed while the rows are written (never by re-reading them), recorded at the commit
+  that lists them: a raw feature's rows, byte for byte; a compact camera's encoded frames in row order, each as
+  its 8-byte little-endian length then its bytes; a camera kept as mp4, the whole file holding the episode.
+  ``missing``: episodes without one (not fetched yet, a camera unavailable in them, committed by an earlier
+  version). An episode moved to other rows keeps its hash; an in-place edit's new hash comes with the commit
+  after it. ``root``: the hash of these attributes but ``hashes``, as canonical JSON (sorted keys, no spaces);
+  no commit is made on top of a root that differs from it.
+  Sampling never checks hashes; :func:`lerobot_zarr.verify` does. A CRC finds damage, not forgery: whoever can
+  rewrite the data can rewrite the root.
+
 A store missing its root ``zarr.json`` (or whose root lacks these attributes) is not a store. Writers write pack
 rows first, flush them, then replace the root ``zarr.json``; readers trust only what the root lists.
+
+A store may come from elsewhere, so its files are untrusted input. A store holds no symbolic link: every file is
+opened after checking each folder from the store root down (the root itself may be a link), ``O_NOFOLLOW`` at the
+file, and a writer refuses a store holding a link anywhere. The root is at most ``MAX_ROOT_BYTES``, JSON at most
+64 levels deep, its columns decompressed within their bound (``MAX_EPISODES`` entries, ``MAX_PACKS`` for the
+packs); episodes follow each other from index 0 (``start``), offsets and shifts are bounded so that no sum
+overflows int64, frames are at most ``MAX_FRAME_BYTES``, a raw pack file at most ``MAX_PACK_BYTES``; a shifted
+``episode_index``/``index`` is checked against the stored first frame of its episode before it is served.
 """
 
 from __future__ import annotations
@@ -83,25 +110,46 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
+import functools
 import json
 import math
 import os
 import shutil
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, get_args
 
 import numpy as np
 
-from ._fileio import WriterLock, atomic_write, create_sized, flush_filesystem, open_nofollow, pwrite_all
+from ._fileio import (
+    WriterLock,
+    atomic_write,
+    check_in_store,
+    create_sized,
+    data_ranges,
+    disk_error,
+    flush_filesystem,
+    load_json,
+    open_nofollow,
+    pwrite_all,
+    read_bounded,
+)
+from ._hashing import ALGORITHM, crc32c
 from ._zarr_meta import EPISODE_ARRAYS, LIVE_ARRAY, ROOT, dump, metadata_documents
 from .errors import CorruptStoreError, SourceNotFoundError, StoreError, StoreExistsError
 from .lerobot_v3 import CAMERA_DTYPES
 
 __all__ = [
     "FORMAT_VERSION",
+    "MAX_EPISODES",
+    "MAX_FRAMES",
+    "MAX_FRAME_BYTES",
+    "MAX_PACK_BYTES",
+    "MAX_PACKS",
+    "MAX_ROOT_BYTES",
+    "MAX_ROWS",
     "ATTRS_KEY",
     "LIVE_ARRAY",
     "EPISODE_ARRAYS",
@@ -121,6 +169,12 @@ __all__ = [
     "from_ranges",
     "check_array_name",
     "check_new_store_location",
+    "repair_live",
+    "live_runs",
+    "live_matches",
+    "ContentHashes",
+    "location_key",
+    "root_hash",
     "has_commit_point",
     "read_root",
     "read_state",
@@ -142,7 +196,13 @@ _TABLE_KEYS = ("start", "length", "task_index", "chunk", "offset", "episode_inde
 _CREATING = ".lerobot_zarr-creating"
 CREATING_MARKER = _CREATING
 _LIVE_PENDING = ".frame_live-pending"
-_MAX_ROWS = 1 << 40  # rows of one pack, frames of one episode: beyond any real dataset, and keeps ints exact
+MAX_ROWS = 1 << 40  # rows of one pack, frames of one episode: beyond any real dataset, and keeps ints exact
+MAX_EPISODES = 1 << 20  # episodes of one store (10x DROID's; a column of the root inflates to 8 bytes each)
+MAX_PACKS = 1 << 23  # pack ids ever used (retired ones included); with rows < 2**40, (pack, row) fits an int64
+MAX_FRAMES = 1 << 48  # frames of a store, and what index shifts may add: sums of them cannot overflow int64
+MAX_FRAME_BYTES = 1 << 32  # bytes of one frame of one feature
+MAX_PACK_BYTES = 1 << 46  # bytes of one raw pack file (the address space a feature may reserve)
+MAX_ROOT_BYTES = 512 << 20  # the root zarr.json (about 60 bytes per episode and feature at most)
 
 
 @dataclass(frozen=True)
@@ -193,16 +253,28 @@ def _encode_column(values: np.ndarray) -> str:
     return base64.b64encode(zlib.compress(diffs.tobytes(), 1)).decode("ascii")
 
 
-def _decode_column(text: Any, where: str) -> np.ndarray:
+def _decode_column(text: Any, where: str, max_items: int, *, exactly: int | None = None) -> np.ndarray:
+    """An encoded int64 column of at most ``max_items`` entries (``exactly`` that many when given): decompressed
+    with a bound, so a small root cannot ask for gigabytes (a zlib "bomb")."""
     if not isinstance(text, str):
         raise CorruptStoreError(f"{where}: expected an encoded int64 column (a string), got {type(text).__name__}")
+    limit = 8 * (max_items if exactly is None else exactly)
     try:
-        raw = zlib.decompress(base64.b64decode(text.encode("ascii"), validate=True))
+        inflater = zlib.decompressobj()
+        raw = inflater.decompress(base64.b64decode(text.encode("ascii"), validate=True), limit + 1)
     except (binascii.Error, zlib.error, UnicodeEncodeError, ValueError) as exc:
         raise CorruptStoreError(f"{where}: undecodable int64 column ({exc})") from None
-    if len(raw) % 8:
-        raise CorruptStoreError(f"{where}: int64 column of {len(raw)} bytes (not a multiple of 8)")
-    return np.cumsum(np.frombuffer(raw, dtype="<i8")).astype(np.int64)
+    if len(raw) > limit or inflater.unconsumed_tail:
+        raise CorruptStoreError(f"{where}: int64 column of more than {limit // 8} entries"
+                                + (" (the store's episode count)" if exactly is not None else ""))
+    if not inflater.eof:
+        raise CorruptStoreError(f"{where}: undecodable int64 column (truncated compressed data)")
+    if len(raw) % 8 or (exactly is not None and len(raw) != limit):
+        raise CorruptStoreError(f"{where}: int64 column of {len(raw)} bytes, expected "
+                                + (f"{limit} ({exactly} entries)" if exactly is not None else "a multiple of 8"))
+    with np.errstate(over="ignore"):
+        values = np.cumsum(np.frombuffer(raw, dtype="<i8")).astype(np.int64)
+    return values
 
 
 def _frozen(values: Any) -> np.ndarray:
@@ -263,7 +335,11 @@ class EpisodeTable:
         missing = [key for key in _TABLE_KEYS if key not in doc]
         if missing:
             raise CorruptStoreError(f"{where}: 'episodes' lacks the column(s) {missing}")
-        return cls(*(_decode_column(doc[key], f"{where}: episodes.{key}") for key in _TABLE_KEYS))
+        length = _decode_column(doc["length"], f"{where}: episodes.length", MAX_EPISODES)
+        columns = {key: length if key == "length" else
+                   _decode_column(doc[key], f"{where}: episodes.{key}", MAX_EPISODES, exactly=len(length))
+                   for key in _TABLE_KEYS}
+        return cls(*(columns[key] for key in _TABLE_KEYS))
 
 
 @dataclass(frozen=True)
@@ -307,11 +383,171 @@ class PackLayout:
     def from_json(cls, doc: Any, where: str) -> PackLayout:
         if not isinstance(doc, Mapping) or "rows" not in doc:
             raise CorruptStoreError(f"{where}: 'packs' must be an object with 'rows' and 'next_row'")
-        rows = _decode_column(doc["rows"], f"{where}: packs.rows")
+        rows = _decode_column(doc["rows"], f"{where}: packs.rows", MAX_PACKS)
         next_row = _integer(doc.get("next_row"), f"{where}: packs.next_row", 0, int(rows[-1]) if len(rows) else 0)
-        if (rows < 0).any() or (rows > _MAX_ROWS).any():
+        if (rows < 0).any() or (rows > MAX_ROWS).any():
             raise CorruptStoreError(f"{where}: packs.rows holds a negative or impossibly large row count")
         return cls(rows, next_row)
+
+
+def location_key(chunk: Any, offset: Any) -> Any:
+    """One int64 per episode location (pack, row): packs < 2**23 and rows < 2**40 keep it exact and ordered."""
+    return (np.asarray(chunk, dtype=np.int64) << 40) | np.asarray(offset, dtype=np.int64)
+
+
+class ContentHashes:
+    """The content hash (CRC-32C, :mod:`._hashing`) of each committed episode and feature, keyed by the episode's
+    location (pack, row offset): rows are never given to another episode, so a hash stays with its rows while
+    deletions renumber episodes, and an episode moved to other rows carries its hash explicitly. ``-1``: none
+    recorded (an episode not fetched yet, a camera unavailable in it, or a store made before hashes existed).
+    ``files``: hashes of fixed metadata files of the store (``<camera>/mp4.json``). Immutable.
+
+    Read from a root, the columns are decoded when first used (writers, ``verify``): sampling never needs them,
+    and opening a store of 100,000 episodes should not pay for them."""
+
+    def __init__(self, keys: np.ndarray | None = None, values: Mapping[str, np.ndarray] | None = None,
+                 files: Mapping[str, int] | None = None, *, pending: tuple | None = None):
+        self._keys = np.zeros(0, np.int64) if keys is None else keys  # sorted, unique
+        self._values = dict(values or {})  # feature -> int64 aligned with keys
+        self._files = dict(files or {})
+        self._pending = pending  # (doc, table, names, where): decoded on first use
+
+    def _decoded(self) -> None:
+        if self._pending is not None:
+            self._keys, self._values, self._files = _decode_hashes(*self._pending)
+            self._pending = None
+
+    def readable(self) -> CorruptStoreError | None:
+        """None if the columns decode, else the error saying what is wrong with them."""
+        try:
+            self._decoded()
+        except CorruptStoreError as exc:
+            return exc
+        return None
+
+    @property
+    def keys(self) -> np.ndarray:
+        self._decoded()
+        return self._keys
+
+    @property
+    def values(self) -> Mapping[str, np.ndarray]:
+        self._decoded()
+        return self._values
+
+    @property
+    def files(self) -> Mapping[str, int]:
+        self._decoded()
+        return self._files
+
+    def aligned(self, table: EpisodeTable, name: str, where: tuple[np.ndarray, np.ndarray] | None = None
+                ) -> np.ndarray:
+        """Hash of every episode of ``table`` for feature ``name`` (-1 where none is recorded); ``where``: the
+        table's :meth:`positions`, when several features are looked up."""
+        out = np.full(len(table), -1, dtype=np.int64)
+        column = self.values.get(name)
+        if column is None or not len(self.keys) or not len(table):
+            return out
+        at, hit = self.positions(table) if where is None else where
+        out[hit] = column[at[hit]]
+        return out
+
+    def positions(self, table: EpisodeTable) -> tuple[np.ndarray, np.ndarray]:
+        """Where each episode of ``table`` is among the keys, and whether it is there at all."""
+        want = location_key(table.chunk, table.offset)
+        at = np.minimum(np.searchsorted(self.keys, want), max(len(self.keys) - 1, 0))
+        return at, (self.keys[at] == want) if len(self.keys) else np.zeros(len(table), dtype=bool)
+
+    def updated(self, entries: Mapping[tuple[int, int], Mapping[str, int]], files: Mapping[str, int] | None = None
+                ) -> ContentHashes:
+        """These hashes with ``entries`` ``{(pack, offset): {feature: hash}}`` recorded (replacing earlier ones)."""
+        if not entries and not files:
+            return self
+        names = sorted({*self.values, *(n for per in entries.values() for n in per)})
+        new_keys = np.unique(location_key([c for c, _ in entries], [o for _, o in entries])) if entries else \
+            np.zeros(0, np.int64)
+        if not len(self.keys) or (len(new_keys) and new_keys[0] > self.keys[-1]):  # appends: no sort
+            keys = np.concatenate([self.keys, new_keys])
+            old_at = np.arange(len(self.keys))
+        else:
+            keys = np.union1d(self.keys, new_keys)
+            old_at = np.searchsorted(keys, self.keys)
+        values = {}
+        for name in names:
+            column = np.full(len(keys), -1, dtype=np.int64)
+            if name in self.values:
+                column[old_at] = self.values[name]
+            values[name] = column
+        for (chunk, offset), per in entries.items():
+            i = int(np.searchsorted(keys, (int(chunk) << 40) | int(offset)))
+            for name, value in per.items():
+                values[name][i] = -1 if value is None else int(value)
+        return ContentHashes(keys, values, {**self.files, **(files or {})})
+
+    def restricted(self, table: EpisodeTable, names: Iterable[str]) -> ContentHashes:
+        """Only the hashes of ``table``'s episodes and of ``names``."""
+        names = [n for n in names if n in self.values]
+        want = np.unique(location_key(table.chunk, table.offset)) if len(table) else np.zeros(0, np.int64)
+        keep = np.isin(self.keys, want)
+        return ContentHashes(self.keys[keep], {n: self.values[n][keep] for n in names}, dict(self.files))
+
+    def to_json(self, table: EpisodeTable, names: Iterable[str]) -> dict[str, Any]:
+        features = {}
+        where = self.positions(table) if len(self.keys) and len(table) else None
+        for name in names:
+            column = self.aligned(table, name, where)
+            missing = _ranges_of(column < 0)
+            features[name] = {ALGORITHM: base64.b64encode(column.astype("<u4").tobytes()).decode("ascii"),
+                              "missing": [list(r) for r in missing]}
+        return {"algorithm": ALGORITHM, "features": features, "files": dict(self.files)}
+
+    @classmethod
+    def from_json(cls, doc: Any, table: EpisodeTable, names: Iterable[str], where: str) -> ContentHashes:
+        """Hashes read from a root: the structure checked now, the columns decoded (and checked) when used."""
+        if doc is None:
+            return cls()
+        if not isinstance(doc, Mapping) or doc.get("algorithm") != ALGORITHM:
+            raise CorruptStoreError(f"{where}: 'hashes' must be an object with algorithm {ALGORITHM!r}")
+        features, files = doc.get("features", {}), doc.get("files", {})
+        if not isinstance(features, Mapping) or not isinstance(files, Mapping):
+            raise CorruptStoreError(f"{where}: hashes.features and hashes.files must be objects")
+        root = doc.get("root")
+        if root is not None:
+            _integer(root, f"{where}: hashes.root", 0, 2**32 - 1)
+        return cls(pending=(doc, table, tuple(names), where))
+
+
+def _decode_hashes(doc: Mapping, table: EpisodeTable, names: tuple[str, ...], where: str
+                   ) -> tuple[np.ndarray, dict[str, np.ndarray], dict[str, int]]:
+    n = len(table)
+    keys = location_key(table.chunk, table.offset)
+    order = None if not n or (np.diff(keys) > 0).all() else np.argsort(keys, kind="stable")
+    if order is not None and len(np.unique(keys)) != n:
+        raise CorruptStoreError(f"{where}: two episodes share a location (episodes.chunk/offset)")
+    values = {}
+    for name in names:
+        entry = doc["features"].get(name)
+        if entry is None:
+            continue
+        at = f"{where}: hashes.features[{name!r}]"
+        if not isinstance(entry, Mapping) or not isinstance(entry.get(ALGORITHM), str):
+            raise CorruptStoreError(f"{at} must be an object with an encoded {ALGORITHM!r} column")
+        text = entry[ALGORITHM]
+        if len(text) != 4 * ((4 * n + 2) // 3):
+            raise CorruptStoreError(f"{at}: a column of {len(text)} characters for {n} episodes")
+        try:
+            raw = base64.b64decode(text.encode("ascii"), validate=True)
+        except (binascii.Error, UnicodeEncodeError, ValueError) as exc:
+            raise CorruptStoreError(f"{at}: undecodable column ({exc})") from None
+        if len(raw) != 4 * n:
+            raise CorruptStoreError(f"{at}: a column of {len(raw)} bytes for {n} episodes")
+        column = np.frombuffer(raw, dtype="<u4").astype(np.int64)
+        for a, b in _parse_ranges(entry.get("missing", []), n, f"{at}.missing"):
+            column[a:b] = -1
+        values[name] = column if order is None else column[order]
+    files = {str(key): _integer(value, f"{where}: hashes.files[{str(key)!r:.60}]", 0, 2**32 - 1)
+             for key, value in doc["files"].items()}
+    return (keys if order is None else keys[order]), values, files
 
 
 def _integer(value: Any, where: str, low: int | None = None, high: int | None = None) -> int:
@@ -371,6 +607,18 @@ class StoreState:
     capacity_frames: int | None = None
     pending_tasks: tuple[tuple[int, int, int], ...] = ()
     read_version: int = FORMAT_VERSION  # the format the root was written in (1 and 2 are upgraded at the next commit)
+    hashes: ContentHashes = field(default_factory=ContentHashes)
+    # read from disk: whether the root matches its recorded hash (asked, once, before a commit builds on it)
+    root_intact: Callable[[], bool] | None = field(default=None, compare=False, repr=False)
+
+    def episode_hashes(self, name: str) -> np.ndarray:
+        """The content hash of every episode's rows of ``name`` (-1 where none is recorded)."""
+        return self.hashes.aligned(self.table, name)
+
+    def with_hashes(self, entries: Mapping[tuple[int, int], Mapping[str, int]],
+                    files: Mapping[str, int] | None = None) -> StoreState:
+        """This state with content hashes recorded for episodes at ``(pack, offset)`` (and for files)."""
+        return replace(self, hashes=self.hashes.updated(entries, files))
 
     @property
     def fps(self) -> float:
@@ -439,6 +687,15 @@ class StoreState:
             gaps[name] = tuple((a, b, r) for a, b, r in runs)
         return replace(self, materialized=materialized, unavailable=gaps)
 
+    def without_materialized(self, episodes: Mapping[str, Iterable[int]]) -> StoreState:
+        """This state with episodes no longer committed per feature (to be fetched again)."""
+        materialized = dict(self.materialized)
+        for name, gone in episodes.items():
+            mask = self.materialized_mask(name)
+            mask[list(gone)] = False
+            materialized[name] = _ranges_of(mask)
+        return replace(self, materialized=materialized)
+
     def all_materialized(self) -> StoreState:
         """This state with every episode committed for every array (what a writer's commit says)."""
         full = ((0, len(self.table)),) if len(self.table) else ()
@@ -468,6 +725,7 @@ class StoreState:
             "generation": self.generation,
             "capacity_frames": self.capacity_frames,
             "pending_tasks": [list(p) for p in self.pending_tasks],
+            "hashes": self.hashes.to_json(self.table, self.arrays),
         }
 
     @classmethod
@@ -516,9 +774,11 @@ def _parse_arrays(features: Mapping, consolidated: Mapping, where: str) -> dict[
         if dtype.kind not in "biuf":
             raise CorruptStoreError(f"{at}.dtype {dtype} cannot be stored raw")
         shape = f.get("frame_shape")
-        if not isinstance(shape, list) or not all(isinstance(s, int) and not isinstance(s, bool) and 0 < s < _MAX_ROWS
-                                                  for s in shape):
+        if not isinstance(shape, list) or len(shape) > 8 or not all(
+                isinstance(s, int) and not isinstance(s, bool) and 0 < s < MAX_ROWS for s in shape):
             raise CorruptStoreError(f"{at}.frame_shape must be a list of positive integers, got {shape!r:.80}")
+        if math.prod(shape) * dtype.itemsize > MAX_FRAME_BYTES:
+            raise CorruptStoreError(f"{at}.frame_shape {shape} makes frames of more than {MAX_FRAME_BYTES} bytes")
         kind, storage = f.get("kind"), f.get("storage", "raw")
         if kind not in _KINDS:
             raise CorruptStoreError(f"{at}.kind must be one of {_KINDS}, got {kind!r:.40}")
@@ -538,10 +798,42 @@ def _parse_arrays(features: Mapping, consolidated: Mapping, where: str) -> dict[
             raise CorruptStoreError(f"{at}.codec and .resize must be objects")
         if storage == "mp4" and kind != "video":
             raise CorruptStoreError(f"{at}: only video features can be kept as mp4")
-        arrays[name] = ArraySpec(dtype, tuple(shape), tuple(dims), kind, storage, shard_index,
-                                 tuple((str(k), _frozen_json(v)) for k, v in codec.items()),
-                                 tuple((str(k), _frozen_json(v)) for k, v in resize.items()))
+        if kind != "numeric" and (dtype != np.uint8 or len(shape) != 3 or shape[2] not in (1, 3, 4)):
+            raise CorruptStoreError(f"{at}: cameras are stored as uint8 (height, width, 1, 3 or 4 channels) frames, "
+                                    f"got {dtype}{shape}")
+        spec = ArraySpec(dtype, tuple(shape), tuple(dims), kind, storage, shard_index,
+                         tuple((str(k), _frozen_json(v)) for k, v in codec.items()),
+                         tuple((str(k), _frozen_json(v)) for k, v in resize.items()))
+        if storage == "compact":
+            _check_codec(spec, at)
+        if resize:
+            _check_resize(spec, at)
+        arrays[name] = spec
     return arrays
+
+
+def _check_codec(spec: ArraySpec, at: str) -> None:
+    """A compact camera's frame codec must be one this package writes, with valid options."""
+    from .frame_codecs import frame_codec
+
+    try:
+        frame_codec(spec.codec_spec, spec.frame_shape)
+    except ImportError:  # a codec whose library is not installed here: said when a frame is read
+        pass
+    except (ValueError, TypeError) as exc:
+        raise CorruptStoreError(f"{at}.codec {spec.codec_spec!r:.120} is not a frame codec lerobot_zarr reads "
+                                f"({exc})") from None
+
+
+def _check_resize(spec: ArraySpec, at: str) -> None:
+    """A resized camera records the source's frame shape (``from``) and the stored size."""
+    how = spec.resize_spec
+    source, size = how.get("from"), how.get("size")
+    if not (isinstance(source, list) and len(source) == 3 and all(isinstance(v, int) and 0 < v < 1 << 16
+                                                                   for v in source)
+            and source[2] == spec.frame_shape[2] and size == list(spec.frame_shape[:2])):
+        raise CorruptStoreError(f"{at}.resize {how!r:.120} does not describe frames of {list(spec.frame_shape)} "
+                                f"resized from a source shape (height, width, channels)")
 
 
 def _frozen_json(value: Any) -> Any:
@@ -565,14 +857,26 @@ def _parse_ranges(value: Any, n: int, where: str, with_reason: bool = False) -> 
 def _check_table(table: EpisodeTable, packs: PackLayout, n_tasks: int, where: str) -> None:
     if not len(table):
         return
-    bad = (table.length <= 0) | (table.length > _MAX_ROWS)
+    bad = (table.length <= 0) | (table.length > MAX_ROWS)
     if bad.any():
         e = int(np.argmax(bad))
-        raise CorruptStoreError(f"{where}: episode {e} has length {int(table.length[e])}, not in [1, {_MAX_ROWS}] "
+        raise CorruptStoreError(f"{where}: episode {e} has length {int(table.length[e])}, not in [1, {MAX_ROWS}] "
                                 f"(episodes.length)", episode=e)
-    if (table.start < 0).any() or (table.offset < 0).any() or (table.episode_index_shift < 0).any() \
-            or (table.index_shift < 0).any():
-        raise CorruptStoreError(f"{where}: the episode table holds negative starts, offsets or shifts")
+    if float(table.length.astype(np.float64).sum()) > MAX_FRAMES:
+        raise CorruptStoreError(f"{where}: the episodes hold more than {MAX_FRAMES} frames (episodes.length)")
+    expected = np.cumsum(table.length) - table.length
+    if (table.start != expected).any():
+        e = int(np.argmax(table.start != expected))
+        raise CorruptStoreError(f"{where}: episode {e} starts at global index {int(table.start[e])}, expected "
+                                f"{int(expected[e])}: episodes follow each other from index 0 (episodes.start)",
+                                episode=e)
+    for key, high in (("offset", MAX_ROWS), ("episode_index_shift", MAX_FRAMES), ("index_shift", MAX_FRAMES)):
+        values = getattr(table, key)
+        bad = (values < 0) | (values > high)
+        if bad.any():
+            e = int(np.argmax(bad))
+            raise CorruptStoreError(f"{where}: episode {e} has {key} {int(values[e])}, not in [0, {high}] "
+                                    f"(episodes.{key})", episode=e)
     if ((table.task_index < -1) | (table.task_index >= max(n_tasks, 0))).any() and n_tasks >= 0:
         bad = int(np.argmax((table.task_index < -1) | (table.task_index >= n_tasks)))
         raise CorruptStoreError(f"{where}: episode {bad} has task_index {int(table.task_index[bad])} outside the "
@@ -612,6 +916,10 @@ def _parse_state(root: Path, attrs: Mapping, consolidated: Mapping, version: int
     else:
         table, packs = _legacy_table(root, attrs, where, version)
     _check_table(table, packs, len(tasks), where)
+    widest = max((spec.frame_bytes for spec in arrays.values() if spec.storage == "raw"), default=0)
+    if len(packs) and int(packs.rows.max()) * widest > MAX_PACK_BYTES:
+        raise CorruptStoreError(f"{where}: a pack of {int(packs.rows.max())} rows of {widest}-byte frames is more "
+                                f"than {MAX_PACK_BYTES} bytes (packs.rows)")
     n = len(table)
     features = attrs["features"]
     materialized = {name: _parse_ranges(features[name].get("episodes", []), n, f"{where}: features[{name!r}].episodes")
@@ -625,7 +933,7 @@ def _parse_state(root: Path, attrs: Mapping, consolidated: Mapping, version: int
     for item in _key(attrs, "retired", list, where, []):
         if not (isinstance(item, list) and len(item) == 2 and isinstance(item[1], (int, float))):
             raise CorruptStoreError(f"{where}: retired entries are [pack, unix_time], got {item!r:.60}")
-        retired.append((_integer(item[0], f"{where}: retired", 0), float(item[1])))
+        retired.append((_integer(item[0], f"{where}: retired", 0, max(len(packs) - 1, 0)), float(item[1])))
     capacity = _key(attrs, "capacity_frames", (int, type(None)), where, None)
     if capacity is not None and (isinstance(capacity, bool) or capacity < 1):
         raise CorruptStoreError(f"{where}: capacity_frames must be a positive integer or null")
@@ -635,14 +943,16 @@ def _parse_state(root: Path, attrs: Mapping, consolidated: Mapping, version: int
             raise CorruptStoreError(f"{where}: pending_tasks entries are [chunk, offset, task_index]")
         if len(item) == 2:  # format 2: [chunk, task_index], one episode per chunk at row 0
             item = [item[0], 0, item[1]]
-        pending.append((_integer(item[0], where, 0), _integer(item[1], where, 0),
+        pending.append((_integer(item[0], f"{where}: pending_tasks", 0, max(len(packs) - 1, 0)),
+                        _integer(item[1], f"{where}: pending_tasks", 0, MAX_ROWS),
                         _integer(item[2], f"{where}: pending_tasks", 0, len(tasks) - 1)))
+    hashes = ContentHashes.from_json(attrs.get("hashes"), table, arrays, where)
     return StoreState(
         root=root, info=info, tasks=tuple(tasks), stats=stats, source=source, arrays=arrays, table=table,
         packs=packs, materialized=materialized, unavailable=unavailable, not_materialized=not_materialized,
         retired=tuple(retired), generation=_integer(attrs.get("generation", 0), f"{where}: generation", 0),
         pack_bytes=_integer(attrs.get("pack_bytes", DEFAULT_PACK_BYTES), f"{where}: pack_bytes", 1),
-        capacity_frames=capacity, pending_tasks=tuple(pending), read_version=version)
+        capacity_frames=capacity, pending_tasks=tuple(pending), read_version=version, hashes=hashes)
 
 
 def _legacy_table(root: Path, attrs: Mapping, where: str, version: int) -> tuple[EpisodeTable, PackLayout]:
@@ -651,10 +961,14 @@ def _legacy_table(root: Path, attrs: Mapping, where: str, version: int) -> tuple
     if version == 1:  # the table lived in the episode_* arrays only, chunk id = episode index
         columns = {}
         for name in ("episode_start", "episode_length", "episode_task_index"):
+            path = root / name / "c" / "0"
             try:
-                columns[name] = np.fromfile(root / name / "c" / "0", dtype="<i8").astype(np.int64)
+                raw = read_bounded(path, 8 * MAX_EPISODES, root=root, what=f"episode table array {name!r}")
             except FileNotFoundError:
                 raise CorruptStoreError(f"{root}: episode table array {name!r} is missing") from None
+            if len(raw) % 8:
+                raise CorruptStoreError(f"{path}: {len(raw)} bytes, not int64 values", path=path)
+            columns[name] = np.frombuffer(raw, dtype="<i8").astype(np.int64)
         n = len(columns["episode_length"])
         if not len(columns["episode_start"]) == n == len(columns["episode_task_index"]):
             raise CorruptStoreError(f"{root}: episode table arrays have different lengths")
@@ -669,7 +983,7 @@ def _legacy_table(root: Path, attrs: Mapping, where: str, version: int) -> tuple
         if not isinstance(values, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
             raise CorruptStoreError(f"{where}: episodes.{key} must be a list of integers")
         columns[key] = np.asarray(values, dtype=np.int64)
-    next_chunk = _integer(attrs.get("next_chunk"), f"{where}: next_chunk", 0, _MAX_ROWS)
+    next_chunk = _integer(attrs.get("next_chunk"), f"{where}: next_chunk", 0, MAX_PACKS)
     chunk = columns["chunk"]
     if len(chunk) and (chunk.min() < 0 or chunk.max() >= next_chunk or (np.diff(chunk) <= 0).any()):
         raise CorruptStoreError(f"{where}: episodes.chunk lists chunk ids out of order or out of range")
@@ -712,12 +1026,12 @@ def read_root(root: Path) -> dict:
     """The root ``zarr.json`` document of a committed store (JSON only; :func:`read_state` validates it)."""
     path = Path(root) / ROOT
     try:
-        with open(path, "rb") as f:  # a symlinked root is followed only if it is one: stores never make them
-            doc = json.loads(f.read())
+        data = read_bounded(path, MAX_ROOT_BYTES, what="root zarr.json")
     except (FileNotFoundError, NotADirectoryError):
         raise SourceNotFoundError(f"{root}: not a lerobot_zarr store (no committed zarr.json)", path=root) from None
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
-        raise CorruptStoreError(f"{path}: unreadable ({exc})", path=path) from None
+    except IsADirectoryError:
+        raise CorruptStoreError(f"{path}: is a folder, not the store's root file", path=path) from None
+    doc = load_json(data, str(path))
     if not isinstance(doc, dict) or not isinstance(doc.get("attributes"), dict) \
             or not isinstance(doc["attributes"].get(ATTRS_KEY), dict):
         raise CorruptStoreError(f"{path}: not a lerobot_zarr store (no '{ATTRS_KEY}' attributes)", path=path)
@@ -735,7 +1049,11 @@ def read_state(root: str | os.PathLike) -> StoreState:
     doc = read_root(root)
     consolidated = doc.get("consolidated_metadata", {})
     consolidated = consolidated.get("metadata", {}) if isinstance(consolidated, dict) else {}
-    return StoreState.from_json(root, doc["attributes"][ATTRS_KEY], consolidated)
+    attrs = doc["attributes"][ATTRS_KEY]
+    state = StoreState.from_json(root, attrs, consolidated)
+    recorded = attrs["hashes"].get("root") if isinstance(attrs.get("hashes"), dict) else None
+    return state if recorded is None else replace(state, root_intact=functools.cache(
+        lambda: root_hash(attrs) == recorded))
 
 
 # packs ------------------------------------------------------------------------------------------------------
@@ -819,12 +1137,18 @@ def _write_zarr_copies(state: StoreState) -> None:
                "episode_task_index": table.task_index, "episode_chunk": table.chunk, "episode_offset": table.offset,
                "episode_frame": state.episode_frame()}
     for name, values in columns.items():
-        (root / name / "c").mkdir(parents=True, exist_ok=True)
-        atomic_write(root / name / "c" / "0", np.asarray(values, dtype="<i8").tobytes(), durable=False)
+        _make_folder(root, root / name / "c")
+        atomic_write(root / name / "c" / "0", np.asarray(values, dtype="<i8").tobytes(), durable=False, root=root)
     for key, doc in metadata_documents(state, None).items():
         path = root / key
-        path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(path, dump(doc), durable=False)
+        _make_folder(root, path.parent)
+        atomic_write(path, dump(doc), durable=False, root=root)
+
+
+def _make_folder(root: Path, folder: Path) -> None:
+    """``folder`` inside the store made (with its parents) after checking no existing one is a link."""
+    check_in_store(root, folder / "_")
+    folder.mkdir(parents=True, exist_ok=True)
 
 
 def _live_runs(state: StoreState) -> np.ndarray:
@@ -840,38 +1164,106 @@ def _set_live(root: Path, packs: PackLayout, runs: np.ndarray, value: bool) -> N
         if not rows:
             continue
         path = live_path(root, pack)
-        create_sized(path, rows)
-        fd = open_nofollow(path, os.O_WRONLY)
+        create_sized(path, rows, root=root)
+        fd = open_nofollow(path, os.O_WRONLY, root=root)
         try:
-            pwrite_all(fd, (b"\1" if value else b"\0") * length, offset, path)
+            _write_flags(fd, offset, length, value, path)
         finally:
             os.close(fd)
+
+
+_FLAG_BLOCK = 8 << 20  # frame_live bytes written or compared at a time: a huge declared pack allocates nothing
+
+
+def _write_flags(fd: int, offset: int, length: int, value: bool, path: str) -> None:
+    block = (b"\1" if value else b"\0") * min(length, _FLAG_BLOCK)
+    for at in range(offset, offset + length, _FLAG_BLOCK):
+        pwrite_all(fd, block[:min(_FLAG_BLOCK, offset + length - at)], at, path)
 
 
 def _runs_difference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Rows of ``a`` (pack, offset, length) that ``b`` does not hold."""
     if not len(a) or not len(b):
         return a
-    key = lambda r: (r[:, 0] << 40) | r[:, 1]
-    return a[~np.isin(key(a), key(b))]
+    return a[~np.isin(location_key(a[:, 0], a[:, 1]), location_key(b[:, 0], b[:, 1]))]
 
 
-def _repair_live(state: StoreState) -> None:
-    """Rewrite every pack's ``frame_live`` from the table (after a crash between a commit and its flags)."""
-    expected = {int(k): np.zeros(int(r), dtype=np.uint8) for k, r in enumerate(state.packs.rows.tolist()) if r}
-    for pack, offset, length in _live_runs(state).tolist():
-        expected[pack][offset:offset + length] = 1
-    for pack, flags in expected.items():
-        path = live_path(state.root, pack)
+def repair_live(state: StoreState) -> None:
+    """Rewrite every pack's ``frame_live`` that differs from the table (after a crash between a commit and its
+    flags, or damage); the table is what lerobot_zarr reads, ``frame_live`` is for zarr and xarray readers."""
+    for pack, runs in live_runs(state).items():
+        rows = int(state.packs.rows[pack])
+        if live_matches(state.root, pack, rows, runs):
+            continue
+        path = Path(live_path(state.root, pack))
+        _make_folder(state.root, path.parent)
+        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+        fd = open_nofollow(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, root=state.root)
         try:
-            with open(path, "rb") as f:
-                if f.read() == flags.tobytes():
-                    continue
-        except FileNotFoundError:
-            if not flags.any():
-                continue
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(Path(path), flags.tobytes(), durable=False)
+            os.ftruncate(fd, rows)
+            for offset, length in runs:
+                _write_flags(fd, offset, length, True, str(path))
+        except OSError as exc:
+            os.close(fd)
+            os.unlink(tmp)
+            raise disk_error(exc, path) from None
+        os.close(fd)
+        os.replace(tmp, path)
+
+
+def live_runs(state: StoreState) -> dict[int, list[tuple[int, int]]]:
+    """What ``frame_live`` must hold: per pack with rows, the ``(offset, length)`` runs of rows of complete
+    committed episodes, in order (every other row is 0)."""
+    out: dict[int, list[tuple[int, int]]] = {int(k): [] for k in np.flatnonzero(state.packs.rows > 0).tolist()}
+    for pack, offset, length in sorted(_live_runs(state).tolist()):
+        if pack in out:
+            out[pack].append((offset, length))
+    return out
+
+
+def live_matches(root: Path, pack: int, rows: int, runs: list[tuple[int, int]]) -> bool:
+    """Whether pack ``pack``'s ``frame_live`` file (``rows`` bytes) is 1 exactly at ``runs`` (a missing file holds
+    no live row). Holes of a sparse file are not read."""
+    path = live_path(root, pack)
+    try:
+        fd = open_nofollow(path, os.O_RDONLY, root=root)
+    except FileNotFoundError:
+        return not runs
+    except CorruptStoreError:  # a link on the way
+        return False
+    try:
+        if os.fstat(fd).st_size != rows:
+            return False
+        ranges = data_ranges(fd, rows)
+        covered = 0
+        for offset, length in runs:  # live rows must lie in data, never in a hole
+            while covered < len(ranges) and ranges[covered][1] <= offset:
+                covered += 1
+            if covered == len(ranges) or ranges[covered][0] > offset or ranges[covered][1] < offset + length:
+                return False
+        starts = np.array([r[0] for r in runs], dtype=np.int64)
+        ends = np.array([r[0] + r[1] for r in runs], dtype=np.int64)
+        for a, b in ranges:
+            for at in range(a, b, _FLAG_BLOCK):
+                stop = min(b, at + _FLAG_BLOCK)
+                want = np.zeros(stop - at, dtype=np.uint8)
+                first = int(np.searchsorted(ends, at, side="right"))
+                for s, e in zip(starts[first:].tolist(), ends[first:].tolist(), strict=True):
+                    if s >= stop:
+                        break
+                    want[max(s, at) - at:min(e, stop) - at] = 1
+                if os.pread(fd, stop - at, at) != want.tobytes():
+                    return False
+        return True
+    finally:
+        os.close(fd)
+
+
+def root_hash(attrs: Mapping[str, Any]) -> int:
+    """Content hash of the root state (every attribute but ``hashes``, in a canonical JSON form): damage to the
+    root that still parses (a changed task string, stats, fps...) shows in ``verify``."""
+    body = {k: v for k, v in attrs.items() if k != "hashes"}
+    return crc32c(json.dumps(body, sort_keys=True, separators=(",", ":")).encode())
 
 
 def commit(state: StoreState, *, previous: StoreState | None, durable: bool = True) -> StoreState:
@@ -881,8 +1273,12 @@ def commit(state: StoreState, *, previous: StoreState | None, durable: bool = Tr
     written (``durable``: to disk), the atomic replacement of the root ``zarr.json``, then rows no longer live
     unflagged. ``previous`` is the state this one replaces (None when creating the store)."""
     root = state.root
+    if previous is not None and previous.root_intact is not None and not previous.root_intact():
+        raise CorruptStoreError(f"{root / ROOT}: its content differs from the hash recorded at its commit (damaged "
+                                f"since?); nothing is committed on top of it (`lerobot-zarr verify {root}`; restore "
+                                f"the store from a copy or make it again from its source)", path=root / ROOT)
     base = -1 if previous is None else previous.generation
-    state = replace(state, generation=base + 1, read_version=FORMAT_VERSION)
+    state = replace(state, generation=base + 1, read_version=FORMAT_VERSION, root_intact=None)
     pending = root / _LIVE_PENDING
     repair = pending.exists() or previous is None or previous.read_version < FORMAT_VERSION
     new_runs = _live_runs(state)
@@ -893,12 +1289,14 @@ def commit(state: StoreState, *, previous: StoreState | None, durable: bool = Tr
     _write_zarr_copies(state)
     if not repair:
         _set_live(root, state.packs, _runs_difference(new_runs, old_runs), True)
-    root_doc = metadata_documents(state, {ATTRS_KEY: state.to_json()})[ROOT]
+    attrs = state.to_json()
+    attrs["hashes"]["root"] = root_hash(attrs)
+    root_doc = metadata_documents(state, {ATTRS_KEY: attrs})[ROOT]
     if durable:
         flush_filesystem(root)  # data reaches the disk before the metadata that lists it
     atomic_write(root / ROOT, dump(root_doc), durable=durable)
     if repair:
-        _repair_live(state)
+        repair_live(state)
     else:
         _set_live(root, state.packs, gone, False)
     with contextlib.suppress(FileNotFoundError):

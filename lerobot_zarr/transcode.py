@@ -17,7 +17,6 @@ import contextlib
 import hashlib
 import json
 import os
-import shutil
 import threading
 import time
 from collections import deque
@@ -30,16 +29,28 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 import numpy as np
 
 from ._background import prefetched
-from ._cameras import mp4_index_path, served_episodes
-from ._fileio import WriterLock, atomic_write, disk_error, link_or_copy
+from ._cameras import MP4_INDEX, mp4_index_path, served_episodes
+from ._fileio import WriterLock, atomic_write, check_in_store, disk_error, link_or_copy
+from ._hashing import Crc32c, crc32c
 from ._packs import ensure_pack, read_raw_rows, row_writer, write_rows, write_rows_vectored
 from ._progress import progress_bar
-from .errors import ArgumentError, FrameIndexError, SourceMismatchError, StoreError
+from .errors import (
+    ArgumentError,
+    FrameIndexError,
+    NotMaterializedError,
+    SchemaMismatchError,
+    SourceMismatchError,
+    StoreError,
+)
 from .files import SourceFiles
 from .lerobot_v3 import CAMERA_DTYPES
 from .resize import resize_frame, resize_frames
 from .store import (
     DEFAULT_PACK_BYTES,
+    MAX_EPISODES,
+    MAX_FRAMES,
+    MAX_PACK_BYTES,
+    MAX_ROWS,
     ArraySpec,
     EpisodeTable,
     PackLayout,
@@ -86,9 +97,10 @@ def camera_array(name: str, spec: ArraySpec, storage: CameraStorage | str | None
     from .frame_codecs import frame_codec
     from .resize import check_resize
 
-    choice = storage or "raw"
-    if not isinstance(choice, str):
-        raise ArgumentError(f"storage[{name!r}] must be a string such as {CAMERA_STORAGES}, got {choice!r:.40}")
+    choice = "raw" if storage is None else storage
+    if not isinstance(choice, str) or not choice:
+        raise ArgumentError(f"storage[{name!r}] must be a storage name such as {CAMERA_STORAGES}, got "
+                            f"{choice!r:.40}")
     if resize is not None:
         options = dict(resize) if isinstance(resize, Mapping) else {"size": resize}
         unknown = set(options) - {"size", "crop", "interpolation"}
@@ -124,6 +136,7 @@ def _camera_arrays(source: LeRobotSource, storage: Mapping[str, CameraStorage | 
     """The arrays of a new store with the cameras kept as asked (only image/video features have a choice)."""
     specs = array_specs(source)
     cameras = [k for k, v in specs.items() if v.kind in CAMERA_DTYPES]
+    storage, resize = every_camera(storage, resize, cameras)
     for what, choices in (("storage", storage), ("resize", resize)):
         wrong = [k for k in (choices or {}) if k not in cameras]
         if wrong:
@@ -131,6 +144,24 @@ def _camera_arrays(source: LeRobotSource, storage: Mapping[str, CameraStorage | 
                                 f"{cameras}), not {wrong}")
     return {name: camera_array(name, spec, (storage or {}).get(name), (resize or {}).get(name))
             if name in cameras else spec for name, spec in specs.items()}
+
+
+def every_camera(storage: Any, resize: Any, cameras: Sequence[str]) -> tuple[dict | None, dict | None]:
+    """``storage`` and ``resize`` as ``{camera: choice}``: a single storage name (``"jpeg"``) or a single size
+    (``(224, 224)``, ``{"size": ...}``) applies to every camera; anything but these or a mapping is refused."""
+    if isinstance(storage, str):
+        storage = {k: storage for k in cameras}
+    elif storage is not None and not isinstance(storage, Mapping):
+        raise ArgumentError(f"storage must be a storage name for every camera (e.g. 'jpeg') or {{camera: name}}, "
+                            f"got {type(storage).__name__}")
+    one_size = isinstance(resize, (tuple, list)) or (isinstance(resize, Mapping) and "size" in resize
+                                                      and not any(k in cameras for k in resize))
+    if one_size:
+        resize = {k: resize for k in cameras}
+    elif resize is not None and not isinstance(resize, Mapping):
+        raise ArgumentError(f"resize must be (height, width) for every camera or {{camera: (height, width)}}, got "
+                            f"{type(resize).__name__}")
+    return (dict(storage) if storage is not None else None), (dict(resize) if resize is not None else None)
 
 
 def array_specs(source: LeRobotSource) -> dict[str, ArraySpec]:
@@ -153,18 +184,37 @@ def _create(source: LeRobotSource, root: Path, record: dict, arrays: Mapping[str
         for k, shape in resized.items():
             features[k]["shape"] = list(shape)
         info = dict(info, features=features)
-    for name, spec in arrays.items():
-        if spec.storage == "mp4":
-            _write_mp4_index(source, root, name)
+    files = {f"{name}/{MP4_INDEX}": _write_mp4_index(source, root, name)
+             for name, spec in arrays.items() if spec.storage == "mp4"}
     return create_store(StoreState(
         root=root, info=info, tasks=tuple(source.tasks), stats=source.stats, source=record, arrays=dict(arrays),
         table=EpisodeTable(t.start, t.length, first_task, chunk, offset, zeros, zeros),
         packs=PackLayout(rows, int(rows[-1]) if len(rows) else 0), materialized={},
-        not_materialized=source.not_materialized, pack_bytes=int(pack_bytes)), keep_files=True)
+        not_materialized=source.not_materialized, pack_bytes=int(pack_bytes)).with_hashes({}, files),
+        keep_files=True)
 
 
-def _write_mp4_index(source: LeRobotSource, root: Path, name: str) -> None:
-    """The episode -> (file, from, to timestamp) table of a camera kept as mp4 (fixed with the store)."""
+def _check_storable(source: LeRobotSource, arrays: Mapping[str, ArraySpec]) -> None:
+    """Refuse, before anything is made, a source whose declared episodes a store cannot hold (an episode of
+    10**12 frames in a corrupt episode table): the store's limits are :data:`~lerobot_zarr.store.MAX_EPISODES`,
+    rows per pack, bytes per pack file and frames in all."""
+    length = source.episodes.length.astype(np.float64)
+    widest = max((s.frame_bytes for s in arrays.values() if s.storage == "raw"), default=1)
+    where = source.files.location("meta")
+    if len(length) > MAX_EPISODES or length.sum() > MAX_FRAMES:
+        raise SchemaMismatchError(f"{where}: {len(length)} episodes of {int(length.sum())} frames in all, more than "
+                                  f"a store holds ({MAX_EPISODES} episodes, {MAX_FRAMES} frames)")
+    bad = np.flatnonzero((length > MAX_ROWS) | (length * widest > MAX_PACK_BYTES))
+    if bad.size:
+        e = int(bad[0])
+        raise SchemaMismatchError(f"{where}: episode {e} declares {int(length[e])} frames, more than a store holds "
+                                  f"({MAX_ROWS} frames, {MAX_PACK_BYTES} bytes of its widest feature); the "
+                                  f"episode table is corrupt", episode=e)
+
+
+def _write_mp4_index(source: LeRobotSource, root: Path, name: str) -> int:
+    """The episode -> (file, from, to timestamp) table of a camera kept as mp4 (fixed with the store); returns
+    its content hash."""
     refs = source.episodes.videos.get(name, [])
     files = sorted({ref[0] for ref in refs if ref is not None})
     number = {f: i for i, f in enumerate(files)}
@@ -175,8 +225,11 @@ def _write_mp4_index(source: LeRobotSource, root: Path, name: str) -> None:
            "to_timestamp": [(ref[1] if ref is not None else 0.0) + int(n) / source.fps
                             for ref, n in zip(refs, lengths.tolist(), strict=True)]}
     path = mp4_index_path(root, name)
+    check_in_store(root, path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(path, json.dumps(doc).encode(), durable=False)
+    data = json.dumps(doc).encode()
+    atomic_write(path, data, durable=False, root=root)
+    return crc32c(data)
 
 
 def _same_source(a: dict | None, b: dict) -> bool:
@@ -192,9 +245,16 @@ def _same_source(a: dict | None, b: dict) -> bool:
 def _checked_state(root: Path, record: dict) -> StoreState:
     state = read_state(root)
     if not _same_source(state.source, record):
+        held, asked = _describe(state.source), _describe(record)
+        if held == asked:  # same folder or repo: its content changed since the store was made
+            held += " as it was when the store was made"
+            asked = "its current content (its files changed since: " + (
+                f"fingerprint {str(record.get('fingerprint'))[:12]}, was "
+                f"{str(_origin(state.source).get('fingerprint'))[:12]})" if record.get("kind") == "local" else
+                "another commit)")
         raise SourceMismatchError(
-            f"{root}: this store was made from {_describe(state.source)}, not from {_describe(record)}; delete the "
-            f"folder or pick another root= for this source", path=root)
+            f"{root}: this store was made from {held}, not from {asked}; delete the folder or pick another root= "
+            f"for this source", path=root)
     return state
 
 
@@ -204,6 +264,7 @@ def camera_choices_key(storage: Mapping[str, CameraStorage | str] | None, resize
     none does): the cache keeps a store per choice next to the plain one, so that an experiment never replaces
     the store every other open of the source reads. Equivalent spellings (``"jpeg"``, ``"jpeg:90"``) agree."""
     probe = ArraySpec(np.dtype("uint8"), (1 << 20, 1 << 20, 3), ("height", "width", "channels"), "video")
+    storage, resize = every_camera(storage, resize, ["*"])  # one choice for every camera: named "*"
     chosen = {}
     for name in sorted({*(storage or {}), *(resize or {})}):
         kept = camera_array(name, probe, (storage or {}).get(name), None)
@@ -214,6 +275,13 @@ def camera_choices_key(storage: Mapping[str, CameraStorage | str] | None, resize
     if not chosen:
         return None
     return hashlib.sha256(json.dumps(chosen, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def _origin(record: dict) -> dict:
+    """The source record of a store, through the ``edited`` wrapper a writer adds."""
+    while isinstance(record, dict) and record.get("kind") == "edited":
+        record = record.get("from")
+    return record if isinstance(record, dict) else {}
 
 
 def _describe(record: dict) -> str:
@@ -246,6 +314,9 @@ def transcode(source: LeRobotSource, root: str | os.PathLike, *, episodes: Seque
                               episode=bad[0])
     if wanted:  # frame shapes from a data file this call reads anyway (footers fetched together, when needed)
         source.will_read(wanted)
+    if storage is not None or resize is not None:
+        storage, resize = every_camera(storage, resize, [k for k, v in source.stored_features.items()
+                                                         if v.kind in CAMERA_DTYPES])
     if has_commit_point(root):
         state = _checked_state(root, record)
         state = _heal_cameras(source, root, state, storage, resize)
@@ -269,6 +340,7 @@ def transcode(source: LeRobotSource, root: str | os.PathLike, *, episodes: Seque
         # before the lock: the arrays' frame shapes come from a data file's footer, which may be a Hub read (a
         # stalled one must not keep other processes from making the store and fetching their episodes)
         arrays = _camera_arrays(source, storage, resize)
+        _check_storable(source, arrays)  # before the folder is made
         with WriterLock(root):
             if not has_commit_point(root):
                 remove_creation_debris(root)
@@ -352,9 +424,10 @@ def _units(source: LeRobotSource, state: StoreState, todo: list[int]) -> list[li
 
 
 def transcode_unit(files: SourceFiles, root: str, episodes: list[int]
-                   ) -> tuple[list[int], dict[str, dict[int, str]], list[str]]:
-    """A distributed task: write the rows of ``episodes`` into the store at ``root`` (not committed); returns them,
-    the cameras they lack (unavailable, with why) and the cameras this worker could not decode (no PyAV).
+                   ) -> tuple[list[int], dict[str, dict[int, str]], list[str], dict[int, dict[str, int]]]:
+    """A distributed task: write the rows of ``episodes`` into the store at ``root`` (not committed); return them,
+    the cameras they lack (unavailable, with why), the cameras this worker could not decode (no PyAV) and the
+    content hash of every episode and feature written.
 
     Writing the same rows again is harmless, so a task retried after a worker died (or run twice) leaves the
     same bytes; only the caller's commit makes them part of the store."""
@@ -367,11 +440,11 @@ def transcode_unit(files: SourceFiles, root: str, episodes: list[int]
     for e, timestamps, frames in rows.inputs(source, episodes):
         for name in rows.take(e, frames):
             try:
-                _decode(source, root, state, e, name, timestamps)
+                rows.hashes.setdefault(e, {})[name] = _decode(source, root, state, e, name, timestamps)
             except VideoUnavailable as exc:
                 unavailable.setdefault(name, {})[e] = str(exc)
     rows.flush()
-    return list(episodes), unavailable, rows.skipped
+    return list(episodes), unavailable, rows.skipped, rows.hashes
 
 
 def _write_distributed(source: LeRobotSource, root: Path, state: StoreState, todo: list[int], progress: bool,
@@ -388,8 +461,8 @@ def _write_distributed(source: LeRobotSource, root: Path, state: StoreState, tod
                       progress) as bar:
         try:
             for future in as_completed(futures, loop=client.loop):
-                episodes, gaps, skipped = future.result()
-                commits.add(episodes, gaps, skipped)
+                episodes, gaps, skipped, hashes = future.result()
+                commits.add(episodes, gaps, skipped, hashes)
                 bar.update(int(source.episodes.length[episodes].sum()))
         finally:
             client.cancel(futures)
@@ -398,22 +471,26 @@ def _write_distributed(source: LeRobotSource, root: Path, state: StoreState, tod
 
 
 class _Commits:
-    """Episodes written (or known unavailable for some features), committed about every second and at the end.
-    Each commit takes the writer lock briefly and merges into the store's latest state."""
+    """Episodes written (or known unavailable for some features), with their content hashes, committed about every
+    second and at the end. Each commit takes the writer lock briefly and merges into the store's latest state."""
 
     def __init__(self, root: Path, before: Any = None):
         self.root, self.before = root, before  # before: called first at each commit (pending writes)
         self.done: list[int] = []
         self.unavailable: dict[str, dict[int, str]] = {}
         self.skipped: dict[str, set[int]] = {}  # cameras not decoded (no PyAV where the rows were written)
+        self.hashes: dict[int, dict[str, int]] = {}
         self.last = time.monotonic()
 
-    def add(self, episodes: list[int], unavailable: dict[str, dict[int, str]], skipped: list[str]) -> None:
+    def add(self, episodes: list[int], unavailable: dict[str, dict[int, str]], skipped: list[str],
+            hashes: Mapping[int, Mapping[str, int]]) -> None:
         self.done.extend(episodes)
         for name, reasons in unavailable.items():
             self.unavailable.setdefault(name, {}).update(reasons)
         for name in skipped:
             self.skipped.setdefault(name, set()).update(episodes)
+        for e, per in hashes.items():
+            self.hashes.setdefault(int(e), {}).update(per)
         if time.monotonic() - self.last >= _COMMIT_EVERY_S:
             self.flush()
 
@@ -425,8 +502,12 @@ class _Commits:
                 state = read_state(self.root)
                 written = {name: [e for e in self.done if e not in self.unavailable.get(name, {})
                                   and e not in self.skipped.get(name, ())] for name in state.arrays}
-                commit(state.with_materialized(written, self.unavailable), previous=state)
-        self.done, self.unavailable, self.skipped, self.last = [], {}, {}, time.monotonic()
+                t = state.table
+                hashes = {(int(t.chunk[e]), int(t.offset[e])): {name: h for name, h in per.items()
+                                                                if name in state.arrays}
+                          for e, per in self.hashes.items()}
+                commit(state.with_materialized(written, self.unavailable).with_hashes(hashes), previous=state)
+        self.done, self.unavailable, self.skipped, self.hashes, self.last = [], {}, {}, {}, time.monotonic()
 
 
 def _undecodable(state: StoreState) -> set[str]:
@@ -445,7 +526,8 @@ def _location(state: StoreState, e: int) -> tuple[int, int, int]:
 class _Rows:
     """The rows read from the data files, written per pack and feature in large vectored writes: consecutive
     episodes of a pack are gathered (up to ``_WRITE_BYTES``) and written together before they are committed
-    (:meth:`flush`). Compact features are written per episode at once."""
+    (:meth:`flush`). Compact features are written per episode at once. ``hashes[e][feature]``: the content hash
+    of what was written, computed from the buffers as they go to the packs."""
 
     def __init__(self, root: str | Path, state: StoreState):
         self.root, self.state = root, state
@@ -459,6 +541,7 @@ class _Rows:
         self.resized = {n: s.resize_spec for n, s in state.arrays.items() if s.resize and s.kind == "image"}
         self.parts: dict[str, list[np.ndarray]] = {n: [] for n in self.raw}
         self.pack, self.start, self.next, self.nbytes = -1, 0, 0, 0
+        self.hashes: dict[int, dict[str, int]] = {}
 
     def inputs(self, source: LeRobotSource, episodes: Sequence[int]
                ) -> Iterator[tuple[int, np.ndarray, dict[str, np.ndarray] | None]]:
@@ -476,31 +559,30 @@ class _Rows:
     def take(self, e: int, frames: dict[str, np.ndarray] | None) -> list[str]:
         """Write episode ``e``'s data-file features (unless ``frames`` is None); return the cameras left to
         decode."""
-        cameras = [n for n, todo in self.cameras.items() if todo[e]]
         if frames is not None:
             self.add(e, frames)
-        elif cameras:
-            pack, _, rows = _location(self.state, e)
-            ensure_pack(self.root, {n: self.state.arrays[n] for n in cameras}, pack, rows)
-        return cameras
+        return [n for n, todo in self.cameras.items() if todo[e]]  # (a camera's pack is made as it is written)
 
     def add(self, e: int, frames: dict[str, np.ndarray]) -> None:
         """Take episode ``e``'s frames (written with the next :meth:`flush`)."""
         pack, offset, rows = _location(self.state, e)
         if self.nbytes and (pack != self.pack or offset != self.next or self.nbytes >= _WRITE_BYTES):
             self.flush()
-        ensure_pack(self.root, self.state.arrays, pack, rows)
+        ensure_pack(self.root, self.raw, pack, rows)  # cameras make their pack file when they write a frame
         if not self.nbytes:
             self.pack, self.start = pack, offset
         for name, how in self.resized.items():
             frames[name] = resize_frames(frames[name], how["size"], crop=how.get("crop"),
                                          interpolation=how["interpolation"])
-        for name in self.raw:
-            self.parts[name].append(frames[name])
-            self.nbytes += frames[name].nbytes
+        hashes = self.hashes.setdefault(e, {})
+        for name, spec in self.raw.items():
+            part = np.ascontiguousarray(frames[name], dtype=spec.dtype)
+            self.parts[name].append(part)
+            self.nbytes += part.nbytes
+            hashes[name] = crc32c(part)
         self.next = offset + int(self.state.table.length[e])
         for name, spec in self.compact.items():
-            write_rows(self.root, name, spec, pack, offset, frames[name], rows)
+            hashes[name] = write_rows(self.root, name, spec, pack, offset, frames[name], rows)
 
     def flush(self) -> None:
         """Write what was gathered (before the episodes holding it are committed)."""
@@ -510,18 +592,17 @@ class _Rows:
                 self.parts[name] = []
         self.nbytes = 0
 
-
 _WRITE_BYTES = 32 << 20
 
 
 def _decode(source: LeRobotSource, root: str | Path, state: StoreState, e: int, name: str, timestamps: np.ndarray
-            ) -> None:
+            ) -> int:
     """One episode of a video camera into the store: decoded into its rows (resized first if the store keeps the
-    camera smaller), or, kept as mp4, its file copied into the store."""
+    camera smaller), or, kept as mp4, its file copied into the store. Returns the content hash of what the store
+    holds for it (the rows written, or the whole mp4 file)."""
     spec = state.arrays[name]
     if spec.storage == "mp4":
-        _keep_mp4(source, Path(root), e, name)
-        return
+        return _keep_mp4(source, Path(root), e, name)
     pack, offset, rows = _location(state, e)
     with row_writer(root, name, spec, pack, offset, len(timestamps), rows) as writer:
         sink = writer.write
@@ -534,47 +615,77 @@ def _decode(source: LeRobotSource, root: str | Path, state: StoreState, e: int, 
                                           crop=how.get("crop"), interpolation=how["interpolation"]))
 
         source.decode_video(e, name, timestamps, sink)
+    if writer.written != len(timestamps):
+        raise VideoUnavailable(f"episode {e}, camera {name!r}: decoded {writer.written} of its {len(timestamps)} "
+                               f"frames")
+    return writer.crc
 
 
 _copy_locks: dict[str, threading.Lock] = {}
 _copy_guard = threading.Lock()
 
 
-def _keep_mp4(source: LeRobotSource, root: Path, e: int, name: str) -> None:
+def _keep_mp4(source: LeRobotSource, root: Path, e: int, name: str) -> int:
     """Make the mp4 file holding episode ``e`` of camera ``name`` part of the store (a hard link or a copy of a
-    local file, the whole file from a Hub repo), once; a missing or unreadable file makes the episode's camera
-    unavailable."""
+    local file, the whole file from a Hub repo), once; return the file's content hash. A missing or unreadable
+    file makes the episode's camera unavailable."""
     ref = source.episodes.videos.get(name, [None] * (e + 1))[e]
     if ref is None:
         raise VideoUnavailable(f"episode {e}, camera {name!r}: meta/episodes lists no video file")
     rel = ref[0]
     if not source.files.exists(rel):
         raise VideoUnavailable(f"episode {e}, camera {name!r}: video file {source.files.location(rel)} not found")
-    target = root / name / "videos" / rel
+    target = Path(check_in_store(root, root / name / "videos" / rel))
     with _copy_guard:
         lock = _copy_locks.setdefault(str(target), threading.Lock())
     with lock:
-        if target.is_file():
-            return
+        if target.is_file() and not target.is_symlink():
+            known = _mp4_hashes.get(str(target))
+            return known if known is not None else _file_crc(target)
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}-{threading.get_ident()}")
         try:
             local = getattr(source.files, "root", None)
             if isinstance(local, Path):
                 link_or_copy(local / rel, tmp)
+                crc = _file_crc(tmp)
             else:
+                hash_ = Crc32c()
                 with source.files.open(rel) as f, open(tmp, "wb") as out:
                     try:
-                        shutil.copyfileobj(f, out, 8 << 20)
+                        while chunk := f.read(8 << 20):
+                            out.write(chunk)
+                            hash_.update(chunk)
                     except OSError as exc:
                         raise disk_error(exc, target) from None  # a full disk named; other errors as they are
+                crc = hash_.value
             if not _decodable(tmp):
                 raise VideoUnavailable(f"episode {e}, camera {name!r}: {source.files.location(rel)} has no "
                                        f"decodable video stream")
             os.replace(tmp, target)
+            _mp4_hashes[str(target)] = crc
+            return crc
         finally:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
+
+
+_mp4_hashes: dict[str, int] = {}  # mp4 files this process put into a store: their content hash
+
+
+def _file_crc(path: Path) -> int:
+    """Content hash of a whole file (opened without following a link)."""
+    from ._fileio import open_nofollow
+
+    hash_ = Crc32c()
+    fd = open_nofollow(path, os.O_RDONLY)
+    try:
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            while chunk := f.read(8 << 20):
+                hash_.update(chunk)
+    finally:
+        os.close(fd)
+    return hash_.value
 
 
 def _decodable(path: Path) -> bool:
@@ -598,12 +709,13 @@ def _write_episodes(source: LeRobotSource, root: Path, state: StoreState, todo: 
 
     def finish(e: int, decoding: dict[str, Future]) -> None:
         unavailable: dict[str, dict[int, str]] = {}
+        hashes = rows.hashes.pop(e, {})
         for name, future in decoding.items():
             try:
-                future.result()
+                hashes[name] = future.result()
             except VideoUnavailable as exc:
                 unavailable[name] = {e: str(exc)}
-        commits.add([e], unavailable, rows.skipped)
+        commits.add([e], unavailable, rows.skipped, {e: hashes})
         bar.update(int(source.episodes.length[e]))
 
     what = f"transcoding {source.files.name}"

@@ -35,7 +35,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from .errors import CorruptSourceError, SchemaMismatchError, SourceNotFoundError, import_optional
+from .errors import CorruptSourceError, LeRobotZarrError, SchemaMismatchError, SourceNotFoundError, import_optional
 from .frame_codecs import decode_threads, run_in_parallel
 from .video import TOLERANCE_S
 
@@ -94,6 +94,9 @@ class _File:
         except IndexError:
             self.container.close()
             raise CorruptSourceError(f"{key}: no video stream") from None
+        if self.stream.codec_context is None:  # a codec PyAV has no decoder for (a damaged header, found by fuzz)
+            self.container.close()
+            raise CorruptSourceError(f"{key}: its video stream has no decoder (a damaged file?)")
         self.stream.codec_context.thread_count = 1  # per-window decodes: one thread is fastest (no frame delay)
         # PyAV's to_ndarray converts with a thread-local swscale context using a pool of threads, which a forked
         # child inherits without its threads (and hangs in): convert with this file's own one-thread context
@@ -279,7 +282,7 @@ class Mp4Frames:
         except FileNotFoundError:
             raise SourceNotFoundError(f"{key}: video file not found") from None
         except (av.error.FFmpegError, OSError, ValueError) as exc:
-            if isinstance(exc, CorruptSourceError):
+            if isinstance(exc, LeRobotZarrError):  # typed already (a store's file refused by the opener...)
                 raise
             raise CorruptSourceError(f"{key}: cannot open the video ({type(exc).__name__}: {exc})") from None
 

@@ -41,10 +41,13 @@ def window_offsets(delta_timestamps: Mapping[str, Sequence[float]] | None, fps: 
             raise DeltaTimestampsError(f"delta_timestamps[{key!r}] must be a list of seconds, got {deltas!r:.80}",
                                        feature=key)
         try:
-            values = np.asarray(list(deltas), dtype=np.float64).reshape(-1)
+            values = np.asarray(list(deltas), dtype=np.float64)
         except (TypeError, ValueError):
             raise DeltaTimestampsError(f"delta_timestamps[{key!r}] must be a list of seconds, got {deltas!r:.80}",
                                        feature=key) from None
+        if values.ndim != 1:  # a nested list would be flattened into another window
+            raise DeltaTimestampsError(f"delta_timestamps[{key!r}] must be a flat list of seconds, got a list of "
+                                       f"shape {values.shape}", feature=key)
         if values.size == 0 or not np.isfinite(values).all() or (np.abs(values) > 1e9).any():
             raise DeltaTimestampsError(f"delta_timestamps[{key!r}] must be a non-empty list of finite seconds",
                                        feature=key)

@@ -17,7 +17,6 @@ import json
 import math
 import operator
 import os
-import shutil
 import time
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
@@ -28,12 +27,23 @@ from typing import Any
 
 import numpy as np
 
-from ._fileio import WriterLock, atomic_write, copy_file, link_or_copy
-from ._packs import ensure_pack, remove_retired, retire_pack, write_rows
+from ._fileio import (
+    WriterLock,
+    atomic_write,
+    check_in_store,
+    copy_file,
+    find_links,
+    link_or_copy,
+    load_json,
+    read_bounded,
+)
+from ._hashing import crc32c
+from ._packs import remove_retired, retire_pack, write_rows
 from ._progress import progress_bar
 from .dataset import ImageFormat, LeRobotZarrDataset, _pack_file
 from .errors import (
     ArgumentError,
+    CorruptStoreError,
     DiskSpaceError,
     FrameIndexError,
     NotMaterializedError,
@@ -43,13 +53,16 @@ from .errors import (
     UnknownFeatureError,
     UnsupportedDtypeError,
     ValueRangeError,
+    warn_user,
 )
 from .lerobot_v3 import DEFAULT_FEATURES, NUMERIC_DTYPES, aggregate_stats, episode_stats, stats_json
 from .selection import episode_index, frame_range
 from .store import (
     CREATING_MARKER,
     DEFAULT_PACK_BYTES,
+    MAX_FRAME_BYTES,
     ArraySpec,
+    ContentHashes,
     EpisodeTable,
     PackLayout,
     StoreState,
@@ -59,9 +72,12 @@ from .store import (
     chunk_path,
     commit,
     create_store,
+    live_matches,
+    live_runs,
     pack_rows_target,
     read_state,
     remove_creation_debris,
+    repair_live,
     stats_path,
 )
 from .video import have_pyav, pyav_missing
@@ -74,6 +90,8 @@ RETIRE_AFTER_S = 60.0  # how long a retired pack's files stay readable for reade
 _LOCATION_STATS = ("min", "max", "mean", "q01", "q10", "q50", "q90", "q99")
 _INDEX_COLUMNS = ("episode_index", "index")  # stored values may exceed LeRobot's by the table's shifts
 _STATS_PENDING = ".stats-pending"  # stats files newer than the committed stats.json may exist
+_EDITING = ".editing"  # <pack>-<offset>: features of an episode edited in place since the last commit
+_MAX_STATS_FILE = 16 << 20  # bytes of one episode's stats file
 RESERVED_NAMES = ("task",)  # sample keys a feature may not take (with LeRobot's own columns and '*_is_pad')
 _RAW_DTYPES = frozenset(np.dtype(t).type for t in NUMERIC_DTYPES)
 
@@ -141,6 +159,11 @@ def _feature_specs(features: Mapping[str, Mapping[str, Any]]) -> tuple[dict, dic
                                                                              or shape[-1] not in (1, 3, 4))):
             raise SchemaMismatchError(f"feature {name!r}: shape {list(shape)} is not valid for dtype {dtype!r}",
                                       feature=name)
+        itemsize = 1 if dtype == "image" else np.dtype(dtype).itemsize
+        if len(shape) > 8 or math.prod(shape) * itemsize > MAX_FRAME_BYTES:
+            raise SchemaMismatchError(f"feature {name!r}: shape {list(shape)[:9]} makes frames of "
+                                      f"{math.prod(shape) * itemsize} bytes; a store holds frames of at most "
+                                      f"{MAX_FRAME_BYTES} bytes and 8 dimensions", feature=name)
         names = ft.get("names")
         if (isinstance(names, (list, tuple)) and all(isinstance(n, str) for n in names)
                 and len(names) not in (shape[0], len(shape))):
@@ -218,15 +241,15 @@ def fork(source: str | os.PathLike, root: str | os.PathLike) -> StoreState:
         remove_creation_debris(root)
         for pack in np.flatnonzero(state.packs.rows > 0).tolist():
             for name, spec in state.arrays.items():
-                src, dst = Path(chunk_path(source, name, pack, spec.ndim)), Path(chunk_path(root, name, pack,
-                                                                                           spec.ndim))
+                src = check_in_store(source, chunk_path(source, name, pack, spec.ndim))
+                dst = Path(check_in_store(root, chunk_path(root, name, pack, spec.ndim)))
+                if not os.path.lexists(src):  # a camera no episode of the pack has: no file
+                    continue
                 dst.parent.mkdir(parents=True, exist_ok=True)
                 with contextlib.suppress(FileNotFoundError):
                     dst.unlink()  # debris of a copy killed midway
                 link_or_copy(src, dst)
-        stats = source / ".episode_stats"
-        if stats.is_dir():
-            shutil.copytree(stats, root / ".episode_stats", symlinks=False, dirs_exist_ok=True)
+        _copy_stats_files(source, root)
         new = create_store(replace(state, root=root, retired=()), keep_files=True)
     return new
 
@@ -275,6 +298,11 @@ class WritableDataset(LeRobotZarrDataset):
             self._cleanup()
             super().__init__(root, delta_timestamps=delta_timestamps, image_format=image_format,
                              max_open_maps=max_open_maps)
+            broken = self._state.hashes.readable()
+            if broken is not None:  # not a reason to refuse writes: hashes are recorded anew from here on
+                warn_user(f"{root}: the store's content hashes cannot be read ({broken}); the episodes committed "
+                          f"so far are unverifiable (`lerobot-zarr verify --record` records them anew)")
+                self._state = replace(self._state, hashes=ContentHashes())
         except BaseException:
             lock.__exit__(None, None, None)
             raise
@@ -284,12 +312,18 @@ class WritableDataset(LeRobotZarrDataset):
         self.min_free_bytes = _min_free_bytes(min_free_bytes)
         self._episode_buffer: list[tuple[dict[str, np.ndarray], str]] = []
         self._stats_rows: dict[str, dict[str, np.ndarray]] | None = None  # per-episode stats of stored values
-        self._dirty: dict[tuple[int, int], set[str]] = {}  # (pack, offset) -> features edited since the last commit
-        if self._state.pending_tasks:  # a set_task killed midway: finish it (idempotent)
-            self._rewrite_task_index(list(self._state.pending_tasks))
-        if (self.root / _STATS_PENDING).exists() or self._stats_missing():
-            # an edit was cut short by a crash (stats dropped, or written but not committed): recompute and commit
-            self._commit(self._state, self._episode_stats_rows())
+        # (pack, offset) -> features edited since the last commit (those a writer killed midway left, on open)
+        self._dirty: dict[tuple[int, int], set[str]] = self._edit_markers()
+        self._fresh: dict[tuple[int, int], dict[str, int]] = {}  # content hashes of rows written since the commit
+        try:
+            if self._state.pending_tasks:  # a set_task killed midway: finish it (idempotent)
+                self._rewrite_task_index(list(self._state.pending_tasks))
+            if self._dirty or (self.root / _STATS_PENDING).exists() or self._stats_missing():
+                # an edit was cut short by a crash (stats dropped, or written but not committed): recompute the
+                # edited episodes' stats and content hashes, and commit
+                self._commit(self._state, self._episode_stats_rows())
+        except DiskSpaceError as exc:  # a full volume: open anyway, so that episodes can be deleted to make room
+            warn_user(f"{self.root}: finishing an interrupted edit was put off ({exc}); the next commit does it")
 
     def __reduce__(self) -> tuple:
         # a copy in another process (a DataLoader worker) is a reader of the same episodes: it cannot hold the lock
@@ -337,12 +371,21 @@ class WritableDataset(LeRobotZarrDataset):
                                    path=self.root)
 
     def _cleanup(self) -> None:
-        """After a crash: drop pack files no commit lists, finish retiring, delete what expired, remove debris."""
+        """After a crash: drop pack files no commit lists, finish retiring, delete what expired, remove debris.
+        First, a store holding a symbolic link anywhere is refused: a writer never follows one out of the store."""
+        links = find_links(self.root)
+        if links:
+            raise CorruptStoreError(f"{links[0]}: is a symbolic link; a store holds none (it could point writes "
+                                    f"outside the store){f' (and {len(links) - 1} more)' if len(links) > 1 else ''}; "
+                                    f"`lerobot-zarr verify --repair {self.root}` removes them", path=links[0])
         state = self._state
         n_packs = len(state.packs)
         retired = {pack for pack, _ in state.retired}
         for name in [*state.arrays, "frame_live"]:
-            folder = self.root / name / "c"
+            folder = Path(check_in_store(self.root, self.root / name / "c" / "_")).parent  # no link on the way
+            if folder.is_symlink():
+                raise CorruptStoreError(f"{folder}: is a symbolic link; a store's folders must be real folders",
+                                        path=folder)
             if not folder.is_dir():
                 continue
             for entry in folder.iterdir():
@@ -355,18 +398,33 @@ class WritableDataset(LeRobotZarrDataset):
                 elif state.packs.rows[pack] == 0:
                     retire_pack(self.root, {name: state.arrays[name]}, pack)  # retired by a commit, not moved yet
         live = {(int(c), int(o)) for c, o in zip(state.table.chunk.tolist(), state.table.offset.tolist(), strict=True)}
-        stats_dir = self.root / ".episode_stats"
-        if stats_dir.is_dir():
-            for entry in stats_dir.iterdir():
-                key = tuple(entry.name.removesuffix(".json").split("-"))
-                if not (len(key) == 2 and all(k.isdigit() for k in key) and (int(key[0]), int(key[1])) in live):
+        for folder, suffix in ((self.root / ".episode_stats", ".json"), (self.root / _EDITING, "")):
+            check_in_store(self.root, folder / "_")
+            if folder.is_symlink():
+                _remove(folder)
+            if not folder.is_dir():
+                continue
+            for entry in folder.iterdir():
+                key = tuple(entry.name.removesuffix(suffix).split("-"))
+                if not (len(key) == 2 and all(k.isdigit() for k in key) and (int(key[0]), int(key[1])) in live
+                        and entry.name.endswith(suffix)):
                     _remove(entry)
         for pattern in (".*.tmp-*", "*/.*.tmp-*", "*/c/.*.tmp-*", "*/c/*/.*.tmp-*", ".episode_stats/.*.tmp-*",
                         CREATING_MARKER):
             for tmp in self.root.glob(pattern):  # debris of writes killed before their rename
                 _remove(tmp)
-        if state.read_version < 3 or (self.root / ".frame_live-pending").exists():
-            self._state = commit(state, previous=state, durable=True)  # upgrade the format / repair frame_live
+        try:  # zarr's copies of the commit are for zarr readers only (lerobot_zarr reads the root): may wait
+            if state.read_version < 3 or (self.root / ".frame_live-pending").exists():
+                # upgrade the format / a commit was cut short: its zarr copies and frame_live rewritten
+                self._state = commit(state, previous=state, durable=True)
+            elif not all(live_matches(self.root, pack, int(state.packs.rows[pack]), runs)
+                         for pack, runs in live_runs(state).items()):
+                repair_live(state)  # frame_live damaged since: rewritten from the table
+        except DiskSpaceError as exc:
+            if state.read_version < 3:
+                raise
+            warn_user(f"{self.root}: zarr's copy of the last commit (frame_live, episode_*) could not be repaired "
+                      f"now ({exc}); the next commit repairs it")
 
     def _check_space(self, nbytes: int) -> None:
         st = os.statvfs(self.root)
@@ -380,8 +438,10 @@ class WritableDataset(LeRobotZarrDataset):
     # stats ----------------------------------------------------------------------------------------------
     def _write_stats_file(self, pack: int, offset: int, stats: Mapping[str, Mapping[str, np.ndarray]]) -> None:
         path = stats_path(self.root, pack, offset)
+        check_in_store(self.root, path)
         path.parent.mkdir(exist_ok=True)
-        atomic_write(path, json.dumps({k: stats_json(v) for k, v in stats.items()}).encode(), durable=False)
+        atomic_write(path, json.dumps({k: stats_json(v) for k, v in stats.items()}).encode(), durable=False,
+                     root=self.root)
 
     def _stats_of(self, pack: int, offset: int, arrays: Mapping[str, np.ndarray], episode: int | None = None
                   ) -> dict[str, dict[str, np.ndarray]]:
@@ -403,9 +463,12 @@ class WritableDataset(LeRobotZarrDataset):
                              shape=(length, *spec.frame_shape))
 
     def _read_episode(self, e: int, table: EpisodeTable | None = None) -> dict[str, np.ndarray]:
+        """Episode ``e``'s rows of every feature (zeros for a feature it has no frames of)."""
         t = self._state.table if table is None else table
         pack, offset, length = int(t.chunk[e]), int(t.offset[e]), int(t.length[e])
-        return {name: self._rows_map(name, pack, offset, length) for name in self._state.arrays}
+        gaps = self._gap_features(pack, offset)
+        return {name: np.zeros((length, *spec.frame_shape), spec.dtype) if name in gaps
+                else self._rows_map(name, pack, offset, length) for name, spec in self._state.arrays.items()}
 
     def _stats_missing(self) -> bool:
         """Whether some episode lacks its stats file while others have one (an edit's crash dropped it)."""
@@ -415,6 +478,45 @@ class WritableDataset(LeRobotZarrDataset):
             return False
         t = self._state.table
         return any(f"{c}-{o}.json" not in present for c, o in zip(t.chunk.tolist(), t.offset.tolist(), strict=True))
+
+    def _mark_editing(self, key: tuple[int, int], names: set[str]) -> None:
+        """Record, before an in-place edit writes, which features of the episode at ``key`` it edits."""
+        path = self.root / _EDITING / f"{key[0]}-{key[1]}"
+        check_in_store(self.root, path)
+        path.parent.mkdir(exist_ok=True)
+        atomic_write(path, json.dumps(sorted(names)).encode(), durable=False, root=self.root)
+
+    def _edit_markers(self) -> dict[tuple[int, int], set[str]]:
+        """Features of committed episodes an in-place edit changed without a commit after it (a writer killed
+        during or after an edit block): their stats and content hashes are recomputed at the next commit."""
+        folder = self.root / _EDITING
+        out: dict[tuple[int, int], set[str]] = {}
+        if not folder.is_dir() or folder.is_symlink():
+            return out
+        for entry in folder.iterdir():
+            key = entry.name.split("-")
+            try:
+                names = load_json(read_bounded(entry, 1 << 20, root=self.root, what="edit marker"), str(entry))
+            except (CorruptStoreError, OSError):
+                names = list(self._state.arrays)  # unreadable: assume every feature was edited
+            if len(key) == 2 and all(k.isdigit() for k in key) and isinstance(names, list):
+                out[(int(key[0]), int(key[1]))] = {n for n in names if n in self._state.arrays}
+        return out
+
+    def _checked_stats(self, doc: Any, length: int, episode: int) -> dict[str, dict[str, np.ndarray]]:
+        """An episode's stats file (a cache of this writer's), taken only if it has every feature's stats, shaped
+        as computed ones, over ``length`` frames (one for a feature the episode lacks: see :meth:`_stats_of`); else
+        ValueError (it is recomputed from the data)."""
+        out = {}
+        for name, spec in self._state.arrays.items():
+            probe = episode_stats(np.zeros((1, *spec.frame_shape), dtype=spec.dtype), spec.kind)
+            got = {k: np.asarray(v, dtype=np.float64) for k, v in doc[name].items()}
+            frames = 1 if episode in self._gaps.get(name, {}) else length
+            if got.keys() != probe.keys() or any(got[k].shape != np.shape(v) for k, v in probe.items()) \
+                    or int(got["count"].reshape(-1)[0]) != frames:
+                raise ValueError(f"stats of {name!r} do not fit the episode")
+            out[name] = got
+        return out
 
     def _episode_stats_rows(self, episodes: Sequence[int] | None = None) -> dict[str, dict[str, np.ndarray]]:
         """Per-episode stats, stacked: of every episode (rows in episode order), or only of ``episodes`` (rows in
@@ -429,8 +531,9 @@ class WritableDataset(LeRobotZarrDataset):
         todo = []
         for i, e in enumerate(chosen):
             try:
-                doc = json.loads(stats_path(self.root, int(table.chunk[e]), int(table.offset[e])).read_bytes())
-                found.append({name: {k: np.asarray(v) for k, v in doc[name].items()} for name in self._state.arrays})
+                path = stats_path(self.root, int(table.chunk[e]), int(table.offset[e]))
+                doc = load_json(read_bounded(path, _MAX_STATS_FILE, root=self.root, what="episode stats"), str(path))
+                found.append(self._checked_stats(doc, int(table.length[e]), e))
             except (FileNotFoundError, KeyError, ValueError, TypeError, AttributeError):
                 found.append({})
                 todo.append((i, e))
@@ -478,8 +581,9 @@ class WritableDataset(LeRobotZarrDataset):
                 continue
             length = int(table.length[e])
             for name in names:
-                stats = episode_stats(np.asarray(self._rows_map(name, pack, offset, length)),
-                                      self._state.arrays[name].kind)
+                values = np.asarray(self._rows_map(name, pack, offset, length))
+                stats = episode_stats(values, self._state.arrays[name].kind)
+                self._fresh.setdefault((pack, offset), {})[name] = crc32c(values)  # the edit's new content
                 for k in rows[name]:
                     rows[name][k][e] = stats[k]
             self._write_stats_file(pack, offset, {name: {k: v[e] for k, v in rows[name].items()} for name in rows})
@@ -496,7 +600,11 @@ class WritableDataset(LeRobotZarrDataset):
         gaps = self._gaps if gaps is None else {name: g for name, g in gaps.items() if g}
         state = replace(state, **changes)
         table = state.table
+        folded = list(self._dirty)
         if self._dirty:
+            # first the marker, then the edited episodes' new stats files: a writer killed in between leaves the
+            # marker, and the next writer recomputes the stats.json those files make stale
+            (self.root / _STATS_PENDING).touch()
             rows = self._fold_dirty(table, self._episode_stats_rows() if rows is None else rows)
         tasks = list(state.tasks)
         info = dict(state.info, total_episodes=len(table), total_frames=int(table.length.sum()),
@@ -517,13 +625,14 @@ class WritableDataset(LeRobotZarrDataset):
         stats = self._dataset_stats(table, rows, gaps) if rows is not None else state.stats
         new = replace(state, info=info, source=source, stats=stats, retired=tuple(retired),
                       packs=packs.retire(retire)).all_materialized()
-        new = replace(new, unavailable={}).with_materialized({}, gaps)
-        if rows is not None and self._dirty:
-            (self.root / _STATS_PENDING).touch()
+        new = replace(new, unavailable={}).with_materialized({}, gaps).with_hashes(self._fresh)
         self._state = commit(new, previous=previous, durable=self.durable)
         self._gaps = gaps
+        self._fresh = {}
         with contextlib.suppress(FileNotFoundError):
             (self.root / _STATS_PENDING).unlink()
+        for pack, offset in folded:
+            _remove(self.root / _EDITING / f"{pack}-{offset}")
         self._dirty = {}
         if rows is not None:
             self._stats_rows = rows
@@ -601,7 +710,10 @@ class WritableDataset(LeRobotZarrDataset):
         new = len(state.packs)
         self._check_space(rows * sum(spec.frame_bytes for spec in self._state.arrays.values()))
         for name, spec in self._state.arrays.items():
-            src, dst = chunk_path(self.root, name, pack, spec.ndim), Path(chunk_path(self.root, name, new, spec.ndim))
+            src = check_in_store(self.root, chunk_path(self.root, name, pack, spec.ndim))
+            dst = Path(check_in_store(self.root, chunk_path(self.root, name, new, spec.ndim)))
+            if not os.path.lexists(src):  # a camera none of the pack's episodes has
+                continue
             dst.parent.mkdir(parents=True, exist_ok=True)
             tmp = dst.with_name(f".{dst.name}.tmp-{os.getpid()}")
             copy_file(src, tmp)
@@ -611,6 +723,8 @@ class WritableDataset(LeRobotZarrDataset):
         for offset in table.offset[moved].tolist():
             with contextlib.suppress(FileNotFoundError):
                 os.replace(stats_path(self.root, pack, offset), stats_path(self.root, new, offset))
+        for e in np.flatnonzero(moved).tolist():  # the same bytes under a new pack id: the same hashes
+            self._fresh[(new, int(table.offset[e]))] = self._recorded_hashes(e, table)
         chunk = np.where(moved, new, table.chunk)
         self._commit(state, None, table=EpisodeTable(table.start, table.length, table.task_index, chunk,
                                                      table.offset, table.episode_index_shift, table.index_shift),
@@ -629,10 +743,14 @@ class WritableDataset(LeRobotZarrDataset):
         rows = max(target, n)
         return packs.with_pack(rows, n), len(packs), 0
 
-    def _write_episode(self, packs: PackLayout, pack: int, offset: int, data: Mapping[str, np.ndarray]) -> None:
-        ensure_pack(self.root, self._state.arrays, pack, int(packs.rows[pack]))
+    def _write_episode(self, packs: PackLayout, pack: int, offset: int, data: Mapping[str, np.ndarray],
+                       skip: Sequence[str] = ()) -> None:
+        """Write one episode's rows of every feature (but ``skip``: features it has no frames of) and note their
+        content hashes for the next commit."""
+        hashes = self._fresh.setdefault((pack, offset), {})
         for name, spec in self._state.arrays.items():
-            write_rows(self.root, name, spec, pack, offset, data[name], int(packs.rows[pack]))
+            if name not in skip:
+                hashes[name] = write_rows(self.root, name, spec, pack, offset, data[name], int(packs.rows[pack]))
 
     def add_episode(self, frames: Mapping[str, Any], *, task: str | Sequence[str]) -> int:
         """Append one episode atomically and return its ``episode_index``.
@@ -863,12 +981,36 @@ class WritableDataset(LeRobotZarrDataset):
             self._dirty.setdefault((int(pack), int(offset)), set()).add("task_index")
         self._commit(self._state, self._episode_stats_rows(), pending_tasks=())
 
-    def _relocate(self, packs: PackLayout, data: Mapping[str, np.ndarray]) -> tuple[PackLayout, int, int]:
+    def _relocate(self, packs: PackLayout, data: Mapping[str, np.ndarray], skip: Sequence[str] = ()
+                  ) -> tuple[PackLayout, int, int]:
         """Write one episode's (possibly changed) frames into fresh rows; return the layout, pack and offset."""
         n = len(next(iter(data.values())))
         packs, pack, offset = self._allocate(packs, n)
-        self._write_episode(packs, pack, offset, data)
+        self._write_episode(packs, pack, offset, data, skip)
         return packs, pack, offset
+
+    def _recorded_hashes(self, e: int, table: EpisodeTable) -> dict[str, int]:
+        """The content hashes recorded for episode ``e`` of ``table`` (by its location), feature by feature."""
+        one = table.take(np.array([e]))
+        return {name: int(self._state.hashes.aligned(one, name)[0]) for name in self._state.arrays}
+
+    def _damaged(self, e: int, table: EpisodeTable, data: Mapping[str, np.ndarray]) -> list[str]:
+        """Features of episode ``e`` (of ``table``) whose rows just read (``data``) differ from their recorded
+        content hash (features without one, without frames in the episode, or edited in place since the last
+        commit, are not checked)."""
+        recorded = self._recorded_hashes(e, table)
+        key = (int(table.chunk[e]), int(table.offset[e]))
+        skip = self._gap_features(*key) | self._dirty.get(key, set())
+        return [name for name, values in data.items() if name not in skip and recorded.get(name, -1) >= 0
+                and crc32c(np.ascontiguousarray(values)) != recorded[name]]
+
+    def _gap_features(self, pack: int, offset: int) -> set[str]:
+        """Features the episode at (pack, offset) has no frames of (a camera whose video the source lacked)."""
+        if not self._gaps:
+            return set()
+        table = self._state.table
+        hit = np.flatnonzero((table.chunk == pack) & (table.offset == offset))
+        return {name for name, g in self._gaps.items() if len(hit) and int(hit[0]) in g}
 
     def _compact_packs(self, table: EpisodeTable, packs: PackLayout, rows: dict[str, dict[str, np.ndarray]]
                  ) -> tuple[EpisodeTable, PackLayout]:
@@ -881,19 +1023,32 @@ class WritableDataset(LeRobotZarrDataset):
             return table, packs
         chunk, offset = table.chunk.copy(), table.offset.copy()
         moving = np.flatnonzero(np.isin(table.chunk, sparse))
-        self._check_space(int(table.length[moving].sum()) * sum(s.frame_bytes for s in self._state.arrays.values()))
+        try:
+            self._check_space(int(table.length[moving].sum()) * sum(s.frame_bytes
+                                                                    for s in self._state.arrays.values()))
+        except DiskSpaceError:  # compaction only frees space later: on a full volume, deletions go on without it
+            return table, packs
         for e in moving.tolist():
+            gaps = self._gap_features(int(table.chunk[e]), int(table.offset[e]))
             data = {name: np.asarray(v) for name, v in self._read_episode(e, table).items()}
-            edited = (int(table.chunk[e]), int(table.offset[e])) in self._dirty
-            packs, chunk[e], offset[e] = self._relocate(packs, data)
-            if edited:  # edited in place since the last commit: ``rows`` holds its stats from before the edit
-                stats = self._stats_of(int(chunk[e]), int(offset[e]), data)
-                for name in rows:
+            damaged = self._damaged(e, table, data)
+            if damaged:
+                warn_user(f"{self.root}: moving episode {e} (pack {int(table.chunk[e])}), its rows of {damaged} differ "
+                          f"from the content hash recorded when they were committed (damaged on disk?); they keep "
+                          f"that hash, so `lerobot-zarr verify` names them")
+            recorded = self._recorded_hashes(e, table)
+            edited = self._dirty.get((int(table.chunk[e]), int(table.offset[e])), set())  # edited, not committed
+            for name in edited:
+                recorded[name] = crc32c(np.ascontiguousarray(data[name]))
+            packs, chunk[e], offset[e] = self._relocate(packs, data, gaps)
+            self._fresh[(int(chunk[e]), int(offset[e]))] = recorded  # the same rows: the hashes recorded for them
+            if edited:  # ``rows`` holds its stats from before the edit: recomputed from the values moved
+                for name in edited:
+                    fresh = episode_stats(data[name][:1] if name in gaps else data[name], self._state.arrays[name].kind)
                     for k in rows[name]:
-                        rows[name][k][e] = stats[name][k]
-            else:
-                self._write_stats_file(int(chunk[e]), int(offset[e]),
-                                       {name: {k: v[e] for k, v in rows[name].items()} for name in rows})
+                        rows[name][k][e] = fresh[k]
+            self._write_stats_file(int(chunk[e]), int(offset[e]), {name: {k: v[e] for k, v in rows[name].items()}
+                                                                   for name in rows})
         return EpisodeTable(table.start, table.length, table.task_index, chunk, offset, table.episode_index_shift,
                             table.index_shift), packs
 
@@ -955,12 +1110,20 @@ class WritableDataset(LeRobotZarrDataset):
         rows = self._episode_stats_rows()
         n = length - int(gone.sum())
         self._check_space(n * sum(spec.frame_bytes for spec in self._state.arrays.values()))
-        data = {name: np.asarray(v)[~gone] for name, v in self._read_episode(e).items()}
+        old = {name: np.asarray(v) for name, v in self._read_episode(e).items()}
+        damaged = self._damaged(e, table, old)
+        if damaged:  # the kept frames would be recorded anew, damage included
+            raise CorruptStoreError(f"{self.root}: episode {e}'s rows of {damaged} differ from the content hash "
+                                    f"recorded when they were committed (damaged on disk?); run `lerobot-zarr verify "
+                                    f"{self.root}` (--repair re-fetches a Hub or folder source's episodes), or delete "
+                                    f"the episode", path=self.root, episode=e, feature=damaged[0])
+        gaps = self._gap_features(int(table.chunk[e]), int(table.offset[e]))
+        data = {name: v[~gone] for name, v in old.items()}
         data["frame_index"] = np.arange(n, dtype=np.int64)
         data["timestamp"] = (np.arange(n) / self.meta.fps).astype(np.float32)
         data["index"] = np.arange(n, dtype=np.int64) + int(table.start[e] + table.index_shift[e])
         data = {name: _stored(data[name], spec) for name, spec in self._state.arrays.items()}
-        packs, pack, offset = self._relocate(self._state.packs, data)
+        packs, pack, offset = self._relocate(self._state.packs, data, gaps)
         stats = self._stats_of(pack, offset, data)
         lengths, chunk, offsets = table.length.copy(), table.chunk.copy(), table.offset.copy()
         lengths[e], chunk[e], offsets[e] = n, pack, offset
@@ -1091,7 +1254,9 @@ class _EditMaps(Mapping):
                                           episode=self.episode, feature=str(name))
             self.maps[name] = self.ds._rows_map(name, *self.key, self.length, writable=True)
             dirty = self.ds._dirty.setdefault(self.key, set())
-            if not dirty:  # until recomputed its stats are gone from disk: a writer after a crash redoes them
+            if name not in dirty:  # a writer after a crash recomputes the stats and hashes of what it lists
+                self.ds._mark_editing(self.key, dirty | {name})
+            if not dirty:  # until recomputed its stats are gone from disk
                 _remove(stats_path(self.ds.root, *self.key))
             dirty.add(name)
             self.views[name] = EditFrames(name, self.maps[name][self.frames], self.ds._state.arrays[name].kind,
@@ -1137,6 +1302,20 @@ def _drop_empty_features(state: StoreState) -> StoreState:
     for name in empty:
         _remove(state.root / name)
     return new_state
+
+
+def _copy_stats_files(source: Path, root: Path) -> None:
+    """The per-episode stats files of ``source`` copied into ``root`` (regular files only: a link is not
+    followed out of the store)."""
+    folder = Path(check_in_store(source, source / ".episode_stats" / "_")).parent
+    if folder.is_symlink() or not folder.is_dir():
+        return
+    target = root / ".episode_stats"
+    target.mkdir(exist_ok=True)
+    for entry in folder.iterdir():
+        if entry.is_file() and not entry.is_symlink() and entry.name.endswith(".json"):
+            with contextlib.suppress(FileExistsError):
+                copy_file(entry, target / entry.name)
 
 
 def _remove(path: Path | str) -> None:
