@@ -182,7 +182,8 @@ def read_episode_rows(root: str | os.PathLike, name: str, spec: ArraySpec, pack:
 
 
 _WRITE_METHODS = frozenset({"add_episode", "add_frame", "save_episode", "clear_episode_buffer", "edit", "flush",
-                            "drop_features", "set_task", "delete_episodes", "delete_frames"})
+                            "drop_features", "set_task", "delete_episodes", "delete_frames", "extend_episode",
+                            "set_capacity"})
 
 
 class LeRobotZarrDataset:

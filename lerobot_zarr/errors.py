@@ -32,6 +32,7 @@ __all__ = [
     "StoreLockedError",
     "DiskSpaceError",
     "ValueRangeError",
+    "EmptyBufferError",
     "RepoNotFoundError",
     "RevisionNotFoundError",
     "HubAuthError",
@@ -128,6 +129,10 @@ class DiskSpaceError(LeRobotZarrError, OSError):
 
 class ValueRangeError(SchemaMismatchError):
     """A value given to a writer does not fit the feature's dtype (it would be stored as another value)."""
+
+
+class EmptyBufferError(LeRobotZarrError, RuntimeError):
+    """A replay buffer was sampled before it held any transition."""
 
 
 class RepoNotFoundError(SourceNotFoundError):

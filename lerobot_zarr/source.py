@@ -265,10 +265,15 @@ def _parse_features(info: dict, info_path: str) -> dict[str, FeatureSpec]:
         if (not isinstance(raw_shape, (list, tuple)) or not raw_shape
                 or not all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in raw_shape)):
             raise CorruptSourceError(f"{info_path}: feature {name!r} has an invalid shape {raw_shape!r}")
-        shape = tuple(raw_shape)
+        shape, names = tuple(raw_shape), ft.get("names")
+        if dtype in CAMERA_DTYPES and len(shape) == 3 and shape[0] in (1, 3, 4) and shape[-1] not in (1, 3, 4):
+            # LeRobot's RL recordings (gym_manipulator, ReplayBuffer.to_lerobot_dataset) declare cameras channels
+            # first; their frames are HWC like any other camera's
+            shape = (shape[1], shape[2], shape[0])
+            names = [names[1], names[2], names[0]] if isinstance(names, list) and len(names) == 3 else names
         if dtype in CAMERA_DTYPES and (len(shape) != 3 or shape[-1] not in (1, 3, 4)):
             raise SchemaMismatchError(f"{info_path}: {dtype} feature {name!r} must have shape (H, W, C), got {shape}")
-        specs[name] = FeatureSpec(name, dtype, shape, ft.get("names"))
+        specs[name] = FeatureSpec(name, dtype, shape, names)
     for name, dtype in DEFAULT_FEATURES.items():
         specs.setdefault(name, FeatureSpec(name, dtype, (1,)))
     return specs

@@ -1138,17 +1138,33 @@ def _write_zarr_copies(state: StoreState) -> None:
                "episode_frame": state.episode_frame()}
     for name, values in columns.items():
         _make_folder(root, root / name / "c")
-        atomic_write(root / name / "c" / "0", np.asarray(values, dtype="<i8").tobytes(), durable=False, root=root)
+        _write_changed(root, root / name / "c" / "0", np.asarray(values, dtype="<i8").tobytes())
     for key, doc in metadata_documents(state, None).items():
         path = root / key
         _make_folder(root, path.parent)
-        atomic_write(path, dump(doc), durable=False, root=root)
+        _write_changed(root, path, dump(doc))
 
 
 def _make_folder(root: Path, folder: Path) -> None:
     """``folder`` inside the store made (with its parents) after checking no existing one is a link."""
     check_in_store(root, folder / "_")
     folder.mkdir(parents=True, exist_ok=True)
+
+
+def _write_changed(root: Path, path: Path, data: bytes) -> None:
+    """``atomic_write`` unless the file holds ``data`` already (most arrays' metadata is the same from one commit to
+    the next, and a rename costs far more than a read)."""
+    try:
+        fd = open_nofollow(path, os.O_RDONLY, root=root)
+    except OSError:
+        same = False
+    else:
+        try:
+            same = os.pread(fd, len(data) + 1, 0) == data
+        finally:
+            os.close(fd)
+    if not same:
+        atomic_write(path, data, durable=False, root=root)
 
 
 def _live_runs(state: StoreState) -> np.ndarray:
@@ -1182,10 +1198,19 @@ def _write_flags(fd: int, offset: int, length: int, value: bool, path: str) -> N
 
 
 def _runs_difference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Rows of ``a`` (pack, offset, length) that ``b`` does not hold."""
+    """Rows of ``a`` (pack, offset, length) that ``b`` does not hold (a run of ``b`` at the same place holds the
+    first rows of a longer one: an episode extended in place)."""
     if not len(a) or not len(b):
         return a
-    return a[~np.isin(location_key(a[:, 0], a[:, 1]), location_key(b[:, 0], b[:, 1]))]
+    kb = location_key(b[:, 0], b[:, 1])
+    ka = location_key(a[:, 0], a[:, 1])
+    order = np.argsort(kb)
+    position = np.minimum(np.searchsorted(kb[order], ka), len(b) - 1)
+    held = np.where(kb[order][position] == ka, b[order[position], 2], 0)
+    rest = a.copy()
+    rest[:, 1] += held
+    rest[:, 2] -= held
+    return rest[rest[:, 2] > 0]
 
 
 def repair_live(state: StoreState) -> None:

@@ -55,7 +55,7 @@ from .errors import (
     ValueRangeError,
     warn_user,
 )
-from .lerobot_v3 import DEFAULT_FEATURES, NUMERIC_DTYPES, aggregate_stats, episode_stats, stats_json
+from .lerobot_v3 import CAMERA_DTYPES, DEFAULT_FEATURES, NUMERIC_DTYPES, aggregate_stats, episode_stats, stats_json
 from .selection import episode_index, frame_range
 from .store import (
     CREATING_MARKER,
@@ -94,6 +94,7 @@ _EDITING = ".editing"  # <pack>-<offset>: features of an episode edited in place
 _MAX_STATS_FILE = 16 << 20  # bytes of one episode's stats file
 RESERVED_NAMES = ("task",)  # sample keys a feature may not take (with LeRobot's own columns and '*_is_pad')
 _RAW_DTYPES = frozenset(np.dtype(t).type for t in NUMERIC_DTYPES)
+_INLINE_STATS_BYTES = 1 << 20  # smaller appends compute their stats before writing, not in a thread alongside
 
 
 def _count(name: str, value: Any, low: int) -> int:
@@ -731,16 +732,17 @@ class WritableDataset(LeRobotZarrDataset):
                      packs=state.packs.with_pack(rows, rows))
         return new
 
-    def _allocate(self, packs: PackLayout, n: int) -> tuple[PackLayout, int, int]:
+    def _allocate(self, packs: PackLayout, n: int, room: int = 0) -> tuple[PackLayout, int, int]:
         """Rows for ``n`` new frames: the free rows of the last pack if they fit (and it is this store's own),
-        else a new pack (of the target size, or ``n`` rows for a bigger episode). Returns the new layout, the pack
-        and the row offset."""
-        if len(packs) and packs.rows[-1] > 0 and packs.free_rows() >= n and not self._shared(len(packs) - 1):
+        else a new pack (of the target size, or ``max(n, room)`` rows for a bigger episode: ``room`` leaves space
+        to extend it). Returns the new layout, the pack and the row offset."""
+        if len(packs) and packs.rows[-1] > 0 and packs.free_rows() >= max(n, room) and not self._shared(
+                len(packs) - 1):
             return PackLayout(packs.rows, packs.next_row + n), len(packs) - 1, packs.next_row
         target = pack_rows_target(self._state.arrays, self._state.pack_bytes)
         if self.capacity_frames is not None:  # a ring buffer frees a pack once all of it was evicted: keep them small
             target = min(target, max(1, self.capacity_frames // 8))
-        rows = max(target, n)
+        rows = max(target, n, room)
         return packs.with_pack(rows, n), len(packs), 0
 
     def _write_episode(self, packs: PackLayout, pack: int, offset: int, data: Mapping[str, np.ndarray],
@@ -752,7 +754,7 @@ class WritableDataset(LeRobotZarrDataset):
             if name not in skip:
                 hashes[name] = write_rows(self.root, name, spec, pack, offset, data[name], int(packs.rows[pack]))
 
-    def add_episode(self, frames: Mapping[str, Any], *, task: str | Sequence[str]) -> int:
+    def add_episode(self, frames: Mapping[str, Any], *, task: str | Sequence[str], tail: int = 0) -> int:
         """Append one episode atomically and return its ``episode_index``.
 
         ``frames`` maps every feature (LeRobot's own ones excepted) to an array of (T, *shape) values; ``task``
@@ -760,48 +762,148 @@ class WritableDataset(LeRobotZarrDataset):
         ``frame_index``, ``episode_index``, ``index`` and ``task_index`` are filled in. In ring-buffer mode the
         oldest episodes are dropped first to make room. Values that the feature's dtype cannot hold exactly
         (out of range, NaN or fractions into integers) raise :class:`~lerobot_zarr.errors.ValueRangeError`.
+
+        ``tail``: the last ``tail`` of the T frames are written in the rows right after the episode's but are not
+        frames of it (the table lists T - tail; they count for nothing, and move with no edit): what
+        :mod:`lerobot_zarr.transitions` keeps an RL episode's final observation in. Their ``frame_index``,
+        ``episode_index`` and ``index`` go on from the episode's; ``task`` names the episode's frames only.
         """
+        return self._append(frames, task, extend=False, tail=tail)
+
+    def extend_episode(self, frames: Mapping[str, Any], *, task: str | Sequence[str], tail: int = 0) -> int:
+        """Append frames to the last episode in one commit (a long recording saved in parts, or an RL episode
+        checkpointed while it runs); return its ``episode_index``.
+
+        The frames go on with the episode's ``frame_index``, ``timestamp`` and ``index``, its stats are recomputed
+        over all its frames, and a ring buffer drops older episodes (never this one) to make room. They are
+        written in place after its rows when it is the last episode of the last pack and the pack has room
+        (the cost of the new frames only), else the whole episode is written again into fresh rows. ``tail`` as
+        in :meth:`add_episode` (rows after the episode's last frame written before are overwritten: they are not
+        frames of any episode)."""
+        return self._append(frames, task, extend=True, tail=tail)
+
+    def _append(self, frames: Mapping[str, Any], task: str | Sequence[str], *, extend: bool, tail: int) -> int:
         self._check_open()
         table = self._state.table
-        n, data = self._frames_of(frames, len(table))
-        task_index, tasks = self._task_indices(task, n)
+        tail = _count("tail", tail, 0)
+        if extend and not len(table):
+            raise ArgumentError(f"{self.root}: the store has no episode to extend")
+        e = len(table) - 1 if extend else len(table)
+        total, data = self._frames_of(frames, e)
+        n = total - tail
+        if n < 1:
+            raise SchemaMismatchError(f"{self.root}: {total} frames given with tail={tail}: the episode needs at least "
+                                      f"one frame", episode=e)
+        if not isinstance(task, str) and isinstance(task, Sequence) and len(task) == n and tail:
+            task = [*task, *[task[-1]] * tail]  # tail rows carry the last frame's task
+        task_index, tasks = self._task_indices(task, total)
+        before = int(table.length[e]) if extend else 0  # frames of the episode already committed
         capacity = self.capacity_frames
-        if capacity is not None and n > capacity:
-            raise ArgumentError(f"{self.root}: an episode of {n} frames does not fit a ring buffer of {capacity} "
-                                f"frames")
+        if capacity is not None and before + n > capacity:
+            raise ArgumentError(f"{self.root}: an episode of {before + n} frames does not fit a ring buffer of "
+                                f"{capacity} frames")
         drop = 0
         if capacity is not None:
-            total = int(table.length.sum())
-            while total + n > capacity:
-                total -= int(table.length[drop])
+            held = int(table.length.sum())
+            while held + n > capacity:
+                held -= int(table.length[drop])
                 drop += 1
-        self._check_space(n * sum(spec.frame_bytes for spec in self._state.arrays.values()))
-        kept = slice(drop, None)
-        start = int(table.length[kept].sum())
-        e = len(table) - drop
+        packs = self._state.packs
+        pack, offset = (int(table.chunk[e]), int(table.offset[e])) if extend else (-1, 0)
+        in_place = extend and self._room_after(e, total)
+        relocated = extend and not in_place
+        frame_bytes = sum(spec.frame_bytes for spec in self._state.arrays.values())
+        self._check_space((total + (before if relocated else 0)) * frame_bytes)
         fps = self.meta.fps
-        data.setdefault("timestamp", (np.arange(n) / fps).astype(np.float32))
-        data.update(frame_index=np.arange(n, dtype=np.int64), episode_index=np.full(n, e, dtype=np.int64),
-                    index=np.arange(start, start + n, dtype=np.int64), task_index=task_index)
+        frame_index = np.arange(before, before + total, dtype=np.int64)
+        data.setdefault("timestamp", (frame_index / fps).astype(np.float32))
+        if extend:  # the values the episode's frames hold (stored values never change when others are dropped)
+            stored_episode = e + int(table.episode_index_shift[e])
+            first_index = int(table.start[e] + table.index_shift[e])
+        else:
+            stored_episode, first_index = e - drop, int(table.length[drop:].sum())
+        data.update(frame_index=frame_index, episode_index=np.full(total, stored_episode, dtype=np.int64),
+                    index=first_index + frame_index, task_index=task_index)
         data = {name: _stored(data[name], spec) for name, spec in self._state.arrays.items()}
-        packs, pack, offset = self._allocate(self._state.packs, n)
+        old = self._read_episode(e) if extend else {}
+        if in_place:  # its stats file goes first: a crash before the commit leaves it to be recomputed
+            _remove(stats_path(self.root, pack, offset))
+            packs = PackLayout(packs.rows, max(packs.next_row, offset + before + total))
+            write_at, written = offset + before, data
+        else:
+            if relocated:
+                data = {name: np.concatenate([np.asarray(old[name]), data[name]]) for name in data}
+            rows = len(next(iter(data.values())))
+            # an episode moved to be extended gets room to grow in place: doubling keeps long ones linear
+            packs, pack, offset = self._allocate(packs, rows, 2 * rows if relocated else 0)
+            write_at, written = offset, data
+        episode = {name: _Frames(np.asarray(old[name]) if in_place else None, written[name][:n] if in_place
+                                 else written[name][:before + n]) for name in written}
+        if sum(v.nbytes for v in written.values()) < _INLINE_STATS_BYTES:  # a thread costs more than it saves
+            new_stats = self._episode_stats_of(episode)
+            self._write_episode(packs, pack, write_at, written)
+        else:  # numpy stats overlap the row writes (system calls release the GIL)
+            with ThreadPoolExecutor(1) as pool:
+                stats = pool.submit(self._episode_stats_of, episode)
+                self._write_episode(packs, pack, write_at, written)
+                new_stats = stats.result()
+        # the content hash covers the episode's rows: the committed ones it keeps, the new ones, not the tail rows
+        del self._fresh[(pack, write_at)]
+        self._fresh[(pack, offset)] = {
+            name: crc32c(frames.new, 0 if frames.head is None else crc32c(np.ascontiguousarray(frames.head)))
+            for name, frames in episode.items()}
+        if not in_place:
+            self._write_stats_file(pack, offset, new_stats)
         rows = self._episode_stats_rows()
-        dropped_frames = int(table.length[:drop].sum())
+        kept = slice(drop, len(table) - 1 if extend else None)  # the other episodes that stay
+        dropped = int(table.length[:drop].sum())
+        first_task = int(table.task_index[e]) if extend else int(task_index[0])
+        shifts = (int(table.episode_index_shift[e]) + drop, int(table.index_shift[e]) + dropped) if extend else (0, 0)
         new_table = EpisodeTable.contiguous(
-            [*table.length[kept].tolist(), n], [*table.task_index[kept].tolist(), int(task_index[0])],
+            [*table.length[kept].tolist(), before + n], [*table.task_index[kept].tolist(), first_task],
             [*table.chunk[kept].tolist(), pack], [*table.offset[kept].tolist(), offset],
-            [*(table.episode_index_shift[kept] + drop).tolist(), 0],
-            [*(table.index_shift[kept] + dropped_frames).tolist(), 0])
-        # numpy stats overlap the row writes (system calls release the GIL)
-        with ThreadPoolExecutor(1) as pool:
-            stats = pool.submit(self._stats_of, pack, offset, data)
-            self._write_episode(packs, pack, offset, data)
-            new_stats = stats.result()
-        new_rows = {name: {k: np.concatenate([v[drop:], new_stats[name][k][None]]) for k, v in rows[name].items()}
+            [*(table.episode_index_shift[kept] + drop).tolist(), shifts[0]],
+            [*(table.index_shift[kept] + dropped).tolist(), shifts[1]])
+        new_rows = {name: {k: np.concatenate([v[kept], new_stats[name][k][None]]) for k, v in rows[name].items()}
                     for name in rows}
         gaps = {name: {p - drop: why for p, why in g.items() if p >= drop} for name, g in self._gaps.items()}
         self._commit(self._state, new_rows, table=new_table, packs=packs, tasks=tuple(tasks), gaps=gaps)
-        return e
+        if in_place:
+            self._write_stats_file(pack, offset, new_stats)
+        return len(new_table) - 1
+
+    def _room_after(self, e: int, n: int) -> bool:
+        """Whether ``n`` rows fit right after episode ``e``'s in its pack: the last pack, this store's own, with no
+        other episode after it there."""
+        table, packs = self._state.table, self._state.packs
+        pack, end = int(table.chunk[e]), int(table.offset[e] + table.length[e])
+        if pack != len(packs) - 1 or end + n > int(packs.rows[pack]) or self._shared(pack):
+            return False
+        return not ((table.chunk == pack) & (table.offset > table.offset[e])).any()
+
+    def _episode_stats_of(self, episode: Mapping[str, _Frames]) -> dict[str, dict[str, np.ndarray]]:
+        return {name: episode_stats(frames.numeric() if spec.kind not in CAMERA_DTYPES else frames, spec.kind)
+                for name, spec in self._state.arrays.items() for frames in [episode[name]]}
+
+    def set_capacity(self, capacity_frames: int | None) -> None:
+        """Make the store a ring buffer of at most ``capacity_frames`` frames (None: unbounded), dropping its oldest
+        episodes now if it holds more; one commit."""
+        self._check_open()
+        capacity = None if capacity_frames is None else _count("capacity_frames", capacity_frames, 1)
+        table = self._state.table
+        held, drop = int(table.length.sum()), 0
+        while capacity is not None and held > capacity:
+            held -= int(table.length[drop])
+            drop += 1
+        if capacity == self.capacity_frames and not drop:
+            return
+        rows = self._episode_stats_rows()
+        new_table = EpisodeTable.contiguous(table.length[drop:], table.task_index[drop:], table.chunk[drop:],
+                                            table.offset[drop:], table.episode_index_shift[drop:] + drop,
+                                            table.index_shift[drop:] + int(table.length[:drop].sum()))
+        new_rows = {name: {k: v[drop:] for k, v in rows[name].items()} for name in rows}
+        gaps = {name: {p - drop: why for p, why in g.items() if p >= drop} for name, g in self._gaps.items()}
+        self._commit(self._state, new_rows, table=new_table, gaps=gaps, capacity_frames=capacity)
 
     def add_frame(self, frame: Mapping[str, Any], *, task: str | None = None) -> None:
         """Buffer one frame of the episode being recorded (``task`` here or as ``frame["task"]``); nothing is
@@ -1334,6 +1436,30 @@ def _stack(rows: list[dict[str, np.ndarray]], spec: ArraySpec) -> dict[str, np.n
         return {k: np.stack([np.asarray(r[k]) for r in rows]) for k in rows[0]}
     probe = episode_stats(np.zeros((1, *spec.frame_shape), dtype=spec.dtype), spec.kind)
     return {k: np.empty((0, *np.shape(v)), dtype=np.asarray(v).dtype) for k, v in probe.items()}
+
+
+class _Frames:
+    """One feature's frames of an episode being extended: its committed rows (a memory map) then the new ones,
+    without copying the committed rows for what needs only some of them (image stats take a sample of frames)."""
+
+    def __init__(self, head: np.ndarray | None, new: np.ndarray):
+        self.head, self.new = head, new
+        self.before = 0 if head is None else len(head)
+
+    def __len__(self) -> int:
+        return self.before + len(self.new)
+
+    def __getitem__(self, index: np.ndarray) -> np.ndarray:
+        index = np.asarray(index)
+        out = np.empty((len(index), *self.new.shape[1:]), dtype=self.new.dtype)
+        old = index < self.before
+        if old.any():
+            out[old] = self.head[index[old]]
+        out[~old] = self.new[index[~old] - self.before]
+        return out
+
+    def numeric(self) -> np.ndarray:
+        return self.new if self.head is None else np.concatenate([self.head, self.new])
 
 
 def _stored(values: np.ndarray, spec: ArraySpec) -> np.ndarray:

@@ -243,7 +243,8 @@ def test_python_api_without_dask_or_torch_names_the_extra(tmp_path):
         import lerobot_zarr as lz
         out = {}
         ds = lz.open_dataset(sys.argv[1], root=sys.argv[2], progress=False)
-        for what, call in (("to_xarray", ds.to_xarray), ("torch", lambda: __import__("lerobot_zarr.torch"))):
+        for what, call in (("to_xarray", ds.to_xarray), ("torch", lambda: __import__("lerobot_zarr.torch")),
+                           ("rl", lambda: __import__("lerobot_zarr.rl"))):
             try:
                 call()
             except ImportError as exc:
@@ -254,6 +255,7 @@ def test_python_api_without_dask_or_torch_names_the_extra(tmp_path):
     got = json.loads(proc.stdout.splitlines()[-1])
     assert got["to_xarray"][0] == "MissingExtraError" and "[xarray] extra" in got["to_xarray"][1], got
     assert got["torch"][0] == "MissingExtraError" and "[torch] extra" in got["torch"][1], got
+    assert got["rl"][0] == "MissingExtraError" and "[torch] extra" in got["rl"][1], got
 
 
 # ------------------------------------------------------------------------------------------------ item 8

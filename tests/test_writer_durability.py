@@ -1026,15 +1026,15 @@ def test_kill_between_commit_and_retiring_keeps_the_old_commit_readable(tmp_path
 
 
 def test_crash_cleanup_removes_temporary_files(tmp_path):
-    """A commit rewrites every ``<array>/zarr.json`` and ``episode_*/c/0`` through a temporary file
-    ``.<name>.tmp-<pid>`` and a rename; the temporary files of a writer killed in between are removed by the next
-    writer's crash cleanup (no leak, however many crashes)."""
+    """A commit rewrites the ``<array>/zarr.json`` and ``episode_*/c/0`` that change (the episode table's, here)
+    through a temporary file ``.<name>.tmp-<pid>`` and a rename; the temporary files of a writer killed in between
+    are removed by the next writer's crash cleanup (no leak, however many crashes)."""
     root = tmp_path / "store"
     with lerobot_zarr.create(root, fps=FPS, features=FEATURES, durable=False, pack_bytes=PACK_BYTES) as w:
         for seed in range(2):
             w.add_episode(generate(seed), task=task_of(seed))
     child = run_child(tmp_path, "writer", mode="commit_kill", root=str(root), when="before",
-                      target=f"{STATE}/zarr.json", op={"op": "del", "eps": [0]})
+                      target="episode_length/zarr.json", op={"op": "del", "eps": [0]})
     assert child.proc.returncode == -signal.SIGKILL and "killing" in child.lines(), child.describe()
     assert open_and_check(root, "after the kill") == [(s, tuple(range(episode_length(s)))) for s in range(2)]
     with lerobot_zarr.open_dataset(root, mode="r+"):  # crash cleanup
