@@ -74,7 +74,7 @@ def build_dataset(work: Path, episodes: int, episodes_per_file: int, seed: int) 
     """Write (or reuse, if the same parameters were used before) the synthetic LeRobot v3.0 dataset.
 
     Returns (folder, reused)."""
-    from lerobot_zarr.sample_data import write_sample_dataset
+    from lerobot_zarr.testing.sample_data import write_sample_dataset
 
     src = work / "lerobot_dataset"
     params = {"episodes": episodes, "lengths": list(LENGTHS), "episodes_per_file": episodes_per_file, "seed": seed,
@@ -99,7 +99,7 @@ SHAPES = {"2k": (2000, (300, 700), 400), "20k": (20000, (50, 50), 4000), "100k":
 
 def build_shape(work: Path, name: str, episodes: int, lengths: tuple[int, int], per_file: int, seed: int) -> Path:
     """Write (or reuse) a synthetic LeRobot v3.0 dataset of ``episodes`` episodes of ``lengths`` frames."""
-    from lerobot_zarr.sample_data import write_sample_dataset
+    from lerobot_zarr.testing.sample_data import write_sample_dataset
 
     src = work / f"src-{name}"
     params = {"episodes": episodes, "lengths": list(lengths), "per_file": per_file, "seed": seed}

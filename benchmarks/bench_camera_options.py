@@ -3,8 +3,8 @@ options, working on arrays and files directly, not through the store).
 
 Cameras: G1-policy-train's real AV1 camera (``../shared/datasets/G1-policy-train``, the 4 episodes whose mp4
 files exist, 480x640, LeRobot's AV1 with a keyframe every 2 frames), and a larger synthetic one (camera-like
-moving scenes encoded with LeRobot's AV1 settings by ``lerobot_zarr.video.VideoWriter``; ``--synthetic-episodes``).
-The reference frames are PyAV's decode of the mp4 (``lerobot_zarr.video.decode_into``): what ``raw`` stores.
+moving scenes encoded with LeRobot's AV1 settings by ``lerobot_zarr.cameras.video.VideoWriter``; ``--synthetic-episodes``).
+The reference frames are PyAV's decode of the mp4 (``lerobot_zarr.cameras.video.decode_into``): what ``raw`` stores.
 
 Part 1, codec survey (``--survey``, default on): candidate per-frame codecs on a sample of the reference frames:
 bytes per frame relative to the mp4's, encode and decode µs per frame (one thread), max/mean abs pixel error.
@@ -16,8 +16,8 @@ Part 2, the options table. Each option stores the camera one way and samples 2-f
 - ``zstd`` (today's ``compact``), ``delta-zstd`` (lossless default), ``jpeg q90`` (lossy default), ``jpeg q80``:
   every frame encoded with ``lerobot_zarr.frame_codecs``, back to back in one file with an offset index (as a
   pack's shard), read through ``mmap`` and decoded with ``frame_codecs.decode_batch`` (thread pool);
-- ``mp4``: the mp4 files kept, frames decoded on read by ``lerobot_zarr.video_reader.Mp4Frames``;
-- each again with the frames resized to 224x224 at "transcode" (``lerobot_zarr.resize``, bilinear antialiased);
+- ``mp4``: the mp4 files kept, frames decoded on read by ``lerobot_zarr.cameras.video_reader.Mp4Frames``;
+- each again with the frames resized to 224x224 at "transcode" (``lerobot_zarr.cameras.resize``, bilinear antialiased);
   the ``mp4`` row resizes after decoding, on read.
 
 Columns: disk bytes / the mp4's bytes; ``ds[i]``: samples/s one window at a time; ``batch``: samples/s in batches
@@ -57,9 +57,9 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import _common as C  # noqa: E402
 
 from lerobot_zarr.frame_codecs import decode_batch, decode_threads, frame_codec
-from lerobot_zarr.resize import resize_frame, resize_frames
-from lerobot_zarr.video import TOLERANCE_S, VideoWriter, decode_into
-from lerobot_zarr.video_reader import Mp4Frames
+from lerobot_zarr.cameras.resize import resize_frame, resize_frames
+from lerobot_zarr.cameras.video import TOLERANCE_S, VideoWriter, decode_into
+from lerobot_zarr.cameras.video_reader import Mp4Frames
 
 G1 = ROOT / ".." / "shared" / "datasets" / "G1-policy-train"
 G1_CAMERA = "observation.images.cam_high"

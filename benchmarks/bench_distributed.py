@@ -64,7 +64,7 @@ def fs_type(path: Path) -> str:
 
 def build(work: Path, args) -> tuple[Path, bool]:
     """Write (or reuse, for the same parameters) the synthetic dataset. Returns (folder, reused)."""
-    from lerobot_zarr.sample_data import write_sample_dataset
+    from lerobot_zarr.testing.sample_data import write_sample_dataset
 
     src = work / "lerobot_dataset"
     params = {"episodes": args.episodes, "episodes_per_file": args.episodes_per_file, "lengths": [200, 300],

@@ -49,8 +49,8 @@ import huggingface_hub.constants as hf_constants
 import pyarrow.parquet as pq
 
 import lerobot_zarr
-import lerobot_zarr.hub as hub_module
-from lerobot_zarr.sample_data import write_sample_dataset
+import lerobot_zarr.hub.client as hub_module
+from lerobot_zarr.testing.sample_data import write_sample_dataset
 from lerobot_zarr.testing.hub_server import HubServer, NetworkModel
 
 NOISE = ("/api/agent-harnesses",)  # huggingface_hub's once-per-process registry fetch (both sides make it)

@@ -3,7 +3,7 @@
 For each dataset shape (default: 1M frames in 2,000 episodes of 300-700 frames; 1M frames in 20,000 episodes of 50;
 ~2M frames in 100,000 episodes of 10-30), it writes a synthetic LeRobot v3.0 dataset (state/action f32[14] and
 LeRobot's five columns), transcodes it with ``lerobot_zarr.open_dataset`` at default settings, writes the floor
-(``lerobot_zarr.baseline.FlatMemmapSampler``: every feature one flat file, ``np.memmap``, bisect on episode starts,
+(``lerobot_zarr.testing.baseline.FlatMemmapSampler``: every feature one flat file, ``np.memmap``, bisect on episode starts,
 windows inside an episode copied as one slice / one strided block, clamped gathers only at edges) and times, in the
 same process, interleaved, on FRESH uniform random indices each repeat (the same ones for both contenders):
 
@@ -38,7 +38,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common as C
 
-from lerobot_zarr.baseline import FlatMemmapSampler
+from lerobot_zarr.testing.baseline import FlatMemmapSampler
 
 BATCH = 256
 TARGET_ITEM, TARGET_BATCH = 1.5, 1.2

@@ -70,7 +70,7 @@ def child(args) -> None:
     import pyarrow as pa
 
     import lerobot_zarr
-    from lerobot_zarr.streaming import stream
+    from lerobot_zarr.sampling.streams import stream
 
     out: dict = {"mode": args.child}
     if args.child == "random":
@@ -153,7 +153,7 @@ def main() -> None:
     import pyarrow.parquet as pq
 
     import lerobot_zarr
-    from lerobot_zarr.sample_data import write_sample_dataset
+    from lerobot_zarr.testing.sample_data import write_sample_dataset
     from lerobot_zarr.testing.hub_server import HubServer
 
     with tempfile.TemporaryDirectory(prefix="bench_stream-") as tmp:

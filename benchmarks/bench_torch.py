@@ -75,7 +75,7 @@ def timed(fns: dict, repeats: int) -> dict[str, list[tuple[float, float, float]]
 
 def camera_dataset(work: Path, args) -> Path:
     """The camera dataset, written once per parameters (reused from ``--out-dir``)."""
-    from lerobot_zarr.sample_data import write_sample_dataset
+    from lerobot_zarr.testing.sample_data import write_sample_dataset
 
     src, marker = work / "camera_dataset", work / "camera_dataset.params.json"
     params = {"episodes": n_episodes(args), "seed": args.seed, "episodes_per_file": args.episodes_per_file}

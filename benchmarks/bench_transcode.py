@@ -67,7 +67,7 @@ def tofile_per_feature(arrays: dict[str, np.ndarray], out: Path) -> None:
 
 def check_store(store: Path, arrays: dict[str, np.ndarray], start: np.ndarray) -> None:
     """Every frame of the store equals the parquet data: pack files read with numpy at the table's rows."""
-    from lerobot_zarr.store import read_state
+    from lerobot_zarr.store.state import read_state
 
     state = read_state(store)
     t = state.table

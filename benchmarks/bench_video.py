@@ -24,7 +24,7 @@ Per option, in the same run:
   to the first requested timestamp (backward, to a keyframe), decode until the last one, pick the nearest decoded
   frame for each timestamp (within 1e-4 s), convert those to rgb24 ndarrays, close the file; one decoder thread
   (``--mp4-threads``; ~20 % faster per sample here than FFmpeg's automatic count, which LeRobot gets). For the
-  224x224 rows the baseline also resizes the two frames (``lerobot_zarr.resize.resize_frame``, as a training
+  224x224 rows the baseline also resizes the two frames (``lerobot_zarr.cameras.resize.resize_frame``, as a training
   transform would). The baseline returns the camera windows only, so it is a lower bound of LeRobot's cost per
   sample (which adds its HF-datasets row fetch, see ``bench_sampling.py``; and LeRobot converts every decoded
   frame and makes them float32). LeRobot has no batch path: its batch rows run the per-sample decode 64 times.
@@ -33,7 +33,7 @@ Per option, in the same run:
   over repeats, per-repeat ratio ranges in brackets. A warm variant (files kept open, a seek per sample) is timed
   beside it in the ``ds[i]`` part for the cold/warm note;
 - max / mean abs pixel error of every stored frame against PyAV's decode of the same frames (for 224x224 rows:
-  against ``lerobot_zarr.resize.resize_frames`` of PyAV's decode). Raises if a lossless option (raw, compact,
+  against ``lerobot_zarr.cameras.resize.resize_frames`` of PyAV's decode). Raises if a lossless option (raw, compact,
   lossless, mp4, at either size) is not exact, or if the baseline's windows differ from the raw stores' ones;
 - transcode: seconds of the store's first ``open_dataset`` (one run, for information; no bare-decode floor: that
   comparison, formerly part 3 of this script, is dropped).
@@ -167,7 +167,7 @@ def read_source(name: str, src: Path, selection: list[int] | None) -> Source:
 
 
 def _write_camera(path: str, camera: int, lengths: list[int], seed: int) -> None:
-    from lerobot_zarr.video import VideoWriter
+    from lerobot_zarr.cameras.video import VideoWriter
 
     writer = VideoWriter(path, C.FPS, SHAPE[1], SHAPE[0], SHAPE[2])
     for e, n in enumerate(lengths):
@@ -181,7 +181,7 @@ def _write_videos(src: Path, lengths: list[int], seed: int, stall_s: float = 60.
     if it fails, or if its file stops growing for ``stall_s`` (or has no byte after ``start_s``). SVT-AV1 4.2.0
     (PyAV 19.0.2's wheel) deadlocked or emitted a packet the muxer refused in 3 of 12 camera encodes when two
     encoders ran at once on this 2-core VM, in none of 10 run one at a time."""
-    from lerobot_zarr.lerobot_v3 import CHUNKS_SIZE, V3_VIDEO_PATH
+    from lerobot_zarr.lerobot.format import CHUNKS_SIZE, V3_VIDEO_PATH
 
     ctx = mp.get_context("spawn")
     for k, key in enumerate(SYN_CAMERAS):
@@ -213,7 +213,7 @@ def _write_videos(src: Path, lengths: list[int], seed: int, stall_s: float = 60.
 def build_synthetic(work: Path, episodes: int, length: int, seed: int) -> Path:
     """Write (or reuse, same parameters) the synthetic LeRobot v3.0 dataset, every episode in one data file and
     one mp4 per camera."""
-    from lerobot_zarr.sample_data import write_sample_dataset
+    from lerobot_zarr.testing.sample_data import write_sample_dataset
 
     src = work / "synthetic"
     params = {"episodes": episodes, "length": length, "seed": seed, "cameras": list(SYN_CAMERAS), "v": 2}
@@ -306,7 +306,7 @@ class LeRobotPerSample:
 
     def sample(self, i: int) -> dict[str, np.ndarray]:
         """The camera windows of position ``i`` of the view, clamped to its episode."""
-        from lerobot_zarr.resize import resize_frame
+        from lerobot_zarr.cameras.resize import resize_frame
 
         s = self.source
         k = int(np.searchsorted(s.start, i, side="right")) - 1
@@ -328,7 +328,7 @@ def pixel_errors(source: Source, plain: dict[Option, object]) -> dict[Option, tu
     """Max and mean abs error of every stored frame of every option against PyAV's decode (resized for the
     224x224 options); raises if a lossless option is not exact, or if a store's rows are not the source's
     episodes and frames in order."""
-    from lerobot_zarr.resize import resize_frames
+    from lerobot_zarr.cameras.resize import resize_frames
 
     worst = dict.fromkeys(plain, 0)
     total = dict.fromkeys(plain, 0.0)

@@ -49,7 +49,7 @@ sys.path.insert(1, str(HERE.parent))  # the checkout, so that no PYTHONPATH is n
 import _common as C
 
 import lerobot_zarr
-from lerobot_zarr.lerobot_v3 import DEFAULT_FEATURES, episode_stats
+from lerobot_zarr.lerobot.format import DEFAULT_FEATURES, episode_stats
 
 FPS = C.FPS
 DIM = 14

@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 
 import lerobot_zarr
-from lerobot_zarr.analysis import lerobot_stats
-from lerobot_zarr.sample_data import write_sample_dataset
+from lerobot_zarr.integrations.xarray import lerobot_stats
+from lerobot_zarr.testing.sample_data import write_sample_dataset
 
 
 def main() -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 import lerobot_zarr
-from lerobot_zarr.sample_data import write_sample_dataset
+from lerobot_zarr.testing.sample_data import write_sample_dataset
 
 
 def vector_feature(meta: lerobot_zarr.DatasetMeta, preferred: str, word: str) -> str:

@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 import lerobot_zarr
-from lerobot_zarr.sample_data import write_sample_dataset
+from lerobot_zarr.testing.sample_data import write_sample_dataset
 
 try:
     import torch

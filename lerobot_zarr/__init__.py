@@ -13,23 +13,23 @@ _os.environ.setdefault("ZARR_ARRAY__RECTILINEAR_CHUNKS", "True")
 if "zarr" in _sys.modules:
     _sys.modules["zarr"].config.set({"array.rectilinear_chunks": True})
 
-from ._codec_registry import register_when_zarr_is_imported as _register_codecs
+from .cameras.registry import register_when_zarr_is_imported as _register_codecs
 
 _register_codecs()  # lerobot_zarr's zarr codecs (compressed cameras), for zarr and xarray readers of our stores
 
-from . import analysis as _analysis  # noqa: F401  (registers ds.to_xarray)
-from . import export as _export  # noqa: F401  (registers ds.push and ds.to_lerobot)
+from .integrations import xarray as _analysis  # noqa: F401  (registers ds.to_xarray)
+from .writing import export as _export  # noqa: F401  (registers ds.push and ds.to_lerobot)
 from .api import cache_home, inspect, open_dataset
-from .cache import cache_info
-from .dataset import DatasetMeta, LeRobotZarrDataset
+from .store.cache import cache_info
+from .sampling.dataset import DatasetMeta, LeRobotZarrDataset
 from .errors import *  # noqa: F403  (the curated list is errors.__all__)
 from .errors import __all__ as _errors
-from .integrity import VerifyReport, verify  # (registers ds.verify)
-from .mixture import LeRobotZarrMixture, MixtureMeta, open_mixture
-from .mixture_sampler import MixtureSampler
-from .sharding import episodes_for_rank, split_episodes
-from .streaming import SampleStream, stream
-from .writer import WritableDataset, create
+from .writing.integrity import VerifyReport, verify  # (registers ds.verify)
+from .mixtures.mixture import LeRobotZarrMixture, MixtureMeta, open_mixture
+from .mixtures.sampler import MixtureSampler
+from .sampling.sharding import episodes_for_rank, split_episodes
+from .sampling.streams import SampleStream, stream
+from .writing.writer import WritableDataset, create
 
 __all__ = [
     "open_dataset",

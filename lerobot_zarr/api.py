@@ -10,18 +10,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import quote
 
-from ._cameras import served_episodes
-from .dataset import DatasetMeta, EpisodeSelection, ImageFormat, LeRobotZarrDataset
+from .sampling.camera_readers import served_episodes
+from .sampling.dataset import DatasetMeta, EpisodeSelection, ImageFormat, LeRobotZarrDataset
 from .errors import ArgumentError, HubError, NotMaterializedError, warn_once
-from .files import is_lerobot_folder
-from .hub import HubFiles, resolve_revision
+from .lerobot.source_files import is_lerobot_folder
+from .hub.client import HubFiles, resolve_revision
 from .resolve import resolve_source
-from .selection import check_selection
-from .store import DEFAULT_PACK_BYTES, has_commit_point, read_state
-from .transcode import CameraStorage, transcode
+from .sampling.selection import check_selection
+from .store.state import DEFAULT_PACK_BYTES, has_commit_point, read_state
+from .writing.transcode import CameraStorage, transcode
 
 if TYPE_CHECKING:
-    from .source import LeRobotSource
+    from .lerobot.source import LeRobotSource
 
 __all__ = ["open_dataset", "inspect", "cache_home", "store_path_for", "Mode"]
 
@@ -40,9 +40,9 @@ def cache_home() -> Path:
 
 
 def _lerobot_source(where: Any) -> LeRobotSource:
-    """A LeRobot folder or Hub repo to read: :mod:`~lerobot_zarr.source` (and pyarrow) are imported when one is
+    """A LeRobot folder or Hub repo to read: :mod:`~lerobot_zarr.lerobot.source` (and pyarrow) are imported when one is
     read, not with the package (opening a store needs neither)."""
-    from .source import LeRobotSource
+    from .lerobot.source import LeRobotSource
 
     return LeRobotSource(where)
 
@@ -95,7 +95,7 @@ def open_dataset(
             README compares them on real footage): ``"raw"`` (default: memory-mapped frames, fastest, biggest),
             ``"lossless"`` (delta-zstd per frame), ``"compact"`` (zstd per frame), ``"jpeg"`` / ``"jpeg:Q"``
             (lossy, quality Q, default 90; decoded in parallel per batch), ``"mp4"`` (video features: the source's
-            mp4 files kept as they are, decoded on read), or any codec of :mod:`lerobot_zarr.frame_codecs`.
+            mp4 files kept as they are, decoded on read), or any codec of :mod:`lerobot_zarr.cameras.frame_codecs`.
         resize: ``{feature: (height, width)}`` (or ``{"size", "crop", "interpolation"}``): cameras stored resized
             (antialiased bilinear by default, as torchvision's ``Resize``); ``info`` then gives the stored shape.
         client: a ``dask.distributed.Client``: transcode on its workers (split by pack; they write into ``root``,
@@ -103,7 +103,7 @@ def open_dataset(
         pack_bytes: target size of a new store's packs (consecutive episodes in one chunk file per feature), for
             its widest raw feature; default 32 MiB. Fixed when the store is made.
         mode: ``"r"`` (default) to read, or ``"r+"`` to also write: returns a
-            :class:`~lerobot_zarr.writer.WritableDataset` over every episode (all fetched first), holding the
+            :class:`~lerobot_zarr.writing.writer.WritableDataset` over every episode (all fetched first), holding the
             store's writer lock.
     """
     if mode not in ("r", "r+"):
@@ -137,7 +137,7 @@ def open_dataset(
     if src.kind != "store" and storage is None and resize is None:
         _note_camera_choices(store)
     if mode == "r+":
-        from .writer import WritableDataset
+        from .writing.writer import WritableDataset
 
         return WritableDataset(store, delta_timestamps=delta_timestamps, image_format=image_format)
     return LeRobotZarrDataset(store, episodes=episodes, delta_timestamps=delta_timestamps, image_format=image_format,
@@ -147,7 +147,7 @@ def open_dataset(
 def _variant(store: Path, storage: Mapping[str, Any] | None, resize: Mapping[str, Any] | None) -> Path:
     """The cache's store of a source for these camera choices: the plain store, or one of its own next to it
     (``<store>+<digest of the choices>``), so that ``storage=``/``resize=`` never change what plain opens read."""
-    from .transcode import camera_choices_key
+    from .writing.transcode import camera_choices_key
 
     key = camera_choices_key(storage, resize)
     return store if key is None else store.with_name(f"{store.name}+{key}")
@@ -156,7 +156,7 @@ def _variant(store: Path, storage: Mapping[str, Any] | None, resize: Mapping[str
 def _note_camera_choices(store: Path) -> None:
     """Warn when a store made earlier keeps a camera with other values than the source's (resized, lossy) and this
     open did not ask for it: its ``storage=``/``resize=`` were chosen by the open that made the store."""
-    from .transcode import kept_description
+    from .writing.transcode import kept_description
 
     cached = store.resolve().is_relative_to(cache_home().resolve())
     for name, spec in read_state(store).arrays.items():
@@ -191,7 +191,7 @@ def _writable_copy(source: str | os.PathLike, root: str | os.PathLike | None, sh
     if store.resolve() == shared.resolve():
         raise ArgumentError(f"{store}: is the cache's shared store of {source}; pass another root= to write")
     if not has_commit_point(store) and has_commit_point(shared) and read_state(shared).complete_episodes().all():
-        from .writer import fork
+        from .writing.writer import fork
 
         fork(shared, store)
     return store

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import ArgumentError, SourceNotFoundError
-from .files import is_lerobot_folder
-from .hub import REPO_ID, parse_repo_id
-from .store import has_commit_point
+from .lerobot.source_files import is_lerobot_folder
+from .hub.client import REPO_ID, parse_repo_id
+from .store.state import has_commit_point
 
 __all__ = ["ResolvedSource", "resolve_source"]
 

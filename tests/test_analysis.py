@@ -31,9 +31,9 @@ from hub_fixtures import real_dataset, resolve_prefix, row_groups, server_env
 
 import lerobot_zarr  # noqa: F401  (sets zarr's rectilinear-chunks switch for xr.open_zarr)
 from lerobot_zarr import CorruptSourceError, create, episodes_for_rank, open_dataset, split_episodes
-from lerobot_zarr.analysis import lerobot_stats
-from lerobot_zarr.sample_data import write_sample_dataset
-from lerobot_zarr.store import read_root, read_state
+from lerobot_zarr.integrations.xarray import lerobot_stats
+from lerobot_zarr.testing.sample_data import write_sample_dataset
+from lerobot_zarr.store.state import read_root, read_state
 from lerobot_zarr.testing.hub_server import HubServer
 
 xr = pytest.importorskip("xarray")
@@ -678,7 +678,7 @@ def test_lerobot_stats_vs_episodes_stats_v21(real_stores):
 
 def _set_write_delay(delay: float) -> None:
     """Run on a worker: make transcode_unit's chunk writes slower (or restore them with 0)."""
-    from lerobot_zarr import transcode
+    from lerobot_zarr.writing import transcode
 
     original = transcode.__dict__.setdefault("_test_original_write_rows", transcode.write_rows_vectored)
     if delay <= 0:
@@ -708,7 +708,7 @@ def _hub_endpoint() -> str:
 def test_distributed_transcode_is_bit_identical(client, video_source, tmp_path, monkeypatch):
     from distributed import get_task_stream
 
-    from lerobot_zarr import transcode
+    from lerobot_zarr.writing import transcode
 
     want = tmp_path / "in-process"
     open_dataset(video_source, root=want, progress=False)
@@ -729,7 +729,7 @@ def test_distributed_transcode_is_bit_identical(client, video_source, tmp_path, 
 def test_distributed_transcode_from_hub(client, env, hub, video_source, tmp_path, monkeypatch):
     """HubFiles pickles to the workers with its endpoint: huggingface_hub's endpoint on the workers is an address
     where nothing listens (the test process's is monkeypatched here only), yet they read the test server."""
-    import lerobot_zarr.hub as hub_module
+    import lerobot_zarr.hub.client as hub_module
 
     server, shas = hub
     if "video" not in shas:

@@ -85,13 +85,13 @@ def test_data_flows_one_way():
     """Lower layers never import higher ones (the package's ``__init__`` may import anything)."""
     g = graph()
     forbidden = {
-        "lerobot_zarr.store": {"dataset", "writer", "transcode", "source", "hub", "export", "api", "analysis"},
-        "lerobot_zarr.source": {"store", "dataset", "writer", "transcode", "export", "api"},
-        "lerobot_zarr.hub": {"source", "store", "dataset", "writer", "transcode", "export", "api"},
-        "lerobot_zarr.transcode": {"dataset", "writer", "export", "api", "analysis"},
-        "lerobot_zarr.dataset": {"api", "export", "analysis", "writer", "transcode", "source", "hub"},
-        "lerobot_zarr.writer": {"api", "export", "transcode", "source", "hub"},
-        "lerobot_zarr.export": {"api", "transcode"},
+        "lerobot_zarr.store.state": {"dataset", "writer", "transcode", "source", "hub", "export", "api", "analysis"},
+        "lerobot_zarr.lerobot.source": {"store", "dataset", "writer", "transcode", "export", "api"},
+        "lerobot_zarr.hub.client": {"source", "store", "dataset", "writer", "transcode", "export", "api"},
+        "lerobot_zarr.writing.transcode": {"dataset", "writer", "export", "api", "analysis"},
+        "lerobot_zarr.sampling.dataset": {"api", "export", "analysis", "writer", "transcode", "source", "hub"},
+        "lerobot_zarr.writing.writer": {"api", "export", "transcode", "source", "hub"},
+        "lerobot_zarr.writing.export": {"api", "transcode"},
     }
     for module, layers in forbidden.items():
         bad = {m for m in g.get(module, ()) if m.rsplit(".", 1)[-1] in layers}
@@ -114,7 +114,7 @@ def test_heavy_imports_wait_until_needed(tmp_path):
                                                       "cam": {"dtype": "image", "shape": [8, 8, 3]}}) as w:
         w.add_episode({"observation.state": np.zeros((5, 3), np.float32), "cam": np.zeros((5, 8, 8, 3), np.uint8)},
                       task="t")
-    heavy = ["pyarrow", "PIL", "zarr", "huggingface_hub", "lerobot_zarr.source"]
+    heavy = ["pyarrow", "PIL", "zarr", "huggingface_hub", "lerobot_zarr.lerobot.source"]
     code = (f"import sys, lerobot_zarr\nafter_import = [m for m in {heavy!r} if m in sys.modules]\n"
             f"ds = lerobot_zarr.open_dataset({str(store)!r}, delta_timestamps={{'observation.state': [-0.1, 0]}})\n"
             f"ds[2]; ds.get_batch([0, 1]); lerobot_zarr.inspect({str(store)!r}); next(iter(lerobot_zarr.stream("

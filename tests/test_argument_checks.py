@@ -10,7 +10,7 @@ import pytest
 import lerobot_zarr as lz
 from lerobot_zarr import ArgumentError, DeltaTimestampsError, SchemaMismatchError, UnsupportedDtypeError
 from lerobot_zarr.api import materialize
-from lerobot_zarr.sample_data import write_sample_dataset
+from lerobot_zarr.testing.sample_data import write_sample_dataset
 
 BAD_SELECTIONS = {
     "float": [1.0],

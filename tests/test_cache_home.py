@@ -9,7 +9,7 @@ import huggingface_hub.constants as hf_constants
 import pytest
 
 import lerobot_zarr
-from lerobot_zarr.sample_data import write_sample_dataset
+from lerobot_zarr.testing.sample_data import write_sample_dataset
 
 
 def test_env_var_sets_the_cache_home(tmp_path, monkeypatch):

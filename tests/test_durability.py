@@ -16,12 +16,12 @@ import pyarrow.parquet as pq
 import pytest
 
 import lerobot_zarr
-import lerobot_zarr.store
-from lerobot_zarr import transcode as transcode_mod
+import lerobot_zarr.store.state
+from lerobot_zarr.writing import transcode as transcode_mod
 from lerobot_zarr.errors import SourceNotFoundError
-from lerobot_zarr.sample_data import write_sample_dataset
-from lerobot_zarr.source import LeRobotSource
-from lerobot_zarr.store import read_state
+from lerobot_zarr.testing.sample_data import write_sample_dataset
+from lerobot_zarr.lerobot.source import LeRobotSource
+from lerobot_zarr.store.state import read_state
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -72,7 +72,7 @@ def test_exception_mid_transcode_keeps_committed_episodes_and_resumes(source, tm
     assert assert_committed_episodes_exact(store, ref) == list(range(7))
 
     monkeypatch.setattr(LeRobotSource, "_check_episode", original)
-    table = lerobot_zarr.store.read_state(store).table
+    table = lerobot_zarr.store.state.read_state(store).table
     committed = {(int(table.chunk[e]), int(table.offset[e])) for e in range(7)}
     rewritten = []
     write = transcode_mod.write_rows_vectored
@@ -140,7 +140,7 @@ def test_creation_debris_without_commit_is_replaced(source, tmp_path):
 CHILD = textwrap.dedent("""
     import sys
     import lerobot_zarr
-    from lerobot_zarr import transcode
+    from lerobot_zarr.writing import transcode
     transcode._COMMIT_EVERY_S = 0.0
     print("ready", flush=True)
     lerobot_zarr.open_dataset(sys.argv[1], root=sys.argv[2], progress=False)

@@ -16,9 +16,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lerobot_zarr import frame_codecs
+from lerobot_zarr.cameras import frame_codecs
 from lerobot_zarr.errors import StoreError, UnsupportedDtypeError
-from lerobot_zarr.frame_codecs import (
+from lerobot_zarr.cameras.frame_codecs import (
     CODECS,
     DeltaZstdFrames,
     JpegFrames,
@@ -459,8 +459,8 @@ def test_codecs_register_whatever_the_import_order():
 def test_shard_bytes_equal_the_store_pack_writer(tmp_path):
     """A compact pack with one episode filling it is byte for byte ``shard_bytes(..., index_location="start")``
     of the codec's frames: what the store writes is a plain zarr shard."""
-    from lerobot_zarr._packs import ensure_pack, read_shard_index, write_rows
-    from lerobot_zarr.store import ArraySpec, chunk_path
+    from lerobot_zarr.store.packs import ensure_pack, read_shard_index, write_rows
+    from lerobot_zarr.store.state import ArraySpec, chunk_path
 
     shape = (12, 16, 3)
     frames = noise_frames(5, shape)

@@ -33,8 +33,8 @@ from lerobot_zarr.errors import (
     SchemaMismatchError,
     SourceMismatchError,
 )
-from lerobot_zarr.sample_data import write_sample_dataset
-from lerobot_zarr.store import chunk_path, read_state
+from lerobot_zarr.testing.sample_data import write_sample_dataset
+from lerobot_zarr.store.state import chunk_path, read_state
 
 MAIN = Path(__file__).resolve().parents[1]
 FEATURES = {"x": {"dtype": "float32", "shape": [3], "names": None},
@@ -146,7 +146,8 @@ class HubFilesLike:
 
 
 def test_2_nesting_bombs_from_the_hub_are_typed_errors(monkeypatch):
-    from lerobot_zarr import hub, hub_index
+    from lerobot_zarr.hub import client as hub
+    from lerobot_zarr.lerobot import index_file as hub_index
 
     monkeypatch.setattr(hub, "request", lambda *a, **k: (None, b"[" * 100_000 + b"]" * 100_000))
     with pytest.raises(HubError, match="invalid JSON"):
@@ -159,7 +160,7 @@ def test_2_nesting_bombs_from_the_hub_are_typed_errors(monkeypatch):
 
 
 def test_8_an_index_file_larger_than_what_it_describes_is_not_read():
-    from lerobot_zarr import hub_index
+    from lerobot_zarr.lerobot import index_file as hub_index
 
     def download():
         raise AssertionError("a 300 MiB index was downloaded before any check")
@@ -274,7 +275,7 @@ def test_5_an_outside_file_linked_in_as_an_mp4_is_never_published(mp4_store, tmp
 KILL_AFTER_STATS_FILES = textwrap.dedent("""
     import os, sys
     import lerobot_zarr as lz
-    from lerobot_zarr import writer
+    from lerobot_zarr.writing import writer
     fold = writer.WritableDataset._fold_dirty
     def fold_then_die(self, *args):
         out = fold(self, *args)  # the edited episode's new stats file is written...
@@ -324,7 +325,7 @@ def test_7_cameras_no_episode_has_get_no_pack_files(tmp_path):
 def test_7_copies_of_packs_stay_sparse(source, tmp_path, monkeypatch):
     lz.open_dataset(source, episodes=[0], root=tmp_path / "base", progress=False)  # a partial store: sparse packs
     lz.open_dataset(source, root=tmp_path / "base", progress=False)
-    from lerobot_zarr import _fileio
+    from lerobot_zarr.utils import fileio as _fileio
 
     big = tmp_path / "sparse"
     with open(big, "wb") as f:
@@ -339,7 +340,7 @@ def test_7_copies_of_packs_stay_sparse(source, tmp_path, monkeypatch):
     ds.add_episode({"x": np.ones((3, 3), np.float32), "cam": np.ones((3, 6, 8, 3), np.uint8)}, task="t")
     ds.close()
     monkeypatch.setattr(os, "link", lambda *a, **k: (_ for _ in ()).throw(OSError(errno.EXDEV, "cross-device")))
-    from lerobot_zarr.writer import fork
+    from lerobot_zarr.writing.writer import fork
 
     fork(tmp_path / "rec", tmp_path / "forked")
     assert allocated(tmp_path / "forked") < apparent(tmp_path / "forked") / 4
@@ -387,7 +388,7 @@ def test_8_huge_declared_sizes_allocate_nothing_and_leave_no_half_made_store(sou
 
 
 def test_8_cli_ranges_are_bounded(capsys):
-    from lerobot_zarr.cli import main
+    from lerobot_zarr.cli.app import main
 
     with pytest.raises(SystemExit) as info:
         main(["convert", "nowhere", "--episodes", "0-999999999999"])
@@ -460,7 +461,7 @@ def test_8_a_full_volume_still_opens_for_writing_and_deletes(tmp_path, monkeypat
     ds.close()
     (ds.root / ".frame_live-pending").touch()  # a commit was cut short: the next writer rewrites zarr's copies
     (ds.root / "episode_length" / "c" / "0").write_bytes(b"stale")  # (only those that differ)
-    from lerobot_zarr import store
+    from lerobot_zarr.store import state as store
 
     real = store.atomic_write
 

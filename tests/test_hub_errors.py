@@ -20,10 +20,10 @@ from lerobot_zarr import (
     inspect,
     open_dataset,
 )
-from lerobot_zarr.files import safe_relpath
-from lerobot_zarr.hub_index import INDEX_FILE
-from lerobot_zarr.sample_data import write_sample_dataset
-from lerobot_zarr.store import has_commit_point
+from lerobot_zarr.lerobot.source_files import safe_relpath
+from lerobot_zarr.lerobot.index_file import INDEX_FILE
+from lerobot_zarr.testing.sample_data import write_sample_dataset
+from lerobot_zarr.store.state import has_commit_point
 from lerobot_zarr.testing.hub_server import HubServer
 
 TOKEN = "hf_good"

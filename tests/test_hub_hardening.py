@@ -25,8 +25,8 @@ import numpy as np
 import pytest
 from hub_fixtures import assert_same_frames, files_under, lib_requests, resolve_prefix, running_server, server_env
 
-import lerobot_zarr.export as export_module
-import lerobot_zarr.hub as hub_module
+import lerobot_zarr.writing.export as export_module
+import lerobot_zarr.hub.client as hub_module
 from lerobot_zarr import (
     CorruptSourceError,
     HubAuthError,
@@ -36,8 +36,8 @@ from lerobot_zarr import (
     inspect,
     open_dataset,
 )
-from lerobot_zarr.hub import HubFiles
-from lerobot_zarr.sample_data import write_sample_dataset
+from lerobot_zarr.hub.client import HubFiles
+from lerobot_zarr.testing.sample_data import write_sample_dataset
 from lerobot_zarr.testing.hub_server import HubServer
 
 TOKEN, READ_TOKEN = "hf_write", "hf_read"
@@ -342,7 +342,7 @@ def test_commit_whose_answer_stalls_ends_in_bounded_time_saying_what_the_remote_
 def test_concurrent_commit_fails_the_push_whole_and_says_so(hub, env, local, tmp_path):
     """Another commit lands on the branch between the checks and our commit: ours is refused (its parent is
     checked), the message says the branch moved by another commit, and pushing again goes through."""
-    from lerobot_zarr.publish import Publisher
+    from lerobot_zarr.hub.publish import Publisher
 
     repo_id = "alice/concurrent"
     first = local.push(repo_id, token=TOKEN, progress=False)

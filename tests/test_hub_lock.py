@@ -21,11 +21,11 @@ import numpy as np
 import pytest
 from hub_fixtures import assert_same_frames, lib_requests, make_env, resolve_prefix, running_server
 
-import lerobot_zarr.hub as hub_module
+import lerobot_zarr.hub.client as hub_module
 from lerobot_zarr import LeRobotZarrDataset, open_dataset
-from lerobot_zarr._fileio import WriterLock
-from lerobot_zarr.sample_data import write_sample_dataset
-from lerobot_zarr.store import has_commit_point, read_state
+from lerobot_zarr.utils.fileio import WriterLock
+from lerobot_zarr.testing.sample_data import write_sample_dataset
+from lerobot_zarr.store.state import has_commit_point, read_state
 from lerobot_zarr.testing.hub_server import HubServer
 
 REPO = "org/three-files"
@@ -35,7 +35,7 @@ MAIN = Path(__file__).resolve().parents[1]
 
 CHILD = r"""
 import json, sys, time
-import lerobot_zarr.hub as hub_module
+import lerobot_zarr.hub.client as hub_module
 from lerobot_zarr import LeRobotZarrDataset, open_dataset
 
 hub_module._BACKOFF_S = 0.05  # retries back off briefly: the read timeout bounds each attempt

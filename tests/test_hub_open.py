@@ -35,11 +35,11 @@ from hub_fixtures import (
 from huggingface_hub import snapshot_download
 
 import lerobot_zarr
-import lerobot_zarr.hub as hub_module
+import lerobot_zarr.hub.client as hub_module
 from lerobot_zarr import HubError, NotMaterializedError, inspect, open_dataset
-from lerobot_zarr.sample_data import write_sample_dataset
-from lerobot_zarr.source import LeRobotSource
-from lerobot_zarr.store import has_commit_point, read_state
+from lerobot_zarr.testing.sample_data import write_sample_dataset
+from lerobot_zarr.lerobot.source import LeRobotSource
+from lerobot_zarr.store.state import has_commit_point, read_state
 from lerobot_zarr.testing.hub_server import HubServer
 
 DATA0 = "data/chunk-000/file-000.parquet"

@@ -17,7 +17,7 @@ from hub_fixtures import CLIENT_NOISE, assert_same_frames, lib_requests, make_en
 
 import lerobot_zarr
 from lerobot_zarr import LeRobotZarrDataset
-from lerobot_zarr.sample_data import write_sample_dataset
+from lerobot_zarr.testing.sample_data import write_sample_dataset
 from lerobot_zarr.testing.hub_server import HubServer, NetworkModel
 
 TOKEN = "rt-token"

@@ -8,8 +8,8 @@ import pytest
 from hub_fixtures import make_env
 
 import lerobot_zarr
-import lerobot_zarr.hub_index as hub_index
-from lerobot_zarr.sample_data import write_sample_dataset
+import lerobot_zarr.lerobot.index_file as hub_index
+from lerobot_zarr.testing.sample_data import write_sample_dataset
 from lerobot_zarr.testing.hub_server import HubServer
 
 TOKEN = "hf_write"

@@ -14,7 +14,7 @@ import pytest
 
 import lerobot_zarr as lz
 from lerobot_zarr.errors import ArgumentError, DeltaTimestampsError, FrameIndexError, SchemaMismatchError
-from lerobot_zarr.mixture import merge_stats
+from lerobot_zarr.mixtures.mixture import merge_stats
 
 pytestmark = pytest.mark.filterwarnings("ignore::lerobot_zarr.LeRobotZarrWarning")  # tests that expect one say so
 FPS = 10
@@ -475,7 +475,7 @@ def test_items_equal_lerobots_multi_dataset(tmp_path, monkeypatch):
         from lerobot.datasets.multi_dataset import MultiLeRobotDataset
     except ImportError as exc:
         pytest.skip(f"lerobot's MultiLeRobotDataset does not import: {exc}")
-    from lerobot_zarr.sample_data import write_sample_dataset
+    from lerobot_zarr.testing.sample_data import write_sample_dataset
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     for name, seed, n in (("a", 1, 4), ("b", 2, 3)):
@@ -503,7 +503,7 @@ def test_items_equal_lerobots_multi_dataset(tmp_path, monkeypatch):
 def test_hub_repos_and_folders_mix_with_per_source_options(tmp_path, monkeypatch):
     from hub_fixtures import make_env
 
-    from lerobot_zarr.sample_data import write_sample_dataset
+    from lerobot_zarr.testing.sample_data import write_sample_dataset
     from lerobot_zarr.testing.hub_server import HubServer
 
     a = write_sample_dataset(tmp_path / "gen" / "a", n_episodes=6, lengths=(8, 15), seed=11, fps=FPS)

@@ -1,4 +1,4 @@
-"""The mixture sampler's arithmetic (``lerobot_zarr.mixture_sampler``): random-access permutations, weighted
+"""The mixture sampler's arithmetic (``lerobot_zarr.mixtures.sampler``): random-access permutations, weighted
 dataset shares, passes without replacement, elastic and O(1) resumable state, and a loop killed with SIGKILL that
 resumes with the same batches. No data access here except in the kill test (a mixture of two small stores)."""
 
@@ -17,7 +17,7 @@ import pytest
 
 import lerobot_zarr as lz
 from lerobot_zarr.errors import ArgumentError
-from lerobot_zarr.mixture_sampler import BLOCK, MixtureSampler, MixtureSchedule, permute
+from lerobot_zarr.mixtures.sampler import BLOCK, MixtureSampler, MixtureSchedule, permute
 
 MAIN = Path(__file__).resolve().parents[1]
 

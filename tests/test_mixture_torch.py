@@ -15,7 +15,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="torch is not installed")
 
 import lerobot_zarr as lz  # noqa: E402
-from lerobot_zarr.torch import TorchDataset, batch_loader, stream_loader  # noqa: E402
+from lerobot_zarr.integrations.torch import TorchDataset, batch_loader, stream_loader  # noqa: E402
 
 MAIN = Path(__file__).resolve().parents[1]
 DELTAS = {"x": [-0.1, 0.0], "y": [0.0, 0.1, 0.2]}
@@ -96,7 +96,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 import lerobot_zarr as lz
-from lerobot_zarr.torch import batch_loader
+from lerobot_zarr.integrations.torch import batch_loader
 
 rank, world, a, b, init, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6]
 dist.init_process_group("gloo", init_method=f"file://{init}", rank=rank, world_size=world)

@@ -15,7 +15,7 @@ import pytest
 
 import lerobot_zarr
 from lerobot_zarr import LeRobotZarrDataset
-from lerobot_zarr.sample_data import write_sample_dataset
+from lerobot_zarr.testing.sample_data import write_sample_dataset
 
 FPS = 30
 IMAGE = "observation.images.top"

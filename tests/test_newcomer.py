@@ -30,10 +30,10 @@ from lerobot_zarr import (
     SourceNotFoundError,
     UnknownFeatureError,
 )
-from lerobot_zarr.cli import main
+from lerobot_zarr.cli.app import main
 from lerobot_zarr.errors import OPTIONAL_PACKAGES
-from lerobot_zarr.sample_data import write_sample_dataset
-from lerobot_zarr.store import read_state
+from lerobot_zarr.testing.sample_data import write_sample_dataset
+from lerobot_zarr.store.state import read_state
 from lerobot_zarr.testing.hub_server import HubServer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -106,7 +106,7 @@ def test_a_camera_in_delta_timestamps_on_a_real_dataset_names_the_episodes_that_
 
 
 def test_edit_keeping_four_g1_episodes_computes_stats_of_those_only(g1_store, tmp_path, capsys, monkeypatch):
-    import lerobot_zarr.writer as writer
+    import lerobot_zarr.writing.writer as writer
 
     store = tmp_path / "g1"
     shutil.copytree(g1_store, store)
@@ -228,7 +228,7 @@ def test_cli_without_an_optional_package_says_which_extra_in_one_line(tmp_path, 
     rt = real_dataset("record-test")
     gen = write_sample_dataset(tmp_path / "gen", n_episodes=2, image_keys=("observation.images.cam",))
     args = [a.format(rt=rt, tmp=tmp_path, gen=gen) for a in argv]
-    proc = blocked(modules, "from lerobot_zarr.cli import main\nsys.exit(main(sys.argv[1:]))", *args)
+    proc = blocked(modules, "from lerobot_zarr.cli.app import main\nsys.exit(main(sys.argv[1:]))", *args)
     lines = [line for line in proc.stderr.splitlines() if line.startswith("lerobot-zarr: error: ")]
     assert proc.returncode == 1 and len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert f"lerobot_zarr's [{extra}] extra" in lines[0] and "pip install '" in lines[0], lines[0]
@@ -243,8 +243,8 @@ def test_python_api_without_dask_or_torch_names_the_extra(tmp_path):
         import lerobot_zarr as lz
         out = {}
         ds = lz.open_dataset(sys.argv[1], root=sys.argv[2], progress=False)
-        for what, call in (("to_xarray", ds.to_xarray), ("torch", lambda: __import__("lerobot_zarr.torch")),
-                           ("rl", lambda: __import__("lerobot_zarr.rl"))):
+        for what, call in (("to_xarray", ds.to_xarray), ("torch", lambda: __import__("lerobot_zarr.integrations.torch")),
+                           ("rl", lambda: __import__("lerobot_zarr.integrations.rl"))):
             try:
                 call()
             except ImportError as exc:
@@ -371,7 +371,7 @@ def test_view_panels_have_distinct_colours_and_y_labels(tmp_path, monkeypatch):
     figures = []
     monkeypatch.setattr(plt, "close", figures.append)
     monkeypatch.setenv("LEROBOT_ZARR_HOME", str(tmp_path / "home"))
-    from lerobot_zarr.view import view_episode
+    from lerobot_zarr.integrations.view import view_episode
 
     with pytest.warns(LeRobotZarrWarning):
         view_episode(real_dataset("open_50"), 0, out=tmp_path / "e.png")
@@ -456,7 +456,7 @@ def test_readme_command_line_quick_start_runs(pusht, tmp_path):
 
 
 def test_readme_and_docs_links_resolve_and_the_cli_reference_covers_every_option():
-    from lerobot_zarr.cli import _parser
+    from lerobot_zarr.cli.app import _parser
 
     for doc in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
         for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", doc.read_text()):

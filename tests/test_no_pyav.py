@@ -22,7 +22,7 @@ import pytest
 from hub_fixtures import real_dataset
 
 import lerobot_zarr as lz
-from lerobot_zarr.store import commit, read_state
+from lerobot_zarr.store.state import commit, read_state
 
 REPO = Path(__file__).resolve().parents[1]
 CAM = "observation.images.cam_high"
@@ -50,7 +50,7 @@ def without_pyav(code: str, tmp_path: Path, *args: str) -> dict:
 OPEN_WITHOUT_PYAV = """
     import json, sys, warnings
     import lerobot_zarr as lz
-    from lerobot_zarr.store import read_state
+    from lerobot_zarr.store.state import read_state
     src, root, episodes = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
@@ -149,7 +149,7 @@ def test_cli_without_pyav_warns_once_and_info_says_what_to_install(tmp_path):
                HF_HUB_DISABLE_PROGRESS_BARS="1")
 
     def cli(*args: str) -> subprocess.CompletedProcess:
-        code = BLOCK_AV + "from lerobot_zarr.cli import main\nsys.exit(main(sys.argv[1:]))"
+        code = BLOCK_AV + "from lerobot_zarr.cli.app import main\nsys.exit(main(sys.argv[1:]))"
         return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env,
                               timeout=600)
 
@@ -172,7 +172,7 @@ def test_torch_drop_in_without_pyav_lists_only_the_cameras_it_serves(tmp_path):
     got = without_pyav("""
         import json, sys, warnings
         warnings.simplefilter("ignore")
-        from lerobot_zarr.torch import LeRobotDataset
+        from lerobot_zarr.integrations.torch import LeRobotDataset
         ds = LeRobotDataset("local/g1", root=sys.argv[1], episodes=[1, 2], store=sys.argv[2])
         print(json.dumps({"camera_keys": ds.meta.camera_keys, "video_keys": ds.meta.video_keys,
                           "features": sorted(ds.meta.features), "item": sorted(ds[0]),

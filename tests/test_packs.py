@@ -26,8 +26,8 @@ from hypothesis import strategies as st
 import lerobot_zarr as lz
 from lerobot_zarr import LeRobotZarrDataset, StoreError
 from lerobot_zarr.errors import CorruptStoreError, LeRobotZarrError, StoreClosedError
-from lerobot_zarr.sample_data import write_sample_dataset
-from lerobot_zarr.store import read_state
+from lerobot_zarr.testing.sample_data import write_sample_dataset
+from lerobot_zarr.store.state import read_state
 
 FEATURES = {"observation.state": {"dtype": "float32", "shape": [4], "names": None},
             "action": {"dtype": "float32", "shape": [4], "names": None}}
@@ -298,7 +298,7 @@ def test_numeric_features_share_one_slot_layout_at_huge_page_boundaries(tmp_path
     """Numeric features of every frame size take the same rows per pack slot (a sampler computes a frame's row
     once for all of them), each slot still starting at a 2 MiB boundary; a camera keeps its own layout. The values
     are the source's in every pack."""
-    from lerobot_zarr._maps import _HUGE
+    from lerobot_zarr.sampling.maps import _HUGE
 
     src = write_sample_dataset(tmp_path / "src", n_episodes=12, lengths=(20, 40), state_dim=3, action_dim=5,
                                episodes_per_file=5, image_keys=("observation.images.top",), image_shape=(24, 40, 3))

@@ -43,11 +43,11 @@ from hub_fixtures import (
 from PIL import Image
 
 import lerobot_zarr
-import lerobot_zarr.export as export_module
+import lerobot_zarr.writing.export as export_module
 from lerobot_zarr import HubAuthError, LeRobotZarrDataset, NotMaterializedError, StoreError, open_dataset
-from lerobot_zarr.cli import main as cli_main
-from lerobot_zarr.sample_data import write_sample_dataset
-from lerobot_zarr.store import read_state
+from lerobot_zarr.cli.app import main as cli_main
+from lerobot_zarr.testing.sample_data import write_sample_dataset
+from lerobot_zarr.store.state import read_state
 from lerobot_zarr.testing.hub_server import HubServer
 
 TOKEN = "hf_write"
@@ -395,7 +395,7 @@ def check_layout(out: Path, ds: LeRobotZarrDataset, what: str) -> dict[int, tupl
 
 
 def check_index(out: Path, ds: LeRobotZarrDataset, where: dict[int, tuple[str, int]], what: str) -> None:
-    """meta/lerobot_zarr_index.json (format 2, contract in lerobot_zarr.hub_index), checked against the files with
+    """meta/lerobot_zarr_index.json (format 2, contract in lerobot_zarr.lerobot.index_file), checked against the files with
     json / pyarrow / hashlib: every episode's data file and first row, the footers (sizes and, inlined, bytes), the
     identities of the files it stands for, and the metadata it copies."""
     n_episodes = ds.meta.total_episodes
@@ -728,7 +728,7 @@ def test_incremental_push_commits_only_the_edited_episode_files(hub, env, builds
 @pytest.fixture
 def small_push_files(monkeypatch):
     """push() exports with the default 100 MB data files; make it export with 1 MB files (a wrapper passing
-    data_files_size_in_mb=1 to lerobot_zarr.export.to_lerobot) so that a few MB give several data files."""
+    data_files_size_in_mb=1 to lerobot_zarr.writing.export.to_lerobot) so that a few MB give several data files."""
     real_to_lerobot = export_module.to_lerobot
 
     def small_files(dataset, path, **kwargs):
@@ -951,7 +951,7 @@ def test_export_warnings_are_ours_and_point_at_the_caller(builds, tmp_path):
 
 
 def test_a_camera_dropped_from_the_store_is_named_when_exporting(tmp_path):
-    from lerobot_zarr.sample_data import write_sample_dataset
+    from lerobot_zarr.testing.sample_data import write_sample_dataset
 
     src = write_sample_dataset(tmp_path / "src", n_episodes=3, lengths=(5, 8), video_keys=["observation.images.cam"],
                                write_videos=False)  # info.json lists the camera, no mp4 exists

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from lerobot_zarr.errors import UnsupportedDtypeError
-from lerobot_zarr.resize import INTERPOLATIONS, check_resize, resize_frame, resize_frames
+from lerobot_zarr.cameras.resize import INTERPOLATIONS, check_resize, resize_frame, resize_frames
 
 TOLERANCE = 1  # max abs difference to the float64 reference (the resampler's weights are fixed-point)
 

@@ -7,7 +7,7 @@ import pytest
 
 import lerobot_zarr
 from lerobot_zarr.resolve import resolve_source
-from lerobot_zarr.sample_data import write_sample_dataset
+from lerobot_zarr.testing.sample_data import write_sample_dataset
 
 
 @pytest.fixture

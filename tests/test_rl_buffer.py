@@ -1,4 +1,4 @@
-"""``lerobot_zarr.rl.ReplayBuffer`` (issue 24), checked against LeRobot 0.6.1's own ``lerobot.rl.buffer.ReplayBuffer``
+"""``lerobot_zarr.integrations.rl.ReplayBuffer`` (issue 24), checked against LeRobot 0.6.1's own ``lerobot.rl.buffer.ReplayBuffer``
 where lerobot is installed (those tests skip otherwise; the whole file skips without torch).
 
 The same transitions added to both give batches of the same layout (keys, shapes, dtypes, devices, with and
@@ -29,7 +29,7 @@ from rl_reference import CAMERA, STATE, as_numpy, check_batch, transitions  # no
 
 import lerobot_zarr  # noqa: E402
 from lerobot_zarr import ArgumentError, EmptyBufferError, StoreError  # noqa: E402
-from lerobot_zarr.rl import ReplayBuffer, random_shift  # noqa: E402
+from lerobot_zarr.integrations.rl import ReplayBuffer, random_shift  # noqa: E402
 from lerobot_zarr.testing.hub_server import HubServer  # noqa: E402
 
 SEED = 11
@@ -316,7 +316,7 @@ import sys
 sys.path.insert(0, {tests!r})
 import torch
 from rl_reference import transitions
-from lerobot_zarr.rl import ReplayBuffer
+from lerobot_zarr.integrations.rl import ReplayBuffer
 buf = ReplayBuffer(10**6, device="cpu", root={root!r}, use_drq=False)
 added = 0
 for e in range(10**6):

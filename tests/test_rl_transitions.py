@@ -1,4 +1,4 @@
-"""The replay buffer's storage without torch (issue 24): :class:`lerobot_zarr.transitions.TransitionBuffer`.
+"""The replay buffer's storage without torch (issue 24): :class:`lerobot_zarr.writing.transitions.TransitionBuffer`.
 
 Checked against reference transitions rebuilt from their identity (``rl_reference``), never against the code
 itself: every transition comes back exactly as added (``next_state`` too, at episode ends: the final
@@ -26,9 +26,9 @@ from rl_reference import CAMERA, STATE, check_batch, transitions
 
 import lerobot_zarr
 from lerobot_zarr import ArgumentError, SchemaMismatchError, StoreError, StoreLockedError, ValueRangeError
-from lerobot_zarr.lerobot_v3 import DEFAULT_FEATURES
-from lerobot_zarr.store import live_path, read_state
-from lerobot_zarr.transitions import LAYOUT_FILE, TransitionBuffer
+from lerobot_zarr.lerobot.format import DEFAULT_FEATURES
+from lerobot_zarr.store.state import live_path, read_state
+from lerobot_zarr.writing.transitions import LAYOUT_FILE, TransitionBuffer
 
 SEED = 7
 TESTS = Path(__file__).resolve().parent
@@ -517,7 +517,7 @@ import sys, time, os
 sys.path.insert(0, {tests!r})
 import numpy as np
 from rl_reference import transitions
-from lerobot_zarr.transitions import TransitionBuffer
+from lerobot_zarr.writing.transitions import TransitionBuffer
 buf = TransitionBuffer({root!r}, capacity={capacity!r})
 checkpoint_every = {checkpoint_every!r}
 added = 0

@@ -1,4 +1,4 @@
-"""Tests of lerobot_zarr.sample_data: the synthetic datasets must look like real LeRobot output."""
+"""Tests of lerobot_zarr.testing.sample_data: the synthetic datasets must look like real LeRobot output."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 from PIL import Image
 
-from lerobot_zarr.sample_data import write_sample_dataset
+from lerobot_zarr.testing.sample_data import write_sample_dataset
 
 WRIST = "observation.images.wrist"
 TOP = "observation.images.top"

@@ -19,9 +19,9 @@ import pytest
 from PIL import Image
 
 from lerobot_zarr import CorruptSourceError, LeRobotZarrError, SchemaMismatchError, open_dataset
-from lerobot_zarr.hub_index import INDEX_FILE, read_index
-from lerobot_zarr.sample_data import write_sample_dataset
-from lerobot_zarr.source import LeRobotSource
+from lerobot_zarr.lerobot.index_file import INDEX_FILE, read_index
+from lerobot_zarr.testing.sample_data import write_sample_dataset
+from lerobot_zarr.lerobot.source import LeRobotSource
 
 LENGTHS = [10, 12, 14, 16]
 FPS = 30

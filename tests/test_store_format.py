@@ -1,4 +1,4 @@
-"""The on-disk store is a plain Zarr v3 group (see the lerobot_zarr.store docstring): check it with zarr, xarray,
+"""The on-disk store is a plain Zarr v3 group (see the lerobot_zarr.store.state docstring): check it with zarr, xarray,
 raw file reads and an independent pyarrow/PIL reference of the source, on a real and on generated datasets.
 """
 
@@ -155,7 +155,7 @@ class Built:
 
 
 def _write_sample(path: Path, **kwargs) -> Path:
-    from lerobot_zarr.sample_data import write_sample_dataset
+    from lerobot_zarr.testing.sample_data import write_sample_dataset
 
     return Path(write_sample_dataset(path, **kwargs))
 

@@ -21,8 +21,8 @@ import pytest
 from hub_fixtures import make_env, parse_range, real_dataset, resolve_prefix, row_groups
 
 import lerobot_zarr
-from lerobot_zarr.sample_data import write_sample_dataset
-from lerobot_zarr.streaming import SampleStream, stream
+from lerobot_zarr.testing.sample_data import write_sample_dataset
+from lerobot_zarr.sampling.streams import SampleStream, stream
 from lerobot_zarr.testing.hub_server import HubServer
 
 FPS = 30
@@ -489,7 +489,7 @@ def test_torch_stream_with_two_workers(world):
     pytest.importorskip("torch")
     from torch.utils.data import DataLoader
 
-    from lerobot_zarr.torch import TorchStream
+    from lerobot_zarr.integrations.torch import TorchStream
 
     ds = world.reference("store", deltas=DELTAS)
     loader = DataLoader(TorchStream(stream(world.store, delta_timestamps=DELTAS, buffer_episodes=2)),

@@ -10,8 +10,8 @@ import pytest
 from hub_fixtures import make_env, real_dataset
 
 import lerobot_zarr
-from lerobot_zarr.sample_data import write_sample_dataset
-from lerobot_zarr.streaming import deal, stream
+from lerobot_zarr.testing.sample_data import write_sample_dataset
+from lerobot_zarr.sampling.streams import deal, stream
 from lerobot_zarr.testing.hub_server import HubServer
 
 FPS = 30

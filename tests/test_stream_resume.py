@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import lerobot_zarr as lz
-from lerobot_zarr import streaming
+from lerobot_zarr.sampling import streams as streaming
 from lerobot_zarr.errors import ArgumentError
 
 

@@ -1,4 +1,4 @@
-"""The optional torch adapter ``lerobot_zarr.torch.TorchDataset``. Skipped when torch is not installed."""
+"""The optional torch adapter ``lerobot_zarr.integrations.torch.TorchDataset``. Skipped when torch is not installed."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 torch = pytest.importorskip("torch", reason="torch is not installed (optional extra lerobot_zarr[torch])")
 
 import lerobot_zarr
-from lerobot_zarr.sample_data import write_sample_dataset
-from lerobot_zarr.torch import TorchDataset
+from lerobot_zarr.testing.sample_data import write_sample_dataset
+from lerobot_zarr.integrations.torch import TorchDataset
 
 FPS = 30
 IMAGE = "observation.images.top"
@@ -95,7 +95,7 @@ def test_list_index_is_one_batch(ds):
 def test_batch_loader_yields_get_batch(ds, num_workers):
     """batch_loader: each batch is get_batch of the sampler's indices, as tensors; one epoch covers every frame
     once; the generator fixes the order."""
-    from lerobot_zarr.torch import batch_loader
+    from lerobot_zarr.integrations.torch import batch_loader
 
     loader = batch_loader(ds, 7, shuffle=True, generator=torch.Generator().manual_seed(3), num_workers=num_workers)
     seen = []
@@ -116,7 +116,7 @@ def test_batch_loader_without_workers_skips_the_dataloaders_machinery(ds, monkey
     iterator (its per-batch profiler record and fetcher) is never made."""
     import torch.utils.data.dataloader as dataloader
 
-    from lerobot_zarr.torch import batch_loader
+    from lerobot_zarr.integrations.torch import batch_loader
 
     monkeypatch.setattr(dataloader, "_SingleProcessDataLoaderIter", None)  # any use of it fails
     loader = batch_loader(ds, 5, shuffle=False)
@@ -127,7 +127,7 @@ def test_batch_loader_without_workers_skips_the_dataloaders_machinery(ds, monkey
 
 def _ring_backed(loader, tensor) -> bool:
     """Whether ``tensor`` views a worker's shared-memory ring (the batch crossed as a slot number)."""
-    from lerobot_zarr.torch import _RINGS
+    from lerobot_zarr.integrations.torch import _RINGS
 
     ptr = tensor.data_ptr()
     rings = _RINGS.get(loader.dataset.token, {}).values()
@@ -143,7 +143,7 @@ def test_batch_loader_workers_ring_keeps_held_batches(ds):
     the end of the epoch (and every batch of an epoch kept in a list: more than the rings may ever hold, so the
     rings grow to their limit and the rest crosses by copy) still equals get_batch of its indices; batches
     dropped as they come free their slots, so a whole epoch crosses by ring."""
-    from lerobot_zarr.torch import _GROWTH, batch_loader
+    from lerobot_zarr.integrations.torch import _GROWTH, batch_loader
 
     loader = batch_loader(ds, 1, shuffle=True, num_workers=1, batches_per_request=1, persistent_workers=True)
     slots = _GROWTH * ((2 + 1) * 1 + 1)  # (prefetch 2 + 1) * 1 + 1 slots in the first ring
@@ -166,7 +166,7 @@ def test_batch_loader_workers_ring_keeps_held_batches(ds):
 def test_batch_loader_abandoned_epochs_and_many_batches_per_request(ds):
     """Epochs broken off early (persistent workers drop what was in flight) give their slots back; requests of
     several batches split into batches, len() counts batches, a held batch outlives the loader's workers."""
-    from lerobot_zarr.torch import _RINGS, batch_loader
+    from lerobot_zarr.integrations.torch import _RINGS, batch_loader
 
     loader = batch_loader(ds, 3, num_workers=2, batches_per_request=3, persistent_workers=True,
                           generator=torch.Generator().manual_seed(0))
@@ -198,7 +198,7 @@ def test_batch_loader_abandoned_epochs_and_many_batches_per_request(ds):
 
 def test_batch_loader_two_iterators_at_once(ds):
     """Two live iterations of one loader (each with its own workers and rings) both yield exact batches."""
-    from lerobot_zarr.torch import batch_loader
+    from lerobot_zarr.integrations.torch import batch_loader
 
     loader = batch_loader(ds, 5, shuffle=False, num_workers=1)
     for a, b in zip(loader, loader, strict=True):
@@ -208,7 +208,7 @@ def test_batch_loader_two_iterators_at_once(ds):
 
 def test_batch_loader_without_shared_memory(ds, monkeypatch):
     """Where a worker cannot make shared memory, its batches cross pickled: the same values."""
-    import lerobot_zarr.torch as adapter
+    import lerobot_zarr.integrations.torch as adapter
 
     class NoSharedMemory(adapter._Ring):
         def __init__(self, *args, **kwargs):
@@ -229,7 +229,7 @@ def test_batch_loader_spawn_and_distributed_sampler(ds):
     rank: each rank's batches equal get_batch, the ranks together cover every frame, set_epoch reshuffles."""
     from torch.utils.data.distributed import DistributedSampler
 
-    from lerobot_zarr.torch import batch_loader
+    from lerobot_zarr.integrations.torch import batch_loader
 
     ranks = [DistributedSampler(TorchDataset(ds), num_replicas=2, rank=r, shuffle=True, seed=1) for r in (0, 1)]
     loaders = [batch_loader(ds, 4, sampler=ranks[0], num_workers=1, persistent_workers=True,
@@ -297,7 +297,7 @@ def test_an_item_of_a_batched_fetch_is_not_mistaken_for_one(ds):
 
 def test_lerobot_dataset_dropin_without_lerobot(ds, tmp_path):
     """The drop-in gives LeRobot's layout (checked against LeRobot itself below when it is installed)."""
-    from lerobot_zarr.torch import LeRobotDataset
+    from lerobot_zarr.integrations.torch import LeRobotDataset
 
     src = ds.meta.source["path"]
     lds = LeRobotDataset("local/x", root=src, delta_timestamps=DELTAS, store=str(tmp_path / "s"))
@@ -312,7 +312,7 @@ def test_lerobot_dataset_dropin_without_lerobot(ds, tmp_path):
 
 
 def _dropin(ds, tmp_path, **kwargs):
-    from lerobot_zarr.torch import LeRobotDataset
+    from lerobot_zarr.integrations.torch import LeRobotDataset
 
     return LeRobotDataset("local/x", root=ds.meta.source["path"], delta_timestamps=DELTAS,
                           store=str(tmp_path / "s"), **kwargs)
@@ -409,7 +409,7 @@ def test_items_equal_lerobots(ds, tmp_path, monkeypatch, episodes):
     """Every item of the drop-in equals LeRobot's own LeRobotDataset on the same folder: keys, dtypes, shapes,
     values (images float32 CHW within 1e-6: both divide uint8 by 255)."""
     Reference = _lerobot()
-    from lerobot_zarr.torch import LeRobotDataset
+    from lerobot_zarr.integrations.torch import LeRobotDataset
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     src = ds.meta.source["path"]
@@ -435,8 +435,8 @@ def test_items_equal_lerobots(ds, tmp_path, monkeypatch, episodes):
 def test_stream_batches_through_a_dataloader(ds):
     """TorchStream over stream(batch_size=B): DataLoader(batch_size=None, 2 workers) yields tensor batches that
     together hold every frame once, each equal to get_batch of its indices."""
-    from lerobot_zarr.streaming import stream
-    from lerobot_zarr.torch import TorchStream
+    from lerobot_zarr.sampling.streams import stream
+    from lerobot_zarr.integrations.torch import TorchStream
 
     loader = torch.utils.data.DataLoader(TorchStream(stream(ds.root, delta_timestamps=DELTAS, batch_size=5)),
                                          batch_size=None, num_workers=2)
@@ -454,7 +454,7 @@ def test_push_to_hub_of_the_dropin(ds, tmp_path, monkeypatch):
     from hub_fixtures import make_env
 
     from lerobot_zarr.testing.hub_server import HubServer
-    from lerobot_zarr.torch import LeRobotDataset
+    from lerobot_zarr.integrations.torch import LeRobotDataset
 
     with HubServer(tmp_path / "server", tokens={"tok": "me"}) as server:
         make_env(monkeypatch, tmp_path, server.endpoint)

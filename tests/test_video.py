@@ -32,8 +32,8 @@ av = pytest.importorskip("av", reason="PyAV (lerobot_zarr[video]) is not install
 from hub_fixtures import assert_same_frames, lib_requests, resolve_prefix, server_env
 
 import lerobot_zarr  # noqa: F401  (enables zarr's rectilinear chunk grids before zarr is used)
-import lerobot_zarr.hub as hub_module
-import lerobot_zarr.transcode as transcode_module
+import lerobot_zarr.hub.client as hub_module
+import lerobot_zarr.writing.transcode as transcode_module
 from lerobot_zarr import (
     HubError,
     LeRobotZarrDataset,
@@ -41,10 +41,10 @@ from lerobot_zarr import (
     StoreError,
     open_dataset,
 )
-from lerobot_zarr.sample_data import camera_frames, write_sample_dataset
-from lerobot_zarr.source import LeRobotSource
-from lerobot_zarr.store import WriterLock, read_state
-from lerobot_zarr.streaming import stream
+from lerobot_zarr.testing.sample_data import camera_frames, write_sample_dataset
+from lerobot_zarr.lerobot.source import LeRobotSource
+from lerobot_zarr.store.state import WriterLock, read_state
+from lerobot_zarr.sampling.streams import stream
 from lerobot_zarr.testing.hub_server import HubServer
 
 DATASETS_DIR = (Path(__file__).parents[1] / ".." / "shared" / "datasets").resolve()
@@ -354,8 +354,8 @@ def noisy_frames(e: int, n: int, shape) -> np.ndarray:
 @pytest.fixture(scope="module")
 def hub(module_tmp):
     """A test Hub serving a generated v3.0 dataset whose one mp4 (LeRobot's AV1 encoding, written with
-    lerobot_zarr.video.VideoWriter like write_sample_dataset does) holds 40 episodes, about 25 MB."""
-    from lerobot_zarr.video import VideoWriter
+    lerobot_zarr.cameras.video.VideoWriter like write_sample_dataset does) holds 40 episodes, about 25 MB."""
+    from lerobot_zarr.cameras.video import VideoWriter
 
     base = module_tmp / "video_hub"
     big = write_sample_dataset(base / "big", n_episodes=40, lengths=(60, 90), image_shape=HUB_SHAPE,
@@ -853,7 +853,7 @@ def test_videos_added_to_the_source_later_are_used(tmp_path, monkeypatch):
 def test_svtav1_params_change_threads_not_bytes(tmp_path):
     """LEROBOT_ZARR_SVTAV1_PARAMS (the suite sets lp=1) gives the same bytes as the encoder's default."""
     pytest.importorskip("av")
-    script = ("import sys, numpy as np; from lerobot_zarr.video import VideoWriter; "
+    script = ("import sys, numpy as np; from lerobot_zarr.cameras.video import VideoWriter; "
               "f = np.random.default_rng(0).integers(0, 255, (6, 64, 96, 3), dtype=np.uint8); "
               "w = VideoWriter(sys.argv[1], 30, 96, 64); w.add(f); w.close()")
     out = {}

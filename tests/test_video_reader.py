@@ -1,4 +1,4 @@
-"""Mp4Frames against lerobot_zarr.video.decode_into (PyAV's decode of every frame, LeRobot's nearest-frame rule):
+"""Mp4Frames against lerobot_zarr.cameras.video.decode_into (PyAV's decode of every frame, LeRobot's nearest-frame rule):
 single frames, windows in random and sequential order, batches over several files, h264 with B-frames and long
 GOPs, errors, the open-file bound, fork and pickle; and on G1-policy-train's real AV1 camera when present."""
 
@@ -15,8 +15,8 @@ import pytest
 av = pytest.importorskip("av", reason="PyAV (the video extra) is not installed")
 
 from lerobot_zarr.errors import CorruptSourceError, SchemaMismatchError, SourceNotFoundError
-from lerobot_zarr.video import TOLERANCE_S, VideoWriter, decode_into
-from lerobot_zarr.video_reader import Mp4Frames
+from lerobot_zarr.cameras.video import TOLERANCE_S, VideoWriter, decode_into
+from lerobot_zarr.cameras.video_reader import Mp4Frames
 
 FPS = 30
 SHAPE = (48, 64, 3)

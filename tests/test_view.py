@@ -8,9 +8,9 @@ from PIL import Image
 
 pytest.importorskip("matplotlib", reason="the viz extra (matplotlib) is not installed")
 
-from lerobot_zarr.cli import main
-from lerobot_zarr.sample_data import write_sample_dataset
-from lerobot_zarr.view import dimension_names, view_episode
+from lerobot_zarr.cli.app import main
+from lerobot_zarr.testing.sample_data import write_sample_dataset
+from lerobot_zarr.integrations.view import dimension_names, view_episode
 
 ROW_PX = round(2.8 * 80)  # figure height per panel row at the figure's dpi
 
@@ -112,7 +112,7 @@ def test_serve_to_a_rerun_viewer_without_a_display(source, tmp_path):
     import socket
     from urllib.parse import urlparse
 
-    from lerobot_zarr.view import _log_rerun
+    from lerobot_zarr.integrations.view import _log_rerun
 
     ds = __import__("lerobot_zarr").open_dataset(source, episodes=[0], progress=False)
     arrays = ds.episode(0)

@@ -24,7 +24,7 @@ from PIL import Image
 
 import lerobot_zarr
 from lerobot_zarr import DeltaTimestampsError, FrameIndexError
-from lerobot_zarr.sample_data import write_sample_dataset
+from lerobot_zarr.testing.sample_data import write_sample_dataset
 
 FPS = 30
 IMAGE = "observation.images.top"

@@ -19,8 +19,8 @@ from hub_fixtures import make_env
 
 import lerobot_zarr as lz
 from lerobot_zarr import ArgumentError, DiskSpaceError, ValueRangeError
-from lerobot_zarr.sample_data import write_sample_dataset
-from lerobot_zarr.store import read_state
+from lerobot_zarr.testing.sample_data import write_sample_dataset
+from lerobot_zarr.store.state import read_state
 from lerobot_zarr.testing.hub_server import HubServer
 
 MAIN = Path(__file__).resolve().parents[1]
@@ -175,7 +175,7 @@ KILL_AFTER_STATS = r"""
 import os, sys
 import numpy as np
 import lerobot_zarr as lz
-import lerobot_zarr.writer as w
+import lerobot_zarr.writing.writer as w
 ds = lz.open_dataset(sys.argv[1], mode="r+")
 with ds.edit(1, features=["x"]) as ep:
     ep["x"][:] = 1000.0
@@ -277,7 +277,7 @@ def test_a_full_disk_while_copying_a_shared_pack_leaves_both_stores_as_they_were
     lz.open_dataset(src, progress=False)
     copy = lz.open_dataset(src, root=tmp_path / "mine", mode="r+", progress=False)
     root = (copy.root / "zarr.json").read_bytes()
-    from lerobot_zarr import _fileio
+    from lerobot_zarr.utils import fileio as _fileio
 
     real_copy = _fileio._copy_sparse
 

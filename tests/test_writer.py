@@ -1,4 +1,4 @@
-"""Writing stores in place (lerobot_zarr.writer): create, append, edit, delete, set_task, ring buffer, locking.
+"""Writing stores in place (lerobot_zarr.writing.writer): create, append, edit, delete, set_task, ring buffer, locking.
 
 Every check compares the store against an independent reference model kept by the test (a list of per-episode
 numpy dicts updated by hand as each operation is applied), and the committed stats against a from-scratch
@@ -26,7 +26,7 @@ from hypothesis import HealthCheck, Phase, event, given, settings
 from hypothesis import strategies as st
 
 import lerobot_zarr as lz
-import lerobot_zarr.writer as writer_module
+import lerobot_zarr.writing.writer as writer_module
 from lerobot_zarr import (
     DiskSpaceError,
     FrameIndexError,
@@ -38,7 +38,7 @@ from lerobot_zarr import (
     UnsupportedDtypeError,
     WritableDataset,
 )
-from lerobot_zarr.store import read_state
+from lerobot_zarr.store.state import read_state
 
 MAIN = Path(__file__).resolve().parents[1]
 SHARED_DATASETS = Path(__file__).resolve().parents[1] / ".." / "shared" / "datasets"
@@ -1261,7 +1261,7 @@ with ds.edit(1, frames=(1, 4), features=["action"]) as ep:
 KILLED_SET_TASK_SCRIPT = r"""
 import os, sys
 import lerobot_zarr as lz
-import lerobot_zarr.writer as w
+import lerobot_zarr.writing.writer as w
 ds = lz.open_dataset(sys.argv[1], mode="r+")
 real, calls = w.commit, []
 

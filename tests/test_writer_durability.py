@@ -32,8 +32,8 @@ import pytest
 
 import lerobot_zarr
 from lerobot_zarr import LeRobotZarrDataset, StoreLockedError
-from lerobot_zarr.store import chunk_path, has_commit_point, read_state, retired_path
-from lerobot_zarr.writer import MIN_FREE_ENV
+from lerobot_zarr.store.state import chunk_path, has_commit_point, read_state, retired_path
+from lerobot_zarr.writing.writer import MIN_FREE_ENV
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -83,7 +83,7 @@ episode_length, task_of, generate = _common["episode_length"], _common["task_of"
 CHILD_BODY = textwrap.dedent('''
     import json, os, random, signal, sys, time
     import lerobot_zarr
-    from lerobot_zarr.store import has_commit_point
+    from lerobot_zarr.store.state import has_commit_point
 
 
     class Log:

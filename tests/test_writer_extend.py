@@ -10,7 +10,7 @@ import pytest
 
 import lerobot_zarr
 from lerobot_zarr import ArgumentError, SchemaMismatchError
-from lerobot_zarr.store import chunk_path, live_path, read_state
+from lerobot_zarr.store.state import chunk_path, live_path, read_state
 
 FEATURES = {"observation.state": {"dtype": "float32", "shape": [3]},
             "observation.images.cam": {"dtype": "image", "shape": [4, 5, 3]}}

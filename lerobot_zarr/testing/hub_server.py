@@ -1813,7 +1813,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         with HubServer(storage, port=args.port, tokens={args.token: "local"}) as hub:
             repos = [spec.split("=", 1) for spec in args.repo]
             if args.sample:
-                from ..sample_data import write_sample_dataset
+                from .sample_data import write_sample_dataset
 
                 repos.append((args.sample, str(write_sample_dataset(Path(tmp) / "sample", n_episodes=50,
                                                                      image_keys=("observation.images.cam",)))))

@@ -53,7 +53,7 @@ class Base:
 
 def make_base(path: Path, version: str) -> Base:
     """Write the dataset (4 episodes, 2 per data file for v3) and read its frames with pyarrow."""
-    from ..sample_data import write_sample_dataset
+    from .sample_data import write_sample_dataset
 
     src = write_sample_dataset(path, version=version, n_episodes=4, lengths=[5, 7, 6, 8], seed=5,
                                episodes_per_file=2 if version == "v3.0" else None)

@@ -63,7 +63,7 @@ class Base:
 
 def _sample(root: Path) -> tuple[dict[str, Any], dict[int, dict[str, Any]]]:
     """Every frame with ``get_batch``, a few with ``ds[i]``, and every episode with ``ds.episode``."""
-    from ..dataset import LeRobotZarrDataset
+    from ..sampling.dataset import LeRobotZarrDataset
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -83,7 +83,7 @@ def _sample(root: Path) -> tuple[dict[str, Any], dict[int, dict[str, Any]]]:
 def make_bases(work: Path, *, video: bool = True) -> list[Base]:
     """The healthy stores (``video``: also one whose camera is kept as mp4, if PyAV is installed)."""
     from .. import create, open_dataset
-    from ..sample_data import write_sample_dataset
+    from .sample_data import write_sample_dataset
 
     work.mkdir(parents=True, exist_ok=True)
     bases = []
@@ -302,8 +302,8 @@ def m_root_bomb(root: Path, rng: np.random.Generator, outside: Path) -> str:
 
 def m_swap_index(root: Path, rng: np.random.Generator, outside: Path) -> str:
     """Two rows of a compact pack's shard index swapped and its crc32c recomputed: only the hashes tell."""
-    from .._hashing import crc32c
-    from ..store import read_state
+    from ..utils.hashing import crc32c
+    from ..store.state import read_state
 
     try:
         state = read_state(root)
@@ -315,7 +315,7 @@ def m_swap_index(root: Path, rng: np.random.Generator, outside: Path) -> str:
         return m_flip(root, rng, outside)
     name, pack = _pick(rng, compact), _pick(rng, packs)
     rows = int(state.packs.rows[pack])
-    from ..store import chunk_path
+    from ..store.state import chunk_path
 
     path = Path(chunk_path(root, name, pack, state.arrays[name].ndim))
     if not path.is_file():
@@ -405,7 +405,7 @@ def _compare(base: Base, root: Path, case: str) -> tuple[bool, str | None]:
 
 def _write(root: Path) -> None:
     """What a writer does to a store it opens: append, delete (with compaction), edit, close."""
-    from ..writer import WritableDataset
+    from ..writing.writer import WritableDataset
 
     with WritableDataset(root) as w:
         w.add_episode({"x": np.full((9, 3), 0.25, np.float32), "cam": np.full((9, 6, 8, 3), 7, np.uint8)}, task="new")
@@ -417,7 +417,7 @@ def _write(root: Path) -> None:
 def check(base: Base, work: Path, rng: np.random.Generator, kind: str | None = None) -> str:
     """Damage a copy of ``base`` in one random way (or of ``kind``) and check the properties (module docstring).
     Returns how the case ended (for counts); raises :class:`FuzzFailure` when a property fails."""
-    from ..integrity import verify
+    from ..writing.integrity import verify
 
     root, outside = work / "store", work / "outside"
     shutil.copytree(base.path, root, symlinks=True)

@@ -1,0 +1,168 @@
+"""Camera frames out of (and back into) LeRobot's mp4 files, with PyAV (the ``video`` extra).
+
+Decoding matches each dataset timestamp to the nearest decoded frame the way LeRobot does (within
+``TOLERANCE_S``, else the episode's camera is reported unavailable with the timestamp that failed) and streams the
+chosen frames straight into a chunk file, two frames in memory at a time. Encoding writes LeRobot's default
+video: AV1 (libsvtav1), yuv420p, a keyframe every 2 frames, crf 30, episodes concatenated per file.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from fractions import Fraction
+from typing import Any, BinaryIO
+
+import numpy as np
+
+from ..errors import MissingExtraError, import_optional, missing_extra
+
+__all__ = ["TOLERANCE_S", "VideoUnavailable", "decode_into", "have_pyav", "VideoWriter", "ENCODING"]
+
+TOLERANCE_S = 1e-4  # LeRobot's tolerance between a dataset timestamp and a decoded frame's
+ENCODING = {"vcodec": "libsvtav1", "pix_fmt": "yuv420p", "g": 2, "crf": 30, "preset": 12}
+# Extra SVT-AV1 parameters ("key=value:..."), e.g. "lp=1": one level of parallelism, 4 threads instead of ~40,
+# the same bytes, ~1.5x slower at 480x640 on 2 cores. Our test suite sets it: under heavy load the default was
+# seen to hang in svt_av1_enc_send_picture.
+SVT_PARAMS_ENV = "LEROBOT_ZARR_SVTAV1_PARAMS"
+_FORMATS = {1: "gray", 3: "rgb24", 4: "rgba"}
+
+
+class VideoUnavailable(Exception):
+    """This episode's frames of this camera cannot be had; the message says why (recorded in the store)."""
+
+
+def have_pyav() -> bool:
+    try:
+        import av  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def pyav_missing(what: str = "decoding videos", **fields: Any) -> MissingExtraError:
+    """The error (and, as text, the reason) for ``what`` needing PyAV where it is not installed."""
+    try:
+        import av  # noqa: F401
+    except ImportError as exc:
+        return missing_extra("av", what, None if isinstance(exc, ModuleNotFoundError) else exc, **fields)
+    return missing_extra("av", what, **fields)
+
+
+def decode_into(source: BinaryIO | str, sink: Callable[[bytes], None], queries: np.ndarray,
+                frame_shape: Sequence[int], where: str) -> None:
+    """Decode the frames nearest to ``queries`` (seconds in the file, increasing), handing each to ``sink`` as
+    raw uint8 HWC bytes, in order.
+
+    ``where`` names the episode and camera in messages. Raises :class:`VideoUnavailable` when the file cannot be
+    decoded, a frame has another shape, or a timestamp has no frame within ``TOLERANCE_S``; what the sink got
+    until then is garbage (only a commit makes a chunk part of a store).
+    """
+    import av
+
+    height, width, channels = (int(s) for s in frame_shape)
+    fmt = _FORMATS.get(channels)
+    if fmt is None:
+        raise VideoUnavailable(f"{where}: {channels} channels cannot be decoded")
+    queries = np.asarray(queries, dtype=np.float64)
+    try:
+        with av.open(source, mode="r") as container:
+            stream = container.streams.video[0]
+            stream.thread_type = "AUTO"
+            tb = stream.time_base
+            container.seek(max(0, int((queries[0] - TOLERANCE_S) / tb)), stream=stream, backward=True,
+                           any_frame=False)
+            written = _match(container.decode(stream), queries, sink, (height, width, channels), fmt, where)
+    except (VideoUnavailable, ConnectionError):  # a network failure (HubError) is not the file's fault: retry later
+        raise
+    except (av.error.FFmpegError, OSError, ValueError, IndexError) as exc:  # IndexError: no video stream
+        raise VideoUnavailable(f"{where}: cannot decode ({type(exc).__name__}: {exc})") from None
+    if written != len(queries):
+        raise VideoUnavailable(f"{where}: decoded {written} of {len(queries)} frames")
+
+
+def _match(frames: Any, queries: np.ndarray, sink: Callable[[bytes], None], shape: tuple[int, int, int], fmt: str,
+           where: str) -> int:
+    """Stream decoded frames, writing for each query the nearer of the frames around it."""
+    n = len(queries)
+    qi = 0
+    prev: tuple[float, Any] | None = None
+    cache: list[tuple[Any, bytes]] = []  # the frame chosen last and its pixels (holding it keeps its id unique)
+
+    def pixels(frame: Any) -> bytes:
+        if not cache or cache[0][0] is not frame:
+            arr = frame.to_ndarray(format=fmt)
+            if arr.ndim == 2:
+                arr = arr[..., None]
+            if arr.shape != shape:
+                raise VideoUnavailable(f"{where}: decoded frames of shape {arr.shape}, the dataset declares {shape}")
+            cache[:] = [(frame, np.ascontiguousarray(arr).tobytes())]
+        return cache[0][1]
+
+    def write(t: float, frame: Any, q: float) -> None:
+        if abs(t - q) >= TOLERANCE_S:
+            raise VideoUnavailable(f"{where}: no frame within {TOLERANCE_S} s of timestamp {q:.6f} s (nearest "
+                                   f"decoded frame at {t:.6f} s)")
+        sink(pixels(frame))
+
+    for frame in frames:
+        if frame.time is None:
+            raise VideoUnavailable(f"{where}: decoded a frame without a timestamp")
+        t = float(frame.time)
+        while qi < n and queries[qi] <= t:
+            q = float(queries[qi])
+            if prev is not None and abs(prev[0] - q) < abs(t - q):
+                write(prev[0], prev[1], q)
+            else:
+                write(t, frame, q)
+            qi += 1
+        if qi == n:
+            return qi
+        prev = (t, frame)
+    while qi < n and prev is not None:  # past the last frame
+        write(prev[0], prev[1], float(queries[qi]))
+        qi += 1
+    return qi
+
+
+class VideoWriter:
+    """One LeRobot mp4 file: episodes appended one after the other; ``duration`` is where the next one starts."""
+
+    def __init__(self, path: str | os.PathLike, fps: float, width: int, height: int, channels: int = 3):
+        av = import_optional("av", "encoding videos")
+
+        os.environ.setdefault("SVT_LOG", "1")  # SVT-AV1 prints its banner and settings to stderr otherwise
+        self.fps = Fraction(fps).limit_denominator(1001)
+        self.container = av.open(str(path), mode="w")
+        self.stream = self.container.add_stream(ENCODING["vcodec"], rate=self.fps)
+        self.stream.width, self.stream.height = width, height
+        self.stream.pix_fmt = ENCODING["pix_fmt"]
+        options = {"g": str(ENCODING["g"]), "crf": str(ENCODING["crf"]), "preset": str(ENCODING["preset"])}
+        if os.environ.get(SVT_PARAMS_ENV):
+            options["svtav1-params"] = os.environ[SVT_PARAMS_ENV]
+        self.stream.options = options
+        self.format = _FORMATS[channels]
+        self.frames = 0
+
+    @property
+    def duration(self) -> float:
+        """Seconds of video written so far: the ``from_timestamp`` of the next episode."""
+        return float(self.frames / self.fps)
+
+    def add(self, frames: np.ndarray) -> tuple[float, float]:
+        """Append an episode's frames (T, H, W, C) uint8; return its ``(from_timestamp, to_timestamp)``."""
+        import av
+
+        start = self.duration
+        for image in frames:
+            frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(image if image.shape[-1] != 1 else image[..., 0]),
+                                               format=self.format)
+            frame.pts = self.frames
+            frame.time_base = 1 / self.fps
+            self.container.mux(self.stream.encode(frame))
+            self.frames += 1
+        return start, self.duration
+
+    def close(self) -> None:
+        self.container.mux(self.stream.encode(None))
+        self.container.close()

@@ -1,0 +1,185 @@
+"""LeRobot's dataset format: its constants, path templates and ``features`` entries, and its statistics.
+
+Numpy only (no pyarrow): the reader (:mod:`lerobot_zarr.lerobot.source`), the writers of LeRobot's files
+(:mod:`lerobot_zarr.lerobot.writers`, which also holds the parquet encodings) and the store's writer build on it.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from collections.abc import Collection
+
+import numpy as np
+
+__all__ = ["QUANTILES", "STAT_NAMES", "DEFAULT_FEATURES", "CAMERA_DTYPES", "NUMERIC_DTYPES", "V3_DATA_PATH", "V3_VIDEO_PATH",
+           "V21_DATA_PATH", "V21_VIDEO_PATH", "CHUNKS_SIZE", "check_path_template", "data_file_rel", "video_file_rel",
+           "default_features", "video_info", "per_episode_stats", "aggregate_stats", "stats_json", "episode_stats",
+           "image_stats"]
+
+CHUNKS_SIZE = 1000
+QUANTILES = {"q01": 0.01, "q10": 0.10, "q50": 0.50, "q90": 0.90, "q99": 0.99}
+STAT_NAMES = ("min", "max", "mean", "std", "count", *QUANTILES)
+# The five features lerobot adds to every dataset, in its column order.
+DEFAULT_FEATURES = {
+    "timestamp": "float32",
+    "frame_index": "int64",
+    "episode_index": "int64",
+    "index": "int64",
+    "task_index": "int64",
+}
+# LeRobot's dtypes of camera features (frames of shape (H, W, C), uint8); also the store's kinds of camera arrays.
+CAMERA_DTYPES = frozenset({"image", "video"})
+# dtypes of numeric features: raw bytes that read the same everywhere (no platform-sized longdouble)
+NUMERIC_DTYPES = frozenset({"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+                            "float16", "float32", "float64"})
+V3_DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
+V3_VIDEO_PATH = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
+V21_DATA_PATH = "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet"
+V21_VIDEO_PATH = "videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4"
+_INT_SPEC = re.compile(r"0?\d{0,2}d")  # "", "d", "03d", "06d": a plain integer of at most 99 digits
+
+
+def check_path_template(template: object, fields: Collection[str]) -> str:
+    """An info.json path template (``data_path``, ``video_path``) checked before it is ever formatted: a string
+    whose replacement fields are only ``fields`` (LeRobot's names), by plain name (no attribute access or
+    indexing), without conversion, and with a plain integer format spec of bounded width (``{chunk_index:03d}``)
+    for the integer fields, none for ``video_key``. Raises ``ValueError`` saying what is wrong."""
+    if not isinstance(template, str) or not template or len(template) > 1024:
+        raise ValueError(f"{template!r:.80} is not a path template")
+    for _, name, spec, conversion in string.Formatter().parse(template):  # ValueError on unbalanced braces
+        if name is None:
+            continue
+        if name not in fields:
+            raise ValueError(f"field {{{name}}} is not one of {sorted(fields)}")
+        if conversion is not None:
+            raise ValueError(f"field {{{name}}} has a conversion (!{conversion})")
+        if spec and (name == "video_key" or not _INT_SPEC.fullmatch(spec)):
+            raise ValueError(f"field {{{name}}} has format spec {spec!r:.40}; only plain integer specs like '03d' "
+                             f"are allowed" + (", none for video_key" if name == "video_key" else ""))
+    return template
+
+
+def data_file_rel(number: int) -> str:
+    """Path of the ``number``-th v3.0 data file (0, 1, ...): ``data/chunk-CCC/file-FFF.parquet``."""
+    chunk, file = divmod(number, CHUNKS_SIZE)
+    return V3_DATA_PATH.format(chunk_index=chunk, file_index=file)
+
+
+def video_file_rel(key: str, chunk: int, file: int) -> str:
+    """Path of a camera's v3.0 video file."""
+    return V3_VIDEO_PATH.format(video_key=key, chunk_index=chunk, file_index=file)
+
+
+def default_features() -> dict[str, dict]:
+    """The ``features`` entries of the five columns LeRobot adds to every dataset, in its order."""
+    return {key: {"dtype": dtype, "shape": [1], "names": None} for key, dtype in DEFAULT_FEATURES.items()}
+
+
+def video_info(height: int, width: int, channels: int, fps: float, pix_fmt: str = "yuv420p") -> dict:
+    """The ``info`` of a video feature in info.json, for LeRobot's AV1 encoding."""
+    return {"video.height": height, "video.width": width, "video.codec": "av1", "video.pix_fmt": pix_fmt,
+            "video.is_depth_map": False, "video.fps": fps, "video.channels": channels, "has_audio": False}
+
+
+def per_episode_stats(values: np.ndarray, lengths: np.ndarray) -> dict[str, np.ndarray]:
+    """Per-episode min, max, mean, std, count and quantiles of ``values`` (frames of all episodes in order).
+
+    Results have shape (n_episodes, *values.shape[1:]), (n_episodes, 1) for 1-D ``values`` and for count; min
+    and max keep the dtype of ``values``, the others are float64. Quantiles interpolate like ``numpy.quantile``.
+    """
+    n_episodes = len(lengths)
+    flat = values.reshape(len(values), -1)
+    starts = np.cumsum(lengths) - lengths
+    episode_of_row = np.repeat(np.arange(n_episodes), lengths)
+    as_float = flat.astype(np.float64)
+    mean = np.add.reduceat(as_float, starts, axis=0) / lengths[:, None]
+    variance = np.add.reduceat((as_float - mean[episode_of_row]) ** 2, starts, axis=0) / lengths[:, None]
+    stats = {
+        "min": np.minimum.reduceat(flat, starts, axis=0),
+        "max": np.maximum.reduceat(flat, starts, axis=0),
+        "mean": mean,
+        "std": np.sqrt(variance),
+    }
+    for start, stop in zip(starts.tolist(), (starts + lengths).tolist(), strict=True):
+        as_float[start:stop].sort(axis=0)
+    for name, q in QUANTILES.items():
+        position = q * (lengths - 1)
+        below = np.floor(position).astype(np.int64)
+        above = np.minimum(below + 1, lengths - 1)
+        fraction = (position - below)[:, None]
+        low, high = as_float[starts + below], as_float[starts + above]
+        stats[name] = low + (high - low) * fraction
+    shape = (n_episodes, *(values.shape[1:] or (1,)))  # scalar features get stats of shape [1]
+    result = {name: array.reshape(shape) for name, array in stats.items()}
+    result["count"] = lengths.reshape(n_episodes, 1).astype(np.int64)
+    return {name: result[name] for name in STAT_NAMES}
+
+
+def _sample_indices(n: int) -> np.ndarray:
+    """LeRobot's choice of frames for image stats: about n**0.75 evenly spaced frames (at least 100 or all)."""
+    count = max(min(n, 100), min(int(n ** 0.75), 10_000))
+    return np.round(np.linspace(0, n - 1, count)).astype(np.int64)
+
+
+def image_stats(frames: np.ndarray) -> dict[str, np.ndarray]:
+    """Per-channel stats of uint8 (T, H, W, C) frames scaled to [0, 1], shape (C, 1, 1), as LeRobot computes them
+    (on its sample of frames, downsampled past 300 pixels; ``count`` is the number of frames sampled).
+
+    Exact for uint8 and fast: every statistic comes from one 256-bin histogram per channel."""
+    sample = frames[_sample_indices(len(frames))]
+    height, width = sample.shape[1:3]
+    if max(height, width) >= 300:
+        step = int(width / 150) if width > height else int(height / 150)
+        sample = sample[:, ::step, ::step]
+    channels = sample.shape[-1]
+    flat = sample.reshape(-1, channels)
+    n = len(flat)
+    levels = np.arange(256, dtype=np.float64)
+    out = {name: np.empty(channels) for name in STAT_NAMES if name != "count"}
+    for c in range(channels):
+        hist = np.bincount(flat[:, c], minlength=256)
+        seen = np.flatnonzero(hist)
+        cumulative = np.cumsum(hist)
+        mean = hist @ levels / n
+        out["min"][c], out["max"][c], out["mean"][c] = seen[0], seen[-1], mean
+        out["std"][c] = np.sqrt(hist @ (levels - mean) ** 2 / n)
+        for name, q in QUANTILES.items():
+            position = q * (n - 1)
+            below = int(np.floor(position))
+            low = np.searchsorted(cumulative, below, side="right")
+            high = np.searchsorted(cumulative, min(below + 1, n - 1), side="right")
+            out[name][c] = low + (high - low) * (position - below)
+    stats = {name: (values / 255.0).reshape(channels, 1, 1) for name, values in out.items()}
+    stats["count"] = np.array([len(sample)])
+    return {name: stats[name] for name in STAT_NAMES}
+
+
+def episode_stats(values: np.ndarray, kind: str) -> dict[str, np.ndarray]:
+    """One episode's stats of one feature, shaped like LeRobot's (images: :func:`image_stats`)."""
+    if kind in CAMERA_DTYPES:
+        return image_stats(values)
+    return {k: v[0] for k, v in per_episode_stats(values, np.array([len(values)])).items()}
+
+
+def aggregate_stats(stats: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Dataset stats from per-episode stats: count-weighted merge (parallel variance, weighted quantiles; the
+    quantiles only where the episodes have them)."""
+    counts = stats["count"][:, 0]
+    weights = (counts / counts.sum()).reshape(-1, *[1] * (stats["mean"].ndim - 1))
+    mean = (weights * stats["mean"]).sum(axis=0)
+    variance = (weights * (stats["std"] ** 2 + (stats["mean"] - mean) ** 2)).sum(axis=0)
+    merged = {
+        "min": stats["min"].min(axis=0),
+        "max": stats["max"].max(axis=0),
+        "mean": mean,
+        "std": np.sqrt(variance),
+        "count": np.array([counts.sum()]),
+    }
+    merged.update({name: (weights * stats[name]).sum(axis=0) for name in QUANTILES if name in stats})
+    return merged
+
+
+def stats_json(stats: dict[str, np.ndarray], row: int | None = None) -> dict[str, list]:
+    """Stats of one episode (``row``) or of the dataset as JSON-ready nested lists."""
+    return {name: (array if row is None else array[row]).tolist() for name, array in stats.items()}

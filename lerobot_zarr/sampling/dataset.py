@@ -1,0 +1,799 @@
+"""Sampling from a local store with LeRobot's semantics: ``ds[i]``, ``ds.get_batch(indices)``, episodes, meta.
+
+Which frames a dataset serves is :mod:`~lerobot_zarr.sampling.selection`'s arithmetic, windows are
+:mod:`~lerobot_zarr.sampling.windows`' kernel, and the data comes from memory maps of the store's packs (:mod:`lerobot_zarr.sampling.maps`),
+opened lazily in each process, never through zarr-python.
+"""
+
+from __future__ import annotations
+
+import operator
+import os
+import threading
+import weakref
+from bisect import bisect_right
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, get_args
+
+import numpy as np
+
+from .camera_readers import CodecFrames, VideoFrames, cameras_needing_pyav, served_episodes
+from .maps import PackMaps
+from ..store.packs import open_array_pack as _pack_file
+from ..store.packs import read_raw_rows
+from ..errors import (
+    ArgumentError,
+    CorruptStoreError,
+    FrameIndexError,
+    NotMaterializedError,
+    StoreClosedError,
+    UnknownFeatureError,
+    warn_once,
+)
+from ..lerobot.format import CAMERA_DTYPES
+from .selection import EpisodeSelection, Selection, episode_ranges, frame_range
+from ..store.state import ArraySpec, PackLayout, StoreState, pack_rows_target, read_state
+from ..cameras.video import have_pyav, pyav_missing
+from .windows import window_offsets, windows
+
+if TYPE_CHECKING:
+    from ..lerobot.source import LeRobotSource
+
+__all__ = ["DatasetMeta", "LeRobotZarrDataset", "IMAGE_FORMATS", "ImageFormat", "read_episode_rows", "forwarded",
+           "frame_range", "episode_ranges", "window_offsets", "EpisodeSelection"]
+
+ImageFormat = Literal["uint8_hwc", "float32_chw"]
+IMAGE_FORMATS = get_args(ImageFormat)
+MAX_MAPS_ENV = "LEROBOT_ZARR_MAX_MAPS"
+_DEFAULT_MAX_MAPS = 4096
+_live_datasets: weakref.WeakSet = weakref.WeakSet()
+
+
+def _default_max_maps() -> int:
+    raw = os.environ.get(MAX_MAPS_ENV, str(_DEFAULT_MAX_MAPS))
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ArgumentError(f"{MAX_MAPS_ENV}={raw!r} is not an integer") from None
+    if value < 1:
+        raise ArgumentError(f"{MAX_MAPS_ENV} must be positive, got {value}")
+    return value
+
+
+def _reset_locks_after_fork() -> None:
+    # a fork taken while another thread sampled would leave the child's lock held forever
+    for ds in list(_live_datasets):
+        ds._lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_locks_after_fork)
+
+
+@dataclass(frozen=True, kw_only=True)
+class DatasetMeta:
+    """What the store knows about its dataset (LeRobot's info, tasks, stats, episode table)."""
+
+    root: Path | str  # the store folder; for a source's metadata (no store), its location (folder or repo@rev)
+    info: dict
+    tasks: list[str]
+    stats: dict
+    source: dict
+    episode_start: np.ndarray
+    episode_end: np.ndarray
+    episode_length: np.ndarray
+    materialized_episodes: np.ndarray  # bool mask: episodes whose every stored feature is committed
+    not_materialized: dict[str, str]
+    stored_features: tuple[str, ...] = ()
+    # per stored feature, episodes the source could not give (missing or broken videos) and why
+    unavailable: dict[str, dict[int, str]] = field(default_factory=dict)
+    episode_task_index: np.ndarray | None = None  # each episode's first task (-1: unknown)
+    # video cameras this process cannot serve because PyAV is not installed, with the reason (not the store's)
+    needs_pyav: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def fps(self) -> float:
+        return float(self.info["fps"])
+
+    @property
+    def robot_type(self) -> str | None:
+        return self.info.get("robot_type")
+
+    @property
+    def features(self) -> dict[str, dict]:
+        """LeRobot feature specs (dtype, shape, names), videos included."""
+        return self.info["features"]
+
+    @property
+    def camera_keys(self) -> list[str]:
+        """Image and video features, as LeRobot names them."""
+        return [k for k, v in self.features.items() if v.get("dtype") in CAMERA_DTYPES]
+
+    @property
+    def total_episodes(self) -> int:
+        return len(self.episode_length)
+
+    @property
+    def total_frames(self) -> int:
+        return int(self.episode_length.sum())
+
+    @classmethod
+    def from_state(cls, state: StoreState) -> DatasetMeta:
+        unavailable = {name: state.unavailable_of(name) for name in state.arrays}
+        needs_pyav = cameras_needing_pyav(state)
+        return cls(root=state.root, info=state.info, tasks=list(state.tasks), stats=state.stats,
+                   source=state.source, episode_start=state.episode_start, episode_end=state.episode_end,
+                   episode_length=state.episode_length, materialized_episodes=served_episodes(state, needs_pyav),
+                   not_materialized=dict(state.not_materialized), stored_features=tuple(state.arrays),
+                   unavailable={k: v for k, v in unavailable.items() if v},
+                   episode_task_index=state.table.task_index, needs_pyav=needs_pyav)
+
+    @classmethod
+    def from_source(cls, source: LeRobotSource) -> DatasetMeta:
+        """Metadata of a LeRobot folder or Hub repo that has no store yet (nothing materialized)."""
+        t = source.episodes
+        stored = tuple(k for k, v in source.features.items()
+                       if v.kind in ("numeric", *CAMERA_DTYPES) and k not in source.not_materialized)
+        videos = [k for k in stored if source.features[k].kind == "video"]
+        needs_pyav = {k: str(pyav_missing()) for k in videos} if videos and not have_pyav() else {}
+        return cls(root=source.files.location(), info=source.info, tasks=source.tasks, stats=source.stats,
+                   source=source.record(), episode_start=t.start, episode_end=t.end, episode_length=t.length,
+                   materialized_episodes=np.zeros(len(t), dtype=bool), not_materialized=source.not_materialized,
+                   stored_features=stored, needs_pyav=needs_pyav)
+
+    def __repr__(self) -> str:
+        return (f"DatasetMeta(root={str(self.root)!r}, fps={self.fps:g}, robot_type={self.robot_type!r}, "
+                f"episodes={self.total_episodes} ({int(self.materialized_episodes.sum())} local), "
+                f"frames={self.total_frames}, features={list(self.features)})")
+
+
+def _distinct(ids: np.ndarray) -> np.ndarray:
+    """The distinct values of ``ids``, sorted (``np.unique`` without its import of numpy.ma: 0.1 s of a fresh
+    process's open)."""
+    ordered = np.sort(ids)
+    return ordered[np.concatenate([[True], ordered[1:] != ordered[:-1]])] if len(ordered) else ordered
+
+
+_FORWARDED: dict[str, Callable[..., Any]] = {}
+
+
+def forwarded(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register the function behind the dataset's convenience method ``name`` (``export`` and ``analysis`` do when
+    imported; the package imports them), so that this module never imports the modules built on it."""
+    def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+        _FORWARDED[name] = fn
+        return fn
+
+    return register
+
+
+def read_episode_rows(root: str | os.PathLike, name: str, spec: ArraySpec, pack: int, pack_rows: int, offset: int,
+                      length: int) -> np.ndarray:
+    """A copy of one episode's stored frames of one feature: ``length`` rows from ``offset`` of pack ``pack``."""
+    if spec.storage == "compact":
+        reader = CodecFrames(root, name, spec, PackLayout(np.array([0] * pack + [pack_rows])), 1)
+        try:
+            return reader.read_rows(np.full(length, pack), np.arange(offset, offset + length))
+        finally:
+            reader.close()
+    return read_raw_rows(root, name, spec, pack, pack_rows, offset, length)
+
+
+_WRITE_METHODS = frozenset({"add_episode", "add_frame", "save_episode", "clear_episode_buffer", "edit", "flush",
+                            "drop_features", "set_task", "delete_episodes", "delete_frames", "extend_episode",
+                            "set_capacity"})
+
+
+class LeRobotZarrDataset:
+    """Random access to a store's frames, as ``LeRobotDataset`` returns them but in numpy.
+
+    ``len(ds)`` is the number of frames of the selected episodes (or frame ranges of episodes: windows still see
+    the whole episode, padding only at its true edges); ``ds[i]`` is the i-th of them. The object pickles as its
+    arguments and reopens its maps lazily in each process, so it works in DataLoader workers. ``close()`` (or
+    ``with``) releases its memory maps at once; dropping the last reference does too.
+    """
+
+    _headroom = 0.0  # address space reserved past the packs for appends (a writer's dataset sets it)
+
+    def __init__(self, root: str | os.PathLike, *, episodes: EpisodeSelection | None = None,
+                 delta_timestamps: Mapping[str, Sequence[float]] | None = None,
+                 image_format: ImageFormat = "uint8_hwc", max_open_maps: int | None = None, lazy: bool = False,
+                 fetch: Callable[[Path, list[int]], None] | None = None):
+        if image_format not in IMAGE_FORMATS:
+            raise ArgumentError(f"image_format must be one of {IMAGE_FORMATS}, got {image_format!r}")
+        if lazy and fetch is None:
+            raise ArgumentError("lazy=True needs fetch=, the callable that brings missing episodes into the store "
+                             "(open_dataset(..., lazy=True) passes it)")
+        self.root = Path(root)
+        self.image_format = image_format
+        self._request = (episodes, delta_timestamps, _default_max_maps() if max_open_maps is None
+                         else int(max_open_maps), bool(lazy), fetch)
+        self._lock = threading.Lock()
+        self._maps: PackMaps | None = None
+        self._closed = False
+        self._load(read_state(self.root))
+        left_out = {name: why for name, why in self._left_out.items() if name not in self.meta.not_materialized}
+        if left_out:
+            (first, why), *others = left_out.items()
+            text = f"{first!r} is left out of samples: {why}" + (
+                f"; so are {', '.join(map(repr, dict(others)))} (ds.left_out says why for each)" if others else "")
+            warn_once(str(self.root), f"{self.root}: {text}")
+        _live_datasets.add(self)
+
+    # state ------------------------------------------------------------------------------------------------
+    def _load(self, state: StoreState) -> None:
+        """Set up index arithmetic for a committed state (maps are opened lazily; on a reload, packs keep their
+        maps)."""
+        episodes, delta_timestamps, max_open_maps, lazy, _ = self._request
+        self._state = state
+        self.meta = meta = DatasetMeta.from_state(state)
+        present = meta.materialized_episodes
+        selection = Selection.of(episodes, meta.episode_length, np.ones(len(present), bool) if lazy else present)
+        wanted = selection.episodes
+        missing = dict(state.not_materialized)
+        for name, reasons in meta.unavailable.items():
+            hit = [e for e in wanted.tolist() if e in reasons]
+            if hit:  # a camera some selected episodes lack: left out of samples, not the episodes
+                have = [e for e in np.flatnonzero(present).tolist() if e not in reasons]
+                fix = (f"to sample it, select episodes that have it: episodes={have[:10]}"
+                       f"{f'... ({len(have)} episodes)' if len(have) > 10 else ''}" if have else
+                       "no episode has it: samples go without it (to remove it from a store of your own: "
+                       "drop_features, or `lerobot-zarr edit --drop-features`)")
+                missing[name] = (f"unavailable in {len(hit)} of the {len(wanted)} selected episodes "
+                                 f"{hit[:10]}{'...' if len(hit) > 10 else ''}; episode {hit[0]}: {reasons[hit[0]]}; "
+                                 f"{fix}")
+        for name, why in meta.needs_pyav.items():  # this process lacks PyAV: a camera not decoded (or kept as mp4)
+            if name not in missing and (state.arrays[name].storage == "mp4"
+                                        or not state.done_mask(name)[wanted].all()):
+                missing[name] = why
+        self._left_out = {name: why for name, why in missing.items() if name in state.arrays}
+        self._offsets = window_offsets(delta_timestamps, state.fps, list(state.arrays), missing)
+        absent = wanted[~present[wanted]]
+        if absent.size and not lazy:
+            raise NotMaterializedError(f"{self.root}: episodes {absent.tolist()[:20]} are not in the local store",
+                                       path=self.root, episode=int(absent[0]))
+        self._sel = selection
+        self.episodes = selection.episodes
+        self.delta_timestamps = None if delta_timestamps is None else {k: list(v) for k, v in delta_timestamps.items()}
+        self._lazy, self._present = lazy, present.copy()
+        self._specs = {name: spec for name, spec in state.arrays.items() if name not in self._left_out}
+        self._windows = windows(self._offsets)
+        self._lengths = meta.episode_length.copy()  # bounds for reads: never a user-visible array
+        self._chunk = state.table.chunk
+        self._tasks = np.array(meta.tasks, dtype=object)
+        # stored episode_index / index values exceed LeRobot's after earlier episodes were deleted
+        shifts = {"episode_index": state.table.episode_index_shift, "index": state.table.index_shift}
+        self._shifts = [(name, shift, shift.tolist()) for name, shift in shifts.items()
+                        if name in self._specs and shift.any()]
+        self._shifts_checked = np.zeros(len(state.packs), dtype=bool)  # packs whose stored numbers were checked
+        n_raw = sum(spec.storage == "raw" for spec in self._specs.values())
+        self._max_packs = max(1, max_open_maps // max(1, n_raw))
+        for reader in getattr(self, "_cameras", {}).values():
+            reader.close()
+        self._cameras = {name: (CodecFrames(self.root, name, spec, state.packs, self._max_packs)
+                                if spec.storage == "compact" else VideoFrames(self.root, name, spec, len(state.table)))
+                         for name, spec in self._specs.items() if spec.storage != "raw"}
+        raw = {name: spec for name, spec in self._specs.items() if spec.storage == "raw"}
+        if self._maps is None or set(self._maps.specs) != set(raw) or not self._maps.update(state.packs):
+            if self._maps is not None:
+                self._maps.close()
+            headroom = int(self._headroom * (state.packs.rows.sum() + 4 * pack_rows_target(raw, state.pack_bytes)))
+            self._maps = PackMaps(self.root, raw, state.packs, max_packs=self._max_packs, headroom_rows=headroom)
+        self._index()
+
+    def _index(self) -> None:
+        """The hot path's per-episode places and per-feature views. Features whose packs have the same slots
+        (those of the same frame alignment) share their rows: one row computation per group, not per feature."""
+        maps = self._maps
+        sel = self._sel
+        self._offset = self._state.table.offset
+        self._sel_packs = _distinct(self._chunk[sel.episodes])
+        self._len = len(sel)
+        views = maps.views
+        bases: list[np.ndarray] = []
+
+        def group(name: str) -> int:
+            rows = maps.base_rows(name)
+            for g, other in enumerate(bases):
+                if other is rows or np.array_equal(other, rows):
+                    return g
+            bases.append(rows)
+            return len(bases) - 1
+
+        self._plain = [(name, views[name], views[name].ndim == 1, group(name)) for name in views
+                       if name not in self._windows]
+        self._windowed = []
+        for name, w in self._windows.items():
+            if name not in views:
+                continue
+            view = views[name]
+            blocks = None
+            if w.contiguous:  # one block of consecutive rows per window: a strided view copies whole blocks
+                n = len(w.offsets)
+                blocks = np.lib.stride_tricks.as_strided(
+                    view, (max(view.shape[0] - n + 1, 0), n, *view.shape[1:]), (view.strides[0], *view.strides),
+                    writeable=False)
+            self._windowed.append((w, view, blocks, group(name), w.lo, w.hi))
+        self._images = [name for name, s in self._specs.items() if s.kind in CAMERA_DTYPES]
+        task = views.get("task_index")
+        self._task = None if task is None else (task, task.ndim > 1, group("task_index"))
+        # per selected episode k, one row of int64s (one cache line for a batch's lookups): what turns a dataset
+        # index into the frame inside its episode (+ to_frame), the episode's length, and per group the row of
+        # its first frame
+        e = sel.episodes
+        self._ktab = np.empty((len(e), 2 + len(bases)), dtype=np.int64)
+        self._ktab[:, 0] = sel.to_frame
+        self._ktab[:, 1] = self._lengths[e]
+        for g, rows in enumerate(bases):
+            self._ktab[:, 2 + g] = rows[self._chunk[e]] + self._offset[e]
+        self._item_places: tuple[list[int], list[int], list[int], list[list[int]]] | None = None  # by ds[i]
+        self._extras = bool(self._shifts or self._cameras)  # per-sample work beyond the maps (rare): one test
+        self._all_mapped = False
+
+    def _make_item_places(self) -> tuple[list[int], list[int], list[int], list[list[int]]]:
+        """The item path's lists (a list lookup is a third of a numpy one), made when first needed: the
+        selection's index lookup, then per selected episode its length and per group the row of its first
+        frame."""
+        self._item_places = (*self._sel.item_lookup, self._ktab[:, 1].tolist(),
+                             [self._ktab[:, g].tolist() for g in range(2, self._ktab.shape[1])])
+        return self._item_places
+
+    def _learn_tasks(self, task_index: Any) -> None:
+        """A writer gave frames a task added after this dataset's commit (set_task works in place): tasks are
+        only ever appended, so the latest list names it. A ``task_index`` it does not name is damage."""
+        self._tasks = np.array(read_state(self.root).tasks, dtype=object)
+        values = np.asarray(task_index)
+        if values.size and (values.min() < 0 or values.max() >= len(self._tasks)):
+            bad = int(values.min() if values.min() < 0 else values.max())
+            raise CorruptStoreError(f"{self.root}: a frame's stored task_index is {bad}, not one of the store's "
+                                    f"{len(self._tasks)} tasks (damaged rows? `lerobot-zarr verify` checks them)",
+                                    path=self.root, feature="task_index")
+
+    def index_shifts(self) -> dict[str, np.ndarray]:
+        """What the stored ``episode_index`` / ``index`` values of each episode exceed LeRobot's by (after
+        deletions; all zero otherwise)."""
+        return {name: shift for name, shift, _ in self._shifts}
+
+    def refresh(self) -> bool:
+        """Pick up what writers committed since this dataset was opened (appended or deleted episodes, new
+        tasks): the same arguments applied to the latest commit. Returns whether anything changed.
+
+        In-place changes of frames (``edit``, ``set_task``) need no refresh: they are visible at once. A dataset
+        otherwise keeps the commit it opened, so indices stay stable for a sampler until it refreshes."""
+        state = read_state(self.root)
+        if state.generation == self._state.generation:
+            return False
+        with self._lock:
+            self._check_not_closed()
+            self._load(state)
+        return True
+
+    # lifetime ---------------------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Release the memory maps and open files now. The dataset cannot sample afterwards."""
+        with self._lock:
+            if self._maps is not None:
+                self._maps.close()
+            for reader in self._cameras.values():
+                reader.close()
+            self._windowed, self._plain, self._task = [], [], None
+            self._all_mapped = False
+            self._closed = True
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __enter__(self) -> LeRobotZarrDataset:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _check_not_closed(self) -> None:
+        if self._closed:
+            raise StoreClosedError(f"{self.root}: this dataset was closed; open it again to sample",
+                                   path=self.root)
+
+    # pickling: arguments only ------------------------------------------------------------------------------
+    def __getstate__(self) -> tuple:
+        _, _, max_maps, lazy, fetch = self._request
+        return (str(self.root), self._sel.to_args(self.meta.episode_length), self.delta_timestamps,
+                self.image_format, max_maps, lazy, fetch)
+
+    def __setstate__(self, args: tuple) -> None:
+        root, selection, deltas, image_format, max_maps, lazy, fetch = args
+        self.__init__(root, episodes=Selection.from_args(selection), delta_timestamps=deltas,
+                      image_format=image_format, max_open_maps=max_maps, lazy=lazy, fetch=fetch)
+
+    def __repr__(self) -> str:
+        return (f"LeRobotZarrDataset(root={str(self.root)!r}, frames={self._len}, episodes={len(self.episodes)}, "
+                f"features={list(self._specs)}, windows={ {k: len(v) for k, v in self._offsets.items()} })")
+
+    def __len__(self) -> int:
+        return self._len
+
+    @property
+    def left_out(self) -> dict[str, str]:
+        """Features the store lists but samples of this selection lack, with why (e.g. a camera whose video is
+        missing for some selected episodes: select only the episodes that have it to get it)."""
+        return dict(self._left_out)
+
+    @property
+    def array_specs(self) -> dict[str, ArraySpec]:
+        """The store's arrays: dtype, per-frame shape and kind (numeric or image) of each stored feature."""
+        return dict(self._specs)
+
+    @property
+    def num_episodes(self) -> int:
+        return len(self.episodes)
+
+    def select(self, episodes: EpisodeSelection) -> LeRobotZarrDataset:
+        """A new dataset over the same store holding only ``episodes`` (LeRobot episode indices, or
+        ``{episode: frames}``); this one is unchanged. Its samples, xarray view and exports (``to_lerobot``,
+        ``push``: the selected whole episodes, renumbered from 0) hold just those."""
+        _, _, max_maps, lazy, fetch = self._request
+        view = LeRobotZarrDataset(self.root, episodes=episodes, delta_timestamps=self.delta_timestamps,
+                                  image_format=self.image_format, max_open_maps=max_maps, lazy=lazy, fetch=fetch)
+        view._selected = True
+        return view
+
+    _selected = False
+
+    @property
+    def selected_explicitly(self) -> bool:
+        """Whether this dataset is a :meth:`select` of its store's episodes: exports publish exactly those. Other
+        datasets export every episode of the store, and refuse when the store lacks some."""
+        return self._selected
+
+    def episode_frames(self, episode_index: int) -> range:
+        """Dataset indices (for ``ds[i]``) of the selected frames of one selected episode."""
+        return self._sel.frames_of(operator.index(episode_index))
+
+    # maps -------------------------------------------------------------------------------------------------
+    def _ensure_mapped(self, eps: np.ndarray) -> None:
+        """Map the packs of the given episodes (fetching missing episodes first in lazy mode)."""
+        self._check_not_closed()
+        if self._lazy:
+            need = _distinct(eps)
+            if not self._present[need].all():
+                self._fetch_missing(need[~self._present[need]])
+        packs = _distinct(self._chunk[eps])
+        try:
+            self._maps.ensure(packs)
+        except CorruptStoreError as exc:
+            pack = getattr(exc, "pack", None)
+            hit = eps[self._chunk[eps] == pack]
+            if not len(hit):
+                raise
+            e = int(hit[0])
+            raise CorruptStoreError(f"{exc} (pack {pack} holds episode {e}, asked for here)", path=exc.path,
+                                    episode=e, feature=exc.feature) from None
+        if self._shifts and not self._shifts_checked[packs].all():
+            self._check_shifts(packs[~self._shifts_checked[packs]])
+        self._all_mapped = bool(self._maps.mapped[self._sel_packs].all()) and (
+            not self._lazy or bool(self._present[self._sel.episodes].all()))
+
+    def _check_shifts(self, packs: np.ndarray) -> None:
+        """Before serving numbers corrected by the table's shifts (after deletions), check them against the stored
+        ones, episode by episode: the stored ``index`` of an episode's first frame is its start plus its
+        ``index_shift``, and its stored ``episode_index`` the episode plus its ``episode_index_shift``; a root
+        whose shifts disagree would serve other (even negative) numbers."""
+        table = self._state.table
+        eps = np.flatnonzero(np.isin(table.chunk, packs) & self._present)
+        for name, shift, _ in self._shifts:
+            view, base = self._maps.views[name], self._maps.base_rows(name)
+            stored = np.asarray(view[base[table.chunk[eps]] + table.offset[eps]]).reshape(len(eps), -1)[:, 0]
+            want = (table.start[eps] if name == "index" else eps) + shift[eps]
+            bad = np.flatnonzero(stored != want)
+            if len(bad):
+                e = int(eps[bad[0]])
+                raise CorruptStoreError(
+                    f"{self.root}: episode {e}'s stored {name} is {int(stored[bad[0]])}, but the table gives "
+                    f"{int(want[bad[0]])} ({'start' if name == 'index' else 'episode'} + {name}_shift "
+                    f"{int(shift[e])}): the root's shifts disagree with the data", path=self.root, episode=e,
+                    feature=name)
+        missing = table.chunk[~self._present]  # (lazy) episodes fetched later are checked then
+        self._shifts_checked[packs[~np.isin(packs, missing)]] = True
+
+    def _touch(self, e: int, pack: int) -> None:
+        """The item path's check: map the pack of episode ``e`` if needed, else mark it recently used."""
+        maps = self._maps
+        if maps.mapped[pack] and (not self._lazy or self._present[e]):
+            maps.last_used[pack] = maps.tick
+        else:
+            self._ensure_mapped(np.array([e]))
+
+    def _fetch_missing(self, episodes: np.ndarray) -> None:
+        """Lazy mode: bring missing episodes into the store from its recorded source (Hub or local folder)."""
+        fetch = self._request[4]
+        fetch(self.root, episodes.tolist())
+        state = read_state(self.root)
+        wanted = set(episodes.tolist())
+        for name in self._specs:
+            gone = {e: why for e, why in state.unavailable_of(name).items() if e in wanted}
+            if gone:
+                e = min(gone)
+                raise NotMaterializedError(f"{self.root}: episode {e} has no {name!r} frames ({gone[e]}); open the "
+                                           f"dataset without lazy=True to leave the camera out, or select episodes "
+                                           f"that have it", path=self.root, episode=e, feature=name)
+        self._present = served_episodes(state)
+        absent = episodes[~self._present[episodes]]
+        if absent.size:
+            raise NotMaterializedError(f"{self.root}: episodes {absent.tolist()[:20]} could not be fetched",
+                                       path=self.root, episode=int(absent[0]))
+
+    def _image_out(self, out: dict[str, Any]) -> None:
+        if self.image_format == "float32_chw":
+            for name in self._images:
+                arr = out[name]
+                out[name] = np.moveaxis(arr, -1, -3).astype(np.float32) / np.float32(255)
+
+    def __getattr__(self, name: str) -> Any:
+        if name in _WRITE_METHODS:
+            raise AttributeError(f"{self.root}: {name}() writes, and this dataset is read-only: open it with "
+                                 f"open_dataset(..., mode='r+') (a Hub repo or LeRobot folder also needs root=, a "
+                                 f"folder of your own)", name=name, obj=self)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}", name=name, obj=self)
+
+    # sampling ---------------------------------------------------------------------------------------------
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        """Frame ``i`` with every stored feature, windows and ``*_is_pad`` masks, and the ``task`` string."""
+        cum, to_frame, lengths, row0s = self._item_places or self._make_item_places()
+        try:
+            index = operator.index(i)
+        except TypeError:
+            raise ArgumentError(f"frame indices are integers, got {i!r:.40} ({type(i).__name__}); get_batch takes "
+                                f"many") from None
+        i = index + self._len if index < 0 else index
+        if not 0 <= i < self._len:
+            raise self._sel.index_error(index)
+        k = bisect_right(cum, i) - 1  # selected episode k
+        local = i + to_frame[k]  # the frame inside it
+        length = lengths[k]
+        rows = [row0[k] + local for row0 in row0s]  # the frame's row, per group of features
+        out: dict[str, Any] = {}
+        with self._lock:
+            if not self._all_mapped:
+                e = self._sel._episode_list[k]
+                self._touch(e, int(self._chunk[e]))
+            for w, view, blocks, g, lo, hi in self._windowed:
+                row = rows[g]
+                if local + lo >= 0 and local + hi < length:  # the usual case: no padding
+                    out[w.name] = blocks[row + lo].copy() if blocks is not None else view[w.offsets + row]
+                    out[w.pad_key] = w.no_pad.copy()
+                else:
+                    q, pad = w.frames(local, length)
+                    out[w.name] = view[q + (row - local)]
+                    out[w.pad_key] = pad
+            for name, view, scalar, g in self._plain:
+                out[name] = view[rows[g]] if scalar else view[rows[g]].copy()
+            if self._task is not None:
+                view, vector, g = self._task
+                task_index = view[rows[g]]
+                task_index = task_index[0] if vector else task_index
+                try:
+                    if task_index < 0:
+                        raise IndexError(task_index)
+                    out["task"] = self._tasks[task_index]
+                except IndexError:  # a writer's set_task gave frames a task added after this commit
+                    self._learn_tasks(task_index)
+                    out["task"] = self._tasks[task_index]
+            if self._extras:
+                e = self._sel._episode_list[k]
+                for name, _, shift in self._shifts:
+                    out[name] = out[name] - shift[e]
+                for name, reader in self._cameras.items():
+                    self._camera_item(out, name, reader, e, local, length)
+        if self._images:
+            self._image_out(out)
+        return out
+
+    def _camera_item(self, out: dict, name: str, reader: Any, e: int, local: int, length: int) -> None:
+        w = self._windows.get(name)
+        if w is None:
+            out[name] = reader.read(self, np.array([e]), np.array([local]))[0]
+            return
+        q, out[w.pad_key] = w.frames(local, length)
+        out[name] = reader.read(self, np.full(len(q), e), q)
+
+    def _timestamps(self, episodes: np.ndarray, frames: np.ndarray) -> np.ndarray:
+        """The stored ``timestamp`` of episode-local frames (cameras kept as mp4 are decoded at them)."""
+        view = self._maps.views["timestamp"]
+        rows = self._maps.base_rows("timestamp")[self._chunk[episodes]] + self._offset[episodes] + frames
+        return view[rows].astype(np.float64)
+
+    def get_batch(self, indices: Sequence[int] | np.ndarray) -> dict[str, Any]:
+        """The same dict as ``ds[i]`` for many frames, stacked along a leading batch axis (one gather per
+        feature). ``indices`` is 1-D."""
+        k, idx = self._sel.locate_k(indices)
+        if self._all_mapped or len(k) <= self._max_packs:
+            return self._gather(k, idx)
+        packs = self._chunk[self._sel.episodes[k]]
+        unique = _distinct(packs)
+        if len(unique) <= self._max_packs:
+            return self._gather(k, idx)
+        # more packs than may be mapped at once: gather in parts of at most the budget, then reassemble
+        part_of = np.searchsorted(unique, packs) // self._max_packs
+        parts = [np.flatnonzero(part_of == p) for p in range(int(part_of.max()) + 1)]
+        results = [self._gather(k[m], idx[m]) for m in parts]
+        order = np.concatenate(parts)
+        out: dict[str, Any] = {}
+        for key in results[0]:
+            if key == "task":
+                tasks = np.empty(len(k), dtype=object)
+                tasks[order] = [t for r in results for t in r[key]]
+                out[key] = tasks.tolist()
+            else:
+                merged = np.concatenate([r[key] for r in results])
+                out[key] = np.empty_like(merged)
+                out[key][order] = merged
+        return out
+
+    def _gather(self, k: np.ndarray, idx: np.ndarray) -> dict[str, Any]:
+        """The batch of dataset indices ``idx`` of selected episodes ``k``: one lookup of the episodes' places,
+        then per group of features one row computation, per window one fused clamp and pad, per feature one
+        gather."""
+        place = self._ktab[k]
+        local = idx + place[:, 0]  # frame inside the episode
+        length = place[:, 1]
+        rows = [place[:, 2 + g] + local for g in range(place.shape[1] - 2)]
+        n = len(k)
+        out: dict[str, Any] = {}
+        with self._lock:
+            if not self._all_mapped:
+                self._ensure_mapped(self._sel.episodes[k])
+            left = None  # frames after each one in its episode: a window of offsets lo..hi is inside when
+            for w, view, blocks, g, _, _ in self._windowed:  # local + lo >= 0 and local + hi < length
+                r = rows[g]
+                if blocks is not None:
+                    if left is None:
+                        left = length - local
+                    inside = (local >= -w.lo) & (left > w.hi)
+                    inner = np.flatnonzero(inside)
+                    if len(inner) == n:
+                        out[w.name] = blocks[r + w.lo]
+                        out[w.pad_key] = np.zeros((n, len(w.offsets)), dtype=bool)
+                        continue
+                    if 2 * len(inner) >= n:  # mostly inside: whole blocks, gathered rows at the edges only
+                        edge = np.flatnonzero(~inside)
+                        first = place[edge, 2 + g]
+                        clamped, edge_pad = w.rows_batch(r[edge], first, first + length[edge] - 1)
+                        data = np.empty((n, *blocks.shape[1:]), dtype=view.dtype)
+                        data[inner] = blocks[r[inner] + w.lo]
+                        data[edge] = view[clamped]
+                        pad = np.zeros((n, len(w.offsets)), dtype=bool)
+                        pad[edge] = edge_pad
+                        out[w.name], out[w.pad_key] = data, pad
+                        continue
+                first = place[:, 2 + g]
+                clamped, pad = w.rows_batch(r, first, first + length - 1)
+                out[w.name], out[w.pad_key] = view[clamped], pad
+            for name, view, _, g in self._plain:
+                out[name] = view[rows[g]]
+            if self._task is not None:
+                view, vector, g = self._task
+                task_index = view[rows[g]]
+                task_index = task_index[:, 0] if vector else task_index
+                if len(task_index) and (task_index.max() >= len(self._tasks) or task_index.min() < 0):
+                    self._learn_tasks(task_index)
+                out["task"] = self._tasks[task_index].tolist()
+            if self._extras:
+                eps = self._sel.episodes[k]
+                for name, shift, _ in self._shifts:
+                    out[name] = out[name] - shift[eps].reshape(-1, *[1] * (out[name].ndim - 1))
+                for name, reader in self._cameras.items():
+                    self._camera_batch(out, name, reader, eps, local, length)
+        if self._images:
+            self._image_out(out)
+        return out
+
+    def _camera_batch(self, out: dict, name: str, reader: Any, eps: np.ndarray, local: np.ndarray,
+                      length: np.ndarray) -> None:
+        w = self._windows.get(name)
+        if w is None:
+            out[name] = reader.read(self, eps, local)
+            return
+        q, out[w.pad_key] = w.frames_batch(local, length)
+        frames = reader.read(self, np.repeat(eps, len(w.offsets)), q.reshape(-1))
+        out[name] = frames.reshape(len(eps), len(w.offsets), *frames.shape[1:])
+
+    def episode(self, episode_index: int, *, features: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+        """The frames of one selected episode (those the selection holds: all of them unless it chose a frame
+        range): read-only memory maps of its rows, one per feature of the samples (or per feature of
+        ``features``); ``episode_index`` and ``index`` are corrected copies once earlier episodes were deleted,
+        compact cameras decoded arrays. An episode outside the selection raises :class:`FrameIndexError`."""
+        self._check_not_closed()
+        e = operator.index(episode_index)
+        if not 0 <= e < self.meta.total_episodes:
+            raise FrameIndexError(f"episode {e} does not exist ({self.meta.total_episodes} episodes)", episode=e)
+        hits = np.flatnonzero(self._sel.episodes == e)
+        if not hits.size:
+            chosen = self._sel.episodes.tolist()
+            raise FrameIndexError(f"{self.root}: episode {e} is not in this dataset's selection ({len(chosen)} "
+                                  f"episodes: {chosen[:10]}{'...' if len(chosen) > 10 else ''}); open the store "
+                                  f"with it selected to read it", path=self.root, episode=e)
+        if not self.meta.materialized_episodes[e]:
+            raise NotMaterializedError(f"{self.root}: episode {e} is not in the local store", path=self.root,
+                                       episode=e)
+        unknown = [name for name in dict.fromkeys(features or ()) if name not in self._specs]
+        if unknown:
+            name = unknown[0]
+            if name in self._left_out or name in self.meta.features:
+                why = self._left_out.get(name) or self.meta.not_materialized.get(name, "not stored")
+                raise NotMaterializedError(f"{self.root}: feature {name!r} is not in this dataset's samples: {why}",
+                                           path=self.root, feature=name, episode=e)
+            raise UnknownFeatureError(f"{self.root}: no feature {name!r} (the samples hold {list(self._specs)})",
+                                      path=self.root, feature=name, episode=e)
+        k = int(hits[0])
+        first = int(self._sel.first[k])
+        n = int(self._sel.cum[k + 1] - self._sel.cum[k])  # the selected frames [first, first + n)
+        pack, offset = int(self._chunk[e]), int(self._state.table.offset[e]) + first
+        rows = int(self._state.packs.rows[pack])
+        out = {}
+        for name, spec in self._specs.items():
+            if features is not None and name not in features:
+                continue
+            if spec.storage != "raw":
+                with self._lock:
+                    self._ensure_mapped(np.array([e]))
+                    out[name] = self._cameras[name].read(self, np.full(n, e), np.arange(first, first + n))
+                continue
+            try:
+                fd = _pack_file(self.root, name, spec, pack, rows)
+            except CorruptStoreError as exc:
+                raise CorruptStoreError(f"{exc} (pack {pack} holds episode {e}, asked for here)", path=exc.path,
+                                        episode=e, feature=name) from None
+            with os.fdopen(fd, "rb") as f:
+                out[name] = np.memmap(f, dtype=spec.dtype, mode="r", offset=offset * spec.frame_bytes,
+                                      shape=(n, *spec.frame_shape))
+        for name, shift, _ in self._shifts:
+            if name in out:
+                stored = np.asarray(out[name])
+                first = stored.reshape(n, -1)[0, 0] if n else 0
+                want = (int(self.meta.episode_start[e]) if name == "index" else e) + int(shift[e])
+                if n and first != want:
+                    raise CorruptStoreError(f"{self.root}: episode {e}'s stored {name} is {int(first)}, but the table "
+                                            f"gives {want}: the root's shifts disagree with the data", path=self.root,
+                                            episode=e, feature=name)
+                out[name] = stored - shift[e]
+        return out
+
+    def episode_location(self, episode_index: int) -> tuple[int, int, int]:
+        """``(pack, row offset, pack rows)`` of an episode in the store (see :mod:`lerobot_zarr.store`)."""
+        e = operator.index(episode_index)
+        pack = int(self._chunk[e])
+        return pack, int(self._state.table.offset[e]), int(self._state.packs.rows[pack])
+
+    # conveniences forwarding to modules that build on this one (registered by them: imports point one way) ---
+    def to_lerobot(self, path: str | os.PathLike, *, data_files_size_in_mb: int = 100,
+                   video_files_size_in_mb: int = 200, videos: bool | None = None, progress: bool = True) -> Path:
+        """Export the (complete) store as a LeRobot v3.0 folder at ``path``; see :mod:`lerobot_zarr.writing.export`
+        (``videos``: cameras as the source had them by default, or all as videos / all as images)."""
+        return _FORWARDED["to_lerobot"](self, path, data_files_size_in_mb=data_files_size_in_mb,
+                          video_files_size_in_mb=video_files_size_in_mb, videos=videos, progress=progress)
+
+    def push(self, repo_id: str, *, revision: str | None = None, private: bool = False,
+             token: str | bool | None = None, commit_message: str | None = None, videos: bool | None = None,
+             progress: bool = True) -> str | None:
+        """Publish the store to the Hub as LeRobot v3.0 in one commit tagged ``v3.0`` (only changed files are
+        uploaded; an unchanged store makes no commit). Returns the commit sha, or None if nothing changed."""
+        return _FORWARDED["push"](self, repo_id, revision=revision, private=private, token=token,
+                    commit_message=commit_message, videos=videos, progress=progress)
+
+    def verify(self, *, repair: bool = False, record: bool = False, token: str | bool | None = None,
+               progress: bool = True) -> Any:
+        """Re-read every committed episode of the store and check it against the content hashes recorded at commit
+        (:func:`lerobot_zarr.writing.integrity.verify`); returns a :class:`~lerobot_zarr.writing.integrity.VerifyReport` naming
+        what is damaged. ``repair=True`` fetches damaged episodes again from the store's Hub repo or folder."""
+        return _FORWARDED["verify"](self.root, repair=repair, record=record, token=token, progress=progress)
+
+    def to_xarray(self) -> Any:
+        """The selected, materialized episodes as a lazy ``xarray.Dataset`` (xarray extra): one dask chunk per
+        episode; dims ``frame`` and ``<feature>.<axis>`` (named from LeRobot's ``names`` where it names an axis,
+        with its labels as coordinates); ``episode_index``, ``frame_index``, ``timestamp`` and ``index`` as
+        coordinates; and the episode table over dim ``episode`` (with ``episode_materialized``: a partial store
+        lists the episodes it lacks instead of filling them with zeros)."""
+        return _FORWARDED["to_xarray"](self)

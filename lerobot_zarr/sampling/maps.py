@@ -1,0 +1,235 @@
+"""Memory maps of a dataset's raw packs, laid side by side in one reserved address range per feature.
+
+Each feature reserves address space (``PROT_NONE``, no memory) for every pack; pack ``k`` occupies rows
+``base_row[feature][k] ..`` of that feature's row-indexed view, so frame ``j`` of episode ``e`` is row
+``base_row[f][chunk[e]] + offset[e] + j`` and one numpy fancy index gathers frames of many episodes and packs at
+once. A pack file is mapped read-only (``mmap(MAP_SHARED | MAP_FIXED)``) into its slot on first use. Slots start at
+2 MiB boundaries where the frame size allows it without wasting much address space, so the kernel can map large
+page-cache folios with huge pages, as it does for a plain ``np.memmap`` of a file: fewer page faults and TLB misses
+on random access. Rows outside a mapped pack are never read: callers map a pack before touching its rows. At most
+``max_packs`` packs are mapped (least recently used unmapped first; unmapping puts an inaccessible anonymous mapping
+back over the slot); :meth:`PackMaps.close` releases everything at once.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import math
+import mmap
+import os
+import weakref
+from collections.abc import Mapping
+
+import numpy as np
+
+from ..utils.libc import libc
+from ..store.packs import open_pack
+from ..errors import StoreError
+from ..store.state import ArraySpec, PackLayout, chunk_path, retired_path
+
+__all__ = ["PackMaps", "MAX_RESERVATION"]
+
+_MAP_FAILED = ctypes.c_void_p(-1).value
+_MAP_FIXED = 0x10  # same value on Linux and macOS
+_PROT_NONE = 0
+_MAP_NORESERVE = getattr(mmap, "MAP_NORESERVE", 0)
+_ANON = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _MAP_NORESERVE
+_HUGE = 2 << 20  # PMD size on x86-64 and arm64 with 4 KiB pages
+_MAX_HUGE_ALIGN = 32 << 20  # align slots to huge pages only while that costs at most this much per slot
+MAX_RESERVATION = 1 << 46  # 64 TiB of address space per feature
+
+
+def _check(addr: int | None, what: str) -> int:
+    if addr is None or addr == _MAP_FAILED:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+    return addr
+
+
+def slot_alignment(frame_bytes: int) -> int:
+    """Bytes a slot start must be a multiple of: a huge page and a frame if affordable, else a page and a frame."""
+    huge = math.lcm(_HUGE, frame_bytes)
+    return huge if huge <= _MAX_HUGE_ALIGN else math.lcm(mmap.PAGESIZE, frame_bytes)
+
+
+_SHARED_SLOT_MAX = 256 << 20  # features share a slot layout while its granularity costs at most this per slot
+
+
+def _shared_alignment(specs: Mapping[str, ArraySpec]) -> dict[str, int]:
+    """Rows each feature's slots are a multiple of. Every feature's own alignment is a power of two rows: the
+    features for which the largest costs at most ``_SHARED_SLOT_MAX`` per slot all take it, so their packs sit at
+    the same rows and a sampler computes a frame's row once for all of them (numeric features, not cameras)."""
+    own = {name: slot_alignment(spec.frame_bytes) // spec.frame_bytes for name, spec in specs.items()}
+    shared = [name for name in specs if own[name] * specs[name].frame_bytes <= _SHARED_SLOT_MAX]
+    rows = max((own[name] for name in shared), default=1)
+    return {name: rows if name in shared and rows * specs[name].frame_bytes <= _SHARED_SLOT_MAX else own[name]
+            for name in specs}
+
+
+class _Feature:
+    """One feature's reservation, its row-indexed read-only view and where each pack's slot starts. The memory
+    is released with :meth:`release` or when the last view of it is garbage collected."""
+
+    def __init__(self, name: str, spec: ArraySpec, packs: PackLayout, headroom_rows: int, align_rows: int):
+        self.name, self.spec, self.frame_bytes = name, spec, spec.frame_bytes
+        self.align_rows = align_rows
+        self._layout(packs.rows)
+        self.capacity_rows = self._round(self.end_row + headroom_rows)
+        size = self.capacity_rows * self.frame_bytes
+        if size > MAX_RESERVATION:
+            raise StoreError(f"feature {name!r}: {size} bytes of address space needed to map it side by side",
+                             feature=name)
+        reserved = size + _HUGE
+        try:
+            raw = _check(libc.mmap(None, reserved, _PROT_NONE, _ANON, -1, 0), f"reserving {name!r}")
+        except OSError as exc:  # the packs the table declares need more address space than the process has left
+            raise StoreError(f"feature {name!r}: cannot reserve {size} bytes of address space to map its packs side "
+                             f"by side ({exc.strerror}); open fewer datasets at once", feature=name) from None
+        self.base = -(-raw // _HUGE) * _HUGE
+        buf = (ctypes.c_char * size).from_address(self.base)
+        self._release = weakref.finalize(buf, libc.munmap, raw, reserved)
+        self._release.atexit = False  # at exit a daemon thread may still sample: let the OS reclaim the memory
+        view = np.frombuffer(buf, dtype=np.uint8, count=size).view(spec.dtype)
+        self.view = view.reshape(self.capacity_rows, *spec.frame_shape)
+        self.view.flags.writeable = False
+
+    def _round(self, rows: int | np.ndarray) -> int | np.ndarray:
+        return -(-rows // self.align_rows) * self.align_rows
+
+    def _layout(self, rows: np.ndarray) -> None:
+        slots = self._round(np.asarray(rows, dtype=np.int64))
+        self.base_row = np.concatenate([[0], np.cumsum(slots)[:-1]]).astype(np.int64) if len(rows) else \
+            np.zeros(0, dtype=np.int64)
+        self.end_row = int(slots.sum())
+
+    def extend(self, rows: np.ndarray) -> bool:
+        """Slots for new packs after the others; False when the reservation is too small."""
+        slots = self._round(np.asarray(rows, dtype=np.int64))
+        if self.end_row + int(slots.sum()) > self.capacity_rows:
+            return False
+        self.base_row = np.concatenate([self.base_row, self.end_row + np.cumsum(slots) - slots])
+        self.end_row += int(slots.sum())
+        return True
+
+    def map(self, k: int, rows: int, root: str) -> None:
+        path = chunk_path(root, self.name, k, self.spec.ndim)
+        nbytes = rows * self.frame_bytes
+        fd = open_pack(path, nbytes, root=root, retired=retired_path(root, self.name, k),
+                       what=f"pack {k} of feature {self.name!r}", feature=self.name)
+        try:
+            addr = self.base + int(self.base_row[k]) * self.frame_bytes
+            got = _check(libc.mmap(addr, nbytes, mmap.PROT_READ, mmap.MAP_SHARED | _MAP_FIXED, fd, 0), path)
+            if got != addr:
+                raise OSError(f"{path}: mapped at {got:#x} instead of {addr:#x}")
+        finally:
+            os.close(fd)
+
+    def unmap(self, k: int, rows: int) -> None:
+        size = -(-max(rows * self.frame_bytes, 1) // mmap.PAGESIZE) * mmap.PAGESIZE
+        addr = self.base + int(self.base_row[k]) * self.frame_bytes
+        _check(libc.mmap(addr, size, _PROT_NONE, _ANON | _MAP_FIXED, -1, 0), self.name)
+
+    def release(self) -> None:
+        self.view = None
+        self._release()
+
+
+class PackMaps:
+    """The maps of every raw feature's packs (see the module docstring). Not thread-safe: the dataset's lock
+    guards it."""
+
+    def __init__(self, root: str | os.PathLike, specs: Mapping[str, ArraySpec], packs: PackLayout, *,
+                 max_packs: int, headroom_rows: int = 0):
+        self.root = os.fspath(root)
+        self.specs = {name: spec for name, spec in specs.items() if spec.storage == "raw"}
+        self.max_packs = max(1, int(max_packs))
+        align = _shared_alignment(self.specs)
+        self.features = {name: _Feature(name, spec, packs, headroom_rows, align[name])
+                         for name, spec in self.specs.items()}
+        self.views = {name: f.view for name, f in self.features.items()}
+        self.rows = packs.rows
+        self.mapped = np.zeros(len(packs), dtype=bool)
+        self.last_used = np.zeros(len(packs), dtype=np.int64)
+        self.n_mapped = 0
+        self.tick = 0
+
+    def base_rows(self, name: str) -> np.ndarray:
+        """Row of each pack's first frame in feature ``name``'s view."""
+        return self.features[name].base_row
+
+    def update(self, packs: PackLayout) -> bool:
+        """Follow a newer commit's packs (existing packs keep their slots and maps; new ones go after them;
+        retired ones are unmapped). False when a reservation has no room left: build a new PackMaps then."""
+        old = len(self.rows)
+        if len(packs) < old or ((packs.rows[:old] != self.rows) & (packs.rows[:old] != 0)).any():
+            return False
+        new = packs.rows[old:]
+        if not all(f.end_row + int(f._round(new).sum()) <= f.capacity_rows for f in self.features.values()):
+            return False
+        for k in np.flatnonzero(self.mapped[:old] & (packs.rows[:old] == 0)).tolist():
+            self._unmap(k)
+        for f in self.features.values():
+            f.extend(new)
+        self.rows = packs.rows
+        self.mapped = np.concatenate([self.mapped, np.zeros(len(new), dtype=bool)])
+        self.last_used = np.concatenate([self.last_used, np.zeros(len(new), dtype=np.int64)])
+        return True
+
+    def ensure(self, packs: np.ndarray) -> None:
+        """Map the given packs (unique ids) in every feature, unmapping least recently used ones beyond the budget.
+        A pack that cannot be mapped raises with ``pack`` set on the error."""
+        self.tick += 1
+        self.last_used[packs] = self.tick
+        need = packs[~self.mapped[packs]]
+        excess = self.n_mapped + len(need) - self.max_packs
+        if excess > 0:
+            self._evict(max(excess, self.n_mapped // 4))
+        for k in need.tolist():
+            try:
+                self._map(k)
+            except StoreError as exc:
+                exc.pack = k
+                raise
+
+    def _evict(self, count: int) -> None:
+        candidates = np.flatnonzero(self.mapped & (self.last_used < self.tick))
+        order = np.argsort(self.last_used[candidates], kind="stable")
+        for k in candidates[order[:count]].tolist():
+            self._unmap(k)
+
+    def _map(self, k: int) -> None:
+        rows = int(self.rows[k])
+        for name, feature in self.features.items():
+            try:
+                feature.map(k, rows, self.root)
+            except OSError as exc:
+                if exc.errno != errno.ENOMEM or not self.n_mapped:
+                    self._unmap_slots(k)
+                    if exc.errno == errno.ENOMEM:
+                        raise StoreError(f"{chunk_path(self.root, name, k, feature.spec.ndim)}: the process has "
+                                         f"too many memory maps (vm.max_map_count) even with none of this "
+                                         f"dataset's; open fewer datasets at once", feature=name) from None
+                    raise
+                # the process is out of maps (other datasets, other libraries): give back half of ours, retry once
+                self._evict(max(1, self.n_mapped // 2))
+                feature.map(k, rows, self.root)
+        self.mapped[k] = True
+        self.n_mapped += 1
+
+    def _unmap_slots(self, k: int) -> None:
+        for feature in self.features.values():
+            feature.unmap(k, int(self.rows[k]))
+
+    def _unmap(self, k: int) -> None:
+        self._unmap_slots(k)
+        self.mapped[k] = False
+        self.n_mapped -= 1
+
+    def close(self) -> None:
+        """Release every map and reservation now (the views become unusable)."""
+        for feature in self.features.values():
+            feature.release()
+        self.views = {}
+        self.mapped[:] = False
+        self.n_mapped = 0

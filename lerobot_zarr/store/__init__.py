@@ -1,0 +1,114 @@
+"""The on-disk store format (version 3): a Zarr v3 group that other tools can read. This docstring is the
+contract; its code: :mod:`.state` (the root state and its commit), :mod:`.packs` (pack files), :mod:`.zarr_meta`
+(zarr's metadata documents), :mod:`.cache` (the cache layout, `cache ls/rm/prune`).
+
+Layout of a store folder::
+
+    zarr.json                  root group. Its write is the COMMIT POINT (atomic rename). It holds the root state in
+                               attributes["lerobot_zarr"] (below) and the consolidated metadata of every array.
+    <feature>/zarr.json        one array per stored feature, C order, frames first
+    <feature>/c/<k>/0...       PACK k of that feature: ``rows[k]`` frames of many consecutive episodes. Raw storage:
+                               exactly rows[k] * frame_bytes little-endian bytes, no header (the ``bytes`` codec
+                               alone), created sparse at full size (unwritten rows are holes: no disk, read as 0).
+                               Compact storage: a zarr shard of single-frame zstd chunks, its index first (then
+                               the index's crc32c, checked on every read). A pack file is made when the first row
+                               of it is written: a feature none of the pack's committed episodes holds (a camera
+                               whose videos are missing) may have none (zarr reads it as fill value 0).
+    frame_live/zarr.json, c/<k>
+                               bool per row of pack k: True where the row holds a frame of a committed episode.
+                               Feature arrays name it in their ``coordinates`` attribute, so xarray shows it as a
+                               coordinate: rows that are not live (deleted, not fetched yet, unused room at the end
+                               of a pack, one filler row per retired pack) hold no data.
+    episode_start/ episode_end/ episode_length/ episode_task_index/ episode_chunk/ episode_offset/ episode_frame/
+                               1-D int64 arrays over dimension "episode": a copy of the committed episode table for
+                               zarr/xarray readers (``episode_frame``: row along ``frame`` of each episode's first
+                               frame). lerobot_zarr reads the root.
+    .episode_stats/<k>-<offset>.json
+                               per-episode statistics of the episode at row ``offset`` of pack k (writers' cache)
+    .editing/<k>-<offset>      the features of that episode an in-place edit changed since the last commit (a
+                               JSON list): the next writer recomputes their stats and content hashes
+    .retired/<feature>/<k>     pack files of retired packs, kept a while for readers of older commits
+    .lock                      writer lock (``flock``); not part of the zarr hierarchy
+    .lerobot_zarr-creating     present only while a store is being laid out (before its first commit)
+    .frame_live-pending        present while ``frame_live`` may lag the last commit (repaired by the next commit)
+
+Packs. Episode e (the LeRobot ``episode_index``) is the ``length[e]`` rows from row ``offset[e]`` of pack
+``chunk[e]`` in every feature array: an episode never spans two packs. A pack holds consecutive episodes up to a
+target size (``pack_bytes``, default 32 MiB of the widest raw feature; an episode bigger than that gets a pack of
+its own). Pack ids are never reused and a row, once given to an episode, is never given to another: appends fill
+the unused rows of the last pack, then start a new pack; an edit that changes an episode's length (deleting
+frames) writes it again into fresh rows. So a reader holding an older commit never finds other data where its
+table points. Rows of deleted episodes stay in their pack (no longer live) until the whole pack is retired
+(``packs.rows[k]`` = 0: zarr shows it as one filler row, and its files move to ``.retired/``); a writer moves the
+live episodes of a pack that is mostly dead to fresh rows (compaction), so along ``frame`` episodes are in pack
+order, which is episode order unless a writer moved some.
+
+Readers need zarr's rectilinear chunk grid extension (``ZARR_ARRAY__RECTILINEAR_CHUNKS=True``; importing
+lerobot_zarr sets it for its own process). Dimension names: ``frame`` first, then ``<feature>.<axis>``
+(``height``/``width``/``channels`` for images, ``dim_<k>`` otherwise).
+
+``attributes["lerobot_zarr"]`` (the root state, :class:`StoreState`; every key is validated when read):
+
+- ``format_version``: 3. Versions 1 and 2 (one chunk per episode) are read too; the first commit made by this
+  version upgrades such a store in place (data files unchanged: chunk k becomes pack k with one episode at row 0).
+- ``info``: LeRobot's ``meta/info.json`` (features, fps, robot_type, codebase_version...). ``tasks``: task strings
+  by ``task_index``. ``stats``: LeRobot's ``meta/stats.json``. ``source``: where the data came from:
+  ``{"kind": "local", "path", "fingerprint"}``, ``{"kind": "hub", "repo_id", "commit", "endpoint"}``,
+  ``{"kind": "recorded"}`` (:func:`lerobot_zarr.create`), or ``{"kind": "edited", "from": <record>}`` once a writer
+  changed it. A store only ever takes data from the source it records.
+- ``episodes``: the episode table, one column per key, each the base64 of the zlib-compressed little-endian int64
+  differences of the column (first value as is): ``start`` and ``length`` (frames ``[start, start + length)`` in
+  LeRobot's global ``index``), ``task_index`` (first task, -1 if unknown), ``chunk`` and ``offset`` (pack and row),
+  ``episode_index_shift`` / ``index_shift``: what the stored ``episode_index`` / ``index`` values exceed LeRobot's by
+  (non-zero after earlier episodes were deleted; lerobot_zarr computes both from the table).
+- ``packs``: ``{"rows": <column as above>, "next_row": n}``: rows of every pack id (0: retired), and the rows used
+  in the last pack (appends go on from there). ``pack_bytes``: the target pack size of new packs.
+- ``features``: for each stored array, ``{"kind": "numeric"|"image"|"video", "dtype", "frame_shape", "storage":
+  "raw"|"compact"|"mp4", "shard_index": "start"|"end", "episodes"}`` where ``episodes`` lists half-open ``[first,
+  stop)`` ranges of episodes whose rows are committed. Only those rows hold data; other rows may hold zeros or
+  garbage from an interrupted write. Images and videos are stored alike (uint8 HWC frames); ``video`` says the
+  source kept them as mp4. Compact arrays add ``"codec"`` (the frame codec of every inner chunk, e.g.
+  ``{"codec": "zstd", "level": 3}``, ``{"codec": "delta-zstd", ...}``, ``{"codec": "jpeg", "quality": 90}``; the
+  zarr metadata names the same codec, registered as ``lerobot_zarr.delta`` / ``lerobot_zarr.jpeg``). Cameras
+  resized at transcode add ``"resize": {"from": [h, w], "size": [h, w], ...}``; ``frame_shape`` is the stored one.
+  ``"mp4"`` arrays have no pack files: the camera stays in the source's mp4 files under ``<feature>/videos/`` with
+  ``<feature>/mp4.json`` (the file, ``from_timestamp`` and ``to_timestamp`` of every episode), decoded on read; the
+  zarr hierarchy does not list them.
+- ``unavailable``: ``{feature: [[first, stop, reason], ...]}``: episodes whose frames of that feature the source
+  cannot give (a missing or undecodable video, a timestamp without a frame), with why. They count as done.
+- ``not_materialized``: ``{feature: reason}`` for features listed in ``info`` that have no array (videos...).
+- ``retired``: ``[[pack, unix_time], ...]`` retired packs whose files may still be in ``.retired/``;
+  ``generation``: counts commits; ``capacity_frames``: ring-buffer capacity or null; ``pending_tasks``: a
+  ``set_task`` in progress, ``[[chunk, offset, task_index], ...]`` (finished by the next writer).
+
+- ``hashes`` (stores made since content hashes exist; absent in earlier ones, whose episodes ``verify`` reports
+  as unverifiable until ``verify --record``): ``{"algorithm": "crc32c", "features": {name: {"crc32c": <base64 of
+  little-endian uint32, one per episode in table order>, "missing": [[first, stop], ...]}}, "files":
+  {"<camera>/mp4.json": crc}, "root": crc}``. The CRC-32C (Castagnoli) of what the store holds for each committed
+  episode and feature, computed while the rows are written (never by re-reading them), recorded at the commit
+  that lists them: a raw feature's rows, byte for byte; a compact camera's encoded frames in row order, each as
+  its 8-byte little-endian length then its bytes; a camera kept as mp4, the whole file holding the episode.
+  ``missing``: episodes without one (not fetched yet, a camera unavailable in them, committed by an earlier
+  version). An episode moved to other rows keeps its hash; an in-place edit's new hash comes with the commit
+  after it. ``root``: the hash of these attributes but ``hashes``, as canonical JSON (sorted keys, no spaces);
+  no commit is made on top of a root that differs from it.
+  Sampling never checks hashes; :func:`lerobot_zarr.verify` does. A CRC finds damage, not forgery: whoever can
+  rewrite the data can rewrite the root.
+
+A store missing its root ``zarr.json`` (or whose root lacks these attributes) is not a store. Writers write pack
+rows first, flush them, then replace the root ``zarr.json``; readers trust only what the root lists.
+
+A store may come from elsewhere, so its files are untrusted input. A store holds no symbolic link: every file is
+opened after checking each folder from the store root down (the root itself may be a link), ``O_NOFOLLOW`` at the
+file, and a writer refuses a store holding a link anywhere. The root is at most ``MAX_ROOT_BYTES``, JSON at most
+64 levels deep, its columns decompressed within their bound (``MAX_EPISODES`` entries, ``MAX_PACKS`` for the
+packs); episodes follow each other from index 0 (``start``), offsets and shifts are bounded so that no sum
+overflows int64, frames are at most ``MAX_FRAME_BYTES``, a raw pack file at most ``MAX_PACK_BYTES``; a shifted
+``episode_index``/``index`` is checked against the stored first frame of its episode before it is served.
+"""
+
+from .packs import open_pack, read_raw_rows, read_shard_index
+from .state import *  # noqa: F403  (the curated list is state.__all__)
+from .state import __all__ as _state
+
+__all__ = [*_state, "open_pack", "read_raw_rows", "read_shard_index"]

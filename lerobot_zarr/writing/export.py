@@ -1,0 +1,359 @@
+"""A store back to LeRobot's v3.0 format: ``to_lerobot`` (a local folder) and ``push`` (a Hub repo, one commit).
+
+The output is what LeRobot writes: data files of bounded size with one row group per episode (vectors as
+``fixed_size_list``, images as ``struct<bytes, path>`` PNG), ``meta/info.json``, ``meta/episodes`` with per-episode
+stats, ``meta/tasks.parquet`` (task text in a pandas index named ``task``), ``meta/stats.json`` with quantiles and a
+dataset card. Bytes are deterministic for the same store, so pushing an unchanged store changes nothing. Alongside,
+``meta/lerobot_zarr_index.json`` (:mod:`lerobot_zarr.lerobot.index_file`) gives our readers all the metadata and the data
+files' footers in one file. Features the store does not hold (videos) are left out of the export.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..utils.progress import progress_bar
+from ..sampling.dataset import LeRobotZarrDataset, forwarded
+from ..errors import ArgumentError, NotMaterializedError, StoreError, warn_user
+from ..lerobot.index_file import INDEX_FILE, write_index
+from ..lerobot.format import CAMERA_DTYPES, CHUNKS_SIZE, STAT_NAMES, default_features, video_file_rel, video_info
+from ..lerobot.format import episode_stats as lerobot_stats
+from ..cameras.video import ENCODING, VideoWriter, pyav_missing
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+__all__ = ["to_lerobot", "push", "check_push", "INDEX_FILE"]
+
+_AV1_RATIO = 20  # raw camera bytes per byte of LeRobot's AV1 (crf 30), roughly: sizes video files
+
+
+def _encode_png(frame: np.ndarray) -> bytes:
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.fromarray(frame if frame.shape[-1] != 1 else frame[..., 0]).save(buf, format="PNG", compress_level=6)
+    return buf.getvalue()
+
+
+def _column(values: np.ndarray, kind: str, e: int) -> pa.Array:
+    import pyarrow as pa
+
+    from ..lerobot.writers import nested_list
+
+    if kind in CAMERA_DTYPES:
+        data = pa.array([_encode_png(frame) for frame in values], pa.binary())
+        paths = pa.array([f"frame-{e:06d}-{i:06d}.png" for i in range(len(values))], pa.string())
+        return pa.StructArray.from_arrays([data, paths], names=["bytes", "path"])
+    if values.ndim == 1:
+        return pa.array(np.ascontiguousarray(values))
+    return nested_list(np.ascontiguousarray(values), fixed=True)
+
+
+@forwarded("to_lerobot")
+def to_lerobot(dataset: LeRobotZarrDataset | str | os.PathLike, path: str | os.PathLike, *,
+               data_files_size_in_mb: int = 100, video_files_size_in_mb: int = 200, videos: bool | None = None,
+               progress: bool = True) -> Path:
+    """Export a complete store to a new LeRobot v3.0 folder at ``path`` (written aside, then renamed in place).
+
+    Cameras go out as the source had them (``videos=None``): mp4 videos (AV1, LeRobot's encoding, episodes
+    concatenated per file) or PNG image features; ``videos=True`` / ``False`` makes every camera a video / an
+    image feature. A camera some episodes lack (missing source videos) is left out, with a warning."""
+    ds = dataset if isinstance(dataset, LeRobotZarrDataset) else LeRobotZarrDataset(dataset)
+    path = Path(path)
+    if path.exists() and (not path.is_dir() or any(path.iterdir())):
+        raise StoreError(f"{path}: exists and is not an empty folder; to_lerobot writes a new dataset")
+    _check_exportable(ds)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
+    try:
+        _write(ds, tmp, data_files_size_in_mb, video_files_size_in_mb, videos, progress)
+        if path.exists():
+            path.rmdir()
+        os.replace(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return path
+
+
+def _check_exportable(ds: LeRobotZarrDataset) -> None:
+    """An export holds whole episodes: every one the store lists, or a selection made for it with
+    ``ds.select([...])``, renumbered from 0. A dataset opened on some episodes (or a store that lacks some) is not
+    published by accident as a smaller dataset."""
+    if len(ds.episodes) == 0:
+        raise StoreError(f"{ds.root}: the dataset has no episodes: nothing to export or push", path=ds.root)
+    undecoded = [name for name in ds.meta.needs_pyav if name in ds.left_out]
+    if undecoded:  # not a property of the data: publishing it without the camera would lose it
+        raise pyav_missing(f"{ds.root}: exporting camera {undecoded[0]!r}", path=ds.root, feature=undecoded[0])
+    if not ds._sel.whole(ds.meta.episode_length):
+        raise ArgumentError(f"{ds.root}: an export holds whole episodes; this dataset selects frame ranges of some "
+                            f"(select whole episodes with ds.select([...]))")
+    if not ds.selected_explicitly and len(ds.episodes) < ds.meta.total_episodes:
+        missing = np.setdiff1d(np.arange(ds.meta.total_episodes), ds.episodes)
+        held = ds.episodes.tolist()
+        raise NotMaterializedError(
+            f"{ds.root}: this dataset holds {len(held)} of the store's {ds.meta.total_episodes} episodes (lacking "
+            f"{missing[:10].tolist()}{'...' if missing.size > 10 else ''}). Fetch them first "
+            f"(open_dataset(<its source>) or `lerobot-zarr convert <its source>`) and export them all, or publish "
+            f"these as "
+            f"a new dataset, renumbered from 0: ds.select({held[:5]}{'...' if len(held) > 5 else ''}) then "
+            f"push/to_lerobot (CLI: `lerobot-zarr push STORE REPO_ID --episodes ...`)", path=ds.root,
+            episode=int(missing[0]))
+
+
+def _video_keys(ds: LeRobotZarrDataset, videos: bool | None) -> list[str]:
+    """The cameras exported as videos (the others go out as PNG image features)."""
+    specs = ds.array_specs
+    return [k for k, spec in specs.items() if spec.kind in CAMERA_DTYPES
+            and (spec.kind == "video" if videos is None else videos)]
+
+
+def _features(ds: LeRobotZarrDataset, videos: bool | None) -> dict:
+    """The ``features`` of the exported info.json (also what push compares with the remote's before exporting)."""
+    info, specs = ds.meta.info, ds.array_specs
+    as_video = _video_keys(ds, videos)
+    features = {k: dict(v) for k, v in info["features"].items() if k in specs}
+    for k, entry in default_features().items():
+        features.setdefault(k, entry)
+    for k in (k for k, spec in specs.items() if spec.kind in CAMERA_DTYPES):
+        height, width, channels = specs[k].frame_shape
+        features[k] = {"dtype": "video" if k in as_video else "image", "shape": [height, width, channels],
+                       "names": features.get(k, {}).get("names") or ["height", "width", "channels"]}
+        if k in as_video and specs[k].storage == "mp4" and not specs[k].resize and "info" in info["features"][k]:
+            features[k]["info"] = info["features"][k]["info"]  # the source's files go out as they are
+        elif k in as_video:
+            features[k]["info"] = video_info(height, width, channels, info["fps"], ENCODING["pix_fmt"])
+    return features
+
+
+def _write(ds: LeRobotZarrDataset, root: Path, size_mb: int, video_size_mb: int, videos: bool | None,
+           progress: bool) -> None:
+    """Every file of the LeRobot v3.0 dataset, one writer each: data files (with the per-episode stats and tasks
+    they yield), videos, then the metadata files and our index."""
+    from ..lerobot.writers import write_card, write_episodes_table, write_info, write_stats, write_tasks
+
+    meta = ds.meta
+    for name, why in ds.left_out.items():
+        warn_user(f"{ds.root}: feature {name!r} is left out of the export: {why}")
+    for name, why in meta.not_materialized.items():
+        if name in meta.info["features"] and name not in ds.left_out:
+            warn_user(f"{ds.root}: feature {name!r} of the source is not in the store, so not in the export: {why}")
+    selected = ds.episodes.tolist()  # the store's episodes, exported as 0 .. n_episodes - 1
+    lengths = meta.episode_length[selected]
+    n_episodes = len(lengths)
+    if n_episodes < meta.total_episodes:
+        warn_user(f"{ds.root}: exporting {n_episodes} of the store's {meta.total_episodes} episodes "
+                  f"({selected[:10]}{'...' if n_episodes > 10 else ''}), renumbered 0..{n_episodes - 1}")
+    as_video = _video_keys(ds, videos)
+    data = _write_data_files(ds, root, selected, as_video, size_mb, progress)
+    places = {k: _write_videos(ds, root, k, selected, video_size_mb, progress) for k in as_video}
+    write_episodes_table(root, tasks=data.tasks, lengths=lengths, data_files=(data.chunk, data.file),
+                         videos={k: tuple(zip(*p, strict=True)) for k, p in places.items()}, stats=data.stats)
+    write_tasks(root, meta.tasks)
+    stats = write_stats(root, data.stats)
+    info = write_info(root, robot_type=meta.info.get("robot_type"), lengths=lengths, total_tasks=len(meta.tasks),
+                      fps=meta.info["fps"], features=_features(ds, videos), data_files_size_in_mb=size_mb,
+                      video_files_size_in_mb=video_size_mb)
+    write_card(root, info)
+    write_index(root, info=info, tasks=list(meta.tasks), stats=stats, length=lengths.tolist(),
+                data_file=data.rel, file_row=data.file_row, episode_tasks=data.tasks,
+                videos={k: [(video_file_rel(k, *p[:2]), p[2]) for p in ps] for k, ps in places.items()})
+
+
+@dataclass
+class _DataWritten:
+    """Per exported episode: where its frames went, its tasks (first seen first) and, per feature, its stats."""
+
+    chunk: list[int] = field(default_factory=list)
+    file: list[int] = field(default_factory=list)
+    rel: list[str] = field(default_factory=list)
+    file_row: list[int] = field(default_factory=list)
+    tasks: list[list[str]] = field(default_factory=list)
+    stats: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
+
+
+def _write_data_files(ds: LeRobotZarrDataset, root: Path, selected: list[int], as_video: list[str], size_mb: int,
+                      progress: bool) -> _DataWritten:
+    """The data files: episodes appended (one row group each) to a file until it would pass ``size_mb``, estimated
+    from the bytes per frame written so far; cameras exported as videos are left out of them."""
+    import pyarrow as pa
+
+    from ..lerobot.writers import DataFiles, huggingface_metadata
+
+    info, specs, tasks = ds.meta.info, ds.array_specs, ds.meta.tasks
+    order = [k for k in info["features"] if k in specs] + [k for k in specs if k not in info["features"]]
+    kinds = {k: specs[k].kind for k in order}
+    columns = [k for k in order if k not in as_video]
+    lengths = ds.meta.episode_length[selected].tolist()
+    out = _DataWritten()
+    episode_stats: dict[str, list[dict[str, np.ndarray]]] = {k: [] for k in order}
+    files = DataFiles(root)
+    limit = size_mb * 2**20
+    start = 0
+    with progress_bar(sum(lengths), f"exporting {ds.root.name}", progress) as bar:
+        try:
+            for e, (src, n) in enumerate(zip(selected, lengths, strict=True)):
+                if files.rows == 0 or files.size() + files.size() / files.rows * n > limit:
+                    files.new_file()
+                arrays = dict(ds.episode(src))
+                arrays["episode_index"] = np.full(n, e, dtype=np.int64)
+                arrays["index"] = np.arange(start, start + n, dtype=np.int64)
+                table = pa.table({k: _column(arrays[k], kinds[k], e) for k in columns})
+                chunk, file = files.place
+                out.chunk.append(chunk)
+                out.file.append(file)
+                out.rel.append(files.rel)
+                out.file_row.append(files.rows)
+                if files.rows == 0:
+                    table = table.replace_schema_metadata(
+                        {"huggingface": huggingface_metadata(table.schema, "v3.0")})
+                files.add(table)
+                task_index = np.asarray(arrays["task_index"]).reshape(-1)
+                first_seen = task_index[np.sort(np.unique(task_index, return_index=True)[1])]
+                out.tasks.append([tasks[t] for t in first_seen.tolist()])
+                for k in order:
+                    episode_stats[k].append(lerobot_stats(np.asarray(arrays[k]), kinds[k]))
+                bar.update(n)
+                start += n
+        finally:
+            files.close()
+    out.stats = {k: {name: np.stack([s[name] for s in per_episode]) for name in STAT_NAMES}
+                 for k, per_episode in episode_stats.items()}
+    return out
+
+
+def _write_videos(ds: LeRobotZarrDataset, root: Path, key: str, selected: list[int], size_mb: int,
+                  progress: bool) -> list[tuple[int, int, float, float]]:
+    """One camera's mp4 files; per episode its ``(chunk_index, file_index, from_timestamp, to_timestamp)``.
+    One camera at a time: two live SVT-AV1 encoders in a process have been seen to hang."""
+    spec = ds.array_specs[key]
+    if spec.storage == "mp4" and not spec.resize:  # the source's bytes, unchanged
+        return _copy_mp4(ds, root, key, selected)
+    lengths = ds.meta.episode_length[selected].tolist()
+    out = _VideoFiles(root, key, float(ds.meta.info["fps"]), spec.frame_shape, size_mb)
+    places = []
+    try:
+        with progress_bar(sum(lengths), f"encoding {key}", progress) as bar:
+            for src, n in zip(selected, lengths, strict=True):
+                places.append(out.add(np.asarray(ds.episode(src, features=[key])[key])))
+                bar.update(n)
+    finally:
+        out.close()  # also after a failure: an encoder left to the garbage collector can hang in its deinit
+    return places
+
+
+def _copy_mp4(ds: LeRobotZarrDataset, root: Path, key: str,
+              selected: list[int]) -> list[tuple[int, int, float, float]]:
+    """A camera kept as mp4: the files holding the exported episodes copied unchanged (renumbered as LeRobot's
+    ``file-NNN``), each episode at the same seconds of its file."""
+    from ..sampling.camera_readers import mp4_file, read_mp4_index
+    from ..utils.fileio import copy_file
+
+    index = read_mp4_index(ds.root, key, ds.meta.total_episodes)
+    numbers: dict[int, int] = {}
+    places = []
+    for src in selected:
+        f = int(index["file"][src])
+        if f not in numbers:
+            numbers[f] = len(numbers)
+            target = root / video_file_rel(key, *divmod(numbers[f], CHUNKS_SIZE))
+            target.parent.mkdir(parents=True, exist_ok=True)
+            copy_file(mp4_file(ds.root, key, index["files"][f]), target)  # never a file outside the store
+        chunk, file = divmod(numbers[f], CHUNKS_SIZE)
+        places.append((chunk, file, float(index["from_timestamp"][src]), float(index["to_timestamp"][src])))
+    return places
+
+
+class _VideoFiles:
+    """One camera's mp4 files: episodes appended to the current file until it is estimated to pass the size
+    limit. The estimate (raw frame bytes / ``_AV1_RATIO``) keeps exports byte-deterministic: the encoder's own
+    threads make the size of a file still being written vary from run to run."""
+
+    def __init__(self, root: Path, key: str, fps: float, frame_shape: tuple[int, ...], size_mb: int):
+        self.root, self.key, self.fps = root, key, fps
+        self.height, self.width, self.channels = frame_shape
+        self.limit = size_mb * 2**20 * _AV1_RATIO
+        self.number = 0
+        self.raw = 0
+        self.writer: VideoWriter | None = None
+
+    def add(self, frames: np.ndarray) -> tuple[int, int, float, float]:
+        """Encode one episode; its ``(chunk_index, file_index, from_timestamp, to_timestamp)``."""
+        chunk, file = divmod(self.number, CHUNKS_SIZE)
+        if self.writer is None:
+            path = self.root / video_file_rel(self.key, chunk, file)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self.path = path
+            self.writer = VideoWriter(path, self.fps, self.width, self.height, self.channels)
+        start, stop = self.writer.add(frames)
+        self.raw += frames.nbytes
+        if self.raw >= self.limit:
+            self.close()
+        return chunk, file, start, stop
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
+            self.number += 1
+            self.raw = 0
+
+
+def check_push(dataset: LeRobotZarrDataset | None, repo_id: str, *, revision: str | None = None,
+               token: str | bool | None = None, videos: bool | None = None, drop: Sequence[str] = ()) -> None:
+    """What :func:`push` checks before exporting, changing nothing anywhere (a missing repo is not created):
+    for commands that change a store and then push it (``edit --push``), so that a push bound to fail is refused
+    before the store changes. ``dataset``: the data as it will be pushed, less the features in ``drop`` (None:
+    check the token and the remote only)."""
+    from ..hub.client import parse_repo_id
+    from ..hub.publish import Publisher
+
+    parse_repo_id(repo_id)
+    publisher = Publisher(repo_id, branch=revision or "main", token=token, progress=False)
+    publisher.check(create=False)
+    if dataset is not None:
+        features = {k: v for k, v in _features(dataset, videos).items() if k not in drop}
+        publisher.check_same_dataset({"features": features, "fps": dataset.meta.info["fps"],
+                                      "robot_type": dataset.meta.info.get("robot_type")})
+
+
+@forwarded("push")
+def push(dataset: LeRobotZarrDataset | str | os.PathLike, repo_id: str, *, revision: str | None = None,
+         private: bool = False, token: str | bool | None = None, commit_message: str | None = None,
+         videos: bool | None = None, progress: bool = True) -> str | None:
+    """Publish a complete store to a Hub dataset repo as LeRobot v3.0, in one commit, tagged ``v3.0``.
+
+    Before exporting anything: the dataset holds whole episodes, all of the store's or a :meth:`select` of them
+    (renumbered from 0), a token with write access is there (``token=``, else the
+    login or ``HF_TOKEN``; none: :class:`HubAuthError` at once), the repo exists (else it is created, ``private``)
+    and its branch holds nothing or a dataset with the same features, fps and robot type (else
+    :class:`StoreError`). Files identical to the remote ones are not uploaded again; if nothing changed no commit
+    is made. ``progress=False`` also hides huggingface_hub's upload bars. An error says what the remote holds
+    then; running push again completes a push that failed after its commit (see :mod:`lerobot_zarr.hub.publish`).
+    Returns the new commit sha, or None when nothing changed.
+    """
+    from ..hub.client import parse_repo_id
+    from ..hub.publish import Publisher
+
+    parse_repo_id(repo_id)
+    ds = dataset if isinstance(dataset, LeRobotZarrDataset) else LeRobotZarrDataset(dataset)
+    _check_exportable(ds)
+    publisher = Publisher(repo_id, branch=revision or "main", token=token, private=private, progress=progress)
+    publisher.check()
+    publisher.check_same_dataset({"features": _features(ds, videos), "fps": ds.meta.info["fps"],
+                                  "robot_type": ds.meta.info.get("robot_type")})
+    with tempfile.TemporaryDirectory(prefix="lerobot_zarr-push-") as tmp:
+        out = to_lerobot(ds, Path(tmp) / "dataset", videos=videos, progress=progress)
+        publisher.check_same_dataset(json.loads((out / "meta/info.json").read_text()))
+        return publisher.publish(out, commit_message)

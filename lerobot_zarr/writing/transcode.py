@@ -1,0 +1,741 @@
+"""LeRobot source -> local store, in one pass over the data files, resumable at episode granularity.
+
+The store's packs are planned for every episode of the source when it is created; each data file is read once
+and every episode's frames are written straight from Arrow buffers (zero copy for numeric columns) to their rows;
+cameras kept as mp4 are decoded (PyAV) in a thread pool, several episodes and cameras at once, straight into their
+rows. Episodes become visible only at a commit (about every second and at the end), so an interrupted transcode
+(exception, Ctrl-C, kill -9) leaves the store at its last commit, and the next call writes only what is missing.
+
+The store's writer lock is taken only to create the store and for each commit, never while reading the source:
+a process stalled on the network does not block another one fetching other episodes of the same store. Two
+processes writing the same episode write the same bytes; a commit merges what the store already lists.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, get_args
+
+import numpy as np
+
+from ..utils.background import prefetched
+from ..sampling.camera_readers import MP4_INDEX, mp4_index_path, served_episodes
+from ..utils.fileio import WriterLock, atomic_write, check_in_store, disk_error, link_or_copy
+from ..utils.hashing import Crc32c, crc32c
+from ..store.packs import ensure_pack, read_raw_rows, row_writer, write_rows, write_rows_vectored
+from ..utils.progress import progress_bar
+from ..errors import (
+    ArgumentError,
+    FrameIndexError,
+    NotMaterializedError,
+    SchemaMismatchError,
+    SourceMismatchError,
+    StoreError,
+)
+from ..lerobot.source_files import SourceFiles
+from ..lerobot.format import CAMERA_DTYPES
+from ..cameras.resize import resize_frame, resize_frames
+from ..store.state import (
+    DEFAULT_PACK_BYTES,
+    MAX_EPISODES,
+    MAX_FRAMES,
+    MAX_PACK_BYTES,
+    MAX_ROWS,
+    ArraySpec,
+    EpisodeTable,
+    PackLayout,
+    StoreState,
+    array_spec,
+    check_new_store_location,
+    commit,
+    create_store,
+    has_commit_point,
+    pack_rows_target,
+    plan_packs,
+    read_state,
+    remove_creation_debris,
+)
+from ..cameras.video import VideoUnavailable, have_pyav
+
+if TYPE_CHECKING:  # the caller gives the source: reading one is what needs pyarrow
+    from ..lerobot.source import LeRobotSource
+
+__all__ = ["transcode", "array_specs", "camera_choices_key", "kept_description", "storage_name"]
+
+_COMMIT_EVERY_S = 1.0
+
+
+def _cpu_count() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS has no affinity
+        return os.cpu_count() or 1
+
+
+# How a new store keeps a camera (``storage=``): these, or any frame codec such as "zstd:9" or "jpeg:80".
+CameraStorage = Literal["raw", "compact", "lossless", "jpeg", "mp4"]
+CAMERA_STORAGES = get_args(CameraStorage)
+Resize = tuple[int, int] | Mapping[str, Any]
+
+
+def camera_array(name: str, spec: ArraySpec, storage: CameraStorage | str | None, resize: Resize | None
+                 ) -> ArraySpec:
+    """How a new store keeps a camera: ``storage`` ``"raw"`` (memory-mapped frames), ``"compact"`` (zstd per
+    frame), ``"lossless"`` (delta-zstd per frame), ``"jpeg"`` / ``"jpeg:Q"`` (lossy, quality Q, default 90) or
+    any frame codec of :mod:`~lerobot_zarr.cameras.frame_codecs`, or ``"mp4"`` (the source's mp4 files kept, decoded on
+    read; video features only); ``resize`` ``(height, width)`` or ``{"size", "crop", "interpolation"}``."""
+    from ..cameras.frame_codecs import frame_codec
+    from ..cameras.resize import check_resize
+
+    choice = "raw" if storage is None else storage
+    if not isinstance(choice, str) or not choice:
+        raise ArgumentError(f"storage[{name!r}] must be a storage name such as {CAMERA_STORAGES}, got "
+                            f"{choice!r:.40}")
+    if resize is not None:
+        options = dict(resize) if isinstance(resize, Mapping) else {"size": resize}
+        unknown = set(options) - {"size", "crop", "interpolation"}
+        if unknown or "size" not in options:
+            raise ArgumentError(f"resize[{name!r}] is (height, width) or {{'size', 'crop', 'interpolation'}}, got "
+                                f"{resize!r:.80}")
+        try:
+            shape = check_resize(spec.frame_shape, options["size"], crop=options.get("crop"),
+                                 interpolation=options.get("interpolation", "bilinear"))
+        except (ValueError, TypeError) as exc:
+            raise ArgumentError(f"resize[{name!r}]: {exc}") from None
+        recorded = {"from": list(spec.frame_shape), "size": list(shape[:2]),
+                    "interpolation": options.get("interpolation", "bilinear"),
+                    **({"crop": [int(c) for c in options["crop"]]} if options.get("crop") is not None else {})}
+        spec = replace(spec, frame_shape=shape, resize=tuple((k, tuple(v) if isinstance(v, list) else v)
+                                                             for k, v in recorded.items()))
+    if choice == "raw":
+        return spec
+    if choice == "mp4":
+        if spec.kind != "video":
+            raise ArgumentError(f"storage[{name!r}] = 'mp4' keeps a camera's mp4 files: {name!r} is not a video")
+        return replace(spec, storage="mp4")
+    codec = {"compact": "zstd", "lossless": "delta-zstd"}.get(choice, choice)
+    try:
+        described = frame_codec(codec, spec.frame_shape).describe()
+    except (ValueError, TypeError) as exc:
+        raise ArgumentError(f"storage[{name!r}] = {choice!r}: {exc} (storages: {CAMERA_STORAGES})") from None
+    return replace(spec, storage="compact", codec=tuple(described.items()))
+
+
+def _camera_arrays(source: LeRobotSource, storage: Mapping[str, CameraStorage | str] | None,
+                   resize: Mapping[str, Resize] | None) -> dict[str, ArraySpec]:
+    """The arrays of a new store with the cameras kept as asked (only image/video features have a choice)."""
+    specs = array_specs(source)
+    cameras = [k for k, v in specs.items() if v.kind in CAMERA_DTYPES]
+    storage, resize = every_camera(storage, resize, cameras)
+    for what, choices in (("storage", storage), ("resize", resize)):
+        wrong = [k for k in (choices or {}) if k not in cameras]
+        if wrong:
+            raise ArgumentError(f"{source.files.location()}: {what} applies to cameras (image/video features: "
+                                f"{cameras}), not {wrong}")
+    return {name: camera_array(name, spec, (storage or {}).get(name), (resize or {}).get(name))
+            if name in cameras else spec for name, spec in specs.items()}
+
+
+def every_camera(storage: Any, resize: Any, cameras: Sequence[str]) -> tuple[dict | None, dict | None]:
+    """``storage`` and ``resize`` as ``{camera: choice}``: a single storage name (``"jpeg"``) or a single size
+    (``(224, 224)``, ``{"size": ...}``) applies to every camera; anything but these or a mapping is refused."""
+    if isinstance(storage, str):
+        storage = {k: storage for k in cameras}
+    elif storage is not None and not isinstance(storage, Mapping):
+        raise ArgumentError(f"storage must be a storage name for every camera (e.g. 'jpeg') or {{camera: name}}, "
+                            f"got {type(storage).__name__}")
+    one_size = isinstance(resize, (tuple, list)) or (isinstance(resize, Mapping) and "size" in resize
+                                                      and not any(k in cameras for k in resize))
+    if one_size:
+        resize = {k: resize for k in cameras}
+    elif resize is not None and not isinstance(resize, Mapping):
+        raise ArgumentError(f"resize must be (height, width) for every camera or {{camera: (height, width)}}, got "
+                            f"{type(resize).__name__}")
+    return (dict(storage) if storage is not None else None), (dict(resize) if resize is not None else None)
+
+
+def array_specs(source: LeRobotSource) -> dict[str, ArraySpec]:
+    """The store arrays a source maps to: one per numeric, image or (decoded) video feature."""
+    return {name: array_spec(spec.dtype if spec.kind != "numeric" else spec.numpy_dtype.name, spec.frame_shape,
+                             spec.names) for name, spec in source.stored_features.items()}
+
+
+def _create(source: LeRobotSource, root: Path, record: dict, arrays: Mapping[str, ArraySpec], pack_bytes: int
+            ) -> StoreState:
+    t = source.episodes
+    task_index = {task: i for i, task in enumerate(source.tasks)}
+    first_task = np.array([task_index.get(ts[0], -1) if ts else -1 for ts in t.tasks], dtype=np.int64)
+    chunk, offset, rows = plan_packs(t.length, pack_rows_target(arrays, pack_bytes))
+    zeros = np.zeros(len(t), dtype=np.int64)
+    info = source.info
+    resized = {k: s.frame_shape for k, s in arrays.items() if s.resize}
+    if resized:  # the store's info says what it holds: the stored frame shape, and where it came from
+        features = {k: dict(v) for k, v in info["features"].items()}
+        for k, shape in resized.items():
+            features[k]["shape"] = list(shape)
+        info = dict(info, features=features)
+    files = {f"{name}/{MP4_INDEX}": _write_mp4_index(source, root, name)
+             for name, spec in arrays.items() if spec.storage == "mp4"}
+    return create_store(StoreState(
+        root=root, info=info, tasks=tuple(source.tasks), stats=source.stats, source=record, arrays=dict(arrays),
+        table=EpisodeTable(t.start, t.length, first_task, chunk, offset, zeros, zeros),
+        packs=PackLayout(rows, int(rows[-1]) if len(rows) else 0), materialized={},
+        not_materialized=source.not_materialized, pack_bytes=int(pack_bytes)).with_hashes({}, files),
+        keep_files=True)
+
+
+def _check_storable(source: LeRobotSource, arrays: Mapping[str, ArraySpec]) -> None:
+    """Refuse, before anything is made, a source whose declared episodes a store cannot hold (an episode of
+    10**12 frames in a corrupt episode table): the store's limits are :data:`~lerobot_zarr.store.state.MAX_EPISODES`,
+    rows per pack, bytes per pack file and frames in all."""
+    length = source.episodes.length.astype(np.float64)
+    widest = max((s.frame_bytes for s in arrays.values() if s.storage == "raw"), default=1)
+    where = source.files.location("meta")
+    if len(length) > MAX_EPISODES or length.sum() > MAX_FRAMES:
+        raise SchemaMismatchError(f"{where}: {len(length)} episodes of {int(length.sum())} frames in all, more than "
+                                  f"a store holds ({MAX_EPISODES} episodes, {MAX_FRAMES} frames)")
+    bad = np.flatnonzero((length > MAX_ROWS) | (length * widest > MAX_PACK_BYTES))
+    if bad.size:
+        e = int(bad[0])
+        raise SchemaMismatchError(f"{where}: episode {e} declares {int(length[e])} frames, more than a store holds "
+                                  f"({MAX_ROWS} frames, {MAX_PACK_BYTES} bytes of its widest feature); the "
+                                  f"episode table is corrupt", episode=e)
+
+
+def _write_mp4_index(source: LeRobotSource, root: Path, name: str) -> int:
+    """The episode -> (file, from, to timestamp) table of a camera kept as mp4 (fixed with the store); returns
+    its content hash."""
+    refs = source.episodes.videos.get(name, [])
+    files = sorted({ref[0] for ref in refs if ref is not None})
+    number = {f: i for i, f in enumerate(files)}
+    lengths = source.episodes.length
+    doc = {"files": files,
+           "file": [number[ref[0]] if ref is not None else -1 for ref in refs],
+           "from_timestamp": [ref[1] if ref is not None else 0.0 for ref in refs],
+           "to_timestamp": [(ref[1] if ref is not None else 0.0) + int(n) / source.fps
+                            for ref, n in zip(refs, lengths.tolist(), strict=True)]}
+    path = mp4_index_path(root, name)
+    check_in_store(root, path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = json.dumps(doc).encode()
+    atomic_write(path, data, durable=False, root=root)
+    return crc32c(data)
+
+
+def _same_source(a: dict | None, b: dict) -> bool:
+    """Same data: a Hub commit is the same wherever it is served from (mirror, other endpoint)."""
+    def key(r: dict | None) -> dict | None:
+        if r and r.get("kind") == "edited":  # a store changed in place by a writer still comes from its source
+            r = r.get("from")
+        return {k: v for k, v in r.items() if k != "endpoint"} if isinstance(r, dict) and r.get("kind") == "hub" else r
+
+    return key(a) == key(b)
+
+
+def _checked_state(root: Path, record: dict) -> StoreState:
+    state = read_state(root)
+    if not _same_source(state.source, record):
+        held, asked = _describe(state.source), _describe(record)
+        if held == asked:  # same folder or repo: its content changed since the store was made
+            held += " as it was when the store was made"
+            asked = "its current content (its files changed since: " + (
+                f"fingerprint {str(record.get('fingerprint'))[:12]}, was "
+                f"{str(_origin(state.source).get('fingerprint'))[:12]})" if record.get("kind") == "local" else
+                "another commit)")
+        raise SourceMismatchError(
+            f"{root}: this store was made from {held}, not from {asked}; delete the folder or pick another root= "
+            f"for this source", path=root)
+    return state
+
+
+def camera_choices_key(storage: Mapping[str, CameraStorage | str] | None, resize: Mapping[str, Resize] | None
+                       ) -> str | None:
+    """A short stable name of the camera choices ``storage``/``resize`` that change how cameras are kept (None if
+    none does): the cache keeps a store per choice next to the plain one, so that an experiment never replaces
+    the store every other open of the source reads. Equivalent spellings (``"jpeg"``, ``"jpeg:90"``) agree."""
+    probe = ArraySpec(np.dtype("uint8"), (1 << 20, 1 << 20, 3), ("height", "width", "channels"), "video")
+    storage, resize = every_camera(storage, resize, ["*"])  # one choice for every camera: named "*"
+    chosen = {}
+    for name in sorted({*(storage or {}), *(resize or {})}):
+        kept = camera_array(name, probe, (storage or {}).get(name), None)
+        sized = camera_array(name, probe, None, (resize or {}).get(name)) if (resize or {}).get(name) else None
+        how = [storage_name(kept), {k: v for k, v in sized.resize_spec.items() if k != "from"} if sized else None]
+        if how != ["raw", None]:
+            chosen[name] = how
+    if not chosen:
+        return None
+    return hashlib.sha256(json.dumps(chosen, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def _origin(record: dict) -> dict:
+    """The source record of a store, through the ``edited`` wrapper a writer adds."""
+    while isinstance(record, dict) and record.get("kind") == "edited":
+        record = record.get("from")
+    return record if isinstance(record, dict) else {}
+
+
+def _describe(record: dict) -> str:
+    if record.get("kind") == "hub":
+        return f"Hub repo {record.get('repo_id')}@{str(record.get('commit'))[:12]}"
+    if record.get("kind") == "local":
+        return f"the folder {record.get('path')}"
+    return f"a {record.get('kind', 'unknown')} source"
+
+
+def transcode(source: LeRobotSource, root: str | os.PathLike, *, episodes: Sequence[int] | None = None,
+              progress: bool = True, storage: Mapping[str, CameraStorage | str] | None = None,
+              resize: Mapping[str, Resize] | None = None, client: Any = None,
+              pack_bytes: int = DEFAULT_PACK_BYTES) -> StoreState:
+    """Write the given episodes (default: all) of ``source`` into the store at ``root``; return its state.
+
+    Creates the store if needed (packs of about ``pack_bytes`` of the widest feature) and skips episodes already
+    committed. ``storage`` and ``resize`` choose how a new store keeps cameras (:func:`camera_array`). With a
+    ``dask.distributed.Client`` the episodes are split by pack across its
+    workers, which write their rows straight into the store (a folder every worker sees at the same path); this
+    process commits.
+    """
+    root = Path(root)
+    record = source.record()
+    n_episodes = len(source.episodes)
+    wanted = range(n_episodes) if episodes is None else sorted(set(int(e) for e in episodes))
+    bad = [e for e in wanted if not 0 <= e < n_episodes]
+    if bad:
+        raise FrameIndexError(f"{source.files.location()}: episode {bad[0]} does not exist ({n_episodes} episodes)",
+                              episode=bad[0])
+    if wanted:  # frame shapes from a data file this call reads anyway (footers fetched together, when needed)
+        source.will_read(wanted)
+    if storage is not None or resize is not None:
+        storage, resize = every_camera(storage, resize, [k for k, v in source.stored_features.items()
+                                                         if v.kind in CAMERA_DTYPES])
+    if has_commit_point(root):
+        state = _checked_state(root, record)
+        state = _heal_cameras(source, root, state, storage, resize)
+        if storage or resize:
+            wanted_arrays = _camera_arrays(source, storage, resize)
+            for name in {*(storage or {}), *(resize or {})}:
+                held = state.arrays.get(name)
+                want = wanted_arrays[name]
+                if held is None or (held.storage, held.codec_spec if held.storage == "compact" else None,
+                                    held.resize) != (want.storage, want.codec_spec if want.storage == "compact"
+                                                     else None, want.resize):
+                    raise StoreError(f"{root}: the store keeps {name!r} {kept_description(held)}, not "
+                                     f"{kept_description(want)} as asked; choose another root for another storage "
+                                     f"or size", path=root, feature=name)
+        if state.source.get("kind") == "edited":
+            return state  # complete (writers need that) and since changed in place: nothing to fetch into it
+        if served_episodes(state)[list(wanted)].all():
+            return state
+    else:
+        check_new_store_location(root)
+        # before the lock: the arrays' frame shapes come from a data file's footer, which may be a Hub read (a
+        # stalled one must not keep other processes from making the store and fetching their episodes)
+        arrays = _camera_arrays(source, storage, resize)
+        _check_storable(source, arrays)  # before the folder is made
+        with WriterLock(root):
+            if not has_commit_point(root):
+                remove_creation_debris(root)
+                _create(source, root, record, arrays, pack_bytes)
+        state = _checked_state(root, record)
+    done = served_episodes(state)
+    todo = [e for e in wanted if not done[e]]
+    if not todo:
+        return state
+    if client is not None:
+        return _write_distributed(source, root, state, todo, progress, client)
+    return _write_episodes(source, root, state, todo, progress)
+
+
+_OLD_PYAV_REASON = "decoding videos needs PyAV"  # what earlier versions recorded in a store made without it
+
+
+def _heal_cameras(source: LeRobotSource, root: Path, state: StoreState,
+                  storage: Mapping[str, CameraStorage | str] | None, resize: Mapping[str, Resize] | None
+                  ) -> StoreState:
+    """Give back their array to the video cameras that an earlier version left out of a store because PyAV was
+    not installed then (it recorded that as a property of the data): where PyAV is installed now, the camera is
+    added (kept as ``storage``/``resize`` ask, else raw) with no episode decoded, so this transcode decodes it."""
+    lost = [name for name, why in state.not_materialized.items()
+            if why.startswith(_OLD_PYAV_REASON) and name not in state.arrays
+            and getattr(source.features.get(name), "kind", None) == "video"]
+    if not lost or state.source.get("kind") == "edited" or not have_pyav():
+        return state
+    arrays = _camera_arrays(source, {k: v for k, v in (storage or {}).items() if k in lost},
+                            {k: v for k, v in (resize or {}).items() if k in lost})
+    with WriterLock(root):
+        state = read_state(root)
+        lost = [name for name in lost if name in state.not_materialized and name not in state.arrays]
+        if not lost:
+            return state
+        for name in lost:
+            if arrays[name].storage == "mp4":
+                _write_mp4_index(source, root, name)
+        return commit(replace(state, arrays={**state.arrays, **{name: arrays[name] for name in lost}},
+                              not_materialized={k: v for k, v in state.not_materialized.items() if k not in lost}),
+                      previous=state)
+
+
+def storage_name(spec: ArraySpec) -> str:
+    """A camera's storage as ``storage=`` names it: ``raw``, ``mp4``, ``compact``, ``lossless``, ``jpeg:90``..."""
+    if spec.storage != "compact":
+        return spec.storage
+    codec = spec.codec_spec
+    name, level = codec.get("codec"), codec.get("level")
+    if name in ("zstd", "delta-zstd"):
+        short = "compact" if name == "zstd" else "lossless"
+        return short if level == 3 else f"{name}:{level}"
+    if name == "jpeg":
+        return f"jpeg:{codec.get('quality')}"
+    return str(name)
+
+
+def kept_description(spec: ArraySpec | None) -> str:
+    """How a store keeps a camera, in words: ``jpeg:90, resized to 224x224``."""
+    if spec is None:
+        return "not stored"
+    size = spec.frame_shape[:2]
+    return storage_name(spec) + (f", resized to {size[0]}x{size[1]}" if spec.resize else "")
+
+
+_UNIT_EPISODES = 64  # at most this many episodes per distributed task (of one pack): retries redo little
+
+
+def _units(source: LeRobotSource, state: StoreState, todo: list[int]) -> list[list[int]]:
+    """Episodes grouped by data file (each read once; a bad file fails only its units) and pack, in groups of at
+    most ``_UNIT_EPISODES``; whole packs when a camera is compact (one process may append to a compact pack)."""
+    if any(spec.storage != "raw" for spec in state.arrays.values()):
+        by_pack: dict[int, list[int]] = {}
+        for e in todo:
+            by_pack.setdefault(int(state.table.chunk[e]), []).append(e)
+        return list(by_pack.values())
+    groups: dict[tuple[str, int], list[int]] = {}
+    for e in todo:
+        groups.setdefault((source.episodes.data_file[e], int(state.table.chunk[e])), []).append(e)
+    return [eps[i:i + _UNIT_EPISODES] for eps in groups.values() for i in range(0, len(eps), _UNIT_EPISODES)]
+
+
+def transcode_unit(files: SourceFiles, root: str, episodes: list[int]
+                   ) -> tuple[list[int], dict[str, dict[int, str]], list[str], dict[int, dict[str, int]]]:
+    """A distributed task: write the rows of ``episodes`` into the store at ``root`` (not committed); return them,
+    the cameras they lack (unavailable, with why), the cameras this worker could not decode (no PyAV) and the
+    content hash of every episode and feature written.
+
+    Writing the same rows again is harmless, so a task retried after a worker died (or run twice) leaves the
+    same bytes; only the caller's commit makes them part of the store."""
+    from ..lerobot.source import LeRobotSource
+
+    source = LeRobotSource(files)
+    state = read_state(Path(root))
+    unavailable: dict[str, dict[int, str]] = {}
+    rows = _Rows(root, state)
+    for e, timestamps, frames in rows.inputs(source, episodes):
+        for name in rows.take(e, frames):
+            try:
+                rows.hashes.setdefault(e, {})[name] = _decode(source, root, state, e, name, timestamps)
+            except VideoUnavailable as exc:
+                unavailable.setdefault(name, {})[e] = str(exc)
+    rows.flush()
+    return list(episodes), unavailable, rows.skipped, rows.hashes
+
+
+def _write_distributed(source: LeRobotSource, root: Path, state: StoreState, todo: list[int], progress: bool,
+                       client: Any) -> StoreState:
+    """Fan the episodes out to a dask cluster's workers, committing here about every second as tasks finish."""
+    from distributed import as_completed
+
+    units = _units(source, state, todo)
+    futures = client.map(transcode_unit, [source.files] * len(units), [str(root)] * len(units), units,
+                         pure=False, retries=3)
+    commits = _Commits(root)
+    with progress_bar(int(source.episodes.length[todo].sum()),
+                      f"transcoding {source.files.name} on {len(client.scheduler_info()['workers'])} workers",
+                      progress) as bar:
+        try:
+            for future in as_completed(futures, loop=client.loop):
+                episodes, gaps, skipped, hashes = future.result()
+                commits.add(episodes, gaps, skipped, hashes)
+                bar.update(int(source.episodes.length[episodes].sum()))
+        finally:
+            client.cancel(futures)
+            commits.flush()
+    return read_state(root)
+
+
+class _Commits:
+    """Episodes written (or known unavailable for some features), with their content hashes, committed about every
+    second and at the end. Each commit takes the writer lock briefly and merges into the store's latest state."""
+
+    def __init__(self, root: Path, before: Any = None):
+        self.root, self.before = root, before  # before: called first at each commit (pending writes)
+        self.done: list[int] = []
+        self.unavailable: dict[str, dict[int, str]] = {}
+        self.skipped: dict[str, set[int]] = {}  # cameras not decoded (no PyAV where the rows were written)
+        self.hashes: dict[int, dict[str, int]] = {}
+        self.last = time.monotonic()
+
+    def add(self, episodes: list[int], unavailable: dict[str, dict[int, str]], skipped: list[str],
+            hashes: Mapping[int, Mapping[str, int]]) -> None:
+        self.done.extend(episodes)
+        for name, reasons in unavailable.items():
+            self.unavailable.setdefault(name, {}).update(reasons)
+        for name in skipped:
+            self.skipped.setdefault(name, set()).update(episodes)
+        for e, per in hashes.items():
+            self.hashes.setdefault(int(e), {}).update(per)
+        if time.monotonic() - self.last >= _COMMIT_EVERY_S:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.done:
+            if self.before is not None:
+                self.before()
+            with WriterLock(self.root):
+                state = read_state(self.root)
+                written = {name: [e for e in self.done if e not in self.unavailable.get(name, {})
+                                  and e not in self.skipped.get(name, ())] for name in state.arrays}
+                t = state.table
+                hashes = {(int(t.chunk[e]), int(t.offset[e])): {name: h for name, h in per.items()
+                                                                if name in state.arrays}
+                          for e, per in self.hashes.items()}
+                commit(state.with_materialized(written, self.unavailable).with_hashes(hashes), previous=state)
+        self.done, self.unavailable, self.skipped, self.hashes, self.last = [], {}, {}, {}, time.monotonic()
+
+
+def _undecodable(state: StoreState) -> set[str]:
+    """The video cameras this process cannot write: all of them where PyAV is not installed. Their episodes stay
+    not decoded (never recorded as unavailable: a missing package is not a property of the data), and the
+    samples of this process leave them out, saying what to install."""
+    cameras = {name for name, spec in state.arrays.items() if spec.kind == "video"}
+    return cameras if cameras and not have_pyav() else set()
+
+
+def _location(state: StoreState, e: int) -> tuple[int, int, int]:
+    pack = int(state.table.chunk[e])
+    return pack, int(state.table.offset[e]), int(state.packs.rows[pack])
+
+
+class _Rows:
+    """The rows read from the data files, written per pack and feature in large vectored writes: consecutive
+    episodes of a pack are gathered (up to ``_WRITE_BYTES``) and written together before they are committed
+    (:meth:`flush`). Compact features are written per episode at once. ``hashes[e][feature]``: the content hash
+    of what was written, computed from the buffers as they go to the packs."""
+
+    def __init__(self, root: str | Path, state: StoreState):
+        self.root, self.state = root, state
+        self.raw = {n: s for n, s in state.arrays.items() if s.kind != "video" and s.storage == "raw"}
+        self.compact = {n: s for n, s in state.arrays.items() if s.kind != "video" and s.storage != "raw"}
+        videos = [n for n, s in state.arrays.items() if s.kind == "video"]
+        self.skipped = sorted(_undecodable(state))
+        # per camera this process decodes, the episodes it still lacks
+        self.cameras = {n: ~state.done_mask(n) for n in videos if n not in self.skipped}
+        self.others_done = state.complete_episodes(skip=videos)  # episodes whose data-file features are stored
+        self.resized = {n: s.resize_spec for n, s in state.arrays.items() if s.resize and s.kind == "image"}
+        self.parts: dict[str, list[np.ndarray]] = {n: [] for n in self.raw}
+        self.pack, self.start, self.next, self.nbytes = -1, 0, 0, 0
+        self.hashes: dict[int, dict[str, int]] = {}
+
+    def inputs(self, source: LeRobotSource, episodes: Sequence[int]
+               ) -> Iterator[tuple[int, np.ndarray, dict[str, np.ndarray] | None]]:
+        """``(episode, timestamps, frames)``: frames read from the data files, or None for an episode whose
+        data-file features the store holds already (a camera decoded later: its timestamps come from the store,
+        nothing is downloaded again)."""
+        stored = [e for e in episodes if self.others_done[e]]
+        for e in stored:
+            pack, offset, rows = _location(self.state, e)
+            yield e, read_raw_rows(self.root, "timestamp", self.state.arrays["timestamp"], pack, rows, offset,
+                                   int(self.state.table.length[e])), None
+        for e, frames in source.iter_episodes([e for e in episodes if not self.others_done[e]]):
+            yield e, frames["timestamp"], frames
+
+    def take(self, e: int, frames: dict[str, np.ndarray] | None) -> list[str]:
+        """Write episode ``e``'s data-file features (unless ``frames`` is None); return the cameras left to
+        decode."""
+        if frames is not None:
+            self.add(e, frames)
+        return [n for n, todo in self.cameras.items() if todo[e]]  # (a camera's pack is made as it is written)
+
+    def add(self, e: int, frames: dict[str, np.ndarray]) -> None:
+        """Take episode ``e``'s frames (written with the next :meth:`flush`)."""
+        pack, offset, rows = _location(self.state, e)
+        if self.nbytes and (pack != self.pack or offset != self.next or self.nbytes >= _WRITE_BYTES):
+            self.flush()
+        ensure_pack(self.root, self.raw, pack, rows)  # cameras make their pack file when they write a frame
+        if not self.nbytes:
+            self.pack, self.start = pack, offset
+        for name, how in self.resized.items():
+            frames[name] = resize_frames(frames[name], how["size"], crop=how.get("crop"),
+                                         interpolation=how["interpolation"])
+        hashes = self.hashes.setdefault(e, {})
+        for name, spec in self.raw.items():
+            part = np.ascontiguousarray(frames[name], dtype=spec.dtype)
+            self.parts[name].append(part)
+            self.nbytes += part.nbytes
+            hashes[name] = crc32c(part)
+        self.next = offset + int(self.state.table.length[e])
+        for name, spec in self.compact.items():
+            hashes[name] = write_rows(self.root, name, spec, pack, offset, frames[name], rows)
+
+    def flush(self) -> None:
+        """Write what was gathered (before the episodes holding it are committed)."""
+        if self.nbytes:
+            for name, spec in self.raw.items():
+                write_rows_vectored(self.root, name, spec, self.pack, self.start, self.parts[name])
+                self.parts[name] = []
+        self.nbytes = 0
+
+_WRITE_BYTES = 32 << 20
+
+
+def _decode(source: LeRobotSource, root: str | Path, state: StoreState, e: int, name: str, timestamps: np.ndarray
+            ) -> int:
+    """One episode of a video camera into the store: decoded into its rows (resized first if the store keeps the
+    camera smaller), or, kept as mp4, its file copied into the store. Returns the content hash of what the store
+    holds for it (the rows written, or the whole mp4 file)."""
+    spec = state.arrays[name]
+    if spec.storage == "mp4":
+        return _keep_mp4(source, Path(root), e, name)
+    pack, offset, rows = _location(state, e)
+    with row_writer(root, name, spec, pack, offset, len(timestamps), rows) as writer:
+        sink = writer.write
+        if spec.resize:
+            how = spec.resize_spec
+            shape = tuple(how["from"])
+
+            def sink(frame: bytes) -> None:
+                writer.write(resize_frame(np.frombuffer(frame, np.uint8).reshape(shape), how["size"],
+                                          crop=how.get("crop"), interpolation=how["interpolation"]))
+
+        source.decode_video(e, name, timestamps, sink)
+    if writer.written != len(timestamps):
+        raise VideoUnavailable(f"episode {e}, camera {name!r}: decoded {writer.written} of its {len(timestamps)} "
+                               f"frames")
+    return writer.crc
+
+
+_copy_locks: dict[str, threading.Lock] = {}
+_copy_guard = threading.Lock()
+
+
+def _keep_mp4(source: LeRobotSource, root: Path, e: int, name: str) -> int:
+    """Make the mp4 file holding episode ``e`` of camera ``name`` part of the store (a hard link or a copy of a
+    local file, the whole file from a Hub repo), once; return the file's content hash. A missing or unreadable
+    file makes the episode's camera unavailable."""
+    ref = source.episodes.videos.get(name, [None] * (e + 1))[e]
+    if ref is None:
+        raise VideoUnavailable(f"episode {e}, camera {name!r}: meta/episodes lists no video file")
+    rel = ref[0]
+    if not source.files.exists(rel):
+        raise VideoUnavailable(f"episode {e}, camera {name!r}: video file {source.files.location(rel)} not found")
+    target = Path(check_in_store(root, root / name / "videos" / rel))
+    with _copy_guard:
+        lock = _copy_locks.setdefault(str(target), threading.Lock())
+    with lock:
+        if target.is_file() and not target.is_symlink():
+            known = _mp4_hashes.get(str(target))
+            return known if known is not None else _file_crc(target)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}-{threading.get_ident()}")
+        try:
+            local = getattr(source.files, "root", None)
+            if isinstance(local, Path):
+                link_or_copy(local / rel, tmp)
+                crc = _file_crc(tmp)
+            else:
+                hash_ = Crc32c()
+                with source.files.open(rel) as f, open(tmp, "wb") as out:
+                    try:
+                        while chunk := f.read(8 << 20):
+                            out.write(chunk)
+                            hash_.update(chunk)
+                    except OSError as exc:
+                        raise disk_error(exc, target) from None  # a full disk named; other errors as they are
+                crc = hash_.value
+            if not _decodable(tmp):
+                raise VideoUnavailable(f"episode {e}, camera {name!r}: {source.files.location(rel)} has no "
+                                       f"decodable video stream")
+            os.replace(tmp, target)
+            _mp4_hashes[str(target)] = crc
+            return crc
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+
+
+_mp4_hashes: dict[str, int] = {}  # mp4 files this process put into a store: their content hash
+
+
+def _file_crc(path: Path) -> int:
+    """Content hash of a whole file (opened without following a link)."""
+    from ..utils.fileio import open_nofollow
+
+    hash_ = Crc32c()
+    fd = open_nofollow(path, os.O_RDONLY)
+    try:
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            while chunk := f.read(8 << 20):
+                hash_.update(chunk)
+    finally:
+        os.close(fd)
+    return hash_.value
+
+
+def _decodable(path: Path) -> bool:
+    import av
+
+    try:
+        with av.open(str(path)) as container:
+            return bool(container.streams.video)
+    except (av.error.FFmpegError, OSError, ValueError):
+        return False
+
+
+def _write_episodes(source: LeRobotSource, root: Path, state: StoreState, todo: list[int], progress: bool
+                    ) -> StoreState:
+    """Write ``todo``'s rows (cameras decoded in a thread pool, parallel across episodes and cameras), commit
+    about every second. An episode is committed when all its features are written or known unavailable."""
+    rows = _Rows(root, state)
+    cameras = list(rows.cameras)
+    workers = min(8, _cpu_count()) if cameras else 0
+    commits = _Commits(root, before=rows.flush)
+
+    def finish(e: int, decoding: dict[str, Future]) -> None:
+        unavailable: dict[str, dict[int, str]] = {}
+        hashes = rows.hashes.pop(e, {})
+        for name, future in decoding.items():
+            try:
+                hashes[name] = future.result()
+            except VideoUnavailable as exc:
+                unavailable[name] = {e: str(exc)}
+        commits.add([e], unavailable, rows.skipped, {e: hashes})
+        bar.update(int(source.episodes.length[e]))
+
+    what = f"transcoding {source.files.name}"
+    if cameras:
+        what += f" (decoding {len(cameras)} camera{'s' if len(cameras) > 1 else ''})"
+    with (progress_bar(int(source.episodes.length[todo].sum()), what, progress) as bar,
+          ThreadPoolExecutor(max(1, workers), thread_name_prefix="lerobot_zarr-video") as pool):
+        in_flight: deque[tuple[int, dict[str, Future]]] = deque()
+        try:
+            for e, timestamps, frames in prefetched(rows.inputs(source, todo), depth=4):
+                decoding = {name: pool.submit(_decode, source, root, state, e, name, timestamps)
+                            for name in rows.take(e, frames)}
+                in_flight.append((e, decoding))
+                while in_flight and (len(in_flight) > 2 * workers
+                                     or all(f.done() for f in in_flight[0][1].values())):
+                    finish(*in_flight.popleft())
+            while in_flight:
+                finish(*in_flight.popleft())
+        except BaseException:
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+        commits.flush()
+    return read_state(root)

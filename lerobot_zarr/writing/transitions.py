@@ -1,0 +1,948 @@
+"""RL transitions ``(state, action, reward, next_state, done, truncated, complementary_info)`` as episodes of a
+store: the storage of :class:`lerobot_zarr.integrations.rl.ReplayBuffer`, in numpy (torch is not needed here).
+
+The store is a normal lerobot_zarr store (``open_dataset``, ``to_xarray``, ``push`` work on it) with LeRobot's RL
+feature names: one frame per transition holding each state key (``observation.state``,
+``observation.images.front``...), ``action``, ``next.reward``, ``next.done``, ``next.truncated`` and
+``complementary_info.<key>``; an episode ends at ``done`` or ``truncated``. ``next_state`` is not stored twice: it
+is the next frame's state, and after an episode's last frame the row that follows in its pack holds the episode's
+final observation. That row is written with the episode (``add_episode(..., tail=1)``) but is not a frame of it
+(the table does not list it, ``frame_live`` says it is not live, exports leave it out); it carries the episode's
+``episode_index`` and ``frame_index = length``, which readers check: an episode another writer moved (compaction
+after deletions) is seen without its final observation, and its last transition then gets ``next_state = state``
+(LeRobot's rule for datasets), with a warning. ``.rl_buffer.json`` in the store folder records the buffer's
+layout (the shape LeRobot's buffer gives back for each key, and how each is stored), written once, before the
+first episode.
+
+Values come back as LeRobot's ``ReplayBuffer`` gives them: float32 (``done``/``truncated`` bool here, float in
+the torch adapter), cameras float32 CHW in [0, 1]. They are stored as LeRobot's buffer holds them (float32) except
+where a smaller dtype holds the same values: bool and uint8 inputs stay bool and uint8, and camera frames
+(``observation.image*`` keys, float CHW in [0, 1]) are stored as uint8 HWC images like LeRobot's datasets keep them
+(exact for frames that came from uint8 pixels; other values are rounded to the nearest 1/255, with a warning,
+unless ``image_storage="float32"``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, get_args
+
+import numpy as np
+
+from ..utils.fileio import WriterLock, atomic_write
+from ..sampling.maps import PackMaps
+from ..utils.progress import progress_bar
+from ..sampling.dataset import LeRobotZarrDataset
+from ..errors import ArgumentError, SchemaMismatchError, StoreError, StoreLockedError, ValueRangeError, warn_user
+from ..lerobot.format import CAMERA_DTYPES, DEFAULT_FEATURES
+from ..store.state import ROOT, has_commit_point, pack_rows_target, read_state
+from .writer import WritableDataset, create
+
+__all__ = ["TransitionBuffer", "Layout", "Slot", "lerobot_values", "ACTION", "REWARD", "DONE", "TRUNCATED",
+           "COMPLEMENTARY", "OBS_IMAGE", "LAYOUT_FILE", "IMAGE_STORAGES", "ImageStorage", "DEFAULT_TASK"]
+
+log = logging.getLogger("lerobot_zarr")
+
+ACTION, REWARD, DONE, TRUNCATED = "action", "next.reward", "next.done", "next.truncated"  # LeRobot's names
+COMPLEMENTARY = "complementary_info."
+OBS_IMAGE = "observation.image"  # LeRobot's prefix of camera keys (DrQ augments these)
+LAYOUT_FILE = ".rl_buffer.json"
+DEFAULT_TASK = "from_replay_buffer"  # LeRobot's to_lerobot_dataset task name
+DEFAULT_FPS = 30
+ImageStorage = Literal["uint8", "float32"]
+IMAGE_STORAGES = get_args(ImageStorage)
+_STORED = ("float32", "uint8", "bool", "image")
+_MAX_MAPS = 4096
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One value of a transition: the store feature holding it, the per-transition shape LeRobot's buffer gives
+    back, and how it is stored (float32, uint8 or bool numbers, or ``image``: uint8 HWC frames of a CHW camera)."""
+
+    feature: str
+    shape: tuple[int, ...]
+    stored: str = "float32"
+
+    def spec(self) -> dict[str, Any]:
+        """The LeRobot feature spec of the store (a 0-d value is LeRobot's shape ``[1]``)."""
+        if self.stored == "image":
+            c, h, w = self.shape
+            return {"dtype": "image", "shape": [h, w, c], "names": ["height", "width", "channels"]}
+        return {"dtype": self.stored, "shape": list(self.shape) or [1], "names": None}
+
+    def to_json(self) -> dict[str, Any]:
+        return {"feature": self.feature, "shape": list(self.shape), "stored": self.stored}
+
+    @classmethod
+    def from_json(cls, doc: Any, where: str) -> Slot:
+        try:
+            slot = cls(str(doc["feature"]), tuple(int(s) for s in doc["shape"]), str(doc["stored"]))
+        except (KeyError, TypeError, ValueError):
+            raise StoreError(f"{where}: malformed slot {doc!r:.120}") from None
+        if slot.stored not in _STORED or any(s < 0 for s in slot.shape) or (
+                slot.stored == "image" and (len(slot.shape) != 3 or slot.shape[0] not in (1, 3, 4))):
+            raise StoreError(f"{where}: malformed slot {doc!r:.120}")
+        return slot
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Which store feature holds each value of a transition: of an RL buffer store (:meth:`of_transition`,
+    recorded in its layout file) or of a LeRobot dataset read as transitions (:meth:`of_dataset`)."""
+
+    state: dict[str, Slot]
+    action: Slot
+    complementary: dict[str, Slot]
+    done: bool = True  # the store has next.done (a LeRobot dataset may lack it: done is then its episode ends)
+    truncated: bool = True
+
+    def slots(self) -> list[Slot]:
+        """Every stored slot: state keys, action, reward, done, truncated (where stored), complementary info."""
+        flags = [Slot(REWARD, ())] + [Slot(DONE, (), "bool")] * self.done
+        flags += [Slot(TRUNCATED, (), "bool")] * self.truncated
+        return [*self.state.values(), self.action, *flags, *self.complementary.values()]
+
+    def features(self) -> dict[str, dict[str, Any]]:
+        return {slot.feature: slot.spec() for slot in self.slots()}
+
+    def to_json(self) -> dict[str, Any]:
+        return {"version": 1, "state": {k: s.to_json() for k, s in self.state.items()},
+                "action": self.action.to_json(), "complementary_info": {k: s.to_json()
+                                                                        for k, s in self.complementary.items()}}
+
+    @classmethod
+    def read(cls, root: Path) -> Layout | None:
+        """The layout recorded in an RL buffer store (None if the folder has no layout file)."""
+        path = root / LAYOUT_FILE
+        try:
+            doc = json.loads(path.read_bytes())
+        except FileNotFoundError:
+            return None
+        except ValueError as exc:
+            raise StoreError(f"{path}: not valid JSON ({exc})", path=path) from None
+        where = str(path)
+        version = doc.get("version") if isinstance(doc, dict) else None
+        if version != 1:
+            raise StoreError(f"{where}: not a buffer layout this version reads (version {version!r:.20})", path=path)
+        try:
+            state = {str(k): Slot.from_json(v, where) for k, v in doc["state"].items()}
+            complementary = {str(k): Slot.from_json(v, where) for k, v in doc["complementary_info"].items()}
+            return cls(state, Slot.from_json(doc["action"], where), complementary)
+        except (KeyError, AttributeError):
+            raise StoreError(f"{where}: missing 'state', 'action' or 'complementary_info'", path=path) from None
+
+    def write(self, root: Path) -> None:
+        atomic_write(root / LAYOUT_FILE, json.dumps(self.to_json(), indent=1).encode(), durable=True)
+
+    @classmethod
+    def of_transition(cls, state: Mapping[str, Any], action: Any, complementary_info: Mapping[str, Any] | None,
+                      image_storage: ImageStorage) -> Layout:
+        """The layout LeRobot's buffer allocates for its first transition: every key of ``state``, each value's
+        shape without its leading batch dimension of 1."""
+        if not isinstance(state, Mapping) or not state:
+            raise ArgumentError(f"state must be a non-empty dict {{key: array}}, got {state!r:.80}")
+        slots = {}
+        for key, value in state.items():
+            if not isinstance(key, str) or key in _RESERVED or key.startswith(COMPLEMENTARY):
+                raise ArgumentError(f"state key {key!r} is not allowed (it is one of LeRobot's own columns or a "
+                                    f"complementary_info key)")
+            v = _squeezed(value, f"state[{key!r}]")
+            camera = (key.startswith(OBS_IMAGE) and v.ndim == 3 and v.shape[0] in (1, 3, 4) and v.dtype.kind == "f"
+                      and image_storage == "uint8")
+            slots[key] = Slot(key, v.shape, "image" if camera else _numeric_storage(v))
+        a = _squeezed(action, "action")
+        info = {}
+        for key, value in (complementary_info or {}).items():
+            if not isinstance(key, str) or not key:
+                raise ArgumentError(f"complementary_info keys must be non-empty strings, got {key!r}")
+            v = _squeezed(value, f"complementary_info[{key!r}]")
+            # LeRobot keeps python numbers as float32 (their type may change from one transition to the next)
+            python = isinstance(value, (bool, int, float))
+            info[key] = Slot(COMPLEMENTARY + key, v.shape, "float32" if python else _numeric_storage(v))
+        return cls(slots, Slot(ACTION, a.shape, _numeric_storage(a)), info)
+
+    @classmethod
+    def of_dataset(cls, features: Mapping[str, Mapping[str, Any]], stored: Iterable[str], state_keys: Sequence[str],
+                   where: str) -> Layout:
+        """A LeRobot dataset's transitions as LeRobot's ``from_lerobot_dataset`` makes them: ``state_keys``,
+        ``action`` and ``next.reward`` are needed, ``next.done`` is optional (else episode ends), every
+        ``complementary_info.*`` feature comes along; values keep the dataset's feature shapes (shape ``[1]``: a
+        number, as LeRobot's dataset items give it)."""
+        stored = set(stored)
+        keys = list(dict.fromkeys(state_keys))
+        missing = [k for k in [*keys, ACTION, REWARD] if k not in stored]
+        if missing:
+            have = sorted(k for k in stored if k not in DEFAULT_FEATURES)
+            raise SchemaMismatchError(f"{where}: transitions need features {missing}, which the dataset does not "
+                                      f"hold (its features: {have}; an RL dataset has 'action' and "
+                                      f"'{REWARD}', as LeRobot's gym_manipulator records)", feature=missing[0])
+
+        def slot(name: str) -> Slot:
+            ft = features[name]
+            shape = tuple(int(s) for s in ft["shape"])
+            if ft["dtype"] in CAMERA_DTYPES:
+                h, w, c = shape if len(shape) == 3 and shape[-1] in (1, 3, 4) else (shape[1], shape[2], shape[0])
+                return Slot(name, (c, h, w), "image")
+            return Slot(name, () if shape == (1,) else shape, "float32")  # LeRobot's items: 0-d for shape [1]
+
+        info = {k[len(COMPLEMENTARY):]: slot(k) for k in features if k.startswith(COMPLEMENTARY) and k in stored}
+        return cls({k: slot(k) for k in keys}, slot(ACTION), info, done=DONE in stored,
+                   truncated=TRUNCATED in stored)
+
+
+_RESERVED = frozenset({*DEFAULT_FEATURES, ACTION, REWARD, DONE, TRUNCATED, "task"})
+
+
+def _squeezed(value: Any, what: str) -> np.ndarray:
+    """``value`` as numpy without a leading dimension of 1 (LeRobot's ``squeeze(0)``); torch tensors too."""
+    if hasattr(value, "detach"):  # a torch tensor, on any device
+        value = value.detach()
+        value = (value if value.device.type == "cpu" else value.cpu()).numpy()
+    try:
+        v = np.asarray(value)
+    except Exception as exc:  # noqa: BLE001  (whatever numpy cannot take)
+        raise ArgumentError(f"{what}: cannot be read as an array ({exc})") from None
+    if v.dtype.kind not in "biuf":
+        raise ArgumentError(f"{what}: {v.dtype} values cannot be stored (numbers or bools only)")
+    return v[0] if v.ndim and v.shape[0] == 1 else v
+
+
+def _scalar(value: Any, what: str) -> np.ndarray:
+    """A reward or flag: one number, in any shape holding one element (LeRobot assigns it to a scalar slot)."""
+    v = _squeezed(value, what)
+    if v.size != 1:
+        raise ArgumentError(f"{what}: one value per transition, got shape {v.shape}")
+    return v.reshape(())
+
+
+def _numeric_storage(v: np.ndarray) -> str:
+    return "bool" if v.dtype == np.bool_ else "uint8" if v.dtype == np.uint8 else "float32"
+
+
+class _Rounding:
+    """Warns once per camera whose float frames are not multiples of 1/255 (they are stored rounded). A property
+    of the pipeline that makes the frames: checked on the first frames of each camera, then on one in 64."""
+
+    def __init__(self) -> None:
+        self.warned: set[str] = set()
+        self.seen: dict[str, int] = {}
+
+    def check(self, key: str, frame: np.ndarray, stored: np.ndarray) -> None:
+        seen = self.seen[key] = self.seen.get(key, 0) + 1
+        if key in self.warned or (seen > 64 and seen % 64):
+            return
+        back = stored.astype(np.float32) / np.float32(255)
+        if not np.array_equal(back, frame):
+            self.warned.add(key)
+            error = float(np.abs(back - frame).max())
+            warn_user(f"state[{key!r}]: camera frames are not multiples of 1/255 (resized or normalized?): they are "
+                      f"stored as uint8 images, rounded (max error {error:.4f}), as LeRobot's datasets keep cameras; "
+                      f"pass image_storage='float32' to keep them exactly (4x the disk)")
+
+
+def _stored_value(slot: Slot, value: Any, what: str, rounding: _Rounding | None = None) -> np.ndarray:
+    """One transition's value in the store's representation, checked against its slot."""
+    v = _squeezed(value, what)
+    if v.shape != slot.shape:
+        raise SchemaMismatchError(f"{what}: shape {v.shape} (leading 1 dropped), but this buffer holds "
+                                  f"{slot.shape} for it", feature=slot.feature)
+    if slot.stored == "image":
+        if v.dtype.kind != "f":
+            raise SchemaMismatchError(f"{what}: camera frames of this buffer are float in [0, 1], got {v.dtype}",
+                                      feature=slot.feature)
+        v = v.astype(np.float32, copy=False)
+        low, high = v.min(), v.max()
+        if not (low >= 0 and high <= 1):  # NaN fails both
+            raise ValueRangeError(f"{what}: camera frames must be finite and in [0, 1] to be stored as images (got "
+                                  f"[{low}, {high}]); image_storage='float32' stores any values", feature=slot.feature)
+        out = np.rint(v * np.float32(255)).astype(np.uint8)
+        if rounding is not None:
+            rounding.check(slot.feature, v, out)
+        return out  # CHW: pending frames stay CHW until their commit writes them HWC, a whole episode at a time
+    if slot.stored == "bool":
+        if v.dtype != np.bool_ and not np.isin(v, (0, 1)).all():
+            raise ValueRangeError(f"{what}: this buffer stores it as bool (its first value was), got {v.dtype} "
+                                  f"values other than 0/1", feature=slot.feature)
+        return v.astype(np.bool_)
+    if slot.stored == "uint8":
+        if v.dtype != np.uint8:
+            raise SchemaMismatchError(f"{what}: this buffer stores it as uint8 (its first value was), got {v.dtype}",
+                                      feature=slot.feature)
+        return v
+    return v.astype(np.float32)
+
+
+def lerobot_values(slot: Slot, stored: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """A batch of one slot's stored values as LeRobot's buffer gives them, into ``out`` if given: float32 of the
+    slot's shape (cameras: uint8 HWC frames to float32 CHW, ``k / 255`` as torch computes ``u8.float() / 255``)."""
+    if slot.stored == "image" and stored.dtype == np.uint8:
+        out = np.empty((len(stored), *slot.shape), dtype=np.float32) if out is None else out
+        for i in range(0, len(stored), _CHUNK):  # each part converted while it is in cache; no thread pool
+            chw = np.ascontiguousarray(stored[i:i + _CHUNK].transpose(0, 3, 1, 2))  # uint8: 4x fewer bytes moved
+            np.divide(chw, np.float32(255), out=out[i:i + _CHUNK], dtype=np.float32)
+        return out
+    values = np.asarray(stored, dtype=np.float32).reshape(len(stored), *slot.shape)
+    if out is None:
+        return values
+    out[...] = values
+    return out
+
+
+_CHUNK = 16  # camera frames converted at a time
+
+
+def _hwc(frames: np.ndarray) -> np.ndarray:
+    """uint8 CHW camera frames (as added) as the store keeps them: HWC (a channel at a time: 3-4x faster than
+    numpy's transpose copy of bytes)."""
+    out = np.empty((frames.shape[0], *frames.shape[2:], frames.shape[1]), dtype=frames.dtype)
+    for c in range(frames.shape[1]):
+        out[..., c] = frames[:, c]
+    return out
+
+
+class _Pending:
+    """Transitions of the episode in progress not yet in the store (stored representation), and the last
+    next_state (the state the next transition must start from to continue the episode)."""
+
+    def __init__(self, layout: Layout):
+        self.layout = layout
+        self.slots = layout.slots()
+        self.arrays: dict[str, np.ndarray] = {}
+        self.n = 0
+        self.next_state: dict[str, np.ndarray] = {}
+
+    def append(self, values: dict[str, np.ndarray], next_state: dict[str, np.ndarray]) -> None:
+        if not self.arrays or self.n == len(next(iter(self.arrays.values()))):
+            size = max(16, 2 * self.n)
+            for slot in self.slots:
+                v = values[slot.feature]
+                grown = np.empty((size, *v.shape), dtype=v.dtype)
+                if slot.feature in self.arrays:
+                    grown[:self.n] = self.arrays[slot.feature][:self.n]
+                self.arrays[slot.feature] = grown
+        for name, v in values.items():
+            self.arrays[name][self.n] = v
+        self.n += 1
+        self.next_state = next_state
+
+    def frames(self) -> dict[str, np.ndarray]:
+        """The pending frames then one tail row: the final observation (zeros elsewhere); cameras HWC."""
+        out = {}
+        for slot in self.slots:
+            head = self.arrays[slot.feature][:self.n]
+            tail = self.next_state.get(slot.feature)
+            tail = np.zeros_like(head[:1]) if tail is None else tail[None]
+            out[slot.feature] = _hwc(np.concatenate([head, tail])) if slot.stored == "image" else \
+                np.concatenate([head, tail])
+        return out
+
+    def clear(self) -> None:
+        self.n = 0
+
+    def gather(self, j: np.ndarray) -> dict[str, np.ndarray]:
+        out = {slot.feature: self.arrays[slot.feature][j] for slot in self.slots}
+        last = j == self.n - 1
+        for slot in self.layout.state.values():
+            nxt = self.arrays[slot.feature][np.minimum(j + 1, self.n - 1)]
+            nxt[last] = self.next_state[slot.feature]
+            out["next:" + slot.feature] = nxt
+            if slot.stored == "image":
+                out[slot.feature], out["next:" + slot.feature] = _hwc(out[slot.feature]), _hwc(nxt)
+        return out
+
+
+class _StoreTransitions:
+    """The committed transitions of an RL buffer store, gathered through memory maps of its packs (one fancy
+    index per value; ``next_state`` is the row after, the final observation row at an episode's end)."""
+
+    def __init__(self, root: Path, layout: Layout):
+        self.root, self.layout = root, layout
+        self.names = [slot.feature for slot in layout.slots()]
+        self._maps: PackMaps | None = None
+        self._warned_tails = False
+        self.generation = -1
+
+    def load(self, state: Any) -> None:
+        """Follow a committed state: its episode table, and maps of its packs."""
+        specs = {}
+        for name in [*self.names, "frame_index", "episode_index"]:
+            spec = state.arrays.get(name)
+            if spec is None or spec.storage != "raw":
+                raise StoreError(f"{self.root}: feature {name!r} of the buffer is not a raw array of the store",
+                                 path=self.root, feature=name)
+            specs[name] = spec
+        if self._maps is None or not self._maps.update(state.packs):
+            if self._maps is not None:
+                self._maps.close()
+            headroom = int(state.packs.rows.sum() + 4 * pack_rows_target(specs, state.pack_bytes))
+            self._maps = PackMaps(self.root, specs, state.packs, max_packs=max(1, _MAX_MAPS // len(specs)),
+                                  headroom_rows=headroom)
+        t = state.table
+        self.length, self.chunk, self.offset = t.length, t.chunk, t.offset
+        live = np.unique(t.chunk)
+        self._all_mapped = len(live) <= self._maps.max_packs  # (a ring buffer has a few packs)
+        if self._all_mapped:
+            self._maps.ensure(live)
+        self.pack_rows = state.packs.rows
+        self.ends = np.cumsum(t.length)
+        self.starts = self.ends - t.length
+        self.generation = state.generation
+        self.tail_ok = self._tail_rows(t.episode_index_shift)
+        self.all_tails = bool(self.tail_ok.all())
+
+    def _tail_rows(self, shift: np.ndarray) -> np.ndarray:
+        """Whether the row after each episode holds its final observation: inside the pack, with the episode's
+        ``episode_index`` and ``frame_index == length`` (rows another writer reused or left hold other values)."""
+        end = self.offset + self.length
+        ok = end < self.pack_rows[self.chunk]
+        if ok.any():
+            hit = np.flatnonzero(ok)
+            frame = self._read("frame_index", self.chunk[hit], end[hit])
+            episode = self._read("episode_index", self.chunk[hit], end[hit])
+            ok[hit] = (frame == self.length[hit]) & (episode == hit + shift[hit])
+        if not ok.all() and not self._warned_tails:
+            self._warned_tails = True
+            lacking = np.flatnonzero(~ok)
+            warn_user(f"{self.root}: {len(lacking)} episodes (first: {int(lacking[0])}) lack their final observation "
+                      f"(moved by another writer, e.g. after deletions): their last transition's next_state is its "
+                      f"state, LeRobot's rule for datasets")
+        return ok
+
+    def _read(self, name: str, chunk: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """Values of feature ``name`` at (pack, row) pairs, mapping packs as needed (within the maps' budget)."""
+        maps = self._maps
+        view, base = maps.views[name], maps.base_rows(name)
+        if self._all_mapped:
+            return view[base[chunk] + rows]
+        unique = np.unique(chunk)
+        if len(unique) <= maps.max_packs:
+            maps.ensure(unique)
+            return view[base[chunk] + rows]
+        out = np.empty((len(chunk), *view.shape[1:]), dtype=view.dtype)
+        for part in np.array_split(unique, math.ceil(len(unique) / maps.max_packs)):
+            maps.ensure(part)
+            hit = np.isin(chunk, part)
+            out[hit] = view[base[chunk[hit]] + rows[hit]]
+        return out
+
+    def __len__(self) -> int:
+        return int(self.ends[-1]) if len(self.ends) else 0
+
+    def frames_before(self, episodes: int) -> int:
+        return int(self.ends[episodes - 1]) if episodes else 0
+
+    def gather(self, index: np.ndarray) -> dict[str, np.ndarray]:
+        """Stored values of transitions ``index`` (0 .. len-1 over every committed episode): the rows of their
+        frames, and the rows after them for ``next_state`` (an episode's last frame: its final observation)."""
+        e = np.searchsorted(self.ends, index, side="right")
+        local = index - self.starts[e]
+        chunk, row = self.chunk[e], self.offset[e] + local
+        after = row + 1 if self.all_tails else row + 1 - ((local == self.length[e] - 1) & ~self.tail_ok[e])
+        out = {name: self._read(name, chunk, row) for name in self.names}
+        for slot in self.layout.state.values():
+            out["next:" + slot.feature] = self._read(slot.feature, chunk, after)
+        return out
+
+    def close(self) -> None:
+        if self._maps is not None:
+            self._maps.close()
+            self._maps = None
+
+
+class _DatasetTransitions:
+    """A dataset's transitions through its public sampler, with LeRobot's ``from_lerobot_dataset`` rules: the next
+    frame's state while the episode goes on and ``next.done`` is false, else the frame's own state."""
+
+    def __init__(self, ds: LeRobotZarrDataset, layout: Layout):
+        self.ds, self.layout = ds, layout
+        lengths = ds.meta.episode_length[ds.episodes]
+        if int(lengths.sum()) != len(ds):
+            raise ArgumentError(f"{ds.root}: the dataset selects frame ranges of episodes; transitions need whole "
+                                f"episodes (select episodes by index)")
+        left_out = [k for k in (slot.feature for slot in layout.slots()) if k in ds.left_out]
+        if left_out:
+            raise SchemaMismatchError(f"{ds.root}: feature {left_out[0]!r} is left out of this dataset's samples: "
+                                      f"{ds.left_out[left_out[0]]}", feature=left_out[0])
+        if ds.delta_timestamps:
+            raise ArgumentError(f"{ds.root}: the dataset has delta_timestamps (windows); transitions take one frame "
+                                f"each: open it without them")
+        self.ends = np.cumsum(lengths)
+        self.length = lengths
+
+    def __len__(self) -> int:
+        return len(self.ds)
+
+    def frames_before(self, episodes: int) -> int:
+        return int(self.ends[episodes - 1]) if episodes else 0
+
+    def gather(self, index: np.ndarray) -> dict[str, np.ndarray]:
+        batch = self.ds.get_batch(index)
+        out = {slot.feature: batch[slot.feature] for slot in self.layout.slots()}
+        e = np.searchsorted(self.ends, index, side="right")
+        last = index == self.ends[e] - 1
+        done = np.asarray(batch[DONE]).reshape(len(index)).astype(bool) if self.layout.done else last
+        after = np.where(~last & ~done, index + 1, index)
+        following = self.ds.get_batch(after)
+        for slot in self.layout.state.values():
+            out["next:" + slot.feature] = following[slot.feature]
+        if not self.layout.done:
+            out[DONE] = last
+        return out
+
+    def close(self) -> None:
+        self.ds.close()
+
+
+class TransitionBuffer:
+    """A replay buffer of RL transitions on a store: the numpy core of :class:`lerobot_zarr.integrations.rl.ReplayBuffer`.
+
+    ``mode="a"`` (default) opens the buffer at ``root`` for adding, creating it at the first transition if the
+    folder holds none, reopening it with every committed transition otherwise (one writer per store: another
+    gets ``StoreLockedError``). ``mode="r"`` reads a buffer another process adds to: it sees what was committed,
+    picking up new commits on :meth:`refresh` and, every ``refresh_interval`` seconds, by itself. See
+    :mod:`lerobot_zarr.writing.transitions` for the layout.
+
+    A writer commits each episode when it ends (``done`` or ``truncated``) and, with :meth:`checkpoint`, the
+    episode in progress too (it goes on in the same episode). ``len()`` counts every transition added and kept;
+    the ring buffer (``capacity``) drops the oldest whole episodes first.
+    """
+
+    def __init__(self, root: str | os.PathLike, *, mode: Literal["a", "r"] = "a", capacity: int | None = None,
+                 fps: float | None = None, task: str = DEFAULT_TASK, image_storage: ImageStorage | None = None,
+                 durable: bool = False, refresh_interval: float | None = 1.0):
+        if mode not in ("a", "r"):
+            raise ArgumentError(f"mode must be 'a' (add, creating the buffer if needed) or 'r' (read a buffer another "
+                                f"process adds to), got {mode!r}")
+        if capacity is not None and (isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer))
+                                     or capacity < 1):
+            raise ArgumentError(f"capacity must be a positive integer (transitions), got {capacity!r:.40}")
+        if image_storage is not None and image_storage not in IMAGE_STORAGES:
+            raise ArgumentError(f"image_storage must be one of {IMAGE_STORAGES}, got {image_storage!r}")
+        if not isinstance(task, str) or not task:
+            raise ArgumentError(f"task must be a non-empty string, got {task!r:.40}")
+        if refresh_interval is not None and not refresh_interval >= 0:
+            raise ArgumentError(f"refresh_interval must be >= 0 seconds or None, got {refresh_interval!r}")
+        self._setup(Path(root).expanduser(), mode, capacity=capacity, task=task, durable=durable,
+                    refresh_interval=refresh_interval)
+        self._fps, self._image_storage = fps, image_storage
+        if mode == "r":
+            if not self.root.is_dir():
+                raise StoreError(f"{self.root}: no such folder; a reader opens a buffer that a writer (mode='a') "
+                                 f"made or is about to make there", path=self.root)
+            if not self._follow():
+                warn_user(f"{self.root}: holds no replay buffer yet; this reader stays empty until a writer adds "
+                          f"transitions there")
+        elif has_commit_point(self.root):
+            self._open_writer(self._writable(self.root))
+        else:
+            self._claim = WriterLock(self.root, blocking=False).__enter__()  # until the store exists
+            if any(p.name != ".lock" for p in self.root.iterdir()):
+                self._claim.__exit__(None, None, None)
+                raise StoreError(f"{self.root}: the folder holds files but no store; a replay buffer needs a folder "
+                                 f"of its own", path=self.root)
+
+    def _setup(self, root: Path, mode: str, *, capacity: int | None, task: str, durable: bool,
+               refresh_interval: float | None) -> None:
+        self.root, self.mode, self.capacity, self.task, self.durable = root, mode, capacity, task, bool(durable)
+        self.refresh_interval = refresh_interval
+        self._fps, self._image_storage = None, None
+        self._lock = threading.RLock()  # the committed view, the pending transitions: what samplers read
+        self._write_lock = threading.RLock()  # adds and commits, one at a time
+        self._writer: WritableDataset | None = None
+        self._claim: WriterLock | None = None
+        self._store: _StoreTransitions | _DatasetTransitions | None = None
+        self._pending: _Pending | None = None
+        self._open_episode = False  # the last committed episode is the one in progress (checkpointed)
+        self._drop = 0  # oldest committed episodes the next commit evicts: not sampled any more
+        self._rounding = _Rounding()
+        self._split_warned = self._extra_warned = False
+        self._signature: tuple | None = None
+        self._checked = 0.0
+        self.layout: Layout | None = None
+
+    @classmethod
+    def of_dataset(cls, ds: LeRobotZarrDataset, state_keys: Sequence[str]) -> TransitionBuffer:
+        """A read-only buffer of a LeRobot dataset's transitions, read in place (``mode="view"``), with LeRobot's
+        ``from_lerobot_dataset`` rules (see :class:`Layout`)."""
+        self = cls.__new__(cls)
+        self._setup(Path(ds.root), "view", capacity=None, task=DEFAULT_TASK, durable=False, refresh_interval=None)
+        self.layout = Layout.of_dataset(ds.meta.features, ds.array_specs, state_keys, str(ds.root))
+        self._store = _DatasetTransitions(ds, self.layout)
+        return self
+
+    # opening ---------------------------------------------------------------------------------------------
+    def _writable(self, root: Path) -> WritableDataset:
+        try:
+            return WritableDataset(root, durable=self.durable)
+        except StoreLockedError as exc:
+            raise StoreLockedError(f"{exc}; to sample from a buffer another process adds to, open it with "
+                                   f"mode='r'", path=root) from None
+
+    def _open_writer(self, writer: WritableDataset) -> None:
+        layout = Layout.read(self.root)
+        if layout is None and writer.meta.total_episodes:
+            writer.close()
+            raise StoreError(f"{self.root}: is a store but not a replay buffer (no {LAYOUT_FILE}); read a dataset "
+                             f"as transitions with ReplayBuffer.from_lerobot_dataset", path=self.root)
+        fps = writer.meta.fps
+        if self._fps is not None and not math.isclose(float(self._fps), fps):
+            writer.close()
+            raise ArgumentError(f"{self.root}: the buffer records at fps={fps:g}; fps={self._fps!r} differs")
+        cameras = {s.stored for k, s in (layout.state.items() if layout else ()) if k.startswith(OBS_IMAGE)
+                   and len(s.shape) == 3 and s.stored in ("image", "float32")}
+        if self._image_storage is not None and cameras - {"image" if self._image_storage == "uint8" else "float32"}:
+            writer.close()
+            raise ArgumentError(f"{self.root}: the buffer stores its cameras as {sorted(cameras)} (image: uint8); "
+                                f"image_storage={self._image_storage!r} differs")
+        self._writer = writer
+        if self.capacity is not None and writer.capacity_frames != self.capacity:
+            log.info("%s: capacity %s -> %s transitions", self.root, writer.capacity_frames, self.capacity)
+            writer.set_capacity(self.capacity)
+        self.capacity = writer.capacity_frames
+        if layout is not None:
+            self._use_layout(layout)
+
+    def _use_layout(self, layout: Layout) -> None:
+        self.layout = layout
+        self._pending = _Pending(layout)
+        self._store = _StoreTransitions(self.root, layout)
+        self._store.load(read_state(self.root))
+
+    def _create(self, layout: Layout) -> None:
+        """The store, at the first transition: made with the layout's features, then the layout file."""
+        if self._claim is not None:
+            self._claim.__exit__(None, None, None)
+            self._claim = None
+        writer = create(self.root, fps=DEFAULT_FPS if self._fps is None else self._fps, features=layout.features(),
+                        capacity_frames=self.capacity, durable=self.durable)
+        layout.write(self.root)
+        self._writer = writer
+        self._use_layout(layout)
+
+    # reading --------------------------------------------------------------------------------------------
+    def _follow(self) -> bool:
+        """A reader: load the newest commit if there is one it has not seen. Returns whether it loaded one."""
+        try:
+            st = os.stat(self.root / ROOT)
+        except FileNotFoundError:
+            return False
+        signature = (st.st_ino, st.st_mtime_ns, st.st_size)
+        if signature == self._signature:
+            return False
+        state = read_state(self.root)
+        if self._store is None:
+            layout = Layout.read(self.root)
+            if layout is None:
+                if state.table.length.size:
+                    raise StoreError(f"{self.root}: is a store but not a replay buffer (no {LAYOUT_FILE}); read a "
+                                     f"dataset as transitions with ReplayBuffer.from_lerobot_dataset", path=self.root)
+                return False  # created, layout not written yet
+            self.layout = layout
+            self._store = _StoreTransitions(self.root, layout)
+        changed = state.generation != self._store.generation
+        self._store.load(state)
+        self._signature = signature
+        return changed
+
+    def refresh(self) -> bool:
+        """A reader: pick up what the writer committed since (new episodes, evictions). Returns whether anything
+        changed. (A writer's view is always current.)"""
+        with self._lock:
+            if self.mode != "r":
+                return False
+            self._checked = time.monotonic()
+            return self._follow()
+
+    def _maybe_refresh(self) -> None:
+        if self.mode == "r" and self.refresh_interval is not None:
+            now = time.monotonic()
+            if now - self._checked >= self.refresh_interval:
+                self._checked = now
+                self._follow()
+
+    def __len__(self) -> int:
+        with self._lock:
+            self._maybe_refresh()
+            return self._len()
+
+    def _len(self) -> int:
+        if self._store is None:
+            return 0
+        pending = self._pending.n if self._pending is not None and self.mode == "a" else 0
+        return len(self._store) - self._store.frames_before(self._drop) + pending
+
+    def gather(self, index: np.ndarray) -> dict[str, Any]:
+        """Transitions ``index`` (0 .. len-1, oldest first) as LeRobot's buffer gives them (numpy): ``state`` and
+        ``next_state`` dicts, ``action``, ``reward`` (float32), ``done``/``truncated`` (bool), and
+        ``complementary_info`` (a dict, or None when the buffer has none)."""
+        with self._lock:
+            raw = self._gather(np.asarray(index, dtype=np.int64))
+        return self._as_lerobot(raw, len(index))
+
+    def sample(self, batch_size: int, draw: Callable[[int, int], np.ndarray] | None = None, *,
+               stored: bool = False) -> dict[str, Any] | None:
+        """``min(batch_size, len)`` transitions drawn with replacement (``draw(n, size)`` gives indices in
+        [0, n); default numpy's generator), as :meth:`gather` gives them (``stored``: as the store holds them, by
+        feature name, ``next:<feature>`` for next states; :func:`lerobot_values` converts); None when empty."""
+        with self._lock:
+            self._maybe_refresh()
+            n = self._len()
+            if n == 0:
+                return None
+            size = min(int(batch_size), n)
+            index = np.asarray(draw(n, size) if draw is not None else np.random.default_rng().integers(0, n, size),
+                               dtype=np.int64)
+            raw = self._gather(index)
+        return raw if stored else self._as_lerobot(raw, size)
+
+    def _gather(self, index: np.ndarray) -> dict[str, np.ndarray]:
+        if self._store is None:
+            raise ArgumentError(f"{self.root}: the buffer holds no transition yet")
+        n = self._len()
+        if index.ndim != 1 or (index.size and (index.min() < 0 or index.max() >= n)):
+            raise ArgumentError(f"transition indices must be a 1-D array in [0, {n}), got {index!r:.80}")
+        offset = self._store.frames_before(self._drop)
+        committed = len(self._store) - offset
+        if self.mode != "a" or self._pending.n == 0 or index.max(initial=-1) < committed:
+            return self._store.gather(index + offset)
+        mine = index >= committed
+        if mine.all():
+            return self._pending.gather(index - committed)
+        a, b = self._store.gather(index[~mine] + offset), self._pending.gather(index[mine] - committed)
+        raw = {}
+        for key, va in a.items():
+            out = np.empty((len(index), *va.shape[1:]), dtype=va.dtype)
+            out[~mine], out[mine] = va, b[key]
+            raw[key] = out
+        return raw
+
+    def _as_lerobot(self, raw: dict[str, np.ndarray], n: int) -> dict[str, Any]:
+        layout = self.layout
+        return {
+            "state": {k: lerobot_values(s, raw[s.feature]) for k, s in layout.state.items()},
+            "action": lerobot_values(layout.action, raw[ACTION]),
+            "reward": np.asarray(raw[REWARD], dtype=np.float32).reshape(n),
+            "next_state": {k: lerobot_values(s, raw["next:" + s.feature]) for k, s in layout.state.items()},
+            "done": np.asarray(raw[DONE]).reshape(n).astype(bool),
+            "truncated": (np.asarray(raw[TRUNCATED]).reshape(n).astype(bool) if layout.truncated
+                          else np.zeros(n, dtype=bool)),
+            "complementary_info": {k: lerobot_values(s, raw[s.feature]) for k, s in layout.complementary.items()}
+            or None,
+        }
+
+    # writing --------------------------------------------------------------------------------------------
+    def _check_writer(self) -> None:
+        if self.mode == "view":
+            raise StoreError(f"{self.root}: this buffer reads a dataset in place and cannot add; pass root= to "
+                             f"from_lerobot_dataset to copy the dataset into a buffer that can", path=self.root)
+        if self.mode != "a":
+            raise StoreError(f"{self.root}: this buffer was opened with mode='r' (a reader); it cannot add",
+                             path=self.root)
+        if self._writer is not None and self._writer.closed:
+            raise StoreError(f"{self.root}: this buffer was closed", path=self.root)
+
+    def add(self, state: Mapping[str, Any], action: Any, reward: Any, next_state: Mapping[str, Any], done: Any,
+            truncated: Any, complementary_info: Mapping[str, Any] | None = None) -> None:
+        """Add one transition (LeRobot's ``ReplayBuffer.add``): values are arrays or tensors with or without a
+        leading batch dimension of 1. The episode is committed when ``done`` or ``truncated``."""
+        with self._write_lock:
+            self._check_writer()
+            if self.layout is None:
+                self._start(Layout.of_transition(state, action, complementary_info, self._image_storage or "uint8"))
+            values, after = self._transition(state, action, reward, next_state, done, truncated, complementary_info)
+            pending = self._pending
+            if (pending.n or self._open_episode) and any(
+                    values[s.feature].tobytes() != pending.next_state[s.feature].tobytes()
+                    for s in self.layout.state.values()):
+                self._end_episode_here()
+            held = pending.n + 1 + (int(self._store.length[-1]) if self._open_episode else 0)
+            if self.capacity is not None and held > self.capacity:
+                raise ArgumentError(f"{self.root}: the episode in progress would reach {held} transitions without "
+                                    f"done/truncated; a buffer of capacity {self.capacity} evicts whole episodes "
+                                    f"and cannot hold it (make capacity several times the longest episode)")
+            with self._lock:
+                pending.append(values, after)
+                self._evict_for_pending()
+            if values[DONE] or values[TRUNCATED]:
+                self._commit(end=True)
+
+    def _start(self, layout: Layout) -> None:
+        """The first transition: make the store (or take an empty one whose layout file a crash lost, if it was
+        made for the same values)."""
+        if self._writer is None:
+            self._create(layout)
+            return
+        held = {k: v for k, v in self._writer.features.items() if k not in DEFAULT_FEATURES}
+        if layout.features() != held:
+            raise SchemaMismatchError(f"{self.root}: holds an empty buffer made for other values (features "
+                                      f"{sorted(held)}); use another folder")
+        layout.write(self.root)
+        self._use_layout(layout)
+
+    def _transition(self, state, action, reward, next_state, done, truncated, complementary_info
+                    ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        layout = self.layout
+        for what, given in (("state", state), ("next_state", next_state)):
+            if not isinstance(given, Mapping) or set(given) != set(layout.state):
+                keys = sorted(given) if isinstance(given, Mapping) else type(given).__name__
+                raise SchemaMismatchError(f"{self.root}: {what} has keys {keys}, this buffer holds "
+                                          f"{sorted(layout.state)}")
+        values = {s.feature: _stored_value(s, state[k], f"state[{k!r}]", self._rounding)
+                  for k, s in layout.state.items()}
+        after = {s.feature: _stored_value(s, next_state[k], f"next_state[{k!r}]", self._rounding)
+                 for k, s in layout.state.items()}
+        values[ACTION] = _stored_value(layout.action, action, "action")
+        values[REWARD] = _scalar(reward, "reward").astype(np.float32)
+        for name, flag in (("done", done), ("truncated", truncated)):
+            v = _scalar(flag, name)
+            if v.item() not in (0, 1):
+                raise ValueRangeError(f"{name}: a bool (or 0/1) per transition, got {flag!r:.60}", feature=name)
+            values[f"next.{name}"] = v.astype(np.bool_)
+        info = dict(complementary_info or {})
+        missing = [k for k in layout.complementary if k not in info]
+        if missing:
+            raise SchemaMismatchError(f"{self.root}: complementary_info lacks {missing} (this buffer holds "
+                                      f"{sorted(layout.complementary)}; LeRobot would keep stale values there)",
+                                      feature=COMPLEMENTARY + missing[0])
+        extra = sorted(set(info) - set(layout.complementary))
+        if extra and not getattr(self, "_extra_warned", False):
+            self._extra_warned = True
+            warn_user(f"{self.root}: complementary_info keys {extra} are not in this buffer (its keys come from the "
+                      f"first transition: {sorted(layout.complementary)}); they are dropped, as LeRobot does")
+        for key, slot in layout.complementary.items():
+            values[slot.feature] = _stored_value(slot, info[key], f"complementary_info[{key!r}]")
+        return values, after
+
+    def _end_episode_here(self) -> None:
+        """The new transition does not start from the last next_state: the episode in progress ends where it is
+        (its final observation kept) and a new one starts."""
+        if not self._split_warned:
+            self._split_warned = True
+            warn_user(f"{self.root}: a transition's state differs from the previous transition's next_state while "
+                      f"neither done nor truncated was set: the episode is stored as ending there (its next_state "
+                      f"kept) and a new one starts (warned once)")
+        if self._pending.n:
+            self._commit(end=True)
+        self._open_episode = False
+
+    def _evict_for_pending(self) -> None:
+        """Oldest episodes the next commit will evict, so that len() <= capacity (they are not sampled now)."""
+        if self.capacity is None:
+            return
+        lengths = self._store.length
+        held = int(lengths.sum())
+        drop = 0
+        while held + self._pending.n > self.capacity:
+            held -= int(lengths[drop])
+            drop += 1
+        self._drop = drop
+
+    def _commit(self, *, end: bool) -> None:
+        """Commit the pending transitions with the final observation row after them: a new episode, or more of
+        the one in progress (checkpointed before). The caller holds the write lock; samplers go on meanwhile
+        (with what was committed before, and the pending transitions) until the new commit is loaded."""
+        pending = self._pending
+        if pending.n:
+            frames = pending.frames()
+            if self._open_episode:
+                self._writer.extend_episode(frames, task=self.task, tail=1)
+            else:
+                self._writer.add_episode(frames, task=self.task, tail=1)
+            state = read_state(self.root)
+            with self._lock:
+                self._store.load(state)
+                pending.clear()
+                self._drop = 0
+        self._open_episode = not end
+
+    def checkpoint(self, *, durable: bool | None = None) -> None:
+        """Commit the episode in progress as it is (it goes on with the next transitions): after this, a crash
+        loses nothing added before. ``durable`` (default: the buffer's) also flushes it to disk (power loss)."""
+        with self._write_lock:
+            self._check_writer()
+            if self._pending is None or not self._pending.n:
+                return
+            writer = self._writer
+            keep, writer.durable = writer.durable, self.durable if durable is None else bool(durable)
+            try:
+                self._commit(end=False)
+            finally:
+                writer.durable = keep
+
+    def copy_from(self, view: TransitionBuffer, *, progress: bool = True) -> None:
+        """Add every transition of ``view`` (a dataset read as transitions), episode by episode, each value with
+        a batch dimension of 1 as LeRobot's ``from_lerobot_dataset`` adds them; the source's episodes stay
+        episodes."""
+        ends = view._store.ends
+        with progress_bar(int(ends[-1]) if len(ends) else 0, f"transitions into {self.root.name}", progress,
+                          unit="transition") as bar:
+            for e, stop in enumerate(ends.tolist()):
+                start = stop - int(view._store.length[e])
+                b = view.gather(np.arange(start, stop))
+                info = b["complementary_info"] or {}
+                for i in range(stop - start):
+                    one = slice(i, i + 1)
+                    self.add({k: v[one] for k, v in b["state"].items()}, b["action"][one], float(b["reward"][i]),
+                             {k: v[one] for k, v in b["next_state"].items()}, bool(b["done"][i]),
+                             bool(b["truncated"][i]), {k: v[one] for k, v in info.items()} or None)
+                with self._write_lock:
+                    self._commit(end=True)
+                bar.update(stop - start)
+
+    def export(self, path: str | os.PathLike, *, fps: float | None = None, task: str | None = None) -> Path:
+        """Write the committed transitions (a writer commits the episode in progress first) as a LeRobot v3.0
+        folder at ``path``; ``fps`` / ``task`` other than the buffer's are written through a copy with them."""
+        if self.mode == "a":
+            self.checkpoint()
+        ds = self.dataset()
+        path = Path(path)
+        tasks = list(ds.meta.tasks)
+        if (fps is None or math.isclose(float(fps), ds.meta.fps)) and (task is None or tasks == [task]):
+            return ds.to_lerobot(path)
+        log.info("%s: exporting through a copy at fps=%s, task=%r", self.root, fps, task)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix=f".{path.name}.copy-", dir=path.parent) as tmp:
+            features = {k: v for k, v in ds.meta.features.items() if k not in DEFAULT_FEATURES}
+            with create(Path(tmp) / "store", fps=ds.meta.fps if fps is None else fps, features=features,
+                        durable=False) as copy:
+                for e in range(ds.meta.total_episodes):
+                    frames = ds.episode(e)
+                    names = task if task is not None else [tasks[i] for i in np.asarray(frames["task_index"])]
+                    copy.add_episode({k: frames[k] for k in features}, task=names)
+                return copy.to_lerobot(path)
+
+    def dataset(self) -> LeRobotZarrDataset:
+        """The store as a dataset (what was committed): ``to_xarray()``, ``to_lerobot()``, ``push()``, samples."""
+        if not has_commit_point(self.root):
+            raise StoreError(f"{self.root}: no transition was added yet", path=self.root)
+        return LeRobotZarrDataset(self.root)
+
+    @property
+    def writer(self) -> WritableDataset | None:
+        """The writable dataset of a writer's store (None before the first transition, and for readers)."""
+        return self._writer
+
+    def close(self) -> None:
+        """Commit the episode in progress (:meth:`checkpoint`), release the writer lock and the maps."""
+        with self._write_lock, self._lock:
+            try:
+                if self.mode == "a" and self._writer is not None and not self._writer.closed:
+                    self.checkpoint()
+            finally:
+                if self._writer is not None:
+                    self._writer.close()
+                if self._claim is not None:
+                    self._claim.__exit__(None, None, None)
+                    self._claim = None
+                if self._store is not None:
+                    self._store.close()
