@@ -378,17 +378,18 @@ def test_merge_stats_matches_lerobots_aggregate_stats():
 
 # the real datasets ------------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def real(tmp_path_factory):
+def real(module_tmp, g1_store):
+    """Stores of the three real datasets: G1 is the session's shared read-only store (its camera at 24x32: the
+    full-size one takes 1.3 GB), the other two are made here and deleted with the module."""
     if not DATASETS_DIR.is_dir():
         pytest.skip(f"real LeRobot datasets not found at {DATASETS_DIR.resolve()}")
-    base = tmp_path_factory.mktemp("real")
-    names = ["G1-policy-train", "open_50", "record-test"]
-    sources = {str(DATASETS_DIR.resolve() / n): str(base / n) for n in names}
+    roots = {"G1-policy-train": str(g1_store)}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", lz.LeRobotZarrWarning)  # their cameras' videos are missing
-        for source, root in sources.items():
-            lz.open_dataset(source, root=root, progress=False).close()
-    return {n: root for n, root in zip(names, sources.values())}
+        for name in ["open_50", "record-test"]:
+            roots[name] = str(module_tmp / name)
+            lz.open_dataset(str(DATASETS_DIR.resolve() / name), root=roots[name], progress=False).close()
+    return roots
 
 
 def test_real_datasets_of_three_schemas_mix_with_rename_and_pad_to(real):
