@@ -14,7 +14,7 @@ import pytest
 from hub_fixtures import REAL_DATASETS, lib_requests, real_dataset, running_server, server_env
 
 import lerobot_zarr
-from lerobot_zarr.cli.app import main
+from lerobot_zarr.cli import main
 from lerobot_zarr.testing.hub_server import HubServer
 
 TOKEN = "hf_cli_test_token"
@@ -251,7 +251,7 @@ def test_push_of_a_partial_store_needs_episodes(capsys, env, hub, tmp_path):
 
 
 def test_every_argument_has_help():
-    from lerobot_zarr.cli.app import _parser
+    from lerobot_zarr.cli import build_parser
 
     def walk(parser):
         for action in parser._actions:
@@ -261,7 +261,7 @@ def test_every_argument_has_help():
             elif action.dest not in ("help", "version"):
                 yield parser.prog, action
 
-    missing = [f"{prog} {a.dest}" for prog, a in walk(_parser()) if not a.help]
+    missing = [f"{prog} {a.dest}" for prog, a in walk(build_parser()) if not a.help]
     assert not missing, missing
 
 

@@ -388,7 +388,7 @@ def test_8_huge_declared_sizes_allocate_nothing_and_leave_no_half_made_store(sou
 
 
 def test_8_cli_ranges_are_bounded(capsys):
-    from lerobot_zarr.cli.app import main
+    from lerobot_zarr.cli import main
 
     with pytest.raises(SystemExit) as info:
         main(["convert", "nowhere", "--episodes", "0-999999999999"])

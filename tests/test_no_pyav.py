@@ -149,7 +149,7 @@ def test_cli_without_pyav_warns_once_and_info_says_what_to_install(tmp_path):
                HF_HUB_DISABLE_PROGRESS_BARS="1")
 
     def cli(*args: str) -> subprocess.CompletedProcess:
-        code = BLOCK_AV + "from lerobot_zarr.cli.app import main\nsys.exit(main(sys.argv[1:]))"
+        code = BLOCK_AV + "from lerobot_zarr.cli import main\nsys.exit(main(sys.argv[1:]))"
         return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env,
                               timeout=600)
 

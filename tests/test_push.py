@@ -45,7 +45,7 @@ from PIL import Image
 import lerobot_zarr
 import lerobot_zarr.writing.export as export_module
 from lerobot_zarr import HubAuthError, LeRobotZarrDataset, NotMaterializedError, StoreError, open_dataset
-from lerobot_zarr.cli.app import main as cli_main
+from lerobot_zarr.cli import main as cli_main
 from lerobot_zarr.testing.sample_data import write_sample_dataset
 from lerobot_zarr.store.state import read_state
 from lerobot_zarr.testing.hub_server import HubServer

@@ -8,7 +8,7 @@ from PIL import Image
 
 pytest.importorskip("matplotlib", reason="the viz extra (matplotlib) is not installed")
 
-from lerobot_zarr.cli.app import main
+from lerobot_zarr.cli import main
 from lerobot_zarr.testing.sample_data import write_sample_dataset
 from lerobot_zarr.integrations.view import dimension_names, view_episode
 
