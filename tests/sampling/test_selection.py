@@ -71,7 +71,8 @@ def test_frame_range_of_none_is_the_whole_episode(n):
 @pytest.mark.parametrize("frames, needle", [
     (slice(0, 4, 2), "step 1"), (range(0, 4, 2), "step 1"), (slice(0, 4, -1), "step 1"),
     ((1, 2, 3), r"\(first, stop\)"), ((1,), r"\(first, stop\)"),
-    (slice(0.5, 3), "integer bounds"), ((0, "3"), "integer bounds"), ([0, 3], "slice, range or"), (3, "slice, range or"),
+    (slice(0.5, 3), "integer bounds"), ((0, "3"), "integer bounds"),
+    ([0, 3], "slice, range or"), (3, "slice, range or"),
 ])
 def test_frame_range_refuses_other_kinds(frames, needle):
     with pytest.raises(ArgumentError, match=needle) as caught:
