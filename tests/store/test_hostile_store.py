@@ -36,7 +36,7 @@ from lerobot_zarr.errors import (
 from lerobot_zarr.testing.sample_data import write_sample_dataset
 from lerobot_zarr.store.state import chunk_path, read_state
 
-MAIN = Path(__file__).resolve().parents[1]
+MAIN = Path(__file__).resolve().parents[2]
 FEATURES = {"x": {"dtype": "float32", "shape": [3], "names": None},
             "cam": {"dtype": "image", "shape": [6, 8, 3], "names": None}}
 IMG, CAM = "observation.images.wrist", "observation.images.front"

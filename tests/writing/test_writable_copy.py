@@ -23,7 +23,7 @@ from lerobot_zarr.testing.sample_data import write_sample_dataset
 from lerobot_zarr.store.state import read_state
 from lerobot_zarr.testing.hub_server import HubServer
 
-MAIN = Path(__file__).resolve().parents[1]
+MAIN = Path(__file__).resolve().parents[2]
 
 
 def source_frames(src: Path, key: str) -> np.ndarray:

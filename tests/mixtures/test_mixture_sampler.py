@@ -19,7 +19,7 @@ import lerobot_zarr as lz
 from lerobot_zarr.errors import ArgumentError
 from lerobot_zarr.mixtures.sampler import BLOCK, MixtureSampler, MixtureSchedule, permute
 
-MAIN = Path(__file__).resolve().parents[1]
+MAIN = Path(__file__).resolve().parents[2]
 
 
 # permutations -------------------------------------------------------------------------------------------------

@@ -32,7 +32,7 @@ from lerobot_zarr.cameras.frame_codecs import (
     undelta_rows,
 )
 
-G1_VIDEOS = (Path(__file__).parents[1] / ".." / "shared" / "datasets" / "G1-policy-train" / "videos" / "chunk-000"
+G1_VIDEOS = (Path(__file__).parents[2] / ".." / "shared" / "datasets" / "G1-policy-train" / "videos" / "chunk-000"
              / "observation.images.cam_high")
 LOSSLESS = ("zstd", "delta-zstd")
 
@@ -448,8 +448,8 @@ def test_codecs_register_whatever_the_import_order():
                           ("import lerobot_zarr", "import xarray")):
         out = subprocess.run([sys.executable, "-c", code.format(first=first, second=second)], check=False,
                              capture_output=True,
-                             text=True, timeout=120, cwd=str(Path(__file__).parents[1]),
-                             env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
+                             text=True, timeout=120, cwd=str(Path(__file__).parents[2]),
+                             env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])})
         assert out.returncode == 0 and out.stdout.split() == ["DeltaCodec", "JpegCodec"], (first, second, out.stderr)
 
 

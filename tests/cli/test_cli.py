@@ -270,7 +270,7 @@ def test_module_entry_point(tmp_path):
     import sys
 
     result = subprocess.run([sys.executable, "-m", "lerobot_zarr", "--version"], check=False, capture_output=True,
-                            text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+                            text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
     assert result.returncode == 0 and result.stdout.startswith("lerobot_zarr ")
 
 
@@ -517,7 +517,7 @@ def test_output_into_a_closed_pipe_ends_quietly(tmp_path, env):
     import subprocess
     import sys
 
-    MAIN = Path(__file__).resolve().parents[1]
+    MAIN = Path(__file__).resolve().parents[2]
     proc = subprocess.run(f"{sys.executable} -m lerobot_zarr info {real_dataset('open_50')} | true; "
                           f"echo ${{PIPESTATUS[0]}}", shell=True, executable="/bin/bash", capture_output=True,
                           text=True, timeout=120, env=dict(os.environ, PYTHONPATH=str(MAIN)))

@@ -31,7 +31,7 @@ from lerobot_zarr.store.state import chunk_path, read_state
 NUMERIC = ("observation.state", "action")
 IMG, CAM = "observation.images.wrist", "observation.images.front"
 SHAPE = (12, 16, 3)
-MAIN = Path(__file__).resolve().parents[1]
+MAIN = Path(__file__).resolve().parents[2]
 FEATURES = {"x": {"dtype": "float32", "shape": [3], "names": None},
             "cam": {"dtype": "image", "shape": [6, 8, 3], "names": None}}
 

@@ -24,7 +24,7 @@ from hub_fixtures import real_dataset
 import lerobot_zarr as lz
 from lerobot_zarr.store.state import commit, read_state
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CAM = "observation.images.cam_high"
 SMALL = {CAM: (24, 32)}
 BLOCK_AV = textwrap.dedent("""

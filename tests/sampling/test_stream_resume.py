@@ -1,6 +1,6 @@
 """``stream(...).state_dict()`` / ``load_state_dict()``: an interrupted epoch continues exactly (no sample repeated
 or skipped), for one rank and several, per sample and per batch, in padding and with DataLoader-style workers
-(emulated with ``worker=``; the torch DataLoader itself is in tests/test_mixture_torch.py)."""
+(emulated with ``worker=``; the torch DataLoader itself is in tests/mixtures/test_mixture_torch.py)."""
 
 from __future__ import annotations
 

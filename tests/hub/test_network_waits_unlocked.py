@@ -31,7 +31,7 @@ from lerobot_zarr.testing.hub_server import HubServer
 REPO = "org/three-files"
 TIMEOUT = 2  # seconds (huggingface_hub parses these variables as integers): a stalled read is given up after that
 STALLED = "data/chunk-000/file-001.parquet"  # episodes 2 and 3
-MAIN = Path(__file__).resolve().parents[1]
+MAIN = Path(__file__).resolve().parents[2]
 
 CHILD = r"""
 import json, sys, time

@@ -33,7 +33,7 @@ from lerobot_zarr.integrations.rl import ReplayBuffer, random_shift  # noqa: E40
 from lerobot_zarr.testing.hub_server import HubServer  # noqa: E402
 
 SEED = 11
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]
 REPO = TESTS.parent
 TOKEN = "hf_write"
 

@@ -41,7 +41,7 @@ pytest.importorskip("dask")
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*is left out of samples:UserWarning")
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 REAL = ["record-test", "open_50", "G1-policy-train"]
 EPS32 = float(np.finfo(np.float32).eps)
 QUANTILES = {"q01": 0.01, "q10": 0.10, "q50": 0.50, "q90": 0.90, "q99": 0.99}

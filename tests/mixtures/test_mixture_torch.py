@@ -17,7 +17,7 @@ torch = pytest.importorskip("torch", reason="torch is not installed")
 import lerobot_zarr as lz  # noqa: E402
 from lerobot_zarr.integrations.torch import TorchDataset, batch_loader, stream_loader  # noqa: E402
 
-MAIN = Path(__file__).resolve().parents[1]
+MAIN = Path(__file__).resolve().parents[2]
 DELTAS = {"x": [-0.1, 0.0], "y": [0.0, 0.1, 0.2]}
 
 

@@ -35,7 +35,7 @@ from lerobot_zarr import LeRobotZarrDataset, StoreLockedError
 from lerobot_zarr.store.state import chunk_path, has_commit_point, read_state, retired_path
 from lerobot_zarr.writing.writer import MIN_FREE_ENV
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 # ---------------------------------------------------------------------------------------------------------------
 # What an episode holds: shared verbatim by this module and the writer processes.

@@ -23,7 +23,7 @@ from lerobot_zarr.testing.sample_data import write_sample_dataset
 from lerobot_zarr.lerobot.source import LeRobotSource
 from lerobot_zarr.store.state import read_state
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def reference_frames(folder: Path) -> dict[str, np.ndarray]:

@@ -20,7 +20,7 @@ from PIL import Image
 import lerobot_zarr  # noqa: F401  (must come first: enables zarr's rectilinear chunk grids)
 from lerobot_zarr import open_dataset
 
-REAL_DIR = (Path(__file__).parents[1] / ".." / "shared" / "datasets").resolve()
+REAL_DIR = (Path(__file__).parents[2] / ".." / "shared" / "datasets").resolve()
 CAM = "observation.images.cam"
 GRID = "observation.grid"
 VIDEO = "observation.images.video"
@@ -407,7 +407,7 @@ def test_import_enables_rectilinear_chunks(workdir, first):
     code = (f"import {first}\nimport lerobot_zarr, zarr\n"
             f"g = zarr.open_group({str(b.store)!r}, mode='r')\nprint(g['action'].shape)\n")
     env = {k: v for k, v in os.environ.items() if k != "ZARR_ARRAY__RECTILINEAR_CHUNKS"}
-    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
     proc = subprocess.run([sys.executable, "-W", "ignore", "-c", code], capture_output=True, text=True, env=env,
                           timeout=60)
     assert proc.returncode == 0, (f"'import {first}; import lerobot_zarr; zarr.open_group(store)' failed:\n"

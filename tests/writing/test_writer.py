@@ -40,8 +40,8 @@ from lerobot_zarr import (
 )
 from lerobot_zarr.store.state import read_state
 
-MAIN = Path(__file__).resolve().parents[1]
-SHARED_DATASETS = Path(__file__).resolve().parents[1] / ".." / "shared" / "datasets"
+MAIN = Path(__file__).resolve().parents[2]
+SHARED_DATASETS = Path(__file__).resolve().parents[2] / ".." / "shared" / "datasets"
 FPS = 10
 JOINTS = [f"joint_{k}" for k in range(14)]
 CAM = "observation.images.cam"

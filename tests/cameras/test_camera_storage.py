@@ -1,7 +1,7 @@
 """Cameras kept per the user's choice (``storage=``, ``resize=``): every option samples through the same API with
 LeRobot's semantics and round-trips within its documented error (lossless ones exactly, against the raw store,
 which the video tests check against PyAV's own decode); resized cameras equal an independent float64 reference
-resize (tests/test_resize.py); zarr reads compressed cameras; exports of each option reopen, and load in LeRobot
+resize (tests/cameras/test_resize.py); zarr reads compressed cameras; exports of each option reopen, and load in LeRobot
 when it is installed."""
 
 from __future__ import annotations

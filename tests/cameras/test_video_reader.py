@@ -20,7 +20,7 @@ from lerobot_zarr.cameras.video_reader import Mp4Frames
 
 FPS = 30
 SHAPE = (48, 64, 3)
-G1 = (Path(__file__).parents[1] / ".." / "shared" / "datasets" / "G1-policy-train" / "videos" / "chunk-000"
+G1 = (Path(__file__).parents[2] / ".." / "shared" / "datasets" / "G1-policy-train" / "videos" / "chunk-000"
       / "observation.images.cam_high")
 
 

@@ -31,7 +31,7 @@ from lerobot_zarr.store.state import live_path, read_state
 from lerobot_zarr.writing.transitions import LAYOUT_FILE, TransitionBuffer
 
 SEED = 7
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]
 REPO = TESTS.parent
 
 

@@ -19,7 +19,7 @@ from lerobot_zarr.mixtures.mixture import merge_stats
 pytestmark = pytest.mark.filterwarnings("ignore::lerobot_zarr.LeRobotZarrWarning")  # tests that expect one say so
 FPS = 10
 DELTAS = {"observation.state": [-0.1, 0.0], "action": [k / FPS for k in range(4)]}
-DATASETS_DIR = Path(__file__).parents[1] / ".." / "shared" / "datasets"
+DATASETS_DIR = Path(__file__).parents[2] / ".." / "shared" / "datasets"
 
 
 def make_store(path: Path, features: dict[str, tuple[str, list[int]]], lengths: list[int], *, fps: float = FPS,

@@ -47,7 +47,7 @@ from lerobot_zarr.store.state import WriterLock, read_state
 from lerobot_zarr.sampling.streams import stream
 from lerobot_zarr.testing.hub_server import HubServer
 
-DATASETS_DIR = (Path(__file__).parents[1] / ".." / "shared" / "datasets").resolve()
+DATASETS_DIR = (Path(__file__).parents[2] / ".." / "shared" / "datasets").resolve()
 TOLERANCE_S = 1e-4
 FRONT, WRIST, PNG = "observation.images.front", "observation.images.wrist", "observation.images.png"
 CAMS = (FRONT, WRIST)
@@ -858,7 +858,7 @@ def test_svtav1_params_change_threads_not_bytes(tmp_path):
               "w = VideoWriter(sys.argv[1], 30, 96, 64); w.add(f); w.close()")
     out = {}
     for params in ("", "lp=1"):
-        env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]), LEROBOT_ZARR_SVTAV1_PARAMS=params)
+        env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]), LEROBOT_ZARR_SVTAV1_PARAMS=params)
         path = tmp_path / f"v{params or 'default'}.mp4"
         subprocess.run([sys.executable, "-c", script, str(path)], check=True, env=env, timeout=120)
         out[params] = path.read_bytes()
