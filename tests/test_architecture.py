@@ -45,9 +45,10 @@ LAYERS = [
     ("cameras",),
     ("lerobot",),
     ("hub", "store"),
+    ("resolve",),  # what a source argument names: a store, a LeRobot folder or a Hub repo (streams use it)
     ("sampling",),
     ("writing",),
-    ("api", "resolve"),
+    ("api",),
     ("mixtures", "integrations"),
     tuple(FACES),
     ("testing",),
