@@ -97,6 +97,7 @@ def feature_specs(features: Mapping[str, Mapping[str, Any]]) -> tuple[dict, dict
 
 
 def stored_values(values: np.ndarray, spec: ArraySpec) -> np.ndarray:
+    """Values already checked, as the contiguous rows of the stored dtype that are written."""
     return np.ascontiguousarray(values, dtype=spec.dtype)
 
 
