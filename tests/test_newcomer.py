@@ -106,12 +106,12 @@ def test_a_camera_in_delta_timestamps_on_a_real_dataset_names_the_episodes_that_
 
 
 def test_edit_keeping_four_g1_episodes_computes_stats_of_those_only(g1_store, tmp_path, capsys, monkeypatch):
-    import lerobot_zarr.writing.writer as writer
+    import lerobot_zarr.writing.transaction as transaction
 
     store = tmp_path / "g1"
     shutil.copytree(g1_store, store)
     cameras, bars = [], []
-    real_stats, real_bar = writer.episode_stats, writer.progress_bar
+    real_stats, real_bar = transaction.episode_stats, transaction.progress_bar
 
     def counting(values, kind):
         if kind == "video":
@@ -122,8 +122,8 @@ def test_edit_keeping_four_g1_episodes_computes_stats_of_those_only(g1_store, tm
         bars.append((total, desc))
         return real_bar(total, desc, enabled, **kwargs)
 
-    monkeypatch.setattr(writer, "episode_stats", counting)
-    monkeypatch.setattr(writer, "progress_bar", recording)
+    monkeypatch.setattr(transaction, "episode_stats", counting)
+    monkeypatch.setattr(transaction, "progress_bar", recording)
     code, out, err = run(capsys, "edit", str(store), "--keep-episodes", "1,2,4,5")
     assert code == 0, err
     lengths = read_state(g1_store).table.length

@@ -21,8 +21,7 @@ import numpy as np
 
 from .camera_readers import CodecFrames, VideoFrames, cameras_needing_pyav, served_episodes
 from .maps import PackMaps
-from ..store.packs import open_array_pack as _pack_file
-from ..store.packs import read_raw_rows
+from ..store.packs import open_array_pack, read_raw_rows
 from ..errors import (
     ArgumentError,
     CorruptStoreError,
@@ -181,26 +180,21 @@ def read_episode_rows(root: str | os.PathLike, name: str, spec: ArraySpec, pack:
     return read_raw_rows(root, name, spec, pack, pack_rows, offset, length)
 
 
-_WRITE_METHODS = frozenset({"add_episode", "add_frame", "save_episode", "clear_episode_buffer", "edit", "flush",
-                            "drop_features", "set_task", "delete_episodes", "delete_frames", "extend_episode",
-                            "set_capacity"})
-
-
 class LeRobotZarrDataset:
     """Random access to a store's frames, as ``LeRobotDataset`` returns them but in numpy.
 
     ``len(ds)`` is the number of frames of the selected episodes (or frame ranges of episodes: windows still see
     the whole episode, padding only at its true edges); ``ds[i]`` is the i-th of them. The object pickles as its
     arguments and reopens its maps lazily in each process, so it works in DataLoader workers. ``close()`` (or
-    ``with``) releases its memory maps at once; dropping the last reference does too.
+    ``with``) releases its memory maps at once; dropping the last reference does too. ``headroom``: address space
+    reserved past the packs for appends (a fraction of their rows); a writer's dataset takes 1.0, so that packs its
+    commits append map next to the others (see :meth:`reload`); copies in other processes do not keep it.
     """
-
-    _headroom = 0.0  # address space reserved past the packs for appends (a writer's dataset sets it)
 
     def __init__(self, root: str | os.PathLike, *, episodes: EpisodeSelection | None = None,
                  delta_timestamps: Mapping[str, Sequence[float]] | None = None,
                  image_format: ImageFormat = "uint8_hwc", max_open_maps: int | None = None, lazy: bool = False,
-                 fetch: Callable[[Path, list[int]], None] | None = None):
+                 fetch: Callable[[Path, list[int]], None] | None = None, headroom: float = 0.0):
         if image_format not in IMAGE_FORMATS:
             raise ArgumentError(f"image_format must be one of {IMAGE_FORMATS}, got {image_format!r}")
         if lazy and fetch is None:
@@ -208,8 +202,11 @@ class LeRobotZarrDataset:
                              "(open_dataset(..., lazy=True) passes it)")
         self.root = Path(root)
         self.image_format = image_format
+        if not (isinstance(headroom, (int, float)) and 0 <= headroom < float("inf")):
+            raise ArgumentError(f"headroom must be a finite number >= 0, got {headroom!r:.40}")
         self._request = (episodes, delta_timestamps, _default_max_maps() if max_open_maps is None
                          else int(max_open_maps), bool(lazy), fetch)
+        self._headroom = float(headroom)
         self._lock = threading.Lock()
         self._maps: PackMaps | None = None
         self._closed = False
@@ -365,10 +362,15 @@ class LeRobotZarrDataset:
         state = read_state(self.root)
         if state.generation == self._state.generation:
             return False
+        self.reload(state)
+        return True
+
+    def reload(self, state: StoreState) -> None:
+        """Serve ``state``, a commit of this dataset's store, from now on with the same arguments (what
+        :meth:`refresh` does with the latest commit; a writer passes each of its commits). Packs keep their maps."""
         with self._lock:
             self._check_not_closed()
             self._load(state)
-        return True
 
     # lifetime ---------------------------------------------------------------------------------------------
     def close(self) -> None:
@@ -532,11 +534,10 @@ class LeRobotZarrDataset:
                 out[name] = np.moveaxis(arr, -1, -3).astype(np.float32) / np.float32(255)
 
     def __getattr__(self, name: str) -> Any:
-        if name in _WRITE_METHODS:
-            raise AttributeError(f"{self.root}: {name}() writes, and this dataset is read-only: open it with "
-                                 f"open_dataset(..., mode='r+') (a Hub repo or LeRobot folder also needs root=, a "
-                                 f"folder of your own)", name=name, obj=self)
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}", name=name, obj=self)
+        hint = "" if name.startswith("_") else (  # a public name it lacks may be a writer's: say how to write
+            " (this dataset is read-only: open it with open_dataset(..., mode='r+') to write; a Hub repo or LeRobot "
+            "folder also needs root=, a folder of your own)")
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}{hint}", name=name, obj=self)
 
     # sampling ---------------------------------------------------------------------------------------------
     def __getitem__(self, i: int) -> dict[str, Any]:
@@ -742,7 +743,7 @@ class LeRobotZarrDataset:
                     out[name] = self._cameras[name].read(self, np.full(n, e), np.arange(first, first + n))
                 continue
             try:
-                fd = _pack_file(self.root, name, spec, pack, rows)
+                fd = open_array_pack(self.root, name, spec, pack, rows)
             except CorruptStoreError as exc:
                 raise CorruptStoreError(f"{exc} (pack {pack} holds episode {e}, asked for here)", path=exc.path,
                                         episode=e, feature=name) from None

@@ -275,12 +275,12 @@ def test_5_an_outside_file_linked_in_as_an_mp4_is_never_published(mp4_store, tmp
 KILL_AFTER_STATS_FILES = textwrap.dedent("""
     import os, sys
     import lerobot_zarr as lz
-    from lerobot_zarr.writing import writer
-    fold = writer.WritableDataset._fold_dirty
+    from lerobot_zarr.writing import transaction
+    fold = transaction.WriteTransaction._fold_dirty
     def fold_then_die(self, *args):
         out = fold(self, *args)  # the edited episode's new stats file is written...
         os._exit(3)  # ...and the writer is killed before its commit
-    writer.WritableDataset._fold_dirty = fold_then_die
+    transaction.WriteTransaction._fold_dirty = fold_then_die
     ds = lz.open_dataset(sys.argv[1], mode="r+")
     with ds.edit(1) as ep:
         ep["x"][:] = 1000.0

@@ -175,7 +175,7 @@ KILL_AFTER_STATS = r"""
 import os, sys
 import numpy as np
 import lerobot_zarr as lz
-import lerobot_zarr.writing.writer as w
+import lerobot_zarr.writing.transaction as w
 ds = lz.open_dataset(sys.argv[1], mode="r+")
 with ds.edit(1, features=["x"]) as ep:
     ep["x"][:] = 1000.0

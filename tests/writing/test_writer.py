@@ -26,8 +26,9 @@ from hypothesis import HealthCheck, Phase, event, given, settings
 from hypothesis import strategies as st
 
 import lerobot_zarr as lz
-import lerobot_zarr.writing.writer as writer_module
+import lerobot_zarr.writing.transaction as transaction_module
 from lerobot_zarr import (
+    ArgumentError,
     DiskSpaceError,
     FrameIndexError,
     LeRobotZarrDataset,
@@ -949,7 +950,7 @@ def test_ring_buffer_metadata_stays_bounded(tmp_path, monkeypatch):
     assert abs((sizes[200][0] - sizes[200][1]) - (sizes[100][0] - sizes[100][1])) < 300, sizes
     assert total < 64 * 1024, sizes
     # once retired chunks expire, the list and the .retired files go too
-    monkeypatch.setattr(writer_module, "RETIRE_AFTER_S", 0.0)
+    monkeypatch.setattr(transaction_module, "RETIRE_AFTER_S", 0.0)
     for _ in range(3):
         frames = make_frames(rng, 3, features)
         ds.add_episode(frames, task="t")
@@ -1082,7 +1083,7 @@ def test_reader_of_an_expired_commit_gets_a_clear_error(tmp_path, monkeypatch):
     rng = np.random.default_rng(27)
     ds, model = filled_store(tmp_path / "s", rng, lengths=(20, 8, 3))  # episode 0 alone in pack 0
     assert read_state(ds.root).table.chunk.tolist() == [0, 1, 1]
-    monkeypatch.setattr(writer_module, "RETIRE_AFTER_S", 0.0)
+    monkeypatch.setattr(transaction_module, "RETIRE_AFTER_S", 0.0)
     reader = lz.open_dataset(ds.root)
     first = reader[20]  # maps pack 1 only
     ds.delete_episodes([0])
@@ -1136,12 +1137,12 @@ def test_a_failed_commit_leaves_the_store_at_its_last_commit(tmp_path, monkeypat
     rng = np.random.default_rng(14)
     root = tmp_path / "s"
     ds, model = filled_store(root, rng, lengths=(4, 6, 5), capacity_frames=18)
-    real = writer_module.commit
+    real = transaction_module.commit
 
     def crash(*args, **kwargs):
         raise RuntimeError("simulated crash at the commit point")
 
-    monkeypatch.setattr(writer_module, "commit", crash)
+    monkeypatch.setattr(transaction_module, "commit", crash)
     for what, op in [("add_episode", lambda: ds.add_episode(make_frames(rng, 3), task="t")),
                      ("add_episode dropping the oldest", lambda: ds.add_episode(make_frames(rng, 5), task="t")),
                      ("delete_episodes", lambda: ds.delete_episodes([0])),
@@ -1153,7 +1154,7 @@ def test_a_failed_commit_leaves_the_store_at_its_last_commit(tmp_path, monkeypat
         assert_columns(reader.get_batch(np.arange(len(reader))), model.expected(), f"after a failed {what}")
         assert_stats(reader.meta.stats, model, f"after a failed {what}")
         check_dataset(ds, model, f"the writer after a failed {what}", items=False, episodes=False, fresh=False)
-    monkeypatch.setattr(writer_module, "commit", real)
+    monkeypatch.setattr(transaction_module, "commit", real)
     ds.close()
     ds = lz.open_dataset(root, mode="r+")
     packs = read_state(root).packs
@@ -1178,7 +1179,7 @@ def test_zarr_readers_keep_reading_the_committed_table_after_a_failed_commit(tmp
     def crash(*args, **kwargs):
         raise RuntimeError("simulated crash at the commit point")
 
-    monkeypatch.setattr(writer_module, "commit", crash)
+    monkeypatch.setattr(transaction_module, "commit", crash)
     with pytest.raises(RuntimeError):
         ds.add_episode(make_frames(rng, 5), task="t")
     check_on_disk(root, model, "zarr read after a failed append")
@@ -1261,7 +1262,7 @@ with ds.edit(1, frames=(1, 4), features=["action"]) as ep:
 KILLED_SET_TASK_SCRIPT = r"""
 import os, sys
 import lerobot_zarr as lz
-import lerobot_zarr.writing.writer as w
+import lerobot_zarr.writing.transaction as w
 ds = lz.open_dataset(sys.argv[1], mode="r+")
 real, calls = w.commit, []
 
@@ -1423,7 +1424,7 @@ def test_disk_space_guard(tmp_path, monkeypatch):
     check_dataset(ds, model, "same append with min_free_bytes=0")
     ds.close()
     # the environment variable sets the margin for writers opened without min_free_bytes (open_dataset r+)
-    monkeypatch.setenv(writer_module.MIN_FREE_ENV, str(too_much))
+    monkeypatch.setenv(transaction_module.MIN_FREE_ENV, str(too_much))
     ds = lz.open_dataset(root, mode="r+")
     before = store_snapshot(root)
     with pytest.raises(DiskSpaceError):
@@ -1432,7 +1433,7 @@ def test_disk_space_guard(tmp_path, monkeypatch):
         ds.delete_frames(0, [0])
     assert store_snapshot(root) == before
     ds.close()
-    monkeypatch.setenv(writer_module.MIN_FREE_ENV, "0")
+    monkeypatch.setenv(transaction_module.MIN_FREE_ENV, "0")
     ds = lz.open_dataset(root, mode="r+")
     ds.delete_frames(0, [0])
     model.delete_frames(0, [0])
@@ -1457,6 +1458,32 @@ def test_pickled_writer_is_a_plain_reader(tmp_path):
     with lz.open_dataset(ds.root, mode="r+") as again:
         assert isinstance(again, WritableDataset) and not again.closed, "a new writer could not take the lock"
         check_dataset(copy_, model, "unpickled, while a new writer holds the lock", fresh=False, items=False)
+
+
+def test_the_writer_composes_a_reader_that_follows_its_commits(tmp_path):
+    """Issue 22: a WritableDataset is not a LeRobotZarrDataset subclass; it samples through ``reader`` (which has
+    headroom for appends and reloads each commit) and offers the reader's public API as its own."""
+    rng = np.random.default_rng(33)
+    ds, model = filled_store(tmp_path / "s", rng, lengths=(4, 6))
+    reader = ds.reader
+    assert type(reader) is LeRobotZarrDataset and not isinstance(ds, LeRobotZarrDataset)
+    ds.add_episode(f := make_frames(rng, 5), task="t")
+    model.add(f, "t")
+    assert ds.reader is reader and len(reader) == len(ds) == 15 and reader.meta.total_episodes == 3
+    assert ds.meta is reader.meta and ds.episode_frames(2) == reader.episode_frames(2)
+    check_dataset(ds, model, "sampled through the reader", items=False)
+    with pytest.raises(AttributeError) as info:
+        ds.no_such_thing  # noqa: B018
+    assert "read-only" not in str(info.value) and "WritableDataset" in str(info.value)
+    with pytest.raises(AttributeError):
+        ds._sel  # noqa: B018  (the reader's private state is not the writer's)
+    ds.close()
+    later = LeRobotZarrDataset(tmp_path / "s")
+    later.reload(read_state(tmp_path / "s"))
+    assert len(later) == 15
+    for bad in (-1.0, float("inf"), "1"):
+        with pytest.raises(ArgumentError, match="headroom"):
+            LeRobotZarrDataset(tmp_path / "s", headroom=bad)
 
 
 # ------------------------------------------------------------------------------------------------ 11. transcoded
