@@ -94,6 +94,34 @@ def test_zarr_reads_compressed_cameras(stores):
     assert CAM not in zarr.open_group(stores["mp4"].root, mode="r"), "an mp4-kept camera is not a zarr array"
 
 
+@pytest.mark.parametrize("imports", ["import zarr\nimport lerobot_zarr", "import lerobot_zarr\nimport zarr",
+                                     "import zarr"], ids=["zarr-first", "lerobot_zarr-first", "zarr-only"])
+def test_a_fresh_zarr_reads_compressed_cameras(stores, imports):
+    """A plain zarr reader in a fresh process reads the compressed cameras of a store through the codecs' entry
+    points, whatever it imported first and with lerobot_zarr never imported (rectilinear chunks then switched on
+    by the environment, as docs/store-format.md says)."""
+    import hashlib
+    import os
+    import subprocess
+    import sys
+
+    import zarr
+
+    roots = [str(stores[option].root) for option in ("lossless", "jpeg")]
+    code = (f"{imports}\nimport hashlib, numpy as np\n"
+            f"for root in {roots!r}:\n"
+            f"    print(hashlib.sha256(np.ascontiguousarray(zarr.open_group(root, mode='r')[{CAM!r}][:])).hexdigest())\n")
+    env = {k: v for k, v in os.environ.items() if k != "ZARR_ARRAY__RECTILINEAR_CHUNKS"}
+    if "lerobot_zarr" not in imports:
+        env["ZARR_ARRAY__RECTILINEAR_CHUNKS"] = "True"
+    proc = subprocess.run([sys.executable, "-W", "ignore", "-c", code], capture_output=True, text=True, env=env,
+                          timeout=120, cwd=str(Path(__file__).parents[1]))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    want = [hashlib.sha256(np.ascontiguousarray(zarr.open_group(root, mode="r")[CAM][:])).hexdigest()
+            for root in roots]
+    assert proc.stdout.split() == want
+
+
 @pytest.mark.parametrize("option", ["raw", "lossless", "jpeg", "mp4"])
 def test_resize_matches_an_independent_reference(source, stores, tmp_path, option):
     ds = lz.open_dataset(source, root=tmp_path / "small", storage={CAM: option}, resize={CAM: (24, 20), IMG: (16, 16)},

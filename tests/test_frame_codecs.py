@@ -442,15 +442,19 @@ def test_zarr_writes_with_our_codecs_and_we_read_its_shards(tmp_path):
 
 
 def test_codecs_register_whatever_the_import_order():
+    """zarr finds the codecs through the package's ``zarr.codecs`` entry points: whatever was imported first, and
+    with lerobot_zarr never imported; no import hook is installed."""
     code = ("import sys; {first}; {second}; from zarr.registry import get_codec_class; "
-            "print(get_codec_class('lerobot_zarr.delta').__name__, get_codec_class('lerobot_zarr.jpeg').__name__)")
+            "print(get_codec_class('lerobot_zarr.delta').__name__, get_codec_class('lerobot_zarr.jpeg').__name__, "
+            "[type(f).__module__ for f in sys.meta_path if type(f).__module__.startswith('lerobot_zarr')])")
     for first, second in (("import lerobot_zarr", "import zarr"), ("import zarr", "import lerobot_zarr"),
-                          ("import lerobot_zarr", "import xarray")):
+                          ("import lerobot_zarr", "import xarray"), ("import zarr", "pass")):
         out = subprocess.run([sys.executable, "-c", code.format(first=first, second=second)], check=False,
                              capture_output=True,
                              text=True, timeout=120, cwd=str(Path(__file__).parents[1]),
                              env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
-        assert out.returncode == 0 and out.stdout.split() == ["DeltaCodec", "JpegCodec"], (first, second, out.stderr)
+        assert out.returncode == 0 and out.stdout.split() == ["DeltaCodec", "JpegCodec", "[]"], \
+            (first, second, out.stdout, out.stderr)
 
 
 # ------------------------------------------------------------------------------------------------ shard layout

@@ -18,11 +18,10 @@ per-process thread pool (recreated after ``fork``); zstd and libjpeg-turbo relea
 
 In zarr terms, a compressed camera array is sharded: a shard is a chunk of frames, each inner chunk one frame
 ``(1, H, W, C)`` whose codec chain is :meth:`FrameCodec.zarr_codecs`. ``lerobot_zarr.delta`` and
-``lerobot_zarr.jpeg`` are registered with zarr's codec registry (:mod:`lerobot_zarr.cameras.registry`): importing
-``lerobot_zarr`` does it at once if zarr is imported, else right after zarr's import (a one-shot import hook;
-lerobot_zarr itself never imports zarr). A plain zarr-python or xarray reader therefore needs ``lerobot_zarr``
-installed and imported (or ``zarr.codecs`` entry points in its package metadata), and, for ``jpeg``,
-``simplejpeg``; ``zstd`` needs nothing beyond zarr-python. Without lerobot_zarr the frames can still be had by
+``lerobot_zarr.jpeg`` (:mod:`lerobot_zarr.cameras.zarr_codecs`) are declared as ``zarr.codecs`` entry points in
+the package metadata, which zarr loads the first time it meets one of them, whatever was imported first
+(lerobot_zarr itself never imports zarr). A plain zarr-python or xarray reader therefore needs ``lerobot_zarr``
+installed (not imported), and, for ``jpeg``, ``simplejpeg``; ``zstd`` needs nothing beyond zarr-python. Without lerobot_zarr the frames can still be had by
 hand: the shard index gives each frame's bytes, a zstd frame of row differences (a running sum down the rows
 undoes them) or a JPEG file.
 """

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..utils.progress import progress_bar
-from ..sampling.dataset import LeRobotZarrDataset, forwarded
+from ..sampling.dataset import LeRobotZarrDataset
 from ..errors import ArgumentError, NotMaterializedError, StoreError, warn_user
 from ..lerobot.index_file import INDEX_FILE, write_index
 from ..lerobot.format import CAMERA_DTYPES, CHUNKS_SIZE, STAT_NAMES, default_features, video_file_rel, video_info
@@ -60,7 +60,6 @@ def _column(values: np.ndarray, kind: str, e: int) -> pa.Array:
     return nested_list(np.ascontiguousarray(values), fixed=True)
 
 
-@forwarded("to_lerobot")
 def to_lerobot(dataset: LeRobotZarrDataset | str | os.PathLike, path: str | os.PathLike, *,
                data_files_size_in_mb: int = 100, video_files_size_in_mb: int = 200, videos: bool | None = None,
                progress: bool = True) -> Path:
@@ -328,7 +327,6 @@ def check_push(dataset: LeRobotZarrDataset | None, repo_id: str, *, revision: st
                                       "robot_type": dataset.meta.info.get("robot_type")})
 
 
-@forwarded("push")
 def push(dataset: LeRobotZarrDataset | str | os.PathLike, repo_id: str, *, revision: str | None = None,
          private: bool = False, token: str | bool | None = None, commit_message: str | None = None,
          videos: bool | None = None, progress: bool = True) -> str | None:
