@@ -9,7 +9,6 @@ errors), ``None`` where they do not apply.
 from __future__ import annotations
 
 import importlib
-import io
 import os
 import warnings
 from types import ModuleType
@@ -134,7 +133,7 @@ class EmptyStoreError(StoreError):
     """The store holds no episode (a buffer no transition) where the call needs one: nothing to export or read."""
 
 
-class ReadOnlyStoreError(StoreError, io.UnsupportedOperation):
+class ReadOnlyStoreError(StoreError):
     """A write to a store (or buffer) that was opened to read, or keeps data in a form that cannot be written in
     place (compressed frames)."""
 

@@ -16,7 +16,7 @@ import pytest
 from test_resize import reference_resize
 
 import lerobot_zarr as lz
-from lerobot_zarr import StoreError
+from lerobot_zarr import ReadOnlyStoreError, SourceMismatchError
 from lerobot_zarr.testing.sample_data import write_sample_dataset
 from lerobot_zarr.store.state import read_state
 
@@ -143,15 +143,15 @@ def test_resize_matches_an_independent_reference(source, stores, tmp_path, optio
 
 
 def test_a_store_keeps_its_choices(source, stores):
-    with pytest.raises(StoreError, match=f"keeps '{CAM}' raw, not jpeg:90 as asked"):
+    with pytest.raises(SourceMismatchError, match=f"keeps '{CAM}' raw, not jpeg:90 as asked"):
         lz.open_dataset(source, root=stores["raw"].root, storage={CAM: "jpeg"}, progress=False)
-    with pytest.raises(StoreError, match=f"keeps '{CAM}' jpeg:90, not raw, resized to 24x24 as asked"):
+    with pytest.raises(SourceMismatchError, match=f"keeps '{CAM}' jpeg:90, not raw, resized to 24x24 as asked"):
         lz.open_dataset(source, root=stores["jpeg"].root, resize={CAM: (24, 24)}, progress=False)
     with pytest.raises(lz.ArgumentError, match="mp4"):
         lz.open_dataset(source, root=Path(stores["raw"].root).parent / "img-mp4", storage={IMG: "mp4"})
     with pytest.raises(lz.ArgumentError, match="storages"):
         lz.open_dataset(source, root=Path(stores["raw"].root).parent / "bogus", storage={CAM: "png-ish"})
-    with pytest.raises(StoreError, match="compressed frames|raw storage"):
+    with pytest.raises(ReadOnlyStoreError, match="compressed frames|raw storage"):
         lz.open_dataset(stores["jpeg"].root, mode="r+", progress=False)
 
 

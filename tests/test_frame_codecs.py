@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from lerobot_zarr.cameras import frame_codecs
-from lerobot_zarr.errors import StoreError, UnsupportedDtypeError
+from lerobot_zarr.errors import CorruptStoreError, StoreError, UnsupportedDtypeError, UnsupportedStoreError
 from lerobot_zarr.cameras.frame_codecs import (
     CODECS,
     DeltaZstdFrames,
@@ -206,7 +206,7 @@ def test_corrupt_bytes_raise_store_error(name):
     good = codec.encode(smooth_frames(1, (16, 16, 3))[0])
     other = frame_codec(name, (16, 8, 3)).encode(np.zeros((16, 8, 3), np.uint8))
     for bad in (b"", b"not a frame at all", good[: len(good) // 2], other):
-        with pytest.raises(StoreError):
+        with pytest.raises(CorruptStoreError):
             codec.decode(bad)
 
 
@@ -215,8 +215,10 @@ def test_codec_chains_that_we_do_not_write_are_refused():
                   [{"name": "lerobot_zarr.delta", "configuration": {"axis": 2}}, {"name": "bytes"},
                    {"name": "zstd", "configuration": {"level": 3, "checksum": False}}],
                   [{"name": "bytes"}, {"name": "zstd"}]):
-        with pytest.raises(StoreError):
+        with pytest.raises(StoreError) as info:
             codec_from_zarr(chain, (8, 8, 3))
+        # a chain of ours without its configuration is malformed; any other is not one this version reads
+        assert isinstance(info.value, CorruptStoreError if chain[-1] == {"name": "zstd"} else UnsupportedStoreError)
 
 
 # ------------------------------------------------------------------------------------------------ batch decoder
@@ -273,7 +275,7 @@ def test_decode_batch_errors_name_the_frame_and_check_out():
     codec = frame_codec("delta-zstd", (8, 8, 3))
     blobs = [codec.encode(f) for f in smooth_frames(4, (8, 8, 3))]
     blobs[2] = b"garbage"
-    with pytest.raises(StoreError, match="episode 7 row 2"):
+    with pytest.raises(CorruptStoreError, match="episode 7 row 2"):
         decode_batch(codec, blobs, np.empty((4, 8, 8, 3), np.uint8), threads=2, where=lambda k: f"episode 7 row {k}")
     for out in (np.empty((3, 8, 8, 3), np.uint8), np.empty((4, 8, 8, 3), np.int16),
                 np.empty((4, 8, 8, 6), np.uint8)[..., :3]):

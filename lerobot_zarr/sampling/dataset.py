@@ -35,13 +35,15 @@ from ..errors import (
 from ..lerobot.format import CAMERA_DTYPES
 from .selection import EpisodeSelection, Selection, episode_ranges, frame_range
 from ..store.state import ArraySpec, PackLayout, StoreState, pack_rows_target, read_state
+from ..cameras.images import to_float32_chw
 from ..cameras.video import have_pyav, pyav_missing
 from .windows import window_offsets, windows
 
 if TYPE_CHECKING:
     from ..lerobot.source import LeRobotSource
 
-__all__ = ["DatasetMeta", "LeRobotZarrDataset", "IMAGE_FORMATS", "ImageFormat", "read_episode_rows", "frame_range", "episode_ranges", "window_offsets", "EpisodeSelection"]
+__all__ = ["DatasetMeta", "LeRobotZarrDataset", "IMAGE_FORMATS", "ImageFormat", "read_episode_rows", "frame_range",
+           "episode_ranges", "window_offsets", "EpisodeSelection"]
 
 ImageFormat = Literal["uint8_hwc", "float32_chw"]
 IMAGE_FORMATS = get_args(ImageFormat)
@@ -514,8 +516,7 @@ class LeRobotZarrDataset:
     def _image_out(self, out: dict[str, Any]) -> None:
         if self.image_format == "float32_chw":
             for name in self._images:
-                arr = out[name]
-                out[name] = np.moveaxis(arr, -1, -3).astype(np.float32) / np.float32(255)
+                out[name] = to_float32_chw(out[name])
 
     def __getattr__(self, name: str) -> Any:
         if name in _WRITE_METHODS:
@@ -776,8 +777,9 @@ class LeRobotZarrDataset:
     def verify(self, *, repair: bool = False, record: bool = False, token: str | bool | None = None,
                progress: bool = True) -> Any:
         """Re-read every committed episode of the store and check it against the content hashes recorded at commit
-        (:func:`lerobot_zarr.writing.integrity.verify`); returns a :class:`~lerobot_zarr.writing.integrity.VerifyReport` naming
-        what is damaged. ``repair=True`` fetches damaged episodes again from the store's Hub repo or folder."""
+        (:func:`lerobot_zarr.writing.integrity.verify`); returns a
+        :class:`~lerobot_zarr.writing.integrity.VerifyReport` naming what is damaged. ``repair=True`` fetches
+        damaged episodes again from the store's Hub repo or folder."""
         from ..writing.integrity import verify
 
         return verify(self.root, repair=repair, record=record, token=token, progress=progress)

@@ -48,8 +48,8 @@ from ..errors import (
     FrameIndexError,
     NotMaterializedError,
     SchemaMismatchError,
+    ReadOnlyStoreError,
     StoreClosedError,
-    StoreError,
     UnknownFeatureError,
     UnsupportedDtypeError,
     ValueRangeError,
@@ -292,8 +292,9 @@ class WritableDataset(LeRobotZarrDataset):
             self._gaps = {name: state.unavailable_of(name) for name in state.arrays if state.unavailable_of(name)}
             compact = [name for name, spec in state.arrays.items() if spec.storage != "raw"]
             if compact:
-                raise StoreError(f"{root}: features {compact} are stored compact (compressed frames), which "
-                                 f"cannot be written in place; use a store with raw storage to write", path=root)
+                raise ReadOnlyStoreError(f"{root}: features {compact} are stored compact (compressed frames), "
+                                         f"which cannot be written in place; use a store with raw storage to write",
+                                         path=root)
             self.root = root
             self._state = state
             self._cleanup()
