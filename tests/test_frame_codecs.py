@@ -497,3 +497,21 @@ def test_shard_index_at_the_start_points_past_itself():
     assert [data[o:o + n] for o, n in index.tolist()] == blobs
     with pytest.raises(ValueError):
         shard_bytes(blobs, index_location="middle")
+
+
+# ------------------------------------------------------------------------------------------------ float32 CHW
+
+
+def test_float32_chw_is_torchs_division_in_any_layout():
+    """``to_float32_chw`` is ``u8.float() / 255`` with the channel axis moved before height and width: for one
+    frame, windows of a batch, and into a caller's array across the chunks it converts at a time."""
+    from lerobot_zarr.cameras.images import to_float32_chw
+
+    rng = np.random.default_rng(0)
+    for shape in ((6, 5, 3), (37, 6, 5, 1), (4, 3, 6, 5, 3)):
+        frames = rng.integers(0, 256, shape, dtype=np.uint8)
+        want = np.moveaxis(frames.astype(np.float32) / np.float32(255), -1, -3)
+        got = to_float32_chw(frames)
+        assert got.dtype == np.float32 and got.shape == want.shape and np.array_equal(got, want)
+        out = np.full(want.shape, np.nan, dtype=np.float32)
+        assert to_float32_chw(frames, out) is out and np.array_equal(out, want)

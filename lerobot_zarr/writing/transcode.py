@@ -37,7 +37,6 @@ from ..utils.progress import progress_bar
 from ..errors import (
     ArgumentError,
     FrameIndexError,
-    NotMaterializedError,
     SchemaMismatchError,
     SourceMismatchError,
 )
