@@ -55,11 +55,9 @@ from .format import (
     check_path_template,
     stats_json,
 )
-from ..cameras.video import VideoUnavailable, decode_into
+from ..cameras.video import TOLERANCE_S, VideoUnavailable, decode_into
 
 __all__ = ["FeatureSpec", "EpisodeTable", "LeRobotSource", "is_lerobot_folder"]
-
-TIMESTAMP_TOLERANCE_S = 1e-4  # LeRobot's tolerance on timestamps (check_timestamps_sync, delta_timestamps)
 
 
 @dataclass(frozen=True)
@@ -841,7 +839,7 @@ class LeRobotSource:
         if len(ts) < 2:
             return
         step = np.diff(ts.astype(np.float64))
-        slack = TIMESTAMP_TOLERANCE_S + (2 * np.spacing(np.abs(ts[1:])).astype(np.float64)
+        slack = TOLERANCE_S + (2 * np.spacing(np.abs(ts[1:])).astype(np.float64)
                                          if ts.dtype.kind == "f" else 0.0)
         bad = np.flatnonzero(~(np.abs(step - 1.0 / self.fps) <= slack))  # NaN steps are bad too
         if bad.size:
@@ -849,7 +847,7 @@ class LeRobotSource:
             raise SchemaMismatchError(
                 f"{path}: episode {e} frames {i} and {i + 1} have timestamps {float(ts[i]):.6f} s and "
                 f"{float(ts[i + 1]):.6f} s, {float(step[i]):.6f} s apart instead of 1/fps = {1 / self.fps:.6f} s "
-                f"(tolerance {TIMESTAMP_TOLERANCE_S} s): a dropped or repeated frame, or timestamps at another fps")
+                f"(tolerance {TOLERANCE_S} s): a dropped or repeated frame, or timestamps at another fps")
 
     def decode_video(self, episode: int, key: str, timestamps: np.ndarray, sink: Callable[[bytes], None]) -> None:
         """Decode camera ``key`` of ``episode`` at the episode's dataset ``timestamps``, frame by frame into

@@ -34,14 +34,15 @@ from ..errors import (
 from ..lerobot.format import CAMERA_DTYPES
 from .selection import EpisodeSelection, Selection, episode_ranges, frame_range
 from ..store.state import ArraySpec, PackLayout, StoreState, pack_rows_target, read_state
+from ..cameras.images import to_float32_chw
 from ..cameras.video import have_pyav, pyav_missing
 from .windows import window_offsets, windows
 
 if TYPE_CHECKING:
     from ..lerobot.source import LeRobotSource
 
-__all__ = ["DatasetMeta", "LeRobotZarrDataset", "IMAGE_FORMATS", "ImageFormat", "read_episode_rows", "forwarded",
-           "frame_range", "episode_ranges", "window_offsets", "EpisodeSelection"]
+__all__ = ["DatasetMeta", "LeRobotZarrDataset", "IMAGE_FORMATS", "ImageFormat", "read_episode_rows", "frame_range",
+           "episode_ranges", "window_offsets", "EpisodeSelection"]
 
 ImageFormat = Literal["uint8_hwc", "float32_chw"]
 IMAGE_FORMATS = get_args(ImageFormat)
@@ -153,19 +154,6 @@ def _distinct(ids: np.ndarray) -> np.ndarray:
     process's open)."""
     ordered = np.sort(ids)
     return ordered[np.concatenate([[True], ordered[1:] != ordered[:-1]])] if len(ordered) else ordered
-
-
-_FORWARDED: dict[str, Callable[..., Any]] = {}
-
-
-def forwarded(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Register the function behind the dataset's convenience method ``name`` (``export`` and ``analysis`` do when
-    imported; the package imports them), so that this module never imports the modules built on it."""
-    def register(fn: Callable[..., Any]) -> Callable[..., Any]:
-        _FORWARDED[name] = fn
-        return fn
-
-    return register
 
 
 def read_episode_rows(root: str | os.PathLike, name: str, spec: ArraySpec, pack: int, pack_rows: int, offset: int,
@@ -530,8 +518,7 @@ class LeRobotZarrDataset:
     def _image_out(self, out: dict[str, Any]) -> None:
         if self.image_format == "float32_chw":
             for name in self._images:
-                arr = out[name]
-                out[name] = np.moveaxis(arr, -1, -3).astype(np.float32) / np.float32(255)
+                out[name] = to_float32_chw(out[name])
 
     def __getattr__(self, name: str) -> Any:
         hint = "" if name.startswith("_") else (  # a public name it lacks may be a writer's: say how to write
@@ -768,12 +755,14 @@ class LeRobotZarrDataset:
         pack = int(self._chunk[e])
         return pack, int(self._state.table.offset[e]), int(self._state.packs.rows[pack])
 
-    # conveniences forwarding to modules that build on this one (registered by them: imports point one way) ---
+    # conveniences of modules built on this one (imported when called: imports point down) ------------------
     def to_lerobot(self, path: str | os.PathLike, *, data_files_size_in_mb: int = 100,
                    video_files_size_in_mb: int = 200, videos: bool | None = None, progress: bool = True) -> Path:
         """Export the (complete) store as a LeRobot v3.0 folder at ``path``; see :mod:`lerobot_zarr.writing.export`
         (``videos``: cameras as the source had them by default, or all as videos / all as images)."""
-        return _FORWARDED["to_lerobot"](self, path, data_files_size_in_mb=data_files_size_in_mb,
+        from ..writing.export import to_lerobot
+
+        return to_lerobot(self, path, data_files_size_in_mb=data_files_size_in_mb,
                           video_files_size_in_mb=video_files_size_in_mb, videos=videos, progress=progress)
 
     def push(self, repo_id: str, *, revision: str | None = None, private: bool = False,
@@ -781,15 +770,20 @@ class LeRobotZarrDataset:
              progress: bool = True) -> str | None:
         """Publish the store to the Hub as LeRobot v3.0 in one commit tagged ``v3.0`` (only changed files are
         uploaded; an unchanged store makes no commit). Returns the commit sha, or None if nothing changed."""
-        return _FORWARDED["push"](self, repo_id, revision=revision, private=private, token=token,
+        from ..writing.export import push
+
+        return push(self, repo_id, revision=revision, private=private, token=token,
                     commit_message=commit_message, videos=videos, progress=progress)
 
     def verify(self, *, repair: bool = False, record: bool = False, token: str | bool | None = None,
                progress: bool = True) -> Any:
         """Re-read every committed episode of the store and check it against the content hashes recorded at commit
-        (:func:`lerobot_zarr.writing.integrity.verify`); returns a :class:`~lerobot_zarr.writing.integrity.VerifyReport` naming
-        what is damaged. ``repair=True`` fetches damaged episodes again from the store's Hub repo or folder."""
-        return _FORWARDED["verify"](self.root, repair=repair, record=record, token=token, progress=progress)
+        (:func:`lerobot_zarr.writing.integrity.verify`); returns a
+        :class:`~lerobot_zarr.writing.integrity.VerifyReport` naming what is damaged. ``repair=True`` fetches
+        damaged episodes again from the store's Hub repo or folder."""
+        from ..writing.integrity import verify
+
+        return verify(self.root, repair=repair, record=record, token=token, progress=progress)
 
     def to_xarray(self) -> Any:
         """The selected, materialized episodes as a lazy ``xarray.Dataset`` (xarray extra): one dask chunk per
@@ -797,4 +791,6 @@ class LeRobotZarrDataset:
         with its labels as coordinates); ``episode_index``, ``frame_index``, ``timestamp`` and ``index`` as
         coordinates; and the episode table over dim ``episode`` (with ``episode_materialized``: a partial store
         lists the episodes it lacks instead of filling them with zeros)."""
-        return _FORWARDED["to_xarray"](self)
+        from ..integrations.xarray import to_xarray
+
+        return to_xarray(self)

@@ -34,7 +34,7 @@ from ..utils.fileio import (
 )
 from ..utils.hashing import ALGORITHM, crc32c
 from .zarr_meta import EPISODE_ARRAYS, LIVE_ARRAY, ROOT, dump, metadata_documents
-from ..errors import CorruptStoreError, SourceNotFoundError, StoreError, StoreExistsError
+from ..errors import CorruptStoreError, SourceNotFoundError, StoreExistsError, UnsupportedStoreError
 from ..lerobot.format import CAMERA_DTYPES
 
 __all__ = [
@@ -632,8 +632,9 @@ class StoreState:
             raise CorruptStoreError(f"{where}: not a lerobot_zarr store (no '{ATTRS_KEY}' attributes)", path=where)
         version = attrs.get("format_version")
         if version not in _READABLE_VERSIONS:
-            raise StoreError(f"{where}: store format version {version!r} is not supported (this lerobot_zarr reads "
-                             f"versions {', '.join(map(str, _READABLE_VERSIONS))})", path=where)
+            raise UnsupportedStoreError(f"{where}: store format version {version!r} is not supported (this "
+                                        f"lerobot_zarr reads versions {', '.join(map(str, _READABLE_VERSIONS))})",
+                                        path=where)
         try:
             return _parse_state(Path(root), attrs, consolidated, version, where)
         except CorruptStoreError as exc:
@@ -895,7 +896,8 @@ def check_array_name(name: str) -> str:
     """Refuse feature names that are not safe as a folder and zarr node name (they come from metadata)."""
     if (not isinstance(name, str) or not name or name in (".", "..") or name.startswith("__") or name.startswith(".")
             or any(c in name for c in "/\\\0") or name in EPISODE_ARRAYS or name in (LIVE_ARRAY, ROOT)):
-        raise StoreError(f"feature name {name!r:.80} cannot be stored as a zarr array", feature=str(name))
+        raise UnsupportedStoreError(f"feature name {name!r:.80} cannot be stored as a zarr array",
+                                    feature=str(name))
     return name
 
 
@@ -1014,8 +1016,8 @@ def create_store(state: StoreState, *, keep_files: bool = False) -> StoreState:
         check_array_name(name)
     folded = [name.casefold() for name in state.arrays]
     if len(set(folded)) != len(folded):
-        raise StoreError(f"{root}: feature names {sorted(state.arrays)} differ only by case; they would share a "
-                         f"folder on case-insensitive filesystems", path=root)
+        raise UnsupportedStoreError(f"{root}: feature names {sorted(state.arrays)} differ only by case; they would "
+                                    f"share a folder on case-insensitive filesystems", path=root)
     if keep_files:
         (root / _CREATING).touch()
     else:

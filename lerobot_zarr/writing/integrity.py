@@ -41,7 +41,6 @@ from ..utils.fileio import (
 from ..utils.hashing import compact_frame_header, crc32c, crc32c_at
 from ..store.packs import open_pack, read_shard_index
 from ..utils.progress import progress_bar
-from ..sampling.dataset import forwarded
 from ..errors import CorruptStoreError, LeRobotZarrError, StoreLockedError
 from ..cameras.frame_codecs import decode_threads
 from ..store.state import (
@@ -136,7 +135,6 @@ def _short(episodes: list[int]) -> str:
     return str(episodes[:12])[:-1] + (", ...]" if len(episodes) > 12 else "]")
 
 
-@forwarded("verify")
 def verify(store: str | os.PathLike, *, repair: bool = False, record: bool = False, token: str | bool | None = None,
            progress: bool = True) -> VerifyReport:
     """Check every committed episode of the store at ``store`` against its recorded content hashes (see the module

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ArgumentError, CorruptStoreError, DiskSpaceError, StoreError, warn_user
+from ..errors import ArgumentError, CorruptStoreError, DiskSpaceError, ReadOnlyStoreError, warn_user
 from ..lerobot.format import aggregate_stats, episode_stats, stats_json
 from ..store.packs import open_array_pack, remove_retired, retire_pack, write_rows
 from ..store.state import (
@@ -78,8 +78,9 @@ class WriteTransaction:
         self.state = drop_empty_features(state)
         compact = [name for name, spec in self.state.arrays.items() if spec.storage != "raw"]
         if compact:
-            raise StoreError(f"{self.root}: features {compact} are stored compact (compressed frames), which "
-                             f"cannot be written in place; use a store with raw storage to write", path=self.root)
+            raise ReadOnlyStoreError(f"{self.root}: features {compact} are stored compact (compressed frames), "
+                                     f"which cannot be written in place; use a store with raw storage to write",
+                                     path=self.root)
         # episodes whose frames of a feature the source could not give (missing videos): kept by position
         self.gaps = {name: self.state.unavailable_of(name) for name in self.state.arrays
                      if self.state.unavailable_of(name)}

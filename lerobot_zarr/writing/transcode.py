@@ -37,10 +37,8 @@ from ..utils.progress import progress_bar
 from ..errors import (
     ArgumentError,
     FrameIndexError,
-    NotMaterializedError,
     SchemaMismatchError,
     SourceMismatchError,
-    StoreError,
 )
 from ..lerobot.source_files import SourceFiles
 from ..lerobot.format import CAMERA_DTYPES
@@ -328,9 +326,9 @@ def transcode(source: LeRobotSource, root: str | os.PathLike, *, episodes: Seque
                 if held is None or (held.storage, held.codec_spec if held.storage == "compact" else None,
                                     held.resize) != (want.storage, want.codec_spec if want.storage == "compact"
                                                      else None, want.resize):
-                    raise StoreError(f"{root}: the store keeps {name!r} {kept_description(held)}, not "
-                                     f"{kept_description(want)} as asked; choose another root for another storage "
-                                     f"or size", path=root, feature=name)
+                    raise SourceMismatchError(f"{root}: the store keeps {name!r} {kept_description(held)}, not "
+                                              f"{kept_description(want)} as asked; choose another root for another "
+                                              f"storage or size", path=root, feature=name)
         if state.source.get("kind") == "edited":
             return state  # complete (writers need that) and since changed in place: nothing to fetch into it
         if served_episodes(state)[list(wanted)].all():

@@ -36,7 +36,20 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ..errors import ArgumentError, SchemaMismatchError, StoreError, StoreLockedError, ValueRangeError, warn_user
+from ..errors import (
+    ArgumentError,
+    CorruptStoreError,
+    EmptyStoreError,
+    ReadOnlyStoreError,
+    SchemaMismatchError,
+    SourceMismatchError,
+    StoreClosedError,
+    StoreExistsError,
+    StoreLockedError,
+    StoreNotFoundError,
+    ValueRangeError,
+    warn_user,
+)
 from ..lerobot.format import DEFAULT_FEATURES
 from ..sampling.dataset import LeRobotZarrDataset
 from ..sampling.maps import PackMaps
@@ -141,8 +154,8 @@ class _StoreTransitions:
         for name in [*self.names, "frame_index", "episode_index"]:
             spec = state.arrays.get(name)
             if spec is None or spec.storage != "raw":
-                raise StoreError(f"{self.root}: feature {name!r} of the buffer is not a raw array of the store",
-                                 path=self.root, feature=name)
+                raise CorruptStoreError(f"{self.root}: feature {name!r} of the buffer is not a raw array of the store",
+                                        path=self.root, feature=name)
             specs[name] = spec
         if self._maps is None or not self._maps.update(state.packs):
             if self._maps is not None:
@@ -300,8 +313,8 @@ class TransitionBuffer:
         self._fps, self._image_storage = fps, image_storage
         if mode == "r":
             if not self.root.is_dir():
-                raise StoreError(f"{self.root}: no such folder; a reader opens a buffer that a writer (mode='a') "
-                                 f"made or is about to make there", path=self.root)
+                raise StoreNotFoundError(f"{self.root}: no such folder; a reader opens a buffer that a writer "
+                                         f"(mode='a') made or is about to make there", path=self.root)
             if not self._follow():
                 warn_user(f"{self.root}: holds no replay buffer yet; this reader stays empty until a writer adds "
                           f"transitions there")
@@ -311,8 +324,8 @@ class TransitionBuffer:
             self._claim = WriterLock(self.root, blocking=False).__enter__()  # until the store exists
             if any(p.name != ".lock" for p in self.root.iterdir()):
                 self._claim.__exit__(None, None, None)
-                raise StoreError(f"{self.root}: the folder holds files but no store; a replay buffer needs a folder "
-                                 f"of its own", path=self.root)
+                raise StoreExistsError(f"{self.root}: the folder holds files but no store; a replay buffer needs a "
+                                       f"folder of its own", path=self.root)
 
     def _setup(self, root: Path, mode: str, *, capacity: int | None, task: str, durable: bool,
                refresh_interval: float | None) -> None:
@@ -355,8 +368,8 @@ class TransitionBuffer:
         layout = Layout.read(self.root)
         if layout is None and writer.meta.total_episodes:
             writer.close()
-            raise StoreError(f"{self.root}: is a store but not a replay buffer (no {LAYOUT_FILE}); read a dataset "
-                             f"as transitions with ReplayBuffer.from_lerobot_dataset", path=self.root)
+            raise SourceMismatchError(f"{self.root}: is a store but not a replay buffer (no {LAYOUT_FILE}); read a "
+                                      f"dataset as transitions with ReplayBuffer.from_lerobot_dataset", path=self.root)
         fps = writer.meta.fps
         if self._fps is not None and not math.isclose(float(self._fps), fps):
             writer.close()
@@ -407,8 +420,9 @@ class TransitionBuffer:
             layout = Layout.read(self.root)
             if layout is None:
                 if state.table.length.size:
-                    raise StoreError(f"{self.root}: is a store but not a replay buffer (no {LAYOUT_FILE}); read a "
-                                     f"dataset as transitions with ReplayBuffer.from_lerobot_dataset", path=self.root)
+                    raise SourceMismatchError(f"{self.root}: is a store but not a replay buffer (no {LAYOUT_FILE}); "
+                                              f"read a dataset as transitions with "
+                                              f"ReplayBuffer.from_lerobot_dataset", path=self.root)
                 return False  # created, layout not written yet
             self.layout = layout
             self._store = _StoreTransitions(self.root, layout)
@@ -506,13 +520,13 @@ class TransitionBuffer:
     # writing --------------------------------------------------------------------------------------------
     def _check_writer(self) -> None:
         if self.mode == "view":
-            raise StoreError(f"{self.root}: this buffer reads a dataset in place and cannot add; pass root= to "
-                             f"from_lerobot_dataset to copy the dataset into a buffer that can", path=self.root)
+            raise ReadOnlyStoreError(f"{self.root}: this buffer reads a dataset in place and cannot add; pass root= to "
+                                     f"from_lerobot_dataset to copy the dataset into a buffer that can", path=self.root)
         if self.mode != "a":
-            raise StoreError(f"{self.root}: this buffer was opened with mode='r' (a reader); it cannot add",
-                             path=self.root)
+            raise ReadOnlyStoreError(f"{self.root}: this buffer was opened with mode='r' (a reader); it cannot add",
+                                     path=self.root)
         if self._writer is not None and self._writer.closed:
-            raise StoreError(f"{self.root}: this buffer was closed", path=self.root)
+            raise StoreClosedError(f"{self.root}: this buffer was closed", path=self.root)
 
     def add(self, state: Mapping[str, Any], action: Any, reward: Any, next_state: Mapping[str, Any], done: Any,
             truncated: Any, complementary_info: Mapping[str, Any] | None = None) -> None:
@@ -687,7 +701,7 @@ class TransitionBuffer:
     def dataset(self) -> LeRobotZarrDataset:
         """The store as a dataset (what was committed): ``to_xarray()``, ``to_lerobot()``, ``push()``, samples."""
         if not has_commit_point(self.root):
-            raise StoreError(f"{self.root}: no transition was added yet", path=self.root)
+            raise EmptyStoreError(f"{self.root}: no transition was added yet", path=self.root)
         return LeRobotZarrDataset(self.root)
 
     @property

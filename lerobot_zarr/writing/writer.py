@@ -35,6 +35,7 @@ from ..errors import (
     FrameIndexError,
     NotMaterializedError,
     SchemaMismatchError,
+    ReadOnlyStoreError,
     StoreClosedError,
     warn_user,
 )

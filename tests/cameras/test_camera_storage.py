@@ -16,7 +16,7 @@ import pytest
 from test_resize import reference_resize
 
 import lerobot_zarr as lz
-from lerobot_zarr import StoreError
+from lerobot_zarr import ReadOnlyStoreError, SourceMismatchError
 from lerobot_zarr.testing.sample_data import write_sample_dataset
 from lerobot_zarr.store.state import read_state
 
@@ -94,6 +94,34 @@ def test_zarr_reads_compressed_cameras(stores):
     assert CAM not in zarr.open_group(stores["mp4"].root, mode="r"), "an mp4-kept camera is not a zarr array"
 
 
+@pytest.mark.parametrize("imports", ["import zarr\nimport lerobot_zarr", "import lerobot_zarr\nimport zarr",
+                                     "import zarr"], ids=["zarr-first", "lerobot_zarr-first", "zarr-only"])
+def test_a_fresh_zarr_reads_compressed_cameras(stores, imports):
+    """A plain zarr reader in a fresh process reads the compressed cameras of a store through the codecs' entry
+    points, whatever it imported first and with lerobot_zarr never imported (rectilinear chunks then switched on
+    by the environment, as docs/store-format.md says)."""
+    import hashlib
+    import os
+    import subprocess
+    import sys
+
+    import zarr
+
+    roots = [str(stores[option].root) for option in ("lossless", "jpeg")]
+    code = (f"{imports}\nimport hashlib, numpy as np\n"
+            f"for root in {roots!r}:\n"
+            f"    print(hashlib.sha256(np.ascontiguousarray(zarr.open_group(root, mode='r')[{CAM!r}][:])).hexdigest())\n")
+    env = {k: v for k, v in os.environ.items() if k != "ZARR_ARRAY__RECTILINEAR_CHUNKS"}
+    if "lerobot_zarr" not in imports:
+        env["ZARR_ARRAY__RECTILINEAR_CHUNKS"] = "True"
+    proc = subprocess.run([sys.executable, "-W", "ignore", "-c", code], capture_output=True, text=True, env=env,
+                          timeout=120, cwd=str(Path(__file__).parents[1]))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    want = [hashlib.sha256(np.ascontiguousarray(zarr.open_group(root, mode="r")[CAM][:])).hexdigest()
+            for root in roots]
+    assert proc.stdout.split() == want
+
+
 @pytest.mark.parametrize("option", ["raw", "lossless", "jpeg", "mp4"])
 def test_resize_matches_an_independent_reference(source, stores, tmp_path, option):
     ds = lz.open_dataset(source, root=tmp_path / "small", storage={CAM: option}, resize={CAM: (24, 20), IMG: (16, 16)},
@@ -115,15 +143,15 @@ def test_resize_matches_an_independent_reference(source, stores, tmp_path, optio
 
 
 def test_a_store_keeps_its_choices(source, stores):
-    with pytest.raises(StoreError, match=f"keeps '{CAM}' raw, not jpeg:90 as asked"):
+    with pytest.raises(SourceMismatchError, match=f"keeps '{CAM}' raw, not jpeg:90 as asked"):
         lz.open_dataset(source, root=stores["raw"].root, storage={CAM: "jpeg"}, progress=False)
-    with pytest.raises(StoreError, match=f"keeps '{CAM}' jpeg:90, not raw, resized to 24x24 as asked"):
+    with pytest.raises(SourceMismatchError, match=f"keeps '{CAM}' jpeg:90, not raw, resized to 24x24 as asked"):
         lz.open_dataset(source, root=stores["jpeg"].root, resize={CAM: (24, 24)}, progress=False)
     with pytest.raises(lz.ArgumentError, match="mp4"):
         lz.open_dataset(source, root=Path(stores["raw"].root).parent / "img-mp4", storage={IMG: "mp4"})
     with pytest.raises(lz.ArgumentError, match="storages"):
         lz.open_dataset(source, root=Path(stores["raw"].root).parent / "bogus", storage={CAM: "png-ish"})
-    with pytest.raises(StoreError, match="compressed frames|raw storage"):
+    with pytest.raises(ReadOnlyStoreError, match="compressed frames|raw storage"):
         lz.open_dataset(stores["jpeg"].root, mode="r+", progress=False)
 
 

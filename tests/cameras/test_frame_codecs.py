@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from lerobot_zarr.cameras import frame_codecs
-from lerobot_zarr.errors import StoreError, UnsupportedDtypeError
+from lerobot_zarr.errors import CorruptStoreError, StoreError, UnsupportedDtypeError, UnsupportedStoreError
 from lerobot_zarr.cameras.frame_codecs import (
     CODECS,
     DeltaZstdFrames,
@@ -206,7 +206,7 @@ def test_corrupt_bytes_raise_store_error(name):
     good = codec.encode(smooth_frames(1, (16, 16, 3))[0])
     other = frame_codec(name, (16, 8, 3)).encode(np.zeros((16, 8, 3), np.uint8))
     for bad in (b"", b"not a frame at all", good[: len(good) // 2], other):
-        with pytest.raises(StoreError):
+        with pytest.raises(CorruptStoreError):
             codec.decode(bad)
 
 
@@ -215,8 +215,10 @@ def test_codec_chains_that_we_do_not_write_are_refused():
                   [{"name": "lerobot_zarr.delta", "configuration": {"axis": 2}}, {"name": "bytes"},
                    {"name": "zstd", "configuration": {"level": 3, "checksum": False}}],
                   [{"name": "bytes"}, {"name": "zstd"}]):
-        with pytest.raises(StoreError):
+        with pytest.raises(StoreError) as info:
             codec_from_zarr(chain, (8, 8, 3))
+        # a chain of ours without its configuration is malformed; any other is not one this version reads
+        assert isinstance(info.value, CorruptStoreError if chain[-1] == {"name": "zstd"} else UnsupportedStoreError)
 
 
 # ------------------------------------------------------------------------------------------------ batch decoder
@@ -273,7 +275,7 @@ def test_decode_batch_errors_name_the_frame_and_check_out():
     codec = frame_codec("delta-zstd", (8, 8, 3))
     blobs = [codec.encode(f) for f in smooth_frames(4, (8, 8, 3))]
     blobs[2] = b"garbage"
-    with pytest.raises(StoreError, match="episode 7 row 2"):
+    with pytest.raises(CorruptStoreError, match="episode 7 row 2"):
         decode_batch(codec, blobs, np.empty((4, 8, 8, 3), np.uint8), threads=2, where=lambda k: f"episode 7 row {k}")
     for out in (np.empty((3, 8, 8, 3), np.uint8), np.empty((4, 8, 8, 3), np.int16),
                 np.empty((4, 8, 8, 6), np.uint8)[..., :3]):
@@ -442,15 +444,19 @@ def test_zarr_writes_with_our_codecs_and_we_read_its_shards(tmp_path):
 
 
 def test_codecs_register_whatever_the_import_order():
+    """zarr finds the codecs through the package's ``zarr.codecs`` entry points: whatever was imported first, and
+    with lerobot_zarr never imported; no import hook is installed."""
     code = ("import sys; {first}; {second}; from zarr.registry import get_codec_class; "
-            "print(get_codec_class('lerobot_zarr.delta').__name__, get_codec_class('lerobot_zarr.jpeg').__name__)")
+            "print(get_codec_class('lerobot_zarr.delta').__name__, get_codec_class('lerobot_zarr.jpeg').__name__, "
+            "[type(f).__module__ for f in sys.meta_path if type(f).__module__.startswith('lerobot_zarr')])")
     for first, second in (("import lerobot_zarr", "import zarr"), ("import zarr", "import lerobot_zarr"),
-                          ("import lerobot_zarr", "import xarray")):
+                          ("import lerobot_zarr", "import xarray"), ("import zarr", "pass")):
         out = subprocess.run([sys.executable, "-c", code.format(first=first, second=second)], check=False,
                              capture_output=True,
                              text=True, timeout=120, cwd=str(Path(__file__).parents[2]),
                              env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])})
-        assert out.returncode == 0 and out.stdout.split() == ["DeltaCodec", "JpegCodec"], (first, second, out.stderr)
+        assert out.returncode == 0 and out.stdout.split() == ["DeltaCodec", "JpegCodec", "[]"], \
+            (first, second, out.stdout, out.stderr)
 
 
 # ------------------------------------------------------------------------------------------------ shard layout
@@ -491,3 +497,21 @@ def test_shard_index_at_the_start_points_past_itself():
     assert [data[o:o + n] for o, n in index.tolist()] == blobs
     with pytest.raises(ValueError):
         shard_bytes(blobs, index_location="middle")
+
+
+# ------------------------------------------------------------------------------------------------ float32 CHW
+
+
+def test_float32_chw_is_torchs_division_in_any_layout():
+    """``to_float32_chw`` is ``u8.float() / 255`` with the channel axis moved before height and width: for one
+    frame, windows of a batch, and into a caller's array across the chunks it converts at a time."""
+    from lerobot_zarr.cameras.images import to_float32_chw
+
+    rng = np.random.default_rng(0)
+    for shape in ((6, 5, 3), (37, 6, 5, 1), (4, 3, 6, 5, 3)):
+        frames = rng.integers(0, 256, shape, dtype=np.uint8)
+        want = np.moveaxis(frames.astype(np.float32) / np.float32(255), -1, -3)
+        got = to_float32_chw(frames)
+        assert got.dtype == np.float32 and got.shape == want.shape and np.array_equal(got, want)
+        out = np.full(want.shape, np.nan, dtype=np.float32)
+        assert to_float32_chw(frames, out) is out and np.array_equal(out, want)

@@ -38,7 +38,8 @@ from lerobot_zarr import (
     HubError,
     LeRobotZarrDataset,
     NotMaterializedError,
-    StoreError,
+    ReadOnlyStoreError,
+    SourceMismatchError,
     open_dataset,
 )
 from lerobot_zarr.testing.sample_data import camera_frames, write_sample_dataset
@@ -594,9 +595,9 @@ def test_compact_storage_is_smaller_and_zarr_reads_it(gen_raw, gen_compact):
 
 
 def test_storage_choice_is_checked(gen, gen_raw, gen_compact, tmp_path):
-    with pytest.raises(StoreError, match=FRONT):
+    with pytest.raises(SourceMismatchError, match=FRONT):
         open_dataset(gen, root=gen_compact.root, storage={FRONT: "raw"}, progress=False)
-    with pytest.raises(StoreError, match=FRONT):
+    with pytest.raises(SourceMismatchError, match=FRONT):
         open_dataset(gen, root=gen_raw.root, storage={FRONT: "compact"}, progress=False)
     open_quiet(gen, root=gen_compact.root, storage={FRONT: "compact"})  # the same choice is fine
     for bad in ({"action": "compact"}, {"observation.state": "raw"}, {FRONT: "zip"}, {"no.such.camera": "compact"}):
@@ -769,7 +770,7 @@ def test_lerobot_loads_the_video_export(exported, tmp_path, capsys):
 
 
 def test_writable_dataset_refuses_compact_but_opens_unavailable_cameras(gen, gen_compact, tmp_path):
-    with pytest.raises(StoreError, match="compact"):
+    with pytest.raises(ReadOnlyStoreError, match="compact"):
         open_dataset(gen_compact.root, mode="r+", progress=False)
     with WriterLock(gen_compact.root, blocking=False):  # the refusal released the writer lock
         pass

@@ -32,7 +32,7 @@ from lerobot_zarr import (
     HubAuthError,
     HubError,
     LeRobotZarrDataset,
-    StoreError,
+    SourceMismatchError,
     inspect,
     open_dataset,
 )
@@ -270,7 +270,7 @@ def test_push_to_a_repo_holding_another_dataset_fails_before_export(hub, env, tm
     store = open_dataset(other, root=tmp_path / "other-store", progress=False)
     _no_export(monkeypatch)
     before = hub.refs("org/ds")
-    with pytest.raises(StoreError, match="another dataset"):
+    with pytest.raises(SourceMismatchError, match="another dataset"):
         store.push("org/ds", token=TOKEN, progress=False)
     assert hub.refs("org/ds") == before and not hub.requests("POST")
 

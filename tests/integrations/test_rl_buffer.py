@@ -28,7 +28,7 @@ from hub_fixtures import running_server, server_env  # noqa: E402
 from rl_reference import CAMERA, STATE, as_numpy, check_batch, transitions  # noqa: E402
 
 import lerobot_zarr  # noqa: E402
-from lerobot_zarr import ArgumentError, EmptyBufferError, StoreError  # noqa: E402
+from lerobot_zarr import ArgumentError, EmptyBufferError, ReadOnlyStoreError  # noqa: E402
 from lerobot_zarr.integrations.rl import ReplayBuffer, random_shift  # noqa: E402
 from lerobot_zarr.testing.hub_server import HubServer  # noqa: E402
 
@@ -245,7 +245,7 @@ def test_from_lerobot_dataset_gives_lerobots_transitions(tmp_path):
     view = ReplayBuffer.from_lerobot_dataset(ds, device="cpu", state_keys=keys, use_drq=False)
     assert len(view) == len(theirs) == len(ids)
     assert_same(_ours_contents(view), want, "read in place")
-    with pytest.raises(StoreError, match="pass root="):
+    with pytest.raises(ReadOnlyStoreError, match="pass root="):
         view.add(**{k: _tensors(v) for k, v in transitions(SEED, 0)[0].items()})
     copy = ReplayBuffer.from_lerobot_dataset(ds, device="cpu", state_keys=keys, use_drq=False, root=tmp_path / "c",
                                              progress=False, capacity=1000)

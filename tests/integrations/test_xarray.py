@@ -30,7 +30,7 @@ import pytest
 from hub_fixtures import real_dataset, resolve_prefix, row_groups, server_env
 
 import lerobot_zarr  # noqa: F401  (sets zarr's rectilinear-chunks switch for xr.open_zarr)
-from lerobot_zarr import CorruptSourceError, create, episodes_for_rank, open_dataset, split_episodes
+from lerobot_zarr import ArgumentError, CorruptSourceError, create, episodes_for_rank, open_dataset, split_episodes
 from lerobot_zarr.integrations.xarray import lerobot_stats
 from lerobot_zarr.testing.sample_data import write_sample_dataset
 from lerobot_zarr.store.state import read_root, read_state
@@ -886,7 +886,7 @@ def test_split_episodes_rejects_bad_arguments():
         split_episodes([1, 2], 3)
     with pytest.raises(ValueError):
         episodes_for_rank([1, 2, 3], 2, 2)
-    with pytest.raises(ValueError):
+    with pytest.raises(ArgumentError):
         episodes_for_rank([1, 2, 3], -1, 2)
 
 

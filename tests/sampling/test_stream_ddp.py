@@ -11,7 +11,8 @@ from hub_fixtures import make_env, real_dataset
 
 import lerobot_zarr
 from lerobot_zarr.testing.sample_data import write_sample_dataset
-from lerobot_zarr.sampling.streams import deal, stream
+from lerobot_zarr.sampling.sharding import deal
+from lerobot_zarr.sampling.streams import stream
 from lerobot_zarr.testing.hub_server import HubServer
 
 FPS = 30

@@ -44,7 +44,16 @@ from PIL import Image
 
 import lerobot_zarr
 import lerobot_zarr.writing.export as export_module
-from lerobot_zarr import HubAuthError, LeRobotZarrDataset, NotMaterializedError, StoreError, open_dataset
+from lerobot_zarr import (
+    EmptyStoreError,
+    HubAuthError,
+    LeRobotZarrDataset,
+    NotMaterializedError,
+    SourceMismatchError,
+    StoreError,
+    StoreExistsError,
+    open_dataset,
+)
 from lerobot_zarr.cli import main as cli_main
 from lerobot_zarr.testing.sample_data import write_sample_dataset
 from lerobot_zarr.store.state import read_state
@@ -818,7 +827,7 @@ def test_push_to_a_repo_holding_another_dataset_is_refused(hub, env, builds, tmp
     hub.add_repo(repo_id, other, tags=[TAG])
     before = _remote_state(hub, repo_id)
     b = builds.get("gen_png")
-    with pytest.raises(StoreError) as info:
+    with pytest.raises(SourceMismatchError) as info:
         b.ds.push(repo_id, token=TOKEN, progress=False)
     message = str(info.value)
     assert repo_id in message and "features" in message, message
@@ -894,7 +903,7 @@ def test_to_lerobot_into_a_non_empty_folder_raises_and_leaves_it_alone(builds, t
     (out / "meta").mkdir()
     (out / "meta" / "info.json").write_text("{}")
     before = _files(out)
-    with pytest.raises(StoreError):
+    with pytest.raises(StoreExistsError):
         b.ds.to_lerobot(out, progress=False)
     assert _files(out) == before
     assert sorted(p.name for p in (tmp_path / "parent").iterdir()) == ["out"], "leftovers next to the folder"
@@ -932,7 +941,7 @@ def test_a_dataset_without_episodes_is_refused_before_touching_the_hub(hub, env,
     ds.delete_episodes([0])
     assert ds.meta.total_episodes == 0
     hub.reset_stats()
-    with pytest.raises(StoreError, match="no episodes: nothing to export or push"):
+    with pytest.raises(EmptyStoreError, match="no episodes: nothing to export or push"):
         ds.push("alice/empty", token=TOKEN, progress=False)
     with pytest.raises(StoreError, match="no episodes"):
         ds.to_lerobot(tmp_path / "out", progress=False)

@@ -25,7 +25,17 @@ import rl_reference as ref
 from rl_reference import CAMERA, STATE, check_batch, transitions
 
 import lerobot_zarr
-from lerobot_zarr import ArgumentError, SchemaMismatchError, StoreError, StoreLockedError, ValueRangeError
+from lerobot_zarr import (
+    ArgumentError,
+    ReadOnlyStoreError,
+    SchemaMismatchError,
+    SourceMismatchError,
+    StoreError,
+    StoreExistsError,
+    StoreLockedError,
+    StoreNotFoundError,
+    ValueRangeError,
+)
 from lerobot_zarr.lerobot.format import DEFAULT_FEATURES
 from lerobot_zarr.store.state import live_path, read_state
 from lerobot_zarr.writing.transitions import LAYOUT_FILE, TransitionBuffer
@@ -336,23 +346,24 @@ def test_one_writer_at_a_time_and_readers_cannot_add(tmp_path):
     with pytest.raises(StoreLockedError, match="mode='r'"):
         TransitionBuffer(tmp_path / "buf")
     reader = TransitionBuffer(tmp_path / "buf", mode="r")
-    with pytest.raises(StoreError, match="mode='r'"):
+    with pytest.raises(ReadOnlyStoreError, match="mode='r'"):
         reader.add(**transitions(SEED, 1)[0])
     buf.close()
-    with pytest.raises(StoreError, match="no such folder"):
+    with pytest.raises(StoreNotFoundError, match="no such folder") as info:
         TransitionBuffer(tmp_path / "nowhere", mode="r")
+    assert isinstance(info.value, FileNotFoundError)
 
 
 def test_a_store_that_is_not_a_buffer_is_refused(tmp_path):
     with lerobot_zarr.create(tmp_path / "ds", fps=10, features={"action": {"dtype": "float32", "shape": [2]}}) as w:
         w.add_episode({"action": np.zeros((3, 2), np.float32)}, task="t")
-    with pytest.raises(StoreError, match="not a replay buffer"):
+    with pytest.raises(SourceMismatchError, match="not a replay buffer"):
         TransitionBuffer(tmp_path / "ds")
-    with pytest.raises(StoreError, match="not a replay buffer"):
+    with pytest.raises(SourceMismatchError, match="not a replay buffer"):
         TransitionBuffer(tmp_path / "ds", mode="r")
     (tmp_path / "junk").mkdir()
     (tmp_path / "junk" / "notes.txt").write_text("x")
-    with pytest.raises(StoreError, match="holds files but no store"):
+    with pytest.raises(StoreExistsError, match="holds files but no store"):
         TransitionBuffer(tmp_path / "junk")
 
 
@@ -467,7 +478,7 @@ def test_a_dataset_read_as_transitions_follows_lerobots_rules(tmp_path, done):
             assert got["complementary_info"]["penalty"][i].shape == (), "LeRobot's items of shape [1] are numbers"
             assert got["reward"][i] == ep["rewards"][t]
             i += 1
-    with pytest.raises(StoreError, match="cannot add"):
+    with pytest.raises(ReadOnlyStoreError, match="cannot add"):
         view.add(**transitions(SEED, 0)[0])
     with pytest.raises(SchemaMismatchError, match=r"\['observation.missing'\]"):
         TransitionBuffer.of_dataset(lerobot_zarr.open_dataset(tmp_path / "ds"), ["observation.missing"])

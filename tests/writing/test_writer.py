@@ -37,6 +37,7 @@ from lerobot_zarr import (
     StoreError,
     StoreLockedError,
     UnsupportedDtypeError,
+    UnsupportedStoreError,
     WritableDataset,
 )
 from lerobot_zarr.store.state import read_state
@@ -671,7 +672,7 @@ def test_float_image_with_nan_is_refused(tmp_path):
     ({"x": "float32"}, SchemaMismatchError),
     ({"index": {"dtype": "float32", "shape": [1]}}, SchemaMismatchError),
     ({"frame_index": {"dtype": "int64", "shape": [2]}}, SchemaMismatchError),
-    ({"a/b": {"dtype": "float32", "shape": [2]}}, StoreError),
+    ({"a/b": {"dtype": "float32", "shape": [2]}}, UnsupportedStoreError),
 ], ids=["video", "string", "unknown-dtype", "zero-dim", "negative-dim", "image-2d", "no-shape", "not-a-dict",
         "index-float", "frame_index-shape", "bad-name"])
 def test_create_validation(tmp_path, features, exc):
