@@ -35,7 +35,6 @@ from ..errors import (
     FrameIndexError,
     NotMaterializedError,
     SchemaMismatchError,
-    ReadOnlyStoreError,
     StoreClosedError,
     warn_user,
 )
