@@ -4,9 +4,9 @@ come from (:mod:`.source_files`), the source reader (:mod:`.source`), the writer
 
 from .format import CAMERA_DTYPES, DEFAULT_FEATURES, NUMERIC_DTYPES
 from .index_file import INDEX_FILE, HubIndex, read_index, write_index
-from .source import EpisodeTable, FeatureSpec, LeRobotSource
+from .source import SourceEpisodes, FeatureSpec, LeRobotSource
 from .source_files import LocalFiles, SourceFiles, is_lerobot_folder
 
 __all__ = ["CAMERA_DTYPES", "DEFAULT_FEATURES", "NUMERIC_DTYPES", "INDEX_FILE", "HubIndex", "read_index",
-           "write_index", "EpisodeTable", "FeatureSpec", "LeRobotSource", "LocalFiles", "SourceFiles",
+           "write_index", "SourceEpisodes", "FeatureSpec", "LeRobotSource", "LocalFiles", "SourceFiles",
            "is_lerobot_folder"]
