@@ -90,7 +90,7 @@ class FeatureSpec:
 @dataclass(frozen=True)
 class SourceEpisodes:
     """LeRobot's episodes (``meta/episodes``) in ``episode_index`` order: global frame range ``[start, end)``, the
-    data file and row holding them, their videos. (The store's own table is :class:`lerobot_zarr.store.EpisodeTable`.)"""
+    data file and row holding them, their videos (the store's own table is :class:`lerobot_zarr.store.EpisodeTable`)."""
 
     length: np.ndarray  # int64 (E,)
     start: np.ndarray  # int64 (E,), global index of the first frame
