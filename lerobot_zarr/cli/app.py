@@ -21,7 +21,7 @@ import numpy as np
 
 from ..errors import LeRobotZarrError, LeRobotZarrWarning, SourceNotFoundError
 from ..lerobot.format import CAMERA_DTYPES, DEFAULT_FEATURES
-from ..store.state import MAX_EPISODES
+from ..store.tables import MAX_EPISODES
 
 __all__ = ["describe", "describe_json", "main"]
 

@@ -4,9 +4,19 @@ come from (:mod:`.source_files`), the source reader (:mod:`.source`), the writer
 
 from .format import CAMERA_DTYPES, DEFAULT_FEATURES, NUMERIC_DTYPES
 from .index_file import INDEX_FILE, HubIndex, read_index, write_index
-from .source import SourceEpisodes, FeatureSpec, LeRobotSource
 from .source_files import LocalFiles, SourceFiles, is_lerobot_folder
 
 __all__ = ["CAMERA_DTYPES", "DEFAULT_FEATURES", "NUMERIC_DTYPES", "INDEX_FILE", "HubIndex", "read_index",
            "write_index", "SourceEpisodes", "FeatureSpec", "LeRobotSource", "LocalFiles", "SourceFiles",
            "is_lerobot_folder"]
+
+_SOURCE_NAMES = ("FeatureSpec", "LeRobotSource", "SourceEpisodes")
+
+
+def __getattr__(name: str) -> object:
+    """The source reader's names, imported when first asked for: it needs pyarrow, which opening a store does not."""
+    if name in _SOURCE_NAMES:
+        from . import source
+
+        return getattr(source, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

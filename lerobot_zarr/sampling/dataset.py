@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import numpy as np
 
-from .camera_readers import CodecFrames, VideoFrames, cameras_needing_pyav, served_episodes
+from .camera_readers import CodecFrames, Timestamps, VideoFrames
 from .maps import PackMaps
 from ..store.packs import open_array_pack as _pack_file
 from ..store.packs import read_raw_rows
@@ -34,7 +34,9 @@ from ..errors import (
 )
 from ..lerobot.format import CAMERA_DTYPES
 from .selection import EpisodeSelection, Selection, episode_ranges, frame_range
-from ..store.state import ArraySpec, PackLayout, StoreState, pack_rows_target, read_state
+from ..store.cameras import cameras_needing_pyav, served_episodes
+from ..store.state import StoreState, read_state
+from ..store.tables import ArraySpec, PackLayout, pack_rows_target
 from ..cameras.video import have_pyav, pyav_missing
 from .windows import window_offsets, windows
 
@@ -49,6 +51,15 @@ IMAGE_FORMATS = get_args(ImageFormat)
 MAX_MAPS_ENV = "LEROBOT_ZARR_MAX_MAPS"
 _DEFAULT_MAX_MAPS = 4096
 _live_datasets: weakref.WeakSet = weakref.WeakSet()
+
+
+def _stored_times(maps: PackMaps, chunk: np.ndarray, offset: np.ndarray) -> Timestamps:
+    """The stored ``timestamp`` of episode-local frames, for the cameras kept as mp4 (decoded at them)."""
+    def times(episodes: np.ndarray, frames: np.ndarray) -> np.ndarray:
+        rows = maps.base_rows("timestamp")[chunk[episodes]] + offset[episodes] + frames
+        return maps.views["timestamp"][rows].astype(np.float64)
+
+    return times
 
 
 def _default_max_maps() -> int:
@@ -270,17 +281,20 @@ class LeRobotZarrDataset:
         self._shifts_checked = np.zeros(len(state.packs), dtype=bool)  # packs whose stored numbers were checked
         n_raw = sum(spec.storage == "raw" for spec in self._specs.values())
         self._max_packs = max(1, max_open_maps // max(1, n_raw))
-        for reader in getattr(self, "_cameras", {}).values():
-            reader.close()
-        self._cameras = {name: (CodecFrames(self.root, name, spec, state.packs, self._max_packs)
-                                if spec.storage == "compact" else VideoFrames(self.root, name, spec, len(state.table)))
-                         for name, spec in self._specs.items() if spec.storage != "raw"}
         raw = {name: spec for name, spec in self._specs.items() if spec.storage == "raw"}
         if self._maps is None or set(self._maps.specs) != set(raw) or not self._maps.update(state.packs):
             if self._maps is not None:
                 self._maps.close()
             headroom = int(self._headroom * (state.packs.rows.sum() + 4 * pack_rows_target(raw, state.pack_bytes)))
             self._maps = PackMaps(self.root, raw, state.packs, max_packs=self._max_packs, headroom_rows=headroom)
+        for reader in getattr(self, "_cameras", {}).values():
+            reader.close()
+        table = state.table
+        times = _stored_times(self._maps, table.chunk, table.offset)
+        self._cameras = {name: (CodecFrames(self.root, name, spec, state.packs, table.chunk, table.offset,
+                                            self._max_packs) if spec.storage == "compact" else
+                                VideoFrames(self.root, name, spec, len(table), times))
+                         for name, spec in self._specs.items() if spec.storage != "raw"}
         self._index()
 
     def _index(self) -> None:
@@ -594,16 +608,10 @@ class LeRobotZarrDataset:
     def _camera_item(self, out: dict, name: str, reader: Any, e: int, local: int, length: int) -> None:
         w = self._windows.get(name)
         if w is None:
-            out[name] = reader.read(self, np.array([e]), np.array([local]))[0]
+            out[name] = reader.read(np.array([e]), np.array([local]))[0]
             return
         q, out[w.pad_key] = w.frames(local, length)
-        out[name] = reader.read(self, np.full(len(q), e), q)
-
-    def _timestamps(self, episodes: np.ndarray, frames: np.ndarray) -> np.ndarray:
-        """The stored ``timestamp`` of episode-local frames (cameras kept as mp4 are decoded at them)."""
-        view = self._maps.views["timestamp"]
-        rows = self._maps.base_rows("timestamp")[self._chunk[episodes]] + self._offset[episodes] + frames
-        return view[rows].astype(np.float64)
+        out[name] = reader.read(np.full(len(q), e), q)
 
     def get_batch(self, indices: Sequence[int] | np.ndarray) -> dict[str, Any]:
         """The same dict as ``ds[i]`` for many frames, stacked along a leading batch axis (one gather per
@@ -694,10 +702,10 @@ class LeRobotZarrDataset:
                       length: np.ndarray) -> None:
         w = self._windows.get(name)
         if w is None:
-            out[name] = reader.read(self, eps, local)
+            out[name] = reader.read(eps, local)
             return
         q, out[w.pad_key] = w.frames_batch(local, length)
-        frames = reader.read(self, np.repeat(eps, len(w.offsets)), q.reshape(-1))
+        frames = reader.read(np.repeat(eps, len(w.offsets)), q.reshape(-1))
         out[name] = frames.reshape(len(eps), len(w.offsets), *frames.shape[1:])
 
     def episode(self, episode_index: int, *, features: Sequence[str] | None = None) -> dict[str, np.ndarray]:
@@ -739,7 +747,7 @@ class LeRobotZarrDataset:
             if spec.storage != "raw":
                 with self._lock:
                     self._ensure_mapped(np.array([e]))
-                    out[name] = self._cameras[name].read(self, np.full(n, e), np.arange(first, first + n))
+                    out[name] = self._cameras[name].read(np.full(n, e), np.arange(first, first + n))
                 continue
             try:
                 fd = _pack_file(self.root, name, spec, pack, rows)

@@ -44,7 +44,9 @@ from ..utils.progress import progress_bar
 from ..sampling.dataset import LeRobotZarrDataset
 from ..errors import ArgumentError, SchemaMismatchError, StoreError, StoreLockedError, ValueRangeError, warn_user
 from ..lerobot.format import CAMERA_DTYPES, DEFAULT_FEATURES
-from ..store.state import ROOT, has_commit_point, pack_rows_target, read_state
+from ..store.state import has_commit_point, read_state
+from ..store.tables import pack_rows_target
+from ..store.zarr_meta import ROOT
 from .writer import WritableDataset, create
 
 __all__ = ["TransitionBuffer", "Layout", "Slot", "lerobot_values", "ACTION", "REWARD", "DONE", "TRUNCATED",

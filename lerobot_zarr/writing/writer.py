@@ -57,28 +57,25 @@ from ..errors import (
 )
 from ..lerobot.format import CAMERA_DTYPES, DEFAULT_FEATURES, NUMERIC_DTYPES, aggregate_stats, episode_stats, stats_json
 from ..sampling.selection import episode_index, frame_range
-from ..store.state import (
-    CREATING_MARKER,
-    DEFAULT_PACK_BYTES,
-    MAX_FRAME_BYTES,
-    ArraySpec,
-    ContentHashes,
-    EpisodeTable,
-    PackLayout,
-    StoreState,
-    array_spec,
-    check_array_name,
+from ..store.committing import (
     check_new_store_location,
-    chunk_path,
     commit,
     create_store,
     live_matches,
     live_runs,
-    pack_rows_target,
-    read_state,
     remove_creation_debris,
     repair_live,
-    stats_path,
+)
+from ..store.hashes import ContentHashes
+from ..store.state import CREATING_MARKER, StoreState, check_array_name, chunk_path, read_state, stats_path
+from ..store.tables import (
+    DEFAULT_PACK_BYTES,
+    MAX_FRAME_BYTES,
+    ArraySpec,
+    EpisodeTable,
+    PackLayout,
+    array_spec,
+    pack_rows_target,
 )
 from ..cameras.video import have_pyav, pyav_missing
 
