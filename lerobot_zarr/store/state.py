@@ -53,7 +53,7 @@ MAX_ROOT_BYTES = 512 << 20  # the root zarr.json (about 60 bytes per episode and
 @dataclass(frozen=True)
 class StoreState:
     """The committed root state of a store (the root ``zarr.json``), typed and validated. Immutable: writers make
-    the next state with :func:`dataclasses.replace` and publish it with :func:`commit`."""
+    the next state with :func:`dataclasses.replace` and publish it with :func:`.committing.commit`."""
 
     root: Path
     info: dict
