@@ -23,10 +23,21 @@ from ..store.cameras import mp4_file, read_mp4_index
 from ..store.packs import open_pack, read_shard_index
 from ..store.state import chunk_path, retired_path
 from ..store.tables import ArraySpec, PackLayout
+from .maps import PackMaps
 
-__all__ = ["CodecFrames", "VideoFrames", "Timestamps"]
+__all__ = ["CodecFrames", "VideoFrames", "Timestamps", "stored_timestamps"]
 
 Timestamps = Callable[[np.ndarray, np.ndarray], np.ndarray]  # (episodes, episode-local frames) -> stored seconds
+
+
+def stored_timestamps(maps: PackMaps, chunk: np.ndarray, offset: np.ndarray) -> Timestamps:
+    """The stored ``timestamp`` of episode-local frames, read through the raw maps (episode e is at row
+    ``offset[e]`` of pack ``chunk[e]``): what a camera kept as mp4 is decoded at."""
+    def times(episodes: np.ndarray, frames: np.ndarray) -> np.ndarray:
+        rows = maps.base_rows("timestamp")[chunk[episodes]] + offset[episodes] + frames
+        return maps.views["timestamp"][rows].astype(np.float64)
+
+    return times
 
 
 class CodecFrames:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import numpy as np
 
-from .camera_readers import CodecFrames, Timestamps, VideoFrames
+from .camera_readers import CodecFrames, VideoFrames, stored_timestamps
 from .maps import PackMaps
 from ..store.packs import open_array_pack as _pack_file
 from ..store.packs import read_raw_rows
@@ -51,15 +51,6 @@ IMAGE_FORMATS = get_args(ImageFormat)
 MAX_MAPS_ENV = "LEROBOT_ZARR_MAX_MAPS"
 _DEFAULT_MAX_MAPS = 4096
 _live_datasets: weakref.WeakSet = weakref.WeakSet()
-
-
-def _stored_times(maps: PackMaps, chunk: np.ndarray, offset: np.ndarray) -> Timestamps:
-    """The stored ``timestamp`` of episode-local frames, for the cameras kept as mp4 (decoded at them)."""
-    def times(episodes: np.ndarray, frames: np.ndarray) -> np.ndarray:
-        rows = maps.base_rows("timestamp")[chunk[episodes]] + offset[episodes] + frames
-        return maps.views["timestamp"][rows].astype(np.float64)
-
-    return times
 
 
 def _default_max_maps() -> int:
@@ -290,7 +281,7 @@ class LeRobotZarrDataset:
         for reader in getattr(self, "_cameras", {}).values():
             reader.close()
         table = state.table
-        times = _stored_times(self._maps, table.chunk, table.offset)
+        times = stored_timestamps(self._maps, table.chunk, table.offset)
         self._cameras = {name: (CodecFrames(self.root, name, spec, state.packs, table.chunk, table.offset,
                                             self._max_packs) if spec.storage == "compact" else
                                 VideoFrames(self.root, name, spec, len(table), times))
