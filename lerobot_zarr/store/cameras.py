@@ -24,6 +24,7 @@ MP4_INDEX = "mp4.json"
 
 
 def mp4_index_path(root: str | os.PathLike, name: str) -> Path:
+    """Where the mp4 index of camera ``name`` is: ``<camera>/mp4.json``."""
     return Path(root) / name / MP4_INDEX
 
 
