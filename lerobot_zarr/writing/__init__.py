@@ -2,10 +2,11 @@
 RL transitions as episodes (:mod:`.transitions`), export and push as LeRobot v3.0 (:mod:`.export`) and
 ``verify`` (:mod:`.integrity`)."""
 
-from .export import push, to_lerobot
-from .integrity import VerifyReport, verify
-from .transitions import TransitionBuffer
-from .writer import WritableDataset, create, fork
+from ..utils.lazy import lazy_face
 
-__all__ = ["push", "to_lerobot", "VerifyReport", "verify", "TransitionBuffer", "WritableDataset",
-           "create", "fork"]
+__all__ = ["push", "to_lerobot", "VerifyReport", "verify", "TransitionBuffer", "WritableDataset", "create", "fork"]
+
+__getattr__, __dir__ = lazy_face(__name__, {
+    "push": "export", "to_lerobot": "export", "VerifyReport": "integrity", "verify": "integrity",
+    "TransitionBuffer": "transitions", "WritableDataset": "writer", "create": "writer", "fork": "writer"
+})
