@@ -40,7 +40,7 @@ from lerobot_zarr import (
     open_dataset,
 )
 from lerobot_zarr.testing.sample_data import write_sample_dataset
-from lerobot_zarr.store.state import WriterLock, chunk_path
+from lerobot_zarr.store import WriterLock, chunk_path
 
 REPO = Path(__file__).resolve().parents[1]
 REAL_DATASETS = (REPO / ".." / "shared" / "datasets").resolve()
@@ -705,7 +705,7 @@ def test_damaged_chunk_file_episode_access(tmp_path, damage):
 TRY_LOCK = textwrap.dedent("""
     import sys
     from pathlib import Path
-    from lerobot_zarr.store.state import WriterLock
+    from lerobot_zarr.store import WriterLock
     from lerobot_zarr.errors import StoreLockedError
     try:
         with WriterLock(Path(sys.argv[1]), blocking=False):
@@ -717,7 +717,7 @@ TRY_LOCK = textwrap.dedent("""
 HOLD_LOCK = textwrap.dedent("""
     import sys, time
     from pathlib import Path
-    from lerobot_zarr.store.state import WriterLock
+    from lerobot_zarr.store import WriterLock
     with WriterLock(Path(sys.argv[1])):
         print("HELD", flush=True)
         time.sleep(120)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..store.state import MAX_EPISODES
+from ..store.tables import MAX_EPISODES
 
 __all__ = ["camera_option", "camera_size", "episode_list"]
 

@@ -17,7 +17,7 @@ import numpy as np
 from ..sampling.dataset import read_episode_rows
 from ..errors import import_optional, warn_user
 from ..lerobot.format import CAMERA_DTYPES, QUANTILES, aggregate_stats, stats_json
-from ..store.state import ArraySpec
+from ..store.tables import ArraySpec
 
 if TYPE_CHECKING:
     import xarray as xr

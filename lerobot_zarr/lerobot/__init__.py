@@ -5,12 +5,12 @@ come from (:mod:`.source_files`), the source reader (:mod:`.source`), the writer
 from ..utils.lazy import lazy_face
 
 __all__ = ["CAMERA_DTYPES", "DEFAULT_FEATURES", "NUMERIC_DTYPES", "INDEX_FILE", "HubIndex", "read_index",
-           "write_index", "EpisodeTable", "FeatureSpec", "LeRobotSource", "LocalFiles", "SourceFiles",
+           "write_index", "SourceEpisodes", "FeatureSpec", "LeRobotSource", "LocalFiles", "SourceFiles",
            "is_lerobot_folder"]
 
 __getattr__, __dir__ = lazy_face(__name__, {
     "CAMERA_DTYPES": "format", "DEFAULT_FEATURES": "format", "NUMERIC_DTYPES": "format", "INDEX_FILE": "index_file",
-    "HubIndex": "index_file", "read_index": "index_file", "write_index": "index_file", "EpisodeTable": "source",
+    "HubIndex": "index_file", "read_index": "index_file", "write_index": "index_file", "SourceEpisodes": "source",
     "FeatureSpec": "source", "LeRobotSource": "source", "LocalFiles": "source_files", "SourceFiles": "source_files",
     "is_lerobot_folder": "source_files"
 })

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import numpy as np
 
-from .camera_readers import CodecFrames, VideoFrames, cameras_needing_pyav, served_episodes
+from .camera_readers import CodecFrames, VideoFrames, stored_timestamps
 from .maps import PackMaps
 from ..store.packs import open_array_pack, read_raw_rows
 from ..errors import (
@@ -33,8 +33,10 @@ from ..errors import (
 )
 from ..lerobot.format import CAMERA_DTYPES
 from .selection import EpisodeSelection, Selection, episode_ranges, frame_range
-from ..store.state import ArraySpec, PackLayout, StoreState, pack_rows_target, read_state
 from ..cameras.images import to_float32_chw
+from ..store.cameras import cameras_needing_pyav, served_episodes
+from ..store.state import StoreState, read_state
+from ..store.tables import ArraySpec, PackLayout, pack_rows_target
 from ..cameras.video import have_pyav, pyav_missing
 from .windows import window_offsets, windows
 
@@ -255,17 +257,20 @@ class LeRobotZarrDataset:
         self._shifts_checked = np.zeros(len(state.packs), dtype=bool)  # packs whose stored numbers were checked
         n_raw = sum(spec.storage == "raw" for spec in self._specs.values())
         self._max_packs = max(1, max_open_maps // max(1, n_raw))
-        for reader in getattr(self, "_cameras", {}).values():
-            reader.close()
-        self._cameras = {name: (CodecFrames(self.root, name, spec, state.packs, self._max_packs)
-                                if spec.storage == "compact" else VideoFrames(self.root, name, spec, len(state.table)))
-                         for name, spec in self._specs.items() if spec.storage != "raw"}
         raw = {name: spec for name, spec in self._specs.items() if spec.storage == "raw"}
         if self._maps is None or set(self._maps.specs) != set(raw) or not self._maps.update(state.packs):
             if self._maps is not None:
                 self._maps.close()
             headroom = int(self._headroom * (state.packs.rows.sum() + 4 * pack_rows_target(raw, state.pack_bytes)))
             self._maps = PackMaps(self.root, raw, state.packs, max_packs=self._max_packs, headroom_rows=headroom)
+        for reader in getattr(self, "_cameras", {}).values():
+            reader.close()
+        table = state.table
+        times = stored_timestamps(self._maps, table.chunk, table.offset)
+        self._cameras = {name: (CodecFrames(self.root, name, spec, state.packs, table.chunk, table.offset,
+                                            self._max_packs) if spec.storage == "compact" else
+                                VideoFrames(self.root, name, spec, len(table), times))
+                         for name, spec in self._specs.items() if spec.storage != "raw"}
         self._index()
 
     def _index(self) -> None:
@@ -582,16 +587,10 @@ class LeRobotZarrDataset:
     def _camera_item(self, out: dict, name: str, reader: Any, e: int, local: int, length: int) -> None:
         w = self._windows.get(name)
         if w is None:
-            out[name] = reader.read(self, np.array([e]), np.array([local]))[0]
+            out[name] = reader.read(np.array([e]), np.array([local]))[0]
             return
         q, out[w.pad_key] = w.frames(local, length)
-        out[name] = reader.read(self, np.full(len(q), e), q)
-
-    def _timestamps(self, episodes: np.ndarray, frames: np.ndarray) -> np.ndarray:
-        """The stored ``timestamp`` of episode-local frames (cameras kept as mp4 are decoded at them)."""
-        view = self._maps.views["timestamp"]
-        rows = self._maps.base_rows("timestamp")[self._chunk[episodes]] + self._offset[episodes] + frames
-        return view[rows].astype(np.float64)
+        out[name] = reader.read(np.full(len(q), e), q)
 
     def get_batch(self, indices: Sequence[int] | np.ndarray) -> dict[str, Any]:
         """The same dict as ``ds[i]`` for many frames, stacked along a leading batch axis (one gather per
@@ -682,10 +681,10 @@ class LeRobotZarrDataset:
                       length: np.ndarray) -> None:
         w = self._windows.get(name)
         if w is None:
-            out[name] = reader.read(self, eps, local)
+            out[name] = reader.read(eps, local)
             return
         q, out[w.pad_key] = w.frames_batch(local, length)
-        frames = reader.read(self, np.repeat(eps, len(w.offsets)), q.reshape(-1))
+        frames = reader.read(np.repeat(eps, len(w.offsets)), q.reshape(-1))
         out[name] = frames.reshape(len(eps), len(w.offsets), *frames.shape[1:])
 
     def episode(self, episode_index: int, *, features: Sequence[str] | None = None) -> dict[str, np.ndarray]:
@@ -727,7 +726,7 @@ class LeRobotZarrDataset:
             if spec.storage != "raw":
                 with self._lock:
                     self._ensure_mapped(np.array([e]))
-                    out[name] = self._cameras[name].read(self, np.full(n, e), np.arange(first, first + n))
+                    out[name] = self._cameras[name].read(np.full(n, e), np.arange(first, first + n))
                 continue
             try:
                 fd = open_array_pack(self.root, name, spec, pack, rows)

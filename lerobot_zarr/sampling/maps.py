@@ -26,7 +26,8 @@ import numpy as np
 from ..utils.libc import libc
 from ..store.packs import open_pack
 from ..errors import MapLimitError, StoreError
-from ..store.state import ArraySpec, PackLayout, chunk_path, retired_path
+from ..store.state import chunk_path, retired_path
+from ..store.tables import ArraySpec, PackLayout
 
 __all__ = ["PackMaps", "MAX_RESERVATION"]
 

@@ -256,7 +256,7 @@ def _copy_mp4(ds: LeRobotZarrDataset, root: Path, key: str,
               selected: list[int]) -> list[tuple[int, int, float, float]]:
     """A camera kept as mp4: the files holding the exported episodes copied unchanged (renumbered as LeRobot's
     ``file-NNN``), each episode at the same seconds of its file."""
-    from ..sampling.camera_readers import mp4_file, read_mp4_index
+    from ..store.cameras import mp4_file, read_mp4_index
     from ..utils.fileio import copy_file
 
     index = read_mp4_index(ds.root, key, ds.meta.total_episodes)

@@ -27,21 +27,10 @@ import numpy as np
 from ..errors import ArgumentError, CorruptStoreError, DiskSpaceError, ReadOnlyStoreError, warn_user
 from ..lerobot.format import aggregate_stats, episode_stats, stats_json
 from ..store.packs import open_array_pack, remove_retired, retire_pack, write_rows
-from ..store.state import (
-    CREATING_MARKER,
-    ArraySpec,
-    ContentHashes,
-    EpisodeTable,
-    PackLayout,
-    StoreState,
-    chunk_path,
-    commit,
-    live_matches,
-    live_runs,
-    pack_rows_target,
-    repair_live,
-    stats_path,
-)
+from ..store.committing import commit, live_matches, live_runs, repair_live
+from ..store.hashes import ContentHashes
+from ..store.state import CREATING_MARKER, StoreState, chunk_path, stats_path
+from ..store.tables import ArraySpec, EpisodeTable, PackLayout, pack_rows_target
 from ..utils.fileio import atomic_write, check_in_store, copy_file, find_links, load_json, read_bounded
 from ..utils.hashing import crc32c
 from ..utils.progress import progress_bar

@@ -53,7 +53,9 @@ from ..errors import (
 from ..lerobot.format import DEFAULT_FEATURES
 from ..sampling.dataset import LeRobotZarrDataset
 from ..sampling.maps import PackMaps
-from ..store.state import ROOT, has_commit_point, pack_rows_target, read_state
+from ..store.state import has_commit_point, read_state
+from ..store.tables import pack_rows_target
+from ..store.zarr_meta import ROOT
 from ..utils.fileio import WriterLock
 from ..utils.progress import progress_bar
 from .transition_layout import (

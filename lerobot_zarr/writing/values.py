@@ -13,7 +13,8 @@ import numpy as np
 
 from ..errors import ArgumentError, SchemaMismatchError, UnsupportedDtypeError, ValueRangeError
 from ..lerobot.format import DEFAULT_FEATURES, NUMERIC_DTYPES
-from ..store.state import MAX_FRAME_BYTES, ArraySpec, array_spec, check_array_name
+from ..store.state import check_array_name
+from ..store.tables import MAX_FRAME_BYTES, ArraySpec, array_spec
 
 __all__ = ["RESERVED_NAMES", "count_arg", "feature_specs", "stored_values", "as_frames", "check_assignable",
            "check_fits"]

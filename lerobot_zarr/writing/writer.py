@@ -41,17 +41,16 @@ from ..errors import (
 from ..lerobot.format import CAMERA_DTYPES, DEFAULT_FEATURES, episode_stats
 from ..sampling.dataset import ImageFormat, LeRobotZarrDataset
 from ..sampling.selection import episode_index, frame_range
-from ..store.state import (
+from ..store.committing import (
+    check_new_store_location,
+    create_store,
+    remove_creation_debris,
+)
+from ..store.state import StoreState, chunk_path, read_state, stats_path
+from ..store.tables import (
     DEFAULT_PACK_BYTES,
     EpisodeTable,
     PackLayout,
-    StoreState,
-    check_new_store_location,
-    chunk_path,
-    create_store,
-    read_state,
-    remove_creation_debris,
-    stats_path,
 )
 from ..utils.fileio import WriterLock, check_in_store, copy_file, link_or_copy
 from ..utils.hashing import crc32c

@@ -466,7 +466,8 @@ def test_shard_bytes_equal_the_store_pack_writer(tmp_path):
     """A compact pack with one episode filling it is byte for byte ``shard_bytes(..., index_location="start")``
     of the codec's frames: what the store writes is a plain zarr shard."""
     from lerobot_zarr.store.packs import ensure_pack, read_shard_index, write_rows
-    from lerobot_zarr.store.state import ArraySpec, chunk_path
+    from lerobot_zarr.store.state import chunk_path
+    from lerobot_zarr.store.tables import ArraySpec
 
     shape = (12, 16, 3)
     frames = noise_frames(5, shape)

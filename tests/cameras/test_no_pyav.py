@@ -22,7 +22,7 @@ import pytest
 from hub_fixtures import real_dataset
 
 import lerobot_zarr as lz
-from lerobot_zarr.store.state import commit, read_state
+from lerobot_zarr.store import commit, read_state
 
 REPO = Path(__file__).resolve().parents[2]
 CAM = "observation.images.cam_high"

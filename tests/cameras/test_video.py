@@ -44,7 +44,7 @@ from lerobot_zarr import (
 )
 from lerobot_zarr.testing.sample_data import camera_frames, write_sample_dataset
 from lerobot_zarr.lerobot.source import LeRobotSource
-from lerobot_zarr.store.state import WriterLock, read_state
+from lerobot_zarr.store import WriterLock, read_state
 from lerobot_zarr.sampling.streams import stream
 from lerobot_zarr.testing.hub_server import HubServer
 

@@ -461,7 +461,7 @@ def test_8_a_full_volume_still_opens_for_writing_and_deletes(tmp_path, monkeypat
     ds.close()
     (ds.root / ".frame_live-pending").touch()  # a commit was cut short: the next writer rewrites zarr's copies
     (ds.root / "episode_length" / "c" / "0").write_bytes(b"stale")  # (only those that differ)
-    from lerobot_zarr.store import state as store
+    from lerobot_zarr.store import committing as store
 
     real = store.atomic_write
 
