@@ -303,7 +303,7 @@ class ReplayBuffer:
         try:
             from lerobot.datasets.lerobot_dataset import LeRobotDataset
         except ImportError:
-            from .torch import LeRobotDataset
+            from .lerobot_dataset import LeRobotDataset
         return LeRobotDataset(repo_id, root=path)
 
     # lerobot_zarr's own ----------------------------------------------------------------------------------
@@ -393,7 +393,7 @@ def _as_dataset(source: Any, *, episodes: Sequence[int] | None, revision: str | 
     from ..api import open_dataset
     from ..sampling.dataset import LeRobotZarrDataset
 
-    inner = getattr(source, "dataset", None)  # lerobot_zarr.integrations.torch.LeRobotDataset
+    inner = getattr(source, "dataset", None)  # lerobot_zarr.integrations.lerobot_dataset.LeRobotDataset
     if isinstance(inner, LeRobotZarrDataset):
         source = inner
     if isinstance(source, LeRobotZarrDataset):

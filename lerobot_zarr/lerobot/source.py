@@ -1,408 +1,38 @@
-"""Reading LeRobot dataset folders (codebase v3.x and v2.x) into numpy, one episode at a time.
+"""Reading LeRobot dataset folders (codebase v3.x and v2.x) into numpy, one episode at a time
+(:class:`LeRobotSource`).
 
-This module knows the LeRobot layouts (see ``meta/info.json``): where the data files are, which episode lives
-in which file and row range, how features are encoded in Parquet (``fixed_size_list``, pandas-style ``list``,
-nested lists, scalar columns, PNG/JPEG image structs), and where tasks and stats are kept. It never writes.
+Its metadata (info.json, the features, the episode table, tasks and stats) is read and checked when the source is
+opened, by :mod:`.source_meta`; the columns of its data files become numpy frames through :mod:`.source_columns`.
+This module reads the row groups holding the episodes asked for (several at a time from a Hub repository) and
+decodes their videos. It never writes.
 
-What it checks, so that bad input is a typed error naming the file (and episode, feature or field) rather than a
-raw Python error or silently wrong frames:
-
-- metadata, when the source is opened: info.json (``fps`` finite and positive, ``chunks_size``, path templates
-  checked before any formatting: only LeRobot's fields, plain integer specs of bounded width), the episode table
-  (integer, non-null indices; episodes following each other from frame 0; ``total_episodes`` / ``total_frames``
-  agreeing), tasks and per-episode stats; every path from metadata stays inside the dataset folder;
-- frames, as each episode is read (so at transcode time, when the store is filled): the data file's schema and
-  row count, ``episode_index`` / ``index`` / ``task_index`` against the episode table, and timestamps: consecutive
-  timestamps of an episode 1/fps apart within LeRobot's 1e-4 s (a dropped frame would otherwise make every window
-  after it silently return another time than asked), images the declared size before they are decoded.
+What it checks as each episode is read (so at transcode time, when the store is filled), so that bad input is a
+typed error naming the file and episode rather than a raw Python error or silently wrong frames: the data file's
+schema and row count, ``episode_index`` / ``index`` / ``task_index`` against the episode table, and timestamps:
+consecutive timestamps of an episode 1/fps apart within LeRobot's 1e-4 s (a dropped frame would otherwise make
+every window after it silently return another time than asked).
 """
 
 from __future__ import annotations
 
 import functools
-import io
-import math
 import os
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..utils.background import in_threads
-from ..utils.fileio import load_json
-from ..errors import (
-    CorruptSourceError,
-    LeRobotZarrError,
-    SchemaMismatchError,
-    SourceNotFoundError,
-    UnsupportedDtypeError,
-)
-from .source_files import LocalFiles, SourceFiles, is_lerobot_folder, safe_relpath
-from .format import (
-    CAMERA_DTYPES,
-    DEFAULT_FEATURES,
-    NUMERIC_DTYPES,
-    STAT_NAMES,
-    V3_DATA_PATH,
-    V3_VIDEO_PATH,
-    V21_DATA_PATH,
-    V21_VIDEO_PATH,
-    aggregate_stats,
-    check_path_template,
-    stats_json,
-)
 from ..cameras.video import TOLERANCE_S, VideoUnavailable, decode_into
+from ..errors import CorruptSourceError, LeRobotZarrError, SchemaMismatchError, SourceNotFoundError
+from ..utils.background import in_threads
+from .format import CAMERA_DTYPES
+from .source_columns import column_to_numpy, frame_shape_from_arrow
+from .source_files import LocalFiles, SourceFiles, is_lerobot_folder
+from .source_meta import FeatureSpec, LeRobotMetadata, SourceEpisodes, open_parquet
 
 __all__ = ["FeatureSpec", "SourceEpisodes", "LeRobotSource", "is_lerobot_folder"]
-
-
-@dataclass(frozen=True)
-class FeatureSpec:
-    """One LeRobot feature: its declared dtype and shape, and the per-frame shape stored locally.
-
-    ``kind`` is ``"numeric"``, ``"image"`` (bytes inside the parquet, stored decoded as uint8 HWC),
-    ``"video"`` (mp4 files, decoded into the store as uint8 HWC with PyAV) or ``"string"`` (not stored).
-    """
-
-    name: str
-    dtype: str
-    shape: tuple[int, ...]
-    names: Any = None
-    frame_shape: tuple[int, ...] = ()
-
-    @property
-    def kind(self) -> str:
-        if self.dtype in CAMERA_DTYPES or self.dtype == "string":
-            return self.dtype
-        return "numeric"
-
-    @property
-    def numpy_dtype(self) -> np.dtype:
-        return np.dtype("uint8") if self.kind in CAMERA_DTYPES else np.dtype(self.dtype)
-
-
-@dataclass(frozen=True)
-class SourceEpisodes:
-    """LeRobot's episodes (``meta/episodes``) in ``episode_index`` order: global frame range ``[start, end)``, the
-    data file and row holding them, their videos (the store's own table is :class:`lerobot_zarr.store.EpisodeTable`)."""
-
-    length: np.ndarray  # int64 (E,)
-    start: np.ndarray  # int64 (E,), global index of the first frame
-    tasks: list[list[str]]
-    data_file: list[str]  # path relative to the dataset root
-    file_row: np.ndarray  # int64 (E,), row of the episode's first frame inside its data file
-    # per video feature and episode: (mp4 path relative to the root, second where the episode starts) or None
-    videos: dict[str, list[tuple[str, float] | None]] = field(default_factory=dict)
-
-    @property
-    def end(self) -> np.ndarray:
-        return self.start + self.length
-
-    def __len__(self) -> int:
-        return len(self.length)
-
-
-def _read_json(files: SourceFiles, rel: str) -> Any:
-    try:
-        data = files.read_bytes(rel)
-    except FileNotFoundError:
-        raise SourceNotFoundError(f"{files.location(rel)}: file not found") from None
-    return load_json(data, files.location(rel), error=CorruptSourceError)
-
-
-def _read_jsonl(files: SourceFiles, rel: str) -> list[dict]:
-    try:
-        lines = files.read_bytes(rel).decode().splitlines()
-    except FileNotFoundError:
-        raise SourceNotFoundError(f"{files.location(rel)}: file not found") from None
-    except UnicodeDecodeError as exc:
-        raise CorruptSourceError(f"{files.location(rel)}: not UTF-8 text ({exc})") from exc
-    rows = []
-    for lineno, line in enumerate(lines, 1):
-        if line.strip():
-            row = load_json(line, f"{files.location(rel)}:{lineno}", error=CorruptSourceError)
-            if not isinstance(row, dict):
-                raise CorruptSourceError(f"{files.location(rel)}:{lineno}: expected a JSON object, got "
-                                         f"{type(row).__name__}")
-            rows.append(row)
-    return rows
-
-
-def _int(value: Any, where: str, what: str, *, low: int = 0) -> int:
-    """A metadata integer (JSON or parquet value): an int >= ``low``, not a bool, float or None."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < low:
-        raise CorruptSourceError(f"{where}: {what} must be an integer >= {low}, got {value!r:.80}")
-    return int(value)
-
-
-def _parse_fps(info: dict, where: str) -> float:
-    fps = info.get("fps")
-    if isinstance(fps, bool) or not isinstance(fps, (int, float)):
-        raise CorruptSourceError(f"{where}: 'fps' is missing or not a number (got {fps!r:.80})")
-    fps = float(fps)
-    if not (math.isfinite(fps) and fps > 0):
-        raise CorruptSourceError(f"{where}: fps must be finite and positive, got {fps}")
-    return fps
-
-
-def _int_column(table: pa.Table, name: str, where: str, *, order: np.ndarray | None = None,
-                nullable: bool = False) -> list[int | None]:
-    """An integer column of an episode table (in ``order``), every value an int >= 0 (or None if ``nullable``)."""
-    col = table.column(name)
-    if not (pa.types.is_integer(col.type) or (nullable and pa.types.is_null(col.type))):
-        raise CorruptSourceError(f"{where}: column {name!r} holds {col.type}, expected integers")
-    values = col.to_pylist()
-    if order is not None:
-        values = [values[i] for i in order]
-    for e, v in enumerate(values):
-        if (v is None and not nullable) or (v is not None and v < 0):
-            raise CorruptSourceError(f"{where}: column {name!r} of {'episode' if order is not None else 'row'} {e} "
-                                     f"is {v!r}, expected an integer >= 0")
-    return values
-
-
-def _float_column(table: pa.Table, name: str, where: str, order: np.ndarray) -> list[float | None]:
-    col = table.column(name)
-    if not (pa.types.is_floating(col.type) or pa.types.is_integer(col.type) or pa.types.is_null(col.type)):
-        raise CorruptSourceError(f"{where}: column {name!r} holds {col.type}, expected seconds")
-    column = col.to_pylist()
-    values = [column[int(i)] for i in order]
-    for e, v in enumerate(values):
-        if v is not None and not (math.isfinite(v) and v >= 0):
-            raise CorruptSourceError(f"{where}: column {name!r} of episode {e} is {v!r}, expected seconds >= 0")
-    return [None if v is None else float(v) for v in values]
-
-
-def _task_lists(col: pa.ChunkedArray, where: str, order: np.ndarray) -> list[list[str]]:
-    if not (pa.types.is_list(col.type) or pa.types.is_large_list(col.type) or pa.types.is_null(col.type)):
-        raise CorruptSourceError(f"{where}: column 'tasks' holds {col.type}, expected lists of strings")
-    values = col.to_pylist()
-    out = []
-    for e, i in enumerate(order):
-        tasks = values[int(i)] or []
-        if not all(isinstance(t, str) for t in tasks):
-            raise CorruptSourceError(f"{where}: column 'tasks' of episode {e} is {tasks!r:.80}, expected strings")
-        out.append(list(tasks))
-    return out
-
-
-def _open_parquet(files: SourceFiles, rel: str) -> pq.ParquetFile:
-    try:
-        return files.parquet(rel)
-    except LeRobotZarrError:  # ours already: a Hub failure (HubError, HubAuthError) is not a corrupt file
-        raise
-    except FileNotFoundError:
-        raise SourceNotFoundError(f"{files.location(rel)}: file not found") from None
-    except (pa.ArrowException, OSError) as exc:
-        raise CorruptSourceError(f"{files.location(rel)}: not a readable parquet file ({exc})") from exc
-
-
-def _read_table(files: SourceFiles, rel: str, columns: Sequence[str] | None = None) -> pa.Table:
-    """A (small, metadata) parquet file's columns; a file pyarrow cannot read raises CorruptSourceError."""
-    pf = _open_parquet(files, rel)
-    try:
-        return pf.read(columns=list(columns) if columns is not None else None)
-    except LeRobotZarrError:
-        raise
-    except (pa.ArrowException, OSError) as exc:
-        raise CorruptSourceError(f"{files.location(rel)}: cannot read columns {columns} ({exc})") from exc
-    finally:
-        files.release(rel)
-
-
-def _leaves(typ: pa.DataType) -> int:
-    """Parquet leaf columns of an Arrow type (lists nest one, structs and maps one per field)."""
-    if pa.types.is_struct(typ):
-        return sum(_leaves(typ.field(i).type) for i in range(typ.num_fields))
-    if pa.types.is_map(typ):
-        return _leaves(typ.key_type) + _leaves(typ.item_type)
-    if pa.types.is_list(typ) or pa.types.is_large_list(typ) or pa.types.is_fixed_size_list(typ):
-        return _leaves(typ.value_type)
-    return 1
-
-
-def column_ranges(pf: pq.ParquetFile, columns: Sequence[str],
-                  row_groups: Sequence[int] | None = None) -> list[tuple[int, int]]:
-    """Byte ranges ``[start, stop)`` of the column chunks of ``columns`` (top-level names) in ``row_groups``
-    (default all), from the footer: what reading them touches."""
-    first, leaf = {}, 0
-    for column in pf.schema_arrow:
-        n = _leaves(column.type)
-        if column.name in columns:
-            first[column.name] = range(leaf, leaf + n)
-        leaf += n
-    md = pf.metadata
-    out = []
-    for g in range(md.num_row_groups) if row_groups is None else row_groups:
-        group = md.row_group(g)
-        for leaves in first.values():
-            for c in leaves:
-                chunk = group.column(c)
-                start = chunk.data_page_offset
-                if chunk.has_dictionary_page and 0 < chunk.dictionary_page_offset < start:
-                    start = chunk.dictionary_page_offset
-                out.append((start, start + chunk.total_compressed_size))
-    return out
-
-
-def _parse_features(info: dict, info_path: str) -> dict[str, FeatureSpec]:
-    raw = info.get("features")
-    if not isinstance(raw, dict) or not raw:
-        raise CorruptSourceError(f"{info_path}: 'features' is missing or empty")
-    specs = {}
-    for name, ft in raw.items():
-        if not isinstance(ft, dict) or "dtype" not in ft:
-            raise CorruptSourceError(f"{info_path}: feature {name!r} has no dtype")
-        dtype = ft["dtype"]
-        if not isinstance(dtype, str) or dtype not in NUMERIC_DTYPES | CAMERA_DTYPES | {"string"}:
-            raise UnsupportedDtypeError(f"{info_path}: feature {name!r} has unsupported dtype {dtype!r}")
-        raw_shape = ft.get("shape", (1,))
-        if (not isinstance(raw_shape, (list, tuple)) or not raw_shape
-                or not all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in raw_shape)):
-            raise CorruptSourceError(f"{info_path}: feature {name!r} has an invalid shape {raw_shape!r}")
-        shape, names = tuple(raw_shape), ft.get("names")
-        if dtype in CAMERA_DTYPES and len(shape) == 3 and shape[0] in (1, 3, 4) and shape[-1] not in (1, 3, 4):
-            # LeRobot's RL recordings (gym_manipulator, ReplayBuffer.to_lerobot_dataset) declare cameras channels
-            # first; their frames are HWC like any other camera's
-            shape = (shape[1], shape[2], shape[0])
-            names = [names[1], names[2], names[0]] if isinstance(names, list) and len(names) == 3 else names
-        if dtype in CAMERA_DTYPES and (len(shape) != 3 or shape[-1] not in (1, 3, 4)):
-            raise SchemaMismatchError(f"{info_path}: {dtype} feature {name!r} must have shape (H, W, C), got {shape}")
-        specs[name] = FeatureSpec(name, dtype, shape, names)
-    for name, dtype in DEFAULT_FEATURES.items():
-        specs.setdefault(name, FeatureSpec(name, dtype, (1,)))
-    return specs
-
-
-def _frame_shape_from_arrow(spec: FeatureSpec, typ: pa.DataType, path: str) -> tuple[int, ...]:
-    """Per-frame shape of a column as stored: a plain column is a scalar, list nesting adds trailing axes."""
-    if spec.kind == "image":
-        if not (pa.types.is_struct(typ) and typ.get_field_index("bytes") >= 0):
-            raise SchemaMismatchError(f"{path}: image feature {spec.name!r} is {typ}, expected struct<bytes, path>")
-        return spec.shape
-    depth = 0
-    while pa.types.is_list(typ) or pa.types.is_fixed_size_list(typ) or pa.types.is_large_list(typ):
-        if (pa.types.is_fixed_size_list(typ) and depth < len(spec.shape)
-                and typ.list_size != spec.shape[depth]):
-            raise SchemaMismatchError(f"{path}: feature {spec.name!r} holds lists of size {typ.list_size} on axis "
-                                      f"{depth}, declared shape {spec.shape}")
-        typ = typ.value_type
-        depth += 1
-    if depth == 0:
-        if spec.shape not in ((1,), ()):
-            raise SchemaMismatchError(f"{path}: feature {spec.name!r} declares shape {spec.shape} but is a scalar column")
-        return ()
-    if depth == 1 and len(spec.shape) > 1:
-        raise SchemaMismatchError(f"{path}: feature {spec.name!r} declares shape {spec.shape} but is a flat list")
-    if depth != len(spec.shape):
-        raise SchemaMismatchError(
-            f"{path}: feature {spec.name!r} declares shape {spec.shape} but the column nests {depth} list level(s)")
-    return spec.shape
-
-
-def _flatten_lists(arr: pa.Array, shape: tuple[int, ...], name: str, where: str, first_row: int) -> pa.Array:
-    """Flatten nested (fixed size or variable) lists, checking every list has the declared length."""
-    per_row = 1
-    for size in shape:
-        if arr.null_count:
-            raise CorruptSourceError(f"{where}: feature {name!r} has null values")
-        if pa.types.is_fixed_size_list(arr.type):
-            if arr.type.list_size != size:
-                raise SchemaMismatchError(
-                    f"{where}: feature {name!r} has lists of size {arr.type.list_size}, declared {size}")
-        else:
-            lengths = arr.value_lengths().to_numpy(zero_copy_only=False)
-            bad = np.flatnonzero(lengths != size)
-            if bad.size:
-                raise SchemaMismatchError(f"{where}: feature {name!r} file row {first_row + int(bad[0]) // per_row} "
-                                          f"has a list of {int(lengths[bad[0]])} values, declared {size}")
-        arr = arr.flatten()
-        per_row *= size
-    return arr
-
-
-class _OtherSize(Exception):
-    """An image whose header gives other dimensions than the feature declares (found before decoding it)."""
-
-
-def _decode_images(col: pa.ChunkedArray, spec: FeatureSpec, where: str, first_row: int) -> np.ndarray:
-    from PIL import Image
-
-    out = np.empty((len(col), *spec.shape), dtype=np.uint8)
-    mode = {1: "L", 3: "RGB", 4: "RGBA"}[spec.shape[-1]]
-    row = 0
-    for chunk in col.chunks:
-        data = chunk.field("bytes")
-        for value in data:
-            raw = value.as_buffer()
-            if raw is None:
-                raise CorruptSourceError(f"{where}: image feature {spec.name!r} file row {first_row + row} has no bytes")
-            try:
-                with Image.open(io.BytesIO(raw)) as img:
-                    if img.size != (spec.shape[1], spec.shape[0]):  # checked before decoding: no bomb is inflated
-                        raise _OtherSize(f"{img.size[1]}x{img.size[0]} pixels")
-                    pixels = np.asarray(img if img.mode == mode else img.convert(mode))
-            except _OtherSize as exc:
-                raise SchemaMismatchError(
-                    f"{where}: image feature {spec.name!r} file row {first_row + row} is {exc}, declared "
-                    f"{spec.shape} (not decoded)") from None
-            except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:
-                raise CorruptSourceError(
-                    f"{where}: image feature {spec.name!r} file row {first_row + row} cannot be decoded ({exc})") from exc
-            pixels = pixels.reshape(pixels.shape[0], pixels.shape[1], -1)
-            if pixels.shape != spec.shape:
-                raise SchemaMismatchError(
-                    f"{where}: image feature {spec.name!r} file row {first_row + row} is {pixels.shape}, declared {spec.shape}")
-            out[row] = pixels
-            row += 1
-    return out
-
-
-def column_to_numpy(col: pa.ChunkedArray, spec: FeatureSpec, where: str, first_row: int = 0) -> np.ndarray:
-    """Convert one parquet column to a (frames, *frame_shape) array of the feature's dtype, zero-copy if possible.
-
-    ``where`` (file and episode) and ``first_row`` (file row of the column's first value) locate errors.
-    """
-    if spec.kind == "image":
-        return _decode_images(col, spec, where, first_row)
-    want = spec.numpy_dtype
-    parts = []
-    for chunk in col.chunks:
-        flat = _flatten_lists(chunk, spec.frame_shape, spec.name, where, first_row)
-        first_row += len(chunk)
-        if flat.null_count:
-            raise CorruptSourceError(f"{where}: feature {spec.name!r} has null values")
-        if not (pa.types.is_integer(flat.type) or pa.types.is_floating(flat.type) or pa.types.is_boolean(flat.type)):
-            raise SchemaMismatchError(f"{where}: feature {spec.name!r} holds {flat.type}, declared {spec.dtype}")
-        values = flat.to_numpy(zero_copy_only=False)
-        if values.dtype != want:
-            cast = values.astype(want)
-            if not np.array_equal(cast.astype(values.dtype), values, equal_nan=values.dtype.kind == "f"):
-                raise SchemaMismatchError(
-                    f"{where}: feature {spec.name!r} holds {values.dtype} values that do not fit the declared {want}")
-            values = cast
-        parts.append(values.reshape(-1, *spec.frame_shape))
-    if not parts:
-        return np.empty((0, *spec.frame_shape), dtype=want)
-    return parts[0] if len(parts) == 1 else np.concatenate(parts)
-
-
-def _merge_stats(episode_stats: list[dict]) -> dict:
-    """Dataset stats from per-episode stats (v2.1 ``episodes_stats.jsonl``), merged the way LeRobot does."""
-    merged: dict[str, dict] = {}
-    for key in sorted({k for s in episode_stats for k in s}):
-        rows = [s[key] for s in episode_stats if key in s]
-        stacked = {name: np.stack([np.asarray(r[name], dtype=np.int64 if name == "count" else np.float64)
-                                   for r in rows])
-                   for name in STAT_NAMES if name == "count" or all(name in r for r in rows)}
-        stacked["count"] = stacked["count"].reshape(len(rows), -1)[:, :1]
-        if stacked["count"].sum() > 0:
-            merged[key] = stats_json(aggregate_stats(stacked))
-    return merged
 
 
 class LeRobotSource:
@@ -411,263 +41,14 @@ class LeRobotSource:
 
     def __init__(self, source: str | os.PathLike | SourceFiles):
         if isinstance(source, SourceFiles):
-            self.files = source
+            files = source
         else:
             if not Path(source).is_dir():
                 raise SourceNotFoundError(f"{Path(source).resolve()}: no such dataset folder")
-            self.files = LocalFiles(source)
-        files = self.files
-        if self._load_index():
-            return
-        files.prefetch(self._metadata_files())  # all at once (a Hub repo: one round trip)
-        info_path = files.location("meta/info.json")
-        if not files.exists("meta/info.json"):
-            raise SourceNotFoundError(f"{files.location()}: not a LeRobot dataset (meta/info.json not found)")
-        self.info: dict = _read_json(files, "meta/info.json")
-        if not isinstance(self.info, dict):
-            raise CorruptSourceError(f"{info_path}: expected a JSON object")
-        version = str(self.info.get("codebase_version", ""))
-        try:
-            self.major = int(version.lstrip("v").split(".")[0])
-        except ValueError:
-            raise CorruptSourceError(f"{info_path}: unreadable codebase_version {version!r}") from None
-        if self.major not in (2, 3):
-            raise CorruptSourceError(f"{info_path}: codebase_version {version!r} is not supported (v2.x or v3.x)")
-        self.fps = _parse_fps(self.info, info_path)
-        self.features = _parse_features(self.info, info_path)
-        if self.major == 3:
-            self.episodes = self._read_episodes_v3()
-            self.tasks = self._read_tasks_v3()
-        else:
-            self.episodes = self._read_episodes_v2()
-            self.tasks = self._read_tasks_v2()
-        self.stats = self._read_stats()
-        if not len(self.episodes):
-            raise SchemaMismatchError(f"{files.location()}: the dataset has no episodes")
-        self._check_totals(info_path)
-
-    def _check_totals(self, info_path: str) -> None:
-        """info.json's ``total_episodes`` / ``total_frames`` (where given) agree with the episode table: a table cut
-        short (a crash while recording, a lost file) is not read as a smaller dataset."""
-        for key, actual in (("total_episodes", len(self.episodes)), ("total_frames", int(self.episodes.length.sum()))):
-            if key in self.info and self.info[key] is not None:
-                declared = _int(self.info[key], info_path, key)
-                if declared != actual:
-                    raise SchemaMismatchError(f"{info_path}: {key} is {declared}, the episode table "
-                                              f"({self.files.location('meta')}) holds {actual}")
-
-    # metadata -------------------------------------------------------------------------------------------
-    def _metadata_files(self) -> list[str]:
-        """The metadata files an open reads (v3.x or, without an episode table in parquet, v2.x)."""
-        meta = self.files.list("meta")
-        tables = [rel for rel in meta if rel.startswith("meta/episodes/") and rel.endswith(".parquet")]
-        wanted = (["meta/tasks.parquet", *tables] if tables else ["meta/episodes.jsonl", "meta/tasks.jsonl"])
-        stats = "meta/stats.json" if "meta/stats.json" in meta else "meta/episodes_stats.jsonl"
-        return [rel for rel in ("meta/info.json", stats, *wanted) if rel in meta]
-
-    def _load_index(self) -> bool:
-        """Take everything from our index file (:mod:`lerobot_zarr.lerobot.index_file`) when the source has one that still
-        describes its files: one request then gives the metadata, the episode table and the data files' footers
-        (or their exact sizes)."""
-        from .index_file import read_index
-
-        files = self.files
-        index = read_index(files)
-        if index is None:
-            return False
-        info_path = files.location("meta/info.json")
-        self.info, self.major, self.fps = index.info, 3, _parse_fps(index.info, info_path)
-        self.features = _parse_features(index.info, info_path)
-        video_keys = [k for k, v in self.features.items() if v.kind == "video"]
-        if sorted(index.videos) != sorted(video_keys):
-            raise CorruptSourceError(f"{files.location('meta/lerobot_zarr_index.json')}: gives videos of "
-                                     f"{sorted(index.videos)}, info.json declares {video_keys}")
-        start = np.concatenate([[0], np.cumsum(index.length)[:-1]]).astype(np.int64)
-        self.episodes = SourceEpisodes(index.length, start, index.episode_tasks, index.data_file, index.file_row,
-                                     {k: list(refs) for k, refs in index.videos.items()})
-        self.tasks, self.stats = index.tasks, index.stats
-        for rel, size in index.footer_bytes.items():
-            files.seed_footer(rel, index.footers.get(rel), size=size)
-        return True
-
-    def _read_episodes_v3(self) -> SourceEpisodes:
-        files = self.files
-        where = files.location("meta/episodes")
-        metas = [safe_relpath(files.location(), rel, "episode metadata")
-                 for rel in files.list("meta/episodes") if rel.endswith(".parquet")]
-        if not metas:
-            raise SourceNotFoundError(f"{where}: no episode metadata parquet files")
-        columns = ["episode_index", "tasks", "length", "data/chunk_index", "data/file_index",
-                   "dataset_from_index", "dataset_to_index"]
-        video_keys = [k for k, v in self.features.items() if v.kind == "video"]
-        video_columns = [f"videos/{k}/{c}" for k in video_keys for c in ("chunk_index", "file_index", "from_timestamp")]
-        data_template = self._path_template("data_path", V3_DATA_PATH, ("chunk_index", "file_index"))
-        video_template = (self._path_template("video_path", V3_VIDEO_PATH, ("video_key", "chunk_index", "file_index"))
-                          if video_keys else "")
-        tables, present, ranges = [], {}, {}
-        for rel in metas:
-            pf = _open_parquet(files, rel)
-            missing = [c for c in columns if c not in pf.schema_arrow.names]
-            if missing:
-                raise SchemaMismatchError(f"{files.location(rel)}: episode metadata lacks column(s) {missing}")
-            present[rel] = [c for c in video_columns if c in pf.schema_arrow.names]
-            ranges[rel] = column_ranges(pf, columns + present[rel])
-        # the columns we read, of every file at once (not the per-episode stats columns, unless a small file came
-        # whole: a LeRobot-written table has them between ours in every row group of 10 episodes)
-        files.prefetch_ranges(ranges)
-        for rel in metas:
-            table = _read_table(files, rel, columns + present[rel])
-            for c in video_columns:
-                if c not in present[rel]:  # no video columns at all: every episode's video is unknown
-                    kind = pa.float64() if c.endswith("from_timestamp") else pa.int64()
-                    table = table.append_column(c, pa.nulls(table.num_rows, kind))
-            tables.append(table.select(columns + video_columns))
-        try:
-            table = pa.concat_tables(tables, promote_options="permissive")
-        except pa.ArrowException as exc:
-            raise SchemaMismatchError(f"{where}: episode metadata files disagree on column types ({exc})") from exc
-        index = _int_column(table, "episode_index", where)
-        order = np.argsort(np.asarray(index, dtype=np.int64), kind="stable")
-        if not np.array_equal(np.asarray(index, dtype=np.int64)[order], np.arange(len(index))):
-            raise SchemaMismatchError(f"{where}: episode_index is not contiguous from 0")
-        get = {c: _int_column(table, c, where, order=order, nullable=c.startswith("videos/"))
-               for c in [*columns, *video_columns] if c not in ("episode_index", "tasks")
-               and not c.endswith("from_timestamp")}
-        length = np.asarray(get["length"], dtype=np.int64)
-        start = np.asarray(get["dataset_from_index"], dtype=np.int64)
-        end = np.asarray(get["dataset_to_index"], dtype=np.int64)
-        expected_start = np.concatenate([[0], np.cumsum(length)[:-1]])
-        bad = np.flatnonzero((end - start != length) | (length <= 0) | (start != expected_start))
-        if bad.size:
-            e = int(bad[0])
-            raise SchemaMismatchError(f"{where}: episode {e} has length {length[e]} and frame range [{start[e]}, "
-                                      f"{end[e]}); episodes must follow each other from frame 0 with at least one "
-                                      f"frame")
-        data_file = [self._fill(data_template, "data", e, chunk_index=c, file_index=f)
-                     for e, (c, f) in enumerate(zip(get["data/chunk_index"], get["data/file_index"], strict=True))]
-        # Row of each episode inside its file: files hold episodes in global index order.
-        file_row = np.zeros(len(length), dtype=np.int64)
-        first_start: dict[str, int] = {}
-        for e, rel in enumerate(data_file):
-            file_row[e] = start[e] - first_start.setdefault(rel, int(start[e]))
-        videos: dict[str, list[tuple[str, float] | None]] = {}
-        for k in video_keys:
-            starts = _float_column(table, f"videos/{k}/from_timestamp", where, order)
-            videos[k] = [None if c is None or f is None or t0 is None else
-                         (self._fill(video_template, f"{k!r} video", e, video_key=k, chunk_index=c, file_index=f), t0)
-                         for e, (c, f, t0) in enumerate(zip(get[f"videos/{k}/chunk_index"],
-                                                            get[f"videos/{k}/file_index"], starts, strict=True))]
-        return SourceEpisodes(length, start, _task_lists(table.column("tasks"), where, order), data_file, file_row,
-                            videos)
-
-    def _read_episodes_v2(self) -> SourceEpisodes:
-        path = self.files.location("meta/episodes.jsonl")
-        rows = _read_jsonl(self.files, "meta/episodes.jsonl")
-        for lineno, r in enumerate(rows, 1):
-            _int(r.get("episode_index"), f"{path}:{lineno}", "episode_index")
-            _int(r.get("length"), f"{path}:{lineno}", "length", low=1)
-            tasks = r.get("tasks")
-            if tasks is not None and not (isinstance(tasks, list) and all(isinstance(t, str) for t in tasks)):
-                raise CorruptSourceError(f"{path}:{lineno}: tasks must be a list of strings, got {tasks!r:.80}")
-        rows.sort(key=lambda r: r["episode_index"])
-        index = np.asarray([r["episode_index"] for r in rows], dtype=np.int64)
-        length = np.asarray([r["length"] for r in rows], dtype=np.int64)
-        if not np.array_equal(index, np.arange(len(index))):
-            raise SchemaMismatchError(f"{path}: episode_index is not contiguous from 0")
-        start = np.concatenate([[0], np.cumsum(length)[:-1]]).astype(np.int64)
-        fields = ("episode_chunk", "episode_index")
-        template = self._path_template("data_path", V21_DATA_PATH, fields)
-        chunks_size = self.info.get("chunks_size")
-        chunks_size = 1000 if chunks_size is None else _int(chunks_size, self.files.location("meta/info.json"),
-                                                              "chunks_size", low=1)
-        data_file = [self._fill(template, "data", e, episode_chunk=e // chunks_size, episode_index=e)
-                     for e in range(len(index))]
-        tasks = [list(r.get("tasks") or []) for r in rows]
-        video_keys = [k for k, v in self.features.items() if v.kind == "video"]
-        video_template = (self._path_template("video_path", V21_VIDEO_PATH, ("video_key", *fields))
-                          if video_keys else "")
-        videos = {k: [(self._fill(video_template, f"{k!r} video", e, video_key=k, episode_chunk=e // chunks_size,
-                                  episode_index=e), 0.0) for e in range(len(index))]
-                  for k in video_keys}
-        return SourceEpisodes(length, start, tasks, data_file, np.zeros(len(index), dtype=np.int64), videos)
-
-    def _path_template(self, key: str, default: str, fields: Sequence[str]) -> str:
-        """info.json's ``data_path`` / ``video_path`` (or LeRobot's default), checked before any use."""
-        template = self.info.get(key) or default
-        try:
-            return check_path_template(template, fields)
-        except ValueError as exc:
-            raise CorruptSourceError(f"{self.files.location('meta/info.json')}: {key} {template!r:.120} cannot be "
-                                     f"filled with {list(fields)} ({exc})") from None
-
-    def _fill(self, template: str, what: str, episode: int, **fields: int | str) -> str:
-        """A checked path template filled for one episode, refusing paths that leave the folder (each distinct
-        filling checked once: the episodes of a v3 data file share it)."""
-        key = (template, *fields.items())
-        path = self._filled.get(key)
-        if path is None:
-            path = self._filled[key] = safe_relpath(self.files.location(), template.format(**fields),
-                                                    f"episode {episode} {what}")
-        return path
-
-    @functools.cached_property
-    def _filled(self) -> dict[tuple, str]:
-        return {}
-
-    def _read_tasks_v3(self) -> list[str]:
-        path = self.files.location("meta/tasks.parquet")
-        table = _read_table(self.files, "meta/tasks.parquet")
-        names = table.column_names
-        text_col = next((c for c in ("task", "__index_level_0__") if c in names), None)
-        if text_col is None:
-            string_cols = [c for c in names if pa.types.is_string(table.schema.field(c).type)
-                           or pa.types.is_large_string(table.schema.field(c).type)]
-            if len(string_cols) != 1 or "task_index" not in names:
-                raise SchemaMismatchError(f"{path}: expected a task_index column and one task string column")
-            text_col = string_cols[0]
-        if "task_index" not in names:
-            raise SchemaMismatchError(f"{path}: no task_index column")
-        return self._task_list(table.column("task_index").to_pylist(), table.column(text_col).to_pylist(), path)
-
-    def _read_tasks_v2(self) -> list[str]:
-        path = self.files.location("meta/tasks.jsonl")
-        rows = _read_jsonl(self.files, "meta/tasks.jsonl")
-        return self._task_list([r.get("task_index") for r in rows], [r.get("task") for r in rows], path)
-
-    @staticmethod
-    def _task_list(indices: Sequence[Any], texts: Sequence[Any], path: str) -> list[str]:
-        for i, text in zip(indices, texts, strict=True):
-            _int(i, path, "task_index")
-            if not isinstance(text, str):
-                raise CorruptSourceError(f"{path}: task {i} is {text!r:.80}, expected a string")
-        by_index = dict(zip(indices, texts, strict=True))
-        if len(by_index) != len(indices) or sorted(by_index) != list(range(len(by_index))):
-            raise SchemaMismatchError(f"{path}: task_index values are not contiguous from 0")
-        return [by_index[i] for i in range(len(by_index))]
-
-    def _read_stats(self) -> dict:
-        files = self.files
-        if files.exists("meta/stats.json"):
-            stats = _read_json(files, "meta/stats.json")
-            if not isinstance(stats, dict):
-                raise CorruptSourceError(f"{files.location('meta/stats.json')}: expected a JSON object")
-            return stats
-        if files.exists("meta/episodes_stats.jsonl"):
-            path = files.location("meta/episodes_stats.jsonl")
-            rows = _read_jsonl(files, "meta/episodes_stats.jsonl")
-            for lineno, r in enumerate(rows, 1):
-                stats = r.get("stats")
-                if not isinstance(stats, dict) or not all(isinstance(v, dict) for v in stats.values()):
-                    raise CorruptSourceError(f"{path}:{lineno}: 'stats' must map each feature to its statistics")
-                for key, v in stats.items():
-                    if "count" not in v:
-                        raise CorruptSourceError(f"{path}:{lineno}: the statistics of {key!r} have no count")
-            try:
-                with np.errstate(all="ignore"):
-                    return _merge_stats([r["stats"] for r in rows])
-            except (KeyError, TypeError, ValueError, IndexError, OverflowError) as exc:
-                raise CorruptSourceError(f"{path}: unreadable per-episode stats ({exc!r:.200})") from exc
-        return {}
+            files = LocalFiles(source)
+        meta = LeRobotMetadata(files)
+        self.files, self.info, self.major, self.fps = files, meta.info, meta.major, meta.fps
+        self.features, self.episodes, self.tasks, self.stats = meta.features, meta.episodes, meta.tasks, meta.stats
 
     def will_read(self, episodes: Sequence[int]) -> None:
         """The episodes about to be read: stored frame shapes come from the first one's data file, whose footer is
@@ -696,7 +77,7 @@ class LeRobotSource:
         first = self.files.location(rel)
         if not self.files.exists(rel):
             raise SourceNotFoundError(f"{first}: data file of episode {e} not found")
-        schema = _open_parquet(self.files, rel).schema_arrow
+        schema = open_parquet(self.files, rel).schema_arrow
         for name, spec in list(self.features.items()):
             if spec.kind == "video":
                 self.features[name] = FeatureSpec(spec.name, spec.dtype, spec.shape, spec.names, spec.shape)
@@ -705,7 +86,7 @@ class LeRobotSource:
                 continue
             if name not in schema.names:
                 raise SchemaMismatchError(f"{first}: feature {name!r} declared in info.json has no column")
-            frame_shape = _frame_shape_from_arrow(spec, schema.field(name).type, first)
+            frame_shape = frame_shape_from_arrow(spec, schema.field(name).type, first)
             self.features[name] = FeatureSpec(spec.name, spec.dtype, spec.shape, spec.names, frame_shape)
 
     # data -----------------------------------------------------------------------------------------------
@@ -752,13 +133,13 @@ class LeRobotSource:
         path = self.files.location(rel)
         if not self.files.exists(rel):
             raise SourceNotFoundError(f"{path}: data file of episode(s) {eps[:5]}{'...' if len(eps) > 5 else ''} not found")
-        pf = _open_parquet(self.files, rel)
+        pf = open_parquet(self.files, rel)
         names = pf.schema_arrow.names
         missing = [k for k in specs if k not in names]
         if missing:
             raise SchemaMismatchError(f"{path}: no column for feature(s) {missing}")
         for k, spec in specs.items():
-            _frame_shape_from_arrow(spec, pf.schema_arrow.field(k).type, path)
+            frame_shape_from_arrow(spec, pf.schema_arrow.field(k).type, path)
         rg_rows = np.array([pf.metadata.row_group(i).num_rows for i in range(pf.num_row_groups)], dtype=np.int64)
         rg_start = np.concatenate([[0], np.cumsum(rg_rows)])
         t = self.episodes

@@ -127,7 +127,7 @@ def test_batch_loader_without_workers_skips_the_dataloaders_machinery(ds, monkey
 
 def _ring_backed(loader, tensor) -> bool:
     """Whether ``tensor`` views a worker's shared-memory ring (the batch crossed as a slot number)."""
-    from lerobot_zarr.integrations.torch import _RINGS
+    from lerobot_zarr.integrations.torch_loaders import _RINGS
 
     ptr = tensor.data_ptr()
     rings = _RINGS.get(loader.dataset.token, {}).values()
@@ -143,7 +143,8 @@ def test_batch_loader_workers_ring_keeps_held_batches(ds):
     the end of the epoch (and every batch of an epoch kept in a list: more than the rings may ever hold, so the
     rings grow to their limit and the rest crosses by copy) still equals get_batch of its indices; batches
     dropped as they come free their slots, so a whole epoch crosses by ring."""
-    from lerobot_zarr.integrations.torch import _GROWTH, batch_loader
+    from lerobot_zarr.integrations.torch import batch_loader
+    from lerobot_zarr.integrations.torch_loaders import _GROWTH
 
     loader = batch_loader(ds, 1, shuffle=True, num_workers=1, batches_per_request=1, persistent_workers=True)
     slots = _GROWTH * ((2 + 1) * 1 + 1)  # (prefetch 2 + 1) * 1 + 1 slots in the first ring
@@ -166,7 +167,8 @@ def test_batch_loader_workers_ring_keeps_held_batches(ds):
 def test_batch_loader_abandoned_epochs_and_many_batches_per_request(ds):
     """Epochs broken off early (persistent workers drop what was in flight) give their slots back; requests of
     several batches split into batches, len() counts batches, a held batch outlives the loader's workers."""
-    from lerobot_zarr.integrations.torch import _RINGS, batch_loader
+    from lerobot_zarr.integrations.torch import batch_loader
+    from lerobot_zarr.integrations.torch_loaders import _RINGS
 
     loader = batch_loader(ds, 3, num_workers=2, batches_per_request=3, persistent_workers=True,
                           generator=torch.Generator().manual_seed(0))
@@ -209,12 +211,13 @@ def test_batch_loader_two_iterators_at_once(ds):
 def test_batch_loader_without_shared_memory(ds, monkeypatch):
     """Where a worker cannot make shared memory, its batches cross pickled: the same values."""
     import lerobot_zarr.integrations.torch as adapter
+    import lerobot_zarr.integrations.torch_loaders as loaders
 
-    class NoSharedMemory(adapter._Ring):
+    class NoSharedMemory(loaders.Ring):
         def __init__(self, *args, **kwargs):
             raise RuntimeError("unable to open shared memory object")
 
-    monkeypatch.setattr(adapter, "_Ring", NoSharedMemory)  # forked workers see it too
+    monkeypatch.setattr(loaders, "Ring", NoSharedMemory)  # forked workers see it too
     loader = adapter.batch_loader(ds, 6, shuffle=False, num_workers=1, multiprocessing_context="fork")
     seen = []
     for batch in loader:
