@@ -393,9 +393,10 @@ def _as_dataset(source: Any, *, episodes: Sequence[int] | None, revision: str | 
     from ..api import open_dataset
     from ..sampling.dataset import LeRobotZarrDataset
 
-    inner = getattr(source, "dataset", None)  # lerobot_zarr.integrations.lerobot_dataset.LeRobotDataset
-    if isinstance(inner, LeRobotZarrDataset):
-        source = inner
+    for attribute in ("dataset", "reader"):  # our LeRobotDataset drop-in; a WritableDataset
+        inner = getattr(source, attribute, None)
+        if isinstance(inner, LeRobotZarrDataset):
+            source = inner
     if isinstance(source, LeRobotZarrDataset):
         chosen = source.episodes.tolist() if episodes is None else list(episodes)
         return open_dataset(source.root, episodes=chosen)

@@ -18,7 +18,7 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -60,6 +60,14 @@ def _column(values: np.ndarray, kind: str, e: int) -> pa.Array:
     return nested_list(np.ascontiguousarray(values), fixed=True)
 
 
+def _reader(dataset: Any) -> LeRobotZarrDataset:
+    """The reader of what to export: a dataset, a writable dataset's reader, or a store path opened."""
+    if isinstance(dataset, LeRobotZarrDataset):
+        return dataset
+    reader = getattr(dataset, "reader", None)  # a WritableDataset composes one
+    return reader if isinstance(reader, LeRobotZarrDataset) else LeRobotZarrDataset(dataset)
+
+
 def to_lerobot(dataset: LeRobotZarrDataset | str | os.PathLike, path: str | os.PathLike, *,
                data_files_size_in_mb: int = 100, video_files_size_in_mb: int = 200, videos: bool | None = None,
                progress: bool = True) -> Path:
@@ -68,7 +76,7 @@ def to_lerobot(dataset: LeRobotZarrDataset | str | os.PathLike, path: str | os.P
     Cameras go out as the source had them (``videos=None``): mp4 videos (AV1, LeRobot's encoding, episodes
     concatenated per file) or PNG image features; ``videos=True`` / ``False`` makes every camera a video / an
     image feature. A camera some episodes lack (missing source videos) is left out, with a warning."""
-    ds = dataset if isinstance(dataset, LeRobotZarrDataset) else LeRobotZarrDataset(dataset)
+    ds = _reader(dataset)
     path = Path(path)
     if path.exists() and (not path.is_dir() or any(path.iterdir())):
         raise StoreExistsError(f"{path}: exists and is not an empty folder; to_lerobot writes a new dataset")
@@ -345,7 +353,7 @@ def push(dataset: LeRobotZarrDataset | str | os.PathLike, repo_id: str, *, revis
     from ..hub.publish import Publisher
 
     parse_repo_id(repo_id)
-    ds = dataset if isinstance(dataset, LeRobotZarrDataset) else LeRobotZarrDataset(dataset)
+    ds = _reader(dataset)
     _check_exportable(ds)
     publisher = Publisher(repo_id, branch=revision or "main", token=token, private=private, progress=progress)
     publisher.check()

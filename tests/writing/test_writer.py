@@ -1478,6 +1478,11 @@ def test_the_writer_composes_a_reader_that_follows_its_commits(tmp_path):
     assert "read-only" not in str(info.value) and "WritableDataset" in str(info.value)
     with pytest.raises(AttributeError):
         ds._sel  # noqa: B018  (the reader's private state is not the writer's)
+    from lerobot_zarr.writing.export import to_lerobot
+
+    exported = lz.open_dataset(to_lerobot(ds, tmp_path / "out", progress=False), root=tmp_path / "again",
+                               progress=False)
+    assert len(exported) == len(ds) and exported.meta.total_episodes == 3  # the export functions take a writer too
     ds.close()
     later = LeRobotZarrDataset(tmp_path / "s")
     later.reload(read_state(tmp_path / "s"))
