@@ -37,6 +37,7 @@ from .selection import EpisodeSelection, Selection, episode_ranges, frame_range
 from ..store.state import ArraySpec, PackLayout, StoreState, pack_rows_target, read_state
 from ..cameras.video import have_pyav, pyav_missing
 from .windows import window_offsets, windows
+from .fused import GatherLayout
 
 if TYPE_CHECKING:
     from ..lerobot.source import LeRobotSource
@@ -766,6 +767,40 @@ class LeRobotZarrDataset:
         e = operator.index(episode_index)
         pack = int(self._chunk[e])
         return pack, int(self._state.table.offset[e]), int(self._state.packs.rows[pack])
+
+    # gathers fused across datasets (lerobot_zarr.sampling.fused; mixtures) ----------------------------------
+    @property
+    def store_state(self) -> StoreState:
+        """The commit this dataset samples (a new object after :meth:`refresh` or a writer's commit)."""
+        return self._state
+
+    def gather_layout(self) -> GatherLayout:
+        """Where this dataset's samples lie in its store's packs, for a gather fused across datasets
+        (:class:`~lerobot_zarr.sampling.fused.FusedGather`): the commit, the selected frames, windows and tasks.
+        ``why_not`` says why samples need this dataset's own path, if they do."""
+        sel, e = self._sel, self._sel.episodes
+        why = ("closed" if self._closed else
+               "lazy: missing episodes are fetched on first use" if self._lazy else
+               "episodes were deleted: stored episode_index / index are corrected per episode" if self._shifts else
+               f"images are converted to {self.image_format}" if self._images and self.image_format != "uint8_hwc"
+               else None)
+        return GatherLayout(state=self._state, root=str(self.root), max_packs=self._max_packs,
+                            specs={name: spec for name, spec in self._specs.items() if spec.storage == "raw"},
+                            outside=tuple(self._cameras), windows=dict(self._windows), episodes=e, first=sel.first,
+                            stop=sel.first + np.diff(sel.cum), length=self._lengths[e], pack=self._chunk[e],
+                            offset=self._offset[e], tasks=self._tasks, why_not=why)
+
+    def read_outside_maps(self, name: str, episodes: np.ndarray, local: np.ndarray, length: np.ndarray
+                          ) -> tuple[np.ndarray, np.ndarray | None]:
+        """Frames of feature ``name`` that is not memory-mapped (a compressed or video camera) at frames ``local``
+        of ``episodes`` (of ``length`` frames), as :meth:`get_batch` gives them, with the padding mask of its
+        window (None without one): the part of a batch a fused gather leaves to the dataset."""
+        out: dict[str, Any] = {}
+        with self._lock:
+            self._ensure_mapped(episodes)
+            self._camera_batch(out, name, self._cameras[name], episodes, local, length)
+        w = self._windows.get(name)
+        return out[name], None if w is None else out[w.pad_key]
 
     # conveniences forwarding to modules that build on this one (registered by them: imports point one way) ---
     def to_lerobot(self, path: str | os.PathLike, *, data_files_size_in_mb: int = 100,
