@@ -5,6 +5,7 @@ after an append, and datasets that keep their own path."""
 
 from __future__ import annotations
 
+import pickle
 import warnings
 from pathlib import Path
 
@@ -196,3 +197,33 @@ def test_a_closed_dataset_is_refused_as_before(stores):
     with pytest.raises(StoreClosedError):
         mix.get_batch([len(mix) - 1])
     mix.close()
+
+
+def test_tasks_and_frames_changed_in_place_are_seen(tmp_path, stores):
+    """set_task and edit work in place: the fused maps share the datasets' pages, and a task added after the
+    layout is learnt (its first batch served per dataset, which learns it, then fused again)."""
+    writable = make_store(tmp_path / "w", {"observation.state": ("float32", [4]), "action": ("float32", [3])},
+                          [6, 9], seed=8)
+    with lz.open_mixture([stores["d"], writable], delta_timestamps=DELTAS) as mix:
+        everything = np.arange(len(mix))
+        fused(mix, everything)
+        with lz.open_dataset(writable, mode="r+") as w:
+            w.set_task(1, "a task set later")
+        got = mix.get_batch(everything)
+        assert_same(got, per_dataset(mix, everything))
+        assert got["task"][-9:] == ["a task set later"] * 9
+        assert_same(fused(mix, everything), got)
+
+
+def test_lazy_datasets_keep_their_path_until_their_episodes_are_local(tmp_path):
+    sources = [str(write_sample_dataset(tmp_path / name, n_episodes=4, lengths=(6, 12), fps=FPS, seed=seed))
+               for seed, name in enumerate("pq")]
+    with lz.open_mixture(sources, lazy=True, delta_timestamps=DELTAS, progress=False,
+                         root={s: tmp_path / f"{Path(s).name}.zarr" for s in sources}) as mix:
+        assert set(mix.fused_out) == set(sources) and all("lazy" in why for why in mix.fused_out.values())
+        everything = np.arange(len(mix))
+        want = per_dataset(mix, everything)  # fetches every episode
+        assert_same(mix.get_batch(everything), want)
+        with pickle.loads(pickle.dumps(mix)) as again:  # as in a DataLoader worker: every episode is local now
+            assert again.fused_out == {}
+            assert_same(fused(again, everything), want)

@@ -1,10 +1,11 @@
 """Mixtures: several datasets sampled as one, each with a weight (``open_mixture``).
 
 A mixture is built on the datasets' public faces: each source is opened with :func:`~lerobot_zarr.open_dataset`
-(its own store, episodes and options), a batch is one ``get_batch`` per dataset it touches, and the features of
-the datasets are matched by name (after ``rename``) into one schema: the features every dataset has
-(``features="intersection"``, as LeRobot's ``MultiLeRobotDataset``) or all of them (``"union"``: a dataset that
-lacks one gives zeros and ``<key>_is_pad`` True). Vectors of different widths are zero-padded to ``pad_to`` with a
+(its own store, episodes and options), a batch is one gather per feature across all of them
+(:mod:`~lerobot_zarr.sampling.fused`; datasets that need their own path, :attr:`LeRobotZarrMixture.fused_out`,
+give one ``get_batch`` each), and the features of the datasets are matched by name (after ``rename``) into one
+schema: the features every dataset has (``features="intersection"``, as LeRobot's ``MultiLeRobotDataset``) or
+all of them (``"union"``: a dataset that lacks one gives zeros and ``<key>_is_pad`` True). Vectors of different widths are zero-padded to ``pad_to`` with a
 ``<key>_dim_is_pad`` mask. Which dataset and frame each sample takes is :mod:`~lerobot_zarr.mixtures.sampler`'s
 arithmetic (weights, passes without replacement, elastic and resumable state).
 

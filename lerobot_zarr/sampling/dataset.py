@@ -770,21 +770,20 @@ class LeRobotZarrDataset:
 
     # gathers fused across datasets (lerobot_zarr.sampling.fused; mixtures) ----------------------------------
     @property
-    def store_state(self) -> StoreState:
-        """The commit this dataset samples (a new object after :meth:`refresh` or a writer's commit)."""
-        return self._state
+    def store_state(self) -> StoreState | None:
+        """The commit sampled (a new object after :meth:`refresh` or a writer's commit; None once closed)."""
+        return None if self._closed else self._state
 
     def gather_layout(self) -> GatherLayout:
-        """Where this dataset's samples lie in its store's packs, for a gather fused across datasets
-        (:class:`~lerobot_zarr.sampling.fused.FusedGather`): the commit, the selected frames, windows and tasks.
-        ``why_not`` says why samples need this dataset's own path, if they do."""
+        """Where the samples lie in the store's packs, for :class:`~lerobot_zarr.sampling.fused.FusedGather`;
+        ``why_not`` says why they need this dataset's own path, if they do."""
         sel, e = self._sel, self._sel.episodes
         why = ("closed" if self._closed else
-               "lazy: missing episodes are fetched on first use" if self._lazy else
+               "lazy: missing episodes are fetched on first use" if self._lazy and not self._present[e].all() else
                "episodes were deleted: stored episode_index / index are corrected per episode" if self._shifts else
                f"images are converted to {self.image_format}" if self._images and self.image_format != "uint8_hwc"
                else None)
-        return GatherLayout(state=self._state, root=str(self.root), max_packs=self._max_packs,
+        return GatherLayout(state=self.store_state, root=str(self.root), max_packs=self._max_packs,
                             specs={name: spec for name, spec in self._specs.items() if spec.storage == "raw"},
                             outside=tuple(self._cameras), windows=dict(self._windows), episodes=e, first=sel.first,
                             stop=sel.first + np.diff(sel.cum), length=self._lengths[e], pack=self._chunk[e],
@@ -792,9 +791,8 @@ class LeRobotZarrDataset:
 
     def read_outside_maps(self, name: str, episodes: np.ndarray, local: np.ndarray, length: np.ndarray
                           ) -> tuple[np.ndarray, np.ndarray | None]:
-        """Frames of feature ``name`` that is not memory-mapped (a compressed or video camera) at frames ``local``
-        of ``episodes`` (of ``length`` frames), as :meth:`get_batch` gives them, with the padding mask of its
-        window (None without one): the part of a batch a fused gather leaves to the dataset."""
+        """Frames of a feature not memory-mapped (a compressed or video camera) at frames ``local`` of ``episodes``
+        (of ``length`` frames) as :meth:`get_batch` gives them, and its window's padding mask (None without one)."""
         out: dict[str, Any] = {}
         with self._lock:
             self._ensure_mapped(episodes)

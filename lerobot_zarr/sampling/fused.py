@@ -17,6 +17,7 @@ refreshed (or committed to by its writer) is noticed at the next batch, and the 
 
 from __future__ import annotations
 
+import operator
 import os
 import threading
 import weakref
@@ -38,11 +39,15 @@ if TYPE_CHECKING:
 __all__ = ["FusedGather", "GatherLayout"]
 
 _live: weakref.WeakSet = weakref.WeakSet()
+_ROWS = 5  # columns of the episode table before the rows: dataset, to_frame, length, task base and limit
 
 
 def _reset_locks_after_fork() -> None:
     for fused in list(_live):
         fused._lock = threading.Lock()
+
+
+_STATE = operator.attrgetter("store_state")
 
 
 if hasattr(os, "register_at_fork"):
@@ -127,6 +132,7 @@ class FusedGather:
     def _build(self) -> None:
         self._release()
         self.disabled = None
+        self._ktab: np.ndarray | None = None
         layouts = [ds.gather_layout() for ds in self.datasets]
         self._states = [lay.state for lay in layouts]
         self.why_not = {d: lay.why_not for d, lay in enumerate(layouts) if lay.why_not is not None}
@@ -160,17 +166,20 @@ class FusedGather:
         self._all_mapped = not self._maps
 
     def _task_tables(self, layouts: Sequence[GatherLayout]) -> None:
-        counts = [len(lay.tasks) for lay in layouts]
-        self._task_offset = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
-        self._task_count = np.array(counts, dtype=np.int64)
-        self._task_table = np.concatenate([np.asarray(lay.tasks, dtype=object) for lay in layouts] or
-                                          [np.empty(0, dtype=object)])
+        """Every dataset's task strings in one table: a frame's string is at its dataset's base plus its
+        ``task_index``, which must be below its dataset's limit."""
+        counts = np.array([len(lay.tasks) for lay in layouts], dtype=np.int64)
+        base = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+        self._task_base, self._task_limit = base[self._k_dataset], (base + counts)[self._k_dataset]
+        self._task_table = np.concatenate([np.asarray(lay.tasks, dtype=object) for lay in layouts])
+        if self._ktab is not None:
+            self._ktab[:, 3], self._ktab[:, 4] = self._task_base, self._task_limit
 
     def _check_windows(self, layouts: Sequence[GatherLayout]) -> None:
         """Datasets that keep their own path besides those whose layout says so: one whose window of a feature
         differs from another holder's, or whose feature is in neither its maps nor its own reads."""
         for key, srcs in self._columns.items():
-            seen: list[int] | None = None  # the first holder's window offsets (None: not yet; [] ... none)
+            seen: list[int] | None = None  # the first holder's window offsets ([]: it has no window)
             for d, src in enumerate(srcs):
                 if src is None or d in self.why_not:
                     continue
@@ -269,12 +278,13 @@ class FusedGather:
             r.group = next((g for g, other in enumerate(groups) if np.array_equal(other, rows)), len(groups))
             if r.group == len(groups):
                 groups.append(rows)
-        self._ktab = np.empty((n, 3 + len(groups)), dtype=np.int64)
+        self._ktab = np.empty((n, _ROWS + len(groups)), dtype=np.int64)
         self._ktab[:, 0] = self._k_dataset
         self._ktab[:, 1] = self._sel.to_frame
         self._ktab[:, 2] = np.concatenate([lay.length for lay in layouts])
+        self._ktab[:, 3], self._ktab[:, 4] = self._task_base, self._task_limit
         for g, rows in enumerate(groups):
-            self._ktab[:, 3 + g] = rows
+            self._ktab[:, _ROWS + g] = rows
         for col in columns:
             for r in col.ranges:
                 if col.window is not None and col.window.contiguous:
@@ -313,11 +323,11 @@ class FusedGather:
         if idx.ndim != 1 or (idx.dtype.kind not in "iu" and idx.size):
             return None
         with self._lock:
-            if any(ds.store_state is not s for ds, s in zip(self.datasets, self._states)):
-                if any(ds.closed for ds in self.datasets):
-                    return None
-                self._build()  # a dataset refreshed (or its writer committed): lay the ranges out again
-            if self.disabled or any(ds.closed for ds in self.datasets):
+            if self.disabled == "closed":
+                return None
+            if any(map(operator.is_not, map(_STATE, self.datasets), self._states)):
+                self._build()  # a dataset refreshed, committed to by its writer, or closed: lay the ranges out again
+            if self.disabled:
                 return None
             try:
                 if self._resized:  # a dataset refreshed to another size: the caller's indices stay where they were
@@ -331,7 +341,8 @@ class FusedGather:
             if not self._all_fused and not self._k_fused[k].all():
                 return None
             try:
-                return self._gather(k, idx), self._k_dataset[k]
+                out = self._gather(k, idx)
+                return out, out.pop("\0dataset")
             except (_Stale, StoreError, OSError):
                 return None
 
@@ -345,21 +356,23 @@ class FusedGather:
         length = place[:, 2]
         if not self._all_mapped:
             self._ensure_mapped(k, d)
-        out: dict[str, Any] = {}
+        out: dict[str, Any] = {"\0dataset": d.copy()}
+        at = [place[:, _ROWS + g] + local for g in range(self._ktab.shape[1] - _ROWS)]  # rows, per group
         for col in self._columns_plan:
-            self._fill(out, col, k, place, local, length)
+            self._fill(out, col, k, place, at, local, length)
         if self._task_key in out:
             task_index = out[self._task_key]
         else:
             scratch: dict[str, Any] = {}
-            self._fill(scratch, self._task_column, k, place, local, length)
+            self._fill(scratch, self._task_column, k, place, at, local, length)
             task_index = scratch[self._task_key]
         task_index = task_index.reshape(len(k), -1)[:, 0] if task_index.ndim > 1 else task_index
-        if len(k) and ((task_index < 0).any() or (task_index >= self._task_count[d]).any()):
+        at = task_index + place[:, 3]
+        if len(k) and ((task_index < 0).any() or (at >= place[:, 4]).any()):
             # a writer's set_task gave frames a task added after the layout: the datasets learn it on their path
             self._tasks_stale = True
             raise _Stale
-        out["task"] = self._task_table[task_index + self._task_offset[d]].tolist()
+        out["task"] = self._task_table[at].tolist()
         return out
 
     def _ensure_mapped(self, k: np.ndarray, d: np.ndarray) -> None:
@@ -370,13 +383,13 @@ class FusedGather:
                 maps.ensure(np.unique(packs[d == dd]))
         self._all_mapped = all(bool(maps.mapped[self._packs_of[dd]].all()) for dd, maps in self._maps.items())
 
-    def _fill(self, out: dict[str, Any], col: _Column, k: np.ndarray, place: np.ndarray, local: np.ndarray,
-              length: np.ndarray) -> None:
+    def _fill(self, out: dict[str, Any], col: _Column, k: np.ndarray, place: np.ndarray, at: list[np.ndarray],
+              local: np.ndarray, length: np.ndarray) -> None:
         """Output feature ``col`` (and its padding mask) of the batch: one gather per range."""
         w, n = col.window, len(k)
         if col.direct:
             r = col.ranges[0]
-            data, pad = self._read(r, w, place[:, 3 + r.group], local, length)
+            data, pad = self._read(r, w, place[:, _ROWS + r.group], at[r.group], local, length)
             out[col.key] = data
             if col.pad_key is not None:
                 out[col.pad_key] = pad if w is not None else np.zeros(n, dtype=bool)
@@ -394,7 +407,8 @@ class FusedGather:
             if not len(rows):
                 continue
             if isinstance(source, _Range):
-                got, got_pad = self._read(source, w, place[rows, 3 + source.group], local[rows], length[rows])
+                got, got_pad = self._read(source, w, place[rows, _ROWS + source.group], at[source.group][rows],
+                                          local[rows], length[rows])
             else:
                 dd, src = source
                 got, got_pad = self.datasets[dd].read_outside_maps(src, self._k_episode[k[rows]], local[rows],
@@ -410,12 +424,11 @@ class FusedGather:
             out[col.pad_key] = pad
 
     @staticmethod
-    def _read(r: _Range, w: Window | None, first: np.ndarray, local: np.ndarray, length: np.ndarray
-              ) -> tuple[np.ndarray, np.ndarray | None]:
-        """Frames of range ``r`` at frames ``local`` of episodes whose frame 0 is at row ``first``: one gather,
-        windows clamped to their episodes as :meth:`LeRobotZarrDataset.get_batch` does."""
+    def _read(r: _Range, w: Window | None, first: np.ndarray, at: np.ndarray, local: np.ndarray,
+              length: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        """Frames of range ``r`` at rows ``at``: frames ``local`` of episodes of ``length`` frames whose frame 0 is
+        at row ``first``. One gather, windows clamped to their episodes as the datasets' ``get_batch`` does."""
         view = r.view
-        at = first + local
         if w is None:
             return view[at], None
         n = len(at)
