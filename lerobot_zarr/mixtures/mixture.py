@@ -5,9 +5,10 @@ A mixture is built on the datasets' public faces: each source is opened with :fu
 (:mod:`~lerobot_zarr.sampling.fused`; datasets that need their own path, :attr:`LeRobotZarrMixture.fused_out`,
 give one ``get_batch`` each), and the features of the datasets are matched by name (after ``rename``) into one
 schema: the features every dataset has (``features="intersection"``, as LeRobot's ``MultiLeRobotDataset``) or
-all of them (``"union"``: a dataset that lacks one gives zeros and ``<key>_is_pad`` True). Vectors of different widths are zero-padded to ``pad_to`` with a
-``<key>_dim_is_pad`` mask. Which dataset and frame each sample takes is :mod:`~lerobot_zarr.mixtures.sampler`'s
-arithmetic (weights, passes without replacement, elastic and resumable state).
+all of them (``"union"``: a dataset that lacks one gives zeros and ``<key>_is_pad`` True). Vectors of different
+widths are zero-padded to ``pad_to`` with a ``<key>_dim_is_pad`` mask. Which dataset and frame each sample takes
+is :mod:`~lerobot_zarr.mixtures.sampler`'s arithmetic (weights, passes without replacement, elastic and resumable
+state).
 
 Global index ``i`` of a mixture is ``offsets[k] + j``: frame ``j`` of dataset ``k`` (in the order given).
 """

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import StoreError
-from ..store.state import ArraySpec, PackLayout
+from ..store.state import ArraySpec
 from .maps import PackMaps, Reservation, shared_alignment, slot_rows
 from .selection import Selection
 from .windows import Window
@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 __all__ = ["FusedGather", "GatherLayout"]
 
 _live: weakref.WeakSet = weakref.WeakSet()
+_TASK = "\0task_index"  # the datasets' task_index when no output feature is it: read for the task strings only
 _ROWS = 5  # columns of the episode table before the rows: dataset, to_frame, length, task base and limit
 
 
@@ -200,8 +201,8 @@ class FusedGather:
         columns_in = dict(self._columns)
         task_key = next((key for key, srcs in columns_in.items() if all(s == "task_index" for s in srcs)), None)
         if task_key is None:
-            columns_in["\0task"] = ["task_index"] * len(layouts)
-            task_key = "\0task"
+            columns_in[_TASK] = ["task_index"] * len(layouts)
+            task_key = _TASK
         self._task_key = task_key
         ranges: list[_Range] = []
         columns: list[_Column] = []
@@ -292,7 +293,7 @@ class FusedGather:
                     r.blocks = np.lib.stride_tricks.as_strided(
                         view, (max(view.shape[0] - t + 1, 0), t, *view.shape[1:]),
                         (view.strides[0], *view.strides), writeable=False)
-        self._columns_plan = [c for c in columns if c.key != "\0task"]
+        self._columns_plan = [c for c in columns if c.key != _TASK]
         self._task_column = next(c for c in columns if c.key == self._task_key)
         self._packs_of = {d: np.unique(lay.pack) for d, lay in enumerate(layouts) if d in self._maps}
 
@@ -341,12 +342,11 @@ class FusedGather:
             if not self._all_fused and not self._k_fused[k].all():
                 return None
             try:
-                out = self._gather(k, idx)
-                return out, out.pop("\0dataset")
+                return self._gather(k, idx)
             except (_Stale, StoreError, OSError):
                 return None
 
-    def _gather(self, k: np.ndarray, idx: np.ndarray) -> dict[str, Any]:
+    def _gather(self, k: np.ndarray, idx: np.ndarray) -> tuple[dict[str, Any], np.ndarray]:
         if self._tasks_stale:
             self._task_tables([ds.gather_layout() for ds in self.datasets])
             self._tasks_stale = False
@@ -356,7 +356,7 @@ class FusedGather:
         length = place[:, 2]
         if not self._all_mapped:
             self._ensure_mapped(k, d)
-        out: dict[str, Any] = {"\0dataset": d.copy()}
+        out: dict[str, Any] = {}
         at = [place[:, _ROWS + g] + local for g in range(self._ktab.shape[1] - _ROWS)]  # rows, per group
         for col in self._columns_plan:
             self._fill(out, col, k, place, at, local, length)
@@ -373,7 +373,7 @@ class FusedGather:
             self._tasks_stale = True
             raise _Stale
         out["task"] = self._task_table[at].tolist()
-        return out
+        return out, d.copy()
 
     def _ensure_mapped(self, k: np.ndarray, d: np.ndarray) -> None:
         packs = self._k_pack[k]
