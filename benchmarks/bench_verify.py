@@ -38,7 +38,8 @@ import lerobot_zarr as lz  # noqa: E402
 from lerobot_zarr.utils import hashing as _hashing
 from lerobot_zarr.store import packs as _packs
 from lerobot_zarr.writing import integrity
-from lerobot_zarr.store import state as store
+from lerobot_zarr.store import committing
+from lerobot_zarr.store import hashes as store
 from lerobot_zarr.writing import transcode
 from lerobot_zarr.writing import writer  # noqa: E402
 from lerobot_zarr.testing.sample_data import write_sample_dataset  # noqa: E402
@@ -56,12 +57,12 @@ def without_hashing():
     saved = [(m, "crc32c", m.crc32c) for m in (_packs, transcode, writer)]
     saved += [(_hashing.Crc32c, "update", _hashing.Crc32c.update), (store.ContentHashes, "to_json",
                                                                    store.ContentHashes.to_json),
-              (store, "root_hash", store.root_hash)]
+              (committing, "root_hash", committing.root_hash)]
     for module, name, _ in saved[:3]:
         setattr(module, name, lambda data, value=0: 0)
     _hashing.Crc32c.update = lambda self, data: None
     store.ContentHashes.to_json = lambda self, table, names: {"algorithm": "crc32c", "features": {}, "files": {}}
-    store.root_hash = lambda attrs: 0
+    committing.root_hash = lambda attrs: 0
     try:
         yield
     finally:

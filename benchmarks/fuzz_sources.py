@@ -1,7 +1,7 @@
 """Fuzz source reading: random edits of info.json and the episode table (v3 parquet, v2.1 jsonl) of a small
 generated dataset must give the original frames or a typed lerobot_zarr error (never another exception, never a
-hang). The property and the edits are lerobot_zarr.testing.source_fuzz's; tests/test_source_fuzz.py runs a few
-examples, this script many, and prints how the examples ended.
+hang). The property and the edits are lerobot_zarr.testing.source_fuzz's; tests/lerobot_format/test_source_fuzz.py
+runs a few examples, this script many, and prints how the examples ended.
 
 Run:  .venv/bin/python benchmarks/fuzz_sources.py [--examples 2000] [--seed 0] [--version v3.0|v2.1]
 Exits 1 (and prints the shrunk failing edits) if the property fails.

@@ -1,7 +1,7 @@
 """Fuzz stores as untrusted input: random damage to any file of a store (or a symbolic link in any position) must
 end in a typed error, correct samples, or a verify() report naming the damage; never a wrong value after verify()
 passed, never a write outside the store. The cases and properties are lerobot_zarr.testing.store_fuzz's;
-tests/test_store_fuzz.py runs a few hundred, this script many, and prints how they ended.
+tests/store/test_store_fuzz.py runs a few hundred, this script many, and prints how they ended.
 
 Run:  .venv/bin/python benchmarks/fuzz_stores.py [--cases 5000] [--seed 0] [--kind flip]
 Exits 1 (and prints the failing case) if a property fails.

@@ -13,18 +13,12 @@ _os.environ.setdefault("ZARR_ARRAY__RECTILINEAR_CHUNKS", "True")
 if "zarr" in _sys.modules:
     _sys.modules["zarr"].config.set({"array.rectilinear_chunks": True})
 
-from .cameras.registry import register_when_zarr_is_imported as _register_codecs
-
-_register_codecs()  # lerobot_zarr's zarr codecs (compressed cameras), for zarr and xarray readers of our stores
-
-from .integrations import xarray as _analysis  # noqa: F401  (registers ds.to_xarray)
-from .writing import export as _export  # noqa: F401  (registers ds.push and ds.to_lerobot)
 from .api import cache_home, inspect, open_dataset
 from .store.cache import cache_info
 from .sampling.dataset import DatasetMeta, LeRobotZarrDataset
 from .errors import *  # noqa: F403  (the curated list is errors.__all__)
 from .errors import __all__ as _errors
-from .writing.integrity import VerifyReport, verify  # (registers ds.verify)
+from .writing.integrity import VerifyReport, verify
 from .mixtures.mixture import LeRobotZarrMixture, MixtureMeta, open_mixture
 from .mixtures.sampler import MixtureSampler
 from .sampling.sharding import episodes_for_rank, split_episodes

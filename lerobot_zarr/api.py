@@ -2,41 +2,28 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
-import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
-from urllib.parse import quote
 
-from .sampling.camera_readers import served_episodes
-from .sampling.dataset import DatasetMeta, EpisodeSelection, ImageFormat, LeRobotZarrDataset
 from .errors import ArgumentError, HubError, NotMaterializedError, warn_once
-from .lerobot.source_files import is_lerobot_folder
 from .hub.client import HubFiles, resolve_revision
 from .resolve import resolve_source
+from .sampling.dataset import DatasetMeta, EpisodeSelection, ImageFormat, LeRobotZarrDataset
 from .sampling.selection import check_selection
-from .store.state import DEFAULT_PACK_BYTES, has_commit_point, read_state
-from .writing.transcode import CameraStorage, transcode
+from .store.cache import cache_home, hub_store_path, read_ref, record_ref, store_path_for, variant_path
+from .store.cameras import kept_description
+from .store.state import has_commit_point, read_state
+from .store.tables import DEFAULT_PACK_BYTES
+from .writing.transcode import CameraStorage, camera_choices_key, fetch_missing, missing_episodes, transcode
 
 if TYPE_CHECKING:
     from .lerobot.source import LeRobotSource
 
-__all__ = ["open_dataset", "inspect", "cache_home", "store_path_for", "Mode"]
+__all__ = ["open_dataset", "inspect", "materialize", "cache_home", "store_path_for", "Mode"]
 
 Mode = Literal["r", "r+"]  # open_dataset: read, or read and write
-
-CACHE_ENV = "LEROBOT_ZARR_HOME"
-
-
-def cache_home() -> Path:
-    """Where stores go when no ``root`` is given: ``$LEROBOT_ZARR_HOME``, else ``$HF_HOME/lerobot_zarr``."""
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV]).expanduser()
-    from huggingface_hub import constants
-
-    return Path(constants.HF_HOME).expanduser() / "lerobot_zarr"
 
 
 def _lerobot_source(where: Any) -> LeRobotSource:
@@ -45,17 +32,6 @@ def _lerobot_source(where: Any) -> LeRobotSource:
     from .lerobot.source import LeRobotSource
 
     return LeRobotSource(where)
-
-
-def store_path_for(source: LeRobotSource) -> Path:
-    """Cache location of a local source's store, keyed by its path and content fingerprint.
-
-    A source folder whose metadata or data files change gets a new store; two sources never share one.
-    """
-    record = source.record()
-    key = hashlib.sha256(f"{record['path']}\0{record['fingerprint']}".encode()).hexdigest()[:16]
-    name = re.sub(r"[^A-Za-z0-9._-]", "_", source.files.name) or "dataset"
-    return cache_home() / "local" / f"{name}-{key}"
 
 
 def open_dataset(
@@ -147,17 +123,12 @@ def open_dataset(
 def _variant(store: Path, storage: Mapping[str, Any] | None, resize: Mapping[str, Any] | None) -> Path:
     """The cache's store of a source for these camera choices: the plain store, or one of its own next to it
     (``<store>+<digest of the choices>``), so that ``storage=``/``resize=`` never change what plain opens read."""
-    from .writing.transcode import camera_choices_key
-
-    key = camera_choices_key(storage, resize)
-    return store if key is None else store.with_name(f"{store.name}+{key}")
+    return variant_path(store, camera_choices_key(storage, resize))
 
 
 def _note_camera_choices(store: Path) -> None:
     """Warn when a store made earlier keeps a camera with other values than the source's (resized, lossy) and this
     open did not ask for it: its ``storage=``/``resize=`` were chosen by the open that made the store."""
-    from .writing.transcode import kept_description
-
     cached = store.resolve().is_relative_to(cache_home().resolve())
     for name, spec in read_state(store).arrays.items():
         if spec.resize or (spec.storage == "compact" and spec.codec_spec.get("codec") == "jpeg"):
@@ -202,34 +173,27 @@ def _fetch(store: Path, episodes: list[int]) -> None:
     materialize(store, episodes, progress=False)
 
 
-def _hub_home(repo_id: str) -> Path:
-    return cache_home() / "hub" / repo_id.replace("/", "--")
-
-
 def _open_hub(repo_id: str, *, root, episodes, revision, token, progress, storage, resize, client, pack_bytes,
               writable: bool = False) -> Path:
     """Resolve the revision (offline: from the last resolution), then fetch the episodes the store lacks."""
     from huggingface_hub import constants
 
-    # last commit each revision name resolved to, for HF_HUB_OFFLINE (names quoted: "../x" stays one file name)
-    ref_file = _hub_home(repo_id) / "refs" / quote(revision or "_default", safe="")
-    if constants.is_offline_mode():
-        if not ref_file.is_file():
+    if constants.is_offline_mode():  # the commit the revision last resolved to on this machine
+        commit = read_ref(repo_id, revision)
+        if commit is None:
             raise HubError(f"{repo_id}: HF_HUB_OFFLINE is set and revision {revision or '(default)'} was never "
                            f"opened on this machine")
-        commit = ref_file.read_text().strip()
     else:
+        asked = revision
         revision, commit = resolve_revision(repo_id, revision, token=token)
-        ref_file.parent.mkdir(parents=True, exist_ok=True)
-        tmp = ref_file.with_name(f".{ref_file.name}.tmp-{os.getpid()}")
-        tmp.write_text(commit)
-        os.replace(tmp, ref_file)
+        record_ref(repo_id, asked, commit)
     if writable:
-        store = _writable_copy(repo_id, root, _hub_home(repo_id) / commit)
+        store = _writable_copy(repo_id, root, hub_store_path(repo_id, commit))
     else:
-        store = Path(root).expanduser() if root is not None else _variant(_hub_home(repo_id) / commit, storage, resize)
+        store = Path(root).expanduser() if root is not None else _variant(hub_store_path(repo_id, commit), storage,
+                                                                           resize)
     if has_commit_point(store):
-        missing = _missing_episodes(store, episodes)
+        missing = missing_episodes(store, episodes)
         if not missing:
             return store
         if constants.is_offline_mode():
@@ -243,39 +207,13 @@ def _open_hub(repo_id: str, *, root, episodes, revision, token, progress, storag
     return store
 
 
-def _missing_episodes(store: Path, episodes: EpisodeSelection | None) -> list[int]:
-    complete = served_episodes(read_state(store))
-    wanted = range(len(complete)) if episodes is None else episodes
-    return sorted({int(e) for e in wanted if 0 <= e < len(complete) and not complete[e]})
-
-
 def materialize(store: str | os.PathLike, episodes: EpisodeSelection | None, *, progress: bool = True,
                 token: str | bool | None = None) -> None:
     """Fetch or transcode the episodes a store lacks from the source it was made from (Hub repo at its recorded
     commit, or local folder), if that is reachable."""
-    store = Path(store)
     episodes = check_selection(episodes)
-    if episodes is None:
-        return
-    missing = _missing_episodes(store, episodes)
-    if not missing:
-        return
-    recorded = read_state(store).source
-    if recorded.get("kind") == "hub":
-        from huggingface_hub import constants
-
-        if constants.is_offline_mode():
-            raise NotMaterializedError(f"{store}: HF_HUB_OFFLINE is set and episodes {missing[:20]} are not in the "
-                                       f"store")
-        # the endpoint configured now (HF_ENDPOINT), which may be a mirror of the one the store was made from
-        files = HubFiles(recorded["repo_id"], recorded["commit"], token=token)
-        transcode(_lerobot_source(files), store, episodes=missing, progress=progress)
-        return
-    origin = Path(recorded.get("path", ""))
-    if recorded.get("kind") != "local" or not is_lerobot_folder(origin):
-        raise NotMaterializedError(f"{store}: episodes {missing[:20]} are not in the store and its source "
-                                   f"{recorded.get('path')!r} is not available to transcode them")
-    transcode(_lerobot_source(origin), store, episodes=missing, progress=progress)
+    if episodes is not None:
+        fetch_missing(store, episodes, progress=progress, token=token)
 
 
 def inspect(source: str | os.PathLike, *, revision: str | None = None,

@@ -29,6 +29,11 @@ __all__ = [
     "StoreExistsError",
     "StoreClosedError",
     "SourceMismatchError",
+    "StoreNotFoundError",
+    "EmptyStoreError",
+    "ReadOnlyStoreError",
+    "UnsupportedStoreError",
+    "MapLimitError",
     "StoreLockedError",
     "DiskSpaceError",
     "ValueRangeError",
@@ -116,7 +121,31 @@ class StoreClosedError(StoreError):
 
 
 class SourceMismatchError(StoreError):
-    """A store (or a Hub repo being pushed to) holds another dataset than the one asked for."""
+    """A store (or a Hub repo being pushed to) holds another dataset than the one asked for, or keeps it otherwise
+    (a camera stored or sized otherwise, a dataset where a replay buffer was asked for)."""
+
+
+class StoreNotFoundError(StoreError, SourceNotFoundError):
+    """The folder of a store (or replay buffer) to read does not exist."""
+
+
+class EmptyStoreError(StoreError):
+    """The store holds no episode (a buffer no transition) where the call needs one: nothing to export or read."""
+
+
+class ReadOnlyStoreError(StoreError):
+    """A write to a store (or buffer) that was opened to read, or keeps data in a form that cannot be written in
+    place (compressed frames)."""
+
+
+class UnsupportedStoreError(StoreError):
+    """The store is outside what this lerobot_zarr's format covers: a newer format version, a codec chain or
+    buffer layout it does not know, or a feature name that cannot be a zarr array (a folder) of a store."""
+
+
+class MapLimitError(StoreError, MemoryError):
+    """The process cannot map more of a store: its address space or the kernel's limit on memory maps
+    (``vm.max_map_count``) is exhausted; open fewer datasets at once."""
 
 
 class StoreLockedError(LeRobotZarrError, BlockingIOError):

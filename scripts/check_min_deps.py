@@ -22,8 +22,8 @@ import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SMOKE = ["tests/test_windows.py", "tests/test_store_format.py", "tests/test_hub_open.py", "tests/test_cli.py",
-         "tests/test_stream.py", "tests/test_writer.py", "tests/test_cache.py"]
+SMOKE = ["tests/sampling/test_lerobot_semantics.py", "tests/store/test_store_format.py", "tests/hub/test_open_from_hub.py",
+         "tests/cli/test_cli.py", "tests/sampling/test_stream.py", "tests/writing/test_writer.py", "tests/store/test_cache.py"]
 
 
 def _key(version: str) -> tuple[int, ...]:

@@ -8,7 +8,7 @@ How tests stay in the budget (use these for new tests):
   folders live until the session ends);
 - ``g1_store``: G1-policy-train as one read-only store for every test that only reads it (camera at 24x32:
   13 MB instead of 1.35 GB per copy); a test that writes copies it first;
-- the real datasets' cameras at full size only where the pixels are the point (tests/test_video.py);
+- the real datasets' cameras at full size only where the pixels are the point (tests/cameras/test_video.py);
 - ``LEROBOT_ZARR_TEST_PROFILE=profile.tsv`` writes each test's seconds, peak temp disk and peak RSS
   (tests/_budget.py); ``scripts/measure_suite.sh`` measures the whole run.
 

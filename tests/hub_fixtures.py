@@ -1,5 +1,5 @@
-"""Shared helpers for the Hub tests (test_hub_open.py, test_hub_errors.py): client settings pointed at a test
-HubServer, the real datasets, dataset comparison and parquet row-group byte ranges.
+"""Shared helpers for the Hub tests (hub/test_open_from_hub.py, hub/test_repo_errors.py, ...): client settings pointed
+at a test HubServer, the real datasets, dataset comparison and parquet row-group byte ranges.
 
 The real ``huggingface_hub`` client is used throughout; only its settings are changed (endpoint, Xet off,
 telemetry off, offline flag, token and cache locations isolated per test), never its logic.

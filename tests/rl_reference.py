@@ -1,7 +1,7 @@
-"""Reference transitions for the replay-buffer tests (test_rl_transitions.py, test_rl_buffer.py), independent of the
-library: episodes generated from ``(seed, episode)`` alone, so that any process rebuilds any transition from the
-identity its state carries (``state[0]`` = episode, ``state[1]`` = step), and plain numpy checks of what a buffer
-gives back against them.
+"""Reference transitions for the replay-buffer tests (writing/test_transitions.py, integrations/test_rl_buffer.py),
+independent of the library: episodes generated from ``(seed, episode)`` alone, so that any process rebuilds any
+transition from the identity its state carries (``state[0]`` = episode, ``state[1]`` = step), and plain numpy checks of
+what a buffer gives back against them.
 
 Cameras are uint8 pixels divided by 255 (exact in a uint8 store), CHW, as LeRobot's processors give them.
 """

@@ -189,4 +189,10 @@ def test_create_refuses_names_that_do_not_match_the_shape(tmp_path, spec):
     {"dtype": "image", "shape": [6, 8, 3], "names": ["height", "width", "channels"]},
 ])
 def test_create_accepts_names_that_match_the_shape(tmp_path, spec):
-    lz.create(tmp_path / "s", fps=30, features={"a": spec}, min_free_bytes=0).close()
+    """The names come back as given: from the writer, from the store reopened, and from ``inspect``."""
+    with lz.create(tmp_path / "s", fps=30, features={"a": spec}, min_free_bytes=0) as w:
+        assert w.meta.features["a"]["names"] == spec["names"]
+        dtype = np.uint8 if spec["dtype"] == "image" else spec["dtype"]
+        w.add_episode({"a": np.zeros((2, *spec["shape"]), dtype)}, task="t")
+    assert lz.open_dataset(tmp_path / "s").meta.features["a"]["names"] == spec["names"]
+    assert lz.inspect(tmp_path / "s").features["a"]["names"] == spec["names"]

@@ -7,7 +7,7 @@ import os
 import huggingface_hub.constants as hf_constants
 import pytest
 
-from lerobot_zarr.cli.app import main
+from lerobot_zarr.cli import main
 
 
 def test_demo_runs_every_step_and_restores_the_hub_settings(tmp_path, capsys, monkeypatch):

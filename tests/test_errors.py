@@ -36,10 +36,11 @@ from lerobot_zarr import (
     StoreError,
     StoreLockedError,
     UnsupportedDtypeError,
+    UnsupportedStoreError,
     open_dataset,
 )
 from lerobot_zarr.testing.sample_data import write_sample_dataset
-from lerobot_zarr.store.state import WriterLock, chunk_path
+from lerobot_zarr.store import WriterLock, chunk_path
 
 REPO = Path(__file__).resolve().parents[1]
 REAL_DATASETS = (REPO / ".." / "shared" / "datasets").resolve()
@@ -375,7 +376,7 @@ def test_feature_name_unsafe_as_array_name(tmp_path, name):
     store = tmp_path / "a" / "b" / "store"
     store.parent.mkdir(parents=True)
     before_src = snapshot(src)
-    msg = raises(StoreError, ValueError, open_, src, store)
+    msg = raises(UnsupportedStoreError, ValueError, open_, src, store)
     assert repr(name) in msg
     # nothing escaped the store: no "evil" anywhere around, source untouched
     assert not list(tmp_path.rglob("evil")) and not (tmp_path.parent / "evil").exists()
@@ -640,20 +641,20 @@ def _store_of_format_version(tmp_path: Path, version: int) -> tuple[Path, Path]:
 
 def test_store_format_version_unknown(tmp_path):
     src, store = _store_of_format_version(tmp_path, 99)
-    msg = raises(StoreError, ValueError, LeRobotZarrDataset, store)
+    msg = raises(UnsupportedStoreError, ValueError, LeRobotZarrDataset, store)
     assert "99" in msg and str(store / "zarr.json") in msg
 
 
 def test_store_format_version_unknown_via_open_dataset(tmp_path):
     src, store = _store_of_format_version(tmp_path, 99)
-    msg = raises(StoreError, ValueError, open_, store)
+    msg = raises(UnsupportedStoreError, ValueError, open_, store)
     assert "99" in msg and str(store) in msg
 
 
 def test_store_format_version_unknown_as_root(tmp_path):
     src, store = _store_of_format_version(tmp_path, 99)
     before = snapshot(store)
-    msg = raises(StoreError, ValueError, open_, src, store)
+    msg = raises(UnsupportedStoreError, ValueError, open_, src, store)
     assert "99" in msg and str(store) in msg
     assert {k: v for k, v in snapshot(store).items() if k != ".lock"} == \
         {k: v for k, v in before.items() if k != ".lock"}
@@ -704,7 +705,7 @@ def test_damaged_chunk_file_episode_access(tmp_path, damage):
 TRY_LOCK = textwrap.dedent("""
     import sys
     from pathlib import Path
-    from lerobot_zarr.store.state import WriterLock
+    from lerobot_zarr.store import WriterLock
     from lerobot_zarr.errors import StoreLockedError
     try:
         with WriterLock(Path(sys.argv[1]), blocking=False):
@@ -716,7 +717,7 @@ TRY_LOCK = textwrap.dedent("""
 HOLD_LOCK = textwrap.dedent("""
     import sys, time
     from pathlib import Path
-    from lerobot_zarr.store.state import WriterLock
+    from lerobot_zarr.store import WriterLock
     with WriterLock(Path(sys.argv[1])):
         print("HELD", flush=True)
         time.sleep(120)
@@ -814,3 +815,23 @@ def test_real_video_key_in_delta_timestamps(tmp_path):
     msg = raises(NotMaterializedError, LookupError, open_, store, delta_timestamps={video: [0.0]})
     assert repr(video) in msg and "not in the samples" in msg and "not found" in msg, msg
     assert "no episode has it" in msg and "delta_timestamps" in msg, msg
+
+
+def test_store_errors_say_what_happened_and_stay_store_errors():
+    """Every subclass of StoreError is still caught as StoreError (and ValueError), and as the builtin it refines;
+    errors keep their fields through pickling (DataLoader workers send them to the main process)."""
+    import pickle
+
+    import lerobot_zarr.errors as errors
+
+    refines = {"StoreNotFoundError": (SourceNotFoundError, FileNotFoundError), "MapLimitError": (MemoryError,),
+               "StoreExistsError": (FileExistsError,)}
+    subclasses = [getattr(errors, name) for name in errors.__all__
+                  if isinstance(getattr(errors, name), type) and issubclass(getattr(errors, name), StoreError)
+                  and getattr(errors, name) is not StoreError]
+    assert {c.__name__ for c in subclasses} >= {"CorruptStoreError", "EmptyStoreError", "ReadOnlyStoreError",
+                                                "SourceMismatchError", "UnsupportedStoreError", *refines}
+    for cls in subclasses:
+        assert issubclass(cls, ValueError) and all(issubclass(cls, b) for b in refines.get(cls.__name__, ()))
+        got = pickle.loads(pickle.dumps(cls("what happened", path="/x", feature="cam")))
+        assert type(got) is cls and str(got) == "what happened" and (got.path, got.feature) == ("/x", "cam")

@@ -30,7 +30,7 @@ from lerobot_zarr import (
     SourceNotFoundError,
     UnknownFeatureError,
 )
-from lerobot_zarr.cli.app import main
+from lerobot_zarr.cli import main
 from lerobot_zarr.errors import OPTIONAL_PACKAGES
 from lerobot_zarr.testing.sample_data import write_sample_dataset
 from lerobot_zarr.store.state import read_state
@@ -106,12 +106,12 @@ def test_a_camera_in_delta_timestamps_on_a_real_dataset_names_the_episodes_that_
 
 
 def test_edit_keeping_four_g1_episodes_computes_stats_of_those_only(g1_store, tmp_path, capsys, monkeypatch):
-    import lerobot_zarr.writing.writer as writer
+    import lerobot_zarr.writing.transaction as transaction
 
     store = tmp_path / "g1"
     shutil.copytree(g1_store, store)
     cameras, bars = [], []
-    real_stats, real_bar = writer.episode_stats, writer.progress_bar
+    real_stats, real_bar = transaction.episode_stats, transaction.progress_bar
 
     def counting(values, kind):
         if kind == "video":
@@ -122,8 +122,8 @@ def test_edit_keeping_four_g1_episodes_computes_stats_of_those_only(g1_store, tm
         bars.append((total, desc))
         return real_bar(total, desc, enabled, **kwargs)
 
-    monkeypatch.setattr(writer, "episode_stats", counting)
-    monkeypatch.setattr(writer, "progress_bar", recording)
+    monkeypatch.setattr(transaction, "episode_stats", counting)
+    monkeypatch.setattr(transaction, "progress_bar", recording)
     code, out, err = run(capsys, "edit", str(store), "--keep-episodes", "1,2,4,5")
     assert code == 0, err
     lengths = read_state(g1_store).table.length
@@ -228,7 +228,7 @@ def test_cli_without_an_optional_package_says_which_extra_in_one_line(tmp_path, 
     rt = real_dataset("record-test")
     gen = write_sample_dataset(tmp_path / "gen", n_episodes=2, image_keys=("observation.images.cam",))
     args = [a.format(rt=rt, tmp=tmp_path, gen=gen) for a in argv]
-    proc = blocked(modules, "from lerobot_zarr.cli.app import main\nsys.exit(main(sys.argv[1:]))", *args)
+    proc = blocked(modules, "from lerobot_zarr.cli import main\nsys.exit(main(sys.argv[1:]))", *args)
     lines = [line for line in proc.stderr.splitlines() if line.startswith("lerobot-zarr: error: ")]
     assert proc.returncode == 1 and len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert f"lerobot_zarr's [{extra}] extra" in lines[0] and "pip install '" in lines[0], lines[0]
@@ -456,14 +456,14 @@ def test_readme_command_line_quick_start_runs(pusht, tmp_path):
 
 
 def test_readme_and_docs_links_resolve_and_the_cli_reference_covers_every_option():
-    from lerobot_zarr.cli.app import _parser
+    from lerobot_zarr.cli import build_parser
 
     for doc in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
         for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", doc.read_text()):
             if not target.startswith("http"):
                 assert (doc.parent / target).exists(), f"{doc.name} links to {target}, which does not exist"
     reference = (REPO / "docs" / "cli.md").read_text()
-    parser = _parser()
+    parser = build_parser()
 
     def walk(p: "argparse.ArgumentParser", path: str) -> None:  # noqa: F821
         for action in p._actions:

@@ -18,11 +18,10 @@ per-process thread pool (recreated after ``fork``); zstd and libjpeg-turbo relea
 
 In zarr terms, a compressed camera array is sharded: a shard is a chunk of frames, each inner chunk one frame
 ``(1, H, W, C)`` whose codec chain is :meth:`FrameCodec.zarr_codecs`. ``lerobot_zarr.delta`` and
-``lerobot_zarr.jpeg`` are registered with zarr's codec registry (:mod:`lerobot_zarr.cameras.registry`): importing
-``lerobot_zarr`` does it at once if zarr is imported, else right after zarr's import (a one-shot import hook;
-lerobot_zarr itself never imports zarr). A plain zarr-python or xarray reader therefore needs ``lerobot_zarr``
-installed and imported (or ``zarr.codecs`` entry points in its package metadata), and, for ``jpeg``,
-``simplejpeg``; ``zstd`` needs nothing beyond zarr-python. Without lerobot_zarr the frames can still be had by
+``lerobot_zarr.jpeg`` (:mod:`lerobot_zarr.cameras.zarr_codecs`) are declared as ``zarr.codecs`` entry points in
+the package metadata, which zarr loads the first time it meets one of them, whatever was imported first
+(lerobot_zarr itself never imports zarr). A plain zarr-python or xarray reader therefore needs ``lerobot_zarr``
+installed (not imported), and, for ``jpeg``, ``simplejpeg``; ``zstd`` needs nothing beyond zarr-python. Without lerobot_zarr the frames can still be had by
 hand: the shard index gives each frame's bytes, a zstd frame of row differences (a running sum down the rows
 undoes them) or a JPEG file.
 """
@@ -37,7 +36,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ..errors import StoreError, UnsupportedDtypeError, import_optional
+from ..errors import CorruptStoreError, UnsupportedDtypeError, UnsupportedStoreError, import_optional
 
 __all__ = [
     "CODECS",
@@ -94,7 +93,7 @@ class FrameCodec:
 
     def decode_into(self, data: Any, out: np.ndarray) -> None:
         """Decode ``data`` (bytes or any buffer, e.g. a memoryview of a mapped shard) into ``out`` (H, W, C)
-        uint8, C-contiguous. Raises :class:`StoreError` when the bytes are not a frame of this shape."""
+        uint8, C-contiguous. Raises :class:`CorruptStoreError` when the bytes are not a frame of this shape."""
         raise NotImplementedError
 
     def decode(self, data: Any) -> np.ndarray:
@@ -165,8 +164,8 @@ def _zstd_into(zstd: Any, data: Any, out: np.ndarray, name: str) -> None:
             raise ValueError(f"the frame holds {size} bytes" if size is not None else "not a zstd frame")
         zstd.decode(data, out=out.reshape(-1))
     except (RuntimeError, ValueError) as exc:  # corrupt or of another size
-        raise StoreError(f"{name}: cannot decode a frame of {out.shape} from {len(memoryview(data))} bytes "
-                         f"({exc})") from None
+        raise CorruptStoreError(f"{name}: cannot decode a frame of {out.shape} from {len(memoryview(data))} bytes "
+                                f"({exc})") from None
 
 
 def _zstd_content_size(data: Any) -> int | None:
@@ -269,9 +268,9 @@ class JpegFrames(FrameCodec):
         try:
             got = self._sj.decode_jpeg(data, colorspace=self._space, buffer=out)
         except (ValueError, RuntimeError, TypeError) as exc:
-            raise StoreError(f"{self.name}: cannot decode a frame of {out.shape} ({exc})") from None
+            raise CorruptStoreError(f"{self.name}: cannot decode a frame of {out.shape} ({exc})") from None
         if got.shape != out.shape:
-            raise StoreError(f"{self.name}: decoded a frame of shape {got.shape}, expected {out.shape}")
+            raise CorruptStoreError(f"{self.name}: decoded a frame of shape {got.shape}, expected {out.shape}")
 
     def zarr_codecs(self) -> list[dict[str, Any]]:
         return [{"name": JPEG_CODEC, "configuration": dict(self.config)}]
@@ -330,8 +329,8 @@ def codec_from_zarr(codecs: Sequence[Mapping[str, Any]], frame_shape: Sequence[i
         if names == [DELTA_CODEC, "bytes", "zstd"] and chain[0].get("configuration") == {"axis": 1}:
             return DeltaZstdFrames(frame_shape, level=chain[2]["configuration"]["level"])
     except (TypeError, KeyError, ValueError) as exc:
-        raise StoreError(f"frame codec chain {chain} is malformed ({exc})") from None
-    raise StoreError(f"frame codec chain {chain} is not one lerobot_zarr writes")
+        raise CorruptStoreError(f"frame codec chain {chain} is malformed ({exc})") from None
+    raise UnsupportedStoreError(f"frame codec chain {chain} is not one lerobot_zarr writes")
 
 
 # ------------------------------------------------------------------------------------------------ batch decode
@@ -389,8 +388,8 @@ def decode_batch(codec: FrameCodec, blobs: Sequence[Any], out: np.ndarray, *, th
         for k in range(lo, hi):
             try:
                 codec.decode_into(blobs[k], out[k])
-            except StoreError as exc:
-                raise StoreError(f"{where(k) if where else f'frame {k}'}: {exc}") from None
+            except CorruptStoreError as exc:
+                raise CorruptStoreError(f"{where(k) if where else f'frame {k}'}: {exc}") from None
 
     if out.nbytes < _PARALLEL_BYTES:  # handing small frames to other threads costs more than decoding them
         threads = 1

@@ -19,7 +19,9 @@ from ..errors import MissingExtraError, import_optional, missing_extra
 
 __all__ = ["TOLERANCE_S", "VideoUnavailable", "decode_into", "have_pyav", "VideoWriter", "ENCODING"]
 
-TOLERANCE_S = 1e-4  # LeRobot's tolerance between a dataset timestamp and a decoded frame's
+#: LeRobot's ``tolerance_s``, the one timestamp tolerance of lerobot_zarr: between a dataset timestamp and a decoded
+#: frame's, between consecutive timestamps and 1/fps, and of ``delta_timestamps`` to multiples of 1/fps
+TOLERANCE_S = 1e-4
 ENCODING = {"vcodec": "libsvtav1", "pix_fmt": "yuv420p", "g": 2, "crf": 30, "preset": 12}
 # Extra SVT-AV1 parameters ("key=value:..."), e.g. "lp=1": one level of parallelism, 4 threads instead of ~40,
 # the same bytes, ~1.5x slower at 480x640 on 2 cores. Our test suite sets it: under heavy load the default was

@@ -39,7 +39,7 @@ from ..errors import CorruptSourceError, LeRobotZarrError, SchemaMismatchError, 
 from .frame_codecs import decode_threads, run_in_parallel
 from .video import TOLERANCE_S
 
-__all__ = ["TOLERANCE_S", "Mp4Frames"]
+__all__ = ["Mp4Frames"]
 
 _FORMATS = {1: "gray", 3: "rgb24", 4: "rgba"}
 # fewest queries of one file worth a container of their own in read_many: each container seeks and decodes from a

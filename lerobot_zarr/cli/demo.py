@@ -1,23 +1,30 @@
 """The main job, offline, in under a minute: a LeRobot dataset on a Hub (the project's test Hub, started on
 127.0.0.1), inspected remotely, opened partly, sampled against the speed floor, edited and extended in place,
-pushed back and reopened from the Hub with its round trip checked. Figures are printed as ratios."""
+pushed back and reopened from the Hub with its round trip checked. Figures are printed as ratios.
+
+``lerobot-zarr demo`` runs it. Its sample dataset writer (pyarrow, Pillow) is imported when it runs, not when the
+command line is parsed."""
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..api import inspect, open_dataset
 from ..testing.baseline import FlatMemmapSampler
-from ..testing.sample_data import write_sample_dataset
 
-__all__ = ["run_demo"]
+if TYPE_CHECKING:
+    from ..testing.hub_server import HubServer
+
+__all__ = ["add_parser", "run", "run_demo"]
 
 REPO = "demo/pick-place"
 PUSHED = "demo/pick-place-edited"
@@ -26,6 +33,21 @@ CAMERA = "observation.images.wrist"
 FPS = 30
 SHAPE = (24, 32, 3)
 PER_FILE = 25
+
+
+def add_parser(subparsers: Any, common: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The ``demo`` command and its options."""
+    demo = subparsers.add_parser("demo", parents=[common],
+                                 help="the whole job offline: a test Hub on 127.0.0.1, inspect, partial download, "
+                                      "sampling speed, edits, push and reopen")
+    demo.add_argument("--dir", type=Path, default=None, help="an empty or new work folder (default: a temporary one)")
+    demo.add_argument("--episodes", type=int, default=100, help="episodes in the generated dataset (default 100)")
+    return demo
+
+
+def run(args: argparse.Namespace) -> int:
+    run_demo(args.dir, n_episodes=args.episodes)
+    return 0
 
 
 def _best_us(fn: Callable[[], object], n: int, repeats: int = 5) -> float:
@@ -56,7 +78,7 @@ def run_demo(work_dir: Path | None = None, *, n_episodes: int = 100) -> None:
 
 
 @contextlib.contextmanager
-def _local_hub(work: Path) -> Iterator[object]:
+def _local_hub(work: Path) -> Iterator[HubServer]:
     """The embedded Hub on 127.0.0.1 with huggingface_hub pointed at it, and caches inside ``work``; every
     setting is restored afterwards."""
     from huggingface_hub import constants
@@ -100,6 +122,8 @@ def _files_bytes(folder: Path, rels: set[str] | None = None) -> int:
 
 
 def _run(work: Path, n_episodes: int) -> None:
+    from ..testing.sample_data import write_sample_dataset
+
     t_start = time.perf_counter()
     source = work / "lerobot_dataset"
     print(f"1. a LeRobot v3.0 dataset: {n_episodes} episodes of 100-250 frames at {FPS} fps, state/action f32[14], "

@@ -11,10 +11,10 @@
    concurrent change fails it whole), then tag ``v3.0`` moved to the new head: deleted and created again (the Hub
    cannot move a tag); if creating fails, the old tag is put back where possible.
 
-Every failure raises :class:`HubAuthError` (401/403), :class:`HubError` or :class:`StoreError` whose message says
-what the remote holds then ("the remote is unchanged", "main moved to <sha>; tag v3.0 is missing; run push again
-to retag"). Running push again completes a push that failed after its commit: it finds nothing to upload and
-moves the tag. All requests have timeouts (:mod:`lerobot_zarr.hub.client`); huggingface_hub's progress bars follow
+Every failure raises :class:`HubAuthError` (401/403), :class:`HubError` or :class:`SourceMismatchError` whose
+message says what the remote holds then ("the remote is unchanged", "main moved to <sha>; tag v3.0 is missing; run
+push again to retag"). Running push again completes a push that failed after its commit: it finds nothing to upload
+and moves the tag. All requests have timeouts (:mod:`lerobot_zarr.hub.client`); huggingface_hub's progress bars follow
 ``progress``.
 """
 
@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ..errors import HubAuthError, HubError, LeRobotZarrError, StoreError
+from ..errors import HubAuthError, HubError, LeRobotZarrError, SourceMismatchError
 from .client import (
     Where,
     _endpoint,
@@ -154,17 +154,19 @@ class Publisher:
         return files
 
     def check_same_dataset(self, info: Mapping[str, Any]) -> None:
-        """Refuse (StoreError) a branch holding a dataset with other features, fps or robot type than ``info``."""
+        """Refuse (:class:`SourceMismatchError`) a branch holding a dataset with other features, fps or robot type
+        than ``info``."""
         theirs = self.remote_info
         if theirs is None:
             if "meta/info.json" in self.remote:
-                raise StoreError(f"{self.repo_id}: the repo's meta/info.json is not a JSON object; refusing to "
-                                 f"overwrite what it holds; the remote is unchanged")
+                raise SourceMismatchError(f"{self.repo_id}: the repo's meta/info.json is not a JSON object; refusing "
+                                          f"to overwrite what it holds; the remote is unchanged")
             return
         for key in _SAME_DATASET_KEYS:
             if theirs.get(key) != info.get(key):
-                raise StoreError(f"{self.repo_id}: the repo holds another dataset ({_difference(key, theirs.get(key),
-                                 info.get(key))}); push to another repo or branch; the remote is unchanged")
+                difference = _difference(key, theirs.get(key), info.get(key))
+                raise SourceMismatchError(f"{self.repo_id}: the repo holds another dataset ({difference}); push to "
+                                          f"another repo or branch; the remote is unchanged")
 
     # ------------------------------------------------------------------------------------------------ publish
     def publish(self, folder: Path, commit_message: str | None) -> str | None:

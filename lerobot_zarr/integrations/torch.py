@@ -28,12 +28,13 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import LeRobotZarrWarning, import_optional
+from ..errors import ArgumentError, LeRobotZarrWarning, import_optional
 
 torch = import_optional("torch", "lerobot_zarr.integrations.torch (the torch adapter and LeRobotDataset drop-in)")
 from torch.utils.data import BatchSampler, DataLoader, Dataset, IterableDataset, Sampler, get_worker_info  # noqa: E402
 
 from ..sampling.dataset import LeRobotZarrDataset  # noqa: E402
+from ..cameras.video import TOLERANCE_S  # noqa: E402
 from ..lerobot.format import CAMERA_DTYPES, DEFAULT_FEATURES  # noqa: E402
 from ..sampling.streams import SampleStream  # noqa: E402
 
@@ -821,14 +822,15 @@ class LeRobotDataset(Dataset):
 
     def __init__(self, repo_id: str, root: str | os.PathLike | None = None, episodes: list[int] | None = None,
                  image_transforms: Callable | None = None,
-                 delta_timestamps: Mapping[str, Sequence[float]] | None = None, tolerance_s: float = 1e-4,
+                 delta_timestamps: Mapping[str, Sequence[float]] | None = None, tolerance_s: float = TOLERANCE_S,
                  revision: str | None = None, force_cache_sync: bool = False, download_videos: bool = True,
                  video_backend: str | None = None, *, token: str | bool | None = None, store: str | None = None,
                  batched_fetch: bool = True, **ignored: Any):
         from ..api import open_dataset
 
-        if abs(float(tolerance_s) - 1e-4) > 1e-12:
-            raise ValueError(f"tolerance_s={tolerance_s}: lerobot_zarr matches timestamps within 1e-4 s only")
+        if abs(float(tolerance_s) - TOLERANCE_S) > 1e-12:
+            raise ArgumentError(f"tolerance_s={tolerance_s}: lerobot_zarr matches timestamps within {TOLERANCE_S} s "
+                                f"only")
         self.repo_id = repo_id
         self.root = Path(root) if root is not None else None
         self.revision = revision

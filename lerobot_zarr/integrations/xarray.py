@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..sampling.dataset import forwarded, read_episode_rows
+from ..sampling.dataset import read_episode_rows
 from ..errors import import_optional, warn_user
 from ..lerobot.format import CAMERA_DTYPES, QUANTILES, aggregate_stats, stats_json
-from ..store.state import ArraySpec
+from ..store.tables import ArraySpec
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -51,7 +51,6 @@ def _read_episode(root: str, name: str, spec: ArraySpec, location: tuple[int, in
     return values - shift if shift else values
 
 
-@forwarded("to_xarray")
 def to_xarray(ds: LeRobotZarrDataset) -> xr.Dataset:
     """The dataset's selection as a lazy ``xarray.Dataset`` (see :meth:`LeRobotZarrDataset.to_xarray`)."""
     xr = import_optional("xarray", "ds.to_xarray()")

@@ -55,11 +55,9 @@ from .format import (
     check_path_template,
     stats_json,
 )
-from ..cameras.video import VideoUnavailable, decode_into
+from ..cameras.video import TOLERANCE_S, VideoUnavailable, decode_into
 
-__all__ = ["FeatureSpec", "EpisodeTable", "LeRobotSource", "is_lerobot_folder"]
-
-TIMESTAMP_TOLERANCE_S = 1e-4  # LeRobot's tolerance on timestamps (check_timestamps_sync, delta_timestamps)
+__all__ = ["FeatureSpec", "SourceEpisodes", "LeRobotSource", "is_lerobot_folder"]
 
 
 @dataclass(frozen=True)
@@ -88,8 +86,9 @@ class FeatureSpec:
 
 
 @dataclass(frozen=True)
-class EpisodeTable:
-    """Episodes in ``episode_index`` order: global frame range ``[start, end)`` and the file holding them."""
+class SourceEpisodes:
+    """LeRobot's episodes (``meta/episodes``) in ``episode_index`` order: global frame range ``[start, end)``, the
+    data file and row holding them, their videos (the store's own table is :class:`lerobot_zarr.store.EpisodeTable`)."""
 
     length: np.ndarray  # int64 (E,)
     start: np.ndarray  # int64 (E,), global index of the first frame
@@ -484,14 +483,14 @@ class LeRobotSource:
             raise CorruptSourceError(f"{files.location('meta/lerobot_zarr_index.json')}: gives videos of "
                                      f"{sorted(index.videos)}, info.json declares {video_keys}")
         start = np.concatenate([[0], np.cumsum(index.length)[:-1]]).astype(np.int64)
-        self.episodes = EpisodeTable(index.length, start, index.episode_tasks, index.data_file, index.file_row,
+        self.episodes = SourceEpisodes(index.length, start, index.episode_tasks, index.data_file, index.file_row,
                                      {k: list(refs) for k, refs in index.videos.items()})
         self.tasks, self.stats = index.tasks, index.stats
         for rel, size in index.footer_bytes.items():
             files.seed_footer(rel, index.footers.get(rel), size=size)
         return True
 
-    def _read_episodes_v3(self) -> EpisodeTable:
+    def _read_episodes_v3(self) -> SourceEpisodes:
         files = self.files
         where = files.location("meta/episodes")
         metas = [safe_relpath(files.location(), rel, "episode metadata")
@@ -558,10 +557,10 @@ class LeRobotSource:
                          (self._fill(video_template, f"{k!r} video", e, video_key=k, chunk_index=c, file_index=f), t0)
                          for e, (c, f, t0) in enumerate(zip(get[f"videos/{k}/chunk_index"],
                                                             get[f"videos/{k}/file_index"], starts, strict=True))]
-        return EpisodeTable(length, start, _task_lists(table.column("tasks"), where, order), data_file, file_row,
+        return SourceEpisodes(length, start, _task_lists(table.column("tasks"), where, order), data_file, file_row,
                             videos)
 
-    def _read_episodes_v2(self) -> EpisodeTable:
+    def _read_episodes_v2(self) -> SourceEpisodes:
         path = self.files.location("meta/episodes.jsonl")
         rows = _read_jsonl(self.files, "meta/episodes.jsonl")
         for lineno, r in enumerate(rows, 1):
@@ -590,7 +589,7 @@ class LeRobotSource:
         videos = {k: [(self._fill(video_template, f"{k!r} video", e, video_key=k, episode_chunk=e // chunks_size,
                                   episode_index=e), 0.0) for e in range(len(index))]
                   for k in video_keys}
-        return EpisodeTable(length, start, tasks, data_file, np.zeros(len(index), dtype=np.int64), videos)
+        return SourceEpisodes(length, start, tasks, data_file, np.zeros(len(index), dtype=np.int64), videos)
 
     def _path_template(self, key: str, default: str, fields: Sequence[str]) -> str:
         """info.json's ``data_path`` / ``video_path`` (or LeRobot's default), checked before any use."""
@@ -841,7 +840,7 @@ class LeRobotSource:
         if len(ts) < 2:
             return
         step = np.diff(ts.astype(np.float64))
-        slack = TIMESTAMP_TOLERANCE_S + (2 * np.spacing(np.abs(ts[1:])).astype(np.float64)
+        slack = TOLERANCE_S + (2 * np.spacing(np.abs(ts[1:])).astype(np.float64)
                                          if ts.dtype.kind == "f" else 0.0)
         bad = np.flatnonzero(~(np.abs(step - 1.0 / self.fps) <= slack))  # NaN steps are bad too
         if bad.size:
@@ -849,7 +848,7 @@ class LeRobotSource:
             raise SchemaMismatchError(
                 f"{path}: episode {e} frames {i} and {i + 1} have timestamps {float(ts[i]):.6f} s and "
                 f"{float(ts[i + 1]):.6f} s, {float(step[i]):.6f} s apart instead of 1/fps = {1 / self.fps:.6f} s "
-                f"(tolerance {TIMESTAMP_TOLERANCE_S} s): a dropped or repeated frame, or timestamps at another fps")
+                f"(tolerance {TOLERANCE_S} s): a dropped or repeated frame, or timestamps at another fps")
 
     def decode_video(self, episode: int, key: str, timestamps: np.ndarray, sink: Callable[[bytes], None]) -> None:
         """Decode camera ``key`` of ``episode`` at the episode's dataset ``timestamps``, frame by frame into

@@ -2,11 +2,13 @@
 episode selections (:mod:`.selection`), temporal windows (:mod:`.windows`), camera readers
 (:mod:`.camera_readers`), streams (:mod:`.streams`) and rank sharding (:mod:`.sharding`)."""
 
-from .dataset import DatasetMeta, ImageFormat, LeRobotZarrDataset
-from .selection import EpisodeSelection
-from .sharding import episodes_for_rank, split_episodes
-from .streams import SampleStream, stream
-from .windows import window_offsets
+from ..utils.lazy import lazy_face
 
 __all__ = ["DatasetMeta", "ImageFormat", "LeRobotZarrDataset", "EpisodeSelection", "episodes_for_rank",
            "split_episodes", "SampleStream", "stream", "window_offsets"]
+
+__getattr__, __dir__ = lazy_face(__name__, {
+    "DatasetMeta": "dataset", "ImageFormat": "dataset", "LeRobotZarrDataset": "dataset",
+    "EpisodeSelection": "selection", "episodes_for_rank": "sharding", "split_episodes": "sharding",
+    "SampleStream": "streams", "stream": "streams", "window_offsets": "windows"
+})

@@ -19,10 +19,9 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import numpy as np
 
-from .camera_readers import CodecFrames, VideoFrames, cameras_needing_pyav, served_episodes
+from .camera_readers import CodecFrames, VideoFrames, stored_timestamps
 from .maps import PackMaps
-from ..store.packs import open_array_pack as _pack_file
-from ..store.packs import read_raw_rows
+from ..store.packs import open_array_pack, read_raw_rows
 from ..errors import (
     ArgumentError,
     CorruptStoreError,
@@ -34,16 +33,18 @@ from ..errors import (
 )
 from ..lerobot.format import CAMERA_DTYPES
 from .selection import EpisodeSelection, Selection, episode_ranges, frame_range
-from ..store.state import ArraySpec, PackLayout, StoreState, pack_rows_target, read_state
+from ..cameras.images import to_float32_chw
+from ..store.cameras import cameras_needing_pyav, served_episodes
+from ..store.state import StoreState, read_state
+from ..store.tables import ArraySpec, PackLayout, pack_rows_target
 from ..cameras.video import have_pyav, pyav_missing
 from .windows import window_offsets, windows
-from .fused import GatherLayout
 
 if TYPE_CHECKING:
     from ..lerobot.source import LeRobotSource
 
-__all__ = ["DatasetMeta", "LeRobotZarrDataset", "IMAGE_FORMATS", "ImageFormat", "read_episode_rows", "forwarded",
-           "frame_range", "episode_ranges", "window_offsets", "EpisodeSelection"]
+__all__ = ["DatasetMeta", "LeRobotZarrDataset", "IMAGE_FORMATS", "ImageFormat", "read_episode_rows", "frame_range",
+           "episode_ranges", "window_offsets", "EpisodeSelection"]
 
 ImageFormat = Literal["uint8_hwc", "float32_chw"]
 IMAGE_FORMATS = get_args(ImageFormat)
@@ -157,19 +158,6 @@ def _distinct(ids: np.ndarray) -> np.ndarray:
     return ordered[np.concatenate([[True], ordered[1:] != ordered[:-1]])] if len(ordered) else ordered
 
 
-_FORWARDED: dict[str, Callable[..., Any]] = {}
-
-
-def forwarded(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Register the function behind the dataset's convenience method ``name`` (``export`` and ``analysis`` do when
-    imported; the package imports them), so that this module never imports the modules built on it."""
-    def register(fn: Callable[..., Any]) -> Callable[..., Any]:
-        _FORWARDED[name] = fn
-        return fn
-
-    return register
-
-
 def read_episode_rows(root: str | os.PathLike, name: str, spec: ArraySpec, pack: int, pack_rows: int, offset: int,
                       length: int) -> np.ndarray:
     """A copy of one episode's stored frames of one feature: ``length`` rows from ``offset`` of pack ``pack``."""
@@ -182,26 +170,21 @@ def read_episode_rows(root: str | os.PathLike, name: str, spec: ArraySpec, pack:
     return read_raw_rows(root, name, spec, pack, pack_rows, offset, length)
 
 
-_WRITE_METHODS = frozenset({"add_episode", "add_frame", "save_episode", "clear_episode_buffer", "edit", "flush",
-                            "drop_features", "set_task", "delete_episodes", "delete_frames", "extend_episode",
-                            "set_capacity"})
-
-
 class LeRobotZarrDataset:
     """Random access to a store's frames, as ``LeRobotDataset`` returns them but in numpy.
 
     ``len(ds)`` is the number of frames of the selected episodes (or frame ranges of episodes: windows still see
     the whole episode, padding only at its true edges); ``ds[i]`` is the i-th of them. The object pickles as its
     arguments and reopens its maps lazily in each process, so it works in DataLoader workers. ``close()`` (or
-    ``with``) releases its memory maps at once; dropping the last reference does too.
+    ``with``) releases its memory maps at once; dropping the last reference does too. ``headroom``: address space
+    reserved past the packs for appends (a fraction of their rows); a writer's dataset takes 1.0, so that packs its
+    commits append map next to the others (see :meth:`reload`); copies in other processes do not keep it.
     """
-
-    _headroom = 0.0  # address space reserved past the packs for appends (a writer's dataset sets it)
 
     def __init__(self, root: str | os.PathLike, *, episodes: EpisodeSelection | None = None,
                  delta_timestamps: Mapping[str, Sequence[float]] | None = None,
                  image_format: ImageFormat = "uint8_hwc", max_open_maps: int | None = None, lazy: bool = False,
-                 fetch: Callable[[Path, list[int]], None] | None = None):
+                 fetch: Callable[[Path, list[int]], None] | None = None, headroom: float = 0.0):
         if image_format not in IMAGE_FORMATS:
             raise ArgumentError(f"image_format must be one of {IMAGE_FORMATS}, got {image_format!r}")
         if lazy and fetch is None:
@@ -209,8 +192,11 @@ class LeRobotZarrDataset:
                              "(open_dataset(..., lazy=True) passes it)")
         self.root = Path(root)
         self.image_format = image_format
+        if not (isinstance(headroom, (int, float)) and 0 <= headroom < float("inf")):
+            raise ArgumentError(f"headroom must be a finite number >= 0, got {headroom!r:.40}")
         self._request = (episodes, delta_timestamps, _default_max_maps() if max_open_maps is None
                          else int(max_open_maps), bool(lazy), fetch)
+        self._headroom = float(headroom)
         self._lock = threading.Lock()
         self._maps: PackMaps | None = None
         self._closed = False
@@ -271,17 +257,20 @@ class LeRobotZarrDataset:
         self._shifts_checked = np.zeros(len(state.packs), dtype=bool)  # packs whose stored numbers were checked
         n_raw = sum(spec.storage == "raw" for spec in self._specs.values())
         self._max_packs = max(1, max_open_maps // max(1, n_raw))
-        for reader in getattr(self, "_cameras", {}).values():
-            reader.close()
-        self._cameras = {name: (CodecFrames(self.root, name, spec, state.packs, self._max_packs)
-                                if spec.storage == "compact" else VideoFrames(self.root, name, spec, len(state.table)))
-                         for name, spec in self._specs.items() if spec.storage != "raw"}
         raw = {name: spec for name, spec in self._specs.items() if spec.storage == "raw"}
         if self._maps is None or set(self._maps.specs) != set(raw) or not self._maps.update(state.packs):
             if self._maps is not None:
                 self._maps.close()
             headroom = int(self._headroom * (state.packs.rows.sum() + 4 * pack_rows_target(raw, state.pack_bytes)))
             self._maps = PackMaps(self.root, raw, state.packs, max_packs=self._max_packs, headroom_rows=headroom)
+        for reader in getattr(self, "_cameras", {}).values():
+            reader.close()
+        table = state.table
+        times = stored_timestamps(self._maps, table.chunk, table.offset)
+        self._cameras = {name: (CodecFrames(self.root, name, spec, state.packs, table.chunk, table.offset,
+                                            self._max_packs) if spec.storage == "compact" else
+                                VideoFrames(self.root, name, spec, len(table), times))
+                         for name, spec in self._specs.items() if spec.storage != "raw"}
         self._index()
 
     def _index(self) -> None:
@@ -366,10 +355,15 @@ class LeRobotZarrDataset:
         state = read_state(self.root)
         if state.generation == self._state.generation:
             return False
+        self.reload(state)
+        return True
+
+    def reload(self, state: StoreState) -> None:
+        """Serve ``state``, a commit of this dataset's store, from now on with the same arguments (what
+        :meth:`refresh` does with the latest commit; a writer passes each of its commits). Packs keep their maps."""
         with self._lock:
             self._check_not_closed()
             self._load(state)
-        return True
 
     # lifetime ---------------------------------------------------------------------------------------------
     def close(self) -> None:
@@ -529,15 +523,13 @@ class LeRobotZarrDataset:
     def _image_out(self, out: dict[str, Any]) -> None:
         if self.image_format == "float32_chw":
             for name in self._images:
-                arr = out[name]
-                out[name] = np.moveaxis(arr, -1, -3).astype(np.float32) / np.float32(255)
+                out[name] = to_float32_chw(out[name])
 
     def __getattr__(self, name: str) -> Any:
-        if name in _WRITE_METHODS:
-            raise AttributeError(f"{self.root}: {name}() writes, and this dataset is read-only: open it with "
-                                 f"open_dataset(..., mode='r+') (a Hub repo or LeRobot folder also needs root=, a "
-                                 f"folder of your own)", name=name, obj=self)
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}", name=name, obj=self)
+        hint = "" if name.startswith("_") else (  # a public name it lacks may be a writer's: say how to write
+            " (this dataset is read-only: open it with open_dataset(..., mode='r+') to write; a Hub repo or LeRobot "
+            "folder also needs root=, a folder of your own)")
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}{hint}", name=name, obj=self)
 
     # sampling ---------------------------------------------------------------------------------------------
     def __getitem__(self, i: int) -> dict[str, Any]:
@@ -595,16 +587,10 @@ class LeRobotZarrDataset:
     def _camera_item(self, out: dict, name: str, reader: Any, e: int, local: int, length: int) -> None:
         w = self._windows.get(name)
         if w is None:
-            out[name] = reader.read(self, np.array([e]), np.array([local]))[0]
+            out[name] = reader.read(np.array([e]), np.array([local]))[0]
             return
         q, out[w.pad_key] = w.frames(local, length)
-        out[name] = reader.read(self, np.full(len(q), e), q)
-
-    def _timestamps(self, episodes: np.ndarray, frames: np.ndarray) -> np.ndarray:
-        """The stored ``timestamp`` of episode-local frames (cameras kept as mp4 are decoded at them)."""
-        view = self._maps.views["timestamp"]
-        rows = self._maps.base_rows("timestamp")[self._chunk[episodes]] + self._offset[episodes] + frames
-        return view[rows].astype(np.float64)
+        out[name] = reader.read(np.full(len(q), e), q)
 
     def get_batch(self, indices: Sequence[int] | np.ndarray) -> dict[str, Any]:
         """The same dict as ``ds[i]`` for many frames, stacked along a leading batch axis (one gather per
@@ -695,10 +681,10 @@ class LeRobotZarrDataset:
                       length: np.ndarray) -> None:
         w = self._windows.get(name)
         if w is None:
-            out[name] = reader.read(self, eps, local)
+            out[name] = reader.read(eps, local)
             return
         q, out[w.pad_key] = w.frames_batch(local, length)
-        frames = reader.read(self, np.repeat(eps, len(w.offsets)), q.reshape(-1))
+        frames = reader.read(np.repeat(eps, len(w.offsets)), q.reshape(-1))
         out[name] = frames.reshape(len(eps), len(w.offsets), *frames.shape[1:])
 
     def episode(self, episode_index: int, *, features: Sequence[str] | None = None) -> dict[str, np.ndarray]:
@@ -740,10 +726,10 @@ class LeRobotZarrDataset:
             if spec.storage != "raw":
                 with self._lock:
                     self._ensure_mapped(np.array([e]))
-                    out[name] = self._cameras[name].read(self, np.full(n, e), np.arange(first, first + n))
+                    out[name] = self._cameras[name].read(np.full(n, e), np.arange(first, first + n))
                 continue
             try:
-                fd = _pack_file(self.root, name, spec, pack, rows)
+                fd = open_array_pack(self.root, name, spec, pack, rows)
             except CorruptStoreError as exc:
                 raise CorruptStoreError(f"{exc} (pack {pack} holds episode {e}, asked for here)", path=exc.path,
                                         episode=e, feature=name) from None
@@ -768,44 +754,19 @@ class LeRobotZarrDataset:
         pack = int(self._chunk[e])
         return pack, int(self._state.table.offset[e]), int(self._state.packs.rows[pack])
 
-    # gathers fused across datasets (lerobot_zarr.sampling.fused; mixtures) ----------------------------------
-    @property
-    def store_state(self) -> StoreState | None:
-        """The commit sampled (a new object after :meth:`refresh` or a writer's commit; None once closed)."""
-        return None if self._closed else self._state
+    def gather_layout(self) -> dict[str, Any]:
+        """Where the samples lie in the packs, for :class:`~lerobot_zarr.sampling.fused.FusedGather`."""
+        return {"state": self._state, "selection": self._sel, "max_packs": self._max_packs,
+                "absent": bool(self._lazy and not self._present[self._sel.episodes].all())}
 
-    def gather_layout(self) -> GatherLayout:
-        """Where the samples lie in the store's packs, for :class:`~lerobot_zarr.sampling.fused.FusedGather`;
-        ``why_not`` says why they need this dataset's own path, if they do."""
-        sel, e = self._sel, self._sel.episodes
-        why = ("closed" if self._closed else
-               "lazy: missing episodes are fetched on first use" if self._lazy and not self._present[e].all() else
-               "episodes were deleted: stored episode_index / index are corrected per episode" if self._shifts else
-               f"images are converted to {self.image_format}" if self._images and self.image_format != "uint8_hwc"
-               else None)
-        return GatherLayout(state=self.store_state, root=str(self.root), max_packs=self._max_packs,
-                            specs={name: spec for name, spec in self._specs.items() if spec.storage == "raw"},
-                            outside=tuple(self._cameras), windows=dict(self._windows), episodes=e, first=sel.first,
-                            stop=sel.first + np.diff(sel.cum), length=self._lengths[e], pack=self._chunk[e],
-                            offset=self._offset[e], tasks=self._tasks, why_not=why)
-
-    def read_outside_maps(self, name: str, episodes: np.ndarray, local: np.ndarray, length: np.ndarray
-                          ) -> tuple[np.ndarray, np.ndarray | None]:
-        """Frames of a feature not memory-mapped (a compressed or video camera) at frames ``local`` of ``episodes``
-        (of ``length`` frames) as :meth:`get_batch` gives them, and its window's padding mask (None without one)."""
-        out: dict[str, Any] = {}
-        with self._lock:
-            self._ensure_mapped(episodes)
-            self._camera_batch(out, name, self._cameras[name], episodes, local, length)
-        w = self._windows.get(name)
-        return out[name], None if w is None else out[w.pad_key]
-
-    # conveniences forwarding to modules that build on this one (registered by them: imports point one way) ---
+    # conveniences of modules built on this one (imported when called: imports point down) ------------------
     def to_lerobot(self, path: str | os.PathLike, *, data_files_size_in_mb: int = 100,
                    video_files_size_in_mb: int = 200, videos: bool | None = None, progress: bool = True) -> Path:
         """Export the (complete) store as a LeRobot v3.0 folder at ``path``; see :mod:`lerobot_zarr.writing.export`
         (``videos``: cameras as the source had them by default, or all as videos / all as images)."""
-        return _FORWARDED["to_lerobot"](self, path, data_files_size_in_mb=data_files_size_in_mb,
+        from ..writing.export import to_lerobot
+
+        return to_lerobot(self, path, data_files_size_in_mb=data_files_size_in_mb,
                           video_files_size_in_mb=video_files_size_in_mb, videos=videos, progress=progress)
 
     def push(self, repo_id: str, *, revision: str | None = None, private: bool = False,
@@ -813,15 +774,20 @@ class LeRobotZarrDataset:
              progress: bool = True) -> str | None:
         """Publish the store to the Hub as LeRobot v3.0 in one commit tagged ``v3.0`` (only changed files are
         uploaded; an unchanged store makes no commit). Returns the commit sha, or None if nothing changed."""
-        return _FORWARDED["push"](self, repo_id, revision=revision, private=private, token=token,
+        from ..writing.export import push
+
+        return push(self, repo_id, revision=revision, private=private, token=token,
                     commit_message=commit_message, videos=videos, progress=progress)
 
     def verify(self, *, repair: bool = False, record: bool = False, token: str | bool | None = None,
                progress: bool = True) -> Any:
         """Re-read every committed episode of the store and check it against the content hashes recorded at commit
-        (:func:`lerobot_zarr.writing.integrity.verify`); returns a :class:`~lerobot_zarr.writing.integrity.VerifyReport` naming
-        what is damaged. ``repair=True`` fetches damaged episodes again from the store's Hub repo or folder."""
-        return _FORWARDED["verify"](self.root, repair=repair, record=record, token=token, progress=progress)
+        (:func:`lerobot_zarr.writing.integrity.verify`); returns a
+        :class:`~lerobot_zarr.writing.integrity.VerifyReport` naming what is damaged. ``repair=True`` fetches
+        damaged episodes again from the store's Hub repo or folder."""
+        from ..writing.integrity import verify
+
+        return verify(self.root, repair=repair, record=record, token=token, progress=progress)
 
     def to_xarray(self) -> Any:
         """The selected, materialized episodes as a lazy ``xarray.Dataset`` (xarray extra): one dask chunk per
@@ -829,4 +795,6 @@ class LeRobotZarrDataset:
         with its labels as coordinates); ``episode_index``, ``frame_index``, ``timestamp`` and ``index`` as
         coordinates; and the episode table over dim ``episode`` (with ``episode_materialized``: a partial store
         lists the episodes it lacks instead of filling them with zeros)."""
-        return _FORWARDED["to_xarray"](self)
+        from ..integrations.xarray import to_xarray
+
+        return to_xarray(self)

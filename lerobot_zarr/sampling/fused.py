@@ -9,7 +9,7 @@ whatever the number of datasets.
 
 A feature whose frames differ in dtype or shape between datasets gets one range per kind (one gather each, cast or
 zero-padded into the output); a dataset lacking a feature gives zeros (``<key>_is_pad`` True); compressed or video
-cameras are read by each dataset (:meth:`~.dataset.LeRobotZarrDataset.read_outside_maps`). Datasets whose samples
+cameras are read by each dataset (its own ``get_batch`` of the batch's rows of it). Datasets whose samples
 need their own path (:attr:`GatherLayout.why_not`: lazy, deleted episodes, converted images, closed) are not fused:
 :meth:`FusedGather.gather` returns None for a batch touching one, and the caller serves it per dataset. A dataset
 refreshed (or committed to by its writer) is noticed at the next batch, and the ranges are laid out again.
@@ -23,15 +23,17 @@ import threading
 import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
 from ..errors import StoreError
-from ..store.state import ArraySpec
+from ..lerobot.format import CAMERA_DTYPES
+from ..store.state import read_state
+from ..store.tables import ArraySpec
 from .maps import PackMaps, Reservation, shared_alignment, slot_rows
 from .selection import Selection
-from .windows import Window
+from .windows import Window, window_offsets, windows
 
 if TYPE_CHECKING:
     from .dataset import LeRobotZarrDataset
@@ -48,7 +50,7 @@ def _reset_locks_after_fork() -> None:
         fused._lock = threading.Lock()
 
 
-_STATE = operator.attrgetter("store_state")
+_META, _CLOSED = operator.attrgetter("meta"), operator.attrgetter("closed")
 
 
 if hasattr(os, "register_at_fork"):
@@ -57,9 +59,10 @@ if hasattr(os, "register_at_fork"):
 
 @dataclass(frozen=True, kw_only=True)
 class GatherLayout:
-    """Where a dataset's samples lie in its store (see :meth:`~.dataset.LeRobotZarrDataset.gather_layout`)."""
+    """Where a dataset's samples lie in its store, and why they need its own path if they do."""
 
-    state: Any  # the commit (StoreState): a new object after a refresh
+    meta: Any  # the dataset's DatasetMeta: a new object after a refresh or a writer's commit
+    state: Any  # the commit (StoreState)
     root: str
     max_packs: int
     specs: dict[str, ArraySpec]  # features read from the maps of the packs
@@ -73,6 +76,39 @@ class GatherLayout:
     offset: np.ndarray
     tasks: np.ndarray
     why_not: str | None = None
+
+    @classmethod
+    def of(cls, ds: LeRobotZarrDataset) -> GatherLayout:
+        """The layout of ``ds``'s samples: its :meth:`~.dataset.LeRobotZarrDataset.gather_layout` and public face."""
+        got = ds.gather_layout()
+        state, sel = got["state"], got["selection"]
+        e = sel.episodes
+        specs = ds.array_specs
+        raw = {name: spec for name, spec in specs.items() if spec.storage == "raw"}
+        converts = ds.image_format != "uint8_hwc" and any(s.kind in CAMERA_DTYPES for s in specs.values())
+        why = ("closed" if ds.closed else
+               "lazy: some selected episodes are not local yet (fetched on first use)" if got["absent"] else
+               "episodes were deleted: stored episode_index / index are corrected per episode" if ds.index_shifts()
+               else f"images are converted to {ds.image_format}" if converts else None)
+        offsets = window_offsets(ds.delta_timestamps, ds.meta.fps, list(specs), {})
+        return cls(meta=ds.meta, state=state, root=str(ds.root), max_packs=got["max_packs"], specs=raw,
+                   outside=tuple(name for name in specs if name not in raw), windows=windows(offsets), episodes=e,
+                   first=sel.first, stop=sel.first + np.diff(sel.cum), length=ds.meta.episode_length[e],
+                   pack=state.table.chunk[e], offset=state.table.offset[e],
+                   tasks=np.array(ds.meta.tasks, dtype=object), why_not=why)
+
+
+class _Batch(NamedTuple):
+    """One batch's arrays, per sample: index in the episode table's order, that table's row, dataset, frame in its
+    episode, episode length, storage row per group of ranges; and the datasets' own batches (cameras they read)."""
+
+    idx: np.ndarray
+    place: np.ndarray
+    d: np.ndarray
+    local: np.ndarray
+    length: np.ndarray
+    at: list[np.ndarray]
+    own: dict[int, dict[str, Any]]
 
 
 class _Stale(Exception):
@@ -134,21 +170,21 @@ class FusedGather:
         self._release()
         self.disabled = None
         self._ktab: np.ndarray | None = None
-        layouts = [ds.gather_layout() for ds in self.datasets]
-        self._states = [lay.state for lay in layouts]
+        layouts = [GatherLayout.of(ds) for ds in self.datasets]
+        self._metas = [lay.meta for lay in layouts]
+        self._roots = [lay.root for lay in layouts]
         self.why_not = {d: lay.why_not for d, lay in enumerate(layouts) if lay.why_not is not None}
         # every dataset's selected episodes in mixture order: one selection over them all
         firsts = np.concatenate([lay.first for lay in layouts])
         stops = np.concatenate([lay.stop for lay in layouts])
         self._sel = Selection(np.arange(len(firsts)), firsts, stops, len(firsts))
         self._k_dataset = np.repeat(np.arange(len(layouts)), [len(lay.first) for lay in layouts])
-        self._k_episode = np.concatenate([lay.episodes for lay in layouts])
         self._k_pack = np.concatenate([lay.pack for lay in layouts])
         self._k_start = np.concatenate([[0], np.cumsum([len(lay.first) for lay in layouts])])
         sizes = np.array([int((lay.stop - lay.first).sum()) for lay in layouts], dtype=np.int64)
         self._resized = not np.array_equal(sizes, np.diff(self._outer.cum))
         self._sizes, self._starts = sizes, np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
-        self._task_tables(layouts)
+        self._task_tables([lay.tasks for lay in layouts])
         self._tasks_stale = False
         self._check_windows(layouts)
         fused = np.array([d not in self.why_not for d in range(len(layouts))])
@@ -166,13 +202,13 @@ class FusedGather:
         self._k_fused = fused[self._k_dataset]
         self._all_mapped = not self._maps
 
-    def _task_tables(self, layouts: Sequence[GatherLayout]) -> None:
+    def _task_tables(self, tasks: Sequence[np.ndarray]) -> None:
         """Every dataset's task strings in one table: a frame's string is at its dataset's base plus its
         ``task_index``, which must be below its dataset's limit."""
-        counts = np.array([len(lay.tasks) for lay in layouts], dtype=np.int64)
+        counts = np.array([len(t) for t in tasks], dtype=np.int64)
         base = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
         self._task_base, self._task_limit = base[self._k_dataset], (base + counts)[self._k_dataset]
-        self._task_table = np.concatenate([np.asarray(lay.tasks, dtype=object) for lay in layouts])
+        self._task_table = np.concatenate(tasks)
         if self._ktab is not None:
             self._ktab[:, 3], self._ktab[:, 4] = self._task_base, self._task_limit
 
@@ -326,8 +362,10 @@ class FusedGather:
         with self._lock:
             if self.disabled == "closed":
                 return None
-            if any(map(operator.is_not, map(_STATE, self.datasets), self._states)):
-                self._build()  # a dataset refreshed, committed to by its writer, or closed: lay the ranges out again
+            if any(map(_CLOSED, self.datasets)):
+                return None
+            if any(map(operator.is_not, map(_META, self.datasets), self._metas)):
+                self._build()  # a dataset refreshed, or committed to by its writer: lay the ranges out again
             if self.disabled:
                 return None
             try:
@@ -347,24 +385,23 @@ class FusedGather:
                 return None
 
     def _gather(self, k: np.ndarray, idx: np.ndarray) -> tuple[dict[str, Any], np.ndarray]:
-        if self._tasks_stale:
-            self._task_tables([ds.gather_layout() for ds in self.datasets])
+        if self._tasks_stale:  # tasks are only ever appended: the latest commit names them
+            self._task_tables([np.array(read_state(root).tasks, dtype=object) for root in self._roots])
             self._tasks_stale = False
         place = self._ktab[k]
-        d = place[:, 0]
         local = idx + place[:, 1]
-        length = place[:, 2]
+        b = _Batch(idx, place, place[:, 0], local, place[:, 2],
+                   [place[:, _ROWS + g] + local for g in range(self._ktab.shape[1] - _ROWS)], {})
         if not self._all_mapped:
-            self._ensure_mapped(k, d)
+            self._ensure_mapped(k, b.d)
         out: dict[str, Any] = {}
-        at = [place[:, _ROWS + g] + local for g in range(self._ktab.shape[1] - _ROWS)]  # rows, per group
         for col in self._columns_plan:
-            self._fill(out, col, k, place, at, local, length)
+            self._fill(out, col, b)
         if self._task_key in out:
             task_index = out[self._task_key]
         else:
             scratch: dict[str, Any] = {}
-            self._fill(scratch, self._task_column, k, place, at, local, length)
+            self._fill(scratch, self._task_column, b)
             task_index = scratch[self._task_key]
         task_index = task_index.reshape(len(k), -1)[:, 0] if task_index.ndim > 1 else task_index
         at = task_index + place[:, 3]
@@ -373,7 +410,7 @@ class FusedGather:
             self._tasks_stale = True
             raise _Stale
         out["task"] = self._task_table[at].tolist()
-        return out, d.copy()
+        return out, b.d.copy()
 
     def _ensure_mapped(self, k: np.ndarray, d: np.ndarray) -> None:
         packs = self._k_pack[k]
@@ -383,36 +420,35 @@ class FusedGather:
                 maps.ensure(np.unique(packs[d == dd]))
         self._all_mapped = all(bool(maps.mapped[self._packs_of[dd]].all()) for dd, maps in self._maps.items())
 
-    def _fill(self, out: dict[str, Any], col: _Column, k: np.ndarray, place: np.ndarray, at: list[np.ndarray],
-              local: np.ndarray, length: np.ndarray) -> None:
+    def _fill(self, out: dict[str, Any], col: _Column, b: _Batch) -> None:
         """Output feature ``col`` (and its padding mask) of the batch: one gather per range."""
-        w, n = col.window, len(k)
+        w, n = col.window, len(b.d)
         if col.direct:
             r = col.ranges[0]
-            data, pad = self._read(r, w, place[:, _ROWS + r.group], at[r.group], local, length)
+            data, pad = self._read(r, w, b.place[:, _ROWS + r.group], b.at[r.group], b.local, b.length)
             out[col.key] = data
             if col.pad_key is not None:
                 out[col.pad_key] = pad if w is not None else np.zeros(n, dtype=bool)
             return
-        d = place[:, 0]
         data = (np.zeros if col.zeroed else np.empty)((n, *col.shape), dtype=col.dtype)
         pad = None
         if col.pad_key is not None:
             pad = np.ones((n, len(w.offsets)) if w is not None else n, dtype=bool)
             if w is None:
-                pad[col.holders[d]] = False
-        parts = [(np.flatnonzero(r.member_mask[d]), r) for r in col.ranges]
-        parts += [(np.flatnonzero(d == dd), (dd, src)) for dd, src in col.outside.items()]
+                pad[col.holders[b.d]] = False
+        parts = [(np.flatnonzero(r.member_mask[b.d]), r) for r in col.ranges]
+        parts += [(np.flatnonzero(b.d == dd), (dd, src)) for dd, src in col.outside.items()]
         for rows, source in parts:
             if not len(rows):
                 continue
             if isinstance(source, _Range):
-                got, got_pad = self._read(source, w, place[rows, _ROWS + source.group], at[source.group][rows],
-                                          local[rows], length[rows])
-            else:
+                got, got_pad = self._read(source, w, b.place[rows, _ROWS + source.group], b.at[source.group][rows],
+                                          b.local[rows], b.length[rows])
+            else:  # a compressed or video camera: the dataset's own get_batch of these rows (once per batch)
                 dd, src = source
-                got, got_pad = self.datasets[dd].read_outside_maps(src, self._k_episode[k[rows]], local[rows],
-                                                                   length[rows])
+                if dd not in b.own:
+                    b.own[dd] = self.datasets[dd].get_batch(b.idx[rows] - self._starts[dd])
+                got, got_pad = b.own[dd][src], b.own[dd].get(f"{src}_is_pad")
             if got.shape[1:] != col.shape:  # a vector zero-padded to the mixture's width
                 data[rows, ..., :got.shape[-1]] = got
             else:

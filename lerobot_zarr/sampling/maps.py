@@ -25,8 +25,9 @@ import numpy as np
 
 from ..utils.libc import libc
 from ..store.packs import open_pack
-from ..errors import StoreError
-from ..store.state import ArraySpec, PackLayout, chunk_path, retired_path
+from ..errors import MapLimitError, StoreError
+from ..store.state import chunk_path, retired_path
+from ..store.tables import ArraySpec, PackLayout
 
 __all__ = ["PackMaps", "Reservation", "MAX_RESERVATION", "shared_alignment", "slot_rows"]
 
@@ -81,14 +82,14 @@ class Reservation:
     def __init__(self, name: str, spec: ArraySpec, rows: int):
         size = rows * spec.frame_bytes
         if size > MAX_RESERVATION:
-            raise StoreError(f"feature {name!r}: {size} bytes of address space needed to map it side by side",
-                             feature=name)
+            raise MapLimitError(f"feature {name!r}: {size} bytes of address space needed to map it side by side",
+                                feature=name)
         reserved = size + _HUGE
         try:
             raw = _check(libc.mmap(None, reserved, _PROT_NONE, _ANON, -1, 0), f"reserving {name!r}")
         except OSError as exc:  # the packs the table declares need more address space than the process has left
-            raise StoreError(f"feature {name!r}: cannot reserve {size} bytes of address space to map its packs side "
-                             f"by side ({exc.strerror}); open fewer datasets at once", feature=name) from None
+            raise MapLimitError(f"feature {name!r}: cannot reserve {size} bytes of address space to map its packs side "
+                                f"by side ({exc.strerror}); open fewer datasets at once", feature=name) from None
         self.base = -(-raw // _HUGE) * _HUGE
         buf = (ctypes.c_char * size).from_address(self.base)
         self._release = weakref.finalize(buf, libc.munmap, raw, reserved)
@@ -241,9 +242,9 @@ class PackMaps:
                 if exc.errno != errno.ENOMEM or not self.n_mapped:
                     self._unmap_slots(k)
                     if exc.errno == errno.ENOMEM:
-                        raise StoreError(f"{chunk_path(self.root, name, k, feature.spec.ndim)}: the process has "
-                                         f"too many memory maps (vm.max_map_count) even with none of this "
-                                         f"dataset's; open fewer datasets at once", feature=name) from None
+                        raise MapLimitError(f"{chunk_path(self.root, name, k, feature.spec.ndim)}: the process has "
+                                            f"too many memory maps (vm.max_map_count) even with none of this "
+                                            f"dataset's; open fewer datasets at once", feature=name) from None
                     raise
                 # the process is out of maps (other datasets, other libraries): give back half of ours, retry once
                 self._evict(max(1, self.n_mapped // 2))

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from ..errors import ArgumentError, FrameIndexError
-from ..store.state import from_ranges, to_ranges
+from ..store.tables import from_ranges, to_ranges
 
 __all__ = ["EpisodeSelection", "Selection", "check_selection", "frame_range", "episode_index", "episode_ranges"]
 

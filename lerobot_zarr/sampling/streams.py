@@ -28,7 +28,6 @@ items in the interrupted order.
 from __future__ import annotations
 
 import hashlib
-import heapq
 import itertools
 import logging
 import os
@@ -40,12 +39,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..utils.background import in_threads, prefetched
-from .dataset import IMAGE_FORMATS, ImageFormat, LeRobotZarrDataset, window_offsets
+from ..cameras.images import to_float32_chw
+from .dataset import IMAGE_FORMATS, ImageFormat, LeRobotZarrDataset
 from ..errors import ArgumentError, FrameIndexError, LeRobotZarrWarning, NotMaterializedError, warn_user
 from ..lerobot.format import CAMERA_DTYPES
 from ..resolve import resolve_source
 from .selection import check_selection
 from ..cameras.video import VideoUnavailable, have_pyav, pyav_missing
+from .sharding import deal
+from .windows import window_offsets, windows
 
 if TYPE_CHECKING:
     from ..lerobot.source import LeRobotSource
@@ -68,24 +70,6 @@ def _worker() -> tuple[int, int]:
         return 0, 1
     info = get_worker_info()
     return (0, 1) if info is None else (info.id, info.num_workers)
-
-
-def deal(order: Sequence[int], lengths: np.ndarray, n_shards: int) -> list[list[int]]:
-    """Deal episodes (in ``order``) to ``n_shards`` shards of about equal frames: longest first (ties in
-    ``order``), each to the shard with the fewest frames so far (ties to the lowest shard). Each shard keeps the
-    episodes in ``order``."""
-    position = {e: k for k, e in enumerate(order)}
-    by_length = sorted(order, key=lambda e: (-int(lengths[e]), position[e]))
-    heap = [(0, s) for s in range(n_shards)]
-    owner: dict[int, int] = {}
-    for e in by_length:
-        load, shard = heapq.heappop(heap)
-        owner[e] = shard
-        heapq.heappush(heap, (load + int(lengths[e]), shard))
-    shards: list[list[int]] = [[] for _ in range(n_shards)]
-    for e in order:
-        shards[owner[e]].append(e)
-    return shards
 
 
 class SampleStream:
@@ -124,8 +108,8 @@ class SampleStream:
         self.fps, self.tasks, self.kinds = reader.fps, reader.tasks, reader.kinds
         self.left_out = dict(reader.left_out)
         self.delta_timestamps = delta_timestamps
-        self._offsets = window_offsets(delta_timestamps, self.fps, list(self.kinds),
-                                       {**reader.not_materialized, **reader.left_out})
+        self._windows = windows(window_offsets(delta_timestamps, self.fps, list(self.kinds),
+                                               {**reader.not_materialized, **reader.left_out}))
         self.lengths = reader.lengths
         if self.drop_last and 1 < world_size and len(self.episodes) < world_size:
             raise ArgumentError(f"{source}: drop_last=True with world_size={world_size} over {len(self.episodes)} "
@@ -318,50 +302,44 @@ class SampleStream:
         """Frame ``local`` of an episode held in memory, exactly as ``LeRobotZarrDataset.__getitem__`` gives it."""
         out: dict[str, Any] = {}
         for name, values in frames.items():
-            offsets = self._offsets.get(name)
-            if offsets is None:
+            window = self._windows.get(name)
+            if window is None:
                 value = values[local]
                 out[name] = np.array(value) if isinstance(value, np.ndarray) else value
             else:
-                q = offsets + local
-                out[f"{name}_is_pad"] = (q < 0) | (q >= length)
-                out[name] = values[np.minimum(np.maximum(q, 0), length - 1)]
+                rows, out[window.pad_key] = window.frames(local, length)
+                out[name] = values[rows]
         task_index = np.asarray(frames["task_index"][local]).reshape(-1)[0]
         out["task"] = self.tasks[int(task_index)]
         self._image_out(out)
         return out
 
     def _batch(self, picks: list[tuple[dict[str, np.ndarray], int, int]]) -> dict[str, Any]:
-        """The ``get_batch`` dict of the picked frames: per feature one clamped gather per buffered episode (LeRobot's
-        clamp-and-pad windows), written into one preallocated array."""
+        """The ``get_batch`` dict of the picked frames: per feature one clamped gather per buffered episode (the
+        windows' clamp-and-pad), written into one preallocated array."""
         n = len(picks)
         local = np.fromiter((p[2] for p in picks), dtype=np.int64, count=n)
         groups: dict[int, tuple[dict[str, np.ndarray], list[int]]] = {}
         for k, (frames, e, _) in enumerate(picks):
             groups.setdefault(e, (frames, []))[1].append(k)
-        parts = [(frames, np.asarray(ks), int(self.lengths[e])) for e, (frames, ks) in groups.items()]
+        parts = [(frames, np.asarray(ks)) for frames, ks in groups.values()]
+        length = np.fromiter((self.lengths[p[1]] for p in picks), dtype=np.int64, count=n)
         out: dict[str, Any] = {}
         for name in parts[0][0]:
-            offsets = self._offsets.get(name)
+            window = self._windows.get(name)
             first = parts[0][0][name]
-            if offsets is None:
+            if window is None:
                 data = np.empty((n, *first.shape[1:]), dtype=first.dtype)
-                for frames, ks, _ in parts:
+                for frames, ks in parts:
                     data[ks] = frames[name][local[ks]]
             else:
-                q = local[:, None] + offsets
-                length = np.empty(n, dtype=np.int64)
-                for _, ks, m in parts:
-                    length[ks] = m
-                pad = (q < 0) | (q >= length[:, None])
-                rows = np.minimum(np.maximum(q, 0), (length - 1)[:, None])
-                data = np.empty((n, len(offsets), *first.shape[1:]), dtype=first.dtype)
-                for frames, ks, _ in parts:
+                rows, out[window.pad_key] = window.frames_batch(local, length)
+                data = np.empty((n, len(window.offsets), *first.shape[1:]), dtype=first.dtype)
+                for frames, ks in parts:
                     data[ks] = frames[name][rows[ks]]
-                out[f"{name}_is_pad"] = pad
             out[name] = data
         task_index = np.empty(n, dtype=np.int64)
-        for frames, ks, _ in parts:
+        for frames, ks in parts:
             task_index[ks] = np.asarray(frames["task_index"][local[ks]]).reshape(len(ks), -1)[:, 0]
         out["task"] = [self.tasks[int(t)] for t in task_index]
         self._image_out(out)
@@ -371,7 +349,7 @@ class SampleStream:
         if self.image_format == "float32_chw":
             for name, kind in self.kinds.items():
                 if kind in CAMERA_DTYPES:
-                    out[name] = np.moveaxis(out[name], -1, -3).astype(np.float32) / np.float32(255)
+                    out[name] = to_float32_chw(out[name])
 
 
 def _fetch_in_order(reader: _EpisodeReader, shard: list[int], ahead: int) -> Iterator[tuple[int, dict]]:

@@ -1,8 +1,8 @@
 """LeRobot's temporal windows as index arithmetic, apart from any data access (one kernel for every reader).
 
 ``delta_timestamps={key: [seconds, ...]}`` become integer frame offsets (each delta a multiple of 1/fps within
-1e-4 s). For frame ``local`` of an episode of ``length`` frames, offset ``o`` reads frame
-``clamp(local + o, 0, length - 1)`` and is padding (``<key>_is_pad``) when ``local + o`` falls outside the
+LeRobot's ``tolerance_s``, 1e-4 s). For frame ``local`` of an episode of ``length`` frames, offset ``o`` reads
+frame ``clamp(local + o, 0, length - 1)`` and is padding (``<key>_is_pad``) when ``local + o`` falls outside the
 episode: padded positions repeat the edge frame, as LeRobotDataset does.
 """
 
@@ -12,16 +12,15 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from ..cameras.video import TOLERANCE_S
 from ..errors import DeltaTimestampsError, NotMaterializedError
 
-__all__ = ["DELTA_TOLERANCE_S", "Window", "window_offsets", "windows"]
-
-DELTA_TOLERANCE_S = 1e-4
+__all__ = ["Window", "window_offsets", "windows"]
 
 
 def window_offsets(delta_timestamps: Mapping[str, Sequence[float]] | None, fps: float, known: Sequence[str],
                    missing: Mapping[str, str]) -> dict[str, np.ndarray]:
-    """Validate deltas (multiples of 1/fps within 1e-4 s) and turn them into frame offsets per feature.
+    """Validate deltas (multiples of 1/fps within ``TOLERANCE_S``) and turn them into frame offsets per feature.
 
     ``known``: features that can be windowed; ``missing``: features the data lacks, with why."""
     if delta_timestamps is None:
@@ -52,10 +51,10 @@ def window_offsets(delta_timestamps: Mapping[str, Sequence[float]] | None, fps: 
             raise DeltaTimestampsError(f"delta_timestamps[{key!r}] must be a non-empty list of finite seconds",
                                        feature=key)
         frames = np.round(values * fps)
-        bad = np.flatnonzero(np.abs(values - frames / fps) > DELTA_TOLERANCE_S)
+        bad = np.flatnonzero(np.abs(values - frames / fps) > TOLERANCE_S)
         if bad.size:
             raise DeltaTimestampsError(f"delta_timestamps[{key!r}]: {values[bad[0]]} s is not a multiple of "
-                                       f"1/fps = {1 / fps:.6g} s (tolerance {DELTA_TOLERANCE_S} s)", feature=key)
+                                       f"1/fps = {1 / fps:.6g} s (tolerance {TOLERANCE_S} s)", feature=key)
         out[key] = frames.astype(np.int64)
     return out
 

@@ -1,6 +1,9 @@
 """The on-disk store format (version 3): a Zarr v3 group that other tools can read. This docstring is the
-contract; its code: :mod:`.state` (the root state and its commit), :mod:`.packs` (pack files), :mod:`.zarr_meta`
-(zarr's metadata documents), :mod:`.cache` (the cache layout, `cache ls/rm/prune`).
+contract; its code: :mod:`.tables` (array specs, the episode table, packs, limits), :mod:`.hashes` (content
+hashes), :mod:`.state` (the root state: reading and validating it, file paths), :mod:`.committing` (creating a store,
+the commit, ``frame_live``), :mod:`.packs` (pack files), :mod:`.zarr_meta` (zarr's metadata documents),
+:mod:`.cameras` (the mp4 index, which episodes this process serves), :mod:`.cache` (where stores live, the cache
+layout, ``cache ls/rm/prune``).
 
 Layout of a store folder::
 
@@ -107,8 +110,96 @@ overflows int64, frames are at most ``MAX_FRAME_BYTES``, a raw pack file at most
 ``episode_index``/``index`` is checked against the stored first frame of its episode before it is served.
 """
 
+from ..utils.fileio import WriterLock
+from .committing import (
+    check_new_store_location,
+    commit,
+    create_store,
+    live_matches,
+    live_runs,
+    repair_live,
+)
+from .hashes import ContentHashes, root_hash
 from .packs import open_pack, read_raw_rows, read_shard_index
-from .state import *  # noqa: F403  (the curated list is state.__all__)
-from .state import __all__ as _state
+from .state import (
+    ATTRS_KEY,
+    FORMAT_VERSION,
+    MAX_ROOT_BYTES,
+    StoreState,
+    check_array_name,
+    chunk_path,
+    has_commit_point,
+    live_path,
+    read_root,
+    read_state,
+    retired_path,
+    stats_path,
+)
+from .tables import (
+    DEFAULT_PACK_BYTES,
+    MAX_EPISODES,
+    MAX_FRAME_BYTES,
+    MAX_FRAMES,
+    MAX_PACK_BYTES,
+    MAX_PACKS,
+    MAX_ROWS,
+    STORAGES,
+    ArraySpec,
+    EpisodeTable,
+    PackLayout,
+    Storage,
+    array_spec,
+    from_ranges,
+    location_key,
+    pack_rows_target,
+    plan_packs,
+    to_ranges,
+)
+from .zarr_meta import EPISODE_ARRAYS, LIVE_ARRAY
 
-__all__ = [*_state, "open_pack", "read_raw_rows", "read_shard_index"]
+__all__ = [
+    "FORMAT_VERSION",
+    "MAX_EPISODES",
+    "MAX_FRAMES",
+    "MAX_FRAME_BYTES",
+    "MAX_PACK_BYTES",
+    "MAX_PACKS",
+    "MAX_ROOT_BYTES",
+    "MAX_ROWS",
+    "ATTRS_KEY",
+    "LIVE_ARRAY",
+    "EPISODE_ARRAYS",
+    "DEFAULT_PACK_BYTES",
+    "STORAGES",
+    "Storage",
+    "ArraySpec",
+    "array_spec",
+    "EpisodeTable",
+    "PackLayout",
+    "StoreState",
+    "chunk_path",
+    "retired_path",
+    "live_path",
+    "stats_path",
+    "to_ranges",
+    "from_ranges",
+    "check_array_name",
+    "check_new_store_location",
+    "repair_live",
+    "live_runs",
+    "live_matches",
+    "ContentHashes",
+    "location_key",
+    "root_hash",
+    "has_commit_point",
+    "read_root",
+    "read_state",
+    "create_store",
+    "commit",
+    "plan_packs",
+    "pack_rows_target",
+    "WriterLock",
+    "open_pack",
+    "read_raw_rows",
+    "read_shard_index",
+]

@@ -1,4 +1,5 @@
-"""The store cache: what lies under :func:`~lerobot_zarr.cache_home`, and removing it safely.
+"""The store cache: where stores go (:func:`cache_home`, the folder of each source), what lies there, and removing
+it safely.
 
 Layout (see docs/guide.md): ``hub/<org>--<name>/<commit>/`` (one store per Hub commit, ``refs/`` records which
 commit each revision name resolved to, for ``HF_HUB_OFFLINE``) and ``local/<name>-<key>/`` (one store per LeRobot
@@ -15,22 +16,90 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import hashlib
 import logging
 import os
+import re
 import shutil
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from urllib.parse import unquote
+from typing import TYPE_CHECKING
+from urllib.parse import quote, unquote
 
-from ..api import cache_home
 from ..errors import StoreError, StoreLockedError
+from .cameras import kept_description, served_episodes
+from .state import CREATING_MARKER, read_state
 
-__all__ = ["CachedStore", "cache_info", "find_stores", "prune_candidates", "remove_store"]
+if TYPE_CHECKING:
+    from ..lerobot.source import LeRobotSource
 
-_CREATING = ".lerobot_zarr-creating"  # a store being laid out (no commit point yet)
+__all__ = ["CACHE_ENV", "cache_home", "store_path_for", "hub_store_path", "variant_path", "ref_path", "read_ref",
+           "record_ref", "CachedStore", "cache_info", "find_stores", "prune_candidates", "remove_store"]
+
+CACHE_ENV = "LEROBOT_ZARR_HOME"
 log = logging.getLogger("lerobot_zarr")
+
+
+# where stores go ----------------------------------------------------------------------------------------------
+def cache_home() -> Path:
+    """Where stores go when no ``root`` is given: ``$LEROBOT_ZARR_HOME``, else ``$HF_HOME/lerobot_zarr``."""
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV]).expanduser()
+    from huggingface_hub import constants
+
+    return Path(constants.HF_HOME).expanduser() / "lerobot_zarr"
+
+
+def store_path_for(source: LeRobotSource) -> Path:
+    """Cache location of a local source's store, keyed by its path and content fingerprint.
+
+    A source folder whose metadata or data files change gets a new store; two sources never share one.
+    """
+    record = source.record()
+    key = hashlib.sha256(f"{record['path']}\0{record['fingerprint']}".encode()).hexdigest()[:16]
+    name = re.sub(r"[^A-Za-z0-9._-]", "_", source.files.name) or "dataset"
+    return cache_home() / "local" / f"{name}-{key}"
+
+
+def _hub_home(repo_id: str) -> Path:
+    return cache_home() / "hub" / repo_id.replace("/", "--")
+
+
+def hub_store_path(repo_id: str, commit: str) -> Path:
+    """Cache location of the store of a Hub repo at ``commit``."""
+    return _hub_home(repo_id) / commit
+
+
+def variant_path(store: Path, key: str | None) -> Path:
+    """The store of a source kept with other camera choices (``key``, a digest of them; None: the plain store): a
+    folder of its own next to the plain one, so that ``storage=``/``resize=`` never change what plain opens read."""
+    return store if key is None else store.with_name(f"{store.name}+{key}")
+
+
+def ref_path(repo_id: str, revision: str | None) -> Path:
+    """The record of the commit a revision name (None: the default) last resolved to, for ``HF_HUB_OFFLINE``. The
+    name is quoted: ``"../x"`` stays one file name inside the cache."""
+    return _hub_home(repo_id) / "refs" / quote(revision or "_default", safe="")
+
+
+def read_ref(repo_id: str, revision: str | None) -> str | None:
+    """The commit ``revision`` last resolved to on this machine, or None if it never was."""
+    path = ref_path(repo_id, revision)
+    return path.read_text().strip() if path.is_file() else None
+
+
+def record_ref(repo_id: str, revision: str | None, commit: str) -> None:
+    """Record (atomically) that ``revision`` resolves to ``commit`` now."""
+    path = ref_path(repo_id, revision)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(commit)
+    os.replace(tmp, path)
+
+
+# what lies there ------------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -59,10 +128,6 @@ class CachedStore:
 def _store_summary(path: Path) -> tuple[dict, int, int, str]:
     """(source record, episodes held, total episodes, camera choices) of a committed store. The one place this
     module reads a store's metadata (the store format may change: adapt here)."""
-    from ..sampling.camera_readers import served_episodes
-    from .state import read_state
-    from ..writing.transcode import kept_description
-
     state = read_state(path)
     variant = "; ".join(f"{name}={kept_description(spec)}" for name, spec in state.arrays.items()
                         if spec.resize or spec.storage != "raw")
@@ -121,7 +186,7 @@ def cache_info(home: str | os.PathLike | None = None) -> list[CachedStore]:
     refs_of: dict[Path, dict[str, list[str]]] = {}
     for kind, path in _candidates(home):
         committed = (path / "zarr.json").is_file()
-        if not committed and not (path / _CREATING).exists():
+        if not committed and not (path / CREATING_MARKER).exists():
             continue
         size, last = disk_usage(path)
         source, revision, refs = "", None, ()
@@ -171,7 +236,6 @@ def prune_candidates(home: str | os.PathLike | None = None) -> list[tuple[Cached
     """Stores nothing points to any more, with why: Hub commits no revision name resolves to now (an older
     commit of a branch or tag), stores of LeRobot folders that are gone or whose content changed (a new store
     was made for the new content), and stores whose first transcode never committed."""
-    from ..api import store_path_for
     from ..lerobot.source import LeRobotSource, is_lerobot_folder
 
     out = []
@@ -210,7 +274,7 @@ def remove_store(path: str | os.PathLike, *, home: str | os.PathLike | None = No
     resolved = path.resolve()
     if resolved.parent != home / "local" and resolved.parent.parent != home / "hub":
         raise ValueError(f"{path}: not a store of the cache at {home}")
-    if not resolved.is_dir() or not ((resolved / "zarr.json").is_file() or (resolved / _CREATING).exists()):
+    if not resolved.is_dir() or not ((resolved / "zarr.json").is_file() or (resolved / CREATING_MARKER).exists()):
         raise ValueError(f"{path}: not a lerobot_zarr store")
     for parent in [resolved, *resolved.parents]:
         if parent == home:

@@ -9,8 +9,8 @@ are encoded with the array's frame codec (:mod:`~lerobot_zarr.cameras.frame_code
 index entries are filled in; one process writes a compact
 pack at a time (transcode units are whole packs), threads of that process take the pack's lock.
 
-Writes return the content hash of what they wrote (:mod:`lerobot_zarr.utils.hashing`), computed from the bytes as they are written.
-Every file is opened through the store root's checked folders (:func:`~lerobot_zarr.utils.fileio.check_in_store`).
+Writes return the content hash of what they wrote (:mod:`lerobot_zarr.utils.hashing`), computed from the bytes as
+they are written. Every file is opened through the store root's checked folders (:func:`~lerobot_zarr.utils.fileio.check_in_store`).
 """
 
 from __future__ import annotations
@@ -25,10 +25,11 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import CorruptStoreError
 from ..utils.fileio import check_in_store, create_sized, disk_error, open_nofollow, pwrite_all
 from ..utils.hashing import Crc32c, compact_frame_header, crc32c
-from ..errors import CorruptStoreError
-from .state import ArraySpec, chunk_path, retired_path
+from .state import chunk_path, retired_path
+from .tables import ArraySpec
 
 __all__ = ["ensure_pack", "write_rows", "write_rows_vectored", "row_writer", "open_pack", "open_array_pack",
            "read_raw_rows", "read_shard_index", "retire_pack", "remove_retired", "RowWriter"]

@@ -1,490 +1,59 @@
-"""The store's root state: :class:`StoreState` (the episode table, packs, features, hashes), reading and
-validating it, and its one commit (see the contract in :mod:`lerobot_zarr.store`)."""
+"""The store's root state: :class:`StoreState` (the episode table, packs, features, hashes), the paths of its files,
+and reading and validating the root (see the contract in :mod:`lerobot_zarr.store`; the commit that writes it is
+:mod:`.committing`)."""
 
 from __future__ import annotations
 
-import base64
-import binascii
-import contextlib
 import functools
-import json
 import math
 import os
-import shutil
-import zlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any
 
 import numpy as np
 
-from ..utils.fileio import (
-    WriterLock,
-    atomic_write,
-    check_in_store,
-    create_sized,
-    data_ranges,
-    disk_error,
-    flush_filesystem,
-    load_json,
-    open_nofollow,
-    pwrite_all,
-    read_bounded,
-)
-from ..utils.hashing import ALGORITHM, crc32c
-from .zarr_meta import EPISODE_ARRAYS, LIVE_ARRAY, ROOT, dump, metadata_documents
-from ..errors import CorruptStoreError, SourceNotFoundError, StoreError, StoreExistsError
+from ..errors import CorruptStoreError, SourceNotFoundError, UnsupportedStoreError
 from ..lerobot.format import CAMERA_DTYPES
+from ..utils.fileio import load_json, read_bounded
+from .hashes import ContentHashes, root_hash
+from .tables import (
+    DEFAULT_PACK_BYTES,
+    MAX_EPISODES,
+    MAX_FRAME_BYTES,
+    MAX_FRAMES,
+    MAX_PACK_BYTES,
+    MAX_PACKS,
+    MAX_ROWS,
+    STORAGES,
+    ArraySpec,
+    EpisodeTable,
+    PackLayout,
+    checked_int,
+    parse_ranges,
+    ranges_mask,
+    ranges_of,
+)
+from .zarr_meta import EPISODE_ARRAYS, LIVE_ARRAY, ROOT
 
-__all__ = [
-    "FORMAT_VERSION",
-    "MAX_EPISODES",
-    "MAX_FRAMES",
-    "MAX_FRAME_BYTES",
-    "MAX_PACK_BYTES",
-    "MAX_PACKS",
-    "MAX_ROOT_BYTES",
-    "MAX_ROWS",
-    "ATTRS_KEY",
-    "LIVE_ARRAY",
-    "EPISODE_ARRAYS",
-    "DEFAULT_PACK_BYTES",
-    "STORAGES",
-    "Storage",
-    "ArraySpec",
-    "array_spec",
-    "EpisodeTable",
-    "PackLayout",
-    "StoreState",
-    "chunk_path",
-    "retired_path",
-    "live_path",
-    "stats_path",
-    "to_ranges",
-    "from_ranges",
-    "check_array_name",
-    "check_new_store_location",
-    "repair_live",
-    "live_runs",
-    "live_matches",
-    "ContentHashes",
-    "location_key",
-    "root_hash",
-    "has_commit_point",
-    "read_root",
-    "read_state",
-    "create_store",
-    "commit",
-    "plan_packs",
-    "pack_rows_target",
-    "WriterLock",
-]
+__all__ = ["FORMAT_VERSION", "ATTRS_KEY", "MAX_ROOT_BYTES", "CREATING_MARKER", "LIVE_PENDING_MARKER", "StoreState",
+           "check_array_name", "chunk_path", "retired_path", "live_path", "stats_path", "read_root",
+           "has_commit_point", "read_state"]
 
 FORMAT_VERSION = 3
 _READABLE_VERSIONS = (1, 2, 3)
 ATTRS_KEY = "lerobot_zarr"
-DEFAULT_PACK_BYTES = 32 << 20
-Storage = Literal["raw", "compact", "mp4"]  # how the store keeps an array
-STORAGES = get_args(Storage)
 _KINDS = ("numeric", *sorted(CAMERA_DTYPES))
-_TABLE_KEYS = ("start", "length", "task_index", "chunk", "offset", "episode_index_shift", "index_shift")
-_CREATING = ".lerobot_zarr-creating"
-CREATING_MARKER = _CREATING
-_LIVE_PENDING = ".frame_live-pending"
-MAX_ROWS = 1 << 40  # rows of one pack, frames of one episode: beyond any real dataset, and keeps ints exact
-MAX_EPISODES = 1 << 20  # episodes of one store (10x DROID's; a column of the root inflates to 8 bytes each)
-MAX_PACKS = 1 << 23  # pack ids ever used (retired ones included); with rows < 2**40, (pack, row) fits an int64
-MAX_FRAMES = 1 << 48  # frames of a store, and what index shifts may add: sums of them cannot overflow int64
-MAX_FRAME_BYTES = 1 << 32  # bytes of one frame of one feature
-MAX_PACK_BYTES = 1 << 46  # bytes of one raw pack file (the address space a feature may reserve)
+CREATING_MARKER = ".lerobot_zarr-creating"  # a store being laid out (before its first commit)
+LIVE_PENDING_MARKER = ".frame_live-pending"  # frame_live may lag the last commit
 MAX_ROOT_BYTES = 512 << 20  # the root zarr.json (about 60 bytes per episode and feature at most)
-
-
-@dataclass(frozen=True)
-class ArraySpec:
-    """A frame-indexed array of the store: numpy dtype, per-frame shape and trailing dimension names."""
-
-    dtype: np.dtype
-    frame_shape: tuple[int, ...]
-    dims: tuple[str, ...]
-    kind: str = "numeric"
-    storage: Storage = "raw"
-    shard_index: Literal["start", "end"] = "start"  # compact storage: where each pack's shard index is
-    codec: tuple[tuple[str, Any], ...] = ()  # compact storage: the frame codec (FrameCodec.describe() items)
-    resize: tuple[tuple[str, Any], ...] = ()  # cameras resized from the source: {"from", "size", "crop", ...}
-
-    @property
-    def codec_spec(self) -> dict[str, Any]:
-        """The frame codec of a compact array (formats before the codec was recorded: zstd level 3)."""
-        return dict(self.codec) if self.codec else {"codec": "zstd", "level": 3}
-
-    @property
-    def resize_spec(self) -> dict[str, Any]:
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in self.resize}
-
-    @property
-    def frame_bytes(self) -> int:
-        return int(np.prod(self.frame_shape, dtype=np.int64)) * self.dtype.itemsize
-
-    @property
-    def ndim(self) -> int:
-        return 1 + len(self.frame_shape)
-
-
-def array_spec(dtype: str, frame_shape: tuple[int, ...], names: Any = None) -> ArraySpec:
-    """The store array of a LeRobot feature: ``dtype`` is LeRobot's ("float32", "image", "video"...), ``frame_shape``
-    the stored per-frame shape (LeRobot's shape ``[1]`` is stored as scalars: ``()``)."""
-    if dtype in CAMERA_DTYPES:
-        dims = tuple(n if isinstance(n, str) else f"dim_{k}" for k, n in enumerate(names or ()))
-        if len(dims) != 3 or len(set(dims)) != 3:
-            dims = ("height", "width", "channels")
-        return ArraySpec(np.dtype("uint8"), tuple(frame_shape), dims, dtype)
-    return ArraySpec(np.dtype(dtype).newbyteorder("<"), tuple(frame_shape),
-                     tuple(f"dim_{k}" for k in range(len(frame_shape))))
-
-
-def _encode_column(values: np.ndarray) -> str:
-    diffs = np.diff(np.asarray(values, dtype=np.int64), prepend=np.int64(0)).astype("<i8")
-    return base64.b64encode(zlib.compress(diffs.tobytes(), 1)).decode("ascii")
-
-
-def _decode_column(text: Any, where: str, max_items: int, *, exactly: int | None = None) -> np.ndarray:
-    """An encoded int64 column of at most ``max_items`` entries (``exactly`` that many when given): decompressed
-    with a bound, so a small root cannot ask for gigabytes (a zlib "bomb")."""
-    if not isinstance(text, str):
-        raise CorruptStoreError(f"{where}: expected an encoded int64 column (a string), got {type(text).__name__}")
-    limit = 8 * (max_items if exactly is None else exactly)
-    try:
-        inflater = zlib.decompressobj()
-        raw = inflater.decompress(base64.b64decode(text.encode("ascii"), validate=True), limit + 1)
-    except (binascii.Error, zlib.error, UnicodeEncodeError, ValueError) as exc:
-        raise CorruptStoreError(f"{where}: undecodable int64 column ({exc})") from None
-    if len(raw) > limit or inflater.unconsumed_tail:
-        raise CorruptStoreError(f"{where}: int64 column of more than {limit // 8} entries"
-                                + (" (the store's episode count)" if exactly is not None else ""))
-    if not inflater.eof:
-        raise CorruptStoreError(f"{where}: undecodable int64 column (truncated compressed data)")
-    if len(raw) % 8 or (exactly is not None and len(raw) != limit):
-        raise CorruptStoreError(f"{where}: int64 column of {len(raw)} bytes, expected "
-                                + (f"{limit} ({exactly} entries)" if exactly is not None else "a multiple of 8"))
-    with np.errstate(over="ignore"):
-        values = np.cumsum(np.frombuffer(raw, dtype="<i8")).astype(np.int64)
-    return values
-
-
-def _frozen(values: Any) -> np.ndarray:
-    out = np.array(values, dtype=np.int64).reshape(-1)
-    out.flags.writeable = False
-    return out
-
-
-@dataclass(frozen=True)
-class EpisodeTable:
-    """The committed episodes: read-only int64 arrays over episodes (see the module docstring)."""
-
-    start: np.ndarray
-    length: np.ndarray
-    task_index: np.ndarray
-    chunk: np.ndarray
-    offset: np.ndarray
-    episode_index_shift: np.ndarray
-    index_shift: np.ndarray
-
-    def __post_init__(self) -> None:
-        n = len(np.asarray(self.length).reshape(-1))
-        for key in _TABLE_KEYS:
-            values = _frozen(getattr(self, key))
-            if len(values) != n:
-                raise CorruptStoreError(f"episode table column {key!r} has {len(values)} entries for {n} episodes")
-            object.__setattr__(self, key, values)
-
-    @classmethod
-    def contiguous(cls, length: Iterable[int], task_index: Iterable[int], chunk: Iterable[int],
-                   offset: Iterable[int], episode_index_shift: Iterable[int] | None = None,
-                   index_shift: Iterable[int] | None = None) -> EpisodeTable:
-        """A table whose episodes follow each other from global index 0 (what writers keep)."""
-        length = np.asarray(list(length) if not isinstance(length, np.ndarray) else length, dtype=np.int64)
-        zeros = np.zeros(len(length), dtype=np.int64)
-        return cls(np.cumsum(length) - length, length, task_index, chunk, offset,
-                   zeros if episode_index_shift is None else episode_index_shift,
-                   zeros if index_shift is None else index_shift)
-
-    @property
-    def end(self) -> np.ndarray:
-        return self.start + self.length
-
-    def __len__(self) -> int:
-        return len(self.length)
-
-    def take(self, keep: np.ndarray) -> EpisodeTable:
-        """The rows ``keep`` (a mask or indices), columns unchanged."""
-        return EpisodeTable(*(getattr(self, key)[keep] for key in _TABLE_KEYS))
-
-    def to_json(self) -> dict[str, str]:
-        return {key: _encode_column(getattr(self, key)) for key in _TABLE_KEYS}
-
-    @classmethod
-    def from_json(cls, doc: Any, where: str) -> EpisodeTable:
-        if not isinstance(doc, Mapping):
-            raise CorruptStoreError(f"{where}: 'episodes' must be an object of encoded columns")
-        missing = [key for key in _TABLE_KEYS if key not in doc]
-        if missing:
-            raise CorruptStoreError(f"{where}: 'episodes' lacks the column(s) {missing}")
-        length = _decode_column(doc["length"], f"{where}: episodes.length", MAX_EPISODES)
-        columns = {key: length if key == "length" else
-                   _decode_column(doc[key], f"{where}: episodes.{key}", MAX_EPISODES, exactly=len(length))
-                   for key in _TABLE_KEYS}
-        return cls(*(columns[key] for key in _TABLE_KEYS))
-
-
-@dataclass(frozen=True)
-class PackLayout:
-    """Rows of every pack id (0: retired) and the rows used so far in the last pack."""
-
-    rows: np.ndarray
-    next_row: int = 0
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "rows", _frozen(self.rows))
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
-    def zarr_sizes(self) -> np.ndarray:
-        """Frames of each pack along zarr's ``frame`` axis: its rows, or one filler row for a retired pack."""
-        return np.maximum(self.rows, 1)
-
-    def zarr_starts(self) -> np.ndarray:
-        sizes = self.zarr_sizes()
-        return np.cumsum(sizes) - sizes
-
-    def free_rows(self) -> int:
-        """Unused rows at the end of the last pack (where appends go)."""
-        return int(self.rows[-1]) - self.next_row if len(self.rows) else 0
-
-    def with_pack(self, rows: int, used: int) -> PackLayout:
-        """One more pack of ``rows`` rows, the first ``used`` of them in use."""
-        return PackLayout(np.append(self.rows, int(rows)), int(used))
-
-    def retire(self, packs: Iterable[int]) -> PackLayout:
-        rows = self.rows.copy()
-        rows[list(packs)] = 0
-        return PackLayout(rows, self.next_row if len(rows) and rows[-1] else 0)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"rows": _encode_column(self.rows), "next_row": self.next_row}
-
-    @classmethod
-    def from_json(cls, doc: Any, where: str) -> PackLayout:
-        if not isinstance(doc, Mapping) or "rows" not in doc:
-            raise CorruptStoreError(f"{where}: 'packs' must be an object with 'rows' and 'next_row'")
-        rows = _decode_column(doc["rows"], f"{where}: packs.rows", MAX_PACKS)
-        next_row = _integer(doc.get("next_row"), f"{where}: packs.next_row", 0, int(rows[-1]) if len(rows) else 0)
-        if (rows < 0).any() or (rows > MAX_ROWS).any():
-            raise CorruptStoreError(f"{where}: packs.rows holds a negative or impossibly large row count")
-        return cls(rows, next_row)
-
-
-def location_key(chunk: Any, offset: Any) -> Any:
-    """One int64 per episode location (pack, row): packs < 2**23 and rows < 2**40 keep it exact and ordered."""
-    return (np.asarray(chunk, dtype=np.int64) << 40) | np.asarray(offset, dtype=np.int64)
-
-
-class ContentHashes:
-    """The content hash (CRC-32C, :mod:`lerobot_zarr.utils.hashing`) of each committed episode and feature, keyed by the episode's
-    location (pack, row offset): rows are never given to another episode, so a hash stays with its rows while
-    deletions renumber episodes, and an episode moved to other rows carries its hash explicitly. ``-1``: none
-    recorded (an episode not fetched yet, a camera unavailable in it, or a store made before hashes existed).
-    ``files``: hashes of fixed metadata files of the store (``<camera>/mp4.json``). Immutable.
-
-    Read from a root, the columns are decoded when first used (writers, ``verify``): sampling never needs them,
-    and opening a store of 100,000 episodes should not pay for them."""
-
-    def __init__(self, keys: np.ndarray | None = None, values: Mapping[str, np.ndarray] | None = None,
-                 files: Mapping[str, int] | None = None, *, pending: tuple | None = None):
-        self._keys = np.zeros(0, np.int64) if keys is None else keys  # sorted, unique
-        self._values = dict(values or {})  # feature -> int64 aligned with keys
-        self._files = dict(files or {})
-        self._pending = pending  # (doc, table, names, where): decoded on first use
-
-    def _decoded(self) -> None:
-        if self._pending is not None:
-            self._keys, self._values, self._files = _decode_hashes(*self._pending)
-            self._pending = None
-
-    def readable(self) -> CorruptStoreError | None:
-        """None if the columns decode, else the error saying what is wrong with them."""
-        try:
-            self._decoded()
-        except CorruptStoreError as exc:
-            return exc
-        return None
-
-    @property
-    def keys(self) -> np.ndarray:
-        self._decoded()
-        return self._keys
-
-    @property
-    def values(self) -> Mapping[str, np.ndarray]:
-        self._decoded()
-        return self._values
-
-    @property
-    def files(self) -> Mapping[str, int]:
-        self._decoded()
-        return self._files
-
-    def aligned(self, table: EpisodeTable, name: str, where: tuple[np.ndarray, np.ndarray] | None = None
-                ) -> np.ndarray:
-        """Hash of every episode of ``table`` for feature ``name`` (-1 where none is recorded); ``where``: the
-        table's :meth:`positions`, when several features are looked up."""
-        out = np.full(len(table), -1, dtype=np.int64)
-        column = self.values.get(name)
-        if column is None or not len(self.keys) or not len(table):
-            return out
-        at, hit = self.positions(table) if where is None else where
-        out[hit] = column[at[hit]]
-        return out
-
-    def positions(self, table: EpisodeTable) -> tuple[np.ndarray, np.ndarray]:
-        """Where each episode of ``table`` is among the keys, and whether it is there at all."""
-        want = location_key(table.chunk, table.offset)
-        at = np.minimum(np.searchsorted(self.keys, want), max(len(self.keys) - 1, 0))
-        return at, (self.keys[at] == want) if len(self.keys) else np.zeros(len(table), dtype=bool)
-
-    def updated(self, entries: Mapping[tuple[int, int], Mapping[str, int]], files: Mapping[str, int] | None = None
-                ) -> ContentHashes:
-        """These hashes with ``entries`` ``{(pack, offset): {feature: hash}}`` recorded (replacing earlier ones)."""
-        if not entries and not files:
-            return self
-        names = sorted({*self.values, *(n for per in entries.values() for n in per)})
-        new_keys = np.unique(location_key([c for c, _ in entries], [o for _, o in entries])) if entries else \
-            np.zeros(0, np.int64)
-        if not len(self.keys) or (len(new_keys) and new_keys[0] > self.keys[-1]):  # appends: no sort
-            keys = np.concatenate([self.keys, new_keys])
-            old_at = np.arange(len(self.keys))
-        else:
-            keys = np.union1d(self.keys, new_keys)
-            old_at = np.searchsorted(keys, self.keys)
-        values = {}
-        for name in names:
-            column = np.full(len(keys), -1, dtype=np.int64)
-            if name in self.values:
-                column[old_at] = self.values[name]
-            values[name] = column
-        for (chunk, offset), per in entries.items():
-            i = int(np.searchsorted(keys, (int(chunk) << 40) | int(offset)))
-            for name, value in per.items():
-                values[name][i] = -1 if value is None else int(value)
-        return ContentHashes(keys, values, {**self.files, **(files or {})})
-
-    def restricted(self, table: EpisodeTable, names: Iterable[str]) -> ContentHashes:
-        """Only the hashes of ``table``'s episodes and of ``names``."""
-        names = [n for n in names if n in self.values]
-        want = np.unique(location_key(table.chunk, table.offset)) if len(table) else np.zeros(0, np.int64)
-        keep = np.isin(self.keys, want)
-        return ContentHashes(self.keys[keep], {n: self.values[n][keep] for n in names}, dict(self.files))
-
-    def to_json(self, table: EpisodeTable, names: Iterable[str]) -> dict[str, Any]:
-        features = {}
-        where = self.positions(table) if len(self.keys) and len(table) else None
-        for name in names:
-            column = self.aligned(table, name, where)
-            missing = _ranges_of(column < 0)
-            features[name] = {ALGORITHM: base64.b64encode(column.astype("<u4").tobytes()).decode("ascii"),
-                              "missing": [list(r) for r in missing]}
-        return {"algorithm": ALGORITHM, "features": features, "files": dict(self.files)}
-
-    @classmethod
-    def from_json(cls, doc: Any, table: EpisodeTable, names: Iterable[str], where: str) -> ContentHashes:
-        """Hashes read from a root: the structure checked now, the columns decoded (and checked) when used."""
-        if doc is None:
-            return cls()
-        if not isinstance(doc, Mapping) or doc.get("algorithm") != ALGORITHM:
-            raise CorruptStoreError(f"{where}: 'hashes' must be an object with algorithm {ALGORITHM!r}")
-        features, files = doc.get("features", {}), doc.get("files", {})
-        if not isinstance(features, Mapping) or not isinstance(files, Mapping):
-            raise CorruptStoreError(f"{where}: hashes.features and hashes.files must be objects")
-        root = doc.get("root")
-        if root is not None:
-            _integer(root, f"{where}: hashes.root", 0, 2**32 - 1)
-        return cls(pending=(doc, table, tuple(names), where))
-
-
-def _decode_hashes(doc: Mapping, table: EpisodeTable, names: tuple[str, ...], where: str
-                   ) -> tuple[np.ndarray, dict[str, np.ndarray], dict[str, int]]:
-    n = len(table)
-    keys = location_key(table.chunk, table.offset)
-    order = None if not n or (np.diff(keys) > 0).all() else np.argsort(keys, kind="stable")
-    if order is not None and len(np.unique(keys)) != n:
-        raise CorruptStoreError(f"{where}: two episodes share a location (episodes.chunk/offset)")
-    values = {}
-    for name in names:
-        entry = doc["features"].get(name)
-        if entry is None:
-            continue
-        at = f"{where}: hashes.features[{name!r}]"
-        if not isinstance(entry, Mapping) or not isinstance(entry.get(ALGORITHM), str):
-            raise CorruptStoreError(f"{at} must be an object with an encoded {ALGORITHM!r} column")
-        text = entry[ALGORITHM]
-        if len(text) != 4 * ((4 * n + 2) // 3):
-            raise CorruptStoreError(f"{at}: a column of {len(text)} characters for {n} episodes")
-        try:
-            raw = base64.b64decode(text.encode("ascii"), validate=True)
-        except (binascii.Error, UnicodeEncodeError, ValueError) as exc:
-            raise CorruptStoreError(f"{at}: undecodable column ({exc})") from None
-        if len(raw) != 4 * n:
-            raise CorruptStoreError(f"{at}: a column of {len(raw)} bytes for {n} episodes")
-        column = np.frombuffer(raw, dtype="<u4").astype(np.int64)
-        for a, b in _parse_ranges(entry.get("missing", []), n, f"{at}.missing"):
-            column[a:b] = -1
-        values[name] = column if order is None else column[order]
-    files = {str(key): _integer(value, f"{where}: hashes.files[{str(key)!r:.60}]", 0, 2**32 - 1)
-             for key, value in doc["files"].items()}
-    return (keys if order is None else keys[order]), values, files
-
-
-def _integer(value: Any, where: str, low: int | None = None, high: int | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise CorruptStoreError(f"{where}: expected an integer, got {value!r:.80}")
-    if (low is not None and value < low) or (high is not None and value > high):
-        raise CorruptStoreError(f"{where}: {value} is outside [{low}, {high}]")
-    return value
-
-
-def to_ranges(indices: Iterable[int]) -> list[list[int]]:
-    """Sorted unique integers -> half-open ``[first, stop)`` ranges."""
-    out: list[list[int]] = []
-    for i in sorted(set(int(i) for i in indices)):
-        if out and out[-1][1] == i:
-            out[-1][1] = i + 1
-        else:
-            out.append([i, i + 1])
-    return out
-
-
-def from_ranges(ranges: Iterable[Iterable[int]]) -> list[int]:
-    return [i for a, b in ranges for i in range(a, b)]
-
-
-def _mask(ranges: Iterable[tuple[int, int]], n: int) -> np.ndarray:
-    mask = np.zeros(n, dtype=bool)
-    for a, b in ranges:
-        mask[a:b] = True
-    return mask
-
-
-def _ranges_of(mask: np.ndarray) -> tuple[tuple[int, int], ...]:
-    edges = np.flatnonzero(np.diff(np.concatenate([[0], mask.astype(np.int8), [0]])))
-    return tuple((int(a), int(b)) for a, b in zip(edges[::2], edges[1::2], strict=True))
 
 
 @dataclass(frozen=True)
 class StoreState:
     """The committed root state of a store (the root ``zarr.json``), typed and validated. Immutable: writers make
-    the next state with :func:`dataclasses.replace` and publish it with :func:`commit`."""
+    the next state with :func:`dataclasses.replace` and publish it with :func:`.committing.commit`."""
 
     root: Path
     info: dict
@@ -534,7 +103,7 @@ class StoreState:
 
     def materialized_mask(self, feature: str) -> np.ndarray:
         """Boolean mask over episodes: which episodes' rows of ``feature`` are committed."""
-        return _mask(self.materialized.get(feature, ()), len(self.table))
+        return ranges_mask(self.materialized.get(feature, ()), len(self.table))
 
     def unavailable_of(self, feature: str) -> dict[int, str]:
         """Episodes whose frames of ``feature`` the source cannot give (a missing or broken video), with why."""
@@ -569,7 +138,7 @@ class StoreState:
         for name, episodes in done.items():
             mask = self.materialized_mask(name)
             mask[list(episodes)] = True
-            materialized[name] = _ranges_of(mask)
+            materialized[name] = ranges_of(mask)
         gaps = dict(self.unavailable)
         for name, reasons in (unavailable or {}).items():
             known = self.unavailable_of(name)
@@ -589,7 +158,7 @@ class StoreState:
         for name, gone in episodes.items():
             mask = self.materialized_mask(name)
             mask[list(gone)] = False
-            materialized[name] = _ranges_of(mask)
+            materialized[name] = ranges_of(mask)
         return replace(self, materialized=materialized)
 
     def all_materialized(self) -> StoreState:
@@ -632,8 +201,9 @@ class StoreState:
             raise CorruptStoreError(f"{where}: not a lerobot_zarr store (no '{ATTRS_KEY}' attributes)", path=where)
         version = attrs.get("format_version")
         if version not in _READABLE_VERSIONS:
-            raise StoreError(f"{where}: store format version {version!r} is not supported (this lerobot_zarr reads "
-                             f"versions {', '.join(map(str, _READABLE_VERSIONS))})", path=where)
+            raise UnsupportedStoreError(f"{where}: store format version {version!r} is not supported (this "
+                                        f"lerobot_zarr reads versions {', '.join(map(str, _READABLE_VERSIONS))})",
+                                        path=where)
         try:
             return _parse_state(Path(root), attrs, consolidated, version, where)
         except CorruptStoreError as exc:
@@ -736,20 +306,6 @@ def _frozen_json(value: Any) -> Any:
     return tuple(_frozen_json(v) for v in value) if isinstance(value, list) else value
 
 
-def _parse_ranges(value: Any, n: int, where: str, with_reason: bool = False) -> tuple:
-    if not isinstance(value, list):
-        raise CorruptStoreError(f"{where} must be a list of ranges")
-    out = []
-    for item in value:
-        width = 3 if with_reason else 2
-        if not isinstance(item, list) or len(item) != width:
-            raise CorruptStoreError(f"{where}: {item!r:.60} is not a [first, stop{', reason' * with_reason}] range")
-        a = _integer(item[0], where, 0, n)
-        b = _integer(item[1], where, a, n)
-        out.append((a, b, str(item[2])) if with_reason else (a, b))
-    return tuple(out)
-
-
 def _check_table(table: EpisodeTable, packs: PackLayout, n_tasks: int, where: str) -> None:
     if not len(table):
         return
@@ -818,18 +374,18 @@ def _parse_state(root: Path, attrs: Mapping, consolidated: Mapping, version: int
                                 f"than {MAX_PACK_BYTES} bytes (packs.rows)")
     n = len(table)
     features = attrs["features"]
-    materialized = {name: _parse_ranges(features[name].get("episodes", []), n, f"{where}: features[{name!r}].episodes")
+    materialized = {name: parse_ranges(features[name].get("episodes", []), n, f"{where}: features[{name!r}].episodes")
                     for name in arrays}
     unavailable = {}
     for name, runs in _key(attrs, "unavailable", dict, where, {}).items():
         if name in arrays:
-            unavailable[name] = _parse_ranges(runs, n, f"{where}: unavailable[{name!r}]", with_reason=True)
+            unavailable[name] = parse_ranges(runs, n, f"{where}: unavailable[{name!r}]", with_reason=True)
     not_materialized = {str(k): str(v) for k, v in _key(attrs, "not_materialized", dict, where, {}).items()}
     retired = []
     for item in _key(attrs, "retired", list, where, []):
         if not (isinstance(item, list) and len(item) == 2 and isinstance(item[1], (int, float))):
             raise CorruptStoreError(f"{where}: retired entries are [pack, unix_time], got {item!r:.60}")
-        retired.append((_integer(item[0], f"{where}: retired", 0, max(len(packs) - 1, 0)), float(item[1])))
+        retired.append((checked_int(item[0], f"{where}: retired", 0, max(len(packs) - 1, 0)), float(item[1])))
     capacity = _key(attrs, "capacity_frames", (int, type(None)), where, None)
     if capacity is not None and (isinstance(capacity, bool) or capacity < 1):
         raise CorruptStoreError(f"{where}: capacity_frames must be a positive integer or null")
@@ -839,15 +395,15 @@ def _parse_state(root: Path, attrs: Mapping, consolidated: Mapping, version: int
             raise CorruptStoreError(f"{where}: pending_tasks entries are [chunk, offset, task_index]")
         if len(item) == 2:  # format 2: [chunk, task_index], one episode per chunk at row 0
             item = [item[0], 0, item[1]]
-        pending.append((_integer(item[0], f"{where}: pending_tasks", 0, max(len(packs) - 1, 0)),
-                        _integer(item[1], f"{where}: pending_tasks", 0, MAX_ROWS),
-                        _integer(item[2], f"{where}: pending_tasks", 0, len(tasks) - 1)))
+        pending.append((checked_int(item[0], f"{where}: pending_tasks", 0, max(len(packs) - 1, 0)),
+                        checked_int(item[1], f"{where}: pending_tasks", 0, MAX_ROWS),
+                        checked_int(item[2], f"{where}: pending_tasks", 0, len(tasks) - 1)))
     hashes = ContentHashes.from_json(attrs.get("hashes"), table, arrays, where)
     return StoreState(
         root=root, info=info, tasks=tuple(tasks), stats=stats, source=source, arrays=arrays, table=table,
         packs=packs, materialized=materialized, unavailable=unavailable, not_materialized=not_materialized,
-        retired=tuple(retired), generation=_integer(attrs.get("generation", 0), f"{where}: generation", 0),
-        pack_bytes=_integer(attrs.get("pack_bytes", DEFAULT_PACK_BYTES), f"{where}: pack_bytes", 1),
+        retired=tuple(retired), generation=checked_int(attrs.get("generation", 0), f"{where}: generation", 0),
+        pack_bytes=checked_int(attrs.get("pack_bytes", DEFAULT_PACK_BYTES), f"{where}: pack_bytes", 1),
         capacity_frames=capacity, pending_tasks=tuple(pending), read_version=version, hashes=hashes)
 
 
@@ -879,7 +435,7 @@ def _legacy_table(root: Path, attrs: Mapping, where: str, version: int) -> tuple
         if not isinstance(values, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
             raise CorruptStoreError(f"{where}: episodes.{key} must be a list of integers")
         columns[key] = np.asarray(values, dtype=np.int64)
-    next_chunk = _integer(attrs.get("next_chunk"), f"{where}: next_chunk", 0, MAX_PACKS)
+    next_chunk = checked_int(attrs.get("next_chunk"), f"{where}: next_chunk", 0, MAX_PACKS)
     chunk = columns["chunk"]
     if len(chunk) and (chunk.min() < 0 or chunk.max() >= next_chunk or (np.diff(chunk) <= 0).any()):
         raise CorruptStoreError(f"{where}: episodes.chunk lists chunk ids out of order or out of range")
@@ -895,7 +451,8 @@ def check_array_name(name: str) -> str:
     """Refuse feature names that are not safe as a folder and zarr node name (they come from metadata)."""
     if (not isinstance(name, str) or not name or name in (".", "..") or name.startswith("__") or name.startswith(".")
             or any(c in name for c in "/\\\0") or name in EPISODE_ARRAYS or name in (LIVE_ARRAY, ROOT)):
-        raise StoreError(f"feature name {name!r:.80} cannot be stored as a zarr array", feature=str(name))
+        raise UnsupportedStoreError(f"feature name {name!r:.80} cannot be stored as a zarr array",
+                                    feature=str(name))
     return name
 
 
@@ -950,276 +507,3 @@ def read_state(root: str | os.PathLike) -> StoreState:
     recorded = attrs["hashes"].get("root") if isinstance(attrs.get("hashes"), dict) else None
     return state if recorded is None else replace(state, root_intact=functools.cache(
         lambda: root_hash(attrs) == recorded))
-
-
-# packs ------------------------------------------------------------------------------------------------------
-def pack_rows_target(arrays: Mapping[str, ArraySpec], pack_bytes: int) -> int:
-    """Rows of a new pack: as many frames of the widest raw feature as fit ``pack_bytes`` (at least one)."""
-    widest = max((s.frame_bytes for s in arrays.values() if s.storage == "raw"), default=1)
-    return max(1, int(pack_bytes) // max(widest, 1))
-
-
-def plan_packs(lengths: np.ndarray, target_rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Consecutive episodes grouped into packs of at most ``target_rows`` rows (an episode longer than that alone):
-    ``(pack of each episode, row offset of each episode, rows of each pack)``."""
-    lengths = np.asarray(lengths, dtype=np.int64)
-    chunk = np.empty(len(lengths), dtype=np.int64)
-    offset = np.empty(len(lengths), dtype=np.int64)
-    rows: list[int] = []
-    used = target_rows  # forces a first pack
-    for e, n in enumerate(lengths.tolist()):
-        if used + n > target_rows and used > 0:
-            rows.append(0)
-            used = 0
-        chunk[e], offset[e] = len(rows) - 1, used
-        used += n
-        rows[-1] = used
-    return chunk, offset, np.asarray(rows, dtype=np.int64)
-
-
-# creating and committing --------------------------------------------------------------------------------------
-def check_new_store_location(root: Path) -> None:
-    """Refuse to make a store in a file, over a store, or in a folder holding anything but a half-created store."""
-    if root.exists() and (root.is_symlink() or not root.is_dir()):
-        raise StoreExistsError(f"{root}: exists and is not a folder; a store needs a folder of its own", path=root)
-    if (root / ROOT).is_file():
-        raise StoreExistsError(f"{root}: is a store already (open it, e.g. open_dataset(root, mode='r+'), or choose "
-                               f"another folder)", path=root)
-    if root.is_dir() and not (root / _CREATING).exists():
-        if any(p.name != ".lock" for p in root.iterdir()):
-            raise StoreExistsError(f"{root}: folder is not empty and is not a lerobot_zarr store; refusing to write "
-                                   f"into it", path=root)
-
-
-def remove_creation_debris(root: Path) -> None:
-    """Mark ``root`` as a store being created and empty it of an earlier creation that never committed."""
-    root.mkdir(parents=True, exist_ok=True)
-    leftovers = [p for p in root.iterdir() if p.name not in (".lock", _CREATING)]
-    (root / _CREATING).touch()
-    for p in leftovers:
-        if p.is_dir() and not p.is_symlink():
-            shutil.rmtree(p)
-        else:
-            p.unlink()
-
-
-def create_store(state: StoreState, *, keep_files: bool = False) -> StoreState:
-    """Lay out a store at ``state.root`` and make its first commit. The folder must be empty or a half-created
-    store (one killed before its first commit), whose debris is removed unless ``keep_files`` (the caller put the
-    pack files its state lists there first, as a copy does). The table may list episodes to come (a transcode
-    lists its source's, with their planned packs)."""
-    root = state.root
-    check_new_store_location(root)
-    for name in state.arrays:
-        check_array_name(name)
-    folded = [name.casefold() for name in state.arrays]
-    if len(set(folded)) != len(folded):
-        raise StoreError(f"{root}: feature names {sorted(state.arrays)} differ only by case; they would share a "
-                         f"folder on case-insensitive filesystems", path=root)
-    if keep_files:
-        (root / _CREATING).touch()
-    else:
-        remove_creation_debris(root)
-    state = commit(replace(state, generation=-1, read_version=FORMAT_VERSION), previous=None)
-    (root / _CREATING).unlink()
-    return state
-
-
-def _write_zarr_copies(state: StoreState) -> None:
-    """What zarr readers without consolidated metadata read: each array's ``zarr.json`` and the episode table
-    arrays. Not the commit point: our readers never read them, and a commit writes them first."""
-    root, table = state.root, state.table
-    columns = {"episode_start": table.start, "episode_end": table.end, "episode_length": table.length,
-               "episode_task_index": table.task_index, "episode_chunk": table.chunk, "episode_offset": table.offset,
-               "episode_frame": state.episode_frame()}
-    for name, values in columns.items():
-        _make_folder(root, root / name / "c")
-        _write_changed(root, root / name / "c" / "0", np.asarray(values, dtype="<i8").tobytes())
-    for key, doc in metadata_documents(state, None).items():
-        path = root / key
-        _make_folder(root, path.parent)
-        _write_changed(root, path, dump(doc))
-
-
-def _make_folder(root: Path, folder: Path) -> None:
-    """``folder`` inside the store made (with its parents) after checking no existing one is a link."""
-    check_in_store(root, folder / "_")
-    folder.mkdir(parents=True, exist_ok=True)
-
-
-def _write_changed(root: Path, path: Path, data: bytes) -> None:
-    """``atomic_write`` unless the file holds ``data`` already (most arrays' metadata is the same from one commit to
-    the next, and a rename costs far more than a read)."""
-    try:
-        fd = open_nofollow(path, os.O_RDONLY, root=root)
-    except OSError:
-        same = False
-    else:
-        try:
-            same = os.pread(fd, len(data) + 1, 0) == data
-        finally:
-            os.close(fd)
-    if not same:
-        atomic_write(path, data, durable=False, root=root)
-
-
-def _live_runs(state: StoreState) -> np.ndarray:
-    """(pack, offset, length) of every row run that is live in ``state``: its complete episodes."""
-    t = state.table
-    done = state.complete_episodes()
-    return np.stack([t.chunk[done], t.offset[done], t.length[done]], axis=1) if len(t) else np.zeros((0, 3), np.int64)
-
-
-def _set_live(root: Path, packs: PackLayout, runs: np.ndarray, value: bool) -> None:
-    for pack, offset, length in runs.tolist():
-        rows = int(packs.rows[pack])
-        if not rows:
-            continue
-        path = live_path(root, pack)
-        create_sized(path, rows, root=root)
-        fd = open_nofollow(path, os.O_WRONLY, root=root)
-        try:
-            _write_flags(fd, offset, length, value, path)
-        finally:
-            os.close(fd)
-
-
-_FLAG_BLOCK = 8 << 20  # frame_live bytes written or compared at a time: a huge declared pack allocates nothing
-
-
-def _write_flags(fd: int, offset: int, length: int, value: bool, path: str) -> None:
-    block = (b"\1" if value else b"\0") * min(length, _FLAG_BLOCK)
-    for at in range(offset, offset + length, _FLAG_BLOCK):
-        pwrite_all(fd, block[:min(_FLAG_BLOCK, offset + length - at)], at, path)
-
-
-def _runs_difference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Rows of ``a`` (pack, offset, length) that ``b`` does not hold (a run of ``b`` at the same place holds the
-    first rows of a longer one: an episode extended in place)."""
-    if not len(a) or not len(b):
-        return a
-    kb = location_key(b[:, 0], b[:, 1])
-    ka = location_key(a[:, 0], a[:, 1])
-    order = np.argsort(kb)
-    position = np.minimum(np.searchsorted(kb[order], ka), len(b) - 1)
-    held = np.where(kb[order][position] == ka, b[order[position], 2], 0)
-    rest = a.copy()
-    rest[:, 1] += held
-    rest[:, 2] -= held
-    return rest[rest[:, 2] > 0]
-
-
-def repair_live(state: StoreState) -> None:
-    """Rewrite every pack's ``frame_live`` that differs from the table (after a crash between a commit and its
-    flags, or damage); the table is what lerobot_zarr reads, ``frame_live`` is for zarr and xarray readers."""
-    for pack, runs in live_runs(state).items():
-        rows = int(state.packs.rows[pack])
-        if live_matches(state.root, pack, rows, runs):
-            continue
-        path = Path(live_path(state.root, pack))
-        _make_folder(state.root, path.parent)
-        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-        fd = open_nofollow(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, root=state.root)
-        try:
-            os.ftruncate(fd, rows)
-            for offset, length in runs:
-                _write_flags(fd, offset, length, True, str(path))
-        except OSError as exc:
-            os.close(fd)
-            os.unlink(tmp)
-            raise disk_error(exc, path) from None
-        os.close(fd)
-        os.replace(tmp, path)
-
-
-def live_runs(state: StoreState) -> dict[int, list[tuple[int, int]]]:
-    """What ``frame_live`` must hold: per pack with rows, the ``(offset, length)`` runs of rows of complete
-    committed episodes, in order (every other row is 0)."""
-    out: dict[int, list[tuple[int, int]]] = {int(k): [] for k in np.flatnonzero(state.packs.rows > 0).tolist()}
-    for pack, offset, length in sorted(_live_runs(state).tolist()):
-        if pack in out:
-            out[pack].append((offset, length))
-    return out
-
-
-def live_matches(root: Path, pack: int, rows: int, runs: list[tuple[int, int]]) -> bool:
-    """Whether pack ``pack``'s ``frame_live`` file (``rows`` bytes) is 1 exactly at ``runs`` (a missing file holds
-    no live row). Holes of a sparse file are not read."""
-    path = live_path(root, pack)
-    try:
-        fd = open_nofollow(path, os.O_RDONLY, root=root)
-    except FileNotFoundError:
-        return not runs
-    except CorruptStoreError:  # a link on the way
-        return False
-    try:
-        if os.fstat(fd).st_size != rows:
-            return False
-        ranges = data_ranges(fd, rows)
-        covered = 0
-        for offset, length in runs:  # live rows must lie in data, never in a hole
-            while covered < len(ranges) and ranges[covered][1] <= offset:
-                covered += 1
-            if covered == len(ranges) or ranges[covered][0] > offset or ranges[covered][1] < offset + length:
-                return False
-        starts = np.array([r[0] for r in runs], dtype=np.int64)
-        ends = np.array([r[0] + r[1] for r in runs], dtype=np.int64)
-        for a, b in ranges:
-            for at in range(a, b, _FLAG_BLOCK):
-                stop = min(b, at + _FLAG_BLOCK)
-                want = np.zeros(stop - at, dtype=np.uint8)
-                first = int(np.searchsorted(ends, at, side="right"))
-                for s, e in zip(starts[first:].tolist(), ends[first:].tolist(), strict=True):
-                    if s >= stop:
-                        break
-                    want[max(s, at) - at:min(e, stop) - at] = 1
-                if os.pread(fd, stop - at, at) != want.tobytes():
-                    return False
-        return True
-    finally:
-        os.close(fd)
-
-
-def root_hash(attrs: Mapping[str, Any]) -> int:
-    """Content hash of the root state (every attribute but ``hashes``, in a canonical JSON form): damage to the
-    root that still parses (a changed task string, stats, fps...) shows in ``verify``."""
-    body = {k: v for k, v in attrs.items() if k != "hashes"}
-    return crc32c(json.dumps(body, sort_keys=True, separators=(",", ":")).encode())
-
-
-def commit(state: StoreState, *, previous: StoreState | None, durable: bool = True) -> StoreState:
-    """THE commit: publish ``state`` as the store's new committed state and return it (generation + 1).
-
-    Order: zarr's copies of the metadata, rows becoming live flagged in ``frame_live``, a flush of everything
-    written (``durable``: to disk), the atomic replacement of the root ``zarr.json``, then rows no longer live
-    unflagged. ``previous`` is the state this one replaces (None when creating the store)."""
-    root = state.root
-    if previous is not None and previous.root_intact is not None and not previous.root_intact():
-        raise CorruptStoreError(f"{root / ROOT}: its content differs from the hash recorded at its commit (damaged "
-                                f"since?); nothing is committed on top of it (`lerobot-zarr verify {root}`; restore "
-                                f"the store from a copy or make it again from its source)", path=root / ROOT)
-    base = -1 if previous is None else previous.generation
-    state = replace(state, generation=base + 1, read_version=FORMAT_VERSION, root_intact=None)
-    pending = root / _LIVE_PENDING
-    repair = pending.exists() or previous is None or previous.read_version < FORMAT_VERSION
-    new_runs = _live_runs(state)
-    old_runs = _live_runs(previous) if previous is not None else np.zeros((0, 3), np.int64)
-    gone = _runs_difference(old_runs, new_runs)
-    if len(gone) and not pending.exists():
-        pending.touch()
-    _write_zarr_copies(state)
-    if not repair:
-        _set_live(root, state.packs, _runs_difference(new_runs, old_runs), True)
-    attrs = state.to_json()
-    attrs["hashes"]["root"] = root_hash(attrs)
-    root_doc = metadata_documents(state, {ATTRS_KEY: attrs})[ROOT]
-    if durable:
-        flush_filesystem(root)  # data reaches the disk before the metadata that lists it
-    atomic_write(root / ROOT, dump(root_doc), durable=durable)
-    if repair:
-        repair_live(state)
-    else:
-        _set_live(root, state.packs, gone, False)
-    with contextlib.suppress(FileNotFoundError):
-        pending.unlink()
-    return state

@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from .state import ArraySpec, StoreState
+from .tables import ArraySpec, PackLayout
 
 __all__ = ["ROOT", "LIVE_ARRAY", "EPISODE_ARRAYS", "metadata_documents", "dump"]
 
@@ -80,13 +79,15 @@ def _frame_grid(sizes: np.ndarray, frame_shape: tuple[int, ...]) -> dict:
                               "chunk_shapes": [run_length(sizes.tolist()), *([s] for s in frame_shape)]}}
 
 
-def metadata_documents(state: StoreState, attributes: Mapping[str, Any] | None) -> dict[str, dict]:
-    """Every ``zarr.json`` of the store, keyed by path relative to the store. The root's holds ``attributes`` (the
-    root state) and the consolidated metadata of every array; without ``attributes`` the root is left out."""
-    sizes = state.packs.zarr_sizes()
+def metadata_documents(arrays: Mapping[str, ArraySpec], packs: PackLayout, n_episodes: int,
+                       attributes: Mapping[str, Any] | None) -> dict[str, dict]:
+    """Every ``zarr.json`` of a store of these ``arrays``, ``packs`` and ``n_episodes`` episodes, keyed by path
+    relative to the store. The root's holds ``attributes`` (the root state) and the consolidated metadata of every
+    array; without ``attributes`` the root is left out."""
+    sizes = packs.zarr_sizes()
     total = int(sizes.sum())
     docs: dict[str, dict] = {}
-    for name, spec in state.arrays.items():
+    for name, spec in arrays.items():
         if spec.storage == "mp4":  # kept as the source's mp4 files, outside the zarr hierarchy
             continue
         docs[name] = _array_doc((total, *spec.frame_shape), spec.dtype, _frame_grid(sizes, spec.frame_shape),
@@ -94,7 +95,6 @@ def metadata_documents(state: StoreState, attributes: Mapping[str, Any] | None) 
                                 {"coordinates": LIVE_ARRAY})
     docs[LIVE_ARRAY] = _array_doc((total,), np.dtype(bool), _frame_grid(sizes, ()), ["frame"],
                                   [_bytes_codec(np.dtype(bool))])
-    n_episodes = len(state.table)
     grid = {"name": "regular", "configuration": {"chunk_shape": [max(n_episodes, 1)]}}
     for name in EPISODE_ARRAYS:
         docs[name] = _array_doc((n_episodes,), np.dtype("int64"), grid, ["episode"], [_bytes_codec(np.dtype("<i8"))])

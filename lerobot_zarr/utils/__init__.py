@@ -2,10 +2,13 @@
 CRC-32C content hashes (:mod:`.hashing`), bounded background work (:mod:`.background`), progress bars
 (:mod:`.progress`) and the C library calls Python lacks (:mod:`.libc`)."""
 
-from .background import in_threads, prefetched
-from .fileio import WriterLock, atomic_write, check_in_store, load_json, open_nofollow, read_bounded
-from .hashing import Crc32c, crc32c
-from .progress import progress_bar
+from .lazy import lazy_face
 
 __all__ = ["WriterLock", "atomic_write", "check_in_store", "load_json", "open_nofollow", "read_bounded", "Crc32c",
            "crc32c", "in_threads", "prefetched", "progress_bar"]
+
+__getattr__, __dir__ = lazy_face(__name__, {
+    "WriterLock": "fileio", "atomic_write": "fileio", "check_in_store": "fileio", "load_json": "fileio",
+    "open_nofollow": "fileio", "read_bounded": "fileio", "Crc32c": "hashing", "crc32c": "hashing",
+    "in_threads": "background", "prefetched": "background", "progress_bar": "progress"
+})

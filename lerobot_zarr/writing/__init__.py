@@ -1,11 +1,13 @@
-"""Writing: transcoding a LeRobot source into a store (:mod:`.transcode`), the writable dataset (:mod:`.writer`),
-RL transitions as episodes (:mod:`.transitions`), export and push as LeRobot v3.0 (:mod:`.export`) and
-``verify`` (:mod:`.integrity`)."""
+"""Writing: transcoding a LeRobot source into a store (:mod:`.transcode`), the writable dataset (:mod:`.writer`: a
+reader plus its write transaction, :mod:`.transaction`; in-place edits, :mod:`.edits`; value checks,
+:mod:`.values`), RL transitions as episodes (:mod:`.transitions`, their layout :mod:`.transition_layout`), export
+and push as LeRobot v3.0 (:mod:`.export`) and ``verify`` (:mod:`.integrity`)."""
 
-from .export import push, to_lerobot
-from .integrity import VerifyReport, verify
-from .transitions import TransitionBuffer
-from .writer import WritableDataset, create, fork
+from ..utils.lazy import lazy_face
 
-__all__ = ["push", "to_lerobot", "VerifyReport", "verify", "TransitionBuffer", "WritableDataset",
-           "create", "fork"]
+__all__ = ["push", "to_lerobot", "VerifyReport", "verify", "TransitionBuffer", "WritableDataset", "create", "fork"]
+
+__getattr__, __dir__ = lazy_face(__name__, {
+    "push": "export", "to_lerobot": "export", "VerifyReport": "integrity", "verify": "integrity",
+    "TransitionBuffer": "transitions", "WritableDataset": "writer", "create": "writer", "fork": "writer"
+})

@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..utils.progress import progress_bar
-from ..sampling.dataset import LeRobotZarrDataset, forwarded
-from ..errors import ArgumentError, NotMaterializedError, StoreError, warn_user
+from ..sampling.dataset import LeRobotZarrDataset
+from ..errors import ArgumentError, EmptyStoreError, NotMaterializedError, StoreExistsError, warn_user
 from ..lerobot.index_file import INDEX_FILE, write_index
 from ..lerobot.format import CAMERA_DTYPES, CHUNKS_SIZE, STAT_NAMES, default_features, video_file_rel, video_info
 from ..lerobot.format import episode_stats as lerobot_stats
@@ -60,7 +60,6 @@ def _column(values: np.ndarray, kind: str, e: int) -> pa.Array:
     return nested_list(np.ascontiguousarray(values), fixed=True)
 
 
-@forwarded("to_lerobot")
 def to_lerobot(dataset: LeRobotZarrDataset | str | os.PathLike, path: str | os.PathLike, *,
                data_files_size_in_mb: int = 100, video_files_size_in_mb: int = 200, videos: bool | None = None,
                progress: bool = True) -> Path:
@@ -72,7 +71,7 @@ def to_lerobot(dataset: LeRobotZarrDataset | str | os.PathLike, path: str | os.P
     ds = dataset if isinstance(dataset, LeRobotZarrDataset) else LeRobotZarrDataset(dataset)
     path = Path(path)
     if path.exists() and (not path.is_dir() or any(path.iterdir())):
-        raise StoreError(f"{path}: exists and is not an empty folder; to_lerobot writes a new dataset")
+        raise StoreExistsError(f"{path}: exists and is not an empty folder; to_lerobot writes a new dataset")
     _check_exportable(ds)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
@@ -92,7 +91,7 @@ def _check_exportable(ds: LeRobotZarrDataset) -> None:
     ``ds.select([...])``, renumbered from 0. A dataset opened on some episodes (or a store that lacks some) is not
     published by accident as a smaller dataset."""
     if len(ds.episodes) == 0:
-        raise StoreError(f"{ds.root}: the dataset has no episodes: nothing to export or push", path=ds.root)
+        raise EmptyStoreError(f"{ds.root}: the dataset has no episodes: nothing to export or push", path=ds.root)
     undecoded = [name for name in ds.meta.needs_pyav if name in ds.left_out]
     if undecoded:  # not a property of the data: publishing it without the camera would lose it
         raise pyav_missing(f"{ds.root}: exporting camera {undecoded[0]!r}", path=ds.root, feature=undecoded[0])
@@ -257,7 +256,7 @@ def _copy_mp4(ds: LeRobotZarrDataset, root: Path, key: str,
               selected: list[int]) -> list[tuple[int, int, float, float]]:
     """A camera kept as mp4: the files holding the exported episodes copied unchanged (renumbered as LeRobot's
     ``file-NNN``), each episode at the same seconds of its file."""
-    from ..sampling.camera_readers import mp4_file, read_mp4_index
+    from ..store.cameras import mp4_file, read_mp4_index
     from ..utils.fileio import copy_file
 
     index = read_mp4_index(ds.root, key, ds.meta.total_episodes)
@@ -328,7 +327,6 @@ def check_push(dataset: LeRobotZarrDataset | None, repo_id: str, *, revision: st
                                       "robot_type": dataset.meta.info.get("robot_type")})
 
 
-@forwarded("push")
 def push(dataset: LeRobotZarrDataset | str | os.PathLike, repo_id: str, *, revision: str | None = None,
          private: bool = False, token: str | bool | None = None, commit_message: str | None = None,
          videos: bool | None = None, progress: bool = True) -> str | None:
@@ -338,8 +336,8 @@ def push(dataset: LeRobotZarrDataset | str | os.PathLike, repo_id: str, *, revis
     (renumbered from 0), a token with write access is there (``token=``, else the
     login or ``HF_TOKEN``; none: :class:`HubAuthError` at once), the repo exists (else it is created, ``private``)
     and its branch holds nothing or a dataset with the same features, fps and robot type (else
-    :class:`StoreError`). Files identical to the remote ones are not uploaded again; if nothing changed no commit
-    is made. ``progress=False`` also hides huggingface_hub's upload bars. An error says what the remote holds
+    :class:`SourceMismatchError`). Files identical to the remote ones are not uploaded again; if nothing changed no
+    commit is made. ``progress=False`` also hides huggingface_hub's upload bars. An error says what the remote holds
     then; running push again completes a push that failed after its commit (see :mod:`lerobot_zarr.hub.publish`).
     Returns the new commit sha, or None when nothing changed.
     """

@@ -29,7 +29,6 @@ from typing import Any
 
 import numpy as np
 
-from ..sampling.camera_readers import MP4_INDEX, mp4_file, mp4_index_path, read_mp4_index
 from ..utils.fileio import (
     WriterLock,
     check_in_store,
@@ -39,27 +38,17 @@ from ..utils.fileio import (
     read_bounded,
 )
 from ..utils.hashing import compact_frame_header, crc32c, crc32c_at
+from ..store.cameras import MP4_INDEX, mp4_file, mp4_index_path, read_mp4_index
 from ..store.packs import open_pack, read_shard_index
 from ..utils.progress import progress_bar
-from ..sampling.dataset import forwarded
+from .transcode import fetch_missing
 from ..errors import CorruptStoreError, LeRobotZarrError, StoreLockedError
 from ..cameras.frame_codecs import decode_threads
-from ..store.state import (
-    ATTRS_KEY,
-    EPISODE_ARRAYS,
-    ROOT,
-    ArraySpec,
-    ContentHashes,
-    StoreState,
-    chunk_path,
-    commit,
-    live_matches,
-    live_runs,
-    read_root,
-    read_state,
-    repair_live,
-    root_hash,
-)
+from ..store.committing import commit, live_matches, live_runs, repair_live
+from ..store.hashes import ContentHashes, root_hash
+from ..store.state import ATTRS_KEY, StoreState, chunk_path, read_root, read_state
+from ..store.tables import ArraySpec
+from ..store.zarr_meta import EPISODE_ARRAYS, ROOT
 
 __all__ = ["verify", "VerifyReport"]
 
@@ -136,7 +125,6 @@ def _short(episodes: list[int]) -> str:
     return str(episodes[:12])[:-1] + (", ...]" if len(episodes) > 12 else "]")
 
 
-@forwarded("verify")
 def verify(store: str | os.PathLike, *, repair: bool = False, record: bool = False, token: str | bool | None = None,
            progress: bool = True) -> VerifyReport:
     """Check every committed episode of the store at ``store`` against its recorded content hashes (see the module
@@ -559,10 +547,8 @@ def _refetch(root: Path, report: VerifyReport, *, token: Any, progress: bool) ->
             spec = state.arrays[name]
             _drop_damaged_files(state, name, spec, sorted(per))
         commit(state.without_materialized({name: list(per) for name, per in damaged.items()}), previous=state)
-    from ..api import materialize
-
     try:
-        materialize(root, episodes, progress=progress, token=token)
+        fetch_missing(root, episodes, progress=progress, token=token)
     except (LeRobotZarrError, OSError) as exc:
         report.not_repaired.append(f"episodes {_short(episodes)} could not be fetched again from "
                                    f"{_source_name(source)} ({exc}); they are listed as not fetched: the next open "

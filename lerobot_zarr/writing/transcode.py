@@ -20,7 +20,7 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
@@ -29,9 +29,9 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 import numpy as np
 
 from ..utils.background import prefetched
-from ..sampling.camera_readers import MP4_INDEX, mp4_index_path, served_episodes
 from ..utils.fileio import WriterLock, atomic_write, check_in_store, disk_error, link_or_copy
 from ..utils.hashing import Crc32c, crc32c
+from ..store.cameras import MP4_INDEX, kept_description, mp4_index_path, served_episodes, storage_name
 from ..store.packs import ensure_pack, read_raw_rows, row_writer, write_rows, write_rows_vectored
 from ..utils.progress import progress_bar
 from ..errors import (
@@ -40,12 +40,14 @@ from ..errors import (
     NotMaterializedError,
     SchemaMismatchError,
     SourceMismatchError,
-    StoreError,
 )
-from ..lerobot.source_files import SourceFiles
+from ..hub.client import HubFiles
+from ..lerobot.source_files import SourceFiles, is_lerobot_folder
 from ..lerobot.format import CAMERA_DTYPES
 from ..cameras.resize import resize_frame, resize_frames
-from ..store.state import (
+from ..store.committing import check_new_store_location, commit, create_store, remove_creation_debris
+from ..store.state import StoreState, has_commit_point, read_state
+from ..store.tables import (
     DEFAULT_PACK_BYTES,
     MAX_EPISODES,
     MAX_FRAMES,
@@ -54,23 +56,16 @@ from ..store.state import (
     ArraySpec,
     EpisodeTable,
     PackLayout,
-    StoreState,
     array_spec,
-    check_new_store_location,
-    commit,
-    create_store,
-    has_commit_point,
     pack_rows_target,
     plan_packs,
-    read_state,
-    remove_creation_debris,
 )
 from ..cameras.video import VideoUnavailable, have_pyav
 
 if TYPE_CHECKING:  # the caller gives the source: reading one is what needs pyarrow
     from ..lerobot.source import LeRobotSource
 
-__all__ = ["transcode", "array_specs", "camera_choices_key", "kept_description", "storage_name"]
+__all__ = ["transcode", "array_specs", "camera_choices_key", "missing_episodes", "fetch_missing"]
 
 _COMMIT_EVERY_S = 1.0
 
@@ -328,9 +323,9 @@ def transcode(source: LeRobotSource, root: str | os.PathLike, *, episodes: Seque
                 if held is None or (held.storage, held.codec_spec if held.storage == "compact" else None,
                                     held.resize) != (want.storage, want.codec_spec if want.storage == "compact"
                                                      else None, want.resize):
-                    raise StoreError(f"{root}: the store keeps {name!r} {kept_description(held)}, not "
-                                     f"{kept_description(want)} as asked; choose another root for another storage "
-                                     f"or size", path=root, feature=name)
+                    raise SourceMismatchError(f"{root}: the store keeps {name!r} {kept_description(held)}, not "
+                                              f"{kept_description(want)} as asked; choose another root for another "
+                                              f"storage or size", path=root, feature=name)
         if state.source.get("kind") == "edited":
             return state  # complete (writers need that) and since changed in place: nothing to fetch into it
         if served_episodes(state)[list(wanted)].all():
@@ -353,6 +348,42 @@ def transcode(source: LeRobotSource, root: str | os.PathLike, *, episodes: Seque
     if client is not None:
         return _write_distributed(source, root, state, todo, progress, client)
     return _write_episodes(source, root, state, todo, progress)
+
+
+def missing_episodes(store: str | os.PathLike, episodes: Iterable[int] | None) -> list[int]:
+    """The episodes among ``episodes`` (None: all) that the store cannot serve here yet, sorted (indices outside
+    the store are left out)."""
+    complete = served_episodes(read_state(store))
+    wanted = range(len(complete)) if episodes is None else episodes
+    return sorted({int(e) for e in wanted if 0 <= e < len(complete) and not complete[e]})
+
+
+def fetch_missing(store: str | os.PathLike, episodes: Iterable[int], *, progress: bool = True,
+                  token: str | bool | None = None) -> None:
+    """Fetch or transcode the episodes among ``episodes`` that a store lacks from the source it records (a Hub repo
+    at its recorded commit, or a local folder), if that is reachable; else raise ``NotMaterializedError``."""
+    from ..lerobot.source import LeRobotSource
+
+    store = Path(store)
+    missing = missing_episodes(store, episodes)
+    if not missing:
+        return
+    recorded = read_state(store).source
+    if recorded.get("kind") == "hub":
+        from huggingface_hub import constants
+
+        if constants.is_offline_mode():
+            raise NotMaterializedError(f"{store}: HF_HUB_OFFLINE is set and episodes {missing[:20]} are not in the "
+                                       f"store")
+        # the endpoint configured now (HF_ENDPOINT), which may be a mirror of the one the store was made from
+        files = HubFiles(recorded["repo_id"], recorded["commit"], token=token)
+        transcode(LeRobotSource(files), store, episodes=missing, progress=progress)
+        return
+    origin = Path(recorded.get("path", ""))
+    if recorded.get("kind") != "local" or not is_lerobot_folder(origin):
+        raise NotMaterializedError(f"{store}: episodes {missing[:20]} are not in the store and its source "
+                                   f"{recorded.get('path')!r} is not available to transcode them")
+    transcode(LeRobotSource(origin), store, episodes=missing, progress=progress)
 
 
 _OLD_PYAV_REASON = "decoding videos needs PyAV"  # what earlier versions recorded in a store made without it
@@ -382,28 +413,6 @@ def _heal_cameras(source: LeRobotSource, root: Path, state: StoreState,
         return commit(replace(state, arrays={**state.arrays, **{name: arrays[name] for name in lost}},
                               not_materialized={k: v for k, v in state.not_materialized.items() if k not in lost}),
                       previous=state)
-
-
-def storage_name(spec: ArraySpec) -> str:
-    """A camera's storage as ``storage=`` names it: ``raw``, ``mp4``, ``compact``, ``lossless``, ``jpeg:90``..."""
-    if spec.storage != "compact":
-        return spec.storage
-    codec = spec.codec_spec
-    name, level = codec.get("codec"), codec.get("level")
-    if name in ("zstd", "delta-zstd"):
-        short = "compact" if name == "zstd" else "lossless"
-        return short if level == 3 else f"{name}:{level}"
-    if name == "jpeg":
-        return f"jpeg:{codec.get('quality')}"
-    return str(name)
-
-
-def kept_description(spec: ArraySpec | None) -> str:
-    """How a store keeps a camera, in words: ``jpeg:90, resized to 224x224``."""
-    if spec is None:
-        return "not stored"
-    size = spec.frame_shape[:2]
-    return storage_name(spec) + (f", resized to {size[0]}x{size[1]}" if spec.resize else "")
 
 
 _UNIT_EPISODES = 64  # at most this many episodes per distributed task (of one pack): retries redo little

@@ -12,7 +12,7 @@ final observation. That row is written with the episode (``add_episode(..., tail
 after deletions) is seen without its final observation, and its last transition then gets ``next_state = state``
 (LeRobot's rule for datasets), with a warning. ``.rl_buffer.json`` in the store folder records the buffer's
 layout (the shape LeRobot's buffer gives back for each key, and how each is stored), written once, before the
-first episode.
+first episode: see :mod:`lerobot_zarr.writing.transition_layout`, which also converts values both ways.
 
 Values come back as LeRobot's ``ReplayBuffer`` gives them: float32 (``done``/``truncated`` bool here, float in
 the torch adapter), cameras float32 CHW in [0, 1]. They are stored as LeRobot's buffer holds them (float32) except
@@ -24,27 +24,60 @@ unless ``image_storage="float32"``).
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, Literal
 
 import numpy as np
 
-from ..utils.fileio import WriterLock, atomic_write
-from ..sampling.maps import PackMaps
-from ..utils.progress import progress_bar
+from ..errors import (
+    ArgumentError,
+    CorruptStoreError,
+    EmptyStoreError,
+    ReadOnlyStoreError,
+    SchemaMismatchError,
+    SourceMismatchError,
+    StoreClosedError,
+    StoreExistsError,
+    StoreLockedError,
+    StoreNotFoundError,
+    ValueRangeError,
+    warn_user,
+)
+from ..lerobot.format import DEFAULT_FEATURES
 from ..sampling.dataset import LeRobotZarrDataset
-from ..errors import ArgumentError, SchemaMismatchError, StoreError, StoreLockedError, ValueRangeError, warn_user
-from ..lerobot.format import CAMERA_DTYPES, DEFAULT_FEATURES
-from ..store.state import ROOT, has_commit_point, pack_rows_target, read_state
+from ..sampling.maps import PackMaps
+from ..store.state import has_commit_point, read_state
+from ..store.tables import pack_rows_target
+from ..store.zarr_meta import ROOT
+from ..utils.fileio import WriterLock
+from ..utils.progress import progress_bar
+from .transition_layout import (
+    ACTION,
+    COMPLEMENTARY,
+    DEFAULT_FPS,
+    DEFAULT_TASK,
+    DONE,
+    IMAGE_STORAGES,
+    LAYOUT_FILE,
+    OBS_IMAGE,
+    REWARD,
+    TRUNCATED,
+    ImageStorage,
+    Layout,
+    Rounding,
+    Slot,
+    hwc,
+    lerobot_values,
+    scalar,
+    stored_value,
+)
 from .writer import WritableDataset, create
 
 __all__ = ["TransitionBuffer", "Layout", "Slot", "lerobot_values", "ACTION", "REWARD", "DONE", "TRUNCATED",
@@ -52,262 +85,7 @@ __all__ = ["TransitionBuffer", "Layout", "Slot", "lerobot_values", "ACTION", "RE
 
 log = logging.getLogger("lerobot_zarr")
 
-ACTION, REWARD, DONE, TRUNCATED = "action", "next.reward", "next.done", "next.truncated"  # LeRobot's names
-COMPLEMENTARY = "complementary_info."
-OBS_IMAGE = "observation.image"  # LeRobot's prefix of camera keys (DrQ augments these)
-LAYOUT_FILE = ".rl_buffer.json"
-DEFAULT_TASK = "from_replay_buffer"  # LeRobot's to_lerobot_dataset task name
-DEFAULT_FPS = 30
-ImageStorage = Literal["uint8", "float32"]
-IMAGE_STORAGES = get_args(ImageStorage)
-_STORED = ("float32", "uint8", "bool", "image")
 _MAX_MAPS = 4096
-
-
-@dataclass(frozen=True)
-class Slot:
-    """One value of a transition: the store feature holding it, the per-transition shape LeRobot's buffer gives
-    back, and how it is stored (float32, uint8 or bool numbers, or ``image``: uint8 HWC frames of a CHW camera)."""
-
-    feature: str
-    shape: tuple[int, ...]
-    stored: str = "float32"
-
-    def spec(self) -> dict[str, Any]:
-        """The LeRobot feature spec of the store (a 0-d value is LeRobot's shape ``[1]``)."""
-        if self.stored == "image":
-            c, h, w = self.shape
-            return {"dtype": "image", "shape": [h, w, c], "names": ["height", "width", "channels"]}
-        return {"dtype": self.stored, "shape": list(self.shape) or [1], "names": None}
-
-    def to_json(self) -> dict[str, Any]:
-        return {"feature": self.feature, "shape": list(self.shape), "stored": self.stored}
-
-    @classmethod
-    def from_json(cls, doc: Any, where: str) -> Slot:
-        try:
-            slot = cls(str(doc["feature"]), tuple(int(s) for s in doc["shape"]), str(doc["stored"]))
-        except (KeyError, TypeError, ValueError):
-            raise StoreError(f"{where}: malformed slot {doc!r:.120}") from None
-        if slot.stored not in _STORED or any(s < 0 for s in slot.shape) or (
-                slot.stored == "image" and (len(slot.shape) != 3 or slot.shape[0] not in (1, 3, 4))):
-            raise StoreError(f"{where}: malformed slot {doc!r:.120}")
-        return slot
-
-
-@dataclass(frozen=True)
-class Layout:
-    """Which store feature holds each value of a transition: of an RL buffer store (:meth:`of_transition`,
-    recorded in its layout file) or of a LeRobot dataset read as transitions (:meth:`of_dataset`)."""
-
-    state: dict[str, Slot]
-    action: Slot
-    complementary: dict[str, Slot]
-    done: bool = True  # the store has next.done (a LeRobot dataset may lack it: done is then its episode ends)
-    truncated: bool = True
-
-    def slots(self) -> list[Slot]:
-        """Every stored slot: state keys, action, reward, done, truncated (where stored), complementary info."""
-        flags = [Slot(REWARD, ())] + [Slot(DONE, (), "bool")] * self.done
-        flags += [Slot(TRUNCATED, (), "bool")] * self.truncated
-        return [*self.state.values(), self.action, *flags, *self.complementary.values()]
-
-    def features(self) -> dict[str, dict[str, Any]]:
-        return {slot.feature: slot.spec() for slot in self.slots()}
-
-    def to_json(self) -> dict[str, Any]:
-        return {"version": 1, "state": {k: s.to_json() for k, s in self.state.items()},
-                "action": self.action.to_json(), "complementary_info": {k: s.to_json()
-                                                                        for k, s in self.complementary.items()}}
-
-    @classmethod
-    def read(cls, root: Path) -> Layout | None:
-        """The layout recorded in an RL buffer store (None if the folder has no layout file)."""
-        path = root / LAYOUT_FILE
-        try:
-            doc = json.loads(path.read_bytes())
-        except FileNotFoundError:
-            return None
-        except ValueError as exc:
-            raise StoreError(f"{path}: not valid JSON ({exc})", path=path) from None
-        where = str(path)
-        version = doc.get("version") if isinstance(doc, dict) else None
-        if version != 1:
-            raise StoreError(f"{where}: not a buffer layout this version reads (version {version!r:.20})", path=path)
-        try:
-            state = {str(k): Slot.from_json(v, where) for k, v in doc["state"].items()}
-            complementary = {str(k): Slot.from_json(v, where) for k, v in doc["complementary_info"].items()}
-            return cls(state, Slot.from_json(doc["action"], where), complementary)
-        except (KeyError, AttributeError):
-            raise StoreError(f"{where}: missing 'state', 'action' or 'complementary_info'", path=path) from None
-
-    def write(self, root: Path) -> None:
-        atomic_write(root / LAYOUT_FILE, json.dumps(self.to_json(), indent=1).encode(), durable=True)
-
-    @classmethod
-    def of_transition(cls, state: Mapping[str, Any], action: Any, complementary_info: Mapping[str, Any] | None,
-                      image_storage: ImageStorage) -> Layout:
-        """The layout LeRobot's buffer allocates for its first transition: every key of ``state``, each value's
-        shape without its leading batch dimension of 1."""
-        if not isinstance(state, Mapping) or not state:
-            raise ArgumentError(f"state must be a non-empty dict {{key: array}}, got {state!r:.80}")
-        slots = {}
-        for key, value in state.items():
-            if not isinstance(key, str) or key in _RESERVED or key.startswith(COMPLEMENTARY):
-                raise ArgumentError(f"state key {key!r} is not allowed (it is one of LeRobot's own columns or a "
-                                    f"complementary_info key)")
-            v = _squeezed(value, f"state[{key!r}]")
-            camera = (key.startswith(OBS_IMAGE) and v.ndim == 3 and v.shape[0] in (1, 3, 4) and v.dtype.kind == "f"
-                      and image_storage == "uint8")
-            slots[key] = Slot(key, v.shape, "image" if camera else _numeric_storage(v))
-        a = _squeezed(action, "action")
-        info = {}
-        for key, value in (complementary_info or {}).items():
-            if not isinstance(key, str) or not key:
-                raise ArgumentError(f"complementary_info keys must be non-empty strings, got {key!r}")
-            v = _squeezed(value, f"complementary_info[{key!r}]")
-            # LeRobot keeps python numbers as float32 (their type may change from one transition to the next)
-            python = isinstance(value, (bool, int, float))
-            info[key] = Slot(COMPLEMENTARY + key, v.shape, "float32" if python else _numeric_storage(v))
-        return cls(slots, Slot(ACTION, a.shape, _numeric_storage(a)), info)
-
-    @classmethod
-    def of_dataset(cls, features: Mapping[str, Mapping[str, Any]], stored: Iterable[str], state_keys: Sequence[str],
-                   where: str) -> Layout:
-        """A LeRobot dataset's transitions as LeRobot's ``from_lerobot_dataset`` makes them: ``state_keys``,
-        ``action`` and ``next.reward`` are needed, ``next.done`` is optional (else episode ends), every
-        ``complementary_info.*`` feature comes along; values keep the dataset's feature shapes (shape ``[1]``: a
-        number, as LeRobot's dataset items give it)."""
-        stored = set(stored)
-        keys = list(dict.fromkeys(state_keys))
-        missing = [k for k in [*keys, ACTION, REWARD] if k not in stored]
-        if missing:
-            have = sorted(k for k in stored if k not in DEFAULT_FEATURES)
-            raise SchemaMismatchError(f"{where}: transitions need features {missing}, which the dataset does not "
-                                      f"hold (its features: {have}; an RL dataset has 'action' and "
-                                      f"'{REWARD}', as LeRobot's gym_manipulator records)", feature=missing[0])
-
-        def slot(name: str) -> Slot:
-            ft = features[name]
-            shape = tuple(int(s) for s in ft["shape"])
-            if ft["dtype"] in CAMERA_DTYPES:
-                h, w, c = shape if len(shape) == 3 and shape[-1] in (1, 3, 4) else (shape[1], shape[2], shape[0])
-                return Slot(name, (c, h, w), "image")
-            return Slot(name, () if shape == (1,) else shape, "float32")  # LeRobot's items: 0-d for shape [1]
-
-        info = {k[len(COMPLEMENTARY):]: slot(k) for k in features if k.startswith(COMPLEMENTARY) and k in stored}
-        return cls({k: slot(k) for k in keys}, slot(ACTION), info, done=DONE in stored,
-                   truncated=TRUNCATED in stored)
-
-
-_RESERVED = frozenset({*DEFAULT_FEATURES, ACTION, REWARD, DONE, TRUNCATED, "task"})
-
-
-def _squeezed(value: Any, what: str) -> np.ndarray:
-    """``value`` as numpy without a leading dimension of 1 (LeRobot's ``squeeze(0)``); torch tensors too."""
-    if hasattr(value, "detach"):  # a torch tensor, on any device
-        value = value.detach()
-        value = (value if value.device.type == "cpu" else value.cpu()).numpy()
-    try:
-        v = np.asarray(value)
-    except Exception as exc:  # noqa: BLE001  (whatever numpy cannot take)
-        raise ArgumentError(f"{what}: cannot be read as an array ({exc})") from None
-    if v.dtype.kind not in "biuf":
-        raise ArgumentError(f"{what}: {v.dtype} values cannot be stored (numbers or bools only)")
-    return v[0] if v.ndim and v.shape[0] == 1 else v
-
-
-def _scalar(value: Any, what: str) -> np.ndarray:
-    """A reward or flag: one number, in any shape holding one element (LeRobot assigns it to a scalar slot)."""
-    v = _squeezed(value, what)
-    if v.size != 1:
-        raise ArgumentError(f"{what}: one value per transition, got shape {v.shape}")
-    return v.reshape(())
-
-
-def _numeric_storage(v: np.ndarray) -> str:
-    return "bool" if v.dtype == np.bool_ else "uint8" if v.dtype == np.uint8 else "float32"
-
-
-class _Rounding:
-    """Warns once per camera whose float frames are not multiples of 1/255 (they are stored rounded). A property
-    of the pipeline that makes the frames: checked on the first frames of each camera, then on one in 64."""
-
-    def __init__(self) -> None:
-        self.warned: set[str] = set()
-        self.seen: dict[str, int] = {}
-
-    def check(self, key: str, frame: np.ndarray, stored: np.ndarray) -> None:
-        seen = self.seen[key] = self.seen.get(key, 0) + 1
-        if key in self.warned or (seen > 64 and seen % 64):
-            return
-        back = stored.astype(np.float32) / np.float32(255)
-        if not np.array_equal(back, frame):
-            self.warned.add(key)
-            error = float(np.abs(back - frame).max())
-            warn_user(f"state[{key!r}]: camera frames are not multiples of 1/255 (resized or normalized?): they are "
-                      f"stored as uint8 images, rounded (max error {error:.4f}), as LeRobot's datasets keep cameras; "
-                      f"pass image_storage='float32' to keep them exactly (4x the disk)")
-
-
-def _stored_value(slot: Slot, value: Any, what: str, rounding: _Rounding | None = None) -> np.ndarray:
-    """One transition's value in the store's representation, checked against its slot."""
-    v = _squeezed(value, what)
-    if v.shape != slot.shape:
-        raise SchemaMismatchError(f"{what}: shape {v.shape} (leading 1 dropped), but this buffer holds "
-                                  f"{slot.shape} for it", feature=slot.feature)
-    if slot.stored == "image":
-        if v.dtype.kind != "f":
-            raise SchemaMismatchError(f"{what}: camera frames of this buffer are float in [0, 1], got {v.dtype}",
-                                      feature=slot.feature)
-        v = v.astype(np.float32, copy=False)
-        low, high = v.min(), v.max()
-        if not (low >= 0 and high <= 1):  # NaN fails both
-            raise ValueRangeError(f"{what}: camera frames must be finite and in [0, 1] to be stored as images (got "
-                                  f"[{low}, {high}]); image_storage='float32' stores any values", feature=slot.feature)
-        out = np.rint(v * np.float32(255)).astype(np.uint8)
-        if rounding is not None:
-            rounding.check(slot.feature, v, out)
-        return out  # CHW: pending frames stay CHW until their commit writes them HWC, a whole episode at a time
-    if slot.stored == "bool":
-        if v.dtype != np.bool_ and not np.isin(v, (0, 1)).all():
-            raise ValueRangeError(f"{what}: this buffer stores it as bool (its first value was), got {v.dtype} "
-                                  f"values other than 0/1", feature=slot.feature)
-        return v.astype(np.bool_)
-    if slot.stored == "uint8":
-        if v.dtype != np.uint8:
-            raise SchemaMismatchError(f"{what}: this buffer stores it as uint8 (its first value was), got {v.dtype}",
-                                      feature=slot.feature)
-        return v
-    return v.astype(np.float32)
-
-
-def lerobot_values(slot: Slot, stored: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """A batch of one slot's stored values as LeRobot's buffer gives them, into ``out`` if given: float32 of the
-    slot's shape (cameras: uint8 HWC frames to float32 CHW, ``k / 255`` as torch computes ``u8.float() / 255``)."""
-    if slot.stored == "image" and stored.dtype == np.uint8:
-        out = np.empty((len(stored), *slot.shape), dtype=np.float32) if out is None else out
-        for i in range(0, len(stored), _CHUNK):  # each part converted while it is in cache; no thread pool
-            chw = np.ascontiguousarray(stored[i:i + _CHUNK].transpose(0, 3, 1, 2))  # uint8: 4x fewer bytes moved
-            np.divide(chw, np.float32(255), out=out[i:i + _CHUNK], dtype=np.float32)
-        return out
-    values = np.asarray(stored, dtype=np.float32).reshape(len(stored), *slot.shape)
-    if out is None:
-        return values
-    out[...] = values
-    return out
-
-
-_CHUNK = 16  # camera frames converted at a time
-
-
-def _hwc(frames: np.ndarray) -> np.ndarray:
-    """uint8 CHW camera frames (as added) as the store keeps them: HWC (a channel at a time: 3-4x faster than
-    numpy's transpose copy of bytes)."""
-    out = np.empty((frames.shape[0], *frames.shape[2:], frames.shape[1]), dtype=frames.dtype)
-    for c in range(frames.shape[1]):
-        out[..., c] = frames[:, c]
-    return out
 
 
 class _Pending:
@@ -342,7 +120,7 @@ class _Pending:
             head = self.arrays[slot.feature][:self.n]
             tail = self.next_state.get(slot.feature)
             tail = np.zeros_like(head[:1]) if tail is None else tail[None]
-            out[slot.feature] = _hwc(np.concatenate([head, tail])) if slot.stored == "image" else \
+            out[slot.feature] = hwc(np.concatenate([head, tail])) if slot.stored == "image" else \
                 np.concatenate([head, tail])
         return out
 
@@ -357,7 +135,7 @@ class _Pending:
             nxt[last] = self.next_state[slot.feature]
             out["next:" + slot.feature] = nxt
             if slot.stored == "image":
-                out[slot.feature], out["next:" + slot.feature] = _hwc(out[slot.feature]), _hwc(nxt)
+                out[slot.feature], out["next:" + slot.feature] = hwc(out[slot.feature]), hwc(nxt)
         return out
 
 
@@ -378,8 +156,8 @@ class _StoreTransitions:
         for name in [*self.names, "frame_index", "episode_index"]:
             spec = state.arrays.get(name)
             if spec is None or spec.storage != "raw":
-                raise StoreError(f"{self.root}: feature {name!r} of the buffer is not a raw array of the store",
-                                 path=self.root, feature=name)
+                raise CorruptStoreError(f"{self.root}: feature {name!r} of the buffer is not a raw array of the store",
+                                        path=self.root, feature=name)
             specs[name] = spec
         if self._maps is None or not self._maps.update(state.packs):
             if self._maps is not None:
@@ -537,8 +315,8 @@ class TransitionBuffer:
         self._fps, self._image_storage = fps, image_storage
         if mode == "r":
             if not self.root.is_dir():
-                raise StoreError(f"{self.root}: no such folder; a reader opens a buffer that a writer (mode='a') "
-                                 f"made or is about to make there", path=self.root)
+                raise StoreNotFoundError(f"{self.root}: no such folder; a reader opens a buffer that a writer "
+                                         f"(mode='a') made or is about to make there", path=self.root)
             if not self._follow():
                 warn_user(f"{self.root}: holds no replay buffer yet; this reader stays empty until a writer adds "
                           f"transitions there")
@@ -548,8 +326,8 @@ class TransitionBuffer:
             self._claim = WriterLock(self.root, blocking=False).__enter__()  # until the store exists
             if any(p.name != ".lock" for p in self.root.iterdir()):
                 self._claim.__exit__(None, None, None)
-                raise StoreError(f"{self.root}: the folder holds files but no store; a replay buffer needs a folder "
-                                 f"of its own", path=self.root)
+                raise StoreExistsError(f"{self.root}: the folder holds files but no store; a replay buffer needs a "
+                                       f"folder of its own", path=self.root)
 
     def _setup(self, root: Path, mode: str, *, capacity: int | None, task: str, durable: bool,
                refresh_interval: float | None) -> None:
@@ -564,7 +342,7 @@ class TransitionBuffer:
         self._pending: _Pending | None = None
         self._open_episode = False  # the last committed episode is the one in progress (checkpointed)
         self._drop = 0  # oldest committed episodes the next commit evicts: not sampled any more
-        self._rounding = _Rounding()
+        self._rounding = Rounding()
         self._split_warned = self._extra_warned = False
         self._signature: tuple | None = None
         self._checked = 0.0
@@ -592,8 +370,8 @@ class TransitionBuffer:
         layout = Layout.read(self.root)
         if layout is None and writer.meta.total_episodes:
             writer.close()
-            raise StoreError(f"{self.root}: is a store but not a replay buffer (no {LAYOUT_FILE}); read a dataset "
-                             f"as transitions with ReplayBuffer.from_lerobot_dataset", path=self.root)
+            raise SourceMismatchError(f"{self.root}: is a store but not a replay buffer (no {LAYOUT_FILE}); read a "
+                                      f"dataset as transitions with ReplayBuffer.from_lerobot_dataset", path=self.root)
         fps = writer.meta.fps
         if self._fps is not None and not math.isclose(float(self._fps), fps):
             writer.close()
@@ -644,8 +422,9 @@ class TransitionBuffer:
             layout = Layout.read(self.root)
             if layout is None:
                 if state.table.length.size:
-                    raise StoreError(f"{self.root}: is a store but not a replay buffer (no {LAYOUT_FILE}); read a "
-                                     f"dataset as transitions with ReplayBuffer.from_lerobot_dataset", path=self.root)
+                    raise SourceMismatchError(f"{self.root}: is a store but not a replay buffer (no {LAYOUT_FILE}); "
+                                              f"read a dataset as transitions with "
+                                              f"ReplayBuffer.from_lerobot_dataset", path=self.root)
                 return False  # created, layout not written yet
             self.layout = layout
             self._store = _StoreTransitions(self.root, layout)
@@ -743,13 +522,13 @@ class TransitionBuffer:
     # writing --------------------------------------------------------------------------------------------
     def _check_writer(self) -> None:
         if self.mode == "view":
-            raise StoreError(f"{self.root}: this buffer reads a dataset in place and cannot add; pass root= to "
-                             f"from_lerobot_dataset to copy the dataset into a buffer that can", path=self.root)
+            raise ReadOnlyStoreError(f"{self.root}: this buffer reads a dataset in place and cannot add; pass root= to "
+                                     f"from_lerobot_dataset to copy the dataset into a buffer that can", path=self.root)
         if self.mode != "a":
-            raise StoreError(f"{self.root}: this buffer was opened with mode='r' (a reader); it cannot add",
-                             path=self.root)
+            raise ReadOnlyStoreError(f"{self.root}: this buffer was opened with mode='r' (a reader); it cannot add",
+                                     path=self.root)
         if self._writer is not None and self._writer.closed:
-            raise StoreError(f"{self.root}: this buffer was closed", path=self.root)
+            raise StoreClosedError(f"{self.root}: this buffer was closed", path=self.root)
 
     def add(self, state: Mapping[str, Any], action: Any, reward: Any, next_state: Mapping[str, Any], done: Any,
             truncated: Any, complementary_info: Mapping[str, Any] | None = None) -> None:
@@ -797,14 +576,14 @@ class TransitionBuffer:
                 keys = sorted(given) if isinstance(given, Mapping) else type(given).__name__
                 raise SchemaMismatchError(f"{self.root}: {what} has keys {keys}, this buffer holds "
                                           f"{sorted(layout.state)}")
-        values = {s.feature: _stored_value(s, state[k], f"state[{k!r}]", self._rounding)
+        values = {s.feature: stored_value(s, state[k], f"state[{k!r}]", self._rounding)
                   for k, s in layout.state.items()}
-        after = {s.feature: _stored_value(s, next_state[k], f"next_state[{k!r}]", self._rounding)
+        after = {s.feature: stored_value(s, next_state[k], f"next_state[{k!r}]", self._rounding)
                  for k, s in layout.state.items()}
-        values[ACTION] = _stored_value(layout.action, action, "action")
-        values[REWARD] = _scalar(reward, "reward").astype(np.float32)
+        values[ACTION] = stored_value(layout.action, action, "action")
+        values[REWARD] = scalar(reward, "reward").astype(np.float32)
         for name, flag in (("done", done), ("truncated", truncated)):
-            v = _scalar(flag, name)
+            v = scalar(flag, name)
             if v.item() not in (0, 1):
                 raise ValueRangeError(f"{name}: a bool (or 0/1) per transition, got {flag!r:.60}", feature=name)
             values[f"next.{name}"] = v.astype(np.bool_)
@@ -820,7 +599,7 @@ class TransitionBuffer:
             warn_user(f"{self.root}: complementary_info keys {extra} are not in this buffer (its keys come from the "
                       f"first transition: {sorted(layout.complementary)}); they are dropped, as LeRobot does")
         for key, slot in layout.complementary.items():
-            values[slot.feature] = _stored_value(slot, info[key], f"complementary_info[{key!r}]")
+            values[slot.feature] = stored_value(slot, info[key], f"complementary_info[{key!r}]")
         return values, after
 
     def _end_episode_here(self) -> None:
@@ -924,7 +703,7 @@ class TransitionBuffer:
     def dataset(self) -> LeRobotZarrDataset:
         """The store as a dataset (what was committed): ``to_xarray()``, ``to_lerobot()``, ``push()``, samples."""
         if not has_commit_point(self.root):
-            raise StoreError(f"{self.root}: no transition was added yet", path=self.root)
+            raise EmptyStoreError(f"{self.root}: no transition was added yet", path=self.root)
         return LeRobotZarrDataset(self.root)
 
     @property

@@ -1,0 +1,596 @@
+"""A writer's transaction on its store: where new rows go (the free rows of the last pack, or a new pack), writing
+them, the commit that lists them, retiring the packs no live episode needs, and compaction; with the per-episode
+stats, content hashes and edit markers a commit folds in.
+
+:class:`WriteTransaction` works on the committed :class:`~lerobot_zarr.store.state.StoreState` it was given (its
+:attr:`~WriteTransaction.state`): each :meth:`~WriteTransaction.commit` takes a state with the changes and returns
+the new committed one (and tells :attr:`~WriteTransaction.on_commit`, so that a sampler follows). What a change
+means (an append, a deletion, a new task) is :mod:`lerobot_zarr.writing.writer`'s; how it reaches the disk safely
+is this module's (see :mod:`lerobot_zarr.store` for the contract): new rows are written where no committed episode
+points and flushed before the commit that lists them, packs left without a live episode are retired after it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import ArgumentError, CorruptStoreError, DiskSpaceError, ReadOnlyStoreError, warn_user
+from ..lerobot.format import aggregate_stats, episode_stats, stats_json
+from ..store.packs import open_array_pack, remove_retired, retire_pack, write_rows
+from ..store.committing import commit, live_matches, live_runs, repair_live
+from ..store.hashes import ContentHashes
+from ..store.state import CREATING_MARKER, StoreState, chunk_path, stats_path
+from ..store.tables import ArraySpec, EpisodeTable, PackLayout, pack_rows_target
+from ..utils.fileio import atomic_write, check_in_store, copy_file, find_links, load_json, read_bounded
+from ..utils.hashing import crc32c
+from ..utils.progress import progress_bar
+from .values import count_arg
+
+__all__ = ["WriteTransaction", "RETIRE_AFTER_S", "MIN_FREE_ENV", "resolve_min_free_bytes", "drop_empty_features",
+           "remove_path"]
+
+MIN_FREE_ENV = "LEROBOT_ZARR_MIN_FREE_BYTES"
+_DEFAULT_MIN_FREE = 256 * 2**20
+RETIRE_AFTER_S = 60.0  # how long a retired pack's files stay readable for readers of older commits
+_LOCATION_STATS = ("min", "max", "mean", "q01", "q10", "q50", "q90", "q99")
+_INDEX_COLUMNS = ("episode_index", "index")  # stored values may exceed LeRobot's by the table's shifts
+_STATS_PENDING = ".stats-pending"  # stats files newer than the committed stats.json may exist
+_EDITING = ".editing"  # <pack>-<offset>: features of an episode edited in place since the last commit
+_MAX_STATS_FILE = 16 << 20  # bytes of one episode's stats file
+
+
+class WriteTransaction:
+    """The write path of one store, whose writer lock the caller holds: allocation, row writes, commits, retiring
+    and compaction (see the module docstring). Opening it cleans up after a writer that died (debris, packs no
+    commit lists, half-finished retirements); :meth:`recover` then finishes what such a writer left half done.
+
+    Public state, read and changed by the writer between commits: :attr:`state` (the last commit), :attr:`gaps`
+    (per feature, episodes without its frames), :attr:`dirty` (features of episodes edited in place since the last
+    commit, by ``(pack, offset)``), :attr:`fresh` (content hashes of rows written since the last commit) and
+    :attr:`stats_rows` (per-episode stats of the committed episodes, once computed).
+    """
+
+    def __init__(self, state: StoreState, *, durable: bool = True, min_free_bytes: int | None = None):
+        self.root = Path(state.root)
+        self.durable = bool(durable)
+        self.min_free_bytes = resolve_min_free_bytes(min_free_bytes)
+        self.state = drop_empty_features(state)
+        compact = [name for name, spec in self.state.arrays.items() if spec.storage != "raw"]
+        if compact:
+            raise ReadOnlyStoreError(f"{self.root}: features {compact} are stored compact (compressed frames), "
+                                     f"which cannot be written in place; use a store with raw storage to write",
+                                     path=self.root)
+        # episodes whose frames of a feature the source could not give (missing videos): kept by position
+        self.gaps = {name: self.state.unavailable_of(name) for name in self.state.arrays
+                     if self.state.unavailable_of(name)}
+        self.on_commit: Callable[[StoreState], None] | None = None  # told of each new committed state
+        self.stats_rows: dict[str, dict[str, np.ndarray]] | None = None  # per-episode stats of stored values
+        self.fresh: dict[tuple[int, int], dict[str, int]] = {}  # content hashes of rows written since the commit
+        self._cleanup()
+        broken = self.state.hashes.readable()
+        if broken is not None:  # not a reason to refuse writes: hashes are recorded anew from here on
+            warn_user(f"{self.root}: the store's content hashes cannot be read ({broken}); the episodes committed "
+                      f"so far are unverifiable (`lerobot-zarr verify --record` records them anew)")
+            self.state = replace(self.state, hashes=ContentHashes())
+        # (pack, offset) -> features edited since the last commit (those a writer killed midway left, on open)
+        self.dirty: dict[tuple[int, int], set[str]] = self._edit_markers()
+
+    def recover(self) -> None:
+        """Finish what a writer killed midway left: a ``set_task`` (its frames rewritten: idempotent), an edit
+        (its stats dropped, or written but not committed: the edited episodes' stats and content hashes
+        recomputed, and committed)."""
+        if self.state.pending_tasks:
+            self.rewrite_task_index(list(self.state.pending_tasks))
+        if self.dirty or (self.root / _STATS_PENDING).exists() or self._stats_missing():
+            self.commit(self.state, self.episode_stats_rows())
+
+    def rewrite_task_index(self, pending: Sequence[tuple[int, int, int]]) -> None:
+        """Write the ``task_index`` frames of each ``(pack, offset, task)`` listed in place, then commit (with the
+        episodes' stats): the second half of a ``set_task``."""
+        table = self.state.table
+        position = {(int(c), int(o)): i for i, (c, o) in enumerate(zip(table.chunk.tolist(), table.offset.tolist(),
+                                                                      strict=True))}
+        for pack, offset, k in pending:
+            e = position.get((int(pack), int(offset)))
+            if e is None:
+                continue
+            m = self.rows_map("task_index", int(pack), int(offset), int(table.length[e]), writable=True)
+            m[:] = k
+            m.flush()
+            del m
+            remove_path(stats_path(self.root, int(pack), int(offset)))
+            self.dirty.setdefault((int(pack), int(offset)), set()).add("task_index")
+        self.commit(self.state, self.episode_stats_rows(), pending_tasks=())
+
+    def frame_bytes(self) -> int:
+        """Bytes of one frame of every feature."""
+        return sum(spec.frame_bytes for spec in self.state.arrays.values())
+
+    def _cleanup(self) -> None:
+        """After a crash: drop pack files no commit lists, finish retiring, delete what expired, remove debris.
+        First, a store holding a symbolic link anywhere is refused: a writer never follows one out of the store."""
+        links = find_links(self.root)
+        if links:
+            raise CorruptStoreError(f"{links[0]}: is a symbolic link; a store holds none (it could point writes "
+                                    f"outside the store){f' (and {len(links) - 1} more)' if len(links) > 1 else ''}; "
+                                    f"`lerobot-zarr verify --repair {self.root}` removes them", path=links[0])
+        state = self.state
+        n_packs = len(state.packs)
+        retired = {pack for pack, _ in state.retired}
+        for name in [*state.arrays, "frame_live"]:
+            folder = Path(check_in_store(self.root, self.root / name / "c" / "_")).parent  # no link on the way
+            if folder.is_symlink():
+                raise CorruptStoreError(f"{folder}: is a symbolic link; a store's folders must be real folders",
+                                        path=folder)
+            if not folder.is_dir():
+                continue
+            for entry in folder.iterdir():
+                if not entry.name.isdigit():
+                    remove_path(entry)  # debris of a pack creation killed before its rename
+                    continue
+                pack = int(entry.name)
+                if pack >= n_packs or (state.packs.rows[pack] == 0 and (pack not in retired or name == "frame_live")):
+                    remove_path(entry)  # a pack created for an append that never committed, or retired and expired
+                elif state.packs.rows[pack] == 0:
+                    retire_pack(self.root, {name: state.arrays[name]}, pack)  # retired by a commit, not moved yet
+        live = {(int(c), int(o)) for c, o in zip(state.table.chunk.tolist(), state.table.offset.tolist(), strict=True)}
+        for folder, suffix in ((self.root / ".episode_stats", ".json"), (self.root / _EDITING, "")):
+            check_in_store(self.root, folder / "_")
+            if folder.is_symlink():
+                remove_path(folder)
+            if not folder.is_dir():
+                continue
+            for entry in folder.iterdir():
+                key = tuple(entry.name.removesuffix(suffix).split("-"))
+                if not (len(key) == 2 and all(k.isdigit() for k in key) and (int(key[0]), int(key[1])) in live
+                        and entry.name.endswith(suffix)):
+                    remove_path(entry)
+        for pattern in (".*.tmp-*", "*/.*.tmp-*", "*/c/.*.tmp-*", "*/c/*/.*.tmp-*", ".episode_stats/.*.tmp-*",
+                        CREATING_MARKER):
+            for tmp in self.root.glob(pattern):  # debris of writes killed before their rename
+                remove_path(tmp)
+        try:  # zarr's copies of the commit are for zarr readers only (lerobot_zarr reads the root): may wait
+            if state.read_version < 3 or (self.root / ".frame_live-pending").exists():
+                # upgrade the format / a commit was cut short: its zarr copies and frame_live rewritten
+                self.state = commit(state, previous=state, durable=True)
+            elif not all(live_matches(self.root, pack, int(state.packs.rows[pack]), runs)
+                         for pack, runs in live_runs(state).items()):
+                repair_live(state)  # frame_live damaged since: rewritten from the table
+        except DiskSpaceError as exc:
+            if state.read_version < 3:
+                raise
+            warn_user(f"{self.root}: zarr's copy of the last commit (frame_live, episode_*) could not be repaired "
+                      f"now ({exc}); the next commit repairs it")
+
+    def check_space(self, nbytes: int) -> None:
+        """Refuse (:class:`DiskSpaceError`, nothing written) a write of ``nbytes`` that would leave less free space
+        on the volume than the margin."""
+        st = os.statvfs(self.root)
+        free = st.f_bavail * st.f_frsize
+        if free - nbytes < self.min_free_bytes:
+            raise DiskSpaceError(errno.ENOSPC, f"{self.root}: writing {nbytes} bytes would leave {free - nbytes} "
+                                               f"bytes free on its volume, below the margin of {self.min_free_bytes}"
+                                               f" bytes (min_free_bytes= or ${MIN_FREE_ENV}); nothing was written",
+                                 path=self.root)
+
+    # stats ----------------------------------------------------------------------------------------------
+    def write_stats_file(self, pack: int, offset: int, stats: Mapping[str, Mapping[str, np.ndarray]]) -> None:
+        """Keep one episode's per-feature stats next to it (a cache: recomputed from the data when unusable)."""
+        path = stats_path(self.root, pack, offset)
+        check_in_store(self.root, path)
+        path.parent.mkdir(exist_ok=True)
+        atomic_write(path, json.dumps({k: stats_json(v) for k, v in stats.items()}).encode(), durable=False,
+                     root=self.root)
+
+    def stats_of(self, pack: int, offset: int, arrays: Mapping[str, np.ndarray], episode: int | None = None
+                 ) -> dict[str, dict[str, np.ndarray]]:
+        """Per-episode stats of one episode's stored values, computed and kept next to it. A feature the episode
+        lacks (a gap: its video was missing) gets the stats of one zero frame, which no merge counts."""
+        gaps = [name for name, g in self.gaps.items() if episode in g] if episode is not None else []
+        stats = {name: episode_stats(np.asarray(arrays[name][:1] if name in gaps else arrays[name]), spec.kind)
+                 for name, spec in self.state.arrays.items()}
+        self.write_stats_file(pack, offset, stats)
+        return stats
+
+    def rows_map(self, name: str, pack: int, offset: int, length: int, *, writable: bool = False) -> np.memmap:
+        """A memory map of one committed episode's rows of one feature (symlinks refused, size checked)."""
+        spec = self.state.arrays[name]
+        rows = int(self.state.packs.rows[pack])
+        fd = open_array_pack(self.root, name, spec, pack, rows, os.O_RDWR if writable else os.O_RDONLY)
+        with os.fdopen(fd, "r+b" if writable else "rb") as f:
+            return np.memmap(f, dtype=spec.dtype, mode="r+" if writable else "r", offset=offset * spec.frame_bytes,
+                             shape=(length, *spec.frame_shape))
+
+    def read_episode(self, e: int, table: EpisodeTable | None = None) -> dict[str, np.ndarray]:
+        """Episode ``e``'s rows of every feature (zeros for a feature it has no frames of)."""
+        t = self.state.table if table is None else table
+        pack, offset, length = int(t.chunk[e]), int(t.offset[e]), int(t.length[e])
+        gaps = self.gap_features(pack, offset)
+        return {name: np.zeros((length, *spec.frame_shape), spec.dtype) if name in gaps
+                else self.rows_map(name, pack, offset, length) for name, spec in self.state.arrays.items()}
+
+    def _stats_missing(self) -> bool:
+        """Whether some episode lacks its stats file while others have one (an edit's crash dropped it)."""
+        try:
+            present = set(os.listdir(self.root / ".episode_stats"))
+        except FileNotFoundError:
+            return False
+        t = self.state.table
+        return any(f"{c}-{o}.json" not in present for c, o in zip(t.chunk.tolist(), t.offset.tolist(), strict=True))
+
+    def mark_editing(self, key: tuple[int, int], names: set[str]) -> None:
+        """Record, before an in-place edit writes, which features of the episode at ``key`` it edits."""
+        path = self.root / _EDITING / f"{key[0]}-{key[1]}"
+        check_in_store(self.root, path)
+        path.parent.mkdir(exist_ok=True)
+        atomic_write(path, json.dumps(sorted(names)).encode(), durable=False, root=self.root)
+
+    def _edit_markers(self) -> dict[tuple[int, int], set[str]]:
+        """Features of committed episodes an in-place edit changed without a commit after it (a writer killed
+        during or after an edit block): their stats and content hashes are recomputed at the next commit."""
+        folder = self.root / _EDITING
+        out: dict[tuple[int, int], set[str]] = {}
+        if not folder.is_dir() or folder.is_symlink():
+            return out
+        for entry in folder.iterdir():
+            key = entry.name.split("-")
+            try:
+                names = load_json(read_bounded(entry, 1 << 20, root=self.root, what="edit marker"), str(entry))
+            except (CorruptStoreError, OSError):
+                names = list(self.state.arrays)  # unreadable: assume every feature was edited
+            if len(key) == 2 and all(k.isdigit() for k in key) and isinstance(names, list):
+                out[(int(key[0]), int(key[1]))] = {n for n in names if n in self.state.arrays}
+        return out
+
+    def _checked_stats(self, doc: Any, length: int, episode: int) -> dict[str, dict[str, np.ndarray]]:
+        """An episode's stats file (a cache of this writer's), taken only if it has every feature's stats, shaped
+        as computed ones, over ``length`` frames (one for a feature the episode lacks: see :meth:`stats_of`); else
+        ValueError (it is recomputed from the data)."""
+        out = {}
+        for name, spec in self.state.arrays.items():
+            probe = episode_stats(np.zeros((1, *spec.frame_shape), dtype=spec.dtype), spec.kind)
+            got = {k: np.asarray(v, dtype=np.float64) for k, v in doc[name].items()}
+            frames = 1 if episode in self.gaps.get(name, {}) else length
+            if got.keys() != probe.keys() or any(got[k].shape != np.shape(v) for k, v in probe.items()) \
+                    or int(got["count"].reshape(-1)[0]) != frames:
+                raise ValueError(f"stats of {name!r} do not fit the episode")
+            out[name] = got
+        return out
+
+    def episode_stats_rows(self, episodes: Sequence[int] | None = None) -> dict[str, dict[str, np.ndarray]]:
+        """Per-episode stats, stacked: of every episode (rows in episode order), or only of ``episodes`` (rows in
+        that order: a deletion needs the kept ones only). Computed once where missing, with a progress bar."""
+        if self.stats_rows is not None:
+            rows = self.stats_rows
+            return rows if episodes is None else {name: {k: v[list(episodes)] for k, v in stats.items()}
+                                                  for name, stats in rows.items()}
+        table = self.state.table
+        chosen = range(len(table)) if episodes is None else [int(e) for e in episodes]
+        found: list[dict] = []
+        todo = []
+        for i, e in enumerate(chosen):
+            try:
+                path = stats_path(self.root, int(table.chunk[e]), int(table.offset[e]))
+                doc = load_json(read_bounded(path, _MAX_STATS_FILE, root=self.root, what="episode stats"), str(path))
+                found.append(self._checked_stats(doc, int(table.length[e]), e))
+            except (FileNotFoundError, KeyError, ValueError, TypeError, AttributeError):
+                found.append({})
+                todo.append((i, e))
+        with progress_bar(sum(int(table.length[e]) for _, e in todo), f"episode stats of {self.root.name}",
+                          len(todo) > 1) as bar:
+            for i, e in todo:
+                found[i] = self.stats_of(int(table.chunk[e]), int(table.offset[e]), self.read_episode(e), e)
+                bar.update(int(table.length[e]))
+        stacked = {name: _stack([row[name] for row in found], spec) for name, spec in self.state.arrays.items()}
+        if episodes is None:
+            self.stats_rows = stacked
+        return stacked
+
+    def _dataset_stats(self, table: EpisodeTable, rows: dict[str, dict[str, np.ndarray]],
+                       gaps_of: Mapping[str, Mapping[int, str]]) -> dict:
+        """LeRobot's stats.json from per-episode stats: count-weighted merge, index columns shifted back."""
+        if not len(table):
+            return {}
+        out = {}
+        for name, stats in rows.items():
+            gaps = gaps_of.get(name)
+            if gaps:  # episodes without this feature's frames (zeros in the store) do not count
+                keep = np.ones(len(table), dtype=bool)
+                keep[[e for e in gaps if e < len(table)]] = False
+                if not keep.any():
+                    continue
+                stats = {k: v[keep] for k, v in stats.items()}
+            if name in _INDEX_COLUMNS:
+                shift = (table.episode_index_shift if name == "episode_index" else table.index_shift)
+                stats = dict(stats)
+                for key in _LOCATION_STATS:
+                    stats[key] = stats[key] - shift.reshape(-1, *[1] * (stats[key].ndim - 1))
+            out[name] = stats_json(aggregate_stats(stats))
+        return out
+
+    def _fold_dirty(self, table: EpisodeTable, rows: dict[str, dict[str, np.ndarray]]
+                    ) -> dict[str, dict[str, np.ndarray]]:
+        """``rows`` (aligned with ``table``) with the stats of edited features recomputed from the data."""
+        position = {(int(c), int(o)): i for i, (c, o) in enumerate(zip(table.chunk.tolist(), table.offset.tolist(),
+                                                                      strict=True))}
+        rows = {name: {k: v.copy() for k, v in rows[name].items()} for name in rows}
+        for (pack, offset), names in self.dirty.items():
+            e = position.get((pack, offset))
+            if e is None:  # deleted or moved since: its new rows got fresh stats
+                continue
+            length = int(table.length[e])
+            for name in names:
+                values = np.asarray(self.rows_map(name, pack, offset, length))
+                stats = episode_stats(values, self.state.arrays[name].kind)
+                self.fresh.setdefault((pack, offset), {})[name] = crc32c(values)  # the edit's new content
+                for k in rows[name]:
+                    rows[name][k][e] = stats[k]
+            self.write_stats_file(pack, offset, {name: {k: v[e] for k, v in rows[name].items()} for name in rows})
+        return rows
+
+    # committing -----------------------------------------------------------------------------------------
+    def commit(self, state: StoreState, rows: dict[str, dict[str, np.ndarray]] | None, *,
+               gaps: dict[str, dict[int, str]] | None = None, **changes: Any) -> StoreState:
+        """One commit of ``state`` (its table, packs, tasks...) with ``changes`` applied: info counters, stats,
+        source, and ``gaps`` (per feature, the positions of episodes without its frames, if they moved); packs
+        left without a live episode are retired after it (expired retired packs deleted); :attr:`on_commit` is
+        told. Stats of in-place edits not committed yet are folded in. Returns the new state."""
+        previous = self.state
+        gaps = self.gaps if gaps is None else {name: g for name, g in gaps.items() if g}
+        state = replace(state, **changes)
+        table = state.table
+        folded = list(self.dirty)
+        if self.dirty:
+            # first the marker, then the edited episodes' new stats files: a writer killed in between leaves the
+            # marker, and the next writer recomputes the stats.json those files make stale
+            (self.root / _STATS_PENDING).touch()
+            rows = self._fold_dirty(table, self.episode_stats_rows() if rows is None else rows)
+        tasks = list(state.tasks)
+        info = dict(state.info, total_episodes=len(table), total_frames=int(table.length.sum()),
+                    total_tasks=len(tasks), splits={"train": f"0:{len(table)}"} if len(table) else {})
+        now = time.time()
+        packs = state.packs
+        live = np.zeros(len(packs), dtype=bool)
+        live[table.chunk] = True
+        if len(packs):
+            live[-1] |= packs.free_rows() > 0 and packs.rows[-1] > 0  # the open pack stays for the next append
+        retire = np.flatnonzero(~live & (packs.rows > 0)).tolist()
+        retired = [(c, t) for c, t in state.retired if now - t < RETIRE_AFTER_S]
+        expired = [c for c, t in state.retired if now - t >= RETIRE_AFTER_S]
+        retired += [(int(c), now) for c in retire]
+        source = state.source
+        if source.get("kind") not in ("recorded", "edited"):
+            source = {"kind": "edited", "from": source}
+        stats = self._dataset_stats(table, rows, gaps) if rows is not None else state.stats
+        new = replace(state, info=info, source=source, stats=stats, retired=tuple(retired),
+                      packs=packs.retire(retire)).all_materialized()
+        new = replace(new, unavailable={}).with_materialized({}, gaps).with_hashes(self.fresh)
+        self.state = commit(new, previous=previous, durable=self.durable)
+        self.gaps = gaps
+        self.fresh = {}
+        with contextlib.suppress(FileNotFoundError):
+            (self.root / _STATS_PENDING).unlink()
+        for pack, offset in folded:
+            remove_path(self.root / _EDITING / f"{pack}-{offset}")
+        self.dirty = {}
+        if rows is not None:
+            self.stats_rows = rows
+        kept = {(int(c), int(o)) for c, o in zip(table.chunk.tolist(), table.offset.tolist(), strict=True)}
+        gone = {(int(c), int(o)) for c, o in zip(previous.table.chunk.tolist(), previous.table.offset.tolist(),
+                                                 strict=True)} - kept
+        for pack, offset in gone:
+            remove_path(stats_path(self.root, pack, offset))
+        for pack in retire:
+            retire_pack(self.root, self.state.arrays, pack)
+        for pack in expired:
+            remove_retired(self.root, self.state.arrays, pack)
+        if self.on_commit is not None:
+            self.on_commit(self.state)
+        return self.state
+
+    def _shared(self, pack: int) -> bool:
+        """Whether the pack's files are hard links shared with another store (a copy made by :func:`fork`)."""
+        for name, spec in self.state.arrays.items():
+            try:
+                if os.stat(chunk_path(self.root, name, pack, spec.ndim), follow_symlinks=False).st_nlink > 1:
+                    return True
+            except FileNotFoundError:
+                pass
+        return False
+
+    def own_pack(self, pack: int) -> int:
+        """The id under which pack ``pack`` is this store's own, to write in place: a pack shared with another
+        store by hard links is first copied to a new pack (one commit; the other store never changes)."""
+        if not self._shared(pack):
+            return pack
+        state = self.state
+        rows = int(state.packs.rows[pack])
+        new = len(state.packs)
+        self.check_space(rows * self.frame_bytes())
+        for name, spec in self.state.arrays.items():
+            src = check_in_store(self.root, chunk_path(self.root, name, pack, spec.ndim))
+            dst = Path(check_in_store(self.root, chunk_path(self.root, name, new, spec.ndim)))
+            if not os.path.lexists(src):  # a camera none of the pack's episodes has
+                continue
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            tmp = dst.with_name(f".{dst.name}.tmp-{os.getpid()}")
+            copy_file(src, tmp)
+            os.replace(tmp, dst)
+        table = state.table
+        moved = table.chunk == pack
+        for offset in table.offset[moved].tolist():
+            with contextlib.suppress(FileNotFoundError):
+                os.replace(stats_path(self.root, pack, offset), stats_path(self.root, new, offset))
+        for e in np.flatnonzero(moved).tolist():  # the same bytes under a new pack id: the same hashes
+            self.fresh[(new, int(table.offset[e]))] = self._recorded_hashes(e, table)
+        chunk = np.where(moved, new, table.chunk)
+        self.commit(state, None, table=EpisodeTable(table.start, table.length, table.task_index, chunk,
+                                                     table.offset, table.episode_index_shift, table.index_shift),
+                     packs=state.packs.with_pack(rows, rows))
+        return new
+
+    def allocate(self, packs: PackLayout, n: int, room: int = 0) -> tuple[PackLayout, int, int]:
+        """Rows for ``n`` new frames: the free rows of the last pack if they fit (and it is this store's own),
+        else a new pack (of the target size, or ``max(n, room)`` rows for a bigger episode: ``room`` leaves space
+        to extend it). Returns the new layout, the pack and the row offset."""
+        if len(packs) and packs.rows[-1] > 0 and packs.free_rows() >= max(n, room) and not self._shared(
+                len(packs) - 1):
+            return PackLayout(packs.rows, packs.next_row + n), len(packs) - 1, packs.next_row
+        target = pack_rows_target(self.state.arrays, self.state.pack_bytes)
+        if self.state.capacity_frames is not None:  # a ring buffer frees a pack once all of it was evicted: keep them small
+            target = min(target, max(1, self.state.capacity_frames // 8))
+        rows = max(target, n, room)
+        return packs.with_pack(rows, n), len(packs), 0
+
+    def write_episode(self, packs: PackLayout, pack: int, offset: int, data: Mapping[str, np.ndarray],
+                      skip: Sequence[str] = ()) -> None:
+        """Write one episode's rows of every feature (but ``skip``: features it has no frames of) and note their
+        content hashes for the next commit."""
+        hashes = self.fresh.setdefault((pack, offset), {})
+        for name, spec in self.state.arrays.items():
+            if name not in skip:
+                hashes[name] = write_rows(self.root, name, spec, pack, offset, data[name], int(packs.rows[pack]))
+
+    def room_after(self, e: int, n: int) -> bool:
+        """Whether ``n`` rows fit right after episode ``e``'s in its pack: the last pack, this store's own, with no
+        other episode after it there."""
+        table, packs = self.state.table, self.state.packs
+        pack, end = int(table.chunk[e]), int(table.offset[e] + table.length[e])
+        if pack != len(packs) - 1 or end + n > int(packs.rows[pack]) or self._shared(pack):
+            return False
+        return not ((table.chunk == pack) & (table.offset > table.offset[e])).any()
+
+    def relocate(self, packs: PackLayout, data: Mapping[str, np.ndarray], skip: Sequence[str] = ()
+                 ) -> tuple[PackLayout, int, int]:
+        """Write one episode's (possibly changed) frames into fresh rows; return the layout, pack and offset."""
+        n = len(next(iter(data.values())))
+        packs, pack, offset = self.allocate(packs, n)
+        self.write_episode(packs, pack, offset, data, skip)
+        return packs, pack, offset
+
+    def _recorded_hashes(self, e: int, table: EpisodeTable) -> dict[str, int]:
+        """The content hashes recorded for episode ``e`` of ``table`` (by its location), feature by feature."""
+        one = table.take(np.array([e]))
+        return {name: int(self.state.hashes.aligned(one, name)[0]) for name in self.state.arrays}
+
+    def damaged(self, e: int, table: EpisodeTable, data: Mapping[str, np.ndarray]) -> list[str]:
+        """Features of episode ``e`` (of ``table``) whose rows just read (``data``) differ from their recorded
+        content hash (features without one, without frames in the episode, or edited in place since the last
+        commit, are not checked)."""
+        recorded = self._recorded_hashes(e, table)
+        key = (int(table.chunk[e]), int(table.offset[e]))
+        skip = self.gap_features(*key) | self.dirty.get(key, set())
+        return [name for name, values in data.items() if name not in skip and recorded.get(name, -1) >= 0
+                and crc32c(np.ascontiguousarray(values)) != recorded[name]]
+
+    def gap_features(self, pack: int, offset: int) -> set[str]:
+        """Features the episode at (pack, offset) has no frames of (a camera whose video the source lacked)."""
+        if not self.gaps:
+            return set()
+        table = self.state.table
+        hit = np.flatnonzero((table.chunk == pack) & (table.offset == offset))
+        return {name for name, g in self.gaps.items() if len(hit) and int(hit[0]) in g}
+
+    def compact_packs(self, table: EpisodeTable, packs: PackLayout, rows: dict[str, dict[str, np.ndarray]]
+                 ) -> tuple[EpisodeTable, PackLayout]:
+        """Move the live episodes of packs left mostly dead (live rows under half the pack, the last pack
+        excepted) to fresh rows, so that the next commit retires those packs and their disk space is freed."""
+        live_rows = np.bincount(table.chunk, weights=table.length, minlength=len(packs))
+        sparse = np.flatnonzero((packs.rows > 0) & (live_rows > 0) & (live_rows * 2 < packs.rows))
+        sparse = sparse[sparse != len(packs) - 1]
+        if not len(sparse):
+            return table, packs
+        chunk, offset = table.chunk.copy(), table.offset.copy()
+        moving = np.flatnonzero(np.isin(table.chunk, sparse))
+        try:
+            self.check_space(int(table.length[moving].sum()) * self.frame_bytes())
+        except DiskSpaceError:  # compaction only frees space later: on a full volume, deletions go on without it
+            return table, packs
+        for e in moving.tolist():
+            gaps = self.gap_features(int(table.chunk[e]), int(table.offset[e]))
+            data = {name: np.asarray(v) for name, v in self.read_episode(e, table).items()}
+            damaged = self.damaged(e, table, data)
+            if damaged:
+                warn_user(f"{self.root}: moving episode {e} (pack {int(table.chunk[e])}), its rows of {damaged} differ "
+                          f"from the content hash recorded when they were committed (damaged on disk?); they keep "
+                          f"that hash, so `lerobot-zarr verify` names them")
+            recorded = self._recorded_hashes(e, table)
+            edited = self.dirty.get((int(table.chunk[e]), int(table.offset[e])), set())  # edited, not committed
+            for name in edited:
+                recorded[name] = crc32c(np.ascontiguousarray(data[name]))
+            packs, chunk[e], offset[e] = self.relocate(packs, data, gaps)
+            self.fresh[(int(chunk[e]), int(offset[e]))] = recorded  # the same rows: the hashes recorded for them
+            if edited:  # ``rows`` holds its stats from before the edit: recomputed from the values moved
+                for name in edited:
+                    fresh = episode_stats(data[name][:1] if name in gaps else data[name], self.state.arrays[name].kind)
+                    for k in rows[name]:
+                        rows[name][k][e] = fresh[k]
+            self.write_stats_file(int(chunk[e]), int(offset[e]), {name: {k: v[e] for k, v in rows[name].items()}
+                                                                   for name in rows})
+        return EpisodeTable(table.start, table.length, table.task_index, chunk, offset, table.episode_index_shift,
+                            table.index_shift), packs
+
+
+def drop_empty_features(state: StoreState) -> StoreState:
+    """Drop arrays the source could give for no episode (cameras whose videos are all missing): the store then
+    lists them as not materialized, as one made without them would, and stays writable."""
+    n = len(state.table)
+    empty = [name for name in state.arrays if n and len(state.unavailable_of(name)) == n]
+    if not empty:
+        return state
+    not_materialized = dict(state.not_materialized)
+    for name in empty:
+        not_materialized[name] = f"unavailable in every episode; episode 0: {state.unavailable_of(name)[0]}"
+    new_state = commit(replace(state, arrays={k: v for k, v in state.arrays.items() if k not in empty},
+                               materialized={k: v for k, v in state.materialized.items() if k not in empty},
+                               unavailable={k: v for k, v in state.unavailable.items() if k not in empty},
+                               not_materialized=not_materialized), previous=state)
+    for name in empty:
+        remove_path(state.root / name)
+    return new_state
+
+
+
+
+def remove_path(path: Path | str) -> None:
+    path = Path(path)
+    with contextlib.suppress(FileNotFoundError):
+        if path.is_dir() and not path.is_symlink():
+            for child in path.iterdir():
+                remove_path(child)
+            path.rmdir()
+        else:
+            path.unlink()
+
+
+def _stack(rows: list[dict[str, np.ndarray]], spec: ArraySpec) -> dict[str, np.ndarray]:
+    if rows:
+        return {k: np.stack([np.asarray(r[k]) for r in rows]) for k in rows[0]}
+    probe = episode_stats(np.zeros((1, *spec.frame_shape), dtype=spec.dtype), spec.kind)
+    return {k: np.empty((0, *np.shape(v)), dtype=np.asarray(v).dtype) for k, v in probe.items()}
+
+
+
+
+def resolve_min_free_bytes(value: int | None) -> int:
+    """The free-space margin writes keep: ``value``, else ``$LEROBOT_ZARR_MIN_FREE_BYTES``, else 256 MiB."""
+    if value is not None:
+        return count_arg("min_free_bytes", value, 0)
+    raw = os.environ.get(MIN_FREE_ENV)
+    if raw is None:
+        return _DEFAULT_MIN_FREE
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ArgumentError(f"{MIN_FREE_ENV}={raw!r} is not an integer") from None
+    return count_arg(f"${MIN_FREE_ENV}", value, 0)

@@ -1,0 +1,177 @@
+"""Checks of what a writer is given: LeRobot feature specs (:func:`feature_specs`), and frames and values that must
+become the stored dtype without changing (:func:`as_frames`, :func:`check_assignable`): a value a dtype cannot hold
+is refused with :class:`~lerobot_zarr.errors.ValueRangeError`, never stored changed."""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from ..errors import ArgumentError, SchemaMismatchError, UnsupportedDtypeError, ValueRangeError
+from ..lerobot.format import DEFAULT_FEATURES, NUMERIC_DTYPES
+from ..store.state import check_array_name
+from ..store.tables import MAX_FRAME_BYTES, ArraySpec, array_spec
+
+__all__ = ["RESERVED_NAMES", "count_arg", "feature_specs", "stored_values", "as_frames", "check_assignable",
+           "check_fits"]
+
+RESERVED_NAMES = ("task",)  # sample keys a feature may not take (with LeRobot's own columns and '*_is_pad')
+_RAW_DTYPES = frozenset(np.dtype(t).type for t in NUMERIC_DTYPES)
+
+def count_arg(name: str, value: Any, low: int) -> int:
+    """``value`` checked as an integer (not a bool) of at least ``low``; ``name`` is the argument, for the message."""
+    try:
+        count = None if isinstance(value, (bool, np.bool_)) else operator.index(value)
+    except TypeError:
+        count = None
+    if count is None or count < low:
+        raise ArgumentError(f"{name} must be an integer >= {low}, got {value!r:.40}")
+    return count
+
+
+
+def feature_specs(features: Mapping[str, Mapping[str, Any]]) -> tuple[dict, dict[str, ArraySpec]]:
+    """LeRobot feature specs (``{"dtype", "shape", "names"}``) -> info features with LeRobot's defaults added,
+    and the store arrays they map to."""
+    if not isinstance(features, Mapping) or not features:
+        raise SchemaMismatchError(f"features must be a non-empty mapping {{name: {{'dtype', 'shape'}}}}, got "
+                                  f"{features!r:.80}")
+    info: dict[str, dict] = {}
+    for name, ft in features.items():
+        if not isinstance(name, str):
+            raise SchemaMismatchError(f"feature names must be strings, got {name!r}")
+        if not isinstance(ft, Mapping) or "dtype" not in ft or "shape" not in ft:
+            raise SchemaMismatchError(f"feature {name!r}: a feature is a dict with 'dtype' and 'shape', got {ft!r}",
+                                      feature=name)
+        if name in RESERVED_NAMES or name.endswith("_is_pad"):
+            raise SchemaMismatchError(f"feature {name!r}: the name is taken by samples ('task' and '<feature>_is_pad' "
+                                      f"keys); choose another", feature=name)
+        check_array_name(name)
+        dtype = str(ft["dtype"])
+        if dtype in ("video", "string"):
+            raise UnsupportedDtypeError(f"feature {name!r}: dtype {dtype!r} cannot be recorded into a store (store "
+                                        f"cameras as dtype 'image')", feature=name)
+        if dtype != "image":
+            try:
+                scalar = np.dtype(dtype).type
+            except TypeError:
+                raise UnsupportedDtypeError(f"feature {name!r}: unknown dtype {dtype!r}", feature=name) from None
+            if scalar not in _RAW_DTYPES:
+                raise UnsupportedDtypeError(f"feature {name!r}: dtype {dtype!r} cannot be stored as portable raw bytes "
+                                            f"(use bool, int8..int64, uint8..uint64, float16, float32 or float64)",
+                                            feature=name)
+        try:
+            shape = tuple(operator.index(s) for s in ft["shape"])
+        except TypeError:
+            raise SchemaMismatchError(f"feature {name!r}: shape must be a list of integers, got {ft['shape']!r:.60}",
+                                      feature=name) from None
+        if not shape or any(s < 1 for s in shape) or (dtype == "image" and (len(shape) != 3
+                                                                             or shape[-1] not in (1, 3, 4))):
+            raise SchemaMismatchError(f"feature {name!r}: shape {list(shape)} is not valid for dtype {dtype!r}",
+                                      feature=name)
+        itemsize = 1 if dtype == "image" else np.dtype(dtype).itemsize
+        if len(shape) > 8 or math.prod(shape) * itemsize > MAX_FRAME_BYTES:
+            raise SchemaMismatchError(f"feature {name!r}: shape {list(shape)[:9]} makes frames of "
+                                      f"{math.prod(shape) * itemsize} bytes; a store holds frames of at most "
+                                      f"{MAX_FRAME_BYTES} bytes and 8 dimensions", feature=name)
+        names = ft.get("names")
+        if (isinstance(names, (list, tuple)) and all(isinstance(n, str) for n in names)
+                and len(names) not in (shape[0], len(shape))):
+            raise SchemaMismatchError(f"feature {name!r}: {len(names)} names {list(names)!r:.80} for shape "
+                                      f"{list(shape)} (one per element of a vector, or one per axis)", feature=name)
+        if dtype == "image" and names is None:
+            names = ["height", "width", "channels"]
+        info[name] = {"dtype": dtype, "shape": list(shape), "names": names}
+    for name, dtype in DEFAULT_FEATURES.items():
+        if name in info and (info[name]["dtype"] != dtype or info[name]["shape"] != [1]):
+            raise SchemaMismatchError(f"feature {name!r} is LeRobot's own, filled by the writer: dtype {dtype!r}, "
+                                      f"shape [1]; leave it out", feature=name)
+        info.setdefault(name, {"dtype": dtype, "shape": [1], "names": None})
+    arrays = {name: array_spec(ft["dtype"], () if ft["shape"] == [1] and ft["dtype"] != "image" else tuple(ft["shape"]),
+                               ft["names"]) for name, ft in info.items()}
+    return info, arrays
+
+
+
+def stored_values(values: np.ndarray, spec: ArraySpec) -> np.ndarray:
+    """Values already checked, as the contiguous rows of the stored dtype that are written."""
+    return np.ascontiguousarray(values, dtype=spec.dtype)
+
+
+def check_fits(name: str, arr: np.ndarray, dtype: np.dtype, episode: int) -> None:
+    """Refuse values the stored dtype would change: out of range, NaN/inf or fractions into integers, finite
+    floats that overflow to infinity. (float64 -> float32 rounding is what a float32 feature means.)"""
+    if arr.dtype == dtype or not arr.size:
+        return
+    where = f"feature {name!r}, episode {episode}"
+    if dtype.kind == "b":
+        if not np.isin(arr, (0, 1)).all():
+            raise ValueRangeError(f"{where}: bool values must be 0/1 or True/False", feature=name, episode=episode)
+        return
+    if arr.dtype.kind == "b":
+        return
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        if arr.dtype.kind == "f":
+            if not np.isfinite(arr).all():
+                raise ValueRangeError(f"{where}: NaN or infinite values cannot be stored as {dtype}", feature=name,
+                                      episode=episode)
+            if (arr != np.round(arr)).any():
+                raise ValueRangeError(f"{where}: fractional values cannot be stored as {dtype}", feature=name,
+                                      episode=episode)
+        low, high = arr.min(), arr.max()
+        if low < info.min or high > info.max:
+            bad = low if low < info.min else high
+            raise ValueRangeError(f"{where}: value {bad} does not fit {dtype} [{info.min}, {info.max}]", feature=name,
+                                  episode=episode)
+        return
+    if dtype.kind == "f" and arr.dtype.kind in "iuf":
+        with np.errstate(over="ignore", invalid="ignore"):
+            cast = arr.astype(dtype)
+        overflow = np.isinf(cast) & ~np.isinf(arr) if arr.dtype.kind == "f" else np.isinf(cast)
+        if overflow.any():
+            raise ValueRangeError(f"{where}: value {arr[overflow].reshape(-1)[0]} overflows {dtype}", feature=name,
+                                  episode=episode)
+
+
+def as_frames(name: str, value: Any, spec: ArraySpec, episode: int) -> np.ndarray:
+    """Frames of one feature as (T, *frame_shape) of the stored dtype; images may also come CHW or in [0, 1]."""
+    arr = np.asarray(value)
+    if arr.dtype.kind not in "biuf":
+        raise SchemaMismatchError(f"feature {name!r}, episode {episode}: {arr.dtype} values cannot be stored as "
+                                  f"{spec.dtype}", feature=name, episode=episode)
+    shape = spec.frame_shape
+    if spec.kind == "image":
+        if arr.ndim == 4 and arr.shape[1:] != shape and arr.shape[1:] == (shape[2], shape[0], shape[1]):
+            arr = np.moveaxis(arr, 1, -1)  # CHW, as LeRobot's cameras give them
+        if arr.dtype.kind == "f":
+            if arr.size and not (np.isfinite(arr).all() and arr.min() >= 0 and arr.max() <= 1):
+                raise ValueRangeError(f"feature {name!r}, episode {episode}: float images must be finite and in "
+                                      f"[0, 1]", feature=name, episode=episode)
+            arr = np.round(arr * 255)
+        elif arr.dtype != np.uint8:
+            raise SchemaMismatchError(f"feature {name!r}: images must be uint8 or float in [0, 1], got {arr.dtype}",
+                                      feature=name, episode=episode)
+    if arr.ndim == 1 + len(shape) + 1 and shape == () and arr.shape[1:] == (1,):
+        arr = arr[:, 0]  # scalars given as (T, 1)
+    if arr.ndim != 1 + len(shape) or arr.shape[1:] != shape:
+        raise SchemaMismatchError(f"feature {name!r}: expected frames of shape (T, {', '.join(map(str, shape))}), "
+                                  f"got {arr.shape}".replace("(T, )", "(T,)"), feature=name, episode=episode)
+    if spec.kind != "image":
+        check_assignable(name, arr, spec.dtype, episode)
+    return arr.astype(spec.dtype, copy=False)
+
+
+def check_assignable(name: str, arr: np.ndarray, dtype: np.dtype, episode: int) -> None:
+    """Values may become the stored dtype only without changing: integers and bools anywhere they fit, floats
+    into floats (no overflow), never floats into integers or bools, never other kinds."""
+    src, dst = arr.dtype.kind, dtype.kind
+    allowed = src == "b" or (src in "iu" and dst in "biuf") or (src == "f" and dst == "f")
+    if not allowed:
+        raise SchemaMismatchError(f"feature {name!r}, episode {episode}: {arr.dtype} values cannot be stored as "
+                                  f"{dtype}", feature=name, episode=episode)
+    check_fits(name, arr, dtype, episode)

@@ -1,0 +1,183 @@
+"""Without PyAV (what installing lerobot_zarr without its ``video`` extra gives), a video camera is left out of
+samples WITH a warning and a reason in ``ds.left_out``, absent from the drop-in's ``camera_keys``; the store never
+records the missing package, so a later open with PyAV decodes the camera into the same store (and stores made by
+earlier versions, which recorded it, heal). Writers, which commit every feature, refuse with the extra to install.
+
+PyAV's import is blocked in a subprocess (a meta-path finder that refuses ``av``), on the real G1-policy-train
+(episodes 1, 2, 4, 5 have their mp4; the camera is stored resized to 24x32 to keep the test small)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hub_fixtures import real_dataset
+
+import lerobot_zarr as lz
+from lerobot_zarr.store import commit, read_state
+
+REPO = Path(__file__).resolve().parents[2]
+CAM = "observation.images.cam_high"
+SMALL = {CAM: (24, 32)}
+BLOCK_AV = textwrap.dedent("""
+    import sys
+    class _NoAV:
+        def find_spec(self, name, path=None, target=None):
+            if name == "av" or name.startswith("av."):
+                raise ModuleNotFoundError(f"No module named {name!r} (blocked by the test)", name=name)
+    sys.meta_path.insert(0, _NoAV())
+""")
+
+
+def without_pyav(code: str, tmp_path: Path, *args: str) -> dict:
+    """Run ``code`` (which prints one JSON document last) in a Python whose ``import av`` fails."""
+    env = dict(os.environ, PYTHONPATH=str(REPO), LEROBOT_ZARR_HOME=str(tmp_path / "home"),
+               HF_HUB_DISABLE_PROGRESS_BARS="1", HF_HUB_OFFLINE="1")
+    proc = subprocess.run([sys.executable, "-c", BLOCK_AV + textwrap.dedent(code), *args], capture_output=True,
+                          text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+OPEN_WITHOUT_PYAV = """
+    import json, sys, warnings
+    import lerobot_zarr as lz
+    from lerobot_zarr.store.state import read_state
+    src, root, episodes = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        ds = lz.open_dataset(src, root=root, episodes=episodes, resize={%r: (24, 32)}, progress=False)
+        again = lz.open_dataset(src, root=root, episodes=episodes, resize={%r: (24, 32)}, progress=False)
+    state = read_state(ds.root)
+    try:  # publishing without PyAV would lose the camera: refused
+        ds.to_lerobot(root + "-export")
+        export = None
+    except ImportError as exc:
+        export = [type(exc).__name__, str(exc)]
+    print(json.dumps({
+        "export": export,
+        "warnings": [str(w.message) for w in seen if issubclass(w.category, lz.LeRobotZarrWarning)],
+        "left_out": ds.left_out, "item": sorted(ds[0]), "episode": sorted(ds.episode(episodes[0])),
+        "batch": sorted(ds.get_batch([0, 1])), "frames": len(ds), "again": sorted(again[0]),
+        "not_materialized": state.not_materialized, "arrays": sorted(state.arrays),
+        "camera_done": state.materialized_mask(%r).tolist(), "unavailable": sorted(state.unavailable_of(%r)),
+    }))
+""" % (CAM, CAM, CAM, CAM)
+
+
+def test_g1_without_pyav_leaves_the_camera_out_with_a_reason_and_a_later_open_decodes_it(tmp_path):
+    src = real_dataset("G1-policy-train")
+    pytest.importorskip("av")
+    store = tmp_path / "store"
+    got = without_pyav(OPEN_WITHOUT_PYAV, tmp_path, str(src), str(store), "[1, 2]")
+    # one warning naming the camera and the extra (the second open of the same store in the process says nothing)
+    assert len(got["warnings"]) == 1, got["warnings"]
+    assert CAM in got["warnings"][0] and "PyAV" in got["warnings"][0] and "[video]" in got["warnings"][0]
+    assert "PyAV" in got["left_out"][CAM] and "pip install" in got["left_out"][CAM]
+    assert CAM not in got["item"] and CAM not in got["episode"] and CAM not in got["batch"]
+    assert CAM not in got["again"] and "observation.state" in got["item"]
+    assert got["export"][0] == "MissingExtraError" and "[video]" in got["export"][1], got["export"]
+    assert not (tmp_path / "store-export").exists()
+    # the store holds the camera's array, not decoded yet; nothing about the environment is written into it
+    assert CAM in got["arrays"] and got["not_materialized"] == {}
+    assert not any(got["camera_done"]) and got["unavailable"] == []
+    assert "PyAV" not in (store / "zarr.json").read_text()
+
+    # the same open where PyAV is installed decodes the camera into the same store: equal to a store made with PyAV
+    ds = lz.open_dataset(src, root=store, episodes=[1, 2], resize=SMALL, progress=False)
+    assert ds.left_out == {} and ds[0][CAM].shape == (24, 32, 3)
+    ref = lz.open_dataset(src, root=tmp_path / "ref", episodes=[1, 2], resize=SMALL, progress=False)
+    idx = np.arange(len(ref))
+    a, b = ds.get_batch(idx), ref.get_batch(idx)
+    assert sorted(a) == sorted(b) and len(ds) == got["frames"]
+    for key in a:
+        if key != "task":
+            np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+    assert a[CAM].any(), "decoded frames are not all black"
+
+
+def test_a_store_that_recorded_the_missing_package_heals_when_pyav_is_there(tmp_path):
+    """Earlier versions wrote 'decoding videos needs PyAV' into the store (no camera array): an open with PyAV adds
+    the camera and decodes it, with no ``cache rm``."""
+    src = real_dataset("G1-policy-train")
+    pytest.importorskip("av")
+    store = tmp_path / "old"
+    ref = lz.open_dataset(src, root=tmp_path / "ref", episodes=[1], resize=SMALL, progress=False)
+    lz.open_dataset(src, root=store, episodes=[1], resize=SMALL, progress=False).close()
+    state = read_state(store)
+    commit(replace(state, arrays={k: v for k, v in state.arrays.items() if k != CAM},
+                   materialized={k: v for k, v in state.materialized.items() if k != CAM},
+                   not_materialized={CAM: "decoding videos needs PyAV: pip install 'lerobot_zarr[video]'"}),
+           previous=state)
+    shutil.rmtree(store / CAM)
+    assert CAM not in lz.open_dataset(store, progress=False)[0]  # what the old store gave
+    healed = lz.open_dataset(src, root=store, episodes=[1], resize=SMALL, progress=False)
+    assert healed.left_out == {} and read_state(store).not_materialized == {}
+    np.testing.assert_array_equal(healed.get_batch(np.arange(len(ref)))[CAM], ref.get_batch(np.arange(len(ref)))[CAM])
+
+
+def test_writers_without_pyav_refuse_with_the_extra_to_install(tmp_path):
+    """A writer commits every feature of every episode: with the camera not decoded it cannot, so it says what to
+    install; the store is left as it was."""
+    src = real_dataset("G1-policy-train")
+    got = without_pyav("""
+        import json, sys
+        import lerobot_zarr as lz
+        try:
+            lz.open_dataset(sys.argv[1], root=sys.argv[2], mode="r+", resize={%r: (24, 32)}, progress=False)
+        except ImportError as exc:
+            print(json.dumps({"error": type(exc).__name__, "text": str(exc),
+                              "typed": isinstance(exc, lz.LeRobotZarrError)}))
+        else:
+            print(json.dumps({"error": None}))
+    """ % CAM, tmp_path, str(src), str(tmp_path / "mine"))
+    assert got["error"] == "MissingExtraError" and got["typed"], got
+    assert "PyAV" in got["text"] and "[video]" in got["text"] and CAM in got["text"] and "\n" not in got["text"]
+
+
+def test_cli_without_pyav_warns_once_and_info_says_what_to_install(tmp_path):
+    src = real_dataset("G1-policy-train")
+    env = dict(os.environ, PYTHONPATH=str(REPO), LEROBOT_ZARR_HOME=str(tmp_path / "home"),
+               HF_HUB_DISABLE_PROGRESS_BARS="1")
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        code = BLOCK_AV + "from lerobot_zarr.cli import main\nsys.exit(main(sys.argv[1:]))"
+        return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env,
+                              timeout=600)
+
+    proc = cli("convert", str(src), "--episodes", "1,2", "--root", str(tmp_path / "s"), "--resize", f"{CAM}=24x32")
+    assert proc.returncode == 0, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("lerobot-zarr: warning: ") and "PyAV" in lines[0], proc.stderr
+    assert f"{CAM}" in proc.stdout and "PyAV" in proc.stdout  # the summary says why the camera is not there
+    info = cli("info", str(src), "--json")
+    assert info.returncode == 0, info.stderr
+    status = json.loads(info.stdout)["features"][CAM]
+    assert status["status"] == "needs PyAV" and "[video]" in status["why"], status
+
+
+def test_torch_drop_in_without_pyav_lists_only_the_cameras_it_serves(tmp_path):
+    """LeRobot's training code builds the policy's inputs from ``meta.camera_keys`` / ``meta.features``: a camera
+    left out of the items must not be listed there."""
+    pytest.importorskip("torch")
+    src = real_dataset("G1-policy-train")
+    got = without_pyav("""
+        import json, sys, warnings
+        warnings.simplefilter("ignore")
+        from lerobot_zarr.integrations.torch import LeRobotDataset
+        ds = LeRobotDataset("local/g1", root=sys.argv[1], episodes=[1, 2], store=sys.argv[2])
+        print(json.dumps({"camera_keys": ds.meta.camera_keys, "video_keys": ds.meta.video_keys,
+                          "features": sorted(ds.meta.features), "item": sorted(ds[0]),
+                          "left_out": ds.dataset.left_out}))
+    """, tmp_path, str(src), str(tmp_path / "store"))
+    assert got["camera_keys"] == [] and got["video_keys"] == [], got
+    assert CAM not in got["features"] and CAM not in got["item"] and CAM in got["left_out"]
+    assert "observation.state" in got["features"]

@@ -1,0 +1,276 @@
+"""Mp4Frames against lerobot_zarr.cameras.video.decode_into (PyAV's decode of every frame, LeRobot's nearest-frame rule):
+single frames, windows in random and sequential order, batches over several files, h264 with B-frames and long
+GOPs, errors, the open-file bound, fork and pickle; and on G1-policy-train's real AV1 camera when present."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import pickle
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+av = pytest.importorskip("av", reason="PyAV (the video extra) is not installed")
+
+from lerobot_zarr.errors import CorruptSourceError, SchemaMismatchError, SourceNotFoundError
+from lerobot_zarr.cameras.video import TOLERANCE_S, VideoWriter, decode_into
+from lerobot_zarr.cameras.video_reader import Mp4Frames
+
+FPS = 30
+SHAPE = (48, 64, 3)
+G1 = (Path(__file__).parents[2] / ".." / "shared" / "datasets" / "G1-policy-train" / "videos" / "chunk-000"
+      / "observation.images.cam_high")
+
+
+def frames(n: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[0:SHAPE[0], 0:SHAPE[1]]
+    out = np.empty((n, *SHAPE), np.uint8)
+    for t in range(n):
+        for c in range(3):
+            out[t, :, :, c] = (x * (2 + c) + y * 3 + t * (4 + seed) + 40 * c) % 256
+        out[t] = np.clip(out[t] + rng.integers(0, 20, SHAPE), 0, 255)
+    return out
+
+
+def reference(path: Path, times: np.ndarray, shape=SHAPE) -> np.ndarray:
+    got: list[bytes] = []
+    decode_into(str(path), got.append, np.asarray(times, np.float64), shape, str(path))
+    return np.frombuffer(b"".join(got), np.uint8).reshape(len(times), *shape)
+
+
+@pytest.fixture(scope="module")
+def av1(tmp_path_factory):
+    """Two AV1 files in LeRobot's encoding (g=2), three episodes in the first, one in the second."""
+    base = tmp_path_factory.mktemp("mp4")
+    out = {}
+    for name, lengths in (("a.mp4", (30, 21, 40)), ("b.mp4", (25,))):
+        writer = VideoWriter(base / name, FPS, SHAPE[1], SHAPE[0])
+        spans = [writer.add(frames(n, seed=k)) for k, n in enumerate(lengths)]
+        writer.close()
+        out[name] = (base / name, spans, sum(lengths))
+    return out
+
+
+@pytest.fixture(scope="module")
+def h264(tmp_path_factory):
+    """An h264 file with B-frames and a keyframe every 12 frames (older LeRobot datasets)."""
+    if "libx264" not in av.codecs_available:
+        pytest.skip("PyAV has no libx264 encoder here")
+    path = tmp_path_factory.mktemp("h264") / "c.mp4"
+    with av.open(str(path), mode="w") as container:
+        stream = container.add_stream("libx264", rate=FPS)
+        stream.width, stream.height, stream.pix_fmt = SHAPE[1], SHAPE[0], "yuv420p"
+        stream.options = {"g": "12", "bf": "2", "crf": "23"}
+        for k, image in enumerate(frames(60, seed=9)):
+            frame = av.VideoFrame.from_ndarray(image, format="rgb24")
+            frame.pts, frame.time_base = k, Fraction(1, FPS)
+            container.mux(stream.encode(frame))
+        container.mux(stream.encode(None))
+    return path, 60
+
+
+def all_times(n: int, start: float = 0.0) -> np.ndarray:
+    return start + np.arange(n) / FPS
+
+
+def test_every_frame_equals_decode_into(av1):
+    path, _, n = av1["a.mp4"]
+    want = reference(path, all_times(n))
+    with Mp4Frames(SHAPE) as reader:
+        assert np.array_equal(reader.read(str(path), all_times(n)), want)
+        assert reader.stats()["seeks"] == 1 and reader.stats()["decoded"] == n  # one pass, no seek per frame
+
+
+def test_decode_into_with_sparse_queries(av1, h264):
+    """decode_into picks the same frames for a subset of timestamps (it once reused the pixels of a freed frame
+    whose id a later frame got)."""
+    for path, n in ((av1["a.mp4"][0], av1["a.mp4"][2]), h264):
+        full = reference(path, all_times(n))
+        for step in (2, 3, 5):
+            assert np.array_equal(reference(path, all_times(n)[::step]), full[::step]), (path, step)
+
+
+def test_random_windows_and_single_frames(av1):
+    path, spans, n = av1["a.mp4"]
+    want = reference(path, all_times(n))
+    rng = np.random.default_rng(0)
+    reader = Mp4Frames(SHAPE)
+    for i in rng.integers(0, n, 60).tolist():
+        rows = np.clip([i - 2, i - 1, i], 0, n - 1)
+        assert np.array_equal(reader.read(str(path), rows / FPS), want[rows]), i
+        assert np.array_equal(reader.read(str(path), [i / FPS])[0], want[i]), i
+    # episode-relative queries: from_timestamp + timestamp
+    start, _ = spans[1]
+    assert np.array_equal(reader.read(str(path), start + np.array([0, 5, 20]) / FPS), want[[30, 35, 50]])
+
+
+def test_sequential_windows_decode_each_frame_once(av1):
+    path, _, n = av1["a.mp4"]
+    want = reference(path, all_times(n))
+    reader = Mp4Frames(SHAPE, cache_frames=4)
+    for i in range(1, n):
+        assert np.array_equal(reader.read(str(path), [(i - 1) / FPS, i / FPS]), want[i - 1:i + 1]), i
+    assert reader.stats() == {"open": 1, "seeks": 1, "decoded": n}
+    for i in range(n - 1, 0, -7):  # backwards: a seek per window, still exact
+        assert np.array_equal(reader.read(str(path), [i / FPS, (i - 1) / FPS]), want[[i, i - 1]]), i
+
+
+def test_read_many_over_files_in_any_order(av1):
+    (pa, _, na), (pb, _, nb) = av1["a.mp4"], av1["b.mp4"]
+    want = {str(pa): reference(pa, all_times(na)), str(pb): reference(pb, all_times(nb))}
+    rng = np.random.default_rng(1)
+    files = [str(pa) if k else str(pb) for k in rng.integers(0, 2, 50)]
+    rows = np.array([rng.integers(0, na if f == str(pa) else nb) for f in files])
+    for threads in (1, 2):
+        reader = Mp4Frames(SHAPE, max_open=1, threads=threads)  # one open file: every switch closes the other
+        got = reader.read_many(files, rows / FPS)
+        for k, (f, r) in enumerate(zip(files, rows.tolist())):
+            assert np.array_equal(got[k], want[f][r]), (k, f, r)
+        assert reader.stats()["open"] == 1
+
+
+def test_read_many_in_one_file_uses_a_container_per_thread(av1):
+    path, _, n = av1["a.mp4"]
+    want = reference(path, all_times(n))
+    rows = np.random.default_rng(4).integers(0, n, 40)
+    reader = Mp4Frames(SHAPE, threads=2)
+    assert np.array_equal(reader.read_many([str(path)] * 40, rows / FPS), want[rows])
+    assert reader.stats()["open"] == 2
+    assert np.array_equal(Mp4Frames(SHAPE, threads=3).read_many([str(path)] * 2, rows[:2] / FPS), want[rows[:2]])
+
+
+def test_float32_timestamps_decode_no_extra_frame(av1):
+    """LeRobot stores timestamps as float32, a few ns after their frame's time: the frame is still the one
+    picked, without decoding the next one (as many frames decoded as with exact times)."""
+    path, _, n = av1["a.mp4"]
+    want = reference(path, all_times(n))
+    stored = all_times(n).astype(np.float32).astype(np.float64)
+    assert (stored > all_times(n)).any()
+    exact, rounded = Mp4Frames(SHAPE), Mp4Frames(SHAPE)
+    for i in np.random.default_rng(5).integers(1, n, 40).tolist():
+        exact.read(str(path), all_times(n)[[i - 1, i]])
+        assert np.array_equal(rounded.read(str(path), stored[[i - 1, i]]), want[[i - 1, i]]), i
+    assert rounded.stats() == exact.stats()
+
+
+def test_read_many_keeps_a_window_in_one_container(av1):
+    """A 2-frame window read through read_many (as a camera kept as mp4 reads ds[i]) decodes what read() does:
+    splitting it over one container per thread would seek and decode from a keyframe twice."""
+    path, _, n = av1["a.mp4"]
+    want = reference(path, all_times(n))
+    batched, single = Mp4Frames(SHAPE, threads=2), Mp4Frames(SHAPE, threads=2)
+    for i in (5, 17, 40, 41, 70):
+        times = np.array([i - 1, i]) / FPS
+        assert np.array_equal(batched.read_many([str(path)] * 2, times), want[[i - 1, i]]), i
+        single.read(str(path), times)
+    assert batched.stats() == single.stats()
+    assert batched.stats()["open"] == 1
+
+
+def test_h264_with_b_frames_equals_decode_into(h264):
+    path, n = h264
+    want = reference(path, all_times(n))
+    reader = Mp4Frames(SHAPE)
+    rng = np.random.default_rng(2)
+    for i in [*rng.integers(0, n, 40).tolist(), 0, 1, 11, 12, 13, n - 1]:
+        rows = np.clip([i - 1, i], 0, n - 1)
+        assert np.array_equal(reader.read(str(path), rows / FPS), want[rows]), i
+    assert np.array_equal(Mp4Frames(SHAPE).read(str(path), all_times(n)), want)
+
+
+def test_nearest_frame_rule_and_tolerance(av1):
+    path, _, n = av1["a.mp4"]
+    want = reference(path, all_times(n))
+    reader = Mp4Frames(SHAPE)
+    near = np.array([3 / FPS + 0.4 * TOLERANCE_S, 7 / FPS - 0.9 * TOLERANCE_S])
+    assert np.array_equal(reader.read(str(path), near), want[[3, 7]])
+    for bad in (3.5 / FPS, 3 / FPS + 2 * TOLERANCE_S, (n + 3) / FPS):
+        with pytest.raises(CorruptSourceError, match="no frame within"):
+            reader.read(str(path), [bad], where="episode 4 of cam")
+    with pytest.raises(CorruptSourceError, match="episode 4 of cam"):
+        reader.read(str(path), [3.5 / FPS], where="episode 4 of cam")
+    assert np.array_equal(reader.read(str(path), [5 / FPS]), want[[5]])  # still fine after the errors
+
+
+def test_missing_broken_and_mismatched_files(av1, tmp_path):
+    path, _, _ = av1["a.mp4"]
+    reader = Mp4Frames(SHAPE)
+    with pytest.raises(SourceNotFoundError, match="nope.mp4"):
+        reader.read(str(tmp_path / "nope.mp4"), [0.0])
+    junk = tmp_path / "junk.mp4"
+    junk.write_bytes(b"\x00" * 1000)
+    with pytest.raises(CorruptSourceError, match="junk.mp4"):
+        reader.read(str(junk), [0.0])
+    with pytest.raises(SchemaMismatchError, match="shape"):
+        Mp4Frames((48, 32, 3)).read(str(path), [0.0])
+    for bad in ((48, 64), (48, 64, 2)):
+        with pytest.raises(ValueError):
+            Mp4Frames(bad)
+    with pytest.raises(ValueError):
+        reader.read_many([str(path)], [0.0, 1.0])
+
+
+def test_opener_gives_file_objects(av1):
+    path, _, n = av1["b.mp4"]
+    opened: list[str] = []
+
+    def opener(key: str):
+        opened.append(key)
+        return open(path, "rb")
+
+    reader = Mp4Frames(SHAPE, opener=opener)
+    assert np.array_equal(reader.read("cam/b", all_times(n)[::3]), reference(path, all_times(n)[::3]))
+    reader.read("cam/b", [1 / FPS])
+    assert opened == ["cam/b"]  # kept open
+
+
+def _child_read(conn, reader, path, times):
+    try:
+        conn.send(reader.read(path, times))
+    except BaseException as exc:
+        conn.send(repr(exc))
+    conn.close()
+
+
+@pytest.mark.filterwarnings("ignore:This process")
+def test_forked_child_and_pickled_reader_open_their_own(av1):
+    path, _, n = av1["a.mp4"]
+    want = reference(path, all_times(n))
+    reader = Mp4Frames(SHAPE)
+    reader.read(str(path), [0.0, 1 / FPS])  # the parent has the file open, mid-stream
+    ctx = mp.get_context("fork")
+    parent, child = ctx.Pipe()
+    proc = ctx.Process(target=_child_read, args=(child, reader, str(path), all_times(n)[10:14]))
+    proc.start()
+    assert parent.poll(60), "the forked child did not answer"
+    got = parent.recv()
+    proc.join(10)
+    assert not isinstance(got, str), got
+    assert np.array_equal(got, want[10:14])
+    assert np.array_equal(reader.read(str(path), all_times(n)[2:4]), want[2:4])  # the parent's state is intact
+    copy = pickle.loads(pickle.dumps(reader))
+    assert copy.stats()["open"] == 0 and np.array_equal(copy.read(str(path), [0.0]), want[:1])
+
+
+@pytest.mark.skipif(not G1.is_dir(), reason="../shared/datasets/G1-policy-train is absent")
+def test_real_g1_camera():
+    path = G1 / "episode_000002.mp4"
+    with av.open(str(path)) as container:
+        stream = container.streams.video[0]
+        keys = [p.pts for p in container.demux(stream) if p.is_keyframe and p.pts is not None]
+        container.seek(0)
+        n = sum(1 for _ in container.decode(stream))
+    assert [k // keys[1] for k in keys[:4]] == [0, 1, 2, 3] and keys[0] == 0  # LeRobot's AV1: a keyframe every 2
+    shape = (480, 640, 3)
+    want = reference(path, all_times(n), shape)
+    reader = Mp4Frames(shape)
+    rng = np.random.default_rng(3)
+    for i in rng.integers(1, n, 25).tolist():
+        assert np.array_equal(reader.read(str(path), [(i - 1) / FPS, i / FPS]), want[i - 1:i + 1]), i
+    reader.close()
+    for i in range(1, 60):
+        assert np.array_equal(reader.read(str(path), [(i - 1) / FPS, i / FPS]), want[i - 1:i + 1]), i
+    assert reader.stats()["seeks"] == 1

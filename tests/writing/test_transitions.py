@@ -1,0 +1,720 @@
+"""The replay buffer's storage without torch (issue 24): :class:`lerobot_zarr.writing.transitions.TransitionBuffer`.
+
+Checked against reference transitions rebuilt from their identity (``rl_reference``), never against the code
+itself: every transition comes back exactly as added (``next_state`` too, at episode ends: the final
+observation), episodes end at done/truncated and are normal store episodes, ``checkpoint`` commits the episode in
+progress without splitting it, the ring buffer drops whole oldest episodes and ``len <= capacity`` at every step,
+reopening gives back every committed transition, a reader in another process sees what a writer commits, and a
+SIGKILL at any moment (adds, checkpoints) loses at most the unfinished episode.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+import rl_reference as ref
+from rl_reference import CAMERA, STATE, check_batch, transitions
+
+import lerobot_zarr
+from lerobot_zarr import (
+    ArgumentError,
+    ReadOnlyStoreError,
+    SchemaMismatchError,
+    SourceMismatchError,
+    StoreError,
+    StoreExistsError,
+    StoreLockedError,
+    StoreNotFoundError,
+    ValueRangeError,
+)
+from lerobot_zarr.lerobot.format import DEFAULT_FEATURES
+from lerobot_zarr.store.state import live_path, read_state
+from lerobot_zarr.writing.transitions import LAYOUT_FILE, TransitionBuffer
+
+SEED = 7
+TESTS = Path(__file__).resolve().parents[1]
+REPO = TESTS.parent
+
+
+def add_episodes(buf: TransitionBuffer, episodes, *, seed: int = SEED, **kwargs) -> list[tuple[int, int]]:
+    """Add the reference episodes; return the (episode, step) identities added, in order."""
+    ids = []
+    for e in episodes:
+        for t, tr in enumerate(transitions(seed, e, **kwargs)):
+            buf.add(**tr)
+            ids.append((e, t))
+    return ids
+
+
+def everything(buf: TransitionBuffer, **kwargs) -> list[tuple[int, int]]:
+    """Every transition the buffer holds, oldest first, checked against the reference."""
+    return check_batch(buf.gather(np.arange(len(buf))), SEED, **kwargs) if len(buf) else []
+
+
+def test_every_transition_comes_back_as_added_episode_ends_included(tmp_path):
+    buf = TransitionBuffer(tmp_path / "buf")
+    ids = add_episodes(buf, range(12))
+    assert len(buf) == len(ids)
+    assert everything(buf) == ids
+    ends = [i for i, (e, t) in enumerate(ids) if t == ref.episode(SEED, e)["length"] - 1]
+    got = buf.gather(np.array(ends))
+    finals = np.stack([ref.episode(SEED, e)["states"][-1] for e, _ in (ids[i] for i in ends)])
+    assert np.array_equal(got["next_state"][STATE], finals), "final observations differ"
+    assert got["done"].sum() + got["truncated"].sum() == len(ends)
+    buf.close()
+
+
+def test_the_store_is_a_normal_lerobot_store_one_frame_per_transition(tmp_path):
+    buf = TransitionBuffer(tmp_path / "buf", fps=10)
+    ids = add_episodes(buf, range(6))
+    buf.close()
+    ds = lerobot_zarr.open_dataset(tmp_path / "buf")
+    lengths = [ref.episode(SEED, e)["length"] for e in range(6)]
+    assert ds.meta.episode_length.tolist() == lengths and len(ds) == len(ids)
+    assert ds.meta.fps == 10
+    assert set(ds.meta.features) == {STATE, CAMERA, "action", "next.reward", "next.done", "next.truncated",
+                                     "complementary_info.penalty", *DEFAULT_FEATURES}
+    assert ds.meta.features[CAMERA]["dtype"] == "image" and ds.meta.features[CAMERA]["shape"] == [6, 8, 3]
+    batch = ds.get_batch(np.arange(len(ds)))
+    for i, (e, t) in enumerate(ids):
+        ep = ref.episode(SEED, e)
+        assert np.array_equal(batch[STATE][i], ep["states"][t]) and batch["frame_index"][i] == t
+        assert np.array_equal(batch[CAMERA][i], ep["pixels"][t].transpose(1, 2, 0))
+        assert batch["next.reward"][i] == ep["rewards"][t] and batch["episode_index"][i] == e
+        assert bool(batch["next.done"][i]) == (t == ep["length"] - 1 and ep["end"] == "done")
+    assert batch["task"][0] == "from_replay_buffer"
+    # stats are those of the frames (the final observation rows are not frames)
+    actions = np.concatenate([ref.episode(SEED, e)["actions"] for e in range(6)])
+    assert np.allclose(ds.meta.stats["action"]["mean"], actions.mean(0), rtol=1e-6, atol=1e-7)
+    assert np.array_equal(np.asarray(ds.meta.stats["action"]["max"], np.float32), actions.max(0))
+    assert ds.meta.stats["action"]["count"] == [len(ids)]
+    # frame_live lists the frames, not the final observation rows after each episode
+    state = read_state(tmp_path / "buf")
+    live = np.fromfile(live_path(tmp_path / "buf", 0), dtype=np.uint8).astype(bool)
+    expect = np.zeros_like(live)
+    for o, n in zip(state.table.offset.tolist(), state.table.length.tolist(), strict=True):
+        expect[o:o + n] = True
+        assert not live[o + n], "the final observation row is not a frame"
+    assert np.array_equal(live, expect)
+    assert json.loads((tmp_path / "buf" / LAYOUT_FILE).read_text())["version"] == 1
+
+
+def test_to_xarray_sees_the_transitions(tmp_path):
+    pytest.importorskip("xarray")
+    buf = TransitionBuffer(tmp_path / "buf")
+    ids = add_episodes(buf, range(4))
+    x = buf.dataset().to_xarray()
+    assert x.sizes["episode"] == 4 and x.sizes["frame"] == len(ids), "frames are the transitions"
+    rewards = np.concatenate([ref.episode(SEED, e)["rewards"] for e in range(4)])
+    assert np.array_equal(x["next.reward"].values, rewards)
+    buf.close()
+
+
+@pytest.mark.parametrize("capacity", [None, 80], ids=["in place", "relocated"])
+def test_checkpoint_commits_the_episode_in_progress_without_splitting_it(tmp_path, capacity):
+    """A checkpoint mid-episode commits it; the next adds extend the same episode (written after its rows, or
+    the episode copied to fresh rows when its pack is full: packs of 10 rows with capacity=80)."""
+    kw = {"max_len": 30}
+    e = next(e for e in range(1, 100) if ref.episode(SEED, e, **kw)["length"] >= 15)
+    buf = TransitionBuffer(tmp_path / "buf", capacity=capacity)
+    ids = add_episodes(buf, [0], **kw)
+    seen, places = [], set()
+    for t, tr in enumerate(transitions(SEED, e, **kw)):
+        buf.add(**tr)
+        seen.append((e, t))
+        if t % 3 == 1:
+            buf.checkpoint()
+            table = read_state(tmp_path / "buf").table
+            places.add((int(table.chunk[-1]), int(table.offset[-1])))
+            reader = TransitionBuffer(tmp_path / "buf", mode="r")
+            got = reader.gather(np.arange(len(reader)))
+            assert check_batch(got, SEED, **kw) == ids + seen, "a checkpoint commits every transition added"
+            assert np.array_equal(got["next_state"][STATE][-1], tr["next_state"][STATE][0]), \
+                "the episode in progress keeps its last next_state"
+            reader.close()
+    assert (len(places) > 1) == (capacity is not None), f"extended in place / moved to fresh rows: {places}"
+    assert len(places) <= 4, f"a moved episode gets room to grow (doubling): {len(places)} places for {len(seen)}"
+    buf.close()
+    lengths = [ref.episode(SEED, 0, **kw)["length"], len(seen)]
+    ds = lerobot_zarr.open_dataset(tmp_path / "buf")
+    assert ds.meta.episode_length.tolist() == lengths, "one episode, not split"
+    reopened = TransitionBuffer(tmp_path / "buf", capacity=capacity)
+    assert check_batch(reopened.gather(np.arange(len(reopened))), SEED, **kw) == ids + seen
+    e1 = ds.episode(1)
+    assert e1["frame_index"].tolist() == list(range(len(seen)))
+    assert np.array_equal(e1["timestamp"], (np.arange(len(seen)) / ds.meta.fps).astype(np.float32))
+    assert e1["index"].tolist() == list(range(len(ids), len(ids) + len(seen)))
+    assert e1["episode_index"].tolist() == [1] * len(seen)
+    stats = ds.meta.stats["action"]
+    actions = np.concatenate([ref.episode(SEED, k, **kw)["actions"] for k in (0, e)])
+    assert stats["count"] == [len(actions)] and np.allclose(stats["mean"], actions.mean(0), rtol=1e-6, atol=1e-7)
+    reopened.close()
+
+
+def test_transitions_added_after_a_checkpoint_and_not_committed_are_sampled_too(tmp_path):
+    buf = TransitionBuffer(tmp_path / "buf")
+    ids = add_episodes(buf, range(3))
+    part = transitions(SEED, 3)[:-1]
+    for tr in part[:2]:
+        buf.add(**tr)
+    buf.checkpoint()
+    for tr in part[2:]:
+        buf.add(**tr)
+    assert everything(buf) == ids + [(3, t) for t in range(len(part))], "writer: committed + pending, in order"
+    batch = buf.sample(400)
+    assert len(batch["reward"]) == len(buf), "as LeRobot: min(batch_size, len)"
+    drawn = set()
+    for _ in range(200):
+        drawn |= set(check_batch(buf.sample(400), SEED))
+    assert drawn == set(ids) | {(3, t) for t in range(len(part))}
+    buf.close()
+
+
+def test_close_commits_the_episode_in_progress_and_reopening_gives_everything_back(tmp_path):
+    buf = TransitionBuffer(tmp_path / "buf", capacity=1000)
+    ids = add_episodes(buf, range(5))
+    part = transitions(SEED, 5)
+    for tr in part[:-1]:
+        buf.add(**tr)
+    buf.close()
+    reopened = TransitionBuffer(tmp_path / "buf", capacity=1000)
+    ids += [(5, t) for t in range(len(part) - 1)]
+    assert len(reopened) == len(ids) and everything(reopened) == ids
+    more = add_episodes(reopened, range(6, 9))
+    assert everything(reopened) == ids + more
+    reopened.close()
+
+
+def test_transitions_not_committed_are_lost_by_a_crash_but_nothing_else(tmp_path):
+    """Dropping the object without close() is what a killed process does: the unfinished episode is lost."""
+    buf = TransitionBuffer(tmp_path / "buf")
+    ids = add_episodes(buf, range(4))
+    for tr in transitions(SEED, 4)[:-1]:
+        buf.add(**tr)
+    buf._writer._release()  # the lock goes as when the process dies; nothing is committed
+    reopened = TransitionBuffer(tmp_path / "buf")
+    assert everything(reopened) == ids
+    reopened.close()
+
+
+def test_ring_buffer_drops_whole_oldest_episodes_and_never_holds_more_than_capacity(tmp_path):
+    capacity = 25
+    buf = TransitionBuffer(tmp_path / "buf", capacity=capacity)
+    added: list[tuple[int, int]] = []
+    for e in range(30):
+        for t, tr in enumerate(transitions(SEED, e)):
+            buf.add(**tr)
+            added.append((e, t))
+            n = len(buf)
+            assert n <= capacity, f"len {n} > capacity after episode {e} step {t}"
+            held = everything(buf)
+            assert held == added[len(added) - n:], "the newest transitions, oldest first"
+            first = held[0]
+            assert first[1] == 0, "whole episodes only: the oldest held starts at its step 0"
+    committed = lerobot_zarr.open_dataset(tmp_path / "buf")
+    assert committed.meta.total_frames <= capacity
+    assert committed.meta.episode_length.tolist() == [ref.episode(SEED, e)["length"] for e in
+                                                      sorted({e for e, _ in everything(buf)})]
+    buf.close()
+    reopened = TransitionBuffer(tmp_path / "buf", capacity=capacity)
+    assert everything(reopened) == added[len(added) - len(reopened):]
+    reopened.close()
+
+
+def test_reopening_with_another_capacity_changes_it(tmp_path):
+    buf = TransitionBuffer(tmp_path / "buf", capacity=100)
+    ids = add_episodes(buf, range(10))
+    buf.close()
+    smaller = TransitionBuffer(tmp_path / "buf", capacity=20)
+    assert len(smaller) <= 20 and everything(smaller) == ids[len(ids) - len(smaller):]
+    assert smaller.capacity == 20 and read_state(tmp_path / "buf").capacity_frames == 20
+    smaller.close()
+
+
+def test_an_episode_longer_than_the_capacity_is_refused_before_anything_changes(tmp_path):
+    buf = TransitionBuffer(tmp_path / "buf", capacity=5)
+    long = transitions(SEED, 0, max_len=30)
+    assert len(long) > 5
+    for tr in long[:5]:
+        buf.add(**tr)
+    with pytest.raises(ArgumentError, match="capacity 5"):
+        buf.add(**long[5])
+    assert len(buf) == 5
+
+
+def test_a_state_that_does_not_continue_the_episode_starts_a_new_one(tmp_path):
+    kw = {"max_len": 30}
+    e = next(e for e in range(100) if ref.episode(SEED, e, **kw)["length"] >= 4)
+    buf = TransitionBuffer(tmp_path / "buf")
+    first = transitions(SEED, e, **kw)[:3]
+    other = transitions(SEED, e + 1, **kw)
+    for tr in first:
+        buf.add(**tr)
+    with pytest.warns(lerobot_zarr.LeRobotZarrWarning, match="differs from the previous transition's next_state"):
+        for tr in other:
+            buf.add(**tr)
+    assert everything(buf, **kw) == [(e, 0), (e, 1), (e, 2)] + [(e + 1, t) for t in range(len(other))]
+    lengths = lerobot_zarr.open_dataset(tmp_path / "buf").meta.episode_length.tolist()
+    assert lengths == [3, len(other)]
+    buf.close()
+
+
+def test_values_keep_lerobot_shapes_and_dtypes(tmp_path):
+    """LeRobot drops a leading 1 (``squeeze(0)``): (1, 1) -> (1,), (1,) -> (), and gives float32 back."""
+    buf = TransitionBuffer(tmp_path / "buf")
+    rng = np.random.default_rng(0)
+    nxt = {"observation.state": rng.standard_normal((1, 3)), "observation.gripper": np.array([[0.5]]),
+           "observation.scalar": np.array([0.0])}
+    for t in range(6):
+        state, nxt = nxt, {k: v + 1 for k, v in nxt.items()}
+        buf.add(state, np.array([[1.0, 2.0]]), np.array([[0.5]]), nxt, t == 5, False,
+                {"flag": np.array([t % 2 == 0]), "python": 3, "vec": np.ones((1, 1, 2), np.uint8)})
+    got = buf.gather(np.arange(6))
+    shapes = {k: v.shape for k, v in got["state"].items()}
+    assert shapes == {"observation.state": (6, 3), "observation.gripper": (6, 1), "observation.scalar": (6,)}
+    assert {k: v.shape for k, v in got["complementary_info"].items()} == {"flag": (6,), "python": (6,),
+                                                                         "vec": (6, 1, 2)}
+    assert all(v.dtype == np.float32 for v in [*got["state"].values(), *got["complementary_info"].values(),
+                                              got["action"], got["reward"]])
+    assert got["complementary_info"]["flag"].tolist() == [1, 0, 1, 0, 1, 0]
+    features = lerobot_zarr.open_dataset(tmp_path / "buf").meta.features
+    assert features["complementary_info.flag"]["dtype"] == "bool"
+    assert features["complementary_info.vec"]["dtype"] == "uint8"
+    assert features["observation.state"]["dtype"] == "float32"
+    buf.close()
+
+
+def test_cameras_not_made_of_uint8_pixels_are_rounded_with_a_warning_or_kept_exactly_in_float32(tmp_path):
+    rng = np.random.default_rng(0)
+    frames = rng.random((4, 1, 3, 5, 5)).astype(np.float32)  # resized frames: not multiples of 1/255
+
+    def add_all(buf):
+        for t in range(3):
+            buf.add({CAMERA: frames[t]}, np.zeros((1, 1)), 0.0, {CAMERA: frames[t + 1]}, t == 2, False)
+
+    rounded = TransitionBuffer(tmp_path / "rounded")
+    with pytest.warns(lerobot_zarr.LeRobotZarrWarning, match="not multiples of 1/255"):
+        add_all(rounded)
+    got = rounded.gather(np.arange(3))["state"][CAMERA]
+    assert np.abs(got - frames[:3, 0]).max() <= 0.5 / 255 + 1e-7
+    exact = TransitionBuffer(tmp_path / "exact", image_storage="float32")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        add_all(exact)
+    got = exact.gather(np.arange(3))
+    assert np.array_equal(got["state"][CAMERA], frames[:3, 0]) and np.array_equal(got["next_state"][CAMERA],
+                                                                                   frames[1:4, 0])
+    with pytest.raises(ValueRangeError, match=r"\[0, 1\]"):
+        TransitionBuffer(tmp_path / "bad").add({CAMERA: frames[0] * 2}, np.zeros(1), 0.0, {CAMERA: frames[1]},
+                                               False, False)
+    rounded.close(), exact.close()
+
+
+def test_bad_transitions_are_refused_with_the_value_named(tmp_path):
+    buf = TransitionBuffer(tmp_path / "buf")
+    good = transitions(SEED, 0, max_len=30)
+    buf.add(**good[0])
+    bad_shape = dict(good[1], action=np.zeros((1, 5), np.float32))
+    with pytest.raises(SchemaMismatchError, match="action: shape"):
+        buf.add(**bad_shape)
+    with pytest.raises(SchemaMismatchError, match="state has keys"):
+        buf.add(**dict(good[1], state={STATE: good[1]["state"][STATE]}))
+    with pytest.raises(SchemaMismatchError, match="complementary_info lacks"):
+        buf.add(**dict(good[1], complementary_info={}))
+    with pytest.raises(ValueRangeError, match="done"):
+        buf.add(**dict(good[1], done=2))
+    with pytest.raises(ArgumentError, match="reward"):
+        buf.add(**dict(good[1], reward=np.zeros(3)))
+    with pytest.warns(lerobot_zarr.LeRobotZarrWarning, match=r"\['extra'\] are not in this buffer"):
+        buf.add(**dict(good[1], complementary_info={"penalty": 0.5, "extra": 1.0}))
+    assert len(buf) == 2, "refused transitions are not added"
+    buf.close()
+
+
+def test_one_writer_at_a_time_and_readers_cannot_add(tmp_path):
+    buf = TransitionBuffer(tmp_path / "buf")
+    add_episodes(buf, [0])
+    with pytest.raises(StoreLockedError, match="mode='r'"):
+        TransitionBuffer(tmp_path / "buf")
+    reader = TransitionBuffer(tmp_path / "buf", mode="r")
+    with pytest.raises(ReadOnlyStoreError, match="mode='r'"):
+        reader.add(**transitions(SEED, 1)[0])
+    buf.close()
+    with pytest.raises(StoreNotFoundError, match="no such folder") as info:
+        TransitionBuffer(tmp_path / "nowhere", mode="r")
+    assert isinstance(info.value, FileNotFoundError)
+
+
+def test_a_store_that_is_not_a_buffer_is_refused(tmp_path):
+    with lerobot_zarr.create(tmp_path / "ds", fps=10, features={"action": {"dtype": "float32", "shape": [2]}}) as w:
+        w.add_episode({"action": np.zeros((3, 2), np.float32)}, task="t")
+    with pytest.raises(SourceMismatchError, match="not a replay buffer"):
+        TransitionBuffer(tmp_path / "ds")
+    with pytest.raises(SourceMismatchError, match="not a replay buffer"):
+        TransitionBuffer(tmp_path / "ds", mode="r")
+    (tmp_path / "junk").mkdir()
+    (tmp_path / "junk" / "notes.txt").write_text("x")
+    with pytest.raises(StoreExistsError, match="holds files but no store"):
+        TransitionBuffer(tmp_path / "junk")
+
+
+def test_a_reader_sees_commits_after_refresh_and_by_itself_every_interval(tmp_path):
+    buf = TransitionBuffer(tmp_path / "buf")
+    with pytest.warns(lerobot_zarr.LeRobotZarrWarning, match="holds no replay buffer yet"):
+        early = TransitionBuffer(tmp_path / "buf", mode="r", refresh_interval=None)
+    ids = add_episodes(buf, range(3))
+    manual = TransitionBuffer(tmp_path / "buf", mode="r", refresh_interval=None)
+    auto = TransitionBuffer(tmp_path / "buf", mode="r", refresh_interval=0.0)
+    assert len(early) == 0 and len(manual) == len(ids)
+    assert early.refresh() and len(early) == len(ids)
+    more = add_episodes(buf, range(3, 5))
+    assert len(manual) == len(ids), "a reader keeps its commit until it refreshes"
+    assert len(auto) == len(ids) + len(more)
+    assert manual.refresh() and not manual.refresh() and len(manual) == len(ids) + len(more)
+    assert everything(manual) == ids + more
+    for r in (early, manual, auto, buf):
+        r.close()
+
+
+def test_episodes_moved_by_another_writer_lose_their_final_observation_with_a_warning(tmp_path):
+    """Deleting episodes compacts mostly dead packs (their live episodes are copied without the row after them):
+    those episodes' last transitions then get next_state = state, and the reader says so."""
+    buf = TransitionBuffer(tmp_path / "buf", capacity=80)  # packs of 10 rows
+    add_episodes(buf, range(12))
+    buf.close()
+    before = read_state(tmp_path / "buf").table
+    kept = [3, 7, 11]
+    with lerobot_zarr.open_dataset(tmp_path / "buf", mode="r+") as w:
+        w.delete_episodes([e for e in range(12) if e not in kept])
+    after = read_state(tmp_path / "buf").table
+    moved = [k for k, e in enumerate(kept) if (after.chunk[k], after.offset[k]) != (before.chunk[e],
+                                                                                    before.offset[e])]
+    assert moved and len(moved) < len(kept), "the layout moves some episodes, not all"
+    with pytest.warns(lerobot_zarr.LeRobotZarrWarning, match=f"{len(moved)} episodes .* lack their final"):
+        reader = TransitionBuffer(tmp_path / "buf", mode="r")
+    got = reader.gather(np.arange(len(reader)))
+    i = 0
+    for k, e in enumerate(kept):
+        ep = ref.episode(SEED, e)
+        n = ep["length"]
+        assert np.array_equal(got["state"][STATE][i:i + n], ep["states"][:n])
+        assert np.array_equal(got["next_state"][STATE][i:i + n - 1], ep["states"][1:n])
+        end = got["next_state"][STATE][i + n - 1]
+        assert np.array_equal(end, ep["states"][n - 1] if k in moved else ep["states"][n]), f"episode {e}"
+        i += n
+    reader.close()
+
+
+def test_interrupted_creation_leaves_a_folder_the_next_buffer_takes(tmp_path):
+    """A crash after the store was made and before its layout file: the empty store is taken by the next buffer
+    with the same values (refused with other ones)."""
+    buf = TransitionBuffer(tmp_path / "buf")
+    add_episodes(buf, [0])
+    buf.close()
+    other = tmp_path / "other"
+    b2 = TransitionBuffer(other)
+    b2.add(**transitions(SEED, 0, max_len=30)[0])
+    b2._writer._release()
+    (other / LAYOUT_FILE).unlink()
+    # the store exists with its features; no episode was committed
+    again = TransitionBuffer(other)
+    ids = add_episodes(again, range(2))
+    assert everything(again) == ids
+    again.close()
+    (other / LAYOUT_FILE).unlink()
+    with pytest.raises(StoreError, match="not a replay buffer"):
+        TransitionBuffer(other)
+
+
+# ------------------------------------------------------------------------------------- dataset views
+
+
+def _rl_dataset(root: Path, *, done: bool = True) -> list[dict]:
+    """A LeRobot-style RL dataset (one frame per transition, no final observations), as gym_manipulator records
+    it: episodes of the reference without their last state; returns the episodes."""
+    eps = [ref.episode(SEED, e) for e in range(5)]
+    features = {STATE: {"dtype": "float32", "shape": [ref.STATE_DIM]},
+                CAMERA: {"dtype": "image", "shape": [6, 8, 3]},
+                "action": {"dtype": "float32", "shape": [ref.ACTION_DIM]},
+                "next.reward": {"dtype": "float32", "shape": [1]},
+                "complementary_info.penalty": {"dtype": "float32", "shape": [1]}}
+    if done:
+        features["next.done"] = {"dtype": "bool", "shape": [1]}
+    with lerobot_zarr.create(root, fps=10, features=features) as w:
+        for ep in eps:
+            n = ep["length"]
+            frames = {STATE: ep["states"][:n], CAMERA: ep["pixels"][:n].transpose(0, 2, 3, 1),
+                      "action": ep["actions"], "next.reward": ep["rewards"], "complementary_info.penalty":
+                      ep["penalty"]}
+            if done:
+                frames["next.done"] = np.arange(n) == n - 1
+            w.add_episode(frames, task="pick")
+    return eps
+
+
+@pytest.mark.parametrize("done", [True, False], ids=["next.done", "done inferred"])
+def test_a_dataset_read_as_transitions_follows_lerobots_rules(tmp_path, done):
+    eps = _rl_dataset(tmp_path / "ds", done=done)
+    view = TransitionBuffer.of_dataset(lerobot_zarr.open_dataset(tmp_path / "ds"), [STATE, CAMERA])
+    got = view.gather(np.arange(len(view)))
+    i = 0
+    for ep in eps:
+        n = ep["length"]
+        for t in range(n):
+            nxt = t + 1 if t < n - 1 else t  # LeRobot: next frame's state inside the episode, else its own
+            assert np.array_equal(got["state"][STATE][i], ep["states"][t])
+            assert np.array_equal(got["next_state"][STATE][i], ep["states"][nxt])
+            assert np.array_equal(got["next_state"][CAMERA][i], ep["pixels"][nxt] / np.float32(255))
+            assert got["done"][i] == (t == n - 1) and not got["truncated"][i]
+            assert got["complementary_info"]["penalty"][i].shape == (), "LeRobot's items of shape [1] are numbers"
+            assert got["reward"][i] == ep["rewards"][t]
+            i += 1
+    with pytest.raises(ReadOnlyStoreError, match="cannot add"):
+        view.add(**transitions(SEED, 0)[0])
+    with pytest.raises(SchemaMismatchError, match=r"\['observation.missing'\]"):
+        TransitionBuffer.of_dataset(lerobot_zarr.open_dataset(tmp_path / "ds"), ["observation.missing"])
+    view.close()
+
+
+def test_a_dataset_copied_into_a_buffer_gives_the_same_transitions_and_takes_adds(tmp_path):
+    _rl_dataset(tmp_path / "ds")
+    view = TransitionBuffer.of_dataset(lerobot_zarr.open_dataset(tmp_path / "ds"), [STATE, CAMERA])
+    copy = TransitionBuffer(tmp_path / "copy")
+    copy.copy_from(view, progress=False)
+    a, b = view.gather(np.arange(len(view))), copy.gather(np.arange(len(copy)))
+    assert len(copy) == len(view)
+    for key in ("action", "reward", "done", "truncated"):
+        assert np.array_equal(a[key], b[key]), key
+    for part in ("state", "next_state"):
+        for key in a[part]:
+            assert np.array_equal(a[part][key], b[part][key]), (part, key)
+    assert np.array_equal(a["complementary_info"]["penalty"], b["complementary_info"]["penalty"])
+    assert lerobot_zarr.open_dataset(tmp_path / "copy").meta.total_episodes == 5
+    copy.close()
+
+
+def test_export_writes_a_lerobot_folder_and_other_fps_or_task_through_a_copy(tmp_path):
+    buf = TransitionBuffer(tmp_path / "buf", fps=10)
+    ids = add_episodes(buf, range(3))
+    for tr in transitions(SEED, 3)[:-1]:
+        buf.add(**tr)
+        ids.append((3, len(ids)))
+    same = buf.export(tmp_path / "same")
+    other = buf.export(tmp_path / "other", fps=5, task="stack")
+    info = json.loads((same / "meta" / "info.json").read_text())
+    assert info["fps"] == 10 and info["total_frames"] == len(ids) and info["total_episodes"] == 4
+    assert json.loads((other / "meta" / "info.json").read_text())["fps"] == 5
+    a, b = lerobot_zarr.open_dataset(same), lerobot_zarr.open_dataset(other)
+    assert b.get_batch([0])["task"] == ["stack"] and a.get_batch([0])["task"] == ["from_replay_buffer"]
+    assert np.allclose(b.episode(0)["timestamp"], np.arange(b.meta.episode_length[0]) / 5)
+    for name in (STATE, "action", "next.reward", "next.truncated"):
+        assert np.array_equal(a.get_batch(np.arange(len(a)))[name], b.get_batch(np.arange(len(b)))[name])
+    buf.close()
+
+
+# ------------------------------------------------------------------------------------- other processes
+
+_CHILD = """
+import sys, time, os
+sys.path.insert(0, {tests!r})
+import numpy as np
+from rl_reference import transitions
+from lerobot_zarr.writing.transitions import TransitionBuffer
+buf = TransitionBuffer({root!r}, capacity={capacity!r})
+checkpoint_every = {checkpoint_every!r}
+added = 0
+for e in range(10**6):
+    for tr in transitions({seed!r}, e):
+        buf.add(**tr)
+        added += 1
+        if tr["done"] or tr["truncated"]:
+            print("C", added, flush=True)
+        elif checkpoint_every and added % checkpoint_every == 0:
+            buf.checkpoint()
+            print("C", added, flush=True)
+    if {pause!r}:
+        time.sleep({pause!r})
+"""
+
+
+def _spawn(root: Path, *, checkpoint_every: int = 0, capacity=None, pause: float = 0.0):
+    code = _CHILD.format(tests=str(TESTS), root=str(root), capacity=capacity, checkpoint_every=checkpoint_every,
+                         seed=SEED, pause=pause)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env)
+
+
+def _committed_after_kill(proc, delay: float) -> int:
+    """Let the writer run ``delay`` seconds past its first commit, SIGKILL it; the last count it reported."""
+    first = proc.stdout.readline()
+    assert first.startswith("C"), proc.stderr.read()
+    time.sleep(delay)
+    proc.send_signal(signal.SIGKILL)
+    out, err = proc.communicate(timeout=30)
+    counts = [int(line.split()[1]) for line in [first, *out.splitlines()] if line.startswith("C")]
+    return counts[-1]
+
+
+def _stream(n: int) -> list[tuple[int, int]]:
+    out = []
+    e = 0
+    while len(out) < n:
+        out += [(e, t) for t in range(ref.episode(SEED, e)["length"])]
+        e += 1
+    return out[:n]
+
+
+@pytest.mark.parametrize("checkpoint_every", [0, 1], ids=["adds", "checkpoints"])
+def test_sigkill_at_any_moment_loses_at_most_the_unfinished_episode(tmp_path, checkpoint_every):
+    """Kill the writer while it adds (episode commits) or while it checkpoints after every transition: the buffer
+    reopens readable with a prefix of what was added, at least everything it had reported committed, and takes
+    adds again."""
+    rng = np.random.default_rng(0)
+    for run in range(3):
+        root = tmp_path / f"buf{run}"
+        proc = _spawn(root, checkpoint_every=checkpoint_every)
+        reported = _committed_after_kill(proc, float(rng.uniform(0.05, 0.6)))
+        buf = TransitionBuffer(root)
+        n = len(buf)
+        assert n >= reported, f"run {run}: {n} transitions after the kill, {reported} were reported committed"
+        assert everything(buf) == _stream(n), f"run {run}: not the prefix of what was added"
+        stats = buf.writer.meta.stats["action"]  # a kill inside an extension's commit leaves them to be recomputed
+        actions = np.stack([ref.expected(SEED, e, t)["action"] for e, t in _stream(n)])
+        assert stats["count"] == [n] and np.allclose(stats["mean"], actions.mean(0), rtol=1e-6, atol=1e-7)
+        e = max(e for e, _ in _stream(n)) + 1
+        more = add_episodes(buf, [e + 1000])
+        assert everything(buf) == _stream(n) + more
+        buf.close()
+        lerobot_zarr.open_dataset(root).get_batch(np.arange(n))
+
+
+def test_sigkill_of_a_ring_buffer_keeps_the_newest_committed_episodes(tmp_path):
+    root = tmp_path / "ring"
+    proc = _spawn(root, capacity=60, checkpoint_every=5)
+    reported = _committed_after_kill(proc, 0.8)
+    buf = TransitionBuffer(root, capacity=60)
+    held = everything(buf)
+    assert len(held) <= 60 and held[0][1] == 0
+    stream = _stream(max(reported, 1) + 200)
+    start = stream.index(held[0])
+    assert held == stream[start:start + len(held)], "a run of consecutive transitions"
+    assert start + len(held) >= reported
+    buf.close()
+
+
+def test_a_reader_in_another_process_samples_what_the_writer_commits(tmp_path):
+    """The actor/learner split: a writer process adds (with checkpoints), this process samples with mode='r' and
+    checks every sampled transition against the reference; it sees the buffer grow."""
+    root = tmp_path / "buf"
+    proc = _spawn(root, checkpoint_every=7, capacity=400, pause=0.002)
+    try:
+        assert proc.stdout.readline().startswith("C")
+        reader = TransitionBuffer(root, mode="r", refresh_interval=0.0)
+        sizes, checked = [], 0
+        deadline = time.monotonic() + 2.5
+        while time.monotonic() < deadline:
+            batch = reader.sample(64)
+            checked += len(check_batch(batch, SEED))
+            sizes.append(len(reader))
+        assert checked > 500 and sizes[-1] > sizes[0], (checked, sizes[0], sizes[-1])
+        assert max(sizes) <= 400
+    finally:
+        proc.kill()
+        proc.communicate(timeout=30)
+    reader.close()
+
+
+# ------------------------------------------------------------------------------------- a reference model
+
+hypothesis = pytest.importorskip("hypothesis")
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+class Model:
+    """What a buffer holds, in plain lists: committed episodes (lists of (episode, step) identities), the
+    transitions added since the last commit, whether the last committed episode is still in progress."""
+
+    def __init__(self, capacity):
+        self.capacity, self.committed, self.pending, self.open = capacity, [], [], False
+
+    def _evict(self, extra: int) -> int:
+        held, drop = sum(map(len, self.committed)), 0
+        while self.capacity is not None and held + extra > self.capacity:
+            held -= len(self.committed[drop])
+            drop += 1
+        return drop
+
+    def commit(self, *, end: bool) -> None:
+        if self.pending:
+            drop = self._evict(len(self.pending))
+            if self.open:
+                self.committed[-1] = self.committed[-1] + self.pending
+            else:
+                self.committed.append(self.pending)
+            self.committed = self.committed[drop:]
+            self.pending = []
+        self.open = not end
+
+    def view(self) -> list[tuple[int, int]]:
+        kept = self.committed[self._evict(len(self.pending)):]
+        return [i for ep in kept for i in ep] + self.pending
+
+
+@settings(max_examples=12, deadline=None)
+@given(capacity=st.sampled_from([None, 12, 30]),
+       ops=st.lists(st.sampled_from(["add", "add", "add", "add", "checkpoint", "crash", "close", "reader"]),
+                    min_size=5, max_size=40))
+def test_random_operations_match_a_reference_model(tmp_path_factory, capacity, ops):
+    """Adds, checkpoints, crashes (the writer dropped without close) and reopens in any order: the buffer holds
+    what the plain-list model says, in order, after every operation."""
+    root = tmp_path_factory.mktemp("ops") / "buf"
+    model = Model(capacity)
+    buf = TransitionBuffer(root, capacity=capacity)
+    stream = ((e, t, tr) for e in range(10**6) for t, tr in enumerate(transitions(SEED, e)))
+    for op in ops:
+        if op == "add":
+            e, t, tr = next(stream)
+            in_progress = (model.committed[-1] if model.open else []) + model.pending
+            if capacity is not None and len(in_progress) + 1 > capacity:
+                with pytest.raises(ArgumentError):
+                    buf.add(**tr)
+                continue
+            if in_progress and in_progress[-1] != (e, t - 1):  # a crash cut the episode: the buffer starts anew
+                model.commit(end=True)
+            buf.add(**tr)
+            model.pending.append((e, t))
+            if tr["done"] or tr["truncated"]:
+                model.commit(end=True)
+        elif op == "checkpoint":
+            buf.checkpoint()
+            if model.pending:
+                model.commit(end=False)
+        elif op in ("crash", "close"):
+            if op == "close":
+                buf.close()
+                model.commit(end=True)
+            else:
+                buf._writer is not None and buf._writer._release()
+                buf._claim is not None and buf._claim.__exit__(None, None, None)
+                model.pending, model.open = [], False
+            buf = TransitionBuffer(root, capacity=capacity)
+        else:
+            reader = TransitionBuffer(root, mode="r") if (root / "zarr.json").exists() else None
+            if reader is not None:
+                committed = model.committed[model._evict(0):]
+                assert everything(reader) == [i for ep in committed for i in ep], "a reader sees the commits"
+                reader.close()
+        assert everything(buf) == model.view(), f"after {op}"
+        assert capacity is None or len(buf) <= capacity
+    buf.close()
