@@ -172,6 +172,7 @@ class FusedGather:
         self._ktab: np.ndarray | None = None
         layouts = [GatherLayout.of(ds) for ds in self.datasets]
         self._metas = [lay.meta for lay in layouts]
+        self._closed = [ds.closed for ds in self.datasets]
         self._roots = [lay.root for lay in layouts]
         self.why_not = {d: lay.why_not for d, lay in enumerate(layouts) if lay.why_not is not None}
         # every dataset's selected episodes in mixture order: one selection over them all
@@ -362,10 +363,9 @@ class FusedGather:
         with self._lock:
             if self.disabled == "closed":
                 return None
-            if any(map(_CLOSED, self.datasets)):
-                return None
-            if any(map(operator.is_not, map(_META, self.datasets), self._metas)):
-                self._build()  # a dataset refreshed, or committed to by its writer: lay the ranges out again
+            if (any(map(operator.is_not, map(_META, self.datasets), self._metas))
+                    or list(map(_CLOSED, self.datasets)) != self._closed):
+                self._build()  # a dataset refreshed, committed to by its writer or closed: lay the ranges out again
             if self.disabled:
                 return None
             try:
