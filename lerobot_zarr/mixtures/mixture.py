@@ -1,12 +1,14 @@
 """Mixtures: several datasets sampled as one, each with a weight (``open_mixture``).
 
 A mixture is built on the datasets' public faces: each source is opened with :func:`~lerobot_zarr.open_dataset`
-(its own store, episodes and options), a batch is one ``get_batch`` per dataset it touches, and the features of
-the datasets are matched by name (after ``rename``) into one schema: the features every dataset has
-(``features="intersection"``, as LeRobot's ``MultiLeRobotDataset``) or all of them (``"union"``: a dataset that
-lacks one gives zeros and ``<key>_is_pad`` True). Vectors of different widths are zero-padded to ``pad_to`` with a
-``<key>_dim_is_pad`` mask. Which dataset and frame each sample takes is :mod:`~lerobot_zarr.mixtures.sampler`'s
-arithmetic (weights, passes without replacement, elastic and resumable state).
+(its own store, episodes and options), a batch is one gather per feature across all of them
+(:mod:`~lerobot_zarr.sampling.fused`; datasets that need their own path, :attr:`LeRobotZarrMixture.fused_out`,
+give one ``get_batch`` each), and the features of the datasets are matched by name (after ``rename``) into one
+schema: the features every dataset has (``features="intersection"``, as LeRobot's ``MultiLeRobotDataset``) or
+all of them (``"union"``: a dataset that lacks one gives zeros and ``<key>_is_pad`` True). Vectors of different
+widths are zero-padded to ``pad_to`` with a ``<key>_dim_is_pad`` mask. Which dataset and frame each sample takes
+is :mod:`~lerobot_zarr.mixtures.sampler`'s arithmetic (weights, passes without replacement, elastic and resumable
+state).
 
 Global index ``i`` of a mixture is ``offsets[k] + j``: frame ``j`` of dataset ``k`` (in the order given).
 """
@@ -25,6 +27,7 @@ import numpy as np
 
 from ..api import open_dataset
 from ..sampling.dataset import DatasetMeta, ImageFormat, LeRobotZarrDataset
+from ..sampling.fused import FusedGather
 from ..errors import ArgumentError, DeltaTimestampsError, LeRobotZarrWarning, SchemaMismatchError, warn_user
 from ..lerobot.format import CAMERA_DTYPES, DEFAULT_FEATURES, QUANTILES, aggregate_stats
 from .sampler import MixtureSampler, MixtureSchedule, frame_weights
@@ -343,6 +346,12 @@ class LeRobotZarrMixture:
         self._sources = [{key: src for key, src, _, _ in plan} for plan in self._plans]
         self._ops = [{key: (src, op, width) for key, src, op, width in plan} for plan in self._plans]
         self._dim_keys = {f"{f}_dim_is_pad" for f in self._dim_masks}
+        # several datasets: each batch one gather per feature across them all (see sampling.fused)
+        self._fused = None
+        if len(self.datasets) > 1:
+            columns = {f: [self._ops[k][f][0] for k in range(len(self.datasets))] for f in feature_specs}
+            outputs = {key: (o.shape, o.dtype) for key, o in self._outputs.items() if key not in self._dim_keys}
+            self._fused = FusedGather(self.datasets, columns, outputs, np.diff(self.offsets))
 
     # sampling -------------------------------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -354,14 +363,44 @@ class LeRobotZarrMixture:
 
     def get_batch(self, indices: Sequence[int] | np.ndarray) -> dict[str, Any]:
         """The samples of mixture indices stacked along a leading axis: each dataset's ``get_batch`` at its
-        indices, in the mixture's names and shapes, plus ``dataset_index`` (int64). One ``get_batch`` per dataset
-        the indices touch; indices grouped by dataset (as the mixture's sampler gives them) are the fastest."""
-        return self._gather([self.locate(indices)])[0]
+        indices, in the mixture's names and shapes, plus ``dataset_index`` (int64). One gather per feature across
+        the datasets (:mod:`~lerobot_zarr.sampling.fused`); a batch touching a dataset that needs its own path
+        (:attr:`fused_out` says which and why) is one ``get_batch`` per dataset it touches."""
+        fused = self._fused.gather(indices) if self._fused is not None else None
+        if fused is None:
+            return self._gather([self.locate(indices)])[0]
+        return self._finish(*fused)
 
     def get_batches(self, batches: Sequence[Sequence[int] | np.ndarray]) -> list[dict[str, Any]]:
-        """``[get_batch(b) for b in batches]`` with one ``get_batch`` per dataset for all of them: a mixture of
-        many datasets pays each dataset's fixed cost once per call, not once per batch."""
+        """``[get_batch(b) for b in batches]`` gathered at once: one gather per feature for all of them (or, for
+        batches touching a dataset that needs its own path, one ``get_batch`` per dataset)."""
+        arrays = [np.asarray(b) for b in batches]
+        if self._fused is not None and arrays and all(a.ndim == 1 and (a.dtype.kind in "iu" or not a.size)
+                                                      for a in arrays):
+            fused = self._fused.gather(np.concatenate([a.astype(np.int64, copy=False) for a in arrays]))
+            if fused is not None:
+                out, d = fused
+                bounds = np.concatenate([[0], np.cumsum([len(a) for a in arrays])]).tolist()
+                return [self._finish({key: value[lo:hi] for key, value in out.items()}, d[lo:hi])
+                        for lo, hi in itertools.pairwise(bounds)]
         return self._gather([self.locate(b) for b in batches])
+
+    def _finish(self, out: dict[str, Any], d: np.ndarray) -> dict[str, Any]:
+        """A fused batch with what the mixture adds: the ``_dim_is_pad`` masks and ``dataset_index``."""
+        for f, masks in self._dim_masks.items():
+            out[f"{f}_dim_is_pad"] = masks[d]
+        out["dataset_index"] = d
+        return out
+
+    @property
+    def fused_out(self) -> dict[str, str]:
+        """Datasets whose batches are served by their own ``get_batch`` rather than gathered with the others'
+        (lazy ones, ones with deleted episodes, ...), with why; ``"*"`` when nothing is fused."""
+        if self._fused is None:
+            return {"*": "a mixture of one dataset is served by its get_batch"}
+        if self._fused.disabled:
+            return {"*": self._fused.disabled}
+        return {self.sources[d]: why for d, why in self._fused.why_not.items()}
 
     def batches(self, sampler: Iterable[np.ndarray], *, gather: int = 8) -> Iterator[dict[str, Any]]:
         """The ``get_batch`` dicts of a sampler's index batches, gathered ``gather`` batches at a time with
@@ -404,7 +443,11 @@ class LeRobotZarrMixture:
         d, order, _, counts = batch
         present = np.flatnonzero(counts).tolist()
         n = len(d)
-        if len(present) == 1 and self._copy_only[present[0]]:  # one dataset, nothing to pad: views of its gather
+        if not present:  # an empty batch: empty arrays of the mixture's shapes
+            out = {key: np.empty((0, *o.shape), dtype=o.dtype) for key, o in self._outputs.items()
+                   if key not in self._dim_keys}
+            out["task"] = []
+        elif len(present) == 1 and self._copy_only[present[0]]:  # one dataset, nothing to pad: views of its gather
             k = present[0]
             lo, hi = int(taken[k]), int(taken[k] + n)
             part = parts[k]
@@ -495,6 +538,8 @@ class LeRobotZarrMixture:
     # lifetime -------------------------------------------------------------------------------------------------
     def close(self) -> None:
         """Release every dataset's memory maps now."""
+        if self._fused is not None:
+            self._fused.close()
         for ds in self.datasets:
             ds.close()
 

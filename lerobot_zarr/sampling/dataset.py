@@ -754,6 +754,11 @@ class LeRobotZarrDataset:
         pack = int(self._chunk[e])
         return pack, int(self._state.table.offset[e]), int(self._state.packs.rows[pack])
 
+    def gather_layout(self) -> dict[str, Any]:
+        """Where the samples lie in the packs, for :class:`~lerobot_zarr.sampling.fused.FusedGather`."""
+        return {"state": self._state, "selection": self._sel, "max_packs": self._max_packs,
+                "absent": bool(self._lazy and not self._present[self._sel.episodes].all())}
+
     # conveniences of modules built on this one (imported when called: imports point down) ------------------
     def to_lerobot(self, path: str | os.PathLike, *, data_files_size_in_mb: int = 100,
                    video_files_size_in_mb: int = 200, videos: bool | None = None, progress: bool = True) -> Path:

@@ -29,7 +29,7 @@ from ..errors import MapLimitError, StoreError
 from ..store.state import chunk_path, retired_path
 from ..store.tables import ArraySpec, PackLayout
 
-__all__ = ["PackMaps", "MAX_RESERVATION"]
+__all__ = ["PackMaps", "Reservation", "MAX_RESERVATION", "shared_alignment", "slot_rows"]
 
 _MAP_FAILED = ctypes.c_void_p(-1).value
 _MAP_FIXED = 0x10  # same value on Linux and macOS
@@ -57,7 +57,7 @@ def slot_alignment(frame_bytes: int) -> int:
 _SHARED_SLOT_MAX = 256 << 20  # features share a slot layout while its granularity costs at most this per slot
 
 
-def _shared_alignment(specs: Mapping[str, ArraySpec]) -> dict[str, int]:
+def shared_alignment(specs: Mapping[str, ArraySpec]) -> dict[str, int]:
     """Rows each feature's slots are a multiple of. Every feature's own alignment is a power of two rows: the
     features for which the largest costs at most ``_SHARED_SLOT_MAX`` per slot all take it, so their packs sit at
     the same rows and a sampler computes a frame's row once for all of them (numeric features, not cameras)."""
@@ -68,16 +68,19 @@ def _shared_alignment(specs: Mapping[str, ArraySpec]) -> dict[str, int]:
             for name in specs}
 
 
-class _Feature:
-    """One feature's reservation, its row-indexed read-only view and where each pack's slot starts. The memory
-    is released with :meth:`release` or when the last view of it is garbage collected."""
+def slot_rows(rows: np.ndarray, align_rows: int) -> int:
+    """Rows the slots of packs of ``rows`` rows take, each rounded up to ``align_rows`` (as :class:`PackMaps` lays
+    them out)."""
+    return int((-(-np.asarray(rows, dtype=np.int64) // align_rows) * align_rows).sum())
 
-    def __init__(self, name: str, spec: ArraySpec, packs: PackLayout, headroom_rows: int, align_rows: int):
-        self.name, self.spec, self.frame_bytes = name, spec, spec.frame_bytes
-        self.align_rows = align_rows
-        self._layout(packs.rows)
-        self.capacity_rows = self._round(self.end_row + headroom_rows)
-        size = self.capacity_rows * self.frame_bytes
+
+class Reservation:
+    """Address space for ``rows`` frames of one feature (``PROT_NONE``, no memory) and its row-indexed read-only
+    view. Released with :meth:`release` or when the last view of it is garbage collected; maps placed inside it go
+    with it."""
+
+    def __init__(self, name: str, spec: ArraySpec, rows: int):
+        size = rows * spec.frame_bytes
         if size > MAX_RESERVATION:
             raise MapLimitError(f"feature {name!r}: {size} bytes of address space needed to map it side by side",
                                 feature=name)
@@ -92,8 +95,31 @@ class _Feature:
         self._release = weakref.finalize(buf, libc.munmap, raw, reserved)
         self._release.atexit = False  # at exit a daemon thread may still sample: let the OS reclaim the memory
         view = np.frombuffer(buf, dtype=np.uint8, count=size).view(spec.dtype)
-        self.view = view.reshape(self.capacity_rows, *spec.frame_shape)
+        self.view: np.ndarray | None = view.reshape(rows, *spec.frame_shape)
         self.view.flags.writeable = False
+
+    def release(self) -> None:
+        self.view = None
+        self._release()
+
+
+class _Feature:
+    """One feature's slots: its row-indexed read-only view and where each pack's slot starts, in a reservation of
+    its own, or (``place``: address, capacity in rows) in a part of a reservation whose owner releases it."""
+
+    def __init__(self, name: str, spec: ArraySpec, packs: PackLayout, headroom_rows: int, align_rows: int,
+                 place: tuple[int, int] | None = None):
+        self.name, self.spec, self.frame_bytes = name, spec, spec.frame_bytes
+        self.align_rows = align_rows
+        self._layout(packs.rows)
+        self.reservation: Reservation | None = None
+        if place is None:
+            self.capacity_rows = self._round(self.end_row + headroom_rows)
+            self.reservation = Reservation(name, spec, self.capacity_rows)
+            self.base, self.view = self.reservation.base, self.reservation.view
+        else:
+            self.base, self.capacity_rows = place
+            self.view = None
 
     def _round(self, rows: int | np.ndarray) -> int | np.ndarray:
         return -(-rows // self.align_rows) * self.align_rows
@@ -133,7 +159,8 @@ class _Feature:
 
     def release(self) -> None:
         self.view = None
-        self._release()
+        if self.reservation is not None:
+            self.reservation.release()
 
 
 class PackMaps:
@@ -141,14 +168,21 @@ class PackMaps:
     guards it."""
 
     def __init__(self, root: str | os.PathLike, specs: Mapping[str, ArraySpec], packs: PackLayout, *,
-                 max_packs: int, headroom_rows: int = 0):
+                 max_packs: int, headroom_rows: int = 0, place: Mapping[str, tuple[int, int, int]] | None = None):
+        """``place``: per feature ``(address, capacity in rows, rows per alignment)`` of slots inside a reservation
+        of the caller's (:mod:`~lerobot_zarr.sampling.fused` lays several datasets' packs side by side); the
+        caller keeps that reservation alive while these maps are used and releases it, and views are its own."""
         self.root = os.fspath(root)
         self.specs = {name: spec for name, spec in specs.items() if spec.storage == "raw"}
         self.max_packs = max(1, int(max_packs))
-        align = _shared_alignment(self.specs)
-        self.features = {name: _Feature(name, spec, packs, headroom_rows, align[name])
-                         for name, spec in self.specs.items()}
-        self.views = {name: f.view for name, f in self.features.items()}
+        if place is None:
+            align = shared_alignment(self.specs)
+            self.features = {name: _Feature(name, spec, packs, headroom_rows, align[name])
+                             for name, spec in self.specs.items()}
+        else:
+            self.features = {name: _Feature(name, spec, packs, 0, place[name][2], place[name][:2])
+                             for name, spec in self.specs.items()}
+        self.views = {name: f.view for name, f in self.features.items() if f.view is not None}
         self.rows = packs.rows
         self.mapped = np.zeros(len(packs), dtype=bool)
         self.last_used = np.zeros(len(packs), dtype=np.int64)
