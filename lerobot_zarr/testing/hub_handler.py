@@ -31,13 +31,17 @@ from .hub_storage import (
 if TYPE_CHECKING:
     from .hub_server import HubServer
 
+__all__ = ["Handler", "HubHTTPServer"]
+
 
 class HubHTTPServer(ThreadingHTTPServer):
+    """The threaded server of one :class:`HubServer`; it tracks open connections so that stopping closes them."""
+
     daemon_threads = True
     block_on_close = False
     allow_reuse_address = True
 
-    def __init__(self, address, handler, hub: "HubServer"):
+    def __init__(self, address, handler, hub: HubServer):
         self.hub = hub
         self._conns: set[socket.socket] = set()
         self._conns_lock = threading.Lock()
@@ -66,6 +70,8 @@ class HubHTTPServer(ThreadingHTTPServer):
 
 
 class Handler(Routes, BaseHTTPRequestHandler):
+    """One connection's requests: recorded, faults and the network model applied, authenticated, routed."""
+
     protocol_version = "HTTP/1.1"
     server_version = "lerobot-zarr-test-hub/1.0"
     timeout = 120  # idle keep-alive connections are closed after this many seconds
@@ -104,7 +110,7 @@ class Handler(Routes, BaseHTTPRequestHandler):
 
     # plumbing ----------------------------------------------------------------------------------------------
     @property
-    def hub(self) -> "HubServer":
+    def hub(self) -> HubServer:
         return self.server.hub
 
     def _handle(self, method: str) -> None:

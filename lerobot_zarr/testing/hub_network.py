@@ -9,6 +9,8 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 
+__all__ = ["FAULT_KINDS", "Dropped", "Fault", "HubStats", "Link", "NetworkModel", "RequestRecord"]
+
 
 class Dropped(Exception):
     """Raised to abort a response and close its connection (fault injection)."""

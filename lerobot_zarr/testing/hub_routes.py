@@ -34,6 +34,8 @@ from .hub_storage import (
 if TYPE_CHECKING:
     from .hub_server import HubServer
 
+__all__ = ["Routes"]
+
 
 class Routes:
     """The Hub API endpoints, one method each (a mixin of :class:`~lerobot_zarr.testing.hub_handler.Handler`,

@@ -137,7 +137,7 @@ class HubServer:
             raise RuntimeError("HubServer is not started")
         return self._endpoint
 
-    def start(self) -> "HubServer":
+    def start(self) -> HubServer:
         if self._httpd is not None:
             return self
         self._stopping.clear()
@@ -163,7 +163,7 @@ class HubServer:
             self._thread.join(timeout=5)
             self._thread = None
 
-    def __enter__(self) -> "HubServer":
+    def __enter__(self) -> HubServer:
         return self.start()
 
     def __exit__(self, *exc) -> None:

@@ -15,9 +15,13 @@ from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 
+__all__ = ["CHUNK", "FROM_PLURAL", "INVALID_CREDENTIALS", "LFS_EXTENSIONS", "LFS_THRESHOLD", "REPO_TYPES",
+           "SECURITY_OK", "SHA256_RE", "URL_PREFIX", "ReplyError", "Storage", "TreeIndex", "blob_entry", "check_path",
+           "check_ref_name", "check_repo_id", "check_repo_type", "dumps", "header_safe", "is_lfs"]
+
 REPO_TYPES = ("dataset", "model", "space")
-PLURAL = {"dataset": "datasets", "model": "models", "space": "spaces"}
-FROM_PLURAL = {v: k for k, v in PLURAL.items()}
+_PLURAL = {"dataset": "datasets", "model": "models", "space": "spaces"}
+FROM_PLURAL = {v: k for k, v in _PLURAL.items()}
 URL_PREFIX = {"dataset": "datasets/", "model": "", "space": "spaces/"}
 
 #: Files strictly bigger than this are stored as LFS files.
@@ -32,11 +36,11 @@ LFS_EXTENSIONS = frozenset(
     }
 )  # fmt: skip
 
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
-RESERVED_NAMESPACES = frozenset({"api", "datasets", "models", "spaces", "__lfs"})
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
+_RESERVED_NAMESPACES = frozenset({"api", "datasets", "models", "spaces", "__lfs"})
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
-SHA1_RE = re.compile(r"^[0-9a-f]{40}$")
-REF_NAME_RE = re.compile(r"^[A-Za-z0-9._][A-Za-z0-9._/-]{0,199}$")
+_SHA1_RE = re.compile(r"^[0-9a-f]{40}$")
+_REF_NAME_RE = re.compile(r"^[A-Za-z0-9._][A-Za-z0-9._/-]{0,199}$")
 CHUNK = 64 * 1024
 INVALID_CREDENTIALS = "Invalid credentials in Authorization header"
 SECURITY_OK = {"status": "safe", "avScan": {"virusFound": False, "virusNames": None}, "pickleImportScan": None}
@@ -56,16 +60,16 @@ class ReplyError(Exception):
         self.headers = dict(headers or {})
 
 
-def now_iso() -> str:
+def _now_iso() -> str:
     now = datetime.now(timezone.utc)
     return now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond // 1000:03d}Z"
 
 
-def git_blob_sha1(data: bytes) -> str:
+def _git_blob_sha1(data: bytes) -> str:
     return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
 
-def lfs_pointer(sha256: str, size: int) -> bytes:
+def _lfs_pointer(sha256: str, size: int) -> bytes:
     return f"version https://git-lfs.github.com/spec/v1\noid sha256:{sha256}\nsize {size}\n".encode()
 
 
@@ -82,9 +86,9 @@ def check_repo_id(repo_id: str) -> tuple[str, str]:
         raise ValueError(f"repo id must be 'namespace/name', got {repo_id!r}")
     ns, name = repo_id.split("/")
     for part in (ns, name):
-        if not NAME_RE.match(part) or ".." in part or part.endswith(".git"):
+        if not _NAME_RE.match(part) or ".." in part or part.endswith(".git"):
             raise ValueError(f"invalid repo id {repo_id!r}")
-    if ns in RESERVED_NAMESPACES:
+    if ns in _RESERVED_NAMESPACES:
         raise ValueError(f"invalid repo id {repo_id!r}: namespace {ns!r} is reserved")
     return ns, name
 
@@ -110,9 +114,9 @@ def check_path(path: str, *, allow_root: bool = False) -> str:
 
 
 def check_ref_name(name: str) -> str:
-    if not isinstance(name, str) or not REF_NAME_RE.match(name) or ".." in name or name.endswith(("/", ".lock")):
+    if not isinstance(name, str) or not _REF_NAME_RE.match(name) or ".." in name or name.endswith(("/", ".lock")):
         raise ValueError(f"invalid ref name {name!r}")
-    if "//" in name or SHA1_RE.match(name):
+    if "//" in name or _SHA1_RE.match(name):
         raise ValueError(f"invalid ref name {name!r}")
     return name
 
@@ -125,7 +129,7 @@ def dumps(obj) -> bytes:
     return json.dumps(obj, separators=(",", ":")).encode()
 
 
-def write_atomic(path: Path, data: bytes) -> None:
+def _write_atomic(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
     with open(tmp, "wb") as f:
@@ -146,8 +150,8 @@ class TreeIndex:
         children: dict[str, dict[str, str]] = {"": {}}
         for path, entry in self.files.items():
             if entry["lfs"]:
-                pointer = lfs_pointer(entry["sha256"], entry["size"])
-                self.file_oid[path] = git_blob_sha1(pointer)
+                pointer = _lfs_pointer(entry["sha256"], entry["size"])
+                self.file_oid[path] = _git_blob_sha1(pointer)
                 self.lfs_info[path] = {"oid": entry["sha256"], "size": entry["size"], "pointerSize": len(pointer)}
             else:
                 self.file_oid[path] = entry["git_sha1"]
@@ -216,7 +220,7 @@ class Storage:
         else:
             os.replace(tmp, path)
         meta = {"size": size, "git_sha1": git_sha1}
-        write_atomic(path.with_name(path.name + ".meta.json"), dumps(meta))
+        _write_atomic(path.with_name(path.name + ".meta.json"), dumps(meta))
         self._meta[sha256] = meta
         return {"sha256": sha256, **meta}
 
@@ -227,7 +231,7 @@ class Storage:
             return {"sha256": sha256, **meta}
         tmp = self.root / "tmp" / secrets.token_hex(8)
         tmp.write_bytes(data)
-        return self._finish_blob(tmp, sha256, len(data), git_blob_sha1(data))
+        return self._finish_blob(tmp, sha256, len(data), _git_blob_sha1(data))
 
     def put_stream(self, chunks: Iterator[bytes], expected_size: int) -> dict:
         """Store a blob from chunks; returns its meta (the caller checks sha256/size against expectations)."""
@@ -290,13 +294,13 @@ class Storage:
             "message": message,
             "description": description,
             "author": author,
-            "date": now_iso(),
+            "date": _now_iso(),
             "nonce": secrets.token_hex(8),
             "tree": tree,
         }
         data = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
         cid = hashlib.sha1(data).hexdigest()
-        write_atomic(self.root / "commits" / cid[:2] / f"{cid}.json", data)
+        _write_atomic(self.root / "commits" / cid[:2] / f"{cid}.json", data)
         self._commits[cid] = json.loads(data)
         return cid
 
@@ -318,7 +322,7 @@ class Storage:
             return repo
 
     def save_repo(self, repo: dict) -> None:
-        write_atomic(self._repo_file(repo["type"], repo["id"]), json.dumps(repo, indent=1).encode())
+        _write_atomic(self._repo_file(repo["type"], repo["id"]), json.dumps(repo, indent=1).encode())
 
     def create_repo(self, repo_type: str, repo_id: str, *, private: bool, author: str) -> dict:
         with self.lock:
@@ -328,7 +332,7 @@ class Storage:
                 "type": repo_type,
                 "id": repo_id,
                 "private": bool(private),
-                "createdAt": now_iso(),
+                "createdAt": _now_iso(),
                 "branches": {},
                 "tags": {},
                 "commits": [],
@@ -360,7 +364,7 @@ class Storage:
                 return repo["branches"][rev]
             if rev in repo["tags"]:
                 return repo["tags"][rev]
-            if SHA1_RE.match(rev) and rev in repo["commits"]:
+            if _SHA1_RE.match(rev) and rev in repo["commits"]:
                 return rev
             return None
 
