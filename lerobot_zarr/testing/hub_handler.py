@@ -11,11 +11,10 @@ import time
 import traceback
 from collections.abc import Iterator, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from .hub_network import Dropped, Fault, RequestRecord
-from .hub_routes import Routes
+from .hub_routes import Routes, ServedHub
 from .hub_storage import (
     CHUNK,
     FROM_PLURAL,
@@ -28,20 +27,18 @@ from .hub_storage import (
     header_safe,
 )
 
-if TYPE_CHECKING:
-    from .hub_server import HubServer
-
 __all__ = ["Handler", "HubHTTPServer"]
 
 
 class HubHTTPServer(ThreadingHTTPServer):
-    """The threaded server of one :class:`HubServer`; it tracks open connections so that stopping closes them."""
+    """The threaded server of one :class:`~lerobot_zarr.testing.hub_server.HubServer`; it tracks open connections
+    so that stopping closes them."""
 
     daemon_threads = True
     block_on_close = False
     allow_reuse_address = True
 
-    def __init__(self, address, handler, hub: HubServer):
+    def __init__(self, address, handler, hub: ServedHub):
         self.hub = hub
         self._conns: set[socket.socket] = set()
         self._conns_lock = threading.Lock()
@@ -110,7 +107,7 @@ class Handler(Routes, BaseHTTPRequestHandler):
 
     # plumbing ----------------------------------------------------------------------------------------------
     @property
-    def hub(self) -> HubServer:
+    def hub(self) -> ServedHub:
         return self.server.hub
 
     def _handle(self, method: str) -> None:
@@ -122,21 +119,21 @@ class Handler(Routes, BaseHTTPRequestHandler):
             method, unquote(split.path), split.query, self.headers.get("Range"), connection=self._conn_id,
             started=time.monotonic(),
         )
-        self.hub.stats._append(self._rec)
+        self.hub.stats.add(self._rec)
         self._headers_sent = False
         self._drop_after: int | None = None
         self._fault: Fault | None = None
         self._body: bytes = b""
         self._body_consumed = False
         try:
-            fault = self.hub._take_fault(method, self._rec.path)
+            fault = self.hub.take_fault(method, self._rec.path)
             if method != "PUT" or fault is not None:
                 self._body = self._read_body()
             self._fault = fault
             network = self.hub.network
             if network is not None:  # the round trip (and a new connection's handshake) before any answer
                 rtts = 1 + (network.handshake_rtts if not self._served else 0)
-                if self.hub._stopping.wait(network.latency_s * rtts):
+                if self.hub.stopping.wait(network.latency_s * rtts):
                     raise Dropped
             self._served += 1
             if fault is not None:
@@ -198,7 +195,7 @@ class Handler(Routes, BaseHTTPRequestHandler):
 
     def _stall(self) -> None:
         """A ``"stall"`` fault: wait (until the server stops at the latest), then drop the connection."""
-        self.hub._stopping.wait(self._fault.seconds)
+        self.hub.stopping.wait(self._fault.seconds)
         raise Dropped
 
     def _write(self, data: bytes) -> None:
@@ -214,7 +211,7 @@ class Handler(Routes, BaseHTTPRequestHandler):
         if fault is not None and fault.kind == "trickle" and self._headers_sent:
             piece = max(1, fault.rate // 10)
             for i in range(0, len(data), piece):
-                if self.hub._stopping.wait(0.1):
+                if self.hub.stopping.wait(0.1):
                     raise Dropped
                 self._rec.bytes_sent += len(data[i:i + piece])
                 self.wfile.write(data[i:i + piece])
@@ -234,7 +231,7 @@ class Handler(Routes, BaseHTTPRequestHandler):
             return
         for i in range(0, len(data), CHUNK):
             piece = data[i:i + CHUNK]
-            self.hub._link.send(len(piece), network.rate, self.hub._stopping)
+            self.hub.link.send(len(piece), network.rate, self.hub.stopping)
             self._rec.bytes_sent += len(piece)
             self.wfile.write(piece)
 
@@ -330,7 +327,7 @@ class Handler(Routes, BaseHTTPRequestHandler):
             check_repo_id(repo_id)
         except ValueError as e:
             raise ReplyError(400, str(e)) from None
-        repo = self.hub._storage.get_repo(repo_type, repo_id)
+        repo = self.hub.storage.get_repo(repo_type, repo_id)
         if repo is None:
             raise ReplyError(404, "Repository not found", "RepoNotFound")
         if repo["private"] and not self._authorized:
@@ -338,7 +335,7 @@ class Handler(Routes, BaseHTTPRequestHandler):
         return repo
 
     def _resolve(self, repo: dict, rev: str) -> str:
-        cid = self.hub._storage.resolve(repo, rev)
+        cid = self.hub.storage.resolve(repo, rev)
         if cid is None:
             raise ReplyError(404, f"Invalid rev id: {rev}", "RevisionNotFound")
         return cid

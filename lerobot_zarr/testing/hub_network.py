@@ -48,7 +48,7 @@ class HubStats:
         self._lock = threading.Lock()
         self._records: list[RequestRecord] = []
 
-    def _append(self, record: RequestRecord) -> None:
+    def add(self, record: RequestRecord) -> None:
         with self._lock:
             self._records.append(record)
 

@@ -10,9 +10,11 @@ import hashlib
 import hmac
 import json
 import re
-from typing import TYPE_CHECKING
+import threading
+from typing import Protocol
 from urllib.parse import parse_qs, urlencode
 
+from .hub_network import Fault, HubStats, Link, NetworkModel
 from .hub_storage import (
     CHUNK,
     FROM_PLURAL,
@@ -21,6 +23,7 @@ from .hub_storage import (
     SHA256_RE,
     URL_PREFIX,
     ReplyError,
+    Storage,
     TreeIndex,
     blob_entry,
     check_path,
@@ -31,17 +34,36 @@ from .hub_storage import (
     is_lfs,
 )
 
-if TYPE_CHECKING:
-    from .hub_server import HubServer
+__all__ = ["Routes", "ServedHub"]
 
-__all__ = ["Routes"]
+
+class ServedHub(Protocol):
+    """What the request handler and its routes use of the :class:`~lerobot_zarr.testing.hub_server.HubServer`
+    they serve."""
+
+    tokens: dict[str, str] | None
+    read_only: frozenset[str]
+    tree_page_size: int
+    network: NetworkModel | None
+    stats: HubStats
+    errors: list[str]
+    storage: Storage
+    link: Link
+    stopping: threading.Event
+
+    @property
+    def endpoint(self) -> str: ...
+
+    def take_fault(self, method: str, path: str) -> Fault | None: ...
+
+    def sign(self, key: str, size: int) -> str: ...
 
 
 class Routes:
     """The Hub API endpoints, one method each (a mixin of :class:`~lerobot_zarr.testing.hub_handler.Handler`,
     whose plumbing they use: ``_send_json``, ``_repo``, ``_json_body``...)."""
 
-    hub: HubServer
+    hub: ServedHub
 
     # account & repos ---------------------------------------------------------------------------------------
     def _whoami(self) -> None:
@@ -80,7 +102,7 @@ class Routes:
         private = bool(body.get("private")) if visibility is None else visibility == "private"
         url = self._repo_url(repo_type, repo_id)
         try:
-            self.hub._storage.create_repo(repo_type, repo_id, private=private, author=self._user or "anonymous")
+            self.hub.storage.create_repo(repo_type, repo_id, private=private, author=self._user or "anonymous")
         except FileExistsError:
             self._send_json({"error": f"You already created this {repo_type} repo", "url": url}, 409)
             return
@@ -96,13 +118,13 @@ class Routes:
             check_repo_id(repo_id)
         except ValueError as e:
             raise ReplyError(400, str(e)) from None
-        if not self.hub._storage.delete_repo(repo_type, repo_id):
+        if not self.hub.storage.delete_repo(repo_type, repo_id):
             raise ReplyError(404, "Repository not found", "RepoNotFound")
         self._send_json({})
 
     # reading -----------------------------------------------------------------------------------------------
     def _info(self, repo_type: str, repo_id: str, rev: str | None) -> None:
-        storage = self.hub._storage
+        storage = self.hub.storage
         repo = self._repo(repo_type, repo_id)
         cid = self._resolve(repo, rev if rev else "main")
         idx = storage.index(cid)
@@ -135,7 +157,7 @@ class Routes:
         )
 
     def _entry_json(self, idx: TreeIndex, cid: str, path: str, expand: bool) -> dict:
-        storage = self.hub._storage
+        storage = self.hub.storage
         if idx.is_dir(path):
             out = {"type": "directory", "oid": idx.dirs[path], "size": 0, "path": path}
             if expand:
@@ -153,7 +175,7 @@ class Routes:
     def _tree(self, repo_type: str, repo_id: str, args: list[str]) -> None:
         if not args:
             raise ReplyError(404, "Not Found")
-        storage = self.hub._storage
+        storage = self.hub.storage
         repo = self._repo(repo_type, repo_id)
         base = self._path("/".join(args[1:]).strip("/"), allow_root=True)
         recursive, expand = self._flag("recursive"), self._flag("expand")
@@ -191,7 +213,7 @@ class Routes:
         self._send_json([self._entry_json(idx, cid, p, expand) for p in page], headers=headers)
 
     def _paths_info(self, repo_type: str, repo_id: str, rev: str) -> None:
-        storage = self.hub._storage
+        storage = self.hub.storage
         repo = self._repo(repo_type, repo_id)
         cid = self._resolve(repo, rev or "main")
         ctype = self.headers.get("Content-Type", "")
@@ -228,7 +250,7 @@ class Routes:
 
     def _refs(self, repo_type: str, repo_id: str) -> None:
         repo = self._repo(repo_type, repo_id)
-        with self.hub._storage.lock:
+        with self.hub.storage.lock:
             branches, tags = sorted(repo["branches"].items()), sorted(repo["tags"].items())
         out = {
             "branches": [{"name": n, "ref": f"refs/heads/{n}", "targetCommit": self._bad_commit(c)}
@@ -241,7 +263,7 @@ class Routes:
         self._send_json(out)
 
     def _commits(self, repo_type: str, repo_id: str, rev: str) -> None:
-        storage = self.hub._storage
+        storage = self.hub.storage
         repo = self._repo(repo_type, repo_id)
         out = []
         for cid in storage.history(self._resolve(repo, rev)):
@@ -258,7 +280,7 @@ class Routes:
         self._send_json(out)
 
     def _resolve_file(self, repo_type: str, repo_id: str, rev: str, path: str) -> None:
-        storage = self.hub._storage
+        storage = self.hub.storage
         repo = self._repo(repo_type, repo_id)
         cid = self._resolve(repo, rev)
         path = self._path(path)
@@ -309,7 +331,7 @@ class Routes:
 
     # writing -----------------------------------------------------------------------------------------------
     def _preupload(self, repo_type: str, repo_id: str, rev: str) -> None:
-        storage = self.hub._storage
+        storage = self.hub.storage
         repo = self._repo(repo_type, repo_id, write=True)
         cid = self._resolve(repo, rev or "main")
         files = self._json_body().get("files")
@@ -335,7 +357,7 @@ class Routes:
         self._send_json({"files": out, "commitOid": cid})
 
     def _lfs_batch(self, repo_type: str, repo_id: str) -> None:
-        storage = self.hub._storage
+        storage = self.hub.storage
         repo = self._repo(repo_type, repo_id, write=True)
         body = self._json_body()
         if body.get("operation") != "upload":
@@ -355,7 +377,7 @@ class Routes:
             item = {"oid": oid, "size": size, "authenticated": True}
             if not storage.has_lfs_object(repo, oid, size):
                 key = f"{URL_PREFIX[repo_type]}{repo_id}/{oid}"
-                href = f"{self.hub.endpoint}/__lfs/{key}?size={size}&sig={self.hub._sign(key, size)}"
+                href = f"{self.hub.endpoint}/__lfs/{key}?size={size}&sig={self.hub.sign(key, size)}"
                 item["actions"] = {"upload": {"href": href, "expires_in": 3600}}
             out.append(item)
         self._send_json(
@@ -369,14 +391,14 @@ class Routes:
             raise ReplyError(405, "Method not allowed")
         size_s, sig = self._query.get("size", [""])[-1], self._query.get("sig", [""])[-1]
         key = "/".join(seg)
-        if not size_s.isdigit() or not hmac.compare_digest(sig, self.hub._sign(key, int(size_s))):
+        if not size_s.isdigit() or not hmac.compare_digest(sig, self.hub.sign(key, int(size_s))):
             raise ReplyError(403, "Invalid or expired upload URL")
         if seg and seg[0] in ("datasets", "spaces"):
             repo_type, seg = FROM_PLURAL[seg[0]], seg[1:]
         else:
             repo_type = "model"
         oid, size = seg[-1], int(size_s)
-        storage = self.hub._storage
+        storage = self.hub.storage
         repo = storage.get_repo(repo_type, "/".join(seg[:-1]))
         if repo is None:
             raise ReplyError(404, "Repository not found", "RepoNotFound")
@@ -388,7 +410,7 @@ class Routes:
         self._send_bytes(200, b"", content_type="text/plain")
 
     def _commit(self, repo_type: str, repo_id: str, rev: str) -> None:
-        storage = self.hub._storage
+        storage = self.hub.storage
         repo = self._repo(repo_type, repo_id, write=True)
         if self._flag("create_pr"):
             raise ReplyError(400, "Pull requests are not supported by this test hub")
@@ -453,7 +475,7 @@ class Routes:
         )
 
     def _settings(self, repo_type: str, repo_id: str) -> None:
-        storage = self.hub._storage
+        storage = self.hub.storage
         repo = self._repo(repo_type, repo_id, write=True)
         if not self._body_consumed:
             self._body = self._read_body()
@@ -467,7 +489,7 @@ class Routes:
         self._send_json({})
 
     def _create_tag(self, repo_type: str, repo_id: str, rev: str) -> None:
-        storage = self.hub._storage
+        storage = self.hub.storage
         repo = self._repo(repo_type, repo_id, write=True)
         cid = self._resolve(repo, rev)
         tag = self._json_body().get("tag")
@@ -483,7 +505,7 @@ class Routes:
         self._send_json({"name": tag, "ref": f"refs/tags/{tag}", "targetCommit": cid})
 
     def _delete_tag(self, repo_type: str, repo_id: str, tag: str) -> None:
-        storage = self.hub._storage
+        storage = self.hub.storage
         repo = self._repo(repo_type, repo_id, write=True)
         with storage.lock:
             if tag not in repo["tags"]:
@@ -493,7 +515,7 @@ class Routes:
         self._send_json({})
 
     def _create_branch(self, repo_type: str, repo_id: str, branch: str) -> None:
-        storage = self.hub._storage
+        storage = self.hub.storage
         repo = self._repo(repo_type, repo_id, write=True)
         body = self._json_body()
         try:
@@ -509,7 +531,7 @@ class Routes:
         self._send_json({})
 
     def _delete_branch(self, repo_type: str, repo_id: str, branch: str) -> None:
-        storage = self.hub._storage
+        storage = self.hub.storage
         repo = self._repo(repo_type, repo_id, write=True)
         with storage.lock:
             if branch not in repo["branches"]:

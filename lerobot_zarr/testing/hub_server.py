@@ -115,14 +115,14 @@ class HubServer:
         self.host, self.port = host, port
         self.tokens: dict[str, str] | None = dict(tokens) if tokens is not None else None
         self.read_only = frozenset(read_only)
-        self._stopping = threading.Event()
+        self.stopping = threading.Event()
         self.tree_page_size = 1000
         self.network = network
-        self._link = Link()
+        self.link = Link()
         self.stats = HubStats()
         #: Tracebacks of unexpected exceptions in request handlers (each also answered with a 500).
         self.errors: list[str] = []
-        self._storage = Storage(self.storage_dir)
+        self.storage = Storage(self.storage_dir)
         self._secret = secrets.token_bytes(32)
         self._faults: list[Fault] = []
         self._faults_lock = threading.Lock()
@@ -140,7 +140,7 @@ class HubServer:
     def start(self) -> HubServer:
         if self._httpd is not None:
             return self
-        self._stopping.clear()
+        self.stopping.clear()
         self._httpd = HubHTTPServer((self.host, self.port), Handler, self)
         host, port = self._httpd.server_address[:2]
         self.port = port
@@ -155,7 +155,7 @@ class HubServer:
         httpd, self._httpd = self._httpd, None
         if httpd is None:
             return
-        self._stopping.set()  # stalled and trickling answers end
+        self.stopping.set()  # stalled and trickling answers end
         httpd.shutdown()
         httpd.server_close()
         httpd.close_all_connections()
@@ -181,7 +181,7 @@ class HubServer:
         check_ref_name(branch)
         for tag in tags:
             check_ref_name(tag)
-        storage = self._storage
+        storage = self.storage
         ops = []
         if folder is not None:
             root = Path(folder)
@@ -218,7 +218,7 @@ class HubServer:
         """Commit ``files`` (path -> bytes, added or replaced) and ``deletions`` (file paths, or folders, given
         with or without a trailing '/') on top of ``branch``; always records a commit, even an empty one."""
         repo_type = check_repo_type(repo_type)
-        storage = self._storage
+        storage = self.storage
         repo = storage.get_repo(repo_type, repo_id)
         if repo is None:
             raise ValueError(f"no {repo_type} repo {repo_id!r}")
@@ -246,32 +246,32 @@ class HubServer:
     def refs(self, repo_id: str, *, repo_type: str = "dataset") -> dict[str, dict[str, str]]:
         """``{"branches": {name: sha}, "tags": {name: sha}}``."""
         repo = self._get_repo(repo_id, repo_type)
-        with self._storage.lock:
+        with self.storage.lock:
             return {"branches": dict(repo["branches"]), "tags": dict(repo["tags"])}
 
     def commits(self, repo_id: str, *, repo_type: str = "dataset", revision: str = "main") -> list[dict]:
         """History of ``revision``, newest first: the commit documents with their ``id``."""
-        storage = self._storage
+        storage = self.storage
         cid = self._resolve_rev(repo_id, repo_type, revision)
         return [{"id": c, **storage.commit_doc(c)} for c in storage.history(cid)]
 
     def list_files(self, repo_id: str, *, repo_type: str = "dataset", revision: str = "main") -> list[str]:
-        return sorted(self._storage.index(self._resolve_rev(repo_id, repo_type, revision)).files)
+        return sorted(self.storage.index(self._resolve_rev(repo_id, repo_type, revision)).files)
 
     def get_file(self, repo_id: str, path: str, *, repo_type: str = "dataset", revision: str = "main") -> bytes:
-        idx = self._storage.index(self._resolve_rev(repo_id, repo_type, revision))
+        idx = self.storage.index(self._resolve_rev(repo_id, repo_type, revision))
         if path not in idx.files:
             raise FileNotFoundError(path)
-        return self._storage.blob_path(idx.files[path]["sha256"]).read_bytes()
+        return self.storage.blob_path(idx.files[path]["sha256"]).read_bytes()
 
     def _get_repo(self, repo_id: str, repo_type: str) -> dict:
-        repo = self._storage.get_repo(check_repo_type(repo_type), repo_id)
+        repo = self.storage.get_repo(check_repo_type(repo_type), repo_id)
         if repo is None:
             raise ValueError(f"no {repo_type} repo {repo_id!r}")
         return repo
 
     def _resolve_rev(self, repo_id: str, repo_type: str, revision: str) -> str:
-        cid = self._storage.resolve(self._get_repo(repo_id, repo_type), revision)
+        cid = self.storage.resolve(self._get_repo(repo_id, repo_type), revision)
         if cid is None:
             raise ValueError(f"no revision {revision!r} in {repo_id!r}")
         return cid
@@ -320,7 +320,8 @@ class HubServer:
         with self._faults_lock:
             self._faults.clear()
 
-    def _take_fault(self, method: str, path: str) -> Fault | None:
+    def take_fault(self, method: str, path: str) -> Fault | None:
+        """The injected fault a request of ``method`` to ``path`` meets, if any (counted down, dropped at 0)."""
         with self._faults_lock:
             for fault in self._faults:
                 if fault.path_contains in path and (fault.method is None or fault.method == method):
@@ -330,7 +331,8 @@ class HubServer:
                     return fault
         return None
 
-    def _sign(self, key: str, size: int) -> str:
+    def sign(self, key: str, size: int) -> str:
+        """The signature of an LFS upload URL (``key``, ``size``): only URLs this server handed out are accepted."""
         return hmac.new(self._secret, f"{key}:{size}".encode(), hashlib.sha256).hexdigest()
 
 
