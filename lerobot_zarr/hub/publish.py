@@ -15,9 +15,9 @@ the tag.
 Every failure raises :class:`HubAuthError` (401/403), :class:`HubError` or :class:`SourceMismatchError` whose
 message says what the remote holds then ("the remote is unchanged", "main moved to <sha>; tag v3.0 is missing; run
 push again to retag"). Running push again completes a push that failed after its commit: it finds nothing to
-upload and moves the tag. All requests have timeouts (:mod:`lerobot_zarr.hub.http`); the reads go through the same wrapped
-``HfApi`` calls and listing as opening a dataset (:mod:`lerobot_zarr.hub.revisions`); huggingface_hub's progress
-bars follow ``progress``.
+upload and moves the tag. All requests have timeouts (:mod:`lerobot_zarr.hub.http`); the reads go through the same
+wrapped ``HfApi`` calls and listing as opening a dataset (:mod:`lerobot_zarr.hub.revisions`); huggingface_hub's
+progress bars follow ``progress``.
 """
 
 from __future__ import annotations
