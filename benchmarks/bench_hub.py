@@ -49,7 +49,7 @@ import huggingface_hub.constants as hf_constants
 import pyarrow.parquet as pq
 
 import lerobot_zarr
-import lerobot_zarr.hub.client as hub_module
+import lerobot_zarr.hub.files as hub_module
 from lerobot_zarr.testing.sample_data import write_sample_dataset
 from lerobot_zarr.testing.hub_server import HubServer, NetworkModel
 

@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from .errors import ArgumentError, HubError, NotMaterializedError, warn_once
-from .hub.client import HubFiles, resolve_revision
+from .hub.files import HubFiles
+from .hub.revisions import resolve_revision
 from .resolve import resolve_source
 from .sampling.dataset import DatasetMeta, EpisodeSelection, ImageFormat, LeRobotZarrDataset
 from .sampling.selection import check_selection

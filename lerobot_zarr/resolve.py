@@ -13,7 +13,7 @@ from pathlib import Path
 
 from .errors import ArgumentError, SourceNotFoundError
 from .lerobot.source_files import is_lerobot_folder
-from .hub.client import REPO_ID, parse_repo_id
+from .hub.http import REPO_ID, parse_repo_id
 from .store.state import has_commit_point
 
 __all__ = ["ResolvedSource", "resolve_source"]

@@ -71,7 +71,9 @@ UPWARD_CALLS = {
 # reader or the writer. Imports under TYPE_CHECKING are left out here (they load nothing).
 APART = {
     "lerobot_zarr.store.state": ("lerobot_zarr.lerobot.source", "lerobot_zarr.hub"),
-    "lerobot_zarr.hub.client": ("lerobot_zarr.lerobot.source", "lerobot_zarr.store"),
+    "lerobot_zarr.hub.files": ("lerobot_zarr.lerobot.source", "lerobot_zarr.store"),
+    "lerobot_zarr.hub.http": ("lerobot_zarr.lerobot.source", "lerobot_zarr.store"),
+    "lerobot_zarr.hub.revisions": ("lerobot_zarr.lerobot.source", "lerobot_zarr.store"),
     "lerobot_zarr.sampling.dataset": ("lerobot_zarr.lerobot.source", "lerobot_zarr.hub"),
     "lerobot_zarr.writing.writer": ("lerobot_zarr.lerobot.source", "lerobot_zarr.hub", "lerobot_zarr.writing.transcode",
                                     "lerobot_zarr.writing.export"),

@@ -1,4 +1,5 @@
-"""What :func:`lerobot_zarr.writing.export.push` does on the Hub: checks before anything is exported, one commit, the tag.
+"""What :func:`lerobot_zarr.writing.export.push` does on the Hub: checks before anything is exported, one commit,
+the tag.
 
 :class:`Publisher` for one repo and branch:
 
@@ -13,32 +14,26 @@
 
 Every failure raises :class:`HubAuthError` (401/403), :class:`HubError` or :class:`SourceMismatchError` whose
 message says what the remote holds then ("the remote is unchanged", "main moved to <sha>; tag v3.0 is missing; run
-push again to retag"). Running push again completes a push that failed after its commit: it finds nothing to upload
-and moves the tag. All requests have timeouts (:mod:`lerobot_zarr.hub.client`); huggingface_hub's progress bars follow
-``progress``.
+push again to retag"). Running push again completes a push that failed after its commit: it finds nothing to
+upload and moves the tag. All requests have timeouts (:mod:`lerobot_zarr.hub.http`); the reads go through the same
+wrapped ``HfApi`` calls and listing as opening a dataset (:mod:`lerobot_zarr.hub.revisions`); huggingface_hub's
+progress bars follow ``progress``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from ..errors import HubAuthError, HubError, LeRobotZarrError, SourceMismatchError
-from .client import (
-    Where,
-    _endpoint,
-    check_commit,
-    list_tree,
-    network_errors,
-    quiet_progress,
-    request,
-    request_json,
-    session_timeouts,
-)
 from ..lerobot.index_file import identity
+from .files import fetch_file
+from .http import Where, call_api, check_commit, hf_api, hub_endpoint, network_errors, session_timeouts
+from .revisions import list_tree, refs
 
 __all__ = ["Publisher", "TAG"]
 
@@ -62,11 +57,9 @@ class Publisher:
 
     def __init__(self, repo_id: str, *, branch: str = "main", token: str | bool | None = None,
                  private: bool = False, progress: bool = True):
-        from huggingface_hub import HfApi
-
         self.repo_id, self.branch, self.token, self.private, self.progress = repo_id, branch, token, private, progress
-        self.endpoint = _endpoint(None)
-        self.api = HfApi(endpoint=self.endpoint, token=token)
+        self.endpoint = hub_endpoint()
+        self.api = hf_api(self.endpoint, token)
         self.created = False
         self.head: str | None = None  # the branch's commit before the push (None: no such branch yet)
         self.base: str | None = None  # the commit the push builds on (the branch's, or main's for a new branch)
@@ -82,9 +75,9 @@ class Publisher:
         changes nothing anywhere: the push that follows creates it)."""
         where = Where(self.repo_id, self.branch)
         token = self.token = self._token()  # resolved once: the same token for every call of this push
-        self.api = type(self.api)(endpoint=self.endpoint, token=token)
+        self.api = hf_api(self.endpoint, token)
         try:
-            _, me = request_json(f"{self.endpoint}/api/whoami-v2", where, token=token)
+            me = call_api(where, self.api.whoami, token=token)
         except HubAuthError as exc:
             raise self._auth("the Hub refused the token", exc) from exc
         role = (((me or {}).get("auth") or {}).get("accessToken") or {}).get("role") if isinstance(me, dict) else None
@@ -92,7 +85,7 @@ class Publisher:
             raise HubAuthError(f"{self.repo_id}: the token is read-only; push needs a token with write access; "
                                f"the remote is unchanged", repo_id=self.repo_id)
         try:
-            request("GET", f"{self.endpoint}/api/datasets/{self.repo_id}/auth-check/write", where, token=token)
+            call_api(where, self.api.auth_check, self.repo_id, repo_type="dataset", write=True, token=token)
         except HubAuthError as exc:
             raise self._auth("the token may not write to this repo", exc) from exc
         except LeRobotZarrError as exc:
@@ -125,9 +118,7 @@ class Publisher:
     def _read_state(self, token: str) -> None:
         where = Where(self.repo_id, self.branch)
         try:
-            _, refs = request_json(f"{self.endpoint}/api/datasets/{self.repo_id}/refs", where, token=token)
-            branches = {b.get("name"): b.get("targetCommit") for b in refs.get("branches", []) if isinstance(b, dict)}
-            tags = {t.get("name"): t.get("targetCommit") for t in refs.get("tags", []) if isinstance(t, dict)}
+            branches, tags = refs(self.repo_id, token=token, endpoint=self.endpoint, revision=self.branch)
             if self.branch in branches:
                 self.head = check_commit(branches[self.branch], where, self.branch)
             self.base = self.head or (check_commit(branches["main"], where, "main") if "main" in branches else None)
@@ -135,12 +126,8 @@ class Publisher:
             if self.base is not None:
                 self.remote = self._files_at(self.base)
             if "meta/info.json" in self.remote:
-                rel = "meta/info.json"
-                _, body = request("GET", f"{self.endpoint}/datasets/{self.repo_id}/resolve/{self.base}/{rel}",
-                                  Where(self.repo_id, self.branch, rel), token=token, kind="download")
-                self.remote_info = _json_object(body)
-        except (AttributeError, TypeError) as exc:
-            raise self._unchanged("reading the repo's refs", HubError(f"unexpected answer ({exc})")) from exc
+                self.remote_info = _json_object(fetch_file(self.repo_id, self.base, "meta/info.json", token=token,
+                                                           endpoint=self.endpoint, revision=self.branch))
         except LeRobotZarrError as exc:
             raise self._unchanged("reading the repo's state", exc) from exc
 
@@ -267,8 +254,7 @@ class Publisher:
         error (its answer lost: the branch's files are ours); or another commit moved the branch meanwhile."""
         where = Where(self.repo_id, self.branch)
         try:
-            _, refs = request_json(f"{self.endpoint}/api/datasets/{self.repo_id}/refs", where, token=self.token)
-            now = next((b.get("targetCommit") for b in refs.get("branches", []) if b.get("name") == self.branch), None)
+            now = refs(self.repo_id, token=self.token, endpoint=self.endpoint, revision=self.branch)[0].get(self.branch)
             if now == self.head or now is None:
                 state = "the remote is unchanged" + (" (the repo was created, empty)" if self.created else "")
                 return self._error(failure, state)
@@ -319,3 +305,37 @@ def _json_object(body: bytes) -> dict | None:
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
         return None
     return value if isinstance(value, dict) else None
+
+
+@contextlib.contextmanager
+def quiet_progress(quiet: bool) -> Iterator[None]:
+    """huggingface_hub's progress bars off while the block runs when ``quiet``; its settings are put back after
+    (they are process-wide: a bar another thread opens meanwhile is hidden too)."""
+    if not quiet:
+        yield
+        return
+    from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
+
+    states = getattr(sys.modules.get("huggingface_hub.utils.tqdm"), "progress_bar_states", None)
+    saved = dict(states) if isinstance(states, dict) else None
+    was_disabled = are_progress_bars_disabled()
+    with contextlib.suppress(Exception), _no_warnings():
+        disable_progress_bars()
+    try:
+        yield
+    finally:
+        if saved is not None:
+            states.clear()
+            states.update(saved)
+        elif not was_disabled:
+            with contextlib.suppress(Exception), _no_warnings():
+                enable_progress_bars()
+
+
+@contextlib.contextmanager
+def _no_warnings() -> Iterator[None]:
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield

@@ -129,7 +129,8 @@ class SampleStream:
 
         if src.kind == "folder":
             return _SourceReader(LeRobotSource(src.path), self._selection, str(src.path))
-        from ..hub.client import HubFiles, resolve_revision
+        from ..hub.files import HubFiles
+        from ..hub.revisions import resolve_revision
 
         revision, commit = resolve_revision(src.repo_id, self.revision, token=self.token)
         self.revision = commit  # every rank and worker reads the same commit

@@ -34,7 +34,6 @@ __all__ = [
     "find_links",
     "load_json",
     "read_bounded",
-    "punch_hole",
     "disk_error",
     "copy_file",
     "data_ranges",
@@ -267,20 +266,6 @@ def flush_filesystem(root: Path) -> None:
             os.sync()
     finally:
         os.close(fd)
-
-
-_FALLOC_FL_KEEP_SIZE, _FALLOC_FL_PUNCH_HOLE = 0x01, 0x02
-
-
-def punch_hole(fd: int, offset: int, length: int) -> bool:
-    """Free the disk blocks of a byte range (reads then give zeros); False where the system cannot (non-Linux)."""
-    fallocate = getattr(libc, "fallocate", None)
-    if fallocate is None or length <= 0:
-        return False
-    import ctypes
-
-    fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_long, ctypes.c_long]
-    return fallocate(fd, _FALLOC_FL_KEEP_SIZE | _FALLOC_FL_PUNCH_HOLE, offset, length) == 0
 
 
 MAX_JSON_DEPTH = 64  # nesting of any JSON file this package reads: its own files need 8

@@ -323,7 +323,7 @@ def check_push(dataset: LeRobotZarrDataset | None, repo_id: str, *, revision: st
     for commands that change a store and then push it (``edit --push``), so that a push bound to fail is refused
     before the store changes. ``dataset``: the data as it will be pushed, less the features in ``drop`` (None:
     check the token and the remote only)."""
-    from ..hub.client import parse_repo_id
+    from ..hub.http import parse_repo_id
     from ..hub.publish import Publisher
 
     parse_repo_id(repo_id)
@@ -349,7 +349,7 @@ def push(dataset: LeRobotZarrDataset | str | os.PathLike, repo_id: str, *, revis
     then; running push again completes a push that failed after its commit (see :mod:`lerobot_zarr.hub.publish`).
     Returns the new commit sha, or None when nothing changed.
     """
-    from ..hub.client import parse_repo_id
+    from ..hub.http import parse_repo_id
     from ..hub.publish import Publisher
 
     parse_repo_id(repo_id)

@@ -41,7 +41,7 @@ from ..errors import (
     SchemaMismatchError,
     SourceMismatchError,
 )
-from ..hub.client import HubFiles
+from ..hub.files import HubFiles
 from ..lerobot.source_files import SourceFiles, is_lerobot_folder
 from ..lerobot.format import CAMERA_DTYPES
 from ..cameras.resize import resize_frame, resize_frames

@@ -32,7 +32,7 @@ av = pytest.importorskip("av", reason="PyAV (lerobot_zarr[video]) is not install
 from hub_fixtures import assert_same_frames, lib_requests, resolve_prefix, server_env
 
 import lerobot_zarr  # noqa: F401  (enables zarr's rectilinear chunk grids before zarr is used)
-import lerobot_zarr.hub.client as hub_module
+import lerobot_zarr.hub.http as hub_http
 import lerobot_zarr.writing.transcode as transcode_module
 from lerobot_zarr import (
     HubError,
@@ -415,7 +415,7 @@ def test_hub_server_errors_on_a_video_are_raised_not_recorded(hub, env, tmp_path
     """A network failure is not a broken video: the open fails, nothing is recorded unavailable, and the next
     open (server recovered) gets the frames."""
     server, big, sha = hub["server"], hub["big"], hub["sha"]
-    monkeypatch.setattr(hub_module, "_BACKOFF_S", 0.01, raising=False)
+    monkeypatch.setattr(hub_http, "_BACKOFF_S", 0.01, raising=False)
     server.inject_fault(path_contains=resolve_prefix("org/big", sha) + "videos/", kind="500", count=1000)
     with pytest.raises(HubError):
         open_dataset("org/big", episodes=[3], progress=False)

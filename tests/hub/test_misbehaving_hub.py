@@ -26,7 +26,8 @@ import pytest
 from hub_fixtures import assert_same_frames, files_under, lib_requests, resolve_prefix, running_server, server_env
 
 import lerobot_zarr.writing.export as export_module
-import lerobot_zarr.hub.client as hub_module
+import lerobot_zarr.hub.http as hub_module
+import lerobot_zarr.hub.revisions as hub_revisions
 from lerobot_zarr import (
     CorruptSourceError,
     HubAuthError,
@@ -36,7 +37,7 @@ from lerobot_zarr import (
     inspect,
     open_dataset,
 )
-from lerobot_zarr.hub.client import HubFiles
+from lerobot_zarr.hub import HubFiles
 from lerobot_zarr.testing.sample_data import write_sample_dataset
 from lerobot_zarr.testing.hub_server import HubServer
 
@@ -178,10 +179,10 @@ def test_odd_file_name_outside_what_we_read_is_ignored(hub, env, local):
 
 def test_pagination_link_off_the_endpoint_is_refused():
     where = hub_module.Where("org/ds", "main")
-    assert hub_module._next_link('<http://h:1/api/x?cursor=2>; rel="next"', "http://h:1", where) == \
+    assert hub_revisions._next_link('<http://h:1/api/x?cursor=2>; rel="next"', "http://h:1", where) == \
         "http://h:1/api/x?cursor=2"
     with pytest.raises(HubError, match="outside"):
-        hub_module._next_link('<http://evil.example/steal>; rel="next"', "http://h:1", where)
+        hub_revisions._next_link('<http://evil.example/steal>; rel="next"', "http://h:1", where)
 
 
 # ------------------------------------------------------------------------------------------------ 3. bad answers

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from hub_fixtures import assert_same_frames, lib_requests, make_env, resolve_prefix, running_server
 
-import lerobot_zarr.hub.client as hub_module
+import lerobot_zarr.hub.http as hub_module
 from lerobot_zarr import LeRobotZarrDataset, open_dataset
 from lerobot_zarr.utils.fileio import WriterLock
 from lerobot_zarr.testing.sample_data import write_sample_dataset
@@ -35,7 +35,7 @@ MAIN = Path(__file__).resolve().parents[2]
 
 CHILD = r"""
 import json, sys, time
-import lerobot_zarr.hub.client as hub_module
+import lerobot_zarr.hub.http as hub_module
 from lerobot_zarr import LeRobotZarrDataset, open_dataset
 
 hub_module._BACKOFF_S = 0.05  # retries back off briefly: the read timeout bounds each attempt

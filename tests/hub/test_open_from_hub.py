@@ -35,7 +35,8 @@ from hub_fixtures import (
 from huggingface_hub import snapshot_download
 
 import lerobot_zarr
-import lerobot_zarr.hub.client as hub_module
+import lerobot_zarr.hub.files as hub_files
+import lerobot_zarr.hub.http as hub_http
 from lerobot_zarr import HubError, NotMaterializedError, inspect, open_dataset
 from lerobot_zarr.testing.sample_data import write_sample_dataset
 from lerobot_zarr.lerobot.source import LeRobotSource
@@ -276,7 +277,7 @@ def test_inspect_reads_a_small_episode_table_whole_in_one_request(hub, env):
     repo = hub.repos["many"]
     rel = "meta/episodes/chunk-000/file-000.parquet"
     size = (repo.folder / rel).stat().st_size
-    assert size <= hub_module._WHOLE_FILE_MAX
+    assert size <= hub_files._WHOLE_FILE_MAX
     meta = inspect(repo.repo_id)
     assert meta.total_episodes == 300
     reads = lib_requests(hub.server, "GET", resolve_prefix(repo.repo_id, repo.sha) + rel)
@@ -285,7 +286,7 @@ def test_inspect_reads_a_small_episode_table_whole_in_one_request(hub, env):
 
 def test_inspect_reads_metadata_only_without_stats_columns(hub, env, capsys, monkeypatch):
     """An episode table too big to read whole: its footer, then the columns needed (never the stats columns)."""
-    monkeypatch.setattr(hub_module, "_WHOLE_FILE_MAX", 0)
+    monkeypatch.setattr(hub_files, "_WHOLE_FILE_MAX", 0)
     repo = hub.repos["many"]
     server = hub.server
     local = LeRobotSource(repo.folder)
@@ -412,7 +413,7 @@ def test_offline_never_opened_repo_raises_hub_error(hub, env):
 @pytest.fixture()
 def fast_retries(monkeypatch):
     """Shorter backoff between the library's bounded retries (the number of attempts is unchanged)."""
-    monkeypatch.setattr(hub_module, "_BACKOFF_S", 0.01, raising=False)
+    monkeypatch.setattr(hub_http, "_BACKOFF_S", 0.01, raising=False)
 
 
 def _assert_committed_episodes_are_whole(store: Path, local, repo: Repo) -> list[int]:

@@ -149,7 +149,7 @@ def test_round_trips_count_requests_one_after_the_other(hub, env):
     def stats(*spans: tuple[float, float]) -> HubStats:
         out = HubStats()
         for started, ended in spans:
-            out._append(RequestRecord("GET", "/x", "", None, started=started, ended=ended))
+            out.add(RequestRecord("GET", "/x", "", None, started=started, ended=ended))
         return out
 
     assert stats((0, 1), (1, 2), (2.5, 3)).round_trips() == 3  # one after the other (a reply, then a request)

@@ -729,7 +729,7 @@ def test_distributed_transcode_is_bit_identical(client, video_source, tmp_path, 
 def test_distributed_transcode_from_hub(client, env, hub, video_source, tmp_path, monkeypatch):
     """HubFiles pickles to the workers with its endpoint: huggingface_hub's endpoint on the workers is an address
     where nothing listens (the test process's is monkeypatched here only), yet they read the test server."""
-    import lerobot_zarr.hub.client as hub_module
+    import lerobot_zarr.hub.files as hub_files
 
     server, shas = hub
     if "video" not in shas:
@@ -740,8 +740,8 @@ def test_distributed_transcode_from_hub(client, env, hub, video_source, tmp_path
     local = tmp_path / "local"
     open_dataset(video_source, root=local, progress=False)
     here = []
-    original = hub_module.HubFiles.get
-    monkeypatch.setattr(hub_module.HubFiles, "get",
+    original = hub_files.HubFiles.get
+    monkeypatch.setattr(hub_files.HubFiles, "get",
                         lambda self, rel, start=0, stop=None: (here.append((rel, start, stop)),
                                                                original(self, rel, start, stop))[1])
     server.reset_stats()

@@ -146,7 +146,7 @@ class HubFilesLike:
 
 
 def test_2_nesting_bombs_from_the_hub_are_typed_errors(monkeypatch):
-    from lerobot_zarr.hub import client as hub
+    from lerobot_zarr.hub import http as hub
     from lerobot_zarr.lerobot import index_file as hub_index
 
     monkeypatch.setattr(hub, "request", lambda *a, **k: (None, b"[" * 100_000 + b"]" * 100_000))

@@ -1,69 +1,35 @@
-"""Hub I/O: resolve a revision the way LeRobot does, list a dataset repo, and read byte ranges of its files.
+"""A Hub dataset repository at one commit as :class:`~lerobot_zarr.lerobot.source_files.SourceFiles`: our measured
+range reader (byte ranges of its files over HTTP, no disk cache).
 
-Every request goes through huggingface_hub's own HTTP session (``get_session()``: its headers, proxies, endpoint,
-token and offline switch) and error mapping (``hf_raise_for_status``), but never through its download cache:
-parquet files are opened as range-reading file objects, so only footers and the row groups asked for cross the
-network, and the local store stays the only local copy. huggingface_hub >= 1.0 (an httpx-style session).
-
-Bounded waits: each request has a connect and a read timeout (huggingface_hub's conventions: ``HF_HUB_ETAG_TIMEOUT``
-for API calls, ``HF_HUB_DOWNLOAD_TIMEOUT`` for file reads, taken from the environment at call time, else from
-``huggingface_hub.constants``) and a total deadline (two timeouts plus the body at ``_MIN_RATE`` bytes/s), so a
-server that trickles cannot hold a read for ever either. Failed attempts (timeouts, dropped connections,
-408/429/5xx, a short body, a ``Content-Range`` other than the one asked for) are retried ``_RETRIES`` times with
-exponential backoff (``Retry-After`` honoured up to ``_MAX_WAIT_S``), then raise :class:`HubError` naming the
-file. No lock is held while waiting on the network.
-
-Trust: nothing the server sends becomes a local path unchecked. Commits must be 40-hex shas; tree paths pass
-``safe_relpath`` (an odd name outside ``meta/``, ``data/`` and ``videos/`` is ignored, one inside them refused);
-pagination links must stay on the endpoint (they are sent the token).
+Parquet files are opened as range-reading file objects, so only footers and the row groups asked for cross the
+network, and the local store stays the only local copy. Each request goes through
+:func:`~lerobot_zarr.hub.http.request` (bounded waits, retries, our errors). Trust: tree paths pass
+``safe_relpath`` (an odd name outside ``meta/``, ``data/`` and ``videos/`` is ignored, one inside them refused).
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import io
-import math
-import os
 import re
-import sys
 import threading
-import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, BinaryIO
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote
 
-from ..utils.fileio import load_json
-from ..errors import (
-    ArgumentError,
-    CorruptSourceError,
-    HubAuthError,
-    HubError,
-    RepoNotFoundError,
-    RevisionNotFoundError,
-    SourceNotFoundError,
-)
-from ..lerobot.source_files import SourceFiles, safe_relpath
+from ..errors import CorruptSourceError, HubError
 from ..lerobot.index_file import INDEX_FILE
+from ..lerobot.source_files import SourceFiles, safe_relpath
+from .http import Retry, Where, check_commit, hub_endpoint, parse_repo_id, request, short
+from .revisions import list_tree
 
 if TYPE_CHECKING:  # pyarrow is imported where a parquet file is read
     import pyarrow.parquet as pq
 
-__all__ = ["HubFiles", "resolve_revision", "parse_repo_id", "network_errors", "request", "request_json",
-           "request_timeout", "session_timeouts", "check_commit", "REPO_ID"]
+__all__ = ["HubFiles", "coalesce", "fetch_file", "file_url"]
 
-REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
-_SHA = re.compile(r"^[0-9a-f]{40}$")
-_RETRIES = 4
-_BACKOFF_S = 0.25
-_MAX_WAIT_S = 8.0
-_RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})  # huggingface_hub's http_backoff retries these
-_MIN_RATE = 32 * 1024  # bytes/s a response body must average (past two timeouts) before its deadline
-_API_BODY_MAX = 64 << 20  # the most an API answer (JSON) may hold
-_MAX_PAGES = 10_000
 # Read-ahead of file objects (videos): the first read after a seek, and the most a sequential read grows to.
 # Measured in benchmarks/bench_hub.py (AV1 mp4, a one-episode and a whole open): without read-ahead a whole open
 # makes ~4x the requests; starting at 256 KiB instead of 64 KiB read 2.4x the bytes for one episode.
@@ -87,269 +53,19 @@ _DATASET_FOLDERS = ("meta", "data", "videos")  # what LeRobotSource reads; odd n
 _CONTENT_RANGE = re.compile(r"bytes\s+(\d+)-(\d+)/(\d+|\*)")
 
 
-def network_errors() -> tuple[type[BaseException], ...]:
-    """Exception classes of a failed connection, whichever HTTP client huggingface_hub uses."""
-    return (ConnectionError, TimeoutError, _http_module().TransportError)
+def file_url(endpoint: str, repo_id: str, commit: str, rel: str) -> str:
+    """The URL of a dataset repo's file at a commit (``/resolve/``)."""
+    return f"{endpoint}/datasets/{repo_id}/resolve/{commit}/{quote(rel)}"
 
 
-def parse_repo_id(repo_id: str) -> str:
-    """Validate ``org/name``; the parts become local folder names, so nothing else is accepted."""
-    if not isinstance(repo_id, str) or not REPO_ID.match(repo_id) or ".." in repo_id:
-        raise ArgumentError(f"{repo_id!r:.120} is not a Hub dataset repo id of the form 'org/name' (letters, "
-                            f"digits, '-', '_', '.'; no '..')", repo_id=repo_id if isinstance(repo_id, str) else None)
-    return repo_id
-
-
-def request_timeout(kind: str = "api") -> float:
-    """Connect and read timeout in seconds: ``HF_HUB_ETAG_TIMEOUT`` for API calls (``kind="api"``),
-    ``HF_HUB_DOWNLOAD_TIMEOUT`` for file reads (``kind="download"``), as huggingface_hub names them."""
-    from huggingface_hub import constants
-
-    name = "HF_HUB_ETAG_TIMEOUT" if kind == "api" else "HF_HUB_DOWNLOAD_TIMEOUT"
-    for raw in (os.environ.get(name), getattr(constants, name, None)):
-        try:
-            value = float(raw)
-        except (TypeError, ValueError):
-            continue
-        if math.isfinite(value) and value > 0:
-            return value
-    return 10.0
-
-
-def _http_module() -> Any:
-    """The HTTP library of huggingface_hub's session (httpx for 1.x, httpx2 for 2.x): timeouts and errors."""
-    from huggingface_hub.utils import get_session
-
-    return sys.modules[type(get_session()).__module__.split(".")[0]]
-
-
-@dataclass(frozen=True)
-class Where:
-    """What a request is about, for messages and error fields."""
-
-    repo_id: str
-    revision: str | None = None
-    path: str | None = None
-
-    def __str__(self) -> str:
-        text = self.repo_id + (f"@{self.revision}" if self.revision else "")
-        return text + (f":{self.path}" if self.path else "")
-
-    def fields(self, **more: Any) -> dict[str, Any]:
-        return {"repo_id": self.repo_id, "revision": self.revision, "path": self.path, **more}
-
-
-class _Retry(Exception):
-    """A failed attempt that deserves another one."""
-
-
-def _translate(exc: Exception, where: Where) -> Exception:
-    """huggingface_hub's errors -> ours (which name the repo, revision and file)."""
-    from huggingface_hub import errors as hf
-
-    response = getattr(exc, "response", None)
-    status = getattr(response, "status_code", None)
-    fields = where.fields(status=status, response=response)
-    if status in (401, 403):
-        return HubAuthError(f"{where}: not authorized (HTTP {status}); the repo is private or gated: pass token= "
-                            f"or log in with `hf auth login`", **fields)
-    if isinstance(exc, hf.RevisionNotFoundError):
-        return RevisionNotFoundError(f"{where.repo_id}: revision {where.revision!r} not found")
-    if isinstance(exc, hf.RepositoryNotFoundError):
-        return RepoNotFoundError(f"{where.repo_id}: dataset repository not found")
-    if isinstance(exc, hf.EntryNotFoundError):
-        return SourceNotFoundError(f"{where}: file not found on the Hub")
-    if isinstance(exc, hf.OfflineModeIsEnabled):
-        return HubError(f"{where.repo_id}: HF_HUB_OFFLINE is set and the data asked for is not in the local store",
-                        **fields)
-    return HubError(f"{where}: Hub request failed: {exc}", **fields)
-
-
-def _retry_after(headers: Any) -> float:
-    try:
-        return min(float(headers.get("retry-after", 0)), _MAX_WAIT_S)
-    except (TypeError, ValueError):
-        return 0.0
-
-
-def _short(value: Any, limit: int = 80) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[:limit] + "..."
-
-
-def request(method: str, url: str, where: Where, *, token: str | bool | None = None, kind: str = "api",
-            headers: dict[str, str] | None = None, params: dict | None = None, expect_bytes: int | None = None,
-            check: Callable[[Any], None] | None = None) -> tuple[Any, bytes]:
-    """One request through huggingface_hub's session with bounded waits and retries: ``(response, body)``.
-
-    ``expect_bytes``: the exact body length (a shorter or longer body is a failed attempt); without it the body
-    may hold up to ``_API_BODY_MAX`` bytes. ``check(response)`` looks at the status and headers before the body is
-    read and raises ``_Retry`` (try again) or a :class:`HubError`. HTTP errors other than 408/429/5xx raise at once,
-    translated (401/403 -> :class:`HubAuthError`, missing repo / revision / file -> ``*NotFoundError``).
-    """
-    from huggingface_hub import errors as hf
-    from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
-
-    timeout = request_timeout(kind)
-    limit = _API_BODY_MAX if expect_bytes is None else expect_bytes
-    budget = 2 * timeout + (1 << 20 if expect_bytes is None else expect_bytes) / _MIN_RATE
-    all_headers = {**build_hf_headers(token=token), **(headers or {})}
-    last: Exception | None = None
-    for attempt in range(_RETRIES + 1):
-        wait = _BACKOFF_S * 2**attempt
-        session = get_session()
-        http = sys.modules[type(session).__module__.split(".")[0]]
-        deadline = time.monotonic() + budget
-        try:
-            with session.stream(method, url, headers=all_headers, params=params, timeout=http.Timeout(timeout),
-                                follow_redirects=True) as response:
-                status = response.status_code
-                if status in _RETRY_STATUS:
-                    last = HubError(f"{where}: HTTP {status}", **where.fields(status=status, response=response))
-                    wait = max(wait, _retry_after(response.headers))
-                elif status >= 400:  # read (bounded) here: huggingface_hub reads the error body without a limit
-                    read = http.Response(status, headers=response.headers, request=response.request,
-                                         content=_read_body(response, 1 << 20, deadline, where, budget))
-                    try:
-                        hf_raise_for_status(read)
-                    except Exception as exc:  # huggingface_hub's typed HTTP errors, translated
-                        raise _translate(exc, where) from exc
-                    raise HubError(f"{where}: HTTP {status}", **where.fields(status=status, response=read))
-                else:
-                    if check is not None:
-                        check(response)
-                    body = _read_body(response, limit, deadline, where, budget)
-                    if expect_bytes is not None and len(body) != expect_bytes:
-                        raise _Retry(f"{where}: asked for {expect_bytes} bytes, got {len(body)}")
-                    return response, body
-        except _Retry as exc:
-            last = exc
-        except hf.OfflineModeIsEnabled as exc:
-            raise _translate(exc, where) from exc
-        except (http.TimeoutException, http.NetworkError, http.RemoteProtocolError) as exc:
-            last = exc  # stalled, dropped or reset: try again
-        except http.HTTPError as exc:  # not worth another attempt: a proxy error, an undecodable body...
-            raise HubError(f"{where}: Hub request failed ({exc!r})", **where.fields()) from exc
-        if attempt < _RETRIES:
-            time.sleep(min(wait, _MAX_WAIT_S))
-    status = getattr(last, "status", None)
-    raise HubError(f"{where}: failed after {_RETRIES + 1} attempts ({last or 'no answer'})",
-                   **where.fields(status=status, response=getattr(last, "response", None))) from last
-
-
-def _read_body(response: Any, limit: int, deadline: float, where: Where, budget: float) -> bytes:
-    chunks, n = [], 0
-    for chunk in response.iter_bytes():
-        n += len(chunk)
-        if n > limit:
-            raise _Retry(f"{where}: the server sent more than the {limit} bytes expected")
-        chunks.append(chunk)
-        if time.monotonic() > deadline:
-            raise _Retry(f"{where}: too slow, {n} bytes after {budget:.1f} s (deadline of the request)")
-    return b"".join(chunks)
-
-
-def request_json(url: str, where: Where, *, token: str | bool | None = None, method: str = "GET",
-                 params: dict | None = None) -> tuple[Any, Any]:
-    """``(response, parsed JSON)`` of an API call (see :func:`request`)."""
-    response, body = request(method, url, where, token=token, params=params)
-    return response, load_json(body, f"{where}: the Hub's answer to {url}",
-                               error=lambda message: HubError(message, **where.fields()))
-
-
-def check_commit(value: Any, where: Where, name: str) -> str:
-    """A commit id from the server, used as a folder name later: a 40-hex sha or a :class:`HubError`."""
-    if not isinstance(value, str) or not _SHA.match(value):
-        raise HubError(f"{where.repo_id}: the Hub gave {_short(value)} as the commit of {name!r}, which is not a "
-                       f"40-hex commit sha", **where.fields())
-    return value
-
-
-def _endpoint(endpoint: str | None) -> str:
-    from huggingface_hub import constants
-
-    return (endpoint or constants.ENDPOINT).rstrip("/")
-
-
-def _next_link(link: str | None, endpoint: str, where: Where) -> str | None:
-    """The ``rel="next"`` URL of a ``Link`` header, refused unless on the endpoint (it is sent the token)."""
-    if not link:
-        return None
-    for part in link.split(","):
-        m = re.fullmatch(r'\s*<([^>]*)>\s*;\s*rel="?next"?\s*', part)
-        if m:
-            url, base = urlsplit(m.group(1)), urlsplit(endpoint)
-            if (url.scheme, url.netloc) != (base.scheme, base.netloc):
-                raise HubError(f"{where}: the tree listing links to {_short(m.group(1))}, outside {endpoint}",
-                               **where.fields())
-            return m.group(1)
-    return None
-
-
-def resolve_revision(repo_id: str, revision: str | None = None, *, token: str | bool | None = None,
-                     endpoint: str | None = None) -> tuple[str, str]:
-    """``(revision, commit sha)``. Without a revision, like LeRobot: tag ``v3.0`` if present, else the highest
-    ``v3.x`` tag, else the highest ``v2.x`` tag (which we read too), else the main branch."""
-    endpoint = _endpoint(endpoint)
-    where = Where(repo_id, revision)
-    _, refs = request_json(f"{endpoint}/api/datasets/{repo_id}/refs", where, token=token)
-    branches, tags = _refs(refs, "branches", where), _refs(refs, "tags", where)
-    if revision is None:
-        revision = _default_revision(tags) or ("main" if "main" in branches else next(iter(branches), None))
-        if revision is None:
-            raise RevisionNotFoundError(f"{repo_id}: repository has no branch and no version tag")
-        where = Where(repo_id, revision)
-    if revision in tags:
-        return revision, check_commit(tags[revision], where, revision)
-    if revision in branches:
-        return revision, check_commit(branches[revision], where, revision)
-    if not _SHA.match(revision):
-        raise RevisionNotFoundError(f"{repo_id}: revision {revision!r} is neither a branch, a tag nor a commit "
-                                    f"(tags: {sorted(tags)}, branches: {sorted(branches)})")
-    _, info = request_json(f"{endpoint}/api/datasets/{repo_id}/revision/{revision}", where, token=token)
-    return revision, check_commit(info.get("sha") if isinstance(info, dict) else None, where, revision)
-
-
-def _refs(refs: Any, kind: str, where: Where) -> dict[str, Any]:
-    """``{name: target commit}`` of the branches or tags in a ``/refs`` answer (commits checked when used)."""
-    entries = refs.get(kind) if isinstance(refs, dict) else None
-    if not isinstance(entries, list):
-        raise HubError(f"{where.repo_id}: the Hub's list of refs has no {kind!r} list", **where.fields())
-    return {e["name"]: e.get("targetCommit") for e in entries if isinstance(e, dict) and isinstance(e.get("name"), str)}
-
-
-def _default_revision(tags: Iterable[str]) -> str | None:
-    versions = []
-    for tag in tags:
-        m = re.fullmatch(r"v(\d+)\.(\d+)", tag)
-        if m:
-            versions.append((int(m.group(1)), int(m.group(2)), tag))
-    for major in (3, 2):
-        same = sorted(v for v in versions if v[0] == major)
-        if (3, 0, "v3.0") in same:
-            return "v3.0"
-        if same:
-            return same[-1][2]
-    return None
-
-
-def list_tree(repo_id: str, revision: str, *, token: str | bool | None = None,
-              endpoint: str | None = None) -> list[dict]:
-    """Every entry of a repo's tree at ``revision`` (``/tree?recursive=true``, following its pages)."""
-    endpoint = _endpoint(endpoint)
-    where = Where(repo_id, revision)
-    url: str | None = f"{endpoint}/api/datasets/{repo_id}/tree/{quote(revision, safe='')}"
-    params: dict | None = {"recursive": "true", "expand": "false"}
-    entries: list = []
-    for _ in range(_MAX_PAGES):
-        response, page = request_json(url, where, token=token, params=params)
-        if not isinstance(page, list):
-            raise HubError(f"{where}: the tree listing is not a list", **where.fields())
-        entries += page
-        url, params = _next_link(response.headers.get("link"), endpoint, where), None
-        if url is None:
-            return entries
-    raise HubError(f"{where}: the tree listing has more than {_MAX_PAGES} pages", **where.fields())
+def fetch_file(repo_id: str, commit: str, rel: str, *, token: str | bool | None = None,
+               endpoint: str | None = None, revision: str | None = None) -> bytes:
+    """A whole file whose size is not known yet, in one request (a 404 raises SourceNotFoundError, a
+    FileNotFoundError); ``revision`` names it in errors."""
+    where = Where(repo_id, revision or commit, rel)
+    _, data = request("GET", file_url(hub_endpoint(endpoint), repo_id, commit, rel), where, token=token,
+                      kind="download", headers={"Accept-Encoding": "identity"})
+    return data
 
 
 class HubFiles(SourceFiles):
@@ -367,7 +83,7 @@ class HubFiles(SourceFiles):
         self.commit = check_commit(commit, Where(repo_id, revision), revision or "the store's source")
         self.revision = revision or commit
         self.token = token
-        self.endpoint = _endpoint(endpoint)
+        self.endpoint = hub_endpoint(endpoint)
         self.name = repo_id.replace("/", "--")
         self._footers: dict[str, pq.FileMetaData] = {}
         self._footer_sizes: dict[str, int] = {}  # exact, from our index
@@ -380,7 +96,8 @@ class HubFiles(SourceFiles):
         # our index file is read alongside the listing (one round trip for both): if the repo has one, it is all
         # the metadata an open needs; if not, the answer is a 404 and LeRobot's files are read
         pool = ThreadPoolExecutor(1, thread_name_prefix="lerobot_zarr-hub")
-        index = pool.submit(self._fetch_unsized, INDEX_FILE)
+        index = pool.submit(fetch_file, repo_id, commit, INDEX_FILE, token=token, endpoint=self.endpoint,
+                            revision=self.revision)
         pool.shutdown(wait=False)  # a listing that fails does not wait for the index's answer
         for entry in list_tree(repo_id, commit, token=token, endpoint=self.endpoint):
             self._add_entry(entry)
@@ -404,7 +121,7 @@ class HubFiles(SourceFiles):
             return  # a name we never read (docs/a\b.txt): ignored
         if not isinstance(size, int) or isinstance(size, bool) or size < 0:
             if top in _DATASET_FOLDERS:
-                raise CorruptSourceError(f"{self.location(rel)}: the tree listing gives it size {_short(size)}")
+                raise CorruptSourceError(f"{self.location(rel)}: the tree listing gives it size {short(size)}")
             return
         lfs = entry.get("lfs")
         oid = lfs.get("oid") if isinstance(lfs, dict) else entry.get("oid")
@@ -419,7 +136,7 @@ class HubFiles(SourceFiles):
         return f"{self.repo_id}@{self.revision}" + (f":{rel}" if rel else "")
 
     def url(self, rel: str) -> str:
-        return f"{self.endpoint}/datasets/{self.repo_id}/resolve/{self.commit}/{quote(rel)}"
+        return file_url(self.endpoint, self.repo_id, self.commit, rel)
 
     def exists(self, rel: str) -> bool:
         return rel in self.sizes
@@ -474,13 +191,6 @@ class HubFiles(SourceFiles):
         with self._lock:
             for key in [key for key in self._held if key[0] == rel]:
                 del self._held[key]
-
-    def _fetch_unsized(self, rel: str) -> bytes:
-        """A whole file whose size is not known yet (a 404 raises SourceNotFoundError, a FileNotFoundError)."""
-        where = Where(self.repo_id, self.revision, rel)
-        _, data = request("GET", self.url(rel), where, token=self.token, kind="download",
-                          headers={"Accept-Encoding": "identity"})
-        return data
 
     def prefetch(self, rels: Iterable[str]) -> None:
         """Fetch these files now, all at once (several requests in flight), to be read later: whole, but for
@@ -554,8 +264,8 @@ class HubFiles(SourceFiles):
             answered = response.headers.get("content-range", "")
             m = _CONTENT_RANGE.fullmatch(answered.strip())
             if not m or (int(m[1]), int(m[2])) != (start, stop - 1) or m[3] not in ("*", str(size)):
-                raise _Retry(f"{where}: asked for bytes {start}-{stop - 1}/{size}, the server answered "
-                             f"Content-Range {_short(answered)}")
+                raise Retry(f"{where}: asked for bytes {start}-{stop - 1}/{size}, the server answered "
+                             f"Content-Range {short(answered)}")
 
         _, data = request("GET", self.url(rel), where, token=self.token, kind="download", headers=headers,
                           expect_bytes=stop - start, check=check)
@@ -729,72 +439,3 @@ class _RangeFile(io.RawIOBase):
 
     def readall(self) -> bytes:
         return self.read(-1)
-
-
-# ------------------------------------------------------------------------------------------------ huggingface_hub calls
-
-_bounded_lock = threading.Lock()
-_bounded: dict[int, tuple[Any, Any, int]] = {}  # id(session) -> (session, its own timeout, users)
-
-
-@contextlib.contextmanager
-def session_timeouts() -> Iterator[None]:
-    """Connect/read timeouts (``HF_HUB_DOWNLOAD_TIMEOUT``) on huggingface_hub's shared session while the block runs,
-    for the HfApi calls that pass none of their own (commit, LFS upload, tag, repo creation). The session's own
-    setting is put back afterwards. (A session huggingface_hub re-creates inside the block, after a connection
-    error, has its default again.)"""
-    from huggingface_hub.utils import get_session
-
-    session = get_session()
-    key = id(session)
-    with _bounded_lock:
-        entry = _bounded.get(key)
-        if entry is None:
-            _bounded[key] = (session, session.timeout, 1)
-            session.timeout = _http_module().Timeout(request_timeout("download"))
-        else:
-            _bounded[key] = (entry[0], entry[1], entry[2] + 1)
-    try:
-        yield
-    finally:
-        with _bounded_lock:
-            session, own, users = _bounded[key]
-            if users == 1:
-                del _bounded[key]
-                session.timeout = own
-            else:
-                _bounded[key] = (session, own, users - 1)
-
-
-@contextlib.contextmanager
-def quiet_progress(quiet: bool) -> Iterator[None]:
-    """huggingface_hub's progress bars off while the block runs when ``quiet``; its settings are put back after
-    (they are process-wide: a bar another thread opens meanwhile is hidden too)."""
-    if not quiet:
-        yield
-        return
-    from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
-
-    states = getattr(sys.modules.get("huggingface_hub.utils.tqdm"), "progress_bar_states", None)
-    saved = dict(states) if isinstance(states, dict) else None
-    was_disabled = are_progress_bars_disabled()
-    with contextlib.suppress(Exception), _no_warnings():
-        disable_progress_bars()
-    try:
-        yield
-    finally:
-        if saved is not None:
-            states.clear()
-            states.update(saved)
-        elif not was_disabled:
-            with contextlib.suppress(Exception), _no_warnings():
-                enable_progress_bars()
-
-
-@contextlib.contextmanager
-def _no_warnings() -> Iterator[None]:
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield

@@ -1,0 +1,147 @@
+"""The test Hub's view of the network: the record of every request (:class:`HubStats`), injected faults, and a
+modelled link (:class:`NetworkModel`) so that round trips and bandwidth are measured rather than assumed."""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import threading
+import time
+from collections.abc import Iterator, Sequence
+
+__all__ = ["FAULT_KINDS", "Dropped", "Fault", "HubStats", "Link", "NetworkModel", "RequestRecord"]
+
+
+class Dropped(Exception):
+    """Raised to abort a response and close its connection (fault injection)."""
+
+
+@dataclasses.dataclass(slots=True)
+class RequestRecord:
+    """One request as the server saw it. ``path`` is the URL-decoded path, ``query`` the raw query string,
+    ``range`` the ``Range`` header, ``bytes_sent`` the response body bytes written (updated while streaming,
+    before each write), ``bytes_received`` the request body bytes read, ``connection`` a number identifying the
+    TCP connection (equal numbers: the request reused a kept-alive connection). ``status`` stays 0 when no
+    status line was sent (a ``"reset"`` fault, or a ``"drop"`` fault on a response without body). ``started`` and
+    ``ended`` are ``time.monotonic()`` when the request arrived and when its answer was written (0 until then):
+    :meth:`HubStats.round_trips` counts the requests one after the other from them."""
+
+    method: str
+    path: str
+    query: str
+    range: str | None
+    status: int = 0
+    bytes_sent: int = 0
+    bytes_received: int = 0
+    connection: int = 0
+    started: float = 0.0
+    ended: float = 0.0
+
+    def __iter__(self):
+        return iter(dataclasses.astuple(self))
+
+
+class HubStats:
+    """Thread-safe list of :class:`RequestRecord`, oldest first. Iterating, ``len()`` and indexing use a snapshot."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._records: list[RequestRecord] = []
+
+    def add(self, record: RequestRecord) -> None:
+        with self._lock:
+            self._records.append(record)
+
+    def snapshot(self) -> list[RequestRecord]:
+        with self._lock:
+            return list(self._records)
+
+    def __iter__(self) -> Iterator[RequestRecord]:
+        return iter(self.snapshot())
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._records)
+
+    def __getitem__(self, index):
+        return self.snapshot()[index]
+
+    def requests(self, method: str | None = None, path_contains: str | None = None) -> list[RequestRecord]:
+        return [
+            r
+            for r in self.snapshot()
+            if (method is None or r.method == method.upper()) and (path_contains is None or path_contains in r.path)
+        ]
+
+    def bytes_sent(self, path_prefix: str | None = None) -> int:
+        return sum(r.bytes_sent for r in self.snapshot() if path_prefix is None or r.path.startswith(path_prefix))
+
+    def round_trips(self, exclude: Sequence[str] = ()) -> int:
+        """The longest chain of requests each sent after the previous one was answered: the round trips a client
+        waited for one after the other (requests in flight together count once). Requests whose path contains
+        one of ``exclude`` are left out."""
+        done = sorted((r.started, r.ended) for r in self.snapshot()
+                      if r.ended and not any(x in r.path for x in exclude))
+        answered: list[tuple[float, int]] = []  # (ended, depth) of requests not yet known to precede the next one
+        before = deepest = 0  # the deepest chain answered before the current request started; the deepest of all
+        for started, ended in done:
+            while answered and answered[0][0] <= started:
+                before = max(before, heapq.heappop(answered)[1])
+            heapq.heappush(answered, (ended, before + 1))
+            deepest = max(deepest, before + 1)
+        return deepest
+
+    def reset(self) -> None:
+        with self._lock:
+            self._records.clear()
+
+
+@dataclasses.dataclass
+class Fault:
+    path_contains: str
+    kind: str
+    remaining: int
+    after_bytes: int
+    method: str | None
+    seconds: float = 60.0
+    rate: int = 16
+    value: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class NetworkModel:
+    """A modelled network between the clients and the server, so that round trips and bandwidth are measured
+    rather than assumed: every request waits ``latency_s`` (a round trip) before its answer starts, the first
+    request of a connection ``handshake_rtts`` round trips more (TCP and TLS set-up: 2 for HTTPS over TLS 1.3),
+    and all response bodies share one link of ``rate`` bytes/s (1 Gbit/s = 125e6), written in 64 KiB pieces so
+    that concurrent answers share it fairly."""
+
+    latency_s: float = 0.05
+    rate: float = 125e6
+    handshake_rtts: int = 0
+
+    def __post_init__(self) -> None:
+        if not (self.latency_s >= 0 and self.rate > 0 and self.handshake_rtts >= 0):
+            raise ValueError(f"invalid network model {self}")
+
+
+class Link:
+    """The shared link of a :class:`NetworkModel`: a virtual clock of when it is next free."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._free_at = 0.0
+
+    def send(self, nbytes: int, rate: float, stopping: threading.Event) -> None:
+        """Wait until ``nbytes`` have crossed the link after everything sent before them."""
+        with self._lock:
+            now = time.monotonic()
+            # a sender woken late may catch up by a few ms (a token bucket's burst): oversleeping does not add up
+            self._free_at = max(now - 0.005, self._free_at) + nbytes / rate
+            until = self._free_at
+        delay = until - time.monotonic()
+        if delay > 0 and stopping.wait(delay):
+            raise Dropped
+
+
+FAULT_KINDS = ("500", "401", "403", "drop", "reset", "stall", "trickle", "short", "bad_range", "bad_commit")
