@@ -11,8 +11,9 @@ for API calls, ``HF_HUB_DOWNLOAD_TIMEOUT`` for file reads, taken from the enviro
 ``_MIN_RATE`` bytes/s), so a server that trickles cannot hold a read for ever either. Failed attempts (timeouts,
 dropped connections, 408/429/5xx, a short body, a ``Content-Range`` other than the one asked for) are retried
 ``_RETRIES`` times with exponential backoff (``Retry-After`` honoured up to ``_MAX_WAIT_S``), then raise
-:class:`HubError` naming the file. :func:`call_api` gives an ``HfApi`` call the same timeouts, retries and errors
-(it reads its answer itself: no total deadline). No lock is held while waiting on the network.
+:class:`HubError` naming the file. :func:`call_api` gives an ``HfApi`` call the same timeouts, retries, errors
+and a total deadline (it reads its answer itself: the call is waited for in a thread). No lock is held while
+waiting on the network.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ _BACKOFF_S = 0.25
 _MAX_WAIT_S = 8.0
 _RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})  # huggingface_hub's http_backoff retries these
 _MIN_RATE = 32 * 1024  # bytes/s a response body must average (past two timeouts) before its deadline
+_API_BUDGET_BYTES = 64 * 1024  # the body an HfApi metadata call's deadline allows for (answers are far smaller)
 _API_BODY_MAX = 64 << 20  # the most an API answer (JSON) may hold
 
 
@@ -245,8 +247,9 @@ def call_api(where: Where, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T
     on the session), retries and errors. An answer of an unexpected shape (huggingface_hub's parse fails) is a
     :class:`HubError`.
 
-    huggingface_hub reads the answer itself: the read timeout bounds each wait, but there is no total deadline
-    and no size limit (the calls made this way answer a few hundred bytes)."""
+    huggingface_hub reads the answer itself, so the total deadline (two timeouts plus ``_API_BUDGET_BYTES`` at
+    ``_MIN_RATE``: these calls answer a few hundred bytes) is kept by waiting on the call in a daemon thread; an
+    attempt past it counts as a stall (the thread is left to end at its read timeout)."""
     from huggingface_hub import errors as hf
 
     http = _http_module()
@@ -255,7 +258,10 @@ def call_api(where: Where, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T
         wait = _BACKOFF_S * 2**attempt
         try:
             with session_timeouts("api"):
-                return fn(*args, **kwargs)
+                return _within(2 * request_timeout("api") + _API_BUDGET_BYTES / _MIN_RATE, where, fn, *args,
+                               **kwargs)
+        except Retry as exc:
+            last = exc  # past the deadline: a trickling or stalled server
         except hf.OfflineModeIsEnabled as exc:
             raise translate(exc, where) from exc
         except hf.HfHubHTTPError as exc:
@@ -276,6 +282,26 @@ def call_api(where: Where, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T
     status = getattr(last, "status", None)
     raise HubError(f"{where}: failed after {_RETRIES + 1} attempts ({last or 'no answer'})",
                    **where.fields(status=status, response=getattr(last, "response", None))) from last
+
+
+def _within(budget: float, where: Where, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """``fn(*args, **kwargs)`` run in a daemon thread and waited for ``budget`` seconds at most, else :class:`Retry`."""
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = fn(*args, **kwargs)
+        except BaseException as exc:  # noqa: BLE001  (raised again in the caller's thread)
+            box["error"] = exc
+
+    thread = threading.Thread(target=run, name="lerobot_zarr-hub-api", daemon=True)
+    thread.start()
+    thread.join(budget)
+    if thread.is_alive():
+        raise Retry(f"{where}: too slow, no complete answer after {budget:.1f} s (deadline of the request)")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
 
 
 def check_commit(value: Any, where: Where, name: str) -> str:

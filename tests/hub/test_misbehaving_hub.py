@@ -128,6 +128,18 @@ def test_stalled_api_call_ends_in_hub_error(hub, env):
     assert len(_attempts(hub, "/refs")) == hub_module._RETRIES + 1
 
 
+def test_trickling_api_answer_is_cut_by_the_call_deadline(hub, env, monkeypatch):
+    """The refs answer, read by huggingface_hub's HfApi, at 1 B/s in pieces every 0.1 s: no read waits the read
+    timeout; the deadline of the call (two timeouts plus 2 s for the body here) ends each attempt."""
+    monkeypatch.setattr(hub_module, "_RETRIES", 1)
+    monkeypatch.setattr(hub_module, "_API_BUDGET_BYTES", 2 * hub_module._MIN_RATE)
+    hub.inject_fault(path_contains="/api/datasets/org/ds/refs", kind="trickle", rate=1, count=100)
+    started = time.monotonic()
+    exc = _bounded(lambda: inspect("org/ds"), 20)
+    assert type(exc) is HubError and "org/ds" in str(exc) and "too slow" in str(exc), repr(exc)
+    assert len(_attempts(hub, "/refs")) == 2 and time.monotonic() - started < 15
+
+
 def test_timeouts_follow_huggingface_hub_environment(monkeypatch):
     monkeypatch.setenv("HF_HUB_DOWNLOAD_TIMEOUT", "2.5")
     monkeypatch.setenv("HF_HUB_ETAG_TIMEOUT", "1.5")
