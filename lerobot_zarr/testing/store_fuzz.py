@@ -16,7 +16,7 @@ outside). The properties:
 - nothing outside the store is written, moved or deleted (the link targets are compared before and after);
 - after ``verify(repair=True)`` of a store made from a folder, a store found intact samples as the oracle.
 
-Used by ``tests/test_store_fuzz.py`` (a few hundred cases, ``LEROBOT_ZARR_STORE_FUZZ_CASES``) and
+Used by ``tests/store/test_store_fuzz.py`` (a few hundred cases, ``LEROBOT_ZARR_STORE_FUZZ_CASES``) and
 ``benchmarks/fuzz_stores.py`` (many).
 """
 
