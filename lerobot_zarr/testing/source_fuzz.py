@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 from ..errors import LeRobotZarrError
 
-__all__ = ["Base", "make_base", "mutations", "apply", "check", "describe"]
+__all__ = ["Base", "make_base", "mutations", "apply", "check", "describe", "alarm", "Hang"]
 
 EPISODES_V3 = "meta/episodes/chunk-000/file-000.parquet"
 EPISODES_V21 = "meta/episodes.jsonl"
@@ -205,15 +205,15 @@ def _reorder(order: list[int], edit: tuple) -> list[int]:
     return order
 
 
-class _Hang(Exception):
+class Hang(Exception):
     pass
 
 
 @contextlib.contextmanager
-def _alarm(seconds: float) -> Iterator[None]:
-    """Raise _Hang in the main thread if the block runs longer than ``seconds`` (no alarm off the main thread)."""
+def alarm(seconds: float) -> Iterator[None]:
+    """Raise Hang in the main thread if the block runs longer than ``seconds`` (no alarm off the main thread)."""
     def ring(signum, frame):
-        raise _Hang(f"no answer after {seconds} s")
+        raise Hang(f"no answer after {seconds} s")
 
     try:
         previous = signal.signal(signal.SIGALRM, ring)
@@ -239,13 +239,13 @@ def check(base: Base, edits: list[tuple], work: Path) -> str:
     shutil.copytree(base.path, src)
     apply(src, base, edits)
     try:
-        with _alarm(_STOP_S), warnings.catch_warnings():
+        with alarm(_STOP_S), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             ds = open_dataset(src, root=work / "store", progress=False)
             batch = ds.get_batch(np.arange(len(ds))) if len(ds) else {}
     except LeRobotZarrError as exc:
         return type(exc).__name__
-    except _Hang as exc:
+    except Hang as exc:
         raise AssertionError(f"{edits}: open_dataset hung") from exc
     except Exception as exc:
         raise AssertionError(f"{edits}: {type(exc).__name__} is not a lerobot_zarr error: {exc}") from exc

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import LeRobotZarrError
-from .source_fuzz import _alarm
+from .source_fuzz import alarm
 
 __all__ = ["Base", "make_bases", "check", "MUTATIONS", "FuzzFailure"]
 
@@ -430,7 +430,7 @@ def check(base: Base, work: Path, rng: np.random.Generator, kind: str | None = N
     case = f"[{base.name}] {kind}: {what}"
     linked = kind.startswith("link")
     before = _snapshot(outside)
-    with _alarm(_STOP_S):  # a hang raises in _typed: a failure naming the case
+    with alarm(_STOP_S):  # a hang raises in _typed: a failure naming the case
         verified, report = _typed("verify()", lambda: verify(root, progress=False), case)
         intact = verified and report.ok
         sampled, diff = _compare(base, root, case)

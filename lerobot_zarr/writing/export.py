@@ -103,7 +103,7 @@ def _check_exportable(ds: LeRobotZarrDataset) -> None:
     undecoded = [name for name in ds.meta.needs_pyav if name in ds.left_out]
     if undecoded:  # not a property of the data: publishing it without the camera would lose it
         raise pyav_missing(f"{ds.root}: exporting camera {undecoded[0]!r}", path=ds.root, feature=undecoded[0])
-    if not ds._sel.whole(ds.meta.episode_length):
+    if len(ds) != int(ds.meta.episode_length[ds.episodes].sum()):  # some episodes' frames only
         raise ArgumentError(f"{ds.root}: an export holds whole episodes; this dataset selects frame ranges of some "
                             f"(select whole episodes with ds.select([...]))")
     if not ds.selected_explicitly and len(ds.episodes) < ds.meta.total_episodes:
