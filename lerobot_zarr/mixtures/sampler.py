@@ -11,12 +11,16 @@ any world size.
   cumulative normalized weights, on a grid of 2**-40): every block holds each dataset's share to within one sample
   (stratified sampling: each sample's dataset has the weight's probability, and the realized shares never drift),
   and the draws of every dataset before any block are known in O(1). Inside a block the datasets' slots are in a
-  seeded random order (a Feistel permutation keyed by the block), so a rank computes only the blocks its own
-  positions touch: O(batch_size + 256) per batch whatever the world size.
+  seeded random order (a Feistel permutation keyed by the block), so the draws before any position cost O(D) plus
+  one block.
 - **Frame of a draw.** The ``k``-th draw of dataset ``d`` (counted over the whole sequence) is frame
   ``P[d, k // n_d](k % n_d)``, ``P`` a seeded random-access permutation of ``[0, n_d)`` (a Feistel network with
   cycle walking, :func:`permute`): each pass over a dataset shows every frame once, in a fresh order, before any
   frame repeats, and nothing of size ``n_d`` is ever materialized.
+- **A batch** (sorted, so the order of its positions carries no meaning) needs only which draws it holds: draws are
+  numbered in position order, so positions ``[p, q)`` hold draws ``[before_d(p), before_d(q))`` of each dataset
+  ``d``. A rank's batch is those runs (cut at pass ends), permuted a whole chunk of batches at once: no per-block
+  shuffle when ``p`` and ``q`` are block boundaries (``batch_size`` a multiple of 256), one block's otherwise.
 """
 
 from __future__ import annotations
@@ -105,12 +109,16 @@ def _key_word(key: np.ndarray, word: np.dtype) -> np.ndarray:
     return (key >> np.uint64(32)).astype(word) if word == np.uint32 else key
 
 
-def _permute(x: np.ndarray, n: np.ndarray, a: np.ndarray, b: np.ndarray, key: np.ndarray) -> np.ndarray:
+def _permute(x: np.ndarray, n: Any, a: Any, b: Any, key: Any) -> np.ndarray:
+    """The Feistel network on ``x``, walked until every value is below ``n`` (``n``, ``a``, ``b``, ``key``: arrays
+    of ``x``'s shape, or scalars shared by every element)."""
     out = _feistel(x, a, b, key)
     todo = np.flatnonzero(out >= n)
     while len(todo):  # cycle walking: the cycle through x holds x < n, so it ends
-        out[todo] = _feistel(out[todo], a[todo], b[todo], key[todo])
-        todo = todo[out[todo] >= n[todo]]
+        n_, a_, b_, key_ = (v if np.ndim(v) == 0 else v[todo] for v in (n, a, b, key))
+        walked = _feistel(out[todo], a_, b_, key_)
+        out[todo] = walked
+        todo = todo[walked >= n_]
     return out.astype(np.int64)
 
 
@@ -158,6 +166,9 @@ class MixtureSchedule:
         self._word = _word(int(bits.sum(axis=1).max()))
         self._high_bits, self._low_bits = bits[:, 0].astype(self._word), bits[:, 1].astype(self._word)
         self._usizes = self.sizes.astype(self._word)
+        # shared by every dataset (often: datasets of one size class): scalars, no per-sample gathers
+        self._shared_bits = ((self._high_bits[0], self._low_bits[0]) if (bits == bits[0]).all() else None)
+        self._shared_size = self._usizes[0] if (self.sizes == self.sizes[0]).all() else None
         self._block_key = _mix64(key ^ _GOLDEN)
         self._block_positions = np.arange(BLOCK, dtype=np.uint32)[None, :]
         self._block_bits = tuple(np.uint32(v) for v in _split_bits(BLOCK))
@@ -166,12 +177,24 @@ class MixtureSchedule:
 
     def draws_before(self, position: int) -> np.ndarray:
         """Draws of each dataset among positions ``[0, position)`` (exact; O(D) plus one block)."""
-        position = _as_int(position, "position")
-        b, inside = divmod(position, BLOCK)
-        counts = np.diff(self._cuts(np.array([b * BLOCK]))[0])
-        if inside:
-            datasets, _ = self.datasets_and_draws(b * BLOCK + np.arange(inside))
-            counts = counts + np.bincount(datasets, minlength=len(self.sizes))
+        return self.counts_before(np.array([_as_int(position, "position")]))[0]
+
+    def counts_before(self, positions: np.ndarray) -> np.ndarray:
+        """``(len(positions), D)``: draws of each dataset among positions ``[0, p)`` for each ``p`` (a 1-D array
+        of positions in ``[0, 2**43]``): O(D) for a block boundary, plus its block's shuffle for another."""
+        positions = np.asarray(positions, dtype=np.int64)
+        if positions.size and (positions.min() < 0 or positions.max() > MAX_POSITION):
+            raise ArgumentError(f"positions must be in [0, 2**43], got {int(positions.min())}..{int(positions.max())}")
+        blocks, inside = np.divmod(positions, BLOCK)
+        counts = np.diff(self._cuts(blocks * BLOCK), axis=1)
+        partial = np.flatnonzero(inside)
+        if len(partial):  # count each dataset among the first `inside` positions of the block
+            d = len(self.sizes)
+            distinct, row = np.unique(blocks[partial], return_inverse=True)
+            datasets = self._block_datasets(distinct)[0][row]
+            first = np.arange(BLOCK) < inside[partial, None]
+            flat = (np.arange(len(partial))[:, None] * d + datasets)[first]
+            counts[partial] += np.bincount(flat, minlength=len(partial) * d).reshape(-1, d)
         return counts
 
     def _cuts(self, starts: np.ndarray) -> np.ndarray:
@@ -196,18 +219,11 @@ class MixtureSchedule:
             which = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, len(of))))
         else:
             blocks, which = np.unique(of, return_inverse=True)
-        nb, d = len(blocks), len(self.sizes)
-        cuts = self._cuts(np.concatenate([blocks, blocks + 1]) * BLOCK)
-        base = np.diff(cuts[:nb], axis=1)  # (nb, D): draws of each dataset before each block
-        quota = np.diff(cuts[nb:], axis=1) - base  # and in it
-        first_slot = np.zeros((nb, d + 1), dtype=np.int64)
+        nb = len(blocks)
+        datasets, base, quota = self._block_datasets(blocks)  # int16: the stable sort below is a radix sort
+        first_slot = np.zeros((nb, len(self.sizes) + 1), dtype=np.int64)
         np.cumsum(quota, axis=1, out=first_slot[:, 1:])
-        # the block's slots in a seeded random order: slot j of block b goes to the dataset whose run holds it
-        keys = _key_word(_mix64(blocks.astype(np.uint64) ^ self._block_key), np.dtype(np.uint32))[:, None]
-        slots = _feistel(self._block_positions, self._block_bits[0], self._block_bits[1], keys).astype(np.intp)
         runs = quota.reshape(-1)
-        table = np.repeat(np.tile(np.arange(d, dtype=np.int16), nb), runs).reshape(nb, BLOCK)
-        datasets = np.take_along_axis(table, slots, axis=1)  # int16: the stable sort below is a radix sort
         # draw numbers in position order inside each block: the block's positions of each dataset, in order,
         # take the dataset's next draws (those sorted by dataset read as the runs of `table`)
         order = np.argsort(datasets, axis=1, kind="stable")
@@ -219,6 +235,19 @@ class MixtureSchedule:
             return datasets.reshape(-1).astype(np.int64), draws.reshape(-1)
         flat = which * BLOCK + positions % BLOCK
         return datasets.reshape(-1)[flat].astype(np.int64), draws.reshape(-1)[flat]
+
+    def _block_datasets(self, blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """For each of ``blocks`` (block numbers): the dataset of each of its positions (``(nb, BLOCK)``, int16),
+        the draws of each dataset before it and in it (``(nb, D)`` each)."""
+        nb, d = len(blocks), len(self.sizes)
+        cuts = self._cuts(np.concatenate([blocks, blocks + 1]) * BLOCK)
+        base = np.diff(cuts[:nb], axis=1)
+        quota = np.diff(cuts[nb:], axis=1) - base
+        # the block's slots in a seeded random order: slot j of block b goes to the dataset whose run holds it
+        keys = _key_word(_mix64(blocks.astype(np.uint64) ^ self._block_key), np.dtype(np.uint32))[:, None]
+        slots = _feistel(self._block_positions, self._block_bits[0], self._block_bits[1], keys).astype(np.intp)
+        table = np.repeat(np.tile(np.arange(d, dtype=np.int16), nb), quota.reshape(-1)).reshape(nb, BLOCK)
+        return np.take_along_axis(table, slots, axis=1), base, quota
 
     def frames(self, datasets: np.ndarray, draws: np.ndarray) -> np.ndarray:
         """The frame (index inside its dataset) of the ``draws``-th draw of each ``datasets``: pass
@@ -233,6 +262,47 @@ class MixtureSchedule:
         """Mixture indices (offset of the dataset + frame inside it) of positions of the sequence."""
         datasets, draws = self.datasets_and_draws(positions)
         return self.offsets[datasets] + self.frames(datasets, draws)
+
+    def batches(self, starts: np.ndarray, size: int) -> np.ndarray:
+        """``(len(starts), size)``: the mixture indices of positions ``[start, start + size)`` for each of
+        ``starts``, each row sorted: ``np.sort(indices(positions))`` row by row, computed from which samples a
+        range holds rather than the order they come in. Draws are numbered in position order, so the range holds
+        draws ``[before(start), before(start + size))`` of each dataset (:meth:`counts_before`): a contiguous run
+        of each dataset's draws, permuted a pass at a time, with no shuffle for ranges of whole blocks."""
+        starts = np.asarray(starts, dtype=np.int64).reshape(-1)
+        rows, d = len(starts), len(self.sizes)
+        if not rows or size < 1:
+            return np.zeros((rows, max(size, 0)), dtype=np.int64)
+        if starts.min() < 0 or starts.max() + size > MAX_POSITION:
+            raise ArgumentError(f"positions must be in [0, 2**43), got {int(starts.min())}.."
+                                f"{int(starts.max()) + size - 1}")
+        counts = self.counts_before(np.concatenate([starts, starts + size]))
+        lo, hi = counts[:rows].reshape(-1), counts[rows:].reshape(-1)  # row-major: (row, dataset)
+        datasets = np.flatnonzero(hi > lo)
+        lo, hi, datasets = lo[datasets], hi[datasets], datasets % d
+        n = self.sizes[datasets]
+        passes = lo // n
+        spans = (hi - 1) // n - passes + 1  # a run crossing passes is cut at each pass's end
+        if (spans > 1).any():
+            run = np.repeat(np.arange(len(lo)), spans)
+            passes = passes[run] + np.arange(len(run)) - np.repeat(np.cumsum(spans) - spans, spans)
+            lo, hi, n, datasets = lo[run], hi[run], n[run], datasets[run]
+            lo, hi = np.maximum(lo, passes * n), np.minimum(hi, (passes + 1) * n)
+        length = hi - lo
+        key = (self._dataset_keys[datasets] ^ passes.astype(np.uint64)) * _GOLDEN  # as in :meth:`frames`
+        key ^= key >> np.uint64(29)
+        within = np.arange(rows * size, dtype=np.int64)
+        within += np.repeat(lo - passes * n - (np.cumsum(length) - length), length)
+        high, low = self._shared_bits or (np.repeat(self._high_bits[datasets], length),
+                                          np.repeat(self._low_bits[datasets], length))
+        sizes = (self._shared_size if self._shared_size is not None
+                 else np.repeat(self._usizes[datasets], length))
+        out = _permute(within.astype(self._word), sizes, high, low,
+                       np.repeat(_key_word(key, self._word), length))
+        out += np.repeat(self.offsets[datasets], length)
+        out = out.reshape(rows, size)
+        out.sort(axis=1)
+        return out
 
     def state_fields(self) -> dict[str, Any]:
         return {"seed": self.seed, "weights": self.weights.tolist(), "sizes": self.sizes.tolist()}
@@ -299,12 +369,11 @@ class MixtureSampler:
         start, chunk = self._chunk
         k, rest = divmod(position - start, self.global_batch_size)
         if rest or not 0 <= k < len(chunk):
-            count = max(1, 16384 // self.batch_size)  # this many of the rank's positions at once: numpy at speed
+            count = max(1, 32768 // self.batch_size)  # this many of the rank's positions at once: numpy at speed
             first = position + self.rank * self.batch_size
-            positions = (first + np.arange(count, dtype=np.int64)[:, None] * self.global_batch_size
-                         + np.arange(self.batch_size, dtype=np.int64)).reshape(-1)
-            chunk = self.schedule.indices(positions).reshape(count, self.batch_size)
-            chunk.sort(axis=1)  # a batch's indices grouped by dataset (and in order inside each): faster gathers
+            # a batch's indices sorted, so grouped by dataset (and in order inside each): faster gathers
+            chunk = self.schedule.batches(first + np.arange(count, dtype=np.int64) * self.global_batch_size,
+                                          self.batch_size)
             chunk.flags.writeable = False
             self._chunk, k = (position, chunk), 0
         return chunk[k].copy()

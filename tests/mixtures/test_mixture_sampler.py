@@ -97,6 +97,39 @@ def test_a_dataset_with_weight_zero_is_never_drawn_and_weights_are_checked():
             MixtureSchedule(sizes, weights, seed=0)
 
 
+def test_a_batch_is_the_sorted_indices_of_its_positions_for_any_range():
+    """``batches`` (what a sampler yields) computes a range's samples from the draws it holds, not their order:
+    the same as sorting ``indices`` of its positions, across blocks, passes of tiny datasets and 64-bit words."""
+    rng = np.random.default_rng(0)
+    for sizes, weights in [([300, 5000, 40], [0.2, 0.5, 0.3]), ([1, 2, 3], [1, 1, 1]), ([7] * 20, [1] * 20),
+                           ([2 ** 35 + 7, 10], [0.3, 0.7]), ([100, 200, 300], [0, 1, 2]), ([50], [1])]:
+        schedule = MixtureSchedule(sizes, weights, seed=4)
+        for size in (1, 5, 255, 256, 257, 1000):
+            starts = np.concatenate([rng.integers(0, 10 ** 7, 6), np.arange(3) * BLOCK, [2 ** 43 - size]])
+            positions = (starts[:, None] + np.arange(size)).reshape(-1)
+            want = np.sort(schedule.indices(positions).reshape(len(starts), size), axis=1)
+            np.testing.assert_array_equal(schedule.batches(starts, size), want)
+    np.testing.assert_array_equal(schedule.counts_before(np.array([0, 3, 256, 700])),
+                                  [schedule.draws_before(p) for p in (0, 3, 256, 700)])
+    with pytest.raises(ArgumentError, match="2\\*\\*43"):
+        schedule.batches(np.array([2 ** 43 - 4]), 5)
+
+
+def test_the_sequence_is_pinned():
+    """Regression pin: literal indices computed by the sampler before its batches were vectorized; a change that
+    moves a single sample breaks every saved state (it restores elsewhere in the sequence), so it shows here."""
+    schedule = MixtureSchedule([300, 5000, 40], [0.2, 0.5, 0.3], seed=11)
+    assert schedule.indices(np.arange(12)).tolist() == [5315, 3534, 105, 3921, 189, 227, 375, 5308, 5338, 4641,
+                                                        1087, 1880]
+    sampler = MixtureSampler(schedule, batch_size=8, rank=1, world_size=4)
+    it = iter(sampler)
+    assert [next(it).tolist() for _ in range(2)] == [[136, 250, 1087, 1880, 3835, 4641, 5335, 5338],
+                                                     [1532, 1726, 2223, 2887, 3051, 5227, 5310, 5321]]
+    assert sampler.batch(10 ** 6).tolist() == [17, 241, 651, 3574, 5312, 5323, 5324, 5336]
+    whole = MixtureSampler(schedule, batch_size=256, rank=0, world_size=1)
+    assert whole.batch(7)[::32].tolist() == [5, 183, 880, 1947, 3285, 4546, 5308, 5325]
+
+
 # the sampler: elastic and resumable ----------------------------------------------------------------------------
 def _global(schedule: MixtureSchedule, batch: int, world: int, steps: int, start: int = 0) -> list[list[int]]:
     """The global batches as the ranks of one world size see them: the samples of each (sorted, as a batch's
