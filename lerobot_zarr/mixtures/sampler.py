@@ -156,9 +156,15 @@ class MixtureSchedule:
         grid = np.round(cum * 2.0 ** _GRID_BITS)
         grid[-1] = 2.0 ** _GRID_BITS
         self._grid = [int(g) for g in np.maximum.accumulate(grid)]
-        starved = [self.names[d] for d in range(len(w)) if w[d] > 0 and self._grid[d + 1] == self._grid[d]]
-        if starved:
-            raise ArgumentError(f"weights of {starved} are too small next to the others (below 2**-40 of the total)")
+        # a block's quota of dataset d is the difference of two floors of cumulative shares: never negative when
+        # each share of a block is at least one sample
+        rare = [self.names[d] for d in range(len(w))
+                if w[d] > 0 and self._grid[d + 1] - self._grid[d] < 2 ** _GRID_BITS // BLOCK]
+        if rare:
+            raise ArgumentError(f"weights of {rare[:5]}{'...' if len(rare) > 5 else ''} are below 1/{BLOCK} of the "
+                                f"total: the sampler draws datasets in stratified blocks of {BLOCK} samples, so each "
+                                f"weight is 0 or at least 1/{BLOCK} ({100 / BLOCK:.2f} %), and at most {BLOCK} "
+                                f"datasets have one")
         self.offsets = np.concatenate([[0], np.cumsum(self.sizes)]).astype(np.int64)
         key = _mix64(np.array([self.seed & (2 ** 64 - 1)], dtype=np.uint64) ^ _GOLDEN)
         self._dataset_keys = _mix64((np.arange(len(self.sizes), dtype=np.uint64) * _GOLDEN) ^ key)

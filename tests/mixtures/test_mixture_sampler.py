@@ -92,9 +92,27 @@ def test_a_dataset_with_weight_zero_is_never_drawn_and_weights_are_checked():
     assert (schedule.indices(np.arange(5 * BLOCK + 10)) < 10).all()
     for sizes, weights, match in [([10], [1, 2], "2 weights for 1 datasets"), ([0], [1], "at least 1"),
                                   ([5, 5], [-1, 2], "non-negative"), ([5, 5], [0, 0], "not all zero"),
-                                  ([5, 5], [1, 1e-14], "too small")]:
+                                  ([5, 5], [1, 1e-14], "below 1/256")]:
         with pytest.raises(ArgumentError, match=match):
             MixtureSchedule(sizes, weights, seed=0)
+
+
+def test_weights_below_one_sample_per_block_are_refused_and_those_at_it_are_served():
+    """Each dataset's quota of a block of 256 is a difference of two rounded cumulative shares: a weight under
+    1/256 could make one negative (a crash found at weights [0.31, 0.001, 0.689]); such weights are refused by
+    name, and the smallest allowed ones (256 equal weights, 1/256 beside larger ones) draw as weighted."""
+    for weights in ([0.31, 0.001, 0.689], [1.0] * 300, [1.0, 1e-3]):
+        with pytest.raises(ArgumentError, match=r"'dataset 1'.*below 1/256 of the total"):
+            MixtureSchedule([1000] * len(weights), weights, 0)
+    for weights in ([1.0] * BLOCK, [1.0, 1 / (BLOCK - 1)], [0.31, 1 / BLOCK, 0.69 - 1 / BLOCK]):
+        sizes = [97 + 3 * k for k in range(len(weights))]
+        schedule = MixtureSchedule(sizes, weights, 5)
+        positions = np.arange(200 * BLOCK)
+        datasets, _ = schedule.datasets_and_draws(positions)
+        shares = np.bincount(datasets, minlength=len(weights)) / len(positions)
+        np.testing.assert_allclose(shares, np.asarray(weights) / sum(weights), atol=1 / len(positions) * 2)
+        assert (schedule.counts_before(np.array([len(positions)]))[0] == np.bincount(datasets,
+                                                                                    minlength=len(weights))).all()
 
 
 def test_a_batch_is_the_sorted_indices_of_its_positions_for_any_range():
