@@ -95,3 +95,10 @@ def check_batch(batch: dict[str, Any], seed: int, *, cameras: bool = True, **kwa
         assert b["complementary_info"]["penalty"][i] == ref["penalty"], f"{where}: complementary_info differs"
         ids.append((e, t))
     return ids
+
+
+def reported_commits(first: str, rest: str) -> list[int]:
+    """The counts a killed writer process printed as ``C <count>`` lines (its first line, then the rest of its
+    output): complete lines only, since a SIGKILL can cut the last one short (``C`` without its number)."""
+    complete = [first.rstrip("\n"), *rest.split("\n")[:-1]]  # the piece after the last newline may be cut
+    return [int(line[2:]) for line in complete if line.startswith("C ") and line[2:].isdigit()]

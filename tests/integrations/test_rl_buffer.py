@@ -345,7 +345,7 @@ def test_an_actor_process_killed_loses_nothing_committed_and_a_learner_samples_i
         seen += len(check_batch(learner.sample(32), SEED))
     proc.send_signal(signal.SIGKILL)
     out, _ = proc.communicate(timeout=30)
-    reported = int([line for line in [first, *out.splitlines()] if line.startswith("C")][-1].split()[1])
+    reported = ref.reported_commits(first, out)[-1]
     reopened = ReplayBuffer(10**6, device="cpu", use_drq=False, root=root)
     assert len(reopened) >= reported and seen > 0
     ids = check_batch(reopened._buffer.gather(np.arange(len(reopened))), SEED)

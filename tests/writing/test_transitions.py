@@ -561,8 +561,7 @@ def _committed_after_kill(proc, delay: float) -> int:
     time.sleep(delay)
     proc.send_signal(signal.SIGKILL)
     out, err = proc.communicate(timeout=30)
-    counts = [int(line.split()[1]) for line in [first, *out.splitlines()] if line.startswith("C")]
-    return counts[-1]
+    return ref.reported_commits(first, out)[-1]
 
 
 def _stream(n: int) -> list[tuple[int, int]]:
