@@ -21,11 +21,16 @@ from lerobot_zarr.testing.sample_data import write_sample_dataset
 
 def main() -> None:
     if len(sys.argv) > 1:
-        ds = lerobot_zarr.open_dataset(sys.argv[1])
-    else:
-        tmp = Path(tempfile.mkdtemp(prefix="lerobot_zarr-analysis-"))
+        analyze(lerobot_zarr.open_dataset(sys.argv[1]))
+        return
+    with tempfile.TemporaryDirectory(prefix="lerobot_zarr-analysis-") as folder:  # a generated dataset, removed after
+        tmp = Path(folder)
         source = write_sample_dataset(tmp / "src", n_episodes=30, tasks=("pick", "place", "push"))
-        ds = lerobot_zarr.open_dataset(source, root=tmp / "store")
+        with lerobot_zarr.open_dataset(source, root=tmp / "store") as ds:
+            analyze(ds)
+
+
+def analyze(ds: lerobot_zarr.LeRobotZarrDataset) -> None:
     x = ds.to_xarray()
     print(x)
     action = next(k for k in ("action", "actions") if k in x)

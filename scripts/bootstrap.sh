@@ -21,8 +21,10 @@ if [ ! -x .venv/bin/python ]; then
   .venv/bin/python -m pip install -q --upgrade pip
 fi
 stamp=".venv/.lerobot_zarr-installed"
-want="$(sha256sum pyproject.toml | cut -d' ' -f1)"
+want="$(cat pyproject.toml scripts/bootstrap.sh | sha256sum | cut -d' ' -f1)"
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-  .venv/bin/python -m pip install -q -e ".[test]"
+  # compat: the checkout goes on sys.path, so that a script run from the folder holding the checkout (itself
+  # named lerobot_zarr) imports the package, not the checkout folder as an empty namespace package
+  .venv/bin/python -m pip install -q -e ".[test]" --config-settings editable_mode=compat
   echo "$want" > "$stamp"
 fi

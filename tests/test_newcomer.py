@@ -212,6 +212,21 @@ def blocked(modules: str, code: str, *args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, env=env, timeout=300)
 
 
+def test_a_script_next_to_the_checkout_imports_the_package(tmp_path):
+    """Run from the folder that holds the checkout (a clone named lerobot_zarr: here a link of that name), Python
+    would take the checkout for an empty namespace package unless the install puts it on sys.path (the README's
+    and bootstrap's ``editable_mode=compat``). Checked with the interpreter the suite runs under, when it is the
+    bootstrapped one."""
+    if Path(sys.prefix).resolve() != (REPO / ".venv").resolve():
+        pytest.skip("not the checkout's .venv (scripts/bootstrap.sh makes it): its install mode is not ours")
+    (tmp_path / "lerobot_zarr").symlink_to(REPO, target_is_directory=True)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.run([sys.executable, "-c", "import lerobot_zarr; print(lerobot_zarr.__file__)"],
+                          capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120)
+    assert proc.returncode == 0 and Path(proc.stdout.strip()) == REPO / "lerobot_zarr" / "__init__.py", (
+        proc.stdout, proc.stderr[-500:])
+
+
 def test_the_extras_named_in_errors_are_those_of_pyproject():
     extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     for module, (_, requirement, extra) in OPTIONAL_PACKAGES.items():

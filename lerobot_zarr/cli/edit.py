@@ -182,8 +182,11 @@ def run(args: argparse.Namespace) -> int:
         return 0
     for note in notes:
         log.info(note)
-    with open_dataset(args.source, root=None if src.kind == "store" else target, mode="r+", revision=args.revision,
-                      token=args.token) as ds:
+    with warnings.catch_warnings():  # an edit samples nothing: its summary says what each camera holds
+        warnings.filterwarnings("ignore", ".* is left out of samples", LeRobotZarrWarning)
+        opened = open_dataset(args.source, root=None if src.kind == "store" else target, mode="r+",
+                              revision=args.revision, token=args.token)
+    with opened as ds:
         before = ds.meta
         gone, drop = edit_plan(before, str(target), args)  # the same plan on the store itself
         if args.push:  # the remote holds nothing, or this dataset as it will be after the edit

@@ -202,7 +202,8 @@ def describe(meta: DatasetMeta) -> str:
     lengths = d["episode_length"]
     held = d["episodes_in_store"]
     lines = [
-        f"location:     {d['location']}" + ("" if d["is_store"] else " (metadata only: not transcoded)"),
+        f"location:     {d['location']}"
+        + ("" if d["is_store"] else " (the source's metadata; stores made from it: `lerobot-zarr cache ls`)"),
         f"source:       {d['source_line']}",
         f"format:       LeRobot {d['codebase_version']}, robot_type={d['robot_type']}, fps={d['fps']:g}",
         f"episodes:     {d['total_episodes']}" + (f" ({held} in the store)" if d["is_store"] else ""),

@@ -528,8 +528,11 @@ class _SourceReader(_EpisodeReader):
                 continue
             lacking = [e for e in self.episodes if refs[e] is None or not source.files.exists(refs[e][0])]
             if lacking:
+                having = [e for e in range(len(refs)) if refs[e] is not None and source.files.exists(refs[e][0])]
                 self.left_out[name] = (f"its video file is missing for {len(lacking)} of the {len(self.episodes)} "
-                                       f"selected episodes {_short(lacking)}; select episodes that have it")
+                                       f"selected episodes {_short(lacking)}; " + (
+                                           f"to stream it, select episodes that have it: episodes={_short(having)}"
+                                           if having else "no episode has it: samples go without it"))
         self.kinds = {k: v.kind for k, v in source.stored_features.items() if k not in self.left_out}
         self.not_materialized = dict(source.not_materialized)
         self.concurrency = source.files.concurrency

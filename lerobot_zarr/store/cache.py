@@ -173,7 +173,7 @@ def _refs(repo_dir: Path) -> dict[str, list[str]]:
             if f.is_file() and not f.is_symlink():
                 with contextlib.suppress(OSError, UnicodeDecodeError):
                     name = unquote(f.name)
-                    out.setdefault(f.read_text().strip(), []).append("(default)" if name == "_default" else name)
+                    out.setdefault(f.read_text().strip(), []).append("default" if name == "_default" else name)
     return out
 
 

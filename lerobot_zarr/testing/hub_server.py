@@ -72,6 +72,7 @@ import hmac
 import json
 import os
 import secrets
+import signal
 import sys
 import threading
 from collections.abc import Mapping, Sequence
@@ -376,11 +377,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"Hub at {hub.endpoint} until Ctrl-C. In another shell:\n"
                   f"  export HF_ENDPOINT={hub.endpoint} HF_HUB_DISABLE_XET=1 HF_TOKEN={args.token}\n"
                   f"  lerobot-zarr info {repos[0][0]}", flush=True)
+            signal.signal(signal.SIGTERM, _interrupt)  # `kill` stops it as Ctrl-C does: its folders removed
             try:
                 threading.Event().wait()
             except KeyboardInterrupt:
                 print("stopped")
     return 0
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 if __name__ == "__main__":

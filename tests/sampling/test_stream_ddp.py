@@ -155,6 +155,12 @@ def test_a_missing_camera_is_judged_on_the_selection(kind, g1_hub):
     with pytest.warns(lerobot_zarr.LeRobotZarrWarning, match=r"missing for 1 of the 2 selected episodes \[0\]"):
         s = stream(source, episodes=[0, 1])
     assert G1_CAM in s.left_out and G1_CAM not in s.kinds
+    assert s.left_out[G1_CAM].endswith("select episodes that have it: episodes=[1, 2, 4, 5]"), s.left_out
+    if kind == "folder":  # a dataset where no episode has the camera: no selection to advise
+        with pytest.warns(lerobot_zarr.LeRobotZarrWarning):
+            none = stream(real_dataset("record-test"))
+        assert none.left_out and all(why.endswith("no episode has it: samples go without it")
+                                     for why in none.left_out.values()), none.left_out
     with pytest.raises(lerobot_zarr.NotMaterializedError) as exc:
         stream(source, episodes=[0, 1], delta_timestamps={G1_CAM: [0.0]})
     message = str(exc.value)
