@@ -56,10 +56,10 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import _common as C  # noqa: E402
 
-from lerobot_zarr.frame_codecs import decode_batch, decode_threads, frame_codec
 from lerobot_zarr.cameras.resize import resize_frame, resize_frames
 from lerobot_zarr.cameras.video import TOLERANCE_S, VideoWriter, decode_into
 from lerobot_zarr.cameras.video_reader import Mp4Frames
+from lerobot_zarr.frame_codecs import decode_batch, decode_threads, frame_codec
 
 G1 = ROOT / ".." / "shared" / "datasets" / "G1-policy-train"
 G1_CAMERA = "observation.images.cam_high"

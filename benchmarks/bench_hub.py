@@ -50,8 +50,8 @@ import pyarrow.parquet as pq
 
 import lerobot_zarr
 import lerobot_zarr.hub.files as hub_module
-from lerobot_zarr.testing.sample_data import write_sample_dataset
 from lerobot_zarr.testing.hub_server import HubServer, NetworkModel
+from lerobot_zarr.testing.sample_data import write_sample_dataset
 
 NOISE = ("/api/agent-harnesses",)  # huggingface_hub's once-per-process registry fetch (both sides make it)
 TOKEN = "bench-token"

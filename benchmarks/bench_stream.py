@@ -153,8 +153,8 @@ def main() -> None:
     import pyarrow.parquet as pq
 
     import lerobot_zarr
-    from lerobot_zarr.testing.sample_data import write_sample_dataset
     from lerobot_zarr.testing.hub_server import HubServer
+    from lerobot_zarr.testing.sample_data import write_sample_dataset
 
     with tempfile.TemporaryDirectory(prefix="bench_stream-") as tmp:
         work = Path(tmp)

@@ -35,15 +35,17 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(1, str(HERE.parent))  # the checkout, so that no PYTHONPATH is needed
 
 import lerobot_zarr as lz  # noqa: E402
-from lerobot_zarr.utils import hashing as _hashing
-from lerobot_zarr.store import packs as _packs
-from lerobot_zarr.writing import integrity
 from lerobot_zarr.store import committing
 from lerobot_zarr.store import hashes as store
-from lerobot_zarr.writing import transcode
-from lerobot_zarr.writing import writer  # noqa: E402
-from lerobot_zarr.testing.sample_data import write_sample_dataset  # noqa: E402
+from lerobot_zarr.store import packs as _packs
 from lerobot_zarr.store.state import chunk_path, read_state  # noqa: E402
+from lerobot_zarr.testing.sample_data import write_sample_dataset  # noqa: E402
+from lerobot_zarr.utils import hashing as _hashing
+from lerobot_zarr.writing import (
+    integrity,
+    transcode,
+    writer,  # noqa: E402
+)
 
 CAM = "observation.images.cam"
 FEATURES = {"observation.state": {"dtype": "float32", "shape": [14], "names": None},

@@ -14,15 +14,15 @@ if "zarr" in _sys.modules:
     _sys.modules["zarr"].config.set({"array.rectilinear_chunks": True})
 
 from .api import cache_home, inspect, open_dataset
-from .store.cache import cache_info
-from .sampling.dataset import DatasetMeta, LeRobotZarrDataset
 from .errors import *  # noqa: F403  (the curated list is errors.__all__)
 from .errors import __all__ as _errors
-from .writing.integrity import VerifyReport, verify
 from .mixtures.mixture import LeRobotZarrMixture, MixtureMeta, open_mixture
 from .mixtures.sampler import MixtureSampler
+from .sampling.dataset import DatasetMeta, LeRobotZarrDataset
 from .sampling.sharding import episodes_for_rank, split_episodes
 from .sampling.streams import SampleStream, stream
+from .store.cache import cache_info
+from .writing.integrity import VerifyReport, verify
 from .writing.writer import WritableDataset, create
 
 __all__ = [

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import ArgumentError, SourceNotFoundError
-from .lerobot.source_files import is_lerobot_folder
 from .hub.http import REPO_ID, parse_repo_id
+from .lerobot.source_files import is_lerobot_folder
 from .store.state import has_commit_point
 
 __all__ = ["ResolvedSource", "resolve_source"]

@@ -39,8 +39,8 @@ from lerobot_zarr import (
     UnsupportedStoreError,
     open_dataset,
 )
-from lerobot_zarr.testing.sample_data import write_sample_dataset
 from lerobot_zarr.store import WriterLock, chunk_path
+from lerobot_zarr.testing.sample_data import write_sample_dataset
 
 REPO = Path(__file__).resolve().parents[1]
 REAL_DATASETS = (REPO / ".." / "shared" / "datasets").resolve()

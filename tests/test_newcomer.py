@@ -32,9 +32,9 @@ from lerobot_zarr import (
 )
 from lerobot_zarr.cli import main
 from lerobot_zarr.errors import OPTIONAL_PACKAGES
-from lerobot_zarr.testing.sample_data import write_sample_dataset
 from lerobot_zarr.store.state import read_state
 from lerobot_zarr.testing.hub_server import HubServer
+from lerobot_zarr.testing.sample_data import write_sample_dataset
 
 REPO = Path(__file__).resolve().parents[1]
 TOKEN = "hf_newcomer"

@@ -21,9 +21,9 @@ In zarr terms, a compressed camera array is sharded: a shard is a chunk of frame
 ``lerobot_zarr.jpeg`` (:mod:`lerobot_zarr.cameras.zarr_codecs`) are declared as ``zarr.codecs`` entry points in
 the package metadata, which zarr loads the first time it meets one of them, whatever was imported first
 (lerobot_zarr itself never imports zarr). A plain zarr-python or xarray reader therefore needs ``lerobot_zarr``
-installed (not imported), and, for ``jpeg``, ``simplejpeg``; ``zstd`` needs nothing beyond zarr-python. Without lerobot_zarr the frames can still be had by
-hand: the shard index gives each frame's bytes, a zstd frame of row differences (a running sum down the rows
-undoes them) or a JPEG file.
+installed (not imported), and, for ``jpeg``, ``simplejpeg``; ``zstd`` needs nothing beyond zarr-python. Without
+lerobot_zarr the frames can still be had by hand: the shard index gives each frame's bytes, a zstd frame of row
+differences (a running sum down the rows undoes them) or a JPEG file.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""zarr-python v3 codec classes for lerobot_zarr's frame codecs (imports zarr; see :mod:`lerobot_zarr.cameras.frame_codecs`).
+"""zarr-python v3 codec classes for lerobot_zarr's frame codecs (imports zarr; see
+:mod:`lerobot_zarr.cameras.frame_codecs`).
 
 ``lerobot_zarr.delta`` (array -> array): differences along ``axis`` of the chunk, the first slice kept, modulo
 the integer type. Configuration ``{"axis": int}``. With one frame ``(1, H, W, C)`` per inner chunk, axis 1

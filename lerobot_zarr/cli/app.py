@@ -16,18 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol, TextIO
 
-# the command modules by their full names: `from . import info` would import this package's face, which imports
-# this module (an import cycle in name)
-import lerobot_zarr.cli.cache as cache
-import lerobot_zarr.cli.convert as convert
-import lerobot_zarr.cli.demo as demo
-import lerobot_zarr.cli.edit as edit
-import lerobot_zarr.cli.info as info
-import lerobot_zarr.cli.push as push
-import lerobot_zarr.cli.verify as verify
-import lerobot_zarr.cli.view as view
-
 from ..errors import LeRobotZarrError, LeRobotZarrWarning
+from . import cache, convert, demo, edit, info, push, verify, view
 
 __all__ = ["COMMANDS", "Command", "build_parser", "main"]
 

@@ -218,7 +218,8 @@ def describe(meta: DatasetMeta) -> str:
     for name, ft in d["features"].items():
         names = ft["names"]
         shown = f"  names={str(names)[:50]}{'...' if len(str(names)) > 50 else ''}" if names else ""
-        status = ft["status"] if ft["status"] in ("stored", "to store") or name in DEFAULT_FEATURES else ft["status"].upper()
+        plain = ft["status"] in ("stored", "to store") or name in DEFAULT_FEATURES
+        status = ft["status"] if plain else ft["status"].upper()
         lines.append(f"  {name:<32} {ft['dtype']:<8} {tuple(ft['shape'])!s:<14} {status}{shown}")
         if ft["why"]:
             lines.append(f"      why: {ft['why']}")

@@ -32,7 +32,7 @@ from ..errors import ArgumentError, EmptyBufferError, import_optional, warn_user
 torch = import_optional("torch", "lerobot_zarr.integrations.rl (LeRobot's replay buffer on a store)")
 import torch.nn.functional as F  # noqa: E402, N812
 
-from ..writing.transitions import (  # noqa: E402
+from ..writing.transition_layout import (  # noqa: E402
     ACTION,
     DEFAULT_TASK,
     DONE,
@@ -41,9 +41,9 @@ from ..writing.transitions import (  # noqa: E402
     TRUNCATED,
     ImageStorage,
     Slot,
-    TransitionBuffer,
     lerobot_values,
 )
+from ..writing.transitions import TransitionBuffer  # noqa: E402
 
 __all__ = ["ReplayBuffer", "BatchTransition", "random_shift", "random_crop_vectorized"]
 

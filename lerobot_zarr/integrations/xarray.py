@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..sampling.dataset import read_episode_rows
 from ..errors import import_optional, warn_user
 from ..lerobot.format import CAMERA_DTYPES, QUANTILES, aggregate_stats, stats_json
+from ..sampling.dataset import read_episode_rows
 from ..store.tables import ArraySpec
 
 if TYPE_CHECKING:
@@ -117,7 +117,8 @@ def lerobot_stats(x: xr.Dataset, features: list[str] | None = None) -> dict[str,
     Quantiles are the inverse CDF (numpy's ``inverted_cdf``), which LeRobot approximates with a 5000-bin
     histogram per episode: they differ from a LeRobot ``stats.json`` by up to about (max - min) / 5000. LeRobot
     computes means and variances in float32 (variance as E[x^2] - E[x]^2), so its std can be off by a few tens
-    of float32 epsilons times E[x^2] where |mean| >> std; these are exact (float64). Image and video features (LeRobot samples frames for them) are not recomputed here.
+    of float32 epsilons times E[x^2] where |mean| >> std; these are exact (float64). Image and video features
+    (LeRobot samples frames for them) are not recomputed here.
     """
     dask = import_optional("dask", "lerobot_stats()")
 

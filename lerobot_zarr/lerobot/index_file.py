@@ -2,8 +2,8 @@
 
 Why: opening a dataset from the Hub otherwise reads ``meta/info.json``, ``meta/episodes/*.parquet`` (footer, then
 columns), ``meta/tasks.parquet``, ``meta/stats.json`` and then each touched data file's footer (a guessed tail,
-then the rest). With the index, :class:`~lerobot_zarr.lerobot.source.LeRobotSource` gets all the metadata in one request,
-and the data files' footers inline (no request) or their exact sizes (one exact range request per data file).
+then the rest). With the index, :class:`~lerobot_zarr.lerobot.source.LeRobotSource` gets all the metadata in one
+request, and the data files' footers inline (no request) or their exact sizes (one exact range request per data file).
 
 Written by :func:`write_index` (``to_lerobot`` and ``push``) next to LeRobot's files; read by :func:`read_index`
 for sources that can check file identities (``SourceFiles.matches``: a Hub repo). LeRobot ignores the file.
@@ -46,8 +46,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..utils.fileio import load_json
 from ..errors import CorruptSourceError
+from ..utils.fileio import load_json
 
 if TYPE_CHECKING:  # pyarrow is imported where the index is read
     import pyarrow.parquet as pq
@@ -139,8 +139,8 @@ def write_index(root: Path, *, info: dict, tasks: Sequence[str], stats: dict, le
 
 
 def read_index(files: Any) -> HubIndex | None:
-    """The index of ``files`` (a :class:`~lerobot_zarr.lerobot.source_files.SourceFiles`) if it has one that still describes its
-    files, else None. One request: the index file."""
+    """The index of ``files`` (a :class:`~lerobot_zarr.lerobot.source_files.SourceFiles`) if it has one that still
+    describes its files, else None. One request: the index file."""
     import pyarrow as pa
 
     from .source_files import safe_relpath

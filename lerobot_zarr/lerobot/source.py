@@ -132,7 +132,8 @@ class LeRobotSource:
         """Check a data file's schema (footer only) and split the episodes asked for into row-group runs."""
         path = self.files.location(rel)
         if not self.files.exists(rel):
-            raise SourceNotFoundError(f"{path}: data file of episode(s) {eps[:5]}{'...' if len(eps) > 5 else ''} not found")
+            raise SourceNotFoundError(f"{path}: data file of episode(s) {eps[:5]}{'...' if len(eps) > 5 else ''} "
+                                      f"not found")
         pf = open_parquet(self.files, rel)
         names = pf.schema_arrow.names
         missing = [k for k in specs if k not in names]

@@ -31,7 +31,8 @@ def frame_shape_from_arrow(spec: FeatureSpec, typ: pa.DataType, path: str) -> tu
         depth += 1
     if depth == 0:
         if spec.shape not in ((1,), ()):
-            raise SchemaMismatchError(f"{path}: feature {spec.name!r} declares shape {spec.shape} but is a scalar column")
+            raise SchemaMismatchError(f"{path}: feature {spec.name!r} declares shape {spec.shape} but is a scalar "
+                                      f"column")
         return ()
     if depth == 1 and len(spec.shape) > 1:
         raise SchemaMismatchError(f"{path}: feature {spec.name!r} declares shape {spec.shape} but is a flat list")
@@ -77,7 +78,8 @@ def _decode_images(col: pa.ChunkedArray, spec: FeatureSpec, where: str, first_ro
         for value in data:
             raw = value.as_buffer()
             if raw is None:
-                raise CorruptSourceError(f"{where}: image feature {spec.name!r} file row {first_row + row} has no bytes")
+                raise CorruptSourceError(f"{where}: image feature {spec.name!r} file row {first_row + row} has no "
+                                         f"bytes")
             try:
                 with Image.open(io.BytesIO(raw)) as img:
                     if img.size != (spec.shape[1], spec.shape[0]):  # checked before decoding: no bomb is inflated
@@ -89,11 +91,13 @@ def _decode_images(col: pa.ChunkedArray, spec: FeatureSpec, where: str, first_ro
                     f"{spec.shape} (not decoded)") from None
             except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:
                 raise CorruptSourceError(
-                    f"{where}: image feature {spec.name!r} file row {first_row + row} cannot be decoded ({exc})") from exc
+                    f"{where}: image feature {spec.name!r} file row {first_row + row} cannot be decoded "
+                    f"({exc})") from exc
             pixels = pixels.reshape(pixels.shape[0], pixels.shape[1], -1)
             if pixels.shape != spec.shape:
                 raise SchemaMismatchError(
-                    f"{where}: image feature {spec.name!r} file row {first_row + row} is {pixels.shape}, declared {spec.shape}")
+                    f"{where}: image feature {spec.name!r} file row {first_row + row} is {pixels.shape}, "
+                    f"declared {spec.shape}")
             out[row] = pixels
             row += 1
     return out

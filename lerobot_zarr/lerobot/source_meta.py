@@ -333,8 +333,8 @@ class LeRobotMetadata:
         return [rel for rel in ("meta/info.json", stats, *wanted) if rel in meta]
 
     def _load_index(self) -> bool:
-        """Take everything from our index file (:mod:`lerobot_zarr.lerobot.index_file`) when the source has one that still
-        describes its files: one request then gives the metadata, the episode table and the data files' footers
+        """Take everything from our index file (:mod:`lerobot_zarr.lerobot.index_file`) when the source has one that
+        still describes its files: one request then gives the metadata, the episode table and the data files' footers
         (or their exact sizes)."""
         from .index_file import read_index
 

@@ -26,12 +26,12 @@ from typing import Any, Literal
 import numpy as np
 
 from ..api import open_dataset
-from ..sampling.dataset import DatasetMeta, ImageFormat, LeRobotZarrDataset
-from ..sampling.fused import FusedGather
 from ..errors import ArgumentError, DeltaTimestampsError, LeRobotZarrWarning, SchemaMismatchError, warn_user
 from ..lerobot.format import CAMERA_DTYPES, DEFAULT_FEATURES, QUANTILES, aggregate_stats
-from .sampler import MixtureSampler, MixtureSchedule, frame_weights
+from ..sampling.dataset import DatasetMeta, ImageFormat, LeRobotZarrDataset
+from ..sampling.fused import FusedGather
 from ..sampling.selection import Selection
+from .sampler import MixtureSampler, MixtureSchedule, frame_weights
 
 __all__ = ["LeRobotZarrMixture", "MixtureMeta", "merge_stats", "open_mixture"]
 

@@ -1,8 +1,8 @@
 """Sampling from a local store with LeRobot's semantics: ``ds[i]``, ``ds.get_batch(indices)``, episodes, meta.
 
 Which frames a dataset serves is :mod:`~lerobot_zarr.sampling.selection`'s arithmetic, windows are
-:mod:`~lerobot_zarr.sampling.windows`' kernel, and the data comes from memory maps of the store's packs (:mod:`lerobot_zarr.sampling.maps`),
-opened lazily in each process, never through zarr-python.
+:mod:`~lerobot_zarr.sampling.windows`' kernel, and the data comes from memory maps of the store's packs
+(:mod:`lerobot_zarr.sampling.maps`), opened lazily in each process, never through zarr-python.
 """
 
 from __future__ import annotations
@@ -19,9 +19,8 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import numpy as np
 
-from .camera_readers import CodecFrames, VideoFrames, stored_timestamps
-from .maps import PackMaps
-from ..store.packs import open_array_pack, read_raw_rows
+from ..cameras.images import to_float32_chw
+from ..cameras.video import have_pyav, pyav_missing
 from ..errors import (
     ArgumentError,
     CorruptStoreError,
@@ -32,12 +31,13 @@ from ..errors import (
     warn_once,
 )
 from ..lerobot.format import CAMERA_DTYPES
-from .selection import EpisodeSelection, Selection, episode_ranges, frame_range
-from ..cameras.images import to_float32_chw
 from ..store.cameras import cameras_needing_pyav, served_episodes
+from ..store.packs import open_array_pack, read_raw_rows
 from ..store.state import StoreState, read_state
 from ..store.tables import ArraySpec, PackLayout, pack_rows_target
-from ..cameras.video import have_pyav, pyav_missing
+from .camera_readers import CodecFrames, VideoFrames, stored_timestamps
+from .maps import PackMaps
+from .selection import EpisodeSelection, Selection, episode_ranges, frame_range
 from .windows import window_offsets, windows
 
 if TYPE_CHECKING:

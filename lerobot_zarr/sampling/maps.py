@@ -23,11 +23,11 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from ..utils.libc import libc
-from ..store.packs import open_pack
 from ..errors import MapLimitError, StoreError
+from ..store.packs import open_pack
 from ..store.state import chunk_path, retired_path
 from ..store.tables import ArraySpec, PackLayout
+from ..utils.libc import libc
 
 __all__ = ["PackMaps", "Reservation", "MAX_RESERVATION", "shared_alignment", "slot_rows"]
 

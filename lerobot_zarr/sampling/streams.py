@@ -38,14 +38,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..utils.background import in_threads, prefetched
 from ..cameras.images import to_float32_chw
-from .dataset import IMAGE_FORMATS, ImageFormat, LeRobotZarrDataset
+from ..cameras.video import VideoUnavailable, have_pyav, pyav_missing
 from ..errors import ArgumentError, FrameIndexError, LeRobotZarrWarning, NotMaterializedError, warn_user
 from ..lerobot.format import CAMERA_DTYPES
 from ..resolve import resolve_source
+from ..utils.background import in_threads, prefetched
+from .dataset import IMAGE_FORMATS, ImageFormat, LeRobotZarrDataset
 from .selection import check_selection
-from ..cameras.video import VideoUnavailable, have_pyav, pyav_missing
 from .sharding import deal
 from .windows import window_offsets, windows
 

@@ -20,8 +20,8 @@ __all__ = ["ContentHashes", "root_hash"]
 
 class ContentHashes:
     """The content hash (CRC-32C, :mod:`lerobot_zarr.utils.hashing`) of each committed episode and feature, keyed
-    by the episode's location (pack, row offset): rows are never given to another episode, so a hash stays with its rows while
-    deletions renumber episodes, and an episode moved to other rows carries its hash explicitly. ``-1``: none
+    by the episode's location (pack, row offset): rows are never given to another episode, so a hash stays with its
+    rows while deletions renumber episodes, and an episode moved to other rows carries its hash explicitly. ``-1``: none
     recorded (an episode not fetched yet, a camera unavailable in it, or a store made before hashes existed).
     ``files``: hashes of fixed metadata files of the store (``<camera>/mp4.json``). Immutable.
 

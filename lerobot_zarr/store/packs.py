@@ -10,7 +10,8 @@ index entries are filled in; one process writes a compact
 pack at a time (transcode units are whole packs), threads of that process take the pack's lock.
 
 Writes return the content hash of what they wrote (:mod:`lerobot_zarr.utils.hashing`), computed from the bytes as
-they are written. Every file is opened through the store root's checked folders (:func:`~lerobot_zarr.utils.fileio.check_in_store`).
+they are written. Every file is opened through the store root's checked folders
+(:func:`~lerobot_zarr.utils.fileio.check_in_store`).
 """
 
 from __future__ import annotations

@@ -21,17 +21,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from PIL import Image
 
-from ..lerobot.writers import (
-    DataFiles,
-    huggingface_metadata,
-    nested_list,
-    pandas_metadata,
-    write_episodes_table,
-    write_info,
-    write_json,
-    write_stats,
-    write_tasks,
-)
 from ..lerobot.format import (
     CHUNKS_SIZE,
     DEFAULT_FEATURES,
@@ -43,6 +32,17 @@ from ..lerobot.format import (
     stats_json,
     video_file_rel,
     video_info,
+)
+from ..lerobot.writers import (
+    DataFiles,
+    huggingface_metadata,
+    nested_list,
+    pandas_metadata,
+    write_episodes_table,
+    write_info,
+    write_json,
+    write_stats,
+    write_tasks,
 )
 
 __all__ = ["write_sample_dataset"]

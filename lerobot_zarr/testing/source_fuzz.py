@@ -4,8 +4,8 @@
 ``meta/episodes.jsonl`` of v2.1) of a small dataset; :func:`check` applies them to a copy and opens it with
 ``open_dataset``. The property: the open gives the original frames (every frame, every numeric feature it returns,
 equal to the data files' rows read with pyarrow) or raises an error of :mod:`lerobot_zarr.errors`; never another
-exception, never a hang (each open runs under an alarm). Used by ``tests/lerobot_format/test_source_fuzz.py`` (a few examples)
-and ``benchmarks/fuzz_sources.py`` (many).
+exception, never a hang (each open runs under an alarm). Used by ``tests/lerobot_format/test_source_fuzz.py`` (a few
+examples) and ``benchmarks/fuzz_sources.py`` (many).
 """
 
 from __future__ import annotations

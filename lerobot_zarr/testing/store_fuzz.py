@@ -302,8 +302,8 @@ def m_root_bomb(root: Path, rng: np.random.Generator, outside: Path) -> str:
 
 def m_swap_index(root: Path, rng: np.random.Generator, outside: Path) -> str:
     """Two rows of a compact pack's shard index swapped and its crc32c recomputed: only the hashes tell."""
-    from ..utils.hashing import crc32c
     from ..store.state import read_state
+    from ..utils.hashing import crc32c
 
     try:
         state = read_state(root)

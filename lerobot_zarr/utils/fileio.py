@@ -21,8 +21,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .libc import libc
 from ..errors import CorruptStoreError, DiskSpaceError, StoreLockedError
+from .libc import libc
 
 __all__ = [
     "atomic_write",

@@ -4,8 +4,8 @@ The output is what LeRobot writes: data files of bounded size with one row group
 ``fixed_size_list``, images as ``struct<bytes, path>`` PNG), ``meta/info.json``, ``meta/episodes`` with per-episode
 stats, ``meta/tasks.parquet`` (task text in a pandas index named ``task``), ``meta/stats.json`` with quantiles and a
 dataset card. Bytes are deterministic for the same store, so pushing an unchanged store changes nothing. Alongside,
-``meta/lerobot_zarr_index.json`` (:mod:`lerobot_zarr.lerobot.index_file`) gives our readers all the metadata and the data
-files' footers in one file. Features the store does not hold (videos) are left out of the export.
+``meta/lerobot_zarr_index.json`` (:mod:`lerobot_zarr.lerobot.index_file`) gives our readers all the metadata and the
+data files' footers in one file. Features the store does not hold (videos) are left out of the export.
 """
 
 from __future__ import annotations
@@ -22,13 +22,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..utils.progress import progress_bar
-from ..sampling.dataset import LeRobotZarrDataset
+from ..cameras.video import ENCODING, VideoWriter, pyav_missing
 from ..errors import ArgumentError, EmptyStoreError, NotMaterializedError, StoreExistsError, warn_user
-from ..lerobot.index_file import INDEX_FILE, write_index
 from ..lerobot.format import CAMERA_DTYPES, CHUNKS_SIZE, STAT_NAMES, default_features, video_file_rel, video_info
 from ..lerobot.format import episode_stats as lerobot_stats
-from ..cameras.video import ENCODING, VideoWriter, pyav_missing
+from ..lerobot.index_file import INDEX_FILE, write_index
+from ..sampling.dataset import LeRobotZarrDataset
+from ..utils.progress import progress_bar
 
 if TYPE_CHECKING:
     import pyarrow as pa

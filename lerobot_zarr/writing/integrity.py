@@ -3,9 +3,10 @@
 Sampling trusts the store (memory maps, no check per sample); verification is explicit, as ``git fsck`` or ``zarr
 check``: ``lerobot-zarr verify STORE`` or ``ds.verify()`` reads every committed row of every feature (raw rows, a
 compact camera's encoded frames, the mp4 files of a camera kept as mp4), computes its CRC-32C and compares it with
-the hash the commit recorded (:mod:`lerobot_zarr.store`, :mod:`lerobot_zarr.utils.hashing`). It also checks what the table implies
-on disk (pack files present, of their size, reached through no symbolic link; compact shard indexes against their
-crc32c; ``mp4.json`` against its hash) and zarr's copies of the commit (``frame_live``, the ``episode_*`` arrays).
+the hash the commit recorded (:mod:`lerobot_zarr.store`, :mod:`lerobot_zarr.utils.hashing`). It also checks what the
+table implies on disk (pack files present, of their size, reached through no symbolic link; compact shard indexes
+against their crc32c; ``mp4.json`` against its hash) and zarr's copies of the commit (``frame_live``, the
+``episode_*`` arrays).
 
 The result is a :class:`VerifyReport`: per feature, the episodes found damaged (with why) and those that cannot be
 checked (no hash recorded: a store made before hashes existed, or an in-place edit not committed yet).
@@ -29,6 +30,15 @@ from typing import Any
 
 import numpy as np
 
+from ..cameras.frame_codecs import decode_threads
+from ..errors import CorruptStoreError, LeRobotZarrError, StoreLockedError
+from ..store.cameras import MP4_INDEX, mp4_file, mp4_index_path, read_mp4_index
+from ..store.committing import commit, live_matches, live_runs, repair_live
+from ..store.hashes import ContentHashes, root_hash
+from ..store.packs import open_pack, read_shard_index
+from ..store.state import ATTRS_KEY, StoreState, chunk_path, read_root, read_state
+from ..store.tables import ArraySpec
+from ..store.zarr_meta import EPISODE_ARRAYS, ROOT
 from ..utils.fileio import (
     WriterLock,
     check_in_store,
@@ -38,17 +48,8 @@ from ..utils.fileio import (
     read_bounded,
 )
 from ..utils.hashing import compact_frame_header, crc32c, crc32c_at
-from ..store.cameras import MP4_INDEX, mp4_file, mp4_index_path, read_mp4_index
-from ..store.packs import open_pack, read_shard_index
 from ..utils.progress import progress_bar
 from .transcode import fetch_missing
-from ..errors import CorruptStoreError, LeRobotZarrError, StoreLockedError
-from ..cameras.frame_codecs import decode_threads
-from ..store.committing import commit, live_matches, live_runs, repair_live
-from ..store.hashes import ContentHashes, root_hash
-from ..store.state import ATTRS_KEY, StoreState, chunk_path, read_root, read_state
-from ..store.tables import ArraySpec
-from ..store.zarr_meta import EPISODE_ARRAYS, ROOT
 
 __all__ = ["verify", "VerifyReport"]
 

@@ -26,9 +26,9 @@ import numpy as np
 
 from ..errors import ArgumentError, CorruptStoreError, DiskSpaceError, ReadOnlyStoreError, warn_user
 from ..lerobot.format import aggregate_stats, episode_stats, stats_json
-from ..store.packs import open_array_pack, remove_retired, retire_pack, write_rows
 from ..store.committing import commit, live_matches, live_runs, repair_live
 from ..store.hashes import ContentHashes
+from ..store.packs import open_array_pack, remove_retired, retire_pack, write_rows
 from ..store.state import CREATING_MARKER, StoreState, chunk_path, stats_path
 from ..store.tables import ArraySpec, EpisodeTable, PackLayout, pack_rows_target
 from ..utils.fileio import atomic_write, check_in_store, copy_file, find_links, load_json, read_bounded
@@ -447,7 +447,8 @@ class WriteTransaction:
                 len(packs) - 1):
             return PackLayout(packs.rows, packs.next_row + n), len(packs) - 1, packs.next_row
         target = pack_rows_target(self.state.arrays, self.state.pack_bytes)
-        if self.state.capacity_frames is not None:  # a ring buffer frees a pack once all of it was evicted: keep them small
+        # a ring buffer frees a pack once all of it was evicted: keep them small
+        if self.state.capacity_frames is not None:
             target = min(target, max(1, self.state.capacity_frames // 8))
         rows = max(target, n, room)
         return packs.with_pack(rows, n), len(packs), 0

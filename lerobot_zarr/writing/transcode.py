@@ -28,12 +28,8 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import numpy as np
 
-from ..utils.background import prefetched
-from ..utils.fileio import WriterLock, atomic_write, check_in_store, disk_error, link_or_copy
-from ..utils.hashing import Crc32c, crc32c
-from ..store.cameras import MP4_INDEX, kept_description, mp4_index_path, served_episodes, storage_name
-from ..store.packs import ensure_pack, read_raw_rows, row_writer, write_rows, write_rows_vectored
-from ..utils.progress import progress_bar
+from ..cameras.resize import resize_frame, resize_frames
+from ..cameras.video import VideoUnavailable, have_pyav
 from ..errors import (
     ArgumentError,
     FrameIndexError,
@@ -42,10 +38,11 @@ from ..errors import (
     SourceMismatchError,
 )
 from ..hub.files import HubFiles
-from ..lerobot.source_files import SourceFiles, is_lerobot_folder
 from ..lerobot.format import CAMERA_DTYPES
-from ..cameras.resize import resize_frame, resize_frames
+from ..lerobot.source_files import SourceFiles, is_lerobot_folder
+from ..store.cameras import MP4_INDEX, kept_description, mp4_index_path, served_episodes, storage_name
 from ..store.committing import check_new_store_location, commit, create_store, remove_creation_debris
+from ..store.packs import ensure_pack, read_raw_rows, row_writer, write_rows, write_rows_vectored
 from ..store.state import StoreState, has_commit_point, read_state
 from ..store.tables import (
     DEFAULT_PACK_BYTES,
@@ -60,7 +57,10 @@ from ..store.tables import (
     pack_rows_target,
     plan_packs,
 )
-from ..cameras.video import VideoUnavailable, have_pyav
+from ..utils.background import prefetched
+from ..utils.fileio import WriterLock, atomic_write, check_in_store, disk_error, link_or_copy
+from ..utils.hashing import Crc32c, crc32c
+from ..utils.progress import progress_bar
 
 if TYPE_CHECKING:  # the caller gives the source: reading one is what needs pyarrow
     from ..lerobot.source import LeRobotSource

@@ -72,7 +72,6 @@ from .transition_layout import (
     ImageStorage,
     Layout,
     Rounding,
-    Slot,
     hwc,
     lerobot_values,
     scalar,
@@ -80,8 +79,7 @@ from .transition_layout import (
 )
 from .writer import WritableDataset, create
 
-__all__ = ["TransitionBuffer", "Layout", "Slot", "lerobot_values", "ACTION", "REWARD", "DONE", "TRUNCATED",
-           "COMPLEMENTARY", "OBS_IMAGE", "LAYOUT_FILE", "IMAGE_STORAGES", "ImageStorage", "DEFAULT_TASK"]
+__all__ = ["TransitionBuffer"]
 
 log = logging.getLogger("lerobot_zarr")
 
@@ -282,7 +280,8 @@ class _DatasetTransitions:
 
 
 class TransitionBuffer:
-    """A replay buffer of RL transitions on a store: the numpy core of :class:`lerobot_zarr.integrations.rl.ReplayBuffer`.
+    """A replay buffer of RL transitions on a store: the numpy core of
+    :class:`lerobot_zarr.integrations.rl.ReplayBuffer`.
 
     ``mode="a"`` (default) opens the buffer at ``root`` for adding, creating it at the first transition if the
     folder holds none, reopening it with every committed transition otherwise (one writer per store: another

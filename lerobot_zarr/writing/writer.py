@@ -54,11 +54,11 @@ from ..store.tables import (
 )
 from ..utils.fileio import WriterLock, check_in_store, copy_file, link_or_copy
 from ..utils.hashing import crc32c
-from .edits import EditFrames, EditMaps
-from .transaction import MIN_FREE_ENV, RETIRE_AFTER_S, WriteTransaction, remove_path, resolve_min_free_bytes
-from .values import RESERVED_NAMES, as_frames, count_arg, feature_specs, stored_values
+from .edits import EditMaps
+from .transaction import WriteTransaction, remove_path, resolve_min_free_bytes
+from .values import as_frames, count_arg, feature_specs, stored_values
 
-__all__ = ["create", "fork", "WritableDataset", "EditFrames", "MIN_FREE_ENV", "RETIRE_AFTER_S", "RESERVED_NAMES"]
+__all__ = ["create", "fork", "WritableDataset"]
 
 _INLINE_STATS_BYTES = 1 << 20  # smaller appends compute their stats before writing, not in a thread alongside
 
@@ -510,12 +510,12 @@ class WritableDataset:
 
         ``frames`` bounds count from the end when negative; bounds outside the episode raise ``FrameIndexError``.
         Yields a mapping of the episode's frames for ``features`` (default: every feature but LeRobot's own
-        columns) as :class:`EditFrames`, each memory-mapped when first looked up: assignments are checked (values
-        the dtype cannot hold raise ``ValueRangeError``) and written in place. Writes reach every reader's maps at
-        once and are flushed to the file when the block ends; the episode's stats are recomputed for those
-        features at the next commit (:meth:`flush`, :meth:`close` or any other change), so many small edits cost
-        little more than the writes. Not atomic: a crash during the block can leave an edit half applied (the next
-        writer then recomputes that episode's stats).
+        columns) as :class:`~lerobot_zarr.writing.edits.EditFrames`, each memory-mapped when first looked up:
+        assignments are checked (values the dtype cannot hold raise ``ValueRangeError``) and written in place.
+        Writes reach every reader's maps at once and are flushed to the file when the block ends; the episode's
+        stats are recomputed for those features at the next commit (:meth:`flush`, :meth:`close` or any other
+        change), so many small edits cost little more than the writes. Not atomic: a crash during the block can
+        leave an edit half applied (the next writer then recomputes that episode's stats).
         """
         self._check_open()
         e = self._episode_index(episode)

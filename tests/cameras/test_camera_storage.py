@@ -17,8 +17,8 @@ from test_resize import reference_resize
 
 import lerobot_zarr as lz
 from lerobot_zarr import ReadOnlyStoreError, SourceMismatchError
-from lerobot_zarr.testing.sample_data import write_sample_dataset
 from lerobot_zarr.store.state import read_state
+from lerobot_zarr.testing.sample_data import write_sample_dataset
 
 pytest.importorskip("av")
 CAM, IMG = "observation.images.front", "observation.images.wrist"

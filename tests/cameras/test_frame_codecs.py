@@ -17,7 +17,6 @@ import numpy as np
 import pytest
 
 from lerobot_zarr.cameras import frame_codecs
-from lerobot_zarr.errors import CorruptStoreError, StoreError, UnsupportedDtypeError, UnsupportedStoreError
 from lerobot_zarr.cameras.frame_codecs import (
     CODECS,
     DeltaZstdFrames,
@@ -31,6 +30,7 @@ from lerobot_zarr.cameras.frame_codecs import (
     shard_index,
     undelta_rows,
 )
+from lerobot_zarr.errors import CorruptStoreError, StoreError, UnsupportedDtypeError, UnsupportedStoreError
 
 G1_VIDEOS = (Path(__file__).parents[2] / ".." / "shared" / "datasets" / "G1-policy-train" / "videos" / "chunk-000"
              / "observation.images.cam_high")

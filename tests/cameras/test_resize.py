@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lerobot_zarr.errors import UnsupportedDtypeError
 from lerobot_zarr.cameras.resize import INTERPOLATIONS, check_resize, resize_frame, resize_frames
+from lerobot_zarr.errors import UnsupportedDtypeError
 
 TOLERANCE = 1  # max abs difference to the float64 reference (the resampler's weights are fixed-point)
 

@@ -42,11 +42,11 @@ from lerobot_zarr import (
     SourceMismatchError,
     open_dataset,
 )
-from lerobot_zarr.testing.sample_data import camera_frames, write_sample_dataset
 from lerobot_zarr.lerobot.source import LeRobotSource
-from lerobot_zarr.store import WriterLock, read_state
 from lerobot_zarr.sampling.streams import stream
+from lerobot_zarr.store import WriterLock, read_state
 from lerobot_zarr.testing.hub_server import HubServer
+from lerobot_zarr.testing.sample_data import camera_frames, write_sample_dataset
 
 DATASETS_DIR = (Path(__file__).parents[2] / ".." / "shared" / "datasets").resolve()
 TOLERANCE_S = 1e-4

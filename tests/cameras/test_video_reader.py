@@ -14,9 +14,9 @@ import pytest
 
 av = pytest.importorskip("av", reason="PyAV (the video extra) is not installed")
 
-from lerobot_zarr.errors import CorruptSourceError, SchemaMismatchError, SourceNotFoundError
 from lerobot_zarr.cameras.video import TOLERANCE_S, VideoWriter, decode_into
 from lerobot_zarr.cameras.video_reader import Mp4Frames
+from lerobot_zarr.errors import CorruptSourceError, SchemaMismatchError, SourceNotFoundError
 
 FPS = 30
 SHAPE = (48, 64, 3)

@@ -12,8 +12,8 @@ import pytest
 from hub_fixtures import make_env
 
 import lerobot_zarr
-from lerobot_zarr.testing.sample_data import write_sample_dataset
 from lerobot_zarr.testing.hub_server import HubServer
+from lerobot_zarr.testing.sample_data import write_sample_dataset
 
 
 @pytest.fixture

@@ -25,9 +25,9 @@ import numpy as np
 import pytest
 from hub_fixtures import assert_same_frames, files_under, lib_requests, resolve_prefix, running_server, server_env
 
-import lerobot_zarr.writing.export as export_module
 import lerobot_zarr.hub.http as hub_module
 import lerobot_zarr.hub.revisions as hub_revisions
+import lerobot_zarr.writing.export as export_module
 from lerobot_zarr import (
     CorruptSourceError,
     HubAuthError,
@@ -38,8 +38,8 @@ from lerobot_zarr import (
     open_dataset,
 )
 from lerobot_zarr.hub import HubFiles
-from lerobot_zarr.testing.sample_data import write_sample_dataset
 from lerobot_zarr.testing.hub_server import HubServer
+from lerobot_zarr.testing.sample_data import write_sample_dataset
 
 TOKEN, READ_TOKEN = "hf_write", "hf_read"
 TAG = "v3.0"

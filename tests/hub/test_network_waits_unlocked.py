@@ -23,10 +23,10 @@ from hub_fixtures import assert_same_frames, lib_requests, make_env, resolve_pre
 
 import lerobot_zarr.hub.http as hub_module
 from lerobot_zarr import LeRobotZarrDataset, open_dataset
-from lerobot_zarr.utils.fileio import WriterLock
-from lerobot_zarr.testing.sample_data import write_sample_dataset
 from lerobot_zarr.store.state import has_commit_point, read_state
 from lerobot_zarr.testing.hub_server import HubServer
+from lerobot_zarr.testing.sample_data import write_sample_dataset
+from lerobot_zarr.utils.fileio import WriterLock
 
 REPO = "org/three-files"
 TIMEOUT = 2  # seconds (huggingface_hub parses these variables as integers): a stalled read is given up after that

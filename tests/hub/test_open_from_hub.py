@@ -38,10 +38,10 @@ import lerobot_zarr
 import lerobot_zarr.hub.files as hub_files
 import lerobot_zarr.hub.http as hub_http
 from lerobot_zarr import HubError, NotMaterializedError, inspect, open_dataset
-from lerobot_zarr.testing.sample_data import write_sample_dataset
 from lerobot_zarr.lerobot.source import LeRobotSource
 from lerobot_zarr.store.state import has_commit_point, read_state
 from lerobot_zarr.testing.hub_server import HubServer
+from lerobot_zarr.testing.sample_data import write_sample_dataset
 
 DATA0 = "data/chunk-000/file-000.parquet"
 FOOTER_READ = 64 * 1024  # what pyarrow reads from the end of a file to find its footer

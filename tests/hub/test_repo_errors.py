@@ -20,11 +20,11 @@ from lerobot_zarr import (
     inspect,
     open_dataset,
 )
-from lerobot_zarr.lerobot.source_files import safe_relpath
 from lerobot_zarr.lerobot.index_file import INDEX_FILE
-from lerobot_zarr.testing.sample_data import write_sample_dataset
+from lerobot_zarr.lerobot.source_files import safe_relpath
 from lerobot_zarr.store.state import has_commit_point
 from lerobot_zarr.testing.hub_server import HubServer
+from lerobot_zarr.testing.sample_data import write_sample_dataset
 
 TOKEN = "hf_good"
 #: tree entries added to a commit on disk (the server refuses such names in commits, so they are forged)

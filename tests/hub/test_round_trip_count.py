@@ -17,8 +17,8 @@ from hub_fixtures import CLIENT_NOISE, assert_same_frames, lib_requests, make_en
 
 import lerobot_zarr
 from lerobot_zarr import LeRobotZarrDataset
-from lerobot_zarr.testing.sample_data import write_sample_dataset
 from lerobot_zarr.testing.hub_server import HubServer, NetworkModel
+from lerobot_zarr.testing.sample_data import write_sample_dataset
 
 TOKEN = "rt-token"
 SIZES = (40, 1000)  # episodes: the request and round-trip counts of a one-episode open must not depend on it

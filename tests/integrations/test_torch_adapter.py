@@ -8,8 +8,8 @@ import pytest
 torch = pytest.importorskip("torch", reason="torch is not installed (optional extra lerobot_zarr[torch])")
 
 import lerobot_zarr
-from lerobot_zarr.testing.sample_data import write_sample_dataset
 from lerobot_zarr.integrations.torch import TorchDataset
+from lerobot_zarr.testing.sample_data import write_sample_dataset
 
 FPS = 30
 IMAGE = "observation.images.top"
@@ -438,8 +438,8 @@ def test_items_equal_lerobots(ds, tmp_path, monkeypatch, episodes):
 def test_stream_batches_through_a_dataloader(ds):
     """TorchStream over stream(batch_size=B): DataLoader(batch_size=None, 2 workers) yields tensor batches that
     together hold every frame once, each equal to get_batch of its indices."""
-    from lerobot_zarr.sampling.streams import stream
     from lerobot_zarr.integrations.torch import TorchStream
+    from lerobot_zarr.sampling.streams import stream
 
     loader = torch.utils.data.DataLoader(TorchStream(stream(ds.root, delta_timestamps=DELTAS, batch_size=5)),
                                          batch_size=None, num_workers=2)
@@ -456,8 +456,8 @@ def test_push_to_hub_of_the_dropin(ds, tmp_path, monkeypatch):
     gives the same items."""
     from hub_fixtures import make_env
 
-    from lerobot_zarr.testing.hub_server import HubServer
     from lerobot_zarr.integrations.torch import LeRobotDataset
+    from lerobot_zarr.testing.hub_server import HubServer
 
     with HubServer(tmp_path / "server", tokens={"tok": "me"}) as server:
         make_env(monkeypatch, tmp_path, server.endpoint)

@@ -9,8 +9,8 @@ from PIL import Image
 pytest.importorskip("matplotlib", reason="the viz extra (matplotlib) is not installed")
 
 from lerobot_zarr.cli import main
-from lerobot_zarr.testing.sample_data import write_sample_dataset
 from lerobot_zarr.integrations.view import dimension_names, view_episode
+from lerobot_zarr.testing.sample_data import write_sample_dataset
 
 ROW_PX = round(2.8 * 80)  # figure height per panel row at the figure's dpi
 

@@ -32,9 +32,9 @@ from hub_fixtures import real_dataset, resolve_prefix, row_groups, server_env
 import lerobot_zarr  # noqa: F401  (sets zarr's rectilinear-chunks switch for xr.open_zarr)
 from lerobot_zarr import ArgumentError, CorruptSourceError, create, episodes_for_rank, open_dataset, split_episodes
 from lerobot_zarr.integrations.xarray import lerobot_stats
-from lerobot_zarr.testing.sample_data import write_sample_dataset
 from lerobot_zarr.store.state import read_root, read_state
 from lerobot_zarr.testing.hub_server import HubServer
+from lerobot_zarr.testing.sample_data import write_sample_dataset
 
 xr = pytest.importorskip("xarray")
 pytest.importorskip("dask")

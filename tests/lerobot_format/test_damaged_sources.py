@@ -20,8 +20,8 @@ from PIL import Image
 
 from lerobot_zarr import CorruptSourceError, LeRobotZarrError, SchemaMismatchError, open_dataset
 from lerobot_zarr.lerobot.index_file import INDEX_FILE, read_index
-from lerobot_zarr.testing.sample_data import write_sample_dataset
 from lerobot_zarr.lerobot.source import LeRobotSource
+from lerobot_zarr.testing.sample_data import write_sample_dataset
 
 LENGTHS = [10, 12, 14, 16]
 FPS = 30

@@ -9,8 +9,8 @@ from hub_fixtures import make_env
 
 import lerobot_zarr
 import lerobot_zarr.lerobot.index_file as hub_index
-from lerobot_zarr.testing.sample_data import write_sample_dataset
 from lerobot_zarr.testing.hub_server import HubServer
+from lerobot_zarr.testing.sample_data import write_sample_dataset
 
 TOKEN = "hf_write"
 

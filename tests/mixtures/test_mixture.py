@@ -504,8 +504,8 @@ def test_items_equal_lerobots_multi_dataset(tmp_path, monkeypatch):
 def test_hub_repos_and_folders_mix_with_per_source_options(tmp_path, monkeypatch):
     from hub_fixtures import make_env
 
-    from lerobot_zarr.testing.sample_data import write_sample_dataset
     from lerobot_zarr.testing.hub_server import HubServer
+    from lerobot_zarr.testing.sample_data import write_sample_dataset
 
     a = write_sample_dataset(tmp_path / "gen" / "a", n_episodes=6, lengths=(8, 15), seed=11, fps=FPS)
     b = write_sample_dataset(tmp_path / "gen" / "b", version="v2.1", n_episodes=4, lengths=(8, 15), seed=12, fps=FPS)

@@ -21,9 +21,9 @@ import pytest
 from hub_fixtures import make_env, parse_range, real_dataset, resolve_prefix, row_groups
 
 import lerobot_zarr
-from lerobot_zarr.testing.sample_data import write_sample_dataset
 from lerobot_zarr.sampling.streams import SampleStream, stream
 from lerobot_zarr.testing.hub_server import HubServer
+from lerobot_zarr.testing.sample_data import write_sample_dataset
 
 FPS = 30
 REPO = "org/stream"

@@ -10,10 +10,10 @@ import pytest
 from hub_fixtures import make_env, real_dataset
 
 import lerobot_zarr
-from lerobot_zarr.testing.sample_data import write_sample_dataset
 from lerobot_zarr.sampling.sharding import deal
 from lerobot_zarr.sampling.streams import stream
 from lerobot_zarr.testing.hub_server import HubServer
+from lerobot_zarr.testing.sample_data import write_sample_dataset
 
 FPS = 30
 IMAGE = "observation.images.cam"

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import lerobot_zarr as lz
-from lerobot_zarr.sampling import streams as streaming
 from lerobot_zarr.errors import ArgumentError
+from lerobot_zarr.sampling import streams as streaming
 
 
 @pytest.fixture(scope="module")

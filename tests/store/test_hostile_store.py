@@ -33,8 +33,8 @@ from lerobot_zarr.errors import (
     SchemaMismatchError,
     SourceMismatchError,
 )
-from lerobot_zarr.testing.sample_data import write_sample_dataset
 from lerobot_zarr.store.state import chunk_path, read_state
+from lerobot_zarr.testing.sample_data import write_sample_dataset
 
 MAIN = Path(__file__).resolve().parents[2]
 FEATURES = {"x": {"dtype": "float32", "shape": [3], "names": None},

@@ -26,8 +26,8 @@ from hypothesis import strategies as st
 import lerobot_zarr as lz
 from lerobot_zarr import LeRobotZarrDataset, StoreError
 from lerobot_zarr.errors import CorruptStoreError, LeRobotZarrError, StoreClosedError
-from lerobot_zarr.testing.sample_data import write_sample_dataset
 from lerobot_zarr.store.state import read_state
+from lerobot_zarr.testing.sample_data import write_sample_dataset
 
 FEATURES = {"observation.state": {"dtype": "float32", "shape": [4], "names": None},
             "action": {"dtype": "float32", "shape": [4], "names": None}}

@@ -13,8 +13,8 @@ from hub_fixtures import make_env, real_dataset
 
 import lerobot_zarr as lz
 from lerobot_zarr import NotMaterializedError
-from lerobot_zarr.testing.sample_data import write_sample_dataset
 from lerobot_zarr.testing.hub_server import HubServer
+from lerobot_zarr.testing.sample_data import write_sample_dataset
 
 CAM = "observation.images.cam"
 

@@ -55,9 +55,9 @@ from lerobot_zarr import (
     open_dataset,
 )
 from lerobot_zarr.cli import main as cli_main
-from lerobot_zarr.testing.sample_data import write_sample_dataset
 from lerobot_zarr.store.state import read_state
 from lerobot_zarr.testing.hub_server import HubServer
+from lerobot_zarr.testing.sample_data import write_sample_dataset
 
 TOKEN = "hf_write"
 TAG = "v3.0"

@@ -25,8 +25,8 @@ import pytest
 import lerobot_zarr as lz
 from lerobot_zarr.cli import main as cli
 from lerobot_zarr.errors import CorruptStoreError
-from lerobot_zarr.testing.sample_data import write_sample_dataset
 from lerobot_zarr.store.state import chunk_path, read_state
+from lerobot_zarr.testing.sample_data import write_sample_dataset
 
 NUMERIC = ("observation.state", "action")
 IMG, CAM = "observation.images.wrist", "observation.images.front"

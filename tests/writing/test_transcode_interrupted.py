@@ -17,11 +17,11 @@ import pytest
 
 import lerobot_zarr
 import lerobot_zarr.store.state
-from lerobot_zarr.writing import transcode as transcode_mod
 from lerobot_zarr.errors import SourceNotFoundError
-from lerobot_zarr.testing.sample_data import write_sample_dataset
 from lerobot_zarr.lerobot.source import LeRobotSource
 from lerobot_zarr.store.state import read_state
+from lerobot_zarr.testing.sample_data import write_sample_dataset
+from lerobot_zarr.writing import transcode as transcode_mod
 
 REPO = Path(__file__).resolve().parents[2]
 

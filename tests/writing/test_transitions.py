@@ -38,7 +38,8 @@ from lerobot_zarr import (
 )
 from lerobot_zarr.lerobot.format import DEFAULT_FEATURES
 from lerobot_zarr.store.state import live_path, read_state
-from lerobot_zarr.writing.transitions import LAYOUT_FILE, TransitionBuffer
+from lerobot_zarr.writing.transition_layout import LAYOUT_FILE
+from lerobot_zarr.writing.transitions import TransitionBuffer
 
 SEED = 7
 TESTS = Path(__file__).resolve().parents[1]
@@ -636,8 +637,8 @@ def test_a_reader_in_another_process_samples_what_the_writer_commits(tmp_path):
 # ------------------------------------------------------------------------------------- a reference model
 
 hypothesis = pytest.importorskip("hypothesis")
-from hypothesis import given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 
 class Model:

@@ -19,9 +19,9 @@ from hub_fixtures import make_env
 
 import lerobot_zarr as lz
 from lerobot_zarr import ArgumentError, DiskSpaceError, ValueRangeError
-from lerobot_zarr.testing.sample_data import write_sample_dataset
 from lerobot_zarr.store.state import read_state
 from lerobot_zarr.testing.hub_server import HubServer
+from lerobot_zarr.testing.sample_data import write_sample_dataset
 
 MAIN = Path(__file__).resolve().parents[2]
 

@@ -33,7 +33,7 @@ import pytest
 import lerobot_zarr
 from lerobot_zarr import LeRobotZarrDataset, StoreLockedError
 from lerobot_zarr.store.state import chunk_path, has_commit_point, read_state, retired_path
-from lerobot_zarr.writing.writer import MIN_FREE_ENV
+from lerobot_zarr.writing.transaction import MIN_FREE_ENV
 
 REPO = Path(__file__).resolve().parents[2]
 
