@@ -23,6 +23,8 @@ def test_example_runs(tmp_path, script, args):
                           capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr and proc.stdout.strip()
+    if script == "analyze_with_xarray.py":  # its generated dataset is temporary: nothing left behind
+        assert not list(tmp_path.glob("lerobot_zarr-analysis-*")), list(tmp_path.iterdir())
 
 
 def test_a_reader_opened_on_an_empty_store_with_windows_sees_later_episodes(tmp_path):

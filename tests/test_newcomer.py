@@ -410,7 +410,9 @@ def test_push_from_a_non_terminal_writes_no_terminal_escapes(hub, recorded, tmp_
 
 
 def test_the_hub_server_runs_as_a_command(tmp_path):
-    env = dict(os.environ, PYTHONPATH=str(REPO))
+    """It serves a folder until stopped; stopped with SIGTERM (`kill`) as with Ctrl-C, it removes its storage."""
+    (tmp_path / "tmp").mkdir()
+    env = dict(os.environ, PYTHONPATH=str(REPO), TMPDIR=str(tmp_path / "tmp"))
     proc = subprocess.Popen([sys.executable, "-m", "lerobot_zarr.testing.hub_server", "--repo",
                              f"real/rt={real_dataset('record-test')}"], stdout=subprocess.PIPE, text=True, env=env)
     try:
@@ -422,9 +424,11 @@ def test_the_hub_server_runs_as_a_command(tmp_path):
                                         HF_HOME=str(tmp_path / "hf")))
         assert check.returncode == 0, check.stderr
         assert json.loads(check.stdout)["total_episodes"] == 4
+        assert [p.name.startswith("lerobot_zarr-hub-") for p in (tmp_path / "tmp").iterdir()] == [True]
     finally:
         proc.terminate()
-        proc.wait(timeout=30)
+        out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0 and "stopped" in out and not list((tmp_path / "tmp").iterdir()), out
 
 
 
