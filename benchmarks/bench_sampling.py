@@ -3,9 +3,10 @@
 For each dataset shape (default: 1M frames in 2,000 episodes of 300-700 frames; 1M frames in 20,000 episodes of 50;
 ~2M frames in 100,000 episodes of 10-30), it writes a synthetic LeRobot v3.0 dataset (state/action f32[14] and
 LeRobot's five columns), transcodes it with ``lerobot_zarr.open_dataset`` at default settings, writes the floor
-(``lerobot_zarr.testing.baseline.FlatMemmapSampler``: every feature one flat file, ``np.memmap``, bisect on episode starts,
-windows inside an episode copied as one slice / one strided block, clamped gathers only at edges) and times, in the
-same process, interleaved, on FRESH uniform random indices each repeat (the same ones for both contenders):
+(``lerobot_zarr.testing.baseline.FlatMemmapSampler``: every feature one flat file written at once and memory-mapped
+with huge pages advised, bisect on episode starts, windows inside an episode copied as one slice / one strided
+block, clamped gathers only at edges) and times, in the same process, interleaved, on FRESH uniform random indices
+each repeat (the same ones for both contenders):
 
 - ``ds[i]`` and ``ds.get_batch(256)`` ours vs floor, with windows state [-1/fps, 0] and action [0..15]/fps;
 - the same with 20 datasets open in one process (20 dataset objects over the store, 20 floors; each sample or
@@ -211,6 +212,11 @@ def run_shape(work: Path, name: str, episodes: int, lengths: tuple[int, int], pe
     start, end, tasks = C.read_episode_table(src)
     if not (floor_dir / "meta.json").exists():
         FlatMemmapSampler.write(floor_dir, C.read_columns(C.data_files(src)), start, end - start, tasks, C.FPS)
+    if args.cold:  # both read from disk again, each through its own maps
+        ds.close()
+        C.drop_page_cache(store)
+        C.drop_page_cache(floor_dir)
+        ds = lerobot_zarr.LeRobotZarrDataset(store, delta_timestamps=deltas())
     floor = FlatMemmapSampler(floor_dir, deltas())
     check_equal(ds, floor, start, end, np.random.default_rng(args.seed + 1))
     n = len(ds)
@@ -288,6 +294,8 @@ def main() -> None:
     p.add_argument("--lerobot-samples", type=int, default=1000, help="ds[i] calls per repeat against LeRobot")
     p.add_argument("--no-lerobot", dest="lerobot", action="store_false", help="skip the LeRobot comparison")
     p.add_argument("--quick", action="store_true", help="fewer samples and repeats (a smoke run)")
+    p.add_argument("--cold", action="store_true", help="evict the store and the floor from the page cache before "
+                   "timing (as after a reboot; else both are as their writes left them)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out-dir", type=Path, default=None, help="work folder (kept; datasets and stores reused)")
     p.add_argument("--keep", action="store_true", help="keep the temporary work folder")

@@ -27,13 +27,13 @@ from typing import Any
 import numpy as np
 
 from ..errors import CorruptStoreError
-from ..utils.fileio import check_in_store, create_sized, disk_error, open_nofollow, pwrite_all
+from ..utils.fileio import check_in_store, create_sized, open_nofollow, pwrite_all
 from ..utils.hashing import Crc32c, compact_frame_header, crc32c
 from .state import chunk_path, retired_path
 from .tables import ArraySpec
 
-__all__ = ["ensure_pack", "write_rows", "write_rows_vectored", "row_writer", "open_pack", "open_array_pack",
-           "read_raw_rows", "read_shard_index", "retire_pack", "remove_retired", "RowWriter"]
+__all__ = ["ensure_pack", "write_rows", "write_pack_bytes", "HUGE_PAGE", "row_writer", "open_pack",
+           "open_array_pack", "read_raw_rows", "read_shard_index", "retire_pack", "remove_retired", "RowWriter"]
 
 _EMPTY = np.uint64(2**64 - 1)
 _pack_locks: dict[str, threading.Lock] = {}
@@ -172,31 +172,20 @@ def write_rows(root: str | os.PathLike, name: str, spec: ArraySpec, pack: int, o
     return writer.crc
 
 
-_IOV_MAX = 512
+HUGE_PAGE = 2 << 20  # a PMD huge page on x86-64 and arm64 with 4 KiB pages
 
 
-def write_rows_vectored(root: str | os.PathLike, name: str, spec: ArraySpec, pack: int, offset: int,
-                        parts: list[np.ndarray]) -> None:
-    """Write consecutive episodes' frames (``parts``, in order) of a raw feature from row ``offset`` of a pack in
-    as few system calls as possible: large writes put large folios in the page cache, which the kernel then maps
-    with huge pages (fewer page faults and TLB misses when sampling)."""
+def write_pack_bytes(root: str | os.PathLike, name: str, spec: ArraySpec, pack: int, position: int,
+                     data: np.ndarray) -> None:
+    """Write ``data`` (bytes of consecutive rows of a raw feature, uint8, possibly cut inside a frame) at byte
+    ``position`` of a pack in one system call. The page cache keeps what a write puts in it in folios as large as
+    the write allows: a write that covers a whole aligned :data:`HUGE_PAGE` fills it with one huge folio, which
+    the kernel then maps with a huge page (fewer page faults and TLB misses when sampling); many small writes
+    leave small folios, and so does a vectored write of less than a huge page."""
     path = chunk_path(root, name, pack, spec.ndim)
-    buffers = [memoryview(np.ascontiguousarray(a, dtype=spec.dtype).reshape(-1)).cast("B") for a in parts]
     fd = open_nofollow(path, os.O_WRONLY, root=root)
     try:
-        position = offset * spec.frame_bytes
-        for i in range(0, len(buffers), _IOV_MAX):
-            group = buffers[i:i + _IOV_MAX]
-            total = sum(len(b) for b in group)
-            if hasattr(os, "pwritev"):
-                written = os.pwritev(fd, group, position)
-                if written < total:  # short write: finish it piece by piece
-                    pwrite_all(fd, b"".join(group)[written:], position + written, path)
-            else:
-                pwrite_all(fd, b"".join(group), position, path)
-            position += total
-    except OSError as exc:
-        raise disk_error(exc, path) from None
+        pwrite_all(fd, memoryview(np.ascontiguousarray(data, dtype=np.uint8)), position, path)
     finally:
         os.close(fd)
 

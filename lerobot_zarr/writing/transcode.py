@@ -42,7 +42,7 @@ from ..lerobot.format import CAMERA_DTYPES
 from ..lerobot.source_files import SourceFiles, is_lerobot_folder
 from ..store.cameras import MP4_INDEX, kept_description, mp4_index_path, served_episodes, storage_name
 from ..store.committing import check_new_store_location, commit, create_store, remove_creation_debris
-from ..store.packs import ensure_pack, read_raw_rows, row_writer, write_rows, write_rows_vectored
+from ..store.packs import HUGE_PAGE, ensure_pack, read_raw_rows, row_writer, write_pack_bytes, write_rows
 from ..store.state import StoreState, has_commit_point, read_state
 from ..store.tables import (
     DEFAULT_PACK_BYTES,
@@ -501,22 +501,34 @@ class _Commits:
         for e, per in hashes.items():
             self.hashes.setdefault(int(e), {}).update(per)
         if time.monotonic() - self.last >= _COMMIT_EVERY_S:
-            self.flush()
+            self.flush(whole=False)
 
-    def flush(self) -> None:
-        if self.done:
-            if self.before is not None:
-                self.before()
+    def flush(self, *, whole: bool = True) -> None:
+        """Commit the episodes added so far. ``before(whole=...)`` writes what is pending and names the episodes
+        whose rows it holds back (``whole=False``: the tail of a run, see :class:`_Rows`): they wait for the next
+        commit."""
+        if not self.done:
+            return
+        waiting = set(self.before(whole=whole)) if self.before is not None else set()
+        ready = [e for e in self.done if e not in waiting]
+        if ready:
             with WriterLock(self.root):
                 state = read_state(self.root)
-                written = {name: [e for e in self.done if e not in self.unavailable.get(name, {})
+                unavailable = {name: {e: why for e, why in reasons.items() if e not in waiting}
+                               for name, reasons in self.unavailable.items()}
+                written = {name: [e for e in ready if e not in unavailable.get(name, {})
                                   and e not in self.skipped.get(name, ())] for name in state.arrays}
                 t = state.table
                 hashes = {(int(t.chunk[e]), int(t.offset[e])): {name: h for name, h in per.items()
                                                                 if name in state.arrays}
-                          for e, per in self.hashes.items()}
-                commit(state.with_materialized(written, self.unavailable).with_hashes(hashes), previous=state)
-        self.done, self.unavailable, self.skipped, self.hashes, self.last = [], {}, {}, {}, time.monotonic()
+                          for e, per in self.hashes.items() if e not in waiting}
+                commit(state.with_materialized(written, unavailable).with_hashes(hashes), previous=state)
+        self.done = [e for e in self.done if e in waiting]
+        self.unavailable = {name: kept for name, reasons in self.unavailable.items()
+                            if (kept := {e: why for e, why in reasons.items() if e in waiting})}
+        self.skipped = {name: kept for name, eps in self.skipped.items() if (kept := eps & waiting)}
+        self.hashes = {e: per for e, per in self.hashes.items() if e in waiting}
+        self.last = time.monotonic()
 
 
 def _undecodable(state: StoreState) -> set[str]:
@@ -533,10 +545,12 @@ def _location(state: StoreState, e: int) -> tuple[int, int, int]:
 
 
 class _Rows:
-    """The rows read from the data files, written per pack and feature in large vectored writes: consecutive
-    episodes of a pack are gathered (up to ``_WRITE_BYTES``) and written together before they are committed
-    (:meth:`flush`). Compact features are written per episode at once. ``hashes[e][feature]``: the content hash
-    of what was written, computed from the buffers as they go to the packs."""
+    """The rows read from the data files, written per pack and feature in large writes. Consecutive episodes of a
+    pack are gathered and written in one system call per feature (:func:`write_pack_bytes`); until the run ends
+    (another pack, a gap, the end), a write stops at the last :data:`HUGE_PAGE` boundary of the pack file and the
+    rest waits for the next one, so every huge page of a pack is filled by one write and the page cache holds it
+    as one huge folio: sampling right after a transcode gets huge pages too. Compact features are written per
+    episode at once. ``hashes[e][feature]``: the content hash of what was written, computed from the buffers."""
 
     def __init__(self, root: str | Path, state: StoreState):
         self.root, self.state = root, state
@@ -548,8 +562,10 @@ class _Rows:
         self.cameras = {n: ~state.done_mask(n) for n in videos if n not in self.skipped}
         self.others_done = state.complete_episodes(skip=videos)  # episodes whose data-file features are stored
         self.resized = {n: s.resize_spec for n, s in state.arrays.items() if s.resize and s.kind == "image"}
-        self.parts: dict[str, list[np.ndarray]] = {n: [] for n in self.raw}
-        self.pack, self.start, self.next, self.nbytes = -1, 0, 0, 0
+        self.parts: dict[str, list[np.ndarray]] = {n: [] for n in self.raw}  # bytes from self.at[n] on
+        self.at = dict.fromkeys(self.raw, 0)
+        self.waiting: list[tuple[int, int]] = []  # (episode, its end row) of episodes not all written
+        self.pack, self.next, self.nbytes = -1, 0, 0
         self.hashes: dict[int, dict[str, int]] = {}
 
     def inputs(self, source: LeRobotSource, episodes: Sequence[int]
@@ -573,33 +589,53 @@ class _Rows:
         return [n for n, todo in self.cameras.items() if todo[e]]  # (a camera's pack is made as it is written)
 
     def add(self, e: int, frames: dict[str, np.ndarray]) -> None:
-        """Take episode ``e``'s frames (written with the next :meth:`flush`)."""
+        """Take episode ``e``'s frames (written by the next :meth:`flush` that reaches them)."""
         pack, offset, rows = _location(self.state, e)
-        if self.nbytes and (pack != self.pack or offset != self.next or self.nbytes >= _WRITE_BYTES):
+        if self.waiting and (pack != self.pack or offset != self.next):
             self.flush()
+        elif self.nbytes >= _WRITE_BYTES:
+            self.flush(whole=False)
         ensure_pack(self.root, self.raw, pack, rows)  # cameras make their pack file when they write a frame
-        if not self.nbytes:
-            self.pack, self.start = pack, offset
+        if not self.waiting:
+            self.pack = pack
+            self.at = {name: offset * spec.frame_bytes for name, spec in self.raw.items()}
         for name, how in self.resized.items():
             frames[name] = resize_frames(frames[name], how["size"], crop=how.get("crop"),
                                          interpolation=how["interpolation"])
         hashes = self.hashes.setdefault(e, {})
         for name, spec in self.raw.items():
             part = np.ascontiguousarray(frames[name], dtype=spec.dtype)
-            self.parts[name].append(part)
+            self.parts[name].append(part.reshape(-1).view(np.uint8))
             self.nbytes += part.nbytes
             hashes[name] = crc32c(part)
         self.next = offset + int(self.state.table.length[e])
+        if self.raw:
+            self.waiting.append((e, self.next))
         for name, spec in self.compact.items():
             hashes[name] = write_rows(self.root, name, spec, pack, offset, frames[name], rows)
 
-    def flush(self) -> None:
-        """Write what was gathered (before the episodes holding it are committed)."""
+    def flush(self, *, whole: bool = True) -> list[int]:
+        """Write what was gathered: all of it (``whole``), or up to each feature's last huge-page boundary. Return
+        the episodes whose rows are not all written yet (they must not be committed)."""
         if self.nbytes:
+            self.nbytes = 0
             for name, spec in self.raw.items():
-                write_rows_vectored(self.root, name, spec, self.pack, self.start, self.parts[name])
-                self.parts[name] = []
-        self.nbytes = 0
+                parts = self.parts[name]
+                if not parts:  # all written by the last flush, which ended on a page boundary
+                    continue
+                data = parts[0] if len(parts) == 1 else np.concatenate(parts)
+                start = self.at[name]
+                end = start + len(data)
+                cut = end if whole else max(start, end - end % HUGE_PAGE)
+                if cut > start:
+                    write_pack_bytes(self.root, name, spec, self.pack, start, data[:cut - start])
+                self.parts[name] = [data[cut - start:]] if cut < end else []
+                self.at[name] = cut
+                self.nbytes += end - cut
+        written = min((self.at[name] // spec.frame_bytes for name, spec in self.raw.items()), default=0)
+        self.waiting = [(e, end) for e, end in self.waiting if end > written]
+        return [e for e, _ in self.waiting]
+
 
 _WRITE_BYTES = 32 << 20
 

@@ -680,16 +680,16 @@ def _set_write_delay(delay: float) -> None:
     """Run on a worker: make transcode_unit's chunk writes slower (or restore them with 0)."""
     from lerobot_zarr.writing import transcode
 
-    original = transcode.__dict__.setdefault("_test_original_write_rows", transcode.write_rows_vectored)
+    original = transcode.__dict__.setdefault("_test_original_write_rows", transcode.write_pack_bytes)
     if delay <= 0:
-        transcode.write_rows_vectored = original
+        transcode.write_pack_bytes = original
         return
 
     def slow(*args, **kwargs):
         time.sleep(delay)
         return original(*args, **kwargs)
 
-    transcode.write_rows_vectored = slow
+    transcode.write_pack_bytes = slow
 
 
 def dist_open(client, *args, **kwargs):
@@ -713,8 +713,8 @@ def test_distributed_transcode_is_bit_identical(client, video_source, tmp_path, 
     want = tmp_path / "in-process"
     open_dataset(video_source, root=want, progress=False)
     calls = []
-    original = transcode.write_rows_vectored
-    monkeypatch.setattr(transcode, "write_rows_vectored",
+    original = transcode.write_pack_bytes
+    monkeypatch.setattr(transcode, "write_pack_bytes",
                         lambda *a, **k: (calls.append(a[1]), original(*a, **k))[1])
     with get_task_stream(client) as stream:
         ds = dist_open(client, video_source, root=tmp_path / "distributed")

@@ -59,6 +59,7 @@ def test_exception_mid_transcode_keeps_committed_episodes_and_resumes(source, tm
     store = tmp_path / "store"
     ref = reference_frames(source)
     monkeypatch.setattr(transcode_mod, "_COMMIT_EVERY_S", 0.0)
+    monkeypatch.setattr(transcode_mod, "HUGE_PAGE", 1)  # every commit writes all it has: one commit per episode
     original = LeRobotSource._check_episode
 
     def failing(self, frames, e, path):
@@ -73,24 +74,28 @@ def test_exception_mid_transcode_keeps_committed_episodes_and_resumes(source, tm
 
     monkeypatch.setattr(LeRobotSource, "_check_episode", original)
     table = lerobot_zarr.store.state.read_state(store).table
-    committed = {(int(table.chunk[e]), int(table.offset[e])) for e in range(7)}
+    committed = [(int(table.chunk[e]), int(table.offset[e]), int(table.length[e])) for e in range(7)]
     rewritten = []
-    write = transcode_mod.write_rows_vectored
-    monkeypatch.setattr(transcode_mod, "write_rows_vectored", lambda root, name, spec, pack, offset, parts: (
-        rewritten.extend((pack, offset + sum(map(len, parts[:i]))) for i in range(len(parts))),
-        write(root, name, spec, pack, offset, parts)))
+    write = transcode_mod.write_pack_bytes
+    monkeypatch.setattr(transcode_mod, "write_pack_bytes", lambda root, name, spec, pack, position, data: (
+        rewritten.append((name, spec.frame_bytes, pack, position, len(data))),
+        write(root, name, spec, pack, position, data)))
     ds = lerobot_zarr.open_dataset(source, root=store, progress=False)
     assert ds.episodes.tolist() == list(range(12))
     assert assert_committed_episodes_exact(store, ref) == list(range(12))
-    # resumed, not restarted: the rows of the committed episodes were not written again
-    assert rewritten and not committed & set(rewritten), sorted(committed & set(rewritten))
+    # resumed, not restarted: no byte of a committed episode was written again
+    assert rewritten
+    again = [(name, pack, offset) for name, frame, pack, position, n in rewritten for p, offset, length in committed
+             if p == pack and position < (offset + length) * frame and offset * frame < position + n]
+    assert not again, again
 
 
 def test_keyboard_interrupt_mid_transcode(source, tmp_path, monkeypatch):
     store = tmp_path / "store"
     ref = reference_frames(source)
     monkeypatch.setattr(transcode_mod, "_COMMIT_EVERY_S", 0.0)
-    original = transcode_mod.write_rows_vectored  # what the transcode writes each feature's rows with
+    monkeypatch.setattr(transcode_mod, "HUGE_PAGE", 1)
+    original = transcode_mod.write_pack_bytes  # what the transcode writes each feature's rows with
     calls = {"n": 0}
 
     def interrupted(*args):
@@ -99,13 +104,13 @@ def test_keyboard_interrupt_mid_transcode(source, tmp_path, monkeypatch):
             raise KeyboardInterrupt
         original(*args)
 
-    monkeypatch.setattr(transcode_mod, "write_rows_vectored", interrupted)
+    monkeypatch.setattr(transcode_mod, "write_pack_bytes", interrupted)
     with pytest.raises(KeyboardInterrupt):
         lerobot_zarr.open_dataset(source, root=store, progress=False)
-    assert calls["n"] == 25, "the transcode no longer writes rows through transcode.write_rows_vectored"
+    assert calls["n"] == 25, "the transcode no longer writes rows through transcode.write_pack_bytes"
     committed = assert_committed_episodes_exact(store, ref)
     assert committed == list(range(len(committed))) and 0 < len(committed) < 12
-    monkeypatch.setattr(transcode_mod, "write_rows_vectored", original)
+    monkeypatch.setattr(transcode_mod, "write_pack_bytes", original)
     lerobot_zarr.open_dataset(source, root=store, progress=False)
     assert assert_committed_episodes_exact(store, ref) == list(range(12))
 
@@ -179,3 +184,73 @@ def test_kill_9_at_random_points_then_resume(tmp_path):
     assert assert_committed_episodes_exact(store, ref) == list(range(60))
     state = read_state(store)
     assert state.complete_episodes().all()
+
+
+def test_writes_fill_huge_pages_whole_and_only_written_episodes_are_committed(source, tmp_path, monkeypatch):
+    """A transcode writes each feature's run of rows cut at huge-page boundaries of the pack file (so the page cache
+    holds whole huge folios) and keeps the tail for the next write; an episode is committed only once all its rows
+    are written. Shown with 512-byte pages on the small source: interrupted at episode 7, the committed episodes
+    are exactly those whose every byte was written, each exact; the resumed transcode writes no byte twice."""
+    store = tmp_path / "store"
+    ref = reference_frames(source)
+    monkeypatch.setattr(transcode_mod, "_COMMIT_EVERY_S", 0.0)
+    monkeypatch.setattr(transcode_mod, "HUGE_PAGE", 512)
+    writes: list[tuple[str, int, int, int, int]] = []
+    write = transcode_mod.write_pack_bytes
+    monkeypatch.setattr(transcode_mod, "write_pack_bytes", lambda root, name, spec, pack, position, data: (
+        writes.append((name, spec.frame_bytes, pack, position, len(data))),
+        write(root, name, spec, pack, position, data)))
+    original = LeRobotSource._check_episode
+
+    def failing(self, frames, e, path):
+        if e == 7:
+            raise RuntimeError("boom while reading episode 7")
+        original(self, frames, e, path)
+
+    monkeypatch.setattr(LeRobotSource, "_check_episode", failing)
+    with pytest.raises(RuntimeError, match="episode 7"):
+        lerobot_zarr.open_dataset(source, root=store, progress=False)
+    table = read_state(store).table
+    assert len(set(table.chunk[:8].tolist())) == 1, "the source's first 8 episodes should share one pack"
+    written: dict[str, int] = {}  # bytes written from the pack's start, per feature
+    for name, _, pack, position, n in writes:
+        assert position == written.get(name, 0), f"{name}: writes not in order, or a byte written twice"
+        assert (position + n) % 512 == 0, f"{name}: a write of an open run ends inside a page"
+        written[name] = position + n
+    frame_bytes = {name: frame for name, frame, *_ in writes}
+    assert len(frame_bytes) >= 5
+    expected = [e for e in range(7)
+                if all((int(table.offset[e]) + int(table.length[e])) * frame <= written[name]
+                       for name, frame in frame_bytes.items())]
+    committed = assert_committed_episodes_exact(store, ref)
+    assert committed == expected and 0 < len(committed) < 7, (committed, expected)
+
+    monkeypatch.setattr(LeRobotSource, "_check_episode", original)
+    writes.clear()
+    lerobot_zarr.open_dataset(source, root=store, progress=False)
+    assert assert_committed_episodes_exact(store, ref) == list(range(12))
+    first_pack, resume_at = int(table.chunk[0]), int(table.offset[len(committed)])
+    assert writes and all(position >= resume_at * frame for _, frame, pack, position, _ in writes
+                          if pack == first_pack), "a committed episode's bytes were written again"
+
+
+@pytest.mark.parametrize("page", [16, 24, 4096])
+def test_every_byte_is_written_once_whatever_the_page_size(source, tmp_path, monkeypatch, page):
+    """Cut at any page size (features of 4, 8 and 24 bytes a frame end on a boundary at different flushes), a
+    transcode committing after every episode writes each byte of every pack exactly once, in order, and the
+    store reads back exact."""
+    monkeypatch.setattr(transcode_mod, "_COMMIT_EVERY_S", 0.0)
+    monkeypatch.setattr(transcode_mod, "HUGE_PAGE", page)
+    writes: dict[tuple[str, int], list[tuple[int, int]]] = {}
+    write = transcode_mod.write_pack_bytes
+    monkeypatch.setattr(transcode_mod, "write_pack_bytes", lambda root, name, spec, pack, position, data: (
+        writes.setdefault((name, pack), []).append((position, len(data))),
+        write(root, name, spec, pack, position, data)))
+    store = tmp_path / "store"
+    lerobot_zarr.open_dataset(source, root=store, progress=False)
+    assert assert_committed_episodes_exact(store, reference_frames(source)) == list(range(12))
+    state = read_state(store)
+    for (name, pack), done in writes.items():
+        ends = [position + n for position, n in done]
+        assert [position for position, _ in done] == [0, *ends[:-1]], f"{name}: a gap or a byte written twice"
+        assert ends[-1] == int(state.packs.rows[pack]) * state.arrays[name].frame_bytes, name
