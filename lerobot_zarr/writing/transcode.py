@@ -549,8 +549,10 @@ class _Rows:
     pack are gathered and written in one system call per feature (:func:`write_pack_bytes`); until the run ends
     (another pack, a gap, the end), a write stops at the last :data:`HUGE_PAGE` boundary of the pack file and the
     rest waits for the next one, so every huge page of a pack is filled by one write and the page cache holds it
-    as one huge folio: sampling right after a transcode gets huge pages too. Compact features are written per
-    episode at once. ``hashes[e][feature]``: the content hash of what was written, computed from the buffers."""
+    as one huge folio: sampling right after a transcode gets huge pages too. A tail waits at most ``_HOLD_S``
+    (an interrupted transcode loses no more; a slow one, decoding cameras, writes its small features as they come
+    and gets their huge pages when they are read back from disk). Compact features are written per episode at
+    once. ``hashes[e][feature]``: the content hash of what was written, computed from the buffers."""
 
     def __init__(self, root: str | Path, state: StoreState):
         self.root, self.state = root, state
@@ -564,7 +566,7 @@ class _Rows:
         self.resized = {n: s.resize_spec for n, s in state.arrays.items() if s.resize and s.kind == "image"}
         self.parts: dict[str, list[np.ndarray]] = {n: [] for n in self.raw}  # bytes from self.at[n] on
         self.at = dict.fromkeys(self.raw, 0)
-        self.waiting: list[tuple[int, int]] = []  # (episode, its end row) of episodes not all written
+        self.waiting: list[tuple[int, int, float]] = []  # (episode, its end row, when) of those not all written
         self.pack, self.next, self.nbytes = -1, 0, 0
         self.hashes: dict[int, dict[str, int]] = {}
 
@@ -610,13 +612,16 @@ class _Rows:
             hashes[name] = crc32c(part)
         self.next = offset + int(self.state.table.length[e])
         if self.raw:
-            self.waiting.append((e, self.next))
+            self.waiting.append((e, self.next, time.monotonic()))
         for name, spec in self.compact.items():
             hashes[name] = write_rows(self.root, name, spec, pack, offset, frames[name], rows)
 
     def flush(self, *, whole: bool = True) -> list[int]:
-        """Write what was gathered: all of it (``whole``), or up to each feature's last huge-page boundary. Return
-        the episodes whose rows are not all written yet (they must not be committed)."""
+        """Write what was gathered: all of it (``whole``, or when a tail has waited ``_HOLD_S``), or up to each
+        feature's last huge-page boundary. Return the episodes whose rows are not all written yet (they must not
+        be committed)."""
+        if self.waiting and time.monotonic() - self.waiting[0][2] >= _HOLD_S:
+            whole = True
         if self.nbytes:
             self.nbytes = 0
             for name, spec in self.raw.items():
@@ -633,11 +638,12 @@ class _Rows:
                 self.at[name] = cut
                 self.nbytes += end - cut
         written = min((self.at[name] // spec.frame_bytes for name, spec in self.raw.items()), default=0)
-        self.waiting = [(e, end) for e, end in self.waiting if end > written]
-        return [e for e, _ in self.waiting]
+        self.waiting = [w for w in self.waiting if w[1] > written]
+        return [w[0] for w in self.waiting]
 
 
 _WRITE_BYTES = 32 << 20
+_HOLD_S = 10.0
 
 
 def _decode(source: LeRobotSource, root: str | Path, state: StoreState, e: int, name: str, timestamps: np.ndarray

@@ -501,6 +501,7 @@ def test_empty_mp4_makes_its_episode_unavailable(tmp_path):
 def test_exception_mid_decode_keeps_the_last_commit_and_resumes(gen, gen_raw, tmp_path, monkeypatch):
     store = tmp_path / "store"
     monkeypatch.setattr(transcode_module, "_COMMIT_EVERY_S", 0.0)
+    monkeypatch.setattr(transcode_module, "_HOLD_S", 0.0)  # every commit writes all it has: one per episode
     original = LeRobotSource.decode_video
 
     def failing(self, episode, key, timestamps, sink):

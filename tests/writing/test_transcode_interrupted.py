@@ -59,7 +59,7 @@ def test_exception_mid_transcode_keeps_committed_episodes_and_resumes(source, tm
     store = tmp_path / "store"
     ref = reference_frames(source)
     monkeypatch.setattr(transcode_mod, "_COMMIT_EVERY_S", 0.0)
-    monkeypatch.setattr(transcode_mod, "HUGE_PAGE", 1)  # every commit writes all it has: one commit per episode
+    monkeypatch.setattr(transcode_mod, "_HOLD_S", 0.0)  # every commit writes all it has: one per episode
     original = LeRobotSource._check_episode
 
     def failing(self, frames, e, path):
@@ -94,7 +94,7 @@ def test_keyboard_interrupt_mid_transcode(source, tmp_path, monkeypatch):
     store = tmp_path / "store"
     ref = reference_frames(source)
     monkeypatch.setattr(transcode_mod, "_COMMIT_EVERY_S", 0.0)
-    monkeypatch.setattr(transcode_mod, "HUGE_PAGE", 1)
+    monkeypatch.setattr(transcode_mod, "_HOLD_S", 0.0)
     original = transcode_mod.write_pack_bytes  # what the transcode writes each feature's rows with
     calls = {"n": 0}
 
@@ -254,3 +254,25 @@ def test_every_byte_is_written_once_whatever_the_page_size(source, tmp_path, mon
         ends = [position + n for position, n in done]
         assert [position for position, _ in done] == [0, *ends[:-1]], f"{name}: a gap or a byte written twice"
         assert ends[-1] == int(state.packs.rows[pack]) * state.arrays[name].frame_bytes, name
+
+
+def test_a_tail_waits_at_most_the_hold_time(source, tmp_path, monkeypatch):
+    """A slow transcode (cameras decoding, say) whose small features fill no huge page for a long time still
+    commits as it goes: a tail waits at most ``_HOLD_S``, then is written as it is."""
+    store = tmp_path / "store"
+    ref = reference_frames(source)
+    monkeypatch.setattr(transcode_mod, "_COMMIT_EVERY_S", 0.0)
+    monkeypatch.setattr(transcode_mod, "_HOLD_S", 0.3)
+    original = LeRobotSource._check_episode
+
+    def slow_then_failing(self, frames, e, path):
+        if e == 7:
+            raise RuntimeError("boom while reading episode 7")
+        time.sleep(0.2)
+        original(self, frames, e, path)
+
+    monkeypatch.setattr(LeRobotSource, "_check_episode", slow_then_failing)
+    with pytest.raises(RuntimeError, match="episode 7"):
+        lerobot_zarr.open_dataset(source, root=store, progress=False)
+    committed = assert_committed_episodes_exact(store, ref)
+    assert committed == list(range(len(committed))) and len(committed) >= 3, committed
