@@ -124,7 +124,12 @@ class Where:
 
 
 class Retry(Exception):
-    """A failed attempt that deserves another one (raised by a ``check`` of :func:`request`)."""
+    """A failed attempt that deserves another one (raised by a ``check`` of :func:`request`), with the HTTP status
+    and response it got, if any, and the wait the server asked for (``Retry-After``)."""
+
+    def __init__(self, message: str, *, status: int | None = None, response: Any = None, wait: float = 0.0):
+        super().__init__(message)
+        self.status, self.response, self.wait = status, response, wait
 
 
 def translate(exc: Exception, where: Where) -> Exception:
@@ -162,6 +167,28 @@ def short(value: Any, limit: int = 80) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
+def _attempts(where: Where, attempt: Callable[[], T]) -> T:
+    """``attempt()`` until it returns, at most ``_RETRIES + 1`` times with exponential backoff (``Retry-After``
+    honoured up to ``_MAX_WAIT_S``): an attempt that raises :class:`Retry`, times out or loses its connection is
+    tried again, anything else it raises ends the call; after the last attempt, a :class:`HubError` with the last
+    failure."""
+    http = _http_module()
+    last: Exception | None = None
+    for n in range(_RETRIES + 1):
+        wait = _BACKOFF_S * 2**n
+        try:
+            return attempt()
+        except Retry as exc:
+            last, wait = exc, max(wait, exc.wait)
+        except (http.TimeoutException, http.NetworkError, http.RemoteProtocolError) as exc:
+            last = exc  # stalled, dropped or reset: try again
+        if n < _RETRIES:
+            time.sleep(min(wait, _MAX_WAIT_S))
+    raise HubError(f"{where}: failed after {_RETRIES + 1} attempts ({last or 'no answer'})",
+                   **where.fields(status=getattr(last, "status", None),
+                                  response=getattr(last, "response", None))) from last
+
+
 def request(method: str, url: str, where: Where, *, token: str | bool | None = None, kind: str = "api",
             headers: dict[str, str] | None = None, params: dict | None = None, expect_bytes: int | None = None,
             check: Callable[[Any], None] | None = None) -> tuple[Any, bytes]:
@@ -179,20 +206,18 @@ def request(method: str, url: str, where: Where, *, token: str | bool | None = N
     limit = _API_BODY_MAX if expect_bytes is None else expect_bytes
     budget = 2 * timeout + (1 << 20 if expect_bytes is None else expect_bytes) / _MIN_RATE
     all_headers = {**build_hf_headers(token=token), **(headers or {})}
-    last: Exception | None = None
-    for attempt in range(_RETRIES + 1):
-        wait = _BACKOFF_S * 2**attempt
-        session = get_session()
-        http = sys.modules[type(session).__module__.split(".")[0]]
+    http = _http_module()
+
+    def attempt() -> tuple[Any, bytes]:
         deadline = time.monotonic() + budget
         try:
-            with session.stream(method, url, headers=all_headers, params=params, timeout=http.Timeout(timeout),
-                                follow_redirects=True) as response:
+            with get_session().stream(method, url, headers=all_headers, params=params,
+                                      timeout=http.Timeout(timeout), follow_redirects=True) as response:
                 status = response.status_code
                 if status in _RETRY_STATUS:
-                    last = HubError(f"{where}: HTTP {status}", **where.fields(status=status, response=response))
-                    wait = max(wait, _retry_after(response.headers))
-                elif status >= 400:  # read (bounded) here: huggingface_hub reads the error body without a limit
+                    raise Retry(f"{where}: HTTP {status}", status=status, response=response,
+                                wait=_retry_after(response.headers))
+                if status >= 400:  # read (bounded) here: huggingface_hub reads the error body without a limit
                     read = http.Response(status, headers=response.headers, request=response.request,
                                          content=_read_body(response, 1 << 20, deadline, where, budget))
                     try:
@@ -200,26 +225,20 @@ def request(method: str, url: str, where: Where, *, token: str | bool | None = N
                     except Exception as exc:  # huggingface_hub's typed HTTP errors, translated
                         raise translate(exc, where) from exc
                     raise HubError(f"{where}: HTTP {status}", **where.fields(status=status, response=read))
-                else:
-                    if check is not None:
-                        check(response)
-                    body = _read_body(response, limit, deadline, where, budget)
-                    if expect_bytes is not None and len(body) != expect_bytes:
-                        raise Retry(f"{where}: asked for {expect_bytes} bytes, got {len(body)}")
-                    return response, body
-        except Retry as exc:
-            last = exc
+                if check is not None:
+                    check(response)
+                body = _read_body(response, limit, deadline, where, budget)
+                if expect_bytes is not None and len(body) != expect_bytes:
+                    raise Retry(f"{where}: asked for {expect_bytes} bytes, got {len(body)}")
+                return response, body
         except hf.OfflineModeIsEnabled as exc:
             raise translate(exc, where) from exc
-        except (http.TimeoutException, http.NetworkError, http.RemoteProtocolError) as exc:
-            last = exc  # stalled, dropped or reset: try again
+        except (http.TimeoutException, http.NetworkError, http.RemoteProtocolError):
+            raise  # tried again
         except http.HTTPError as exc:  # not worth another attempt: a proxy error, an undecodable body...
             raise HubError(f"{where}: Hub request failed ({exc!r})", **where.fields()) from exc
-        if attempt < _RETRIES:
-            time.sleep(min(wait, _MAX_WAIT_S))
-    status = getattr(last, "status", None)
-    raise HubError(f"{where}: failed after {_RETRIES + 1} attempts ({last or 'no answer'})",
-                   **where.fields(status=status, response=getattr(last, "response", None))) from last
+
+    return _attempts(where, attempt)
 
 
 def _read_body(response: Any, limit: int, deadline: float, where: Where, budget: float) -> bytes:
@@ -253,15 +272,12 @@ def call_api(where: Where, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T
     from huggingface_hub import errors as hf
 
     http = _http_module()
-    last: Exception | None = None
-    for attempt in range(_RETRIES + 1):
-        wait = _BACKOFF_S * 2**attempt
+
+    def attempt() -> T:
         try:
             with session_timeouts("api"):
                 return _within(2 * request_timeout("api") + _API_BUDGET_BYTES / _MIN_RATE, where, fn, *args,
                                **kwargs)
-        except Retry as exc:
-            last = exc  # past the deadline: a trickling or stalled server
         except hf.OfflineModeIsEnabled as exc:
             raise translate(exc, where) from exc
         except hf.HfHubHTTPError as exc:
@@ -269,19 +285,16 @@ def call_api(where: Where, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T
             status = getattr(response, "status_code", None)
             if status not in _RETRY_STATUS:
                 raise translate(exc, where) from exc
-            last = HubError(f"{where}: HTTP {status}", **where.fields(status=status, response=response))
-            wait = max(wait, _retry_after(response.headers))
-        except (http.TimeoutException, http.NetworkError, http.RemoteProtocolError) as exc:
-            last = exc  # stalled, dropped or reset: try again
+            raise Retry(f"{where}: HTTP {status}", status=status, response=response,
+                        wait=_retry_after(response.headers)) from exc
+        except (http.TimeoutException, http.NetworkError, http.RemoteProtocolError):
+            raise  # tried again
         except http.HTTPError as exc:
             raise HubError(f"{where}: Hub request failed ({exc!r})", **where.fields()) from exc
         except (KeyError, TypeError, ValueError, AttributeError) as exc:  # JSON of another shape, or none
             raise HubError(f"{where}: unexpected answer from the Hub ({short(exc)})", **where.fields()) from exc
-        if attempt < _RETRIES:
-            time.sleep(min(wait, _MAX_WAIT_S))
-    status = getattr(last, "status", None)
-    raise HubError(f"{where}: failed after {_RETRIES + 1} attempts ({last or 'no answer'})",
-                   **where.fields(status=status, response=getattr(last, "response", None))) from last
+
+    return _attempts(where, attempt)
 
 
 def _within(budget: float, where: Where, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
