@@ -145,7 +145,13 @@ def test_read_many_in_one_file_uses_a_container_per_thread(av1):
 def test_float32_timestamps_decode_no_extra_frame(av1):
     """LeRobot stores timestamps as float32, a few ns after their frame's time: the frame is still the one
     picked, without decoding the next one (as many frames decoded as with exact times)."""
+    import av
+
     path, _, n = av1["a.mp4"]
+    with av.open(str(path)) as container:
+        if getattr(container.streams.video[0], "index_entries", None) is None:
+            pytest.skip(f"PyAV {av.__version__} gives no container index (index_entries, PyAV >= 16): without it "
+                        f"the reader decodes the next frame to know the nearest")
     want = reference(path, all_times(n))
     stored = all_times(n).astype(np.float32).astype(np.float64)
     assert (stored > all_times(n)).any()
