@@ -6,9 +6,10 @@ Each feature reserves address space (``PROT_NONE``, no memory) for every pack; p
 once. A pack file is mapped read-only (``mmap(MAP_SHARED | MAP_FIXED)``) into its slot on first use. Slots start at
 2 MiB boundaries where the frame size allows it without wasting much address space, so the kernel can map large
 page-cache folios with huge pages, as it does for a plain ``np.memmap`` of a file: fewer page faults and TLB misses
-on random access. Maps are advised ``MADV_HUGEPAGE``, so packs read from disk come into the page cache in huge
-folios (a transcode writes them so: :mod:`~lerobot_zarr.writing.transcode`); with 20 datasets open, 4 KiB pages
-made a batch 1.3x slower. Rows outside a mapped pack are never read: callers map a pack before touching its rows.
+on random access. A transcode writes packs so that the page cache holds them in huge folios
+(:mod:`~lerobot_zarr.writing.transcode`); with 20 datasets open, 4 KiB pages made a batch 1.3x slower. Maps of a
+dataset that fits in half the machine's memory are also advised ``MADV_HUGEPAGE``, so packs read back from disk
+come in huge too (:func:`advise_huge_pages`). Rows outside a mapped pack are never read: callers map a pack before touching its rows.
 At most ``max_packs`` packs are mapped (least recently used unmapped first; unmapping puts an inaccessible anonymous
 mapping back over the slot); :meth:`PackMaps.close` releases everything at once.
 """
@@ -31,7 +32,7 @@ from ..store.state import chunk_path, retired_path
 from ..store.tables import ArraySpec, PackLayout
 from ..utils.libc import libc
 
-__all__ = ["PackMaps", "Reservation", "MAX_RESERVATION", "shared_alignment", "slot_rows"]
+__all__ = ["PackMaps", "Reservation", "MAX_RESERVATION", "advise_huge_pages", "shared_alignment", "slot_rows"]
 
 _MAP_FAILED = ctypes.c_void_p(-1).value
 _MAP_FIXED = 0x10  # same value on Linux and macOS
@@ -68,6 +69,30 @@ def shared_alignment(specs: Mapping[str, ArraySpec]) -> dict[str, int]:
     rows = max((own[name] for name in shared), default=1)
     return {name: rows if name in shared and rows * specs[name].frame_bytes <= _SHARED_SLOT_MAX else own[name]
             for name in specs}
+
+
+def _memory_bytes() -> int:
+    """The machine's memory, or the cgroup's limit where that is lower (a container)."""
+    try:
+        total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError):
+        return 0
+    try:
+        with open("/sys/fs/cgroup/memory.max") as f:
+            limit = f.read().strip()
+        if limit.isdigit():
+            total = min(total, int(limit))
+    except OSError:
+        pass
+    return total
+
+
+def advise_huge_pages(nbytes: int) -> bool:
+    """Whether the maps of a dataset whose raw packs hold ``nbytes`` are advised ``MADV_HUGEPAGE``: when they fit
+    in half the memory, samples come from the page cache, where a TLB miss per frame is the cost that huge pages
+    remove. A larger store is sampled from disk, where reading a whole 2 MiB folio per page fault would multiply
+    the reads of random small frames: its maps keep the kernel's default read-around."""
+    return _MADV_HUGEPAGE is not None and 0 < nbytes <= _memory_bytes() // 2
 
 
 def slot_rows(rows: np.ndarray, align_rows: int) -> int:
@@ -113,6 +138,7 @@ class _Feature:
                  place: tuple[int, int] | None = None):
         self.name, self.spec, self.frame_bytes = name, spec, spec.frame_bytes
         self.align_rows = align_rows
+        self.huge = False  # advise MADV_HUGEPAGE (set by PackMaps)
         self._layout(packs.rows)
         self.reservation: Reservation | None = None
         if place is None:
@@ -151,7 +177,7 @@ class _Feature:
             got = _check(libc.mmap(addr, nbytes, mmap.PROT_READ, mmap.MAP_SHARED | _MAP_FIXED, fd, 0), path)
             if got != addr:
                 raise OSError(f"{path}: mapped at {got:#x} instead of {addr:#x}")
-            if _MADV_HUGEPAGE is not None:  # a hint: a kernel without transparent huge pages refuses it harmlessly
+            if self.huge:  # a hint: a kernel without transparent huge pages refuses it, harmlessly
                 libc.madvise(addr, nbytes, _MADV_HUGEPAGE)
         finally:
             os.close(fd)
@@ -186,6 +212,9 @@ class PackMaps:
         else:
             self.features = {name: _Feature(name, spec, packs, 0, place[name][2], place[name][:2])
                              for name, spec in self.specs.items()}
+        huge = advise_huge_pages(int(np.sum(packs.rows)) * sum(spec.frame_bytes for spec in self.specs.values()))
+        for feature in self.features.values():
+            feature.huge = huge
         self.views = {name: f.view for name, f in self.features.items() if f.view is not None}
         self.rows = packs.rows
         self.mapped = np.zeros(len(packs), dtype=bool)

@@ -25,8 +25,8 @@ __all__ = ["FlatMemmapSampler"]
 
 def _map(path: Path, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
     """A read-only plain ndarray view of a file's memory map (it indexes faster than ``np.memmap``), advised
-    ``MADV_HUGEPAGE`` as the library's maps are: a file read from disk then comes into the page cache in huge
-    folios, mapped with huge pages."""
+    ``MADV_HUGEPAGE`` as the library's maps of a store that fits in memory are: a file read from disk then comes
+    into the page cache in huge folios, mapped with huge pages."""
     if not int(np.prod(shape)):
         return np.empty(shape, dtype=dtype)
     with open(path, "rb") as f:

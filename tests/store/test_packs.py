@@ -361,6 +361,48 @@ def test_a_transcoded_pack_is_sampled_through_huge_pages(tmp_path):
     ds.close()
 
 
+def _advised_huge(path: Path) -> list[bool]:
+    """Per map of a file under ``path``: whether it is advised ``MADV_HUGEPAGE`` (``hg`` in its VmFlags)."""
+    out = []
+    for block in re.split(r"\n(?=[0-9a-f]+-[0-9a-f]+ )", Path("/proc/self/smaps").read_text()):
+        if str(path) in block.split("\n", 1)[0]:
+            found = re.search(r"^VmFlags:(.*)$", block, re.MULTILINE)
+            out.append(bool(found) and "hg" in found.group(1).split())
+    return out
+
+
+def test_huge_pages_are_advised_only_for_a_store_that_fits_in_half_the_memory(source, tmp_path, monkeypatch):
+    """In memory, random samples pay a TLB miss per frame (huge pages help); a store larger than half the memory
+    is read from disk, where a 2 MiB read per page fault would multiply the reads: its maps are not advised."""
+    import mmap
+
+    from lerobot_zarr.sampling import maps
+
+    if not Path("/proc/self/smaps").exists() or getattr(mmap, "MADV_HUGEPAGE", None) is None:
+        pytest.skip("no /proc/self/smaps or MADV_HUGEPAGE: not Linux")
+    with mmap.mmap(-1, 4 << 20) as probe:
+        try:
+            probe.madvise(mmap.MADV_HUGEPAGE)
+        except OSError:
+            pytest.skip("this kernel has no transparent huge pages")
+    lz.open_dataset(source, root=tmp_path / "s", progress=False)
+    ds = LeRobotZarrDataset(tmp_path / "s")
+    want = ds.get_batch(np.arange(len(ds)))
+    advised = _advised_huge(tmp_path / "s")
+    assert len(advised) >= 5 and all(advised), advised
+    ds.close()
+    assert not _advised_huge(tmp_path / "s")
+
+    monkeypatch.setattr(maps, "_memory_bytes", lambda: 4096)  # a machine whose memory the store outgrows
+    ds = LeRobotZarrDataset(tmp_path / "s")
+    got = ds.get_batch(np.arange(len(ds)))
+    advised = _advised_huge(tmp_path / "s")
+    assert len(advised) >= 5 and not any(advised), advised
+    for key, value in want.items():
+        assert np.array_equal(np.asarray(got[key]), np.asarray(value)), key
+    ds.close()
+
+
 def test_close_and_drop_release_maps_at_once(source, tmp_path):
     lz.open_dataset(source, root=tmp_path / "s", progress=False)
     gc.collect()
