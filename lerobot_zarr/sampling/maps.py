@@ -87,12 +87,19 @@ def _memory_bytes() -> int:
     return total
 
 
-def advise_huge_pages(nbytes: int) -> bool:
-    """Whether the maps of a dataset whose raw packs hold ``nbytes`` are advised ``MADV_HUGEPAGE``: when they fit
-    in half the memory, samples come from the page cache, where a TLB miss per frame is the cost that huge pages
-    remove. A larger store is sampled from disk, where reading a whole 2 MiB folio per page fault would multiply
-    the reads of random small frames: its maps keep the kernel's default read-around."""
-    return _MADV_HUGEPAGE is not None and 0 < nbytes <= _memory_bytes() // 2
+_open_maps: weakref.WeakSet[PackMaps] = weakref.WeakSet()
+
+
+def advise_huge_pages(root: str, nbytes: int) -> bool:
+    """Whether the maps of the store at ``root`` (a resolved path), whose raw packs hold ``nbytes``, are advised ``MADV_HUGEPAGE``:
+    when they fit in half the memory with the other stores this process has open (each store counted once, however
+    many datasets map it), samples come from the page cache, where a TLB miss per frame is the cost that huge pages
+    remove. Past that, samples come from disk, where reading a whole 2 MiB folio per page fault would multiply the
+    reads of random small frames: the maps keep the kernel's default read-around."""
+    if _MADV_HUGEPAGE is None or nbytes <= 0:
+        return False
+    others = {maps.store: maps.nbytes for maps in list(_open_maps) if maps.store != root}
+    return nbytes + sum(others.values()) <= _memory_bytes() // 2
 
 
 def slot_rows(rows: np.ndarray, align_rows: int) -> int:
@@ -212,9 +219,12 @@ class PackMaps:
         else:
             self.features = {name: _Feature(name, spec, packs, 0, place[name][2], place[name][:2])
                              for name, spec in self.specs.items()}
-        huge = advise_huge_pages(int(np.sum(packs.rows)) * sum(spec.frame_bytes for spec in self.specs.values()))
+        self.store, self.nbytes = os.path.realpath(self.root), int(np.sum(packs.rows)) * sum(
+            spec.frame_bytes for spec in self.specs.values())
+        huge = advise_huge_pages(self.store, self.nbytes)
         for feature in self.features.values():
             feature.huge = huge
+        _open_maps.add(self)
         self.views = {name: f.view for name, f in self.features.items() if f.view is not None}
         self.rows = packs.rows
         self.mapped = np.zeros(len(packs), dtype=bool)
@@ -296,6 +306,7 @@ class PackMaps:
 
     def close(self) -> None:
         """Release every map and reservation now (the views become unusable)."""
+        _open_maps.discard(self)
         for feature in self.features.values():
             feature.release()
         self.views = {}

@@ -400,7 +400,19 @@ def test_huge_pages_are_advised_only_for_a_store_that_fits_in_half_the_memory(so
     assert len(advised) >= 5 and not any(advised), advised
     for key, value in want.items():
         assert np.array_equal(np.asarray(got[key]), np.asarray(value)), key
+    nbytes = ds._maps.nbytes
     ds.close()
+
+    # room for one store in half the memory: a second dataset of it fits too, another store does not
+    shutil.copytree(tmp_path / "s", tmp_path / "other")
+    monkeypatch.setattr(maps, "_memory_bytes", lambda: 3 * nbytes)
+    first, again, other = (LeRobotZarrDataset(tmp_path / name) for name in ("s", "s", "other"))
+    for d in (first, again, other):
+        d.get_batch(np.arange(len(d)))
+    assert all(_advised_huge(tmp_path / "s")) and len(_advised_huge(tmp_path / "s")) >= 10
+    assert _advised_huge(tmp_path / "other") and not any(_advised_huge(tmp_path / "other"))
+    for d in (first, again, other):
+        d.close()
 
 
 def test_close_and_drop_release_maps_at_once(source, tmp_path):
