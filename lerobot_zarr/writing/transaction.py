@@ -155,8 +155,7 @@ class WriteTransaction:
                 if not (len(key) == 2 and all(k.isdigit() for k in key) and (int(key[0]), int(key[1])) in live
                         and entry.name.endswith(suffix)):
                     remove_path(entry)
-        for pattern in (".*.tmp-*", "*/.*.tmp-*", "*/c/.*.tmp-*", "*/c/*/.*.tmp-*", ".episode_stats/.*.tmp-*",
-                        CREATING_MARKER):
+        for pattern in (".*.tmp-*", "*/.*.tmp-*", "*/c/**/.*.tmp-*", ".episode_stats/.*.tmp-*", CREATING_MARKER):
             for tmp in self.root.glob(pattern):  # debris of writes killed before their rename
                 remove_path(tmp)
         try:  # zarr's copies of the commit are for zarr readers only (lerobot_zarr reads the root): may wait

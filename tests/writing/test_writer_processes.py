@@ -1044,6 +1044,32 @@ def test_crash_cleanup_removes_temporary_files(tmp_path):
     assert not leftovers, f"temporary files of the killed commit survive the crash cleanup: {leftovers}"
 
 
+def test_crash_cleanup_removes_temporary_pack_files_at_every_depth(tmp_path):
+    """A process killed while it makes a pack file (created under ``.<name>.tmp-<pid>-<thread>``, then renamed)
+    leaves that file beside the pack, as deep as the array has dimensions (a camera's pack is ``c/<k>/0/0/0``): the
+    next writer removes it at every depth, and keeps every pack and value."""
+    from lerobot_zarr.testing.sample_data import write_sample_dataset
+
+    src = write_sample_dataset(tmp_path / "src", n_episodes=3, image_keys=("observation.images.top",),
+                               image_shape=(8, 8, 3), extra_nd=True)
+    root = tmp_path / "store"
+    lerobot_zarr.open_dataset(src, root=root, progress=False)
+    state = read_state(root)
+    want = LeRobotZarrDataset(root).get_batch(np.arange(state.table.length.sum()))
+    debris = []
+    for name, spec in state.arrays.items():
+        pack = Path(chunk_path(root, name, 0, spec.ndim))
+        debris.append(pack.with_name(f".{pack.name}.tmp-99999999-1"))
+        debris[-1].write_bytes(b"half made")
+    assert {len(p.relative_to(root).parts) for p in debris} >= {3, 4, 6}  # 1-D, 2-D and camera packs
+    with lerobot_zarr.open_dataset(root, mode="r+"):  # crash cleanup
+        pass
+    assert not [p for p in debris if p.exists()], "temporary pack files of a killed process survive the cleanup"
+    got = LeRobotZarrDataset(root).get_batch(np.arange(state.table.length.sum()))
+    for key, value in want.items():
+        assert np.array_equal(np.asarray(got[key]), np.asarray(value)), key
+
+
 def test_set_task_killed_midway_is_finished_by_the_next_writer(tmp_path):
     """set_task commits the new tasks together with the frame rewrite still to do, then rewrites the frames in
     place: killed after the first episode, the committed table already says the new task and lists the pending
