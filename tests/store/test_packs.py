@@ -385,6 +385,9 @@ def test_huge_pages_are_advised_only_for_a_store_that_fits_in_half_the_memory(so
             probe.madvise(mmap.MADV_HUGEPAGE)
         except OSError:
             pytest.skip("this kernel has no transparent huge pages")
+    import weakref
+
+    monkeypatch.setattr(maps, "_open_maps", weakref.WeakSet())  # not the stores other tests keep open
     lz.open_dataset(source, root=tmp_path / "s", progress=False)
     ds = LeRobotZarrDataset(tmp_path / "s")
     want = ds.get_batch(np.arange(len(ds)))
