@@ -7,11 +7,12 @@ once. A pack file is mapped read-only (``mmap(MAP_SHARED | MAP_FIXED)``) into it
 2 MiB boundaries where the frame size allows it without wasting much address space, so the kernel can map large
 page-cache folios with huge pages, as it does for a plain ``np.memmap`` of a file: fewer page faults and TLB misses
 on random access. A transcode writes packs so that the page cache holds them in huge folios
-(:mod:`~lerobot_zarr.writing.transcode`); with 20 datasets open, 4 KiB pages made a batch 1.3x slower. Maps of a
-dataset that fits in half the machine's memory are also advised ``MADV_HUGEPAGE``, so packs read back from disk
-come in huge too (:func:`advise_huge_pages`). Rows outside a mapped pack are never read: callers map a pack before touching its rows.
-At most ``max_packs`` packs are mapped (least recently used unmapped first; unmapping puts an inaccessible anonymous
-mapping back over the slot); :meth:`PackMaps.close` releases everything at once.
+(:mod:`~lerobot_zarr.writing.transcode`); with 20 datasets open, 4 KiB pages made a batch 1.3x slower. Maps of the
+stores a process has open are also advised ``MADV_HUGEPAGE`` while they fit in half the memory, so packs read back
+from disk come in huge too (:func:`advise_huge_pages`). Rows outside a mapped pack are never read: callers map a
+pack before touching its rows. At most ``max_packs`` packs are mapped (least recently used unmapped first;
+unmapping puts an inaccessible anonymous mapping back over the slot); :meth:`PackMaps.close` releases everything
+at once.
 """
 
 from __future__ import annotations
@@ -91,11 +92,11 @@ _open_maps: weakref.WeakSet[PackMaps] = weakref.WeakSet()
 
 
 def advise_huge_pages(root: str, nbytes: int) -> bool:
-    """Whether the maps of the store at ``root`` (a resolved path), whose raw packs hold ``nbytes``, are advised ``MADV_HUGEPAGE``:
-    when they fit in half the memory with the other stores this process has open (each store counted once, however
-    many datasets map it), samples come from the page cache, where a TLB miss per frame is the cost that huge pages
-    remove. Past that, samples come from disk, where reading a whole 2 MiB folio per page fault would multiply the
-    reads of random small frames: the maps keep the kernel's default read-around."""
+    """Whether the maps of the store at ``root`` (a resolved path), whose raw packs hold ``nbytes``, are advised
+    ``MADV_HUGEPAGE``: when they fit in half the memory with the other stores this process has open (each store
+    counted once, however many datasets map it), samples come from the page cache, where a TLB miss per frame is
+    the cost that huge pages remove. Past that, samples come from disk, where reading a whole 2 MiB folio per page
+    fault would multiply the reads of random small frames: the maps keep the kernel's default read-around."""
     if _MADV_HUGEPAGE is None or nbytes <= 0:
         return False
     others = {maps.store: maps.nbytes for maps in list(_open_maps) if maps.store != root}
@@ -219,8 +220,8 @@ class PackMaps:
         else:
             self.features = {name: _Feature(name, spec, packs, 0, place[name][2], place[name][:2])
                              for name, spec in self.specs.items()}
-        self.store, self.nbytes = os.path.realpath(self.root), int(np.sum(packs.rows)) * sum(
-            spec.frame_bytes for spec in self.specs.values())
+        self.store = os.path.realpath(self.root)
+        self.nbytes = int(np.sum(packs.rows)) * sum(spec.frame_bytes for spec in self.specs.values())
         huge = advise_huge_pages(self.store, self.nbytes)
         for feature in self.features.values():
             feature.huge = huge
