@@ -50,6 +50,20 @@ def assert_committed_episodes_exact(store: Path, ref: dict[str, np.ndarray]) -> 
     return ds.episodes.tolist()
 
 
+def fail_reading(monkeypatch, episode: int, delay_s: float = 0.0) -> None:
+    """Make reading the source raise at ``episode`` (each episode before it taking ``delay_s``): a transcode
+    interrupted there."""
+    original = LeRobotSource._check_episode
+
+    def failing(self, frames, e, path):
+        if e == episode:
+            raise RuntimeError(f"boom while reading episode {episode}")
+        time.sleep(delay_s)
+        original(self, frames, e, path)
+
+    monkeypatch.setattr(LeRobotSource, "_check_episode", failing)
+
+
 @pytest.fixture
 def source(tmp_path: Path) -> Path:
     return write_sample_dataset(tmp_path / "src", n_episodes=12, lengths=(40, 80), episodes_per_file=4)
@@ -61,13 +75,7 @@ def test_exception_mid_transcode_keeps_committed_episodes_and_resumes(source, tm
     monkeypatch.setattr(transcode_mod, "_COMMIT_EVERY_S", 0.0)
     monkeypatch.setattr(transcode_mod, "_HOLD_S", 0.0)  # every commit writes all it has: one per episode
     original = LeRobotSource._check_episode
-
-    def failing(self, frames, e, path):
-        if e == 7:
-            raise RuntimeError("boom while reading episode 7")
-        original(self, frames, e, path)
-
-    monkeypatch.setattr(LeRobotSource, "_check_episode", failing)
+    fail_reading(monkeypatch, 7)
     with pytest.raises(RuntimeError, match="episode 7"):
         lerobot_zarr.open_dataset(source, root=store, progress=False)
     assert assert_committed_episodes_exact(store, ref) == list(range(7))
@@ -201,13 +209,7 @@ def test_writes_fill_huge_pages_whole_and_only_written_episodes_are_committed(so
         writes.append((name, spec.frame_bytes, pack, position, len(data))),
         write(root, name, spec, pack, position, data)))
     original = LeRobotSource._check_episode
-
-    def failing(self, frames, e, path):
-        if e == 7:
-            raise RuntimeError("boom while reading episode 7")
-        original(self, frames, e, path)
-
-    monkeypatch.setattr(LeRobotSource, "_check_episode", failing)
+    fail_reading(monkeypatch, 7)
     with pytest.raises(RuntimeError, match="episode 7"):
         lerobot_zarr.open_dataset(source, root=store, progress=False)
     table = read_state(store).table
@@ -263,15 +265,7 @@ def test_a_tail_waits_at_most_the_hold_time(source, tmp_path, monkeypatch):
     ref = reference_frames(source)
     monkeypatch.setattr(transcode_mod, "_COMMIT_EVERY_S", 0.0)
     monkeypatch.setattr(transcode_mod, "_HOLD_S", 0.3)
-    original = LeRobotSource._check_episode
-
-    def slow_then_failing(self, frames, e, path):
-        if e == 7:
-            raise RuntimeError("boom while reading episode 7")
-        time.sleep(0.2)
-        original(self, frames, e, path)
-
-    monkeypatch.setattr(LeRobotSource, "_check_episode", slow_then_failing)
+    fail_reading(monkeypatch, 7, delay_s=0.2)
     with pytest.raises(RuntimeError, match="episode 7"):
         lerobot_zarr.open_dataset(source, root=store, progress=False)
     committed = assert_committed_episodes_exact(store, ref)
