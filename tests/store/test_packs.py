@@ -375,6 +375,7 @@ def test_huge_pages_are_advised_only_for_a_store_that_fits_in_half_the_memory(so
     """In memory, random samples pay a TLB miss per frame (huge pages help); a store larger than half the memory
     is read from disk, where a 2 MiB read per page fault would multiply the reads: its maps are not advised."""
     import mmap
+    import weakref
 
     from lerobot_zarr.sampling import maps
 
@@ -385,8 +386,6 @@ def test_huge_pages_are_advised_only_for_a_store_that_fits_in_half_the_memory(so
             probe.madvise(mmap.MADV_HUGEPAGE)
         except OSError:
             pytest.skip("this kernel has no transparent huge pages")
-    import weakref
-
     monkeypatch.setattr(maps, "_open_maps", weakref.WeakSet())  # not the stores other tests keep open
     lz.open_dataset(source, root=tmp_path / "s", progress=False)
     ds = LeRobotZarrDataset(tmp_path / "s")
