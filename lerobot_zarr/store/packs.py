@@ -324,12 +324,11 @@ def retire_pack(root: str | os.PathLike, arrays: Mapping[str, ArraySpec], pack: 
     for name, spec in arrays.items():
         source = check_in_store(root, chunk_path(root, name, pack, spec.ndim))
         target = Path(check_in_store(root, retired_path(root, name, pack)))
-        if not os.path.lexists(source):
-            continue
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with contextlib.suppress(FileNotFoundError):
-            os.replace(source, target)
-        _remove_empty_dirs(Path(root) / name / "c" / str(pack))
+        if os.path.lexists(source):
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with contextlib.suppress(FileNotFoundError):
+                os.replace(source, target)
+        _remove_empty_dirs(Path(root) / name / "c" / str(pack))  # also when a crash moved the file, not its folders
     live = check_in_store(root, f"{os.fspath(root)}/frame_live/c/{pack}")
     with contextlib.suppress(FileNotFoundError):
         os.unlink(live)

@@ -124,6 +124,9 @@ class WriteTransaction:
             raise CorruptStoreError(f"{links[0]}: is a symbolic link; a store holds none (it could point writes "
                                     f"outside the store){f' (and {len(links) - 1} more)' if len(links) > 1 else ''}; "
                                     f"`lerobot-zarr verify --repair {self.root}` removes them", path=links[0])
+        for pattern in (".*.tmp-*", "*/.*.tmp-*", "*/c/**/.*.tmp-*", ".episode_stats/.*.tmp-*", CREATING_MARKER):
+            for tmp in self.root.glob(pattern):  # debris of writes killed before their rename (first: a pack's
+                remove_path(tmp)  # folder that held only that is empty when the packs are looked at)
         state = self.state
         n_packs = len(state.packs)
         retired = {pack for pack, _ in state.retired}
@@ -155,9 +158,6 @@ class WriteTransaction:
                 if not (len(key) == 2 and all(k.isdigit() for k in key) and (int(key[0]), int(key[1])) in live
                         and entry.name.endswith(suffix)):
                     remove_path(entry)
-        for pattern in (".*.tmp-*", "*/.*.tmp-*", "*/c/**/.*.tmp-*", ".episode_stats/.*.tmp-*", CREATING_MARKER):
-            for tmp in self.root.glob(pattern):  # debris of writes killed before their rename
-                remove_path(tmp)
         try:  # zarr's copies of the commit are for zarr readers only (lerobot_zarr reads the root): may wait
             if state.read_version < 3 or (self.root / ".frame_live-pending").exists():
                 # upgrade the format / a commit was cut short: its zarr copies and frame_live rewritten

@@ -1070,6 +1070,29 @@ def test_crash_cleanup_removes_temporary_pack_files_at_every_depth(tmp_path):
         assert np.array_equal(np.asarray(got[key]), np.asarray(value)), key
 
 
+def test_crash_cleanup_removes_the_folders_of_a_retired_pack(tmp_path):
+    """A retired pack whose file is already under ``.retired/`` but whose folders stayed (``c/<k>/0/0`` of a camera,
+    with the temporary file of a creation killed there) is gone after the next writer's crash cleanup: no pack id
+    that no commit lists stays in ``c/`` (seen once in the random kill test below)."""
+    root = tmp_path / "store"
+    with lerobot_zarr.create(root, fps=FPS, features=FEATURES, durable=False, pack_bytes=PACK_BYTES) as w:
+        for seed in range(8):
+            w.add_episode(generate(seed), task=task_of(seed))
+        dead = [e for e in range(8) if int(read_state(root).table.chunk[e]) == 0]
+        w.delete_episodes(dead)
+    state = read_state(root)
+    assert state.packs.rows[0] == 0 and 0 in {pack for pack, _ in state.retired}, "pack 0 should be retired"
+    before = open_and_check(root, "before the crash")
+    camera = next(name for name, spec in state.arrays.items() if spec.ndim == 4)
+    folder = Path(chunk_path(root, camera, 0, 4)).parent
+    folder.mkdir(parents=True)
+    (folder / ".0.tmp-99999999-1").write_bytes(b"half made")
+    with lerobot_zarr.open_dataset(root, mode="r+"):  # crash cleanup
+        pass
+    check_no_debris(root, "after the crash cleanup")
+    assert open_and_check(root, "after the crash cleanup") == before
+
+
 def test_set_task_killed_midway_is_finished_by_the_next_writer(tmp_path):
     """set_task commits the new tasks together with the frame rewrite still to do, then rewrites the frames in
     place: killed after the first episode, the committed table already says the new task and lists the pending
