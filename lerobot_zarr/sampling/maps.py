@@ -221,17 +221,22 @@ class PackMaps:
             self.features = {name: _Feature(name, spec, packs, 0, place[name][2], place[name][:2])
                              for name, spec in self.specs.items()}
         self.store = os.path.realpath(self.root)
-        self.nbytes = int(np.sum(packs.rows)) * sum(spec.frame_bytes for spec in self.specs.values())
+        self._row_bytes = sum(spec.frame_bytes for spec in self.specs.values())
+        self.rows = packs.rows
         huge = advise_huge_pages(self.store, self.nbytes)
         for feature in self.features.values():
             feature.huge = huge
         _open_maps.add(self)
         self.views = {name: f.view for name, f in self.features.items() if f.view is not None}
-        self.rows = packs.rows
         self.mapped = np.zeros(len(packs), dtype=bool)
         self.last_used = np.zeros(len(packs), dtype=np.int64)
         self.n_mapped = 0
         self.tick = 0
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the raw packs these maps serve (of the commit they follow)."""
+        return int(np.sum(self.rows)) * self._row_bytes
 
     def base_rows(self, name: str) -> np.ndarray:
         """Row of each pack's first frame in feature ``name``'s view."""

@@ -321,14 +321,16 @@ def test_numeric_features_share_one_slot_layout_at_huge_page_boundaries(tmp_path
         np.testing.assert_array_equal(ds[int(idx[7])][key], ref[key][idx[7]].astype(batch[key].dtype))
 
 
+def _smaps_of(path: Path) -> list[str]:
+    """The ``/proc/self/smaps`` entries of this process's maps of files under ``path``."""
+    blocks = re.split(r"\n(?=[0-9a-f]+-[0-9a-f]+ )", Path("/proc/self/smaps").read_text())
+    return [block for block in blocks if str(path) in block.split("\n", 1)[0]]
+
+
 def _huge_page_kb(path: Path) -> int:
     """kB of the process's maps of files under ``path`` that the kernel maps with huge pages (PMD)."""
-    total = 0
-    for block in re.split(r"\n(?=[0-9a-f]+-[0-9a-f]+ )", Path("/proc/self/smaps").read_text()):
-        if str(path) in block.split("\n", 1)[0]:
-            found = re.search(r"^FilePmdMapped:\s+(\d+) kB", block, re.MULTILINE)
-            total += int(found.group(1)) if found else 0
-    return total
+    found = (re.search(r"^FilePmdMapped:\s+(\d+) kB", block, re.MULTILINE) for block in _smaps_of(path))
+    return sum(int(f.group(1)) for f in found if f)
 
 
 def test_a_transcoded_pack_is_sampled_through_huge_pages(tmp_path):
@@ -363,12 +365,8 @@ def test_a_transcoded_pack_is_sampled_through_huge_pages(tmp_path):
 
 def _advised_huge(path: Path) -> list[bool]:
     """Per map of a file under ``path``: whether it is advised ``MADV_HUGEPAGE`` (``hg`` in its VmFlags)."""
-    out = []
-    for block in re.split(r"\n(?=[0-9a-f]+-[0-9a-f]+ )", Path("/proc/self/smaps").read_text()):
-        if str(path) in block.split("\n", 1)[0]:
-            found = re.search(r"^VmFlags:(.*)$", block, re.MULTILINE)
-            out.append(bool(found) and "hg" in found.group(1).split())
-    return out
+    found = (re.search(r"^VmFlags:(.*)$", block, re.MULTILINE) for block in _smaps_of(path))
+    return [bool(f) and "hg" in f.group(1).split() for f in found]
 
 
 def test_huge_pages_are_advised_only_for_a_store_that_fits_in_half_the_memory(source, tmp_path, monkeypatch):

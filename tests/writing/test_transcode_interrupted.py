@@ -50,6 +50,19 @@ def assert_committed_episodes_exact(store: Path, ref: dict[str, np.ndarray]) -> 
     return ds.episodes.tolist()
 
 
+def record_writes(monkeypatch) -> list[tuple[str, int, int, int, int]]:
+    """The transcode's pack writes from now on, as ``(feature, frame bytes, pack, byte position, bytes)``."""
+    writes: list[tuple[str, int, int, int, int]] = []
+    write = transcode_mod.write_pack_bytes
+
+    def recorded(root, name, spec, pack, position, data):
+        writes.append((name, spec.frame_bytes, pack, position, len(data)))
+        write(root, name, spec, pack, position, data)
+
+    monkeypatch.setattr(transcode_mod, "write_pack_bytes", recorded)
+    return writes
+
+
 def fail_reading(monkeypatch, episode: int, delay_s: float = 0.0) -> None:
     """Make reading the source raise at ``episode`` (each episode before it taking ``delay_s``): a transcode
     interrupted there."""
@@ -83,11 +96,7 @@ def test_exception_mid_transcode_keeps_committed_episodes_and_resumes(source, tm
     monkeypatch.setattr(LeRobotSource, "_check_episode", original)
     table = lerobot_zarr.store.state.read_state(store).table
     committed = [(int(table.chunk[e]), int(table.offset[e]), int(table.length[e])) for e in range(7)]
-    rewritten = []
-    write = transcode_mod.write_pack_bytes
-    monkeypatch.setattr(transcode_mod, "write_pack_bytes", lambda root, name, spec, pack, position, data: (
-        rewritten.append((name, spec.frame_bytes, pack, position, len(data))),
-        write(root, name, spec, pack, position, data)))
+    rewritten = record_writes(monkeypatch)
     ds = lerobot_zarr.open_dataset(source, root=store, progress=False)
     assert ds.episodes.tolist() == list(range(12))
     assert assert_committed_episodes_exact(store, ref) == list(range(12))
@@ -203,11 +212,7 @@ def test_writes_fill_huge_pages_whole_and_only_written_episodes_are_committed(so
     ref = reference_frames(source)
     monkeypatch.setattr(transcode_mod, "_COMMIT_EVERY_S", 0.0)
     monkeypatch.setattr(transcode_mod, "HUGE_PAGE", 512)
-    writes: list[tuple[str, int, int, int, int]] = []
-    write = transcode_mod.write_pack_bytes
-    monkeypatch.setattr(transcode_mod, "write_pack_bytes", lambda root, name, spec, pack, position, data: (
-        writes.append((name, spec.frame_bytes, pack, position, len(data))),
-        write(root, name, spec, pack, position, data)))
+    writes = record_writes(monkeypatch)
     original = LeRobotSource._check_episode
     fail_reading(monkeypatch, 7)
     with pytest.raises(RuntimeError, match="episode 7"):
@@ -243,15 +248,15 @@ def test_every_byte_is_written_once_whatever_the_page_size(source, tmp_path, mon
     store reads back exact."""
     monkeypatch.setattr(transcode_mod, "_COMMIT_EVERY_S", 0.0)
     monkeypatch.setattr(transcode_mod, "HUGE_PAGE", page)
-    writes: dict[tuple[str, int], list[tuple[int, int]]] = {}
-    write = transcode_mod.write_pack_bytes
-    monkeypatch.setattr(transcode_mod, "write_pack_bytes", lambda root, name, spec, pack, position, data: (
-        writes.setdefault((name, pack), []).append((position, len(data))),
-        write(root, name, spec, pack, position, data)))
+    recorded = record_writes(monkeypatch)
     store = tmp_path / "store"
     lerobot_zarr.open_dataset(source, root=store, progress=False)
     assert assert_committed_episodes_exact(store, reference_frames(source)) == list(range(12))
     state = read_state(store)
+    writes: dict[tuple[str, int], list[tuple[int, int]]] = {}
+    for name, _, pack, position, n in recorded:
+        writes.setdefault((name, pack), []).append((position, n))
+    assert writes
     for (name, pack), done in writes.items():
         ends = [position + n for position, n in done]
         assert [position for position, _ in done] == [0, *ends[:-1]], f"{name}: a gap or a byte written twice"
