@@ -160,7 +160,8 @@ class Handler(Routes, BaseHTTPRequestHandler):
             else:
                 self._send_error(ReplyError(500, f"Internal error in test hub: {err!r}"))
         finally:
-            self._rec.ended = time.monotonic()
+            if not self._rec.ended:  # nothing was written: a dropped or reset connection
+                self._rec.ended = time.monotonic()
 
     def _read_chunks(self) -> Iterator[bytes]:
         """The request body, de-chunked if needed; counts bytes into the record."""
@@ -198,6 +199,12 @@ class Handler(Routes, BaseHTTPRequestHandler):
         self.hub.stopping.wait(self._fault.seconds)
         raise Dropped
 
+    def _send(self, data: bytes) -> None:
+        """Write to the client, noting the time first: ``ended`` is then never later than the moment the client
+        can have the whole answer (and send its next request, whose ``started`` follows)."""
+        self._rec.ended = time.monotonic()
+        self.wfile.write(data)
+
     def _write(self, data: bytes) -> None:
         fault = self._fault
         if fault is not None and fault.kind == "stall" and self._headers_sent:
@@ -205,7 +212,7 @@ class Handler(Routes, BaseHTTPRequestHandler):
             if room < len(data):
                 if room > 0:
                     self._rec.bytes_sent += room
-                    self.wfile.write(data[:room])
+                    self._send(data[:room])
                     self.wfile.flush()
                 self._stall()
         if fault is not None and fault.kind == "trickle" and self._headers_sent:
@@ -214,7 +221,7 @@ class Handler(Routes, BaseHTTPRequestHandler):
                 if self.hub.stopping.wait(0.1):
                     raise Dropped
                 self._rec.bytes_sent += len(data[i:i + piece])
-                self.wfile.write(data[i:i + piece])
+                self._send(data[i:i + piece])
                 self.wfile.flush()
             return
         if self._drop_after is not None:
@@ -222,18 +229,18 @@ class Handler(Routes, BaseHTTPRequestHandler):
             if room < len(data):
                 if room > 0:
                     self._rec.bytes_sent += room
-                    self.wfile.write(data[:room])
+                    self._send(data[:room])
                 raise Dropped
         network = self.hub.network
         if network is None:
             self._rec.bytes_sent += len(data)
-            self.wfile.write(data)
+            self._send(data)
             return
         for i in range(0, len(data), CHUNK):
             piece = data[i:i + CHUNK]
             self.hub.link.send(len(piece), network.rate, self.hub.stopping)
             self._rec.bytes_sent += len(piece)
-            self.wfile.write(piece)
+            self._send(piece)
 
     def _start(self, status: int, headers: Mapping[str, str], length: int) -> bool:
         """Send the status line and headers; returns whether a body follows."""
@@ -250,6 +257,7 @@ class Handler(Routes, BaseHTTPRequestHandler):
         if not self._body_consumed and self.command == "PUT":
             self.send_header("Connection", "close")
             self.close_connection = True
+        self._rec.ended = time.monotonic()  # the headers go out now (the body, if any, follows through _send)
         self.end_headers()
         self._headers_sent = True
         return has_body

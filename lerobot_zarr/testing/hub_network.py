@@ -23,8 +23,9 @@ class RequestRecord:
     before each write), ``bytes_received`` the request body bytes read, ``connection`` a number identifying the
     TCP connection (equal numbers: the request reused a kept-alive connection). ``status`` stays 0 when no
     status line was sent (a ``"reset"`` fault, or a ``"drop"`` fault on a response without body). ``started`` and
-    ``ended`` are ``time.monotonic()`` when the request arrived and when its answer was written (0 until then):
-    :meth:`HubStats.round_trips` counts the requests one after the other from them."""
+    ``ended`` are ``time.monotonic()`` when the request arrived and just before the last piece of its answer went
+    to the socket, so never after the client could have it all (when nothing was written: when the handler
+    ended; 0 until then): :meth:`HubStats.round_trips` counts the requests one after the other from them."""
 
     method: str
     path: str
