@@ -96,13 +96,26 @@ def data_ranges(fd: int, size: int) -> list[tuple[int, int]]:
     return out
 
 
+# what copy_file_range raises where it cannot copy between these two files (another filesystem, a kernel or a
+# filesystem without it): the copy goes on with reads and writes
+_NO_KERNEL_COPY = frozenset({errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EINVAL})
+
+
 def _copy_sparse(fd_in: int, fd_out: int) -> None:
     size = os.fstat(fd_in).st_size
+    kernel_copy = hasattr(os, "copy_file_range")
     for start, stop in data_ranges(fd_in, size):
         pos = start
         while pos < stop:
-            n = os.copy_file_range(fd_in, fd_out, stop - pos, pos, pos) if hasattr(os, "copy_file_range") else 0
-            if n <= 0:  # not supported here (or nothing copied): plain reads and writes
+            n = 0
+            if kernel_copy:
+                try:
+                    n = os.copy_file_range(fd_in, fd_out, stop - pos, pos, pos)
+                except OSError as exc:
+                    if exc.errno not in _NO_KERNEL_COPY:
+                        raise
+                    kernel_copy = False  # for the rest of this file: one failed call, not one per range
+            if n <= 0:  # no kernel copy here (or nothing copied): plain reads and writes of the data ranges
                 data = os.pread(fd_in, min(stop - pos, 8 << 20), pos)
                 if not data:
                     raise OSError(errno.EIO, "the file shrank while it was copied")
