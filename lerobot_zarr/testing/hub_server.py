@@ -308,6 +308,10 @@ class HubServer:
         - ``"bad_range"`` (range downloads): the bytes ``max(1, after_bytes)`` further into the file (or back,
           at its end), with a ``Content-Range`` saying so.
         - ``"bad_commit"`` (``/refs`` and repo info): ``value`` wherever a commit id is due.
+        - ``"gzip_bomb"``: the answer is a gzip stream (``Content-Encoding: gzip``) inflating to ``after_bytes``
+          bytes of spaces (default 1 GiB) from about a thousandth of that.
+        - ``"deep_json"`` (JSON answers): the answer is a JSON array nested ``after_bytes`` levels deep (default
+          100,000).
         """
         if kind not in FAULT_KINDS:
             raise ValueError(f"unknown fault kind {kind!r}")
