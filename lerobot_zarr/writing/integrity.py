@@ -11,7 +11,10 @@ against their crc32c; ``mp4.json`` against its hash) and zarr's copies of the co
 The result is a :class:`VerifyReport`: per feature, the episodes found damaged (with why) and those that cannot be
 checked (no hash recorded: a store made before hashes existed, or an in-place edit not committed yet).
 ``repair=True`` rewrites zarr's copies, finishes interrupted edits, and, for a store made from a Hub repo or a
-LeRobot folder that is still reachable, fetches the damaged episodes again from it (then checks them again).
+LeRobot folder, fetches the damaged episodes again from it (then checks them again). A repair never drops what it
+cannot put back: the source is opened and checked to hold what the store was made from (the recorded commit, or
+the folder's fingerprint) before a damaged episode is let go; a source gone or changed leaves the damage in place,
+reported. Episodes committed once (their hash recorded) that the store no longer holds are reported as damaged.
 A store recorded or edited in place is its only copy: damaged episodes can then only be deleted.
 """
 
@@ -49,7 +52,7 @@ from ..utils.fileio import (
 )
 from ..utils.hashing import compact_frame_header, crc32c, crc32c_at
 from ..utils.progress import progress_bar
-from .transcode import fetch_missing
+from .transcode import recorded_source, transcode
 
 __all__ = ["verify", "VerifyReport"]
 
@@ -255,6 +258,11 @@ def _check_episodes(state: StoreState, report: VerifyReport, progress: bool) -> 
                     f"recorded {recorded[e]:08x})")
             else:
                 report.checked += 1
+        # committed once (a hash recorded at their commit), listed as not fetched now: a repair cut short
+        for e in np.flatnonzero(~state.done_mask(name) & (recorded >= 0)).tolist():
+            report.damaged.setdefault(name, {})[e] = (
+                "committed once (its content hash is recorded) and no longer in the store: a repair could not "
+                "fetch it again; verify --repair fetches it from the store's source")
     return computed
 
 
@@ -541,6 +549,13 @@ def _refetch(root: Path, report: VerifyReport, *, token: Any, progress: bool) ->
             f"{'recorded' if source.get('kind') == 'recorded' else 'edited'} in place, so it is their only copy; "
             f"delete them (ds.delete_episodes(...)) or restore the store from a backup")
         return
+    try:  # before anything is dropped: the source is there and holds what the store was made from
+        origin = recorded_source(root, episodes, token=token)
+    except (LeRobotZarrError, OSError) as exc:
+        report.not_repaired.append(f"episodes {_short(episodes)}: left as they are, damaged: {_source_name(source)} "
+                                   f"cannot give them back as they were recorded ({exc}); make the source reachable "
+                                   f"and run verify --repair again, or restore the store from a copy")
+        return
     before = {name: state.episode_hashes(name) for name in damaged}
     with WriterLock(root):
         state = read_state(root)
@@ -549,11 +564,11 @@ def _refetch(root: Path, report: VerifyReport, *, token: Any, progress: bool) ->
             _drop_damaged_files(state, name, spec, sorted(per))
         commit(state.without_materialized({name: list(per) for name, per in damaged.items()}), previous=state)
     try:
-        fetch_missing(root, episodes, progress=progress, token=token)
+        transcode(origin, root, episodes=episodes, progress=progress)
     except (LeRobotZarrError, OSError) as exc:
         report.not_repaired.append(f"episodes {_short(episodes)} could not be fetched again from "
-                                   f"{_source_name(source)} ({exc}); they are listed as not fetched: the next open "
-                                   f"that needs them fetches them")
+                                   f"{_source_name(source)} ({exc}); verify reports them as missing until a "
+                                   f"verify --repair (or an open that needs them) fetches them")
         return
     again = verify(root, progress=False)
     still = {name: {e: why for e, why in again.damaged.get(name, {}).items() if e in per}
