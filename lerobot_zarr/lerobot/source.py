@@ -79,10 +79,7 @@ class LeRobotSource:
             raise SourceNotFoundError(f"{first}: data file of episode {e} not found")
         schema = open_parquet(self.files, rel).schema_arrow
         for name, spec in list(self.features.items()):
-            if spec.kind == "video":
-                self.features[name] = FeatureSpec(spec.name, spec.dtype, spec.shape, spec.names, spec.shape)
-                continue
-            if spec.kind == "string":
+            if spec.kind in ("video", "string"):  # a video's frame shape is info.json's (fixed when it was read)
                 continue
             if name not in schema.names:
                 raise SchemaMismatchError(f"{first}: feature {name!r} declared in info.json has no column")

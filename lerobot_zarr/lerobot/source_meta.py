@@ -259,7 +259,9 @@ def _parse_features(info: dict, info_path: str) -> dict[str, FeatureSpec]:
             names = [names[1], names[2], names[0]] if isinstance(names, list) and len(names) == 3 else names
         if dtype in CAMERA_DTYPES and (len(shape) != 3 or shape[-1] not in (1, 3, 4)):
             raise SchemaMismatchError(f"{info_path}: {dtype} feature {name!r} must have shape (H, W, C), got {shape}")
-        specs[name] = FeatureSpec(name, dtype, shape, names)
+        # a video's frames are what info.json declares (no data file to read them from): fixed now, so that a decode
+        # never waits for (nor races) the shapes read from a data file
+        specs[name] = FeatureSpec(name, dtype, shape, names, shape if dtype == "video" else ())
     for name, dtype in DEFAULT_FEATURES.items():
         specs.setdefault(name, FeatureSpec(name, dtype, (1,)))
     return specs
