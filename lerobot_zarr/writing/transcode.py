@@ -375,24 +375,20 @@ def recorded_source(store: str | os.PathLike, episodes: Sequence[int], *, token:
     was made from. ``NotMaterializedError`` when it cannot be reached (offline, the folder gone, a store recorded
     or edited in place), ``SourceMismatchError`` when its content changed since; both name ``episodes``, those
     wanted from it."""
+    from huggingface_hub import constants
+
     from ..lerobot.source import LeRobotSource
 
-    store = Path(store)
+    store, wanted = Path(store), list(episodes)[:20]
     recorded = read_state(store).source
-    wanted = list(episodes)[:20]
-    if recorded.get("kind") == "hub":
-        from huggingface_hub import constants
-
-        if constants.is_offline_mode():
-            raise NotMaterializedError(f"{store}: HF_HUB_OFFLINE is set and episodes {wanted} are not in the "
-                                       f"store")
-        source = LeRobotSource(HubFiles(recorded["repo_id"], recorded["commit"], token=token))
-    else:
-        origin = Path(recorded.get("path", ""))
-        if recorded.get("kind") != "local" or not is_lerobot_folder(origin):
-            raise NotMaterializedError(f"{store}: episodes {wanted} are not in the store and its source "
-                                       f"{recorded.get('path')!r} is not available to transcode them")
-        source = LeRobotSource(origin)
+    origin = Path(recorded.get("path", ""))
+    if recorded.get("kind") == "hub" and constants.is_offline_mode():
+        raise NotMaterializedError(f"{store}: HF_HUB_OFFLINE is set and episodes {wanted} are not in the store")
+    if recorded.get("kind") != "hub" and (recorded.get("kind") != "local" or not is_lerobot_folder(origin)):
+        raise NotMaterializedError(f"{store}: episodes {wanted} are not in the store and its source "
+                                   f"{recorded.get('path')!r} is not available to transcode them")
+    source = LeRobotSource(HubFiles(recorded["repo_id"], recorded["commit"], token=token)
+                           if recorded.get("kind") == "hub" else origin)
     _checked_state(store, source.record())
     return source
 
