@@ -134,8 +134,8 @@ class EmptyStoreError(StoreError):
 
 
 class ReadOnlyStoreError(StoreError):
-    """A write to a store (or buffer) that was opened to read, or keeps data in a form that cannot be written in
-    place (compressed frames)."""
+    """A write to a store (or buffer) that was opened to read, keeps data in a form that cannot be written in
+    place (compressed frames), or lies on a read-only volume."""
 
 
 class UnsupportedStoreError(StoreError):

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from ..cameras.frame_codecs import decode_threads
-from ..errors import CorruptStoreError, LeRobotZarrError, StoreLockedError
+from ..errors import CorruptStoreError, LeRobotZarrError, ReadOnlyStoreError, StoreLockedError
 from ..store.cameras import MP4_INDEX, mp4_file, mp4_index_path, read_mp4_index
 from ..store.committing import commit, live_matches, live_runs, repair_live
 from ..store.hashes import ContentHashes, root_hash
@@ -407,6 +407,10 @@ def _check_store_files(state: StoreState, report: VerifyReport) -> None:
         report.store_problems.append(
             f"frame_live of pack(s) {_short(bad_live)} differs from the committed table: zarr and xarray readers "
             f"would see the wrong rows as live (lerobot_zarr itself reads the table); --repair rewrites it")
+    with contextlib.suppress(FileNotFoundError):
+        if not stat.S_ISREG(os.lstat(root / ".lock").st_mode):
+            report.store_problems.append(f"{root / '.lock'}: is not a file (a folder?): no writer can open the store; "
+                                         f"remove it")
     stale = _stale_zarr_copies(state)
     if stale:
         report.store_problems.append(f"zarr's copy of the episode table ({', '.join(stale)}) differs from the "
@@ -466,7 +470,7 @@ def _fix(root: Path, state: StoreState, report: VerifyReport, computed: Mapping[
         return
     try:
         lock = WriterLock(root, blocking=False).__enter__()
-    except StoreLockedError as exc:
+    except (StoreLockedError, ReadOnlyStoreError) as exc:
         report.not_repaired.append(f"nothing changed: {exc}")
         return
     try:
@@ -615,7 +619,11 @@ def _drop_damaged_files(state: StoreState, name: str, spec: ArraySpec, episodes:
             continue
         wrong_size = spec.storage == "raw" and st.st_size != int(state.packs.rows[pack]) * spec.frame_bytes
         if (wrong_size or spec.storage == "compact" or not stat.S_ISREG(st.st_mode)) and in_pack <= set(episodes):
-            os.unlink(path)
+            try:
+                os.rmdir(path) if stat.S_ISDIR(st.st_mode) else os.unlink(path)
+            except OSError as exc:  # a folder holding files where the pack belongs: not ours to delete
+                raise CorruptStoreError(f"{path}: a folder in place of a pack file could not be removed ({exc}); "
+                                        f"remove it, then run verify --repair again", path=path) from None
 
 
 def _source_name(source: Mapping[str, Any]) -> str:

@@ -58,7 +58,7 @@ from ..store.tables import (
     plan_packs,
 )
 from ..utils.background import prefetched
-from ..utils.fileio import WriterLock, atomic_write, check_in_store, disk_error, link_or_copy
+from ..utils.fileio import WriterLock, atomic_write, check_in_store, disk_error, link_or_copy, replace_file
 from ..utils.hashing import Crc32c, crc32c
 from ..utils.progress import progress_bar
 
@@ -720,7 +720,7 @@ def _keep_mp4(source: LeRobotSource, root: Path, e: int, name: str) -> int:
             if not _decodable(tmp):
                 raise VideoUnavailable(f"episode {e}, camera {name!r}: {source.files.location(rel)} has no "
                                        f"decodable video stream")
-            os.replace(tmp, target)
+            replace_file(tmp, target)
             _mp4_hashes[str(target)] = crc
             return crc
         finally:
