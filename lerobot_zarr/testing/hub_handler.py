@@ -196,7 +196,7 @@ class Handler(Routes, BaseHTTPRequestHandler):
 
     def _stall(self) -> None:
         """A ``"stall"`` fault: wait (until the server stops at the latest), then drop the connection."""
-        self.hub.stopping.wait(self._fault.seconds)
+        self.hub.unstall.wait(self._fault.seconds)
         raise Dropped
 
     def _send(self, data: bytes) -> None:

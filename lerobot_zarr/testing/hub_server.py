@@ -117,6 +117,7 @@ class HubServer:
         self.tokens: dict[str, str] | None = dict(tokens) if tokens is not None else None
         self.read_only = frozenset(read_only)
         self.stopping = threading.Event()
+        self.unstall = threading.Event()  # set: stalled answers end now (release_stalls, stop)
         self.tree_page_size = 1000
         self.network = network
         self.link = Link()
@@ -157,6 +158,7 @@ class HubServer:
         if httpd is None:
             return
         self.stopping.set()  # stalled and trickling answers end
+        self.unstall.set()
         httpd.shutdown()
         httpd.server_close()
         httpd.close_all_connections()
@@ -300,8 +302,8 @@ class HubServer:
           status line.
         - ``"reset"``: close the connection without answering.
         - ``"401"``, ``"403"``: answer that status (as for a token that may not read the file).
-        - ``"stall"``: send nothing for ``seconds`` (or until the server stops), then close the connection; with
-          ``after_bytes`` > 0, the status line, headers and that many body bytes first.
+        - ``"stall"``: send nothing for ``seconds`` (or until :meth:`release_stalls` or the server stops), then close
+          the connection; with ``after_bytes`` > 0, the status line, headers and that many body bytes first.
         - ``"trickle"``: send the body at ``rate`` bytes per second (in tenths of a second).
         - ``"short"`` (file downloads): a complete answer (``Content-Length`` agreeing) of at most ``after_bytes``
           body bytes, whatever range was asked.
@@ -318,8 +320,15 @@ class HubServer:
         if count < 1 or after_bytes < 0 or seconds < 0 or rate < 1:
             raise ValueError("count and rate must be >= 1, after_bytes and seconds >= 0")
         with self._faults_lock:
+            if kind == "stall":
+                self.unstall.clear()
             self._faults.append(Fault(path_contains, kind, count, after_bytes, method.upper() if method else None,
                                        seconds, rate, value))
+
+    def release_stalls(self) -> None:
+        """End every ``"stall"`` now (their connections are closed), and make the stalls still to come end at once:
+        a test waits on an event, not on a stall's seconds."""
+        self.unstall.set()
 
     def clear_faults(self) -> None:
         with self._faults_lock:

@@ -438,12 +438,20 @@ def test_8_an_lfs_upload_failure_is_a_hub_error(source, tmp_path, monkeypatch):
 
     from lerobot_zarr.testing.hub_server import HubServer
 
+    import functools
+
+    from huggingface_hub import lfs
+
+    # huggingface_hub retries each LFS upload 5 times, waiting 1 to 8 s: the same retries, without the waits
+    monkeypatch.setattr(lfs, "http_backoff", functools.partial(lfs.http_backoff, base_wait_time=0.01,
+                                                               max_wait_time=0.01))
     ds = lz.open_dataset(source, root=tmp_path / "s", progress=False)
     with HubServer(tmp_path / "hub", tokens={"tok": "alice"}) as server:
         make_env(monkeypatch, tmp_path, server.endpoint)
         server.inject_fault(path_contains="__lfs", kind="500", count=1000, method="PUT")
         with pytest.raises(HubError, match="alice/data"):
             ds.push("alice/data", token="tok", progress=False)
+        assert len(server.requests("PUT", "__lfs")) >= 6, "huggingface_hub retried the upload"
 
 
 def test_8_a_damaged_frame_live_is_repaired_by_the_next_writer(tmp_path):
