@@ -270,7 +270,7 @@ def test_module_entry_point(tmp_path):
     import sys
 
     result = subprocess.run([sys.executable, "-m", "lerobot_zarr", "--version"], check=False, capture_output=True,
-                            text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+                            text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
     assert result.returncode == 0 and result.stdout.startswith("lerobot_zarr ")
 
 

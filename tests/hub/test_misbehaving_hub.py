@@ -138,7 +138,7 @@ def test_trickling_api_answer_is_cut_by_the_call_deadline(hub, env, monkeypatch)
     started = time.monotonic()
     exc = _bounded(lambda: inspect("org/ds"), 20)
     assert type(exc) is HubError and "org/ds" in str(exc) and "too slow" in str(exc), repr(exc)
-    assert len(_attempts(hub, "/refs")) == 2 and time.monotonic() - started < 15
+    assert len(_attempts(hub, "/refs")) == 2 and time.monotonic() - started < 60  # without the deadline: 10 min
 
 
 def test_timeouts_follow_huggingface_hub_environment(monkeypatch):

@@ -577,7 +577,8 @@ def test_verify_reads_at_least_as_many_bytes_as_the_rows(source, tmp_path):
 
 
 @pytest.mark.parametrize("version", [1, 2])
-def test_a_legacy_store_verifies_as_unverifiable_then_record_makes_damage_visible(tmp_path, version):
+def test_a_legacy_store_verifies_as_unverifiable_then_record_makes_damage_visible(tmp_path, version, monkeypatch):
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[1] / "store"))  # importable run alone too
     from test_packs import write_legacy_store
 
     src = write_sample_dataset(tmp_path / "src", n_episodes=5, lengths=(20, 30), state_dim=4, action_dim=4,

@@ -669,13 +669,14 @@ def test_a_reader_in_another_process_samples_what_the_writer_commits(tmp_path):
     try:
         assert proc.stdout.readline().startswith("C")
         reader = TransitionBuffer(root, mode="r", refresh_interval=0.0)
-        sizes, checked = [], 0
-        deadline = time.monotonic() + 2.5
-        while time.monotonic() < deadline:
-            batch = reader.sample(64)
-            checked += len(check_batch(batch, SEED))
+        sizes, newest, checked = [], [], 0
+        hang = time.monotonic() + 600  # only stops a hang: the loop ends when the reader saw the buffer move on
+        while not (checked > 500 and newest[-1] > newest[0]):
+            assert time.monotonic() < hang and proc.poll() is None, (checked, newest[:1], newest[-1:], proc.poll())
+            ids = check_batch(reader.sample(64), SEED)
+            checked += len(ids)
             sizes.append(len(reader))
-        assert checked > 500 and sizes[-1] > sizes[0], (checked, sizes[0], sizes[-1])
+            newest.append(max(ids))  # the newest transition sampled: later ones appear as the writer commits
         assert max(sizes) <= 400
     finally:
         proc.kill()
