@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -237,14 +238,9 @@ def inspect(source: str | os.PathLike, *, revision: str | None = None,
         meta = DatasetMeta.from_source(lerobot)
         meta.source["hub_bytes"] = {top: sum(n for p, n in files.sizes.items() if p.startswith(top + "/"))
                                     for top in ("data", "videos", "meta")}
-    found: dict[str, bool] = {}
+    exists = functools.cache(lerobot.files.exists)  # one check per file, not per episode
     for name, refs in lerobot.episodes.videos.items():
-        reasons = {}
-        for e, ref in enumerate(refs):
-            if ref is None:
-                reasons[e] = "meta/episodes lists no video file"
-            elif not found.setdefault(ref[0], lerobot.files.exists(ref[0])):
-                reasons[e] = f"video file {lerobot.files.location(ref[0])} not found"
+        reasons = {e: why for e in range(len(refs)) if (why := lerobot.video_missing(e, name, exists)) is not None}
         if reasons:
             meta.unavailable[name] = reasons
     return meta

@@ -540,8 +540,8 @@ class _Commits:
 
 def _undecodable(state: StoreState) -> set[str]:
     """The video cameras this process cannot write: all of them where PyAV is not installed. Their episodes stay
-    not decoded (never recorded as unavailable: a missing package is not a property of the data), and the
-    samples of this process leave them out, saying what to install."""
+    not decoded (a missing package is not a property of the data; an episode with no video file is: unavailable),
+    and the samples of this process leave them out, saying what to install."""
     cameras = {name for name, spec in state.arrays.items() if spec.kind == "video"}
     return cameras if cameras and not have_pyav() else set()
 
@@ -766,7 +766,8 @@ def _write_episodes(source: LeRobotSource, root: Path, state: StoreState, todo: 
     commits = _Commits(root, before=rows.flush)
 
     def finish(e: int, decoding: dict[str, Future]) -> None:
-        unavailable: dict[str, dict[int, str]] = {}
+        unavailable = {name: {e: f"episode {e}, camera {name!r}: {why}"} for name in rows.skipped
+                       if (why := source.video_missing(e, name)) is not None}
         hashes = rows.hashes.pop(e, {})
         for name, future in decoding.items():
             try:

@@ -197,6 +197,49 @@ def test_writers_without_pyav_refuse_with_the_extra_to_install(tmp_path):
     assert "PyAV" in got["text"] and "[video]" in got["text"] and CAM in got["text"] and "\n" not in got["text"]
 
 
+EDIT_WITHOUT_PYAV = """
+    import contextlib, io, json, sys, warnings
+    warnings.simplefilter("ignore")
+    import lerobot_zarr as lz
+    from lerobot_zarr.cli import main
+    src, tmp = sys.argv[1], sys.argv[2]
+    out = {}
+
+    def edit(*args):
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            return [main(["edit", *args, "--delete-episodes", "3"]), err.getvalue()]
+
+    for what, args in [("dry run", ["--dry-run"]), ("edit", [])]:  # a copy of the folder to make first
+        out[what] = edit(src, "--root", tmp + "/copy", *args)
+    lz.open_dataset(src, root=tmp + "/store", resize={%r: (24, 32)}, progress=False)  # a store made without PyAV
+    for what, args in [("store dry run", ["--dry-run"]), ("store edit", [])]:
+        out[what] = edit(tmp + "/store", *args)
+    try:
+        lz.open_dataset(tmp + "/store", mode="r+")
+    except ImportError as exc:
+        out["writer"] = str(exc)
+    print(json.dumps(out))
+""" % CAM
+
+
+def test_edit_without_pyav_is_refused_by_its_dry_run_too_naming_the_episodes_that_have_video(tmp_path):
+    """The dry run refuses what the edit refuses (a writer decodes the camera first); both say so before anything
+    changes, and name only the episodes that have a video (1, 2, 4, 5 of G1-policy-train), never those without."""
+    src = real_dataset("G1-policy-train")
+    store = tmp_path / "store"
+    got = without_pyav(EDIT_WITHOUT_PYAV, tmp_path, str(src), str(tmp_path))
+    for what in ("dry run", "edit", "store dry run", "store edit"):
+        code, err = got[what]
+        assert code == 1 and err.startswith("lerobot-zarr: error: ") and err.count("\n") == 1, (what, err)
+        assert "in episodes [1, 2, 4, 5], which needs PyAV" in err, (what, err)
+    assert "episodes [1, 2, 4, 5], which needs PyAV" in got["writer"], got["writer"]
+    assert not (tmp_path / "copy").exists(), "the edit was refused before its copy was made"
+    unavailable = read_state(store).unavailable_of(CAM)
+    assert sorted(unavailable) == [e for e in range(100) if e not in (1, 2, 4, 5)], "no video: unavailable"
+    assert all("not found" in why or "no video" in why for why in unavailable.values())
+
+
 def test_cli_without_pyav_warns_once_and_info_says_what_to_install(tmp_path):
     src = real_dataset("G1-policy-train")
     env = dict(os.environ, PYTHONPATH=str(REPO), LEROBOT_ZARR_HOME=str(tmp_path / "home"),

@@ -473,6 +473,8 @@ def test_edit_bad_arguments_are_clear_errors_and_change_nothing(capsys, env, rec
         (["--drop-features", "episode_index"], "['episode_index'] are LeRobot's own columns"),
         ([], "nothing to do"),
         (["--root", str(tmp_path / "x"), "--delete-episodes", "0"], "is a store: it is edited in place"),
+        (["--delete-episodes", "1", "--push", ""], "'' is not a Hub dataset repo id"),  # not "no push": refused
+        (["--push", ""], "'' is not a Hub dataset repo id"),
     ]:
         code, out, err = run(capsys, "edit", str(recorded), *argv)
         assert code == 1 and out == "" and err.startswith("lerobot-zarr: error: ") and err.count("\n") == 1, err
