@@ -158,11 +158,10 @@ def run(args: argparse.Namespace) -> int:
     """Check the plan on metadata first (no data read), then open the store for writing, drop features, delete
     episodes, and push if asked."""
     from ..api import inspect, open_dataset
+    from ..hub.http import parse_repo_id
     from ..resolve import resolve_source
     from ..store.state import has_commit_point, read_state
     from ..writing.export import check_push
-
-    from ..hub.http import parse_repo_id
 
     if args.push is not None:  # '' too: checked before anything changes, never skipped as if not given
         parse_repo_id(args.push)
