@@ -224,7 +224,8 @@ def inspect(source: str | os.PathLike, *, revision: str | None = None,
     tasks, stats, and in ``meta.unavailable`` the episodes whose camera video file is missing. ``source`` is a Hub
     repo id (info.json, the episode table without per-episode stats, tasks and stats.json are read;
     ``meta.source["hub_bytes"]`` gives the bytes of data and videos on the Hub), a LeRobot folder (its metadata
-    files) or a store (its root ``zarr.json``). No data file is read."""
+    files) or a store (its root ``zarr.json``). No data file is read. With ``HF_HUB_OFFLINE=1`` a Hub repo's
+    metadata comes from the store this machine holds for it (the revision as last resolved here)."""
     src = resolve_source(source, revision=revision, token=token, hub_first=True)
     if src.kind == "store":
         return DatasetMeta.from_state(read_state(src.path))
@@ -232,6 +233,16 @@ def inspect(source: str | os.PathLike, *, revision: str | None = None,
         lerobot = _lerobot_source(src.path)
         meta = DatasetMeta.from_source(lerobot)
     else:
+        from huggingface_hub import constants
+
+        if constants.is_offline_mode():  # the metadata of the store this machine holds for the revision
+            commit = read_ref(src.repo_id, revision)
+            store = hub_store_path(src.repo_id, commit) if commit is not None else None
+            if store is None or not has_commit_point(store):
+                raise HubError(f"{src.repo_id}: HF_HUB_OFFLINE is set and revision {revision or '(default)'} was "
+                               f"never opened on this machine (no local store holds its metadata)",
+                               repo_id=src.repo_id, revision=revision)
+            return DatasetMeta.from_state(read_state(store))
         revision, commit = resolve_revision(src.repo_id, revision, token=token)
         files = HubFiles(src.repo_id, commit, revision=revision, token=token)
         lerobot = _lerobot_source(files)

@@ -29,6 +29,7 @@ import functools
 import math
 import os
 import re
+import socket
 import sys
 import threading
 import time
@@ -190,12 +191,30 @@ def _attempts(where: Where, attempt: Callable[[], T]) -> T:
         except Retry as exc:
             last, wait = exc, max(wait, exc.wait)
         except (http.TimeoutException, http.NetworkError, http.RemoteProtocolError) as exc:
+            if _no_such_host(exc):  # no network (or no such host): trying again would only make the user wait
+                raise HubError(f"{where}: cannot reach the Hub at {hub_endpoint()} ({exc}): no network here? "
+                               f"HF_HUB_OFFLINE=1 serves what this machine already holds (stores opened before); "
+                               f"HF_ENDPOINT points at a mirror or at a local test Hub (`python -m "
+                               f"lerobot_zarr.testing.hub_server --sample demo/sample` prints what to export)",
+                               **where.fields()) from exc
             last = exc  # stalled, dropped or reset: try again
         if n < _RETRIES:
             time.sleep(min(wait, _MAX_WAIT_S))
     raise HubError(f"{where}: failed after {_RETRIES + 1} attempts ({last or 'no answer'})",
                    **where.fields(status=getattr(last, "status", None),
                                   response=getattr(last, "response", None))) from last
+
+
+def _no_such_host(exc: BaseException) -> bool:
+    """Whether a failed connection failed to resolve the host's name (``socket.gaierror`` somewhere in its
+    causes): offline, or a mistyped endpoint."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, socket.gaierror):
+            return True
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 def request(method: str, url: str, where: Where, *, token: str | bool | None = None, kind: str = "api",

@@ -161,6 +161,23 @@ def test_one_stalled_answer_is_retried(hub, env, local):
     assert_same_frames(ds, LeRobotZarrDataset(local.root, episodes=[2, 3]), "after one stalled answer")
 
 
+def test_no_network_fails_at_once_with_a_pointer_to_offline_use(monkeypatch):
+    """A host that does not resolve (no network, a mistyped endpoint): no retries, one HubError saying how to work
+    without the network (HF_HUB_OFFLINE, a mirror or the test Hub)."""
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "ENDPOINT", "http://no-such-host.invalid")
+    waits = []
+    monkeypatch.setattr(hub_module.time, "sleep", waits.append)
+    for call in (lambda: inspect("org/ds"), lambda: open_dataset("org/ds", episodes=[0], progress=False)):
+        with pytest.raises(HubError) as info:
+            call()
+        message = str(info.value)
+        assert "cannot reach the Hub at http://no-such-host.invalid" in message, message
+        assert "HF_HUB_OFFLINE=1" in message and "lerobot_zarr.testing.hub_server" in message, message
+    assert waits == [], "no backoff: the host does not resolve"
+
+
 # ------------------------------------------------------------------------------------------------ 2. server data
 
 
