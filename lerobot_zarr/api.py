@@ -14,7 +14,7 @@ from .hub.revisions import resolve_revision
 from .resolve import resolve_source
 from .sampling.dataset import DatasetMeta, EpisodeSelection, ImageFormat, LeRobotZarrDataset
 from .sampling.selection import check_selection
-from .store.cache import cache_home, hub_store_path, read_ref, record_ref, store_path_for, variant_path
+from .store.cache import cache_home, hub_store_path, note_use, read_ref, record_ref, store_path_for, variant_path
 from .store.cameras import kept_description
 from .store.state import has_commit_point, read_state
 from .store.tables import DEFAULT_PACK_BYTES
@@ -118,6 +118,7 @@ def open_dataset(
         from .writing.writer import WritableDataset
 
         return WritableDataset(store, delta_timestamps=delta_timestamps, image_format=image_format)
+    note_use(store)  # `cache ls` says when a store was last read
     return LeRobotZarrDataset(store, episodes=episodes, delta_timestamps=delta_timestamps, image_format=image_format,
                               lazy=lazy, fetch=_fetch if lazy else None)
 
