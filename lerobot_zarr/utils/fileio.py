@@ -301,7 +301,7 @@ def replace_file(tmp: str | os.PathLike, path: str | os.PathLike) -> None:
     except OSError as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
-        if exc.errno in (errno.EISDIR, errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR):
+        if exc.errno == errno.EISDIR:
             raise _not_a_file(path) from None
         raise
 
