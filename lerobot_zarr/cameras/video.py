@@ -28,6 +28,7 @@ ENCODING = {"vcodec": "libsvtav1", "pix_fmt": "yuv420p", "g": 2, "crf": 30, "pre
 # seen to hang in svt_av1_enc_send_picture.
 SVT_PARAMS_ENV = "LEROBOT_ZARR_SVTAV1_PARAMS"
 _FORMATS = {1: "gray", 3: "rgb24", 4: "rgba"}
+_DEPTH_FORMAT = "gray12le"  # LeRobot's depth frames: 12-bit codes in uint16 (its decoder asks the same format)
 
 
 class VideoUnavailable(Exception):
@@ -52,29 +53,45 @@ def pyav_missing(what: str = "decoding videos", **fields: Any) -> MissingExtraEr
 
 
 def decode_into(source: BinaryIO | str, sink: Callable[[bytes], None], queries: np.ndarray,
-                frame_shape: Sequence[int], where: str) -> None:
+                frame_shape: Sequence[int], where: str, *, depth: bool = False,
+                rewind: Callable[[], None] | None = None) -> None:
     """Decode the frames nearest to ``queries`` (seconds in the file, increasing), handing each to ``sink`` as
-    raw uint8 HWC bytes, in order.
+    raw HWC bytes, in order: uint8, or for a depth camera (``depth``) LeRobot's 12-bit codes as uint16 (its
+    ``gray12le`` frames).
 
     ``where`` names the episode and camera in messages. Raises :class:`VideoUnavailable` when the file cannot be
     decoded, a frame has another shape, or a timestamp has no frame within ``TOLERANCE_S``; what the sink got
-    until then is garbage (only a commit makes a chunk part of a store).
+    until then is garbage (only a commit makes a chunk part of a store). A decoder started at a keyframe may drop
+    the frames that refer to pictures before it (HEVC's open GOPs, which LeRobot's concatenated HEVC files have):
+    when a frame is missing after a seek, ``rewind()`` (if given) tells the sink to start over, and decoding starts
+    again a keyframe earlier, then at the file's start.
     """
     import av
 
     height, width, channels = (int(s) for s in frame_shape)
-    fmt = _FORMATS.get(channels)
-    if fmt is None:
-        raise VideoUnavailable(f"{where}: {channels} channels cannot be decoded")
+    fmt = _DEPTH_FORMAT if depth else _FORMATS.get(channels)
+    if fmt is None or (depth and channels != 1):
+        raise VideoUnavailable(f"{where}: {channels} channels cannot be decoded" + (" as depth" if depth else ""))
     queries = np.asarray(queries, dtype=np.float64)
+    seek = float(queries[0]) - TOLERANCE_S
     try:
-        with av.open(source, mode="r") as container:
-            stream = container.streams.video[0]
-            stream.thread_type = "AUTO"
-            tb = stream.time_base
-            container.seek(max(0, int((queries[0] - TOLERANCE_S) / tb)), stream=stream, backward=True,
-                           any_frame=False)
-            written = _match(container.decode(stream), queries, sink, (height, width, channels), fmt, where)
+        for attempt in range(3):  # at the first query, one keyframe earlier, at the start
+            if attempt and hasattr(source, "seek"):
+                source.seek(0)
+            with av.open(source, mode="r") as container:
+                stream = container.streams.video[0]
+                stream.thread_type = "AUTO"
+                tb = stream.time_base
+                container.seek(max(0, int(seek / tb)), stream=stream, backward=True, any_frame=False)
+                try:
+                    written = _match(container.decode(stream), queries, sink, (height, width, channels), fmt, where)
+                    break
+                except _Gap as gap:
+                    if seek <= 0 or rewind is None or attempt == 2:
+                        raise VideoUnavailable(str(gap)) from None
+                    rewind()
+                    seek = (gap.first - TOLERANCE_S if attempt == 0 and gap.first is not None and gap.first < seek
+                            else 0.0)
     except (VideoUnavailable, ConnectionError):  # a network failure (HubError) is not the file's fault: retry later
         raise
     except (av.error.FFmpegError, OSError, ValueError, IndexError) as exc:  # IndexError: no video stream
@@ -83,12 +100,21 @@ def decode_into(source: BinaryIO | str, sink: Callable[[bytes], None], queries: 
         raise VideoUnavailable(f"{where}: decoded {written} of {len(queries)} frames")
 
 
+class _Gap(VideoUnavailable):
+    """A timestamp with no decoded frame within the tolerance; ``first``: the first frame decoded (seconds)."""
+
+    def __init__(self, message: str, first: float | None):
+        super().__init__(message)
+        self.first = first
+
+
 def _match(frames: Any, queries: np.ndarray, sink: Callable[[bytes], None], shape: tuple[int, int, int], fmt: str,
            where: str) -> int:
     """Stream decoded frames, writing for each query the nearer of the frames around it."""
     n = len(queries)
     qi = 0
     prev: tuple[float, Any] | None = None
+    first: list[float] = []
     cache: list[tuple[Any, bytes]] = []  # the frame chosen last and its pixels (holding it keeps its id unique)
 
     def pixels(frame: Any) -> bytes:
@@ -103,14 +129,16 @@ def _match(frames: Any, queries: np.ndarray, sink: Callable[[bytes], None], shap
 
     def write(t: float, frame: Any, q: float) -> None:
         if abs(t - q) >= TOLERANCE_S:
-            raise VideoUnavailable(f"{where}: no frame within {TOLERANCE_S} s of timestamp {q:.6f} s (nearest "
-                                   f"decoded frame at {t:.6f} s)")
+            raise _Gap(f"{where}: no frame within {TOLERANCE_S} s of timestamp {q:.6f} s (nearest decoded frame at "
+                       f"{t:.6f} s)", first[0] if first else None)
         sink(pixels(frame))
 
     for frame in frames:
         if frame.time is None:
             raise VideoUnavailable(f"{where}: decoded a frame without a timestamp")
         t = float(frame.time)
+        if not first:
+            first.append(t)
         while qi < n and queries[qi] <= t:
             q = float(queries[qi])
             if prev is not None and abs(prev[0] - q) < abs(t - q):

@@ -6,13 +6,16 @@ Numpy only (no pyarrow): the reader (:mod:`lerobot_zarr.lerobot.source`), the wr
 
 from __future__ import annotations
 
+import json
 import re
 import string
 from collections.abc import Collection
+from typing import Any
 
 import numpy as np
 
-__all__ = ["QUANTILES", "STAT_NAMES", "DEFAULT_FEATURES", "CAMERA_DTYPES", "NUMERIC_DTYPES", "V3_DATA_PATH",
+__all__ = ["QUANTILES", "STAT_NAMES", "DEFAULT_FEATURES", "CAMERA_DTYPES", "NUMERIC_DTYPES", "TEXT_DTYPES",
+           "LANGUAGE_PERSISTENT", "LANGUAGE_EVENTS", "language_value", "V3_DATA_PATH",
            "V3_VIDEO_PATH", "V21_DATA_PATH", "V21_VIDEO_PATH", "CHUNKS_SIZE", "check_path_template", "data_file_rel", "video_file_rel",
            "default_features", "video_info", "per_episode_stats", "aggregate_stats", "stats_json", "episode_stats",
            "image_stats"]
@@ -30,6 +33,13 @@ DEFAULT_FEATURES = {
 }
 # LeRobot's dtypes of camera features (frames of shape (H, W, C), uint8); also the store's kinds of camera arrays.
 CAMERA_DTYPES = frozenset({"image", "video"})
+# LeRobot's dtypes of features holding text: a ``str`` per frame, or its language columns (a list of row dicts per
+# frame); the store's kinds of text arrays (variable-length UTF-8 per frame)
+TEXT_DTYPES = frozenset({"string", "language"})
+LANGUAGE_PERSISTENT = "language_persistent"  # LeRobot's language columns, and the fields of their rows
+LANGUAGE_EVENTS = "language_events"
+_ROW_FIELDS = {LANGUAGE_PERSISTENT: ("role", "content", "style", "timestamp", "camera", "tool_calls"),
+               LANGUAGE_EVENTS: ("role", "content", "style", "camera", "tool_calls")}
 # dtypes of numeric features: raw bytes that read the same everywhere (no platform-sized longdouble)
 NUMERIC_DTYPES = frozenset({"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
                             "float16", "float32", "float64"})
@@ -58,6 +68,35 @@ def check_path_template(template: object, fields: Collection[str]) -> str:
             raise ValueError(f"field {{{name}}} has format spec {spec!r:.40}; only plain integer specs like '03d' "
                              f"are allowed" + (", none for video_key" if name == "video_key" else ""))
     return template
+
+
+def language_value(name: str, value: Any) -> Any:
+    """A language column's value of one frame (Arrow's Python value) as LeRobot returns it: its ``datasets`` cast
+    to LeRobot's row schema keeps the fields of the column's rows in their order (a missing one None, another one
+    dropped), the persistent rows' ``timestamp`` as float32, and ``tool_calls`` as Python objects (JSON text
+    parsed). Columns of other names keep their value."""
+    fields = _ROW_FIELDS.get(name)
+    if fields is None or value is None:
+        return value
+    if not isinstance(value, list):
+        raise ValueError(f"expected a list of rows, got {type(value).__name__}")
+    rows = []
+    for row in value:
+        if row is None:
+            rows.append(None)
+            continue
+        if not isinstance(row, dict):
+            raise ValueError(f"expected rows as structs, got {type(row).__name__}")
+        out = {field: row.get(field) for field in fields}
+        if out.get("timestamp") is not None:
+            out["timestamp"] = float(np.float32(out["timestamp"]))
+        calls = out["tool_calls"]
+        if calls is not None:
+            if not isinstance(calls, list):
+                raise ValueError(f"tool_calls must be a list, got {type(calls).__name__}")
+            out["tool_calls"] = [json.loads(c) if isinstance(c, str) else c for c in calls]
+        rows.append(out)
+    return rows
 
 
 def data_file_rel(number: int) -> str:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import numpy as np
 
+from ..cameras.depth import DEPTH_UNITS, DepthOutput, DepthUnit, depth_stats, is_depth_feature
 from ..cameras.images import to_float32_chw
 from ..cameras.video import have_pyav, pyav_missing
 from ..errors import (
@@ -35,7 +36,7 @@ from ..store.cameras import cameras_needing_pyav, served_episodes
 from ..store.packs import open_array_pack, read_raw_rows
 from ..store.state import StoreState, read_state
 from ..store.tables import ArraySpec, PackLayout, pack_rows_target
-from .camera_readers import CodecFrames, VideoFrames, stored_timestamps
+from .camera_readers import CodecFrames, TextFrames, VideoFrames, stored_timestamps
 from .maps import PackMaps
 from .selection import EpisodeSelection, Selection, episode_ranges, frame_range
 from .windows import window_offsets, windows
@@ -43,8 +44,8 @@ from .windows import window_offsets, windows
 if TYPE_CHECKING:
     from ..lerobot.source import LeRobotSource
 
-__all__ = ["DatasetMeta", "LeRobotZarrDataset", "IMAGE_FORMATS", "ImageFormat", "read_episode_rows", "frame_range",
-           "episode_ranges", "window_offsets", "EpisodeSelection"]
+__all__ = ["DatasetMeta", "LeRobotZarrDataset", "IMAGE_FORMATS", "ImageFormat", "DEPTH_UNITS", "DepthUnit",
+           "read_episode_rows", "frame_range", "episode_ranges", "window_offsets", "EpisodeSelection"]
 
 ImageFormat = Literal["uint8_hwc", "float32_chw"]
 IMAGE_FORMATS = get_args(ImageFormat)
@@ -94,6 +95,7 @@ class DatasetMeta:
     episode_task_index: np.ndarray | None = None  # each episode's first task (-1: unknown)
     # video cameras this process cannot serve because PyAV is not installed, with the reason (not the store's)
     needs_pyav: dict[str, str] = field(default_factory=dict)
+    depth_unit: DepthUnit = "mm"  # the unit depth maps and their stats are given in
 
     @property
     def fps(self) -> float:
@@ -114,6 +116,11 @@ class DatasetMeta:
         return [k for k, v in self.features.items() if v.get("dtype") in CAMERA_DTYPES]
 
     @property
+    def depth_keys(self) -> list[str]:
+        """Depth cameras (image or video features whose ``info`` says ``is_depth_map``), as LeRobot names them."""
+        return [k for k, v in self.features.items() if v.get("dtype") in CAMERA_DTYPES and is_depth_feature(v)]
+
+    @property
     def total_episodes(self) -> int:
         return len(self.episode_length)
 
@@ -122,10 +129,11 @@ class DatasetMeta:
         return int(self.episode_length.sum())
 
     @classmethod
-    def from_state(cls, state: StoreState) -> DatasetMeta:
+    def from_state(cls, state: StoreState, depth_unit: DepthUnit = "mm") -> DatasetMeta:
         unavailable = {name: state.unavailable_of(name) for name in state.arrays}
         needs_pyav = cameras_needing_pyav(state)
-        return cls(root=state.root, info=state.info, tasks=list(state.tasks), stats=state.stats,
+        return cls(root=state.root, info=state.info, tasks=list(state.tasks),
+                   stats=_depth_stats(state.info, state.stats, depth_unit), depth_unit=depth_unit,
                    source=state.source, episode_start=state.episode_start, episode_end=state.episode_end,
                    episode_length=state.episode_length, materialized_episodes=served_episodes(state, needs_pyav),
                    not_materialized=dict(state.not_materialized), stored_features=tuple(state.arrays),
@@ -133,14 +141,14 @@ class DatasetMeta:
                    episode_task_index=state.table.task_index, needs_pyav=needs_pyav)
 
     @classmethod
-    def from_source(cls, source: LeRobotSource) -> DatasetMeta:
+    def from_source(cls, source: LeRobotSource, depth_unit: DepthUnit = "mm") -> DatasetMeta:
         """Metadata of a LeRobot folder or Hub repo that has no store yet (nothing materialized)."""
         t = source.episodes
-        stored = tuple(k for k, v in source.features.items()
-                       if v.kind in ("numeric", *CAMERA_DTYPES) and k not in source.not_materialized)
+        stored = tuple(k for k in source.features if k not in source.not_materialized)
         videos = [k for k in stored if source.features[k].kind == "video"]
         needs_pyav = {k: str(pyav_missing()) for k in videos} if videos and not have_pyav() else {}
-        return cls(root=source.files.location(), info=source.info, tasks=source.tasks, stats=source.stats,
+        return cls(root=source.files.location(), info=source.info, tasks=source.tasks,
+                   stats=_depth_stats(source.info, source.stats, depth_unit), depth_unit=depth_unit,
                    source=source.record(), episode_start=t.start, episode_end=t.end, episode_length=t.length,
                    materialized_episodes=np.zeros(len(t), dtype=bool), not_materialized=source.not_materialized,
                    stored_features=stored, needs_pyav=needs_pyav)
@@ -149,6 +157,18 @@ class DatasetMeta:
         return (f"DatasetMeta(root={str(self.root)!r}, fps={self.fps:g}, robot_type={self.robot_type!r}, "
                 f"episodes={self.total_episodes} ({int(self.materialized_episodes.sum())} local), "
                 f"frames={self.total_frames}, features={list(self.features)})")
+
+
+def _depth_stats(info: dict, stats: dict, unit: DepthUnit) -> dict:
+    """``stats`` with every depth camera's rescaled from its recorded unit to ``unit`` (LeRobot's
+    ``rescale_depth_stats``); the same dict when none changes."""
+    if unit not in DEPTH_UNITS:
+        raise ArgumentError(f"depth_unit must be one of {DEPTH_UNITS}, got {unit!r:.40}")
+    features = info.get("features", {})
+    changed = {k: depth_stats(stats[k], (features[k].get("info") or {}).get("depth_unit"), unit)
+               for k, v in features.items() if k in stats and isinstance(v, dict) and v.get("dtype") in CAMERA_DTYPES
+               and is_depth_feature(v)}
+    return {**stats, **changed} if changed else stats
 
 
 def _distinct(ids: np.ndarray) -> np.ndarray:
@@ -179,14 +199,25 @@ class LeRobotZarrDataset:
     ``with``) releases its memory maps at once; dropping the last reference does too. ``headroom``: address space
     reserved past the packs for appends (a fraction of their rows); a writer's dataset takes 1.0, so that packs its
     commits append map next to the others (see :meth:`reload`); copies in other processes do not keep it.
+
+    What items hold, per kind of feature (numpy; dtypes as stored): numbers as arrays of their declared shape
+    (0-d for shape ``(1,)``); cameras uint8 HWC (``image_format="float32_chw"``: float32 CHW in [0, 1]); depth
+    cameras float32 in ``depth_unit`` (``"mm"``, LeRobot's default, or ``"m"``: :mod:`~lerobot_zarr.cameras.depth`),
+    ``(H, W, 1)`` or with ``"float32_chw"`` LeRobot's ``(1, H, W)``; ``string`` features a ``str``; language
+    columns what LeRobot gives (a new list of row dicts). Windows stack numbers and cameras along a new first axis
+    and give text as a list; batches stack along the batch axis and give text as lists (of lists for windows).
     """
 
     def __init__(self, root: str | os.PathLike, *, episodes: EpisodeSelection | None = None,
                  delta_timestamps: Mapping[str, Sequence[float]] | None = None,
                  image_format: ImageFormat = "uint8_hwc", max_open_maps: int | None = None, lazy: bool = False,
-                 fetch: Callable[[Path, list[int]], None] | None = None, headroom: float = 0.0):
+                 fetch: Callable[[Path, list[int]], None] | None = None, headroom: float = 0.0,
+                 depth_unit: DepthUnit = "mm"):
         if image_format not in IMAGE_FORMATS:
             raise ArgumentError(f"image_format must be one of {IMAGE_FORMATS}, got {image_format!r}")
+        if depth_unit not in DEPTH_UNITS:
+            raise ArgumentError(f"depth_unit must be one of {DEPTH_UNITS}, got {depth_unit!r:.40}")
+        self.depth_unit: DepthUnit = depth_unit
         if lazy and fetch is None:
             raise ArgumentError("lazy=True needs fetch=, the callable that brings missing episodes into the store "
                              "(open_dataset(..., lazy=True) passes it)")
@@ -215,7 +246,7 @@ class LeRobotZarrDataset:
         maps)."""
         episodes, delta_timestamps, max_open_maps, lazy, _ = self._request
         self._state = state
-        self.meta = meta = DatasetMeta.from_state(state)
+        self.meta = meta = DatasetMeta.from_state(state, self.depth_unit)
         present = meta.materialized_episodes
         selection = Selection.of(episodes, meta.episode_length, np.ones(len(present), bool) if lazy else present)
         wanted = selection.episodes
@@ -235,6 +266,12 @@ class LeRobotZarrDataset:
             if name not in missing and (state.arrays[name].storage == "mp4"
                                         or not state.done_mask(name)[wanted].all()):
                 missing[name] = why
+        for name in meta.depth_keys:
+            spec = state.arrays.get(name)
+            if spec is not None and spec.dtype == np.uint8 and name not in missing:
+                missing[name] = ("a depth map stored by an earlier lerobot_zarr as 8-bit frames, which lose the depth "
+                                 "(it read the 12-bit video as 8-bit gray, depth images as uint8): make the store "
+                                 "again from its source")
         self._left_out = {name: why for name, why in missing.items() if name in state.arrays}
         self._offsets = window_offsets(delta_timestamps, state.fps, list(state.arrays), missing)
         absent = wanted[~present[wanted]]
@@ -267,7 +304,9 @@ class LeRobotZarrDataset:
             reader.close()
         table = state.table
         times = stored_timestamps(self._maps, table.chunk, table.offset)
-        self._cameras = {name: (CodecFrames(self.root, name, spec, state.packs, table.chunk, table.offset,
+        self._cameras = {name: (TextFrames(self.root, name, spec, state.packs, table.chunk, table.offset,
+                                           self._max_packs) if spec.is_text else
+                                CodecFrames(self.root, name, spec, state.packs, table.chunk, table.offset,
                                             self._max_packs) if spec.storage == "compact" else
                                 VideoFrames(self.root, name, spec, len(table), times))
                          for name, spec in self._specs.items() if spec.storage != "raw"}
@@ -306,7 +345,10 @@ class LeRobotZarrDataset:
                     view, (max(view.shape[0] - n + 1, 0), n, *view.shape[1:]), (view.strides[0], *view.strides),
                     writeable=False)
             self._windowed.append((w, view, blocks, group(name), w.lo, w.hi))
-        self._images = [name for name, s in self._specs.items() if s.kind in CAMERA_DTYPES]
+        self._depth = {name: DepthOutput(self.meta.features[name], spec.kind, self.depth_unit)
+                       for name, spec in self._specs.items() if name in self.meta.depth_keys}
+        self._images = [name for name, s in self._specs.items() if s.kind in CAMERA_DTYPES and name not in self._depth]
+        self._text = {name for name, s in self._specs.items() if s.is_text}
         task = views.get("task_index")
         self._task = None if task is None else (task, task.ndim > 1, group("task_index"))
         # per selected episode k, one row of int64s (one cache line for a batch's lookups): what turns a dataset
@@ -396,12 +438,12 @@ class LeRobotZarrDataset:
     def __getstate__(self) -> tuple:
         _, _, max_maps, lazy, fetch = self._request
         return (str(self.root), self._sel.to_args(self.meta.episode_length), self.delta_timestamps,
-                self.image_format, max_maps, lazy, fetch)
+                self.image_format, max_maps, lazy, fetch, self.depth_unit)
 
     def __setstate__(self, args: tuple) -> None:
-        root, selection, deltas, image_format, max_maps, lazy, fetch = args
+        root, selection, deltas, image_format, max_maps, lazy, fetch, depth_unit = args
         self.__init__(root, episodes=Selection.from_args(selection), delta_timestamps=deltas,
-                      image_format=image_format, max_open_maps=max_maps, lazy=lazy, fetch=fetch)
+                      image_format=image_format, max_open_maps=max_maps, lazy=lazy, fetch=fetch, depth_unit=depth_unit)
 
     def __repr__(self) -> str:
         return (f"LeRobotZarrDataset(root={str(self.root)!r}, frames={self._len}, episodes={len(self.episodes)}, "
@@ -431,7 +473,8 @@ class LeRobotZarrDataset:
         ``push``: the selected whole episodes, renumbered from 0) hold just those."""
         _, _, max_maps, lazy, fetch = self._request
         view = LeRobotZarrDataset(self.root, episodes=episodes, delta_timestamps=self.delta_timestamps,
-                                  image_format=self.image_format, max_open_maps=max_maps, lazy=lazy, fetch=fetch)
+                                  image_format=self.image_format, max_open_maps=max_maps, lazy=lazy, fetch=fetch,
+                                  depth_unit=self.depth_unit)
         view._selected = True
         return view
 
@@ -521,7 +564,13 @@ class LeRobotZarrDataset:
                                        path=self.root, episode=int(absent[0]))
 
     def _image_out(self, out: dict[str, Any]) -> None:
-        if self.image_format == "float32_chw":
+        """Cameras as asked: depth maps as float32 depth in ``depth_unit``, and with ``"float32_chw"`` colour
+        cameras as float32 CHW in [0, 1] and depth maps channel first."""
+        chw = self.image_format == "float32_chw"
+        for name, depth in self._depth.items():
+            if name in out:
+                out[name] = np.moveaxis(depth(out[name]), -1, -3) if chw else depth(out[name])
+        if chw:
             for name in self._images:
                 out[name] = to_float32_chw(out[name])
 
@@ -580,7 +629,7 @@ class LeRobotZarrDataset:
                     out[name] = out[name] - shift[e]
                 for name, reader in self._cameras.items():
                     self._camera_item(out, name, reader, e, local, length)
-        if self._images:
+        if self._images or self._depth:
             self._image_out(out)
         return out
 
@@ -590,7 +639,8 @@ class LeRobotZarrDataset:
             out[name] = reader.read(np.array([e]), np.array([local]))[0]
             return
         q, out[w.pad_key] = w.frames(local, length)
-        out[name] = reader.read(np.full(len(q), e), q)
+        frames = reader.read(np.full(len(q), e), q)
+        out[name] = frames.tolist() if name in self._text else frames
 
     def get_batch(self, indices: Sequence[int] | np.ndarray) -> dict[str, Any]:
         """The same dict as ``ds[i]`` for many frames, stacked along a leading batch axis (one gather per
@@ -609,10 +659,11 @@ class LeRobotZarrDataset:
         order = np.concatenate(parts)
         out: dict[str, Any] = {}
         for key in results[0]:
-            if key == "task":
-                tasks = np.empty(len(k), dtype=object)
-                tasks[order] = [t for r in results for t in r[key]]
-                out[key] = tasks.tolist()
+            if key == "task" or key in self._text:  # lists
+                values = np.empty(len(k), dtype=object)
+                for i, value in zip(order.tolist(), (v for r in results for v in r[key]), strict=True):
+                    values[i] = value
+                out[key] = values.tolist()
             else:
                 merged = np.concatenate([r[key] for r in results])
                 out[key] = np.empty_like(merged)
@@ -673,7 +724,7 @@ class LeRobotZarrDataset:
                     out[name] = out[name] - shift[eps].reshape(-1, *[1] * (out[name].ndim - 1))
                 for name, reader in self._cameras.items():
                     self._camera_batch(out, name, reader, eps, local, length)
-        if self._images:
+        if self._images or self._depth:
             self._image_out(out)
         return out
 
@@ -681,17 +732,20 @@ class LeRobotZarrDataset:
                       length: np.ndarray) -> None:
         w = self._windows.get(name)
         if w is None:
-            out[name] = reader.read(eps, local)
-            return
-        q, out[w.pad_key] = w.frames_batch(local, length)
-        frames = reader.read(np.repeat(eps, len(w.offsets)), q.reshape(-1))
-        out[name] = frames.reshape(len(eps), len(w.offsets), *frames.shape[1:])
+            frames = reader.read(eps, local)
+        else:
+            q, out[w.pad_key] = w.frames_batch(local, length)
+            frames = reader.read(np.repeat(eps, len(w.offsets)), q.reshape(-1))
+            frames = frames.reshape(len(eps), len(w.offsets), *frames.shape[1:])
+        out[name] = frames.tolist() if name in self._text else frames
 
     def episode(self, episode_index: int, *, features: Sequence[str] | None = None) -> dict[str, np.ndarray]:
         """The frames of one selected episode (those the selection holds: all of them unless it chose a frame
-        range): read-only memory maps of its rows, one per feature of the samples (or per feature of
-        ``features``); ``episode_index`` and ``index`` are corrected copies once earlier episodes were deleted,
-        compact cameras decoded arrays. An episode outside the selection raises :class:`FrameIndexError`."""
+        range), as the store holds them: read-only memory maps of its rows, one per feature of the samples (or per
+        feature of ``features``); ``episode_index`` and ``index`` are corrected copies once earlier episodes were
+        deleted, compact cameras decoded arrays, text features object arrays (a ``str`` per frame, a language
+        column's JSON text), depth maps their stored values (a video's 12-bit codes, an image's uint16 or
+        float32). An episode outside the selection raises :class:`FrameIndexError`."""
         self._check_not_closed()
         e = operator.index(episode_index)
         if not 0 <= e < self.meta.total_episodes:
@@ -726,7 +780,9 @@ class LeRobotZarrDataset:
             if spec.storage != "raw":
                 with self._lock:
                     self._ensure_mapped(np.array([e]))
-                    out[name] = self._cameras[name].read(np.full(n, e), np.arange(first, first + n))
+                    reader = self._cameras[name]
+                    read = reader.read_stored if spec.is_text else reader.read
+                    out[name] = read(np.full(n, e), np.arange(first, first + n))
                 continue
             try:
                 fd = open_array_pack(self.root, name, spec, pack, rows)

@@ -31,6 +31,7 @@ from ..utils.fileio import check_in_store, create_sized, open_nofollow, pwrite_a
 from ..utils.hashing import Crc32c, compact_frame_header, crc32c
 from .state import chunk_path, retired_path
 from .tables import ArraySpec
+from .text import encode_text
 
 __all__ = ["ensure_pack", "write_rows", "write_pack_bytes", "HUGE_PAGE", "row_writer", "open_pack",
            "open_array_pack", "read_raw_rows", "read_shard_index", "retire_pack", "remove_retired", "RowWriter"]
@@ -96,17 +97,20 @@ class RowWriter:
         self.fd: int | None = None
         self.hash = Crc32c()
         if spec.storage != "raw":
-            from ..cameras.frame_codecs import frame_codec
+            if spec.is_text:
+                self.encode = encode_text
+            else:
+                from ..cameras.frame_codecs import frame_codec
 
-            self.codec = frame_codec(spec.codec_spec, spec.frame_shape)
+                self.encode = frame_codec(spec.codec_spec, spec.frame_shape).encode
             self.frames: list[bytes] = []
 
     @property
     def crc(self) -> int:
         return self.hash.value
 
-    def write(self, frame: bytes | np.ndarray) -> None:
-        """Append one frame (raw bytes of the stored shape, or an array of it)."""
+    def write(self, frame: bytes | np.ndarray | str) -> None:
+        """Append one frame (raw bytes of the stored shape, or an array of it; a text array's ``str``)."""
         if self.written >= self.n_frames:
             raise CorruptStoreError(f"{self.path}: more than the {self.n_frames} frames of the episode written")
         if self.spec.storage == "raw":
@@ -120,13 +124,22 @@ class RowWriter:
             pwrite_all(self.fd, data, (self.offset + self.written) * self.spec.frame_bytes, self.path)
             self.hash.update(data)
         else:
-            array = frame if isinstance(frame, np.ndarray) else \
-                np.frombuffer(frame, dtype=np.uint8).reshape(self.spec.frame_shape)
-            blob = self.codec.encode(array)
+            if self.spec.is_text:
+                blob = self.encode(frame)
+            else:
+                blob = self.encode(frame if isinstance(frame, np.ndarray) else
+                                   np.frombuffer(frame, dtype=self.spec.dtype).reshape(self.spec.frame_shape))
             self.hash.update(compact_frame_header(len(blob)))
             self.hash.update(blob)
             self.frames.append(blob)
         self.written += 1
+
+    def rewind(self) -> None:
+        """Start the episode over: the next frame written is its first again (a decoder that restarts)."""
+        self.written = 0
+        self.hash = Crc32c()
+        if self.spec.storage != "raw":
+            self.frames = []
 
     def close(self) -> None:
         if self.spec.storage == "raw":
@@ -156,7 +169,7 @@ def write_rows(root: str | os.PathLike, name: str, spec: ArraySpec, pack: int, o
     """Write one episode's frames of ``name`` at row ``offset`` of pack ``pack`` of ``pack_rows`` rows (made if
     it does not exist); return their content hash."""
     path = chunk_path(root, name, pack, spec.ndim)
-    data = np.ascontiguousarray(frames, dtype=spec.dtype)
+    data = frames if spec.is_text else np.ascontiguousarray(frames, dtype=spec.dtype)
     if spec.storage == "raw":
         _ensure_file(root, path, spec, pack_rows)
         fd = open_nofollow(path, os.O_WRONLY, root=root)
@@ -219,10 +232,15 @@ def _append_compact(root: str | os.PathLike, path: str, spec: ArraySpec, offset:
                 raise CorruptStoreError(f"{path}: rows {offset}..{offset + len(frames)} are outside the pack's {rows}")
             entries = np.empty((len(frames), 2), dtype="<u8")
             pos = end
+            unique: list[bytes] = []
             for i, frame in enumerate(frames):
+                if unique and (frame is unique[-1] or frame == unique[-1]):  # the same bytes as the frame before:
+                    entries[i] = entries[i - 1]  # shared (the persistent rows of a language column...)
+                    continue
                 entries[i] = (pos, len(frame))
                 pos += len(frame)
-            pwrite_all(fd, b"".join(frames), end, path)
+                unique.append(frame)
+            pwrite_all(fd, b"".join(unique), end, path)
             pwrite_all(fd, entries.tobytes(), 16 * offset, path)
             index = os.pread(fd, 16 * rows, 0)
             pwrite_all(fd, _crc(index), 16 * rows, path)

@@ -96,6 +96,10 @@ def camera_array(name: str, spec: ArraySpec, storage: CameraStorage | str | None
     if not isinstance(choice, str) or not choice:
         raise ArgumentError(f"storage[{name!r}] must be a storage name such as {CAMERA_STORAGES}, got "
                             f"{choice!r:.40}")
+    if spec.dtype != np.uint8 and (choice != "raw" or resize is not None):  # a depth map
+        raise ArgumentError(f"{name!r} is a depth map ({spec.dtype} frames): it is kept raw, at its size (frame codecs "
+                            f"and resizing are for uint8 colour cameras; decoding its mp4 on read is not supported "
+                            f"yet)")
     if resize is not None:
         options = dict(resize) if isinstance(resize, Mapping) else {"size": resize}
         unknown = set(options) - {"size", "crop", "interpolation"}
@@ -131,7 +135,7 @@ def _camera_arrays(source: LeRobotSource, storage: Mapping[str, CameraStorage | 
     """The arrays of a new store with the cameras kept as asked (only image/video features have a choice)."""
     specs = array_specs(source)
     cameras = [k for k, v in specs.items() if v.kind in CAMERA_DTYPES]
-    storage, resize = every_camera(storage, resize, cameras)
+    storage, resize = every_camera(storage, resize, cameras, [k for k in cameras if specs[k].dtype != np.uint8])
     for what, choices in (("storage", storage), ("resize", resize)):
         wrong = [k for k in (choices or {}) if k not in cameras]
         if wrong:
@@ -141,9 +145,14 @@ def _camera_arrays(source: LeRobotSource, storage: Mapping[str, CameraStorage | 
             if name in cameras else spec for name, spec in specs.items()}
 
 
-def every_camera(storage: Any, resize: Any, cameras: Sequence[str]) -> tuple[dict | None, dict | None]:
+def every_camera(storage: Any, resize: Any, cameras: Sequence[str], depth: Sequence[str] = ()
+                 ) -> tuple[dict | None, dict | None]:
     """``storage`` and ``resize`` as ``{camera: choice}``: a single storage name (``"jpeg"``) or a single size
-    (``(224, 224)``, ``{"size": ...}``) applies to every camera; anything but these or a mapping is refused."""
+    (``(224, 224)``, ``{"size": ...}``) applies to every camera but the ``depth`` maps (kept raw, at their size);
+    anything but these or a mapping is refused."""
+    if isinstance(storage, str) or isinstance(resize, (tuple, list)) or (
+            isinstance(resize, Mapping) and "size" in resize and not any(k in cameras for k in resize)):
+        cameras = [k for k in cameras if k not in depth]
     if isinstance(storage, str):
         storage = {k: storage for k in cameras}
     elif storage is not None and not isinstance(storage, Mapping):
@@ -160,9 +169,10 @@ def every_camera(storage: Any, resize: Any, cameras: Sequence[str]) -> tuple[dic
 
 
 def array_specs(source: LeRobotSource) -> dict[str, ArraySpec]:
-    """The store arrays a source maps to: one per numeric, image or (decoded) video feature."""
+    """The store arrays a source maps to: one per numeric, image, (decoded) video, string or language feature."""
     return {name: array_spec(spec.dtype if spec.kind != "numeric" else spec.numpy_dtype.name, spec.frame_shape,
-                             spec.names) for name, spec in source.stored_features.items()}
+                             spec.names, spec.numpy_dtype if spec.kind in CAMERA_DTYPES else None)
+            for name, spec in source.stored_features.items()}
 
 
 def _create(source: LeRobotSource, root: Path, record: dict, arrays: Mapping[str, ArraySpec], pack_bytes: int
@@ -310,8 +320,8 @@ def transcode(source: LeRobotSource, root: str | os.PathLike, *, episodes: Seque
     if wanted:  # frame shapes from a data file this call reads anyway (footers fetched together, when needed)
         source.will_read(wanted)
     if storage is not None or resize is not None:
-        storage, resize = every_camera(storage, resize, [k for k, v in source.stored_features.items()
-                                                         if v.kind in CAMERA_DTYPES])
+        cameras = {k: v for k, v in source.stored_features.items() if v.kind in CAMERA_DTYPES}
+        storage, resize = every_camera(storage, resize, list(cameras), [k for k, v in cameras.items() if v.depth])
     if has_commit_point(root):
         state = _checked_state(root, record)
         state = _heal_cameras(source, root, state, storage, resize)
@@ -665,7 +675,7 @@ def _decode(source: LeRobotSource, root: str | Path, state: StoreState, e: int, 
                 writer.write(resize_frame(np.frombuffer(frame, np.uint8).reshape(shape), how["size"],
                                           crop=how.get("crop"), interpolation=how["interpolation"]))
 
-        source.decode_video(e, name, timestamps, sink)
+        source.decode_video(e, name, timestamps, sink, rewind=writer.rewind)
     if writer.written != len(timestamps):
         raise VideoUnavailable(f"episode {e}, camera {name!r}: decoded {writer.written} of its {len(timestamps)} "
                                f"frames")

@@ -39,7 +39,7 @@ from ..errors import (
     warn_user,
 )
 from ..lerobot.format import CAMERA_DTYPES, DEFAULT_FEATURES, episode_stats
-from ..sampling.dataset import ImageFormat, LeRobotZarrDataset
+from ..sampling.dataset import DepthUnit, ImageFormat, LeRobotZarrDataset
 from ..sampling.selection import episode_index, frame_range
 from ..store.committing import (
     check_new_store_location,
@@ -153,7 +153,7 @@ class WritableDataset:
 
     def __init__(self, root: str | os.PathLike, *, delta_timestamps: Mapping[str, Sequence[float]] | None = None,
                  image_format: ImageFormat = "uint8_hwc", max_open_maps: int | None = None, durable: bool = True,
-                 min_free_bytes: int | None = None):
+                 min_free_bytes: int | None = None, depth_unit: DepthUnit = "mm"):
         root = Path(root)
         lock = WriterLock(root, blocking=False).__enter__()
         try:
@@ -162,7 +162,7 @@ class WritableDataset:
             self._tx = WriteTransaction(state, durable=durable, min_free_bytes=min_free_bytes)
             # appended packs get maps next to the others: sampling keeps its maps across commits
             self._reader = LeRobotZarrDataset(root, delta_timestamps=delta_timestamps, image_format=image_format,
-                                              max_open_maps=max_open_maps, headroom=1.0)
+                                              max_open_maps=max_open_maps, headroom=1.0, depth_unit=depth_unit)
         except BaseException:
             lock.__exit__(None, None, None)
             raise
