@@ -11,13 +11,15 @@ from .errors import ArgumentError, HubError, NotMaterializedError, warn_once
 from .hub.files import HubFiles
 from .hub.revisions import resolve_revision
 from .resolve import resolve_source
-from .sampling.dataset import DEPTH_UNITS, DatasetMeta, DepthUnit, EpisodeSelection, ImageFormat, LeRobotZarrDataset
+from .sampling.dataset import DEPTH_UNITS, DepthUnit, EpisodeSelection, ImageFormat, LeRobotZarrDataset
+from .sampling.meta import DatasetMeta
 from .sampling.selection import check_selection
 from .store.cache import cache_home, hub_store_path, read_ref, record_ref, store_path_for, variant_path
 from .store.cameras import kept_description
 from .store.state import has_commit_point, read_state
 from .store.tables import DEFAULT_PACK_BYTES
-from .writing.transcode import CameraStorage, camera_choices_key, fetch_missing, missing_episodes, transcode
+from .writing.camera_choices import CameraStorage, camera_choices_key
+from .writing.transcode import fetch_missing, missing_episodes, transcode
 
 if TYPE_CHECKING:
     from .lerobot.source import LeRobotSource

@@ -17,12 +17,15 @@ import numpy as np
 
 from ..errors import MissingExtraError, import_optional, missing_extra
 
-__all__ = ["TOLERANCE_S", "VideoUnavailable", "decode_into", "have_pyav", "VideoWriter", "ENCODING"]
+__all__ = ["TOLERANCE_S", "VideoUnavailable", "decode_into", "have_pyav", "VideoWriter", "ENCODING", "DEPTH_ENCODING"]
 
 #: LeRobot's ``tolerance_s``, the one timestamp tolerance of lerobot_zarr: between a dataset timestamp and a decoded
 #: frame's, between consecutive timestamps and 1/fps, and of ``delta_timestamps`` to multiples of 1/fps
 TOLERANCE_S = 1e-4
 ENCODING = {"vcodec": "libsvtav1", "pix_fmt": "yuv420p", "g": 2, "crf": 30, "preset": 12}
+# LeRobot's depth encoder (DepthEncoderConfig), with closed GOPs (x265's open GOPs leave frames a seek cannot decode)
+DEPTH_ENCODING = {"vcodec": "hevc", "pix_fmt": "gray12le", "g": 2, "crf": 30,
+                  "extra_options": {"x265-params": "lossless=1:open-gop=0"}}
 # Extra SVT-AV1 parameters ("key=value:..."), e.g. "lp=1": one level of parallelism, 4 threads instead of ~40,
 # the same bytes, ~1.5x slower at 480x640 on 2 cores. Our test suite sets it: under heavy load the default was
 # seen to hang in svt_av1_enc_send_picture.
@@ -156,22 +159,32 @@ def _match(frames: Any, queries: np.ndarray, sink: Callable[[bytes], None], shap
 
 
 class VideoWriter:
-    """One LeRobot mp4 file: episodes appended one after the other; ``duration`` is where the next one starts."""
+    """One LeRobot mp4 file: episodes appended one after the other; ``duration`` is where the next one starts.
+    Colour cameras are encoded as LeRobot's default (AV1); depth cameras (``depth``: 12-bit codes, uint16 frames)
+    as LeRobot's depth encoder does (HEVC, ``gray12le``, lossless), with closed GOPs: a decoder that seeks to a
+    keyframe (LeRobot's) then finds every frame after it."""
 
-    def __init__(self, path: str | os.PathLike, fps: float, width: int, height: int, channels: int = 3):
+    def __init__(self, path: str | os.PathLike, fps: float, width: int, height: int, channels: int = 3, *,
+                 depth: bool = False):
         av = import_optional("av", "encoding videos")
 
         os.environ.setdefault("SVT_LOG", "1")  # SVT-AV1 prints its banner and settings to stderr otherwise
         self.fps = Fraction(fps).limit_denominator(1001)
+        self.depth = depth
+        encoding = DEPTH_ENCODING if depth else ENCODING
         self.container = av.open(str(path), mode="w")
-        self.stream = self.container.add_stream(ENCODING["vcodec"], rate=self.fps)
+        self.stream = self.container.add_stream(encoding["vcodec"], rate=self.fps)
         self.stream.width, self.stream.height = width, height
-        self.stream.pix_fmt = ENCODING["pix_fmt"]
-        options = {"g": str(ENCODING["g"]), "crf": str(ENCODING["crf"]), "preset": str(ENCODING["preset"])}
-        if os.environ.get(SVT_PARAMS_ENV):
-            options["svtav1-params"] = os.environ[SVT_PARAMS_ENV]
+        self.stream.pix_fmt = encoding["pix_fmt"]
+        options = {"g": str(encoding["g"]), "crf": str(encoding["crf"])}
+        if depth:
+            options["x265-params"] = DEPTH_ENCODING["extra_options"]["x265-params"] + ":log-level=error"
+        else:
+            options["preset"] = str(encoding["preset"])
+            if os.environ.get(SVT_PARAMS_ENV):
+                options["svtav1-params"] = os.environ[SVT_PARAMS_ENV]
         self.stream.options = options
-        self.format = _FORMATS[channels]
+        self.format = _DEPTH_FORMAT if depth else _FORMATS[channels]
         self.frames = 0
 
     @property
@@ -180,13 +193,18 @@ class VideoWriter:
         return float(self.frames / self.fps)
 
     def add(self, frames: np.ndarray) -> tuple[float, float]:
-        """Append an episode's frames (T, H, W, C) uint8; return its ``(from_timestamp, to_timestamp)``."""
+        """Append an episode's frames (T, H, W, C) uint8 (a depth camera's: uint16 12-bit codes); return its
+        ``(from_timestamp, to_timestamp)``."""
         import av
 
         start = self.duration
         for image in frames:
-            frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(image if image.shape[-1] != 1 else image[..., 0]),
-                                               format=self.format)
+            pixels = np.ascontiguousarray(image if image.shape[-1] != 1 else image[..., 0])
+            frame = av.VideoFrame.from_ndarray(pixels, format=self.format)
+            if self.depth:  # rows padded to the plane's line size: copied row by row
+                plane = frame.planes[0]
+                rows = np.frombuffer(plane, dtype=np.uint16).reshape(pixels.shape[0], plane.line_size // 2)
+                rows[:, :pixels.shape[1]] = pixels
             frame.pts = self.frames
             frame.time_base = 1 / self.fps
             self.container.mux(self.stream.encode(frame))

@@ -15,10 +15,10 @@ from typing import Any
 import numpy as np
 
 __all__ = ["QUANTILES", "STAT_NAMES", "DEFAULT_FEATURES", "CAMERA_DTYPES", "NUMERIC_DTYPES", "TEXT_DTYPES",
-           "LANGUAGE_PERSISTENT", "LANGUAGE_EVENTS", "language_value", "V3_DATA_PATH",
-           "V3_VIDEO_PATH", "V21_DATA_PATH", "V21_VIDEO_PATH", "CHUNKS_SIZE", "check_path_template", "data_file_rel", "video_file_rel",
+           "LANGUAGE_PERSISTENT", "LANGUAGE_EVENTS", "language_value", "V3_DATA_PATH", "V3_VIDEO_PATH",
+           "V21_DATA_PATH", "V21_VIDEO_PATH", "CHUNKS_SIZE", "check_path_template", "data_file_rel", "video_file_rel",
            "default_features", "video_info", "per_episode_stats", "aggregate_stats", "stats_json", "episode_stats",
-           "image_stats"]
+           "image_stats", "depth_map_stats"]
 
 CHUNKS_SIZE = 1000
 QUANTILES = {"q01": 0.01, "q10": 0.10, "q50": 0.50, "q90": 0.90, "q99": 0.99}
@@ -194,8 +194,26 @@ def image_stats(frames: np.ndarray) -> dict[str, np.ndarray]:
     return {name: stats[name] for name in STAT_NAMES}
 
 
-def episode_stats(values: np.ndarray, kind: str) -> dict[str, np.ndarray]:
-    """One episode's stats of one feature, shaped like LeRobot's (images: :func:`image_stats`)."""
+def depth_map_stats(frames: np.ndarray) -> dict[str, np.ndarray]:
+    """Stats of depth frames (T, H, W, 1) in their unit, as LeRobot computes a depth camera's: on its sample of
+    frames (downsampled past 300 pixels), not scaled, shape (1, 1, 1); ``count`` is the number of frames sampled."""
+    sample = frames[_sample_indices(len(frames))]
+    height, width = sample.shape[1:3]
+    if max(height, width) >= 300:
+        step = int(width / 150) if width > height else int(height / 150)
+        sample = sample[:, ::step, ::step]
+    flat = sample.reshape(-1, 1).astype(np.float64)
+    stats = per_episode_stats(flat, np.array([len(flat)]))
+    out = {name: value.reshape(1, 1, 1) for name, value in stats.items() if name != "count"}
+    out["count"] = np.array([len(sample)])
+    return {name: out[name] for name in STAT_NAMES}
+
+
+def episode_stats(values: np.ndarray, kind: str, depth: bool = False) -> dict[str, np.ndarray]:
+    """One episode's stats of one feature, shaped like LeRobot's (images: :func:`image_stats`; depth maps, in
+    their unit: :func:`depth_map_stats`)."""
+    if depth:
+        return depth_map_stats(values)
     if kind in CAMERA_DTYPES:
         return image_stats(values)
     return {k: v[0] for k, v in per_episode_stats(values, np.array([len(values)])).items()}

@@ -21,6 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ..cameras.depth import Quantizer, is_depth_feature
 from ..errors import (
     CorruptSourceError,
     LeRobotZarrError,
@@ -28,7 +29,6 @@ from ..errors import (
     SourceNotFoundError,
 )
 from ..utils.fileio import load_json
-from ..cameras.depth import Quantizer, is_depth_feature
 from .format import (
     CAMERA_DTYPES,
     DEFAULT_FEATURES,

@@ -13,15 +13,13 @@ import threading
 import weakref
 from bisect import bisect_right
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from typing import Any, Literal, get_args
 
 import numpy as np
 
-from ..cameras.depth import DEPTH_UNITS, DepthOutput, DepthUnit, depth_stats, is_depth_feature
+from ..cameras.depth import DEPTH_UNITS, DepthOutput, DepthUnit
 from ..cameras.images import to_float32_chw
-from ..cameras.video import have_pyav, pyav_missing
 from ..errors import (
     ArgumentError,
     CorruptStoreError,
@@ -32,19 +30,17 @@ from ..errors import (
     warn_once,
 )
 from ..lerobot.format import CAMERA_DTYPES
-from ..store.cameras import cameras_needing_pyav, served_episodes
-from ..store.packs import open_array_pack, read_raw_rows
+from ..store.cameras import served_episodes
+from ..store.packs import open_array_pack, read_raw_rows, read_text_rows
 from ..store.state import StoreState, read_state
 from ..store.tables import ArraySpec, PackLayout, pack_rows_target
 from .camera_readers import CodecFrames, TextFrames, VideoFrames, stored_timestamps
 from .maps import PackMaps
+from .meta import DatasetMeta
 from .selection import EpisodeSelection, Selection, episode_ranges, frame_range
 from .windows import window_offsets, windows
 
-if TYPE_CHECKING:
-    from ..lerobot.source import LeRobotSource
-
-__all__ = ["DatasetMeta", "LeRobotZarrDataset", "IMAGE_FORMATS", "ImageFormat", "DEPTH_UNITS", "DepthUnit",
+__all__ = ["LeRobotZarrDataset", "IMAGE_FORMATS", "ImageFormat", "DEPTH_UNITS", "DepthUnit",
            "read_episode_rows", "frame_range", "episode_ranges", "window_offsets", "EpisodeSelection"]
 
 ImageFormat = Literal["uint8_hwc", "float32_chw"]
@@ -75,102 +71,6 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_reset_locks_after_fork)
 
 
-@dataclass(frozen=True, kw_only=True)
-class DatasetMeta:
-    """What the store knows about its dataset (LeRobot's info, tasks, stats, episode table)."""
-
-    root: Path | str  # the store folder; for a source's metadata (no store), its location (folder or repo@rev)
-    info: dict
-    tasks: list[str]
-    stats: dict
-    source: dict
-    episode_start: np.ndarray
-    episode_end: np.ndarray
-    episode_length: np.ndarray
-    materialized_episodes: np.ndarray  # bool mask: episodes whose every stored feature is committed
-    not_materialized: dict[str, str]
-    stored_features: tuple[str, ...] = ()
-    # per stored feature, episodes the source could not give (missing or broken videos) and why
-    unavailable: dict[str, dict[int, str]] = field(default_factory=dict)
-    episode_task_index: np.ndarray | None = None  # each episode's first task (-1: unknown)
-    # video cameras this process cannot serve because PyAV is not installed, with the reason (not the store's)
-    needs_pyav: dict[str, str] = field(default_factory=dict)
-    depth_unit: DepthUnit = "mm"  # the unit depth maps and their stats are given in
-
-    @property
-    def fps(self) -> float:
-        return float(self.info["fps"])
-
-    @property
-    def robot_type(self) -> str | None:
-        return self.info.get("robot_type")
-
-    @property
-    def features(self) -> dict[str, dict]:
-        """LeRobot feature specs (dtype, shape, names), videos included."""
-        return self.info["features"]
-
-    @property
-    def camera_keys(self) -> list[str]:
-        """Image and video features, as LeRobot names them."""
-        return [k for k, v in self.features.items() if v.get("dtype") in CAMERA_DTYPES]
-
-    @property
-    def depth_keys(self) -> list[str]:
-        """Depth cameras (image or video features whose ``info`` says ``is_depth_map``), as LeRobot names them."""
-        return [k for k, v in self.features.items() if v.get("dtype") in CAMERA_DTYPES and is_depth_feature(v)]
-
-    @property
-    def total_episodes(self) -> int:
-        return len(self.episode_length)
-
-    @property
-    def total_frames(self) -> int:
-        return int(self.episode_length.sum())
-
-    @classmethod
-    def from_state(cls, state: StoreState, depth_unit: DepthUnit = "mm") -> DatasetMeta:
-        unavailable = {name: state.unavailable_of(name) for name in state.arrays}
-        needs_pyav = cameras_needing_pyav(state)
-        return cls(root=state.root, info=state.info, tasks=list(state.tasks),
-                   stats=_depth_stats(state.info, state.stats, depth_unit), depth_unit=depth_unit,
-                   source=state.source, episode_start=state.episode_start, episode_end=state.episode_end,
-                   episode_length=state.episode_length, materialized_episodes=served_episodes(state, needs_pyav),
-                   not_materialized=dict(state.not_materialized), stored_features=tuple(state.arrays),
-                   unavailable={k: v for k, v in unavailable.items() if v},
-                   episode_task_index=state.table.task_index, needs_pyav=needs_pyav)
-
-    @classmethod
-    def from_source(cls, source: LeRobotSource, depth_unit: DepthUnit = "mm") -> DatasetMeta:
-        """Metadata of a LeRobot folder or Hub repo that has no store yet (nothing materialized)."""
-        t = source.episodes
-        stored = tuple(k for k in source.features if k not in source.not_materialized)
-        videos = [k for k in stored if source.features[k].kind == "video"]
-        needs_pyav = {k: str(pyav_missing()) for k in videos} if videos and not have_pyav() else {}
-        return cls(root=source.files.location(), info=source.info, tasks=source.tasks,
-                   stats=_depth_stats(source.info, source.stats, depth_unit), depth_unit=depth_unit,
-                   source=source.record(), episode_start=t.start, episode_end=t.end, episode_length=t.length,
-                   materialized_episodes=np.zeros(len(t), dtype=bool), not_materialized=source.not_materialized,
-                   stored_features=stored, needs_pyav=needs_pyav)
-
-    def __repr__(self) -> str:
-        return (f"DatasetMeta(root={str(self.root)!r}, fps={self.fps:g}, robot_type={self.robot_type!r}, "
-                f"episodes={self.total_episodes} ({int(self.materialized_episodes.sum())} local), "
-                f"frames={self.total_frames}, features={list(self.features)})")
-
-
-def _depth_stats(info: dict, stats: dict, unit: DepthUnit) -> dict:
-    """``stats`` with every depth camera's rescaled from its recorded unit to ``unit`` (LeRobot's
-    ``rescale_depth_stats``); the same dict when none changes."""
-    if unit not in DEPTH_UNITS:
-        raise ArgumentError(f"depth_unit must be one of {DEPTH_UNITS}, got {unit!r:.40}")
-    features = info.get("features", {})
-    changed = {k: depth_stats(stats[k], (features[k].get("info") or {}).get("depth_unit"), unit)
-               for k, v in features.items() if k in stats and isinstance(v, dict) and v.get("dtype") in CAMERA_DTYPES
-               and is_depth_feature(v)}
-    return {**stats, **changed} if changed else stats
-
-
 def _distinct(ids: np.ndarray) -> np.ndarray:
     """The distinct values of ``ids``, sorted (``np.unique`` without its import of numpy.ma: 0.1 s of a fresh
     process's open)."""
@@ -180,7 +80,10 @@ def _distinct(ids: np.ndarray) -> np.ndarray:
 
 def read_episode_rows(root: str | os.PathLike, name: str, spec: ArraySpec, pack: int, pack_rows: int, offset: int,
                       length: int) -> np.ndarray:
-    """A copy of one episode's stored frames of one feature: ``length`` rows from ``offset`` of pack ``pack``."""
+    """A copy of one episode's stored frames of one feature: ``length`` rows from ``offset`` of pack ``pack`` (a text
+    array's: an object array of its stored strings)."""
+    if spec.is_text:
+        return read_text_rows(root, name, spec, pack, pack_rows, offset, length)
     if spec.storage == "compact":
         reader = CodecFrames(root, name, spec, PackLayout(np.array([0] * pack + [pack_rows])), 1)
         try:
@@ -232,9 +135,8 @@ class LeRobotZarrDataset:
         self._maps: PackMaps | None = None
         self._closed = False
         self._load(read_state(self.root))
-        left_out = {name: why for name, why in self._left_out.items() if name not in self.meta.not_materialized}
-        if left_out:
-            (first, why), *others = left_out.items()
+        if self._left_out:
+            (first, why), *others = self._left_out.items()
             text = f"{first!r} is left out of samples: {why}" + (
                 f"; so are {', '.join(map(repr, dict(others)))} (ds.left_out says why for each)" if others else "")
             warn_once(str(self.root), f"{self.root}: {text}")
@@ -272,7 +174,8 @@ class LeRobotZarrDataset:
                 missing[name] = ("a depth map stored by an earlier lerobot_zarr as 8-bit frames, which lose the depth "
                                  "(it read the 12-bit video as 8-bit gray, depth images as uint8): make the store "
                                  "again from its source")
-        self._left_out = {name: why for name, why in missing.items() if name in state.arrays}
+        # what samples lack: stored features this selection cannot serve, and the source's features no store holds
+        self._left_out = {name: why for name, why in missing.items() if name in state.arrays or name in meta.features}
         self._offsets = window_offsets(delta_timestamps, state.fps, list(state.arrays), missing)
         absent = wanted[~present[wanted]]
         if absent.size and not lazy:
@@ -454,8 +357,9 @@ class LeRobotZarrDataset:
 
     @property
     def left_out(self) -> dict[str, str]:
-        """Features the store lists but samples of this selection lack, with why (e.g. a camera whose video is
-        missing for some selected episodes: select only the episodes that have it to get it)."""
+        """Features of the dataset that samples of this selection lack, with why: a feature no store holds (a dtype
+        LeRobot does not write, a depth map whose quantizer cannot be read), a camera whose video is missing for
+        some selected episodes (select only the episodes that have it to get it)..."""
         return dict(self._left_out)
 
     @property

@@ -31,10 +31,11 @@ from ..utils.fileio import check_in_store, create_sized, open_nofollow, pwrite_a
 from ..utils.hashing import Crc32c, compact_frame_header, crc32c
 from .state import chunk_path, retired_path
 from .tables import ArraySpec
-from .text import encode_text
+from .text import decode_text, encode_text
 
 __all__ = ["ensure_pack", "write_rows", "write_pack_bytes", "HUGE_PAGE", "row_writer", "open_pack",
-           "open_array_pack", "read_raw_rows", "read_shard_index", "retire_pack", "remove_retired", "RowWriter"]
+           "open_array_pack", "read_raw_rows", "read_text_rows", "read_shard_index", "retire_pack", "remove_retired",
+           "RowWriter"]
 
 _EMPTY = np.uint64(2**64 - 1)
 _pack_locks: dict[str, threading.Lock] = {}
@@ -335,6 +336,25 @@ def read_raw_rows(root: str | os.PathLike, name: str, spec: ArraySpec, pack: int
         f.seek(offset * spec.frame_bytes)
         return np.fromfile(f, dtype=spec.dtype, count=length * int(np.prod(spec.frame_shape, dtype=np.int64))
                            ).reshape(length, *spec.frame_shape)
+
+
+def read_text_rows(root: str | os.PathLike, name: str, spec: ArraySpec, pack: int, pack_rows: int, offset: int,
+                   length: int) -> np.ndarray:
+    """``length`` committed rows from row ``offset`` of a text array's pack, as a 1-D object array of the stored
+    strings."""
+    fd = open_array_pack(root, name, spec, pack, pack_rows)
+    try:
+        where = f"pack {pack} of feature {name!r}"
+        index = read_shard_index(fd, spec, pack_rows, offset, length, where)
+        out = np.empty(length, dtype=object)
+        last: tuple[int, str] | None = None
+        for k, (start, nbytes) in enumerate(index.tolist()):
+            if last is None or last[0] != start:
+                last = (start, decode_text(os.pread(fd, nbytes, start), f"{root}: {where} row {offset + k}"))
+            out[k] = last[1]
+        return out
+    finally:
+        os.close(fd)
 
 
 def retire_pack(root: str | os.PathLike, arrays: Mapping[str, ArraySpec], pack: int) -> None:

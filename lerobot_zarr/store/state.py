@@ -18,7 +18,6 @@ from ..errors import CorruptStoreError, SourceNotFoundError, UnsupportedStoreErr
 from ..lerobot.format import CAMERA_DTYPES
 from ..utils.fileio import load_json, read_bounded
 from .hashes import ContentHashes, root_hash
-from .text import TEXT_CODEC, TEXT_DATA_TYPE, TEXT_KINDS
 from .tables import (
     DEFAULT_PACK_BYTES,
     MAX_EPISODES,
@@ -36,6 +35,7 @@ from .tables import (
     ranges_mask,
     ranges_of,
 )
+from .text import TEXT_CODEC, TEXT_DATA_TYPE, TEXT_KINDS
 from .zarr_meta import EPISODE_ARRAYS, LIVE_ARRAY, ROOT
 
 __all__ = ["FORMAT_VERSION", "ATTRS_KEY", "MAX_ROOT_BYTES", "CREATING_MARKER", "LIVE_PENDING_MARKER", "StoreState",

@@ -14,8 +14,9 @@ import struct
 from typing import Any
 
 from ..errors import CorruptStoreError
+from ..utils.hashing import Crc32c, compact_frame_header
 
-__all__ = ["TEXT_KINDS", "TEXT_CODEC", "TEXT_DATA_TYPE", "encode_text", "decode_text", "text_value"]
+__all__ = ["TEXT_KINDS", "TEXT_CODEC", "TEXT_DATA_TYPE", "encode_text", "decode_text", "text_value", "text_crc"]
 
 TEXT_KINDS = ("string", "language")
 TEXT_CODEC = "vlen-utf8"  # the frame codec a store records for its text arrays (zarr's codec of that name)
@@ -55,3 +56,14 @@ def text_value(kind: str, text: str, where: str) -> Any:
         return json.loads(text)
     except ValueError as exc:
         raise CorruptStoreError(f"{where}: a language frame that is not JSON ({exc})") from None
+
+
+def text_crc(frames: Any) -> int:
+    """The content hash of a text array's frames (strings, in row order), as a compact pack's: each encoded frame's
+    length as 8 little-endian bytes, then the frame (what :class:`~lerobot_zarr.store.packs.RowWriter` computes)."""
+    crc = Crc32c()
+    for value in frames:
+        blob = encode_text(value)
+        crc.update(compact_frame_header(len(blob)))
+        crc.update(blob)
+    return crc.value
