@@ -188,10 +188,10 @@ def _write(ds: LeRobotZarrDataset, root: Path, size_mb: int, video_size_mb: int,
 
     meta = ds.meta
     for name, why in ds.left_out.items():
-        warn_user(f"{ds.root}: feature {name!r} is left out of the export: {why}")
-    for name, why in meta.not_materialized.items():
-        if name in meta.info["features"] and name not in ds.left_out:
+        if name in meta.not_materialized:
             warn_user(f"{ds.root}: feature {name!r} of the source is not in the store, so not in the export: {why}")
+        else:
+            warn_user(f"{ds.root}: feature {name!r} is left out of the export: {why}")
     selected = ds.episodes.tolist()  # the store's episodes, exported as 0 .. n_episodes - 1
     lengths = meta.episode_length[selected]
     n_episodes = len(lengths)
