@@ -26,9 +26,9 @@ from ..errors import (
 from ..lerobot.format import CAMERA_DTYPES, DEFAULT_FEATURES
 from ..utils.fileio import atomic_write, load_json, read_bounded
 
-__all__ = ["Layout", "Slot", "Rounding", "lerobot_values", "stored_value", "as_stored", "host_array", "squeezed", "scalar", "hwc",
-           "numeric_storage", "ACTION", "REWARD", "DONE", "TRUNCATED", "COMPLEMENTARY", "OBS_IMAGE", "LAYOUT_FILE",
-           "IMAGE_STORAGES", "ImageStorage", "DEFAULT_TASK", "DEFAULT_FPS"]
+__all__ = ["Layout", "Slot", "Rounding", "lerobot_values", "stored_value", "as_stored", "host_array", "squeezed",
+           "scalar", "hwc", "numeric_storage", "ACTION", "REWARD", "DONE", "TRUNCATED", "COMPLEMENTARY", "OBS_IMAGE",
+           "LAYOUT_FILE", "IMAGE_STORAGES", "ImageStorage", "DEFAULT_TASK", "DEFAULT_FPS"]
 
 ACTION, REWARD, DONE, TRUNCATED = "action", "next.reward", "next.done", "next.truncated"  # LeRobot's names
 COMPLEMENTARY = "complementary_info."
@@ -226,7 +226,7 @@ def as_stored(slot: Slot, value: Any) -> np.ndarray | None:
             value = value.detach().numpy()
         except (TypeError, RuntimeError):  # dtypes numpy has not (bfloat16...)
             return None
-    if value.dtype is not _STORED_DTYPES.get(slot.stored) and value.dtype != _STORED_DTYPES.get(slot.stored):
+    if value.dtype != _STORED_DTYPES.get(slot.stored):
         return None
     if value.ndim and value.shape[0] == 1:
         value = value[0]

@@ -620,8 +620,7 @@ class TransitionBuffer:
             after[f] = stored_value(s, next_state[k], f"next_state[{k!r}]", self._rounding) if v is None else v.copy()
         v = as_stored(layout.action, action)
         values[ACTION] = stored_value(layout.action, action, "action") if v is None else v
-        values[REWARD] = (np.float32(reward) if type(reward) is float or type(reward) is int  # noqa: E721
-                          else scalar(reward, "reward").astype(np.float32))
+        values[REWARD] = np.float32(reward) if type(reward) is float else scalar(reward, "reward").astype(np.float32)
         for name, flag in (("done", done), ("truncated", truncated)):
             if type(flag) is bool:
                 values[f"next.{name}"] = np.bool_(flag)
