@@ -44,7 +44,7 @@ LAYERS = [
     ("utils",),
     ("cameras",),
     ("lerobot",),
-    ("hub", "store"),
+    ("hub", "store", "cloud"),
     ("resolve",),  # what a source argument names: a store, a LeRobot folder or a Hub repo (streams use it)
     ("sampling",),
     ("writing",),
