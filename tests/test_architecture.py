@@ -46,6 +46,7 @@ LAYERS = [
     ("lerobot",),
     ("hub", "store", "cloud"),
     ("resolve",),  # what a source argument names: a store, a LeRobot folder or a Hub repo (streams use it)
+    ("sources",),  # where a dataset comes from: each kind of source; a store in a bucket read without copying
     ("sampling",),
     ("writing",),
     ("api",),

@@ -246,6 +246,10 @@ class Bucket:
         futures = [_pool.submit(self.read, rel, a, b, etag=etag) for a, b in ranges]
         return [f.result() for f in futures]
 
+    def read_head(self, rel: str, nbytes: int) -> tuple[bytes, ObjectInfo]:
+        """The first ``nbytes`` of an object (all of it when it is shorter) and its info, in one request."""
+        return self._read(rel, 0, max(1, nbytes), None, whole=True)
+
     def read_whole(self, rel: str, *, limit: int) -> tuple[bytes, ObjectInfo]:
         """The whole object and its info, if it holds at most ``limit`` bytes (else a
         :class:`~lerobot_zarr.errors.BucketError`, nothing more read): one request when it is small."""

@@ -13,14 +13,12 @@ import threading
 import weakref
 from bisect import bisect_right
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from typing import Any, Literal, get_args
 
 import numpy as np
 
 from ..cameras.images import to_float32_chw
-from ..cameras.video import have_pyav, pyav_missing
 from ..errors import (
     ArgumentError,
     CorruptStoreError,
@@ -31,17 +29,15 @@ from ..errors import (
     warn_once,
 )
 from ..lerobot.format import CAMERA_DTYPES
-from ..store.cameras import cameras_needing_pyav, served_episodes
+from ..store.cameras import served_episodes
 from ..store.packs import open_array_pack, read_raw_rows
 from ..store.state import StoreState, read_state
 from ..store.tables import ArraySpec, PackLayout, pack_rows_target
 from .camera_readers import CodecFrames, VideoFrames, stored_timestamps
 from .maps import PackMaps
+from .meta import DatasetMeta
 from .selection import EpisodeSelection, Selection, episode_ranges, frame_range
 from .windows import window_offsets, windows
-
-if TYPE_CHECKING:
-    from ..lerobot.source import LeRobotSource
 
 __all__ = ["DatasetMeta", "LeRobotZarrDataset", "IMAGE_FORMATS", "ImageFormat", "read_episode_rows", "frame_range",
            "episode_ranges", "window_offsets", "EpisodeSelection"]
@@ -74,83 +70,6 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_reset_locks_after_fork)
 
 
-@dataclass(frozen=True, kw_only=True)
-class DatasetMeta:
-    """What the store knows about its dataset (LeRobot's info, tasks, stats, episode table)."""
-
-    root: Path | str  # the store folder; for a source's metadata (no store), its location (folder or repo@rev)
-    info: dict
-    tasks: list[str]
-    stats: dict
-    source: dict
-    episode_start: np.ndarray
-    episode_end: np.ndarray
-    episode_length: np.ndarray
-    materialized_episodes: np.ndarray  # bool mask: episodes whose every stored feature is committed
-    not_materialized: dict[str, str]
-    stored_features: tuple[str, ...] = ()
-    # per stored feature, episodes the source could not give (missing or broken videos) and why
-    unavailable: dict[str, dict[int, str]] = field(default_factory=dict)
-    episode_task_index: np.ndarray | None = None  # each episode's first task (-1: unknown)
-    # video cameras this process cannot serve because PyAV is not installed, with the reason (not the store's)
-    needs_pyav: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def fps(self) -> float:
-        return float(self.info["fps"])
-
-    @property
-    def robot_type(self) -> str | None:
-        return self.info.get("robot_type")
-
-    @property
-    def features(self) -> dict[str, dict]:
-        """LeRobot feature specs (dtype, shape, names), videos included."""
-        return self.info["features"]
-
-    @property
-    def camera_keys(self) -> list[str]:
-        """Image and video features, as LeRobot names them."""
-        return [k for k, v in self.features.items() if v.get("dtype") in CAMERA_DTYPES]
-
-    @property
-    def total_episodes(self) -> int:
-        return len(self.episode_length)
-
-    @property
-    def total_frames(self) -> int:
-        return int(self.episode_length.sum())
-
-    @classmethod
-    def from_state(cls, state: StoreState) -> DatasetMeta:
-        unavailable = {name: state.unavailable_of(name) for name in state.arrays}
-        needs_pyav = cameras_needing_pyav(state)
-        return cls(root=state.root, info=state.info, tasks=list(state.tasks), stats=state.stats,
-                   source=state.source, episode_start=state.episode_start, episode_end=state.episode_end,
-                   episode_length=state.episode_length, materialized_episodes=served_episodes(state, needs_pyav),
-                   not_materialized=dict(state.not_materialized), stored_features=tuple(state.arrays),
-                   unavailable={k: v for k, v in unavailable.items() if v},
-                   episode_task_index=state.table.task_index, needs_pyav=needs_pyav)
-
-    @classmethod
-    def from_source(cls, source: LeRobotSource) -> DatasetMeta:
-        """Metadata of a LeRobot folder or Hub repo that has no store yet (nothing materialized)."""
-        t = source.episodes
-        stored = tuple(k for k, v in source.features.items()
-                       if v.kind in ("numeric", *CAMERA_DTYPES) and k not in source.not_materialized)
-        videos = [k for k in stored if source.features[k].kind == "video"]
-        needs_pyav = {k: str(pyav_missing()) for k in videos} if videos and not have_pyav() else {}
-        return cls(root=source.files.location(), info=source.info, tasks=source.tasks, stats=source.stats,
-                   source=source.record(), episode_start=t.start, episode_end=t.end, episode_length=t.length,
-                   materialized_episodes=np.zeros(len(t), dtype=bool), not_materialized=source.not_materialized,
-                   stored_features=stored, needs_pyav=needs_pyav)
-
-    def __repr__(self) -> str:
-        return (f"DatasetMeta(root={str(self.root)!r}, fps={self.fps:g}, robot_type={self.robot_type!r}, "
-                f"episodes={self.total_episodes} ({int(self.materialized_episodes.sum())} local), "
-                f"frames={self.total_frames}, features={list(self.features)})")
-
-
 def _distinct(ids: np.ndarray) -> np.ndarray:
     """The distinct values of ``ids``, sorted (``np.unique`` without its import of numpy.ma: 0.1 s of a fresh
     process's open)."""
@@ -179,18 +98,23 @@ class LeRobotZarrDataset:
     ``with``) releases its memory maps at once; dropping the last reference does too. ``headroom``: address space
     reserved past the packs for appends (a fraction of their rows); a writer's dataset takes 1.0, so that packs its
     commits append map next to the others (see :meth:`reload`); copies in other processes do not keep it.
+    ``remote``: a store in a bucket (a :class:`~lerobot_zarr.sources.remote_store.RemoteStore`, made by
+    ``open_dataset``): ``root`` is its local mirror, and each sample's frames are made present there before they
+    are read (:meth:`prefetch` fetches those of samples to come).
     """
 
     def __init__(self, root: str | os.PathLike, *, episodes: EpisodeSelection | None = None,
                  delta_timestamps: Mapping[str, Sequence[float]] | None = None,
                  image_format: ImageFormat = "uint8_hwc", max_open_maps: int | None = None, lazy: bool = False,
-                 fetch: Callable[[Path, list[int]], None] | None = None, headroom: float = 0.0):
+                 fetch: Callable[[Path, list[int]], None] | None = None, headroom: float = 0.0,
+                 remote: Any = None):
         if image_format not in IMAGE_FORMATS:
             raise ArgumentError(f"image_format must be one of {IMAGE_FORMATS}, got {image_format!r}")
         if lazy and fetch is None:
             raise ArgumentError("lazy=True needs fetch=, the callable that brings missing episodes into the store "
                              "(open_dataset(..., lazy=True) passes it)")
-        self.root = Path(root)
+        self._remote = remote
+        self.root = Path(root) if remote is None else remote.root
         self.image_format = image_format
         if not (isinstance(headroom, (int, float)) and 0 <= headroom < float("inf")):
             raise ArgumentError(f"headroom must be a finite number >= 0, got {headroom!r:.40}")
@@ -352,6 +276,17 @@ class LeRobotZarrDataset:
 
         In-place changes of frames (``edit``, ``set_task``) need no refresh: they are visible at once. A dataset
         otherwise keeps the commit it opened, so indices stay stable for a sampler until it refreshes."""
+        if self._remote is not None:  # the bucket's latest commit, in a mirror laid out anew
+            state = self._remote.refresh()
+            if state is None:
+                return False
+            with self._lock:
+                self._check_not_closed()
+                if self._maps is not None:
+                    self._maps.close()
+                    self._maps = None
+                self._load(state)
+            return True
         state = read_state(self.root)
         if state.generation == self._state.generation:
             return False
@@ -396,12 +331,12 @@ class LeRobotZarrDataset:
     def __getstate__(self) -> tuple:
         _, _, max_maps, lazy, fetch = self._request
         return (str(self.root), self._sel.to_args(self.meta.episode_length), self.delta_timestamps,
-                self.image_format, max_maps, lazy, fetch)
+                self.image_format, max_maps, lazy, fetch, self._remote)
 
     def __setstate__(self, args: tuple) -> None:
-        root, selection, deltas, image_format, max_maps, lazy, fetch = args
+        root, selection, deltas, image_format, max_maps, lazy, fetch, remote = args
         self.__init__(root, episodes=Selection.from_args(selection), delta_timestamps=deltas,
-                      image_format=image_format, max_open_maps=max_maps, lazy=lazy, fetch=fetch)
+                      image_format=image_format, max_open_maps=max_maps, lazy=lazy, fetch=fetch, remote=remote)
 
     def __repr__(self) -> str:
         return (f"LeRobotZarrDataset(root={str(self.root)!r}, frames={self._len}, episodes={len(self.episodes)}, "
@@ -431,7 +366,8 @@ class LeRobotZarrDataset:
         ``push``: the selected whole episodes, renumbered from 0) hold just those."""
         _, _, max_maps, lazy, fetch = self._request
         view = LeRobotZarrDataset(self.root, episodes=episodes, delta_timestamps=self.delta_timestamps,
-                                  image_format=self.image_format, max_open_maps=max_maps, lazy=lazy, fetch=fetch)
+                                  image_format=self.image_format, max_open_maps=max_maps, lazy=lazy, fetch=fetch,
+                                  remote=self._remote)
         view._selected = True
         return view
 
@@ -446,6 +382,34 @@ class LeRobotZarrDataset:
     def episode_frames(self, episode_index: int) -> range:
         """Dataset indices (for ``ds[i]``) of the selected frames of one selected episode."""
         return self._sel.frames_of(operator.index(episode_index))
+
+    # a store in a bucket -----------------------------------------------------------------------------------
+    def _frames_read(self, local: np.ndarray, length: np.ndarray) -> dict[str, np.ndarray]:
+        """The episode-local frames each feature of the samples reads for frames ``local`` of episodes of
+        ``length`` frames: ``(n, window)`` (a camera kept as mp4 also reads ``timestamp`` at its frames)."""
+        frames = {}
+        for name in self._specs:
+            w = self._windows.get(name)
+            frames[name] = w.frames_batch(local, length)[0] if w is not None else np.asarray(local)[:, None]
+        mp4 = [frames[name] for name, spec in self._specs.items() if spec.storage == "mp4"]
+        if mp4 and "timestamp" in self._state.arrays:
+            frames["timestamp"] = np.concatenate([frames.get("timestamp", mp4[0][:, :0]), *mp4], axis=1)
+        return frames
+
+    def _fetch_frames(self, eps: np.ndarray, local: np.ndarray, length: np.ndarray) -> None:
+        """A store in a bucket: the frames these samples read, made present in the mirror (under the lock)."""
+        self._check_not_closed()
+        self._remote.ensure(eps, self._frames_read(local, length))
+
+    def prefetch(self, indices: Sequence[int] | np.ndarray) -> None:
+        """The samples at ``indices`` will be read soon (a sampler's next batches): for a store in a bucket, their
+        frames are fetched in the background now, so that reading them waits on nothing. A no-op for a local
+        store."""
+        if self._remote is None:
+            return
+        k, idx = self._sel.locate_k(indices)
+        place = self._ktab[k]
+        self._remote.prefetch(self._sel.episodes[k], self._frames_read(idx + place[:, 0], place[:, 1]))
 
     # maps -------------------------------------------------------------------------------------------------
     def _ensure_mapped(self, eps: np.ndarray) -> None:
@@ -549,6 +513,8 @@ class LeRobotZarrDataset:
         rows = [row0[k] + local for row0 in row0s]  # the frame's row, per group of features
         out: dict[str, Any] = {}
         with self._lock:
+            if self._remote is not None:
+                self._fetch_frames(np.array([self._sel._episode_list[k]]), np.array([local]), np.array([length]))
             if not self._all_mapped:
                 e = self._sel._episode_list[k]
                 self._touch(e, int(self._chunk[e]))
@@ -630,6 +596,8 @@ class LeRobotZarrDataset:
         n = len(k)
         out: dict[str, Any] = {}
         with self._lock:
+            if self._remote is not None:
+                self._fetch_frames(self._sel.episodes[k], local, length)
             if not self._all_mapped:
                 self._ensure_mapped(self._sel.episodes[k])
             left = None  # frames after each one in its episode: a window of offsets lo..hi is inside when
@@ -719,6 +687,9 @@ class LeRobotZarrDataset:
         n = int(self._sel.cum[k + 1] - self._sel.cum[k])  # the selected frames [first, first + n)
         pack, offset = int(self._chunk[e]), int(self._state.table.offset[e]) + first
         rows = int(self._state.packs.rows[pack])
+        if self._remote is not None:  # a store in a bucket: its rows fetched, and copied (the mirror evicts)
+            with self._lock:
+                self._fetch_frames(np.full(n, e), np.arange(first, first + n), np.full(n, self._lengths[e]))
         out = {}
         for name, spec in self._specs.items():
             if features is not None and name not in features:
@@ -736,6 +707,8 @@ class LeRobotZarrDataset:
             with os.fdopen(fd, "rb") as f:
                 out[name] = np.memmap(f, dtype=spec.dtype, mode="r", offset=offset * spec.frame_bytes,
                                       shape=(n, *spec.frame_shape))
+            if self._remote is not None:
+                out[name] = np.array(out[name])
         for name, shift, _ in self._shifts:
             if name in out:
                 stored = np.asarray(out[name])
@@ -757,7 +730,8 @@ class LeRobotZarrDataset:
     def gather_layout(self) -> dict[str, Any]:
         """Where the samples lie in the packs, for :class:`~lerobot_zarr.sampling.fused.FusedGather`."""
         return {"state": self._state, "selection": self._sel, "max_packs": self._max_packs,
-                "absent": bool(self._lazy and not self._present[self._sel.episodes].all())}
+                "absent": bool(self._lazy and not self._present[self._sel.episodes].all()),
+                "remote": self._remote is not None}
 
     # conveniences of modules built on this one (imported when called: imports point down) ------------------
     def to_lerobot(self, path: str | os.PathLike, *, data_files_size_in_mb: int = 100,

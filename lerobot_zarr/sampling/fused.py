@@ -88,6 +88,7 @@ class GatherLayout:
         converts = ds.image_format != "uint8_hwc" and any(s.kind in CAMERA_DTYPES for s in specs.values())
         why = ("closed" if ds.closed else
                "lazy: some selected episodes are not local yet (fetched on first use)" if got["absent"] else
+               "in a bucket: the rows of each batch are fetched before it is read" if got.get("remote") else
                "episodes were deleted: stored episode_index / index are corrected per episode" if ds.index_shifts()
                else f"images are converted to {ds.image_format}" if converts else None)
         offsets = window_offsets(ds.delta_timestamps, ds.meta.fps, list(specs), {})
