@@ -21,7 +21,7 @@ from .mixtures.sampler import MixtureSampler
 from .sampling.dataset import DatasetMeta, LeRobotZarrDataset
 from .sampling.sharding import episodes_for_rank, split_episodes
 from .sampling.streams import SampleStream, stream
-from .store.cache import cache_info
+from .sources.cache import cache_info
 from .writing.integrity import VerifyReport, verify
 from .writing.writer import WritableDataset, create
 

@@ -38,6 +38,7 @@ from ..store.hashes import ContentHashes, root_hash
 from ..store.packs import open_pack, read_shard_index
 from ..store.state import ATTRS_KEY, StoreState, chunk_path, read_root, read_state
 from ..store.tables import ArraySpec
+from ..sources.registry import describe_record, made_from_source
 from ..store.zarr_meta import EPISODE_ARRAYS, ROOT
 from ..utils.fileio import (
     WriterLock,
@@ -535,7 +536,7 @@ def _refetch(root: Path, report: VerifyReport, *, token: Any, progress: bool) ->
     source = state.source
     damaged = {name: dict(per) for name, per in report.damaged.items()}
     episodes = sorted({e for per in damaged.values() for e in per})
-    if source.get("kind") not in ("hub", "local"):
+    if not made_from_source(source):
         report.not_repaired.append(
             f"episodes {_short(episodes)}: this store was "
             f"{'recorded' if source.get('kind') == 'recorded' else 'edited'} in place, so it is their only copy; "
@@ -552,7 +553,7 @@ def _refetch(root: Path, report: VerifyReport, *, token: Any, progress: bool) ->
         fetch_missing(root, episodes, progress=progress, token=token)
     except (LeRobotZarrError, OSError) as exc:
         report.not_repaired.append(f"episodes {_short(episodes)} could not be fetched again from "
-                                   f"{_source_name(source)} ({exc}); they are listed as not fetched: the next open "
+                                   f"{describe_record(source)} ({exc}); they are listed as not fetched: the next open "
                                    f"that needs them fetches them")
         return
     again = verify(root, progress=False)
@@ -564,11 +565,11 @@ def _refetch(root: Path, report: VerifyReport, *, token: Any, progress: bool) ->
         after = now.episode_hashes(name)
         changed = [e for e in per if before[name][e] >= 0 and after[e] >= 0 and after[e] != before[name][e]]
         if changed:
-            report.notes.append(f"{name!r} of episodes {_short(changed)}: {_source_name(source)} now gives other "
+            report.notes.append(f"{name!r} of episodes {_short(changed)}: {describe_record(source)} now gives other "
                                 f"bytes than were recorded when they were first committed (a decoder of another "
                                 f"version?); the store holds what the source gives now")
     if fixed:
-        report.repaired.append(f"fetched episodes {_short(fixed)} again from {_source_name(source)}: intact now")
+        report.repaired.append(f"fetched episodes {_short(fixed)} again from {describe_record(source)}: intact now")
     for name, per in still.items():
         for e, why in per.items():
             report.not_repaired.append(f"episode {e}, {name!r}: still damaged after fetching it again ({why})")
@@ -601,10 +602,3 @@ def _drop_damaged_files(state: StoreState, name: str, spec: ArraySpec, episodes:
         wrong_size = spec.storage == "raw" and st.st_size != int(state.packs.rows[pack]) * spec.frame_bytes
         if (wrong_size or spec.storage == "compact" or not stat.S_ISREG(st.st_mode)) and in_pack <= set(episodes):
             os.unlink(path)
-
-
-def _source_name(source: Mapping[str, Any]) -> str:
-    if source.get("kind") == "hub":
-        return f"the Hub repo {source.get('repo_id')}@{str(source.get('commit'))[:12]}"
-    return f"the folder {source.get('path')}"
-

@@ -37,9 +37,10 @@ from ..errors import (
     SchemaMismatchError,
     SourceMismatchError,
 )
-from ..hub.files import HubFiles
 from ..lerobot.format import CAMERA_DTYPES
-from ..lerobot.source_files import SourceFiles, is_lerobot_folder
+from ..lerobot.source_files import SourceFiles
+from ..sources.base import origin
+from ..sources.registry import describe_record, kind_of_record, made_from_source, same_source
 from ..store.cameras import MP4_INDEX, kept_description, mp4_index_path, served_episodes, storage_name
 from ..store.committing import check_new_store_location, commit, create_store, remove_creation_debris
 from ..store.packs import HUGE_PAGE, ensure_pack, read_raw_rows, row_writer, write_pack_bytes, write_rows
@@ -227,25 +228,15 @@ def _write_mp4_index(source: LeRobotSource, root: Path, name: str) -> int:
     return crc32c(data)
 
 
-def _same_source(a: dict | None, b: dict) -> bool:
-    """Same data: a Hub commit is the same wherever it is served from (mirror, other endpoint)."""
-    def key(r: dict | None) -> dict | None:
-        if r and r.get("kind") == "edited":  # a store changed in place by a writer still comes from its source
-            r = r.get("from")
-        return {k: v for k, v in r.items() if k != "endpoint"} if isinstance(r, dict) and r.get("kind") == "hub" else r
-
-    return key(a) == key(b)
-
-
 def _checked_state(root: Path, record: dict) -> StoreState:
     state = read_state(root)
-    if not _same_source(state.source, record):
-        held, asked = _describe(state.source), _describe(record)
+    if not same_source(state.source, record):
+        held, asked = describe_record(origin(state.source)), describe_record(record)
         if held == asked:  # same folder or repo: its content changed since the store was made
             held += " as it was when the store was made"
             asked = "its current content (its files changed since: " + (
                 f"fingerprint {str(record.get('fingerprint'))[:12]}, was "
-                f"{str(_origin(state.source).get('fingerprint'))[:12]})" if record.get("kind") == "local" else
+                f"{str(origin(state.source).get('fingerprint'))[:12]})" if record.get("fingerprint") else
                 "another commit)")
         raise SourceMismatchError(
             f"{root}: this store was made from {held}, not from {asked}; delete the folder or pick another root= "
@@ -270,21 +261,6 @@ def camera_choices_key(storage: Mapping[str, CameraStorage | str] | None, resize
     if not chosen:
         return None
     return hashlib.sha256(json.dumps(chosen, sort_keys=True).encode()).hexdigest()[:12]
-
-
-def _origin(record: dict) -> dict:
-    """The source record of a store, through the ``edited`` wrapper a writer adds."""
-    while isinstance(record, dict) and record.get("kind") == "edited":
-        record = record.get("from")
-    return record if isinstance(record, dict) else {}
-
-
-def _describe(record: dict) -> str:
-    if record.get("kind") == "hub":
-        return f"Hub repo {record.get('repo_id')}@{str(record.get('commit'))[:12]}"
-    if record.get("kind") == "local":
-        return f"the folder {record.get('path')}"
-    return f"a {record.get('kind', 'unknown')} source"
 
 
 def transcode(source: LeRobotSource, root: str | os.PathLike, *, episodes: Sequence[int] | None = None,
@@ -361,29 +337,25 @@ def missing_episodes(store: str | os.PathLike, episodes: Iterable[int] | None) -
 def fetch_missing(store: str | os.PathLike, episodes: Iterable[int], *, progress: bool = True,
                   token: str | bool | None = None) -> None:
     """Fetch or transcode the episodes among ``episodes`` that a store lacks from the source it records (a Hub repo
-    at its recorded commit, or a local folder), if that is reachable; else raise ``NotMaterializedError``."""
-    from ..lerobot.source import LeRobotSource
-
+    at its recorded commit, a LeRobot folder, a folder of a bucket: its kind reopens it), if that is reachable;
+    else raise ``NotMaterializedError``."""
     store = Path(store)
     missing = missing_episodes(store, episodes)
     if not missing:
         return
     recorded = read_state(store).source
-    if recorded.get("kind") == "hub":
-        from huggingface_hub import constants
-
-        if constants.is_offline_mode():
-            raise NotMaterializedError(f"{store}: HF_HUB_OFFLINE is set and episodes {missing[:20]} are not in the "
-                                       f"store")
-        # the endpoint configured now (HF_ENDPOINT), which may be a mirror of the one the store was made from
-        files = HubFiles(recorded["repo_id"], recorded["commit"], token=token)
-        transcode(LeRobotSource(files), store, episodes=missing, progress=progress)
-        return
-    origin = Path(recorded.get("path", ""))
-    if recorded.get("kind") != "local" or not is_lerobot_folder(origin):
+    kind = kind_of_record(recorded)
+    if kind is None or not made_from_source(recorded):
         raise NotMaterializedError(f"{store}: episodes {missing[:20]} are not in the store and its source "
-                                   f"{recorded.get('path')!r} is not available to transcode them")
-    transcode(LeRobotSource(origin), store, episodes=missing, progress=progress)
+                                   f"({describe_record(recorded)}) is not available to transcode them")
+    try:
+        source = kind.from_record(recorded, token=token)
+    except NotMaterializedError as exc:
+        raise NotMaterializedError(f"{store}: episodes {missing[:20]} are not in the store, and {exc}") from None
+    why = source.offline()
+    if why:
+        raise NotMaterializedError(f"{store}: {why} and episodes {missing[:20]} are not in the store")
+    transcode(source.dataset(), store, episodes=missing, progress=progress)
 
 
 _OLD_PYAV_REASON = "decoding videos needs PyAV"  # what earlier versions recorded in a store made without it
