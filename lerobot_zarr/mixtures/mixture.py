@@ -680,8 +680,7 @@ def _open_one(name: str, mapping: Mapping[str, str], delta_timestamps: Mapping[s
             raise ArgumentError(f"rename[{name!r}] gives two of its features the name {twice[0]!r}", feature=twice[0])
         back = {mapping.get(n, n): n for n in own}
         deltas = None if delta_timestamps is None else {back[f]: d for f, d in delta_timestamps.items() if f in back}
-        reopen = {k: v for k, v in options.items() if k in ("episodes", "image_format", "lazy", "token")}
-        return open_dataset(first.root, delta_timestamps=deltas, progress=False, **reopen)
+        return first.with_windows(deltas)
     finally:
         first.close()
 

@@ -373,6 +373,17 @@ class LeRobotZarrDataset:
 
     _selected = False
 
+    def with_windows(self, delta_timestamps: Mapping[str, Sequence[float]] | None) -> LeRobotZarrDataset:
+        """A new dataset over the same store and episodes with other windows (``delta_timestamps``); this one is
+        unchanged."""
+        _, _, max_maps, lazy, fetch = self._request
+        episodes = Selection.from_args(self._sel.to_args(self.meta.episode_length))
+        view = LeRobotZarrDataset(self.root, episodes=episodes, delta_timestamps=delta_timestamps,
+                                  image_format=self.image_format,
+                                  max_open_maps=max_maps, lazy=lazy, fetch=fetch, remote=self._remote)
+        view._selected = self._selected
+        return view
+
     @property
     def selected_explicitly(self) -> bool:
         """Whether this dataset is a :meth:`select` of its store's episodes: exports publish exactly those. Other
@@ -399,7 +410,8 @@ class LeRobotZarrDataset:
     def _fetch_frames(self, eps: np.ndarray, local: np.ndarray, length: np.ndarray) -> None:
         """A store in a bucket: the frames these samples read, made present in the mirror (under the lock)."""
         self._check_not_closed()
-        self._remote.ensure(eps, self._frames_read(local, length))
+        if len(eps):
+            self._remote.ensure(eps, self._frames_read(local, length))
 
     def prefetch(self, indices: Sequence[int] | np.ndarray) -> None:
         """The samples at ``indices`` will be read soon (a sampler's next batches): for a store in a bucket, their
@@ -408,6 +420,8 @@ class LeRobotZarrDataset:
         if self._remote is None:
             return
         k, idx = self._sel.locate_k(indices)
+        if not len(k):
+            return
         place = self._ktab[k]
         self._remote.prefetch(self._sel.episodes[k], self._frames_read(idx + place[:, 0], place[:, 1]))
 

@@ -514,6 +514,9 @@ def _alive(pid: int) -> bool:
 
 def _remove_mirror(root: Path, *pools: ThreadPoolExecutor) -> None:
     for pool in pools:
-        pool.shutdown(wait=True, cancel_futures=True)
+        try:
+            pool.shutdown(wait=True, cancel_futures=True)
+        except RuntimeError:  # the last reference went in one of the pool's own threads: it cannot wait for itself
+            pool.shutdown(wait=False, cancel_futures=True)
     shutil.rmtree(root, ignore_errors=True)
 
