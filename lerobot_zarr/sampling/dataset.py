@@ -29,6 +29,7 @@ from ..errors import (
     warn_once,
 )
 from ..lerobot.format import CAMERA_DTYPES
+from ..sources.home import MIRROR_MARKER
 from ..store.cameras import served_episodes
 from ..store.packs import open_array_pack, read_raw_rows
 from ..store.state import StoreState, read_state
@@ -115,6 +116,9 @@ class LeRobotZarrDataset:
                              "(open_dataset(..., lazy=True) passes it)")
         self._remote = remote
         self.root = Path(root) if remote is None else remote.root
+        if remote is None and (self.root / MIRROR_MARKER).exists():
+            raise ArgumentError(f"{self.root}: is the local mirror of a store in a bucket, which holds only the rows "
+                                f"read so far; open the bucket's URL ({(self.root / MIRROR_MARKER).read_text()!r:.200})")
         self.image_format = image_format
         if not (isinstance(headroom, (int, float)) and 0 <= headroom < float("inf")):
             raise ArgumentError(f"headroom must be a finite number >= 0, got {headroom!r:.40}")

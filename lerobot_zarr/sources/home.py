@@ -5,9 +5,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["CACHE_ENV", "cache_home", "variant_path", "mirror_home"]
+__all__ = ["CACHE_ENV", "MIRROR_MARKER", "cache_home", "variant_path", "mirror_home"]
 
 CACHE_ENV = "LEROBOT_ZARR_HOME"
+#: in the local mirror of a store in a bucket (its URL): the mirror holds only the rows read, so it is never opened
+#: as a local store (its other rows would read as zeros)
+MIRROR_MARKER = ".lerobot_zarr-mirror"
 
 
 def cache_home() -> Path:

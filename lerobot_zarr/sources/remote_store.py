@@ -46,6 +46,7 @@ from ..store.packs import read_shard_index, shard_index_bytes
 from ..store.state import MAX_ROOT_BYTES, ROOT, StoreState, chunk_path, read_state
 from ..utils.fileio import atomic_write, pwrite_all
 from ..utils.libc import punch_hole
+from .home import MIRROR_MARKER
 
 __all__ = ["RemoteStore", "CACHE_BYTES_ENV", "DEFAULT_CACHE_BYTES"]
 
@@ -128,6 +129,7 @@ class RemoteStore:
         self._finalizer = weakref.finalize(self, _remove_mirror, self.root, self._pool, self._background)
         try:
             self.root.mkdir(parents=True)
+            (self.root / MIRROR_MARKER).write_text(str(bucket.url))
             atomic_write(self.root / ROOT, root_doc, durable=False, root=self.root)
             self.state = read_state(self.root)
             self._fetch_mp4_indexes(self.state)

@@ -71,6 +71,12 @@ class _Server(ThreadingHTTPServer):
     block_on_close = False
     allow_reuse_address = True
 
+    def handle_error(self, request, client_address) -> None:
+        """A client that went away (killed, timed out) is no server error: nothing printed; others are recorded."""
+        exc = sys.exc_info()[1]
+        if not isinstance(exc, (ConnectionError, TimeoutError)):
+            self.owner.errors.append(traceback.format_exc())
+
     def __init__(self, address, handler, owner: S3Server):
         self.owner = owner
         self.conns: set[socket.socket] = set()

@@ -184,6 +184,9 @@ def test_writing_in_a_bucket_is_refused_with_the_way(env, folder, tmp_path):
         lerobot_zarr.open_dataset(url, mode="r+")
     with pytest.raises(ArgumentError, match="read where it is"):
         lerobot_zarr.open_dataset(url, root=tmp_path / "elsewhere")
+    remote = lerobot_zarr.open_dataset(url)
+    with pytest.raises(ArgumentError, match="local mirror of a store in a bucket"):
+        lerobot_zarr.open_dataset(remote.root)  # it holds only the rows read: never a local store
 
 
 def test_a_damaged_root_in_a_bucket_is_a_typed_error(env, folder, tmp_path):
