@@ -64,6 +64,7 @@ UPWARD_CALLS = {
     ("push", "lerobot_zarr.writing.export"): "ds.push(repo_id): exports and publishes, built on the reader",
     ("to_xarray", "lerobot_zarr.integrations.xarray"): "ds.to_xarray(): the xarray view is built on the reader",
     ("verify", "lerobot_zarr.writing.integrity"): "ds.verify(): re-reads the store and may repair it (a writer)",
+    ("push_store", "lerobot_zarr.writing.sync"): "ds.push_store(url): publishes the store to a bucket",
 }
 
 # Finer than the layers, for what a module costs or means: a reader never loads the LeRobot source reader

@@ -38,7 +38,7 @@ from .camera_readers import CodecFrames, VideoFrames, stored_timestamps
 from .maps import PackMaps
 from .meta import DatasetMeta
 from .selection import EpisodeSelection, Selection, episode_ranges, frame_range
-from .windows import window_offsets, windows
+from .windows import frames_read, window_offsets, windows
 
 __all__ = ["DatasetMeta", "LeRobotZarrDataset", "IMAGE_FORMATS", "ImageFormat", "read_episode_rows", "frame_range",
            "episode_ranges", "window_offsets", "EpisodeSelection"]
@@ -116,9 +116,9 @@ class LeRobotZarrDataset:
                              "(open_dataset(..., lazy=True) passes it)")
         self._remote = remote
         self.root = Path(root) if remote is None else remote.root
-        if remote is None and (self.root / MIRROR_MARKER).exists():
-            raise ArgumentError(f"{self.root}: is the local mirror of a store in a bucket, which holds only the rows "
-                                f"read so far; open the bucket's URL ({(self.root / MIRROR_MARKER).read_text()!r:.200})")
+        if remote is None and (self.root / MIRROR_MARKER).exists():  # holding only the rows read so far
+            url = (self.root / MIRROR_MARKER).read_text()[:200]
+            raise ArgumentError(f"{self.root}: is the local mirror of a store in a bucket; open {url} instead")
         self.image_format = image_format
         if not (isinstance(headroom, (int, float)) and 0 <= headroom < float("inf")):
             raise ArgumentError(f"headroom must be a finite number >= 0, got {headroom!r:.40}")
@@ -400,16 +400,8 @@ class LeRobotZarrDataset:
 
     # a store in a bucket -----------------------------------------------------------------------------------
     def _frames_read(self, local: np.ndarray, length: np.ndarray) -> dict[str, np.ndarray]:
-        """The episode-local frames each feature of the samples reads for frames ``local`` of episodes of
-        ``length`` frames: ``(n, window)`` (a camera kept as mp4 also reads ``timestamp`` at its frames)."""
-        frames = {}
-        for name in self._specs:
-            w = self._windows.get(name)
-            frames[name] = w.frames_batch(local, length)[0] if w is not None else np.asarray(local)[:, None]
-        mp4 = [frames[name] for name, spec in self._specs.items() if spec.storage == "mp4"]
-        if mp4 and "timestamp" in self._state.arrays:
-            frames["timestamp"] = np.concatenate([frames.get("timestamp", mp4[0][:, :0]), *mp4], axis=1)
-        return frames
+        mp4 = [name for name, spec in self._specs.items() if spec.storage == "mp4"]
+        return frames_read(self._windows, list(self._specs), local, length, mp4, "timestamp" in self._state.arrays)
 
     def _fetch_frames(self, eps: np.ndarray, local: np.ndarray, length: np.ndarray) -> None:
         """A store in a bucket: the frames these samples read, made present in the mirror (under the lock)."""
@@ -421,10 +413,8 @@ class LeRobotZarrDataset:
         """The samples at ``indices`` will be read soon (a sampler's next batches): for a store in a bucket, their
         frames are fetched in the background now, so that reading them waits on nothing. A no-op for a local
         store."""
-        if self._remote is None:
-            return
         k, idx = self._sel.locate_k(indices)
-        if not len(k):
+        if self._remote is None or not len(k):
             return
         place = self._ktab[k]
         self._remote.prefetch(self._sel.episodes[k], self._frames_read(idx + place[:, 0], place[:, 1]))
@@ -756,6 +746,7 @@ class LeRobotZarrDataset:
                    video_files_size_in_mb: int = 200, videos: bool | None = None, progress: bool = True) -> Path:
         """Export the (complete) store as a LeRobot v3.0 folder at ``path``; see :mod:`lerobot_zarr.writing.export`
         (``videos``: cameras as the source had them by default, or all as videos / all as images)."""
+        self._local_only("to_lerobot")
         from ..writing.export import to_lerobot
 
         return to_lerobot(self, path, data_files_size_in_mb=data_files_size_in_mb,
@@ -766,6 +757,7 @@ class LeRobotZarrDataset:
              progress: bool = True) -> str | None:
         """Publish the store to the Hub as LeRobot v3.0 in one commit tagged ``v3.0`` (only changed files are
         uploaded; an unchanged store makes no commit). Returns the commit sha, or None if nothing changed."""
+        self._local_only("push")
         from ..writing.export import push
 
         return push(self, repo_id, revision=revision, private=private, token=token,
@@ -777,6 +769,7 @@ class LeRobotZarrDataset:
         (:func:`lerobot_zarr.writing.integrity.verify`); returns a
         :class:`~lerobot_zarr.writing.integrity.VerifyReport` naming what is damaged. ``repair=True`` fetches
         damaged episodes again from the store's Hub repo or folder."""
+        self._local_only("verify")
         from ..writing.integrity import verify
 
         return verify(self.root, repair=repair, record=record, token=token, progress=progress)
@@ -787,6 +780,20 @@ class LeRobotZarrDataset:
         with its labels as coordinates); ``episode_index``, ``frame_index``, ``timestamp`` and ``index`` as
         coordinates; and the episode table over dim ``episode`` (with ``episode_materialized``: a partial store
         lists the episodes it lacks instead of filling them with zeros)."""
+        self._local_only("to_xarray")
         from ..integrations.xarray import to_xarray
 
         return to_xarray(self)
+
+    def push_store(self, url: str, *, force: bool = False, options: Mapping[str, Any] | None = None,
+                   progress: bool = True) -> Any:
+        """Publish the store to a bucket folder (``s3://``...; :func:`lerobot_zarr.writing.sync.push_store`)."""
+        self._local_only("push_store")
+        from ..writing.sync import push_store
+
+        return push_store(self.root, url, force=force, options=dict(options or {}), progress=progress)
+
+    def _local_only(self, what: str) -> None:
+        if self._remote is not None:  # a store in a bucket is read where it is, row by row
+            url = self._remote.location()
+            raise ArgumentError(f"{url}: {what} needs the store here: copy it (`lerobot-zarr sync {url} DIR`) first")

@@ -180,3 +180,26 @@ def test_two_publishers_never_lose_a_commit(env, folder, tmp_path):
         pytest.fail("both publications succeeded from the same base: the second replaced the first's commit")
     remote = lerobot_zarr.open_dataset(url)
     assert_same_batches(remote, lerobot_zarr.open_dataset(winner), "the winner's commit, whole")
+
+
+def test_the_command_line_takes_bucket_urls(env, folder, tmp_path, capsys):
+    from lerobot_zarr.cli import main
+
+    store = make_store(folder, tmp_path / "store")
+    url = env.url("cli")
+    assert main(["sync", str(store), url, "--no-progress"]) == 0
+    assert "published" in capsys.readouterr().out
+    assert main(["sync", str(store), url, "--no-progress"]) == 0
+    assert "nothing uploaded" in capsys.readouterr().out
+    assert main(["info", url, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["total_episodes"] == 8
+    assert main(["convert", url, "--root", str(tmp_path / "copy")]) == 0  # a store in a bucket, copied here
+    capsys.readouterr()
+    assert_same_batches(lerobot_zarr.open_dataset(tmp_path / "copy"), lerobot_zarr.open_dataset(store), "copy")
+    assert main(["verify", url]) == 1
+    assert "copy it first" in capsys.readouterr().err
+    env.upload(folder, "lerobot")  # a LeRobot folder in the bucket: converted into the cache
+    assert main(["convert", env.url("lerobot"), "--episodes", "0,2"]) == 0
+    capsys.readouterr()
+    assert main(["cache", "ls"]) == 0
+    assert env.url("lerobot") in capsys.readouterr().out
