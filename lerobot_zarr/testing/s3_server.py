@@ -73,6 +73,7 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False
     allow_reuse_address = True
+    request_queue_size = 256  # many connections opened at once (a client's parallel ranges) wait, not dropped
 
     def handle_error(self, request, client_address) -> None:
         """A client that went away (killed, timed out) is no server error: nothing printed; others are recorded."""
