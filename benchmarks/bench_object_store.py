@@ -191,8 +191,10 @@ ds = lerobot_zarr.open_dataset(sys.argv[1], delta_timestamps=json.loads(sys.argv
 t2 = time.perf_counter()
 batch = ds.get_batch(np.random.default_rng(int(sys.argv[3])).integers(0, len(ds), 256))
 t3 = time.perf_counter()
+remote = ds._remote
 print(json.dumps({"import": t1 - t0, "open": t2 - t1, "first_batch": t3 - t2, "total": t3 - t1,
-                  "episodes": ds.meta.total_episodes}))
+                  "episodes": ds.meta.total_episodes, "requests": remote.requests if remote else 0,
+                  "fetched": remote.fetched_bytes if remote else 0}))
 """
 
 
@@ -215,8 +217,9 @@ def section_open(server: Server, args, work: Path) -> None:
         stats = server.stats()
         local = fresh(FIRST_BATCH, str(store), json.dumps(DELTAS), str(rep))
         print(f"  run {rep}: bucket open {remote['open']:.2f} s + first batch {remote['first_batch']:.2f} s = "
-              f"{remote['total']:.2f} s ({stats['requests']} requests, {stats['round_trips']} round trips, "
-              f"{stats['bytes_sent'] / 1e6:.1f} MB; root {root / 1e6:.1f} MB) | local {local['total']:.3f} s | "
+              f"{remote['total']:.2f} s (until then {remote['requests']} requests, {remote['fetched'] / 1e6:.1f} MB "
+              f"with the root of {root / 1e6:.1f} MB; the process, with the background fetch it ended: "
+              f"{stats['requests']} requests, {stats['round_trips']} round trips) | local {local['total']:.3f} s | "
               f"load {load()}")
 
 

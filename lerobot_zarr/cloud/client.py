@@ -250,10 +250,11 @@ class Bucket:
         """The first ``nbytes`` of an object (all of it when it is shorter) and its info, in one request."""
         return self._read(rel, 0, max(1, nbytes), None, whole=True)
 
-    def read_whole(self, rel: str, *, limit: int) -> tuple[bytes, ObjectInfo]:
+    def read_whole(self, rel: str, *, limit: int, first: int = _SMALL) -> tuple[bytes, ObjectInfo]:
         """The whole object and its info, if it holds at most ``limit`` bytes (else a
-        :class:`~lerobot_zarr.errors.BucketError`, nothing more read): one request when it is small."""
-        first, info = self._read(rel, 0, min(limit, _SMALL), None, whole=True)
+        :class:`~lerobot_zarr.errors.BucketError`, nothing more read): one request when it holds at most
+        ``first`` bytes."""
+        first, info = self._read(rel, 0, min(limit, first, _MAX_REQUEST), None, whole=True)
         if info.size > limit:
             raise BucketError(f"{self.location(rel)}: {info.size} bytes, more than the {limit} allowed here",
                               path=self.location(rel))

@@ -400,14 +400,15 @@ class LeRobotZarrDataset:
 
     # a store in a bucket -----------------------------------------------------------------------------------
     def _frames_read(self, local: np.ndarray, length: np.ndarray) -> dict[str, np.ndarray]:
-        mp4 = [name for name, spec in self._specs.items() if spec.storage == "mp4"]
-        return frames_read(self._windows, list(self._specs), local, length, mp4, "timestamp" in self._state.arrays)
+        names = [name for name in self._specs if name not in self._remote.settled]  # held whole: nothing to ask
+        mp4 = [name for name in names if self._specs[name].storage == "mp4"]
+        return frames_read(self._windows, names, local, length, mp4, "timestamp" in self._state.arrays)
 
     def _fetch_frames(self, eps: np.ndarray, local: np.ndarray, length: np.ndarray) -> None:
         """A store in a bucket: the frames these samples read, made present in the mirror (under the lock)."""
         self._check_not_closed()
-        if len(eps):
-            self._remote.ensure(eps, self._frames_read(local, length))
+        if len(eps) and (frames := self._frames_read(local, length)):
+            self._remote.ensure(eps, frames)
 
     def prefetch(self, indices: Sequence[int] | np.ndarray) -> None:
         """The samples at ``indices`` will be read soon (a sampler's next batches): for a store in a bucket, their

@@ -52,12 +52,13 @@ __all__ = ["RemoteStore", "CACHE_BYTES_ENV", "DEFAULT_CACHE_BYTES"]
 
 CACHE_BYTES_ENV = "LEROBOT_ZARR_BUCKET_CACHE_BYTES"
 DEFAULT_CACHE_BYTES = 8 << 30
-_NUMERIC_GAP = 64 << 10  # numeric rows closer than this are read in one request (rows are tiny, round trips not)
+_NUMERIC_GAP = 256 << 10  # numeric rows closer than this are read in one request (rows are tiny, round trips not)
 _PIECE = 16 << 20  # the most one request of a foreground fetch asks for
 _BACKGROUND_PIECE = 4 << 20  # whole packs in the background: small requests, few in flight
 _BACKGROUND_IN_FLIGHT = 2
-_IN_FLIGHT = 16
+_IN_FLIGHT = 32
 _MAX_MP4_BYTES = 64 << 30
+_ROOT_FIRST = 16 << 20  # the root is read in one request up to this size
 
 
 def _cache_bytes(value: int | None) -> int:
@@ -120,13 +121,18 @@ class RemoteStore:
         self._pool = ThreadPoolExecutor(_IN_FLIGHT, thread_name_prefix="lerobot_zarr-remote")
         self._background = ThreadPoolExecutor(_BACKGROUND_IN_FLIGHT, thread_name_prefix="lerobot_zarr-prefetch")
         self._numeric_started = False
+        #: numeric features held whole (every pack): nothing to ask for them, and they are never evicted (they were
+        #: fetched whole because they fit in half the cache)
+        self.settled: set[str] = set()
+        self._stopping = threading.Event()  # set when the mirror goes: background fetches stop at their next piece
         self.fetched_bytes = 0
         self.requests = 0
         if root_doc is None:
-            root_doc, _ = bucket.read_whole(ROOT, limit=MAX_ROOT_BYTES)
+            root_doc, _ = bucket.read_whole(ROOT, limit=MAX_ROOT_BYTES, first=_ROOT_FIRST)
         self.root_doc = root_doc
         self.root = _mirror_folder(self.home, bucket)
-        self._finalizer = weakref.finalize(self, _remove_mirror, self.root, self._pool, self._background)
+        self._finalizer = weakref.finalize(self, _remove_mirror, self.root, self._stopping, self._pool,
+                                           self._background)
         try:
             self.root.mkdir(parents=True)
             (self.root / MIRROR_MARKER).write_text(str(bucket.url))
@@ -304,14 +310,23 @@ class RemoteStore:
         closer than ``_NUMERIC_GAP`` too), each at most ``piece`` bytes."""
         if not len(rows):
             return []
-        spans = np.array([entry.span(r) for r in rows.tolist()], dtype=np.int64).reshape(-1, 2)
+        rows = np.asarray(rows, dtype=np.int64)
+        if entry.index is None:
+            starts = rows * entry.frame_bytes
+            stops = starts + entry.frame_bytes
+        else:
+            starts, stops = entry.index[rows, 0], entry.index[rows, 0] + entry.index[rows, 1]
         gap = _NUMERIC_GAP if entry.numeric else 0
+        breaks = np.flatnonzero(starts[1:] - stops[:-1] > gap) + 1
         jobs = []
-        first = 0
-        for i in range(1, len(rows) + 1):
-            if i == len(rows) or spans[i, 0] - spans[i - 1, 1] > gap or spans[i, 1] - spans[first, 0] > piece:
-                jobs.append((entry, int(spans[first, 0]), int(spans[i - 1, 1]), rows[first:i]))
-                first = i
+        for lo, hi in zip(np.concatenate([[0], breaks]).tolist(), np.concatenate([breaks, [len(rows)]]).tolist(),
+                          strict=True):
+            first = lo
+            while first < hi:  # a run longer than a piece: cut where a row would cross the piece's end
+                last = first + int(np.searchsorted(stops[first:hi], starts[first] + piece, side="right"))
+                last = max(last, first + 1)
+                jobs.append((entry, int(starts[first]), int(stops[last - 1]), rows[first:last]))
+                first = last
         return jobs
 
     def _run(self, jobs: list) -> None:
@@ -343,6 +358,8 @@ class RemoteStore:
                 self._lru[key] = entry.bytes_held
                 self._lru.move_to_end(key)
                 entry.complete = bool(entry.present.all())
+                if entry.complete and self._numeric_started:
+                    self._settle(entry.name)
             else:
                 added = 0
                 for row in new.tolist():
@@ -350,6 +367,15 @@ class RemoteStore:
                     self._lru[(entry.name, entry.pack, row)] = b - a
                     added += b - a
             self._held += added
+
+    def _settle(self, name: str) -> None:
+        """(Under the lock.) Numeric feature ``name`` is held whole once every pack of it is: its packs leave the
+        LRU (never evicted) and batches ask nothing for it."""
+        packs = np.flatnonzero(self.state.packs.rows > 0).tolist()
+        if all((name, p) in self._packs and self._packs[(name, p)].complete for p in packs):
+            for p in packs:
+                self._lru.pop((name, p, -1), None)
+            self.settled.add(name)
 
     def _evict(self, pinned: set) -> None:
         """Drop the least recently used rows (not ``pinned``) until the mirror holds at most ``cache_bytes``."""
@@ -406,6 +432,8 @@ class RemoteStore:
         with self._lock:
             missing = np.flatnonzero(~entry.present)
         for job in self._plan(entry, missing, _BACKGROUND_PIECE):
+            if self._stopping.is_set():
+                return
             self._fetch(*job)
 
     # cameras kept as mp4 -----------------------------------------------------------------------------------
@@ -455,7 +483,7 @@ class RemoteStore:
     def refresh(self) -> StoreState | None:
         """The bucket's latest commit, if it is not the one served: the mirror serves it from now on (rows held
         are dropped: a new commit may have moved or edited them). None when it is the same."""
-        doc, _ = self.bucket.read_whole(ROOT, limit=MAX_ROOT_BYTES)
+        doc, _ = self.bucket.read_whole(ROOT, limit=MAX_ROOT_BYTES, first=_ROOT_FIRST)
         if doc == self.root_doc:
             return None
         with self._lock:
@@ -514,7 +542,8 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _remove_mirror(root: Path, *pools: ThreadPoolExecutor) -> None:
+def _remove_mirror(root: Path, stopping: threading.Event, *pools: ThreadPoolExecutor) -> None:
+    stopping.set()
     for pool in pools:
         try:
             pool.shutdown(wait=True, cancel_futures=True)
