@@ -273,22 +273,32 @@ ds.get_batch(plan[0][:2])  # open costs apart
 for k in range(1, 1 + lookahead):
     ds.prefetch(plan[k])
 t0 = time.perf_counter()
-used = set()
+used = set()  # the frames asked for: read, or prefetched (the last lookahead batches are never read)
+for k in range(batches + lookahead):
+    k_sel, idx = ds._sel.locate_k(plan[k][:2] if k == 0 else plan[k])
+    local = idx + ds._ktab[k_sel][:, 0]  # the frame inside its episode
+    eps = ds._sel.episodes[k_sel]
+    used.update(zip(eps.tolist(), local.tolist()))
+    used.update(zip(eps.tolist(), np.maximum(local - 1, 0).tolist()))  # the window's first frame (clamped)
 for k in range(1, batches):
     if k + lookahead < len(plan):
         ds.prefetch(plan[k + lookahead])
     batch = ds.get_batch(plan[k])
-    k_sel, local = ds._sel.locate_k(plan[k])
-    eps = ds._sel.episodes[k_sel]
-    used.update(zip(eps.tolist(), local.tolist()))
-    used.update(zip(eps.tolist(), np.maximum(local - 1, 0).tolist()))  # the window's first frame (clamped)
 elapsed = time.perf_counter() - t0
 remote = ds._remote
-frame = ds.array_specs["observation.images.cam"].frame_bytes
-rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-print(json.dumps({"samples_per_s": 64 * (batches - 1) / elapsed, "rss_kib": rss,
-                  "fetched": remote.fetched_bytes if remote else 0, "requests": remote.requests if remote else 0,
-                  "used_frames": len(used), "frame_bytes": frame}))
+spec = ds.array_specs["observation.images.cam"]
+table = ds._state.table
+def used_bytes(e, f):  # the bytes of the frame as stored (a jpeg's encoded size)
+    if spec.storage == "raw" or remote is None:
+        return spec.frame_bytes
+    pack = remote._packs.get(("observation.images.cam", int(table.chunk[e])))
+    return int(pack.index[int(table.offset[e]) + f, 1]) if pack is not None else 0
+with open("/proc/self/status") as fh:
+    vm = {k: int(v.split()[0]) for k, _, v in (line.partition(":") for line in fh) if k in ("VmRSS", "VmHWM")}
+print(json.dumps({"samples_per_s": 64 * (batches - 1) / elapsed, "rss_kib": vm["VmRSS"], "hwm_kib": vm["VmHWM"],
+                  "fetched": remote.fetched_by.get("observation.images.cam", 0) if remote else 0,
+                  "requests": remote.requests if remote else 0,
+                  "used_bytes": sum(used_bytes(e, f) for e, f in used), "storage": spec.storage}))
 """
 
 
@@ -318,14 +328,17 @@ def section_cameras(server: Server, args, work: Path) -> None:
         best_local = max(r["samples_per_s"] for r in runs["local"])
         best_bucket = max(r["samples_per_s"] for r in runs["bucket"])
         b = max(runs["bucket"], key=lambda r: r["samples_per_s"])
-        used = b["used_frames"] * b["frame_bytes"]
+        used = b["used_bytes"]
         rss_local = max(r["rss_kib"] for r in runs["local"])
         rss_bucket = max(r["rss_kib"] for r in runs["bucket"])
+        hwm_local = max(r["hwm_kib"] for r in runs["local"])
+        hwm_bucket = max(r["hwm_kib"] for r in runs["bucket"])
         print(f"  {storage}: local {best_local:,.0f} samples/s, bucket {best_bucket:,.0f} samples/s = "
-              f"{best_bucket / best_local:.2f}x; fetched {b['fetched'] / 1e6:.1f} MB for {used / 1e6:.1f} MB of "
-              f"frames used = {b['fetched'] / max(used, 1):.2f}x ({b['requests']} requests); peak RSS "
-              f"{rss_bucket / 1024:.0f} MiB vs {rss_local / 1024:.0f} MiB = {rss_bucket / rss_local:.2f}x "
-              f"(load {load()})")
+              f"{best_bucket / best_local:.2f}x; camera bytes fetched {b['fetched'] / 1e6:.1f} MB for "
+              f"{used / 1e6:.1f} MB of frames asked for (as stored) = {b['fetched'] / max(used, 1):.2f}x ({b['requests']} requests); resident "
+              f"memory at the end {rss_bucket / 1024:.0f} MiB vs {rss_local / 1024:.0f} MiB = "
+              f"{rss_bucket / rss_local:.2f}x, peak {hwm_bucket / 1024:.0f} vs {hwm_local / 1024:.0f} MiB = "
+              f"{hwm_bucket / hwm_local:.2f}x (load {load()})")
 
 
 ONE_EPISODE = r"""

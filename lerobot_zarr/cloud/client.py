@@ -230,14 +230,16 @@ class Bucket:
 
         return self._attempts(folder, attempt)
 
-    def read(self, rel: str, start: int, stop: int, *, etag: str | None = None) -> bytes:
-        """Bytes ``[start, stop)`` of an object, exactly; with ``etag``, only of that version of it."""
+    def read(self, rel: str, start: int, stop: int, *, etag: str | None = None, copy: bool = True) -> Any:
+        """Bytes ``[start, stop)`` of an object, exactly; with ``etag``, only of that version of it. ``copy=False``:
+        the engine's buffer as it came (a bytes-like object: no copy), for a caller that writes it out."""
         if stop <= start:
             return b""
         if stop - start > _MAX_REQUEST:
             pieces = [(a, min(a + _MAX_REQUEST, stop)) for a in range(start, stop, _MAX_REQUEST)]
             return b"".join(self.read_many(rel, pieces, etag=etag))
-        return self._read(rel, start, stop, etag)[0]
+        data = self._read(rel, start, stop, etag, copy=copy)[0]
+        return data
 
     def read_many(self, rel: str, ranges: Sequence[tuple[int, int]], *, etag: str | None = None) -> list[bytes]:
         """Several byte ranges of one object, requested together (at most ``_IN_FLIGHT`` at once)."""
@@ -262,8 +264,8 @@ class Bucket:
             first += self.read(rel, len(first), info.size, etag=info.etag)
         return first, info
 
-    def _read(self, rel: str, start: int, stop: int, etag: str | None,
-              whole: bool = False) -> tuple[bytes, ObjectInfo]:
+    def _read(self, rel: str, start: int, stop: int, etag: str | None, whole: bool = False,
+              copy: bool = True) -> tuple[Any, ObjectInfo]:
         import obstore
         import obstore.exceptions as oe
 
@@ -280,7 +282,8 @@ class Bucket:
                 want = (start, min(stop, info.size)) if whole else (start, stop)
                 if tuple(got) != want:
                     raise _Attempt(f"{where}: asked for bytes {start}-{stop - 1}, the store answered {got}")
-                data = bytes(result.bytes()) if want[1] > want[0] else b""
+                data = result.bytes() if want[1] > want[0] else b""
+                data = bytes(data) if copy else data
             except oe.PreconditionError:
                 raise ObjectChangedError(f"{where}: changed while it was being read (its ETag is no longer "
                                          f"{etag}); open it again", path=where) from None

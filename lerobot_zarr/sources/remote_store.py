@@ -119,20 +119,22 @@ class RemoteStore:
         self._coming: dict[tuple[str, int], list[Future]] = {}  # background fetches of a pack
         self._mp4: dict[tuple[str, str], Future] = {}
         self._pool = ThreadPoolExecutor(_IN_FLIGHT, thread_name_prefix="lerobot_zarr-remote")
-        self._background = ThreadPoolExecutor(_BACKGROUND_IN_FLIGHT, thread_name_prefix="lerobot_zarr-prefetch")
+        self._ahead = ThreadPoolExecutor(_IN_FLIGHT, thread_name_prefix="lerobot_zarr-prefetch")  # batches to come
+        self._background = ThreadPoolExecutor(_BACKGROUND_IN_FLIGHT, thread_name_prefix="lerobot_zarr-whole")
         self._numeric_started = False
         #: numeric features held whole (every pack): nothing to ask for them, and they are never evicted (they were
         #: fetched whole because they fit in half the cache)
         self.settled: set[str] = set()
         self._stopping = threading.Event()  # set when the mirror goes: background fetches stop at their next piece
         self.fetched_bytes = 0
+        self.fetched_by: dict[str, int] = {}  # bytes fetched per feature ("": the root, indexes...)
         self.requests = 0
         if root_doc is None:
             root_doc, _ = bucket.read_whole(ROOT, limit=MAX_ROOT_BYTES, first=_ROOT_FIRST)
         self.root_doc = root_doc
         self.root = _mirror_folder(self.home, bucket)
         self._finalizer = weakref.finalize(self, _remove_mirror, self.root, self._stopping, self._pool,
-                                           self._background)
+                                           self._ahead, self._background)
         try:
             self.root.mkdir(parents=True)
             (self.root / MIRROR_MARKER).write_text(str(bucket.url))
@@ -187,7 +189,7 @@ class RemoteStore:
                                         f"upgrades it", path=self.location(rel), feature=name)
         else:  # the shard index, and the file's size from the same answer
             head, info = self.bucket.read_head(rel, shard_index_bytes(rows))
-            self._count(len(head))
+            self._count(len(head), name)
             entry.size = info.size
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
             try:
@@ -202,10 +204,11 @@ class RemoteStore:
         with self._lock:
             return self._packs.setdefault(key, entry)
 
-    def _count(self, nbytes: int) -> None:
+    def _count(self, nbytes: int, name: str = "") -> None:
         with self._lock:
             self.fetched_bytes += nbytes
             self.requests += 1
+            self.fetched_by[name] = self.fetched_by.get(name, 0) + nbytes
 
     # what a batch reads -------------------------------------------------------------------------------------
     def _wants(self, eps: np.ndarray, frames: Mapping[str, np.ndarray],
@@ -281,7 +284,7 @@ class RemoteStore:
             with self._lock:
                 missing = rows[~entry.present[rows]]
             for job in self._plan(entry, missing):
-                future = self._background.submit(self._fetch, *job)
+                future = self._ahead.submit(self._fetch, *job)
                 with self._lock:
                     self._coming.setdefault((name, pack), []).append(future)
                 future.add_done_callback(lambda f, key=(name, pack): self._done(key, f))
@@ -341,8 +344,8 @@ class RemoteStore:
         """Fetch bytes ``[start, stop)`` of a pack, write them into the mirror, mark ``rows`` present."""
         if entry.index is None:  # raw rows: whole rows from start to stop (numeric: gaps between included)
             rows = np.arange(start // entry.frame_bytes, stop // entry.frame_bytes)
-        data = self.bucket.read(entry.rel, start, stop)
-        self._count(len(data))
+        data = self.bucket.read(entry.rel, start, stop, copy=False)
+        self._count(len(data), entry.name)
         fd = os.open(entry.path, os.O_WRONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
         try:
             pwrite_all(fd, data, start, entry.path)
@@ -489,8 +492,10 @@ class RemoteStore:
         with self._lock:
             for future in [f for fs in self._coming.values() for f in fs]:
                 future.cancel()
-        self._background.shutdown(wait=True, cancel_futures=True)
-        self._background = ThreadPoolExecutor(_BACKGROUND_IN_FLIGHT, thread_name_prefix="lerobot_zarr-prefetch")
+        for pool in (self._ahead, self._background):
+            pool.shutdown(wait=True, cancel_futures=True)
+        self._ahead = ThreadPoolExecutor(_IN_FLIGHT, thread_name_prefix="lerobot_zarr-prefetch")
+        self._background = ThreadPoolExecutor(_BACKGROUND_IN_FLIGHT, thread_name_prefix="lerobot_zarr-whole")
         with self._lock:
             packs, self._packs, self._mp4 = self._packs, {}, {}
             self._lru.clear()
