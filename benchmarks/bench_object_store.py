@@ -335,10 +335,10 @@ def section_cameras(server: Server, args, work: Path) -> None:
         hwm_bucket = max(r["hwm_kib"] for r in runs["bucket"])
         print(f"  {storage}: local {best_local:,.0f} samples/s, bucket {best_bucket:,.0f} samples/s = "
               f"{best_bucket / best_local:.2f}x; camera bytes fetched {b['fetched'] / 1e6:.1f} MB for "
-              f"{used / 1e6:.1f} MB of frames asked for (as stored) = {b['fetched'] / max(used, 1):.2f}x ({b['requests']} requests); resident "
-              f"memory at the end {rss_bucket / 1024:.0f} MiB vs {rss_local / 1024:.0f} MiB = "
-              f"{rss_bucket / rss_local:.2f}x, peak {hwm_bucket / 1024:.0f} vs {hwm_local / 1024:.0f} MiB = "
-              f"{hwm_bucket / hwm_local:.2f}x (load {load()})")
+              f"{used / 1e6:.1f} MB of frames asked for (as stored) = {b['fetched'] / max(used, 1):.2f}x "
+              f"({b['requests']} requests); resident memory at the end {rss_bucket / 1024:.0f} MiB vs "
+              f"{rss_local / 1024:.0f} MiB = {rss_bucket / rss_local:.2f}x, peak {hwm_bucket / 1024:.0f} vs "
+              f"{hwm_local / 1024:.0f} MiB = {hwm_bucket / hwm_local:.2f}x (load {load()})")
 
 
 ONE_EPISODE = r"""
