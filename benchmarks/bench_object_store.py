@@ -305,7 +305,7 @@ print(json.dumps({"samples_per_s": 64 * (batches - 1) / elapsed, "rss_kib": vm["
 def section_cameras(server: Server, args, work: Path) -> None:
     print(f"\n== 224x224 camera, 2-frame windows, get_batch(64), {args.lookahead} batches prefetched ahead "
           f"(load {load()}) ==")
-    src = work / "camera-src"
+    src = work / f"camera-src-{args.camera_episodes}"
     if not (src / "meta" / "info.json").is_file():
         write_sample_dataset(src, n_episodes=args.camera_episodes, lengths=(90, 110), image_keys=(CAM,),
                              image_shape=(224, 224, 3), image_format="jpeg", seed=2)
@@ -316,10 +316,10 @@ def section_cameras(server: Server, args, work: Path) -> None:
             except ImportError:
                 print("  jpeg: skipped (simplejpeg is not installed)")
                 continue
-        store = work / f"camera-{storage}.store"
+        store = work / f"camera-{storage}-{args.camera_episodes}.store"
         if not (store / "zarr.json").is_file():
             lerobot_zarr.open_dataset(src, root=store, storage={CAM: storage}, progress=False)
-        url = publish(store, f"camera-{storage}")
+        url = publish(store, f"camera-{storage}-{args.camera_episodes}")
         runs = {"local": [], "bucket": []}
         for rep in range(args.repeats_cameras):
             for name, source in (("local", str(store)), ("bucket", url)):

@@ -85,6 +85,7 @@ class _Pack:
     frame_bytes: int  # raw: bytes per row; compact: 0 (rows are the shard index's blobs)
     numeric: bool
     present: np.ndarray = field(init=False)
+    coming: np.ndarray = field(init=False)  # rows a prefetch is fetching now
     index: np.ndarray | None = None  # compact: (offset, nbytes) per row
     size: int = -1  # bytes of the file (raw: rows * frame_bytes)
     complete: bool = False
@@ -92,6 +93,7 @@ class _Pack:
 
     def __post_init__(self) -> None:
         self.present = np.zeros(self.rows, dtype=bool)
+        self.coming = np.zeros(self.rows, dtype=bool)
 
     def span(self, row: int) -> tuple[int, int]:
         if self.index is None:
@@ -147,11 +149,8 @@ class RemoteStore:
         self._chunk, self._offset = self.state.table.chunk, self.state.table.offset
 
     def __reduce__(self) -> tuple:
-        # to a DataLoader worker: a mirror of its own there, of the same commit
-        return (RemoteStore, (self.bucket, self.home), {"cache_bytes": self.cache_bytes, "root_doc": self.root_doc})
-
-    def __setstate__(self, kwargs: dict) -> None:  # (pickle calls it after __init__ without the keywords)
-        self.__init__(self.bucket, self.home, **kwargs)
+        # to a DataLoader worker: a mirror of its own there, of the same commit (no request for the root)
+        return (_reopen, (self.bucket, self.home, self.cache_bytes, self.root_doc))
 
     def location(self, rel: str = "") -> str:
         return self.bucket.location(rel)
@@ -181,8 +180,11 @@ class RemoteStore:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         if spec.storage == "raw":
             entry.size = rows * spec.frame_bytes
-            with open(path, "wb") as f:
-                f.truncate(entry.size)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+            try:
+                os.ftruncate(fd, entry.size)
+            finally:
+                os.close(fd)
         elif spec.shard_index != "start":
             raise UnsupportedStoreError(f"{self.location(rel)}: a compact pack of store format 2 (its index at the "
                                         f"end); publish the store again from a local copy opened for writing, which "
@@ -242,7 +244,8 @@ class RemoteStore:
             if not all(self._packs.get((name, p)) is not None and self._packs[(name, p)].complete for p in unique):
                 return False
             for p in unique:
-                self._lru.move_to_end((name, p, -1))
+                if (name, p, -1) in self._lru:  # (a settled feature's packs are no longer in it)
+                    self._lru.move_to_end((name, p, -1))
                 if pinned is not None:
                     pinned.add((name, p, -1))
         return True
@@ -281,17 +284,21 @@ class RemoteStore:
         for (name, pack), rows in self._wants(eps, frames).items():
             entry = self._pack(name, pack)
             rows = np.unique(rows)
-            with self._lock:
-                missing = rows[~entry.present[rows]]
-            for job in self._plan(entry, missing):
-                future = self._ahead.submit(self._fetch, *job)
-                with self._lock:
+            submitted = []
+            with self._lock:  # rows neither held nor coming: marked coming, the fetch registered, at once
+                missing = rows[~entry.present[rows] & ~entry.coming[rows]]
+                for job in self._plan(entry, missing):
+                    entry.coming[job[3]] = True
+                    future = self._ahead.submit(self._fetch, *job)
                     self._coming.setdefault((name, pack), []).append(future)
-                future.add_done_callback(lambda f, key=(name, pack): self._done(key, f))
+                    submitted.append((future, job[3]))
+            for future, planned in submitted:  # (a callback of a future done already runs here: not under the lock)
+                future.add_done_callback(lambda f, e=entry, r=planned: self._done(e, r, f))
 
-    def _done(self, key: tuple[str, int], future: Future) -> None:
+    def _done(self, entry: _Pack, rows: np.ndarray, future: Future) -> None:
         with self._lock:
-            coming = self._coming.get(key, [])
+            entry.coming[rows] = False  # present now, or the fetch failed: a batch that needs them fetches them
+            coming = self._coming.get((entry.name, entry.pack), [])
             if future in coming:
                 coming.remove(future)
 
@@ -438,6 +445,9 @@ class RemoteStore:
             if self._stopping.is_set():
                 return
             self._fetch(*job)
+        with self._lock:  # (held whole already, by the batches: settled now)
+            if entry.complete:
+                self._settle(name)
 
     # cameras kept as mp4 -----------------------------------------------------------------------------------
     def _fetch_mp4_indexes(self, state: StoreState) -> None:
@@ -499,6 +509,7 @@ class RemoteStore:
         with self._lock:
             packs, self._packs, self._mp4 = self._packs, {}, {}
             self._lru.clear()
+            self.settled.clear()
             self._held, self._numeric_started = 0, False
         for entry in packs.values():
             with contextlib.suppress(FileNotFoundError):
@@ -521,6 +532,10 @@ class RemoteStore:
     def close(self) -> None:
         """Stop the background fetches and delete the mirror."""
         self._finalizer()
+
+
+def _reopen(bucket: Bucket, home: Path, cache_bytes: int, root_doc: bytes) -> RemoteStore:
+    return RemoteStore(bucket, home, cache_bytes=cache_bytes, root_doc=root_doc)
 
 
 def _mirror_folder(home: Path, bucket: Bucket) -> Path:

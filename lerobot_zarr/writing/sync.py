@@ -127,8 +127,14 @@ def _push(root: Path, bucket: Bucket, force: bool, progress: bool, on_file: Call
         if remote is not None and not todo and bucket.read_whole(ROOT, limit=MAX_ROOT_BYTES)[0] == doc:
             report.etag = remote.etag  # the bucket holds this commit already
         else:
-            report.etag = bucket.write(ROOT, doc, if_absent=remote is None,
-                                       if_match=remote.etag if remote is not None else None)
+            try:
+                report.etag = bucket.write(ROOT, doc, if_absent=remote is None,
+                                           if_match=remote.etag if remote is not None else None)
+            except CommitConflictError:
+                now, info = bucket.read_whole(ROOT, limit=MAX_ROOT_BYTES)
+                if now != doc:
+                    raise
+                report.etag = info.etag  # ours: the write was retried after it had landed
             report.committed = True
         _write_record(root, bucket, report.etag, state.generation, uploaded)
     return report
@@ -246,6 +252,8 @@ class _Lease:
             self.bucket.write(LEASE, data, if_absent=True)
             return self
         holder = _parse_lease(held)
+        if holder.get("id") == self.doc["id"]:
+            return self  # ours: the write was retried after it had landed
         if not self._stale(holder):
             raise CommitConflictError(
                 f"{self.bucket.location()}: another publication is under way (host {holder.get('host')!r:.40}, "
