@@ -380,8 +380,7 @@ class LeRobotZarrDataset:
     def with_windows(self, delta_timestamps: Mapping[str, Sequence[float]] | None) -> LeRobotZarrDataset:
         """A new dataset over the same store and episodes with other windows (``delta_timestamps``); this one is
         unchanged."""
-        _, _, max_maps, lazy, fetch = self._request
-        episodes = Selection.from_args(self._sel.to_args(self.meta.episode_length))
+        episodes, _, max_maps, lazy, fetch = self._request  # (as asked: None follows the store's new episodes)
         view = LeRobotZarrDataset(self.root, episodes=episodes, delta_timestamps=delta_timestamps,
                                   image_format=self.image_format,
                                   max_open_maps=max_maps, lazy=lazy, fetch=fetch, remote=self._remote)
