@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -9,16 +10,19 @@ from pathlib import Path
 from typing import Any, Literal
 
 from .errors import ArgumentError, NotMaterializedError, warn_once
-from .sampling.dataset import DatasetMeta, EpisodeSelection, ImageFormat, LeRobotZarrDataset
+from .sampling.dataset import DEPTH_UNITS, DepthUnit, EpisodeSelection, ImageFormat, LeRobotZarrDataset
+from .sampling.meta import DatasetMeta
 from .sampling.selection import check_selection
 from .sources.base import Source
-from .sources.registry import made_from_source, same_source
+from .sources.cache import note_use
 from .sources.home import cache_home, variant_path
+from .sources.registry import made_from_source, same_source
 from .sources.resolve import resolve_source
 from .store.cameras import kept_description
 from .store.state import has_commit_point, read_state
 from .store.tables import DEFAULT_PACK_BYTES
-from .writing.transcode import CameraStorage, camera_choices_key, fetch_missing, missing_episodes, transcode
+from .writing.camera_choices import CameraStorage, camera_choices_key
+from .writing.transcode import fetch_missing, missing_episodes, transcode
 
 __all__ = ["open_dataset", "inspect", "materialize", "cache_home", "Mode"]
 
@@ -34,6 +38,7 @@ def open_dataset(
     revision: str | None = None,
     token: str | bool | None = None,
     image_format: ImageFormat = "uint8_hwc",
+    depth_unit: DepthUnit = "mm",
     progress: bool = True,
     lazy: bool = False,
     mode: Mode = "r",
@@ -59,6 +64,9 @@ def open_dataset(
         delta_timestamps: ``{feature: [seconds, ...]}`` temporal windows, as in LeRobotDataset.
         revision: Hub branch, tag or commit (default: LeRobot's choice, tag ``v3.0``); token: Hub token.
         image_format: ``"uint8_hwc"`` (default) or LeRobot's ``"float32_chw"`` in [0, 1].
+        depth_unit: depth cameras (``meta.depth_keys``) come as float32 depth in ``"mm"`` (default, LeRobot's) or
+            ``"m"``, dequantized or converted as LeRobot does, and their stats in the same unit
+            (:mod:`lerobot_zarr.cameras.depth`). Other features keep their stored dtype.
         progress: show a progress bar while transcoding (also off with HF_HUB_DISABLE_PROGRESS_BARS=1).
         lazy: fetch nothing up front (the store holds the metadata only) and fetch each episode the first time a
             sample touches it, in the process that samples (DataLoader workers use the default Hub credentials,
@@ -85,6 +93,8 @@ def open_dataset(
     """
     if mode not in ("r", "r+"):
         raise ArgumentError(f"mode must be 'r' or 'r+', got {mode!r}")
+    if depth_unit not in DEPTH_UNITS:
+        raise ArgumentError(f"depth_unit must be one of {DEPTH_UNITS}, got {depth_unit!r:.40}")
     episodes = check_selection(episodes)
     if mode == "r+" and (episodes is not None or lazy):
         raise ArgumentError("mode='r+' opens every episode: episodes= and lazy=True do not apply")
@@ -106,7 +116,7 @@ def open_dataset(
                                     f"apply); to write, copy it (`lerobot-zarr sync {src} DIR`), open the copy with "
                                     f"mode='r+' and publish it back (ds.push_store)")
             return LeRobotZarrDataset(remote.root, episodes=episodes, delta_timestamps=delta_timestamps,
-                                      image_format=image_format, remote=remote)
+                                      image_format=image_format, depth_unit=depth_unit, remote=remote)
         store = _from_lerobot(src, root=root, episodes=[] if lazy else episodes, progress=progress,
                               storage=storage, resize=resize, client=client, pack_bytes=pack_bytes,
                               writable=mode == "r+")
@@ -115,9 +125,11 @@ def open_dataset(
     if mode == "r+":
         from .writing.writer import WritableDataset
 
-        return WritableDataset(store, delta_timestamps=delta_timestamps, image_format=image_format)
+        return WritableDataset(store, delta_timestamps=delta_timestamps, image_format=image_format,
+                               depth_unit=depth_unit)
+    note_use(store)  # `cache ls` says when a store was last read
     return LeRobotZarrDataset(store, episodes=episodes, delta_timestamps=delta_timestamps, image_format=image_format,
-                              lazy=lazy, fetch=_fetch if lazy else None)
+                              lazy=lazy, fetch=_fetch if lazy else None, depth_unit=depth_unit)
 
 
 def _from_lerobot(src: Source, *, root, episodes, progress, storage, resize, client, pack_bytes,
@@ -207,36 +219,34 @@ def materialize(store: str | os.PathLike, episodes: EpisodeSelection | None, *, 
 
 
 def inspect(source: str | os.PathLike, *, revision: str | None = None, token: str | bool | None = None,
-            storage_options: Mapping[str, Any] | None = None) -> DatasetMeta:
+            storage_options: Mapping[str, Any] | None = None, depth_unit: DepthUnit = "mm") -> DatasetMeta:
     """What a dataset holds, from its metadata alone: features, fps, robot type, episodes and their lengths,
-    tasks, stats, and in ``meta.unavailable`` the episodes whose camera video file is missing. ``source`` is a Hub
-    repo id (info.json, the episode table without per-episode stats, tasks and stats.json are read), a bucket
-    folder (the same, or a store's root), a LeRobot folder (its metadata files) or a store (its root
-    ``zarr.json``); for a remote source ``meta.source["remote_bytes"]`` gives the bytes of its data, videos and
-    metadata. No data file is read."""
+    tasks, stats (depth cameras' in ``depth_unit``), depth cameras (``meta.depth_keys``), features no store can hold
+    (``meta.not_materialized``, with why), and in ``meta.unavailable`` the episodes whose camera video file is
+    missing. ``source`` is a Hub repo id (info.json, the episode table without per-episode stats, tasks and
+    stats.json are read), a bucket folder (the same, or a store's root), a LeRobot folder (its metadata files) or a
+    store (its root ``zarr.json``); for a remote source ``meta.source["remote_bytes"]`` gives the bytes of its data,
+    videos and metadata. No data file is read. Where the source's files cannot be read now (``HF_HUB_OFFLINE=1``
+    for a Hub repo) its metadata comes from the store this machine holds for it (a Hub revision as last resolved
+    here)."""
     src = resolve_source(source, revision=revision, token=token, options=storage_options, hub_first=True)
-    store = src.store()
+    store = src.store() or src.held_store()
     if store is not None:
-        return DatasetMeta.from_state(read_state(store))
+        return DatasetMeta.from_state(read_state(store), depth_unit)
     remote = src.remote()
     if remote is not None:
         try:
-            return replace(DatasetMeta.from_state(remote.state), root=str(src))
+            return replace(DatasetMeta.from_state(remote.state, depth_unit), root=str(src))
         finally:
             remote.close()
     lerobot = src.dataset()
-    meta = DatasetMeta.from_source(lerobot)
+    meta = DatasetMeta.from_source(lerobot, depth_unit)
     if lerobot.files.sizes:  # listed: a remote source
         meta.source["remote_bytes"] = {top: sum(n for p, n in lerobot.files.sizes.items() if p.startswith(top + "/"))
                                        for top in ("data", "videos", "meta")}
-    found: dict[str, bool] = {}
+    exists = functools.cache(lerobot.files.exists)  # one check per file, not per episode
     for name, refs in lerobot.episodes.videos.items():
-        reasons = {}
-        for e, ref in enumerate(refs):
-            if ref is None:
-                reasons[e] = "meta/episodes lists no video file"
-            elif not found.setdefault(ref[0], lerobot.files.exists(ref[0])):
-                reasons[e] = f"video file {lerobot.files.location(ref[0])} not found"
+        reasons = {e: why for e in range(len(refs)) if (why := lerobot.video_missing(e, name, exists)) is not None}
         if reasons:
             meta.unavailable[name] = reasons
     return meta

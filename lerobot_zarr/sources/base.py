@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..errors import ArgumentError, NotMaterializedError
+from ..store.state import has_commit_point
 
 if TYPE_CHECKING:
     from ..lerobot.source import LeRobotSource
@@ -78,6 +79,20 @@ class Source(ABC):
     def offline(self) -> str | None:
         """Why this source's files cannot be read now (``HF_HUB_OFFLINE`` for the Hub), None if they can."""
         return None
+
+    def held_store(self) -> Path | None:
+        """Where this source's files cannot be read now (:meth:`offline`), the store this machine holds for it (its
+        cache store), whose metadata ``inspect`` gives instead; None where they can be read. Raises
+        :class:`~lerobot_zarr.errors.NotMaterializedError` (the Hub: ``HubError`` for a revision never resolved
+        here) when none is held."""
+        why = self.offline()
+        if not why:
+            return None
+        store = self.cache_path()
+        if not has_commit_point(store):
+            raise NotMaterializedError(f"{self}: {why} and no local store holds its metadata (it was never opened "
+                                       f"on this machine)")
+        return store
 
     def dataset(self) -> LeRobotSource:
         """The LeRobot dataset's reader over :meth:`files` (made once: its metadata is read once)."""

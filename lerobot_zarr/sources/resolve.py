@@ -16,9 +16,9 @@ from typing import Any
 from ..errors import SourceNotFoundError
 from ..hub.http import REPO_ID, parse_repo_id
 from .base import Source
-from .registry import kinds
 from .hub import HUB_PREFIX, NOT_ORGS
 from .local import is_url, near_miss
+from .registry import kinds
 
 __all__ = ["resolve_source"]
 

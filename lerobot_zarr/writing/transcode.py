@@ -14,7 +14,6 @@ processes writing the same episode write the same bytes; a commit merges what th
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import threading
@@ -24,7 +23,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -41,7 +40,7 @@ from ..lerobot.format import CAMERA_DTYPES
 from ..lerobot.source_files import SourceFiles
 from ..sources.base import origin
 from ..sources.registry import describe_record, kind_of_record, made_from_source, same_source
-from ..store.cameras import MP4_INDEX, kept_description, mp4_index_path, served_episodes, storage_name
+from ..store.cameras import MP4_INDEX, kept_description, mp4_index_path, served_episodes
 from ..store.committing import check_new_store_location, commit, create_store, remove_creation_debris
 from ..store.packs import HUGE_PAGE, ensure_pack, read_raw_rows, row_writer, write_pack_bytes, write_rows
 from ..store.state import StoreState, has_commit_point, read_state
@@ -59,14 +58,15 @@ from ..store.tables import (
     plan_packs,
 )
 from ..utils.background import prefetched
-from ..utils.fileio import WriterLock, atomic_write, check_in_store, disk_error, link_or_copy
+from ..utils.fileio import WriterLock, atomic_write, check_in_store, disk_error, link_or_copy, replace_file
 from ..utils.hashing import Crc32c, crc32c
 from ..utils.progress import progress_bar
+from .camera_choices import CameraStorage, Resize, camera_array, every_camera
 
 if TYPE_CHECKING:  # the caller gives the source: reading one is what needs pyarrow
     from ..lerobot.source import LeRobotSource
 
-__all__ = ["transcode", "array_specs", "camera_choices_key", "missing_episodes", "fetch_missing"]
+__all__ = ["transcode", "array_specs", "missing_episodes", "fetch_missing", "recorded_source"]
 
 _COMMIT_EVERY_S = 1.0
 
@@ -78,53 +78,11 @@ def _cpu_count() -> int:
         return os.cpu_count() or 1
 
 
-# How a new store keeps a camera (``storage=``): these, or any frame codec such as "zstd:9" or "jpeg:80".
-CameraStorage = Literal["raw", "compact", "lossless", "jpeg", "mp4"]
-CAMERA_STORAGES = get_args(CameraStorage)
-Resize = tuple[int, int] | Mapping[str, Any]
-
-
-def camera_array(name: str, spec: ArraySpec, storage: CameraStorage | str | None, resize: Resize | None
-                 ) -> ArraySpec:
-    """How a new store keeps a camera: ``storage`` ``"raw"`` (memory-mapped frames), ``"compact"`` (zstd per
-    frame), ``"lossless"`` (delta-zstd per frame), ``"jpeg"`` / ``"jpeg:Q"`` (lossy, quality Q, default 90) or
-    any frame codec of :mod:`~lerobot_zarr.cameras.frame_codecs`, or ``"mp4"`` (the source's mp4 files kept, decoded on
-    read; video features only); ``resize`` ``(height, width)`` or ``{"size", "crop", "interpolation"}``."""
-    from ..cameras.frame_codecs import frame_codec
-    from ..cameras.resize import check_resize
-
-    choice = "raw" if storage is None else storage
-    if not isinstance(choice, str) or not choice:
-        raise ArgumentError(f"storage[{name!r}] must be a storage name such as {CAMERA_STORAGES}, got "
-                            f"{choice!r:.40}")
-    if resize is not None:
-        options = dict(resize) if isinstance(resize, Mapping) else {"size": resize}
-        unknown = set(options) - {"size", "crop", "interpolation"}
-        if unknown or "size" not in options:
-            raise ArgumentError(f"resize[{name!r}] is (height, width) or {{'size', 'crop', 'interpolation'}}, got "
-                                f"{resize!r:.80}")
-        try:
-            shape = check_resize(spec.frame_shape, options["size"], crop=options.get("crop"),
-                                 interpolation=options.get("interpolation", "bilinear"))
-        except (ValueError, TypeError) as exc:
-            raise ArgumentError(f"resize[{name!r}]: {exc}") from None
-        recorded = {"from": list(spec.frame_shape), "size": list(shape[:2]),
-                    "interpolation": options.get("interpolation", "bilinear"),
-                    **({"crop": [int(c) for c in options["crop"]]} if options.get("crop") is not None else {})}
-        spec = replace(spec, frame_shape=shape, resize=tuple((k, tuple(v) if isinstance(v, list) else v)
-                                                             for k, v in recorded.items()))
-    if choice == "raw":
-        return spec
-    if choice == "mp4":
-        if spec.kind != "video":
-            raise ArgumentError(f"storage[{name!r}] = 'mp4' keeps a camera's mp4 files: {name!r} is not a video")
-        return replace(spec, storage="mp4")
-    codec = {"compact": "zstd", "lossless": "delta-zstd"}.get(choice, choice)
-    try:
-        described = frame_codec(codec, spec.frame_shape).describe()
-    except (ValueError, TypeError) as exc:
-        raise ArgumentError(f"storage[{name!r}] = {choice!r}: {exc} (storages: {CAMERA_STORAGES})") from None
-    return replace(spec, storage="compact", codec=tuple(described.items()))
+def array_specs(source: LeRobotSource) -> dict[str, ArraySpec]:
+    """The store arrays a source maps to: one per numeric, image, (decoded) video, string or language feature."""
+    return {name: array_spec(spec.dtype if spec.kind != "numeric" else spec.numpy_dtype.name, spec.frame_shape,
+                             spec.names, spec.numpy_dtype if spec.kind in CAMERA_DTYPES else None)
+            for name, spec in source.stored_features.items()}
 
 
 def _camera_arrays(source: LeRobotSource, storage: Mapping[str, CameraStorage | str] | None,
@@ -132,7 +90,7 @@ def _camera_arrays(source: LeRobotSource, storage: Mapping[str, CameraStorage | 
     """The arrays of a new store with the cameras kept as asked (only image/video features have a choice)."""
     specs = array_specs(source)
     cameras = [k for k, v in specs.items() if v.kind in CAMERA_DTYPES]
-    storage, resize = every_camera(storage, resize, cameras)
+    storage, resize = every_camera(storage, resize, cameras, [k for k in cameras if specs[k].dtype != np.uint8])
     for what, choices in (("storage", storage), ("resize", resize)):
         wrong = [k for k in (choices or {}) if k not in cameras]
         if wrong:
@@ -140,30 +98,6 @@ def _camera_arrays(source: LeRobotSource, storage: Mapping[str, CameraStorage | 
                                 f"{cameras}), not {wrong}")
     return {name: camera_array(name, spec, (storage or {}).get(name), (resize or {}).get(name))
             if name in cameras else spec for name, spec in specs.items()}
-
-
-def every_camera(storage: Any, resize: Any, cameras: Sequence[str]) -> tuple[dict | None, dict | None]:
-    """``storage`` and ``resize`` as ``{camera: choice}``: a single storage name (``"jpeg"``) or a single size
-    (``(224, 224)``, ``{"size": ...}``) applies to every camera; anything but these or a mapping is refused."""
-    if isinstance(storage, str):
-        storage = {k: storage for k in cameras}
-    elif storage is not None and not isinstance(storage, Mapping):
-        raise ArgumentError(f"storage must be a storage name for every camera (e.g. 'jpeg') or {{camera: name}}, "
-                            f"got {type(storage).__name__}")
-    one_size = isinstance(resize, (tuple, list)) or (isinstance(resize, Mapping) and "size" in resize
-                                                      and not any(k in cameras for k in resize))
-    if one_size:
-        resize = {k: resize for k in cameras}
-    elif resize is not None and not isinstance(resize, Mapping):
-        raise ArgumentError(f"resize must be (height, width) for every camera or {{camera: (height, width)}}, got "
-                            f"{type(resize).__name__}")
-    return (dict(storage) if storage is not None else None), (dict(resize) if resize is not None else None)
-
-
-def array_specs(source: LeRobotSource) -> dict[str, ArraySpec]:
-    """The store arrays a source maps to: one per numeric, image or (decoded) video feature."""
-    return {name: array_spec(spec.dtype if spec.kind != "numeric" else spec.numpy_dtype.name, spec.frame_shape,
-                             spec.names) for name, spec in source.stored_features.items()}
 
 
 def _create(source: LeRobotSource, root: Path, record: dict, arrays: Mapping[str, ArraySpec], pack_bytes: int
@@ -244,25 +178,6 @@ def _checked_state(root: Path, record: dict) -> StoreState:
     return state
 
 
-def camera_choices_key(storage: Mapping[str, CameraStorage | str] | None, resize: Mapping[str, Resize] | None
-                       ) -> str | None:
-    """A short stable name of the camera choices ``storage``/``resize`` that change how cameras are kept (None if
-    none does): the cache keeps a store per choice next to the plain one, so that an experiment never replaces
-    the store every other open of the source reads. Equivalent spellings (``"jpeg"``, ``"jpeg:90"``) agree."""
-    probe = ArraySpec(np.dtype("uint8"), (1 << 20, 1 << 20, 3), ("height", "width", "channels"), "video")
-    storage, resize = every_camera(storage, resize, ["*"])  # one choice for every camera: named "*"
-    chosen = {}
-    for name in sorted({*(storage or {}), *(resize or {})}):
-        kept = camera_array(name, probe, (storage or {}).get(name), None)
-        sized = camera_array(name, probe, None, (resize or {}).get(name)) if (resize or {}).get(name) else None
-        how = [storage_name(kept), {k: v for k, v in sized.resize_spec.items() if k != "from"} if sized else None]
-        if how != ["raw", None]:
-            chosen[name] = how
-    if not chosen:
-        return None
-    return hashlib.sha256(json.dumps(chosen, sort_keys=True).encode()).hexdigest()[:12]
-
-
 def transcode(source: LeRobotSource, root: str | os.PathLike, *, episodes: Sequence[int] | None = None,
               progress: bool = True, storage: Mapping[str, CameraStorage | str] | None = None,
               resize: Mapping[str, Resize] | None = None, client: Any = None,
@@ -286,8 +201,8 @@ def transcode(source: LeRobotSource, root: str | os.PathLike, *, episodes: Seque
     if wanted:  # frame shapes from a data file this call reads anyway (footers fetched together, when needed)
         source.will_read(wanted)
     if storage is not None or resize is not None:
-        storage, resize = every_camera(storage, resize, [k for k, v in source.stored_features.items()
-                                                         if v.kind in CAMERA_DTYPES])
+        cameras = {k: v for k, v in source.stored_features.items() if v.kind in CAMERA_DTYPES}
+        storage, resize = every_camera(storage, resize, list(cameras), [k for k, v in cameras.items() if v.depth])
     if has_commit_point(root):
         state = _checked_state(root, record)
         state = _heal_cameras(source, root, state, storage, resize)
@@ -337,25 +252,36 @@ def missing_episodes(store: str | os.PathLike, episodes: Iterable[int] | None) -
 def fetch_missing(store: str | os.PathLike, episodes: Iterable[int], *, progress: bool = True,
                   token: str | bool | None = None) -> None:
     """Fetch or transcode the episodes among ``episodes`` that a store lacks from the source it records (a Hub repo
-    at its recorded commit, a LeRobot folder, a folder of a bucket: its kind reopens it), if that is reachable;
-    else raise ``NotMaterializedError``."""
-    store = Path(store)
+    at its recorded commit, a LeRobot folder, a folder of a bucket), if that is reachable; else raise
+    ``NotMaterializedError``."""
     missing = missing_episodes(store, episodes)
-    if not missing:
-        return
+    if missing:
+        transcode(recorded_source(store, missing, token=token), store, episodes=missing, progress=progress)
+
+
+def recorded_source(store: str | os.PathLike, episodes: Sequence[int], *, token: str | bool | None = None
+                    ) -> LeRobotSource:
+    """The source a store records, reopened by its kind (:meth:`~lerobot_zarr.sources.base.Source.from_record`: a
+    Hub repo at its recorded commit from the endpoint configured now, which may be a mirror of the one the store was
+    made from; a LeRobot folder; a bucket folder) and checked to hold the data the store was made from.
+    ``NotMaterializedError`` when it cannot be reached (offline, the folder gone, a store recorded or edited in
+    place), ``SourceMismatchError`` when its content changed since; both name ``episodes``, those wanted from it."""
+    store, wanted = Path(store), list(episodes)[:20]
     recorded = read_state(store).source
     kind = kind_of_record(recorded)
     if kind is None or not made_from_source(recorded):
-        raise NotMaterializedError(f"{store}: episodes {missing[:20]} are not in the store and its source "
+        raise NotMaterializedError(f"{store}: episodes {wanted} are not in the store and its source "
                                    f"({describe_record(recorded)}) is not available to transcode them")
     try:
         source = kind.from_record(recorded, token=token)
     except NotMaterializedError as exc:
-        raise NotMaterializedError(f"{store}: episodes {missing[:20]} are not in the store, and {exc}") from None
+        raise NotMaterializedError(f"{store}: episodes {wanted} are not in the store, and {exc}") from None
     why = source.offline()
     if why:
-        raise NotMaterializedError(f"{store}: {why} and episodes {missing[:20]} are not in the store")
-    transcode(source.dataset(), store, episodes=missing, progress=progress)
+        raise NotMaterializedError(f"{store}: {why} and episodes {wanted} are not in the store")
+    dataset = source.dataset()
+    _checked_state(store, dataset.record())
+    return dataset
 
 
 _OLD_PYAV_REASON = "decoding videos needs PyAV"  # what earlier versions recorded in a store made without it
@@ -505,8 +431,8 @@ class _Commits:
 
 def _undecodable(state: StoreState) -> set[str]:
     """The video cameras this process cannot write: all of them where PyAV is not installed. Their episodes stay
-    not decoded (never recorded as unavailable: a missing package is not a property of the data), and the
-    samples of this process leave them out, saying what to install."""
+    not decoded (a missing package is not a property of the data; an episode with no video file is: unavailable),
+    and the samples of this process leave them out, saying what to install."""
     cameras = {name for name, spec in state.arrays.items() if spec.kind == "video"}
     return cameras if cameras and not have_pyav() else set()
 
@@ -637,7 +563,7 @@ def _decode(source: LeRobotSource, root: str | Path, state: StoreState, e: int, 
                 writer.write(resize_frame(np.frombuffer(frame, np.uint8).reshape(shape), how["size"],
                                           crop=how.get("crop"), interpolation=how["interpolation"]))
 
-        source.decode_video(e, name, timestamps, sink)
+        source.decode_video(e, name, timestamps, sink, rewind=writer.rewind)
     if writer.written != len(timestamps):
         raise VideoUnavailable(f"episode {e}, camera {name!r}: decoded {writer.written} of its {len(timestamps)} "
                                f"frames")
@@ -685,7 +611,7 @@ def _keep_mp4(source: LeRobotSource, root: Path, e: int, name: str) -> int:
             if not _decodable(tmp):
                 raise VideoUnavailable(f"episode {e}, camera {name!r}: {source.files.location(rel)} has no "
                                        f"decodable video stream")
-            os.replace(tmp, target)
+            replace_file(tmp, target)
             _mp4_hashes[str(target)] = crc
             return crc
         finally:
@@ -731,7 +657,8 @@ def _write_episodes(source: LeRobotSource, root: Path, state: StoreState, todo: 
     commits = _Commits(root, before=rows.flush)
 
     def finish(e: int, decoding: dict[str, Future]) -> None:
-        unavailable: dict[str, dict[int, str]] = {}
+        unavailable = {name: {e: f"episode {e}, camera {name!r}: {why}"} for name in rows.skipped
+                       if (why := source.video_missing(e, name)) is not None}
         hashes = rows.hashes.pop(e, {})
         for name, future in decoding.items():
             try:
