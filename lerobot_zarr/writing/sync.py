@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import socket
 import time
@@ -265,7 +266,7 @@ class _Lease:
     @staticmethod
     def _stale(holder: dict[str, Any]) -> bool:
         since = holder.get("since")
-        if not isinstance(since, (int, float)) or time.time() - since > LEASE_SECONDS:
+        if not isinstance(since, (int, float)) or not math.isfinite(since) or time.time() - since > LEASE_SECONDS:
             return True
         pid = holder.get("pid")
         if holder.get("host") == socket.gethostname() and isinstance(pid, int) and pid > 0:
@@ -287,8 +288,9 @@ class _Lease:
 
 
 def _parse_lease(data: bytes) -> dict[str, Any]:
+    """A lease's document, ``{}`` for one that cannot be read (not JSON, nested too deeply, not an object)."""
     try:
-        doc = json.loads(data)
+        doc = load_json(data, LEASE, error=ValueError)
     except ValueError:
         return {}
     return doc if isinstance(doc, dict) else {}

@@ -169,6 +169,8 @@ def test_mixtures_over_buckets_and_folders(env, folder, tmp_path):
     assert x.keys() == y.keys()
     for key in y:
         assert (x[key] == y[key]) if key == "task" else np.array_equal(x[key], y[key]), key
+    with pytest.raises(ArgumentError, match="are the same store"):  # each process reads it through its own mirror
+        lerobot_zarr.open_mixture({url: 0.5, url + "/": 0.5})
 
 
 def test_refresh_serves_a_new_commit(env, folder, tmp_path):

@@ -117,6 +117,10 @@ def test_a_writer_holding_the_store_and_a_live_publisher_are_respected(env, fold
         sleeper.wait()
     assert push_store(store, url, progress=False).committed  # its holder is gone: taken over
     assert env.client("locks").head(LEASE) is None  # released
+    for hostile in (b"[" * 60_000, b'{"id": "y", "since": NaN}'):  # nested past any stack, a time that is no time
+        env.client("locks").write(LEASE, hostile)
+        push_store(store, url, progress=False)  # an unreadable lease is stale: taken over, then released
+        assert env.client("locks").head(LEASE) is None
 
 
 def _run_push(store: Path, url: str, env_vars: dict) -> subprocess.Popen:
