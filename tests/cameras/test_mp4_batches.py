@@ -136,7 +136,7 @@ def test_forked_worker_reads_batches(store):
 
 
 @pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc to count open files")
-def test_closing_the_dataset_closes_its_videos(store):
+def test_closing_or_dropping_the_dataset_closes_its_videos(store):
     videos = {os.path.realpath(p) for p in Path(store.root).rglob("*.mp4")}
 
     def open_videos() -> int:
@@ -148,6 +148,11 @@ def test_closing_the_dataset_closes_its_videos(store):
     ds.get_batch(np.arange(0, len(ds), 7))
     assert open_videos() > before
     ds.close()
+    assert open_videos() == before
+    dropped = lerobot_zarr.open_dataset(store.root, delta_timestamps={AV1: WINDOW}, progress=False)
+    dropped.get_batch(np.arange(0, len(dropped), 7))
+    assert open_videos() > before
+    del dropped  # without close(): its files close with it, not at the next garbage collection
     assert open_videos() == before
 
 
