@@ -42,6 +42,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from ..errors import CorruptSourceError, LeRobotZarrError, SchemaMismatchError, SourceNotFoundError, import_optional
+from ..utils.buffers import recycled_empty
 from .frame_codecs import decode_threads, run_in_parallel
 from .video import PIXEL_FORMATS, TOLERANCE_S, frame_pixels
 
@@ -535,7 +536,7 @@ class Mp4Frames:
 
     def _out(self, n: int, out: np.ndarray | None) -> np.ndarray:
         if out is None:
-            return np.empty((n, *self.frame_shape), np.uint8)
+            return recycled_empty((n, *self.frame_shape), np.uint8)
         if out.shape != (n, *self.frame_shape) or out.dtype != np.uint8:
             raise ValueError(f"out must be uint8 of shape {(n, *self.frame_shape)}, got {out.dtype}{out.shape}")
         return out
