@@ -112,6 +112,12 @@ class _Index:
                 entries.append((int(ts), bool(packet.is_keyframe)))
         return cls(entries, delay or 0, stream.time_base)
 
+    def presented_at(self, k: int, t: float) -> None:
+        """Keyframe ``k`` turned out to be shown at ``t``, later than the index said (an open GOP's keyframe is
+        shown after its leading frames, which come after it in decode order)."""
+        if t > self.keyframes[k] and (k + 1 == len(self.keyframes) or t < self.keyframes[k + 1]):
+            self.keyframes[k] = self.key_array[k] = t
+
     def key_before(self, q: float) -> int:
         """The last keyframe at or before ``q`` (+ tolerance), -1 if none."""
         return bisect.bisect_right(self.keyframes, q + TOLERANCE_S) - 1
@@ -236,13 +242,20 @@ class _File:
 
     # -- decoding
     def _seek(self, q: float, then: float | None) -> None:
-        """Start a new run at the last keyframe at or before ``q`` (+ tolerance) per the index; if that overshoots,
-        at the keyframe before ``q - TOLERANCE_S`` by time, as decode_into seeks."""
+        """Start a new run at the last keyframe at or before ``q`` (+ tolerance) per the index. A keyframe whose
+        first frame comes after ``q`` (an open GOP's: its leading frames precede it and a decoder starting there
+        drops them; the index put it earlier) is learned and passed for the one before; before the first
+        keyframe, at the keyframe before ``q - TOLERANCE_S`` by time, as decode_into seeks."""
         index = self.index
         k = index.key_before(q)
-        if k >= 0 and self._seek_to(index.key_pts[k], q, then):
-            if self.run.times[0] <= q + TOLERANCE_S:  # type: ignore[union-attr]
+        while k >= 0:
+            if not self._seek_to(index.key_pts[k], q, then):
+                break
+            first = self.run.times[0]  # type: ignore[union-attr]
+            if first <= q + TOLERANCE_S:
                 return
+            index.presented_at(k, first)
+            k -= 1
         self._seek_to(max(0, int((q - TOLERANCE_S) / self.tb)), q, then)
 
     def _seek_to(self, pts: int, q: float, then: float | None) -> bool:

@@ -92,6 +92,30 @@ def lerobot_h264(tmp_path_factory):
     return path, 80
 
 
+@pytest.fixture(scope="module")
+def hevc_open_gop(tmp_path_factory):
+    """An HEVC file with x265's open GOPs (its default; LeRobot's vcodec="hevc" files): a keyframe's leading
+    frames come after it in decode order, and a decoder starting at it drops them."""
+    if "libx265" not in av.codecs_available:
+        pytest.skip("PyAV has no libx265 encoder here")
+    path = tmp_path_factory.mktemp("hevc") / "e.mp4"
+    with av.open(str(path), mode="w") as container:
+        stream = container.add_stream("hevc", FPS, options={"g": "12", "crf": "30", "x265-params": "log-level=error"})
+        stream.width, stream.height, stream.pix_fmt = SHAPE[1], SHAPE[0], "yuv420p"
+        for image in frames(60, seed=6):
+            container.mux(stream.encode(av.VideoFrame.from_ndarray(image, format="rgb24")))
+        container.mux(stream.encode(None))
+    return path, 60
+
+
+def sequential(path: Path) -> np.ndarray:
+    """Every frame of ``path``, decoded in order from the start with PyAV (rgb24), each at k / FPS."""
+    with av.open(str(path)) as container:
+        decoded = [(f.time, f.to_ndarray(format="rgb24")) for f in container.decode(container.streams.video[0])]
+    assert all(abs(t - k / FPS) < 1e-6 for k, (t, _) in enumerate(decoded))
+    return np.stack([f for _, f in decoded])
+
+
 def all_times(n: int, start: float = 0.0) -> np.ndarray:
     return start + np.arange(n) / FPS
 
@@ -199,6 +223,26 @@ def test_h264_with_b_frames_equals_decode_into(h264):
         rows = np.clip([i - 1, i], 0, n - 1)
         assert np.array_equal(reader.read(str(path), rows / FPS), want[rows]), i
     assert np.array_equal(Mp4Frames(SHAPE).read(str(path), all_times(n)), want)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_hevc_open_gops(hevc_open_gop, threads):
+    """A window on a keyframe's leading frames decodes them from the keyframe before (a decoder starting at the
+    keyframe drops them), single frames and batches alike."""
+    path, n = hevc_open_gop
+    with av.open(str(path)) as container:
+        packets = [(p.pts, p.is_keyframe) for p in container.demux(container.streams.video[0]) if p.size]
+    keys = [k for k, (_, key) in enumerate(packets) if key]
+    assert any(packets[k + 1][0] < packets[k][0] for k in keys[1:])  # leading frames after a keyframe
+    want = sequential(path)
+    reader = Mp4Frames(SHAPE, threads=threads)
+    for i in range(n):
+        assert np.array_equal(reader.read(str(path), [i / FPS]), want[[i]]), i
+    rng = np.random.default_rng(12)
+    for _ in range(10):
+        rows = np.clip(rng.integers(0, n, 8)[:, None] + [-1, 0], 0, n - 1).reshape(-1)
+        assert np.array_equal(Mp4Frames(SHAPE, threads=threads).read_many([str(path)] * len(rows), rows / FPS),
+                              want[rows])
 
 
 def test_nearest_frame_rule_and_tolerance(av1):
