@@ -14,10 +14,14 @@ decode (open the file, seek, decode, close, every sample), a batch (:meth:`Mp4Fr
   decoded once per batch, only the frames asked for are converted;
 - the runs, in (file, time) order, are cut between runs into one part of about equal decode cost per thread, each
   decoded in parallel through its own container of the file (PyAV releases the GIL while it decodes);
+- seeks go by presentation time; a decoder that holds a frame back until fed the next packet (h264 with B-frames
+  allowed, as LeRobot encodes it) is drained once a run's frames are fed, rather than fed the next keyframe; an
+  open GOP's keyframe (HEVC), whose leading frames a decoder starting there drops, is passed for the one before;
+- the batch lands in memory a dropped batch left (:func:`lerobot_zarr.utils.buffers.recycled_empty`);
 - containers stay open across batches, with their decoder's position and their last decoded frames (so ``ds[i]``
   then ``ds[i + 1]`` and sequential reads decode each frame once), in a cache bounded in count (``max_open``) and
   in memory (``max_bytes``: the frames kept plus an estimate of each decoder's), least recently used closed first,
-  all closed by :meth:`Mp4Frames.close`. A forked child (a DataLoader worker) drops the parent's containers
+  all closed by :meth:`Mp4Frames.close` or when the reader is dropped. A forked child (a DataLoader worker) drops the parent's containers
   without closing them (their decoder threads do not exist in the child) and opens its own; a pickled reader
   carries its settings only.
 
@@ -231,13 +235,12 @@ class _File:
         self.cache_frames = cache_frames
         self.run: _Run | None = None
         self.packets: Any = None
-        self.peeked: Any = None  # the next packet, demuxed but not fed
         self.fed: list[float] = []  # presentation times of the packets fed since the last seek
         self.seeks = 0
         self.decoded = 0  # packets fed to the decoder
 
     def close(self) -> None:
-        self.run, self.packets, self.peeked = None, None, None
+        self.run, self.packets = None, None
         self.container.close()
 
     # -- decoding
@@ -262,7 +265,7 @@ class _File:
         """Seek backward to a keyframe at or before ``pts`` (the decoder is flushed) and decode its first frame
         (:meth:`_next`); False at the end."""
         self.container.seek(pts, stream=self.stream, backward=True, any_frame=False)
-        self.packets, self.peeked = self.container.demux(self.stream), None
+        self.packets = self.container.demux(self.stream)
         self.fed = []
         self.run = _Run(self.cache_frames)
         self.seeks += 1
@@ -278,8 +281,7 @@ class _File:
         run = self.run
         assert run is not None
         while not (run.ended or run.drained):
-            packet = self.peeked or next(self.packets, None)
-            self.peeked = None
+            packet = next(self.packets, None)
             if packet is None or not packet.size:  # the end of the stream (a flush packet)
                 frames = self.codec.decode(None)
                 run.ended = True
