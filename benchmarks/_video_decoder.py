@@ -151,7 +151,8 @@ def build_footage(work: Path, g1: Footage, episodes: list[int], codec: str, size
         pairs = [(f, str(src / Path(f).relative_to(g1.src))) for f in g1.files]
         for _, target in pairs:
             Path(target).parent.mkdir(parents=True, exist_ok=True)
-        C.run_watched(_encode_all, (pairs, codec, size, fps), videos, f"encoding the {name} footage")
+        # a stall is 3 min without a byte: 224x224 h264 fills the muxer's buffer slowly (a restart seen at 60 s)
+        C.run_watched(_encode_all, (pairs, codec, size, fps), videos, f"encoding the {name} footage", stall_s=180)
         marker.write_text(json.dumps(params))
         print(f"  encoded the {name} footage ({sum(g1.lengths):,} frames) in {time.perf_counter() - t0:.0f} s",
               flush=True)

@@ -135,6 +135,22 @@ def test_forked_worker_reads_batches(store):
     assert np.array_equal(store.get_batch(indices[::-1])[AV1], want[AV1][::-1])
 
 
+def test_dataloader_workers_read_batches(store):
+    """torch's DataLoader with 2 forked workers over the mp4 cameras gives get_batch's batches."""
+    torch = pytest.importorskip("torch", reason="torch is not installed (optional extra lerobot_zarr[torch])")
+    from lerobot_zarr.torch import batch_loader
+
+    store.get_batch(np.arange(8))  # containers open in the parent, as a loop's first batches leave them
+    loader = batch_loader(store, batch_size=16, shuffle=True, num_workers=2)
+    seen = 0
+    for batch in loader:
+        want = store.get_batch(batch["index"].numpy())
+        for cam in (AV1, H264):
+            assert isinstance(batch[cam], torch.Tensor) and np.array_equal(batch[cam].numpy(), want[cam]), cam
+        seen += len(batch["index"])
+    assert seen == len(store)
+
+
 @pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc to count open files")
 def test_closing_or_dropping_the_dataset_closes_its_videos(store):
     videos = {os.path.realpath(p) for p in Path(store.root).rglob("*.mp4")}
