@@ -252,8 +252,9 @@ def column_ranges(pf: pq.ParquetFile, columns: Sequence[str],
 
 
 def _parse_features(info: dict, info_path: str) -> tuple[dict[str, FeatureSpec], dict[str, str]]:
-    """The features of info.json, and those no store can hold (a dtype LeRobot does not write, a camera of an
-    unusual shape) with why: they are left out alone, never the whole dataset."""
+    """The features of info.json, and those no store can hold (a dtype LeRobot does not write, a depth map of more
+    than one channel or whose quantizer cannot be read) with why: they are left out alone, never the whole
+    dataset."""
     raw = info.get("features")
     if not isinstance(raw, dict) or not raw:
         raise CorruptSourceError(f"{info_path}: 'features' is missing or empty")
@@ -267,8 +268,8 @@ def _parse_features(info: dict, info_path: str) -> tuple[dict[str, FeatureSpec],
                 or not all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in raw_shape)):
             raise CorruptSourceError(f"{info_path}: feature {name!r} has an invalid shape {raw_shape!r}")
         if not isinstance(dtype, str) or dtype not in NUMERIC_DTYPES | CAMERA_DTYPES | TEXT_DTYPES:
-            refused[name] = f"dtype {dtype!r:.40} is not one LeRobot 0.6.1 writes (numbers, image, video, string, " \
-                            f"language)"
+            refused[name] = (f"{info_path} gives it dtype {dtype!r:.40}, not one LeRobot 0.6.1 writes (numbers, "
+                             f"image, video, string, language)")
             continue
         shape, names = tuple(raw_shape), ft.get("names")
         if dtype in CAMERA_DTYPES and len(shape) == 3 and shape[0] in (1, 3, 4) and shape[-1] not in (1, 3, 4):
@@ -289,8 +290,10 @@ def _parse_features(info: dict, info_path: str) -> tuple[dict[str, FeatureSpec],
             except ValueError as exc:
                 refused[name] = f"its depth quantizer cannot be read ({exc})"
                 continue
-        specs[name] = FeatureSpec(name, dtype, shape, names, depth=depth, depth_unit=unit if unit in ("mm", "m")
-                                  else None)
+        # a video's frames are what info.json declares (no data file to read them from): fixed now, so that a decode
+        # never waits for (nor races) the shapes read from a data file
+        specs[name] = FeatureSpec(name, dtype, shape, names, shape if dtype == "video" else (), depth=depth,
+                                  depth_unit=unit if unit in ("mm", "m") else None)
     for name, dtype in DEFAULT_FEATURES.items():
         specs.setdefault(name, FeatureSpec(name, dtype, (1,)))
     return specs, refused
