@@ -48,6 +48,7 @@ import numpy as np
 from ..errors import CorruptSourceError, LeRobotZarrError, SchemaMismatchError, SourceNotFoundError, import_optional
 from ..utils.buffers import recycled_empty
 from .frame_codecs import decode_threads, run_in_parallel
+from .depth import DEPTH_PIX_FMT
 from .video import PIXEL_FORMATS, TOLERANCE_S, frame_pixels
 
 __all__ = ["Mp4Frames"]
@@ -396,22 +397,25 @@ class Mp4Frames:
     ``max_open`` containers are open at once and, per container, the last ``cache_frames`` decoded frames kept,
     both lowered as needed to hold the frames kept plus an estimate of each decoder's own within ``max_bytes``
     (at least one container and two frames each). ``threads``: decoding threads of a batch (default: the
-    process's decode pool size, ``LEROBOT_ZARR_DECODE_THREADS`` or the CPUs).
+    process's decode pool size, ``LEROBOT_ZARR_DECODE_THREADS`` or the CPUs). ``depth``: a depth camera (one
+    channel), its frames LeRobot's 12-bit codes as uint16 (``gray12le``, as its decoder asks), else uint8.
     """
 
     def __init__(self, frame_shape: Sequence[int], *, opener: Callable[[str], str | BinaryIO] | None = None,
-                 max_open: int = 16, cache_frames: int = 16, max_bytes: int = 256 << 20, threads: int | None = None):
+                 max_open: int = 16, cache_frames: int = 16, max_bytes: int = 256 << 20, threads: int | None = None,
+                 depth: bool = False):
         shape = tuple(int(s) for s in frame_shape)
-        if len(shape) != 3 or shape[2] not in PIXEL_FORMATS:
-            raise ValueError(f"frames must be (height, width, 1, 3 or 4 channels), got {frame_shape}")
+        if len(shape) != 3 or shape[2] not in PIXEL_FORMATS or (depth and shape[2] != 1):
+            raise ValueError(f"frames must be (height, width, 1, 3 or 4 channels; 1 for depth), got {frame_shape}")
         if max_open < 1 or cache_frames < 2 or max_bytes < 1:
             raise ValueError(f"max_open and max_bytes must be >= 1 and cache_frames >= 2, got {max_open}, "
                              f"{max_bytes}, {cache_frames}")
         self.frame_shape: tuple[int, int, int] = shape  # type: ignore[assignment]
-        self.format = PIXEL_FORMATS[shape[2]]
+        self.format = DEPTH_PIX_FMT if depth else PIXEL_FORMATS[shape[2]]
+        self.dtype = np.dtype(np.uint16 if depth else np.uint8)
         self.opener = opener or _as_path
         self.threads = threads
-        frame_bytes = math.prod(shape)
+        frame_bytes = math.prod(shape) * self.dtype.itemsize
         while cache_frames > 2 and max_bytes // ((_DECODER_FRAMES + cache_frames) * frame_bytes) < 2:
             cache_frames = max(2, cache_frames // 2)
         self.cache_frames = cache_frames
@@ -514,7 +518,8 @@ class Mp4Frames:
     # -- reads
     def read(self, file: str, times: Sequence[float] | np.ndarray, out: np.ndarray | None = None, *,
              where: str | None = None) -> np.ndarray:
-        """The frames of ``file`` at ``times`` (seconds in the file, any order), as (n, H, W, C) uint8."""
+        """The frames of ``file`` at ``times`` (seconds in the file, any order), as (n, H, W, C) uint8 (a depth
+        camera's: uint16)."""
         times = np.asarray(times, dtype=np.float64).reshape(-1)
         out = self._out(len(times), out)
         self._read_file(file, times, np.arange(len(times)), out, where or file)
@@ -522,8 +527,8 @@ class Mp4Frames:
 
     def read_many(self, files: Sequence[str], times: Sequence[float] | np.ndarray, out: np.ndarray | None = None, *,
                   threads: int | None = None) -> np.ndarray:
-        """Frame k is ``files[k]`` at ``times[k]``; (n, H, W, C) uint8. Planned by file and keyframe interval
-        and decoded in parallel (see the module docstring; ``threads``: the reader's by default)."""
+        """Frame k is ``files[k]`` at ``times[k]``; (n, H, W, C) uint8 (depth: uint16). Planned by file and
+        keyframe interval and decoded in parallel (see the module docstring; ``threads``: the reader's by default)."""
         times = np.asarray(times, dtype=np.float64).reshape(-1)
         if len(files) != len(times):
             raise ValueError(f"{len(files)} files for {len(times)} timestamps")
@@ -551,9 +556,9 @@ class Mp4Frames:
 
     def _out(self, n: int, out: np.ndarray | None) -> np.ndarray:
         if out is None:
-            return recycled_empty((n, *self.frame_shape), np.uint8)
-        if out.shape != (n, *self.frame_shape) or out.dtype != np.uint8:
-            raise ValueError(f"out must be uint8 of shape {(n, *self.frame_shape)}, got {out.dtype}{out.shape}")
+            return recycled_empty((n, *self.frame_shape), self.dtype)
+        if out.shape != (n, *self.frame_shape) or out.dtype != self.dtype:
+            raise ValueError(f"out must be {self.dtype} of shape {(n, *self.frame_shape)}, got {out.dtype}{out.shape}")
         return out
 
     def _trim_to(self, limit: int) -> None:

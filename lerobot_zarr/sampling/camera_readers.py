@@ -147,7 +147,8 @@ class VideoFrames:
         resize = spec.resize_spec
         source_shape = tuple(resize["from"]) if resize else spec.frame_shape
         store = self.root  # not self: a reader referring back to its owner would only be freed by the collector
-        self.reader = Mp4Frames(source_shape, opener=lambda key: mp4_file(store, name, key))
+        self.reader = Mp4Frames(source_shape, opener=lambda key: mp4_file(store, name, key),
+                                depth=spec.dtype == np.uint16)  # a depth map's 12-bit codes
 
     def read(self, episodes: np.ndarray, frames: np.ndarray) -> np.ndarray:
         file_of = self.index["file"][episodes]

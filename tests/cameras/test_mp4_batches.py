@@ -221,3 +221,34 @@ def test_g1_real_camera_batches_equal_a_sequential_decode(tmp_path):
         for j, (e, f) in enumerate(zip(b["episode_index"].tolist(), b["frame_index"].tolist(), strict=True)):
             assert np.array_equal(b[cam][j, 0], frames[e, max(f - 1, 0)]) and np.array_equal(b[cam][j, 1], frames[e, f])
     ds.close()
+
+
+def test_depth_video_kept_as_mp4_gives_its_12bit_codes(tmp_path, monkeypatch):
+    """A depth camera kept as mp4 decodes LeRobot's 12-bit codes (uint16, lossless HEVC with ``gray12le``): every
+    frame, windows and episode edges equal the codes written, dequantized as a raw store of the same source gives
+    them; several episodes per file, 1 and 2 decode threads. Other storages and resizing are refused."""
+    depth = "observation.images.depth"
+    src = write_sample_dataset(tmp_path / "src", n_episodes=3, lengths=[7, 4, 6], depth_video_keys=(depth,),
+                               image_shape=(16, 24, 3), write_videos=True, episodes_per_file=2, video_keys=())
+    mp4 = lerobot_zarr.open_dataset(src, root=tmp_path / "mp4", storage={depth: "mp4"},
+                                    delta_timestamps={depth: WINDOW}, progress=False)
+    raw = lerobot_zarr.open_dataset(src, root=tmp_path / "raw", delta_timestamps={depth: WINDOW}, progress=False)
+    assert mp4.array_specs[depth].storage == "mp4" and mp4.array_specs[depth].dtype == np.uint16
+    from lerobot_zarr.cameras.depth import DepthOutput
+    from lerobot_zarr.testing.sample_data import depth_codes
+
+    to_mm = DepthOutput(mp4.meta.features[depth], "video", "mm")
+    indices = np.random.default_rng(5).permutation(len(mp4))
+    want = raw.get_batch(indices)[depth]
+    for threads in ("1", "2"):
+        monkeypatch.setenv("LEROBOT_ZARR_DECODE_THREADS", threads)
+        got = mp4.get_batch(indices)
+        assert got[depth].dtype == np.float32 and np.array_equal(got[depth], want), threads
+        for j, (e, f) in enumerate(zip(got["episode_index"].tolist(), got["frame_index"].tolist(), strict=True)):
+            codes = [depth_codes(0, e, max(f - 1, 0), (16, 24, 1)), depth_codes(0, e, f, (16, 24, 1))]
+            assert np.array_equal(got[depth][j], to_mm(np.stack(codes))), (e, f)
+    mp4.close()
+    raw.close()
+    for storage, resize in (({depth: "compact"}, None), ({depth: "mp4"}, {depth: (8, 12)})):  # depth kept as it is
+        with pytest.raises(lerobot_zarr.ArgumentError, match="is a depth map"):
+            lerobot_zarr.open_dataset(src, root=tmp_path / "refused", storage=storage, resize=resize, progress=False)
