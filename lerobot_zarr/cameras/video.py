@@ -16,6 +16,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from ..errors import MissingExtraError, import_optional, missing_extra
+from .depth import DEPTH_PIX_FMT
 
 __all__ = ["TOLERANCE_S", "VideoUnavailable", "decode_into", "have_pyav", "VideoWriter", "ENCODING", "DEPTH_ENCODING",
            "PIXEL_FORMATS", "frame_pixels"]
@@ -33,7 +34,6 @@ DEPTH_ENCODING = {"vcodec": "hevc", "pix_fmt": "gray12le", "g": 2, "crf": 30,
 SVT_PARAMS_ENV = "LEROBOT_ZARR_SVTAV1_PARAMS"
 #: the pixel format frames of 1, 3 or 4 channels are decoded to (and encoded from), as FFmpeg names it
 PIXEL_FORMATS = {1: "gray", 3: "rgb24", 4: "rgba"}
-_DEPTH_FORMAT = "gray12le"  # LeRobot's depth frames: 12-bit codes in uint16 (its decoder asks the same format)
 
 
 class VideoUnavailable(Exception):
@@ -90,7 +90,7 @@ def decode_into(source: BinaryIO | str, sink: Callable[[bytes], None], queries: 
     import av
 
     height, width, channels = (int(s) for s in frame_shape)
-    fmt = _DEPTH_FORMAT if depth else PIXEL_FORMATS.get(channels)
+    fmt = DEPTH_PIX_FMT if depth else PIXEL_FORMATS.get(channels)
     if fmt is None or (depth and channels != 1):
         raise VideoUnavailable(f"{where}: {channels} channels cannot be decoded" + (" as depth" if depth else ""))
     queries = np.asarray(queries, dtype=np.float64)
@@ -200,7 +200,7 @@ class VideoWriter:
             if os.environ.get(SVT_PARAMS_ENV):
                 options["svtav1-params"] = os.environ[SVT_PARAMS_ENV]
         self.stream.options = options
-        self.format = _DEPTH_FORMAT if depth else PIXEL_FORMATS[channels]
+        self.format = DEPTH_PIX_FMT if depth else PIXEL_FORMATS[channels]
         self.frames = 0
 
     @property
