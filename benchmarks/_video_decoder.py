@@ -20,7 +20,10 @@ contender for one step (a batch of 64 windows, or 128 frames decoded in order), 
 - where torchcodec imports (LeRobot's default video backend; not in the project's venv), the decoders compared
   on the same frames, one thread each: ``PyAV planned`` (``Mp4Frames.read_many``, the store's reader) and
   ``torchcodec`` (``VideoDecoder(seek_mode="approximate", num_ffmpeg_threads=1).get_frames_at``, decoders kept
-  open as LeRobot's cache keeps them), each batch's frames, and ``torchcodec sequential`` (``get_frames_in_range``).
+  open as LeRobot's cache keeps them), each batch's frames, and ``torchcodec sequential`` (``get_frames_in_range``);
+- with ``--before PATH`` (a checkout of an earlier lerobot_zarr, e.g. ``git worktree add ../before main``): ``mp4
+  get_batch(64), before``, the same batches from that version's store, in a child process importing it (its CPU
+  is the child's), with the ratio of ours to it.
 
 Per contender: wall microseconds per frame (best and median of the repeats), its ratio to the decoder's in the same
 repeat (best and median), and process CPU microseconds per frame (median; every thread counted). Checked before
@@ -322,6 +325,67 @@ class SequentialTorchcodec:
         return done
 
 
+_BEFORE_CHILD = r"""
+import hashlib, json, sys, time, warnings
+import numpy as np
+warnings.filterwarnings("ignore")
+import lerobot_zarr
+cfg = json.loads(sys.stdin.readline())
+cam = cfg["cam"]
+ds = lerobot_zarr.open_dataset(cfg["src"], root=cfg["root"], episodes=cfg["episodes"], storage={cam: "mp4"},
+                               delta_timestamps={cam: [-1 / cfg["fps"], 0.0]}, progress=False)
+print(json.dumps({"len": len(ds), "module": lerobot_zarr.__file__}), flush=True)
+for line in sys.stdin:
+    pos, check = json.loads(line)
+    c0 = time.process_time()
+    frames = ds.get_batch(np.asarray(pos, dtype=np.int64))[cam]
+    cpu = time.process_time() - c0
+    frames = frames.reshape(-1, *frames.shape[2:])
+    digests = [hashlib.blake2b(np.ascontiguousarray(f).data, digest_size=16).hexdigest() for f in frames
+               ] if check else []
+    print(json.dumps({"cpu": cpu, "digests": digests}), flush=True)
+"""
+
+
+class BeforeGetBatch:
+    """``get_batch(64)`` of an earlier lerobot_zarr (a checkout at ``checkout``, e.g. ``git worktree add /tmp/before
+    main``) on its own store of the footage, in a child process fed each batch's positions; ``step`` returns the
+    child's CPU seconds (its process time: every thread counted) and, when asked, each frame's digest."""
+
+    def __init__(self, checkout: Path, footage: Footage, root: Path, episodes: list[int], fps: float):
+        import subprocess
+        import sys
+
+        env = {**os.environ, "PYTHONPATH": str(checkout)}
+        self.proc = subprocess.Popen([sys.executable, "-c", _BEFORE_CHILD], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True, env=env, cwd=str(checkout))
+        shutil.rmtree(root, ignore_errors=True)
+        self._send({"cam": CAM, "src": str(footage.src), "root": str(root), "episodes": episodes, "fps": fps})
+        hello = self._receive()
+        if not hello["module"].startswith(str(checkout)):
+            raise AssertionError(f"the child imported lerobot_zarr from {hello['module']}, not from {checkout}")
+        self.len = hello["len"]
+
+    def _send(self, obj) -> None:
+        self.proc.stdin.write(json.dumps(obj) + "\n")
+        self.proc.stdin.flush()
+
+    def _receive(self) -> dict:
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the earlier lerobot_zarr's process ended (exit code {self.proc.wait()})")
+        return json.loads(line)
+
+    def step(self, positions: np.ndarray, check: bool = False) -> tuple[float, list[bytes]]:
+        self._send([positions.tolist(), check])
+        reply = self._receive()
+        return reply["cpu"], [bytes.fromhex(d) for d in reply["digests"]]
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(timeout=60)
+
+
 def have_torchcodec() -> bool:
     try:
         import torch  # noqa: F401
@@ -332,7 +396,8 @@ def have_torchcodec() -> bool:
 
 
 # ------------------------------------------------------------------------------------------------ one footage
-def run_footage(footage: Footage, work: Path, episodes: list[int], cfg: dict, seed: int) -> dict:
+def run_footage(footage: Footage, work: Path, episodes: list[int], cfg: dict, seed: int,
+                before: Path | None = None) -> dict:
     import lerobot_zarr
     from lerobot_zarr.cameras.video_reader import Mp4Frames
 
@@ -353,6 +418,10 @@ def run_footage(footage: Footage, work: Path, episodes: list[int], cfg: dict, se
     shape = ds.meta.features[CAM]["shape"]
     reader = Mp4Frames(shape, threads=1)
     torchcodec = TorchcodecFrames(footage.files) if have_torchcodec() else None
+    earlier = BeforeGetBatch(before, footage, work / f"store-before-{footage.src.name}", episodes, fps) \
+        if before is not None else None
+    if earlier is not None and earlier.len != windows.n:
+        raise AssertionError(f"{footage.name}: the earlier store has {earlier.len} frames, the footage {windows.n}")
     costs, keys, convert = packet_costs(footage.files)
     sequential_cpu = (sum(c.sum() for c in costs) + windows.n * convert) / windows.n
     floor = floor_per_frame(Windows(footage, np.random.default_rng(seed + 1)), costs, keys, convert, 50)
@@ -371,6 +440,11 @@ def run_footage(footage: Footage, work: Path, episodes: list[int], cfg: dict, se
         check("Mp4Frames", reader.read_many([footage.files[k] for k in eps.tolist()], q / fps), eps, q)
         if torchcodec is not None:
             check("torchcodec", torchcodec.read(eps, q), eps, q)
+        if earlier is not None:
+            for j, d in enumerate(earlier.step(pos, check=True)[1]):
+                if d != digests[int(eps[j])][int(q[j])]:
+                    raise AssertionError(f"{footage.name}: the earlier get_batch's frame {int(q[j])} of episode "
+                                         f"{episodes[int(eps[j])]} differs from the sequential decode")
 
     # --- timing: rounds of one step per contender (a batch, or as many frames decoded in order), the order
     # rotating per round, so that the other tenants' load hits every contender alike --------------------------
@@ -405,6 +479,12 @@ def run_footage(footage: Footage, work: Path, episodes: list[int], cfg: dict, se
             lambda eps, q: reader.read_many([footage.files[k] for k in eps.tolist()], q / fps))
         contenders["torchcodec, 1 thread"] = planned(torchcodec.read)
         contenders["torchcodec sequential"] = lambda: tc_seq.step(2 * BATCH)
+    child_cpu: dict[str, float] = {}  # CPU a contender spent in another process, this step
+    if earlier is not None:
+        def before_step() -> int:
+            child_cpu["mp4 get_batch(64), before"] = earlier.step(windows.draw())[0]
+            return 2 * BATCH
+        contenders["mp4 get_batch(64), before"] = before_step
     for step in contenders.values():  # warm: containers, maps, thread pools, page cache
         step()
     names = list(contenders)
@@ -418,7 +498,7 @@ def run_footage(footage: Footage, work: Path, episodes: list[int], cfg: dict, se
                 n = contenders[name]()
                 acc = spent[name]
                 acc[0] += time.perf_counter() - t0
-                acc[1] += time.process_time() - c0
+                acc[1] += time.process_time() - c0 + child_cpu.pop(name, 0.0)
                 acc[2] += n
         for name, (w, c, n) in spent.items():
             wall[name].append(w / n * 1e6)
@@ -426,6 +506,8 @@ def run_footage(footage: Footage, work: Path, episodes: list[int], cfg: dict, se
     ds.close()
     reader.close()
     pyav_seq.close()
+    if earlier is not None:
+        earlier.close()
     shutil.rmtree(root, ignore_errors=True)
     return {"wall": wall, "cpu": cpu, "load": (load0, os.getloadavg()), "floor": floor / sequential_cpu}
 
@@ -447,6 +529,11 @@ def report(footage: Footage, res: dict) -> tuple[float, float]:
               f"{statistics.median(per):.2f}x | {c:,.0f} | {c / base_cpu:.2f}x |")
     print(f"\nThe floor of random 2-frame windows, one thread (each needed keyframe interval decoded once, each frame "
           f"converted once; per-packet costs measured here): {res['floor']:.2f}x the decoder's CPU per frame.")
+    if "mp4 get_batch(64), before" in wall:
+        per = [a / b for a, b in zip(wall["mp4 get_batch(64)"], wall["mp4 get_batch(64), before"], strict=True)]
+        c = statistics.median(cpu["mp4 get_batch(64)"]) / statistics.median(cpu["mp4 get_batch(64), before"])
+        print(f"mp4 get_batch(64) against the earlier lerobot_zarr's, wall per frame best {min(per):.2f}x, median "
+              f"{statistics.median(per):.2f}x; CPU {c:.2f}x (below 1: faster now).")
     return ratios["mp4 get_batch(64)"]
 
 
@@ -460,14 +547,16 @@ def run_decoder_part(args, work: Path, g1: Path, episodes: list[int], cfg: dict)
     print(f"\n## decoder: mp4 storage against the decoder alone, per frame (G1-policy-train episodes {episodes}; "
           f"{cfg['repeats']} repeats of {cfg['batches']} rounds; a round: each contender once, order rotating, a batch "
           f"of {BATCH} 2-frame windows or {2 * BATCH} frames decoded in order; load average {load})", flush=True)
-    footages = [base] + [build_footage(work, base, episodes, codec, size)
-                         for codec, size in (("av1", SMALL), ("h264", None), ("h264", SMALL))]
+    footages = ([base] if "av1-480" in args.footages else []) + [
+        build_footage(work, base, episodes, codec, size) for codec, size in (("av1", SMALL), ("h264", None),
+                                                                               ("h264", SMALL))
+        if f"{codec}-{size[0] if size else 480}" in args.footages]
     if not have_torchcodec():
         print("  (torchcodec does not import here: its rows are left out; run this part with a Python that has it, "
               "e.g. LeRobot's environment, to compare the decoders)")
     summary = {}
     for footage in footages:
-        summary[footage.name] = report(footage, run_footage(footage, work, episodes, cfg, args.seed))
+        summary[footage.name] = report(footage, run_footage(footage, work, episodes, cfg, args.seed, args.before))
     print("\nTarget: mp4 get_batch(64) per frame <= 1.3x the decoder alone (one thread, sequential):")
     for name, (best, med) in summary.items():
         print(f"  {name:<13} best {best:.2f}x, median {med:.2f}x: {'met' if best <= 1.3 else 'MISSED'}"

@@ -5,7 +5,9 @@
   (described below);
 - ``decoder``: a camera kept as mp4 against the decoder alone (sequential decode, one thread), per frame, on
   G1-policy-train's real AV1 camera and on 224x224 and h264 footage made from its frames with LeRobot 0.6.1's encoder
-  settings; torchcodec beside PyAV where it imports. See ``_video_decoder.py`` (~8 min; ``--quick``: ~3 min).
+  settings; torchcodec beside PyAV where it imports; ``--before PATH``: an earlier lerobot_zarr's ``get_batch`` too
+  (a checkout, timed in a child process in the same rounds); ``--footages`` to choose. See ``_video_decoder.py``
+  (~8 min; ``--quick``: ~3 min).
 
 Datasets of the options part:
 
@@ -575,6 +577,12 @@ def main() -> None:
     p.add_argument("--decoder-batches", type=int, default=None,
                    help=f"rounds per repeat of the decoder part, each a batch of {BATCH} windows (or {2 * BATCH} "
                         f"frames decoded in order) per contender (default {DECODER['batches']})")
+    p.add_argument("--footages", default="av1-480,av1-224,h264-480,h264-224",
+                   help="footages of the decoder part, comma separated (default all four: AV1 and h264, 480x640 and "
+                        "224x224)")
+    p.add_argument("--before", type=Path, default=None,
+                   help="decoder part: also time get_batch(64) of an earlier lerobot_zarr, a checkout at this path "
+                        "(e.g. `git worktree add ../before main`), in a child process in the same rounds")
     p.add_argument("--no-jpeg", dest="jpeg", action="store_false", help="leave out the jpeg options")
     p.add_argument("--mp4-threads", type=int, default=1,
                    help="decoder threads of the per-sample baseline (default 1: fastest per sample here, ~20%% faster "
@@ -602,6 +610,13 @@ def main() -> None:
     dcfg = dict(DECODER_QUICK if args.quick else DECODER)
     dcfg.update({k: v for k, v in (("repeats", args.decoder_repeats), ("batches", args.decoder_batches))
                  if v is not None})
+    args.footages = {f.strip() for f in args.footages.split(",") if f.strip()}
+    if not args.footages or args.footages - {"av1-480", "av1-224", "h264-480", "h264-224"}:
+        p.error(f"--footages: av1-480, av1-224, h264-480, h264-224, got {sorted(args.footages)}")
+    if args.before is not None and not (args.before / "lerobot_zarr" / "__init__.py").exists():
+        p.error(f"--before: {args.before} holds no lerobot_zarr checkout")
+    if args.before is not None:
+        args.before = args.before.resolve()
     if args.jpeg and importlib.util.find_spec("simplejpeg") is None:
         print("(simplejpeg is not installed: the jpeg options are left out; `pip install simplejpeg` to time them)")
         args.jpeg = False
