@@ -236,7 +236,7 @@ class _File:
         self.cache_frames = cache_frames
         self.run: _Run | None = None
         self.packets: Any = None
-        self.fed: list[float] = []  # presentation times of the packets fed since the last seek
+        self.fed: list[float] = []  # presentation times of the packets fed since the last seek, sorted
         self.seeks = 0
         self.decoded = 0  # packets fed to the decoder
 
@@ -293,7 +293,7 @@ class _File:
                           if f.pts is None or self._time(f.pts) <= q + TOLERANCE_S]
             else:
                 if packet.pts is not None:
-                    self.fed.append(self._time(packet.pts))
+                    bisect.insort(self.fed, self._time(packet.pts))  # near the end: decode order is almost time's
                 frames = self.codec.decode(packet)
                 self.decoded += 1
             for frame in frames:
@@ -311,8 +311,8 @@ class _File:
         """Whether every frame from the run's first to ``q`` was fed to the decoder (per the index)."""
         if not self.fed or not self.index.entry_times:
             return False
-        fed = sum(t <= q + TOLERANCE_S for t in self.fed)
-        return fed > 0 and fed == self.index.frames_in(min(self.fed), q)
+        fed = bisect.bisect_right(self.fed, q + TOLERANCE_S)  # not a scan: a sequential read feeds a whole file
+        return fed > 0 and fed == self.index.frames_in(self.fed[0], q)
 
     def _add(self, frame: Any) -> None:
         run = self.run
