@@ -341,6 +341,54 @@ def section_cameras(server: Server, args, work: Path) -> None:
               f"{hwm_local / 1024:.0f} MiB = {hwm_bucket / hwm_local:.2f}x (load {load()})")
 
 
+EPOCHS_RUN = r"""
+import json, sys, time
+import numpy as np
+import lerobot_zarr
+source, lookahead, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+ds = lerobot_zarr.open_dataset(source, delta_timestamps={"observation.images.cam": [-1 / 30, 0.0]})
+rng = np.random.default_rng(seed)
+ds.get_batch([0])  # open costs apart
+out = []
+for epoch in range(2):  # every sample once per epoch, in a new order, batches of 64 (the last one short)
+    plan = np.array_split(rng.permutation(len(ds)), -(-len(ds) // 64))
+    remote = ds._remote
+    fetched = remote.fetched_by.get("observation.images.cam", 0) if remote else 0
+    t0 = time.perf_counter()
+    for k in range(1, 1 + lookahead):
+        ds.prefetch(plan[k])
+    for k, idx in enumerate(plan):
+        if k + lookahead + 1 < len(plan):
+            ds.prefetch(plan[k + lookahead + 1])
+        ds.get_batch(idx)
+    elapsed = time.perf_counter() - t0
+    now = remote.fetched_by.get("observation.images.cam", 0) if remote else 0
+    out.append({"samples_per_s": len(ds) / elapsed, "fetched": now - fetched})
+print(json.dumps({"epochs": out}))
+"""
+
+
+def section_epochs(server: Server, args, work: Path) -> None:
+    """Raw 224x224 windows over two whole epochs: the first is bound by the link, the second reads what the
+    bucket's local cache (default 8 GiB, more than the store) kept from the first."""
+    print(f"\n== 224x224 raw camera, 2-frame windows, two epochs, get_batch(64), {args.lookahead} batches ahead "
+          f"(load {load()}) ==")
+    src = work / f"camera-src-{args.camera_episodes}"
+    if not (src / "meta" / "info.json").is_file():
+        write_sample_dataset(src, n_episodes=args.camera_episodes, lengths=(90, 110), image_keys=(CAM,),
+                             image_shape=(224, 224, 3), image_format="jpeg", seed=2)
+    store = work / f"camera-raw-{args.camera_episodes}.store"
+    if not (store / "zarr.json").is_file():
+        lerobot_zarr.open_dataset(src, root=store, storage={CAM: "raw"}, progress=False)
+    url = publish(store, f"camera-raw-{args.camera_episodes}")
+    local = fresh(EPOCHS_RUN, str(store), "0", "7")["epochs"]
+    bucket = fresh(EPOCHS_RUN, url, str(args.lookahead), "7")["epochs"]
+    for n, (a, b) in enumerate(zip(local, bucket), 1):
+        print(f"  epoch {n}: local {a['samples_per_s']:,.0f} samples/s, bucket {b['samples_per_s']:,.0f} samples/s = "
+              f"{b['samples_per_s'] / a['samples_per_s']:.2f}x; camera bytes fetched {b['fetched'] / 1e6:.0f} MB "
+              f"(load {load()})")
+
+
 ONE_EPISODE = r"""
 import json, sys, time
 t0 = time.perf_counter()
@@ -462,7 +510,7 @@ def section_sync(server: Server, args, work: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sections", default="engines,open,numeric,cameras,lerobot,sync")
+    parser.add_argument("--sections", default="engines,open,numeric,cameras,epochs,lerobot,sync")
     parser.add_argument("--latency", type=float, default=0.02)
     parser.add_argument("--gbit", type=float, default=1.0)
     parser.add_argument("--open-episodes", type=int, default=100_000)
@@ -495,6 +543,7 @@ def main() -> None:
             {"engines": lambda: section_engines(server, args), "open": lambda: section_open(server, args, work),
              "numeric": lambda: section_numeric(server, args, work),
              "cameras": lambda: section_cameras(server, args, work),
+             "epochs": lambda: section_epochs(server, args, work),
              "lerobot": lambda: section_lerobot(server, args, work),
              "sync": lambda: section_sync(server, args, work)}[section]()
     finally:

@@ -657,7 +657,7 @@ def open_mixture(
             datasets.append(_open_one(name, renames.get(name, {}), delta_timestamps, image_format=image_format,
                                       progress=progress, lazy=lazy, client=client,
                                       **{option: per[name] for option, per in options.items() if name in per}))
-        _check_distinct(names, [os.path.realpath(ds.root) for ds in datasets], "the same store")
+        _check_distinct(names, [ds.location for ds in datasets], "the same store")
         _check_windows(delta_timestamps, names, datasets, renames, features)
         if isinstance(given, str):
             given = frame_weights([len(ds) for ds in datasets]) if given == "frames" else [1.0] * len(datasets)

@@ -422,6 +422,11 @@ class LeRobotZarrDataset(Conveniences):
         return view
 
     @property
+    def location(self) -> str:
+        """Where the store is: its folder (links resolved), or the URL of a store in a bucket."""
+        return os.path.realpath(self.root) if self._remote is None else self._remote.location()
+
+    @property
     def selected_explicitly(self) -> bool:
         """Whether this dataset is a :meth:`select` of its store's episodes: exports publish exactly those. Other
         datasets export every episode of the store, and refuse when the store lacks some."""

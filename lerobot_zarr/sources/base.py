@@ -6,9 +6,9 @@ of a bucket) that is transcoded into a store of the cache. Each kind is a :class
 ``BackendEntrypoint`` is for file formats: it says whether it can open a spec (:meth:`Source.guess_can_open`,
 without the network), opens it (:meth:`Source.open`: revision, token and options checked), resolves it (Hub: the
 revision to a commit, under the ``HF_HUB_OFFLINE`` rule), gives what it holds (:meth:`Source.store`,
-:meth:`Source.remote`, :meth:`Source.files`), writes and reads its identity record in a store
-(:meth:`Source.from_record`, :meth:`Source.describe`, :meth:`Source.same`), and names its store in the cache
-(:meth:`Source.cache_path`, with its folder there and what the cache commands say of it).
+:meth:`Source.remote`, :meth:`Source.files`; offline, :meth:`Source.held_store`), writes and reads its identity
+record in a store (:meth:`Source.from_record`, :meth:`Source.describe`, :meth:`Source.same`), and names its store
+in the cache (:meth:`Source.cache_path`, with its folder there and what the cache commands say of it).
 
 Kinds are registered in order (:func:`register`; a local path wins over a Hub repo id of the same name; the
 built-in ones and those of the ``lerobot_zarr.sources`` entry point group are loaded by :mod:`.registry`): a new

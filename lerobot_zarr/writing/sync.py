@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import socket
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -34,15 +36,22 @@ from pathlib import Path
 from typing import Any
 
 from ..cloud.client import Bucket, ObjectInfo
-from ..errors import CommitConflictError, CorruptStoreError, SourceNotFoundError, StoreNotFoundError
+from ..errors import (
+    CommitConflictError,
+    CorruptStoreError,
+    LeRobotZarrError,
+    SourceNotFoundError,
+    StoreNotFoundError,
+)
 from ..store.state import MAX_ROOT_BYTES, ROOT, has_commit_point, read_state
 from ..utils.fileio import WriterLock, atomic_write, load_json, read_bounded
 from ..utils.progress import progress_bar
 
-__all__ = ["SyncReport", "push_store", "pull_store", "LEASE", "LEASE_SECONDS"]
+__all__ = ["SyncReport", "push_store", "pull_store", "LEASE", "LEASE_SECONDS", "LEASE_RENEW_SECONDS"]
 
 LEASE = ".lerobot_zarr-sync.json"
-LEASE_SECONDS = 6 * 3600.0  # a lease older than this is taken over (its publisher is taken for dead)
+LEASE_SECONDS = 6 * 3600.0  # a lease not renewed for this long is taken over (its publisher is taken for dead)
+LEASE_RENEW_SECONDS = LEASE_SECONDS / 4  # how often a publication renews its lease
 _RECORDS = ".sync"
 _SKIP_TOP = {".lock", ".editing", ".retired", _RECORDS, ".lerobot_zarr-creating", ".frame_live-pending"}
 _IN_FLIGHT = 8
@@ -231,41 +240,63 @@ def _same_md5(path: Path, info: ObjectInfo) -> bool:
 
 
 class _Lease:
-    """One publisher at a time: the lease object, made if absent; taken over if its holder's process is gone
-    (same host) or it is older than ``LEASE_SECONDS``; deleted when done."""
+    """One publisher at a time: the lease object, made if absent; renewed every ``LEASE_RENEW_SECONDS`` while the
+    publication runs (a thread); taken over if its holder's process is gone (same host) or it was not renewed for
+    ``LEASE_SECONDS``; deleted when done. A lease lost all the same (taken over) costs no commit: the root is
+    written with ``If-Match``."""
 
     def __init__(self, bucket: Bucket, store: str):
         self.bucket, self.store = bucket, store
+        now = time.time()
         self.doc = {"id": uuid.uuid4().hex, "host": socket.gethostname(), "pid": os.getpid(), "store": store,
-                    "since": time.time()}
+                    "since": now, "renewed": now}
+        self.etag: str | None = None
+        self._done = threading.Event()
+        self._renewer = threading.Thread(target=self._keep, name="lerobot_zarr-lease", daemon=True)
 
     def __enter__(self) -> _Lease:
+        self.etag = self._take()
+        self._renewer.start()
+        return self
+
+    def _take(self) -> str:
         data = json.dumps(self.doc).encode()
         try:
-            self.bucket.write(LEASE, data, if_absent=True)
-            return self
+            return self.bucket.write(LEASE, data, if_absent=True)
         except CommitConflictError:
             pass
         try:
             held, info = self.bucket.read_whole(LEASE, limit=1 << 16)
         except SourceNotFoundError:  # released meanwhile
-            self.bucket.write(LEASE, data, if_absent=True)
-            return self
+            return self.bucket.write(LEASE, data, if_absent=True)
         holder = _parse_lease(held)
         if holder.get("id") == self.doc["id"]:
-            return self  # ours: the write was retried after it had landed
+            return info.etag  # ours: the write was retried after it had landed
         if not self._stale(holder):
             raise CommitConflictError(
                 f"{self.bucket.location()}: another publication is under way (host {holder.get('host')!r:.40}, "
                 f"process {holder.get('pid')!r:.20}, since {time.ctime(holder.get('since', 0))}); nothing was "
                 f"uploaded. Run again when it is done", path=self.bucket.location())
-        self.bucket.write(LEASE, data, if_match=info.etag)  # taken over, unless another did it first
-        return self
+        return self.bucket.write(LEASE, data, if_match=info.etag)  # taken over, unless another did it first
+
+    def renew(self) -> None:
+        """Write the lease again with the time now, if it is still ours (``CommitConflictError`` if not)."""
+        self.doc["renewed"] = time.time()
+        self.etag = self.bucket.write(LEASE, json.dumps(self.doc).encode(), if_match=self.etag)
+
+    def _keep(self) -> None:
+        while not self._done.wait(LEASE_RENEW_SECONDS):
+            try:
+                self.renew()
+            except CommitConflictError:  # taken over (the root's If-Match still keeps the other's commit)
+                return
+            except (LeRobotZarrError, OSError):  # the bucket unreachable now: the next period tries again
+                continue
 
     @staticmethod
     def _stale(holder: dict[str, Any]) -> bool:
-        since = holder.get("since")
-        if not isinstance(since, (int, float)) or time.time() - since > LEASE_SECONDS:
+        since = holder.get("renewed", holder.get("since"))
+        if not isinstance(since, (int, float)) or not math.isfinite(since) or time.time() - since > LEASE_SECONDS:
             return True
         pid = holder.get("pid")
         if holder.get("host") == socket.gethostname() and isinstance(pid, int) and pid > 0:
@@ -278,6 +309,8 @@ class _Lease:
         return False
 
     def __exit__(self, *exc: Any) -> None:
+        self._done.set()
+        self._renewer.join()
         try:
             held, _ = self.bucket.read_whole(LEASE, limit=1 << 16)
         except (SourceNotFoundError, OSError):
@@ -287,8 +320,9 @@ class _Lease:
 
 
 def _parse_lease(data: bytes) -> dict[str, Any]:
+    """A lease's document, ``{}`` for one that cannot be read (not JSON, nested too deeply, not an object)."""
     try:
-        doc = json.loads(data)
+        doc = load_json(data, LEASE, error=ValueError)
     except ValueError:
         return {}
     return doc if isinstance(doc, dict) else {}

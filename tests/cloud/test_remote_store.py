@@ -14,7 +14,7 @@ from s3_fixtures import running_s3, s3_env
 
 import lerobot_zarr
 from lerobot_zarr.errors import ArgumentError
-from lerobot_zarr.testing.sample_data import write_sample_dataset
+from lerobot_zarr.testing.sample_data import NOTE_KEY, write_sample_dataset
 from lerobot_zarr.testing.source_tests import assert_same_batches
 from lerobot_zarr.writing.sync import push_store
 
@@ -55,12 +55,19 @@ def same_items(got, want, where: str, rng: np.random.Generator, batches: int = 4
         got.prefetch(rng.integers(0, len(want), 48))
         a, b = got.get_batch(idx), want.get_batch(idx)
         for key in b:
-            assert (a[key] == b[key]) if key == "task" else np.array_equal(a[key], b[key]), (where, key)
+            assert _same(a[key], b[key]), (where, key)
     for i in (0, len(want) // 2, len(want) - 1):
         a, b = got[i], want[i]
         assert a.keys() == b.keys()
         for key in b:
-            assert (a[key] == b[key]) if key == "task" else np.array_equal(a[key], b[key]), (where, i, key)
+            assert _same(a[key], b[key]), (where, i, key)
+
+
+def _same(a, b) -> bool:
+    """Values alike: arrays of the same dtype and values, text (str, lists of str or of LeRobot's row dicts) equal."""
+    if isinstance(b, np.ndarray):
+        return isinstance(a, np.ndarray) and a.dtype == b.dtype and np.array_equal(a, b)
+    return type(a) is type(b) and a == b
 
 
 @pytest.mark.parametrize("storage", ["raw", "lossless", "jpeg", "compact"])
@@ -96,6 +103,23 @@ def test_cameras_kept_as_mp4(env, tmp_path):
         time.sleep(0.05)
     assert "timestamp" in remote._remote.settled
     same_items(remote, local, "mp4 in a bucket, timestamps held whole", np.random.default_rng(2), batches=2)
+
+
+def test_text_and_depth_features(env, tmp_path):
+    """Strings, LeRobot's language columns and a depth camera (served in mm, as float32) from a bucket: the local
+    store's items, exactly."""
+    depth = "observation.images.depth"
+    src = write_sample_dataset(tmp_path / "ksrc", n_episodes=4, lengths=(8, 12), text_features=True,
+                               depth_keys=(depth,), image_shape=(12, 16, 3), seed=11)
+    local, url = published(env, src, tmp_path, "kinds")
+    deltas = {depth: [-1 / FPS, 0.0], NOTE_KEY: [-1 / FPS, 0.0]}
+    local = lerobot_zarr.open_dataset(local.root, delta_timestamps=deltas)
+    remote = lerobot_zarr.open_dataset(url, delta_timestamps=deltas)
+    assert {depth, NOTE_KEY, "language_persistent"} <= set(remote.array_specs), list(remote.array_specs)
+    assert remote[0][depth].dtype == np.float32
+    same_items(remote, local, "text and depth in a bucket", np.random.default_rng(3), batches=2)
+    ep, want = remote.episode(2), local.episode(2)
+    assert ep.keys() == want.keys() and all(np.array_equal(ep[k], want[k]) for k in want)
 
 
 def test_only_the_rows_read_cross_the_network(env, folder, tmp_path):
@@ -169,6 +193,8 @@ def test_mixtures_over_buckets_and_folders(env, folder, tmp_path):
     assert x.keys() == y.keys()
     for key in y:
         assert (x[key] == y[key]) if key == "task" else np.array_equal(x[key], y[key]), key
+    with pytest.raises(ArgumentError, match="are the same store"):  # each process reads it through its own mirror
+        lerobot_zarr.open_mixture({url: 0.5, url + "/": 0.5})
 
 
 def test_refresh_serves_a_new_commit(env, folder, tmp_path):

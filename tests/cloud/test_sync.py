@@ -18,11 +18,12 @@ import pytest
 from s3_fixtures import running_s3, s3_env
 
 import lerobot_zarr
+import lerobot_zarr.writing.sync as sync
 from lerobot_zarr.errors import CommitConflictError, StoreLockedError
 from lerobot_zarr.testing.hub_network import NetworkModel
 from lerobot_zarr.testing.sample_data import write_sample_dataset
 from lerobot_zarr.testing.source_tests import assert_same_batches
-from lerobot_zarr.writing.sync import LEASE, pull_store, push_store
+from lerobot_zarr.writing.sync import LEASE, LEASE_SECONDS, _Lease, pull_store, push_store
 
 REPO = Path(__file__).resolve().parents[2]
 CAM = "observation.images.cam"
@@ -117,6 +118,36 @@ def test_a_writer_holding_the_store_and_a_live_publisher_are_respected(env, fold
         sleeper.wait()
     assert push_store(store, url, progress=False).committed  # its holder is gone: taken over
     assert env.client("locks").head(LEASE) is None  # released
+    for hostile in (b"[" * 60_000, b'{"id": "y", "since": NaN}'):  # nested past any stack, a time that is no time
+        env.client("locks").write(LEASE, hostile)
+        push_store(store, url, progress=False)  # an unreadable lease is stale: taken over, then released
+        assert env.client("locks").head(LEASE) is None
+
+
+def test_a_lease_is_renewed_while_held_and_a_lost_one_is_left_alone(env, monkeypatch):
+    """A publication longer than LEASE_SECONDS keeps its lease: renewed (every LEASE_RENEW_SECONDS) by its id and
+    If-Match; once another has taken it over, it is neither renewed nor deleted."""
+    bucket = env.client("renew")
+    monkeypatch.setattr(sync, "LEASE_RENEW_SECONDS", 0.01)
+
+    def held() -> dict:
+        return json.loads(bucket.read_whole(LEASE, limit=1 << 16)[0])
+
+    with _Lease(bucket, "a store") as lease:
+        first = held()
+        deadline = time.monotonic() + 60  # (only a bound: the renewal thread writes every 10 ms)
+        while (doc := held())["renewed"] == first["renewed"] and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert doc["id"] == first["id"] and doc["since"] == first["since"] and doc["renewed"] > first["renewed"]
+        bucket.write(LEASE, json.dumps({"id": "other", "since": time.time()}).encode())  # taken over
+        with pytest.raises(CommitConflictError):
+            lease.renew()
+        lease._renewer.join(60)
+        assert not lease._renewer.is_alive() and held()["id"] == "other"
+    assert held()["id"] == "other"
+    now = time.time()
+    assert not _Lease._stale({"since": now - 2 * LEASE_SECONDS, "renewed": now})
+    assert _Lease._stale({"since": now - 2 * LEASE_SECONDS})
 
 
 def _run_push(store: Path, url: str, env_vars: dict) -> subprocess.Popen:
