@@ -225,8 +225,8 @@ def request(method: str, url: str, where: Where, *, token: str | bool | None = N
     ``expect_bytes``: the exact body length (a shorter or longer body is a failed attempt); without it the body
     may hold up to ``_API_BODY_MAX`` bytes, its deadline allowing for 1 MiB (``small``: for ``_API_BUDGET_BYTES``, an
     answer of a few hundred bytes such as the refs). ``check(response)`` looks at the status and headers before the
-    body is read and raises :class:`Retry` (try again) or a :class:`HubError`. HTTP errors other than 408/429/5xx raise at
-    once, translated (401/403 -> :class:`HubAuthError`, missing repo / revision / file -> ``*NotFoundError``).
+    body is read and raises :class:`Retry` (try again) or a :class:`HubError`. HTTP errors other than 408/429/5xx raise
+    at once, translated (401/403 -> :class:`HubAuthError`, missing repo / revision / file -> ``*NotFoundError``).
     """
     from huggingface_hub import errors as hf
     from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
