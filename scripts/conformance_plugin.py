@@ -105,8 +105,9 @@ def _drop_in_class(ours: type, original: type, lerobot_dataset: Any, *, record_w
 
     class Recording(DropIn):
         """A dataset LeRobot's own ``create``/``resume`` records: its writing API is LeRobot's object; once
-        finalized, what reads (items, ``meta``, lengths...) is a drop-in opened on the folder it wrote, reopened
-        when more was recorded since."""
+        finalized, what reads (items, ``meta``, lengths...) is a drop-in opened on the folder it wrote, opened again
+        when the folder changed since (more recorded, or a LeRobot tool rewrote it in place: LeRobot's recorder
+        reads the folder when first read, so it sees such changes)."""
 
         def __init__(self, recorder: Any, reader_class: type):
             object.__setattr__(self, "_recorder", recorder)
@@ -115,8 +116,8 @@ def _drop_in_class(ours: type, original: type, lerobot_dataset: Any, *, record_w
 
         def _reader(self) -> Any:
             rec = object.__getattribute__(self, "_recorder")
-            key = (rec.meta.total_episodes, rec.meta.total_frames, id(rec.image_transforms),
-                   repr(rec.delta_timestamps), repr(rec.episodes))
+            key = (_signature(Path(rec.root)), id(rec.image_transforms), repr(rec.delta_timestamps),
+                   repr(rec.episodes))
             opened = object.__getattribute__(self, "_opened")
             if opened is None or opened[0] != key:
                 reader = object.__getattribute__(self, "_reader_class")(
@@ -161,6 +162,11 @@ _READS = frozenset({
     "meta", "features", "fps", "num_frames", "num_episodes", "depth_output_unit", "select_columns", "get_raw_item",
     "hf_dataset", "reader", "absolute_to_relative_idx",
 })
+
+
+def _signature(root: Path) -> tuple:
+    """What a folder holds, cheaply: its files' names, sizes and modification times."""
+    return tuple(sorted((str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*") if p.is_file()))
 
 
 def _lacks_data(root: Path) -> bool:

@@ -171,7 +171,7 @@ class LeRobotDataset(Dataset):
         """Frame ``idx`` (negative from the end) as LeRobot's item, or a list of them for a slice."""
         if isinstance(idx, slice):
             return [self[i] for i in range(*idx.indices(len(self)))]
-        item = self._convert(self.dataset[operator.index(idx)], batch=False)
+        item = to_tensors(self._convert(self.dataset[operator.index(idx)], batch=False))
         if self.image_transforms is not None:
             for key in self._cameras:
                 if key not in self._depth and key in item:
@@ -189,9 +189,9 @@ class LeRobotDataset(Dataset):
         return batch_items(batch)
 
     def _convert(self, values: dict[str, Any], *, batch: bool) -> dict[str, Any]:
-        """An item (or batch) of the store as LeRobot's: numbers cast to LeRobot's dtypes (one cast per column of a
-        batch), shape-(1,) features 0-d per item, cameras CHW float32 in [0, 1] (uint8 for RGB video with
-        ``return_uint8``), then tensors."""
+        """An item (or batch) of the store with LeRobot's values, still numpy: numbers cast to LeRobot's dtypes (one
+        cast per column of a batch), cameras CHW float32 in [0, 1] (uint8 for RGB video with ``return_uint8``),
+        depth CHW."""
         from ..cameras.images import to_float32_chw
 
         out: dict[str, Any] = {}
@@ -209,7 +209,7 @@ class LeRobotDataset(Dataset):
         if names is not None and "task_index" in out:  # LeRobot names the task from meta.tasks as it is now
             index = out["task_index"]
             out["task"] = [names[t] for t in index.tolist()] if batch else names[int(index)]
-        return to_tensors(out)
+        return out
 
     @property
     def hf_dataset(self) -> Any:

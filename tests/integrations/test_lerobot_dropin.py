@@ -235,3 +235,166 @@ def test_recording_api_of_a_reading_dataset(lerobot_recorded):
             call()
     assert ours.has_pending_frames() is False and ours.writer is None
     ours.finalize()
+
+
+# ------------------------------------------------------------------------------------------------------------ meta
+
+
+def assert_same_meta(ref, ours) -> None:
+    """``meta`` as LeRobot's: info (attribute access, the same dict), stats, tasks (a DataFrame indexed by task),
+    the episode table (a datasets.Dataset with the same rows), keys, shapes, names and counts."""
+    import pandas as pd
+    from datasets import Dataset
+
+    assert ours.info.to_dict() == ref.info.to_dict()
+    assert ours.info.fps == ref.info.fps and ours.info.features == ref.info.features
+    assert all(type(ft["shape"]) is tuple for ft in ours.features.values())
+    for attr in ("repo_id", "revision", "fps", "robot_type", "features", "total_episodes", "total_frames",
+                 "total_tasks", "chunks_size", "data_files_size_in_mb", "video_files_size_in_mb", "data_path",
+                 "video_path", "camera_keys", "video_keys", "image_keys", "depth_keys", "names", "shapes",
+                 "has_language_columns", "latest_episode", "tools", "url_root"):
+        assert getattr(ours, attr) == getattr(ref, attr), attr
+    assert isinstance(ours.tasks, pd.DataFrame)
+    pd.testing.assert_frame_equal(ours.tasks, ref.tasks)
+    assert isinstance(ours.episodes, Dataset) and ours.episodes.column_names == ref.episodes.column_names
+    assert ours.episodes.to_list() == ref.episodes.to_list()
+    assert set(ours.stats) == set(ref.stats)
+    for key, stats in ref.stats.items():
+        assert set(ours.stats[key]) == set(stats), key
+        for stat, want in stats.items():
+            assert type(ours.stats[key][stat]) is np.ndarray and ours.stats[key][stat].shape == want.shape
+            np.testing.assert_array_equal(ours.stats[key][stat], want, err_msg=f"{key} {stat}")
+    for task in [*ref.tasks.index, "no such task"]:
+        assert ours.get_task_index(task) == ref.get_task_index(task)
+    for e in range(ref.total_episodes):
+        assert ours.get_data_file_path(e) == ref.get_data_file_path(e)
+        for key in ref.video_keys:
+            assert ours.get_video_file_path(e, key) == ref.get_video_file_path(e, key)
+    keep = lambda ep: ep["length"] > 1  # noqa: E731
+    assert ours.filter_episodes(keep) == ref.filter_episodes(keep)
+    assert ours.filter_episodes(keep, candidates=[0, 1]) == ref.filter_episodes(keep, candidates=[0, 1])
+
+
+@pytest.mark.parametrize("kind", ["numeric", "task_switch", "video_av1", "image"])
+def test_meta_is_lerobots(lerobot_recorded, kind):
+    folder = lerobot_recorded(kind)
+    ref, ours = _reference()(REPO_ID, root=folder), LeRobotDataset(REPO_ID, root=folder)
+    assert_same_meta(ref.meta, ours.meta)
+    assert ours.features is ours.meta.features and ours.root == ref.root and ours.revision == ref.revision
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # LeRobot's dict-style access, deprecated
+        assert ours.meta.info["fps"] == ref.meta.info["fps"]
+
+
+def test_meta_on_its_own_and_lerobots_home(lerobot_recorded, tmp_path, monkeypatch):
+    """``LeRobotDatasetMetadata(repo_id, root)`` reads metadata alone, as LeRobot's; without ``root`` both look
+    in ``$HF_LEROBOT_HOME/<repo_id>`` first, and so does the drop-in."""
+    import shutil
+
+    from lerobot.datasets.dataset_metadata import LeRobotDatasetMetadata as ReferenceMeta
+
+    folder = lerobot_recorded("task_switch")
+    assert_same_meta(ReferenceMeta(REPO_ID, root=folder), LeRobotDatasetMetadata(REPO_ID, root=folder))
+    home = tmp_path / "home"
+    shutil.copytree(folder, home / "someone" / "recorded")
+    monkeypatch.setenv("HF_LEROBOT_HOME", str(home))
+    monkeypatch.setattr("lerobot.datasets.dataset_metadata.HF_LEROBOT_HOME", home)
+    assert_same_meta(ReferenceMeta("someone/recorded"), LeRobotDatasetMetadata("someone/recorded"))
+    ours = LeRobotDataset("someone/recorded")
+    assert ours.root == home / "someone" / "recorded"
+    assert_same_items(_reference()(REPO_ID, root=folder), ours, indices=[0, 3])
+
+
+def test_tasks_replaced_name_the_items_tasks(lerobot_recorded):
+    """Items name their task from ``meta.tasks`` as it is when read (LeRobot's tools replace it), per item and in
+    batches."""
+    import pandas as pd
+
+    ours = LeRobotDataset(REPO_ID, root=lerobot_recorded("task_switch"))
+    renamed = pd.DataFrame({"task_index": range(3)}, index=pd.Index(["a", "b", "c"], name="task"))
+    ours.meta.tasks = renamed
+    for i in range(len(ours)):
+        assert ours[i]["task"] == "abc"[int(ours[i]["task_index"])]
+    batch = next(iter(DataLoader(ours, batch_size=len(ours))))
+    assert batch["task"] == ["abc"[int(t)] for t in batch["task_index"]]
+
+
+def test_hf_dataset_columns_are_lerobots(lerobot_recorded):
+    """``hf_dataset`` (made from the store): LeRobot's columns but the cameras, its rows, slices and
+    ``select_columns`` giving the same tensors; ``get_raw_item`` a row."""
+    folder = lerobot_recorded("numeric")
+    ref, ours = _reference()(REPO_ID, root=folder, episodes=[0, 2]), LeRobotDataset(REPO_ID, root=folder,
+                                                                                    episodes=[0, 2])
+    assert ours.hf_dataset.column_names == ref.hf_dataset.column_names and len(ours.hf_dataset) == len(ours)
+    assert_same(ref.hf_dataset[1:4], ours.hf_dataset[1:4], "slice")
+    keys = ["s.float16", "v.uint64", "index"]
+    assert_same(ref.select_columns(keys)[0:3], ours.select_columns(keys)[0:3], "select_columns")
+    assert_same(ref.get_raw_item(2), ours.get_raw_item(2), "get_raw_item")
+
+
+# ----------------------------------------------------------------------------------------- LeRobot's tools on it
+
+
+def test_lerobots_tools_on_a_dropin(lerobot_recorded, tmp_path):
+    """LeRobot's quantile-stats script, ``modify_features`` and ``aggregate_datasets`` take a drop-in (or its
+    folders) and give what they give on LeRobot's own class."""
+    from lerobot.datasets.aggregate import aggregate_datasets
+    from lerobot.datasets.dataset_tools import modify_features
+    from lerobot.scripts.augment_dataset_quantile_stats import compute_quantile_stats_for_dataset
+
+    Reference = _reference()
+    folder = lerobot_recorded("image")
+    ref, ours = Reference(REPO_ID, root=folder), LeRobotDataset(REPO_ID, root=folder)
+    assert_same(_as_tensors(compute_quantile_stats_for_dataset(ref, use_sampling=False)),
+                _as_tensors(compute_quantile_stats_for_dataset(ours, use_sampling=False)), "quantiles")
+
+    reward = np.arange(len(ours), dtype=np.float32)
+    feature = {"reward": (reward, {"dtype": "float32", "shape": [1], "names": None})}
+    got = modify_features(ours, add_features=feature, output_dir=tmp_path / "ours", repo_id="x/ours")
+    want = modify_features(ref, add_features=feature, output_dir=tmp_path / "ref", repo_id="x/ref")
+    assert_same_items(Reference("x/ref", root=tmp_path / "ref"), LeRobotDataset("x/ours", root=tmp_path / "ours"))
+    assert_same_items(want, got)
+
+    other = lerobot_recorded("image")
+    aggregate_datasets([REPO_ID, REPO_ID], "x/both", roots=[folder, other], aggr_root=tmp_path / "both")
+    assert_same_items(Reference("x/both", root=tmp_path / "both"), LeRobotDataset("x/both", root=tmp_path / "both"))
+    assert_same_meta(Reference("x/both", root=tmp_path / "both").meta,
+                     LeRobotDataset("x/both", root=tmp_path / "both").meta)
+
+
+def _as_tensors(stats: dict) -> dict:
+    return {k: {s: torch.as_tensor(np.asarray(v)) for s, v in st.items()} for k, st in stats.items()}
+
+
+# -------------------------------------------------------------------------------------------------- RL buffer
+
+
+def test_replay_buffer_next_state_none_with_optimize_memory(tmp_path):
+    """``add(..., next_state=None)`` with ``optimize_memory=True`` (LeRobot accepts it): each transition's next state
+    is the next add's state, a transition is sampled once the next add came (LeRobot samples below ``size - 1``),
+    a finished episode's last one is stored with its own state at a checkpoint; without optimize_memory, refused.
+    ``to_lerobot_dataset`` writes LeRobot's fps 1 by default."""
+    from lerobot_zarr.rl import ReplayBuffer
+
+    states = [{"observation.state": torch.full((1, 2), float(k))} for k in range(4)]
+    buffer = ReplayBuffer(10, "cpu", ["observation.state"], optimize_memory=True, root=tmp_path / "buf")
+    for k in range(3):
+        buffer.add(states[k], torch.full((1, 1), float(k)), float(k), None, k == 2, False)
+    assert len(buffer) == buffer.size == 3
+
+    def drawn() -> tuple[torch.Tensor, torch.Tensor]:
+        batches = [buffer.sample(8) for _ in range(30)]
+        return (torch.cat([b["state"]["observation.state"][:, 0] for b in batches]),
+                torch.cat([b["next_state"]["observation.state"][:, 0] for b in batches]))
+
+    state, after = drawn()
+    assert set(state.tolist()) == {0.0, 1.0}  # the third waits for its next state
+    torch.testing.assert_close(after, state + 1)
+    buffer.checkpoint()  # the third ended its episode: stored, its next state its own
+    state, after = drawn()
+    assert set(state.tolist()) == {0.0, 1.0, 2.0}
+    torch.testing.assert_close(after, torch.where(state == 2, state, state + 1))
+    assert buffer.to_lerobot_dataset("x/buf", root=tmp_path / "exported").fps == 1
+    plain = ReplayBuffer(10, "cpu", ["observation.state"], root=tmp_path / "plain")
+    with pytest.raises(ValueError, match="optimize_memory"):
+        plain.add(states[0], torch.zeros(1, 1), 0.0, None, False, False)
