@@ -14,7 +14,7 @@ from typing import Any, Literal, NotRequired, TypedDict
 import numpy as np
 
 from ..lerobot.format import CAMERA_DTYPES, DEFAULT_FEATURES
-from ..sampling.dataset import DatasetMeta
+from ..sampling.meta import DatasetMeta
 from .text import episodes_text, size_text, source_line
 
 __all__ = ["EpisodeLengths", "FeatureSummary", "Status", "Summary", "add_parser", "describe", "describe_json",
