@@ -96,7 +96,7 @@ class LeRobotDataset(Dataset):
         source = local if local is not None else repo_id
         common = dict(root=store if store is not None or local is not None else root,
                       revision=None if local is not None else revision, token=token, image_format="uint8_hwc",
-                      progress=_progress())
+                      progress=_progress(), depth_unit=depth_output_unit)
         deltas = None
         if episode_filter is not None or delta_timestamps is not None:  # decided on the metadata, before any fetch
             from ..api import open_dataset
@@ -181,12 +181,13 @@ class LeRobotDataset(Dataset):
     def __getitems__(self, indices: list[int]) -> Sequence[dict[str, Any]]:
         """What a plain ``DataLoader(ds, batch_size=B)`` asks for: the batch in one ``get_batch`` (its values cast to
         LeRobot's dtypes once per column), handed to the collate function as items that share its columns, which
-        ``default_collate`` takes back into LeRobot's batch in one step (with ``image_transforms``, which apply per
-        item: item by item)."""
+        ``default_collate`` takes back into LeRobot's batch in one step. With language columns, items of their own
+        (views of the batch): LeRobot collates those with its own function (``lerobot_collate_fn``), which reads
+        items one by one. With ``image_transforms``, which apply per item: item by item."""
         if self.image_transforms is not None or not self.batched_fetch:
             return [self[i] for i in indices]
         batch = self._convert(self.dataset.get_batch(np.asarray(indices, dtype=np.int64)), batch=True)
-        return batch_items(batch)
+        return batch_items(batch, shared=not self.meta.has_language_columns)
 
     def _convert(self, values: dict[str, Any], *, batch: bool) -> dict[str, Any]:
         """An item (or batch) of the store with LeRobot's values, still numpy: numbers cast to LeRobot's dtypes (one
@@ -216,7 +217,7 @@ class LeRobotDataset(Dataset):
         """The selected frames' stored values as a ``datasets.Dataset`` whose rows and columns come as LeRobot's
         ``hf_dataset`` gives them (tensors of LeRobot's dtypes, text as ``str``), made when first asked for, for code
         that reads it (``select_columns``, LeRobot's quantile-stats script...). Not LeRobot's Arrow table: cameras
-        are not in it (items have them)."""
+        and language columns are not in it (items have them)."""
         if self._frames is None:
             self._frames = _frame_table(self.dataset, self.meta.features, self.episodes)
         return self._frames
@@ -302,8 +303,8 @@ def _filtered(meta: LeRobotDatasetMetadata, episodes: list[int] | None,
 
 
 def _frame_table(ds: Any, features: Mapping[str, dict], episodes: Sequence[int] | None) -> Any:
-    """The selected frames' values of every feature but the cameras, as a ``datasets.Dataset`` with LeRobot's
-    torch transform (one store read per episode and feature)."""
+    """The selected frames' values of every feature but the cameras and language columns, as a ``datasets.Dataset``
+    with LeRobot's torch transform (one store read per episode and feature)."""
     import pyarrow as pa
 
     datasets = import_optional("datasets", "LeRobotDataset.hf_dataset (a datasets.Dataset, as LeRobot's)")
@@ -311,8 +312,8 @@ def _frame_table(ds: Any, features: Mapping[str, dict], episodes: Sequence[int] 
 
     from ..sampling.dataset import LeRobotZarrDataset
 
-    keys = [k for k, ft in features.items() if ft["dtype"] not in CAMERA_DTYPES and k not in ds.left_out
-            and k in ds.array_specs]
+    keys = [k for k, ft in features.items() if ft["dtype"] not in (*CAMERA_DTYPES, "language")
+            and k not in ds.left_out and k in ds.array_specs]
     columns: dict[str, list] = {k: [] for k in keys}
     with LeRobotZarrDataset(ds.root, episodes=episodes) as plain:
         for e in plain.episodes.tolist():
@@ -342,7 +343,7 @@ def _rows_as_torch(batch: dict[str, list]) -> dict[str, list]:
     value (floats float32, integers int64), text and structured values as they are."""
     for key, values in batch.items():
         first = values[0] if values else None
-        if key in ("language_persistent", "language_events") or first is None or isinstance(first, dict):
+        if first is None or isinstance(first, dict):
             continue
         batch[key] = [v if isinstance(v, str) else torch.tensor(v) for v in values]
     return batch

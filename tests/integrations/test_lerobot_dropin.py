@@ -52,22 +52,50 @@ def assert_same(ref, ours, where: str = "") -> None:
         assert type(ours) is type(ref) and ours == ref, (where, ours, ref)
 
 
-def assert_same_items(ref, ours, indices=None) -> None:
+def reference_item(ref, i):
+    """LeRobot's item ``i``, or None where LeRobot cannot decode its frame: its PyAV seek misses frames of HEVC files
+    with open GOPs (LeRobot's own depth videos), which lerobot_zarr decodes (their values are checked against a
+    full decode in test_lerobot_kinds.py)."""
+    from lerobot.datasets.video_utils import FrameTimestampError
+
+    try:
+        return ref[i]
+    except FrameTimestampError:
+        return None
+
+
+def assert_same_items(ref, ours, indices=None) -> list[int]:
+    """Items of LeRobot's and ours are the same; returns the indices compared (all but those LeRobot cannot
+    decode, at least half of them)."""
     assert len(ours) == len(ref) and ours.num_frames == ref.num_frames and ours.num_episodes == ref.num_episodes
+    compared = []
     for i in range(len(ref)) if indices is None else indices:
-        a, b = ref[i], ours[i]
+        a, b = reference_item(ref, i), ours[i]
+        if a is None:
+            continue
         assert set(b) == set(a), (i, sorted(set(a) ^ set(b)))
         assert_same(a, b, f"item {i}")
+        compared.append(i)
+    assert len(compared) * 2 >= (len(ref) if indices is None else len(indices)), compared
+    return compared
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))
 def test_items_and_batches_equal_lerobots(lerobot_recorded, kind):
-    """Every item, and every batch of a plain DataLoader, is LeRobot's: the same keys, types, dtypes (floats
-    float32, integers int64, 0-d scalars), shapes and values (decoded frames and depth maps equal)."""
+    """Every item, and every batch of a plain DataLoader (LeRobot's own collate function for language columns, as
+    its training script), is LeRobot's: the same keys, types, dtypes (floats float32, integers int64, 0-d scalars),
+    shapes and values (decoded frames and depth maps equal)."""
+    from lerobot.utils.collate import lerobot_collate_fn
+
     folder = lerobot_recorded(kind)
     ref, ours = _reference()(REPO_ID, root=folder), LeRobotDataset(REPO_ID, root=folder)
-    assert_same_items(ref, ours)
-    for j, (a, b) in enumerate(zip(DataLoader(ref, batch_size=3), DataLoader(ours, batch_size=3), strict=True)):
+    compared = set(assert_same_items(ref, ours))
+    collate = lerobot_collate_fn if ref.meta.has_language_columns else None
+    for j, b in enumerate(DataLoader(ours, batch_size=3, collate_fn=collate)):
+        indices = range(3 * j, min(3 * j + 3, len(ref)))
+        if not compared.issuperset(indices):
+            continue
+        a = (collate or torch.utils.data.default_collate)([ref[i] for i in indices])
         assert set(b) == set(a), (j, sorted(set(a) ^ set(b)))
         assert_same(a, b, f"batch {j}")
 
@@ -319,15 +347,16 @@ def test_tasks_replaced_name_the_items_tasks(lerobot_recorded):
     assert batch["task"] == ["abc"[int(t)] for t in batch["task_index"]]
 
 
-def test_hf_dataset_columns_are_lerobots(lerobot_recorded):
-    """``hf_dataset`` (made from the store): LeRobot's columns but the cameras, its rows, slices and
-    ``select_columns`` giving the same tensors; ``get_raw_item`` a row."""
-    folder = lerobot_recorded("numeric")
-    ref, ours = _reference()(REPO_ID, root=folder, episodes=[0, 2]), LeRobotDataset(REPO_ID, root=folder,
-                                                                                    episodes=[0, 2])
+@pytest.mark.parametrize("kind", ["numeric", "nd", "string"])
+def test_hf_dataset_columns_are_lerobots(lerobot_recorded, kind):
+    """``hf_dataset`` (made from the store): LeRobot's columns (but cameras and language columns), its rows, slices
+    and ``select_columns`` giving the same values; ``get_raw_item`` a row."""
+    folder = lerobot_recorded(kind)
+    ref = _reference()(REPO_ID, root=folder, episodes=[0, 2])
+    ours = LeRobotDataset(REPO_ID, root=folder, episodes=[0, 2])
     assert ours.hf_dataset.column_names == ref.hf_dataset.column_names and len(ours.hf_dataset) == len(ours)
     assert_same(ref.hf_dataset[1:4], ours.hf_dataset[1:4], "slice")
-    keys = ["s.float16", "v.uint64", "index"]
+    keys = ref.hf_dataset.column_names[:2] + ["index"]
     assert_same(ref.select_columns(keys)[0:3], ours.select_columns(keys)[0:3], "select_columns")
     assert_same(ref.get_raw_item(2), ours.get_raw_item(2), "get_raw_item")
 
