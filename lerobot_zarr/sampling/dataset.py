@@ -462,6 +462,9 @@ class LeRobotZarrDataset:
                                            f"dataset without lazy=True to leave the camera out, or select episodes "
                                            f"that have it", path=self.root, episode=e, feature=name)
         self._present = served_episodes(state)
+        for reader in self._cameras.values():  # compact packs grew: their maps and shard indexes are read again
+            if isinstance(reader, CodecFrames):
+                reader.close()
         absent = episodes[~self._present[episodes]]
         if absent.size:
             raise NotMaterializedError(f"{self.root}: episodes {absent.tolist()[:20]} could not be fetched",

@@ -22,16 +22,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..cameras.depth import DEPTH_UNITS, DepthOutput, Quantizer
+from ..cameras.depth import Quantizer
 from ..cameras.video import DEPTH_ENCODING, ENCODING, VideoWriter, pyav_missing
 from ..errors import ArgumentError, EmptyStoreError, NotMaterializedError, StoreExistsError, warn_user
 from ..lerobot.format import CAMERA_DTYPES, CHUNKS_SIZE, STAT_NAMES, default_features, video_file_rel, video_info
-from ..lerobot.format import episode_stats as lerobot_stats
 from ..lerobot.index_file import INDEX_FILE, write_index
 from ..sampling.dataset import LeRobotZarrDataset
 from ..store.tables import ArraySpec
 from ..store.text import text_value
 from ..utils.progress import progress_bar
+from .values import stats_of_stored
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -188,10 +188,10 @@ def _write(ds: LeRobotZarrDataset, root: Path, size_mb: int, video_size_mb: int,
 
     meta = ds.meta
     for name, why in ds.left_out.items():
-        warn_user(f"{ds.root}: feature {name!r} is left out of the export: {why}")
-    for name, why in meta.not_materialized.items():
-        if name in meta.info["features"] and name not in ds.left_out:
+        if name in meta.not_materialized:
             warn_user(f"{ds.root}: feature {name!r} of the source is not in the store, so not in the export: {why}")
+        else:
+            warn_user(f"{ds.root}: feature {name!r} is left out of the export: {why}")
     selected = ds.episodes.tolist()  # the store's episodes, exported as 0 .. n_episodes - 1
     lengths = meta.episode_length[selected]
     n_episodes = len(lengths)
@@ -238,7 +238,7 @@ def _write_data_files(ds: LeRobotZarrDataset, root: Path, selected: list[int], a
     info, specs, tasks = ds.meta.info, ds.array_specs, ds.meta.tasks
     order = [k for k in info["features"] if k in specs] + [k for k in specs if k not in info["features"]]
     columns = [k for k in order if k not in as_video]
-    stats_of = {k: _stats_maker(ds, k) for k in order if not specs[k].is_text}
+    stats_of = {k: stats_of_stored(specs[k], info["features"].get(k)) for k in order if not specs[k].is_text}
     lengths = ds.meta.episode_length[selected].tolist()
     out = _DataWritten()
     episode_stats: dict[str, list[dict[str, np.ndarray]]] = {k: [] for k in stats_of}
@@ -275,20 +275,6 @@ def _write_data_files(ds: LeRobotZarrDataset, root: Path, selected: list[int], a
     out.stats = {k: {name: np.stack([s[name] for s in per_episode]) for name in STAT_NAMES}
                  for k, per_episode in episode_stats.items()}
     return out
-
-
-def _stats_maker(ds: LeRobotZarrDataset, key: str) -> Any:
-    """How an episode's stats of ``key`` are computed from its stored frames: LeRobot's way, a depth map's in the
-    unit it was recorded in (a video's codes dequantized to it; millimetres when it is not known)."""
-    kind = ds.array_specs[key].kind
-    if key not in ds.meta.depth_keys:
-        return lambda values: lerobot_stats(values, kind)
-    feature = ds.meta.features[key]
-    if kind != "video":
-        return lambda values: lerobot_stats(values, kind, depth=True)
-    unit = (feature.get("info") or {}).get("depth_unit")
-    to_unit = DepthOutput(feature, kind, unit if unit in DEPTH_UNITS else "mm")
-    return lambda values: lerobot_stats(to_unit(values), kind, depth=True)
 
 
 def _write_videos(ds: LeRobotZarrDataset, root: Path, key: str, selected: list[int], size_mb: int,

@@ -71,7 +71,9 @@ def create(root: str | os.PathLike, *, fps: float, features: Mapping[str, Mappin
     Args:
         fps: frames per second (timestamps are ``frame_index / fps``); finite and positive.
         features: LeRobot feature specs, ``{name: {"dtype": "float32", "shape": [14], "names": [...]}}``;
-            cameras are ``{"dtype": "image", "shape": [H, W, C]}``. LeRobot's ``timestamp``, ``frame_index``,
+            cameras are ``{"dtype": "image", "shape": [H, W, C]}``; ``{"dtype": "string", "shape": [1]}`` takes a
+            ``str`` per frame, ``"language"`` (LeRobot's ``language_persistent`` / ``language_events``) a list of
+            row dicts per frame. LeRobot's ``timestamp``, ``frame_index``,
             ``episode_index``, ``index`` and ``task_index`` are added and filled by the writer.
         capacity_frames: make the store a ring buffer of at most this many frames: appending past it drops the
             oldest episodes first.

@@ -98,29 +98,27 @@ def compare(theirs, ours, decoded=None) -> int:
 
 
 def check_against_decode(ds, i, item, decoded) -> None:
+    """Item ``i`` (without windows) of ours against a full decode of its video files."""
     from lerobot_zarr.cameras.depth import DepthOutput
 
-    e = int(item["episode_index"])
+    e, t = int(item["episode_index"]), float(item["timestamp"])
     for key, frames in decoded.items():
-        info = ds.meta.features[key]
-        start = ds.meta.source  # noqa: F841  (the folder)
-        t0 = theirs_from_timestamp(ds, key, e)
-        ts = float(item["timestamp"])
-        frame = frames[round(t0 + ts, 4)]
+        got = np.asarray(item[key])
+        if got.ndim == 4:  # a window: the frame at offset 0
+            got = got[DELTAS.index(0.0)]
+        frame = frames[round(from_timestamp(ds, key, e) + t, 4)]
         if key in ds.meta.depth_keys:
-            want = DepthOutput(info, "video", ds.depth_unit)(frame[..., None])
-            got = np.moveaxis(item[key] if np.asarray(item[key]).ndim == 3 else item[key][-2], -3, -1)
+            want = DepthOutput(ds.meta.features[key], "video", ds.depth_unit)(frame[..., None])
         else:
             want = frame.astype(np.float32) / np.float32(255)
-            got = np.moveaxis(item[key] if np.asarray(item[key]).ndim == 3 else item[key][-2], -3, -1)
-        assert np.array_equal(got, want), (i, key)
+        assert np.array_equal(np.moveaxis(got, -3, -1), want), (i, key)
 
 
-def theirs_from_timestamp(ds, key, e) -> float:
+def from_timestamp(ds, key, e) -> float:
+    """Where episode ``e`` starts in its video file of camera ``key`` (the source's episode table)."""
     import pyarrow.parquet as pq
 
-    folder = ds.meta.source["path"]
-    table = pq.read_table(f"{folder}/meta/episodes/chunk-000/file-000.parquet",
+    table = pq.read_table(f"{ds.meta.source['path']}/meta/episodes/chunk-000/file-000.parquet",
                           columns=["episode_index", f"videos/{key}/from_timestamp"]).to_pylist()
     return next(r[f"videos/{key}/from_timestamp"] for r in table if r["episode_index"] == e)
 
@@ -193,3 +191,30 @@ def test_export_loads_in_lerobot_with_equal_values(kind, lerobot_recorded, tmp_p
         assert {k: back.meta.features[key]["info"][k] for k in keys} == {
             k: source.meta.features[key]["info"][k] for k in keys}, key
     assert back.meta.info.get("tools") == source.meta.info.get("tools")
+
+
+@pytest.mark.parametrize("kind", ["string", "language", "nd", "depth_video_log", "depth_image_float32"])
+def test_push_to_the_test_hub_then_lerobot_downloads_equal_values(kind, lerobot_recorded, tmp_path, monkeypatch):  # noqa: F811
+    from hub_fixtures import make_env
+
+    from lerobot_zarr.testing.hub_server import HubServer
+
+    folder = lerobot_recorded(kind)
+    ours = ours_dataset(folder, tmp_path / "store")
+    with HubServer(tmp_path / "server", tokens={"tok": "me"}) as server:
+        make_env(monkeypatch, tmp_path, server.endpoint)
+        assert ours.push(f"me/{kind}", token="tok", progress=False) is not None
+        monkeypatch.setenv("HF_TOKEN", "tok")
+        back = theirs_dataset_from_hub(f"me/{kind}", tmp_path / "download")
+        assert not compare(back, ours, video_references(back.root, ours))
+        assert server.errors == []
+
+
+def theirs_dataset_from_hub(repo_id, root):
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    logging.disable(logging.WARNING)
+    try:
+        return LeRobotDataset(repo_id, root=root, video_backend="pyav")
+    finally:
+        logging.disable(logging.NOTSET)

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import lerobot_zarr
-from lerobot_zarr.errors import ReadOnlyStoreError
+from lerobot_zarr.errors import ReadOnlyStoreError, SchemaMismatchError
 from lerobot_zarr.testing.sample_data import (
     NOTE_KEY,
     depth_codes,
@@ -196,3 +196,78 @@ def test_verify_edit_and_export(store, tmp_path):
     assert "language_events" not in info["features"] and info["tools"][0]["function"]["name"] == "say"
     schema = pq.read_schema(out / "data/chunk-000/file-000.parquet")
     assert str(schema.field(NOTE_KEY).type) == "string"
+
+
+def test_lazy_stream_and_xarray_serve_them_too(source, store, tmp_path):
+    eager = lerobot_zarr.open_dataset(store, progress=False)
+    lazy = open_quiet(source, root=tmp_path / "lazy", lazy=True)
+    for k in (0, 3, 7):
+        a, b = eager[k], lazy[k]
+        assert a[NOTE_KEY] == b[NOTE_KEY] and a["language_events"] == b["language_events"]
+        assert np.array_equal(a[DEPTH_VIDEO], b[DEPTH_VIDEO])
+    for where in (source, store):  # from the source's files, and from the store
+        items = list(lerobot_zarr.stream(where, shuffle=False, depth_unit="m"))
+        assert [item[NOTE_KEY] for item in items] == [note_of(e, i) for e, i in frames()]
+        assert [item["language_persistent"] for item in items] == [language_of(LANGUAGE[0], e, i) for e, i in frames()]
+        assert np.array_equal(items[4][DEPTH], depth_image(2, 0, (16, 24, 1)).astype(np.float32) / np.float32(1000))
+        batch = next(iter(lerobot_zarr.stream(where, shuffle=False, batch_size=3)))
+        assert batch[NOTE_KEY] == [note_of(e, i) for e, i in frames()[:3]] and batch[DEPTH].dtype == np.float32
+    pytest.importorskip("xarray")
+    x = eager.to_xarray()
+    assert x[NOTE_KEY].values.tolist() == [note_of(e, i) for e, i in frames()]
+    assert x[DEPTH_VIDEO].dtype == np.uint16  # the stored codes
+    from lerobot_zarr.integrations.xarray import lerobot_stats
+
+    assert NOTE_KEY not in lerobot_stats(x) and "observation.grid" in lerobot_stats(x)
+
+
+def test_info_names_depth_cameras_and_text(source):
+    from lerobot_zarr.cli.info import describe, describe_json
+
+    meta = lerobot_zarr.inspect(source)
+    summary = describe_json(meta)
+    assert summary["features"][DEPTH]["depth"] == "depth map in mm"
+    assert "12-bit codes, log quantizer 0.01..10 m" in summary["features"][DEPTH_VIDEO]["depth"]
+    assert summary["features"][NOTE_KEY]["status"] == "to store" and meta.depth_keys == [DEPTH, DEPTH_VIDEO]
+    assert "12-bit codes" in describe(meta)
+
+
+def test_a_depth_camera_stored_as_8_bit_by_an_earlier_version_is_left_out(tmp_path):
+    """Earlier versions stored depth cameras as uint8 frames (8-bit gray): such a store still opens, the camera is
+    left out with the reason rather than served as depth."""
+    src = write_sample_dataset(tmp_path / "src", n_episodes=2, lengths=[2, 2], image_keys=("observation.images.d",),
+                               image_shape=(4, 6, 1))
+    ds = open_quiet(src, root=tmp_path / "store")
+    ds.close()
+    root = json.loads((tmp_path / "store/zarr.json").read_text())
+    root["attributes"]["lerobot_zarr"]["info"]["features"]["observation.images.d"]["info"] = {"is_depth_map": True}
+    (tmp_path / "store/zarr.json").write_text(json.dumps(root))
+    with pytest.warns(lerobot_zarr.LeRobotZarrWarning, match="8-bit"):
+        ds = lerobot_zarr.open_dataset(tmp_path / "store", progress=False)
+    assert "earlier lerobot_zarr" in ds.left_out["observation.images.d"] and "observation.images.d" not in ds[0]
+
+
+def test_mixtures_leave_text_out(store):
+    from lerobot_zarr import open_mixture
+
+    with pytest.warns(lerobot_zarr.LeRobotZarrWarning, match="text"):
+        mix = open_mixture({str(store): 1.0}, progress=False)
+    assert NOTE_KEY in mix.left_out and NOTE_KEY not in mix.get_batch(np.arange(2))
+    assert mix.get_batch(np.arange(2))[DEPTH].dtype == np.float32
+
+
+def test_recording_text_features(tmp_path):
+    features = {"x": {"dtype": "float32", "shape": [2]}, "note": {"dtype": "string", "shape": [1]},
+                "language_events": {"dtype": "language", "shape": [1]}}
+    with lerobot_zarr.create(tmp_path / "rec", fps=FPS, features=features) as ds:
+        for i in range(3):
+            ds.add_frame({"x": np.full(2, i, np.float32), "note": f"n{i}",
+                          "language_events": language_of("language_events", 0, i)}, task="t")
+        ds.save_episode()
+        with pytest.raises(SchemaMismatchError, match="not str"):
+            ds.add_frame({"x": np.zeros(2, np.float32), "note": 3, "language_events": []}, task="t")
+        assert [ds[i]["note"] for i in range(3)] == ["n0", "n1", "n2"]
+        assert ds[1]["language_events"] == language_of("language_events", 0, 1) and ds[2]["language_events"] == []
+        assert "note" not in ds.meta.stats and "x" in ds.meta.stats
+
+
