@@ -144,35 +144,52 @@ class LeRobotDatasetMetadata:
     def __init__(self, repo_id: str, root: str | os.PathLike | None = None, revision: str | None = None,
                  force_cache_sync: bool = False, metadata_buffer_size: int = 10, *, repo_type: str = "dataset",
                  token: str | bool | None = None):
-        from ..api import inspect
+        from ..lerobot.source import LeRobotSource
+        from ..lerobot.source_files import LocalFiles
+        from ..sampling.meta import DatasetMeta
+        from ..store.state import read_state
 
         if repo_type != "dataset":
             raise ValueError(f"repo_type must be 'dataset' (lerobot_zarr does not read buckets), got {repo_type!r}")
         where = local_source(repo_id, root, force_cache_sync)
-        source = where if where is not None else repo_id
-        meta = inspect(source, revision=None if where is not None else revision, token=token)
+        if where is not None and _is_store(where):
+            meta, files, tasks = DatasetMeta.from_state(read_state(where)), None, None
+        else:
+            if where is not None:
+                files = LocalFiles(where)
+            else:
+                from ..hub.files import HubFiles
+                from ..hub.revisions import resolve_revision
+
+                revision_name, commit = resolve_revision(repo_id, revision, token=token)
+                files = HubFiles(repo_id, commit, revision=revision_name, token=token)
+            source = LeRobotSource(files)
+            meta, tasks = DatasetMeta.from_source(source), source.episodes.tasks
         self._setup(meta, repo_id=repo_id, root=Path(root) if root is not None else where, revision=revision,
-                    folder=where if where is not None and not _is_store(where) else None)
+                    files=files, episode_tasks=None if tasks is None else (lambda: tasks))
 
     @classmethod
     def of_store(cls, meta: Any, *, repo_id: str, root: Path, revision: str | None, folder: Path | None,
                  episode_tasks: Callable[[], list[list[str]]] | None = None) -> LeRobotDatasetMetadata:
-        """The metadata of a dataset a store serves (``meta``: its :class:`~lerobot_zarr.sampling.DatasetMeta`);
+        """The metadata of a dataset a store serves (``meta``: its :class:`~lerobot_zarr.sampling.meta.DatasetMeta`);
         ``folder``: the LeRobot folder it came from, if local (its episode table is read as is);
         ``episode_tasks``: each episode's tasks, when the episode table has to be made from the store."""
+        from ..lerobot.source_files import LocalFiles
+
         self = cls.__new__(cls)
-        self._setup(meta, repo_id=repo_id, root=root, revision=revision, folder=folder, episode_tasks=episode_tasks)
+        self._setup(meta, repo_id=repo_id, root=root, revision=revision,
+                    files=None if folder is None else LocalFiles(folder), episode_tasks=episode_tasks)
         return self
 
-    def _setup(self, meta: Any, *, repo_id: str, root: Path | None, revision: str | None, folder: Path | None,
-               episode_tasks: Callable[[], list[list[str]]] | None = None) -> None:
+    def _setup(self, meta: Any, *, repo_id: str, root: Path | None, revision: str | None, files: Any,
+               episode_tasks: Callable[[], list[list[str]]] | None) -> None:
         self.repo_id = repo_id
         self.repo_type = "dataset"
         self.revision = revision if revision else CODEBASE_VERSION
         self.root = root if root is not None else Path(str(meta.root))
         self.latest_episode = None
         self._meta = meta
-        self._folder = folder
+        self._files = files
         self._episode_tasks = episode_tasks
         info = dict(meta.info)
         info["total_episodes"], info["total_frames"] = meta.total_episodes, meta.total_frames
@@ -271,12 +288,11 @@ class LeRobotDatasetMetadata:
     def _episode_table(self) -> Any:
         import pyarrow as pa
 
-        if self._folder is not None and (self._folder / "meta" / "episodes").is_dir():
-            import pyarrow.parquet as pq
-
-            paths = sorted((self._folder / "meta" / "episodes").glob("*/*.parquet"))
-            if paths:
-                table = pa.concat_tables([pq.read_table(p) for p in paths], promote_options="permissive")
+        if self._files is not None:
+            rels = sorted(rel for rel in self._files.list("meta/episodes") if rel.endswith(".parquet"))
+            if rels:  # LeRobot's own table (v3): its files, in their order
+                table = pa.concat_tables([self._files.parquet(rel).read() for rel in rels],
+                                         promote_options="permissive")
                 return table.select([c for c in table.column_names if not c.startswith("stats/")])
         meta = self._meta
         tasks = (self._episode_tasks() if self._episode_tasks is not None else

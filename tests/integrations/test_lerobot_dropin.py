@@ -427,3 +427,32 @@ def test_replay_buffer_next_state_none_with_optimize_memory(tmp_path):
     plain = ReplayBuffer(10, "cpu", ["observation.state"], root=tmp_path / "plain")
     with pytest.raises(ValueError, match="optimize_memory"):
         plain.add(states[0], torch.zeros(1, 1), 0.0, None, False, False)
+
+
+# ---------------------------------------------------------------------------------------------------------- Hub
+
+
+def test_hub_repo_read_into_root(lerobot_recorded, tmp_path, monkeypatch):
+    """From the Hub (the project's test Hub): only the episodes asked for are fetched, into a store at ``root`` when
+    given (where LeRobot downloads its files), which later opens without the network; ``revision`` picks the tag;
+    LeRobotDatasetMetadata(repo_id) reads the metadata alone. Items are LeRobot's (of the recorded folder)."""
+    from hub_fixtures import make_env
+
+    from lerobot_zarr.testing.hub_server import HubServer
+
+    folder = lerobot_recorded("task_switch")
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    with HubServer(tmp_path / "server") as server:
+        env = make_env(monkeypatch, tmp_path, server.endpoint)
+        server.add_repo("someone/recorded", folder, tags=["v3.0"])
+        ref = _reference()(REPO_ID, root=folder, episodes=[2])
+        ours = LeRobotDataset("someone/recorded", root=tmp_path / "here", episodes=[2], revision="v3.0")
+        assert ours.root == tmp_path / "here" and (tmp_path / "here" / "zarr.json").exists()
+        assert_same_items(ref, ours)
+        from lerobot.datasets.dataset_metadata import LeRobotDatasetMetadata as ReferenceMeta
+
+        assert_same_meta(ReferenceMeta("someone/recorded", root=folder),
+                         LeRobotDatasetMetadata("someone/recorded", revision="v3.0"))
+        env.offline()
+        again = LeRobotDataset("someone/recorded", root=tmp_path / "here", episodes=[2])
+        assert_same_items(ref, again)
