@@ -5,7 +5,10 @@ test suite from its source folder; ``scripts/conformance.py`` runs it and compar
 test modules are imported, it rebinds the names in LeRobot's modules (and so in every test module that imports them
 afterwards):
 
-- ``LeRobotDataset`` -> :class:`lerobot_zarr.torch.LeRobotDataset` (through :class:`DropIn`, below);
+- ``LeRobotDataset`` -> :class:`lerobot_zarr.torch.LeRobotDataset` (through ``DropIn``, below);
+- ``LeRobotDatasetMetadata`` -> :class:`lerobot_zarr.torch.LeRobotDatasetMetadata` where LeRobot's code reads a
+  dataset's metadata on its own (``aggregate_datasets``' sources, ``make_dataset``); its ``create`` stays LeRobot's,
+  as do the tests of LeRobot's metadata class itself and its streaming dataset;
 - ``ReplayBuffer`` (``lerobot.rl.buffer``) -> :class:`lerobot_zarr.rl.ReplayBuffer`.
 
 ``--drop-in`` chooses the mode:
@@ -62,13 +65,13 @@ def rebind(old: Any, new: Any) -> None:
 
 
 def install(mode: str) -> None:
-    import lerobot.datasets
+    """Rebind LeRobot's names (every module imports them at import time: import those modules first)."""
     import lerobot.datasets.dataset_tools  # noqa: F401
     import lerobot.rl.buffer as lerobot_buffer
-    from lerobot.datasets import lerobot_dataset
+    from lerobot.datasets import aggregate, dataset_metadata, factory, lerobot_dataset
 
     from lerobot_zarr.rl import ReplayBuffer
-    from lerobot_zarr.torch import LeRobotDataset
+    from lerobot_zarr.torch import LeRobotDataset, LeRobotDatasetMetadata
 
     original = lerobot_dataset.LeRobotDataset
     if mode == "full" and "create" not in vars(LeRobotDataset):
@@ -77,6 +80,9 @@ def install(mode: str) -> None:
     drop_in = _drop_in_class(LeRobotDataset, original, lerobot_dataset, record_with_lerobot=mode == "read")
     rebind(original, drop_in)
     rebind(lerobot_buffer.ReplayBuffer, ReplayBuffer)
+    meta = _drop_in_meta_class(LeRobotDatasetMetadata, dataset_metadata)
+    for module in (aggregate, factory):
+        module.LeRobotDatasetMetadata = meta
 
 
 def _drop_in_class(ours: type, original: type, lerobot_dataset: Any, *, record_with_lerobot: bool) -> type:
@@ -154,6 +160,27 @@ def _drop_in_class(ours: type, original: type, lerobot_dataset: Any, *, record_w
             return repr(self._reader()) if self._reading() else repr(object.__getattribute__(self, "_recorder"))
 
     return DropIn
+
+
+def _drop_in_meta_class(ours: type, dataset_metadata: Any) -> type:
+    original = dataset_metadata.LeRobotDatasetMetadata
+
+    class DropInMeta(ours):
+        """The drop-in's metadata read on its own; a folder the fixtures mean to download first comes from their mock
+        Hub (``lerobot.datasets.dataset_metadata.snapshot_download``); ``create`` is LeRobot's (a recorder's)."""
+
+        def __init__(self, repo_id: str, root: str | Path | None = None, revision: str | None = None,
+                     *args: Any, **kwargs: Any):
+            if root is not None and not (Path(root) / "meta" / "info.json").is_file():
+                Path(root).mkdir(parents=True, exist_ok=True)
+                dataset_metadata.snapshot_download(repo_id, repo_type="dataset", revision=revision, local_dir=root,
+                                                   allow_patterns="meta/")
+            super().__init__(repo_id, root, revision, *args, **kwargs)
+
+        create = staticmethod(original.create)
+
+    DropInMeta.__name__ = DropInMeta.__qualname__ = "LeRobotDatasetMetadata"
+    return DropInMeta
 
 
 # What a finalized recording reads through the drop-in: its reading API, and LeRobot's reading internals (which the

@@ -45,8 +45,9 @@ class LeRobotDataset(Dataset):
     predicate over rows of ``meta.episodes``; matching nothing is a ``ValueError``), ``image_transforms`` (per item,
     on every camera but depth ones), ``delta_timestamps`` (multiples of 1/fps within ``tolerance_s``, rounded to
     frames as LeRobot does), ``return_uint8`` (RGB video frames as uint8 CHW), ``depth_output_unit`` (``"mm"`` or
-    ``"m"``; depth stats rescaled to it), ``download_videos=False`` (video cameras are not fetched and left out of
-    items, said in a warning, where LeRobot's items fail on the missing files), ``revision``, ``token``.
+    ``"m"``; depth stats rescaled to it), ``download_videos=False`` (video cameras left out of items, said in a
+    warning, where LeRobot's items fail on the missing files; from the Hub they are still fetched into the store),
+    ``revision``, ``token``.
     ``video_backend`` is accepted (LeRobot's names) and changes nothing: frames are decoded with PyAV, identical to
     LeRobot's decode. The recording arguments (``batch_encoding_size``, encoders, ``streaming_encoding``...) are
     LeRobot's deprecated way to resume recording: the drop-in reads, so values asking for a recorder are refused.
@@ -87,7 +88,6 @@ class LeRobotDataset(Dataset):
         self.batched_fetch = batched_fetch
         self._return_uint8 = bool(return_uint8)
         self._depth_output_unit = depth_output_unit
-        self._video_backend = video_backend or "pyav"
 
         local = local_source(repo_id, root, force_cache_sync)
         self._folder = local if local is not None and not _is_store(local) else None

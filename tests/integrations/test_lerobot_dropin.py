@@ -13,7 +13,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="torch is not installed (optional extra lerobot_zarr[torch])")
 pytest.importorskip("lerobot", reason="lerobot is not installed (the drop-in is compared with LeRobot 0.6.1's class)")
 
-from lerobot_recorded import FPS, KINDS, REPO_ID, lerobot_recorded  # noqa: E402, F401  (the fixture)
+from lerobot_recorded import FPS, KINDS, REPO_ID  # noqa: E402  (the lerobot_recorded fixture is conftest's)
 from torch.utils.data import DataLoader  # noqa: E402
 
 from lerobot_zarr.torch import LeRobotDataset, LeRobotDatasetMetadata  # noqa: E402
