@@ -153,7 +153,8 @@ class LeRobotDatasetMetadata:
             raise ValueError(f"repo_type must be 'dataset' (lerobot_zarr does not read buckets), got {repo_type!r}")
         where = local_source(repo_id, root, force_cache_sync)
         if where is not None and _is_store(where):
-            meta, files, tasks = DatasetMeta.from_state(read_state(where)), None, None
+            state = read_state(where)
+            meta, stats, files, tasks = DatasetMeta.from_state(state), state.stats, None, None
         else:
             if where is not None:
                 files = LocalFiles(where)
@@ -164,25 +165,28 @@ class LeRobotDatasetMetadata:
                 revision_name, commit = resolve_revision(repo_id, revision, token=token)
                 files = HubFiles(repo_id, commit, revision=revision_name, token=token)
             source = LeRobotSource(files)
-            meta, tasks = DatasetMeta.from_source(source), source.episodes.tasks
+            meta, stats, tasks = DatasetMeta.from_source(source), source.stats, source.episodes.tasks
+        # stats as recorded (depth in its recorded unit), as LeRobot's: its LeRobotDataset rescales them
         self._setup(meta, repo_id=repo_id, root=Path(root) if root is not None else where, revision=revision,
-                    files=files, episode_tasks=None if tasks is None else (lambda: tasks))
+                    files=files, episode_tasks=None if tasks is None else (lambda: tasks), stats=stats)
 
     @classmethod
     def of_store(cls, meta: Any, *, repo_id: str, root: Path, revision: str | None, folder: Path | None,
                  episode_tasks: Callable[[], list[list[str]]] | None = None) -> LeRobotDatasetMetadata:
         """The metadata of a dataset a store serves (``meta``: its :class:`~lerobot_zarr.sampling.meta.DatasetMeta`);
         ``folder``: the LeRobot folder it came from, if local (its episode table is read as is);
-        ``episode_tasks``: each episode's tasks, when the episode table has to be made from the store."""
+        ``episode_tasks``: each episode's tasks, when the episode table has to be made from the store. Its stats are
+        ``meta``'s (depth in the unit it was opened with, as LeRobot's dataset rescales them)."""
         from ..lerobot.source_files import LocalFiles
 
         self = cls.__new__(cls)
         self._setup(meta, repo_id=repo_id, root=root, revision=revision,
-                    files=None if folder is None else LocalFiles(folder), episode_tasks=episode_tasks)
+                    files=None if folder is None else LocalFiles(folder), episode_tasks=episode_tasks,
+                    stats=meta.stats)
         return self
 
     def _setup(self, meta: Any, *, repo_id: str, root: Path | None, revision: str | None, files: Any,
-               episode_tasks: Callable[[], list[list[str]]] | None) -> None:
+               episode_tasks: Callable[[], list[list[str]]] | None, stats: dict | None) -> None:
         self.repo_id = repo_id
         self.repo_type = "dataset"
         self.revision = revision if revision else CODEBASE_VERSION
@@ -195,7 +199,7 @@ class LeRobotDatasetMetadata:
         info["total_episodes"], info["total_frames"] = meta.total_episodes, meta.total_frames
         info["total_tasks"] = len(meta.tasks)
         self.info = DatasetInfo.from_dict(info)
-        self.stats = _stats_as_numpy(meta.stats) if meta.stats else None
+        self.stats = _stats_as_numpy(stats) if stats else None
         self._tasks: Any = None
         self._episodes: Any = None
         self.replaced_task_names: list[str] | None = None  # the task of each task_index once tasks was replaced

@@ -315,12 +315,16 @@ def test_meta_is_lerobots(lerobot_recorded, kind):
 
 
 def test_meta_on_its_own_and_lerobots_home(lerobot_recorded, tmp_path, monkeypatch):
-    """``LeRobotDatasetMetadata(repo_id, root)`` reads metadata alone, as LeRobot's; without ``root`` both look
-    in ``$HF_LEROBOT_HOME/<repo_id>`` first, and so does the drop-in."""
+    """``LeRobotDatasetMetadata(repo_id, root)`` reads metadata alone, as LeRobot's (depth stats in their recorded
+    unit: LeRobot's dataset, not its metadata, rescales them); without ``root`` both look in
+    ``$HF_LEROBOT_HOME/<repo_id>`` first, and so does the drop-in."""
     import shutil
 
     from lerobot.datasets.dataset_metadata import LeRobotDatasetMetadata as ReferenceMeta
 
+    for kind in ("depth_image_float32", "depth_video_linear"):  # depth stats as recorded (metres) there
+        folder = lerobot_recorded(kind)
+        assert_same_meta(ReferenceMeta(REPO_ID, root=folder), LeRobotDatasetMetadata(REPO_ID, root=folder))
     folder = lerobot_recorded("task_switch")
     assert_same_meta(ReferenceMeta(REPO_ID, root=folder), LeRobotDatasetMetadata(REPO_ID, root=folder))
     home = tmp_path / "home"
