@@ -50,15 +50,25 @@ def run(python: str, lerobot_src: Path, mode: str, tests: list[str], extra: list
         if not report.exists():
             print(proc.stdout[-4000:])
             raise SystemExit(f"pytest wrote no report (exit {proc.returncode})")
-        return outcomes(report)
+        return outcomes(report, lerobot_src)
 
 
-def outcomes(report: Path) -> dict[str, str]:
+def node_id(classname: str, name: str, root: Path) -> str:
+    """pytest's node id of a junit test case (``tests.datasets.test_depth.TestX`` -> ``tests/datasets/test_depth.py
+    ::TestX::name``): the longest prefix of the class name that is a test file under ``root``."""
+    parts = classname.split(".")
+    for i in range(len(parts), 0, -1):
+        path = Path(*parts[:i]).with_suffix(".py")
+        if (root / path).is_file():
+            return "::".join([path.as_posix(), *parts[i:], name])
+    return f"{classname}::{name}"
+
+
+def outcomes(report: Path, root: Path) -> dict[str, str]:
     """Each test of a junit report and its outcome (a failure in the test wins over an error around it)."""
     result: dict[str, str] = {}
     for case in ET.parse(report).iter("testcase"):
-        path = case.get("file") or case.get("classname", "").replace(".", "/") + ".py"
-        test = f"{path}::{case.get('name')}"
+        test = node_id(case.get("classname", ""), case.get("name", ""), root)
         tags = {child.tag for child in case}
         outcome = ("failed" if "failure" in tags else "error" if "error" in tags else
                    "skipped" if "skipped" in tags else "passed")
@@ -84,8 +94,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="write the outcomes of the --against lerobot run as JSON here")
     parser.add_argument("--python", default=sys.executable, help="the Python holding lerobot, torch and pytest")
     parser.add_argument("--tests", nargs="+", default=DEFAULT_TESTS, help="test paths inside LEROBOT_SRC")
-    parser.add_argument("pytest_args", nargs="*", help="more pytest arguments (after --)")
-    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    extra = argv[argv.index("--") + 1:] if "--" in argv else []  # more pytest arguments, after --
+    args = parser.parse_args(argv[:len(argv) - len(extra) - bool(extra or "--" in argv)])
 
     if not (args.lerobot_src / "tests" / "conftest.py").is_file():
         print(f"skipped: {args.lerobot_src} holds no LeRobot test suite (tests/conftest.py)")
@@ -96,12 +107,12 @@ def main(argv: list[str] | None = None) -> int:
               f"({probe.stderr.strip().splitlines()[-1:]})")
         return 0
 
-    ours = run(args.python, args.lerobot_src, args.mode, args.tests, args.pytest_args)
+    ours = run(args.python, args.lerobot_src, args.mode, args.tests, extra)
     if args.save:
         args.save.write_text(json.dumps(ours, indent=1, sort_keys=True))
     theirs = None
     if args.against == "lerobot":
-        theirs = run(args.python, args.lerobot_src, "lerobot", args.tests, args.pytest_args)
+        theirs = run(args.python, args.lerobot_src, "lerobot", args.tests, extra)
         if args.save_against:
             args.save_against.write_text(json.dumps(theirs, indent=1, sort_keys=True))
     elif args.against:

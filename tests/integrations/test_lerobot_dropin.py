@@ -164,6 +164,15 @@ def test_tolerance_s_as_lerobot_applies_it(lerobot_recorded):
             _reference()(REPO_ID, root=folder, delta_timestamps=near, tolerance_s=tolerance)
         with pytest.raises(ValueError, match="outside of tolerance"):
             LeRobotDataset(REPO_ID, root=folder, delta_timestamps=near, tolerance_s=tolerance)
+    with pytest.raises(ValueError, match="no_such_feature"):  # LeRobot's comes at each item
+        _reference()(REPO_ID, root=folder, delta_timestamps={"no_such_feature": [0.0]})[0]
+    with pytest.raises(ValueError, match="no_such_feature"):
+        LeRobotDataset(REPO_ID, root=folder, delta_timestamps={"no_such_feature": [0.0]})
+    text = lerobot_recorded("string")
+    with pytest.raises(TypeError):
+        _reference()(REPO_ID, root=text, delta_timestamps={"note": [0.0]})[0]
+    with pytest.raises(TypeError, match="note"):
+        LeRobotDataset(REPO_ID, root=text, delta_timestamps={"note": [0.0]})
 
 
 @pytest.mark.parametrize("kind", ["video_av1", "image", "depth_video_log"])
