@@ -18,8 +18,9 @@ from ..errors import ArgumentError, import_optional
 torch = import_optional("torch", "lerobot_zarr.integrations.torch (the torch adapter and LeRobotDataset drop-in)")
 from torch.utils.data import Dataset  # noqa: E402
 
+from ..cameras.depth import DEPTH_UNITS  # noqa: E402
 from ..lerobot.format import CAMERA_DTYPES  # noqa: E402
-from .lerobot_meta import DEPTH_UNITS, LeRobotDatasetMetadata, local_source  # noqa: E402
+from .lerobot_meta import LeRobotDatasetMetadata, is_store, local_source  # noqa: E402
 from .torch_collate import batch_items  # noqa: E402
 from .torch_memory import to_tensors  # noqa: E402
 
@@ -90,13 +91,13 @@ class LeRobotDataset(Dataset):
         self._depth_output_unit = depth_output_unit
 
         local = local_source(repo_id, root, force_cache_sync)
-        self._folder = local if local is not None and not _is_store(local) else None
+        self._folder = local if local is not None and not is_store(local) else None
         self.root = Path(root) if root is not None else local
         self.revision = revision if revision else "v3.0"
         source = local if local is not None else repo_id
         common = dict(root=store if store is not None or local is not None else root,
                       revision=None if local is not None else revision, token=token, image_format="uint8_hwc",
-                      progress=_progress(), depth_unit=depth_output_unit)
+                      depth_unit=depth_output_unit)
         deltas = None
         if episode_filter is not None or delta_timestamps is not None:  # decided on the metadata, before any fetch
             from ..api import open_dataset
@@ -279,16 +280,6 @@ class LeRobotDataset(Dataset):
         return (f"{type(self).__name__}({{\n    Repository ID: '{self.repo_id}',\n    Number of selected episodes: "
                 f"'{self.num_episodes}',\n    Number of selected samples: '{self.num_frames}',\n    Features: "
                 f"'{list(self.features)}',\n}})")
-
-
-def _is_store(path: Path) -> bool:
-    from ..store.state import has_commit_point
-
-    return has_commit_point(path)
-
-
-def _progress() -> bool:
-    return os.environ.get("HF_HUB_DISABLE_PROGRESS_BARS", "").upper() not in ("1", "ON", "YES", "TRUE")
 
 
 def _filtered(meta: LeRobotDatasetMetadata, episodes: list[int] | None,

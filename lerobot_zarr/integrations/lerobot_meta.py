@@ -18,16 +18,13 @@ from typing import Any
 
 import numpy as np
 
+from ..cameras.depth import depth_stats, is_depth_feature
 from ..errors import ArgumentError, import_optional
-from ..lerobot.format import CAMERA_DTYPES
+from ..lerobot.format import CAMERA_DTYPES, LANGUAGE_EVENTS, LANGUAGE_PERSISTENT
 
-__all__ = ["CODEBASE_VERSION", "DEPTH_UNITS", "DatasetInfo", "LeRobotDatasetMetadata", "is_depth_feature",
-           "lerobot_home"]
+__all__ = ["CODEBASE_VERSION", "DatasetInfo", "LeRobotDatasetMetadata", "is_store", "lerobot_home", "local_source"]
 
 CODEBASE_VERSION = "v3.0"
-DEPTH_UNITS = ("mm", "m")  # LeRobot's depth_output_unit values; "mm" is its default
-MM_PER_METRE = 1000.0
-LANGUAGE_COLUMNS = ("language_persistent", "language_events")
 
 
 def lerobot_home() -> Path:
@@ -35,14 +32,6 @@ def lerobot_home() -> Path:
     from huggingface_hub import constants
 
     return Path(os.environ.get("HF_LEROBOT_HOME", Path(constants.HF_HOME) / "lerobot")).expanduser()
-
-
-def is_depth_feature(feature: dict) -> bool:
-    """LeRobot's depth marker: ``info.is_depth_map`` (or the legacy ``video.is_depth_map`` in ``info`` or
-    ``video_info``)."""
-    info = feature.get("info") or {}
-    video_info = feature.get("video_info") or {}
-    return bool(info.get("is_depth_map") or info.get("video.is_depth_map") or video_info.get("video.is_depth_map"))
 
 
 @dataclasses.dataclass
@@ -152,7 +141,7 @@ class LeRobotDatasetMetadata:
         if repo_type != "dataset":
             raise ValueError(f"repo_type must be 'dataset' (lerobot_zarr does not read buckets), got {repo_type!r}")
         where = local_source(repo_id, root, force_cache_sync)
-        if where is not None and _is_store(where):
+        if where is not None and is_store(where):
             state = read_state(where)
             meta, stats, files, tasks = DatasetMeta.from_state(state), state.stats, None, None
         else:
@@ -237,7 +226,7 @@ class LeRobotDatasetMetadata:
 
     @property
     def has_language_columns(self) -> bool:
-        return any(col in self.features for col in LANGUAGE_COLUMNS)
+        return any(col in self.features for col in (LANGUAGE_PERSISTENT, LANGUAGE_EVENTS))
 
     @property
     def names(self) -> dict[str, Any]:
@@ -342,16 +331,14 @@ class LeRobotDatasetMetadata:
         return rows[ep_index]
 
     def rescale_depth_stats(self, output_unit: str) -> None:
-        """Depth cameras' stats (recorded in ``info.depth_unit``) rescaled in place to ``output_unit``, as LeRobot
-        does when a dataset is opened: the stats match the depth maps items give."""
+        """Depth cameras' stats (recorded in ``info.depth_unit``) rescaled in place to ``output_unit``, as LeRobot's
+        dataset does when it opens (the drop-in's ``meta.stats`` come rescaled already)."""
         if self.stats is None:
             return
         for key in self.depth_keys:
-            stored = (self.features[key].get("info") or {}).get("depth_unit")
-            if stored is None or stored == output_unit or key not in self.stats:
-                continue
-            factor = MM_PER_METRE if stored == "m" else 1.0 / MM_PER_METRE
-            self.stats[key] = {s: v if s == "count" else v * factor for s, v in self.stats[key].items()}
+            if key in self.stats:
+                unit = (self.features[key].get("info") or {}).get("depth_unit")
+                self.stats[key] = _stats_as_numpy(depth_stats(self.stats[key], unit, output_unit))
 
     def ensure_readable(self) -> None:
         """(LeRobot's: load metadata a recorder has not loaded; always loaded here.)"""
@@ -366,7 +353,8 @@ class LeRobotDatasetMetadata:
                 f"'{list(self.features)}',\n}})',\n")
 
 
-def _is_store(path: Path) -> bool:
+def is_store(path: Path) -> bool:
+    """Whether ``path`` is a lerobot_zarr store (its commit point is there)."""
     from ..store.state import has_commit_point
 
     return has_commit_point(path)
@@ -382,8 +370,8 @@ def local_source(repo_id: str, root: str | os.PathLike | None, force_cache_sync:
         return None
     if root is not None:
         path = Path(root).expanduser()
-        return path if is_lerobot_folder(path) or _is_store(path) else None
+        return path if is_lerobot_folder(path) or is_store(path) else None
     path = lerobot_home() / repo_id
     if (path / ".cache" / "huggingface" / "download").exists():
         return None
-    return path if is_lerobot_folder(path) or _is_store(path) else None
+    return path if is_lerobot_folder(path) or is_store(path) else None

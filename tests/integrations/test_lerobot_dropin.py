@@ -333,7 +333,11 @@ def test_meta_on_its_own_and_lerobots_home(lerobot_recorded, tmp_path, monkeypat
 
     for kind in ("depth_image_float32", "depth_video_linear"):  # depth stats as recorded (metres) there
         folder = lerobot_recorded(kind)
-        assert_same_meta(ReferenceMeta(REPO_ID, root=folder), LeRobotDatasetMetadata(REPO_ID, root=folder))
+        ref, ours = ReferenceMeta(REPO_ID, root=folder), LeRobotDatasetMetadata(REPO_ID, root=folder)
+        assert_same_meta(ref, ours)
+        ref.rescale_depth_stats("mm")
+        ours.rescale_depth_stats("mm")
+        assert_same_meta(ref, ours)
     folder = lerobot_recorded("task_switch")
     assert_same_meta(ReferenceMeta(REPO_ID, root=folder), LeRobotDatasetMetadata(REPO_ID, root=folder))
     home = tmp_path / "home"
