@@ -267,8 +267,8 @@ def _parse_features(info: dict, info_path: str) -> tuple[dict[str, FeatureSpec],
                 or not all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in raw_shape)):
             raise CorruptSourceError(f"{info_path}: feature {name!r} has an invalid shape {raw_shape!r}")
         if not isinstance(dtype, str) or dtype not in NUMERIC_DTYPES | CAMERA_DTYPES | TEXT_DTYPES:
-            refused[name] = f"dtype {dtype!r:.40} is not one LeRobot 0.6.1 writes (numbers, image, video, string, " \
-                            f"language)"
+            refused[name] = (f"{info_path} gives it dtype {dtype!r:.40}, not one LeRobot 0.6.1 writes (numbers, "
+                             f"image, video, string, language)")
             continue
         shape, names = tuple(raw_shape), ft.get("names")
         if dtype in CAMERA_DTYPES and len(shape) == 3 and shape[0] in (1, 3, 4) and shape[-1] not in (1, 3, 4):

@@ -71,6 +71,11 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_reset_locks_after_fork)
 
 
+_OLD_STRINGS = "string features are not stored"  # what earlier versions recorded of a source's string features
+_OLD_STRINGS_FIX = (" by the lerobot_zarr version that made this store (this one stores them: make the store again "
+                    "from its source, e.g. `lerobot-zarr cache rm` then open it, to have them)")
+
+
 def _distinct(ids: np.ndarray) -> np.ndarray:
     """The distinct values of ``ids``, sorted (``np.unique`` without its import of numpy.ma: 0.1 s of a fresh
     process's open)."""
@@ -152,7 +157,8 @@ class LeRobotZarrDataset:
         present = meta.materialized_episodes
         selection = Selection.of(episodes, meta.episode_length, np.ones(len(present), bool) if lazy else present)
         wanted = selection.episodes
-        missing = dict(state.not_materialized)
+        missing = {name: why + _OLD_STRINGS_FIX if why == _OLD_STRINGS else why
+                   for name, why in state.not_materialized.items()}
         for name, reasons in meta.unavailable.items():
             hit = [e for e in wanted.tolist() if e in reasons]
             if hit:  # a camera some selected episodes lack: left out of samples, not the episodes

@@ -4,9 +4,9 @@ loads equal values. Skipped without lerobot.
 
 Ours are numpy in the stored dtypes; LeRobot's are torch tensors cast by its ``hf_transform_to_torch`` (integers
 int64, floats float32). So each value is compared after the same cast, with ``==`` (cameras and depth maps as
-float32 CHW, ``image_format="float32_chw"``). Video frames are compared with LeRobot's PyAV backend (its torchcodec
-backend converts colours with another rounding); where LeRobot cannot decode a frame (a concatenated HEVC file
-whose frames after a keyframe refer to pictures before it), ours is compared with an independent full decode.
+float32 CHW, ``image_format="float32_chw"``), LeRobot with its default video backend (torchcodec here; PyAV for
+depth). Where LeRobot cannot decode a frame (its concatenated HEVC files: frames after a keyframe refer to pictures
+before it), ours is compared with an independent full decode of the file.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def theirs_dataset(folder, **kwargs):
 
     logging.disable(logging.WARNING)
     try:
-        return LeRobotDataset(REPO_ID, root=folder, video_backend="pyav", **kwargs)
+        return LeRobotDataset(REPO_ID, root=folder, **kwargs)
     finally:
         logging.disable(logging.NOTSET)
 
@@ -215,6 +215,6 @@ def theirs_dataset_from_hub(repo_id, root):
 
     logging.disable(logging.WARNING)
     try:
-        return LeRobotDataset(repo_id, root=root, video_backend="pyav")
+        return LeRobotDataset(repo_id, root=root)
     finally:
         logging.disable(logging.NOTSET)

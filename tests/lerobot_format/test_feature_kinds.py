@@ -232,19 +232,24 @@ def test_info_names_depth_cameras_and_text(source):
     assert "12-bit codes" in describe(meta)
 
 
-def test_a_depth_camera_stored_as_8_bit_by_an_earlier_version_is_left_out(tmp_path):
-    """Earlier versions stored depth cameras as uint8 frames (8-bit gray): such a store still opens, the camera is
-    left out with the reason rather than served as depth."""
+def test_what_earlier_versions_stored_wrong_or_not_is_left_out_with_the_fix(tmp_path):
+    """Earlier versions stored depth cameras as uint8 frames (8-bit gray) and no string feature: such a store still
+    opens, the camera and the strings left out with the reason and what to do rather than served wrong."""
     src = write_sample_dataset(tmp_path / "src", n_episodes=2, lengths=[2, 2], image_keys=("observation.images.d",),
                                image_shape=(4, 6, 1))
     ds = open_quiet(src, root=tmp_path / "store")
     ds.close()
     root = json.loads((tmp_path / "store/zarr.json").read_text())
-    root["attributes"]["lerobot_zarr"]["info"]["features"]["observation.images.d"]["info"] = {"is_depth_map": True}
+    attrs = root["attributes"]["lerobot_zarr"]
+    attrs["info"]["features"]["observation.images.d"]["info"] = {"is_depth_map": True}
+    # and a string feature, which earlier versions did not store
+    attrs["info"]["features"]["note"] = {"dtype": "string", "shape": [1], "names": None}
+    attrs["not_materialized"]["note"] = "string features are not stored"
     (tmp_path / "store/zarr.json").write_text(json.dumps(root))
-    with pytest.warns(lerobot_zarr.LeRobotZarrWarning, match="8-bit"):
+    with pytest.warns(lerobot_zarr.LeRobotZarrWarning, match="observation.images.d"):
         ds = lerobot_zarr.open_dataset(tmp_path / "store", progress=False)
     assert "earlier lerobot_zarr" in ds.left_out["observation.images.d"] and "observation.images.d" not in ds[0]
+    assert "make the store again" in ds.left_out["note"] and "note" not in ds[0]
 
 
 def test_mixtures_leave_text_out(store):
