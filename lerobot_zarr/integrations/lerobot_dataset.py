@@ -161,6 +161,12 @@ class LeRobotDataset(Dataset):
     depth_output_unit = property(lambda self: self._depth_output_unit)
 
     @property
+    def left_out(self) -> dict[str, str]:
+        """The features of ``meta.features`` that items lack, each with why (lerobot_zarr's; warned at open)."""
+        skipped = {k: "download_videos=False" for k in sorted(self._skip)}
+        return {**self.dataset.left_out, **skipped}
+
+    @property
     def num_episodes(self) -> int:
         return len(self.episodes) if self.episodes is not None else self.meta.total_episodes
 

@@ -246,6 +246,7 @@ def test_arguments_about_decoding_and_recording(lerobot_recorded):
     with pytest.warns(UserWarning, match="download_videos=False"):
         no_videos = LeRobotDataset(REPO_ID, root=folder, download_videos=False)
     assert "observation.images.top" not in no_videos[0] and "observation.state" in no_videos[0]
+    assert no_videos.left_out == {"observation.images.top": "download_videos=False"}
     for kwargs in ({"streaming_encoding": True}, {"batch_encoding_size": 2}):
         with pytest.raises(ValueError, match="record"):
             LeRobotDataset(REPO_ID, root=folder, **kwargs)
