@@ -20,6 +20,7 @@ from torch.utils.data import Dataset  # noqa: E402
 
 from ..cameras.depth import DEPTH_UNITS  # noqa: E402
 from ..lerobot.format import CAMERA_DTYPES  # noqa: E402
+from ..lerobot.source_files import is_lerobot_folder  # noqa: E402
 from .lerobot_meta import LeRobotDatasetMetadata, is_store, local_source  # noqa: E402
 from .torch_collate import batch_items  # noqa: E402
 from .torch_memory import to_tensors  # noqa: E402
@@ -95,7 +96,10 @@ class LeRobotDataset(Dataset):
         self.root = Path(root) if root is not None else local
         self.revision = revision if revision else "v3.0"
         source = local if local is not None else repo_id
-        common = dict(root=store if store is not None or local is not None else root,
+        # the store: of a local folder, where store= says (else the cache); from the Hub, at root when given (where
+        # LeRobot downloads), unless root holds a LeRobot folder (force_cache_sync): never a store inside one
+        into_root = local is None and root is not None and not is_lerobot_folder(Path(root).expanduser())
+        common = dict(root=root if store is None and into_root else store,
                       revision=None if local is not None else revision, token=token, image_format="uint8_hwc",
                       depth_unit=depth_output_unit)
         deltas = None

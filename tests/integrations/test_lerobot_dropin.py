@@ -453,6 +453,7 @@ def test_replay_buffer_next_state_none_with_optimize_memory(tmp_path):
 def test_hub_repo_read_into_root(lerobot_recorded, tmp_path, monkeypatch):
     """From the Hub (the project's test Hub): only the episodes asked for are fetched, into a store at ``root`` when
     given (where LeRobot downloads its files), which later opens without the network; ``revision`` picks the tag;
+    ``force_cache_sync`` reads the Hub though ``root`` holds a dataset (never writing into that folder);
     LeRobotDatasetMetadata(repo_id) reads the metadata alone. Items are LeRobot's (of the recorded folder)."""
     from hub_fixtures import make_env
 
@@ -471,6 +472,10 @@ def test_hub_repo_read_into_root(lerobot_recorded, tmp_path, monkeypatch):
 
         assert_same_meta(ReferenceMeta("someone/recorded", root=folder),
                          LeRobotDatasetMetadata("someone/recorded", revision="v3.0"))
+        other = lerobot_recorded("image")  # force_cache_sync: the Hub's, though root holds a dataset (left as is)
+        before = sorted(p.relative_to(other) for p in other.rglob("*"))
+        assert_same_items(ref, LeRobotDataset("someone/recorded", root=other, episodes=[2], force_cache_sync=True))
+        assert sorted(p.relative_to(other) for p in other.rglob("*")) == before
         env.offline()
         again = LeRobotDataset("someone/recorded", root=tmp_path / "here", episodes=[2])
         assert_same_items(ref, again)
