@@ -267,9 +267,10 @@ class LeRobotDatasetMetadata:
     @property
     def episodes(self) -> Any:
         """LeRobot's episode table without its per-episode stats, as a ``datasets.Dataset``: row ``i`` is a dict,
-        a column a list. Read from the LeRobot folder the dataset came from; for a dataset from the Hub or a store,
-        made from what the store knows (``episode_index``, ``tasks``, ``length``, ``dataset_from_index``,
-        ``dataset_to_index``; LeRobot's file locations name files that are not here)."""
+        a column a list. Read from the dataset's LeRobot files (its local folder; the Hub repo's for metadata read on
+        its own); for a dataset the drop-in serves from the Hub or a store, made from what the store knows
+        (``episode_index``, ``tasks``, ``length``, ``dataset_from_index``, ``dataset_to_index``: LeRobot's file
+        locations would name files that are not here)."""
         if self._episodes is None:
             self._episodes = _episode_rows(self._episode_table())
         return self._episodes
@@ -298,7 +299,9 @@ class LeRobotDatasetMetadata:
 
     # -- LeRobot's methods -----------------------------------------------------------------------------------
     def get_task_index(self, task: str) -> int | None:
-        """The ``task_index`` of a task string, None if the dataset has no such task."""
+        """The ``task_index`` of a task string (from :attr:`tasks` once replaced), None if there is no such task."""
+        if self.replaced_task_names is not None:
+            return int(self._tasks.loc[task].task_index) if task in self._tasks.index else None
         tasks = list(self._meta.tasks)
         return tasks.index(task) if task in tasks else None
 

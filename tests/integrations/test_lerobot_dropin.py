@@ -363,6 +363,7 @@ def test_tasks_replaced_name_the_items_tasks(lerobot_recorded):
         assert ours[i]["task"] == "abc"[int(ours[i]["task_index"])]
     batch = next(iter(DataLoader(ours, batch_size=len(ours))))
     assert batch["task"] == ["abc"[int(t)] for t in batch["task_index"]]
+    assert ours.meta.get_task_index("b") == 1 and ours.meta.get_task_index("pick") is None
 
 
 @pytest.mark.parametrize("kind", ["numeric", "nd", "string"])
