@@ -121,24 +121,20 @@ class DepthOutput:
             raise ValueError(f"depth_unit must be one of {DEPTH_UNITS}, got {unit!r:.40}")
         info = feature.get("info") if isinstance(feature.get("info"), Mapping) else {}
         self.kind, self.unit = kind, unit
-        self.table: np.ndarray | None = None
-        self.factor: np.float32 | None = None
-        if kind == "video":
-            self.table = Quantizer.of(info).table(unit)
-        else:
-            stored = info.get("depth_unit")
-            if stored in DEPTH_UNITS and stored != unit:
-                self.factor = np.float32(MM_PER_METRE if stored == "m" else 1.0 / MM_PER_METRE)
-                self.divide = stored == "mm"  # LeRobot divides by 1000 rather than multiplying by 1/1000
+        self.table = Quantizer.of(info).table(unit) if kind == "video" else None
+        recorded = info.get("depth_unit")
+        # an image's recorded unit when it differs from the one asked (none: served as stored, LeRobot's rule)
+        self.convert = recorded if kind != "video" and recorded in DEPTH_UNITS and recorded != unit else None
 
     def __call__(self, frames: np.ndarray) -> np.ndarray:
-        """float32 depth of stored ``frames`` (any leading axes)."""
+        """float32 depth of stored ``frames`` (any leading axes), a new array."""
         if self.table is not None:
             return self.table[frames]
         out = np.asarray(frames, dtype=np.float32)
-        if self.factor is None:
+        if self.convert is None:
             return out.copy() if out is frames else out
-        return out / np.float32(MM_PER_METRE) if self.divide else out * self.factor
+        # LeRobot: metres times 1000, millimetres divided by 1000 (not times 1/1000), in float32
+        return out * np.float32(MM_PER_METRE) if self.convert == "m" else out / np.float32(MM_PER_METRE)
 
 
 def depth_stats(stats: Mapping[str, Any], stored_unit: Any, unit: DepthUnit) -> Any:

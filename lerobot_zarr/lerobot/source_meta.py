@@ -252,8 +252,9 @@ def column_ranges(pf: pq.ParquetFile, columns: Sequence[str],
 
 
 def _parse_features(info: dict, info_path: str) -> tuple[dict[str, FeatureSpec], dict[str, str]]:
-    """The features of info.json, and those no store can hold (a dtype LeRobot does not write, a camera of an
-    unusual shape) with why: they are left out alone, never the whole dataset."""
+    """The features of info.json, and those no store can hold (a dtype LeRobot does not write, a depth map of more
+    than one channel or whose quantizer cannot be read) with why: they are left out alone, never the whole
+    dataset."""
     raw = info.get("features")
     if not isinstance(raw, dict) or not raw:
         raise CorruptSourceError(f"{info_path}: 'features' is missing or empty")
