@@ -16,12 +16,15 @@ REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "conformance.py"
 
 
+# The subprocesses' timeouts only stop a hang: on a loaded machine importing torch and lerobot alone took minutes.
+
+
 def _env() -> dict[str, str]:
     return dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO / "scripts"), str(REPO)]))
 
 
 def test_without_lerobots_sources_the_script_says_so(tmp_path):
-    proc = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path)], capture_output=True, text=True, timeout=120,
+    proc = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path)], capture_output=True, text=True, timeout=600,
                           check=False)
     assert proc.returncode == 0 and "skipped" in proc.stdout and "tests/conftest.py" in proc.stdout, proc
 
@@ -47,7 +50,7 @@ def test_the_plugin_rebinds_lerobots_names_before_tests_import_them(tmp_path, mo
     """))
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "conformance_plugin", f"--drop-in={mode}",
                            "-p", "no:cacheprovider", "test_names.py"], cwd=tmp_path, env=_env(),
-                          capture_output=True, text=True, timeout=300, check=False)
+                          capture_output=True, text=True, timeout=1800, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 
 
@@ -62,7 +65,7 @@ def test_lerobots_tests_pass_with_the_dropin(tmp_path):
     selection = "episode_filter or delta_timestamps_ or dataset_slice_with or add_frame_state or getitem_works_after"
     proc = subprocess.run([sys.executable, str(SCRIPT), str(sources), "--against", "lerobot",
                            "--tests", "tests/datasets/test_datasets.py", "tests/datasets/test_lerobot_dataset.py",
-                           "--", "-k", selection], env=_env(), capture_output=True, text=True, timeout=1200,
+                           "--", "-k", selection], env=_env(), capture_output=True, text=True, timeout=3600,
                           check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     lines = {line.split(":")[0].strip(): line for line in proc.stdout.splitlines() if ":" in line}
