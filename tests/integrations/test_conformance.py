@@ -17,8 +17,6 @@ SCRIPT = REPO / "scripts" / "conformance.py"
 
 
 # The subprocesses' timeouts only stop a hang: on a loaded machine importing torch and lerobot alone took minutes.
-
-
 def _env() -> dict[str, str]:
     return dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO / "scripts"), str(REPO)]))
 
