@@ -100,12 +100,14 @@ class LeRobotSource:
         group = int(np.searchsorted(starts, row, side="right"))
         if group >= pf.num_row_groups:
             return  # fewer rows than the episode table says: reading the episode reports it
-        try:
-            table = pf.read_row_group(group, columns=images)
+        columns = [name for name, spec in self.features.items() if spec.kind != "video"]
+        try:  # as the transcode reads it, which takes this table instead of reading it again (_read_unit)
+            table = self.files.parquet(rel, pf.metadata).read_row_groups([group], columns=columns)
         except LeRobotZarrError:
             raise
         except (pa.ArrowException, OSError) as exc:
             raise CorruptSourceError(f"{self.files.location(rel)}: cannot read row group {group} ({exc})") from exc
+        self._probed = (rel, [group], columns, table)
         offset = row - (int(starts[group - 1]) if group else 0)
         for name in images:
             spec = self.features[name]
@@ -208,8 +210,10 @@ class LeRobotSource:
         """Read one run of row groups and cut it into episodes."""
         path = self.files.location(rel)
         t = self.episodes
+        probed, self._probed = getattr(self, "_probed", None), None
         try:
-            table = self.files.parquet(rel, metadata).read_row_groups(run, columns=list(specs))
+            table = probed[3] if probed is not None and probed[:3] == (rel, run, list(specs)) else \
+                self.files.parquet(rel, metadata).read_row_groups(run, columns=list(specs))
         except LeRobotZarrError:  # a Hub failure naming the file (HubError, HubAuthError), not a corrupt file
             raise
         except (pa.ArrowException, OSError) as exc:
