@@ -16,7 +16,7 @@ from ..errors import CorruptSourceError, SchemaMismatchError
 from .format import language_value
 from .source_meta import FeatureSpec
 
-__all__ = ["column_to_numpy", "frame_shape_from_arrow"]
+__all__ = ["column_to_numpy", "frame_shape_from_arrow", "recorded_image_shape"]
 
 
 def _storage_type(typ: pa.DataType) -> pa.DataType:
@@ -86,15 +86,36 @@ def _flatten_lists(arr: pa.Array, shape: tuple[int, ...], name: str, where: str,
             if arr.type.list_size != size:
                 raise SchemaMismatchError(
                     f"{where}: feature {name!r} has lists of size {arr.type.list_size}, declared {size}")
-        else:
-            lengths = arr.value_lengths().to_numpy(zero_copy_only=False)
+            first, stop = arr.offset * size, (arr.offset + len(arr)) * size
+        else:  # offsets read from the buffer: pyarrow's value_lengths() and flatten() load pyarrow.compute
+            offsets = np.frombuffer(arr.buffers()[1], np.int64 if pa.types.is_large_list(arr.type) else np.int32,
+                                    len(arr) + 1, arr.offset * (8 if pa.types.is_large_list(arr.type) else 4))
+            lengths = np.diff(offsets)
             bad = np.flatnonzero(lengths != size)
             if bad.size:
                 raise SchemaMismatchError(f"{where}: feature {name!r} file row {first_row + int(bad[0]) // per_row} "
                                           f"has a list of {int(lengths[bad[0]])} values, declared {size}")
-        arr = _storage(arr.flatten())
+            first, stop = int(offsets[0]), int(offsets[-1])
+        arr = _storage(arr.values.slice(first, stop - first))
         per_row *= size
     return arr
+
+
+_NUMPY_TYPES = {pa.int8(): "int8", pa.int16(): "int16", pa.int32(): "int32", pa.int64(): "int64", pa.uint8(): "uint8",
+                pa.uint16(): "uint16", pa.uint32(): "uint32", pa.uint64(): "uint64", pa.float16(): "float16",
+                pa.float32(): "float32", pa.float64(): "float64"}
+
+
+def _numbers(flat: pa.Array) -> np.ndarray:
+    """A primitive array without nulls as numpy, read from its buffers (zero copy but for booleans): pyarrow's
+    ``to_numpy`` imports pandas on its first call, ~0.2 s of a one-episode open."""
+    if not len(flat):
+        return np.empty(0, np.bool_ if pa.types.is_boolean(flat.type) else _NUMPY_TYPES[flat.type])
+    if pa.types.is_boolean(flat.type):
+        bits = np.frombuffer(flat.buffers()[1], np.uint8)
+        return np.unpackbits(bits, count=flat.offset + len(flat), bitorder="little")[flat.offset:].astype(bool)
+    dtype = np.dtype(_NUMPY_TYPES[flat.type])
+    return np.frombuffer(flat.buffers()[1], dtype, len(flat), flat.offset * dtype.itemsize)
 
 
 class _OtherSize(Exception):
@@ -116,11 +137,34 @@ def _depth_pixels(img, spec: FeatureSpec) -> np.ndarray:
     return np.asarray(img).astype(want)
 
 
+def recorded_image_shape(col: pa.ChunkedArray, spec: FeatureSpec) -> tuple[int, ...]:
+    """The frame shape an image feature's frames have, from the header of the column's first image: the declared
+    shape, or the image's height and width where they are other but hold as many pixels (LeRobot serves the frames
+    as recorded, whatever info.json declares; its own test fixtures write 96x64 images for a declared (64, 96, 3)).
+    Anything else keeps the declared shape, and decoding names the image that differs."""
+    from PIL import Image
+
+    if len(col) == 0 or len(spec.shape) != 3:
+        return spec.shape
+    raw = _storage(col.chunk(0) if col.num_chunks else col).field("bytes")[0].as_buffer()
+    if raw is None:
+        return spec.shape
+    try:
+        with Image.open(io.BytesIO(raw)) as img:  # the header only: nothing is decoded
+            width, height = img.size
+    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError):
+        return spec.shape
+    if (height, width) != spec.shape[:2] and height * width == spec.shape[0] * spec.shape[1]:
+        return (height, width, spec.shape[2])
+    return spec.shape
+
+
 def _decode_images(col: pa.ChunkedArray, spec: FeatureSpec, where: str, first_row: int) -> np.ndarray:
     from PIL import Image
 
-    out = np.empty((len(col), *spec.shape), dtype=spec.numpy_dtype)
-    mode = {1: "L", 3: "RGB", 4: "RGBA"}[spec.shape[-1]]
+    shape = spec.frame_shape or spec.shape  # the recorded frames' shape (recorded_image_shape)
+    out = np.empty((len(col), *shape), dtype=spec.numpy_dtype)
+    mode = {1: "L", 3: "RGB", 4: "RGBA"}[shape[-1]]
     row = 0
     for chunk in col.chunks:
         data = _storage(chunk).field("bytes")
@@ -131,20 +175,21 @@ def _decode_images(col: pa.ChunkedArray, spec: FeatureSpec, where: str, first_ro
                                          f"bytes")
             try:
                 with Image.open(io.BytesIO(raw)) as img:
-                    if img.size != (spec.shape[1], spec.shape[0]):  # checked before decoding: no bomb is inflated
+                    if img.size != (shape[1], shape[0]):  # checked before decoding: no bomb is inflated
                         raise _OtherSize(f"{img.size[1]}x{img.size[0]} pixels")
                     pixels = _depth_pixels(img, spec) if spec.depth else np.asarray(
                         img if img.mode == mode else img.convert(mode))
             except _OtherSize as exc:
                 raise SchemaMismatchError(
                     f"{where}: image feature {spec.name!r} file row {first_row + row} is {exc}, declared "
-                    f"{spec.shape} (not decoded)") from None
+                    f"{spec.shape}{'' if shape == spec.shape else f' (its first frame: {shape})'} (not decoded)"
+                ) from None
             except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:
                 raise CorruptSourceError(
                     f"{where}: image feature {spec.name!r} file row {first_row + row} cannot be decoded "
                     f"({exc})") from exc
             pixels = pixels.reshape(pixels.shape[0], pixels.shape[1], -1)
-            if pixels.shape != spec.shape:
+            if pixels.shape != shape:
                 raise SchemaMismatchError(
                     f"{where}: image feature {spec.name!r} file row {first_row + row} is {pixels.shape}, "
                     f"declared {spec.shape}")
@@ -171,7 +216,7 @@ def column_to_numpy(col: pa.ChunkedArray, spec: FeatureSpec, where: str, first_r
             raise CorruptSourceError(f"{where}: feature {spec.name!r} has null values")
         if not (pa.types.is_integer(flat.type) or pa.types.is_floating(flat.type) or pa.types.is_boolean(flat.type)):
             raise SchemaMismatchError(f"{where}: feature {spec.name!r} holds {flat.type}, declared {spec.dtype}")
-        values = flat.to_numpy(zero_copy_only=False)
+        values = _numbers(flat)
         if values.dtype != want:
             cast = values.astype(want)
             if not np.array_equal(cast.astype(values.dtype), values, equal_nan=values.dtype.kind == "f"):
