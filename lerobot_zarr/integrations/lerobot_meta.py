@@ -148,11 +148,10 @@ class LeRobotDatasetMetadata:
             if where is not None:
                 files = LocalFiles(where)
             else:
-                from ..hub.files import HubFiles
-                from ..hub.revisions import resolve_revision
+                from ..sources import resolve_source
+                from ..sources.hub import HUB_PREFIX
 
-                revision_name, commit = resolve_revision(repo_id, revision, token=token)
-                files = HubFiles(repo_id, commit, revision=revision_name, token=token)
+                files = resolve_source(HUB_PREFIX + repo_id, revision=revision, token=token).files()
             source = LeRobotSource(files)
             meta, stats, tasks = DatasetMeta.from_source(source), source.stats, source.episodes.tasks
         # stats as recorded (depth in its recorded unit), as LeRobot's: its LeRobotDataset rescales them

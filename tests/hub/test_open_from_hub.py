@@ -451,6 +451,22 @@ def test_offline_metadata_equals_lerobots_offline_metadata(hub, env, monkeypatch
     assert hub.server.requests() == []
 
 
+def test_drop_in_metadata_reads_a_hub_repo_through_its_source(hub, env, tmp_path, monkeypatch):
+    """``LeRobotDatasetMetadata(repo_id)`` without a local copy reads the repo's metadata files from the Hub (the
+    revision resolved by the Hub source) and equals the same class on the repo's folder; no data file is read."""
+    pytest.importorskip("torch", reason="the drop-in's metadata class needs torch")
+    from lerobot_zarr.integrations.lerobot_meta import LeRobotDatasetMetadata
+
+    monkeypatch.setenv("HF_LEROBOT_HOME", str(tmp_path / "lerobot_home"))
+    repo = hub.repos["v3"]
+    hub.server.reset_stats()
+    online = LeRobotDatasetMetadata(repo.repo_id)
+    local = LeRobotDatasetMetadata(repo.repo_id, root=repo.folder)
+    assert online.info.to_dict() == local.info.to_dict() and online.total_episodes == local.total_episodes
+    assert list(online.tasks.index) == list(local.tasks.index)
+    assert hub.server.requests(path_contains="/data/") == []
+
+
 # ------------------------------------------------------------------------------------------------ faults
 
 
