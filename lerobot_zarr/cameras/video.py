@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, BinaryIO
 
@@ -17,7 +18,7 @@ import numpy as np
 
 from ..errors import MissingExtraError, import_optional, missing_extra
 
-__all__ = ["TOLERANCE_S", "VideoUnavailable", "decode_into", "have_pyav", "VideoWriter", "ENCODING"]
+__all__ = ["TOLERANCE_S", "VideoUnavailable", "DecodeLog", "decode_into", "have_pyav", "VideoWriter", "ENCODING"]
 
 #: LeRobot's ``tolerance_s``, the one timestamp tolerance of lerobot_zarr: between a dataset timestamp and a decoded
 #: frame's, between consecutive timestamps and 1/fps, and of ``delta_timestamps`` to multiples of 1/fps
@@ -51,14 +52,29 @@ def pyav_missing(what: str = "decoding videos", **fields: Any) -> MissingExtraEr
     return missing_extra("av", what, **fields)
 
 
+@dataclass
+class DecodeLog:
+    """What one decode saw, for the dataset doctor (:mod:`lerobot_zarr.doctor`): ``times[i]``, the time in the file of
+    the frame query ``i`` got (NaN: none); ``unused``, the times of decoded frames between the first and the last
+    query that no query took (frames the data has no row for); ``last``, the time of the file's last frame when the
+    decode reached the end of the file (else None). With a log, a timestamp without a frame within ``TOLERANCE_S``
+    does not stop the decode: every query gets its nearest frame, then :class:`VideoUnavailable` is raised as
+    without one."""
+
+    times: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    unused: list[float] = field(default_factory=list)
+    last: float | None = None
+
+
 def decode_into(source: BinaryIO | str, sink: Callable[[bytes], None], queries: np.ndarray,
-                frame_shape: Sequence[int], where: str) -> None:
+                frame_shape: Sequence[int], where: str, log: DecodeLog | None = None) -> None:
     """Decode the frames nearest to ``queries`` (seconds in the file, increasing), handing each to ``sink`` as
     raw uint8 HWC bytes, in order.
 
     ``where`` names the episode and camera in messages. Raises :class:`VideoUnavailable` when the file cannot be
     decoded, a frame has another shape, or a timestamp has no frame within ``TOLERANCE_S``; what the sink got
-    until then is garbage (only a commit makes a chunk part of a store).
+    until then is garbage (only a commit makes a chunk part of a store). ``log`` (a :class:`DecodeLog`) is filled
+    with what the decode saw.
     """
     import av
 
@@ -67,6 +83,8 @@ def decode_into(source: BinaryIO | str, sink: Callable[[bytes], None], queries: 
     if fmt is None:
         raise VideoUnavailable(f"{where}: {channels} channels cannot be decoded")
     queries = np.asarray(queries, dtype=np.float64)
+    if log is not None:
+        log.times, log.unused, log.last = np.full(len(queries), np.nan), [], None
     try:
         with av.open(source, mode="r") as container:
             stream = container.streams.video[0]
@@ -74,7 +92,7 @@ def decode_into(source: BinaryIO | str, sink: Callable[[bytes], None], queries: 
             tb = stream.time_base
             container.seek(max(0, int((queries[0] - TOLERANCE_S) / tb)), stream=stream, backward=True,
                            any_frame=False)
-            written = _match(container.decode(stream), queries, sink, (height, width, channels), fmt, where)
+            written = _match(container.decode(stream), queries, sink, (height, width, channels), fmt, where, log)
     except (VideoUnavailable, ConnectionError):  # a network failure (HubError) is not the file's fault: retry later
         raise
     except (av.error.FFmpegError, OSError, ValueError, IndexError) as exc:  # IndexError: no video stream
@@ -84,12 +102,15 @@ def decode_into(source: BinaryIO | str, sink: Callable[[bytes], None], queries: 
 
 
 def _match(frames: Any, queries: np.ndarray, sink: Callable[[bytes], None], shape: tuple[int, int, int], fmt: str,
-           where: str) -> int:
-    """Stream decoded frames, writing for each query the nearer of the frames around it."""
+           where: str, log: DecodeLog | None = None) -> int:
+    """Stream decoded frames, writing for each query the nearer of the frames around it (with a ``log``, what
+    was seen is noted there and a frame out of tolerance is raised only at the end)."""
     n = len(queries)
     qi = 0
     prev: tuple[float, Any] | None = None
     cache: list[tuple[Any, bytes]] = []  # the frame chosen last and its pixels (holding it keeps its id unique)
+    taken: list[bool] = [False, False]  # whether prev, and the current frame, were taken by a query
+    late: list[str] = []  # with a log: the first timestamp out of tolerance
 
     def pixels(frame: Any) -> bytes:
         if not cache or cache[0][0] is not frame:
@@ -103,9 +124,18 @@ def _match(frames: Any, queries: np.ndarray, sink: Callable[[bytes], None], shap
 
     def write(t: float, frame: Any, q: float) -> None:
         if abs(t - q) >= TOLERANCE_S:
-            raise VideoUnavailable(f"{where}: no frame within {TOLERANCE_S} s of timestamp {q:.6f} s (nearest "
-                                   f"decoded frame at {t:.6f} s)")
+            message = (f"{where}: no frame within {TOLERANCE_S} s of timestamp {q:.6f} s (nearest decoded frame at "
+                       f"{t:.6f} s)")
+            if log is None:
+                raise VideoUnavailable(message)
+            late[:1] = late[:1] or [message]
+        if log is not None:
+            log.times[qi] = t
         sink(pixels(frame))
+
+    def note_unused(t: float, was_taken: bool) -> None:
+        if log is not None and not was_taken and n and queries[0] < t < queries[-1]:
+            log.unused.append(t)
 
     for frame in frames:
         if frame.time is None:
@@ -115,15 +145,24 @@ def _match(frames: Any, queries: np.ndarray, sink: Callable[[bytes], None], shap
             q = float(queries[qi])
             if prev is not None and abs(prev[0] - q) < abs(t - q):
                 write(prev[0], prev[1], q)
+                taken[0] = True
             else:
                 write(t, frame, q)
+                taken[1] = True
             qi += 1
+        if prev is not None:
+            note_unused(prev[0], taken[0])
         if qi == n:
-            return qi
-        prev = (t, frame)
-    while qi < n and prev is not None:  # past the last frame
-        write(prev[0], prev[1], float(queries[qi]))
-        qi += 1
+            break
+        prev, taken = (t, frame), [taken[1], False]
+    else:
+        if log is not None and prev is not None:
+            log.last = prev[0]
+        while qi < n and prev is not None:  # past the last frame
+            write(prev[0], prev[1], float(queries[qi]))
+            qi += 1
+    if late:
+        raise VideoUnavailable(late[0])
     return qi
 
 
