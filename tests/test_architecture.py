@@ -47,6 +47,7 @@ LAYERS = [
     ("hub", "store"),
     ("resolve",),  # what a source argument names: a store, a LeRobot folder or a Hub repo (streams use it)
     ("sampling",),
+    ("doctor",),  # the dataset doctor: fed by the transcode (writing), scans stores (sampling) and sources
     ("writing",),
     ("api",),
     ("mixtures", "integrations"),
@@ -64,6 +65,8 @@ UPWARD_CALLS = {
     ("push", "lerobot_zarr.writing.export"): "ds.push(repo_id): exports and publishes, built on the reader",
     ("to_xarray", "lerobot_zarr.integrations.xarray"): "ds.to_xarray(): the xarray view is built on the reader",
     ("verify", "lerobot_zarr.writing.integrity"): "ds.verify(): re-reads the store and may repair it (a writer)",
+    ("doctor", "lerobot_zarr.doctor.scan"): "ds.doctor(): checks the store again, built on the reader",
+    ("defects", "lerobot_zarr.doctor"): "ds.defects: the doctor's report kept in the store",
 }
 
 # Finer than the layers, for what a module costs or means: a reader never loads the LeRobot source reader

@@ -36,6 +36,7 @@ from ..store.packs import open_array_pack, read_raw_rows
 from ..store.state import StoreState, read_state
 from ..store.tables import ArraySpec, PackLayout, pack_rows_target
 from .camera_readers import CodecFrames, VideoFrames, stored_timestamps
+from .conveniences import Conveniences
 from .maps import PackMaps
 from .selection import EpisodeSelection, Selection, episode_ranges, frame_range
 from .windows import window_offsets, windows
@@ -170,7 +171,7 @@ def read_episode_rows(root: str | os.PathLike, name: str, spec: ArraySpec, pack:
     return read_raw_rows(root, name, spec, pack, pack_rows, offset, length)
 
 
-class LeRobotZarrDataset:
+class LeRobotZarrDataset(Conveniences):
     """Random access to a store's frames, as ``LeRobotDataset`` returns them but in numpy.
 
     ``len(ds)`` is the number of frames of the selected episodes (or frame ranges of episodes: windows still see
@@ -758,43 +759,3 @@ class LeRobotZarrDataset:
         """Where the samples lie in the packs, for :class:`~lerobot_zarr.sampling.fused.FusedGather`."""
         return {"state": self._state, "selection": self._sel, "max_packs": self._max_packs,
                 "absent": bool(self._lazy and not self._present[self._sel.episodes].all())}
-
-    # conveniences of modules built on this one (imported when called: imports point down) ------------------
-    def to_lerobot(self, path: str | os.PathLike, *, data_files_size_in_mb: int = 100,
-                   video_files_size_in_mb: int = 200, videos: bool | None = None, progress: bool = True) -> Path:
-        """Export the (complete) store as a LeRobot v3.0 folder at ``path``; see :mod:`lerobot_zarr.writing.export`
-        (``videos``: cameras as the source had them by default, or all as videos / all as images)."""
-        from ..writing.export import to_lerobot
-
-        return to_lerobot(self, path, data_files_size_in_mb=data_files_size_in_mb,
-                          video_files_size_in_mb=video_files_size_in_mb, videos=videos, progress=progress)
-
-    def push(self, repo_id: str, *, revision: str | None = None, private: bool = False,
-             token: str | bool | None = None, commit_message: str | None = None, videos: bool | None = None,
-             progress: bool = True) -> str | None:
-        """Publish the store to the Hub as LeRobot v3.0 in one commit tagged ``v3.0`` (only changed files are
-        uploaded; an unchanged store makes no commit). Returns the commit sha, or None if nothing changed."""
-        from ..writing.export import push
-
-        return push(self, repo_id, revision=revision, private=private, token=token,
-                    commit_message=commit_message, videos=videos, progress=progress)
-
-    def verify(self, *, repair: bool = False, record: bool = False, token: str | bool | None = None,
-               progress: bool = True) -> Any:
-        """Re-read every committed episode of the store and check it against the content hashes recorded at commit
-        (:func:`lerobot_zarr.writing.integrity.verify`); returns a
-        :class:`~lerobot_zarr.writing.integrity.VerifyReport` naming what is damaged. ``repair=True`` fetches
-        damaged episodes again from the store's Hub repo or folder."""
-        from ..writing.integrity import verify
-
-        return verify(self.root, repair=repair, record=record, token=token, progress=progress)
-
-    def to_xarray(self) -> Any:
-        """The selected, materialized episodes as a lazy ``xarray.Dataset`` (xarray extra): one dask chunk per
-        episode; dims ``frame`` and ``<feature>.<axis>`` (named from LeRobot's ``names`` where it names an axis,
-        with its labels as coordinates); ``episode_index``, ``frame_index``, ``timestamp`` and ``index`` as
-        coordinates; and the episode table over dim ``episode`` (with ``episode_materialized``: a partial store
-        lists the episodes it lacks instead of filling them with zeros)."""
-        from ..integrations.xarray import to_xarray
-
-        return to_xarray(self)
