@@ -362,8 +362,8 @@ class Moments:
         have["sumsq"] = have["sumsq"] + part["sumsq"] + 2 * moved * part["sum"] + part["count"] * moved ** 2
         have["sum"] = have["sum"] + total
         have["count"] = have["count"] + part["count"]
-        have["low"] = np.fmin(have["low"], part["low"])
-        have["high"] = np.fmax(have["high"], part["high"])
+        have["low"] = np.minimum(have["low"], part["low"])  # NaN stays: such a channel has no min
+        have["high"] = np.maximum(have["high"], part["high"])
 
     def merge(self, other: Moments) -> None:
         """Add ``other``'s episodes (none of which this covers already)."""
@@ -408,8 +408,8 @@ class NumericChecks:
                 x, low, high = x[rows], low[keep], high[keep]
             shift = self.ctx.stat(name, "mean", x.shape[1])
             part: dict[str, np.ndarray] = {"count": np.full(x.shape[1], float(len(x))),
-                                           "low": np.fmin.reduce(low, axis=0).astype(np.float64),
-                                           "high": np.fmax.reduce(high, axis=0).astype(np.float64)}
+                                           "low": low.min(axis=0).astype(np.float64),
+                                           "high": high.max(axis=0).astype(np.float64)}
             if shift is not None:  # sums only where stats.json has something to compare them with
                 d = x.astype(np.float64)
                 d -= shift

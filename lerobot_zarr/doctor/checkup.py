@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -134,18 +133,11 @@ class Checkup:
                 self.found[d.episode].append(d)  # type: ignore[index]
 
     # saving -----------------------------------------------------------------------------------------------
-    def take(self, episodes: Sequence[int], hashes: Mapping[int, Mapping[str, int]] | None = None
-             ) -> dict[int, list[Defect]]:
-        """The findings of ``episodes`` (checked now), each with the content hash of its feature where ``hashes``
-        gives it; they are forgotten here."""
+    def take(self, episodes: Sequence[int]) -> dict[int, list[Defect]]:
+        """The findings of ``episodes`` (checked now); they are forgotten here."""
         self.flush()
-        out = {}
         with self._lock:
-            for e in episodes:
-                found = self.found.pop(int(e), [])
-                per = (hashes or {}).get(int(e), {})
-                out[int(e)] = [replace(d, crc=per.get(d.feature)) if d.feature in per else d for d in found]
-        return out
+            return {int(e): self.found.pop(int(e), []) for e in episodes}
 
     def save(self, root: Path, state: StoreState, episodes: Sequence[int],
              hashes: Mapping[int, Mapping[str, int]]) -> None:
@@ -154,10 +146,7 @@ class Checkup:
         episodes = [int(e) for e in episodes if int(e) in self.seen or int(e) in self.found]
         if not episodes:
             return
-        found = self.take(episodes, hashes)
-        keys = {e: (f"{int(hashes[e]['index']):08x}-{int(self.lengths[e])}" if "index" in hashes.get(e, {})
-                    else identities(state, [e])[e]) for e in episodes}
-        append_findings(root, keys, found)
+        append_findings(root, identities(state, episodes, hashes), self.take(episodes))
         if self.moments.covered:
             save_moments(root, self.moments, len(self.lengths))
             self.covered |= self.moments.covered

@@ -10,11 +10,12 @@ Files (under ``.doctor/`` in the store; not part of the zarr hierarchy, like ``.
     .doctor/report.json      the last reduction: findings of the dataset as a whole (stats, dead channels, tasks)
                              and duplicate episodes, with the store's generation it was made at
 
-An episode's identity is its length and the content hash of its ``index`` rows (``"crc-length"``): stored index
-values are never rewritten (deletions renumber episodes through the table), so a store changed by a writer since
-(``edited``) still finds each finding's episode, and drops those of deleted episodes. A finding also records the
-content hash of its feature (``crc``): an in-place edit of that feature since makes it stale. Files come from the
-store, so they are untrusted: read within bounds, JSON depth-guarded, every field checked.
+Each episode checked is kept with its identity, the length and content hash of its ``index`` rows
+(``"crc-length"``: stored index values are never rewritten, deletions renumber episodes through the table), and a
+fingerprint of the content hashes of all its features. In a store a writer changed since (``edited``), an episode
+is found again by its identity (those deleted are gone) and its findings hold only while its fingerprint is the
+same: an episode edited since was not checked as it is now. Files come from the store, so they are untrusted: read
+within bounds, JSON depth-guarded, every field checked.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from ..errors import CorruptStoreError
 from ..store.state import StoreState, read_state
 from ..store.tables import parse_ranges, ranges_of
 from ..utils.fileio import atomic_write, check_in_store, load_json, open_nofollow, read_bounded
+from ..utils.hashing import crc32c
 from .checks import Moments
 from .kinds import THRESHOLDS, Defect, frame_ranges, ranges_text
 from .report import DoctorReport
@@ -48,19 +50,29 @@ def _path(root: Path, name: str) -> Path:
     return Path(root) / DOCTOR_DIR / name
 
 
-def identities(state: StoreState, episodes: Iterable[int] | None = None) -> dict[int, str | None]:
-    """Each episode's identity (``"crc-length"`` of its ``index`` rows; None where no hash is recorded)."""
-    crc = state.episode_hashes("index")
-    wanted = range(len(state.table)) if episodes is None else episodes
-    return {int(e): (f"{int(crc[e]):08x}-{int(state.table.length[e])}" if crc[e] >= 0 else None) for e in wanted}
+def identities(state: StoreState, episodes: Iterable[int] | None = None,
+               fresh: Mapping[int, Mapping[str, int]] | None = None) -> dict[int, tuple[str | None, str]]:
+    """Each episode's identity (``"crc-length"`` of its ``index`` rows; None where no hash is recorded) and the
+    fingerprint of its features' content hashes (those of ``fresh``, about to be committed, over the state's)."""
+    wanted = list(range(len(state.table))) if episodes is None else [int(e) for e in episodes]
+    crcs = {name: state.episode_hashes(name) for name in sorted(state.arrays)}
+    out = {}
+    for e in wanted:
+        per = {name: int(c[e]) for name, c in crcs.items() if c[e] >= 0}
+        per.update((fresh or {}).get(e, {}))
+        index = per.get("index")
+        out[e] = (None if index is None else f"{index:08x}-{int(state.table.length[e])}",
+                  f"{crc32c(json.dumps(sorted(per.items())).encode()):08x}")
+    return out
 
 
-def append_findings(root: Path, episodes: Mapping[int, str | None], found: Mapping[int, list[Defect]]) -> None:
-    """Add one line: these episodes (with their identities) were checked and hold ``found``. Call it under the
-    store's writer lock."""
+def append_findings(root: Path, episodes: Mapping[int, tuple[str | None, str]], found: Mapping[int, list[Defect]]
+                    ) -> None:
+    """Add one line: these episodes (with their identities, see :func:`identities`) were checked and hold
+    ``found``. Call it under the store's writer lock."""
     if not episodes:
         return
-    line = {"v": VERSION, "episodes": [[int(e), key] for e, key in sorted(episodes.items())],
+    line = {"v": VERSION, "episodes": [[int(e), *key] for e, key in sorted(episodes.items())],
             "defects": [d.to_json() for e in sorted(episodes) for d in found.get(e, ())]}
     path = _path(root, _EPISODES)
     check_in_store(root, path)
@@ -75,12 +87,13 @@ def append_findings(root: Path, episodes: Mapping[int, str | None], found: Mappi
         os.close(fd)
 
 
-def replace_findings(root: Path, episodes: Mapping[int, str | None], found: Mapping[int, list[Defect]]) -> None:
+def replace_findings(root: Path, episodes: Mapping[int, tuple[str | None, str]], found: Mapping[int, list[Defect]]
+                     ) -> None:
     """Make the findings file hold just this one line (``ds.doctor()``'s full check)."""
     path = _path(root, _EPISODES)
     check_in_store(root, path)
     path.parent.mkdir(exist_ok=True)
-    line = {"v": VERSION, "episodes": [[int(e), key] for e, key in sorted(episodes.items())],
+    line = {"v": VERSION, "episodes": [[int(e), *key] for e, key in sorted(episodes.items())],
             "defects": [d.to_json() for e in sorted(episodes) for d in found.get(e, ())]}
     atomic_write(path, (json.dumps(line, separators=(",", ":")) + "\n").encode(), durable=False, root=root)
 
@@ -137,7 +150,7 @@ def write_report(root: Path, state: StoreState, episode_defects: list[Defect], d
     episodes' identities, the notes, at the store's generation."""
     keys = identities(state, {d.episode for d in episode_defects if d.episode is not None})
     doc = {"v": VERSION, "generation": state.generation, "thresholds": dict(THRESHOLDS), "notes": notes,
-           "episodes": [[e, keys[e]] for e in sorted(keys)],
+           "episodes": [[e, *keys[e]] for e in sorted(keys)],
            "defects": [d.to_json() for d in [*dataset_defects, *episode_defects]]}
     path = _path(root, _REPORT)
     check_in_store(root, path)
@@ -167,41 +180,35 @@ def _lines(root: Path) -> list[Any]:
     return out
 
 
-def _episode_keys(doc: Any, where: str) -> list[tuple[int, str | None]]:
+def _episode_keys(doc: Any, where: str) -> list[tuple[int, str | None, str | None]]:
     items = doc.get("episodes") if isinstance(doc, dict) else None
     if not isinstance(items, list):
         raise CorruptStoreError(f"{where}: no episode list")
     out = []
     for item in items:
-        if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], int) and not isinstance(item[0], bool)
-                and item[0] >= 0 and (item[1] is None or isinstance(item[1], str))):
-            raise CorruptStoreError(f"{where}: {item!r:.60} is not [episode, identity]")
-        out.append((item[0], item[1]))
+        if not (isinstance(item, list) and len(item) == 3 and isinstance(item[0], int)
+                and not isinstance(item[0], bool) and item[0] >= 0
+                and all(k is None or isinstance(k, str) for k in item[1:])):
+            raise CorruptStoreError(f"{where}: {item!r:.60} is not [episode, identity, fingerprint]")
+        out.append((item[0], item[1], item[2]))
     return out
 
 
 class _Places:
-    """Where the episodes a finding was recorded for are now: the same number in a store no writer changed, else
-    found by identity (None: deleted, or rewritten since)."""
+    """Where the episodes checked are now: the same number in a store no writer changed, else found by identity;
+    None where deleted or changed since (see the module)."""
 
     def __init__(self, state: StoreState):
         self.state = state
         self.edited = state.source.get("kind") == "edited"
-        self.now = {key: e for e, key in identities(state).items() if key is not None} if self.edited else {}
-        self.crcs: dict[str, np.ndarray] = {}
+        self.now = ({key: (e, fp) for e, (key, fp) in identities(state).items() if key is not None}
+                    if self.edited else {})
 
-    def place(self, episode: int, key: str | None) -> int | None:
+    def place(self, episode: int, key: str | None, fingerprint: str | None) -> int | None:
         if not self.edited:
             return episode if episode < len(self.state.table) else None
-        return self.now.get(key) if key is not None else None
-
-    def fresh(self, d: Defect, e: int) -> bool:
-        """Whether the finding's feature still holds what was checked (no in-place edit since)."""
-        if d.crc is None or d.feature not in self.state.arrays:
-            return d.feature is None or d.feature in self.state.arrays or d.feature in ("task", "timestamp")
-        if d.feature not in self.crcs:
-            self.crcs[d.feature] = self.state.episode_hashes(d.feature)
-        return int(self.crcs[d.feature][e]) in (d.crc, -1)
+        e, fp = self.now.get(key, (None, None)) if key is not None else (None, None)
+        return e if fp == fingerprint else None
 
 
 def recorded_findings(root: Path, state: StoreState) -> tuple[dict[int, list[Defect]], int]:
@@ -216,22 +223,20 @@ def recorded_findings(root: Path, state: StoreState) -> tuple[dict[int, list[Def
     for doc in _lines(root):
         if not isinstance(doc, dict) or doc.get("v") != VERSION:
             continue
-        now = {}
-        for e, key in _episode_keys(doc, where):
-            at = places.place(e, key)
-            if at is None or not done[at]:
-                stale += 0 if at is not None else 1
-                continue
-            now[e] = at
-            latest.setdefault(at, {})
+        now, gone = {}, set()
+        for e, key, fingerprint in _episode_keys(doc, where):
+            at = places.place(e, key, fingerprint)
+            if at is None:
+                gone.add(e)
+            elif done[at]:
+                now[e] = at
+                latest.setdefault(at, {})
         for raw in doc.get("defects", []):
             d = Defect.from_json(raw, where)
             at = now.get(d.episode) if d.episode is not None else None
-            if at is None:
-                continue
-            if places.fresh(d, at):
+            if at is not None:
                 latest[at][_renumbered(d, at)] = None
-            else:
+            elif d.episode in gone:
                 stale += 1
     return {e: list(found) for e, found in latest.items()}, stale
 
@@ -239,7 +244,7 @@ def recorded_findings(root: Path, state: StoreState) -> tuple[dict[int, list[Def
 def _renumbered(d: Defect, episode: int) -> Defect:
     if d.episode == episode:
         return d
-    return Defect(d.kind, episode, d.feature, d.frames, d.figure, d.detail, d.channels, d.crc)
+    return Defect(d.kind, episode, d.feature, d.frames, d.figure, d.detail, d.channels)
 
 
 def read_report(root: str | os.PathLike, state: StoreState | None = None, *, name: str | None = None
@@ -260,14 +265,14 @@ def read_report(root: str | os.PathLike, state: StoreState | None = None, *, nam
         where = str(_path(root, _REPORT))
         places = _Places(state)
         current = doc.get("generation") == state.generation or not places.edited
-        keys = dict(_episode_keys(doc, where))
+        keys = {e: (key, fp) for e, key, fp in _episode_keys(doc, where)}
         for raw in doc.get("defects", []):
             d = Defect.from_json(raw, where)
             if d.episode is None:
                 if current:
                     defects.append(d)
                 continue
-            at = places.place(d.episode, keys.get(d.episode))
+            at = places.place(d.episode, *keys.get(d.episode, (None, None)))
             if at is not None and at in per_episode:
                 defects.append(_renumbered(d, at))
         if not current:
@@ -276,7 +281,7 @@ def read_report(root: str | os.PathLike, state: StoreState | None = None, *, nam
         notes.extend(str(x) for x in doc.get("notes", []) if isinstance(x, str))
     if stale:
         notes.append(f"{stale} findings no longer apply (their episodes were deleted or changed since they were "
-                     f"checked)")
+                     f"checked; changed ones are checked again by ds.doctor())")
     checked = np.zeros(n, dtype=bool)
     checked[sorted(per_episode)] = True
     missing = int((~checked).sum())

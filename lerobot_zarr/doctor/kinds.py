@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -154,9 +154,6 @@ class Defect:
     figure: float
     detail: str
     channels: tuple[int, ...] = ()
-    # the content hash of the episode's ``feature`` when it was checked (None: not known): a later edit of that
-    # feature makes the finding stale (see :mod:`.findings`)
-    crc: int | None = field(default=None, compare=False)
 
     @property
     def severity(self) -> str:
@@ -182,8 +179,6 @@ class Defect:
                                "frames": [list(r) for r in self.frames],
                                "figure": self.figure if math.isfinite(self.figure) else str(self.figure),
                                "detail": self.detail}
-        if self.crc is not None:
-            doc["crc"] = self.crc
         return doc
 
     @classmethod
@@ -200,10 +195,6 @@ class Defect:
             frames = tuple((int(a), int(b)) for a, b in doc.get("frames", ()))
             channels = tuple(int(c) for c in doc.get("channels", ()))
             figure = float(doc.get("figure", math.nan))
-            crc = doc.get("crc")
-            if crc is not None and not (isinstance(crc, int) and 0 <= crc < 1 << 32):
-                raise ValueError(f"crc {crc!r:.40}")
-            return cls(doc["kind"], episode, feature, frames, figure, str(doc.get("detail", ""))[:1000], channels,
-                       crc)
+            return cls(doc["kind"], episode, feature, frames, figure, str(doc.get("detail", ""))[:1000], channels)
         except (KeyError, TypeError, ValueError) as exc:
             raise CorruptStoreError(f"{where}: unreadable finding {str(doc)[:120]!r} ({exc})") from None

@@ -71,9 +71,7 @@ def doctor_store(root: str | os.PathLike, *, progress: bool = True, locked: bool
         for view in [ds, *by_camera.values()]:
             if view is not None:
                 view.close()
-    hashes = {e: {name: int(state.episode_hashes(name)[e]) for name in state.arrays
-                  if state.episode_hashes(name)[e] >= 0} for e in done}
-    found = checkup.take(done, hashes)
+    found = checkup.take(done)
     for e, videos in kept_videos.items():
         found.setdefault(e, []).extend(videos)
     moments = checkup.moments
