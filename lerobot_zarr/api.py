@@ -51,6 +51,7 @@ def open_dataset(
     resize: Mapping[str, Any] | None = None,
     client: Any = None,
     pack_bytes: int = DEFAULT_PACK_BYTES,
+    doctor: bool = True,
 ) -> LeRobotZarrDataset:
     """Open a LeRobot dataset (folder or Hub repo; transcoded into a local store on first use) or a store.
 
@@ -79,6 +80,8 @@ def open_dataset(
             which they must see at the same path), committed here. Default: in this process.
         pack_bytes: target size of a new store's packs (consecutive episodes in one chunk file per feature), for
             its widest raw feature; default 32 MiB. Fixed when the store is made.
+        doctor: check the data for defects as it is transcoded (:mod:`lerobot_zarr.doctor`; ``ds.defects`` gives
+            the report, kept in the store). On by default: it costs a few percent of the transcode.
         mode: ``"r"`` (default) to read, or ``"r+"`` to also write: returns a
             :class:`~lerobot_zarr.writing.writer.WritableDataset` over every episode (all fetched first), holding the
             store's writer lock.
@@ -105,12 +108,11 @@ def open_dataset(
         else:
             store = Path(root).expanduser() if root is not None else _variant(store_path_for(folder), storage, resize)
         transcode(folder, store, episodes=[] if lazy else episodes, progress=progress, storage=storage, resize=resize,
-                  client=client,
-                  pack_bytes=pack_bytes)
+                  client=client, pack_bytes=pack_bytes, doctor=doctor)
     else:
         store = _open_hub(src.repo_id, root=root, episodes=[] if lazy else episodes, revision=revision, token=token,
                           progress=progress, storage=storage, resize=resize, client=client, pack_bytes=pack_bytes,
-                          writable=mode == "r+")
+                          writable=mode == "r+", doctor=doctor)
     if src.kind != "store" and storage is None and resize is None:
         _note_camera_choices(store)
     if mode == "r+":
@@ -175,7 +177,7 @@ def _fetch(store: Path, episodes: list[int]) -> None:
 
 
 def _open_hub(repo_id: str, *, root, episodes, revision, token, progress, storage, resize, client, pack_bytes,
-              writable: bool = False) -> Path:
+              writable: bool = False, doctor: bool = True) -> Path:
     """Resolve the revision (offline: from the last resolution), then fetch the episodes the store lacks."""
     from huggingface_hub import constants
 
@@ -204,7 +206,7 @@ def _open_hub(repo_id: str, *, root, episodes, revision, token, progress, storag
         raise HubError(f"{repo_id}: HF_HUB_OFFLINE is set and there is no local store at {store}")
     transcode(_lerobot_source(HubFiles(repo_id, commit, revision=revision, token=token)), store,
               episodes=episodes, progress=progress, storage=storage, resize=resize, client=client,
-              pack_bytes=pack_bytes)
+              pack_bytes=pack_bytes, doctor=doctor)
     return store
 
 
