@@ -101,13 +101,13 @@ def doctor_source(source: str | os.PathLike | SourceFiles, *, episodes: list[int
     from ..lerobot.source_files import LocalFiles, SourceFiles
 
     files = source if isinstance(source, SourceFiles) else LocalFiles(source)
-    table_defects, notes = scan_tables(files)
+    table_defects, notes, listed = scan_tables(files)
     try:
         src = LeRobotSource(files)
         _ = src.stored_features
     except LeRobotZarrError as exc:
         notes.append(f"the dataset cannot be read further, its episodes are not checked: {exc}")
-        return DoctorReport(files.location(), 0, (), table_defects, notes)
+        return DoctorReport(files.location(), listed, (), table_defects, notes)
     n = len(src.episodes)
     wanted = list(range(n)) if episodes is None else sorted({int(e) for e in episodes if 0 <= int(e) < n})
     checkup = Checkup.of_source(src, lenient=True)
@@ -163,20 +163,21 @@ def _same_source_rows(src: LeRobotSource, features: list[str], a: int, b: int) -
                               equal_nan=np.asarray(got[a][k]).dtype.kind == "f") for k in features)
 
 
-def scan_tables(files: SourceFiles) -> tuple[list[Defect], list[str]]:
+def scan_tables(files: SourceFiles) -> tuple[list[Defect], list[str], int]:
     """The episode table against itself and the data files, read on their own (tolerant of what the source reader
-    refuses): episode indices with gaps or repeated (``episode_index_gap``), and rows no episode owns or episodes
-    whose rows are missing (``orphan_rows``). Reads ``meta/`` and the ``episode_index`` and ``index`` columns of
-    every data file."""
+    refuses): episode indices with gaps or repeated (``episode_index_gap``), rows no episode owns or episodes
+    whose rows are missing (``orphan_rows``), episodes of no frame (``short_episode``). Reads ``meta/`` and the
+    ``episode_index`` and ``index`` columns of every data file. Returns the findings, notes on what could not be
+    read, and how many episodes the table lists."""
     import pyarrow as pa
 
     notes: list[str] = []
     try:
         table = _episode_table(files)
     except (LeRobotZarrError, pa.ArrowException, OSError, KeyError, ValueError, TypeError) as exc:
-        return [], [f"the episode table could not be read on its own ({exc})"]
+        return [], [f"the episode table could not be read on its own ({exc})"], 0
     if table is None:
-        return [], notes
+        return [], notes, 0
     index = np.asarray(table["episode_index"], dtype=np.int64)
     out: list[Defect] = []
     uniq, counts = np.unique(index, return_counts=True)
@@ -216,12 +217,15 @@ def scan_tables(files: SourceFiles) -> tuple[list[Defect], list[str]]:
                           f"{orphans.size} data rows belong to no episode of meta/episodes (their global index "
                           f"values are given as frames)"))
     lengths = dict(zip(index.tolist(), np.asarray(table["length"], dtype=np.int64).tolist(), strict=False))
+    out.extend(Defect("short_episode", e, None, (), float(n), f"meta/episodes gives it {n} frames (the transcode "
+                                                              f"refuses an episode without frames)")
+               for e, n in sorted(lengths.items()) if n <= 0)
     for e, n in sorted(lengths.items()):
         have = rows.get(e, 0)
         if have != n:
             out.append(Defect("orphan_rows", None, "episode_index", (), float(n - have),
                               f"episode {e}: meta/episodes gives it {n} rows, the data files hold {have}"))
-    return out, notes
+    return out, notes, len(index)
 
 
 def _episode_table(files: SourceFiles) -> Mapping[str, Any] | None:

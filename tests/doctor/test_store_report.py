@@ -153,3 +153,17 @@ def test_a_writable_copy_of_a_source_keeps_the_report_of_the_cached_store(tmp_pa
         assert _found(ds.defects) == [("constant", 1, "action", ((0, LENGTHS[1]),))]
         assert ds.drop_defective("constant") == [1]
     shutil.rmtree(tmp_path / "mine")
+
+
+def test_a_distributed_transcode_reports_what_one_process_does(tmp_path):
+    """The workers of a dask cluster check the episodes they write and hand their findings and sums to the
+    process that commits: the same report as a transcode in one process."""
+    distributed = pytest.importorskip("distributed")
+    case = write_case(tmp_path / "src", "duplicate_episode")  # a reduction over episodes of different workers
+    with (distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None)
+          as cluster, distributed.Client(cluster, set_as_default=False) as client):
+        ds = lerobot_zarr.open_dataset(case.path, root=tmp_path / "store", client=client, progress=False,
+                                       pack_bytes=4096)  # small packs: several tasks
+    alone = lerobot_zarr.open_dataset(case.path, root=tmp_path / "alone", progress=False)
+    assert _found(ds.defects) == _found(alone.defects) == [("duplicate_episode", 4, None, ((0, LENGTHS[4]),))]
+    assert ds.defects.checked_episodes == len(LENGTHS) and ds.defects.notes == alone.defects.notes == []
