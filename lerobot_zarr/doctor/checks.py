@@ -9,6 +9,7 @@ around a fixed shift, the minimum and maximum), to compare stats.json with the d
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -62,9 +63,9 @@ def channel_names(names: Any, channels: Sequence[int]) -> str:
 
 @dataclass
 class Batch:
-    """Consecutive episodes being checked together: their numbers, lengths, first row in the batch's arrays, and
-    each numeric feature's frames concatenated as (rows, channels) (``column``), with per-episode minima and maxima
-    (``low``, ``high``: (episodes, channels), computed once)."""
+    """Consecutive episodes being checked together: their numbers, lengths, first row in the batch's arrays
+    (``starts``), each numeric feature's frames concatenated as (rows, channels) (:meth:`column`) and its
+    per-episode minima and maxima ((episodes, channels) each: :meth:`extremes`), each computed once."""
 
     episodes: np.ndarray
     lengths: np.ndarray
@@ -73,13 +74,14 @@ class Batch:
     _columns: dict[str, np.ndarray] = field(default_factory=dict)
     _extremes: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
 
-    @property
+    @functools.cached_property
     def starts(self) -> np.ndarray:
         return np.cumsum(self.lengths) - self.lengths
 
     def column(self, name: str) -> np.ndarray:
         if name not in self._columns:
-            parts = [np.asarray(f[name]).reshape(len(np.asarray(f[name])), -1) for f in self.frames]
+            parts = [np.asarray(f[name]) for f in self.frames]
+            parts = [p.reshape(len(p), -1) for p in parts]
             self._columns[name] = parts[0] if len(parts) == 1 else np.concatenate(parts)
         return self._columns[name]
 

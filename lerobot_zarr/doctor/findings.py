@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -169,15 +170,23 @@ def _lines(root: Path) -> list[Any]:
     except FileNotFoundError:
         return []
     out = []
-    for number, line in enumerate(data.splitlines(), 1):
+    lines = data.splitlines()
+    for number, line in enumerate(lines, 1):
         if line.strip():
             try:
                 out.append(load_json(line, f"{path}:{number}"))
             except CorruptStoreError:
-                if number == len(data.splitlines()):  # a line cut by a crash mid-append: its commit never happened
+                if number == len(lines):  # a line cut by a crash mid-append: its commit never happened
                     continue
                 raise
     return out
+
+
+def _defects(doc: dict, where: str) -> list[Defect]:
+    raw = doc.get("defects", [])
+    if not isinstance(raw, list):
+        raise CorruptStoreError(f"{where}: 'defects' is not a list")
+    return [Defect.from_json(d, where) for d in raw]
 
 
 def _episode_keys(doc: Any, where: str) -> list[tuple[int, str | None, str | None]]:
@@ -231,8 +240,7 @@ def recorded_findings(root: Path, state: StoreState) -> tuple[dict[int, list[Def
             elif done[at]:
                 now[e] = at
                 latest.setdefault(at, {})
-        for raw in doc.get("defects", []):
-            d = Defect.from_json(raw, where)
+        for d in _defects(doc, where):
             at = now.get(d.episode) if d.episode is not None else None
             if at is not None:
                 latest[at][_renumbered(d, at)] = None
@@ -242,16 +250,14 @@ def recorded_findings(root: Path, state: StoreState) -> tuple[dict[int, list[Def
 
 
 def _renumbered(d: Defect, episode: int) -> Defect:
-    if d.episode == episode:
-        return d
-    return Defect(d.kind, episode, d.feature, d.frames, d.figure, d.detail, d.channels)
+    return d if d.episode == episode else replace(d, episode=episode)
 
 
 def read_report(root: str | os.PathLike, state: StoreState | None = None, *, name: str | None = None
                 ) -> DoctorReport | None:
-    """The report a store keeps (None if the doctor never ran on it): the last finding of each committed episode
-    checked, the dataset's findings of the last reduction (dropped, with a note, when a writer changed the store
-    since), and notes on what was not checked."""
+    """The report a store keeps (None if the doctor never ran on it): the findings of each committed episode
+    checked (renumbered as the store is now), the dataset's findings of the last reduction (dropped, with a note,
+    when a writer changed the store since), and notes on what was not checked."""
     root = Path(root)
     if not has_report(root):
         return None
@@ -266,8 +272,7 @@ def read_report(root: str | os.PathLike, state: StoreState | None = None, *, nam
         places = _Places(state)
         current = doc.get("generation") == state.generation or not places.edited
         keys = {e: (key, fp) for e, key, fp in _episode_keys(doc, where)}
-        for raw in doc.get("defects", []):
-            d = Defect.from_json(raw, where)
+        for d in _defects(doc, where):
             if d.episode is None:
                 if current:
                     defects.append(d)

@@ -84,7 +84,8 @@ def test_open_50_its_std_and_dead_hands_checked_against_the_parquet():
         [found] = [d for d in report.defects if d.kind == "dead_channel" and d.feature == feature]
         assert list(found.channels) == dead
         std = values.std(axis=0)
-        off = np.flatnonzero(np.abs(np.asarray(stats[feature]["std"]) - std) > 0.01 * std + 1e-5 * np.abs(values).max(0))
+        room = 0.01 * std + 1e-5 * np.abs(values).max(axis=0)
+        off = np.flatnonzero(np.abs(np.asarray(stats[feature]["std"]) - std) > room)
         assert off.tolist() == [2, 4, 6]
         mismatches = [d for d in report.defects if d.kind == "stats_mismatch" and d.feature == feature]
         assert [(d.detail.split("'s ")[1].split()[0], d.channels) for d in mismatches] == [("std", (2, 4, 6))]
