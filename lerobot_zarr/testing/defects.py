@@ -328,6 +328,16 @@ def _duplicate_episode(path: pathlib.Path, seed: int, clean: bool) -> Case:
     return Case(root, "duplicate_episode", [Expected("duplicate_episode", 4, None, ((0, LENGTHS[4]),))])
 
 
+def _dead_channel(path: pathlib.Path, seed: int, clean: bool) -> Case:
+    root = _base(path, seed)
+    if not clean:
+        table = _read(root)
+        action = _column(table, "action")
+        action[:, 2] = 0.25  # a joint that never moves in any frame: unplugged, or not in this robot
+        _write(root, table, {"action": action})
+    return Case(root, "dead_channel", [Expected("dead_channel", None, "action")])
+
+
 def _duplicate_task(path: pathlib.Path, seed: int, clean: bool) -> Case:
     tasks = ("pick the cube", "place the cube") if clean else ("pick the cube", "Pick the  cube ")
     root = _base(path, seed, tasks=tasks)
@@ -499,6 +509,7 @@ BATTERY: dict[str, Callable[[pathlib.Path, int, bool], Case]] = {
     "orphan_rows": _orphan_rows,
     "duplicate_episode": _duplicate_episode,
     "duplicate_task": _duplicate_task,
+    "dead_channel": _dead_channel,
     "stats_mismatch": _stats_mismatch,
     "frozen_frames": _images("frozen_frames", _freeze, [Expected("frozen_frames", 2, IMAGE, ((5, 40),))]),
     "black_frames": _images("black_frames", _black, [Expected("black_frames", 2, IMAGE, ((10, 15),))]),
