@@ -79,10 +79,16 @@ class Batch:
         return np.cumsum(self.lengths) - self.lengths
 
     def column(self, name: str) -> np.ndarray:
+        """A feature's rows of every episode of the batch, (rows, channels), channel after channel in memory
+        (Fortran order: the checks reduce along rows, 25 % faster so than across)."""
         if name not in self._columns:
             parts = [np.asarray(f[name]) for f in self.frames]
-            parts = [p.reshape(len(p), -1) for p in parts]
-            self._columns[name] = parts[0] if len(parts) == 1 else np.concatenate(parts)
+            if parts[0].ndim == 2:
+                whole = np.empty((sum(len(p) for p in parts), parts[0].shape[1]), parts[0].dtype, order="F")
+                np.concatenate(parts, out=whole)
+            else:
+                whole = parts[0] if len(parts) == 1 else np.concatenate(parts)
+            self._columns[name] = whole.reshape(len(whole), -1)
         return self._columns[name]
 
     def extremes(self, name: str) -> tuple[np.ndarray, np.ndarray]:
@@ -96,6 +102,7 @@ class Batch:
         start = int(self.starts[i])
         return slice(start, start + int(self.lengths[i]))
 
+    @functools.cached_property
     def position(self) -> np.ndarray:
         """Each row's frame number inside its episode."""
         return np.arange(int(self.lengths.sum())) - np.repeat(self.starts, self.lengths)
@@ -199,11 +206,6 @@ def _out_of_range(b: Batch) -> list[Defect]:
 def _jump(b: Batch) -> list[Defect]:
     t = b.ctx.thresholds
     most, ratio = int(t["jump_frames"]), t["jump_ratio"]
-    # a run of k <= most frames beyond the rest by an excess E > ratio x the rest's range R_rest: the episode's range
-    # is at most (k - 1) s + E + R_rest < s (k + 1 / ratio), s its largest step (entering the run takes >= E, the
-    # run's own spread <= (k - 1) s). So an episode and channel whose largest step is below range / (most + 1 /
-    # ratio) has no glitch: only the others are looked at closely.
-    least_step = 1.0 / (most + 1.0 / ratio)
     out = []
     for name in b.numeric():
         x = b.column(name)
@@ -212,23 +214,44 @@ def _jump(b: Batch) -> list[Defect]:
         if x.dtype.kind != "f":
             x = x.astype(np.float64)
         low, high = b.extremes(name)
-        steps = np.zeros(x.shape, dtype=x.dtype)
-        np.subtract(x[1:], x[:-1], out=steps[:-1])
-        ends = b.starts + b.lengths - 1
-        steps[ends] = 0  # the step from an episode's last frame to the next one's first
-        np.abs(steps, out=steps)
-        biggest = np.maximum.reduceat(steps, b.starts, axis=0)
-        spread = high.astype(np.float64) - low
-        with np.errstate(invalid="ignore"):
-            maybe = (biggest >= least_step * spread) & (spread > 0) & (b.lengths >= 3)[:, None]
-        for i, c in zip(*np.nonzero(maybe), strict=True):
-            found = _glitch(x[b.rows_of(int(i)), int(c)].astype(np.float64), most, ratio, t["jump_quanta"])
+        for i, c in _glitch_candidates(b, x, low, high, most, ratio):
+            found = _glitch(x[b.rows_of(i), c].astype(np.float64), most, ratio, t["jump_quanta"])
             if found is not None:
                 (first, stop), score = found
                 out.append(Defect("jump", int(b.episodes[i]), name, ((first, stop),), score,
-                                  f"channel {channel_names(b.ctx.names.get(name), [int(c)])} sticks out of the rest "
-                                  f"of the episode by {score:.1f}x its range", (int(c),)))
+                                  f"channel {channel_names(b.ctx.names.get(name), [c])} sticks out of the rest of "
+                                  f"the episode by {score:.1f}x its range", (c,)))
     return _merged_jumps(out)
+
+
+def _glitch_candidates(b: Batch, x: np.ndarray, low: np.ndarray, high: np.ndarray, most: int, ratio: float
+                       ) -> list[tuple[int, int]]:
+    """The (episode, channel) pairs of the batch that may hold a glitch (:func:`_glitch`), by two necessary
+    conditions, vectorised. A run of k <= ``most`` frames beyond the rest by E > ``ratio`` x the rest's range R:
+    the episode's range is at most (k - 1) s + E + R < s (k + 1 / ratio), s its largest step (entering the run
+    takes >= E, the run's own spread <= (k - 1) s); and the range is more than (1 + ratio) R, so at least n - k
+    values lie within range / (1 + ratio) of the episode's minimum (the glitch up) or maximum (down)."""
+    spread = high.astype(np.float64) - low
+    steps = np.zeros(x.shape, dtype=x.dtype)
+    np.subtract(x[1:], x[:-1], out=steps[:-1])
+    steps[b.starts + b.lengths - 1] = 0  # the step from an episode's last frame to the next one's first
+    np.abs(steps, out=steps)
+    biggest = np.maximum.reduceat(steps, b.starts, axis=0)
+    with np.errstate(invalid="ignore"):
+        maybe = (biggest >= spread / (most + 1.0 / ratio)) & (spread > 0) & (b.lengths >= 3)[:, None]
+    pairs, channels = np.nonzero(maybe)
+    if not pairs.size:
+        return []
+    # the second condition, on the values of the pairs left only: gathered into one flat run per pair
+    n = b.lengths[pairs]
+    rows = np.repeat(b.starts[pairs] - np.cumsum(n) + n, n) + np.arange(int(n.sum()))
+    values = x[rows, np.repeat(channels, n)].astype(np.float64)
+    near = spread[pairs, channels] / (1.0 + ratio)
+    firsts = np.cumsum(n) - n
+    below = np.add.reduceat(values <= np.repeat(low[pairs, channels] + near, n), firsts)
+    above = np.add.reduceat(values >= np.repeat(high[pairs, channels] - near, n), firsts)
+    keep = (below >= n - most) | (above >= n - most)
+    return list(zip(pairs[keep].tolist(), channels[keep].tolist(), strict=True))
 
 
 def _glitch(v: np.ndarray, most: int, ratio: float, quanta: float) -> tuple[tuple[int, int], float] | None:
@@ -303,14 +326,14 @@ def _timestamps(b: Batch) -> list[Defect]:
                     out.append(Defect(names[kind], int(b.episodes[i]), "timestamp", frame_ranges(frames), worst_step,
                                       f"{frames.size} steps not 1/fps = {1 / b.ctx.fps:.6f} s apart (the worst: "
                                       f"{worst_step:.6f} s, into frame {int(frames[0])} first)"))
-    expected = b.position() / b.ctx.fps
+    expected = b.position / b.ctx.fps
     slack = tol + (2 * np.spacing(np.abs(ts)).astype(np.float64) if ts.dtype.kind == "f" else 0.0)
     off = np.abs(ts.astype(np.float64) - expected)
     for i, frames in b.per_episode(~(off <= slack)):
         if i in stepped:
             continue
-        worst = float(np.nanmax(off[frames + int(b.starts[i])])) if np.isfinite(off[frames + int(b.starts[i])]).any() \
-            else float("nan")
+        seen = off[frames + int(b.starts[i])]
+        worst = float(np.nanmax(seen)) if np.isfinite(seen).any() else float("nan")
         out.append(Defect("timestamp_drift", int(b.episodes[i]), "timestamp", frame_ranges(frames), worst,
                           f"{frames.size} timestamps off frame_index / fps by more than {tol} s (up to {worst:.6f} s)"))
     return out
@@ -321,7 +344,7 @@ def _indices(b: Batch) -> list[Defect]:
     """``frame_index`` 0..n-1 (always); ``episode_index``, ``index`` and ``task_index`` in a lenient scan (the
     transcode refuses them)."""
     out = []
-    position = b.position()
+    position = b.position
     expected = {"frame_index": position}
     if b.ctx.lenient:
         expected["episode_index"] = np.repeat(b.episodes, b.lengths)
@@ -405,17 +428,26 @@ class NumericChecks:
             if kind != "numeric" or name not in b.frames[0]:
                 continue
             x = b.column(name)
-            low, high = b.extremes(name)
+            if name in b._extremes:  # the checks' per-episode extremes (LeRobot's own columns have none)
+                low, high = b.extremes(name)
+                if rows is not None:
+                    low, high = low[keep], high[keep]
+                low, high = low.min(axis=0), high.max(axis=0)
             if rows is not None:
-                x, low, high = x[rows], low[keep], high[keep]
+                x = x[rows]
+            if name not in b._extremes:
+                low, high = x.min(axis=0), x.max(axis=0)
             shift = self.ctx.stat(name, "mean", x.shape[1])
             part: dict[str, np.ndarray] = {"count": np.full(x.shape[1], float(len(x))),
-                                           "low": low.min(axis=0).astype(np.float64),
-                                           "high": high.max(axis=0).astype(np.float64)}
+                                           "low": low.astype(np.float64), "high": high.astype(np.float64)}
             if shift is not None:  # sums only where stats.json has something to compare them with
-                d = x.astype(np.float64)
-                d -= shift
-                part.update(shift=shift, sum=d.sum(axis=0), sumsq=np.einsum("ij,ij->j", d, d))
+                # float features summed in their own precision, a batch at a time (per batch the error stays far
+                # below stats_rtol; batches add up in float64); integers in float64
+                kind = x.dtype if x.dtype.kind == "f" else np.dtype(np.float64)
+                shift = shift.astype(kind)
+                d = x - shift if x.dtype == kind else x.astype(kind) - shift
+                part.update(shift=shift.astype(np.float64), sum=np.einsum("ij->j", d).astype(np.float64),
+                            sumsq=np.einsum("ij,ij->j", d, d).astype(np.float64))
             else:
                 part.update(shift=np.zeros(x.shape[1]), sum=np.zeros(x.shape[1]), sumsq=np.zeros(x.shape[1]))
             moments.add(name, part)

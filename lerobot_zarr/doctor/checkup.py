@@ -51,6 +51,8 @@ class Checkup:
                  video_starts: Mapping[str, Sequence[float | None]] | None = None, batch_rows: int = BATCH_ROWS):
         self.ctx, self.lengths, self.tasks = ctx, np.asarray(lengths, dtype=np.int64), list(tasks)
         self.video_starts = dict(video_starts or {})  # per camera and episode, where it starts in its video file
+        self._numeric = [k for k, kind in ctx.kinds.items() if kind == "numeric"]
+        self._cameras = [k for k, kind in ctx.kinds.items() if kind in ("image", "video")]
         self.numeric = NumericChecks(ctx)
         self.batch_rows = batch_rows
         self.covered = set(covered or ())
@@ -58,6 +60,7 @@ class Checkup:
         self.moments = Moments()  # of the episodes fed and not saved yet
         self.seen: set[int] = set()
         self._pending: list[tuple[int, dict[str, np.ndarray]]] = []
+        self._saved: tuple[Any, Moments] | None = None  # the store's moments file as this checkup last wrote it
         self._rows = 0
         self._lock = threading.Lock()  # cameras are watched in the decoding threads
 
@@ -80,20 +83,19 @@ class Checkup:
     def frames(self, e: int, frames: Mapping[str, np.ndarray]) -> None:
         """Episode ``e``'s frames of the data files (numeric features, images): images are watched now, numeric
         features checked with the next batch."""
-        kinds = self.ctx.kinds
-        for name, kind in kinds.items():
-            if kind in ("image", "video") and name in frames:
+        e = int(e)
+        for name in self._cameras:
+            if name in frames:  # an image feature (videos are watched as they are decoded)
                 watch = FrameWatch(e, name, self.ctx.fps, self.ctx.thresholds)
                 watch.see_all(np.asarray(frames[name]))
                 self._add(e, watch.defects())
-        numeric = {k: frames[k] for k, kind in kinds.items() if kind == "numeric" and k in frames}
-        if numeric:
-            self._pending.append((int(e), numeric))
-            self._rows += int(self.lengths[e])
-            if self._rows >= self.batch_rows:
-                self.flush()
-        with self._lock:
-            self.seen.add(int(e))
+        # the episode's numeric features wait for their batch (the whole mapping where it holds nothing else)
+        numeric = frames if not self._cameras else {k: frames[k] for k in self._numeric if k in frames}
+        self._pending.append((e, numeric))
+        self.seen.add(e)
+        self._rows += len(frames["timestamp"]) if "timestamp" in frames else int(self.lengths[e])
+        if self._rows >= self.batch_rows:
+            self.flush()
 
     def camera(self, e: int, name: str, timestamps: np.ndarray) -> CameraWatch:
         """A watch for the frames of camera ``name`` of episode ``e`` (rows at ``timestamps``) as they are decoded:
@@ -148,7 +150,7 @@ class Checkup:
             return
         append_findings(root, identities(state, episodes, hashes), self.take(episodes))
         if self.moments.covered:
-            save_moments(root, self.moments, len(self.lengths))
+            self._saved = save_moments(root, self.moments, len(self.lengths), cache=self._saved)
             self.covered |= self.moments.covered
             self.moments = Moments()
 
@@ -198,20 +200,25 @@ def data_features(kinds: Mapping[str, str]) -> list[str]:
     return sorted(k for k, kind in kinds.items() if kind == "numeric" and k not in DEFAULT_FEATURES)
 
 
-def store_keys(state: StoreState) -> dict[int, tuple]:
-    """Each committed episode's length and content hashes of its data features (what makes duplicates)."""
+def store_keys(state: StoreState) -> np.ndarray:
+    """Each episode's content hashes of its data features (what makes duplicates): (episodes, features) int64,
+    -1 where none is recorded or the episode is not committed."""
     features = data_features({k: v.kind for k, v in state.arrays.items()})
-    crcs = [state.episode_hashes(name) for name in features]
-    return {e: (int(state.table.length[e]), *(int(c[e]) if c[e] >= 0 else None for c in crcs))
-            for e in np.flatnonzero(state.complete_episodes()).tolist()} if features else {}
+    keys = np.stack([state.episode_hashes(name) for name in features], axis=1) if features else \
+        np.zeros((len(state.table), 0), np.int64)
+    keys[~state.complete_episodes()] = -1
+    return keys
 
 
-def reductions(keys: Mapping[int, tuple], lengths: np.ndarray, tasks: Sequence[str], stats: Mapping[str, Any],
+def reductions(keys: np.ndarray, lengths: np.ndarray, tasks: Sequence[str], stats: Mapping[str, Any],
                names: Mapping[str, Any], moments: Moments, same: Callable[[int, int], bool] | None
                ) -> tuple[list[Defect], list[Defect], list[str]]:
     """The checks of a dataset as a whole: ``(episode findings, dataset findings, notes)``. ``keys``: each
-    episode's length and data hashes (see :func:`store_keys`), ``same(a, b)`` confirms two on their data."""
-    episode_defects = duplicate_episodes(keys, lengths, same)
+    episode's data hashes (see :func:`store_keys`), ``same(a, b)`` confirms two on their data."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    known = (keys >= 0).any(axis=1) if keys.size else np.zeros(len(lengths), bool)
+    episode_defects = duplicate_episodes(np.where(known[:, None], np.column_stack([lengths, keys]), -1), lengths,
+                                         same)
     dataset_defects = duplicate_tasks(tasks)
     notes = []
     missing = [e for e in range(len(lengths)) if e not in moments.covered]

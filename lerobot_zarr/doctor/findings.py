@@ -21,6 +21,7 @@ within bounds, JSON depth-guarded, every field checked.
 from __future__ import annotations
 
 import json
+import operator
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
@@ -33,7 +34,6 @@ from ..errors import CorruptStoreError
 from ..store.state import StoreState, read_state
 from ..store.tables import parse_ranges, ranges_of
 from ..utils.fileio import atomic_write, check_in_store, load_json, open_nofollow, read_bounded
-from ..utils.hashing import crc32c
 from .checks import Moments
 from .kinds import THRESHOLDS, Defect, frame_ranges, ranges_text
 from .report import DoctorReport
@@ -51,20 +51,41 @@ def _path(root: Path, name: str) -> Path:
     return Path(root) / DOCTOR_DIR / name
 
 
+_MIX = np.array([0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 0xD6E8FEB86659FD93,
+                 0xFF51AFD7ED558CCD, 0xC4CEB9FE1A85EC53, 0x94D049BB133111EB, 0xBF58476D1CE4E5B9], dtype=np.uint64)
+
+
 def identities(state: StoreState, episodes: Iterable[int] | None = None,
                fresh: Mapping[int, Mapping[str, int]] | None = None) -> dict[int, tuple[str | None, str]]:
-    """Each episode's identity (``"crc-length"`` of its ``index`` rows; None where no hash is recorded) and the
-    fingerprint of its features' content hashes (those of ``fresh``, about to be committed, over the state's)."""
-    wanted = list(range(len(state.table))) if episodes is None else [int(e) for e in episodes]
-    crcs = {name: state.episode_hashes(name) for name in sorted(state.arrays)}
-    out = {}
-    for e in wanted:
-        per = {name: int(c[e]) for name, c in crcs.items() if c[e] >= 0}
-        per.update((fresh or {}).get(e, {}))
-        index = per.get("index")
-        out[e] = (None if index is None else f"{index:08x}-{int(state.table.length[e])}",
-                  f"{crc32c(json.dumps(sorted(per.items())).encode()):08x}")
-    return out
+    """Each episode's identity (``"crc-length"`` of its ``index`` rows; None where no hash is recorded) and a
+    fingerprint of its features' content hashes (-1 where none; those of ``fresh``, about to be committed, else
+    the state's): a 64-bit mix of them in feature order, which any change of one changes."""
+    wanted = np.arange(len(state.table)) if episodes is None else np.asarray(list(episodes), dtype=np.int64)
+    names = sorted(state.arrays)
+    fresh = fresh or {}
+    every = operator.itemgetter(*names) if names else (lambda per: ())
+
+    def row(e: int) -> Any:
+        per = fresh.get(e)
+        try:
+            return every(per) if per is not None else (-2,) * len(names)
+        except KeyError:  # some features were not written now: the state has theirs
+            return tuple(per.get(n, -2) for n in names)
+
+    crcs = np.array([row(e) for e in wanted.tolist()], dtype=np.int64).reshape(len(wanted), len(names))
+    for j, name in enumerate(names):
+        lacking = crcs[:, j] == -2
+        if lacking.any():
+            crcs[lacking, j] = state.episode_hashes(name)[wanted[lacking]]
+    mix = np.resize(_MIX, len(names)) + np.arange(len(names), dtype=np.uint64) * np.uint64(2)
+    with np.errstate(over="ignore"):
+        fingerprints = (crcs.astype(np.uint64) * mix).sum(axis=1, dtype=np.uint64) if len(names) else \
+            np.zeros(len(wanted), np.uint64)
+    index = crcs[:, names.index("index")] if "index" in names else np.full(len(wanted), -1)
+    lengths = state.table.length[wanted]
+    return {int(e): (None if i < 0 else f"{i:08x}-{n}", f"{fp:016x}")
+            for e, i, n, fp in zip(wanted.tolist(), index.tolist(), lengths.tolist(), fingerprints.tolist(),
+                                   strict=True)}
 
 
 def append_findings(root: Path, episodes: Mapping[int, tuple[str | None, str]], found: Mapping[int, list[Defect]]
@@ -127,22 +148,38 @@ def load_moments(root: Path, n_episodes: int) -> Moments:
         return Moments()
 
 
-def save_moments(root: Path, moments: Moments, n_episodes: int, *, fresh: bool = False) -> None:
+def save_moments(root: Path, moments: Moments, n_episodes: int, *, fresh: bool = False,
+                 cache: tuple[Any, Moments] | None = None) -> tuple[Any, Moments] | None:
     """Add ``moments`` to the store's (``fresh``: replace them), unless the store's cover some of its episodes
     already (counted by another process meanwhile: never twice; the reduction then finds the moments incomplete
-    and says so). Call it under the store's writer lock."""
-    held = Moments() if fresh else load_moments(root, n_episodes)
+    and says so). Call it under the store's writer lock. ``cache``: what the previous call returned (the file as it
+    wrote it: not read again while it is unchanged); returns what to pass to the next call."""
+    path = _path(root, _MOMENTS)
+    if fresh:
+        held = Moments()
+    elif cache is not None and cache[0] == _stamp(path):
+        held = cache[1]
+    else:
+        held = load_moments(root, n_episodes)
     if not fresh and (not moments.covered or moments.covered & held.covered):
-        return
+        return cache
     held.merge(moments)
     mask = np.zeros(n_episodes, dtype=bool)
     mask[sorted(held.covered)] = True
     doc = {"v": VERSION, "covered": [list(r) for r in ranges_of(mask)],
            "features": {k: {s: v.tolist() for s, v in part.items()} for k, part in held.features.items()}}
-    path = _path(root, _MOMENTS)
     check_in_store(root, path)
     path.parent.mkdir(exist_ok=True)
     atomic_write(path, json.dumps(doc, separators=(",", ":")).encode(), durable=False, root=root)
+    return _stamp(path), held
+
+
+def _stamp(path: Path) -> tuple[int, int, int] | None:
+    try:
+        st = os.stat(path, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns
 
 
 def write_report(root: Path, state: StoreState, episode_defects: list[Defect], dataset_defects: list[Defect],

@@ -16,18 +16,18 @@ from .kinds import THRESHOLDS, Defect
 __all__ = ["duplicate_episodes", "duplicate_tasks", "stats_defects", "dead_channels"]
 
 
-def duplicate_episodes(keys: Mapping[int, tuple], lengths: np.ndarray,
-                       same: Callable[[int, int], bool] | None = None) -> list[Defect]:
-    """Episodes whose data equals an earlier episode's: grouped by ``keys[e]`` (the content hashes of their data
-    features), each candidate confirmed by ``same(first, e)`` (a comparison of the data itself) where given."""
-    groups: dict[tuple, list[int]] = {}
-    for e, key in sorted(keys.items()):
-        if all(k is None for k in key):  # nothing known of its data
-            continue
-        groups.setdefault(key, []).append(e)
+def duplicate_episodes(keys: np.ndarray, lengths: np.ndarray, same: Callable[[int, int], bool] | None = None
+                       ) -> list[Defect]:
+    """Episodes whose data equals an earlier episode's: grouped by their row of ``keys`` ((episodes, k) int64: the
+    length and the content hashes of the data features, -1 where unknown; episodes whose row is all -1 are left
+    out), each candidate confirmed by ``same(first, e)`` (a comparison of the data itself) where given."""
+    known = np.flatnonzero((keys >= 0).any(axis=1)) if keys.size else np.zeros(0, np.int64)
+    if not known.size:
+        return []
+    _, group, counts = np.unique(keys[known], axis=0, return_inverse=True, return_counts=True)
     out = []
-    for eps in groups.values():
-        first, *later = eps
+    for g in np.flatnonzero(counts > 1).tolist():
+        first, *later = known[group.reshape(-1) == g].tolist()
         for e in later:
             if same is None or same(first, e):
                 n = int(lengths[e])

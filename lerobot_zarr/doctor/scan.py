@@ -112,7 +112,7 @@ def doctor_source(source: str | os.PathLike | SourceFiles, *, episodes: list[int
     wanted = list(range(n)) if episodes is None else sorted({int(e) for e in episodes if 0 <= int(e) < n})
     checkup = Checkup.of_source(src, lenient=True)
     features = data_features(checkup.ctx.kinds)
-    keys: dict[int, tuple] = {}
+    keys = np.full((n, len(features)), -1, dtype=np.int64)
     cameras = [k for k, v in src.stored_features.items() if v.kind == "video"] if videos else []
     if cameras and not have_pyav():
         notes.append(f"the videos of {cameras} were not checked: decoding them needs PyAV (pip install av)")
@@ -128,8 +128,7 @@ def doctor_source(source: str | os.PathLike | SourceFiles, *, episodes: list[int
             try:
                 for e, frames in src.iter_episodes(eps, checked=False):
                     checkup.frames(e, frames)
-                    keys[e] = (int(src.episodes.length[e]), *(crc32c(np.ascontiguousarray(frames[k]))
-                                                             for k in features))
+                    keys[e] = [crc32c(np.ascontiguousarray(frames[k])) for k in features]
                     read.append(e)
                     decoding.extend(pool.submit(_check_video, src, checkup, e, name, frames["timestamp"])
                                     for name in cameras)
