@@ -3,7 +3,7 @@ keeps what it found in the episodes it had done.
 
 Files (under ``.doctor/`` in the store; not part of the zarr hierarchy, like ``.episode_stats/``)::
 
-    .doctor/episodes.jsonl   one JSON line per commit of a transcode (or one per ``ds.doctor()``): the episodes it
+    .doctor/findings.ndjson  one JSON line per commit of a transcode (or one per ``ds.doctor()``): the episodes it
                              checked, each with its identity, and their findings. Appended under the writer lock just
                              before the commit that lists them (an episode checked again adds the same findings)
     .doctor/moments.json     the moments of the numeric features over the episodes they cover (for the reductions)
@@ -42,7 +42,7 @@ __all__ = ["DOCTOR_DIR", "identities", "append_findings", "replace_findings", "l
            "write_report", "read_report", "has_report", "recorded_findings"]
 
 DOCTOR_DIR = ".doctor"
-_EPISODES, _MOMENTS, _REPORT = "episodes.jsonl", "moments.json", "report.json"
+_EPISODES, _MOMENTS, _REPORT = "findings.ndjson", "moments.json", "report.json"
 _MAX_FILE = 512 << 20
 VERSION = 1
 

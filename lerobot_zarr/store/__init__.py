@@ -32,7 +32,7 @@ Layout of a store folder::
                                JSON list): the next writer recomputes their stats and content hashes
     .retired/<feature>/<k>     pack files of retired packs, kept a while for readers of older commits
     .doctor/                   the dataset doctor's findings (see :mod:`lerobot_zarr.doctor.findings`): per episode
-                               as checked (``episodes.jsonl``), the sums for the checks of the whole dataset
+                               as checked (``findings.ndjson``), the sums for the checks of the whole dataset
                                (``moments.json``) and its last report (``report.json``); no part of the data
     .lock                      writer lock (``flock``); not part of the zarr hierarchy
     .lerobot_zarr-creating     present only while a store is being laid out (before its first commit)

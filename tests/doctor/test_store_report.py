@@ -117,18 +117,14 @@ def test_drop_defective_is_refused_until_the_doctor_checked_every_episode(tmp_pa
         assert ds.drop_defective() == [3]
 
 
-def _lines(store):
-    return (store / ".doctor" / "episodes.jsonl").read_text().splitlines()
-
-
 def test_the_report_files_are_untrusted(jump_store):
     _, store = jump_store
-    path = store / ".doctor" / "episodes.jsonl"
+    path = store / ".doctor" / "findings.ndjson"
     good = path.read_text()
     path.write_text(good + '{"v": 1, "episodes": [[3, nu')  # a line cut by a crash: its commit never happened
     assert _found(read_report(store)) == [("jump", 3, "observation.state", ((20, 21),))]
     path.write_text('{"v": 1, "episodes": [[3, null, null]], "defects": [{"kind": "boom", "episode": 3}]}\n' + good)
-    with pytest.raises(CorruptStoreError, match="episodes.jsonl: unreadable finding"):
+    with pytest.raises(CorruptStoreError, match="findings.ndjson: unreadable finding"):
         read_report(store)
     path.write_text("[" * 100 + "]" * 100 + "\n" + good)
     with pytest.raises(CorruptStoreError, match="nested too deeply|deeper"):
@@ -137,7 +133,7 @@ def test_the_report_files_are_untrusted(jump_store):
     with pytest.raises(CorruptStoreError, match="not \\[episode, identity, fingerprint\\]"):
         read_report(store)
     path.unlink()
-    (store / ".doctor" / "episodes.jsonl").symlink_to(store / "zarr.json")
+    (store / ".doctor" / "findings.ndjson").symlink_to(store / "zarr.json")
     with pytest.raises(CorruptStoreError):
         read_report(store)
 
