@@ -18,7 +18,8 @@ from .errors import *  # noqa: F403  (the curated list is errors.__all__)
 from .errors import __all__ as _errors
 from .mixtures.mixture import LeRobotZarrMixture, MixtureMeta, open_mixture
 from .mixtures.sampler import MixtureSampler
-from .sampling.dataset import DatasetMeta, LeRobotZarrDataset
+from .sampling.dataset import LeRobotZarrDataset
+from .sampling.meta import DatasetMeta
 from .sampling.sharding import episodes_for_rank, split_episodes
 from .sampling.streams import SampleStream, stream
 from .store.cache import cache_info

@@ -11,13 +11,15 @@ from .errors import ArgumentError, HubError, NotMaterializedError, warn_once
 from .hub.files import HubFiles
 from .hub.revisions import resolve_revision
 from .resolve import resolve_source
-from .sampling.dataset import DatasetMeta, EpisodeSelection, ImageFormat, LeRobotZarrDataset
+from .sampling.dataset import DEPTH_UNITS, DepthUnit, EpisodeSelection, ImageFormat, LeRobotZarrDataset
+from .sampling.meta import DatasetMeta
 from .sampling.selection import check_selection
 from .store.cache import cache_home, hub_store_path, read_ref, record_ref, store_path_for, variant_path
 from .store.cameras import kept_description
 from .store.state import has_commit_point, read_state
 from .store.tables import DEFAULT_PACK_BYTES
-from .writing.transcode import CameraStorage, camera_choices_key, fetch_missing, missing_episodes, transcode
+from .writing.camera_choices import CameraStorage, camera_choices_key
+from .writing.transcode import fetch_missing, missing_episodes, transcode
 
 if TYPE_CHECKING:
     from .lerobot.source import LeRobotSource
@@ -44,6 +46,7 @@ def open_dataset(
     revision: str | None = None,
     token: str | bool | None = None,
     image_format: ImageFormat = "uint8_hwc",
+    depth_unit: DepthUnit = "mm",
     progress: bool = True,
     lazy: bool = False,
     mode: Mode = "r",
@@ -64,6 +67,9 @@ def open_dataset(
         delta_timestamps: ``{feature: [seconds, ...]}`` temporal windows, as in LeRobotDataset.
         revision: Hub branch, tag or commit (default: LeRobot's choice, tag ``v3.0``); token: Hub token.
         image_format: ``"uint8_hwc"`` (default) or LeRobot's ``"float32_chw"`` in [0, 1].
+        depth_unit: depth cameras (``meta.depth_keys``) come as float32 depth in ``"mm"`` (default, LeRobot's) or
+            ``"m"``, dequantized or converted as LeRobot does, and their stats in the same unit
+            (:mod:`lerobot_zarr.cameras.depth`). Other features keep their stored dtype.
         progress: show a progress bar while transcoding (also off with HF_HUB_DISABLE_PROGRESS_BARS=1).
         lazy: fetch nothing up front (the store holds the metadata only) and fetch each episode the first time a
             sample touches it, in the process that samples (DataLoader workers use the default Hub credentials,
@@ -88,6 +94,8 @@ def open_dataset(
     """
     if mode not in ("r", "r+"):
         raise ArgumentError(f"mode must be 'r' or 'r+', got {mode!r}")
+    if depth_unit not in DEPTH_UNITS:
+        raise ArgumentError(f"depth_unit must be one of {DEPTH_UNITS}, got {depth_unit!r:.40}")
     episodes = check_selection(episodes)
     if mode == "r+" and (episodes is not None or lazy):
         raise ArgumentError("mode='r+' opens every episode: episodes= and lazy=True do not apply")
@@ -118,9 +126,10 @@ def open_dataset(
     if mode == "r+":
         from .writing.writer import WritableDataset
 
-        return WritableDataset(store, delta_timestamps=delta_timestamps, image_format=image_format)
+        return WritableDataset(store, delta_timestamps=delta_timestamps, image_format=image_format,
+                               depth_unit=depth_unit)
     return LeRobotZarrDataset(store, episodes=episodes, delta_timestamps=delta_timestamps, image_format=image_format,
-                              lazy=lazy, fetch=_fetch if lazy else None)
+                              lazy=lazy, fetch=_fetch if lazy else None, depth_unit=depth_unit)
 
 
 def _variant(store: Path, storage: Mapping[str, Any] | None, resize: Mapping[str, Any] | None) -> Path:
@@ -220,23 +229,25 @@ def materialize(store: str | os.PathLike, episodes: EpisodeSelection | None, *, 
 
 
 def inspect(source: str | os.PathLike, *, revision: str | None = None,
-            token: str | bool | None = None) -> DatasetMeta:
+            token: str | bool | None = None, depth_unit: DepthUnit = "mm") -> DatasetMeta:
     """What a dataset holds, from its metadata alone: features, fps, robot type, episodes and their lengths,
-    tasks, stats, and in ``meta.unavailable`` the episodes whose camera video file is missing. ``source`` is a Hub
+    tasks, stats (depth cameras' in ``depth_unit``), depth cameras (``meta.depth_keys``), features no store can hold
+    (``meta.not_materialized``, with why), and in ``meta.unavailable`` the episodes whose camera video file is
+    missing. ``source`` is a Hub
     repo id (info.json, the episode table without per-episode stats, tasks and stats.json are read;
     ``meta.source["hub_bytes"]`` gives the bytes of data and videos on the Hub), a LeRobot folder (its metadata
     files) or a store (its root ``zarr.json``). No data file is read."""
     src = resolve_source(source, revision=revision, token=token, hub_first=True)
     if src.kind == "store":
-        return DatasetMeta.from_state(read_state(src.path))
+        return DatasetMeta.from_state(read_state(src.path), depth_unit)
     if src.kind == "folder":
         lerobot = _lerobot_source(src.path)
-        meta = DatasetMeta.from_source(lerobot)
+        meta = DatasetMeta.from_source(lerobot, depth_unit)
     else:
         revision, commit = resolve_revision(src.repo_id, revision, token=token)
         files = HubFiles(src.repo_id, commit, revision=revision, token=token)
         lerobot = _lerobot_source(files)
-        meta = DatasetMeta.from_source(lerobot)
+        meta = DatasetMeta.from_source(lerobot, depth_unit)
         meta.source["hub_bytes"] = {top: sum(n for p, n in files.sizes.items() if p.startswith(top + "/"))
                                     for top in ("data", "videos", "meta")}
     found: dict[str, bool] = {}

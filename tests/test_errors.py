@@ -35,7 +35,6 @@ from lerobot_zarr import (
     SourceNotFoundError,
     StoreError,
     StoreLockedError,
-    UnsupportedDtypeError,
     UnsupportedStoreError,
     open_dataset,
 )
@@ -290,12 +289,15 @@ def test_null_values(tmp_path, where):
 
 
 @pytest.mark.parametrize("dtype", ["complex64", "foo", ["float32"]])
-def test_unsupported_dtype(tmp_path, dtype):
+def test_a_feature_of_an_unsupported_dtype_is_left_out_alone(tmp_path, dtype):
+    """A dtype LeRobot does not write: that feature is left out (named, with why, and a warning), never the whole
+    dataset."""
     src = make_source(tmp_path / "src")
     edit_info(src, lambda info: info["features"]["action"].update(dtype=dtype))
-    msg = raises(UnsupportedDtypeError, TypeError, open_, src, tmp_path / "store")
-    assert "'action'" in msg and "info.json" in msg
-    assert not (tmp_path / "store").exists()
+    with pytest.warns(LeRobotZarrWarning, match="'action' is left out"):
+        ds = open_(src, tmp_path / "store")
+    assert "info.json" in ds.left_out["action"] and repr(dtype)[:20] in ds.left_out["action"]
+    assert "action" not in ds[0] and "observation.state" in ds[0]
 
 
 def test_negative_declared_shape(tmp_path):

@@ -107,22 +107,23 @@ def test_a_camera_in_delta_timestamps_on_a_real_dataset_names_the_episodes_that_
 
 def test_edit_keeping_four_g1_episodes_computes_stats_of_those_only(g1_store, tmp_path, capsys, monkeypatch):
     import lerobot_zarr.writing.transaction as transaction
+    import lerobot_zarr.writing.values as values
 
     store = tmp_path / "g1"
     shutil.copytree(g1_store, store)
     cameras, bars = [], []
-    real_stats, real_bar = transaction.episode_stats, transaction.progress_bar
+    real_stats, real_bar = values.episode_stats, transaction.progress_bar
 
-    def counting(values, kind):
+    def counting(frames, kind, **kwargs):
         if kind == "video":
-            cameras.append(len(values))
-        return real_stats(values, kind)
+            cameras.append(len(frames))
+        return real_stats(frames, kind, **kwargs)
 
     def recording(total, desc, enabled, **kwargs):
         bars.append((total, desc))
         return real_bar(total, desc, enabled, **kwargs)
 
-    monkeypatch.setattr(transaction, "episode_stats", counting)
+    monkeypatch.setattr(values, "episode_stats", counting)  # the writer's stats of stored values
     monkeypatch.setattr(transaction, "progress_bar", recording)
     code, out, err = run(capsys, "edit", str(store), "--keep-episodes", "1,2,4,5")
     assert code == 0, err

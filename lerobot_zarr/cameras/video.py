@@ -18,17 +18,22 @@ import numpy as np
 
 from ..errors import MissingExtraError, import_optional, missing_extra
 
-__all__ = ["TOLERANCE_S", "VideoUnavailable", "DecodeLog", "decode_into", "have_pyav", "VideoWriter", "ENCODING"]
+__all__ = ["TOLERANCE_S", "VideoUnavailable", "DecodeLog", "decode_into", "have_pyav", "VideoWriter", "ENCODING",
+           "DEPTH_ENCODING"]
 
 #: LeRobot's ``tolerance_s``, the one timestamp tolerance of lerobot_zarr: between a dataset timestamp and a decoded
 #: frame's, between consecutive timestamps and 1/fps, and of ``delta_timestamps`` to multiples of 1/fps
 TOLERANCE_S = 1e-4
 ENCODING = {"vcodec": "libsvtav1", "pix_fmt": "yuv420p", "g": 2, "crf": 30, "preset": 12}
+# LeRobot's depth encoder (DepthEncoderConfig), with closed GOPs (x265's open GOPs leave frames a seek cannot decode)
+DEPTH_ENCODING = {"vcodec": "hevc", "pix_fmt": "gray12le", "g": 2, "crf": 30,
+                  "extra_options": {"x265-params": "lossless=1:open-gop=0"}}
 # Extra SVT-AV1 parameters ("key=value:..."), e.g. "lp=1": one level of parallelism, 4 threads instead of ~40,
 # the same bytes, ~1.5x slower at 480x640 on 2 cores. Our test suite sets it: under heavy load the default was
 # seen to hang in svt_av1_enc_send_picture.
 SVT_PARAMS_ENV = "LEROBOT_ZARR_SVTAV1_PARAMS"
 _FORMATS = {1: "gray", 3: "rgb24", 4: "rgba"}
+_DEPTH_FORMAT = "gray12le"  # LeRobot's depth frames: 12-bit codes in uint16 (its decoder asks the same format)
 
 
 class VideoUnavailable(Exception):
@@ -58,8 +63,7 @@ class DecodeLog:
     the frame query ``i`` got (NaN: none); ``unused``, the times of decoded frames between the first and the last
     query that no query took (frames the data has no row for); ``last``, the time of the file's last frame when the
     decode reached the end of the file (else None). With a log, a timestamp without a frame within ``TOLERANCE_S``
-    does not stop the decode: every query gets its nearest frame, then :class:`VideoUnavailable` is raised as
-    without one."""
+    does not stop the decode: every query gets its nearest frame, then the decode fails as without one."""
 
     times: np.ndarray = field(default_factory=lambda: np.zeros(0))
     unused: list[float] = field(default_factory=list)
@@ -67,38 +71,63 @@ class DecodeLog:
 
 
 def decode_into(source: BinaryIO | str, sink: Callable[[bytes], None], queries: np.ndarray,
-                frame_shape: Sequence[int], where: str, log: DecodeLog | None = None) -> None:
+                frame_shape: Sequence[int], where: str, *, depth: bool = False,
+                rewind: Callable[[], None] | None = None, log: DecodeLog | None = None) -> None:
     """Decode the frames nearest to ``queries`` (seconds in the file, increasing), handing each to ``sink`` as
-    raw uint8 HWC bytes, in order.
+    raw HWC bytes, in order: uint8, or for a depth camera (``depth``) LeRobot's 12-bit codes as uint16 (its
+    ``gray12le`` frames).
 
     ``where`` names the episode and camera in messages. Raises :class:`VideoUnavailable` when the file cannot be
     decoded, a frame has another shape, or a timestamp has no frame within ``TOLERANCE_S``; what the sink got
-    until then is garbage (only a commit makes a chunk part of a store). ``log`` (a :class:`DecodeLog`) is filled
-    with what the decode saw.
+    until then is garbage (only a commit makes a chunk part of a store). A decoder started at a keyframe may drop
+    the frames that refer to pictures before it (HEVC's open GOPs, which LeRobot's concatenated HEVC files have):
+    when a frame is missing after a seek, ``rewind()`` (if given) tells the sink to start over, and decoding starts
+    again a keyframe earlier, then at the file's start. ``log`` (a :class:`DecodeLog`) is filled with what the last
+    attempt saw.
     """
     import av
 
     height, width, channels = (int(s) for s in frame_shape)
-    fmt = _FORMATS.get(channels)
-    if fmt is None:
-        raise VideoUnavailable(f"{where}: {channels} channels cannot be decoded")
+    fmt = _DEPTH_FORMAT if depth else _FORMATS.get(channels)
+    if fmt is None or (depth and channels != 1):
+        raise VideoUnavailable(f"{where}: {channels} channels cannot be decoded" + (" as depth" if depth else ""))
     queries = np.asarray(queries, dtype=np.float64)
-    if log is not None:
-        log.times, log.unused, log.last = np.full(len(queries), np.nan), [], None
+    seek = float(queries[0]) - TOLERANCE_S
     try:
-        with av.open(source, mode="r") as container:
-            stream = container.streams.video[0]
-            stream.thread_type = "AUTO"
-            tb = stream.time_base
-            container.seek(max(0, int((queries[0] - TOLERANCE_S) / tb)), stream=stream, backward=True,
-                           any_frame=False)
-            written = _match(container.decode(stream), queries, sink, (height, width, channels), fmt, where, log)
+        for attempt in range(3):  # at the first query, one keyframe earlier, at the start
+            if attempt and hasattr(source, "seek"):
+                source.seek(0)
+            with av.open(source, mode="r") as container:
+                stream = container.streams.video[0]
+                stream.thread_type = "AUTO"
+                tb = stream.time_base
+                container.seek(max(0, int(seek / tb)), stream=stream, backward=True, any_frame=False)
+                if log is not None:
+                    log.times, log.unused, log.last = np.full(len(queries), np.nan), [], None
+                try:
+                    written = _match(container.decode(stream), queries, sink, (height, width, channels), fmt, where,
+                                     log)
+                    break
+                except _Gap as gap:
+                    if seek <= 0 or rewind is None or attempt == 2:
+                        raise VideoUnavailable(str(gap)) from None
+                    rewind()
+                    seek = (gap.first - TOLERANCE_S if attempt == 0 and gap.first is not None and gap.first < seek
+                            else 0.0)
     except (VideoUnavailable, ConnectionError):  # a network failure (HubError) is not the file's fault: retry later
         raise
     except (av.error.FFmpegError, OSError, ValueError, IndexError) as exc:  # IndexError: no video stream
         raise VideoUnavailable(f"{where}: cannot decode ({type(exc).__name__}: {exc})") from None
     if written != len(queries):
         raise VideoUnavailable(f"{where}: decoded {written} of {len(queries)} frames")
+
+
+class _Gap(VideoUnavailable):
+    """A timestamp with no decoded frame within the tolerance; ``first``: the first frame decoded (seconds)."""
+
+    def __init__(self, message: str, first: float | None):
+        super().__init__(message)
+        self.first = first
 
 
 def _match(frames: Any, queries: np.ndarray, sink: Callable[[bytes], None], shape: tuple[int, int, int], fmt: str,
@@ -108,6 +137,7 @@ def _match(frames: Any, queries: np.ndarray, sink: Callable[[bytes], None], shap
     n = len(queries)
     qi = 0
     prev: tuple[float, Any] | None = None
+    first: list[float] = []
     cache: list[tuple[Any, bytes]] = []  # the frame chosen last and its pixels (holding it keeps its id unique)
     taken: list[bool] = [False, False]  # whether prev, and the current frame, were taken by a query
     late: list[str] = []  # with a log: the first timestamp out of tolerance
@@ -127,7 +157,7 @@ def _match(frames: Any, queries: np.ndarray, sink: Callable[[bytes], None], shap
             message = (f"{where}: no frame within {TOLERANCE_S} s of timestamp {q:.6f} s (nearest decoded frame at "
                        f"{t:.6f} s)")
             if log is None:
-                raise VideoUnavailable(message)
+                raise _Gap(message, first[0] if first else None)
             late[:1] = late[:1] or [message]
         if log is not None:
             log.times[qi] = t
@@ -141,6 +171,8 @@ def _match(frames: Any, queries: np.ndarray, sink: Callable[[bytes], None], shap
         if frame.time is None:
             raise VideoUnavailable(f"{where}: decoded a frame without a timestamp")
         t = float(frame.time)
+        if not first:
+            first.append(t)
         while qi < n and queries[qi] <= t:
             q = float(queries[qi])
             if prev is not None and abs(prev[0] - q) < abs(t - q):
@@ -162,27 +194,37 @@ def _match(frames: Any, queries: np.ndarray, sink: Callable[[bytes], None], shap
             write(prev[0], prev[1], float(queries[qi]))
             qi += 1
     if late:
-        raise VideoUnavailable(late[0])
+        raise _Gap(late[0], first[0] if first else None)
     return qi
 
 
 class VideoWriter:
-    """One LeRobot mp4 file: episodes appended one after the other; ``duration`` is where the next one starts."""
+    """One LeRobot mp4 file: episodes appended one after the other; ``duration`` is where the next one starts.
+    Colour cameras are encoded as LeRobot's default (AV1); depth cameras (``depth``: 12-bit codes, uint16 frames)
+    as LeRobot's depth encoder does (HEVC, ``gray12le``, lossless), with closed GOPs: a decoder that seeks to a
+    keyframe (LeRobot's) then finds every frame after it."""
 
-    def __init__(self, path: str | os.PathLike, fps: float, width: int, height: int, channels: int = 3):
+    def __init__(self, path: str | os.PathLike, fps: float, width: int, height: int, channels: int = 3, *,
+                 depth: bool = False):
         av = import_optional("av", "encoding videos")
 
         os.environ.setdefault("SVT_LOG", "1")  # SVT-AV1 prints its banner and settings to stderr otherwise
         self.fps = Fraction(fps).limit_denominator(1001)
+        self.depth = depth
+        encoding = DEPTH_ENCODING if depth else ENCODING
         self.container = av.open(str(path), mode="w")
-        self.stream = self.container.add_stream(ENCODING["vcodec"], rate=self.fps)
+        self.stream = self.container.add_stream(encoding["vcodec"], rate=self.fps)
         self.stream.width, self.stream.height = width, height
-        self.stream.pix_fmt = ENCODING["pix_fmt"]
-        options = {"g": str(ENCODING["g"]), "crf": str(ENCODING["crf"]), "preset": str(ENCODING["preset"])}
-        if os.environ.get(SVT_PARAMS_ENV):
-            options["svtav1-params"] = os.environ[SVT_PARAMS_ENV]
+        self.stream.pix_fmt = encoding["pix_fmt"]
+        options = {"g": str(encoding["g"]), "crf": str(encoding["crf"])}
+        if depth:
+            options["x265-params"] = DEPTH_ENCODING["extra_options"]["x265-params"] + ":log-level=error"
+        else:
+            options["preset"] = str(encoding["preset"])
+            if os.environ.get(SVT_PARAMS_ENV):
+                options["svtav1-params"] = os.environ[SVT_PARAMS_ENV]
         self.stream.options = options
-        self.format = _FORMATS[channels]
+        self.format = _DEPTH_FORMAT if depth else _FORMATS[channels]
         self.frames = 0
 
     @property
@@ -191,13 +233,18 @@ class VideoWriter:
         return float(self.frames / self.fps)
 
     def add(self, frames: np.ndarray) -> tuple[float, float]:
-        """Append an episode's frames (T, H, W, C) uint8; return its ``(from_timestamp, to_timestamp)``."""
+        """Append an episode's frames (T, H, W, C) uint8 (a depth camera's: uint16 12-bit codes); return its
+        ``(from_timestamp, to_timestamp)``."""
         import av
 
         start = self.duration
         for image in frames:
-            frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(image if image.shape[-1] != 1 else image[..., 0]),
-                                               format=self.format)
+            pixels = np.ascontiguousarray(image if image.shape[-1] != 1 else image[..., 0])
+            frame = av.VideoFrame.from_ndarray(pixels, format=self.format)
+            if self.depth:  # rows padded to the plane's line size: copied row by row
+                plane = frame.planes[0]
+                rows = np.frombuffer(plane, dtype=np.uint16).reshape(pixels.shape[0], plane.line_size // 2)
+                rows[:, :pixels.shape[1]] = pixels
             frame.pts = self.frames
             frame.time_base = 1 / self.fps
             self.container.mux(self.stream.encode(frame))

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..errors import ArgumentError, FrameIndexError, LeRobotZarrError, LeRobotZarrWarning, NotMaterializedError
 from ..lerobot.format import DEFAULT_FEATURES
-from ..sampling.dataset import DatasetMeta
+from ..sampling.meta import DatasetMeta
 from .info import is_store
 from .options import episode_list
 from .push import add_push_options, push_and_report

@@ -13,16 +13,17 @@ from typing import Any, Literal, NotRequired, TypedDict
 
 import numpy as np
 
-from ..lerobot.format import CAMERA_DTYPES, DEFAULT_FEATURES
-from ..sampling.dataset import DatasetMeta
+from ..cameras.depth import Quantizer, is_depth_feature
+from ..lerobot.format import CAMERA_DTYPES, DEFAULT_FEATURES, TEXT_DTYPES
+from ..sampling.meta import DatasetMeta
 from .text import episodes_text, size_text, source_line
 
 __all__ = ["EpisodeLengths", "FeatureSummary", "Status", "Summary", "add_parser", "describe", "describe_json",
            "feature_status", "is_store", "run"]
 
-# stored: in the store, or to be stored by a transcode ("to store" in a source's summary); not stored: never (e.g.
-# strings); unavailable: the source cannot give it for the episodes concerned; partly unavailable: some lack it;
-# needs PyAV: a video camera this Python cannot decode
+# stored: in the store, or to be stored by a transcode ("to store" in a source's summary); not stored: never (a
+# dtype LeRobot does not write); unavailable: the source cannot give it for the episodes concerned; partly
+# unavailable: some lack it; needs PyAV: a video camera this Python cannot decode
 Status = Literal["stored", "to store", "not stored", "unavailable", "partly unavailable", "needs PyAV"]
 
 
@@ -34,6 +35,7 @@ class FeatureSummary(TypedDict):
     why: str
     episodes_with: NotRequired[list[int]]  # stored cameras: what to select for complete samples
     episodes_without: NotRequired[list[int]]
+    depth: NotRequired[str]  # a depth camera: how it is recorded (unit, a video's quantizer), in words
 
 
 class EpisodeLengths(TypedDict):
@@ -96,9 +98,10 @@ def is_store(meta: DatasetMeta) -> bool:
 
 def feature_status(meta: DatasetMeta, name: str) -> tuple[Status, str]:
     """``(status, why)`` of a feature: ``stored`` (in the store, or to be stored by a transcode), ``not stored``
-    (never, e.g. strings), ``unavailable`` (the source cannot give it for the episodes concerned: samples leave it
-    out), ``partly unavailable`` (some episodes lack it: samples of a selection of the others have it), or
-    ``needs PyAV`` (a video camera this Python cannot decode: samples leave it out until PyAV is installed)."""
+    (never, e.g. a dtype LeRobot does not write), ``unavailable`` (the source cannot give it for the episodes
+    concerned: samples leave it out), ``partly unavailable`` (some episodes lack it: samples of a selection of the
+    others have it), or ``needs PyAV`` (a video camera this Python cannot decode: samples leave it out until PyAV
+    is installed)."""
     if name in meta.not_materialized:
         return "not stored", meta.not_materialized[name]
     status, why = _availability(meta, name)
@@ -140,9 +143,31 @@ def _stats_means(meta: DatasetMeta) -> dict[str, list[float]]:
 
 
 def _frame_bytes(ft: dict) -> int:
+    """A frame's bytes in a store (a text frame's: its place in the shard index and a short string)."""
     dtype = ft["dtype"]
-    itemsize = 1 if dtype in CAMERA_DTYPES or dtype == "bool" else np.dtype(dtype).itemsize
+    if dtype in TEXT_DTYPES:
+        return 16 + 32
+    if dtype in CAMERA_DTYPES:
+        depth = is_depth_feature(ft)
+        itemsize = 1 if not depth else 2 if dtype == "video" or (ft.get("info") or {}).get("depth_unit") == "mm" else 4
+    else:
+        itemsize = np.dtype(dtype).itemsize
     return int(np.prod(ft.get("shape") or [1])) * itemsize
+
+
+def _depth_text(ft: dict) -> str:
+    """How a depth camera is recorded, in words (the unit; a video's 12-bit quantizer)."""
+    info = ft.get("info") if isinstance(ft.get("info"), dict) else {}
+    unit = info.get("depth_unit")
+    text = f"depth map in {unit}" if unit else "depth map of unrecorded unit (served as stored)"
+    if ft["dtype"] == "video":
+        try:
+            q = Quantizer.of(info)
+        except ValueError as exc:
+            return f"{text}; quantizer unreadable ({exc})"
+        text += (f"; 12-bit codes, {'log' if q.use_log else 'linear'} quantizer {q.depth_min:g}..{q.depth_max:g} m"
+                 + (f" (shift {q.shift:g} m)" if q.use_log else ""))
+    return text
 
 
 def describe_json(meta: DatasetMeta) -> Summary:
@@ -154,6 +179,8 @@ def describe_json(meta: DatasetMeta) -> Summary:
         status, why = feature_status(m, name)
         features[name] = {"dtype": ft["dtype"], "shape": list(ft.get("shape") or []), "names": ft.get("names"),
                           "status": status, "why": why}
+        if name in m.depth_keys:
+            features[name]["depth"] = _depth_text(ft)
         if ft["dtype"] in CAMERA_DTYPES and name in m.stored_features:
             lacking = m.unavailable.get(name, {})
             features[name]["episodes_with"] = [int(e) for e in held_or_all if int(e) not in lacking]
@@ -221,6 +248,8 @@ def describe(meta: DatasetMeta) -> str:
         plain = ft["status"] in ("stored", "to store") or name in DEFAULT_FEATURES
         status = ft["status"] if plain else ft["status"].upper()
         lines.append(f"  {name:<32} {ft['dtype']:<8} {tuple(ft['shape'])!s:<14} {status}{shown}")
+        if "depth" in ft:
+            lines.append(f"      {ft['depth']}")
         if ft["why"]:
             lines.append(f"      why: {ft['why']}")
     if d["stats_mean"]:

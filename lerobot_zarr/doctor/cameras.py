@@ -21,10 +21,11 @@ class FrameWatch:
     or :meth:`wrap` around a decoder's sink) or for a whole episode of images (:meth:`see_all`). Its ``log`` is
     what the decode of a video saw (filled by the decoder)."""
 
-    def __init__(self, episode: int, feature: str, fps: float, thresholds: Mapping[str, float] = THRESHOLDS):
+    def __init__(self, episode: int, feature: str, fps: float, thresholds: Mapping[str, float] = THRESHOLDS, *,
+                 colour: bool = True):
         self.episode, self.feature, self.fps = episode, feature, fps
         self.frozen_frames = max(2, math.ceil(fps * thresholds["frozen_seconds"] - 1e-9))
-        self.black_level = thresholds["black_level"]
+        self.black_level = thresholds["black_level"] if colour else None  # a depth map is never "black"
         self.log = DecodeLog()
         self.n = 0
         self._previous: bytes | None = None
@@ -38,12 +39,20 @@ class FrameWatch:
             self.see(frame)
         return watched
 
+    def rewinding(self, rewind: Callable[[], None] | None = None) -> Callable[[], None]:
+        """What the decoder calls when it starts the episode over (``rewind``, the sink's own, first)."""
+        def restart() -> None:
+            if rewind is not None:
+                rewind()
+            self.n, self._previous, self._run_start, self._runs, self._black = 0, None, 0, [], []
+        return restart
+
     def see(self, frame: bytes) -> None:
         """The next frame (raw uint8 bytes)."""
         if self._previous is None or frame != self._previous:  # bytes equality: one memcmp
             self._end_run()
             self._run_start = self.n
-        if np.frombuffer(frame, np.uint8)[::_STRIDE].mean() < self.black_level:
+        if self.black_level is not None and np.frombuffer(frame, np.uint8)[::_STRIDE].mean() < self.black_level:
             self._black.append(self.n)
         self._previous = frame
         self.n += 1
@@ -55,7 +64,8 @@ class FrameWatch:
             return
         flat = frames.reshape(n, -1)
         sample = flat[:, ::_STRIDE]
-        self._black.extend(np.flatnonzero(sample.mean(axis=1) < self.black_level).tolist())
+        if self.black_level is not None:
+            self._black.extend(np.flatnonzero(sample.mean(axis=1) < self.black_level).tolist())
         maybe = np.flatnonzero((sample[1:] == sample[:-1]).all(axis=1)) + 1  # frame i equals frame i - 1 there?
         same = np.zeros(n, dtype=bool)
         same[[i for i in maybe.tolist() if np.array_equal(flat[i], flat[i - 1])]] = True

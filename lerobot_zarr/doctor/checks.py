@@ -25,9 +25,10 @@ __all__ = ["Context", "Batch", "Moments", "NumericChecks", "CHECKS", "channel_na
 @dataclass(frozen=True)
 class Context:
     """What the checks know of a dataset: ``fps``; ``kinds`` of its stored features (``"numeric"``, ``"image"``,
-    ``"video"``) and their LeRobot ``names``; ``stats`` (stats.json); the number of tasks; each episode's first
-    global ``index`` (``starts``); and ``lenient``: also check what the transcode refuses (timestamps 1/fps apart,
-    ``episode_index``, ``index``, ``task_index``), for the doctor's scan of a source."""
+    ``"video"``; text features are not checked) and their LeRobot ``names``; ``stats`` (stats.json); the number
+    of tasks; each episode's first global ``index`` (``starts``); ``lenient``: also check what the transcode
+    refuses (timestamps 1/fps apart, ``episode_index``, ``index``, ``task_index``), for the doctor's scan of a
+    source; the cameras that are ``depth`` maps."""
 
     fps: float
     kinds: Mapping[str, str]
@@ -37,6 +38,7 @@ class Context:
     starts: np.ndarray
     lenient: bool = False
     thresholds: Mapping[str, float] = field(default_factory=lambda: dict(THRESHOLDS))
+    depth: frozenset[str] = frozenset()  # cameras whose frames are depth, not colour: never "black"
 
     def stat(self, feature: str, name: str, channels: int) -> np.ndarray | None:
         """stats.json's ``name`` of ``feature`` as ``channels`` float64 values, or None when it has none of that

@@ -36,11 +36,11 @@ VIDEO_KINDS = frozenset(k for k in KINDS if k.startswith("video_"))
 
 
 def _context(fps: float, arrays: Mapping[str, str], info: Mapping[str, Any], stats: Mapping[str, Any], n_tasks: int,
-             starts: np.ndarray, lenient: bool) -> Context:
+             starts: np.ndarray, lenient: bool, depth: set[str]) -> Context:
     features = info.get("features", {}) if isinstance(info.get("features"), Mapping) else {}
     names = {k: v.get("names") for k, v in features.items() if isinstance(v, Mapping)}
     return Context(float(fps), dict(arrays), names, stats if isinstance(stats, Mapping) else {}, n_tasks,
-                   np.asarray(starts, dtype=np.int64), lenient, dict(THRESHOLDS))
+                   np.asarray(starts, dtype=np.int64), lenient, dict(THRESHOLDS), frozenset(depth))
 
 
 class Checkup:
@@ -69,14 +69,15 @@ class Checkup:
     def of_source(cls, source: LeRobotSource, *, lenient: bool = False, covered: set[int] | None = None) -> Checkup:
         arrays = {k: v.kind for k, v in source.stored_features.items()}
         ctx = _context(source.fps, arrays, source.info, source.stats, len(source.tasks), source.episodes.start,
-                       lenient)
+                       lenient, {k for k, v in source.stored_features.items() if getattr(v, "depth", False)})
         starts = {k: [None if ref is None else ref[1] for ref in refs] for k, refs in source.episodes.videos.items()}
         return cls(ctx, source.episodes.length, source.tasks, covered=covered, video_starts=starts)
 
     @classmethod
     def of_store(cls, state: StoreState, *, covered: set[int] | None = None) -> Checkup:
         ctx = _context(state.fps, {k: v.kind for k, v in state.arrays.items()}, state.info, state.stats,
-                       len(state.tasks), state.table.start, False)
+                       len(state.tasks), state.table.start, False,
+                       {k for k, v in state.arrays.items() if v.kind in ("image", "video") and v.dtype != np.uint8})
         return cls(ctx, state.table.length, state.tasks, covered=covered)
 
     # feeding ----------------------------------------------------------------------------------------------
@@ -86,7 +87,7 @@ class Checkup:
         e = int(e)
         for name in self._cameras:
             if name in frames:  # an image feature (videos are watched as they are decoded)
-                watch = FrameWatch(e, name, self.ctx.fps, self.ctx.thresholds)
+                watch = FrameWatch(e, name, self.ctx.fps, self.ctx.thresholds, colour=name not in self.ctx.depth)
                 watch.see_all(np.asarray(frames[name]))
                 self._add(e, watch.defects())
         # the episode's numeric features wait for their batch (the whole mapping where it holds nothing else)
@@ -184,7 +185,7 @@ class CameraWatch(FrameWatch):
     """A :class:`FrameWatch` that tells its :class:`Checkup` when its ``with`` block ends."""
 
     def __init__(self, checkup: Checkup, e: int, name: str, queries: np.ndarray):
-        super().__init__(e, name, checkup.ctx.fps, checkup.ctx.thresholds)
+        super().__init__(e, name, checkup.ctx.fps, checkup.ctx.thresholds, colour=name not in checkup.ctx.depth)
         self.checkup, self.queries = checkup, queries
 
     def __enter__(self) -> CameraWatch:

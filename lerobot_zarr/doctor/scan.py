@@ -153,7 +153,8 @@ def doctor_source(source: str | os.PathLike | SourceFiles, *, episodes: list[int
 def _check_video(src: LeRobotSource, checkup: Checkup, e: int, name: str, timestamps: np.ndarray) -> None:
     """Decode one episode's video (into nothing) with the doctor watching."""
     with checkup.camera(e, name, timestamps) as watch:
-        src.decode_video(e, name, timestamps, watch.wrap(lambda frame: None), log=watch.log)
+        src.decode_video(e, name, timestamps, watch.wrap(lambda frame: None), rewind=watch.rewinding(),
+                         log=watch.log)
 
 
 def _same_source_rows(src: LeRobotSource, features: list[str], a: int, b: int) -> bool:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import import_optional, warn_user
-from ..lerobot.format import CAMERA_DTYPES, QUANTILES, aggregate_stats, stats_json
+from ..lerobot.format import CAMERA_DTYPES, QUANTILES, TEXT_DTYPES, aggregate_stats, stats_json
 from ..sampling.dataset import read_episode_rows
 from ..store.tables import ArraySpec
 
@@ -118,14 +118,14 @@ def lerobot_stats(x: xr.Dataset, features: list[str] | None = None) -> dict[str,
     histogram per episode: they differ from a LeRobot ``stats.json`` by up to about (max - min) / 5000. LeRobot
     computes means and variances in float32 (variance as E[x^2] - E[x]^2), so its std can be off by a few tens
     of float32 epsilons times E[x^2] where |mean| >> std; these are exact (float64). Image and video features
-    (LeRobot samples frames for them) are not recomputed here.
+    (LeRobot samples frames for them) and text features (no stats) are not recomputed here.
     """
     dask = import_optional("dask", "lerobot_stats()")
 
     if not x.sizes.get("frame"):
         return {}
     names = features or [k for k, v in x.data_vars.items() if v.dims and v.dims[0] == "frame"
-                         and v.attrs.get("lerobot_dtype") not in CAMERA_DTYPES]
+                         and v.attrs.get("lerobot_dtype") not in CAMERA_DTYPES | TEXT_DTYPES]
     names += [k for k in ("timestamp", "frame_index", "episode_index", "index") if features is None and k in x.coords]
     import dask.array as da
 

@@ -6,18 +6,21 @@ Numpy only (no pyarrow): the reader (:mod:`lerobot_zarr.lerobot.source`), the wr
 
 from __future__ import annotations
 
+import json
 import re
 import string
 from collections.abc import Collection
+from typing import Any
 
 import numpy as np
 
 from ..cameras.video import TOLERANCE_S
 
-__all__ = ["QUANTILES", "STAT_NAMES", "DEFAULT_FEATURES", "CAMERA_DTYPES", "NUMERIC_DTYPES", "V3_DATA_PATH",
-           "V3_VIDEO_PATH", "V21_DATA_PATH", "V21_VIDEO_PATH", "CHUNKS_SIZE", "check_path_template", "data_file_rel", "video_file_rel",
+__all__ = ["QUANTILES", "STAT_NAMES", "DEFAULT_FEATURES", "CAMERA_DTYPES", "NUMERIC_DTYPES", "TEXT_DTYPES",
+           "LANGUAGE_PERSISTENT", "LANGUAGE_EVENTS", "language_value", "V3_DATA_PATH", "V3_VIDEO_PATH",
+           "V21_DATA_PATH", "V21_VIDEO_PATH", "CHUNKS_SIZE", "check_path_template", "data_file_rel", "video_file_rel",
            "default_features", "video_info", "per_episode_stats", "aggregate_stats", "stats_json", "episode_stats",
-           "image_stats", "bad_timestamp_steps"]
+           "image_stats", "depth_map_stats", "bad_timestamp_steps"]
 
 CHUNKS_SIZE = 1000
 QUANTILES = {"q01": 0.01, "q10": 0.10, "q50": 0.50, "q90": 0.90, "q99": 0.99}
@@ -32,6 +35,13 @@ DEFAULT_FEATURES = {
 }
 # LeRobot's dtypes of camera features (frames of shape (H, W, C), uint8); also the store's kinds of camera arrays.
 CAMERA_DTYPES = frozenset({"image", "video"})
+# LeRobot's dtypes of features holding text: a ``str`` per frame, or its language columns (a list of row dicts per
+# frame); the store's kinds of text arrays (variable-length UTF-8 per frame)
+TEXT_DTYPES = frozenset({"string", "language"})
+LANGUAGE_PERSISTENT = "language_persistent"  # LeRobot's language columns, and the fields of their rows
+LANGUAGE_EVENTS = "language_events"
+_ROW_FIELDS = {LANGUAGE_PERSISTENT: ("role", "content", "style", "timestamp", "camera", "tool_calls"),
+               LANGUAGE_EVENTS: ("role", "content", "style", "camera", "tool_calls")}
 # dtypes of numeric features: raw bytes that read the same everywhere (no platform-sized longdouble)
 NUMERIC_DTYPES = frozenset({"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
                             "float16", "float32", "float64"})
@@ -60,6 +70,35 @@ def check_path_template(template: object, fields: Collection[str]) -> str:
             raise ValueError(f"field {{{name}}} has format spec {spec!r:.40}; only plain integer specs like '03d' "
                              f"are allowed" + (", none for video_key" if name == "video_key" else ""))
     return template
+
+
+def language_value(name: str, value: Any) -> Any:
+    """A language column's value of one frame (Arrow's Python value) as LeRobot returns it: its ``datasets`` cast
+    to LeRobot's row schema keeps the fields of the column's rows in their order (a missing one None, another one
+    dropped), the persistent rows' ``timestamp`` as float32, and ``tool_calls`` as Python objects (JSON text
+    parsed). Columns of other names keep their value."""
+    fields = _ROW_FIELDS.get(name)
+    if fields is None or value is None:
+        return value
+    if not isinstance(value, list):
+        raise ValueError(f"expected a list of rows, got {type(value).__name__}")
+    rows = []
+    for row in value:
+        if row is None:
+            rows.append(None)
+            continue
+        if not isinstance(row, dict):
+            raise ValueError(f"expected rows as structs, got {type(row).__name__}")
+        out = {field: row.get(field) for field in fields}
+        if out.get("timestamp") is not None:
+            out["timestamp"] = float(np.float32(out["timestamp"]))
+        calls = out["tool_calls"]
+        if calls is not None:
+            if not isinstance(calls, list):
+                raise ValueError(f"tool_calls must be a list, got {type(calls).__name__}")
+            out["tool_calls"] = [json.loads(c) if isinstance(c, str) else c for c in calls]
+        rows.append(out)
+    return rows
 
 
 def data_file_rel(number: int) -> str:
@@ -157,8 +196,26 @@ def image_stats(frames: np.ndarray) -> dict[str, np.ndarray]:
     return {name: stats[name] for name in STAT_NAMES}
 
 
-def episode_stats(values: np.ndarray, kind: str) -> dict[str, np.ndarray]:
-    """One episode's stats of one feature, shaped like LeRobot's (images: :func:`image_stats`)."""
+def depth_map_stats(frames: np.ndarray) -> dict[str, np.ndarray]:
+    """Stats of depth frames (T, H, W, 1) in their unit, as LeRobot computes a depth camera's: on its sample of
+    frames (downsampled past 300 pixels), not scaled, shape (1, 1, 1); ``count`` is the number of frames sampled."""
+    sample = frames[_sample_indices(len(frames))]
+    height, width = sample.shape[1:3]
+    if max(height, width) >= 300:
+        step = int(width / 150) if width > height else int(height / 150)
+        sample = sample[:, ::step, ::step]
+    flat = sample.reshape(-1, 1).astype(np.float64)
+    stats = per_episode_stats(flat, np.array([len(flat)]))
+    out = {name: value.reshape(1, 1, 1) for name, value in stats.items() if name != "count"}
+    out["count"] = np.array([len(sample)])
+    return {name: out[name] for name in STAT_NAMES}
+
+
+def episode_stats(values: np.ndarray, kind: str, depth: bool = False) -> dict[str, np.ndarray]:
+    """One episode's stats of one feature, shaped like LeRobot's (images: :func:`image_stats`; depth maps, in
+    their unit: :func:`depth_map_stats`)."""
+    if depth:
+        return depth_map_stats(values)
     if kind in CAMERA_DTYPES:
         return image_stats(values)
     return {k: v[0] for k, v in per_episode_stats(values, np.array([len(values)])).items()}

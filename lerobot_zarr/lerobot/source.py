@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 from ..cameras.video import TOLERANCE_S, DecodeLog, VideoUnavailable, decode_into
 from ..errors import CorruptSourceError, LeRobotZarrError, SchemaMismatchError, SourceNotFoundError
 from ..utils.background import in_threads
-from .format import CAMERA_DTYPES, bad_timestamp_steps
+from .format import bad_timestamp_steps
 from .source_columns import column_to_numpy, frame_shape_from_arrow
 from .source_files import LocalFiles, SourceFiles, is_lerobot_folder
 from .source_meta import FeatureSpec, LeRobotMetadata, SourceEpisodes, open_parquet
@@ -49,6 +49,7 @@ class LeRobotSource:
         meta = LeRobotMetadata(files)
         self.files, self.info, self.major, self.fps = files, meta.info, meta.major, meta.fps
         self.features, self.episodes, self.tasks, self.stats = meta.features, meta.episodes, meta.tasks, meta.stats
+        self._refused = meta.refused
 
     def will_read(self, episodes: Sequence[int]) -> None:
         """The episodes about to be read: stored frame shapes come from the first one's data file, whose footer is
@@ -60,7 +61,7 @@ class LeRobotSource:
         """Fetch the footers of the data files of ``episodes`` at once, each in one request where the estimate of
         its length holds (a row group per episode, LeRobot's way)."""
         rels = [rel for rel in dict.fromkeys(self.episodes.data_file[e] for e in episodes) if self.files.exists(rel)]
-        leaves = sum(2 if v.kind == "image" else 1 for v in self.features.values() if v.kind in ("numeric", "image"))
+        leaves = sum(2 if v.kind == "image" else 1 for v in self.features.values() if v.kind != "video")
         images = sum(v.kind == "image" for v in self.features.values())
         for rel in rels:
             # ~120 B of metadata per numeric column chunk with statistics; an image column's hold a PNG's bytes
@@ -80,22 +81,20 @@ class LeRobotSource:
         schema = open_parquet(self.files, rel).schema_arrow
         for name, spec in list(self.features.items()):
             if spec.kind == "video":
-                self.features[name] = FeatureSpec(spec.name, spec.dtype, spec.shape, spec.names, spec.shape)
-                continue
-            if spec.kind == "string":
+                self.features[name] = spec.with_frame_shape(spec.shape)
                 continue
             if name not in schema.names:
                 raise SchemaMismatchError(f"{first}: feature {name!r} declared in info.json has no column")
-            frame_shape = frame_shape_from_arrow(spec, schema.field(name).type, first)
-            self.features[name] = FeatureSpec(spec.name, spec.dtype, spec.shape, spec.names, frame_shape)
+            self.features[name] = spec.with_frame_shape(frame_shape_from_arrow(spec, schema.field(name).type, first))
 
     # data -----------------------------------------------------------------------------------------------
     @functools.cached_property
     def stored_features(self) -> dict[str, FeatureSpec]:
-        """Features whose frames live in the data parquet (numeric and image), with their stored per-frame shape
-        (read from the first data file's schema on first use: metadata-only readers never touch data files)."""
+        """The features a store holds (all but those :attr:`not_materialized` names), with their stored per-frame
+        shape (read from the first data file's schema on first use: metadata-only readers never touch data
+        files)."""
         self._resolve_frame_shapes()
-        return {k: v for k, v in self.features.items() if v.kind in ("numeric", *CAMERA_DTYPES)}
+        return dict(self.features)
 
     @functools.cached_property
     def _record(self) -> dict:
@@ -195,7 +194,7 @@ class LeRobotSource:
             r0, n = int(t.file_row[e]) - base, int(t.length[e])
             frames = {k: col[r0:r0 + n] for k, col in columns.items()}
             for k, spec in specs.items():
-                if spec.kind == "image":  # decoded per episode: bounded memory
+                if spec.kind != "numeric":  # images and text converted per episode: bounded memory
                     frames[k] = column_to_numpy(table.column(k).slice(r0, n), spec, f"{path} (episode {e})",
                                                 r0 + base)
             if checked:
@@ -231,10 +230,12 @@ class LeRobotSource:
                 f"{float(ts[i + 1]):.6f} s, {step:.6f} s apart instead of 1/fps = {1 / self.fps:.6f} s "
                 f"(tolerance {TOLERANCE_S} s): a dropped or repeated frame, or timestamps at another fps")
 
-    def decode_video(self, episode: int, key: str, timestamps: np.ndarray, sink: Callable[[bytes], None],
-                     log: DecodeLog | None = None) -> None:
+    def decode_video(self, episode: int, key: str, timestamps: np.ndarray, sink: Callable[[bytes], None], *,
+                     rewind: Callable[[], None] | None = None, log: DecodeLog | None = None) -> None:
         """Decode camera ``key`` of ``episode`` at the episode's dataset ``timestamps``, frame by frame into
-        ``sink`` (uint8 HWC bytes); ``log`` notes what the decode saw (:class:`~lerobot_zarr.cameras.video.DecodeLog`).
+        ``sink`` (HWC bytes: uint8, or a depth camera's uint16 codes); ``rewind()``: start over (see
+        :func:`~lerobot_zarr.cameras.video.decode_into`); ``log`` notes what the decode saw
+        (:class:`~lerobot_zarr.cameras.video.DecodeLog`).
 
         Raises :class:`~lerobot_zarr.cameras.video.VideoUnavailable` (with the reason) when the video is not listed, not
         there, cannot be decoded or has no frame close enough to a timestamp; network errors propagate."""
@@ -246,13 +247,14 @@ class LeRobotSource:
         if not self.files.exists(rel):
             raise VideoUnavailable(f"{where}: video file {self.files.location(rel)} not found")
         queries = from_timestamp + np.asarray(timestamps, dtype=np.float64).reshape(-1)
+        spec = self.features[key]
         with self.files.open(rel) as f:
-            decode_into(f, sink, queries, self.features[key].frame_shape,
-                        f"{self.files.location(rel)} ({where})", log)
+            decode_into(f, sink, queries, spec.frame_shape, f"{self.files.location(rel)} ({where})",
+                        depth=spec.depth, rewind=rewind, log=log)
 
     @property
     def not_materialized(self) -> dict[str, str]:
-        """Features listed in info.json that a store never holds, with the reason (strings). Whether PyAV is
-        installed is this process's business, not the dataset's: videos are always stored (decoded when it is)."""
-        return {k: "string features are not stored" for k, v in self.features.items() if v.kind == "string"}
-
+        """Features listed in info.json that a store never holds, with the reason (a dtype LeRobot does not write,
+        a depth map it cannot read). Whether PyAV is installed is this process's business, not the dataset's:
+        videos are always stored (decoded when it is)."""
+        return dict(self._refused)

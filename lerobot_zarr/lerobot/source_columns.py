@@ -1,22 +1,55 @@
 """The columns of a LeRobot data file (Parquet) as numpy frames: the encodings LeRobot writes (``fixed_size_list``,
-pandas-style ``list``, nested lists, scalar columns, PNG/JPEG image structs), checked against the declared features
-(schema, list lengths, nulls, values that fit the dtype, images the declared size before they are decoded)."""
+pandas-style ``list``, nested lists and ``datasets``' Array2D..Array5D extension columns, scalar columns, PNG/JPEG
+image structs, 16-bit and float TIFF depth images, strings, language columns), checked against the declared features
+(schema, list lengths, nulls, values that fit the dtype, images the declared size before they are decoded). Text
+features become object arrays: a ``str`` per frame, a language column's value as JSON text."""
 
 from __future__ import annotations
 
 import io
+import json
 
 import numpy as np
 import pyarrow as pa
 
 from ..errors import CorruptSourceError, SchemaMismatchError
+from .format import language_value
 from .source_meta import FeatureSpec
 
 __all__ = ["column_to_numpy", "frame_shape_from_arrow"]
 
 
+def _storage_type(typ: pa.DataType) -> pa.DataType:
+    """An extension type's storage (``datasets`` registers Array2D..Array5D, Arrow knows ``json``): pyarrow gives
+    the extension type where its class is registered, the storage where not."""
+    while isinstance(typ, pa.BaseExtensionType):
+        typ = typ.storage_type
+    return typ
+
+
+def _storage(arr: pa.Array) -> pa.Array:
+    while isinstance(arr, pa.ExtensionArray):
+        arr = arr.storage
+    return arr
+
+
+def _is_text(typ: pa.DataType) -> bool:
+    return pa.types.is_string(typ) or pa.types.is_large_string(typ) or pa.types.is_string_view(typ) or (
+        pa.types.is_dictionary(typ) and _is_text(typ.value_type))
+
+
 def frame_shape_from_arrow(spec: FeatureSpec, typ: pa.DataType, path: str) -> tuple[int, ...]:
-    """Per-frame shape of a column as stored: a plain column is a scalar, list nesting adds trailing axes."""
+    """Per-frame shape of a column as stored: a plain column is a scalar, list nesting adds trailing axes (text
+    features: one value per frame, shape ``()``)."""
+    typ = _storage_type(typ)
+    if spec.kind == "string":
+        if not (_is_text(typ) or pa.types.is_null(typ)):
+            raise SchemaMismatchError(f"{path}: string feature {spec.name!r} is {typ}, expected strings")
+        return ()
+    if spec.kind == "language":
+        if not (pa.types.is_list(typ) or pa.types.is_large_list(typ) or pa.types.is_null(typ)):
+            raise SchemaMismatchError(f"{path}: language feature {spec.name!r} is {typ}, expected lists of rows")
+        return ()
     if spec.kind == "image":
         if not (pa.types.is_struct(typ) and typ.get_field_index("bytes") >= 0):
             raise SchemaMismatchError(f"{path}: image feature {spec.name!r} is {typ}, expected struct<bytes, path>")
@@ -45,6 +78,7 @@ def frame_shape_from_arrow(spec: FeatureSpec, typ: pa.DataType, path: str) -> tu
 def _flatten_lists(arr: pa.Array, shape: tuple[int, ...], name: str, where: str, first_row: int) -> pa.Array:
     """Flatten nested (fixed size or variable) lists, checking every list has the declared length."""
     per_row = 1
+    arr = _storage(arr)
     for size in shape:
         if arr.null_count:
             raise CorruptSourceError(f"{where}: feature {name!r} has null values")
@@ -58,7 +92,7 @@ def _flatten_lists(arr: pa.Array, shape: tuple[int, ...], name: str, where: str,
             if bad.size:
                 raise SchemaMismatchError(f"{where}: feature {name!r} file row {first_row + int(bad[0]) // per_row} "
                                           f"has a list of {int(lengths[bad[0]])} values, declared {size}")
-        arr = arr.flatten()
+        arr = _storage(arr.flatten())
         per_row *= size
     return arr
 
@@ -67,14 +101,29 @@ class _OtherSize(Exception):
     """An image whose header gives other dimensions than the feature declares (found before decoding it)."""
 
 
+_DEPTH_MODES = {"I;16": np.dtype("uint16"), "I;16L": np.dtype("uint16"), "I;16B": np.dtype("uint16"),
+                "F": np.dtype("float32")}  # PIL's modes of LeRobot's depth TIFFs (16-bit millimetres, float metres)
+
+
+def _depth_pixels(img, spec: FeatureSpec) -> np.ndarray:
+    """A depth image's pixels in the feature's stored dtype: uint16 millimetres stay uint16; float32 metres, or
+    either of unknown unit, become float32 (exactly). Another mode, or float pixels for millimetres, is refused."""
+    have = _DEPTH_MODES.get(img.mode)
+    want = spec.numpy_dtype
+    if have is None or (want == np.uint16 and have != want):
+        raise _OtherSize(f"a {img.mode} image, where a depth map of {want} ({spec.depth_unit or 'unknown unit'}) is "
+                         f"declared")
+    return np.asarray(img).astype(want)
+
+
 def _decode_images(col: pa.ChunkedArray, spec: FeatureSpec, where: str, first_row: int) -> np.ndarray:
     from PIL import Image
 
-    out = np.empty((len(col), *spec.shape), dtype=np.uint8)
+    out = np.empty((len(col), *spec.shape), dtype=spec.numpy_dtype)
     mode = {1: "L", 3: "RGB", 4: "RGBA"}[spec.shape[-1]]
     row = 0
     for chunk in col.chunks:
-        data = chunk.field("bytes")
+        data = _storage(chunk).field("bytes")
         for value in data:
             raw = value.as_buffer()
             if raw is None:
@@ -84,7 +133,8 @@ def _decode_images(col: pa.ChunkedArray, spec: FeatureSpec, where: str, first_ro
                 with Image.open(io.BytesIO(raw)) as img:
                     if img.size != (spec.shape[1], spec.shape[0]):  # checked before decoding: no bomb is inflated
                         raise _OtherSize(f"{img.size[1]}x{img.size[0]} pixels")
-                    pixels = np.asarray(img if img.mode == mode else img.convert(mode))
+                    pixels = _depth_pixels(img, spec) if spec.depth else np.asarray(
+                        img if img.mode == mode else img.convert(mode))
             except _OtherSize as exc:
                 raise SchemaMismatchError(
                     f"{where}: image feature {spec.name!r} file row {first_row + row} is {exc}, declared "
@@ -110,6 +160,8 @@ def column_to_numpy(col: pa.ChunkedArray, spec: FeatureSpec, where: str, first_r
     """
     if spec.kind == "image":
         return _decode_images(col, spec, where, first_row)
+    if spec.kind in ("string", "language"):
+        return _text(col, spec, where, first_row)
     want = spec.numpy_dtype
     parts = []
     for chunk in col.chunks:
@@ -130,3 +182,22 @@ def column_to_numpy(col: pa.ChunkedArray, spec: FeatureSpec, where: str, first_r
     if not parts:
         return np.empty((0, *spec.frame_shape), dtype=want)
     return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+def _text(col: pa.ChunkedArray, spec: FeatureSpec, where: str, first_row: int) -> np.ndarray:
+    """A string column as ``str`` per frame; a language column's values (as LeRobot returns them) as JSON text."""
+    values = [v for chunk in col.chunks for v in _storage(chunk).to_pylist()]
+    out = np.empty(len(values), dtype=object)
+    for row, value in enumerate(values):
+        if spec.kind == "string":
+            if not isinstance(value, str):
+                raise CorruptSourceError(f"{where}: string feature {spec.name!r} file row {first_row + row} is "
+                                         f"{value!r:.40}, not a string")
+            out[row] = value
+            continue
+        try:
+            out[row] = json.dumps(language_value(spec.name, value), ensure_ascii=False, separators=(",", ":"))
+        except (ValueError, TypeError) as exc:
+            raise CorruptSourceError(f"{where}: language feature {spec.name!r} file row {first_row + row} cannot be "
+                                     f"read ({exc})") from None
+    return out

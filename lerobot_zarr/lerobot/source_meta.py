@@ -14,19 +14,19 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ..cameras.depth import Quantizer, is_depth_feature
 from ..errors import (
     CorruptSourceError,
     LeRobotZarrError,
     SchemaMismatchError,
     SourceNotFoundError,
-    UnsupportedDtypeError,
 )
 from ..utils.fileio import load_json
 from .format import (
@@ -34,6 +34,7 @@ from .format import (
     DEFAULT_FEATURES,
     NUMERIC_DTYPES,
     STAT_NAMES,
+    TEXT_DTYPES,
     V3_DATA_PATH,
     V3_VIDEO_PATH,
     V21_DATA_PATH,
@@ -51,8 +52,11 @@ __all__ = ["FeatureSpec", "LeRobotMetadata", "SourceEpisodes", "column_ranges", 
 class FeatureSpec:
     """One LeRobot feature: its declared dtype and shape, and the per-frame shape stored locally.
 
-    ``kind`` is ``"numeric"``, ``"image"`` (bytes inside the parquet, stored decoded as uint8 HWC),
-    ``"video"`` (mp4 files, decoded into the store as uint8 HWC with PyAV) or ``"string"`` (not stored).
+    ``kind`` is ``"numeric"``, ``"image"`` (bytes inside the parquet, stored decoded as HWC frames), ``"video"`` (mp4
+    files, decoded into the store as HWC frames with PyAV), ``"string"`` (a ``str`` per frame) or ``"language"``
+    (LeRobot's language columns: a list of row dicts per frame, stored as JSON text). ``depth``: a depth map
+    (``info.is_depth_map``), stored as uint16 (video: LeRobot's 12-bit codes; image: millimetres) or float32 (an
+    image in metres, or of unknown unit).
     """
 
     name: str
@@ -60,16 +64,27 @@ class FeatureSpec:
     shape: tuple[int, ...]
     names: Any = None
     frame_shape: tuple[int, ...] = ()
+    depth: bool = False
+    depth_unit: str | None = None  # an image depth map's recorded unit (info.depth_unit)
 
     @property
     def kind(self) -> str:
-        if self.dtype in CAMERA_DTYPES or self.dtype == "string":
+        if self.dtype in CAMERA_DTYPES or self.dtype in TEXT_DTYPES:
             return self.dtype
         return "numeric"
 
     @property
     def numpy_dtype(self) -> np.dtype:
-        return np.dtype("uint8") if self.kind in CAMERA_DTYPES else np.dtype(self.dtype)
+        if self.kind in TEXT_DTYPES:
+            return np.dtype(object)
+        if self.kind in CAMERA_DTYPES:
+            if not self.depth:
+                return np.dtype("uint8")
+            return np.dtype("uint16") if self.kind == "video" or self.depth_unit == "mm" else np.dtype("float32")
+        return np.dtype(self.dtype)
+
+    def with_frame_shape(self, frame_shape: tuple[int, ...]) -> FeatureSpec:
+        return replace(self, frame_shape=tuple(frame_shape))
 
 
 @dataclass(frozen=True)
@@ -236,21 +251,26 @@ def column_ranges(pf: pq.ParquetFile, columns: Sequence[str],
     return out
 
 
-def _parse_features(info: dict, info_path: str) -> dict[str, FeatureSpec]:
+def _parse_features(info: dict, info_path: str) -> tuple[dict[str, FeatureSpec], dict[str, str]]:
+    """The features of info.json, and those no store can hold (a dtype LeRobot does not write, a depth map of more
+    than one channel or whose quantizer cannot be read) with why: they are left out alone, never the whole
+    dataset."""
     raw = info.get("features")
     if not isinstance(raw, dict) or not raw:
         raise CorruptSourceError(f"{info_path}: 'features' is missing or empty")
-    specs = {}
+    specs, refused = {}, {}
     for name, ft in raw.items():
         if not isinstance(ft, dict) or "dtype" not in ft:
             raise CorruptSourceError(f"{info_path}: feature {name!r} has no dtype")
         dtype = ft["dtype"]
-        if not isinstance(dtype, str) or dtype not in NUMERIC_DTYPES | CAMERA_DTYPES | {"string"}:
-            raise UnsupportedDtypeError(f"{info_path}: feature {name!r} has unsupported dtype {dtype!r}")
         raw_shape = ft.get("shape", (1,))
         if (not isinstance(raw_shape, (list, tuple)) or not raw_shape
                 or not all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in raw_shape)):
             raise CorruptSourceError(f"{info_path}: feature {name!r} has an invalid shape {raw_shape!r}")
+        if not isinstance(dtype, str) or dtype not in NUMERIC_DTYPES | CAMERA_DTYPES | TEXT_DTYPES:
+            refused[name] = (f"{info_path} gives it dtype {dtype!r:.40}, not one LeRobot 0.6.1 writes (numbers, "
+                             f"image, video, string, language)")
+            continue
         shape, names = tuple(raw_shape), ft.get("names")
         if dtype in CAMERA_DTYPES and len(shape) == 3 and shape[0] in (1, 3, 4) and shape[-1] not in (1, 3, 4):
             # LeRobot's RL recordings (gym_manipulator, ReplayBuffer.to_lerobot_dataset) declare cameras channels
@@ -259,10 +279,22 @@ def _parse_features(info: dict, info_path: str) -> dict[str, FeatureSpec]:
             names = [names[1], names[2], names[0]] if isinstance(names, list) and len(names) == 3 else names
         if dtype in CAMERA_DTYPES and (len(shape) != 3 or shape[-1] not in (1, 3, 4)):
             raise SchemaMismatchError(f"{info_path}: {dtype} feature {name!r} must have shape (H, W, C), got {shape}")
-        specs[name] = FeatureSpec(name, dtype, shape, names)
+        depth = dtype in CAMERA_DTYPES and is_depth_feature(ft)
+        unit = (ft.get("info") or {}).get("depth_unit") if depth and isinstance(ft.get("info"), dict) else None
+        if depth and shape[-1] != 1:
+            refused[name] = f"a depth map of {shape[-1]} channels (LeRobot's are (H, W, 1))"
+            continue
+        if depth and dtype == "video":
+            try:
+                Quantizer.of(ft.get("info"))
+            except ValueError as exc:
+                refused[name] = f"its depth quantizer cannot be read ({exc})"
+                continue
+        specs[name] = FeatureSpec(name, dtype, shape, names, depth=depth, depth_unit=unit if unit in ("mm", "m")
+                                  else None)
     for name, dtype in DEFAULT_FEATURES.items():
         specs.setdefault(name, FeatureSpec(name, dtype, (1,)))
-    return specs
+    return specs, refused
 
 
 def _merge_stats(episode_stats: list[dict]) -> dict:
@@ -302,7 +334,7 @@ class LeRobotMetadata:
         if self.major not in (2, 3):
             raise CorruptSourceError(f"{info_path}: codebase_version {version!r} is not supported (v2.x or v3.x)")
         self.fps = _parse_fps(self.info, info_path)
-        self.features = _parse_features(self.info, info_path)
+        self.features, self.refused = _parse_features(self.info, info_path)
         if self.major == 3:
             self.episodes = self._read_episodes_v3()
             self.tasks = self._read_tasks_v3()
@@ -344,7 +376,7 @@ class LeRobotMetadata:
             return False
         info_path = files.location("meta/info.json")
         self.info, self.major, self.fps = index.info, 3, _parse_fps(index.info, info_path)
-        self.features = _parse_features(index.info, info_path)
+        self.features, self.refused = _parse_features(index.info, info_path)
         video_keys = [k for k, v in self.features.items() if v.kind == "video"]
         if sorted(index.videos) != sorted(video_keys):
             raise CorruptSourceError(f"{files.location('meta/lerobot_zarr_index.json')}: gives videos of "
@@ -374,19 +406,22 @@ class LeRobotMetadata:
         tables, present, ranges = [], {}, {}
         for rel in metas:
             pf = open_parquet(files, rel)
-            missing = [c for c in columns if c not in pf.schema_arrow.names]
+            missing = [c for c in columns if c not in pf.schema_arrow.names and c != "tasks"]
             if missing:
                 raise SchemaMismatchError(f"{files.location(rel)}: episode metadata lacks column(s) {missing}")
-            present[rel] = [c for c in video_columns if c in pf.schema_arrow.names]
-            ranges[rel] = column_ranges(pf, columns + present[rel])
+            present[rel] = [c for c in [*columns, *video_columns] if c in pf.schema_arrow.names]
+            ranges[rel] = column_ranges(pf, present[rel])
         # the columns we read, of every file at once (not the per-episode stats columns, unless a small file came
         # whole: a LeRobot-written table has them between ours in every row group of 10 episodes)
         files.prefetch_ranges(ranges)
         for rel in metas:
-            table = _read_table(files, rel, columns + present[rel])
-            for c in video_columns:
-                if c not in present[rel]:  # no video columns at all: every episode's video is unknown
-                    kind = pa.float64() if c.endswith("from_timestamp") else pa.int64()
+            table = _read_table(files, rel, present[rel])
+            for c in ["tasks", *video_columns]:
+                # no video columns at all: every episode's video is unknown; no tasks (LeRobot's
+                # convert_image_to_video_dataset writes none): the episodes' tasks are their frames' task_index
+                if c not in present[rel]:
+                    kind = (pa.list_(pa.string()) if c == "tasks" else pa.float64() if c.endswith("from_timestamp")
+                            else pa.int64())
                     table = table.append_column(c, pa.nulls(table.num_rows, kind))
             tables.append(table.select(columns + video_columns))
         try:

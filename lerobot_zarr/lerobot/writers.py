@@ -21,9 +21,19 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .format import CHUNKS_SIZE, V3_DATA_PATH, V3_VIDEO_PATH, aggregate_stats, data_file_rel, stats_json
+from .format import (
+    CHUNKS_SIZE,
+    LANGUAGE_EVENTS,
+    LANGUAGE_PERSISTENT,
+    V3_DATA_PATH,
+    V3_VIDEO_PATH,
+    aggregate_stats,
+    data_file_rel,
+    stats_json,
+)
 
-__all__ = ["EPISODES_FILE", "nested_list", "huggingface_metadata", "pandas_metadata", "write_json", "DataFiles",
+__all__ = ["EPISODES_FILE", "nested_list", "language_column", "huggingface_metadata", "pandas_metadata", "write_json",
+           "DataFiles",
            "write_episodes_table", "write_tasks", "write_stats", "write_info", "write_card"]
 
 EPISODES_FILE = "meta/episodes/chunk-000/file-000.parquet"  # one file holds the whole episode table
@@ -55,11 +65,42 @@ def huggingface_metadata(schema: pa.Schema, version: str) -> str:
     def feature(arrow_type: pa.DataType) -> dict:
         if pa.types.is_fixed_size_list(arrow_type):
             return {"feature": feature(arrow_type.value_type), "length": arrow_type.list_size, "_type": list_type}
+        if pa.types.is_list(arrow_type):
+            return {"feature": feature(arrow_type.value_type), "_type": list_type}
         if pa.types.is_struct(arrow_type):
-            return {"_type": "Image"}
+            if {arrow_type.field(i).name for i in range(arrow_type.num_fields)} == {"bytes", "path"}:
+                return {"_type": "Image"}
+            return {arrow_type.field(i).name: feature(arrow_type.field(i).type) for i in range(arrow_type.num_fields)}
+        if pa.types.is_string(arrow_type):
+            return {"dtype": "string", "_type": "Value"}
         return {"dtype": _numpy_name(arrow_type), "_type": "Value"}
 
     return json.dumps({"info": {"features": {field.name: feature(field.type) for field in schema}}})
+
+
+def _row_type(timestamp: bool) -> pa.StructType:
+    """A language column's row, as LeRobot declares it; ``tool_calls`` as JSON text (LeRobot's ``Json`` values)."""
+    return pa.struct([pa.field("role", pa.string()), pa.field("content", pa.string()), pa.field("style", pa.string()),
+                      *([pa.field("timestamp", pa.float32())] if timestamp else []), pa.field("camera", pa.string()),
+                      pa.field("tool_calls", pa.list_(pa.string()))])
+
+
+_LANGUAGE_TYPES = {LANGUAGE_PERSISTENT: pa.list_(_row_type(True)), LANGUAGE_EVENTS: pa.list_(_row_type(False))}
+
+
+def language_column(name: str, values: Sequence) -> pa.Array:
+    """A language column from its frames' values (lists of row dicts, or None), typed as LeRobot declares its two
+    columns (the same type in every file, whatever the values); a column of another name as Arrow infers it."""
+    typ = _LANGUAGE_TYPES.get(name)
+    if typ is None:
+        return pa.array(list(values))
+
+    def row(r: dict | None) -> dict | None:
+        if r is None or r.get("tool_calls") is None:
+            return r
+        return {**r, "tool_calls": [json.dumps(c, ensure_ascii=False) for c in r["tool_calls"]]}
+
+    return pa.array([None if v is None else [row(r) for r in v] for v in values], typ)
 
 
 def pandas_metadata(schema: pa.Schema, index_column: str | None) -> str:
@@ -160,20 +201,21 @@ class DataFiles:
             self._writer = None
 
 
-def write_episodes_table(root: pathlib.Path, *, tasks: Sequence[Sequence[str]], lengths: np.ndarray,
+def write_episodes_table(root: pathlib.Path, *, tasks: Sequence[Sequence[str]] | None, lengths: np.ndarray,
                          data_files: tuple[Sequence[int], Sequence[int]],
                          videos: Mapping[str, tuple[Sequence[int], Sequence[int], Sequence[float], Sequence[float]]],
                          stats: Mapping[str, Mapping[str, np.ndarray]], row_group_size: int | None = None) -> None:
     """``meta/episodes``: per episode (0 .. n - 1) its ``tasks``, length and frame range, its data file
     (``data_files``: chunk and file indices), per video key its file and time range (``videos``: chunk, file,
     from and to timestamps) and per feature its ``stats`` (arrays of shape (n, ...)). One row group, or row groups
-    of ``row_group_size`` episodes (LeRobot's recorder flushes its metadata buffer every 10 episodes)."""
+    of ``row_group_size`` episodes (LeRobot's recorder flushes its metadata buffer every 10 episodes). ``tasks``
+    None: no ``tasks`` column (as LeRobot's ``convert_image_to_video_dataset`` writes the table)."""
     lengths = np.asarray(lengths, dtype=np.int64)
     n_episodes = len(lengths)
     starts = np.cumsum(lengths) - lengths
     columns: dict[str, pa.Array] = {
         "episode_index": pa.array(np.arange(n_episodes, dtype=np.int64)),
-        "tasks": pa.array([list(t) for t in tasks], pa.list_(pa.string())),
+        **({} if tasks is None else {"tasks": pa.array([list(t) for t in tasks], pa.list_(pa.string()))}),
         "length": pa.array(lengths),
         "data/chunk_index": pa.array(np.asarray(data_files[0], dtype=np.int64)),
         "data/file_index": pa.array(np.asarray(data_files[1], dtype=np.int64)),
@@ -214,8 +256,10 @@ def write_stats(root: pathlib.Path, stats: Mapping[str, Mapping[str, np.ndarray]
 
 
 def write_info(root: pathlib.Path, *, robot_type: str | None, lengths: np.ndarray, total_tasks: int, fps: float,
-               features: dict, data_files_size_in_mb: int, video_files_size_in_mb: int) -> dict:
-    """``meta/info.json`` of a v3.0 dataset of episodes of ``lengths``; returns what it wrote."""
+               features: dict, data_files_size_in_mb: int, video_files_size_in_mb: int, extra: dict | None = None
+               ) -> dict:
+    """``meta/info.json`` of a v3.0 dataset of episodes of ``lengths`` (and the ``extra`` keys, such as the
+    ``tools`` ``lerobot-annotate`` declares); returns what it wrote."""
     n_episodes = len(lengths)
     info = {
         "codebase_version": "v3.0",
@@ -231,6 +275,7 @@ def write_info(root: pathlib.Path, *, robot_type: str | None, lengths: np.ndarra
         "data_path": V3_DATA_PATH,
         "video_path": V3_VIDEO_PATH if any(f["dtype"] == "video" for f in features.values()) else None,
         "features": features,
+        **(extra or {}),
     }
     write_json(root / "meta/info.json", info)
     return info

@@ -28,8 +28,9 @@ import numpy as np
 from ..api import open_dataset
 from ..errors import ArgumentError, DeltaTimestampsError, LeRobotZarrWarning, SchemaMismatchError, warn_user
 from ..lerobot.format import CAMERA_DTYPES, DEFAULT_FEATURES, QUANTILES, aggregate_stats
-from ..sampling.dataset import DatasetMeta, ImageFormat, LeRobotZarrDataset
+from ..sampling.dataset import ImageFormat, LeRobotZarrDataset
 from ..sampling.fused import FusedGather
+from ..sampling.meta import DatasetMeta
 from ..sampling.selection import Selection
 from .sampler import MixtureSampler, MixtureSchedule, frame_weights
 
@@ -194,20 +195,24 @@ class LeRobotZarrMixture:
         # every dataset's samples, by the mixture's name of each feature: (its own name, per-sample shape, dtype)
         held: list[dict[str, tuple[str, tuple[int, ...], np.dtype]]] = []
         windowed: set[str] = set()
+        text: dict[str, str] = {}  # text features (string, language) are lists, not arrays: not mixed
         for k, ds in enumerate(self.datasets):
             probe = ds.get_batch(np.zeros(0, dtype=np.int64))
             mapping = rename.get(names[k], {})
             own: dict[str, tuple[str, tuple[int, ...], np.dtype]] = {}
-            for name in ds.array_specs:
+            for name, spec in ds.array_specs.items():
                 target = mapping.get(name, name)
+                if spec.is_text:
+                    text.setdefault(target, f"a {spec.kind} feature (text: a mixture batches arrays) in {names[k]!r}")
+                    continue
                 value = probe[name]
                 own[target] = (name, value.shape[1:], value.dtype)
                 if f"{name}_is_pad" in probe:
                     windowed.add(target)
             held.append(own)
         everywhere = set.intersection(*(set(h) for h in held))
-        order = list(dict.fromkeys(f for h in held for f in h))
-        left_out = {}
+        order = list(dict.fromkeys(f for h in held for f in h if f not in text))
+        left_out = dict(text)
         if mode == "intersection":
             for f in order:
                 if f not in everywhere:

@@ -1,6 +1,7 @@
 """Sampling: the dataset (``ds[i]``, ``get_batch``, :mod:`.dataset`) over memory maps of the packs (:mod:`.maps`),
 episode selections (:mod:`.selection`), temporal windows (:mod:`.windows`), camera readers
-(:mod:`.camera_readers`), streams (:mod:`.streams`) and rank sharding (:mod:`.sharding`)."""
+(:mod:`.camera_readers`), what a dataset holds (:mod:`.meta`), streams (:mod:`.streams`) and rank sharding
+(:mod:`.sharding`)."""
 
 from ..utils.lazy import lazy_face
 
@@ -8,7 +9,7 @@ __all__ = ["DatasetMeta", "ImageFormat", "LeRobotZarrDataset", "EpisodeSelection
            "split_episodes", "SampleStream", "stream", "window_offsets"]
 
 __getattr__, __dir__ = lazy_face(__name__, {
-    "DatasetMeta": "dataset", "ImageFormat": "dataset", "LeRobotZarrDataset": "dataset",
+    "DatasetMeta": "meta", "ImageFormat": "dataset", "LeRobotZarrDataset": "dataset",
     "EpisodeSelection": "selection", "episodes_for_rank": "sharding", "split_episodes": "sharding",
     "SampleStream": "streams", "stream": "streams", "window_offsets": "windows"
 })

@@ -23,9 +23,10 @@ from ..store.cameras import mp4_file, read_mp4_index
 from ..store.packs import open_pack, read_shard_index
 from ..store.state import chunk_path, retired_path
 from ..store.tables import ArraySpec, PackLayout
+from ..store.text import decode_text, text_value
 from .maps import PackMaps
 
-__all__ = ["CodecFrames", "VideoFrames", "Timestamps", "stored_timestamps"]
+__all__ = ["CodecFrames", "TextFrames", "VideoFrames", "Timestamps", "stored_timestamps"]
 
 Timestamps = Callable[[np.ndarray, np.ndarray], np.ndarray]  # (episodes, episode-local frames) -> stored seconds
 
@@ -48,7 +49,7 @@ class CodecFrames:
                  offset: np.ndarray, max_open: int):
         self.root, self.name, self.spec, self.packs = os.fspath(root), name, spec, packs
         self.chunk, self.offset = chunk, offset  # pack and first row of each episode (the episode table's)
-        self.codec = frame_codec(spec.codec_spec, spec.frame_shape)
+        self.codec = None if spec.is_text else frame_codec(spec.codec_spec, spec.frame_shape)
         self.max_open = max(1, max_open)
         self.open: dict[int, tuple[mmap.mmap, np.ndarray]] = {}  # pack -> (map, index), oldest first
         self._finalizer = weakref.finalize(self, _close_all, self.open)
@@ -94,6 +95,35 @@ class CodecFrames:
 
     def close(self) -> None:
         _close_all(self.open)
+
+
+class TextFrames(CodecFrames):
+    """A text array (:mod:`lerobot_zarr.store.text`): packs like a compact camera's, each frame one string. ``read``
+    gives the values items hold (``str``; a language column's Python value, new each time), ``read_stored`` the
+    stored strings, both as 1-D object arrays."""
+
+    def read_stored(self, episodes: np.ndarray, frames: np.ndarray) -> np.ndarray:
+        packs, rows = self.chunk[episodes], self.offset[episodes] + frames
+        out = np.empty(len(rows), dtype=object)
+        last: tuple[int, int, str] | None = None  # frames sharing their bytes (equal neighbours) decode once
+        for k, (pack, row) in enumerate(zip(np.asarray(packs).tolist(), np.asarray(rows).tolist(), strict=True)):
+            data, index = self._pack(pack)
+            offset, nbytes = index[row]
+            if offset < 0:
+                raise CorruptStoreError(f"{self.root}: pack {pack} of {self.name!r} has no frame at row {row}")
+            if last is None or last[:2] != (pack, offset):
+                where = f"{self.root}: {self.name!r} pack {pack} row {row}"
+                with memoryview(data)[offset:offset + nbytes] as blob:
+                    last = (pack, offset, decode_text(blob, where))
+            out[k] = last[2]
+        return out
+
+    def read(self, episodes: np.ndarray, frames: np.ndarray) -> np.ndarray:
+        out = self.read_stored(episodes, frames)
+        if self.spec.kind == "language":
+            for k, text in enumerate(out.tolist()):
+                out[k] = text_value("language", text, f"{self.root}: {self.name!r}")
+        return out
 
 
 def _close_all(open_packs: dict) -> None:

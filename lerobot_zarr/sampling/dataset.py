@@ -13,14 +13,13 @@ import threading
 import weakref
 from bisect import bisect_right
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from typing import Any, Literal, get_args
 
 import numpy as np
 
+from ..cameras.depth import DEPTH_UNITS, DepthOutput, DepthUnit
 from ..cameras.images import to_float32_chw
-from ..cameras.video import have_pyav, pyav_missing
 from ..errors import (
     ArgumentError,
     CorruptStoreError,
@@ -31,21 +30,19 @@ from ..errors import (
     warn_once,
 )
 from ..lerobot.format import CAMERA_DTYPES
-from ..store.cameras import cameras_needing_pyav, served_episodes
-from ..store.packs import open_array_pack, read_raw_rows
+from ..store.cameras import served_episodes
+from ..store.packs import open_array_pack, read_raw_rows, read_text_rows
 from ..store.state import StoreState, read_state
 from ..store.tables import ArraySpec, PackLayout, pack_rows_target
-from .camera_readers import CodecFrames, VideoFrames, stored_timestamps
+from .camera_readers import CodecFrames, TextFrames, VideoFrames, stored_timestamps
 from .conveniences import Conveniences
 from .maps import PackMaps
+from .meta import DatasetMeta
 from .selection import EpisodeSelection, Selection, episode_ranges, frame_range
 from .windows import window_offsets, windows
 
-if TYPE_CHECKING:
-    from ..lerobot.source import LeRobotSource
-
-__all__ = ["DatasetMeta", "LeRobotZarrDataset", "IMAGE_FORMATS", "ImageFormat", "read_episode_rows", "frame_range",
-           "episode_ranges", "window_offsets", "EpisodeSelection"]
+__all__ = ["LeRobotZarrDataset", "IMAGE_FORMATS", "ImageFormat", "DEPTH_UNITS", "DepthUnit",
+           "read_episode_rows", "frame_range", "episode_ranges", "window_offsets", "EpisodeSelection"]
 
 ImageFormat = Literal["uint8_hwc", "float32_chw"]
 IMAGE_FORMATS = get_args(ImageFormat)
@@ -75,81 +72,9 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_reset_locks_after_fork)
 
 
-@dataclass(frozen=True, kw_only=True)
-class DatasetMeta:
-    """What the store knows about its dataset (LeRobot's info, tasks, stats, episode table)."""
-
-    root: Path | str  # the store folder; for a source's metadata (no store), its location (folder or repo@rev)
-    info: dict
-    tasks: list[str]
-    stats: dict
-    source: dict
-    episode_start: np.ndarray
-    episode_end: np.ndarray
-    episode_length: np.ndarray
-    materialized_episodes: np.ndarray  # bool mask: episodes whose every stored feature is committed
-    not_materialized: dict[str, str]
-    stored_features: tuple[str, ...] = ()
-    # per stored feature, episodes the source could not give (missing or broken videos) and why
-    unavailable: dict[str, dict[int, str]] = field(default_factory=dict)
-    episode_task_index: np.ndarray | None = None  # each episode's first task (-1: unknown)
-    # video cameras this process cannot serve because PyAV is not installed, with the reason (not the store's)
-    needs_pyav: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def fps(self) -> float:
-        return float(self.info["fps"])
-
-    @property
-    def robot_type(self) -> str | None:
-        return self.info.get("robot_type")
-
-    @property
-    def features(self) -> dict[str, dict]:
-        """LeRobot feature specs (dtype, shape, names), videos included."""
-        return self.info["features"]
-
-    @property
-    def camera_keys(self) -> list[str]:
-        """Image and video features, as LeRobot names them."""
-        return [k for k, v in self.features.items() if v.get("dtype") in CAMERA_DTYPES]
-
-    @property
-    def total_episodes(self) -> int:
-        return len(self.episode_length)
-
-    @property
-    def total_frames(self) -> int:
-        return int(self.episode_length.sum())
-
-    @classmethod
-    def from_state(cls, state: StoreState) -> DatasetMeta:
-        unavailable = {name: state.unavailable_of(name) for name in state.arrays}
-        needs_pyav = cameras_needing_pyav(state)
-        return cls(root=state.root, info=state.info, tasks=list(state.tasks), stats=state.stats,
-                   source=state.source, episode_start=state.episode_start, episode_end=state.episode_end,
-                   episode_length=state.episode_length, materialized_episodes=served_episodes(state, needs_pyav),
-                   not_materialized=dict(state.not_materialized), stored_features=tuple(state.arrays),
-                   unavailable={k: v for k, v in unavailable.items() if v},
-                   episode_task_index=state.table.task_index, needs_pyav=needs_pyav)
-
-    @classmethod
-    def from_source(cls, source: LeRobotSource) -> DatasetMeta:
-        """Metadata of a LeRobot folder or Hub repo that has no store yet (nothing materialized)."""
-        t = source.episodes
-        stored = tuple(k for k, v in source.features.items()
-                       if v.kind in ("numeric", *CAMERA_DTYPES) and k not in source.not_materialized)
-        videos = [k for k in stored if source.features[k].kind == "video"]
-        needs_pyav = {k: str(pyav_missing()) for k in videos} if videos and not have_pyav() else {}
-        return cls(root=source.files.location(), info=source.info, tasks=source.tasks, stats=source.stats,
-                   source=source.record(), episode_start=t.start, episode_end=t.end, episode_length=t.length,
-                   materialized_episodes=np.zeros(len(t), dtype=bool), not_materialized=source.not_materialized,
-                   stored_features=stored, needs_pyav=needs_pyav)
-
-    def __repr__(self) -> str:
-        return (f"DatasetMeta(root={str(self.root)!r}, fps={self.fps:g}, robot_type={self.robot_type!r}, "
-                f"episodes={self.total_episodes} ({int(self.materialized_episodes.sum())} local), "
-                f"frames={self.total_frames}, features={list(self.features)})")
+_OLD_STRINGS = "string features are not stored"  # what earlier versions recorded of a source's string features
+_OLD_STRINGS_FIX = (" by the lerobot_zarr version that made this store (this one stores them: make the store again "
+                    "from its source, e.g. `lerobot-zarr cache rm` then open it, to have them)")
 
 
 def _distinct(ids: np.ndarray) -> np.ndarray:
@@ -161,7 +86,10 @@ def _distinct(ids: np.ndarray) -> np.ndarray:
 
 def read_episode_rows(root: str | os.PathLike, name: str, spec: ArraySpec, pack: int, pack_rows: int, offset: int,
                       length: int) -> np.ndarray:
-    """A copy of one episode's stored frames of one feature: ``length`` rows from ``offset`` of pack ``pack``."""
+    """A copy of one episode's stored frames of one feature: ``length`` rows from ``offset`` of pack ``pack`` (a text
+    array's: an object array of its stored strings)."""
+    if spec.is_text:
+        return read_text_rows(root, name, spec, pack, pack_rows, offset, length)
     if spec.storage == "compact":
         reader = CodecFrames(root, name, spec, PackLayout(np.array([0] * pack + [pack_rows])), 1)
         try:
@@ -180,14 +108,25 @@ class LeRobotZarrDataset(Conveniences):
     ``with``) releases its memory maps at once; dropping the last reference does too. ``headroom``: address space
     reserved past the packs for appends (a fraction of their rows); a writer's dataset takes 1.0, so that packs its
     commits append map next to the others (see :meth:`reload`); copies in other processes do not keep it.
+
+    What items hold, per kind of feature (numpy; dtypes as stored): numbers as arrays of their declared shape
+    (0-d for shape ``(1,)``); cameras uint8 HWC (``image_format="float32_chw"``: float32 CHW in [0, 1]); depth
+    cameras float32 in ``depth_unit`` (``"mm"``, LeRobot's default, or ``"m"``: :mod:`~lerobot_zarr.cameras.depth`),
+    ``(H, W, 1)`` or with ``"float32_chw"`` LeRobot's ``(1, H, W)``; ``string`` features a ``str``; language
+    columns what LeRobot gives (a new list of row dicts). Windows stack numbers and cameras along a new first axis
+    and give text as a list; batches stack along the batch axis and give text as lists (of lists for windows).
     """
 
     def __init__(self, root: str | os.PathLike, *, episodes: EpisodeSelection | None = None,
                  delta_timestamps: Mapping[str, Sequence[float]] | None = None,
                  image_format: ImageFormat = "uint8_hwc", max_open_maps: int | None = None, lazy: bool = False,
-                 fetch: Callable[[Path, list[int]], None] | None = None, headroom: float = 0.0):
+                 fetch: Callable[[Path, list[int]], None] | None = None, headroom: float = 0.0,
+                 depth_unit: DepthUnit = "mm"):
         if image_format not in IMAGE_FORMATS:
             raise ArgumentError(f"image_format must be one of {IMAGE_FORMATS}, got {image_format!r}")
+        if depth_unit not in DEPTH_UNITS:
+            raise ArgumentError(f"depth_unit must be one of {DEPTH_UNITS}, got {depth_unit!r:.40}")
+        self.depth_unit: DepthUnit = depth_unit
         if lazy and fetch is None:
             raise ArgumentError("lazy=True needs fetch=, the callable that brings missing episodes into the store "
                              "(open_dataset(..., lazy=True) passes it)")
@@ -202,9 +141,8 @@ class LeRobotZarrDataset(Conveniences):
         self._maps: PackMaps | None = None
         self._closed = False
         self._load(read_state(self.root))
-        left_out = {name: why for name, why in self._left_out.items() if name not in self.meta.not_materialized}
-        if left_out:
-            (first, why), *others = left_out.items()
+        if self._left_out:
+            (first, why), *others = self._left_out.items()
             text = f"{first!r} is left out of samples: {why}" + (
                 f"; so are {', '.join(map(repr, dict(others)))} (ds.left_out says why for each)" if others else "")
             warn_once(str(self.root), f"{self.root}: {text}")
@@ -216,11 +154,12 @@ class LeRobotZarrDataset(Conveniences):
         maps)."""
         episodes, delta_timestamps, max_open_maps, lazy, _ = self._request
         self._state = state
-        self.meta = meta = DatasetMeta.from_state(state)
+        self.meta = meta = DatasetMeta.from_state(state, self.depth_unit)
         present = meta.materialized_episodes
         selection = Selection.of(episodes, meta.episode_length, np.ones(len(present), bool) if lazy else present)
         wanted = selection.episodes
-        missing = dict(state.not_materialized)
+        missing = {name: why + _OLD_STRINGS_FIX if why == _OLD_STRINGS else why
+                   for name, why in state.not_materialized.items()}
         for name, reasons in meta.unavailable.items():
             hit = [e for e in wanted.tolist() if e in reasons]
             if hit:  # a camera some selected episodes lack: left out of samples, not the episodes
@@ -236,7 +175,14 @@ class LeRobotZarrDataset(Conveniences):
             if name not in missing and (state.arrays[name].storage == "mp4"
                                         or not state.done_mask(name)[wanted].all()):
                 missing[name] = why
-        self._left_out = {name: why for name, why in missing.items() if name in state.arrays}
+        for name in meta.depth_keys:
+            spec = state.arrays.get(name)
+            if spec is not None and spec.dtype == np.uint8 and name not in missing:
+                missing[name] = ("a depth map stored by an earlier lerobot_zarr as 8-bit frames, which lose the depth "
+                                 "(it read the 12-bit video as 8-bit gray, depth images as uint8): make the store "
+                                 "again from its source")
+        # what samples lack: stored features this selection cannot serve, and the source's features no store holds
+        self._left_out = {name: why for name, why in missing.items() if name in state.arrays or name in meta.features}
         self._offsets = window_offsets(delta_timestamps, state.fps, list(state.arrays), missing)
         absent = wanted[~present[wanted]]
         if absent.size and not lazy:
@@ -268,7 +214,9 @@ class LeRobotZarrDataset(Conveniences):
             reader.close()
         table = state.table
         times = stored_timestamps(self._maps, table.chunk, table.offset)
-        self._cameras = {name: (CodecFrames(self.root, name, spec, state.packs, table.chunk, table.offset,
+        self._cameras = {name: (TextFrames(self.root, name, spec, state.packs, table.chunk, table.offset,
+                                           self._max_packs) if spec.is_text else
+                                CodecFrames(self.root, name, spec, state.packs, table.chunk, table.offset,
                                             self._max_packs) if spec.storage == "compact" else
                                 VideoFrames(self.root, name, spec, len(table), times))
                          for name, spec in self._specs.items() if spec.storage != "raw"}
@@ -307,7 +255,10 @@ class LeRobotZarrDataset(Conveniences):
                     view, (max(view.shape[0] - n + 1, 0), n, *view.shape[1:]), (view.strides[0], *view.strides),
                     writeable=False)
             self._windowed.append((w, view, blocks, group(name), w.lo, w.hi))
-        self._images = [name for name, s in self._specs.items() if s.kind in CAMERA_DTYPES]
+        self._depth = {name: DepthOutput(self.meta.features[name], spec.kind, self.depth_unit)
+                       for name, spec in self._specs.items() if name in self.meta.depth_keys}
+        self._images = [name for name, s in self._specs.items() if s.kind in CAMERA_DTYPES and name not in self._depth]
+        self._text = {name for name, s in self._specs.items() if s.is_text}
         task = views.get("task_index")
         self._task = None if task is None else (task, task.ndim > 1, group("task_index"))
         # per selected episode k, one row of int64s (one cache line for a batch's lookups): what turns a dataset
@@ -397,12 +348,12 @@ class LeRobotZarrDataset(Conveniences):
     def __getstate__(self) -> tuple:
         _, _, max_maps, lazy, fetch = self._request
         return (str(self.root), self._sel.to_args(self.meta.episode_length), self.delta_timestamps,
-                self.image_format, max_maps, lazy, fetch)
+                self.image_format, max_maps, lazy, fetch, self.depth_unit)
 
     def __setstate__(self, args: tuple) -> None:
-        root, selection, deltas, image_format, max_maps, lazy, fetch = args
+        root, selection, deltas, image_format, max_maps, lazy, fetch, depth_unit = args
         self.__init__(root, episodes=Selection.from_args(selection), delta_timestamps=deltas,
-                      image_format=image_format, max_open_maps=max_maps, lazy=lazy, fetch=fetch)
+                      image_format=image_format, max_open_maps=max_maps, lazy=lazy, fetch=fetch, depth_unit=depth_unit)
 
     def __repr__(self) -> str:
         return (f"LeRobotZarrDataset(root={str(self.root)!r}, frames={self._len}, episodes={len(self.episodes)}, "
@@ -413,8 +364,9 @@ class LeRobotZarrDataset(Conveniences):
 
     @property
     def left_out(self) -> dict[str, str]:
-        """Features the store lists but samples of this selection lack, with why (e.g. a camera whose video is
-        missing for some selected episodes: select only the episodes that have it to get it)."""
+        """Features of the dataset that samples of this selection lack, with why: a feature no store holds (a dtype
+        LeRobot does not write, a depth map whose quantizer cannot be read), a camera whose video is missing for
+        some selected episodes (select only the episodes that have it to get it)..."""
         return dict(self._left_out)
 
     @property
@@ -432,7 +384,8 @@ class LeRobotZarrDataset(Conveniences):
         ``push``: the selected whole episodes, renumbered from 0) hold just those."""
         _, _, max_maps, lazy, fetch = self._request
         view = LeRobotZarrDataset(self.root, episodes=episodes, delta_timestamps=self.delta_timestamps,
-                                  image_format=self.image_format, max_open_maps=max_maps, lazy=lazy, fetch=fetch)
+                                  image_format=self.image_format, max_open_maps=max_maps, lazy=lazy, fetch=fetch,
+                                  depth_unit=self.depth_unit)
         view._selected = True
         return view
 
@@ -516,13 +469,22 @@ class LeRobotZarrDataset(Conveniences):
                                            f"dataset without lazy=True to leave the camera out, or select episodes "
                                            f"that have it", path=self.root, episode=e, feature=name)
         self._present = served_episodes(state)
+        for reader in self._cameras.values():  # compact packs grew: their maps and shard indexes are read again
+            if isinstance(reader, CodecFrames):
+                reader.close()
         absent = episodes[~self._present[episodes]]
         if absent.size:
             raise NotMaterializedError(f"{self.root}: episodes {absent.tolist()[:20]} could not be fetched",
                                        path=self.root, episode=int(absent[0]))
 
     def _image_out(self, out: dict[str, Any]) -> None:
-        if self.image_format == "float32_chw":
+        """Cameras as asked: depth maps as float32 depth in ``depth_unit``, and with ``"float32_chw"`` colour
+        cameras as float32 CHW in [0, 1] and depth maps channel first."""
+        chw = self.image_format == "float32_chw"
+        for name, depth in self._depth.items():
+            if name in out:
+                out[name] = np.moveaxis(depth(out[name]), -1, -3) if chw else depth(out[name])
+        if chw:
             for name in self._images:
                 out[name] = to_float32_chw(out[name])
 
@@ -581,7 +543,7 @@ class LeRobotZarrDataset(Conveniences):
                     out[name] = out[name] - shift[e]
                 for name, reader in self._cameras.items():
                     self._camera_item(out, name, reader, e, local, length)
-        if self._images:
+        if self._images or self._depth:
             self._image_out(out)
         return out
 
@@ -591,7 +553,8 @@ class LeRobotZarrDataset(Conveniences):
             out[name] = reader.read(np.array([e]), np.array([local]))[0]
             return
         q, out[w.pad_key] = w.frames(local, length)
-        out[name] = reader.read(np.full(len(q), e), q)
+        frames = reader.read(np.full(len(q), e), q)
+        out[name] = frames.tolist() if name in self._text else frames
 
     def get_batch(self, indices: Sequence[int] | np.ndarray) -> dict[str, Any]:
         """The same dict as ``ds[i]`` for many frames, stacked along a leading batch axis (one gather per
@@ -610,10 +573,11 @@ class LeRobotZarrDataset(Conveniences):
         order = np.concatenate(parts)
         out: dict[str, Any] = {}
         for key in results[0]:
-            if key == "task":
-                tasks = np.empty(len(k), dtype=object)
-                tasks[order] = [t for r in results for t in r[key]]
-                out[key] = tasks.tolist()
+            if key == "task" or key in self._text:  # lists
+                values = np.empty(len(k), dtype=object)
+                for i, value in zip(order.tolist(), (v for r in results for v in r[key]), strict=True):
+                    values[i] = value
+                out[key] = values.tolist()
             else:
                 merged = np.concatenate([r[key] for r in results])
                 out[key] = np.empty_like(merged)
@@ -674,7 +638,7 @@ class LeRobotZarrDataset(Conveniences):
                     out[name] = out[name] - shift[eps].reshape(-1, *[1] * (out[name].ndim - 1))
                 for name, reader in self._cameras.items():
                     self._camera_batch(out, name, reader, eps, local, length)
-        if self._images:
+        if self._images or self._depth:
             self._image_out(out)
         return out
 
@@ -682,17 +646,20 @@ class LeRobotZarrDataset(Conveniences):
                       length: np.ndarray) -> None:
         w = self._windows.get(name)
         if w is None:
-            out[name] = reader.read(eps, local)
-            return
-        q, out[w.pad_key] = w.frames_batch(local, length)
-        frames = reader.read(np.repeat(eps, len(w.offsets)), q.reshape(-1))
-        out[name] = frames.reshape(len(eps), len(w.offsets), *frames.shape[1:])
+            frames = reader.read(eps, local)
+        else:
+            q, out[w.pad_key] = w.frames_batch(local, length)
+            frames = reader.read(np.repeat(eps, len(w.offsets)), q.reshape(-1))
+            frames = frames.reshape(len(eps), len(w.offsets), *frames.shape[1:])
+        out[name] = frames.tolist() if name in self._text else frames
 
     def episode(self, episode_index: int, *, features: Sequence[str] | None = None) -> dict[str, np.ndarray]:
         """The frames of one selected episode (those the selection holds: all of them unless it chose a frame
-        range): read-only memory maps of its rows, one per feature of the samples (or per feature of
-        ``features``); ``episode_index`` and ``index`` are corrected copies once earlier episodes were deleted,
-        compact cameras decoded arrays. An episode outside the selection raises :class:`FrameIndexError`."""
+        range), as the store holds them: read-only memory maps of its rows, one per feature of the samples (or per
+        feature of ``features``); ``episode_index`` and ``index`` are corrected copies once earlier episodes were
+        deleted, compact cameras decoded arrays, text features object arrays (a ``str`` per frame, a language
+        column's JSON text), depth maps their stored values (a video's 12-bit codes, an image's uint16 or
+        float32). An episode outside the selection raises :class:`FrameIndexError`."""
         self._check_not_closed()
         e = operator.index(episode_index)
         if not 0 <= e < self.meta.total_episodes:
@@ -727,7 +694,9 @@ class LeRobotZarrDataset(Conveniences):
             if spec.storage != "raw":
                 with self._lock:
                     self._ensure_mapped(np.array([e]))
-                    out[name] = self._cameras[name].read(np.full(n, e), np.arange(first, first + n))
+                    reader = self._cameras[name]
+                    read = reader.read_stored if spec.is_text else reader.read
+                    out[name] = read(np.full(n, e), np.arange(first, first + n))
                 continue
             try:
                 fd = open_array_pack(self.root, name, spec, pack, rows)

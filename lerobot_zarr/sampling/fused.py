@@ -86,10 +86,14 @@ class GatherLayout:
         specs = ds.array_specs
         raw = {name: spec for name, spec in specs.items() if spec.storage == "raw"}
         converts = ds.image_format != "uint8_hwc" and any(s.kind in CAMERA_DTYPES for s in specs.values())
+        depth = [k for k in ds.meta.depth_keys if k in specs]
+        text = [k for k, s in specs.items() if s.is_text]
         why = ("closed" if ds.closed else
                "lazy: some selected episodes are not local yet (fetched on first use)" if got["absent"] else
                "episodes were deleted: stored episode_index / index are corrected per episode" if ds.index_shifts()
-               else f"images are converted to {ds.image_format}" if converts else None)
+               else f"images are converted to {ds.image_format}" if converts else
+               f"depth maps are converted to float32 {ds.depth_unit} ({depth[0]!r})" if depth else
+               f"text features are given as lists ({text[0]!r})" if text else None)
         offsets = window_offsets(ds.delta_timestamps, ds.meta.fps, list(specs), {})
         return cls(meta=ds.meta, state=state, root=str(ds.root), max_packs=got["max_packs"], specs=raw,
                    outside=tuple(name for name in specs if name not in raw), windows=windows(offsets), episodes=e,

@@ -38,11 +38,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..cameras.depth import DEPTH_UNITS, DepthOutput, DepthUnit, is_depth_feature
 from ..cameras.images import to_float32_chw
 from ..cameras.video import VideoUnavailable, have_pyav, pyav_missing
 from ..errors import ArgumentError, FrameIndexError, LeRobotZarrWarning, NotMaterializedError, warn_user
 from ..lerobot.format import CAMERA_DTYPES
 from ..resolve import resolve_source
+from ..store.text import TEXT_KINDS, text_value
 from ..utils.background import in_threads, prefetched
 from .dataset import IMAGE_FORMATS, ImageFormat, LeRobotZarrDataset
 from .selection import check_selection
@@ -80,13 +82,15 @@ class SampleStream:
                  delta_timestamps: Mapping[str, Sequence[float]] | None = None, shuffle: bool = True,
                  seed: int = 0, buffer_episodes: int = 4, rank: int = 0, world_size: int = 1,
                  image_format: ImageFormat = "uint8_hwc", worker: tuple[int, int] | None = None,
-                 batch_size: int | None = None, drop_last: bool = False):
+                 batch_size: int | None = None, drop_last: bool = False, depth_unit: DepthUnit = "mm"):
         if not (_is_int(rank) and _is_int(world_size) and 0 <= rank < world_size):
             raise ArgumentError(f"rank must be an integer in [0, world_size={world_size!r}), got {rank!r}")
         if not (_is_int(buffer_episodes) and buffer_episodes >= 1):
             raise ArgumentError(f"buffer_episodes must be a positive integer, got {buffer_episodes!r}")
         if image_format not in IMAGE_FORMATS:
             raise ArgumentError(f"image_format must be one of {IMAGE_FORMATS}, got {image_format!r}")
+        if depth_unit not in DEPTH_UNITS:
+            raise ArgumentError(f"depth_unit must be one of {DEPTH_UNITS}, got {depth_unit!r:.40}")
         if batch_size is not None and not (_is_int(batch_size) and batch_size >= 1):
             raise ArgumentError(f"batch_size must be a positive integer or None, got {batch_size!r}")
         if isinstance(episodes, Mapping):
@@ -95,7 +99,7 @@ class SampleStream:
         self.source, self.revision, self.token = source, revision, token
         self.shuffle, self.seed, self.buffer_episodes = shuffle, int(seed), int(buffer_episodes)
         self.rank, self.world_size, self.worker = rank, world_size, worker
-        self.image_format = image_format
+        self.image_format, self.depth_unit = image_format, depth_unit
         self.batch_size = None if batch_size is None else int(batch_size)
         self.drop_last = bool(drop_last)
         self.epoch = 0
@@ -107,6 +111,10 @@ class SampleStream:
         self.episodes = reader.episodes
         self.fps, self.tasks, self.kinds = reader.fps, reader.tasks, reader.kinds
         self.left_out = dict(reader.left_out)
+        self._depth = {name: DepthOutput(reader.features[name], kind, depth_unit) for name, kind in self.kinds.items()
+                       if kind in CAMERA_DTYPES and is_depth_feature(reader.features[name])}
+        self._language = [name for name, kind in self.kinds.items() if kind == "language"]
+        self._text = {name for name, kind in self.kinds.items() if kind in TEXT_KINDS}
         self.delta_timestamps = delta_timestamps
         self._windows = windows(window_offsets(delta_timestamps, self.fps, list(self.kinds),
                                                {**reader.not_materialized, **reader.left_out}))
@@ -309,7 +317,7 @@ class SampleStream:
                 out[name] = np.array(value) if isinstance(value, np.ndarray) else value
             else:
                 rows, out[window.pad_key] = window.frames(local, length)
-                out[name] = values[rows]
+                out[name] = values[rows].tolist() if name in self._text else values[rows]
         task_index = np.asarray(frames["task_index"][local]).reshape(-1)[0]
         out["task"] = self.tasks[int(task_index)]
         self._image_out(out)
@@ -338,7 +346,7 @@ class SampleStream:
                 data = np.empty((n, len(window.offsets), *first.shape[1:]), dtype=first.dtype)
                 for frames, ks in parts:
                     data[ks] = frames[name][rows[ks]]
-            out[name] = data
+            out[name] = data.tolist() if name in self._text else data
         task_index = np.empty(n, dtype=np.int64)
         for frames, ks in parts:
             task_index[ks] = np.asarray(frames["task_index"][local[ks]]).reshape(len(ks), -1)[:, 0]
@@ -347,10 +355,24 @@ class SampleStream:
         return out
 
     def _image_out(self, out: dict[str, Any]) -> None:
-        if self.image_format == "float32_chw":
+        """Cameras and text as the dataset's items give them: depth maps in ``depth_unit``, images in
+        ``image_format``, language columns parsed (new objects each time)."""
+        chw = self.image_format == "float32_chw"
+        for name in self._language:
+            out[name] = _parse_language(out[name])
+        for name, depth in self._depth.items():
+            out[name] = np.moveaxis(depth(out[name]), -1, -3) if chw else depth(out[name])
+        if chw:
             for name, kind in self.kinds.items():
-                if kind in CAMERA_DTYPES:
+                if kind in CAMERA_DTYPES and name not in self._depth:
                     out[name] = to_float32_chw(out[name])
+
+
+def _parse_language(stored: Any) -> Any:
+    """A language column's stored JSON text, or a list (window, batch) of them, as Python values."""
+    if isinstance(stored, str):
+        return text_value("language", stored, "a language frame")
+    return [_parse_language(v) for v in stored]
 
 
 def _fetch_in_order(reader: _EpisodeReader, shard: list[int], ahead: int) -> Iterator[tuple[int, dict]]:
@@ -493,6 +515,7 @@ class _EpisodeReader:
     fps: float
     tasks: list[str]
     kinds: dict[str, str]
+    features: dict[str, dict]  # LeRobot's features entries
     lengths: np.ndarray
     not_materialized: dict[str, str]
     left_out: dict[str, str]
@@ -534,6 +557,7 @@ class _SourceReader(_EpisodeReader):
                                            f"to stream it, select episodes that have it: episodes={_short(having)}"
                                            if having else "no episode has it: samples go without it"))
         self.kinds = {k: v.kind for k, v in source.stored_features.items() if k not in self.left_out}
+        self.features = source.info["features"]
         self.not_materialized = dict(source.not_materialized)
         self.concurrency = source.files.concurrency
 
@@ -543,11 +567,12 @@ class _SourceReader(_EpisodeReader):
             if kind == "video":
                 pixels: list[bytes] = []
                 try:
-                    self.src.decode_video(e, name, frames["timestamp"], pixels.append)
+                    self.src.decode_video(e, name, frames["timestamp"], pixels.append, rewind=pixels.clear)
                 except VideoUnavailable as exc:
                     raise NotMaterializedError(str(exc)) from None
-                shape = self.src.features[name].frame_shape
-                frames[name] = np.frombuffer(b"".join(pixels), dtype=np.uint8).reshape(len(pixels), *shape)
+                spec = self.src.features[name]
+                frames[name] = np.frombuffer(b"".join(pixels), dtype=spec.numpy_dtype).reshape(len(pixels),
+                                                                                               *spec.frame_shape)
         return frames
 
 
@@ -563,6 +588,7 @@ class _StoreReader(_EpisodeReader):
         self.fps, self.tasks = meta.fps, meta.tasks
         self.lengths = meta.episode_length
         self.kinds = {k: s.kind for k, s in self.ds.array_specs.items()}
+        self.features = meta.features
         self.not_materialized = meta.not_materialized
         self.left_out = {k: why for k, why in self.ds.left_out.items() if k not in meta.not_materialized}
 
@@ -573,8 +599,8 @@ class _StoreReader(_EpisodeReader):
 def stream(source: str | os.PathLike, *, revision: str | None = None, token: str | bool | None = None,
            episodes: Sequence[int] | None = None, delta_timestamps: Mapping[str, Sequence[float]] | None = None,
            shuffle: bool = True, seed: int = 0, buffer_episodes: int = 4, rank: int = 0, world_size: int = 1,
-           image_format: ImageFormat = "uint8_hwc", batch_size: int | None = None, drop_last: bool = False
-           ) -> SampleStream:
+           image_format: ImageFormat = "uint8_hwc", batch_size: int | None = None, drop_last: bool = False,
+           depth_unit: DepthUnit = "mm") -> SampleStream:
     """Stream samples of a Hub repo, LeRobot folder or store; see :class:`SampleStream` and the module docs.
 
     ``batch_size``: yield ``get_batch``-style dicts of that many samples (the last one of an epoch may be
@@ -583,4 +609,4 @@ def stream(source: str | os.PathLike, *, revision: str | None = None, token: str
     return SampleStream(source, revision=revision, token=token, episodes=episodes,
                         delta_timestamps=delta_timestamps, shuffle=shuffle, seed=seed,
                         buffer_episodes=buffer_episodes, rank=rank, world_size=world_size,
-                        image_format=image_format, batch_size=batch_size, drop_last=drop_last)
+                        image_format=image_format, batch_size=batch_size, drop_last=drop_last, depth_unit=depth_unit)

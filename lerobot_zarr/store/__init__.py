@@ -1,9 +1,9 @@
 """The on-disk store format (version 3): a Zarr v3 group that other tools can read. This docstring is the
 contract; its code: :mod:`.tables` (array specs, the episode table, packs, limits), :mod:`.hashes` (content
 hashes), :mod:`.state` (the root state: reading and validating it, file paths), :mod:`.committing` (creating a store,
-the commit, ``frame_live``), :mod:`.packs` (pack files), :mod:`.zarr_meta` (zarr's metadata documents),
-:mod:`.cameras` (the mp4 index, which episodes this process serves), :mod:`.cache` (where stores live, the cache
-layout, ``cache ls/rm/prune``).
+the commit, ``frame_live``), :mod:`.packs` (pack files), :mod:`.text` (text arrays), :mod:`.zarr_meta` (zarr's
+metadata documents), :mod:`.cameras` (the mp4 index, which episodes this process serves), :mod:`.cache` (where
+stores live, the cache layout, ``cache ls/rm/prune``).
 
 Layout of a store folder::
 
@@ -69,11 +69,16 @@ lerobot_zarr sets it for its own process). Dimension names: ``frame`` first, the
   (non-zero after earlier episodes were deleted; lerobot_zarr computes both from the table).
 - ``packs``: ``{"rows": <column as above>, "next_row": n}``: rows of every pack id (0: retired), and the rows used
   in the last pack (appends go on from there). ``pack_bytes``: the target pack size of new packs.
-- ``features``: for each stored array, ``{"kind": "numeric"|"image"|"video", "dtype", "frame_shape", "storage":
-  "raw"|"compact"|"mp4", "shard_index": "start"|"end", "episodes"}`` where ``episodes`` lists half-open ``[first,
-  stop)`` ranges of episodes whose rows are committed. Only those rows hold data; other rows may hold zeros or
-  garbage from an interrupted write. Images and videos are stored alike (uint8 HWC frames); ``video`` says the
-  source kept them as mp4. Compact arrays add ``"codec"`` (the frame codec of every inner chunk, e.g.
+- ``features``: for each stored array, ``{"kind": "numeric"|"image"|"video"|"string"|"language", "dtype",
+  "frame_shape", "storage": "raw"|"compact"|"mp4", "shard_index": "start"|"end", "episodes"}`` where ``episodes``
+  lists half-open ``[first, stop)`` ranges of episodes whose rows are committed. Only those rows hold data; other
+  rows may hold zeros or garbage from an interrupted write. Images and videos are stored alike (uint8 HWC frames;
+  a depth camera, ``is_depth_map`` in its info, uint16 or float32 frames of one channel: a video's 12-bit codes,
+  an image's values); ``video`` says the source kept them as mp4. Text arrays (``string``: a ``str`` per frame;
+  ``language``: a LeRobot language column's value as JSON text) have ``"dtype": "string"``, ``"frame_shape": []``,
+  compact storage with ``{"codec": "vlen-utf8"}``: each inner chunk is zarr's vlen-utf8 encoding of one string
+  (:mod:`.text`); equal consecutive frames may share their bytes (their index entries point at the same place).
+  Compact arrays add ``"codec"`` (the frame codec of every inner chunk, e.g.
   ``{"codec": "zstd", "level": 3}``, ``{"codec": "delta-zstd", ...}``, ``{"codec": "jpeg", "quality": 90}``; the
   zarr metadata names the same codec, registered as ``lerobot_zarr.delta`` / ``lerobot_zarr.jpeg``). Cameras
   resized at transcode add ``"resize": {"from": [h, w], "size": [h, w], ...}``; ``frame_shape`` is the stored one.

@@ -130,7 +130,7 @@ def _store_summary(path: Path) -> tuple[dict, int, int, str]:
     module reads a store's metadata (the store format may change: adapt here)."""
     state = read_state(path)
     variant = "; ".join(f"{name}={kept_description(spec)}" for name, spec in state.arrays.items()
-                        if spec.resize or spec.storage != "raw")
+                        if not spec.is_text and (spec.resize or spec.storage != "raw"))
     return dict(state.source), int(served_episodes(state).sum()), len(state.table), variant
 
 

@@ -31,9 +31,11 @@ from ..utils.fileio import check_in_store, create_sized, open_nofollow, pwrite_a
 from ..utils.hashing import Crc32c, compact_frame_header, crc32c
 from .state import chunk_path, retired_path
 from .tables import ArraySpec
+from .text import decode_text, encode_text
 
 __all__ = ["ensure_pack", "write_rows", "write_pack_bytes", "HUGE_PAGE", "row_writer", "open_pack",
-           "open_array_pack", "read_raw_rows", "read_shard_index", "retire_pack", "remove_retired", "RowWriter"]
+           "open_array_pack", "read_raw_rows", "read_text_rows", "read_shard_index", "retire_pack", "remove_retired",
+           "RowWriter"]
 
 _EMPTY = np.uint64(2**64 - 1)
 _pack_locks: dict[str, threading.Lock] = {}
@@ -96,17 +98,20 @@ class RowWriter:
         self.fd: int | None = None
         self.hash = Crc32c()
         if spec.storage != "raw":
-            from ..cameras.frame_codecs import frame_codec
+            if spec.is_text:
+                self.encode = encode_text
+            else:
+                from ..cameras.frame_codecs import frame_codec
 
-            self.codec = frame_codec(spec.codec_spec, spec.frame_shape)
+                self.encode = frame_codec(spec.codec_spec, spec.frame_shape).encode
             self.frames: list[bytes] = []
 
     @property
     def crc(self) -> int:
         return self.hash.value
 
-    def write(self, frame: bytes | np.ndarray) -> None:
-        """Append one frame (raw bytes of the stored shape, or an array of it)."""
+    def write(self, frame: bytes | np.ndarray | str) -> None:
+        """Append one frame (raw bytes of the stored shape, or an array of it; a text array's ``str``)."""
         if self.written >= self.n_frames:
             raise CorruptStoreError(f"{self.path}: more than the {self.n_frames} frames of the episode written")
         if self.spec.storage == "raw":
@@ -120,13 +125,22 @@ class RowWriter:
             pwrite_all(self.fd, data, (self.offset + self.written) * self.spec.frame_bytes, self.path)
             self.hash.update(data)
         else:
-            array = frame if isinstance(frame, np.ndarray) else \
-                np.frombuffer(frame, dtype=np.uint8).reshape(self.spec.frame_shape)
-            blob = self.codec.encode(array)
+            if self.spec.is_text:
+                blob = self.encode(frame)
+            else:
+                blob = self.encode(frame if isinstance(frame, np.ndarray) else
+                                   np.frombuffer(frame, dtype=self.spec.dtype).reshape(self.spec.frame_shape))
             self.hash.update(compact_frame_header(len(blob)))
             self.hash.update(blob)
             self.frames.append(blob)
         self.written += 1
+
+    def rewind(self) -> None:
+        """Start the episode over: the next frame written is its first again (a decoder that restarts)."""
+        self.written = 0
+        self.hash = Crc32c()
+        if self.spec.storage != "raw":
+            self.frames = []
 
     def close(self) -> None:
         if self.spec.storage == "raw":
@@ -156,7 +170,7 @@ def write_rows(root: str | os.PathLike, name: str, spec: ArraySpec, pack: int, o
     """Write one episode's frames of ``name`` at row ``offset`` of pack ``pack`` of ``pack_rows`` rows (made if
     it does not exist); return their content hash."""
     path = chunk_path(root, name, pack, spec.ndim)
-    data = np.ascontiguousarray(frames, dtype=spec.dtype)
+    data = frames if spec.is_text else np.ascontiguousarray(frames, dtype=spec.dtype)
     if spec.storage == "raw":
         _ensure_file(root, path, spec, pack_rows)
         fd = open_nofollow(path, os.O_WRONLY, root=root)
@@ -219,10 +233,15 @@ def _append_compact(root: str | os.PathLike, path: str, spec: ArraySpec, offset:
                 raise CorruptStoreError(f"{path}: rows {offset}..{offset + len(frames)} are outside the pack's {rows}")
             entries = np.empty((len(frames), 2), dtype="<u8")
             pos = end
+            unique: list[bytes] = []
             for i, frame in enumerate(frames):
+                if unique and (frame is unique[-1] or frame == unique[-1]):  # the same bytes as the frame before:
+                    entries[i] = entries[i - 1]  # shared (the persistent rows of a language column...)
+                    continue
                 entries[i] = (pos, len(frame))
                 pos += len(frame)
-            pwrite_all(fd, b"".join(frames), end, path)
+                unique.append(frame)
+            pwrite_all(fd, b"".join(unique), end, path)
             pwrite_all(fd, entries.tobytes(), 16 * offset, path)
             index = os.pread(fd, 16 * rows, 0)
             pwrite_all(fd, _crc(index), 16 * rows, path)
@@ -317,6 +336,25 @@ def read_raw_rows(root: str | os.PathLike, name: str, spec: ArraySpec, pack: int
         f.seek(offset * spec.frame_bytes)
         return np.fromfile(f, dtype=spec.dtype, count=length * int(np.prod(spec.frame_shape, dtype=np.int64))
                            ).reshape(length, *spec.frame_shape)
+
+
+def read_text_rows(root: str | os.PathLike, name: str, spec: ArraySpec, pack: int, pack_rows: int, offset: int,
+                   length: int) -> np.ndarray:
+    """``length`` committed rows from row ``offset`` of a text array's pack, as a 1-D object array of the stored
+    strings."""
+    fd = open_array_pack(root, name, spec, pack, pack_rows)
+    try:
+        where = f"pack {pack} of feature {name!r}"
+        index = read_shard_index(fd, spec, pack_rows, offset, length, where)
+        out = np.empty(length, dtype=object)
+        last: tuple[int, str] | None = None
+        for k, (start, nbytes) in enumerate(index.tolist()):
+            if last is None or last[0] != start:
+                last = (start, decode_text(os.pread(fd, nbytes, start), f"{root}: {where} row {offset + k}"))
+            out[k] = last[1]
+        return out
+    finally:
+        os.close(fd)
 
 
 def retire_pack(root: str | os.PathLike, arrays: Mapping[str, ArraySpec], pack: int) -> None:

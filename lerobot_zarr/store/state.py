@@ -35,6 +35,7 @@ from .tables import (
     ranges_mask,
     ranges_of,
 )
+from .text import TEXT_CODEC, TEXT_DATA_TYPE, TEXT_KINDS
 from .zarr_meta import EPISODE_ARRAYS, LIVE_ARRAY, ROOT
 
 __all__ = ["FORMAT_VERSION", "ATTRS_KEY", "MAX_ROOT_BYTES", "CREATING_MARKER", "LIVE_PENDING_MARKER", "StoreState",
@@ -44,7 +45,8 @@ __all__ = ["FORMAT_VERSION", "ATTRS_KEY", "MAX_ROOT_BYTES", "CREATING_MARKER", "
 FORMAT_VERSION = 3
 _READABLE_VERSIONS = (1, 2, 3)
 ATTRS_KEY = "lerobot_zarr"
-_KINDS = ("numeric", *sorted(CAMERA_DTYPES))
+_KINDS = ("numeric", *sorted(CAMERA_DTYPES), *TEXT_KINDS)
+_CAMERA_STORED = {np.dtype("uint8"): (1, 3, 4), np.dtype("<u2"): (1,), np.dtype("<f4"): (1,)}  # dtype: channels
 CREATING_MARKER = ".lerobot_zarr-creating"  # a store being laid out (before its first commit)
 LIVE_PENDING_MARKER = ".frame_live-pending"  # frame_live may lag the last commit
 MAX_ROOT_BYTES = 512 << 20  # the root zarr.json (about 60 bytes per episode and feature at most)
@@ -175,7 +177,8 @@ class StoreState:
             "stats": self.stats,
             "source": self.source,
             "not_materialized": dict(self.not_materialized),
-            "features": {name: {"kind": spec.kind, "dtype": spec.dtype.str.lstrip("<>|="),
+            "features": {name: {"kind": spec.kind,
+                                "dtype": TEXT_DATA_TYPE if spec.is_text else spec.dtype.str.lstrip("<>|="),
                                 "frame_shape": list(spec.frame_shape), "storage": spec.storage,
                                 "shard_index": spec.shard_index, "dims": list(spec.dims),
                                 **({"codec": spec.codec_spec} if spec.storage == "compact" else {}),
@@ -233,12 +236,20 @@ def _parse_arrays(features: Mapping, consolidated: Mapping, where: str) -> dict[
         at = f"{where}: features[{name!r}]"
         if not isinstance(f, Mapping):
             raise CorruptStoreError(f"{at} must be an object")
-        try:
-            dtype = np.dtype(str(f["dtype"])).newbyteorder("<")
-        except (KeyError, TypeError) as exc:
-            raise CorruptStoreError(f"{at}.dtype is missing or unknown ({exc})") from None
-        if dtype.kind not in "biuf":
-            raise CorruptStoreError(f"{at}.dtype {dtype} cannot be stored raw")
+        text = f.get("kind") in TEXT_KINDS
+        if text:
+            if f.get("dtype") != TEXT_DATA_TYPE or f.get("frame_shape") != [] or f.get("storage") != "compact" \
+                    or f.get("codec") != {"codec": TEXT_CODEC}:
+                raise CorruptStoreError(f"{at}: a {f.get('kind')} array is kept as {TEXT_DATA_TYPE!r} frames of shape "
+                                        f"[], compact, codec {TEXT_CODEC!r}")
+            dtype = np.dtype(object)
+        else:
+            try:
+                dtype = np.dtype(str(f["dtype"])).newbyteorder("<")
+            except (KeyError, TypeError) as exc:
+                raise CorruptStoreError(f"{at}.dtype is missing or unknown ({exc})") from None
+            if dtype.kind not in "biuf":
+                raise CorruptStoreError(f"{at}.dtype {dtype} cannot be stored raw")
         shape = f.get("frame_shape")
         if not isinstance(shape, list) or len(shape) > 8 or not all(
                 isinstance(s, int) and not isinstance(s, bool) and 0 < s < MAX_ROWS for s in shape):
@@ -264,13 +275,13 @@ def _parse_arrays(features: Mapping, consolidated: Mapping, where: str) -> dict[
             raise CorruptStoreError(f"{at}.codec and .resize must be objects")
         if storage == "mp4" and kind != "video":
             raise CorruptStoreError(f"{at}: only video features can be kept as mp4")
-        if kind != "numeric" and (dtype != np.uint8 or len(shape) != 3 or shape[2] not in (1, 3, 4)):
+        if kind in CAMERA_DTYPES and (len(shape) != 3 or shape[2] not in _CAMERA_STORED.get(dtype, ())):
             raise CorruptStoreError(f"{at}: cameras are stored as uint8 (height, width, 1, 3 or 4 channels) frames, "
-                                    f"got {dtype}{shape}")
+                                    f"depth maps as uint16 or float32 (height, width, 1), got {dtype}{shape}")
         spec = ArraySpec(dtype, tuple(shape), tuple(dims), kind, storage, shard_index,
                          tuple((str(k), _frozen_json(v)) for k, v in codec.items()),
                          tuple((str(k), _frozen_json(v)) for k, v in resize.items()))
-        if storage == "compact":
+        if storage == "compact" and not text:
             _check_codec(spec, at)
         if resize:
             _check_resize(spec, at)

@@ -15,6 +15,7 @@ import numpy as np
 
 from ..errors import CorruptStoreError
 from ..lerobot.format import CAMERA_DTYPES
+from .text import TEXT_CODEC, TEXT_KINDS
 
 __all__ = ["MAX_ROWS", "MAX_EPISODES", "MAX_PACKS", "MAX_FRAMES", "MAX_FRAME_BYTES", "MAX_PACK_BYTES",
            "DEFAULT_PACK_BYTES", "Storage", "STORAGES", "ArraySpec", "array_spec", "EpisodeTable", "PackLayout",
@@ -56,6 +57,11 @@ class ArraySpec:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in self.resize}
 
     @property
+    def is_text(self) -> bool:
+        """A text array (``string`` or ``language``): variable-length UTF-8 per frame, kept compact."""
+        return self.kind in TEXT_KINDS
+
+    @property
     def frame_bytes(self) -> int:
         return int(np.prod(self.frame_shape, dtype=np.int64)) * self.dtype.itemsize
 
@@ -64,14 +70,19 @@ class ArraySpec:
         return 1 + len(self.frame_shape)
 
 
-def array_spec(dtype: str, frame_shape: tuple[int, ...], names: Any = None) -> ArraySpec:
-    """The store array of a LeRobot feature: ``dtype`` is LeRobot's ("float32", "image", "video"...), ``frame_shape``
-    the stored per-frame shape (LeRobot's shape ``[1]`` is stored as scalars: ``()``)."""
+def array_spec(dtype: str, frame_shape: tuple[int, ...], names: Any = None, stored: np.dtype | None = None
+               ) -> ArraySpec:
+    """The store array of a LeRobot feature: ``dtype`` is LeRobot's ("float32", "image", "video", "string",
+    "language"...), ``frame_shape`` the stored per-frame shape (LeRobot's shape ``[1]`` is stored as scalars: ``()``),
+    ``stored`` a camera's stored dtype (uint8; a depth map's uint16 or float32). Text features are kept compact
+    (:mod:`.text`)."""
     if dtype in CAMERA_DTYPES:
         dims = tuple(n if isinstance(n, str) else f"dim_{k}" for k, n in enumerate(names or ()))
         if len(dims) != 3 or len(set(dims)) != 3:
             dims = ("height", "width", "channels")
-        return ArraySpec(np.dtype("uint8"), tuple(frame_shape), dims, dtype)
+        return ArraySpec(np.dtype(stored or "uint8").newbyteorder("<"), tuple(frame_shape), dims, dtype)
+    if dtype in TEXT_KINDS:
+        return ArraySpec(np.dtype(object), (), (), dtype, "compact", codec=(("codec", TEXT_CODEC),))
     return ArraySpec(np.dtype(dtype).newbyteorder("<"), tuple(frame_shape),
                      tuple(f"dim_{k}" for k in range(len(frame_shape))))
 

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from .tables import ArraySpec, PackLayout
+from .text import TEXT_CODEC, TEXT_DATA_TYPE
 
 __all__ = ["ROOT", "LIVE_ARRAY", "EPISODE_ARRAYS", "metadata_documents", "dump"]
 
@@ -50,22 +51,26 @@ def _bytes_codec(dtype: np.dtype) -> dict:
 def _codecs(spec: ArraySpec) -> list[dict]:
     """Raw: the bytes codec alone (chunk files are the array bytes). Compact: a shard per pack whose inner chunks
     are single frames encoded with the array's frame codec, the shard index at ``spec.shard_index``."""
-    codec = _bytes_codec(spec.dtype)
     if spec.storage == "raw":
-        return [codec]
-    from ..cameras.frame_codecs import frame_codec
+        return [_bytes_codec(spec.dtype)]
+    if spec.is_text:
+        inner = [{"name": TEXT_CODEC, "configuration": {}}]
+    else:
+        from ..cameras.frame_codecs import frame_codec
 
+        inner = frame_codec(spec.codec_spec, spec.frame_shape).zarr_codecs()
     return [{"name": "sharding_indexed", "configuration": {
-        "chunk_shape": [1, *spec.frame_shape], "codecs": frame_codec(spec.codec_spec, spec.frame_shape).zarr_codecs(),
+        "chunk_shape": [1, *spec.frame_shape], "codecs": inner,
         "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "crc32c"}],
         "index_location": spec.shard_index}}]
 
 
 def _array_doc(shape: tuple[int, ...], dtype: np.dtype, grid: dict, dims: list[str], codecs: list[dict],
                attributes: dict | None = None, fill: Any = None) -> dict:
+    text = dtype.kind == "O"  # a text array (zarr's variable-length strings)
     if fill is None:
-        fill = False if dtype.kind == "b" else 0.0 if dtype.kind == "f" else 0
-    return {"shape": list(shape), "data_type": dtype.name, "chunk_grid": grid,
+        fill = "" if text else False if dtype.kind == "b" else 0.0 if dtype.kind == "f" else 0
+    return {"shape": list(shape), "data_type": TEXT_DATA_TYPE if text else dtype.name, "chunk_grid": grid,
             "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
             "fill_value": fill, "codecs": codecs, "attributes": attributes or {}, "dimension_names": dims,
             "zarr_format": 3, "node_type": "array", "storage_transformers": []}

@@ -45,7 +45,8 @@ from ..lerobot.writers import (
     write_tasks,
 )
 
-__all__ = ["write_sample_dataset"]
+__all__ = ["write_sample_dataset", "camera_frames", "note_of", "language_of", "depth_image", "depth_codes",
+           "NOTE_KEY", "DEPTH_UNIT"]
 
 DATA_FILES_SIZE_IN_MB = 100
 VIDEO_FILES_SIZE_IN_MB = 200
@@ -53,6 +54,43 @@ ROBOT_TYPE = "synthetic_arm"
 DEFAULT_LENGTHS = (20, 60)
 GRID_KEY = "observation.grid"
 GRID_SHAPE = (3, 4)
+NOTE_KEY = "observation.note"  # the string feature of text_features=True
+DEPTH_UNIT = "mm"  # depth images are uint16 millimetres, depth videos 12-bit codes of LeRobot's default quantizer
+_WORDS = ("", "grasp", "déplacer → ☕")
+
+
+def note_of(episode: int, frame: int) -> str:
+    """The ``observation.note`` string of a frame (text_features=True): repeated and unique values, empty ones."""
+    return f"episode {episode} frame {frame}" if frame % 2 == 0 else _WORDS[(episode + frame) % 3]
+
+
+def language_of(column: str, episode: int, frame: int) -> list[dict]:
+    """A frame's value of ``language_persistent`` or ``language_events`` (text_features=True), as LeRobot gives it:
+    the episode's persistent rows on every frame, events on frame 1 only (an interjection and a spoken tool call)."""
+    if column == "language_persistent":
+        return [{"role": "assistant", "content": f"plan of episode {episode}", "style": "plan", "timestamp": 0.0,
+                 "camera": None, "tool_calls": None},
+                {"role": "assistant", "content": "reach the cup", "style": "subtask", "timestamp": 0.0,
+                 "camera": None, "tool_calls": None}]
+    if frame != 1:
+        return []
+    return [{"role": "user", "content": "faster please", "style": "interjection", "camera": None, "tool_calls": None},
+            {"role": "assistant", "content": None, "style": None, "camera": None,
+             "tool_calls": [{"function": {"arguments": {"text": f"ok {episode}"}, "name": "say"}, "type": "function"}]}]
+
+
+def depth_image(episode: int, frame: int, shape: Sequence[int]) -> np.ndarray:
+    """A depth image's uint16 millimetres (depth_keys), (H, W, 1)."""
+    height, width, _ = shape
+    y, x = np.mgrid[0:height, 0:width]
+    return ((300 + 97 * y + 41 * x + 13 * frame + 211 * episode) % 9000 + 20).astype(np.uint16)[..., None]
+
+
+def depth_codes(key_number: int, episode: int, frame: int, shape: Sequence[int]) -> np.ndarray:
+    """A depth video frame's 12-bit codes (depth_video_keys), (H, W, 1) uint16."""
+    height, width, _ = shape
+    y, x = np.mgrid[0:height, 0:width]
+    return ((64 * y + 16 * x + 3 * frame + 101 * episode + 7 * key_number) % 4096).astype(np.uint16)[..., None]
 
 
 
@@ -78,6 +116,10 @@ def write_sample_dataset(
     row_group_per_episode: bool = True,
     write_stats: bool = True,
     episodes_row_group: int | None = None,
+    text_features: bool = False,
+    depth_keys: Sequence[str] = (),
+    depth_video_keys: Sequence[str] = (),
+    episode_tasks: bool = True,
 ) -> pathlib.Path:
     """Write a synthetic LeRobot dataset into the empty or missing folder ``path`` and return its path.
 
@@ -108,6 +150,15 @@ def write_sample_dataset(
         episodes_row_group: v3.0: episodes per row group of ``meta/episodes`` (``None``: one row group). LeRobot's
             recorder writes 10 (it flushes its episode metadata every 10 episodes): with ``write_stats`` that is
             the layout of the datasets on the Hub.
+        text_features: Add the ``string`` feature ``observation.note`` (:func:`note_of`) and LeRobot's language
+            columns ``language_persistent`` / ``language_events`` as ``lerobot-annotate`` writes them
+            (:func:`language_of`, ``tools`` in info.json).
+        depth_keys: Depth ``image`` features (``is_depth_map``, ``depth_unit`` mm) of shape ``image_shape`` with one
+            channel: uint16 TIFF images (:func:`depth_image`).
+        depth_video_keys: Depth ``video`` features: with ``write_videos``, 12-bit HEVC (``gray12le``, lossless) of
+            :func:`depth_codes`, LeRobot's default quantizer keys in info.json (v3.0 only).
+        episode_tasks: v3.0: write the ``tasks`` column of ``meta/episodes`` (LeRobot's
+            ``convert_image_to_video_dataset`` writes none).
 
     Raises:
         ValueError: An argument is invalid or ``path`` is a file or a non-empty folder.
@@ -123,15 +174,24 @@ def write_sample_dataset(
     episode_lengths = _episode_lengths(lengths_rng, n_episodes, lengths)
     used_tasks = list(tasks)[: min(len(tasks), n_episodes)]
 
+    if (depth_video_keys and version != "v3.0") or set(depth_keys) & set(depth_video_keys):
+        raise ValueError("depth_video_keys need version 'v3.0' and keys of their own")
     frames = _numeric_frames(data_rng, episode_lengths, fps, state_dim, action_dim, extra_nd, len(used_tasks))
     images = {
         key: _image_column(image_rng, episode_lengths, image_shape, image_format, key_number, write_stats)
         for key_number, key in enumerate(image_keys)
     }
+    depth_shape = (*image_shape[:2], 1)
+    images.update({key: _depth_column(episode_lengths, depth_shape, write_stats) for key in depth_keys})
     fixed = vector_type == "fixed_size_list"
     table = _frames_table(frames, images, fixed, version)
+    if text_features:
+        table = _with_text(table, episode_lengths)
 
     features = _features(state_dim, action_dim, extra_nd, image_keys, image_shape, video_keys, fps)
+    features.update(_extra_features(text_features, depth_keys, depth_video_keys, depth_shape, fps))
+    features = {**{k: v for k, v in features.items() if k not in DEFAULT_FEATURES},
+                **{k: features[k] for k in DEFAULT_FEATURES}}
     episode_stats: dict[str, dict[str, np.ndarray]] = {}
     if write_stats:
         episode_stats = {key: per_episode_stats(values, episode_lengths) for key, values in frames.items()}
@@ -141,14 +201,92 @@ def write_sample_dataset(
     root.mkdir(parents=True, exist_ok=True)
     if version == "v3.0":
         _write_v3(
-            root, table, episode_lengths, features, used_tasks, video_keys, fps, episodes_per_file,
-            row_group_per_episode, episode_stats, episodes_row_group,
+            root, table, episode_lengths, features, used_tasks, [*video_keys, *depth_video_keys], fps,
+            episodes_per_file, row_group_per_episode, episode_stats, episodes_row_group, episode_tasks,
+            {"tools": [_SAY_TOOL]} if text_features else None,
         )
     else:
         _write_v21(root, table, episode_lengths, features, used_tasks, video_keys, fps, episode_stats)
     if write_videos:
         _write_videos(root, version, video_keys, episode_lengths, image_shape, fps, episodes_per_file, seed)
+        _write_depth_videos(root, depth_video_keys, episode_lengths, depth_shape, fps, episodes_per_file)
     return root
+
+
+_SAY_TOOL = {"type": "function", "function": {"name": "say", "description": "Speak a short utterance.",
+                                               "parameters": {"type": "object", "properties": {"text": {
+                                                   "type": "string"}}, "required": ["text"]}}}
+
+
+def _with_text(table: pa.Table, lengths: np.ndarray) -> pa.Table:
+    """The table with ``observation.note`` after the vectors and the language columns last, as lerobot-annotate
+    appends them (its writer lets Arrow infer their types from the rows)."""
+    frames = [(e, i) for e, n in enumerate(lengths.tolist()) for i in range(n)]
+    position = table.schema.get_field_index("timestamp")
+    table = table.add_column(position, NOTE_KEY, pa.array([note_of(e, i) for e, i in frames], pa.string()))
+    for column in ("language_persistent", "language_events"):
+        table = table.append_column(column, pa.array([language_of(column, e, i) for e, i in frames]))
+    return table
+
+
+def _depth_column(lengths: np.ndarray, shape: tuple[int, int, int], with_stats: bool
+                  ) -> tuple[pa.StructArray, dict[str, np.ndarray]]:
+    """Depth images as LeRobot embeds them (uncompressed 16-bit TIFF in struct<bytes, path>) and their
+    per-episode stats in millimetres, per channel (1, 1, 1), not scaled."""
+    encoded, names, per_episode = [], [], []
+    for episode, length in enumerate(lengths.tolist()):
+        pixels = np.stack([depth_image(episode, i, shape) for i in range(length)])
+        for i, frame in enumerate(pixels):
+            buffer = io.BytesIO()
+            Image.fromarray(frame[..., 0]).save(buffer, format="TIFF", compression="raw")
+            encoded.append(buffer.getvalue())
+            names.append(f"frame-{i:06d}.tiff")
+        if with_stats:
+            stats = per_episode_stats(pixels.reshape(-1, 1).astype(np.float64), np.array([pixels[..., 0].size]))
+            stats = {name: values[0].reshape(1, 1, 1) for name, values in stats.items() if name != "count"}
+            stats["count"] = np.array([length])
+            per_episode.append(stats)
+    column = pa.StructArray.from_arrays([pa.array(encoded, pa.binary()), pa.array(names, pa.string())],
+                                        names=["bytes", "path"])
+    return column, ({name: np.stack([s[name] for s in per_episode]) for name in STAT_NAMES} if per_episode else {})
+
+
+def _extra_features(text: bool, depth_keys: Sequence[str], depth_video_keys: Sequence[str],
+                    shape: tuple[int, int, int], fps: int) -> dict[str, dict]:
+    from ..cameras.depth import Quantizer
+
+    names = ["height", "width", "channels"]
+    out: dict[str, dict] = {}
+    if text:
+        out[NOTE_KEY] = {"dtype": "string", "shape": [1], "names": None}
+    for key in depth_keys:
+        out[key] = {"dtype": "image", "shape": list(shape), "names": names,
+                    "info": {"is_depth_map": True, "depth_unit": DEPTH_UNIT}}
+    for key in depth_video_keys:
+        info = {**video_info(*shape, fps, "gray12le"), "video.codec": "hevc", **Quantizer().info(),
+                "is_depth_map": True, "depth_unit": DEPTH_UNIT}
+        info.pop("video.is_depth_map")
+        out[key] = {"dtype": "video", "shape": list(shape), "names": names, "info": info}
+    if text:
+        out.update({c: {"dtype": "language", "shape": [1], "names": None}
+                    for c in ("language_persistent", "language_events")})
+    return out
+
+
+def _write_depth_videos(root: pathlib.Path, keys: Sequence[str], lengths: np.ndarray, shape: tuple[int, int, int],
+                        fps: int, episodes_per_file: int | None) -> None:
+    from ..cameras.video import VideoWriter
+
+    n_episodes = len(lengths)
+    per_file = episodes_per_file or n_episodes
+    for key_number, key in enumerate(keys):
+        for number in range(math.ceil(n_episodes / per_file)):
+            path = root / video_file_rel(key, *divmod(number, CHUNKS_SIZE))
+            path.parent.mkdir(parents=True, exist_ok=True)
+            writer = VideoWriter(path, fps, shape[1], shape[0], 1, depth=True)
+            for e in range(number * per_file, min((number + 1) * per_file, n_episodes)):
+                writer.add(np.stack([depth_codes(key_number, e, i, shape) for i in range(int(lengths[e]))]))
+            writer.close()
 
 
 def camera_frames(key_number: int, episode: int, length: int, shape: Sequence[int], seed: int) -> np.ndarray:
@@ -450,6 +588,8 @@ def _write_v3(
     row_group_per_episode: bool,
     episode_stats: dict[str, dict[str, np.ndarray]],
     episodes_row_group: int | None = None,
+    episode_tasks: bool = True,
+    extra_info: dict | None = None,
 ) -> None:
     """Write the v3.0 layout: data files of many episodes, episodes parquet, tasks parquet, info and stats."""
     n_episodes = len(lengths)
@@ -474,7 +614,7 @@ def _write_v3(
     start_in_file = starts - starts[file_number * per_file]
     write_episodes_table(
         root,
-        tasks=[[tasks[e % len(tasks)]] for e in range(n_episodes)],
+        tasks=[[tasks[e % len(tasks)]] for e in range(n_episodes)] if episode_tasks else None,
         lengths=lengths,
         data_files=(chunk_index, file_index),
         videos={key: (chunk_index, file_index, start_in_file / fps, (start_in_file + lengths) / fps)
@@ -486,7 +626,8 @@ def _write_v3(
     if episode_stats:
         write_stats(root, episode_stats)
     write_info(root, robot_type=ROBOT_TYPE, lengths=lengths, total_tasks=len(tasks), fps=fps, features=features,
-               data_files_size_in_mb=DATA_FILES_SIZE_IN_MB, video_files_size_in_mb=VIDEO_FILES_SIZE_IN_MB)
+               data_files_size_in_mb=DATA_FILES_SIZE_IN_MB, video_files_size_in_mb=VIDEO_FILES_SIZE_IN_MB,
+               extra=extra_info)
 
 
 def _write_v21(

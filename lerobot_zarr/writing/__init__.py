@@ -1,4 +1,5 @@
-"""Writing: transcoding a LeRobot source into a store (:mod:`.transcode`), the writable dataset (:mod:`.writer`: a
+"""Writing: transcoding a LeRobot source into a store (:mod:`.transcode`, the cameras kept as asked:
+:mod:`.camera_choices`), the writable dataset (:mod:`.writer`: a
 reader plus its write transaction, :mod:`.transaction`; in-place edits, :mod:`.edits`; value checks,
 :mod:`.values`), RL transitions as episodes (:mod:`.transitions`, their layout :mod:`.transition_layout`), export
 and push as LeRobot v3.0 (:mod:`.export`) and ``verify`` (:mod:`.integrity`)."""

@@ -22,13 +22,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..cameras.video import ENCODING, VideoWriter, pyav_missing
+from ..cameras.depth import Quantizer
+from ..cameras.video import DEPTH_ENCODING, ENCODING, VideoWriter, pyav_missing
 from ..errors import ArgumentError, EmptyStoreError, NotMaterializedError, StoreExistsError, warn_user
 from ..lerobot.format import CAMERA_DTYPES, CHUNKS_SIZE, STAT_NAMES, default_features, video_file_rel, video_info
-from ..lerobot.format import episode_stats as lerobot_stats
 from ..lerobot.index_file import INDEX_FILE, write_index
 from ..sampling.dataset import LeRobotZarrDataset
+from ..store.tables import ArraySpec
+from ..store.text import text_value
 from ..utils.progress import progress_bar
+from .values import stats_of_stored
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -36,25 +39,37 @@ if TYPE_CHECKING:
 __all__ = ["to_lerobot", "push", "check_push", "INDEX_FILE"]
 
 _AV1_RATIO = 20  # raw camera bytes per byte of LeRobot's AV1 (crf 30), roughly: sizes video files
+_INFO_KEPT = ("tools",)  # info.json keys of the source an export keeps (lerobot-annotate's tool schemas)
 
 
-def _encode_png(frame: np.ndarray) -> bytes:
+def _encode_image(frame: np.ndarray) -> bytes:
+    """A colour camera's frame as PNG; a depth map's (uint16 millimetres, float32 metres) as LeRobot writes them:
+    an uncompressed TIFF keeping its dtype."""
     from PIL import Image
 
     buf = io.BytesIO()
-    Image.fromarray(frame if frame.shape[-1] != 1 else frame[..., 0]).save(buf, format="PNG", compress_level=6)
+    image = Image.fromarray(np.ascontiguousarray(frame if frame.shape[-1] != 1 else frame[..., 0]))
+    if frame.dtype == np.uint8:
+        image.save(buf, format="PNG", compress_level=6)
+    else:
+        image.save(buf, format="TIFF", compression="raw")
     return buf.getvalue()
 
 
-def _column(values: np.ndarray, kind: str, e: int) -> pa.Array:
+def _column(values: np.ndarray, spec: ArraySpec, name: str, e: int) -> pa.Array:
     import pyarrow as pa
 
-    from ..lerobot.writers import nested_list
+    from ..lerobot.writers import language_column, nested_list
 
-    if kind in CAMERA_DTYPES:
-        data = pa.array([_encode_png(frame) for frame in values], pa.binary())
-        paths = pa.array([f"frame-{e:06d}-{i:06d}.png" for i in range(len(values))], pa.string())
+    if spec.kind in CAMERA_DTYPES:
+        data = pa.array([_encode_image(frame) for frame in values], pa.binary())
+        suffix = "png" if spec.dtype == np.uint8 else "tiff"
+        paths = pa.array([f"frame-{e:06d}-{i:06d}.{suffix}" for i in range(len(values))], pa.string())
         return pa.StructArray.from_arrays([data, paths], names=["bytes", "path"])
+    if spec.kind == "string":
+        return pa.array(list(values), pa.string())
+    if spec.kind == "language":
+        return language_column(name, [text_value("language", text, name) for text in values])
     if values.ndim == 1:
         return pa.array(np.ascontiguousarray(values))
     return nested_list(np.ascontiguousarray(values), fixed=True)
@@ -120,10 +135,11 @@ def _check_exportable(ds: LeRobotZarrDataset) -> None:
 
 
 def _video_keys(ds: LeRobotZarrDataset, videos: bool | None) -> list[str]:
-    """The cameras exported as videos (the others go out as PNG image features)."""
-    specs = ds.array_specs
+    """The cameras exported as videos (the others go out as image features). A depth camera keeps its kind
+    (making one the other would change its values: LeRobot quantizes depth videos)."""
+    specs, depth = ds.array_specs, ds.meta.depth_keys
     return [k for k, spec in specs.items() if spec.kind in CAMERA_DTYPES
-            and (spec.kind == "video" if videos is None else videos)]
+            and (spec.kind == "video" if videos is None or k in depth else videos)]
 
 
 def _features(ds: LeRobotZarrDataset, videos: bool | None) -> dict:
@@ -133,15 +149,35 @@ def _features(ds: LeRobotZarrDataset, videos: bool | None) -> dict:
     features = {k: dict(v) for k, v in info["features"].items() if k in specs}
     for k, entry in default_features().items():
         features.setdefault(k, entry)
+    depth = ds.meta.depth_keys
     for k in (k for k, spec in specs.items() if spec.kind in CAMERA_DTYPES):
         height, width, channels = specs[k].frame_shape
         features[k] = {"dtype": "video" if k in as_video else "image", "shape": [height, width, channels],
                        "names": features.get(k, {}).get("names") or ["height", "width", "channels"]}
-        if k in as_video and specs[k].storage == "mp4" and not specs[k].resize and "info" in info["features"][k]:
+        if k in depth:
+            features[k]["info"] = _depth_info(info["features"][k], k in as_video, height, width, info["fps"])
+        elif k in as_video and specs[k].storage == "mp4" and not specs[k].resize and "info" in info["features"][k]:
             features[k]["info"] = info["features"][k]["info"]  # the source's files go out as they are
         elif k in as_video:
             features[k]["info"] = video_info(height, width, channels, info["fps"], ENCODING["pix_fmt"])
     return features
+
+
+def _depth_info(feature: dict, video: bool, height: int, width: int, fps: float) -> dict:
+    """A depth camera's ``info`` as LeRobot writes it: ``is_depth_map`` and the unit it was recorded in; for a video
+    its stream's keys (HEVC, gray12le) and the quantizer its codes were made with (the store keeps the codes)."""
+    recorded = feature.get("info") or {}
+    out: dict[str, Any] = {}
+    if video:
+        out.update(video_info(height, width, 1, fps, DEPTH_ENCODING["pix_fmt"]))
+        out.pop("video.is_depth_map")
+        out.update({"video.codec": DEPTH_ENCODING["vcodec"], "video.g": DEPTH_ENCODING["g"],
+                    "video.crf": DEPTH_ENCODING["crf"], "video.extra_options": DEPTH_ENCODING["extra_options"],
+                    **Quantizer.of(recorded).info()})
+    out["is_depth_map"] = True
+    if recorded.get("depth_unit") is not None:
+        out["depth_unit"] = recorded["depth_unit"]
+    return out
 
 
 def _write(ds: LeRobotZarrDataset, root: Path, size_mb: int, video_size_mb: int, videos: bool | None,
@@ -152,10 +188,10 @@ def _write(ds: LeRobotZarrDataset, root: Path, size_mb: int, video_size_mb: int,
 
     meta = ds.meta
     for name, why in ds.left_out.items():
-        warn_user(f"{ds.root}: feature {name!r} is left out of the export: {why}")
-    for name, why in meta.not_materialized.items():
-        if name in meta.info["features"] and name not in ds.left_out:
+        if name in meta.not_materialized:
             warn_user(f"{ds.root}: feature {name!r} of the source is not in the store, so not in the export: {why}")
+        else:
+            warn_user(f"{ds.root}: feature {name!r} is left out of the export: {why}")
     selected = ds.episodes.tolist()  # the store's episodes, exported as 0 .. n_episodes - 1
     lengths = meta.episode_length[selected]
     n_episodes = len(lengths)
@@ -171,7 +207,8 @@ def _write(ds: LeRobotZarrDataset, root: Path, size_mb: int, video_size_mb: int,
     stats = write_stats(root, data.stats)
     info = write_info(root, robot_type=meta.info.get("robot_type"), lengths=lengths, total_tasks=len(meta.tasks),
                       fps=meta.info["fps"], features=_features(ds, videos), data_files_size_in_mb=size_mb,
-                      video_files_size_in_mb=video_size_mb)
+                      video_files_size_in_mb=video_size_mb,
+                      extra={k: meta.info[k] for k in _INFO_KEPT if meta.info.get(k) is not None})
     write_card(root, info)
     write_index(root, info=info, tasks=list(meta.tasks), stats=stats, length=lengths.tolist(),
                 data_file=data.rel, file_row=data.file_row, episode_tasks=data.tasks,
@@ -200,11 +237,11 @@ def _write_data_files(ds: LeRobotZarrDataset, root: Path, selected: list[int], a
 
     info, specs, tasks = ds.meta.info, ds.array_specs, ds.meta.tasks
     order = [k for k in info["features"] if k in specs] + [k for k in specs if k not in info["features"]]
-    kinds = {k: specs[k].kind for k in order}
     columns = [k for k in order if k not in as_video]
+    stats_of = {k: stats_of_stored(specs[k], info["features"].get(k)) for k in order if not specs[k].is_text}
     lengths = ds.meta.episode_length[selected].tolist()
     out = _DataWritten()
-    episode_stats: dict[str, list[dict[str, np.ndarray]]] = {k: [] for k in order}
+    episode_stats: dict[str, list[dict[str, np.ndarray]]] = {k: [] for k in stats_of}
     files = DataFiles(root)
     limit = size_mb * 2**20
     start = 0
@@ -216,7 +253,7 @@ def _write_data_files(ds: LeRobotZarrDataset, root: Path, selected: list[int], a
                 arrays = dict(ds.episode(src))
                 arrays["episode_index"] = np.full(n, e, dtype=np.int64)
                 arrays["index"] = np.arange(start, start + n, dtype=np.int64)
-                table = pa.table({k: _column(arrays[k], kinds[k], e) for k in columns})
+                table = pa.table({k: _column(np.asarray(arrays[k]), specs[k], k, e) for k in columns})
                 chunk, file = files.place
                 out.chunk.append(chunk)
                 out.file.append(file)
@@ -229,8 +266,8 @@ def _write_data_files(ds: LeRobotZarrDataset, root: Path, selected: list[int], a
                 task_index = np.asarray(arrays["task_index"]).reshape(-1)
                 first_seen = task_index[np.sort(np.unique(task_index, return_index=True)[1])]
                 out.tasks.append([tasks[t] for t in first_seen.tolist()])
-                for k in order:
-                    episode_stats[k].append(lerobot_stats(np.asarray(arrays[k]), kinds[k]))
+                for k, stats in stats_of.items():
+                    episode_stats[k].append(stats(np.asarray(arrays[k])))
                 bar.update(n)
                 start += n
         finally:
@@ -248,7 +285,8 @@ def _write_videos(ds: LeRobotZarrDataset, root: Path, key: str, selected: list[i
     if spec.storage == "mp4" and not spec.resize:  # the source's bytes, unchanged
         return _copy_mp4(ds, root, key, selected)
     lengths = ds.meta.episode_length[selected].tolist()
-    out = _VideoFiles(root, key, float(ds.meta.info["fps"]), spec.frame_shape, size_mb)
+    out = _VideoFiles(root, key, float(ds.meta.info["fps"]), spec.frame_shape, size_mb,
+                      depth=key in ds.meta.depth_keys)
     places = []
     try:
         with progress_bar(sum(lengths), f"encoding {key}", progress) as bar:
@@ -287,8 +325,9 @@ class _VideoFiles:
     limit. The estimate (raw frame bytes / ``_AV1_RATIO``) keeps exports byte-deterministic: the encoder's own
     threads make the size of a file still being written vary from run to run."""
 
-    def __init__(self, root: Path, key: str, fps: float, frame_shape: tuple[int, ...], size_mb: int):
-        self.root, self.key, self.fps = root, key, fps
+    def __init__(self, root: Path, key: str, fps: float, frame_shape: tuple[int, ...], size_mb: int,
+                 depth: bool = False):
+        self.root, self.key, self.fps, self.depth = root, key, fps, depth
         self.height, self.width, self.channels = frame_shape
         self.limit = size_mb * 2**20 * _AV1_RATIO
         self.number = 0
@@ -302,7 +341,7 @@ class _VideoFiles:
             path = self.root / video_file_rel(self.key, chunk, file)
             path.parent.mkdir(parents=True, exist_ok=True)
             self.path = path
-            self.writer = VideoWriter(path, self.fps, self.width, self.height, self.channels)
+            self.writer = VideoWriter(path, self.fps, self.width, self.height, self.channels, depth=self.depth)
         start, stop = self.writer.add(frames)
         self.raw += frames.nbytes
         if self.raw >= self.limit:

@@ -511,7 +511,8 @@ def _finish_edits(root: Path, report: VerifyReport) -> None:
     if not ((root / _STATS_PENDING).exists() or (root / _EDITING).is_dir()):
         return
     state = read_state(root)
-    if any(spec.storage != "raw" for spec in state.arrays.values()) or not state.complete_episodes().all():
+    if any(spec.storage != "raw" and not spec.is_text for spec in state.arrays.values()) \
+            or not state.complete_episodes().all():
         return  # not a store writers open; edits never happen in one
     from .writer import WritableDataset
 

@@ -25,16 +25,16 @@ from typing import Any
 import numpy as np
 
 from ..errors import ArgumentError, CorruptStoreError, DiskSpaceError, ReadOnlyStoreError, warn_user
-from ..lerobot.format import aggregate_stats, episode_stats, stats_json
+from ..lerobot.format import aggregate_stats, stats_json
 from ..store.committing import commit, live_matches, live_runs, repair_live
 from ..store.hashes import ContentHashes
-from ..store.packs import open_array_pack, remove_retired, retire_pack, write_rows
+from ..store.packs import open_array_pack, read_text_rows, remove_retired, retire_pack, write_rows
 from ..store.state import CREATING_MARKER, StoreState, chunk_path, stats_path
 from ..store.tables import ArraySpec, EpisodeTable, PackLayout, pack_rows_target
 from ..utils.fileio import atomic_write, check_in_store, copy_file, find_links, load_json, read_bounded
 from ..utils.hashing import crc32c
 from ..utils.progress import progress_bar
-from .values import count_arg
+from .values import content_hash, count_arg, stats_of_stored
 
 __all__ = ["WriteTransaction", "RETIRE_AFTER_S", "MIN_FREE_ENV", "resolve_min_free_bytes", "drop_empty_features",
            "remove_path"]
@@ -65,7 +65,7 @@ class WriteTransaction:
         self.durable = bool(durable)
         self.min_free_bytes = resolve_min_free_bytes(min_free_bytes)
         self.state = drop_empty_features(state)
-        compact = [name for name, spec in self.state.arrays.items() if spec.storage != "raw"]
+        compact = [name for name, spec in self.state.arrays.items() if spec.storage != "raw" and not spec.is_text]
         if compact:
             raise ReadOnlyStoreError(f"{self.root}: features {compact} are stored compact (compressed frames), "
                                      f"which cannot be written in place; use a store with raw storage to write",
@@ -196,15 +196,30 @@ class WriteTransaction:
         """Per-episode stats of one episode's stored values, computed and kept next to it. A feature the episode
         lacks (a gap: its video was missing) gets the stats of one zero frame, which no merge counts."""
         gaps = [name for name, g in self.gaps.items() if episode in g] if episode is not None else []
-        stats = {name: episode_stats(np.asarray(arrays[name][:1] if name in gaps else arrays[name]), spec.kind)
-                 for name, spec in self.state.arrays.items()}
+        stats = {name: self.episode_stats(name, np.asarray(arrays[name][:1] if name in gaps else arrays[name]))
+                 for name in self.stats_arrays()}
         self.write_stats_file(pack, offset, stats)
         return stats
 
-    def rows_map(self, name: str, pack: int, offset: int, length: int, *, writable: bool = False) -> np.memmap:
-        """A memory map of one committed episode's rows of one feature (symlinks refused, size checked)."""
+    def stats_arrays(self) -> dict[str, ArraySpec]:
+        """The arrays LeRobot keeps stats of (all but text features)."""
+        return {name: spec for name, spec in self.state.arrays.items() if not spec.is_text}
+
+    def episode_stats(self, name: str, values: np.ndarray) -> dict[str, np.ndarray]:
+        """One episode's LeRobot stats of feature ``name`` from its stored ``values``."""
+        return stats_of_stored(self.state.arrays[name], self.state.info.get("features", {}).get(name))(values)
+
+    def rows_map(self, name: str, pack: int, offset: int, length: int, *, writable: bool = False) -> np.ndarray:
+        """A memory map of one committed episode's rows of one feature (symlinks refused, size checked); a text
+        feature's stored strings (an object array: text is never written in place)."""
         spec = self.state.arrays[name]
         rows = int(self.state.packs.rows[pack])
+        if spec.is_text:
+            if writable:
+                raise ReadOnlyStoreError(f"{self.root}: feature {name!r} is {spec.kind} text, kept as variable-length "
+                                         f"frames: it cannot be edited in place (delete the episode's frames and add "
+                                         f"them again)", path=self.root, feature=name)
+            return read_text_rows(self.root, name, spec, pack, rows, offset, length)
         fd = open_array_pack(self.root, name, spec, pack, rows, os.O_RDWR if writable else os.O_RDONLY)
         with os.fdopen(fd, "r+b" if writable else "rb") as f:
             return np.memmap(f, dtype=spec.dtype, mode="r+" if writable else "r", offset=offset * spec.frame_bytes,
@@ -256,8 +271,8 @@ class WriteTransaction:
         as computed ones, over ``length`` frames (one for a feature the episode lacks: see :meth:`stats_of`); else
         ValueError (it is recomputed from the data)."""
         out = {}
-        for name, spec in self.state.arrays.items():
-            probe = episode_stats(np.zeros((1, *spec.frame_shape), dtype=spec.dtype), spec.kind)
+        for name, spec in self.stats_arrays().items():
+            probe = self.episode_stats(name, np.zeros((1, *spec.frame_shape), dtype=spec.dtype))
             got = {k: np.asarray(v, dtype=np.float64) for k, v in doc[name].items()}
             frames = 1 if episode in self.gaps.get(name, {}) else length
             if got.keys() != probe.keys() or any(got[k].shape != np.shape(v) for k, v in probe.items()) \
@@ -290,7 +305,8 @@ class WriteTransaction:
             for i, e in todo:
                 found[i] = self.stats_of(int(table.chunk[e]), int(table.offset[e]), self.read_episode(e), e)
                 bar.update(int(table.length[e]))
-        stacked = {name: _stack([row[name] for row in found], spec) for name, spec in self.state.arrays.items()}
+        stacked = {name: _stack([row[name] for row in found], spec, lambda v, n=name: self.episode_stats(n, v))
+                   for name, spec in self.stats_arrays().items()}
         if episodes is None:
             self.stats_rows = stacked
         return stacked
@@ -330,7 +346,7 @@ class WriteTransaction:
             length = int(table.length[e])
             for name in names:
                 values = np.asarray(self.rows_map(name, pack, offset, length))
-                stats = episode_stats(values, self.state.arrays[name].kind)
+                stats = self.episode_stats(name, values)
                 self.fresh.setdefault((pack, offset), {})[name] = crc32c(values)  # the edit's new content
                 for k in rows[name]:
                     rows[name][k][e] = stats[k]
@@ -491,7 +507,7 @@ class WriteTransaction:
         key = (int(table.chunk[e]), int(table.offset[e]))
         skip = self.gap_features(*key) | self.dirty.get(key, set())
         return [name for name, values in data.items() if name not in skip and recorded.get(name, -1) >= 0
-                and crc32c(np.ascontiguousarray(values)) != recorded[name]]
+                and content_hash(self.state.arrays[name], values) != recorded[name]]
 
     def gap_features(self, pack: int, offset: int) -> set[str]:
         """Features the episode at (pack, offset) has no frames of (a camera whose video the source lacked)."""
@@ -527,12 +543,12 @@ class WriteTransaction:
             recorded = self._recorded_hashes(e, table)
             edited = self.dirty.get((int(table.chunk[e]), int(table.offset[e])), set())  # edited, not committed
             for name in edited:
-                recorded[name] = crc32c(np.ascontiguousarray(data[name]))
+                recorded[name] = content_hash(self.state.arrays[name], data[name])
             packs, chunk[e], offset[e] = self.relocate(packs, data, gaps)
             self.fresh[(int(chunk[e]), int(offset[e]))] = recorded  # the same rows: the hashes recorded for them
             if edited:  # ``rows`` holds its stats from before the edit: recomputed from the values moved
                 for name in edited:
-                    fresh = episode_stats(data[name][:1] if name in gaps else data[name], self.state.arrays[name].kind)
+                    fresh = self.episode_stats(name, data[name][:1] if name in gaps else data[name])
                     for k in rows[name]:
                         rows[name][k][e] = fresh[k]
             self.write_stats_file(int(chunk[e]), int(offset[e]), {name: {k: v[e] for k, v in rows[name].items()}
@@ -573,10 +589,11 @@ def remove_path(path: Path | str) -> None:
             path.unlink()
 
 
-def _stack(rows: list[dict[str, np.ndarray]], spec: ArraySpec) -> dict[str, np.ndarray]:
+def _stack(rows: list[dict[str, np.ndarray]], spec: ArraySpec, stats: Callable[[np.ndarray], dict]
+           ) -> dict[str, np.ndarray]:
     if rows:
         return {k: np.stack([np.asarray(r[k]) for r in rows]) for k in rows[0]}
-    probe = episode_stats(np.zeros((1, *spec.frame_shape), dtype=spec.dtype), spec.kind)
+    probe = stats(np.zeros((1, *spec.frame_shape), dtype=spec.dtype))
     return {k: np.empty((0, *np.shape(v)), dtype=np.asarray(v).dtype) for k, v in probe.items()}
 
 

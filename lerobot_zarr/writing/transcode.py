@@ -14,8 +14,6 @@ processes writing the same episode write the same bytes; a commit merges what th
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 import os
 import time
 from collections import deque
@@ -23,7 +21,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -39,7 +37,7 @@ from ..errors import (
 from ..hub.files import HubFiles
 from ..lerobot.format import CAMERA_DTYPES
 from ..lerobot.source_files import SourceFiles, is_lerobot_folder
-from ..store.cameras import MP4_INDEX, kept_description, served_episodes, storage_name
+from ..store.cameras import MP4_INDEX, kept_description, served_episodes
 from ..store.committing import check_new_store_location, commit, create_store, remove_creation_debris
 from ..store.packs import HUGE_PAGE, ensure_pack, read_raw_rows, row_writer, write_pack_bytes, write_rows
 from ..store.state import StoreState, has_commit_point, read_state
@@ -60,13 +58,14 @@ from ..utils.background import prefetched
 from ..utils.fileio import WriterLock
 from ..utils.hashing import crc32c
 from ..utils.progress import progress_bar
+from .camera_choices import CameraStorage, Resize, camera_array, every_camera
 from .mp4_files import keep_mp4, write_mp4_index
 
 if TYPE_CHECKING:  # the caller gives the source: reading one is what needs pyarrow
     from ..doctor.checkup import Checkup
     from ..lerobot.source import LeRobotSource
 
-__all__ = ["transcode", "array_specs", "camera_choices_key", "missing_episodes", "fetch_missing"]
+__all__ = ["transcode", "array_specs", "missing_episodes", "fetch_missing"]
 
 _COMMIT_EVERY_S = 1.0
 
@@ -78,53 +77,11 @@ def _cpu_count() -> int:
         return os.cpu_count() or 1
 
 
-# How a new store keeps a camera (``storage=``): these, or any frame codec such as "zstd:9" or "jpeg:80".
-CameraStorage = Literal["raw", "compact", "lossless", "jpeg", "mp4"]
-CAMERA_STORAGES = get_args(CameraStorage)
-Resize = tuple[int, int] | Mapping[str, Any]
-
-
-def camera_array(name: str, spec: ArraySpec, storage: CameraStorage | str | None, resize: Resize | None
-                 ) -> ArraySpec:
-    """How a new store keeps a camera: ``storage`` ``"raw"`` (memory-mapped frames), ``"compact"`` (zstd per
-    frame), ``"lossless"`` (delta-zstd per frame), ``"jpeg"`` / ``"jpeg:Q"`` (lossy, quality Q, default 90) or
-    any frame codec of :mod:`~lerobot_zarr.cameras.frame_codecs`, or ``"mp4"`` (the source's mp4 files kept, decoded on
-    read; video features only); ``resize`` ``(height, width)`` or ``{"size", "crop", "interpolation"}``."""
-    from ..cameras.frame_codecs import frame_codec
-    from ..cameras.resize import check_resize
-
-    choice = "raw" if storage is None else storage
-    if not isinstance(choice, str) or not choice:
-        raise ArgumentError(f"storage[{name!r}] must be a storage name such as {CAMERA_STORAGES}, got "
-                            f"{choice!r:.40}")
-    if resize is not None:
-        options = dict(resize) if isinstance(resize, Mapping) else {"size": resize}
-        unknown = set(options) - {"size", "crop", "interpolation"}
-        if unknown or "size" not in options:
-            raise ArgumentError(f"resize[{name!r}] is (height, width) or {{'size', 'crop', 'interpolation'}}, got "
-                                f"{resize!r:.80}")
-        try:
-            shape = check_resize(spec.frame_shape, options["size"], crop=options.get("crop"),
-                                 interpolation=options.get("interpolation", "bilinear"))
-        except (ValueError, TypeError) as exc:
-            raise ArgumentError(f"resize[{name!r}]: {exc}") from None
-        recorded = {"from": list(spec.frame_shape), "size": list(shape[:2]),
-                    "interpolation": options.get("interpolation", "bilinear"),
-                    **({"crop": [int(c) for c in options["crop"]]} if options.get("crop") is not None else {})}
-        spec = replace(spec, frame_shape=shape, resize=tuple((k, tuple(v) if isinstance(v, list) else v)
-                                                             for k, v in recorded.items()))
-    if choice == "raw":
-        return spec
-    if choice == "mp4":
-        if spec.kind != "video":
-            raise ArgumentError(f"storage[{name!r}] = 'mp4' keeps a camera's mp4 files: {name!r} is not a video")
-        return replace(spec, storage="mp4")
-    codec = {"compact": "zstd", "lossless": "delta-zstd"}.get(choice, choice)
-    try:
-        described = frame_codec(codec, spec.frame_shape).describe()
-    except (ValueError, TypeError) as exc:
-        raise ArgumentError(f"storage[{name!r}] = {choice!r}: {exc} (storages: {CAMERA_STORAGES})") from None
-    return replace(spec, storage="compact", codec=tuple(described.items()))
+def array_specs(source: LeRobotSource) -> dict[str, ArraySpec]:
+    """The store arrays a source maps to: one per numeric, image, (decoded) video, string or language feature."""
+    return {name: array_spec(spec.dtype if spec.kind != "numeric" else spec.numpy_dtype.name, spec.frame_shape,
+                             spec.names, spec.numpy_dtype if spec.kind in CAMERA_DTYPES else None)
+            for name, spec in source.stored_features.items()}
 
 
 def _camera_arrays(source: LeRobotSource, storage: Mapping[str, CameraStorage | str] | None,
@@ -132,7 +89,7 @@ def _camera_arrays(source: LeRobotSource, storage: Mapping[str, CameraStorage | 
     """The arrays of a new store with the cameras kept as asked (only image/video features have a choice)."""
     specs = array_specs(source)
     cameras = [k for k, v in specs.items() if v.kind in CAMERA_DTYPES]
-    storage, resize = every_camera(storage, resize, cameras)
+    storage, resize = every_camera(storage, resize, cameras, [k for k in cameras if specs[k].dtype != np.uint8])
     for what, choices in (("storage", storage), ("resize", resize)):
         wrong = [k for k in (choices or {}) if k not in cameras]
         if wrong:
@@ -140,30 +97,6 @@ def _camera_arrays(source: LeRobotSource, storage: Mapping[str, CameraStorage | 
                                 f"{cameras}), not {wrong}")
     return {name: camera_array(name, spec, (storage or {}).get(name), (resize or {}).get(name))
             if name in cameras else spec for name, spec in specs.items()}
-
-
-def every_camera(storage: Any, resize: Any, cameras: Sequence[str]) -> tuple[dict | None, dict | None]:
-    """``storage`` and ``resize`` as ``{camera: choice}``: a single storage name (``"jpeg"``) or a single size
-    (``(224, 224)``, ``{"size": ...}``) applies to every camera; anything but these or a mapping is refused."""
-    if isinstance(storage, str):
-        storage = {k: storage for k in cameras}
-    elif storage is not None and not isinstance(storage, Mapping):
-        raise ArgumentError(f"storage must be a storage name for every camera (e.g. 'jpeg') or {{camera: name}}, "
-                            f"got {type(storage).__name__}")
-    one_size = isinstance(resize, (tuple, list)) or (isinstance(resize, Mapping) and "size" in resize
-                                                      and not any(k in cameras for k in resize))
-    if one_size:
-        resize = {k: resize for k in cameras}
-    elif resize is not None and not isinstance(resize, Mapping):
-        raise ArgumentError(f"resize must be (height, width) for every camera or {{camera: (height, width)}}, got "
-                            f"{type(resize).__name__}")
-    return (dict(storage) if storage is not None else None), (dict(resize) if resize is not None else None)
-
-
-def array_specs(source: LeRobotSource) -> dict[str, ArraySpec]:
-    """The store arrays a source maps to: one per numeric, image or (decoded) video feature."""
-    return {name: array_spec(spec.dtype if spec.kind != "numeric" else spec.numpy_dtype.name, spec.frame_shape,
-                             spec.names) for name, spec in source.stored_features.items()}
 
 
 def _create(source: LeRobotSource, root: Path, record: dict, arrays: Mapping[str, ArraySpec], pack_bytes: int
@@ -234,25 +167,6 @@ def _checked_state(root: Path, record: dict) -> StoreState:
     return state
 
 
-def camera_choices_key(storage: Mapping[str, CameraStorage | str] | None, resize: Mapping[str, Resize] | None
-                       ) -> str | None:
-    """A short stable name of the camera choices ``storage``/``resize`` that change how cameras are kept (None if
-    none does): the cache keeps a store per choice next to the plain one, so that an experiment never replaces
-    the store every other open of the source reads. Equivalent spellings (``"jpeg"``, ``"jpeg:90"``) agree."""
-    probe = ArraySpec(np.dtype("uint8"), (1 << 20, 1 << 20, 3), ("height", "width", "channels"), "video")
-    storage, resize = every_camera(storage, resize, ["*"])  # one choice for every camera: named "*"
-    chosen = {}
-    for name in sorted({*(storage or {}), *(resize or {})}):
-        kept = camera_array(name, probe, (storage or {}).get(name), None)
-        sized = camera_array(name, probe, None, (resize or {}).get(name)) if (resize or {}).get(name) else None
-        how = [storage_name(kept), {k: v for k, v in sized.resize_spec.items() if k != "from"} if sized else None]
-        if how != ["raw", None]:
-            chosen[name] = how
-    if not chosen:
-        return None
-    return hashlib.sha256(json.dumps(chosen, sort_keys=True).encode()).hexdigest()[:12]
-
-
 def _origin(record: dict) -> dict:
     """The source record of a store, through the ``edited`` wrapper a writer adds."""
     while isinstance(record, dict) and record.get("kind") == "edited":
@@ -292,8 +206,8 @@ def transcode(source: LeRobotSource, root: str | os.PathLike, *, episodes: Seque
     if wanted:  # frame shapes from a data file this call reads anyway (footers fetched together, when needed)
         source.will_read(wanted)
     if storage is not None or resize is not None:
-        storage, resize = every_camera(storage, resize, [k for k, v in source.stored_features.items()
-                                                         if v.kind in CAMERA_DTYPES])
+        cameras = {k: v for k, v in source.stored_features.items() if v.kind in CAMERA_DTYPES}
+        storage, resize = every_camera(storage, resize, list(cameras), [k for k, v in cameras.items() if v.depth])
     if has_commit_point(root):
         state = _checked_state(root, record)
         state = _heal_cameras(source, root, state, storage, resize)
@@ -667,7 +581,9 @@ def _decode(source: LeRobotSource, root: str | Path, state: StoreState, e: int, 
                     writer.write(resize_frame(np.frombuffer(frame, np.uint8).reshape(shape), how["size"],
                                               crop=how.get("crop"), interpolation=how["interpolation"]))
 
-            source.decode_video(e, name, timestamps, watch.wrap(sink) if watch else sink, log=watch and watch.log)
+            source.decode_video(e, name, timestamps, watch.wrap(sink) if watch else sink,
+                                rewind=watch.rewinding(writer.rewind) if watch else writer.rewind,
+                                log=watch.log if watch else None)
         if writer.written != len(timestamps):
             raise VideoUnavailable(f"episode {e}, camera {name!r}: decoded {writer.written} of its "
                                    f"{len(timestamps)} frames")

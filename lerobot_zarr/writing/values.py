@@ -4,20 +4,24 @@ is refused with :class:`~lerobot_zarr.errors.ValueRangeError`, never stored chan
 
 from __future__ import annotations
 
+import json
 import math
 import operator
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 
+from ..cameras.depth import DEPTH_UNITS, DepthOutput, is_depth_feature
 from ..errors import ArgumentError, SchemaMismatchError, UnsupportedDtypeError, ValueRangeError
-from ..lerobot.format import DEFAULT_FEATURES, NUMERIC_DTYPES
+from ..lerobot.format import CAMERA_DTYPES, DEFAULT_FEATURES, NUMERIC_DTYPES, episode_stats, language_value
 from ..store.state import check_array_name
 from ..store.tables import MAX_FRAME_BYTES, ArraySpec, array_spec
+from ..store.text import TEXT_KINDS, text_crc
+from ..utils.hashing import crc32c
 
 __all__ = ["RESERVED_NAMES", "count_arg", "feature_specs", "stored_values", "as_frames", "check_assignable",
-           "check_fits"]
+           "check_fits", "stats_of_stored", "content_hash"]
 
 RESERVED_NAMES = ("task",)  # sample keys a feature may not take (with LeRobot's own columns and '*_is_pad')
 _RAW_DTYPES = frozenset(np.dtype(t).type for t in NUMERIC_DTYPES)
@@ -52,10 +56,10 @@ def feature_specs(features: Mapping[str, Mapping[str, Any]]) -> tuple[dict, dict
                                       f"keys); choose another", feature=name)
         check_array_name(name)
         dtype = str(ft["dtype"])
-        if dtype in ("video", "string"):
+        if dtype == "video":
             raise UnsupportedDtypeError(f"feature {name!r}: dtype {dtype!r} cannot be recorded into a store (store "
                                         f"cameras as dtype 'image')", feature=name)
-        if dtype != "image":
+        if dtype not in ("image", *TEXT_KINDS):
             try:
                 scalar = np.dtype(dtype).type
             except TypeError:
@@ -70,10 +74,11 @@ def feature_specs(features: Mapping[str, Mapping[str, Any]]) -> tuple[dict, dict
             raise SchemaMismatchError(f"feature {name!r}: shape must be a list of integers, got {ft['shape']!r:.60}",
                                       feature=name) from None
         if not shape or any(s < 1 for s in shape) or (dtype == "image" and (len(shape) != 3
-                                                                             or shape[-1] not in (1, 3, 4))):
+                                                                             or shape[-1] not in (1, 3, 4))) or (
+                dtype in TEXT_KINDS and shape != (1,)):
             raise SchemaMismatchError(f"feature {name!r}: shape {list(shape)} is not valid for dtype {dtype!r}",
                                       feature=name)
-        itemsize = 1 if dtype == "image" else np.dtype(dtype).itemsize
+        itemsize = 1 if dtype in ("image", *TEXT_KINDS) else np.dtype(dtype).itemsize
         if len(shape) > 8 or math.prod(shape) * itemsize > MAX_FRAME_BYTES:
             raise SchemaMismatchError(f"feature {name!r}: shape {list(shape)[:9]} makes frames of "
                                       f"{math.prod(shape) * itemsize} bytes; a store holds frames of at most "
@@ -99,7 +104,7 @@ def feature_specs(features: Mapping[str, Mapping[str, Any]]) -> tuple[dict, dict
 
 def stored_values(values: np.ndarray, spec: ArraySpec) -> np.ndarray:
     """Values already checked, as the contiguous rows of the stored dtype that are written."""
-    return np.ascontiguousarray(values, dtype=spec.dtype)
+    return values if spec.is_text else np.ascontiguousarray(values, dtype=spec.dtype)
 
 
 def check_fits(name: str, arr: np.ndarray, dtype: np.dtype, episode: int) -> None:
@@ -139,15 +144,21 @@ def check_fits(name: str, arr: np.ndarray, dtype: np.dtype, episode: int) -> Non
 
 
 def as_frames(name: str, value: Any, spec: ArraySpec, episode: int) -> np.ndarray:
-    """Frames of one feature as (T, *frame_shape) of the stored dtype; images may also come CHW or in [0, 1]."""
+    """Frames of one feature as (T, *frame_shape) of the stored dtype; images may also come CHW or in [0, 1]; text
+    features as a sequence of ``str`` (a language column: of its values, lists of row dicts as LeRobot gives them),
+    stored as an object array of strings (a language value as its JSON text)."""
+    if spec.is_text:
+        return _text_frames(name, value, spec.kind, episode)
     arr = np.asarray(value)
     if arr.dtype.kind not in "biuf":
         raise SchemaMismatchError(f"feature {name!r}, episode {episode}: {arr.dtype} values cannot be stored as "
                                   f"{spec.dtype}", feature=name, episode=episode)
     shape = spec.frame_shape
-    if spec.kind == "image":
-        if arr.ndim == 4 and arr.shape[1:] != shape and arr.shape[1:] == (shape[2], shape[0], shape[1]):
-            arr = np.moveaxis(arr, 1, -1)  # CHW, as LeRobot's cameras give them
+    depth = spec.kind in CAMERA_DTYPES and spec.dtype != np.uint8  # a depth map: values of its own dtype
+    if (spec.kind == "image" or depth) and arr.ndim == 4 and arr.shape[1:] != shape \
+            and arr.shape[1:] == (shape[2], shape[0], shape[1]):
+        arr = np.moveaxis(arr, 1, -1)  # CHW, as LeRobot's cameras give them
+    if spec.kind == "image" and not depth:
         if arr.dtype.kind == "f":
             if arr.size and not (np.isfinite(arr).all() and arr.min() >= 0 and arr.max() <= 1):
                 raise ValueRangeError(f"feature {name!r}, episode {episode}: float images must be finite and in "
@@ -161,7 +172,7 @@ def as_frames(name: str, value: Any, spec: ArraySpec, episode: int) -> np.ndarra
     if arr.ndim != 1 + len(shape) or arr.shape[1:] != shape:
         raise SchemaMismatchError(f"feature {name!r}: expected frames of shape (T, {', '.join(map(str, shape))}), "
                                   f"got {arr.shape}".replace("(T, )", "(T,)"), feature=name, episode=episode)
-    if spec.kind != "image":
+    if spec.kind != "image" or depth:
         check_assignable(name, arr, spec.dtype, episode)
     return arr.astype(spec.dtype, copy=False)
 
@@ -175,3 +186,51 @@ def check_assignable(name: str, arr: np.ndarray, dtype: np.dtype, episode: int) 
         raise SchemaMismatchError(f"feature {name!r}, episode {episode}: {arr.dtype} values cannot be stored as "
                                   f"{dtype}", feature=name, episode=episode)
     check_fits(name, arr, dtype, episode)
+
+
+def stats_of_stored(spec: ArraySpec, feature: Mapping[str, Any] | None) -> Callable[[np.ndarray], dict] | None:
+    """How one episode's LeRobot stats of a feature are computed from its stored frames (None: a text feature,
+    which has none): LeRobot's way, a depth map's in the unit it was recorded in (a video's codes dequantized to it,
+    millimetres when it is not known)."""
+    if spec.is_text:
+        return None
+    if spec.kind in CAMERA_DTYPES and isinstance(feature, Mapping) and is_depth_feature(feature) \
+            and spec.dtype != np.uint8:
+        if spec.kind != "video":
+            return lambda values: episode_stats(values, spec.kind, depth=True)
+        unit = (feature.get("info") or {}).get("depth_unit") if isinstance(feature.get("info"), Mapping) else None
+        to_unit = DepthOutput(feature, spec.kind, unit if unit in DEPTH_UNITS else "mm")
+        return lambda values: episode_stats(to_unit(values), spec.kind, depth=True)
+    return lambda values: episode_stats(values, spec.kind)
+
+
+def content_hash(spec: ArraySpec, values: Any, start: int = 0) -> int:
+    """The content hash of an episode's stored rows of a feature (what the store records; ``start``: the hash of
+    rows before these, to go on from)."""
+    if spec.is_text:
+        if start:
+            raise ValueError("a text array's hash is taken over all its rows at once")
+        return text_crc(values)
+    return crc32c(np.ascontiguousarray(values), start)
+
+
+def _text_frames(name: str, value: Any, kind: str, episode: int) -> np.ndarray:
+    values = list(value) if isinstance(value, (list, tuple, np.ndarray)) else None
+    if values is None:
+        raise SchemaMismatchError(f"feature {name!r}, episode {episode}: {kind} frames are a sequence of values, got "
+                                  f"{type(value).__name__}", feature=name, episode=episode)
+    out = np.empty(len(values), dtype=object)
+    for i, v in enumerate(values):
+        if kind == "string":
+            if not isinstance(v, str):
+                raise SchemaMismatchError(f"feature {name!r}, episode {episode}: frame {i} is {type(v).__name__}, "
+                                          f"not str", feature=name, episode=episode)
+            out[i] = v
+            continue
+        try:
+            out[i] = json.dumps(language_value(name, v), ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise SchemaMismatchError(f"feature {name!r}, episode {episode}: frame {i} is not a language value "
+                                      f"(lists of row dicts, JSON values) ({exc})", feature=name, episode=episode) \
+                from None
+    return out

@@ -39,8 +39,8 @@ from ..errors import (
     StoreClosedError,
     warn_user,
 )
-from ..lerobot.format import CAMERA_DTYPES, DEFAULT_FEATURES, episode_stats
-from ..sampling.dataset import ImageFormat, LeRobotZarrDataset
+from ..lerobot.format import CAMERA_DTYPES, DEFAULT_FEATURES
+from ..sampling.dataset import DepthUnit, ImageFormat, LeRobotZarrDataset
 from ..sampling.selection import episode_index, frame_range
 from ..store.committing import (
     check_new_store_location,
@@ -57,7 +57,7 @@ from ..utils.fileio import WriterLock, check_in_store, copy_file, link_or_copy
 from ..utils.hashing import crc32c
 from .edits import EditMaps
 from .transaction import WriteTransaction, remove_path, resolve_min_free_bytes
-from .values import as_frames, count_arg, feature_specs, stored_values
+from .values import as_frames, content_hash, count_arg, feature_specs, stored_values
 
 __all__ = ["create", "fork", "WritableDataset"]
 
@@ -72,7 +72,9 @@ def create(root: str | os.PathLike, *, fps: float, features: Mapping[str, Mappin
     Args:
         fps: frames per second (timestamps are ``frame_index / fps``); finite and positive.
         features: LeRobot feature specs, ``{name: {"dtype": "float32", "shape": [14], "names": [...]}}``;
-            cameras are ``{"dtype": "image", "shape": [H, W, C]}``. LeRobot's ``timestamp``, ``frame_index``,
+            cameras are ``{"dtype": "image", "shape": [H, W, C]}``; ``{"dtype": "string", "shape": [1]}`` takes a
+            ``str`` per frame, ``"language"`` (LeRobot's ``language_persistent`` / ``language_events``) a list of
+            row dicts per frame. LeRobot's ``timestamp``, ``frame_index``,
             ``episode_index``, ``index`` and ``task_index`` are added and filled by the writer.
         capacity_frames: make the store a ring buffer of at most this many frames: appending past it drops the
             oldest episodes first.
@@ -155,7 +157,7 @@ class WritableDataset:
 
     def __init__(self, root: str | os.PathLike, *, delta_timestamps: Mapping[str, Sequence[float]] | None = None,
                  image_format: ImageFormat = "uint8_hwc", max_open_maps: int | None = None, durable: bool = True,
-                 min_free_bytes: int | None = None):
+                 min_free_bytes: int | None = None, depth_unit: DepthUnit = "mm"):
         root = Path(root)
         lock = WriterLock(root, blocking=False).__enter__()
         try:
@@ -164,7 +166,7 @@ class WritableDataset:
             self._tx = WriteTransaction(state, durable=durable, min_free_bytes=min_free_bytes)
             # appended packs get maps next to the others: sampling keeps its maps across commits
             self._reader = LeRobotZarrDataset(root, delta_timestamps=delta_timestamps, image_format=image_format,
-                                              max_open_maps=max_open_maps, headroom=1.0)
+                                              max_open_maps=max_open_maps, headroom=1.0, depth_unit=depth_unit)
         except BaseException:
             lock.__exit__(None, None, None)
             raise
@@ -397,8 +399,10 @@ class WritableDataset:
                 new_stats = stats.result()
         # the content hash covers the episode's rows: the committed ones it keeps, the new ones, not the tail rows
         del self._tx.fresh[(pack, write_at)]
+        arrays = self._tx.state.arrays
         self._tx.fresh[(pack, offset)] = {
-            name: crc32c(frames.new, 0 if frames.head is None else crc32c(np.ascontiguousarray(frames.head)))
+            name: content_hash(arrays[name], frames.numeric()) if arrays[name].is_text else
+            crc32c(frames.new, 0 if frames.head is None else crc32c(np.ascontiguousarray(frames.head)))
             for name, frames in episode.items()}
         if not in_place:
             self._tx.write_stats_file(pack, offset, new_stats)
@@ -421,8 +425,10 @@ class WritableDataset:
         return len(new_table) - 1
 
     def _episode_stats_of(self, episode: Mapping[str, _Frames]) -> dict[str, dict[str, np.ndarray]]:
-        return {name: episode_stats(frames.numeric() if spec.kind not in CAMERA_DTYPES else frames, spec.kind)
-                for name, spec in self._tx.state.arrays.items() for frames in [episode[name]]}
+        # colour cameras' stats read a sample of frames: the rest need all of them
+        return {name: self._tx.episode_stats(name, frames if spec.kind in CAMERA_DTYPES and spec.dtype == np.uint8
+                                             else frames.numeric())
+                for name, spec in self._tx.stats_arrays().items() for frames in [episode[name]]}
 
     def set_capacity(self, capacity_frames: int | None) -> None:
         """Make the store a ring buffer of at most ``capacity_frames`` frames (None: unbounded), dropping its oldest
@@ -462,7 +468,12 @@ class WritableDataset:
             if name not in self._tx.state.arrays or name in DEFAULT_FEATURES and name != "timestamp":
                 raise SchemaMismatchError(f"{self.root}: unknown or writer-filled feature {name!r} in add_frame",
                                           feature=str(name))
-            values[name] = as_frames(name, np.asarray(value)[None], self._tx.state.arrays[name], episode)[0]
+            spec = self._tx.state.arrays[name]
+            if spec.is_text:  # checked here, kept as given (save_episode gives the episode's list of them)
+                as_frames(name, [value], spec, episode)
+                values[name] = value
+            else:
+                values[name] = as_frames(name, np.asarray(value)[None], spec, episode)[0]
         self._episode_buffer.append((values, task))
 
     @property
@@ -483,7 +494,9 @@ class WritableDataset:
             if values.keys() != names:
                 raise SchemaMismatchError(f"frame {i} of the episode has features {sorted(values)}, frame 0 has "
                                           f"{sorted(names)}")
-        frames = {name: np.stack([values[name] for values, _ in self._episode_buffer]) for name in names}
+        arrays = self._tx.state.arrays
+        frames = {name: [values[name] for values, _ in self._episode_buffer] if arrays[name].is_text else
+                  np.stack([values[name] for values, _ in self._episode_buffer]) for name in names}
         e = self.add_episode(frames, task=[t for _, t in self._episode_buffer])
         self._episode_buffer = []
         return e

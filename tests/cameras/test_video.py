@@ -504,10 +504,10 @@ def test_exception_mid_decode_keeps_the_last_commit_and_resumes(gen, gen_raw, tm
     monkeypatch.setattr(transcode_module, "_HOLD_S", 0.0)  # every commit writes all it has: one per episode
     original = LeRobotSource.decode_video
 
-    def failing(self, episode, key, timestamps, sink, **options):
+    def failing(self, episode, key, timestamps, sink, **kwargs):
         if episode == 4:
             raise RuntimeError("disk on fire while decoding episode 4")
-        return original(self, episode, key, timestamps, sink, **options)
+        return original(self, episode, key, timestamps, sink, **kwargs)
 
     monkeypatch.setattr(LeRobotSource, "decode_video", failing)
     with pytest.raises(RuntimeError, match="episode 4"):

@@ -965,7 +965,7 @@ def test_a_camera_dropped_from_the_store_is_named_when_exporting(tmp_path):
     src = write_sample_dataset(tmp_path / "src", n_episodes=3, lengths=(5, 8), video_keys=["observation.images.cam"],
                                write_videos=False)  # info.json lists the camera, no mp4 exists
     ds = open_dataset(src, root=tmp_path / "mine", mode="r+", progress=False)
-    assert "observation.images.cam" in ds.meta.not_materialized and ds.left_out == {}
+    assert "observation.images.cam" in ds.meta.not_materialized and list(ds.left_out) == ["observation.images.cam"]
     with pytest.warns(lerobot_zarr.LeRobotZarrWarning, match=r"'observation.images.cam' of the source is not in the "
                                                              r"store, so not in the export"):
         out = ds.to_lerobot(tmp_path / "out", progress=False)

@@ -663,7 +663,7 @@ def test_float_image_with_nan_is_refused(tmp_path):
 
 @pytest.mark.parametrize("features, exc", [
     ({"cam": {"dtype": "video", "shape": [6, 8, 3]}}, UnsupportedDtypeError),
-    ({"label": {"dtype": "string", "shape": [1]}}, UnsupportedDtypeError),
+    ({"label": {"dtype": "string", "shape": [2]}}, SchemaMismatchError),  # a str per frame: shape [1]
     ({"x": {"dtype": "notadtype", "shape": [2]}}, UnsupportedDtypeError),
     ({"x": {"dtype": "float32", "shape": [0]}}, SchemaMismatchError),
     ({"x": {"dtype": "float32", "shape": [3, -1]}}, SchemaMismatchError),
