@@ -134,7 +134,7 @@ def fork(source: str | os.PathLike, root: str | os.PathLike) -> StoreState:
                     dst.unlink()  # debris of a copy killed midway
                 link_or_copy(src, dst)
         _copy_store_files(source, root, ".episode_stats", ".json")
-        _copy_store_files(source, root, DOCTOR_DIR, ".json", ".jsonl")  # the doctor's report goes with the copy
+        _copy_store_files(source, root, DOCTOR_DIR, ".json", ".ndjson")  # the doctor's report goes with the copy
         new = create_store(replace(state, root=root, retired=()), keep_files=True)
     return new
 
