@@ -28,7 +28,8 @@ class Context:
     ``"video"``; text features are not checked) and their LeRobot ``names``; ``stats`` (stats.json); the number
     of tasks; each episode's first global ``index`` (``starts``); ``lenient``: also check what the transcode
     refuses (timestamps 1/fps apart, ``episode_index``, ``index``, ``task_index``), for the doctor's scan of a
-    source; the cameras that are ``depth`` maps."""
+    source; the cameras that are ``depth`` maps; the ``nd`` features (their stats.json is not LeRobot's per value:
+    not compared)."""
 
     fps: float
     kinds: Mapping[str, str]
@@ -39,6 +40,8 @@ class Context:
     lenient: bool = False
     thresholds: Mapping[str, float] = field(default_factory=lambda: dict(THRESHOLDS))
     depth: frozenset[str] = frozenset()  # cameras whose frames are depth, not colour: never "black"
+    # N-D features (frames of 2 dimensions or more): LeRobot's stats of them keep only some of the values
+    nd: frozenset[str] = frozenset()
 
     def stat(self, feature: str, name: str, channels: int) -> np.ndarray | None:
         """stats.json's ``name`` of ``feature`` as ``channels`` float64 values, or None when it has none of that
@@ -240,7 +243,8 @@ def _glitch_candidates(b: Batch, x: np.ndarray, low: np.ndarray, high: np.ndarra
     np.abs(steps, out=steps)
     biggest = np.maximum.reduceat(steps, b.starts, axis=0)
     with np.errstate(invalid="ignore"):
-        maybe = (biggest >= spread / (most + 1.0 / ratio)) & (spread > 0) & (b.lengths >= 3)[:, None]
+        maybe = ((biggest >= spread / (most + 1.0 / ratio)) & (spread > 0)
+                 & (b.lengths >= max(3, b.ctx.thresholds["jump_min_frames"]))[:, None])
     pairs, channels = np.nonzero(maybe)
     if not pairs.size:
         return []

@@ -36,11 +36,11 @@ VIDEO_KINDS = frozenset(k for k in KINDS if k.startswith("video_"))
 
 
 def _context(fps: float, arrays: Mapping[str, str], info: Mapping[str, Any], stats: Mapping[str, Any], n_tasks: int,
-             starts: np.ndarray, lenient: bool, depth: set[str]) -> Context:
+             starts: np.ndarray, lenient: bool, depth: set[str], nd: set[str]) -> Context:
     features = info.get("features", {}) if isinstance(info.get("features"), Mapping) else {}
     names = {k: v.get("names") for k, v in features.items() if isinstance(v, Mapping)}
     return Context(float(fps), dict(arrays), names, stats if isinstance(stats, Mapping) else {}, n_tasks,
-                   np.asarray(starts, dtype=np.int64), lenient, dict(THRESHOLDS), frozenset(depth))
+                   np.asarray(starts, dtype=np.int64), lenient, dict(THRESHOLDS), frozenset(depth), frozenset(nd))
 
 
 class Checkup:
@@ -69,7 +69,8 @@ class Checkup:
     def of_source(cls, source: LeRobotSource, *, lenient: bool = False, covered: set[int] | None = None) -> Checkup:
         arrays = {k: v.kind for k, v in source.stored_features.items()}
         ctx = _context(source.fps, arrays, source.info, source.stats, len(source.tasks), source.episodes.start,
-                       lenient, {k for k, v in source.stored_features.items() if getattr(v, "depth", False)})
+                       lenient, {k for k, v in source.stored_features.items() if getattr(v, "depth", False)},
+                       {k for k, v in source.stored_features.items() if v.kind == "numeric" and len(v.frame_shape) > 1})
         starts = {k: [None if ref is None else ref[1] for ref in refs] for k, refs in source.episodes.videos.items()}
         return cls(ctx, source.episodes.length, source.tasks, covered=covered, video_starts=starts)
 
@@ -77,7 +78,8 @@ class Checkup:
     def of_store(cls, state: StoreState, *, covered: set[int] | None = None) -> Checkup:
         ctx = _context(state.fps, {k: v.kind for k, v in state.arrays.items()}, state.info, state.stats,
                        len(state.tasks), state.table.start, False,
-                       {k for k, v in state.arrays.items() if v.kind in ("image", "video") and v.dtype != np.uint8})
+                       {k for k, v in state.arrays.items() if v.kind in ("image", "video") and v.dtype != np.uint8},
+                       {k for k, v in state.arrays.items() if v.kind == "numeric" and len(v.frame_shape) > 1})
         return cls(ctx, state.table.length, state.tasks, covered=covered)
 
     # feeding ----------------------------------------------------------------------------------------------
@@ -176,7 +178,7 @@ class Checkup:
         tasks; stats.json and dead channels when the moments cover every episode), kept in the store."""
         moments = load_moments(root, len(state.table))
         episode_defects, dataset_defects, notes = reductions(
-            store_keys(state), state.table.length, state.tasks, state.stats, self.ctx.names, moments,
+            store_keys(state), state.table.length, state.tasks, state.stats, self.ctx, moments,
             lambda a, b: _same_rows(root, state, a, b))
         write_report(root, state, episode_defects, dataset_defects, notes)
 
@@ -211,8 +213,8 @@ def store_keys(state: StoreState) -> np.ndarray:
     return keys
 
 
-def reductions(keys: np.ndarray, lengths: np.ndarray, tasks: Sequence[str], stats: Mapping[str, Any],
-               names: Mapping[str, Any], moments: Moments, same: Callable[[int, int], bool] | None
+def reductions(keys: np.ndarray, lengths: np.ndarray, tasks: Sequence[str], stats: Mapping[str, Any], ctx: Context,
+               moments: Moments, same: Callable[[int, int], bool] | None
                ) -> tuple[list[Defect], list[Defect], list[str]]:
     """The checks of a dataset as a whole: ``(episode findings, dataset findings, notes)``. ``keys``: each
     episode's data hashes (see :func:`store_keys`), ``same(a, b)`` confirms two on their data."""
@@ -228,8 +230,8 @@ def reductions(keys: np.ndarray, lengths: np.ndarray, tasks: Sequence[str], stat
                      f"of {len(lengths)} episodes (missing {ranges_text(frame_ranges(missing))}; ds.doctor() covers "
                      f"them all)")
     else:
-        dataset_defects += stats_defects(stats, moments, names)
-        dataset_defects += dead_channels(moments, names)
+        dataset_defects += stats_defects({k: v for k, v in stats.items() if k not in ctx.nd}, moments, ctx.names)
+        dataset_defects += dead_channels(moments, ctx.names)
     return episode_defects, dataset_defects, notes
 
 

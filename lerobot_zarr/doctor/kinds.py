@@ -38,6 +38,8 @@ THRESHOLDS: dict[str, float] = {
     "jump_frames": 3,
     "jump_ratio": 3.0,
     "jump_quanta": 10,
+    # ... in an episode of at least this many frames (in fewer, too few others say what the channel's range is)
+    "jump_min_frames": 10,
     # a camera showing the very same frame (byte for byte) for at least this long
     "frozen_seconds": 1.0,
     # a black frame: mean pixel value below this (of 255)

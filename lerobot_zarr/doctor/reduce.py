@@ -89,9 +89,9 @@ def stats_defects(stats: Mapping[str, Any], moments: Moments, names: Mapping[str
                                   f"stats.json's {stat} has {value.size} values, the feature {n.size} channels"))
                 continue
             ours = data[stat]
-            error = np.abs(value - ours) / np.maximum(scale[stat], 1e-12)
-            # a channel holding NaN has no mean: its ``nan`` findings say why
-            bad = np.flatnonzero(~(np.abs(value - ours) <= room[stat]) & np.isfinite(ours))
+            with np.errstate(invalid="ignore", over="ignore"):  # infinite values: their ``nan`` findings say so
+                error = np.abs(value - ours) / np.maximum(scale[stat], 1e-12)
+                bad = np.flatnonzero(~(np.abs(value - ours) <= room[stat]) & np.isfinite(ours))
             if bad.size:
                 worst = int(bad[np.nanargmax(np.where(np.isfinite(error[bad]), error[bad], np.inf))])
                 out.append(Defect("stats_mismatch", None, name, (), float(error[worst]),

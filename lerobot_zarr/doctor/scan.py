@@ -76,7 +76,7 @@ def doctor_store(root: str | os.PathLike, *, progress: bool = True, locked: bool
         found.setdefault(e, []).extend(videos)
     moments = checkup.moments
     episode_defects, dataset_defects, notes = reductions(
-        store_keys(state), state.table.length, state.tasks, state.stats, checkup.ctx.names, moments, None)
+        store_keys(state), state.table.length, state.tasks, state.stats, checkup.ctx, moments, None)
     video_cameras = [k for k, v in state.arrays.items() if v.kind == "video"]
     if video_cameras:
         notes.append(f"videos against the rows ({', '.join(sorted(VIDEO_KINDS))}) are as the transcode found them: "
@@ -140,9 +140,8 @@ def doctor_source(source: str | os.PathLike | SourceFiles, *, episodes: list[int
                 future.result()
     found = checkup.take(read)
     defects = [*table_defects, *(d for e in read for d in found[e])]
-    names = checkup.ctx.names
     episode_defects, dataset_defects, more = reductions(
-        keys, src.episodes.length, src.tasks, src.stats, names, checkup.moments,
+        keys, src.episodes.length, src.tasks, src.stats, checkup.ctx, checkup.moments,
         lambda a, b: _same_source_rows(src, features, a, b))
     defects += episode_defects + dataset_defects
     checked = np.zeros(n, dtype=bool)
