@@ -347,14 +347,14 @@ def _timestamps(b: Batch) -> list[Defect]:
 
 @check("indices")
 def _indices(b: Batch) -> list[Defect]:
-    """``frame_index`` 0..n-1 (always); ``episode_index``, ``index`` and ``task_index`` in a lenient scan (the
-    transcode refuses them)."""
-    out = []
+    """``frame_index``, ``episode_index``, ``index`` and ``task_index`` against the episode table, in a lenient scan
+    (the transcode refuses them)."""
+    out: list[Defect] = []
+    if not b.ctx.lenient:
+        return out
     position = b.position
-    expected = {"frame_index": position}
-    if b.ctx.lenient:
-        expected["episode_index"] = np.repeat(b.episodes, b.lengths)
-        expected["index"] = np.repeat(b.ctx.starts[b.episodes], b.lengths) + position
+    expected = {"frame_index": position, "episode_index": np.repeat(b.episodes, b.lengths),
+                "index": np.repeat(b.ctx.starts[b.episodes], b.lengths) + position}
     for name, want in expected.items():
         if name not in b.frames[0]:
             continue
@@ -364,7 +364,7 @@ def _indices(b: Batch) -> list[Defect]:
                               f"{frames.size} rows hold another {name} than expected (first: frame {int(frames[0])} "
                               f"holds {int(got[frames[0] + int(b.starts[i])])}, not "
                               f"{int(want[frames[0] + int(b.starts[i])])})"))
-    if b.ctx.lenient and "task_index" in b.frames[0]:
+    if "task_index" in b.frames[0]:
         got = b.column("task_index").reshape(-1)
         for i, frames in b.per_episode((got < 0) | (got >= b.ctx.n_tasks)):
             out.append(Defect("task_index", int(b.episodes[i]), "task_index", frame_ranges(frames), float(frames.size),

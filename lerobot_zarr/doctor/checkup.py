@@ -67,10 +67,13 @@ class Checkup:
     # making one -------------------------------------------------------------------------------------------
     @classmethod
     def of_source(cls, source: LeRobotSource, *, lenient: bool = False, covered: set[int] | None = None) -> Checkup:
-        arrays = {k: v.kind for k, v in source.stored_features.items()}
-        ctx = _context(source.fps, arrays, source.info, source.stats, len(source.tasks), source.episodes.start,
-                       lenient, {k for k, v in source.stored_features.items() if getattr(v, "depth", False)},
-                       {k for k, v in source.stored_features.items() if v.kind == "numeric" and len(v.frame_shape) > 1})
+        # info.json's features (their kinds and declared shapes): reading a data file's schema here would wait
+        # for it before any video decode starts
+        features = source.features
+        ctx = _context(source.fps, {k: v.kind for k, v in features.items()}, source.info, source.stats,
+                       len(source.tasks), source.episodes.start, lenient,
+                       {k for k, v in features.items() if v.depth},
+                       {k for k, v in features.items() if v.kind == "numeric" and len(v.shape) > 1})
         starts = {k: [None if ref is None else ref[1] for ref in refs] for k, refs in source.episodes.videos.items()}
         return cls(ctx, source.episodes.length, source.tasks, covered=covered, video_starts=starts)
 

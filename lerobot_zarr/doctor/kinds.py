@@ -82,7 +82,7 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
          "less", "scan"),
     Kind("timestamp_duplicate", "error", "episode", "two consecutive rows with the same timestamp", "scan"),
     Kind("timestamp_backwards", "error", "episode", "timestamps going backwards", "scan"),
-    Kind("frame_index", "error", "episode", "frame_index is not 0, 1, ..., length - 1"),
+    Kind("frame_index", "error", "episode", "frame_index is not 0, 1, ..., length - 1 in row order", "scan"),
     Kind("episode_index", "error", "episode", "rows of the episode hold another episode_index", "scan"),
     Kind("index", "error", "episode", "the index column is not the episode's contiguous range", "scan"),
     Kind("task_index", "error", "episode", "a task_index with no task in the task table", "scan"),

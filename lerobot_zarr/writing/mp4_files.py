@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from ..cameras.video import VideoUnavailable
 from ..store.cameras import mp4_index_path
-from ..utils.fileio import atomic_write, check_in_store, disk_error, link_or_copy
+from ..utils.fileio import atomic_write, check_in_store, disk_error, link_or_copy, replace_file
 from ..utils.hashing import Crc32c, crc32c
 
 if TYPE_CHECKING:
@@ -84,7 +84,7 @@ def keep_mp4(source: LeRobotSource, root: Path, e: int, name: str) -> int:
             if not _decodable(tmp):
                 raise VideoUnavailable(f"episode {e}, camera {name!r}: {source.files.location(rel)} has no "
                                        f"decodable video stream")
-            os.replace(tmp, target)
+            replace_file(tmp, target)
             _mp4_hashes[str(target)] = crc
             return crc
         finally:
