@@ -270,6 +270,17 @@ def _episode_index(path: pathlib.Path, seed: int, clean: bool) -> Case:
                 also=frozenset({"stats_mismatch"}), transcodes=False)  # its stats were of the rows as they were
 
 
+def _task_index(path: pathlib.Path, seed: int, clean: bool) -> Case:
+    root = _base(path, seed)
+    if not clean:
+        table = _read(root)
+        index = _column(table, "task_index")
+        index[_rows(4)][12:14] = 7  # rows naming a task the task table does not have (2 tasks)
+        _write(root, table, {"task_index": index}, restat=False)
+    return Case(root, "task_index", [Expected("task_index", 4, "task_index", ((12, 14),))],
+                also=frozenset({"stats_mismatch"}), transcodes=False)  # its stats were of the rows as they were
+
+
 def _episode_index_gap(path: pathlib.Path, seed: int, clean: bool) -> Case:
     """Episode 3 deleted by hand (LeRobot's own layout otherwise intact): the later ones keep their numbers."""
     root = _base(path, seed)
@@ -470,6 +481,13 @@ def _video_extra(e: int, n: int) -> list[float]:
     return [k / FPS for k in range(21)] + [20.5 / FPS] + [k / FPS for k in range(21, n - 1)]
 
 
+def _video_freeze(e: int, frames: np.ndarray) -> np.ndarray:
+    if e == 2:
+        frames = frames.copy()
+        frames[5:40] = frames[5]  # the camera stalled for 35 frames: the encoder keeps them identical
+    return frames
+
+
 def _video_black(e: int, frames: np.ndarray) -> np.ndarray:
     if e == 1:
         frames = frames.copy()
@@ -505,6 +523,7 @@ BATTERY: dict[str, Callable[[pathlib.Path, int, bool], Case]] = {
                                         Expected("timestamp_gap", 4, "timestamp", ((30, 31), (32, 33)))], False),
     "frame_index": _frame_index,
     "episode_index": _episode_index,
+    "task_index": _task_index,
     "episode_index_gap": _episode_index_gap,
     "orphan_rows": _orphan_rows,
     "duplicate_episode": _duplicate_episode,
@@ -513,6 +532,8 @@ BATTERY: dict[str, Callable[[pathlib.Path, int, bool], Case]] = {
     "stats_mismatch": _stats_mismatch,
     "frozen_frames": _images("frozen_frames", _freeze, [Expected("frozen_frames", 2, IMAGE, ((5, 40),))]),
     "black_frames": _images("black_frames", _black, [Expected("black_frames", 2, IMAGE, ((10, 15),))]),
+    "video_frozen_frames": _video("frozen_frames", [Expected("frozen_frames", 2, VIDEO, ((5, 40),))],
+                                  edit=_video_freeze),
     "video_black_frames": _video("black_frames", [Expected("black_frames", 1, VIDEO, ((10, 15),))],
                                  edit=_video_black),
     "video_short": _video("video_short", [Expected("video_short", 5, VIDEO, ((LENGTHS[5] - 10, LENGTHS[5]),))],
