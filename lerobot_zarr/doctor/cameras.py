@@ -104,7 +104,9 @@ def video_defects(episode: int, feature: str, queries: np.ndarray, log: DecodeLo
     n = len(queries)
     times = log.times if len(log.times) == n else np.full(n, np.nan)
     if error is not None and np.isnan(times).all():  # not a late frame: no video, or one that does not decode
-        return [Defect("video_missing", episode, feature, ((0, n),) if n else (), float(n), error)]
+        where = f"episode {episode}, camera {feature!r}: "  # the decoder's reason names them: the line does too
+        return [Defect("video_missing", episode, feature, ((0, n),) if n else (), float(n),
+                       error[len(where):] if error.startswith(where) else error)]
     out = []
     off = np.abs(times - queries)
     bad = ~(off < tolerance_s)
