@@ -11,6 +11,7 @@ import json
 import sys
 from typing import Any
 
+from ..errors import ArgumentError
 from .options import episode_list
 
 __all__ = ["add_parser", "run", "source_files"]
@@ -49,23 +50,22 @@ def run(args: argparse.Namespace) -> int:
     from ..doctor.findings import read_report
     from ..doctor.kinds import SEVERITIES
     from ..doctor.scan import doctor_source, doctor_store
-    from ..errors import ArgumentError
-    from ..resolve import resolve_source
+    from ..sources.resolve import resolve_source
 
     src = resolve_source(args.source, revision=args.revision, token=args.token)
-    if src.kind == "store":
-        assert src.path is not None
+    store = src.store()
+    if store is not None:
         if args.episodes is not None or args.no_videos:
-            raise ArgumentError(f"{src.path} is a store: --episodes and --no-videos apply to a folder or Hub repo "
+            raise ArgumentError(f"{store} is a store: --episodes and --no-videos apply to a folder or Hub repo "
                                 f"(a store's report covers the episodes it holds; --recheck checks them again)")
-        report = None if args.recheck else read_report(src.path)
+        report = None if args.recheck else read_report(store)
         if report is None:
-            report = doctor_store(src.path)
+            report = doctor_store(store)
     else:
         if args.recheck:
             raise ArgumentError(f"{src}: --recheck applies to a store; a folder or Hub repo is checked afresh each "
                                 f"time")
-        report = doctor_source(source_files(src, args), episodes=args.episodes, videos=not args.no_videos)
+        report = doctor_source(source_files(src), episodes=args.episodes, videos=not args.no_videos)
     print(json.dumps(report.to_json(), indent=2) if args.json else report.text())
     if args.fail_on is not None:
         worst = SEVERITIES[: SEVERITIES.index(args.fail_on) + 1]
@@ -76,14 +76,10 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def source_files(src: Any, args: argparse.Namespace) -> Any:
-    """The files of a LeRobot folder or Hub repo (at its resolved revision) that ``src`` names."""
-    if src.kind == "folder":
-        from ..lerobot.source_files import LocalFiles
-
-        return LocalFiles(src.path)
-    from ..hub.files import HubFiles
-    from ..hub.revisions import resolve_revision
-
-    revision, commit = resolve_revision(src.repo_id, args.revision, token=args.token)
-    return HubFiles(src.repo_id, commit, revision=revision, token=args.token)
+def source_files(src: Any) -> Any:
+    """The files of the LeRobot dataset ``src`` names (a Hub repo at its resolved revision); a store elsewhere (in
+    a bucket) is refused: the doctor reads a store here."""
+    if src.remote() is not None:
+        raise ArgumentError(f"{src}: a store in a bucket: copy it (`lerobot-zarr sync {src} DIR`) and run the "
+                            f"doctor on the copy")
+    return src.files()

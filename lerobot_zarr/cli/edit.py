@@ -166,7 +166,7 @@ def run(args: argparse.Namespace) -> int:
     from ..api import inspect, open_dataset
     from ..doctor.kinds import check_kinds
     from ..hub.http import parse_repo_id
-    from ..resolve import resolve_source
+    from ..sources.resolve import resolve_source
     from ..store.state import has_commit_point, read_state
     from ..writing.export import check_push
 
@@ -179,11 +179,11 @@ def run(args: argparse.Namespace) -> int:
     kinds = None if args.drop_defective is None else check_kinds(args.drop_defective or None, droppable=True)
     src = resolve_source(args.source, revision=args.revision, token=args.token)
     notes = []
-    if src.kind == "store":
-        assert src.path is not None  # a store is a folder
-        if args.root is not None and args.root.resolve() != src.path.resolve():
-            raise ArgumentError(f"{src.path} is a store: it is edited in place, --root does not apply")
-        target = src.path
+    store = src.store()
+    if store is not None:
+        if args.root is not None and args.root.resolve() != store.resolve():
+            raise ArgumentError(f"{store} is a store: it is edited in place, --root does not apply")
+        target = store
         before = DatasetMeta.from_state(read_state(target))
         lacking = int((~before.materialized_episodes).sum())
         if lacking:
@@ -211,7 +211,7 @@ def run(args: argparse.Namespace) -> int:
     if args.push:  # the token, its write access and the remote's state, before anything changes
         check_push(None, args.push, revision=args.branch, token=args.token)
     if args.dry_run:
-        print(f"dry run: edit {target} ({source_line(before.source) if src.kind == 'store' else src})")
+        print(f"dry run: edit {target} ({source_line(before.source) if store is not None else src})")
         for line in [*notes, *edit_summary(before, gone, drop, None)]:
             print(f"  {line}")
         if args.push:
@@ -223,7 +223,7 @@ def run(args: argparse.Namespace) -> int:
         log.info(note)
     with warnings.catch_warnings():  # an edit samples nothing: its summary says what each camera holds
         warnings.filterwarnings("ignore", ".* is left out of samples", LeRobotZarrWarning)
-        opened = open_dataset(args.source, root=None if src.kind == "store" else target, mode="r+",
+        opened = open_dataset(args.source, root=None if store is not None else target, mode="r+",
                               revision=args.revision, token=args.token)
     with opened as ds:
         before = ds.meta
@@ -271,7 +271,7 @@ def _report_for_plan(src: Any, target: Path, args: argparse.Namespace) -> Any:
     from .doctor import source_files
 
     log.info("checking %s with the doctor (the copy made by the edit keeps its own report)", src)
-    return doctor_source(source_files(src, args), progress=True)
+    return doctor_source(source_files(src), progress=True)
 
 
 def _with_defective(gone: list[int], report: Any, kinds: list[str], n: int, where: str) -> list[int]:

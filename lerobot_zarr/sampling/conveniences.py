@@ -1,26 +1,32 @@
-"""What a dataset offers through modules built on the reader (each imported when called, so that imports point
-down the layers and a reader loads none of them until asked): export and push, verify, xarray, the doctor."""
+"""What a dataset offers through the modules built on it (exports, push, verify, xarray, publishing to a bucket,
+the doctor): methods of :class:`~lerobot_zarr.sampling.dataset.LeRobotZarrDataset`, each importing its module when
+called (imports point down)."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from ..errors import ArgumentError
 
 __all__ = ["Conveniences"]
 
 
 class Conveniences:
-    """The methods of :class:`~lerobot_zarr.sampling.dataset.LeRobotZarrDataset` that modules above the reader
-    implement."""
+    """The dataset's conveniences (mixed into :class:`~lerobot_zarr.sampling.dataset.LeRobotZarrDataset`: ``root``
+    is its store, ``_remote`` the bucket it is read from, if any)."""
 
     root: Path
     meta: Any
+    _remote: Any
 
     def to_lerobot(self, path: str | os.PathLike, *, data_files_size_in_mb: int = 100,
                    video_files_size_in_mb: int = 200, videos: bool | None = None, progress: bool = True) -> Path:
         """Export the (complete) store as a LeRobot v3.0 folder at ``path``; see :mod:`lerobot_zarr.writing.export`
         (``videos``: cameras as the source had them by default, or all as videos / all as images)."""
+        self._local_only("to_lerobot")
         from ..writing.export import to_lerobot
 
         return to_lerobot(self, path, data_files_size_in_mb=data_files_size_in_mb,
@@ -31,6 +37,7 @@ class Conveniences:
              progress: bool = True) -> str | None:
         """Publish the store to the Hub as LeRobot v3.0 in one commit tagged ``v3.0`` (only changed files are
         uploaded; an unchanged store makes no commit). Returns the commit sha, or None if nothing changed."""
+        self._local_only("push")
         from ..writing.export import push
 
         return push(self, repo_id, revision=revision, private=private, token=token,
@@ -42,6 +49,7 @@ class Conveniences:
         (:func:`lerobot_zarr.writing.integrity.verify`); returns a
         :class:`~lerobot_zarr.writing.integrity.VerifyReport` naming what is damaged. ``repair=True`` fetches
         damaged episodes again from the store's Hub repo or folder."""
+        self._local_only("verify")
         from ..writing.integrity import verify
 
         return verify(self.root, repair=repair, record=record, token=token, progress=progress)
@@ -52,9 +60,18 @@ class Conveniences:
         with its labels as coordinates); ``episode_index``, ``frame_index``, ``timestamp`` and ``index`` as
         coordinates; and the episode table over dim ``episode`` (with ``episode_materialized``: a partial store
         lists the episodes it lacks instead of filling them with zeros)."""
+        self._local_only("to_xarray")
         from ..integrations.xarray import to_xarray
 
         return to_xarray(self)
+
+    def push_store(self, url: str, *, force: bool = False, options: Mapping[str, Any] | None = None,
+                   progress: bool = True) -> Any:
+        """Publish the store to a bucket folder (``s3://``...; :func:`lerobot_zarr.writing.sync.push_store`)."""
+        self._local_only("push_store")
+        from ..writing.sync import push_store
+
+        return push_store(self.root, url, force=force, options=dict(options or {}), progress=progress)
 
     @property
     def defects(self) -> Any:
@@ -74,6 +91,12 @@ class Conveniences:
     def doctor(self, *, progress: bool = True) -> Any:
         """Run every check of the dataset doctor again over the store's data and keep the report in the store
         (:func:`lerobot_zarr.doctor.scan.doctor_store`); nothing in the data changes."""
+        self._local_only("doctor")
         from ..doctor.scan import doctor_store
 
         return doctor_store(self.root, progress=progress)
+
+    def _local_only(self, what: str) -> None:
+        if self._remote is not None:  # a store in a bucket is read where it is, row by row
+            url = self._remote.location()
+            raise ArgumentError(f"{url}: {what} needs the store here: copy it (`lerobot-zarr sync {url} DIR`) first")

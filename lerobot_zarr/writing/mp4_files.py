@@ -67,9 +67,9 @@ def keep_mp4(source: LeRobotSource, root: Path, e: int, name: str) -> int:
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}-{threading.get_ident()}")
         try:
-            local = getattr(source.files, "root", None)
-            if isinstance(local, Path):
-                link_or_copy(local / rel, tmp)
+            local = source.files.local_path(rel)
+            if local is not None:
+                link_or_copy(local, tmp)
                 crc = _file_crc(tmp)
             else:
                 hash_ = Crc32c()
