@@ -245,6 +245,41 @@ def settle_disk(path: Path, quiet_s: float = 1.0, timeout_s: float = 30.0) -> fl
     return time.perf_counter() - t0
 
 
+def run_watched(target: Callable, args: tuple, watch: Path, what: str, stall_s: float = 60.0,
+                start_s: float = 300.0, attempts: int = 3) -> None:
+    """Run ``target(*args)`` in a spawned child process, killed and started again if it fails or if the bytes
+    under ``watch`` (a file or a folder) stop growing for ``stall_s`` (or stay 0 for ``start_s``). SVT-AV1 4.2.0
+    (PyAV 19.0.2's wheel) deadlocked or emitted a packet the muxer refused in 3 of 12 camera encodes when two
+    encoders ran at once on a 2-core VM, in none of 10 run one at a time: encode one file at a time with this."""
+    import multiprocessing as mp
+
+    def size() -> int:
+        if watch.is_dir():
+            return dir_bytes(watch)
+        return watch.stat().st_size if watch.exists() else 0
+
+    ctx = mp.get_context("spawn")
+    for attempt in range(1, attempts + 1):
+        proc = ctx.Process(target=target, args=args, daemon=True)
+        proc.start()
+        last, changed, why = size(), time.monotonic(), ""
+        while proc.is_alive():
+            proc.join(0.5)
+            now = size()
+            if now != last:
+                last, changed = now, time.monotonic()
+            elif proc.is_alive() and time.monotonic() - changed > (stall_s if last else start_s):
+                why = f"no output for {stall_s if last else start_s:.0f} s, at {last:,} bytes"
+                proc.kill()
+                proc.join()
+        if proc.exitcode == 0:
+            return
+        why = why or f"exit code {proc.exitcode}"
+        if attempt == attempts:
+            raise RuntimeError(f"{what} failed {attempts} times (last: {why})")
+        print(f"({what} failed: {why}; starting it again)", flush=True)
+
+
 def python_exe() -> str:
     return sys.executable
 

@@ -1,7 +1,15 @@
-"""Camera storage options of the real store, end to end: disk bytes, ``ds[i]`` and ``get_batch(64)`` throughput with
-2-frame windows, and pixel error, against LeRobot's per-sample mp4 decode measured in the same run.
+"""Cameras in two parts (``--parts``, default both):
 
-Datasets:
+- ``options``: camera storage options of the real store, end to end: disk bytes, ``ds[i]`` and ``get_batch(64)``
+  throughput with 2-frame windows, and pixel error, against LeRobot's per-sample mp4 decode measured in the same run
+  (described below);
+- ``decoder``: a camera kept as mp4 against the decoder alone (sequential decode, one thread), per frame, on
+  G1-policy-train's real AV1 camera and on 224x224 and h264 footage made from its frames with LeRobot 0.6.1's encoder
+  settings; torchcodec beside PyAV where it imports; ``--before PATH``: an earlier lerobot_zarr's ``get_batch`` too
+  (a checkout, timed in a child process in the same rounds); ``--footages`` to choose. See ``_video_decoder.py``
+  (~8 min; ``--quick``: ~3 min).
+
+Datasets of the options part:
 
 - ``G1-policy-train`` (``../shared/datasets/``, LeRobot v2.1): its real camera ``observation.images.cam_high``,
   480x640 AV1 (LeRobot's encoding, a keyframe every 2 frames), opened with ``episodes=[1, 2, 4, 5]``, the only
@@ -46,7 +54,8 @@ which may be RAM): a dataset's twelve stores exist at once (G1 ~2.9 GB, the synt
 the free space first) and are deleted after its rows unless ``--keep`` or ``--out-dir``. A full run takes ~10 min
 on 2 CPUs. ``--quick``: one G1 episode, 3 synthetic episodes of 60 frames, fewer samples (a smoke test, ~1.5 min).
 
-Run (from the repository root):  .venv/bin/python benchmarks/bench_video.py [--quick] [--datasets g1,synthetic]
+Run (from the repository root):  .venv/bin/python benchmarks/bench_video.py [--quick] [--parts options,decoder]
+[--datasets g1,synthetic]
 """
 
 from __future__ import annotations
@@ -54,7 +63,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import multiprocessing as mp
 import os
 import shutil
 import statistics
@@ -71,6 +79,7 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common as C
+from _video_decoder import run_decoder_part
 
 ROOT = Path(__file__).resolve().parents[1]
 G1 = ROOT.parent / "shared" / "datasets" / "G1-policy-train"
@@ -88,6 +97,9 @@ TARGET_LOSSY = (5.0, 10.0)  # a lossy option at <= 5x the mp4's bytes and >= 10x
 TARGET_MP4 = (1.0, 3.0)  # mp4 kept: 1x the bytes and >= 3x faster
 FULL = {"syn_episodes": 10, "syn_length": 150, "samples": 200, "batches": 3, "repeats": 3}
 QUICK = {"syn_episodes": 3, "syn_length": 60, "samples": 50, "batches": 1, "repeats": 2}
+DECODER = {"repeats": 5, "batches": 12, "check_batches": 4}  # the decoder part
+DECODER_QUICK = {"repeats": 2, "batches": 3, "check_batches": 1}
+PARTS = ("options", "decoder")
 
 
 @dataclass(frozen=True)
@@ -175,39 +187,15 @@ def _write_camera(path: str, camera: int, lengths: list[int], seed: int) -> None
     writer.close()
 
 
-def _write_videos(src: Path, lengths: list[int], seed: int, stall_s: float = 60.0, start_s: float = 300.0,
-                  attempts: int = 3) -> None:
-    """Every camera's mp4 file, one camera at a time, each in a child process that is killed and started again
-    if it fails, or if its file stops growing for ``stall_s`` (or has no byte after ``start_s``). SVT-AV1 4.2.0
-    (PyAV 19.0.2's wheel) deadlocked or emitted a packet the muxer refused in 3 of 12 camera encodes when two
-    encoders ran at once on this 2-core VM, in none of 10 run one at a time."""
-    from lerobot_zarr.lerobot.format import CHUNKS_SIZE, V3_VIDEO_PATH
+def _write_videos(src: Path, lengths: list[int], seed: int) -> None:
+    """Every camera's mp4 file, one camera at a time, each in a watched child process (``C.run_watched``)."""
+    from lerobot_zarr.lerobot.format import V3_VIDEO_PATH
 
-    ctx = mp.get_context("spawn")
     for k, key in enumerate(SYN_CAMERAS):
         path = src / V3_VIDEO_PATH.format(video_key=key, chunk_index=0, file_index=0)
-        assert CHUNKS_SIZE > 0
         path.parent.mkdir(parents=True, exist_ok=True)
-        for attempt in range(1, attempts + 1):
-            path.unlink(missing_ok=True)
-            proc = ctx.Process(target=_write_camera, args=(str(path), k, lengths, seed), daemon=True)
-            proc.start()
-            size, changed, why = 0, time.monotonic(), ""
-            while proc.is_alive():
-                proc.join(0.5)
-                now_size = path.stat().st_size if path.exists() else 0
-                if now_size != size:
-                    size, changed = now_size, time.monotonic()
-                elif proc.is_alive() and time.monotonic() - changed > (stall_s if size else start_s):
-                    why = f"no output for {stall_s if size else start_s:.0f} s, at {size:,} bytes"
-                    proc.kill()
-                    proc.join()
-            if proc.exitcode == 0:
-                break
-            why = why or f"exit code {proc.exitcode}"
-            if attempt == attempts:
-                raise RuntimeError(f"encoding the video of {key!r} failed {attempts} times (last: {why})")
-            print(f"(encoding the video of {key!r} failed: {why}; writing it again)", flush=True)
+        path.unlink(missing_ok=True)
+        C.run_watched(_write_camera, (str(path), k, lengths, seed), path, f"encoding the video of {key!r}")
 
 
 def build_synthetic(work: Path, episodes: int, length: int, seed: int) -> Path:
@@ -570,7 +558,11 @@ def main() -> None:
     p.add_argument("--quick", action="store_true",
                    help=f"small run: G1 episode {G1_EPISODES[0]} only, {QUICK['syn_episodes']} synthetic episodes of "
                         f"{QUICK['syn_length']} frames, {QUICK['samples']} samples, {QUICK['repeats']} repeats")
-    p.add_argument("--datasets", default="g1,synthetic", help="which datasets, comma separated (default g1,synthetic)")
+    p.add_argument("--parts", default=",".join(PARTS),
+                   help="options: the storage options end to end; decoder: mp4 storage against the decoder alone per "
+                        "frame, on 4 footages (default both)")
+    p.add_argument("--datasets", default="g1,synthetic",
+                   help="datasets of the options part, comma separated (default g1,synthetic)")
     p.add_argument("--g1", type=Path, default=G1, help="the G1-policy-train folder (default ../shared/datasets/...)")
     p.add_argument("--g1-episodes", type=int, nargs="+", default=None,
                    help=f"G1 episodes to open (default {' '.join(map(str, G1_EPISODES))}: those with mp4 files)")
@@ -580,6 +572,17 @@ def main() -> None:
     p.add_argument("--samples", type=int, default=None, help=f"ds[i] windows per repeat (default {FULL['samples']})")
     p.add_argument("--batches", type=int, default=None, help=f"batches of {BATCH} per repeat ({FULL['batches']})")
     p.add_argument("--repeats", type=int, default=None, help=f"timed repeats, medians (default {FULL['repeats']})")
+    p.add_argument("--decoder-repeats", type=int, default=None,
+                   help=f"repeats of the decoder part (default {DECODER['repeats']})")
+    p.add_argument("--decoder-batches", type=int, default=None,
+                   help=f"rounds per repeat of the decoder part, each a batch of {BATCH} windows (or {2 * BATCH} "
+                        f"frames decoded in order) per contender (default {DECODER['batches']})")
+    p.add_argument("--footages", default="av1-480,av1-224,h264-480,h264-224",
+                   help="footages of the decoder part, comma separated (default all four: AV1 and h264, 480x640 and "
+                        "224x224)")
+    p.add_argument("--before", type=Path, default=None,
+                   help="decoder part: also time get_batch(64) of an earlier lerobot_zarr, a checkout at this path "
+                        "(e.g. `git worktree add ../before main`), in a child process in the same rounds")
     p.add_argument("--no-jpeg", dest="jpeg", action="store_false", help="leave out the jpeg options")
     p.add_argument("--mp4-threads", type=int, default=1,
                    help="decoder threads of the per-sample baseline (default 1: fastest per sample here, ~20%% faster "
@@ -601,6 +604,19 @@ def main() -> None:
     wanted = {d.strip() for d in args.datasets.split(",") if d.strip()}
     if wanted - {"g1", "synthetic"}:
         p.error(f"--datasets: unknown {sorted(wanted - {'g1', 'synthetic'})}")
+    parts = {d.strip() for d in args.parts.split(",") if d.strip()}
+    if parts - set(PARTS):
+        p.error(f"--parts: unknown {sorted(parts - set(PARTS))}")
+    dcfg = dict(DECODER_QUICK if args.quick else DECODER)
+    dcfg.update({k: v for k, v in (("repeats", args.decoder_repeats), ("batches", args.decoder_batches))
+                 if v is not None})
+    args.footages = {f.strip() for f in args.footages.split(",") if f.strip()}
+    if not args.footages or args.footages - {"av1-480", "av1-224", "h264-480", "h264-224"}:
+        p.error(f"--footages: av1-480, av1-224, h264-480, h264-224, got {sorted(args.footages)}")
+    if args.before is not None and not (args.before / "lerobot_zarr" / "__init__.py").exists():
+        p.error(f"--before: {args.before} holds no lerobot_zarr checkout")
+    if args.before is not None:
+        args.before = args.before.resolve()
     if args.jpeg and importlib.util.find_spec("simplejpeg") is None:
         print("(simplejpeg is not installed: the jpeg options are left out; `pip install simplejpeg` to time them)")
         args.jpeg = False
@@ -618,6 +634,8 @@ def main() -> None:
           f"{decode_threads()}, load average {load()} (1, 5, 15 min)")
     with C.WorkDir(args, "bench_video-") as work:
         sources = []
+        if "options" not in parts:
+            wanted = set()
         if "g1" in wanted:
             if (args.g1 / "meta" / "info.json").exists():
                 sources.append(read_source("G1-policy-train", args.g1, g1_episodes))
@@ -631,6 +649,11 @@ def main() -> None:
             if missing:
                 raise SystemExit(f"{source.name}: video file {missing[0]} not found (choose episodes with mp4 files)")
             run_source(source, work, cfg, args)
+        if "decoder" in parts:
+            if (args.g1 / "meta" / "info.json").exists():
+                run_decoder_part(args, work, args.g1, g1_episodes, dcfg)
+            else:
+                print(f"(G1-policy-train not found at {args.g1}: the decoder part is skipped)")
     print(f"\n(total wall time {time.perf_counter() - t_start:.0f} s; load average now {load()}: 1, 5, 15 min, on "
           f"{os.cpu_count()} CPUs shared with other tenants)")
 

@@ -76,8 +76,9 @@ def open_dataset(
         storage: how a new store keeps each camera, ``{feature: choice}`` (fixed when the store is made; the
             README compares them on real footage): ``"raw"`` (default: memory-mapped frames, fastest, biggest),
             ``"lossless"`` (delta-zstd per frame), ``"compact"`` (zstd per frame), ``"jpeg"`` / ``"jpeg:Q"``
-            (lossy, quality Q, default 90; decoded in parallel per batch), ``"mp4"`` (video features: the source's
-            mp4 files kept as they are, decoded on read), or any codec of :mod:`lerobot_zarr.cameras.frame_codecs`.
+            (lossy, quality Q, default 90; decoded in parallel per batch), ``"mp4"`` (video features, depth videos
+            too: the source's mp4 files kept as they are, decoded on read), or any codec of
+            :mod:`lerobot_zarr.cameras.frame_codecs`.
         resize: ``{feature: (height, width)}`` (or ``{"size", "crop", "interpolation"}``): cameras stored resized
             (antialiased bilinear by default, as torchvision's ``Resize``); ``info`` then gives the stored shape.
         client: a ``dask.distributed.Client``: transcode on its workers (split by pack; they write into ``root``,

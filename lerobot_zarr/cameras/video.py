@@ -17,9 +17,10 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from ..errors import MissingExtraError, import_optional, missing_extra
+from .depth import DEPTH_PIX_FMT
 
 __all__ = ["TOLERANCE_S", "VideoUnavailable", "DecodeLog", "decode_into", "have_pyav", "VideoWriter", "ENCODING",
-           "DEPTH_ENCODING"]
+           "DEPTH_ENCODING", "PIXEL_FORMATS", "frame_pixels"]
 
 #: LeRobot's ``tolerance_s``, the one timestamp tolerance of lerobot_zarr: between a dataset timestamp and a decoded
 #: frame's, between consecutive timestamps and 1/fps, and of ``delta_timestamps`` to multiples of 1/fps
@@ -32,8 +33,8 @@ DEPTH_ENCODING = {"vcodec": "hevc", "pix_fmt": "gray12le", "g": 2, "crf": 30,
 # the same bytes, ~1.5x slower at 480x640 on 2 cores. Our test suite sets it: under heavy load the default was
 # seen to hang in svt_av1_enc_send_picture.
 SVT_PARAMS_ENV = "LEROBOT_ZARR_SVTAV1_PARAMS"
-_FORMATS = {1: "gray", 3: "rgb24", 4: "rgba"}
-_DEPTH_FORMAT = "gray12le"  # LeRobot's depth frames: 12-bit codes in uint16 (its decoder asks the same format)
+#: the pixel format frames of 1, 3 or 4 channels are decoded to (and encoded from), as FFmpeg names it
+PIXEL_FORMATS = {1: "gray", 3: "rgb24", 4: "rgba"}
 
 
 class VideoUnavailable(Exception):
@@ -70,6 +71,22 @@ class DecodeLog:
     last: float | None = None
 
 
+def frame_pixels(frame: Any, fmt: str, reformatter: Any = None) -> np.ndarray:
+    """The pixels of a decoded frame (``av.VideoFrame``) in pixel format ``fmt``, as an (H, W, C) array: the one
+    conversion of every decode here (swscale's, as LeRobot's ``frame.to_ndarray(format="rgb24")``: the same
+    values). ``reformatter``: an ``av.video.reformatter.VideoReformatter`` of the caller's, to convert in this
+    thread only (PyAV's default converts with a pool of threads that a forked child inherits without its
+    threads); None for PyAV's default."""
+    if reformatter is None:
+        arr = frame.to_ndarray(format=fmt)
+    else:
+        try:
+            arr = reformatter.reformat(frame, format=fmt, threads=1).to_ndarray()
+        except TypeError:  # PyAV < 16: no threads option (and no threaded conversion to avoid)
+            arr = reformatter.reformat(frame, format=fmt).to_ndarray()
+    return arr[..., None] if arr.ndim == 2 else arr
+
+
 def decode_into(source: BinaryIO | str, sink: Callable[[bytes], None], queries: np.ndarray,
                 frame_shape: Sequence[int], where: str, *, depth: bool = False,
                 rewind: Callable[[], None] | None = None, log: DecodeLog | None = None) -> None:
@@ -88,7 +105,7 @@ def decode_into(source: BinaryIO | str, sink: Callable[[bytes], None], queries: 
     import av
 
     height, width, channels = (int(s) for s in frame_shape)
-    fmt = _DEPTH_FORMAT if depth else _FORMATS.get(channels)
+    fmt = DEPTH_PIX_FMT if depth else PIXEL_FORMATS.get(channels)
     if fmt is None or (depth and channels != 1):
         raise VideoUnavailable(f"{where}: {channels} channels cannot be decoded" + (" as depth" if depth else ""))
     queries = np.asarray(queries, dtype=np.float64)
@@ -144,9 +161,7 @@ def _match(frames: Any, queries: np.ndarray, sink: Callable[[bytes], None], shap
 
     def pixels(frame: Any) -> bytes:
         if not cache or cache[0][0] is not frame:
-            arr = frame.to_ndarray(format=fmt)
-            if arr.ndim == 2:
-                arr = arr[..., None]
+            arr = frame_pixels(frame, fmt)
             if arr.shape != shape:
                 raise VideoUnavailable(f"{where}: decoded frames of shape {arr.shape}, the dataset declares {shape}")
             cache[:] = [(frame, np.ascontiguousarray(arr).tobytes())]
@@ -224,7 +239,7 @@ class VideoWriter:
             if os.environ.get(SVT_PARAMS_ENV):
                 options["svtav1-params"] = os.environ[SVT_PARAMS_ENV]
         self.stream.options = options
-        self.format = _DEPTH_FORMAT if depth else _FORMATS[channels]
+        self.format = DEPTH_PIX_FMT if depth else PIXEL_FORMATS[channels]
         self.frames = 0
 
     @property

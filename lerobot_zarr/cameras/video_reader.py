@@ -2,23 +2,31 @@
 
 :class:`Mp4Frames` serves the frames of one camera's mp4 files at given timestamps, with LeRobot's rule: each
 timestamp gets the nearest decoded frame, which must lie within ``TOLERANCE_S`` (1e-4 s); the pixels are exactly
-those :func:`lerobot_zarr.cameras.video.decode_into` writes (PyAV's decode, converted to rgb24 / gray / rgba).
+those :func:`lerobot_zarr.cameras.video.decode_into` writes (:func:`~lerobot_zarr.cameras.video.frame_pixels` of
+PyAV's decode, as LeRobot's).
 
-Unlike LeRobot's per-sample decode (open the file, seek, decode, close, every sample), it:
+A frame of a video costs decoding it and every frame since the keyframe before it. Unlike LeRobot's per-sample
+decode (open the file, seek, decode, close, every sample), a batch (:meth:`Mp4Frames.read_many`) is planned:
 
-- keeps containers open, at most ``max_open`` per reader, least recently used closed first; a forked child
-  drops the parent's (never closes them: their decoder threads do not exist in the child) and opens its own;
-- seeks only when it must: to the keyframe at or before the first frame needed, and not when decoding on from
-  where the decoder stands reaches the frame without passing a keyframe it could seek to;
-- keeps the last ``cache_frames`` decoded frames of each open file (the current run, contiguous in time), so
-  overlapping windows (``ds[i]`` then ``ds[i + 1]``) and sequential reads decode each frame once;
-- batches: :meth:`Mp4Frames.read_many` groups queries by file and sorts them by time (forward passes), and
-  decodes in parallel threads (PyAV releases the GIL while decoding): different files, and different parts of
-  one file through one container per thread (LeRobot v3 puts many episodes in one mp4).
+- its frames are grouped by file and sorted by time, and cut into runs by the file's keyframe index: a run is
+  decoded in one pass from a seek to the keyframe before its first frame, and a new run starts only where frames
+  nobody asked for lie before the next frame's keyframe (a seek skips them); each needed keyframe interval is
+  decoded once per batch, only the frames asked for are converted;
+- the runs, in (file, time) order, are cut between runs into one part of about equal decode cost per thread, each
+  decoded in parallel through its own container of the file (PyAV releases the GIL while it decodes);
+- seeks go by presentation time; a decoder that holds a frame back until fed the next packet (h264 with B-frames
+  allowed, as LeRobot encodes it) is drained once a run's frames are fed, rather than fed the next keyframe; an
+  open GOP's keyframe (HEVC), whose leading frames a decoder starting there drops, is passed for the one before;
+- the batch lands in memory a dropped batch left (:func:`lerobot_zarr.utils.buffers.recycled_empty`);
+- containers stay open across batches, with their decoder's position and their last decoded frames (so ``ds[i]``
+  then ``ds[i + 1]`` and sequential reads decode each frame once), in a cache bounded in count (``max_open``) and
+  in memory (``max_bytes``: the frames kept plus an estimate of each decoder's), least recently used closed first,
+  all closed by :meth:`Mp4Frames.close` or when the reader is dropped. A forked child (a DataLoader worker) drops the parent's containers
+  without closing them (their decoder threads do not exist in the child) and opens its own; a pickled reader
+  carries its settings only.
 
-A random 2-frame window still costs what decoding its frames from the previous keyframe costs (LeRobot's AV1:
-a keyframe every 2 frames, 2-3 frames decoded): the saving over per-sample decode is the open and seek, the
-conversion of frames nobody asked for, and the parallelism across files.
+The keyframe index is the container's (PyAV >= 16: ``index_entries``, no read needed); with an older PyAV
+(LeRobot 0.6.1 pins PyAV 15) it is made once per file and reader by reading the file's packets, without decoding.
 
 Timestamps are seconds in the file: an episode's ``from_timestamp`` plus the frame's ``timestamp``.
 """
@@ -26,6 +34,8 @@ Timestamps are seconds in the file: an episode's ``from_timestamp`` plus the fra
 from __future__ import annotations
 
 import bisect
+import itertools
+import math
 import os
 import threading
 import weakref
@@ -36,15 +46,19 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from ..errors import CorruptSourceError, LeRobotZarrError, SchemaMismatchError, SourceNotFoundError, import_optional
+from ..utils.buffers import recycled_empty
 from .frame_codecs import decode_threads, run_in_parallel
-from .video import TOLERANCE_S
+from .depth import DEPTH_PIX_FMT
+from .video import PIXEL_FORMATS, TOLERANCE_S, frame_pixels
 
 __all__ = ["Mp4Frames"]
 
-_FORMATS = {1: "gray", 3: "rgb24", 4: "rgba"}
-# fewest queries of one file worth a container of their own in read_many: each container seeks and decodes from a
-# keyframe, so splitting a 2-frame window (or two) over containers decodes its frames' keyframe runs twice
-_MIN_PART = 4
+# the plan's cost of decoding a keyframe, in frames: an intra frame of LeRobot's AV1 (crf 30) costs ~10 inter
+# frames to decode, of its h264 ~3; only the balance of threads depends on it
+_KEY_WEIGHT = 4
+# frames an open decoder may hold besides those the reader keeps (AV1 keeps up to 8 references): the memory bound
+_DECODER_FRAMES = 8
+_MAX_INDEXES = 4096  # keyframe indexes kept per reader (two floats per frame), least recently used dropped
 _abandoned: list[Any] = []  # containers of a parent process, kept alive (never closed) in its forked children
 _readers: weakref.WeakSet[Mp4Frames] = weakref.WeakSet()
 
@@ -62,6 +76,115 @@ def _as_path(key: str) -> str:
     return key
 
 
+def _close_all(files: dict) -> None:
+    for f in list(files.values()):
+        f.close()
+    files.clear()
+
+
+class _Index:
+    """Where a file's frames and keyframes are, in presentation time: the keyframes' seek positions (``key_pts``,
+    stream time base) and times (s), and every frame's time (s), sorted. From the container's sample index, or a
+    read of the stream's packets where PyAV gives none (PyAV < 16). Both give decode times (mp4's index): a stream
+    whose decoder reorders frames (h264 with B-frames allowed, as LeRobot's) presents each frame a constant delay
+    later, which the first packet tells (its pts - dts); seeks go by presentation time."""
+
+    def __init__(self, entries: list[tuple[int, bool]], delay: int, tb: Any):
+        self.key_pts = sorted(ts + delay for ts, key in entries if key)
+        self.keyframes = [float(ts * tb) for ts in self.key_pts]
+        self.entry_times = sorted(float((ts + delay) * tb) for ts, _ in entries)
+        self.key_array, self.entry_array = np.asarray(self.keyframes), np.asarray(self.entry_times)
+
+    @classmethod
+    def of(cls, container: Any, stream: Any) -> _Index:
+        """The index of ``stream``: the container's (reading its first packet for the delay), else a scan."""
+        index = getattr(stream, "index_entries", None)
+        if index is None:
+            return cls.scan(container, stream)
+        first = next((p for p in container.demux(stream) if p.pts is not None and p.dts is not None), None)
+        return cls([(int(e.timestamp), bool(e.is_keyframe)) for e in index],
+                   first.pts - first.dts if first is not None else 0, stream.time_base)
+
+    @classmethod
+    def scan(cls, container: Any, stream: Any) -> _Index:
+        """The index of ``stream`` from a read of all its packets (no decoding)."""
+        entries, delay = [], None
+        for packet in container.demux(stream):
+            if delay is None and packet.pts is not None and packet.dts is not None:
+                delay = packet.pts - packet.dts
+            ts = packet.dts if packet.dts is not None else packet.pts
+            if packet.size and ts is not None:
+                entries.append((int(ts), bool(packet.is_keyframe)))
+        return cls(entries, delay or 0, stream.time_base)
+
+    def presented_at(self, k: int, t: float) -> None:
+        """Keyframe ``k`` turned out to be shown at ``t``, later than the index said (an open GOP's keyframe is
+        shown after its leading frames, which come after it in decode order)."""
+        if t > self.keyframes[k] and (k + 1 == len(self.keyframes) or t < self.keyframes[k + 1]):
+            self.keyframes[k] = self.key_array[k] = t
+
+    def key_before(self, q: float) -> int:
+        """The last keyframe at or before ``q`` (+ tolerance), -1 if none."""
+        return bisect.bisect_right(self.keyframes, q + TOLERANCE_S) - 1
+
+    def frames_in(self, lo: float, hi: float) -> int:
+        """Frames from time ``lo`` to ``hi``, both included (with the tolerance)."""
+        return bisect.bisect_right(self.entry_times, hi + TOLERANCE_S) - \
+            bisect.bisect_left(self.entry_times, lo - TOLERANCE_S)
+
+    def skips(self, last: float, q: float) -> bool:
+        """Whether a seek to the keyframe of ``q`` skips decoding, from a decoder whose last frame is at ``last``:
+        that keyframe comes after ``last``, with frames between. Without keyframes: whether ``q`` is over a second
+        later."""
+        if not self.keyframes:
+            return q - last > 1.0
+        k = self.key_before(q)
+        return k >= 0 and self.keyframes[k] > last + TOLERANCE_S and \
+            self.frames_in(last, self.keyframes[k]) > 2
+
+    def runs(self, times: np.ndarray) -> list[tuple[int, int, float]]:
+        """Cut query times (sorted) into runs ``(start, stop, cost)``, each decoded in one pass from a seek to the
+        keyframe before its first query: a query starts a new run when frames lie between the previous query's
+        frame and its own keyframe (as :meth:`_File.frame_at` seeks). ``cost``: frames decoded, a keyframe
+        counting ``_KEY_WEIGHT``. Without keyframes, one run per query over a second after the previous."""
+        n = len(times)
+        if not n:
+            return []
+        if not self.keyframes:
+            bounds = [0, *(np.flatnonzero(np.diff(times) > 1.0) + 1).tolist(), n]
+            return [(a, b, float(b - a)) for a, b in itertools.pairwise(bounds)]
+        times = times + TOLERANCE_S
+        k = np.maximum(np.searchsorted(self.key_array, times, "right") - 1, 0)
+        upto = np.searchsorted(self.entry_array, times, "right")  # frames up to each query's
+        start = np.searchsorted(self.entry_array, self.key_array[k] - TOLERANCE_S, "left")  # its keyframe's frame
+        bounds = [0, *(np.flatnonzero((k[1:] != k[:-1]) & (start[1:] > upto[:-1])) + 1).tolist(), n]
+        return [(a, b, float(max(1, upto[b - 1] - start[a]) + (_KEY_WEIGHT - 1) * (k[b - 1] - k[a] + 1)))
+                for a, b in itertools.pairwise(bounds)]
+
+
+def _plan(files: list[tuple[str, np.ndarray, list[tuple[int, int, float]]]],
+          threads: int) -> list[list[tuple[str, int, np.ndarray]]]:
+    """Each thread's work, ``(file, container slot, rows)`` in order: the runs of every file (``(file, rows in
+    time order, runs)``) in that order, cut between runs into at most ``threads`` parts of about equal cost; the
+    k-th part touching a file decodes it through the file's container number k."""
+    total = sum(cost for _, _, runs in files for *_, cost in runs)
+    parts: list[list[tuple[str, int, list[np.ndarray]]]] = [[]]
+    slots: dict[str, int] = {}
+    done = 0.0
+    for key, rows, runs in files:
+        for a, b, cost in runs:
+            if len(parts) < threads and parts[-1] and done + cost / 2 > total * len(parts) / threads:
+                parts.append([])
+            done += cost
+            part = parts[-1]
+            if not part or part[-1][0] != key:
+                slot = slots.get(key, 0)
+                slots[key] = slot + 1
+                part.append((key, slot, []))
+            part[-1][2].append(rows[a:b])
+    return [[(key, slot, np.concatenate(pieces)) for key, slot, pieces in part] for part in parts if part]
+
+
 class _Run:
     """Decoded frames of one file, consecutive in time from a seek on, the decoder standing after the last."""
 
@@ -70,6 +193,7 @@ class _Run:
         self.frames: list[Any] = []  # av.VideoFrame, replaced by its ndarray once converted
         self.limit = limit
         self.ended = False  # the decoder reached the end of the stream
+        self.drained = False  # the decoder gave all it held before the end: a seek comes next
 
     def append(self, t: float, frame: Any) -> None:
         self.times.append(t)
@@ -81,7 +205,7 @@ class _Run:
 class _File:
     """An open container of one mp4 file, its decoder's position and its decoded-frame run."""
 
-    def __init__(self, key: str, source: str | BinaryIO, cache_frames: int):
+    def __init__(self, key: str, source: str | BinaryIO, cache_frames: int, index: _Index | None):
         import_optional("av", "reading a camera kept as mp4")
         import av
         import av.video.reformatter
@@ -97,122 +221,168 @@ class _File:
         if self.stream.codec_context is None:  # a codec PyAV has no decoder for (a damaged header, found by fuzz)
             self.container.close()
             raise CorruptSourceError(f"{key}: its video stream has no decoder (a damaged file?)")
-        self.stream.codec_context.thread_count = 1  # per-window decodes: one thread is fastest (no frame delay)
+        self.stream.codec_context.thread_count = 1  # runs of a few frames: one thread is fastest (no frame delay)
         # PyAV's to_ndarray converts with a thread-local swscale context using a pool of threads, which a forked
         # child inherits without its threads (and hangs in): convert with this file's own one-thread context
         # (the same pixels, and faster per frame)
         self.reformatter = av.video.reformatter.VideoReformatter()
         self.tb = self.stream.time_base
-        # the container's sample index (mp4: no read needed): where keyframes are, to seek straight to them
-        # (PyAV < 16 has no index_entries: then seeks go by time, as decode_into's)
-        entries = [(int(e.timestamp), bool(e.is_keyframe)) for e in (getattr(self.stream, "index_entries", None)
-                                                                        or ())]
-        self.key_pts = sorted(ts for ts, key in entries if key)
-        self.keyframes = [float(ts * self.tb) for ts in self.key_pts]
-        self.entry_times = sorted(float(ts * self.tb) for ts, _ in entries)
+        try:
+            self.index = index or _Index.of(self.container, self.stream)
+        except BaseException:
+            self.container.close()
+            raise
+        self.codec = self.stream.codec_context
         self.cache_frames = cache_frames
         self.run: _Run | None = None
-        self.frames_iter: Any = None
+        self.packets: Any = None
+        self.fed: list[float] = []  # presentation times of the packets fed since the last seek, sorted
         self.seeks = 0
-        self.decoded = 0
+        self.decoded = 0  # packets fed to the decoder
 
     def close(self) -> None:
-        self.run, self.frames_iter = None, None
+        self.run, self.packets = None, None
         self.container.close()
 
     # -- decoding
-    def _seek(self, q: float) -> None:
-        """Start a new run at the last keyframe at or before ``q`` (+ tolerance) per the container's index; if
-        that overshoots (an index in decode time, say), at the keyframe before ``q - TOLERANCE_S``, as
-        decode_into seeks."""
-        k = bisect.bisect_right(self.keyframes, q + TOLERANCE_S) - 1
-        if k >= 0 and self._seek_to(self.key_pts[k]) and self.run.times[0] <= q + TOLERANCE_S:  # type: ignore
-            return
-        self._seek_to(max(0, int((q - TOLERANCE_S) / self.tb)))
+    def _seek(self, q: float, then: float | None) -> None:
+        """Start a new run at the last keyframe at or before ``q`` (+ tolerance) per the index. A keyframe whose
+        first frame comes after ``q`` (an open GOP's: its leading frames precede it and a decoder starting there
+        drops them; the index put it earlier) is learned and passed for the one before; before the first
+        keyframe, at the keyframe before ``q - TOLERANCE_S`` by time, as decode_into seeks."""
+        index = self.index
+        k = index.key_before(q)
+        while k >= 0:
+            if not self._seek_to(index.key_pts[k], q, then):
+                break
+            first = self.run.times[0]  # type: ignore[union-attr]
+            if first <= q + TOLERANCE_S:
+                return
+            index.presented_at(k, first)
+            k -= 1
+        self._seek_to(max(0, int((q - TOLERANCE_S) / self.tb)), q, then)
 
-    def _seek_to(self, pts: int) -> bool:
-        """Seek backward to a keyframe at or before ``pts`` and decode its first frame; False at the end."""
+    def _seek_to(self, pts: int, q: float, then: float | None) -> bool:
+        """Seek backward to a keyframe at or before ``pts`` (the decoder is flushed) and decode its first frame
+        (:meth:`_next`); False at the end."""
         self.container.seek(pts, stream=self.stream, backward=True, any_frame=False)
-        self.frames_iter = self.container.decode(self.stream)
+        self.packets = self.container.demux(self.stream)
+        self.fed = []
         self.run = _Run(self.cache_frames)
         self.seeks += 1
-        return self._next()
+        return self._next(q, then)
 
-    def _next(self) -> bool:
-        """Decode one more frame into the run; False at the end of the stream."""
-        assert self.run is not None and self.frames_iter is not None
-        frame = next(self.frames_iter, None)
-        if frame is None:
-            self.run.ended = True
+    def _next(self, q: float | None = None, then: float | None = None) -> bool:
+        """Decode on until the decoder gives frames (into the run); False once it gives no more (the end of the
+        stream, or drained). Packets are fed in order, but a decoder that reorders (h264's) holds a frame back
+        until it is fed the next packet (at LeRobot's g=2, often a keyframe): once every frame up to ``q`` was
+        fed, it is drained instead when ``then`` (the next time this pass reads) needs a seek, or, at the end of
+        the pass, when the next packet is a keyframe (a cheaper one is fed: the next read may go on from here);
+        the frames after ``q`` it gives are dropped (those between them were never fed)."""
+        run = self.run
+        assert run is not None
+        while not (run.ended or run.drained):
+            packet = next(self.packets, None)
+            if packet is None or not packet.size:  # the end of the stream (a flush packet)
+                frames = self.codec.decode(None)
+                run.ended = True
+            elif q is not None and (self.index.skips(q, then) if then is not None else packet.is_keyframe) \
+                    and self._fed_up_to(q):
+                run.drained = True
+                frames = [f for f in self.codec.decode(None)
+                          if f.pts is None or self._time(f.pts) <= q + TOLERANCE_S]
+            else:
+                if packet.pts is not None:
+                    bisect.insort(self.fed, self._time(packet.pts))  # near the end: decode order is almost time's
+                frames = self.codec.decode(packet)
+                self.decoded += 1
+            for frame in frames:
+                self._add(frame)
+            if frames:
+                return True
+        return False
+
+    def _time(self, pts: int) -> float:
+        """Seconds of a timestamp of the stream, as PyAV's ``frame.time`` (frames a drain gives have no time base
+        in PyAV < 16)."""
+        return float(pts) * self.tb.numerator / self.tb.denominator
+
+    def _fed_up_to(self, q: float) -> bool:
+        """Whether every frame from the run's first to ``q`` was fed to the decoder (per the index)."""
+        if not self.fed or not self.index.entry_times:
             return False
-        if frame.time is None:
+        fed = bisect.bisect_right(self.fed, q + TOLERANCE_S)  # not a scan: a sequential read feeds a whole file
+        return fed > 0 and fed == self.index.frames_in(self.fed[0], q)
+
+    def _add(self, frame: Any) -> None:
+        run = self.run
+        assert run is not None
+        if frame.pts is None:
             raise CorruptSourceError(f"{self.key}: decoded a frame without a timestamp")
-        t = float(frame.time)
-        if self.run.times and t <= self.run.times[-1]:
-            raise CorruptSourceError(f"{self.key}: decoded frames out of time order ({self.run.times[-1]:.6f} s then "
+        t = self._time(frame.pts)
+        if run.times and t <= run.times[-1]:
+            raise CorruptSourceError(f"{self.key}: decoded frames out of time order ({run.times[-1]:.6f} s then "
                                      f"{t:.6f} s)")
-        self.run.append(t, frame)
-        self.decoded += 1
-        return True
+        run.append(t, frame)
 
     def _must_seek(self, q: float) -> bool:
-        """Whether reaching ``q`` needs a seek: it lies before the run, or a keyframe past the run's end (with
-        frames between) comes before it, so that seeking skips decoding."""
+        """Whether reaching ``q`` needs a seek: it lies before the run, after a drained one, or a keyframe past
+        the run's end (with frames between) comes before it, so that seeking skips decoding."""
         run = self.run
         if run is None or not run.times or q < run.times[0]:
             return True
         last = run.times[-1]
         if q <= last or run.ended:
             return False
-        if self.keyframes:
-            k = bisect.bisect_right(self.keyframes, q + TOLERANCE_S) - 1
-            if k < 0 or self.keyframes[k] <= last:
-                return False
-            between = bisect.bisect_left(self.entry_times, self.keyframes[k] - TOLERANCE_S) - \
-                bisect.bisect_right(self.entry_times, last + TOLERANCE_S)
-            return between > 0
-        return q - last > 1.0
+        return run.drained or self.index.skips(last, q)
 
     def _settled(self, q: float) -> bool:
         """Whether the run's last frame, a hair before ``q``, is already the one to pick: within the tolerance
-        of ``q`` and, per the container's index, nearer than the next frame. Stored timestamps (float32 in
-        LeRobot's parquet) often lie a few ns after their frame's: without this, every such query decoded the
-        next frame too. Without an index, never (decode on)."""
-        run = self.run
-        if not run or not run.times or not self.entry_times or not 0 <= q - run.times[-1] < TOLERANCE_S:
+        of ``q`` and, per the index, nearer than the next frame. Stored timestamps (float32 in LeRobot's parquet)
+        often lie a few ns after their frame's: without this, every such query decoded the next frame too.
+        Without an index, never (decode on)."""
+        run, entries = self.run, self.index.entry_times
+        if not run or not run.times or not entries or not 0 <= q - run.times[-1] < TOLERANCE_S:
             return False
         last = run.times[-1]
-        j = bisect.bisect_right(self.entry_times, last)
-        return j == len(self.entry_times) or self.entry_times[j] - q > q - last
+        j = bisect.bisect_right(entries, last + TOLERANCE_S / 2)
+        return j == len(entries) or entries[j] - q > q - last
 
-    def frame_at(self, q: float, fmt: str, shape: tuple[int, int, int], where: str) -> np.ndarray:
-        """The frame decode_into gives for timestamp ``q``: the nearer of the last frame before ``q`` and the
-        first at or after it (that one on a tie), within ``TOLERANCE_S``."""
+    def _nearest(self, q: float, then: float | None) -> int:
+        """Decode (seeking if needed) until the run holds the frames around ``q``; the nearer of the last frame
+        before ``q`` and the first at or after it (that one on a tie), -1 if none was decoded."""
         if self._must_seek(q):
-            self._seek(q)
+            self._seek(q, then)
         run = self.run
         assert run is not None
-        while (not run.times or run.times[-1] < q) and not run.ended and not self._settled(q):
-            self._next()
+        while (not run.times or run.times[-1] < q) and not self._settled(q) and self._next(q, then):
+            pass
         j = bisect.bisect_left(run.times, q)  # first frame at or after q (len: none, past the last frame)
         if j == len(run.times):
-            if not run.times:
-                raise CorruptSourceError(f"{where}: no frame decoded at or after {q:.6f} s")
+            return j - 1
+        if j > 0 and abs(run.times[j - 1] - q) < abs(run.times[j] - q):
             j -= 1
-        elif j > 0 and abs(run.times[j - 1] - q) < abs(run.times[j] - q):
-            j -= 1
+        return j
+
+    def frame_at(self, q: float, fmt: str, shape: tuple[int, int, int], where: str,
+                 then: float | None = None) -> np.ndarray:
+        """The frame decode_into gives for timestamp ``q``: the nearest decoded frame, within ``TOLERANCE_S``.
+        ``then``: the next (later) timestamp this pass reads, if any."""
+        j = self._nearest(q, then)
+        if (j < 0 or abs(self.run.times[j] - q) >= TOLERANCE_S) and self.run.drained:  # type: ignore[union-attr]
+            self.run = None  # drained early on a wrong index: decode again without draining before q
+            j = self._nearest(q, q)
+        run = self.run
+        assert run is not None
+        if j < 0:
+            raise CorruptSourceError(f"{where}: no frame decoded at or after {q:.6f} s")
         t = run.times[j]
         if abs(t - q) >= TOLERANCE_S:
             raise CorruptSourceError(f"{where}: no frame within {TOLERANCE_S} s of timestamp {q:.6f} s (nearest "
                                      f"decoded frame at {t:.6f} s)")
         frame = run.frames[j]
         if not isinstance(frame, np.ndarray):
-            try:
-                arr = self.reformatter.reformat(frame, format=fmt, threads=1).to_ndarray()
-            except TypeError:  # PyAV < 16: no threads option (and no threaded conversion to avoid)
-                arr = self.reformatter.reformat(frame, format=fmt).to_ndarray()
-            if arr.ndim == 2:
-                arr = arr[..., None]
+            arr = frame_pixels(frame, fmt, self.reformatter)
             if arr.shape != shape:
                 raise SchemaMismatchError(f"{where}: decoded frames of shape {arr.shape}, the dataset declares "
                                           f"{shape}")
@@ -223,39 +393,61 @@ class _File:
 class Mp4Frames:
     """Frames of one camera, decoded from its mp4 files on demand (see the module docstring).
 
-    ``opener(file)`` gives a path or a binary file object for a file key (default: the key is a path).
+    ``opener(file)`` gives a path or a binary file object for a file key (default: the key is a path). At most
+    ``max_open`` containers are open at once and, per container, the last ``cache_frames`` decoded frames kept,
+    both lowered as needed to hold the frames kept plus an estimate of each decoder's own within ``max_bytes``
+    (at least one container and two frames each). ``threads``: decoding threads of a batch (default: the
+    process's decode pool size, ``LEROBOT_ZARR_DECODE_THREADS`` or the CPUs). ``depth``: a depth camera (one
+    channel), its frames LeRobot's 12-bit codes as uint16 (``gray12le``, as its decoder asks), else uint8.
     """
 
     def __init__(self, frame_shape: Sequence[int], *, opener: Callable[[str], str | BinaryIO] | None = None,
-                 max_open: int = 8, cache_frames: int = 16, threads: int | None = None):
+                 max_open: int = 16, cache_frames: int = 16, max_bytes: int = 256 << 20, threads: int | None = None,
+                 depth: bool = False):
         shape = tuple(int(s) for s in frame_shape)
-        if len(shape) != 3 or shape[2] not in _FORMATS:
-            raise ValueError(f"frames must be (height, width, 1, 3 or 4 channels), got {frame_shape}")
-        if max_open < 1 or cache_frames < 2:
-            raise ValueError(f"max_open must be >= 1 and cache_frames >= 2, got {max_open}, {cache_frames}")
+        if len(shape) != 3 or shape[2] not in PIXEL_FORMATS or (depth and shape[2] != 1):
+            raise ValueError(f"frames must be (height, width, 1, 3 or 4 channels; 1 for depth), got {frame_shape}")
+        if max_open < 1 or cache_frames < 2 or max_bytes < 1:
+            raise ValueError(f"max_open and max_bytes must be >= 1 and cache_frames >= 2, got {max_open}, "
+                             f"{max_bytes}, {cache_frames}")
         self.frame_shape: tuple[int, int, int] = shape  # type: ignore[assignment]
-        self.format = _FORMATS[shape[2]]
+        self.format = DEPTH_PIX_FMT if depth else PIXEL_FORMATS[shape[2]]
+        self.dtype = np.dtype(np.uint16 if depth else np.uint8)
         self.opener = opener or _as_path
-        self.max_open, self.cache_frames, self.threads = max_open, cache_frames, threads
+        self.threads = threads
+        frame_bytes = math.prod(shape) * self.dtype.itemsize
+        while cache_frames > 2 and max_bytes // ((_DECODER_FRAMES + cache_frames) * frame_bytes) < 2:
+            cache_frames = max(2, cache_frames // 2)
+        self.cache_frames = cache_frames
+        self.max_open = max(1, min(max_open, max_bytes // ((_DECODER_FRAMES + cache_frames) * frame_bytes)))
+        self._closed_counts = [0, 0]  # seeks and decoded frames of the files closed since
+        self._start()
+
+    def _start(self) -> None:
         self._files: OrderedDict[tuple[str, int], _File] = OrderedDict()
+        self._indexes: OrderedDict[str, _Index] = OrderedDict()
         self._lock = threading.Lock()
+        # a container is only freed by the garbage collector (PyAV's streams and container refer to each other):
+        # a reader dropped without close() closes its files at once
+        self._finalizer = weakref.finalize(self, _close_all, self._files)
         _readers.add(self)
 
     def __getstate__(self) -> dict[str, Any]:  # pickles as its settings: open files stay in their process
         state = self.__dict__.copy()
-        state["_files"], state["_lock"] = OrderedDict(), None
+        for name in ("_files", "_indexes", "_lock", "_finalizer"):
+            del state[name]
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._lock = threading.Lock()
-        _readers.add(self)
+        self._start()
 
     def _forget(self) -> None:
         """In a forked child: drop the parent's open files without closing them (their decoder and converter
         threads do not exist here) and its locks (another thread may have held them at the fork)."""
         _abandoned.extend(self._files.values())
-        self._files, self._lock = OrderedDict(), threading.Lock()
+        self._files.clear()
+        self._lock = threading.Lock()
 
     # -- open files
     def _file(self, key: str, slot: int = 0) -> _File:
@@ -266,19 +458,24 @@ class Mp4Frames:
             if f is not None:
                 self._files.move_to_end((key, slot))
                 return f
+            index = self._indexes.get(key)
         self._trim_to(self.max_open - 1)
-        f = self._open(key)
+        f = self._open(key, index)
         with self._lock:
             other = self._files.setdefault((key, slot), f)
+            self._indexes[key] = f.index
+            self._indexes.move_to_end(key)
+            while len(self._indexes) > _MAX_INDEXES:
+                self._indexes.popitem(last=False)
         if other is not f:  # another thread opened it meanwhile
             f.close()
         return other
 
-    def _open(self, key: str) -> _File:
+    def _open(self, key: str, index: _Index | None) -> _File:
         import av
 
         try:
-            return _File(key, self.opener(key), self.cache_frames)
+            return _File(key, self.opener(key), self.cache_frames, index)
         except FileNotFoundError:
             raise SourceNotFoundError(f"{key}: video file not found") from None
         except (av.error.FFmpegError, OSError, ValueError) as exc:
@@ -286,13 +483,24 @@ class Mp4Frames:
                 raise
             raise CorruptSourceError(f"{key}: cannot open the video ({type(exc).__name__}: {exc})") from None
 
+    def _index(self, key: str) -> _Index:
+        with self._lock:
+            index = self._indexes.get(key)
+        return index if index is not None else self._file(key).index
+
     def close(self) -> None:
         """Close every open file (reopened on the next read)."""
         with self._lock:
-            files, self._files = list(self._files.values()), OrderedDict()
+            files = list(self._files.values())
+            self._files.clear()
         for f in files:
             with f.lock:
-                f.close()
+                self._close_file(f)
+
+    def _close_file(self, f: _File) -> None:
+        self._closed_counts[0] += f.seeks
+        self._closed_counts[1] += f.decoded
+        f.close()
 
     def __enter__(self) -> Mp4Frames:
         return self
@@ -301,15 +509,17 @@ class Mp4Frames:
         self.close()
 
     def stats(self) -> dict[str, int]:
-        """Seeks and decoded frames so far over the files open now (for benchmarks and tests)."""
+        """Open containers now, seeks and decoded frames so far (for benchmarks and tests)."""
         with self._lock:
             files = list(self._files.values())
-        return {"open": len(files), "seeks": sum(f.seeks for f in files), "decoded": sum(f.decoded for f in files)}
+        return {"open": len(files), "seeks": self._closed_counts[0] + sum(f.seeks for f in files),
+                "decoded": self._closed_counts[1] + sum(f.decoded for f in files)}
 
     # -- reads
     def read(self, file: str, times: Sequence[float] | np.ndarray, out: np.ndarray | None = None, *,
              where: str | None = None) -> np.ndarray:
-        """The frames of ``file`` at ``times`` (seconds in the file, any order), as (n, H, W, C) uint8."""
+        """The frames of ``file`` at ``times`` (seconds in the file, any order), as (n, H, W, C) uint8 (a depth
+        camera's: uint16)."""
         times = np.asarray(times, dtype=np.float64).reshape(-1)
         out = self._out(len(times), out)
         self._read_file(file, times, np.arange(len(times)), out, where or file)
@@ -317,45 +527,38 @@ class Mp4Frames:
 
     def read_many(self, files: Sequence[str], times: Sequence[float] | np.ndarray, out: np.ndarray | None = None, *,
                   threads: int | None = None) -> np.ndarray:
-        """Frame k is ``files[k]`` at ``times[k]``; (n, H, W, C) uint8. Queries are grouped by file and sorted
-        by time, files decoded in parallel (``threads``: the reader's, else the process's decode pool size)."""
+        """Frame k is ``files[k]`` at ``times[k]``; (n, H, W, C) uint8 (depth: uint16). Planned by file and
+        keyframe interval and decoded in parallel (see the module docstring; ``threads``: the reader's by default)."""
         times = np.asarray(times, dtype=np.float64).reshape(-1)
         if len(files) != len(times):
             raise ValueError(f"{len(files)} files for {len(times)} timestamps")
         out = self._out(len(times), out)
         threads = threads if threads is not None else self.threads
-        threads = decode_threads() if threads is None else max(1, threads)
+        threads = min(self.max_open, decode_threads() if threads is None else max(1, threads))
         groups: dict[str, list[int]] = {}
         for k, f in enumerate(files):
             groups.setdefault(f, []).append(k)
-        # a file's queries, in time order, are cut into one contiguous part per thread (of _MIN_PART queries at
-        # least), each decoded by its own container of the file ("slot"): a batch whose windows all lie in one big
-        # mp4 still uses every thread, and a single window stays in one container
-        work: list[list[tuple[str, int, np.ndarray]]] = [[] for _ in range(threads)]
-        turn = 0
+        plan = []
         for key, members in groups.items():
             rows = np.asarray(members)
             rows = rows[np.argsort(times[rows], kind="stable")]
-            parts = max(1, min(threads, len(rows) // _MIN_PART))
-            for p in range(parts):
-                work[(turn + p) % threads].append((key, p, rows[len(rows) * p // parts:len(rows) * (p + 1) // parts]))
-            turn += parts
-
-        work = [tasks for tasks in work if tasks]
+            runs = self._index(key).runs(times[rows]) if threads > 1 else [(0, len(rows), 1.0)]
+            plan.append((key, rows, runs))
+        parts = _plan(plan, threads)
 
         def run(lo: int, hi: int) -> None:
-            for tasks in work[lo:hi]:
-                for key, slot, rows in tasks:
+            for part in parts[lo:hi]:
+                for key, slot, rows in part:
                     self._read_file(key, times[rows], rows, out, key, slot)
 
-        run_in_parallel(run, len(work), threads=threads)
+        run_in_parallel(run, len(parts), threads=threads)
         return out
 
     def _out(self, n: int, out: np.ndarray | None) -> np.ndarray:
         if out is None:
-            return np.empty((n, *self.frame_shape), np.uint8)
-        if out.shape != (n, *self.frame_shape) or out.dtype != np.uint8:
-            raise ValueError(f"out must be uint8 of shape {(n, *self.frame_shape)}, got {out.dtype}{out.shape}")
+            return recycled_empty((n, *self.frame_shape), self.dtype)
+        if out.shape != (n, *self.frame_shape) or out.dtype != self.dtype:
+            raise ValueError(f"out must be {self.dtype} of shape {(n, *self.frame_shape)}, got {out.dtype}{out.shape}")
         return out
 
     def _trim_to(self, limit: int) -> None:
@@ -368,7 +571,7 @@ class Mp4Frames:
                 if victim.lock.acquire(blocking=False):
                     try:
                         del self._files[old]
-                        victim.close()
+                        self._close_file(victim)
                     finally:
                         victim.lock.release()
 
@@ -385,11 +588,16 @@ class Mp4Frames:
         import av
 
         order = np.argsort(times, kind="stable")
+        sorted_times = times[order].tolist()
+        # the next later timestamp after each: whether the decoder is to go on after a frame or be drained
+        then = [None] * len(order)
+        for j in range(len(order) - 2, -1, -1):
+            then[j] = sorted_times[j + 1] if sorted_times[j + 1] - sorted_times[j] >= TOLERANCE_S else then[j + 1]
         f = self._file(key, slot)
         with f.lock:
             try:
-                for k in order.tolist():
-                    out[rows[k]] = f.frame_at(float(times[k]), self.format, self.frame_shape, where)
+                for j, k in enumerate(order.tolist()):
+                    out[rows[k]] = f.frame_at(sorted_times[j], self.format, self.frame_shape, where, then[j])
             except (av.error.FFmpegError, OSError) as exc:
                 f.run = None  # the decoder's state is unknown: seek on the next read
                 raise CorruptSourceError(f"{where}: cannot decode ({type(exc).__name__}: {exc})") from None

@@ -135,8 +135,9 @@ def _close_all(open_packs: dict) -> None:
 
 class VideoFrames:
     """A camera kept as mp4: frames decoded on read at the stored timestamps (LeRobot's nearest frame within
-    1e-4 s) by :class:`~lerobot_zarr.cameras.video_reader.Mp4Frames`, which keeps containers open, seeks to
-    keyframes only when needed and caches the frames it decoded; resized after decoding if the camera is."""
+    1e-4 s) by :class:`~lerobot_zarr.cameras.video_reader.Mp4Frames`, which plans each batch by file and keyframe
+    interval, decodes in parallel threads and keeps containers open across batches (bounded; closed by
+    :meth:`close`); resized after decoding if the camera is."""
 
     def __init__(self, root: str | os.PathLike, name: str, spec: ArraySpec, n_episodes: int, timestamps: Timestamps):
         from ..cameras.video_reader import Mp4Frames
@@ -145,7 +146,9 @@ class VideoFrames:
         self.index = read_mp4_index(root, name, n_episodes)
         resize = spec.resize_spec
         source_shape = tuple(resize["from"]) if resize else spec.frame_shape
-        self.reader = Mp4Frames(source_shape, opener=lambda key: mp4_file(self.root, name, key))
+        store = self.root  # not self: a reader referring back to its owner would only be freed by the collector
+        self.reader = Mp4Frames(source_shape, opener=lambda key: mp4_file(store, name, key),
+                                depth=spec.dtype == np.uint16)  # a depth map's 12-bit codes
 
     def read(self, episodes: np.ndarray, frames: np.ndarray) -> np.ndarray:
         file_of = self.index["file"][episodes]

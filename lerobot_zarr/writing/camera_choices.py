@@ -37,10 +37,9 @@ def camera_array(name: str, spec: ArraySpec, storage: CameraStorage | str | None
     if not isinstance(choice, str) or not choice:
         raise ArgumentError(f"storage[{name!r}] must be a storage name such as {CAMERA_STORAGES}, got "
                             f"{choice!r:.40}")
-    if spec.dtype != np.uint8 and (choice != "raw" or resize is not None):  # a depth map
-        raise ArgumentError(f"{name!r} is a depth map ({spec.dtype} frames): it is kept raw, at its size (frame codecs "
-                            f"and resizing are for uint8 colour cameras; decoding its mp4 on read is not supported "
-                            f"yet)")
+    if spec.dtype != np.uint8 and (choice not in ("raw", "mp4") or resize is not None):  # a depth map
+        raise ArgumentError(f"{name!r} is a depth map ({spec.dtype} frames): it is kept raw or, a video, as its mp4 "
+                            f"files, at its size (frame codecs and resizing are for uint8 colour cameras)")
     if resize is not None:
         options = dict(resize) if isinstance(resize, Mapping) else {"size": resize}
         unknown = set(options) - {"size", "crop", "interpolation"}
