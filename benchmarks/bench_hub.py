@@ -14,7 +14,9 @@ per-episode stats columns, as LeRobot's recorder flushes it). Three sections (``
 - ``compare``: one episode of a ``--compare-episodes`` dataset of ``--compare-frames`` frames (default 2,000 of
   300-700: 400 per file), ours against LeRobot, fresh processes, ``--repeats`` interleaved runs: best and median
   wall time of the open call (imports done first: ours imports pyarrow and huggingface_hub too, which LeRobot's
-  import brings), and the ratio (target <= 0.5x LeRobot's time). Skipped without lerobot.
+  import brings), and the ratio (target <= 0.5x LeRobot's time); then again with ``--load`` CPU-bound processes
+  beside it (default 2). Also the episode table's footer and the bytes of the columns an open needs. Skipped
+  without lerobot.
 - ``bytes`` (no network model): ``inspect``; ``open_dataset(episodes=[k])`` and of 10 more episodes against
   ``snapshot_download`` of the file holding episode k (what LeRobot downloads); a whole open against the same
   transcode from a local folder; ``inspect`` and a one-episode open of the pushed repo; a camera kept as mp4
@@ -29,6 +31,7 @@ make it). Run from the repository root:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
 import os
@@ -50,6 +53,7 @@ import pyarrow.parquet as pq
 
 import lerobot_zarr
 import lerobot_zarr.hub.files as hub_module
+from lerobot_zarr.lerobot.source_meta import column_ranges
 from lerobot_zarr.testing.hub_server import HubServer, NetworkModel
 from lerobot_zarr.testing.sample_data import write_sample_dataset
 
@@ -57,13 +61,16 @@ NOISE = ("/api/agent-harnesses",)  # huggingface_hub's once-per-process registry
 TOKEN = "bench-token"
 ROOT = Path(__file__).resolve().parents[1]
 LEROBOT_ROW_GROUP = 10  # episodes per row group of meta/episodes, as LeRobot's recorder flushes it
+EPISODE_COLUMNS = ("episode_index", "tasks", "length", "data/chunk_index", "data/file_index", "dataset_from_index",
+                   "dataset_to_index")  # the columns of meta/episodes an open reads (and videos/*, none here)
 
-# Fresh processes. "seconds": the open call, its imports done first (ours: pyarrow, pandas, which pyarrow loads on
-# its first conversion, and huggingface_hub, all of which LeRobot's import brings); "with_import": the import too.
+# Fresh processes. "seconds": the open call, its imports done first (ours: pyarrow and huggingface_hub's top level,
+# which LeRobot's import brings; whatever else the open imports, pandas or huggingface_hub's HfApi, counts);
+# "with_import": the import too.
 PROBE_OURS = r"""
 import json, sys, time
 t0 = time.perf_counter()
-import huggingface_hub, pandas, pyarrow.parquet
+import huggingface_hub, pyarrow.parquet
 import lerobot_zarr
 repo, k, root = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 t1 = time.perf_counter()
@@ -197,6 +204,32 @@ def section_compare(b: Bench, args) -> None:
     repo = f"bench/compare-{n}"
     b.add(repo, folder)
     k = min(n - 1, args.per_file + 7)  # in the second data file
+    table = pq.ParquetFile(folder / "meta/episodes/chunk-000/file-000.parquet")
+    needed = sum(b - a for a, b in column_ranges(table, [c for c in EPISODE_COLUMNS if c in table.schema_arrow.names]))
+    print(f"  episode table: {table.metadata.num_row_groups} row groups, footer {table.metadata.serialized_size:,} "
+          f"bytes, the columns an open needs {needed:,} bytes in {table.metadata.num_row_groups} pieces, the file "
+          f"{(folder / 'meta/episodes/chunk-000/file-000.parquet').stat().st_size:,} bytes")
+    for busy in sorted({0, args.load}):
+        with busy_processes(busy):
+            if busy:
+                print(f"  -- with {busy} CPU-bound processes beside it (load average {os.getloadavg()[0]:.1f}) --")
+            compare_runs(b, args, repo, k)
+
+
+@contextlib.contextmanager
+def busy_processes(n: int):
+    """``n`` CPU-bound processes running meanwhile (the machine another job shares)."""
+    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+    try:
+        time.sleep(0.5 if n else 0)
+        yield
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+
+
+def compare_runs(b: Bench, args, repo: str, k: int) -> None:
     runs: dict[str, list[dict]] = {"ours": [], "LeRobot": []}
     for _ in range(args.repeats):
         runs["ours"].append(b.probe(PROBE_OURS, repo, k))
@@ -323,6 +356,8 @@ def main() -> None:
     parser.add_argument("--compare-episodes", type=int, default=2000)
     parser.add_argument("--compare-frames", type=frames, default=(300, 700), metavar="LO-HI")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--load", type=int, default=2, help="compare again with this many CPU-bound processes "
+                        "beside it (0: only on the machine as it is)")
     parser.add_argument("--episodes", type=int, default=200, help="episodes of the bytes section")
     parser.add_argument("--episodes-per-file", type=int, default=100)
     parser.add_argument("--video-episodes", type=int, default=20, help="episodes of the mp4 dataset (0: skip)")

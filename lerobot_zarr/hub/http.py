@@ -219,20 +219,22 @@ def _no_such_host(exc: BaseException) -> bool:
 
 def request(method: str, url: str, where: Where, *, token: str | bool | None = None, kind: str = "api",
             headers: dict[str, str] | None = None, params: dict | None = None, expect_bytes: int | None = None,
-            check: Callable[[Any], None] | None = None) -> tuple[Any, bytes]:
+            check: Callable[[Any], None] | None = None, small: bool = False) -> tuple[Any, bytes]:
     """One request through huggingface_hub's session with bounded waits and retries: ``(response, body)``.
 
     ``expect_bytes``: the exact body length (a shorter or longer body is a failed attempt); without it the body
-    may hold up to ``_API_BODY_MAX`` bytes. ``check(response)`` looks at the status and headers before the body is
-    read and raises :class:`Retry` (try again) or a :class:`HubError`. HTTP errors other than 408/429/5xx raise at
-    once, translated (401/403 -> :class:`HubAuthError`, missing repo / revision / file -> ``*NotFoundError``).
+    may hold up to ``_API_BODY_MAX`` bytes, its deadline allowing for 1 MiB (``small``: for ``_API_BUDGET_BYTES``, an
+    answer of a few hundred bytes such as the refs). ``check(response)`` looks at the status and headers before the
+    body is read and raises :class:`Retry` (try again) or a :class:`HubError`. HTTP errors other than 408/429/5xx raise
+    at once, translated (401/403 -> :class:`HubAuthError`, missing repo / revision / file -> ``*NotFoundError``).
     """
     from huggingface_hub import errors as hf
     from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
 
     timeout = request_timeout(kind)
     limit = _API_BODY_MAX if expect_bytes is None else expect_bytes
-    budget = 2 * timeout + (1 << 20 if expect_bytes is None else expect_bytes) / _MIN_RATE
+    answer = expect_bytes if expect_bytes is not None else _API_BUDGET_BYTES if small else 1 << 20
+    budget = 2 * timeout + answer / _MIN_RATE
     all_headers = {**build_hf_headers(token=token), **(headers or {})}
     http = _http_module()
 
@@ -283,9 +285,9 @@ def _read_body(response: Any, limit: int, deadline: float, where: Where, budget:
 
 
 def request_json(url: str, where: Where, *, token: str | bool | None = None, method: str = "GET",
-                 params: dict | None = None) -> tuple[Any, Any]:
+                 params: dict | None = None, small: bool = False) -> tuple[Any, Any]:
     """``(response, parsed JSON)`` of an API call (see :func:`request`)."""
-    response, body = request(method, url, where, token=token, params=params)
+    response, body = request(method, url, where, token=token, params=params, small=small)
     return response, load_json(body, f"{where}: the Hub's answer to {url}",
                                error=lambda message: HubError(message, **where.fields()))
 

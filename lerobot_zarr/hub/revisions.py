@@ -1,7 +1,8 @@
 """Which commit a revision names, the way LeRobot picks one, and what a repo holds at a commit.
 
-Refs and a commit's info go through huggingface_hub's ``HfApi`` (``list_repo_refs``, ``dataset_info``) wrapped by
-:func:`~lerobot_zarr.hub.http.call_api`. The tree listing is our own request (see :func:`list_tree` for why).
+A commit's info goes through huggingface_hub's ``HfApi`` (``dataset_info``) wrapped by
+:func:`~lerobot_zarr.hub.http.call_api`. Refs and the tree listing are our own requests (refs: every open makes
+that call, and ``HfApi``'s module costs ~0.1 s of imports; the listing: see :func:`list_tree`).
 Trust: nothing the server sends becomes a local path unchecked: commits must be 40-hex shas
 (:func:`~lerobot_zarr.hub.http.check_commit`), and pagination links must stay on the endpoint (they are sent the
 token).
@@ -26,10 +27,19 @@ def refs(repo_id: str, *, token: str | bool | None = None, endpoint: str | None 
          revision: str | None = None) -> tuple[dict[str, str], dict[str, str]]:
     """``(branches, tags)`` of a dataset repo, each ``{name: target commit}`` (commits are checked when used);
     ``revision`` only names the request in errors."""
-    api = hf_api(endpoint, token)
-    git_refs = call_api(Where(repo_id, revision), api.list_repo_refs, repo_id, repo_type="dataset", token=token)
-    return ({ref.name: ref.target_commit for ref in git_refs.branches},
-            {ref.name: ref.target_commit for ref in git_refs.tags})
+    where = Where(repo_id, revision)
+    _, answer = request_json(f"{hub_endpoint(endpoint)}/api/datasets/{repo_id}/refs", where, token=token, small=True)
+    out: tuple[dict[str, str], dict[str, str]] = ({}, {})
+    for kind, names in zip(("branches", "tags"), out, strict=True):
+        listed = answer.get(kind, []) if isinstance(answer, dict) else None
+        if not isinstance(listed, list):
+            raise HubError(f"{where}: the refs answer has no list of {kind}", **where.fields())
+        for ref in listed:
+            name = ref.get("name") if isinstance(ref, dict) else None
+            if not isinstance(name, str):
+                raise HubError(f"{where}: a ref of {kind} without a name ({short(ref)})", **where.fields())
+            names[name] = ref.get("targetCommit")
+    return out
 
 
 def resolve_revision(repo_id: str, revision: str | None = None, *, token: str | bool | None = None,

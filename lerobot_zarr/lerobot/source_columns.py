@@ -86,15 +86,36 @@ def _flatten_lists(arr: pa.Array, shape: tuple[int, ...], name: str, where: str,
             if arr.type.list_size != size:
                 raise SchemaMismatchError(
                     f"{where}: feature {name!r} has lists of size {arr.type.list_size}, declared {size}")
-        else:
-            lengths = arr.value_lengths().to_numpy(zero_copy_only=False)
+            first, stop = arr.offset * size, (arr.offset + len(arr)) * size
+        else:  # offsets read from the buffer: pyarrow's value_lengths() and flatten() load pyarrow.compute
+            offsets = np.frombuffer(arr.buffers()[1], np.int64 if pa.types.is_large_list(arr.type) else np.int32,
+                                    len(arr) + 1, arr.offset * (8 if pa.types.is_large_list(arr.type) else 4))
+            lengths = np.diff(offsets)
             bad = np.flatnonzero(lengths != size)
             if bad.size:
                 raise SchemaMismatchError(f"{where}: feature {name!r} file row {first_row + int(bad[0]) // per_row} "
                                           f"has a list of {int(lengths[bad[0]])} values, declared {size}")
-        arr = _storage(arr.flatten())
+            first, stop = int(offsets[0]), int(offsets[-1])
+        arr = _storage(arr.values.slice(first, stop - first))
         per_row *= size
     return arr
+
+
+_NUMPY_TYPES = {pa.int8(): "int8", pa.int16(): "int16", pa.int32(): "int32", pa.int64(): "int64", pa.uint8(): "uint8",
+                pa.uint16(): "uint16", pa.uint32(): "uint32", pa.uint64(): "uint64", pa.float16(): "float16",
+                pa.float32(): "float32", pa.float64(): "float64"}
+
+
+def _numbers(flat: pa.Array) -> np.ndarray:
+    """A primitive array without nulls as numpy, read from its buffers (zero copy but for booleans): pyarrow's
+    ``to_numpy`` imports pandas on its first call, ~0.2 s of a one-episode open."""
+    if not len(flat):
+        return np.empty(0, np.bool_ if pa.types.is_boolean(flat.type) else _NUMPY_TYPES[flat.type])
+    if pa.types.is_boolean(flat.type):
+        bits = np.frombuffer(flat.buffers()[1], np.uint8)
+        return np.unpackbits(bits, count=flat.offset + len(flat), bitorder="little")[flat.offset:].astype(bool)
+    dtype = np.dtype(_NUMPY_TYPES[flat.type])
+    return np.frombuffer(flat.buffers()[1], dtype, len(flat), flat.offset * dtype.itemsize)
 
 
 class _OtherSize(Exception):
@@ -171,7 +192,7 @@ def column_to_numpy(col: pa.ChunkedArray, spec: FeatureSpec, where: str, first_r
             raise CorruptSourceError(f"{where}: feature {spec.name!r} has null values")
         if not (pa.types.is_integer(flat.type) or pa.types.is_floating(flat.type) or pa.types.is_boolean(flat.type)):
             raise SchemaMismatchError(f"{where}: feature {spec.name!r} holds {flat.type}, declared {spec.dtype}")
-        values = flat.to_numpy(zero_copy_only=False)
+        values = _numbers(flat)
         if values.dtype != want:
             cast = values.astype(want)
             if not np.array_equal(cast.astype(values.dtype), values, equal_nan=values.dtype.kind == "f"):

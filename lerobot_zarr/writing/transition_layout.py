@@ -26,9 +26,9 @@ from ..errors import (
 from ..lerobot.format import CAMERA_DTYPES, DEFAULT_FEATURES
 from ..utils.fileio import atomic_write, load_json, read_bounded
 
-__all__ = ["Layout", "Slot", "Rounding", "lerobot_values", "stored_value", "squeezed", "scalar", "hwc",
-           "numeric_storage", "ACTION", "REWARD", "DONE", "TRUNCATED", "COMPLEMENTARY", "OBS_IMAGE", "LAYOUT_FILE",
-           "IMAGE_STORAGES", "ImageStorage", "DEFAULT_TASK", "DEFAULT_FPS"]
+__all__ = ["Layout", "Slot", "Rounding", "lerobot_values", "stored_value", "as_stored", "host_array", "squeezed",
+           "scalar", "hwc", "numeric_storage", "ACTION", "REWARD", "DONE", "TRUNCATED", "COMPLEMENTARY", "OBS_IMAGE",
+           "LAYOUT_FILE", "IMAGE_STORAGES", "ImageStorage", "DEFAULT_TASK", "DEFAULT_FPS"]
 
 ACTION, REWARD, DONE, TRUNCATED = "action", "next.reward", "next.done", "next.truncated"  # LeRobot's names
 COMPLEMENTARY = "complementary_info."
@@ -193,18 +193,44 @@ class Layout:
 _RESERVED = frozenset({*DEFAULT_FEATURES, ACTION, REWARD, DONE, TRUNCATED, "task"})
 
 
-def squeezed(value: Any, what: str) -> np.ndarray:
-    """``value`` as numpy without a leading dimension of 1 (LeRobot's ``squeeze(0)``); torch tensors too."""
+def host_array(value: Any, what: str) -> np.ndarray:
+    """``value`` as numpy on the host (torch tensors on any device), as given: no copy where it is one already."""
     if hasattr(value, "detach"):  # a torch tensor, on any device
         value = value.detach()
         value = (value if value.device.type == "cpu" else value.cpu()).numpy()
     try:
-        v = np.asarray(value)
+        return np.asarray(value)
     except Exception as exc:  # noqa: BLE001  (whatever numpy cannot take)
         raise ArgumentError(f"{what}: cannot be read as an array ({exc})") from None
+
+
+def squeezed(value: Any, what: str) -> np.ndarray:
+    """``value`` as numpy without a leading dimension of 1 (LeRobot's ``squeeze(0)``); torch tensors too."""
+    v = host_array(value, what)
     if v.dtype.kind not in "biuf":
         raise ArgumentError(f"{what}: {v.dtype} values cannot be stored (numbers or bools only)")
     return v[0] if v.ndim and v.shape[0] == 1 else v
+
+
+_STORED_DTYPES = {"float32": np.dtype(np.float32), "uint8": np.dtype(np.uint8), "bool": np.dtype(np.bool_)}
+
+
+def as_stored(slot: Slot, value: Any) -> np.ndarray | None:
+    """``value`` itself (a view, leading dimension of 1 dropped) when it is a host array or CPU tensor already of
+    the slot's stored dtype and shape: what :func:`stored_value` would give, without its conversions; None when
+    it needs them (and their checks)."""
+    if type(value) is not np.ndarray:
+        if getattr(value, "is_cpu", False) is not True:  # a CPU torch tensor, else the checked path
+            return None
+        try:
+            value = value.detach().numpy()
+        except (TypeError, RuntimeError):  # dtypes numpy has not (bfloat16...)
+            return None
+    if value.dtype != _STORED_DTYPES.get(slot.stored):
+        return None
+    if value.ndim and value.shape[0] == 1:
+        value = value[0]
+    return value if value.shape == slot.shape else None
 
 
 def scalar(value: Any, what: str) -> np.ndarray:

@@ -72,6 +72,8 @@ from .transition_layout import (
     ImageStorage,
     Layout,
     Rounding,
+    as_stored,
+    host_array,
     hwc,
     lerobot_values,
     scalar,
@@ -96,8 +98,10 @@ class _Pending:
         self.arrays: dict[str, np.ndarray] = {}
         self.n = 0
         self.next_state: dict[str, np.ndarray] = {}
+        self.frames_after: dict[str, np.ndarray] = {}  # cameras of the last next_state as given (float CHW)
 
-    def append(self, values: dict[str, np.ndarray], next_state: dict[str, np.ndarray]) -> None:
+    def append(self, values: dict[str, np.ndarray], next_state: dict[str, np.ndarray],
+               frames_after: dict[str, np.ndarray]) -> None:
         if not self.arrays or self.n == len(next(iter(self.arrays.values()))):
             size = max(16, 2 * self.n)
             for slot in self.slots:
@@ -109,7 +113,7 @@ class _Pending:
         for name, v in values.items():
             self.arrays[name][self.n] = v
         self.n += 1
-        self.next_state = next_state
+        self.next_state, self.frames_after = next_state, frames_after
 
     def frames(self) -> dict[str, np.ndarray]:
         """The pending frames then one tail row: the final observation (zeros elsewhere); cameras HWC."""
@@ -550,11 +554,10 @@ class TransitionBuffer:
             self._check_writer()
             if self.layout is None:
                 self._start(Layout.of_transition(state, action, complementary_info, self._image_storage or "uint8"))
-            values, after = self._transition(state, action, reward, next_state, done, truncated, complementary_info)
+            values, after, frames, continues = self._transition(state, action, reward, next_state, done,
+                                                                truncated, complementary_info)
             pending = self._pending
-            if (pending.n or self._open_episode) and any(
-                    values[s.feature].tobytes() != pending.next_state[s.feature].tobytes()
-                    for s in self.layout.state.values()):
+            if not continues:
                 self._end_episode_here()
             held = pending.n + 1 + (int(self._store.length[-1]) if self._open_episode else 0)
             if self.capacity is not None and held > self.capacity:
@@ -562,7 +565,7 @@ class TransitionBuffer:
                                     f"done/truncated; a buffer of capacity {self.capacity} evicts whole episodes "
                                     f"and cannot hold it (make capacity several times the longest episode)")
             with self._lock:
-                pending.append(values, after)
+                pending.append(values, after, frames)
                 self._evict_for_pending()
             if values[DONE] or values[TRUNCATED]:
                 self._commit(end=True)
@@ -581,38 +584,70 @@ class TransitionBuffer:
         self._use_layout(layout)
 
     def _transition(self, state, action, reward, next_state, done, truncated, complementary_info
-                    ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-        layout = self.layout
+                    ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, np.ndarray], bool]:
+        """The transition's values and next state as stored, checked, and whether it continues the episode in
+        progress (its state is the last next_state; True when none is in progress). Values already in their stored
+        dtype and shape are taken as they are (views: the pending arrays copy them), and a camera frame equal to
+        the last next_state's is not converted again: the per-transition cost stays near a copy of each value."""
+        layout, pending = self.layout, self._pending
         for what, given in (("state", state), ("next_state", next_state)):
-            if not isinstance(given, Mapping) or set(given) != set(layout.state):
+            if not isinstance(given, Mapping) or given.keys() != layout.state.keys():
                 keys = sorted(given) if isinstance(given, Mapping) else type(given).__name__
                 raise SchemaMismatchError(f"{self.root}: {what} has keys {keys}, this buffer holds "
                                           f"{sorted(layout.state)}")
-        values = {s.feature: stored_value(s, state[k], f"state[{k!r}]", self._rounding)
-                  for k, s in layout.state.items()}
-        after = {s.feature: stored_value(s, next_state[k], f"next_state[{k!r}]", self._rounding)
-                 for k, s in layout.state.items()}
-        values[ACTION] = stored_value(layout.action, action, "action")
-        values[REWARD] = scalar(reward, "reward").astype(np.float32)
+        previous = pending.next_state if pending.n or self._open_episode else None
+        values, after, frames, continues = {}, {}, {}, True
+        for k, s in layout.state.items():
+            f = s.feature
+            if s.stored == "image":  # the frame as given, kept to tell whether the next state repeats it
+                frame = host_array(state[k], f"state[{k!r}]")
+                last = pending.frames_after.get(f) if previous is not None else None
+                if last is not None and frame.shape == last.shape and np.array_equal(frame, last):
+                    values[f] = previous[f]
+                else:
+                    values[f] = stored_value(s, frame, f"state[{k!r}]", self._rounding)
+                    continues = continues and (previous is None or
+                                               values[f].tobytes() == previous[f].tobytes())
+                frame = host_array(next_state[k], f"next_state[{k!r}]")
+                after[f] = stored_value(s, frame, f"next_state[{k!r}]", self._rounding)
+                frames[f] = np.array(frame)  # (a copy: the caller may reuse its tensor)
+                continue
+            v = as_stored(s, state[k])
+            values[f] = stored_value(s, state[k], f"state[{k!r}]", self._rounding) if v is None else v
+            if previous is not None and continues:
+                continues = values[f].tobytes() == previous[f].tobytes()
+            v = as_stored(s, next_state[k])
+            after[f] = stored_value(s, next_state[k], f"next_state[{k!r}]", self._rounding) if v is None else v.copy()
+        v = as_stored(layout.action, action)
+        values[ACTION] = stored_value(layout.action, action, "action") if v is None else v
+        values[REWARD] = np.float32(reward) if type(reward) is float else scalar(reward, "reward").astype(np.float32)
         for name, flag in (("done", done), ("truncated", truncated)):
+            if type(flag) is bool:
+                values[f"next.{name}"] = np.bool_(flag)
+                continue
             v = scalar(flag, name)
             if v.item() not in (0, 1):
                 raise ValueRangeError(f"{name}: a bool (or 0/1) per transition, got {flag!r:.60}", feature=name)
             values[f"next.{name}"] = v.astype(np.bool_)
-        info = dict(complementary_info or {})
-        missing = [k for k in layout.complementary if k not in info]
-        if missing:
-            raise SchemaMismatchError(f"{self.root}: complementary_info lacks {missing} (this buffer holds "
-                                      f"{sorted(layout.complementary)}; LeRobot would keep stale values there)",
-                                      feature=COMPLEMENTARY + missing[0])
-        extra = sorted(set(info) - set(layout.complementary))
-        if extra and not getattr(self, "_extra_warned", False):
-            self._extra_warned = True
-            warn_user(f"{self.root}: complementary_info keys {extra} are not in this buffer (its keys come from the "
-                      f"first transition: {sorted(layout.complementary)}); they are dropped, as LeRobot does")
+        info = complementary_info if isinstance(complementary_info, Mapping) else dict(complementary_info or {})
+        if info.keys() != layout.complementary.keys():
+            missing = [k for k in layout.complementary if k not in info]
+            if missing:
+                raise SchemaMismatchError(f"{self.root}: complementary_info lacks {missing} (this buffer holds "
+                                          f"{sorted(layout.complementary)}; LeRobot would keep stale values there)",
+                                          feature=COMPLEMENTARY + missing[0])
+            extra = sorted(set(info) - set(layout.complementary))
+            if not self._extra_warned:
+                self._extra_warned = True
+                warn_user(f"{self.root}: complementary_info keys {extra} are not in this buffer (its keys come from "
+                          f"the first transition: {sorted(layout.complementary)}); they are dropped, as LeRobot does")
         for key, slot in layout.complementary.items():
-            values[slot.feature] = stored_value(slot, info[key], f"complementary_info[{key!r}]")
-        return values, after
+            v = info[key]
+            if type(v) is float and slot.shape == () and slot.stored == "float32":
+                values[slot.feature] = np.float32(v)
+            else:
+                values[slot.feature] = stored_value(slot, v, f"complementary_info[{key!r}]")
+        return values, after, frames, continues
 
     def _end_episode_here(self) -> None:
         """The new transition does not start from the last next_state: the episode in progress ends where it is
@@ -631,8 +666,7 @@ class TransitionBuffer:
         if self.capacity is None:
             return
         lengths = self._store.length
-        held = int(lengths.sum())
-        drop = 0
+        held, drop = len(self._store), 0  # (its committed transitions: a cumulative sum kept)
         while held + self._pending.n > self.capacity:
             held -= int(lengths[drop])
             drop += 1
@@ -649,7 +683,7 @@ class TransitionBuffer:
                 self._writer.extend_episode(frames, task=self.task, tail=1)
             else:
                 self._writer.add_episode(frames, task=self.task, tail=1)
-            state = read_state(self.root)
+            state = self._writer.committed_state  # (this writer's commit: not read back from disk)
             with self._lock:
                 self._store.load(state)
                 pending.clear()

@@ -180,6 +180,12 @@ class WritableDataset:
         except DiskSpaceError as exc:  # a full volume: open anyway, so that episodes can be deleted to make room
             warn_user(f"{self.root}: finishing an interrupted edit was put off ({exc}); the next commit does it")
 
+    @property
+    def committed_state(self) -> StoreState:
+        """The state of this writer's last commit (what :func:`~lerobot_zarr.store.state.read_state` would read back
+        from the store, without reading it)."""
+        return self._tx.state
+
     # the reader's side --------------------------------------------------------------------------------------
     @property
     def reader(self) -> LeRobotZarrDataset:

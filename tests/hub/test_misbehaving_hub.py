@@ -132,8 +132,8 @@ def test_stalled_api_call_ends_in_hub_error(hub, env):
 
 
 def test_trickling_api_answer_is_cut_by_the_call_deadline(hub, env, monkeypatch):
-    """The refs answer, read by huggingface_hub's HfApi, at 10 B/s in pieces every 0.1 s: no read waits the read
-    timeout; the deadline of the call (two timeouts plus 1 s for the body here) ends each attempt."""
+    """The refs answer at 10 B/s in pieces every 0.1 s: no read waits the read timeout; the deadline of the call
+    (two timeouts plus 1 s for the body here) ends each attempt."""
     monkeypatch.setattr(hub_module, "_RETRIES", 1)
     monkeypatch.setattr(hub_module, "_API_BUDGET_BYTES", hub_module._MIN_RATE)
     hub.inject_fault(path_contains="/api/datasets/org/ds/refs", kind="trickle", rate=1, count=100)
@@ -219,7 +219,7 @@ def test_pagination_link_off_the_endpoint_is_refused():
 
 # ------------------------------------------------------------------------------------------------ bounded bodies
 BOMB = 512 << 20  # bytes a gzip bomb inflates to (the server sends about 0.5 MB)
-REFS, INFO = "/api/datasets/org/ds/refs", "/api/datasets/org/ds/revision/"  # read by huggingface_hub's HfApi
+REFS, INFO = "/api/datasets/org/ds/refs", "/api/datasets/org/ds/revision/"  # ours; HfApi.dataset_info
 
 
 @pytest.fixture

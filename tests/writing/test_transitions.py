@@ -768,3 +768,22 @@ def test_random_operations_match_a_reference_model(tmp_path_factory, capacity, o
         assert everything(buf) == model.view(), f"after {op}"
         assert capacity is None or len(buf) <= capacity
     buf.close()
+
+
+def test_arrays_the_caller_reuses_after_add_keep_the_values_added(tmp_path):
+    """An actor loop filling the same arrays in place each step: add() keeps copies (values already in their
+    stored dtype are taken without conversion, so what it keeps must not be the caller's array)."""
+    buf = TransitionBuffer(tmp_path / "buf")
+    ids, reused = [], {}
+    for e in range(3):
+        for t, tr in enumerate(transitions(SEED, e)):
+            for part in ("state", "next_state"):
+                for key, value in tr[part].items():
+                    tr[part][key] = reused.setdefault((part, key), np.empty_like(value))
+                    tr[part][key][...] = value
+            buf.add(**tr)
+            ids.append((e, t))
+            for array in reused.values():
+                array[...] = 0.5  # the caller reuses its arrays for the next step
+    assert everything(buf) == ids
+    buf.close()
