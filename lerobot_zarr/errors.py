@@ -235,6 +235,8 @@ OPTIONAL_PACKAGES: dict[str, tuple[str, str, str]] = {
     "dask": ("dask", "dask[array]>=2025.1", "xarray"),
     "distributed": ("dask.distributed", "distributed>=2025.1", "xarray"),
     "torch": ("torch", "torch>=2.2", "torch"),
+    "pandas": ("pandas", "pandas>=2", "lerobot"),
+    "datasets": ("datasets", "datasets>=3", "lerobot"),
     "obstore": ("obstore", "obstore>=0.12", "cloud"),
     "boto3": ("boto3", "boto3>=1.34", "cloud"),
 }
