@@ -646,18 +646,15 @@ class WritableDataset:
         self._tx.commit(self._tx.state, new_rows, table=new_table, packs=packs, gaps=gaps)
 
     def drop_defective(self, kinds: str | Sequence[str] | None = None) -> list[int]:
-        """Delete, in one commit, the episodes in which the dataset doctor found defects of ``kinds`` (a kind, a list,
-        or None: every kind whose findings name episodes; see :data:`lerobot_zarr.doctor.KINDS`) and return them
-        (the others are renumbered from 0). ``ds.defects.episodes(kinds)`` says which ones first. Refused while the
-        doctor has not checked every episode (``ds.doctor()`` checks them)."""
+        """Delete in one commit the episodes with defects of ``kinds`` (a kind, a list, or None: every episode kind of
+        :data:`lerobot_zarr.doctor.KINDS`) and return them; refused until the doctor checked every episode."""
         self._check_open()
         report = self._reader.defects
         gone = report.episodes([kinds] if isinstance(kinds, str) else kinds)
         n = len(self._tx.state.table)
         if report.checked_episodes < n:
             raise NotMaterializedError(f"{self.root}: the doctor checked {report.checked_episodes} of the {n} "
-                                       f"episodes; run ds.doctor() (or `lerobot-zarr doctor --recheck`) first, then "
-                                       f"drop the defective ones", path=self.root)
+                                       f"episodes; run ds.doctor() first", path=self.root)
         if gone and len(gone) == n:
             raise ArgumentError(f"{self.root}: every one of the {n} episodes has such defects; nothing was deleted")
         if gone:
@@ -665,8 +662,7 @@ class WritableDataset:
         return gone
 
     def doctor(self, *, progress: bool = True) -> Any:
-        """Run the dataset doctor again over the store (:meth:`LeRobotZarrDataset.doctor`), under this writer's
-        lock, after committing pending edits."""
+        """The dataset doctor again over the store, under this writer's lock, after committing pending edits."""
         from ..doctor.scan import doctor_store
 
         self.flush()
