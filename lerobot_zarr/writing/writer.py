@@ -29,6 +29,7 @@ import numpy as np
 
 from ..cameras.video import have_pyav, pyav_missing
 from ..doctor.findings import DOCTOR_DIR
+from ..doctor.scan import doctor_store
 from ..errors import (
     ArgumentError,
     CorruptStoreError,
@@ -656,15 +657,13 @@ class WritableDataset:
             raise NotMaterializedError(f"{self.root}: the doctor checked {report.checked_episodes} of the {n} "
                                        f"episodes; run ds.doctor() first", path=self.root)
         if gone and len(gone) == n:
-            raise ArgumentError(f"{self.root}: every one of the {n} episodes has such defects; nothing was deleted")
+            raise ArgumentError(f"{self.root}: all {n} episodes have such defects; nothing was deleted")
         if gone:
             self.delete_episodes(gone)
         return gone
 
     def doctor(self, *, progress: bool = True) -> Any:
         """The dataset doctor again over the store, under this writer's lock, after committing pending edits."""
-        from ..doctor.scan import doctor_store
-
         self.flush()
         return doctor_store(self.root, progress=progress, locked=True)
 
@@ -765,8 +764,7 @@ def _check_complete(state: StoreState) -> None:
 
 
 def _copy_store_files(source: Path, root: Path, name: str, *suffixes: str) -> None:
-    """The files of folder ``name`` of ``source`` with these suffixes copied into ``root`` (regular files only: a
-    link is not followed out of the store)."""
+    """Files of folder ``name`` of ``source`` ending in ``suffixes`` copied into ``root`` (no link followed)."""
     folder = Path(check_in_store(source, source / name / "_")).parent
     if folder.is_symlink() or not folder.is_dir():
         return
