@@ -130,4 +130,8 @@ class _Profile:
 def pytest_configure(config):
     out = os.environ.get(PROFILE_ENV)
     if out:
-        config.pluginmanager.register(_Profile(Path(out).resolve()), "lerobot_zarr_budget")
+        out = Path(out).resolve()
+        worker = os.environ.get("PYTEST_XDIST_WORKER")  # pytest-xdist (-n): one file per worker, FILE-gw0.tsv...
+        if worker:
+            out = out.with_name(f"{out.stem}-{worker}{out.suffix}")
+        config.pluginmanager.register(_Profile(out), "lerobot_zarr_budget")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import operator
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -110,7 +110,7 @@ class LeRobotDataset(Dataset):
             try:
                 _check_windowable(delta_timestamps, head.meta.features)
                 if episode_filter is not None:
-                    episodes = _filtered(self._make_meta(head.meta, None), episodes, episode_filter)
+                    episodes = _filtered(self._make_meta(head.meta, None, head.left_out), episodes, episode_filter)
                 deltas = _frame_deltas(delta_timestamps, head.meta.fps, tolerance_s)
             finally:
                 head.close()
@@ -120,14 +120,15 @@ class LeRobotDataset(Dataset):
         self.dataset = open_dataset(source, episodes=episodes, delta_timestamps=deltas, **common)
         if self.root is None:
             self.root = Path(self.dataset.root)
-        self.meta = self._make_meta(self.dataset.meta, self._episode_tasks)
+        self.meta = self._make_meta(self.dataset.meta, self._episode_tasks, self.dataset.left_out)
         self._plan(download_videos)
         self._frames: Any = None
 
     # -- opening ---------------------------------------------------------------------------------------------
-    def _make_meta(self, meta: Any, episode_tasks: Callable[[], list[list[str]]] | None) -> LeRobotDatasetMetadata:
+    def _make_meta(self, meta: Any, episode_tasks: Callable[[], list[list[str]]] | None,
+                   left_out: Iterable[str]) -> LeRobotDatasetMetadata:
         return LeRobotDatasetMetadata.of_store(meta, repo_id=self.repo_id, root=self.root, revision=self.revision,
-                                               folder=self._folder, episode_tasks=episode_tasks)
+                                               folder=self._folder, episode_tasks=episode_tasks, left_out=left_out)
 
     def _episode_tasks(self) -> list[list[str]]:
         """Each episode's tasks, in the order its frames first name them (episodes the store does not hold: their

@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -161,21 +161,25 @@ class LeRobotDatasetMetadata:
 
     @classmethod
     def of_store(cls, meta: Any, *, repo_id: str, root: Path, revision: str | None, folder: Path | None,
-                 episode_tasks: Callable[[], list[list[str]]] | None = None) -> LeRobotDatasetMetadata:
+                 episode_tasks: Callable[[], list[list[str]]] | None = None,
+                 left_out: Iterable[str] = ()) -> LeRobotDatasetMetadata:
         """The metadata of a dataset a store serves (``meta``: its :class:`~lerobot_zarr.sampling.meta.DatasetMeta`);
         ``folder``: the LeRobot folder it came from, if local (its episode table is read as is);
         ``episode_tasks``: each episode's tasks, when the episode table has to be made from the store. Its stats are
-        ``meta``'s (depth in the unit it was opened with, as LeRobot's dataset rescales them)."""
+        ``meta``'s (depth in the unit it was opened with, as LeRobot's dataset rescales them). ``left_out``: features
+        the items go without (the open warned why; ``ds.left_out`` says it): not listed, so that code building a
+        policy's inputs from ``features`` / ``camera_keys`` asks only for what the items hold."""
         from ..lerobot.source_files import LocalFiles
 
         self = cls.__new__(cls)
         self._setup(meta, repo_id=repo_id, root=root, revision=revision,
                     files=None if folder is None else LocalFiles(folder), episode_tasks=episode_tasks,
-                    stats=meta.stats)
+                    stats=meta.stats, left_out=frozenset(left_out))
         return self
 
     def _setup(self, meta: Any, *, repo_id: str, root: Path | None, revision: str | None, files: Any,
-               episode_tasks: Callable[[], list[list[str]]] | None, stats: dict | None) -> None:
+               episode_tasks: Callable[[], list[list[str]]] | None, stats: dict | None,
+               left_out: frozenset[str] = frozenset()) -> None:
         self.repo_id = repo_id
         self.repo_type = "dataset"
         self.revision = revision if revision else CODEBASE_VERSION
@@ -187,6 +191,8 @@ class LeRobotDatasetMetadata:
         info = dict(meta.info)
         info["total_episodes"], info["total_frames"] = meta.total_episodes, meta.total_frames
         info["total_tasks"] = len(meta.tasks)
+        if left_out:
+            info["features"] = {k: v for k, v in info["features"].items() if k not in left_out}
         self.info = DatasetInfo.from_dict(info)
         self.stats = _stats_as_numpy(stats) if stats else None
         self._tasks: Any = None

@@ -13,7 +13,7 @@ from collections.abc import Iterator, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from .hub_network import Dropped, Fault, RequestRecord, deep_json, gzip_bomb
+from .hub_network import Dropped, Fault, RequestRecord, deep_json, gzip_bomb, settle
 from .hub_routes import Routes, ServedHub
 from .hub_storage import (
     CHUNK,
@@ -135,6 +135,8 @@ class Handler(Routes, BaseHTTPRequestHandler):
                 rtts = 1 + (network.handshake_rtts if not self._served else 0)
                 if self.hub.stopping.wait(network.latency_s * rtts):
                     raise Dropped
+                if network.settle:  # and the client has sent all it can without this answer
+                    settle(self.hub.stopping)
             self._served += 1
             if fault is not None:
                 if fault.kind in ("500", "401", "403"):

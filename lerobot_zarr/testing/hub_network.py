@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
+import math
+import os
 import threading
 import time
 import zlib
 from collections.abc import Iterator, Sequence
 
 __all__ = ["FAULT_KINDS", "Dropped", "Fault", "HubStats", "Link", "NetworkModel", "RequestRecord", "deep_json",
-           "gzip_bomb"]
+           "gzip_bomb", "settle"]
 
 
 class Dropped(Exception):
@@ -117,15 +119,109 @@ class NetworkModel:
     rather than assumed: every request waits ``latency_s`` (a round trip) before its answer starts, the first
     request of a connection ``handshake_rtts`` round trips more (TCP and TLS set-up: 2 for HTTPS over TLS 1.3),
     and all response bodies share one link of ``rate`` bytes/s (1 Gbit/s = 125e6), written in 64 KiB pieces so
-    that concurrent answers share it fairly."""
+    that concurrent answers share it fairly.
+
+    With ``settle``, an answer also waits until no other thread of this process runs or waits for a CPU
+    (:func:`settle`): the client, in the same process, has then sent every request it can send without that
+    answer, so requests it sends together overlap however long a loaded machine delays one of its threads, and
+    :meth:`HubStats.round_trips` counts exactly the answers it waited for one after the other (not a clock's
+    race). For counting round trips; it costs a few ms per answer and serializes nothing."""
 
     latency_s: float = 0.05
     rate: float = 125e6
     handshake_rtts: int = 0
+    settle: bool = False
 
     def __post_init__(self) -> None:
         if not (self.latency_s >= 0 and self.rate > 0 and self.handshake_rtts >= 0):
             raise ValueError(f"invalid network model {self}")
+
+
+_QUIET_WINDOW_S = 0.01  # no other thread ran or waited for a CPU for this long: the process is idle
+_SETTLE_LIMIT_S = 5.0  # a thread that never stops (a busy background thread) delays an answer at most this long
+
+
+class _Settler:
+    """Waits for a moment when no thread of this process but the caller runs or waits to run: one caller at a
+    time looks (the others sleep, so they do not count as running), and a quiet window that began after a
+    caller arrived releases it."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._looking = False
+        self._quiet_from = -math.inf  # when the last quiet window seen began
+
+    def wait(self, stopping: threading.Event, limit_s: float = _SETTLE_LIMIT_S) -> None:
+        arrived = time.monotonic()
+        deadline = arrived + limit_s
+        with self._cond:
+            while self._quiet_from < arrived:
+                if stopping.is_set():
+                    raise Dropped
+                now = time.monotonic()
+                if now >= deadline:
+                    return  # as without settling
+                if self._looking:
+                    self._cond.wait(deadline - now)
+                    continue
+                self._looking = True
+                self._cond.release()
+                try:
+                    began = time.monotonic()
+                    quiet = _idle_for(_QUIET_WINDOW_S)
+                finally:
+                    self._cond.acquire()
+                    self._looking = False
+                    self._cond.notify_all()
+                if quiet is None:
+                    return  # no per-thread scheduler counters (not Linux): the latency alone
+                if quiet:
+                    self._quiet_from = max(self._quiet_from, began)
+
+
+def _threads() -> dict[str, tuple[bytes, bytes]] | None:
+    """Per thread of this process but the caller: its scheduler state (R: running or waiting for a CPU, D: waiting
+    on a disk, S: asleep) and its nanoseconds on a CPU (Linux /proc; None elsewhere)."""
+    me = str(threading.get_native_id())
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return None
+    out = {}
+    for tid in tids:
+        if tid != me:
+            try:
+                with open(f"/proc/self/task/{tid}/stat", "rb") as f:
+                    state = f.read().rpartition(b")")[2].split()[0]
+                with open(f"/proc/self/task/{tid}/schedstat", "rb") as f:
+                    out[tid] = (state, f.read().split()[0])
+            except (OSError, IndexError):
+                out[tid] = (b"R", b"")  # it ended meanwhile: not idle
+    return out
+
+
+def _idle_for(window_s: float) -> bool | None:
+    """Whether no other thread of this process ran, waited for a CPU or a disk during ``window_s`` (None:
+    unknown). A thread queued for a CPU is in state R, but its counters only move once it runs."""
+    before = _threads()
+    if before is None:
+        return None
+    if any(state in (b"R", b"D") for state, _ in before.values()):
+        return False
+    time.sleep(window_s)
+    after = _threads()
+    return after == before
+
+
+_settler = _Settler()
+
+
+def settle(stopping: threading.Event, limit_s: float = _SETTLE_LIMIT_S) -> None:
+    """Return once no thread of this process but the caller has run or waited for a CPU for a short window that
+    began after the call (at most ``limit_s`` later; at once where the scheduler's per-thread counters are not
+    available); raise :class:`Dropped` when ``stopping`` is set. A thread blocked on a socket, a lock or a sleep
+    is idle; one delayed by the scheduler, the GIL's holder or a garbage collection is not."""
+    _settler.wait(stopping, limit_s)
 
 
 class Link:

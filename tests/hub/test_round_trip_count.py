@@ -2,9 +2,10 @@
 
 The repos are laid out as LeRobot 0.6.1 writes them (the episode table in row groups of 10 episodes with
 per-episode stats columns; one row group per episode in the data files), at two sizes, and once more pushed by us
-(with our index file). The test Hub models a network (a delay per request), so that requests sent together
-overlap and :meth:`HubStats.round_trips` counts the ones the client waited for one after the other. Also: the
-network model itself (delay, shared link) and the round-trip count.
+(with our index file). The test Hub models a network (a delay per request, and an answer waits until the client has
+sent all it can without it: ``settle``), so that requests sent together overlap, however a loaded machine delays
+one of the client's threads, and :meth:`HubStats.round_trips` counts the ones the client waited for one after the
+other. Also: the network model itself (delay, shared link, settling) and the round-trip count.
 """
 
 from __future__ import annotations
@@ -23,9 +24,7 @@ from lerobot_zarr.testing.sample_data import write_sample_dataset
 TOKEN = "rt-token"
 SIZES = (40, 1000)  # episodes: the request and round-trip counts of a one-episode open must not depend on it
 PER_FILE = 20  # data files bigger than the tail read for their footer: the row group is a request of its own
-# requests sent together overlap by far more than a loaded machine delays a thread (round trips are counted from
-# when requests start and end)
-MODEL = NetworkModel(latency_s=0.15, rate=1e9)
+MODEL = NetworkModel(latency_s=0.05, rate=1e9, settle=True)
 
 
 @pytest.fixture(scope="module")
@@ -171,3 +170,31 @@ def test_round_trips_count_requests_one_after_the_other(hub, env):
     hub.network = None
     assert len(hub.requests()) == 4 and hub.stats.round_trips() < 4  # (together: 1 on a quiet machine)
     assert hub.stats.round_trips(exclude=("/refs",)) == 0
+
+
+def _busy(seconds: float) -> None:
+    """Run on a CPU for ``seconds`` of this thread's CPU time (a thread the scheduler or a collection delays)."""
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+
+
+def test_settled_answers_wait_for_a_delayed_client_thread(hub, env):
+    # four requests sent together, one of them after its thread ran 0.3 s: without settling, the three others are
+    # answered after the 0.05 s latency and the late one counts as a second round trip
+    url = f"{hub.endpoint}/api/datasets/org/lerobot-40/refs"
+    hub.network = NetworkModel(latency_s=0.05, rate=1e9, settle=True)
+    threads = [threading.Thread(target=_get, args=(url,)) for _ in range(3)]
+    threads.append(threading.Thread(target=lambda: (_busy(0.3), _get(url))))
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    hub.network = None
+    assert len(hub.requests()) == 4 and hub.stats.round_trips() == 1
+    hub.reset_stats()
+    hub.network = NetworkModel(latency_s=0.05, rate=1e9, settle=True)
+    for _ in range(3):  # one after the other: still three
+        _get(url)
+    hub.network = None
+    assert hub.stats.round_trips() == 3

@@ -447,12 +447,12 @@ def test_no_shuffle_gives_episode_and_frame_order(world, kind):
 
 
 def test_memory_stays_bounded(tmp_path):
-    """60 episodes of 200-400 frames (state/action f32[64], a 32x32 RGB image): ~65 MB of decoded arrays,
+    """48 episodes of 100-200 frames (state/action f32[64], a 32x32 RGB image): ~26 MB of decoded arrays,
     streamed with buffer_episodes=2 while the items are dropped. Bound: the peak of tracemalloc (Python and numpy
     allocations) plus the largest pyarrow pool usage seen stays under 8 of the largest episode's decoded arrays,
     and under a quarter of the whole dataset's decoded size."""
-    lengths = np.random.default_rng(0).integers(200, 400, 60, endpoint=True).tolist()
-    src = write_sample_dataset(tmp_path / "big", n_episodes=60, lengths=lengths, state_dim=64, action_dim=64,
+    lengths = np.random.default_rng(0).integers(100, 200, 48, endpoint=True).tolist()
+    src = write_sample_dataset(tmp_path / "big", n_episodes=48, lengths=lengths, state_dim=64, action_dim=64,
                                episodes_per_file=20, image_keys=(IMAGE,), image_shape=(32, 32, 3), seed=1)
     s = stream(src, buffer_episodes=2, delta_timestamps={"observation.state": [-1 / FPS, 0.0],
                                                          "action": [k / FPS for k in range(16)]})

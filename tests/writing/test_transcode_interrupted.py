@@ -194,7 +194,7 @@ def test_kill_9_at_random_points_then_resume(tmp_path):
             assert committed == list(range(len(committed))), "episodes are committed in order"
             assert len(committed) >= (seen[-1] if seen else 0), "a commit is never lost"
             seen.append(len(committed))
-        if seen and seen[-1] == 60:
+        if (seen and seen[-1] == 60) or kills == 4:  # (the open below finishes what is left)
             break
     assert kills >= 3, f"only {kills} kills landed (committed after each: {seen}): interruption not exercised"
     lerobot_zarr.open_dataset(source, root=store, progress=False)
