@@ -9,12 +9,13 @@ pages flushed and the disk idle before each run (outside the timing):
 - parquet -> numpy: reading every data file with pyarrow into numpy arrays (what any transcode must do);
 - tofile, one file per feature: the decoded bytes (already in memory) written with ``ndarray.tofile`` (the floor of
   writing them);
-- ours: ``open_dataset(lerobot_folder, root=fresh_store, progress=False)``.
+- ours: ``open_dataset(lerobot_folder, root=fresh_store, progress=False)`` (the dataset doctor checking the data as
+  it passes, the default), and the same with ``doctor=False``.
 
 It then checks the store against the parquet data (pack files read with numpy at the rows the episode table
 gives), reports disk blocks allocated / stored bytes, file counts, and the time to open the store in a fresh
 process. Targets: the 20,000-episode case within 1.5x of the bare parquet read; allocated <= 1.1x stored bytes;
-the 100,000-episode store opens in < 100 ms in a fresh process.
+the 100,000-episode store opens in < 100 ms in a fresh process; the doctor costs <= 1.05x the transcode without it.
 
 Run from the repository root:  .venv/bin/python benchmarks/bench_transcode.py [--shapes 20k,100k] [--runs 3]
 """
@@ -41,7 +42,8 @@ import pyarrow.parquet as pq
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common as C
 
-TARGET_READ, TARGET_ALLOC, TARGET_OPEN_S = 1.5, 1.1, 0.1
+TARGET_READ, TARGET_ALLOC, TARGET_OPEN_S, TARGET_DOCTOR = 1.5, 1.1, 0.1, 1.05
+OURS, NO_DOCTOR = "lerobot_zarr open_dataset (transcode)", "the same, doctor=False"
 
 
 def parquet_to_numpy(files: list[Path]) -> int:
@@ -121,13 +123,13 @@ def run_shape(work: Path, name: str, episodes: int, lengths: tuple[int, int], pe
     counter = iter(range(10**9))
     last: list[Path] = []
 
-    def transcode(out: Path) -> None:
-        lerobot_zarr.open_dataset(src, root=out, progress=False)
+    def transcode(out: Path, doctor: bool = True) -> None:
+        lerobot_zarr.open_dataset(src, root=out, progress=False, doctor=doctor)
         last[:] = [out]
 
     contenders = {"parquet -> numpy (pyarrow read_table)": lambda out: parquet_to_numpy(files),
                   "tofile, one file per feature": lambda out: tofile_per_feature(arrays, out),
-                  "lerobot_zarr open_dataset (transcode)": transcode}
+                  OURS: transcode, NO_DOCTOR: lambda out: transcode(out, doctor=False)}
     parquet_to_numpy(files)  # warm-up: page cache of the parquet files, imports
     runs = args.runs if name != "100k" or args.runs_100k is None else args.runs_100k
     times: dict[str, list[float]] = {k: [] for k in contenders}
@@ -181,12 +183,16 @@ def main() -> None:
     for r in results:
         times = r["times"]
         read = min(times["parquet -> numpy (pyarrow read_table)"])
-        ours = min(times["lerobot_zarr open_dataset (transcode)"])
+        ours = min(times[OURS])
+        doctor = ours / min(times[NO_DOCTOR])
+        medians = C.median(times[OURS]) / C.median(times[NO_DOCTOR])
         print(f"\n[{r['name']}] {r['frames']:,} frames in {r['episodes']:,} episodes, {r['bytes'] / 1e6:.0f} MB "
               f"stored; wall seconds, best and median of {len(next(iter(times.values())))} runs")
         print(f"{'':<42}{'best s':>9}{'median s':>10}{'MB/s (best)':>13}")
         for label, ts in times.items():
             print(f"{label:<42}{min(ts):>9.3f}{C.median(ts):>10.3f}{r['bytes'] / 1e6 / min(ts):>13.0f}")
+        print(f"  doctor on / off               {doctor:5.2f}x   (target <= {TARGET_DOCTOR}x: "
+              f"{'met' if doctor <= TARGET_DOCTOR else 'MISSED'}; medians {medians:.2f}x)")
         alloc = r["allocated"] / r["bytes"]
         print(f"  transcode / parquet read      {ours / read:5.2f}x   (target <= {TARGET_READ}x"
               + (f": {'met' if ours / read <= TARGET_READ else 'MISSED'})" if r["name"] == "20k" else ")"))

@@ -48,6 +48,7 @@ def open_dataset(
     pack_bytes: int = DEFAULT_PACK_BYTES,
     storage_options: Mapping[str, Any] | None = None,
     cache_bytes: int | None = None,
+    doctor: bool = True,
 ) -> LeRobotZarrDataset:
     """Open a LeRobot dataset (a folder, a Hub repo or a bucket folder; transcoded into a local store on first use)
     or a store (a folder, or a bucket folder: read where it is).
@@ -84,6 +85,8 @@ def open_dataset(
             which they must see at the same path), committed here. Default: in this process.
         pack_bytes: target size of a new store's packs (consecutive episodes in one chunk file per feature), for
             its widest raw feature; default 32 MiB. Fixed when the store is made.
+        doctor: check the data for defects as it is transcoded (:mod:`lerobot_zarr.doctor`; ``ds.defects`` gives
+            the report, kept in the store). On by default: it costs a few percent of the transcode.
         mode: ``"r"`` (default) to read, or ``"r+"`` to also write: returns a
             :class:`~lerobot_zarr.writing.writer.WritableDataset` over every episode (all fetched first), holding the
             store's writer lock.
@@ -120,7 +123,7 @@ def open_dataset(
                                       image_format=image_format, depth_unit=depth_unit, remote=remote)
         store = _from_lerobot(src, root=root, episodes=[] if lazy else episodes, progress=progress,
                               storage=storage, resize=resize, client=client, pack_bytes=pack_bytes,
-                              writable=mode == "r+")
+                              writable=mode == "r+", doctor=doctor)
         if storage is None and resize is None:
             _note_camera_choices(store)
     if mode == "r+":
@@ -134,7 +137,7 @@ def open_dataset(
 
 
 def _from_lerobot(src: Source, *, root, episodes, progress, storage, resize, client, pack_bytes,
-                  writable: bool) -> Path:
+                  writable: bool, doctor: bool = True) -> Path:
     """The local store of a LeRobot dataset: ``root``, or the cache's store of the source (of its camera choices),
     holding the episodes asked for (transcoded now if missing). A store of the source whose identity is known
     without reading its files (a Hub commit) that holds them already is opened without a request."""
@@ -153,7 +156,7 @@ def _from_lerobot(src: Source, *, root, episodes, progress, storage, resize, cli
             raise NotMaterializedError(f"{store}: {why} and episodes {missing[:20]} are not in the local store")
         raise NotMaterializedError(f"{src}: {why} and there is no local store of it at {store}")
     transcode(src.dataset(), store, episodes=episodes, progress=progress, storage=storage, resize=resize,
-              client=client, pack_bytes=pack_bytes)
+              client=client, pack_bytes=pack_bytes, doctor=doctor)
     return store
 
 

@@ -47,6 +47,7 @@ LAYERS = [
     ("hub", "store", "cloud"),
     ("sources",),  # where a dataset comes from: each kind of source (streams, the transcode ask them)
     ("sampling",),
+    ("doctor",),  # the dataset doctor: fed by the transcode (writing), scans stores (sampling) and sources
     ("writing",),
     ("api",),
     ("mixtures", "integrations"),
@@ -64,6 +65,8 @@ UPWARD_CALLS = {
     ("push", "lerobot_zarr.writing.export"): "ds.push(repo_id): exports and publishes, built on the reader",
     ("to_xarray", "lerobot_zarr.integrations.xarray"): "ds.to_xarray(): the xarray view is built on the reader",
     ("verify", "lerobot_zarr.writing.integrity"): "ds.verify(): re-reads the store and may repair it (a writer)",
+    ("doctor", "lerobot_zarr.doctor.scan"): "ds.doctor(): checks the store again, built on the reader",
+    ("defects", "lerobot_zarr.doctor"): "ds.defects: the doctor's report kept in the store",
     ("push_store", "lerobot_zarr.writing.sync"): "ds.push_store(url): publishes the store to a bucket",
 }
 

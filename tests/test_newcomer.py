@@ -490,7 +490,8 @@ def test_readme_and_docs_links_resolve_and_the_cli_reference_covers_every_option
             for option in action.option_strings:
                 if option not in ("-h", "--help", "-v", "--verbose", "--version"):
                     assert option in reference, f"docs/cli.md does not mention {path} {option}"
-            for name, sub in (getattr(action, "choices", None) or {}).items():
+            choices = getattr(action, "choices", None)  # sub-commands: a dict; an option's values: a list
+            for name, sub in (choices.items() if isinstance(choices, dict) else ()):
                 if hasattr(sub, "_actions"):
                     assert f"`{name}`" in reference or f"{name} " in reference, f"docs/cli.md lacks {path} {name}"
                     walk(sub, f"{path} {name}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, BinaryIO
 
@@ -18,8 +19,8 @@ import numpy as np
 from ..errors import MissingExtraError, import_optional, missing_extra
 from .depth import DEPTH_PIX_FMT
 
-__all__ = ["TOLERANCE_S", "VideoUnavailable", "decode_into", "have_pyav", "VideoWriter", "ENCODING", "DEPTH_ENCODING",
-           "PIXEL_FORMATS", "frame_pixels"]
+__all__ = ["TOLERANCE_S", "VideoUnavailable", "DecodeLog", "decode_into", "have_pyav", "VideoWriter", "ENCODING",
+           "DEPTH_ENCODING", "PIXEL_FORMATS", "frame_pixels"]
 
 #: LeRobot's ``tolerance_s``, the one timestamp tolerance of lerobot_zarr: between a dataset timestamp and a decoded
 #: frame's, between consecutive timestamps and 1/fps, and of ``delta_timestamps`` to multiples of 1/fps
@@ -57,6 +58,19 @@ def pyav_missing(what: str = "decoding videos", **fields: Any) -> MissingExtraEr
     return missing_extra("av", what, **fields)
 
 
+@dataclass
+class DecodeLog:
+    """What one decode saw, for the dataset doctor (:mod:`lerobot_zarr.doctor`): ``times[i]``, the time in the file of
+    the frame query ``i`` got (NaN: none); ``unused``, the times of decoded frames between the first and the last
+    query that no query took (frames the data has no row for); ``last``, the time of the file's last frame when the
+    decode reached the end of the file (else None). With a log, a timestamp without a frame within ``TOLERANCE_S``
+    does not stop the decode: every query gets its nearest frame, then the decode fails as without one."""
+
+    times: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    unused: list[float] = field(default_factory=list)
+    last: float | None = None
+
+
 def frame_pixels(frame: Any, fmt: str, reformatter: Any = None) -> np.ndarray:
     """The pixels of a decoded frame (``av.VideoFrame``) in pixel format ``fmt``, as an (H, W, C) array: the one
     conversion of every decode here (swscale's, as LeRobot's ``frame.to_ndarray(format="rgb24")``: the same
@@ -75,7 +89,7 @@ def frame_pixels(frame: Any, fmt: str, reformatter: Any = None) -> np.ndarray:
 
 def decode_into(source: BinaryIO | str, sink: Callable[[bytes], None], queries: np.ndarray,
                 frame_shape: Sequence[int], where: str, *, depth: bool = False,
-                rewind: Callable[[], None] | None = None) -> None:
+                rewind: Callable[[], None] | None = None, log: DecodeLog | None = None) -> None:
     """Decode the frames nearest to ``queries`` (seconds in the file, increasing), handing each to ``sink`` as
     raw HWC bytes, in order: uint8, or for a depth camera (``depth``) LeRobot's 12-bit codes as uint16 (its
     ``gray12le`` frames).
@@ -85,7 +99,8 @@ def decode_into(source: BinaryIO | str, sink: Callable[[bytes], None], queries: 
     until then is garbage (only a commit makes a chunk part of a store). A decoder started at a keyframe may drop
     the frames that refer to pictures before it (HEVC's open GOPs, which LeRobot's concatenated HEVC files have):
     when a frame is missing after a seek, ``rewind()`` (if given) tells the sink to start over, and decoding starts
-    again a keyframe earlier, then at the file's start.
+    again a keyframe earlier, then at the file's start. ``log`` (a :class:`DecodeLog`) is filled with what the last
+    attempt saw.
     """
     import av
 
@@ -104,8 +119,11 @@ def decode_into(source: BinaryIO | str, sink: Callable[[bytes], None], queries: 
                 stream.thread_type = "AUTO"
                 tb = stream.time_base
                 container.seek(max(0, int(seek / tb)), stream=stream, backward=True, any_frame=False)
+                if log is not None:
+                    log.times, log.unused, log.last = np.full(len(queries), np.nan), [], None
                 try:
-                    written = _match(container.decode(stream), queries, sink, (height, width, channels), fmt, where)
+                    written = _match(container.decode(stream), queries, sink, (height, width, channels), fmt, where,
+                                     log)
                     break
                 except _Gap as gap:
                     if seek <= 0 or rewind is None or attempt == 2:
@@ -130,13 +148,16 @@ class _Gap(VideoUnavailable):
 
 
 def _match(frames: Any, queries: np.ndarray, sink: Callable[[bytes], None], shape: tuple[int, int, int], fmt: str,
-           where: str) -> int:
-    """Stream decoded frames, writing for each query the nearer of the frames around it."""
+           where: str, log: DecodeLog | None = None) -> int:
+    """Stream decoded frames, writing for each query the nearer of the frames around it (with a ``log``, what
+    was seen is noted there and a frame out of tolerance is raised only at the end)."""
     n = len(queries)
     qi = 0
     prev: tuple[float, Any] | None = None
     first: list[float] = []
     cache: list[tuple[Any, bytes]] = []  # the frame chosen last and its pixels (holding it keeps its id unique)
+    taken: list[bool] = [False, False]  # whether prev, and the current frame, were taken by a query
+    late: list[str] = []  # with a log: the first timestamp out of tolerance
 
     def pixels(frame: Any) -> bytes:
         if not cache or cache[0][0] is not frame:
@@ -148,9 +169,18 @@ def _match(frames: Any, queries: np.ndarray, sink: Callable[[bytes], None], shap
 
     def write(t: float, frame: Any, q: float) -> None:
         if abs(t - q) >= TOLERANCE_S:
-            raise _Gap(f"{where}: no frame within {TOLERANCE_S} s of timestamp {q:.6f} s (nearest decoded frame at "
-                       f"{t:.6f} s)", first[0] if first else None)
+            message = (f"{where}: no frame within {TOLERANCE_S} s of timestamp {q:.6f} s (nearest decoded frame at "
+                       f"{t:.6f} s)")
+            if log is None:
+                raise _Gap(message, first[0] if first else None)
+            late[:1] = late[:1] or [message]
+        if log is not None:
+            log.times[qi] = t
         sink(pixels(frame))
+
+    def note_unused(t: float, was_taken: bool) -> None:
+        if log is not None and not was_taken and n and queries[0] < t < queries[-1]:
+            log.unused.append(t)
 
     for frame in frames:
         if frame.time is None:
@@ -162,15 +192,24 @@ def _match(frames: Any, queries: np.ndarray, sink: Callable[[bytes], None], shap
             q = float(queries[qi])
             if prev is not None and abs(prev[0] - q) < abs(t - q):
                 write(prev[0], prev[1], q)
+                taken[0] = True
             else:
                 write(t, frame, q)
+                taken[1] = True
             qi += 1
+        if prev is not None:
+            note_unused(prev[0], taken[0])
         if qi == n:
-            return qi
-        prev = (t, frame)
-    while qi < n and prev is not None:  # past the last frame
-        write(prev[0], prev[1], float(queries[qi]))
-        qi += 1
+            break
+        prev, taken = (t, frame), [taken[1], False]
+    else:
+        if log is not None and prev is not None:
+            log.last = prev[0]
+        while qi < n and prev is not None:  # past the last frame
+            write(prev[0], prev[1], float(queries[qi]))
+            qi += 1
+    if late:
+        raise _Gap(late[0], first[0] if first else None)
     return qi
 
 

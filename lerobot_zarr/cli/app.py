@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Protocol, TextIO
 
 from ..errors import LeRobotZarrError, LeRobotZarrWarning
-from . import cache, convert, demo, edit, info, push, sync, verify, view
+from . import cache, convert, demo, doctor, edit, info, push, sync, verify, view
 
 __all__ = ["COMMANDS", "Command", "build_parser", "main"]
 
@@ -34,10 +34,10 @@ class Command(Protocol):
         ...
 
 
-COMMANDS: tuple[Command, ...] = (demo, info, convert, view, edit, push, sync, verify, cache)
+COMMANDS: tuple[Command, ...] = (demo, info, convert, view, doctor, edit, push, sync, verify, cache)
 
 DESCRIPTION = """\
-Command line: 'lerobot-zarr demo | info | convert (download) | view | edit | push | sync | verify |
+Command line: 'lerobot-zarr demo | info | convert (download) | view | doctor | edit | push | sync | verify |
 cache ls|rm|prune'.
 
 SOURCE is a LeRobot dataset folder (v3.x or v2.x), a store made by lerobot_zarr, a Hub dataset repo id 'org/name',

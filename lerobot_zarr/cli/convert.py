@@ -33,6 +33,8 @@ def add_parser(subparsers: Any, common: argparse.ArgumentParser) -> argparse.Arg
     convert.add_argument("--scheduler", default=None, metavar="ADDRESS",
                          help="transcode on a dask.distributed cluster (e.g. tcp://host:8786; the workers must see "
                               "the store folder at the same path)")
+    convert.add_argument("--no-doctor", action="store_true",
+                         help="do not check the data for defects as it is transcoded (see `lerobot-zarr doctor`)")
     convert.add_argument("--json", action="store_true", help="print the summary as JSON")
     return convert
 
@@ -53,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     storage = {**{camera: "compact" for camera in args.compact}, **dict(args.storage)}
     resize = dict(args.resize)
     kwargs = {"root": args.root, "episodes": args.episodes, "revision": args.revision, "token": args.token,
-              "storage": storage or None, "resize": resize or None}
+              "storage": storage or None, "resize": resize or None, "doctor": not args.no_doctor}
     if args.scheduler:
         from ..errors import import_optional
 

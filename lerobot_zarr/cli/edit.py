@@ -1,4 +1,5 @@
-"""``lerobot-zarr edit``: clean a dataset in place (delete or keep episodes, drop features), then optionally push.
+"""``lerobot-zarr edit``: clean a dataset in place (delete or keep episodes, drop features, drop the episodes the
+dataset doctor found defective), then optionally push.
 
 The plan is checked on metadata first (no data read), with the push's token and remote when ``--push`` is
 given, so that a mistake changes nothing; ``--dry-run`` stops there and says what would change.
@@ -16,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ArgumentError, FrameIndexError, LeRobotZarrError, LeRobotZarrWarning
+from ..errors import ArgumentError, FrameIndexError, LeRobotZarrError, LeRobotZarrWarning, NotMaterializedError
 from ..lerobot.format import DEFAULT_FEATURES
 from ..sampling.meta import DatasetMeta
 from .info import is_store
@@ -50,6 +51,10 @@ def add_parser(subparsers: Any, common: argparse.ArgumentParser) -> argparse.Arg
                        help="episodes to keep (every other one is deleted), e.g. 1 2 4 5 or 1-2,4-5")
     edit.add_argument("--drop-features", nargs="+", action="extend", metavar="FEATURE",
                       help="features to remove (e.g. a camera some episodes lack); LeRobot's own columns stay")
+    edit.add_argument("--drop-defective", nargs="*", default=None, metavar="KIND",
+                      help="delete the episodes in which the dataset doctor found defects of these kinds (default: "
+                           "every kind that names episodes, e.g. video_short frozen_frames nan); `lerobot-zarr "
+                           "doctor` lists them first")
     edit.add_argument("--dry-run", action="store_true",
                       help="only say what would change (nothing is written; only metadata is read, and with --push "
                            "the token and the remote are checked)")
@@ -155,9 +160,11 @@ def edit_summary(before: DatasetMeta, gone: list[int], drop: list[str], after: D
 
 
 def run(args: argparse.Namespace) -> int:
-    """Check the plan on metadata first (no data read), then open the store for writing, drop features, delete
+    """Check the plan on metadata first (no data read; with ``--drop-defective`` the doctor's report, which for a
+    source without a store means reading it once), then open the store for writing, drop features, delete
     episodes, and push if asked."""
     from ..api import inspect, open_dataset
+    from ..doctor.kinds import check_kinds
     from ..hub.http import parse_repo_id
     from ..sources.resolve import resolve_source
     from ..store.state import has_commit_point, read_state
@@ -165,8 +172,11 @@ def run(args: argparse.Namespace) -> int:
 
     if args.push is not None:  # '' too: checked before anything changes, never skipped as if not given
         parse_repo_id(args.push)
-    if not (args.delete_episodes or args.keep_episodes or args.drop_features or args.push):
-        raise ArgumentError("edit: nothing to do; give --delete-episodes, --keep-episodes, --drop-features or --push")
+    if not (args.delete_episodes or args.keep_episodes or args.drop_features or args.push
+            or args.drop_defective is not None):
+        raise ArgumentError("edit: nothing to do; give --delete-episodes, --keep-episodes, --drop-features, "
+                            "--drop-defective or --push")
+    kinds = None if args.drop_defective is None else check_kinds(args.drop_defective or None, droppable=True)
     src = resolve_source(args.source, revision=args.revision, token=args.token)
     notes = []
     store = src.store()
@@ -193,6 +203,11 @@ def run(args: argparse.Namespace) -> int:
                          f"first")
     gone, drop = edit_plan(before, str(target), args)
     _check_pyav(before, target, store=has_commit_point(target))
+    if kinds is not None:
+        report = _report_for_plan(src, target, args)
+        gone = _with_defective(gone, report, kinds, before.total_episodes, str(target))
+        notes.append(f"the doctor found {', '.join(kinds) if args.drop_defective else 'defects'} in "
+                     f"{len(report.episodes(kinds))} episodes ({report.summary()})")
     if args.push:  # the token, its write access and the remote's state, before anything changes
         check_push(None, args.push, revision=args.branch, token=args.token)
     if args.dry_run:
@@ -213,6 +228,8 @@ def run(args: argparse.Namespace) -> int:
     with opened as ds:
         before = ds.meta
         gone, drop = edit_plan(before, str(target), args)  # the same plan on the store itself
+        if kinds is not None:  # the doctor's report of the store itself (made with it when it was copied)
+            gone = _with_defective(gone, ds.defects, kinds, before.total_episodes, str(target))
         if args.push:  # the remote holds nothing, or this dataset as it will be after the edit
             kept = np.setdiff1d(np.arange(before.total_episodes), gone).tolist()
             with warnings.catch_warnings():
@@ -236,3 +253,35 @@ def run(args: argparse.Namespace) -> int:
                     raise
                 return 1
     return 0
+
+
+def _report_for_plan(src: Any, target: Path, args: argparse.Namespace) -> Any:
+    """The doctor's report the plan of ``--drop-defective`` is made from: the store's (the one edited), else a check
+    of the source read once (a dry run makes no store)."""
+    from ..doctor.findings import read_report
+    from ..doctor.scan import doctor_source
+    from ..store.state import has_commit_point
+
+    if has_commit_point(target):
+        report = read_report(target)
+        if report is None:
+            raise ArgumentError(f"{target}: the doctor never ran on this store; run `lerobot-zarr doctor {target} "
+                                f"--recheck` first; nothing was changed", path=target)
+        return report
+    from .doctor import source_files
+
+    log.info("checking %s with the doctor (the copy made by the edit keeps its own report)", src)
+    return doctor_source(source_files(src), progress=True)
+
+
+def _with_defective(gone: list[int], report: Any, kinds: list[str], n: int, where: str) -> list[int]:
+    """``gone`` and the episodes with defects of ``kinds``, refused when the report does not cover every episode or
+    nothing would be left."""
+    if report.checked_episodes < n:
+        raise NotMaterializedError(f"{where}: the doctor checked {report.checked_episodes} of the {n} episodes "
+                                   f"({'; '.join(report.notes)[:300]}); run `lerobot-zarr doctor {where} --recheck` "
+                                   f"first; nothing was changed", path=where)
+    out = sorted(set(gone) | set(report.episodes(kinds)))
+    if n and len(out) == n:
+        raise ArgumentError(f"{where}: this would delete all {n} episodes; nothing was changed")
+    return out

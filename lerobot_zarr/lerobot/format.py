@@ -14,11 +14,13 @@ from typing import Any
 
 import numpy as np
 
+from ..cameras.video import TOLERANCE_S
+
 __all__ = ["QUANTILES", "STAT_NAMES", "DEFAULT_FEATURES", "CAMERA_DTYPES", "NUMERIC_DTYPES", "TEXT_DTYPES",
            "LANGUAGE_PERSISTENT", "LANGUAGE_EVENTS", "language_value", "V3_DATA_PATH", "V3_VIDEO_PATH",
            "V21_DATA_PATH", "V21_VIDEO_PATH", "CHUNKS_SIZE", "check_path_template", "data_file_rel", "video_file_rel",
            "default_features", "video_info", "per_episode_stats", "aggregate_stats", "stats_json", "episode_stats",
-           "image_stats", "depth_map_stats"]
+           "image_stats", "depth_map_stats", "bad_timestamp_steps"]
 
 CHUNKS_SIZE = 1000
 QUANTILES = {"q01": 0.01, "q10": 0.10, "q50": 0.50, "q90": 0.90, "q99": 0.99}
@@ -240,3 +242,14 @@ def aggregate_stats(stats: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 def stats_json(stats: dict[str, np.ndarray], row: int | None = None) -> dict[str, list]:
     """Stats of one episode (``row``) or of the dataset as JSON-ready nested lists."""
     return {name: (array if row is None else array[row]).tolist() for name, array in stats.items()}
+
+
+def bad_timestamp_steps(ts: np.ndarray, fps: float) -> np.ndarray:
+    """Positions ``i`` where ``ts[i + 1] - ts[i]`` is not 1/fps within LeRobot's ``tolerance_s`` (plus the rounding
+    of the stored float type, which float32 makes coarser than 1e-4 s past ~2000 s); NaN steps are bad too."""
+    ts = np.asarray(ts).reshape(-1)
+    if len(ts) < 2:
+        return np.zeros(0, dtype=np.int64)
+    step = np.diff(ts.astype(np.float64))
+    slack = TOLERANCE_S + (2 * np.spacing(np.abs(ts[1:])).astype(np.float64) if ts.dtype.kind == "f" else 0.0)
+    return np.flatnonzero(~(np.abs(step - 1.0 / fps) <= slack))

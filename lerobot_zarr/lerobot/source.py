@@ -25,9 +25,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..cameras.video import TOLERANCE_S, VideoUnavailable, decode_into
+from ..cameras.video import TOLERANCE_S, DecodeLog, VideoUnavailable, decode_into
 from ..errors import CorruptSourceError, LeRobotZarrError, SchemaMismatchError, SourceNotFoundError, warn_user
 from ..utils.background import in_threads
+from .format import bad_timestamp_steps
 from .source_columns import column_to_numpy, frame_shape_from_arrow, recorded_image_shape
 from .source_files import LocalFiles, SourceFiles, is_lerobot_folder
 from .source_meta import FeatureSpec, LeRobotMetadata, SourceEpisodes, open_parquet
@@ -136,12 +137,14 @@ class LeRobotSource:
         """Identity of the source, kept in the store's attributes (path and content digest, or repo and commit)."""
         return dict(self._record)
 
-    def iter_episodes(self, episodes: Sequence[int]) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
+    def iter_episodes(self, episodes: Sequence[int], *, checked: bool = True
+                      ) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
         """Yield ``(episode, {feature: frames})`` for the given episodes, reading only the row groups holding them
         (the features of the data files: cameras kept as videos come from :meth:`decode_video`).
 
         Work is split into runs of consecutive row groups, read ``files.concurrency`` at a time (several range
-        requests in flight for a Hub repository). Frames are checked against the episode table.
+        requests in flight for a Hub repository). Frames are checked against the episode table, unless
+        ``checked=False`` (the dataset doctor's scan, which reports every such defect instead of the first).
         """
         by_file: dict[str, list[int]] = {}
         for e in sorted(set(int(e) for e in episodes)):
@@ -152,10 +155,10 @@ class LeRobotSource:
         workers = min(self.files.concurrency, len(units))
         if workers <= 1:
             for unit in units:
-                yield from self._read_unit(*unit, specs)
+                yield from self._read_unit(*unit, specs, checked)
             return
-        for _, read in in_threads(lambda u: list(self._read_unit(*u, specs)), units, workers, ahead=2 * workers,
-                                  name="lerobot_zarr-fetch"):
+        for _, read in in_threads(lambda u: list(self._read_unit(*u, specs, checked)), units, workers,
+                                  ahead=2 * workers, name="lerobot_zarr-fetch"):
             yield from read
 
     def _plan_file(self, rel: str, eps: list[int], specs: dict[str, FeatureSpec]) -> list[tuple]:
@@ -206,7 +209,7 @@ class LeRobotSource:
         return out
 
     def _read_unit(self, rel: str, metadata: pq.FileMetaData, run: list[int], base: int, eps: list[int],
-                   specs: dict[str, FeatureSpec]) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
+                   specs: dict[str, FeatureSpec], checked: bool = True) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
         """Read one run of row groups and cut it into episodes."""
         path = self.files.location(rel)
         t = self.episodes
@@ -228,7 +231,8 @@ class LeRobotSource:
                 if spec.kind != "numeric":  # images and text converted per episode: bounded memory
                     frames[k] = column_to_numpy(table.column(k).slice(r0, n), spec, f"{path} (episode {e})",
                                                 r0 + base)
-            self._check_episode(frames, e, path)
+            if checked:
+                self._check_episode(frames, e, path)
             yield e, frames
 
     def _check_episode(self, frames: dict[str, np.ndarray], e: int, path: str) -> None:
@@ -256,24 +260,21 @@ class LeRobotSource:
         ``check_timestamps_sync``; plus the rounding of the stored float type, which float32 makes coarser than
         1e-4 s past ~2000 s). A dropped or repeated frame would otherwise shift every window after it: the store
         addresses frames by index, so ``t + k/fps`` would silently be another time."""
-        if len(ts) < 2:
-            return
-        step = np.diff(ts.astype(np.float64))
-        slack = TOLERANCE_S + (2 * np.spacing(np.abs(ts[1:])).astype(np.float64)
-                                         if ts.dtype.kind == "f" else 0.0)
-        bad = np.flatnonzero(~(np.abs(step - 1.0 / self.fps) <= slack))  # NaN steps are bad too
+        bad = bad_timestamp_steps(ts, self.fps)
         if bad.size:
             i = int(bad[0])
+            step = float(ts[i + 1]) - float(ts[i])
             raise SchemaMismatchError(
                 f"{path}: episode {e} frames {i} and {i + 1} have timestamps {float(ts[i]):.6f} s and "
-                f"{float(ts[i + 1]):.6f} s, {float(step[i]):.6f} s apart instead of 1/fps = {1 / self.fps:.6f} s "
+                f"{float(ts[i + 1]):.6f} s, {step:.6f} s apart instead of 1/fps = {1 / self.fps:.6f} s "
                 f"(tolerance {TOLERANCE_S} s): a dropped or repeated frame, or timestamps at another fps")
 
     def decode_video(self, episode: int, key: str, timestamps: np.ndarray, sink: Callable[[bytes], None], *,
-                     rewind: Callable[[], None] | None = None) -> None:
+                     rewind: Callable[[], None] | None = None, log: DecodeLog | None = None) -> None:
         """Decode camera ``key`` of ``episode`` at the episode's dataset ``timestamps``, frame by frame into
         ``sink`` (HWC bytes: uint8, or a depth camera's uint16 codes); ``rewind()``: start over (see
-        :func:`~lerobot_zarr.cameras.video.decode_into`).
+        :func:`~lerobot_zarr.cameras.video.decode_into`); ``log`` notes what the decode saw
+        (:class:`~lerobot_zarr.cameras.video.DecodeLog`).
 
         Raises :class:`~lerobot_zarr.cameras.video.VideoUnavailable` (with the reason) when the video is not listed, not
         there, cannot be decoded or has no frame close enough to a timestamp; network errors propagate."""
@@ -286,7 +287,7 @@ class LeRobotSource:
         spec = self.features[key]
         with self.files.open(rel) as f:
             decode_into(f, sink, queries, spec.frame_shape, f"{self.files.location(rel)} ({where})",
-                        depth=spec.depth, rewind=rewind)
+                        depth=spec.depth, rewind=rewind, log=log)
 
     def video_missing(self, episode: int, key: str, exists: Callable[[str], bool] | None = None) -> str | None:
         """Why camera ``key`` of ``episode`` has no video, known without decoding anything (the episode table lists

@@ -1,6 +1,6 @@
-"""What a dataset offers through the modules built on it (exports, push, verify, xarray, publishing to a bucket):
-methods of :class:`~lerobot_zarr.sampling.dataset.LeRobotZarrDataset`, each importing its module when called
-(imports point down)."""
+"""What a dataset offers through the modules built on it (exports, push, verify, xarray, publishing to a bucket,
+the doctor): methods of :class:`~lerobot_zarr.sampling.dataset.LeRobotZarrDataset`, each importing its module when
+called (imports point down)."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ class Conveniences:
     is its store, ``_remote`` the bucket it is read from, if any)."""
 
     root: Path
+    meta: Any
     _remote: Any
 
     def to_lerobot(self, path: str | os.PathLike, *, data_files_size_in_mb: int = 100,
@@ -71,6 +72,29 @@ class Conveniences:
         from ..writing.sync import push_store
 
         return push_store(self.root, url, force=force, options=dict(options or {}), progress=progress)
+
+    @property
+    def defects(self) -> Any:
+        """What the dataset doctor found in the store (:class:`~lerobot_zarr.doctor.report.DoctorReport`: made as
+        the store was transcoded, or by :meth:`doctor`), its findings renumbered if the store was edited since; a
+        report that checked no episode (and says so) if the doctor never ran on it."""
+        from ..doctor.findings import read_report
+        from ..doctor.report import DoctorReport
+
+        report = read_report(self.root)
+        if report is not None:
+            return report
+        n = int(self.meta.total_episodes)
+        return DoctorReport(str(self.root), n, (), [], ["the doctor never ran on this store (made without it, or "
+                                                         "by an earlier version): ds.doctor() checks it"])
+
+    def doctor(self, *, progress: bool = True) -> Any:
+        """Run every check of the dataset doctor again over the store's data and keep the report in the store
+        (:func:`lerobot_zarr.doctor.scan.doctor_store`); nothing in the data changes."""
+        self._local_only("doctor")
+        from ..doctor.scan import doctor_store
+
+        return doctor_store(self.root, progress=progress)
 
     def _local_only(self, what: str) -> None:
         if self._remote is not None:  # a store in a bucket is read where it is, row by row

@@ -31,6 +31,9 @@ Layout of a store folder::
     .editing/<k>-<offset>      the features of that episode an in-place edit changed since the last commit (a
                                JSON list): the next writer recomputes their stats and content hashes
     .retired/<feature>/<k>     pack files of retired packs, kept a while for readers of older commits
+    .doctor/                   the dataset doctor's findings (see :mod:`lerobot_zarr.doctor.findings`): per episode
+                               as checked (``findings.ndjson``), the sums for the checks of the whole dataset
+                               (``moments.json``) and its last report (``report.json``); no part of the data
     .lock                      writer lock (``flock``); not part of the zarr hierarchy
     .lerobot_zarr-creating     present only while a store is being laid out (before its first commit)
     .frame_live-pending        present while ``frame_live`` may lag the last commit (repaired by the next commit)

@@ -14,9 +14,7 @@ processes writing the same episode write the same bytes; a commit merges what th
 from __future__ import annotations
 
 import contextlib
-import json
 import os
-import threading
 import time
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -40,7 +38,7 @@ from ..lerobot.format import CAMERA_DTYPES
 from ..lerobot.source_files import SourceFiles
 from ..sources.base import origin
 from ..sources.registry import describe_record, kind_of_record, made_from_source, same_source
-from ..store.cameras import MP4_INDEX, kept_description, mp4_index_path, served_episodes
+from ..store.cameras import MP4_INDEX, kept_description, served_episodes
 from ..store.committing import check_new_store_location, commit, create_store, remove_creation_debris
 from ..store.packs import HUGE_PAGE, ensure_pack, read_raw_rows, row_writer, write_pack_bytes, write_rows
 from ..store.state import StoreState, has_commit_point, read_state
@@ -58,12 +56,14 @@ from ..store.tables import (
     plan_packs,
 )
 from ..utils.background import prefetched
-from ..utils.fileio import WriterLock, atomic_write, check_in_store, disk_error, link_or_copy, replace_file
-from ..utils.hashing import Crc32c, crc32c
+from ..utils.fileio import WriterLock
+from ..utils.hashing import crc32c
 from ..utils.progress import progress_bar
 from .camera_choices import CameraStorage, Resize, camera_array, every_camera
+from .mp4_files import keep_mp4, write_mp4_index
 
 if TYPE_CHECKING:  # the caller gives the source: reading one is what needs pyarrow
+    from ..doctor.checkup import Checkup
     from ..lerobot.source import LeRobotSource
 
 __all__ = ["transcode", "array_specs", "missing_episodes", "fetch_missing", "recorded_source"]
@@ -114,7 +114,7 @@ def _create(source: LeRobotSource, root: Path, record: dict, arrays: Mapping[str
         for k, shape in resized.items():
             features[k]["shape"] = list(shape)
         info = dict(info, features=features)
-    files = {f"{name}/{MP4_INDEX}": _write_mp4_index(source, root, name)
+    files = {f"{name}/{MP4_INDEX}": write_mp4_index(source, root, name)
              for name, spec in arrays.items() if spec.storage == "mp4"}
     return create_store(StoreState(
         root=root, info=info, tasks=tuple(source.tasks), stats=source.stats, source=record, arrays=dict(arrays),
@@ -142,24 +142,6 @@ def _check_storable(source: LeRobotSource, arrays: Mapping[str, ArraySpec]) -> N
                                   f"episode table is corrupt", episode=e)
 
 
-def _write_mp4_index(source: LeRobotSource, root: Path, name: str) -> int:
-    """The episode -> (file, from, to timestamp) table of a camera kept as mp4 (fixed with the store); returns
-    its content hash."""
-    refs = source.episodes.videos.get(name, [])
-    files = sorted({ref[0] for ref in refs if ref is not None})
-    number = {f: i for i, f in enumerate(files)}
-    lengths = source.episodes.length
-    doc = {"files": files,
-           "file": [number[ref[0]] if ref is not None else -1 for ref in refs],
-           "from_timestamp": [ref[1] if ref is not None else 0.0 for ref in refs],
-           "to_timestamp": [(ref[1] if ref is not None else 0.0) + int(n) / source.fps
-                            for ref, n in zip(refs, lengths.tolist(), strict=True)]}
-    path = mp4_index_path(root, name)
-    check_in_store(root, path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    data = json.dumps(doc).encode()
-    atomic_write(path, data, durable=False, root=root)
-    return crc32c(data)
 
 
 def _checked_state(root: Path, record: dict) -> StoreState:
@@ -181,11 +163,12 @@ def _checked_state(root: Path, record: dict) -> StoreState:
 def transcode(source: LeRobotSource, root: str | os.PathLike, *, episodes: Sequence[int] | None = None,
               progress: bool = True, storage: Mapping[str, CameraStorage | str] | None = None,
               resize: Mapping[str, Resize] | None = None, client: Any = None,
-              pack_bytes: int = DEFAULT_PACK_BYTES) -> StoreState:
+              pack_bytes: int = DEFAULT_PACK_BYTES, doctor: bool = True) -> StoreState:
     """Write the given episodes (default: all) of ``source`` into the store at ``root``; return its state.
 
     Creates the store if needed (packs of about ``pack_bytes`` of the widest feature) and skips episodes already
-    committed. ``storage`` and ``resize`` choose how a new store keeps cameras (:func:`camera_array`). With a
+    committed. ``storage`` and ``resize`` choose how a new store keeps cameras (:func:`camera_array`). ``doctor``
+    checks the data as it passes by and keeps the findings in the store (:mod:`lerobot_zarr.doctor`). With a
     ``dask.distributed.Client`` the episodes are split by pack across its
     workers, which write their rows straight into the store (a folder every worker sees at the same path); this
     process commits.
@@ -236,9 +219,18 @@ def transcode(source: LeRobotSource, root: str | os.PathLike, *, episodes: Seque
     todo = [e for e in wanted if not done[e]]
     if not todo:
         return state
+    checkup = _checkup(source, root, state) if doctor else None
     if client is not None:
-        return _write_distributed(source, root, state, todo, progress, client)
-    return _write_episodes(source, root, state, todo, progress)
+        return _write_distributed(source, root, state, todo, progress, client, checkup)
+    return _write_episodes(source, root, state, todo, progress, checkup)
+
+
+def _checkup(source: LeRobotSource, root: Path, state: StoreState) -> Checkup:
+    """The doctor of this transcode (its moments go on from those the store keeps)."""
+    from ..doctor.checkup import Checkup
+    from ..doctor.findings import load_moments
+
+    return Checkup.of_source(source, covered=load_moments(root, len(state.table)).covered)
 
 
 def missing_episodes(store: str | os.PathLike, episodes: Iterable[int] | None) -> list[int]:
@@ -307,7 +299,7 @@ def _heal_cameras(source: LeRobotSource, root: Path, state: StoreState,
             return state
         for name in lost:
             if arrays[name].storage == "mp4":
-                _write_mp4_index(source, root, name)
+                write_mp4_index(source, root, name)
         return commit(replace(state, arrays={**state.arrays, **{name: arrays[name] for name in lost}},
                               not_materialized={k: v for k, v in state.not_materialized.items() if k not in lost}),
                       previous=state)
@@ -330,11 +322,10 @@ def _units(source: LeRobotSource, state: StoreState, todo: list[int]) -> list[li
     return [eps[i:i + _UNIT_EPISODES] for eps in groups.values() for i in range(0, len(eps), _UNIT_EPISODES)]
 
 
-def transcode_unit(files: SourceFiles, root: str, episodes: list[int]
-                   ) -> tuple[list[int], dict[str, dict[int, str]], list[str], dict[int, dict[str, int]]]:
+def transcode_unit(files: SourceFiles, root: str, episodes: list[int], doctor: bool = False) -> tuple:
     """A distributed task: write the rows of ``episodes`` into the store at ``root`` (not committed); return them,
-    the cameras they lack (unavailable, with why), the cameras this worker could not decode (no PyAV) and the
-    content hash of every episode and feature written.
+    the cameras they lack (unavailable, with why), the cameras this worker could not decode (no PyAV), the
+    content hash of every episode and feature written, and (``doctor``) what the doctor found in them.
 
     Writing the same rows again is harmless, so a task retried after a worker died (or run twice) leaves the
     same bytes; only the caller's commit makes them part of the store."""
@@ -344,36 +335,43 @@ def transcode_unit(files: SourceFiles, root: str, episodes: list[int]
     state = read_state(Path(root))
     unavailable: dict[str, dict[int, str]] = {}
     rows = _Rows(root, state)
+    checkup = _checkup(source, Path(root), state) if doctor else None
     for e, timestamps, frames in rows.inputs(source, episodes):
+        if checkup is not None and frames is not None:
+            checkup.frames(e, frames)
         for name in rows.take(e, frames):
             try:
-                rows.hashes.setdefault(e, {})[name] = _decode(source, root, state, e, name, timestamps)
+                rows.hashes.setdefault(e, {})[name] = _decode(source, root, state, e, name, timestamps, checkup)
             except VideoUnavailable as exc:
                 unavailable.setdefault(name, {})[e] = str(exc)
     rows.flush()
-    return list(episodes), unavailable, rows.skipped, rows.hashes
+    return list(episodes), unavailable, rows.skipped, rows.hashes, checkup.handed_over() if checkup else None
 
 
 def _write_distributed(source: LeRobotSource, root: Path, state: StoreState, todo: list[int], progress: bool,
-                       client: Any) -> StoreState:
+                       client: Any, checkup: Checkup | None = None) -> StoreState:
     """Fan the episodes out to a dask cluster's workers, committing here about every second as tasks finish."""
     from distributed import as_completed
 
     units = _units(source, state, todo)
     futures = client.map(transcode_unit, [source.files] * len(units), [str(root)] * len(units), units,
-                         pure=False, retries=3)
-    commits = _Commits(root)
+                         [checkup is not None] * len(units), pure=False, retries=3)
+    commits = _Commits(root, checkup=checkup)
     with progress_bar(int(source.episodes.length[todo].sum()),
                       f"transcoding {source.files.name} on {len(client.scheduler_info()['workers'])} workers",
                       progress) as bar:
         try:
             for future in as_completed(futures, loop=client.loop):
-                episodes, gaps, skipped, hashes = future.result()
+                episodes, gaps, skipped, hashes, found = future.result()
+                if checkup is not None and found is not None:
+                    checkup.ingest(*found)
                 commits.add(episodes, gaps, skipped, hashes)
                 bar.update(int(source.episodes.length[episodes].sum()))
         finally:
             client.cancel(futures)
             commits.flush()
+    if checkup is not None:
+        checkup.finish(root, read_state(root))
     return read_state(root)
 
 
@@ -381,8 +379,9 @@ class _Commits:
     """Episodes written (or known unavailable for some features), with their content hashes, committed about every
     second and at the end. Each commit takes the writer lock briefly and merges into the store's latest state."""
 
-    def __init__(self, root: Path, before: Any = None):
+    def __init__(self, root: Path, before: Any = None, checkup: Checkup | None = None):
         self.root, self.before = root, before  # before: called first at each commit (pending writes)
+        self.checkup = checkup  # the doctor's findings of the episodes are kept just before their commit
         self.done: list[int] = []
         self.unavailable: dict[str, dict[int, str]] = {}
         self.skipped: dict[str, set[int]] = {}  # cameras not decoded (no PyAV where the rows were written)
@@ -420,6 +419,8 @@ class _Commits:
                 hashes = {(int(t.chunk[e]), int(t.offset[e])): {name: h for name, h in per.items()
                                                                 if name in state.arrays}
                           for e, per in self.hashes.items() if e not in waiting}
+                if self.checkup is not None:
+                    self.checkup.save(self.root, state, ready, self.hashes)
                 commit(state.with_materialized(written, unavailable).with_hashes(hashes), previous=state)
         self.done = [e for e in self.done if e in waiting]
         self.unavailable = {name: kept for name, reasons in self.unavailable.items()
@@ -544,117 +545,45 @@ _WRITE_BYTES = 32 << 20
 _HOLD_S = 10.0
 
 
-def _decode(source: LeRobotSource, root: str | Path, state: StoreState, e: int, name: str, timestamps: np.ndarray
-            ) -> int:
+def _decode(source: LeRobotSource, root: str | Path, state: StoreState, e: int, name: str, timestamps: np.ndarray,
+            checkup: Checkup | None = None) -> int:
     """One episode of a video camera into the store: decoded into its rows (resized first if the store keeps the
-    camera smaller), or, kept as mp4, its file copied into the store. Returns the content hash of what the store
-    holds for it (the rows written, or the whole mp4 file)."""
+    camera smaller; ``checkup`` watching), or, kept as mp4, its file copied into the store. Returns the content hash
+    of what the store holds for it (the rows written, or the whole mp4 file)."""
     spec = state.arrays[name]
     if spec.storage == "mp4":
-        return _keep_mp4(source, Path(root), e, name)
-    pack, offset, rows = _location(state, e)
-    with row_writer(root, name, spec, pack, offset, len(timestamps), rows) as writer:
-        sink = writer.write
-        if spec.resize:
-            how = spec.resize_spec
-            shape = tuple(how["from"])
+        return keep_mp4(source, Path(root), e, name)
+    watch = checkup.camera(e, name, timestamps) if checkup is not None else None
+    with watch or contextlib.nullcontext():
+        pack, offset, rows = _location(state, e)
+        with row_writer(root, name, spec, pack, offset, len(timestamps), rows) as writer:
+            sink = writer.write
+            if spec.resize:
+                how = spec.resize_spec
+                shape = tuple(how["from"])
 
-            def sink(frame: bytes) -> None:
-                writer.write(resize_frame(np.frombuffer(frame, np.uint8).reshape(shape), how["size"],
-                                          crop=how.get("crop"), interpolation=how["interpolation"]))
+                def sink(frame: bytes) -> None:
+                    writer.write(resize_frame(np.frombuffer(frame, np.uint8).reshape(shape), how["size"],
+                                              crop=how.get("crop"), interpolation=how["interpolation"]))
 
-        source.decode_video(e, name, timestamps, sink, rewind=writer.rewind)
-    if writer.written != len(timestamps):
-        raise VideoUnavailable(f"episode {e}, camera {name!r}: decoded {writer.written} of its {len(timestamps)} "
-                               f"frames")
-    return writer.crc
-
-
-_copy_locks: dict[str, threading.Lock] = {}
-_copy_guard = threading.Lock()
-
-
-def _keep_mp4(source: LeRobotSource, root: Path, e: int, name: str) -> int:
-    """Make the mp4 file holding episode ``e`` of camera ``name`` part of the store (a hard link or a copy of a
-    local file, the whole file from a Hub repo), once; return the file's content hash. A missing or unreadable
-    file makes the episode's camera unavailable."""
-    ref = source.episodes.videos.get(name, [None] * (e + 1))[e]
-    if ref is None:
-        raise VideoUnavailable(f"episode {e}, camera {name!r}: meta/episodes lists no video file")
-    rel = ref[0]
-    if not source.files.exists(rel):
-        raise VideoUnavailable(f"episode {e}, camera {name!r}: video file {source.files.location(rel)} not found")
-    target = Path(check_in_store(root, root / name / "videos" / rel))
-    with _copy_guard:
-        lock = _copy_locks.setdefault(str(target), threading.Lock())
-    with lock:
-        if target.is_file() and not target.is_symlink():
-            known = _mp4_hashes.get(str(target))
-            return known if known is not None else _file_crc(target)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}-{threading.get_ident()}")
-        try:
-            local = source.files.local_path(rel)
-            if local is not None:
-                link_or_copy(local, tmp)
-                crc = _file_crc(tmp)
-            else:
-                hash_ = Crc32c()
-                with source.files.open(rel) as f, open(tmp, "wb") as out:
-                    try:
-                        while chunk := f.read(8 << 20):
-                            out.write(chunk)
-                            hash_.update(chunk)
-                    except OSError as exc:
-                        raise disk_error(exc, target) from None  # a full disk named; other errors as they are
-                crc = hash_.value
-            if not _decodable(tmp):
-                raise VideoUnavailable(f"episode {e}, camera {name!r}: {source.files.location(rel)} has no "
-                                       f"decodable video stream")
-            replace_file(tmp, target)
-            _mp4_hashes[str(target)] = crc
-            return crc
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
+            source.decode_video(e, name, timestamps, watch.wrap(sink) if watch else sink,
+                                rewind=watch.rewinding(writer.rewind) if watch else writer.rewind,
+                                log=watch.log if watch else None)
+        if writer.written != len(timestamps):
+            raise VideoUnavailable(f"episode {e}, camera {name!r}: decoded {writer.written} of its "
+                                   f"{len(timestamps)} frames")
+        return writer.crc
 
 
-_mp4_hashes: dict[str, int] = {}  # mp4 files this process put into a store: their content hash
-
-
-def _file_crc(path: Path) -> int:
-    """Content hash of a whole file (opened without following a link)."""
-    from ..utils.fileio import open_nofollow
-
-    hash_ = Crc32c()
-    fd = open_nofollow(path, os.O_RDONLY)
-    try:
-        with os.fdopen(fd, "rb", closefd=False) as f:
-            while chunk := f.read(8 << 20):
-                hash_.update(chunk)
-    finally:
-        os.close(fd)
-    return hash_.value
-
-
-def _decodable(path: Path) -> bool:
-    import av
-
-    try:
-        with av.open(str(path)) as container:
-            return bool(container.streams.video)
-    except (av.error.FFmpegError, OSError, ValueError):
-        return False
-
-
-def _write_episodes(source: LeRobotSource, root: Path, state: StoreState, todo: list[int], progress: bool
-                    ) -> StoreState:
-    """Write ``todo``'s rows (cameras decoded in a thread pool, parallel across episodes and cameras), commit
-    about every second. An episode is committed when all its features are written or known unavailable."""
+def _write_episodes(source: LeRobotSource, root: Path, state: StoreState, todo: list[int], progress: bool,
+                    checkup: Checkup | None = None) -> StoreState:
+    """Write ``todo``'s rows (cameras decoded in a thread pool, parallel across episodes and cameras; ``checkup``
+    checking them), commit about every second. An episode is committed when all its features are written or known
+    unavailable."""
     rows = _Rows(root, state)
     cameras = list(rows.cameras)
     workers = min(8, _cpu_count()) if cameras else 0
-    commits = _Commits(root, before=rows.flush)
+    commits = _Commits(root, before=rows.flush, checkup=checkup)
 
     def finish(e: int, decoding: dict[str, Future]) -> None:
         unavailable = {name: {e: f"episode {e}, camera {name!r}: {why}"} for name in rows.skipped
@@ -676,7 +605,9 @@ def _write_episodes(source: LeRobotSource, root: Path, state: StoreState, todo: 
         in_flight: deque[tuple[int, dict[str, Future]]] = deque()
         try:
             for e, timestamps, frames in prefetched(rows.inputs(source, todo), depth=4):
-                decoding = {name: pool.submit(_decode, source, root, state, e, name, timestamps)
+                if checkup is not None and frames is not None:
+                    checkup.frames(e, frames)
+                decoding = {name: pool.submit(_decode, source, root, state, e, name, timestamps, checkup)
                             for name in rows.take(e, frames)}
                 in_flight.append((e, decoding))
                 while in_flight and (len(in_flight) > 2 * workers
@@ -688,4 +619,6 @@ def _write_episodes(source: LeRobotSource, root: Path, state: StoreState, todo: 
             pool.shutdown(wait=True, cancel_futures=True)
             raise
         commits.flush()
+    if checkup is not None:
+        checkup.finish(root, read_state(root))
     return read_state(root)

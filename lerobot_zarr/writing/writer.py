@@ -28,6 +28,8 @@ from typing import Any
 import numpy as np
 
 from ..cameras.video import have_pyav, pyav_missing
+from ..doctor.findings import DOCTOR_DIR
+from ..doctor.scan import doctor_store
 from ..errors import (
     ArgumentError,
     CorruptStoreError,
@@ -132,7 +134,8 @@ def fork(source: str | os.PathLike, root: str | os.PathLike) -> StoreState:
                 with contextlib.suppress(FileNotFoundError):
                     dst.unlink()  # debris of a copy killed midway
                 link_or_copy(src, dst)
-        _copy_stats_files(source, root)
+        _copy_store_files(source, root, ".episode_stats", ".json")
+        _copy_store_files(source, root, DOCTOR_DIR, ".json", ".ndjson")  # the doctor's report goes with the copy
         new = create_store(replace(state, root=root, retired=()), keep_files=True)
     return new
 
@@ -643,6 +646,27 @@ class WritableDataset:
         gaps = {name: {int(position[p]): why for p, why in g.items() if keep[p]} for name, g in self._tx.gaps.items()}
         self._tx.commit(self._tx.state, new_rows, table=new_table, packs=packs, gaps=gaps)
 
+    def drop_defective(self, kinds: str | Sequence[str] | None = None) -> list[int]:
+        """Delete in one commit the episodes with defects of ``kinds`` (a kind, a list, or None: every episode kind of
+        :data:`lerobot_zarr.doctor.KINDS`) and return them; refused until the doctor checked every episode."""
+        self._check_open()
+        report = self._reader.defects
+        gone = report.episodes([kinds] if isinstance(kinds, str) else kinds)
+        n = len(self._tx.state.table)
+        if report.checked_episodes < n:
+            raise NotMaterializedError(f"{self.root}: the doctor checked {report.checked_episodes} of the {n} "
+                                       f"episodes; run ds.doctor() first", path=self.root)
+        if gone and len(gone) == n:
+            raise ArgumentError(f"{self.root}: all {n} episodes have such defects; nothing was deleted")
+        if gone:
+            self.delete_episodes(gone)
+        return gone
+
+    def doctor(self, *, progress: bool = True) -> Any:
+        """The dataset doctor again over the store, under this writer's lock, after committing pending edits."""
+        self.flush()
+        return doctor_store(self.root, progress=progress, locked=True)
+
     def delete_frames(self, episode: int, frames: slice | range | tuple[int, int] | Sequence[int]) -> None:
         """Delete frames of one episode (a range or a list of frame indices; negative ones from the end, any outside
         the episode raise :class:`~lerobot_zarr.errors.FrameIndexError`) in one commit.
@@ -739,19 +763,17 @@ def _check_complete(state: StoreState) -> None:
                                    episode=int(missing[0]))
 
 
-def _copy_stats_files(source: Path, root: Path) -> None:
-    """The per-episode stats files of ``source`` copied into ``root`` (regular files only: a link is not
-    followed out of the store)."""
-    folder = Path(check_in_store(source, source / ".episode_stats" / "_")).parent
+def _copy_store_files(source: Path, root: Path, name: str, *suffixes: str) -> None:
+    """Files of folder ``name`` of ``source`` ending in ``suffixes`` copied into ``root`` (no link followed)."""
+    folder = Path(check_in_store(source, source / name / "_")).parent
     if folder.is_symlink() or not folder.is_dir():
         return
-    target = root / ".episode_stats"
+    target = root / name
     target.mkdir(exist_ok=True)
     for entry in folder.iterdir():
-        if entry.is_file() and not entry.is_symlink() and entry.name.endswith(".json"):
+        if entry.is_file() and not entry.is_symlink() and entry.name.endswith(suffixes):
             with contextlib.suppress(FileExistsError):
                 copy_file(entry, target / entry.name)
-
 
 
 class _Frames:

@@ -31,6 +31,7 @@ from hub_fixtures import real_dataset, resolve_prefix, row_groups, server_env
 
 import lerobot_zarr  # noqa: F401  (sets zarr's rectilinear-chunks switch for xr.open_zarr)
 from lerobot_zarr import ArgumentError, CorruptSourceError, create, episodes_for_rank, open_dataset, split_episodes
+from lerobot_zarr.doctor import read_report
 from lerobot_zarr.integrations.xarray import lerobot_stats
 from lerobot_zarr.store.state import read_root, read_state
 from lerobot_zarr.testing.hub_server import HubServer
@@ -170,11 +171,16 @@ def store_files(root: Path) -> dict[str, Path]:
 
 def assert_same_store(got: Path, want: Path, what: str, *, same_source: bool = True) -> None:
     """Bit-identical stores: the same files, every one byte-equal except the root ``zarr.json``, whose attributes
-    are equal but for ``generation`` (how many commits it took) and, with ``same_source=False``, ``source``."""
+    are equal but for ``generation`` (how many commits it took) and, with ``same_source=False``, ``source``; and
+    the dataset doctor's files (written as episodes were checked, in another order), the same report."""
     a, b = store_files(got), store_files(want)
     assert sorted(a) == sorted(b), f"{what}: files differ: only in got {sorted(set(a) - set(b))[:5]}, only in " \
                                    f"want {sorted(set(b) - set(a))[:5]}"
-    differ = [rel for rel in b if rel != "zarr.json" and a[rel].read_bytes() != b[rel].read_bytes()]
+    da, db = read_report(got), read_report(want)
+    assert (da is None) == (db is None) and (da is None or (da.checked, da.defects) == (db.checked, db.defects)), \
+        f"{what}: the doctor's reports differ: {da!r} vs {db!r}"
+    differ = [rel for rel in b if rel != "zarr.json" and not rel.startswith(".doctor/")
+              and a[rel].read_bytes() != b[rel].read_bytes()]
     assert differ == [], f"{what}: {len(differ)} files differ, e.g. {differ[:5]}"
     ra, rb = read_root(got), read_root(want)
     attrs_a, attrs_b = ra["attributes"].pop("lerobot_zarr"), rb["attributes"].pop("lerobot_zarr")
