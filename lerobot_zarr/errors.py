@@ -205,6 +205,8 @@ OPTIONAL_PACKAGES: dict[str, tuple[str, str, str]] = {
     "dask": ("dask", "dask[array]>=2025.1", "xarray"),
     "distributed": ("dask.distributed", "distributed>=2025.1", "xarray"),
     "torch": ("torch", "torch>=2.2", "torch"),
+    "pandas": ("pandas", "pandas>=2", "lerobot"),
+    "datasets": ("datasets", "datasets>=3", "lerobot"),
 }
 
 

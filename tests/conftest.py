@@ -34,6 +34,7 @@ _HOME = tempfile.mkdtemp(prefix="lerobot_zarr-tests-home-")
 os.environ["LEROBOT_ZARR_HOME"] = _HOME  # tests that want another one set their own
 
 import _budget  # noqa: E402  (tests/ is on sys.path: pytest puts a conftest's folder there)
+from lerobot_recorded import lerobot_recorded  # noqa: E402, F401  (the session fixture: each kind recorded once)
 
 G1_CAM = "observation.images.cam_high"
 G1_SMALL = (24, 32)  # the shared G1 store keeps its camera at this size

@@ -1,9 +1,11 @@
-"""The ``LeRobotDataset`` drop-in: LeRobot's dataset class (constructor, items, ``meta``, ``push_to_hub``) served
-from a lerobot_zarr store, its DataLoader batches made by one ``get_batch`` (the batched fetch of
-:mod:`.torch_collate`)."""
+"""The ``LeRobotDataset`` drop-in: LeRobot 0.6.1's dataset class for everything that reads (its constructor, items,
+slices, transforms, ``meta``, ``push_to_hub``) served from a lerobot_zarr store; its DataLoader batches made by one
+``get_batch`` (the batched fetch of :mod:`.torch_collate`). Its metadata types are :mod:`.lerobot_meta`'s."""
 
 from __future__ import annotations
 
+import logging
+import operator
 import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -16,136 +18,370 @@ from ..errors import ArgumentError, import_optional
 torch = import_optional("torch", "lerobot_zarr.integrations.torch (the torch adapter and LeRobotDataset drop-in)")
 from torch.utils.data import Dataset  # noqa: E402
 
-from ..cameras.video import TOLERANCE_S  # noqa: E402
-from ..lerobot.format import CAMERA_DTYPES, DEFAULT_FEATURES  # noqa: E402
+from ..cameras.depth import DEPTH_UNITS  # noqa: E402
+from ..lerobot.format import CAMERA_DTYPES  # noqa: E402
+from ..lerobot.source_files import is_lerobot_folder  # noqa: E402
+from .lerobot_meta import LeRobotDatasetMetadata, is_store, local_source  # noqa: E402
 from .torch_collate import batch_items  # noqa: E402
 from .torch_memory import to_tensors  # noqa: E402
 
-__all__ = ["LeRobotDataset"]
+__all__ = ["LeRobotDataset", "LeRobotDatasetMetadata"]
 
-
-class _Meta:
-    """The parts of ``LeRobotDatasetMetadata`` that training code reads. ``features`` (and the camera keys) are
-    those the items hold: a camera left out of the samples (its video missing, or PyAV not installed) is not
-    listed, so a policy built from them does not expect it."""
-
-    def __init__(self, meta: Any, stored: Sequence[str]):
-        self._meta = meta
-        self.repo_id = None
-        self.root = meta.root
-        self.info = meta.info
-        self.stats = {k: {s: np.asarray(v) for s, v in st.items()} for k, st in meta.stats.items()}
-        self.features = {k: v for k, v in meta.features.items() if k in stored}
-
-    fps = property(lambda self: self._meta.fps)
-    robot_type = property(lambda self: self._meta.robot_type)
-    total_episodes = property(lambda self: self._meta.total_episodes)
-    total_frames = property(lambda self: self._meta.total_frames)
-    total_tasks = property(lambda self: len(self._meta.tasks))
-
-    @property
-    def camera_keys(self) -> list[str]:
-        """Image and video features the items hold (LeRobot's ``camera_keys``)."""
-        return [k for k, ft in self.features.items() if ft.get("dtype") in CAMERA_DTYPES]
-
-    @property
-    def video_keys(self) -> list[str]:
-        return [k for k, ft in self.features.items() if ft.get("dtype") == "video"]
-
-    @property
-    def image_keys(self) -> list[str]:
-        return [k for k, ft in self.features.items() if ft.get("dtype") == "image"]
-
-    @property
-    def tasks(self) -> list[str]:
-        return list(self._meta.tasks)
-
-    @property
-    def episodes(self) -> dict[str, np.ndarray]:
-        m = self._meta
-        return {"episode_index": np.arange(m.total_episodes), "length": m.episode_length,
-                "dataset_from_index": m.episode_start, "dataset_to_index": m.episode_end}
+logger = logging.getLogger(__name__)
+VIDEO_BACKENDS = ("torchcodec", "pyav", "video_reader")  # LeRobot's names; decoding here is PyAV's either way
 
 
 class LeRobotDataset(Dataset):
-    """``LeRobotDataset`` for code written against LeRobot: the same constructor arguments where they apply and
-    the same items (tensors; cameras float32 CHW in [0, 1]; ``<key>_is_pad`` masks; ``task`` string), served
-    from a lerobot_zarr store (made on first use, see :func:`lerobot_zarr.open_dataset`).
+    """LeRobot 0.6.1's ``LeRobotDataset`` for reading, served from a lerobot_zarr store (made on first use, see
+    :func:`lerobot_zarr.open_dataset`): the same arguments in the same places, the same items (tensors of LeRobot's
+    dtypes: floats float32, integers int64, 0-d for shape-(1,) features; cameras float32 CHW in [0, 1]; depth in
+    ``depth_output_unit``; ``<key>_is_pad`` masks; ``task`` and string features as ``str``) and the same ``meta``
+    (:class:`~.lerobot_meta.LeRobotDatasetMetadata`). docs/torch.md lists what differs and what is not provided.
 
-    ``repo_id`` is a Hub repo id; ``root`` a LeRobot dataset folder or a store to read instead of the Hub (as
-    LeRobot's ``root``); ``episodes``, ``delta_timestamps``, ``revision``, ``token`` as in LeRobot;
-    ``image_transforms`` is applied to each camera frame (a CHW tensor) like LeRobot does. Arguments about
-    LeRobot's own video decoding and recording (``video_backend``, ``download_videos``, encoders) do not apply
-    and are accepted and ignored; ``tolerance_s`` must be LeRobot's default (1e-4 s), the one lerobot_zarr uses.
+    Where the data comes from, as LeRobot looks for it: ``root`` when it holds a LeRobot dataset (or a store), else,
+    without ``root``, ``$HF_LEROBOT_HOME/<repo_id>`` when it holds one, else the Hub repo ``repo_id`` at ``revision``
+    (only the episodes asked for are downloaded; into a store at ``root`` when given, as LeRobot downloads there).
+    ``force_cache_sync=True`` reads the Hub even when a local copy exists.
 
-    In a plain ``DataLoader(ds, batch_size=B)`` each batch is one ``get_batch`` (torch's batched fetch,
-    ``__getitems__``): the items handed to the collate function share the batch's columns and
-    ``default_collate`` takes them back into exactly LeRobot's batch (docs/torch.md). A ``collate_fn`` of your own
-    that reads items gets a ``TypeError`` saying so: pass ``batched_fetch=False`` for real items (then made one by
-    one, as with ``image_transforms``).
+    LeRobot's reading arguments keep their meaning: ``episodes`` (as given, or intersected with ``episode_filter``, a
+    predicate over rows of ``meta.episodes``; matching nothing is a ``ValueError``), ``image_transforms`` (per item,
+    on every camera but depth ones), ``delta_timestamps`` (multiples of 1/fps within ``tolerance_s``, rounded to
+    frames as LeRobot does), ``return_uint8`` (RGB video frames as uint8 CHW), ``depth_output_unit`` (``"mm"`` or
+    ``"m"``; depth stats rescaled to it), ``download_videos=False`` (video cameras left out of items, said in a
+    warning, where LeRobot's items fail on the missing files; from the Hub they are still fetched into the store),
+    ``revision``, ``token``.
+    ``video_backend`` is accepted (LeRobot's names) and changes nothing: frames are decoded with PyAV, identical to
+    LeRobot's decode. The recording arguments (``batch_encoding_size``, encoders, ``streaming_encoding``...) are
+    LeRobot's deprecated way to resume recording: the drop-in reads, so values asking for a recorder are refused.
+
+    Our own, keyword-only: ``store`` (where the store of a local LeRobot folder lives; default the cache) and
+    ``batched_fetch``: in a plain ``DataLoader(ds, batch_size=B)`` each batch is one ``get_batch`` (torch's batched
+    fetch, ``__getitems__``), handed to the collate function as items sharing the batch's columns that
+    ``default_collate`` takes back into exactly LeRobot's batch (docs/torch.md); a ``collate_fn`` of your own that
+    reads items one by one gets a ``TypeError`` saying so: pass ``batched_fetch=False`` for real items.
     """
 
+    writer = None  # LeRobot's recorder: none, the drop-in reads
+
     def __init__(self, repo_id: str, root: str | os.PathLike | None = None, episodes: list[int] | None = None,
-                 image_transforms: Callable | None = None,
-                 delta_timestamps: Mapping[str, Sequence[float]] | None = None, tolerance_s: float = TOLERANCE_S,
+                 episode_filter: Callable[[dict], bool] | None = None, image_transforms: Callable | None = None,
+                 delta_timestamps: dict[str, list[float]] | None = None, tolerance_s: float = 1e-4,
                  revision: str | None = None, force_cache_sync: bool = False, download_videos: bool = True,
-                 video_backend: str | None = None, *, token: str | bool | None = None, store: str | None = None,
-                 batched_fetch: bool = True, **ignored: Any):
+                 video_backend: str | None = None, return_uint8: bool = False, depth_output_unit: str = "mm",
+                 batch_encoding_size: int = 1, rgb_encoder: Any = None, depth_encoder: Any = None,
+                 encoder_threads: int | None = None, streaming_encoding: bool = False, encoder_queue_maxsize: int = 30,
+                 *, token: str | bool | None = None, store: str | os.PathLike | None = None,
+                 batched_fetch: bool = True):
+        super().__init__()
+        if image_transforms is not None and not callable(image_transforms):
+            raise TypeError("image_transforms must be callable or None.")
+        if depth_output_unit not in DEPTH_UNITS:
+            raise ValueError(f"depth_output_unit must be one of {DEPTH_UNITS}, got {depth_output_unit!r}")
+        if video_backend is not None and video_backend not in VIDEO_BACKENDS:
+            raise ValueError(f"Unsupported video backend: {video_backend}")
+        if streaming_encoding or batch_encoding_size != 1:
+            raise ArgumentError("streaming_encoding / batch_encoding_size ask LeRobotDataset.__init__ to resume "
+                                "recording (deprecated in LeRobot); lerobot_zarr's LeRobotDataset reads: record with "
+                                "LeRobot's LeRobotDataset.resume(), or lerobot_zarr.create()")
+        self.repo_id = repo_id
+        self.tolerance_s = tolerance_s
+        self.delta_timestamps = delta_timestamps
+        self.image_transforms = image_transforms
+        self.batched_fetch = batched_fetch
+        self._return_uint8 = bool(return_uint8)
+        self._depth_output_unit = depth_output_unit
+
+        local = local_source(repo_id, root, force_cache_sync)
+        self._folder = local if local is not None and not is_store(local) else None
+        self.root = Path(root) if root is not None else local
+        self.revision = revision if revision else "v3.0"
+        source = local if local is not None else repo_id
+        # the store: of a local folder, where store= says (else the cache); from the Hub, at root when given (where
+        # LeRobot downloads), unless root holds a LeRobot folder (force_cache_sync): never a store inside one
+        into_root = local is None and root is not None and not is_lerobot_folder(Path(root).expanduser())
+        common = dict(root=root if store is None and into_root else store,
+                      revision=None if local is not None else revision, token=token, image_format="uint8_hwc",
+                      depth_unit=depth_output_unit)
+        deltas = None
+        if episode_filter is not None or delta_timestamps is not None:  # decided on the metadata, before any fetch
+            from ..api import open_dataset
+
+            head = open_dataset(source, lazy=True, **common)
+            try:
+                _check_windowable(delta_timestamps, head.meta.features)
+                if episode_filter is not None:
+                    episodes = _filtered(self._make_meta(head.meta, None), episodes, episode_filter)
+                deltas = _frame_deltas(delta_timestamps, head.meta.fps, tolerance_s)
+            finally:
+                head.close()
+        self.episodes = episodes
         from ..api import open_dataset
 
-        if abs(float(tolerance_s) - TOLERANCE_S) > 1e-12:
-            raise ArgumentError(f"tolerance_s={tolerance_s}: lerobot_zarr matches timestamps within {TOLERANCE_S} s "
-                                f"only")
-        self.repo_id = repo_id
-        self.root = Path(root) if root is not None else None
-        self.revision = revision
-        self.image_transforms = image_transforms
-        self.delta_timestamps = None if delta_timestamps is None else {k: list(v)
-                                                                       for k, v in delta_timestamps.items()}
-        source = self.root if self.root is not None else repo_id
-        self.dataset = open_dataset(source, root=store, episodes=episodes, delta_timestamps=delta_timestamps,
-                                    revision=None if self.root is not None else revision, token=token,
-                                    image_format="float32_chw")
-        self.episodes = None if episodes is None else sorted(int(e) for e in episodes)
-        self.batched_fetch = batched_fetch
-        self.meta = _Meta(self.dataset.meta, self.dataset.array_specs)
-        self.meta.repo_id = repo_id
+        self.dataset = open_dataset(source, episodes=episodes, delta_timestamps=deltas, **common)
+        if self.root is None:
+            self.root = Path(self.dataset.root)
+        self.meta = self._make_meta(self.dataset.meta, self._episode_tasks)
+        self._plan(download_videos)
+        self._frames: Any = None
 
-    # LeRobotDataset's properties
+    # -- opening ---------------------------------------------------------------------------------------------
+    def _make_meta(self, meta: Any, episode_tasks: Callable[[], list[list[str]]] | None) -> LeRobotDatasetMetadata:
+        return LeRobotDatasetMetadata.of_store(meta, repo_id=self.repo_id, root=self.root, revision=self.revision,
+                                               folder=self._folder, episode_tasks=episode_tasks)
+
+    def _episode_tasks(self) -> list[list[str]]:
+        """Each episode's tasks, in the order its frames first name them (episodes the store does not hold: their
+        first task)."""
+        from ..sampling.dataset import LeRobotZarrDataset
+
+        meta = self.dataset.meta
+        out = []
+        with LeRobotZarrDataset(self.dataset.root) as every:
+            for e, first in enumerate(meta.episode_task_index.tolist()):
+                if meta.materialized_episodes[e]:
+                    index = np.asarray(every.episode(e, features=["task_index"])["task_index"]).reshape(-1)
+                    out.append([meta.tasks[t] for t in dict.fromkeys(index.tolist())])
+                else:
+                    out.append([meta.tasks[first]] if first >= 0 else [])
+        return out
+
+    def _plan(self, download_videos: bool) -> None:
+        """How each camera comes out of an item, decided once."""
+        self._depth = set(self.meta.depth_keys)
+        self._cameras = [k for k in self.meta.camera_keys if k in self.dataset.array_specs]
+        self._rgb = {k for k in self._cameras if k not in self._depth}
+        self._uint8_video = {k for k in self.meta.video_keys if self._return_uint8 and k in self._rgb}
+        self._skip = set() if download_videos else set(self.meta.video_keys)
+        if self._skip & set(self._cameras):
+            from ..errors import warn_user
+
+            warn_user(f"{self.repo_id}: download_videos=False: the video cameras {sorted(self._skip)} are left out "
+                      f"of items")
+
+    # -- LeRobot's properties ----------------------------------------------------------------------------------
     fps = property(lambda self: self.meta.fps)
     features = property(lambda self: self.meta.features)
     num_frames = property(lambda self: len(self.dataset))
-    num_episodes = property(lambda self: self.dataset.num_episodes)
+    depth_output_unit = property(lambda self: self._depth_output_unit)
+
+    @property
+    def left_out(self) -> dict[str, str]:
+        """The features of ``meta.features`` that items lack, each with why (lerobot_zarr's; warned at open)."""
+        skipped = {k: "download_videos=False" for k in sorted(self._skip)}
+        return {**self.dataset.left_out, **skipped}
+
+    @property
+    def num_episodes(self) -> int:
+        return len(self.episodes) if self.episodes is not None else self.meta.total_episodes
 
     def __len__(self) -> int:
         return len(self.dataset)
 
+    # -- items -------------------------------------------------------------------------------------------------
+    def __getitem__(self, idx: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
+        """Frame ``idx`` (negative from the end) as LeRobot's item, or a list of them for a slice."""
+        if isinstance(idx, slice):
+            return [self[i] for i in range(*idx.indices(len(self)))]
+        item = to_tensors(self._convert(self.dataset[operator.index(idx)], batch=False))
+        if self.image_transforms is not None:
+            for key in self._cameras:
+                if key not in self._depth and key in item:
+                    item[key] = self.image_transforms(item[key])
+        return item
+
     def __getitems__(self, indices: list[int]) -> Sequence[dict[str, Any]]:
-        """What a plain ``DataLoader(ds, batch_size=B)`` asks for: the batch in one ``get_batch``, handed to the
-        collate function as items that share its columns, which ``default_collate`` takes back into LeRobot's batch
-        in one step, without a tensor per item (with ``image_transforms``, which apply per item: item by item)."""
+        """What a plain ``DataLoader(ds, batch_size=B)`` asks for: the batch in one ``get_batch`` (its values cast to
+        LeRobot's dtypes once per column), handed to the collate function as items that share its columns, which
+        ``default_collate`` takes back into LeRobot's batch in one step. With language columns, items of their own
+        (views of the batch): LeRobot collates those with its own function (``lerobot_collate_fn``), which reads
+        items one by one. With ``image_transforms``, which apply per item: item by item."""
         if self.image_transforms is not None or not self.batched_fetch:
             return [self[i] for i in indices]
-        return batch_items(self.dataset.get_batch(np.asarray(indices, dtype=np.int64)), squeeze=DEFAULT_FEATURES)
+        batch = self._convert(self.dataset.get_batch(np.asarray(indices, dtype=np.int64)), batch=True)
+        return batch_items(batch, shared=not self.meta.has_language_columns)
 
-    def __getitem__(self, idx: int) -> dict[str, Any]:
-        item = to_tensors(self.dataset[int(idx)])
-        for key in self.meta.camera_keys:
-            if key not in item:
+    def _convert(self, values: dict[str, Any], *, batch: bool) -> dict[str, Any]:
+        """An item (or batch) of the store with LeRobot's values, still numpy: numbers cast to LeRobot's dtypes (one
+        cast per column of a batch), cameras CHW float32 in [0, 1] (uint8 for RGB video with ``return_uint8``),
+        depth CHW."""
+        from ..cameras.images import to_float32_chw
+
+        out: dict[str, Any] = {}
+        for key, value in values.items():
+            if key in self._skip:
                 continue
-            if self.image_transforms is not None:
-                item[key] = self.image_transforms(item[key])
-        for key in DEFAULT_FEATURES:
-            if key in item and item[key].ndim == 1 and item[key].numel() == 1:
-                item[key] = item[key][0]  # LeRobot gives these as 0-d tensors
-        return item
+            if key in self._rgb:
+                value = np.moveaxis(value, -1, -3) if key in self._uint8_video else to_float32_chw(value)
+            elif key in self._depth:
+                value = np.moveaxis(value, -1, -3)  # float32 (..., H, W, 1) in the unit asked -> (..., 1, H, W)
+            elif isinstance(value, (np.ndarray, np.generic)):
+                value = _lerobot_dtype(value)
+            out[key] = value
+        names = self.meta.replaced_task_names
+        if names is not None and "task_index" in out:  # LeRobot names the task from meta.tasks as it is now
+            index = out["task_index"]
+            out["task"] = [names[t] for t in index.tolist()] if batch else names[int(index)]
+        return out
+
+    @property
+    def hf_dataset(self) -> Any:
+        """The selected frames' stored values as a ``datasets.Dataset`` whose rows and columns come as LeRobot's
+        ``hf_dataset`` gives them (tensors of LeRobot's dtypes, text as ``str``), made when first asked for, for code
+        that reads it (``select_columns``, LeRobot's quantile-stats script...). Not LeRobot's Arrow table: cameras
+        and language columns are not in it (items have them)."""
+        if self._frames is None:
+            self._frames = _frame_table(self.dataset, self.meta.features, self.episodes)
+        return self._frames
+
+    def select_columns(self, column_names: str | list[str]) -> Any:
+        """Those columns of :attr:`hf_dataset`."""
+        return self.hf_dataset.select_columns(column_names)
+
+    def get_raw_item(self, idx: int) -> dict:
+        """Row ``idx`` of :attr:`hf_dataset`: the frame's values without windows, cameras or transforms."""
+        return self.hf_dataset[idx]
+
+    def set_image_transforms(self, image_transforms: Callable | None) -> None:
+        """Replace the transform applied to the cameras (not depth) of each item."""
+        if image_transforms is not None and not callable(image_transforms):
+            raise TypeError("image_transforms must be callable or None.")
+        self.image_transforms = image_transforms
+
+    def clear_image_transforms(self) -> None:
+        """Remove the transform applied to the cameras."""
+        self.image_transforms = None
+
+    # -- LeRobot's recording API, on a dataset that reads ----------------------------------------------------
+    def _read_only(self, method: str) -> RuntimeError:
+        return RuntimeError(f"Cannot call '{method}()' on a read-only dataset. Use LeRobotDataset.create() for new "
+                            f"recording or LeRobotDataset.resume() for resume recording (LeRobot's own class: "
+                            f"lerobot_zarr's drop-in reads).")
+
+    def add_frame(self, frame: dict) -> None:
+        raise self._read_only("add_frame")
+
+    def save_episode(self, episode_data: dict | None = None, parallel_encoding: bool = True) -> None:
+        raise self._read_only("save_episode")
+
+    def clear_episode_buffer(self, delete_images: bool = True) -> None:
+        raise self._read_only("clear_episode_buffer")
+
+    def has_pending_frames(self) -> bool:
+        return False
+
+    def finalize(self) -> None:
+        """Nothing to flush: the dataset reads (LeRobot's ``finalize`` of a read-only dataset does nothing either)."""
 
     def push_to_hub(self, branch: str | None = None, tags: list | None = None, license: str | None = "apache-2.0",
                     tag_version: bool = True, push_videos: bool = True, private: bool | None = None,
-                    **ignored: Any) -> str | None:
-        """Publish the store as LeRobot v3.0 to ``repo_id`` (one commit; see ``LeRobotZarrDataset.push``)."""
+                    allow_patterns: list[str] | str | None = None, upload_large_folder: bool = False,
+                    **card_kwargs: Any) -> str | None:
+        """Publish the store as LeRobot v3.0 to ``repo_id`` at ``branch`` (one commit; see
+        ``LeRobotZarrDataset.push``); LeRobot's other options about how its folder is uploaded do not apply and must
+        keep their defaults."""
+        if tags or license != "apache-2.0" or not tag_version or not push_videos or allow_patterns is not None \
+                or upload_large_folder or card_kwargs:
+            raise ArgumentError("push_to_hub: tags, license, tag_version, push_videos, allow_patterns, "
+                                "upload_large_folder and dataset card fields are not supported by lerobot_zarr's "
+                                "drop-in (it publishes the store as LeRobot v3.0 in one commit)")
         return self.dataset.push(self.repo_id, revision=branch, private=bool(private), videos=None)
 
     def __repr__(self) -> str:
-        return (f"LeRobotDataset(repo_id={self.repo_id!r}, episodes={self.num_episodes}, frames={self.num_frames}, "
-                f"features={list(self.features)}, served by lerobot_zarr from {self.dataset.root})")
+        return (f"{type(self).__name__}({{\n    Repository ID: '{self.repo_id}',\n    Number of selected episodes: "
+                f"'{self.num_episodes}',\n    Number of selected samples: '{self.num_frames}',\n    Features: "
+                f"'{list(self.features)}',\n}})")
+
+
+def _filtered(meta: LeRobotDatasetMetadata, episodes: list[int] | None,
+              episode_filter: Callable[[dict], bool]) -> list[int]:
+    """LeRobot's ``episode_filter``: the episodes whose ``meta.episodes`` row it keeps (among ``episodes``)."""
+    resolved = meta.filter_episodes(episode_filter, candidates=episodes)
+    if not resolved:
+        raise ValueError("The episode filter did not match any episode. Make sure the filter and episodes list are "
+                         "valid and compatible.")
+    logger.info(f"The episode filter matched {len(resolved)} episode(s).")
+    return resolved
+
+
+def _frame_table(ds: Any, features: Mapping[str, dict], episodes: Sequence[int] | None) -> Any:
+    """The selected frames' values of every feature but the cameras and language columns, as a ``datasets.Dataset``
+    with LeRobot's torch transform (one store read per episode and feature)."""
+    import pyarrow as pa
+
+    datasets = import_optional("datasets", "LeRobotDataset.hf_dataset (a datasets.Dataset, as LeRobot's)")
+    from datasets.table import InMemoryTable
+
+    from ..sampling.dataset import LeRobotZarrDataset
+
+    keys = [k for k, ft in features.items() if ft["dtype"] not in (*CAMERA_DTYPES, "language")
+            and k not in ds.left_out and k in ds.array_specs]
+    columns: dict[str, list] = {k: [] for k in keys}
+    with LeRobotZarrDataset(ds.root, episodes=episodes) as plain:
+        for e in plain.episodes.tolist():
+            for key, values in plain.episode(int(e), features=keys).items():
+                columns[key].append(np.asarray(values))
+    arrays = {}
+    for key in keys:
+        values = np.concatenate(columns[key]) if columns[key] else np.empty((0,))
+        if tuple(features[key]["shape"]) == (1,):
+            values = values.reshape(len(values))
+        arrays[key] = _arrow_column(pa, values)
+    table = datasets.Dataset(InMemoryTable(pa.table(arrays)))
+    table.set_transform(_rows_as_torch)
+    return table
+
+
+def _arrow_column(pa: Any, values: np.ndarray) -> Any:
+    """An (N, *shape) array as an Arrow column of N nested fixed-size lists (a plain column when 1-D)."""
+    column = pa.array(values.reshape(-1))
+    for size in reversed(values.shape[1:]):
+        column = pa.FixedSizeListArray.from_arrays(column, size)
+    return column
+
+
+def _rows_as_torch(batch: dict[str, list]) -> dict[str, list]:
+    """LeRobot's transform of ``hf_dataset`` rows: each value a tensor made by ``torch.tensor`` from its Python
+    value (floats float32, integers int64), text and structured values as they are."""
+    for key, values in batch.items():
+        first = values[0] if values else None
+        if first is None or isinstance(first, dict):
+            continue
+        batch[key] = [v if isinstance(v, str) else torch.tensor(v) for v in values]
+    return batch
+
+
+def _check_windowable(delta_timestamps: Mapping[str, Any] | None, features: Mapping[str, dict]) -> None:
+    """LeRobot stacks a window's values into a tensor: a window over text (``string``, ``language``) is its
+    ``TypeError`` (at every item there; here when the dataset is opened)."""
+    for key in delta_timestamps or {}:
+        dtype = features.get(key, {}).get("dtype")
+        if dtype in ("string", "language"):
+            raise TypeError(f"delta_timestamps[{key!r}]: a {dtype} feature has no window (LeRobot's items stack a "
+                            f"window into a tensor, which text cannot be)")
+
+
+def _lerobot_dtype(value: np.ndarray | np.generic) -> np.ndarray | np.generic:
+    """LeRobot's dtype for a stored number (what ``torch.tensor`` makes of the Python values its Arrow rows
+    give): floats float32, integers int64, bools as they are."""
+    kind = value.dtype.kind
+    if kind == "f" and value.dtype != np.float32:
+        return value.astype(np.float32)
+    if kind in "iu" and value.dtype != np.int64:
+        return value.astype(np.int64)
+    return value
+
+
+def _frame_deltas(delta_timestamps: Mapping[str, Sequence[float]] | None, fps: float,
+                  tolerance_s: float) -> dict[str, list[float]] | None:
+    """``delta_timestamps`` checked as LeRobot checks them (each a multiple of 1/fps within ``tolerance_s``, else
+    ``ValueError``) and rounded to whole frames as LeRobot rounds them."""
+    if delta_timestamps is None:
+        return None
+    outside = {key: [ts for ts in deltas if abs(ts * fps - round(ts * fps)) / fps > tolerance_s]
+               for key, deltas in delta_timestamps.items()}
+    outside = {key: bad for key, bad in outside.items() if bad}
+    if outside:
+        raise ValueError(f"The following delta_timestamps are found outside of tolerance range. Please make sure "
+                         f"they are multiples of 1/{fps:g} +/- tolerance and adjust their values accordingly: "
+                         f"{outside}")
+    return {key: [round(ts * fps) / fps for ts in deltas] for key, deltas in delta_timestamps.items()}

@@ -44,6 +44,7 @@ from ..writing.transition_layout import (  # noqa: E402
     lerobot_values,
 )
 from ..writing.transitions import TransitionBuffer  # noqa: E402
+from .lerobot_meta import lerobot_home  # noqa: E402
 
 __all__ = ["ReplayBuffer", "BatchTransition", "random_shift", "random_crop_vectorized"]
 
@@ -154,15 +155,16 @@ class ReplayBuffer:
             warn_user(f"storage_device={storage_device!r}: transitions live in the store on disk (the page cache "
                       f"serves samples); batches go to device={device!r}")
         self._temporary = None
+        self._held: tuple | None = None  # optimize_memory: a transition added with next_state=None, until the next
 
     # LeRobot's interface ---------------------------------------------------------------------------------
     def __len__(self) -> int:
-        return len(self._buffer)
+        return len(self._buffer) + (self._held is not None)
 
     @property
     def size(self) -> int:
         """Transitions held (LeRobot's attribute)."""
-        return len(self._buffer)
+        return len(self)
 
     @property
     def initialized(self) -> bool:
@@ -170,11 +172,39 @@ class ReplayBuffer:
         return self._buffer.layout is not None
 
     def add(self, state: dict[str, torch.Tensor], action: torch.Tensor, reward: float,
-            next_state: dict[str, torch.Tensor], done: bool, truncated: bool,
+            next_state: dict[str, torch.Tensor] | None, done: bool, truncated: bool,
             complementary_info: dict[str, torch.Tensor | float | int] | None = None) -> None:
         """Add one transition (LeRobot's signature: tensors with a leading batch dimension of 1, or without).
-        Its episode is committed to the store when ``done`` or ``truncated``."""
+        Its episode is committed to the store when ``done`` or ``truncated``.
+
+        With ``optimize_memory=True``, ``next_state`` may be None, as LeRobot's buffer takes it: the transition's
+        next state is then the ``state`` of the next ``add``, and the transition is stored (and sampled) from that
+        add on, as LeRobot samples the latest transition of such a buffer only once another follows. A done or
+        truncated one waiting so is stored with its own state as next state (LeRobot's rule at an episode's end)
+        when the buffer is checkpointed, closed or exported."""
+        if next_state is None and not self.optimize_memory:
+            raise ArgumentError("next_state=None: only a buffer made with optimize_memory=True takes it (each "
+                                "transition's next state is then the next add's state)")
+        if self._held is not None:
+            held, self._held = self._held, None
+            self._buffer.add(held[0], held[1], held[2], state, *held[3:])
+        if next_state is None:
+            self._held = (state, action, reward, done, truncated, complementary_info)
+            return
         self._buffer.add(state, action, reward, next_state, done, truncated, complementary_info)
+
+    def _store_held(self, *, closing: bool = False) -> None:
+        """Store a transition waiting for its next state when its episode ended (its own state is its next)."""
+        if self._held is None:
+            return
+        state, action, reward, done, truncated, info = self._held
+        if bool(done) or bool(truncated):
+            self._held = None
+            self._buffer.add(state, action, reward, state, done, truncated, info)
+        elif closing:
+            self._held = None
+            warn_user(f"{self.root}: the last transition, added with next_state=None, is not stored: no add() "
+                      f"followed to give its next state")
 
     def sample(self, batch_size: int) -> BatchTransition:
         """``batch_size`` transitions drawn uniformly with replacement (``torch.randint``, as LeRobot), as float32
@@ -292,13 +322,14 @@ class ReplayBuffer:
         view.close()
         return buf
 
-    def to_lerobot_dataset(self, repo_id: str, fps: float | None = None, root: str | os.PathLike | None = None,
+    def to_lerobot_dataset(self, repo_id: str, fps: float = 1, root: str | os.PathLike | None = None,
                            task_name: str | None = None) -> Any:
         """Write the buffer (the episode in progress committed first) as a LeRobot v3.0 dataset folder at ``root``
         (default ``$HF_LEROBOT_HOME/<repo_id>``, as LeRobot), and return it as LeRobot's ``LeRobotDataset`` when
-        lerobot is installed, else as lerobot_zarr's torch ``LeRobotDataset``. ``fps`` and ``task_name`` default to
-        the buffer's; other values are written through a copy with them."""
-        path = Path(root) if root is not None else _lerobot_home() / repo_id
+        lerobot is installed, else as lerobot_zarr's torch ``LeRobotDataset``. ``fps`` defaults to 1, as LeRobot's
+        (pass the buffer's, ``buffer.dataset.meta.fps``, to keep it); ``task_name`` to the buffer's task."""
+        self._store_held()
+        path = Path(root) if root is not None else lerobot_home() / repo_id
         self._buffer.export(path, fps=fps, task=task_name)
         try:
             from lerobot.datasets.lerobot_dataset import LeRobotDataset
@@ -320,6 +351,7 @@ class ReplayBuffer:
     def checkpoint(self, *, durable: bool | None = None) -> None:
         """Commit the episode in progress (it goes on with the next ``add``): after this a crash loses nothing
         added before. Costs the new transitions' writes and one commit, not the buffer's size."""
+        self._store_held()
         self._buffer.checkpoint(durable=durable)
 
     def refresh(self) -> bool:
@@ -338,6 +370,8 @@ class ReplayBuffer:
 
     def close(self) -> None:
         """Commit the episode in progress, release the store (and delete a temporary one)."""
+        if self._buffer.mode == "a":
+            self._store_held(closing=True)
         self._buffer.close()
         if self._temporary is not None:
             self._temporary()
@@ -379,12 +413,6 @@ def _values(slot: Slot, gathered: np.ndarray) -> torch.Tensor:
 
 def _torch_indices(n: int, size: int) -> np.ndarray:
     return torch.randint(0, n, (size,)).numpy()
-
-
-def _lerobot_home() -> Path:
-    from huggingface_hub import constants
-
-    return Path(os.environ.get("HF_LEROBOT_HOME", Path(constants.HF_HOME) / "lerobot")).expanduser()
 
 
 def _as_dataset(source: Any, *, episodes: Sequence[int] | None, revision: str | None,

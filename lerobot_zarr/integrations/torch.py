@@ -20,6 +20,7 @@ rings), :mod:`.torch_collate` (the batched fetch ``default_collate`` takes back 
 """
 
 from .lerobot_dataset import LeRobotDataset
+from .lerobot_meta import LeRobotDatasetMetadata
 from .torch_loaders import (
     BatchLoader,
     IndexBatches,
@@ -31,5 +32,5 @@ from .torch_loaders import (
 )
 from .torch_memory import to_tensors
 
-__all__ = ["BatchLoader", "IndexBatches", "LeRobotDataset", "StreamLoader", "TorchDataset", "TorchStream",
-           "batch_loader", "stream_loader", "to_tensors"]
+__all__ = ["BatchLoader", "IndexBatches", "LeRobotDataset", "LeRobotDatasetMetadata", "StreamLoader", "TorchDataset",
+           "TorchStream", "batch_loader", "stream_loader", "to_tensors"]

@@ -259,10 +259,12 @@ def _collation_works() -> bool:
     return ok
 
 
-def batch_items(batch: Mapping[str, Any], squeeze: Sequence[str] = ()) -> Sequence[dict[str, Any]]:
+def batch_items(batch: Mapping[str, Any], squeeze: Sequence[str] = (), *,
+                shared: bool = True) -> Sequence[dict[str, Any]]:
     """The items of a ``get_batch`` dict for a DataLoader's collate function: sharing their batch's columns when
-    default_collate takes them back in one step (:func:`_collatable`), else tensors of each item's own."""
-    if _collation_works():
+    default_collate takes them back in one step (:func:`_collatable`), else (or without ``shared``: for a collate
+    function that reads items one by one) tensors of each item's own, views of the batch's."""
+    if shared and _collation_works():
         return _collatable(batch, squeeze)
     tensors = to_tensors(batch)
     n = len(batch["task"]) if "task" in batch else len(next(iter(batch.values())))

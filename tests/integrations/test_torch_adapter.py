@@ -310,8 +310,10 @@ def test_lerobot_dataset_dropin_without_lerobot(ds, tmp_path):
     assert item[IMAGE].dtype == torch.float32 and tuple(item[IMAGE].shape) == (1, 3, 6, 8)
     assert float(item[IMAGE].max()) <= 1.0
     assert item["index"].ndim == 0 and int(item["index"]) == 4
-    with pytest.raises(ValueError, match="tolerance"):
-        LeRobotDataset("local/x", root=src, tolerance_s=1e-2)
+    with pytest.raises(ValueError, match="tolerance"):  # 0.01 s is no multiple of 1/30 s within 1e-4 s
+        LeRobotDataset("local/x", root=src, delta_timestamps={"action": [0.01]}, store=str(tmp_path / "s"))
+    with pytest.raises(TypeError, match="unknown_argument"):  # never swallowed
+        LeRobotDataset("local/x", root=src, unknown_argument=True)
 
 
 def _dropin(ds, tmp_path, **kwargs):
