@@ -60,6 +60,7 @@ from .values import as_frames, content_hash, count_arg, feature_specs, stored_va
 
 __all__ = ["create", "fork", "WritableDataset"]
 
+_SETTABLE_INFO = ("chunks_size", "data_files_size_in_mb", "video_files_size_in_mb")
 _INLINE_STATS_BYTES = 1 << 20  # smaller appends compute their stats before writing, not in a thread alongside
 
 
@@ -586,6 +587,35 @@ class WritableDataset:
         for name in names:
             remove_path(self.root / name)
             remove_path(self.root / ".retired" / name)
+
+    def update_info(self, features: Mapping[str, Mapping[str, Any]] | None = None, **fields: Any) -> None:
+        """Change LeRobot's ``info`` in one commit: ``features`` merges into each named feature's ``info`` (a depth
+        camera's recorded unit, a video's encoder settings); ``fields`` sets the info keys the store does not manage
+        (``chunks_size``, ``data_files_size_in_mb``, ``video_files_size_in_mb``: the sizes of exported files). What
+        changes how frames are stored (a depth image's unit) may change only while the store holds no episode."""
+        self._check_open()
+        state = self._tx.state
+        wrong = sorted(set(fields) - set(_SETTABLE_INFO))
+        if wrong:
+            raise ArgumentError(f"{self.root}: info keys {wrong} are not set this way (settable: {_SETTABLE_INFO})")
+        for key, value in fields.items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise ArgumentError(f"{self.root}: info {key} must be a positive number, got {value!r:.40}")
+        features = dict(features or {})
+        known = state.info.get("features", {})
+        unknown = [name for name in features if name not in known or name not in state.arrays]
+        if unknown:
+            raise ArgumentError(f"{self.root}: no features {unknown} to update (features: {list(known)})")
+        entries = {name: {**known[name], "info": {**(known[name].get("info") or {}), **extra}}
+                   for name, extra in features.items()}
+        infos, arrays = feature_specs(entries) if entries else ({}, {})
+        changed = [name for name in entries if arrays[name] != state.arrays[name]]
+        if changed and len(state.table):
+            raise ArgumentError(f"{self.root}: feature {changed[0]!r}: {dict(features[changed[0]])} would change how "
+                                f"its frames are stored, which the store's episodes already hold", feature=changed[0])
+        new_info = dict(state.info, **fields, features={k: infos[k] if k in entries else v for k, v in known.items()})
+        self._tx.commit(replace(state, info=new_info, arrays={**state.arrays, **{k: arrays[k] for k in entries}}),
+                        None)
 
     def set_task(self, episodes: int | Sequence[int], task: str) -> None:
         """Give episodes a new task, adding the task string if it is new.
