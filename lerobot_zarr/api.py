@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -14,7 +15,7 @@ from .resolve import resolve_source
 from .sampling.dataset import DEPTH_UNITS, DepthUnit, EpisodeSelection, ImageFormat, LeRobotZarrDataset
 from .sampling.meta import DatasetMeta
 from .sampling.selection import check_selection
-from .store.cache import cache_home, hub_store_path, read_ref, record_ref, store_path_for, variant_path
+from .store.cache import cache_home, hub_store_path, note_use, read_ref, record_ref, store_path_for, variant_path
 from .store.cameras import kept_description
 from .store.state import has_commit_point, read_state
 from .store.tables import DEFAULT_PACK_BYTES
@@ -126,6 +127,7 @@ def open_dataset(
 
         return WritableDataset(store, delta_timestamps=delta_timestamps, image_format=image_format,
                                depth_unit=depth_unit)
+    note_use(store)  # `cache ls` says when a store was last read
     return LeRobotZarrDataset(store, episodes=episodes, delta_timestamps=delta_timestamps, image_format=image_format,
                               lazy=lazy, fetch=_fetch if lazy else None, depth_unit=depth_unit)
 
@@ -234,7 +236,8 @@ def inspect(source: str | os.PathLike, *, revision: str | None = None,
     missing. ``source`` is a Hub
     repo id (info.json, the episode table without per-episode stats, tasks and stats.json are read;
     ``meta.source["hub_bytes"]`` gives the bytes of data and videos on the Hub), a LeRobot folder (its metadata
-    files) or a store (its root ``zarr.json``). No data file is read."""
+    files) or a store (its root ``zarr.json``). No data file is read. With ``HF_HUB_OFFLINE=1`` a Hub repo's
+    metadata comes from the store this machine holds for it (the revision as last resolved here)."""
     src = resolve_source(source, revision=revision, token=token, hub_first=True)
     if src.kind == "store":
         return DatasetMeta.from_state(read_state(src.path), depth_unit)
@@ -242,20 +245,25 @@ def inspect(source: str | os.PathLike, *, revision: str | None = None,
         lerobot = _lerobot_source(src.path)
         meta = DatasetMeta.from_source(lerobot, depth_unit)
     else:
+        from huggingface_hub import constants
+
+        if constants.is_offline_mode():  # the metadata of the store this machine holds for the revision
+            commit = read_ref(src.repo_id, revision)
+            store = hub_store_path(src.repo_id, commit) if commit is not None else None
+            if store is None or not has_commit_point(store):
+                raise HubError(f"{src.repo_id}: HF_HUB_OFFLINE is set and revision {revision or '(default)'} was "
+                               f"never opened on this machine (no local store holds its metadata)",
+                               repo_id=src.repo_id, revision=revision)
+            return DatasetMeta.from_state(read_state(store), depth_unit)
         revision, commit = resolve_revision(src.repo_id, revision, token=token)
         files = HubFiles(src.repo_id, commit, revision=revision, token=token)
         lerobot = _lerobot_source(files)
         meta = DatasetMeta.from_source(lerobot, depth_unit)
         meta.source["hub_bytes"] = {top: sum(n for p, n in files.sizes.items() if p.startswith(top + "/"))
                                     for top in ("data", "videos", "meta")}
-    found: dict[str, bool] = {}
+    exists = functools.cache(lerobot.files.exists)  # one check per file, not per episode
     for name, refs in lerobot.episodes.videos.items():
-        reasons = {}
-        for e, ref in enumerate(refs):
-            if ref is None:
-                reasons[e] = "meta/episodes lists no video file"
-            elif not found.setdefault(ref[0], lerobot.files.exists(ref[0])):
-                reasons[e] = f"video file {lerobot.files.location(ref[0])} not found"
+        reasons = {e: why for e in range(len(refs)) if (why := lerobot.video_missing(e, name, exists)) is not None}
         if reasons:
             meta.unavailable[name] = reasons
     return meta

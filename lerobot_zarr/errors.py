@@ -45,6 +45,7 @@ __all__ = [
     "MissingExtraError",
     "UnknownFeatureError",
     "FrameNotWrittenError",
+    "LoaderTimeoutError",
     "LeRobotZarrWarning",
 ]
 
@@ -135,8 +136,8 @@ class EmptyStoreError(StoreError):
 
 
 class ReadOnlyStoreError(StoreError):
-    """A write to a store (or buffer) that was opened to read, or keeps data in a form that cannot be written in
-    place (compressed frames)."""
+    """A write to a store (or buffer) that was opened to read, keeps data in a form that cannot be written in
+    place (compressed frames), or lies on a read-only volume."""
 
 
 class UnsupportedStoreError(StoreError):
@@ -199,6 +200,11 @@ class UnknownFeatureError(LeRobotZarrError, KeyError):
 
     def __str__(self) -> str:  # KeyError would show the message quoted
         return str(self.args[0]) if self.args else ""
+
+
+class LoaderTimeoutError(LeRobotZarrError, RuntimeError):
+    """A DataLoader worker gave no batch within the loader's ``timeout`` (a worker stopped or stuck, as torch's
+    ``DataLoader timed out``); the message names the worker, its pid and whether it is stopped."""
 
 
 #: import name -> (what users call it, pip requirement, lerobot_zarr extra); tests check them against pyproject.toml

@@ -76,3 +76,23 @@ def g1_store(tmp_path_factory):
     yield root
     assert (root / "zarr.json").read_bytes() == committed, "a test changed the shared G1 store (copy it first)"
     shutil.rmtree(root.parent, ignore_errors=True)
+
+
+@pytest.fixture
+def other_fs(tmp_path):
+    """A folder on another filesystem than ``tmp_path`` (a tmpfs such as ``/dev/shm``: files moved between the two
+    cannot be hard-linked, renamed or ``copy_file_range``d), deleted when the test ends; the test is skipped where
+    the machine has none the test may write to."""
+    here = os.stat(tmp_path).st_dev
+    for base in ("/dev/shm", f"/run/user/{os.getuid()}", "/tmp", "/var/tmp"):
+        try:
+            if os.stat(base).st_dev == here or not os.access(base, os.W_OK | os.X_OK):
+                continue
+            path = Path(tempfile.mkdtemp(prefix="lerobot_zarr-test-", dir=base))
+        except OSError:
+            continue
+        yield path
+        shutil.rmtree(path, ignore_errors=True)
+        return
+    pytest.skip("no writable folder on another filesystem than the test's temp folder (/dev/shm, /run/user, /tmp "
+                "and /var/tmp are on the same one or not writable)")

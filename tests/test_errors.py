@@ -731,7 +731,7 @@ def _env():
 
 
 def _try_lock(store: Path) -> str:
-    out = subprocess.run([sys.executable, "-c", TRY_LOCK, str(store)], capture_output=True, text=True, timeout=60,
+    out = subprocess.run([sys.executable, "-c", TRY_LOCK, str(store)], capture_output=True, text=True, timeout=300,
                          env=_env())
     assert out.returncode == 0, out.stderr
     return out.stdout.strip()

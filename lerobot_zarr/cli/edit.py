@@ -92,6 +92,26 @@ def edit_plan(meta: DatasetMeta, where: str, args: argparse.Namespace) -> tuple[
     return gone, drop
 
 
+def _check_pyav(meta: DatasetMeta, target: Path, *, store: bool) -> None:
+    """Refuse, as the writer would and before anything changes (in a dry run too), an edit that must first decode a
+    video camera where PyAV is not installed; the error names the episodes that have a video."""
+    from ..cameras.video import have_pyav
+    from ..store.state import read_state
+    from ..writing.writer import undecoded_cameras, undecoded_error
+
+    if have_pyav():
+        return
+    if store:
+        undecoded = undecoded_cameras(read_state(target))
+    else:  # the writable copy made first decodes every video camera (kept raw) where the episode has a video
+        undecoded = {name: [e for e in range(meta.total_episodes) if e not in meta.unavailable.get(name, {})]
+                     for name, spec in meta.features.items() if spec.get("dtype") == "video"}
+    undecoded = {name: episodes for name, episodes in undecoded.items() if episodes}
+    if undecoded:
+        name, episodes = next(iter(undecoded.items()))
+        raise undecoded_error(target, name, episodes)
+
+
 def _camera_status(meta: DatasetMeta, name: str, episodes: Sequence[int], *, renumbered: bool = False) -> str:
     """A camera's availability over ``episodes`` (``renumbered``: shown by position, as after a deletion); in a
     store, episodes it does not hold yet are only known once fetched."""
@@ -138,10 +158,13 @@ def run(args: argparse.Namespace) -> int:
     """Check the plan on metadata first (no data read), then open the store for writing, drop features, delete
     episodes, and push if asked."""
     from ..api import inspect, open_dataset
+    from ..hub.http import parse_repo_id
     from ..resolve import resolve_source
     from ..store.state import has_commit_point, read_state
     from ..writing.export import check_push
 
+    if args.push is not None:  # '' too: checked before anything changes, never skipped as if not given
+        parse_repo_id(args.push)
     if not (args.delete_episodes or args.keep_episodes or args.drop_features or args.push):
         raise ArgumentError("edit: nothing to do; give --delete-episodes, --keep-episodes, --drop-features or --push")
     src = resolve_source(args.source, revision=args.revision, token=args.token)
@@ -169,6 +192,7 @@ def run(args: argparse.Namespace) -> int:
             notes.append(f"{target} is made a writable copy of {src} with all its {before.total_episodes} episodes "
                          f"first")
     gone, drop = edit_plan(before, str(target), args)
+    _check_pyav(before, target, store=has_commit_point(target))
     if args.push:  # the token, its write access and the remote's state, before anything changes
         check_push(None, args.push, revision=args.branch, token=args.token)
     if args.dry_run:

@@ -14,17 +14,26 @@ dropped connections, 408/429/5xx, a short body, a ``Content-Range`` other than t
 :class:`HubError` naming the file. :func:`call_api` gives an ``HfApi`` call the same timeouts, retries, errors
 and a total deadline (it reads its answer itself: the call is waited for in a thread). No lock is held while
 waiting on the network.
+
+Bounded bodies, whatever client reads them: our requests read at most ``_API_BODY_MAX`` bytes (or the exact
+length asked for); huggingface_hub's answers to the calls we make through it (:func:`call_api`, and publishing,
+:func:`bounded_answers`) are decoded by us too, in the thread that makes them: gzip or deflate only, inflated a
+piece at a time within ``_API_BODY_MAX`` (a gzip bomb stops there), a JSON answer depth-guarded before
+huggingface_hub parses it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import os
 import re
+import socket
 import sys
 import threading
 import time
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -42,8 +51,9 @@ from ..utils.fileio import load_json
 if TYPE_CHECKING:
     from huggingface_hub import HfApi
 
-__all__ = ["REPO_ID", "Retry", "Where", "call_api", "check_commit", "hf_api", "hub_endpoint", "network_errors",
-           "parse_repo_id", "request", "request_json", "request_timeout", "session_timeouts", "short", "translate"]
+__all__ = ["REPO_ID", "Retry", "Where", "bounded_answers", "call_api", "check_commit", "hf_api", "hub_endpoint",
+           "network_errors", "parse_repo_id", "request", "request_json", "request_timeout", "session_timeouts", "short",
+           "translate"]
 
 T = TypeVar("T")
 REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -181,12 +191,30 @@ def _attempts(where: Where, attempt: Callable[[], T]) -> T:
         except Retry as exc:
             last, wait = exc, max(wait, exc.wait)
         except (http.TimeoutException, http.NetworkError, http.RemoteProtocolError) as exc:
+            if _no_such_host(exc):  # no network (or no such host): trying again would only make the user wait
+                raise HubError(f"{where}: cannot reach the Hub at {hub_endpoint()} ({exc}): no network here? "
+                               f"HF_HUB_OFFLINE=1 serves what this machine already holds (stores opened before); "
+                               f"HF_ENDPOINT points at a mirror or at a local test Hub (`python -m "
+                               f"lerobot_zarr.testing.hub_server --sample demo/sample` prints what to export)",
+                               **where.fields()) from exc
             last = exc  # stalled, dropped or reset: try again
         if n < _RETRIES:
             time.sleep(min(wait, _MAX_WAIT_S))
     raise HubError(f"{where}: failed after {_RETRIES + 1} attempts ({last or 'no answer'})",
                    **where.fields(status=getattr(last, "status", None),
                                   response=getattr(last, "response", None))) from last
+
+
+def _no_such_host(exc: BaseException) -> bool:
+    """Whether a failed connection failed to resolve the host's name (``socket.gaierror`` somewhere in its
+    causes): offline, or a mistyped endpoint."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, socket.gaierror):
+            return True
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 def request(method: str, url: str, where: Where, *, token: str | bool | None = None, kind: str = "api",
@@ -211,8 +239,9 @@ def request(method: str, url: str, where: Where, *, token: str | bool | None = N
     def attempt() -> tuple[Any, bytes]:
         deadline = time.monotonic() + budget
         try:
-            with get_session().stream(method, url, headers=all_headers, params=params,
-                                      timeout=http.Timeout(timeout), follow_redirects=True) as response:
+            with (bounded_answers(where, max(limit, 1 << 20), json_guard=False),
+                  get_session().stream(method, url, headers=all_headers, params=params, timeout=http.Timeout(timeout),
+                                       follow_redirects=True) as response):
                 status = response.status_code
                 if status in _RETRY_STATUS:
                     raise Retry(f"{where}: HTTP {status}", status=status, response=response,
@@ -303,7 +332,8 @@ def _within(budget: float, where: Where, fn: Callable[..., T], *args: Any, **kwa
 
     def run() -> None:
         try:
-            box["value"] = fn(*args, **kwargs)
+            with bounded_answers(where):
+                box["value"] = fn(*args, **kwargs)
         except BaseException as exc:  # noqa: BLE001  (raised again in the caller's thread)
             box["error"] = exc
 
@@ -357,3 +387,112 @@ def session_timeouts(kind: str = "download") -> Iterator[None]:
                 session.timeout = own
             else:
                 _bounded[key] = (session, own, users - 1)
+
+
+# ------------------------------------------------------------------------------------------------ bounded answers
+_answers = threading.local()  # .bound: (where, limit, json_guard) while this thread's answers are bounded
+_hooks_lock = threading.Lock()
+_ENCODINGS = ("gzip", "x-gzip", "deflate")  # what bounded answers may use (httpx inflates br/zstd unbounded too)
+
+
+@contextlib.contextmanager
+def bounded_answers(where: Where, limit: int = _API_BODY_MAX, *, json_guard: bool = True) -> Iterator[None]:
+    """While the block runs, the answers to the requests this thread makes through huggingface_hub's session (its
+    ``HfApi`` calls, or ours) are read by us: at most ``limit`` bytes once decoded (``Retry`` past it: a gzip bomb
+    inflates only that far), encoded in gzip or deflate only (asked for so; anything else is a :class:`HubError`),
+    and with ``json_guard`` a JSON answer nested deeper than the depth guard is a :class:`HubError` before
+    huggingface_hub parses it. Other threads' requests (a user's own downloads) are untouched."""
+    from huggingface_hub.utils import get_session
+
+    hooks = get_session().event_hooks  # the session's own lists (huggingface_hub may make a new session later)
+    with _hooks_lock:
+        if _ask_bounded not in hooks["request"]:
+            hooks["request"].append(_ask_bounded)
+        if _read_bounded not in hooks["response"]:
+            hooks["response"].append(_read_bounded)
+    outer = getattr(_answers, "bound", None)
+    _answers.bound = (where, limit, json_guard)
+    try:
+        yield
+    finally:
+        _answers.bound = outer
+
+
+def _ask_bounded(request: Any) -> None:
+    """Accept only what a bounded answer may use (httpx also offers br and zstd where their packages are there)."""
+    if getattr(_answers, "bound", None) is not None:
+        offered = [e.strip() for e in request.headers.get("accept-encoding", "identity").split(",")]
+        request.headers["Accept-Encoding"] = ", ".join(
+            e for e in offered if e.split(";")[0].strip().lower() in (*_ENCODINGS, "identity")) or "identity"
+
+
+def _read_bounded(response: Any) -> None:
+    bound = getattr(_answers, "bound", None)
+    if bound is None:
+        return
+    where = bound[0]
+    encodings = [e.strip().lower() for e in response.headers.get("content-encoding", "").split(",")]
+    encodings = [e for e in encodings if e and e != "identity"]
+    refused = [e for e in encodings if e not in _ENCODINGS]
+    if refused:
+        response.close()
+        raise HubError(f"{where}: the Hub answered in the content encoding {short(refused[0])}, which was not asked "
+                       f"for (gzip or deflate)", **where.fields(status=response.status_code))
+    if "content-encoding" in response.headers:
+        del response.headers["content-encoding"]  # decoded by the stream below, not by the HTTP client
+    is_json = bound[2] and "json" in response.headers.get("content-type", "").lower()
+    response.stream = _bounded_stream_class(_http_module())(response.stream, encodings, where, bound[1], is_json)
+
+
+@functools.cache
+def _bounded_stream_class(http: Any) -> type:
+    """A ``SyncByteStream`` of the HTTP library ``http`` (what its responses must hold) that decodes a raw stream
+    within a limit and depth-guards a JSON body (see :func:`bounded_answers`)."""
+
+    class BoundedStream(http.SyncByteStream):
+        def __init__(self, raw: Any, encodings: list[str], where: Where, limit: int, is_json: bool):
+            self.raw, self.encodings, self.where, self.limit, self.is_json = raw, encodings, where, limit, is_json
+
+        def __iter__(self) -> Iterator[bytes]:
+            pieces: Iterator[bytes] = iter(self.raw)
+            for encoding in reversed(self.encodings):
+                pieces = _inflate(pieces, encoding, self.where)
+            total, kept = 0, []
+            for piece in pieces:
+                total += len(piece)
+                if total > self.limit:
+                    kept.clear()  # not held by the traceback while the call is tried again
+                    raise Retry(f"{self.where}: the server sent more than the {self.limit} bytes expected (decoded)")
+                if self.is_json:
+                    kept.append(piece)
+                yield piece
+            if self.is_json:
+                load_json(b"".join(kept), f"{self.where}: the Hub's answer",
+                          error=lambda message: HubError(message, **self.where.fields()))
+
+        def close(self) -> None:
+            self.raw.close()
+
+    return BoundedStream
+
+
+def _inflate(pieces: Iterator[bytes], encoding: str, where: Where) -> Iterator[bytes]:
+    """``pieces`` of a gzip or deflate stream, inflated at most 1 MiB at a time (so a bomb costs no more memory than
+    the pieces the reader keeps). "deflate" is zlib-wrapped as the standard says, or raw as some servers send it."""
+    decoder = zlib.decompressobj(zlib.MAX_WBITS | 16 if encoding != "deflate" else zlib.MAX_WBITS)
+    started = False
+    for data in pieces:
+        while data:
+            try:
+                out = decoder.decompress(data, 1 << 20)
+            except zlib.error as exc:
+                if encoding == "deflate" and not started:
+                    decoder, started = zlib.decompressobj(-zlib.MAX_WBITS), True
+                    continue
+                raise HubError(f"{where}: undecodable {encoding} answer from the Hub ({exc})",
+                               **where.fields()) from None
+            started = True
+            if out:
+                yield out
+            data = decoder.unconsumed_tail
+    yield decoder.flush()

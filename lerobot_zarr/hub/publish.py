@@ -32,7 +32,17 @@ from typing import Any
 from ..errors import HubAuthError, HubError, LeRobotZarrError, SourceMismatchError
 from ..lerobot.index_file import identity
 from .files import fetch_file
-from .http import Where, call_api, check_commit, hf_api, hub_endpoint, network_errors, session_timeouts
+from .http import (
+    Retry,
+    Where,
+    bounded_answers,
+    call_api,
+    check_commit,
+    hf_api,
+    hub_endpoint,
+    network_errors,
+    session_timeouts,
+)
 from .revisions import list_tree, refs
 
 __all__ = ["Publisher", "TAG"]
@@ -215,10 +225,11 @@ class Publisher:
         """A huggingface_hub call with timeouts on its session and this push's progress setting."""
         from huggingface_hub import errors as hf
 
-        failures = (hf.HfHubHTTPError, hf.OfflineModeIsEnabled, *network_errors())
+        failures = (hf.HfHubHTTPError, hf.OfflineModeIsEnabled, Retry, HubError, *network_errors())
         try:
             # huggingface_hub's upload bars redraw with terminal escapes: only on a terminal, never into a log
-            with session_timeouts(), quiet_progress(not self.progress or not sys.stderr.isatty()):
+            with (session_timeouts(), bounded_answers(Where(self.repo_id, self.branch)),
+                  quiet_progress(not self.progress or not sys.stderr.isatty())):
                 return fn(*args, **kwargs)
         except failures as exc:
             raise _Failed(what, exc) from exc

@@ -13,10 +13,18 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import LeRobotZarrWarning, import_optional
+from ..errors import LeRobotZarrWarning, LoaderTimeoutError, import_optional
 
 torch = import_optional("torch", "lerobot_zarr.integrations.torch (the torch adapter and LeRobotDataset drop-in)")
-from torch.utils.data import BatchSampler, DataLoader, Dataset, IterableDataset, Sampler, get_worker_info  # noqa: E402
+from torch.utils.data import (  # noqa: E402
+    BatchSampler,
+    DataLoader,
+    Dataset,
+    IterableDataset,
+    Sampler,
+    default_collate,
+    get_worker_info,
+)
 
 from ..sampling.dataset import LeRobotZarrDataset  # noqa: E402
 from ..sampling.streams import SampleStream  # noqa: E402
@@ -24,7 +32,11 @@ from .torch_collate import batch_items  # noqa: E402
 from .torch_memory import Ring, aligned, to_tensors  # noqa: E402
 
 __all__ = ["BatchLoader", "IndexBatches", "StreamLoader", "TorchDataset", "TorchStream", "batch_loader",
-           "stream_loader"]
+           "stream_loader", "WORKER_TIMEOUT_S"]
+
+#: batch_loader's default ``timeout`` with workers: a worker that gives no batch for this long (stopped, stuck) is
+#: an error naming it, not a hang (torch's DataLoader waits for ever by default)
+WORKER_TIMEOUT_S = 600.0
 
 
 class TorchDataset(Dataset):
@@ -302,7 +314,15 @@ class BatchLoader(DataLoader):
             self._since, self._delivered = self._batches.state_dict(), 0
         answers = super().__iter__()
         try:
-            for answer in answers:
+            while True:
+                try:
+                    answer = next(answers)
+                except StopIteration:
+                    return
+                except RuntimeError as exc:  # torch's "DataLoader timed out after N seconds": say which worker
+                    if self.timeout and str(exc).startswith("DataLoader timed out"):
+                        raise _stuck_worker(answers, self.timeout) from exc
+                    raise
                 answer.reverse()
                 while answer:  # keep no delivered batch: its slot frees as soon as the user drops it
                     self._delivered += 1
@@ -311,6 +331,45 @@ class BatchLoader(DataLoader):
             if token is not None:  # this iteration's workers end with it (not persistent)
                 del answers
                 _RINGS.pop(token, None)
+
+
+def _stuck_worker(answers: Any, timeout: float) -> LoaderTimeoutError:
+    """The worker whose batch the loader waited for in vain (torch's iterator knows which; else every worker), with
+    its pid and state."""
+    workers = list(getattr(answers, "_workers", []))
+    awaited = getattr(answers, "_task_info", {}).get(getattr(answers, "_rcvd_idx", None), ())
+    chosen = [awaited[0]] if awaited and isinstance(awaited[0], int) and awaited[0] < len(workers) else \
+        range(len(workers))
+    named = ", ".join(f"{k} (pid {workers[k].pid}{_process_state(workers[k].pid)})" for k in chosen)
+    return LoaderTimeoutError(f"DataLoader worker {named or '?'} gave no batch in {timeout:g} s (batch_loader's "
+                              f"timeout=, default {WORKER_TIMEOUT_S:g} s): a stopped or stuck worker; timeout=0 "
+                              f"waits for ever")
+
+
+def _process_state(pid: int | None) -> str:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return ""
+    return {b"T": ", stopped", b"t": ", stopped by a debugger", b"D": ", waiting on a disk", b"Z": ", dead"}.get(
+        state, "")
+
+
+class _LeRobotBatches:
+    """The batches of the ``LeRobotDataset`` drop-in as a plain ``DataLoader(ds, batch_size=B)`` gives them
+    (LeRobot's: its ``__getitems__``, collated), as numpy arrays so that they cross from workers as ``get_batch``
+    dicts do."""
+
+    def __init__(self, dataset: Any):
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def get_batch(self, indices: Sequence[int] | np.ndarray) -> dict[str, Any]:
+        batch = default_collate(self.dataset.__getitems__(np.asarray(indices, dtype=np.int64).tolist()))
+        return {key: value.numpy() if isinstance(value, torch.Tensor) else value for key, value in batch.items()}
 
 
 def batch_loader(dataset: LeRobotZarrDataset | TorchDataset | Any, batch_size: int, *, shuffle: bool = True,
@@ -333,7 +392,15 @@ def batch_loader(dataset: LeRobotZarrDataset | TorchDataset | Any, batch_size: i
     fit in 12 MiB, 1 to 16; a mixture gathers them with one ``get_batches``, also without workers) and puts them
     in shared memory of its own; the main process gets slot numbers and makes tensors viewing the slots. A slot is
     reused only once every tensor of its batch is freed, so a batch stays valid as long as you hold it (hold many
-    and further batches arrive by copy instead)."""
+    and further batches arrive by copy instead). A worker that gives no batch for ``timeout`` seconds (default
+    ``WORKER_TIMEOUT_S``, 10 minutes; 0: wait for ever, torch's default) raises :class:`LoaderTimeoutError` naming it.
+
+    ``dataset`` may also be the ``LeRobotDataset`` drop-in (what LeRobot code holds): its batches are then LeRobot's
+    (cameras float32 CHW, ``image_transforms`` applied), as ``DataLoader(ds, batch_size=...)`` gives them."""
+    from .lerobot_dataset import LeRobotDataset
+
+    if isinstance(dataset, LeRobotDataset):
+        dataset = _LeRobotBatches(dataset)
     ds = dataset.dataset if isinstance(dataset, TorchDataset) else dataset
     if batch_sampler is None and sampler is None and callable(getattr(ds, "sampler", None)):  # a mixture
         if not shuffle:
@@ -349,6 +416,8 @@ def batch_loader(dataset: LeRobotZarrDataset | TorchDataset | Any, batch_size: i
     else:
         batches = BatchSampler(sampler, batch_size=int(batch_size), drop_last=drop_last)
     kwargs.pop("pin_memory", None)
+    if int(kwargs.get("num_workers", 0)) > 0:
+        kwargs.setdefault("timeout", WORKER_TIMEOUT_S)
     k = 1
     if int(kwargs.get("num_workers", 0)) > 0 or hasattr(ds, "get_batches"):
         k = _default_request(ds, batch_size) if batches_per_request is None else int(batches_per_request)

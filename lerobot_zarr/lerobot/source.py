@@ -8,7 +8,8 @@ decodes their videos. It never writes.
 
 What it checks as each episode is read (so at transcode time, when the store is filled), so that bad input is a
 typed error naming the file and episode rather than a raw Python error or silently wrong frames: the data file's
-schema and row count, ``episode_index`` / ``index`` / ``task_index`` against the episode table, and timestamps:
+schema and row count, ``episode_index`` / ``index`` / ``frame_index`` / ``task_index`` against the episode table
+(``frame_index`` counts 0, 1, ... in row order), and timestamps:
 consecutive timestamps of an episode 1/fps apart within LeRobot's 1e-4 s (a dropped frame would otherwise make
 every window after it silently return another time than asked).
 """
@@ -79,8 +80,7 @@ class LeRobotSource:
             raise SourceNotFoundError(f"{first}: data file of episode {e} not found")
         schema = open_parquet(self.files, rel).schema_arrow
         for name, spec in list(self.features.items()):
-            if spec.kind == "video":
-                self.features[name] = spec.with_frame_shape(spec.shape)
+            if spec.kind == "video":  # a video's frame shape is info.json's (fixed when it was read)
                 continue
             if name not in schema.names:
                 raise SchemaMismatchError(f"{first}: feature {name!r} declared in info.json has no column")
@@ -207,6 +207,11 @@ class LeRobotSource:
         if not np.array_equal(idx, np.arange(start, start + n)):
             raise SchemaMismatchError(
                 f"{path}: episode {e} 'index' column is not the contiguous range [{start}, {start + n})")
+        frame = frames["frame_index"].reshape(n) if "frame_index" in frames else np.arange(n)
+        if not np.array_equal(frame, np.arange(n)):  # rows out of order: every window would take other frames
+            row = int(np.flatnonzero(frame != np.arange(n))[0])
+            raise SchemaMismatchError(f"{path}: episode {e} 'frame_index' is not 0..{n - 1} in row order (row {row} "
+                                      f"holds {int(frame[row])})")
         task_index = frames["task_index"].reshape(n)
         if len(task_index) and (task_index.min() < 0 or task_index.max() >= len(self.tasks)):
             raise SchemaMismatchError(f"{path}: episode {e} has a task_index outside the {len(self.tasks)} tasks")
@@ -239,17 +244,25 @@ class LeRobotSource:
         Raises :class:`~lerobot_zarr.cameras.video.VideoUnavailable` (with the reason) when the video is not listed, not
         there, cannot be decoded or has no frame close enough to a timestamp; network errors propagate."""
         where = f"episode {episode}, camera {key!r}"
-        ref = self.episodes.videos.get(key, [None] * (episode + 1))[episode]
-        if ref is None:
-            raise VideoUnavailable(f"{where}: meta/episodes lists no video file")
-        rel, from_timestamp = ref
-        if not self.files.exists(rel):
-            raise VideoUnavailable(f"{where}: video file {self.files.location(rel)} not found")
+        missing = self.video_missing(episode, key)
+        if missing is not None:
+            raise VideoUnavailable(f"{where}: {missing}")
+        rel, from_timestamp = self.episodes.videos[key][episode]
         queries = from_timestamp + np.asarray(timestamps, dtype=np.float64).reshape(-1)
         spec = self.features[key]
         with self.files.open(rel) as f:
             decode_into(f, sink, queries, spec.frame_shape, f"{self.files.location(rel)} ({where})",
                         depth=spec.depth, rewind=rewind)
+
+    def video_missing(self, episode: int, key: str, exists: Callable[[str], bool] | None = None) -> str | None:
+        """Why camera ``key`` of ``episode`` has no video, known without decoding anything (the episode table lists
+        none, or its file is not there), or None. ``exists``: the file check (a cached one for many episodes)."""
+        ref = self.episodes.videos.get(key, [None] * (episode + 1))[episode]
+        if ref is None:
+            return "meta/episodes lists no video file"
+        if not (exists or self.files.exists)(ref[0]):
+            return f"video file {self.files.location(ref[0])} not found"
+        return None
 
     @property
     def not_materialized(self) -> dict[str, str]:

@@ -290,8 +290,10 @@ def _parse_features(info: dict, info_path: str) -> tuple[dict[str, FeatureSpec],
             except ValueError as exc:
                 refused[name] = f"its depth quantizer cannot be read ({exc})"
                 continue
-        specs[name] = FeatureSpec(name, dtype, shape, names, depth=depth, depth_unit=unit if unit in ("mm", "m")
-                                  else None)
+        # a video's frames are what info.json declares (no data file to read them from): fixed now, so that a decode
+        # never waits for (nor races) the shapes read from a data file
+        specs[name] = FeatureSpec(name, dtype, shape, names, shape if dtype == "video" else (), depth=depth,
+                                  depth_unit=unit if unit in ("mm", "m") else None)
     for name, dtype in DEFAULT_FEATURES.items():
         specs.setdefault(name, FeatureSpec(name, dtype, (1,)))
     return specs, refused

@@ -15,7 +15,9 @@ Global index ``i`` of a mixture is ``offsets[k] + j``: frame ``j`` of dataset ``
 
 from __future__ import annotations
 
+import hashlib
 import itertools
+import json
 import operator
 import os
 import warnings
@@ -32,9 +34,10 @@ from ..sampling.dataset import ImageFormat, LeRobotZarrDataset
 from ..sampling.fused import FusedGather
 from ..sampling.meta import DatasetMeta
 from ..sampling.selection import Selection
-from .sampler import MixtureSampler, MixtureSchedule, frame_weights
+from ..store.tables import location_key
+from .sampler import MixtureSampler, MixtureSchedule, check_weights, frame_weights
 
-__all__ = ["LeRobotZarrMixture", "MixtureMeta", "merge_stats", "open_mixture"]
+__all__ = ["LeRobotZarrMixture", "MixtureMeta", "content_key", "merge_stats", "open_mixture"]
 
 Source = str | os.PathLike
 FeatureMode = Literal["intersection", "union"]
@@ -124,6 +127,23 @@ def _stacked(stats: Sequence[Mapping[str, np.ndarray]]) -> dict[str, np.ndarray]
     names = [n for n in ("min", "max", "mean", "std", "count", *QUANTILES) if all(n in s for s in stats)]
     return {n: np.stack([np.asarray(s[n], dtype=np.int64 if n == "count" else np.float64).reshape(
         (1,) if n == "count" else np.shape(s[n])) for s in stats]) for n in names}
+
+
+def content_key(ds: LeRobotZarrDataset) -> str:
+    """What a dataset serves, as a short digest: its selection (episodes and frames) and, per selected episode,
+    its length and the content hash of every feature it serves (where none is recorded, the rows it holds, which
+    are never given to another episode). Equal keys: the same frames in the same order, which a sampler state
+    saved on one mixture needs to continue on another."""
+    layout = ds.gather_layout()
+    state, selection = layout["state"], layout["selection"]
+    table, episodes = state.table, selection.episodes
+    digest = hashlib.sha256(json.dumps(selection.to_args(table.length)).encode())
+    digest.update(np.ascontiguousarray(table.length[episodes], dtype="<i8").tobytes())
+    rows = location_key(table.chunk[episodes], table.offset[episodes])
+    for name in sorted(ds.array_specs):
+        hashes = state.episode_hashes(name)[episodes]
+        digest.update(name.encode() + b"\0" + np.where(hashes >= 0, hashes, -1 - rows).astype("<i8").tobytes())
+    return digest.hexdigest()[:32]
 
 
 def _key(source: Any) -> str:
@@ -525,7 +545,8 @@ class LeRobotZarrMixture:
         """Batches of mixture indices for one rank, drawn by the mixture's weights (see
         :class:`~lerobot_zarr.mixtures.sampler.MixtureSampler`): resumable (``state_dict``) and elastic. ``rank``
         and ``world_size`` default to ``torch.distributed``'s when it is initialized, else 0 and 1."""
-        schedule = MixtureSchedule([len(ds) for ds in self.datasets], self.weights, seed, names=self.sources)
+        schedule = MixtureSchedule([len(ds) for ds in self.datasets], self.weights, seed, names=self.sources,
+                                   contents=[content_key(ds) for ds in self.datasets])
         return MixtureSampler(schedule, batch_size=batch_size, rank=rank, world_size=world_size,
                               batches_per_epoch=batches_per_epoch)
 
@@ -611,15 +632,15 @@ def open_mixture(
         given = "equal" if weights is None else weights
     if not names:
         raise ArgumentError("a mixture needs at least one source")
-    if len(set(names)) != len(names):
-        twice = sorted({n for n in names if names.count(n) > 1})
-        raise ArgumentError(f"sources {twice} are given more than once")
+    _check_distinct(names, [os.path.realpath(n) if os.path.exists(n) else n for n in names], "the same folder")
     if features not in ("intersection", "union"):
         raise ArgumentError(f"features must be 'intersection' or 'union', got {features!r}")
     if isinstance(given, str) and given not in ("frames", "equal"):
         raise ArgumentError(f"weights must be numbers, 'frames' or 'equal', got {given!r}")
     if not isinstance(given, str):
         given = _check_weights(given, names)
+    if given != "frames":  # before any dataset opens (opening one may transcode it)
+        check_weights([1.0] * len(names) if given == "equal" else given, names)
     renames = _per_source("rename", rename, names)
     for name, mapping in renames.items():
         if not isinstance(mapping, Mapping) or not all(isinstance(a, str) and isinstance(b, str)
@@ -636,6 +657,7 @@ def open_mixture(
             datasets.append(_open_one(name, renames.get(name, {}), delta_timestamps, image_format=image_format,
                                       progress=progress, lazy=lazy, client=client,
                                       **{option: per[name] for option, per in options.items() if name in per}))
+        _check_distinct(names, [os.path.realpath(ds.root) for ds in datasets], "the same store")
         _check_windows(delta_timestamps, names, datasets, renames, features)
         if isinstance(given, str):
             given = frame_weights([len(ds) for ds in datasets]) if given == "frames" else [1.0] * len(datasets)
@@ -645,6 +667,19 @@ def open_mixture(
         for ds in datasets:
             ds.close()
         raise
+
+
+def _check_distinct(names: list[str], places: list[str], what: str) -> None:
+    """Each source once: two spellings of one folder or store (``A`` and ``A/``, a link to it, a repo id and its
+    store) would sample it twice, at twice its weight."""
+    first: dict[str, str] = {}
+    for name, place in zip(names, places):
+        if place in first and first[place] == name:
+            raise ArgumentError(f"source {name!r} is given more than once")
+        if place in first:
+            raise ArgumentError(f"sources {first[place]!r} and {name!r} are {what} ({place}): a mixture samples each "
+                                f"source once; give it once, with its weight (select episodes of it with episodes=)")
+        first[place] = name
 
 
 def _check_weights(given: Sequence[Any], names: list[str]) -> list[float]:

@@ -35,10 +35,13 @@ import numpy as np
 
 from ..errors import ArgumentError, warn_user
 
-__all__ = ["BLOCK", "MAX_POSITION", "STATE_FORMAT", "MixtureSampler", "MixtureSchedule", "frame_weights", "permute"]
+__all__ = ["BLOCK", "MAX_BATCH", "MAX_DATASETS", "MAX_POSITION", "STATE_FORMAT", "MixtureSampler", "MixtureSchedule",
+           "check_weights", "frame_weights", "permute"]
 
 BLOCK = 256  # positions per block of the dataset schedule (a power of two: its shuffle needs no walking)
 MAX_POSITION = 1 << 43  # positions of the sequence (8.8e12 samples): the schedule's integer arithmetic holds below
+MAX_BATCH = 1 << 24  # indices of one rank's batch (128 MiB of int64)
+MAX_DATASETS = 2**15 - 1
 _GRID_BITS = 40  # weights are placed on a grid of 2**-40: exact integer arithmetic for any position
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 STATE_FORMAT = "lerobot_zarr.mixtures.sampler"
@@ -122,7 +125,7 @@ def _permute(x: np.ndarray, n: Any, a: Any, b: Any, key: Any) -> np.ndarray:
     return out.astype(np.int64)
 
 
-def _as_int(value: object, what: str, minimum: int = 0) -> int:
+def _as_int(value: object, what: str, minimum: int = 0, maximum: int | None = None) -> int:
     if isinstance(value, (bool, np.bool_)):
         raise ArgumentError(f"{what} must be an integer, got {value!r}")
     try:
@@ -131,42 +134,71 @@ def _as_int(value: object, what: str, minimum: int = 0) -> int:
         raise ArgumentError(f"{what} must be an integer, got {value!r:.60}") from None
     if value < minimum:
         raise ArgumentError(f"{what} must be at least {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise ArgumentError(f"{what} must be at most {maximum}, got {value!r:.60}")
     return value
+
+
+def check_weights(weights: Sequence[float], names: Sequence[str]) -> np.ndarray:
+    """The weights of the datasets ``names``, normalized and checked as the schedule needs them: 1 to
+    ``MAX_DATASETS`` datasets, finite, not negative, not all zero, each 0 or at least ``1/BLOCK`` of the total (the
+    schedule draws datasets in stratified blocks of ``BLOCK`` samples). Cheap: ``open_mixture`` runs it before any
+    dataset opens."""
+    return _shares(weights, names)[0]
+
+
+def _shares(weights: Sequence[float], names: Sequence[str]) -> tuple[np.ndarray, list[int]]:
+    """:func:`check_weights`, and the cumulative shares on the grid of ``2**-_GRID_BITS``."""
+    if not 1 <= len(names) <= MAX_DATASETS:
+        raise ArgumentError(f"a mixture holds 1 to {MAX_DATASETS} datasets, got {len(names)}")
+    try:
+        if isinstance(weights, (str, bytes, Mapping)):
+            raise TypeError
+        w = np.asarray(weights, dtype=np.float64).reshape(-1)
+    except (TypeError, ValueError):
+        raise ArgumentError(f"weights must be a list of numbers, got {weights!r:.80}") from None
+    if len(w) != len(names):
+        raise ArgumentError(f"{len(w)} weights for {len(names)} datasets")
+    if not np.isfinite(w).all() or (w < 0).any() or w.sum() <= 0:
+        raise ArgumentError(f"weights must be finite, non-negative and not all zero, got {w.tolist()[:10]}")
+    share = w / w.sum()
+    grid = np.round(np.concatenate([[0.0], np.cumsum(share)]) * 2.0 ** _GRID_BITS)
+    grid[-1] = 2.0 ** _GRID_BITS
+    cuts = [int(g) for g in np.maximum.accumulate(grid)]
+    # a block's quota of dataset d is the difference of two floors of cumulative shares: never negative when each
+    # share of a block is at least one sample
+    rare = [str(names[d]) for d in range(len(w)) if w[d] > 0 and cuts[d + 1] - cuts[d] < 2 ** _GRID_BITS // BLOCK]
+    if rare:
+        raise ArgumentError(f"weights of {rare[:5]}{'...' if len(rare) > 5 else ''} are below 1/{BLOCK} of the "
+                            f"total: the sampler draws datasets in stratified blocks of {BLOCK} samples, so each "
+                            f"weight is 0 or at least 1/{BLOCK} ({100 / BLOCK:.2f} %), and at most {BLOCK} "
+                            f"datasets have one")
+    return share, cuts
 
 
 class MixtureSchedule:
     """The mixture's sample sequence: position -> (dataset, frame of it) by random access (see the module docs).
 
     ``sizes``: frames of each dataset (in the mixture's order); ``weights``: their sampling weights (normalized
-    here); ``seed``: a non-negative integer."""
+    here); ``seed``: an integer in ``[0, 2**64)``; ``contents``: optional, a key per dataset identifying the frames
+    it serves (:meth:`~lerobot_zarr.sampling.dataset.LeRobotZarrDataset.content_key`), kept in states so that a
+    state is never restored onto other data of the same sizes."""
 
-    def __init__(self, sizes: Sequence[int], weights: Sequence[float], seed: int, *, names: Sequence[str] = ()):
-        self.sizes = np.array([_as_int(n, "dataset size", 1) for n in sizes], dtype=np.int64)
+    def __init__(self, sizes: Sequence[int], weights: Sequence[float], seed: int, *, names: Sequence[str] = (),
+                 contents: Sequence[str] = ()):
+        if isinstance(sizes, (str, bytes, Mapping)) or not isinstance(sizes, (Sequence, np.ndarray)):
+            raise ArgumentError(f"sizes must be a list of frame counts, got {sizes!r:.80}")
+        self.sizes = np.array([_as_int(n, "dataset size", 1, 2**62) for n in sizes], dtype=np.int64)
         self.names = [str(x) for x in names] or [f"dataset {k}" for k in range(len(self.sizes))]
-        if not 1 <= len(self.sizes) < 2 ** 15:
-            raise ArgumentError(f"a mixture holds 1 to 32767 datasets, got {len(self.sizes)}")
-        w = np.asarray(weights, dtype=np.float64).reshape(-1)
-        if w.shape != self.sizes.shape:
-            raise ArgumentError(f"{len(w)} weights for {len(self.sizes)} datasets")
-        if not np.isfinite(w).all() or (w < 0).any() or w.sum() <= 0:
-            raise ArgumentError(f"weights must be finite, non-negative and not all zero, got {w.tolist()}")
-        self.seed = _as_int(seed, "seed")
-        self.weights = w / w.sum()
-        cum = np.concatenate([[0.0], np.cumsum(self.weights)])
-        grid = np.round(cum * 2.0 ** _GRID_BITS)
-        grid[-1] = 2.0 ** _GRID_BITS
-        self._grid = [int(g) for g in np.maximum.accumulate(grid)]
-        # a block's quota of dataset d is the difference of two floors of cumulative shares: never negative when
-        # each share of a block is at least one sample
-        rare = [self.names[d] for d in range(len(w))
-                if w[d] > 0 and self._grid[d + 1] - self._grid[d] < 2 ** _GRID_BITS // BLOCK]
-        if rare:
-            raise ArgumentError(f"weights of {rare[:5]}{'...' if len(rare) > 5 else ''} are below 1/{BLOCK} of the "
-                                f"total: the sampler draws datasets in stratified blocks of {BLOCK} samples, so each "
-                                f"weight is 0 or at least 1/{BLOCK} ({100 / BLOCK:.2f} %), and at most {BLOCK} "
-                                f"datasets have one")
+        if len(self.names) != len(self.sizes):
+            raise ArgumentError(f"{len(self.names)} names for {len(self.sizes)} datasets")
+        self.weights, self._grid = _shares(weights, self.names)
+        self.seed = _as_int(seed, "seed", 0, 2**64 - 1)
+        self.contents = [str(c) for c in contents]
+        if self.contents and len(self.contents) != len(self.sizes):
+            raise ArgumentError(f"{len(self.contents)} content keys for {len(self.sizes)} datasets")
         self.offsets = np.concatenate([[0], np.cumsum(self.sizes)]).astype(np.int64)
-        key = _mix64(np.array([self.seed & (2 ** 64 - 1)], dtype=np.uint64) ^ _GOLDEN)
+        key = _mix64(np.array([self.seed], dtype=np.uint64) ^ _GOLDEN)
         self._dataset_keys = _mix64((np.arange(len(self.sizes), dtype=np.uint64) * _GOLDEN) ^ key)
         bits = np.array([_split_bits(n) for n in self.sizes.tolist()], dtype=np.int64).reshape(-1, 2)
         self._word = _word(int(bits.sum(axis=1).max()))
@@ -311,7 +343,8 @@ class MixtureSchedule:
         return out
 
     def state_fields(self) -> dict[str, Any]:
-        return {"seed": self.seed, "weights": self.weights.tolist(), "sizes": self.sizes.tolist()}
+        return {"seed": self.seed, "weights": self.weights.tolist(), "sizes": self.sizes.tolist(),
+                **({"contents": list(self.contents)} if self.contents else {})}
 
 
 def _distributed() -> tuple[int, int]:
@@ -338,20 +371,21 @@ class MixtureSampler:
     def __init__(self, schedule: MixtureSchedule, *, batch_size: int, rank: int | None = None,
                  world_size: int | None = None, batches_per_epoch: int | None = None):
         self.schedule = schedule
-        self.batch_size = _as_int(batch_size, "batch_size", 1)
+        self.batch_size = _as_int(batch_size, "batch_size", 1, MAX_BATCH)
         if rank is None and world_size is None:
             rank, world_size = _distributed()
         elif rank is None or world_size is None:
             raise ArgumentError("give both rank and world_size, or neither (then torch.distributed's, if "
                                 "initialized, else 0 and 1)")
-        self.world_size = _as_int(world_size, "world_size", 1)
+        self.world_size = _as_int(world_size, "world_size", 1, MAX_POSITION // self.batch_size)
         self.rank = _as_int(rank, "rank")
         if self.rank >= self.world_size:
             raise ArgumentError(f"rank must be in [0, world_size={self.world_size}), got {self.rank}")
         self.global_batch_size = self.batch_size * self.world_size
         total = int(schedule.sizes.sum())
-        self.batches_per_epoch = (max(1, total // self.global_batch_size) if batches_per_epoch is None
-                                  else _as_int(batches_per_epoch, "batches_per_epoch", 1))
+        self.batches_per_epoch = (max(1, total // self.global_batch_size) if batches_per_epoch is None else
+                                  _as_int(batches_per_epoch, "batches_per_epoch", 1,
+                                          MAX_POSITION // self.global_batch_size))
         self._position = 0
         self._chunk: tuple[int, np.ndarray] = (0, np.zeros((0, self.batch_size), dtype=np.int64))
 
@@ -367,7 +401,8 @@ class MixtureSampler:
 
     def batch(self, step: int) -> np.ndarray:
         """This rank's indices of global batch ``step`` (random access; does not move the position)."""
-        return self._batch_at(_as_int(step, "step") * self.global_batch_size)
+        return self._batch_at(_as_int(step, "step", 0, MAX_POSITION // self.global_batch_size - 1)
+                              * self.global_batch_size)
 
     def _batch_at(self, position: int) -> np.ndarray:
         """This rank's slice of the global batch starting at ``position``, from a chunk of batches computed at
@@ -409,23 +444,29 @@ class MixtureSampler:
 
     # state ----------------------------------------------------------------------------------------------------
     def state_dict(self, *, since: Mapping[str, Any] | None = None, batches: int = 0) -> dict[str, Any]:
-        """A small JSON-serializable state: the position reached and what identifies the mixture. With ``since``
-        (an earlier state of this sampler): the state ``batches`` batches after it instead (a loader whose
-        workers run ahead saves where the batches it delivered reached)."""
-        position = self._position if since is None else _as_int(since["position"], "position") + _as_int(
-            batches, "batches") * self.global_batch_size
-        return {"format": STATE_FORMAT, "version": 1, "position": position, **self.schedule.state_fields(),
+        """A small JSON-serializable state: the position reached and what identifies the mixture (its seed, weights,
+        sizes and each dataset's content key). With ``since`` (an earlier state of this sampler): the state
+        ``batches`` batches after it instead (a loader whose workers run ahead saves where the batches it delivered
+        reached)."""
+        position = self._position if since is None else _position(since) + _as_int(
+            batches, "batches", 0, MAX_POSITION) * self.global_batch_size
+        return {"format": STATE_FORMAT, "version": 2, "position": position, **self.schedule.state_fields(),
                 "global_batch_size": self.global_batch_size}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Continue from a :meth:`state_dict` (of this rank or any other, on any world size): O(1), the datasets'
-        sizes, weights and seed must be the ones the state was saved with."""
+        """Continue from a :meth:`state_dict` (of this rank or any other, on any world size): O(1). The datasets'
+        content (each one's content key: its frames and selection), sizes, weights and seed must be the ones the
+        state was saved with; anything else, or a value of the wrong type, is an :class:`ArgumentError`. A state
+        saved before content keys existed (version 1) is restored with a warning that its content was not checked."""
         if not isinstance(state, Mapping) or state.get("format") != STATE_FORMAT:
             raise ArgumentError(f"not a mixture sampler state (no format {STATE_FORMAT!r}): {str(state)[:120]}")
-        if state.get("version") != 1:
-            raise ArgumentError(f"mixture sampler state version {state.get('version')!r} is not supported (1)")
+        version = state.get("version")
+        if version not in (1, 2):
+            raise ArgumentError(f"mixture sampler state version {version!r:.40} is not supported (1, 2)")
         mine = self.schedule.state_fields()
-        sizes = list(state.get("sizes", ()))
+        sizes = state.get("sizes")
+        if not isinstance(sizes, list) or not all(isinstance(n, int) and not isinstance(n, bool) for n in sizes):
+            raise ArgumentError(f"the state's sizes must be a list of frame counts, got {sizes!r:.80}")
         if sizes != mine["sizes"]:
             if len(sizes) != len(mine["sizes"]):
                 raise ArgumentError(f"the state was saved for a mixture of {len(sizes)} datasets; this one has "
@@ -434,25 +475,46 @@ class MixtureSampler:
             raise ArgumentError(f"the state was saved for another mixture: {self.schedule.names[d]} had {sizes[d]} "
                                 f"frames then and has {mine['sizes'][d]} now (the sequence depends on each "
                                 f"dataset's frames)")
+        contents = state.get("contents")
+        if version == 2 and contents is not None:
+            if not isinstance(contents, list) or len(contents) != len(sizes):
+                raise ArgumentError(f"the state's contents must be a list of {len(sizes)} content keys, got "
+                                    f"{contents!r:.80}")
+            ours = mine.get("contents") or [None] * len(sizes)
+            changed = [d for d, (a, b) in enumerate(zip(contents, ours)) if b is not None and a != b]
+            if changed:
+                d = changed[0]
+                raise ArgumentError(f"the state was saved for other data of {self.schedule.names[d]}: its frames or "
+                                    f"selection changed since (content key {str(contents[d])[:16]} then, "
+                                    f"{str(ours[d])[:16]} now), so the next batches would hold other samples; "
+                                    f"start afresh or restore that data")
+        elif mine.get("contents"):
+            warn_user("the mixture sampler state was saved by an earlier version, without the datasets' content "
+                      "keys: it is restored by position, sizes, weights and seed only (if a dataset's frames "
+                      "changed but not its size, the batches differ from those the state continued)")
         if state.get("seed") != mine["seed"]:
-            raise ArgumentError(f"the state was saved with seed {state.get('seed')!r}; this sampler has seed "
+            raise ArgumentError(f"the state was saved with seed {state.get('seed')!r:.60}; this sampler has seed "
                                 f"{mine['seed']}")
         saved = MixtureSchedule(sizes, state.get("weights", ()), mine["seed"], names=self.schedule.names)
         if saved._grid != self.schedule._grid:
             raise ArgumentError(f"the state was saved with weights {state.get('weights')}; this mixture's are "
                                 f"{mine['weights']}")
-        position = _as_int(state.get("position"), "the state's position")
+        position = _position(state)
         saved_g = state.get("global_batch_size")
         if saved_g != self.global_batch_size:
-            warn_user(f"the mixture sampler state was saved with batches of {saved_g} samples in all (batch_size "
-                      f"* world_size) and is restored with {self.global_batch_size}: the same sequence of samples "
-                      f"continues from sample {position}, cut into batches of the new size")
+            warn_user(f"the mixture sampler state was saved with batches of {saved_g!r:.40} samples in all "
+                      f"(batch_size * world_size) and is restored with {self.global_batch_size}: the same sequence "
+                      f"of samples continues from sample {position}, cut into batches of the new size")
         self._position = position
 
     def __repr__(self) -> str:
         return (f"MixtureSampler(batch_size={self.batch_size}, rank={self.rank}, world_size={self.world_size}, "
                 f"seed={self.schedule.seed}, position={self._position}, epoch={self.epoch}, "
                 f"batches_per_epoch={self.batches_per_epoch})")
+
+
+def _position(state: Mapping[str, Any]) -> int:
+    return _as_int(state.get("position"), "the state's position", 0, MAX_POSITION)
 
 
 def frame_weights(sizes: Sequence[int]) -> list[float]:

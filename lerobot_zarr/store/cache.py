@@ -31,12 +31,13 @@ from urllib.parse import quote, unquote
 from ..errors import StoreError, StoreLockedError
 from .cameras import kept_description, served_episodes
 from .state import CREATING_MARKER, read_state
+from .zarr_meta import ROOT
 
 if TYPE_CHECKING:
     from ..lerobot.source import LeRobotSource
 
 __all__ = ["CACHE_ENV", "cache_home", "store_path_for", "hub_store_path", "variant_path", "ref_path", "read_ref",
-           "record_ref", "CachedStore", "cache_info", "find_stores", "prune_candidates", "remove_store"]
+           "record_ref", "CachedStore", "cache_info", "find_stores", "note_use", "prune_candidates", "remove_store"]
 
 CACHE_ENV = "LEROBOT_ZARR_HOME"
 log = logging.getLogger("lerobot_zarr")
@@ -132,6 +133,23 @@ def _store_summary(path: Path) -> tuple[dict, int, int, str]:
     variant = "; ".join(f"{name}={kept_description(spec)}" for name, spec in state.arrays.items()
                         if not spec.is_text and (spec.resize or spec.storage != "raw"))
     return dict(state.source), int(served_episodes(state).sum()), len(state.table), variant
+
+
+def note_use(store: str | os.PathLike) -> None:
+    """Record that ``store`` is read now, for ``cache ls``'s "last use": the access time of its root ``zarr.json``
+    set to now (its modification time, which readers use to see commits, kept), on the very file stat'ed. The
+    filesystem's own access times cannot tell (``relatime`` updates them once a day, ``noatime`` never). Best
+    effort: a read-only volume or a store of another user is left as it is."""
+    try:
+        fd = os.open(os.path.join(store, ROOT), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        os.utime(fd, ns=(time.time_ns(), os.fstat(fd).st_mtime_ns))
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def disk_usage(path: Path) -> tuple[int, float]:

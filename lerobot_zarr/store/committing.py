@@ -22,6 +22,7 @@ from ..utils.fileio import (
     flush_filesystem,
     open_nofollow,
     pwrite_all,
+    replace_file,
 )
 from .hashes import root_hash
 from .state import (
@@ -191,7 +192,7 @@ def repair_live(state: StoreState) -> None:
             os.unlink(tmp)
             raise disk_error(exc, path) from None
         os.close(fd)
-        os.replace(tmp, path)
+        replace_file(tmp, path)
 
 
 def live_runs(state: StoreState) -> dict[int, list[tuple[int, int]]]:

@@ -13,7 +13,7 @@ from collections.abc import Iterator, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from .hub_network import Dropped, Fault, RequestRecord
+from .hub_network import Dropped, Fault, RequestRecord, deep_json, gzip_bomb
 from .hub_routes import Routes, ServedHub
 from .hub_storage import (
     CHUNK,
@@ -196,7 +196,7 @@ class Handler(Routes, BaseHTTPRequestHandler):
 
     def _stall(self) -> None:
         """A ``"stall"`` fault: wait (until the server stops at the latest), then drop the connection."""
-        self.hub.stopping.wait(self._fault.seconds)
+        self.hub.unstall.wait(self._fault.seconds)
         raise Dropped
 
     def _send(self, data: bytes) -> None:
@@ -269,6 +269,11 @@ class Handler(Routes, BaseHTTPRequestHandler):
     def _send_bytes(self, status: int, body: bytes, headers: Mapping[str, str] | None = None,
                     content_type: str = "application/json; charset=utf-8") -> None:  # fmt: skip
         hdrs = {"Content-Type": content_type, **(headers or {})}
+        fault = self._fault
+        if fault is not None and fault.kind == "deep_json" and "json" in content_type:
+            body = deep_json(fault.after_bytes or 100_000)
+        elif fault is not None and fault.kind == "gzip_bomb":
+            body, hdrs["Content-Encoding"] = gzip_bomb(fault.after_bytes or 1 << 30), "gzip"
         if self._start(status, hdrs, len(body)):
             self._write(body)
         self._finish_body()

@@ -7,9 +7,11 @@ import dataclasses
 import heapq
 import threading
 import time
+import zlib
 from collections.abc import Iterator, Sequence
 
-__all__ = ["FAULT_KINDS", "Dropped", "Fault", "HubStats", "Link", "NetworkModel", "RequestRecord"]
+__all__ = ["FAULT_KINDS", "Dropped", "Fault", "HubStats", "Link", "NetworkModel", "RequestRecord", "deep_json",
+           "gzip_bomb"]
 
 
 class Dropped(Exception):
@@ -145,4 +147,22 @@ class Link:
             raise Dropped
 
 
-FAULT_KINDS = ("500", "401", "403", "drop", "reset", "stall", "trickle", "short", "bad_range", "bad_commit")
+FAULT_KINDS = ("500", "401", "403", "drop", "reset", "stall", "trickle", "short", "bad_range", "bad_commit",
+               "gzip_bomb", "deep_json")
+
+
+def gzip_bomb(size: int) -> bytes:
+    """A gzip stream (``Content-Encoding: gzip``) that inflates to ``size`` bytes of spaces, about 1,000 times its
+    own size: 1 MiB blocks each compressed once and repeated (a full flush makes each block's bytes stand alone).
+    It has no trailer: a client that inflates it whole holds all of it before it could notice."""
+    block = 1 << 20
+    compressor = zlib.compressobj(9, zlib.DEFLATED, -zlib.MAX_WBITS)
+    piece = compressor.compress(b" " * block) + compressor.flush(zlib.Z_FULL_FLUSH)
+    n, rest = divmod(size, block)
+    return (b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x02\xff" + piece * n + compressor.compress(b" " * rest)
+            + compressor.flush(zlib.Z_FULL_FLUSH))
+
+
+def deep_json(levels: int) -> bytes:
+    """A JSON array nested ``levels`` deep (``[[[...]]]``): a parser recursing on it overflows its stack."""
+    return b"[" * levels + b"]" * levels

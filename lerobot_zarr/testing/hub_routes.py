@@ -50,6 +50,7 @@ class ServedHub(Protocol):
     storage: Storage
     link: Link
     stopping: threading.Event
+    unstall: threading.Event
 
     @property
     def endpoint(self) -> str: ...

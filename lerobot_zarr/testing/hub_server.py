@@ -117,6 +117,7 @@ class HubServer:
         self.tokens: dict[str, str] | None = dict(tokens) if tokens is not None else None
         self.read_only = frozenset(read_only)
         self.stopping = threading.Event()
+        self.unstall = threading.Event()  # set: stalled answers end now (release_stalls, stop)
         self.tree_page_size = 1000
         self.network = network
         self.link = Link()
@@ -157,6 +158,7 @@ class HubServer:
         if httpd is None:
             return
         self.stopping.set()  # stalled and trickling answers end
+        self.unstall.set()
         httpd.shutdown()
         httpd.server_close()
         httpd.close_all_connections()
@@ -300,22 +302,33 @@ class HubServer:
           status line.
         - ``"reset"``: close the connection without answering.
         - ``"401"``, ``"403"``: answer that status (as for a token that may not read the file).
-        - ``"stall"``: send nothing for ``seconds`` (or until the server stops), then close the connection; with
-          ``after_bytes`` > 0, the status line, headers and that many body bytes first.
+        - ``"stall"``: send nothing for ``seconds`` (or until :meth:`release_stalls` or the server stops), then close
+          the connection; with ``after_bytes`` > 0, the status line, headers and that many body bytes first.
         - ``"trickle"``: send the body at ``rate`` bytes per second (in tenths of a second).
         - ``"short"`` (file downloads): a complete answer (``Content-Length`` agreeing) of at most ``after_bytes``
           body bytes, whatever range was asked.
         - ``"bad_range"`` (range downloads): the bytes ``max(1, after_bytes)`` further into the file (or back,
           at its end), with a ``Content-Range`` saying so.
         - ``"bad_commit"`` (``/refs`` and repo info): ``value`` wherever a commit id is due.
+        - ``"gzip_bomb"``: the answer is a gzip stream (``Content-Encoding: gzip``) inflating to ``after_bytes``
+          bytes of spaces (default 1 GiB) from about a thousandth of that.
+        - ``"deep_json"`` (JSON answers): the answer is a JSON array nested ``after_bytes`` levels deep (default
+          100,000).
         """
         if kind not in FAULT_KINDS:
             raise ValueError(f"unknown fault kind {kind!r}")
         if count < 1 or after_bytes < 0 or seconds < 0 or rate < 1:
             raise ValueError("count and rate must be >= 1, after_bytes and seconds >= 0")
         with self._faults_lock:
+            if kind == "stall":
+                self.unstall.clear()
             self._faults.append(Fault(path_contains, kind, count, after_bytes, method.upper() if method else None,
                                        seconds, rate, value))
+
+    def release_stalls(self) -> None:
+        """End every ``"stall"`` now (their connections are closed), and make the stalls still to come end at once:
+        a test waits on an event, not on a stall's seconds."""
+        self.unstall.set()
 
     def clear_faults(self) -> None:
         with self._faults_lock:

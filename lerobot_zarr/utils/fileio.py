@@ -21,11 +21,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..errors import CorruptStoreError, DiskSpaceError, StoreLockedError
+from ..errors import CorruptStoreError, DiskSpaceError, ReadOnlyStoreError, StoreLockedError
 from .libc import libc
 
 __all__ = [
     "atomic_write",
+    "replace_file",
     "flush_filesystem",
     "pwrite_all",
     "create_sized",
@@ -44,11 +45,21 @@ __all__ = [
 _WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-def disk_error(exc: OSError, path: str | os.PathLike) -> OSError:
-    """A full disk or quota as :class:`DiskSpaceError` naming the path; other errors as they are."""
+def disk_error(exc: OSError, path: str | os.PathLike) -> Exception:
+    """A write refused by the system as a typed error naming the path: a full disk or quota, or a file past the
+    size limit (``ulimit -f``, RLIMIT_FSIZE, or the filesystem's) as :class:`DiskSpaceError`; a read-only volume as
+    :class:`ReadOnlyStoreError`. Other errors as they are."""
+    where = os.fspath(path)
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        return DiskSpaceError(exc.errno, f"{os.fspath(path)}: no space left on the device while writing; the store "
-                                         f"stays at its last commit", path=os.fspath(path))
+        return DiskSpaceError(exc.errno, f"{where}: no space left on the device while writing; the store stays at its "
+                                         f"last commit", path=where)
+    if exc.errno == errno.EFBIG:
+        return DiskSpaceError(exc.errno, f"{where}: the file would pass the largest file this process may write (the "
+                                         f"file size limit, `ulimit -f`, or the filesystem's); the store stays at its "
+                                         f"last commit", path=where)
+    if exc.errno == errno.EROFS:
+        return ReadOnlyStoreError(f"{where}: the volume is read-only: nothing can be written there (a store there "
+                                  f"can be read; copy it elsewhere to write it)", path=where)
     return exc
 
 
@@ -96,13 +107,26 @@ def data_ranges(fd: int, size: int) -> list[tuple[int, int]]:
     return out
 
 
+# what copy_file_range raises where it cannot copy between these two files (another filesystem, a kernel or a
+# filesystem without it): the copy goes on with reads and writes
+_NO_KERNEL_COPY = frozenset({errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EINVAL})
+
+
 def _copy_sparse(fd_in: int, fd_out: int) -> None:
     size = os.fstat(fd_in).st_size
+    kernel_copy = hasattr(os, "copy_file_range")
     for start, stop in data_ranges(fd_in, size):
         pos = start
         while pos < stop:
-            n = os.copy_file_range(fd_in, fd_out, stop - pos, pos, pos) if hasattr(os, "copy_file_range") else 0
-            if n <= 0:  # not supported here (or nothing copied): plain reads and writes
+            n = 0
+            if kernel_copy:
+                try:
+                    n = os.copy_file_range(fd_in, fd_out, stop - pos, pos, pos)
+                except OSError as exc:
+                    if exc.errno not in _NO_KERNEL_COPY:
+                        raise
+                    kernel_copy = False  # for the rest of this file: one failed call, not one per range
+            if n <= 0:  # no kernel copy here (or nothing copied): plain reads and writes of the data ranges
                 data = os.pread(fd_in, min(stop - pos, 8 << 20), pos)
                 if not data:
                     raise OSError(errno.EIO, "the file shrank while it was copied")
@@ -171,17 +195,32 @@ def open_nofollow(path: str | os.PathLike, flags: int, mode: int = 0o644, *, roo
     if root is not None:
         check_in_store(root, path)
     try:
-        return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
-    except FileNotFoundError:
-        if not flags & os.O_CREAT:
-            raise
-        os.makedirs(os.path.dirname(os.fspath(path)), exist_ok=True)
-        return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+        try:
+            fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+        except FileNotFoundError:
+            if not flags & os.O_CREAT:
+                raise
+            os.makedirs(os.path.dirname(os.fspath(path)), exist_ok=True)
+            fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise CorruptStoreError(f"{os.fspath(path)}: is a symbolic link; store files must be real files",
                                     path=os.fspath(path)) from None
-        raise
+        if exc.errno == errno.EISDIR:
+            raise _not_a_file(path) from None
+        err = disk_error(exc, path)
+        if err is exc:
+            raise
+        raise err from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):  # a folder (or a device, a pipe) where the store keeps a file
+        os.close(fd)
+        raise _not_a_file(path)
+    return fd
+
+
+def _not_a_file(path: str | os.PathLike) -> CorruptStoreError:
+    return CorruptStoreError(f"{os.fspath(path)}: is a folder or another special file where a file belongs; remove "
+                             f"it (`lerobot-zarr verify` tells what the store lacks then)", path=os.fspath(path))
 
 
 def pwrite_all(fd: int, data: bytes | memoryview, offset: int, path: str | os.PathLike = "") -> None:
@@ -249,9 +288,22 @@ def atomic_write(path: Path, data: bytes, *, durable: bool = True, root: str | o
             os.unlink(tmp)
         raise
     os.close(fd)
-    os.replace(tmp, path)
+    replace_file(tmp, path)
     if durable:
         _fsync_dir(path.parent)
+
+
+def replace_file(tmp: str | os.PathLike, path: str | os.PathLike) -> None:
+    """``os.replace(tmp, path)`` of a finished temporary file; a folder in the way of ``path`` is a
+    :class:`CorruptStoreError` naming it (``tmp`` is removed)."""
+    try:
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        if exc.errno == errno.EISDIR:
+            raise _not_a_file(path) from None
+        raise
 
 
 def flush_filesystem(root: Path) -> None:
@@ -347,7 +399,13 @@ class WriterLock:
         return self._fd is not None
 
     def __enter__(self) -> WriterLock:
-        self.root.mkdir(parents=True, exist_ok=True)
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            err = disk_error(exc, self.root)
+            if err is exc:
+                raise
+            raise err from None
         self._fd = open_nofollow(self.root / ".lock", os.O_RDWR | os.O_CREAT)
         try:
             fcntl.flock(self._fd, fcntl.LOCK_EX | (0 if self.blocking else fcntl.LOCK_NB))

@@ -96,8 +96,13 @@ def to_lerobot(dataset: LeRobotZarrDataset | str | os.PathLike, path: str | os.P
     if path.exists() and (not path.is_dir() or any(path.iterdir())):
         raise StoreExistsError(f"{path}: exists and is not an empty folder; to_lerobot writes a new dataset")
     _check_exportable(ds)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
+    except OSError as exc:  # a read-only volume, a full disk: typed, naming the folder
+        from ..utils.fileio import disk_error
+
+        raise disk_error(exc, path) from None
     try:
         _write(ds, tmp, data_files_size_in_mb, video_files_size_in_mb, videos, progress)
         if path.exists():

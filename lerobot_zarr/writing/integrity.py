@@ -11,7 +11,10 @@ against their crc32c; ``mp4.json`` against its hash) and zarr's copies of the co
 The result is a :class:`VerifyReport`: per feature, the episodes found damaged (with why) and those that cannot be
 checked (no hash recorded: a store made before hashes existed, or an in-place edit not committed yet).
 ``repair=True`` rewrites zarr's copies, finishes interrupted edits, and, for a store made from a Hub repo or a
-LeRobot folder that is still reachable, fetches the damaged episodes again from it (then checks them again).
+LeRobot folder, fetches the damaged episodes again from it (then checks them again). A repair never drops what it
+cannot put back: the source is opened and checked to hold what the store was made from (the recorded commit, or
+the folder's fingerprint) before a damaged episode is let go; a source gone or changed leaves the damage in place,
+reported. Episodes committed once (their hash recorded) that the store no longer holds are reported as damaged.
 A store recorded or edited in place is its only copy: damaged episodes can then only be deleted.
 """
 
@@ -31,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from ..cameras.frame_codecs import decode_threads
-from ..errors import CorruptStoreError, LeRobotZarrError, StoreLockedError
+from ..errors import CorruptStoreError, LeRobotZarrError, ReadOnlyStoreError, StoreLockedError
 from ..store.cameras import MP4_INDEX, mp4_file, mp4_index_path, read_mp4_index
 from ..store.committing import commit, live_matches, live_runs, repair_live
 from ..store.hashes import ContentHashes, root_hash
@@ -49,7 +52,7 @@ from ..utils.fileio import (
 )
 from ..utils.hashing import compact_frame_header, crc32c, crc32c_at
 from ..utils.progress import progress_bar
-from .transcode import fetch_missing
+from .transcode import recorded_source, transcode
 
 __all__ = ["verify", "VerifyReport"]
 
@@ -255,6 +258,11 @@ def _check_episodes(state: StoreState, report: VerifyReport, progress: bool) -> 
                     f"recorded {recorded[e]:08x})")
             else:
                 report.checked += 1
+        # committed once (a hash recorded at their commit), listed as not fetched now: a repair cut short
+        for e in np.flatnonzero(~state.done_mask(name) & (recorded >= 0)).tolist():
+            report.damaged.setdefault(name, {})[e] = (
+                "committed once (its content hash is recorded) and no longer in the store: a repair could not "
+                "fetch it again; verify --repair fetches it from the store's source")
     return computed
 
 
@@ -399,6 +407,10 @@ def _check_store_files(state: StoreState, report: VerifyReport) -> None:
         report.store_problems.append(
             f"frame_live of pack(s) {_short(bad_live)} differs from the committed table: zarr and xarray readers "
             f"would see the wrong rows as live (lerobot_zarr itself reads the table); --repair rewrites it")
+    with contextlib.suppress(FileNotFoundError):
+        if not stat.S_ISREG(os.lstat(root / ".lock").st_mode):
+            report.store_problems.append(f"{root / '.lock'}: is not a file (a folder?): no writer can open the store; "
+                                         f"remove it")
     stale = _stale_zarr_copies(state)
     if stale:
         report.store_problems.append(f"zarr's copy of the episode table ({', '.join(stale)}) differs from the "
@@ -458,7 +470,7 @@ def _fix(root: Path, state: StoreState, report: VerifyReport, computed: Mapping[
         return
     try:
         lock = WriterLock(root, blocking=False).__enter__()
-    except StoreLockedError as exc:
+    except (StoreLockedError, ReadOnlyStoreError) as exc:
         report.not_repaired.append(f"nothing changed: {exc}")
         return
     try:
@@ -542,6 +554,13 @@ def _refetch(root: Path, report: VerifyReport, *, token: Any, progress: bool) ->
             f"{'recorded' if source.get('kind') == 'recorded' else 'edited'} in place, so it is their only copy; "
             f"delete them (ds.delete_episodes(...)) or restore the store from a backup")
         return
+    try:  # before anything is dropped: the source is there and holds what the store was made from
+        origin = recorded_source(root, episodes, token=token)
+    except (LeRobotZarrError, OSError) as exc:
+        report.not_repaired.append(f"episodes {_short(episodes)}: left as they are, damaged: {_source_name(source)} "
+                                   f"cannot give them back as they were recorded ({exc}); make the source reachable "
+                                   f"and run verify --repair again, or restore the store from a copy")
+        return
     before = {name: state.episode_hashes(name) for name in damaged}
     with WriterLock(root):
         state = read_state(root)
@@ -550,11 +569,11 @@ def _refetch(root: Path, report: VerifyReport, *, token: Any, progress: bool) ->
             _drop_damaged_files(state, name, spec, sorted(per))
         commit(state.without_materialized({name: list(per) for name, per in damaged.items()}), previous=state)
     try:
-        fetch_missing(root, episodes, progress=progress, token=token)
+        transcode(origin, root, episodes=episodes, progress=progress)
     except (LeRobotZarrError, OSError) as exc:
         report.not_repaired.append(f"episodes {_short(episodes)} could not be fetched again from "
-                                   f"{_source_name(source)} ({exc}); they are listed as not fetched: the next open "
-                                   f"that needs them fetches them")
+                                   f"{_source_name(source)} ({exc}); verify reports them as missing until a "
+                                   f"verify --repair (or an open that needs them) fetches them")
         return
     again = verify(root, progress=False)
     still = {name: {e: why for e, why in again.damaged.get(name, {}).items() if e in per}
@@ -601,7 +620,11 @@ def _drop_damaged_files(state: StoreState, name: str, spec: ArraySpec, episodes:
             continue
         wrong_size = spec.storage == "raw" and st.st_size != int(state.packs.rows[pack]) * spec.frame_bytes
         if (wrong_size or spec.storage == "compact" or not stat.S_ISREG(st.st_mode)) and in_pack <= set(episodes):
-            os.unlink(path)
+            try:
+                os.rmdir(path) if stat.S_ISDIR(st.st_mode) else os.unlink(path)
+            except OSError as exc:  # a folder holding files where the pack belongs: not ours to delete
+                raise CorruptStoreError(f"{path}: a folder in place of a pack file could not be removed ({exc}); "
+                                        f"remove it, then run verify --repair again", path=path) from None
 
 
 def _source_name(source: Mapping[str, Any]) -> str:

@@ -31,7 +31,15 @@ from ..store.hashes import ContentHashes
 from ..store.packs import open_array_pack, read_text_rows, remove_retired, retire_pack, write_rows
 from ..store.state import CREATING_MARKER, StoreState, chunk_path, stats_path
 from ..store.tables import ArraySpec, EpisodeTable, PackLayout, pack_rows_target
-from ..utils.fileio import atomic_write, check_in_store, copy_file, find_links, load_json, read_bounded
+from ..utils.fileio import (
+    atomic_write,
+    check_in_store,
+    copy_file,
+    find_links,
+    load_json,
+    read_bounded,
+    replace_file,
+)
 from ..utils.hashing import crc32c
 from ..utils.progress import progress_bar
 from .values import content_hash, count_arg, stats_of_stored
@@ -440,7 +448,7 @@ class WriteTransaction:
             dst.parent.mkdir(parents=True, exist_ok=True)
             tmp = dst.with_name(f".{dst.name}.tmp-{os.getpid()}")
             copy_file(src, tmp)
-            os.replace(tmp, dst)
+            replace_file(tmp, dst)
         table = state.table
         moved = table.chunk == pack
         for offset in table.offset[moved].tolist():

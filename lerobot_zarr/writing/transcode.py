@@ -57,7 +57,7 @@ from ..store.tables import (
     plan_packs,
 )
 from ..utils.background import prefetched
-from ..utils.fileio import WriterLock, atomic_write, check_in_store, disk_error, link_or_copy
+from ..utils.fileio import WriterLock, atomic_write, check_in_store, disk_error, link_or_copy, replace_file
 from ..utils.hashing import Crc32c, crc32c
 from ..utils.progress import progress_bar
 from .camera_choices import CameraStorage, Resize, camera_array, every_camera
@@ -65,7 +65,7 @@ from .camera_choices import CameraStorage, Resize, camera_array, every_camera
 if TYPE_CHECKING:  # the caller gives the source: reading one is what needs pyarrow
     from ..lerobot.source import LeRobotSource
 
-__all__ = ["transcode", "array_specs", "missing_episodes", "fetch_missing"]
+__all__ = ["transcode", "array_specs", "missing_episodes", "fetch_missing", "recorded_source"]
 
 _COMMIT_EVERY_S = 1.0
 
@@ -277,28 +277,34 @@ def fetch_missing(store: str | os.PathLike, episodes: Iterable[int], *, progress
                   token: str | bool | None = None) -> None:
     """Fetch or transcode the episodes among ``episodes`` that a store lacks from the source it records (a Hub repo
     at its recorded commit, or a local folder), if that is reachable; else raise ``NotMaterializedError``."""
+    missing = missing_episodes(store, episodes)
+    if missing:
+        transcode(recorded_source(store, missing, token=token), store, episodes=missing, progress=progress)
+
+
+def recorded_source(store: str | os.PathLike, episodes: Sequence[int], *, token: str | bool | None = None
+                    ) -> LeRobotSource:
+    """The source a store records, opened: a Hub repo at its recorded commit (from the endpoint configured now,
+    which may be a mirror of the one the store was made from) or a local folder, checked to hold the data the store
+    was made from. ``NotMaterializedError`` when it cannot be reached (offline, the folder gone, a store recorded
+    or edited in place), ``SourceMismatchError`` when its content changed since; both name ``episodes``, those
+    wanted from it."""
+    from huggingface_hub import constants
+
     from ..lerobot.source import LeRobotSource
 
-    store = Path(store)
-    missing = missing_episodes(store, episodes)
-    if not missing:
-        return
+    store, wanted = Path(store), list(episodes)[:20]
     recorded = read_state(store).source
-    if recorded.get("kind") == "hub":
-        from huggingface_hub import constants
-
-        if constants.is_offline_mode():
-            raise NotMaterializedError(f"{store}: HF_HUB_OFFLINE is set and episodes {missing[:20]} are not in the "
-                                       f"store")
-        # the endpoint configured now (HF_ENDPOINT), which may be a mirror of the one the store was made from
-        files = HubFiles(recorded["repo_id"], recorded["commit"], token=token)
-        transcode(LeRobotSource(files), store, episodes=missing, progress=progress)
-        return
     origin = Path(recorded.get("path", ""))
-    if recorded.get("kind") != "local" or not is_lerobot_folder(origin):
-        raise NotMaterializedError(f"{store}: episodes {missing[:20]} are not in the store and its source "
+    if recorded.get("kind") == "hub" and constants.is_offline_mode():
+        raise NotMaterializedError(f"{store}: HF_HUB_OFFLINE is set and episodes {wanted} are not in the store")
+    if recorded.get("kind") != "hub" and (recorded.get("kind") != "local" or not is_lerobot_folder(origin)):
+        raise NotMaterializedError(f"{store}: episodes {wanted} are not in the store and its source "
                                    f"{recorded.get('path')!r} is not available to transcode them")
-    transcode(LeRobotSource(origin), store, episodes=missing, progress=progress)
+    source = LeRobotSource(HubFiles(recorded["repo_id"], recorded["commit"], token=token)
+                           if recorded.get("kind") == "hub" else origin)
+    _checked_state(store, source.record())
+    return source
 
 
 _OLD_PYAV_REASON = "decoding videos needs PyAV"  # what earlier versions recorded in a store made without it
@@ -448,8 +454,8 @@ class _Commits:
 
 def _undecodable(state: StoreState) -> set[str]:
     """The video cameras this process cannot write: all of them where PyAV is not installed. Their episodes stay
-    not decoded (never recorded as unavailable: a missing package is not a property of the data), and the
-    samples of this process leave them out, saying what to install."""
+    not decoded (a missing package is not a property of the data; an episode with no video file is: unavailable),
+    and the samples of this process leave them out, saying what to install."""
     cameras = {name for name, spec in state.arrays.items() if spec.kind == "video"}
     return cameras if cameras and not have_pyav() else set()
 
@@ -628,7 +634,7 @@ def _keep_mp4(source: LeRobotSource, root: Path, e: int, name: str) -> int:
             if not _decodable(tmp):
                 raise VideoUnavailable(f"episode {e}, camera {name!r}: {source.files.location(rel)} has no "
                                        f"decodable video stream")
-            os.replace(tmp, target)
+            replace_file(tmp, target)
             _mp4_hashes[str(target)] = crc
             return crc
         finally:
@@ -674,7 +680,8 @@ def _write_episodes(source: LeRobotSource, root: Path, state: StoreState, todo: 
     commits = _Commits(root, before=rows.flush)
 
     def finish(e: int, decoding: dict[str, Future]) -> None:
-        unavailable: dict[str, dict[int, str]] = {}
+        unavailable = {name: {e: f"episode {e}, camera {name!r}: {why}"} for name in rows.skipped
+                       if (why := source.video_missing(e, name)) is not None}
         hashes = rows.hashes.pop(e, {})
         for name, future in decoding.items():
             try:

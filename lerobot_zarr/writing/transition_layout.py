@@ -24,7 +24,7 @@ from ..errors import (
     warn_user,
 )
 from ..lerobot.format import CAMERA_DTYPES, DEFAULT_FEATURES
-from ..utils.fileio import atomic_write
+from ..utils.fileio import atomic_write, load_json, read_bounded
 
 __all__ = ["Layout", "Slot", "Rounding", "lerobot_values", "stored_value", "squeezed", "scalar", "hwc",
            "numeric_storage", "ACTION", "REWARD", "DONE", "TRUNCATED", "COMPLEMENTARY", "OBS_IMAGE", "LAYOUT_FILE",
@@ -34,6 +34,7 @@ ACTION, REWARD, DONE, TRUNCATED = "action", "next.reward", "next.done", "next.tr
 COMPLEMENTARY = "complementary_info."
 OBS_IMAGE = "observation.image"  # LeRobot's prefix of camera keys (DrQ augments these)
 LAYOUT_FILE = ".rl_buffer.json"
+_MAX_LAYOUT_BYTES = 1 << 20
 DEFAULT_TASK = "from_replay_buffer"  # LeRobot's to_lerobot_dataset task name
 DEFAULT_FPS = 30
 ImageStorage = Literal["uint8", "float32"]
@@ -101,12 +102,11 @@ class Layout:
     def read(cls, root: Path) -> Layout | None:
         """The layout recorded in an RL buffer store (None if the folder has no layout file)."""
         path = root / LAYOUT_FILE
-        try:
-            doc = json.loads(path.read_bytes())
+        try:  # a real file inside the store (no link out of it), small, not nested deeper than the depth guard
+            doc = load_json(read_bounded(path, _MAX_LAYOUT_BYTES, root=root, what="buffer layout"), str(path),
+                            error=lambda message: CorruptStoreError(message, path=path))
         except FileNotFoundError:
             return None
-        except ValueError as exc:
-            raise CorruptStoreError(f"{path}: not valid JSON ({exc})", path=path) from None
         where = str(path)
         version = doc.get("version") if isinstance(doc, dict) else None
         if version != 1:
@@ -120,7 +120,19 @@ class Layout:
             raise CorruptStoreError(f"{where}: missing 'state', 'action' or 'complementary_info'", path=path) from None
 
     def write(self, root: Path) -> None:
-        atomic_write(root / LAYOUT_FILE, json.dumps(self.to_json(), indent=1).encode(), durable=True)
+        atomic_write(root / LAYOUT_FILE, json.dumps(self.to_json(), indent=1).encode(), durable=True, root=root)
+
+    def check(self, features: Mapping[str, Any], where: str) -> None:
+        """Every slot names a feature of the store (``features``: its LeRobot specs) of the dtype and shape the slot
+        gives back: a layout file that disagrees with its store is refused before a value is read."""
+        for slot in self.slots():
+            want, have = slot.spec(), features.get(slot.feature)
+            held = (have.get("dtype"), list(have.get("shape") or ())) if isinstance(have, Mapping) else None
+            if held != (want["dtype"], want["shape"]):
+                raise CorruptStoreError(f"{where}/{LAYOUT_FILE}: gives {slot.feature!r} as {want['dtype']} of shape "
+                                        f"{want['shape']}, the store holds "
+                                        f"{f'{held[0]} of shape {held[1]}' if held else 'no such feature'}",
+                                        path=f"{where}/{LAYOUT_FILE}", feature=slot.feature)
 
     @classmethod
     def of_transition(cls, state: Mapping[str, Any], action: Any, complementary_info: Mapping[str, Any] | None,

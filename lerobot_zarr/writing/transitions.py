@@ -150,6 +150,7 @@ class _StoreTransitions:
 
     def load(self, state: Any) -> None:
         """Follow a committed state: its episode table, and maps of its packs."""
+        self.layout.check(state.info.get("features", {}), str(self.root))
         specs = {}
         for name in [*self.names, "frame_index", "episode_index"]:
             spec = state.arrays.get(name)
@@ -381,10 +382,22 @@ class TransitionBuffer:
             writer.close()
             raise ArgumentError(f"{self.root}: the buffer stores its cameras as {sorted(cameras)} (image: uint8); "
                                 f"image_storage={self._image_storage!r} differs")
-        self._writer = writer
         if self.capacity is not None and writer.capacity_frames != self.capacity:
+            lengths = writer.meta.episode_length
+            if lengths.size and self.capacity < lengths.max():
+                writer.close()
+                raise ArgumentError(f"{self.root}: capacity={self.capacity} is below the longest episode the buffer "
+                                    f"holds ({int(lengths.max())} transitions): it could keep none of that episode; "
+                                    f"open it with capacity >= {int(lengths.max())} (it was "
+                                    f"{writer.capacity_frames}); nothing was dropped")
+            if lengths.sum() > self.capacity:
+                drop = int(np.searchsorted(np.cumsum(lengths), lengths.sum() - self.capacity))
+                warn_user(f"{self.root}: reopened with capacity={self.capacity} (it was {writer.capacity_frames}), "
+                          f"below the {int(lengths.sum())} transitions it holds: its oldest {drop + 1} episode(s) "
+                          f"are dropped, as a ring buffer drops them")
             log.info("%s: capacity %s -> %s transitions", self.root, writer.capacity_frames, self.capacity)
             writer.set_capacity(self.capacity)
+        self._writer = writer
         self.capacity = writer.capacity_frames
         if layout is not None:
             self._use_layout(layout)

@@ -58,7 +58,7 @@ from .edits import EditMaps
 from .transaction import WriteTransaction, remove_path, resolve_min_free_bytes
 from .values import as_frames, content_hash, count_arg, feature_specs, stored_values
 
-__all__ = ["create", "fork", "WritableDataset"]
+__all__ = ["create", "fork", "WritableDataset", "undecoded_cameras", "undecoded_error"]
 
 _SETTABLE_INFO = ("chunks_size", "data_files_size_in_mb", "video_files_size_in_mb")
 _INLINE_STATS_BYTES = 1 << 20  # smaller appends compute their stats before writing, not in a thread alongside
@@ -733,18 +733,29 @@ class WritableDataset:
 
 
 
+def undecoded_cameras(state: StoreState) -> dict[str, list[int]]:
+    """Video cameras of a store (not kept as mp4) with episodes not decoded yet -> those episodes (an episode with
+    no video is unavailable, so not among them): what a writer decodes first, which needs PyAV."""
+    return {name: np.flatnonzero(~state.done_mask(name)).tolist() for name, spec in state.arrays.items()
+            if spec.kind == "video" and spec.storage != "mp4" and not state.done_mask(name).all()}
+
+
+def undecoded_error(root: str | os.PathLike, camera: str, episodes: Sequence[int]) -> Exception:
+    """What a writer (or an edit's plan) says where PyAV is missing and ``camera`` has ``episodes`` (those that have
+    a video) not decoded yet."""
+    return pyav_missing(f"{root}: writing to this store (each commit holds every feature of every episode) first "
+                        f"decodes camera {camera!r} in episodes {list(episodes)[:10]}"
+                        f"{'...' if len(episodes) > 10 else ''}, which", path=root, feature=camera)
+
+
 def _check_complete(state: StoreState) -> None:
     """Refuse a store a commit of this writer could not describe: each commit says every feature of every episode
     is there, so the store must hold every episode, and PyAV is needed to decode cameras not decoded yet."""
     root = state.root
-    undecoded = [name for name, spec in state.arrays.items()
-                 if spec.kind == "video" and spec.storage != "mp4" and not state.done_mask(name).all()]
+    undecoded = undecoded_cameras(state)
     if undecoded and not have_pyav():
-        lacking = np.flatnonzero(~state.done_mask(undecoded[0]))
-        raise pyav_missing(f"{root}: writing to this store (each commit holds every feature of every "
-                           f"episode) first decodes camera {undecoded[0]!r} in episodes "
-                           f"{lacking[:10].tolist()}{'...' if lacking.size > 10 else ''}, which",
-                           path=root, feature=undecoded[0])
+        name, episodes = next(iter(undecoded.items()))
+        raise undecoded_error(root, name, episodes)
     missing = np.flatnonzero(~state.complete_episodes())
     if missing.size:
         raise NotMaterializedError(f"{root}: episodes {missing[:20].tolist()} are not in the local store; "

@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import threading
 from dataclasses import replace
 from pathlib import Path
 
@@ -124,6 +125,59 @@ def test_a_store_that_recorded_the_missing_package_heals_when_pyav_is_there(tmp_
     np.testing.assert_array_equal(healed.get_batch(np.arange(len(ref)))[CAM], ref.get_batch(np.arange(len(ref)))[CAM])
 
 
+SYNTH_CAM = "observation.images.front"
+
+
+def test_pyav_installed_later_decodes_even_when_the_decode_runs_before_the_data_file_shapes_are_read(tmp_path,
+                                                                                                    monkeypatch):
+    """docs/cameras.md's path: a store made without PyAV, then opened where PyAV is installed. The decode threads
+    and the thread reading the data files' shapes race; the order that failed (a decode before the shapes are read)
+    is forced here: reading the shapes waits until a decode has run. A video's frame shape is info.json's, known
+    before either starts."""
+    pytest.importorskip("av")
+    from lerobot_zarr.lerobot import source as source_module
+    from lerobot_zarr.testing.sample_data import write_sample_dataset
+
+    src = write_sample_dataset(tmp_path / "src", n_episodes=3, lengths=(6, 9), state_dim=2, action_dim=2,
+                               image_shape=(12, 16, 3), video_keys=(SYNTH_CAM,), write_videos=True, seed=8)
+    store = tmp_path / "store"
+    got = without_pyav("""
+        import json, sys, warnings
+        warnings.simplefilter("ignore")
+        import lerobot_zarr as lz
+        ds = lz.open_dataset(sys.argv[1], root=sys.argv[2], progress=False)
+        print(json.dumps({"left_out": sorted(ds.left_out)}))
+    """, tmp_path, str(src), str(store))
+    assert got["left_out"] == [SYNTH_CAM]
+
+    decoded = threading.Event()
+    real_decode, real_shapes = source_module.decode_into, source_module.LeRobotSource._resolve_frame_shapes
+
+    def decode_into(*args, **kwargs):
+        try:
+            return real_decode(*args, **kwargs)
+        finally:
+            decoded.set()
+
+    def shapes_after_a_decode(self):
+        assert decoded.wait(60), "no decode started before the data file shapes were read: the race is not forced"
+        return real_shapes(self)
+
+    monkeypatch.setattr(source_module, "decode_into", decode_into)
+    monkeypatch.setattr(source_module.LeRobotSource, "_resolve_frame_shapes", shapes_after_a_decode)
+    ds = lz.open_dataset(src, root=store, progress=False)
+    monkeypatch.undo()
+    assert decoded.is_set() and ds.left_out == {}
+    ref = lz.open_dataset(src, root=tmp_path / "ref", progress=False)
+    np.testing.assert_array_equal(ds.get_batch(np.arange(len(ds)))[SYNTH_CAM],
+                                  ref.get_batch(np.arange(len(ref)))[SYNTH_CAM])
+    # the same at the source: a fresh reader decodes before it reads any data file
+    fresh = source_module.LeRobotSource(src)
+    frames = []
+    fresh.decode_video(0, SYNTH_CAM, np.arange(2) / fresh.fps, frames.append)
+    assert len(frames) == 2 and len(frames[0]) == 12 * 16 * 3
+
+
 def test_writers_without_pyav_refuse_with_the_extra_to_install(tmp_path):
     """A writer commits every feature of every episode: with the camera not decoded it cannot, so it says what to
     install; the store is left as it was."""
@@ -141,6 +195,49 @@ def test_writers_without_pyav_refuse_with_the_extra_to_install(tmp_path):
     """ % CAM, tmp_path, str(src), str(tmp_path / "mine"))
     assert got["error"] == "MissingExtraError" and got["typed"], got
     assert "PyAV" in got["text"] and "[video]" in got["text"] and CAM in got["text"] and "\n" not in got["text"]
+
+
+EDIT_WITHOUT_PYAV = """
+    import contextlib, io, json, sys, warnings
+    warnings.simplefilter("ignore")
+    import lerobot_zarr as lz
+    from lerobot_zarr.cli import main
+    src, tmp = sys.argv[1], sys.argv[2]
+    out = {}
+
+    def edit(*args):
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            return [main(["edit", *args, "--delete-episodes", "3"]), err.getvalue()]
+
+    for what, args in [("dry run", ["--dry-run"]), ("edit", [])]:  # a copy of the folder to make first
+        out[what] = edit(src, "--root", tmp + "/copy", *args)
+    lz.open_dataset(src, root=tmp + "/store", resize={%r: (24, 32)}, progress=False)  # a store made without PyAV
+    for what, args in [("store dry run", ["--dry-run"]), ("store edit", [])]:
+        out[what] = edit(tmp + "/store", *args)
+    try:
+        lz.open_dataset(tmp + "/store", mode="r+")
+    except ImportError as exc:
+        out["writer"] = str(exc)
+    print(json.dumps(out))
+""" % CAM
+
+
+def test_edit_without_pyav_is_refused_by_its_dry_run_too_naming_the_episodes_that_have_video(tmp_path):
+    """The dry run refuses what the edit refuses (a writer decodes the camera first); both say so before anything
+    changes, and name only the episodes that have a video (1, 2, 4, 5 of G1-policy-train), never those without."""
+    src = real_dataset("G1-policy-train")
+    store = tmp_path / "store"
+    got = without_pyav(EDIT_WITHOUT_PYAV, tmp_path, str(src), str(tmp_path))
+    for what in ("dry run", "edit", "store dry run", "store edit"):
+        code, err = got[what]
+        assert code == 1 and err.startswith("lerobot-zarr: error: ") and err.count("\n") == 1, (what, err)
+        assert "in episodes [1, 2, 4, 5], which needs PyAV" in err, (what, err)
+    assert "episodes [1, 2, 4, 5], which needs PyAV" in got["writer"], got["writer"]
+    assert not (tmp_path / "copy").exists(), "the edit was refused before its copy was made"
+    unavailable = read_state(store).unavailable_of(CAM)
+    assert sorted(unavailable) == [e for e in range(100) if e not in (1, 2, 4, 5)], "no video: unavailable"
+    assert all("not found" in why or "no video" in why for why in unavailable.values())
 
 
 def test_cli_without_pyav_warns_once_and_info_says_what_to_install(tmp_path):

@@ -270,7 +270,7 @@ def test_module_entry_point(tmp_path):
     import sys
 
     result = subprocess.run([sys.executable, "-m", "lerobot_zarr", "--version"], check=False, capture_output=True,
-                            text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+                            text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
     assert result.returncode == 0 and result.stdout.startswith("lerobot_zarr ")
 
 
@@ -473,6 +473,8 @@ def test_edit_bad_arguments_are_clear_errors_and_change_nothing(capsys, env, rec
         (["--drop-features", "episode_index"], "['episode_index'] are LeRobot's own columns"),
         ([], "nothing to do"),
         (["--root", str(tmp_path / "x"), "--delete-episodes", "0"], "is a store: it is edited in place"),
+        (["--delete-episodes", "1", "--push", ""], "'' is not a Hub dataset repo id"),  # not "no push": refused
+        (["--push", ""], "'' is not a Hub dataset repo id"),
     ]:
         code, out, err = run(capsys, "edit", str(recorded), *argv)
         assert code == 1 and out == "" and err.startswith("lerobot-zarr: error: ") and err.count("\n") == 1, err

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+import tracemalloc
 from pathlib import Path
 
 import numpy as np
@@ -44,7 +45,9 @@ from lerobot_zarr.testing.sample_data import write_sample_dataset
 TOKEN, READ_TOKEN = "hf_write", "hf_read"
 TAG = "v3.0"
 FILE1 = "data/chunk-000/file-001.parquet"  # episodes 2 and 3 of org/ds
-TIMEOUT = 0.3  # seconds, for both huggingface_hub timeouts in these tests
+# seconds, for both huggingface_hub timeouts in these tests: far longer than the test Hub takes to answer on a loaded
+# machine (its handler shares this process), and than a trickle's 0.1 s between pieces
+TIMEOUT = 1.0
 
 
 @pytest.fixture(scope="module")
@@ -113,7 +116,7 @@ def test_stalled_range_read_ends_in_hub_error_naming_the_file(hub, env, after_by
 
 
 def test_trickling_server_is_cut_by_the_request_deadline(hub, env, monkeypatch):
-    """16 B/s in pieces every 0.1 s: no read ever waits the 0.3 s read timeout, the total deadline ends it."""
+    """16 B/s in pieces every 0.1 s: no read ever waits the 1 s read timeout, the total deadline ends it."""
     monkeypatch.setattr(hub_module, "_RETRIES", 1)
     hub.inject_fault(path_contains=resolve_prefix("org/ds", hub.sha) + FILE1, kind="trickle", rate=16, count=100)
     exc = _bounded(lambda: open_dataset("org/ds", episodes=[2], progress=False), 20)
@@ -129,15 +132,15 @@ def test_stalled_api_call_ends_in_hub_error(hub, env):
 
 
 def test_trickling_api_answer_is_cut_by_the_call_deadline(hub, env, monkeypatch):
-    """The refs answer, read by huggingface_hub's HfApi, at 1 B/s in pieces every 0.1 s: no read waits the read
-    timeout; the deadline of the call (two timeouts plus 2 s for the body here) ends each attempt."""
+    """The refs answer, read by huggingface_hub's HfApi, at 10 B/s in pieces every 0.1 s: no read waits the read
+    timeout; the deadline of the call (two timeouts plus 1 s for the body here) ends each attempt."""
     monkeypatch.setattr(hub_module, "_RETRIES", 1)
-    monkeypatch.setattr(hub_module, "_API_BUDGET_BYTES", 2 * hub_module._MIN_RATE)
+    monkeypatch.setattr(hub_module, "_API_BUDGET_BYTES", hub_module._MIN_RATE)
     hub.inject_fault(path_contains="/api/datasets/org/ds/refs", kind="trickle", rate=1, count=100)
     started = time.monotonic()
     exc = _bounded(lambda: inspect("org/ds"), 20)
     assert type(exc) is HubError and "org/ds" in str(exc) and "too slow" in str(exc), repr(exc)
-    assert len(_attempts(hub, "/refs")) == 2 and time.monotonic() - started < 15
+    assert len(_attempts(hub, "/refs")) == 2 and time.monotonic() - started < 60  # without the deadline: 10 min
 
 
 def test_timeouts_follow_huggingface_hub_environment(monkeypatch):
@@ -158,6 +161,23 @@ def test_one_stalled_answer_is_retried(hub, env, local):
     hub.inject_fault(path_contains=resolve_prefix("org/ds", hub.sha) + FILE1, kind="stall", count=1)
     ds = open_dataset("org/ds", episodes=[2, 3], progress=False)
     assert_same_frames(ds, LeRobotZarrDataset(local.root, episodes=[2, 3]), "after one stalled answer")
+
+
+def test_no_network_fails_at_once_with_a_pointer_to_offline_use(monkeypatch):
+    """A host that does not resolve (no network, a mistyped endpoint): no retries, one HubError saying how to work
+    without the network (HF_HUB_OFFLINE, a mirror or the test Hub)."""
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "ENDPOINT", "http://no-such-host.invalid")
+    waits = []
+    monkeypatch.setattr(hub_module.time, "sleep", waits.append)
+    for call in (lambda: inspect("org/ds"), lambda: open_dataset("org/ds", episodes=[0], progress=False)):
+        with pytest.raises(HubError) as info:
+            call()
+        message = str(info.value)
+        assert "cannot reach the Hub at http://no-such-host.invalid" in message, message
+        assert "HF_HUB_OFFLINE=1" in message and "lerobot_zarr.testing.hub_server" in message, message
+    assert waits == [], "no backoff: the host does not resolve"
 
 
 # ------------------------------------------------------------------------------------------------ 2. server data
@@ -195,6 +215,73 @@ def test_pagination_link_off_the_endpoint_is_refused():
         "http://h:1/api/x?cursor=2"
     with pytest.raises(HubError, match="outside"):
         hub_revisions._next_link('<http://evil.example/steal>; rel="next"', "http://h:1", where)
+
+
+# ------------------------------------------------------------------------------------------------ bounded bodies
+BOMB = 512 << 20  # bytes a gzip bomb inflates to (the server sends about 0.5 MB)
+REFS, INFO = "/api/datasets/org/ds/refs", "/api/datasets/org/ds/revision/"  # read by huggingface_hub's HfApi
+
+
+@pytest.fixture
+def patient(monkeypatch):
+    """Timeouts far longer than inflating 64 MiB takes on a loaded machine: these tests are about bounds, not time."""
+    monkeypatch.setenv("HF_HUB_ETAG_TIMEOUT", "60")
+    monkeypatch.setenv("HF_HUB_DOWNLOAD_TIMEOUT", "60")
+
+
+def _peak(call):
+    """``(result or exception, peak bytes Python held while call ran)``."""
+    tracemalloc.start()
+    try:
+        try:
+            result = call()
+        except Exception as exc:  # noqa: BLE001  (the test looks at it)
+            result = exc
+        return result, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.mark.parametrize("path", [REFS, INFO], ids=["refs", "commit-info"])
+def test_gzip_bomb_in_an_hfapi_answer_is_cut_at_the_body_bound(hub, env, patient, path):
+    """A refs or commit-info answer that inflates to 512 MiB: read no further than 64 MiB (decoded), retried; the
+    next answer is served. Every time: a HubError saying why, after the bounded retries."""
+    hub.inject_fault(path_contains=path, kind="gzip_bomb", after_bytes=BOMB, count=1)
+    meta, peak = _peak(lambda: inspect("org/ds", revision=hub.sha))
+    assert not isinstance(meta, Exception), repr(meta)
+    assert meta.total_episodes == 6 and len(_attempts(hub, path)) == 2
+    assert peak < 256 << 20, f"{peak / 2**20:.0f} MiB held for a bomb of {BOMB >> 20} MiB: the body is not bounded"
+    hub.reset_stats()
+    hub.inject_fault(path_contains=path, kind="gzip_bomb", after_bytes=BOMB, count=100)
+    exc, peak = _peak(lambda: inspect("org/ds", revision=hub.sha))
+    assert type(exc) is HubError and "org/ds" in str(exc) and "more than the 67108864 bytes" in str(exc), repr(exc)
+    assert len(_attempts(hub, path)) == hub_module._RETRIES + 1 and peak < 256 << 20
+
+
+@pytest.mark.parametrize("path", [REFS, INFO], ids=["refs", "commit-info"])
+def test_deep_json_in_an_hfapi_answer_is_a_hub_error(hub, env, patient, path):
+    hub.inject_fault(path_contains=path, kind="deep_json", after_bytes=100_000, count=100)
+    with pytest.raises(HubError, match="nested") as info:
+        inspect("org/ds", revision=hub.sha)
+    assert "org/ds" in str(info.value) and info.value.repo_id == "org/ds"
+    hub.clear_faults()
+    hub.inject_fault(path_contains=path, kind="deep_json", after_bytes=65, count=100)  # parses; deeper than the guard
+    with pytest.raises(HubError, match="deeper than 64 levels"):
+        inspect("org/ds", revision=hub.sha)
+
+
+@pytest.mark.parametrize("kind", ["gzip_bomb", "deep_json"])
+def test_hostile_answers_to_a_push_are_hub_errors_in_bounded_memory(hub, env, patient, local, kind):
+    """The commit's answer (read by huggingface_hub's create_commit) is a gzip bomb or a deep JSON: the push ends in
+    a HubError saying what the remote holds, without inflating the bomb."""
+    repo_id = f"alice/hostile-{kind.replace('_', '-')}"
+    hub.inject_fault(path_contains=f"/api/datasets/{repo_id}/commit/", kind=kind, method="POST", count=1,
+                     after_bytes=BOMB if kind == "gzip_bomb" else 100_000)
+    exc, peak = _peak(lambda: local.push(repo_id, token=TOKEN, progress=False))
+    assert type(exc) is HubError and repo_id in str(exc) and "committing" in str(exc), repr(exc)
+    assert peak < 256 << 20, f"{peak / 2**20:.0f} MiB held"
+    assert local.push(repo_id, token=TOKEN, progress=False) is None  # the commit went through: pushing again tags
+    assert hub.refs(repo_id)["tags"] == {TAG: hub.refs(repo_id)["branches"]["main"]}
 
 
 # ------------------------------------------------------------------------------------------------ 3. bad answers

@@ -2,10 +2,11 @@
 
 Two real processes open episodes of the same Hub repo into the same (cached) store. The data file of the first
 one's episode stalls on the test Hub: while it waits, the store's writer lock is free, and the second process,
-asking for an episode of another data file, fetches and commits it promptly and exactly. The first then ends in a
-``HubError`` naming the file after its bounded retries (short timeouts through huggingface_hub's environment
-variables), and the store stays readable, holding the second one's episode; the stalled episode is fetched once
-the Hub answers again.
+asking for an episode of another data file, fetches and commits it exactly while the first still waits on its
+first attempt (the timeouts are long: only the test ends the stall, so the order of events proves it, not a
+clock). Once the stall is released the first ends in a ``HubError`` naming the file after its bounded retries,
+and the store stays readable, holding the second one's episode; the stalled episode is fetched once the Hub
+answers again.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from lerobot_zarr.testing.sample_data import write_sample_dataset
 from lerobot_zarr.utils.fileio import WriterLock
 
 REPO = "org/three-files"
-TIMEOUT = 2  # seconds (huggingface_hub parses these variables as integers): a stalled read is given up after that
+TIMEOUT = 300  # seconds (huggingface_hub parses these variables as integers): no read is given up during the test
 STALLED = "data/chunk-000/file-001.parquet"  # episodes 2 and 3
 MAIN = Path(__file__).resolve().parents[2]
 
@@ -126,16 +127,15 @@ def test_a_stalled_download_does_not_block_another_process(hub, env, tmp_path, f
         # open fetches the footers of all its data files together before it makes a store
         open_dataset(REPO, episodes=[0], progress=False)
         hub.reset_stats()
-    hub.inject_fault(path_contains=resolve_prefix(REPO, hub.sha) + STALLED, kind="stall", count=100, seconds=30)
+    hub.inject_fault(path_contains=resolve_prefix(REPO, hub.sha) + STALLED, kind="stall", count=100, seconds=600)
     stalled, other = Child(env, first), Child(env, [4])  # episode 4: in data/chunk-000/file-002.parquet
     try:
         stalled.wait_ready()
         other.wait_ready()
         stalled.go()
-        wait_for(lambda: lib_requests(hub, "GET", STALLED) or stalled.proc.poll() is not None, 30,
+        wait_for(lambda: lib_requests(hub, "GET", STALLED) or stalled.proc.poll() is not None, 300,
                  "the first process to reach the stalled file")
         assert stalled.proc.poll() is None, f"the first process ended before the stall: {stalled.proc.communicate()}"
-        time.sleep(0.2)  # well into the stall: the first attempt waits TIMEOUT seconds
         if first[0] == 0:  # the store exists while it waits on the stalled file
             assert has_commit_point(store)
         if (store / ".lock").exists():  # the lock is free while the first process waits on the network
@@ -143,23 +143,23 @@ def test_a_stalled_download_does_not_block_another_process(hub, env, tmp_path, f
                 pass
 
         other.go()
-        got = other.result(timeout=30)
+        got = other.result(timeout=300)  # a lock held across the download would keep it waiting for the release
         assert got["ok"], got
         assert got["root"] == str(store) and got["episodes"] == [4]
-        assert got["elapsed"] < 2 * TIMEOUT, (f"the second process took {got['elapsed']:.1f} s: it waited for the "
-                                              f"stalled one (writer lock held across a download?)")
-        assert stalled.proc.poll() is None, "the first process is no longer stalled: the test proves nothing"
+        assert stalled.proc.poll() is None and len(lib_requests(hub, "GET", STALLED)) == 1, \
+            "the first process no longer waits on its first attempt: the test proves nothing"
 
-        failed = stalled.result(timeout=60)
+        hub.release_stalls()  # the stalled answer is dropped, and each retry's at once
+        failed = stalled.result(timeout=300)
     finally:
+        hub.release_stalls()
         stalled.kill()
         other.kill()
     # the first one ends in a typed HubError naming the stalled file, after its bounded retries
     assert not failed["ok"] and failed["type"] == "HubError" and failed["module"] == "lerobot_zarr.errors", failed
     assert STALLED in failed["message"] and failed["path"] == STALLED, failed
-    assert failed["elapsed"] < (hub_module._RETRIES + 1) * TIMEOUT * 3, failed
     attempts = lib_requests(hub, "GET", STALLED)
-    assert len(attempts) == hub_module._RETRIES + 1, [r.headers.get("Range") for r in attempts]
+    assert len(attempts) == hub_module._RETRIES + 1, [r.range for r in attempts]
 
     # the store is readable and holds the second process's episode, exactly; what the first committed is exact too
     local = open_dataset(hub.src, root=tmp_path / "local", progress=False)

@@ -407,6 +407,50 @@ def test_offline_never_opened_repo_raises_hub_error(hub, env):
     assert hub.server.requests() == []
 
 
+def test_offline_inspect_and_info_read_the_store_this_machine_holds(hub, env, capsys):
+    """inspect() and `lerobot-zarr info` of a repo opened before: its metadata from the local store, no request;
+    a repo never opened here is a HubError saying so."""
+    from lerobot_zarr.cli import main
+
+    repo = hub.repos["v3"]
+    online = inspect(repo.repo_id)
+    open_dataset(repo.repo_id, episodes=[0], progress=False)
+    env.offline()
+    hub.server.reset_stats()
+    meta = inspect(repo.repo_id)
+    assert meta.info == online.info and meta.tasks == online.tasks and meta.fps == online.fps
+    np.testing.assert_array_equal(meta.episode_length, online.episode_length)
+    assert meta.stats.keys() == online.stats.keys()
+    assert main(["info", repo.repo_id]) == 0
+    out = capsys.readouterr().out
+    assert repo.repo_id in out and re.search(rf"episodes:\s+{len(online.episode_length)}\b", out), out
+    assert hub.server.requests() == []
+    with pytest.raises(HubError, match="never opened on this machine"):
+        inspect(hub.repos["v21"].repo_id)
+
+
+def test_offline_metadata_equals_lerobots_offline_metadata(hub, env, monkeypatch, tmp_path):
+    """LeRobot's own metadata class opens offline from what its cache holds; ours from the store: the same
+    dataset (fps, features, episodes and their lengths, tasks)."""
+    pytest.importorskip("lerobot", reason="lerobot is not installed (LeRobot's metadata offline)")
+    try:
+        from lerobot.datasets.lerobot_dataset import LeRobotDatasetMetadata
+    except ImportError as exc:
+        pytest.skip(f"lerobot is installed but its LeRobotDatasetMetadata does not import: {exc}")
+    repo = hub.repos["v3"]
+    open_dataset(repo.repo_id, episodes=[0], progress=False)
+    env.offline()
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    hub.server.reset_stats()
+    theirs = LeRobotDatasetMetadata(repo.repo_id, root=repo.folder)
+    ours = inspect(repo.repo_id)
+    assert ours.fps == theirs.fps and ours.total_episodes == theirs.total_episodes
+    assert set(ours.features) == set(theirs.features) and ours.total_frames == theirs.total_frames
+    assert list(ours.episode_length) == [int(n) for n in theirs.episodes["length"]]
+    assert ours.tasks == list(theirs.tasks.index)
+    assert hub.server.requests() == []
+
+
 # ------------------------------------------------------------------------------------------------ faults
 
 

@@ -133,8 +133,9 @@ def test_network_model_delays_each_request_and_shares_one_link(hub, env):
         t.join()
     elapsed = time.monotonic() - t0
     hub.network = None
-    # both bodies crossed one link: 0.8 s, after the 0.1 s delay; not 0.4 s as with a link each
-    assert 0.85 <= elapsed < 3, elapsed
+    # both bodies crossed one link: 0.8 s, after the 0.1 s delay; not 0.4 s as with a link each (a loaded machine
+    # only adds to it)
+    assert elapsed >= 0.85, elapsed
     hub.reset_stats()
     hub.network = NetworkModel(latency_s=0.1, rate=1e9)
     t0 = time.monotonic()

@@ -420,7 +420,8 @@ def _as_tensors(stats: dict) -> dict:
 def test_replay_buffer_next_state_none_with_optimize_memory(tmp_path):
     """``add(..., next_state=None)`` with ``optimize_memory=True`` (LeRobot accepts it): each transition's next state
     is the next add's state, a transition is sampled once the next add came (LeRobot samples below ``size - 1``),
-    a finished episode's last one is stored with its own state at a checkpoint; without optimize_memory, refused.
+    a finished episode's last one is stored with its own state at a checkpoint, one still waiting at close is said
+    not stored; without optimize_memory, refused.
     ``to_lerobot_dataset`` writes LeRobot's fps 1 by default."""
     from lerobot_zarr.rl import ReplayBuffer
 
@@ -443,6 +444,11 @@ def test_replay_buffer_next_state_none_with_optimize_memory(tmp_path):
     assert set(state.tolist()) == {0.0, 1.0, 2.0}
     torch.testing.assert_close(after, torch.where(state == 2, state, state + 1))
     assert buffer.to_lerobot_dataset("x/buf", root=tmp_path / "exported").fps == 1
+    buffer.add(states[3], torch.full((1, 1), 3.0), 3.0, None, False, False)  # its next state never comes
+    assert len(buffer) == 4
+    with pytest.warns(UserWarning, match="not stored"):
+        buffer.close()
+    assert len(ReplayBuffer(10, "cpu", ["observation.state"], root=tmp_path / "buf")) == 3
     plain = ReplayBuffer(10, "cpu", ["observation.state"], root=tmp_path / "plain")
     with pytest.raises(ValueError, match="optimize_memory"):
         plain.add(states[0], torch.zeros(1, 1), 0.0, None, False, False)

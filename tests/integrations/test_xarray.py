@@ -795,7 +795,7 @@ def test_distributed_transcode_survives_a_killed_worker(client, video_source, tm
         assert not thread.is_alive(), "the transcode hangs after a worker was killed"
         assert errors == [], f"the transcode failed after a worker was killed: {errors[0]!r}"
         assert done_at_kill < 12, "the kill came after everything was committed"
-        client.wait_for_workers(2, timeout=60)
+        client.wait_for_workers(2, timeout=300)
         assert victim not in client.scheduler_info()["workers"], "the killed worker is still listed"
         # killed while making a pack file, the worker leaves it under its temporary name (the next writer's crash
         # cleanup removes it: tests/writing/test_writer_processes.py); nothing else of it may differ

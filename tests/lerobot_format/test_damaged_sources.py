@@ -228,6 +228,25 @@ def test_dropped_frame_is_refused_naming_file_and_episode(tmp_path, version):
     fails(SchemaMismatchError, src, tmp_path, str(path), "episode 2", "frames 4 and 5", "1/fps")
 
 
+@pytest.mark.parametrize("version", ["v3.0", "v2.1"])
+def test_shuffled_frame_index_is_refused_naming_file_and_episode(tmp_path, version):
+    """The other columns in order, frame_index shuffled within episode 2 (rows reordered by a tool that kept the
+    rest): refused, as the other index columns are, rather than served as is."""
+    src = make(tmp_path, version=version)
+    if version == "v3.0":
+        path, first = src / V3_DATA, sum(LENGTHS[:2])
+    else:
+        path, first = src / "data" / "chunk-000" / "episode_000002.parquet", 0
+
+    def shuffle(t):
+        frames = t.column("frame_index").to_numpy().copy()
+        frames[first + 3], frames[first + 4] = frames[first + 4], frames[first + 3]
+        return set_column(t, "frame_index", pa.array(frames, t.schema.field("frame_index").type))
+
+    edit_table(path, shuffle)
+    fails(SchemaMismatchError, src, tmp_path, str(path), "episode 2", "'frame_index'", "row 3 holds 4")
+
+
 def test_timestamps_at_another_fps_are_refused(tmp_path):
     src = make(tmp_path)
     edit_info(src, fps=15)

@@ -541,3 +541,110 @@ def test_many_small_datasets_in_one_mixture(tmp_path):
     assert np.abs(counts - 256 * np.array(sizes) / sum(sizes)).max() < 1  # each dataset's share within one
     assert_matches_reference(mix, np.concatenate([sampler.batch(0), np.arange(len(mix))]), deltas=DELTAS)
     mix.close()
+
+
+# a state identifies the data it was saved on (issue 29) ------------------------------------------------------------
+SIMPLE = {"observation.state": ("float32", [4]), "action": ("float32", [3])}
+
+
+def test_a_state_is_refused_on_a_dataset_whose_content_changed_but_not_its_size(tmp_path):
+    """An episode deleted and another of the same length appended: same sizes, other frames. The state names the
+    dataset whose content differs."""
+    a = make_store(tmp_path / "a", SIMPLE, [7, 12, 5], seed=1)
+    b = make_store(tmp_path / "b", SIMPLE, [9, 4], seed=2)
+    sampler = lz.open_mixture({str(a): 1, str(b): 1}).sampler(4, seed=3)
+    next(iter(sampler))
+    state = json.loads(json.dumps(sampler.state_dict()))
+    assert sorted(state) == ["contents", "format", "global_batch_size", "position", "seed", "sizes", "version",
+                             "weights"]
+    same = lz.open_mixture({str(a): 1, str(b): 1}).sampler(4, seed=3)
+    same.load_state_dict(state)  # the same data: restored
+    with lz.open_dataset(a, mode="r+") as w:
+        w.delete_episodes([1])
+        w.add_episode({k: np.full((12, *s), 5, np.float32) for k, (_, s) in SIMPLE.items()}, task="pick")
+    changed = lz.open_mixture({str(a): 1, str(b): 1}).sampler(4, seed=3)
+    assert changed.schedule.sizes.tolist() == state["sizes"], "the same sizes"
+    with pytest.raises(ArgumentError, match=f"other data of {a}"):
+        changed.load_state_dict(state)
+
+
+def test_a_state_is_refused_on_a_mixture_whose_equal_sized_sources_or_selections_differ(tmp_path):
+    a = make_store(tmp_path / "a", SIMPLE, [6, 6, 6], seed=1)
+    b = make_store(tmp_path / "b", SIMPLE, [6, 6], seed=2)
+    state = lz.open_mixture([str(a), str(b)], episodes={str(a): [0, 1]}).sampler(4, seed=0).state_dict()
+    with pytest.raises(ArgumentError, match=f"other data of {b}"):
+        lz.open_mixture([str(b), str(a)], episodes={str(a): [0, 1]}).sampler(4, seed=0).load_state_dict(state)
+    same = lz.open_mixture([str(a), str(b)], episodes={str(a): {0: (0, 6), 1: (0, 6)}})
+    same.sampler(4, seed=0).load_state_dict(state)  # the same frames, spelled as frame ranges
+    with pytest.raises(ArgumentError, match=f"other data of {a}"):
+        lz.open_mixture([str(a), str(b)], episodes={str(a): [1, 2]}).sampler(4, seed=0).load_state_dict(state)
+
+
+def test_a_state_of_an_earlier_version_is_restored_with_a_warning(tmp_path):
+    a = make_store(tmp_path / "a", SIMPLE, [6, 9], seed=1)
+    sampler = lz.open_mixture([str(a)]).sampler(4, seed=0)
+    state = {k: v for k, v in sampler.state_dict().items() if k != "contents"}
+    with pytest.warns(lz.LeRobotZarrWarning, match="earlier version"):
+        sampler.load_state_dict({**state, "version": 1, "position": 8})
+    assert sampler.position == 8
+
+
+def test_one_store_by_two_spellings_is_refused(tmp_path, stores):
+    a = stores["a"]
+    link = tmp_path / "link"
+    link.symlink_to(a)
+    for other in (a + "/", str(link), a + "/."):
+        with pytest.raises(ArgumentError, match="the same folder"):
+            lz.open_mixture({a: 1, other: 1})
+    with pytest.raises(ArgumentError, match="given more than once"):
+        lz.open_mixture([a, a])
+
+
+def test_a_source_and_its_store_are_refused_as_one_store(tmp_path, monkeypatch):
+    from lerobot_zarr.testing.sample_data import write_sample_dataset
+
+    monkeypatch.setenv("LEROBOT_ZARR_HOME", str(tmp_path / "cache"))
+    src = write_sample_dataset(tmp_path / "src", n_episodes=2, lengths=(5, 8), seed=4)
+    store = lz.open_dataset(src, progress=False).root
+    with pytest.raises(ArgumentError, match="the same store"):
+        lz.open_mixture({str(src): 1, str(store): 1})
+
+
+def test_weights_and_counts_are_checked_before_any_dataset_opens(monkeypatch):
+    import lerobot_zarr.mixtures.mixture as mixture_module
+
+    opened = []
+    monkeypatch.setattr(mixture_module, "open_dataset", lambda name, **kw: opened.append(name))
+    names = [f"org/ds{k}" for k in range(1000)]
+    for kwargs, match in [({"sources": names}, "below 1/256"),
+                          ({"sources": dict.fromkeys(names[:300], 1.0)}, "below 1/256"),
+                          ({"sources": {"org/a": 1.0, "org/b": 1e-3}}, r"\['org/b'\]"),
+                          ({"sources": [f"org/x{k}" for k in range(40000)]}, "1 to 32767 datasets")]:
+        with pytest.raises(ArgumentError, match=match):
+            lz.open_mixture(**kwargs)
+    assert opened == [], "refused before any dataset was opened"
+
+
+def test_garbage_state_values_and_arguments_are_argument_errors(tmp_path):
+    a = make_store(tmp_path / "a", SIMPLE, [6, 9], seed=1)
+    mix = lz.open_mixture([str(a)])
+    sampler = mix.sampler(4, seed=0)
+    state = sampler.state_dict()
+    for change, match in [({"position": 2**63}, "at most"), ({"position": 1.5}, "integer"),
+                          ({"position": None}, "integer"), ({"sizes": 15}, "list of frame counts"),
+                          ({"sizes": ["15"]}, "list of frame counts"), ({"sizes": None}, "list of frame counts"),
+                          ({"weights": "abc"}, "list of numbers"), ({"weights": {"a": 1}}, "list of numbers"),
+                          ({"contents": "x"}, "content keys"), ({"contents": [1, 2]}, "content keys"),
+                          ({"version": [2]}, "not supported")]:
+        with pytest.raises(ArgumentError, match=match):
+            sampler.load_state_dict({**state, **change})
+    for kwargs, match in [({"batch_size": 2**40}, "batch_size must be at most"), ({"batch_size": 4, "seed": 2**64},
+                          "seed must be at most"), ({"batch_size": 4, "seed": -1}, "seed must be at least"),
+                          ({"batch_size": 4, "batches_per_epoch": 2**60}, "batches_per_epoch must be at most"),
+                          ({"batch_size": 4, "rank": 0, "world_size": 2**50}, "world_size must be at most")]:
+        with pytest.raises(ArgumentError, match=match):
+            mix.sampler(**kwargs)
+    top = mix.sampler(4, seed=2**64 - 1)
+    assert not np.array_equal(next(iter(top)), next(iter(mix.sampler(4, seed=0)))), "2**64 - 1 is not seed 0"
+    with pytest.raises(ArgumentError, match="step must be at most"):
+        sampler.batch(2**62)

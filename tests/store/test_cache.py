@@ -117,3 +117,25 @@ def test_rm_refuses_symlinks_and_paths_outside_the_cache(world, tmp_path):
         remove_store(env.zarr_home / "hub")
     assert local.exists() and outside.exists() and link.is_symlink()
     assert local not in [s.path for s in cache_info() if s.path == link]
+
+
+def test_last_use_is_the_last_read(world, capsys):
+    """An open that only reads a store counts as a use, whatever the filesystem's access times do (relatime, as is
+    common, updates them at most once a day after a change; noatime never): `cache ls` shows it."""
+    _, _, folder, local, _, _ = world
+    root_doc = local / "zarr.json"
+    for _ in range(2):  # read: a relatime filesystem updates the access time once, then not again today
+        root_doc.read_bytes()
+    read = os.stat(root_doc).st_atime_ns
+    root_doc.read_bytes()
+    if os.stat(root_doc).st_atime_ns != read:
+        pytest.skip("this filesystem updates access times on every read (strictatime): nothing to show")
+    mtime = os.stat(root_doc).st_mtime_ns
+    for open_ in (lambda: lerobot_zarr.open_dataset(folder, progress=False), lambda: lerobot_zarr.open_dataset(local)):
+        open_()[0]
+        now = os.stat(root_doc).st_atime_ns
+        assert now > read, "the read is recorded as the store's last use"
+        assert os.stat(root_doc).st_mtime_ns == mtime, "the commit point's time is kept (readers use it)"
+        assert {s.path: s for s in cache_info()}[local].last_used >= now / 1e9 - 1e-3
+        read = now
+    assert main(["cache", "ls"]) == 0

@@ -438,12 +438,20 @@ def test_8_an_lfs_upload_failure_is_a_hub_error(source, tmp_path, monkeypatch):
 
     from lerobot_zarr.testing.hub_server import HubServer
 
+    import functools
+
+    from huggingface_hub import lfs
+
+    # huggingface_hub retries each LFS upload 5 times, waiting 1 to 8 s: the same retries, without the waits
+    monkeypatch.setattr(lfs, "http_backoff", functools.partial(lfs.http_backoff, base_wait_time=0.01,
+                                                               max_wait_time=0.01))
     ds = lz.open_dataset(source, root=tmp_path / "s", progress=False)
     with HubServer(tmp_path / "hub", tokens={"tok": "alice"}) as server:
         make_env(monkeypatch, tmp_path, server.endpoint)
         server.inject_fault(path_contains="__lfs", kind="500", count=1000, method="PUT")
         with pytest.raises(HubError, match="alice/data"):
             ds.push("alice/data", token="tok", progress=False)
+        assert len(server.requests("PUT", "__lfs")) >= 6, "huggingface_hub retried the upload"
 
 
 def test_8_a_damaged_frame_live_is_repaired_by_the_next_writer(tmp_path):
@@ -503,3 +511,121 @@ def test_8_damaged_mp4_headers_are_typed_errors(mp4_store, tmp_path):
         except LeRobotZarrError as exc:
             outcomes.add(type(exc).__name__)
     assert "CorruptSourceError" in outcomes, outcomes
+
+
+# ------------------------------------------------------------------------------------------------ 9. issue 29
+def _folder_in_place_of(path: Path, junk: bool = False) -> Path:
+    path.unlink()
+    path.mkdir()
+    if junk:
+        (path / "junk").write_text("x")
+    return path
+
+
+def _pack(root: Path, name: str, e: int = 0) -> Path:
+    state = read_state(root)
+    return Path(chunk_path(root, name, int(state.table.chunk[e]), state.arrays[name].ndim))
+
+
+@pytest.mark.parametrize("what", ["pack", ".lock", "frame_live"])
+def test_9_a_file_replaced_by_a_folder_is_a_corrupt_store_error_naming_it(tmp_path, what):
+    """Readers, writers and verify --repair: a typed error naming the folder (or, for the reader of a store whose
+    .lock or frame_live is a folder, the right values: neither is read to sample)."""
+    ds = writer_store(tmp_path / "s")
+    want = ds.get_batch(np.arange(len(ds)))["x"]
+    ds.close()
+    root = tmp_path / "s"
+    folder = _folder_in_place_of({"pack": _pack(root, "x"), ".lock": root / ".lock",
+                                  "frame_live": next((root / "frame_live" / "c").iterdir())}[what])
+    if what == "pack":
+        with pytest.raises(CorruptStoreError, match="is a folder") as info:
+            lz.open_dataset(root).get_batch(np.arange(4))
+        assert info.value.path == str(folder)
+    else:
+        np.testing.assert_array_equal(lz.open_dataset(root).get_batch(np.arange(len(want)))["x"], want)
+    if what != "pack":  # (a writer leaves a damaged pack alone until it writes it)
+        with pytest.raises(CorruptStoreError, match="is a folder") as info:
+            with lz.open_dataset(root, mode="r+") as w:
+                w.add_episode({"x": np.zeros((3, 3), np.float32), "cam": np.zeros((3, 6, 8, 3), np.uint8)}, task="t")
+        assert info.value.path == str(folder)
+    report = lz.verify(root, repair=True, progress=False)
+    assert not report.ok and any(str(folder) in line for line in report.not_repaired + report.store_problems + [
+        why for per in report.damaged.values() for why in per.values()]), report
+
+
+def test_9_verify_repair_removes_an_empty_folder_in_place_of_a_pack_and_refuses_one_with_files(source, tmp_path):
+    root = lz.open_dataset(source, root=tmp_path / "s", progress=False).root
+    want = lz.open_dataset(root).get_batch(np.arange(10))["action"]
+    _folder_in_place_of(_pack(root, "action"))
+    assert lz.verify(root, repair=True, progress=False).ok
+    np.testing.assert_array_equal(lz.open_dataset(root).get_batch(np.arange(10))["action"], want)
+    folder = _folder_in_place_of(_pack(root, "action"), junk=True)
+    report = lz.verify(root, repair=True, progress=False)
+    assert not report.ok and "could not be removed" in report.not_repaired[0], report
+    assert (folder / "junk").exists() and lz.open_dataset(root).num_episodes == 5, "nothing was dropped"
+
+
+def test_9_a_read_only_volume_reads_and_refuses_writes_with_a_typed_error(source, tmp_path, monkeypatch):
+    """The system's EROFS (injected: a test cannot mount a volume) on every write under ``ro``: reads and verify
+    work, writes are ReadOnlyStoreError naming the place, verify --record reports that it changed nothing."""
+    ro = tmp_path / "ro"
+    lz.open_dataset(source, root=ro / "store", progress=False).close()
+    writer_store(ro / "rec").close()
+    real_open, real_mkdir = os.open, os.mkdir
+
+    def refused(path):
+        return OSError(errno.EROFS, os.strerror(errno.EROFS), os.fspath(path))
+
+    def open_(path, flags, *args, **kwargs):
+        if os.fspath(path).startswith(str(ro)) and flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT):
+            raise refused(path)
+        return real_open(path, flags, *args, **kwargs)
+
+    def mkdir(path, *args, **kwargs):
+        if os.fspath(path).startswith(str(ro)):
+            raise refused(path)
+        return real_mkdir(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", open_)
+    monkeypatch.setattr(os, "mkdir", mkdir)
+    assert len(lz.open_dataset(ro / "store")) == len(lz.open_dataset(source, root=ro / "store", progress=False))
+    assert lz.verify(ro / "store", progress=False).ok
+    for what, write in [("a new store", lambda: lz.open_dataset(source, root=ro / "new", progress=False)),
+                        ("create", lambda: lz.create(ro / "c", fps=10, features=FEATURES)),
+                        ("a writer", lambda: lz.open_dataset(ro / "rec", mode="r+")),
+                        ("an export", lambda: lz.open_dataset(ro / "store").to_lerobot(ro / "out", progress=False))]:
+        with pytest.raises(lz.ReadOnlyStoreError, match="read-only") as info:
+            write()
+        assert info.value.path.startswith(str(ro)), what
+    report = lz.verify(ro / "store", record=True, progress=False)
+    assert "nothing changed" in report.not_repaired[0] and "read-only" in report.not_repaired[0]
+
+
+RLIMIT_FSIZE = """
+import json, resource, sys
+import numpy as np
+import lerobot_zarr as lz
+resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))  # Python ignores SIGXFSZ: writes past it fail EFBIG
+features = {"x": {"dtype": "float32", "shape": [3], "names": None}}
+out = {}
+for what, pack_bytes, frames in [("a pack past the limit", 32 << 20, 4), ("an episode past it", 1 << 16, 200_000)]:
+    try:
+        with lz.create(f"{sys.argv[1]}/{frames}", fps=10, features=features, durable=False,
+                       pack_bytes=pack_bytes) as w:
+            w.add_episode({"x": np.zeros((frames, 3), np.float32)}, task="t")
+        out[what] = None
+    except Exception as exc:
+        out[what] = [type(exc).__name__, isinstance(exc, lz.LeRobotZarrError), str(exc)]
+print(json.dumps(out))
+"""
+
+
+def test_9_the_file_size_limit_is_a_disk_space_error(tmp_path):
+    proc = subprocess.run([sys.executable, "-c", RLIMIT_FSIZE, str(tmp_path)], capture_output=True,
+                          text=True, env=dict(os.environ, PYTHONPATH=str(MAIN)), timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert len(got) == 2
+    for what, result in got.items():
+        assert result is not None and result[0] == "DiskSpaceError" and result[1] and "ulimit -f" in result[2], \
+            (what, result)

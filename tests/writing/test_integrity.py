@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -19,6 +20,7 @@ from pathlib import Path
 
 import google_crc32c
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -404,6 +406,100 @@ def test_repair_fetches_damaged_episodes_again_from_the_hub(source, tmp_path, mo
         del env
 
 
+def _rewrite_actions(src: Path) -> None:
+    """The folder's first data file written again with other actions (what re-recording a dataset does)."""
+    path = sorted((src / "data").glob("*/*.parquet"))[0]
+    table = pq.read_table(path)
+    actions = [[v + 1.0 for v in row] for row in table.column("action").to_pylist()]
+    table = table.set_column(table.schema.get_field_index("action"), table.schema.field("action"),
+                             pa.array(actions, type=table.schema.field("action").type))
+    pq.write_table(table, path)
+
+
+@pytest.mark.parametrize("what", ["gone", "changed"])
+def test_repair_leaves_the_damage_in_place_when_the_source_folder_is_gone_or_changed(source, tmp_path, what):
+    """One flipped byte in one feature: the repair checks the source first and, unable to get the episode back as
+    it was recorded, drops nothing; the episode is still served and still reported damaged."""
+    src = Path(shutil.copytree(source, tmp_path / "src"))
+    root = store_of(src, tmp_path / "s")
+    flip_raw(root)
+    if what == "gone":
+        shutil.rmtree(src)
+    else:
+        _rewrite_actions(src)
+    generation = read_state(root).generation
+    report = lz.verify(root, repair=True, progress=False)
+    assert not report.ok and {k: sorted(v) for k, v in report.damaged.items()} == {"action": [3]}, report
+    why = " ".join(report.not_repaired)
+    assert "episodes [3]: left as they are, damaged" in why, why
+    assert ("not available" if what == "gone" else "its files changed since") in why, why
+    assert read_state(root).generation == generation, "nothing was committed"
+    assert lz.open_dataset(root).num_episodes == 6, "every episode is still served"
+    again = lz.verify(root, progress=False)
+    assert {k: sorted(v) for k, v in again.damaged.items()} == {"action": [3]} and "DAMAGED" in again.summary()
+
+
+def test_repair_leaves_the_damage_in_place_when_the_hub_is_unreachable(source, tmp_path, monkeypatch):
+    from hub_fixtures import make_env
+
+    import lerobot_zarr.hub.http as hub_http
+    from lerobot_zarr.testing.hub_server import HubServer
+
+    monkeypatch.setattr(hub_http, "_BACKOFF_S", 0.01)
+    with HubServer(tmp_path / "hub") as server:
+        server.add_repo("org/data", source, tags=["v3.0"])
+        make_env(monkeypatch, tmp_path, server.endpoint)
+        root = Path(lz.open_dataset("org/data", episodes=[1, 3, 4], progress=False).root)
+    flip_raw(root)  # the server is gone now
+    report = lz.verify(root, repair=True, progress=False)
+    assert {k: sorted(v) for k, v in report.damaged.items()} == {"action": [3]}, report
+    assert "the Hub repo org/data" in report.not_repaired[0] and "left as they are" in report.not_repaired[0]
+    assert read_state(root).complete_episodes().tolist() == [False, True, False, True, True, False]
+
+
+def test_verify_reports_episodes_committed_once_and_now_missing(source, tmp_path):
+    """What an earlier repair left when its fetch failed: an episode committed once, listed as not fetched."""
+    from lerobot_zarr.store import commit
+
+    root = store_of(source, tmp_path / "s")
+    state = read_state(root)
+    commit(state.without_materialized({"action": [2]}), previous=state)
+    assert lz.open_dataset(root).num_episodes == 5
+    report = lz.verify(root, progress=False)
+    assert not report.ok and {k: sorted(v) for k, v in report.damaged.items()} == {"action": [2]}, report
+    assert "no longer in the store" in report.damaged["action"][2] and "DAMAGED" in report.summary()
+    assert lz.verify(root, repair=True, progress=False).ok
+    assert lz.open_dataset(root).num_episodes == 6
+    partial = store_of(source, tmp_path / "partial", episodes=[0, 4])  # never fetched: not missing
+    assert lz.verify(partial, progress=False).ok
+
+
+def test_a_repair_cut_short_after_its_checks_leaves_episodes_verify_reports(source, tmp_path, monkeypatch):
+    """A repair whose fetch fails after the source was checked (the network drops) leaves the episode listed as not
+    fetched: verify says so (never "intact"), and the next repair fetches it."""
+    import lerobot_zarr.writing.integrity as integrity
+
+    root = store_of(source, tmp_path / "s")
+    want = lz.open_dataset(root).get_batch(np.arange(len(lz.open_dataset(root))))["action"]
+    flip_raw(root)
+
+    def cut_short(*args, **kwargs):
+        raise lz.HubError("the connection dropped")
+
+    monkeypatch.setattr(integrity, "transcode", cut_short)
+    report = lz.verify(root, repair=True, progress=False)
+    assert "could not be fetched again" in report.not_repaired[0], report
+    assert lz.open_dataset(root).num_episodes == 5
+    after = lz.verify(root, progress=False)
+    assert not after.ok and {k: sorted(v) for k, v in after.damaged.items()} == {"action": [3]}, after
+    assert "no longer in the store" in after.damaged["action"][3]
+    monkeypatch.undo()
+    fixed = lz.verify(root, repair=True, progress=False)
+    assert fixed.ok, fixed
+    ds = lz.open_dataset(root)
+    np.testing.assert_array_equal(ds.get_batch(np.arange(len(ds)))["action"], want)
+
+
 def test_repair_of_a_recorded_store_says_it_is_the_only_copy(tmp_path):
     ds = writer_store(tmp_path / "s")
     ds.close()
@@ -481,7 +577,8 @@ def test_verify_reads_at_least_as_many_bytes_as_the_rows(source, tmp_path):
 
 
 @pytest.mark.parametrize("version", [1, 2])
-def test_a_legacy_store_verifies_as_unverifiable_then_record_makes_damage_visible(tmp_path, version):
+def test_a_legacy_store_verifies_as_unverifiable_then_record_makes_damage_visible(tmp_path, version, monkeypatch):
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[1] / "store"))  # importable run alone too
     from test_packs import write_legacy_store
 
     src = write_sample_dataset(tmp_path / "src", n_episodes=5, lengths=(20, 30), state_dim=4, action_dim=4,

@@ -235,10 +235,24 @@ def test_reopening_with_another_capacity_changes_it(tmp_path):
     buf = TransitionBuffer(tmp_path / "buf", capacity=100)
     ids = add_episodes(buf, range(10))
     buf.close()
-    smaller = TransitionBuffer(tmp_path / "buf", capacity=20)
+    with pytest.warns(lerobot_zarr.LeRobotZarrWarning, match="oldest .* episode.*dropped"):
+        smaller = TransitionBuffer(tmp_path / "buf", capacity=20)
     assert len(smaller) <= 20 and everything(smaller) == ids[len(ids) - len(smaller):]
     assert smaller.capacity == 20 and read_state(tmp_path / "buf").capacity_frames == 20
     smaller.close()
+
+
+def test_reopening_with_a_capacity_below_the_longest_episode_held_is_refused_and_drops_nothing(tmp_path):
+    buf = TransitionBuffer(tmp_path / "buf", capacity=100)
+    ids = add_episodes(buf, range(4))
+    buf.close()
+    longest = int(read_state(tmp_path / "buf").table.length.max())
+    for capacity in (1, longest - 1):
+        with pytest.raises(ArgumentError, match=f"capacity={capacity} is below the longest episode .*{longest}"):
+            TransitionBuffer(tmp_path / "buf", capacity=capacity)
+    again = TransitionBuffer(tmp_path / "buf", capacity=100)
+    assert everything(again) == ids and again.capacity == 100, "nothing was dropped"
+    again.close()
 
 
 def test_an_episode_longer_than_the_capacity_is_refused_before_anything_changes(tmp_path):
@@ -366,6 +380,41 @@ def test_a_store_that_is_not_a_buffer_is_refused(tmp_path):
     (tmp_path / "junk" / "notes.txt").write_text("x")
     with pytest.raises(StoreExistsError, match="holds files but no store"):
         TransitionBuffer(tmp_path / "junk")
+
+
+def _layout_replaced(root: Path, how: str) -> None:
+    path = root / LAYOUT_FILE
+    doc = json.loads(path.read_bytes())
+    path.unlink()
+    if how == "a folder":
+        path.mkdir()
+    elif how == "a link out of the store":
+        (root.parent / "elsewhere.json").write_text(json.dumps(doc))
+        path.symlink_to(root.parent / "elsewhere.json")
+    elif how == "deep JSON":
+        path.write_text("[" * 100_000 + "]" * 100_000)
+    elif how == "a wrong shape":
+        doc["action"]["shape"] = [doc["action"]["shape"][0] + 3]
+        path.write_text(json.dumps(doc))
+    elif how == "another feature":
+        doc["action"]["feature"] = "observation.nothing"
+        path.write_text(json.dumps(doc))
+    else:  # huge
+        path.write_text(json.dumps({**doc, "padding": "x" * (2 << 20)}))
+
+
+@pytest.mark.parametrize("how", ["a folder", "a link out of the store", "deep JSON", "a wrong shape",
+                                 "another feature", "huge"])
+def test_a_hostile_layout_file_is_a_typed_error_for_writers_and_readers(tmp_path, how):
+    buf = TransitionBuffer(tmp_path / "buf")
+    add_episodes(buf, range(2))
+    buf.close()
+    _layout_replaced(tmp_path / "buf", how)
+    for mode in ("a", "r"):
+        with pytest.raises(StoreError, match=LAYOUT_FILE.replace(".", r"\.")) as info:
+            reader = TransitionBuffer(tmp_path / "buf", mode=mode)
+            reader.sample(4)  # a reader that opened would read values of the wrong shape
+        assert info.value.path is not None and str(tmp_path / "buf") in info.value.path
 
 
 def test_a_reader_sees_commits_after_refresh_and_by_itself_every_interval(tmp_path):
@@ -620,13 +669,14 @@ def test_a_reader_in_another_process_samples_what_the_writer_commits(tmp_path):
     try:
         assert proc.stdout.readline().startswith("C")
         reader = TransitionBuffer(root, mode="r", refresh_interval=0.0)
-        sizes, checked = [], 0
-        deadline = time.monotonic() + 2.5
-        while time.monotonic() < deadline:
-            batch = reader.sample(64)
-            checked += len(check_batch(batch, SEED))
+        sizes, newest, checked = [], [], 0
+        hang = time.monotonic() + 600  # only stops a hang: the loop ends when the reader saw the buffer move on
+        while not (checked > 500 and newest[-1] > newest[0]):
+            assert time.monotonic() < hang and proc.poll() is None, (checked, newest[:1], newest[-1:], proc.poll())
+            ids = check_batch(reader.sample(64), SEED)
+            checked += len(ids)
             sizes.append(len(reader))
-        assert checked > 500 and sizes[-1] > sizes[0], (checked, sizes[0], sizes[-1])
+            newest.append(max(ids))  # the newest transition sampled: later ones appear as the writer commits
         assert max(sizes) <= 400
     finally:
         proc.kill()

@@ -193,7 +193,7 @@ def test_stats_after_a_kill_between_an_edits_stats_and_its_commit(tmp_path):
         ds.add_episode(dict(good(n), x=np.arange(2 * n, dtype=np.float32).reshape(n, 2)), task="t")
     ds.close()
     proc = subprocess.run([sys.executable, "-c", KILL_AFTER_STATS, str(tmp_path / "s")], capture_output=True,
-                          text=True, env=dict(os.environ, PYTHONPATH=str(MAIN)), timeout=60)
+                          text=True, env=dict(os.environ, PYTHONPATH=str(MAIN)), timeout=300)
     assert proc.returncode == 3, proc.stderr
     lz.open_dataset(tmp_path / "s", mode="r+").close()  # the next writer notices and commits the right stats
     ds = lz.open_dataset(tmp_path / "s")

@@ -75,6 +75,7 @@ _common: dict = {}
 exec(compile(COMMON, "<COMMON>", "exec"), _common)
 FPS, STATE, IMAGE, FEATURES = _common["FPS"], _common["STATE"], _common["IMAGE"], _common["FEATURES"]
 PACK_BYTES = _common["PACK_BYTES"]
+HANG_S = 600  # a bound that only stops a hang: loops end on events (what the processes did), never on a clock
 episode_length, task_of, generate = _common["episode_length"], _common["task_of"], _common["generate"]
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -386,7 +387,7 @@ class Child:
     def describe(self) -> str:
         return describe_log(self.lines(), self.err)
 
-    def wait_for(self, predicate, what: str, timeout: float = 60.0) -> list[str]:
+    def wait_for(self, predicate, what: str, timeout: float = 300.0) -> list[str]:
         deadline = time.monotonic() + timeout
         while True:
             lines = self.lines()
@@ -401,7 +402,7 @@ class Child:
                 raise AssertionError(f"timed out after {timeout} s waiting for {what}: {self.describe()}")
             time.sleep(0.002)
 
-    def finish(self, timeout: float = 60.0) -> int:
+    def finish(self, timeout: float = 300.0) -> int:
         try:
             return self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -411,7 +412,7 @@ class Child:
     def kill(self) -> int:
         if self.proc.poll() is None:
             os.kill(self.proc.pid, signal.SIGKILL)
-        return self.proc.wait(timeout=60)
+        return self.proc.wait(timeout=300)
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -419,7 +420,7 @@ class Child:
             self.proc.wait()
 
 
-def run_child(tmp: Path, name: str, timeout: float = 60.0, **args) -> Child:
+def run_child(tmp: Path, name: str, timeout: float = 300.0, **args) -> Child:
     child = Child(tmp, name, **args)
     try:
         child.finish(timeout)
@@ -436,7 +437,7 @@ class Zygote:
                                      stdout=subprocess.PIPE, env=child_env())
         self._buf = b""
         self.children: set[int] = set()
-        assert self._reply(timeout=60) == {"ready": True}
+        assert self._reply(timeout=300) == {"ready": True}
 
     def _send(self, obj: dict) -> None:
         self.proc.stdin.write((json.dumps(obj) + "\n").encode())
@@ -766,7 +767,7 @@ def test_reader_polls_while_writer_appends_and_deletes(tmp_path):
     long_lived = LeRobotZarrDataset(root)
     stop = tmp_path / "stop"
     writer = Child(tmp_path, "writer", mode="append", root=str(root), stop=str(stop), rng=1, seed_base=5,
-                   max_seconds=40, pause=0.002, deletes=True)
+                   max_seconds=HANG_S, pause=0.002, deletes=True)
     fresh_seen: list[Content] = []  # what each fresh reader saw
     refreshes = polls = 0
 
@@ -780,9 +781,13 @@ def test_reader_polls_while_writer_appends_and_deletes(tmp_path):
         while True:
             elapsed = time.monotonic() - t0
             states, changes = overlap()
-            # ~3 s, and on a loaded machine until the reader saw the writer's work (at most 30 s)
-            if (elapsed > 3 and states >= 10 and changes >= 5 and refreshes >= 5) or elapsed > 30:
+            done_ops = {op["op"] for op in parse_ops(writer.lines())[0]}
+            # until the reader saw the writer's work and the writer did every kind of operation: events, not a
+            # clock, end the loop (a loaded machine takes longer; the bound only stops a hang)
+            if states >= 10 and changes >= 5 and refreshes >= 5 and done_ops == {"add", "del", "delframes"}:
                 break
+            assert elapsed < HANG_S, (f"the reader saw {states} states, {changes} count changes, {refreshes} "
+                                      f"refreshes in {elapsed:.0f} s: {writer.describe()}")
             assert writer.proc.poll() is None, f"writer died: {writer.describe()}"
             ctx = f"poll {polls} at {elapsed:.2f} s (writer: {describe_log(writer.lines())})"
             ds = LeRobotZarrDataset(root)
@@ -830,7 +835,7 @@ def test_ring_buffer_evicts_under_a_long_lived_reader(tmp_path):
     live0 = set(state0.table.chunk.tolist())
     stop = tmp_path / "stop"
     writer = Child(tmp_path, "writer", mode="append", root=str(root), stop=str(stop), rng=2, seed_base=14,
-                   max_seconds=40, pause=0.002, deletes=False)
+                   max_seconds=HANG_S, pause=0.002, deletes=False)
     rng = np.random.default_rng(0)
     batches = after_eviction = 0
     try:
@@ -838,8 +843,12 @@ def test_ring_buffer_evicts_under_a_long_lived_reader(tmp_path):
         t0 = time.monotonic()
         while after_eviction < 40:
             elapsed = time.monotonic() - t0
-            assert elapsed < 30, (f"the writer did not evict every episode of the reader's commit within 30 s "
-                                  f"({batches} batches): {writer.describe()}")
+            added = sum(op["op"] == "add" for op in parse_ops(writer.lines())[0])
+            # every episode of the reader's commit is evicted once the writer added a ring's worth more (14
+            # episodes of ~10 frames fill 120): after 60 adds it must be; the clock only stops a hang
+            assert added < 60 or after_eviction, (f"the writer added {added} episodes without evicting every episode "
+                                                  f"of the reader's commit ({batches} batches): {writer.describe()}")
+            assert elapsed < HANG_S, f"no eviction after {elapsed:.0f} s ({batches} batches): {writer.describe()}"
             assert writer.proc.poll() is None, f"writer died: {writer.describe()}"
             ctx = f"batch {batches} at {elapsed:.2f} s (writer: {describe_log(writer.lines())})"
             idx = rng.integers(0, len(reader), 48)
@@ -890,7 +899,7 @@ def test_killed_writer_releases_lock_and_second_live_writer_is_refused(tmp_path)
             w.add_episode(generate(seed), task=task_of(seed))
     stop = tmp_path / "stop"
     writer = Child(tmp_path, "writer", mode="append", root=str(root), stop=str(stop), rng=3, seed_base=3,
-                   max_seconds=60, pause=0.003, deletes=True)
+                   max_seconds=HANG_S, pause=0.003, deletes=True)
     try:
         writer.wait_for(lambda lines: lines.count("done") >= 3, "three commits")
         with pytest.raises(StoreLockedError, match=str(root)):
