@@ -18,7 +18,7 @@ import numpy as np
 from ..errors import MissingExtraError, import_optional, missing_extra
 
 __all__ = ["TOLERANCE_S", "VideoUnavailable", "decode_into", "have_pyav", "VideoWriter", "ENCODING", "DEPTH_ENCODING",
-           "check_encoder", "encoder_options"]
+           "check_encoder", "encoder_options", "codec_name"]
 
 #: LeRobot's ``tolerance_s``, the one timestamp tolerance of lerobot_zarr: between a dataset timestamp and a decoded
 #: frame's, between consecutive timestamps and 1/fps, and of ``delta_timestamps`` to multiples of 1/fps
@@ -175,6 +175,13 @@ def check_encoder(vcodec: str, pix_fmt: str) -> None:
     formats = {f.name for f in codec.video_formats or ()}
     if formats and pix_fmt not in formats:
         raise ValueError(f"pix_fmt {pix_fmt!r} is not supported by {vcodec} (it takes {sorted(formats)})")
+
+
+def codec_name(vcodec: str) -> str:
+    """The codec's canonical name (what a stream of this encoder says it is: libsvtav1 -> av1), as LeRobot's
+    ``video.codec``."""
+    av = import_optional("av", "encoding videos")
+    return av.codec.Codec(vcodec, "w").canonical_name
 
 
 def encoder_options(encoder: Mapping[str, Any], threads: int | None = None) -> dict[str, str]:
