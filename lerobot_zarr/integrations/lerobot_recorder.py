@@ -7,8 +7,7 @@ into an episode buffer, and :meth:`~Recorder.save_episode` writes the episode to
 and any process can read it, whatever happens to this one; before, nothing of it is visible. Camera frames go to a
 spill file in the store while the episode is recorded (a copy into the page cache per frame: no encoding, no
 compression, bounded memory), their numbers and text stay in memory. A killed recorder leaves the spill as debris,
-removed by the next writer of the store (``.*.tmp-*``). Videos are encoded later: at export/push, or by the
-background encoder (:mod:`.lerobot_encoding`) that ``streaming_encoding`` / ``batch_encoding_size`` start.
+removed by the next writer of the store (``.*.tmp-*``). Videos are encoded later, at export/push.
 """
 
 from __future__ import annotations
@@ -71,18 +70,18 @@ class Recorder:
 
     ``features`` is the dataset's ``meta.features`` (LeRobot's, declared shapes; a depth camera's ``info`` gains its
     unit from its first frame, as LeRobot's does). ``on_saved`` is called after each commit (the drop-in refreshes
-    its ``meta``); ``encoder`` (or None) is told of each saved episode and closed by :meth:`finalize`.
+    its ``meta``). ``batch_encoding_size`` is kept as LeRobot's writer keeps it (nothing is encoded here).
     """
 
     image_writer = None  # LeRobot's asynchronous PNG writer: none, frames are not encoded
 
     def __init__(self, store: Any, features: dict[str, dict], *, on_saved: Callable[[], None],
-                 encoder: Any = None):
+                 batch_encoding_size: int = 1):
         self._store = store
         self._features = features
         self._on_saved = on_saved
-        self._streaming_encoder = encoder  # LeRobot's name (its VideoEncodingManager reads it)
-        self._batch_encoding_size = getattr(encoder, "batch_size", 1)
+        self._streaming_encoder = None  # LeRobot's (its VideoEncodingManager reads it): no encoder runs here
+        self._batch_encoding_size = batch_encoding_size
         specs = store.reader.array_specs
         self._cameras = [k for k, ft in features.items() if ft["dtype"] in CAMERA_DTYPES and k in specs]
         self._folder = Path(tempfile.mkdtemp(prefix=SPILL_PREFIX, dir=store.root))
@@ -183,12 +182,10 @@ class Recorder:
                     f"({'; '.join(self._refused[:3])}{'...' if len(self._refused) > 3 else ''}); record it again "
                     f"after clear_episode_buffer()", path=self._store.root)
             frames, tasks = self._buffered()
-        episode = self._store.add_episode(frames, task=tasks)
+        self._store.add_episode(frames, task=tasks)
         if episode_data is None:
             self.clear_episode_buffer()
         self._on_saved()
-        if self._streaming_encoder is not None:
-            self._streaming_encoder.saved(episode)
 
     def _buffered(self) -> tuple[dict[str, Any], list[str]]:
         frames: dict[str, Any] = {key: spill.frames_map() for key, spill in self._spills.items()}
@@ -250,9 +247,8 @@ class Recorder:
         self.clear_episode_buffer()
 
     def flush_pending_videos(self) -> None:
-        """Encode what the background encoder has not encoded yet (nothing without one)."""
-        if self._streaming_encoder is not None:
-            self._streaming_encoder.flush()
+        """(LeRobot's: encode the episodes a batch or a streaming encoder still holds.) Nothing is encoded while
+        recording here: nothing is pending."""
 
     def start_image_writer(self, num_processes: int = 0, num_threads: int = 4) -> None:
         """(LeRobot's PNG writer pool.) Camera frames are copied as they are, never encoded while recording: no
@@ -262,20 +258,17 @@ class Recorder:
         """(LeRobot's.) No image writer runs."""
 
     def finalize(self) -> None:
-        """Close: the background encoder finishes (or, if it was interrupted, leaves the rest to the push), the spill
-        is removed and the store's writer lock released. Idempotent; episodes are already committed, so this
-        publishes nothing and a recorder that never gets here loses nothing saved."""
+        """Close: the spill is removed and the store's writer lock released. Idempotent; episodes are already
+        committed, so this publishes nothing and a recorder that never gets here loses nothing saved."""
         if self._finalized:
             return
         self._finalized = True
         try:
-            if self._streaming_encoder is not None:
-                self._streaming_encoder.close()
-        finally:
             for spill in self._spills.values():
                 spill.close()
             self._spills.clear()
             shutil.rmtree(self._folder, ignore_errors=True)
+        finally:
             self._store.close()
 
     @property

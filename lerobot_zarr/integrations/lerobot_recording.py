@@ -10,19 +10,23 @@ instant keeps every episode whose ``save_episode`` returned, any process can ope
 
 Cameras are kept raw while recording (no encoding on the way: ``add_frame`` copies a frame, ``save_episode`` writes
 and commits), then encoded to mp4 with the ``rgb_encoder`` / ``depth_encoder`` settings (kept in each video
-feature's ``info``, as LeRobot keeps them) when the dataset is pushed or exported, or by the background encoder
-``streaming_encoding=True`` / ``batch_encoding_size > 1`` start (:mod:`.lerobot_encoding`).
+feature's ``info``, as LeRobot keeps them) when the dataset is pushed or exported. LeRobot's ``streaming_encoding``
+and ``batch_encoding_size`` move its encoding off ``save_episode`` (to a thread while recording, or to every Nth
+episode); here no encoding ever happens while recording, so they are accepted and change nothing: the encoding
+is the push's.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import gc
 import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..errors import ArgumentError, StoreExistsError
+from ..cameras.depth import depth_stats
+from ..errors import ArgumentError, StoreExistsError, StoreLockedError
 from ..lerobot.format import CAMERA_DTYPES, DEFAULT_FEATURES
 from .lerobot_frames import recording_features
 from .lerobot_meta import LeRobotDatasetMetadata, episode_tasks, lerobot_home
@@ -49,17 +53,19 @@ class RecordingMetadata(LeRobotDatasetMetadata):
     def of_writer(cls, store: Any, repo_id: str) -> RecordingMetadata:
         self = cls.__new__(cls)
         self._writer = store
-        self._setup(store.reader.meta, repo_id=repo_id, root=Path(store.root), revision=None, files=None,
-                    episode_tasks=lambda: episode_tasks(store.reader.meta), stats=store.reader.meta.stats)
-        self.revision = None  # LeRobot's recorder has none
+        self.repo_id, self.root = repo_id, Path(store.root)
+        self.follow()
         return self
 
     def follow(self) -> None:
-        """Describe the store's last commit."""
-        store = self._writer
-        self._setup(store.reader.meta, repo_id=self.repo_id, root=self.root, revision=None, files=None,
-                    episode_tasks=lambda: episode_tasks(store.reader.meta), stats=store.reader.meta.stats)
-        self.revision = None
+        """Describe the store's last commit (stats as recorded: a depth camera's in its recorded unit, as LeRobot's
+        recorder keeps them)."""
+        meta = self._writer.reader.meta
+        stats = {k: depth_stats(v, meta.depth_unit, ((meta.info["features"].get(k) or {}).get("info") or {})
+                                .get("depth_unit")) for k, v in (meta.stats or {}).items()}
+        self._setup(meta, repo_id=self.repo_id, root=self.root, revision=None, files=None,
+                    episode_tasks=lambda: episode_tasks(meta), stats=stats)
+        self.revision = None  # LeRobot's recorder has none
 
     @property
     def episodes(self) -> Any:
@@ -109,10 +115,10 @@ class LeRobotRecording:
         - ``rgb_encoder`` / ``depth_encoder``: LeRobot's ``RGBEncoderConfig`` / ``DepthEncoderConfig`` (or dicts of
           their fields; None: LeRobot's defaults), kept in each video feature's ``info`` and used wherever its mp4
           is made; a depth video's quantizer (``depth_min``...) makes the codes the store keeps.
-        - ``streaming_encoding=True`` or ``batch_encoding_size > 1``: a background encoder encodes saved episodes
-          while recording goes on (every episode, or every ``batch_encoding_size``), so a push has nothing left to
-          encode; ``encoder_threads`` is the encoder's threads (here and at push); ``encoder_queue_maxsize`` is
-          not needed (the encoder reads saved episodes from the store: no frame waits in memory).
+        - ``streaming_encoding``, ``batch_encoding_size`` (a positive int) and ``encoder_queue_maxsize`` (a
+          positive int): LeRobot's ways of taking video encoding off ``save_episode``; nothing is encoded while
+          recording here, so they change nothing (the videos are encoded at push). ``encoder_threads``: the
+          encoder's threads at push, as LeRobot's.
         - ``image_writer_processes`` / ``image_writer_threads``: LeRobot's PNG writers; frames are not encoded
           while recording, so none is needed and none starts. ``metadata_buffer_size``: LeRobot writes episode
           metadata in batches; here each episode's is committed with it, so nothing is buffered.
@@ -120,6 +126,9 @@ class LeRobotRecording:
         ``durable`` (lerobot_zarr's, keyword-only): each ``save_episode`` flushes to disk (survives power loss);
         ``False`` is still safe when the process is killed."""
         _check_backend(video_backend)
+        _check_counts(batch_encoding_size=batch_encoding_size, encoder_queue_maxsize=encoder_queue_maxsize,
+                      metadata_buffer_size=metadata_buffer_size, image_writer_processes=image_writer_processes,
+                      image_writer_threads=image_writer_threads, encoder_threads=encoder_threads)
         features = recording_features(features, use_videos)
         root = Path(root) if root is not None else lerobot_home() / repo_id
         if root.exists() or root.is_symlink():
@@ -145,8 +154,7 @@ class LeRobotRecording:
             store.close()
             raise
         return cls._recording(repo_id, store, tolerance_s=tolerance_s, video_backend=video_backend,
-                              batch_encoding_size=batch_encoding_size, streaming_encoding=streaming_encoding,
-                              encoder_threads=encoder_threads)
+                              batch_encoding_size=batch_encoding_size, encoder_threads=encoder_threads)
 
     @classmethod
     def resume(cls, repo_id: str, root: str | os.PathLike | None = None, tolerance_s: float = 1e-4,
@@ -166,6 +174,9 @@ class LeRobotRecording:
                              "Writing into the revision-safe Hub snapshot cache (used when root=None) would corrupt "
                              "the shared cache. Please provide a local directory path.")
         _check_backend(video_backend)
+        _check_counts(batch_encoding_size=batch_encoding_size, encoder_queue_maxsize=encoder_queue_maxsize,
+                      image_writer_processes=image_writer_processes, image_writer_threads=image_writer_threads,
+                      encoder_threads=encoder_threads)
         from ..store.state import has_commit_point
         from ..writing.writer import WritableDataset
 
@@ -176,7 +187,11 @@ class LeRobotRecording:
             raise StoreNotFoundError(f"{root}: holds no dataset recorded by lerobot_zarr (LeRobotDataset.create); "
                                      f"a LeRobot folder is read with LeRobotDataset(repo_id, root=...), and "
                                      f"recorded into with LeRobot's own class", path=root)
-        store = WritableDataset(root, durable=durable)
+        try:
+            store = WritableDataset(root, durable=durable)
+        except StoreLockedError:  # a recorder of this process dropped without finalize() may hold it until collected
+            gc.collect()
+            store = WritableDataset(root, durable=durable)
         try:
             updates = {}
             for key, ft in store.meta.info["features"].items():
@@ -190,12 +205,11 @@ class LeRobotRecording:
             store.close()
             raise
         return cls._recording(repo_id, store, tolerance_s=tolerance_s, video_backend=video_backend,
-                              batch_encoding_size=batch_encoding_size, streaming_encoding=streaming_encoding,
-                              encoder_threads=encoder_threads)
+                              batch_encoding_size=batch_encoding_size, encoder_threads=encoder_threads)
 
     @classmethod
     def _recording(cls, repo_id: str, store: Any, *, tolerance_s: float, video_backend: str | None,
-                   batch_encoding_size: int, streaming_encoding: bool, encoder_threads: int | None) -> Any:
+                   batch_encoding_size: int, encoder_threads: int | None) -> Any:
         """The drop-in dataset recording into ``store`` (a WritableDataset): LeRobot's attributes of a recorder."""
         obj = cls.__new__(cls)
         obj.repo_id = repo_id
@@ -215,13 +229,8 @@ class LeRobotRecording:
         obj._is_finalized = False
         try:
             obj.meta = RecordingMetadata.of_writer(store, repo_id)
-            encoder = None
-            if streaming_encoding or batch_encoding_size != 1:
-                from .lerobot_encoding import BackgroundEncoder
-
-                encoder = BackgroundEncoder(store.root, batch_size=max(1, int(batch_encoding_size)),
-                                            threads=encoder_threads)
-            obj.writer = Recorder(store, obj.meta.features, on_saved=obj.meta.follow, encoder=encoder)
+            obj.writer = Recorder(store, obj.meta.features, on_saved=obj.meta.follow,
+                                  batch_encoding_size=batch_encoding_size)
         except BaseException:
             store.close()
             raise
@@ -339,15 +348,26 @@ def encoder_settings(config: Any, defaults: Mapping[str, Any]) -> dict[str, Any]
 
 
 def _video_info(settings: Mapping[str, Any]) -> dict[str, Any]:
-    """Encoder settings as a video feature's ``info`` keys (LeRobot's ``video.<field>``; ``vcodec`` as
-    ``video.codec``)."""
-    return {f"video.{'codec' if k == 'vcodec' else k}": v for k, v in settings.items()}
+    """Encoder settings as a video feature's ``info`` keys in the store (LeRobot's ``video.<field>``, and
+    ``video.vcodec``: the export encodes with them and writes LeRobot's info, see ``writing.export``)."""
+    return {f"video.{k}": v for k, v in settings.items()}
 
 
 def _is_depth(feature: Mapping[str, Any]) -> bool:
     from ..cameras.depth import is_depth_feature
 
     return feature.get("dtype") in CAMERA_DTYPES and is_depth_feature(feature)
+
+
+def _check_counts(**counts: int | None) -> None:
+    """LeRobot's counts: ``batch_encoding_size``, ``encoder_queue_maxsize``, ``metadata_buffer_size`` and
+    ``encoder_threads`` at least 1 (``encoder_threads`` may be None: the encoder's default), image writers at least
+    0 (``ArgumentError`` naming the parameter)."""
+    from ..writing.values import count_arg
+
+    for name, value in counts.items():
+        if value is not None or name != "encoder_threads":
+            count_arg(name, value, 0 if name.startswith("image_writer") else 1)
 
 
 def _check_backend(video_backend: str | None) -> None:
