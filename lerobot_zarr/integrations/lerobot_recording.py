@@ -298,9 +298,11 @@ class LeRobotRecording:
             self._check_readable()
             self._open_if_needed()
             source = self.dataset
+        sizes = {k: source.meta.info[k] for k in ("data_files_size_in_mb", "video_files_size_in_mb")
+                 if source.meta.info.get(k)}  # the recording's (create, meta.update_chunk_settings) or source's
         return push(source, self.repo_id, revision=branch, private=private, card=card, tag_version=tag_version,
                     videos_pushed=push_videos, allow_patterns=allow_patterns,
-                    encoder_threads=getattr(self, "_encoder_threads", None))
+                    encoder_threads=getattr(self, "_encoder_threads", None), **sizes)
 
 
 def card_fields(tags: list | None, license: str | None, card_kwargs: Mapping[str, Any], repo_id: str

@@ -418,7 +418,8 @@ def push(dataset: LeRobotZarrDataset | str | os.PathLike, repo_id: str, *, revis
          private: bool | None = False, token: str | bool | None = None, commit_message: str | None = None,
          videos: bool | None = None, progress: bool = True, card: dict[str, Any] | None = None,
          tag_version: bool = True, videos_pushed: bool = True, allow_patterns: Sequence[str] | str | None = None,
-         encoder_threads: int | None = None) -> str | None:
+         encoder_threads: int | None = None, data_files_size_in_mb: int = 100,
+         video_files_size_in_mb: int = 200) -> str | None:
     """Publish a complete store to a Hub dataset repo as LeRobot v3.0, in one commit, tagged ``v3.0``.
 
     Before exporting anything: the dataset holds whole episodes, all of the store's or a :meth:`select` of them
@@ -433,8 +434,7 @@ def push(dataset: LeRobotZarrDataset | str | os.PathLike, repo_id: str, *, revis
     LeRobot's ``push_to_hub`` options: ``card`` (the dataset card's fields), ``tag_version=False`` (tag v3.0 left
     where it is), ``videos_pushed=False`` (no file under ``videos/`` uploaded or removed), ``allow_patterns`` (only
     the files matching them uploaded or removed, as huggingface_hub matches them), ``private=None`` (a new repo
-    takes the Hub's default visibility). The sizes of the data and video files are the store's
-    (``meta.update_chunk_settings``), else LeRobot's defaults.
+    takes the Hub's default visibility), the sizes of the data and video files (``to_lerobot``'s).
     """
     from ..hub.http import parse_repo_id
     from ..hub.publish import Publisher
@@ -446,11 +446,10 @@ def push(dataset: LeRobotZarrDataset | str | os.PathLike, repo_id: str, *, revis
     publisher.check()
     publisher.check_same_dataset({"features": _features(ds, videos), "fps": ds.meta.info["fps"],
                                   "robot_type": ds.meta.info.get("robot_type")})
-    sizes = {k: ds.meta.info[k] for k in ("data_files_size_in_mb", "video_files_size_in_mb")
-             if isinstance(ds.meta.info.get(k), int) and ds.meta.info[k] > 0}
     with tempfile.TemporaryDirectory(prefix="lerobot_zarr-push-") as tmp:
         out = to_lerobot(ds, Path(tmp) / "dataset", videos=videos, progress=progress, card=card,
-                         encoder_threads=encoder_threads, **sizes)
+                         encoder_threads=encoder_threads, data_files_size_in_mb=data_files_size_in_mb,
+                         video_files_size_in_mb=video_files_size_in_mb)
         publisher.check_same_dataset(json.loads((out / "meta/info.json").read_text()))
         return publisher.publish(out, commit_message, tag=tag_version, keep=_kept(videos_pushed, allow_patterns))
 

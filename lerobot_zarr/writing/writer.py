@@ -789,13 +789,21 @@ class _Frames:
     def __len__(self) -> int:
         return self.before + len(self.new)
 
-    def __getitem__(self, index: np.ndarray) -> np.ndarray:
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return (len(self), *self.new.shape[1:])
+
+    def __getitem__(self, key: np.ndarray | tuple) -> np.ndarray:
+        """Frames ``key`` (an index array, or one followed by slices of each frame: only those pixels read)."""
+        index, rest = (key[0], tuple(key[1:])) if isinstance(key, tuple) else (key, ())
         index = np.asarray(index)
-        out = np.empty((len(index), *self.new.shape[1:]), dtype=self.new.dtype)
         old = index < self.before
-        if old.any():
-            out[old] = self.head[index[old]]
-        out[~old] = self.new[index[~old] - self.before]
+        new = self.new[(index[~old] - self.before, *rest)]
+        if not old.any():
+            return new
+        out = np.empty((len(index), *new.shape[1:]), dtype=self.new.dtype)
+        out[old] = self.head[(index[old], *rest)]
+        out[~old] = new
         return out
 
     def numeric(self) -> np.ndarray:
