@@ -288,3 +288,58 @@ def test_a_killed_recorder_keeps_every_saved_episode(tmp_path):
                                    torch.from_numpy(want["observation.images.cam"]).permute(2, 0, 1) / 255)
                 index += 1
         assert len(ds) == index
+
+
+# ------------------------------------------------------------------------------------------------------- the Hub
+
+
+def test_push_to_hub_gives_what_lerobot_loads(tmp_path, monkeypatch):
+    """push_to_hub with LeRobot's arguments, to the project's test Hub: LeRobot 0.6.1 downloads and reads the
+    dataset (the frames recorded, the card's tags and license); push_videos=False uploads no video and
+    tag_version=False leaves the tag; allow_patterns limits what is uploaded."""
+    from hub_fixtures import make_env
+
+    from lerobot_zarr.testing.hub_server import HubServer
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    ds = LeRobotDataset.create("someone/recorded", 30, FEATURES, root=tmp_path / "ds", robot_type="arm")
+    for e, n in enumerate((3, 2)):
+        for i in range(n):
+            ds.add_frame(_frame(e, i))
+        ds.save_episode()
+    with HubServer(tmp_path / "server", tokens={"hf_write": "alice"}) as hub:
+        make_env(monkeypatch, tmp_path, hub.endpoint)
+        monkeypatch.setenv("HF_TOKEN", "hf_write")
+        ds.push_to_hub(tags=["so100", "tutorial"], license="mit", push_videos=False, tag_version=False)
+        assert not any(f.startswith("videos/") for f in hub.list_files("someone/recorded"))
+        assert "v3.0" not in hub.refs("someone/recorded").get("tags", {})
+        ds.push_to_hub(allow_patterns=["meta/info.json"])  # while recording: its last commit
+        ds.finalize()
+        ds.push_to_hub(tags=["so100", "tutorial"], license="mit")
+        files = hub.list_files("someone/recorded")
+        assert any(f.startswith("videos/observation.images.cam/") for f in files)
+        card = hub.get_file("someone/recorded", "README.md").decode()
+        assert "- so100" in card and "license: mit" in card
+        theirs = _reference()("someone/recorded", root=tmp_path / "download")
+        assert len(theirs) == 5 and theirs.meta.robot_type == "arm" and theirs.num_episodes == 2
+        assert theirs.meta.features["observation.images.cam"]["info"]["video.codec"] == "av1"
+        for index, (e, i) in enumerate([(0, 0), (0, 1), (0, 2), (1, 0), (1, 1)]):
+            item, want = theirs[index], _frame(e, i)
+            assert item["observation.state"].tolist() == want["observation.state"].tolist()
+            assert item["task"] == want["task"]
+            cam = torch.from_numpy(want["observation.images.cam"]).permute(2, 0, 1) / 255
+            assert float((item["observation.images.cam"] - cam).abs().mean()) < 0.02
+
+
+def test_the_recording_example_runs(tmp_path):
+    """examples/record.py records a fake arm and camera at 30 fps with LeRobot's API; the dataset reads back."""
+    env = dict(os.environ, PYTHONPATH=str(REPO), TMPDIR=str(tmp_path), SVT_LOG="1")
+    run = [sys.executable, str(REPO / "examples" / "record.py"), "--root", str(tmp_path / "ds"), "--episodes", "2",
+           "--seconds", "0.2", "--cameras", "1", "--height", "24", "--width", "32"]
+    for extra in ([], ["--resume", "--episodes", "1"]):
+        proc = subprocess.run(run + extra, capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert "add_frame: p50" in proc.stdout
+    ds = LeRobotDataset("local/fake_arm", root=tmp_path / "ds")
+    assert ds.meta.total_episodes == 3 and len(ds) == 18 and ds.meta.robot_type == "fake_arm"
+    assert ds[17]["observation.images.cam0"].shape == (3, 24, 32) and ds[17]["task"] == "wave the arm"
