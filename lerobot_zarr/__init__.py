@@ -22,7 +22,7 @@ from .sampling.dataset import LeRobotZarrDataset
 from .sampling.meta import DatasetMeta
 from .sampling.sharding import episodes_for_rank, split_episodes
 from .sampling.streams import SampleStream, stream
-from .store.cache import cache_info
+from .sources.cache import cache_info
 from .writing.integrity import VerifyReport, verify
 from .writing.writer import WritableDataset, create
 

@@ -5,37 +5,28 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
-from .errors import ArgumentError, HubError, NotMaterializedError, warn_once
-from .hub.files import HubFiles
-from .hub.revisions import resolve_revision
-from .resolve import resolve_source
+from .errors import ArgumentError, NotMaterializedError, warn_once
 from .sampling.dataset import DEPTH_UNITS, DepthUnit, EpisodeSelection, ImageFormat, LeRobotZarrDataset
 from .sampling.meta import DatasetMeta
 from .sampling.selection import check_selection
-from .store.cache import cache_home, hub_store_path, note_use, read_ref, record_ref, store_path_for, variant_path
+from .sources.base import Source
+from .sources.cache import note_use
+from .sources.home import cache_home, variant_path
+from .sources.registry import made_from_source, same_source
+from .sources.resolve import resolve_source
 from .store.cameras import kept_description
 from .store.state import has_commit_point, read_state
 from .store.tables import DEFAULT_PACK_BYTES
 from .writing.camera_choices import CameraStorage, camera_choices_key
 from .writing.transcode import fetch_missing, missing_episodes, transcode
 
-if TYPE_CHECKING:
-    from .lerobot.source import LeRobotSource
-
-__all__ = ["open_dataset", "inspect", "materialize", "cache_home", "store_path_for", "Mode"]
+__all__ = ["open_dataset", "inspect", "materialize", "cache_home", "Mode"]
 
 Mode = Literal["r", "r+"]  # open_dataset: read, or read and write
-
-
-def _lerobot_source(where: Any) -> LeRobotSource:
-    """A LeRobot folder or Hub repo to read: :mod:`~lerobot_zarr.lerobot.source` (and pyarrow) are imported when one is
-    read, not with the package (opening a store needs neither)."""
-    from .lerobot.source import LeRobotSource
-
-    return LeRobotSource(where)
 
 
 def open_dataset(
@@ -55,12 +46,18 @@ def open_dataset(
     resize: Mapping[str, Any] | None = None,
     client: Any = None,
     pack_bytes: int = DEFAULT_PACK_BYTES,
+    storage_options: Mapping[str, Any] | None = None,
+    cache_bytes: int | None = None,
 ) -> LeRobotZarrDataset:
-    """Open a LeRobot dataset (folder or Hub repo; transcoded into a local store on first use) or a store.
+    """Open a LeRobot dataset (a folder, a Hub repo or a bucket folder; transcoded into a local store on first use)
+    or a store (a folder, or a bucket folder: read where it is).
 
     Args:
-        source: a LeRobot dataset folder (v3.x or v2.x), a store folder made by this package, or a Hub dataset
-            repo id ``org/name`` (only the episodes asked for are downloaded, by range reads of their row groups).
+        source: a LeRobot dataset folder (v3.x or v2.x), a store folder made by this package, a Hub dataset repo id
+            ``org/name`` (only the episodes asked for are downloaded, by range reads of their row groups), or a
+            folder of a bucket, ``s3://``, ``gs://``, ``az://bucket/folder`` or ``hf://buckets/ns/bucket/folder``,
+            holding either (a store there is not copied: each batch's rows are fetched into a bounded local
+            cache; docs/object-storage.md).
         root: where the store lives; default under :func:`cache_home`, keyed by source (and Hub commit).
         episodes: episode indices to use (default all), or ``{episode: slice(first, stop)}`` for frame ranges
             (whole episodes are stored; windows see the whole episode); missing ones are fetched or transcoded.
@@ -89,6 +86,10 @@ def open_dataset(
         mode: ``"r"`` (default) to read, or ``"r+"`` to also write: returns a
             :class:`~lerobot_zarr.writing.writer.WritableDataset` over every episode (all fetched first), holding the
             store's writer lock.
+        storage_options: a bucket's client settings (obstore's keys: ``access_key_id``, ``secret_access_key``,
+            ``endpoint``, ``region``..., or ``profile``), over those of the environment (``AWS_*``...).
+        cache_bytes: a store in a bucket: the most its local cache holds (default
+            ``$LEROBOT_ZARR_BUCKET_CACHE_BYTES``, else 8 GiB; per process).
     """
     if mode not in ("r", "r+"):
         raise ArgumentError(f"mode must be 'r' or 'r+', got {mode!r}")
@@ -97,9 +98,9 @@ def open_dataset(
     episodes = check_selection(episodes)
     if mode == "r+" and (episodes is not None or lazy):
         raise ArgumentError("mode='r+' opens every episode: episodes= and lazy=True do not apply")
-    src = resolve_source(source, revision=revision, token=token)
-    if src.kind == "store":
-        store = src.path
+    src = resolve_source(source, revision=revision, token=token, options=storage_options)
+    store = src.store()
+    if store is not None:  # a store on this machine, opened as it is
         if root is not None and Path(root).resolve() != store.resolve():
             raise ArgumentError(f"{store} is a store already; root={root!r} would be a second copy")
         if mode == "r+":
@@ -107,21 +108,20 @@ def open_dataset(
             materialize(store, range(len(read_state(store).table)), progress=progress, token=token)
         elif not lazy:
             materialize(store, episodes, progress=progress, token=token)
-    elif src.kind == "folder":
-        folder = _lerobot_source(src.path)
-        if mode == "r+":
-            store = _writable_copy(src.path, root, store_path_for(folder))
-        else:
-            store = Path(root).expanduser() if root is not None else _variant(store_path_for(folder), storage, resize)
-        transcode(folder, store, episodes=[] if lazy else episodes, progress=progress, storage=storage, resize=resize,
-                  client=client,
-                  pack_bytes=pack_bytes)
     else:
-        store = _open_hub(src.repo_id, root=root, episodes=[] if lazy else episodes, revision=revision, token=token,
-                          progress=progress, storage=storage, resize=resize, client=client, pack_bytes=pack_bytes,
-                          writable=mode == "r+")
-    if src.kind != "store" and storage is None and resize is None:
-        _note_camera_choices(store)
+        remote = src.remote(cache_bytes=cache_bytes)
+        if remote is not None:  # a store elsewhere, read where it is
+            if mode == "r+" or root is not None:
+                raise ArgumentError(f"{src}: a store in a bucket is read where it is (mode='r+' and root= do not "
+                                    f"apply); to write, copy it (`lerobot-zarr sync {src} DIR`), open the copy with "
+                                    f"mode='r+' and publish it back (ds.push_store)")
+            return LeRobotZarrDataset(remote.root, episodes=episodes, delta_timestamps=delta_timestamps,
+                                      image_format=image_format, depth_unit=depth_unit, remote=remote)
+        store = _from_lerobot(src, root=root, episodes=[] if lazy else episodes, progress=progress,
+                              storage=storage, resize=resize, client=client, pack_bytes=pack_bytes,
+                              writable=mode == "r+")
+        if storage is None and resize is None:
+            _note_camera_choices(store)
     if mode == "r+":
         from .writing.writer import WritableDataset
 
@@ -130,6 +130,30 @@ def open_dataset(
     note_use(store)  # `cache ls` says when a store was last read
     return LeRobotZarrDataset(store, episodes=episodes, delta_timestamps=delta_timestamps, image_format=image_format,
                               lazy=lazy, fetch=_fetch if lazy else None, depth_unit=depth_unit)
+
+
+def _from_lerobot(src: Source, *, root, episodes, progress, storage, resize, client, pack_bytes,
+                  writable: bool) -> Path:
+    """The local store of a LeRobot dataset: ``root``, or the cache's store of the source (of its camera choices),
+    holding the episodes asked for (transcoded now if missing). A store of the source whose identity is known
+    without reading its files (a Hub commit) that holds them already is opened without a request."""
+    if writable:
+        store = _writable_copy(src, root, src.cache_path())
+    else:
+        store = Path(root).expanduser() if root is not None else _variant(src.cache_path(), storage, resize)
+    known = src.known_record()
+    if known is not None and has_commit_point(store) and storage is None and resize is None \
+            and same_source(read_state(store).source, known) and not missing_episodes(store, episodes):
+        return store
+    why = src.offline()
+    if why:
+        if has_commit_point(store):
+            missing = missing_episodes(store, episodes)
+            raise NotMaterializedError(f"{store}: {why} and episodes {missing[:20]} are not in the local store")
+        raise NotMaterializedError(f"{src}: {why} and there is no local store of it at {store}")
+    transcode(src.dataset(), store, episodes=episodes, progress=progress, storage=storage, resize=resize,
+              client=client, pack_bytes=pack_bytes)
+    return store
 
 
 def _variant(store: Path, storage: Mapping[str, Any] | None, resize: Mapping[str, Any] | None) -> Path:
@@ -155,13 +179,13 @@ def _note_camera_choices(store: Path) -> None:
 def _check_not_shared(store: Path) -> None:
     """Refuse to write into the cache's store of a Hub repo or folder: every later open of that source reads it."""
     home = cache_home().resolve()
-    if store.resolve().is_relative_to(home) and read_state(store).source.get("kind") in ("hub", "local"):
+    if store.resolve().is_relative_to(home) and made_from_source(read_state(store).source):
         raise ArgumentError(f"{store}: is the cache's shared store of its source, which every open of that source "
                             f"reads; open the source with mode='r+' and root= (a folder of your own: a copy-on-write "
                             f"copy of this store) to write", path=store)
 
 
-def _writable_copy(source: str | os.PathLike, root: str | os.PathLike | None, shared: Path) -> Path:
+def _writable_copy(source: Source, root: str | os.PathLike | None, shared: Path) -> Path:
     """The store that ``mode="r+"`` on a folder or Hub repo writes to: never the shared store of the cache (other
     opens of the source read it), but ``root``, started as a copy-on-write copy of the shared store when that one
     holds every episode (its packs are shared by hard links until written), else transcoded there."""
@@ -185,40 +209,6 @@ def _fetch(store: Path, episodes: list[int]) -> None:
     materialize(store, episodes, progress=False)
 
 
-def _open_hub(repo_id: str, *, root, episodes, revision, token, progress, storage, resize, client, pack_bytes,
-              writable: bool = False) -> Path:
-    """Resolve the revision (offline: from the last resolution), then fetch the episodes the store lacks."""
-    from huggingface_hub import constants
-
-    if constants.is_offline_mode():  # the commit the revision last resolved to on this machine
-        commit = read_ref(repo_id, revision)
-        if commit is None:
-            raise HubError(f"{repo_id}: HF_HUB_OFFLINE is set and revision {revision or '(default)'} was never "
-                           f"opened on this machine")
-    else:
-        asked = revision
-        revision, commit = resolve_revision(repo_id, revision, token=token)
-        record_ref(repo_id, asked, commit)
-    if writable:
-        store = _writable_copy(repo_id, root, hub_store_path(repo_id, commit))
-    else:
-        store = Path(root).expanduser() if root is not None else _variant(hub_store_path(repo_id, commit), storage,
-                                                                           resize)
-    if has_commit_point(store):
-        missing = missing_episodes(store, episodes)
-        if not missing:
-            return store
-        if constants.is_offline_mode():
-            raise NotMaterializedError(f"{store}: HF_HUB_OFFLINE is set and episodes {missing[:20]} are not in the "
-                                       f"local store")
-    elif constants.is_offline_mode():
-        raise HubError(f"{repo_id}: HF_HUB_OFFLINE is set and there is no local store at {store}")
-    transcode(_lerobot_source(HubFiles(repo_id, commit, revision=revision, token=token)), store,
-              episodes=episodes, progress=progress, storage=storage, resize=resize, client=client,
-              pack_bytes=pack_bytes)
-    return store
-
-
 def materialize(store: str | os.PathLike, episodes: EpisodeSelection | None, *, progress: bool = True,
                 token: str | bool | None = None) -> None:
     """Fetch or transcode the episodes a store lacks from the source it was made from (Hub repo at its recorded
@@ -228,39 +218,32 @@ def materialize(store: str | os.PathLike, episodes: EpisodeSelection | None, *, 
         fetch_missing(store, episodes, progress=progress, token=token)
 
 
-def inspect(source: str | os.PathLike, *, revision: str | None = None,
-            token: str | bool | None = None, depth_unit: DepthUnit = "mm") -> DatasetMeta:
+def inspect(source: str | os.PathLike, *, revision: str | None = None, token: str | bool | None = None,
+            storage_options: Mapping[str, Any] | None = None, depth_unit: DepthUnit = "mm") -> DatasetMeta:
     """What a dataset holds, from its metadata alone: features, fps, robot type, episodes and their lengths,
     tasks, stats (depth cameras' in ``depth_unit``), depth cameras (``meta.depth_keys``), features no store can hold
     (``meta.not_materialized``, with why), and in ``meta.unavailable`` the episodes whose camera video file is
-    missing. ``source`` is a Hub
-    repo id (info.json, the episode table without per-episode stats, tasks and stats.json are read;
-    ``meta.source["hub_bytes"]`` gives the bytes of data and videos on the Hub), a LeRobot folder (its metadata
-    files) or a store (its root ``zarr.json``). No data file is read. With ``HF_HUB_OFFLINE=1`` a Hub repo's
-    metadata comes from the store this machine holds for it (the revision as last resolved here)."""
-    src = resolve_source(source, revision=revision, token=token, hub_first=True)
-    if src.kind == "store":
-        return DatasetMeta.from_state(read_state(src.path), depth_unit)
-    if src.kind == "folder":
-        lerobot = _lerobot_source(src.path)
-        meta = DatasetMeta.from_source(lerobot, depth_unit)
-    else:
-        from huggingface_hub import constants
-
-        if constants.is_offline_mode():  # the metadata of the store this machine holds for the revision
-            commit = read_ref(src.repo_id, revision)
-            store = hub_store_path(src.repo_id, commit) if commit is not None else None
-            if store is None or not has_commit_point(store):
-                raise HubError(f"{src.repo_id}: HF_HUB_OFFLINE is set and revision {revision or '(default)'} was "
-                               f"never opened on this machine (no local store holds its metadata)",
-                               repo_id=src.repo_id, revision=revision)
-            return DatasetMeta.from_state(read_state(store), depth_unit)
-        revision, commit = resolve_revision(src.repo_id, revision, token=token)
-        files = HubFiles(src.repo_id, commit, revision=revision, token=token)
-        lerobot = _lerobot_source(files)
-        meta = DatasetMeta.from_source(lerobot, depth_unit)
-        meta.source["hub_bytes"] = {top: sum(n for p, n in files.sizes.items() if p.startswith(top + "/"))
-                                    for top in ("data", "videos", "meta")}
+    missing. ``source`` is a Hub repo id (info.json, the episode table without per-episode stats, tasks and
+    stats.json are read), a bucket folder (the same, or a store's root), a LeRobot folder (its metadata files) or a
+    store (its root ``zarr.json``); for a remote source ``meta.source["remote_bytes"]`` gives the bytes of its data,
+    videos and metadata. No data file is read. Where the source's files cannot be read now (``HF_HUB_OFFLINE=1``
+    for a Hub repo) its metadata comes from the store this machine holds for it (a Hub revision as last resolved
+    here)."""
+    src = resolve_source(source, revision=revision, token=token, options=storage_options, hub_first=True)
+    store = src.store() or src.held_store()
+    if store is not None:
+        return DatasetMeta.from_state(read_state(store), depth_unit)
+    remote = src.remote()
+    if remote is not None:
+        try:
+            return replace(DatasetMeta.from_state(remote.state, depth_unit), root=str(src))
+        finally:
+            remote.close()
+    lerobot = src.dataset()
+    meta = DatasetMeta.from_source(lerobot, depth_unit)
+    if lerobot.files.sizes:  # listed: a remote source
+        meta.source["remote_bytes"] = {top: sum(n for p, n in lerobot.files.sizes.items() if p.startswith(top + "/"))
+                                       for top in ("data", "videos", "meta")}
     exists = functools.cache(lerobot.files.exists)  # one check per file, not per episode
     for name, refs in lerobot.episodes.videos.items():
         reasons = {e: why for e in range(len(refs)) if (why := lerobot.video_missing(e, name, exists)) is not None}

@@ -42,6 +42,10 @@ __all__ = [
     "RevisionNotFoundError",
     "HubAuthError",
     "HubError",
+    "BucketError",
+    "BucketAuthError",
+    "ObjectChangedError",
+    "CommitConflictError",
     "MissingExtraError",
     "UnknownFeatureError",
     "FrameNotWrittenError",
@@ -185,6 +189,26 @@ class HubError(LeRobotZarrError, ConnectionError):
     sha), or the request needs the network while ``HF_HUB_OFFLINE`` is set."""
 
 
+class BucketError(LeRobotZarrError, ConnectionError):
+    """An object-storage request (S3, GCS, Azure, HF Buckets) failed after bounded retries (a server error, a
+    dropped connection, a stalled or trickling answer, a body or range other than the one asked for), or the store
+    sent something unusable. ``path`` is the object's URL."""
+
+
+class BucketAuthError(LeRobotZarrError, PermissionError):
+    """The object store refused the request (no credentials, wrong ones, or not allowed to read or write there)."""
+
+
+class ObjectChangedError(BucketError):
+    """An object changed while it was being read (its ETag is not the one the first read saw): open it again."""
+
+
+class CommitConflictError(StoreError):
+    """Another writer changed the bucket's store since this one read it, or is publishing to it now: the
+    conditional write of the root was refused (or not tried), so no commit was lost; nothing of this one is
+    visible to readers."""
+
+
 class MissingExtraError(LeRobotZarrError, ImportError):
     """An optional package is not installed (or does not import); the message names it, the pip command and the
     lerobot_zarr extra that brings it. Nothing was written because of it."""
@@ -219,6 +243,8 @@ OPTIONAL_PACKAGES: dict[str, tuple[str, str, str]] = {
     "torch": ("torch", "torch>=2.2", "torch"),
     "pandas": ("pandas", "pandas>=2", "lerobot"),
     "datasets": ("datasets", "datasets>=3", "lerobot"),
+    "obstore": ("obstore", "obstore>=0.12", "cloud"),
+    "boto3": ("boto3", "boto3>=1.34", "cloud"),
 }
 
 

@@ -44,8 +44,8 @@ LAYERS = [
     ("utils",),
     ("cameras",),
     ("lerobot",),
-    ("hub", "store"),
-    ("resolve",),  # what a source argument names: a store, a LeRobot folder or a Hub repo (streams use it)
+    ("hub", "store", "cloud"),
+    ("sources",),  # where a dataset comes from: each kind of source (streams, the transcode ask them)
     ("sampling",),
     ("writing",),
     ("api",),
@@ -64,6 +64,7 @@ UPWARD_CALLS = {
     ("push", "lerobot_zarr.writing.export"): "ds.push(repo_id): exports and publishes, built on the reader",
     ("to_xarray", "lerobot_zarr.integrations.xarray"): "ds.to_xarray(): the xarray view is built on the reader",
     ("verify", "lerobot_zarr.writing.integrity"): "ds.verify(): re-reads the store and may repair it (a writer)",
+    ("push_store", "lerobot_zarr.writing.sync"): "ds.push_store(url): publishes the store to a bucket",
 }
 
 # Finer than the layers, for what a module costs or means: a reader never loads the LeRobot source reader
@@ -358,7 +359,7 @@ def test_the_import_finder_sees_every_kind_of_import():
     text = ("from typing import TYPE_CHECKING\nfrom .. import errors\nfrom ..store import state, StoreState\n"
             "if TYPE_CHECKING:\n    from ..writing.writer import WritableDataset\n"
             "class D:\n    def push(self):\n        from ..writing.export import push\n"
-            "def f():\n    import lerobot_zarr.api\n    importlib.import_module('lerobot_zarr.resolve')\n")
+            "def f():\n    import lerobot_zarr.api\n    importlib.import_module('lerobot_zarr.sources.resolve')\n")
     imports = imports_of(PACKAGE / "sampling" / "probe.py", text)
     found = [(i.line, i.target, i.function, i.type_checking) for i in imports]
     assert [i.line for i in imports if upward_call(i)] == [8]  # D.push's export; f's imports are no named call
@@ -366,7 +367,7 @@ def test_the_import_finder_sees_every_kind_of_import():
         (2, "lerobot_zarr.errors", None, False), (3, "lerobot_zarr.store", None, False),
         (3, "lerobot_zarr.store.state", None, False), (5, "lerobot_zarr.writing.writer", None, True),
         (8, "lerobot_zarr.writing.export", "D.push", False), (10, "lerobot_zarr.api", "f", False),
-        (11, "lerobot_zarr.resolve", "f", False)]
+        (11, "lerobot_zarr.sources.resolve", "f", False)]
 
 
 def test_heavy_imports_wait_until_needed(tmp_path):

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Protocol, TextIO
 
 from ..errors import LeRobotZarrError, LeRobotZarrWarning
-from . import cache, convert, demo, edit, info, push, verify, view
+from . import cache, convert, demo, edit, info, push, sync, verify, view
 
 __all__ = ["COMMANDS", "Command", "build_parser", "main"]
 
@@ -34,13 +34,15 @@ class Command(Protocol):
         ...
 
 
-COMMANDS: tuple[Command, ...] = (demo, info, convert, view, edit, push, verify, cache)
+COMMANDS: tuple[Command, ...] = (demo, info, convert, view, edit, push, sync, verify, cache)
 
 DESCRIPTION = """\
-Command line: 'lerobot-zarr demo | info | convert (download) | view | edit | push | verify | cache ls|rm|prune'.
+Command line: 'lerobot-zarr demo | info | convert (download) | view | edit | push | sync | verify |
+cache ls|rm|prune'.
 
-SOURCE is a LeRobot dataset folder (v3.x or v2.x), a store made by lerobot_zarr, or a Hub dataset repo id
-'org/name'. Run 'lerobot-zarr COMMAND --help' for each command's options.
+SOURCE is a LeRobot dataset folder (v3.x or v2.x), a store made by lerobot_zarr, a Hub dataset repo id 'org/name',
+or a bucket folder holding either (s3://, gs://, az://bucket/folder, hf://buckets/namespace/bucket/folder). Run
+'lerobot-zarr COMMAND --help' for each command's options.
 """
 
 log = logging.getLogger("lerobot_zarr")

@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _list(args: argparse.Namespace) -> int:
     from ..api import cache_home
-    from ..store.cache import cache_info
+    from ..sources.cache import cache_info
 
     stores = cache_info()
     if args.json:
@@ -65,7 +65,7 @@ def _list(args: argparse.Namespace) -> int:
 
 def _remove(args: argparse.Namespace) -> int:
     """``rm`` (the stores asked for) or ``prune`` (those nothing points to): listed, confirmed, removed."""
-    from ..store.cache import find_stores, prune_candidates, remove_store
+    from ..sources.cache import find_stores, prune_candidates, remove_store
 
     if args.cache_command == "rm":
         chosen, missing = [], []

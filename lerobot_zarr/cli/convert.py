@@ -17,7 +17,8 @@ def add_parser(subparsers: Any, common: argparse.ArgumentParser) -> argparse.Arg
     """The ``convert`` command and its options."""
     convert = subparsers.add_parser("convert", aliases=["download"], parents=[common],
                                     help="make a store of a LeRobot folder or Hub repo (only the episodes asked for)")
-    convert.add_argument("source", help="LeRobot folder or Hub repo id org/name (or a store, to fetch episodes)")
+    convert.add_argument("source", help="LeRobot folder, Hub repo id org/name or bucket URL (or a store, to fetch "
+                                        "episodes; a store in a bucket with --root: copied there)")
     convert.add_argument("--revision", default=None, help="Hub branch, tag or commit (default: LeRobot's choice)")
     convert.add_argument("--token", default=None, help="Hub token (default: the one `hf auth login` saved)")
     convert.add_argument("--root", type=Path, default=None, help="store folder (default: in the cache, see `cache ls`)")
@@ -38,6 +39,16 @@ def add_parser(subparsers: Any, common: argparse.ArgumentParser) -> argparse.Arg
 
 def run(args: argparse.Namespace) -> int:
     from ..api import open_dataset
+    from ..cloud.urls import is_bucket_url
+
+    if args.root is not None and is_bucket_url(args.source):
+        from ..sources.resolve import resolve_source
+
+        if resolve_source(args.source).what() == "store":  # a store in a bucket, wanted on this machine: a copy
+            from ..writing.sync import pull_store
+
+            pull_store(args.source, args.root)
+            args.source, args.root = str(args.root), None
 
     storage = {**{camera: "compact" for camera in args.compact}, **dict(args.storage)}
     resize = dict(args.resize)

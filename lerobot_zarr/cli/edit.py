@@ -159,7 +159,7 @@ def run(args: argparse.Namespace) -> int:
     episodes, and push if asked."""
     from ..api import inspect, open_dataset
     from ..hub.http import parse_repo_id
-    from ..resolve import resolve_source
+    from ..sources.resolve import resolve_source
     from ..store.state import has_commit_point, read_state
     from ..writing.export import check_push
 
@@ -169,11 +169,11 @@ def run(args: argparse.Namespace) -> int:
         raise ArgumentError("edit: nothing to do; give --delete-episodes, --keep-episodes, --drop-features or --push")
     src = resolve_source(args.source, revision=args.revision, token=args.token)
     notes = []
-    if src.kind == "store":
-        assert src.path is not None  # a store is a folder
-        if args.root is not None and args.root.resolve() != src.path.resolve():
-            raise ArgumentError(f"{src.path} is a store: it is edited in place, --root does not apply")
-        target = src.path
+    store = src.store()
+    if store is not None:
+        if args.root is not None and args.root.resolve() != store.resolve():
+            raise ArgumentError(f"{store} is a store: it is edited in place, --root does not apply")
+        target = store
         before = DatasetMeta.from_state(read_state(target))
         lacking = int((~before.materialized_episodes).sum())
         if lacking:
@@ -196,7 +196,7 @@ def run(args: argparse.Namespace) -> int:
     if args.push:  # the token, its write access and the remote's state, before anything changes
         check_push(None, args.push, revision=args.branch, token=args.token)
     if args.dry_run:
-        print(f"dry run: edit {target} ({source_line(before.source) if src.kind == 'store' else src})")
+        print(f"dry run: edit {target} ({source_line(before.source) if store is not None else src})")
         for line in [*notes, *edit_summary(before, gone, drop, None)]:
             print(f"  {line}")
         if args.push:
@@ -208,7 +208,7 @@ def run(args: argparse.Namespace) -> int:
         log.info(note)
     with warnings.catch_warnings():  # an edit samples nothing: its summary says what each camera holds
         warnings.filterwarnings("ignore", ".* is left out of samples", LeRobotZarrWarning)
-        opened = open_dataset(args.source, root=None if src.kind == "store" else target, mode="r+",
+        opened = open_dataset(args.source, root=None if store is not None else target, mode="r+",
                               revision=args.revision, token=args.token)
     with opened as ds:
         before = ds.meta

@@ -61,7 +61,7 @@ class Summary(TypedDict):
     tasks: list[str]
     features: dict[str, FeatureSummary]
     stats_mean: dict[str, list[float]]  # data features (not LeRobot's own columns) that have stats
-    hub_bytes: NotRequired[dict[str, int]]  # a Hub source: bytes per top-level folder
+    remote_bytes: NotRequired[dict[str, int]]  # a remote source (Hub repo, bucket): bytes per top-level folder
     local_bytes: NotRequired[int]  # a store: allocated on disk
     estimated_store_bytes: NotRequired[int]  # a source: what a transcode of every episode would store
 
@@ -207,10 +207,10 @@ def describe_json(meta: DatasetMeta) -> Summary:
         "features": features,
         "stats_mean": _stats_means(m),
     }
-    if m.source.get("hub_bytes"):
-        out["hub_bytes"] = m.source["hub_bytes"]
+    if m.source.get("remote_bytes"):
+        out["remote_bytes"] = m.source["remote_bytes"]
     if store:
-        from ..store.cache import disk_usage
+        from ..sources.cache import disk_usage
 
         out["local_bytes"] = disk_usage(Path(m.root))[0]  # allocated: packs are sparse until their episodes come
     else:
@@ -257,8 +257,8 @@ def describe(meta: DatasetMeta) -> str:
         for name, mean in d["stats_mean"].items():
             lines.append(f"  {name:<32} {np.array2string(np.asarray(mean[:4]), precision=3)}"
                          f"{' ...' if len(mean) > 4 else ''}")
-    if "hub_bytes" in d:
-        lines.append("on the Hub:   " + ", ".join(f"{k}/ {size_text(v)}" for k, v in d["hub_bytes"].items()))
+    if "remote_bytes" in d:
+        lines.append("at source:    " + ", ".join(f"{k}/ {size_text(v)}" for k, v in d["remote_bytes"].items()))
     if "local_bytes" in d:
         lines.append(f"store size:   {size_text(d['local_bytes'])} on disk")
     else:

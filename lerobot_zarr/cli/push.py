@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from ..cloud.urls import is_bucket_url
 from ..sampling.dataset import LeRobotZarrDataset
 from .options import episode_list
 
@@ -17,7 +18,7 @@ def add_parser(subparsers: Any, common: argparse.ArgumentParser) -> argparse.Arg
     """The ``push`` command and its options."""
     push = subparsers.add_parser("push", parents=[common],
                                  help="publish a store to a Hub dataset repo as LeRobot v3.0 (one commit)")
-    push.add_argument("store", type=Path, help="the store folder (see `cache ls` for the cached ones)")
+    push.add_argument("store", help="the store folder (see `cache ls` for the cached ones)")
     push.add_argument("repo_id", help="Hub dataset repo id org/name (created if missing)")
     push.add_argument("--token", default=None, help="Hub token with write access (default: `hf auth login`'s)")
     push.add_argument("--episodes", type=episode_list, default=None, metavar="0,3,5-9",
@@ -43,7 +44,9 @@ def push_and_report(ds: LeRobotZarrDataset, label: str, repo_id: str, args: argp
 
 
 def run(args: argparse.Namespace) -> int:
-    ds = LeRobotZarrDataset(args.store)
+    from ..api import open_dataset
+
+    ds = open_dataset(args.store) if is_bucket_url(args.store) else LeRobotZarrDataset(Path(args.store))
     if args.episodes is not None:
         ds = ds.select(args.episodes)  # the export warns which episodes it publishes, renumbered
     push_and_report(ds, str(args.store), args.repo_id, args)

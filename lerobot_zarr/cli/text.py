@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from ..sources.registry import describe_record
 
 __all__ = ["episodes_text", "size_text", "source_line"]
 
@@ -21,16 +22,4 @@ def episodes_text(episodes: Sequence[int]) -> str:
 
 def source_line(source: Mapping[str, Any]) -> str:
     """A store's or source's origin on one line."""
-    kind = source.get("kind")
-    if kind == "local":
-        return f"LeRobot folder {source.get('path')}"
-    if kind == "hub":
-        commit = str(source.get("commit", ""))
-        endpoint = source.get("endpoint")
-        where = "" if not endpoint or "huggingface.co" in str(endpoint) else f" on {endpoint}"
-        return f"Hub {source.get('repo_id')} @ {commit[:12]}{where}"
-    if kind == "recorded":
-        return "recorded with lerobot_zarr.create"
-    if kind == "edited":
-        return f"edited in place, from {source_line(source.get('from', {}))}"
-    return json.dumps(source, sort_keys=True)
+    return describe_record(source)

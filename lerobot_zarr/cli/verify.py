@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..errors import SourceNotFoundError
+from ..errors import ArgumentError, SourceNotFoundError
 
 __all__ = ["add_parser", "run"]
 
@@ -23,7 +23,7 @@ def add_parser(subparsers: Any, common: argparse.ArgumentParser) -> argparse.Arg
                     "committed; also check pack files, shard indexes and zarr's copies of the commit. Exit status: "
                     "0 intact, 1 damage found, 3 nothing damaged but some episodes cannot be checked (no hash "
                     "recorded). Sampling never checks; run this after copying a store or when in doubt.")
-    check.add_argument("store", type=Path, help="the store folder (see `cache ls` for the cached ones)")
+    check.add_argument("store", help="the store folder (see `cache ls` for the cached ones)")
     check.add_argument("--repair", action="store_true",
                        help="fix what can be: zarr's copies, interrupted edits, planted links, and damaged episodes "
                             "fetched again from the Hub repo or folder the store was made from")
@@ -36,8 +36,13 @@ def add_parser(subparsers: Any, common: argparse.ArgumentParser) -> argparse.Arg
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..cloud.urls import is_bucket_url
     from ..writing.integrity import verify
 
+    if is_bucket_url(args.store):
+        raise ArgumentError(f"{args.store}: verify re-reads a store on this machine; copy it first (`lerobot-zarr "
+                            f"sync {args.store} DIR`), then verify the copy")
+    args.store = Path(args.store)
     if not (args.store / "zarr.json").is_file():
         raise SourceNotFoundError(f"{args.store}: not a lerobot_zarr store (no zarr.json); verify checks a store "
                                   f"(see `lerobot-zarr cache ls`)", path=args.store)

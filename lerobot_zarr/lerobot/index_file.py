@@ -145,11 +145,10 @@ def read_index(files: Any) -> HubIndex | None:
 
     from .source_files import safe_relpath
 
-    matches = getattr(files, "matches", None)
-    if matches is None or not files.exists(INDEX_FILE):
-        return None
+    if not files.sizes or not files.exists(INDEX_FILE):
+        return None  # a source that cannot tell whether the index still describes its files (a local folder)
     where = files.location(INDEX_FILE)
-    sizes = getattr(files, "sizes", {})
+    sizes = files.sizes
     described = sum(n for rel, n in sizes.items() if rel != INDEX_FILE and not rel.startswith("videos/"))
     if sizes.get(INDEX_FILE, 0) > min(MAX_INDEX_BYTES, described + (1 << 20)):
         # checked before it is read: it holds metadata and footers of the other files, never more than they do
@@ -160,7 +159,7 @@ def read_index(files: Any) -> HubIndex | None:
     if not isinstance(doc, dict) or doc.get("format_version") != FORMAT_VERSION:
         return None  # another version: LeRobot's files are read instead
     ids = doc.get("files")
-    if not isinstance(ids, dict) or not all(isinstance(v, dict) and matches(rel, v) for rel, v in ids.items()):
+    if not isinstance(ids, dict) or not all(isinstance(v, dict) and files.matches(rel, v) for rel, v in ids.items()):
         return None  # written for other files (the repo was changed by another tool): ignore it
     try:
         return _parse(doc, where, lambda rel, what: safe_relpath(files.location(), rel, what))

@@ -1,7 +1,9 @@
-"""Where a LeRobot source's files come from: a local folder here, a Hub repository at one commit in ``hub``.
+"""Where a LeRobot source's files come from: the interface, and a local folder. A Hub repository at one commit
+(``hub.files``) and a folder in a bucket (``cloud.files``) read theirs by byte ranges (:mod:`.range_files`).
 
 ``source.py`` reads every file through this interface, by '/'-separated path relative to the dataset root, so
-the same reader serves both.
+the same reader serves them all; ``lerobot_zarr.testing.source_files_tests`` is the suite every implementation
+passes.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import os
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
 from pathlib import Path, PurePosixPath
+from types import MappingProxyType
 from typing import TYPE_CHECKING, BinaryIO
 
 from ..errors import CorruptSourceError
@@ -28,6 +31,8 @@ class SourceFiles(ABC):
     name: str
     #: how many row-group reads may be in flight at once
     concurrency: int = 1
+    #: every file's size by path, where the source lists its files up front (a remote one); empty otherwise
+    sizes: Mapping[str, int] = MappingProxyType({})
 
     @abstractmethod
     def location(self, rel: str = "") -> str:
@@ -74,9 +79,22 @@ class SourceFiles(ABC):
     def release(self, rel: str) -> None:
         """What was fetched ahead of ``rel`` is no longer needed."""
 
+    def seed_footer(self, rel: str, metadata: pq.FileMetaData | None = None, size: int | None = None) -> None:
+        """What our index file knows of a parquet footer: the footer itself, or its size in bytes (a remote source
+        then reads it in one exact request)."""
+
     @abstractmethod
     def size(self, rel: str) -> int:
         """The file's size in bytes."""
+
+    def matches(self, rel: str, identity: Mapping[str, str]) -> bool:
+        """Whether the file is the one ``identity`` (``{"sha256", "git_sha1"}``, from our index file) describes;
+        False where the source cannot tell (then the index is not used)."""
+        return False
+
+    def local_path(self, rel: str) -> Path | None:
+        """The file itself when it is on this machine (to link or copy rather than read), else None."""
+        return None
 
 
 class LocalFiles(SourceFiles):
@@ -105,6 +123,9 @@ class LocalFiles(SourceFiles):
 
     def open(self, rel: str) -> BinaryIO:
         return (self.root / rel).open("rb")
+
+    def local_path(self, rel: str) -> Path | None:
+        return self.root / rel
 
     def list(self, folder: str) -> list[str]:
         base = self.root / folder

@@ -657,7 +657,7 @@ def open_mixture(
             datasets.append(_open_one(name, renames.get(name, {}), delta_timestamps, image_format=image_format,
                                       progress=progress, lazy=lazy, client=client,
                                       **{option: per[name] for option, per in options.items() if name in per}))
-        _check_distinct(names, [os.path.realpath(ds.root) for ds in datasets], "the same store")
+        _check_distinct(names, [ds.location for ds in datasets], "the same store")
         _check_windows(delta_timestamps, names, datasets, renames, features)
         if isinstance(given, str):
             given = frame_weights([len(ds) for ds in datasets]) if given == "frames" else [1.0] * len(datasets)
@@ -720,8 +720,7 @@ def _open_one(name: str, mapping: Mapping[str, str], delta_timestamps: Mapping[s
             raise ArgumentError(f"rename[{name!r}] gives two of its features the name {twice[0]!r}", feature=twice[0])
         back = {mapping.get(n, n): n for n in own}
         deltas = None if delta_timestamps is None else {back[f]: d for f, d in delta_timestamps.items() if f in back}
-        reopen = {k: v for k, v in options.items() if k in ("episodes", "image_format", "lazy", "token")}
-        return open_dataset(first.root, delta_timestamps=deltas, progress=False, **reopen)
+        return first.with_windows(deltas)
     finally:
         first.close()
 

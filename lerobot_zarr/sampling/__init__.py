@@ -1,7 +1,7 @@
 """Sampling: the dataset (``ds[i]``, ``get_batch``, :mod:`.dataset`) over memory maps of the packs (:mod:`.maps`),
 episode selections (:mod:`.selection`), temporal windows (:mod:`.windows`), camera readers
-(:mod:`.camera_readers`), what a dataset holds (:mod:`.meta`), streams (:mod:`.streams`) and rank sharding
-(:mod:`.sharding`)."""
+(:mod:`.camera_readers`), what a dataset holds (:mod:`.meta`), its exports and publishing (:mod:`.conveniences`),
+streams (:mod:`.streams`) and rank sharding (:mod:`.sharding`)."""
 
 from ..utils.lazy import lazy_face
 

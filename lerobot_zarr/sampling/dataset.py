@@ -30,15 +30,17 @@ from ..errors import (
     warn_once,
 )
 from ..lerobot.format import CAMERA_DTYPES
+from ..sources.home import MIRROR_MARKER
 from ..store.cameras import served_episodes
 from ..store.packs import open_array_pack, read_raw_rows, read_text_rows
 from ..store.state import StoreState, read_state
 from ..store.tables import ArraySpec, PackLayout, pack_rows_target
 from .camera_readers import CodecFrames, TextFrames, VideoFrames, stored_timestamps
+from .conveniences import Conveniences
 from .maps import PackMaps
 from .meta import DatasetMeta
 from .selection import EpisodeSelection, Selection, episode_ranges, frame_range
-from .windows import window_offsets, windows
+from .windows import frames_read, window_offsets, windows
 
 __all__ = ["LeRobotZarrDataset", "IMAGE_FORMATS", "ImageFormat", "DEPTH_UNITS", "DepthUnit",
            "read_episode_rows", "frame_range", "episode_ranges", "window_offsets", "EpisodeSelection"]
@@ -98,7 +100,7 @@ def read_episode_rows(root: str | os.PathLike, name: str, spec: ArraySpec, pack:
     return read_raw_rows(root, name, spec, pack, pack_rows, offset, length)
 
 
-class LeRobotZarrDataset:
+class LeRobotZarrDataset(Conveniences):
     """Random access to a store's frames, as ``LeRobotDataset`` returns them but in numpy.
 
     ``len(ds)`` is the number of frames of the selected episodes (or frame ranges of episodes: windows still see
@@ -107,6 +109,9 @@ class LeRobotZarrDataset:
     ``with``) releases its memory maps at once; dropping the last reference does too. ``headroom``: address space
     reserved past the packs for appends (a fraction of their rows); a writer's dataset takes 1.0, so that packs its
     commits append map next to the others (see :meth:`reload`); copies in other processes do not keep it.
+    ``remote``: a store in a bucket (a :class:`~lerobot_zarr.sources.remote_store.RemoteStore`, made by
+    ``open_dataset``): ``root`` is its local mirror, and each sample's frames are made present there before they
+    are read (:meth:`prefetch` fetches those of samples to come).
 
     What items hold, per kind of feature (numpy; dtypes as stored): numbers as arrays of their declared shape
     (0-d for shape ``(1,)``); cameras uint8 HWC (``image_format="float32_chw"``: float32 CHW in [0, 1]); depth
@@ -120,7 +125,7 @@ class LeRobotZarrDataset:
                  delta_timestamps: Mapping[str, Sequence[float]] | None = None,
                  image_format: ImageFormat = "uint8_hwc", max_open_maps: int | None = None, lazy: bool = False,
                  fetch: Callable[[Path, list[int]], None] | None = None, headroom: float = 0.0,
-                 depth_unit: DepthUnit = "mm"):
+                 depth_unit: DepthUnit = "mm", remote: Any = None):
         if image_format not in IMAGE_FORMATS:
             raise ArgumentError(f"image_format must be one of {IMAGE_FORMATS}, got {image_format!r}")
         if depth_unit not in DEPTH_UNITS:
@@ -129,7 +134,11 @@ class LeRobotZarrDataset:
         if lazy and fetch is None:
             raise ArgumentError("lazy=True needs fetch=, the callable that brings missing episodes into the store "
                              "(open_dataset(..., lazy=True) passes it)")
-        self.root = Path(root)
+        self._remote = remote
+        self.root = Path(root) if remote is None else remote.root
+        if remote is None and (self.root / MIRROR_MARKER).exists():  # holding only the rows read so far
+            url = (self.root / MIRROR_MARKER).read_text()[:200]
+            raise ArgumentError(f"{self.root}: is the local mirror of a store in a bucket; open {url} instead")
         self.image_format = image_format
         if not (isinstance(headroom, (int, float)) and 0 <= headroom < float("inf")):
             raise ArgumentError(f"headroom must be a finite number >= 0, got {headroom!r:.40}")
@@ -303,6 +312,17 @@ class LeRobotZarrDataset:
 
         In-place changes of frames (``edit``, ``set_task``) need no refresh: they are visible at once. A dataset
         otherwise keeps the commit it opened, so indices stay stable for a sampler until it refreshes."""
+        if self._remote is not None:  # the bucket's latest commit, in a mirror laid out anew
+            state = self._remote.refresh()
+            if state is None:
+                return False
+            with self._lock:
+                self._check_not_closed()
+                if self._maps is not None:
+                    self._maps.close()
+                    self._maps = None
+                self._load(state)
+            return True
         state = read_state(self.root)
         if state.generation == self._state.generation:
             return False
@@ -347,12 +367,13 @@ class LeRobotZarrDataset:
     def __getstate__(self) -> tuple:
         _, _, max_maps, lazy, fetch = self._request
         return (str(self.root), self._sel.to_args(self.meta.episode_length), self.delta_timestamps,
-                self.image_format, max_maps, lazy, fetch, self.depth_unit)
+                self.image_format, max_maps, lazy, fetch, self.depth_unit, self._remote)
 
     def __setstate__(self, args: tuple) -> None:
-        root, selection, deltas, image_format, max_maps, lazy, fetch, depth_unit = args
+        root, selection, deltas, image_format, max_maps, lazy, fetch, depth_unit, remote = args
         self.__init__(root, episodes=Selection.from_args(selection), delta_timestamps=deltas,
-                      image_format=image_format, max_open_maps=max_maps, lazy=lazy, fetch=fetch, depth_unit=depth_unit)
+                      image_format=image_format, max_open_maps=max_maps, lazy=lazy, fetch=fetch, depth_unit=depth_unit,
+                      remote=remote)
 
     def __repr__(self) -> str:
         return (f"LeRobotZarrDataset(root={str(self.root)!r}, frames={self._len}, episodes={len(self.episodes)}, "
@@ -384,11 +405,26 @@ class LeRobotZarrDataset:
         _, _, max_maps, lazy, fetch = self._request
         view = LeRobotZarrDataset(self.root, episodes=episodes, delta_timestamps=self.delta_timestamps,
                                   image_format=self.image_format, max_open_maps=max_maps, lazy=lazy, fetch=fetch,
-                                  depth_unit=self.depth_unit)
+                                  depth_unit=self.depth_unit, remote=self._remote)
         view._selected = True
         return view
 
     _selected = False
+
+    def with_windows(self, delta_timestamps: Mapping[str, Sequence[float]] | None) -> LeRobotZarrDataset:
+        """A new dataset over the same store and episodes with other windows (``delta_timestamps``); this one is
+        unchanged."""
+        episodes, _, max_maps, lazy, fetch = self._request  # (as asked: None follows the store's new episodes)
+        view = LeRobotZarrDataset(self.root, episodes=episodes, delta_timestamps=delta_timestamps,
+                                  image_format=self.image_format, max_open_maps=max_maps, lazy=lazy, fetch=fetch,
+                                  depth_unit=self.depth_unit, remote=self._remote)
+        view._selected = self._selected
+        return view
+
+    @property
+    def location(self) -> str:
+        """Where the store is: its folder (links resolved), or the URL of a store in a bucket."""
+        return os.path.realpath(self.root) if self._remote is None else self._remote.location()
 
     @property
     def selected_explicitly(self) -> bool:
@@ -399,6 +435,28 @@ class LeRobotZarrDataset:
     def episode_frames(self, episode_index: int) -> range:
         """Dataset indices (for ``ds[i]``) of the selected frames of one selected episode."""
         return self._sel.frames_of(operator.index(episode_index))
+
+    # a store in a bucket -----------------------------------------------------------------------------------
+    def _frames_read(self, local: np.ndarray, length: np.ndarray) -> dict[str, np.ndarray]:
+        names = [name for name in self._specs if name not in self._remote.settled]  # held whole: nothing to ask
+        mp4 = [name for name in names if self._specs[name].storage == "mp4"]
+        return frames_read(self._windows, names, local, length, mp4, "timestamp" in self._state.arrays)
+
+    def _fetch_frames(self, eps: np.ndarray, local: np.ndarray, length: np.ndarray) -> None:
+        """A store in a bucket: the frames these samples read, made present in the mirror (under the lock)."""
+        self._check_not_closed()
+        if len(eps) and (frames := self._frames_read(local, length)):
+            self._remote.ensure(eps, frames)
+
+    def prefetch(self, indices: Sequence[int] | np.ndarray) -> None:
+        """The samples at ``indices`` will be read soon (a sampler's next batches): for a store in a bucket, their
+        frames are fetched in the background now, so that reading them waits on nothing. A no-op for a local
+        store."""
+        k, idx = self._sel.locate_k(indices)
+        if self._remote is None or not len(k):
+            return
+        place = self._ktab[k]
+        self._remote.prefetch(self._sel.episodes[k], self._frames_read(idx + place[:, 0], place[:, 1]))
 
     # maps -------------------------------------------------------------------------------------------------
     def _ensure_mapped(self, eps: np.ndarray) -> None:
@@ -511,6 +569,8 @@ class LeRobotZarrDataset:
         rows = [row0[k] + local for row0 in row0s]  # the frame's row, per group of features
         out: dict[str, Any] = {}
         with self._lock:
+            if self._remote is not None:
+                self._fetch_frames(np.array([self._sel._episode_list[k]]), np.array([local]), np.array([length]))
             if not self._all_mapped:
                 e = self._sel._episode_list[k]
                 self._touch(e, int(self._chunk[e]))
@@ -594,6 +654,8 @@ class LeRobotZarrDataset:
         n = len(k)
         out: dict[str, Any] = {}
         with self._lock:
+            if self._remote is not None:
+                self._fetch_frames(self._sel.episodes[k], local, length)
             if not self._all_mapped:
                 self._ensure_mapped(self._sel.episodes[k])
             left = None  # frames after each one in its episode: a window of offsets lo..hi is inside when
@@ -686,6 +748,9 @@ class LeRobotZarrDataset:
         n = int(self._sel.cum[k + 1] - self._sel.cum[k])  # the selected frames [first, first + n)
         pack, offset = int(self._chunk[e]), int(self._state.table.offset[e]) + first
         rows = int(self._state.packs.rows[pack])
+        if self._remote is not None:  # a store in a bucket: its rows fetched, and copied (the mirror evicts)
+            with self._lock:
+                self._fetch_frames(np.full(n, e), np.arange(first, first + n), np.full(n, self._lengths[e]))
         out = {}
         for name, spec in self._specs.items():
             if features is not None and name not in features:
@@ -705,6 +770,8 @@ class LeRobotZarrDataset:
             with os.fdopen(fd, "rb") as f:
                 out[name] = np.memmap(f, dtype=spec.dtype, mode="r", offset=offset * spec.frame_bytes,
                                       shape=(n, *spec.frame_shape))
+            if self._remote is not None:
+                out[name] = np.array(out[name])
         for name, shift, _ in self._shifts:
             if name in out:
                 stored = np.asarray(out[name])
@@ -726,44 +793,5 @@ class LeRobotZarrDataset:
     def gather_layout(self) -> dict[str, Any]:
         """Where the samples lie in the packs, for :class:`~lerobot_zarr.sampling.fused.FusedGather`."""
         return {"state": self._state, "selection": self._sel, "max_packs": self._max_packs,
-                "absent": bool(self._lazy and not self._present[self._sel.episodes].all())}
-
-    # conveniences of modules built on this one (imported when called: imports point down) ------------------
-    def to_lerobot(self, path: str | os.PathLike, *, data_files_size_in_mb: int = 100,
-                   video_files_size_in_mb: int = 200, videos: bool | None = None, progress: bool = True) -> Path:
-        """Export the (complete) store as a LeRobot v3.0 folder at ``path``; see :mod:`lerobot_zarr.writing.export`
-        (``videos``: cameras as the source had them by default, or all as videos / all as images)."""
-        from ..writing.export import to_lerobot
-
-        return to_lerobot(self, path, data_files_size_in_mb=data_files_size_in_mb,
-                          video_files_size_in_mb=video_files_size_in_mb, videos=videos, progress=progress)
-
-    def push(self, repo_id: str, *, revision: str | None = None, private: bool = False,
-             token: str | bool | None = None, commit_message: str | None = None, videos: bool | None = None,
-             progress: bool = True) -> str | None:
-        """Publish the store to the Hub as LeRobot v3.0 in one commit tagged ``v3.0`` (only changed files are
-        uploaded; an unchanged store makes no commit). Returns the commit sha, or None if nothing changed."""
-        from ..writing.export import push
-
-        return push(self, repo_id, revision=revision, private=private, token=token,
-                    commit_message=commit_message, videos=videos, progress=progress)
-
-    def verify(self, *, repair: bool = False, record: bool = False, token: str | bool | None = None,
-               progress: bool = True) -> Any:
-        """Re-read every committed episode of the store and check it against the content hashes recorded at commit
-        (:func:`lerobot_zarr.writing.integrity.verify`); returns a
-        :class:`~lerobot_zarr.writing.integrity.VerifyReport` naming what is damaged. ``repair=True`` fetches
-        damaged episodes again from the store's Hub repo or folder."""
-        from ..writing.integrity import verify
-
-        return verify(self.root, repair=repair, record=record, token=token, progress=progress)
-
-    def to_xarray(self) -> Any:
-        """The selected, materialized episodes as a lazy ``xarray.Dataset`` (xarray extra): one dask chunk per
-        episode; dims ``frame`` and ``<feature>.<axis>`` (named from LeRobot's ``names`` where it names an axis,
-        with its labels as coordinates); ``episode_index``, ``frame_index``, ``timestamp`` and ``index`` as
-        coordinates; and the episode table over dim ``episode`` (with ``episode_materialized``: a partial store
-        lists the episodes it lacks instead of filling them with zeros)."""
-        from ..integrations.xarray import to_xarray
-
-        return to_xarray(self)
+                "absent": bool(self._lazy and not self._present[self._sel.episodes].all()),
+                "remote": self._remote is not None}

@@ -90,6 +90,7 @@ class GatherLayout:
         text = [k for k, s in specs.items() if s.is_text]
         why = ("closed" if ds.closed else
                "lazy: some selected episodes are not local yet (fetched on first use)" if got["absent"] else
+               "in a bucket: the rows of each batch are fetched before it is read" if got.get("remote") else
                "episodes were deleted: stored episode_index / index are corrected per episode" if ds.index_shifts()
                else f"images are converted to {ds.image_format}" if converts else
                f"depth maps are converted to float32 {ds.depth_unit} ({depth[0]!r})" if depth else

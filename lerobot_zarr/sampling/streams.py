@@ -43,7 +43,7 @@ from ..cameras.images import to_float32_chw
 from ..cameras.video import VideoUnavailable, have_pyav, pyav_missing
 from ..errors import ArgumentError, FrameIndexError, LeRobotZarrWarning, NotMaterializedError, warn_user
 from ..lerobot.format import CAMERA_DTYPES
-from ..resolve import resolve_source
+from ..sources.resolve import resolve_source
 from ..store.text import TEXT_KINDS, text_value
 from ..utils.background import in_threads, prefetched
 from .dataset import IMAGE_FORMATS, ImageFormat, LeRobotZarrDataset
@@ -131,19 +131,17 @@ class SampleStream:
 
     def _reader(self) -> _EpisodeReader:
         src = resolve_source(self.source, revision=self.revision, token=self.token)
-        if src.kind == "store":
-            return _StoreReader(src.path, self._selection)
-        from ..lerobot.source import LeRobotSource  # not with the package: pyarrow is needed for sources only
-
-        if src.kind == "folder":
-            return _SourceReader(LeRobotSource(src.path), self._selection, str(src.path))
-        from ..hub.files import HubFiles
-        from ..hub.revisions import resolve_revision
-
-        revision, commit = resolve_revision(src.repo_id, self.revision, token=self.token)
-        self.revision = commit  # every rank and worker reads the same commit
-        files = HubFiles(src.repo_id, commit, revision=revision, token=self.token)
-        return _SourceReader(LeRobotSource(files), self._selection, src.repo_id)
+        store = src.store()
+        if store is not None:
+            return _StoreReader(store, self._selection)
+        if src.remote() is not None:
+            raise ArgumentError(f"{src}: a store in a bucket is sampled with open_dataset (random access with a "
+                                f"local cache); stream reads a local store or a LeRobot dataset")
+        reader = _SourceReader(src.dataset(), self._selection, str(src))
+        commit = src.known_record()
+        if commit is not None:
+            self.revision = commit.get("commit", self.revision)  # every rank and worker reads the same commit
+        return reader
 
     def __getstate__(self) -> dict:
         return dict(self.__dict__, _reader_cache=None)  # workers open their own reader

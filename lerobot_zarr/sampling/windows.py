@@ -15,7 +15,7 @@ import numpy as np
 from ..cameras.video import TOLERANCE_S
 from ..errors import DeltaTimestampsError, NotMaterializedError
 
-__all__ = ["Window", "window_offsets", "windows"]
+__all__ = ["Window", "frames_read", "window_offsets", "windows"]
 
 
 def window_offsets(delta_timestamps: Mapping[str, Sequence[float]] | None, fps: float, known: Sequence[str],
@@ -95,3 +95,18 @@ class Window:
 
 def windows(offsets: Mapping[str, np.ndarray]) -> dict[str, Window]:
     return {name: Window(name, o) for name, o in offsets.items()}
+
+
+def frames_read(windows: Mapping[str, Window], names: Sequence[str], local: np.ndarray, length: np.ndarray,
+                mp4: Sequence[str] = (), timestamps: bool = False) -> dict[str, np.ndarray]:
+    """The episode-local frames each feature of ``names`` reads for frames ``local`` of episodes of ``length``
+    frames, ``(n, window)``: its window's frames, or the frame itself. A camera kept as mp4 (``mp4``) is decoded at
+    the stored timestamps of its frames: with ``timestamps``, ``"timestamp"`` reads those too."""
+    frames = {}
+    for name in names:
+        w = windows.get(name)
+        frames[name] = w.frames_batch(local, length)[0] if w is not None else np.asarray(local)[:, None]
+    if mp4 and timestamps:
+        frames["timestamp"] = np.concatenate([frames.get("timestamp", frames[mp4[0]][:, :0]),
+                                              *(frames[name] for name in mp4)], axis=1)
+    return frames

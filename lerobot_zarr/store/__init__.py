@@ -2,8 +2,8 @@
 contract; its code: :mod:`.tables` (array specs, the episode table, packs, limits), :mod:`.hashes` (content
 hashes), :mod:`.state` (the root state: reading and validating it, file paths), :mod:`.committing` (creating a store,
 the commit, ``frame_live``), :mod:`.packs` (pack files), :mod:`.text` (text arrays), :mod:`.zarr_meta` (zarr's
-metadata documents), :mod:`.cameras` (the mp4 index, which episodes this process serves), :mod:`.cache` (where
-stores live, the cache layout, ``cache ls/rm/prune``).
+metadata documents), :mod:`.cameras` (the mp4 index, which episodes this process serves). Where stores live (the
+cache layout, ``cache ls/rm/prune``) is :mod:`lerobot_zarr.sources`' business.
 
 Layout of a store folder::
 

@@ -34,8 +34,8 @@ from .tables import ArraySpec
 from .text import decode_text, encode_text
 
 __all__ = ["ensure_pack", "write_rows", "write_pack_bytes", "HUGE_PAGE", "row_writer", "open_pack",
-           "open_array_pack", "read_raw_rows", "read_text_rows", "read_shard_index", "retire_pack", "remove_retired",
-           "RowWriter"]
+           "open_array_pack", "read_raw_rows", "read_text_rows", "read_shard_index", "shard_index_bytes", "retire_pack",
+           "remove_retired", "RowWriter"]
 
 _EMPTY = np.uint64(2**64 - 1)
 _pack_locks: dict[str, threading.Lock] = {}
@@ -47,7 +47,8 @@ def _lock_of(path: str) -> threading.Lock:
         return _pack_locks.setdefault(path, threading.Lock())
 
 
-def _index_bytes(rows: int) -> int:
+def shard_index_bytes(rows: int) -> int:
+    """Bytes of the index (then its crc32c) at the start of a compact pack of ``rows`` rows."""
     return 16 * rows + 4
 
 
@@ -227,7 +228,7 @@ def _append_compact(root: str | os.PathLike, path: str, spec: ArraySpec, offset:
         fd = open_nofollow(path, os.O_RDWR, root=root)
         try:
             end = os.fstat(fd).st_size
-            if end < _index_bytes(rows):
+            if end < shard_index_bytes(rows):
                 raise CorruptStoreError(f"{path}: compact pack of {end} bytes cannot hold the index of {rows} rows")
             if offset + len(frames) > rows:
                 raise CorruptStoreError(f"{path}: rows {offset}..{offset + len(frames)} are outside the pack's {rows}")
@@ -272,7 +273,7 @@ _INDEX_READS = 5
 def _read_index_once(fd: int, spec: ArraySpec, rows: int, first: int, count: int, where: str, allow_empty: bool
                      ) -> tuple[str | None, np.ndarray | None]:
     size = os.fstat(fd).st_size
-    tail = _index_bytes(rows)
+    tail = shard_index_bytes(rows)
     if not 0 <= first <= first + count <= rows:
         raise CorruptStoreError(f"{where}: rows {first}..{first + count} are outside the pack's {rows}")
     if size < tail:

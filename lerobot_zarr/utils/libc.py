@@ -1,5 +1,5 @@
 """The C library, for the POSIX calls Python does not expose (mmap at a fixed address, munmap, madvise of an address
-range, syncfs)."""
+range, syncfs, fallocate to punch a hole)."""
 
 import ctypes
 
@@ -10,3 +10,15 @@ libc.munmap.restype = ctypes.c_int
 libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
 libc.madvise.restype = ctypes.c_int
 libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+
+_FALLOC_FL_KEEP_SIZE, _FALLOC_FL_PUNCH_HOLE = 0x01, 0x02
+libc.fallocate.restype = ctypes.c_int
+libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_long, ctypes.c_long]
+
+
+def punch_hole(fd: int, offset: int, length: int) -> bool:
+    """Give back the disk of bytes ``[offset, offset + length)`` of a file (they read as zeros afterwards; its size
+    is kept). False where the filesystem cannot (the bytes stay)."""
+    if length <= 0:
+        return True
+    return libc.fallocate(fd, _FALLOC_FL_PUNCH_HOLE | _FALLOC_FL_KEEP_SIZE, offset, length) == 0

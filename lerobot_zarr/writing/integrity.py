@@ -35,6 +35,7 @@ import numpy as np
 
 from ..cameras.frame_codecs import decode_threads
 from ..errors import CorruptStoreError, LeRobotZarrError, ReadOnlyStoreError, StoreLockedError
+from ..sources.registry import describe_record, made_from_source
 from ..store.cameras import MP4_INDEX, mp4_file, mp4_index_path, read_mp4_index
 from ..store.committing import commit, live_matches, live_runs, repair_live
 from ..store.hashes import ContentHashes, root_hash
@@ -548,7 +549,7 @@ def _refetch(root: Path, report: VerifyReport, *, token: Any, progress: bool) ->
     source = state.source
     damaged = {name: dict(per) for name, per in report.damaged.items()}
     episodes = sorted({e for per in damaged.values() for e in per})
-    if source.get("kind") not in ("hub", "local"):
+    if not made_from_source(source):
         report.not_repaired.append(
             f"episodes {_short(episodes)}: this store was "
             f"{'recorded' if source.get('kind') == 'recorded' else 'edited'} in place, so it is their only copy; "
@@ -557,7 +558,7 @@ def _refetch(root: Path, report: VerifyReport, *, token: Any, progress: bool) ->
     try:  # before anything is dropped: the source is there and holds what the store was made from
         origin = recorded_source(root, episodes, token=token)
     except (LeRobotZarrError, OSError) as exc:
-        report.not_repaired.append(f"episodes {_short(episodes)}: left as they are, damaged: {_source_name(source)} "
+        report.not_repaired.append(f"episodes {_short(episodes)}: left as they are, damaged: {describe_record(source)} "
                                    f"cannot give them back as they were recorded ({exc}); make the source reachable "
                                    f"and run verify --repair again, or restore the store from a copy")
         return
@@ -572,7 +573,7 @@ def _refetch(root: Path, report: VerifyReport, *, token: Any, progress: bool) ->
         transcode(origin, root, episodes=episodes, progress=progress)
     except (LeRobotZarrError, OSError) as exc:
         report.not_repaired.append(f"episodes {_short(episodes)} could not be fetched again from "
-                                   f"{_source_name(source)} ({exc}); verify reports them as missing until a "
+                                   f"{describe_record(source)} ({exc}); verify reports them as missing until a "
                                    f"verify --repair (or an open that needs them) fetches them")
         return
     again = verify(root, progress=False)
@@ -584,11 +585,11 @@ def _refetch(root: Path, report: VerifyReport, *, token: Any, progress: bool) ->
         after = now.episode_hashes(name)
         changed = [e for e in per if before[name][e] >= 0 and after[e] >= 0 and after[e] != before[name][e]]
         if changed:
-            report.notes.append(f"{name!r} of episodes {_short(changed)}: {_source_name(source)} now gives other "
+            report.notes.append(f"{name!r} of episodes {_short(changed)}: {describe_record(source)} now gives other "
                                 f"bytes than were recorded when they were first committed (a decoder of another "
                                 f"version?); the store holds what the source gives now")
     if fixed:
-        report.repaired.append(f"fetched episodes {_short(fixed)} again from {_source_name(source)}: intact now")
+        report.repaired.append(f"fetched episodes {_short(fixed)} again from {describe_record(source)}: intact now")
     for name, per in still.items():
         for e, why in per.items():
             report.not_repaired.append(f"episode {e}, {name!r}: still damaged after fetching it again ({why})")
@@ -625,10 +626,4 @@ def _drop_damaged_files(state: StoreState, name: str, spec: ArraySpec, episodes:
             except OSError as exc:  # a folder holding files where the pack belongs: not ours to delete
                 raise CorruptStoreError(f"{path}: a folder in place of a pack file could not be removed ({exc}); "
                                         f"remove it, then run verify --repair again", path=path) from None
-
-
-def _source_name(source: Mapping[str, Any]) -> str:
-    if source.get("kind") == "hub":
-        return f"the Hub repo {source.get('repo_id')}@{str(source.get('commit'))[:12]}"
-    return f"the folder {source.get('path')}"
 

@@ -36,9 +36,10 @@ from ..errors import (
     SchemaMismatchError,
     SourceMismatchError,
 )
-from ..hub.files import HubFiles
 from ..lerobot.format import CAMERA_DTYPES
-from ..lerobot.source_files import SourceFiles, is_lerobot_folder
+from ..lerobot.source_files import SourceFiles
+from ..sources.base import origin
+from ..sources.registry import describe_record, kind_of_record, made_from_source, same_source
 from ..store.cameras import MP4_INDEX, kept_description, mp4_index_path, served_episodes
 from ..store.committing import check_new_store_location, commit, create_store, remove_creation_debris
 from ..store.packs import HUGE_PAGE, ensure_pack, read_raw_rows, row_writer, write_pack_bytes, write_rows
@@ -161,45 +162,20 @@ def _write_mp4_index(source: LeRobotSource, root: Path, name: str) -> int:
     return crc32c(data)
 
 
-def _same_source(a: dict | None, b: dict) -> bool:
-    """Same data: a Hub commit is the same wherever it is served from (mirror, other endpoint)."""
-    def key(r: dict | None) -> dict | None:
-        if r and r.get("kind") == "edited":  # a store changed in place by a writer still comes from its source
-            r = r.get("from")
-        return {k: v for k, v in r.items() if k != "endpoint"} if isinstance(r, dict) and r.get("kind") == "hub" else r
-
-    return key(a) == key(b)
-
-
 def _checked_state(root: Path, record: dict) -> StoreState:
     state = read_state(root)
-    if not _same_source(state.source, record):
-        held, asked = _describe(state.source), _describe(record)
+    if not same_source(state.source, record):
+        held, asked = describe_record(origin(state.source)), describe_record(record)
         if held == asked:  # same folder or repo: its content changed since the store was made
             held += " as it was when the store was made"
             asked = "its current content (its files changed since: " + (
                 f"fingerprint {str(record.get('fingerprint'))[:12]}, was "
-                f"{str(_origin(state.source).get('fingerprint'))[:12]})" if record.get("kind") == "local" else
+                f"{str(origin(state.source).get('fingerprint'))[:12]})" if record.get("fingerprint") else
                 "another commit)")
         raise SourceMismatchError(
             f"{root}: this store was made from {held}, not from {asked}; delete the folder or pick another root= "
             f"for this source", path=root)
     return state
-
-
-def _origin(record: dict) -> dict:
-    """The source record of a store, through the ``edited`` wrapper a writer adds."""
-    while isinstance(record, dict) and record.get("kind") == "edited":
-        record = record.get("from")
-    return record if isinstance(record, dict) else {}
-
-
-def _describe(record: dict) -> str:
-    if record.get("kind") == "hub":
-        return f"Hub repo {record.get('repo_id')}@{str(record.get('commit'))[:12]}"
-    if record.get("kind") == "local":
-        return f"the folder {record.get('path')}"
-    return f"a {record.get('kind', 'unknown')} source"
 
 
 def transcode(source: LeRobotSource, root: str | os.PathLike, *, episodes: Sequence[int] | None = None,
@@ -276,7 +252,8 @@ def missing_episodes(store: str | os.PathLike, episodes: Iterable[int] | None) -
 def fetch_missing(store: str | os.PathLike, episodes: Iterable[int], *, progress: bool = True,
                   token: str | bool | None = None) -> None:
     """Fetch or transcode the episodes among ``episodes`` that a store lacks from the source it records (a Hub repo
-    at its recorded commit, or a local folder), if that is reachable; else raise ``NotMaterializedError``."""
+    at its recorded commit, a LeRobot folder, a folder of a bucket), if that is reachable; else raise
+    ``NotMaterializedError``."""
     missing = missing_episodes(store, episodes)
     if missing:
         transcode(recorded_source(store, missing, token=token), store, episodes=missing, progress=progress)
@@ -284,27 +261,27 @@ def fetch_missing(store: str | os.PathLike, episodes: Iterable[int], *, progress
 
 def recorded_source(store: str | os.PathLike, episodes: Sequence[int], *, token: str | bool | None = None
                     ) -> LeRobotSource:
-    """The source a store records, opened: a Hub repo at its recorded commit (from the endpoint configured now,
-    which may be a mirror of the one the store was made from) or a local folder, checked to hold the data the store
-    was made from. ``NotMaterializedError`` when it cannot be reached (offline, the folder gone, a store recorded
-    or edited in place), ``SourceMismatchError`` when its content changed since; both name ``episodes``, those
-    wanted from it."""
-    from huggingface_hub import constants
-
-    from ..lerobot.source import LeRobotSource
-
+    """The source a store records, reopened by its kind (:meth:`~lerobot_zarr.sources.base.Source.from_record`: a
+    Hub repo at its recorded commit from the endpoint configured now, which may be a mirror of the one the store was
+    made from; a LeRobot folder; a bucket folder) and checked to hold the data the store was made from.
+    ``NotMaterializedError`` when it cannot be reached (offline, the folder gone, a store recorded or edited in
+    place), ``SourceMismatchError`` when its content changed since; both name ``episodes``, those wanted from it."""
     store, wanted = Path(store), list(episodes)[:20]
     recorded = read_state(store).source
-    origin = Path(recorded.get("path", ""))
-    if recorded.get("kind") == "hub" and constants.is_offline_mode():
-        raise NotMaterializedError(f"{store}: HF_HUB_OFFLINE is set and episodes {wanted} are not in the store")
-    if recorded.get("kind") != "hub" and (recorded.get("kind") != "local" or not is_lerobot_folder(origin)):
+    kind = kind_of_record(recorded)
+    if kind is None or not made_from_source(recorded):
         raise NotMaterializedError(f"{store}: episodes {wanted} are not in the store and its source "
-                                   f"{recorded.get('path')!r} is not available to transcode them")
-    source = LeRobotSource(HubFiles(recorded["repo_id"], recorded["commit"], token=token)
-                           if recorded.get("kind") == "hub" else origin)
-    _checked_state(store, source.record())
-    return source
+                                   f"({describe_record(recorded)}) is not available to transcode them")
+    try:
+        source = kind.from_record(recorded, token=token)
+    except NotMaterializedError as exc:
+        raise NotMaterializedError(f"{store}: episodes {wanted} are not in the store, and {exc}") from None
+    why = source.offline()
+    if why:
+        raise NotMaterializedError(f"{store}: {why} and episodes {wanted} are not in the store")
+    dataset = source.dataset()
+    _checked_state(store, dataset.record())
+    return dataset
 
 
 _OLD_PYAV_REASON = "decoding videos needs PyAV"  # what earlier versions recorded in a store made without it
@@ -617,9 +594,9 @@ def _keep_mp4(source: LeRobotSource, root: Path, e: int, name: str) -> int:
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}-{threading.get_ident()}")
         try:
-            local = getattr(source.files, "root", None)
-            if isinstance(local, Path):
-                link_or_copy(local / rel, tmp)
+            local = source.files.local_path(rel)
+            if local is not None:
+                link_or_copy(local, tmp)
                 crc = _file_crc(tmp)
             else:
                 hash_ = Crc32c()

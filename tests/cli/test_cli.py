@@ -114,9 +114,9 @@ def test_info_of_hub_repos(capsys, env, hub, name):
     assert code == 0, err
     d = json.loads(out)
     assert d["source"]["kind"] == "hub" and d["source"]["repo_id"] == f"real/{name}"
-    assert d["source_line"].startswith(f"Hub real/{name} @ ") and "\n" not in d["source_line"]
-    assert d["hub_bytes"]["data"] == tree_bytes(folder, "data")
-    assert d["hub_bytes"]["videos"] == tree_bytes(folder, "videos")
+    assert d["source_line"].startswith(f"Hub repo real/{name} @ ") and "\n" not in d["source_line"]
+    assert d["remote_bytes"]["data"] == tree_bytes(folder, "data")
+    assert d["remote_bytes"]["videos"] == tree_bytes(folder, "videos")
     statuses = {k: f["status"] for k, f in d["features"].items() if f["dtype"] == "video"}
     want = "partly unavailable" if name == "G1-policy-train" else "unavailable"
     assert set(statuses.values()) == {want}

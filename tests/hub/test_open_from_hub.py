@@ -35,8 +35,8 @@ from hub_fixtures import (
 from huggingface_hub import snapshot_download
 
 import lerobot_zarr
-import lerobot_zarr.hub.files as hub_files
 import lerobot_zarr.hub.http as hub_http
+import lerobot_zarr.lerobot.range_files as range_files
 from lerobot_zarr import HubError, NotMaterializedError, inspect, open_dataset
 from lerobot_zarr.lerobot.source import LeRobotSource
 from lerobot_zarr.store.state import has_commit_point, read_state
@@ -277,7 +277,7 @@ def test_inspect_reads_a_small_episode_table_whole_in_one_request(hub, env):
     repo = hub.repos["many"]
     rel = "meta/episodes/chunk-000/file-000.parquet"
     size = (repo.folder / rel).stat().st_size
-    assert size <= hub_files._WHOLE_FILE_MAX
+    assert size <= range_files._WHOLE_FILE_MAX
     meta = inspect(repo.repo_id)
     assert meta.total_episodes == 300
     reads = lib_requests(hub.server, "GET", resolve_prefix(repo.repo_id, repo.sha) + rel)
@@ -286,7 +286,7 @@ def test_inspect_reads_a_small_episode_table_whole_in_one_request(hub, env):
 
 def test_inspect_reads_metadata_only_without_stats_columns(hub, env, capsys, monkeypatch):
     """An episode table too big to read whole: its footer, then the columns needed (never the stats columns)."""
-    monkeypatch.setattr(hub_files, "_WHOLE_FILE_MAX", 0)
+    monkeypatch.setattr(range_files, "_WHOLE_FILE_MAX", 0)
     repo = hub.repos["many"]
     server = hub.server
     local = LeRobotSource(repo.folder)
@@ -298,7 +298,7 @@ def test_inspect_reads_metadata_only_without_stats_columns(hub, env, capsys, mon
     assert meta.total_frames == int(local.episodes.length.sum())
     assert meta.tasks == local.tasks
     assert meta.stats == json.loads((repo.folder / "meta" / "stats.json").read_text()) and meta.stats
-    hub_bytes = meta.source["hub_bytes"]
+    hub_bytes = meta.source["remote_bytes"]
     assert hub_bytes["data"] == sum(p.stat().st_size for p in files_under(repo.folder / "data"))
     assert hub_bytes["meta"] == sum(p.stat().st_size for p in files_under(repo.folder / "meta"))
     assert meta.source["commit"] == repo.sha

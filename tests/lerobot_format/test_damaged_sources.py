@@ -21,6 +21,7 @@ from PIL import Image
 from lerobot_zarr import CorruptSourceError, LeRobotZarrError, SchemaMismatchError, open_dataset
 from lerobot_zarr.lerobot.index_file import INDEX_FILE, read_index
 from lerobot_zarr.lerobot.source import LeRobotSource
+from lerobot_zarr.lerobot.source_files import LocalFiles
 from lerobot_zarr.testing.sample_data import write_sample_dataset
 
 LENGTHS = [10, 12, 14, 16]
@@ -310,20 +311,18 @@ def test_png_decompression_bomb_is_a_typed_error(tmp_path, size, error):
 # ------------------------------------------------------------------------------------------------ index file
 
 
-class _Files:
-    """A SourceFiles-like view of a folder that can check identities (as HubFiles does from the tree listing)."""
+class _Files(LocalFiles):
+    """A folder whose files are listed with their sizes and can be checked against identities (as HubFiles does
+    from the tree listing)."""
 
     def __init__(self, root: Path, ids: dict):
-        self.root, self.ids = root, ids
+        super().__init__(root)
+        self.ids = ids
+        self.sizes = {p.relative_to(self.root).as_posix(): p.stat().st_size for p in self.root.rglob("*")
+                      if p.is_file()}
 
     def location(self, rel: str = "") -> str:
         return f"repo:{rel}"
-
-    def exists(self, rel: str) -> bool:
-        return (self.root / rel).is_file()
-
-    def read_bytes(self, rel: str) -> bytes:
-        return (self.root / rel).read_bytes()
 
     def matches(self, rel: str, identity: dict) -> bool:
         return self.ids.get(rel) == identity

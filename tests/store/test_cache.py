@@ -14,7 +14,7 @@ from hub_fixtures import make_env
 
 import lerobot_zarr
 from lerobot_zarr.cli import main
-from lerobot_zarr.store.cache import cache_info, find_stores, prune_candidates, remove_store
+from lerobot_zarr.sources.cache import cache_info, find_stores, prune_candidates, remove_store
 from lerobot_zarr.testing.hub_server import HubServer
 from lerobot_zarr.testing.sample_data import write_sample_dataset
 from lerobot_zarr.utils.fileio import WriterLock

@@ -45,13 +45,14 @@ def test_two_sources_and_a_changed_source_never_share_a_store(tmp_path, monkeypa
 def test_revision_names_never_leave_the_cache(tmp_path, monkeypatch):
     """Revision names (which a Hub's refs answer can carry) become file names of the offline ref records: quoted,
     they stay single files inside the cache home."""
-    import lerobot_zarr.api as api
+    import lerobot_zarr.hub.files as hub_files
+    import lerobot_zarr.hub.revisions as revisions
 
     home = tmp_path / "home"
     monkeypatch.setenv("LEROBOT_ZARR_HOME", str(home))
     monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", False)
     evil = "../../../escape"
-    monkeypatch.setattr(api, "resolve_revision", lambda repo_id, revision, token=None: (revision, "0" * 40))
+    monkeypatch.setattr(revisions, "resolve_revision", lambda repo_id, revision, token=None: (revision, "0" * 40))
 
     class Stop(Exception):
         pass
@@ -59,12 +60,12 @@ def test_revision_names_never_leave_the_cache(tmp_path, monkeypatch):
     def no_network(*args, **kwargs):
         raise Stop
 
-    monkeypatch.setattr(api, "HubFiles", no_network)
+    monkeypatch.setattr(hub_files, "HubFiles", no_network)
     with pytest.raises(Stop):
         lerobot_zarr.open_dataset("org/name", revision=evil, progress=False)
     written = [p for p in tmp_path.rglob("*") if p.is_file()]
     assert len(written) == 1 and written[0].parent == home / "hub" / "org--name" / "refs", written
     assert written[0].read_text() == "0" * 40
     monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", True)  # the record is what an offline open finds
-    with pytest.raises(lerobot_zarr.HubError, match="no local store"):
+    with pytest.raises(lerobot_zarr.NotMaterializedError, match="HF_HUB_OFFLINE is set and there is no local store"):
         lerobot_zarr.open_dataset("org/name", revision=evil, progress=False)

@@ -453,7 +453,7 @@ def test_repair_leaves_the_damage_in_place_when_the_hub_is_unreachable(source, t
     flip_raw(root)  # the server is gone now
     report = lz.verify(root, repair=True, progress=False)
     assert {k: sorted(v) for k, v in report.damaged.items()} == {"action": [3]}, report
-    assert "the Hub repo org/data" in report.not_repaired[0] and "left as they are" in report.not_repaired[0]
+    assert "Hub repo org/data" in report.not_repaired[0] and "left as they are" in report.not_repaired[0]
     assert read_state(root).complete_episodes().tolist() == [False, True, False, True, True, False]
 
 

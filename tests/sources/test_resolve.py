@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import lerobot_zarr
-from lerobot_zarr.resolve import resolve_source
+from lerobot_zarr.sources.resolve import resolve_source
 from lerobot_zarr.testing.sample_data import write_sample_dataset
 
 

@@ -1,0 +1,115 @@
+"""A folder of a bucket (``s3://``, ``gs://``, ``az://``, ``hf://buckets/...``): a store there (read without
+copying it, :mod:`.remote_store`), or a LeRobot dataset folder (read by byte ranges like a Hub repo, transcoded
+into the cache's ``buckets/<name>-<key>`` store, keyed by its URL and the ETags of its files).
+
+Which of the two the folder is is asked of the bucket once (its ``zarr.json`` and ``meta/info.json``, together).
+HF Buckets are the Hub's: ``HF_HUB_OFFLINE`` keeps them unread too.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from ..cloud.client import Bucket
+from ..cloud.urls import is_bucket_url, parse_bucket_url
+from ..errors import ArgumentError, NotMaterializedError, SourceNotFoundError
+from ..store.state import ROOT
+from .base import Source, register
+from .local import keyed_cache_path
+
+__all__ = ["BucketSource"]
+
+_INFO = "meta/info.json"
+
+
+@register
+class BucketSource(Source):
+    """A folder of a bucket holding a store or a LeRobot dataset. ``options``: obstore's configuration keys
+    (credentials, endpoint, region...), over those found in the environment."""
+
+    kind = "bucket"
+    record_kind = "bucket"
+    cache_folder = "buckets"
+
+    def __init__(self, bucket: Bucket):
+        self.bucket = bucket
+        self._what: str | None = None  # "store" or "folder", once asked
+
+    @classmethod
+    def guess_can_open(cls, spec: str | os.PathLike) -> bool:
+        return is_bucket_url(spec)
+
+    @classmethod
+    def open(cls, spec, *, revision=None, token=None, options=None) -> BucketSource:
+        if revision is not None:
+            raise ArgumentError(f"{spec}: revision={revision!r} applies to Hub repositories, not to a bucket")
+        return cls(Bucket(parse_bucket_url(spec), options))
+
+    def offline(self) -> str | None:
+        if self.bucket.url.scheme == "hf":
+            from huggingface_hub import constants
+
+            if constants.is_offline_mode():
+                return "HF_HUB_OFFLINE is set"
+        return None
+
+    def what(self) -> str:
+        """``"store"`` or ``"folder"`` (a LeRobot dataset): asked of the bucket the first time."""
+        if self._what is None:
+            why = self.offline()
+            if why:
+                raise NotMaterializedError(f"{self}: {why}: the bucket is not read")
+            with ThreadPoolExecutor(2, thread_name_prefix="lerobot_zarr-probe") as pool:
+                store, folder = pool.map(self.bucket.head, (ROOT, _INFO))
+            if store is not None:
+                self._what = "store"
+            elif folder is not None:
+                self._what = "folder"
+            else:
+                raise SourceNotFoundError(f"{self}: neither a lerobot_zarr store (zarr.json) nor a LeRobot dataset "
+                                          f"folder (meta/info.json) there", path=str(self))
+        return self._what
+
+    def remote(self, *, cache_bytes: int | None = None, root_doc: bytes | None = None):
+        if self.what() != "store":
+            return None
+        from .home import mirror_home
+        from .remote_store import RemoteStore
+
+        return RemoteStore(self.bucket, mirror_home(), cache_bytes=cache_bytes, root_doc=root_doc)
+
+    def files(self):
+        if self.what() != "folder":
+            raise ArgumentError(f"{self}: is a store, not a LeRobot dataset folder")
+        from ..cloud.files import BucketFiles
+
+        return BucketFiles(self.bucket)
+
+    def cache_path(self) -> Path:
+        return keyed_cache_path(self.cache_folder, self.dataset().record(), "url")
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any], *, token: str | bool | None = None) -> BucketSource:
+        # the endpoint and credentials configured now: the record holds neither secret nor key
+        return cls(Bucket(parse_bucket_url(str(record.get("url")))))
+
+    @classmethod
+    def describe(cls, record: Mapping[str, Any]) -> str:
+        endpoint = record.get("endpoint")
+        return f"LeRobot folder {record.get('url')}" + (f" on {endpoint}" if endpoint else "")
+
+    @classmethod
+    def same(cls, a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+        """The same folder with the same files (by ETag), wherever the endpoint is."""
+        return (a.get("url"), a.get("fingerprint")) == (b.get("url"), b.get("fingerprint"))
+
+    @classmethod
+    def cache_entry(cls, path, record):
+        return (str(record.get("url", "")) if record else ""), None, ()
+
+    def __str__(self) -> str:
+        return str(self.bucket.url)

@@ -1,0 +1,228 @@
+"""A store in a bucket, read where it is (``open_dataset("s3://...")``): the same items, exactly, as the local store
+(numeric, every camera storage, windows, ds[i], get_batch, episode(), mixtures, DataLoader-style copies in other
+processes), whatever the cache evicts; only the rows read cross the network; prefetch; a new commit on refresh."""
+
+from __future__ import annotations
+
+import multiprocessing
+import pickle
+import time
+
+import numpy as np
+import pytest
+from s3_fixtures import running_s3, s3_env
+
+import lerobot_zarr
+from lerobot_zarr.errors import ArgumentError
+from lerobot_zarr.testing.sample_data import NOTE_KEY, write_sample_dataset
+from lerobot_zarr.testing.source_tests import assert_same_batches
+from lerobot_zarr.writing.sync import push_store
+
+FPS = 30
+CAM = "observation.images.cam"
+VID = "observation.images.vid"
+DELTAS = {"observation.state": [-1 / FPS, 0.0], "action": [k / FPS for k in range(4)], CAM: [-1 / FPS, 0.0]}
+
+
+@pytest.fixture(scope="module")
+def s3():
+    yield from running_s3()
+
+
+@pytest.fixture
+def env(monkeypatch, tmp_path, s3):
+    yield from s3_env(monkeypatch, tmp_path, s3)
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    return write_sample_dataset(tmp_path_factory.mktemp("remote") / "src", n_episodes=12, lengths=(20, 40),
+                                image_keys=(CAM,), image_shape=(24, 32, 3), seed=5)
+
+
+def published(env, folder, tmp_path, name: str, **kwargs):
+    """A local store of ``folder`` (small packs: many objects) and its copy in the bucket: (local, url)."""
+    local = lerobot_zarr.open_dataset(folder, root=tmp_path / name, progress=False, pack_bytes=1 << 15, **kwargs)
+    url = env.url(f"stores/{name}")
+    push_store(local.root, url, progress=False)
+    return local, url
+
+
+def same_items(got, want, where: str, rng: np.random.Generator, batches: int = 4) -> None:
+    assert_same_batches(got, want, where)
+    for _ in range(batches):
+        idx = rng.integers(0, len(want), 48)
+        got.prefetch(rng.integers(0, len(want), 48))
+        a, b = got.get_batch(idx), want.get_batch(idx)
+        for key in b:
+            assert _same(a[key], b[key]), (where, key)
+    for i in (0, len(want) // 2, len(want) - 1):
+        a, b = got[i], want[i]
+        assert a.keys() == b.keys()
+        for key in b:
+            assert _same(a[key], b[key]), (where, i, key)
+
+
+def _same(a, b) -> bool:
+    """Values alike: arrays of the same dtype and values, text (str, lists of str or of LeRobot's row dicts) equal."""
+    if isinstance(b, np.ndarray):
+        return isinstance(a, np.ndarray) and a.dtype == b.dtype and np.array_equal(a, b)
+    return type(a) is type(b) and a == b
+
+
+@pytest.mark.parametrize("storage", ["raw", "lossless", "jpeg", "compact"])
+def test_the_same_items_as_the_local_store(env, folder, tmp_path, storage):
+    if storage == "jpeg":
+        pytest.importorskip("simplejpeg", reason="jpeg storage needs simplejpeg")
+    local, url = published(env, folder, tmp_path, storage, storage={CAM: storage})
+    local = lerobot_zarr.open_dataset(local.root, delta_timestamps=DELTAS)
+    remote = lerobot_zarr.open_dataset(url, delta_timestamps=DELTAS, cache_bytes=1 << 20)  # evicts as it goes
+    assert remote.root != local.root and remote.meta.total_episodes == 12
+    same_items(remote, local, f"{storage} in a bucket", np.random.default_rng(0))
+    assert remote._remote.held_bytes <= (1 << 20) + (1 << 19)
+    part = lerobot_zarr.open_dataset(url, episodes=[2, 7], delta_timestamps=DELTAS)
+    assert_same_batches(part, local.select([2, 7]), "a selection")
+    ep = part.episode(7)
+    want = local.episode(7)
+    assert ep.keys() == want.keys() and all(np.array_equal(ep[k], want[k]) for k in want)
+    meta = lerobot_zarr.inspect(url)
+    assert meta.total_episodes == 12 and meta.root == url
+
+
+def test_cameras_kept_as_mp4(env, tmp_path):
+    pytest.importorskip("av", reason="mp4 cameras need PyAV")
+    src = write_sample_dataset(tmp_path / "vsrc", n_episodes=4, lengths=(10, 15), video_keys=(VID,),
+                               write_videos=True, image_shape=(16, 16, 3), seed=9)
+    local, url = published(env, src, tmp_path, "mp4", storage={VID: "mp4"})
+    deltas = {VID: [-1 / FPS, 0.0]}
+    local = lerobot_zarr.open_dataset(local.root, delta_timestamps=deltas)
+    remote = lerobot_zarr.open_dataset(url, delta_timestamps=deltas)
+    same_items(remote, local, "mp4 in a bucket", np.random.default_rng(1), batches=2)
+    settled_at = time.monotonic() + 60  # once the numeric packs are held whole (timestamps are read for the mp4)
+    while "timestamp" not in remote._remote.settled and time.monotonic() < settled_at:
+        time.sleep(0.05)
+    assert "timestamp" in remote._remote.settled
+    same_items(remote, local, "mp4 in a bucket, timestamps held whole", np.random.default_rng(2), batches=2)
+
+
+def test_text_and_depth_features(env, tmp_path):
+    """Strings, LeRobot's language columns and a depth camera (served in mm, as float32) from a bucket: the local
+    store's items, exactly."""
+    depth = "observation.images.depth"
+    src = write_sample_dataset(tmp_path / "ksrc", n_episodes=4, lengths=(8, 12), text_features=True,
+                               depth_keys=(depth,), image_shape=(12, 16, 3), seed=11)
+    local, url = published(env, src, tmp_path, "kinds")
+    deltas = {depth: [-1 / FPS, 0.0], NOTE_KEY: [-1 / FPS, 0.0]}
+    local = lerobot_zarr.open_dataset(local.root, delta_timestamps=deltas)
+    remote = lerobot_zarr.open_dataset(url, delta_timestamps=deltas)
+    assert {depth, NOTE_KEY, "language_persistent"} <= set(remote.array_specs), list(remote.array_specs)
+    assert remote[0][depth].dtype == np.float32
+    same_items(remote, local, "text and depth in a bucket", np.random.default_rng(3), batches=2)
+    ep, want = remote.episode(2), local.episode(2)
+    assert ep.keys() == want.keys() and all(np.array_equal(ep[k], want[k]) for k in want)
+
+
+def test_only_the_rows_read_cross_the_network(env, folder, tmp_path):
+    """A raw camera's frames are fetched exactly (no neighbour rows): bytes <= 1.5x the frames the samples use."""
+    local, url = published(env, folder, tmp_path, "rows")
+    remote = lerobot_zarr.open_dataset(url)
+    frame = remote.array_specs[CAM].frame_bytes
+    rng = np.random.default_rng(2)
+    idx = np.unique(rng.integers(0, len(remote), 40))
+    env.server.reset_stats()
+    remote._remote._numeric_started = True  # (numeric packs whole in the background: measured apart here)
+    batch = remote.get_batch(idx)
+    cam_bytes = env.server.bytes_sent(f"/{env.bucket}/stores/rows/{CAM}/")
+    assert len(idx) * frame <= cam_bytes <= 1.5 * len(idx) * frame, (cam_bytes, len(idx) * frame)
+    assert np.array_equal(batch[CAM], local.get_batch(idx)[CAM])
+    env.server.reset_stats()
+    remote.get_batch(idx)  # held now: no request
+    assert env.server.requests() == []
+
+
+def test_prefetched_batches_make_no_request(env, folder, tmp_path):
+    local, url = published(env, folder, tmp_path, "prefetch")
+    remote = lerobot_zarr.open_dataset(url, delta_timestamps=DELTAS)
+    remote.get_batch([0])  # the first batch starts the numeric packs' background fetch
+    idx = np.arange(100, 160)
+    remote.prefetch(idx)
+    for futures in list(remote._remote._coming.values()):
+        for future in list(futures):
+            future.result()
+    remote._remote._background.submit(lambda: None).result()
+    env.server.reset_stats()
+    batch = remote.get_batch(idx)
+    assert [r.path for r in env.server.requests() if f"/{CAM}/" in r.path] == []
+    want = lerobot_zarr.open_dataset(local.root, delta_timestamps=DELTAS).get_batch(idx)
+    assert np.array_equal(batch[CAM], want[CAM])
+
+
+def _worker_batch(ds, idx, out):
+    out.put(pickle.dumps((str(ds.root), ds.get_batch(idx))))
+
+
+def test_copies_in_other_processes_read_the_same_commit(env, folder, tmp_path):
+    local, url = published(env, folder, tmp_path, "workers")
+    remote = lerobot_zarr.open_dataset(url, delta_timestamps=DELTAS)
+    local = lerobot_zarr.open_dataset(local.root, delta_timestamps=DELTAS)
+    idx = np.arange(0, len(local), 7)
+    ctx = multiprocessing.get_context("spawn")
+    out = ctx.Queue()
+    proc = ctx.Process(target=_worker_batch, args=(remote, idx, out))
+    proc.start()
+    root, batch = pickle.loads(out.get(timeout=120))
+    proc.join(timeout=60)
+    assert proc.exitcode == 0 and root != str(remote.root)  # a mirror of its own
+    want = local.get_batch(idx)
+    for key in want:
+        assert (batch[key] == want[key]) if key == "task" else np.array_equal(batch[key], want[key]), key
+    from pathlib import Path
+
+    assert not Path(root).exists(), "the worker's mirror outlived it"
+
+
+def test_mixtures_over_buckets_and_folders(env, folder, tmp_path):
+    local, url = published(env, folder, tmp_path, "mix")
+    other = lerobot_zarr.open_dataset(folder, root=tmp_path / "other", episodes=[1, 4, 5], progress=False).root
+    deltas = {"action": [0.0, 1 / FPS]}
+    a = lerobot_zarr.open_mixture({url: 0.5, other: 0.5}, delta_timestamps=deltas, episodes={other: [1, 4, 5]})
+    b = lerobot_zarr.open_mixture({local.root: 0.5, other: 0.5}, delta_timestamps=deltas,
+                                  episodes={other: [1, 4, 5]})
+    idx = np.arange(0, len(b), 5)
+    x, y = a.get_batch(idx), b.get_batch(idx)
+    assert x.keys() == y.keys()
+    for key in y:
+        assert (x[key] == y[key]) if key == "task" else np.array_equal(x[key], y[key]), key
+    with pytest.raises(ArgumentError, match="are the same store"):  # each process reads it through its own mirror
+        lerobot_zarr.open_mixture({url: 0.5, url + "/": 0.5})
+
+
+def test_refresh_serves_a_new_commit(env, folder, tmp_path):
+    local, url = published(env, folder, tmp_path, "grow")
+    remote = lerobot_zarr.open_dataset(url)
+    with lerobot_zarr.open_dataset(local.root, mode="r+") as w:
+        ep = w.episode(3)
+        w.add_episode({k: np.asarray(ep[k]) for k in ("observation.state", "action", CAM)}, task="again")
+    push_store(local.root, url, progress=False)
+    assert remote.meta.total_episodes == 12
+    assert remote.refresh() and remote.meta.total_episodes == 13
+    assert not remote.refresh()
+    assert_same_batches(remote, lerobot_zarr.open_dataset(local.root), "after refresh")
+
+
+def test_writing_in_a_bucket_is_refused_with_the_way(env, folder, tmp_path):
+    _, url = published(env, folder, tmp_path, "ro")
+    with pytest.raises(ArgumentError, match="sync"):
+        lerobot_zarr.open_dataset(url, mode="r+")
+    with pytest.raises(ArgumentError, match="read where it is"):
+        lerobot_zarr.open_dataset(url, root=tmp_path / "elsewhere")
+    remote = lerobot_zarr.open_dataset(url)
+    with pytest.raises(ArgumentError, match="local mirror of a store in a bucket; open s3://"):
+        lerobot_zarr.open_dataset(remote.root)  # it holds only the rows read: never a local store
+
+
+def test_a_damaged_root_in_a_bucket_is_a_typed_error(env, folder, tmp_path):
+    _, url = published(env, folder, tmp_path, "bad")
+    env.client("stores/bad").write("zarr.json", b'{"attributes": {"lerobot_zarr": {"format_version": 99}}}')
+    with pytest.raises(lerobot_zarr.StoreError):
+        lerobot_zarr.open_dataset(url)
