@@ -329,10 +329,16 @@ def _rows_as_torch(batch: dict[str, list]) -> dict[str, list]:
 
 
 def _check_windowable(delta_timestamps: Mapping[str, Any] | None, features: Mapping[str, dict]) -> None:
-    """LeRobot stacks a window's values into a tensor: a window over text (``string``, ``language``) is its
-    ``TypeError`` (at every item there; here when the dataset is opened)."""
+    """What LeRobot refuses at every item, refused when the dataset is opened (before anything is fetched): a
+    window over a feature the dataset lacks (its ``ValueError``), or over text (``string``, ``language``: LeRobot
+    stacks a window's values into a tensor, its ``TypeError``)."""
+    from ..errors import DeltaTimestampsError
+
     for key in delta_timestamps or {}:
-        dtype = features.get(key, {}).get("dtype")
+        if key not in features:
+            raise DeltaTimestampsError(f"Column {key!r} doesn't exist. (delta_timestamps names a feature the dataset "
+                                       f"lacks; its features: {list(features)})", feature=str(key))
+        dtype = features[key].get("dtype")
         if dtype in ("string", "language"):
             raise TypeError(f"delta_timestamps[{key!r}]: a {dtype} feature has no window (LeRobot's items stack a "
                             f"window into a tensor, which text cannot be)")

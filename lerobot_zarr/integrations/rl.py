@@ -27,7 +27,7 @@ from typing import Any, Literal, NotRequired, TypedDict
 
 import numpy as np
 
-from ..errors import ArgumentError, EmptyBufferError, import_optional, warn_user
+from ..errors import ArgumentError, EmptyBufferError, EmptyStoreError, import_optional, warn_user
 
 torch = import_optional("torch", "lerobot_zarr.integrations.rl (LeRobot's replay buffer on a store)")
 import torch.nn.functional as F  # noqa: E402, N812
@@ -120,7 +120,7 @@ class ReplayBuffer:
                  task: str = DEFAULT_TASK, image_storage: ImageStorage | None = None, durable: bool = False,
                  refresh_interval: float | None = 1.0):
         if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)) or capacity <= 0:
-            raise ArgumentError(f"capacity must be an integer greater than 0, got {capacity!r:.40}")
+            raise ArgumentError(f"Capacity must be greater than 0. (capacity: an integer, got {capacity!r:.40})")
         self._configure(device, state_keys, image_augmentation_function, use_drq, storage_device, optimize_memory)
         if root is None:
             if mode != "a":
@@ -213,7 +213,7 @@ class ReplayBuffer:
             raise ArgumentError(f"batch_size must be a positive integer, got {batch_size!r:.40}")
         raw = self._buffer.sample(int(batch_size), _torch_indices, stored=True)
         if raw is None:
-            raise EmptyBufferError(f"{self._buffer.root}: cannot sample from an empty buffer; add transitions first",
+            raise EmptyBufferError(f"{self._buffer.root}: Cannot sample from an empty buffer. Add transitions first.",
                                    path=self._buffer.root)
         layout, device = self._buffer.layout, self.device
         n = len(raw[REWARD])
@@ -329,6 +329,9 @@ class ReplayBuffer:
         lerobot is installed, else as lerobot_zarr's torch ``LeRobotDataset``. ``fps`` defaults to 1, as LeRobot's
         (pass the buffer's, ``buffer.dataset.meta.fps``, to keep it); ``task_name`` to the buffer's task."""
         self._store_held()
+        if len(self._buffer) == 0:  # LeRobot's words, its ValueError
+            raise EmptyStoreError(f"{self.root}: The replay buffer is empty. Cannot convert to a dataset.",
+                                  path=self.root)
         path = Path(root) if root is not None else lerobot_home() / repo_id
         self._buffer.export(path, fps=fps, task=task_name)
         try:

@@ -26,9 +26,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..cameras.video import TOLERANCE_S, VideoUnavailable, decode_into
-from ..errors import CorruptSourceError, LeRobotZarrError, SchemaMismatchError, SourceNotFoundError
+from ..errors import CorruptSourceError, LeRobotZarrError, SchemaMismatchError, SourceNotFoundError, warn_user
 from ..utils.background import in_threads
-from .source_columns import column_to_numpy, frame_shape_from_arrow
+from .source_columns import column_to_numpy, frame_shape_from_arrow, recorded_image_shape
 from .source_files import LocalFiles, SourceFiles, is_lerobot_folder
 from .source_meta import FeatureSpec, LeRobotMetadata, SourceEpisodes, open_parquet
 
@@ -85,6 +85,36 @@ class LeRobotSource:
             if name not in schema.names:
                 raise SchemaMismatchError(f"{first}: feature {name!r} declared in info.json has no column")
             self.features[name] = spec.with_frame_shape(frame_shape_from_arrow(spec, schema.field(name).type, first))
+        self._resolve_image_shapes(rel, e)
+
+    def _resolve_image_shapes(self, rel: str, e: int) -> None:
+        """Image features whose frames have another height and width than info.json declares (as many pixels) are
+        stored as recorded, as LeRobot serves them, with a warning: the header of episode ``e``'s first image
+        says (one read of that row group's image columns, which the transcode reads next)."""
+        images = [name for name, spec in self.features.items() if spec.kind == "image"]
+        if not images:
+            return
+        pf = open_parquet(self.files, rel)
+        row = int(self.episodes.file_row[e])
+        starts = np.cumsum([pf.metadata.row_group(i).num_rows for i in range(pf.num_row_groups)])
+        group = int(np.searchsorted(starts, row, side="right"))
+        if group >= pf.num_row_groups:
+            return  # fewer rows than the episode table says: reading the episode reports it
+        try:
+            table = pf.read_row_group(group, columns=images)
+        except LeRobotZarrError:
+            raise
+        except (pa.ArrowException, OSError) as exc:
+            raise CorruptSourceError(f"{self.files.location(rel)}: cannot read row group {group} ({exc})") from exc
+        offset = row - (int(starts[group - 1]) if group else 0)
+        for name in images:
+            spec = self.features[name]
+            shape = recorded_image_shape(table.column(name).slice(offset, 1), spec)
+            if shape != spec.frame_shape:
+                warn_user(f"{self.files.location(rel)}: image feature {name!r} has frames of {shape[0]}x{shape[1]} "
+                          f"pixels where info.json declares {spec.shape}: stored and served as recorded (as "
+                          f"LeRobot serves them)")
+                self.features[name] = spec.with_frame_shape(shape)
 
     # data -----------------------------------------------------------------------------------------------
     @functools.cached_property

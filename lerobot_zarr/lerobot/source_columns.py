@@ -16,7 +16,7 @@ from ..errors import CorruptSourceError, SchemaMismatchError
 from .format import language_value
 from .source_meta import FeatureSpec
 
-__all__ = ["column_to_numpy", "frame_shape_from_arrow"]
+__all__ = ["column_to_numpy", "frame_shape_from_arrow", "recorded_image_shape"]
 
 
 def _storage_type(typ: pa.DataType) -> pa.DataType:
@@ -116,11 +116,34 @@ def _depth_pixels(img, spec: FeatureSpec) -> np.ndarray:
     return np.asarray(img).astype(want)
 
 
+def recorded_image_shape(col: pa.ChunkedArray, spec: FeatureSpec) -> tuple[int, ...]:
+    """The frame shape an image feature's frames have, from the header of the column's first image: the declared
+    shape, or the image's height and width where they are other but hold as many pixels (LeRobot serves the frames
+    as recorded, whatever info.json declares; its own test fixtures write 96x64 images for a declared (64, 96, 3)).
+    Anything else keeps the declared shape, and decoding names the image that differs."""
+    from PIL import Image
+
+    if len(col) == 0 or len(spec.shape) != 3:
+        return spec.shape
+    raw = _storage(col.chunk(0) if col.num_chunks else col).field("bytes")[0].as_buffer()
+    if raw is None:
+        return spec.shape
+    try:
+        with Image.open(io.BytesIO(raw)) as img:  # the header only: nothing is decoded
+            width, height = img.size
+    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError):
+        return spec.shape
+    if (height, width) != spec.shape[:2] and height * width == spec.shape[0] * spec.shape[1]:
+        return (height, width, spec.shape[2])
+    return spec.shape
+
+
 def _decode_images(col: pa.ChunkedArray, spec: FeatureSpec, where: str, first_row: int) -> np.ndarray:
     from PIL import Image
 
-    out = np.empty((len(col), *spec.shape), dtype=spec.numpy_dtype)
-    mode = {1: "L", 3: "RGB", 4: "RGBA"}[spec.shape[-1]]
+    shape = spec.frame_shape or spec.shape  # the recorded frames' shape (recorded_image_shape)
+    out = np.empty((len(col), *shape), dtype=spec.numpy_dtype)
+    mode = {1: "L", 3: "RGB", 4: "RGBA"}[shape[-1]]
     row = 0
     for chunk in col.chunks:
         data = _storage(chunk).field("bytes")
@@ -131,20 +154,21 @@ def _decode_images(col: pa.ChunkedArray, spec: FeatureSpec, where: str, first_ro
                                          f"bytes")
             try:
                 with Image.open(io.BytesIO(raw)) as img:
-                    if img.size != (spec.shape[1], spec.shape[0]):  # checked before decoding: no bomb is inflated
+                    if img.size != (shape[1], shape[0]):  # checked before decoding: no bomb is inflated
                         raise _OtherSize(f"{img.size[1]}x{img.size[0]} pixels")
                     pixels = _depth_pixels(img, spec) if spec.depth else np.asarray(
                         img if img.mode == mode else img.convert(mode))
             except _OtherSize as exc:
                 raise SchemaMismatchError(
                     f"{where}: image feature {spec.name!r} file row {first_row + row} is {exc}, declared "
-                    f"{spec.shape} (not decoded)") from None
+                    f"{spec.shape}{'' if shape == spec.shape else f' (its first frame: {shape})'} (not decoded)"
+                ) from None
             except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:
                 raise CorruptSourceError(
                     f"{where}: image feature {spec.name!r} file row {first_row + row} cannot be decoded "
                     f"({exc})") from exc
             pixels = pixels.reshape(pixels.shape[0], pixels.shape[1], -1)
-            if pixels.shape != spec.shape:
+            if pixels.shape != shape:
                 raise SchemaMismatchError(
                     f"{where}: image feature {spec.name!r} file row {first_row + row} is {pixels.shape}, "
                     f"declared {spec.shape}")

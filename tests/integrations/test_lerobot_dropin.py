@@ -164,10 +164,11 @@ def test_tolerance_s_as_lerobot_applies_it(lerobot_recorded):
             _reference()(REPO_ID, root=folder, delta_timestamps=near, tolerance_s=tolerance)
         with pytest.raises(ValueError, match="outside of tolerance"):
             LeRobotDataset(REPO_ID, root=folder, delta_timestamps=near, tolerance_s=tolerance)
-    with pytest.raises(ValueError, match="no_such_feature"):  # LeRobot's comes at each item
+    with pytest.raises(ValueError, match="no_such_feature") as theirs:  # LeRobot's comes at each item, ours at open
         _reference()(REPO_ID, root=folder, delta_timestamps={"no_such_feature": [0.0]})[0]
-    with pytest.raises(ValueError, match="no_such_feature"):
+    with pytest.raises(ValueError, match="no_such_feature") as ours:
         LeRobotDataset(REPO_ID, root=folder, delta_timestamps={"no_such_feature": [0.0]})
+    assert str(theirs.value) in str(ours.value)
     text = lerobot_recorded("string")
     with pytest.raises(TypeError):
         _reference()(REPO_ID, root=text, delta_timestamps={"note": [0.0]})[0]
@@ -452,6 +453,24 @@ def test_replay_buffer_next_state_none_with_optimize_memory(tmp_path):
     plain = ReplayBuffer(10, "cpu", ["observation.state"], root=tmp_path / "plain")
     with pytest.raises(ValueError, match="optimize_memory"):
         plain.add(states[0], torch.zeros(1, 1), 0.0, None, False, False)
+
+
+def test_replay_buffer_errors_are_lerobots(tmp_path):
+    """A capacity of 0, sampling an empty buffer and exporting one: LeRobot's exception types and its words (which
+    code and tests match on) in ours."""
+    from lerobot.rl.buffer import ReplayBuffer as Reference
+
+    from lerobot_zarr.rl import ReplayBuffer
+
+    calls = {"capacity 0": lambda cls, **kw: cls(0, "cpu", **kw),
+             "empty sample": lambda cls, **kw: cls(4, "cpu", **kw).sample(2),
+             "empty export": lambda cls, **kw: cls(4, "cpu", **kw).to_lerobot_dataset("x/y", root=tmp_path / "out")}
+    for what, call in calls.items():
+        with pytest.raises(Exception) as theirs:
+            call(Reference)
+        with pytest.raises(type(theirs.value)) as ours:
+            call(ReplayBuffer, root=tmp_path / what)
+        assert str(theirs.value).strip() in str(ours.value), (what, str(ours.value))
 
 
 # ---------------------------------------------------------------------------------------------------------- Hub

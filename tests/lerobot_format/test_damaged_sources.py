@@ -358,3 +358,42 @@ def test_damaged_index_for_matching_files_is_a_corrupt_source(tmp_path, damage):
     (root / INDEX_FILE).write_text(json.dumps(doc))
     with pytest.raises(CorruptSourceError, match=r"repo:meta/lerobot_zarr_index\.json|leaves the dataset folder"):
         read_index(_Files(root, {"data/chunk-000/file-000.parquet": ident}))
+
+
+def _png(pixels: np.ndarray) -> bytes:
+    import io
+
+    buf = io.BytesIO()
+    Image.fromarray(pixels).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def test_images_of_another_height_and_width_are_served_as_recorded(tmp_path):
+    """Frames of H x W where info.json declares W x H (as LeRobot's own test fixtures write them): LeRobot serves them
+    as recorded, and so does the store, with a warning naming the feature; a later frame of yet another size (as
+    many pixels) is still refused, naming its row."""
+    key = "observation.images.top"
+    src = make(tmp_path, image_keys=(key,), image_shape=(8, 10, 3))
+    rng = np.random.default_rng(3)
+    frames = rng.integers(0, 256, (sum(LENGTHS), 10, 8, 3), dtype=np.uint8)
+
+    def edit(t):
+        col = t.column(key).combine_chunks()
+        data = pa.array([_png(f) for f in frames], pa.binary())
+        return set_column(t, key, pa.StructArray.from_arrays([data, col.field("path")], names=["bytes", "path"]))
+
+    edit_table(src / V3_DATA, edit)
+    with pytest.warns(UserWarning, match=rf"{key!r} has frames of 10x8 pixels where info.json declares \(8, 10, 3\)"):
+        ds = open_(src, tmp_path)
+    assert ds.array_specs[key].frame_shape == (10, 8, 3)
+    for i in (0, LENGTHS[0] + 1, len(ds) - 1):
+        np.testing.assert_array_equal(np.asarray(ds[i][key]), frames[i])
+    out = ds.to_lerobot(tmp_path / "exported", progress=False)  # written back as recorded, info.json saying so
+    ds.close()
+    assert json.loads((out / "meta" / "info.json").read_text())["features"][key]["shape"] == [10, 8, 3]
+    back = open_dataset(out, root=tmp_path / "back", progress=False)
+    np.testing.assert_array_equal(np.asarray(back[len(back) - 1][key]), frames[-1])
+    back.close()
+    _replace_image(src / V3_DATA, key, LENGTHS[0] + 3, _png(frames[0].reshape(5, 16, 3)))
+    fails(SchemaMismatchError, src, tmp_path / "again", "episode 1", repr(key), f"file row {LENGTHS[0] + 3}",
+          "5x16")
