@@ -89,7 +89,8 @@ def _record(root: Path, features: dict, frame: Callable[[int, int, np.random.Gen
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
     rng = np.random.default_rng(len(root.name))
-    ds = (_RECORDER or LeRobotDataset).create(REPO_ID, fps=FPS, features=features, root=root, use_videos=use_videos, **create)
+    ds = (_RECORDER or LeRobotDataset).create(REPO_ID, fps=FPS, features=features, root=root, use_videos=use_videos,
+                                              **create)
     for e, n in enumerate(lengths):
         for i in range(n):
             ds.add_frame(frame(e, i, rng))

@@ -39,7 +39,8 @@ def _reference():
 
 FEATURES = {"observation.state": {"dtype": "float32", "shape": (3,), "names": ["a", "b", "c"]},
             "action": {"dtype": "float32", "shape": (2,), "names": None},
-            "observation.images.cam": {"dtype": "video", "shape": (24, 32, 3), "names": ["height", "width", "channels"]}}
+            "observation.images.cam": {"dtype": "video", "shape": (24, 32, 3),
+                                       "names": ["height", "width", "channels"]}}
 
 
 def _frame(e: int, i: int) -> dict:
@@ -246,8 +247,8 @@ def _record_until_killed(root: Path, first: int, events: int) -> list[int]:
     script = _RECORDER.format(tests=str(REPO / "tests" / "integrations"))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "tests"),
                                                        os.environ.get("PYTHONPATH", "")]))
-    proc = subprocess.Popen([sys.executable, "-c", script, str(root), str(first), str(write)], pass_fds=(write,), env=env,
-                            stderr=subprocess.PIPE)
+    proc = subprocess.Popen([sys.executable, "-c", script, str(root), str(first), str(write)], pass_fds=(write,),
+                            env=env, stderr=subprocess.PIPE)
     os.close(write)
     saved, seen = [], 0
     with os.fdopen(read) as lines:
