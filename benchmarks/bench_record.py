@@ -81,6 +81,7 @@ def speed(args: argparse.Namespace) -> None:
         start = time.perf_counter()
         for episode in frames:
             for f in episode:
+                f = dict(f)  # LeRobot's add_frame takes the task out of the dict it is given
                 t = time.perf_counter()
                 ds.add_frame(f)
                 adds.append(time.perf_counter() - t)

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import logging
 import os
+import queue
 import shutil
 import tempfile
+import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -64,6 +66,48 @@ class _Spill:
         os.close(self.fd)
 
 
+class _SpillWriter:
+    """Writes camera frames to their spills in a thread, as LeRobot's image writer threads write its PNGs:
+    ``add_frame`` only copies a frame into the queue (bounded: at most ``maxsize`` frames wait, then it waits),
+    so a disk busy writing back does not stall it. :meth:`drain` waits until every frame queued is written and
+    raises the first error met (a full disk...)."""
+
+    def __init__(self, maxsize: int = 256):
+        self._queue: queue.Queue = queue.Queue(maxsize=maxsize)
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="lerobot_zarr-spill", daemon=True)
+        self._thread.start()
+
+    def put(self, spill: _Spill, frame: np.ndarray) -> None:
+        if self._error is not None:
+            self.drain()
+        self._queue.put((spill, frame))
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            try:
+                if item is None:
+                    return
+                if self._error is None:
+                    item[0].append(item[1])
+            except BaseException as exc:  # reported by drain(), in the recording thread
+                self._error = exc
+            finally:
+                self._queue.task_done()
+
+    def drain(self, *, errors: bool = True) -> None:
+        """Wait for the frames queued; raise the first error met (dropped with ``errors=False``)."""
+        self._queue.join()
+        error, self._error = self._error, None
+        if error is not None and errors:
+            raise error
+
+    def close(self) -> None:
+        self._queue.put(None)
+        self._thread.join()
+
+
 class Recorder:
     """LeRobot's ``writer`` of a drop-in dataset being recorded into the store ``store`` (a
     :class:`~lerobot_zarr.writing.writer.WritableDataset`, whose lock it holds until :meth:`finalize`).
@@ -89,6 +133,7 @@ class Recorder:
         self._values: dict[str, list] = {}
         self._tasks: list[str] = []
         self._refused: list[str] = []  # camera frames LeRobot's image writer would have failed on, why
+        self._writer = _SpillWriter()
         self._finalized = False
 
     # -- LeRobot's episode buffer ------------------------------------------------------------------------------
@@ -96,6 +141,7 @@ class Recorder:
     def episode_buffer(self) -> dict[str, Any]:
         """LeRobot's view of the episode being recorded: ``size``, ``task`` (one per frame), ``episode_index`` and
         each feature's frames so far (cameras as arrays of their stored frames, not image file paths)."""
+        self._writer.drain()
         out: dict[str, Any] = {"size": len(self._tasks), "task": list(self._tasks),
                                "episode_index": self._store.meta.total_episodes}
         for key in self._features:
@@ -140,7 +186,8 @@ class Recorder:
                     logger.error("Error writing image %s: %s", f"{key} frame {index}", exc)
                     self._refused.append(f"{key!r} frame {index}: {exc}")
                     stored = np.zeros(spec.frame_shape, spec.dtype)
-                self._spill(key, spec).append(stored)
+                owned = stored is not value and stored.base is None  # else a view of the caller's frame: copied
+                self._writer.put(self._spill(key, spec), stored if owned else stored.copy())
             elif ft["dtype"] == "language":
                 self._values.setdefault(key, []).append(None)  # LeRobot drops them: written by its annotator
             elif ft["dtype"] == "string":
@@ -181,6 +228,7 @@ class Recorder:
                     f"{self._store.root}: the episode cannot be saved: camera frames were not written "
                     f"({'; '.join(self._refused[:3])}{'...' if len(self._refused) > 3 else ''}); record it again "
                     f"after clear_episode_buffer()", path=self._store.root)
+            self._writer.drain()
             frames, tasks = self._buffered()
         self._store.add_episode(frames, task=tasks)
         if episode_data is None:
@@ -230,6 +278,7 @@ class Recorder:
     def clear_episode_buffer(self, delete_images: bool = True) -> None:
         """Drop the frames recorded since the last saved episode (``delete_images``: LeRobot's switch for its
         temporary image files; the buffer's camera frames are always dropped with it)."""
+        self._writer.drain(errors=False)  # the frames are dropped: so is what failed to write them
         for spill in self._spills.values():
             spill.clear()
         self._values.clear()
@@ -264,6 +313,7 @@ class Recorder:
             return
         self._finalized = True
         try:
+            self._writer.close()
             for spill in self._spills.values():
                 spill.close()
             self._spills.clear()
