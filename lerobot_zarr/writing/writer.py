@@ -590,19 +590,14 @@ class WritableDataset:
 
     def update_info(self, features: Mapping[str, Mapping[str, Any]] | None = None, **fields: Any) -> None:
         """Change LeRobot's ``info`` in one commit: ``features`` merges into each named feature's ``info`` (a depth
-        camera's recorded unit, a video's encoder settings); ``fields`` sets the info keys the store does not manage
-        (``chunks_size``, ``data_files_size_in_mb``, ``video_files_size_in_mb``: the sizes of exported files). What
-        changes how frames are stored (a depth image's unit) may change only while the store holds no episode."""
+        unit, encoder settings); ``fields`` sets the sizes of exported files (``_SETTABLE_INFO``). What changes how
+        frames are stored (a depth image's unit) may change only while the store holds no episode."""
         self._check_open()
-        state = self._tx.state
-        wrong = sorted(set(fields) - set(_SETTABLE_INFO))
-        if wrong:
-            raise ArgumentError(f"{self.root}: info keys {wrong} are not set this way (settable: {_SETTABLE_INFO})")
-        for key, value in fields.items():
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-                raise ArgumentError(f"{self.root}: info {key} must be a positive number, got {value!r:.40}")
-        features = dict(features or {})
-        known = state.info.get("features", {})
+        state, wrong = self._tx.state, sorted(set(fields) - set(_SETTABLE_INFO))
+        if wrong or any(isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 for v in fields.values()):
+            raise ArgumentError(f"{self.root}: info {fields} must be settable keys with positive numbers "
+                                f"(settable: {_SETTABLE_INFO})")
+        features, known = dict(features or {}), state.info.get("features", {})
         unknown = [name for name in features if name not in known or name not in state.arrays]
         if unknown:
             raise ArgumentError(f"{self.root}: no features {unknown} to update (features: {list(known)})")
@@ -614,8 +609,7 @@ class WritableDataset:
             raise ArgumentError(f"{self.root}: feature {changed[0]!r}: {dict(features[changed[0]])} would change how "
                                 f"its frames are stored, which the store's episodes already hold", feature=changed[0])
         new_info = dict(state.info, **fields, features={k: infos[k] if k in entries else v for k, v in known.items()})
-        self._tx.commit(replace(state, info=new_info, arrays={**state.arrays, **{k: arrays[k] for k in entries}}),
-                        None)
+        self._tx.commit(replace(state, info=new_info, arrays={**state.arrays, **{k: arrays[k] for k in entries}}), None)
 
     def set_task(self, episodes: int | Sequence[int], task: str) -> None:
         """Give episodes a new task, adding the task string if it is new.
@@ -786,17 +780,12 @@ class _Frames:
         self.head, self.new = head, new
         self.before = 0 if head is None else len(head)
 
-    def __len__(self) -> int:
-        return self.before + len(self.new)
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return (len(self), *self.new.shape[1:])
+    __len__ = lambda self: self.before + len(self.new)  # noqa: E731
+    shape = property(lambda self: (len(self), *self.new.shape[1:]))
 
     def __getitem__(self, key: np.ndarray | tuple) -> np.ndarray:
         """Frames ``key`` (an index array, or one followed by slices of each frame: only those pixels read)."""
-        index, rest = (key[0], tuple(key[1:])) if isinstance(key, tuple) else (key, ())
-        index = np.asarray(index)
+        index, rest = (np.asarray(key[0]), tuple(key[1:])) if isinstance(key, tuple) else (np.asarray(key), ())
         old = index < self.before
         new = self.new[(index[~old] - self.before, *rest)]
         if not old.any():
