@@ -48,6 +48,7 @@ __all__ = [
     "CommitConflictError",
     "MissingExtraError",
     "UnknownFeatureError",
+    "FrameNotWrittenError",
     "LoaderTimeoutError",
     "LeRobotZarrWarning",
 ]
@@ -211,6 +212,11 @@ class CommitConflictError(StoreError):
 class MissingExtraError(LeRobotZarrError, ImportError):
     """An optional package is not installed (or does not import); the message names it, the pip command and the
     lerobot_zarr extra that brings it. Nothing was written because of it."""
+
+
+class FrameNotWrittenError(LeRobotZarrError, FileNotFoundError):
+    """Recording: frames given to ``add_frame`` could not be written (a camera frame LeRobot's image writer refuses);
+    the episode cannot be saved (LeRobot's recorder fails then on the missing image files, ``FileNotFoundError``)."""
 
 
 class UnknownFeatureError(LeRobotZarrError, KeyError):

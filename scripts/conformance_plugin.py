@@ -74,7 +74,7 @@ def install(mode: str) -> None:
     from lerobot_zarr.torch import LeRobotDataset, LeRobotDatasetMetadata
 
     original = lerobot_dataset.LeRobotDataset
-    if mode == "full" and "create" not in vars(LeRobotDataset):
+    if mode == "full" and not callable(getattr(LeRobotDataset, "create", None)):
         raise pytest.UsageError("--drop-in=full needs the drop-in's own recording (LeRobotDataset.create): "
                                 "this lerobot_zarr reads only; use --drop-in=read")
     drop_in = _drop_in_class(LeRobotDataset, original, lerobot_dataset, record_with_lerobot=mode == "read")
@@ -197,5 +197,10 @@ def _signature(root: Path) -> tuple:
 
 
 def _lacks_data(root: Path) -> bool:
-    """A LeRobot folder without its metadata or data files (what LeRobot would download into ``root``)."""
+    """A LeRobot folder without its metadata or data files (what LeRobot would download into ``root``); a store
+    the drop-in recorded lacks nothing."""
+    from lerobot_zarr.integrations.lerobot_meta import is_store
+
+    if is_store(root):
+        return False
     return not (root / "meta" / "info.json").is_file() or not any((root / "data").glob("*/*.parquet"))

@@ -89,7 +89,8 @@ def _record(root: Path, features: dict, frame: Callable[[int, int, np.random.Gen
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
     rng = np.random.default_rng(len(root.name))
-    ds = LeRobotDataset.create(REPO_ID, fps=FPS, features=features, root=root, use_videos=use_videos, **create)
+    ds = (_RECORDER or LeRobotDataset).create(REPO_ID, fps=FPS, features=features, root=root, use_videos=use_videos,
+                                              **create)
     for e, n in enumerate(lengths):
         for i in range(n):
             ds.add_frame(frame(e, i, rng))
@@ -294,10 +295,19 @@ KINDS: dict[str, Callable[[Path], Path]] = {f.__name__: f for f in (
     depth_video_linear, depth_image_uint16, depth_image_float32, task_switch, one_frame, no_tasks_table)}
 
 
-def record(kind: str, parent: Path) -> Path:
-    """Record ``kind`` into ``parent/kind`` with LeRobot (the folder must not exist); return the folder."""
-    with _quiet():
-        return KINDS[kind](Path(parent) / kind)
+_RECORDER: Any = None  # the class that records (None: LeRobot's)
+
+
+def record(kind: str, parent: Path, recorder: Any = None) -> Path:
+    """Record ``kind`` into ``parent/kind`` with LeRobot (the folder must not exist), or with ``recorder`` (a class
+    with LeRobot's recording API: the drop-in) on the same frames; return the folder."""
+    global _RECORDER
+    _RECORDER = recorder
+    try:
+        with _quiet():
+            return KINDS[kind](Path(parent) / kind)
+    finally:
+        _RECORDER = None
 
 
 @pytest.fixture(scope="session")

@@ -80,6 +80,20 @@ class Quantizer:
         """The ``video.<field>`` keys LeRobot writes for this quantizer."""
         return {f"video.{name}": getattr(self, name) for name in _DEFAULTS}
 
+    def codes(self, depth: np.ndarray, unit: DepthUnit) -> np.ndarray:
+        """LeRobot's quantizer (``quantize_depth``): depth in ``unit`` to uint16 12-bit codes, computed in float32
+        in that unit as LeRobot computes them (so the codes are the ones its recorder writes)."""
+        values = np.asarray(depth).astype(np.float32)
+        scale = 1.0 if unit == "m" else MM_PER_METRE
+        low, high = np.float32(self.depth_min * scale), np.float32(self.depth_max * scale)
+        if self.use_log:
+            shift = np.float32(self.shift * scale)
+            log_min, log_max = math.log(float(low + shift)), math.log(float(high + shift))
+            norm = (np.log(values + shift) - log_min) / (log_max - log_min)
+        else:
+            norm = (values - low) / (high - low)
+        return np.rint(norm * DEPTH_QMAX).clip(0, DEPTH_QMAX).astype(np.uint16)
+
     def table(self, unit: DepthUnit, exp: Any = None) -> np.ndarray:
         """float32 depth in ``unit`` of every uint16 code (65536 entries: codes past 4095 clip to ``depth_max``
         as LeRobot's arithmetic does). LeRobot computes in float32 with torch: the same operations here, each

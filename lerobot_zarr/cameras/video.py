@@ -9,7 +9,7 @@ video: AV1 (libsvtav1), yuv420p, a keyframe every 2 frames, crf 30, episodes con
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, BinaryIO
@@ -20,7 +20,7 @@ from ..errors import MissingExtraError, import_optional, missing_extra
 from .depth import DEPTH_PIX_FMT
 
 __all__ = ["TOLERANCE_S", "VideoUnavailable", "DecodeLog", "decode_into", "have_pyav", "VideoWriter", "ENCODING",
-           "DEPTH_ENCODING", "PIXEL_FORMATS", "frame_pixels"]
+           "DEPTH_ENCODING", "PIXEL_FORMATS", "frame_pixels", "check_encoder", "encoder_options", "codec_name"]
 
 #: LeRobot's ``tolerance_s``, the one timestamp tolerance of lerobot_zarr: between a dataset timestamp and a decoded
 #: frame's, between consecutive timestamps and 1/fps, and of ``delta_timestamps`` to multiples of 1/fps
@@ -213,6 +213,91 @@ def _match(frames: Any, queries: np.ndarray, sink: Callable[[bytes], None], shap
     return qi
 
 
+def check_encoder(vcodec: str, pix_fmt: str) -> None:
+    """An encoder PyAV has, with a pixel format it takes (``ValueError`` naming them). Without PyAV nothing is
+    checked here: encoding needs it and says so."""
+    try:
+        import av
+    except ImportError:
+        return
+    if vcodec == "auto":
+        raise ValueError("vcodec 'auto': give the codec (LeRobot's RGBEncoderConfig(vcodec='auto') picks one)")
+    try:
+        codec = av.codec.Codec(vcodec, "w")
+    except Exception:
+        raise ValueError(f"Unsupported video codec: {vcodec} with video backend pyav") from None
+    formats = {f.name for f in codec.video_formats or ()}
+    if formats and pix_fmt not in formats:
+        raise ValueError(f"pix_fmt {pix_fmt!r} is not supported by {vcodec} (it takes {sorted(formats)})")
+
+
+def codec_name(vcodec: str) -> str:
+    """The codec's canonical name (what a stream of this encoder says it is: libsvtav1 -> av1), as LeRobot's
+    ``video.codec``."""
+    av = import_optional("av", "encoding videos")
+    return av.codec.Codec(vcodec, "w").canonical_name
+
+
+def encoder_options(encoder: Mapping[str, Any], threads: int | None = None) -> dict[str, str]:
+    """The codec options of LeRobot's encoder settings (``g``, ``crf``, ``preset``, ``fast_decode``,
+    ``extra_options``; ``threads`` its global ``encoder_threads``), translated per codec as LeRobot 0.6.1 does;
+    extra options never override the others. x265 gets closed GOPs (``open-gop=0``, unless given: a decoder seeking
+    to a keyframe then finds every frame after it) and quiet logs."""
+    vcodec, opts = encoder["vcodec"], {}
+
+    def put(key: str, value: Any) -> None:
+        if value is not None:
+            opts[key] = str(value)
+
+    put("g", encoder.get("g"))
+    crf, preset, fast = encoder.get("crf"), encoder.get("preset"), encoder.get("fast_decode")
+    if vcodec == "libsvtav1":
+        put("crf", crf)
+        put("preset", preset)
+        params = [f"fast-decode={max(0, min(2, fast))}"] if fast is not None else []
+        if threads is not None:
+            params.append(f"lp={threads}")
+        if os.environ.get(SVT_PARAMS_ENV):
+            params.append(os.environ[SVT_PARAMS_ENV])
+        if params:
+            put("svtav1-params", ":".join(params))
+    elif vcodec in ("h264", "hevc", "libx264", "libx265"):
+        put("crf", crf)
+        put("preset", preset)
+        if fast:
+            put("tune", "fastdecode")
+        put("threads", threads)
+    elif vcodec == "libaom-av1":
+        put("crf", crf)
+        put("preset", preset)
+        if threads is not None:
+            put("threads", threads)
+            put("row-mt", 1)
+    elif vcodec in ("h264_videotoolbox", "hevc_videotoolbox"):
+        if crf is not None:
+            put("q:v", max(1, min(100, 100 - crf * 2)))
+    elif vcodec in ("h264_nvenc", "hevc_nvenc"):
+        put("rc", 0)
+        put("qp", crf)
+        put("preset", preset)
+    elif vcodec == "h264_vaapi":
+        put("qp", crf)
+    elif vcodec == "h264_qsv":
+        put("global_quality", crf)
+        put("preset", preset)
+    else:
+        put("crf", crf)
+        put("preset", preset)
+    for key, value in (encoder.get("extra_options") or {}).items():
+        if key not in opts:
+            put(key, value)
+    if vcodec in ("hevc", "libx265"):
+        params = opts.get("x265-params", "")
+        extra = [p for p in ("open-gop=0", "log-level=error") if p.split("=")[0] not in params]
+        opts["x265-params"] = ":".join(filter(None, [params, *extra]))
+    return opts
+
+
 class VideoWriter:
     """One LeRobot mp4 file: episodes appended one after the other; ``duration`` is where the next one starts.
     Colour cameras are encoded as LeRobot's default (AV1); depth cameras (``depth``: 12-bit codes, uint16 frames)
@@ -220,24 +305,31 @@ class VideoWriter:
     keyframe (LeRobot's) then finds every frame after it."""
 
     def __init__(self, path: str | os.PathLike, fps: float, width: int, height: int, channels: int = 3, *,
-                 depth: bool = False):
+                 depth: bool = False, encoder: Mapping[str, Any] | None = None, threads: int | None = None):
+        """``encoder``: LeRobot's encoder settings (``vcodec``, ``pix_fmt``, ``g``, ``crf``... as
+        :func:`encoder_options` takes them; ``threads`` LeRobot's ``encoder_threads``); None: LeRobot's default
+        video (:data:`ENCODING`, :data:`DEPTH_ENCODING` for ``depth``)."""
         av = import_optional("av", "encoding videos")
 
         os.environ.setdefault("SVT_LOG", "1")  # SVT-AV1 prints its banner and settings to stderr otherwise
         self.fps = Fraction(fps).limit_denominator(1001)
         self.depth = depth
-        encoding = DEPTH_ENCODING if depth else ENCODING
-        self.container = av.open(str(path), mode="w")
-        self.stream = self.container.add_stream(encoding["vcodec"], rate=self.fps)
-        self.stream.width, self.stream.height = width, height
-        self.stream.pix_fmt = encoding["pix_fmt"]
-        options = {"g": str(encoding["g"]), "crf": str(encoding["crf"])}
-        if depth:
-            options["x265-params"] = DEPTH_ENCODING["extra_options"]["x265-params"] + ":log-level=error"
+        if encoder is not None:
+            vcodec, pix_fmt, options = encoder["vcodec"], encoder["pix_fmt"], encoder_options(encoder, threads)
         else:
-            options["preset"] = str(encoding["preset"])
-            if os.environ.get(SVT_PARAMS_ENV):
-                options["svtav1-params"] = os.environ[SVT_PARAMS_ENV]
+            encoding = DEPTH_ENCODING if depth else ENCODING
+            vcodec, pix_fmt = encoding["vcodec"], encoding["pix_fmt"]
+            options = {"g": str(encoding["g"]), "crf": str(encoding["crf"])}
+            if depth:
+                options["x265-params"] = DEPTH_ENCODING["extra_options"]["x265-params"] + ":log-level=error"
+            else:
+                options["preset"] = str(encoding["preset"])
+                if os.environ.get(SVT_PARAMS_ENV):
+                    options["svtav1-params"] = os.environ[SVT_PARAMS_ENV]
+        self.container = av.open(str(path), mode="w")
+        self.stream = self.container.add_stream(vcodec, rate=self.fps)
+        self.stream.width, self.stream.height = width, height
+        self.stream.pix_fmt = pix_fmt
         self.stream.options = options
         self.format = DEPTH_PIX_FMT if depth else PIXEL_FORMATS[channels]
         self.frames = 0

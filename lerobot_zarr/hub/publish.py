@@ -66,7 +66,7 @@ class Publisher:
     """Pushes a LeRobot v3.0 folder to ``repo_id`` on ``branch`` (see the module docstring)."""
 
     def __init__(self, repo_id: str, *, branch: str = "main", token: str | bool | None = None,
-                 private: bool = False, progress: bool = True):
+                 private: bool | None = False, progress: bool = True):
         self.repo_id, self.branch, self.token, self.private, self.progress = repo_id, branch, token, private, progress
         self.endpoint = hub_endpoint()
         self.api = hf_api(self.endpoint, token)
@@ -166,14 +166,18 @@ class Publisher:
                                           f"another repo or branch; the remote is unchanged")
 
     # ------------------------------------------------------------------------------------------------ publish
-    def publish(self, folder: Path, commit_message: str | None) -> str | None:
+    def publish(self, folder: Path, commit_message: str | None, *, tag: bool = True,
+                keep: Callable[[str], bool] | None = None) -> str | None:
         """Commit the files of ``folder`` that differ from the branch's (and delete the branch's stale LeRobot
-        files), then point tag v3.0 at the head. Returns the new commit, or None if nothing changed."""
+        files), then point tag v3.0 at the head (unless ``tag`` is False). ``keep``: which paths may be uploaded or
+        removed (None: all). Returns the new commit, or None if nothing changed."""
         from huggingface_hub import CommitOperationAdd, CommitOperationDelete
 
         local = {p.relative_to(folder).as_posix(): identity(p) for p in sorted(folder.rglob("*")) if p.is_file()}
         changed = [rel for rel, ids in local.items() if self.remote.get(rel) not in ids.values()]
         stale = [rel for rel in self.remote if rel.startswith(("data/", "meta/", "videos/")) and rel not in local]
+        if keep is not None:
+            changed, stale = [rel for rel in changed if keep(rel)], [rel for rel in stale if keep(rel)]
         self._local = local
         new = None
         if changed or stale or self.head is None:
@@ -192,7 +196,8 @@ class Publisher:
             except _Failed as failure:
                 raise self._after_commit_failure(failure) from failure.cause
             new = check_commit(info.oid, Where(self.repo_id, self.branch), self.branch)
-        self._retag(new or self.head or self.base, moved=new is not None)
+        if tag:
+            self._retag(new or self.head or self.base, moved=new is not None)
         return new
 
     def _retag(self, tip: str | None, *, moved: bool) -> None:

@@ -1,6 +1,8 @@
 """The ``LeRobotDataset`` drop-in: LeRobot 0.6.1's dataset class for everything that reads (its constructor, items,
-slices, transforms, ``meta``, ``push_to_hub``) served from a lerobot_zarr store; its DataLoader batches made by one
-``get_batch`` (the batched fetch of :mod:`.torch_collate`). Its metadata types are :mod:`.lerobot_meta`'s."""
+slices, transforms, ``meta``) served from a lerobot_zarr store; its DataLoader batches made by one ``get_batch`` (the
+batched fetch of :mod:`.torch_collate`). Its metadata types are :mod:`.lerobot_meta`'s; its recording API
+(``create``, ``resume``, ``add_frame``, ``save_episode``, ``finalize``, ``push_to_hub``...) is
+:mod:`.lerobot_recording`'s, whose datasets open this reading side on their store once finalized."""
 
 from __future__ import annotations
 
@@ -21,17 +23,17 @@ from torch.utils.data import Dataset  # noqa: E402
 from ..cameras.depth import DEPTH_UNITS  # noqa: E402
 from ..lerobot.format import CAMERA_DTYPES  # noqa: E402
 from ..lerobot.source_files import is_lerobot_folder  # noqa: E402
-from .lerobot_meta import LeRobotDatasetMetadata, is_store, local_source  # noqa: E402
+from .lerobot_meta import LeRobotDatasetMetadata, episode_tasks, is_store, local_source  # noqa: E402
+from .lerobot_recording import VIDEO_BACKENDS, LeRobotRecording  # noqa: E402
 from .torch_collate import batch_items  # noqa: E402
 from .torch_memory import to_tensors  # noqa: E402
 
 __all__ = ["LeRobotDataset", "LeRobotDatasetMetadata"]
 
 logger = logging.getLogger(__name__)
-VIDEO_BACKENDS = ("torchcodec", "pyav", "video_reader")  # LeRobot's names; decoding here is PyAV's either way
 
 
-class LeRobotDataset(Dataset):
+class LeRobotDataset(LeRobotRecording, Dataset):
     """LeRobot 0.6.1's ``LeRobotDataset`` for reading, served from a lerobot_zarr store (made on first use, see
     :func:`lerobot_zarr.open_dataset`): the same arguments in the same places, the same items (tensors of LeRobot's
     dtypes: floats float32, integers int64, 0-d for shape-(1,) features; cameras float32 CHW in [0, 1]; depth in
@@ -52,7 +54,11 @@ class LeRobotDataset(Dataset):
     ``revision``, ``token``.
     ``video_backend`` is accepted (LeRobot's names) and changes nothing: frames are decoded with PyAV, identical to
     LeRobot's decode. The recording arguments (``batch_encoding_size``, encoders, ``streaming_encoding``...) are
-    LeRobot's deprecated way to resume recording: the drop-in reads, so values asking for a recorder are refused.
+    LeRobot's deprecated way to resume recording from here: values asking for a recorder are refused (use
+    ``LeRobotDataset.resume``).
+
+    Recording is LeRobot's too: ``LeRobotDataset.create(repo_id, fps, features, ...)`` and ``resume(...)`` record
+    into a crash-safe store (:mod:`.lerobot_recording`); such a dataset reads once ``finalize()`` was called.
 
     Our own, keyword-only: ``store`` (where the store of a local LeRobot folder lives; default the cache) and
     ``batched_fetch``: in a plain ``DataLoader(ds, batch_size=B)`` each batch is one ``get_batch`` (torch's batched
@@ -60,8 +66,6 @@ class LeRobotDataset(Dataset):
     ``default_collate`` takes back into exactly LeRobot's batch (docs/torch.md); a ``collate_fn`` of your own that
     reads items one by one gets a ``TypeError`` saying so: pass ``batched_fetch=False`` for real items.
     """
-
-    writer = None  # LeRobot's recorder: none, the drop-in reads
 
     def __init__(self, repo_id: str, root: str | os.PathLike | None = None, episodes: list[int] | None = None,
                  episode_filter: Callable[[dict], bool] | None = None, image_transforms: Callable | None = None,
@@ -81,8 +85,8 @@ class LeRobotDataset(Dataset):
             raise ValueError(f"Unsupported video backend: {video_backend}")
         if streaming_encoding or batch_encoding_size != 1:
             raise ArgumentError("streaming_encoding / batch_encoding_size ask LeRobotDataset.__init__ to resume "
-                                "recording (deprecated in LeRobot); lerobot_zarr's LeRobotDataset reads: record with "
-                                "LeRobot's LeRobotDataset.resume(), or lerobot_zarr.create()")
+                                "recording (deprecated in LeRobot): use LeRobotDataset.resume(repo_id, root=..., "
+                                "streaming_encoding=..., batch_encoding_size=...)")
         self.repo_id = repo_id
         self.tolerance_s = tolerance_s
         self.delta_timestamps = delta_timestamps
@@ -90,7 +94,15 @@ class LeRobotDataset(Dataset):
         self.batched_fetch = batched_fetch
         self._return_uint8 = bool(return_uint8)
         self._depth_output_unit = depth_output_unit
+        self._open(root, episodes, episode_filter, revision, force_cache_sync, token, store, download_videos)
 
+    # -- opening ---------------------------------------------------------------------------------------------
+    def _open(self, root: str | os.PathLike | None, episodes: list[int] | None,
+              episode_filter: Callable[[dict], bool] | None, revision: str | None, force_cache_sync: bool,
+              token: str | bool | None, store: str | os.PathLike | None, download_videos: bool) -> None:
+        """The reading side: the store serving ``repo_id`` (made or fetched if need be), ``meta`` and the plan of
+        items. ``__init__`` opens it at once; a recorded dataset when first read after ``finalize()``."""
+        repo_id, delta_timestamps, tolerance_s = self.repo_id, self.delta_timestamps, self.tolerance_s
         local = local_source(repo_id, root, force_cache_sync)
         self._folder = local if local is not None and not is_store(local) else None
         self.root = Path(root) if root is not None else local
@@ -101,7 +113,7 @@ class LeRobotDataset(Dataset):
         into_root = local is None and root is not None and not is_lerobot_folder(Path(root).expanduser())
         common = dict(root=root if store is None and into_root else store,
                       revision=None if local is not None else revision, token=token, image_format="uint8_hwc",
-                      depth_unit=depth_output_unit)
+                      depth_unit=self._depth_output_unit)
         deltas = None
         if episode_filter is not None or delta_timestamps is not None:  # decided on the metadata, before any fetch
             from ..api import open_dataset
@@ -124,27 +136,20 @@ class LeRobotDataset(Dataset):
         self._plan(download_videos)
         self._frames: Any = None
 
-    # -- opening ---------------------------------------------------------------------------------------------
+    def _open_if_needed(self) -> None:
+        """A recorded dataset's reading side, opened on its store when first read (after ``finalize()``), with the
+        reading attributes as they are then (``episodes``, ``delta_timestamps``, ``image_transforms``...)."""
+        if self.dataset is None:
+            self._check_readable()
+            self._open(self.root, self.episodes, None, None, False, None, None, True)
+
     def _make_meta(self, meta: Any, episode_tasks: Callable[[], list[list[str]]] | None,
                    left_out: Iterable[str]) -> LeRobotDatasetMetadata:
         return LeRobotDatasetMetadata.of_store(meta, repo_id=self.repo_id, root=self.root, revision=self.revision,
                                                folder=self._folder, episode_tasks=episode_tasks, left_out=left_out)
 
     def _episode_tasks(self) -> list[list[str]]:
-        """Each episode's tasks, in the order its frames first name them (episodes the store does not hold: their
-        first task)."""
-        from ..sampling.dataset import LeRobotZarrDataset
-
-        meta = self.dataset.meta
-        out = []
-        with LeRobotZarrDataset(self.dataset.root) as every:
-            for e, first in enumerate(meta.episode_task_index.tolist()):
-                if meta.materialized_episodes[e]:
-                    index = np.asarray(every.episode(e, features=["task_index"])["task_index"]).reshape(-1)
-                    out.append([meta.tasks[t] for t in dict.fromkeys(index.tolist())])
-                else:
-                    out.append([meta.tasks[first]] if first >= 0 else [])
-        return out
+        return episode_tasks(self.dataset.meta)
 
     def _plan(self, download_videos: bool) -> None:
         """How each camera comes out of an item, decided once."""
@@ -162,12 +167,17 @@ class LeRobotDataset(Dataset):
     # -- LeRobot's properties ----------------------------------------------------------------------------------
     fps = property(lambda self: self.meta.fps)
     features = property(lambda self: self.meta.features)
-    num_frames = property(lambda self: len(self.dataset))
     depth_output_unit = property(lambda self: self._depth_output_unit)
+
+    @property
+    def num_frames(self) -> int:
+        """Frames of the selected episodes (while recording: of the saved episodes, LeRobot's ``meta.total_frames``)."""
+        return self.meta.total_frames if self.dataset is None else len(self.dataset)
 
     @property
     def left_out(self) -> dict[str, str]:
         """The features of ``meta.features`` that items lack, each with why (lerobot_zarr's; warned at open)."""
+        self._open_if_needed()
         skipped = {k: "download_videos=False" for k in sorted(self._skip)}
         return {**self.dataset.left_out, **skipped}
 
@@ -176,11 +186,12 @@ class LeRobotDataset(Dataset):
         return len(self.episodes) if self.episodes is not None else self.meta.total_episodes
 
     def __len__(self) -> int:
-        return len(self.dataset)
+        return self.num_frames
 
     # -- items -------------------------------------------------------------------------------------------------
     def __getitem__(self, idx: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
         """Frame ``idx`` (negative from the end) as LeRobot's item, or a list of them for a slice."""
+        self._open_if_needed()
         if isinstance(idx, slice):
             return [self[i] for i in range(*idx.indices(len(self)))]
         item = to_tensors(self._convert(self.dataset[operator.index(idx)], batch=False))
@@ -196,6 +207,7 @@ class LeRobotDataset(Dataset):
         ``default_collate`` takes back into LeRobot's batch in one step. With language columns, items of their own
         (views of the batch): LeRobot collates those with its own function (``lerobot_collate_fn``), which reads
         items one by one. With ``image_transforms``, which apply per item: item by item."""
+        self._open_if_needed()
         if self.image_transforms is not None or not self.batched_fetch:
             return [self[i] for i in indices]
         batch = self._convert(self.dataset.get_batch(np.asarray(indices, dtype=np.int64)), batch=True)
@@ -230,6 +242,7 @@ class LeRobotDataset(Dataset):
         ``hf_dataset`` gives them (tensors of LeRobot's dtypes, text as ``str``), made when first asked for, for code
         that reads it (``select_columns``, LeRobot's quantile-stats script...). Not LeRobot's Arrow table: cameras
         and language columns are not in it (items have them)."""
+        self._open_if_needed()
         if self._frames is None:
             self._frames = _frame_table(self.dataset, self.meta.features, self.episodes)
         return self._frames
@@ -251,41 +264,6 @@ class LeRobotDataset(Dataset):
     def clear_image_transforms(self) -> None:
         """Remove the transform applied to the cameras."""
         self.image_transforms = None
-
-    # -- LeRobot's recording API, on a dataset that reads ----------------------------------------------------
-    def _read_only(self, method: str) -> RuntimeError:
-        return RuntimeError(f"Cannot call '{method}()' on a read-only dataset. Use LeRobotDataset.create() for new "
-                            f"recording or LeRobotDataset.resume() for resume recording (LeRobot's own class: "
-                            f"lerobot_zarr's drop-in reads).")
-
-    def add_frame(self, frame: dict) -> None:
-        raise self._read_only("add_frame")
-
-    def save_episode(self, episode_data: dict | None = None, parallel_encoding: bool = True) -> None:
-        raise self._read_only("save_episode")
-
-    def clear_episode_buffer(self, delete_images: bool = True) -> None:
-        raise self._read_only("clear_episode_buffer")
-
-    def has_pending_frames(self) -> bool:
-        return False
-
-    def finalize(self) -> None:
-        """Nothing to flush: the dataset reads (LeRobot's ``finalize`` of a read-only dataset does nothing either)."""
-
-    def push_to_hub(self, branch: str | None = None, tags: list | None = None, license: str | None = "apache-2.0",
-                    tag_version: bool = True, push_videos: bool = True, private: bool | None = None,
-                    allow_patterns: list[str] | str | None = None, upload_large_folder: bool = False,
-                    **card_kwargs: Any) -> str | None:
-        """Publish the store as LeRobot v3.0 to ``repo_id`` at ``branch`` (one commit; see
-        ``LeRobotZarrDataset.push``); LeRobot's other options about how its folder is uploaded do not apply and must
-        keep their defaults."""
-        if tags or license != "apache-2.0" or not tag_version or not push_videos or allow_patterns is not None \
-                or upload_large_folder or card_kwargs:
-            raise ArgumentError("push_to_hub: tags, license, tag_version, push_videos, allow_patterns, "
-                                "upload_large_folder and dataset card fields are not supported by lerobot_zarr's "
-                                "drop-in (it publishes the store as LeRobot v3.0 in one commit)")
-        return self.dataset.push(self.repo_id, revision=branch, private=bool(private), videos=None)
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}({{\n    Repository ID: '{self.repo_id}',\n    Number of selected episodes: "

@@ -22,7 +22,8 @@ from ..cameras.depth import depth_stats, is_depth_feature
 from ..errors import ArgumentError, import_optional
 from ..lerobot.format import CAMERA_DTYPES, LANGUAGE_EVENTS, LANGUAGE_PERSISTENT
 
-__all__ = ["CODEBASE_VERSION", "DatasetInfo", "LeRobotDatasetMetadata", "is_store", "lerobot_home", "local_source"]
+__all__ = ["CODEBASE_VERSION", "DatasetInfo", "LeRobotDatasetMetadata", "episode_tasks", "is_store", "lerobot_home",
+           "local_source"]
 
 CODEBASE_VERSION = "v3.0"
 
@@ -359,6 +360,22 @@ class LeRobotDatasetMetadata:
         return (f"{type(self).__name__}({{\n    Repository ID: '{self.repo_id}',\n    Total episodes: "
                 f"'{self.total_episodes}',\n    Total frames: '{self.total_frames}',\n    Features: "
                 f"'{list(self.features)}',\n}})',\n")
+
+
+def episode_tasks(meta: Any) -> list[list[str]]:
+    """Each episode's tasks in a store (``meta``: its DatasetMeta), in the order its frames first name them (episodes
+    the store does not hold: their first task)."""
+    from ..sampling.dataset import LeRobotZarrDataset
+
+    out = []
+    with LeRobotZarrDataset(meta.root) as every:
+        for e, first in enumerate(meta.episode_task_index.tolist()):
+            if meta.materialized_episodes[e]:
+                index = np.asarray(every.episode(e, features=["task_index"])["task_index"]).reshape(-1)
+                out.append([meta.tasks[t] for t in dict.fromkeys(index.tolist())])
+            else:
+                out.append([meta.tasks[first]] if first >= 0 else [])
+    return out
 
 
 def is_store(path: Path) -> bool:

@@ -163,16 +163,23 @@ def _sample_indices(n: int) -> np.ndarray:
     return np.round(np.linspace(0, n - 1, count)).astype(np.int64)
 
 
+def _sampled(frames: Any) -> np.ndarray:
+    """LeRobot's sample of camera frames (T, H, W, C): some frames, downsampled past 300 pixels; only the pixels
+    sampled are read (``frames``: an array, a memory map, or anything indexed as one)."""
+    height, width = frames.shape[1:3]
+    index = _sample_indices(len(frames))
+    if max(height, width) >= 300:
+        step = int(width / 150) if width > height else int(height / 150)
+        return frames[index, ::step, ::step]
+    return frames[index]
+
+
 def image_stats(frames: np.ndarray) -> dict[str, np.ndarray]:
     """Per-channel stats of uint8 (T, H, W, C) frames scaled to [0, 1], shape (C, 1, 1), as LeRobot computes them
     (on its sample of frames, downsampled past 300 pixels; ``count`` is the number of frames sampled).
 
     Exact for uint8 and fast: every statistic comes from one 256-bin histogram per channel."""
-    sample = frames[_sample_indices(len(frames))]
-    height, width = sample.shape[1:3]
-    if max(height, width) >= 300:
-        step = int(width / 150) if width > height else int(height / 150)
-        sample = sample[:, ::step, ::step]
+    sample = _sampled(frames)
     channels = sample.shape[-1]
     flat = sample.reshape(-1, channels)
     n = len(flat)
@@ -199,11 +206,7 @@ def image_stats(frames: np.ndarray) -> dict[str, np.ndarray]:
 def depth_map_stats(frames: np.ndarray) -> dict[str, np.ndarray]:
     """Stats of depth frames (T, H, W, 1) in their unit, as LeRobot computes a depth camera's: on its sample of
     frames (downsampled past 300 pixels), not scaled, shape (1, 1, 1); ``count`` is the number of frames sampled."""
-    sample = frames[_sample_indices(len(frames))]
-    height, width = sample.shape[1:3]
-    if max(height, width) >= 300:
-        step = int(width / 150) if width > height else int(height / 150)
-        sample = sample[:, ::step, ::step]
+    sample = _sampled(frames)
     flat = sample.reshape(-1, 1).astype(np.float64)
     stats = per_episode_stats(flat, np.array([len(flat)]))
     out = {name: value.reshape(1, 1, 1) for name, value in stats.items() if name != "count"}

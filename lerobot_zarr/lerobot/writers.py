@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import pathlib
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -281,11 +282,55 @@ def write_info(root: pathlib.Path, *, robot_type: str | None, lengths: np.ndarra
     return info
 
 
-def write_card(root: pathlib.Path, info: dict) -> None:
-    """The dataset card ``README.md``, as LeRobot writes it (the Hub reads its YAML header)."""
+def write_card(root: pathlib.Path, info: dict, card: Mapping[str, Any] | None = None) -> None:
+    """The dataset card ``README.md``, as LeRobot writes it (the Hub reads its YAML header). ``card``: the fields of
+    LeRobot's card template (``tags`` added to "LeRobot", ``license`` (None: none), ``repo_id``,
+    ``dataset_description``, ``url``, ``paper``, ``citation_bibtex``), as ``push_to_hub`` gives them."""
+    structure = f"[meta/info.json](meta/info.json):\n```json\n{json.dumps(info, indent=4)}\n```\n"
+    if card is None:
+        (root / "README.md").write_text(
+            "---\nlicense: apache-2.0\ntask_categories:\n- robotics\ntags:\n- LeRobot\nconfigs:\n- config_name: "
+            "default\n  data_files: data/*/*.parquet\n---\n\n"
+            "This dataset uses the [LeRobot](https://github.com/huggingface/lerobot) v3.0 format. It was written by "
+            f"lerobot_zarr from a local store.\n\n## Dataset structure\n\n{structure}", encoding="utf-8")
+        return
+    header = {"license": card.get("license"), "task_categories": ["robotics"],
+              "tags": ["LeRobot", *(card.get("tags") or [])],
+              "configs": [{"config_name": "default", "data_files": "data/*/*.parquet"}]}
+    header = {k: v for k, v in header.items() if v is not None}
+    more = "[More Information Needed]"
+    repo_id = card.get("repo_id")
+    badge = (f'<a class="flex" href="https://huggingface.co/spaces/lerobot/visualize_dataset?path={repo_id}">\n'
+             '<img class="block dark:hidden" src="https://huggingface.co/datasets/huggingface/badges/resolve/main/'
+             'visualize-this-dataset-xl.svg"/>\n<img class="hidden dark:block" src="https://huggingface.co/datasets/'
+             'huggingface/badges/resolve/main/visualize-this-dataset-xl-dark.svg"/>\n</a>\n\n') if repo_id else ""
     (root / "README.md").write_text(
-        "---\nlicense: apache-2.0\ntask_categories:\n- robotics\ntags:\n- LeRobot\nconfigs:\n- config_name: default\n"
-        "  data_files: data/*/*.parquet\n---\n\n"
-        "This dataset uses the [LeRobot](https://github.com/huggingface/lerobot) v3.0 format. It was written by "
-        "lerobot_zarr from a local store.\n\n## Dataset structure\n\n[meta/info.json](meta/info.json):\n"
-        f"```json\n{json.dumps(info, indent=4)}\n```\n", encoding="utf-8")
+        f"---\n{_yaml(header)}---\n\nThis dataset was created using [LeRobot](https://github.com/huggingface/lerobot)."
+        f"\n\n{badge}## Dataset Description\n\n{card.get('dataset_description') or ''}\n\n"
+        f"- **Homepage:** {card.get('url') or more}\n- **Paper:** {card.get('paper') or more}\n"
+        f"- **License:** {card.get('license') or more}\n\n## Dataset Structure\n\n{structure}\n## Citation\n\n"
+        f"**BibTeX:**\n\n```bibtex\n{card.get('citation_bibtex') or more}\n```\n", encoding="utf-8")
+
+
+def _yaml(value: Any, indent: str = "") -> str:
+    """The card's YAML header (mappings, lists, strings: JSON-quoted where YAML could read them otherwise)."""
+    out = []
+    for key, v in value.items():
+        if isinstance(v, list):
+            out.append(f"{indent}{key}:\n")
+            for item in v:
+                if isinstance(item, dict):
+                    first, *rest = _yaml(item, indent + "  ").splitlines(keepends=True)
+                    out.append(f"{indent}- {first.lstrip()}{''.join(rest)}")
+                else:
+                    out.append(f"{indent}- {_scalar(item)}\n")
+        else:
+            out.append(f"{indent}{key}: {_scalar(v)}\n")
+    return "".join(out)
+
+
+def _scalar(value: Any) -> str:
+    text = str(value)
+    plain = text and text.replace("-", "").replace("_", "").replace(".", "").replace("/", "").replace("*", "x") \
+        .isalnum() and text[0] not in "-*" and text.lower() not in ("true", "false", "null", "yes", "no", "on", "off")
+    return text if plain else json.dumps(text)

@@ -15,7 +15,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -85,12 +85,14 @@ def _reader(dataset: Any) -> LeRobotZarrDataset:
 
 def to_lerobot(dataset: LeRobotZarrDataset | str | os.PathLike, path: str | os.PathLike, *,
                data_files_size_in_mb: int = 100, video_files_size_in_mb: int = 200, videos: bool | None = None,
-               progress: bool = True) -> Path:
+               progress: bool = True, card: dict[str, Any] | None = None, encoder_threads: int | None = None) -> Path:
     """Export a complete store to a new LeRobot v3.0 folder at ``path`` (written aside, then renamed in place).
 
     Cameras go out as the source had them (``videos=None``): mp4 videos (AV1, LeRobot's encoding, episodes
     concatenated per file) or PNG image features; ``videos=True`` / ``False`` makes every camera a video / an
-    image feature. A camera some episodes lack (missing source videos) is left out, with a warning."""
+    image feature. A camera some episodes lack (missing source videos) is left out, with a warning. A camera
+    recorded with encoder settings (``LeRobotDataset.create``'s ``rgb_encoder``...) is encoded with them
+    (``encoder_threads``: LeRobot's). ``card``: the dataset card's fields (``lerobot.writers.write_card``)."""
     ds = _reader(dataset)
     path = Path(path)
     if path.exists() and (not path.is_dir() or any(path.iterdir())):
@@ -104,7 +106,7 @@ def to_lerobot(dataset: LeRobotZarrDataset | str | os.PathLike, path: str | os.P
 
         raise disk_error(exc, path) from None
     try:
-        _write(ds, tmp, data_files_size_in_mb, video_files_size_in_mb, videos, progress)
+        _write(ds, tmp, data_files_size_in_mb, video_files_size_in_mb, videos, progress, card, encoder_threads)
         if path.exists():
             path.rmdir()
         os.replace(tmp, path)
@@ -159,13 +161,43 @@ def _features(ds: LeRobotZarrDataset, videos: bool | None) -> dict:
         height, width, channels = specs[k].frame_shape
         features[k] = {"dtype": "video" if k in as_video else "image", "shape": [height, width, channels],
                        "names": features.get(k, {}).get("names") or ["height", "width", "channels"]}
-        if k in depth:
+        encoder = recorded_encoder(info["features"].get(k, {})) if k in as_video else None
+        if encoder is not None:
+            features[k]["info"] = _recorded_video_info(info["features"][k], encoder, height, width, channels,
+                                                       info["fps"], k in depth)
+        elif k in depth:
             features[k]["info"] = _depth_info(info["features"][k], k in as_video, height, width, info["fps"])
         elif k in as_video and specs[k].storage == "mp4" and not specs[k].resize and "info" in info["features"][k]:
             features[k]["info"] = info["features"][k]["info"]  # the source's files go out as they are
         elif k in as_video:
             features[k]["info"] = video_info(height, width, channels, info["fps"], ENCODING["pix_fmt"])
     return features
+
+
+def recorded_encoder(feature: dict) -> dict[str, Any] | None:
+    """The encoder settings a recorder kept in a video feature's ``info`` (LeRobot's ``video.<field>`` keys, with
+    ``video.vcodec``, which LeRobot's info never has), or None: the feature is encoded as LeRobot's default."""
+    recorded = feature.get("info") or {}
+    if "video.vcodec" not in recorded:
+        return None
+    return {k[len("video."):]: v for k, v in recorded.items() if k.startswith("video.")}
+
+
+def _recorded_video_info(feature: dict, encoder: dict[str, Any], height: int, width: int, channels: int,
+                         fps: float, depth: bool) -> dict[str, Any]:
+    """A recorded video's ``info`` as LeRobot 0.6.1's recorder writes it (``get_video_info``): the stream's keys,
+    then the encoder's fields (``vcodec`` aside), ``is_depth_map`` and a depth camera's unit."""
+    from ..cameras.video import codec_name
+
+    out = video_info(height, width, 1 if depth else channels, fps, encoder["pix_fmt"])
+    out.pop("video.is_depth_map")
+    out["video.codec"] = codec_name(encoder["vcodec"])
+    out.update({f"video.{k}": v for k, v in encoder.items() if k != "vcodec" and f"video.{k}" not in out})
+    out["is_depth_map"] = depth
+    unit = (feature.get("info") or {}).get("depth_unit")
+    if depth and unit is not None:
+        out["depth_unit"] = unit
+    return out
 
 
 def _depth_info(feature: dict, video: bool, height: int, width: int, fps: float) -> dict:
@@ -186,7 +218,7 @@ def _depth_info(feature: dict, video: bool, height: int, width: int, fps: float)
 
 
 def _write(ds: LeRobotZarrDataset, root: Path, size_mb: int, video_size_mb: int, videos: bool | None,
-           progress: bool) -> None:
+           progress: bool, card: dict[str, Any] | None = None, encoder_threads: int | None = None) -> None:
     """Every file of the LeRobot v3.0 dataset, one writer each: data files (with the per-episode stats and tasks
     they yield), videos, then the metadata files and our index."""
     from ..lerobot.writers import write_card, write_episodes_table, write_info, write_stats, write_tasks
@@ -205,7 +237,7 @@ def _write(ds: LeRobotZarrDataset, root: Path, size_mb: int, video_size_mb: int,
                   f"({selected[:10]}{'...' if n_episodes > 10 else ''}), renumbered 0..{n_episodes - 1}")
     as_video = _video_keys(ds, videos)
     data = _write_data_files(ds, root, selected, as_video, size_mb, progress)
-    places = {k: _write_videos(ds, root, k, selected, video_size_mb, progress) for k in as_video}
+    places = {k: _write_videos(ds, root, k, selected, video_size_mb, progress, encoder_threads) for k in as_video}
     write_episodes_table(root, tasks=data.tasks, lengths=lengths, data_files=(data.chunk, data.file),
                          videos={k: tuple(zip(*p, strict=True)) for k, p in places.items()}, stats=data.stats)
     write_tasks(root, meta.tasks)
@@ -214,7 +246,7 @@ def _write(ds: LeRobotZarrDataset, root: Path, size_mb: int, video_size_mb: int,
                       fps=meta.info["fps"], features=_features(ds, videos), data_files_size_in_mb=size_mb,
                       video_files_size_in_mb=video_size_mb,
                       extra={k: meta.info[k] for k in _INFO_KEPT if meta.info.get(k) is not None})
-    write_card(root, info)
+    write_card(root, info, card)
     write_index(root, info=info, tasks=list(meta.tasks), stats=stats, length=lengths.tolist(),
                 data_file=data.rel, file_row=data.file_row, episode_tasks=data.tasks,
                 videos={k: [(video_file_rel(k, *p[:2]), p[2]) for p in ps] for k, ps in places.items()})
@@ -283,7 +315,7 @@ def _write_data_files(ds: LeRobotZarrDataset, root: Path, selected: list[int], a
 
 
 def _write_videos(ds: LeRobotZarrDataset, root: Path, key: str, selected: list[int], size_mb: int,
-                  progress: bool) -> list[tuple[int, int, float, float]]:
+                  progress: bool, encoder_threads: int | None = None) -> list[tuple[int, int, float, float]]:
     """One camera's mp4 files; per episode its ``(chunk_index, file_index, from_timestamp, to_timestamp)``.
     One camera at a time: two live SVT-AV1 encoders in a process have been seen to hang."""
     spec = ds.array_specs[key]
@@ -291,7 +323,8 @@ def _write_videos(ds: LeRobotZarrDataset, root: Path, key: str, selected: list[i
         return _copy_mp4(ds, root, key, selected)
     lengths = ds.meta.episode_length[selected].tolist()
     out = _VideoFiles(root, key, float(ds.meta.info["fps"]), spec.frame_shape, size_mb,
-                      depth=key in ds.meta.depth_keys)
+                      depth=key in ds.meta.depth_keys, encoder=recorded_encoder(ds.meta.info["features"].get(key, {})),
+                      threads=encoder_threads)
     places = []
     try:
         with progress_bar(sum(lengths), f"encoding {key}", progress) as bar:
@@ -331,8 +364,9 @@ class _VideoFiles:
     threads make the size of a file still being written vary from run to run."""
 
     def __init__(self, root: Path, key: str, fps: float, frame_shape: tuple[int, ...], size_mb: int,
-                 depth: bool = False):
+                 depth: bool = False, encoder: dict[str, Any] | None = None, threads: int | None = None):
         self.root, self.key, self.fps, self.depth = root, key, fps, depth
+        self.encoder, self.threads = encoder, threads
         self.height, self.width, self.channels = frame_shape
         self.limit = size_mb * 2**20 * _AV1_RATIO
         self.number = 0
@@ -346,7 +380,8 @@ class _VideoFiles:
             path = self.root / video_file_rel(self.key, chunk, file)
             path.parent.mkdir(parents=True, exist_ok=True)
             self.path = path
-            self.writer = VideoWriter(path, self.fps, self.width, self.height, self.channels, depth=self.depth)
+            self.writer = VideoWriter(path, self.fps, self.width, self.height, self.channels, depth=self.depth,
+                                      encoder=self.encoder, threads=self.threads)
         start, stop = self.writer.add(frames)
         self.raw += frames.nbytes
         if self.raw >= self.limit:
@@ -380,8 +415,11 @@ def check_push(dataset: LeRobotZarrDataset | None, repo_id: str, *, revision: st
 
 
 def push(dataset: LeRobotZarrDataset | str | os.PathLike, repo_id: str, *, revision: str | None = None,
-         private: bool = False, token: str | bool | None = None, commit_message: str | None = None,
-         videos: bool | None = None, progress: bool = True) -> str | None:
+         private: bool | None = False, token: str | bool | None = None, commit_message: str | None = None,
+         videos: bool | None = None, progress: bool = True, card: dict[str, Any] | None = None,
+         tag_version: bool = True, videos_pushed: bool = True, allow_patterns: Sequence[str] | str | None = None,
+         encoder_threads: int | None = None, data_files_size_in_mb: int = 100,
+         video_files_size_in_mb: int = 200) -> str | None:
     """Publish a complete store to a Hub dataset repo as LeRobot v3.0, in one commit, tagged ``v3.0``.
 
     Before exporting anything: the dataset holds whole episodes, all of the store's or a :meth:`select` of them
@@ -392,6 +430,11 @@ def push(dataset: LeRobotZarrDataset | str | os.PathLike, repo_id: str, *, revis
     commit is made. ``progress=False`` also hides huggingface_hub's upload bars. An error says what the remote holds
     then; running push again completes a push that failed after its commit (see :mod:`lerobot_zarr.hub.publish`).
     Returns the new commit sha, or None when nothing changed.
+
+    LeRobot's ``push_to_hub`` options: ``card`` (the dataset card's fields), ``tag_version=False`` (tag v3.0 left
+    where it is), ``videos_pushed=False`` (no file under ``videos/`` uploaded or removed), ``allow_patterns`` (only
+    the files matching them uploaded or removed, as huggingface_hub matches them), ``private=None`` (a new repo
+    takes the Hub's default visibility), the sizes of the data and video files (``to_lerobot``'s).
     """
     from ..hub.http import parse_repo_id
     from ..hub.publish import Publisher
@@ -404,6 +447,26 @@ def push(dataset: LeRobotZarrDataset | str | os.PathLike, repo_id: str, *, revis
     publisher.check_same_dataset({"features": _features(ds, videos), "fps": ds.meta.info["fps"],
                                   "robot_type": ds.meta.info.get("robot_type")})
     with tempfile.TemporaryDirectory(prefix="lerobot_zarr-push-") as tmp:
-        out = to_lerobot(ds, Path(tmp) / "dataset", videos=videos, progress=progress)
+        out = to_lerobot(ds, Path(tmp) / "dataset", videos=videos, progress=progress, card=card,
+                         encoder_threads=encoder_threads, data_files_size_in_mb=data_files_size_in_mb,
+                         video_files_size_in_mb=video_files_size_in_mb)
         publisher.check_same_dataset(json.loads((out / "meta/info.json").read_text()))
-        return publisher.publish(out, commit_message)
+        return publisher.publish(out, commit_message, tag=tag_version, keep=_kept(videos_pushed, allow_patterns))
+
+
+def _kept(videos_pushed: bool, allow_patterns: Sequence[str] | str | None) -> Callable[[str], bool] | None:
+    """Which of the exported files a push may upload or remove (None: all), as LeRobot's ``push_to_hub`` filters
+    them (huggingface_hub's patterns: one ending in "/" matches everything under it)."""
+    from fnmatch import fnmatch
+
+    if videos_pushed and allow_patterns is None:
+        return None
+    patterns = [allow_patterns] if isinstance(allow_patterns, str) else allow_patterns
+    if patterns is not None:
+        patterns = [p + "*" if p.endswith("/") else p for p in patterns]
+
+    def keep(rel: str) -> bool:
+        if not videos_pushed and rel.startswith("videos/"):
+            return False
+        return patterns is None or any(fnmatch(rel, p) for p in patterns)
+    return keep

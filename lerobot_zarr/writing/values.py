@@ -20,8 +20,8 @@ from ..store.tables import MAX_FRAME_BYTES, ArraySpec, array_spec
 from ..store.text import TEXT_KINDS, text_crc
 from ..utils.hashing import crc32c
 
-__all__ = ["RESERVED_NAMES", "count_arg", "feature_specs", "stored_values", "as_frames", "check_assignable",
-           "check_fits", "stats_of_stored", "content_hash"]
+__all__ = ["RESERVED_NAMES", "count_arg", "feature_specs", "camera_frame_shape", "stored_values", "as_frames",
+           "check_assignable", "check_fits", "stats_of_stored", "content_hash"]
 
 RESERVED_NAMES = ("task",)  # sample keys a feature may not take (with LeRobot's own columns and '*_is_pad')
 _RAW_DTYPES = frozenset(np.dtype(t).type for t in NUMERIC_DTYPES)
@@ -39,12 +39,17 @@ def count_arg(name: str, value: Any, low: int) -> int:
 
 
 def feature_specs(features: Mapping[str, Mapping[str, Any]]) -> tuple[dict, dict[str, ArraySpec]]:
-    """LeRobot feature specs (``{"dtype", "shape", "names"}``) -> info features with LeRobot's defaults added,
-    and the store arrays they map to."""
+    """LeRobot feature specs (``{"dtype", "shape", "names", "info"}``) -> info features with LeRobot's defaults added,
+    and the store arrays they map to. Cameras (``image``, or ``video``: encoded to mp4 when exported) are stored raw,
+    HWC whether declared ``[H, W, C]`` or ``[C, H, W]`` (info keeps the declared shape); a depth camera (``info``
+    saying ``is_depth_map``) keeps one channel of its own dtype: a video's 12-bit codes (uint16), an image's uint16
+    millimetres or float32 metres, as its ``info.depth_unit`` says."""
     if not isinstance(features, Mapping) or not features:
         raise SchemaMismatchError(f"features must be a non-empty mapping {{name: {{'dtype', 'shape'}}}}, got "
                                   f"{features!r:.80}")
     info: dict[str, dict] = {}
+    frame_shapes: dict[str, tuple[int, ...]] = {}
+    stored: dict[str, np.dtype] = {}
     for name, ft in features.items():
         if not isinstance(name, str):
             raise SchemaMismatchError(f"feature names must be strings, got {name!r}")
@@ -56,10 +61,7 @@ def feature_specs(features: Mapping[str, Mapping[str, Any]]) -> tuple[dict, dict
                                       f"keys); choose another", feature=name)
         check_array_name(name)
         dtype = str(ft["dtype"])
-        if dtype == "video":
-            raise UnsupportedDtypeError(f"feature {name!r}: dtype {dtype!r} cannot be recorded into a store (store "
-                                        f"cameras as dtype 'image')", feature=name)
-        if dtype not in ("image", *TEXT_KINDS):
+        if dtype not in (*CAMERA_DTYPES, *TEXT_KINDS):
             try:
                 scalar = np.dtype(dtype).type
             except TypeError:
@@ -73,33 +75,74 @@ def feature_specs(features: Mapping[str, Mapping[str, Any]]) -> tuple[dict, dict
         except TypeError:
             raise SchemaMismatchError(f"feature {name!r}: shape must be a list of integers, got {ft['shape']!r:.60}",
                                       feature=name) from None
-        if not shape or any(s < 1 for s in shape) or (dtype == "image" and (len(shape) != 3
-                                                                             or shape[-1] not in (1, 3, 4))) or (
-                dtype in TEXT_KINDS and shape != (1,)):
+        names = ft.get("names")
+        extra = ft.get("info")
+        if extra is not None and not isinstance(extra, Mapping):
+            raise SchemaMismatchError(f"feature {name!r}: 'info' must be a dict, got {extra!r:.60}", feature=name)
+        if not shape or any(s < 1 for s in shape) or (dtype in TEXT_KINDS and shape != (1,)):
             raise SchemaMismatchError(f"feature {name!r}: shape {list(shape)} is not valid for dtype {dtype!r}",
                                       feature=name)
-        itemsize = 1 if dtype in ("image", *TEXT_KINDS) else np.dtype(dtype).itemsize
+        frame_shape = shape
+        if dtype in CAMERA_DTYPES:
+            depth = is_depth_feature(ft)
+            frame_shape = camera_frame_shape(name, shape, names, channels=(1,) if depth else (1, 3, 4))
+            if depth:
+                stored[name] = _depth_dtype(name, dtype, extra or {})
+        itemsize = 1 if dtype in TEXT_KINDS else stored.get(name, np.dtype("uint8")).itemsize \
+            if dtype in CAMERA_DTYPES else np.dtype(dtype).itemsize
         if len(shape) > 8 or math.prod(shape) * itemsize > MAX_FRAME_BYTES:
             raise SchemaMismatchError(f"feature {name!r}: shape {list(shape)[:9]} makes frames of "
                                       f"{math.prod(shape) * itemsize} bytes; a store holds frames of at most "
                                       f"{MAX_FRAME_BYTES} bytes and 8 dimensions", feature=name)
-        names = ft.get("names")
         if (isinstance(names, (list, tuple)) and all(isinstance(n, str) for n in names)
                 and len(names) not in (shape[0], len(shape))):
             raise SchemaMismatchError(f"feature {name!r}: {len(names)} names {list(names)!r:.80} for shape "
                                       f"{list(shape)} (one per element of a vector, or one per axis)", feature=name)
-        if dtype == "image" and names is None:
-            names = ["height", "width", "channels"]
+        if dtype in CAMERA_DTYPES and names is None:
+            names = ["height", "width", "channels"] if frame_shape == shape else ["channels", "height", "width"]
         info[name] = {"dtype": dtype, "shape": list(shape), "names": names}
+        if extra is not None:
+            try:
+                info[name]["info"] = json.loads(json.dumps(extra, allow_nan=False))  # a copy, and JSON or refused
+            except (TypeError, ValueError) as exc:
+                raise SchemaMismatchError(f"feature {name!r}: its 'info' is not JSON ({exc})", feature=name) from None
+        frame_shapes[name] = frame_shape
     for name, dtype in DEFAULT_FEATURES.items():
         if name in info and (info[name]["dtype"] != dtype or info[name]["shape"] != [1]):
             raise SchemaMismatchError(f"feature {name!r} is LeRobot's own, filled by the writer: dtype {dtype!r}, "
                                       f"shape [1]; leave it out", feature=name)
         info.setdefault(name, {"dtype": dtype, "shape": [1], "names": None})
-    arrays = {name: array_spec(ft["dtype"], () if ft["shape"] == [1] and ft["dtype"] != "image" else tuple(ft["shape"]),
-                               ft["names"]) for name, ft in info.items()}
+        frame_shapes.setdefault(name, (1,))
+    arrays = {name: array_spec(ft["dtype"], () if frame_shapes[name] == (1,) and ft["dtype"] not in CAMERA_DTYPES
+                               else frame_shapes[name], ft["names"], stored.get(name))
+              for name, ft in info.items()}
     return info, arrays
 
+
+def camera_frame_shape(name: str, shape: tuple[int, ...], names: Any, channels: tuple[int, ...] = (1, 3, 4)
+                       ) -> tuple[int, int, int]:
+    """A camera's stored ``(H, W, C)`` from its declared shape: ``[H, W, C]``, or ``[C, H, W]`` (LeRobot takes both;
+    ``names`` starting with "channels", or a first axis of ``channels`` where the last is not, say which)."""
+    first = isinstance(names, (list, tuple)) and len(names) == 3 and str(names[0]).startswith("channel")
+    if len(shape) == 3 and (first or shape[-1] not in channels) and shape[0] in channels:
+        return shape[1], shape[2], shape[0]
+    if len(shape) != 3 or shape[-1] not in channels:
+        raise SchemaMismatchError(f"feature {name!r}: a camera's shape is [height, width, channels] or [channels, "
+                                  f"height, width] with {' or '.join(map(str, channels))} channels, got "
+                                  f"{list(shape)}", feature=name)
+    return shape[0], shape[1], shape[2]
+
+
+def _depth_dtype(name: str, dtype: str, info: Mapping[str, Any]) -> np.dtype:
+    """How a depth camera is stored: a video's 12-bit codes as uint16; an image in its recorded unit (uint16
+    millimetres, float32 metres; float32, as given, while it has none)."""
+    if dtype == "video":
+        return np.dtype("uint16")
+    unit = info.get("depth_unit")
+    if unit is not None and unit not in DEPTH_UNITS:
+        raise SchemaMismatchError(f"feature {name!r}: info.depth_unit must be {' or '.join(DEPTH_UNITS)}, got "
+                                  f"{unit!r:.40}", feature=name)
+    return np.dtype("uint16" if unit == "mm" else "float32")
 
 
 def stored_values(values: np.ndarray, spec: ArraySpec) -> np.ndarray:

@@ -62,6 +62,7 @@ from .values import as_frames, content_hash, count_arg, feature_specs, stored_va
 
 __all__ = ["create", "fork", "WritableDataset", "undecoded_cameras", "undecoded_error"]
 
+_SETTABLE_INFO = ("chunks_size", "data_files_size_in_mb", "video_files_size_in_mb")
 _INLINE_STATS_BYTES = 1 << 20  # smaller appends compute their stats before writing, not in a thread alongside
 
 
@@ -596,6 +597,29 @@ class WritableDataset:
             remove_path(self.root / name)
             remove_path(self.root / ".retired" / name)
 
+    def update_info(self, features: Mapping[str, Mapping[str, Any]] | None = None, **fields: Any) -> None:
+        """Change LeRobot's ``info`` in one commit: ``features`` merges into each named feature's ``info`` (a depth
+        unit, encoder settings); ``fields`` sets the sizes of exported files (``_SETTABLE_INFO``). What changes how
+        frames are stored (a depth image's unit) may change only while the store holds no episode."""
+        self._check_open()
+        state, wrong = self._tx.state, sorted(set(fields) - set(_SETTABLE_INFO))
+        if wrong or any(isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 for v in fields.values()):
+            raise ArgumentError(f"{self.root}: info {fields} must be settable keys with positive numbers "
+                                f"(settable: {_SETTABLE_INFO})")
+        features, known = dict(features or {}), state.info.get("features", {})
+        unknown = [name for name in features if name not in known or name not in state.arrays]
+        if unknown:
+            raise ArgumentError(f"{self.root}: no features {unknown} to update (features: {list(known)})")
+        entries = {name: {**known[name], "info": {**(known[name].get("info") or {}), **extra}}
+                   for name, extra in features.items()}
+        infos, arrays = feature_specs(entries) if entries else ({}, {})
+        changed = [name for name in entries if arrays[name] != state.arrays[name]]
+        if changed and len(state.table):
+            raise ArgumentError(f"{self.root}: feature {changed[0]!r}: {dict(features[changed[0]])} would change how "
+                                f"its frames are stored, which the store's episodes already hold", feature=changed[0])
+        new_info = dict(state.info, **fields, features={k: infos[k] if k in entries else v for k, v in known.items()})
+        self._tx.commit(replace(state, info=new_info, arrays={**state.arrays, **{k: arrays[k] for k in entries}}), None)
+
     def set_task(self, episodes: int | Sequence[int], task: str) -> None:
         """Give episodes a new task, adding the task string if it is new.
 
@@ -784,16 +808,19 @@ class _Frames:
         self.head, self.new = head, new
         self.before = 0 if head is None else len(head)
 
-    def __len__(self) -> int:
-        return self.before + len(self.new)
+    __len__ = lambda self: self.before + len(self.new)  # noqa: E731
+    shape = property(lambda self: (len(self), *self.new.shape[1:]))
 
-    def __getitem__(self, index: np.ndarray) -> np.ndarray:
-        index = np.asarray(index)
-        out = np.empty((len(index), *self.new.shape[1:]), dtype=self.new.dtype)
+    def __getitem__(self, key: np.ndarray | tuple) -> np.ndarray:
+        """Frames ``key`` (an index array, or one followed by slices of each frame: only those pixels read)."""
+        index, rest = (np.asarray(key[0]), tuple(key[1:])) if isinstance(key, tuple) else (np.asarray(key), ())
         old = index < self.before
-        if old.any():
-            out[old] = self.head[index[old]]
-        out[~old] = self.new[index[~old] - self.before]
+        new = self.new[(index[~old] - self.before, *rest)]
+        if not old.any():
+            return new
+        out = np.empty((len(index), *new.shape[1:]), dtype=self.new.dtype)
+        out[old] = self.head[(index[old], *rest)]
+        out[~old] = new
         return out
 
     def numeric(self) -> np.ndarray:

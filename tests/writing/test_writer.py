@@ -662,7 +662,9 @@ def test_float_image_with_nan_is_refused(tmp_path):
 
 
 @pytest.mark.parametrize("features, exc", [
-    ({"cam": {"dtype": "video", "shape": [6, 8, 3]}}, UnsupportedDtypeError),
+    ({"cam": {"dtype": "video", "shape": [6, 8, 2]}}, SchemaMismatchError),  # neither HWC nor CHW
+    ({"cam": {"dtype": "image", "shape": [6, 8, 1], "info": {"is_depth_map": True, "depth_unit": "cm"}}},
+     SchemaMismatchError),
     ({"label": {"dtype": "string", "shape": [2]}}, SchemaMismatchError),  # a str per frame: shape [1]
     ({"x": {"dtype": "notadtype", "shape": [2]}}, UnsupportedDtypeError),
     ({"x": {"dtype": "float32", "shape": [0]}}, SchemaMismatchError),
@@ -673,8 +675,8 @@ def test_float_image_with_nan_is_refused(tmp_path):
     ({"index": {"dtype": "float32", "shape": [1]}}, SchemaMismatchError),
     ({"frame_index": {"dtype": "int64", "shape": [2]}}, SchemaMismatchError),
     ({"a/b": {"dtype": "float32", "shape": [2]}}, UnsupportedStoreError),
-], ids=["video", "string", "unknown-dtype", "zero-dim", "negative-dim", "image-2d", "no-shape", "not-a-dict",
-        "index-float", "frame_index-shape", "bad-name"])
+], ids=["video-2-channels", "depth-image-bad-unit", "string", "unknown-dtype", "zero-dim", "negative-dim", "image-2d",
+        "no-shape", "not-a-dict", "index-float", "frame_index-shape", "bad-name"])
 def test_create_validation(tmp_path, features, exc):
     root = tmp_path / "store"
     with pytest.raises(exc):

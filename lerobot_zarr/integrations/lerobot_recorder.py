@@ -1,0 +1,341 @@
+"""The recorder behind the drop-in's ``LeRobotDataset.create`` / ``resume``: LeRobot 0.6.1's ``writer`` (its
+``DatasetWriter``'s public side) on a lerobot_zarr store.
+
+:class:`Recorder` takes LeRobot's frames (:meth:`~Recorder.add_frame`: its checks, its conversions of camera frames)
+into an episode buffer, and :meth:`~Recorder.save_episode` writes the episode to the store in ONE commit of
+:class:`~lerobot_zarr.writing.writer.WritableDataset` (``add_episode``): once it returns, the episode is on disk
+and any process can read it, whatever happens to this one; before, nothing of it is visible. Camera frames go to a
+spill file in the store while the episode is recorded (a copy into the page cache per frame: no encoding, no
+compression, bounded memory), their numbers and text stay in memory. A killed recorder leaves the spill as debris,
+removed by the next writer of the store (``.*.tmp-*``). Videos are encoded later, at export/push.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import shutil
+import tempfile
+import threading
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..cameras.depth import is_depth_feature
+from ..errors import FrameNotWrittenError
+from ..lerobot.format import CAMERA_DTYPES, DEFAULT_FEATURES
+from ..utils.fileio import disk_error, pwrite_all
+from .lerobot_frames import CameraFrameError, as_numpy, camera_frame, check_frame, depth_unit_of
+
+__all__ = ["Recorder"]
+
+logger = logging.getLogger(__name__)
+SPILL_PREFIX = ".recording.tmp-"  # a name the store's next writer removes as debris (``.*.tmp-*``)
+
+
+class _Spill:
+    """One camera's frames of the episode being recorded, appended to a file (read back as a memory map)."""
+
+    def __init__(self, path: Path, frame_shape: tuple[int, ...], dtype: np.dtype):
+        self.path, self.frame_shape, self.dtype = path, tuple(frame_shape), np.dtype(dtype)
+        self.frame_bytes = int(np.prod(self.frame_shape)) * self.dtype.itemsize
+        self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        self.frames = 0
+
+    def append(self, frame: np.ndarray) -> None:
+        data = memoryview(np.ascontiguousarray(frame, dtype=self.dtype)).cast("B")
+        try:
+            pwrite_all(self.fd, data, self.frames * self.frame_bytes, self.path)
+        except OSError as exc:
+            raise disk_error(exc, self.path) from None
+        self.frames += 1
+
+    def frames_map(self) -> np.ndarray:
+        if not self.frames:
+            return np.empty((0, *self.frame_shape), self.dtype)
+        return np.memmap(self.path, dtype=self.dtype, mode="r", shape=(self.frames, *self.frame_shape))
+
+    def clear(self) -> None:
+        os.ftruncate(self.fd, 0)
+        self.frames = 0
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+class _SpillWriter:
+    """Writes camera frames to their spills in a thread, as LeRobot's image writer threads write its PNGs:
+    ``add_frame`` only copies a frame into the queue (bounded: at most ``maxsize`` frames wait, then it waits),
+    so a disk busy writing back does not stall it. :meth:`drain` waits until every frame queued is written and
+    raises the first error met (a full disk...)."""
+
+    def __init__(self, maxsize: int = 256):
+        self._queue: queue.Queue = queue.Queue(maxsize=maxsize)
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="lerobot_zarr-spill", daemon=True)
+        self._thread.start()
+
+    def put(self, spill: _Spill, frame: np.ndarray) -> None:
+        if self._error is not None:
+            self.drain()
+        self._queue.put((spill, frame))
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            try:
+                if item is None:
+                    return
+                if self._error is None:
+                    item[0].append(item[1])
+            except BaseException as exc:  # reported by drain(), in the recording thread
+                self._error = exc
+            finally:
+                self._queue.task_done()
+
+    def drain(self, *, errors: bool = True) -> None:
+        """Wait for the frames queued; raise the first error met (dropped with ``errors=False``)."""
+        self._queue.join()
+        error, self._error = self._error, None
+        if error is not None and errors:
+            raise error
+
+    def close(self) -> None:
+        self._queue.put(None)
+        self._thread.join()
+
+
+class Recorder:
+    """LeRobot's ``writer`` of a drop-in dataset being recorded into the store ``store`` (a
+    :class:`~lerobot_zarr.writing.writer.WritableDataset`, whose lock it holds until :meth:`finalize`).
+
+    ``features`` is the dataset's ``meta.features`` (LeRobot's, declared shapes; a depth camera's ``info`` gains its
+    unit from its first frame, as LeRobot's does). ``on_saved`` is called after each commit (the drop-in refreshes
+    its ``meta``). ``batch_encoding_size`` is kept as LeRobot's writer keeps it (nothing is encoded here).
+    """
+
+    image_writer = None  # LeRobot's asynchronous PNG writer: none, frames are not encoded
+
+    def __init__(self, store: Any, features: dict[str, dict], *, on_saved: Callable[[], None],
+                 batch_encoding_size: int = 1):
+        self._store = store
+        self._features = features
+        self._on_saved = on_saved
+        self._streaming_encoder = None  # LeRobot's (its VideoEncodingManager reads it): no encoder runs here
+        self._batch_encoding_size = batch_encoding_size
+        specs = store.reader.array_specs
+        self._cameras = [k for k, ft in features.items() if ft["dtype"] in CAMERA_DTYPES and k in specs]
+        self._folder = Path(tempfile.mkdtemp(prefix=SPILL_PREFIX, dir=store.root))
+        self._spills: dict[str, _Spill] = {}
+        self._values: dict[str, list] = {}
+        self._tasks: list[str] = []
+        self._refused: list[str] = []  # camera frames LeRobot's image writer would have failed on, why
+        self._writer = _SpillWriter()
+        self._finalized = False
+
+    # -- LeRobot's episode buffer ------------------------------------------------------------------------------
+    @property
+    def episode_buffer(self) -> dict[str, Any]:
+        """LeRobot's view of the episode being recorded: ``size``, ``task`` (one per frame), ``episode_index`` and
+        each feature's frames so far (cameras as arrays of their stored frames, not image file paths)."""
+        self._writer.drain()
+        out: dict[str, Any] = {"size": len(self._tasks), "task": list(self._tasks),
+                               "episode_index": self._store.meta.total_episodes}
+        for key in self._features:
+            if key in self._spills:
+                out[key] = list(self._spills[key].frames_map())
+            elif key not in DEFAULT_FEATURES:
+                out[key] = list(self._values.get(key, []))
+        return out
+
+    def store_reader(self) -> Any:
+        """The store's reader (a LeRobotZarrDataset that follows every commit of this recorder)."""
+        return self._store.reader
+
+    @property
+    def pending_frames(self) -> int:
+        return len(self._tasks)
+
+    # -- recording -----------------------------------------------------------------------------------------------
+    def add_frame(self, frame: dict) -> None:
+        """One frame of the episode being recorded, checked as LeRobot checks it (``ValueError``: keys, dtypes,
+        shapes). A camera frame LeRobot's image writer could not write (floats outside [0, 1], a wrong channel
+        count...) is logged as LeRobot logs it, and :meth:`save_episode` then refuses the episode
+        (:class:`~lerobot_zarr.errors.FrameNotWrittenError`, a ``FileNotFoundError`` as LeRobot's)."""
+        self._check_open()
+        if not isinstance(frame, Mapping):
+            raise TypeError(f"a frame is a dict {{feature: value, 'task': str}}, got {type(frame).__name__}")
+        frame = {key: as_numpy(value) for key, value in frame.items()}
+        check_frame(frame, self._features)
+        index = len(self._tasks)
+        if index == 0:
+            self._learn_depth_units(frame)
+        specs = self._store.reader.array_specs
+        for key, value in frame.items():
+            if key == "task":
+                continue
+            ft = self._features[key]
+            if key in self._cameras:
+                spec = specs[key]
+                try:
+                    stored = camera_frame(value, ft, spec.frame_shape, spec.dtype)
+                except (CameraFrameError, TypeError) as exc:
+                    logger.error("Error writing image %s: %s", f"{key} frame {index}", exc)
+                    self._refused.append(f"{key!r} frame {index}: {exc}")
+                    stored = np.zeros(spec.frame_shape, spec.dtype)
+                owned = stored is not value and stored.base is None  # else a view of the caller's frame: copied
+                self._writer.put(self._spill(key, spec), stored if owned else stored.copy())
+            elif ft["dtype"] == "language":
+                self._values.setdefault(key, []).append(None)  # LeRobot drops them: written by its annotator
+            elif ft["dtype"] == "string":
+                self._values.setdefault(key, []).append(value)
+            else:
+                self._values.setdefault(key, []).append(np.array(value, copy=True))
+        self._tasks.append(frame["task"])
+
+    def _learn_depth_units(self, frame: Mapping[str, Any]) -> None:
+        """A depth camera without a recorded unit takes its first frame's (floats: metres, else millimetres), as
+        LeRobot's recorder does; the store records it at once (one small commit)."""
+        units = {key: depth_unit_of(frame[key]) for key in self._cameras if is_depth_feature(self._features[key])
+                 and (self._features[key].get("info") or {}).get("depth_unit") is None}
+        if units:
+            self._store.update_info({key: {"depth_unit": unit} for key, unit in units.items()})
+            for key, unit in units.items():
+                self._features[key].setdefault("info", {})["depth_unit"] = unit
+            self._on_saved()
+
+    def _spill(self, key: str, spec: Any) -> _Spill:
+        if key not in self._spills:
+            self._spills[key] = _Spill(self._folder / str(len(self._spills)), spec.frame_shape, spec.dtype)
+        return self._spills[key]
+
+    def save_episode(self, episode_data: dict | None = None, parallel_encoding: bool = True) -> None:
+        """Write the buffered episode (or ``episode_data``, LeRobot's episode buffer dict) to the store in one
+        commit, then empty the buffer. ``parallel_encoding`` is LeRobot's switch for encoding cameras in parallel at
+        this point; here nothing is encoded at this point (videos are encoded at push, or in the background), so it
+        changes nothing."""
+        self._check_open()
+        if episode_data is not None:
+            frames, tasks = self._episode_of(episode_data)
+        else:
+            if not self._tasks:
+                raise ValueError("You must add one or several frames with `add_frame` before calling `add_episode`.")
+            if self._refused:
+                raise FrameNotWrittenError(
+                    f"{self._store.root}: the episode cannot be saved: camera frames were not written "
+                    f"({'; '.join(self._refused[:3])}{'...' if len(self._refused) > 3 else ''}); record it again "
+                    f"after clear_episode_buffer()", path=self._store.root)
+            self._writer.drain()
+            frames, tasks = self._buffered()
+        self._store.add_episode(frames, task=tasks)
+        if episode_data is None:
+            self.clear_episode_buffer()
+        self._on_saved()
+
+    def _buffered(self) -> tuple[dict[str, Any], list[str]]:
+        frames: dict[str, Any] = {key: spill.frames_map() for key, spill in self._spills.items()}
+        for key, values in self._values.items():
+            dtype = self._features[key]["dtype"]
+            frames[key] = values if dtype in ("string", "language") else np.stack(values)
+        return frames, list(self._tasks)
+
+    def _episode_of(self, data: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+        """LeRobot's episode buffer dict (``size``, ``task``, ``episode_index``, each feature's frames; cameras as
+        arrays or image files), checked as LeRobot checks it."""
+        if "size" not in data:
+            raise ValueError("size key not found in episode_buffer")
+        if "task" not in data:
+            raise ValueError("task key not found in episode_buffer")
+        if data.get("episode_index", self._store.meta.total_episodes) != self._store.meta.total_episodes:
+            raise NotImplementedError("You might have manually provided the episode_buffer with an episode_index "
+                                      "that doesn't match the total number of episodes already in the dataset. This "
+                                      "is not supported for now.")
+        if data["size"] == 0:
+            raise ValueError("You must add one or several frames with `add_frame` before calling `add_episode`.")
+        user = {k for k in self._features if k not in DEFAULT_FEATURES}
+        given = set(data) - {"task", "size", *DEFAULT_FEATURES}
+        if given != user:
+            raise ValueError(f"Features from `episode_buffer` don't match the ones in `features`.In episode_buffer "
+                             f"not in features: {given - user}In features not in episode_buffer: {user - given}")
+        specs = self._store.reader.array_specs
+        frames: dict[str, Any] = {}
+        for key in user:
+            values = [as_numpy(v) for v in data[key]]
+            if key in self._cameras:
+                frames[key] = np.stack([camera_frame(_image(v), self._features[key], specs[key].frame_shape,
+                                                     specs[key].dtype) for v in values])
+            elif self._features[key]["dtype"] == "language":
+                frames[key] = [None] * len(values)
+            elif self._features[key]["dtype"] == "string":
+                frames[key] = values
+            else:
+                frames[key] = np.stack([np.asarray(v) for v in values])
+        return frames, [str(t) for t in data["task"]]
+
+    def clear_episode_buffer(self, delete_images: bool = True) -> None:
+        """Drop the frames recorded since the last saved episode (``delete_images``: LeRobot's switch for its
+        temporary image files; the buffer's camera frames are always dropped with it)."""
+        self._writer.drain(errors=False)  # the frames are dropped: so is what failed to write them
+        for spill in self._spills.values():
+            spill.clear()
+        self._values.clear()
+        self._tasks.clear()
+        self._refused.clear()
+
+    # -- LeRobot's writer methods around recording ---------------------------------------------------------------
+    def cancel_pending_videos(self) -> None:
+        """(LeRobot's: drop a streaming encoder's episode in progress.) Episodes are encoded once saved: nothing
+        to cancel."""
+
+    def cleanup_interrupted_episode(self, episode_index: int) -> None:
+        """The frames of an episode interrupted before ``save_episode`` dropped (LeRobot's removal of its temporary
+        images)."""
+        self.clear_episode_buffer()
+
+    def flush_pending_videos(self) -> None:
+        """(LeRobot's: encode the episodes a batch or a streaming encoder still holds.) Nothing is encoded while
+        recording here: nothing is pending."""
+
+    def start_image_writer(self, num_processes: int = 0, num_threads: int = 4) -> None:
+        """(LeRobot's PNG writer pool.) Camera frames are copied as they are, never encoded while recording: no
+        writer is needed, none is started."""
+
+    def stop_image_writer(self) -> None:
+        """(LeRobot's.) No image writer runs."""
+
+    def finalize(self) -> None:
+        """Close: the spill is removed and the store's writer lock released. Idempotent; episodes are already
+        committed, so this publishes nothing and a recorder that never gets here loses nothing saved."""
+        if self._finalized:
+            return
+        self._finalized = True
+        try:
+            self._writer.close()
+            for spill in self._spills.values():
+                spill.close()
+            self._spills.clear()
+            shutil.rmtree(self._folder, ignore_errors=True)
+        finally:
+            self._store.close()
+
+    @property
+    def finalized(self) -> bool:
+        return self._finalized
+
+    def _check_open(self) -> None:
+        if self._finalized:
+            raise RuntimeError(f"{self._store.root}: this recording was finalized; continue it with "
+                               f"LeRobotDataset.resume(repo_id, root=...)")
+
+
+def _image(value: Any) -> Any:
+    """A camera value of LeRobot's episode buffer: an array, a PIL image, or the path of an image file."""
+    if isinstance(value, (str, os.PathLike)):
+        from PIL import Image
+
+        with Image.open(value) as img:
+            return np.asarray(img)
+    return value

@@ -1,0 +1,346 @@
+"""Recording through the drop-in: ``LeRobotDataset.create`` / ``resume`` / ``add_frame`` / ``save_episode`` /
+``finalize`` / ``push_to_hub`` as LeRobot 0.6.1's, into the crash-safe store.
+
+Checked against LeRobot itself: the same frames recorded with LeRobot's class and with the drop-in (the
+``lerobot_recorded`` kinds) give, once exported as a push exports them, the same dataset to LeRobot's reader; the
+frame checks raise LeRobot's errors with LeRobot's messages; a recorder killed with SIGKILL (a real process) keeps
+every episode whose ``save_episode`` returned, readable by another process without ``finalize``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed (optional extra lerobot_zarr[torch])")
+pytest.importorskip("lerobot", reason="lerobot is not installed (recording is compared with LeRobot 0.6.1's)")
+
+import lerobot_recorded  # noqa: E402
+from lerobot_recorded import REPO_ID, record  # noqa: E402
+
+from lerobot_zarr.errors import ArgumentError  # noqa: E402
+from lerobot_zarr.torch import LeRobotDataset  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _reference():
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset as Reference
+
+    return Reference
+
+
+FEATURES = {"observation.state": {"dtype": "float32", "shape": (3,), "names": ["a", "b", "c"]},
+            "action": {"dtype": "float32", "shape": (2,), "names": None},
+            "observation.images.cam": {"dtype": "video", "shape": (24, 32, 3),
+                                       "names": ["height", "width", "channels"]}}
+
+
+def _frame(e: int, i: int) -> dict:
+    return {"observation.state": np.array([e, i, e * 100 + i], np.float32), "action": np.full(2, i, np.float32),
+            "observation.images.cam": np.full((24, 32, 3), (e * 31 + i) % 256, np.uint8), "task": f"task {e % 2}"}
+
+
+# ------------------------------------------------------------------------------------------ same as LeRobot's
+
+
+def _same_dataset(theirs_root: Path, ours_root: Path, kind: str) -> None:
+    """LeRobot's reader on LeRobot's recording and on the drop-in's exported recording: the same info (features,
+    counts), numeric stats, tasks of each frame, numbers exactly and camera frames as close as two encodings."""
+    ref = _reference()
+    a, b = ref(REPO_ID, root=theirs_root), ref(REPO_ID, root=ours_root)
+    ia, ib = a.meta.info.to_dict(), b.meta.info.to_dict()
+    for key in ("fps", "robot_type", "total_episodes", "total_frames", "total_tasks", "features",
+                "codebase_version"):
+        assert ia[key] == ib[key], (kind, key, ia[key], ib[key])
+    for key, stats in a.meta.stats.items():
+        if key in a.meta.camera_keys or key == "task_index":  # LeRobot numbers an episode's new tasks in set order
+            continue
+        for stat in ("min", "max", "mean", "count"):
+            np.testing.assert_allclose(b.meta.stats[key][stat], stats[stat], rtol=1e-6,
+                                       err_msg=f"{kind} {key} {stat}")
+    assert sorted(a.meta.tasks.index) == sorted(b.meta.tasks.index), kind
+    from lerobot.datasets.video_utils import FrameTimestampError
+
+    for i in range(len(a)):
+        y = b[i]
+        try:
+            x = a[i]
+        except FrameTimestampError:  # LeRobot's concatenated HEVC (open GOPs) loses frames of its own recording
+            continue
+        assert set(x) == set(y) and x["task"] == y["task"], (kind, i)
+        for key, value in x.items():
+            if key in ("task", "task_index") or not hasattr(value, "dtype"):
+                assert key == "task_index" or value == y[key], (kind, i, key)
+                continue
+            assert value.dtype == y[key].dtype and value.shape == y[key].shape, (kind, i, key)
+            if key in a.meta.video_keys and key not in a.meta.depth_keys:  # two lossy encodings of the same frames
+                assert float((value - y[key]).abs().mean()) < 0.03, (kind, i, key)
+            elif key in a.meta.depth_keys and key in a.meta.video_keys:  # 12-bit codes, lossless HEVC: the same
+                torch.testing.assert_close(value, y[key], msg=f"{kind} {i} {key}")
+            else:
+                assert torch.equal(value, y[key]), (kind, i, key)
+
+
+@pytest.mark.parametrize("kind", ["numeric", "string", "image", "video_h264", "task_switch", "depth_video_log",
+                                  "depth_image_float32"])
+def test_the_same_frames_recorded_give_lerobots_dataset(lerobot_recorded, tmp_path, kind):
+    """The frames LeRobot's fixture records, recorded with the drop-in and exported (what push_to_hub uploads):
+    LeRobot reads the same dataset as from its own recording (encoder settings such as h264 kept)."""
+    from lerobot_zarr.writing.export import to_lerobot
+
+    ours = record(kind, tmp_path, LeRobotDataset)
+    assert not any(ours.glob("data/*/*.parquet"))  # a store, not LeRobot's files
+    _same_dataset(lerobot_recorded(kind), to_lerobot(ours, tmp_path / "export", progress=False), kind)
+
+
+def test_create_and_resume_take_lerobots_parameters():
+    """Every parameter of LeRobot's create and resume, in its place with its default (ours add keyword-only ones)."""
+    ref = _reference()
+    for name in ("create", "resume"):
+        theirs = list(inspect.signature(getattr(ref, name)).parameters.values())
+        ours = list(inspect.signature(getattr(LeRobotDataset, name)).parameters.values())
+        assert [(p.name, p.default, p.kind) for p in ours[:len(theirs)]] == \
+            [(p.name, p.default, p.kind) for p in theirs], name
+        assert all(p.kind is p.KEYWORD_ONLY for p in ours[len(theirs):]), name
+
+
+def test_create_refuses_what_lerobot_refuses(tmp_path):
+    create = LeRobotDataset.create
+    with pytest.raises(TypeError):
+        create(REPO_ID, 30, FEATURES, root=tmp_path / "a", no_such_argument=1)
+    with pytest.raises(ValueError, match="use_videos"):
+        create(REPO_ID, 30, FEATURES, root=tmp_path / "b", use_videos=False)
+    with pytest.raises(ValueError, match="video backend"):
+        create(REPO_ID, 30, FEATURES, root=tmp_path / "c", video_backend="ffmpeg-cli")
+    with pytest.raises(ValueError, match="'/'"):
+        create(REPO_ID, 30, {"a/b": {"dtype": "float32", "shape": (1,), "names": None}}, root=tmp_path / "d")
+    with pytest.raises(ArgumentError, match="batch_encoding_size"):
+        create(REPO_ID, 30, FEATURES, root=tmp_path / "e", batch_encoding_size=0)
+    with pytest.raises(TypeError, match="no_such_field"):
+        create(REPO_ID, 30, FEATURES, root=tmp_path / "f", rgb_encoder={"no_such_field": 1})
+    (tmp_path / "g").mkdir()
+    with pytest.raises(FileExistsError):
+        create(REPO_ID, 30, FEATURES, root=tmp_path / "g")
+    with pytest.raises(ValueError, match="root"):
+        LeRobotDataset.resume(REPO_ID)
+    assert not any((tmp_path / name).exists() for name in "abcdef")  # nothing left by a refused create
+
+
+@pytest.mark.parametrize("change", ["missing", "extra", "dtype", "shape", "not-array", "camera-shape", "no-task"])
+def test_add_frame_checks_are_lerobots(tmp_path, change):
+    """A wrong frame: LeRobot's ValueError with LeRobot's message (its validate_frame), nothing buffered."""
+    from lerobot.datasets.feature_utils import validate_frame
+
+    ds = LeRobotDataset.create(REPO_ID, 30, FEATURES, root=tmp_path / "ds")
+    frame = _frame(0, 0)
+    if change == "missing":
+        del frame["action"]
+    elif change == "extra":
+        frame["other"] = np.zeros(1, np.float32)
+    elif change == "dtype":
+        frame["action"] = frame["action"].astype(np.float64)
+    elif change == "shape":
+        frame["observation.state"] = np.zeros(4, np.float32)
+    elif change == "not-array":
+        frame["action"] = [0.0, 1.0]
+    elif change == "camera-shape":
+        frame["observation.images.cam"] = np.zeros((24, 31, 3), np.uint8)
+    else:
+        del frame["task"]
+    with pytest.raises(ValueError) as theirs:
+        validate_frame(frame, ds.meta.features)
+    with pytest.raises(ValueError) as ours:
+        ds.add_frame(frame)
+    assert str(ours.value) == str(theirs.value)
+    assert not ds.has_pending_frames()
+    ds.finalize()
+
+
+def test_recording_lifecycle(tmp_path):
+    """The buffer (has_pending_frames, clear_episode_buffer), counts following each save, reading as LeRobot
+    allows (after finalize), finalize idempotent, recording methods refused after it, resume going on."""
+    root = tmp_path / "ds"
+    ds = LeRobotDataset.create(REPO_ID, 30, FEATURES, root=root, robot_type="arm")
+    with pytest.raises(ValueError, match="add one or several frames"):
+        ds.save_episode()
+    ds.add_frame(_frame(9, 0))
+    assert ds.has_pending_frames()
+    ds.clear_episode_buffer()
+    assert not ds.has_pending_frames()
+    for e, n in enumerate((3, 2)):
+        for i in range(n):
+            ds.add_frame(_frame(e, i))
+        ds.save_episode()
+        assert not ds.has_pending_frames() and ds.meta.total_episodes == e + 1
+    assert ds.meta.total_frames == 5 and ds.num_frames == 5 and list(ds.meta.tasks.index) == ["task 0", "task 1"]
+    with pytest.raises(RuntimeError, match="finalize"):
+        ds[0]
+    ds.finalize()
+    ds.finalize()
+    with pytest.raises(RuntimeError):
+        ds.add_frame(_frame(2, 0))
+    item = ds[4]
+    assert item["observation.state"].tolist() == [1, 1, 101] and item["task"] == "task 1"
+    assert item["observation.images.cam"].shape == (3, 24, 32)
+    assert float(item["observation.images.cam"][0, 0, 0]) == pytest.approx(32 / 255)
+
+    again = LeRobotDataset.resume(REPO_ID, root=root)
+    again.add_frame(_frame(2, 0))
+    again.save_episode()
+    again.finalize()
+    assert len(again) == 6 and again.meta.total_episodes == 3 and again.meta.robot_type == "arm"
+    assert again[5]["observation.state"].tolist() == [2, 0, 200]
+
+
+def test_depth_unit_learnt_from_the_first_frame(tmp_path):
+    """A depth camera without a unit records its first frame's (float metres here), as LeRobot's recorder; a later
+    frame of another dtype is refused when the episode is saved (LeRobot's writer fails on it too)."""
+    features = {"depth": {"dtype": "image", "shape": (8, 10, 1), "names": ["height", "width", "channels"],
+                          "info": {"is_depth_map": True}}}
+    ds = LeRobotDataset.create(REPO_ID, 30, features, root=tmp_path / "ds", use_videos=False)
+    metres = np.linspace(0.1, 2.0, 80, dtype=np.float32).reshape(8, 10, 1)
+    ds.add_frame({"depth": metres, "task": "t"})
+    assert ds.meta.features["depth"]["info"]["depth_unit"] == "m"
+    ds.save_episode()
+    ds.add_frame({"depth": (metres * 1000).astype(np.uint16), "task": "t"})
+    with pytest.raises(FileNotFoundError, match="depth"):
+        ds.save_episode()
+    ds.clear_episode_buffer()
+    ds.finalize()
+    assert np.array_equal(LeRobotDataset(REPO_ID, root=tmp_path / "ds", depth_output_unit="m")[0]["depth"].numpy(),
+                          metres.transpose(2, 0, 1))
+
+
+# ------------------------------------------------------------------------------------------------ crash safety
+
+_RECORDER = """
+import os, sys
+import numpy as np
+sys.path.insert(0, {tests!r})
+from test_lerobot_recording import FEATURES, REPO_ID, _frame
+from lerobot_zarr.torch import LeRobotDataset
+root, first, fd = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+ds = (LeRobotDataset.create(REPO_ID, 30, FEATURES, root=root) if first == 0 else
+      LeRobotDataset.resume(REPO_ID, root=root))
+out = os.fdopen(fd, "w", buffering=1)
+for e in range(first, first + 1000):
+    for i in range(5 + e % 4):
+        ds.add_frame(_frame(e, i))
+        out.write("f\\n")
+    ds.save_episode()
+    out.write(f"saved {{e}}\\n")
+"""
+
+
+def _record_until_killed(root: Path, first: int, events: int) -> list[int]:
+    """A recorder process (create, or resume after ``first`` episodes) SIGKILLed once it reported ``events``
+    frames or saves; the episodes whose save_episode returned (reported before the kill)."""
+    read, write = os.pipe()
+    script = _RECORDER.format(tests=str(REPO / "tests" / "integrations"))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "tests"),
+                                                       os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.Popen([sys.executable, "-c", script, str(root), str(first), str(write)], pass_fds=(write,),
+                            env=env, stderr=subprocess.PIPE)
+    os.close(write)
+    saved, seen = [], 0
+    with os.fdopen(read) as lines:
+        for line in lines:
+            if line.startswith("saved"):
+                saved.append(int(line.split()[1]))
+            seen += 1
+            if seen == events:
+                proc.send_signal(signal.SIGKILL)
+                break
+        else:
+            raise AssertionError(f"the recorder ended before it was killed: {proc.wait()} {proc.stderr.read()[-2000:]}")
+    proc.wait(timeout=120)
+    proc.stderr.close()
+    return saved
+
+
+def test_a_killed_recorder_keeps_every_saved_episode(tmp_path):
+    """SIGKILL at instants chosen by what the recorder reported (inside add_frame, between frames, inside or right
+    after save_episode): every episode whose save_episode returned is there, exact, read by this process without
+    finalize; resume goes on after them; nothing half-written is served."""
+    root = tmp_path / "ds"
+    rng = np.random.default_rng(7)
+    expected: list[int] = []
+    for kill in range(2):
+        saved = _record_until_killed(root, len(expected) if kill else 0, int(rng.integers(8, 40)))
+        assert saved == list(range(len(expected), len(expected) + len(saved)))
+        ds = LeRobotDataset(REPO_ID, root=root)
+        assert ds.meta.total_episodes >= len(expected) + len(saved)  # a save may have committed as it was killed
+        expected = list(range(ds.meta.total_episodes))
+        index = 0
+        for e in expected:
+            for i in range(5 + e % 4):
+                item, want = ds[index], _frame(e, i)
+                assert item["observation.state"].numpy().tolist() == want["observation.state"].tolist(), (e, i)
+                assert item["task"] == want["task"] and int(item["episode_index"]) == e
+                assert torch.equal(item["observation.images.cam"],
+                                   torch.from_numpy(want["observation.images.cam"]).permute(2, 0, 1) / 255)
+                index += 1
+        assert len(ds) == index
+
+
+# ------------------------------------------------------------------------------------------------------- the Hub
+
+
+def test_push_to_hub_gives_what_lerobot_loads(tmp_path, monkeypatch):
+    """push_to_hub with LeRobot's arguments, to the project's test Hub: LeRobot 0.6.1 downloads and reads the
+    dataset (the frames recorded, the card's tags and license); push_videos=False uploads no video and
+    tag_version=False leaves the tag; allow_patterns limits what is uploaded."""
+    from hub_fixtures import make_env
+
+    from lerobot_zarr.testing.hub_server import HubServer
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    ds = LeRobotDataset.create("someone/recorded", 30, FEATURES, root=tmp_path / "ds", robot_type="arm")
+    for e, n in enumerate((3, 2)):
+        for i in range(n):
+            ds.add_frame(_frame(e, i))
+        ds.save_episode()
+    with HubServer(tmp_path / "server", tokens={"hf_write": "alice"}) as hub:
+        make_env(monkeypatch, tmp_path, hub.endpoint)
+        monkeypatch.setenv("HF_TOKEN", "hf_write")
+        ds.push_to_hub(tags=["so100", "tutorial"], license="mit", push_videos=False, tag_version=False)
+        assert not any(f.startswith("videos/") for f in hub.list_files("someone/recorded"))
+        assert "v3.0" not in hub.refs("someone/recorded").get("tags", {})
+        ds.push_to_hub(allow_patterns=["meta/info.json"])  # while recording: its last commit
+        ds.finalize()
+        ds.push_to_hub(tags=["so100", "tutorial"], license="mit")
+        files = hub.list_files("someone/recorded")
+        assert any(f.startswith("videos/observation.images.cam/") for f in files)
+        card = hub.get_file("someone/recorded", "README.md").decode()
+        assert "- so100" in card and "license: mit" in card
+        theirs = _reference()("someone/recorded", root=tmp_path / "download")
+        assert len(theirs) == 5 and theirs.meta.robot_type == "arm" and theirs.num_episodes == 2
+        assert theirs.meta.features["observation.images.cam"]["info"]["video.codec"] == "av1"
+        for index, (e, i) in enumerate([(0, 0), (0, 1), (0, 2), (1, 0), (1, 1)]):
+            item, want = theirs[index], _frame(e, i)
+            assert item["observation.state"].tolist() == want["observation.state"].tolist()
+            assert item["task"] == want["task"]
+            cam = torch.from_numpy(want["observation.images.cam"]).permute(2, 0, 1) / 255
+            assert float((item["observation.images.cam"] - cam).abs().mean()) < 0.02
+
+
+def test_the_recording_example_runs(tmp_path):
+    """examples/record.py records a fake arm and camera at 30 fps with LeRobot's API; the dataset reads back."""
+    env = dict(os.environ, PYTHONPATH=str(REPO), TMPDIR=str(tmp_path), SVT_LOG="1")
+    run = [sys.executable, str(REPO / "examples" / "record.py"), "--root", str(tmp_path / "ds"), "--episodes", "2",
+           "--seconds", "0.2", "--cameras", "1", "--height", "24", "--width", "32"]
+    for extra in ([], ["--resume", "--episodes", "1"]):
+        proc = subprocess.run(run + extra, capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert "add_frame: p50" in proc.stdout
+    ds = LeRobotDataset("local/fake_arm", root=tmp_path / "ds")
+    assert ds.meta.total_episodes == 3 and len(ds) == 18 and ds.meta.robot_type == "fake_arm"
+    assert ds[17]["observation.images.cam0"].shape == (3, 24, 32) and ds[17]["task"] == "wave the arm"
