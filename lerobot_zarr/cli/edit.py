@@ -102,7 +102,7 @@ def _check_pyav(meta: DatasetMeta, target: Path, *, store: bool) -> None:
     video camera where PyAV is not installed; the error names the episodes that have a video."""
     from ..cameras.video import have_pyav
     from ..store.state import read_state
-    from ..writing.writer import undecoded_cameras, undecoded_error
+    from ..writing.completeness import undecoded_cameras, undecoded_error
 
     if have_pyav():
         return

@@ -27,7 +27,6 @@ from typing import Any
 
 import numpy as np
 
-from ..cameras.video import have_pyav, pyav_missing
 from ..doctor.findings import DOCTOR_DIR
 from ..doctor.scan import doctor_store
 from ..errors import (
@@ -56,6 +55,7 @@ from ..store.tables import (
 )
 from ..utils.fileio import WriterLock, check_in_store, copy_file, link_or_copy
 from ..utils.hashing import crc32c
+from .completeness import check_complete
 from .edits import EditMaps
 from .transaction import WriteTransaction, remove_path, resolve_min_free_bytes
 from .values import as_frames, content_hash, count_arg, feature_specs, stored_values
@@ -164,7 +164,7 @@ class WritableDataset:
         lock = WriterLock(root, blocking=False).__enter__()
         try:
             state = read_state(root)
-            _check_complete(state)
+            check_complete(state)
             self._tx = WriteTransaction(state, durable=durable, min_free_bytes=min_free_bytes)
             # appended packs get maps next to the others: sampling keeps its maps across commits
             self._reader = LeRobotZarrDataset(root, delta_timestamps=delta_timestamps, image_format=image_format,
@@ -754,37 +754,6 @@ class WritableDataset:
                 new_rows[name][k][e] = stats[name][k]
         new_table, packs = self._tx.compact_packs(new_table, packs, new_rows)
         self._tx.commit(self._tx.state, new_rows, table=new_table, packs=packs)
-
-
-
-def undecoded_cameras(state: StoreState) -> dict[str, list[int]]:
-    """Video cameras of a store (not kept as mp4) with episodes not decoded yet -> those episodes (an episode with
-    no video is unavailable, so not among them): what a writer decodes first, which needs PyAV."""
-    return {name: np.flatnonzero(~state.done_mask(name)).tolist() for name, spec in state.arrays.items()
-            if spec.kind == "video" and spec.storage != "mp4" and not state.done_mask(name).all()}
-
-
-def undecoded_error(root: str | os.PathLike, camera: str, episodes: Sequence[int]) -> Exception:
-    """What a writer (or an edit's plan) says where PyAV is missing and ``camera`` has ``episodes`` (those that have
-    a video) not decoded yet."""
-    return pyav_missing(f"{root}: writing to this store (each commit holds every feature of every episode) first "
-                        f"decodes camera {camera!r} in episodes {list(episodes)[:10]}"
-                        f"{'...' if len(episodes) > 10 else ''}, which", path=root, feature=camera)
-
-
-def _check_complete(state: StoreState) -> None:
-    """Refuse a store a commit of this writer could not describe: each commit says every feature of every episode
-    is there, so the store must hold every episode, and PyAV is needed to decode cameras not decoded yet."""
-    root = state.root
-    undecoded = undecoded_cameras(state)
-    if undecoded and not have_pyav():
-        name, episodes = next(iter(undecoded.items()))
-        raise undecoded_error(root, name, episodes)
-    missing = np.flatnonzero(~state.complete_episodes())
-    if missing.size:
-        raise NotMaterializedError(f"{root}: episodes {missing[:20].tolist()} are not in the local store; "
-                                   f"open it with every episode before writing to it", path=root,
-                                   episode=int(missing[0]))
 
 
 def _copy_store_files(source: Path, root: Path, name: str, *suffixes: str) -> None:
