@@ -47,8 +47,8 @@ import numpy as np
 
 from ..errors import CorruptSourceError, LeRobotZarrError, SchemaMismatchError, SourceNotFoundError, import_optional
 from ..utils.buffers import recycled_empty
-from .frame_codecs import decode_threads, run_in_parallel
 from .depth import DEPTH_PIX_FMT
+from .frame_codecs import decode_threads, run_in_parallel
 from .video import PIXEL_FORMATS, TOLERANCE_S, frame_pixels
 
 __all__ = ["Mp4Frames"]

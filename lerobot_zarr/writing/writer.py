@@ -60,7 +60,7 @@ from .edits import EditMaps
 from .transaction import WriteTransaction, remove_path, resolve_min_free_bytes
 from .values import as_frames, content_hash, count_arg, feature_specs, stored_values
 
-__all__ = ["create", "fork", "WritableDataset", "undecoded_cameras", "undecoded_error"]
+__all__ = ["create", "fork", "WritableDataset"]
 
 _SETTABLE_INFO = ("chunks_size", "data_files_size_in_mb", "video_files_size_in_mb")
 _INLINE_STATS_BYTES = 1 << 20  # smaller appends compute their stats before writing, not in a thread alongside

@@ -9,7 +9,6 @@ import os
 import signal
 import threading
 
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed (optional extra lerobot_zarr[torch])")

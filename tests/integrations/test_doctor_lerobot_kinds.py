@@ -13,7 +13,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-
 from lerobot_recorded import KINDS, lerobot_recorded  # noqa: F401
 
 import lerobot_zarr
