@@ -165,8 +165,8 @@ class LeRobotRecording:
                token: str | bool | None = None, durable: bool = True) -> Any:
         """Go on recording the dataset at ``root`` (required, LeRobot's ``ValueError`` otherwise), after a
         ``finalize()`` or a crash: its episodes are every one whose ``save_episode`` returned. ``root`` holds the
-        store a recorder made (or a LeRobot v3 dataset, which is copied into a new store next to it first: see
-        below). ``rgb_encoder`` / ``depth_encoder`` given replace the settings recorded for the videos not encoded
+        store a recorder made (a LeRobot folder is refused with a ``StoreNotFoundError`` saying how to read it).
+        ``rgb_encoder`` / ``depth_encoder`` given replace the settings recorded for the videos not encoded
         yet; the other parameters are :meth:`create`'s. ``revision``, ``force_cache_sync`` and ``token`` matter when
         ``root`` has to be fetched from the Hub: here ``root`` must hold the dataset."""
         if not root:
