@@ -13,7 +13,7 @@ from collections.abc import Iterator, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from .hub_network import Dropped, Fault, RequestRecord, deep_json, gzip_bomb, settle
+from .hub_network import Dropped, Fault, RequestRecord, close_abruptly, deep_json, gzip_bomb, settle
 from .hub_routes import Routes, ServedHub
 from .hub_storage import (
     CHUNK,
@@ -298,15 +298,7 @@ class Handler(Routes, BaseHTTPRequestHandler):
             self._abort()
 
     def _abort(self) -> None:
-        self.close_connection = True
-        try:
-            self.wfile.flush()
-        except OSError:
-            pass
-        try:
-            self.connection.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
+        close_abruptly(self)
 
     # auth & lookups ----------------------------------------------------------------------------------------
     def _authenticate(self) -> None:

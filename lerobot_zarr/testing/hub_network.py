@@ -7,13 +7,15 @@ import dataclasses
 import heapq
 import math
 import os
+import socket
 import threading
 import time
 import zlib
 from collections.abc import Iterator, Sequence
+from typing import Any
 
-__all__ = ["FAULT_KINDS", "Dropped", "Fault", "HubStats", "Link", "NetworkModel", "RequestRecord", "deep_json",
-           "gzip_bomb", "settle"]
+__all__ = ["FAULT_KINDS", "Dropped", "Fault", "Faults", "HubStats", "Link", "NetworkModel", "RequestRecord",
+           "close_abruptly", "deep_json", "gzip_bomb", "settle"]
 
 
 class Dropped(Exception):
@@ -111,6 +113,34 @@ class Fault:
     seconds: float = 60.0
     rate: int = 16
     value: str = ""
+
+
+class Faults:
+    """The faults injected into a test server, met by requests in the order they were injected (each counted
+    down, dropped at 0); thread-safe, shared by the test Hub and the S3 test server."""
+
+    def __init__(self) -> None:
+        self._faults: list[Fault] = []
+        self._lock = threading.Lock()
+
+    def add(self, fault: Fault) -> None:
+        with self._lock:
+            self._faults.append(fault)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._faults.clear()
+
+    def take(self, method: str, path: str) -> Fault | None:
+        """The fault a request of ``method`` to ``path`` meets, if any."""
+        with self._lock:
+            for fault in self._faults:
+                if fault.path_contains in path and (fault.method is None or fault.method == method):
+                    fault.remaining -= 1
+                    if fault.remaining <= 0:
+                        self._faults.remove(fault)
+                    return fault
+        return None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -262,3 +292,17 @@ def gzip_bomb(size: int) -> bytes:
 def deep_json(levels: int) -> bytes:
     """A JSON array nested ``levels`` deep (``[[[...]]]``): a parser recursing on it overflows its stack."""
     return b"[" * levels + b"]" * levels
+
+
+def close_abruptly(handler: Any) -> None:
+    """End a test server's connection now (a dropped or cut answer): what was written is flushed, the socket shut
+    both ways, and the handler asked not to read another request from it."""
+    handler.close_connection = True
+    try:
+        handler.wfile.flush()
+    except OSError:
+        pass
+    try:
+        handler.connection.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass

@@ -79,7 +79,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from .hub_handler import Handler, HubHTTPServer
-from .hub_network import FAULT_KINDS, Fault, HubStats, Link, NetworkModel, RequestRecord
+from .hub_network import FAULT_KINDS, Fault, Faults, HubStats, Link, NetworkModel, RequestRecord
 from .hub_storage import (
     LFS_EXTENSIONS,
     LFS_THRESHOLD,
@@ -126,8 +126,7 @@ class HubServer:
         self.errors: list[str] = []
         self.storage = Storage(self.storage_dir)
         self._secret = secrets.token_bytes(32)
-        self._faults: list[Fault] = []
-        self._faults_lock = threading.Lock()
+        self._faults = Faults()
         self._httpd: HubHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self._endpoint: str | None = None
@@ -319,11 +318,10 @@ class HubServer:
             raise ValueError(f"unknown fault kind {kind!r}")
         if count < 1 or after_bytes < 0 or seconds < 0 or rate < 1:
             raise ValueError("count and rate must be >= 1, after_bytes and seconds >= 0")
-        with self._faults_lock:
-            if kind == "stall":
-                self.unstall.clear()
-            self._faults.append(Fault(path_contains, kind, count, after_bytes, method.upper() if method else None,
-                                       seconds, rate, value))
+        if kind == "stall":
+            self.unstall.clear()
+        self._faults.add(Fault(path_contains, kind, count, after_bytes, method.upper() if method else None, seconds,
+                               rate, value))
 
     def release_stalls(self) -> None:
         """End every ``"stall"`` now (their connections are closed), and make the stalls still to come end at once:
@@ -331,19 +329,11 @@ class HubServer:
         self.unstall.set()
 
     def clear_faults(self) -> None:
-        with self._faults_lock:
-            self._faults.clear()
+        self._faults.clear()
 
     def take_fault(self, method: str, path: str) -> Fault | None:
         """The injected fault a request of ``method`` to ``path`` meets, if any (counted down, dropped at 0)."""
-        with self._faults_lock:
-            for fault in self._faults:
-                if fault.path_contains in path and (fault.method is None or fault.method == method):
-                    fault.remaining -= 1
-                    if fault.remaining <= 0:
-                        self._faults.remove(fault)
-                    return fault
-        return None
+        return self._faults.take(method, path)
 
     def sign(self, key: str, size: int) -> str:
         """The signature of an LFS upload URL (``key``, ``size``): only URLs this server handed out are accepted."""

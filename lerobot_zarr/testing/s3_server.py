@@ -41,7 +41,17 @@ from collections.abc import Iterable, Mapping, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from .hub_network import FAULT_KINDS, Dropped, Fault, HubStats, Link, NetworkModel, RequestRecord
+from .hub_network import (
+    FAULT_KINDS,
+    Dropped,
+    Fault,
+    Faults,
+    HubStats,
+    Link,
+    NetworkModel,
+    RequestRecord,
+    close_abruptly,
+)
 
 __all__ = ["S3Server", "ACCESS_KEY", "SECRET_KEY", "REGION"]
 
@@ -343,15 +353,7 @@ class _Handler(BaseHTTPRequestHandler):
         raise Dropped
 
     def _abort(self) -> None:
-        self.close_connection = True
-        try:
-            self.wfile.flush()
-        except OSError:
-            pass
-        try:
-            self.connection.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
+        close_abruptly(self)
 
     def _control(self, method: str, path: str, query: str) -> None:
         owner = self.server.owner
@@ -400,8 +402,7 @@ class S3Server:
         self.errors: list[str] = []
         self.stopping = threading.Event()
         self.app = _moto_app()
-        self._faults: list[Fault] = []
-        self._faults_lock = threading.Lock()
+        self._faults = Faults()
         self._httpd: _Server | None = None
         self._thread: threading.Thread | None = None
 
@@ -482,23 +483,14 @@ class S3Server:
         ``"long"`` (a ``Content-Length`` ``after_bytes`` more than the body sent, then the connection closes)."""
         if kind not in (*FAULT_KINDS, "503", "long") or kind == "bad_commit":
             raise ValueError(f"unknown fault kind {kind!r}")
-        with self._faults_lock:
-            self._faults.append(Fault(path_contains, kind, count, after_bytes, method.upper() if method else None,
-                                      seconds, rate))
+        self._faults.add(Fault(path_contains, kind, count, after_bytes, method.upper() if method else None, seconds,
+                               rate))
 
     def clear_faults(self) -> None:
-        with self._faults_lock:
-            self._faults.clear()
+        self._faults.clear()
 
     def take_fault(self, method: str, path: str) -> Fault | None:
-        with self._faults_lock:
-            for fault in self._faults:
-                if fault.path_contains in path and (fault.method is None or fault.method == method):
-                    fault.remaining -= 1
-                    if fault.remaining <= 0:
-                        self._faults.remove(fault)
-                    return fault
-        return None
+        return self._faults.take(method, path)
 
 
 def _buckets(values: Iterable[str]) -> list[str]:
