@@ -21,9 +21,9 @@ decode (open the file, seek, decode, close, every sample), a batch (:meth:`Mp4Fr
 - containers stay open across batches, with their decoder's position and their last decoded frames (so ``ds[i]``
   then ``ds[i + 1]`` and sequential reads decode each frame once), in a cache bounded in count (``max_open``) and
   in memory (``max_bytes``: the frames kept plus an estimate of each decoder's), least recently used closed first,
-  all closed by :meth:`Mp4Frames.close` or when the reader is dropped. A forked child (a DataLoader worker) drops the parent's containers
-  without closing them (their decoder threads do not exist in the child) and opens its own; a pickled reader
-  carries its settings only.
+  all closed by :meth:`Mp4Frames.close` or when the reader is dropped. A forked child (a DataLoader worker) drops
+  the parent's containers without closing them (their decoder threads do not exist in the child) and opens its
+  own; a pickled reader carries its settings only.
 
 The keyframe index is the container's (PyAV >= 16: ``index_entries``, no read needed); with an older PyAV
 (LeRobot 0.6.1 pins PyAV 15) it is made once per file and reader by reading the file's packets, without decoding.

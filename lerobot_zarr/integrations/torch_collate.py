@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import LeRobotZarrWarning, import_optional
+from ..utils.background import process_alive
 
 torch = import_optional("torch", "lerobot_zarr.integrations.torch (the torch adapter and LeRobotDataset drop-in)")
 from torch.utils.data import get_worker_info  # noqa: E402
@@ -121,23 +122,13 @@ def _worker_ring(nbytes: int) -> Ring:
 _DROPIN_SLOTS = 8  # a worker's batches in flight (prefetch_factor 2), the one in use and the one before it held
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _from_slot(memory: torch.Tensor | None, ring_id: str, pid: int, slots: int, slot_bytes: int, slot: int, at: int,
                dtype: str, shape: tuple) -> torch.Tensor:  # dtype: numpy's (dtype.str)
     """(main process) A column of a batch in a worker's ring slot, viewing the slot through the batch's lease:
     the slot is given back to the worker when every column of the batch is freed."""
     if memory is not None:
         for other, (owner, _) in list(_received.items()):
-            if not _alive(owner):
+            if not process_alive(owner):
                 del _received[other]
         _received[ring_id] = (pid, Ring(slots, slot_bytes, memory, ring_id))
     entry = _received.get(ring_id)

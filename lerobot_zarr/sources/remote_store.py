@@ -44,6 +44,7 @@ from ..errors import ArgumentError, UnsupportedStoreError
 from ..store.cameras import MP4_INDEX, read_mp4_index
 from ..store.packs import read_shard_index, shard_index_bytes
 from ..store.state import MAX_ROOT_BYTES, ROOT, StoreState, chunk_path, read_state
+from ..utils.background import process_alive
 from ..utils.fileio import atomic_write, pwrite_all
 from ..utils.libc import punch_hole
 from .home import MIRROR_MARKER
@@ -547,19 +548,9 @@ def _mirror_folder(home: Path, bucket: Bucket) -> Path:
     if base.is_dir():
         for entry in base.iterdir():
             pid = entry.name.split("-", 1)[0]
-            if pid.isdigit() and not _alive(int(pid)) and not entry.is_symlink():
+            if pid.isdigit() and not process_alive(int(pid)) and not entry.is_symlink():
                 shutil.rmtree(entry, ignore_errors=True)
     return base / f"{os.getpid()}-{secrets.token_hex(4)}"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _remove_mirror(root: Path, stopping: threading.Event, *pools: ThreadPoolExecutor) -> None:

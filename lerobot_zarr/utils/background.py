@@ -1,8 +1,10 @@
 """Work ahead of the consumer, a bounded amount: an iterator run in a background thread (reads overlap the
-consumer), or a function mapped over items by a thread pool with the results kept in order."""
+consumer), or a function mapped over items by a thread pool with the results kept in order; and whether another
+process still runs (its leftovers may be cleaned up)."""
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 from collections import deque
@@ -72,3 +74,14 @@ def in_threads(fn: Callable[[_T], _R], items: Iterable[_T], workers: int, *, ahe
         while pending:
             first, future = pending.popleft()
             yield first, future.result()
+
+
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (one of another user counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
