@@ -363,7 +363,9 @@ def test_decoders_release_the_gil(name):
         for _ in range(repeats):
             codec.decode_into(data, out)
 
-    assert _releases_gil(decode)
+    # A holder never lets the main thread run (switch interval 10 s), so one sighting in three proves release; a
+    # single try could miss it when the loaded machine wakes the main thread only after the worker took the GIL back.
+    assert any(_releases_gil(decode) for _ in range(3))
 
 
 # ------------------------------------------------------------------------------------------------ zarr
