@@ -83,7 +83,7 @@ def doctor_store(root: str | os.PathLike, *, progress: bool = True, locked: bool
                      f"`lerobot-zarr doctor SOURCE` decodes the source's videos again")
     with contextlib.nullcontext() if locked else WriterLock(root):
         replace_findings(root, identities(state, done), found)
-        save_moments(root, moments, len(state.table), fresh=True)
+        save_moments(root, moments, len(state.table))
         write_report(root, state, episode_defects, dataset_defects, notes)
     report = read_report(root, state)
     assert report is not None  # just written
