@@ -264,7 +264,7 @@ def _glitch_candidates(b: Batch, x: np.ndarray, low: np.ndarray, high: np.ndarra
     spread = high.astype(np.float64) - low
     steps = b.scratch.take("steps", x.shape, x.dtype, "F")
     np.subtract(x[1:], x[:-1], out=steps[:-1])
-    steps[b.starts + b.lengths - 1] = 0  # the step from an episode's last frame to the next one's first (or none)
+    steps[b.starts + b.lengths - 1] = 0  # the step from an episode's last frame to the next one's first
     np.abs(steps, out=steps)
     biggest = np.maximum.reduceat(steps, b.starts, axis=0)
     with np.errstate(invalid="ignore"):

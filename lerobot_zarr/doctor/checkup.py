@@ -64,7 +64,7 @@ class Checkup:
         self.batch_rows = batch_rows
         self.covered = set(covered or ())
         self.found: dict[int, list[Defect]] = {}  # findings of the episodes fed and not saved yet
-        self.moments = Moments()  # of the episodes fed and not saved yet
+        self.moments = Moments()  # of the episodes fed, kept in the store by finish()
         self.seen: set[int] = set()
         self._pending: list[tuple[int, dict[str, np.ndarray]]] = []
         self._since = 0.0  # when the first episode of the pending batch came

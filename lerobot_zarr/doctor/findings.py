@@ -6,7 +6,8 @@ Files (under ``.doctor/`` in the store; not part of the zarr hierarchy, like ``.
     .doctor/findings.ndjson  one JSON line per commit of a transcode (or one per ``ds.doctor()``): the episodes it
                              checked, each with its identity, and their findings. Appended under the writer lock just
                              before the commit that lists them (an episode checked again adds the same findings)
-    .doctor/moments.json     the moments of the numeric features over the episodes they cover (for the reductions)
+    .doctor/moments.json     the moments of the numeric features over the episodes they cover (for the reductions),
+                             kept at the end of a transcode (under the writer lock, replaced whole)
     .doctor/report.json      the last reduction: findings of the dataset as a whole (stats, dead channels, tasks)
                              and duplicate episodes, with the store's generation it was made at
 
