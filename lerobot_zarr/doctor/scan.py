@@ -167,8 +167,8 @@ def scan_tables(files: SourceFiles) -> tuple[list[Defect], list[str], int]:
     refuses): episode indices with gaps or repeated (``episode_index_gap``), rows no episode owns or episodes
     whose rows are missing (``orphan_rows``), episodes of no frame (``short_episode``). Reads ``meta/`` and the
     ``episode_index`` and ``index`` columns of every data file (``frame_index`` too where an episode's rows are not
-    as many as the table gives). Returns the findings, notes on what could not be
-    read, and how many episodes the table lists."""
+    as many as the table gives). Returns the findings, notes on what could not be read, and how many episodes the
+    table lists."""
     import pyarrow as pa
 
     notes: list[str] = []
@@ -226,14 +226,14 @@ def scan_tables(files: SourceFiles) -> tuple[list[Defect], list[str], int]:
     twice = set(uniq[counts > 1].tolist())  # named above; which of their lengths holds is anyone's guess
     wrong = {e: n for e, n in sorted(lengths.items()) if rows.get(e, 0) != n and e not in twice}
     if wrong:
-        out.extend(_rows_against_table(files, wrong, held, notes))
+        out.extend(_rows_against_table(files, wrong, rows, held, notes))
     return out, notes, len(index)
 
 
-def _rows_against_table(files: SourceFiles, lengths: Mapping[int, int], held: Mapping[str, np.ndarray],
-                        notes: list[str]) -> list[Defect]:
-    """Episodes whose rows in the data files (``held``: the episodes of each) are not as many as the table gives
-    (``lengths``): ``orphan_rows`` naming each episode and its frames, those no row holds (by the rows'
+def _rows_against_table(files: SourceFiles, lengths: Mapping[int, int], rows: Mapping[int, int],
+                        held: Mapping[str, np.ndarray], notes: list[str]) -> list[Defect]:
+    """Episodes whose ``rows`` in the data files (``held``: the episodes of each file) are not as many as the table
+    gives (``lengths``): ``orphan_rows`` naming each episode and its frames, those no row holds (by the rows'
     ``frame_index``) when rows are missing, the rows' ``frame_index`` values beyond the length or repeated when there
     are more. Reads the ``frame_index`` column of the files holding them."""
     import pyarrow as pa
@@ -259,8 +259,7 @@ def _rows_against_table(files: SourceFiles, lengths: Mapping[int, int], held: Ma
     out = []
     for e, n in lengths.items():
         a, b = np.searchsorted(ep, [e, e + 1])
-        have, n = int(b - a), max(int(n), 0)
-        frames = fi[a:b]
+        have, n, frames = rows.get(e, 0), max(int(n), 0), fi[a:b]
         if have < n:
             gone = np.setdiff1d(np.arange(n), frames)
             detail = f"frames {ranges_text(frame_ranges(gone))} missing"
@@ -268,7 +267,7 @@ def _rows_against_table(files: SourceFiles, lengths: Mapping[int, int], held: Ma
             values, counts = np.unique(frames, return_counts=True)
             gone = np.union1d(values[(values < 0) | (values >= n)], values[counts > 1])
             detail = f"frame_index {ranges_text(frame_ranges(gone))} beyond its length or repeated"
-        out.append(Defect("orphan_rows", e, "episode_index", frame_ranges(gone), float(have - n),
+        out.append(Defect("orphan_rows", e, "episode_index", frame_ranges(gone), float(n - have),
                           f"episode {e}: meta/episodes gives it {n} rows, the data files hold {have}"
                           + (f" ({detail})" if gone.size else "")))
     return out
