@@ -15,7 +15,9 @@ pages flushed and the disk idle before each run (outside the timing):
 The doctor's cost is a ratio of the two, measured for noise on a shared machine: each run's CPU seconds (the
 process's, all its threads: what the doctor adds, whatever else runs beside) and wall seconds, the two in pairs whose
 order alternates (on-off, off-on, ...), the load (1-minute average) beside each run; reported as the ratio of the CPU
-sums, the median of the pairs' ratios, and best and median wall. ``--doctor-only`` runs just these two.
+sums, the median of the pairs' ratios, and best and median wall. As the doctor's cost is below the noise of one
+transcode's CPU time here (a few percent), its hooks are also timed alone (:func:`doctor_alone`) against the CPU
+of the transcode without it. ``--doctor-only`` runs just these.
 
 It then checks the store against the parquet data (pack files read with numpy at the rows the episode table
 gives), reports disk blocks allocated / stored bytes, file counts, and the time to open the store in a fresh
@@ -91,6 +93,44 @@ def check_store(store: Path, arrays: dict[str, np.ndarray], start: np.ndarray) -
                 raise AssertionError(f"{store}: pack {k} of {name} differs from the parquet data")
 
 
+def doctor_alone(src: Path, store: Path, commits: int = 1, repeats: int = 5) -> float:
+    """The CPU seconds of the doctor's own work in a transcode of ``src`` that commits ``commits`` times, best of
+    ``repeats``: its hooks called as the transcode calls them (each episode's frames; at each commit the episodes
+    waiting for their batch held back and the findings of the others kept; the sums and reductions at the end),
+    on frames read beforehand, into a copy of the transcode's ``store``. Low in noise where the difference of two
+    transcodes is not: each run is short and alone on its thread. A transcode commits about every second: at a
+    high load, a run of this shape commits some 80 times."""
+    from lerobot_zarr.doctor.checkup import Checkup
+    from lerobot_zarr.lerobot.source import LeRobotSource
+    from lerobot_zarr.store.state import read_state
+
+    source = LeRobotSource(src)
+    episodes = list(source.iter_episodes(range(len(source.episodes))))
+    every = max(1, len(episodes) // commits)
+    best = float("inf")
+    for i in range(repeats):
+        root = store.with_name(f"doctor-alone-{i}")
+        shutil.copytree(store, root)
+        shutil.rmtree(root / ".doctor")
+        state = read_state(root)
+        per = {name: state.episode_hashes(name).tolist() for name in state.arrays}
+        hashes = {e: {name: values[e] for name, values in per.items()} for e in range(len(state.table))}
+        c0 = time.thread_time()
+        checkup = Checkup.of_source(source)
+        done: list[int] = []
+        for k, (e, frames) in enumerate(episodes, 1):
+            checkup.frames(e, frames)
+            done.append(e)
+            if k % every == 0 or k == len(episodes):
+                held = set(checkup.waiting(k == len(episodes), 10.0))
+                checkup.save(root, state, [x for x in done if x not in held], hashes)
+                done = [x for x in done if x in held]
+        checkup.finish(root, state)
+        best = min(best, time.thread_time() - c0)
+        shutil.rmtree(root)
+    return best
+
+
 OPEN_PROBE = r"""
 import json, sys, time
 t0 = time.perf_counter()
@@ -161,6 +201,7 @@ def run_shape(work: Path, name: str, episodes: int, lengths: tuple[int, int], pe
                 shutil.rmtree(out, ignore_errors=True)
     store = last[0]
     check_store(store, arrays, start)
+    alone = {n: doctor_alone(src, store, n) for n in (1, 80)} if OURS in contenders else None
     prof_text = None
     if args.profile:
         C.settle_disk(runs_dir)
@@ -172,7 +213,7 @@ def run_shape(work: Path, name: str, episodes: int, lengths: tuple[int, int], pe
         pstats.Stats(prof, stream=s).sort_stats("tottime").print_stats(20)
         prof_text = s.getvalue()
     result = {"name": name, "episodes": episodes, "frames": int(end[-1]), "bytes": total, "times": times,
-              "cpu": cpu, "load": load,
+              "cpu": cpu, "load": load, "doctor_alone": alone,
               "stored": sum(p.stat().st_size for p in store.rglob("*") if p.is_file()),
               "allocated": C.allocated_bytes(store), "files": sum(1 for p in store.rglob("*") if p.is_file()),
               "open": None if args.doctor_only else open_in_fresh_process(store), "profile": prof_text}
@@ -216,6 +257,10 @@ def main() -> None:
         print(f"  doctor on / off, CPU          {doctor:5.3f}x   (target <= {TARGET_DOCTOR}x: "
               f"{'met' if doctor <= TARGET_DOCTOR else 'MISSED'}; the sums of {len(on)} pairs; median of the pairs' "
               f"ratios {float(np.median(on / off)):.3f}x, best {on.min() / off.min():.3f}x)")
+        for n, seconds in r["doctor_alone"].items():
+            print(f"  the doctor's own CPU          {seconds:.3f} s with {n} commit{'s' if n > 1 else ''}, "
+                  f"{seconds / off.min() * 100:.1f} % of the CPU of the transcode without it (best): "
+                  f"{1 + seconds / off.min():.3f}x (its hooks alone, best of 5)")
         print(f"  doctor on / off, wall         {min(times[OURS]) / min(times[NO_DOCTOR]):5.3f}x   (best; medians "
               f"{C.median(times[OURS]) / C.median(times[NO_DOCTOR]):.3f}x, median of the pairs' ratios "
               f"{float(np.median(np.array(times[OURS]) / np.array(times[NO_DOCTOR]))):.3f}x)")
