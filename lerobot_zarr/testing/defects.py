@@ -129,6 +129,15 @@ def _rows(episode: int) -> slice:
     return slice(start, start + LENGTHS[episode])
 
 
+def _edit_episode_table(root: pathlib.Path, column: str, edit: Callable[[np.ndarray], np.ndarray]) -> None:
+    """Rewrite one int64 column of meta/episodes as ``edit`` (its values, by row) makes it."""
+    path = root / "meta/episodes/chunk-000/file-000.parquet"
+    episodes = pq.read_table(path)
+    values = edit(np.asarray(episodes.column(column).to_pylist()))
+    pq.write_table(episodes.set_column(episodes.column_names.index(column), column, pa.array(values, pa.int64())),
+                   path)
+
+
 # the injections: each makes the dataset at ``path`` (clean: without the defect) and says what it injected -------
 def _nan(path: pathlib.Path, seed: int, clean: bool) -> Case:
     root = _base(path, seed)
@@ -209,12 +218,7 @@ def _empty(path: pathlib.Path, seed: int, clean: bool) -> Case:
     case = Case(root, "short_episode", [Expected("short_episode", 2, None, ())], also=frozenset({"orphan_rows"}),
                 transcodes=False)
     if not clean:
-        episodes_file = root / "meta/episodes/chunk-000/file-000.parquet"
-        episodes = pq.read_table(episodes_file)
-        lengths = np.asarray(episodes.column("length").to_pylist())
-        lengths[2] = 0
-        episodes = episodes.set_column(episodes.column_names.index("length"), "length", pa.array(lengths, pa.int64()))
-        pq.write_table(episodes, episodes_file)
+        _edit_episode_table(root, "length", lambda lengths: np.where(np.arange(lengths.size) == 2, 0, lengths))
     return case
 
 
@@ -323,13 +327,7 @@ def _episode_index_repeated(path: pathlib.Path, seed: int, clean: bool) -> Case:
                 transcodes=False)
     if clean:
         return case
-    episodes_file = root / "meta/episodes/chunk-000/file-000.parquet"
-    episodes = pq.read_table(episodes_file)
-    numbers = np.asarray(episodes.column("episode_index").to_pylist())
-    numbers[3] = 2
-    episodes = episodes.set_column(episodes.column_names.index("episode_index"), "episode_index",
-                                   pa.array(numbers, pa.int64()))
-    pq.write_table(episodes, episodes_file)
+    _edit_episode_table(root, "episode_index", lambda numbers: np.where(np.arange(numbers.size) == 3, 2, numbers))
     return case
 
 
@@ -355,13 +353,7 @@ def _episode_index_gap(path: pathlib.Path, seed: int, clean: bool) -> Case:
     index = _column(table, "episode_index")
     index[index >= 3] += 1
     _write(root, table, {"episode_index": index}, restat=False)
-    episodes_file = root / "meta/episodes/chunk-000/file-000.parquet"
-    episodes = pq.read_table(episodes_file)
-    numbers = np.asarray(episodes.column("episode_index").to_pylist())
-    numbers[numbers >= 3] += 1
-    episodes = episodes.set_column(episodes.column_names.index("episode_index"), "episode_index",
-                                   pa.array(numbers, pa.int64()))
-    pq.write_table(episodes, episodes_file)
+    _edit_episode_table(root, "episode_index", lambda numbers: numbers + (numbers >= 3))
     return case
 
 
