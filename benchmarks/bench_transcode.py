@@ -166,11 +166,12 @@ def run_shape(work: Path, name: str, episodes: int, lengths: tuple[int, int], pe
     shutil.rmtree(runs_dir, ignore_errors=True)
     runs_dir.mkdir(parents=True)
     counter = iter(range(10**9))
-    last: list[Path] = []
+    last: list[Path] = []  # the last store made with the doctor (checked below; the others are removed)
 
     def transcode(out: Path, doctor: bool = True) -> None:
         lerobot_zarr.open_dataset(src, root=out, progress=False, doctor=doctor)
-        last[:] = [out]
+        if doctor:
+            last[:] = [out]
 
     contenders = {"parquet -> numpy (pyarrow read_table)": lambda out: parquet_to_numpy(files),
                   "tofile, one file per feature": lambda out: tofile_per_feature(arrays, out),
@@ -178,7 +179,7 @@ def run_shape(work: Path, name: str, episodes: int, lengths: tuple[int, int], pe
     if args.doctor_only:
         contenders = {k: v for k, v in contenders.items() if k in (OURS, NO_DOCTOR)}
     parquet_to_numpy(files)  # warm-up: page cache of the parquet files, imports
-    transcode(runs_dir / "warm-up")
+    lerobot_zarr.open_dataset(src, root=runs_dir / "warm-up", progress=False)
     shutil.rmtree(runs_dir / "warm-up")
     runs = args.runs if name != "100k" or args.runs_100k is None else args.runs_100k
     times: dict[str, list[float]] = {k: [] for k in contenders}
@@ -188,7 +189,7 @@ def run_shape(work: Path, name: str, episodes: int, lengths: tuple[int, int], pe
         order = list(contenders) if i % 2 == 0 else list(reversed(contenders))  # the doctor's pair alternates
         for label in order:
             C.settle_disk(runs_dir)
-            out = runs_dir / f"run-{next(counter)}"
+            out, before = runs_dir / f"run-{next(counter)}", list(last)
             c0, t0 = time.process_time(), time.perf_counter()
             contenders[label](out)
             times[label].append(time.perf_counter() - t0)
@@ -197,8 +198,8 @@ def run_shape(work: Path, name: str, episodes: int, lengths: tuple[int, int], pe
             if label in (OURS, NO_DOCTOR) and args.doctor_only:
                 print(f"  {label:<42} wall {times[label][-1]:7.3f} s  CPU {cpu[label][-1]:7.3f} s  "
                       f"load {load[label][-1]:5.1f}", flush=True)
-            if label != OURS:  # the last store with the doctor is checked below
-                shutil.rmtree(out, ignore_errors=True)
+            for done in {out, *before} - set(last):  # outside the timing
+                shutil.rmtree(done, ignore_errors=True)
     store = last[0]
     check_store(store, arrays, start)
     alone = {n: doctor_alone(src, store, n) for n in (1, 80)} if OURS in contenders else None
@@ -207,7 +208,7 @@ def run_shape(work: Path, name: str, episodes: int, lengths: tuple[int, int], pe
         C.settle_disk(runs_dir)
         prof = cProfile.Profile()
         prof.enable()
-        transcode(runs_dir / "profiled")
+        lerobot_zarr.open_dataset(src, root=runs_dir / "profiled", progress=False)
         prof.disable()
         s = io.StringIO()
         pstats.Stats(prof, stream=s).sort_stats("tottime").print_stats(20)
