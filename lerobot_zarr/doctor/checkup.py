@@ -2,14 +2,20 @@
 (or by a scan of a store or a source), it runs the batch checks, watches the cameras, keeps the findings of each
 episode until they are saved into the store, and runs the reductions at the end.
 
-The transcode's hooks are four calls: :meth:`Checkup.frames` (an episode's data-file features), :meth:`camera` and
-:meth:`camera_done` (around a video decode), :meth:`save` (under the writer lock, just before a commit) and
-:meth:`finish` (after the last commit).
+The transcode's hooks: :meth:`Checkup.frames` (an episode's data-file features), :meth:`camera` and
+:meth:`camera_done` (around a video decode), :meth:`waiting` (before a commit: the episodes whose checks wait for
+their batch, and so their commit), :meth:`save` (under the writer lock, just before a commit: the findings of the
+episodes committed, one line appended) and :meth:`finish` (after the last commit: the sums kept, the reductions).
+
+What a crash at any moment leaves: every committed episode's findings are in the store (saved before its commit);
+the sums for stats.json and dead channels are kept once, at the end, and those of episodes committed by a run that
+stopped before its end are read back from the store by the next run's :meth:`finish`.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,6 +26,7 @@ from ..cameras.video import VideoUnavailable
 from ..lerobot.format import DEFAULT_FEATURES
 from ..store.packs import read_raw_rows
 from ..store.state import StoreState
+from ..utils.fileio import WriterLock
 from .cameras import FrameWatch, video_defects
 from .checks import Context, Moments, NumericChecks
 from .findings import append_findings, identities, load_moments, save_moments, write_report
@@ -57,10 +64,10 @@ class Checkup:
         self.batch_rows = batch_rows
         self.covered = set(covered or ())
         self.found: dict[int, list[Defect]] = {}  # findings of the episodes fed and not saved yet
-        self.moments = Moments()  # of the episodes fed and not saved yet
+        self.moments = Moments()  # of the episodes fed, kept in the store by finish()
         self.seen: set[int] = set()
         self._pending: list[tuple[int, dict[str, np.ndarray]]] = []
-        self._saved: tuple[Any, Moments] | None = None  # the store's moments file as this checkup last wrote it
+        self._since = 0.0  # when the first episode of the pending batch came
         self._rows = 0
         self._lock = threading.Lock()  # cameras are watched in the decoding threads
 
@@ -97,6 +104,8 @@ class Checkup:
                 self._add(e, watch.defects())
         # the episode's numeric features wait for their batch (the whole mapping where it holds nothing else)
         numeric = frames if not self._cameras else {k: frames[k] for k in self._numeric if k in frames}
+        if not self._pending:
+            self._since = time.monotonic()
         self._pending.append((e, numeric))
         self.seen.add(e)
         self._rows += len(frames["timestamp"]) if "timestamp" in frames else int(self.lengths[e])
@@ -141,24 +150,29 @@ class Checkup:
                 self.found[d.episode].append(d)  # type: ignore[index]
 
     # saving -----------------------------------------------------------------------------------------------
+    def waiting(self, whole: bool, hold_s: float) -> list[int]:
+        """Before a commit: the episodes whose checks wait for their batch to fill (they must not be committed
+        before their findings are saved); the batch is checked now if ``whole`` (the last commit) or if its first
+        episode has waited ``hold_s``."""
+        if self._pending and (whole or time.monotonic() - self._since >= hold_s):
+            self.flush()
+        return [e for e, _ in self._pending]
+
     def take(self, episodes: Sequence[int]) -> dict[int, list[Defect]]:
-        """The findings of ``episodes`` (checked now); they are forgotten here."""
-        self.flush()
+        """The findings of ``episodes`` (checked now if they wait for their batch); they are forgotten here."""
+        wanted = {int(e) for e in episodes}
+        if any(e in wanted for e, _ in self._pending):
+            self.flush()
         with self._lock:
-            return {int(e): self.found.pop(int(e), []) for e in episodes}
+            return {e: self.found.pop(e, []) for e in sorted(wanted)}
 
     def save(self, root: Path, state: StoreState, episodes: Sequence[int],
              hashes: Mapping[int, Mapping[str, int]]) -> None:
-        """Keep in the store the findings of ``episodes`` (about to be committed, with their content hashes) and the
-        moments counted so far. Under the store's writer lock."""
-        episodes = [int(e) for e in episodes if int(e) in self.seen or int(e) in self.found]
-        if not episodes:
-            return
-        append_findings(root, identities(state, episodes, hashes), self.take(episodes))
-        if self.moments.covered:
-            self._saved = save_moments(root, self.moments, len(self.lengths), cache=self._saved)
-            self.covered |= self.moments.covered
-            self.moments = Moments()
+        """Keep in the store the findings of ``episodes``, about to be committed with these content hashes: one
+        line appended. Under the store's writer lock."""
+        episodes = [e for e in map(int, episodes) if e in self.seen or e in self.found]
+        if episodes:
+            append_findings(root, identities(state, episodes, hashes), self.take(episodes))
 
     def ingest(self, found: Mapping[int, list[Defect]], moments: Moments) -> None:
         """Findings and moments of episodes checked elsewhere (a worker of a distributed transcode)."""
@@ -177,13 +191,37 @@ class Checkup:
 
     # the end ----------------------------------------------------------------------------------------------
     def finish(self, root: Path, state: StoreState) -> None:
-        """The reductions over the store's committed episodes (duplicates by content hash, confirmed on the rows;
-        tasks; stats.json and dead channels when the moments cover every episode), kept in the store."""
-        moments = load_moments(root, len(state.table))
+        """The sums kept in the store (with those of committed episodes it lacks, read back from the store) and
+        the reductions over the store's committed episodes (duplicates by content hash, confirmed on the rows;
+        tasks; stats.json and dead channels when the sums cover every episode), kept in the store."""
+        self.flush()
+        moments = self._keep_moments(root, state)
         episode_defects, dataset_defects, notes = reductions(
             store_keys(state), state.table.length, state.tasks, state.stats, self.ctx, moments,
             lambda a, b: _same_rows(root, state, a, b))
         write_report(root, state, episode_defects, dataset_defects, notes)
+
+    def _keep_moments(self, root: Path, state: StoreState) -> Moments:
+        """Add this run's sums to the store's, and those of the committed episodes that neither covers (committed
+        by a run that stopped before its end), read back from the store; never an episode twice."""
+        n = len(state.table)
+        held = load_moments(root, n)
+        committed = np.ones(n, dtype=bool)
+        for name, kind in self.ctx.kinds.items():
+            if kind == "numeric" and name in state.arrays:
+                committed &= state.materialized_mask(name)
+        lacking = [e for e in np.flatnonzero(committed).tolist()
+                   if e not in held.covered and e not in self.moments.covered]
+        parts = [self.moments, stored_moments(root, state, lacking, self.ctx)]
+        with WriterLock(root):
+            held = load_moments(root, n)  # another process may have kept its own meanwhile
+            for part in parts:
+                if part.covered and not part.covered & held.covered:
+                    held.merge(part)
+            save_moments(root, held, n)
+        self.covered |= self.moments.covered
+        self.moments = Moments()
+        return held
 
 
 class CameraWatch(FrameWatch):
@@ -199,6 +237,27 @@ class CameraWatch(FrameWatch):
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
         if kind is None or issubclass(kind, VideoUnavailable):
             self.checkup.camera_done(self, self.queries, None if exc is None else str(exc))
+
+
+def stored_moments(root: Path, state: StoreState, episodes: Sequence[int], ctx: Context) -> Moments:
+    """The sums of ``episodes``' numeric features read back from the store (none if a numeric feature is not kept
+    raw: then they stay uncounted, and the report says the stats were not checked)."""
+    names = [k for k, kind in ctx.kinds.items() if kind == "numeric" and k in state.arrays]
+    out = Moments()
+    if not episodes or any(state.arrays[k].storage != "raw" for k in names):
+        return out
+    sums, t = NumericChecks(ctx, kinds=()), state.table
+    batch: list[tuple[int, dict[str, np.ndarray]]] = []
+    rows = 0
+    for i, e in enumerate(episodes):
+        pack = int(t.chunk[e])
+        batch.append((e, {k: read_raw_rows(root, k, state.arrays[k], pack, int(state.packs.rows[pack]),
+                                           int(t.offset[e]), int(t.length[e])) for k in names}))
+        rows += int(t.length[e])
+        if rows >= BATCH_ROWS or i == len(episodes) - 1:
+            out.merge(sums.run([x for x, _ in batch], [f for _, f in batch])[1])
+            batch, rows = [], 0
+    return out
 
 
 def data_features(kinds: Mapping[str, str]) -> list[str]:

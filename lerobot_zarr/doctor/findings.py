@@ -6,7 +6,8 @@ Files (under ``.doctor/`` in the store; not part of the zarr hierarchy, like ``.
     .doctor/findings.ndjson  one JSON line per commit of a transcode (or one per ``ds.doctor()``): the episodes it
                              checked, each with its identity, and their findings. Appended under the writer lock just
                              before the commit that lists them (an episode checked again adds the same findings)
-    .doctor/moments.json     the moments of the numeric features over the episodes they cover (for the reductions)
+    .doctor/moments.json     the moments of the numeric features over the episodes they cover (for the reductions),
+                             kept at the end of a transcode (under the writer lock, replaced whole)
     .doctor/report.json      the last reduction: findings of the dataset as a whole (stats, dead channels, tasks)
                              and duplicate episodes, with the store's generation it was made at
 
@@ -20,6 +21,7 @@ within bounds, JSON depth-guarded, every field checked.
 
 from __future__ import annotations
 
+import itertools
 import json
 import operator
 import os
@@ -63,16 +65,19 @@ def identities(state: StoreState, episodes: Iterable[int] | None = None,
     wanted = np.arange(len(state.table)) if episodes is None else np.asarray(list(episodes), dtype=np.int64)
     names = sorted(state.arrays)
     fresh = fresh or {}
-    every = operator.itemgetter(*names) if names else (lambda per: ())
+    every = operator.itemgetter(*names) if len(names) > 1 else (lambda per: (per[names[0]],)) if names else \
+        (lambda per: ())
+    unknown = (-2,) * len(names)
 
     def row(e: int) -> Any:
         per = fresh.get(e)
         try:
-            return every(per) if per is not None else (-2,) * len(names)
+            return every(per) if per is not None else unknown
         except KeyError:  # some features were not written now: the state has theirs
             return tuple(per.get(n, -2) for n in names)
 
-    crcs = np.array([row(e) for e in wanted.tolist()], dtype=np.int64).reshape(len(wanted), len(names))
+    crcs = np.fromiter(itertools.chain.from_iterable(map(row, wanted.tolist())), dtype=np.int64,
+                       count=len(wanted) * len(names)).reshape(len(wanted), len(names))
     for j, name in enumerate(names):
         lacking = crcs[:, j] == -2
         if lacking.any():
@@ -148,38 +153,17 @@ def load_moments(root: Path, n_episodes: int) -> Moments:
         return Moments()
 
 
-def save_moments(root: Path, moments: Moments, n_episodes: int, *, fresh: bool = False,
-                 cache: tuple[Any, Moments] | None = None) -> tuple[Any, Moments] | None:
-    """Add ``moments`` to the store's (``fresh``: replace them), unless the store's cover some of its episodes
-    already (counted by another process meanwhile: never twice; the reduction then finds the moments incomplete
-    and says so). Call it under the store's writer lock. ``cache``: what the previous call returned (the file as it
-    wrote it: not read again while it is unchanged); returns what to pass to the next call."""
+def save_moments(root: Path, moments: Moments, n_episodes: int) -> None:
+    """Make the store's moments file hold ``moments`` (the caller merged them with the file's, under the store's
+    writer lock)."""
     path = _path(root, _MOMENTS)
-    if fresh:
-        held = Moments()
-    elif cache is not None and cache[0] == _stamp(path):
-        held = cache[1]
-    else:
-        held = load_moments(root, n_episodes)
-    if not fresh and (not moments.covered or moments.covered & held.covered):
-        return cache
-    held.merge(moments)
     mask = np.zeros(n_episodes, dtype=bool)
-    mask[sorted(held.covered)] = True
+    mask[sorted(moments.covered)] = True
     doc = {"v": VERSION, "covered": [list(r) for r in ranges_of(mask)],
-           "features": {k: {s: v.tolist() for s, v in part.items()} for k, part in held.features.items()}}
+           "features": {k: {s: v.tolist() for s, v in part.items()} for k, part in moments.features.items()}}
     check_in_store(root, path)
     path.parent.mkdir(exist_ok=True)
     atomic_write(path, json.dumps(doc, separators=(",", ":")).encode(), durable=False, root=root)
-    return _stamp(path), held
-
-
-def _stamp(path: Path) -> tuple[int, int, int] | None:
-    try:
-        st = os.stat(path, follow_symlinks=False)
-    except FileNotFoundError:
-        return None
-    return st.st_ino, st.st_size, st.st_mtime_ns
 
 
 def write_report(root: Path, state: StoreState, episode_defects: list[Defect], dataset_defects: list[Defect],

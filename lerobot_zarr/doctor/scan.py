@@ -83,7 +83,7 @@ def doctor_store(root: str | os.PathLike, *, progress: bool = True, locked: bool
                      f"`lerobot-zarr doctor SOURCE` decodes the source's videos again")
     with contextlib.nullcontext() if locked else WriterLock(root):
         replace_findings(root, identities(state, done), found)
-        save_moments(root, moments, len(state.table), fresh=True)
+        save_moments(root, moments, len(state.table))
         write_report(root, state, episode_defects, dataset_defects, notes)
     report = read_report(root, state)
     assert report is not None  # just written
@@ -166,8 +166,9 @@ def scan_tables(files: SourceFiles) -> tuple[list[Defect], list[str], int]:
     """The episode table against itself and the data files, read on their own (tolerant of what the source reader
     refuses): episode indices with gaps or repeated (``episode_index_gap``), rows no episode owns or episodes
     whose rows are missing (``orphan_rows``), episodes of no frame (``short_episode``). Reads ``meta/`` and the
-    ``episode_index`` and ``index`` columns of every data file. Returns the findings, notes on what could not be
-    read, and how many episodes the table lists."""
+    ``episode_index`` and ``index`` columns of every data file (``frame_index`` too where an episode's rows are not
+    as many as the table gives). Returns the findings, notes on what could not be read, and how many episodes the
+    table lists."""
     import pyarrow as pa
 
     notes: list[str] = []
@@ -191,10 +192,12 @@ def scan_tables(files: SourceFiles) -> tuple[list[Defect], list[str], int]:
             what.append(f"repeated {ranges_text(frame_ranges(repeated))}")
         if index.min(initial=0) < 0:
             what.append("negative ones")
-        out.append(Defect("episode_index_gap", None, "episode_index", frame_ranges(missing), float(missing.size),
+        out.append(Defect("episode_index_gap", None, "episode_index", frame_ranges(np.union1d(missing, repeated)),
+                          float(missing.size),
                           f"meta/episodes lists {len(index)} episodes with indices {'; '.join(what)} (LeRobot takes "
                           f"episode k from row k: those after a gap get another episode's data)"))
     rows: dict[int, int] = {}
+    held: dict[str, np.ndarray] = {}  # the episodes of each data file
     orphans = []
     for rel in files.list("data"):
         if not rel.endswith(".parquet"):
@@ -209,6 +212,7 @@ def scan_tables(files: SourceFiles) -> tuple[list[Defect], list[str], int]:
         present, count = np.unique(ep, return_counts=True)
         for e, k in zip(present.tolist(), count.tolist(), strict=True):
             rows[e] = rows.get(e, 0) + k
+        held[rel] = present
         orphans.append(idx[~np.isin(ep, uniq)])
     orphans = np.sort(np.concatenate(orphans)) if orphans else np.zeros(0, np.int64)
     if orphans.size:
@@ -219,12 +223,54 @@ def scan_tables(files: SourceFiles) -> tuple[list[Defect], list[str], int]:
     out.extend(Defect("short_episode", e, None, (), float(n), f"meta/episodes gives it {n} frames (the transcode "
                                                               f"refuses an episode without frames)")
                for e, n in sorted(lengths.items()) if n <= 0)
-    for e, n in sorted(lengths.items()):
-        have = rows.get(e, 0)
-        if have != n:
-            out.append(Defect("orphan_rows", None, "episode_index", (), float(n - have),
-                              f"episode {e}: meta/episodes gives it {n} rows, the data files hold {have}"))
+    twice = set(uniq[counts > 1].tolist())  # named above; which of their lengths holds is anyone's guess
+    wrong = {e: n for e, n in sorted(lengths.items()) if rows.get(e, 0) != n and e not in twice}
+    if wrong:
+        out.extend(_rows_against_table(files, wrong, rows, held, notes))
     return out, notes, len(index)
+
+
+def _rows_against_table(files: SourceFiles, lengths: Mapping[int, int], rows: Mapping[int, int],
+                        held: Mapping[str, np.ndarray], notes: list[str]) -> list[Defect]:
+    """Episodes whose ``rows`` in the data files (``held``: the episodes of each file) are not as many as the table
+    gives (``lengths``): ``orphan_rows`` naming each episode and its frames, those no row holds (by the rows'
+    ``frame_index``) when rows are missing, the rows' ``frame_index`` values beyond the length or repeated when there
+    are more. Reads the ``frame_index`` column of the files holding them."""
+    import pyarrow as pa
+
+    wanted = np.fromiter(lengths, dtype=np.int64)
+    episodes, frame_index = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
+    for rel, present in held.items():
+        if not np.isin(present, wanted).any():
+            continue
+        try:
+            cols = files.parquet(rel).read(columns=["episode_index", "frame_index"])
+        except (pa.ArrowException, OSError, KeyError, LeRobotZarrError) as exc:
+            notes.append(f"{files.location(rel)}: its frame_index column cannot be read ({exc})")
+            continue
+        ep, fi = (cols.column(k).to_numpy(zero_copy_only=False).astype(np.int64).reshape(-1)
+                  for k in ("episode_index", "frame_index"))
+        keep = np.isin(ep, wanted)
+        episodes.append(ep[keep])
+        frame_index.append(fi[keep])
+    ep, fi = np.concatenate(episodes), np.concatenate(frame_index)
+    order = np.argsort(ep, kind="stable")
+    ep, fi = ep[order], fi[order]
+    out = []
+    for e, n in lengths.items():
+        a, b = np.searchsorted(ep, [e, e + 1])
+        have, n, frames = rows.get(e, 0), max(int(n), 0), fi[a:b]
+        if have < n:
+            gone = np.setdiff1d(np.arange(n), frames)
+            detail = f"frames {ranges_text(frame_ranges(gone))} missing"
+        else:
+            values, counts = np.unique(frames, return_counts=True)
+            gone = np.union1d(values[(values < 0) | (values >= n)], values[counts > 1])
+            detail = f"frame_index {ranges_text(frame_ranges(gone))} beyond its length or repeated"
+        out.append(Defect("orphan_rows", e, "episode_index", frame_ranges(gone), float(n - have),
+                          f"episode {e}: meta/episodes gives it {n} rows, the data files hold {have}"
+                          + (f" ({detail})" if gone.size else "")))
+    return out
 
 
 def _episode_table(files: SourceFiles) -> Mapping[str, Any] | None:

@@ -129,6 +129,15 @@ def _rows(episode: int) -> slice:
     return slice(start, start + LENGTHS[episode])
 
 
+def _edit_episode_table(root: pathlib.Path, column: str, edit: Callable[[np.ndarray], np.ndarray]) -> None:
+    """Rewrite one int64 column of meta/episodes as ``edit`` (its values, by row) makes it."""
+    path = root / "meta/episodes/chunk-000/file-000.parquet"
+    episodes = pq.read_table(path)
+    values = edit(np.asarray(episodes.column(column).to_pylist()))
+    pq.write_table(episodes.set_column(episodes.column_names.index(column), column, pa.array(values, pa.int64())),
+                   path)
+
+
 # the injections: each makes the dataset at ``path`` (clean: without the defect) and says what it injected -------
 def _nan(path: pathlib.Path, seed: int, clean: bool) -> Case:
     root = _base(path, seed)
@@ -209,12 +218,7 @@ def _empty(path: pathlib.Path, seed: int, clean: bool) -> Case:
     case = Case(root, "short_episode", [Expected("short_episode", 2, None, ())], also=frozenset({"orphan_rows"}),
                 transcodes=False)
     if not clean:
-        episodes_file = root / "meta/episodes/chunk-000/file-000.parquet"
-        episodes = pq.read_table(episodes_file)
-        lengths = np.asarray(episodes.column("length").to_pylist())
-        lengths[2] = 0
-        episodes = episodes.set_column(episodes.column_names.index("length"), "length", pa.array(lengths, pa.int64()))
-        pq.write_table(episodes, episodes_file)
+        _edit_episode_table(root, "length", lambda lengths: np.where(np.arange(lengths.size) == 2, 0, lengths))
     return case
 
 
@@ -266,8 +270,65 @@ def _episode_index(path: pathlib.Path, seed: int, clean: bool) -> Case:
         index[_rows(2)][10:16] = 3  # rows of episode 2 claiming to be episode 3's
         _write(root, table, {"episode_index": index}, restat=False)
     return Case(root, "episode_index", [Expected("episode_index", 2, "episode_index", ((10, 16),)),
-                                        Expected("orphan_rows", None, "episode_index")],
+                                        # episode 2 lacks those rows, episode 3 holds its frames 10-15 twice
+                                        Expected("orphan_rows", 2, "episode_index", ((10, 16),)),
+                                        Expected("orphan_rows", 3, "episode_index", ((10, 16),))],
                 also=frozenset({"stats_mismatch"}), transcodes=False)  # its stats were of the rows as they were
+
+
+def _index(path: pathlib.Path, seed: int, clean: bool) -> Case:
+    """From frame 25 of episode 3 on, the global ``index`` skips 7 values (rows deleted by hand, the column not
+    renumbered): LeRobot looks frames up by it."""
+    root = _base(path, seed)
+    if not clean:
+        table = _read(root)
+        index = _column(table, "index")
+        index[_rows(3)][25:] += 7
+        _write(root, table, {"index": index})
+    return Case(root, "index", [Expected("index", 3, "index", ((25, LENGTHS[3]),))], transcodes=False)
+
+
+def _frame_index_shifted(path: pathlib.Path, seed: int, clean: bool) -> Case:
+    """Episode 4's frame_index counts from 1 (a recorder numbering frames as people count)."""
+    root = _base(path, seed)
+    if not clean:
+        table = _read(root)
+        index = _column(table, "frame_index")
+        index[_rows(4)] += 1
+        _write(root, table, {"frame_index": index})
+    return Case(root, "frame_index", [Expected("frame_index", 4, "frame_index", ((0, LENGTHS[4]),))],
+                transcodes=False)
+
+
+def _missing_rows(path: pathlib.Path, seed: int, clean: bool) -> Case:
+    """The data file lacks the last 12 rows of the last episode (a recording cut short), which meta/episodes still
+    gives its full length: rows missing for an episode of the table (orphans the other way round)."""
+    root = _base(path, seed)
+    last = len(LENGTHS) - 1
+    case = Case(root, "orphan_rows", [Expected("orphan_rows", last, "episode_index", ((LENGTHS[last] - 12,
+                                                                                        LENGTHS[last]),))],
+                transcodes=False)
+    if not clean:
+        table = _read(root)
+        cut = table.slice(0, table.num_rows - 12)
+        with pq.ParquetWriter(root / DATA_FILE, cut.schema) as writer:
+            writer.write_table(cut)
+    return case
+
+
+def _episode_index_repeated(path: pathlib.Path, seed: int, clean: bool) -> Case:
+    """meta/episodes gives its row 3 the episode index 2 again (a copy-paste): index 2 repeated, 3 missing, and
+    the data rows of episode 3 belong to no episode of the table."""
+    root = _base(path, seed)
+    start = sum(LENGTHS[:3])
+    case = Case(root, "episode_index_gap", [Expected("episode_index_gap", None, "episode_index", ((2, 4),)),
+                                            Expected("orphan_rows", None, "episode_index",
+                                                     ((start, start + LENGTHS[3]),))],
+                transcodes=False)
+    if clean:
+        return case
+    _edit_episode_table(root, "episode_index", lambda numbers: np.where(np.arange(numbers.size) == 3, 2, numbers))
+    return case
 
 
 def _task_index(path: pathlib.Path, seed: int, clean: bool) -> Case:
@@ -292,13 +353,7 @@ def _episode_index_gap(path: pathlib.Path, seed: int, clean: bool) -> Case:
     index = _column(table, "episode_index")
     index[index >= 3] += 1
     _write(root, table, {"episode_index": index}, restat=False)
-    episodes_file = root / "meta/episodes/chunk-000/file-000.parquet"
-    episodes = pq.read_table(episodes_file)
-    numbers = np.asarray(episodes.column("episode_index").to_pylist())
-    numbers[numbers >= 3] += 1
-    episodes = episodes.set_column(episodes.column_names.index("episode_index"), "episode_index",
-                                   pa.array(numbers, pa.int64()))
-    pq.write_table(episodes, episodes_file)
+    _edit_episode_table(root, "episode_index", lambda numbers: numbers + (numbers >= 3))
     return case
 
 
@@ -522,10 +577,14 @@ BATTERY: dict[str, Callable[[pathlib.Path, int, bool], Case]] = {
                                        [Expected("timestamp_backwards", 4, "timestamp", ((31, 32),)),
                                         Expected("timestamp_gap", 4, "timestamp", ((30, 31), (32, 33)))], False),
     "frame_index": _frame_index,
+    "frame_index_shifted": _frame_index_shifted,
+    "index": _index,
     "episode_index": _episode_index,
     "task_index": _task_index,
     "episode_index_gap": _episode_index_gap,
     "orphan_rows": _orphan_rows,
+    "missing_rows": _missing_rows,
+    "episode_index_repeated": _episode_index_repeated,
     "duplicate_episode": _duplicate_episode,
     "duplicate_task": _duplicate_task,
     "dead_channel": _dead_channel,

@@ -370,9 +370,10 @@ def _write_distributed(source: LeRobotSource, root: Path, state: StoreState, tod
         finally:
             client.cancel(futures)
             commits.flush()
+    state = read_state(root)
     if checkup is not None:
-        checkup.finish(root, read_state(root))
-    return read_state(root)
+        checkup.finish(root, state)  # keeps its files in .doctor/, outside the store's state
+    return state
 
 
 class _Commits:
@@ -381,7 +382,7 @@ class _Commits:
 
     def __init__(self, root: Path, before: Any = None, checkup: Checkup | None = None):
         self.root, self.before = root, before  # before: called first at each commit (pending writes)
-        self.checkup = checkup  # the doctor's findings of the episodes are kept just before their commit
+        self.checkup = checkup  # the doctor: its findings of the episodes are kept just before their commit
         self.done: list[int] = []
         self.unavailable: dict[str, dict[int, str]] = {}
         self.skipped: dict[str, set[int]] = {}  # cameras not decoded (no PyAV where the rows were written)
@@ -407,6 +408,8 @@ class _Commits:
         if not self.done:
             return
         waiting = set(self.before(whole=whole)) if self.before is not None else set()
+        if self.checkup is not None:  # episodes whose findings wait for their batch wait with them
+            waiting.update(self.checkup.waiting(whole, _HOLD_S))
         ready = [e for e in self.done if e not in waiting]
         if ready:
             with WriterLock(self.root):
@@ -619,6 +622,7 @@ def _write_episodes(source: LeRobotSource, root: Path, state: StoreState, todo: 
             pool.shutdown(wait=True, cancel_futures=True)
             raise
         commits.flush()
+    state = read_state(root)
     if checkup is not None:
-        checkup.finish(root, read_state(root))
-    return read_state(root)
+        checkup.finish(root, state)  # keeps its files in .doctor/, outside the store's state
+    return state

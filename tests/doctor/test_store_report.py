@@ -57,6 +57,74 @@ def test_a_resumed_transcode_keeps_the_findings_of_the_episodes_done(tmp_path, m
     assert moments["features"]["action"]["count"][0] == sum(LENGTHS)
 
 
+def _moments(store) -> dict:
+    return json.loads((store / ".doctor" / "moments.json").read_text())
+
+
+def test_a_resumed_transcode_reads_back_the_sums_of_episodes_it_did_not_count(tmp_path, monkeypatch):
+    """The sums for stats.json and dead channels are kept once, at the end of a transcode: those of the episodes
+    a stopped run committed are read back from the store by the next run, the same as a fresh transcode's (here
+    the first run's own kept sums are lost too); stats.json is then checked, and a wrong std found."""
+    case = write_case(tmp_path / "src", "stats_mismatch")  # observation.state's std of channel 2 doubled
+    monkeypatch.setattr(transcode_mod, "_COMMIT_EVERY_S", 0.0)
+    monkeypatch.setattr(transcode_mod, "_HOLD_S", 0.0)
+    original = LeRobotSource._check_episode
+
+    def failing(self, frames, e, path):
+        if e == 3:
+            raise RuntimeError("boom while reading episode 3")
+        original(self, frames, e, path)
+
+    monkeypatch.setattr(LeRobotSource, "_check_episode", failing)
+    store = tmp_path / "store"
+    with pytest.raises(RuntimeError, match="episode 3"):
+        lerobot_zarr.open_dataset(case.path, root=store, progress=False)
+    assert read_report(store).checked == ((0, 3),)
+    (store / ".doctor" / "moments.json").unlink(missing_ok=True)
+    monkeypatch.setattr(LeRobotSource, "_check_episode", original)
+    ds = lerobot_zarr.open_dataset(case.path, root=store, progress=False)
+    fresh = lerobot_zarr.open_dataset(case.path, root=tmp_path / "fresh", progress=False)
+    assert _found(ds.defects) == _found(fresh.defects) == [("stats_mismatch", None, "observation.state", ())]
+    assert not ds.defects.notes
+    resumed, whole = _moments(store), _moments(tmp_path / "fresh")
+    assert resumed["covered"] == whole["covered"] == [[0, len(LENGTHS)]]
+    for name, part in whole["features"].items():
+        for stat, values in part.items():
+            if stat in ("sum", "sumsq"):  # float32 values summed in other batches: equal up to their rounding
+                np.testing.assert_allclose(resumed["features"][name][stat], values, rtol=1e-5, atol=1e-4)
+            else:
+                assert resumed["features"][name][stat] == values, (name, stat)
+
+
+def test_commits_wait_for_the_doctors_batch_instead_of_cutting_it(tmp_path):
+    """Episodes fed to the doctor wait for their batch (a few numpy passes over ~32,000 rows) before they are
+    committed, unless it is the last commit or they waited the hold time; a commit never lists an episode whose
+    findings are not kept yet."""
+    from lerobot_zarr.doctor.checkup import Checkup
+
+    case = write_case(tmp_path / "src", "nan")  # NaN in episode 2
+    source = LeRobotSource(case.path)
+    checkup = Checkup.of_source(source)
+    runs = []
+    original = checkup.numeric.run
+
+    def counted(episodes, frames, **kwargs):
+        runs.append(list(episodes))
+        return original(episodes, frames, **kwargs)
+
+    checkup.numeric.run = counted
+    for e, frames in source.iter_episodes(range(len(LENGTHS))):
+        checkup.frames(e, frames)
+        assert checkup.waiting(False, hold_s=3600.0) == list(range(e + 1))  # nothing checked or committable
+    assert runs == []
+    assert checkup.waiting(False, hold_s=0.0) == []  # waited long enough: checked now, in one batch
+    assert runs == [list(range(len(LENGTHS)))]
+    assert [(d.kind, d.episode) for found in checkup.take(range(len(LENGTHS))).values() for d in found] == \
+        [("nan", 2)]
+    checkup.frames(0, next(source.iter_episodes([0]))[1])
+    assert checkup.waiting(True, hold_s=3600.0) == [] and len(runs) == 2  # the last commit: checked now
+
+
 @pytest.fixture
 def jump_store(tmp_path):
     case = write_case(tmp_path / "src", "jump")  # a glitch in episode 3, observation.state channel 1, frame 20

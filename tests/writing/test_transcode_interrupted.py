@@ -215,8 +215,9 @@ def test_writes_fill_huge_pages_whole_and_only_written_episodes_are_committed(so
     writes = record_writes(monkeypatch)
     original = LeRobotSource._check_episode
     fail_reading(monkeypatch, 7)
-    with pytest.raises(RuntimeError, match="episode 7"):
-        lerobot_zarr.open_dataset(source, root=store, progress=False)
+    with pytest.raises(RuntimeError, match="episode 7"):  # the row writer's rule alone: the doctor's batch of
+        # checks holds commits back too (up to _HOLD_S, tests/doctor/test_store_report.py)
+        lerobot_zarr.open_dataset(source, root=store, progress=False, doctor=False)
     table = read_state(store).table
     assert len(set(table.chunk[:8].tolist())) == 1, "the source's first 8 episodes should share one pack"
     written: dict[str, int] = {}  # bytes written from the pack's start, per feature
