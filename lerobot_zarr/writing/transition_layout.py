@@ -27,7 +27,8 @@ from ..lerobot.format import CAMERA_DTYPES, DEFAULT_FEATURES
 from ..utils.fileio import atomic_write, load_json, read_bounded
 
 __all__ = ["Layout", "Slot", "Rounding", "lerobot_values", "stored_value", "as_stored", "host_array", "squeezed",
-           "scalar", "hwc", "numeric_storage", "lerobot_published_images", "lerobot_png_pixels", "ACTION", "REWARD", "DONE", "TRUNCATED", "COMPLEMENTARY", "OBS_IMAGE",
+           "scalar", "hwc", "numeric_storage", "lerobot_published_images", "lerobot_png_pixels", "ACTION", "REWARD",
+           "DONE", "TRUNCATED", "COMPLEMENTARY", "OBS_IMAGE",
            "LAYOUT_FILE", "IMAGE_STORAGES", "ImageStorage", "DEFAULT_TASK", "DEFAULT_FPS"]
 
 ACTION, REWARD, DONE, TRUNCATED = "action", "next.reward", "next.done", "next.truncated"  # LeRobot's names
