@@ -134,6 +134,35 @@ def test_every_argument_of_lerobots_in_its_place():
         LeRobotDataset(REPO_ID, root="nowhere", not_an_argument=1)
 
 
+def test_attributes_and_reader_are_lerobots(lerobot_recorded, tmp_path):
+    """The instance attributes (``vars()``) of a dataset opened to read and of one created to record are LeRobot's
+    (LeRobot's own test compares those of ``__init__`` and ``create``), and ``reader`` gives what LeRobot's
+    ``DatasetReader`` gives for reading; the drop-in still pickles (DataLoader workers)."""
+    import pickle
+
+    Reference = _reference()
+    folder = lerobot_recorded("video_av1")
+    for episodes in (None, [2, 0]):
+        ref = Reference(REPO_ID, root=folder, episodes=episodes)
+        ours = LeRobotDataset(REPO_ID, root=folder, episodes=episodes)
+        assert set(vars(ours)) == set(vars(ref))
+        assert ours.writer is None and ours._is_finalized is False and ours._requested_root == ref._requested_root
+        for name in ("num_frames", "num_episodes", "episodes", "root"):
+            assert getattr(ours.reader, name) == getattr(ref.reader, name), name
+        assert sorted(ours.reader.get_episodes_file_paths()) == sorted(ref.reader.get_episodes_file_paths())
+        assert_same(ref.reader.get_item(1), ours.reader.get_item(1), "reader.get_item(1)")
+        assert_same(ref.reader.hf_dataset[0]["index"], ours.reader.hf_dataset[0]["index"], "hf_dataset")
+    back = pickle.loads(pickle.dumps(ours))
+    assert set(vars(back)) == set(vars(ref)) and back.dataset is not None
+    assert_same(ours[0], back[0], "unpickled")
+    features = {"action": {"dtype": "float32", "shape": (2,), "names": None}}
+    made = LeRobotDataset.create("x/ours", fps=FPS, features=features, root=tmp_path / "ours")
+    theirs = Reference.create("x/ref", fps=FPS, features=features, root=tmp_path / "ref")
+    assert set(vars(made)) == set(vars(theirs)) == set(vars(ref))
+    made.finalize()
+    theirs.finalize()
+
+
 def test_episodes_and_episode_filter(lerobot_recorded):
     """``episodes`` keeps the order given (frames come in episode order); ``episode_filter`` is evaluated on
     ``meta.episodes`` rows and intersected with ``episodes``, as LeRobot's; matching nothing is LeRobot's
