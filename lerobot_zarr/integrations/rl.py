@@ -32,6 +32,7 @@ from ..errors import ArgumentError, EmptyBufferError, EmptyStoreError, import_op
 torch = import_optional("torch", "lerobot_zarr.integrations.rl (LeRobot's replay buffer on a store)")
 import torch.nn.functional as F  # noqa: E402, N812
 
+from ..store.state import has_commit_point  # noqa: E402
 from ..writing.transition_layout import (  # noqa: E402
     ACTION,
     DEFAULT_TASK,
@@ -43,7 +44,6 @@ from ..writing.transition_layout import (  # noqa: E402
     Slot,
     lerobot_values,
 )
-from ..store.state import has_commit_point  # noqa: E402
 from ..writing.transitions import TransitionBuffer  # noqa: E402
 from .lerobot_meta import lerobot_home  # noqa: E402
 
