@@ -138,6 +138,8 @@ def _drop_in_class(ours: type, original: type, lerobot_dataset: Any, *, record_w
             return bool(getattr(rec, "_is_finalized", False)) and rec.meta.total_episodes > 0
 
         def __getattribute__(self, name: str) -> Any:
+            if name == "__dict__":  # vars(): the attributes of LeRobot's recorder, which this stands for
+                return vars(object.__getattribute__(self, "_recorder"))
             if name.startswith("__") or name in Recording.__dict__:
                 return object.__getattribute__(self, name)
             if name in _READS and self._reading():

@@ -254,6 +254,17 @@ def depth_image_float32(root: Path) -> Path:
     return _depth_image(root, "m")
 
 
+def depth_image_rgb(root: Path) -> Path:
+    """8-bit RGB frames recorded into a depth ``image`` feature (declared ``(H, W, 3)``, ``is_depth_map``): LeRobot's
+    writer takes them (PNG) and its reader serves them as colour images, pixels / 255 (its own test fixtures write
+    such frames into a feature declared ``(H, W, 1)``)."""
+    features = {"observation.images.depth": _camera("image", IMAGE_SHAPE, {"is_depth_map": True}),
+                "observation.state": {"dtype": "float32", "shape": (2,), "names": None}}
+    return _record(root, features, lambda e, i, rng: {
+        "observation.images.depth": _frames(rng, 1, IMAGE_SHAPE)[0], "observation.state": rng.random(2, np.float32),
+        "task": "colour in a depth feature"}, use_videos=False)
+
+
 def task_switch(root: Path) -> Path:
     """Tasks that change inside episodes (and come back), with a video camera."""
     features = {"observation.images.top": _camera("video", VIDEO_SHAPE),
@@ -292,7 +303,8 @@ def no_tasks_table(root: Path) -> Path:
 
 KINDS: dict[str, Callable[[Path], Path]] = {f.__name__: f for f in (
     numeric, nd, string, language, image, video_av1, video_h264, video_hevc, video_streaming, depth_video_log,
-    depth_video_linear, depth_image_uint16, depth_image_float32, task_switch, one_frame, no_tasks_table)}
+    depth_video_linear, depth_image_uint16, depth_image_float32, depth_image_rgb, task_switch, one_frame,
+    no_tasks_table)}
 
 
 _RECORDER: Any = None  # the class that records (None: LeRobot's)

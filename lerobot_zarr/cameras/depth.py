@@ -24,8 +24,10 @@ from typing import Any, Literal, get_args
 
 import numpy as np
 
+from ..errors import warn_once
+
 __all__ = ["DEPTH_UNITS", "DepthUnit", "DEPTH_QMAX", "MM_PER_METRE", "DEPTH_PIX_FMT", "is_depth_feature",
-           "Quantizer", "DepthOutput", "depth_stats"]
+           "Quantizer", "DepthOutput", "depth_stats", "unservable_depth"]
 
 DepthUnit = Literal["mm", "m"]
 DEPTH_UNITS = get_args(DepthUnit)
@@ -144,11 +146,30 @@ class DepthOutput:
         """float32 depth of stored ``frames`` (any leading axes), a new array."""
         if self.table is not None:
             return self.table[frames]
-        out = np.asarray(frames, dtype=np.float32)
+        # 8-bit colour images recorded into a depth feature (unservable_depth): LeRobot's ToTensor, u8.float() / 255,
+        # then its unit rule
+        colour = getattr(frames, "dtype", None) == np.uint8
+        out = np.divide(frames, np.float32(255), dtype=np.float32) if colour else np.asarray(frames, np.float32)
         if self.convert is None:
             return out.copy() if out is frames else out
         # LeRobot: metres times 1000, millimetres divided by 1000 (not times 1/1000), in float32
         return out * np.float32(MM_PER_METRE) if self.convert == "m" else out / np.float32(MM_PER_METRE)
+
+
+def unservable_depth(root: Any, name: str, spec: Any) -> str | None:
+    """Why the store array of depth feature ``name`` (``spec``: its ``ArraySpec``) cannot be served, or None. 8-bit
+    frames of one channel are an earlier lerobot_zarr's lossy depth; of 3 or 4 channels (an image), the colour
+    images the source recorded into it (LeRobot's writer takes them; LeRobot serves them as colour, pixels / 255,
+    and so does :class:`DepthOutput`), which are served with a warning."""
+    if spec.dtype != np.uint8:
+        return None
+    if spec.kind == "image" and spec.frame_shape[-1:] in ((3,), (4,)):
+        warn_once(str(root), f"{root}: image feature {name!r} is declared a depth map but holds 8-bit colour images "
+                             f"(as its source recorded them): served as LeRobot serves them, pixels / 255 as float32 "
+                             f"({spec.frame_shape[-1]} channels), not as depth")
+        return None
+    return ("a depth map stored by an earlier lerobot_zarr as 8-bit frames, which lose the depth (it read the 12-bit "
+            "video as 8-bit gray, depth images as uint8): make the store again from its source")
 
 
 def depth_stats(stats: Mapping[str, Any], stored_unit: Any, unit: DepthUnit) -> Any:

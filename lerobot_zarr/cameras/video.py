@@ -20,7 +20,8 @@ from ..errors import MissingExtraError, import_optional, missing_extra
 from .depth import DEPTH_PIX_FMT
 
 __all__ = ["TOLERANCE_S", "VideoUnavailable", "DecodeLog", "decode_into", "have_pyav", "VideoWriter", "ENCODING",
-           "DEPTH_ENCODING", "PIXEL_FORMATS", "frame_pixels", "check_encoder", "encoder_options", "codec_name"]
+           "DEPTH_ENCODING", "PIXEL_FORMATS", "frame_pixels", "check_encoder", "encoder_options", "codec_name",
+           "stream_info"]
 
 #: LeRobot's ``tolerance_s``, the one timestamp tolerance of lerobot_zarr: between a dataset timestamp and a decoded
 #: frame's, between consecutive timestamps and 1/fps, and of ``delta_timestamps`` to multiples of 1/fps
@@ -236,6 +237,33 @@ def codec_name(vcodec: str) -> str:
     ``video.codec``."""
     av = import_optional("av", "encoding videos")
     return av.codec.Codec(vcodec, "w").canonical_name
+
+
+def stream_info(path: str | os.PathLike) -> dict[str, Any]:
+    """What an mp4 file's streams say, as LeRobot's info.json keeps it for a video feature (its ``get_video_info``
+    without the encoder fields): ``video.height``, ``video.width``, ``video.codec`` (canonical name),
+    ``video.pix_fmt``, ``video.fps`` (the stream's base rate, whole), ``video.channels`` (components of the pixel
+    format), ``has_audio`` and, with an audio stream, LeRobot's ``audio.*`` keys. A file without a video stream
+    gives ``{}``, as LeRobot's."""
+    av = import_optional("av", "reading a video file's stream info")
+    info: dict[str, Any] = {}
+    with av.open(str(path), "r") as container:
+        if not container.streams.video:
+            return {}
+        video = container.streams.video[0]
+        info.update({"video.height": video.height, "video.width": video.width,
+                     "video.codec": video.codec.canonical_name, "video.pix_fmt": video.pix_fmt,
+                     "video.fps": int(video.base_rate),
+                     "video.channels": len(av.VideoFormat(video.pix_fmt).components)})
+        if not container.streams.audio:
+            info["has_audio"] = False
+            return info
+        audio = container.streams.audio[0]
+        info.update({"audio.channels": audio.channels, "audio.codec": audio.codec.canonical_name,
+                     "audio.bit_rate": audio.bit_rate, "audio.sample_rate": audio.sample_rate,
+                     "audio.bit_depth": audio.format.bits, "audio.channel_layout": audio.layout.name,
+                     "has_audio": True})
+    return info
 
 
 def encoder_options(encoder: Mapping[str, Any], threads: int | None = None) -> dict[str, str]:

@@ -65,7 +65,14 @@ class LeRobotDataset(LeRobotRecording, Dataset):
     fetch, ``__getitems__``), handed to the collate function as items sharing the batch's columns that
     ``default_collate`` takes back into exactly LeRobot's batch (docs/torch.md); a ``collate_fn`` of your own that
     reads items one by one gets a ``TypeError`` saying so: pass ``batched_fetch=False`` for real items.
+
+    Its instance attributes (``vars()``) are LeRobot's (``repo_id``, ``root``, ``meta``, ``reader``, ``writer``...);
+    lerobot_zarr's own state (``dataset``: the store's :class:`~lerobot_zarr.LeRobotZarrDataset`, ``batched_fetch``)
+    is kept in slots.
     """
+
+    __slots__ = ("dataset", "batched_fetch", "_folder", "_frames", "_depth", "_cameras", "_rgb", "_uint8_video",
+                 "_skip")
 
     def __init__(self, repo_id: str, root: str | os.PathLike | None = None, episodes: list[int] | None = None,
                  episode_filter: Callable[[dict], bool] | None = None, image_transforms: Callable | None = None,
@@ -88,12 +95,16 @@ class LeRobotDataset(LeRobotRecording, Dataset):
                                 "recording (deprecated in LeRobot): use LeRobotDataset.resume(repo_id, root=..., "
                                 "streaming_encoding=..., batch_encoding_size=...)")
         self.repo_id = repo_id
+        self._requested_root = Path(root) if root else None
         self.tolerance_s = tolerance_s
         self.delta_timestamps = delta_timestamps
         self.image_transforms = image_transforms
         self.batched_fetch = batched_fetch
         self._return_uint8 = bool(return_uint8)
         self._depth_output_unit = depth_output_unit
+        self._video_backend = video_backend if video_backend else "pyav"  # frames are decoded with PyAV
+        self._batch_encoding_size, self._encoder_threads = batch_encoding_size, encoder_threads
+        self.writer, self._is_finalized = None, False
         self._open(root, episodes, episode_filter, revision, force_cache_sync, token, store, download_videos)
 
     # -- opening ---------------------------------------------------------------------------------------------
@@ -135,6 +146,7 @@ class LeRobotDataset(LeRobotRecording, Dataset):
         self.meta = self._make_meta(self.dataset.meta, self._episode_tasks, self.dataset.left_out)
         self._plan(download_videos)
         self._frames: Any = None
+        self.reader = DatasetReader(self)
 
     def _open_if_needed(self) -> None:
         """A recorded dataset's reading side, opened on its store when first read (after ``finalize()``), with the
@@ -269,6 +281,40 @@ class LeRobotDataset(LeRobotRecording, Dataset):
         return (f"{type(self).__name__}({{\n    Repository ID: '{self.repo_id}',\n    Number of selected episodes: "
                 f"'{self.num_episodes}',\n    Number of selected samples: '{self.num_frames}',\n    Features: "
                 f"'{list(self.features)}',\n}})")
+
+
+class DatasetReader:
+    """What LeRobot's ``DatasetReader`` (``dataset.reader``) offers for reading, over a drop-in: its counts, items,
+    ``hf_dataset``, image transforms and the LeRobot files of the selected episodes. Not LeRobot's class: it reads
+    nothing itself (the drop-in's store does)."""
+
+    def __init__(self, dataset: LeRobotDataset):
+        self._dataset = dataset
+
+    root = property(lambda self: self._dataset.root)
+    episodes = property(lambda self: self._dataset.episodes)
+    num_frames = property(lambda self: self._dataset.num_frames)
+    num_episodes = property(lambda self: self._dataset.num_episodes)
+    hf_dataset = property(lambda self: self._dataset.hf_dataset)
+
+    def get_item(self, idx: int) -> dict[str, Any]:
+        """Item ``idx`` of the selected frames, as the dataset gives it."""
+        return self._dataset[idx]
+
+    def get_episodes_file_paths(self) -> list[str]:
+        """The data and video files of the selected episodes, relative to ``root``, each once (a dataset read from
+        a LeRobot folder, whose episode table says where they are)."""
+        meta = self._dataset.meta
+        episodes = self.episodes if self.episodes is not None else range(meta.total_episodes)
+        paths = [str(meta.get_data_file_path(e)) for e in episodes]
+        paths += [str(meta.get_video_file_path(e, key)) for key in meta.video_keys for e in episodes]
+        return list(dict.fromkeys(paths))
+
+    def set_image_transforms(self, image_transforms: Callable | None) -> None:
+        self._dataset.set_image_transforms(image_transforms)
+
+    def clear_image_transforms(self) -> None:
+        self._dataset.clear_image_transforms()
 
 
 def _filtered(meta: LeRobotDatasetMetadata, episodes: list[int] | None,

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..cameras.depth import depth_stats, is_depth_feature
-from ..errors import ArgumentError, import_optional
+from ..errors import ArgumentError, SourceNotFoundError, import_optional, warn_user
 from ..lerobot.format import CAMERA_DTYPES, LANGUAGE_EVENTS, LANGUAGE_PERSISTENT
 
 __all__ = ["CODEBASE_VERSION", "DatasetInfo", "LeRobotDatasetMetadata", "episode_tasks", "is_store", "lerobot_home",
@@ -175,6 +175,7 @@ class LeRobotDatasetMetadata:
         self._setup(meta, repo_id=repo_id, root=root, revision=revision,
                     files=None if folder is None else LocalFiles(folder), episode_tasks=episode_tasks,
                     stats=meta.stats, left_out=frozenset(left_out))
+        self._serves_items = True
         return self
 
     def _setup(self, meta: Any, *, repo_id: str, root: Path | None, revision: str | None, files: Any,
@@ -198,6 +199,7 @@ class LeRobotDatasetMetadata:
         self._tasks: Any = None
         self._episodes: Any = None
         self.replaced_task_names: list[str] | None = None  # the task of each task_index once tasks was replaced
+        self._serves_items = False  # the metadata of a drop-in (its items come from a store), not read on its own
 
     # -- LeRobot's properties --------------------------------------------------------------------------------
     url_root = property(lambda self: f"hf://datasets/{self.repo_id}")
@@ -338,6 +340,51 @@ class LeRobotDatasetMetadata:
             raise ArgumentError(f"{self.repo_id}: the episode table has no {column!r}: LeRobot's file locations are "
                                 f"known for a dataset read from a LeRobot folder, not from the Hub or a store")
         return rows[ep_index]
+
+    def update_video_info(self, video_key: str | None = None, video_encoder: Any = None,
+                          preserve_keys: Iterable[str] | None = None) -> None:
+        """LeRobot's: refresh ``info.features[key]["info"]`` of every video camera (or ``video_key``) from the
+        streams of its first video file under ``root`` (chunk 0, file 0), ``video_encoder``'s fields (LeRobot's
+        ``RGBEncoderConfig`` / ``DepthEncoderConfig`` or a dict of their fields) recorded as ``video.<field>``
+        where the streams say nothing, ``is_depth_map`` true for a depth encoder, the keys of ``preserve_keys``
+        kept as they are. In memory, as LeRobot's (its ``write_info`` writes it): what LeRobot's tools that
+        re-encode a dataset's files in place (``reencode_dataset``) call on a dataset read from a LeRobot folder.
+
+        The items of a drop-in keep serving the frames it read when it was opened (its store): said in a warning;
+        a drop-in opened again reads the re-encoded files."""
+        from ..cameras.video import stream_info
+
+        if video_key is not None and video_key not in self.video_keys:
+            raise ValueError(f"Video key {video_key} not found in dataset")
+        if video_encoder is None:
+            fields: dict[str, Any] = {}
+        elif dataclasses.is_dataclass(video_encoder) and not isinstance(video_encoder, type):
+            fields = dataclasses.asdict(video_encoder)
+        elif isinstance(video_encoder, dict):
+            fields = dict(video_encoder)
+        else:
+            raise TypeError(f"video_encoder is LeRobot's RGBEncoderConfig / DepthEncoderConfig or a dict of their "
+                            f"fields, got {type(video_encoder).__name__}")
+        keep = set(preserve_keys or ())
+        keys = [video_key] if video_key is not None else self.video_keys
+        for key in keys:
+            path = Path(self.root) / self.video_path.format(video_key=key, chunk_index=0, file_index=0)
+            if not path.is_file():
+                raise SourceNotFoundError(f"{path}: no such video file: update_video_info reads the first video of "
+                                          f"{key!r} in a LeRobot folder, and {self.root} holds none (a dataset from "
+                                          f"the Hub or a store)", path=path, feature=key)
+            fresh = stream_info(path)
+            for name, value in fields.items():
+                if name != "vcodec":  # the stream says which codec
+                    fresh.setdefault(f"video.{name}", value)
+            fresh["is_depth_map"] = "depth_min" in fields  # LeRobot's rule: a DepthEncoderConfig was given
+            merged = {**(self.features[key].get("info") or {}), **{k: v for k, v in fresh.items() if k not in keep}}
+            if "video.is_depth_map" in merged:  # LeRobot moves the legacy marker to its key
+                merged.setdefault("is_depth_map", merged.pop("video.is_depth_map"))
+            self.info.features[key]["info"] = merged
+        if self._serves_items and keys:
+            warn_user(f"{self.root}: info of {keys} refreshed from the video files; this dataset's items keep the "
+                      f"frames it read when it was opened: open it again to read the files as they are now")
 
     def rescale_depth_stats(self, output_unit: str) -> None:
         """Depth cameras' stats (recorded in ``info.depth_unit``) rescaled in place to ``output_unit``, as LeRobot's

@@ -213,7 +213,7 @@ class LeRobotRecording:
         """The drop-in dataset recording into ``store`` (a WritableDataset): LeRobot's attributes of a recorder."""
         obj = cls.__new__(cls)
         obj.repo_id = repo_id
-        obj.root = Path(store.root)
+        obj.root = obj._requested_root = Path(store.root)
         obj.revision = None
         obj.tolerance_s = tolerance_s
         obj.image_transforms = None
@@ -224,6 +224,7 @@ class LeRobotRecording:
         obj._depth_output_unit = "mm"
         obj._video_backend = video_backend
         obj._encoder_threads = encoder_threads
+        obj._batch_encoding_size = batch_encoding_size
         obj.reader = None
         obj.dataset = None
         obj._is_finalized = False

@@ -32,6 +32,7 @@ from ..errors import ArgumentError, EmptyBufferError, EmptyStoreError, import_op
 torch = import_optional("torch", "lerobot_zarr.integrations.rl (LeRobot's replay buffer on a store)")
 import torch.nn.functional as F  # noqa: E402, N812
 
+from ..store.state import has_commit_point  # noqa: E402
 from ..writing.transition_layout import (  # noqa: E402
     ACTION,
     DEFAULT_TASK,
@@ -104,9 +105,10 @@ class ReplayBuffer:
         fps: the environment's frame rate, recorded in the store (default 30 for a new buffer; a buffer keeps its
             own). ``to_lerobot_dataset`` / ``push`` publish it.
         task: the task string of its episodes (LeRobot's ``to_lerobot_dataset`` names them "from_replay_buffer").
-        image_storage: how camera keys (``observation.image*``, float CHW in [0, 1]) are stored: ``"uint8"``
-            (default: images as LeRobot's datasets keep them; exact for frames made from uint8 pixels, others
-            rounded to 1/255 with a warning) or ``"float32"`` (exact for any values, 4x the disk).
+        image_storage: how camera keys (``observation.image*``, float CHW) are stored: ``"float32"`` (the
+            default of a new buffer: exact for any values, as LeRobot's buffer keeps them) or ``"uint8"`` (images
+            as LeRobot's datasets keep them, a quarter of the disk: exact for frames made from uint8 pixels, others
+            rounded to 1/255 with a warning, values out of [0, 1] refused). A buffer reopened keeps its own.
         durable: flush every commit to disk (survives power loss; a killed process never loses a commit either
             way).
         refresh_interval: a reader (``mode="r"``) picks up new commits by itself at most this often, in seconds
@@ -128,6 +130,8 @@ class ReplayBuffer:
             root = tempfile.mkdtemp(prefix="lerobot_zarr-replay-")
             self._temporary = weakref.finalize(self, shutil.rmtree, root, True)
             root = Path(root) / "buffer"
+        if image_storage is None and mode == "a" and not has_commit_point(Path(root).expanduser()):
+            image_storage = "float32"  # a new buffer keeps images exactly, as LeRobot's does
         self._buffer = TransitionBuffer(root, mode=mode, capacity=capacity if mode == "a" else None, fps=fps,
                                         task=task, image_storage=image_storage, durable=durable,
                                         refresh_interval=refresh_interval)
@@ -327,13 +331,18 @@ class ReplayBuffer:
         """Write the buffer (the episode in progress committed first) as a LeRobot v3.0 dataset folder at ``root``
         (default ``$HF_LEROBOT_HOME/<repo_id>``, as LeRobot), and return it as LeRobot's ``LeRobotDataset`` when
         lerobot is installed, else as lerobot_zarr's torch ``LeRobotDataset``. ``fps`` defaults to 1, as LeRobot's
-        (pass the buffer's, ``buffer.dataset.meta.fps``, to keep it); ``task_name`` to the buffer's task."""
+        (pass the buffer's, ``buffer.dataset.meta.fps``, to keep it); ``task_name`` to the buffer's task.
+
+        Images are published as LeRobot's buffer publishes them: a 3-D state value with 3 channels first is an
+        ``image`` feature of shape ``[3, H, W]``, its float values turned into PNG pixels as LeRobot's writer
+        turns them (``(v * 255)`` truncated to uint8; values out of [0, 1] are refused). A buffer storing its
+        cameras as uint8 publishes those pixels."""
         self._store_held()
         if len(self._buffer) == 0:  # LeRobot's words, its ValueError
             raise EmptyStoreError(f"{self.root}: The replay buffer is empty. Cannot convert to a dataset.",
                                   path=self.root)
         path = Path(root) if root is not None else lerobot_home() / repo_id
-        self._buffer.export(path, fps=fps, task=task_name)
+        self._buffer.export(path, fps=fps, task=task_name, lerobot_images=True)
         try:
             from lerobot.datasets.lerobot_dataset import LeRobotDataset
         except ImportError:

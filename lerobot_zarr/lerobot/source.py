@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -29,7 +30,7 @@ from ..cameras.video import TOLERANCE_S, DecodeLog, VideoUnavailable, decode_int
 from ..errors import CorruptSourceError, LeRobotZarrError, SchemaMismatchError, SourceNotFoundError, warn_user
 from ..utils.background import in_threads
 from .format import bad_timestamp_steps
-from .source_columns import column_to_numpy, frame_shape_from_arrow, recorded_image_shape
+from .source_columns import COLOUR_DEPTH_MODES, column_to_numpy, frame_shape_from_arrow, recorded_image_shape
 from .source_files import LocalFiles, SourceFiles, is_lerobot_folder
 from .source_meta import FeatureSpec, LeRobotMetadata, SourceEpisodes, open_parquet
 
@@ -112,7 +113,13 @@ class LeRobotSource:
         offset = row - (int(starts[group - 1]) if group else 0)
         for name in images:
             spec = self.features[name]
-            shape = recorded_image_shape(table.column(name).slice(offset, 1), spec)
+            shape, mode = recorded_image_shape(table.column(name).slice(offset, 1), spec)
+            if spec.depth and mode in COLOUR_DEPTH_MODES:
+                warn_user(f"{self.files.location(rel)}: image feature {name!r} is declared a depth map "
+                          f"({spec.numpy_dtype}, {spec.depth_unit or 'unknown unit'}) but its frames are 8-bit "
+                          f"{mode} images: stored as recorded and served as LeRobot serves them (pixels / 255 as "
+                          f"float32, {shape[-1]} channels), not as depth")
+                spec = self.features[name] = replace(spec, depth=False)
             if shape != spec.frame_shape:
                 warn_user(f"{self.files.location(rel)}: image feature {name!r} has frames of {shape[0]}x{shape[1]} "
                           f"pixels where info.json declares {spec.shape}: stored and served as recorded (as "

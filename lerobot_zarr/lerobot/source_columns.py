@@ -16,7 +16,7 @@ from ..errors import CorruptSourceError, SchemaMismatchError
 from .format import language_value
 from .source_meta import FeatureSpec
 
-__all__ = ["column_to_numpy", "frame_shape_from_arrow", "recorded_image_shape"]
+__all__ = ["column_to_numpy", "frame_shape_from_arrow", "recorded_image_shape", "COLOUR_DEPTH_MODES"]
 
 
 def _storage_type(typ: pa.DataType) -> pa.DataType:
@@ -137,26 +137,33 @@ def _depth_pixels(img, spec: FeatureSpec) -> np.ndarray:
     return np.asarray(img).astype(want)
 
 
-def recorded_image_shape(col: pa.ChunkedArray, spec: FeatureSpec) -> tuple[int, ...]:
-    """The frame shape an image feature's frames have, from the header of the column's first image: the declared
-    shape, or the image's height and width where they are other but hold as many pixels (LeRobot serves the frames
-    as recorded, whatever info.json declares; its own test fixtures write 96x64 images for a declared (64, 96, 3)).
-    Anything else keeps the declared shape, and decoding names the image that differs."""
+# 8-bit colour images, which LeRobot's writer also puts into a feature declared a depth map (its PNG path for 3-D
+# frames does not look at is_depth_map); LeRobot then serves them as colour images (ToTensor: pixels / 255)
+COLOUR_DEPTH_MODES = {"RGB": 3, "RGBA": 4}
+
+
+def recorded_image_shape(col: pa.ChunkedArray, spec: FeatureSpec) -> tuple[tuple[int, ...], str | None]:
+    """The frame shape an image feature's frames have, and their PIL mode, from the header of the column's first
+    image: the declared shape, or the image's height and width where they are other but hold as many pixels
+    (LeRobot serves the frames as recorded, whatever info.json declares; its own test fixtures write 96x64 images
+    for a declared (64, 96, 3)); a depth map recorded as 8-bit colour images (:data:`COLOUR_DEPTH_MODES`) has their
+    channels. Anything else keeps the declared shape, and decoding names the image that differs."""
     from PIL import Image
 
     if len(col) == 0 or len(spec.shape) != 3:
-        return spec.shape
+        return spec.shape, None
     raw = _storage(col.chunk(0) if col.num_chunks else col).field("bytes")[0].as_buffer()
     if raw is None:
-        return spec.shape
+        return spec.shape, None
     try:
         with Image.open(io.BytesIO(raw)) as img:  # the header only: nothing is decoded
-            width, height = img.size
+            (width, height), mode = img.size, img.mode
     except (OSError, SyntaxError, ValueError, Image.DecompressionBombError):
-        return spec.shape
+        return spec.shape, None
+    channels = COLOUR_DEPTH_MODES[mode] if spec.depth and mode in COLOUR_DEPTH_MODES else spec.shape[2]
     if (height, width) != spec.shape[:2] and height * width == spec.shape[0] * spec.shape[1]:
-        return (height, width, spec.shape[2])
-    return spec.shape
+        return (height, width, channels), mode
+    return (*spec.shape[:2], channels), mode
 
 
 def _decode_images(col: pa.ChunkedArray, spec: FeatureSpec, where: str, first_row: int) -> np.ndarray:

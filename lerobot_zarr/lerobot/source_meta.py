@@ -281,9 +281,11 @@ def _parse_features(info: dict, info_path: str) -> tuple[dict[str, FeatureSpec],
             raise SchemaMismatchError(f"{info_path}: {dtype} feature {name!r} must have shape (H, W, C), got {shape}")
         depth = dtype in CAMERA_DTYPES and is_depth_feature(ft)
         unit = (ft.get("info") or {}).get("depth_unit") if depth and isinstance(ft.get("info"), dict) else None
-        if depth and shape[-1] != 1:
-            refused[name] = f"a depth map of {shape[-1]} channels (LeRobot's are (H, W, 1))"
+        if depth and shape[-1] != 1 and dtype == "video":
+            refused[name] = f"a depth video of {shape[-1]} channels (LeRobot's are (H, W, 1))"
             continue
+        # a depth image of 3 or 4 channels: LeRobot's writer records colour frames into it as 8-bit PNG, which its
+        # reader serves as colour images; the first image's header says so (LeRobotSource._resolve_image_shapes)
         if depth and dtype == "video":
             try:
                 Quantizer.of(ft.get("info"))

@@ -18,7 +18,7 @@ from typing import Any, Literal, get_args
 
 import numpy as np
 
-from ..cameras.depth import DEPTH_UNITS, DepthOutput, DepthUnit
+from ..cameras.depth import DEPTH_UNITS, DepthOutput, DepthUnit, unservable_depth
 from ..cameras.images import to_float32_chw
 from ..errors import (
     ArgumentError,
@@ -185,10 +185,8 @@ class LeRobotZarrDataset(Conveniences):
                 missing[name] = why
         for name in meta.depth_keys:
             spec = state.arrays.get(name)
-            if spec is not None and spec.dtype == np.uint8 and name not in missing:
-                missing[name] = ("a depth map stored by an earlier lerobot_zarr as 8-bit frames, which lose the depth "
-                                 "(it read the 12-bit video as 8-bit gray, depth images as uint8): make the store "
-                                 "again from its source")
+            if spec is not None and name not in missing and (why := unservable_depth(self.root, name, spec)):
+                missing[name] = why
         # what samples lack: stored features this selection cannot serve, and the source's features no store holds
         self._left_out = {name: why for name, why in missing.items() if name in state.arrays or name in meta.features}
         self._offsets = window_offsets(delta_timestamps, state.fps, list(state.arrays), missing)

@@ -159,8 +159,12 @@ def _features(ds: LeRobotZarrDataset, videos: bool | None) -> dict:
     depth = ds.meta.depth_keys
     for k in (k for k, spec in specs.items() if spec.kind in CAMERA_DTYPES):
         height, width, channels = specs[k].frame_shape
-        features[k] = {"dtype": "video" if k in as_video else "image", "shape": [height, width, channels],
-                       "names": features.get(k, {}).get("names") or ["height", "width", "channels"]}
+        declared = features.get(k, {})
+        chw = list(declared.get("shape") or ()) == [channels, height, width] != [height, width, channels]
+        features[k] = {"dtype": "video" if k in as_video else "image",  # the declared axis order: [C, H, W] too
+                       "shape": [channels, height, width] if chw else [height, width, channels],
+                       "names": declared.get("names") or (["channels", "height", "width"] if chw
+                                                          else ["height", "width", "channels"])}
         encoder = recorded_encoder(info["features"].get(k, {})) if k in as_video else None
         if encoder is not None:
             features[k]["info"] = _recorded_video_info(info["features"][k], encoder, height, width, channels,

@@ -27,7 +27,8 @@ from ..lerobot.format import CAMERA_DTYPES, DEFAULT_FEATURES
 from ..utils.fileio import atomic_write, load_json, read_bounded
 
 __all__ = ["Layout", "Slot", "Rounding", "lerobot_values", "stored_value", "as_stored", "host_array", "squeezed",
-           "scalar", "hwc", "numeric_storage", "ACTION", "REWARD", "DONE", "TRUNCATED", "COMPLEMENTARY", "OBS_IMAGE",
+           "scalar", "hwc", "numeric_storage", "lerobot_published_images", "lerobot_png_pixels", "ACTION", "REWARD",
+           "DONE", "TRUNCATED", "COMPLEMENTARY", "OBS_IMAGE",
            "LAYOUT_FILE", "IMAGE_STORAGES", "ImageStorage", "DEFAULT_TASK", "DEFAULT_FPS"]
 
 ACTION, REWARD, DONE, TRUNCATED = "action", "next.reward", "next.done", "next.truncated"  # LeRobot's names
@@ -310,6 +311,26 @@ def lerobot_values(slot: Slot, stored: np.ndarray, out: np.ndarray | None = None
     out[...] = values
     return out
 
+
+
+def lerobot_published_images(layout: Layout | None) -> set[str]:
+    """The state keys that LeRobot's ``ReplayBuffer.to_lerobot_dataset`` publishes as images (its
+    ``guess_feature_info``: 3-D values with 3 channels first; with 1 channel its PNG writer fails) and that this
+    buffer keeps as float32 numbers."""
+    return {k for k, s in (layout.state.items() if layout else ()) if s.stored == "float32" and len(s.shape) == 3
+            and s.shape[0] == 3}
+
+
+def lerobot_png_pixels(key: str, episode: int, frames: np.ndarray) -> np.ndarray:
+    """Float32 CHW frames as LeRobot's PNG writer turns them into pixels: ``(v * 255).astype(uint8)`` (truncated,
+    not rounded), values in [0, 1] only."""
+    v = np.asarray(frames, dtype=np.float32)
+    if v.size and not (np.isfinite(v).all() and v.min() >= 0 and v.max() <= 1):
+        raise ValueRangeError(f"state[{key!r}], episode {episode}: The image data type is float, which requires "
+                              f"values in the range [0.0, 1.0] to be published as LeRobot's images; got "
+                              f"[{np.nanmin(v)}, {np.nanmax(v)}] (the buffer keeps them; only its export refuses "
+                              f"them)", feature=key, episode=episode)
+    return (v * np.float32(255)).astype(np.uint8)
 
 
 def hwc(frames: np.ndarray) -> np.ndarray:

@@ -75,6 +75,8 @@ from .transition_layout import (
     as_stored,
     host_array,
     hwc,
+    lerobot_png_pixels,
+    lerobot_published_images,
     lerobot_values,
     scalar,
     stored_value,
@@ -724,26 +726,35 @@ class TransitionBuffer:
                     self._commit(end=True)
                 bar.update(stop - start)
 
-    def export(self, path: str | os.PathLike, *, fps: float | None = None, task: str | None = None) -> Path:
+    def export(self, path: str | os.PathLike, *, fps: float | None = None, task: str | None = None,
+               lerobot_images: bool = False) -> Path:
         """Write the committed transitions (a writer commits the episode in progress first) as a LeRobot v3.0
-        folder at ``path``; ``fps`` / ``task`` other than the buffer's are written through a copy with them."""
+        folder at ``path``; ``fps`` / ``task`` other than the buffer's are written through a copy with them.
+
+        ``lerobot_images``: state values that LeRobot's ``ReplayBuffer.to_lerobot_dataset`` publishes as images
+        (3-D, 3 channels first) but this buffer keeps as float32 (``image_storage="float32"``) are written as its
+        images are: declared ``{"dtype": "image", "shape": [3, H, W]}``, pixels ``(v * 255)`` truncated to uint8
+        as its PNG writer converts them; values out of [0, 1] are refused (LeRobot's writer fails on them too)."""
         if self.mode == "a":
             self.checkpoint()
         ds = self.dataset()
         path = Path(path)
         tasks = list(ds.meta.tasks)
-        if (fps is None or math.isclose(float(fps), ds.meta.fps)) and (task is None or tasks == [task]):
+        images = lerobot_published_images(self.layout) if lerobot_images else set()
+        if not images and (fps is None or math.isclose(float(fps), ds.meta.fps)) and (task is None or tasks == [task]):
             return ds.to_lerobot(path)
-        log.info("%s: exporting through a copy at fps=%s, task=%r", self.root, fps, task)
+        log.info("%s: exporting through a copy at fps=%s, task=%r, images=%s", self.root, fps, task, sorted(images))
         path.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(prefix=f".{path.name}.copy-", dir=path.parent) as tmp:
             features = {k: v for k, v in ds.meta.features.items() if k not in DEFAULT_FEATURES}
+            features.update({k: {"dtype": "image", "shape": list(features[k]["shape"])} for k in images})
             with create(Path(tmp) / "store", fps=ds.meta.fps if fps is None else fps, features=features,
                         durable=False) as copy:
                 for e in range(ds.meta.total_episodes):
                     frames = ds.episode(e)
                     names = task if task is not None else [tasks[i] for i in np.asarray(frames["task_index"])]
-                    copy.add_episode({k: frames[k] for k in features}, task=names)
+                    copy.add_episode({k: lerobot_png_pixels(k, e, frames[k]) if k in images else frames[k]
+                                      for k in features}, task=names)
                 return copy.to_lerobot(path)
 
     def dataset(self) -> LeRobotZarrDataset:

@@ -16,6 +16,7 @@ pytest.importorskip("lerobot", reason="lerobot is not installed (the drop-in is 
 from lerobot_recorded import FPS, KINDS, REPO_ID  # noqa: E402  (the lerobot_recorded fixture is conftest's)
 from torch.utils.data import DataLoader  # noqa: E402
 
+import lerobot_zarr  # noqa: E402
 from lerobot_zarr.torch import LeRobotDataset, LeRobotDatasetMetadata  # noqa: E402
 
 
@@ -131,6 +132,35 @@ def test_every_argument_of_lerobots_in_its_place():
     assert [(p.name, p.kind, p.default) for p in ours] == [(p.name, p.kind, p.default) for p in theirs]
     with pytest.raises(TypeError, match="not_an_argument"):
         LeRobotDataset(REPO_ID, root="nowhere", not_an_argument=1)
+
+
+def test_attributes_and_reader_are_lerobots(lerobot_recorded, tmp_path):
+    """The instance attributes (``vars()``) of a dataset opened to read and of one created to record are LeRobot's
+    (LeRobot's own test compares those of ``__init__`` and ``create``), and ``reader`` gives what LeRobot's
+    ``DatasetReader`` gives for reading; the drop-in still pickles (DataLoader workers)."""
+    import pickle
+
+    Reference = _reference()
+    folder = lerobot_recorded("video_av1")
+    for episodes in (None, [2, 0]):
+        ref = Reference(REPO_ID, root=folder, episodes=episodes)
+        ours = LeRobotDataset(REPO_ID, root=folder, episodes=episodes)
+        assert set(vars(ours)) == set(vars(ref))
+        assert ours.writer is None and ours._is_finalized is False and ours._requested_root == ref._requested_root
+        for name in ("num_frames", "num_episodes", "episodes", "root"):
+            assert getattr(ours.reader, name) == getattr(ref.reader, name), name
+        assert sorted(ours.reader.get_episodes_file_paths()) == sorted(ref.reader.get_episodes_file_paths())
+        assert_same(ref.reader.get_item(1), ours.reader.get_item(1), "reader.get_item(1)")
+        assert_same(ref.reader.hf_dataset[0]["index"], ours.reader.hf_dataset[0]["index"], "hf_dataset")
+    back = pickle.loads(pickle.dumps(ours))
+    assert set(vars(back)) == set(vars(ref)) and back.dataset is not None
+    assert_same(ours[0], back[0], "unpickled")
+    features = {"action": {"dtype": "float32", "shape": (2,), "names": None}}
+    made = LeRobotDataset.create("x/ours", fps=FPS, features=features, root=tmp_path / "ours")
+    theirs = Reference.create("x/ref", fps=FPS, features=features, root=tmp_path / "ref")
+    assert set(vars(made)) == set(vars(theirs)) == set(vars(ref))
+    made.finalize()
+    theirs.finalize()
 
 
 def test_episodes_and_episode_filter(lerobot_recorded):
@@ -409,6 +439,41 @@ def test_lerobots_tools_on_a_dropin(lerobot_recorded, tmp_path):
     assert_same_items(Reference("x/both", root=tmp_path / "both"), LeRobotDataset("x/both", root=tmp_path / "both"))
     assert_same_meta(Reference("x/both", root=tmp_path / "both").meta,
                      LeRobotDataset("x/both", root=tmp_path / "both").meta)
+
+
+@pytest.mark.parametrize("kind", ["video_av1", "depth_video_log"])
+def test_reencode_dataset_refreshes_the_video_info_as_on_lerobots(lerobot_recorded, tmp_path, kind):
+    """LeRobot's ``reencode_dataset`` re-encodes a dataset's files in place and refreshes its info through
+    ``meta.update_video_info``: on a drop-in it writes the info.json it writes on LeRobot's class (said in a warning:
+    the drop-in's items keep the frames it read); a dataset opened again reads the new files as LeRobot's does."""
+    import shutil
+
+    from lerobot.configs.video import DepthEncoderConfig, RGBEncoderConfig
+    from lerobot.datasets.dataset_tools import reencode_dataset
+    from lerobot.datasets.io_utils import load_info
+
+    Reference = _reference()
+    depth = kind.startswith("depth")
+    target = (DepthEncoderConfig(vcodec="hevc", pix_fmt="gray12le", g=6, crf=23) if depth else
+              RGBEncoderConfig(vcodec="h264", g=6, crf=23, pix_fmt="yuv420p"))
+    encoder = {"depth_encoder" if depth else "rgb_encoder": target}
+    ref_root, ours_root = tmp_path / "ref", tmp_path / "ours"
+    shutil.copytree(lerobot_recorded(kind), ref_root)
+    shutil.copytree(lerobot_recorded(kind), ours_root)
+    ref = reencode_dataset(Reference(REPO_ID, root=ref_root), num_workers=0, **encoder)
+    ours = LeRobotDataset(REPO_ID, root=ours_root)
+    with pytest.warns(lerobot_zarr.LeRobotZarrWarning, match="items keep the frames it read when it was opened"):
+        assert reencode_dataset(ours, num_workers=0, **encoder) is ours
+    assert load_info(ours_root).to_dict() == load_info(ref_root).to_dict()
+    key = ref.meta.video_keys[0]
+    assert ours.meta.info.features[key]["info"] == ref.meta.info.features[key]["info"]
+    assert ours.meta.info.features[key]["info"]["video.codec"] == ("hevc" if depth else "h264")
+    assert_same_items(Reference(REPO_ID, root=ours_root), LeRobotDataset(REPO_ID, root=ours_root))
+    with pytest.raises(ValueError, match="Video key nope not found in dataset"):
+        ours.meta.update_video_info("nope")
+    from_store = LeRobotDataset(REPO_ID, root=ours.dataset.root)
+    with pytest.raises(lerobot_zarr.SourceNotFoundError, match="a LeRobot folder"):
+        from_store.meta.update_video_info(key)
 
 
 def _as_tensors(stats: dict) -> dict:

@@ -40,9 +40,13 @@ def theirs_dataset(folder, **kwargs):
 
 
 def ours_dataset(folder, store, **kwargs):
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", lerobot_zarr.LeRobotZarrWarning)  # nothing left out, nothing to warn of
-        return lerobot_zarr.open_dataset(folder, root=store, image_format="float32_chw", progress=False, **kwargs)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", lerobot_zarr.LeRobotZarrWarning)
+        ds = lerobot_zarr.open_dataset(folder, root=store, image_format="float32_chw", progress=False, **kwargs)
+    # nothing left out, nothing to warn of; but colour frames in a depth feature, served as LeRobot serves them
+    said = [str(w.message) for w in caught if issubclass(w.category, lerobot_zarr.LeRobotZarrWarning)]
+    assert not [m for m in said if not (folder.name == "depth_image_rgb" and "is declared a depth map" in m)], said
+    return ds
 
 
 def windowed(meta) -> dict[str, list[float]]:
@@ -167,6 +171,25 @@ def test_depth_in_either_unit_and_its_stats(kind, unit, lerobot_recorded, tmp_pa
     batch = ours.get_batch(np.arange(len(ours)))
     for i in (0, len(ours) - 1):
         assert np.array_equal(batch["observation.images.depth"][i], ours[i]["observation.images.depth"])
+
+
+def test_colour_frames_in_a_depth_feature_are_served_as_lerobots_with_a_warning(lerobot_recorded,  # noqa: F811
+                                                                                 tmp_path):
+    """LeRobot records 8-bit RGB frames into a depth image feature and serves them as colour (pixels / 255), its
+    stats as recorded: so do we (items and stats in either unit: test_depth_in_either_unit_and_its_stats), saying
+    so when the store is made and when it is opened."""
+    folder = lerobot_recorded("depth_image_rgb")
+    for store in ("a", "b"):
+        with pytest.warns(lerobot_zarr.LeRobotZarrWarning) as caught:
+            ds = lerobot_zarr.open_dataset(folder, root=tmp_path / store, progress=False)
+        said = [str(w.message) for w in caught]
+        assert any("'observation.images.depth' is declared a depth map (uint16, mm) but its frames are 8-bit RGB"
+                   in m for m in said), said
+        assert any("'observation.images.depth' is declared a depth map but holds 8-bit colour images" in m
+                   for m in said), said
+    assert ds.meta.depth_keys == ["observation.images.depth"] and "observation.images.depth" not in ds.left_out
+    frame = ds[0]["observation.images.depth"]
+    assert frame.dtype == np.float32 and frame.shape == (6, 8, 3) and 0 < frame.max() <= 1
 
 
 @pytest.mark.parametrize("kind", list(KINDS))

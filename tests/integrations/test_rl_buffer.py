@@ -375,3 +375,72 @@ def test_a_buffer_does_not_pickle_and_says_how_to_share_it(tmp_path):
     with pytest.raises(TypeError, match="mode='r'"):
         pickle.dumps(buf)
     buf.close()
+
+
+def _float_images(seed: int, n: int, high: float = 1.0) -> list[dict]:
+    """``n`` transitions of one episode with camera frames LeRobot's test makes (``torch.rand``: not multiples of
+    1/255), scaled to ``[0, high)``."""
+    g = torch.Generator().manual_seed(seed)
+    frames = [torch.rand(3, 12, 10, generator=g) * high for _ in range(n + 1)]
+    return [dict(state={CAMERA: frames[t][None], STATE: torch.full((1, 4), float(t))}, action=torch.zeros(1, 2),
+                 reward=float(t), next_state={CAMERA: frames[t + 1][None], STATE: torch.full((1, 4), t + 1.0)},
+                 done=t == n - 1, truncated=False) for t in range(n)]
+
+
+def test_cameras_are_kept_exactly_as_lerobots_buffer_keeps_them(tmp_path):
+    """A new buffer keeps any float camera values (above 1 too) exactly, as LeRobot's; a buffer made with
+    ``image_storage="uint8"`` keeps that storage when reopened without the argument."""
+    added = _float_images(3, 6, high=2.0)
+    ours = ReplayBuffer(100, device="cpu", use_drq=False, root=tmp_path / "b")
+    for tr in added:
+        ours.add(**tr)
+    by_state = {int(tr["state"][STATE][0, 0]): tr for tr in added}
+    batch = ours.sample(64)
+    assert len(batch["reward"]) == 6
+    for i in range(6):
+        tr = by_state[int(batch["state"][STATE][i, 0])]
+        assert torch.equal(batch["state"][CAMERA][i], tr["state"][CAMERA][0])
+        assert torch.equal(batch["next_state"][CAMERA][i], tr["next_state"][CAMERA][0])
+    ours.close()
+    small = ReplayBuffer(100, device="cpu", use_drq=False, root=tmp_path / "u8", image_storage="uint8")
+    fill(small, episodes=range(2))
+    small.close()
+    reopened = ReplayBuffer(100, device="cpu", use_drq=False, root=tmp_path / "u8")
+    check_batch(reopened.sample(32), SEED)
+    assert reopened.dataset.meta.features[CAMERA]["dtype"] == "image"
+    reopened.close()
+
+
+def test_to_lerobot_dataset_publishes_float_cameras_as_lerobots_does(tmp_path):
+    """The same float transitions through LeRobot's buffer and ours: LeRobot loads both exports with the same
+    features and the same pixels (LeRobot's truncation of ``v * 255``, not a rounding)."""
+    from lerobot.rl.buffer import ReplayBuffer as LeRobotReplayBuffer  # noqa: F401  (skips without lerobot)
+
+    theirs = lerobot_buffer(capacity=100, device="cpu", use_drq=False)
+    ours = ReplayBuffer(100, device="cpu", use_drq=False, root=tmp_path / "b")
+    for tr in _float_images(5, 7):
+        theirs.add(**tr)
+        ours.add(**tr)
+    mine = ours.to_lerobot_dataset("local/ours", root=tmp_path / "ours_ds")
+    lerobots = theirs.to_lerobot_dataset("local/theirs", root=tmp_path / "theirs_ds")
+    for key in (CAMERA, STATE, "action", "next.reward", "next.done"):
+        want = lerobots.meta.features[key]
+        assert {k: mine.meta.features[key][k] for k in ("dtype", "shape")} == {"dtype": want["dtype"],
+                                                                                "shape": want["shape"]}, key
+    assert tuple(mine.meta.features[CAMERA]["shape"]) == (3, 12, 10)
+    assert len(mine) == len(lerobots) == 7
+    for i in range(7):
+        a, b = mine[i], lerobots[i]
+        assert a[CAMERA].dtype == b[CAMERA].dtype and torch.equal(a[CAMERA], b[CAMERA]), i
+        assert torch.equal(a[STATE], b[STATE]) and torch.equal(a["next.reward"], b["next.reward"])
+
+
+def test_to_lerobot_dataset_refuses_camera_values_lerobots_images_cannot_hold(tmp_path):
+    from lerobot_zarr import ValueRangeError
+
+    ours = ReplayBuffer(100, device="cpu", use_drq=False, root=tmp_path / "b")
+    for tr in _float_images(4, 3, high=2.0):
+        ours.add(**tr)
+    with pytest.raises(ValueRangeError, match=r"observation\.images\.front.*\[0\.0, 1\.0\]"):
+        ours.to_lerobot_dataset("local/ours", root=tmp_path / "ours_ds")
+    assert len(ours) == 3, "the buffer keeps them"
