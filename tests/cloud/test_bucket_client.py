@@ -182,8 +182,8 @@ def test_an_hf_bucket_folder_is_served_offline_from_the_store_held(tmp_path, mon
             monkeypatch.setenv(key, value)
         monkeypatch.delenv("AWS_ENDPOINT_URL")
         monkeypatch.setenv(HF_S3_ENDPOINT_ENV, hf.endpoint)
-        hf.create_bucket("robots")
-        url = "hf://buckets/my-org/robots/pusht"
+        hf.create_bucket("held-robots")
+        url = "hf://buckets/my-org/held-robots/pusht"
         bucket = Bucket(url)
         for path in sorted(folder.rglob("*")):
             if path.is_file() and not path.relative_to(folder).as_posix().startswith("."):
@@ -202,6 +202,6 @@ def test_an_hf_bucket_folder_is_served_offline_from_the_store_held(tmp_path, mon
         with pytest.raises(NotMaterializedError, match="HF_HUB_OFFLINE"):
             lerobot_zarr.open_dataset(url, episodes=[3], progress=False)
         with pytest.raises(NotMaterializedError, match="never opened"):
-            lerobot_zarr.open_dataset("hf://buckets/my-org/robots/other", progress=False)
+            lerobot_zarr.open_dataset("hf://buckets/my-org/held-robots/other", progress=False)
         assert hf.requests() == []
         assert hf.errors == []
