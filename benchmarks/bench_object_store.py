@@ -272,6 +272,8 @@ plan = [rng.choice(len(ds), 64, replace=False) for _ in range(batches + lookahea
 ds.get_batch(plan[0][:2])  # open costs apart
 for k in range(1, 1 + lookahead):
     ds.prefetch(plan[k])
+remote = ds._remote
+fetched0 = remote.fetched_by.get("observation.images.cam", 0) if remote else 0
 t0 = time.perf_counter()
 used = set()  # the frames asked for: read, or prefetched (the last lookahead batches are never read)
 for k in range(batches + lookahead):
@@ -285,7 +287,7 @@ for k in range(1, batches):
         ds.prefetch(plan[k + lookahead])
     batch = ds.get_batch(plan[k])
 elapsed = time.perf_counter() - t0
-remote = ds._remote
+fetched1 = remote.fetched_by.get("observation.images.cam", 0) if remote else 0
 spec = ds.array_specs["observation.images.cam"]
 table = ds._state.table
 def used_bytes(e, f):  # the bytes of the frame as stored (a jpeg's encoded size)
@@ -296,6 +298,7 @@ def used_bytes(e, f):  # the bytes of the frame as stored (a jpeg's encoded size
 with open("/proc/self/status") as fh:
     vm = {k: int(v.split()[0]) for k, _, v in (line.partition(":") for line in fh) if k in ("VmRSS", "VmHWM")}
 print(json.dumps({"samples_per_s": 64 * (batches - 1) / elapsed, "rss_kib": vm["VmRSS"], "hwm_kib": vm["VmHWM"],
+                  "elapsed": elapsed, "fetched_timed": fetched1 - fetched0,
                   "fetched": remote.fetched_by.get("observation.images.cam", 0) if remote else 0,
                   "requests": remote.requests if remote else 0,
                   "used_bytes": sum(used_bytes(e, f) for e, f in used), "storage": spec.storage}))
@@ -333,8 +336,13 @@ def section_cameras(server: Server, args, work: Path) -> None:
         rss_bucket = max(r["rss_kib"] for r in runs["bucket"])
         hwm_local = max(r["hwm_kib"] for r in runs["local"])
         hwm_bucket = max(r["hwm_kib"] for r in runs["bucket"])
+        link = args.gbit * 125e6  # bytes/s: one link shared by every connection (testing.hub_network.Link)
+        rate = b["fetched_timed"] / b["elapsed"]
+        bound = link / max(b["fetched_timed"] / (64 * (args.camera_batches - 1)), 1)  # samples/s these bytes allow
         print(f"  {storage}: local {best_local:,.0f} samples/s, bucket {best_bucket:,.0f} samples/s = "
-              f"{best_bucket / best_local:.2f}x; camera bytes fetched {b['fetched'] / 1e6:.1f} MB for "
+              f"{best_bucket / best_local:.2f}x; while timed the camera took {rate / 1e6:.0f} MB/s of the link's "
+              f"{link / 1e6:.0f} MB/s ({rate / link:.0%}): at the link's rate its bytes allow at most {bound:,.0f} "
+              f"samples/s = {bound / best_local:.2f}x local; camera bytes fetched {b['fetched'] / 1e6:.1f} MB for "
               f"{used / 1e6:.1f} MB of frames asked for (as stored) = {b['fetched'] / max(used, 1):.2f}x "
               f"({b['requests']} requests); resident memory at the end {rss_bucket / 1024:.0f} MiB vs "
               f"{rss_local / 1024:.0f} MiB = {rss_bucket / rss_local:.2f}x, peak {hwm_bucket / 1024:.0f} vs "

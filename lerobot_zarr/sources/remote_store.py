@@ -253,7 +253,7 @@ class _Mirror:
         self.evictor = os.open(self.root / _MINE / "evict", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW,
                                0o644)
         if not (self.root / MIRROR_MARKER).exists():
-            (self.root / MIRROR_MARKER).write_text(str(bucket.url))
+            _publish(self.root / MIRROR_MARKER, lambda fd: pwrite_all(fd, str(bucket.url).encode(), 0))
         if not (self.root / ROOT).exists():
             atomic_write(self.root / ROOT, root_doc, durable=False, root=self.root)
 
@@ -275,8 +275,8 @@ class _Mirror:
         finally:
             fcntl.flock(self.held_lock, fcntl.LOCK_UN)
 
-    def close(self) -> None:
-        """Let go of the folder; removed if no other process uses it."""
+    def forget(self) -> None:
+        """Close this process's descriptors (in a forked child: the parent's, whose locks stay the parent's)."""
         for locks in (self.claims, self.pins, self.evicting):
             locks.close()
         for fd in (self.held_lock, self.evictor):
@@ -284,6 +284,10 @@ class _Mirror:
                 os.close(fd)
         with contextlib.suppress(BufferError, ValueError):
             self.held.close()
+
+    def close(self) -> None:
+        """Let go of the folder; removed if no other process uses it."""
+        self.forget()
         try:
             fcntl.flock(self.users, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
@@ -363,6 +367,23 @@ class RemoteStore:
         self._holder: list[_Mirror | None] = [None]  # the mirror joined (the finalizer lets go of it)
         self._finalizer = weakref.finalize(self, _close, self._stopping, self._pools, self._holder)
         self._attach(root_doc)
+        _live.add(self)
+
+    def _after_fork(self) -> None:
+        """In a forked child (a DataLoader worker started by fork): obstore's runtime does not survive a fork (a
+        request there waits forever), so reads are refused with the way out; the parent's locks and threads are
+        not the child's (new locks: raising never waits on them)."""
+        self._forked = True
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._making, self._pin_lock = threading.Lock(), threading.Lock()
+
+    def _check_process(self) -> None:
+        if getattr(self, "_forked", False):
+            raise BucketError(f"{self.location()}: a store in a bucket cannot be read in a process forked from the one "
+                              f"that opened it (the object store client's runtime does not survive a fork); start "
+                              f"the workers with spawn: DataLoader(..., multiprocessing_context='spawn'), or open the "
+                              f"dataset in each worker", path=self.location())
 
     def _attach(self, root_doc: bytes) -> None:
         """Serve the commit ``root_doc``: its mirror joined (or made), its state read, its mp4 files listed."""
@@ -508,6 +529,7 @@ class RemoteStore:
         """Make the frames ``frames[name]`` (episode-local, ``(n, w)``) of episodes ``eps`` present in the mirror
         (fetching those missing, all at once), and keep them there until this process's second ensure after this
         one. Called by the dataset under its lock, before it reads them."""
+        self._check_process()
         eps = np.asarray(eps, dtype=np.int64)
         units = [(self._pack(name, pack), rows) for (name, pack), rows in self._wants(eps, frames).items()]
         self._pin(units)  # first: once present, no process evicts them
@@ -582,6 +604,7 @@ class RemoteStore:
     def prefetch(self, eps: np.ndarray, frames: Mapping[str, np.ndarray]) -> None:
         """Fetch these frames in the background (batches to come): :meth:`ensure` then finds them present, or
         waits for the fetch already under way."""
+        self._check_process()
         eps = np.asarray(eps, dtype=np.int64)
         for (name, pack), rows in self._wants(eps, frames).items():
             entry = self._pack(name, pack)
@@ -863,6 +886,7 @@ class RemoteStore:
     def refresh(self) -> StoreState | None:
         """The bucket's latest commit, if it is not the one served: the mirror of that commit serves it from now
         on. None when it is the same."""
+        self._check_process()
         doc, _ = self.bucket.read_whole(ROOT, limit=MAX_ROOT_BYTES, first=_ROOT_FIRST)
         self._count(len(doc))
         if doc == self.root_doc:
@@ -888,6 +912,18 @@ class RemoteStore:
     def close(self) -> None:
         """Stop the background fetches and let go of the mirror (removed when no other process uses it)."""
         self._finalizer()
+
+
+_live: weakref.WeakSet[RemoteStore] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for store in list(_live):
+        store._after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _reopen(bucket: Bucket, home: Path, cache_bytes: int, root_doc: bytes) -> RemoteStore:

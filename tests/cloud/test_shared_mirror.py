@@ -11,6 +11,7 @@ import os
 import pickle
 import signal
 import time
+import warnings
 from collections import defaultdict
 from pathlib import Path
 
@@ -205,3 +206,30 @@ def test_the_mirror_goes_with_its_last_user(env, folder, tmp_path):
     a._remote.close()
     assert not root.exists()
     assert list(root.parent.iterdir()) == []
+
+
+def _read_in_fork(ds, idx, out):
+    try:
+        ds.get_batch(idx)
+        out.put("read")
+    except lerobot_zarr.errors.BucketError as exc:
+        out.put(str(exc))
+
+
+def test_a_forked_worker_is_refused_with_the_way_not_left_hanging(env, folder, tmp_path):
+    """obstore's runtime does not survive fork (a request in the child never returns): a worker forked from the
+    process that opened the store is refused at its first read, naming spawn."""
+    _, url = published(env, folder, tmp_path, "forked")
+    remote = lerobot_zarr.open_dataset(url, delta_timestamps=DELTAS)
+    remote.get_batch(np.arange(4))
+    ctx = multiprocessing.get_context("fork")
+    out = ctx.Queue()
+    with warnings.catch_warnings():  # (Python warns of a fork in a process with threads: that is the case here)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        proc = ctx.Process(target=_read_in_fork, args=(remote, np.arange(40, 60), out))
+        proc.start()
+    answer = out.get(timeout=120)
+    proc.join(timeout=60)
+    assert "multiprocessing_context='spawn'" in answer, answer
+    assert _same_batch(remote.get_batch(np.arange(40, 60)), remote.get_batch(np.arange(40, 60)))  # the parent reads on
+
