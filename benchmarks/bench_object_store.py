@@ -11,6 +11,8 @@ own, at ``--latency`` (20 ms) per request and one shared link of ``--gbit`` (1 G
 - ``cameras``: a 224x224 camera (jpeg and raw storage), 2-frame windows, get_batch(64) with the next
   ``--lookahead`` batches prefetched, each contender in a fresh process over fresh random samples: samples/s,
   bytes fetched / bytes the samples use, peak resident memory;
+- ``workers``: ``--workers`` processes reading the same raw camera batches at once against one: bytes across the
+  link (the mirror is shared by the processes of a machine);
 - ``lerobot``: one episode of a LeRobot-written folder in the bucket opened in a fresh process: requests, round
   trips, bytes, at 200, 2,000 and 20,000 episodes;
 - ``sync``: a publication SIGKILLed at random points ``--kills`` times (each time the bucket must read as its last
@@ -397,6 +399,51 @@ def section_epochs(server: Server, args, work: Path) -> None:
               f"(load {load()})")
 
 
+WORKER_RUN = r"""
+import json, sys, time
+import numpy as np
+import lerobot_zarr
+source, batches, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+ds = lerobot_zarr.open_dataset(source, delta_timestamps={"observation.images.cam": [-1 / 30, 0.0]})
+rng = np.random.default_rng(seed)
+plan = [rng.choice(len(ds), 64, replace=False) for _ in range(batches)]
+t0 = time.perf_counter()
+for k, idx in enumerate(plan):
+    if k + 1 < len(plan):
+        ds.prefetch(plan[k + 1])
+    ds.get_batch(idx)
+print(json.dumps({"seconds": time.perf_counter() - t0, "fetched": ds._remote.fetched_by.get("observation.images.cam", 0)}))
+"""
+
+
+def section_workers(server: Server, args, work: Path) -> None:
+    """Processes of one machine reading the same batches of a raw camera (DataLoader workers, ranks of a node): the
+    mirror is shared, so the bytes crossing the link are those of one process, not of each."""
+    print(f"\n== {args.workers} processes reading the same raw 224x224 batches at once (load {load()}) ==")
+    src = work / f"camera-src-{args.camera_episodes}"
+    if not (src / "meta" / "info.json").is_file():
+        write_sample_dataset(src, n_episodes=args.camera_episodes, lengths=(90, 110), image_keys=(CAM,),
+                             image_shape=(224, 224, 3), image_format="jpeg", seed=2)
+    store = work / f"camera-raw-{args.camera_episodes}.store"
+    if not (store / "zarr.json").is_file():
+        lerobot_zarr.open_dataset(src, root=store, storage={CAM: "raw"}, progress=False)
+    url = publish(store, f"camera-raw-{args.camera_episodes}")
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    for n in (1, args.workers):
+        server.reset()
+        env["LEROBOT_ZARR_HOME"] = str(work / f"home-workers-{n}-{time.monotonic_ns()}")
+        t = time.perf_counter()
+        procs = [subprocess.Popen([sys.executable, "-c", WORKER_RUN, url, str(args.camera_batches), "11"],
+                                  stdout=subprocess.PIPE, text=True, env=env) for _ in range(n)]
+        outs = [json.loads(p.communicate(timeout=1800)[0].strip().splitlines()[-1]) for p in procs]
+        wall = time.perf_counter() - t
+        stats = server.stats()
+        fetched = sum(o["fetched"] for o in outs)
+        print(f"  {n} process{'es' if n > 1 else ''}: the link carried {stats['bytes_sent'] / 1e6:.1f} MB in "
+              f"{stats['requests']} requests (the processes fetched {fetched / 1e6:.1f} MB between them); "
+              f"{wall:.1f} s for all, reading {max(o['seconds'] for o in outs):.1f} s at most (load {load()})")
+
+
 ONE_EPISODE = r"""
 import json, sys, time
 t0 = time.perf_counter()
@@ -518,7 +565,7 @@ def section_sync(server: Server, args, work: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sections", default="engines,open,numeric,cameras,epochs,lerobot,sync")
+    parser.add_argument("--sections", default="engines,open,numeric,cameras,epochs,workers,lerobot,sync")
     parser.add_argument("--latency", type=float, default=0.02)
     parser.add_argument("--gbit", type=float, default=1.0)
     parser.add_argument("--open-episodes", type=int, default=100_000)
@@ -526,6 +573,7 @@ def main() -> None:
     parser.add_argument("--camera-episodes", type=int, default=20)
     parser.add_argument("--camera-batches", type=int, default=20)
     parser.add_argument("--lookahead", type=int, default=4)
+    parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--lerobot-scale", type=lambda s: [int(x) for x in s.split(",")], default=[200, 2000, 20000])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--repeats-open", type=int, default=3)
@@ -552,6 +600,7 @@ def main() -> None:
              "numeric": lambda: section_numeric(server, args, work),
              "cameras": lambda: section_cameras(server, args, work),
              "epochs": lambda: section_epochs(server, args, work),
+             "workers": lambda: section_workers(server, args, work),
              "lerobot": lambda: section_lerobot(server, args, work),
              "sync": lambda: section_sync(server, args, work)}[section]()
     finally:

@@ -6,6 +6,7 @@ folder goes with its last user."""
 
 from __future__ import annotations
 
+import itertools
 import multiprocessing
 import os
 import pickle
@@ -77,7 +78,7 @@ def _overlaps(requests) -> list:
     twice = []
     for path, ranges in by_path.items():
         ranges.sort()
-        for (a0, b0), (a1, b1) in zip(ranges, ranges[1:]):
+        for (a0, b0), (a1, b1) in itertools.pairwise(ranges):
             if a1 <= b0:
                 twice.append((path, (a0, b0), (a1, b1)))
     return twice
