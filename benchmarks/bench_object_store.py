@@ -412,7 +412,8 @@ for k, idx in enumerate(plan):
     if k + 1 < len(plan):
         ds.prefetch(plan[k + 1])
     ds.get_batch(idx)
-print(json.dumps({"seconds": time.perf_counter() - t0, "fetched": ds._remote.fetched_by.get("observation.images.cam", 0)}))
+fetched = ds._remote.fetched_by.get("observation.images.cam", 0)
+print(json.dumps({"seconds": time.perf_counter() - t0, "fetched": fetched}))
 """
 
 
