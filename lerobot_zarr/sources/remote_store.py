@@ -42,16 +42,9 @@ fetched after them); the root is read once, so a dataset keeps its commit until 
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import fcntl
-import hashlib
 import mmap
 import os
-import re
-import secrets
-import shutil
-import struct
 import threading
 import time
 import weakref
@@ -69,10 +62,9 @@ from ..errors import ArgumentError, BucketError, UnsupportedStoreError
 from ..store.cameras import MP4_INDEX, read_mp4_index
 from ..store.packs import read_shard_index, shard_index_bytes
 from ..store.state import MAX_ROOT_BYTES, ROOT, StoreState, chunk_path, read_state
-from ..utils.background import process_alive
 from ..utils.fileio import atomic_write, pwrite_all
 from ..utils.libc import punch_hole
-from .home import MIRROR_MARKER
+from .mirror import CLAIMS, INDEXES, MAKING, MINE, PINS, SHARED, Mirror, RangeLocks, align8, publish, runs, shared_map
 
 __all__ = ["RemoteStore", "CACHE_BYTES_ENV", "DEFAULT_CACHE_BYTES", "SHARED"]
 
@@ -84,13 +76,7 @@ _BACKGROUND_PIECE = 4 << 20  # whole packs in the background: small requests, fe
 _BACKGROUND_IN_FLIGHT = 2
 _IN_FLIGHT = 32
 _ROOT_FIRST = 16 << 20  # the root is read in one request up to this size
-_MINE = ".mirror"  # the mirror's own files, beside the store's
-#: where the ranges of the lock file that name rows start: claims (fetching), pins (reading), making a pack's file
-_CLAIMS, _PINS, _MAKING, _INDEXES = 0, 1 << 44, 2 << 44, 3 << 44
 _PIN_BATCHES = 2  # a batch's rows stay pinned until this many later ensures of the same process
-#: Open file description locks (Linux): shared by the threads of a process, released when it dies. Elsewhere the
-#: mirror is private to the process (its folder named after it), as no lock tells another process's rows apart.
-SHARED = hasattr(fcntl, "F_OFD_SETLK")
 
 
 def _cache_bytes(value: int | None) -> int:
@@ -103,64 +89,6 @@ def _cache_bytes(value: int | None) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1 << 20:
         raise ArgumentError(f"cache_bytes must be an integer of at least 1 MiB, got {value!r:.40}")
     return value
-
-
-class _RangeLocks:
-    """Byte-range locks on one file through one descriptor (open file description locks where the system has
-    them): a lock conflicts with those of every other descriptor, in this process or another, and goes when the
-    descriptor is closed or its process dies. The file's bytes are never written: its ranges name rows."""
-
-    _SET = fcntl.F_OFD_SETLK if SHARED else fcntl.F_SETLK
-
-    def __init__(self, path: Path):
-        self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
-
-    def lock(self, start: int, length: int, *, exclusive: bool = True) -> bool:
-        """Take the lock now if no other descriptor holds a conflicting one; whether it was taken."""
-        kind = fcntl.F_WRLCK if exclusive else fcntl.F_RDLCK
-        try:
-            fcntl.fcntl(self.fd, self._SET, struct.pack("hhqqi4x", kind, os.SEEK_SET, start, length, 0))
-        except OSError as exc:
-            if exc.errno in (errno.EAGAIN, errno.EACCES):
-                return False
-            raise
-        return True
-
-    def unlock(self, start: int, length: int) -> None:
-        fcntl.fcntl(self.fd, self._SET, struct.pack("hhqqi4x", fcntl.F_UNLCK, os.SEEK_SET, start, length, 0))
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError):
-            os.close(self.fd)
-
-
-def _shared_map(path: Path, size: int) -> mmap.mmap:
-    """A file of ``size`` zero bytes (made at once whole: linked into place from a temporary file) mapped shared."""
-    if not path.exists():
-        _publish(path, lambda fd: os.ftruncate(fd, size))
-    fd = os.open(path, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
-    try:
-        return mmap.mmap(fd, size)
-    finally:
-        os.close(fd)
-
-
-def _publish(path: Path | str, fill: Callable[[int], None]) -> bool:
-    """Make the file ``path`` whole or not at all: written (``fill(fd)``) under a temporary name, then linked into
-    place unless another process did first. Whether this call made it."""
-    tmp = f"{path}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
-    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
-    try:
-        fill(fd)
-        try:
-            os.link(tmp, path)
-            return True
-        except FileExistsError:
-            return False
-    finally:
-        os.close(fd)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
 
 
 @dataclass(eq=False)
@@ -187,7 +115,7 @@ class _Pack:
     def attach(self, state: mmap.mmap) -> None:
         self.state = state
         self.present = np.frombuffer(state, dtype=np.bool_, count=self.rows)
-        self.used = np.frombuffer(state, dtype=np.float64, count=self.rows, offset=_align8(self.rows))
+        self.used = np.frombuffer(state, dtype=np.float64, count=self.rows, offset=align8(self.rows))
         self.coming = np.zeros(self.rows, dtype=bool)
         self.empty = np.zeros(self.rows, dtype=bool) if self.index is None else self.index[:, 0] < 0
 
@@ -205,136 +133,6 @@ class _Pack:
     @property
     def complete(self) -> bool:
         return bool((self.present | self.empty).all())
-
-
-def _align8(n: int) -> int:
-    return (n + 7) // 8 * 8
-
-
-def _runs(slots: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """``(start, length)`` ranges merged where one ends where the next starts."""
-    out: list[list[int]] = []
-    for start, n in sorted(slots):
-        if out and out[-1][0] + out[-1][1] == start:
-            out[-1][1] += n
-        else:
-            out.append([start, n])
-    return [(a, n) for a, n in out]
-
-
-class _Mirror:
-    """The shared folder of one commit and this process's handles on it (locks, the users' flock)."""
-
-    def __init__(self, home: Path, bucket: Bucket, root_doc: bytes):
-        base = _store_folder(home, bucket)
-        commit = hashlib.sha256(root_doc).hexdigest()[:16]
-        name = f"{commit}-{_boot_id()}" + ("" if SHARED else f"-p{os.getpid()}")
-        _sweep(base, keep=name)
-        self.root = base / name
-        users = self.root / _MINE / "users"
-        for _ in range(10):  # a sweeper removing it as it was joined: made anew
-            try:
-                (self.root / _MINE / "packs").mkdir(parents=True, exist_ok=True)
-                self.users = os.open(users, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
-            except FileNotFoundError:
-                continue
-            fcntl.flock(self.users, fcntl.LOCK_SH)
-            with contextlib.suppress(FileNotFoundError):
-                if os.stat(users).st_ino == os.fstat(self.users).st_ino:
-                    break
-            os.close(self.users)
-        else:
-            raise BucketError(f"{bucket.location()}: the mirror folder {self.root} keeps being removed", path=str(base))
-        self.claims = _RangeLocks(self.root / _MINE / "locks")  # fetching: exclusive
-        self.pins = _RangeLocks(self.root / _MINE / "locks")  # reading: shared
-        self.evicting = _RangeLocks(self.root / _MINE / "locks")  # an eviction's try of claim and pin together
-        self.held = _shared_map(self.root / _MINE / "held", 8)
-        self.held_lock = os.open(self.root / _MINE / "held", os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
-        self.evictor = os.open(self.root / _MINE / "evict", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW,
-                               0o644)
-        if not (self.root / MIRROR_MARKER).exists():
-            _publish(self.root / MIRROR_MARKER, lambda fd: pwrite_all(fd, str(bucket.url).encode(), 0))
-        if not (self.root / ROOT).exists():
-            atomic_write(self.root / ROOT, root_doc, durable=False, root=self.root)
-
-    def add_held(self, delta: int) -> int:
-        """Add to the bytes held by the mirror (shared by its processes); the new total."""
-        fcntl.flock(self.held_lock, fcntl.LOCK_EX)
-        try:
-            (now,) = struct.unpack_from("q", self.held)
-            now = max(0, now + delta)
-            struct.pack_into("q", self.held, 0, now)
-            return now
-        finally:
-            fcntl.flock(self.held_lock, fcntl.LOCK_UN)
-
-    def set_held(self, value: int) -> None:
-        fcntl.flock(self.held_lock, fcntl.LOCK_EX)
-        try:
-            struct.pack_into("q", self.held, 0, value)
-        finally:
-            fcntl.flock(self.held_lock, fcntl.LOCK_UN)
-
-    def forget(self) -> None:
-        """Close this process's descriptors (in a forked child: the parent's, whose locks stay the parent's)."""
-        for locks in (self.claims, self.pins, self.evicting):
-            locks.close()
-        for fd in (self.held_lock, self.evictor):
-            with contextlib.suppress(OSError):
-                os.close(fd)
-        with contextlib.suppress(BufferError, ValueError):
-            self.held.close()
-
-    def close(self) -> None:
-        """Let go of the folder; removed if no other process uses it."""
-        self.forget()
-        try:
-            fcntl.flock(self.users, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            pass  # another process reads it still
-        else:
-            shutil.rmtree(self.root, ignore_errors=True)
-        os.close(self.users)
-
-
-def _boot_id() -> str:
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip().replace("-", "")[:8]
-    except OSError:
-        return "noboot"
-
-
-def _store_folder(home: Path, bucket: Bucket) -> Path:
-    """``home/<store>-<digest of its URL and endpoint>``: the folder of this store's mirrors (one per commit)."""
-    ident = f"{bucket.url}\0{bucket.endpoint or ''}"
-    name = re.sub(r"[^A-Za-z0-9._-]", "_", bucket.url.name)[:40] or "store"
-    return home / f"{name}-{hashlib.sha256(ident.encode()).hexdigest()[:16]}"
-
-
-def _sweep(base: Path, keep: str) -> None:
-    """Remove the mirrors of ``base`` no process uses (other commits, other boots, processes that died)."""
-    if not base.is_dir():
-        return
-    for entry in base.iterdir():
-        if entry.name == keep or entry.is_symlink() or not entry.is_dir():
-            continue
-        users = entry / _MINE / "users"
-        if not users.exists():  # one of an older version (<pid>-<random>), or one being made now
-            pid = entry.name.split("-", 1)[0]
-            if pid.isdigit() and not process_alive(int(pid)):
-                shutil.rmtree(entry, ignore_errors=True)
-            continue
-        try:
-            fd = os.open(users, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
-        except OSError:
-            continue
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)
-            continue
-        shutil.rmtree(entry, ignore_errors=True)  # (under the lock: a process joining it waits, then makes it anew)
-        os.close(fd)
 
 
 class RemoteStore:
@@ -364,7 +162,7 @@ class RemoteStore:
             root_doc, _ = bucket.read_whole(ROOT, limit=MAX_ROOT_BYTES, first=_ROOT_FIRST)
             self._count(len(root_doc))
         self._pools = [self._pool, self._ahead, self._background]
-        self._holder: list[_Mirror | None] = [None]  # the mirror joined (the finalizer lets go of it)
+        self._holder: list[Mirror | None] = [None]  # the mirror joined (the finalizer lets go of it)
         self._finalizer = weakref.finalize(self, _close, self._stopping, self._pools, self._holder)
         self._attach(root_doc)
         _live.add(self)
@@ -398,7 +196,7 @@ class RemoteStore:
         #: fetched whole because they fit in half the cache)
         self.settled: set[str] = set()
         self._fetched_since_evict = 0
-        mirror = _Mirror(self.home, self.bucket, root_doc)
+        mirror = Mirror(self.home, self.bucket, root_doc)
         self._mirror = self._holder[0] = mirror
         self.root = mirror.root
         try:
@@ -454,13 +252,13 @@ class RemoteStore:
         if spec.storage == "raw":
             entry.size = rows * spec.frame_bytes
             if not os.path.exists(path):
-                _publish(path, lambda fd: os.ftruncate(fd, entry.size))
+                publish(path, lambda fd: os.ftruncate(fd, entry.size))
         elif spec.shard_index != "start":
             raise UnsupportedStoreError(f"{self.location(rel)}: a compact pack of store format 2 (its index at the "
                                         f"end); publish the store again from a local copy opened for writing, which "
                                         f"upgrades it", path=self.location(rel), feature=name)
         else:  # the shard index, and the file's size from the same answer: fetched by one process
-            making = _MAKING + self._feature[name] * len(self._pack_start) + pack
+            making = MAKING + self._feature[name] * len(self._pack_start) + pack
             self._wait_lock(mirror.claims, making, 1, f"the shard index of pack {pack} of {name!r}")
             try:
                 if not os.path.exists(path):
@@ -471,7 +269,7 @@ class RemoteStore:
                         os.ftruncate(fd, info.size)
                         pwrite_all(fd, head, 0, path)
 
-                    _publish(path, fill)
+                    publish(path, fill)
             finally:
                 mirror.claims.unlock(making, 1)
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
@@ -481,8 +279,8 @@ class RemoteStore:
                                                f"feature {name!r}", allow_empty=True)
             finally:
                 os.close(fd)
-        state = mirror.root / _MINE / "packs" / f"{self._feature[name]}-{pack}"
-        entry.attach(_shared_map(state, _align8(rows) + 8 * rows))
+        state = mirror.root / MINE / "packs" / f"{self._feature[name]}-{pack}"
+        entry.attach(shared_map(state, align8(rows) + 8 * rows))
         return entry
 
     def _count(self, nbytes: int, name: str = "") -> None:
@@ -491,7 +289,7 @@ class RemoteStore:
             self.requests += 1
             self.fetched_by[name] = self.fetched_by.get(name, 0) + nbytes
 
-    def _wait_lock(self, locks: _RangeLocks, start: int, length: int, what: str, *, exclusive: bool = True) -> None:
+    def _wait_lock(self, locks: RangeLocks, start: int, length: int, what: str, *, exclusive: bool = True) -> None:
         """Take a lock, waiting while another process holds a conflicting one (a fetch or an eviction under way
         there, bounded by its own deadlines): a :class:`BucketError` past twice the longest a fetch may take."""
         limit = 6 * bucket_timeout() + _PIECE / (256 << 10)
@@ -548,13 +346,13 @@ class RemoteStore:
         pins: dict[int, int] = {}  # slot -> rows from it
         for entry, rows in units:
             if entry.numeric:
-                pins[_PINS + entry.slot] = entry.rows
+                pins[PINS + entry.slot] = entry.rows
             else:
-                pins.update(dict.fromkeys((_PINS + entry.slot + rows).tolist(), 1))
+                pins.update(dict.fromkeys((PINS + entry.slot + rows).tolist(), 1))
         locks = self._mirror.pins
         with self._pin_lock:
             taken = [(slot, n) for slot, n in pins.items() if self._pinned[slot] == 0]
-            for slot, n in _runs(taken):  # (shared: refused only while an eviction tries these rows)
+            for slot, n in runs(taken):  # (shared: refused only while an eviction tries these rows)
                 self._wait_lock(locks, slot, n, "rows being evicted", exclusive=False)
             self._pinned.update(pins.keys())
             self._recent.append(pins)
@@ -564,7 +362,7 @@ class RemoteStore:
                 gone = [(slot, n) for slot, n in old.items() if self._pinned[slot] <= 0]
                 for slot, _ in gone:
                     del self._pinned[slot]
-                for slot, n in _runs(gone):
+                for slot, n in runs(gone):
                     locks.unlock(slot, n)
 
     def _bring(self, units: list[tuple[_Pack, np.ndarray]]) -> None:
@@ -681,13 +479,13 @@ class RemoteStore:
             self._claimed.setdefault(key, []).append((lo, hi))
         try:
             if wait:
-                self._wait_lock(self._mirror.claims, _CLAIMS + entry.slot + lo, hi - lo, f"rows {lo}-{hi - 1} of "
+                self._wait_lock(self._mirror.claims, CLAIMS + entry.slot + lo, hi - lo, f"rows {lo}-{hi - 1} of "
                                 f"pack {entry.pack} of {entry.name!r}")
                 return True
-            if self._mirror.evicting.lock(_CLAIMS + entry.slot + lo, hi - lo):
-                if self._mirror.evicting.lock(_PINS + entry.slot + lo, hi - lo):
+            if self._mirror.evicting.lock(CLAIMS + entry.slot + lo, hi - lo):
+                if self._mirror.evicting.lock(PINS + entry.slot + lo, hi - lo):
                     return True
-                self._mirror.evicting.unlock(_CLAIMS + entry.slot + lo, hi - lo)
+                self._mirror.evicting.unlock(CLAIMS + entry.slot + lo, hi - lo)
         except BaseException:
             self._forget_claim(key, lo, hi)
             raise
@@ -696,10 +494,10 @@ class RemoteStore:
 
     def _unclaim(self, entry: _Pack, lo: int, hi: int, *, evicting: bool = False) -> None:
         if evicting:
-            self._mirror.evicting.unlock(_PINS + entry.slot + lo, hi - lo)
-            self._mirror.evicting.unlock(_CLAIMS + entry.slot + lo, hi - lo)
+            self._mirror.evicting.unlock(PINS + entry.slot + lo, hi - lo)
+            self._mirror.evicting.unlock(CLAIMS + entry.slot + lo, hi - lo)
         else:
-            self._mirror.claims.unlock(_CLAIMS + entry.slot + lo, hi - lo)
+            self._mirror.claims.unlock(CLAIMS + entry.slot + lo, hi - lo)
         self._forget_claim((entry.name, entry.pack), lo, hi)
 
     def _forget_claim(self, key: tuple[str, int], lo: int, hi: int) -> None:
@@ -731,9 +529,9 @@ class RemoteStore:
         evicts its packs after that: an eviction looks for the mark under its claim), then each pack checked under
         its claim (an eviction under way is waited for); batches ask nothing more for it."""
         packs = np.flatnonzero(self.state.packs.rows > 0).tolist()
-        marker = self.root / _MINE / f"settled-{self._feature[name]}"
+        marker = self.root / MINE / f"settled-{self._feature[name]}"
         if not marker.exists():
-            _publish(marker, lambda fd: None)
+            publish(marker, lambda fd: None)
         for p in packs:
             entry = self._pack(name, p)
             self._claim(entry, 0, entry.rows)
@@ -768,7 +566,7 @@ class RemoteStore:
         units = []  # (last used, pack record, rows, bytes)
         held = 0
         names = list(self.state.arrays)
-        for path in (mirror.root / _MINE / "packs").iterdir():
+        for path in (mirror.root / MINE / "packs").iterdir():
             i, _, pack = path.name.partition("-")
             if not (i.isdigit() and pack.isdigit()) or int(i) >= len(names) or int(pack) >= len(self.state.packs):
                 continue
@@ -779,7 +577,7 @@ class RemoteStore:
                 continue
             nbytes = entry.nbytes(rows)
             held += nbytes
-            if (mirror.root / _MINE / f"settled-{i}").exists():
+            if (mirror.root / MINE / f"settled-{i}").exists():
                 continue
             if entry.numeric:
                 units.append((float(entry.used[rows].max()), entry, np.arange(entry.rows), nbytes))
@@ -797,7 +595,7 @@ class RemoteStore:
             if not self._claim(entry, lo, hi, wait=False):
                 continue  # being fetched or read by a process
             try:  # marked absent first, then the bytes go
-                if entry.numeric and (mirror.root / _MINE / f"settled-{self._feature[entry.name]}").exists():
+                if entry.numeric and (mirror.root / MINE / f"settled-{self._feature[entry.name]}").exists():
                     continue  # held whole for good since it was listed
                 entry.present[rows] = False
                 fd = os.open(entry.path, os.O_WRONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
@@ -813,7 +611,7 @@ class RemoteStore:
 
     def _pinned_here(self, entry: _Pack, lo: int, hi: int) -> bool:
         with self._pin_lock:
-            return any(self._pinned[slot] > 0 for slot in range(_PINS + entry.slot + lo, _PINS + entry.slot + hi))
+            return any(self._pinned[slot] > 0 for slot in range(PINS + entry.slot + lo, PINS + entry.slot + hi))
 
     def _start_numeric(self) -> None:
         """After the first batch: the numeric packs whole, in the background, while they fit in half the cache."""
@@ -856,7 +654,7 @@ class RemoteStore:
             rel = f"{name}/{MP4_INDEX}"
             path = self.root / rel
             if not path.exists():
-                self._wait_lock(self._mirror.claims, _INDEXES + k, 1, f"the mp4 index of {name!r}")
+                self._wait_lock(self._mirror.claims, INDEXES + k, 1, f"the mp4 index of {name!r}")
                 try:
                     if not path.exists():
                         data, _ = self.bucket.read_whole(rel, limit=512 * (len(state.table) + 1) + (1 << 20))
@@ -864,7 +662,7 @@ class RemoteStore:
                         path.parent.mkdir(parents=True, exist_ok=True)
                         atomic_write(path, data, durable=False, root=self.root)
                 finally:
-                    self._mirror.claims.unlock(_INDEXES + k, 1)
+                    self._mirror.claims.unlock(INDEXES + k, 1)
         self._mp4_index = {name: read_mp4_index(self.root, name, len(state.table)) for name in names}
 
     def _list_mp4(self, state: StoreState) -> Any:
