@@ -37,7 +37,8 @@ __all__ = ["Mirror", "RangeLocks", "SHARED", "MINE", "CLAIMS", "PINS", "MAKING",
 
 MINE = ".mirror"  # the mirror's own files, beside the store's
 
-#: where the ranges of the lock file that name rows start: claims (fetching), pins (reading), making a pack's file
+#: where the ranges of the lock file start: claims of rows (fetching), pins of rows (reading), making a compact
+#: pack's file (its shard index), fetching an mp4 index
 CLAIMS, PINS, MAKING, INDEXES = 0, 1 << 44, 2 << 44, 3 << 44
 #: Open file description locks (Linux): shared by the threads of a process, released when it dies. Elsewhere the
 #: mirror is private to the process (its folder named after it), as no lock tells another process's rows apart.
