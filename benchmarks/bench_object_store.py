@@ -11,6 +11,8 @@ own, at ``--latency`` (20 ms) per request and one shared link of ``--gbit`` (1 G
 - ``cameras``: a 224x224 camera (jpeg and raw storage), 2-frame windows, get_batch(64) with the next
   ``--lookahead`` batches prefetched, each contender in a fresh process over fresh random samples: samples/s,
   bytes fetched / bytes the samples use, peak resident memory;
+- ``workers``: ``--workers`` processes reading the same raw camera batches at once against one: bytes across the
+  link (the mirror is shared by the processes of a machine);
 - ``lerobot``: one episode of a LeRobot-written folder in the bucket opened in a fresh process: requests, round
   trips, bytes, at 200, 2,000 and 20,000 episodes;
 - ``sync``: a publication SIGKILLed at random points ``--kills`` times (each time the bucket must read as its last
@@ -272,6 +274,8 @@ plan = [rng.choice(len(ds), 64, replace=False) for _ in range(batches + lookahea
 ds.get_batch(plan[0][:2])  # open costs apart
 for k in range(1, 1 + lookahead):
     ds.prefetch(plan[k])
+remote = ds._remote
+fetched0 = remote.fetched_by.get("observation.images.cam", 0) if remote else 0
 t0 = time.perf_counter()
 used = set()  # the frames asked for: read, or prefetched (the last lookahead batches are never read)
 for k in range(batches + lookahead):
@@ -285,7 +289,7 @@ for k in range(1, batches):
         ds.prefetch(plan[k + lookahead])
     batch = ds.get_batch(plan[k])
 elapsed = time.perf_counter() - t0
-remote = ds._remote
+fetched1 = remote.fetched_by.get("observation.images.cam", 0) if remote else 0
 spec = ds.array_specs["observation.images.cam"]
 table = ds._state.table
 def used_bytes(e, f):  # the bytes of the frame as stored (a jpeg's encoded size)
@@ -296,6 +300,7 @@ def used_bytes(e, f):  # the bytes of the frame as stored (a jpeg's encoded size
 with open("/proc/self/status") as fh:
     vm = {k: int(v.split()[0]) for k, _, v in (line.partition(":") for line in fh) if k in ("VmRSS", "VmHWM")}
 print(json.dumps({"samples_per_s": 64 * (batches - 1) / elapsed, "rss_kib": vm["VmRSS"], "hwm_kib": vm["VmHWM"],
+                  "elapsed": elapsed, "fetched_timed": fetched1 - fetched0,
                   "fetched": remote.fetched_by.get("observation.images.cam", 0) if remote else 0,
                   "requests": remote.requests if remote else 0,
                   "used_bytes": sum(used_bytes(e, f) for e, f in used), "storage": spec.storage}))
@@ -333,8 +338,13 @@ def section_cameras(server: Server, args, work: Path) -> None:
         rss_bucket = max(r["rss_kib"] for r in runs["bucket"])
         hwm_local = max(r["hwm_kib"] for r in runs["local"])
         hwm_bucket = max(r["hwm_kib"] for r in runs["bucket"])
+        link = args.gbit * 125e6  # bytes/s: one link shared by every connection (testing.hub_network.Link)
+        rate = b["fetched_timed"] / b["elapsed"]
+        bound = link / max(b["fetched_timed"] / (64 * (args.camera_batches - 1)), 1)  # samples/s these bytes allow
         print(f"  {storage}: local {best_local:,.0f} samples/s, bucket {best_bucket:,.0f} samples/s = "
-              f"{best_bucket / best_local:.2f}x; camera bytes fetched {b['fetched'] / 1e6:.1f} MB for "
+              f"{best_bucket / best_local:.2f}x; while timed the camera took {rate / 1e6:.0f} MB/s of the link's "
+              f"{link / 1e6:.0f} MB/s ({rate / link:.0%}): at the link's rate its bytes allow at most {bound:,.0f} "
+              f"samples/s = {bound / best_local:.2f}x local; camera bytes fetched {b['fetched'] / 1e6:.1f} MB for "
               f"{used / 1e6:.1f} MB of frames asked for (as stored) = {b['fetched'] / max(used, 1):.2f}x "
               f"({b['requests']} requests); resident memory at the end {rss_bucket / 1024:.0f} MiB vs "
               f"{rss_local / 1024:.0f} MiB = {rss_bucket / rss_local:.2f}x, peak {hwm_bucket / 1024:.0f} vs "
@@ -387,6 +397,52 @@ def section_epochs(server: Server, args, work: Path) -> None:
         print(f"  epoch {n}: local {a['samples_per_s']:,.0f} samples/s, bucket {b['samples_per_s']:,.0f} samples/s = "
               f"{b['samples_per_s'] / a['samples_per_s']:.2f}x; camera bytes fetched {b['fetched'] / 1e6:.0f} MB "
               f"(load {load()})")
+
+
+WORKER_RUN = r"""
+import json, sys, time
+import numpy as np
+import lerobot_zarr
+source, batches, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+ds = lerobot_zarr.open_dataset(source, delta_timestamps={"observation.images.cam": [-1 / 30, 0.0]})
+rng = np.random.default_rng(seed)
+plan = [rng.choice(len(ds), 64, replace=False) for _ in range(batches)]
+t0 = time.perf_counter()
+for k, idx in enumerate(plan):
+    if k + 1 < len(plan):
+        ds.prefetch(plan[k + 1])
+    ds.get_batch(idx)
+fetched = ds._remote.fetched_by.get("observation.images.cam", 0)
+print(json.dumps({"seconds": time.perf_counter() - t0, "fetched": fetched}))
+"""
+
+
+def section_workers(server: Server, args, work: Path) -> None:
+    """Processes of one machine reading the same batches of a raw camera (DataLoader workers, ranks of a node): the
+    mirror is shared, so the bytes crossing the link are those of one process, not of each."""
+    print(f"\n== {args.workers} processes reading the same raw 224x224 batches at once (load {load()}) ==")
+    src = work / f"camera-src-{args.camera_episodes}"
+    if not (src / "meta" / "info.json").is_file():
+        write_sample_dataset(src, n_episodes=args.camera_episodes, lengths=(90, 110), image_keys=(CAM,),
+                             image_shape=(224, 224, 3), image_format="jpeg", seed=2)
+    store = work / f"camera-raw-{args.camera_episodes}.store"
+    if not (store / "zarr.json").is_file():
+        lerobot_zarr.open_dataset(src, root=store, storage={CAM: "raw"}, progress=False)
+    url = publish(store, f"camera-raw-{args.camera_episodes}")
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    for n in (1, args.workers):
+        server.reset()
+        env["LEROBOT_ZARR_HOME"] = str(work / f"home-workers-{n}-{time.monotonic_ns()}")
+        t = time.perf_counter()
+        procs = [subprocess.Popen([sys.executable, "-c", WORKER_RUN, url, str(args.camera_batches), "11"],
+                                  stdout=subprocess.PIPE, text=True, env=env) for _ in range(n)]
+        outs = [json.loads(p.communicate(timeout=1800)[0].strip().splitlines()[-1]) for p in procs]
+        wall = time.perf_counter() - t
+        stats = server.stats()
+        fetched = sum(o["fetched"] for o in outs)
+        print(f"  {n} process{'es' if n > 1 else ''}: the link carried {stats['bytes_sent'] / 1e6:.1f} MB in "
+              f"{stats['requests']} requests (the processes fetched {fetched / 1e6:.1f} MB between them); "
+              f"{wall:.1f} s for all, reading {max(o['seconds'] for o in outs):.1f} s at most (load {load()})")
 
 
 ONE_EPISODE = r"""
@@ -510,7 +566,7 @@ def section_sync(server: Server, args, work: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sections", default="engines,open,numeric,cameras,epochs,lerobot,sync")
+    parser.add_argument("--sections", default="engines,open,numeric,cameras,epochs,workers,lerobot,sync")
     parser.add_argument("--latency", type=float, default=0.02)
     parser.add_argument("--gbit", type=float, default=1.0)
     parser.add_argument("--open-episodes", type=int, default=100_000)
@@ -518,6 +574,7 @@ def main() -> None:
     parser.add_argument("--camera-episodes", type=int, default=20)
     parser.add_argument("--camera-batches", type=int, default=20)
     parser.add_argument("--lookahead", type=int, default=4)
+    parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--lerobot-scale", type=lambda s: [int(x) for x in s.split(",")], default=[200, 2000, 20000])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--repeats-open", type=int, default=3)
@@ -544,6 +601,7 @@ def main() -> None:
              "numeric": lambda: section_numeric(server, args, work),
              "cameras": lambda: section_cameras(server, args, work),
              "epochs": lambda: section_epochs(server, args, work),
+             "workers": lambda: section_workers(server, args, work),
              "lerobot": lambda: section_lerobot(server, args, work),
              "sync": lambda: section_sync(server, args, work)}[section]()
     finally:

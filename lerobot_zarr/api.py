@@ -93,7 +93,7 @@ def open_dataset(
         storage_options: a bucket's client settings (obstore's keys: ``access_key_id``, ``secret_access_key``,
             ``endpoint``, ``region``..., or ``profile``), over those of the environment (``AWS_*``...).
         cache_bytes: a store in a bucket: the most its local cache holds (default
-            ``$LEROBOT_ZARR_BUCKET_CACHE_BYTES``, else 8 GiB; per process).
+            ``$LEROBOT_ZARR_BUCKET_CACHE_BYTES``, else 8 GiB; for all the processes of the machine reading it).
     """
     if mode not in ("r", "r+"):
         raise ArgumentError(f"mode must be 'r' or 'r+', got {mode!r}")

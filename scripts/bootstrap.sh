@@ -28,3 +28,9 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   .venv/bin/python -m pip install -q -e ".[test]" --config-settings editable_mode=compat
   echo "$want" > "$stamp"
 fi
+# Azurite (Azure Blob Storage's emulator, from the npm registry) for the az:// tests, where npm is; without it
+# those tests skip with a message
+if command -v npm >/dev/null 2>&1 && [ ! -x node_modules/.bin/azurite-blob ]; then
+  npm install --no-save --no-audit --no-fund --silent azurite@3.37.0 >/dev/null 2>&1 \
+    || echo "bootstrap: npm install azurite failed; the az:// tests will skip" >&2
+fi

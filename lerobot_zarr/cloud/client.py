@@ -321,7 +321,7 @@ class Bucket:
             etag = result.get("e_tag") if isinstance(result, dict) else None
             if not isinstance(etag, str) or not etag:
                 raise _Attempt(f"{where}: the store gave no ETag for the write")
-            return etag
+            return _quoted(etag)
 
         return self._attempts(rel, attempt)
 
@@ -358,7 +358,13 @@ def _info(meta: Mapping[str, Any], where: str) -> ObjectInfo:
     size, etag = meta.get("size"), meta.get("e_tag")
     if not isinstance(size, int) or size < 0 or not isinstance(etag, str) or not etag:
         raise BucketError(f"{where}: the store gave size {size!r:.40} and ETag {etag!r:.40}", path=where)
-    return ObjectInfo(size, etag)
+    return ObjectInfo(size, _quoted(etag))
+
+
+def _quoted(etag: str) -> str:
+    """An ETag in its quoted form: Azure's listings give them bare where its other answers quote them (found on
+    Azurite), and ETags from both are compared."""
+    return etag if etag.startswith(('"', 'W/"')) else f'"{etag}"'
 
 
 def _profile_provider(profile: str | None, config: dict[str, Any]) -> Any:

@@ -14,6 +14,7 @@ import os
 import weakref
 from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
@@ -137,9 +138,11 @@ class VideoFrames:
     """A camera kept as mp4: frames decoded on read at the stored timestamps (LeRobot's nearest frame within
     1e-4 s) by :class:`~lerobot_zarr.cameras.video_reader.Mp4Frames`, which plans each batch by file and keyframe
     interval, decodes in parallel threads and keeps containers open across batches (bounded; closed by
-    :meth:`close`); resized after decoding if the camera is."""
+    :meth:`close`); resized after decoding if the camera is. ``opener``: a file key to what the decoder reads (a
+    store in a bucket: a file object over byte ranges); by default the store's file."""
 
-    def __init__(self, root: str | os.PathLike, name: str, spec: ArraySpec, n_episodes: int, timestamps: Timestamps):
+    def __init__(self, root: str | os.PathLike, name: str, spec: ArraySpec, n_episodes: int, timestamps: Timestamps,
+                 opener: Callable[[str], str | BinaryIO] | None = None):
         from ..cameras.video_reader import Mp4Frames
 
         self.root, self.name, self.spec, self.timestamps = Path(root), name, spec, timestamps
@@ -147,7 +150,7 @@ class VideoFrames:
         resize = spec.resize_spec
         source_shape = tuple(resize["from"]) if resize else spec.frame_shape
         store = self.root  # not self: a reader referring back to its owner would only be freed by the collector
-        self.reader = Mp4Frames(source_shape, opener=lambda key: mp4_file(store, name, key),
+        self.reader = Mp4Frames(source_shape, opener=opener or (lambda key: mp4_file(store, name, key)),
                                 depth=spec.dtype == np.uint16)  # a depth map's 12-bit codes
 
     def read(self, episodes: np.ndarray, frames: np.ndarray) -> np.ndarray:

@@ -224,7 +224,8 @@ class LeRobotZarrDataset(Conveniences):
                                            self._max_packs) if spec.is_text else
                                 CodecFrames(self.root, name, spec, state.packs, table.chunk, table.offset,
                                             self._max_packs) if spec.storage == "compact" else
-                                VideoFrames(self.root, name, spec, len(table), times))
+                                VideoFrames(self.root, name, spec, len(table), times,
+                                            None if self._remote is None else self._remote.mp4_opener(name)))
                          for name, spec in self._specs.items() if spec.storage != "raw"}
         self._index()
 
@@ -319,6 +320,7 @@ class LeRobotZarrDataset(Conveniences):
                 if self._maps is not None:
                     self._maps.close()
                     self._maps = None
+                self.root = self._remote.root  # (the mirror of that commit)
                 self._load(state)
             return True
         state = read_state(self.root)

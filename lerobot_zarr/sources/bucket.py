@@ -3,7 +3,8 @@ copying it, :mod:`.remote_store`), or a LeRobot dataset folder (read by byte ran
 into the cache's ``buckets/<name>-<key>`` store, keyed by its URL and the ETags of its files).
 
 Which of the two the folder is is asked of the bucket once (its ``zarr.json`` and ``meta/info.json``, together).
-HF Buckets are the Hub's: ``HF_HUB_OFFLINE`` keeps them unread too.
+HF Buckets are the Hub's: ``HF_HUB_OFFLINE`` keeps them unread too; a LeRobot folder there is then served from the
+newest store the cache holds of it (its key needs the folder's ETags: unknown offline), as a Hub repo is.
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ from typing import Any
 
 from ..cloud.client import Bucket
 from ..cloud.urls import is_bucket_url, parse_bucket_url
-from ..errors import ArgumentError, NotMaterializedError, SourceNotFoundError
-from ..store.state import ROOT
-from .base import Source, register
+from ..errors import ArgumentError, NotMaterializedError, SourceNotFoundError, StoreError
+from ..store.state import ROOT, has_commit_point, read_state
+from .base import Source, origin, register
+from .home import cache_home
 from .local import keyed_cache_path
 
 __all__ = ["BucketSource"]
@@ -62,7 +64,8 @@ class BucketSource(Source):
         if self._what is None:
             why = self.offline()
             if why:
-                raise NotMaterializedError(f"{self}: {why}: the bucket is not read")
+                raise NotMaterializedError(f"{self}: {why}: the bucket is not read, and no store of it is held here "
+                                           f"(never opened on this machine)")
             with ThreadPoolExecutor(2, thread_name_prefix="lerobot_zarr-probe") as pool:
                 store, folder = pool.map(self.bucket.head, (ROOT, _INFO))
             if store is not None:
@@ -75,6 +78,8 @@ class BucketSource(Source):
         return self._what
 
     def remote(self, *, cache_bytes: int | None = None, root_doc: bytes | None = None):
+        if self.offline() and self._held() is not None:
+            return None  # a LeRobot folder, held as a store here
         if self.what() != "store":
             return None
         from .home import mirror_home
@@ -90,7 +95,35 @@ class BucketSource(Source):
         return BucketFiles(self.bucket)
 
     def cache_path(self) -> Path:
+        why = self.offline()
+        if why:
+            held = self._held()
+            if held is None:
+                raise NotMaterializedError(f"{self}: {why} and no store of it is held here (never opened on this "
+                                           f"machine)")
+            return held
         return keyed_cache_path(self.cache_folder, self.dataset().record(), "url")
+
+    def known_record(self) -> dict | None:
+        held = self._held() if self.offline() else None
+        return origin(read_state(held).source) if held is not None else None
+
+    def _held(self) -> Path | None:
+        """The newest store of the cache made from this folder at this endpoint (plain: no camera choices)."""
+        url, endpoint = str(self.bucket.url), self.bucket.endpoint
+        best: tuple[float, Path] | None = None
+        for path in self.cached_stores(cache_home() / self.cache_folder):
+            if "+" in path.name or not has_commit_point(path):
+                continue
+            try:
+                record = origin(read_state(path).source)
+                when = (path / ROOT).stat().st_mtime
+            except (StoreError, OSError):
+                continue
+            if record.get("kind") == "bucket" and record.get("url") == url and record.get("endpoint") == endpoint \
+                    and (best is None or when > best[0]):
+                best = (when, path)
+        return best[1] if best is not None else None
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any], *, token: str | bool | None = None) -> BucketSource:

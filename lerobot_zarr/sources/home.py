@@ -29,5 +29,6 @@ def variant_path(store: Path, key: str | None) -> Path:
 
 
 def mirror_home() -> Path:
-    """Where the processes reading stores in buckets keep their mirrors (each its own, removed when done)."""
+    """Where the processes reading stores in buckets keep their mirrors (one per commit, shared by the processes of
+    the machine reading it, removed when the last lets go)."""
     return cache_home() / "mirrors"

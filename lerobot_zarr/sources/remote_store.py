@@ -1,55 +1,72 @@
-"""A store in a bucket, read without copying it: a local mirror that holds what was read, filled by byte ranges.
+"""A store in a bucket, read without copying it: a local mirror that holds what was read, filled by byte ranges,
+shared by the processes of the machine that read the same commit (DataLoader workers, ranks).
 
-The mirror is a folder laid out like the store (the same paths), private to the process that opened the bucket's
-store (a DataLoader worker makes its own): the root ``zarr.json`` of the commit served (fetched at open, or given to
-a worker with the dataset), each camera's ``mp4.json``, and every pack file as a sparse file of its full size into
-which the rows read are written. The dataset's readers (memory maps of raw packs, compact shards, mp4 files) read
-the mirror as they read a local store, and the dataset asks :meth:`RemoteStore.ensure` first for the frames a batch
-reads: those missing are fetched (byte ranges of the rows, coalesced, sent together), written, marked present.
+The mirror is a folder laid out like the store (the same paths), one per store and commit (and boot of the
+machine): the root ``zarr.json`` of the commit served (fetched at open, or given to a worker with the dataset),
+each camera's ``mp4.json``, and every pack file as a sparse file of its full size into which the rows read are
+written. The dataset's readers (memory maps of raw packs, compact shards) read the mirror as they read a local
+store, and the dataset asks :meth:`RemoteStore.ensure` first for the frames a batch reads: those missing are
+fetched (byte ranges of the rows, coalesced, sent together), written, marked present.
 
 - Numeric features (small): the rows a batch needs at once, then, after the first batch, whole packs in the
   background (two requests in flight, so that a batch's own requests do not queue behind them), while they fit in
   half of the cache: afterwards a batch reads local maps only.
-- Cameras: exactly the rows read (a compact camera's shard index first, once per pack); an mp4 file whole, the
-  first time a frame of it is read. :meth:`RemoteStore.prefetch` fetches the frames of batches to come in the
-  background (the sampler's lookahead), so that a batch finds them local.
+- Cameras: exactly the rows read (a compact camera's shard index first, once per pack). A camera kept as mp4 is
+  read by byte ranges with read-ahead, as a Hub repo's videos (:class:`~lerobot_zarr.cloud.files.BucketFiles`),
+  never whole. :meth:`RemoteStore.prefetch` fetches the frames of batches to come in the background (the
+  sampler's lookahead), so that a batch finds them local.
 - The cache is bounded (``cache_bytes``): past it the least recently used rows (a numeric pack whole) are
-  dropped, their bytes punched out of the sparse file, never the rows of the batch being read.
+  dropped, their bytes punched out of the sparse file, never rows a process is reading.
+
+Sharing between processes (Linux open file description locks, ``F_OFD_SETLK``, on ranges of one lock file that
+name rows; the kernel drops a process's locks when it dies):
+
+- which rows are present, and when each was last used, is a small file per pack mapped by every process
+  (``.mirror/packs/``); a row is marked present only after its bytes are written, so a process killed while
+  writing leaves the row absent (fetched again), never half served; the folder is keyed by the machine's boot, so
+  a power loss does not leave marks whose bytes never reached the disk;
+- a fetch holds an exclusive lock on its rows (a claim): another process wanting them waits for it, then finds
+  them present (each row crosses the network once);
+- a process reading rows holds shared locks on them (pins) from the :meth:`RemoteStore.ensure` that brought them
+  until its second ensure after, and an eviction drops only rows on which it gets an exclusive lock on both the
+  claim and the pin: never rows being fetched or read;
+- the bytes held are counted in a shared counter (recounted by each eviction); one process evicts at a time, the
+  least recently used rows of all processes, down to 7/8 of ``cache_bytes``;
+- the folder is removed when the last process using it closes it (a shared ``flock`` per user; those of
+  processes that died are removed by the next open).
 
 Reads go through :class:`~lerobot_zarr.cloud.client.Bucket` (deadlines, bounded bodies, exact ranges, typed
-errors). Rows live in the commit served never change but for in-place edits (visible as in a local store); the
-root is read once, so a dataset keeps its commit until :meth:`RemoteStore.refresh`.
+errors). Rows of the commit served never change but for in-place edits (visible as in a local store, for the rows
+fetched after them); the root is read once, so a dataset keeps its commit until :meth:`RemoteStore.refresh`.
 """
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
+import fcntl
+import mmap
 import os
-import re
-import secrets
-import shutil
 import threading
+import time
 import weakref
-from collections import OrderedDict
-from collections.abc import Mapping
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from collections import Counter
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, BinaryIO
 
 import numpy as np
 
-from ..cloud.client import Bucket
-from ..errors import ArgumentError, UnsupportedStoreError
+from ..cloud.client import Bucket, bucket_timeout
+from ..errors import ArgumentError, BucketError, UnsupportedStoreError
 from ..store.cameras import MP4_INDEX, read_mp4_index
 from ..store.packs import read_shard_index, shard_index_bytes
 from ..store.state import MAX_ROOT_BYTES, ROOT, StoreState, chunk_path, read_state
-from ..utils.background import process_alive
 from ..utils.fileio import atomic_write, pwrite_all
 from ..utils.libc import punch_hole
-from .home import MIRROR_MARKER
+from .mirror import CLAIMS, INDEXES, MAKING, MINE, PINS, SHARED, Mirror, RangeLocks, align8, publish, runs, shared_map
 
-__all__ = ["RemoteStore", "CACHE_BYTES_ENV", "DEFAULT_CACHE_BYTES"]
+__all__ = ["RemoteStore", "CACHE_BYTES_ENV", "DEFAULT_CACHE_BYTES", "SHARED"]
 
 CACHE_BYTES_ENV = "LEROBOT_ZARR_BUCKET_CACHE_BYTES"
 DEFAULT_CACHE_BYTES = 8 << 30
@@ -58,8 +75,8 @@ _PIECE = 16 << 20  # the most one request of a foreground fetch asks for
 _BACKGROUND_PIECE = 4 << 20  # whole packs in the background: small requests, few in flight
 _BACKGROUND_IN_FLIGHT = 2
 _IN_FLIGHT = 32
-_MAX_MP4_BYTES = 64 << 30
 _ROOT_FIRST = 16 << 20  # the root is read in one request up to this size
+_PIN_BATCHES = 2  # a batch's rows stay pinned until this many later ensures of the same process
 
 
 def _cache_bytes(value: int | None) -> int:
@@ -76,7 +93,8 @@ def _cache_bytes(value: int | None) -> int:
 
 @dataclass(eq=False)
 class _Pack:
-    """One pack file of one feature in the mirror: which rows are present."""
+    """One pack file of one feature in the mirror: which rows are present (shared by every process), when each was
+    last used (shared), which this process is fetching now."""
 
     name: str
     pack: int
@@ -85,16 +103,21 @@ class _Pack:
     rows: int
     frame_bytes: int  # raw: bytes per row; compact: 0 (rows are the shard index's blobs)
     numeric: bool
-    present: np.ndarray = field(init=False)
-    coming: np.ndarray = field(init=False)  # rows a prefetch is fetching now
+    slot: int  # the lock file's range of row 0 (rows follow)
+    present: np.ndarray = field(init=False)  # shared: the row's bytes are in the file
+    used: np.ndarray = field(init=False)  # shared: time.monotonic() of the row's last read (one boot: one clock)
+    coming: np.ndarray = field(init=False)  # this process is fetching the row now (or evicting it)
+    empty: np.ndarray = field(init=False)  # compact rows never written: nothing to fetch (reading them is an error)
     index: np.ndarray | None = None  # compact: (offset, nbytes) per row
     size: int = -1  # bytes of the file (raw: rows * frame_bytes)
-    complete: bool = False
-    bytes_held: int = 0  # numeric: bytes of the present rows (the LRU entry of the whole pack)
+    state: mmap.mmap | None = None
 
-    def __post_init__(self) -> None:
-        self.present = np.zeros(self.rows, dtype=bool)
+    def attach(self, state: mmap.mmap) -> None:
+        self.state = state
+        self.present = np.frombuffer(state, dtype=np.bool_, count=self.rows)
+        self.used = np.frombuffer(state, dtype=np.float64, count=self.rows, offset=align8(self.rows))
         self.coming = np.zeros(self.rows, dtype=bool)
+        self.empty = np.zeros(self.rows, dtype=bool) if self.index is None else self.index[:, 0] < 0
 
     def span(self, row: int) -> tuple[int, int]:
         if self.index is None:
@@ -102,12 +125,22 @@ class _Pack:
         start, nbytes = (int(v) for v in self.index[row])
         return start, start + nbytes
 
+    def nbytes(self, rows: np.ndarray) -> int:
+        if self.index is None:
+            return len(rows) * self.frame_bytes
+        return int(self.index[rows, 1].sum())
+
+    @property
+    def complete(self) -> bool:
+        return bool((self.present | self.empty).all())
+
 
 class RemoteStore:
     """The store at ``bucket`` (a :class:`~lerobot_zarr.cloud.client.Bucket` of the store's folder) served from a
-    private mirror under ``home`` (see the module docstring). ``root_doc``: the root ``zarr.json`` to serve (a
-    worker serves the commit its parent opened); by default the bucket's current one. ``cache_bytes``: the most the
-    mirror holds (default ``$LEROBOT_ZARR_BUCKET_CACHE_BYTES``, else 8 GiB)."""
+    mirror under ``home`` shared with the other processes reading the same commit (see the module docstring).
+    ``root_doc``: the root ``zarr.json`` to serve (a worker serves the commit its parent opened); by default the
+    bucket's current one. ``cache_bytes``: the most the mirror holds (default ``$LEROBOT_ZARR_BUCKET_CACHE_BYTES``,
+    else 8 GiB)."""
 
     def __init__(self, bucket: Bucket, home: str | os.PathLike, *, cache_bytes: int | None = None,
                  root_doc: bytes | None = None):
@@ -115,97 +148,140 @@ class RemoteStore:
         self.home = Path(home)
         self.cache_bytes = _cache_bytes(cache_bytes)
         self._lock = threading.Lock()  # guards the bookkeeping below; never held while waiting on the network
+        self._changed = threading.Condition(self._lock)  # rows this process was fetching are no longer coming
         self._making = threading.Lock()  # held while a pack's file is made (a compact one: its index fetched)
-        self._packs: dict[tuple[str, int], _Pack] = {}
-        self._lru: OrderedDict[tuple[str, int, int], int] = OrderedDict()  # (name, pack, row or -1) -> bytes
-        self._held = 0
-        self._coming: dict[tuple[str, int], list[Future]] = {}  # background fetches of a pack
-        self._mp4: dict[tuple[str, str], Future] = {}
         self._pool = ThreadPoolExecutor(_IN_FLIGHT, thread_name_prefix="lerobot_zarr-remote")
         self._ahead = ThreadPoolExecutor(_IN_FLIGHT, thread_name_prefix="lerobot_zarr-prefetch")  # batches to come
         self._background = ThreadPoolExecutor(_BACKGROUND_IN_FLIGHT, thread_name_prefix="lerobot_zarr-whole")
-        self._numeric_started = False
-        #: numeric features held whole (every pack): nothing to ask for them, and they are never evicted (they were
-        #: fetched whole because they fit in half the cache)
-        self.settled: set[str] = set()
+        self._pin_lock = threading.Lock()  # one pinning at a time (it may wait for an eviction of another process)
         self._stopping = threading.Event()  # set when the mirror goes: background fetches stop at their next piece
         self.fetched_bytes = 0
         self.fetched_by: dict[str, int] = {}  # bytes fetched per feature ("": the root, indexes...)
         self.requests = 0
         if root_doc is None:
             root_doc, _ = bucket.read_whole(ROOT, limit=MAX_ROOT_BYTES, first=_ROOT_FIRST)
+            self._count(len(root_doc))
+        self._pools = [self._pool, self._ahead, self._background]
+        self._holder: list[Mirror | None] = [None]  # the mirror joined (the finalizer lets go of it)
+        self._finalizer = weakref.finalize(self, _close, self._stopping, self._pools, self._holder)
+        self._attach(root_doc)
+        _live.add(self)
+
+    def _after_fork(self) -> None:
+        """In a forked child (a DataLoader worker started by fork): obstore's runtime does not survive a fork (a
+        request there waits forever), so reads are refused with the way out; the parent's locks and threads are
+        not the child's (new locks: raising never waits on them)."""
+        self._forked = True
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._making, self._pin_lock = threading.Lock(), threading.Lock()
+
+    def _check_process(self) -> None:
+        if getattr(self, "_forked", False):
+            raise BucketError(f"{self.location()}: a store in a bucket cannot be read in a process forked from the one "
+                              f"that opened it (the object store client's runtime does not survive a fork); start "
+                              f"the workers with spawn: DataLoader(..., multiprocessing_context='spawn'), or open the "
+                              f"dataset in each worker", path=self.location())
+
+    def _attach(self, root_doc: bytes) -> None:
+        """Serve the commit ``root_doc``: its mirror joined (or made), its state read, its mp4 files listed."""
         self.root_doc = root_doc
-        self.root = _mirror_folder(self.home, bucket)
-        self._finalizer = weakref.finalize(self, _remove_mirror, self.root, self._stopping, self._pool,
-                                           self._ahead, self._background)
+        self._packs: dict[tuple[str, int], _Pack] = {}
+        self._coming: dict[tuple[str, int], list[Future]] = {}  # background fetches of a pack
+        self._claimed: dict[tuple[str, int], list[tuple[int, int]]] = {}  # rows claimed by this process's threads
+        self._pinned: Counter = Counter()  # pinned slot (a row; a numeric pack: its first row) -> ensures holding it
+        self._recent: list[dict[int, int]] = []  # the pins of the last ensures: slot -> rows
+        self._numeric_started = False
+        #: numeric features held whole (every pack): nothing to ask for them, and they are never evicted (they were
+        #: fetched whole because they fit in half the cache)
+        self.settled: set[str] = set()
+        self._fetched_since_evict = 0
+        mirror = Mirror(self.home, self.bucket, root_doc)
+        self._mirror = self._holder[0] = mirror
+        self.root = mirror.root
         try:
-            self.root.mkdir(parents=True)
-            (self.root / MIRROR_MARKER).write_text(str(bucket.url))
-            atomic_write(self.root / ROOT, root_doc, durable=False, root=self.root)
             self.state = read_state(self.root)
             self._fetch_mp4_indexes(self.state)
         except BaseException:
             self._finalizer()
             raise
+        names = list(self.state.arrays)
+        self._feature = {name: i for i, name in enumerate(names)}
+        self._pack_start = np.concatenate([[0], np.cumsum(self.state.packs.rows)]).astype(np.int64)
+        self._feature_span = int(self._pack_start[-1]) + 1
         self._chunk, self._offset = self.state.table.chunk, self.state.table.offset
+        self.mp4_files = self._list_mp4(self.state)
 
     def __reduce__(self) -> tuple:
-        # to a DataLoader worker: a mirror of its own there, of the same commit (no request for the root)
+        # to a DataLoader worker: the same commit in the same mirror (no request for the root)
         return (_reopen, (self.bucket, self.home, self.cache_bytes, self.root_doc))
 
     def location(self, rel: str = "") -> str:
         return self.bucket.location(rel)
 
     # bookkeeping ------------------------------------------------------------------------------------------
+    def _slot(self, name: str, pack: int) -> int:
+        return self._feature[name] * self._feature_span + int(self._pack_start[pack])
+
     def _pack(self, name: str, pack: int) -> _Pack:
-        """The mirror's record of a pack file, made (and its file created at full size) on first use; a compact
-        pack's shard index is fetched then."""
+        """The mirror's record of a pack file, made (its file created at full size, by this process or another)
+        on first use; a compact pack's shard index is fetched then, once for every process."""
         key = (name, pack)
         with self._lock:
             found = self._packs.get(key)
         if found is not None:
             return found
-        with self._making:  # one thread makes a pack's file (another would truncate what the first wrote)
+        with self._making:  # one thread makes a pack's record
             with self._lock:
                 found = self._packs.get(key)
-            return found if found is not None else self._make_pack(name, pack)
+            if found is not None:
+                return found
+            entry = self._make_pack(name, pack)
+            with self._lock:
+                return self._packs.setdefault(key, entry)
 
     def _make_pack(self, name: str, pack: int) -> _Pack:
-        key = (name, pack)
+        mirror = self._mirror
         spec = self.state.arrays[name]
         rows = int(self.state.packs.rows[pack])
         path = chunk_path(self.root, name, pack, spec.ndim)
         rel = os.path.relpath(path, self.root).replace(os.sep, "/")
         entry = _Pack(name, pack, rel, path, rows, spec.frame_bytes if spec.storage == "raw" else 0,
-                      spec.kind == "numeric" and spec.storage == "raw")
+                      spec.kind == "numeric" and spec.storage == "raw", self._slot(name, pack))
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         if spec.storage == "raw":
             entry.size = rows * spec.frame_bytes
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
-            try:
-                os.ftruncate(fd, entry.size)
-            finally:
-                os.close(fd)
+            if not os.path.exists(path):
+                publish(path, lambda fd: os.ftruncate(fd, entry.size))
         elif spec.shard_index != "start":
             raise UnsupportedStoreError(f"{self.location(rel)}: a compact pack of store format 2 (its index at the "
                                         f"end); publish the store again from a local copy opened for writing, which "
                                         f"upgrades it", path=self.location(rel), feature=name)
-        else:  # the shard index, and the file's size from the same answer
-            head, info = self.bucket.read_head(rel, shard_index_bytes(rows))
-            self._count(len(head), name)
-            entry.size = info.size
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+        else:  # the shard index, and the file's size from the same answer: fetched by one process
+            making = MAKING + self._feature[name] * len(self._pack_start) + pack
+            self._wait_lock(mirror.claims, making, 1, f"the shard index of pack {pack} of {name!r}")
             try:
-                os.ftruncate(fd, info.size)
-                pwrite_all(fd, head, 0, path)
-                index = read_shard_index(fd, spec, rows, 0, rows, f"{self.location(rel)}: pack {pack} of feature "
-                                         f"{name!r}", allow_empty=True)
+                if not os.path.exists(path):
+                    head, info = self.bucket.read_head(rel, shard_index_bytes(rows))
+                    self._count(len(head), name)
+
+                    def fill(fd: int) -> None:
+                        os.ftruncate(fd, info.size)
+                        pwrite_all(fd, head, 0, path)
+
+                    publish(path, fill)
+            finally:
+                mirror.claims.unlock(making, 1)
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+            try:
+                entry.size = os.fstat(fd).st_size
+                entry.index = read_shard_index(fd, spec, rows, 0, rows, f"{self.location(rel)}: pack {pack} of "
+                                               f"feature {name!r}", allow_empty=True)
             finally:
                 os.close(fd)
-            entry.index = index
-            entry.present[index[:, 0] < 0] = True  # rows never written: nothing to fetch (reading them is an error)
-        with self._lock:
-            return self._packs.setdefault(key, entry)
+        state = mirror.root / MINE / "packs" / f"{self._feature[name]}-{pack}"
+        entry.attach(shared_map(state, align8(rows) + 8 * rows))
+        return entry
 
     def _count(self, nbytes: int, name: str = "") -> None:
         with self._lock:
@@ -213,112 +289,145 @@ class RemoteStore:
             self.requests += 1
             self.fetched_by[name] = self.fetched_by.get(name, 0) + nbytes
 
+    def _wait_lock(self, locks: RangeLocks, start: int, length: int, what: str, *, exclusive: bool = True) -> None:
+        """Take a lock, waiting while another process holds a conflicting one (a fetch or an eviction under way
+        there, bounded by its own deadlines): a :class:`BucketError` past twice the longest a fetch may take."""
+        limit = 6 * bucket_timeout() + _PIECE / (256 << 10)
+        deadline = time.monotonic() + limit
+        delay = 0.001
+        while not locks.lock(start, length, exclusive=exclusive):
+            if time.monotonic() > deadline:
+                raise BucketError(f"{self.location()}: {what} has been fetched by another process for more than "
+                                  f"{limit:.0f} s (is it stopped?)", path=self.location())
+            time.sleep(delay)  # (no event crosses processes; the holder is a fetch: milliseconds to seconds)
+            delay = min(2 * delay, 0.02)
+
     # what a batch reads -------------------------------------------------------------------------------------
-    def _wants(self, eps: np.ndarray, frames: Mapping[str, np.ndarray],
-               pinned: set | None = None) -> dict[tuple[str, int], np.ndarray]:
+    def _wants(self, eps: np.ndarray, frames: Mapping[str, np.ndarray]) -> dict[tuple[str, int], np.ndarray]:
         """``{(feature, pack): rows}`` read by the frames ``frames[name]`` (``(n, w)`` episode-local) of episodes
-        ``eps``; a camera kept as mp4 is handled by file (:meth:`_ensure_mp4`). A numeric feature whose packs are
-        all held whole is left out (its packs only pinned and marked used)."""
+        ``eps``; cameras kept as mp4 (read by ranges) and numeric features held whole are left out."""
         out: dict[tuple[str, int], np.ndarray] = {}
         chunk, offset = self._chunk[eps], self._offset[eps]
         for name, q in frames.items():
             spec = self.state.arrays[name]
-            if spec.storage == "mp4":
+            if spec.storage == "mp4" or name in self.settled:
                 continue
             q = np.asarray(q).reshape(len(eps), -1)
             packs = np.repeat(chunk, q.shape[1])
             rows = (offset[:, None] + q).reshape(-1)
-            if spec.kind == "numeric" and spec.storage == "raw" and self._held_whole(name, packs, pinned):
-                continue
             order = np.argsort(packs, kind="stable")
             packs, rows = packs[order], rows[order]
             cut = np.flatnonzero(np.diff(packs)) + 1
             for p, r in zip(np.split(packs, cut), np.split(rows, cut), strict=True):
                 if len(p):
-                    out[(name, int(p[0]))] = r
+                    out[(name, int(p[0]))] = np.unique(r)
         return out
-
-    def _held_whole(self, name: str, packs: np.ndarray, pinned: set | None) -> bool:
-        """Whether every pack of ``packs`` of numeric feature ``name`` is held whole (then pinned, marked used)."""
-        unique = np.unique(packs).tolist()
-        with self._lock:
-            if not all(self._packs.get((name, p)) is not None and self._packs[(name, p)].complete for p in unique):
-                return False
-            for p in unique:
-                if (name, p, -1) in self._lru:  # (a settled feature's packs are no longer in it)
-                    self._lru.move_to_end((name, p, -1))
-                if pinned is not None:
-                    pinned.add((name, p, -1))
-        return True
 
     def ensure(self, eps: np.ndarray, frames: Mapping[str, np.ndarray]) -> None:
         """Make the frames ``frames[name]`` (episode-local, ``(n, w)``) of episodes ``eps`` present in the mirror
-        (fetching those missing, all at once), before they are read. Called by the dataset under its lock."""
+        (fetching those missing, all at once), and keep them there until this process's second ensure after this
+        one. Called by the dataset under its lock, before it reads them."""
+        self._check_process()
         eps = np.asarray(eps, dtype=np.int64)
-        pinned: set[tuple] = set()
-        needed, waits = [], []
-        for (name, pack), rows in self._wants(eps, frames, pinned).items():
-            entry = self._pack(name, pack)
-            rows = np.unique(rows)
-            with self._lock:
-                self._touch(entry, rows, pinned)
-                if not entry.present[rows].all():
-                    waits += self._coming.get((name, pack), [])
-                    needed.append((entry, rows))
-        wait(waits)  # background fetches bringing some of them (one that failed: its rows are fetched here)
-        jobs = []
-        for entry, rows in needed:
-            with self._lock:
-                missing = rows[~entry.present[rows]]
-            jobs += self._plan(entry, missing)
-        self._run(jobs)
-        for name in frames:
-            if self.state.arrays[name].storage == "mp4":
-                self._ensure_mp4(name, eps, pinned)
-        self._evict(pinned)
+        units = [(self._pack(name, pack), rows) for (name, pack), rows in self._wants(eps, frames).items()]
+        self._pin(units)  # first: once present, no process evicts them
+        now = time.monotonic()
+        for entry, rows in units:
+            entry.used[rows] = now
+        self._bring(units)
+        self._evict()
         self._start_numeric()
+
+    def _pin(self, units: list[tuple[_Pack, np.ndarray]]) -> None:
+        """Shared locks on the rows of ``units`` (a numeric pack's: the whole pack, as it is evicted), held until
+        the second ensure after this one. Counted per row here: a row pinned by two batches stays pinned until the
+        second lets go (the locks of one descriptor merge, so a range is locked or unlocked only where its count
+        goes from or to zero)."""
+        pins: dict[int, int] = {}  # slot -> rows from it
+        for entry, rows in units:
+            if entry.numeric:
+                pins[PINS + entry.slot] = entry.rows
+            else:
+                pins.update(dict.fromkeys((PINS + entry.slot + rows).tolist(), 1))
+        locks = self._mirror.pins
+        with self._pin_lock:
+            taken = [(slot, n) for slot, n in pins.items() if self._pinned[slot] == 0]
+            for slot, n in runs(taken):  # (shared: refused only while an eviction tries these rows)
+                self._wait_lock(locks, slot, n, "rows being evicted", exclusive=False)
+            self._pinned.update(pins.keys())
+            self._recent.append(pins)
+            while len(self._recent) > _PIN_BATCHES + 1:
+                old = self._recent.pop(0)
+                self._pinned.subtract(old.keys())
+                gone = [(slot, n) for slot, n in old.items() if self._pinned[slot] <= 0]
+                for slot, _ in gone:
+                    del self._pinned[slot]
+                for slot, n in runs(gone):
+                    locks.unlock(slot, n)
+
+    def _bring(self, units: list[tuple[_Pack, np.ndarray]]) -> None:
+        """Fetch the rows of ``units`` that are missing, all at once; wait for those this process is fetching
+        already (a prefetch), and fetch those it failed to bring."""
+        while True:
+            mine, waiting = [], False
+            with self._lock:
+                for entry, rows in units:
+                    missing = rows[~(entry.present[rows] | entry.empty[rows])]
+                    free = missing[~entry.coming[missing]]
+                    waiting |= len(free) < len(missing)
+                    if len(free):
+                        entry.coming[free] = True
+                        mine.append((entry, free))
+                if not mine and not waiting:
+                    return
+                if not mine:
+                    self._changed.wait(1.0)  # a fetch of this process ends (each one notifies)
+                    continue
+            jobs = [job for entry, rows in mine for job in self._plan(entry, rows)]
+            try:
+                if len(jobs) == 1:
+                    self._fetch(*jobs[0])
+                else:
+                    for future in [self._pool.submit(self._fetch, *job) for job in jobs]:
+                        future.result()
+            finally:
+                self._release(mine)
+
+    def _release(self, mine: list[tuple[_Pack, np.ndarray]]) -> None:
+        with self._lock:
+            for entry, rows in mine:
+                entry.coming[rows] = False
+            self._changed.notify_all()
 
     def prefetch(self, eps: np.ndarray, frames: Mapping[str, np.ndarray]) -> None:
         """Fetch these frames in the background (batches to come): :meth:`ensure` then finds them present, or
         waits for the fetch already under way."""
+        self._check_process()
         eps = np.asarray(eps, dtype=np.int64)
         for (name, pack), rows in self._wants(eps, frames).items():
             entry = self._pack(name, pack)
-            rows = np.unique(rows)
-            submitted = []
             with self._lock:  # rows neither held nor coming: marked coming, the fetch registered, at once
-                missing = rows[~entry.present[rows] & ~entry.coming[rows]]
+                missing = rows[~(entry.present[rows] | entry.empty[rows] | entry.coming[rows])]
                 for job in self._plan(entry, missing):
                     entry.coming[job[3]] = True
-                    future = self._ahead.submit(self._fetch, *job)
+                    future = self._ahead.submit(self._fetch_then_release, job)
                     self._coming.setdefault((name, pack), []).append(future)
-                    submitted.append((future, job[3]))
-            for future, planned in submitted:  # (a callback of a future done already runs here: not under the lock)
-                future.add_done_callback(lambda f, e=entry, r=planned: self._done(e, r, f))
 
-    def _done(self, entry: _Pack, rows: np.ndarray, future: Future) -> None:
-        with self._lock:
-            entry.coming[rows] = False  # present now, or the fetch failed: a batch that needs them fetches them
-            coming = self._coming.get((entry.name, entry.pack), [])
-            if future in coming:
-                coming.remove(future)
+    def _fetch_then_release(self, job: tuple) -> None:
+        try:
+            self._fetch(*job)
+        finally:
+            entry = job[0]
+            self._release([(entry, job[3])])
+            with self._lock:
+                coming = self._coming.get((entry.name, entry.pack), [])
+                for future in [f for f in coming if f.done()]:
+                    coming.remove(future)
 
-    def _touch(self, entry: _Pack, rows: np.ndarray, pinned: set) -> None:
-        if entry.numeric:
-            key = (entry.name, entry.pack, -1)
-            pinned.add(key)
-            if key in self._lru:
-                self._lru.move_to_end(key)
-            return
-        for row in rows.tolist():
-            key = (entry.name, entry.pack, row)
-            pinned.add(key)
-            if key in self._lru:
-                self._lru.move_to_end(key)
-
-    def _plan(self, entry: _Pack, rows: np.ndarray, piece: int = _PIECE) -> list[tuple[_Pack, int, int, np.ndarray]]:
+    def _plan(self, entry: _Pack, rows: np.ndarray, piece: int = _PIECE, *, exact: bool = False
+              ) -> list[tuple[_Pack, int, int, np.ndarray]]:
         """Requests for ``rows`` (sorted, missing) of a pack: byte ranges of consecutive rows merged (numeric rows
-        closer than ``_NUMERIC_GAP`` too), each at most ``piece`` bytes."""
+        closer than ``_NUMERIC_GAP`` too, unless ``exact``), each at most ``piece`` bytes."""
         if not len(rows):
             return []
         rows = np.asarray(rows, dtype=np.int64)
@@ -327,7 +436,7 @@ class RemoteStore:
             stops = starts + entry.frame_bytes
         else:
             starts, stops = entry.index[rows, 0], entry.index[rows, 0] + entry.index[rows, 1]
-        gap = _NUMERIC_GAP if entry.numeric else 0
+        gap = _NUMERIC_GAP if entry.numeric and not exact else 0
         breaks = np.flatnonzero(starts[1:] - stops[:-1] > gap) + 1
         jobs = []
         for lo, hi in zip(np.concatenate([[0], breaks]).tolist(), np.concatenate([breaks, [len(rows)]]).tolist(),
@@ -340,17 +449,65 @@ class RemoteStore:
                 first = last
         return jobs
 
-    def _run(self, jobs: list) -> None:
-        if len(jobs) == 1:
-            self._fetch(*jobs[0])
-            return
-        futures = [self._pool.submit(self._fetch, *job) for job in jobs]
-        for future in futures:
-            future.result()
-
     def _fetch(self, entry: _Pack, start: int, stop: int, rows: np.ndarray) -> None:
-        """Fetch bytes ``[start, stop)`` of a pack, write them into the mirror, mark ``rows`` present."""
+        """Bring ``rows`` (bytes ``[start, stop)`` of a pack): under their claim (another process fetching some of
+        them is waited for), those still missing fetched, written, marked present."""
         if entry.index is None:  # raw rows: whole rows from start to stop (numeric: gaps between included)
+            rows = np.arange(start // entry.frame_bytes, stop // entry.frame_bytes)
+        lo, hi = int(rows[0]), int(rows[-1]) + 1
+        self._claim(entry, lo, hi)
+        try:
+            missing = rows[~entry.present[rows]]
+            if len(missing) == len(rows):
+                self._get(entry, start, stop, rows)
+            else:  # another process brought some meanwhile: the others exactly (no byte fetched twice)
+                for job in self._plan(entry, missing, exact=True):
+                    self._get(*job)
+        finally:
+            self._unclaim(entry, lo, hi)
+
+    def _claim(self, entry: _Pack, lo: int, hi: int, *, wait: bool = True) -> bool:
+        """Claim rows ``[lo, hi)`` of a pack: no thread of this process claims any of them meanwhile (waited for,
+        so that the claims of one descriptor never overlap), nor another process (its lock: waited for too).
+        Without ``wait`` (an eviction): whether they were all free now."""
+        key = (entry.name, entry.pack)
+        with self._lock:
+            while any(a < hi and lo < b for a, b in self._claimed.get(key, ())):
+                if not wait:
+                    return False
+                self._changed.wait(1.0)
+            self._claimed.setdefault(key, []).append((lo, hi))
+        try:
+            if wait:
+                self._wait_lock(self._mirror.claims, CLAIMS + entry.slot + lo, hi - lo, f"rows {lo}-{hi - 1} of "
+                                f"pack {entry.pack} of {entry.name!r}")
+                return True
+            if self._mirror.evicting.lock(CLAIMS + entry.slot + lo, hi - lo):
+                if self._mirror.evicting.lock(PINS + entry.slot + lo, hi - lo):
+                    return True
+                self._mirror.evicting.unlock(CLAIMS + entry.slot + lo, hi - lo)
+        except BaseException:
+            self._forget_claim(key, lo, hi)
+            raise
+        self._forget_claim(key, lo, hi)
+        return False
+
+    def _unclaim(self, entry: _Pack, lo: int, hi: int, *, evicting: bool = False) -> None:
+        if evicting:
+            self._mirror.evicting.unlock(PINS + entry.slot + lo, hi - lo)
+            self._mirror.evicting.unlock(CLAIMS + entry.slot + lo, hi - lo)
+        else:
+            self._mirror.claims.unlock(CLAIMS + entry.slot + lo, hi - lo)
+        self._forget_claim((entry.name, entry.pack), lo, hi)
+
+    def _forget_claim(self, key: tuple[str, int], lo: int, hi: int) -> None:
+        with self._lock:
+            self._claimed[key].remove((lo, hi))
+            self._changed.notify_all()
+
+    def _get(self, entry: _Pack, start: int, stop: int, rows: np.ndarray) -> None:
+        """(Under the rows' claim.) Fetch bytes ``[start, stop)``, write them, then mark ``rows`` present."""
+        if entry.index is None:
             rows = np.arange(start // entry.frame_bytes, stop // entry.frame_bytes)
         data = self.bucket.read(entry.rel, start, stop, copy=False)
         self._count(len(data), entry.name)
@@ -359,70 +516,102 @@ class RemoteStore:
             pwrite_all(fd, data, start, entry.path)
         finally:
             os.close(fd)
+        new = rows[~entry.present[rows]]
+        added = entry.nbytes(new)
+        self._mirror.add_held(added)  # counted before marked: a process killed between counts too much, never less
+        entry.used[new] = time.monotonic()
+        entry.present[new] = True
         with self._lock:
-            new = rows[~entry.present[rows]]
-            entry.present[new] = True
-            if entry.numeric:
-                key = (entry.name, entry.pack, -1)
-                added = len(new) * entry.frame_bytes
-                entry.bytes_held += added
-                self._lru[key] = entry.bytes_held
-                self._lru.move_to_end(key)
-                entry.complete = bool(entry.present.all())
-                if entry.complete and self._numeric_started:
-                    self._settle(entry.name)
-            else:
-                added = 0
-                for row in new.tolist():
-                    a, b = entry.span(row)
-                    self._lru[(entry.name, entry.pack, row)] = b - a
-                    added += b - a
-            self._held += added
+            self._fetched_since_evict += added
 
     def _settle(self, name: str) -> None:
-        """(Under the lock.) Numeric feature ``name`` is held whole once every pack of it is: its packs leave the
-        LRU (never evicted) and batches ask nothing for it."""
+        """Numeric feature ``name`` is held whole once every pack of it is: marked so in the mirror first (no process
+        evicts its packs after that: an eviction looks for the mark under its claim), then each pack checked under
+        its claim (an eviction under way is waited for); batches ask nothing more for it."""
         packs = np.flatnonzero(self.state.packs.rows > 0).tolist()
-        if all((name, p) in self._packs and self._packs[(name, p)].complete for p in packs):
-            for p in packs:
-                self._lru.pop((name, p, -1), None)
+        marker = self.root / MINE / f"settled-{self._feature[name]}"
+        if not marker.exists():
+            publish(marker, lambda fd: None)
+        for p in packs:
+            entry = self._pack(name, p)
+            self._claim(entry, 0, entry.rows)
+            try:
+                if not entry.complete:
+                    return  # (evicted just before the mark: fetched again by the batches that read it)
+            finally:
+                self._unclaim(entry, 0, entry.rows)
+        with self._lock:
             self.settled.add(name)
 
-    def _evict(self, pinned: set) -> None:
-        """Drop the least recently used rows (not ``pinned``) until the mirror holds at most ``cache_bytes``."""
+    def _evict(self) -> None:
+        """When the mirror holds more than ``cache_bytes``: drop the least recently used rows of every process
+        (not pinned nor being fetched by any), down to 7/8 of it. One process at a time; the count recomputed."""
+        mirror = self._mirror
         with self._lock:
-            if self._held <= self.cache_bytes:
-                return
-            victims = []
-            for key in list(self._lru):
-                if self._held <= self.cache_bytes:
-                    break
-                if key in pinned or (key[0], key[1]) in self._coming:
-                    continue
-                nbytes = self._lru.pop(key)
-                self._held -= nbytes
-                if key[2] == -2:  # an mp4 file (a reader holding it open keeps reading it)
-                    self._mp4.pop((key[0], key[1]), None)
-                    victims.append((str(self.root / key[0] / "videos" / key[1]), -1, -1))
-                    continue
-                entry = self._packs[(key[0], key[1])]
-                if key[2] < 0:
-                    entry.present[:] = False
-                    entry.complete, entry.bytes_held = False, 0
-                    victims.append((entry.path, 0, entry.size))
-                else:
-                    entry.present[key[2]] = False
-                    victims.append((entry.path, *entry.span(key[2])))
-        for path, start, stop in victims:  # rows no batch reads now (pinned ones stay): their bytes go
-            if start < 0:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(path)
+            due = self._fetched_since_evict > 0
+            self._fetched_since_evict = 0
+        if not due or mirror.add_held(0) <= self.cache_bytes:
+            return
+        try:
+            fcntl.flock(mirror.evictor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return  # another process evicts now
+        try:
+            self._evict_locked()
+        finally:
+            fcntl.flock(mirror.evictor, fcntl.LOCK_UN)
+
+    def _evict_locked(self) -> None:
+        mirror = self._mirror
+        units = []  # (last used, pack record, rows, bytes)
+        held = 0
+        names = list(self.state.arrays)
+        for path in (mirror.root / MINE / "packs").iterdir():
+            i, _, pack = path.name.partition("-")
+            if not (i.isdigit() and pack.isdigit()) or int(i) >= len(names) or int(pack) >= len(self.state.packs):
                 continue
-            fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
-            try:
-                punch_hole(fd, start, stop - start)
+            name = names[int(i)]
+            entry = self._pack(name, int(pack))
+            rows = np.flatnonzero(entry.present)
+            if not len(rows):
+                continue
+            nbytes = entry.nbytes(rows)
+            held += nbytes
+            if (mirror.root / MINE / f"settled-{i}").exists():
+                continue
+            if entry.numeric:
+                units.append((float(entry.used[rows].max()), entry, np.arange(entry.rows), nbytes))
+            else:
+                units += [(float(entry.used[r]), entry, np.array([r]), entry.nbytes(np.array([r]))) for r in
+                          rows.tolist()]
+        target = self.cache_bytes * 7 // 8
+        units.sort(key=lambda u: u[0])
+        for _, entry, rows, nbytes in units:
+            if held <= target:
+                break
+            lo, hi = int(rows[0]), int(rows[-1]) + 1
+            if not SHARED and self._pinned_here(entry, lo, hi):
+                continue  # (one process's locks do not conflict: its pins are asked of its own count)
+            if not self._claim(entry, lo, hi, wait=False):
+                continue  # being fetched or read by a process
+            try:  # marked absent first, then the bytes go
+                if entry.numeric and (mirror.root / MINE / f"settled-{self._feature[entry.name]}").exists():
+                    continue  # held whole for good since it was listed
+                entry.present[rows] = False
+                fd = os.open(entry.path, os.O_WRONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+                try:
+                    a, b = (0, entry.size) if entry.numeric else entry.span(lo)
+                    punch_hole(fd, a, b - a)
+                finally:
+                    os.close(fd)
             finally:
-                os.close(fd)
+                self._unclaim(entry, lo, hi, evicting=True)
+            held -= nbytes
+        mirror.set_held(max(0, held))
+
+    def _pinned_here(self, entry: _Pack, lo: int, hi: int) -> bool:
+        with self._pin_lock:
+            return any(self._pinned[slot] > 0 for slot in range(PINS + entry.slot + lo, PINS + entry.slot + hi))
 
     def _start_numeric(self) -> None:
         """After the first batch: the numeric packs whole, in the background, while they fit in half the cache."""
@@ -434,70 +623,70 @@ class RemoteStore:
         total = sum(int(self.state.packs.rows.sum()) * self.state.arrays[n].frame_bytes for n in numeric)
         if not numeric or total > self.cache_bytes // 2:
             return
-        for name in numeric:
-            for pack in np.flatnonzero(self.state.packs.rows > 0).tolist():
-                self._background.submit(self._whole_pack, name, pack)
+        for name in numeric:  # (held whole by another process: each pack found complete, then settled)
+            self._background.submit(self._whole_feature, name)
+
+    def _whole_feature(self, name: str) -> None:
+        for pack in np.flatnonzero(self.state.packs.rows > 0).tolist():
+            if self._stopping.is_set():
+                return
+            self._whole_pack(name, pack)
+        self._settle(name)
 
     def _whole_pack(self, name: str, pack: int) -> None:
         entry = self._pack(name, pack)
         with self._lock:
-            missing = np.flatnonzero(~entry.present)
-        for job in self._plan(entry, missing, _BACKGROUND_PIECE):
-            if self._stopping.is_set():
-                return
-            self._fetch(*job)
-        with self._lock:  # (held whole already, by the batches: settled now)
-            if entry.complete:
-                self._settle(name)
+            missing = np.flatnonzero(~entry.present & ~entry.coming)
+            entry.coming[missing] = True
+        try:
+            for job in self._plan(entry, missing, _BACKGROUND_PIECE):
+                if self._stopping.is_set():
+                    return
+                self._fetch(*job)
+        finally:
+            self._release([(entry, missing)])
 
     # cameras kept as mp4 -----------------------------------------------------------------------------------
     def _fetch_mp4_indexes(self, state: StoreState) -> None:
+        """Each mp4 camera's index (episode -> file, times) into the mirror: fetched by one process."""
         names = [name for name, spec in state.arrays.items() if spec.storage == "mp4"]
-        for name in names:
+        for k, name in enumerate(names):
             rel = f"{name}/{MP4_INDEX}"
-            data, _ = self.bucket.read_whole(rel, limit=512 * (len(state.table) + 1) + (1 << 20))
-            self._count(len(data))
-            (self.root / name).mkdir(parents=True, exist_ok=True)
-            atomic_write(self.root / rel, data, durable=False, root=self.root)
+            path = self.root / rel
+            if not path.exists():
+                self._wait_lock(self._mirror.claims, INDEXES + k, 1, f"the mp4 index of {name!r}")
+                try:
+                    if not path.exists():
+                        data, _ = self.bucket.read_whole(rel, limit=512 * (len(state.table) + 1) + (1 << 20))
+                        self._count(len(data))
+                        path.parent.mkdir(parents=True, exist_ok=True)
+                        atomic_write(path, data, durable=False, root=self.root)
+                finally:
+                    self._mirror.claims.unlock(INDEXES + k, 1)
         self._mp4_index = {name: read_mp4_index(self.root, name, len(state.table)) for name in names}
 
-    def _ensure_mp4(self, name: str, eps: np.ndarray, pinned: set) -> None:
-        index = self._mp4_index[name]
-        files = [index["files"][f] for f in np.unique(index["file"][eps]).tolist() if f >= 0]
-        futures = []
-        with self._lock:
-            for file in files:
-                key = (name, file, -2)
-                pinned.add(key)
-                if key in self._lru:
-                    self._lru.move_to_end(key)
-                if (name, file) not in self._mp4:
-                    self._mp4[(name, file)] = self._pool.submit(self._fetch_mp4, name, file)
-                futures.append(self._mp4[(name, file)])
-        for future in futures:
-            future.result()
+    def _list_mp4(self, state: StoreState) -> Any:
+        """The mp4 files of the cameras kept as mp4, read by byte ranges (listed: their sizes and ETags)."""
+        folders = [f"{name}/videos" for name, spec in state.arrays.items() if spec.storage == "mp4"]
+        if not folders:
+            return None
+        from ..cloud.files import BucketFiles
 
-    def _fetch_mp4(self, name: str, file: str) -> None:
-        rel = f"{name}/videos/{file}"
-        try:
-            data, _ = self.bucket.read_whole(rel, limit=_MAX_MP4_BYTES)
-        except BaseException:
-            with self._lock:
-                self._mp4.pop((name, file), None)  # tried again by the next batch that needs it
-            raise
-        self._count(len(data))
-        path = self.root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(path, data, durable=False, root=self.root)
-        with self._lock:
-            self._lru[(name, file, -2)] = len(data)
-            self._held += len(data)
+        return BucketFiles(self.bucket, folders=folders, on_fetch=self._count)
+
+    def mp4_opener(self, name: str) -> Callable[[str], BinaryIO]:
+        """For the mp4 reader of camera ``name``: a file of its ``videos/`` folder as a file object over byte range
+        requests, with read-ahead (as a Hub repo's videos are read)."""
+        files = self.mp4_files
+        return lambda key: files.open(f"{name}/videos/{key}")
 
     # lifetime ---------------------------------------------------------------------------------------------
     def refresh(self) -> StoreState | None:
-        """The bucket's latest commit, if it is not the one served: the mirror serves it from now on (rows held
-        are dropped: a new commit may have moved or edited them). None when it is the same."""
+        """The bucket's latest commit, if it is not the one served: the mirror of that commit serves it from now
+        on. None when it is the same."""
+        self._check_process()
         doc, _ = self.bucket.read_whole(ROOT, limit=MAX_ROOT_BYTES, first=_ROOT_FIRST)
+        self._count(len(doc))
         if doc == self.root_doc:
             return None
         with self._lock:
@@ -507,58 +696,45 @@ class RemoteStore:
             pool.shutdown(wait=True, cancel_futures=True)
         self._ahead = ThreadPoolExecutor(_IN_FLIGHT, thread_name_prefix="lerobot_zarr-prefetch")
         self._background = ThreadPoolExecutor(_BACKGROUND_IN_FLIGHT, thread_name_prefix="lerobot_zarr-whole")
-        with self._lock:
-            packs, self._packs, self._mp4 = self._packs, {}, {}
-            self._lru.clear()
-            self.settled.clear()
-            self._held, self._numeric_started = 0, False
-        for entry in packs.values():
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(entry.path)
-        for name, spec in self.state.arrays.items():
-            if spec.storage == "mp4":
-                shutil.rmtree(self.root / name / "videos", ignore_errors=True)
-        atomic_write(self.root / ROOT, doc, durable=False, root=self.root)
-        self.root_doc = doc
-        self.state = read_state(self.root)
-        self._fetch_mp4_indexes(self.state)
-        self._chunk, self._offset = self.state.table.chunk, self.state.table.offset
+        self._pools[1:] = [self._ahead, self._background]
+        old = self._mirror
+        self._attach(doc)
+        old.close()  # (its folder removed if no other process reads that commit)
         return self.state
 
     @property
     def held_bytes(self) -> int:
-        """Bytes of rows the mirror holds now."""
-        return self._held
+        """Bytes of rows the mirror holds now (every process's)."""
+        return self._mirror.add_held(0)
 
     def close(self) -> None:
-        """Stop the background fetches and delete the mirror."""
+        """Stop the background fetches and let go of the mirror (removed when no other process uses it)."""
         self._finalizer()
+
+
+_live: weakref.WeakSet[RemoteStore] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for store in list(_live):
+        store._after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _reopen(bucket: Bucket, home: Path, cache_bytes: int, root_doc: bytes) -> RemoteStore:
     return RemoteStore(bucket, home, cache_bytes=cache_bytes, root_doc=root_doc)
 
 
-def _mirror_folder(home: Path, bucket: Bucket) -> Path:
-    """``home/<store>-<digest of its URL and endpoint>/<pid>-<random>``: a folder of this process's own; those of
-    processes that ended are removed on the way."""
-    ident = f"{bucket.url}\0{bucket.endpoint or ''}"
-    name = re.sub(r"[^A-Za-z0-9._-]", "_", bucket.url.name)[:40] or "store"
-    base = home / f"{name}-{hashlib.sha256(ident.encode()).hexdigest()[:16]}"
-    if base.is_dir():
-        for entry in base.iterdir():
-            pid = entry.name.split("-", 1)[0]
-            if pid.isdigit() and not process_alive(int(pid)) and not entry.is_symlink():
-                shutil.rmtree(entry, ignore_errors=True)
-    return base / f"{os.getpid()}-{secrets.token_hex(4)}"
-
-
-def _remove_mirror(root: Path, stopping: threading.Event, *pools: ThreadPoolExecutor) -> None:
+def _close(stopping: threading.Event, pools: list[ThreadPoolExecutor], holder: list) -> None:
     stopping.set()
     for pool in pools:
         try:
             pool.shutdown(wait=True, cancel_futures=True)
         except RuntimeError:  # the last reference went in one of the pool's own threads: it cannot wait for itself
             pool.shutdown(wait=False, cancel_futures=True)
-    shutil.rmtree(root, ignore_errors=True)
-
+    mirror, holder[0] = holder[0], None
+    if mirror is not None:
+        mirror.close()

@@ -15,8 +15,15 @@ A bucket holds a store in the store's own layout (zarr and xarray read it there,
    one; a root changed since step 2 is a :class:`~lerobot_zarr.errors.CommitConflictError`, nothing lost.
 
 A publication killed at any point leaves the bucket at its last commit (the root was not replaced), and the next
-run uploads what is missing. Objects no commit refers to any more (retired packs) are left in the bucket: a reader
-of the previous commit may still read them.
+run uploads what is missing.
+
+Retired objects (packs a commit no longer refers to) are deleted two commits later: the bucket keeps a manifest
+(``.lerobot_zarr-commits.json``: the files of the last commits published, by the digest of their root, written
+before the root), and after a commit the objects that earlier commits of the manifest listed and neither this commit
+nor the one it replaced refers to are deleted, under the lease (checked still ours first). A reader of the commit
+replaced reads on; a reader of an older one gets a typed error for a deleted object (``SourceNotFoundError``) and
+opens the bucket again. When the commit replaced is not in the manifest (published by another tool or an older
+version), nothing is deleted.
 """
 
 from __future__ import annotations
@@ -47,9 +54,12 @@ from ..store.state import MAX_ROOT_BYTES, ROOT, has_commit_point, read_state
 from ..utils.fileio import WriterLock, atomic_write, load_json, read_bounded
 from ..utils.progress import progress_bar
 
-__all__ = ["SyncReport", "push_store", "pull_store", "LEASE", "LEASE_SECONDS", "LEASE_RENEW_SECONDS"]
+__all__ = ["SyncReport", "push_store", "pull_store", "LEASE", "MANIFEST", "LEASE_SECONDS", "LEASE_RENEW_SECONDS"]
 
 LEASE = ".lerobot_zarr-sync.json"
+MANIFEST = ".lerobot_zarr-commits.json"  # the files of the last commits published (retired ones deleted after)
+_MANIFEST_COMMITS = 3  # commits the manifest remembers: the one replaced, the new one, and the one before them
+_MAX_MANIFEST = 256 << 20
 LEASE_SECONDS = 6 * 3600.0  # a lease not renewed for this long is taken over (its publisher is taken for dead)
 LEASE_RENEW_SECONDS = LEASE_SECONDS / 4  # how often a publication renews its lease
 _RECORDS = ".sync"
@@ -60,13 +70,14 @@ _ONE_PART = 16 << 20  # files up to this size are uploaded in one request (their
 
 @dataclass
 class SyncReport:
-    """What a publication (or copy) did: ``uploaded`` / ``skipped`` files and bytes, the root's new ``etag``, and
-    whether there was anything to do (``committed``)."""
+    """What a publication (or copy) did: ``uploaded`` / ``skipped`` files and bytes, the retired objects of older
+    commits ``deleted``, the root's new ``etag``, and whether there was anything to do (``committed``)."""
 
     url: str
     uploaded: list[str] = field(default_factory=list)
     uploaded_bytes: int = 0
     skipped: list[str] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)  # retired objects of older commits
     committed: bool = False
     etag: str | None = None
 
@@ -93,10 +104,10 @@ def _push(root: Path, bucket: Bucket, force: bool, progress: bool, on_file: Call
     state = read_state(root)
     report = SyncReport(str(bucket.url))
     record = _read_record(_record_path(root, bucket))
-    with _Lease(bucket, f"{root.resolve()}"):
+    with _Lease(bucket, f"{root.resolve()}") as lease:
         remote = bucket.head(ROOT)
+        current = bucket.read_whole(ROOT, limit=MAX_ROOT_BYTES)[0] if remote is not None else None
         if remote is not None and remote.etag != record.get("root_etag"):
-            current, _ = bucket.read_whole(ROOT, limit=MAX_ROOT_BYTES)
             if current != doc and not force:
                 raise CommitConflictError(
                     f"{bucket.location()}: holds a commit this store did not publish (or published before another "
@@ -133,7 +144,13 @@ def _push(root: Path, bucket: Bucket, force: bool, progress: bool, on_file: Call
             bar.close()
         report.uploaded = todo
         report.uploaded_bytes = sum(files[rel][0] for rel in todo)
-        if remote is not None and not todo and bucket.read_whole(ROOT, limit=MAX_ROOT_BYTES)[0] == doc:
+        manifest = _read_manifest(bucket)
+        ours = {"root": _digest(doc), "files": sorted(files)}
+        if manifest is not None:  # before the root: a commit is in it before it is visible
+            kept = [c for c in manifest if c["root"] != ours["root"]][-(_MANIFEST_COMMITS - 1):] + [ours]
+            if kept != manifest:
+                bucket.write(MANIFEST, json.dumps({"commits": kept}).encode())
+        if remote is not None and not todo and current == doc:
             report.etag = remote.etag  # the bucket holds this commit already
         else:
             try:
@@ -146,7 +163,54 @@ def _push(root: Path, bucket: Bucket, force: bool, progress: bool, on_file: Call
                 report.etag = info.etag  # ours: the write was retried after it had landed
             report.committed = True
         _write_record(root, bucket, report.etag, state.generation, uploaded)
+        if manifest is not None and report.committed:  # (a commit replaced ``current``: its files are kept)
+            report.deleted = _delete_retired(bucket, lease, manifest, ours, current, listing)
     return report
+
+
+def _digest(doc: bytes) -> str:
+    return hashlib.sha256(doc).hexdigest()
+
+
+def _read_manifest(bucket: Bucket) -> list[dict[str, Any]] | None:
+    """The commits the bucket's manifest lists (``[]`` when it has none); None when it cannot be read as one (then
+    nothing is deleted, and it is not replaced)."""
+    try:
+        data, _ = bucket.read_whole(MANIFEST, limit=_MAX_MANIFEST)
+    except SourceNotFoundError:
+        return []
+    try:
+        doc = load_json(data, bucket.location(MANIFEST), error=ValueError)
+    except ValueError:
+        return None
+    commits = doc.get("commits") if isinstance(doc, dict) else None
+    if not isinstance(commits, list) or not all(
+            isinstance(c, dict) and isinstance(c.get("root"), str) and isinstance(c.get("files"), list)
+            and all(isinstance(f, str) for f in c["files"]) for c in commits):
+        return None
+    return commits
+
+
+def _delete_retired(bucket: Bucket, lease: _Lease, manifest: list[dict[str, Any]], ours: dict[str, Any],
+                    replaced: bytes | None, listing: dict[str, ObjectInfo]) -> list[str]:
+    """After a commit: delete the objects earlier commits of the manifest listed that neither this commit nor the
+    one it replaced refers to (a reader of that one reads on). Nothing when the commit replaced is unknown, or the
+    lease is no longer ours."""
+    by_root = {c["root"]: c for c in manifest}
+    if replaced is not None and _digest(replaced) not in by_root:
+        return []  # its files are not known: any object may be one of them
+    keep = set(ours["files"]) | (set(by_root[_digest(replaced)]["files"]) if replaced is not None else set())
+    stale = sorted({f for c in manifest for f in c["files"]} - keep - {ROOT, LEASE, MANIFEST} & listing.keys())
+    if not stale:
+        return []
+    try:
+        lease.renew()  # (ours still: no other publication started meanwhile)
+    except CommitConflictError:
+        return []
+    with ThreadPoolExecutor(_IN_FLIGHT, thread_name_prefix="lerobot_zarr-sync") as pool:
+        for future in [pool.submit(bucket.delete, rel) for rel in stale]:
+            future.result()
+    return stale
 
 
 def pull_store(url: str | Bucket, store: str | os.PathLike, *, progress: bool = True,
@@ -159,7 +223,7 @@ def pull_store(url: str | Bucket, store: str | os.PathLike, *, progress: bool = 
         raise CorruptStoreError(f"{root}: holds a store already; pick a new folder", path=root)
     doc, root_info = bucket.read_whole(ROOT, limit=MAX_ROOT_BYTES)
     listing = {rel: info for rel, info in bucket.list().items()
-               if rel != ROOT and rel != LEASE and rel.split("/", 1)[0] not in _SKIP_TOP}
+               if rel not in (ROOT, LEASE, MANIFEST) and rel.split("/", 1)[0] not in _SKIP_TOP}
     root.mkdir(parents=True, exist_ok=True)
     bar = progress_bar(sum(i.size for i in listing.values()), f"copying {bucket.location()}", progress, unit="B")
 
@@ -218,7 +282,7 @@ def _store_files(root: Path) -> dict[str, tuple[int, int]]:
             dirs[:] = [d for d in dirs if d not in _SKIP_TOP]
         for name in names:
             rel = name if rel_folder == "." else f"{rel_folder}/{name}".replace(os.sep, "/")
-            if rel in (ROOT, LEASE) or rel in _SKIP_TOP or ".tmp-" in name:
+            if rel in (ROOT, LEASE, MANIFEST) or rel in _SKIP_TOP or ".tmp-" in name:
                 continue
             st = os.lstat(os.path.join(folder, name))
             if not os.path.isfile(os.path.join(folder, name)) or os.path.islink(os.path.join(folder, name)):

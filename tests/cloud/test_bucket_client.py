@@ -9,6 +9,7 @@ import logging
 import os
 import time
 
+import numpy as np
 import pytest
 from s3_fixtures import running_s3, s3_env
 
@@ -166,3 +167,41 @@ def test_hf_buckets_through_the_namespaced_gateway(tmp_path, monkeypatch, s3):
 
         with pytest.raises(NotMaterializedError, match="HF_HUB_OFFLINE"):
             resolve_source("hf://buckets/my-org/robots/pusht").what()
+
+
+def test_an_hf_bucket_folder_is_served_offline_from_the_store_held(tmp_path, monkeypatch, s3):
+    """``HF_HUB_OFFLINE=1``: a LeRobot folder in an HF Bucket opened before is served from the newest store the
+    cache holds of it, with no request; one never opened here, or episodes not held, are refused with the reason."""
+    import lerobot_zarr
+    from lerobot_zarr.testing.sample_data import write_sample_dataset
+
+    folder = write_sample_dataset(tmp_path / "src", n_episodes=4, lengths=(10, 20), seed=2)
+    monkeypatch.setenv("LEROBOT_ZARR_HOME", str(tmp_path / "home"))
+    with S3Server(namespaces=["my-org"]) as hf:
+        for key, value in hf.client_env().items():
+            monkeypatch.setenv(key, value)
+        monkeypatch.delenv("AWS_ENDPOINT_URL")
+        monkeypatch.setenv(HF_S3_ENDPOINT_ENV, hf.endpoint)
+        hf.create_bucket("held-robots")
+        url = "hf://buckets/my-org/held-robots/pusht"
+        bucket = Bucket(url)
+        for path in sorted(folder.rglob("*")):
+            if path.is_file() and not path.relative_to(folder).as_posix().startswith("."):
+                bucket.write(path.relative_to(folder).as_posix(), path.read_bytes())
+        online = lerobot_zarr.open_dataset(url, episodes=[0, 2], progress=False)
+        from huggingface_hub import constants
+
+        monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+        hf.reset_stats()
+        offline = lerobot_zarr.open_dataset(url, episodes=[0, 2], progress=False)
+        assert offline.root == online.root and len(offline) == len(online)
+        idx = np.arange(len(online))
+        a, b = offline.get_batch(idx), online.get_batch(idx)
+        assert all(np.array_equal(a[k], b[k]) if k != "task" else a[k] == b[k] for k in b)
+        assert lerobot_zarr.inspect(url).total_episodes == 4
+        with pytest.raises(NotMaterializedError, match="HF_HUB_OFFLINE"):
+            lerobot_zarr.open_dataset(url, episodes=[3], progress=False)
+        with pytest.raises(NotMaterializedError, match="never opened"):
+            lerobot_zarr.open_dataset("hf://buckets/my-org/held-robots/other", progress=False)
+        assert hf.requests() == []
+        assert hf.errors == []

@@ -105,6 +105,25 @@ def test_cameras_kept_as_mp4(env, tmp_path):
     same_items(remote, local, "mp4 in a bucket, timestamps held whole", np.random.default_rng(2), batches=2)
 
 
+def test_an_mp4_camera_is_read_by_ranges_not_whole(env, tmp_path):
+    """A frame of one episode costs the mp4's index and that episode's bytes, not the file (which holds all)."""
+    pytest.importorskip("av", reason="mp4 cameras need PyAV")
+    src = write_sample_dataset(tmp_path / "vsrc", n_episodes=8, lengths=(60, 70), video_keys=(VID,),
+                               write_videos=True, image_shape=(96, 128, 3), seed=8)
+    local, url = published(env, src, tmp_path, "mp4ranges", storage={VID: "mp4"})
+    sizes = {p.name: p.stat().st_size for p in (local.root / VID / "videos").rglob("*.mp4")}
+    local = lerobot_zarr.open_dataset(local.root)
+    remote = lerobot_zarr.open_dataset(url)
+    i = local.episode_frames(7)[30]
+    env.server.reset_stats()
+    assert np.array_equal(remote[i][VID], local[i][VID])
+    got = [r for r in env.server.requests() if "/videos/" in r.path]
+    assert got and all(r.range for r in got)  # ranges only
+    assert sum(r.bytes_sent for r in got) < max(sizes.values()) / 2, (sum(r.bytes_sent for r in got), sizes)
+    assert not list((remote.root / VID).rglob("*.mp4"))  # nothing written to disk
+    assert remote._remote.fetched_by[VID] == sum(r.bytes_sent for r in got)
+
+
 def test_text_and_depth_features(env, tmp_path):
     """Strings, LeRobot's language columns and a depth camera (served in mm, as float32) from a bucket: the local
     store's items, exactly."""
@@ -172,13 +191,12 @@ def test_copies_in_other_processes_read_the_same_commit(env, folder, tmp_path):
     proc.start()
     root, batch = pickle.loads(out.get(timeout=120))
     proc.join(timeout=60)
-    assert proc.exitcode == 0 and root != str(remote.root)  # a mirror of its own
+    assert proc.exitcode == 0 and root == str(remote.root)  # the parent's mirror, shared
     want = local.get_batch(idx)
     for key in want:
         assert (batch[key] == want[key]) if key == "task" else np.array_equal(batch[key], want[key]), key
-    from pathlib import Path
-
-    assert not Path(root).exists(), "the worker's mirror outlived it"
+    remote._remote.close()
+    assert not remote.root.exists(), "the mirror outlived its last user"
 
 
 def test_mixtures_over_buckets_and_folders(env, folder, tmp_path):

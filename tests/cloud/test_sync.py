@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import shutil
 import signal
 import subprocess
@@ -234,3 +235,60 @@ def test_the_command_line_takes_bucket_urls(env, folder, tmp_path, capsys):
     capsys.readouterr()
     assert main(["cache", "ls"]) == 0
     assert env.url("lerobot") in capsys.readouterr().out
+
+
+def _delete_episode(store: Path, episode: int) -> None:
+    with lerobot_zarr.open_dataset(store, mode="r+") as w:
+        w.delete_episodes([episode])
+
+
+def test_retired_packs_are_deleted_two_commits_later_and_readers_of_the_last_read_on(env, folder, tmp_path):
+    """A commit that retires packs keeps them in the bucket for readers of the commit it replaced (one open during
+    the publication reads on, exactly); the next commit deletes them; a reader of that older commit gets a typed
+    error for a deleted object, and opens the bucket again."""
+    store = make_store(folder, tmp_path / "store")
+    url = env.url("retire")
+    push_store(store, url, progress=False)
+    first = snapshot(store, tmp_path / "first")
+    reader = lerobot_zarr.open_dataset(url)  # commit 1, nothing of it fetched yet
+    objects = set(env.client("retire").list())
+    _delete_episode(store, 0)  # retires the packs that held episode 0
+    report = push_store(store, url, progress=False)
+    assert report.committed and report.deleted == []  # commit 1's packs stay: readers of it read on
+    retired = objects - set(env.client("retire").list()) - {sync.MANIFEST}
+    assert retired == set()
+    assert_same_batches(reader, lerobot_zarr.open_dataset(first), "a reader of the replaced commit")
+    late = pickle.dumps(reader)  # another reader of commit 1, which will have fetched nothing when it reads
+    reader._remote.close()
+    reader2 = lerobot_zarr.open_dataset(url)  # commit 2
+    _delete_episode(store, 1)
+    report = push_store(store, url, progress=False)
+    assert report.committed and report.deleted
+    listing = set(env.client("retire").list())
+    assert not set(report.deleted) & listing
+    second_files = set(sync._store_files(store)) | {"zarr.json", sync.MANIFEST}
+    commit1_only = objects - second_files - set(report.deleted)
+    assert all(f in listing for f in commit1_only)  # (the files commit 2 still refers to are all there)
+    got = reader2.get_batch(np.arange(len(reader2)))  # every object of commit 2 is there: all its rows read
+    assert len(got[CAM]) == len(reader2)
+    deleted_pack = next(rel for rel in report.deleted if rel.startswith(CAM + "/c/"))
+    assert deleted_pack  # a pack of episode 0, retired by commit 2, gone at commit 3
+    reader = pickle.loads(late)
+    with pytest.raises(lerobot_zarr.errors.SourceNotFoundError):
+        reader.get_batch(np.arange(len(reader)))  # commit 1's episode 0: its pack is gone
+    assert_same_batches(lerobot_zarr.open_dataset(url), lerobot_zarr.open_dataset(store), "opened again: commit 3")
+    assert push_store(store, url, progress=False).deleted == []  # nothing more to delete
+
+
+def test_nothing_is_deleted_when_the_commit_replaced_is_unknown(env, folder, tmp_path):
+    """A bucket whose manifest is damaged (or whose commit came from elsewhere): nothing is deleted."""
+    store = make_store(folder, tmp_path / "store")
+    url = env.url("unknown")
+    push_store(store, url, progress=False)
+    env.client("unknown").write(sync.MANIFEST, b"[[[not a manifest")
+    _delete_episode(store, 0)
+    push_store(store, url, progress=False)
+    before = set(env.client("unknown").list())
+    _delete_episode(store, 1)
+    report = push_store(store, url, progress=False)
+    assert report.committed and report.deleted == [] and before <= set(env.client("unknown").list())
