@@ -39,6 +39,7 @@ from ..utils.fileio import (
     load_json,
     read_bounded,
     replace_file,
+    write_in_place,
 )
 from ..utils.hashing import crc32c
 from ..utils.progress import progress_bar
@@ -193,11 +194,8 @@ class WriteTransaction:
     # stats ----------------------------------------------------------------------------------------------
     def write_stats_file(self, pack: int, offset: int, stats: Mapping[str, Mapping[str, np.ndarray]]) -> None:
         """Keep one episode's per-feature stats next to it (a cache: recomputed from the data when unusable)."""
-        path = stats_path(self.root, pack, offset)
-        check_in_store(self.root, path)
-        path.parent.mkdir(exist_ok=True)
-        atomic_write(path, json.dumps({k: stats_json(v) for k, v in stats.items()}).encode(), durable=False,
-                     root=self.root)
+        path = stats_path(self.root, pack, offset)  # in place: a torn file is not JSON, and is recomputed
+        write_in_place(path, json.dumps({k: stats_json(v) for k, v in stats.items()}).encode(), root=self.root)
 
     def stats_of(self, pack: int, offset: int, arrays: Mapping[str, np.ndarray], episode: int | None = None
                  ) -> dict[str, dict[str, np.ndarray]]:
