@@ -301,10 +301,15 @@ def write_in_place(path: str | os.PathLike, data: bytes, *, root: str | os.PathL
     filesystem start writing the new one out at once (``auto_da_alloc``): 1-30 ms on a busy disk. A killed writer
     leaves the new bytes followed by the old file's tail, never a shorter file; ``pad`` (JSON) pads ``data`` with
     spaces to the file's size instead of truncating it, so that a document of at most a page is whole whatever
-    the moment of the kill. ``unless_equal``: nothing is written when the file holds ``data`` already."""
+    the moment of the kill. ``unless_equal``: nothing is written when the file holds ``data`` already. A file with
+    other hard links (shared with a copy of the store) is replaced instead, never changed under the other name."""
     fd = open_nofollow(path, os.O_RDWR | os.O_CREAT, root=root)
     try:
-        size = os.fstat(fd).st_size
+        st = os.fstat(fd)
+        if st.st_nlink > 1:
+            atomic_write(Path(path), data, durable=False, root=root)
+            return
+        size = st.st_size
         if pad and len(data) < size:
             data += b" " * (size - len(data))
         if unless_equal and os.pread(fd, size + 1, 0) == data:
