@@ -16,11 +16,11 @@ import numpy as np
 
 from ..cameras.video import TOLERANCE_S
 
-__all__ = ["QUANTILES", "STAT_NAMES", "episodes_stats", "DEFAULT_FEATURES", "CAMERA_DTYPES", "NUMERIC_DTYPES", "TEXT_DTYPES",
+__all__ = ["QUANTILES", "STAT_NAMES", "DEFAULT_FEATURES", "CAMERA_DTYPES", "NUMERIC_DTYPES", "TEXT_DTYPES",
            "LANGUAGE_PERSISTENT", "LANGUAGE_EVENTS", "language_value", "V3_DATA_PATH", "V3_VIDEO_PATH",
            "V21_DATA_PATH", "V21_VIDEO_PATH", "CHUNKS_SIZE", "check_path_template", "data_file_rel", "video_file_rel",
            "default_features", "video_info", "per_episode_stats", "aggregate_stats", "stats_json", "episode_stats",
-           "image_stats", "depth_map_stats", "bad_timestamp_steps"]
+           "episodes_stats", "image_stats", "depth_map_stats", "bad_timestamp_steps"]
 
 CHUNKS_SIZE = 1000
 QUANTILES = {"q01": 0.01, "q10": 0.10, "q50": 0.50, "q90": 0.90, "q99": 0.99}
