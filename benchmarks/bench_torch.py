@@ -18,8 +18,8 @@ samples/s):
 
 Then a small training loop (``--steps`` steps of an MLP from the state window to the action chunk, Adam, one
 thread): steps/s with data from LeRobot's own ``LeRobotDataset`` in the same plain DataLoader (when lerobot is
-importable; ``--lerobot-steps``), from the drop-in (0 and N workers), from ``batch_loader``, and compute only
-(the same batch every step): the ceiling.
+importable; ``--lerobot-steps``), from the drop-in and from ``batch_loader`` (0 and N workers each), and compute
+only (the same batch every step): the ceiling.
 
 Worker start-up is excluded (``persistent_workers=True``, one warm-up epoch). Targets: batch_loader at 0 workers
 at least 0.9x get_batch; the drop-in in a plain DataLoader at least 0.5x batch_loader; at N workers not slower
@@ -227,6 +227,7 @@ def training_loop(torch, ds, dropin, src: Path, deltas: dict, args) -> None:
     contenders = {
         "compute only (one batch, the ceiling)": lambda: _Repeat(fixed),
         "batch_loader(workers=0)": lambda: batch_loader(ds, bs),
+        f"batch_loader(workers={nw})": lambda: batch_loader(ds, bs, num_workers=nw, persistent_workers=True),
         "drop-in, DataLoader(workers=0)": lambda: torch.utils.data.DataLoader(dropin, batch_size=bs, shuffle=True),
         f"drop-in, DataLoader(workers={nw})": lambda: torch.utils.data.DataLoader(
             dropin, batch_size=bs, shuffle=True, num_workers=nw, persistent_workers=True),
@@ -259,6 +260,11 @@ def training_loop(torch, ds, dropin, src: Path, deltas: dict, args) -> None:
           f"{load0[0]:.2f} before, {load1[0]:.2f} after:")
     for name, r in rates.items():
         print(f"  {name:<52}{r:>9.1f} steps/s  {r / ceiling:>5.2f} of the ceiling")
+    for what, zero in (("batch_loader", "batch_loader(workers=0)"), ("drop-in", "drop-in, DataLoader(workers=0)")):
+        many = zero.replace("workers=0", f"workers={nw}")
+        rounds_ratio = sorted(a / b for a, b in zip(per_round[many], per_round[zero], strict=True))
+        print(f"  {what}: {nw} workers / 0 workers {rates[many] / rates[zero]:.2f}x (target >= 1x; per round "
+              f"{rounds_ratio[0]:.2f}-{rounds_ratio[-1]:.2f}x)")
     if Reference is None:
         print("  (LeRobot's row skipped: lerobot is not importable here)")
     else:

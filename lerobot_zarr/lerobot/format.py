@@ -20,7 +20,7 @@ __all__ = ["QUANTILES", "STAT_NAMES", "DEFAULT_FEATURES", "CAMERA_DTYPES", "NUME
            "LANGUAGE_PERSISTENT", "LANGUAGE_EVENTS", "language_value", "V3_DATA_PATH", "V3_VIDEO_PATH",
            "V21_DATA_PATH", "V21_VIDEO_PATH", "CHUNKS_SIZE", "check_path_template", "data_file_rel", "video_file_rel",
            "default_features", "video_info", "per_episode_stats", "aggregate_stats", "stats_json", "episode_stats",
-           "image_stats", "depth_map_stats", "bad_timestamp_steps"]
+           "episodes_stats", "image_stats", "depth_map_stats", "bad_timestamp_steps"]
 
 CHUNKS_SIZE = 1000
 QUANTILES = {"q01": 0.01, "q10": 0.10, "q50": 0.50, "q90": 0.90, "q99": 0.99}
@@ -222,6 +222,27 @@ def episode_stats(values: np.ndarray, kind: str, depth: bool = False) -> dict[st
     if kind in CAMERA_DTYPES:
         return image_stats(values)
     return {k: v[0] for k, v in per_episode_stats(values, np.array([len(values)])).items()}
+
+
+def episodes_stats(features: list[np.ndarray]) -> list[dict[str, np.ndarray]]:
+    """:func:`episode_stats` of several numeric features of one episode (the same number of frames each), equal to
+    it bit for bit: one pass over their columns side by side (a feature's columns are computed independently of
+    the others'; this saves numpy's per-call cost, which dominates for an RL episode's dozen small features)."""
+    if not features:
+        return []
+    n = len(features[0])
+    flats = [v.reshape(n, -1) for v in features]
+    merged = per_episode_stats(np.concatenate([f.astype(np.float64) for f in flats], axis=1), np.array([n]))
+    out, at = [], 0
+    for v, flat in zip(features, flats, strict=True):
+        width = flat.shape[1]
+        shape = v.shape[1:] or (1,)
+        stats = {name: merged[name][0, at:at + width].reshape(shape) for name in STAT_NAMES if name != "count"}
+        stats["min"], stats["max"] = flat.min(axis=0).reshape(shape), flat.max(axis=0).reshape(shape)
+        stats["count"] = merged["count"][0]
+        out.append({name: stats[name] for name in STAT_NAMES})
+        at += width
+    return out
 
 
 def aggregate_stats(stats: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

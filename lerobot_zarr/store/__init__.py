@@ -25,7 +25,10 @@ Layout of a store folder::
     episode_start/ episode_end/ episode_length/ episode_task_index/ episode_chunk/ episode_offset/ episode_frame/
                                1-D int64 arrays over dimension "episode": a copy of the committed episode table for
                                zarr/xarray readers (``episode_frame``: row along ``frame`` of each episode's first
-                               frame). lerobot_zarr reads the root.
+                               frame). lerobot_zarr reads the root. These copies and each array's ``zarr.json`` are
+                               written in place before the root (a ``zarr.json`` may end in spaces: it is padded,
+                               never truncated, so a killed writer leaves it whole); a crash between them and the
+                               root leaves them ahead of it until the next commit or ``verify --repair``.
     .episode_stats/<k>-<offset>.json
                                per-episode statistics of the episode at row ``offset`` of pack k (writers' cache)
     .editing/<k>-<offset>      the features of that episode an in-place edit changed since the last commit (a

@@ -23,6 +23,7 @@ from ..utils.fileio import (
     open_nofollow,
     pwrite_all,
     replace_file,
+    write_in_place,
 )
 from .hashes import root_hash
 from .state import (
@@ -88,42 +89,30 @@ def create_store(state: StoreState, *, keep_files: bool = False) -> StoreState:
     return state
 
 
-def _write_zarr_copies(state: StoreState) -> None:
-    """What zarr readers without consolidated metadata read: each array's ``zarr.json`` and the episode table
-    arrays. Not the commit point: our readers never read them, and a commit writes them first."""
+def _write_zarr_copies(state: StoreState, docs: dict[str, dict], previous: StoreState | None) -> dict[str, bytes]:
+    """What zarr readers without consolidated metadata read: each array's ``zarr.json`` (``docs``) and the episode
+    table arrays; returns them (path in the store -> bytes). Not the commit point: our readers never read them, and
+    a commit writes them first, in place (renaming 16 files per commit cost more than the rest of it on a busy
+    disk; a crash between them and the root leaves them ahead of it either way: ``verify`` names stale ones,
+    ``--repair`` and the next commit rewrite them), only those that differ from what this process's commit of
+    ``previous`` wrote (compared with the files when it was read from disk)."""
     root, table = state.root, state.table
     columns = {"episode_start": table.start, "episode_end": table.end, "episode_length": table.length,
                "episode_task_index": table.task_index, "episode_chunk": table.chunk, "episode_offset": table.offset,
                "episode_frame": state.episode_frame()}
-    for name, values in columns.items():
-        _make_folder(root, root / name / "c")
-        _write_changed(root, root / name / "c" / "0", np.asarray(values, dtype="<i8").tobytes())
-    for key, doc in metadata_documents(state.arrays, state.packs, len(state.table), None).items():
-        path = root / key
-        _make_folder(root, path.parent)
-        _write_changed(root, path, dump(doc))
+    copies = {f"{name}/c/0": np.asarray(values, dtype="<i8").tobytes() for name, values in columns.items()}
+    copies.update((key, dump(doc)) for key, doc in docs.items())
+    known = previous.zarr_copies if previous is not None and previous.zarr_copies is not None else {}
+    for key, data in copies.items():
+        if known.get(key) != data:
+            write_in_place(root / key, data, root=root, pad=key.endswith(ROOT), unless_equal=key not in known)
+    return copies
 
 
 def _make_folder(root: Path, folder: Path) -> None:
     """``folder`` inside the store made (with its parents) after checking no existing one is a link."""
     check_in_store(root, folder / "_")
     folder.mkdir(parents=True, exist_ok=True)
-
-
-def _write_changed(root: Path, path: Path, data: bytes) -> None:
-    """``atomic_write`` unless the file holds ``data`` already (most arrays' metadata is the same from one commit to
-    the next, and a rename costs far more than a read)."""
-    try:
-        fd = open_nofollow(path, os.O_RDONLY, root=root)
-    except OSError:
-        same = False
-    else:
-        try:
-            same = os.pread(fd, len(data) + 1, 0) == data
-        finally:
-            os.close(fd)
-    if not same:
-        atomic_write(path, data, durable=False, root=root)
 
 
 def _live_runs(state: StoreState) -> np.ndarray:
@@ -263,15 +252,21 @@ def commit(state: StoreState, *, previous: StoreState | None, durable: bool = Tr
     gone = _runs_difference(old_runs, new_runs)
     if len(gone) and not pending.exists():
         pending.touch()
-    _write_zarr_copies(state)
-    if not repair:
-        _set_live(root, state.packs, _runs_difference(new_runs, old_runs), True)
-    attrs = state.to_json()
-    attrs["hashes"]["root"] = root_hash(attrs)
-    root_doc = metadata_documents(state.arrays, state.packs, len(state.table), {ATTRS_KEY: attrs})[ROOT]
-    if durable:
-        flush_filesystem(root)  # data reaches the disk before the metadata that lists it
-    atomic_write(root / ROOT, dump(root_doc), durable=durable)
+    try:
+        attrs = state.to_json()
+        attrs["hashes"]["root"] = root_hash(attrs)
+        docs = metadata_documents(state.arrays, state.packs, len(state.table), {ATTRS_KEY: attrs})
+        root_doc = docs.pop(ROOT)
+        state = replace(state, zarr_copies=_write_zarr_copies(state, docs, previous))
+        if not repair:
+            _set_live(root, state.packs, _runs_difference(new_runs, old_runs), True)
+        if durable:
+            flush_filesystem(root)  # data reaches the disk before the metadata that lists it
+        atomic_write(root / ROOT, dump(root_doc), durable=durable)
+    except BaseException:
+        if previous is not None and previous.zarr_copies is not None:
+            previous.zarr_copies.clear()  # the copies may hold this failed commit's: the next one compares files
+        raise
     if repair:
         repair_live(state)
     else:

@@ -173,8 +173,11 @@ def write_rows(root: str | os.PathLike, name: str, spec: ArraySpec, pack: int, o
     path = chunk_path(root, name, pack, spec.ndim)
     data = frames if spec.is_text else np.ascontiguousarray(frames, dtype=spec.dtype)
     if spec.storage == "raw":
-        _ensure_file(root, path, spec, pack_rows)
-        fd = open_nofollow(path, os.O_WRONLY, root=root)
+        try:
+            fd = open_nofollow(path, os.O_WRONLY, root=root)
+        except FileNotFoundError:  # the pack's first rows
+            _ensure_file(root, path, spec, pack_rows)
+            fd = open_nofollow(path, os.O_WRONLY, root=root)
         try:
             view = memoryview(data.reshape(-1)).cast("B")
             pwrite_all(fd, view, offset * spec.frame_bytes, path)

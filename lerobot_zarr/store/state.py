@@ -77,6 +77,9 @@ class StoreState:
     hashes: ContentHashes = field(default_factory=ContentHashes)
     # read from disk: whether the root matches its recorded hash (asked, once, before a commit builds on it)
     root_intact: Callable[[], bool] | None = field(default=None, compare=False, repr=False)
+    # set by this process's commit of this state: zarr's copies it wrote (path in the store -> bytes), so that the
+    # next commit writes only those that change; None when read from disk (the next commit compares the files)
+    zarr_copies: dict[str, bytes] | None = field(default=None, compare=False, repr=False)
 
     def episode_hashes(self, name: str) -> np.ndarray:
         """The content hash of every episode's rows of ``name`` (-1 where none is recorded)."""

@@ -293,6 +293,34 @@ def atomic_write(path: Path, data: bytes, *, durable: bool = True, root: str | o
         _fsync_dir(path.parent)
 
 
+def write_in_place(path: str | os.PathLike, data: bytes, *, root: str | os.PathLike | None = None,
+                   pad: bool = False, unless_equal: bool = False) -> None:
+    """Overwrite ``path`` (made, with its folders, if missing) with ``data`` in place: not atomic for a reader,
+    for files no reader trusts without a check (a cache, zarr's copies of a commit). Cheaper than
+    :func:`atomic_write` on ext4, where replacing an existing file (by rename, or truncating it to 0) makes the
+    filesystem start writing the new one out at once (``auto_da_alloc``): 1-30 ms on a busy disk. A killed writer
+    leaves the new bytes followed by the old file's tail, never a shorter file; ``pad`` (JSON) pads ``data`` with
+    spaces to the file's size instead of truncating it, so that a document of at most a page is whole whatever
+    the moment of the kill. ``unless_equal``: nothing is written when the file holds ``data`` already. A file with
+    other hard links (shared with a copy of the store) is replaced instead, never changed under the other name."""
+    fd = open_nofollow(path, os.O_RDWR | os.O_CREAT, root=root)
+    try:
+        st = os.fstat(fd)
+        if st.st_nlink > 1:
+            atomic_write(Path(path), data, durable=False, root=root)
+            return
+        size = st.st_size
+        if pad and len(data) < size:
+            data += b" " * (size - len(data))
+        if unless_equal and os.pread(fd, size + 1, 0) == data:
+            return
+        pwrite_all(fd, data, 0, path)
+        if size > len(data):
+            os.ftruncate(fd, len(data))
+    finally:
+        os.close(fd)
+
+
 def replace_file(tmp: str | os.PathLike, path: str | os.PathLike) -> None:
     """``os.replace(tmp, path)`` of a finished temporary file; a folder in the way of ``path`` is a
     :class:`CorruptStoreError` naming it (``tmp`` is removed)."""

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ArgumentError, CorruptStoreError, DiskSpaceError, ReadOnlyStoreError, warn_user
-from ..lerobot.format import aggregate_stats, stats_json
+from ..lerobot.format import CAMERA_DTYPES, aggregate_stats, episodes_stats, stats_json
 from ..store.committing import commit, live_matches, live_runs, repair_live
 from ..store.hashes import ContentHashes
 from ..store.packs import open_array_pack, read_text_rows, remove_retired, retire_pack, write_rows
@@ -39,6 +39,7 @@ from ..utils.fileio import (
     load_json,
     read_bounded,
     replace_file,
+    write_in_place,
 )
 from ..utils.hashing import crc32c
 from ..utils.progress import progress_bar
@@ -193,11 +194,8 @@ class WriteTransaction:
     # stats ----------------------------------------------------------------------------------------------
     def write_stats_file(self, pack: int, offset: int, stats: Mapping[str, Mapping[str, np.ndarray]]) -> None:
         """Keep one episode's per-feature stats next to it (a cache: recomputed from the data when unusable)."""
-        path = stats_path(self.root, pack, offset)
-        check_in_store(self.root, path)
-        path.parent.mkdir(exist_ok=True)
-        atomic_write(path, json.dumps({k: stats_json(v) for k, v in stats.items()}).encode(), durable=False,
-                     root=self.root)
+        path = stats_path(self.root, pack, offset)  # in place: a torn file is not JSON, and is recomputed
+        write_in_place(path, json.dumps({k: stats_json(v) for k, v in stats.items()}).encode(), root=self.root)
 
     def stats_of(self, pack: int, offset: int, arrays: Mapping[str, np.ndarray], episode: int | None = None
                  ) -> dict[str, dict[str, np.ndarray]]:
@@ -216,6 +214,14 @@ class WriteTransaction:
     def episode_stats(self, name: str, values: np.ndarray) -> dict[str, np.ndarray]:
         """One episode's LeRobot stats of feature ``name`` from its stored ``values``."""
         return stats_of_stored(self.state.arrays[name], self.state.info.get("features", {}).get(name))(values)
+
+    def features_stats(self, values: Mapping[str, Any]) -> dict[str, dict[str, np.ndarray]]:
+        """:meth:`episode_stats` of one episode's features ``{name: stored values}``: the numeric ones in one pass
+        (:func:`~lerobot_zarr.lerobot.format.episodes_stats`, the same values)."""
+        numeric = [name for name in values if self.state.arrays[name].kind not in CAMERA_DTYPES]
+        out = dict(zip(numeric, episodes_stats([np.asarray(values[name]) for name in numeric]), strict=True))
+        out.update((name, self.episode_stats(name, v)) for name, v in values.items() if name not in out)
+        return {name: out[name] for name in values}
 
     def rows_map(self, name: str, pack: int, offset: int, length: int, *, writable: bool = False) -> np.ndarray:
         """A memory map of one committed episode's rows of one feature (symlinks refused, size checked); a text

@@ -478,11 +478,15 @@ def test_8_a_full_volume_still_opens_for_writing_and_deletes(tmp_path, monkeypat
             raise lz.DiskSpaceError(errno.ENOSPC, f"{path}: no space left", path=str(path))
         return real(path, data, **kwargs)
 
+    def no_space(path, data, **kwargs):  # zarr's copies, written in place
+        raise lz.DiskSpaceError(errno.ENOSPC, f"{path}: no space left", path=str(path))
+
     monkeypatch.setattr(store, "atomic_write", full)
+    monkeypatch.setattr(store, "write_in_place", no_space)
     monkeypatch.setattr(store, "create_sized", lambda *a, **k: False)
     with pytest.warns(lz.LeRobotZarrWarning, match="could not be repaired"):
         w = lz.WritableDataset(ds.root, min_free_bytes=2**62)  # a volume below its margin
-    monkeypatch.setattr(store, "atomic_write", real)
+    monkeypatch.undo()
     with pytest.raises(lz.DiskSpaceError):
         w.add_episode({"x": np.ones((3, 3), np.float32), "cam": np.ones((3, 6, 8, 3), np.uint8)}, task="t")
     w.delete_episodes([0, 1, 2])  # makes room: no compaction (it would need space first)

@@ -456,6 +456,37 @@ def test_appends_read_back_bit_exact(tmp_path):
     check_dataset(again, model, "reopened for reading", stats=True, fresh=False)
 
 
+def test_numeric_features_stats_in_one_pass_equal_one_at_a_time_bit_for_bit():
+    """A commit computes its episode's numeric stats side by side (``episodes_stats``): the same bits as one feature
+    at a time (scalars, vectors, N-D, ints, bools, NaN, 1 to 400 frames), and the reference's values."""
+    from lerobot_zarr.lerobot.format import episode_stats, episodes_stats
+
+    rng = np.random.default_rng(3)
+    for _ in range(150):
+        n = int(rng.integers(1, 400))
+        features = []
+        for _ in range(int(rng.integers(1, 12))):
+            shape = [(), (1,), (14,), (3, 2)][int(rng.integers(0, 4))]
+            kind = int(rng.integers(0, 4))
+            v = (rng.standard_normal((n, *shape)).astype(np.float32) * np.float32(10.0 ** rng.integers(-3, 6))
+                 if kind == 0 else rng.integers(-1000, 1000, (n, *shape)) if kind == 1
+                 else rng.random((n, *shape)) < 0.3 if kind == 2 else rng.standard_normal((n, *shape)))
+            if kind == 3 and rng.random() < 0.3:
+                v.reshape(-1)[rng.integers(0, v.size)] = np.nan
+            features.append(v)
+        for v, got in zip(features, episodes_stats(features), strict=True):
+            one = episode_stats(v, "float32")
+            assert list(got) == list(one)
+            for name, want in one.items():
+                assert got[name].dtype == want.dtype and got[name].shape == want.shape, (name, v.dtype, v.shape)
+                assert got[name].tobytes() == want.tobytes(), f"{name} of {v.dtype}{v.shape} differs"
+            if np.isnan(v.astype(np.float64)).any():
+                continue  # (quantiles with a NaN: the store's rule, not numpy's)
+            for name, want in ref_episode_stats(v, "float32").items():
+                assert np.allclose(np.asarray(got[name], np.float64), want, rtol=1e-9, atol=1e-12), \
+                    f"{name} of {v.dtype}{v.shape}"
+
+
 def test_image_stats_use_lerobots_frame_sample_on_long_episodes(tmp_path):
     """Past 100 frames LeRobot computes image stats on a sample of frames (count = frames sampled)."""
     rng = np.random.default_rng(24)

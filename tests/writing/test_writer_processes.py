@@ -196,10 +196,10 @@ CHILD_BODY = textwrap.dedent('''
 
     def kill_at_commit_point(a, log):
         """Run one operation and SIGKILL this process just before (or just after) the rename that replaces the
-        root zarr.json (or the file ``a["target"]`` of the store)."""
+        root zarr.json."""
         ds = lerobot_zarr.WritableDataset(a["root"], durable=False)
         log("open")
-        root_doc = os.path.realpath(os.path.join(a["root"], a.get("target", "zarr.json")))
+        root_doc = os.path.realpath(os.path.join(a["root"], "zarr.json"))
 
         def trap(original):
             def dying(src, dst, *args, **kwargs):
@@ -1035,15 +1035,15 @@ def test_kill_between_commit_and_retiring_keeps_the_old_commit_readable(tmp_path
 
 
 def test_crash_cleanup_removes_temporary_files(tmp_path):
-    """A commit rewrites the ``<array>/zarr.json`` and ``episode_*/c/0`` that change (the episode table's, here)
-    through a temporary file ``.<name>.tmp-<pid>`` and a rename; the temporary files of a writer killed in between
-    are removed by the next writer's crash cleanup (no leak, however many crashes)."""
+    """A commit replaces the root ``zarr.json`` through a temporary file ``.<name>.tmp-<pid>`` and a rename (zarr's
+    copies, ``<array>/zarr.json`` and ``episode_*/c/0``, are written in place); the temporary file of a writer
+    killed in between is removed by the next writer's crash cleanup (no leak, however many crashes)."""
     root = tmp_path / "store"
     with lerobot_zarr.create(root, fps=FPS, features=FEATURES, durable=False, pack_bytes=PACK_BYTES) as w:
         for seed in range(2):
             w.add_episode(generate(seed), task=task_of(seed))
     child = run_child(tmp_path, "writer", mode="commit_kill", root=str(root), when="before",
-                      target="episode_length/zarr.json", op={"op": "del", "eps": [0]})
+                      op={"op": "del", "eps": [0]})
     assert child.proc.returncode == -signal.SIGKILL and "killing" in child.lines(), child.describe()
     assert open_and_check(root, "after the kill") == [(s, tuple(range(episode_length(s)))) for s in range(2)]
     with lerobot_zarr.open_dataset(root, mode="r+"):  # crash cleanup
