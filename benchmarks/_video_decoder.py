@@ -31,9 +31,9 @@ contender for one step (a batch of 64 windows, or 128 frames decoded in order), 
 Per contender: wall microseconds per frame (best and median of the repeats), its ratio to the decoder's in the same
 repeat (best and median), and process CPU microseconds per frame (median; every thread counted). The summary gives,
 per footage, ``get_batch``'s wall best and median, its CPU and the CPU floor below against the target (1.3x), with
-the load average before and after the footage's rounds. Checked before
-timing: every frame of a few batches of the store (and of torchcodec) equals the sequential PyAV decode of the
-file, bit for bit (the script raises otherwise).
+the load average before and after the footage's rounds. Checked before timing: every frame of a few batches of
+the store, of both readers and of torchcodec equals the sequential PyAV decode of the file, bit for bit (the
+script raises otherwise).
 
 And the floor of random windows, one thread: a frame costs decoding every frame from the keyframe before it, and
 keyframes cost several times other frames (an AV1 intra frame at LeRobot's crf 30 ~10 inter frames), so random
