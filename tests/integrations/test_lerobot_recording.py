@@ -219,6 +219,63 @@ def test_depth_unit_learnt_from_the_first_frame(tmp_path):
                           metres.transpose(2, 0, 1))
 
 
+def test_add_frame_writes_camera_frames_itself(tmp_path):
+    """add_frame has written a camera frame when it returns (the caller's buffer can be reused at once, as a camera
+    driver does) and starts no thread: a writer thread made add_frame's 99th percentile worse under CPU load (the
+    recording thread waited for the GIL; benchmarks/bench_record.py speed)."""
+    import threading
+
+    before = threading.active_count()
+    ds = LeRobotDataset.create(REPO_ID, 30, FEATURES, root=tmp_path / "ds")
+    buffer = _frame(0, 0)
+    for i in range(4):
+        buffer["observation.images.cam"][...] = _frame(0, i)["observation.images.cam"]
+        buffer["observation.state"] = _frame(0, i)["observation.state"]
+        ds.add_frame(dict(buffer))
+        assert threading.active_count() == before
+    buffer["observation.images.cam"][...] = 255
+    ds.save_episode()
+    ds.finalize()
+    for i in range(4):
+        assert torch.equal(ds[i]["observation.images.cam"],
+                           torch.from_numpy(_frame(0, i)["observation.images.cam"]).permute(2, 0, 1) / 255)
+
+
+def test_a_frame_not_written_is_not_added(tmp_path, monkeypatch):
+    """A camera frame that cannot be written (a full disk) fails add_frame with DiskSpaceError, and the frame is in
+    no camera of the buffer: the frames before it are saved as they were, the next ones follow them."""
+    import errno
+
+    from lerobot_zarr.errors import DiskSpaceError
+
+    features = {**FEATURES, "observation.images.top": FEATURES["observation.images.cam"]}
+
+    def frame(i):
+        return {**_frame(0, i), "observation.images.top": np.full((24, 32, 3), 200 - i, np.uint8)}
+
+    ds = LeRobotDataset.create(REPO_ID, 30, features, root=tmp_path / "ds")
+    ds.add_frame(frame(0))
+    real, calls = os.pwrite, []
+
+    def pwrite(fd, data, offset):
+        calls.append(fd)
+        if len(calls) == 2:  # the second camera of the frame
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(fd, data, offset)
+
+    monkeypatch.setattr(os, "pwrite", pwrite)
+    with pytest.raises(DiskSpaceError):
+        ds.add_frame(frame(1))
+    monkeypatch.undo()
+    ds.add_frame(frame(2))
+    ds.save_episode()
+    ds.finalize()
+    assert len(ds) == 2
+    for i, want in enumerate((frame(0), frame(2))):
+        for key in ("observation.images.cam", "observation.images.top"):
+            assert torch.equal(ds[i][key], torch.from_numpy(want[key]).permute(2, 0, 1) / 255), (i, key)
+
+
 # ------------------------------------------------------------------------------------------------ crash safety
 
 _RECORDER = """
