@@ -156,7 +156,7 @@ def _readable(name: str, root: Path, out: Any) -> None:
                 assert int(s[0]) == e and int(s[1]) == i, (e, i, s)
             start += n
         out.write(f"{ds.meta.total_episodes}\n")
-    except Exception as exc:  # LeRobot's recorder killed before finalize: its files may not load
+    except Exception as exc:  # noqa: BLE001  (LeRobot's recorder killed before finalize: its files may not load)
         held = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and "images" not in p.parts)
         out.write(f"0 {type(exc).__name__} ({str(exc).splitlines()[0][:80]}); the folder holds {held[:8]}\n")
 
@@ -172,7 +172,7 @@ def _forked(target: Callable[..., None], *args: Any) -> tuple[int, Any]:
             os.close(read)
             with os.fdopen(write, "w", buffering=1) as out:
                 target(*args, out)
-        except BaseException:
+        except BaseException:  # noqa: BLE001  (the exit code tells; the parent reads what the child wrote)
             code = 1
         finally:
             os._exit(code)
