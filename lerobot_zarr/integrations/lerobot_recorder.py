@@ -5,17 +5,19 @@
 into an episode buffer, and :meth:`~Recorder.save_episode` writes the episode to the store in ONE commit of
 :class:`~lerobot_zarr.writing.writer.WritableDataset` (``add_episode``): once it returns, the episode is on disk
 and any process can read it, whatever happens to this one; before, nothing of it is visible. Camera frames go to a
-spill file in the store while the episode is recorded (a copy into the page cache per frame: no encoding, no
-compression, bounded memory), their numbers and text stay in memory. A killed recorder leaves the spill as debris,
-removed by the next writer of the store (``.*.tmp-*``). Videos are encoded later, at export/push.
+spill file in the store while the episode is recorded (written by a thread into the page cache: no encoding, no
+compression, bounded memory; see :class:`_SpillWriter`), their numbers and text stay in memory. A killed recorder
+leaves the spill as debris, removed by the next writer of the store (``.*.tmp-*``). Videos are encoded later, at export/push.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import queue
 import shutil
 import tempfile
+import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -25,7 +27,7 @@ import numpy as np
 from ..cameras.depth import is_depth_feature
 from ..errors import FrameNotWrittenError
 from ..lerobot.format import CAMERA_DTYPES, DEFAULT_FEATURES
-from ..utils.fileio import pwrite_all
+from ..utils.fileio import disk_error, pwrite_all
 from .lerobot_frames import CameraFrameError, as_numpy, camera_frame, check_frame, depth_unit_of
 
 __all__ = ["Recorder"]
@@ -35,12 +37,7 @@ SPILL_PREFIX = ".recording.tmp-"  # a name the store's next writer removes as de
 
 
 class _Spill:
-    """One camera's frames of the episode being recorded, appended to a file (read back as a memory map).
-
-    ``add_frame`` writes them itself, one ``pwrite`` per frame (a copy into the page cache, the GIL released):
-    measured, a writer thread made ``add_frame`` slower at the 99th percentile, not faster: under CPU load the
-    recording thread waited for the GIL while the writer thread held it and was descheduled (p99 15-23 ms of such
-    waits at load 8, against 2-6 ms for the write itself, also with another process writing 6 GB beside it)."""
+    """One camera's frames of the episode being recorded, appended to a file (read back as a memory map)."""
 
     def __init__(self, path: Path, frame_shape: tuple[int, ...], dtype: np.dtype):
         self.path, self.frame_shape, self.dtype = path, tuple(frame_shape), np.dtype(dtype)
@@ -49,9 +46,11 @@ class _Spill:
         self.frames = 0
 
     def append(self, frame: np.ndarray) -> None:
-        """Copy ``frame`` into the file (the page cache): once this returns, the caller may reuse its buffer."""
         data = memoryview(np.ascontiguousarray(frame, dtype=self.dtype)).cast("B")
-        pwrite_all(self.fd, data, self.frames * self.frame_bytes, self.path)
+        try:
+            pwrite_all(self.fd, data, self.frames * self.frame_bytes, self.path)
+        except OSError as exc:
+            raise disk_error(exc, self.path) from None
         self.frames += 1
 
     def frames_map(self) -> np.ndarray:
@@ -65,6 +64,52 @@ class _Spill:
 
     def close(self) -> None:
         os.close(self.fd)
+
+
+class _SpillWriter:
+    """Writes camera frames to their spills in a thread, as LeRobot's image writer threads write its PNGs:
+    ``add_frame`` only queues a frame (bounded: at most ``maxsize`` frames wait, then it waits), so a disk busy
+    writing back does not stall it. The frame is the caller's array, held until written and not copied, as
+    LeRobot's image writer holds it: a copy (0.3 ms per 480x640 frame) made ``add_frame`` ~10x longer, so ~10x
+    likelier to lose its CPU on a loaded machine, and let the writer take the GIL mid-call (numpy releases it while
+    copying). Measured (``benchmarks/bench_record.py speed``, 3 cameras 480x640, load 25): p99 45 ms without the
+    copy, 72-108 ms with it, 86-715 ms writing in ``add_frame`` (the disk's stalls then land in it).
+    :meth:`drain` waits until every frame queued is written and raises the first error met (a full disk...)."""
+
+    def __init__(self, maxsize: int = 256):
+        self._queue: queue.Queue = queue.Queue(maxsize=maxsize)
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="lerobot_zarr-spill", daemon=True)
+        self._thread.start()
+
+    def put(self, spill: _Spill, frame: np.ndarray) -> None:
+        if self._error is not None:
+            self.drain()
+        self._queue.put((spill, frame))
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            try:
+                if item is None:
+                    return
+                if self._error is None:
+                    item[0].append(item[1])
+            except BaseException as exc:  # reported by drain(), in the recording thread
+                self._error = exc
+            finally:
+                self._queue.task_done()
+
+    def drain(self, *, errors: bool = True) -> None:
+        """Wait for the frames queued; raise the first error met (dropped with ``errors=False``)."""
+        self._queue.join()
+        error, self._error = self._error, None
+        if error is not None and errors:
+            raise error
+
+    def close(self) -> None:
+        self._queue.put(None)
+        self._thread.join()
 
 
 class Recorder:
@@ -92,6 +137,7 @@ class Recorder:
         self._values: dict[str, list] = {}
         self._tasks: list[str] = []
         self._refused: list[str] = []  # camera frames LeRobot's image writer would have failed on, why
+        self._writer = _SpillWriter()
         self._finalized = False
 
     # -- LeRobot's episode buffer ------------------------------------------------------------------------------
@@ -99,6 +145,7 @@ class Recorder:
     def episode_buffer(self) -> dict[str, Any]:
         """LeRobot's view of the episode being recorded: ``size``, ``task`` (one per frame), ``episode_index`` and
         each feature's frames so far (cameras as arrays of their stored frames, not image file paths)."""
+        self._writer.drain()
         out: dict[str, Any] = {"size": len(self._tasks), "task": list(self._tasks),
                                "episode_index": self._store.meta.total_episodes}
         for key in self._features:
@@ -121,7 +168,9 @@ class Recorder:
         """One frame of the episode being recorded, checked as LeRobot checks it (``ValueError``: keys, dtypes,
         shapes). A camera frame LeRobot's image writer could not write (floats outside [0, 1], a wrong channel
         count...) is logged as LeRobot logs it, and :meth:`save_episode` then refuses the episode
-        (:class:`~lerobot_zarr.errors.FrameNotWrittenError`, a ``FileNotFoundError`` as LeRobot's)."""
+        (:class:`~lerobot_zarr.errors.FrameNotWrittenError`, a ``FileNotFoundError`` as LeRobot's). A camera frame
+        is held until written, not copied (as LeRobot's image writer holds it): the caller does not write into that
+        array afterwards (a camera read gives a new one)."""
         self._check_open()
         if not isinstance(frame, Mapping):
             raise TypeError(f"a frame is a dict {{feature: value, 'task': str}}, got {type(frame).__name__}")
@@ -131,31 +180,20 @@ class Recorder:
         if index == 0:
             self._learn_depth_units(frame)
         specs = self._store.reader.array_specs
-        cameras: dict[str, np.ndarray] = {}
-        for key in self._cameras:
-            if key in frame:
+        for key, value in frame.items():
+            if key == "task":
+                continue
+            ft = self._features[key]
+            if key in self._cameras:
                 spec = specs[key]
                 try:
-                    cameras[key] = camera_frame(frame[key], self._features[key], spec.frame_shape, spec.dtype)
+                    stored = camera_frame(value, ft, spec.frame_shape, spec.dtype)
                 except (CameraFrameError, TypeError) as exc:
                     logger.error("Error writing image %s: %s", f"{key} frame {index}", exc)
                     self._refused.append(f"{key!r} frame {index}: {exc}")
-                    cameras[key] = np.zeros(spec.frame_shape, spec.dtype)
-        written = []
-        try:
-            for key, stored in cameras.items():
-                spill = self._spill(key, specs[key])
-                spill.append(stored)
-                written.append(spill)
-        except BaseException:  # (a full disk...) the frame is not added: no camera keeps it either
-            for spill in written:
-                spill.frames -= 1
-            raise
-        for key, value in frame.items():
-            if key == "task" or key in cameras:
-                continue
-            ft = self._features[key]
-            if ft["dtype"] == "language":
+                    stored = np.zeros(spec.frame_shape, spec.dtype)
+                self._writer.put(self._spill(key, spec), stored)  # held, not copied, until written
+            elif ft["dtype"] == "language":
                 self._values.setdefault(key, []).append(None)  # LeRobot drops them: written by its annotator
             elif ft["dtype"] == "string":
                 self._values.setdefault(key, []).append(value)
@@ -195,6 +233,7 @@ class Recorder:
                     f"{self._store.root}: the episode cannot be saved: camera frames were not written "
                     f"({'; '.join(self._refused[:3])}{'...' if len(self._refused) > 3 else ''}); record it again "
                     f"after clear_episode_buffer()", path=self._store.root)
+            self._writer.drain()
             frames, tasks = self._buffered()
         self._store.add_episode(frames, task=tasks)
         if episode_data is None:
@@ -244,6 +283,7 @@ class Recorder:
     def clear_episode_buffer(self, delete_images: bool = True) -> None:
         """Drop the frames recorded since the last saved episode (``delete_images``: LeRobot's switch for its
         temporary image files; the buffer's camera frames are always dropped with it)."""
+        self._writer.drain(errors=False)  # the frames are dropped: so is what failed to write them
         for spill in self._spills.values():
             spill.clear()
         self._values.clear()
@@ -278,6 +318,7 @@ class Recorder:
             return
         self._finalized = True
         try:
+            self._writer.close()
             for spill in self._spills.values():
                 spill.close()
             self._spills.clear()
