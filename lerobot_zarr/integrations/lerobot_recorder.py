@@ -7,7 +7,8 @@ into an episode buffer, and :meth:`~Recorder.save_episode` writes the episode to
 and any process can read it, whatever happens to this one; before, nothing of it is visible. Camera frames go to a
 spill file in the store while the episode is recorded (written by a thread into the page cache: no encoding, no
 compression, bounded memory; see :class:`_SpillWriter`), their numbers and text stay in memory. A killed recorder
-leaves the spill as debris, removed by the next writer of the store (``.*.tmp-*``). Videos are encoded later, at export/push.
+leaves the spill as debris, removed by the next writer of the store (``.*.tmp-*``). Videos are encoded later, at
+export/push.
 """
 
 from __future__ import annotations
