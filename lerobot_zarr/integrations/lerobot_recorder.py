@@ -73,7 +73,7 @@ class _SpillWriter:
     writing back does not stall it. The frame is the caller's array, held until written and not copied, as
     LeRobot's image writer holds it: a copy (0.3 ms per 480x640 frame) made ``add_frame`` ~10x longer, so ~10x
     likelier to lose its CPU on a loaded machine, and let the writer take the GIL mid-call (numpy releases it while
-    copying). Measured (``benchmarks/bench_record.py speed``, 3 cameras 480x640, load 25): p99 45 ms without the
+    copying). Measured (3 cameras 480x640, 270 frames taken as fast as it goes, load 25-30): p99 45 ms without the
     copy, 72-108 ms with it, 86-715 ms writing in ``add_frame`` (the disk's stalls then land in it).
     :meth:`drain` waits until every frame queued is written and raises the first error met (a full disk...)."""
 
