@@ -356,18 +356,23 @@ def _merge_stats(episode_stats: list[dict]) -> dict:
     return merged
 
 
-def _file_pair_bounds(pf: pq.ParquetFile, group: int) -> tuple[int, int, int, int] | None:
-    """``(min, max)`` of ``data/chunk_index`` then of ``data/file_index`` in a row group of an episode table, from
-    its footer's statistics; None without them."""
-    md = pf.metadata.row_group(group)
-    out = []
-    for name in ("data/chunk_index", "data/file_index"):
-        column = next((md.column(i) for i in range(md.num_columns) if md.column(i).path_in_schema == name), None)
-        stats = column.statistics if column is not None else None
-        if stats is None or not stats.has_min_max or not isinstance(stats.min, int) or not isinstance(stats.max, int):
-            return None
-        out += [stats.min, stats.max]
-    return out[0], out[1], out[2], out[3]
+def _file_pair_bounds(pf: pq.ParquetFile, groups: Sequence[int]) -> list[tuple[int, int, int, int] | None]:
+    """``(min, max)`` of ``data/chunk_index`` then of ``data/file_index`` in row groups of an episode table file,
+    from its footer's statistics (None for a row group without them)."""
+    md = pf.metadata
+    leaves = {md.schema.column(i).path: i for i in range(md.num_columns)}
+    at = [leaves.get(name) for name in ("data/chunk_index", "data/file_index")]
+    out: list[tuple[int, int, int, int] | None] = []
+    for g in groups:
+        bounds: list[int] = []
+        for i in at:
+            stats = md.row_group(g).column(i).statistics if i is not None else None
+            if stats is None or not stats.has_min_max or not isinstance(stats.min, int) \
+                    or not isinstance(stats.max, int):
+                break
+            bounds += [stats.min, stats.max]
+        out.append((bounds[0], bounds[1], bounds[2], bounds[3]) if len(bounds) == 4 else None)
+    return out
 
 
 class LeRobotMetadata:
@@ -586,21 +591,25 @@ class LeRobotMetadata:
         if first_row[-1] != n or not known.episodes or not all(0 <= e < n for e in known.episodes):
             return None
         # LeRobot writes episode e at row e: the row group of an episode is its row's (checked once read)
-        pairs = [_file_pair_bounds(pfs[rel], g) for rel, g in groups]
+        group_of = {e: int(np.searchsorted(first_row, e, side="right") - 1) for e in known.episodes}
+        last = max(group_of.values())
+        pairs = [pair for rel in metas for pair in _file_pair_bounds(
+            pfs[rel], [g for r, g in groups[:last + 1] if r == rel])]
         need: dict[int, int] = {}  # episode -> the row group where its data file may begin
-        for e in known.episodes:
-            at = int(np.searchsorted(first_row, e, side="right") - 1)
+        begins: dict[tuple[int, int], int] = {}
+        for e, at in group_of.items():
             if pairs[at] is None or pairs[at][0] != pairs[at][1]:
                 return None  # no statistics, or a chunk changing inside the row group
             begin = (pairs[at][0], pairs[at][2])  # the first (chunk, file) of the row group
-            # the row groups before the first whose last (chunk, file) may reach it hold only earlier data files
-            for j in range(at + 1):
+            if begin not in begins:
+                # the row groups before the first whose last (chunk, file) may reach it hold only earlier files
+                j = next((j for j, bounds in enumerate(pairs[:at + 1])
+                          if bounds is None or (bounds[1], bounds[3]) >= begin))
                 if pairs[j] is None:
                     return None
-                if (pairs[j][1], pairs[j][3]) >= begin:
-                    need[e] = j
-                    break
-        read = sorted({*need.values(), *(int(np.searchsorted(first_row, e, side="right") - 1) for e in need)})
+                begins[begin] = j
+            need[e] = begins[begin]
+        read = sorted({*need.values(), *group_of.values()})
         by_file: dict[str, list[int]] = {}
         for i in read:
             by_file.setdefault(groups[i][0], []).append(groups[i][1])
@@ -642,13 +651,15 @@ class LeRobotMetadata:
         found = _task_lists(table.column("tasks"), where, [position[e] for e in known.episodes], known.episodes)
         starts = {k: _float_column(table, f"videos/{k}/from_timestamp", where, [position[e] for e in known.episodes],
                                    known.episodes) for k in self._video_keys}
+        first_of: dict[tuple[int, int], int] = {}  # (chunk, file) -> the first row read with it
+        for q, key in enumerate(pair):
+            first_of.setdefault(key, q)
         for i, e in enumerate(known.episodes):
-            p = position[e]
+            p, at = position[e], group_of[e]
             # the data file's first episode: the first row read with its (chunk, file), when no row left unread
-            # before it can have them (the row group ``need[e]`` holds it, or the file begins after the row group's
-            # first one)
-            first = next(q for q in range(len(rows)) if pair[q] == pair[p])
-            at = int(np.searchsorted(first_row, e, side="right") - 1)
+            # before it can have them (the row group ``need[e]`` holds it, or the file begins after the first
+            # (chunk, file) of the episode's row group)
+            first = first_of[pair[p]]
             if not (first_row[need[e]] <= rows[first] < first_row[need[e] + 1]
                     or (pair[p][1] > pairs[at][2] and rows[first] >= first_row[at])):
                 return None

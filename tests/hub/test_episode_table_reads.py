@@ -75,12 +75,18 @@ def known(ref: dict, episodes, info) -> KnownEpisodes:
     return KnownEpisodes(np.asarray(ref["dataset_from_index"]), np.asarray(ref["length"]), tuple(episodes), info)
 
 
-def test_located_episodes_equal_the_table_read_whole(tmp_path):
+@pytest.mark.parametrize("table_files", [1, 2])
+def test_located_episodes_equal_the_table_read_whole(tmp_path, table_files):
     # first, middle and last episodes; the first of a data file, one inside a row group where a file begins, and
-    # one whose file began row groups earlier; the v3.0 layout with its data file boundaries inside row groups
+    # one whose file began row groups earlier; the v3.0 layout with its data file boundaries inside row groups, the
+    # episode table in one file or two (LeRobot starts another past a size)
     folder = write_sample_dataset(tmp_path / "ds", n_episodes=97, lengths=(5, 30), episodes_per_file=PER_FILE,
                                   episodes_row_group=10, seed=1, video_keys=("observation.images.cam",))
     ref = reference(folder)
+    if table_files == 2:
+        table = pq.read_table(folder / TABLE)
+        pq.write_table(table.slice(0, 50), folder / TABLE, row_group_size=10)
+        pq.write_table(table.slice(50), folder / TABLE.replace("file-000", "file-001"), row_group_size=10)
     whole = LeRobotSource(LocalFiles(folder))
     for episodes in ([0], [48], [96], [45], [46], [44, 59, 60], [29, 30, 31]):
         src = LeRobotSource(LocalFiles(folder), known(ref, episodes, whole.info))
@@ -202,3 +208,14 @@ def test_a_malformed_footer_is_a_typed_error_naming_the_file(hub, env, tmp_path,
     info = LeRobotSource(LocalFiles(hub.folders[n])).info
     with pytest.raises(CorruptSourceError, match=rf"org/bad-footer-{damage}.*file-000\.parquet: .*footer"):
         LeRobotSource(files, known(ref, [3], info))
+
+
+def test_a_v21_dataset_is_read_as_before(tmp_path):
+    # its episode table is episodes.jsonl (no footer to read first): read whole, the same values as without a store
+    folder = write_sample_dataset(tmp_path / "ds", version="v2.1", n_episodes=12, lengths=(5, 30), seed=4)
+    whole = LeRobotSource(LocalFiles(folder))
+    t = whole.episodes
+    src = LeRobotSource(LocalFiles(folder), KnownEpisodes(t.start, t.length, (5,), whole.info))
+    assert src.episodes.located is None
+    assert src.episodes.data_file == t.data_file and np.array_equal(src.episodes.file_row, t.file_row)
+    assert src.episodes.tasks == t.tasks and np.array_equal(src.episodes.length, t.length)
