@@ -66,9 +66,15 @@ class LeRobotSource:
         rels = [rel for rel in dict.fromkeys(self.episodes.data_file[e] for e in episodes) if self.files.exists(rel)]
         leaves = sum(2 if v.kind == "image" else 1 for v in self.features.values() if v.kind != "video")
         images = sum(v.kind == "image" for v in self.features.values())
+        share = None
+        if self.episodes.located is not None:  # the episodes of each file are not known: its share of the bytes
+            data = [r for r in self.files.list("data") if r.endswith(".parquet")]
+            share = len(self.episodes) / max(1, sum(self.files.size(r) for r in data))
         for rel in rels:
             # ~120 B of metadata per numeric column chunk with statistics; an image column's hold a PNG's bytes
             groups = len(self._episodes_of_file.get(rel, ()))
+            if share is not None:
+                groups = max(groups, round(share * self.files.size(rel)))
             self.files.footer_hint(rel, 16384 + groups * (192 * leaves + 8192 * images))
         self.files.prefetch_footers(rels)
 
