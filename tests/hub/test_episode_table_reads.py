@@ -32,6 +32,7 @@ TABLE = "meta/episodes/chunk-000/file-000.parquet"
 NEEDED = ["episode_index", "tasks", "length", "data/chunk_index", "data/file_index", "dataset_from_index",
           "dataset_to_index"]
 MODEL = NetworkModel(latency_s=0.05, rate=1e9, settle=True)
+CAM = "observation.images.cam"
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +82,7 @@ def test_located_episodes_equal_the_table_read_whole(tmp_path, table_files):
     # one whose file began row groups earlier; the v3.0 layout with its data file boundaries inside row groups, the
     # episode table in one file or two (LeRobot starts another past a size)
     folder = write_sample_dataset(tmp_path / "ds", n_episodes=97, lengths=(5, 30), episodes_per_file=PER_FILE,
-                                  episodes_row_group=10, seed=1, video_keys=("observation.images.cam",))
+                                  episodes_row_group=10, seed=1, video_keys=(CAM,))
     ref = reference(folder)
     if table_files == 2:
         table = pq.read_table(folder / TABLE)
@@ -97,8 +98,10 @@ def test_located_episodes_equal_the_table_read_whole(tmp_path, table_files):
             assert t.data_file[e] == ref["data_file"][e] == whole.episodes.data_file[e]
             assert t.file_row[e] == ref["file_row"][e] == whole.episodes.file_row[e], e
             assert t.tasks[e] == ref["tasks"][e]
-            assert t.videos == {k: [v[i] if i in episodes else None for i in range(97)]
-                                for k, v in whole.episodes.videos.items()}
+            c, f = ref[f"videos/{CAM}/chunk_index"][e], ref[f"videos/{CAM}/file_index"][e]
+            assert t.videos[CAM][e] == (f"videos/{CAM}/chunk-{c:03d}/file-{f:03d}.mp4",
+                                        ref[f"videos/{CAM}/from_timestamp"][e]) == whole.episodes.videos[CAM][e]
+        assert [e for e, ref_ in enumerate(t.videos[CAM]) if ref_ is not None] == sorted(episodes)
         got = dict(src.iter_episodes(episodes))
         want = dict(whole.iter_episodes(episodes))
         assert got.keys() == want.keys()
