@@ -49,6 +49,7 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 import huggingface_hub.constants as hf_constants
+import numpy as np
 import pyarrow.parquet as pq
 
 import lerobot_zarr
@@ -141,27 +142,32 @@ class Bench:
         local.push(repo, token=TOKEN, progress=False)
         local.close()
 
-    def probe(self, code: str, repo: str, k: int) -> dict:
+    def probe(self, code: str, repo: str, k: int, *, first: int | None = None) -> dict:
         """A fresh process opening episode ``k`` of ``repo`` over the modelled network: its seconds, and the
-        requests, round trips and bytes the server saw."""
+        requests, round trips and bytes the server saw (``table_bytes``: of the episode table). ``first``: another
+        process opened that episode into the same store before (not measured): a reopen for another episode."""
         self.probes += 1
         tmp = self.run / f"probe-{self.probes}"
         env = dict(os.environ, HF_ENDPOINT=self.server.endpoint, HF_HOME=str(tmp / "hf"),
                    HF_LEROBOT_HOME=str(tmp / "lerobot"), LEROBOT_ZARR_HOME=str(tmp / "zarr_home"),
                    PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-        self.server.network = self.network
-        self.server.reset_stats()
-        try:
-            out = subprocess.run([sys.executable, "-c", code, repo, str(k), str(tmp / "root")], env=env,
-                                 capture_output=True, text=True, timeout=1800, check=False)
-        finally:
-            self.server.network = None
-        if out.returncode:
-            raise RuntimeError(f"probe of {repo} failed:\n{out.stderr[-3000:]}")
+        runs = ([first] if first is not None else []) + [k]
+        for i, episode in enumerate(runs):
+            measured = i == len(runs) - 1
+            self.server.network = self.network if measured else None
+            self.server.reset_stats()
+            try:
+                out = subprocess.run([sys.executable, "-c", code, repo, str(episode), str(tmp / "root")], env=env,
+                                     capture_output=True, text=True, timeout=1800, check=False)
+            finally:
+                self.server.network = None
+            if out.returncode:
+                raise RuntimeError(f"probe of {repo} failed:\n{out.stderr[-3000:]}")
         result = json.loads(out.stdout.strip().splitlines()[-1])
         records = [r for r in self.server.requests() if not any(n in r.path for n in NOISE)]
         result.update(requests=len(records), round_trips=self.server.stats.round_trips(exclude=NOISE),
-                      bytes=sum(r.bytes_sent for r in records))
+                      bytes=sum(r.bytes_sent for r in records),
+                      table_bytes=sum(r.bytes_sent for r in records if "/meta/episodes/" in r.path))
         shutil.rmtree(tmp, ignore_errors=True)
         return result
 
@@ -178,18 +184,43 @@ def section_rtt(b: Bench, args) -> None:
         b.add(f"bench/pushed-{n}", folder, pushed=True)
         table = folder / "meta/episodes/chunk-000/file-000.parquet"
         k = n // 2 + 7 if n > 20 else n // 2
-        rows.append((n, "LeRobot-written, ours", b.probe(PROBE_OURS, f"bench/lerobot-{n}", k), table))
-        rows.append((n, "pushed by us, ours", b.probe(PROBE_OURS, f"bench/pushed-{n}", k), table))
+        rows.append((n, "LeRobot-written, ours", b.probe(PROBE_OURS, f"bench/lerobot-{n}", k), table, [k]))
+        again = n // 4 + 3  # another data file; its row group is not in the tail read with the footer
+        rows.append((n, "  reopen for another", b.probe(PROBE_OURS, f"bench/lerobot-{n}", again, first=k), table,
+                     [again]))
+        rows.append((n, "pushed by us, ours", b.probe(PROBE_OURS, f"bench/pushed-{n}", k), table, [k]))
         if have_lerobot():
-            rows.append((n, "LeRobot-written, LeRobot", b.probe(PROBE_LEROBOT, f"bench/lerobot-{n}", k), table))
-    print(f"\n{'episodes':>9}  {'repo, reader':<26}{'requests':>9}{'round trips':>12}{'bytes':>14}{'seconds':>9}"
-          f"   episode table")
-    for n, label, r, table in rows:
+            rows.append((n, "LeRobot-written, LeRobot", b.probe(PROBE_LEROBOT, f"bench/lerobot-{n}", k), table,
+                         [k]))
+    print(f"\n{'episodes':>9}  {'repo, reader':<26}{'requests':>9}{'round trips':>12}{'bytes':>14}{'table bytes':>13}"
+          f"{'seconds':>9}   episode table: size, footer, what locating the episode uses of it")
+    for n, label, r, table, eps in rows:
         md = pq.ParquetFile(table).metadata
-        print(f"{n:>9,}  {label:<26}{r['requests']:>9}{r['round_trips']:>12}{r['bytes']:>14,}{r['seconds']:>9.2f}"
-              f"   {table.stat().st_size / 1e6:.1f} MB, {md.num_row_groups} row groups")
+        print(f"{n:>9,}  {label:<26}{r['requests']:>9}{r['round_trips']:>12}{r['bytes']:>14,}{r['table_bytes']:>13,}"
+              f"{r['seconds']:>9.2f}   {table.stat().st_size:,} B, {md.num_row_groups} row groups, footer "
+              f"{md.serialized_size + 8:,} B, + {locating_uses(table, eps):,} B of columns")
+    print("(a reopen: the store holds every episode's start and length, made by an earlier open of another episode; "
+          "what locating an episode uses: the footer, and the columns an open needs of the row groups holding it and "
+          "where its data file begins. A first open reads the table whole: the store keeps every episode's length "
+          "and first task, in every row group)")
     if not have_lerobot():
         print("(LeRobot's rows skipped: lerobot is not importable here)")
+
+
+def locating_uses(table: Path, episodes: list[int]) -> int:
+    """The bytes of the columns an open needs (``EPISODE_COLUMNS``) in the row groups of the episode table holding
+    ``episodes`` and the first episode of each one's data file (besides the footer)."""
+    pf = pq.ParquetFile(table)
+    t = pf.read(columns=["episode_index", "data/chunk_index", "data/file_index"]).to_pydict()
+    row = {e: r for r, e in enumerate(t["episode_index"])}
+    pair = list(zip(t["data/chunk_index"], t["data/file_index"], strict=True))
+    first_row: dict[tuple[int, int], int] = {}
+    for r, p in enumerate(pair):
+        first_row.setdefault(p, r)
+    ends = np.cumsum([pf.metadata.row_group(g).num_rows for g in range(pf.metadata.num_row_groups)])
+    rows = {r for e in episodes for r in (row[e], first_row[pair[row[e]]])}
+    groups = sorted({int(np.searchsorted(ends, r, side="right")) for r in rows})
+    return sum(b - a for a, b in column_ranges(pf, [c for c in EPISODE_COLUMNS if c in pf.schema_arrow.names], groups))
 
 
 def section_compare(b: Bench, args) -> None:

@@ -22,7 +22,7 @@ from .store.cameras import kept_description
 from .store.state import has_commit_point, read_state
 from .store.tables import DEFAULT_PACK_BYTES
 from .writing.camera_choices import CameraStorage, camera_choices_key
-from .writing.transcode import fetch_missing, missing_episodes, transcode
+from .writing.transcode import fetch_missing, located_source, missing_episodes, transcode
 
 __all__ = ["open_dataset", "inspect", "materialize", "cache_home", "Mode"]
 
@@ -155,8 +155,8 @@ def _from_lerobot(src: Source, *, root, episodes, progress, storage, resize, cli
             missing = missing_episodes(store, episodes)
             raise NotMaterializedError(f"{store}: {why} and episodes {missing[:20]} are not in the local store")
         raise NotMaterializedError(f"{src}: {why} and there is no local store of it at {store}")
-    transcode(src.dataset(), store, episodes=episodes, progress=progress, storage=storage, resize=resize,
-              client=client, pack_bytes=pack_bytes, doctor=doctor)
+    transcode(located_source(src, store, episodes, storage=storage, resize=resize), store, episodes=episodes,
+              progress=progress, storage=storage, resize=resize, client=client, pack_bytes=pack_bytes, doctor=doctor)
     return store
 
 

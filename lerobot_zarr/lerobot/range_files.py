@@ -123,12 +123,17 @@ class RangeFiles(SourceFiles):
             for key in [key for key in self._held if key[0] == rel]:
                 del self._held[key]
 
-    def prefetch(self, rels: Iterable[str]) -> None:
+    def prefetch(self, rels: Iterable[str], footers: Mapping[str, int] | None = None) -> None:
         """Fetch these files now, all at once (several requests in flight), to be read later: whole, but for
-        parquet files bigger than ``_WHOLE_FILE_MAX`` their footer only. Files the repo does not have are
-        skipped."""
-        todo = [rel for rel in dict.fromkeys(rels) if rel in self.sizes]
-        self._in_parallel([functools.partial(self._prefetch_one, rel) for rel in todo])
+        parquet files bigger than ``_WHOLE_FILE_MAX`` their footer only; and with them the parquet footers of
+        ``footers`` (each in one request of the tail where its estimated length holds). Files the repo does not
+        have are skipped."""
+        for rel, nbytes in (footers or {}).items():
+            self.footer_hint(rel, nbytes)
+        todo = [functools.partial(self._prefetch_one, rel) for rel in dict.fromkeys(rels) if rel in self.sizes]
+        todo += [functools.partial(self._footer, rel) for rel in footers or {}
+                 if rel in self.sizes and rel not in self._footers]
+        self._in_parallel(todo)
 
     def _prefetch_one(self, rel: str) -> None:
         size = self.sizes[rel]
@@ -144,12 +149,14 @@ class RangeFiles(SourceFiles):
         todo = [rel for rel in dict.fromkeys(rels) if rel not in self._footers]
         self._in_parallel([functools.partial(self._footer, rel) for rel in todo])
 
-    def prefetch_ranges(self, ranges: Mapping[str, Iterable[tuple[int, int]]]) -> None:
+    def prefetch_ranges(self, ranges: Mapping[str, Iterable[tuple[int, int]]], gap: int | None = None) -> None:
         """Fetch byte ranges ``[start, stop)`` of files now, all together, to be read later: ranges of a file
-        closer than ``_COALESCE_GAP`` are read as one, with at most ``_MAX_RANGES`` requests per file."""
+        closer than ``gap`` (default ``_COALESCE_GAP``) are read as one, with at most ``_MAX_RANGES`` requests per
+        file."""
         wanted = []
         for rel, rs in ranges.items():
-            merged = [(a, b) for a, b in coalesce(rs, _COALESCE_GAP, _MAX_RANGES) if not self._holds(rel, a, b)]
+            merged = [(a, b) for a, b in coalesce(rs, _COALESCE_GAP if gap is None else gap, _MAX_RANGES)
+                      if not self._holds(rel, a, b)]
             if sum(b - a for a, b in merged) > self.size(rel) // 2:
                 merged = [(0, self.size(rel))]  # most of the file (its parts spread over it): all of it, at once
             wanted += [(rel, a, b) for a, b in merged]

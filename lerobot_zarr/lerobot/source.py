@@ -32,23 +32,24 @@ from ..utils.background import in_threads
 from .format import bad_timestamp_steps
 from .source_columns import COLOUR_DEPTH_MODES, column_to_numpy, frame_shape_from_arrow, recorded_image_shape
 from .source_files import LocalFiles, SourceFiles, is_lerobot_folder
-from .source_meta import FeatureSpec, LeRobotMetadata, SourceEpisodes, open_parquet
+from .source_meta import FeatureSpec, KnownEpisodes, LeRobotMetadata, SourceEpisodes, open_parquet
 
 __all__ = ["FeatureSpec", "SourceEpisodes", "LeRobotSource", "is_lerobot_folder"]
 
 
 class LeRobotSource:
     """A LeRobot dataset (a local folder, or any ``SourceFiles``): metadata parsed on construction, frames read
-    on demand per episode."""
+    on demand per episode. ``known``: what a store made from it holds of its episode table; then only the episodes
+    it names are located, and only they can be read (:class:`~.source_meta.KnownEpisodes`)."""
 
-    def __init__(self, source: str | os.PathLike | SourceFiles):
+    def __init__(self, source: str | os.PathLike | SourceFiles, known: KnownEpisodes | None = None):
         if isinstance(source, SourceFiles):
             files = source
         else:
             if not Path(source).is_dir():
                 raise SourceNotFoundError(f"{Path(source).resolve()}: no such dataset folder")
             files = LocalFiles(source)
-        meta = LeRobotMetadata(files)
+        meta = LeRobotMetadata(files, known)
         self.files, self.info, self.major, self.fps = files, meta.info, meta.major, meta.fps
         self.features, self.episodes, self.tasks, self.stats = meta.features, meta.episodes, meta.tasks, meta.stats
         self._refused = meta.refused
@@ -57,7 +58,8 @@ class LeRobotSource:
         """The episodes about to be read: stored frame shapes come from the first one's data file, whose footer is
         fetched with the footers of the others' data files, all at once, when the shapes are first needed (a
         partial open reads no other footer). Only before that."""
-        self._will_read = sorted({int(e) for e in episodes})
+        located = self.episodes.located
+        self._will_read = sorted({int(e) for e in episodes if located is None or int(e) in located})
 
     def _prefetch_footers(self, episodes: Sequence[int]) -> None:
         """Fetch the footers of the data files of ``episodes`` at once, each in one request where the estimate of
@@ -65,15 +67,22 @@ class LeRobotSource:
         rels = [rel for rel in dict.fromkeys(self.episodes.data_file[e] for e in episodes) if self.files.exists(rel)]
         leaves = sum(2 if v.kind == "image" else 1 for v in self.features.values() if v.kind != "video")
         images = sum(v.kind == "image" for v in self.features.values())
+        share = None
+        if self.episodes.located is not None:  # the episodes of each file are not known: its share of the bytes
+            data = [r for r in self.files.list("data") if r.endswith(".parquet")]
+            share = len(self.episodes) / max(1, sum(self.files.size(r) for r in data))
         for rel in rels:
             # ~120 B of metadata per numeric column chunk with statistics; an image column's hold a PNG's bytes
             groups = len(self._episodes_of_file.get(rel, ()))
+            if share is not None:
+                groups = max(groups, round(share * self.files.size(rel)))
             self.files.footer_hint(rel, 16384 + groups * (192 * leaves + 8192 * images))
         self.files.prefetch_footers(rels)
 
     def _resolve_frame_shapes(self) -> None:
         """Fix each feature's stored per-frame shape from a data file's schema (every file must agree)."""
-        wanted = getattr(self, "_will_read", None) or [0]
+        located = self.episodes.located
+        wanted = getattr(self, "_will_read", None) or [0 if located is None else min(located)]
         e = wanted[0]
         self._prefetch_footers(wanted)
         rel = self.episodes.data_file[e]
@@ -137,6 +146,8 @@ class LeRobotSource:
 
     @functools.cached_property
     def _record(self) -> dict:
+        if self.episodes.located is not None:  # the files of every episode are not known: every one listed
+            return self.files.record([rel for folder in ("data", "videos") for rel in self.files.list(folder)])
         videos = {ref[0] for refs in self.episodes.videos.values() for ref in refs if ref is not None}
         return self.files.record([*self.episodes.data_file, *sorted(videos)])
 
@@ -153,6 +164,7 @@ class LeRobotSource:
         requests in flight for a Hub repository). Frames are checked against the episode table, unless
         ``checked=False`` (the dataset doctor's scan, which reports every such defect instead of the first).
         """
+        self.episodes.check_located(episodes, self.files.location())
         by_file: dict[str, list[int]] = {}
         for e in sorted(set(int(e) for e in episodes)):
             by_file.setdefault(self.episodes.data_file[e], []).append(e)
@@ -186,7 +198,8 @@ class LeRobotSource:
         t = self.episodes
         in_file = self._episodes_of_file.get(rel, eps)
         rows = int(max(t.file_row[e] + t.length[e] for e in in_file))
-        if rows != rg_start[-1]:
+        # (where only some episodes were located, their rows must be in the file; their values are checked as read)
+        if rows != rg_start[-1] and (t.located is None or rows > rg_start[-1]):
             raise SchemaMismatchError(f"{path}: holds {rg_start[-1]} rows, the episode table gives it {rows} "
                                       f"(episodes {in_file[0]}..{in_file[-1]})")
         needed: set[int] = set()
@@ -211,8 +224,10 @@ class LeRobotSource:
     def _episodes_of_file(self) -> dict[str, list[int]]:
         """Every episode of each data file, from the episode table."""
         out: dict[str, list[int]] = {}
+        located = self.episodes.located
         for e, rel in enumerate(self.episodes.data_file):
-            out.setdefault(rel, []).append(e)
+            if located is None or e in located:
+                out.setdefault(rel, []).append(e)
         return out
 
     def _read_unit(self, rel: str, metadata: pq.FileMetaData, run: list[int], base: int, eps: list[int],
@@ -299,6 +314,7 @@ class LeRobotSource:
     def video_missing(self, episode: int, key: str, exists: Callable[[str], bool] | None = None) -> str | None:
         """Why camera ``key`` of ``episode`` has no video, known without decoding anything (the episode table lists
         none, or its file is not there), or None. ``exists``: the file check (a cached one for many episodes)."""
+        self.episodes.check_located([episode], self.files.location())
         ref = self.episodes.videos.get(key, [None] * (episode + 1))[episode]
         if ref is None:
             return "meta/episodes lists no video file"

@@ -64,14 +64,16 @@ class SourceFiles(ABC):
 
     # Hints for sources where a read costs a round trip (a Hub repo): what will be read soon, fetched at once.
     # A local folder reads on demand and ignores them.
-    def prefetch(self, rels: Iterable[str]) -> None:
-        """These files will be read soon (whole, or their parquet footer when big)."""
+    def prefetch(self, rels: Iterable[str], footers: Mapping[str, int] | None = None) -> None:
+        """These files will be read soon (whole, or their parquet footer when big), and the parquet footers of
+        ``footers`` (``{file: about how many bytes}``): all in one round trip."""
 
     def prefetch_footers(self, rels: Iterable[str]) -> None:
         """The parquet footers of these files will be read soon."""
 
-    def prefetch_ranges(self, ranges: Mapping[str, Iterable[tuple[int, int]]]) -> None:
-        """These byte ranges ``[start, stop)`` of files (``{file: ranges}``) will be read soon."""
+    def prefetch_ranges(self, ranges: Mapping[str, Iterable[tuple[int, int]]], gap: int | None = None) -> None:
+        """These byte ranges ``[start, stop)`` of files (``{file: ranges}``) will be read soon; ``gap``: ranges of a
+        file closer than this are read as one (None: the source's own choice)."""
 
     def footer_hint(self, rel: str, nbytes: int) -> None:
         """About how long a parquet file's footer is (so that one read fetches it)."""

@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 
 from ..cameras.depth import Quantizer, is_depth_feature
 from ..errors import (
+    ArgumentError,
     CorruptSourceError,
     LeRobotZarrError,
     SchemaMismatchError,
@@ -45,7 +46,7 @@ from .format import (
 )
 from .source_files import SourceFiles, safe_relpath
 
-__all__ = ["FeatureSpec", "LeRobotMetadata", "SourceEpisodes", "column_ranges", "open_parquet"]
+__all__ = ["FeatureSpec", "KnownEpisodes", "LeRobotMetadata", "SourceEpisodes", "column_ranges", "open_parquet"]
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,32 @@ class FeatureSpec:
         return replace(self, frame_shape=tuple(frame_shape))
 
 
+# the columns of meta/episodes an open reads (and the videos' chunk_index, file_index and from_timestamp)
+_EPISODE_COLUMNS = ("episode_index", "tasks", "length", "data/chunk_index", "data/file_index", "dataset_from_index",
+                    "dataset_to_index")
+# LeRobot's recorder writes meta/episodes in row groups of this many episodes, each column chunk's statistics taking
+# ~140 bytes of the footer (~1.1 KB per episode with 7 features): what sizes the one read of a footer
+_TABLE_ROW_GROUP = 10
+_FOOTER_BYTES_PER_CHUNK = 192
+# the row groups a partial read needs are read as one where less than this lies between them (about what a request
+# costs at 1 Gbit/s in CPU time); farther ones in requests of their own, in flight together
+_LOCATE_GAP = 64 << 10
+
+
+@dataclass(frozen=True)
+class KnownEpisodes:
+    """What a store made from a source already holds of its episode table: every episode's global ``start`` and
+    ``length``, and the store's copy of ``info`` (its episode count and features size the footers' reads). With it,
+    :class:`LeRobotMetadata` locates only the ``episodes`` asked for (their data file and row, videos, tasks): it
+    reads the footer of each table file (one request sized from ``info``) and then only the columns it needs of the
+    row groups holding them, not the whole table (LeRobot's per-episode stats columns are most of it)."""
+
+    start: np.ndarray
+    length: np.ndarray
+    episodes: tuple[int, ...]
+    info: dict
+
+
 @dataclass(frozen=True)
 class SourceEpisodes:
     """LeRobot's episodes (``meta/episodes``) in ``episode_index`` order: global frame range ``[start, end)``, the
@@ -99,10 +126,21 @@ class SourceEpisodes:
     file_row: np.ndarray  # int64 (E,), row of the episode's first frame inside its data file
     # per video feature and episode: (mp4 path relative to the root, second where the episode starts) or None
     videos: dict[str, list[tuple[str, float] | None]] = field(default_factory=dict)
+    # the episodes whose files (data_file, file_row, videos, tasks) were read, when only some were
+    # (:class:`KnownEpisodes`); None: all
+    located: frozenset[int] | None = None
 
     @property
     def end(self) -> np.ndarray:
         return self.start + self.length
+
+    def check_located(self, episodes: Sequence[int], where: str) -> None:
+        """Refuse episodes whose files were not read (a partial read of the episode table)."""
+        if self.located is not None:
+            missing = sorted({int(e) for e in episodes} - self.located)
+            if missing:
+                raise ArgumentError(f"{where}: episodes {missing[:10]} were not located (the episode table was read "
+                                    f"for episodes {sorted(self.located)[:10]} only)")
 
     def __len__(self) -> int:
         return len(self.length)
@@ -152,8 +190,9 @@ def _parse_fps(info: dict, where: str) -> float:
 
 
 def _int_column(table: pa.Table, name: str, where: str, *, order: np.ndarray | None = None,
-                nullable: bool = False) -> list[int | None]:
-    """An integer column of an episode table (in ``order``), every value an int >= 0 (or None if ``nullable``)."""
+                nullable: bool = False, episodes: Sequence[int] | None = None) -> list[int | None]:
+    """An integer column of an episode table (in ``order``), every value an int >= 0 (or None if ``nullable``).
+    ``episodes``: the episode of each value in ``order``, for messages (default: its position)."""
     col = table.column(name)
     if not (pa.types.is_integer(col.type) or (nullable and pa.types.is_null(col.type))):
         raise CorruptSourceError(f"{where}: column {name!r} holds {col.type}, expected integers")
@@ -162,12 +201,13 @@ def _int_column(table: pa.Table, name: str, where: str, *, order: np.ndarray | N
         values = [values[i] for i in order]
     for e, v in enumerate(values):
         if (v is None and not nullable) or (v is not None and v < 0):
-            raise CorruptSourceError(f"{where}: column {name!r} of {'episode' if order is not None else 'row'} {e} "
-                                     f"is {v!r}, expected an integer >= 0")
+            raise CorruptSourceError(f"{where}: column {name!r} of {'episode' if order is not None else 'row'} "
+                                     f"{e if episodes is None else episodes[e]} is {v!r}, expected an integer >= 0")
     return values
 
 
-def _float_column(table: pa.Table, name: str, where: str, order: np.ndarray) -> list[float | None]:
+def _float_column(table: pa.Table, name: str, where: str, order: np.ndarray,
+                  episodes: Sequence[int] | None = None) -> list[float | None]:
     col = table.column(name)
     if not (pa.types.is_floating(col.type) or pa.types.is_integer(col.type) or pa.types.is_null(col.type)):
         raise CorruptSourceError(f"{where}: column {name!r} holds {col.type}, expected seconds")
@@ -175,11 +215,13 @@ def _float_column(table: pa.Table, name: str, where: str, order: np.ndarray) -> 
     values = [column[int(i)] for i in order]
     for e, v in enumerate(values):
         if v is not None and not (math.isfinite(v) and v >= 0):
-            raise CorruptSourceError(f"{where}: column {name!r} of episode {e} is {v!r}, expected seconds >= 0")
+            raise CorruptSourceError(f"{where}: column {name!r} of episode {e if episodes is None else episodes[e]} "
+                                     f"is {v!r}, expected seconds >= 0")
     return [None if v is None else float(v) for v in values]
 
 
-def _task_lists(col: pa.ChunkedArray, where: str, order: np.ndarray) -> list[list[str]]:
+def _task_lists(col: pa.ChunkedArray, where: str, order: np.ndarray,
+                episodes: Sequence[int] | None = None) -> list[list[str]]:
     if not (pa.types.is_list(col.type) or pa.types.is_large_list(col.type) or pa.types.is_null(col.type)):
         raise CorruptSourceError(f"{where}: column 'tasks' holds {col.type}, expected lists of strings")
     values = col.to_pylist()
@@ -187,7 +229,8 @@ def _task_lists(col: pa.ChunkedArray, where: str, order: np.ndarray) -> list[lis
     for e, i in enumerate(order):
         tasks = values[int(i)] or []
         if not all(isinstance(t, str) for t in tasks):
-            raise CorruptSourceError(f"{where}: column 'tasks' of episode {e} is {tasks!r:.80}, expected strings")
+            raise CorruptSourceError(f"{where}: column 'tasks' of episode {e if episodes is None else episodes[e]} "
+                                     f"is {tasks!r:.80}, expected strings")
         out.append(list(tasks))
     return out
 
@@ -315,15 +358,36 @@ def _merge_stats(episode_stats: list[dict]) -> dict:
     return merged
 
 
+def _file_pair_bounds(pf: pq.ParquetFile, groups: Sequence[int]) -> list[tuple[int, int, int, int] | None]:
+    """``(min, max)`` of ``data/chunk_index`` then of ``data/file_index`` in row groups of an episode table file,
+    from its footer's statistics (None for a row group without them)."""
+    md = pf.metadata
+    leaves = {md.schema.column(i).path: i for i in range(md.num_columns)}
+    at = [leaves.get(name) for name in ("data/chunk_index", "data/file_index")]
+    out: list[tuple[int, int, int, int] | None] = []
+    for g in groups:
+        bounds: list[int] = []
+        for i in at:
+            stats = md.row_group(g).column(i).statistics if i is not None else None
+            if stats is None or not stats.has_min_max or not isinstance(stats.min, int) \
+                    or not isinstance(stats.max, int):
+                break
+            bounds += [stats.min, stats.max]
+        out.append((bounds[0], bounds[1], bounds[2], bounds[3]) if len(bounds) == 4 else None)
+    return out
+
+
 class LeRobotMetadata:
     """A LeRobot dataset's metadata, parsed and checked on construction: ``info``, ``major`` (the codebase
     version), ``fps``, ``features``, ``episodes`` (the :class:`SourceEpisodes`), ``tasks`` and ``stats``."""
 
-    def __init__(self, files: SourceFiles):
+    def __init__(self, files: SourceFiles, known: KnownEpisodes | None = None):
         self.files = files
         if self._load_index():
             return
-        files.prefetch(self._metadata_files())  # all at once (a Hub repo: one round trip)
+        footers = self._footer_estimates(known) if known is not None else {}
+        # all at once (a Hub repo: one round trip); the episode tables whole, or their footers only when ``known``
+        files.prefetch(self._metadata_files(tables=not footers), footers=footers)
         info_path = files.location("meta/info.json")
         if not files.exists("meta/info.json"):
             raise SourceNotFoundError(f"{files.location()}: not a LeRobot dataset (meta/info.json not found)")
@@ -340,7 +404,7 @@ class LeRobotMetadata:
         self.fps = _parse_fps(self.info, info_path)
         self.features, self.refused = _parse_features(self.info, info_path)
         if self.major == 3:
-            self.episodes = self._read_episodes_v3()
+            self.episodes = (footers and self._locate_v3(known)) or self._read_episodes_v3()
             self.tasks = self._read_tasks_v3()
         else:
             self.episodes = self._read_episodes_v2()
@@ -360,11 +424,13 @@ class LeRobotMetadata:
                     raise SchemaMismatchError(f"{info_path}: {key} is {declared}, the episode table "
                                               f"({self.files.location('meta')}) holds {actual}")
 
-    def _metadata_files(self) -> list[str]:
-        """The metadata files an open reads (v3.x or, without an episode table in parquet, v2.x)."""
+    def _metadata_files(self, tables: bool = True) -> list[str]:
+        """The metadata files an open reads (v3.x or, without an episode table in parquet, v2.x); ``tables=False``:
+        but the episode tables."""
         meta = self.files.list("meta")
-        tables = [rel for rel in meta if rel.startswith("meta/episodes/") and rel.endswith(".parquet")]
-        wanted = (["meta/tasks.parquet", *tables] if tables else ["meta/episodes.jsonl", "meta/tasks.jsonl"])
+        parquet = [rel for rel in meta if rel.startswith("meta/episodes/") and rel.endswith(".parquet")]
+        wanted = (["meta/tasks.parquet", *(parquet if tables else [])] if parquet
+                  else ["meta/episodes.jsonl", "meta/tasks.jsonl"])
         stats = "meta/stats.json" if "meta/stats.json" in meta else "meta/episodes_stats.jsonl"
         return [rel for rel in ("meta/info.json", stats, *wanted) if rel in meta]
 
@@ -393,45 +459,70 @@ class LeRobotMetadata:
             files.seed_footer(rel, index.footers.get(rel), size=size)
         return True
 
-    def _read_episodes_v3(self) -> SourceEpisodes:
+    def _table_files(self) -> list[str]:
+        """The episode table's parquet files (v3), in order."""
         files = self.files
-        where = files.location("meta/episodes")
         metas = [safe_relpath(files.location(), rel, "episode metadata")
                  for rel in files.list("meta/episodes") if rel.endswith(".parquet")]
         if not metas:
-            raise SourceNotFoundError(f"{where}: no episode metadata parquet files")
-        columns = ["episode_index", "tasks", "length", "data/chunk_index", "data/file_index",
-                   "dataset_from_index", "dataset_to_index"]
-        video_keys = [k for k, v in self.features.items() if v.kind == "video"]
-        video_columns = [f"videos/{k}/{c}" for k in video_keys for c in ("chunk_index", "file_index", "from_timestamp")]
+            raise SourceNotFoundError(f"{files.location('meta/episodes')}: no episode metadata parquet files")
+        return metas
+
+    @functools.cached_property
+    def _video_keys(self) -> list[str]:
+        return [k for k, v in self.features.items() if v.kind == "video"]
+
+    @functools.cached_property
+    def _table_columns(self) -> list[str]:
+        """The columns of the episode table an open reads: ours, then the videos' (by feature)."""
+        return [*_EPISODE_COLUMNS, *(f"videos/{k}/{c}" for k in self._video_keys
+                                     for c in ("chunk_index", "file_index", "from_timestamp"))]
+
+    def _present(self, rel: str, pf: pq.ParquetFile) -> list[str]:
+        """The columns of :attr:`_table_columns` that table file ``rel`` has; those it must have checked."""
+        missing = [c for c in _EPISODE_COLUMNS if c not in pf.schema_arrow.names and c != "tasks"]
+        if missing:
+            raise SchemaMismatchError(f"{self.files.location(rel)}: episode metadata lacks column(s) {missing}")
+        return [c for c in self._table_columns if c in pf.schema_arrow.names]
+
+    def _completed(self, table: pa.Table, present: list[str]) -> pa.Table:
+        """A table file's columns read, with those it lacks added as nulls: no video columns at all (every
+        episode's video is unknown); no tasks (LeRobot's convert_image_to_video_dataset writes none: the episodes'
+        tasks are their frames' task_index)."""
+        for c in self._table_columns:
+            if c not in present:
+                kind = (pa.list_(pa.string()) if c == "tasks" else pa.float64() if c.endswith("from_timestamp")
+                        else pa.int64())
+                table = table.append_column(c, pa.nulls(table.num_rows, kind))
+        return table.select(self._table_columns)
+
+    def _concat(self, tables: list[pa.Table]) -> pa.Table:
+        try:
+            return pa.concat_tables(tables, promote_options="permissive")
+        except pa.ArrowException as exc:
+            raise SchemaMismatchError(f"{self.files.location('meta/episodes')}: episode metadata files disagree on "
+                                      f"column types ({exc})") from exc
+
+    def _read_episodes_v3(self) -> SourceEpisodes:
+        files = self.files
+        where = files.location("meta/episodes")
+        metas = self._table_files()
+        columns, video_keys = _EPISODE_COLUMNS, self._video_keys
+        video_columns = self._table_columns[len(_EPISODE_COLUMNS):]
         data_template = self._path_template("data_path", V3_DATA_PATH, ("chunk_index", "file_index"))
         video_template = (self._path_template("video_path", V3_VIDEO_PATH, ("video_key", "chunk_index", "file_index"))
                           if video_keys else "")
         tables, present, ranges = [], {}, {}
         for rel in metas:
             pf = open_parquet(files, rel)
-            missing = [c for c in columns if c not in pf.schema_arrow.names and c != "tasks"]
-            if missing:
-                raise SchemaMismatchError(f"{files.location(rel)}: episode metadata lacks column(s) {missing}")
-            present[rel] = [c for c in [*columns, *video_columns] if c in pf.schema_arrow.names]
+            present[rel] = self._present(rel, pf)
             ranges[rel] = column_ranges(pf, present[rel])
         # the columns we read, of every file at once (not the per-episode stats columns, unless a small file came
         # whole: a LeRobot-written table has them between ours in every row group of 10 episodes)
         files.prefetch_ranges(ranges)
         for rel in metas:
-            table = _read_table(files, rel, present[rel])
-            for c in ["tasks", *video_columns]:
-                # no video columns at all: every episode's video is unknown; no tasks (LeRobot's
-                # convert_image_to_video_dataset writes none): the episodes' tasks are their frames' task_index
-                if c not in present[rel]:
-                    kind = (pa.list_(pa.string()) if c == "tasks" else pa.float64() if c.endswith("from_timestamp")
-                            else pa.int64())
-                    table = table.append_column(c, pa.nulls(table.num_rows, kind))
-            tables.append(table.select(columns + video_columns))
-        try:
-            table = pa.concat_tables(tables, promote_options="permissive")
-        except pa.ArrowException as exc:
-            raise SchemaMismatchError(f"{where}: episode metadata files disagree on column types ({exc})") from exc
+            tables.append(self._completed(_read_table(files, rel, present[rel]), present[rel]))
+        table = self._concat(tables)
         index = _int_column(table, "episode_index", where)
         order = np.argsort(np.asarray(index, dtype=np.int64), kind="stable")
         if not np.array_equal(np.asarray(index, dtype=np.int64)[order], np.arange(len(index))):
@@ -465,6 +556,125 @@ class LeRobotMetadata:
                                                             get[f"videos/{k}/file_index"], starts, strict=True))]
         return SourceEpisodes(length, start, _task_lists(table.column("tasks"), where, order), data_file, file_row,
                               videos)
+
+    def _footer_estimates(self, known: KnownEpisodes) -> dict[str, int]:
+        """About how long the footer of each episode table file is (``{file: bytes}``; empty for a v2.x dataset),
+        from the store's ``info``: row groups of ``_TABLE_ROW_GROUP`` episodes, a stats column per statistic of
+        each feature, split between the files by their sizes; never more than a file. An estimate short of the
+        footer costs one more request (the rest of it), never a wrong value."""
+        files = self.files
+        tables = [rel for rel in files.list("meta/episodes") if rel.endswith(".parquet")]
+        if not tables:
+            return {}
+        info = known.info if isinstance(known.info, dict) else {}
+        features = info.get("features") if isinstance(info.get("features"), dict) else {}
+        videos = sum(isinstance(f, dict) and f.get("dtype") == "video" for f in features.values())
+        columns = len(_EPISODE_COLUMNS) + 2 + 4 * videos + len(STAT_NAMES) * len(features)
+        groups = -(-len(known.length) // _TABLE_ROW_GROUP)
+        total = (groups + 1) * columns * _FOOTER_BYTES_PER_CHUNK
+        sizes = {rel: files.size(rel) for rel in tables}
+        everything = max(1, sum(sizes.values()))
+        return {rel: min(size, (64 << 10) + total * size // everything) for rel, size in sizes.items()}
+
+    def _locate_v3(self, known: KnownEpisodes) -> SourceEpisodes | None:
+        """The episode table for ``known.episodes`` only (see :class:`KnownEpisodes`): from the footers (fetched
+        with the other metadata files), the row group holding each episode and the one where its data file begins
+        (by the row groups' statistics of ``data/chunk_index`` and ``data/file_index``); then the columns an open
+        reads of those row groups, all at once. None when the table does not allow it (no statistics, rows not in
+        episode order, a chunk changing inside a row group): the caller then reads the whole table. Values are
+        checked as the whole table's are, and against the store's starts and lengths."""
+        files, where = self.files, self.files.location("meta/episodes")
+        metas = self._table_files()
+        pfs = {rel: open_parquet(files, rel) for rel in metas}
+        present = {rel: self._present(rel, pf) for rel, pf in pfs.items()}
+        n = len(known.length)
+        groups = [(rel, g) for rel in metas for g in range(pfs[rel].metadata.num_row_groups)]
+        first_row = np.concatenate([[0], np.cumsum([pfs[rel].metadata.row_group(g).num_rows for rel, g in groups])])
+        if first_row[-1] != n or not known.episodes or not all(0 <= e < n for e in known.episodes):
+            return None
+        # LeRobot writes episode e at row e: the row group of an episode is its row's (checked once read)
+        group_of = {e: int(np.searchsorted(first_row, e, side="right") - 1) for e in known.episodes}
+        last = max(group_of.values())
+        pairs = [pair for rel in metas for pair in _file_pair_bounds(
+            pfs[rel], [g for r, g in groups[:last + 1] if r == rel])]
+        need: dict[int, int] = {}  # episode -> the row group where its data file may begin
+        begins: dict[tuple[int, int], int] = {}
+        for e, at in group_of.items():
+            if pairs[at] is None or pairs[at][0] != pairs[at][1]:
+                return None  # no statistics, or a chunk changing inside the row group
+            begin = (pairs[at][0], pairs[at][2])  # the first (chunk, file) of the row group
+            if begin not in begins:
+                # the row groups before the first whose last (chunk, file) may reach it hold only earlier files
+                j = next((j for j, bounds in enumerate(pairs[:at + 1])
+                          if bounds is None or (bounds[1], bounds[3]) >= begin))
+                if pairs[j] is None:
+                    return None
+                begins[begin] = j
+            need[e] = begins[begin]
+        read = sorted({*need.values(), *group_of.values()})
+        by_file: dict[str, list[int]] = {}
+        for i in read:
+            by_file.setdefault(groups[i][0], []).append(groups[i][1])
+        # each row group's columns in a request of its own (unless close): in flight together, one round trip
+        files.prefetch_ranges({rel: column_ranges(pfs[rel], present[rel], gs) for rel, gs in by_file.items()},
+                              gap=_LOCATE_GAP)
+        tables = []
+        for rel, gs in by_file.items():
+            try:
+                table = files.parquet(rel, pfs[rel].metadata).read_row_groups(gs, columns=present[rel])
+            except LeRobotZarrError:
+                raise
+            except (pa.ArrowException, OSError) as exc:
+                raise CorruptSourceError(f"{files.location(rel)}: cannot read row groups {gs} ({exc})") from exc
+            finally:
+                files.release(rel)
+            tables.append(self._completed(table, present[rel]))
+        table = self._concat(tables)
+        rows = np.concatenate([np.arange(first_row[i], first_row[i + 1]) for i in read])  # the table's rows read
+        position = {int(r): p for p, r in enumerate(rows)}
+        if _int_column(table, "episode_index", where) != rows.tolist():
+            return None  # rows not in episode order
+        get = {c: _int_column(table, c, where, order=range(len(rows)), nullable=c.startswith("videos/"),
+                              episodes=rows)
+               for c in self._table_columns if c not in ("episode_index", "tasks") and not c.endswith("from_timestamp")}
+        for p, e in enumerate(rows.tolist()):
+            held = (int(known.start[e]), int(known.start[e] + known.length[e]), int(known.length[e]))
+            here = (get["dataset_from_index"][p], get["dataset_to_index"][p], get["length"][p])
+            if here != held:
+                raise SchemaMismatchError(f"{where}: episode {e} has frames [{here[0]}, {here[1]}) (length {here[2]}), "
+                                          f"the store made from this source holds [{held[0]}, {held[1]})", episode=e)
+        data_template = self._path_template("data_path", V3_DATA_PATH, ("chunk_index", "file_index"))
+        video_template = (self._path_template("video_path", V3_VIDEO_PATH, ("video_key", "chunk_index", "file_index"))
+                          if self._video_keys else "")
+        pair = list(zip(get["data/chunk_index"], get["data/file_index"], strict=True))
+        tasks: list[list[str]] = [[] for _ in range(n)]
+        data_file, file_row = [""] * n, np.full(n, -1, dtype=np.int64)
+        videos: dict[str, list[tuple[str, float] | None]] = {k: [None] * n for k in self._video_keys}
+        found = _task_lists(table.column("tasks"), where, [position[e] for e in known.episodes], known.episodes)
+        starts = {k: _float_column(table, f"videos/{k}/from_timestamp", where, [position[e] for e in known.episodes],
+                                   known.episodes) for k in self._video_keys}
+        first_of: dict[tuple[int, int], int] = {}  # (chunk, file) -> the first row read with it
+        for q, key in enumerate(pair):
+            first_of.setdefault(key, q)
+        for i, e in enumerate(known.episodes):
+            p, at = position[e], group_of[e]
+            # the data file's first episode: the first row read with its (chunk, file), when no row left unread
+            # before it can have them (the row group ``need[e]`` holds it, or the file begins after the first
+            # (chunk, file) of the episode's row group)
+            first = first_of[pair[p]]
+            if not (first_row[need[e]] <= rows[first] < first_row[need[e] + 1]
+                    or (pair[p][1] > pairs[at][2] and rows[first] >= first_row[at])):
+                return None
+            tasks[e] = found[i]
+            data_file[e] = self._fill(data_template, "data", e, chunk_index=pair[p][0], file_index=pair[p][1])
+            file_row[e] = int(known.start[e]) - get["dataset_from_index"][first]
+            for k in self._video_keys:
+                c, f, t0 = get[f"videos/{k}/chunk_index"][p], get[f"videos/{k}/file_index"][p], starts[k][i]
+                videos[k][e] = (None if c is None or f is None or t0 is None else
+                                (self._fill(video_template, f"{k!r} video", e, video_key=k, chunk_index=c,
+                                            file_index=f), t0))
+        return SourceEpisodes(np.asarray(known.length, dtype=np.int64), np.asarray(known.start, dtype=np.int64), tasks,
+                              data_file, file_row, videos, located=frozenset(known.episodes))
 
     def _read_episodes_v2(self) -> SourceEpisodes:
         path = self.files.location("meta/episodes.jsonl")

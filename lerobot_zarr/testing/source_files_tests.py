@@ -106,7 +106,11 @@ class SourceFilesTests:
         size = files.size(data[0])
         files.footer_hint(data[0], 4096)
         files.prefetch_ranges({data[0]: [(0, min(size, 100)), (size // 2, size // 2 + 10)]})
+        files.prefetch_ranges({data[-1]: [(0, 10), (files.size(data[-1]) - 10, files.size(data[-1]))]}, gap=0)
+        files.prefetch([], footers={data[1]: 16, data[-1]: 10 * size})  # an estimate short or long of the footer
         files.seed_footer(data[0], size=None)
+        for rel in data:
+            assert files.parquet(rel).metadata.num_rows == pq.ParquetFile(folder / rel).metadata.num_rows, rel
         for rel in meta + data:
             assert files.read_bytes(rel) == (folder / rel).read_bytes(), rel
             files.release(rel)

@@ -25,6 +25,7 @@ __all__ = ["write_mp4_index", "keep_mp4"]
 def write_mp4_index(source: LeRobotSource, root: Path, name: str) -> int:
     """The episode -> (file, from, to timestamp) table of a camera kept as mp4 (fixed with the store); returns
     its content hash."""
+    source.episodes.check_located(range(len(source.episodes)), source.files.location())
     refs = source.episodes.videos.get(name, [])
     files = sorted({ref[0] for ref in refs if ref is not None})
     number = {f: i for i, f in enumerate(files)}

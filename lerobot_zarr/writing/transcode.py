@@ -65,8 +65,9 @@ from .mp4_files import keep_mp4, write_mp4_index
 if TYPE_CHECKING:  # the caller gives the source: reading one is what needs pyarrow
     from ..doctor.checkup import Checkup
     from ..lerobot.source import LeRobotSource
+    from ..sources.base import Source
 
-__all__ = ["transcode", "array_specs", "missing_episodes", "fetch_missing", "recorded_source"]
+__all__ = ["transcode", "array_specs", "missing_episodes", "fetch_missing", "recorded_source", "located_source"]
 
 _COMMIT_EVERY_S = 1.0
 
@@ -103,6 +104,7 @@ def _camera_arrays(source: LeRobotSource, storage: Mapping[str, CameraStorage | 
 def _create(source: LeRobotSource, root: Path, record: dict, arrays: Mapping[str, ArraySpec], pack_bytes: int
             ) -> StoreState:
     t = source.episodes
+    t.check_located(range(len(t)), f"{root}: a new store")
     task_index = {task: i for i, task in enumerate(source.tasks)}
     first_task = np.array([task_index.get(ts[0], -1) if ts else -1 for ts in t.tasks], dtype=np.int64)
     chunk, offset, rows = plan_packs(t.length, pack_rows_target(arrays, pack_bytes))
@@ -271,9 +273,41 @@ def recorded_source(store: str | os.PathLike, episodes: Sequence[int], *, token:
     why = source.offline()
     if why:
         raise NotMaterializedError(f"{store}: {why} and episodes {wanted} are not in the store")
-    dataset = source.dataset()
+    dataset = located_source(source, store, episodes)
     _checked_state(store, dataset.record())
     return dataset
+
+
+def located_source(src: Source, store: Path, episodes: Iterable[int] | None, *,
+                   storage: Mapping[str, Any] | None = None, resize: Mapping[str, Any] | None = None
+                   ) -> LeRobotSource:
+    """The reader of ``src`` for a transcode of ``episodes`` into ``store``. Where the store, made from this very
+    source (same identity), holds every episode's start and length already and the source is read by ranges (a Hub
+    repo, a bucket), one that locates only these episodes (the footers of the episode table and the row groups
+    holding them: :class:`~lerobot_zarr.lerobot.source_meta.KnownEpisodes`), not LeRobot's whole episode table;
+    else (a new store, many episodes, cameras to heal or choose, a local folder) the source's whole reader."""
+    from ..lerobot.source import LeRobotSource
+    from ..lerobot.source_meta import KnownEpisodes
+
+    held = getattr(src, "_dataset", None)  # read whole already (a bucket's cache path needs its data files)
+    if held is not None or episodes is None or storage is not None or resize is not None \
+            or not has_commit_point(store):
+        return src.dataset()
+    state = read_state(store)
+    n = len(state.table)
+    wanted = sorted({int(e) for e in episodes})
+    if (not wanted or len(wanted) > max(1, n // _LOCATE_MOST) or not all(0 <= e < n for e in wanted)
+            or origin(state.source) != state.source
+            or any(why.startswith(_OLD_PYAV_REASON) for why in state.not_materialized.values())):
+        return src.dataset()
+    files = src.files()
+    if files.local_path("meta/info.json") is not None:  # a folder on this machine: its table is read at disk speed
+        return src.dataset()
+    reader = LeRobotSource(files, KnownEpisodes(state.table.start, state.table.length, tuple(wanted), state.info))
+    return reader if same_source(state.source, reader.record()) else src.dataset()
+
+
+_LOCATE_MOST = 10  # an open of more than 1/10 of the episodes reads the whole episode table (most row groups)
 
 
 _OLD_PYAV_REASON = "decoding videos needs PyAV"  # what earlier versions recorded in a store made without it

@@ -1,0 +1,59 @@
+"""A LeRobot folder in a bucket opened again for another episode (the store holds every episode's start and length):
+LeRobot's episode table is read as from a Hub repo (tests/hub/test_episode_table_reads.py), its footer and the
+row groups it needs through the same SourceFiles reader, in as many round trips at 300 as at 1,000 episodes."""
+
+from __future__ import annotations
+
+import pyarrow.parquet as pq
+import pytest
+from hub_fixtures import assert_same_frames
+from s3_fixtures import running_s3, s3_env
+
+import lerobot_zarr
+from lerobot_zarr.lerobot.source_meta import column_ranges
+from lerobot_zarr.testing.hub_network import NetworkModel
+from lerobot_zarr.testing.sample_data import write_sample_dataset
+
+SIZES = (300, 1000)
+TABLE = "meta/episodes/chunk-000/file-000.parquet"
+NEEDED = ["episode_index", "tasks", "length", "data/chunk_index", "data/file_index", "dataset_from_index",
+          "dataset_to_index"]
+
+
+@pytest.fixture(scope="module")
+def s3():
+    yield from running_s3()
+
+
+@pytest.fixture
+def env(monkeypatch, tmp_path, s3):
+    yield from s3_env(monkeypatch, tmp_path, s3)
+
+
+def test_reopen_reads_the_footer_and_the_row_groups_it_needs(env, tmp_path):
+    counts = {}
+    for n in SIZES:
+        folder = write_sample_dataset(tmp_path / f"src-{n}", n_episodes=n, lengths=(20, 40), episodes_per_file=20,
+                                      episodes_row_group=10, seed=n)
+        env.upload(folder, f"lerobot-{n}")
+        first, then = n // 2 + 3, n // 4 + 1  # (its row group far from the end: not in the footer's read)
+        root = tmp_path / f"store-{n}"
+        lerobot_zarr.open_dataset(env.url(f"lerobot-{n}"), episodes=[first], root=root, progress=False)
+        env.server.reset_stats()
+        env.server.network = NetworkModel(latency_s=0.02, rate=1e9, settle=True)
+        try:
+            ds = lerobot_zarr.open_dataset(env.url(f"lerobot-{n}"), episodes=[then], root=root, progress=False)
+        finally:
+            env.server.network = None
+        # (the two HEADs asking what the folder is are sent together; a loaded machine may delay one thread's
+        # first request past the other's answer: the chain is counted from the second)
+        counts[n] = (len(env.server.requests()), env.server.stats.round_trips(exclude=("zarr.json",)))
+        local = lerobot_zarr.open_dataset(folder, episodes=[then], root=tmp_path / f"local-{n}", progress=False)
+        assert_same_frames(ds, local, f"{n} episodes")
+        pf = pq.ParquetFile(folder / TABLE)
+        groups = sorted({then // 10, (then // 20 * 20) // 10})  # its row group, and where its data file begins
+        uses = pf.metadata.serialized_size + 8 + sum(b - a for a, b in column_ranges(pf, NEEDED, groups))
+        read = sum(r.bytes_sent for r in env.server.requests("GET", TABLE))
+        assert 0 < read <= 2 * uses, (n, read, uses)
+    # the HEAD, the listing, the metadata files with the table's footer, its row groups, the data file's footer
+    assert counts[SIZES[0]] == counts[SIZES[1]] and counts[SIZES[1]][1] <= 5, counts

@@ -1,0 +1,224 @@
+"""What an open reads of LeRobot's episode table when the store made from the repo already holds every episode's
+start and length (a second open for other episodes, a lazy fetch, ``fetch_missing``, ``verify --repair``): the
+table's footer, in one request sized from info.json, and the columns an open needs of the row groups holding the
+episodes asked for (and where their data file begins), not the whole table (LeRobot's per-episode stats columns are
+most of it).
+
+Repos laid out as LeRobot 0.6.1 writes them (row groups of 10 episodes with per-episode stats columns), at two
+sizes and with data-file boundaries inside row groups. Values are compared with the table read whole by pyarrow
+(an independent reference: paths and rows computed here) and the frames with a local open.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from hub_fixtures import CLIENT_NOISE, assert_same_frames, lib_requests, make_env, parse_range, running_server
+
+import lerobot_zarr
+from lerobot_zarr.errors import ArgumentError, CorruptSourceError, SchemaMismatchError
+from lerobot_zarr.lerobot.source import LeRobotSource
+from lerobot_zarr.lerobot.source_files import LocalFiles
+from lerobot_zarr.lerobot.source_meta import KnownEpisodes, column_ranges
+from lerobot_zarr.testing.hub_server import HubServer, NetworkModel
+from lerobot_zarr.testing.sample_data import write_sample_dataset
+
+SIZES = (300, 1000)  # both with a table of more than its footer's estimate (a small one comes whole)
+PER_FILE = 15  # data files begin inside row groups of the episode table (10 episodes each)
+TABLE = "meta/episodes/chunk-000/file-000.parquet"
+NEEDED = ["episode_index", "tasks", "length", "data/chunk_index", "data/file_index", "dataset_from_index",
+          "dataset_to_index"]
+MODEL = NetworkModel(latency_s=0.05, rate=1e9, settle=True)
+CAM = "observation.images.cam"
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory):
+    base = tmp_path_factory.mktemp("hub_table")
+    server = HubServer(base / "storage")
+    server.folders = {}
+    for n in SIZES:
+        src = write_sample_dataset(base / f"src-{n}", n_episodes=n, lengths=(20, 40), episodes_per_file=PER_FILE,
+                                   episodes_row_group=10, seed=n)
+        server.folders[n] = src
+        server.add_repo(f"org/table-{n}", src, tags=["v3.0"])
+    yield from running_server(server)
+
+
+@pytest.fixture
+def env(monkeypatch, tmp_path, hub):
+    env = make_env(monkeypatch, tmp_path, hub.endpoint)
+    hub.network = None
+    hub.reset_stats()
+    yield env
+    hub.network = None
+    assert hub.errors == [], hub.errors[0]
+
+
+def reference(folder) -> dict:
+    """The episode table read whole with pyarrow, and each episode's data file and first row in it computed
+    here from LeRobot's path template (files hold their episodes in index order)."""
+    table = pq.read_table(folder / TABLE).to_pydict()
+    order = np.argsort(table["episode_index"])
+    out = {c: [table[c][i] for i in order] for c in table}
+    first: dict[tuple[int, int], int] = {}
+    out["data_file"], out["file_row"] = [], []
+    for c, f, start in zip(out["data/chunk_index"], out["data/file_index"], out["dataset_from_index"], strict=True):
+        out["data_file"].append(f"data/chunk-{c:03d}/file-{f:03d}.parquet")
+        out["file_row"].append(start - first.setdefault((c, f), start))
+    return out
+
+
+def known(ref: dict, episodes, info) -> KnownEpisodes:
+    return KnownEpisodes(np.asarray(ref["dataset_from_index"]), np.asarray(ref["length"]), tuple(episodes), info)
+
+
+@pytest.mark.parametrize("table_files", [1, 2])
+def test_located_episodes_equal_the_table_read_whole(tmp_path, table_files):
+    # first, middle and last episodes; the first of a data file, one inside a row group where a file begins, and
+    # one whose file began row groups earlier; the v3.0 layout with its data file boundaries inside row groups, the
+    # episode table in one file or two (LeRobot starts another past a size)
+    folder = write_sample_dataset(tmp_path / "ds", n_episodes=97, lengths=(5, 30), episodes_per_file=PER_FILE,
+                                  episodes_row_group=10, seed=1, video_keys=(CAM,))
+    ref = reference(folder)
+    if table_files == 2:
+        table = pq.read_table(folder / TABLE)
+        pq.write_table(table.slice(0, 50), folder / TABLE, row_group_size=10)
+        pq.write_table(table.slice(50), folder / TABLE.replace("file-000", "file-001"), row_group_size=10)
+    whole = LeRobotSource(LocalFiles(folder))
+    for episodes in ([0], [48], [96], [45], [46], [44, 59, 60], [29, 30, 31]):
+        src = LeRobotSource(LocalFiles(folder), known(ref, episodes, whole.info))
+        t = src.episodes
+        assert t.located == frozenset(episodes)
+        assert np.array_equal(t.length, ref["length"]) and np.array_equal(t.start, ref["dataset_from_index"])
+        for e in episodes:
+            assert t.data_file[e] == ref["data_file"][e] == whole.episodes.data_file[e]
+            assert t.file_row[e] == ref["file_row"][e] == whole.episodes.file_row[e], e
+            assert t.tasks[e] == ref["tasks"][e]
+            c, f = ref[f"videos/{CAM}/chunk_index"][e], ref[f"videos/{CAM}/file_index"][e]
+            assert t.videos[CAM][e] == (f"videos/{CAM}/chunk-{c:03d}/file-{f:03d}.mp4",
+                                        ref[f"videos/{CAM}/from_timestamp"][e]) == whole.episodes.videos[CAM][e]
+        assert [e for e, ref_ in enumerate(t.videos[CAM]) if ref_ is not None] == sorted(episodes)
+        got = dict(src.iter_episodes(episodes))
+        want = dict(whole.iter_episodes(episodes))
+        assert got.keys() == want.keys()
+        for e in episodes:
+            assert all(np.array_equal(got[e][k], want[e][k]) for k in want[e])
+        other = next(e for e in range(97) if e not in episodes)
+        with pytest.raises(ArgumentError, match="not located"):
+            list(src.iter_episodes([other]))
+
+
+def test_a_table_it_cannot_locate_in_is_read_whole(tmp_path):
+    folder = write_sample_dataset(tmp_path / "ds", n_episodes=60, lengths=(5, 30), episodes_per_file=PER_FILE,
+                                  episodes_row_group=10, seed=2)
+    ref = reference(folder)
+    info = LeRobotSource(LocalFiles(folder)).info
+    table = pq.read_table(folder / TABLE)
+    # no statistics in the footer; then rows out of episode order: the whole table, the same values
+    for write in (lambda: pq.write_table(table, folder / TABLE, row_group_size=10, write_statistics=False),
+                  lambda: pq.write_table(table.take(list(range(59, -1, -1))), folder / TABLE, row_group_size=10)):
+        write()
+        src = LeRobotSource(LocalFiles(folder), known(ref, [33], info))
+        assert src.episodes.located is None
+        assert src.episodes.data_file == ref["data_file"] and src.episodes.file_row.tolist() == ref["file_row"]
+    # a store whose table disagrees with the source it names: refused, naming the episode
+    pq.write_table(table, folder / TABLE, row_group_size=10)
+    lengths = np.asarray(ref["length"]).copy()
+    lengths[34] += 1
+    wrong = KnownEpisodes(np.concatenate([[0], np.cumsum(lengths)[:-1]]), lengths, (33,), info)
+    with pytest.raises(SchemaMismatchError, match="episode 34"):
+        LeRobotSource(LocalFiles(folder), wrong)
+
+
+def _uses(folder, episodes) -> int:
+    """What locating ``episodes`` uses of the episode table: its footer, and the needed columns' chunks of the row
+    groups holding them and where their data files begin."""
+    pf = pq.ParquetFile(folder / TABLE)
+    ref = reference(folder)
+    groups = sorted({g for e in episodes for g in (e // 10, ref["data_file"].index(ref["data_file"][e]) // 10)})
+    return pf.metadata.serialized_size + 8 + sum(b - a for a, b in column_ranges(pf, NEEDED, groups))
+
+
+def _table_reads(hub, n: int) -> list[tuple[int, int]]:
+    size = (hub.folders[n] / TABLE).stat().st_size
+    return [parse_range(r.range, size) for r in lib_requests(hub, "GET", f"/{TABLE}")]
+
+
+def test_reopen_reads_the_footer_and_the_row_groups_it_needs(hub, env, tmp_path):
+    """A second open for another episode: the episode table's footer (one request) and its needed columns of at
+    most two row groups (one more round trip), as many requests and round trips at 40 as at 1,000 episodes; bytes
+    within 2x of what it uses (the footer, and the needed columns' chunks of the row groups holding the episode and
+    where its data file begins). Frames exact against a local open."""
+    counts = {}
+    for n in SIZES:
+        first, then = n // 2 + 3, n - 2  # a middle episode, then one near the end in another data file
+        root = tmp_path / f"hub-{n}"
+        lerobot_zarr.open_dataset(f"org/table-{n}", episodes=[first], root=root, progress=False)
+        hub.reset_stats()
+        hub.network = MODEL
+        try:
+            ds = lerobot_zarr.open_dataset(f"org/table-{n}", episodes=[first, then], root=root, progress=False)
+        finally:
+            hub.network = None
+        counts[n] = (len(lib_requests(hub)), hub.stats.round_trips(exclude=CLIENT_NOISE))
+        local = lerobot_zarr.open_dataset(hub.folders[n], episodes=[first, then], root=tmp_path / f"local-{n}",
+                                          progress=False)
+        assert_same_frames(ds, local, f"{n} episodes")
+        uses = _uses(hub.folders[n], [first, then])
+        read = _table_reads(hub, n)
+        assert sum(b - a for a, b in read) <= 2 * uses and len(read) <= 3, (n, read, uses)
+    # revision, listing, the metadata files with the table's footer, its row groups, the data file's footer, its
+    # row group
+    assert counts[SIZES[0]][1] == counts[SIZES[1]][1] <= 6, counts
+    assert counts[SIZES[0]][0] <= counts[SIZES[1]][0] <= counts[SIZES[0]][0] + 1, counts
+
+
+def test_fetch_missing_locates_what_it_fetches(hub, env, tmp_path):
+    from lerobot_zarr.writing.transcode import fetch_missing
+
+    n = SIZES[1]
+    root = tmp_path / "store"
+    lerobot_zarr.open_dataset(f"org/table-{n}", episodes=[0], root=root, progress=False)
+    hub.reset_stats()
+    want = [7, 512, 998]
+    fetch_missing(root, want, progress=False)
+    assert 0 < sum(b - a for a, b in _table_reads(hub, n)) <= 2 * _uses(hub.folders[n], want)
+    local = lerobot_zarr.open_dataset(hub.folders[n], episodes=want, root=tmp_path / "local", progress=False)
+    assert_same_frames(lerobot_zarr.open_dataset(root, episodes=want), local, "fetched")
+
+
+@pytest.mark.parametrize("damage", ["length", "bytes"])
+def test_a_malformed_footer_is_a_typed_error_naming_the_file(hub, env, tmp_path, damage):
+    from lerobot_zarr.sources.resolve import resolve_source
+
+    n = SIZES[1]
+    folder = tmp_path / "bad"
+    shutil.copytree(hub.folders[n], folder)
+    data = bytearray((folder / TABLE).read_bytes())
+    length = int.from_bytes(data[-8:-4], "little")
+    if damage == "length":  # a footer longer than the file
+        data[-8:-4] = (len(data) * 2).to_bytes(4, "little")
+    else:  # a footer of the right length that is not parquet's
+        data[-8 - length:-8] = bytes(length)
+    (folder / TABLE).write_bytes(bytes(data))
+    hub.add_repo(f"org/bad-footer-{damage}", folder, tags=["v3.0"])
+    files = resolve_source(f"org/bad-footer-{damage}").files()
+    ref = reference(hub.folders[n])
+    info = LeRobotSource(LocalFiles(hub.folders[n])).info
+    with pytest.raises(CorruptSourceError, match=rf"org/bad-footer-{damage}.*file-000\.parquet: .*footer"):
+        LeRobotSource(files, known(ref, [3], info))
+
+
+def test_a_v21_dataset_is_read_as_before(tmp_path):
+    # its episode table is episodes.jsonl (no footer to read first): read whole, the same values as without a store
+    folder = write_sample_dataset(tmp_path / "ds", version="v2.1", n_episodes=12, lengths=(5, 30), seed=4)
+    whole = LeRobotSource(LocalFiles(folder))
+    t = whole.episodes
+    src = LeRobotSource(LocalFiles(folder), KnownEpisodes(t.start, t.length, (5,), whole.info))
+    assert src.episodes.located is None
+    assert src.episodes.data_file == t.data_file and np.array_equal(src.episodes.file_row, t.file_row)
+    assert src.episodes.tasks == t.tasks and np.array_equal(src.episodes.length, t.length)
