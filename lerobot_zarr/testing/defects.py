@@ -493,7 +493,7 @@ def _write_video(path: pathlib.Path, episodes: Sequence[tuple[np.ndarray, Sequen
     the rows' times)."""
     import av
 
-    from ..cameras.video import ENCODING
+    from ..cameras.video import ENCODING, encoder_options
 
     os.environ.setdefault("SVT_LOG", "1")  # SVT-AV1 prints its banner and settings to stderr otherwise
     rate = Fraction(FPS)
@@ -504,7 +504,9 @@ def _write_video(path: pathlib.Path, episodes: Sequence[tuple[np.ndarray, Sequen
         stream.pix_fmt = ENCODING["pix_fmt"]
         stream.time_base = Fraction(1, 4 * FPS)
         stream.codec_context.time_base = Fraction(1, 4 * FPS)
-        stream.options = {"g": str(ENCODING["g"]), "crf": str(ENCODING["crf"]), "preset": str(ENCODING["preset"])}
+        # the encoder's own options, incl. the SVT-AV1 parameters the test suite sets (lp=1), as every other writer
+        # of ours: without them the muxer refused a packet (EINVAL) in 4 loaded suite runs of 6 Dec
+        stream.options = encoder_options(ENCODING)
         start = 0
         for (frames, stamps), n in zip(episodes, LENGTHS, strict=True):
             for image, t in zip(frames, stamps, strict=True):
