@@ -383,7 +383,9 @@ def test_failed_tag_on_a_new_repo_says_so_and_push_again_retags(hub, env, local)
     with pytest.raises(HubError) as info:
         local.push(repo_id, token=TOKEN, progress=False)
     head = hub.refs(repo_id)["branches"]["main"]
-    assert f"main moved to {head}; tag {TAG} is missing; run push again to retag" in str(info.value), str(info.value)
+    # on a loaded machine the commit's own answer may time out first: the message then says so between the two
+    message = str(info.value)
+    assert f"main moved to {head}" in message and f"tag {TAG} is missing; run push again to retag" in message, message
     assert TAG not in hub.refs(repo_id)["tags"]
     assert local.push(repo_id, token=TOKEN, progress=False) is None  # nothing to upload: it only retags
     assert hub.refs(repo_id) == {"branches": {"main": head}, "tags": {TAG: head}}
