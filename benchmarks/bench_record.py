@@ -82,7 +82,7 @@ def speed(args: argparse.Namespace) -> None:
     from lerobot_zarr.writing.export import to_lerobot
 
     frames = [[frame(e, i, args.height, args.width) for i in range(args.frames)] for e in range(args.episodes)]
-    runs = [("lerobot_zarr", {}), ("lerobot", {"image_writer_threads": 12})]
+    runs = [("lerobot_zarr", {"image_writer_threads": 12}), ("lerobot", {"image_writer_threads": 12})]
     if args.streaming:
         runs.append(("lerobot", {"image_writer_threads": 12, "streaming_encoding": True, "encoder_threads": 2}))
     results = {}

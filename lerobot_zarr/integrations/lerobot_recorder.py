@@ -70,11 +70,12 @@ class _Spill:
 class _SpillWriter:
     """Writes camera frames to their spills in a thread, as LeRobot's image writer threads write its PNGs:
     ``add_frame`` only queues a frame (bounded: at most ``maxsize`` frames wait, then it waits), so a disk busy
-    writing back does not stall it. The frame is the caller's array, held until written and not copied, as
-    LeRobot's image writer holds it: a copy (0.3 ms per 480x640 frame) made ``add_frame`` ~10x longer, so ~10x
-    likelier to lose its CPU on a loaded machine, and let the writer take the GIL mid-call (numpy releases it while
-    copying). Measured (3 cameras 480x640, 270 frames taken as fast as it goes, load 25-30): p99 45 ms without the
-    copy, 72-108 ms with it, 86-715 ms writing in ``add_frame`` (the disk's stalls then land in it).
+    writing back does not stall it. With LeRobot's asynchronous image writers asked for, the frame is the caller's
+    array, held until written and not copied, as LeRobot's image writer holds it (else a copy): a copy (0.3 ms per
+    480x640 frame) made ``add_frame`` ~10x longer, so ~10x likelier to lose its CPU on a loaded machine, and let
+    the writer take the GIL mid-call (numpy releases it while copying). Measured (3 cameras 480x640, 270 frames
+    taken as fast as it goes, load 25-30): p99 45 ms without the copy, 72-108 ms with it, 86-715 ms writing in
+    ``add_frame`` (the disk's stalls then land in it).
     :meth:`drain` waits until every frame queued is written and raises the first error met (a full disk...)."""
 
     def __init__(self, maxsize: int = 256):
@@ -125,12 +126,13 @@ class Recorder:
     image_writer = None  # LeRobot's asynchronous PNG writer: none, frames are not encoded
 
     def __init__(self, store: Any, features: dict[str, dict], *, on_saved: Callable[[], None],
-                 batch_encoding_size: int = 1):
+                 batch_encoding_size: int = 1, hold_frames: bool = False):
         self._store = store
         self._features = features
         self._on_saved = on_saved
         self._streaming_encoder = None  # LeRobot's (its VideoEncodingManager reads it): no encoder runs here
         self._batch_encoding_size = batch_encoding_size
+        self._hold_frames = hold_frames  # LeRobot's asynchronous image writers asked for: the caller's array held
         specs = store.reader.array_specs
         self._cameras = [k for k, ft in features.items() if ft["dtype"] in CAMERA_DTYPES and k in specs]
         self._folder = Path(tempfile.mkdtemp(prefix=SPILL_PREFIX, dir=store.root))
@@ -170,8 +172,9 @@ class Recorder:
         shapes). A camera frame LeRobot's image writer could not write (floats outside [0, 1], a wrong channel
         count...) is logged as LeRobot logs it, and :meth:`save_episode` then refuses the episode
         (:class:`~lerobot_zarr.errors.FrameNotWrittenError`, a ``FileNotFoundError`` as LeRobot's). A camera frame
-        is held until written, not copied (as LeRobot's image writer holds it): the caller does not write into that
-        array afterwards (a camera read gives a new one)."""
+        is copied, or, when the recording was made with LeRobot's asynchronous image writers
+        (``image_writer_threads``/``_processes`` > 0), held until written as they hold it: the caller then does not
+        write into that array afterwards (a camera read gives a new one)."""
         self._check_open()
         if not isinstance(frame, Mapping):
             raise TypeError(f"a frame is a dict {{feature: value, 'task': str}}, got {type(frame).__name__}")
@@ -193,7 +196,9 @@ class Recorder:
                     logger.error("Error writing image %s: %s", f"{key} frame {index}", exc)
                     self._refused.append(f"{key!r} frame {index}: {exc}")
                     stored = np.zeros(spec.frame_shape, spec.dtype)
-                self._writer.put(self._spill(key, spec), stored)  # held, not copied, until written
+                if not self._hold_frames and np.may_share_memory(stored, value):
+                    stored = stored.copy()  # LeRobot without image writers writes it at once: later changes are not in
+                self._writer.put(self._spill(key, spec), stored)
             elif ft["dtype"] == "language":
                 self._values.setdefault(key, []).append(None)  # LeRobot drops them: written by its annotator
             elif ft["dtype"] == "string":

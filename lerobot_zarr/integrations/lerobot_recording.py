@@ -120,8 +120,11 @@ class LeRobotRecording:
           recording here, so they change nothing (the videos are encoded at push). ``encoder_threads``: the
           encoder's threads at push, as LeRobot's.
         - ``image_writer_processes`` / ``image_writer_threads``: LeRobot's PNG writers; frames are not encoded
-          while recording, so none is needed and none starts. ``metadata_buffer_size``: LeRobot writes episode
-          metadata in batches; here each episode's is committed with it, so nothing is buffered.
+          while recording, so none starts. As with LeRobot, their number says whether ``add_frame`` holds the
+          caller's camera arrays until written (more than 0: as LeRobot's asynchronous writers, the caller must not
+          write into them afterwards; cheaper) or copies them (0, the default: LeRobot then writes them at once).
+          ``metadata_buffer_size``: LeRobot writes episode metadata in batches; here each episode's is committed
+          with it, so nothing is buffered.
 
         ``durable`` (lerobot_zarr's, keyword-only): each ``save_episode`` flushes to disk (survives power loss);
         ``False`` is still safe when the process is killed."""
@@ -154,7 +157,8 @@ class LeRobotRecording:
             store.close()
             raise
         return cls._recording(repo_id, store, tolerance_s=tolerance_s, video_backend=video_backend,
-                              batch_encoding_size=batch_encoding_size, encoder_threads=encoder_threads)
+                              batch_encoding_size=batch_encoding_size, encoder_threads=encoder_threads,
+                              hold_frames=bool(image_writer_threads or image_writer_processes))
 
     @classmethod
     def resume(cls, repo_id: str, root: str | os.PathLike | None = None, tolerance_s: float = 1e-4,
@@ -205,11 +209,12 @@ class LeRobotRecording:
             store.close()
             raise
         return cls._recording(repo_id, store, tolerance_s=tolerance_s, video_backend=video_backend,
-                              batch_encoding_size=batch_encoding_size, encoder_threads=encoder_threads)
+                              batch_encoding_size=batch_encoding_size, encoder_threads=encoder_threads,
+                              hold_frames=bool(image_writer_threads or image_writer_processes))
 
     @classmethod
     def _recording(cls, repo_id: str, store: Any, *, tolerance_s: float, video_backend: str | None,
-                   batch_encoding_size: int, encoder_threads: int | None) -> Any:
+                   batch_encoding_size: int, encoder_threads: int | None, hold_frames: bool) -> Any:
         """The drop-in dataset recording into ``store`` (a WritableDataset): LeRobot's attributes of a recorder."""
         obj = cls.__new__(cls)
         obj.repo_id = repo_id
@@ -231,7 +236,7 @@ class LeRobotRecording:
         try:
             obj.meta = RecordingMetadata.of_writer(store, repo_id)
             obj.writer = Recorder(store, obj.meta.features, on_saved=obj.meta.follow,
-                                  batch_encoding_size=batch_encoding_size)
+                                  batch_encoding_size=batch_encoding_size, hold_frames=hold_frames)
         except BaseException:
             store.close()
             raise

@@ -220,14 +220,14 @@ def test_depth_unit_learnt_from_the_first_frame(tmp_path):
 
 
 def test_add_frame_queues_camera_frames_without_copying_them(tmp_path):
-    """add_frame holds a camera frame until its thread has written it, as LeRobot's image writer does, and copies
-    nothing: a copy made it ~10x longer, so likelier to lose its CPU on a loaded machine (its p99,
-    benchmarks/bench_record.py speed). The frames saved are the ones given."""
+    """With LeRobot's asynchronous image writers asked for, add_frame holds a camera frame until its thread has
+    written it, as LeRobot's image writer does, and copies nothing: a copy made it ~10x longer, so likelier to lose
+    its CPU on a loaded machine (its p99, benchmarks/bench_record.py speed). The frames saved are the ones given."""
     import tracemalloc
 
     features = {"observation.images.cam": {"dtype": "video", "shape": (240, 320, 3),
                                            "names": ["height", "width", "channels"]}}
-    ds = LeRobotDataset.create(REPO_ID, 30, features, root=tmp_path / "ds")
+    ds = LeRobotDataset.create(REPO_ID, 30, features, root=tmp_path / "ds", image_writer_threads=4)
     rng = np.random.default_rng(0)
     frames = [{"observation.images.cam": rng.integers(0, 256, (240, 320, 3), np.uint8), "task": "t"}
               for _ in range(4)]
@@ -245,6 +245,22 @@ def test_add_frame_queues_camera_frames_without_copying_them(tmp_path):
     for i, f in enumerate(frames):
         assert torch.equal(ds[i]["observation.images.cam"],
                            torch.from_numpy(f["observation.images.cam"]).permute(2, 0, 1) / 255)
+
+
+def test_without_image_writers_a_frame_changed_after_add_frame_is_recorded_as_given(tmp_path):
+    """LeRobot without image writers (the default) writes a frame in add_frame: a caller reusing its array for the
+    next frame records every frame as it was given, so the drop-in copies it then."""
+    features = {"observation.images.cam": {"dtype": "image", "shape": (24, 32, 3),
+                                           "names": ["height", "width", "channels"]}}
+    ds = LeRobotDataset.create(REPO_ID, 30, features, root=tmp_path / "ds", use_videos=False)
+    buffer = np.zeros((24, 32, 3), np.uint8)
+    for i in range(5):
+        buffer[:] = 10 * i  # one array, rewritten for each frame, as a camera reading into a preallocated buffer
+        ds.add_frame({"observation.images.cam": buffer, "task": "t"})
+    ds.save_episode()
+    ds.finalize()
+    got = [float(ds[i]["observation.images.cam"][0, 0, 0]) * 255 for i in range(5)]
+    assert got == pytest.approx([0, 10, 20, 30, 40]), got
 
 
 def test_a_camera_frame_not_written_fails_the_episode(tmp_path, monkeypatch):
