@@ -55,9 +55,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
 import _common as C
+import numpy as np
 
 CAM = "observation.images.cam_high"
 SMALL = (224, 224)

@@ -434,9 +434,9 @@ class WritableDataset:
 
     def _episode_stats_of(self, episode: Mapping[str, _Frames]) -> dict[str, dict[str, np.ndarray]]:
         # colour cameras' stats read a sample of frames: the rest need all of them
-        return self._tx.features_stats({name: frames if spec.kind in CAMERA_DTYPES and spec.dtype == np.uint8
-                                        else frames.numeric()
-                                        for name, spec in self._tx.stats_arrays().items() for frames in [episode[name]]})
+        arrays = self._tx.stats_arrays()
+        return self._tx.features_stats({name: episode[name] if spec.kind in CAMERA_DTYPES and spec.dtype == np.uint8
+                                        else episode[name].numeric() for name, spec in arrays.items()})
 
     def set_capacity(self, capacity_frames: int | None) -> None:
         """Make the store a ring buffer of at most ``capacity_frames`` frames (None: unbounded), dropping its oldest

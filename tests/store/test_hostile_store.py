@@ -434,13 +434,12 @@ def test_8_a_changed_folder_is_named_as_changed(source, tmp_path):
 
 
 def test_8_an_lfs_upload_failure_is_a_hub_error(source, tmp_path, monkeypatch):
-    from hub_fixtures import make_env
-
-    from lerobot_zarr.testing.hub_server import HubServer
-
     import functools
 
+    from hub_fixtures import make_env
     from huggingface_hub import lfs
+
+    from lerobot_zarr.testing.hub_server import HubServer
 
     # huggingface_hub retries each LFS upload 5 times, waiting 1 to 8 s: the same retries, without the waits
     monkeypatch.setattr(lfs, "http_backoff", functools.partial(lfs.http_backoff, base_wait_time=0.01,
