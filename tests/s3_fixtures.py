@@ -79,3 +79,15 @@ def s3_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, server: S3Server) ->
     server.clear_faults()
     server.network = None
     assert server.errors == [], server.errors[0]
+
+
+@pytest.fixture(scope="module")
+def s3() -> Iterator[S3Server]:
+    """The server, one per test module that imports this fixture (``from s3_fixtures import env, s3``)."""
+    yield from running_s3()
+
+
+@pytest.fixture
+def env(monkeypatch, tmp_path, s3) -> Iterator[S3Env]:
+    """A bucket of the test's own on ``s3``, the client environment pointed at it."""
+    yield from s3_env(monkeypatch, tmp_path, s3)

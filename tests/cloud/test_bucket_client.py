@@ -11,7 +11,7 @@ import time
 
 import numpy as np
 import pytest
-from s3_fixtures import running_s3, s3_env
+import s3_fixtures
 
 import lerobot_zarr.cloud.client as client
 from lerobot_zarr.cloud.client import HF_S3_ENDPOINT_ENV, Bucket
@@ -27,16 +27,6 @@ from lerobot_zarr.errors import (
 )
 from lerobot_zarr.testing.hub_network import NetworkModel
 from lerobot_zarr.testing.s3_server import S3Server
-
-
-@pytest.fixture(scope="module")
-def s3():
-    yield from running_s3()
-
-
-@pytest.fixture
-def env(monkeypatch, tmp_path, s3):
-    yield from s3_env(monkeypatch, tmp_path, s3)
 
 
 @pytest.fixture
@@ -59,6 +49,8 @@ def test_urls():
         with pytest.raises(ArgumentError):
             parse_bucket_url(bad)
     assert not is_bucket_url("http://host/x") and not is_bucket_url("org/name") and is_bucket_url("s3://b/x")
+
+s3, env = s3_fixtures.s3, s3_fixtures.env  # the fixtures: a server per test module, a bucket per test
 
 
 def test_exact_ranges_whole_reads_and_listing(env):

@@ -4,21 +4,13 @@ suite (lerobot_zarr.testing.source_files_tests), and reads each file at one vers
 from __future__ import annotations
 
 import pytest
-from s3_fixtures import running_s3, s3_env
+import s3_fixtures
 
 from lerobot_zarr.cloud.files import BucketFiles
 from lerobot_zarr.errors import ObjectChangedError
 from lerobot_zarr.testing.source_files_tests import SourceFilesTests
 
-
-@pytest.fixture(scope="module")
-def s3():
-    yield from running_s3()
-
-
-@pytest.fixture
-def env(monkeypatch, tmp_path, s3):
-    yield from s3_env(monkeypatch, tmp_path, s3)
+s3, env = s3_fixtures.s3, s3_fixtures.env  # the fixtures: a server per test module, a bucket per test
 
 
 class TestBucketFiles(SourceFilesTests):

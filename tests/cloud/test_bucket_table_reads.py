@@ -5,29 +5,20 @@ row groups it needs through the same SourceFiles reader, in as many round trips 
 from __future__ import annotations
 
 import pyarrow.parquet as pq
-import pytest
+import s3_fixtures
 from hub_fixtures import assert_same_frames
-from s3_fixtures import running_s3, s3_env
 
 import lerobot_zarr
 from lerobot_zarr.lerobot.source_meta import column_ranges
 from lerobot_zarr.testing.hub_network import NetworkModel
 from lerobot_zarr.testing.sample_data import write_sample_dataset
 
+s3, env = s3_fixtures.s3, s3_fixtures.env  # the fixtures: a server per test module, a bucket per test
+
 SIZES = (300, 1000)
 TABLE = "meta/episodes/chunk-000/file-000.parquet"
 NEEDED = ["episode_index", "tasks", "length", "data/chunk_index", "data/file_index", "dataset_from_index",
           "dataset_to_index"]
-
-
-@pytest.fixture(scope="module")
-def s3():
-    yield from running_s3()
-
-
-@pytest.fixture
-def env(monkeypatch, tmp_path, s3):
-    yield from s3_env(monkeypatch, tmp_path, s3)
 
 
 def test_reopen_reads_the_footer_and_the_row_groups_it_needs(env, tmp_path):

@@ -10,7 +10,7 @@ import time
 
 import numpy as np
 import pytest
-from s3_fixtures import running_s3, s3_env
+import s3_fixtures
 
 import lerobot_zarr
 from lerobot_zarr.errors import ArgumentError
@@ -18,20 +18,12 @@ from lerobot_zarr.testing.sample_data import NOTE_KEY, write_sample_dataset
 from lerobot_zarr.testing.source_tests import assert_same_batches
 from lerobot_zarr.writing.sync import push_store
 
+s3, env = s3_fixtures.s3, s3_fixtures.env  # the fixtures: a server per test module, a bucket per test
+
 FPS = 30
 CAM = "observation.images.cam"
 VID = "observation.images.vid"
 DELTAS = {"observation.state": [-1 / FPS, 0.0], "action": [k / FPS for k in range(4)], CAM: [-1 / FPS, 0.0]}
-
-
-@pytest.fixture(scope="module")
-def s3():
-    yield from running_s3()
-
-
-@pytest.fixture
-def env(monkeypatch, tmp_path, s3):
-    yield from s3_env(monkeypatch, tmp_path, s3)
 
 
 @pytest.fixture(scope="module")

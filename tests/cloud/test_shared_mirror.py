@@ -18,28 +18,20 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from s3_fixtures import running_s3, s3_env
+import s3_fixtures
 
 import lerobot_zarr
 from lerobot_zarr.sources.remote_store import SHARED
 from lerobot_zarr.testing.sample_data import write_sample_dataset
 from lerobot_zarr.writing.sync import push_store
 
+s3, env = s3_fixtures.s3, s3_fixtures.env  # the fixtures: a server per test module, a bucket per test
+
 pytestmark = pytest.mark.skipif(not SHARED, reason="the mirror is shared through Linux open file description locks")
 
 FPS = 30
 CAM = "observation.images.cam"
 DELTAS = {"observation.state": [-1 / FPS, 0.0], "action": [0.0, 1 / FPS], CAM: [-1 / FPS, 0.0]}
-
-
-@pytest.fixture(scope="module")
-def s3():
-    yield from running_s3()
-
-
-@pytest.fixture
-def env(monkeypatch, tmp_path, s3):
-    yield from s3_env(monkeypatch, tmp_path, s3)
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from s3_fixtures import running_s3, s3_env
+import s3_fixtures
 
 import lerobot_zarr
 import lerobot_zarr.writing.sync as sync
@@ -26,21 +26,13 @@ from lerobot_zarr.testing.sample_data import write_sample_dataset
 from lerobot_zarr.testing.source_tests import assert_same_batches
 from lerobot_zarr.writing.sync import LEASE, LEASE_SECONDS, _Lease, pull_store, push_store
 
+s3, env = s3_fixtures.s3, s3_fixtures.env  # the fixtures: a server per test module, a bucket per test
+
 REPO = Path(__file__).resolve().parents[2]
 CAM = "observation.images.cam"
 PUSH = ("import sys\nfrom lerobot_zarr.writing.sync import push_store\n"
         "push_store(sys.argv[1], sys.argv[2], progress=False, on_file=lambda rel: print(rel, flush=True))\n"
         "print('DONE', flush=True)\n")
-
-
-@pytest.fixture(scope="module")
-def s3():
-    yield from running_s3()
-
-
-@pytest.fixture
-def env(monkeypatch, tmp_path, s3):
-    yield from s3_env(monkeypatch, tmp_path, s3)
 
 
 @pytest.fixture(scope="module")

@@ -43,20 +43,13 @@ class TestHubSource(SourceTests):
 
 
 try:
-    from s3_fixtures import running_s3, s3_env
+    import s3_fixtures
+    s3, env = s3_fixtures.s3, s3_fixtures.env  # the fixtures: a server per test module, a bucket per test
 except pytest.skip.Exception:  # no obstore or moto: the bucket kinds are skipped, the others run
-    running_s3 = None
+    s3 = None
 
 
-if running_s3 is not None:
-    @pytest.fixture(scope="module")
-    def s3():
-        yield from running_s3()
-
-    @pytest.fixture
-    def env(monkeypatch, tmp_path, s3):
-        yield from s3_env(monkeypatch, tmp_path, s3)
-
+if s3 is not None:
     class TestBucketFolderSource(SourceTests):
         @pytest.fixture
         def spec(self, folder, env):
