@@ -14,7 +14,9 @@ own, at ``--latency`` (20 ms) per request and one shared link of ``--gbit`` (1 G
 - ``workers``: ``--workers`` processes reading the same raw camera batches at once against one: bytes across the
   link (the mirror is shared by the processes of a machine);
 - ``lerobot``: one episode of a LeRobot-written folder in the bucket opened in a fresh process: requests, round
-  trips, bytes, at 200, 2,000 and 20,000 episodes;
+  trips, bytes, at 200, 2,000 and 20,000 episodes; then the same first open in this process against a server of
+  its own holding each answer until the client has sent all it can without it (``settle``): the round trips by
+  dependency, which a loaded machine's delayed client thread cannot lengthen;
 - ``sync``: a publication SIGKILLed at random points ``--kills`` times (each time the bucket must read as its last
   commit, exactly), then completed; ``--races`` pairs of concurrent publications from the same base (exactly one
   commit wins, whole).
@@ -476,6 +478,37 @@ def section_lerobot(server: Server, args, work: Path) -> None:
         s = server.stats()
         print(f"  {n:>7,} episodes: {s['requests']} requests, {s['round_trips']} round trips, "
               f"{s['bytes_sent'] / 1e6:.1f} MB, {r['seconds']:.2f} s (load {load()})")
+    for n in args.lerobot_scale:
+        requests, trips = round_trips_by_dependency(work / f"lerobot-{n}", n, args, work)
+        print(f"  {n:>7,} episodes, by dependency: {requests} requests, {trips} round trips (load {load()})")
+
+
+def round_trips_by_dependency(folder: Path, n: int, args, work: Path) -> tuple[int, int]:
+    """A first open of one episode of ``folder`` against an S3 server in this process whose answers settle (each
+    held until no other thread of the process runs or waits to): its requests, and its round trips by dependency."""
+    from lerobot_zarr.cloud.client import Bucket
+    from lerobot_zarr.testing.hub_network import NetworkModel
+    from lerobot_zarr.testing.s3_server import S3Server
+
+    saved = dict(os.environ)
+    try:
+        with S3Server() as server:
+            server.create_bucket(f"bench-dependency-{n}")  # (moto keeps its buckets for the process)
+            os.environ.update(server.client_env())
+            url = f"s3://bench-dependency-{n}/lerobot"
+            bucket = Bucket(url)
+            for path in sorted(folder.rglob("*")):
+                if path.is_file():
+                    bucket.write(path.relative_to(folder).as_posix(), path.read_bytes())
+            server.reset_stats()
+            server.network = NetworkModel(latency_s=args.latency, rate=args.gbit * 125e6, settle=True)
+            lerobot_zarr.open_dataset(url, episodes=[n // 2 + 7 if n > 20 else n // 2],
+                                      root=work / f"dependency-{n}-{time.monotonic_ns()}", progress=False)
+            server.network = None
+            return len(server.requests()), server.stats.round_trips()
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 PUSH = ("import sys\nfrom lerobot_zarr.writing.sync import push_store\n"
