@@ -75,7 +75,7 @@ def _fetcher() -> _Fetcher:
     with _current_lock:
         fetcher = _current[0]
         if fetcher is None or fetcher.pid != os.getpid() or fetcher.failed is not None:
-            fetcher = _current[0] = _Fetcher()
+            fetcher = _current[0] = _Fetcher.start()
         return fetcher
 
 
@@ -100,28 +100,32 @@ class _Wait:
 class _Fetcher:
     """A fetcher process and this process's end of its socket (shared by its threads: requests are numbered)."""
 
-    def __init__(self) -> None:
+    def __init__(self, sock: socket.socket, proc: subprocess.Popen) -> None:
         self.pid = os.getpid()
         self.failed: str | None = None
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        env = dict(os.environ)
-        package_parent = str(Path(__file__).resolve().parents[2])  # this lerobot_zarr, whatever sys.path says
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH")) if p)
-        try:
-            self.proc = subprocess.Popen([sys.executable, "-m", "lerobot_zarr.cloud.relay", str(theirs.fileno())],
-                                         pass_fds=(theirs.fileno(),), env=env, stdin=subprocess.DEVNULL,
-                                         start_new_session=False)
-        except OSError as exc:
-            ours.close()
-            raise BucketError(f"cannot start the object storage fetcher of a forked process ({exc})") from None
-        finally:
-            theirs.close()
-        self.sock = ours
+        self.sock, self.proc = sock, proc
         self._send = threading.Lock()
         self._lock = threading.Lock()
         self._waiting: dict[int, _Wait] = {}
         self._ids = itertools.count()
         threading.Thread(target=self._read, name="lerobot_zarr-relay", daemon=True).start()
+
+    @classmethod
+    def start(cls) -> _Fetcher:
+        """A new fetcher process (this very lerobot_zarr, whatever ``sys.path`` says), its socket end passed down."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        env = dict(os.environ)
+        package_parent = str(Path(__file__).resolve().parents[2])
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH")) if p)
+        try:
+            proc = subprocess.Popen([sys.executable, "-m", "lerobot_zarr.cloud.relay", str(theirs.fileno())],
+                                    pass_fds=(theirs.fileno(),), env=env, stdin=subprocess.DEVNULL)
+        except OSError as exc:
+            ours.close()
+            raise BucketError(f"cannot start the object storage fetcher of a forked process ({exc})") from None
+        finally:
+            theirs.close()
+        return cls(ours, proc)
 
     def call(self, header: dict, body: bytes, limit: int, deadline: float, where: str) -> tuple[dict, bytearray]:
         wait = _Wait(limit)
@@ -145,7 +149,7 @@ class _Fetcher:
                 self._fail(f"the object storage fetcher of this forked process is gone ({exc})")
             if not wait.done.wait(deadline):
                 raise BucketError(f"{where}: no answer from the object storage fetcher of this forked process "
-                                  f"within {deadline:.0f} s", path=where)
+                                  f"within {deadline:g} s", path=where)
         finally:
             with self._lock:
                 self._waiting.pop(rid, None)
