@@ -82,7 +82,9 @@ def _fetcher() -> _Fetcher:
 def _reset_after_fork() -> None:
     global _current_lock
     _current_lock = threading.Lock()
-    _current[0] = None  # (a fetcher of the parent's answers the parent only)
+    if _current[0] is not None:  # a fetcher of the parent's answers the parent only (and ends with it: this
+        _current[0].sock.close()  # process's copy of its socket closed)
+    _current[0] = None
 
 
 if hasattr(os, "register_at_fork"):
