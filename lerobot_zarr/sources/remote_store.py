@@ -171,6 +171,7 @@ class RemoteStore:
         """In a forked child (a DataLoader worker started by fork): the parent's locks and threads are not the
         child's (new locks: nothing waits on a lock a parent thread held); the rest at the first use (:meth:`_own`)."""
         self._forked = True
+        self._holder[0] = None  # the parent's mirror is not this process's to let go of (its flock is the parent's)
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._making, self._pin_lock, self._owning = threading.Lock(), threading.Lock(), threading.Lock()
@@ -718,6 +719,7 @@ class RemoteStore:
     @property
     def held_bytes(self) -> int:
         """Bytes of rows the mirror holds now (every process's)."""
+        self._own()
         return self._mirror.add_held(0)
 
     def close(self) -> None:

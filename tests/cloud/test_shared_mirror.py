@@ -291,3 +291,23 @@ def test_a_fetcher_killed_mid_request_fails_it_and_serves_nothing_half(env, fold
     assert isinstance(second, dict), second
     assert _same_batch(second, local.get_batch(idx))
     assert _same_batch(remote.get_batch(idx), local.get_batch(idx))
+
+
+def _close_in_fork(ds, out):
+    ds._remote.close()  # (a forked process letting go of a store it never read)
+    out.put("closed")
+
+
+def test_a_fork_letting_go_of_the_store_leaves_the_parents_mirror(env, folder, tmp_path):
+    """The users' flock a forked child inherits is the parent's (one open file description): a child closing the
+    store must not take it for the last user's and remove the folder the parent reads."""
+    local, url = published(env, folder, tmp_path, "letgo")
+    local = lerobot_zarr.open_dataset(local.root, delta_timestamps=DELTAS)
+    remote = lerobot_zarr.open_dataset(url, delta_timestamps=DELTAS)
+    remote.get_batch(np.arange(4))
+    out = multiprocessing.get_context("fork").Queue()
+    proc = _fork(_close_in_fork, remote, out)
+    assert out.get(timeout=120) == "closed"
+    proc.join(timeout=60)
+    assert remote.root.is_dir()
+    assert _same_batch(remote.get_batch(np.arange(30, 50)), local.get_batch(np.arange(30, 50)))
