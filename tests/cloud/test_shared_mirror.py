@@ -311,3 +311,24 @@ def test_a_fork_letting_go_of_the_store_leaves_the_parents_mirror(env, folder, t
     proc.join(timeout=60)
     assert remote.root.is_dir()
     assert _same_batch(remote.get_batch(np.arange(30, 50)), local.get_batch(np.arange(30, 50)))
+
+
+def test_a_forked_worker_reads_an_mp4_camera_by_ranges(env, tmp_path):
+    """A camera kept as mp4 in the bucket, read in a forked worker: its byte ranges go through the worker's fetcher
+    too (the file objects of the parent's listing), the frames exactly the local store's."""
+    pytest.importorskip("av", reason="mp4 cameras need PyAV")
+    vid = "observation.images.vid"
+    src = write_sample_dataset(tmp_path / "vsrc", n_episodes=4, lengths=(10, 15), video_keys=(vid,),
+                               write_videos=True, image_shape=(16, 16, 3), seed=9)
+    local, url = published(env, src, tmp_path, "mp4fork", storage={vid: "mp4"})
+    local = lerobot_zarr.open_dataset(local.root, delta_timestamps={vid: [-1 / FPS, 0.0]})
+    remote = lerobot_zarr.open_dataset(url, delta_timestamps={vid: [-1 / FPS, 0.0]})
+    remote.get_batch(np.arange(2))
+    batches = [np.arange(5, 25), np.arange(len(local) - 20, len(local))]
+    out = multiprocessing.get_context("fork").Queue()
+    proc = _fork(_read_in_fork, remote, batches, out)
+    got = pickle.loads(out.get(timeout=180))
+    proc.join(timeout=60)
+    assert isinstance(got, list), got
+    for idx, batch in zip(batches, got, strict=True):
+        assert _same_batch(batch, local.get_batch(idx))
