@@ -394,7 +394,7 @@ class Bucket:
                nbytes: int | None = None) -> tuple[dict, bytearray]:
         from .relay import call
 
-        return call(self, op, args, body=body, limit=limit, nbytes=limit if nbytes is None else nbytes)
+        return call(self, op, args, body=body, limit=limit, deadline=longest_call(limit if nbytes is None else nbytes))
 
 
 class _Attempt(Exception):

@@ -2,8 +2,8 @@
 
 obstore's engine (a tokio runtime, one per process) does not survive a fork: in the child every request waits
 forever, a client made anew there included (tried: a new ``S3Store`` in the child hangs as the parent's does). So
-a :class:`~.client.Bucket` in such a process hands its requests to a *fetcher*: a fresh Python process (started,
-not forked, at the first request) with an engine of its own, over a socket pair.
+a :class:`~.client.Bucket` in such a process hands its requests to a *fetcher* (:mod:`.fetcher`): a fresh Python
+process (started, not forked, at the first request) with an engine of its own, over a socket pair.
 
 - The fetcher runs each request through its own :class:`~.client.Bucket` (deadlines, retries, bounded bodies,
   ETags, typed errors: the same code as in any process) and answers the result. Bytes cross the socket only:
@@ -26,7 +26,6 @@ import struct
 import subprocess
 import sys
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -35,36 +34,34 @@ from ..errors import (
     BucketAuthError,
     BucketError,
     CommitConflictError,
-    LeRobotZarrError,
     ObjectChangedError,
     SourceNotFoundError,
 )
 from ..utils.fileio import load_json
-from .client import Bucket, longest_call
 
-__all__ = ["call", "FETCHER_START_S", "LIST_BYTES", "MAX_WRITE_BYTES"]
+__all__ = ["call", "FETCHER_START_S", "LIST_BYTES", "MAX_WRITE_BYTES", "MAX_HEADER", "FRAME", "recv_exactly"]
 
 FETCHER_START_S = 60.0  # added to each deadline: the fetcher's start (an interpreter and our imports, under load)
-_FRAME = struct.Struct("!II")  # header bytes, body bytes
-_MAX_HEADER = 1 << 20
+FRAME = struct.Struct("!II")  # header bytes, body bytes
+MAX_HEADER = 1 << 20
 LIST_BYTES = 256 << 20  # the most a listing's answer may hold
 MAX_WRITE_BYTES = 1 << 30  # the most bytes a relayed write carries (a bigger object: written from a file)
-_IN_FLIGHT = 32
 #: errors that cross as themselves (by name); any other is a BucketError with its text
 _ERRORS = {cls.__name__: cls for cls in (BucketError, BucketAuthError, ObjectChangedError, SourceNotFoundError,
                                          CommitConflictError, ArgumentError)}
 
 
-def call(bucket: Bucket, op: str, args: dict[str, Any], *, body: bytes = b"", limit: int,
-         nbytes: int) -> tuple[dict, bytearray]:
-    """Run ``op`` of ``bucket`` in this process's fetcher (started if none runs); its answer's header and body
-    (at most ``limit`` bytes). ``nbytes``: the bytes the request moves (its deadline)."""
+def call(bucket: Any, op: str, args: dict[str, Any], *, body: bytes = b"", limit: int,
+         deadline: float) -> tuple[dict, bytearray]:
+    """Run ``op`` of ``bucket`` (a :class:`~.client.Bucket`) in this process's fetcher (started if none runs); its
+    answer's header and body (at most ``limit`` bytes), waited for at most ``deadline`` seconds (the longest the
+    call may take there) plus the fetcher's start."""
     where = bucket.location(args.get("rel", ""))
     if len(body) > MAX_WRITE_BYTES:
         raise ArgumentError(f"{where}: {len(body)} bytes to write from a forked process, more than "
                             f"{MAX_WRITE_BYTES}; write it from a file")
     header = {"op": op, "url": str(bucket.url), "options": bucket.options, **args}
-    return _fetcher().call(header, body, limit, longest_call(nbytes) + FETCHER_START_S, where)
+    return _fetcher().call(header, body, limit, deadline + FETCHER_START_S, where)
 
 
 _current: list[_Fetcher | None] = [None]
@@ -120,7 +117,7 @@ class _Fetcher:
         package_parent = str(Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH")) if p)
         try:
-            proc = subprocess.Popen([sys.executable, "-m", "lerobot_zarr.cloud.relay", str(theirs.fileno())],
+            proc = subprocess.Popen([sys.executable, "-m", "lerobot_zarr.cloud.fetcher", str(theirs.fileno())],
                                     pass_fds=(theirs.fileno(),), env=env, stdin=subprocess.DEVNULL)
         except OSError as exc:
             ours.close()
@@ -144,7 +141,7 @@ class _Fetcher:
                                     f"object store from a forked process") from None
             try:
                 with self._send:
-                    self.sock.sendall(_FRAME.pack(len(data), len(body)) + data)
+                    self.sock.sendall(FRAME.pack(len(data), len(body)) + data)
                     if body:
                         self.sock.sendall(body)
             except OSError as exc:
@@ -167,13 +164,13 @@ class _Fetcher:
         """The answers, each to the request waiting for it (one that gave up: read and dropped)."""
         try:
             while True:
-                head = _recv_exactly(self.sock, _FRAME.size)
+                head = recv_exactly(self.sock, FRAME.size)
                 if head is None:
                     raise EOFError("it ended")
-                hlen, blen = _FRAME.unpack(head)
-                if hlen > _MAX_HEADER:
+                hlen, blen = FRAME.unpack(head)
+                if hlen > MAX_HEADER:
                     raise ValueError(f"an answer header of {hlen} bytes")
-                header = load_json(_recv_exactly(self.sock, hlen) or b"", "the fetcher's answer", error=ValueError)
+                header = load_json(recv_exactly(self.sock, hlen) or b"", "the fetcher's answer", error=ValueError)
                 with self._lock:
                     wait = self._waiting.get(header.get("id"))
                 limit = wait.limit if wait is not None else LIST_BYTES
@@ -204,7 +201,7 @@ class _Fetcher:
         threading.Thread(target=self.proc.wait, daemon=True).start()  # reaped
 
 
-def _recv_exactly(sock: socket.socket, n: int) -> bytes | None:
+def recv_exactly(sock: socket.socket, n: int) -> bytes | None:
     buf = bytearray(n)
     return bytes(buf) if _recv_into(sock, buf) else None
 
@@ -217,74 +214,3 @@ def _recv_into(sock: socket.socket, buf: bytearray) -> bool:
             return False
         got += k
     return True
-
-
-# the fetcher's side ---------------------------------------------------------------------------------------------
-def _serve(fd: int) -> None:
-    sock = socket.socket(fileno=fd)
-    send, made = threading.Lock(), threading.Lock()
-    buckets: dict[str, Bucket] = {}
-    pool = ThreadPoolExecutor(_IN_FLIGHT, thread_name_prefix="lerobot_zarr-fetcher")
-
-    def bucket_of(header: dict) -> Bucket:
-        key = json.dumps([header["url"], header["options"]], sort_keys=True)
-        with made:
-            if key not in buckets:
-                buckets[key] = Bucket(header["url"], header["options"])
-            return buckets[key]
-
-    def answer(header: dict, body: bytes) -> None:
-        rid, limit = header.get("id"), int(header.get("limit", 0))
-        try:
-            out, data = _run(bucket_of(header), header, body)
-            if len(data) > limit:
-                raise BucketError(f"{header.get('rel')}: an answer of {len(data)} bytes, over {limit}")
-        except LeRobotZarrError as exc:
-            out, data = {"error": type(exc).__name__, "message": str(exc), "path": exc.path}, b""
-        except Exception as exc:  # noqa: BLE001  (any failure is the caller's error, never the fetcher's end)
-            out, data = {"error": "BucketError", "message": f"{type(exc).__name__}: {exc}"[:2000]}, b""
-        text = json.dumps({**out, "id": rid}).encode()
-        try:
-            with send:
-                sock.sendall(_FRAME.pack(len(text), len(data)) + text)
-                if len(data):
-                    sock.sendall(data)
-        except OSError:
-            os._exit(0)  # the process that asked is gone
-
-    while True:
-        head = _recv_exactly(sock, _FRAME.size)
-        if head is None:
-            break
-        hlen, blen = _FRAME.unpack(head)
-        raw = _recv_exactly(sock, hlen) if hlen <= _MAX_HEADER else None
-        body = _recv_exactly(sock, blen) if raw is not None and blen <= MAX_WRITE_BYTES else None
-        if raw is None or body is None:
-            break
-        pool.submit(answer, load_json(raw, "a relayed request", error=BucketError), body)
-    os._exit(0)  # (requests under way are dropped: their asker is gone)
-
-
-def _run(bucket: Bucket, h: dict, body: bytes) -> tuple[dict, Any]:
-    op, rel = h["op"], h.get("rel", "")
-    if op == "read":
-        data, info = bucket._read(rel, h["start"], h["stop"], h.get("etag"), whole=h.get("whole", False),
-                                  copy=False)
-        return {"size": info.size, "etag": info.etag}, memoryview(data)
-    if op == "head":
-        info = bucket.head(rel)
-        return {"info": None if info is None else [info.size, info.etag]}, b""
-    if op == "list":
-        listed = bucket.list(rel)
-        return {}, json.dumps({k: [v.size, v.etag] for k, v in listed.items()}).encode()
-    if op == "write":
-        data = Path(h["file"]) if "file" in h else bytes(body)
-        return {"etag": bucket.write(rel, data, if_absent=h.get("if_absent", False), if_match=h.get("if_match"))}, b""
-    if op == "delete":
-        bucket.delete(rel)
-        return {}, b""
-    raise BucketError(f"unknown request {op!r:.40}")
-
-
-if __name__ == "__main__":
-    _serve(int(sys.argv[1]))

@@ -33,7 +33,11 @@ name rows; the kernel drops a process's locks when it dies):
 - the bytes held are counted in a shared counter (recounted by each eviction); one process evicts at a time, the
   least recently used rows of all processes, down to 7/8 of ``cache_bytes``;
 - the folder is removed when the last process using it closes it (a shared ``flock`` per user; those of
-  processes that died are removed by the next open).
+  processes that died are removed by the next open);
+- a process forked from one reading the store (a DataLoader worker, as Linux starts them) joins the mirror at its
+  first use with descriptors of its own (open file description locks and flocks are shared across a fork: the
+  inherited ones stay the parent's, never released nor taken for the child's), and its requests go through a
+  fetcher process of its own (:mod:`~lerobot_zarr.cloud.relay`: obstore's engine does not survive a fork).
 
 Reads go through :class:`~lerobot_zarr.cloud.client.Bucket` (deadlines, bounded bodies, exact ranges, typed
 errors). Rows of the commit served never change but for in-place edits (visible as in a local store, for the rows

@@ -73,4 +73,5 @@ def test_first_open_of_one_episode_in_as_many_round_trips_at_ten_times_the_episo
                                           progress=False)
         assert_same_frames(ds, local, f"{n} episodes")
     # what the folder is (two HEADs), its listing, the metadata files with the episode table, the episode's rows
-    assert counts[200] == counts[2000] <= 4, counts
+    # (one more where the episode table's footer is read before its row groups)
+    assert counts[200] == counts[2000] <= 5, counts

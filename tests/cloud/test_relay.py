@@ -99,12 +99,12 @@ class _FakeFetcher:
     @staticmethod
     def _serve(sock, answer):
         while True:
-            head = relay._recv_exactly(sock, relay._FRAME.size)
+            head = relay.recv_exactly(sock, relay.FRAME.size)
             if head is None:
                 return
-            hlen, blen = relay._FRAME.unpack(head)
-            header = json.loads(relay._recv_exactly(sock, hlen))
-            relay._recv_exactly(sock, blen)
+            hlen, blen = relay.FRAME.unpack(head)
+            header = json.loads(relay.recv_exactly(sock, hlen))
+            relay.recv_exactly(sock, blen)
             reply = answer(header)
             if reply is None:
                 sock.close()
@@ -113,7 +113,7 @@ class _FakeFetcher:
                 continue
             out, body = reply
             text = json.dumps({**out, "id": header["id"]}).encode()
-            sock.sendall(relay._FRAME.pack(len(text), len(body)) + text + body)
+            sock.sendall(relay.FRAME.pack(len(text), len(body)) + text + body)
 
     def __enter__(self):
         return self
