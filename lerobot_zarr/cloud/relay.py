@@ -171,6 +171,8 @@ class _Fetcher:
                 if hlen > MAX_HEADER:
                     raise ValueError(f"an answer header of {hlen} bytes")
                 header = load_json(recv_exactly(self.sock, hlen) or b"", "the fetcher's answer", error=ValueError)
+                if not isinstance(header, dict):
+                    raise ValueError("an answer header that is not an object")
                 with self._lock:
                     wait = self._waiting.get(header.get("id"))
                 limit = wait.limit if wait is not None else LIST_BYTES
