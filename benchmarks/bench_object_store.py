@@ -13,8 +13,13 @@ own, at ``--latency`` (20 ms) per request and one shared link of ``--gbit`` (1 G
   bytes fetched / bytes the samples use, peak resident memory;
 - ``workers``: ``--workers`` processes reading the same raw camera batches at once against one: bytes across the
   link (the mirror is shared by the processes of a machine);
+- ``forked``: the same raw 224x224 camera batches read by the process that opened the store and by a process
+  forked from it (a DataLoader worker as Linux starts it: its requests go through a fetcher process of its own),
+  each over a fresh mirror, interleaved: seconds to the first batch and samples/s;
 - ``lerobot``: one episode of a LeRobot-written folder in the bucket opened in a fresh process: requests, round
-  trips, bytes, at 200, 2,000 and 20,000 episodes;
+  trips, bytes, at 200, 2,000 and 20,000 episodes; then the same first open in this process against a server of
+  its own holding each answer until the client has sent all it can without it (``settle``): the round trips by
+  dependency, which a loaded machine's delayed client thread cannot lengthen;
 - ``sync``: a publication SIGKILLed at random points ``--kills`` times (each time the bucket must read as its last
   commit, exactly), then completed; ``--races`` pairs of concurrent publications from the same base (exactly one
   commit wins, whole).
@@ -445,6 +450,63 @@ def section_workers(server: Server, args, work: Path) -> None:
               f"{wall:.1f} s for all, reading {max(o['seconds'] for o in outs):.1f} s at most (load {load()})")
 
 
+def _read_plan(ds, plan) -> dict:
+    """Read the batches of ``plan`` (each with the next one prefetched): the first batch's and the total seconds."""
+    t0 = time.perf_counter()
+    first = None
+    for k, idx in enumerate(plan):
+        if k + 1 < len(plan):
+            ds.prefetch(plan[k + 1])
+        ds.get_batch(idx)
+        first = time.perf_counter() - t0 if first is None else first
+    return {"first": first, "seconds": time.perf_counter() - t0}
+
+
+def _read_plan_in_fork(ds, plan, out) -> None:
+    out.put(_read_plan(ds, plan))
+
+
+def section_forked(server: Server, args, work: Path) -> None:
+    import multiprocessing
+    import warnings
+
+    print(f"\n== a raw 224x224 camera read in the process that opened the store and in a fork of it (load {load()}) ==")
+    src = work / f"camera-src-{args.camera_episodes}"
+    if not (src / "meta" / "info.json").is_file():
+        write_sample_dataset(src, n_episodes=args.camera_episodes, lengths=(90, 110), image_keys=(CAM,),
+                             image_shape=(224, 224, 3), image_format="jpeg", seed=2)
+    store = work / f"camera-raw-{args.camera_episodes}.store"
+    if not (store / "zarr.json").is_file():
+        lerobot_zarr.open_dataset(src, root=store, storage={CAM: "raw"}, progress=False)
+    url = publish(store, f"camera-raw-{args.camera_episodes}")
+    ctx = multiprocessing.get_context("fork")
+    rows: dict[str, list[dict]] = {"parent": [], "forked": []}
+    for rep in range(args.repeats_cameras):
+        for mode in ("parent", "forked"):
+            os.environ["LEROBOT_ZARR_HOME"] = str(work / f"home-forked-{mode}-{time.monotonic_ns()}")
+            ds = lerobot_zarr.open_dataset(url, delta_timestamps={CAM: [-1 / FPS, 0.0]})
+            ds.get_batch(np.arange(2))  # this process's engine runs: a fork cannot use one
+            rng = np.random.default_rng(100 + rep)
+            plan = [rng.choice(len(ds), 64, replace=False) for _ in range(args.camera_batches)]
+            if mode == "parent":
+                rows[mode].append(_read_plan(ds, plan))
+            else:
+                out = ctx.Queue()
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", DeprecationWarning)
+                    proc = ctx.Process(target=_read_plan_in_fork, args=(ds, plan, out))
+                    proc.start()
+                rows[mode].append(out.get(timeout=1800))
+                proc.join(timeout=60)
+            ds._remote.close()
+    after = 64 * (args.camera_batches - 1)  # samples after the first batch (which waits for the fetcher's start)
+    best = {mode: min(r["seconds"] - r["first"] for r in runs) for mode, runs in rows.items()}
+    for mode, runs in rows.items():
+        print(f"  {mode:>7}: first batch {min(r['first'] for r in runs):.2f} s, then {after / best[mode]:,.0f} "
+              f"samples/s (best of {len(runs)}; load {load()})")
+    print(f"  forked / parent after the first batch: {best['parent'] / best['forked']:.2f}x samples/s")
+
+
 ONE_EPISODE = r"""
 import json, sys, time
 t0 = time.perf_counter()
@@ -476,6 +538,37 @@ def section_lerobot(server: Server, args, work: Path) -> None:
         s = server.stats()
         print(f"  {n:>7,} episodes: {s['requests']} requests, {s['round_trips']} round trips, "
               f"{s['bytes_sent'] / 1e6:.1f} MB, {r['seconds']:.2f} s (load {load()})")
+    for n in args.lerobot_scale:
+        requests, trips = round_trips_by_dependency(work / f"lerobot-{n}", n, args, work)
+        print(f"  {n:>7,} episodes, by dependency: {requests} requests, {trips} round trips (load {load()})")
+
+
+def round_trips_by_dependency(folder: Path, n: int, args, work: Path) -> tuple[int, int]:
+    """A first open of one episode of ``folder`` against an S3 server in this process whose answers settle (each
+    held until no other thread of the process runs or waits to): its requests, and its round trips by dependency."""
+    from lerobot_zarr.cloud.client import Bucket
+    from lerobot_zarr.testing.hub_network import NetworkModel
+    from lerobot_zarr.testing.s3_server import S3Server
+
+    saved = dict(os.environ)
+    try:
+        with S3Server() as server:
+            server.create_bucket(f"bench-dependency-{n}")  # (moto keeps its buckets for the process)
+            os.environ.update(server.client_env())
+            url = f"s3://bench-dependency-{n}/lerobot"
+            bucket = Bucket(url)
+            for path in sorted(folder.rglob("*")):
+                if path.is_file():
+                    bucket.write(path.relative_to(folder).as_posix(), path.read_bytes())
+            server.reset_stats()
+            server.network = NetworkModel(latency_s=args.latency, rate=args.gbit * 125e6, settle=True)
+            lerobot_zarr.open_dataset(url, episodes=[n // 2 + 7 if n > 20 else n // 2],
+                                      root=work / f"dependency-{n}-{time.monotonic_ns()}", progress=False)
+            server.network = None
+            return len(server.requests()), server.stats.round_trips()
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 PUSH = ("import sys\nfrom lerobot_zarr.writing.sync import push_store\n"
@@ -566,7 +659,7 @@ def section_sync(server: Server, args, work: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sections", default="engines,open,numeric,cameras,epochs,workers,lerobot,sync")
+    parser.add_argument("--sections", default="engines,open,numeric,cameras,epochs,workers,forked,lerobot,sync")
     parser.add_argument("--latency", type=float, default=0.02)
     parser.add_argument("--gbit", type=float, default=1.0)
     parser.add_argument("--open-episodes", type=int, default=100_000)
@@ -602,6 +695,7 @@ def main() -> None:
              "cameras": lambda: section_cameras(server, args, work),
              "epochs": lambda: section_epochs(server, args, work),
              "workers": lambda: section_workers(server, args, work),
+             "forked": lambda: section_forked(server, args, work),
              "lerobot": lambda: section_lerobot(server, args, work),
              "sync": lambda: section_sync(server, args, work)}[section]()
     finally:

@@ -20,6 +20,8 @@ guarantees the Hub reader has.
   of an object are never mixed (:class:`~lerobot_zarr.errors.ObjectChangedError` instead).
 - Conditional writes: ``If-None-Match: *`` (create only) and ``If-Match: <etag>`` (replace only that version),
   refused as :class:`~lerobot_zarr.errors.CommitConflictError`.
+- In a process forked from one whose engine ran (a DataLoader worker), where the engine cannot run, every request
+  goes through a fetcher process of its own (:mod:`.relay`), with the same guarantees.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ from ..errors import (
 )
 from .urls import BucketURL, parse_bucket_url
 
-__all__ = ["Bucket", "ObjectInfo", "TIMEOUT_ENV", "HF_S3_ENDPOINT_ENV", "bucket_timeout"]
+__all__ = ["Bucket", "ObjectInfo", "TIMEOUT_ENV", "HF_S3_ENDPOINT_ENV", "bucket_timeout", "longest_call"]
 
 T = TypeVar("T")
 TIMEOUT_ENV = "LEROBOT_ZARR_BUCKET_TIMEOUT"
@@ -62,6 +64,21 @@ _IN_FLIGHT = 16
 _MAX_LIST_PAGES = 10_000
 _SECRET_KEYS = ("secret", "token", "password", "key")
 _pool = ThreadPoolExecutor(_IN_FLIGHT, thread_name_prefix="lerobot_zarr-bucket")  # leaf requests only
+_engine_pid: list[int | None] = [None]  # the process whose engine runs (made a client): its forks cannot use one
+
+
+def _after_fork_in_child() -> None:
+    global _pool  # the parent's threads are not the child's
+    _pool = ThreadPoolExecutor(_IN_FLIGHT, thread_name_prefix="lerobot_zarr-bucket")
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _relayed() -> bool:
+    """Whether this process was forked from one whose engine ran: its requests go through a fetcher."""
+    return _engine_pid[0] not in (None, os.getpid())
 
 
 def bucket_timeout() -> float:
@@ -74,6 +91,19 @@ def bucket_timeout() -> float:
     if not (math.isfinite(value) and value > 0):
         raise ArgumentError(f"{TIMEOUT_ENV} must be a positive number of seconds, got {raw!r}")
     return value
+
+
+def _total(large: bool) -> float:
+    """A request's total deadline: two timeouts, plus its most bytes at ``_MIN_RATE``."""
+    return 2 * bucket_timeout() + (_MAX_REQUEST if large else _SMALL) / _MIN_RATE
+
+
+def longest_call(nbytes: int) -> float:
+    """The longest one call moving ``nbytes`` may take, every attempt and retry included (the deadline of a wait
+    for it in another process)."""
+    pieces = max(1, -(-nbytes // _MAX_REQUEST))
+    per_attempt = _total(nbytes > _SMALL) * (_RETRIES + 2)  # obstore's retry_timeout, and the try under way then
+    return pieces * _ATTEMPTS * per_attempt + sum(0.2 * 2 ** n for n in range(_ATTEMPTS))
 
 
 @dataclass(frozen=True)
@@ -118,6 +148,8 @@ class Bucket:
 
     # the engine -------------------------------------------------------------------------------------------
     def _store(self, large: bool) -> Any:
+        if _engine_pid[0] is None:
+            _engine_pid[0] = os.getpid()
         with self._lock:
             store = self._stores.get(large)
             if store is None:
@@ -129,7 +161,7 @@ class Bucket:
         from obstore.store import AzureStore, GCSStore, S3Store
 
         timeout = bucket_timeout()
-        total = 2 * timeout + (_MAX_REQUEST if large else _SMALL) / _MIN_RATE
+        total = _total(large)
         client = {"connect_timeout": timedelta(seconds=timeout), "read_timeout": timedelta(seconds=timeout),
                   "timeout": timedelta(seconds=total)}
         retry = {"max_retries": _RETRIES, "retry_timeout": timedelta(seconds=total * (_RETRIES + 1)),
@@ -203,6 +235,9 @@ class Bucket:
     # reading ----------------------------------------------------------------------------------------------
     def head(self, rel: str) -> ObjectInfo | None:
         """The object's size and ETag, None when there is none."""
+        if _relayed():
+            info = self._relay("head", {"rel": rel}, limit=0)[0]["info"]
+            return None if info is None else ObjectInfo(int(info[0]), str(info[1]))
         import obstore
 
         try:
@@ -213,6 +248,13 @@ class Bucket:
 
     def list(self, folder: str = "") -> dict[str, ObjectInfo]:
         """Every object below ``folder`` (the whole folder by default), by path relative to the bucket folder."""
+        if _relayed():
+            from ..utils.fileio import load_json
+            from .relay import LIST_BYTES
+
+            body = self._relay("list", {"rel": folder}, limit=LIST_BYTES)[1]
+            listed = load_json(bytes(body), self.location(folder), error=BucketError)
+            return {str(k): ObjectInfo(int(v[0]), str(v[1])) for k, v in listed.items()}
         import obstore
 
         prefix = folder.strip("/") or None
@@ -266,6 +308,10 @@ class Bucket:
 
     def _read(self, rel: str, start: int, stop: int, etag: str | None, whole: bool = False,
               copy: bool = True) -> tuple[Any, ObjectInfo]:
+        if _relayed():
+            answer, body = self._relay("read", {"rel": rel, "start": start, "stop": stop, "etag": etag,
+                                                "whole": whole}, limit=stop - start)
+            return (bytes(body) if copy else body), ObjectInfo(int(answer["size"]), str(answer["etag"]))
         import obstore
         import obstore.exceptions as oe
 
@@ -303,6 +349,13 @@ class Bucket:
         """Write an object (``data``: bytes, or a file uploaded in parts when big); returns its new ETag.
         ``if_absent``: only if there is none; ``if_match``: only if its ETag is still that one; else
         :class:`~lerobot_zarr.errors.CommitConflictError`."""
+        if _relayed():
+            args: dict[str, Any] = {"rel": rel, "if_absent": if_absent, "if_match": if_match}
+            if not isinstance(data, bytes):
+                args["file"] = os.path.abspath(data)
+            return str(self._relay("write", args, body=data if isinstance(data, bytes) else b"", limit=0,
+                                   nbytes=len(data) if isinstance(data, bytes) else Path(data).stat().st_size
+                                   )[0]["etag"])
         import obstore
         import obstore.exceptions as oe
 
@@ -327,12 +380,21 @@ class Bucket:
 
     def delete(self, rel: str) -> None:
         """Delete an object (none there is no error)."""
+        if _relayed():
+            self._relay("delete", {"rel": rel}, limit=0)
+            return
         import obstore
 
         try:
             self._attempts(rel, lambda: self._call(rel, obstore.delete, rel))
         except SourceNotFoundError:
             pass
+
+    def _relay(self, op: str, args: dict[str, Any], *, limit: int, body: bytes = b"",
+               nbytes: int | None = None) -> tuple[dict, bytearray]:
+        from .relay import call
+
+        return call(self, op, args, body=body, limit=limit, deadline=longest_call(limit if nbytes is None else nbytes))
 
 
 class _Attempt(Exception):

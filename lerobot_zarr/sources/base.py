@@ -6,8 +6,9 @@ of a bucket) that is transcoded into a store of the cache. Each kind is a :class
 ``BackendEntrypoint`` is for file formats: it says whether it can open a spec (:meth:`Source.guess_can_open`,
 without the network), opens it (:meth:`Source.open`: revision, token and options checked), resolves it (Hub: the
 revision to a commit, under the ``HF_HUB_OFFLINE`` rule), gives what it holds (:meth:`Source.store`,
-:meth:`Source.remote`, :meth:`Source.files`; offline, :meth:`Source.held_store`), writes and reads its identity
-record in a store (:meth:`Source.from_record`, :meth:`Source.describe`, :meth:`Source.same`), and names its store
+:meth:`Source.remote`, :meth:`Source.files`, :meth:`Source.dataset` and whether it was read,
+:meth:`Source.held_dataset`; offline, :meth:`Source.held_store`), writes and reads its identity record in a store
+(:meth:`Source.from_record`, :meth:`Source.describe`, :meth:`Source.same`), and names its store
 in the cache (:meth:`Source.cache_path`, with its folder there and what the cache commands say of it).
 
 Kinds are registered in order (:func:`register`; a local path wins over a Hub repo id of the same name; the
@@ -96,12 +97,17 @@ class Source(ABC):
 
     def dataset(self) -> LeRobotSource:
         """The LeRobot dataset's reader over :meth:`files` (made once: its metadata is read once)."""
-        reader = getattr(self, "_dataset", None)
+        reader = self.held_dataset()
         if reader is None:
             from ..lerobot.source import LeRobotSource
 
             reader = self._dataset = LeRobotSource(self.files())
         return reader
+
+    def held_dataset(self) -> LeRobotSource | None:
+        """The reader :meth:`dataset` made, if it made one (its metadata read whole already), else None; asks
+        nothing. A transcode of a few episodes reuses it rather than locate them anew."""
+        return getattr(self, "_dataset", None)
 
     # identity and the cache -------------------------------------------------------------------------------
     def known_record(self) -> dict | None:

@@ -33,7 +33,11 @@ name rows; the kernel drops a process's locks when it dies):
 - the bytes held are counted in a shared counter (recounted by each eviction); one process evicts at a time, the
   least recently used rows of all processes, down to 7/8 of ``cache_bytes``;
 - the folder is removed when the last process using it closes it (a shared ``flock`` per user; those of
-  processes that died are removed by the next open).
+  processes that died are removed by the next open);
+- a process forked from one reading the store (a DataLoader worker, as Linux starts them) joins the mirror at its
+  first use with descriptors of its own (open file description locks and flocks are shared across a fork: the
+  inherited ones stay the parent's, never released nor taken for the child's), and its requests go through a
+  fetcher process of its own (:mod:`~lerobot_zarr.cloud.relay`: obstore's engine does not survive a fork).
 
 Reads go through :class:`~lerobot_zarr.cloud.client.Bucket` (deadlines, bounded bodies, exact ranges, typed
 errors). Rows of the commit served never change but for in-place edits (visible as in a local store, for the rows
@@ -168,23 +172,37 @@ class RemoteStore:
         _live.add(self)
 
     def _after_fork(self) -> None:
-        """In a forked child (a DataLoader worker started by fork): obstore's runtime does not survive a fork (a
-        request there waits forever), so reads are refused with the way out; the parent's locks and threads are
-        not the child's (new locks: raising never waits on them)."""
+        """In a forked child (a DataLoader worker started by fork): the parent's locks and threads are not the
+        child's (new locks: nothing waits on a lock a parent thread held); the rest at the first use (:meth:`_own`)."""
         self._forked = True
+        self._holder[0] = None  # the parent's mirror is not this process's to let go of (its flock is the parent's)
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
-        self._making, self._pin_lock = threading.Lock(), threading.Lock()
+        self._making, self._pin_lock, self._owning = threading.Lock(), threading.Lock(), threading.Lock()
 
-    def _check_process(self) -> None:
-        if getattr(self, "_forked", False):
-            raise BucketError(f"{self.location()}: a store in a bucket cannot be read in a process forked from the one "
-                              f"that opened it (the object store client's runtime does not survive a fork); start "
-                              f"the workers with spawn: DataLoader(..., multiprocessing_context='spawn'), or open the "
-                              f"dataset in each worker", path=self.location())
+    def _own(self) -> None:
+        """In a forked child, at its first use: the mirror joined with descriptors of its own (open file
+        description locks are shared across a fork: the inherited ones are the parent's claims and pins), thread
+        pools of its own, and none of the parent's claims, pins or fetches under way. The bucket's requests go
+        through the child's fetcher (:mod:`~lerobot_zarr.cloud.relay`): obstore's engine does not survive a fork."""
+        if not getattr(self, "_forked", False):
+            return
+        with self._owning:
+            if not self._forked:
+                return
+            old = self._mirror
+            old.forget()  # (this process's copies of the descriptors: the parent's locks stay the parent's)
+            os.close(old.users)
+            self._pool = ThreadPoolExecutor(_IN_FLIGHT, thread_name_prefix="lerobot_zarr-remote")
+            self._ahead = ThreadPoolExecutor(_IN_FLIGHT, thread_name_prefix="lerobot_zarr-prefetch")
+            self._background = ThreadPoolExecutor(_BACKGROUND_IN_FLIGHT, thread_name_prefix="lerobot_zarr-whole")
+            self._pools[:] = [self._pool, self._ahead, self._background]
+            self._attach(self.root_doc, mp4_files=self.mp4_files)
+            self._forked = False
 
-    def _attach(self, root_doc: bytes) -> None:
-        """Serve the commit ``root_doc``: its mirror joined (or made), its state read, its mp4 files listed."""
+    def _attach(self, root_doc: bytes, mp4_files: Any = None) -> None:
+        """Serve the commit ``root_doc``: its mirror joined (or made), its state read, its mp4 files listed (unless
+        given: those of the same commit)."""
         self.root_doc = root_doc
         self._packs: dict[tuple[str, int], _Pack] = {}
         self._coming: dict[tuple[str, int], list[Future]] = {}  # background fetches of a pack
@@ -210,7 +228,7 @@ class RemoteStore:
         self._pack_start = np.concatenate([[0], np.cumsum(self.state.packs.rows)]).astype(np.int64)
         self._feature_span = int(self._pack_start[-1]) + 1
         self._chunk, self._offset = self.state.table.chunk, self.state.table.offset
-        self.mp4_files = self._list_mp4(self.state)
+        self.mp4_files = mp4_files if mp4_files is not None else self._list_mp4(self.state)
 
     def __reduce__(self) -> tuple:
         # to a DataLoader worker: the same commit in the same mirror (no request for the root)
@@ -327,7 +345,7 @@ class RemoteStore:
         """Make the frames ``frames[name]`` (episode-local, ``(n, w)``) of episodes ``eps`` present in the mirror
         (fetching those missing, all at once), and keep them there until this process's second ensure after this
         one. Called by the dataset under its lock, before it reads them."""
-        self._check_process()
+        self._own()
         eps = np.asarray(eps, dtype=np.int64)
         units = [(self._pack(name, pack), rows) for (name, pack), rows in self._wants(eps, frames).items()]
         self._pin(units)  # first: once present, no process evicts them
@@ -402,7 +420,7 @@ class RemoteStore:
     def prefetch(self, eps: np.ndarray, frames: Mapping[str, np.ndarray]) -> None:
         """Fetch these frames in the background (batches to come): :meth:`ensure` then finds them present, or
         waits for the fetch already under way."""
-        self._check_process()
+        self._own()
         eps = np.asarray(eps, dtype=np.int64)
         for (name, pack), rows in self._wants(eps, frames).items():
             entry = self._pack(name, pack)
@@ -684,7 +702,7 @@ class RemoteStore:
     def refresh(self) -> StoreState | None:
         """The bucket's latest commit, if it is not the one served: the mirror of that commit serves it from now
         on. None when it is the same."""
-        self._check_process()
+        self._own()
         doc, _ = self.bucket.read_whole(ROOT, limit=MAX_ROOT_BYTES, first=_ROOT_FIRST)
         self._count(len(doc))
         if doc == self.root_doc:
@@ -705,6 +723,7 @@ class RemoteStore:
     @property
     def held_bytes(self) -> int:
         """Bytes of rows the mirror holds now (every process's)."""
+        self._own()
         return self._mirror.add_held(0)
 
     def close(self) -> None:

@@ -87,7 +87,8 @@ lerobot_zarr sets it for its own process). Dimension names: ``frame`` first, the
   resized at transcode add ``"resize": {"from": [h, w], "size": [h, w], ...}``; ``frame_shape`` is the stored one.
   ``"mp4"`` arrays have no pack files: the camera stays in the source's mp4 files under ``<feature>/videos/`` with
   ``<feature>/mp4.json`` (the file, ``from_timestamp`` and ``to_timestamp`` of every episode), decoded on read; the
-  zarr hierarchy does not list them.
+  zarr hierarchy does not list them. A file hard-linked from a local source has ``.<file>.linked`` beside it (its
+  size, modification time and inode when linked: a rewrite of the source's file in place is refused at open).
 - ``unavailable``: ``{feature: [[first, stop, reason], ...]}``: episodes whose frames of that feature the source
   cannot give (a missing or undecodable video, a timestamp without a frame), with why. They count as done.
 - ``not_materialized``: ``{feature: reason}`` for features listed in ``info`` that have no array (videos...).

@@ -1,9 +1,16 @@
 """How the store keeps cameras, beside the contract (:mod:`lerobot_zarr.store`): the mp4 index of a camera kept as
 the source's mp4 files (``<camera>/mp4.json`` and ``<camera>/videos/``), the episodes this process can serve (a camera
-kept as mp4 or not decoded yet needs PyAV), and a camera's storage in words."""
+kept as mp4 or not decoded yet needs PyAV), and a camera's storage in words.
+
+An mp4 file of a local source is made part of the store by a hard link (no bytes copied): one file under two names,
+so a tool rewriting the source's file in place (``ffmpeg -y`` onto it, a move across filesystems onto it) changes
+the store's too. Its size and modification time when linked are recorded beside it (``.<file>.linked``) and
+compared whenever a reader opens it (:func:`mp4_file`): a change is refused, naming the file and what changed,
+never decoded as if it were the episode's (``verify`` finds it too, by its content hash)."""
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from pathlib import Path
@@ -13,11 +20,12 @@ import numpy as np
 
 from ..cameras.video import have_pyav, pyav_missing
 from ..errors import CorruptStoreError
-from ..utils.fileio import check_in_store, load_json, read_bounded
+from ..utils.fileio import atomic_write, check_in_store, load_json, read_bounded
 from .state import StoreState
 from .tables import ArraySpec
 
-__all__ = ["MP4_INDEX", "mp4_index_path", "read_mp4_index", "mp4_file", "cameras_needing_pyav", "served_episodes",
+__all__ = ["MP4_INDEX", "mp4_index_path", "read_mp4_index", "mp4_file", "record_link", "cameras_needing_pyav",
+           "served_episodes",
            "storage_name", "kept_description"]
 
 MP4_INDEX = "mp4.json"
@@ -72,19 +80,66 @@ def read_mp4_index(root: str | os.PathLike, name: str, n_episodes: int) -> dict[
 _MAX_INDEX_BYTES_PER_EPISODE = 512  # an mp4 index takes ~60 bytes per episode, plus its file names
 
 
-def mp4_file(root: str | os.PathLike, name: str, file: str) -> str:
+def mp4_file(root: str | os.PathLike, name: str, file: str, *, check_link: bool = True) -> str:
     """Path of a camera's mp4 file inside the store, checked: no folder from the store root down, nor the file
-    itself, is a symbolic link (so a planted link can make neither reads nor publishing leave the store)."""
+    itself, is a symbolic link (so a planted link can make neither reads nor publishing leave the store); a file
+    hard-linked from the source has the size and modification time it had when linked (unless not
+    ``check_link``: ``verify``, which compares its content hash)."""
     path = check_in_store(root, f"{os.fspath(root)}/{name}/videos/{file}")
     try:
-        mode = os.lstat(path).st_mode
+        st = os.lstat(path)
     except FileNotFoundError:
         raise CorruptStoreError(f"{path}: the mp4 file of camera {name!r} is missing", path=path,
                                 feature=name) from None
-    if not stat.S_ISREG(mode):
+    if not stat.S_ISREG(st.st_mode):
         raise CorruptStoreError(f"{path}: the mp4 file of camera {name!r} is not a regular file (a symbolic link?)",
                                 path=path, feature=name)
+    if check_link:
+        _check_link(root, path, name, st)
     return path
+
+
+def _link_record(path: str | os.PathLike) -> Path:
+    path = Path(path)
+    return path.with_name(f".{path.name}.linked")
+
+
+def record_link(root: str | os.PathLike, path: str | os.PathLike, tmp: str | os.PathLike) -> None:
+    """Before the file ``tmp`` goes into place as the store's mp4 file ``path``: if it is a hard link (shared with
+    the source), record its size and modification time beside ``path``; else forget any record of an earlier
+    file there."""
+    st = os.stat(tmp, follow_symlinks=False)
+    record = _link_record(path)
+    if st.st_nlink > 1:
+        doc = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "inode": st.st_ino}
+        atomic_write(record, json.dumps(doc).encode(), durable=False, root=root)
+    else:
+        record.unlink(missing_ok=True)
+
+
+def _check_link(root: str | os.PathLike, path: str, name: str, st: os.stat_result) -> None:
+    record = _link_record(path)
+    try:
+        doc = load_json(read_bounded(record, 4096, root=root, what="mp4 link record"), str(record))
+    except FileNotFoundError:
+        return  # a copy, or a file of a store made before the records
+    if not isinstance(doc, dict) or not all(isinstance(doc.get(k), int) for k in ("size", "mtime_ns", "inode")):
+        raise CorruptStoreError(f"{record}: not a link record of camera {name!r}", path=record, feature=name)
+    if st.st_ino != doc["inode"]:
+        return  # another file was put in its place since (by the store: its record follows)
+    changed = []
+    if st.st_size != doc["size"]:
+        changed.append(f"size {doc['size']} -> {st.st_size} bytes")
+    if st.st_mtime_ns != doc["mtime_ns"]:
+        changed.append(f"modified at {st.st_mtime_ns / 1e9:.3f}, linked when modified at {doc['mtime_ns'] / 1e9:.3f} "
+                       f"(unix time)")
+    if changed:
+        raise CorruptStoreError(
+            f"{path}: the mp4 file of camera {name!r} changed since the store linked it from the source "
+            f"({'; '.join(changed)}): the store shares it with the source by a hard link, and a tool rewrote the "
+            f"source's file in place; its frames may not be the episodes' any more. Make the store again from the "
+            f"source, or restore the file (if verify finds its content unchanged, remove {record.name} to accept it)",
+            path=path, feature=name)
 
 
 def cameras_needing_pyav(state: StoreState) -> dict[str, str]:

@@ -90,8 +90,12 @@ class SourceTests:
             assert len(state.table) == 5
             with pytest.raises(ArgumentError):
                 source.dataset()  # a store is no LeRobot dataset to transcode
+            assert source.held_dataset() is None
             return
-        record = source.dataset().record()
+        assert source.held_dataset() is None  # nothing read yet
+        reader = source.dataset()
+        assert source.held_dataset() is reader and source.dataset() is reader  # made once, then held
+        record = reader.record()
         assert json.loads(json.dumps(record)) == record
         kind = kind_of_record(record)
         assert kind is type(source) and kind.same(record, record) and same_source(record, record)

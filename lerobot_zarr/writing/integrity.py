@@ -289,7 +289,7 @@ def _mp4_jobs(state: StoreState, name: str, spec: ArraySpec, episodes: np.ndarra
     for f, triples in by_file.items():
         size = 0
         with contextlib.suppress(OSError, LeRobotZarrError):
-            size = os.lstat(mp4_file(state.root, name, index["files"][f])).st_size
+            size = os.lstat(mp4_file(state.root, name, index["files"][f], check_link=False)).st_size
         jobs.append(_Job(name, spec, -1, 0, triples, file=index["files"][f], nbytes=size))
     return jobs
 
@@ -298,7 +298,7 @@ def _hash_job(root: Path, job: _Job) -> tuple[dict[int, int], dict[int, str], in
     """(hash per episode, why per episode that could not be read, bytes read)."""
     try:
         if job.file is not None:
-            crc, nbytes = _hash_file(mp4_file(root, job.name, job.file))
+            crc, nbytes = _hash_file(mp4_file(root, job.name, job.file, check_link=False))
             return {e: crc for e, _, _ in job.episodes}, {}, nbytes
         if job.spec.storage == "raw":
             return _hash_raw(root, job)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..cameras.video import VideoUnavailable
-from ..store.cameras import mp4_index_path
+from ..store.cameras import mp4_index_path, record_link
 from ..utils.fileio import atomic_write, check_in_store, disk_error, link_or_copy, replace_file
 from ..utils.hashing import Crc32c, crc32c
 
@@ -85,6 +85,7 @@ def keep_mp4(source: LeRobotSource, root: Path, e: int, name: str) -> int:
             if not _decodable(tmp):
                 raise VideoUnavailable(f"episode {e}, camera {name!r}: {source.files.location(rel)} has no "
                                        f"decodable video stream")
+            record_link(root, target, tmp)  # (a hard link: its size and time, checked whenever it is opened)
             replace_file(tmp, target)
             _mp4_hashes[str(target)] = crc
             return crc

@@ -289,8 +289,8 @@ def located_source(src: Source, store: Path, episodes: Iterable[int] | None, *,
     from ..lerobot.source import LeRobotSource
     from ..lerobot.source_meta import KnownEpisodes
 
-    held = getattr(src, "_dataset", None)  # read whole already (a bucket's cache path needs its data files)
-    if held is not None or episodes is None or storage is not None or resize is not None \
+    # (a dataset read whole already: a bucket's cache path needs its data files)
+    if src.held_dataset() is not None or episodes is None or storage is not None or resize is not None \
             or not has_commit_point(store):
         return src.dataset()
     state = read_state(store)

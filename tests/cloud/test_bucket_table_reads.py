@@ -1,6 +1,8 @@
-"""A LeRobot folder in a bucket opened again for another episode (the store holds every episode's start and length):
-LeRobot's episode table is read as from a Hub repo (tests/hub/test_episode_table_reads.py), its footer and the
-row groups it needs through the same SourceFiles reader, in as many round trips at 300 as at 1,000 episodes."""
+"""A LeRobot folder in a bucket, one episode opened: first (no store yet) in as many round trips at 2,000 episodes as
+at 200; again for another episode (the store holds every episode's start and length), LeRobot's episode table is
+read as from a Hub repo (tests/hub/test_episode_table_reads.py), its footer and the row groups it needs through the
+same SourceFiles reader, in as many round trips at 300 as at 1,000 episodes. Round trips are counted by dependency:
+each answer is held until the client has sent every request it can without it (``settle``)."""
 
 from __future__ import annotations
 
@@ -48,3 +50,28 @@ def test_reopen_reads_the_footer_and_the_row_groups_it_needs(env, tmp_path):
         assert 0 < read <= 2 * uses, (n, read, uses)
     # the HEAD, the listing, the metadata files with the table's footer, its row groups, the data file's footer
     assert counts[SIZES[0]] == counts[SIZES[1]] and counts[SIZES[1]][1] <= 5, counts
+
+
+def test_first_open_of_one_episode_in_as_many_round_trips_at_ten_times_the_episodes(env, tmp_path):
+    """A first open (no store yet) of one episode of a LeRobot-written folder in the bucket: the round trips the
+    client waits for one after the other are counted by dependency (each answer held until the client has sent
+    every request it can without it: ``settle``), and are as many at 2,000 episodes as at 200."""
+    counts = {}
+    for n in (200, 2000):
+        folder = write_sample_dataset(tmp_path / f"src-{n}", n_episodes=n, lengths=(2, 4), episodes_per_file=n,
+                                      episodes_row_group=10, seed=n)
+        env.upload(folder, f"first-{n}")
+        env.server.reset_stats()
+        env.server.network = NetworkModel(latency_s=0.02, rate=1e9, settle=True)
+        try:
+            ds = lerobot_zarr.open_dataset(env.url(f"first-{n}"), episodes=[n // 2 + 3], root=tmp_path / f"s-{n}",
+                                           progress=False)
+        finally:
+            env.server.network = None
+        counts[n] = env.server.stats.round_trips()
+        local = lerobot_zarr.open_dataset(folder, episodes=[n // 2 + 3], root=tmp_path / f"local-{n}",
+                                          progress=False)
+        assert_same_frames(ds, local, f"{n} episodes")
+    # what the folder is (two HEADs), its listing, the metadata files with the episode table, the episode's rows
+    # (one more where the episode table's footer is read before its row groups)
+    assert counts[200] == counts[2000] <= 5, counts

@@ -201,28 +201,134 @@ def test_the_mirror_goes_with_its_last_user(env, folder, tmp_path):
     assert list(root.parent.iterdir()) == []
 
 
-def _read_in_fork(ds, idx, out):
+def _read_in_fork(ds, batches, out):
     try:
-        ds.get_batch(idx)
-        out.put("read")
-    except lerobot_zarr.errors.BucketError as exc:
-        out.put(str(exc))
+        out.put(pickle.dumps([ds.get_batch(idx) for idx in batches]))
+    except Exception as exc:  # (reported to the test, which fails naming it)
+        out.put(pickle.dumps(repr(exc)))
 
 
-def test_a_forked_worker_is_refused_with_the_way_not_left_hanging(env, folder, tmp_path):
-    """obstore's runtime does not survive fork (a request in the child never returns): a worker forked from the
-    process that opened the store is refused at its first read, naming spawn."""
-    _, url = published(env, folder, tmp_path, "forked")
-    remote = lerobot_zarr.open_dataset(url, delta_timestamps=DELTAS)
-    remote.get_batch(np.arange(4))
+def _fork(target, *args):
     ctx = multiprocessing.get_context("fork")
-    out = ctx.Queue()
     with warnings.catch_warnings():  # (Python warns of a fork in a process with threads: that is the case here)
         warnings.simplefilter("ignore", DeprecationWarning)
-        proc = ctx.Process(target=_read_in_fork, args=(remote, np.arange(40, 60), out))
+        proc = ctx.Process(target=target, args=args)
         proc.start()
-    answer = out.get(timeout=120)
-    proc.join(timeout=60)
-    assert "multiprocessing_context='spawn'" in answer, answer
-    assert _same_batch(remote.get_batch(np.arange(40, 60)), remote.get_batch(np.arange(40, 60)))  # the parent reads on
+    return proc
 
+
+def test_forked_workers_read_the_same_items_as_the_local_store(env, folder, tmp_path):
+    """obstore's engine does not survive a fork (a request in the child never returns, a new client's too):
+    workers forked from the process that opened the store, as a DataLoader makes them by default, read through a
+    fetcher process each, into the same mirror (each byte fetched once), exactly the local store's items."""
+    local, url = published(env, folder, tmp_path, "forked")
+    local = lerobot_zarr.open_dataset(local.root, delta_timestamps=DELTAS)
+    remote = lerobot_zarr.open_dataset(url, delta_timestamps=DELTAS)
+    remote.get_batch(np.arange(4))  # the parent's engine runs (and a claim and pin of its own are held)
+    rng = np.random.default_rng(7)
+    batches = [rng.choice(len(local), 16, replace=False) for _ in range(3)]
+    env.server.reset_stats()
+    out = multiprocessing.get_context("fork").Queue()
+    procs = [_fork(_read_in_fork, remote, batches, out) for _ in range(2)]
+    results = [pickle.loads(out.get(timeout=180)) for _ in procs]
+    for p in procs:
+        p.join(timeout=60)
+        assert p.exitcode == 0
+    for got in results:
+        assert isinstance(got, list), got
+        for idx, batch in zip(batches, got, strict=True):
+            assert _same_batch(batch, local.get_batch(idx))
+    requests = env.server.requests()
+    assert any(f"/{CAM}/" in r.path for r in requests)
+    assert _overlaps(requests) == []  # one mirror for parent and workers: each byte fetched once
+    env.server.reset_stats()  # the parent reads on, from what the workers brought
+    assert _same_batch(remote.get_batch(batches[0]), local.get_batch(batches[0]))
+    assert [r.path for r in env.server.requests() if f"/{CAM}/" in r.path] == []
+
+
+def _read_through_a_killed_fetcher(ds, idx, pids, go_on, out):
+    from lerobot_zarr.cloud import relay
+
+    ds._remote.bucket.head("zarr.json")  # the fetcher started
+    pids.put(relay._current[0].proc.pid)
+    try:
+        ds.get_batch(idx)
+        first = "served"
+    except lerobot_zarr.errors.BucketError as exc:
+        first = str(exc)
+    go_on.wait(timeout=120)
+    try:
+        out.put(pickle.dumps((first, ds.get_batch(idx))))
+    except Exception as exc:  # (reported to the test, which fails naming it)
+        out.put(pickle.dumps((first, repr(exc))))
+
+
+def test_a_fetcher_killed_mid_request_fails_it_and_serves_nothing_half(env, folder, tmp_path):
+    """The fetcher of a forked worker killed while it fetches rows: the worker's read is a BucketError (no
+    hang), the rows stay absent, and the next read starts another fetcher and serves them exactly."""
+    local, url = published(env, folder, tmp_path, "fetcher")
+    local = lerobot_zarr.open_dataset(local.root, delta_timestamps=DELTAS)
+    remote = lerobot_zarr.open_dataset(url, delta_timestamps=DELTAS)
+    remote.get_batch(np.arange(4))
+    idx = np.arange(40, 70)
+    env.server.inject_fault(path_contains=f"/{CAM}/", kind="stall", after_bytes=1000, seconds=30, method="GET")
+    env.server.reset_stats()
+    ctx = multiprocessing.get_context("fork")
+    pids, go_on, out = ctx.Queue(), ctx.Event(), ctx.Queue()
+    proc = _fork(_read_through_a_killed_fetcher, remote, idx, pids, go_on, out)
+    fetcher = pids.get(timeout=120)
+    deadline = time.monotonic() + 120
+    while not any(f"/{CAM}/" in r.path and r.bytes_sent for r in env.server.requests()):  # the fetch is under way
+        assert time.monotonic() < deadline and proc.is_alive()
+        time.sleep(0.05)
+    os.kill(fetcher, signal.SIGKILL)
+    env.server.clear_faults()
+    go_on.set()
+    first, second = pickle.loads(out.get(timeout=120))
+    proc.join(timeout=60)
+    assert proc.exitcode == 0
+    assert "fetcher" in first, first
+    assert isinstance(second, dict), second
+    assert _same_batch(second, local.get_batch(idx))
+    assert _same_batch(remote.get_batch(idx), local.get_batch(idx))
+
+
+def _close_in_fork(ds, out):
+    ds._remote.close()  # (a forked process letting go of a store it never read)
+    out.put("closed")
+
+
+def test_a_fork_letting_go_of_the_store_leaves_the_parents_mirror(env, folder, tmp_path):
+    """The users' flock a forked child inherits is the parent's (one open file description): a child closing the
+    store must not take it for the last user's and remove the folder the parent reads."""
+    local, url = published(env, folder, tmp_path, "letgo")
+    local = lerobot_zarr.open_dataset(local.root, delta_timestamps=DELTAS)
+    remote = lerobot_zarr.open_dataset(url, delta_timestamps=DELTAS)
+    remote.get_batch(np.arange(4))
+    out = multiprocessing.get_context("fork").Queue()
+    proc = _fork(_close_in_fork, remote, out)
+    assert out.get(timeout=120) == "closed"
+    proc.join(timeout=60)
+    assert remote.root.is_dir()
+    assert _same_batch(remote.get_batch(np.arange(30, 50)), local.get_batch(np.arange(30, 50)))
+
+
+def test_a_forked_worker_reads_an_mp4_camera_by_ranges(env, tmp_path):
+    """A camera kept as mp4 in the bucket, read in a forked worker: its byte ranges go through the worker's fetcher
+    too (the file objects of the parent's listing), the frames exactly the local store's."""
+    pytest.importorskip("av", reason="mp4 cameras need PyAV")
+    vid = "observation.images.vid"
+    src = write_sample_dataset(tmp_path / "vsrc", n_episodes=4, lengths=(10, 15), video_keys=(vid,),
+                               write_videos=True, image_shape=(16, 16, 3), seed=9)
+    local, url = published(env, src, tmp_path, "mp4fork", storage={vid: "mp4"})
+    local = lerobot_zarr.open_dataset(local.root, delta_timestamps={vid: [-1 / FPS, 0.0]})
+    remote = lerobot_zarr.open_dataset(url, delta_timestamps={vid: [-1 / FPS, 0.0]})
+    remote.get_batch(np.arange(2))
+    batches = [np.arange(5, 25), np.arange(len(local) - 20, len(local))]
+    out = multiprocessing.get_context("fork").Queue()
+    proc = _fork(_read_in_fork, remote, batches, out)
+    got = pickle.loads(out.get(timeout=180))
+    proc.join(timeout=60)
+    assert isinstance(got, list), got
+    for idx, batch in zip(batches, got, strict=True):
+        assert _same_batch(batch, local.get_batch(idx))
