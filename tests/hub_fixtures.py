@@ -89,6 +89,40 @@ def server_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, server) -> Itera
     assert server.errors == [], server.errors[0]
 
 
+def sized_hub(name: str, sizes: tuple[int, ...], repo: str, *, per_file: int, tokens: dict | None = None):
+    """The fixtures ``(hub, env)`` of a test module over repos of several sizes laid out as LeRobot 0.6.1 writes
+    them (the episode table in row groups of 10 episodes with per-episode stats columns, one row group per episode
+    in data files of ``per_file`` episodes): ``hub``, module-scoped, a server holding ``repo.format(n=n)`` (tag
+    ``v3.0``) for each ``n`` of ``sizes``, its folders in ``hub.folders[n]``; ``env``, per test, the client pointed
+    at it with the network model off and the stats reset, and no server-side error left behind. Bind them with
+    ``hub, env = sized_hub(...)`` (an assignment, so that ruff's F811 does not fire on tests taking ``env``)."""
+    from lerobot_zarr.testing.hub_server import HubServer
+    from lerobot_zarr.testing.sample_data import write_sample_dataset
+
+    @pytest.fixture(scope="module")
+    def hub(tmp_path_factory):
+        base = tmp_path_factory.mktemp(name)
+        server = HubServer(base / "storage", tokens=tokens)
+        server.folders = {}
+        for n in sizes:
+            src = write_sample_dataset(base / f"src-{n}", n_episodes=n, lengths=(20, 40), episodes_per_file=per_file,
+                                       episodes_row_group=10, seed=n)
+            server.folders[n] = src
+            server.add_repo(repo.format(n=n), src, tags=["v3.0"])
+        yield from running_server(server)
+
+    @pytest.fixture
+    def env(monkeypatch, tmp_path, hub):
+        env = make_env(monkeypatch, tmp_path, hub.endpoint)
+        hub.network = None
+        hub.reset_stats()
+        yield env
+        hub.network = None
+        assert hub.errors == [], hub.errors[0]
+
+    return hub, env
+
+
 # ------------------------------------------------------------------------------------------------ requests
 
 
