@@ -89,12 +89,14 @@ def server_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, server) -> Itera
     assert server.errors == [], server.errors[0]
 
 
-def sized_hub(name: str, sizes: tuple[int, ...], repo: str, *, per_file: int, tokens: dict | None = None):
+def sized_hub(name: str, sizes: tuple[int, ...], repo: str, *, per_file: int, tokens: dict | None = None,
+              **dataset):
     """The fixtures ``(hub, env)`` of a test module over repos of several sizes laid out as LeRobot 0.6.1 writes
     them (the episode table in row groups of 10 episodes with per-episode stats columns, one row group per episode
     in data files of ``per_file`` episodes): ``hub``, module-scoped, a server holding ``repo.format(n=n)`` (tag
     ``v3.0``) for each ``n`` of ``sizes``, its folders in ``hub.folders[n]``; ``env``, per test, the client pointed
-    at it with the network model off and the stats reset, and no server-side error left behind. Bind them with
+    at it with the network model off and the stats reset, and no server-side error left behind. ``dataset``: more
+    arguments of ``write_sample_dataset`` (default lengths 20-40 frames, seeded by ``n``). Bind them with
     ``hub, env = sized_hub(...)`` (an assignment, so that ruff's F811 does not fire on tests taking ``env``)."""
     from lerobot_zarr.testing.hub_server import HubServer
     from lerobot_zarr.testing.sample_data import write_sample_dataset
@@ -105,8 +107,8 @@ def sized_hub(name: str, sizes: tuple[int, ...], repo: str, *, per_file: int, to
         server = HubServer(base / "storage", tokens=tokens)
         server.folders = {}
         for n in sizes:
-            src = write_sample_dataset(base / f"src-{n}", n_episodes=n, lengths=(20, 40), episodes_per_file=per_file,
-                                       episodes_row_group=10, seed=n)
+            src = write_sample_dataset(base / f"src-{n}", n_episodes=n, episodes_per_file=per_file,
+                                       episodes_row_group=10, **{"lengths": (20, 40), "seed": n, **dataset})
             server.folders[n] = src
             server.add_repo(repo.format(n=n), src, tags=["v3.0"])
         yield from running_server(server)

@@ -12,6 +12,7 @@ episode table (integer, non-null indices; episodes following each other from fra
 from __future__ import annotations
 
 import functools
+import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -98,6 +99,16 @@ _FOOTER_BYTES_PER_CHUNK = 192
 # the row groups a partial read needs are read as one where less than this lies between them (about what a request
 # costs at 1 Gbit/s in CPU time); farther ones in requests of their own, in flight together
 _LOCATE_GAP = 64 << 10
+# a first open reads the row groups whose episodes' lengths or tasks the footer does not determine when at most this
+# many (requests in flight together with those of the episodes asked for); more: the table whole
+_FOOTER_READ_GROUPS = 8
+# a first open's estimate of a table file's footer: LeRobot's is about a quarter of the file (the per-episode stats
+# columns' statistics)
+_FOOTER_SHARE = 0.3
+# a partial read of the table for more than 1/10 of the episodes reads most row groups: the table is read whole
+_LOCATE_MOST = 10
+
+log = logging.getLogger("lerobot_zarr")
 
 
 @dataclass(frozen=True)
@@ -106,12 +117,22 @@ class KnownEpisodes:
     ``length``, and the store's copy of ``info`` (its episode count and features size the footers' reads). With it,
     :class:`LeRobotMetadata` locates only the ``episodes`` asked for (their data file and row, videos, tasks): it
     reads the footer of each table file (one request sized from ``info``) and then only the columns it needs of the
-    row groups holding them, not the whole table (LeRobot's per-episode stats columns are most of it)."""
+    row groups holding them, not the whole table (LeRobot's per-episode stats columns are most of it).
 
-    start: np.ndarray
-    length: np.ndarray
+    ``start``, ``length`` and ``info`` None: a first open (no store yet), which needs every episode's start, length
+    and first task to make the store. They are taken from the footers' statistics where those determine them (a
+    row group of 10 episodes: its frame range, and its episodes' lengths when they are all equal, their task when it
+    is one and the same); the row groups where they do not are read too when few (:data:`_FOOTER_READ_GROUPS`), else
+    the table is read whole (the reason logged)."""
+
+    start: np.ndarray | None
+    length: np.ndarray | None
     episodes: tuple[int, ...]
-    info: dict
+    info: dict | None
+
+    @classmethod
+    def first_open(cls, episodes: Sequence[int]) -> KnownEpisodes:
+        return cls(None, None, tuple(sorted({int(e) for e in episodes})), None)
 
 
 @dataclass(frozen=True)
@@ -126,9 +147,11 @@ class SourceEpisodes:
     file_row: np.ndarray  # int64 (E,), row of the episode's first frame inside its data file
     # per video feature and episode: (mp4 path relative to the root, second where the episode starts) or None
     videos: dict[str, list[tuple[str, float] | None]] = field(default_factory=dict)
-    # the episodes whose files (data_file, file_row, videos, tasks) were read, when only some were
-    # (:class:`KnownEpisodes`); None: all
+    # the episodes whose files (data_file, file_row, videos) were read, when only some were (:class:`KnownEpisodes`);
+    # None: all
     located: frozenset[int] | None = None
+    # start, length and tasks hold every episode's (False: the tasks of the located episodes only, a later open's)
+    complete: bool = True
 
     @property
     def end(self) -> np.ndarray:
@@ -377,6 +400,76 @@ def _file_pair_bounds(pf: pq.ParquetFile, groups: Sequence[int]) -> list[tuple[i
     return out
 
 
+def _leaf_of(pf: pq.ParquetFile, name: str) -> int | None:
+    """The first parquet leaf column of top-level column ``name`` (None if the file has none)."""
+    leaf = 0
+    for column in pf.schema_arrow:
+        if column.name == name:
+            return leaf
+        leaf += _leaves(column.type)
+    return None
+
+
+def _int_bounds(md: pq.FileMetaData, group: int, leaf: int | None) -> tuple[int, int] | None:
+    """``(min, max)`` of an integer column chunk without nulls, from the footer (None: not given)."""
+    stats = md.row_group(group).column(leaf).statistics if leaf is not None else None
+    if (stats is None or not stats.has_min_max or not stats.has_null_count or stats.null_count
+            or not isinstance(stats.min, int) or not isinstance(stats.max, int)):
+        return None
+    return stats.min, stats.max
+
+
+def _footer_table(pfs: dict[str, pq.ParquetFile], groups: Sequence[tuple[str, int]], first_row: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray, dict[int, list[str]], list[int]] | str:
+    """What the footers' statistics of the episode table determine: every episode's start and length (-1 where not
+    determined), the tasks of the episodes they give, and the row groups (indices into ``groups``) whose episodes'
+    lengths or tasks they do not; or why they cannot be used (no statistics, rows not in episode order, row groups'
+    frame ranges not following each other from frame 0).
+
+    A row group of ``r`` episodes from row ``f``: ``episode_index`` spans ``[f, f + r)``; its frames are
+    ``[min(dataset_from_index), max(dataset_to_index))``; when ``min(length) == max(length) == L`` and the from/to
+    bounds are those of ``r`` episodes of ``L`` frames, its episodes are ``L`` frames each, one after the other;
+    when the task strings' minimum and maximum are one string ``T``, with no null or empty list and as many strings
+    as rows, every episode's tasks are ``[T]``."""
+    n = int(first_row[-1])
+    start, length = np.full(n, -1, dtype=np.int64), np.full(n, -1, dtype=np.int64)
+    tasks: dict[int, list[str]] = {}
+    undetermined: list[int] = []
+    leaves = {rel: {c: _leaf_of(pf, c) for c in ("episode_index", "dataset_from_index", "dataset_to_index", "length",
+                                                 "tasks")} for rel, pf in pfs.items()}
+    end = 0
+    for i, (rel, g) in enumerate(groups):
+        md, leaf = pfs[rel].metadata, leaves[rel]
+        rows, first = md.row_group(g).num_rows, int(first_row[i])
+        bounds = {c: _int_bounds(md, g, leaf[c]) for c in ("episode_index", "dataset_from_index", "dataset_to_index",
+                                                            "length")}
+        missing = [c for c, b in bounds.items() if b is None]
+        if missing:
+            return f"row group {g} of {rel} has no statistics (min, max, no nulls) of {missing}"
+        if bounds["episode_index"] != (first, first + rows - 1):
+            return (f"row group {g} of {rel} holds episode_index {list(bounds['episode_index'])} in rows "
+                    f"{first}..{first + rows - 1}: not in episode order")
+        (f0, f1), (t0, t1), (l0, l1) = bounds["dataset_from_index"], bounds["dataset_to_index"], bounds["length"]
+        if f0 != end:
+            return f"row group {g} of {rel} starts at frame {f0}, where the row groups before it end at {end}"
+        end = t1
+        if not (l0 == l1 >= 1 and f1 == f0 + (rows - 1) * l0 and t0 == f0 + l0 and t1 == f0 + rows * l0):
+            undetermined.append(i)
+            continue
+        start[first:first + rows] = f0 + l0 * np.arange(rows, dtype=np.int64)
+        length[first:first + rows] = l0
+        if leaf["tasks"] is None:  # no tasks column: every episode's tasks are [] (as read whole)
+            tasks.update((e, []) for e in range(first, first + rows))
+            continue
+        stats = md.row_group(g).column(leaf["tasks"]).statistics
+        if (stats is None or not stats.has_min_max or not stats.has_null_count or stats.null_count
+                or stats.num_values != rows or not isinstance(stats.min, str) or stats.min != stats.max):
+            undetermined.append(i)  # its lengths are known; its tasks read with it
+            continue
+        tasks.update((e, [stats.min]) for e in range(first, first + rows))
+    return start, length, tasks, undetermined
+
+
 class LeRobotMetadata:
     """A LeRobot dataset's metadata, parsed and checked on construction: ``info``, ``major`` (the codebase
     version), ``fps``, ``features``, ``episodes`` (the :class:`SourceEpisodes`), ``tasks`` and ``stats``."""
@@ -566,6 +659,8 @@ class LeRobotMetadata:
         tables = [rel for rel in files.list("meta/episodes") if rel.endswith(".parquet")]
         if not tables:
             return {}
+        if known.info is None:  # a first open: a share of each file
+            return {rel: min(files.size(rel), (64 << 10) + int(files.size(rel) * _FOOTER_SHARE)) for rel in tables}
         info = known.info if isinstance(known.info, dict) else {}
         features = info.get("features") if isinstance(info.get("features"), dict) else {}
         videos = sum(isinstance(f, dict) and f.get("dtype") == "video" for f in features.values())
@@ -582,16 +677,32 @@ class LeRobotMetadata:
         (by the row groups' statistics of ``data/chunk_index`` and ``data/file_index``); then the columns an open
         reads of those row groups, all at once. None when the table does not allow it (no statistics, rows not in
         episode order, a chunk changing inside a row group): the caller then reads the whole table. Values are
-        checked as the whole table's are, and against the store's starts and lengths."""
+        checked as the whole table's are, and against the store's starts and lengths (a first open: every episode's
+        start, length and tasks from the footers and the row groups read, see :class:`KnownEpisodes`)."""
         files, where = self.files, self.files.location("meta/episodes")
         metas = self._table_files()
         pfs = {rel: open_parquet(files, rel) for rel in metas}
         present = {rel: self._present(rel, pf) for rel, pf in pfs.items()}
-        n = len(known.length)
         groups = [(rel, g) for rel in metas for g in range(pfs[rel].metadata.num_row_groups)]
         first_row = np.concatenate([[0], np.cumsum([pfs[rel].metadata.row_group(g).num_rows for rel, g in groups])])
+        first_open = known.length is None
+        n = int(first_row[-1]) if first_open else len(known.length)
         if first_row[-1] != n or not known.episodes or not all(0 <= e < n for e in known.episodes):
-            return None
+            return self._whole_table(f"it holds {int(first_row[-1])} rows, {n} episodes known; episodes "
+                                     f"{list(known.episodes)[:10]} asked for")
+        undetermined: list[int] = []
+        if first_open:
+            footer = _footer_table(pfs, groups, first_row)
+            if isinstance(footer, str):
+                return self._whole_table(footer)
+            start, length, tasks_of, undetermined = footer
+            if len(known.episodes) > max(1, n // _LOCATE_MOST):
+                return self._whole_table(f"{len(known.episodes)} of {n} episodes asked for")
+            if len(undetermined) > _FOOTER_READ_GROUPS:
+                return self._whole_table(f"{len(undetermined)} of its {len(groups)} row groups hold episodes of "
+                                         f"different lengths or tasks, which its footer does not give")
+        else:
+            start, length = np.array(known.start, dtype=np.int64), np.array(known.length, dtype=np.int64)
         # LeRobot writes episode e at row e: the row group of an episode is its row's (checked once read)
         group_of = {e: int(np.searchsorted(first_row, e, side="right") - 1) for e in known.episodes}
         last = max(group_of.values())
@@ -601,17 +712,19 @@ class LeRobotMetadata:
         begins: dict[tuple[int, int], int] = {}
         for e, at in group_of.items():
             if pairs[at] is None or pairs[at][0] != pairs[at][1]:
-                return None  # no statistics, or a chunk changing inside the row group
+                return self._whole_table(f"row group {at} has no statistics of data/chunk_index and data/file_index, "
+                                         f"or a data chunk changes inside it")
             begin = (pairs[at][0], pairs[at][2])  # the first (chunk, file) of the row group
             if begin not in begins:
                 # the row groups before the first whose last (chunk, file) may reach it hold only earlier files
                 j = next((j for j, bounds in enumerate(pairs[:at + 1])
                           if bounds is None or (bounds[1], bounds[3]) >= begin))
                 if pairs[j] is None:
-                    return None
+                    return self._whole_table(f"row group {j} has no statistics of data/chunk_index and "
+                                             f"data/file_index")
                 begins[begin] = j
             need[e] = begins[begin]
-        read = sorted({*need.values(), *group_of.values()})
+        read = sorted({*need.values(), *group_of.values(), *undetermined})
         by_file: dict[str, list[int]] = {}
         for i in read:
             by_file.setdefault(groups[i][0], []).append(groups[i][1])
@@ -633,24 +746,40 @@ class LeRobotMetadata:
         rows = np.concatenate([np.arange(first_row[i], first_row[i + 1]) for i in read])  # the table's rows read
         position = {int(r): p for p, r in enumerate(rows)}
         if _int_column(table, "episode_index", where) != rows.tolist():
-            return None  # rows not in episode order
+            return self._whole_table(f"the rows of row groups {read} are not in episode order")
         get = {c: _int_column(table, c, where, order=range(len(rows)), nullable=c.startswith("videos/"),
                               episodes=rows)
                for c in self._table_columns if c not in ("episode_index", "tasks") and not c.endswith("from_timestamp")}
         for p, e in enumerate(rows.tolist()):
-            held = (int(known.start[e]), int(known.start[e] + known.length[e]), int(known.length[e]))
             here = (get["dataset_from_index"][p], get["dataset_to_index"][p], get["length"][p])
+            if first_open and length[e] < 0:  # a row group the footer does not determine
+                start[e], length[e] = here[0], here[2]
+            held = (int(start[e]), int(start[e] + length[e]), int(length[e]))
+            if here != held and first_open:
+                return self._whole_table(f"episode {e} has frames [{here[0]}, {here[1]}) (length {here[2]}), its "
+                                         f"row group's statistics give [{held[0]}, {held[1]})")
             if here != held:
                 raise SchemaMismatchError(f"{where}: episode {e} has frames [{here[0]}, {here[1]}) (length {here[2]}), "
                                           f"the store made from this source holds [{held[0]}, {held[1]})", episode=e)
+        if first_open and ((length <= 0).any() or (start != np.cumsum(length) - length).any()):
+            e = int(np.argmax((length <= 0) | (start != np.cumsum(length) - length)))
+            return self._whole_table(f"episode {e} has length {length[e]} and starts at frame {start[e]}: episodes "
+                                     f"do not follow each other from frame 0")
         data_template = self._path_template("data_path", V3_DATA_PATH, ("chunk_index", "file_index"))
         video_template = (self._path_template("video_path", V3_VIDEO_PATH, ("video_key", "chunk_index", "file_index"))
                           if self._video_keys else "")
         pair = list(zip(get["data/chunk_index"], get["data/file_index"], strict=True))
-        tasks: list[list[str]] = [[] for _ in range(n)]
         data_file, file_row = [""] * n, np.full(n, -1, dtype=np.int64)
         videos: dict[str, list[tuple[str, float] | None]] = {k: [None] * n for k in self._video_keys}
-        found = _task_lists(table.column("tasks"), where, [position[e] for e in known.episodes], known.episodes)
+        tasks: list[list[str]] = [[] for _ in range(n)]
+        if first_open:  # every episode's tasks: the footer's, and those of every row read
+            tasks_of.update(zip(rows.tolist(), _task_lists(table.column("tasks"), where, range(len(rows)), rows),
+                                strict=True))
+            tasks = [tasks_of[e] for e in range(n)]
+        else:
+            found = _task_lists(table.column("tasks"), where, [position[e] for e in known.episodes], known.episodes)
+            for e, t in zip(known.episodes, found, strict=True):
+                tasks[e] = t
         starts = {k: _float_column(table, f"videos/{k}/from_timestamp", where, [position[e] for e in known.episodes],
                                    known.episodes) for k in self._video_keys}
         first_of: dict[tuple[int, int], int] = {}  # (chunk, file) -> the first row read with it
@@ -664,17 +793,20 @@ class LeRobotMetadata:
             first = first_of[pair[p]]
             if not (first_row[need[e]] <= rows[first] < first_row[need[e] + 1]
                     or (pair[p][1] > pairs[at][2] and rows[first] >= first_row[at])):
-                return None
-            tasks[e] = found[i]
+                return self._whole_table(f"the first row of episode {e}'s data file is not among the rows read")
             data_file[e] = self._fill(data_template, "data", e, chunk_index=pair[p][0], file_index=pair[p][1])
-            file_row[e] = int(known.start[e]) - get["dataset_from_index"][first]
+            file_row[e] = int(start[e]) - get["dataset_from_index"][first]
             for k in self._video_keys:
                 c, f, t0 = get[f"videos/{k}/chunk_index"][p], get[f"videos/{k}/file_index"][p], starts[k][i]
                 videos[k][e] = (None if c is None or f is None or t0 is None else
                                 (self._fill(video_template, f"{k!r} video", e, video_key=k, chunk_index=c,
                                             file_index=f), t0))
-        return SourceEpisodes(np.asarray(known.length, dtype=np.int64), np.asarray(known.start, dtype=np.int64), tasks,
-                              data_file, file_row, videos, located=frozenset(known.episodes))
+        return SourceEpisodes(length, start, tasks, data_file, file_row, videos, located=frozenset(known.episodes),
+                              complete=first_open)
+
+    def _whole_table(self, why: str) -> None:
+        """Log why the episode table is read whole instead of in part (None: the caller's signal to)."""
+        log.info("%s: the episode table is read whole: %s", self.files.location("meta/episodes"), why)
 
     def _read_episodes_v2(self) -> SourceEpisodes:
         path = self.files.location("meta/episodes.jsonl")
