@@ -102,9 +102,12 @@ _LOCATE_GAP = 64 << 10
 # a first open reads the row groups whose episodes' lengths or tasks the footer does not determine when at most this
 # many (requests in flight together with those of the episodes asked for); more: the table whole
 _FOOTER_READ_GROUPS = 8
-# a first open's estimate of a table file's footer: LeRobot's is about a quarter of the file (the per-episode stats
+# a first open's estimate of a table file's footer: LeRobot's is a quarter to 40 % of the file (the per-episode stats
 # columns' statistics)
-_FOOTER_SHARE = 0.3
+_FOOTER_SHARE = 0.4
+# a first open reads episode tables smaller than this whole (at 1 Gbit/s, less than what a request more costs when
+# the footer does not give the lengths: the rest of the table then takes a round trip of its own)
+_FOOTER_FIRST_MIN = 1 << 20
 # a partial read of the table for more than 1/10 of the episodes reads most row groups: the table is read whole
 _LOCATE_MOST = 10
 
@@ -659,7 +662,9 @@ class LeRobotMetadata:
         tables = [rel for rel in files.list("meta/episodes") if rel.endswith(".parquet")]
         if not tables:
             return {}
-        if known.info is None:  # a first open: a share of each file
+        if known.info is None:  # a first open: a share of each file (a small table: none, read whole)
+            if sum(files.size(rel) for rel in tables) < _FOOTER_FIRST_MIN:
+                return {}
             return {rel: min(files.size(rel), (64 << 10) + int(files.size(rel) * _FOOTER_SHARE)) for rel in tables}
         info = known.info if isinstance(known.info, dict) else {}
         features = info.get("features") if isinstance(info.get("features"), dict) else {}

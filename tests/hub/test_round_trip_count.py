@@ -57,10 +57,12 @@ def test_lerobot_written_repo_opens_in_a_bounded_number_of_round_trips(hub, env,
                                           progress=False)
         assert_same_frames(ds, local, f"{n} episodes")
         counts[n] = (requests, trips)
-    # revision, listing (with our index's name), the metadata files together, the data file's footer, its row
-    # group: the same for 40 episodes as for 1,000 (before: a request per row group of the episode table)
-    assert counts[SIZES[0]] == counts[SIZES[1]], counts
-    assert counts[SIZES[1]][1] <= 5, counts
+    # revision, listing (with our index's name), the metadata files together with the episode table's footer (its
+    # whole file at 40 episodes), the rest of the table (its footer does not give these episodes' lengths: 20-40
+    # frames), the data file's footer, its row group: at most one more at 1,000 episodes than at 40, whatever the
+    # size beyond (before: a request per row group of the episode table)
+    assert counts[SIZES[0]][0] <= counts[SIZES[1]][0] <= counts[SIZES[0]][0] + 1, counts
+    assert counts[SIZES[0]][1] <= counts[SIZES[1]][1] <= counts[SIZES[0]][1] + 1 <= 7, counts
 
 
 def test_pushed_repo_opens_in_three_round_trips(hub, env, tmp_path):
