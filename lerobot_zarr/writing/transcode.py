@@ -286,9 +286,11 @@ def located_source(src: Source, store: Path, episodes: Iterable[int] | None, *,
     source (same identity), holds every episode's start and length already and the source is read by ranges (a Hub
     repo, a bucket), one that locates only these episodes (the footers of the episode table and the row groups
     holding them: :class:`~lerobot_zarr.lerobot.source_meta.KnownEpisodes`), not LeRobot's whole episode table;
-    else (a new store, many episodes, cameras to heal or choose, a local folder) the source's whole reader."""
+    for a new store, one that takes every episode's start, length and task from the table's footers where they give
+    them (:func:`_first_open_source`); else (many episodes, cameras to heal or choose, a local folder) the source's
+    whole reader."""
     from ..lerobot.source import LeRobotSource
-    from ..lerobot.source_meta import KnownEpisodes
+    from ..lerobot.source_meta import LOCATE_MOST, KnownEpisodes
 
     held = getattr(src, "_dataset", None)  # read whole already (a bucket's cache path needs its data files)
     if held is not None or episodes is None or storage is not None or resize is not None:
@@ -298,7 +300,7 @@ def located_source(src: Source, store: Path, episodes: Iterable[int] | None, *,
     state = read_state(store)
     n = len(state.table)
     wanted = sorted({int(e) for e in episodes})
-    if (not wanted or len(wanted) > max(1, n // _LOCATE_MOST) or not all(0 <= e < n for e in wanted)
+    if (not wanted or len(wanted) > max(1, n // LOCATE_MOST) or not all(0 <= e < n for e in wanted)
             or origin(state.source) != state.source
             or any(why.startswith(_OLD_PYAV_REASON) for why in state.not_materialized.values())):
         return src.dataset()
@@ -307,9 +309,6 @@ def located_source(src: Source, store: Path, episodes: Iterable[int] | None, *,
         return src.dataset()
     reader = LeRobotSource(files, KnownEpisodes(state.table.start, state.table.length, tuple(wanted), state.info))
     return reader if same_source(state.source, reader.record()) else src.dataset()
-
-
-_LOCATE_MOST = 10  # an open of more than 1/10 of the episodes reads the whole episode table (most row groups)
 
 
 def _first_open_source(src: Source, episodes: Iterable[int]) -> LeRobotSource:
