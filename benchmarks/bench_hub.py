@@ -98,16 +98,19 @@ def have_lerobot() -> bool:
     return importlib.util.find_spec("lerobot") is not None
 
 
-def lerobot_layout(folder: Path, episodes: int, frames: tuple[int, int], per_file: int, seed: int = 0) -> Path:
-    """A synthetic dataset laid out as LeRobot writes one (reused when the parameters match)."""
+def lerobot_layout(folder: Path, episodes: int, frames: tuple[int, int], per_file: int, seed: int = 0,
+                   tasks: int = 2) -> Path:
+    """A synthetic dataset laid out as LeRobot writes one (reused when the parameters match); episode e performs
+    task e % ``tasks``."""
     marker = folder.with_name(folder.name + ".json")
-    params = {"episodes": episodes, "frames": list(frames), "per_file": per_file, "seed": seed}
+    params = {"episodes": episodes, "frames": list(frames), "per_file": per_file, "seed": seed, "tasks": tasks}
     if folder.exists() and marker.exists() and json.loads(marker.read_text()) == params:
         return folder
     shutil.rmtree(folder, ignore_errors=True)
     t0 = time.perf_counter()
     write_sample_dataset(folder, n_episodes=episodes, lengths=frames, state_dim=14, action_dim=14,
-                         episodes_per_file=per_file, episodes_row_group=LEROBOT_ROW_GROUP, seed=seed)
+                         episodes_per_file=per_file, episodes_row_group=LEROBOT_ROW_GROUP, seed=seed,
+                         tasks=("pick the cube", "place the cube", "push the cube")[:tasks])
     marker.write_text(json.dumps(params))
     print(f"  wrote a LeRobot-layout dataset of {episodes:,} episodes in {time.perf_counter() - t0:.1f} s")
     return folder
@@ -179,7 +182,7 @@ def section_rtt(b: Bench, args) -> None:
     print(f"(datasets of {lo}-{hi} frames per episode, {args.per_file} episodes per data file, LeRobot's layout)")
     rows = []
     for n in args.scale:
-        folder = lerobot_layout(b.work / f"scale-{n}", n, (lo, hi), args.per_file)
+        folder = lerobot_layout(b.work / f"scale-{n}", n, (lo, hi), args.per_file, tasks=args.tasks)
         b.add(f"bench/lerobot-{n}", folder)
         b.add(f"bench/pushed-{n}", folder, pushed=True)
         table = folder / "meta/episodes/chunk-000/file-000.parquet"
@@ -201,8 +204,9 @@ def section_rtt(b: Bench, args) -> None:
               f"{md.serialized_size + 8:,} B, + {locating_uses(table, eps):,} B of columns")
     print("(a reopen: the store holds every episode's start and length, made by an earlier open of another episode; "
           "what locating an episode uses: the footer, and the columns an open needs of the row groups holding it and "
-          "where its data file begins. A first open reads the table whole: the store keeps every episode's length "
-          "and first task, in every row group)")
+          "where its data file begins. A first open needs every episode's start, length and first task: from the "
+          "footer's statistics where each row group's episodes share one length and one task (--tasks 1, frames "
+          "LO-LO), else the table is read whole, its footer first)")
     if not have_lerobot():
         print("(LeRobot's rows skipped: lerobot is not importable here)")
 
@@ -231,7 +235,7 @@ def section_compare(b: Bench, args) -> None:
     n, (lo, hi) = args.compare_episodes, args.compare_frames
     print(f"\n== one episode of {n:,} episodes ({lo}-{hi} frames, {args.per_file} per data file, LeRobot's layout), "
           f"ours vs LeRobot, fresh processes, {args.repeats} interleaved runs ==")
-    folder = lerobot_layout(b.work / f"compare-{n}", n, (lo, hi), args.per_file)
+    folder = lerobot_layout(b.work / f"compare-{n}", n, (lo, hi), args.per_file, tasks=args.tasks)
     repo = f"bench/compare-{n}"
     b.add(repo, folder)
     k = min(n - 1, args.per_file + 7)  # in the second data file
@@ -383,6 +387,10 @@ def main() -> None:
                         help="round trips more for a request on a new connection (2: TCP + TLS 1.3)")
     parser.add_argument("--scale", default="200,2000,20000", help="episodes of the round-trip datasets")
     parser.add_argument("--scale-frames", type=frames, default=(30, 70), metavar="LO-HI")
+    parser.add_argument("--tasks", type=int, default=2, choices=(1, 2, 3),
+                        help="tasks of the datasets (episode e performs task e %% N); with 1 and frames LO-LO the "
+                             "episode table's footer gives every episode's length and task (a first open reads it "
+                             "as a later one)")
     parser.add_argument("--per-file", type=int, default=400, help="episodes per data file (LeRobot: ~400)")
     parser.add_argument("--compare-episodes", type=int, default=2000)
     parser.add_argument("--compare-frames", type=frames, default=(300, 700), metavar="LO-HI")

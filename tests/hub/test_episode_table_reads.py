@@ -16,14 +16,14 @@ import shutil
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from hub_fixtures import CLIENT_NOISE, assert_same_frames, lib_requests, make_env, parse_range, running_server
+from hub_fixtures import CLIENT_NOISE, assert_same_frames, lib_requests, parse_range, sized_hub
 
 import lerobot_zarr
 from lerobot_zarr.errors import ArgumentError, CorruptSourceError, SchemaMismatchError
 from lerobot_zarr.lerobot.source import LeRobotSource
 from lerobot_zarr.lerobot.source_files import LocalFiles
 from lerobot_zarr.lerobot.source_meta import KnownEpisodes, column_ranges
-from lerobot_zarr.testing.hub_server import HubServer, NetworkModel
+from lerobot_zarr.testing.hub_server import NetworkModel
 from lerobot_zarr.testing.sample_data import write_sample_dataset
 
 SIZES = (300, 1000)  # both with a table of more than its footer's estimate (a small one comes whole)
@@ -35,27 +35,7 @@ MODEL = NetworkModel(latency_s=0.05, rate=1e9, settle=True)
 CAM = "observation.images.cam"
 
 
-@pytest.fixture(scope="module")
-def hub(tmp_path_factory):
-    base = tmp_path_factory.mktemp("hub_table")
-    server = HubServer(base / "storage")
-    server.folders = {}
-    for n in SIZES:
-        src = write_sample_dataset(base / f"src-{n}", n_episodes=n, lengths=(20, 40), episodes_per_file=PER_FILE,
-                                   episodes_row_group=10, seed=n)
-        server.folders[n] = src
-        server.add_repo(f"org/table-{n}", src, tags=["v3.0"])
-    yield from running_server(server)
-
-
-@pytest.fixture
-def env(monkeypatch, tmp_path, hub):
-    env = make_env(monkeypatch, tmp_path, hub.endpoint)
-    hub.network = None
-    hub.reset_stats()
-    yield env
-    hub.network = None
-    assert hub.errors == [], hub.errors[0]
+hub, env = sized_hub("hub_table", SIZES, "org/table-{n}", per_file=PER_FILE)
 
 
 def reference(folder) -> dict:

@@ -14,14 +14,11 @@ import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
-import pytest
-from hub_fixtures import assert_same_frames, lib_requests, make_env, parse_range, resolve_prefix, running_server
+from hub_fixtures import assert_same_frames, lib_requests, parse_range, resolve_prefix, sized_hub
 
 import lerobot_zarr
-import lerobot_zarr.lerobot.range_files as range_files
+from lerobot_zarr.lerobot import range_files
 from lerobot_zarr.lerobot.source_meta import column_ranges
-from lerobot_zarr.testing.hub_server import HubServer
-from lerobot_zarr.testing.sample_data import write_sample_dataset
 
 SIZES = (40, 400)
 PER_FILE = 20
@@ -34,23 +31,7 @@ HEAVY = ("pandas", "pyarrow.compute", "huggingface_hub.hf_api", "tqdm.auto", "as
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(scope="module")
-def hub(tmp_path_factory):
-    base = tmp_path_factory.mktemp("hub_cost")
-    server = HubServer(base / "storage")
-    server.folders = {}
-    for n in SIZES:
-        src = write_sample_dataset(base / f"src-{n}", n_episodes=n, lengths=(20, 40), episodes_per_file=PER_FILE,
-                                   episodes_row_group=10, seed=n)
-        server.folders[n] = src
-        server.add_repo(f"org/cost-{n}", src, tags=["v3.0"])
-    yield from running_server(server)
-
-
-@pytest.fixture
-def env(monkeypatch, tmp_path, hub):
-    yield make_env(monkeypatch, tmp_path, hub.endpoint)
-    assert hub.errors == [], hub.errors[0]
+hub, env = sized_hub("hub_cost", SIZES, "org/cost-{n}", per_file=PER_FILE)
 
 
 def test_one_episode_open_imports_nothing_heavy_it_does_not_need(hub, tmp_path):

@@ -13,13 +13,11 @@ from __future__ import annotations
 import threading
 import time
 
-import pytest
-from hub_fixtures import CLIENT_NOISE, assert_same_frames, lib_requests, make_env, running_server
+from hub_fixtures import CLIENT_NOISE, assert_same_frames, lib_requests, sized_hub
 
 import lerobot_zarr
 from lerobot_zarr import LeRobotZarrDataset
-from lerobot_zarr.testing.hub_server import HubServer, NetworkModel
-from lerobot_zarr.testing.sample_data import write_sample_dataset
+from lerobot_zarr.testing.hub_server import NetworkModel
 
 TOKEN = "rt-token"
 SIZES = (40, 1000)  # episodes: the request and round-trip counts of a one-episode open must not depend on it
@@ -27,27 +25,7 @@ PER_FILE = 20  # data files bigger than the tail read for their footer: the row 
 MODEL = NetworkModel(latency_s=0.05, rate=1e9, settle=True)
 
 
-@pytest.fixture(scope="module")
-def hub(tmp_path_factory):
-    base = tmp_path_factory.mktemp("hub_rtt")
-    server = HubServer(base / "storage", tokens={TOKEN: "alice"})
-    server.folders = {}
-    for n in SIZES:
-        src = write_sample_dataset(base / f"src-{n}", n_episodes=n, lengths=(20, 40), episodes_per_file=PER_FILE,
-                                   episodes_row_group=10, seed=n)
-        server.folders[n] = src
-        server.add_repo(f"org/lerobot-{n}", src, tags=["v3.0"])
-    yield from running_server(server)
-
-
-@pytest.fixture
-def env(monkeypatch, tmp_path, hub):
-    env = make_env(monkeypatch, tmp_path, hub.endpoint)
-    hub.network = None
-    hub.reset_stats()
-    yield env
-    hub.network = None
-    assert hub.errors == [], hub.errors[0]
+hub, env = sized_hub("hub_rtt", SIZES, "org/lerobot-{n}", per_file=PER_FILE, tokens={TOKEN: "alice"})
 
 
 def _open_counted(hub, repo: str, episode: int, root) -> tuple[LeRobotZarrDataset, int, int]:
@@ -79,8 +57,9 @@ def test_lerobot_written_repo_opens_in_a_bounded_number_of_round_trips(hub, env,
                                           progress=False)
         assert_same_frames(ds, local, f"{n} episodes")
         counts[n] = (requests, trips)
-    # revision, listing (with our index's name), the metadata files together, the data file's footer, its row
-    # group: the same for 40 episodes as for 1,000 (before: a request per row group of the episode table)
+    # revision, listing (with our index's name), the metadata files together with the episode table (whole: under
+    # 16 MiB, and its footer would not give these episodes' lengths of 20-40 frames), the data file's footer, its
+    # row group: as many at 1,000 episodes as at 40 (before: a request per row group of the episode table)
     assert counts[SIZES[0]] == counts[SIZES[1]], counts
     assert counts[SIZES[1]][1] <= 5, counts
 

@@ -1,0 +1,138 @@
+"""What the footer of LeRobot's episode table (``meta/episodes/*.parquet``) tells without reading its rows: the byte
+ranges of column chunks, and from the row groups' statistics the data files each row group's episodes are in and,
+where they determine them, every episode's start, length and task (LeRobot writes the table in row groups of 10
+episodes, with per-episode stats columns between the ones an open needs)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+__all__ = ["column_ranges", "file_pair_bounds", "footer_table"]
+
+
+def _leaves(typ: pa.DataType) -> int:
+    """Parquet leaf columns of an Arrow type (lists nest one, structs and maps one per field)."""
+    if pa.types.is_struct(typ):
+        return sum(_leaves(typ.field(i).type) for i in range(typ.num_fields))
+    if pa.types.is_map(typ):
+        return _leaves(typ.key_type) + _leaves(typ.item_type)
+    if pa.types.is_list(typ) or pa.types.is_large_list(typ) or pa.types.is_fixed_size_list(typ):
+        return _leaves(typ.value_type)
+    return 1
+
+
+def column_ranges(pf: pq.ParquetFile, columns: Sequence[str],
+                  row_groups: Sequence[int] | None = None) -> list[tuple[int, int]]:
+    """Byte ranges ``[start, stop)`` of the column chunks of ``columns`` (top-level names) in ``row_groups``
+    (default all), from the footer: what reading them touches."""
+    first, leaf = {}, 0
+    for column in pf.schema_arrow:
+        n = _leaves(column.type)
+        if column.name in columns:
+            first[column.name] = range(leaf, leaf + n)
+        leaf += n
+    md = pf.metadata
+    out = []
+    for g in range(md.num_row_groups) if row_groups is None else row_groups:
+        group = md.row_group(g)
+        for leaves in first.values():
+            for c in leaves:
+                chunk = group.column(c)
+                start = chunk.data_page_offset
+                if chunk.has_dictionary_page and 0 < chunk.dictionary_page_offset < start:
+                    start = chunk.dictionary_page_offset
+                out.append((start, start + chunk.total_compressed_size))
+    return out
+
+
+def file_pair_bounds(pf: pq.ParquetFile, groups: Sequence[int]) -> list[tuple[int, int, int, int] | None]:
+    """``(min, max)`` of ``data/chunk_index`` then of ``data/file_index`` in row groups of an episode table file,
+    from its footer's statistics (None for a row group without them)."""
+    md = pf.metadata
+    leaves = {md.schema.column(i).path: i for i in range(md.num_columns)}
+    at = [leaves.get(name) for name in ("data/chunk_index", "data/file_index")]
+    out: list[tuple[int, int, int, int] | None] = []
+    for g in groups:
+        bounds: list[int] = []
+        for i in at:
+            stats = md.row_group(g).column(i).statistics if i is not None else None
+            if stats is None or not stats.has_min_max or not isinstance(stats.min, int) \
+                    or not isinstance(stats.max, int):
+                break
+            bounds += [stats.min, stats.max]
+        out.append((bounds[0], bounds[1], bounds[2], bounds[3]) if len(bounds) == 4 else None)
+    return out
+
+
+def _leaf_of(pf: pq.ParquetFile, name: str) -> int | None:
+    """The first parquet leaf column of top-level column ``name`` (None if the file has none)."""
+    leaf = 0
+    for column in pf.schema_arrow:
+        if column.name == name:
+            return leaf
+        leaf += _leaves(column.type)
+    return None
+
+
+def _int_bounds(md: pq.FileMetaData, group: int, leaf: int | None) -> tuple[int, int] | None:
+    """``(min, max)`` of an integer column chunk without nulls, from the footer (None: not given)."""
+    stats = md.row_group(group).column(leaf).statistics if leaf is not None else None
+    if (stats is None or not stats.has_min_max or not stats.has_null_count or stats.null_count
+            or not isinstance(stats.min, int) or not isinstance(stats.max, int)):
+        return None
+    return stats.min, stats.max
+
+
+def footer_table(pfs: dict[str, pq.ParquetFile], groups: Sequence[tuple[str, int]], first_row: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray, dict[int, list[str]], list[int]] | str:
+    """What the footers' statistics of the episode table determine: every episode's start and length (-1 where not
+    determined), the tasks of the episodes they give, and the row groups (indices into ``groups``) whose episodes'
+    lengths or tasks they do not; or why they cannot be used (no statistics, rows not in episode order, row groups'
+    frame ranges not following each other from frame 0).
+
+    A row group of ``r`` episodes from row ``f``: ``episode_index`` spans ``[f, f + r)``; its frames are
+    ``[min(dataset_from_index), max(dataset_to_index))``; when ``min(length) == max(length) == L`` and the from/to
+    bounds are those of ``r`` episodes of ``L`` frames, its episodes are ``L`` frames each, one after the other;
+    when the task strings' minimum and maximum are one string ``T``, with no null or empty list and as many strings
+    as rows, every episode's tasks are ``[T]``."""
+    n = int(first_row[-1])
+    start, length = np.full(n, -1, dtype=np.int64), np.full(n, -1, dtype=np.int64)
+    tasks: dict[int, list[str]] = {}
+    undetermined: list[int] = []
+    leaves = {rel: {c: _leaf_of(pf, c) for c in ("episode_index", "dataset_from_index", "dataset_to_index", "length",
+                                                 "tasks")} for rel, pf in pfs.items()}
+    end = 0
+    for i, (rel, g) in enumerate(groups):
+        md, leaf = pfs[rel].metadata, leaves[rel]
+        rows, first = md.row_group(g).num_rows, int(first_row[i])
+        bounds = {c: _int_bounds(md, g, leaf[c]) for c in ("episode_index", "dataset_from_index", "dataset_to_index",
+                                                            "length")}
+        missing = [c for c, b in bounds.items() if b is None]
+        if missing:
+            return f"row group {g} of {rel} has no statistics (min, max, no nulls) of {missing}"
+        if bounds["episode_index"] != (first, first + rows - 1):
+            return (f"row group {g} of {rel} holds episode_index {list(bounds['episode_index'])} in rows "
+                    f"{first}..{first + rows - 1}: not in episode order")
+        (f0, f1), (t0, t1), (l0, l1) = bounds["dataset_from_index"], bounds["dataset_to_index"], bounds["length"]
+        if f0 != end:
+            return f"row group {g} of {rel} starts at frame {f0}, where the row groups before it end at {end}"
+        end = t1
+        if not (l0 == l1 >= 1 and f1 == f0 + (rows - 1) * l0 and t0 == f0 + l0 and t1 == f0 + rows * l0):
+            undetermined.append(i)
+            continue
+        start[first:first + rows] = f0 + l0 * np.arange(rows, dtype=np.int64)
+        length[first:first + rows] = l0
+        if leaf["tasks"] is None:  # no tasks column: every episode's tasks are [] (as read whole)
+            tasks.update((e, []) for e in range(first, first + rows))
+            continue
+        stats = md.row_group(g).column(leaf["tasks"]).statistics
+        if (stats is None or not stats.has_min_max or not stats.has_null_count or stats.null_count
+                or stats.num_values != rows or not isinstance(stats.min, str) or stats.min != stats.max):
+            undetermined.append(i)  # its lengths are known; its tasks read with it
+            continue
+        tasks.update((e, [stats.min]) for e in range(first, first + rows))
+    return start, length, tasks, undetermined
