@@ -219,10 +219,13 @@ class WritableDataset:
 
     # lifetime ---------------------------------------------------------------------------------------------
     def close(self) -> None:
-        """Commit pending edits (:meth:`flush`) and release the writer lock. The dataset stays readable."""
+        """Commit pending edits (:meth:`flush`), fold the commit log into the root (:attr:`log_commits`) and release
+        the writer lock. The dataset stays readable."""
         if not self.closed:
             try:
                 self.flush()
+                self._tx.log_commits = False
+                self._tx.fold()
             finally:
                 self._release()
 
@@ -245,6 +248,27 @@ class WritableDataset:
     @durable.setter
     def durable(self, value: bool) -> None:
         self._tx.durable = bool(value)
+
+    @property
+    def log_commits(self) -> bool:
+        """Whether :meth:`add_episode` / :meth:`extend_episode` commit by appending a record to the store's commit
+        log (a cost that does not grow with the store; the root, format 4 meanwhile, is rewritten every few dozen
+        commits and at :meth:`fold_log`; the dataset stats it holds are those of that fold) instead of replacing
+        the root. Off by default; :meth:`close` folds the log and writes a format-3 root. What an RL buffer sets."""
+        return self._tx.log_commits
+
+    @log_commits.setter
+    def log_commits(self, value: bool) -> None:
+        self._check_open()
+        self._tx.log_commits = bool(value)
+        if not value:
+            self._tx.fold()
+
+    def fold_log(self) -> None:
+        """Fold the commit log into the root: one commit of everything (with the dataset stats); a no-op when the
+        log holds nothing."""
+        self._check_open()
+        self._tx.fold()
 
     @property
     def min_free_bytes(self) -> int:
@@ -427,7 +451,8 @@ class WritableDataset:
         new_rows = {name: {k: np.concatenate([v[kept], new_stats[name][k][None]]) for k, v in rows[name].items()}
                     for name in rows}
         gaps = {name: {p - drop: why for p, why in g.items() if p >= drop} for name, g in self._tx.gaps.items()}
-        self._tx.commit(self._tx.state, new_rows, table=new_table, packs=packs, tasks=tuple(tasks), gaps=gaps)
+        self._tx.commit_appended(new_rows, table=new_table, packs=packs, tasks=tuple(tasks), gaps=gaps, drop=drop,
+                                 extend=extend)
         if in_place:
             self._tx.write_stats_file(pack, offset, new_stats)
         return len(new_table) - 1

@@ -579,6 +579,8 @@ sys.path.insert(0, {tests!r})
 import numpy as np
 from rl_reference import transitions
 from lerobot_zarr.writing.transitions import TransitionBuffer
+import lerobot_zarr.writing.transaction
+lerobot_zarr.writing.transaction.FOLD_RECORDS = {fold!r}
 buf = TransitionBuffer({root!r}, capacity={capacity!r})
 checkpoint_every = {checkpoint_every!r}
 added = 0
@@ -596,9 +598,9 @@ for e in range(10**6):
 """
 
 
-def _spawn(root: Path, *, checkpoint_every: int = 0, capacity=None, pause: float = 0.0):
+def _spawn(root: Path, *, checkpoint_every: int = 0, capacity=None, pause: float = 0.0, fold: int = 32):
     code = _CHILD.format(tests=str(TESTS), root=str(root), capacity=capacity, checkpoint_every=checkpoint_every,
-                         seed=SEED, pause=pause)
+                         seed=SEED, pause=pause, fold=fold)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env=env)
@@ -801,13 +803,16 @@ def _zarr_episode_table(root: Path) -> dict[str, np.ndarray]:
         return {name: np.asarray(g[name][:]) for name in ("episode_length", "episode_chunk", "episode_offset")}
 
 
-def test_an_episode_commit_replaces_no_file_by_rename_but_the_root(tmp_path, monkeypatch):
-    """Replacing an existing file by rename makes ext4 start writing it out at once (1-30 ms each on a busy disk):
-    a commit replaces the root only (the commit point); zarr's copies and the episode's stats are written in place.
-    A zarr reader without consolidated metadata still sees each commit's episode table, through ring-buffer
-    evictions (shapes shrinking and growing: the documents are padded, never torn)."""
+def test_an_episode_commit_appends_to_the_log_and_a_fold_replaces_the_root_only(tmp_path, monkeypatch):
+    """Replacing an existing file by rename makes ext4 start writing it out at once (1-30 ms each on a busy disk),
+    and rewriting the root costs what the store holds: an episode's commit appends a record to the commit log and
+    replaces nothing; every FOLD_RECORDS commits (and at checkpoint/close) the log is folded into the root, the only
+    file a fold replaces by rename (zarr's copies and the episodes' stats are written in place). A zarr reader
+    without consolidated metadata sees the root's episode table (the last fold), through ring-buffer evictions
+    (shapes shrinking and growing: the documents are padded, never torn)."""
+    monkeypatch.setattr("lerobot_zarr.writing.transaction.FOLD_RECORDS", 3)
     buf = TransitionBuffer(tmp_path / "buf", capacity=40)
-    add_episodes(buf, [0])
+    add_episodes(buf, [0, 1])
     replaced = []
     real = os.replace
 
@@ -817,16 +822,22 @@ def test_an_episode_commit_replaces_no_file_by_rename_but_the_root(tmp_path, mon
         return real(src, dst, *args, **kwargs)
 
     monkeypatch.setattr(os, "replace", counting)
-    for e in range(1, 12):
+    folds = 0
+    for e in range(2, 14):
         before = len(replaced)
         add_episodes(buf, [e])
-        assert replaced[before:] == ["zarr.json"], f"episode {e}: replaced by rename {replaced[before:]}"
-        table = read_state(buf.root).table
+        logged = read_state(buf.root).log_records
+        assert replaced[before:] == ([] if logged else ["zarr.json"]), f"episode {e}: replaced {replaced[before:]}"
+        folds += not logged
+        root_table = read_state(buf.root, log=False).table
         got = _zarr_episode_table(buf.root)
-        assert np.array_equal(got["episode_length"], table.length) and np.array_equal(got["episode_chunk"],
-                                                                                     table.chunk), f"episode {e}"
+        assert np.array_equal(got["episode_length"], root_table.length) and np.array_equal(
+            got["episode_chunk"], root_table.chunk), f"episode {e}"
+    assert folds == 3, "a fold every 3 log records (then a plain commit, which is the fold)"
     assert len(buf) <= 40 and everything(buf)[0][0] > 0, "the test means to evict"
     buf.close()
+    assert not (buf.root / ".commit-log").exists()
+    assert np.array_equal(_zarr_episode_table(buf.root)["episode_length"], read_state(buf.root).table.length)
     assert lerobot_zarr.verify(buf.root, progress=False).ok
 
 
