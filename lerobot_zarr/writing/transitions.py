@@ -404,7 +404,7 @@ class TransitionBuffer:
                           f"are dropped, as a ring buffer drops them")
             log.info("%s: capacity %s -> %s transitions", self.root, writer.capacity_frames, self.capacity)
             writer.set_capacity(self.capacity)
-        writer.log_commits = True  # an episode's commit appends a record: its cost does not grow with the buffer
+        writer.fold_log(log_commits=True)  # an episode's commit appends a record: its cost does not grow
         self._writer = writer
         self.capacity = writer.capacity_frames
         if layout is not None:
@@ -424,7 +424,7 @@ class TransitionBuffer:
         writer = create(self.root, fps=DEFAULT_FPS if self._fps is None else self._fps, features=layout.features(),
                         capacity_frames=self.capacity, durable=self.durable)
         layout.write(self.root)
-        writer.log_commits = True
+        writer.fold_log(log_commits=True)
         self._writer = writer
         self._use_layout(layout)
 

@@ -1,7 +1,8 @@
 """Writing a store in place: record episodes, edit frames, delete episodes or frames, keep a ring buffer.
 
 One writer per store (the ``.lock`` flock, released by the kernel when the writer dies), any number of readers
-in other processes. Every change is one commit of the root ``zarr.json`` (see :mod:`lerobot_zarr.store`): new rows
+in other processes. Every change is one commit of the root ``zarr.json`` (see :mod:`lerobot_zarr.store`; with
+:meth:`WritableDataset.fold_log`'s ``log_commits``, appends are records of the commit log, folded later): new rows
 are written where no committed episode points (the free rows of the last pack, or a new pack) and flushed before
 the commit that lists them; packs left without a live episode are retired after it; so a writer killed at any
 instant leaves the store at its last commit. Frame edits (:meth:`WritableDataset.edit`) are the exception by
@@ -42,17 +43,9 @@ from ..errors import (
 from ..lerobot.format import CAMERA_DTYPES, DEFAULT_FEATURES
 from ..sampling.dataset import DepthUnit, ImageFormat, LeRobotZarrDataset
 from ..sampling.selection import episode_index, frame_range
-from ..store.committing import (
-    check_new_store_location,
-    create_store,
-    remove_creation_debris,
-)
+from ..store.committing import check_new_store_location, create_store, remove_creation_debris
 from ..store.state import StoreState, chunk_path, read_state, stats_path
-from ..store.tables import (
-    DEFAULT_PACK_BYTES,
-    EpisodeTable,
-    PackLayout,
-)
+from ..store.tables import DEFAULT_PACK_BYTES, EpisodeTable, PackLayout
 from ..utils.fileio import WriterLock, check_in_store, copy_file, link_or_copy
 from ..utils.hashing import crc32c
 from .completeness import check_complete
@@ -219,13 +212,11 @@ class WritableDataset:
 
     # lifetime ---------------------------------------------------------------------------------------------
     def close(self) -> None:
-        """Commit pending edits (:meth:`flush`), fold the commit log into the root (:attr:`log_commits`) and release
-        the writer lock. The dataset stays readable."""
+        """Commit pending edits (:meth:`flush`), fold the commit log, release the writer lock; it stays readable."""
         if not self.closed:
             try:
                 self.flush()
-                self._tx.log_commits = False
-                self._tx.fold()
+                self.fold_log(log_commits=False)
             finally:
                 self._release()
 
@@ -249,25 +240,12 @@ class WritableDataset:
     def durable(self, value: bool) -> None:
         self._tx.durable = bool(value)
 
-    @property
-    def log_commits(self) -> bool:
-        """Whether :meth:`add_episode` / :meth:`extend_episode` commit by appending a record to the store's commit
-        log (a cost that does not grow with the store; the root, format 4 meanwhile, is rewritten every few dozen
-        commits and at :meth:`fold_log`; the dataset stats it holds are those of that fold) instead of replacing
-        the root. Off by default; :meth:`close` folds the log and writes a format-3 root. What an RL buffer sets."""
-        return self._tx.log_commits
-
-    @log_commits.setter
-    def log_commits(self, value: bool) -> None:
+    def fold_log(self, *, log_commits: bool | None = None) -> None:
+        """Fold the store's commit log into its root (one commit, with the dataset stats; a no-op when there is
+        nothing to fold). ``log_commits``: whether appends commit by appending a record to the log from now on
+        (off by default; an RL buffer's setting: see :meth:`WriteTransaction.commit_appended`)."""
         self._check_open()
-        self._tx.log_commits = bool(value)
-        if not value:
-            self._tx.fold()
-
-    def fold_log(self) -> None:
-        """Fold the commit log into the root: one commit of everything (with the dataset stats); a no-op when the
-        log holds nothing."""
-        self._check_open()
+        self._tx.log_commits = self._tx.log_commits if log_commits is None else bool(log_commits)
         self._tx.fold()
 
     @property
