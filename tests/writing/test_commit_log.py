@@ -45,21 +45,21 @@ def episodes_of(buf: TransitionBuffer) -> list[int]:
 
 
 def logged_buffer(tmp_path: Path, n: int, **kwargs) -> tuple[TransitionBuffer, list]:
-    """A buffer whose last ``n - 1`` episodes are in the log (its first one made the root format 4), and what a
-    reader saw after each commit."""
+    """A buffer whose ``n`` episodes are all in the log (its root, format 4, was written before the first), and
+    what a reader saw after each commit."""
     buf = TransitionBuffer(tmp_path / "buf", **kwargs)
     seen = []
     for e in range(n):
         add(buf, [e])
         seen.append(held(buf.root))
-    assert len(read_state(buf.root).log_records) == n - 1
+    assert len(read_state(buf.root).log_records) == n
     return buf, seen
 
 
 def test_readers_see_the_logged_commits_and_an_older_version_refuses_the_store(tmp_path, monkeypatch):
     buf, seen = logged_buffer(tmp_path, 6)
     root = buf.root
-    assert len(read_state(root, log=False).table) == 1, "the root holds the first episode only"
+    assert len(read_state(root, log=False).table) == 0, "the root holds no episode"
     assert [len(s) for s in seen] == [1, 2, 3, 4, 5, 6]
     ds = lerobot_zarr.open_dataset(root)
     assert ds.meta.total_episodes == 6 and len(ds) == sum(length for _, length in seen[-1])
@@ -88,7 +88,7 @@ def test_a_record_cut_short_at_any_byte_or_damaged_is_not_read_and_the_next_writ
     while at < len(log):  # each record: magic, length, crc32c, payload
         starts.append(at)
         at += 12 + struct.unpack_from("<I", log, at + 4)[0]
-    assert at == len(log) and len(starts) == 3
+    assert at == len(log) and len(starts) == 4
     start = starts[-1]
     for cut in range(start, len(log)):
         (root / LOG_FILE).write_bytes(log[:cut])

@@ -26,7 +26,7 @@ def test_a_store_with_a_log_is_published_folded(env, tmp_path):
             buf.add(**tr)
     buf._writer._release()  # killed with commits in the log
     root = buf.root
-    assert len(read_state(root).log_records) == 4
+    assert len(read_state(root).log_records) == 5
     want = read_state(root).table
     push_store(root, env.url("rl"), progress=False)
     assert not (root / LOG_FILE).exists()
