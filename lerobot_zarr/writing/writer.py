@@ -19,7 +19,9 @@ import contextlib
 import math
 import operator
 import os
+import threading
 import weakref
+from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -51,7 +53,7 @@ from ..utils.hashing import crc32c
 from .completeness import check_complete
 from .edits import EditMaps
 from .transaction import WriteTransaction, remove_path, resolve_min_free_bytes
-from .values import as_frames, content_hash, count_arg, feature_specs, stored_values
+from .values import EpisodeFrames, as_frames, content_hash, count_arg, feature_specs, stored_values
 
 __all__ = ["create", "fork", "WritableDataset"]
 
@@ -160,13 +162,15 @@ class WritableDataset:
             check_complete(state)
             self._tx = WriteTransaction(state, durable=durable, min_free_bytes=min_free_bytes)
             # appended packs get maps next to the others: sampling keeps its maps across commits
-            self._reader = LeRobotZarrDataset(root, delta_timestamps=delta_timestamps, image_format=image_format,
-                                              max_open_maps=max_open_maps, headroom=1.0, depth_unit=depth_unit)
+            self._sampler = LeRobotZarrDataset(root, delta_timestamps=delta_timestamps, image_format=image_format,
+                                               max_open_maps=max_open_maps, headroom=1.0, depth_unit=depth_unit)
         except BaseException:
             lock.__exit__(None, None, None)
             raise
         self.root = root
-        self._tx.on_commit = self._reader.reload
+        self._commits: deque[StoreState] = deque(maxlen=1)  # the last commit, until the sampler loads it
+        self._reload_lock = threading.Lock()
+        self._tx.on_commit = self._commits.append
         self._writer_lock = lock
         self._release = weakref.finalize(self, lock.__exit__, None, None, None)
         self._episode_buffer: list[tuple[dict[str, np.ndarray], str]] = []
@@ -182,6 +186,15 @@ class WritableDataset:
         return self._tx.state
 
     # the reader's side --------------------------------------------------------------------------------------
+    @property
+    def _reader(self) -> LeRobotZarrDataset:
+        """The sampler, at the last commit (loaded when it is used: a commit does not pay for it)."""
+        if self._commits:
+            with self._reload_lock:
+                if self._commits:
+                    self._sampler.reload(self._commits.pop())
+        return self._sampler
+
     @property
     def reader(self) -> LeRobotZarrDataset:
         """The dataset this writer samples through; it reloads each commit of this writer."""
@@ -397,7 +410,7 @@ class WritableDataset:
             # an episode moved to be extended gets room to grow in place: doubling keeps long ones linear
             packs, pack, offset = self._tx.allocate(packs, rows, 2 * rows if relocated else 0)
             write_at, written = offset, data
-        episode = {name: _Frames(np.asarray(old[name]) if in_place else None, written[name][:n] if in_place
+        episode = {name: EpisodeFrames(np.asarray(old[name]) if in_place else None, written[name][:n] if in_place
                                  else written[name][:before + n]) for name in written}
         if sum(v.nbytes for v in written.values()) < _INLINE_STATS_BYTES:  # a thread costs more than it saves
             new_stats = self._episode_stats_of(episode)
@@ -435,7 +448,7 @@ class WritableDataset:
             self._tx.write_stats_file(pack, offset, new_stats)
         return len(new_table) - 1
 
-    def _episode_stats_of(self, episode: Mapping[str, _Frames]) -> dict[str, dict[str, np.ndarray]]:
+    def _episode_stats_of(self, episode: Mapping[str, EpisodeFrames]) -> dict[str, dict[str, np.ndarray]]:
         # colour cameras' stats read a sample of frames: the rest need all of them
         arrays = self._tx.stats_arrays()
         return self._tx.features_stats({name: episode[name] if spec.kind in CAMERA_DTYPES and spec.dtype == np.uint8
@@ -770,30 +783,3 @@ def _copy_store_files(source: Path, root: Path, name: str, *suffixes: str) -> No
         if entry.is_file() and not entry.is_symlink() and entry.name.endswith(suffixes):
             with contextlib.suppress(FileExistsError):
                 copy_file(entry, target / entry.name)
-
-
-class _Frames:
-    """One feature's frames of an episode being extended: its committed rows (a memory map) then the new ones,
-    without copying the committed rows for what needs only some of them (image stats take a sample of frames)."""
-
-    def __init__(self, head: np.ndarray | None, new: np.ndarray):
-        self.head, self.new = head, new
-        self.before = 0 if head is None else len(head)
-
-    __len__ = lambda self: self.before + len(self.new)  # noqa: E731
-    shape = property(lambda self: (len(self), *self.new.shape[1:]))
-
-    def __getitem__(self, key: np.ndarray | tuple) -> np.ndarray:
-        """Frames ``key`` (an index array, or one followed by slices of each frame: only those pixels read)."""
-        index, rest = (np.asarray(key[0]), tuple(key[1:])) if isinstance(key, tuple) else (np.asarray(key), ())
-        old = index < self.before
-        new = self.new[(index[~old] - self.before, *rest)]
-        if not old.any():
-            return new
-        out = np.empty((len(index), *new.shape[1:]), dtype=self.new.dtype)
-        out[old] = self.head[(index[old], *rest)]
-        out[~old] = new
-        return out
-
-    def numeric(self) -> np.ndarray:
-        return self.new if self.head is None else np.concatenate([self.head, self.new])
