@@ -1,9 +1,10 @@
 """The on-disk store format (version 3; 4 with a commit log): a Zarr v3 group that other tools can read. This
 docstring is the contract; its code: :mod:`.tables` (array specs, the episode table, packs, limits), :mod:`.hashes`
 (content hashes), :mod:`.state` (the root state: reading and validating it, file paths), :mod:`.log` (the commit
-log's records), :mod:`.committing` (creating a store, the commit, an appended commit, ``frame_live``), :mod:`.packs` (pack files), :mod:`.text` (text arrays), :mod:`.zarr_meta` (zarr's
-metadata documents), :mod:`.cameras` (the mp4 index, which episodes this process serves). Where stores live (the
-cache layout, ``cache ls/rm/prune``) is :mod:`lerobot_zarr.sources`' business.
+log's records), :mod:`.committing` (creating a store, the commit, an appended commit, ``frame_live``),
+:mod:`.packs` (pack files), :mod:`.text` (text arrays), :mod:`.zarr_meta` (zarr's metadata documents),
+:mod:`.cameras` (the mp4 index, which episodes this process serves). Where stores live (the cache layout,
+``cache ls/rm/prune``) is :mod:`lerobot_zarr.sources`' business.
 
 Layout of a store folder::
 
