@@ -3,7 +3,8 @@
     PYTHONPATH=. python benchmarks/bench_rl_buffer.py [--quick]   # a Python with torch and lerobot
 
 1. ``add`` per transition, amortized (ours commits every finished episode to the store), the same transitions
-   into both buffers, alternating.
+   into both buffers, alternating: state only, and with a camera stored as the drop-in stores it by default
+   (float32, exact) and as uint8 (``image_storage="uint8"``); the ``sample`` section repeats the first two.
 2. ``sample(256)``: state f32[14] only, and with a camera (LeRobot keeps it as float32 CHW in RAM, we as uint8 HWC
    in the store), fresh random indices every call, interleaved repeats; without DrQ (the storage path) and with
    DrQ (``random_shift`` eager, the same function object in both).
@@ -92,6 +93,26 @@ def per_sample_ms(buffers: dict, batch: int, repeats: int, calls: int) -> dict[s
     times = interleaved({name: (lambda b=b: [b.sample(batch) for _ in range(calls)]) for name, b in buffers.items()},
                         repeats)
     return {name: (min(ts) / calls * 1e3, statistics.median(ts) / calls * 1e3) for name, ts in times.items()}
+
+
+def section_add(args, torch, ReplayBuffer, LeRobotReplayBuffer, work: Path) -> None:
+    """``add`` alone: state only, a camera as the drop-in stores it by default (float32, exact) and as uint8."""
+    print(f"\n== add: {args.transitions} transitions, episodes of {args.episode}; {load()}")
+    for label, image, storage in (("state f32[14]", None, None),
+                                  (f"+ camera 3x{args.image}x{args.image}, default (float32)", args.image, None),
+                                  (f"+ camera 3x{args.image}x{args.image}, image_storage='uint8'", args.image,
+                                   "uint8")):
+        gen = Transitions(torch, image)
+        ours = ReplayBuffer(args.transitions, device="cpu", use_drq=False, root=work / f"add-{image}-{storage}",
+                            **({"image_storage": storage} if storage else {}))
+        theirs = LeRobotReplayBuffer(args.transitions, device="cpu", use_drq=False, optimize_memory=True)
+        add, ending = timed_fill({"ours": ours, "lerobot": theirs}, gen, args.transitions, args.episode)
+        print(f"  {label}: add per transition, amortized: ours {add['ours']:.0f} us, LeRobot {add['lerobot']:.0f} us "
+              f"({add['ours'] / add['lerobot']:.2f}x, target <= 2x); ours commits each episode to the store: "
+              f"{ending['ours']:.0f} us of it, the other adds {add['ours'] - ending['ours']:.0f} us "
+              f"({(add['ours'] - ending['ours']) / add['lerobot']:.2f}x LeRobot's); {load()}")
+        ours.close()
+        del theirs
 
 
 def section_add_and_sample(args, torch, ReplayBuffer, LeRobotReplayBuffer, random_shift, work: Path) -> None:
@@ -296,7 +317,9 @@ def main() -> None:
                         help="actor transitions per second, one run each (default 30,300: a 30 fps robot, a sim)")
     parser.add_argument("--phases", type=int, default=2, help="rounds of read-only / actor phases")
     parser.add_argument("--phase-seconds", type=float, default=4.0)
-    parser.add_argument("--sections", default="sample,checkpoint,offline,actor")
+    parser.add_argument("--sections", default="add,sample,checkpoint,offline,actor",
+                        help="add (add alone: state, camera float32 and uint8), sample (add and sample), checkpoint, "
+                             "offline, actor")
     parser.add_argument("--offline", type=int, default=2000, help="transitions of the offline dataset")
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run in about a minute")
     parser.add_argument("--out-dir", type=Path, default=None, help="work folder (default: a temp dir, deleted)")
@@ -321,6 +344,8 @@ def main() -> None:
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; work folder {work}")
     try:
         sections = args.sections.split(",")
+        if "add" in sections:
+            section_add(args, torch, ReplayBuffer, LeRobotReplayBuffer, work)
         if "sample" in sections:
             section_add_and_sample(args, torch, ReplayBuffer, LeRobotReplayBuffer, random_shift, work)
         if "checkpoint" in sections:

@@ -1,9 +1,10 @@
-"""The on-disk store format (version 3): a Zarr v3 group that other tools can read. This docstring is the
-contract; its code: :mod:`.tables` (array specs, the episode table, packs, limits), :mod:`.hashes` (content
-hashes), :mod:`.state` (the root state: reading and validating it, file paths), :mod:`.committing` (creating a store,
-the commit, ``frame_live``), :mod:`.packs` (pack files), :mod:`.text` (text arrays), :mod:`.zarr_meta` (zarr's
-metadata documents), :mod:`.cameras` (the mp4 index, which episodes this process serves). Where stores live (the
-cache layout, ``cache ls/rm/prune``) is :mod:`lerobot_zarr.sources`' business.
+"""The on-disk store format (version 3; 4 with a commit log): a Zarr v3 group that other tools can read. This
+docstring is the contract; its code: :mod:`.tables` (array specs, the episode table, packs, limits), :mod:`.hashes`
+(content hashes), :mod:`.state` (the root state: reading and validating it, file paths), :mod:`.log` (the commit
+log's records), :mod:`.committing` (creating a store, the commit, an appended commit, ``frame_live``),
+:mod:`.packs` (pack files), :mod:`.text` (text arrays), :mod:`.zarr_meta` (zarr's metadata documents),
+:mod:`.cameras` (the mp4 index, which episodes this process serves). Where stores live (the cache layout,
+``cache ls/rm/prune``) is :mod:`lerobot_zarr.sources`' business.
 
 Layout of a store folder::
 
@@ -37,6 +38,7 @@ Layout of a store folder::
     .doctor/                   the dataset doctor's findings (see :mod:`lerobot_zarr.doctor.findings`): per episode
                                as checked (``findings.ndjson``), the sums for the checks of the whole dataset
                                (``moments.json``) and its last report (``report.json``); no part of the data
+    .commit-log                commits appended after the root's (format 4 only: see "The commit log" below)
     .lock                      writer lock (``flock``); not part of the zarr hierarchy
     .lerobot_zarr-creating     present only while a store is being laid out (before its first commit)
     .frame_live-pending        present while ``frame_live`` may lag the last commit (repaired by the next commit)
@@ -58,8 +60,9 @@ lerobot_zarr sets it for its own process). Dimension names: ``frame`` first, the
 
 ``attributes["lerobot_zarr"]`` (the root state, :class:`StoreState`; every key is validated when read):
 
-- ``format_version``: 3. Versions 1 and 2 (one chunk per episode) are read too; the first commit made by this
-  version upgrades such a store in place (data files unchanged: chunk k becomes pack k with one episode at row 0).
+- ``format_version``: 3, or 4 while the store's writer commits appends to the commit log (below). Versions 1 and
+  2 (one chunk per episode) are read too; the first commit made by this version upgrades such a store in place
+  (data files unchanged: chunk k becomes pack k with one episode at row 0).
 - ``info``: LeRobot's ``meta/info.json`` (features, fps, robot_type, codebase_version...). ``tasks``: task strings
   by ``task_index``. ``stats``: LeRobot's ``meta/stats.json``. ``source``: where the data came from:
   ``{"kind": "local", "path", "fingerprint"}``, ``{"kind": "hub", "repo_id", "commit", "endpoint"}``,
@@ -109,6 +112,22 @@ lerobot_zarr sets it for its own process). Dimension names: ``frame`` first, the
   no commit is made on top of a root that differs from it.
   Sampling never checks hashes; :func:`lerobot_zarr.verify` does. A CRC finds damage, not forgery: whoever can
   rewrite the data can rewrite the root.
+
+The commit log (:mod:`.log`). A writer may commit an append (one episode added, or the last one extended, after
+dropping the oldest ones of a ring buffer) by appending a record to ``.commit-log`` instead of replacing the root:
+its cost does not grow with the store (an RL buffer's per-episode commit). Its root is then format 4, which
+versions before the log refuse to read. Each record is ``b"LZC1"``, the payload's length and CRC-32C (little-endian
+uint32), then the payload, JSON: ``{"base", "generation", "drop", "extend", "episode": [length, task_index,
+chunk, offset, episode_index_shift, index_shift], "packs": {"new": [rows of new packs], "next_row"}, "tasks":
+[new task strings], "hashes": [[pack, offset, {feature: crc32c}], ...]}``. The committed state is the root's with
+the valid records applied in order (:func:`.state.apply_record`): a record of a generation the root already holds
+is skipped (a fold killed before removing the log), one whose ``base`` is not the state's generation is damage;
+the first record cut short or failing its checksum ends the log (an append killed midway: never committed; the
+next writer overwrites it). Rows are written and flagged in ``frame_live`` before their record, like a commit of
+the root. zarr's copies, the root's ``stats`` and retired packs stay as of the root's commit until the writer
+*folds* the log: a commit of the root holding everything (the dataset stats recomputed), then the log removed;
+it folds every few dozen records, on request (``checkpoint()`` of an RL buffer), when it closes (back to format
+3) and when a writer opens a format-4 store. Publishing a store (``push_store``) folds it first.
 
 A store missing its root ``zarr.json`` (or whose root lacks these attributes) is not a store. Writers write pack
 rows first, flush them, then replace the root ``zarr.json``; readers trust only what the root lists.

@@ -1,6 +1,6 @@
 """Writing a store's root state: creating a store, THE commit (zarr's copies of the metadata, ``frame_live``, the
-atomic replacement of the root ``zarr.json``) and repairing ``frame_live`` (see the contract in
-:mod:`lerobot_zarr.store`)."""
+atomic replacement of the root ``zarr.json``), a commit appended to the log instead, and repairing ``frame_live``
+(see the contract in :mod:`lerobot_zarr.store`)."""
 
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ from ..utils.fileio import (
     write_in_place,
 )
 from .hashes import root_hash
+from .log import append_record, remove_log
 from .state import (
     ATTRS_KEY,
     CREATING_MARKER,
@@ -38,8 +39,8 @@ from .state import (
 from .tables import PackLayout, location_key
 from .zarr_meta import ROOT, dump, metadata_documents
 
-__all__ = ["check_new_store_location", "remove_creation_debris", "create_store", "commit", "repair_live",
-           "live_runs", "live_matches"]
+__all__ = ["check_new_store_location", "remove_creation_debris", "create_store", "commit", "append_commit",
+           "repair_live", "live_runs", "live_matches"]
 
 
 def check_new_store_location(root: Path) -> None:
@@ -232,17 +233,24 @@ def live_matches(root: Path, pack: int, rows: int, runs: list[tuple[int, int]]) 
         os.close(fd)
 
 
+def _check_intact(previous: StoreState | None) -> None:
+    if previous is not None and previous.root_intact is not None and not previous.root_intact():
+        root = previous.root
+        raise CorruptStoreError(f"{root / ROOT}: its content differs from the hash recorded at its commit (damaged "
+                                f"since?); nothing is committed on top of it (`lerobot-zarr verify {root}`; restore "
+                                f"the store from a copy or make it again from its source)", path=root / ROOT)
+
+
 def commit(state: StoreState, *, previous: StoreState | None, durable: bool = True) -> StoreState:
     """THE commit: publish ``state`` as the store's new committed state and return it (generation + 1).
 
     Order: zarr's copies of the metadata, rows becoming live flagged in ``frame_live``, a flush of everything
     written (``durable``: to disk), the atomic replacement of the root ``zarr.json``, then rows no longer live
-    unflagged. ``previous`` is the state this one replaces (None when creating the store)."""
+    unflagged and the log removed (``previous`` was a format-4 root: the new root holds its commits, each of a
+    generation below the new one, so a log left by a crash changes nothing). ``previous`` is the state this one
+    replaces (None when creating the store)."""
     root = state.root
-    if previous is not None and previous.root_intact is not None and not previous.root_intact():
-        raise CorruptStoreError(f"{root / ROOT}: its content differs from the hash recorded at its commit (damaged "
-                                f"since?); nothing is committed on top of it (`lerobot-zarr verify {root}`; restore "
-                                f"the store from a copy or make it again from its source)", path=root / ROOT)
+    _check_intact(previous)
     base = -1 if previous is None else previous.generation
     state = replace(state, generation=base + 1, read_version=FORMAT_VERSION, root_intact=None)
     pending = root / LIVE_PENDING_MARKER
@@ -267,10 +275,42 @@ def commit(state: StoreState, *, previous: StoreState | None, durable: bool = Tr
         if previous is not None and previous.zarr_copies is not None:
             previous.zarr_copies.clear()  # the copies may hold this failed commit's: the next one compares files
         raise
+    if previous is not None and previous.logged:
+        remove_log(root)
+    _finish_live(state, gone, repair)
+    return state
+
+
+def append_commit(state: StoreState, *, previous: StoreState, record: bytes, at: int, durable: bool = True
+                  ) -> StoreState:
+    """A commit appended to the log of a format-4 root (``previous.logged``): ``state`` is ``previous`` with
+    ``record`` applied (:func:`~lerobot_zarr.store.state.apply_record`). Order: rows becoming live flagged in
+    ``frame_live``, a flush (``durable``), the record written at byte ``at`` of the log in one write (the commit
+    point: a record cut short is not read), then rows no longer live unflagged. zarr's copies and the root are
+    left as they are (zarr readers see the root's commit until the log is folded into it)."""
+    root = state.root
+    _check_intact(previous)
+    pending = root / LIVE_PENDING_MARKER
+    repair = pending.exists()
+    new_runs, old_runs = _live_runs(state), _live_runs(previous)
+    gone = _runs_difference(old_runs, new_runs)
+    if len(gone) and not repair:
+        pending.touch()
+    if not repair:
+        _set_live(root, state.packs, _runs_difference(new_runs, old_runs), True)
+    if durable:
+        flush_filesystem(root)  # data reaches the disk before the record that lists it
+    append_record(root, record, at, durable=durable)
+    _finish_live(state, gone, repair)
+    return state
+
+
+def _finish_live(state: StoreState, gone: np.ndarray, repair: bool) -> None:
+    """After a commit point: ``frame_live`` rewritten from the table (``repair``), or the rows no longer live
+    unflagged; then the pending marker removed."""
     if repair:
         repair_live(state)
     else:
-        _set_live(root, state.packs, gone, False)
+        _set_live(state.root, state.packs, gone, False)
     with contextlib.suppress(FileNotFoundError):
-        pending.unlink()
-    return state
+        (state.root / LIVE_PENDING_MARKER).unlink()

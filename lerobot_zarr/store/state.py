@@ -18,6 +18,7 @@ from ..errors import CorruptStoreError, SourceNotFoundError, UnsupportedStoreErr
 from ..lerobot.format import CAMERA_DTYPES
 from ..utils.fileio import load_json, read_bounded
 from .hashes import ContentHashes, root_hash
+from .log import LOG_FILE, LogRecords, parse_records, read_log
 from .tables import (
     DEFAULT_PACK_BYTES,
     MAX_EPISODES,
@@ -38,12 +39,13 @@ from .tables import (
 from .text import TEXT_CODEC, TEXT_DATA_TYPE, TEXT_KINDS
 from .zarr_meta import EPISODE_ARRAYS, LIVE_ARRAY, ROOT
 
-__all__ = ["FORMAT_VERSION", "ATTRS_KEY", "MAX_ROOT_BYTES", "CREATING_MARKER", "LIVE_PENDING_MARKER", "StoreState",
-           "check_array_name", "chunk_path", "retired_path", "live_path", "stats_path", "read_root",
-           "has_commit_point", "read_state"]
+__all__ = ["FORMAT_VERSION", "LOGGED_FORMAT_VERSION", "ATTRS_KEY", "MAX_ROOT_BYTES", "CREATING_MARKER",
+           "LIVE_PENDING_MARKER", "StoreState", "check_array_name", "chunk_path", "retired_path", "live_path",
+           "stats_path", "read_root", "has_commit_point", "read_state", "counted_info", "apply_record"]
 
 FORMAT_VERSION = 3
-_READABLE_VERSIONS = (1, 2, 3)
+LOGGED_FORMAT_VERSION = 4  # a root whose store may hold commits in its log: older versions refuse to read it
+_READABLE_VERSIONS = (1, 2, 3, 4)
 ATTRS_KEY = "lerobot_zarr"
 _KINDS = ("numeric", *sorted(CAMERA_DTYPES), *TEXT_KINDS)
 _CAMERA_STORED = {np.dtype("uint8"): (1, 3, 4), np.dtype("<u2"): (1,), np.dtype("<f4"): (1,)}  # dtype: channels
@@ -77,6 +79,9 @@ class StoreState:
     hashes: ContentHashes = field(default_factory=ContentHashes)
     # read from disk: whether the root matches its recorded hash (asked, once, before a commit builds on it)
     root_intact: Callable[[], bool] | None = field(default=None, compare=False, repr=False)
+    # the root is format 4: commits after it may be in the log (.commit-log); log_records of them were applied
+    logged: bool = False
+    log_records: LogRecords = field(default_factory=LogRecords, compare=False, repr=False)
     # set by this process's commit of this state: zarr's copies it wrote (path in the store -> bytes), so that the
     # next commit writes only those that change; None when read from disk (the next commit compares the files)
     zarr_copies: dict[str, bytes] | None = field(default=None, compare=False, repr=False)
@@ -174,7 +179,7 @@ class StoreState:
     # JSON ---------------------------------------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
         return {
-            "format_version": FORMAT_VERSION,
+            "format_version": LOGGED_FORMAT_VERSION if self.logged else FORMAT_VERSION,
             "info": self.info,
             "tasks": list(self.tasks),
             "stats": self.stats,
@@ -376,7 +381,7 @@ def _parse_state(root: Path, attrs: Mapping, consolidated: Mapping, version: int
     stats = _key(attrs, "stats", dict, where, {})
     source = _key(attrs, "source", dict, where)
     arrays = _parse_arrays(_key(attrs, "features", dict, where), consolidated, where)
-    if version == 3:
+    if version >= 3:
         packs = PackLayout.from_json(_key(attrs, "packs", dict, where), where)
         table = EpisodeTable.from_json(_key(attrs, "episodes", dict, where), where)
     else:
@@ -418,7 +423,8 @@ def _parse_state(root: Path, attrs: Mapping, consolidated: Mapping, version: int
         packs=packs, materialized=materialized, unavailable=unavailable, not_materialized=not_materialized,
         retired=tuple(retired), generation=checked_int(attrs.get("generation", 0), f"{where}: generation", 0),
         pack_bytes=checked_int(attrs.get("pack_bytes", DEFAULT_PACK_BYTES), f"{where}: pack_bytes", 1),
-        capacity_frames=capacity, pending_tasks=tuple(pending), read_version=version, hashes=hashes)
+        capacity_frames=capacity, pending_tasks=tuple(pending), read_version=version, hashes=hashes,
+        logged=version == LOGGED_FORMAT_VERSION)
 
 
 def _legacy_table(root: Path, attrs: Mapping, where: str, version: int) -> tuple[EpisodeTable, PackLayout]:
@@ -510,14 +516,97 @@ def has_commit_point(root: str | os.PathLike) -> bool:
     return (Path(root) / ROOT).is_file()
 
 
-def read_state(root: str | os.PathLike) -> StoreState:
-    """Read and validate the committed state: one JSON read (no zarr call, no data read)."""
+def read_state(root: str | os.PathLike, *, log: bool = True) -> StoreState:
+    """Read and validate the committed state: one JSON read (no zarr call, no data read), then the commits of the
+    log applied (a format-4 root; ``log=False``: the root's state alone)."""
     root = Path(root)
-    doc = read_root(root)
+    for _ in range(100):  # the root read and the log read must be of one commit (a writer folding meanwhile)
+        before = _identity(root / ROOT)
+        doc = read_root(root)
+        attrs = doc["attributes"][ATTRS_KEY]
+        logged = log and attrs.get("format_version") == LOGGED_FORMAT_VERSION
+        data = read_log(root) if logged else b""
+        if not logged or _identity(root / ROOT) == before:
+            break
     consolidated = doc.get("consolidated_metadata", {})
     consolidated = consolidated.get("metadata", {}) if isinstance(consolidated, dict) else {}
-    attrs = doc["attributes"][ATTRS_KEY]
     state = StoreState.from_json(root, attrs, consolidated)
     recorded = attrs["hashes"].get("root") if isinstance(attrs.get("hashes"), dict) else None
-    return state if recorded is None else replace(state, root_intact=functools.cache(
-        lambda: root_hash(attrs) == recorded))
+    if recorded is not None:
+        state = replace(state, root_intact=functools.cache(lambda: root_hash(attrs) == recorded))
+    if logged:
+        where = str(root / LOG_FILE)
+        records = parse_records(data, where)
+        for i, record in enumerate(records):
+            state = apply_record(state, record, f"{where}: record {i}")
+        _check_table(state.table, state.packs, len(state.tasks), where)
+        state = replace(state, log_records=records)
+    return state
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return st.st_ino, st.st_mtime_ns
+
+
+def counted_info(info: Mapping[str, Any], table: EpisodeTable, n_tasks: int) -> dict:
+    """``info`` with the counters LeRobot keeps in it (episodes, frames, tasks, the train split) for ``table``."""
+    return dict(info, total_episodes=len(table), total_frames=int(table.length.sum()), total_tasks=n_tasks,
+                splits={"train": f"0:{len(table)}"} if len(table) else {})
+
+
+def apply_record(state: StoreState, record: Mapping[str, Any], where: str) -> StoreState:
+    """``state`` with one commit of the log applied (a record of a generation it already holds changes nothing):
+    one episode appended, or the last one extended, after ``drop`` of the oldest were dropped (a ring buffer); new
+    packs and tasks; the content hashes of the rows written. What a writer's append commits (see
+    :mod:`lerobot_zarr.writing.transaction`); the writer makes its own next state with this function too."""
+    try:
+        generation = checked_int(record["generation"], f"{where}: generation", 0)
+        if generation <= state.generation:
+            return state
+        base = checked_int(record["base"], f"{where}: base", 0)
+        if base != state.generation:
+            raise CorruptStoreError(f"{where}: a commit on generation {base}, but the store is at generation "
+                                    f"{state.generation} there (a log of another store, or damaged)")
+        table, n = state.table, len(state.table)
+        drop = checked_int(record["drop"], f"{where}: drop", 0, n)
+        extend = record["extend"]
+        if not isinstance(extend, bool) or (extend and drop >= n):
+            raise CorruptStoreError(f"{where}: extend must be a bool, and an extended episode must exist")
+        row = record["episode"]
+        if not isinstance(row, list) or len(row) != 6:
+            raise CorruptStoreError(f"{where}: episode must be [length, task_index, chunk, offset, "
+                                    f"episode_index_shift, index_shift]")
+        length, task, chunk, offset, shift, index_shift = (
+            checked_int(v, f"{where}: episode", -1 if k == 1 else 0, MAX_FRAMES) for k, v in enumerate(row))
+        packs = record["packs"]
+        new_rows = [checked_int(v, f"{where}: packs.new", 0, MAX_ROWS) for v in packs["new"]]
+        next_row = checked_int(packs["next_row"], f"{where}: packs.next_row", 0, MAX_ROWS)
+        tasks = record["tasks"]
+        if not isinstance(tasks, list) or not all(isinstance(t, str) for t in tasks):
+            raise CorruptStoreError(f"{where}: tasks must be strings")
+        entries = {}
+        for item in record["hashes"]:
+            if not (isinstance(item, list) and len(item) == 3 and isinstance(item[2], Mapping)):
+                raise CorruptStoreError(f"{where}: hashes entries are [pack, offset, {{feature: crc32c}}]")
+            entries[(checked_int(item[0], f"{where}: hashes", 0, MAX_PACKS),
+                     checked_int(item[1], f"{where}: hashes", 0, MAX_ROWS))] = {
+                name: checked_int(v, f"{where}: hashes", 0, 2**32 - 1) for name, v in item[2].items()
+                if name in state.arrays}
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise CorruptStoreError(f"{where}: malformed commit record ({type(exc).__name__}: {exc})") from None
+    kept = slice(drop, n - 1 if extend else n)
+    dropped = int(table.length[:drop].sum())
+    new_table = EpisodeTable.contiguous(
+        np.append(table.length[kept], length), np.append(table.task_index[kept], task),
+        np.append(table.chunk[kept], chunk), np.append(table.offset[kept], offset),
+        np.append(table.episode_index_shift[kept] + drop, shift), np.append(table.index_shift[kept] + dropped,
+                                                                            index_shift))
+    all_tasks = (*state.tasks, *tasks)
+    new = replace(state, table=new_table, tasks=all_tasks, generation=generation,
+                  packs=PackLayout(np.append(state.packs.rows, np.asarray(new_rows, dtype=np.int64)), next_row),
+                  info=counted_info(state.info, new_table, len(all_tasks)), zarr_copies=None)
+    return new.all_materialized().with_hashes(entries)

@@ -28,6 +28,7 @@ __all__ = [
     "atomic_write",
     "replace_file",
     "flush_filesystem",
+    "fsync_dir",
     "pwrite_all",
     "create_sized",
     "open_nofollow",
@@ -260,7 +261,8 @@ def create_sized(path: str | os.PathLike, size: int, *, root: str | os.PathLike 
     return True
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: str | os.PathLike) -> None:
+    """fsync a folder (a file created or renamed in it survives power loss)."""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)
@@ -290,7 +292,7 @@ def atomic_write(path: Path, data: bytes, *, durable: bool = True, root: str | o
     os.close(fd)
     replace_file(tmp, path)
     if durable:
-        _fsync_dir(path.parent)
+        fsync_dir(path.parent)
 
 
 def write_in_place(path: str | os.PathLike, data: bytes, *, root: str | os.PathLike | None = None,

@@ -53,6 +53,7 @@ from ..utils.fileio import (
 )
 from ..utils.hashing import compact_frame_header, crc32c, crc32c_at
 from ..utils.progress import progress_bar
+from .transaction import WriteTransaction
 from .transcode import recorded_source, transcode
 
 __all__ = ["verify", "VerifyReport"]
@@ -412,7 +413,13 @@ def _check_store_files(state: StoreState, report: VerifyReport) -> None:
         if not stat.S_ISREG(os.lstat(root / ".lock").st_mode):
             report.store_problems.append(f"{root / '.lock'}: is not a file (a folder?): no writer can open the store; "
                                          f"remove it")
-    stale = _stale_zarr_copies(state)
+    if state.log_records:  # zarr's copies are of the root's commit: the log is folded into them later
+        report.notes.append(f"{len(state.log_records)} commit(s) in the commit log, checked, not folded into the "
+                            f"root yet (its writer folds them; zarr readers see the root's commit meanwhile)")
+    if state.log_records.ignored:
+        report.notes.append(f"{state.log_records.ignored} byte(s) at the end of the commit log are not a whole "
+                            f"record (an append cut short by a killed writer): not committed, ignored")
+    stale = _stale_zarr_copies(read_state(root, log=False) if state.log_records else state)
     if stale:
         report.store_problems.append(f"zarr's copy of the episode table ({', '.join(stale)}) differs from the "
                                      f"commit: zarr and xarray readers would see other episodes; --repair rewrites it")
@@ -483,6 +490,10 @@ def _fix(root: Path, state: StoreState, report: VerifyReport, computed: Mapping[
         if record:
             _record(latest, report, computed)
             latest = read_state(root)
+        if repair and latest.logged:  # the commit log folded into a format-3 root (with the dataset stats)
+            WriteTransaction(latest).recover()
+            latest = read_state(root)
+            report.repaired.append("folded the commit log into the root")
         if repair:
             for link in links:
                 with contextlib.suppress(FileNotFoundError):

@@ -44,6 +44,7 @@ from typing import Any
 
 from ..cloud.client import Bucket, ObjectInfo
 from ..errors import (
+    ArgumentError,
     CommitConflictError,
     CorruptStoreError,
     LeRobotZarrError,
@@ -53,6 +54,7 @@ from ..errors import (
 from ..store.state import MAX_ROOT_BYTES, ROOT, has_commit_point, read_state
 from ..utils.fileio import WriterLock, atomic_write, load_json, read_bounded
 from ..utils.progress import progress_bar
+from .transaction import WriteTransaction
 
 __all__ = ["SyncReport", "push_store", "pull_store", "LEASE", "MANIFEST", "LEASE_SECONDS", "LEASE_RENEW_SECONDS"]
 
@@ -94,8 +96,21 @@ def push_store(store: str | os.PathLike, url: str | Bucket, *, force: bool = Fal
     bucket = url if isinstance(url, Bucket) else Bucket(url, options)
     if lock:
         with WriterLock(root, blocking=False):
+            _fold_log(root)
             return _push(root, bucket, force, progress, on_file)
+    if read_state(root).logged:
+        raise ArgumentError(f"{root}: its writer commits to a commit log; fold it into the root first "
+                            f"(WritableDataset.fold_log, or close the writer), or push with lock=True", path=root)
     return _push(root, bucket, force, progress, on_file)
+
+
+def _fold_log(root: Path) -> None:
+    """A store whose root is format 4 (its writer appended commits to the log and was killed): the log folded
+    into a format-3 root first (one commit; the caller holds the writer lock), so that what is published is one
+    whole commit that any reader reads."""
+    state = read_state(root)
+    if state.logged:
+        WriteTransaction(state).recover()
 
 
 def _push(root: Path, bucket: Bucket, force: bool, progress: bool, on_file: Callable[[str], None] | None

@@ -26,10 +26,11 @@ import numpy as np
 
 from ..errors import ArgumentError, CorruptStoreError, DiskSpaceError, ReadOnlyStoreError, warn_user
 from ..lerobot.format import CAMERA_DTYPES, aggregate_stats, episodes_stats, stats_json
-from ..store.committing import commit, live_matches, live_runs, repair_live
+from ..store.committing import append_commit, commit, live_matches, live_runs, repair_live
 from ..store.hashes import ContentHashes
+from ..store.log import FOLD_BYTES, FOLD_RECORDS, LOG_FILE, encode_record
 from ..store.packs import open_array_pack, read_text_rows, remove_retired, retire_pack, write_rows
-from ..store.state import CREATING_MARKER, StoreState, chunk_path, stats_path
+from ..store.state import CREATING_MARKER, StoreState, apply_record, chunk_path, counted_info, stats_path
 from ..store.tables import ArraySpec, EpisodeTable, PackLayout, pack_rows_target
 from ..utils.fileio import (
     atomic_write,
@@ -85,6 +86,9 @@ class WriteTransaction:
         self.on_commit: Callable[[StoreState], None] | None = None  # told of each new committed state
         self.stats_rows: dict[str, dict[str, np.ndarray]] | None = None  # per-episode stats of stored values
         self.fresh: dict[tuple[int, int], dict[str, int]] = {}  # content hashes of rows written since the commit
+        # appends commit to the log (see :meth:`commit_appended`); the log's valid bytes and records
+        self.log_commits = False
+        self.log_at, self.log_count = state.log_records.size, len(state.log_records)
         self._cleanup()
         broken = self.state.hashes.readable()
         if broken is not None:  # not a reason to refuse writes: hashes are recorded anew from here on
@@ -100,8 +104,8 @@ class WriteTransaction:
         recomputed, and committed)."""
         if self.state.pending_tasks:
             self.rewrite_task_index(list(self.state.pending_tasks))
-        if self.dirty or (self.root / _STATS_PENDING).exists() or self._stats_missing():
-            self.commit(self.state, self.episode_stats_rows())
+        if self.dirty or (self.root / _STATS_PENDING).exists() or self._stats_missing() or self.state.logged:
+            self.commit(self.state, self.episode_stats_rows())  # (the log folded into the root, too)
 
     def rewrite_task_index(self, pending: Sequence[tuple[int, int, int]]) -> None:
         """Write the ``task_index`` frames of each ``(pack, offset, task)`` listed in place, then commit (with the
@@ -384,9 +388,7 @@ class WriteTransaction:
             # marker, and the next writer recomputes the stats.json those files make stale
             (self.root / _STATS_PENDING).touch()
             rows = self._fold_dirty(table, self.episode_stats_rows() if rows is None else rows)
-        tasks = list(state.tasks)
-        info = dict(state.info, total_episodes=len(table), total_frames=int(table.length.sum()),
-                    total_tasks=len(tasks), splits={"train": f"0:{len(table)}"} if len(table) else {})
+        info = counted_info(state.info, table, len(state.tasks))
         now = time.time()
         packs = state.packs
         live = np.zeros(len(packs), dtype=bool)
@@ -402,9 +404,10 @@ class WriteTransaction:
             source = {"kind": "edited", "from": source}
         stats = self._dataset_stats(table, rows, gaps) if rows is not None else state.stats
         new = replace(state, info=info, source=source, stats=stats, retired=tuple(retired),
-                      packs=packs.retire(retire)).all_materialized()
+                      packs=packs.retire(retire), logged=self.log_commits).all_materialized()
         new = replace(new, unavailable={}).with_materialized({}, gaps).with_hashes(self.fresh)
         self.state = commit(new, previous=previous, durable=self.durable)
+        self.log_at = self.log_count = 0
         self.gaps = gaps
         self.fresh = {}
         with contextlib.suppress(FileNotFoundError):
@@ -426,6 +429,51 @@ class WriteTransaction:
         if self.on_commit is not None:
             self.on_commit(self.state)
         return self.state
+
+    def commit_appended(self, rows: dict[str, dict[str, np.ndarray]], *, table: EpisodeTable, packs: PackLayout,
+                        tasks: tuple[str, ...], gaps: dict[str, dict[int, str]], drop: int, extend: bool
+                        ) -> StoreState:
+        """The commit of an append (one episode added, or the last one extended, after ``drop`` of the oldest were
+        dropped): with :attr:`log_commits`, a record appended to the log (no root rewrite: its cost does not grow
+        with the store), else (or when the change is more than that) :meth:`commit`. ``rows``: every episode's
+        stats, ``gaps`` as in :meth:`commit`. The dataset stats in the root are those of the last fold; the log is
+        folded into the root every ``FOLD_RECORDS`` records, at :meth:`fold` and when a writer opens the store."""
+        previous = self.state
+        n_old = len(previous.packs)
+        plain = (not self.log_commits or not previous.logged or self.dirty or any(gaps.values()) or self.gaps
+                 or previous.pending_tasks or previous.source.get("kind") not in ("recorded", "edited")
+                 or len(packs) < n_old
+                 or not np.array_equal(packs.rows[:n_old], previous.packs.rows)
+                 or tasks[:len(previous.tasks)] != previous.tasks
+                 or self.log_count >= FOLD_RECORDS or self.log_at >= FOLD_BYTES)
+        if plain:
+            return self.commit(previous, rows, table=table, packs=packs, tasks=tasks, gaps=gaps)
+        e = len(table) - 1
+        payload = {"base": previous.generation, "generation": previous.generation + 1, "drop": drop,
+                   "extend": extend, "episode": [int(table.length[e]), int(table.task_index[e]), int(table.chunk[e]),
+                                                 int(table.offset[e]), int(table.episode_index_shift[e]),
+                                                 int(table.index_shift[e])],
+                   "packs": {"new": packs.rows[n_old:].tolist(), "next_row": int(packs.next_row)},
+                   "tasks": list(tasks[len(previous.tasks):]),
+                   "hashes": [[c, o, {k: int(v) for k, v in h.items()}] for (c, o), h in self.fresh.items()]}
+        new = apply_record(previous, payload, str(self.root / LOG_FILE))
+        record = encode_record(payload)
+        self.state = append_commit(new, previous=previous, record=record, at=self.log_at, durable=self.durable)
+        self.log_at += len(record)
+        self.log_count += 1
+        self.fresh = {}
+        self.stats_rows = rows
+        for c, o in zip(previous.table.chunk[:drop].tolist(), previous.table.offset[:drop].tolist(), strict=True):
+            remove_path(stats_path(self.root, c, o))
+        if self.on_commit is not None:
+            self.on_commit(self.state)
+        return self.state
+
+    def fold(self) -> None:
+        """Fold the log into the root (one commit), and make the root format 3 again once :attr:`log_commits` is
+        off; a no-op when there is nothing to fold."""
+        if self.log_count or self.state.logged != self.log_commits:
+            self.commit(self.state, self.episode_stats_rows())
 
     def _shared(self, pack: int) -> bool:
         """Whether the pack's files are hard links shared with another store (a copy made by :func:`fork`)."""

@@ -53,6 +53,7 @@ from ..errors import (
 from ..lerobot.format import DEFAULT_FEATURES
 from ..sampling.dataset import LeRobotZarrDataset
 from ..sampling.maps import PackMaps
+from ..store.log import LOG_FILE
 from ..store.state import has_commit_point, read_state
 from ..store.tables import pack_rows_target
 from ..store.zarr_meta import ROOT
@@ -403,6 +404,7 @@ class TransitionBuffer:
                           f"are dropped, as a ring buffer drops them")
             log.info("%s: capacity %s -> %s transitions", self.root, writer.capacity_frames, self.capacity)
             writer.set_capacity(self.capacity)
+        writer.fold_log(log_commits=True)  # an episode's commit appends a record: its cost does not grow
         self._writer = writer
         self.capacity = writer.capacity_frames
         if layout is not None:
@@ -422,6 +424,7 @@ class TransitionBuffer:
         writer = create(self.root, fps=DEFAULT_FPS if self._fps is None else self._fps, features=layout.features(),
                         capacity_frames=self.capacity, durable=self.durable)
         layout.write(self.root)
+        writer.fold_log(log_commits=True)
         self._writer = writer
         self._use_layout(layout)
 
@@ -432,7 +435,11 @@ class TransitionBuffer:
             st = os.stat(self.root / ROOT)
         except FileNotFoundError:
             return False
-        signature = (st.st_ino, st.st_mtime_ns, st.st_size)
+        try:
+            log = os.stat(self.root / LOG_FILE)
+            signature = (st.st_ino, st.st_mtime_ns, st.st_size, log.st_ino, log.st_size)
+        except FileNotFoundError:
+            signature = (st.st_ino, st.st_mtime_ns, st.st_size)
         if signature == self._signature:
             return False
         state = read_state(self.root)
@@ -693,16 +700,19 @@ class TransitionBuffer:
         self._open_episode = not end
 
     def checkpoint(self, *, durable: bool | None = None) -> None:
-        """Commit the episode in progress as it is (it goes on with the next transitions): after this, a crash
-        loses nothing added before. ``durable`` (default: the buffer's) also flushes it to disk (power loss)."""
+        """Commit the episode in progress as it is (it goes on with the next transitions) and fold the commit log
+        into the store's root: after this, a crash loses nothing added before. ``durable`` (default: the buffer's)
+        also flushes it to disk (power loss)."""
         with self._write_lock:
             self._check_writer()
-            if self._pending is None or not self._pending.n:
-                return
             writer = self._writer
+            if writer is None:
+                return
             keep, writer.durable = writer.durable, self.durable if durable is None else bool(durable)
             try:
-                self._commit(end=False)
+                if self._pending is not None and self._pending.n:
+                    self._commit(end=False)
+                writer.fold_log()
             finally:
                 writer.durable = keep
 

@@ -21,7 +21,7 @@ from ..store.text import TEXT_KINDS, text_crc
 from ..utils.hashing import crc32c
 
 __all__ = ["RESERVED_NAMES", "count_arg", "feature_specs", "camera_frame_shape", "stored_values", "as_frames",
-           "check_assignable", "check_fits", "stats_of_stored", "content_hash"]
+           "check_assignable", "check_fits", "stats_of_stored", "content_hash", "EpisodeFrames"]
 
 RESERVED_NAMES = ("task",)  # sample keys a feature may not take (with LeRobot's own columns and '*_is_pad')
 _RAW_DTYPES = frozenset(np.dtype(t).type for t in NUMERIC_DTYPES)
@@ -277,3 +277,30 @@ def _text_frames(name: str, value: Any, kind: str, episode: int) -> np.ndarray:
                                       f"(lists of row dicts, JSON values) ({exc})", feature=name, episode=episode) \
                 from None
     return out
+
+
+class EpisodeFrames:
+    """One feature's frames of an episode being extended: its committed rows (a memory map) then the new ones,
+    without copying the committed rows for what needs only some of them (image stats take a sample of frames)."""
+
+    def __init__(self, head: np.ndarray | None, new: np.ndarray):
+        self.head, self.new = head, new
+        self.before = 0 if head is None else len(head)
+
+    __len__ = lambda self: self.before + len(self.new)  # noqa: E731
+    shape = property(lambda self: (len(self), *self.new.shape[1:]))
+
+    def __getitem__(self, key: np.ndarray | tuple) -> np.ndarray:
+        """Frames ``key`` (an index array, or one followed by slices of each frame: only those pixels read)."""
+        index, rest = (np.asarray(key[0]), tuple(key[1:])) if isinstance(key, tuple) else (np.asarray(key), ())
+        old = index < self.before
+        new = self.new[(index[~old] - self.before, *rest)]
+        if not old.any():
+            return new
+        out = np.empty((len(index), *new.shape[1:]), dtype=self.new.dtype)
+        out[old] = self.head[(index[old], *rest)]
+        out[~old] = new
+        return out
+
+    def numeric(self) -> np.ndarray:
+        return self.new if self.head is None else np.concatenate([self.head, self.new])

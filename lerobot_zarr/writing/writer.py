@@ -1,7 +1,8 @@
 """Writing a store in place: record episodes, edit frames, delete episodes or frames, keep a ring buffer.
 
 One writer per store (the ``.lock`` flock, released by the kernel when the writer dies), any number of readers
-in other processes. Every change is one commit of the root ``zarr.json`` (see :mod:`lerobot_zarr.store`): new rows
+in other processes. Every change is one commit of the root ``zarr.json`` (see :mod:`lerobot_zarr.store`; with
+:meth:`WritableDataset.fold_log`'s ``log_commits``, appends are records of the commit log, folded later): new rows
 are written where no committed episode points (the free rows of the last pack, or a new pack) and flushed before
 the commit that lists them; packs left without a live episode are retired after it; so a writer killed at any
 instant leaves the store at its last commit. Frame edits (:meth:`WritableDataset.edit`) are the exception by
@@ -18,7 +19,9 @@ import contextlib
 import math
 import operator
 import os
+import threading
 import weakref
+from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -42,23 +45,15 @@ from ..errors import (
 from ..lerobot.format import CAMERA_DTYPES, DEFAULT_FEATURES
 from ..sampling.dataset import DepthUnit, ImageFormat, LeRobotZarrDataset
 from ..sampling.selection import episode_index, frame_range
-from ..store.committing import (
-    check_new_store_location,
-    create_store,
-    remove_creation_debris,
-)
+from ..store.committing import check_new_store_location, create_store, remove_creation_debris
 from ..store.state import StoreState, chunk_path, read_state, stats_path
-from ..store.tables import (
-    DEFAULT_PACK_BYTES,
-    EpisodeTable,
-    PackLayout,
-)
+from ..store.tables import DEFAULT_PACK_BYTES, EpisodeTable, PackLayout
 from ..utils.fileio import WriterLock, check_in_store, copy_file, link_or_copy
 from ..utils.hashing import crc32c
 from .completeness import check_complete
 from .edits import EditMaps
 from .transaction import WriteTransaction, remove_path, resolve_min_free_bytes
-from .values import as_frames, content_hash, count_arg, feature_specs, stored_values
+from .values import EpisodeFrames, as_frames, content_hash, count_arg, feature_specs, stored_values
 
 __all__ = ["create", "fork", "WritableDataset"]
 
@@ -167,13 +162,15 @@ class WritableDataset:
             check_complete(state)
             self._tx = WriteTransaction(state, durable=durable, min_free_bytes=min_free_bytes)
             # appended packs get maps next to the others: sampling keeps its maps across commits
-            self._reader = LeRobotZarrDataset(root, delta_timestamps=delta_timestamps, image_format=image_format,
-                                              max_open_maps=max_open_maps, headroom=1.0, depth_unit=depth_unit)
+            self._sampler = LeRobotZarrDataset(root, delta_timestamps=delta_timestamps, image_format=image_format,
+                                               max_open_maps=max_open_maps, headroom=1.0, depth_unit=depth_unit)
         except BaseException:
             lock.__exit__(None, None, None)
             raise
         self.root = root
-        self._tx.on_commit = self._reader.reload
+        self._commits: deque[StoreState] = deque(maxlen=1)  # the last commit, until the sampler loads it
+        self._reload_lock = threading.Lock()
+        self._tx.on_commit = self._commits.append
         self._writer_lock = lock
         self._release = weakref.finalize(self, lock.__exit__, None, None, None)
         self._episode_buffer: list[tuple[dict[str, np.ndarray], str]] = []
@@ -189,6 +186,15 @@ class WritableDataset:
         return self._tx.state
 
     # the reader's side --------------------------------------------------------------------------------------
+    @property
+    def _reader(self) -> LeRobotZarrDataset:
+        """The sampler, at the last commit (loaded when it is used: a commit does not pay for it)."""
+        if self._commits:
+            with self._reload_lock:
+                if self._commits:
+                    self._sampler.reload(self._commits.pop())
+        return self._sampler
+
     @property
     def reader(self) -> LeRobotZarrDataset:
         """The dataset this writer samples through; it reloads each commit of this writer."""
@@ -219,10 +225,11 @@ class WritableDataset:
 
     # lifetime ---------------------------------------------------------------------------------------------
     def close(self) -> None:
-        """Commit pending edits (:meth:`flush`) and release the writer lock. The dataset stays readable."""
+        """Commit pending edits (:meth:`flush`), fold the commit log, release the writer lock; it stays readable."""
         if not self.closed:
             try:
                 self.flush()
+                self.fold_log(log_commits=False)
             finally:
                 self._release()
 
@@ -245,6 +252,14 @@ class WritableDataset:
     @durable.setter
     def durable(self, value: bool) -> None:
         self._tx.durable = bool(value)
+
+    def fold_log(self, *, log_commits: bool | None = None) -> None:
+        """Fold the store's commit log into its root (one commit, with the dataset stats; a no-op when there is
+        nothing to fold). ``log_commits``: whether appends commit by appending a record to the log from now on
+        (off by default; an RL buffer's setting: see :meth:`WriteTransaction.commit_appended`)."""
+        self._check_open()
+        self._tx.log_commits = self._tx.log_commits if log_commits is None else bool(log_commits)
+        self._tx.fold()
 
     @property
     def min_free_bytes(self) -> int:
@@ -395,7 +410,7 @@ class WritableDataset:
             # an episode moved to be extended gets room to grow in place: doubling keeps long ones linear
             packs, pack, offset = self._tx.allocate(packs, rows, 2 * rows if relocated else 0)
             write_at, written = offset, data
-        episode = {name: _Frames(np.asarray(old[name]) if in_place else None, written[name][:n] if in_place
+        episode = {name: EpisodeFrames(np.asarray(old[name]) if in_place else None, written[name][:n] if in_place
                                  else written[name][:before + n]) for name in written}
         if sum(v.nbytes for v in written.values()) < _INLINE_STATS_BYTES:  # a thread costs more than it saves
             new_stats = self._episode_stats_of(episode)
@@ -427,12 +442,13 @@ class WritableDataset:
         new_rows = {name: {k: np.concatenate([v[kept], new_stats[name][k][None]]) for k, v in rows[name].items()}
                     for name in rows}
         gaps = {name: {p - drop: why for p, why in g.items() if p >= drop} for name, g in self._tx.gaps.items()}
-        self._tx.commit(self._tx.state, new_rows, table=new_table, packs=packs, tasks=tuple(tasks), gaps=gaps)
+        self._tx.commit_appended(new_rows, table=new_table, packs=packs, tasks=tuple(tasks), gaps=gaps, drop=drop,
+                                 extend=extend)
         if in_place:
             self._tx.write_stats_file(pack, offset, new_stats)
         return len(new_table) - 1
 
-    def _episode_stats_of(self, episode: Mapping[str, _Frames]) -> dict[str, dict[str, np.ndarray]]:
+    def _episode_stats_of(self, episode: Mapping[str, EpisodeFrames]) -> dict[str, dict[str, np.ndarray]]:
         # colour cameras' stats read a sample of frames: the rest need all of them
         arrays = self._tx.stats_arrays()
         return self._tx.features_stats({name: episode[name] if spec.kind in CAMERA_DTYPES and spec.dtype == np.uint8
@@ -767,30 +783,3 @@ def _copy_store_files(source: Path, root: Path, name: str, *suffixes: str) -> No
         if entry.is_file() and not entry.is_symlink() and entry.name.endswith(suffixes):
             with contextlib.suppress(FileExistsError):
                 copy_file(entry, target / entry.name)
-
-
-class _Frames:
-    """One feature's frames of an episode being extended: its committed rows (a memory map) then the new ones,
-    without copying the committed rows for what needs only some of them (image stats take a sample of frames)."""
-
-    def __init__(self, head: np.ndarray | None, new: np.ndarray):
-        self.head, self.new = head, new
-        self.before = 0 if head is None else len(head)
-
-    __len__ = lambda self: self.before + len(self.new)  # noqa: E731
-    shape = property(lambda self: (len(self), *self.new.shape[1:]))
-
-    def __getitem__(self, key: np.ndarray | tuple) -> np.ndarray:
-        """Frames ``key`` (an index array, or one followed by slices of each frame: only those pixels read)."""
-        index, rest = (np.asarray(key[0]), tuple(key[1:])) if isinstance(key, tuple) else (np.asarray(key), ())
-        old = index < self.before
-        new = self.new[(index[~old] - self.before, *rest)]
-        if not old.any():
-            return new
-        out = np.empty((len(index), *new.shape[1:]), dtype=self.new.dtype)
-        out[old] = self.head[(index[old], *rest)]
-        out[~old] = new
-        return out
-
-    def numeric(self) -> np.ndarray:
-        return self.new if self.head is None else np.concatenate([self.head, self.new])

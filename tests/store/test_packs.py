@@ -483,7 +483,7 @@ MUTATIONS = {  # what each mutation breaks: the key the error must name
     "generation negative": lambda a: a.update(generation=-1),
     "capacity zero": lambda a: a.update(capacity_frames=0),
     "pending task out of range": lambda a: a.update(pending_tasks=[[0, 0, 42]]),
-    "format version unknown": lambda a: a.update(format_version=4),
+    "format version unknown": lambda a: a.update(format_version=99),
     "attributes not an object": lambda a: a.clear() or a.update(format_version=[3]),
 }
 

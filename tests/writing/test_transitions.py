@@ -579,6 +579,8 @@ sys.path.insert(0, {tests!r})
 import numpy as np
 from rl_reference import transitions
 from lerobot_zarr.writing.transitions import TransitionBuffer
+import lerobot_zarr.writing.transaction
+lerobot_zarr.writing.transaction.FOLD_RECORDS = {fold!r}
 buf = TransitionBuffer({root!r}, capacity={capacity!r})
 checkpoint_every = {checkpoint_every!r}
 added = 0
@@ -596,9 +598,9 @@ for e in range(10**6):
 """
 
 
-def _spawn(root: Path, *, checkpoint_every: int = 0, capacity=None, pause: float = 0.0):
+def _spawn(root: Path, *, checkpoint_every: int = 0, capacity=None, pause: float = 0.0, fold: int = 32):
     code = _CHILD.format(tests=str(TESTS), root=str(root), capacity=capacity, checkpoint_every=checkpoint_every,
-                         seed=SEED, pause=pause)
+                         seed=SEED, pause=pause, fold=fold)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env=env)
@@ -623,15 +625,16 @@ def _stream(n: int) -> list[tuple[int, int]]:
     return out[:n]
 
 
-@pytest.mark.parametrize("checkpoint_every", [0, 1], ids=["adds", "checkpoints"])
-def test_sigkill_at_any_moment_loses_at_most_the_unfinished_episode(tmp_path, checkpoint_every):
-    """Kill the writer while it adds (episode commits) or while it checkpoints after every transition: the buffer
-    reopens readable with a prefix of what was added, at least everything it had reported committed, and takes
-    adds again."""
+@pytest.mark.parametrize("checkpoint_every, fold", [(0, 32), (0, 2), (1, 32)],
+                         ids=["adds", "adds-folding", "checkpoints"])
+def test_sigkill_at_any_moment_loses_at_most_the_unfinished_episode(tmp_path, checkpoint_every, fold):
+    """Kill the writer while it adds (episode commits appended to the log; a fold every ``fold`` of them) or while
+    it checkpoints after every transition (a fold each): the buffer reopens readable with a prefix of what was
+    added, at least everything it had reported committed, and takes adds again."""
     rng = np.random.default_rng(0)
     for run in range(3):
         root = tmp_path / f"buf{run}"
-        proc = _spawn(root, checkpoint_every=checkpoint_every)
+        proc = _spawn(root, checkpoint_every=checkpoint_every, fold=fold)
         reported = _committed_after_kill(proc, float(rng.uniform(0.05, 0.6)))
         buf = TransitionBuffer(root)
         n = len(buf)
@@ -801,13 +804,16 @@ def _zarr_episode_table(root: Path) -> dict[str, np.ndarray]:
         return {name: np.asarray(g[name][:]) for name in ("episode_length", "episode_chunk", "episode_offset")}
 
 
-def test_an_episode_commit_replaces_no_file_by_rename_but_the_root(tmp_path, monkeypatch):
-    """Replacing an existing file by rename makes ext4 start writing it out at once (1-30 ms each on a busy disk):
-    a commit replaces the root only (the commit point); zarr's copies and the episode's stats are written in place.
-    A zarr reader without consolidated metadata still sees each commit's episode table, through ring-buffer
-    evictions (shapes shrinking and growing: the documents are padded, never torn)."""
+def test_an_episode_commit_appends_to_the_log_and_a_fold_replaces_the_root_only(tmp_path, monkeypatch):
+    """Replacing an existing file by rename makes ext4 start writing it out at once (1-30 ms each on a busy disk),
+    and rewriting the root costs what the store holds: an episode's commit appends a record to the commit log and
+    replaces nothing; every FOLD_RECORDS commits (and at checkpoint/close) the log is folded into the root, the only
+    file a fold replaces by rename (zarr's copies and the episodes' stats are written in place). A zarr reader
+    without consolidated metadata sees the root's episode table (the last fold), through ring-buffer evictions
+    (shapes shrinking and growing: the documents are padded, never torn)."""
+    monkeypatch.setattr("lerobot_zarr.writing.transaction.FOLD_RECORDS", 3)
     buf = TransitionBuffer(tmp_path / "buf", capacity=40)
-    add_episodes(buf, [0])
+    add_episodes(buf, [0, 1])
     replaced = []
     real = os.replace
 
@@ -817,23 +823,29 @@ def test_an_episode_commit_replaces_no_file_by_rename_but_the_root(tmp_path, mon
         return real(src, dst, *args, **kwargs)
 
     monkeypatch.setattr(os, "replace", counting)
-    for e in range(1, 12):
+    folds = 0
+    for e in range(2, 14):
         before = len(replaced)
         add_episodes(buf, [e])
-        assert replaced[before:] == ["zarr.json"], f"episode {e}: replaced by rename {replaced[before:]}"
-        table = read_state(buf.root).table
+        logged = read_state(buf.root).log_records
+        assert replaced[before:] == ([] if logged else ["zarr.json"]), f"episode {e}: replaced {replaced[before:]}"
+        folds += not logged
+        root_table = read_state(buf.root, log=False).table
         got = _zarr_episode_table(buf.root)
-        assert np.array_equal(got["episode_length"], table.length) and np.array_equal(got["episode_chunk"],
-                                                                                     table.chunk), f"episode {e}"
+        assert np.array_equal(got["episode_length"], root_table.length) and np.array_equal(
+            got["episode_chunk"], root_table.chunk), f"episode {e}"
+    assert folds == 3, "a fold every 3 log records (then a plain commit, which is the fold)"
     assert len(buf) <= 40 and everything(buf)[0][0] > 0, "the test means to evict"
     buf.close()
+    assert not (buf.root / ".commit-log").exists()
+    assert np.array_equal(_zarr_episode_table(buf.root)["episode_length"], read_state(buf.root).table.length)
     assert lerobot_zarr.verify(buf.root, progress=False).ok
 
 
 def test_sigkill_during_commits_leaves_whole_zarr_documents_and_copies_repair_can_mend(tmp_path):
     """Zarr's copies are written in place before each commit: a kill at any moment leaves every zarr.json a whole
-    JSON document, our readers at the last commit, and ``verify`` naming nothing but copies ahead of it, which
-    ``--repair`` (or the next commit) rewrites."""
+    JSON document, our readers at the last commit, and ``verify`` naming nothing but copies (and ``frame_live``)
+    ahead of it, which ``--repair`` (or the next commit) rewrites, folding the commit log into the root."""
     rng = np.random.default_rng(1)
     for run in range(4):
         root = tmp_path / f"buf{run}"
@@ -843,7 +855,8 @@ def test_sigkill_during_commits_leaves_whole_zarr_documents_and_copies_repair_ca
             json.loads(path.read_bytes())  # whole, padded or not
         report = lerobot_zarr.verify(root, progress=False)
         assert not report.damaged and not report.unverifiable, f"run {run}: {report}"
-        assert all("zarr's copy of the episode table" in p for p in report.store_problems), f"run {run}: {report}"
+        assert all("zarr's copy of the episode table" in p or "frame_live" in p for p in report.store_problems), \
+            f"run {run}: {report.store_problems}"
         lerobot_zarr.verify(root, repair=True, progress=False)
         assert lerobot_zarr.verify(root, progress=False).ok, f"run {run}: after --repair"
         table = read_state(root).table
