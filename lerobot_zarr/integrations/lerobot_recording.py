@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import gc
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -150,14 +150,10 @@ class LeRobotRecording:
         sizes = {k: v for k, v in (("data_files_size_in_mb", data_files_size_in_mb),
                                    ("video_files_size_in_mb", video_files_size_in_mb)) if v is not None}
         store = create_store(root, fps=fps, features=stored, robot_type=robot_type, durable=durable)
-        try:
-            if sizes:
-                store.update_info(**sizes)
-        except BaseException:
-            store.close()
-            raise
-        return cls._recording(repo_id, store, tolerance_s=tolerance_s, video_backend=video_backend,
-                              batch_encoding_size=batch_encoding_size, encoder_threads=encoder_threads,
+        return cls._recording(repo_id, store, lambda: store.update_info(**sizes) if sizes else None,
+                              tolerance_s=tolerance_s, video_backend=video_backend,
+                              streaming_encoding=streaming_encoding, batch_encoding_size=batch_encoding_size,
+                              encoder_threads=encoder_threads,
                               hold_frames=bool(image_writer_threads or image_writer_processes))
 
     @classmethod
@@ -196,7 +192,8 @@ class LeRobotRecording:
         except StoreLockedError:  # a recorder of this process dropped without finalize() may hold it until collected
             gc.collect()
             store = WritableDataset(root, durable=durable)
-        try:
+
+        def new_encoders() -> None:
             updates = {}
             for key, ft in store.meta.info["features"].items():
                 given = depth_encoder if _is_depth(ft) else rgb_encoder
@@ -205,17 +202,18 @@ class LeRobotRecording:
                     updates[key] = _video_info(encoder_settings(given, defaults))
             if updates:
                 store.update_info(updates)
-        except BaseException:
-            store.close()
-            raise
-        return cls._recording(repo_id, store, tolerance_s=tolerance_s, video_backend=video_backend,
-                              batch_encoding_size=batch_encoding_size, encoder_threads=encoder_threads,
+
+        return cls._recording(repo_id, store, new_encoders, tolerance_s=tolerance_s, video_backend=video_backend,
+                              streaming_encoding=streaming_encoding, batch_encoding_size=batch_encoding_size,
+                              encoder_threads=encoder_threads,
                               hold_frames=bool(image_writer_threads or image_writer_processes))
 
     @classmethod
-    def _recording(cls, repo_id: str, store: Any, *, tolerance_s: float, video_backend: str | None,
-                   batch_encoding_size: int, encoder_threads: int | None, hold_frames: bool) -> Any:
-        """The drop-in dataset recording into ``store`` (a WritableDataset): LeRobot's attributes of a recorder."""
+    def _recording(cls, repo_id: str, store: Any, prepare: Callable[[], None], *, tolerance_s: float,
+                   video_backend: str | None, streaming_encoding: bool, batch_encoding_size: int,
+                   encoder_threads: int | None, hold_frames: bool) -> Any:
+        """The drop-in dataset recording into ``store`` (a WritableDataset, closed if this fails), after
+        ``prepare()`` (its changes to the store's info): LeRobot's attributes of a recorder."""
         obj = cls.__new__(cls)
         obj.repo_id = repo_id
         obj.root = obj._requested_root = Path(store.root)
@@ -234,9 +232,11 @@ class LeRobotRecording:
         obj.dataset = None
         obj._is_finalized = False
         try:
+            prepare()
             obj.meta = RecordingMetadata.of_writer(store, repo_id)
             obj.writer = Recorder(store, obj.meta.features, on_saved=obj.meta.follow,
-                                  batch_encoding_size=batch_encoding_size, hold_frames=hold_frames)
+                                  streaming_encoding=streaming_encoding, batch_encoding_size=batch_encoding_size,
+                                  encoder_threads=encoder_threads, hold_frames=hold_frames)
         except BaseException:
             store.close()
             raise
@@ -298,6 +298,8 @@ class LeRobotRecording:
         from ..writing.export import push
 
         card = card_fields(tags, license, card_kwargs, self.repo_id)
+        if self.writer is not None:
+            self.writer.flush_pending_videos()  # the background encoder's segments: joined, not encoded again
         if self.writer is not None and not self._is_finalized:
             source = self.writer.store_reader()
         else:
