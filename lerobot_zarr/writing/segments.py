@@ -164,7 +164,7 @@ def encode_missing(root: str | os.PathLike, threads: int | None = None, *, prune
                     made += make_segment(ds, encoding, e, hashes=hashes) is not None
         if prune and (Path(ds.root) / SEGMENTS).is_dir():
             for path in (Path(ds.root) / SEGMENTS).glob("*.mp4"):
-                if path.name not in wanted:
+                if path.name not in wanted and not path.name.startswith("."):  # (a writer's temporary file)
                     with contextlib.suppress(FileNotFoundError):
                         path.unlink()
     finally:
