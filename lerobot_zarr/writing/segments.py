@@ -229,9 +229,12 @@ class BackgroundEncoder:
         if self.process.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 self.process.send_signal(signal.SIGTERM)
-        self.process.wait()
-        if self.process.stdout is not None:
-            self.process.stdout.close()
+                self.process.send_signal(signal.SIGCONT)  # a stopped process acts on SIGTERM only once continued
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:  # stuck in an encoder's call: its temporary file is debris
+                self.process.kill()
+        self.wait()
 
     def wait(self) -> None:
         """Wait for the process to exit (after :meth:`close` or :meth:`cancel`)."""
