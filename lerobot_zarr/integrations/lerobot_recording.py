@@ -10,10 +10,12 @@ instant keeps every episode whose ``save_episode`` returned, any process can ope
 
 Cameras are kept raw while recording (no encoding on the way: ``add_frame`` copies a frame, ``save_episode`` writes
 and commits), then encoded to mp4 with the ``rgb_encoder`` / ``depth_encoder`` settings (kept in each video
-feature's ``info``, as LeRobot keeps them) when the dataset is pushed or exported. LeRobot's ``streaming_encoding``
-and ``batch_encoding_size`` move its encoding off ``save_episode`` (to a thread while recording, or to every Nth
-episode); here no encoding ever happens while recording, so they are accepted and change nothing: the encoding
-is the push's.
+feature's ``info``, as LeRobot keeps them), episode by episode, when the dataset is pushed or exported. LeRobot's
+``streaming_encoding`` and ``batch_encoding_size`` move its encoding off ``save_episode`` (to threads encoding the
+frames as they come, or to every Nth ``save_episode``); here they start a background encoder process
+(:mod:`lerobot_zarr.writing.segments`) encoding each saved episode (streaming) or each batch of N saved episodes
+(the last one at ``finalize``), which neither ``add_frame``, ``save_episode`` nor ``finalize`` waits for; the push
+waits for it and joins its per-episode mp4s without encoding them again.
 """
 
 from __future__ import annotations
@@ -115,10 +117,11 @@ class LeRobotRecording:
         - ``rgb_encoder`` / ``depth_encoder``: LeRobot's ``RGBEncoderConfig`` / ``DepthEncoderConfig`` (or dicts of
           their fields; None: LeRobot's defaults), kept in each video feature's ``info`` and used wherever its mp4
           is made; a depth video's quantizer (``depth_min``...) makes the codes the store keeps.
-        - ``streaming_encoding``, ``batch_encoding_size`` (a positive int) and ``encoder_queue_maxsize`` (a
-          positive int): LeRobot's ways of taking video encoding off ``save_episode``; nothing is encoded while
-          recording here, so they change nothing (the videos are encoded at push). ``encoder_threads``: the
-          encoder's threads at push, as LeRobot's.
+        - ``streaming_encoding`` / ``batch_encoding_size`` (a positive int) > 1: LeRobot's ways of taking video
+          encoding off ``save_episode``; here a background encoder process encodes each saved episode (streaming)
+          or each batch of that many (the rest after ``finalize``), never waited for by the recording (see
+          the module docstring). ``encoder_queue_maxsize`` (a positive int): LeRobot's frames queued for its
+          encoder; none are queued here, none dropped. ``encoder_threads``: the encoder's threads, as LeRobot's.
         - ``image_writer_processes`` / ``image_writer_threads``: LeRobot's PNG writers; frames are not encoded
           while recording, so none starts. As with LeRobot, their number says whether ``add_frame`` holds the
           caller's camera arrays until written (more than 0: as LeRobot's asynchronous writers, the caller must not

@@ -5,7 +5,10 @@ The output is what LeRobot writes: data files of bounded size with one row group
 stats, ``meta/tasks.parquet`` (task text in a pandas index named ``task``), ``meta/stats.json`` with quantiles and a
 dataset card. Bytes are deterministic for the same store, so pushing an unchanged store changes nothing. Alongside,
 ``meta/lerobot_zarr_index.json`` (:mod:`lerobot_zarr.lerobot.index_file`) gives our readers all the metadata and the
-data files' footers in one file. Features the store does not hold (videos) are left out of the export.
+data files' footers in one file. Features the store does not hold (videos) are left out of the export. Cameras
+exported as videos are encoded episode by episode and the episodes' mp4s joined without re-encoding, as LeRobot's
+recorder makes its files; an episode whose mp4 the background encoder already made (:mod:`.segments`) is joined
+as it is.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ threads). The export then joins a segment whose name matches the episode's and w
 (:func:`~lerobot_zarr.cameras.video.segment_packets`), and encodes the others. An episode whose frames change (an
 edit, an extension) gets another content hash, so another name: its old segment is never used again.
 
-A segment is written under a temporary name (``.segments/.<name>.tmp-<pid>``) and renamed once complete: a
+A segment is written under a temporary name (``.segments/.<name>.tmp-<pid>.mp4``) and renamed once complete: a
 killed encoder leaves debris the store's next writer removes, never a part of a segment under its name. It is
 made from frames whose content hash is checked against the recorded one (raw cameras: the hash covers their bytes),
 so a segment holds exactly the frames its name says.
