@@ -138,7 +138,10 @@ def make_segment(ds: LeRobotZarrDataset, encoding: CameraEncoding, episode: int,
             writer.add(frames)
         finally:
             writer.close()
-        replace_file(tmp, target)
+        try:
+            replace_file(tmp, target)
+        except FileNotFoundError:  # removed as debris by a writer of the store opened meanwhile: made later
+            return None
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
@@ -156,7 +159,7 @@ def encode_missing(root: str | os.PathLike, threads: int | None = None, *, prune
         for encoding in camera_encodings(ds, keys, threads).values():
             hashes = episode_hashes(ds, encoding.key)
             for e in ds.episodes.tolist():
-                if hashes[e] < 0:
+                if hashes[e] < 0 or not ds.meta.materialized_episodes[e]:
                     continue
                 name = encoding.name(int(hashes[e]), int(ds.meta.episode_length[e]))
                 wanted.add(name)

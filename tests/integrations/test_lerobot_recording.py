@@ -409,9 +409,9 @@ def test_background_encoder_neither_save_episode_nor_finalize_waits_and_the_push
     save_episode and finalize still return (they never wait for it); push_to_hub waits for it and joins every
     episode's segment without encoding any (batches: the last, incomplete one is encoded after finalize, as
     LeRobot's finalize encodes it); LeRobot 0.6.1 loads the push."""
-    import lerobot_zarr.writing.export as export_module
     from hub_fixtures import make_env
 
+    import lerobot_zarr.writing.export as export_module
     from lerobot_zarr.testing.hub_server import HubServer
 
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)

@@ -139,9 +139,8 @@ def test_an_edited_episode_is_encoded_again(tmp_path, encodes):
     """An in-place edit changes the episode's content hash, so its segment's name: the old one is not joined."""
     root = _store(tmp_path / "store")
     encode_missing(root)
-    with WritableDataset(root) as ds:
-        with ds.edit(1, features=[CAM]) as ep:
-            ep[CAM][:] = 255 - np.asarray(ep[CAM])
+    with WritableDataset(root) as ds, ds.edit(1, features=[CAM]) as ep:
+        ep[CAM][:] = 255 - np.asarray(ep[CAM])
     out = _export(root, tmp_path / "out")
     assert encodes == [1]
     edited = 255 - _frames(1, LENGTHS[1]).astype(np.int16)
