@@ -121,7 +121,8 @@ class LeRobotRecording:
           encoding off ``save_episode``; here a background encoder process encodes each saved episode (streaming)
           or each batch of that many (the rest after ``finalize``), never waited for by the recording (see
           the module docstring). ``encoder_queue_maxsize`` (a positive int): LeRobot's frames queued for its
-          encoder; none are queued here, none dropped. ``encoder_threads``: the encoder's threads, as LeRobot's.
+          encoder; none are queued here, none dropped. ``encoder_threads``: the encoder's threads, as LeRobot's
+          (kept in each video feature's ``info`` with the encoder settings: every encoding of them uses it).
         - ``image_writer_processes`` / ``image_writer_threads``: LeRobot's PNG writers; frames are not encoded
           while recording, so none starts. As with LeRobot, their number says whether ``add_frame`` holds the
           caller's camera arrays until written (more than 0: as LeRobot's asynchronous writers, the caller must not
@@ -147,7 +148,8 @@ class LeRobotRecording:
                 continue
             stored[key] = ft
             if ft.get("dtype") == "video":
-                stored[key] = {**ft, "info": {**_video_info(depth if _is_depth(ft) else rgb), **(ft.get("info") or {})}}
+                stored[key] = {**ft, "info": {**_video_info(depth if _is_depth(ft) else rgb),
+                                              **_threads_info(encoder_threads), **(ft.get("info") or {})}}
         from ..writing.writer import create as create_store
 
         sizes = {k: v for k, v in (("data_files_size_in_mb", data_files_size_in_mb),
@@ -169,8 +171,8 @@ class LeRobotRecording:
         """Go on recording the dataset at ``root`` (required, LeRobot's ``ValueError`` otherwise), after a
         ``finalize()`` or a crash: its episodes are every one whose ``save_episode`` returned. ``root`` holds the
         store a recorder made (a LeRobot folder is refused with a ``StoreNotFoundError`` saying how to read it).
-        ``rgb_encoder`` / ``depth_encoder`` given replace the settings recorded for the videos not encoded
-        yet; the other parameters are :meth:`create`'s. ``revision``, ``force_cache_sync`` and ``token`` matter when
+        ``rgb_encoder`` / ``depth_encoder`` / ``encoder_threads`` given replace the settings recorded for the videos
+        not encoded yet; the other parameters are :meth:`create`'s. ``revision``, ``force_cache_sync`` and ``token`` matter when
         ``root`` has to be fetched from the Hub: here ``root`` must hold the dataset."""
         if not root:
             raise ValueError("resume() requires an explicit 'root' directory because it creates a DatasetWriter. "
@@ -203,6 +205,8 @@ class LeRobotRecording:
                 if ft.get("dtype") == "video" and given is not None:
                     defaults = DEPTH_ENCODER if _is_depth(ft) else RGB_ENCODER
                     updates[key] = _video_info(encoder_settings(given, defaults))
+                if ft.get("dtype") == "video" and encoder_threads is not None:
+                    updates[key] = {**updates.get(key, {}), **_threads_info(encoder_threads)}
             if updates:
                 store.update_info(updates)
 
@@ -364,6 +368,12 @@ def _video_info(settings: Mapping[str, Any]) -> dict[str, Any]:
     """Encoder settings as a video feature's ``info`` keys in the store (LeRobot's ``video.<field>``, and
     ``video.vcodec``: the export encodes with them and writes LeRobot's info, see ``writing.export``)."""
     return {f"video.{k}": v for k, v in settings.items()}
+
+
+def _threads_info(encoder_threads: int | None) -> dict[str, int]:
+    """LeRobot's ``encoder_threads`` as a video feature's ``info`` key in the store (not exported: LeRobot's info
+    has none), so that every encoder of the recording's videos (background, push, ``lerobot-zarr push``) uses it."""
+    return {} if encoder_threads is None else {"encoder_threads": encoder_threads}
 
 
 def _is_depth(feature: Mapping[str, Any]) -> bool:

@@ -96,7 +96,8 @@ def to_lerobot(dataset: LeRobotZarrDataset | str | os.PathLike, path: str | os.P
     concatenated per file) or PNG image features; ``videos=True`` / ``False`` makes every camera a video / an
     image feature. A camera some episodes lack (missing source videos) is left out, with a warning. A camera
     recorded with encoder settings (``LeRobotDataset.create``'s ``rgb_encoder``...) is encoded with them
-    (``encoder_threads``: LeRobot's). ``card``: the dataset card's fields (``lerobot.writers.write_card``)."""
+    (``encoder_threads``: LeRobot's; None: the one recorded with them). ``card``: the dataset card's fields
+    (``lerobot.writers.write_card``)."""
     ds = _reader(dataset)
     path = Path(path)
     if path.exists() and (not path.is_dir() or any(path.iterdir())):

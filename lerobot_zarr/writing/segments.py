@@ -92,11 +92,17 @@ class CameraEncoding:
 
 def camera_encodings(ds: LeRobotZarrDataset, keys: Iterable[str], threads: int | None = None
                      ) -> dict[str, CameraEncoding]:
-    """The encoding of each camera of ``keys`` as an export makes its videos."""
+    """The encoding of each camera of ``keys`` as an export makes its videos: the encoder settings its ``info``
+    records, with ``threads`` (None: the recorded ``encoder_threads``, if any)."""
     specs, info = ds.array_specs, ds.meta.info
-    return {k: CameraEncoding(k, float(info["fps"]), tuple(specs[k].frame_shape), np.dtype(specs[k].dtype).str,
-                              k in ds.meta.depth_keys, recorded_encoder(info["features"].get(k, {})), threads)
-            for k in keys}
+    out = {}
+    for k in keys:
+        feature = info["features"].get(k, {})
+        recorded = (feature.get("info") or {}).get("encoder_threads")
+        out[k] = CameraEncoding(k, float(info["fps"]), tuple(specs[k].frame_shape), np.dtype(specs[k].dtype).str,
+                                k in ds.meta.depth_keys, recorded_encoder(feature),
+                                threads if threads is not None else recorded)
+    return out
 
 
 def episode_hashes(ds: LeRobotZarrDataset, key: str) -> np.ndarray:

@@ -10,6 +10,7 @@ every episode whose ``save_episode`` returned, readable by another process witho
 from __future__ import annotations
 
 import inspect
+import json
 import os
 import signal
 import subprocess
@@ -403,7 +404,7 @@ def test_push_to_hub_gives_what_lerobot_loads(tmp_path, monkeypatch):
             assert float((item["observation.images.cam"] - cam).abs().mean()) < 0.02
 
 
-@pytest.mark.parametrize("mode", [{"streaming_encoding": True}, {"batch_encoding_size": 2}])
+@pytest.mark.parametrize("mode", [{"streaming_encoding": True, "encoder_threads": 1}, {"batch_encoding_size": 2}])
 def test_background_encoder_neither_save_episode_nor_finalize_waits_and_the_push_joins(tmp_path, monkeypatch, mode):
     """streaming_encoding / batch_encoding_size start the background encoder; with its process stopped (SIGSTOP),
     save_episode and finalize still return (they never wait for it); push_to_hub waits for it and joins every
@@ -439,6 +440,11 @@ def test_background_encoder_neither_save_episode_nor_finalize_waits_and_the_push
         ds.push_to_hub()
         assert encodes == [], f"episodes {encodes} were encoded at push: their segments were not joined"
         assert encoder.process.returncode == 0
+        # an export that is not the recording's (`lerobot-zarr push`) takes the recorded encoder_threads too
+        out = export_module.to_lerobot(tmp_path / "ds", tmp_path / "again", progress=False)
+        assert encodes == []
+        info = json.loads((out / "meta" / "info.json").read_text())["features"]["observation.images.cam"]["info"]
+        assert "encoder_threads" not in info and "video.encoder_threads" not in info
         theirs = _reference()("someone/streamed", root=tmp_path / "download")
         assert len(theirs) == sum(lengths) and theirs.num_episodes == 3
         index = 0
