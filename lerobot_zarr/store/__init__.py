@@ -37,6 +37,9 @@ Layout of a store folder::
     .doctor/                   the dataset doctor's findings (see :mod:`lerobot_zarr.doctor.findings`): per episode
                                as checked (``findings.ndjson``), the sums for the checks of the whole dataset
                                (``moments.json``) and its last report (``report.json``); no part of the data
+    .segments/<hash>.mp4       an episode's camera encoded to mp4 ahead of an export (the background encoder of a
+                               recording, :mod:`lerobot_zarr.writing.segments`), named by the hash of its frames and
+                               the encoder settings; a cache, no part of the data
     .lock                      writer lock (``flock``); not part of the zarr hierarchy
     .lerobot_zarr-creating     present only while a store is being laid out (before its first commit)
     .frame_live-pending        present while ``frame_live`` may lag the last commit (repaired by the next commit)
