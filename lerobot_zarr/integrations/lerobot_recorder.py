@@ -331,10 +331,14 @@ class Recorder:
     def flush_pending_videos(self) -> None:
         """(LeRobot's: encode the episodes a batch or a streaming encoder still holds.) Wait until the background
         encoder has made the segments of every saved episode (what is left of a batch too); without one, nothing
-        is pending (videos are encoded at push)."""
+        is pending (videos are encoded at push). An encoder that was killed or failed (it says why on stderr) is
+        logged: the push encodes the episodes it did not."""
         if self._encoder is not None:
             self._episodes_since_last_encoding = 0
-            self._encoder.flush()
+            if not self._encoder.flush():
+                logger.warning("%s: the background encoder ended (exit status %s) before encoding every saved "
+                               "episode; the push encodes the others", self._store.root,
+                               self._encoder.process.returncode)
 
     def start_image_writer(self, num_processes: int = 0, num_threads: int = 4) -> None:
         """(LeRobot's PNG writer pool.) Camera frames are copied as they are, never encoded while recording: no

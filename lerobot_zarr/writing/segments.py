@@ -214,17 +214,17 @@ class BackgroundEncoder:
         """New episodes were committed: encode them (at once, or after the episode it is encoding)."""
         self._send("go")
 
-    def flush(self) -> None:
-        """Wait until every episode committed so far has its segments (made here if the process is gone)."""
+    def flush(self) -> bool:
+        """Wait until every episode committed so far has its segments; False if the process ended without making
+        them all (killed, failed: it said why on stderr), whose missing segments an export then encodes."""
         if self._send("flush"):
             for line in self.process.stdout:
                 if line.strip() == b"flushed":
-                    return
-        elif self.process.stdin is not None and self.process.stdin.closed:
-            self.process.wait()  # told to finish (close): it makes the segments of every committed episode
-            if self.process.returncode == 0:
-                return
-        encode_missing(self.root, self.threads)
+                    return True
+            self.process.wait()
+            return False
+        self.process.wait()  # told to finish (close): it makes the segments of every committed episode, then exits
+        return self.process.returncode == 0
 
     def close(self) -> None:
         """No more episodes: the process makes the segments of those committed, then exits; not waited for."""
@@ -266,13 +266,18 @@ def _main(argv: list[str]) -> int:
     parser.add_argument("root")
     parser.add_argument("--threads", type=int, default=None)
     args = parser.parse_args(argv)
-    encode_missing(args.root, args.threads, prune=True)
-    for line in sys.stdin:
+    try:
+        encode_missing(args.root, args.threads, prune=True)
+        for line in sys.stdin:
+            encode_missing(args.root, args.threads)
+            if line.strip() == "flush":
+                reply.write("flushed\n")
+                reply.flush()
         encode_missing(args.root, args.threads)
-        if line.strip() == "flush":
-            reply.write("flushed\n")
-            reply.flush()
-    encode_missing(args.root, args.threads)
+    except Exception as exc:  # noqa: BLE001 - reported; what it did not make is encoded at export
+        print(f"lerobot_zarr background encoder of {args.root}: stopped ({type(exc).__name__}: {exc}); the push "
+              f"encodes the episodes it did not", file=sys.stderr)
+        return 1
     return 0
 
 
