@@ -390,12 +390,22 @@ class VideoWriter:
                 rows[:, :pixels.shape[1]] = pixels
             frame.pts = self.frames
             frame.time_base = 1 / self.fps
-            self.container.mux(self.stream.encode(frame))
+            self._mux(self.stream.encode(frame))
             self.frames += 1
         return start, self.duration
 
+    def _mux(self, packets: list) -> None:
+        """Mux encoded packets (times in frames). libx265 through FFmpeg gives the packet of a one-frame video an
+        undefined decoding time (seen: 0, -65600, -2.3e18), which made the mp4 muxer fail now and then at close
+        (an episode of one frame is encoded on its own): a decoding time after the packet's time, or more than 16
+        frames before it, is set to its time."""
+        for packet in packets:
+            if packet.pts is not None and packet.dts is not None and not packet.pts - 16 <= packet.dts <= packet.pts:
+                packet.dts = packet.pts
+        self.container.mux(packets)
+
     def close(self) -> None:
-        self.container.mux(self.stream.encode(None))
+        self._mux(self.stream.encode(None))
         self.container.close()
 
 
@@ -434,6 +444,7 @@ class Mp4Joiner:
         self.container = av.open(str(path), mode="w")
         self.stream: Any = None
         self.frames = 0
+        self.last_dts: Fraction | None = None  # seconds
 
     @property
     def duration(self) -> float:
@@ -450,12 +461,18 @@ class Mp4Joiner:
             if self.stream is None:
                 self.stream = self.container.add_stream_from_template(template=template, opaque=True)
                 self.stream.time_base = template.time_base
-            shift = round(Fraction(self.frames) / self.fps / template.time_base)
+            tb = template.time_base
+            shift = round(Fraction(self.frames) / self.fps / tb)
             for packet in source.demux(template):
                 if packet.dts is None:  # the demuxer's flush packet
                     continue
                 packet.pts += shift
-                packet.dts += shift
+                # decoding times increase through the file: an episode whose encoder had less delay than the one
+                # before it (a one-frame episode has none) would start before that one's last
+                dts = packet.dts + shift
+                if self.last_dts is not None and dts * tb <= self.last_dts:
+                    dts = int(self.last_dts / tb) + 1
+                packet.dts, self.last_dts = dts, dts * tb
                 packet.stream = self.stream
                 self.container.mux(packet)
         self.frames += frames
