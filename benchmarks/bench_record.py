@@ -7,9 +7,11 @@ recorder on the same frames, in one run. Needs torch and lerobot (``/path/to/ler
 ``speed``: each recorder takes the same frames as fast as it can (``add_frame`` then ``save_episode``); reported:
 frames/s over the whole recording (add_frame + save_episode), ``add_frame`` p50/p99 (and its p99 without the time
 the thread waited for a CPU: on a loaded machine the scheduler's share), ``save_episode`` p50/p99, then
-what finishing costs (LeRobot's ``finalize``; ours: ``finalize`` and the export a push makes, with its encode time).
+what finishing costs (LeRobot's ``finalize``; ours: ``finalize`` and the export a push makes: waiting for the
+background encoder, if any, then encoding the episodes without segments and joining the episodes' mp4s).
 LeRobot runs as ``lerobot-record`` configures it by default (4 image-writer threads per camera, videos encoded at
-``save_episode``), and with ``--streaming`` as its docs recommend (``streaming_encoding=True``, 2 encoder threads).
+``save_episode``), and with ``--streaming`` as its docs recommend (``streaming_encoding=True``, 2 encoder threads);
+``--streaming`` runs ours that way too (a background encoder process making each saved episode's mp4s).
 
 ``kill``: a recorder process (3 cameras 96x128, episodes of 50-200 frames) is SIGKILLed at random instants (after a
 random number of the frames and saves it reports); after each kill, the episodes whose ``save_episode`` returned
@@ -84,7 +86,8 @@ def speed(args: argparse.Namespace) -> None:
     frames = [[frame(e, i, args.height, args.width) for i in range(args.frames)] for e in range(args.episodes)]
     runs = [("lerobot_zarr", {"image_writer_threads": 12}), ("lerobot", {"image_writer_threads": 12})]
     if args.streaming:
-        runs.append(("lerobot", {"image_writer_threads": 12, "streaming_encoding": True, "encoder_threads": 2}))
+        runs += [(name, {"image_writer_threads": 12, "streaming_encoding": True, "encoder_threads": 2})
+                 for name in ("lerobot_zarr", "lerobot")]
     results = {}
     for name, kwargs in runs:
         cls = classes()[name]
@@ -107,10 +110,12 @@ def speed(args: argparse.Namespace) -> None:
         t = time.perf_counter()
         ds.finalize()
         finalize = time.perf_counter() - t
-        export = None
-        if name == "lerobot_zarr":
+        export = wait = None
+        if name == "lerobot_zarr":  # what push_to_hub does: wait for the background encoder (if any), export
             t = time.perf_counter()
-            to_lerobot(root, root.parent / "export", progress=False)
+            ds.writer.flush_pending_videos()
+            wait = time.perf_counter() - t
+            to_lerobot(root, root.parent / "export", progress=False, encoder_threads=kwargs.get("encoder_threads"))
             export = time.perf_counter() - t
         label = name + (" streaming" if kwargs.get("streaming_encoding") else "")
         results[label] = recording
@@ -120,7 +125,8 @@ def speed(args: argparse.Namespace) -> None:
               f"p99 {1e3 * np.percentile(adds, 99):6.2f} ms (without CPU waits: p99 {1e3 * np.percentile(own, 99):6.2f}"
               f" ms, max {1e3 * own.max():6.1f} ms)  save_episode p50 {np.percentile(saves, 50):5.2f} s "
               f"p99 {np.percentile(saves, 99):5.2f} s  finalize {finalize:5.2f} s"
-              + (f"  push export (encode) {export:5.1f} s" if export is not None else ""), flush=True)
+              + (f"  push export {export:5.1f} s (of which waiting for the background encoder {wait:4.1f} s)"
+                 if export is not None else ""), flush=True)
         shutil.rmtree(root.parent, ignore_errors=True)
     base = results["lerobot_zarr"]
     print("recording time ratio (LeRobot / lerobot_zarr): " +

@@ -3,7 +3,9 @@
 Decoding matches each dataset timestamp to the nearest decoded frame the way LeRobot does (within
 ``TOLERANCE_S``, else the episode's camera is reported unavailable with the timestamp that failed) and streams the
 chosen frames straight into a chunk file, two frames in memory at a time. Encoding writes LeRobot's default
-video: AV1 (libsvtav1), yuv420p, a keyframe every 2 frames, crf 30, episodes concatenated per file.
+video: AV1 (libsvtav1), yuv420p, a keyframe every 2 frames, crf 30. As LeRobot's recorder, each episode is encoded
+on its own (:class:`VideoWriter`) and the episodes' mp4 files are joined into a file without re-encoding
+(:class:`Mp4Joiner`).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from .depth import DEPTH_PIX_FMT
 
 __all__ = ["TOLERANCE_S", "VideoUnavailable", "DecodeLog", "decode_into", "have_pyav", "VideoWriter", "ENCODING",
            "DEPTH_ENCODING", "PIXEL_FORMATS", "frame_pixels", "check_encoder", "encoder_options", "codec_name",
-           "stream_info"]
+           "stream_info", "Mp4Joiner", "segment_packets", "writer_settings"]
 
 #: LeRobot's ``tolerance_s``, the one timestamp tolerance of lerobot_zarr: between a dataset timestamp and a decoded
 #: frame's, between consecutive timestamps and 1/fps, and of ``delta_timestamps`` to multiples of 1/fps
@@ -326,6 +328,23 @@ def encoder_options(encoder: Mapping[str, Any], threads: int | None = None) -> d
     return opts
 
 
+def writer_settings(depth: bool, encoder: Mapping[str, Any] | None = None, threads: int | None = None
+                    ) -> tuple[str, str, dict[str, str]]:
+    """``(vcodec, pix_fmt, codec options)`` a :class:`VideoWriter` encodes with: everything that makes its bytes
+    (``encoder``, ``threads`` and ``depth`` as it takes them, and :data:`SVT_PARAMS_ENV`)."""
+    if encoder is not None:
+        return encoder["vcodec"], encoder["pix_fmt"], encoder_options(encoder, threads)
+    encoding = DEPTH_ENCODING if depth else ENCODING
+    options = {"g": str(encoding["g"]), "crf": str(encoding["crf"])}
+    if depth:
+        options["x265-params"] = DEPTH_ENCODING["extra_options"]["x265-params"] + ":log-level=error"
+    else:
+        options["preset"] = str(encoding["preset"])
+        if os.environ.get(SVT_PARAMS_ENV):
+            options["svtav1-params"] = os.environ[SVT_PARAMS_ENV]
+    return encoding["vcodec"], encoding["pix_fmt"], options
+
+
 class VideoWriter:
     """One LeRobot mp4 file: episodes appended one after the other; ``duration`` is where the next one starts.
     Colour cameras are encoded as LeRobot's default (AV1); depth cameras (``depth``: 12-bit codes, uint16 frames)
@@ -342,18 +361,7 @@ class VideoWriter:
         os.environ.setdefault("SVT_LOG", "1")  # SVT-AV1 prints its banner and settings to stderr otherwise
         self.fps = Fraction(fps).limit_denominator(1001)
         self.depth = depth
-        if encoder is not None:
-            vcodec, pix_fmt, options = encoder["vcodec"], encoder["pix_fmt"], encoder_options(encoder, threads)
-        else:
-            encoding = DEPTH_ENCODING if depth else ENCODING
-            vcodec, pix_fmt = encoding["vcodec"], encoding["pix_fmt"]
-            options = {"g": str(encoding["g"]), "crf": str(encoding["crf"])}
-            if depth:
-                options["x265-params"] = DEPTH_ENCODING["extra_options"]["x265-params"] + ":log-level=error"
-            else:
-                options["preset"] = str(encoding["preset"])
-                if os.environ.get(SVT_PARAMS_ENV):
-                    options["svtav1-params"] = os.environ[SVT_PARAMS_ENV]
+        vcodec, pix_fmt, options = writer_settings(depth, encoder, threads)
         self.container = av.open(str(path), mode="w")
         self.stream = self.container.add_stream(vcodec, rate=self.fps)
         self.stream.width, self.stream.height = width, height
@@ -382,10 +390,93 @@ class VideoWriter:
                 rows[:, :pixels.shape[1]] = pixels
             frame.pts = self.frames
             frame.time_base = 1 / self.fps
-            self.container.mux(self.stream.encode(frame))
+            self._mux(self.stream.encode(frame))
             self.frames += 1
         return start, self.duration
 
+    def _mux(self, packets: list) -> None:
+        """Mux encoded packets (times in frames). libx265 through FFmpeg gives the packet of a one-frame video an
+        undefined decoding time (seen: 0, -65600, -2.3e18), which made the mp4 muxer fail now and then at close
+        (an episode of one frame is encoded on its own): a decoding time after the packet's time, or more than 16
+        frames before it, is set to its time."""
+        for packet in packets:
+            if packet.pts is not None and packet.dts is not None and not packet.pts - 16 <= packet.dts <= packet.pts:
+                packet.dts = packet.pts
+        self.container.mux(packets)
+
     def close(self) -> None:
-        self.container.mux(self.stream.encode(None))
+        self._mux(self.stream.encode(None))
+        self.container.close()
+
+
+def segment_packets(path: str | os.PathLike, frames: int, fps: float, codec: str, width: int, height: int,
+                    pix_fmt: str) -> bool:
+    """Whether ``path`` is a whole episode mp4 as :class:`VideoWriter` makes it: one video stream of ``codec``
+    (canonical name), ``width`` x ``height``, ``pix_fmt``, holding ``frames`` packets whose times are 0, 1/fps...
+    (packets are read, nothing is decoded). Anything unreadable is False."""
+    import av
+
+    step = Fraction(fps).limit_denominator(1001)
+    try:
+        with av.open(str(path), "r") as container:
+            if len(container.streams) != 1 or not container.streams.video:
+                return False
+            stream = container.streams.video[0]
+            if (stream.codec_context.codec.canonical_name != codec or (stream.width, stream.height) != (width, height)
+                    or stream.pix_fmt != pix_fmt):
+                return False
+            times = sorted(packet.pts * packet.time_base for packet in container.demux(stream)
+                           if packet.pts is not None)
+    except (av.error.FFmpegError, OSError, ValueError, TypeError):
+        return False
+    return len(times) == frames and all(abs(t - i / step) < TOLERANCE_S for i, t in enumerate(times))
+
+
+class Mp4Joiner:
+    """One LeRobot mp4 file made of episode mp4 files (:class:`VideoWriter`'s, one episode each, the same
+    encoder settings) joined without re-encoding, as LeRobot's recorder concatenates its episodes' files: each
+    one's packets copied with their times shifted to where the file's frames so far end. ``duration`` is where
+    the next episode starts."""
+
+    def __init__(self, path: str | os.PathLike, fps: float):
+        av = import_optional("av", "joining videos")
+        self.fps = Fraction(fps).limit_denominator(1001)
+        self.container = av.open(str(path), mode="w")
+        self.stream: Any = None
+        self.frames = 0
+        self.last_dts: Fraction | None = None  # seconds
+
+    @property
+    def duration(self) -> float:
+        return float(self.frames / self.fps)
+
+    def add(self, segment: str | os.PathLike, frames: int) -> tuple[float, float]:
+        """Append the episode mp4 ``segment`` of ``frames`` frames (checked with :func:`segment_packets` by the
+        caller); return its ``(from_timestamp, to_timestamp)``."""
+        import av
+
+        start = self.duration
+        with av.open(str(segment), "r") as source:
+            template = source.streams.video[0]
+            if self.stream is None:
+                self.stream = self.container.add_stream_from_template(template=template, opaque=True)
+                self.stream.time_base = template.time_base
+            tb = template.time_base
+            shift = round(Fraction(self.frames) / self.fps / tb)
+            for packet in source.demux(template):
+                if packet.dts is None:  # the demuxer's flush packet
+                    continue
+                packet.pts += shift
+                # decoding times increase through the file: an episode whose encoder had less delay than the one
+                # before it (a one-frame episode has none) would start before that one's last
+                dts = packet.dts + shift
+                if self.last_dts is not None and dts * tb <= self.last_dts:
+                    dts = int(self.last_dts / tb) + 1
+                packet.dts, self.last_dts = dts, dts * tb
+                packet.stream = self.stream
+                self.container.mux(packet)
+        self.frames += frames
+        return start, self.duration
+
+    def close(self) -> None:
         self.container.close()

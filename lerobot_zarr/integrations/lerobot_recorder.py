@@ -7,8 +7,9 @@ into an episode buffer, and :meth:`~Recorder.save_episode` writes the episode to
 and any process can read it, whatever happens to this one; before, nothing of it is visible. Camera frames go to a
 spill file in the store while the episode is recorded (written by a thread into the page cache: no encoding, no
 compression, bounded memory; see :class:`_SpillWriter`), their numbers and text stay in memory. A killed recorder
-leaves the spill as debris, removed by the next writer of the store (``.*.tmp-*``). Videos are encoded later, at
-export/push.
+leaves the spill as debris, removed by the next writer of the store (``.*.tmp-*``). Videos are encoded later: at
+export/push, or, with LeRobot's ``streaming_encoding`` / ``batch_encoding_size``, by a background encoder process
+as episodes are saved (:mod:`lerobot_zarr.writing.segments`), whose segments the push joins without re-encoding.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from ..cameras.depth import is_depth_feature
 from ..errors import FrameNotWrittenError
 from ..lerobot.format import CAMERA_DTYPES, DEFAULT_FEATURES
 from ..utils.fileio import disk_error, pwrite_all
+from ..writing.segments import BackgroundEncoder
 from .lerobot_frames import CameraFrameError, as_numpy, camera_frame, check_frame, depth_unit_of
 
 __all__ = ["Recorder"]
@@ -120,21 +122,32 @@ class Recorder:
 
     ``features`` is the dataset's ``meta.features`` (LeRobot's, declared shapes; a depth camera's ``info`` gains its
     unit from its first frame, as LeRobot's does). ``on_saved`` is called after each commit (the drop-in refreshes
-    its ``meta``). ``batch_encoding_size`` is kept as LeRobot's writer keeps it (nothing is encoded here).
+    its ``meta``). ``streaming_encoding`` / ``batch_encoding_size`` > 1 start the background encoder
+    (:class:`~lerobot_zarr.writing.segments.BackgroundEncoder`, ``encoder_threads``) if the store has video
+    cameras: it encodes each saved episode's videos (streaming), or the last ``batch_encoding_size`` ones each time
+    that many were saved; nothing waits for it but :meth:`flush_pending_videos`.
     """
 
     image_writer = None  # LeRobot's asynchronous PNG writer: none, frames are not encoded
 
     def __init__(self, store: Any, features: dict[str, dict], *, on_saved: Callable[[], None],
-                 batch_encoding_size: int = 1, hold_frames: bool = False):
+                 streaming_encoding: bool = False, batch_encoding_size: int = 1, encoder_threads: int | None = None,
+                 hold_frames: bool = False):
         self._store = store
         self._features = features
         self._on_saved = on_saved
-        self._streaming_encoder = None  # LeRobot's (its VideoEncodingManager reads it): no encoder runs here
         self._batch_encoding_size = batch_encoding_size
         self._hold_frames = hold_frames  # LeRobot's asynchronous image writers asked for: the caller's array held
         specs = store.reader.array_specs
         self._cameras = [k for k, ft in features.items() if ft["dtype"] in CAMERA_DTYPES and k in specs]
+        self._encoder: BackgroundEncoder | None = None
+        self._episodes_since_last_encoding = 0  # LeRobot's name: saved episodes the encoder was not told of yet
+        self._every = 1 if streaming_encoding else batch_encoding_size
+        if (streaming_encoding or batch_encoding_size > 1) and any(
+                specs[k].kind == "video" and specs[k].storage == "raw" for k in self._cameras):
+            self._encoder = BackgroundEncoder(store.root, encoder_threads)
+        # LeRobot's (its VideoEncodingManager cancels it when recording fails)
+        self._streaming_encoder = self._encoder if streaming_encoding else None
         self._folder = Path(tempfile.mkdtemp(prefix=SPILL_PREFIX, dir=store.root))
         self._spills: dict[str, _Spill] = {}
         self._values: dict[str, list] = {}
@@ -225,9 +238,9 @@ class Recorder:
 
     def save_episode(self, episode_data: dict | None = None, parallel_encoding: bool = True) -> None:
         """Write the buffered episode (or ``episode_data``, LeRobot's episode buffer dict) to the store in one
-        commit, then empty the buffer. ``parallel_encoding`` is LeRobot's switch for encoding cameras in parallel at
-        this point; here nothing is encoded at this point (videos are encoded at push, or in the background), so it
-        changes nothing."""
+        commit, then empty the buffer, and tell the background encoder (if any; it is not waited for).
+        ``parallel_encoding`` is LeRobot's switch for encoding cameras in parallel at this point; here nothing is
+        encoded at this point (videos are encoded at push, or in the background), so it changes nothing."""
         self._check_open()
         if episode_data is not None:
             frames, tasks = self._episode_of(episode_data)
@@ -245,6 +258,11 @@ class Recorder:
         if episode_data is None:
             self.clear_episode_buffer()
         self._on_saved()
+        if self._encoder is not None:
+            self._episodes_since_last_encoding += 1
+            if self._episodes_since_last_encoding >= self._every:
+                self._encoder.notify()
+                self._episodes_since_last_encoding = 0
 
     def _buffered(self) -> tuple[dict[str, Any], list[str]]:
         frames: dict[str, Any] = {key: spill.frames_map() for key, spill in self._spills.items()}
@@ -298,8 +316,12 @@ class Recorder:
 
     # -- LeRobot's writer methods around recording ---------------------------------------------------------------
     def cancel_pending_videos(self) -> None:
-        """(LeRobot's: drop a streaming encoder's episode in progress.) Episodes are encoded once saved: nothing
-        to cancel."""
+        """(LeRobot's: drop a streaming encoder's episode in progress.) Stop the background encoder now: the
+        segment it is making is dropped (the episode being recorded is encoded only once saved). Nothing is lost:
+        what lacks a segment is encoded at push, or by the encoder of a resumed recording."""
+        if self._encoder is not None:
+            self._encoder.cancel()
+            self._encoder = self._streaming_encoder = None
 
     def cleanup_interrupted_episode(self, episode_index: int) -> None:
         """The frames of an episode interrupted before ``save_episode`` dropped (LeRobot's removal of its temporary
@@ -307,8 +329,16 @@ class Recorder:
         self.clear_episode_buffer()
 
     def flush_pending_videos(self) -> None:
-        """(LeRobot's: encode the episodes a batch or a streaming encoder still holds.) Nothing is encoded while
-        recording here: nothing is pending."""
+        """(LeRobot's: encode the episodes a batch or a streaming encoder still holds.) Wait until the background
+        encoder has made the segments of every saved episode (what is left of a batch too); without one, nothing
+        is pending (videos are encoded at push). An encoder that was killed or failed (it says why on stderr) is
+        logged: the push encodes the episodes it did not."""
+        if self._encoder is not None:
+            self._episodes_since_last_encoding = 0
+            if not self._encoder.flush():
+                logger.warning("%s: the background encoder ended (exit status %s) before encoding every saved "
+                               "episode; the push encodes the others", self._store.root,
+                               self._encoder.process.returncode)
 
     def start_image_writer(self, num_processes: int = 0, num_threads: int = 4) -> None:
         """(LeRobot's PNG writer pool.) Camera frames are copied as they are, never encoded while recording: no
@@ -318,12 +348,16 @@ class Recorder:
         """(LeRobot's.) No image writer runs."""
 
     def finalize(self) -> None:
-        """Close: the spill is removed and the store's writer lock released. Idempotent; episodes are already
-        committed, so this publishes nothing and a recorder that never gets here loses nothing saved."""
+        """Close: the spill is removed and the store's writer lock released; a background encoder goes on with the
+        saved episodes' segments, then exits (not waited for: :meth:`flush_pending_videos` waits). Idempotent;
+        episodes are already committed, so this publishes nothing and a recorder that never gets here loses
+        nothing saved."""
         if self._finalized:
             return
         self._finalized = True
         try:
+            if self._encoder is not None:
+                self._encoder.close()  # it makes the saved episodes' segments, then exits: not waited for
             self._writer.close()
             for spill in self._spills.values():
                 spill.close()

@@ -10,10 +10,12 @@ instant keeps every episode whose ``save_episode`` returned, any process can ope
 
 Cameras are kept raw while recording (no encoding on the way: ``add_frame`` copies a frame, ``save_episode`` writes
 and commits), then encoded to mp4 with the ``rgb_encoder`` / ``depth_encoder`` settings (kept in each video
-feature's ``info``, as LeRobot keeps them) when the dataset is pushed or exported. LeRobot's ``streaming_encoding``
-and ``batch_encoding_size`` move its encoding off ``save_episode`` (to a thread while recording, or to every Nth
-episode); here no encoding ever happens while recording, so they are accepted and change nothing: the encoding
-is the push's.
+feature's ``info``, as LeRobot keeps them), episode by episode, when the dataset is pushed or exported. LeRobot's
+``streaming_encoding`` and ``batch_encoding_size`` move its encoding off ``save_episode`` (to threads encoding the
+frames as they come, or to every Nth ``save_episode``); here they start a background encoder process
+(:mod:`lerobot_zarr.writing.segments`) encoding each saved episode (streaming) or each batch of N saved episodes
+(the last one at ``finalize``), which neither ``add_frame``, ``save_episode`` nor ``finalize`` waits for; the push
+waits for it and joins its per-episode mp4s without encoding them again.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import gc
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -115,10 +117,12 @@ class LeRobotRecording:
         - ``rgb_encoder`` / ``depth_encoder``: LeRobot's ``RGBEncoderConfig`` / ``DepthEncoderConfig`` (or dicts of
           their fields; None: LeRobot's defaults), kept in each video feature's ``info`` and used wherever its mp4
           is made; a depth video's quantizer (``depth_min``...) makes the codes the store keeps.
-        - ``streaming_encoding``, ``batch_encoding_size`` (a positive int) and ``encoder_queue_maxsize`` (a
-          positive int): LeRobot's ways of taking video encoding off ``save_episode``; nothing is encoded while
-          recording here, so they change nothing (the videos are encoded at push). ``encoder_threads``: the
-          encoder's threads at push, as LeRobot's.
+        - ``streaming_encoding`` / ``batch_encoding_size`` (a positive int) > 1: LeRobot's ways of taking video
+          encoding off ``save_episode``; here a background encoder process encodes each saved episode (streaming)
+          or each batch of that many (the rest after ``finalize``), never waited for by the recording (see
+          the module docstring). ``encoder_queue_maxsize`` (a positive int): LeRobot's frames queued for its
+          encoder; none are queued here, none dropped. ``encoder_threads``: the encoder's threads, as LeRobot's
+          (kept in each video feature's ``info`` with the encoder settings: every encoding of them uses it).
         - ``image_writer_processes`` / ``image_writer_threads``: LeRobot's PNG writers; frames are not encoded
           while recording, so none starts. As with LeRobot, their number says whether ``add_frame`` holds the
           caller's camera arrays until written (more than 0: as LeRobot's asynchronous writers, the caller must not
@@ -144,20 +148,17 @@ class LeRobotRecording:
                 continue
             stored[key] = ft
             if ft.get("dtype") == "video":
-                stored[key] = {**ft, "info": {**_video_info(depth if _is_depth(ft) else rgb), **(ft.get("info") or {})}}
+                stored[key] = {**ft, "info": {**_video_info(depth if _is_depth(ft) else rgb),
+                                              **_threads_info(encoder_threads), **(ft.get("info") or {})}}
         from ..writing.writer import create as create_store
 
         sizes = {k: v for k, v in (("data_files_size_in_mb", data_files_size_in_mb),
                                    ("video_files_size_in_mb", video_files_size_in_mb)) if v is not None}
         store = create_store(root, fps=fps, features=stored, robot_type=robot_type, durable=durable)
-        try:
-            if sizes:
-                store.update_info(**sizes)
-        except BaseException:
-            store.close()
-            raise
-        return cls._recording(repo_id, store, tolerance_s=tolerance_s, video_backend=video_backend,
-                              batch_encoding_size=batch_encoding_size, encoder_threads=encoder_threads,
+        return cls._recording(repo_id, store, lambda: store.update_info(**sizes) if sizes else None,
+                              tolerance_s=tolerance_s, video_backend=video_backend,
+                              streaming_encoding=streaming_encoding, batch_encoding_size=batch_encoding_size,
+                              encoder_threads=encoder_threads,
                               hold_frames=bool(image_writer_threads or image_writer_processes))
 
     @classmethod
@@ -170,8 +171,8 @@ class LeRobotRecording:
         """Go on recording the dataset at ``root`` (required, LeRobot's ``ValueError`` otherwise), after a
         ``finalize()`` or a crash: its episodes are every one whose ``save_episode`` returned. ``root`` holds the
         store a recorder made (a LeRobot folder is refused with a ``StoreNotFoundError`` saying how to read it).
-        ``rgb_encoder`` / ``depth_encoder`` given replace the settings recorded for the videos not encoded
-        yet; the other parameters are :meth:`create`'s. ``revision``, ``force_cache_sync`` and ``token`` matter when
+        ``rgb_encoder`` / ``depth_encoder`` / ``encoder_threads`` given replace the settings recorded for the videos
+        not encoded yet; the other parameters are :meth:`create`'s. ``revision``, ``force_cache_sync`` and ``token`` matter when
         ``root`` has to be fetched from the Hub: here ``root`` must hold the dataset."""
         if not root:
             raise ValueError("resume() requires an explicit 'root' directory because it creates a DatasetWriter. "
@@ -196,26 +197,30 @@ class LeRobotRecording:
         except StoreLockedError:  # a recorder of this process dropped without finalize() may hold it until collected
             gc.collect()
             store = WritableDataset(root, durable=durable)
-        try:
+
+        def new_encoders() -> None:
             updates = {}
             for key, ft in store.meta.info["features"].items():
                 given = depth_encoder if _is_depth(ft) else rgb_encoder
                 if ft.get("dtype") == "video" and given is not None:
                     defaults = DEPTH_ENCODER if _is_depth(ft) else RGB_ENCODER
                     updates[key] = _video_info(encoder_settings(given, defaults))
+                if ft.get("dtype") == "video" and encoder_threads is not None:
+                    updates[key] = {**updates.get(key, {}), **_threads_info(encoder_threads)}
             if updates:
                 store.update_info(updates)
-        except BaseException:
-            store.close()
-            raise
-        return cls._recording(repo_id, store, tolerance_s=tolerance_s, video_backend=video_backend,
-                              batch_encoding_size=batch_encoding_size, encoder_threads=encoder_threads,
+
+        return cls._recording(repo_id, store, new_encoders, tolerance_s=tolerance_s, video_backend=video_backend,
+                              streaming_encoding=streaming_encoding, batch_encoding_size=batch_encoding_size,
+                              encoder_threads=encoder_threads,
                               hold_frames=bool(image_writer_threads or image_writer_processes))
 
     @classmethod
-    def _recording(cls, repo_id: str, store: Any, *, tolerance_s: float, video_backend: str | None,
-                   batch_encoding_size: int, encoder_threads: int | None, hold_frames: bool) -> Any:
-        """The drop-in dataset recording into ``store`` (a WritableDataset): LeRobot's attributes of a recorder."""
+    def _recording(cls, repo_id: str, store: Any, prepare: Callable[[], None], *, tolerance_s: float,
+                   video_backend: str | None, streaming_encoding: bool, batch_encoding_size: int,
+                   encoder_threads: int | None, hold_frames: bool) -> Any:
+        """The drop-in dataset recording into ``store`` (a WritableDataset, closed if this fails), after
+        ``prepare()`` (its changes to the store's info): LeRobot's attributes of a recorder."""
         obj = cls.__new__(cls)
         obj.repo_id = repo_id
         obj.root = obj._requested_root = Path(store.root)
@@ -234,9 +239,11 @@ class LeRobotRecording:
         obj.dataset = None
         obj._is_finalized = False
         try:
+            prepare()
             obj.meta = RecordingMetadata.of_writer(store, repo_id)
             obj.writer = Recorder(store, obj.meta.features, on_saved=obj.meta.follow,
-                                  batch_encoding_size=batch_encoding_size, hold_frames=hold_frames)
+                                  streaming_encoding=streaming_encoding, batch_encoding_size=batch_encoding_size,
+                                  encoder_threads=encoder_threads, hold_frames=hold_frames)
         except BaseException:
             store.close()
             raise
@@ -298,6 +305,8 @@ class LeRobotRecording:
         from ..writing.export import push
 
         card = card_fields(tags, license, card_kwargs, self.repo_id)
+        if self.writer is not None:
+            self.writer.flush_pending_videos()  # the background encoder's segments: joined, not encoded again
         if self.writer is not None and not self._is_finalized:
             source = self.writer.store_reader()
         else:
@@ -359,6 +368,12 @@ def _video_info(settings: Mapping[str, Any]) -> dict[str, Any]:
     """Encoder settings as a video feature's ``info`` keys in the store (LeRobot's ``video.<field>``, and
     ``video.vcodec``: the export encodes with them and writes LeRobot's info, see ``writing.export``)."""
     return {f"video.{k}": v for k, v in settings.items()}
+
+
+def _threads_info(encoder_threads: int | None) -> dict[str, int]:
+    """LeRobot's ``encoder_threads`` as a video feature's ``info`` key in the store (not exported: LeRobot's info
+    has none), so that every encoder of the recording's videos (background, push, ``lerobot-zarr push``) uses it."""
+    return {} if encoder_threads is None else {"encoder_threads": encoder_threads}
 
 
 def _is_depth(feature: Mapping[str, Any]) -> bool:

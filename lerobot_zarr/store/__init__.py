@@ -39,6 +39,9 @@ Layout of a store folder::
                                as checked (``findings.ndjson``), the sums for the checks of the whole dataset
                                (``moments.json``) and its last report (``report.json``); no part of the data
     .commit-log                commits appended after the root's (format 4 only: see "The commit log" below)
+    .segments/<hash>.mp4       an episode's camera encoded to mp4 ahead of an export (the background encoder of a
+                               recording, :mod:`lerobot_zarr.writing.segments`), named by the hash of its frames and
+                               the encoder settings; a cache, no part of the data
     .lock                      writer lock (``flock``); not part of the zarr hierarchy
     .lerobot_zarr-creating     present only while a store is being laid out (before its first commit)
     .frame_live-pending        present while ``frame_live`` may lag the last commit (repaired by the next commit)

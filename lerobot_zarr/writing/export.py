@@ -5,7 +5,10 @@ The output is what LeRobot writes: data files of bounded size with one row group
 stats, ``meta/tasks.parquet`` (task text in a pandas index named ``task``), ``meta/stats.json`` with quantiles and a
 dataset card. Bytes are deterministic for the same store, so pushing an unchanged store changes nothing. Alongside,
 ``meta/lerobot_zarr_index.json`` (:mod:`lerobot_zarr.lerobot.index_file`) gives our readers all the metadata and the
-data files' footers in one file. Features the store does not hold (videos) are left out of the export.
+data files' footers in one file. Features the store does not hold (videos) are left out of the export. Cameras
+exported as videos are encoded episode by episode and the episodes' mp4s joined without re-encoding, as LeRobot's
+recorder makes its files; an episode whose mp4 the background encoder already made (:mod:`.segments`) is joined
+as it is.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..cameras.depth import Quantizer
-from ..cameras.video import DEPTH_ENCODING, ENCODING, VideoWriter, pyav_missing
+from ..cameras.video import DEPTH_ENCODING, ENCODING, Mp4Joiner, pyav_missing
 from ..errors import ArgumentError, EmptyStoreError, NotMaterializedError, StoreExistsError, warn_user
 from ..lerobot.format import CAMERA_DTYPES, CHUNKS_SIZE, STAT_NAMES, default_features, video_file_rel, video_info
 from ..lerobot.index_file import INDEX_FILE, write_index
@@ -31,6 +34,7 @@ from ..sampling.dataset import LeRobotZarrDataset
 from ..store.tables import ArraySpec
 from ..store.text import text_value
 from ..utils.progress import progress_bar
+from .segments import camera_encodings, episode_hashes, find_segment, make_segment, recorded_encoder
 from .values import stats_of_stored
 
 if TYPE_CHECKING:
@@ -92,7 +96,8 @@ def to_lerobot(dataset: LeRobotZarrDataset | str | os.PathLike, path: str | os.P
     concatenated per file) or PNG image features; ``videos=True`` / ``False`` makes every camera a video / an
     image feature. A camera some episodes lack (missing source videos) is left out, with a warning. A camera
     recorded with encoder settings (``LeRobotDataset.create``'s ``rgb_encoder``...) is encoded with them
-    (``encoder_threads``: LeRobot's). ``card``: the dataset card's fields (``lerobot.writers.write_card``)."""
+    (``encoder_threads``: LeRobot's; None: the one recorded with them). ``card``: the dataset card's fields
+    (``lerobot.writers.write_card``)."""
     ds = _reader(dataset)
     path = Path(path)
     if path.exists() and (not path.is_dir() or any(path.iterdir())):
@@ -176,15 +181,6 @@ def _features(ds: LeRobotZarrDataset, videos: bool | None) -> dict:
         elif k in as_video:
             features[k]["info"] = video_info(height, width, channels, info["fps"], ENCODING["pix_fmt"])
     return features
-
-
-def recorded_encoder(feature: dict) -> dict[str, Any] | None:
-    """The encoder settings a recorder kept in a video feature's ``info`` (LeRobot's ``video.<field>`` keys, with
-    ``video.vcodec``, which LeRobot's info never has), or None: the feature is encoded as LeRobot's default."""
-    recorded = feature.get("info") or {}
-    if "video.vcodec" not in recorded:
-        return None
-    return {k[len("video."):]: v for k, v in recorded.items() if k.startswith("video.")}
 
 
 def _recorded_video_info(feature: dict, encoder: dict[str, Any], height: int, width: int, channels: int,
@@ -320,23 +316,29 @@ def _write_data_files(ds: LeRobotZarrDataset, root: Path, selected: list[int], a
 
 def _write_videos(ds: LeRobotZarrDataset, root: Path, key: str, selected: list[int], size_mb: int,
                   progress: bool, encoder_threads: int | None = None) -> list[tuple[int, int, float, float]]:
-    """One camera's mp4 files; per episode its ``(chunk_index, file_index, from_timestamp, to_timestamp)``.
-    One camera at a time: two live SVT-AV1 encoders in a process have been seen to hang."""
+    """One camera's mp4 files; per episode its ``(chunk_index, file_index, from_timestamp, to_timestamp)``. As
+    LeRobot's recorder makes them: each episode encoded on its own (or its segment made in the background taken
+    from the store, :mod:`.segments`), the episodes' mp4s joined without re-encoding. One camera at a time: two
+    live SVT-AV1 encoders in a process have been seen to hang."""
     spec = ds.array_specs[key]
     if spec.storage == "mp4" and not spec.resize:  # the source's bytes, unchanged
         return _copy_mp4(ds, root, key, selected)
+    encoding = camera_encodings(ds, [key], encoder_threads)[key]
     lengths = ds.meta.episode_length[selected].tolist()
-    out = _VideoFiles(root, key, float(ds.meta.info["fps"]), spec.frame_shape, size_mb,
-                      depth=key in ds.meta.depth_keys, encoder=recorded_encoder(ds.meta.info["features"].get(key, {})),
-                      threads=encoder_threads)
+    hashes = episode_hashes(ds, key)
+    out = _VideoFiles(root, key, float(ds.meta.info["fps"]), spec.frame_bytes, size_mb)
     places = []
     try:
-        with progress_bar(sum(lengths), f"encoding {key}", progress) as bar:
+        with progress_bar(sum(lengths), f"encoding {key}", progress) as bar, \
+                tempfile.TemporaryDirectory(prefix="lerobot_zarr-episode-mp4-") as tmp:
             for src, n in zip(selected, lengths, strict=True):
-                places.append(out.add(np.asarray(ds.episode(src, features=[key])[key])))
+                segment = find_segment(ds, encoding, src, hashes)
+                if segment is None:
+                    segment = make_segment(ds, encoding, src, Path(tmp) / "episode.mp4")
+                places.append(out.add(segment, n))
                 bar.update(n)
     finally:
-        out.close()  # also after a failure: an encoder left to the garbage collector can hang in its deinit
+        out.close()
     return places
 
 
@@ -363,39 +365,35 @@ def _copy_mp4(ds: LeRobotZarrDataset, root: Path, key: str,
 
 
 class _VideoFiles:
-    """One camera's mp4 files: episodes appended to the current file until it is estimated to pass the size
+    """One camera's mp4 files: episodes' mp4s joined into the current file until it is estimated to pass the size
     limit. The estimate (raw frame bytes / ``_AV1_RATIO``) keeps exports byte-deterministic: the encoder's own
     threads make the size of a file still being written vary from run to run."""
 
-    def __init__(self, root: Path, key: str, fps: float, frame_shape: tuple[int, ...], size_mb: int,
-                 depth: bool = False, encoder: dict[str, Any] | None = None, threads: int | None = None):
-        self.root, self.key, self.fps, self.depth = root, key, fps, depth
-        self.encoder, self.threads = encoder, threads
-        self.height, self.width, self.channels = frame_shape
+    def __init__(self, root: Path, key: str, fps: float, frame_bytes: int, size_mb: int):
+        self.root, self.key, self.fps, self.frame_bytes = root, key, fps, frame_bytes
         self.limit = size_mb * 2**20 * _AV1_RATIO
         self.number = 0
         self.raw = 0
-        self.writer: VideoWriter | None = None
+        self.joiner: Mp4Joiner | None = None
 
-    def add(self, frames: np.ndarray) -> tuple[int, int, float, float]:
-        """Encode one episode; its ``(chunk_index, file_index, from_timestamp, to_timestamp)``."""
+    def add(self, segment: Path, frames: int) -> tuple[int, int, float, float]:
+        """Join one episode's mp4 (``frames`` frames); its ``(chunk_index, file_index, from_timestamp,
+        to_timestamp)``."""
         chunk, file = divmod(self.number, CHUNKS_SIZE)
-        if self.writer is None:
+        if self.joiner is None:
             path = self.root / video_file_rel(self.key, chunk, file)
             path.parent.mkdir(parents=True, exist_ok=True)
-            self.path = path
-            self.writer = VideoWriter(path, self.fps, self.width, self.height, self.channels, depth=self.depth,
-                                      encoder=self.encoder, threads=self.threads)
-        start, stop = self.writer.add(frames)
-        self.raw += frames.nbytes
+            self.joiner = Mp4Joiner(path, self.fps)
+        start, stop = self.joiner.add(segment, frames)
+        self.raw += frames * self.frame_bytes
         if self.raw >= self.limit:
             self.close()
         return chunk, file, start, stop
 
     def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
-            self.writer = None
+        if self.joiner is not None:
+            self.joiner.close()
+            self.joiner = None
             self.number += 1
             self.raw = 0
 

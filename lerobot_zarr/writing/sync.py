@@ -65,7 +65,8 @@ _MAX_MANIFEST = 256 << 20
 LEASE_SECONDS = 6 * 3600.0  # a lease not renewed for this long is taken over (its publisher is taken for dead)
 LEASE_RENEW_SECONDS = LEASE_SECONDS / 4  # how often a publication renews its lease
 _RECORDS = ".sync"
-_SKIP_TOP = {".lock", ".editing", ".retired", _RECORDS, ".lerobot_zarr-creating", ".frame_live-pending"}
+# not published: the writer's lock and scratch, and the background encoder's segments (a local cache of exports)
+_SKIP_TOP = {".lock", ".editing", ".retired", _RECORDS, ".lerobot_zarr-creating", ".frame_live-pending", ".segments"}
 _IN_FLIGHT = 8
 _ONE_PART = 16 << 20  # files up to this size are uploaded in one request (their ETag is their MD5)
 

@@ -10,6 +10,7 @@ every episode whose ``save_episode`` returned, readable by another process witho
 from __future__ import annotations
 
 import inspect
+import json
 import os
 import signal
 import subprocess
@@ -401,6 +402,79 @@ def test_push_to_hub_gives_what_lerobot_loads(tmp_path, monkeypatch):
             assert item["task"] == want["task"]
             cam = torch.from_numpy(want["observation.images.cam"]).permute(2, 0, 1) / 255
             assert float((item["observation.images.cam"] - cam).abs().mean()) < 0.02
+
+
+@pytest.mark.parametrize("mode", [{"streaming_encoding": True, "encoder_threads": 1}, {"batch_encoding_size": 2}])
+def test_background_encoder_neither_save_episode_nor_finalize_waits_and_the_push_joins(tmp_path, monkeypatch, mode):
+    """streaming_encoding / batch_encoding_size start the background encoder; with its process stopped (SIGSTOP),
+    save_episode and finalize still return (they never wait for it); push_to_hub waits for it and joins every
+    episode's segment without encoding any (batches: the last, incomplete one is encoded after finalize, as
+    LeRobot's finalize encodes it); LeRobot 0.6.1 loads the push."""
+    from hub_fixtures import make_env
+
+    import lerobot_zarr.writing.export as export_module
+    from lerobot_zarr.testing.hub_server import HubServer
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    encodes: list[int] = []
+    real = export_module.make_segment
+    monkeypatch.setattr(export_module, "make_segment", lambda ds, enc, e, *a, **k: (encodes.append(e),
+                                                                                      real(ds, enc, e, *a, **k))[1])
+    ds = LeRobotDataset.create("someone/streamed", 30, FEATURES, root=tmp_path / "ds", **mode)
+    encoder = ds.writer._encoder
+    assert encoder is not None and ds.writer._streaming_encoder is (encoder if "streaming_encoding" in mode else None)
+    lengths = (4, 3, 5)
+    os.kill(encoder.pid, signal.SIGSTOP)
+    try:
+        for e, n in enumerate(lengths):
+            for i in range(n):
+                ds.add_frame(_frame(e, i))
+            ds.save_episode()
+        ds.finalize()
+        assert encoder.process.poll() is None  # stopped, not waited for
+    finally:
+        os.kill(encoder.pid, signal.SIGCONT)
+    with HubServer(tmp_path / "server", tokens={"hf_write": "alice"}) as hub:
+        make_env(monkeypatch, tmp_path, hub.endpoint)
+        monkeypatch.setenv("HF_TOKEN", "hf_write")
+        ds.push_to_hub()
+        assert encodes == [], f"episodes {encodes} were encoded at push: their segments were not joined"
+        assert encoder.process.returncode == 0
+        # an export that is not the recording's (`lerobot-zarr push`) takes the recorded encoder_threads too
+        out = export_module.to_lerobot(tmp_path / "ds", tmp_path / "again", progress=False)
+        assert encodes == []
+        info = json.loads((out / "meta" / "info.json").read_text())["features"]["observation.images.cam"]["info"]
+        assert "encoder_threads" not in info and "video.encoder_threads" not in info
+        theirs = _reference()("someone/streamed", root=tmp_path / "download")
+        assert len(theirs) == sum(lengths) and theirs.num_episodes == 3
+        index = 0
+        for e, n in enumerate(lengths):
+            for i in range(n):
+                item, want = theirs[index], _frame(e, i)
+                assert int(item["episode_index"]) == e and item["observation.state"].tolist() == \
+                    want["observation.state"].tolist()
+                cam = torch.from_numpy(want["observation.images.cam"]).permute(2, 0, 1) / 255
+                assert float((item["observation.images.cam"] - cam).abs().mean()) < 0.02, (e, i)
+                index += 1
+
+
+def test_cancel_pending_videos_stops_the_encoder_and_the_push_encodes(tmp_path):
+    """cancel_pending_videos (LeRobot's VideoEncodingManager calls it when recording fails) stops the background
+    encoder at once; flush_pending_videos then has nothing to wait for; the export encodes what lacks a segment."""
+    from lerobot_zarr.writing.export import to_lerobot
+
+    ds = LeRobotDataset.create(REPO_ID, 30, FEATURES, root=tmp_path / "ds", streaming_encoding=True)
+    encoder = ds.writer._encoder
+    os.kill(encoder.pid, signal.SIGSTOP)
+    for i in range(3):
+        ds.add_frame(_frame(0, i))
+    ds.save_episode()
+    ds.writer.cancel_pending_videos()
+    assert encoder.process.returncode is not None and ds.writer._encoder is None
+    ds.writer.flush_pending_videos()
+    ds.finalize()
+    out = to_lerobot(tmp_path / "ds", tmp_path / "export", progress=False)
+    assert len(_reference()(REPO_ID, root=out)) == 3
 
 
 def test_the_recording_example_runs(tmp_path):

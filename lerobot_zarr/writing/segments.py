@@ -1,0 +1,285 @@
+"""Per-episode mp4 segments of a store's video cameras, and the background encoder that makes them while a
+recording goes on.
+
+An export (:mod:`.export`) makes a camera's LeRobot mp4 files as LeRobot's recorder makes them: each episode
+encoded on its own, the episodes' mp4 files joined without re-encoding (:class:`~lerobot_zarr.cameras.video.Mp4Joiner`).
+An episode's mp4 can be made before the export and kept in the store folder, in ``.segments/``, as a *segment*
+named by what it holds: the camera, the episode's frames (their content hash as the store records it at commit, with
+their count, shape and dtype), the fps and everything the encoder's bytes depend on (codec, pixel format, options,
+threads). The export then joins a segment whose name matches the episode's and whose packets check out
+(:func:`~lerobot_zarr.cameras.video.segment_packets`), and encodes the others. An episode whose frames change (an
+edit, an extension) gets another content hash, so another name: its old segment is never used again.
+
+A segment is written under a temporary name (``.segments/.<name>.tmp-<pid>.mp4``) and renamed once complete: a
+killed encoder leaves debris the store's next writer removes, never a part of a segment under its name. It is
+made from frames whose content hash is checked against the recorded one (raw cameras: the hash covers their bytes),
+so a segment holds exactly the frames its name says.
+
+The background encoder (:class:`BackgroundEncoder`) is a separate process at the lowest CPU priority
+(``os.nice(19)``): it encodes the committed episodes that lack segments each time it is told to (after a
+``save_episode``), reading the store as any reader does; on 2 cores a thread in the recorder's process would compete
+with ``add_frame`` for the GIL as well as for a CPU. Run as ``python -m lerobot_zarr.writing.segments ROOT``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..cameras.video import VideoWriter, codec_name, segment_packets, writer_settings
+from ..sampling.dataset import LeRobotZarrDataset
+from ..utils.fileio import check_in_store, replace_file
+from ..utils.hashing import crc32c
+
+__all__ = ["SEGMENTS", "CameraEncoding", "camera_encodings", "episode_hashes", "find_segment", "make_segment",
+           "encode_missing", "recorded_encoder", "BackgroundEncoder"]
+
+SEGMENTS = ".segments"  # the store's folder of segments (hidden: not a feature's folder)
+
+
+def recorded_encoder(feature: dict) -> dict[str, Any] | None:
+    """The encoder settings a recorder kept in a video feature's ``info`` (LeRobot's ``video.<field>`` keys, with
+    ``video.vcodec``, which LeRobot's info never has), or None: the feature is encoded as LeRobot's default."""
+    recorded = feature.get("info") or {}
+    if "video.vcodec" not in recorded:
+        return None
+    return {k[len("video."):]: v for k, v in recorded.items() if k.startswith("video.")}
+
+
+@dataclass(frozen=True)
+class CameraEncoding:
+    """How one camera's episodes are encoded: its frames (``frame_shape``, ``dtype``, ``depth``: 12-bit codes),
+    ``fps`` and the encoder (``encoder``: the settings recorded in its ``info``, None: LeRobot's default;
+    ``threads``: LeRobot's ``encoder_threads``)."""
+
+    key: str
+    fps: float
+    frame_shape: tuple[int, int, int]
+    dtype: str
+    depth: bool
+    encoder: dict[str, Any] | None
+    threads: int | None
+
+    def writer(self, path: Path) -> VideoWriter:
+        height, width, channels = self.frame_shape
+        return VideoWriter(path, self.fps, width, height, channels, depth=self.depth, encoder=self.encoder,
+                           threads=self.threads)
+
+    def name(self, crc: int, frames: int) -> str:
+        """The segment name of an episode whose frames have content hash ``crc`` (``frames`` of them)."""
+        vcodec, pix_fmt, options = writer_settings(self.depth, self.encoder, self.threads)
+        key = {"camera": self.key, "crc32c": int(crc), "frames": int(frames), "shape": list(self.frame_shape),
+               "dtype": self.dtype, "fps": self.fps, "vcodec": vcodec, "pix_fmt": pix_fmt, "options": options}
+        return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:40] + ".mp4"
+
+    def valid(self, path: Path, frames: int) -> bool:
+        """Whether the segment at ``path`` holds ``frames`` frames of this encoding (its packets, not decoded)."""
+        vcodec, pix_fmt, _ = writer_settings(self.depth, self.encoder, self.threads)
+        height, width, _ = self.frame_shape
+        return segment_packets(path, frames, self.fps, codec_name(vcodec), width, height, pix_fmt)
+
+
+def camera_encodings(ds: LeRobotZarrDataset, keys: Iterable[str], threads: int | None = None
+                     ) -> dict[str, CameraEncoding]:
+    """The encoding of each camera of ``keys`` as an export makes its videos: the encoder settings its ``info``
+    records, with ``threads`` (None: the recorded ``encoder_threads``, if any)."""
+    specs, info = ds.array_specs, ds.meta.info
+    out = {}
+    for k in keys:
+        feature = info["features"].get(k, {})
+        recorded = (feature.get("info") or {}).get("encoder_threads")
+        out[k] = CameraEncoding(k, float(info["fps"]), tuple(specs[k].frame_shape), np.dtype(specs[k].dtype).str,
+                                k in ds.meta.depth_keys, recorded_encoder(feature),
+                                threads if threads is not None else recorded)
+    return out
+
+
+def episode_hashes(ds: LeRobotZarrDataset, key: str) -> np.ndarray:
+    """The content hash the store recorded for each episode's frames of camera ``key`` (-1: none)."""
+    return ds.gather_layout()["state"].episode_hashes(key)
+
+
+def find_segment(ds: LeRobotZarrDataset, encoding: CameraEncoding, episode: int,
+                 hashes: np.ndarray | None = None) -> Path | None:
+    """The segment of ``episode`` (the store's numbering) for ``encoding`` if the store has a valid one, else None.
+    ``hashes``: :func:`episode_hashes` of the camera, when several episodes are looked up."""
+    crc = int((episode_hashes(ds, encoding.key) if hashes is None else hashes)[episode])
+    if crc < 0 or ds.array_specs[encoding.key].storage != "raw":
+        return None
+    frames = int(ds.meta.episode_length[episode])
+    path = Path(ds.root) / SEGMENTS / encoding.name(crc, frames)
+    if path.is_file() and not path.is_symlink() and encoding.valid(path, frames):
+        return path
+    return None
+
+
+def make_segment(ds: LeRobotZarrDataset, encoding: CameraEncoding, episode: int, target: Path | None = None,
+                 hashes: np.ndarray | None = None) -> Path | None:
+    """Encode ``episode``'s frames of the camera into an mp4 of their own: at ``target``, or (None) as the store's
+    segment, if the frames' content hash is the one the store recorded (else None: nothing kept). Written under a
+    temporary name, renamed once complete."""
+    frames = np.asarray(ds.episode(episode, features=[encoding.key])[encoding.key])
+    if target is None:
+        crc = int((episode_hashes(ds, encoding.key) if hashes is None else hashes)[episode])
+        if crc < 0 or ds.array_specs[encoding.key].storage != "raw" or crc32c(frames) != crc:
+            return None
+        folder = Path(check_in_store(ds.root, Path(ds.root) / SEGMENTS / "_")).parent
+        folder.mkdir(exist_ok=True)
+        target = folder / encoding.name(crc, len(frames))
+    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}.mp4")  # debris (.*.tmp-*) if killed
+    try:
+        writer = encoding.writer(tmp)
+        try:
+            writer.add(frames)
+        finally:
+            writer.close()
+        try:
+            replace_file(tmp, target)
+        except FileNotFoundError:  # removed as debris by a writer of the store opened meanwhile: made later
+            return None
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+    return target
+
+
+def encode_missing(root: str | os.PathLike, threads: int | None = None, *, prune: bool = False) -> int:
+    """Make the segments the store at ``root`` lacks (its video cameras kept raw, every committed episode);
+    ``prune``: remove the segments no episode has any more. Returns how many were made."""
+    made = 0
+    ds = LeRobotZarrDataset(root)
+    try:
+        keys = [k for k, spec in ds.array_specs.items() if spec.kind == "video" and spec.storage == "raw"]
+        wanted = set()
+        for encoding in camera_encodings(ds, keys, threads).values():
+            hashes = episode_hashes(ds, encoding.key)
+            for e in ds.episodes.tolist():
+                if hashes[e] < 0 or not ds.meta.materialized_episodes[e]:
+                    continue
+                name = encoding.name(int(hashes[e]), int(ds.meta.episode_length[e]))
+                wanted.add(name)
+                if not (Path(ds.root) / SEGMENTS / name).is_file():
+                    made += make_segment(ds, encoding, e, hashes=hashes) is not None
+        if prune and (Path(ds.root) / SEGMENTS).is_dir():
+            for path in (Path(ds.root) / SEGMENTS).glob("*.mp4"):
+                if path.name not in wanted and not path.name.startswith("."):  # (a writer's temporary file)
+                    with contextlib.suppress(FileNotFoundError):
+                        path.unlink()
+    finally:
+        ds.close()
+    return made
+
+
+class BackgroundEncoder:
+    """A process encoding a recording's segments at the lowest CPU priority (see the module docstring): started
+    on the store at ``root``, it first makes the segments the committed episodes lack, then more each time it is
+    told to (:meth:`notify`). Nothing waits for it but :meth:`flush`."""
+
+    def __init__(self, root: str | os.PathLike, threads: int | None = None):
+        self.root, self.threads = Path(root), threads
+        package = str(Path(__file__).resolve().parents[2])
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [package, os.environ.get("PYTHONPATH")])))
+        args = [sys.executable, "-m", "lerobot_zarr.writing.segments", str(self.root)]
+        if threads is not None:
+            args += ["--threads", str(threads)]
+        self.process = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
+                                        close_fds=True)
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def _send(self, command: str) -> bool:
+        if self.process.stdin is None or self.process.stdin.closed:
+            return False
+        try:
+            self.process.stdin.write(command.encode() + b"\n")
+            self.process.stdin.flush()
+        except (BrokenPipeError, OSError):  # it died: what it did not make is encoded at export
+            return False
+        return True
+
+    def notify(self) -> None:
+        """New episodes were committed: encode them (at once, or after the episode it is encoding)."""
+        self._send("go")
+
+    def flush(self) -> bool:
+        """Wait until every episode committed so far has its segments; False if the process ended without making
+        them all (killed, failed: it said why on stderr), whose missing segments an export then encodes."""
+        if self._send("flush"):
+            for line in self.process.stdout:
+                if line.strip() == b"flushed":
+                    return True
+            self.process.wait()
+            return False
+        self.process.wait()  # told to finish (close): it makes the segments of every committed episode, then exits
+        return self.process.returncode == 0
+
+    def close(self) -> None:
+        """No more episodes: the process makes the segments of those committed, then exits; not waited for."""
+        if self.process.stdin is not None and not self.process.stdin.closed:
+            with contextlib.suppress(OSError):
+                self.process.stdin.close()
+
+    def cancel(self) -> None:
+        """Stop now (a segment being made is dropped); what lacks a segment is encoded at export."""
+        self.close()
+        if self.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.process.send_signal(signal.SIGTERM)
+                self.process.send_signal(signal.SIGCONT)  # a stopped process acts on SIGTERM only once continued
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:  # stuck in an encoder's call: its temporary file is debris
+                self.process.kill()
+        self.wait()
+
+    def wait(self) -> None:
+        """Wait for the process to exit (after :meth:`close` or :meth:`cancel`)."""
+        self.process.wait()
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+
+
+def _main(argv: list[str]) -> int:
+    """The background encoder's process: ``ROOT [--threads N]``; commands on stdin, one a line: ``go`` (encode
+    what lacks segments), ``flush`` (the same, then ``flushed`` on stdout); at the end of stdin (the recorder
+    finished, or died) it encodes what lacks segments and exits."""
+    import argparse
+
+    os.nice(19)  # before any thread starts: the encoder's threads inherit it
+    reply = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)  # the encoders' prints go to stderr: stdout is the replies'
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # cancelled: unwinds, the segment's temp removed
+    parser = argparse.ArgumentParser(prog="python -m lerobot_zarr.writing.segments")
+    parser.add_argument("root")
+    parser.add_argument("--threads", type=int, default=None)
+    args = parser.parse_args(argv)
+    try:
+        encode_missing(args.root, args.threads, prune=True)
+        for line in sys.stdin:
+            encode_missing(args.root, args.threads)
+            if line.strip() == "flush":
+                reply.write("flushed\n")
+                reply.flush()
+        encode_missing(args.root, args.threads)
+    except Exception as exc:  # noqa: BLE001 - reported; what it did not make is encoded at export
+        print(f"lerobot_zarr background encoder of {args.root}: stopped ({type(exc).__name__}: {exc}); the push "
+              f"encodes the episodes it did not", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))
