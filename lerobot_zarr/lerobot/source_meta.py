@@ -105,10 +105,8 @@ _LOCATE_GAP = 64 << 10
 _FOOTER_READ_GROUPS = 8
 # a first open's estimate of a table file's footer (LeRobot's: 25-40 % of the file, the stats columns' statistics)
 _FOOTER_SHARE = 0.4
-# a first open reads episode tables smaller than this whole: where the footer does not give the lengths (episodes of
-# varied lengths, most recordings), reading it first costs a round trip more (the rest of the table after it); at
-# 1 Gbit/s a table of this size takes ~130 ms, about three round trips of 50 ms: below it the saving possible where
-# the footer gives the lengths is worth less than the round trip lost where it does not
+# a first open reads episode tables smaller than this whole: read footer first, a table whose footer lacks the lengths
+# (varied lengths: most recordings) costs a round trip more; below ~130 ms at 1 Gbit/s that outweighs what it saves
 _FOOTER_FIRST_MIN = 16 << 20
 # a partial read of the table for more than 1/LOCATE_MOST of the episodes would read most row groups: it is read whole
 LOCATE_MOST = 10
