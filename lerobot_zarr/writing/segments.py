@@ -241,9 +241,12 @@ class BackgroundEncoder:
                 self.process.send_signal(signal.SIGCONT)  # a stopped process acts on SIGTERM only once continued
             try:
                 self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:  # stuck in an encoder's call: its temporary file is debris
+            except subprocess.TimeoutExpired:  # stuck in an encoder's call, or given no CPU at its priority
                 self.process.kill()
         self.wait()
+        for tmp in (self.root / SEGMENTS).glob(f".*.tmp-{self.pid}.mp4"):  # what a killed one left
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
 
     def wait(self) -> None:
         """Wait for the process to exit (after :meth:`close` or :meth:`cancel`)."""
