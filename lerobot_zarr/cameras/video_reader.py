@@ -59,6 +59,10 @@ _KEY_WEIGHT = 4
 # frames an open decoder may hold besides those the reader keeps (AV1 keeps up to 8 references): the memory bound
 _DECODER_FRAMES = 8
 _MAX_INDEXES = 4096  # keyframe indexes kept per reader (two floats per frame), least recently used dropped
+# decoders (PyAV's names) of the codecs LeRobot writes whose packets in mp4 FFmpeg parses for their headers only
+# (the packets demuxed are the same with or without the parser): their containers demux without it
+_UNPARSED = frozenset({"h264", "libdav1d", "libaom-av1", "av1", "hevc"})
+_NO_PARSE = 0x20  # AVFMT_FLAG_NOPARSE
 _abandoned: list[Any] = []  # containers of a parent process, kept alive (never closed) in its forked children
 _readers: weakref.WeakSet[Mp4Frames] = weakref.WeakSet()
 
@@ -222,6 +226,10 @@ class _File:
             self.container.close()
             raise CorruptSourceError(f"{key}: its video stream has no decoder (a damaged file?)")
         self.stream.codec_context.thread_count = 1  # runs of a few frames: one thread is fastest (no frame delay)
+        if self.stream.codec_context.name in _UNPARSED:
+            # FFmpeg runs a codec's parser on the packets mp4 demuxes, which only reads their headers here, and
+            # starts it anew on every seek (~13 µs a seek, ~2 µs a packet): the packets are the same without it
+            self.container.flags |= _NO_PARSE
         # PyAV's to_ndarray converts with a thread-local swscale context using a pool of threads, which a forked
         # child inherits without its threads (and hangs in): convert with this file's own one-thread context
         # (the same pixels, and faster per frame)
