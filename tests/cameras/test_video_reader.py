@@ -255,6 +255,22 @@ def test_containers_demux_without_parser_the_same_packets(footage, request):
     assert np.array_equal(Mp4Frames(SHAPE).read(str(path), rows / FPS), want[rows])
 
 
+def test_converted_pixels_kept_for_the_pass_end_and_repeats(av1):
+    """A pass converts each frame into the batch and keeps the pixels only of its last frame (where the next read
+    may start) and of a frame read twice at once; every value still equals the decode, repeats and the next
+    window's shared frame included."""
+    path, _, n = av1["a.mp4"]
+    want = reference(path, all_times(n))
+    reader = Mp4Frames(SHAPE, threads=1)
+    rows = np.array([3, 3, 4, 5, 6])
+    assert np.array_equal(reader.read(str(path), rows / FPS), want[rows])
+    run = reader._file(str(path)).run
+    kept = [t for t, f in zip(run.times, run.frames, strict=True) if isinstance(f, np.ndarray)]
+    assert np.allclose(kept, [3 / FPS, 6 / FPS])
+    for i in range(7, 20):  # ds[i] then ds[i + 1]: the shared frame from the kept pixels
+        assert np.array_equal(reader.read(str(path), [(i - 1) / FPS, i / FPS]), want[[i - 1, i]]), i
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 def test_hevc_open_gops(hevc_open_gop, threads):
     """A window on a keyframe's leading frames decodes them from the keyframe before (a decoder starting at the
