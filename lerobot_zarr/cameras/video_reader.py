@@ -11,7 +11,8 @@ decode (open the file, seek, decode, close, every sample), a batch (:meth:`Mp4Fr
 - its frames are grouped by file and sorted by time, and cut into runs by the file's keyframe index: a run is
   decoded in one pass from a seek to the keyframe before its first frame, and a new run starts only where frames
   nobody asked for lie before the next frame's keyframe (a seek skips them); each needed keyframe interval is
-  decoded once per batch, only the frames asked for are converted;
+  decoded once per batch, only the frames asked for are converted, each straight into the batch (the pixels
+  are kept only for a pass's last frame and a frame asked for twice);
 - the runs, in (file, time) order, are cut between runs into one part of about equal decode cost per thread, each
   decoded in parallel through its own container of the file (PyAV releases the GIL while it decodes);
 - seeks go by presentation time; a decoder that holds a frame back until fed the next packet (h264 with B-frames
@@ -59,6 +60,10 @@ _KEY_WEIGHT = 4
 # frames an open decoder may hold besides those the reader keeps (AV1 keeps up to 8 references): the memory bound
 _DECODER_FRAMES = 8
 _MAX_INDEXES = 4096  # keyframe indexes kept per reader (two floats per frame), least recently used dropped
+# decoders (PyAV's names) of the codecs LeRobot writes whose packets in mp4 FFmpeg parses for their headers only
+# (the packets demuxed are the same with or without the parser): their containers demux without it
+_UNPARSED = frozenset({"h264", "libdav1d", "libaom-av1", "av1", "hevc"})
+_NO_PARSE = 0x20  # AVFMT_FLAG_NOPARSE
 _abandoned: list[Any] = []  # containers of a parent process, kept alive (never closed) in its forked children
 _readers: weakref.WeakSet[Mp4Frames] = weakref.WeakSet()
 
@@ -222,6 +227,10 @@ class _File:
             self.container.close()
             raise CorruptSourceError(f"{key}: its video stream has no decoder (a damaged file?)")
         self.stream.codec_context.thread_count = 1  # runs of a few frames: one thread is fastest (no frame delay)
+        if self.stream.codec_context.name in _UNPARSED:
+            # FFmpeg runs a codec's parser on the packets mp4 demuxes, which only reads their headers here, and
+            # starts it anew on every seek (~13 µs a seek, ~2 µs a packet): the packets are the same without it
+            self.container.flags |= _NO_PARSE
         # PyAV's to_ndarray converts with a thread-local swscale context using a pool of threads, which a forked
         # child inherits without its threads (and hangs in): convert with this file's own one-thread context
         # (the same pixels, and faster per frame)
@@ -365,9 +374,10 @@ class _File:
         return j
 
     def frame_at(self, q: float, fmt: str, shape: tuple[int, int, int], where: str,
-                 then: float | None = None) -> np.ndarray:
+                 then: float | None = None, keep: bool = True) -> np.ndarray:
         """The frame decode_into gives for timestamp ``q``: the nearest decoded frame, within ``TOLERANCE_S``.
-        ``then``: the next (later) timestamp this pass reads, if any."""
+        ``then``: the next (later) timestamp this pass reads, if any. ``keep``: whether the run keeps the frame's
+        pixels once converted (for a later read of the same frame), else only its decoded frame."""
         j = self._nearest(q, then)
         if (j < 0 or abs(self.run.times[j] - q) >= TOLERANCE_S) and self.run.drained:  # type: ignore[union-attr]
             self.run = None  # drained early on a wrong index: decode again without draining before q
@@ -386,7 +396,9 @@ class _File:
             if arr.shape != shape:
                 raise SchemaMismatchError(f"{where}: decoded frames of shape {arr.shape}, the dataset declares "
                                           f"{shape}")
-            run.frames[j] = frame = arr
+            if keep:
+                run.frames[j] = arr
+            return arr
         return frame
 
 
@@ -593,11 +605,17 @@ class Mp4Frames:
         then = [None] * len(order)
         for j in range(len(order) - 2, -1, -1):
             then[j] = sorted_times[j + 1] if sorted_times[j + 1] - sorted_times[j] >= TOLERANCE_S else then[j + 1]
+        # pixels are converted into ``out`` and dropped, but for the pass's last frame (a next read may start
+        # there: ds[i] then ds[i + 1]) and a frame read again at once: holding every converted frame made each
+        # conversion land in memory the allocator had just given back to the system (19-28 page faults a frame
+        # at 480x640), then cold in the caches
+        last = len(order) - 1
         f = self._file(key, slot)
         with f.lock:
             try:
                 for j, k in enumerate(order.tolist()):
-                    out[rows[k]] = f.frame_at(sorted_times[j], self.format, self.frame_shape, where, then[j])
+                    keep = j == last or sorted_times[j + 1] - sorted_times[j] < TOLERANCE_S
+                    out[rows[k]] = f.frame_at(sorted_times[j], self.format, self.frame_shape, where, then[j], keep)
             except (av.error.FFmpegError, OSError) as exc:
                 f.run = None  # the decoder's state is unknown: seek on the next read
                 raise CorruptSourceError(f"{where}: cannot decode ({type(exc).__name__}: {exc})") from None

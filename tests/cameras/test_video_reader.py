@@ -225,6 +225,52 @@ def test_h264_with_b_frames_equals_decode_into(h264):
     assert np.array_equal(Mp4Frames(SHAPE).read(str(path), all_times(n)), want)
 
 
+def _packets(container, seeks=()) -> list:
+    stream = container.streams.video[0]
+    container.seek(0, stream=stream, backward=True, any_frame=False)  # the reader read its index already
+    out = [(p.pts, p.dts, p.is_keyframe, bytes(p)) for p in container.demux(stream)]
+    for pts in seeks:
+        container.seek(pts, stream=stream, backward=True, any_frame=False)
+        out += [(p.pts, p.dts, p.is_keyframe, bytes(p)) for _, p in zip(range(5), container.demux(stream))]
+    return out
+
+
+@pytest.mark.parametrize("footage", ["av1", "h264", "lerobot_h264", "hevc_open_gop"])
+def test_containers_demux_without_parser_the_same_packets(footage, request):
+    """The reader's containers of LeRobot's codecs demux without FFmpeg's parser (it only reads headers in mp4,
+    and restarts on every seek): the packets, from the start and after seeks, are those of PyAV's default
+    container, and so are the frames."""
+    fixture = request.getfixturevalue(footage)
+    path = fixture["a.mp4"][0] if footage == "av1" else fixture[0]
+    reader = Mp4Frames(SHAPE)
+    f = reader._file(str(path))
+    assert f.container.flags & video_reader._NO_PARSE
+    seeks = [int(k / FPS / f.tb) for k in (17, 3, 40, 9)]
+    with av.open(str(path)) as default:
+        assert not default.flags & video_reader._NO_PARSE
+        assert _packets(f.container, seeks) == _packets(default, seeks)
+    reader.close()
+    want = sequential(path)
+    rows = np.random.default_rng(4).integers(0, len(want), 30)
+    assert np.array_equal(Mp4Frames(SHAPE).read(str(path), rows / FPS), want[rows])
+
+
+def test_converted_pixels_kept_for_the_pass_end_and_repeats(av1):
+    """A pass converts each frame into the batch and keeps the pixels only of its last frame (where the next read
+    may start) and of a frame read twice at once; every value still equals the decode, repeats and the next
+    window's shared frame included."""
+    path, _, n = av1["a.mp4"]
+    want = reference(path, all_times(n))
+    reader = Mp4Frames(SHAPE, threads=1)
+    rows = np.array([3, 3, 4, 5, 6])
+    assert np.array_equal(reader.read(str(path), rows / FPS), want[rows])
+    run = reader._file(str(path)).run
+    kept = [t for t, f in zip(run.times, run.frames, strict=True) if isinstance(f, np.ndarray)]
+    assert np.allclose(kept, [3 / FPS, 6 / FPS])
+    for i in range(7, 20):  # ds[i] then ds[i + 1]: the shared frame from the kept pixels
+        assert np.array_equal(reader.read(str(path), [(i - 1) / FPS, i / FPS]), want[[i - 1, i]]), i
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 def test_hevc_open_gops(hevc_open_gop, threads):
     """A window on a keyframe's leading frames decodes them from the keyframe before (a decoder starting at the
