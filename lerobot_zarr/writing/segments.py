@@ -184,15 +184,17 @@ def encode_missing(root: str | os.PathLike, threads: int | None = None, *, prune
 class BackgroundEncoder:
     """A process encoding a recording's segments at the lowest CPU priority (see the module docstring): started
     on the store at ``root``, it first makes the segments the committed episodes lack, then more each time it is
-    told to (:meth:`notify`). Nothing waits for it but :meth:`flush`."""
+    told to (:meth:`notify`). Nothing waits for it but :meth:`flush`. ``nice``: its CPU priority (19, the lowest,
+    by default: on a busy machine it may wait long for a CPU; what it has not made by a push, the push encodes)."""
 
-    def __init__(self, root: str | os.PathLike, threads: int | None = None):
+    def __init__(self, root: str | os.PathLike, threads: int | None = None, *, nice: int = 19):
         self.root, self.threads = Path(root), threads
         package = str(Path(__file__).resolve().parents[2])
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [package, os.environ.get("PYTHONPATH")])))
         args = [sys.executable, "-m", "lerobot_zarr.writing.segments", str(self.root)]
         if threads is not None:
             args += ["--threads", str(threads)]
+        args += ["--nice", str(int(nice))]
         self.process = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
                                         close_fds=True)
 
@@ -256,19 +258,20 @@ class BackgroundEncoder:
 
 
 def _main(argv: list[str]) -> int:
-    """The background encoder's process: ``ROOT [--threads N]``; commands on stdin, one a line: ``go`` (encode
+    """The background encoder's process: ``ROOT [--threads N] [--nice N]``; commands on stdin, one a line: ``go`` (encode
     what lacks segments), ``flush`` (the same, then ``flushed`` on stdout); at the end of stdin (the recorder
     finished, or died) it encodes what lacks segments and exits."""
     import argparse
 
-    os.nice(19)  # before any thread starts: the encoder's threads inherit it
-    reply = os.fdopen(os.dup(1), "w")
-    os.dup2(2, 1)  # the encoders' prints go to stderr: stdout is the replies'
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # cancelled: unwinds, the segment's temp removed
     parser = argparse.ArgumentParser(prog="python -m lerobot_zarr.writing.segments")
     parser.add_argument("root")
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--nice", type=int, default=19)
     args = parser.parse_args(argv)
+    os.nice(args.nice)  # before any thread starts: the encoder's threads inherit it
+    reply = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)  # the encoders' prints go to stderr: stdout is the replies'
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # cancelled: unwinds, the segment's temp removed
     try:
         encode_missing(args.root, args.threads, prune=True)
         for line in sys.stdin:

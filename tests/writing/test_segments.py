@@ -151,6 +151,10 @@ def test_an_edited_episode_is_encoded_again(tmp_path, encodes):
     assert len(_segments(root)) == 3, "the stale segment was not pruned"
 
 
+# the tests' encoders run at the tests' priority: at nice 19 beside the suite's other worker one can wait minutes for
+# a CPU (by design: what it has not made by a push, the push encodes)
+
+
 def _wait_for(predicate, what: str, timeout: float = 120.0) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
@@ -161,7 +165,7 @@ def _wait_for(predicate, what: str, timeout: float = 120.0) -> None:
 def test_the_background_process_encodes_what_is_committed(tmp_path, encodes):
     root = _store(tmp_path / "store", lengths=(10,))
     with WritableDataset(root) as ds:
-        encoder = BackgroundEncoder(root)
+        encoder = BackgroundEncoder(root, nice=0)
         try:
             ds.add_episode({"observation.state": np.zeros((8, 2), np.float32), CAM: _frames(5, 8)}, task="t")
             encoder.notify()
@@ -181,7 +185,7 @@ def test_a_killed_encoder_leaves_no_segment_served_and_the_export_completes(tmp_
     root = _store(tmp_path / "store", lengths=(400, 400))
     folder = root / SEGMENTS
     for _ in range(5):  # on a loaded machine the encoder may finish before the kill lands: then again
-        encoder = BackgroundEncoder(root)
+        encoder = BackgroundEncoder(root, nice=0)
         try:
             _wait_for(lambda: folder.is_dir() and any(p.name.startswith(".") for p in folder.iterdir()),
                       "the encoder to start writing a segment")
@@ -208,7 +212,7 @@ def test_a_killed_encoder_leaves_no_segment_served_and_the_export_completes(tmp_
 
 def test_cancel_stops_the_encoder_and_removes_its_temporary_file(tmp_path):
     root = _store(tmp_path / "store", lengths=(400,))
-    encoder = BackgroundEncoder(root)
+    encoder = BackgroundEncoder(root, nice=0)
     folder = root / SEGMENTS
     _wait_for(lambda: folder.is_dir() and any(p.name.startswith(".") for p in folder.iterdir()),
               "the encoder to start writing a segment")
