@@ -187,8 +187,7 @@ def test_a_killed_encoder_leaves_no_segment_served_and_the_export_completes(tmp_
     for _ in range(5):  # on a loaded machine the encoder may finish before the kill lands: then again
         encoder = BackgroundEncoder(root, nice=0)
         try:
-            _wait_for(lambda: folder.is_dir() and any(p.name.startswith(".") for p in folder.iterdir()),
-                      "the encoder to start writing a segment")
+            _wait_for(lambda: _writing_or_done(encoder, folder), "the encoder to start writing a segment")
             os.kill(encoder.pid, signal.SIGKILL)
             encoder.wait()
         finally:
@@ -214,11 +213,19 @@ def test_cancel_stops_the_encoder_and_removes_its_temporary_file(tmp_path):
     root = _store(tmp_path / "store", lengths=(400,))
     encoder = BackgroundEncoder(root, nice=0)
     folder = root / SEGMENTS
-    _wait_for(lambda: folder.is_dir() and any(p.name.startswith(".") for p in folder.iterdir()),
-              "the encoder to start writing a segment")
+    _wait_for(lambda: _writing_or_done(encoder, folder), "the encoder to start writing a segment")
+    writing = any(p.name.startswith(".") for p in folder.iterdir())
     encoder.cancel()
     assert encoder.process.returncode is not None  # ended (SIGTERM, or done already on a loaded machine)
     assert [p.name for p in folder.iterdir() if p.name.startswith(".")] == [], "its temporary file is left"
+    if not writing:  # it made the segment before a look saw it being written: then it is whole
+        assert len(_segments(root)) == 1
+
+
+def _writing_or_done(encoder: BackgroundEncoder, folder) -> bool:
+    """Whether the encoder is writing a segment (its temporary file), has made one, or has ended (its error is then
+    the test's next failure, not a wait's timeout)."""
+    return encoder.process.poll() is not None or (folder.is_dir() and any(folder.iterdir()))
 
 
 def test_segments_do_not_disturb_verify(tmp_path):
