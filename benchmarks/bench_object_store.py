@@ -312,13 +312,28 @@ print(json.dumps({"samples_per_s": 64 * (batches - 1) / elapsed, "rss_kib": vm["
 """
 
 
-def section_cameras(server: Server, args, work: Path) -> None:
-    print(f"\n== 224x224 camera, 2-frame windows, get_batch(64), {args.lookahead} batches prefetched ahead "
-          f"(load {load()}) ==")
+def camera_source(args, work: Path) -> Path:
+    """The LeRobot folder of the camera sections (``--camera-episodes`` episodes of a 224x224 jpeg camera), made
+    once per work folder."""
     src = work / f"camera-src-{args.camera_episodes}"
     if not (src / "meta" / "info.json").is_file():
         write_sample_dataset(src, n_episodes=args.camera_episodes, lengths=(90, 110), image_keys=(CAM,),
                              image_shape=(224, 224, 3), image_format="jpeg", seed=2)
+    return src
+
+
+def raw_camera_store(args, work: Path) -> tuple[Path, str]:
+    """The camera sections' store with the camera kept raw, made once, and its URL in the bucket (published)."""
+    store = work / f"camera-raw-{args.camera_episodes}.store"
+    if not (store / "zarr.json").is_file():
+        lerobot_zarr.open_dataset(camera_source(args, work), root=store, storage={CAM: "raw"}, progress=False)
+    return store, publish(store, f"camera-raw-{args.camera_episodes}")
+
+
+def section_cameras(server: Server, args, work: Path) -> None:
+    print(f"\n== 224x224 camera, 2-frame windows, get_batch(64), {args.lookahead} batches prefetched ahead "
+          f"(load {load()}) ==")
+    src = camera_source(args, work)
     for storage in ("jpeg", "raw"):
         if storage == "jpeg":
             try:
@@ -388,14 +403,7 @@ def section_epochs(server: Server, args, work: Path) -> None:
     bucket's local cache (default 8 GiB, more than the store) kept from the first."""
     print(f"\n== 224x224 raw camera, 2-frame windows, two epochs, get_batch(64), {args.lookahead} batches ahead "
           f"(load {load()}) ==")
-    src = work / f"camera-src-{args.camera_episodes}"
-    if not (src / "meta" / "info.json").is_file():
-        write_sample_dataset(src, n_episodes=args.camera_episodes, lengths=(90, 110), image_keys=(CAM,),
-                             image_shape=(224, 224, 3), image_format="jpeg", seed=2)
-    store = work / f"camera-raw-{args.camera_episodes}.store"
-    if not (store / "zarr.json").is_file():
-        lerobot_zarr.open_dataset(src, root=store, storage={CAM: "raw"}, progress=False)
-    url = publish(store, f"camera-raw-{args.camera_episodes}")
+    store, url = raw_camera_store(args, work)
     local = fresh(EPOCHS_RUN, str(store), "0", "7")["epochs"]
     bucket = fresh(EPOCHS_RUN, url, str(args.lookahead), "7")["epochs"]
     for n, (a, b) in enumerate(zip(local, bucket), 1):
@@ -426,14 +434,7 @@ def section_workers(server: Server, args, work: Path) -> None:
     """Processes of one machine reading the same batches of a raw camera (DataLoader workers, ranks of a node): the
     mirror is shared, so the bytes crossing the link are those of one process, not of each."""
     print(f"\n== {args.workers} processes reading the same raw 224x224 batches at once (load {load()}) ==")
-    src = work / f"camera-src-{args.camera_episodes}"
-    if not (src / "meta" / "info.json").is_file():
-        write_sample_dataset(src, n_episodes=args.camera_episodes, lengths=(90, 110), image_keys=(CAM,),
-                             image_shape=(224, 224, 3), image_format="jpeg", seed=2)
-    store = work / f"camera-raw-{args.camera_episodes}.store"
-    if not (store / "zarr.json").is_file():
-        lerobot_zarr.open_dataset(src, root=store, storage={CAM: "raw"}, progress=False)
-    url = publish(store, f"camera-raw-{args.camera_episodes}")
+    _, url = raw_camera_store(args, work)
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     for n in (1, args.workers):
         server.reset()
@@ -471,14 +472,7 @@ def section_forked(server: Server, args, work: Path) -> None:
     import warnings
 
     print(f"\n== a raw 224x224 camera read in the process that opened the store and in a fork of it (load {load()}) ==")
-    src = work / f"camera-src-{args.camera_episodes}"
-    if not (src / "meta" / "info.json").is_file():
-        write_sample_dataset(src, n_episodes=args.camera_episodes, lengths=(90, 110), image_keys=(CAM,),
-                             image_shape=(224, 224, 3), image_format="jpeg", seed=2)
-    store = work / f"camera-raw-{args.camera_episodes}.store"
-    if not (store / "zarr.json").is_file():
-        lerobot_zarr.open_dataset(src, root=store, storage={CAM: "raw"}, progress=False)
-    url = publish(store, f"camera-raw-{args.camera_episodes}")
+    _, url = raw_camera_store(args, work)
     ctx = multiprocessing.get_context("fork")
     rows: dict[str, list[dict]] = {"parent": [], "forked": []}
     for rep in range(args.repeats_cameras):
