@@ -95,6 +95,14 @@ def per_sample_ms(buffers: dict, batch: int, repeats: int, calls: int) -> dict[s
     return {name: (min(ts) / calls * 1e3, statistics.median(ts) / calls * 1e3) for name, ts in times.items()}
 
 
+def add_line(add: dict[str, float], ending: dict[str, float]) -> str:
+    """``timed_fill``'s figures in words: per transition, amortized, and what ours spends committing episodes."""
+    return (f"add per transition, amortized: ours {add['ours']:.0f} us, LeRobot {add['lerobot']:.0f} us "
+            f"({add['ours'] / add['lerobot']:.2f}x, target <= 2x); ours commits each episode to the store: "
+            f"{ending['ours']:.0f} us of it, the other adds {add['ours'] - ending['ours']:.0f} us "
+            f"({(add['ours'] - ending['ours']) / add['lerobot']:.2f}x LeRobot's)")
+
+
 def section_add(args, torch, ReplayBuffer, LeRobotReplayBuffer, work: Path) -> None:
     """``add`` alone: state only, a camera as the drop-in stores it by default (float32, exact) and as uint8."""
     print(f"\n== add: {args.transitions} transitions, episodes of {args.episode}; {load()}")
@@ -107,10 +115,7 @@ def section_add(args, torch, ReplayBuffer, LeRobotReplayBuffer, work: Path) -> N
                             **({"image_storage": storage} if storage else {}))
         theirs = LeRobotReplayBuffer(args.transitions, device="cpu", use_drq=False, optimize_memory=True)
         add, ending = timed_fill({"ours": ours, "lerobot": theirs}, gen, args.transitions, args.episode)
-        print(f"  {label}: add per transition, amortized: ours {add['ours']:.0f} us, LeRobot {add['lerobot']:.0f} us "
-              f"({add['ours'] / add['lerobot']:.2f}x, target <= 2x); ours commits each episode to the store: "
-              f"{ending['ours']:.0f} us of it, the other adds {add['ours'] - ending['ours']:.0f} us "
-              f"({(add['ours'] - ending['ours']) / add['lerobot']:.2f}x LeRobot's); {load()}")
+        print(f"  {label}: {add_line(add, ending)}; {load()}")
         ours.close()
         del theirs
 
@@ -123,10 +128,7 @@ def section_add_and_sample(args, torch, ReplayBuffer, LeRobotReplayBuffer, rando
         ours = ReplayBuffer(args.transitions, device="cpu", use_drq=False, root=work / f"sample-{image}")
         theirs = LeRobotReplayBuffer(args.transitions, device="cpu", use_drq=False, optimize_memory=True)
         add, ending = timed_fill({"ours": ours, "lerobot": theirs}, gen, args.transitions, args.episode)
-        print(f"  {label}: add per transition, amortized: ours {add['ours']:.0f} us, LeRobot {add['lerobot']:.0f} us "
-              f"({add['ours'] / add['lerobot']:.2f}x, target <= 2x); ours commits each episode to the store: "
-              f"{ending['ours']:.0f} us of it, the other adds {add['ours'] - ending['ours']:.0f} us "
-              f"({(add['ours'] - ending['ours']) / add['lerobot']:.2f}x LeRobot's)")
+        print(f"  {label}: {add_line(add, ending)}")
         times = per_sample_ms({"ours": ours, "lerobot": theirs}, 256, args.repeats, args.calls)
         rows.append((label + ", no DrQ", times))
         if image is not None:
