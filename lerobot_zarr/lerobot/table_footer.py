@@ -25,16 +25,21 @@ def _leaves(typ: pa.DataType) -> int:
     return 1
 
 
+def _column_leaves(pf: pq.ParquetFile) -> dict[str, range]:
+    """The parquet leaf columns of each top-level column."""
+    out, leaf = {}, 0
+    for column in pf.schema_arrow:
+        n = _leaves(column.type)
+        out[column.name] = range(leaf, leaf + n)
+        leaf += n
+    return out
+
+
 def column_ranges(pf: pq.ParquetFile, columns: Sequence[str],
                   row_groups: Sequence[int] | None = None) -> list[tuple[int, int]]:
     """Byte ranges ``[start, stop)`` of the column chunks of ``columns`` (top-level names) in ``row_groups``
     (default all), from the footer: what reading them touches."""
-    first, leaf = {}, 0
-    for column in pf.schema_arrow:
-        n = _leaves(column.type)
-        if column.name in columns:
-            first[column.name] = range(leaf, leaf + n)
-        leaf += n
+    first = {name: leaves for name, leaves in _column_leaves(pf).items() if name in columns}
     md = pf.metadata
     out = []
     for g in range(md.num_row_groups) if row_groups is None else row_groups:
@@ -68,16 +73,6 @@ def file_pair_bounds(pf: pq.ParquetFile, groups: Sequence[int]) -> list[tuple[in
     return out
 
 
-def _leaf_of(pf: pq.ParquetFile, name: str) -> int | None:
-    """The first parquet leaf column of top-level column ``name`` (None if the file has none)."""
-    leaf = 0
-    for column in pf.schema_arrow:
-        if column.name == name:
-            return leaf
-        leaf += _leaves(column.type)
-    return None
-
-
 def _int_bounds(md: pq.FileMetaData, group: int, leaf: int | None) -> tuple[int, int] | None:
     """``(min, max)`` of an integer column chunk without nulls, from the footer (None: not given)."""
     stats = md.row_group(group).column(leaf).statistics if leaf is not None else None
@@ -103,8 +98,11 @@ def footer_table(pfs: dict[str, pq.ParquetFile], groups: Sequence[tuple[str, int
     start, length = np.full(n, -1, dtype=np.int64), np.full(n, -1, dtype=np.int64)
     tasks: dict[int, list[str]] = {}
     undetermined: list[int] = []
-    leaves = {rel: {c: _leaf_of(pf, c) for c in ("episode_index", "dataset_from_index", "dataset_to_index", "length",
-                                                 "tasks")} for rel, pf in pfs.items()}
+    leaves: dict[str, dict[str, int | None]] = {}
+    for rel, pf in pfs.items():
+        columns = _column_leaves(pf)
+        leaves[rel] = {c: columns[c][0] if columns.get(c) else None
+                       for c in ("episode_index", "dataset_from_index", "dataset_to_index", "length", "tasks")}
     end = 0
     for i, (rel, g) in enumerate(groups):
         md, leaf = pfs[rel].metadata, leaves[rel]
