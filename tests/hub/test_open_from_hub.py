@@ -8,6 +8,7 @@ lerobot_zarr's), so what a test measures at the server is what its own opens tra
 from __future__ import annotations
 
 import json
+import logging
 import re
 import shutil
 from dataclasses import dataclass, field
@@ -38,7 +39,9 @@ import lerobot_zarr
 import lerobot_zarr.hub.http as hub_http
 import lerobot_zarr.lerobot.range_files as range_files
 from lerobot_zarr import HubError, NotMaterializedError, inspect, open_dataset
+from lerobot_zarr.lerobot import source_meta
 from lerobot_zarr.lerobot.source import LeRobotSource
+from lerobot_zarr.lerobot.table_footer import footer_table
 from lerobot_zarr.store.state import has_commit_point, read_state
 from lerobot_zarr.testing.hub_server import HubServer
 from lerobot_zarr.testing.sample_data import write_sample_dataset
@@ -165,6 +168,32 @@ def test_partial_hub_open_is_bit_exact(hub, env, tmp_path, key):
                   if "/data/" in r.path}  # fmt: skip
     wanted = {repo.data_files[k], repo.data_files[m], repo.data_files[0]}  # file of episode 0: schema footer
     assert data_paths <= wanted, sorted(data_paths - wanted)
+
+
+@pytest.mark.parametrize("key", ["record-test", "open_50"])
+def test_first_open_through_the_footer_of_a_real_episode_table_is_bit_exact(hub, env, tmp_path, key, monkeypatch,
+                                                                             caplog):
+    """A first open of one episode read footer first (as tables over 16 MiB are; these real ones are smaller): the
+    store's episode table (every start, length, first task) and the episode's frames equal a local open's, whether
+    the footer's statistics give the lengths or the table is read whole after it, the reason logged."""
+    monkeypatch.setattr(source_meta, "_FOOTER_FIRST_MIN", 0)
+    footers = []
+    monkeypatch.setattr(source_meta, "footer_table", lambda *a: footers.append(a) or footer_table(*a))
+    repo = _repo(hub, key)
+    k = repo.n_episodes - 1
+    with caplog.at_level(logging.INFO, logger="lerobot_zarr"):
+        ds = open_dataset(repo.repo_id, episodes=[k], progress=False)
+    local = _local(repo, tmp_path, episodes=[k])
+    assert_same_frames(ds, local, f"{repo.repo_id} episode {k}, first open")
+    assert len(footers) == 1  # the store was made from what the footer path gave
+    got, want = read_state(ds.root).table, read_state(local.root).table
+    for name in ("start", "length", "task_index"):
+        assert getattr(got, name).tolist() == getattr(want, name).tolist(), name
+    read = sum(r.bytes_sent for r in lib_requests(hub.server, "GET", "/meta/episodes/"))
+    whole = sum(path.stat().st_size for path in (repo.folder / "meta" / "episodes").rglob("*.parquet"))
+    assert read <= whole  # each byte of the table at most once
+    # less than the table, or the reason it was read whole; a table under 64 KiB comes whole with its footer's read
+    assert read < whole or whole <= 64 << 10 or "the episode table is read whole" in caplog.text
 
 
 def test_frame_range_subset_matches_local(hub, tmp_path):
