@@ -67,13 +67,17 @@ def real(name: str) -> Path:
 
 
 def decode_file(path: Path) -> tuple[np.ndarray, np.ndarray]:
-    """Every frame of an mp4 with PyAV: (frame.time of each, rgb24 frames (N, H, W, 3))."""
+    """Every frame of an mp4 with PyAV: (frame.time of each, rgb24 frames (N, H, W, 3)). The frames are moved one
+    by one into the array returned (a real episode's frames take hundreds of MB: never held twice)."""
     times, frames = [], []
     with av.open(str(path)) as container:
         for frame in container.decode(container.streams.video[0]):
             times.append(float(frame.time))
             frames.append(frame.to_ndarray(format="rgb24"))
-    return np.asarray(times), np.stack(frames)
+    out = np.empty((len(frames), *frames[0].shape), dtype=frames[0].dtype)
+    for i in range(len(frames)):
+        out[i], frames[i] = frames[i], None
+    return np.asarray(times), out
 
 
 class Reference:
@@ -139,6 +143,8 @@ class Reference:
         gap = np.abs(times[nearest] - queries)
         assert (gap < TOLERANCE_S).all(), (f"reference: {path} has no frame within {TOLERANCE_S} s of "
                                            f"{queries[gap >= TOLERANCE_S][:3]} (episode {e})")  # fmt: skip
+        if len(nearest) and (np.diff(nearest) == 1).all():  # consecutive frames (the usual case): a view, no copy
+            return frames[nearest[0]:nearest[-1] + 1]
         return frames[nearest]
 
     def forget(self) -> None:
