@@ -73,7 +73,7 @@ def _table_reads(hub, folder) -> list[tuple[int, int]]:
 
 def test_first_open_reads_what_a_later_open_reads(hub, env, tmp_path):
     """Bytes of the episode table within 2x of what the open uses, two requests of it (its footer's tail, the row
-    groups) and at most five round trips in all at 400 as at 1,000 episodes; the store's table exact for every
+    groups) and as many round trips at 400 as at 1,000 episodes, at most five; the store's table exact for every
     episode; a later open of another episode served exactly."""
     def measure(n: int, attempt: int) -> tuple[int, int]:
         k = n // 2 + 3
