@@ -8,9 +8,12 @@ per-episode stats columns, as LeRobot's recorder flushes it). Three sections (``
 - ``rtt`` (round trips, the first open of a real Hub dataset): the server models a network (``--latency`` per
   request, one shared link of ``--gbit`` Gbit/s; ``--handshake-rtts`` more per new connection). For datasets of
   ``--scale`` episodes (default 200, 2,000, 20,000 of ``--scale-frames`` frames), a fresh process opens one
-  episode: requests, round trips (requests one after the other), bytes and wall time of the open; the same for
-  the dataset pushed by us (``push``: with our index file), and LeRobot's ``LeRobotDataset(repo_id,
-  episodes=[k])`` when lerobot is importable (run with a LeRobot environment's Python).
+  episode: requests, round trips (requests one after the other), bytes and wall time of the open, and what it uses
+  of the episode table (its footer and the needed columns of the row groups it needs: for a first open, which makes
+  the store with every episode's start, length and first task, each row group whose footer statistics do not give
+  them; a table of varied lengths has none that do) against what it reads of it; the same for the dataset pushed
+  by us (``push``: with our index file), and LeRobot's ``LeRobotDataset(repo_id, episodes=[k])`` when lerobot is
+  importable (run with a LeRobot environment's Python).
 - ``compare``: one episode of a ``--compare-episodes`` dataset of ``--compare-frames`` frames (default 2,000 of
   300-700: 400 per file), ours against LeRobot, fresh processes, ``--repeats`` interleaved runs: best and median
   wall time of the open call (imports done first: ours imports pyarrow and huggingface_hub too, which LeRobot's
@@ -196,25 +199,49 @@ def section_rtt(b: Bench, args) -> None:
             rows.append((n, "LeRobot-written, LeRobot", b.probe(PROBE_LEROBOT, f"bench/lerobot-{n}", k), table,
                          [k]))
     print(f"\n{'episodes':>9}  {'repo, reader':<26}{'requests':>9}{'round trips':>12}{'bytes':>14}{'table bytes':>13}"
-          f"{'seconds':>9}   episode table: size, footer, what locating the episode uses of it")
+          f"{'uses':>12}{'':>7}{'seconds':>9}   episode table: size, footer, what locating the episode uses of it")
     for n, label, r, table, eps in rows:
         md = pq.ParquetFile(table).metadata
+        footer = md.serialized_size + 8
+        uses = footer + (locating_uses(table, eps) if label.strip().startswith("reopen")
+                         else first_open_uses(table, eps))
+        ratio = f"{uses:>12,}{r['table_bytes'] / uses:>6.2f}x" if "pushed" not in label else f"{'-':>12}{'':>7}"
         print(f"{n:>9,}  {label:<26}{r['requests']:>9}{r['round_trips']:>12}{r['bytes']:>14,}{r['table_bytes']:>13,}"
-              f"{r['seconds']:>9.2f}   {table.stat().st_size:,} B, {md.num_row_groups} row groups, footer "
-              f"{md.serialized_size + 8:,} B, + {locating_uses(table, eps):,} B of columns")
-    print("(a reopen: the store holds every episode's start and length, made by an earlier open of another episode; "
-          "what locating an episode uses: the footer, and the columns an open needs of the row groups holding it and "
-          "where its data file begins. A first open needs every episode's start, length and first task: from the "
-          "footer's statistics where each row group's episodes share one length and one task (--tasks 1, frames "
-          "LO-LO), else the table is read whole, its footer first)")
+              f"{ratio}{r['seconds']:>9.2f}   {table.stat().st_size:,} B, "
+              f"{md.num_row_groups} row groups, footer {footer:,} B, + {locating_uses(table, eps):,} B of columns")
+    print("(uses: what the open needs of the episode table, and 'table bytes' over it (a repo pushed by us: our "
+          "index file instead). A first open (no store yet) "
+          "needs every episode's start, length and first task: the footer, and the columns an open needs of the row "
+          "groups whose episodes' lengths or tasks differ (the footer's statistics give a row group's frame range, "
+          "and its episodes' length and task only when all the same: --tasks 1, frames LO-LO) and of those "
+          "locating the episode; a reopen: the store holds every episode's start and length, made by an earlier "
+          "open of another episode; what locating an episode uses: the footer, and the columns an open needs of "
+          "the row groups holding it and where its data file begins. A table whose footer does not give the lengths "
+          "is read whole, its footer first)")
     if not have_lerobot():
         print("(LeRobot's rows skipped: lerobot is not importable here)")
 
 
-def locating_uses(table: Path, episodes: list[int]) -> int:
-    """The bytes of the columns an open needs (``EPISODE_COLUMNS``) in the row groups of the episode table holding
-    ``episodes`` and the first episode of each one's data file (besides the footer)."""
+def first_open_uses(table: Path, episodes: list[int]) -> int:
+    """The bytes of the columns a first open needs (``EPISODE_COLUMNS``) besides the footer: those of the row groups
+    whose footer statistics cannot give their episodes' lengths and tasks (lengths or tasks differ, or an episode's
+    tasks are not one string), read from the table whole, and of those locating ``episodes`` uses."""
     pf = pq.ParquetFile(table)
+    columns = [c for c in EPISODE_COLUMNS if c in pf.schema_arrow.names]
+    t = pf.read(columns=[c for c in ("length", "tasks") if c in columns]).to_pydict()
+    first = np.cumsum([0] + [pf.metadata.row_group(g).num_rows for g in range(pf.metadata.num_row_groups)])
+
+    def given(g: int) -> bool:
+        rows = range(first[g], first[g + 1])
+        tasks = {tuple(t["tasks"][r] or ()) for r in rows} if "tasks" in t else {("",)}
+        return len({t["length"][r] for r in rows}) == 1 and len(tasks) == 1 and len(next(iter(tasks))) == 1
+
+    groups = {g for g in range(pf.metadata.num_row_groups) if not given(g)} | locating_groups(pf, episodes)
+    return sum(b - a for a, b in column_ranges(pf, columns, sorted(groups)))
+
+
+def locating_groups(pf: pq.ParquetFile, episodes: list[int]) -> set[int]:
+    """The row groups of the episode table holding ``episodes`` and the first episode of each one's data file."""
     t = pf.read(columns=["episode_index", "data/chunk_index", "data/file_index"]).to_pydict()
     row = {e: r for r, e in enumerate(t["episode_index"])}
     pair = list(zip(t["data/chunk_index"], t["data/file_index"], strict=True))
@@ -223,7 +250,14 @@ def locating_uses(table: Path, episodes: list[int]) -> int:
         first_row.setdefault(p, r)
     ends = np.cumsum([pf.metadata.row_group(g).num_rows for g in range(pf.metadata.num_row_groups)])
     rows = {r for e in episodes for r in (row[e], first_row[pair[row[e]]])}
-    groups = sorted({int(np.searchsorted(ends, r, side="right")) for r in rows})
+    return {int(np.searchsorted(ends, r, side="right")) for r in rows}
+
+
+def locating_uses(table: Path, episodes: list[int]) -> int:
+    """The bytes of the columns an open needs (``EPISODE_COLUMNS``) in the row groups of the episode table holding
+    ``episodes`` and the first episode of each one's data file (besides the footer)."""
+    pf = pq.ParquetFile(table)
+    groups = sorted(locating_groups(pf, episodes))
     return sum(b - a for a, b in column_ranges(pf, [c for c in EPISODE_COLUMNS if c in pf.schema_arrow.names], groups))
 
 

@@ -16,7 +16,7 @@ import logging
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from hub_fixtures import CLIENT_NOISE, assert_same_frames, lib_requests, parse_range, sized_hub
+from hub_fixtures import CLIENT_NOISE, assert_same_frames, fewest_round_trips, lib_requests, parse_range, sized_hub
 
 import lerobot_zarr
 from lerobot_zarr.lerobot import source_meta
@@ -73,11 +73,11 @@ def _table_reads(hub, folder) -> list[tuple[int, int]]:
 
 def test_first_open_reads_what_a_later_open_reads(hub, env, tmp_path):
     """Bytes of the episode table within 2x of what the open uses, two requests of it (its footer's tail, the row
-    groups) and at most five round trips in all at 400 as at 1,000 episodes; the store's table exact for every
+    groups) and as many round trips at 400 as at 1,000 episodes, at most five; the store's table exact for every
     episode; a later open of another episode served exactly."""
-    for n in SIZES:
+    def measure(n: int, attempt: int) -> tuple[int, int]:
         k = n // 2 + 3
-        root = tmp_path / f"hub-{n}"
+        root = tmp_path / f"hub-{n}-{attempt}"
         hub.reset_stats()
         hub.network = MODEL
         try:
@@ -86,8 +86,7 @@ def test_first_open_reads_what_a_later_open_reads(hub, env, tmp_path):
             hub.network = None
         trips = hub.stats.round_trips(exclude=CLIENT_NOISE)
         read = _table_reads(hub, hub.folders[n])
-        # revision, listing, the metadata files with the table's footer, its row groups, the data file
-        assert trips <= 5 and len(read) == 2, (n, trips, [(r.path, r.range) for r in lib_requests(hub)])
+        assert len(read) == 2, (n, [(r.path, r.range) for r in lib_requests(hub)])
         assert sum(b - a for a, b in read) <= 2 * _uses(hub.folders[n], [k]), (n, read)
         assert sum(b - a for a, b in read) < (hub.folders[n] / TABLE).stat().st_size / 2, (n, read)
         assert_table_is_the_sources(root, hub.folders[n])
@@ -98,6 +97,12 @@ def test_first_open_reads_what_a_later_open_reads(hub, env, tmp_path):
         local = lerobot_zarr.open_dataset(hub.folders[n], episodes=[then], root=tmp_path / f"local-{n}",
                                           progress=False)
         assert_same_frames(ds, local, f"{n} episodes, later")
+        return len(read), trips
+
+    # revision, listing, the metadata files with the table's footer, its row groups, the data file (the fewest of a
+    # few measures: a loaded machine can add a round trip, never remove one)
+    counts = fewest_round_trips(measure, SIZES)
+    assert counts[SIZES[0]][1] == counts[SIZES[1]][1] <= 5, counts
 
 
 def _repo(hub, tmp_path, name: str, lengths, rewrite=None, n: int = SIZES[0]) -> tuple[str, object]:
