@@ -45,8 +45,12 @@ class _Spill:
     def __init__(self, path: Path, frame_shape: tuple[int, ...], dtype: np.dtype):
         self.path, self.frame_shape, self.dtype = path, tuple(frame_shape), np.dtype(dtype)
         self.frame_bytes = int(np.prod(self.frame_shape)) * self.dtype.itemsize
-        self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        self.fd = self._open()
         self.frames = 0
+
+    def _open(self) -> int:
+        # the mode of a pack file: the spill becomes one (renamed) when its episode starts a new pack
+        return os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
 
     def append(self, frame: np.ndarray) -> None:
         data = memoryview(np.ascontiguousarray(frame, dtype=self.dtype)).cast("B")
@@ -62,7 +66,9 @@ class _Spill:
         return np.memmap(self.path, dtype=self.dtype, mode="r", shape=(self.frames, *self.frame_shape))
 
     def clear(self) -> None:
-        os.ftruncate(self.fd, 0)
+        """Empty, as a new file: the store may have taken the old one as a pack (never truncated then)."""
+        os.close(self.fd)
+        self.fd = self._open()
         self.frames = 0
 
     def close(self) -> None:
@@ -254,7 +260,8 @@ class Recorder:
                     f"after clear_episode_buffer()", path=self._store.root)
             self._writer.drain()
             frames, tasks = self._buffered()
-        self._store.add_episode(frames, task=tasks)
+        spills = {} if episode_data is not None else {key: spill.path for key, spill in self._spills.items()}
+        self._store.add_episode(frames, task=tasks, frame_files=spills)
         if episode_data is None:
             self.clear_episode_buffer()
         self._on_saved()

@@ -327,7 +327,8 @@ class WritableDataset:
             raise SchemaMismatchError(f"{self.root}: an episode needs at least one frame", episode=episode)
         return n, out
 
-    def add_episode(self, frames: Mapping[str, Any], *, task: str | Sequence[str], tail: int = 0) -> int:
+    def add_episode(self, frames: Mapping[str, Any], *, task: str | Sequence[str], tail: int = 0,
+                    frame_files: Mapping[str, str | os.PathLike] | None = None) -> int:
         """Append one episode atomically and return its ``episode_index``.
 
         ``frames`` maps every feature (LeRobot's own ones excepted) to an array of (T, *shape) values; ``task``
@@ -340,8 +341,17 @@ class WritableDataset:
         frames of it (the table lists T - tail; they count for nothing, and move with no edit): what
         :mod:`lerobot_zarr.writing.transitions` keeps an RL episode's final observation in. Their ``frame_index``,
         ``episode_index`` and ``index`` go on from the episode's; ``task`` names the episode's frames only.
+
+        ``frame_files``: for raw features whose ``frames`` are a memory map of a whole file in the store's folder (a
+        recorder's spill), that file; when the episode starts a new pack, the file becomes the pack's by a rename
+        instead of a copy of its frames (gone from where it was unless the append fails before its commit).
+        Otherwise the frames are copied and the file is left as it is.
         """
-        return self._append(frames, task, extend=False, tail=tail)
+        try:
+            return self._append(frames, task, extend=False, tail=tail, frame_files=frame_files)
+        except BaseException:
+            self._tx.unadopt()
+            raise
 
     def extend_episode(self, frames: Mapping[str, Any], *, task: str | Sequence[str], tail: int = 0) -> int:
         """Append frames to the last episode in one commit (a long recording saved in parts, or an RL episode
@@ -355,7 +365,8 @@ class WritableDataset:
         frames of any episode)."""
         return self._append(frames, task, extend=True, tail=tail)
 
-    def _append(self, frames: Mapping[str, Any], task: str | Sequence[str], *, extend: bool, tail: int) -> int:
+    def _append(self, frames: Mapping[str, Any], task: str | Sequence[str], *, extend: bool, tail: int,
+                frame_files: Mapping[str, str | os.PathLike] | None = None) -> int:
         self._check_open()
         table = self._tx.state.table
         tail = count_arg("tail", tail, 0)
@@ -410,15 +421,16 @@ class WritableDataset:
             # an episode moved to be extended gets room to grow in place: doubling keeps long ones linear
             packs, pack, offset = self._tx.allocate(packs, rows, 2 * rows if relocated else 0)
             write_at, written = offset, data
+        adopted = self._tx.adopt_files(frame_files, frames, data, pack, packs) if frame_files and not extend else set()
         episode = {name: EpisodeFrames(np.asarray(old[name]) if in_place else None, written[name][:n] if in_place
                                  else written[name][:before + n]) for name in written}
         if sum(v.nbytes for v in written.values()) < _INLINE_STATS_BYTES:  # a thread costs more than it saves
             new_stats = self._episode_stats_of(episode)
-            self._tx.write_episode(packs, pack, write_at, written)
+            self._tx.write_episode(packs, pack, write_at, written, adopted)
         else:  # numpy stats overlap the row writes (system calls release the GIL)
             with ThreadPoolExecutor(1) as pool:
                 stats = pool.submit(self._episode_stats_of, episode)
-                self._tx.write_episode(packs, pack, write_at, written)
+                self._tx.write_episode(packs, pack, write_at, written, adopted)
                 new_stats = stats.result()
         # the content hash covers the episode's rows: the committed ones it keeps, the new ones, not the tail rows
         del self._tx.fresh[(pack, write_at)]

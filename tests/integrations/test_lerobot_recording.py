@@ -201,6 +201,40 @@ def test_recording_lifecycle(tmp_path):
     assert again[5]["observation.state"].tolist() == [2, 0, 200]
 
 
+def test_save_episode_renames_the_spill_into_a_new_pack(tmp_path, monkeypatch):
+    """An episode that starts a new pack gets the recorder's spill file as that pack (a rename: the same inode, no
+    copy of its frames); one that fits the open pack's free rows is copied; both read back as recorded, and the
+    recording goes on in a new spill."""
+    import functools
+
+    import lerobot_zarr.writing.writer as writer_module
+    from lerobot_zarr.store.state import chunk_path, read_state
+
+    frame_bytes = 24 * 32 * 3  # packs of 4 frames of the camera
+    monkeypatch.setattr(writer_module, "create", functools.partial(writer_module.create, pack_bytes=4 * frame_bytes))
+    root = tmp_path / "ds"
+    ds = LeRobotDataset.create(REPO_ID, 30, FEATURES, root=root)
+    key = "observation.images.cam"
+    for e, n in enumerate((6, 3, 1)):
+        for i in range(n):
+            ds.add_frame(_frame(e, i))
+        spill = ds.writer._spills[key].path
+        inode = os.stat(spill).st_ino
+        ds.save_episode()
+        state = read_state(root)
+        pack = int(state.table.chunk[e])
+        renamed = os.stat(chunk_path(root, key, pack, 4)).st_ino == inode
+        assert renamed == (e < 2), e  # episode 2 (1 frame) fits pack 1's free row: copied
+        assert os.path.exists(spill)  # a new (empty) spill for the next episode, or the old one copied from
+    ds.finalize()
+    got = [ds[i] for i in range(len(ds))]
+    expected = [(e, i) for e, n in enumerate((6, 3, 1)) for i in range(n)]
+    for item, (e, i) in zip(got, expected, strict=True):
+        ref = _frame(e, i)
+        assert item["observation.state"].tolist() == ref["observation.state"].tolist()
+        np.testing.assert_array_equal((item[key] * 255).round().byte().permute(1, 2, 0).numpy(), ref[key])
+
+
 def test_depth_unit_learnt_from_the_first_frame(tmp_path):
     """A depth camera without a unit records its first frame's (float metres here), as LeRobot's recorder; a later
     frame of another dtype is refused when the episode is saved (LeRobot's writer fails on it too)."""
