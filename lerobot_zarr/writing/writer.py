@@ -342,15 +342,14 @@ class WritableDataset:
         :mod:`lerobot_zarr.writing.transitions` keeps an RL episode's final observation in. Their ``frame_index``,
         ``episode_index`` and ``index`` go on from the episode's; ``task`` names the episode's frames only.
 
-        ``frame_files``: for raw features whose ``frames`` are a memory map of a whole file in the store's folder (a
-        recorder's spill), that file; when the episode starts a new pack, the file becomes the pack's by a rename
-        instead of a copy of its frames (gone from where it was unless the append fails before its commit).
-        Otherwise the frames are copied and the file is left as it is.
+        ``frame_files``: raw features' files in the store's folder whose whole memory map their ``frames`` are (a
+        recorder's spill): when the episode starts a new pack, such a file becomes the pack's by a rename, not a
+        copy (unless the append fails before its commit); otherwise the frames are copied and the file left as is.
         """
         try:
             return self._append(frames, task, extend=False, tail=tail, frame_files=frame_files)
         except BaseException:
-            self._tx.unadopt()
+            self._tx.unadopt()  # the files taken go back, unless committed
             raise
 
     def extend_episode(self, frames: Mapping[str, Any], *, task: str | Sequence[str], tail: int = 0) -> int:
@@ -427,18 +426,15 @@ class WritableDataset:
         if sum(v.nbytes for v in written.values()) < _INLINE_STATS_BYTES:  # a thread costs more than it saves
             new_stats = self._episode_stats_of(episode)
             self._tx.write_episode(packs, pack, write_at, written, adopted)
-        else:  # numpy stats overlap the row writes (system calls release the GIL)
+            hashes = self._episode_hashes(episode)
+        else:  # numpy stats overlap the row writes and the hashes (system calls and crc32c release the GIL)
             with ThreadPoolExecutor(1) as pool:
                 stats = pool.submit(self._episode_stats_of, episode)
                 self._tx.write_episode(packs, pack, write_at, written, adopted)
+                hashes = self._episode_hashes(episode)
                 new_stats = stats.result()
-        # the content hash covers the episode's rows: the committed ones it keeps, the new ones, not the tail rows
         del self._tx.fresh[(pack, write_at)]
-        arrays = self._tx.state.arrays
-        self._tx.fresh[(pack, offset)] = {
-            name: content_hash(arrays[name], frames.numeric()) if arrays[name].is_text else
-            crc32c(frames.new, 0 if frames.head is None else crc32c(np.ascontiguousarray(frames.head)))
-            for name, frames in episode.items()}
+        self._tx.fresh[(pack, offset)] = hashes
         if not in_place:
             self._tx.write_stats_file(pack, offset, new_stats)
         rows = self._tx.episode_stats_rows()
@@ -459,6 +455,13 @@ class WritableDataset:
         if in_place:
             self._tx.write_stats_file(pack, offset, new_stats)
         return len(new_table) - 1
+
+    def _episode_hashes(self, episode: Mapping[str, EpisodeFrames]) -> dict[str, int]:
+        """Each feature's content hash: of the rows the episode keeps and its new ones, not of tail rows."""
+        arrays = self._tx.state.arrays
+        return {name: content_hash(arrays[name], frames.numeric()) if arrays[name].is_text else
+                crc32c(frames.new, 0 if frames.head is None else crc32c(np.ascontiguousarray(frames.head)))
+                for name, frames in episode.items()}
 
     def _episode_stats_of(self, episode: Mapping[str, EpisodeFrames]) -> dict[str, dict[str, np.ndarray]]:
         # colour cameras' stats read a sample of frames: the rest need all of them
