@@ -30,23 +30,27 @@ from ..cameras.depth import is_depth_feature
 from ..errors import FrameNotWrittenError
 from ..lerobot.format import CAMERA_DTYPES, DEFAULT_FEATURES
 from ..utils.fileio import disk_error, pwrite_all
-from ..writing.segments import BackgroundEncoder
+from ..utils.libc import start_writeback
+from ..writing.segments import SEGMENT_STORAGES, BackgroundEncoder
 from .lerobot_frames import CameraFrameError, as_numpy, camera_frame, check_frame, depth_unit_of
 
 __all__ = ["Recorder"]
 
 logger = logging.getLogger(__name__)
 SPILL_PREFIX = ".recording.tmp-"  # a name the store's next writer removes as debris (``.*.tmp-*``)
+_WRITEBACK_BYTES = 4 << 20
 
 
 class _Spill:
     """One camera's frames of the episode being recorded, appended to a file (read back as a memory map)."""
 
-    def __init__(self, path: Path, frame_shape: tuple[int, ...], dtype: np.dtype):
+    def __init__(self, path: Path, frame_shape: tuple[int, ...], dtype: np.dtype, writeback: bool):
         self.path, self.frame_shape, self.dtype = path, tuple(frame_shape), np.dtype(dtype)
         self.frame_bytes = int(np.prod(self.frame_shape)) * self.dtype.itemsize
         self.fd = self._open()
         self.frames = 0
+        # a durable store flushes each episode at its commit: its frames start their way to disk as they come
+        self.writeback, self.written_back = writeback, 0
 
     def _open(self) -> int:
         # the mode of a pack file: the spill becomes one (renamed) when its episode starts a new pack
@@ -59,6 +63,10 @@ class _Spill:
         except OSError as exc:
             raise disk_error(exc, self.path) from None
         self.frames += 1
+        end = self.frames * self.frame_bytes
+        if self.writeback and end - self.written_back >= _WRITEBACK_BYTES:
+            start_writeback(self.fd, self.written_back, end - self.written_back)
+            self.written_back = end
 
     def frames_map(self) -> np.ndarray:
         if not self.frames:
@@ -69,7 +77,7 @@ class _Spill:
         """Empty, as a new file: the store may have taken the old one as a pack (never truncated then)."""
         os.close(self.fd)
         self.fd = self._open()
-        self.frames = 0
+        self.frames = self.written_back = 0
 
     def close(self) -> None:
         os.close(self.fd)
@@ -150,7 +158,7 @@ class Recorder:
         self._episodes_since_last_encoding = 0  # LeRobot's name: saved episodes the encoder was not told of yet
         self._every = 1 if streaming_encoding else batch_encoding_size
         if (streaming_encoding or batch_encoding_size > 1) and any(
-                specs[k].kind == "video" and specs[k].storage == "raw" for k in self._cameras):
+                specs[k].kind == "video" and specs[k].storage in SEGMENT_STORAGES for k in self._cameras):
             self._encoder = BackgroundEncoder(store.root, encoder_threads)
         # LeRobot's (its VideoEncodingManager cancels it when recording fails)
         self._streaming_encoder = self._encoder if streaming_encoding else None
@@ -239,7 +247,8 @@ class Recorder:
 
     def _spill(self, key: str, spec: Any) -> _Spill:
         if key not in self._spills:
-            self._spills[key] = _Spill(self._folder / str(len(self._spills)), spec.frame_shape, spec.dtype)
+            self._spills[key] = _Spill(self._folder / str(len(self._spills)), spec.frame_shape, spec.dtype,
+                                       writeback=self._store.durable)
         return self._spills[key]
 
     def save_episode(self, episode_data: dict | None = None, parallel_encoding: bool = True) -> None:

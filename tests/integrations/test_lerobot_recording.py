@@ -235,6 +235,34 @@ def test_save_episode_renames_the_spill_into_a_new_pack(tmp_path, monkeypatch):
         np.testing.assert_array_equal((item[key] * 255).round().byte().permute(1, 2, 0).numpy(), ref[key])
 
 
+@pytest.mark.parametrize("durable", [True, False])
+def test_a_durable_recording_starts_writing_frames_to_disk_as_they_come(tmp_path, monkeypatch, durable):
+    """A durable store flushes each episode at its commit: the spill asks the system to start writing its frames
+    (every 4 MiB, the whole spill by the end) so that the flush finds them on their way; a store that is not
+    durable does not."""
+    import lerobot_zarr.integrations.lerobot_recorder as recorder_module
+
+    calls = []
+    real = recorder_module.start_writeback
+    monkeypatch.setattr(recorder_module, "start_writeback", lambda fd, offset, n: (calls.append((offset, n)),
+                                                                                   real(fd, offset, n)))
+    features = {"observation.images.cam": {"dtype": "video", "shape": (480, 640, 3),
+                                           "names": ["height", "width", "channels"]}}
+    ds = LeRobotDataset.create(REPO_ID, 30, features, root=tmp_path / "ds", durable=durable)
+    frame_bytes = 480 * 640 * 3
+    for i in range(12):
+        ds.add_frame({"observation.images.cam": np.full((480, 640, 3), i, np.uint8), "task": "t"})
+    ds.writer._writer.drain()
+    if durable:
+        assert calls and calls[0][0] == 0 and all(a[0] + a[1] == b[0] for a, b in zip(calls, calls[1:]))
+        assert calls[-1][0] + calls[-1][1] > 12 * frame_bytes - (4 << 20) and all(n >= 4 << 20 for _, n in calls)
+    else:
+        assert calls == []
+    ds.save_episode()
+    ds.finalize()
+    assert int(ds[11]["observation.images.cam"][0, 0, 0] * 255 + 0.5) == 11
+
+
 def test_depth_unit_learnt_from_the_first_frame(tmp_path):
     """A depth camera without a unit records its first frame's (float metres here), as LeRobot's recorder; a later
     frame of another dtype is refused when the episode is saved (LeRobot's writer fails on it too)."""
