@@ -73,6 +73,13 @@ class _Spill:
             return np.empty((0, *self.frame_shape), self.dtype)
         return np.memmap(self.path, dtype=self.dtype, mode="r", shape=(self.frames, *self.frame_shape))
 
+    def taken(self) -> bool:
+        """Whether the store took the file as a pack (it is no longer at the spill's path)."""
+        try:
+            return os.stat(self.path).st_ino != os.fstat(self.fd).st_ino
+        except FileNotFoundError:
+            return True
+
     def clear(self) -> None:
         """Empty, as a new file: the store may have taken the old one as a pack (never truncated then)."""
         os.close(self.fd)
@@ -270,7 +277,12 @@ class Recorder:
             self._writer.drain()
             frames, tasks = self._buffered()
         spills = {} if episode_data is not None else {key: spill.path for key, spill in self._spills.items()}
-        self._store.add_episode(frames, task=tasks, frame_files=spills)
+        try:
+            self._store.add_episode(frames, task=tasks, frame_files=spills)
+        except BaseException:
+            if any(spill.taken() for spill in self._spills.values()):  # the store kept them (its commit went
+                self.clear_episode_buffer()  # through, or it cannot tell): never written again, nor read from
+            raise
         if episode_data is None:
             self.clear_episode_buffer()
         self._on_saved()

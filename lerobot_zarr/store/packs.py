@@ -33,9 +33,9 @@ from .state import chunk_path, retired_path
 from .tables import ArraySpec
 from .text import decode_text, encode_text
 
-__all__ = ["ensure_pack", "adopt_pack_file", "unadopt_pack_file", "write_rows", "write_pack_bytes", "HUGE_PAGE", "row_writer", "open_pack",
-           "open_array_pack", "read_raw_rows", "read_text_rows", "read_shard_index", "shard_index_bytes", "retire_pack",
-           "remove_retired", "RowWriter"]
+__all__ = ["ensure_pack", "adopt_pack_file", "unadopt_pack_file", "write_rows", "write_pack_bytes", "HUGE_PAGE",
+           "row_writer", "open_pack", "open_array_pack", "read_raw_rows", "read_text_rows", "read_shard_index",
+           "shard_index_bytes", "retire_pack", "remove_retired", "RowWriter"]
 
 _EMPTY = np.uint64(2**64 - 1)
 _pack_locks: dict[str, threading.Lock] = {}

@@ -37,15 +37,15 @@ from typing import Any
 
 import numpy as np
 
+from ..cameras.frame_codecs import decode_batch, frame_codec
 from ..cameras.video import VideoWriter, codec_name, segment_packets, writer_settings
 from ..sampling.dataset import LeRobotZarrDataset
-from ..cameras.frame_codecs import decode_batch, frame_codec
 from ..store.packs import open_array_pack, read_shard_index
 from ..utils.fileio import check_in_store, replace_file
 from ..utils.hashing import compact_frame_header, crc32c
 
-__all__ = ["SEGMENTS", "SEGMENT_STORAGES", "CameraEncoding", "camera_encodings", "episode_hashes", "find_segment", "make_segment",
-           "encode_missing", "recorded_encoder", "BackgroundEncoder"]
+__all__ = ["SEGMENTS", "SEGMENT_STORAGES", "CameraEncoding", "camera_encodings", "episode_hashes", "find_segment",
+           "make_segment", "encode_missing", "recorded_encoder", "BackgroundEncoder"]
 
 SEGMENTS = ".segments"  # the store's folder of segments (hidden: not a feature's folder)
 SEGMENT_STORAGES = ("raw", "compact")  # cameras whose episodes get segments: those whose stored bytes are hashed
@@ -190,12 +190,13 @@ def _stored_frames(ds: LeRobotZarrDataset, key: str, episode: int) -> tuple[int,
 
 
 def encode_missing(root: str | os.PathLike, threads: int | None = None, *, prune: bool = False) -> int:
-    """Make the segments the store at ``root`` lacks (its video cameras kept raw or compact, every committed episode);
-    ``prune``: remove the segments no episode has any more. Returns how many were made."""
+    """Make the segments the store at ``root`` lacks (its video cameras kept raw or compact, every committed
+    episode); ``prune``: remove the segments no episode has any more. Returns how many were made."""
     made = 0
     ds = LeRobotZarrDataset(root)
     try:
-        keys = [k for k, spec in ds.array_specs.items() if spec.kind == "video" and spec.storage in SEGMENT_STORAGES]
+        keys = [k for k, spec in ds.array_specs.items()
+                if spec.kind == "video" and spec.storage in SEGMENT_STORAGES]
         wanted = set()
         for encoding in camera_encodings(ds, keys, threads).values():
             hashes = episode_hashes(ds, encoding.key)

@@ -29,24 +29,9 @@ from ..lerobot.format import CAMERA_DTYPES, aggregate_stats, episodes_stats, sta
 from ..store.committing import append_commit, commit, live_matches, live_runs, repair_live
 from ..store.hashes import ContentHashes
 from ..store.log import FOLD_BYTES, FOLD_RECORDS, LOG_FILE, encode_record
-from ..store.packs import (
-    adopt_pack_file,
-    open_array_pack,
-    read_text_rows,
-    remove_retired,
-    retire_pack,
-    unadopt_pack_file,
-    write_rows,
-)
-from ..store.state import (
-    CREATING_MARKER,
-    StoreState,
-    apply_record,
-    chunk_path,
-    counted_info,
-    read_state,
-    stats_path,
-)
+from ..store.packs import (adopt_pack_file, open_array_pack, read_text_rows, remove_retired, retire_pack,
+                           unadopt_pack_file, write_rows)
+from ..store.state import CREATING_MARKER, StoreState, apply_record, chunk_path, counted_info, read_state, stats_path
 from ..store.tables import ArraySpec, EpisodeTable, PackLayout, pack_rows_target
 from ..utils.fileio import (
     atomic_write,

@@ -235,6 +235,43 @@ def test_save_episode_renames_the_spill_into_a_new_pack(tmp_path, monkeypatch):
         np.testing.assert_array_equal((item[key] * 255).round().byte().permute(1, 2, 0).numpy(), ref[key])
 
 
+def test_a_save_episode_failing_after_its_commit_never_writes_into_the_taken_spill(tmp_path, monkeypatch):
+    """A save_episode that raises after its commit (here: the writer's follower of commits fails) keeps the episode
+    (committed), and the recorder never writes the next episode's frames into the file the store took as that
+    episode's pack: the next episode records into a new spill and both read back exact."""
+    import functools
+
+    import lerobot_zarr.writing.writer as writer_module
+    from lerobot_zarr.store.state import read_state
+
+    monkeypatch.setattr(writer_module, "create", functools.partial(writer_module.create, pack_bytes=4 * 24 * 32 * 3))
+    root = tmp_path / "ds"
+    ds = LeRobotDataset.create(REPO_ID, 30, FEATURES, root=root)
+    for i in range(6):
+        ds.add_frame(_frame(0, i))
+    tx = ds.writer._store._tx
+    follow = tx.on_commit
+
+    def fail_after(state):
+        follow(state)
+        tx.on_commit = follow
+        raise OSError(5, "Input/output error (test)")
+
+    tx.on_commit = fail_after
+    with pytest.raises(OSError, match="test"):
+        ds.save_episode()
+    assert len(read_state(root).table) == 1 and not ds.has_pending_frames()
+    for i in range(6):
+        ds.add_frame(_frame(1, i))
+    ds.save_episode()
+    ds.finalize()
+    for index, (e, i) in enumerate([(e, i) for e in range(2) for i in range(6)]):
+        item = ds[index]
+        assert item["observation.state"].tolist() == _frame(e, i)["observation.state"].tolist()
+        np.testing.assert_array_equal((item["observation.images.cam"] * 255).round().byte().permute(1, 2, 0).numpy(),
+                                      _frame(e, i)["observation.images.cam"])
+
+
 @pytest.mark.parametrize("durable", [True, False])
 def test_a_durable_recording_starts_writing_frames_to_disk_as_they_come(tmp_path, monkeypatch, durable):
     """A durable store flushes each episode at its commit: the spill asks the system to start writing its frames
