@@ -123,3 +123,49 @@ def test_a_failed_commit_puts_the_file_back(tmp_path, monkeypatch):
     assert not path.exists()
     store.close()
     _check(root, [first, ep])
+
+
+_KILLED_AFTER_THE_RENAME = """
+import os, signal, sys
+import numpy as np
+import lerobot_zarr as lz
+import lerobot_zarr.writing.transaction as tx
+sys.path.insert(0, {tests!r})
+from test_writer_frame_files import FEATURES, FRAME_BYTES, CAM, _episode, _spill
+from pathlib import Path
+
+root = Path({root!r})
+store = lz.create(root, fps=10, features=FEATURES, pack_bytes=4 * FRAME_BYTES)
+store.add_episode(_episode(6, 0), task="t")
+ep = _episode(5, 1)
+path, mapped = _spill(root, ep[CAM])
+die = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)  # after the rename, before the commit
+tx.commit = tx.append_commit = die
+store.add_episode({{**ep, CAM: mapped}}, task="t", frame_files={{CAM: path}})
+"""
+
+
+def test_a_writer_killed_between_the_rename_and_the_commit_leaves_nothing_served(tmp_path):
+    """SIGKILL after the spill became pack 1's file, before the commit: readers see the committed episode only, the
+    next writer removes the uncommitted pack, and the next episode takes pack 1 again, exact."""
+    import subprocess
+    import sys
+
+    root = tmp_path / "ds"
+    script = _KILLED_AFTER_THE_RENAME.format(tests=str(Path(__file__).parent), root=str(root))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[2]),
+                                                       os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run([sys.executable, "-c", script], env=env, timeout=300, capture_output=True)
+    assert done.returncode == -9, done.stderr.decode()[-2000:]
+    assert os.path.exists(chunk_path(root, CAM, 1, 4))  # the renamed spill, listed by no commit
+    first = _episode(6, 0)
+    _check(root, [first])
+    store = lz.WritableDataset(root)  # the next writer: the uncommitted pack is debris
+    assert not os.path.exists(chunk_path(root, CAM, 1, 4))
+    ep = _episode(5, 2)
+    path, mapped = _spill(root, ep[CAM], ".recording.tmp-y/0")
+    inode = os.stat(path).st_ino
+    store.add_episode({**ep, CAM: mapped}, task="t", frame_files={CAM: path})
+    assert _pack_of(root, 1) == (1, 0) and os.stat(chunk_path(root, CAM, 1, 4)).st_ino == inode
+    store.close()
+    _check(root, [first, ep])
