@@ -4,7 +4,9 @@ recorder on the same frames, in one run. Needs torch and lerobot (``/path/to/ler
     python benchmarks/bench_record.py speed --episodes 3 --frames 90     # 3 cameras 480x640, 30 fps
     python benchmarks/bench_record.py kill --kills 20                      # SIGKILL battery, 3 cameras 96x128
 
-``speed``: each recorder takes the same frames as fast as it can (``add_frame`` then ``save_episode``); reported:
+``speed``: each recorder takes the same frames as fast as it can (``add_frame`` then ``save_episode``; with
+``--paced`` at 30 fps, as a camera gives them: what is left to do at ``save_episode`` is then what a real
+recording waits for, not frames queued faster than a camera makes them); reported:
 frames/s over the whole recording (add_frame + save_episode), ``add_frame`` p50/p99 (and its p99 without the time
 the thread waited for a CPU: on a loaded machine the scheduler's share), ``save_episode`` p50/p99, then
 what finishing costs (LeRobot's ``finalize``; ours: ``finalize`` and the export a push makes: waiting for the
@@ -96,7 +98,10 @@ def speed(args: argparse.Namespace) -> None:
         adds, waits, saves = [], [], []
         start = time.perf_counter()
         for episode in frames:
-            for f in episode:
+            clock = time.perf_counter()
+            for i, f in enumerate(episode):
+                if args.paced:  # a camera's rate: frame i of the episode is taken at i / FPS
+                    time.sleep(max(0.0, clock + i / FPS - time.perf_counter()))
                 f = dict(f)  # LeRobot's add_frame takes the task out of the dict it is given
                 w = _cpu_wait()
                 t = time.perf_counter()
@@ -252,6 +257,8 @@ def main() -> None:
     p.add_argument("--height", type=int, default=480)
     p.add_argument("--width", type=int, default=640)
     p.add_argument("--streaming", action="store_true", help="also LeRobot with streaming_encoding=True")
+    p.add_argument("--paced", action="store_true", help="frames given at 30 fps (a camera's rate), not as fast as "
+                                                         "each recorder takes them")
     p.add_argument("--tmp", default=None)
     p.set_defaults(run=speed)
     p = sub.add_parser("kill")

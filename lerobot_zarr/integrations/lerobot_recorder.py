@@ -30,23 +30,31 @@ from ..cameras.depth import is_depth_feature
 from ..errors import FrameNotWrittenError
 from ..lerobot.format import CAMERA_DTYPES, DEFAULT_FEATURES
 from ..utils.fileio import disk_error, pwrite_all
-from ..writing.segments import BackgroundEncoder
+from ..utils.libc import start_writeback
+from ..writing.segments import SEGMENT_STORAGES, BackgroundEncoder
 from .lerobot_frames import CameraFrameError, as_numpy, camera_frame, check_frame, depth_unit_of
 
 __all__ = ["Recorder"]
 
 logger = logging.getLogger(__name__)
 SPILL_PREFIX = ".recording.tmp-"  # a name the store's next writer removes as debris (``.*.tmp-*``)
+_WRITEBACK_BYTES = 4 << 20
 
 
 class _Spill:
     """One camera's frames of the episode being recorded, appended to a file (read back as a memory map)."""
 
-    def __init__(self, path: Path, frame_shape: tuple[int, ...], dtype: np.dtype):
+    def __init__(self, path: Path, frame_shape: tuple[int, ...], dtype: np.dtype, writeback: bool):
         self.path, self.frame_shape, self.dtype = path, tuple(frame_shape), np.dtype(dtype)
         self.frame_bytes = int(np.prod(self.frame_shape)) * self.dtype.itemsize
-        self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        self.fd = self._open()
         self.frames = 0
+        # a durable store flushes each episode at its commit: its frames start their way to disk as they come
+        self.writeback, self.written_back = writeback, 0
+
+    def _open(self) -> int:
+        # the mode of a pack file: the spill becomes one (renamed) when its episode starts a new pack
+        return os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
 
     def append(self, frame: np.ndarray) -> None:
         data = memoryview(np.ascontiguousarray(frame, dtype=self.dtype)).cast("B")
@@ -55,15 +63,28 @@ class _Spill:
         except OSError as exc:
             raise disk_error(exc, self.path) from None
         self.frames += 1
+        end = self.frames * self.frame_bytes
+        if self.writeback and end - self.written_back >= _WRITEBACK_BYTES:
+            start_writeback(self.fd, self.written_back, end - self.written_back)
+            self.written_back = end
 
     def frames_map(self) -> np.ndarray:
         if not self.frames:
             return np.empty((0, *self.frame_shape), self.dtype)
         return np.memmap(self.path, dtype=self.dtype, mode="r", shape=(self.frames, *self.frame_shape))
 
+    def taken(self) -> bool:
+        """Whether the store took the file as a pack (it is no longer at the spill's path)."""
+        try:
+            return os.stat(self.path).st_ino != os.fstat(self.fd).st_ino
+        except FileNotFoundError:
+            return True
+
     def clear(self) -> None:
-        os.ftruncate(self.fd, 0)
-        self.frames = 0
+        """Empty, as a new file: the store may have taken the old one as a pack (never truncated then)."""
+        os.close(self.fd)
+        self.fd = self._open()
+        self.frames = self.written_back = 0
 
     def close(self) -> None:
         os.close(self.fd)
@@ -144,7 +165,7 @@ class Recorder:
         self._episodes_since_last_encoding = 0  # LeRobot's name: saved episodes the encoder was not told of yet
         self._every = 1 if streaming_encoding else batch_encoding_size
         if (streaming_encoding or batch_encoding_size > 1) and any(
-                specs[k].kind == "video" and specs[k].storage == "raw" for k in self._cameras):
+                specs[k].kind == "video" and specs[k].storage in SEGMENT_STORAGES for k in self._cameras):
             self._encoder = BackgroundEncoder(store.root, encoder_threads)
         # LeRobot's (its VideoEncodingManager cancels it when recording fails)
         self._streaming_encoder = self._encoder if streaming_encoding else None
@@ -233,7 +254,8 @@ class Recorder:
 
     def _spill(self, key: str, spec: Any) -> _Spill:
         if key not in self._spills:
-            self._spills[key] = _Spill(self._folder / str(len(self._spills)), spec.frame_shape, spec.dtype)
+            self._spills[key] = _Spill(self._folder / str(len(self._spills)), spec.frame_shape, spec.dtype,
+                                       writeback=self._store.durable)
         return self._spills[key]
 
     def save_episode(self, episode_data: dict | None = None, parallel_encoding: bool = True) -> None:
@@ -254,7 +276,13 @@ class Recorder:
                     f"after clear_episode_buffer()", path=self._store.root)
             self._writer.drain()
             frames, tasks = self._buffered()
-        self._store.add_episode(frames, task=tasks)
+        spills = {} if episode_data is not None else {key: spill.path for key, spill in self._spills.items()}
+        try:
+            self._store.add_episode(frames, task=tasks, frame_files=spills)
+        except BaseException:
+            if any(spill.taken() for spill in self._spills.values()):  # the store kept them (its commit went
+                self.clear_episode_buffer()  # through, or it cannot tell): never written again, nor read from
+            raise
         if episode_data is None:
             self.clear_episode_buffer()
         self._on_saved()

@@ -27,15 +27,15 @@ from typing import Any
 import numpy as np
 
 from ..errors import CorruptStoreError
-from ..utils.fileio import check_in_store, create_sized, open_nofollow, pwrite_all
+from ..utils.fileio import check_in_store, create_sized, disk_error, open_nofollow, pwrite_all
 from ..utils.hashing import Crc32c, compact_frame_header, crc32c
 from .state import chunk_path, retired_path
 from .tables import ArraySpec
 from .text import decode_text, encode_text
 
-__all__ = ["ensure_pack", "write_rows", "write_pack_bytes", "HUGE_PAGE", "row_writer", "open_pack",
-           "open_array_pack", "read_raw_rows", "read_text_rows", "read_shard_index", "shard_index_bytes", "retire_pack",
-           "remove_retired", "RowWriter"]
+__all__ = ["ensure_pack", "adopt_pack_file", "unadopt_pack_file", "write_rows", "write_pack_bytes", "HUGE_PAGE",
+           "row_writer", "open_pack", "open_array_pack", "read_raw_rows", "read_text_rows", "read_shard_index",
+           "shard_index_bytes", "retire_pack", "remove_retired", "RowWriter"]
 
 _EMPTY = np.uint64(2**64 - 1)
 _pack_locks: dict[str, threading.Lock] = {}
@@ -84,6 +84,37 @@ def _ensure_file(root: str | os.PathLike, path: str, spec: ArraySpec, rows: int)
             pass
         finally:
             os.unlink(tmp)
+
+
+def adopt_pack_file(root: str | os.PathLike, name: str, spec: ArraySpec, pack: int, rows: int,
+                    path: str | os.PathLike) -> str:
+    """Make the file ``path`` of the store (a raw feature's frames from byte 0: the rows of a new pack ``pack``
+    that no commit lists yet) that pack's file by a rename instead of a copy of its frames: sized to ``rows`` rows
+    first (what it lacks a hole), so that the file at the pack's path always has the pack's size. Returns the
+    pack's path (:func:`unadopt_pack_file` moves it back if the commit fails)."""
+    target = chunk_path(root, name, pack, spec.ndim)
+    check_in_store(root, target)
+    fd = open_nofollow(path, os.O_WRONLY, root=root)
+    try:
+        size = os.fstat(fd).st_size
+        if size > rows * spec.frame_bytes:
+            raise CorruptStoreError(f"{path}: {size} bytes, more than the {rows} rows of pack {pack} of feature "
+                                    f"{name!r}", path=path, feature=name)
+        try:
+            os.ftruncate(fd, rows * spec.frame_bytes)
+        except OSError as exc:
+            raise disk_error(exc, path) from None
+    finally:
+        os.close(fd)
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    os.replace(path, target)  # a file there is debris of an append that never committed (pack >= the packs')
+    return target
+
+
+def unadopt_pack_file(root: str | os.PathLike, target: str, path: str | os.PathLike) -> None:
+    """Undo :func:`adopt_pack_file` (its commit failed): the file goes back to ``path`` (its frames unchanged)."""
+    check_in_store(root, path)
+    os.replace(check_in_store(root, target), path)
 
 
 class RowWriter:

@@ -1,5 +1,5 @@
 """The C library, for the POSIX calls Python does not expose (mmap at a fixed address, munmap, madvise of an address
-range, syncfs, fallocate to punch a hole)."""
+range, syncfs, fallocate to punch a hole, sync_file_range)."""
 
 import ctypes
 
@@ -22,3 +22,17 @@ def punch_hole(fd: int, offset: int, length: int) -> bool:
     if length <= 0:
         return True
     return libc.fallocate(fd, _FALLOC_FL_PUNCH_HOLE | _FALLOC_FL_KEEP_SIZE, offset, length) == 0
+
+
+_SYNC_FILE_RANGE_WRITE = 0x02
+_sync_file_range = getattr(libc, "sync_file_range", None)
+if _sync_file_range is not None:
+    _sync_file_range.restype = ctypes.c_int
+    _sync_file_range.argtypes = [ctypes.c_int, ctypes.c_long, ctypes.c_long, ctypes.c_uint]
+
+
+def start_writeback(fd: int, offset: int, length: int) -> None:
+    """Start writing bytes ``[offset, offset + length)`` of a file to disk without waiting for them (Linux's
+    ``sync_file_range``; nothing elsewhere): a later flush then finds them written, or on their way."""
+    if _sync_file_range is not None and length > 0:
+        _sync_file_range(fd, offset, length, _SYNC_FILE_RANGE_WRITE)

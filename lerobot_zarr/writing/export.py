@@ -7,8 +7,9 @@ dataset card. Bytes are deterministic for the same store, so pushing an unchange
 ``meta/lerobot_zarr_index.json`` (:mod:`lerobot_zarr.lerobot.index_file`) gives our readers all the metadata and the
 data files' footers in one file. Features the store does not hold (videos) are left out of the export. Cameras
 exported as videos are encoded episode by episode and the episodes' mp4s joined without re-encoding, as LeRobot's
-recorder makes its files; an episode whose mp4 the background encoder already made (:mod:`.segments`) is joined
-as it is.
+recorder makes its files; an episode whose mp4 the background encoder or an earlier export already made
+(:mod:`.segments`) is joined as it is, and an episode the export encodes is kept there as its segment (a second push
+of an unchanged store encodes nothing).
 """
 
 from __future__ import annotations
@@ -332,7 +333,7 @@ def _write_videos(ds: LeRobotZarrDataset, root: Path, key: str, selected: list[i
         with progress_bar(sum(lengths), f"encoding {key}", progress) as bar, \
                 tempfile.TemporaryDirectory(prefix="lerobot_zarr-episode-mp4-") as tmp:
             for src, n in zip(selected, lengths, strict=True):
-                segment = find_segment(ds, encoding, src, hashes)
+                segment = find_segment(ds, encoding, src, hashes) or _kept_segment(ds, encoding, src, hashes)
                 if segment is None:
                     segment = make_segment(ds, encoding, src, Path(tmp) / "episode.mp4")
                 places.append(out.add(segment, n))
@@ -340,6 +341,16 @@ def _write_videos(ds: LeRobotZarrDataset, root: Path, key: str, selected: list[i
     finally:
         out.close()
     return places
+
+
+def _kept_segment(ds: LeRobotZarrDataset, encoding: Any, episode: int, hashes: np.ndarray) -> Path | None:
+    """The episode encoded as the store's segment (:func:`~.segments.make_segment`: from frames checked against
+    their recorded hash), so that the next export of the unchanged episode joins it instead of encoding it again;
+    None where the store cannot keep one (no hash, a folder it cannot write: a read-only store)."""
+    try:
+        return make_segment(ds, encoding, episode, hashes=hashes)
+    except OSError:
+        return None
 
 
 def _copy_mp4(ds: LeRobotZarrDataset, root: Path, key: str,

@@ -37,15 +37,18 @@ from typing import Any
 
 import numpy as np
 
+from ..cameras.frame_codecs import decode_batch, frame_codec
 from ..cameras.video import VideoWriter, codec_name, segment_packets, writer_settings
 from ..sampling.dataset import LeRobotZarrDataset
+from ..store.packs import open_array_pack, read_shard_index
 from ..utils.fileio import check_in_store, replace_file
-from ..utils.hashing import crc32c
+from ..utils.hashing import compact_frame_header, crc32c
 
-__all__ = ["SEGMENTS", "CameraEncoding", "camera_encodings", "episode_hashes", "find_segment", "make_segment",
-           "encode_missing", "recorded_encoder", "BackgroundEncoder"]
+__all__ = ["SEGMENTS", "SEGMENT_STORAGES", "CameraEncoding", "camera_encodings", "episode_hashes", "find_segment",
+           "make_segment", "encode_missing", "recorded_encoder", "BackgroundEncoder"]
 
 SEGMENTS = ".segments"  # the store's folder of segments (hidden: not a feature's folder)
+SEGMENT_STORAGES = ("raw", "compact")  # cameras whose episodes get segments: those whose stored bytes are hashed
 
 
 def recorded_encoder(feature: dict) -> dict[str, Any] | None:
@@ -115,7 +118,7 @@ def find_segment(ds: LeRobotZarrDataset, encoding: CameraEncoding, episode: int,
     """The segment of ``episode`` (the store's numbering) for ``encoding`` if the store has a valid one, else None.
     ``hashes``: :func:`episode_hashes` of the camera, when several episodes are looked up."""
     crc = int((episode_hashes(ds, encoding.key) if hashes is None else hashes)[episode])
-    if crc < 0 or ds.array_specs[encoding.key].storage != "raw":
+    if crc < 0 or ds.array_specs[encoding.key].storage not in SEGMENT_STORAGES:
         return None
     frames = int(ds.meta.episode_length[episode])
     path = Path(ds.root) / SEGMENTS / encoding.name(crc, frames)
@@ -129,14 +132,17 @@ def make_segment(ds: LeRobotZarrDataset, encoding: CameraEncoding, episode: int,
     """Encode ``episode``'s frames of the camera into an mp4 of their own: at ``target``, or (None) as the store's
     segment, if the frames' content hash is the one the store recorded (else None: nothing kept). Written under a
     temporary name, renamed once complete."""
-    frames = np.asarray(ds.episode(episode, features=[encoding.key])[encoding.key])
     if target is None:
         crc = int((episode_hashes(ds, encoding.key) if hashes is None else hashes)[episode])
-        if crc < 0 or ds.array_specs[encoding.key].storage != "raw" or crc32c(frames) != crc:
+        stored = _stored_frames(ds, encoding.key, episode) if crc >= 0 else None
+        if stored is None or stored[0] != crc:
             return None
+        frames = stored[1]
         folder = Path(check_in_store(ds.root, Path(ds.root) / SEGMENTS / "_")).parent
         folder.mkdir(exist_ok=True)
         target = folder / encoding.name(crc, len(frames))
+    else:
+        frames = np.asarray(ds.episode(episode, features=[encoding.key])[encoding.key])
     tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}.mp4")  # debris (.*.tmp-*) if killed
     try:
         writer = encoding.writer(tmp)
@@ -154,13 +160,43 @@ def make_segment(ds: LeRobotZarrDataset, encoding: CameraEncoding, episode: int,
     return target
 
 
+def _stored_frames(ds: LeRobotZarrDataset, key: str, episode: int) -> tuple[int, np.ndarray] | None:
+    """The content hash of ``episode``'s stored frames of camera ``key`` and those frames, both from the same bytes
+    (a raw camera's rows; a compact camera's encoded frames, then decoded), or None: the store cannot give them
+    here (an episode of a lazy store not fetched yet, a camera kept as mp4)."""
+    spec = ds.array_specs[key]
+    if spec.storage not in SEGMENT_STORAGES or not ds.meta.materialized_episodes[episode]:
+        return None
+    if spec.storage == "raw":
+        frames = np.asarray(ds.episode(episode, features=[key])[key])
+        return crc32c(frames), frames
+    state = ds.gather_layout()["state"]
+    pack, offset, n = (int(state.table.chunk[episode]), int(state.table.offset[episode]),
+                       int(state.table.length[episode]))
+    fd = open_array_pack(ds.root, key, spec, pack, int(state.packs.rows[pack]))
+    try:
+        where = f"{ds.root}: pack {pack} of feature {key!r}"
+        blobs = [os.pread(fd, nbytes, start) for start, nbytes in
+                 read_shard_index(fd, spec, int(state.packs.rows[pack]), offset, n, where).tolist()]
+    finally:
+        os.close(fd)
+    crc = 0
+    for blob in blobs:  # the hash the store records for compact rows: each frame's header, then its bytes
+        crc = crc32c(blob, crc32c(compact_frame_header(len(blob)), crc))
+    frames = np.empty((n, *spec.frame_shape), np.uint8)
+    decode_batch(frame_codec(spec.codec_spec, spec.frame_shape), blobs, frames,
+                 where=lambda k: f"{where}, episode {episode} frame {k}")
+    return crc, frames
+
+
 def encode_missing(root: str | os.PathLike, threads: int | None = None, *, prune: bool = False) -> int:
-    """Make the segments the store at ``root`` lacks (its video cameras kept raw, every committed episode);
-    ``prune``: remove the segments no episode has any more. Returns how many were made."""
+    """Make the segments the store at ``root`` lacks (its video cameras kept raw or compact, every committed
+    episode); ``prune``: remove the segments no episode has any more. Returns how many were made."""
     made = 0
     ds = LeRobotZarrDataset(root)
     try:
-        keys = [k for k, spec in ds.array_specs.items() if spec.kind == "video" and spec.storage == "raw"]
+        keys = [k for k, spec in ds.array_specs.items()
+                if spec.kind == "video" and spec.storage in SEGMENT_STORAGES]
         wanted = set()
         for encoding in camera_encodings(ds, keys, threads).values():
             hashes = episode_hashes(ds, encoding.key)

@@ -29,8 +29,9 @@ from ..lerobot.format import CAMERA_DTYPES, aggregate_stats, episodes_stats, sta
 from ..store.committing import append_commit, commit, live_matches, live_runs, repair_live
 from ..store.hashes import ContentHashes
 from ..store.log import FOLD_BYTES, FOLD_RECORDS, LOG_FILE, encode_record
-from ..store.packs import open_array_pack, read_text_rows, remove_retired, retire_pack, write_rows
-from ..store.state import CREATING_MARKER, StoreState, apply_record, chunk_path, counted_info, stats_path
+from ..store.packs import (adopt_pack_file, open_array_pack, read_text_rows, remove_retired, retire_pack,
+                           unadopt_pack_file, write_rows)
+from ..store.state import CREATING_MARKER, StoreState, apply_record, chunk_path, counted_info, read_state, stats_path
 from ..store.tables import ArraySpec, EpisodeTable, PackLayout, pack_rows_target
 from ..utils.fileio import (
     atomic_write,
@@ -86,6 +87,7 @@ class WriteTransaction:
         self.on_commit: Callable[[StoreState], None] | None = None  # told of each new committed state
         self.stats_rows: dict[str, dict[str, np.ndarray]] | None = None  # per-episode stats of stored values
         self.fresh: dict[tuple[int, int], dict[str, int]] = {}  # content hashes of rows written since the commit
+        self.adopted: dict[str, tuple[str, str]] = {}  # files made packs since the commit: (pack path, their path)
         # appends commit to the log (see :meth:`commit_appended`); the log's valid bytes and records
         self.log_commits = False
         self.log_at, self.log_count = state.log_records.size, len(state.log_records)
@@ -409,7 +411,7 @@ class WriteTransaction:
         self.state = commit(new, previous=previous, durable=self.durable)
         self.log_at = self.log_count = 0
         self.gaps = gaps
-        self.fresh = {}
+        self.fresh, self.adopted = {}, {}
         with contextlib.suppress(FileNotFoundError):
             (self.root / _STATS_PENDING).unlink()
         for pack, offset in folded:
@@ -461,7 +463,7 @@ class WriteTransaction:
         self.state = append_commit(new, previous=previous, record=record, at=self.log_at, durable=self.durable)
         self.log_at += len(record)
         self.log_count += 1
-        self.fresh = {}
+        self.fresh, self.adopted = {}, {}
         self.stats_rows = rows
         for c, o in zip(previous.table.chunk[:drop].tolist(), previous.table.offset[:drop].tolist(), strict=True):
             remove_path(stats_path(self.root, c, o))
@@ -538,6 +540,42 @@ class WriteTransaction:
         for name, spec in self.state.arrays.items():
             if name not in skip:
                 hashes[name] = write_rows(self.root, name, spec, pack, offset, data[name], int(packs.rows[pack]))
+
+    def adopt_files(self, files: Mapping[str, str | os.PathLike], given: Mapping[str, Any],
+                    data: Mapping[str, np.ndarray], pack: int, packs: PackLayout) -> set[str]:
+        """For an episode whose rows start new pack ``pack`` (else nothing): the ``files`` of raw features whose
+        frames were ``given`` as a memory map of the whole file and are stored as they are (``data`` are those
+        bytes) become the pack's files by a rename (:func:`~lerobot_zarr.store.packs.adopt_pack_file`); returns
+        their features. Until the next commit, :meth:`unadopt` moves them back."""
+        if pack != len(self.state.packs):
+            return set()
+        out = set()
+        for name, path in files.items():
+            mapped, values, spec = given.get(name), data.get(name), self.state.arrays[name]
+            if (spec.storage == "raw" and isinstance(mapped, np.memmap) and mapped.offset == 0
+                    and mapped.filename is not None and os.path.samefile(mapped.filename, path)
+                    and os.path.getsize(path) == mapped.nbytes and values is not None
+                    and values.__array_interface__["data"][0] == mapped.__array_interface__["data"][0]
+                    and values.dtype == mapped.dtype and values.nbytes == mapped.nbytes):
+                self.adopted[name] = (adopt_pack_file(self.root, name, spec, pack, int(packs.rows[pack]), path),
+                                      os.fspath(path))
+                out.add(name)
+        return out
+
+    def unadopt(self) -> None:
+        """After a failed append: the files it adopted back where they were, unless its commit happened (a failure
+        after the commit point: the packs are the store's now)."""
+        adopted, self.adopted = self.adopted, {}
+        if not adopted:
+            return
+        try:
+            committed = read_state(self.root).generation > self.state.generation
+        except Exception:  # noqa: BLE001 - the store cannot tell: the files stay where the commit put them
+            return
+        if not committed:
+            for target, path in adopted.values():
+                with contextlib.suppress(OSError):
+                    unadopt_pack_file(self.root, target, path)
 
     def room_after(self, e: int, n: int) -> bool:
         """Whether ``n`` rows fit right after episode ``e``'s in its pack: the last pack, this store's own, with no

@@ -327,7 +327,8 @@ class WritableDataset:
             raise SchemaMismatchError(f"{self.root}: an episode needs at least one frame", episode=episode)
         return n, out
 
-    def add_episode(self, frames: Mapping[str, Any], *, task: str | Sequence[str], tail: int = 0) -> int:
+    def add_episode(self, frames: Mapping[str, Any], *, task: str | Sequence[str], tail: int = 0,
+                    frame_files: Mapping[str, str | os.PathLike] | None = None) -> int:
         """Append one episode atomically and return its ``episode_index``.
 
         ``frames`` maps every feature (LeRobot's own ones excepted) to an array of (T, *shape) values; ``task``
@@ -340,8 +341,16 @@ class WritableDataset:
         frames of it (the table lists T - tail; they count for nothing, and move with no edit): what
         :mod:`lerobot_zarr.writing.transitions` keeps an RL episode's final observation in. Their ``frame_index``,
         ``episode_index`` and ``index`` go on from the episode's; ``task`` names the episode's frames only.
+
+        ``frame_files``: raw features' files in the store's folder whose whole memory map their ``frames`` are (a
+        recorder's spill): when the episode starts a new pack, such a file becomes the pack's by a rename, not a
+        copy (unless the append fails before its commit); otherwise the frames are copied and the file left as is.
         """
-        return self._append(frames, task, extend=False, tail=tail)
+        try:
+            return self._append(frames, task, extend=False, tail=tail, frame_files=frame_files)
+        except BaseException:
+            self._tx.unadopt()  # the files taken go back, unless committed
+            raise
 
     def extend_episode(self, frames: Mapping[str, Any], *, task: str | Sequence[str], tail: int = 0) -> int:
         """Append frames to the last episode in one commit (a long recording saved in parts, or an RL episode
@@ -355,7 +364,8 @@ class WritableDataset:
         frames of any episode)."""
         return self._append(frames, task, extend=True, tail=tail)
 
-    def _append(self, frames: Mapping[str, Any], task: str | Sequence[str], *, extend: bool, tail: int) -> int:
+    def _append(self, frames: Mapping[str, Any], task: str | Sequence[str], *, extend: bool, tail: int,
+                frame_files: Mapping[str, str | os.PathLike] | None = None) -> int:
         self._check_open()
         table = self._tx.state.table
         tail = count_arg("tail", tail, 0)
@@ -410,23 +420,21 @@ class WritableDataset:
             # an episode moved to be extended gets room to grow in place: doubling keeps long ones linear
             packs, pack, offset = self._tx.allocate(packs, rows, 2 * rows if relocated else 0)
             write_at, written = offset, data
+        adopted = self._tx.adopt_files(frame_files, frames, data, pack, packs) if frame_files and not extend else set()
         episode = {name: EpisodeFrames(np.asarray(old[name]) if in_place else None, written[name][:n] if in_place
                                  else written[name][:before + n]) for name in written}
         if sum(v.nbytes for v in written.values()) < _INLINE_STATS_BYTES:  # a thread costs more than it saves
             new_stats = self._episode_stats_of(episode)
-            self._tx.write_episode(packs, pack, write_at, written)
-        else:  # numpy stats overlap the row writes (system calls release the GIL)
+            self._tx.write_episode(packs, pack, write_at, written, adopted)
+            hashes = self._episode_hashes(episode)
+        else:  # numpy stats overlap the row writes and the hashes (system calls and crc32c release the GIL)
             with ThreadPoolExecutor(1) as pool:
                 stats = pool.submit(self._episode_stats_of, episode)
-                self._tx.write_episode(packs, pack, write_at, written)
+                self._tx.write_episode(packs, pack, write_at, written, adopted)
+                hashes = self._episode_hashes(episode)
                 new_stats = stats.result()
-        # the content hash covers the episode's rows: the committed ones it keeps, the new ones, not the tail rows
         del self._tx.fresh[(pack, write_at)]
-        arrays = self._tx.state.arrays
-        self._tx.fresh[(pack, offset)] = {
-            name: content_hash(arrays[name], frames.numeric()) if arrays[name].is_text else
-            crc32c(frames.new, 0 if frames.head is None else crc32c(np.ascontiguousarray(frames.head)))
-            for name, frames in episode.items()}
+        self._tx.fresh[(pack, offset)] = hashes
         if not in_place:
             self._tx.write_stats_file(pack, offset, new_stats)
         rows = self._tx.episode_stats_rows()
@@ -447,6 +455,13 @@ class WritableDataset:
         if in_place:
             self._tx.write_stats_file(pack, offset, new_stats)
         return len(new_table) - 1
+
+    def _episode_hashes(self, episode: Mapping[str, EpisodeFrames]) -> dict[str, int]:
+        """Each feature's content hash: of the rows the episode keeps and its new ones, not of tail rows."""
+        arrays = self._tx.state.arrays
+        return {name: content_hash(arrays[name], frames.numeric()) if arrays[name].is_text else
+                crc32c(frames.new, 0 if frames.head is None else crc32c(np.ascontiguousarray(frames.head)))
+                for name, frames in episode.items()}
 
     def _episode_stats_of(self, episode: Mapping[str, EpisodeFrames]) -> dict[str, dict[str, np.ndarray]]:
         # colour cameras' stats read a sample of frames: the rest need all of them

@@ -201,6 +201,105 @@ def test_recording_lifecycle(tmp_path):
     assert again[5]["observation.state"].tolist() == [2, 0, 200]
 
 
+def test_save_episode_renames_the_spill_into_a_new_pack(tmp_path, monkeypatch):
+    """An episode that starts a new pack gets the recorder's spill file as that pack (a rename: the same inode, no
+    copy of its frames); one that fits the open pack's free rows is copied; both read back as recorded, and the
+    recording goes on in a new spill."""
+    import functools
+
+    import lerobot_zarr.writing.writer as writer_module
+    from lerobot_zarr.store.state import chunk_path, read_state
+
+    frame_bytes = 24 * 32 * 3  # packs of 4 frames of the camera
+    monkeypatch.setattr(writer_module, "create", functools.partial(writer_module.create, pack_bytes=4 * frame_bytes))
+    root = tmp_path / "ds"
+    ds = LeRobotDataset.create(REPO_ID, 30, FEATURES, root=root)
+    key = "observation.images.cam"
+    for e, n in enumerate((6, 3, 1)):
+        for i in range(n):
+            ds.add_frame(_frame(e, i))
+        spill = ds.writer._spills[key].path
+        inode = os.stat(spill).st_ino
+        ds.save_episode()
+        state = read_state(root)
+        pack = int(state.table.chunk[e])
+        renamed = os.stat(chunk_path(root, key, pack, 4)).st_ino == inode
+        assert renamed == (e < 2), e  # episode 2 (1 frame) fits pack 1's free row: copied
+        assert os.path.exists(spill)  # a new (empty) spill for the next episode, or the old one copied from
+    ds.finalize()
+    got = [ds[i] for i in range(len(ds))]
+    expected = [(e, i) for e, n in enumerate((6, 3, 1)) for i in range(n)]
+    for item, (e, i) in zip(got, expected, strict=True):
+        ref = _frame(e, i)
+        assert item["observation.state"].tolist() == ref["observation.state"].tolist()
+        np.testing.assert_array_equal((item[key] * 255).round().byte().permute(1, 2, 0).numpy(), ref[key])
+
+
+def test_a_save_episode_failing_after_its_commit_never_writes_into_the_taken_spill(tmp_path, monkeypatch):
+    """A save_episode that raises after its commit (here: the writer's follower of commits fails) keeps the episode
+    (committed), and the recorder never writes the next episode's frames into the file the store took as that
+    episode's pack: the next episode records into a new spill and both read back exact."""
+    import functools
+
+    import lerobot_zarr.writing.writer as writer_module
+    from lerobot_zarr.store.state import read_state
+
+    monkeypatch.setattr(writer_module, "create", functools.partial(writer_module.create, pack_bytes=4 * 24 * 32 * 3))
+    root = tmp_path / "ds"
+    ds = LeRobotDataset.create(REPO_ID, 30, FEATURES, root=root)
+    for i in range(6):
+        ds.add_frame(_frame(0, i))
+    tx = ds.writer._store._tx
+    follow = tx.on_commit
+
+    def fail_after(state):
+        follow(state)
+        tx.on_commit = follow
+        raise OSError(5, "Input/output error (test)")
+
+    tx.on_commit = fail_after
+    with pytest.raises(OSError, match="test"):
+        ds.save_episode()
+    assert len(read_state(root).table) == 1 and not ds.has_pending_frames()
+    for i in range(6):
+        ds.add_frame(_frame(1, i))
+    ds.save_episode()
+    ds.finalize()
+    for index, (e, i) in enumerate([(e, i) for e in range(2) for i in range(6)]):
+        item = ds[index]
+        assert item["observation.state"].tolist() == _frame(e, i)["observation.state"].tolist()
+        np.testing.assert_array_equal((item["observation.images.cam"] * 255).round().byte().permute(1, 2, 0).numpy(),
+                                      _frame(e, i)["observation.images.cam"])
+
+
+@pytest.mark.parametrize("durable", [True, False])
+def test_a_durable_recording_starts_writing_frames_to_disk_as_they_come(tmp_path, monkeypatch, durable):
+    """A durable store flushes each episode at its commit: the spill asks the system to start writing its frames
+    (every 4 MiB, the whole spill by the end) so that the flush finds them on their way; a store that is not
+    durable does not."""
+    import lerobot_zarr.integrations.lerobot_recorder as recorder_module
+
+    calls = []
+    real = recorder_module.start_writeback
+    monkeypatch.setattr(recorder_module, "start_writeback", lambda fd, offset, n: (calls.append((offset, n)),
+                                                                                   real(fd, offset, n)))
+    features = {"observation.images.cam": {"dtype": "video", "shape": (480, 640, 3),
+                                           "names": ["height", "width", "channels"]}}
+    ds = LeRobotDataset.create(REPO_ID, 30, features, root=tmp_path / "ds", durable=durable)
+    frame_bytes = 480 * 640 * 3
+    for i in range(12):
+        ds.add_frame({"observation.images.cam": np.full((480, 640, 3), i, np.uint8), "task": "t"})
+    ds.writer._writer.drain()
+    if durable:
+        assert calls and calls[0][0] == 0 and all(a[0] + a[1] == b[0] for a, b in zip(calls, calls[1:]))
+        assert calls[-1][0] + calls[-1][1] > 12 * frame_bytes - (4 << 20) and all(n >= 4 << 20 for _, n in calls)
+    else:
+        assert calls == []
+    ds.save_episode()
+    ds.finalize()
+    assert int(ds[11]["observation.images.cam"][0, 0, 0] * 255 + 0.5) == 11
+
+
 def test_depth_unit_learnt_from_the_first_frame(tmp_path):
     """A depth camera without a unit records its first frame's (float metres here), as LeRobot's recorder; a later
     frame of another dtype is refused when the episode is saved (LeRobot's writer fails on it too)."""

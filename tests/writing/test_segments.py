@@ -147,8 +147,81 @@ def test_an_edited_episode_is_encoded_again(tmp_path, encodes):
     frames = _decoded(out)[LENGTHS[0]:LENGTHS[0] + LENGTHS[1]]
     assert np.abs(np.stack(frames).astype(np.int16) - edited).mean() < 12, "the stale segment's frames were used"
     encodes.clear()
-    assert encode_missing(root, prune=True) == 1
+    assert len(_segments(root)) == 4  # the export kept the edited episode's segment beside the stale one
+    assert encode_missing(root, prune=True) == 0
     assert len(_segments(root)) == 3, "the stale segment was not pruned"
+
+
+def test_an_export_keeps_the_segments_it_encodes(tmp_path, encodes):
+    """A store without segments: the first export encodes every episode and keeps each as the store's segment, a
+    second export of the unchanged store encodes nothing and gives the same files."""
+    root = _store(tmp_path / "store")
+    first = _export(root, tmp_path / "first")
+    assert encodes == [0, 1, 2] and len(_segments(root)) == 3
+    encodes.clear()
+    second = _export(root, tmp_path / "second")
+    assert encodes == [], "an unchanged episode was encoded again"
+    files = sorted(p.relative_to(first) for p in (first / "videos").rglob("*.mp4"))
+    assert files and files == sorted(p.relative_to(second) for p in (second / "videos").rglob("*.mp4"))
+    assert all((first / f).read_bytes() == (second / f).read_bytes() for f in files)
+
+
+def test_a_store_that_cannot_keep_segments_still_exports(tmp_path, encodes, monkeypatch):
+    import lerobot_zarr.writing.segments as segments_module
+
+    real = segments_module.replace_file
+
+    def refused(tmp, target):  # the store's folder refuses the segment (a read-only store), a temporary folder not
+        if SEGMENTS in Path(target).parts:
+            raise PermissionError(13, "Permission denied (test)")
+        return real(tmp, target)
+
+    plain = _export(_store(tmp_path / "plain"), tmp_path / "out_plain")
+    root = _store(tmp_path / "store")
+    monkeypatch.setattr(segments_module, "replace_file", refused)
+    out = _export(root, tmp_path / "out")
+    assert not (root / SEGMENTS).exists() or not _segments(root)
+    a, b = _decoded(plain), _decoded(out)
+    assert len(a) == len(b) == sum(LENGTHS) and all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
+
+
+def test_compact_cameras_get_segments(tmp_path, encodes):
+    """A camera kept compact (frames encoded one by one in the store): the encoder makes its episodes' segments
+    from the stored bytes it checks against their recorded hash, the export joins them, and the export decodes as
+    one that encodes every episode; a compact episode whose bytes do not match its hash gets no segment."""
+    source = _export(_store(tmp_path / "raw"), tmp_path / "lerobot")
+    root = Path(lerobot_zarr.open_dataset(source, root=tmp_path / "compact", storage={CAM: "compact"},
+                                          progress=False).root)
+    assert LeRobotZarrDataset(root).array_specs[CAM].storage == "compact"
+    shutil.rmtree(root / SEGMENTS, ignore_errors=True)
+    encodes.clear()
+    plain = _export(root, tmp_path / "out_plain")  # encodes every episode (and keeps them: dropped below)
+    assert encodes == [0, 1, 2]
+    shutil.rmtree(root / SEGMENTS)
+    assert encode_missing(root) == 3 and len(_segments(root)) == 3
+    encodes.clear()
+    joined = _export(root, tmp_path / "out_joined")
+    assert encodes == [], "a compact episode with a valid segment was encoded again"
+    a, b = _decoded(plain), _decoded(joined)
+    assert len(a) == len(b) == sum(LENGTHS) and all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
+    # a byte of episode 1's stored frames changed: its hash no longer matches, no segment is made of it
+    shutil.rmtree(root / SEGMENTS)
+    ds = LeRobotZarrDataset(root)
+    state = ds.gather_layout()["state"]
+    pack, offset = int(state.table.chunk[1]), int(state.table.offset[1])
+    from lerobot_zarr.store.packs import open_array_pack, read_shard_index
+
+    fd = open_array_pack(root, CAM, ds.array_specs[CAM], pack, int(state.packs.rows[pack]), os.O_RDWR)
+    try:
+        start, nbytes = read_shard_index(fd, ds.array_specs[CAM], int(state.packs.rows[pack]), offset, 1, "t")[0]
+        byte = os.pread(fd, 1, int(start) + int(nbytes) // 2)
+        os.pwrite(fd, bytes([byte[0] ^ 0xFF]), int(start) + int(nbytes) // 2)
+    finally:
+        os.close(fd)
+    ds.close()
+    assert encode_missing(root) == 2
+    encoding = camera_encodings(LeRobotZarrDataset(root), [CAM])[CAM]
+    assert find_segment(LeRobotZarrDataset(root), encoding, 1) is None
 
 
 # the tests' encoders run at the tests' priority: at nice 19 beside the suite's other worker one can wait minutes for
@@ -206,7 +279,9 @@ def test_a_killed_encoder_leaves_no_segment_served_and_the_export_completes(tmp_
     want = _export(_store(tmp_path / "plain", lengths=(400, 400)), tmp_path / "out_plain")
     assert all(np.array_equal(x, y) for x, y in zip(_decoded(out), _decoded(want), strict=True))
     WritableDataset(root).close()  # the next writer removes the debris
-    assert sorted(p.name for p in folder.iterdir()) == sorted(served)
+    names = [p.name for p in folder.iterdir()]
+    assert not [n for n in names if n.startswith(".")] and set(served) <= set(names)
+    assert len(names) == 2  # the export kept the segments it encoded
 
 
 def test_cancel_stops_the_encoder_and_removes_its_temporary_file(tmp_path):
