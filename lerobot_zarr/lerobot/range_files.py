@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import functools
 import io
+import os
 import threading
+import weakref
 from abc import abstractmethod
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -60,6 +62,7 @@ class RangeFiles(SourceFiles):
         self._footer_sizes: dict[str, int] = {}  # exact, from our index
         self._footer_hints: dict[str, int] = {}  # estimated by the reader (footer_hint)
         self._lock = threading.Lock()  # guards the two caches below; never held while waiting on the network
+        _live.add(self)  # (a forked child gets a lock of its own: _after_fork_in_child)
         self._blocks: OrderedDict[tuple[str, int], bytes] = OrderedDict()  # recent read-ahead blocks
         self._held: OrderedDict[tuple[str, int], bytes] = OrderedDict()  # fetched ahead of their reads
         self.sizes: dict[str, int] = {}
@@ -269,6 +272,21 @@ class RangeFiles(SourceFiles):
     def list(self, folder: str) -> list[str]:
         prefix = folder.rstrip("/") + "/"
         return sorted(p for p in self.sizes if p.startswith(prefix))
+
+
+_live: weakref.WeakSet[RangeFiles] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    """A forked child (a DataLoader worker) has none of the parent's threads: a lock one of them held at the fork
+    would never be released, so each reader gets a new one (the caches it guards are whole: the fork happened
+    with the GIL held)."""
+    for files in list(_live):
+        files._lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def coalesce(ranges: Iterable[tuple[int, int]], gap: int, most: int) -> list[tuple[int, int]]:

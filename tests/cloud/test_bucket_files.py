@@ -31,3 +31,52 @@ def test_a_file_rewritten_while_read_is_an_error_not_a_mix(env, tmp_path):
     env.client("ds").write(rel, b"PAR1" + b"\0" * (files.size(rel) - 8) + b"PAR1")  # same size, other bytes
     with pytest.raises(ObjectChangedError, match="changed while it was being read"):
         files.read_bytes(rel)
+
+
+def test_a_forked_child_reads_though_a_parent_thread_held_the_lock_at_the_fork(env, tmp_path):
+    """A DataLoader worker forked while one of the parent's threads held the reader's lock (its caches of bytes
+    fetched ahead): the child has a lock of its own and reads its file (an mp4's way: blocks with read-ahead), as
+    the parent does; the parent's thread lets go of its lock afterwards."""
+    import multiprocessing
+    import threading
+
+    from lerobot_zarr.testing.source_files_tests import sample_folder
+
+    folder = sample_folder(tmp_path / "ds")
+    env.upload(folder, "ds")
+    files = BucketFiles(env.client("ds"))
+    rel = files.list("data")[0]
+    assert files.read_bytes(rel) == (folder / rel).read_bytes()  # the engine runs: a child's requests are relayed
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with files._lock:
+            held.set()
+            release.wait(60)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert held.wait(10)
+    ctx = multiprocessing.get_context("fork")
+    got, sent = ctx.Pipe(duplex=False)
+
+    def child() -> None:
+        with files.open(rel) as f:
+            f.seek(4)
+            sent.send(f.read(64) + f.read())
+
+    proc = ctx.Process(target=child)
+    try:
+        proc.start()
+        answered = got.poll(60)
+        data = got.recv() if answered else None
+    finally:
+        release.set()
+        holder.join(10)
+        proc.join(10)
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
+    assert answered, "the forked child waited on the lock a parent thread held at the fork"
+    assert data == (folder / rel).read_bytes()[4:]
+    assert files.get(rel, 0, 4) == b"PAR1"  # the parent's lock was let go
