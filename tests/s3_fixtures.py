@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,12 +44,13 @@ class S3Env:
         return Bucket(self.url(folder))
 
     def upload(self, folder: Path, prefix: str) -> None:
-        """Every file of ``folder`` (hidden ones at its top but ``.episode_stats`` left out) under ``prefix``."""
+        """Every file of ``folder`` (hidden ones at its top but ``.episode_stats`` left out) under ``prefix``, 16
+        at a time."""
         bucket = self.client(prefix)
-        for path in sorted(folder.rglob("*")):
-            rel = path.relative_to(folder).as_posix()
-            if path.is_file() and not (rel.startswith(".") and not rel.startswith(".episode_stats")):
-                bucket.write(rel, path.read_bytes())
+        rels = [path.relative_to(folder).as_posix() for path in sorted(folder.rglob("*")) if path.is_file()]
+        rels = [rel for rel in rels if not (rel.startswith(".") and not rel.startswith(".episode_stats"))]
+        with ThreadPoolExecutor(16) as pool:
+            list(pool.map(lambda rel: bucket.write(rel, (folder / rel).read_bytes()), rels))
 
 
 def running_s3() -> Iterator[S3Server]:

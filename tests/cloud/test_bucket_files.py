@@ -80,3 +80,31 @@ def test_a_forked_child_reads_though_a_parent_thread_held_the_lock_at_the_fork(e
     assert answered, "the forked child waited on the lock a parent thread held at the fork"
     assert data == (folder / rel).read_bytes()[4:]
     assert files.get(rel, 0, 4) == b"PAR1"  # the parent's lock was let go
+
+
+def test_folders_are_listed_when_first_needed_and_once(env, tmp_path):
+    """A LeRobot folder's ``meta/`` is listed when its reader is made; a data or video folder the first time one of
+    its files is asked for, once however many threads ask together, and never again; a file asked for in a folder
+    the listing did not have is missing without another request."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from lerobot_zarr.testing.source_files_tests import sample_folder
+
+    folder = sample_folder(tmp_path / "ds")
+    env.upload(folder, "ds")
+    env.server.reset_stats()
+
+    def listings() -> list[str]:
+        return [r.query for r in env.server.requests("GET") if "list-type" in r.query]
+
+    files = BucketFiles(env.client("ds"))
+    assert len(listings()) == 1 and "meta" in listings()[0] and not [r for r in env.server.requests() if
+                                                                      "list-type" not in r.query]
+    data = sorted(p.relative_to(folder).as_posix() for p in (folder / "data").rglob("*.parquet"))
+    with ThreadPoolExecutor(8) as pool:
+        sizes = list(pool.map(files.size, data * 8))
+    assert sizes == [(folder / rel).stat().st_size for rel in data * 8]
+    assert len(listings()) == 2 and "data%2Fchunk-000" in listings()[1], listings()
+    assert not files.exists("data/chunk-000/file-999.parquet") and len(listings()) == 2
+    assert files.list("data") == data and len(listings()) == 3  # (the folder above: all of it, once)
+    assert files.list("data/chunk-000") == data and len(listings()) == 3
