@@ -24,8 +24,8 @@ from ..utils.fileio import atomic_write, check_in_store, load_json, read_bounded
 from .state import StoreState
 from .tables import ArraySpec
 
-__all__ = ["MP4_INDEX", "mp4_index_path", "read_mp4_index", "mp4_file", "record_link", "is_link_record", "cameras_needing_pyav",
-           "served_episodes",
+__all__ = ["MP4_INDEX", "mp4_index_path", "read_mp4_index", "mp4_file", "record_link", "is_link_record",
+           "cameras_needing_pyav", "served_episodes",
            "storage_name", "kept_description"]
 
 MP4_INDEX = "mp4.json"
