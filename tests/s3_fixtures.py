@@ -36,9 +36,10 @@ class S3Env:
     server: S3Server
     bucket: str
     zarr_home: Path
+    scheme: str = "s3"  # "gs": the GCS server of the tests (tests/cloud/test_gcs.py)
 
     def url(self, folder: str = "") -> str:
-        return f"s3://{self.bucket}" + (f"/{folder}" if folder else "")
+        return f"{self.scheme}://{self.bucket}" + (f"/{folder}" if folder else "")
 
     def client(self, folder: str = "") -> Bucket:
         return Bucket(self.url(folder))
@@ -61,10 +62,10 @@ def running_s3() -> Iterator[S3Server]:
     assert server.errors == [], server.errors[0]
 
 
-def s3_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, server: S3Server) -> Iterator[S3Env]:
-    """Body of a per-test fixture: a new bucket, the client environment pointed at the server (no AWS setting of
-    the machine leaks in), a short timeout, faults and the network model cleared."""
-    for var in AWS_VARS:
+def s3_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, server: S3Server, scheme: str = "s3") -> Iterator[S3Env]:
+    """Body of a per-test fixture: a new bucket, the client environment pointed at the server (no AWS or Google
+    setting of the machine leaks in), a short timeout, faults and the network model cleared."""
+    for var in [*AWS_VARS, *(v for v in os.environ if v.startswith("GOOGLE_"))]:
         monkeypatch.delenv(var, raising=False)
     for key, value in server.client_env().items():
         monkeypatch.setenv(key, value)
@@ -77,7 +78,7 @@ def s3_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, server: S3Server) ->
     server.clear_faults()
     server.network = None
     server.reset_stats()
-    yield S3Env(server, name, zarr_home)
+    yield S3Env(server, name, zarr_home, scheme)
     server.clear_faults()
     server.network = None
     assert server.errors == [], server.errors[0]
