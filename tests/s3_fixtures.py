@@ -45,12 +45,12 @@ class S3Env:
         return Bucket(self.url(folder))
 
     def upload(self, folder: Path, prefix: str) -> None:
-        """Every file of ``folder`` (hidden ones at its top but ``.episode_stats`` left out) under ``prefix``, 16
+        """Every file of ``folder`` (hidden ones at its top but ``.episode_stats`` left out) under ``prefix``, 8
         at a time."""
         bucket = self.client(prefix)
         rels = [path.relative_to(folder).as_posix() for path in sorted(folder.rglob("*")) if path.is_file()]
         rels = [rel for rel in rels if not (rel.startswith(".") and not rel.startswith(".episode_stats"))]
-        with ThreadPoolExecutor(16) as pool:
+        with ThreadPoolExecutor(8) as pool:
             list(pool.map(lambda rel: bucket.write(rel, (folder / rel).read_bytes()), rels))
 
 

@@ -42,10 +42,11 @@ class BucketFiles(RangeFiles):
         self.etags: dict[str, str] = {}
         if folders is None:
             self._listed = set()
-            if meta is not None:  # (listed already: asking what the folder is)
+            if meta is None:
+                self._ensure_listed("meta")
+            else:  # (listed already, when asked what the folder is)
                 self.sizes.update(self._list_folder("meta", meta))
                 self._listed.add("meta")
-            self._ensure_listed("meta")
         else:
             for folder in folders:
                 self.sizes.update(self._list_folder(folder))

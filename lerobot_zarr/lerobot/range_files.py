@@ -4,9 +4,8 @@ they share beneath their transport.
 A subclass lists its files (``sizes``: all of them when it is made, a Hub repo's tree; or folder by folder as they are
 first asked for, :meth:`RangeFiles._list_folder`, a bucket's) and fetches one byte range (:meth:`RangeFiles._fetch`,
 with its own bounded waits, retries and errors); this class turns that into :class:`~.source_files.SourceFiles`:
-parquet files opened
-as range-reading file objects (only footers and the row groups asked for cross the network), videos read with
-read-ahead, requests that do not depend on each other sent together (:meth:`RangeFiles.prefetch`,
+parquet files opened as range-reading file objects (only footers and the row groups asked for cross the network),
+videos read with read-ahead, requests that do not depend on each other sent together (:meth:`RangeFiles.prefetch`,
 :meth:`~RangeFiles.prefetch_footers`, :meth:`~RangeFiles.prefetch_ranges`), bytes fetched ahead held (bounded)
 until read. No disk cache: the local store stays the only local copy.
 """

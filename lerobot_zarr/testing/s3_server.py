@@ -210,12 +210,17 @@ class _Handler(BaseHTTPRequestHandler):
         """moto's answer; a ranged GET is asked as a HEAD (moto's status and headers for the range) and its bytes
         read from the object's buffer. A plain ranged GET of an object that exists (no condition, no query) is
         answered from moto's object itself, with its headers, without moto's request handling (a few ms per request
-        of Python: the server would be what a benchmark of many small ranges measures)."""
-        from werkzeug.test import EnvironBuilder, run_wsgi_app
-
+        of Python: the server would be what a benchmark of many small ranges measures). Writes one at a time."""
         fast = self._plain_range(method, path, query)
         if fast is not None:
             return fast
+        if method in ("PUT", "POST", "DELETE"):  # moto's writes are not safe at once: a PUT retried by a client
+            with self.server.owner.writing:      # whose first try timed out closes the first's buffer under it
+                return self._ask_moto(method, path, query, body)
+        return self._ask_moto(method, path, query, body)
+
+    def _ask_moto(self, method: str, path: str, query: str, body: bytes) -> tuple[int, dict[str, str], bytes]:
+        from werkzeug.test import EnvironBuilder, run_wsgi_app
 
         headers = {k: v for k, v in self._forwarded().items()
                    if k.lower() not in ("content-length", "transfer-encoding")}
@@ -408,6 +413,7 @@ class S3Server:
         self.stats = HubStats()
         self.errors: list[str] = []
         self.stopping = threading.Event()
+        self.writing = threading.Lock()  # held while moto writes (see _Handler._moto)
         self.app = _moto_app()
         self._faults = Faults()
         self._httpd: _Server | None = None

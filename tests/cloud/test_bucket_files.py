@@ -108,3 +108,24 @@ def test_folders_are_listed_when_first_needed_and_once(env, tmp_path):
     assert not files.exists("data/chunk-000/file-999.parquet") and len(listings()) == 2
     assert files.list("data") == data and len(listings()) == 3  # (the folder above: all of it, once)
     assert files.list("data/chunk-000") == data and len(listings()) == 3
+
+
+def test_a_folder_whose_metadata_changes_gets_a_new_store_and_its_data_files_are_not_listed_for_it(env, tmp_path):
+    """A bucket folder's store in the cache is keyed by its URL and its ``meta/`` files' ETags (LeRobot rewrites
+    them with every change): known without listing a data or video folder; a metadata file rewritten: another key.
+    (A data file rewritten in place with no metadata change keeps the key: docs/object-storage.md, Limits.)"""
+    from lerobot_zarr.sources import resolve_source
+    from lerobot_zarr.testing.source_files_tests import sample_folder
+
+    folder = sample_folder(tmp_path / "ds")
+    env.upload(folder, "ds")
+    env.server.reset_stats()
+    first = resolve_source(env.url("ds")).cache_path()
+    assert {r.query for r in env.server.requests("GET") if "list-type" in r.query} == {
+        "list-type=2&prefix=ds%2Fmeta%2F"}, "only meta/ listed"
+    assert resolve_source(env.url("ds")).cache_path() == first
+    rel = sorted(p.relative_to(folder).as_posix() for p in (folder / "data").rglob("*.parquet"))[0]
+    env.client("ds").write(rel, (folder / rel).read_bytes()[:-1] + b"1")
+    assert resolve_source(env.url("ds")).cache_path() == first
+    env.client("ds").write("meta/info.json", (folder / "meta/info.json").read_bytes() + b"\n")
+    assert resolve_source(env.url("ds")).cache_path() != first
