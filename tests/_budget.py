@@ -1,11 +1,12 @@
 """Per-test resource profile of the suite (a pytest plugin that conftest loads; off unless asked for).
 
 ``LEROBOT_ZARR_TEST_PROFILE=profile.tsv pytest ...`` samples, every second in a background thread, the disk taken
-by the temp folder (``$TMPDIR``: give the run a private one) and the resident memory of this process and its
-children, and writes per test: seconds, peak temp disk, temp disk left when it ended (what it keeps for later
-tests), peak RSS (MiB). The end of the run prints the tests that take the most of each. The suite's budget
-(docs: README "Developing") is 3 GB of temp disk and 3 GB of RSS at any moment, 10 minutes on 2 cores;
-``scripts/measure_suite.sh`` measures the whole run from outside.
+by the temp folder (``$TMPDIR``: give the run a private one) and the memory of this process and its children
+(RSS, and PSS: a page that forked processes share counted once), and writes per test: seconds, peak temp disk,
+temp disk left when it ended (what it keeps for later tests), peak RSS and PSS (MiB). The end of the run prints
+the tests that take the most. The suite's budget (docs: README "Developing") is 3 GB of temp disk and 3 GB of RAM
+(the process tree's PSS) at any moment, 10 minutes on 2 cores; ``scripts/measure_suite.sh`` measures the whole
+run from outside.
 """
 
 from __future__ import annotations
@@ -42,15 +43,16 @@ def disk_bytes(root: str | os.PathLike) -> int:
     return total
 
 
-def tree_rss_bytes(pid: int) -> int:
-    """Resident memory of ``pid`` and all its descendants (Linux /proc; 0 elsewhere)."""
+def tree_memory_bytes(pid: int) -> tuple[int, int]:
+    """Resident memory of ``pid`` and all its descendants (Linux /proc; 0 elsewhere), as (RSS, PSS): the sum of
+    the processes' RSS counts a page that forked processes share once per process; their PSS (proportional set
+    size) counts it once in all, the RAM the tree takes."""
     parent: dict[int, int] = {}
-    rss: dict[int, int] = {}
     page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
     try:
         names = os.listdir("/proc")
     except OSError:
-        return 0
+        return 0, 0
     for name in names:
         if not name.isdigit():
             continue
@@ -60,26 +62,50 @@ def tree_rss_bytes(pid: int) -> int:
         except OSError:
             continue
         parent[int(name)] = int(fields[1])
-        rss[int(name)] = int(fields[21]) * page
-    total, todo = 0, [pid]
     children: dict[int, list[int]] = {}
     for child, ppid in parent.items():
         children.setdefault(ppid, []).append(child)
+    rss = pss = 0
+    todo = [pid]
     while todo:
         p = todo.pop()
-        total += rss.get(p, 0)
         todo.extend(children.get(p, ()))
-    return total
+        try:
+            with open(f"/proc/{p}/smaps_rollup", "rb") as f:
+                for line in f:
+                    if line.startswith(b"Rss:"):
+                        rss += int(line.split()[1]) * 1024
+                    elif line.startswith(b"Pss:"):
+                        pss += int(line.split()[1]) * 1024
+        except OSError:  # ended meanwhile, or no smaps_rollup (kernels before 4.14): its RSS from stat
+            try:
+                with open(f"/proc/{p}/stat", "rb") as f:
+                    value = int(f.read().rsplit(b")", 1)[1].split()[21]) * page
+                rss, pss = rss + value, pss + value
+            except OSError:
+                continue
+    return rss, pss
+
+
+def release_freed_memory() -> None:
+    """Collect garbage and hand the C heap's free pages back to the system (glibc's ``malloc_trim``)."""
+    import ctypes
+    import gc
+
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
 
 class _Profile:
     def __init__(self, out: Path):
         self.out = out
         self.tmp = tempfile.gettempdir()
-        self.rows: list[tuple[str, float, int, int, int]] = []
-        self.current: str | None = None
-        self.peak_disk = self.peak_rss = 0
-        self.run_disk = self.run_rss = 0
+        self.rows: list[tuple[str, float, int, int, int, int]] = []
+        self.peak = [0, 0, 0]  # this test's peak temp disk, RSS, PSS
+        self.run = [0, 0, 0]  # the run's
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._sample, name="test-budget", daemon=True)
@@ -89,39 +115,41 @@ class _Profile:
         while not self._stop.wait(1.0):
             self.measure()
 
-    def measure(self) -> tuple[int, int]:
-        disk, rss = disk_bytes(self.tmp), tree_rss_bytes(os.getpid())
+    def measure(self) -> list[int]:
+        now = [disk_bytes(self.tmp), *tree_memory_bytes(os.getpid())]
         with self._lock:
-            self.peak_disk, self.peak_rss = max(self.peak_disk, disk), max(self.peak_rss, rss)
-            self.run_disk, self.run_rss = max(self.run_disk, disk), max(self.run_rss, rss)
-        return disk, rss
+            self.peak = [max(a, b) for a, b in zip(self.peak, now)]
+            self.run = [max(a, b) for a, b in zip(self.run, now)]
+        return now
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(self, item, nextitem):
-        disk, rss = self.measure()
+        now = self.measure()
         with self._lock:
-            self.peak_disk, self.peak_rss = disk, rss
+            self.peak = now
         start = time.monotonic()
         yield
         seconds = time.monotonic() - start
-        end_disk, _ = self.measure()
+        end_disk = self.measure()[0]
         with self._lock:
-            self.rows.append((item.nodeid, seconds, self.peak_disk, end_disk, self.peak_rss))
+            self.rows.append((item.nodeid, seconds, self.peak[0], end_disk, self.peak[1], self.peak[2]))
 
     def pytest_sessionfinish(self, session):
         self._stop.set()
         self._thread.join()
-        lines = ["test\tseconds\tpeak_disk_mib\tend_disk_mib\tpeak_rss_mib"]
-        lines += [f"{n}\t{s:.1f}\t{d / _MIB:.0f}\t{e / _MIB:.0f}\t{r / _MIB:.0f}" for n, s, d, e, r in self.rows]
+        lines = ["test\tseconds\tpeak_disk_mib\tend_disk_mib\tpeak_rss_mib\tpeak_pss_mib"]
+        lines += [f"{n}\t{s:.1f}\t{d / _MIB:.0f}\t{e / _MIB:.0f}\t{r / _MIB:.0f}\t{p / _MIB:.0f}"
+                  for n, s, d, e, r, p in self.rows]
         self.out.write_text("\n".join(lines) + "\n")
 
     def pytest_terminal_summary(self, terminalreporter):
         tr = terminalreporter
         tr.section("resource profile (tests/_budget.py)")
-        tr.write_line(f"whole run: peak temp disk {self.run_disk / _MIB:.0f} MiB, peak RSS of the process tree "
-                      f"{self.run_rss / _MIB:.0f} MiB; per test in {self.out}")
+        disk, rss, pss = (v / _MIB for v in self.run)
+        tr.write_line(f"whole run: peak temp disk {disk:.0f} MiB, peak memory of the process tree: RSS {rss:.0f} "
+                      f"MiB, PSS {pss:.0f} MiB; per test in {self.out}")
         for title, key in (("temp disk (MiB, peak)", 2), ("temp disk kept at the end (MiB)", 3),
-                           ("RSS (MiB, peak)", 4), ("seconds", 1)):
+                           ("PSS (MiB, peak)", 5), ("seconds", 1)):
             top = sorted(self.rows, key=lambda r: r[key], reverse=True)[:8]
             scale = 1 if key == 1 else _MIB
             tr.write_line(f"most {title}: " + "; ".join(f"{r[0]} {r[key] / scale:.0f}" for r in top))

@@ -44,6 +44,11 @@ def pytest_configure(config):
     _budget.pytest_configure(config)
 
 
+def pytest_runtest_teardown(item, nextitem):
+    if nextitem is None or nextitem.module is not item.module:  # a module's garbage is not kept for the next
+        _budget.release_freed_memory()
+
+
 def pytest_unconfigure(config):
     shutil.rmtree(_HOME, ignore_errors=True)
 

@@ -563,15 +563,29 @@ class _SourceReader(_EpisodeReader):
         ((_, frames),) = list(self.src.iter_episodes([e]))
         for name, kind in self.kinds.items():
             if kind == "video":
-                pixels: list[bytes] = []
-                try:
-                    self.src.decode_video(e, name, frames["timestamp"], pixels.append, rewind=pixels.clear)
-                except VideoUnavailable as exc:
-                    raise NotMaterializedError(str(exc)) from None
-                spec = self.src.features[name]
-                frames[name] = np.frombuffer(b"".join(pixels), dtype=spec.numpy_dtype).reshape(len(pixels),
-                                                                                               *spec.frame_shape)
+                frames[name] = self._decode(e, name, frames["timestamp"])
         return frames
+
+    def _decode(self, e: int, name: str, timestamps: np.ndarray) -> np.ndarray:
+        """Camera ``name`` of episode ``e``, decoded straight into one array (an episode's frames held once)."""
+        spec = self.src.features[name]
+        out = np.empty((len(timestamps), *spec.frame_shape), dtype=spec.numpy_dtype)
+        done = 0
+
+        def put(frame: bytes) -> None:
+            nonlocal done
+            out[done] = np.frombuffer(frame, dtype=spec.numpy_dtype).reshape(spec.frame_shape)
+            done += 1
+
+        def rewind() -> None:
+            nonlocal done
+            done = 0
+
+        try:
+            self.src.decode_video(e, name, timestamps, put, rewind=rewind)
+        except VideoUnavailable as exc:
+            raise NotMaterializedError(str(exc)) from None
+        return out[:done]
 
 
 class _StoreReader(_EpisodeReader):

@@ -313,35 +313,40 @@ def test_decode_batch_after_fork():
     assert np.array_equal(got, frames)
 
 
-def _releases_gil(fn) -> bool:
-    """Whether the main thread runs while a worker thread is inside ``fn`` (which takes >= 50 ms): with a switch
-    interval of 10 s, a worker holding the GIL would keep it until ``fn`` returns."""
+def _releases_gil(work, seconds: float) -> bool:
+    """Whether the main thread runs while a worker thread repeats ``work()`` (for ``seconds``, or until the main
+    thread ran): with a switch interval of 10 s, a worker that holds the GIL keeps it until it ends, so the main
+    thread only runs once the worker is done. However late a loaded machine wakes the main thread, a releasing
+    worker is still working then (it stops only when the main thread ran, or after ``seconds``)."""
     old = sys.getswitchinterval()
     sys.setswitchinterval(10.0)
-    times: dict[str, float] = {}
+    inside, done, ran = threading.Event(), threading.Event(), threading.Event()
     try:
         def worker() -> None:
-            times["start"] = time.perf_counter()
-            fn()
-            times["end"] = time.perf_counter()
+            deadline = time.perf_counter() + seconds
+            inside.set()
+            while not ran.is_set() and time.perf_counter() < deadline:
+                work()
+            done.set()
 
         thread = threading.Thread(target=worker)
         thread.start()
-        time.sleep(0.001)
-        resumed = time.perf_counter()
+        assert inside.wait(60), "the worker thread did not start"
+        ran_first = not done.is_set()
+        ran.set()
         thread.join()
     finally:
         sys.setswitchinterval(old)
-    return resumed < times["end"] - 0.01
+    return ran_first
 
 
 def test_gil_check_detects_a_holder():
     def python_loop() -> None:
-        deadline = time.perf_counter() + 0.1
+        deadline = time.perf_counter() + 0.05
         while time.perf_counter() < deadline:
             pass
 
-    assert not _releases_gil(python_loop)
+    assert not _releases_gil(python_loop, 0.1)
 
 
 @pytest.mark.parametrize("name", ["zstd", "delta-zstd", "jpeg"])
@@ -355,15 +360,7 @@ def test_decoders_release_the_gil(name):
     data = codec.encode(frame)
     out = np.empty(shape, np.uint8)
     codec.decode_into(data, out)
-
-    def decode() -> None:  # for 0.2 s by the clock: a count of decodes timed once ran ~10 ms on a loaded machine
-        deadline = time.perf_counter() + 0.2
-        while time.perf_counter() < deadline:
-            codec.decode_into(data, out)
-
-    # A holder never lets the main thread run (switch interval 10 s), so one sighting in three proves release; a
-    # single try could miss it when the loaded machine wakes the main thread only after the worker took the GIL back.
-    assert any(_releases_gil(decode) for _ in range(3))
+    assert _releases_gil(lambda: codec.decode_into(data, out), 30.0)
 
 
 # ------------------------------------------------------------------------------------------------ zarr
