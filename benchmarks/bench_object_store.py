@@ -16,8 +16,9 @@ own, at ``--latency`` (20 ms) per request and one shared link of ``--gbit`` (1 G
 - ``forked``: the same raw 224x224 camera batches read by the process that opened the store and by a process
   forked from it (a DataLoader worker as Linux starts it: its requests go through a fetcher process of its own),
   each over a fresh mirror, interleaved: seconds to the first batch and samples/s;
-- ``lerobot``: one episode of a LeRobot-written folder in the bucket opened in a fresh process: requests, round
-  trips, bytes, at 200, 2,000 and 20,000 episodes; then the same first open in this process against a server of
+- ``lerobot``: one episode of a LeRobot-written folder in the bucket (``--lerobot-version``: v3.0, or v2.1 with
+  its file per episode) opened in a fresh process: requests, round trips, bytes, at 200, 2,000 and 20,000
+  episodes; then the same first open in this process against a server of
   its own holding each answer until the client has sent all it can without it (``settle``): the round trips by
   dependency, which a loaded machine's delayed client thread cannot lengthen;
 - ``sync``: a publication SIGKILLed at random points ``--kills`` times (each time the bucket must read as its last
@@ -512,20 +513,20 @@ print(json.dumps({"seconds": time.perf_counter() - t1, "frames": len(ds)}))
 
 
 def section_lerobot(server: Server, args, work: Path) -> None:
-    print(f"\n== one episode of a LeRobot-written folder in the bucket, fresh process (load {load()}) ==")
+    version = args.lerobot_version
+    print(f"\n== one episode of a LeRobot-written {version} folder in the bucket, fresh process (load {load()}) ==")
     from lerobot_zarr.cloud.client import Bucket
 
     for n in args.lerobot_scale:
-        folder = work / f"lerobot-{n}"
+        folder = work / f"lerobot-{version}-{n}"
         if not (folder / "meta" / "info.json").is_file():
-            write_sample_dataset(folder, n_episodes=n, lengths=(30, 70), state_dim=14, action_dim=14,
-                                 episodes_per_file=400, episodes_row_group=10, seed=3)
-        url = f"s3://bench/lerobot/{n}"
+            layout = dict(episodes_per_file=400, episodes_row_group=10) if version == "v3.0" else {}
+            write_sample_dataset(folder, version=version, n_episodes=n, lengths=(30, 70), state_dim=14, action_dim=14,
+                                 seed=3, **layout)
+        url = f"s3://bench/lerobot-{version}/{n}"
         bucket = Bucket(url)
         if bucket.head("meta/info.json") is None:
-            for path in sorted(folder.rglob("*")):
-                if path.is_file():
-                    bucket.write(path.relative_to(folder).as_posix(), path.read_bytes())
+            upload(folder, bucket)
         os.environ["LEROBOT_ZARR_HOME"] = str(work / f"home-{n}-{time.monotonic_ns()}")
         server.reset()
         r = fresh(ONE_EPISODE, url, str(n // 2 + 7 if n > 20 else n // 2))
@@ -533,8 +534,17 @@ def section_lerobot(server: Server, args, work: Path) -> None:
         print(f"  {n:>7,} episodes: {s['requests']} requests, {s['round_trips']} round trips, "
               f"{s['bytes_sent'] / 1e6:.1f} MB, {r['seconds']:.2f} s (load {load()})")
     for n in args.lerobot_scale:
-        requests, trips = round_trips_by_dependency(work / f"lerobot-{n}", n, args, work)
+        requests, trips = round_trips_by_dependency(work / f"lerobot-{version}-{n}", n, args, work)
         print(f"  {n:>7,} episodes, by dependency: {requests} requests, {trips} round trips (load {load()})")
+
+
+def upload(folder: Path, bucket) -> None:
+    """Every file of ``folder`` into ``bucket`` (a :class:`~lerobot_zarr.cloud.client.Bucket`), 16 at a time."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    rels = [p.relative_to(folder).as_posix() for p in sorted(folder.rglob("*")) if p.is_file()]
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(lambda rel: bucket.write(rel, (folder / rel).read_bytes()), rels))
 
 
 def round_trips_by_dependency(folder: Path, n: int, args, work: Path) -> tuple[int, int]:
@@ -550,10 +560,7 @@ def round_trips_by_dependency(folder: Path, n: int, args, work: Path) -> tuple[i
             server.create_bucket(f"bench-dependency-{n}")  # (moto keeps its buckets for the process)
             os.environ.update(server.client_env())
             url = f"s3://bench-dependency-{n}/lerobot"
-            bucket = Bucket(url)
-            for path in sorted(folder.rglob("*")):
-                if path.is_file():
-                    bucket.write(path.relative_to(folder).as_posix(), path.read_bytes())
+            upload(folder, Bucket(url))
             server.reset_stats()
             server.network = NetworkModel(latency_s=args.latency, rate=args.gbit * 125e6, settle=True)
             lerobot_zarr.open_dataset(url, episodes=[n // 2 + 7 if n > 20 else n // 2],
@@ -663,6 +670,7 @@ def main() -> None:
     parser.add_argument("--lookahead", type=int, default=4)
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--lerobot-scale", type=lambda s: [int(x) for x in s.split(",")], default=[200, 2000, 20000])
+    parser.add_argument("--lerobot-version", choices=("v3.0", "v2.1"), default="v3.0")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--repeats-open", type=int, default=3)
     parser.add_argument("--repeats-cameras", type=int, default=2)

@@ -246,7 +246,8 @@ def inspect(source: str | os.PathLike, *, revision: str | None = None, token: st
     lerobot = src.dataset()
     meta = DatasetMeta.from_source(lerobot, depth_unit)
     if lerobot.files.sizes:  # listed: a remote source
-        meta.source["remote_bytes"] = {top: sum(n for p, n in lerobot.files.sizes.items() if p.startswith(top + "/"))
+        files = lerobot.files  # (a bucket lists data/ and videos/ for it)
+        meta.source["remote_bytes"] = {top: sum(files.size(rel) for rel in files.list(top))
                                        for top in ("data", "videos", "meta")}
     exists = functools.cache(lerobot.files.exists)  # one check per file, not per episode
     for name, refs in lerobot.episodes.videos.items():

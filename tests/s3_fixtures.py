@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,20 +36,22 @@ class S3Env:
     server: S3Server
     bucket: str
     zarr_home: Path
+    scheme: str = "s3"  # "gs": the GCS server of the tests (tests/cloud/test_gcs.py)
 
     def url(self, folder: str = "") -> str:
-        return f"s3://{self.bucket}" + (f"/{folder}" if folder else "")
+        return f"{self.scheme}://{self.bucket}" + (f"/{folder}" if folder else "")
 
     def client(self, folder: str = "") -> Bucket:
         return Bucket(self.url(folder))
 
     def upload(self, folder: Path, prefix: str) -> None:
-        """Every file of ``folder`` (hidden ones at its top but ``.episode_stats`` left out) under ``prefix``."""
+        """Every file of ``folder`` (hidden ones at its top but ``.episode_stats`` left out) under ``prefix``, 8
+        at a time."""
         bucket = self.client(prefix)
-        for path in sorted(folder.rglob("*")):
-            rel = path.relative_to(folder).as_posix()
-            if path.is_file() and not (rel.startswith(".") and not rel.startswith(".episode_stats")):
-                bucket.write(rel, path.read_bytes())
+        rels = [path.relative_to(folder).as_posix() for path in sorted(folder.rglob("*")) if path.is_file()]
+        rels = [rel for rel in rels if not (rel.startswith(".") and not rel.startswith(".episode_stats"))]
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(lambda rel: bucket.write(rel, (folder / rel).read_bytes()), rels))
 
 
 def running_s3() -> Iterator[S3Server]:
@@ -59,10 +62,10 @@ def running_s3() -> Iterator[S3Server]:
     assert server.errors == [], server.errors[0]
 
 
-def s3_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, server: S3Server) -> Iterator[S3Env]:
-    """Body of a per-test fixture: a new bucket, the client environment pointed at the server (no AWS setting of
-    the machine leaks in), a short timeout, faults and the network model cleared."""
-    for var in AWS_VARS:
+def s3_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, server: S3Server, scheme: str = "s3") -> Iterator[S3Env]:
+    """Body of a per-test fixture: a new bucket, the client environment pointed at the server (no AWS or Google
+    setting of the machine leaks in), a short timeout, faults and the network model cleared."""
+    for var in [*AWS_VARS, *(v for v in os.environ if v.startswith("GOOGLE_"))]:
         monkeypatch.delenv(var, raising=False)
     for key, value in server.client_env().items():
         monkeypatch.setenv(key, value)
@@ -75,7 +78,7 @@ def s3_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, server: S3Server) ->
     server.clear_faults()
     server.network = None
     server.reset_stats()
-    yield S3Env(server, name, zarr_home)
+    yield S3Env(server, name, zarr_home, scheme)
     server.clear_faults()
     server.network = None
     assert server.errors == [], server.errors[0]

@@ -188,6 +188,8 @@ class Bucket:
                 return S3Store(self.url.bucket, prefix=prefix, config=config, client_options=client,
                                retry_config=retry, credential_provider=provider)
             if self.url.scheme == "gs":
+                # (object_store's GCS default, which client options replace: the base URL says http or https)
+                client["allow_http"] = True
                 return GCSStore(self.url.bucket, prefix=prefix, config=config, client_options=client,
                                 retry_config=retry)
             return AzureStore(self.url.bucket, prefix=prefix, config=config, client_options=client,
@@ -361,6 +363,17 @@ class Bucket:
 
         mode: Any = "create" if if_absent else {"e_tag": if_match} if if_match is not None else "overwrite"
         where = self.location(rel)
+        if if_match is not None and self.url.scheme == "gs":
+            # GCS makes a write conditional on the object's generation, not its ETag: the generation of the object
+            # whose ETag is still ``if_match``, then written only if it is still that generation
+            try:
+                meta = self._attempts(rel, lambda: self._call(rel, obstore.head, rel))
+            except SourceNotFoundError:
+                meta = {}
+            if _quoted(str(meta.get("e_tag") or "")) != _quoted(if_match) or not meta.get("version"):
+                raise CommitConflictError(f"{where}: changed since it was read (ETag no longer {if_match}); not "
+                                          f"written", path=where)
+            mode = {"e_tag": if_match, "version": meta["version"]}
         size = len(data) if isinstance(data, bytes) else Path(data).stat().st_size
         multipart = size > _MAX_REQUEST and mode == "overwrite"
 

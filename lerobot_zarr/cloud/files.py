@@ -2,21 +2,24 @@
 of :mod:`~lerobot_zarr.lerobot.range_files` over :class:`~.client.Bucket` (byte ranges, no disk cache), as a Hub
 repo is read.
 
-The folder is listed once (a page per 1,000 objects: a LeRobot v3.0 folder of 20,000 episodes fits one), which
-gives every file's size and ETag; every later read of a file carries its ETag (``If-Match``), so a file rewritten
-while it is read is an error, never a mix of two versions. Trust: listed paths pass ``safe_relpath`` (an odd name
-outside ``meta/``, ``data/`` and ``videos/`` is ignored, one inside them refused).
+Its ``meta/`` is listed when it is made; every other folder (``data/chunk-001``, a camera's videos of a chunk) when a
+file in it is first asked for, the folders of the files an open will read all at once
+(:meth:`~lerobot_zarr.lerobot.range_files.RangeFiles.prefetch_sizes`): a first open of one episode lists the few
+folders of its files whatever the count of episodes (a listing pages 1,000 objects at a time: a v2.1 folder of 2,500
+episodes took 7 round trips listed whole). A listing gives each file's size and ETag; every later read of a file
+carries its ETag (``If-Match``), so a file rewritten while it is read is an error, never a mix of two versions.
+Trust: listed paths pass ``safe_relpath`` (an odd name outside ``meta/``, ``data/`` and ``videos/`` is ignored, one
+inside them refused).
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from ..errors import CorruptSourceError
 from ..lerobot.range_files import RangeFiles
 from ..lerobot.source_files import safe_relpath
-from .client import Bucket
+from .client import Bucket, ObjectInfo
 
 __all__ = ["BucketFiles"]
 
@@ -24,13 +27,13 @@ _DATASET_FOLDERS = ("meta", "data", "videos")
 
 
 class BucketFiles(RangeFiles):
-    """The LeRobot folder at ``bucket`` (a :class:`~.client.Bucket`), as listed when this object is made: its
-    ``meta/``, ``data/`` and ``videos/``, or with ``folders`` the files below those (the mp4 files of a store's
-    cameras, ``<camera>/videos``: one listing each). ``on_fetch(nbytes, where)`` is told of every range
-    fetched."""
+    """The LeRobot folder at ``bucket`` (a :class:`~.client.Bucket`): its ``meta/`` listed when this object is made,
+    ``data/`` and ``videos/`` folder by folder as their files are asked for; or with ``folders`` the files below
+    those, listed now (the mp4 files of a store's cameras, ``<camera>/videos``: one listing each). ``on_fetch(nbytes,
+    where)`` is told of every range fetched."""
 
     def __init__(self, bucket: Bucket, *, folders: Sequence[str] | None = None,
-                 on_fetch: Callable[[int, str], None] | None = None):
+                 on_fetch: Callable[[int, str], None] | None = None, meta: Mapping[str, ObjectInfo] | None = None):
         super().__init__()
         self.bucket = bucket
         self.name = bucket.url.name
@@ -38,15 +41,26 @@ class BucketFiles(RangeFiles):
         self.on_fetch = on_fetch
         self.etags: dict[str, str] = {}
         if folders is None:
-            listed = [(path, info) for path, info in bucket.list().items()
-                      if path.split("/", 1)[0] in _DATASET_FOLDERS]  # README.md, a store's files...: never read
+            self._listed = set()
+            if meta is None:
+                self._ensure_listed("meta")
+            else:  # (listed already, when asked what the folder is)
+                self.sizes.update(self._list_folder("meta", meta))
+                self._listed.add("meta")
         else:
-            listed = [(path, info) for folder in folders for path, info in bucket.list(folder).items()
-                      if path.startswith(folder.rstrip("/") + "/")]
-        for path, info in listed:
-            rel = safe_relpath(self.location(), path, "listed object")
-            self.sizes[rel] = info.size
-            self.etags[rel] = info.etag
+            for folder in folders:
+                self.sizes.update(self._list_folder(folder))
+
+    def _list_folder(self, folder: str, listed: Mapping[str, ObjectInfo] | None = None) -> dict[str, int]:
+        if self.folders is None and folder.split("/", 1)[0] not in _DATASET_FOLDERS:
+            return {}  # README.md, a store's files...: never read
+        sizes = {}
+        for path, info in (self.bucket.list(folder) if listed is None else listed).items():
+            if path.startswith(folder.rstrip("/") + "/"):
+                rel = safe_relpath(self.location(), path, "listed object")
+                sizes[rel] = info.size
+                self.etags[rel] = info.etag
+        return sizes
 
     def __reduce__(self) -> tuple:
         # to another process (a dask worker) as what it reads: the listing is made again there
@@ -62,12 +76,12 @@ class BucketFiles(RangeFiles):
         return data
 
     def record(self, data_files: Iterable[str]) -> dict:
-        """The folder's URL and endpoint, and a digest of the ETags and sizes of its metadata files and of the data
-        files read: a changed object (a new ETag) gets a new store."""
+        """The folder's URL and endpoint, and a digest of the ETags and sizes of its ``meta/`` files: a folder whose
+        metadata changed (LeRobot rewrites ``info.json`` and the episode table with every change) gets a new store.
+        The data and video files are not in it (naming every one would list every folder: round trips growing with
+        the episodes); each read of them carries the ETag its folder's listing gave."""
         h = hashlib.sha256()
-        for rel in sorted({*self.list("meta"), *data_files}):
-            if rel not in self.sizes:
-                raise CorruptSourceError(f"{self.location(rel)}: not in the folder's listing")
+        for rel in self.list("meta"):
             h.update(f"{rel}:{self.sizes[rel]}:{self.etags[rel]}\0".encode())
         return {"kind": "bucket", "url": str(self.bucket.url), "endpoint": self.bucket.endpoint,
                 "fingerprint": h.hexdigest()}

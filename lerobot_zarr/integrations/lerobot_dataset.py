@@ -21,6 +21,7 @@ torch = import_optional("torch", "lerobot_zarr.integrations.torch (the torch ada
 from torch.utils.data import Dataset  # noqa: E402
 
 from ..cameras.depth import DEPTH_UNITS  # noqa: E402
+from ..cloud.urls import is_bucket_url  # noqa: E402
 from ..lerobot.format import CAMERA_DTYPES  # noqa: E402
 from ..lerobot.source_files import is_lerobot_folder  # noqa: E402
 from .lerobot_meta import LeRobotDatasetMetadata, episode_tasks, is_store, local_source  # noqa: E402
@@ -43,7 +44,10 @@ class LeRobotDataset(LeRobotRecording, Dataset):
     Where the data comes from, as LeRobot looks for it: ``root`` when it holds a LeRobot dataset (or a store), else,
     without ``root``, ``$HF_LEROBOT_HOME/<repo_id>`` when it holds one, else the Hub repo ``repo_id`` at ``revision``
     (only the episodes asked for are downloaded; into a store at ``root`` when given, as LeRobot downloads there).
-    ``force_cache_sync=True`` reads the Hub even when a local copy exists.
+    ``force_cache_sync=True`` reads the Hub even when a local copy exists. ``root`` may also be a bucket folder
+    (``s3://``, ``gs://``, ``az://``, ``hf://buckets/...``, as LeRobot's newer docs write it): a store there is read
+    where it is, a LeRobot folder there is transcoded into ``store`` (default the cache); ``root`` stays that URL
+    (a ``str``); anything else there is refused (``SourceNotFoundError`` naming it), never read from the Hub instead.
 
     LeRobot's reading arguments keep their meaning: ``episodes`` (as given, or intersected with ``episode_filter``, a
     predicate over rows of ``meta.episodes``; matching nothing is a ``ValueError``), ``image_transforms`` (per item,
@@ -95,7 +99,7 @@ class LeRobotDataset(LeRobotRecording, Dataset):
                                 "recording (deprecated in LeRobot): use LeRobotDataset.resume(repo_id, root=..., "
                                 "streaming_encoding=..., batch_encoding_size=...)")
         self.repo_id = repo_id
-        self._requested_root = Path(root) if root else None
+        self._requested_root = root if is_bucket_url(root) else Path(root) if root else None
         self.tolerance_s = tolerance_s
         self.delta_timestamps = delta_timestamps
         self.image_transforms = image_transforms
@@ -114,14 +118,16 @@ class LeRobotDataset(LeRobotRecording, Dataset):
         """The reading side: the store serving ``repo_id`` (made or fetched if need be), ``meta`` and the plan of
         items. ``__init__`` opens it at once; a recorded dataset when first read after ``finalize()``."""
         repo_id, delta_timestamps, tolerance_s = self.repo_id, self.delta_timestamps, self.tolerance_s
-        local = local_source(repo_id, root, force_cache_sync)
+        bucket = is_bucket_url(root)  # (a folder of a bucket: read there, or made into a store here)
+        local = None if bucket else local_source(repo_id, root, force_cache_sync)
         self._folder = local if local is not None and not is_store(local) else None
-        self.root = Path(root) if root is not None else local
+        self.root = root if bucket else Path(root) if root is not None else local
         self.revision = revision if revision else "v3.0"
-        source = local if local is not None else repo_id
-        # the store: of a local folder, where store= says (else the cache); from the Hub, at root when given (where
-        # LeRobot downloads), unless root holds a LeRobot folder (force_cache_sync): never a store inside one
-        into_root = local is None and root is not None and not is_lerobot_folder(Path(root).expanduser())
+        source = root if bucket else local if local is not None else repo_id
+        # the store: of a local folder or a bucket's, where store= says (else the cache); from the Hub, at root when
+        # given (where LeRobot downloads), unless root holds a LeRobot folder (force_cache_sync): never a store
+        # inside one
+        into_root = local is None and root is not None and not bucket and not is_lerobot_folder(Path(root).expanduser())
         common = dict(root=root if store is None and into_root else store,
                       revision=None if local is not None else revision, token=token, image_format="uint8_hwc",
                       depth_unit=self._depth_output_unit)

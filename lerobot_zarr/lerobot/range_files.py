@@ -1,10 +1,11 @@
 """Files read by byte ranges, for sources where a read costs a round trip (a Hub repository, a bucket): what
 they share beneath their transport.
 
-A subclass lists its files (``sizes``) and fetches one byte range (:meth:`RangeFiles._fetch`, with its own bounded
-waits, retries and errors); this class turns that into :class:`~.source_files.SourceFiles`: parquet files opened
-as range-reading file objects (only footers and the row groups asked for cross the network), videos read with
-read-ahead, requests that do not depend on each other sent together (:meth:`RangeFiles.prefetch`,
+A subclass lists its files (``sizes``: all of them when it is made, a Hub repo's tree; or folder by folder as they are
+first asked for, :meth:`RangeFiles._list_folder`, a bucket's) and fetches one byte range (:meth:`RangeFiles._fetch`,
+with its own bounded waits, retries and errors); this class turns that into :class:`~.source_files.SourceFiles`:
+parquet files opened as range-reading file objects (only footers and the row groups asked for cross the network),
+videos read with read-ahead, requests that do not depend on each other sent together (:meth:`RangeFiles.prefetch`,
 :meth:`~RangeFiles.prefetch_footers`, :meth:`~RangeFiles.prefetch_ranges`), bytes fetched ahead held (bounded)
 until read. No disk cache: the local store stays the only local copy.
 """
@@ -13,11 +14,13 @@ from __future__ import annotations
 
 import functools
 import io
+import os
 import threading
+import weakref
 from abc import abstractmethod
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from ..errors import CorruptSourceError
@@ -51,7 +54,8 @@ _IN_FLIGHT = 8  # requests in flight at once
 
 class RangeFiles(SourceFiles):
     """Files of one source at one version, read by byte ranges (see the module docstring). Subclasses fill
-    ``sizes`` (and may seed footers) and implement :meth:`_fetch`."""
+    ``sizes`` (and may seed footers) and implement :meth:`_fetch`; one that lists folder by folder sets ``_listed``
+    to the folders it listed and implements :meth:`_list_folder`."""
 
     concurrency = _IN_FLIGHT
 
@@ -60,9 +64,60 @@ class RangeFiles(SourceFiles):
         self._footer_sizes: dict[str, int] = {}  # exact, from our index
         self._footer_hints: dict[str, int] = {}  # estimated by the reader (footer_hint)
         self._lock = threading.Lock()  # guards the two caches below; never held while waiting on the network
+        _live.add(self)  # (a forked child gets a lock of its own: _after_fork_in_child)
         self._blocks: OrderedDict[tuple[str, int], bytes] = OrderedDict()  # recent read-ahead blocks
         self._held: OrderedDict[tuple[str, int], bytes] = OrderedDict()  # fetched ahead of their reads
-        self.sizes: dict[str, int] = {}
+        self.sizes: dict[str, int] = {}  # every file's, or (``_listed`` set) those of the folders listed so far
+        self._listed: set[str] | None = None  # None: every file was listed up front
+        self._listing: dict[str, Future] = {}  # folders being listed (or listed): waited on by their other askers
+
+    def _list_folder(self, folder: str) -> Mapping[str, int]:
+        """The files below ``folder`` and their sizes, listed now (a source listing folder by folder: called once a
+        folder, when a file in it is first asked for)."""
+        raise NotImplementedError(f"{type(self).__name__} lists every file up front")
+
+    def _is_listed(self, folder: str) -> bool:
+        """Whether ``folder`` (or a folder above it) is listed."""
+        parts = folder.strip("/").split("/")
+        return self._listed is None or any("/".join(parts[:n]) in self._listed for n in range(1, len(parts) + 1))
+
+    def _ensure_listed(self, folder: str) -> None:
+        """List ``folder`` unless it (or a folder above it) is: once, however many threads ask at once."""
+        folder = folder.strip("/")
+        if self._is_listed(folder):
+            return
+        with self._lock:
+            future = self._listing.get(folder)
+            mine = future is None
+            if mine:
+                future = self._listing[folder] = Future()
+        if not mine:
+            future.result()
+            return
+        try:
+            listed = self._list_folder(folder)
+        except BaseException as exc:
+            with self._lock:
+                del self._listing[folder]  # (asked again later: listed again)
+            future.set_exception(exc)
+            raise
+        with self._lock:
+            self.sizes.update(listed)
+            self._listed.add(folder)
+        future.set_result(None)
+
+    def _known(self, rel: str) -> bool:
+        if rel not in self.sizes and "/" in rel:
+            self._ensure_listed(rel.rsplit("/", 1)[0])
+        return rel in self.sizes
+
+    def prefetch_sizes(self, rels: Iterable[str], folders: Iterable[str] = ()) -> None:
+        """List ``folders`` and the folders of these files, those not listed yet, all at once (a first open of one
+        episode lists only the folders of its files, whatever the count of episodes)."""
+        folders = [*folders, *(rel.rsplit("/", 1)[0] for rel in rels if "/" in rel and rel not in self.sizes)]
+        folders = [folder for folder in dict.fromkeys(f.strip("/") for f in folders) if not self._is_listed(folder)]
+        folders = [f for f in folders if not any(f.startswith(g + "/") for g in folders)]  # (within one listed)
+        self._in_parallel([functools.partial(self._ensure_listed, folder) for folder in folders])
 
     @abstractmethod
     def _fetch(self, rel: str, start: int, stop: int) -> bytes:
@@ -70,13 +125,12 @@ class RangeFiles(SourceFiles):
         bounded waits and retries; its errors when they fail."""
 
     def exists(self, rel: str) -> bool:
-        return rel in self.sizes
+        return self._known(rel)
 
     def size(self, rel: str) -> int:
-        try:
-            return self.sizes[rel]
-        except KeyError:
-            raise FileNotFoundError(f"{self.location(rel)}: no such file in the repository") from None
+        if not self._known(rel):
+            raise FileNotFoundError(f"{self.location(rel)}: no such file in the repository")
+        return self.sizes[rel]
 
     def get(self, rel: str, start: int = 0, stop: int | None = None) -> bytes:
         """Bytes ``[start, stop)`` of a file (to its end without ``stop``), with bounded waits and retries: from
@@ -139,7 +193,9 @@ class RangeFiles(SourceFiles):
         have are skipped."""
         for rel, nbytes in (footers or {}).items():
             self.footer_hint(rel, nbytes)
-        todo = [functools.partial(self._prefetch_one, rel) for rel in dict.fromkeys(rels) if rel in self.sizes]
+        rels = list(dict.fromkeys(rels))
+        self.prefetch_sizes([*rels, *(footers or {})])
+        todo = [functools.partial(self._prefetch_one, rel) for rel in rels if rel in self.sizes]
         todo += [functools.partial(self._footer, rel) for rel in footers or {}
                  if rel in self.sizes and rel not in self._footers]
         self._in_parallel(todo)
@@ -156,6 +212,7 @@ class RangeFiles(SourceFiles):
     def prefetch_footers(self, rels: Iterable[str]) -> None:
         """Read the parquet footers of these files, all at once."""
         todo = [rel for rel in dict.fromkeys(rels) if rel not in self._footers]
+        self.prefetch_sizes(todo)
         self._in_parallel([functools.partial(self._footer, rel) for rel in todo])
 
     def prefetch_ranges(self, ranges: Mapping[str, Iterable[tuple[int, int]]], gap: int | None = None) -> None:
@@ -267,8 +324,25 @@ class RangeFiles(SourceFiles):
             self._footer_sizes[rel] = int(size)
 
     def list(self, folder: str) -> list[str]:
-        prefix = folder.rstrip("/") + "/"
-        return sorted(p for p in self.sizes if p.startswith(prefix))
+        self._ensure_listed(folder)
+        prefix = folder.strip("/") + "/"
+        return sorted(p for p in list(self.sizes) if p.startswith(prefix))
+
+
+_live: weakref.WeakSet[RangeFiles] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    """A forked child (a DataLoader worker) has none of the parent's threads: a lock one of them held at the fork
+    would never be released, so each reader gets a new one (the caches it guards are whole: the fork happened
+    with the GIL held)."""
+    for files in list(_live):
+        files._lock = threading.Lock()
+        files._listing = {k: f for k, f in files._listing.items() if f.done()}  # (a parent thread's: never done)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def coalesce(ranges: Iterable[tuple[int, int]], gap: int, most: int) -> list[tuple[int, int]]:

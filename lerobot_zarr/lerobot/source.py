@@ -64,11 +64,15 @@ class LeRobotSource:
     def _prefetch_footers(self, episodes: Sequence[int]) -> None:
         """Fetch the footers of the data files of ``episodes`` at once, each in one request where the estimate of
         its length holds (a row group per episode, LeRobot's way)."""
+        videos = [ref[0] for refs in self.episodes.videos.values() for e in episodes if (ref := refs[e]) is not None]
+        located = self.episodes.located is not None  # the episodes of each file are not known: its share of the bytes
+        self.files.prefetch_sizes([*(self.episodes.data_file[e] for e in episodes), *videos],
+                                  folders=["data"] if located else ())  # (their folders listed, all at once)
         rels = [rel for rel in dict.fromkeys(self.episodes.data_file[e] for e in episodes) if self.files.exists(rel)]
         leaves = sum(2 if v.kind == "image" else 1 for v in self.features.values() if v.kind != "video")
         images = sum(v.kind == "image" for v in self.features.values())
         share = None
-        if self.episodes.located is not None:  # the episodes of each file are not known: its share of the bytes
+        if located:
             data = [r for r in self.files.list("data") if r.endswith(".parquet")]
             share = len(self.episodes) / max(1, sum(self.files.size(r) for r in data))
         for rel in rels:
@@ -146,8 +150,9 @@ class LeRobotSource:
 
     @functools.cached_property
     def _record(self) -> dict:
-        if self.episodes.located is not None:  # the files of every episode are not known: every one listed
-            return self.files.record([rel for folder in ("data", "videos") for rel in self.files.list(folder)])
+        if self.episodes.located is not None:  # the files of every episode are not known: every one listed (lazily:
+            # a source whose identity is not its files, a Hub commit or a bucket's metadata, lists none)
+            return self.files.record(rel for folder in ("data", "videos") for rel in self.files.list(folder))
         videos = {ref[0] for refs in self.episodes.videos.values() for ref in refs if ref is not None}
         return self.files.record([*self.episodes.data_file, *sorted(videos)])
 

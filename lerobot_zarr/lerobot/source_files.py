@@ -31,7 +31,8 @@ class SourceFiles(ABC):
     name: str
     #: how many row-group reads may be in flight at once
     concurrency: int = 1
-    #: every file's size by path, where the source lists its files up front (a remote one); empty otherwise
+    #: a remote source's file sizes by path, those it has listed (every file of a Hub repo; a bucket's folders as
+    #: they are needed: ask :meth:`size` and :meth:`list`); empty for a local folder
     sizes: Mapping[str, int] = MappingProxyType({})
 
     @abstractmethod
@@ -70,6 +71,10 @@ class SourceFiles(ABC):
 
     def prefetch_footers(self, rels: Iterable[str]) -> None:
         """The parquet footers of these files will be read soon."""
+
+    def prefetch_sizes(self, rels: Iterable[str], folders: Iterable[str] = ()) -> None:
+        """These files will be asked for soon (whether they exist, their size), and every file of ``folders``: a
+        source that lists its folders as they are needed (a bucket) lists them now, all at once."""
 
     def prefetch_ranges(self, ranges: Mapping[str, Iterable[tuple[int, int]]], gap: int | None = None) -> None:
         """These byte ranges ``[start, stop)`` of files (``{file: ranges}``) will be read soon; ``gap``: ranges of a

@@ -2,7 +2,8 @@
 copying it, :mod:`.remote_store`), or a LeRobot dataset folder (read by byte ranges like a Hub repo, transcoded
 into the cache's ``buckets/<name>-<key>`` store, keyed by its URL and the ETags of its files).
 
-Which of the two the folder is is asked of the bucket once (its ``zarr.json`` and ``meta/info.json``, together).
+Which of the two the folder is is asked of the bucket once (its ``zarr.json`` and the listing of its ``meta/``,
+together: a LeRobot folder's reader starts from that listing).
 HF Buckets are the Hub's: ``HF_HUB_OFFLINE`` keeps them unread too; a LeRobot folder there is then served from the
 newest store the cache holds of it (its key needs the folder's ETags: unknown offline), as a Hub repo is.
 """
@@ -40,6 +41,7 @@ class BucketSource(Source):
     def __init__(self, bucket: Bucket):
         self.bucket = bucket
         self._what: str | None = None  # "store" or "folder", once asked
+        self._meta: dict | None = None  # the listing of a LeRobot folder's meta/, made when asked what it is
 
     @classmethod
     def guess_can_open(cls, spec: str | os.PathLike) -> bool:
@@ -67,11 +69,13 @@ class BucketSource(Source):
                 raise NotMaterializedError(f"{self}: {why}: the bucket is not read, and no store of it is held here "
                                            f"(never opened on this machine)")
             with ThreadPoolExecutor(2, thread_name_prefix="lerobot_zarr-probe") as pool:
-                store, folder = pool.map(self.bucket.head, (ROOT, _INFO))
+                meta = pool.submit(self.bucket.list, "meta")
+                store = self.bucket.head(ROOT)
+                meta = meta.result()
             if store is not None:
                 self._what = "store"
-            elif folder is not None:
-                self._what = "folder"
+            elif _INFO in meta:
+                self._what, self._meta = "folder", meta
             else:
                 raise SourceNotFoundError(f"{self}: neither a lerobot_zarr store (zarr.json) nor a LeRobot dataset "
                                           f"folder (meta/info.json) there", path=str(self))
@@ -92,7 +96,8 @@ class BucketSource(Source):
             raise ArgumentError(f"{self}: is a store, not a LeRobot dataset folder")
         from ..cloud.files import BucketFiles
 
-        return BucketFiles(self.bucket)
+        meta, self._meta = self._meta, None  # (once: a second reader lists again, as the folder may have changed)
+        return BucketFiles(self.bucket, meta=meta)
 
     def cache_path(self) -> Path:
         why = self.offline()

@@ -24,8 +24,8 @@ from ..utils.fileio import atomic_write, check_in_store, load_json, read_bounded
 from .state import StoreState
 from .tables import ArraySpec
 
-__all__ = ["MP4_INDEX", "mp4_index_path", "read_mp4_index", "mp4_file", "record_link", "cameras_needing_pyav",
-           "served_episodes",
+__all__ = ["MP4_INDEX", "mp4_index_path", "read_mp4_index", "mp4_file", "record_link", "is_link_record",
+           "cameras_needing_pyav", "served_episodes",
            "storage_name", "kept_description"]
 
 MP4_INDEX = "mp4.json"
@@ -102,6 +102,12 @@ def mp4_file(root: str | os.PathLike, name: str, file: str, *, check_link: bool 
 def _link_record(path: str | os.PathLike) -> Path:
     path = Path(path)
     return path.with_name(f".{path.name}.linked")
+
+
+def is_link_record(name: str) -> bool:
+    """Whether a file name is a hard link's record (``.<file>.linked``): this machine's bookkeeping of a local
+    source's file, meaningless anywhere else (not published with the store)."""
+    return name.startswith(".") and name.endswith(".linked") and len(name) > len("..linked")
 
 
 def record_link(root: str | os.PathLike, path: str | os.PathLike, tmp: str | os.PathLike) -> None:

@@ -210,14 +210,20 @@ class _Handler(BaseHTTPRequestHandler):
         """moto's answer; a ranged GET is asked as a HEAD (moto's status and headers for the range) and its bytes
         read from the object's buffer. A plain ranged GET of an object that exists (no condition, no query) is
         answered from moto's object itself, with its headers, without moto's request handling (a few ms per request
-        of Python: the server would be what a benchmark of many small ranges measures)."""
-        from werkzeug.test import EnvironBuilder, run_wsgi_app
-
+        of Python: the server would be what a benchmark of many small ranges measures). Writes one at a time."""
         fast = self._plain_range(method, path, query)
         if fast is not None:
             return fast
+        if method in ("PUT", "POST", "DELETE"):  # moto's writes are not safe at once: a PUT retried by a client
+            with self.server.owner.writing:      # whose first try timed out closes the first's buffer under it
+                return self._ask_moto(method, path, query, body)
+        return self._ask_moto(method, path, query, body)
 
-        headers = {k: v for k, v in self.headers.items() if k.lower() not in ("content-length", "transfer-encoding")}
+    def _ask_moto(self, method: str, path: str, query: str, body: bytes) -> tuple[int, dict[str, str], bytes]:
+        from werkzeug.test import EnvironBuilder, run_wsgi_app
+
+        headers = {k: v for k, v in self._forwarded().items()
+                   if k.lower() not in ("content-length", "transfer-encoding")}
         ranged = method == "GET" and "range" in {k.lower() for k in headers}
         environ = EnvironBuilder(path=path, base_url=f"http://{self.headers.get('Host', 'localhost')}",
                                  query_string=query, method="HEAD" if ranged else method, headers=headers,
@@ -242,10 +248,14 @@ class _Handler(BaseHTTPRequestHandler):
                 data = b""
         return code, out, data
 
+    def _forwarded(self) -> dict[str, str]:
+        """The request's headers as moto is asked them."""
+        return dict(self.headers.items())
+
     def _whole(self, path: str, query: str, body: bytes) -> tuple[int, dict[str, str], bytes]:
         from werkzeug.test import EnvironBuilder, run_wsgi_app
 
-        headers = {k: v for k, v in self.headers.items() if k.lower() not in ("content-length", "range")}
+        headers = {k: v for k, v in self._forwarded().items() if k.lower() not in ("content-length", "range")}
         environ = EnvironBuilder(path=path, base_url=f"http://{self.headers.get('Host', 'localhost')}",
                                  query_string=query, method="GET", headers=headers, data=body).get_environ()
         app_iter, status, answer = run_wsgi_app(self.server.owner.app, environ, buffered=True)
@@ -391,6 +401,8 @@ class S3Server:
     ``namespaces``: path prefixes of HF Buckets-style endpoints (``/<ns>/<bucket>/<key>``). ``fast_ranges``: plain
     ranged GETs answered from moto's objects directly (see :meth:`_Handler._plain_range`)."""
 
+    handler: type[BaseHTTPRequestHandler] = _Handler  # (another API in front of moto: its own handler)
+
     def __init__(self, *, host: str = "127.0.0.1", port: int = 0, network: NetworkModel | None = None,
                  namespaces: Sequence[str] = (), fast_ranges: bool = True):
         self.host, self.port = host, port
@@ -401,6 +413,7 @@ class S3Server:
         self.stats = HubStats()
         self.errors: list[str] = []
         self.stopping = threading.Event()
+        self.writing = threading.Lock()  # held while moto writes (see _Handler._moto)
         self.app = _moto_app()
         self._faults = Faults()
         self._httpd: _Server | None = None
@@ -415,7 +428,7 @@ class S3Server:
     def start(self) -> S3Server:
         if self._httpd is None:
             self.stopping.clear()
-            self._httpd = _Server((self.host, self.port), _Handler, self)
+            self._httpd = _Server((self.host, self.port), self.handler, self)
             self.port = self._httpd.server_address[1]
             self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.1},
                                             name=f"s3-server-{self.port}", daemon=True)

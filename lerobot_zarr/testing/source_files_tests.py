@@ -71,6 +71,24 @@ class SourceFilesTests:
             files.size("meta/nope.json")
         assert dict(files.sizes) in ({}, {rel: (folder / rel).stat().st_size for rel in every})
 
+    def test_a_file_is_found_before_its_folder_is_listed(self, files, folder):
+        """A source may list its folders as they are needed (a bucket): a file asked for first (its existence, its
+        size, its bytes) is found all the same, a missing one is not, and the hint to size files ahead changes no
+        answer; what ``sizes`` holds meanwhile is right."""
+        every = self.every_file(folder)
+        data, videos = [r for r in every if r.startswith("data/")], [r for r in every if r.startswith("videos/")]
+        assert files.size(data[-1]) == (folder / data[-1]).stat().st_size
+        assert files.read_bytes(videos[0]) == (folder / videos[0]).read_bytes()
+        missing = data[0].rsplit("/", 1)[0] + "/file-999.parquet"
+        assert not files.exists(missing) and not files.exists("nope/x.parquet") and not files.exists("data/x/y/z")
+        with pytest.raises(FileNotFoundError):
+            files.size(missing)
+        files.prefetch_sizes([*data, *videos, missing], folders=["meta", "nope"])
+        for rel in every:
+            assert files.exists(rel) and files.size(rel) == (folder / rel).stat().st_size, rel
+        assert not files.exists(missing)
+        assert all(size == (folder / rel).stat().st_size for rel, size in dict(files.sizes).items())
+
     def test_location_names_the_file(self, files):
         assert "meta/info.json" in files.location("meta/info.json")
         assert files.location() and files.location() != files.location("meta/info.json")

@@ -51,6 +51,7 @@ from ..errors import (
     SourceNotFoundError,
     StoreNotFoundError,
 )
+from ..store.cameras import is_link_record
 from ..store.state import MAX_ROOT_BYTES, ROOT, has_commit_point, read_state
 from ..utils.fileio import WriterLock, atomic_write, load_json, read_bounded
 from ..utils.progress import progress_bar
@@ -65,7 +66,8 @@ _MAX_MANIFEST = 256 << 20
 LEASE_SECONDS = 6 * 3600.0  # a lease not renewed for this long is taken over (its publisher is taken for dead)
 LEASE_RENEW_SECONDS = LEASE_SECONDS / 4  # how often a publication renews its lease
 _RECORDS = ".sync"
-# not published: the writer's lock and scratch, and the background encoder's segments (a local cache of exports)
+# not published: the writer's lock and scratch, and the background encoder's segments (a local cache of exports);
+# nor are the records of hard-linked mp4 files (is_link_record: about this machine's source files)
 _SKIP_TOP = {".lock", ".editing", ".retired", _RECORDS, ".lerobot_zarr-creating", ".frame_live-pending", ".segments"}
 _IN_FLIGHT = 8
 _ONE_PART = 16 << 20  # files up to this size are uploaded in one request (their ETag is their MD5)
@@ -239,7 +241,8 @@ def pull_store(url: str | Bucket, store: str | os.PathLike, *, progress: bool = 
         raise CorruptStoreError(f"{root}: holds a store already; pick a new folder", path=root)
     doc, root_info = bucket.read_whole(ROOT, limit=MAX_ROOT_BYTES)
     listing = {rel: info for rel, info in bucket.list().items()
-               if rel not in (ROOT, LEASE, MANIFEST) and rel.split("/", 1)[0] not in _SKIP_TOP}
+               if rel not in (ROOT, LEASE, MANIFEST) and rel.split("/", 1)[0] not in _SKIP_TOP
+               and not is_link_record(rel.rsplit("/", 1)[-1])}
     root.mkdir(parents=True, exist_ok=True)
     bar = progress_bar(sum(i.size for i in listing.values()), f"copying {bucket.location()}", progress, unit="B")
 
@@ -298,7 +301,7 @@ def _store_files(root: Path) -> dict[str, tuple[int, int]]:
             dirs[:] = [d for d in dirs if d not in _SKIP_TOP]
         for name in names:
             rel = name if rel_folder == "." else f"{rel_folder}/{name}".replace(os.sep, "/")
-            if rel in (ROOT, LEASE, MANIFEST) or rel in _SKIP_TOP or ".tmp-" in name:
+            if rel in (ROOT, LEASE, MANIFEST) or rel in _SKIP_TOP or ".tmp-" in name or is_link_record(name):
                 continue
             st = os.lstat(os.path.join(folder, name))
             if not os.path.isfile(os.path.join(folder, name)) or os.path.islink(os.path.join(folder, name)):

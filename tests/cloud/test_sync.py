@@ -284,3 +284,27 @@ def test_nothing_is_deleted_when_the_commit_replaced_is_unknown(env, folder, tmp
     _delete_episode(store, 1)
     report = push_store(store, url, progress=False)
     assert report.committed and report.deleted == [] and before <= set(env.client("unknown").list())
+
+
+def test_the_records_of_hard_linked_mp4_files_are_not_published(env, tmp_path):
+    """A store kept its camera as the local source's mp4 files (hard links, each with its ``.<file>.linked``
+    record of this machine's inode, size and time): the records are not published (nor copied back from a bucket
+    that holds some); the mp4 files are, and the bucket's store and a copy of it serve the same frames."""
+    pytest.importorskip("av", reason="writing mp4 files needs PyAV")
+    src = write_sample_dataset(tmp_path / "src", n_episodes=3, lengths=(6, 9), video_keys=(CAM,), write_videos=True,
+                               image_shape=(16, 16, 3), seed=3)
+    store = lerobot_zarr.open_dataset(src, root=tmp_path / "store", storage={CAM: "mp4"}, progress=False).root
+    records = [p for p in Path(store).rglob(".*.linked")]
+    assert records, "the store should hold hard links (same filesystem as its source)"
+    url = env.url("linked")
+    report = push_store(store, url, progress=False)
+    listed = env.client("linked").list()
+    assert not [rel for rel in listed if rel.endswith(".linked")], sorted(listed)
+    assert not [rel for rel in report.uploaded if rel.endswith(".linked")]
+    assert any(rel.endswith(".mp4") for rel in listed)
+    assert_same_batches(lerobot_zarr.open_dataset(url), lerobot_zarr.open_dataset(store), "published mp4 camera")
+    stray = records[0].relative_to(store).as_posix()  # (what an older version published)
+    env.client("linked").write(stray, records[0].read_bytes())
+    copy = pull_store(url, tmp_path / "copy", progress=False)
+    assert not list(copy.rglob(".*.linked"))
+    assert_same_batches(lerobot_zarr.open_dataset(copy), lerobot_zarr.open_dataset(store), "copied mp4 camera")
