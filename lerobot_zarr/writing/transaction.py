@@ -212,8 +212,9 @@ class WriteTransaction:
         return stats
 
     def stats_arrays(self) -> dict[str, ArraySpec]:
-        """The arrays LeRobot keeps stats of (all but text features)."""
-        return {name: spec for name, spec in self.state.arrays.items() if not spec.is_text}
+        """The arrays whose LeRobot stats a commit keeps (all but text features and those computed on demand)."""
+        return {name: spec for name, spec in self.state.arrays.items()
+                if not spec.is_text and name not in self.state.stats_on_demand}
 
     def episode_stats(self, name: str, values: np.ndarray) -> dict[str, np.ndarray]:
         """One episode's LeRobot stats of feature ``name`` from its stored ``values``."""

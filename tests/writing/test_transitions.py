@@ -571,6 +571,73 @@ def test_export_writes_a_lerobot_folder_and_other_fps_or_task_through_a_copy(tmp
     buf.close()
 
 
+def _stats_by_hand(episodes: list[np.ndarray]) -> dict[str, np.ndarray]:
+    """LeRobot's stats of a float feature by hand: per element, per episode (quantiles interpolated as
+    ``numpy.quantile``), merged weighted by frame counts."""
+    every = np.concatenate(episodes).astype(np.float64)
+    weights = np.array([len(v) for v in episodes], dtype=np.float64) / len(every)
+    out = {"min": every.min(0), "max": every.max(0), "mean": every.mean(0), "std": every.std(0),
+           "count": np.array([len(every)])}
+    for name, q in {"q01": 0.01, "q10": 0.10, "q50": 0.50, "q90": 0.90, "q99": 0.99}.items():
+        out[name] = sum(w * np.quantile(v.astype(np.float64), q, axis=0) for w, v in zip(weights, episodes))
+    return out
+
+
+@pytest.mark.parametrize("capacity", [None, 25], ids=["unbounded", "ring"])
+def test_float_cameras_get_lerobots_per_element_stats_when_asked_not_at_each_commit(tmp_path, monkeypatch, capacity):
+    """A float32 camera's stats (LeRobot's rule for a float feature: each element of a frame its own column, 27,648
+    for a 3x96x96 frame) are left out of the commits (the root's stats and each episode's stats file) and computed
+    when ``meta.stats`` is first read: equal to numpy by hand over the frames the buffer holds, and bit for bit to
+    what a store whose commits compute them records; an export publishes them."""
+    import pickle
+
+    import lerobot_zarr.sampling.meta as meta_module
+    from lerobot_zarr.sampling.dataset import LeRobotZarrDataset
+    from lerobot_zarr.writing.writer import create
+
+    buf = TransitionBuffer(tmp_path / "buf", image_storage="float32", capacity=capacity)
+    add_episodes(buf, range(9))
+    for tr in transitions(SEED, 9)[:-1]:  # an episode in progress, committed by checkpoint() and extended
+        buf.add(**tr)
+        if len(buf) % 3 == 0:
+            buf.checkpoint()
+    buf.close()
+    state = read_state(tmp_path / "buf")
+    assert state.stats_on_demand == (CAMERA,) and CAMERA not in state.stats and STATE in state.stats
+    for path in (tmp_path / "buf" / ".episode_stats").iterdir():
+        assert CAMERA not in json.loads(path.read_text()) and STATE in json.loads(path.read_text())
+
+    calls = []
+    counted = meta_module.on_demand_stats
+    monkeypatch.setattr(meta_module, "on_demand_stats", lambda st: calls.append(1) or counted(st))
+    ds = LeRobotZarrDataset(tmp_path / "buf")
+    assert not calls, "opening a buffer computes no stats"
+    batch = ds.get_batch(np.arange(len(ds)))
+    ids = batch[STATE][:, :2].astype(int)  # the (episode, step) of each frame held, in store order
+    episodes = [np.stack([ref.episode(SEED, e)["pixels"][t] for e, t in ids[ids[:, 0] == e]]).astype(np.float32)
+                / np.float32(255) for e in dict.fromkeys(ids[:, 0].tolist())]
+    got = ds.meta.stats[CAMERA]
+    assert len(calls) == 1 and ds.meta.stats[CAMERA] is got and len(calls) == 1
+    assert pickle.loads(pickle.dumps(ds.meta.stats)) == ds.meta.stats and len(calls) == 1
+    want = _stats_by_hand(episodes)
+    assert np.array(got["count"]).tolist() == want["count"].tolist() == [len(ds)]
+    for name in ("min", "max"):
+        assert np.array_equal(np.asarray(got[name], np.float32), want[name].astype(np.float32)), name
+    for name in ("mean", "std", "q01", "q10", "q50", "q90", "q99"):
+        assert np.allclose(got[name], want[name], rtol=1e-9, atol=1e-12), name
+
+    plain = create(tmp_path / "plain", fps=30, features={CAMERA: state.info["features"][CAMERA]}, durable=False)
+    for frames in episodes:
+        plain.add_episode({CAMERA: frames}, task="t")
+    plain.close()
+    assert read_state(tmp_path / "plain").stats[CAMERA] == got, "what a commit that computes them records"
+
+    ds.close()
+    exported = json.loads((TransitionBuffer(tmp_path / "buf", mode="r").export(tmp_path / "out") / "meta" /
+                           "stats.json").read_text())
+    assert exported[CAMERA] == got
+
+
 # ------------------------------------------------------------------------------------- other processes
 
 _CHILD = """
