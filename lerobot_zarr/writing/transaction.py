@@ -29,7 +29,7 @@ from ..lerobot.format import CAMERA_DTYPES, aggregate_stats, episodes_stats, sta
 from ..store.committing import append_commit, commit, live_matches, live_runs, repair_live
 from ..store.hashes import ContentHashes
 from ..store.log import FOLD_BYTES, FOLD_RECORDS, LOG_FILE, encode_record
-from ..store.packs import open_array_pack, read_text_rows, remove_retired, retire_pack, write_rows
+from ..store.packs import PackWriters, open_array_pack, read_text_rows, remove_retired, retire_pack
 from ..store.state import CREATING_MARKER, StoreState, apply_record, chunk_path, counted_info, stats_path
 from ..store.tables import ArraySpec, EpisodeTable, PackLayout, pack_rows_target
 from ..utils.fileio import (
@@ -86,6 +86,7 @@ class WriteTransaction:
         self.on_commit: Callable[[StoreState], None] | None = None  # told of each new committed state
         self.stats_rows: dict[str, dict[str, np.ndarray]] | None = None  # per-episode stats of stored values
         self.fresh: dict[tuple[int, int], dict[str, int]] = {}  # content hashes of rows written since the commit
+        self.pack_writers = PackWriters(self.root)  # (closed by the writer's close, or when dropped)
         # appends commit to the log (see :meth:`commit_appended`); the log's valid bytes and records
         self.log_commits = False
         self.log_at, self.log_count = state.log_records.size, len(state.log_records)
@@ -538,7 +539,7 @@ class WriteTransaction:
         hashes = self.fresh.setdefault((pack, offset), {})
         for name, spec in self.state.arrays.items():
             if name not in skip:
-                hashes[name] = write_rows(self.root, name, spec, pack, offset, data[name], int(packs.rows[pack]))
+                hashes[name] = self.pack_writers.write(name, spec, pack, offset, data[name], int(packs.rows[pack]))
 
     def room_after(self, e: int, n: int) -> bool:
         """Whether ``n`` rows fit right after episode ``e``'s in its pack: the last pack, this store's own, with no

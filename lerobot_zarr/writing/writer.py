@@ -240,6 +240,7 @@ class WritableDataset:
                 self.flush()
                 self.fold_log(log_commits=False)
             finally:
+                self._tx.pack_writers.close()
                 self._release()
 
     @property

@@ -10,6 +10,7 @@ SIGKILL at any moment (adds, checkpoints) loses at most the unfinished episode.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -569,6 +570,38 @@ def test_export_writes_a_lerobot_folder_and_other_fps_or_task_through_a_copy(tmp
     for name in (STATE, "action", "next.reward", "next.truncated"):
         assert np.array_equal(a.get_batch(np.arange(len(a)))[name], b.get_batch(np.arange(len(b)))[name])
     buf.close()
+
+
+def test_episode_commits_keep_the_pack_files_open_and_close_them_with_the_buffer(tmp_path, monkeypatch):
+    """Each feature's pack file is opened for writing once, not at every episode commit (an RL buffer commits
+    every episode), and closed by ``close()``; every transition comes back as added."""
+    import lerobot_zarr.store.packs as packs
+
+    def pack_fds() -> list[str]:
+        links = []
+        for fd in os.listdir("/proc/self/fd"):
+            with contextlib.suppress(OSError):
+                links.append(os.readlink(f"/proc/self/fd/{fd}"))
+        return [p for p in links if p.startswith(str(tmp_path / "buf")) and "/c/" in p]
+
+    opened = []
+    real = packs.open_nofollow
+
+    def counted(path, flags=os.O_RDONLY, **kw):
+        fd = real(path, flags, **kw)
+        if flags & os.O_WRONLY:
+            opened.append(path)
+        return fd
+
+    monkeypatch.setattr(packs, "open_nofollow", counted)
+    buf = TransitionBuffer(tmp_path / "buf")
+    ids = add_episodes(buf, range(12))
+    features = len(read_state(tmp_path / "buf").arrays)
+    assert len(read_state(tmp_path / "buf").packs) == 1 and len(set(opened)) == len(opened) == features
+    assert everything(buf) == ids
+    assert len(pack_fds()) >= features
+    buf.close()
+    assert pack_fds() == [], "close() closes the pack files"
 
 
 def _stats_by_hand(episodes: list[np.ndarray]) -> dict[str, np.ndarray]:
