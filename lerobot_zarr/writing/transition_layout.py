@@ -96,7 +96,7 @@ class Layout:
 
     def float_cameras(self) -> list[str]:
         """State values kept as float32 frames (3-D: CHW): the store computes their stats when asked, not at each
-        commit (LeRobot's rule for a float feature gives each of a frame's C*H*W elements its own stats)."""
+        commit (their stats are per element: each of a frame's C*H*W elements has its own)."""
         return [s.feature for s in self.state.values() if s.stored == "float32" and len(s.shape) == 3]
 
     def to_json(self) -> dict[str, Any]:

@@ -575,7 +575,7 @@ def test_export_writes_a_lerobot_folder_and_other_fps_or_task_through_a_copy(tmp
 def test_episode_commits_keep_the_pack_files_open_and_close_them_with_the_buffer(tmp_path, monkeypatch):
     """Each feature's pack file is opened for writing once, not at every episode commit (an RL buffer commits
     every episode), and closed by ``close()``; every transition comes back as added."""
-    import lerobot_zarr.store.packs as packs
+    from lerobot_zarr.store import packs
 
     def pack_fds() -> list[str]:
         links = []
@@ -605,8 +605,8 @@ def test_episode_commits_keep_the_pack_files_open_and_close_them_with_the_buffer
 
 
 def _stats_by_hand(episodes: list[np.ndarray]) -> dict[str, np.ndarray]:
-    """LeRobot's stats of a float feature by hand: per element, per episode (quantiles interpolated as
-    ``numpy.quantile``), merged weighted by frame counts."""
+    """Stats of a float feature by hand: per element, per episode (quantiles interpolated as ``numpy.quantile``),
+    merged weighted by frame counts (LeRobot's ``aggregate_stats``)."""
     every = np.concatenate(episodes).astype(np.float64)
     weights = np.array([len(v) for v in episodes], dtype=np.float64) / len(every)
     out = {"min": every.min(0), "max": every.max(0), "mean": every.mean(0), "std": every.std(0),
@@ -618,8 +618,8 @@ def _stats_by_hand(episodes: list[np.ndarray]) -> dict[str, np.ndarray]:
 
 @pytest.mark.parametrize("capacity", [None, 25], ids=["unbounded", "ring"])
 def test_float_cameras_get_lerobots_per_element_stats_when_asked_not_at_each_commit(tmp_path, monkeypatch, capacity):
-    """A float32 camera's stats (LeRobot's rule for a float feature: each element of a frame its own column, 27,648
-    for a 3x96x96 frame) are left out of the commits (the root's stats and each episode's stats file) and computed
+    """A float32 camera's stats (per element, as for any N-D numeric feature: a column of its own for each of the
+    27,648 elements of a 3x96x96 frame) are left out of the commits (the root's stats and each episode's stats file) and computed
     when ``meta.stats`` is first read: equal to numpy by hand over the frames the buffer holds, and bit for bit to
     what a store whose commits compute them records; an export publishes them."""
     import pickle
