@@ -13,7 +13,7 @@ import numpy as np
 
 from ..cameras.depth import DEPTH_UNITS, DepthUnit, depth_stats, is_depth_feature
 from ..cameras.video import have_pyav, pyav_missing
-from ..errors import ArgumentError
+from ..errors import ArgumentError, warn_once
 from ..lerobot.format import CAMERA_DTYPES
 from ..store.cameras import cameras_needing_pyav, served_episodes
 from ..store.state import StoreState
@@ -117,12 +117,19 @@ class DatasetMeta:
         return int(self.episode_length.sum())
 
     @classmethod
-    def from_state(cls, state: StoreState, depth_unit: DepthUnit = "mm") -> DatasetMeta:
+    def from_state(cls, state: StoreState, depth_unit: DepthUnit = "mm", rows_local: bool = True) -> DatasetMeta:
+        """``rows_local``: the store's rows are on this machine (not a bucket's, of which a mirror holds only the
+        rows read): the stats of its ``stats_on_demand`` features can be computed from them."""
         unavailable = {name: state.unavailable_of(name) for name in state.arrays}
         needs_pyav = cameras_needing_pyav(state)
         stats = _depth_stats(state.info, state.stats, depth_unit)
-        return cls(root=state.root, info=state.info, tasks=list(state.tasks),
-                   stats=OnDemandStats(stats, state) if state.stats_on_demand else stats, depth_unit=depth_unit,
+        if state.stats_on_demand and not rows_local:
+            warn_once(str(state.root), f"{state.root}: the stats of {list(state.stats_on_demand)} are computed from "
+                      f"the store's rows when asked; a store read from a bucket holds only the rows read: they are "
+                      f"left out of meta.stats (pull_store the store to compute them)")
+        elif state.stats_on_demand:
+            stats = OnDemandStats(stats, state)
+        return cls(root=state.root, info=state.info, tasks=list(state.tasks), stats=stats, depth_unit=depth_unit,
                    source=state.source, episode_start=state.episode_start, episode_end=state.episode_end,
                    episode_length=state.episode_length, materialized_episodes=served_episodes(state, needs_pyav),
                    not_materialized=dict(state.not_materialized), stored_features=tuple(state.arrays),

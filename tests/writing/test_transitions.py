@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import rl_reference as ref
+import s3_fixtures
 from rl_reference import CAMERA, STATE, check_batch, transitions
 
 import lerobot_zarr
@@ -43,6 +44,7 @@ from lerobot_zarr.writing.transition_layout import LAYOUT_FILE
 from lerobot_zarr.writing.transitions import TransitionBuffer
 
 SEED = 7
+s3, env = s3_fixtures.s3, s3_fixtures.env  # the fixtures: a server per test module, a bucket per test
 TESTS = Path(__file__).resolve().parents[1]
 REPO = TESTS.parent
 
@@ -669,6 +671,21 @@ def test_float_cameras_get_lerobots_per_element_stats_when_asked_not_at_each_com
     exported = json.loads((TransitionBuffer(tmp_path / "buf", mode="r").export(tmp_path / "out") / "meta" /
                            "stats.json").read_text())
     assert exported[CAMERA] == got
+
+
+def test_a_buffer_read_from_a_bucket_leaves_its_on_demand_stats_out_with_a_warning(tmp_path, env):
+    """A bucket's store is read through a mirror holding only the rows read: the float32 camera's stats, computed
+    from the rows when asked, are left out of ``meta.stats`` with a warning (never computed over absent rows)."""
+    from lerobot_zarr.writing.sync import push_store
+
+    buf = TransitionBuffer(tmp_path / "buf", image_storage="float32")
+    add_episodes(buf, range(3))
+    buf.close()
+    push_store(tmp_path / "buf", env.url("buf"), progress=False)
+    with pytest.warns(lerobot_zarr.LeRobotZarrWarning, match="left out of meta.stats"):
+        remote = lerobot_zarr.open_dataset(env.url("buf"))
+    assert CAMERA not in remote.meta.stats and STATE in remote.meta.stats
+    assert CAMERA in lerobot_zarr.open_dataset(tmp_path / "buf").meta.stats
 
 
 # ------------------------------------------------------------------------------------- other processes
