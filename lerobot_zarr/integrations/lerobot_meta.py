@@ -195,13 +195,26 @@ class LeRobotDatasetMetadata:
         if left_out:
             info["features"] = {k: v for k, v in info["features"].items() if k not in left_out}
         self.info = DatasetInfo.from_dict(info)
-        self.stats = _stats_as_numpy(stats) if stats else None
+        self._stats, self._stats_given = None, stats  # converted when first read (a store's may be computed then)
         self._tasks: Any = None
         self._episodes: Any = None
         self.replaced_task_names: list[str] | None = None  # the task of each task_index once tasks was replaced
         self._serves_items = False  # the metadata of a drop-in (its items come from a store), not read on its own
 
     # -- LeRobot's properties --------------------------------------------------------------------------------
+    @property
+    def stats(self) -> dict | None:
+        """LeRobot's ``meta.stats`` (every leaf a numpy array); a store's ``stats_on_demand`` features' entries
+        are computed the first time they are read (:mod:`lerobot_zarr.store.stats`)."""
+        if self._stats_given is not None:
+            given, self._stats_given = self._stats_given, None
+            self._stats = _stats_as_numpy(given) if given else None
+        return self._stats
+
+    @stats.setter
+    def stats(self, value: dict | None) -> None:
+        self._stats, self._stats_given = value, None
+
     url_root = property(lambda self: f"hf://datasets/{self.repo_id}")
     data_path = property(lambda self: self.info.data_path)
     video_path = property(lambda self: self.info.video_path)

@@ -162,7 +162,7 @@ class LeRobotZarrDataset(Conveniences):
         maps)."""
         episodes, delta_timestamps, max_open_maps, lazy, _ = self._request
         self._state = state
-        self.meta = meta = DatasetMeta.from_state(state, self.depth_unit)
+        self.meta = meta = DatasetMeta.from_state(state, self.depth_unit, rows_local=self._remote is None)
         present = meta.materialized_episodes
         selection = Selection.of(episodes, meta.episode_length, np.ones(len(present), bool) if lazy else present)
         wanted = selection.episodes

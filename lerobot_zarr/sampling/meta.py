@@ -4,6 +4,7 @@ state or from a LeRobot source's metadata alone."""
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -12,15 +13,54 @@ import numpy as np
 
 from ..cameras.depth import DEPTH_UNITS, DepthUnit, depth_stats, is_depth_feature
 from ..cameras.video import have_pyav, pyav_missing
-from ..errors import ArgumentError
+from ..errors import ArgumentError, warn_once
 from ..lerobot.format import CAMERA_DTYPES
 from ..store.cameras import cameras_needing_pyav, served_episodes
 from ..store.state import StoreState
+from ..store.stats import on_demand_stats
 
 if TYPE_CHECKING:
     from ..lerobot.source import LeRobotSource
 
-__all__ = ["DatasetMeta"]
+__all__ = ["DatasetMeta", "OnDemandStats"]
+
+
+class OnDemandStats(dict):
+    """A store's ``stats.json`` (a dict) whose ``stats_on_demand`` features' entries are computed from the store
+    the first time the dict is read (any read: keys, items, ``in``, ``len``, copies, JSON), not when it is opened
+    (:func:`~lerobot_zarr.store.stats.on_demand_stats`: what a commit would have recorded)."""
+
+    def __init__(self, stats: dict, state: StoreState):
+        super().__init__(stats)
+        self._state: StoreState | None = state
+        self._lock = threading.Lock()
+
+    def _fill(self) -> None:
+        if self._state is not None:
+            with self._lock:
+                if self._state is not None:
+                    dict.update(self, on_demand_stats(self._state))
+                    self._state = None
+
+    def __reduce__(self):  # pickled as the dict it is, computed first (a dataset pickles as its arguments)
+        return (dict, (dict(self),))
+
+
+def _filled(method: str):
+    base = getattr(dict, method)
+
+    def read(self, *args, **kwargs):
+        self._fill()
+        return base(self, *args, **kwargs)
+
+    read.__name__ = method
+    return read
+
+
+for _method in ("__getitem__", "get", "__iter__", "keys", "items", "values", "__contains__", "__len__", "copy",
+                "__eq__", "__ne__", "__repr__", "__or__", "__ror__", "pop", "popitem", "setdefault", "update",
+                "__setitem__", "__delitem__"):
+    setattr(OnDemandStats, _method, _filled(_method))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -77,11 +117,19 @@ class DatasetMeta:
         return int(self.episode_length.sum())
 
     @classmethod
-    def from_state(cls, state: StoreState, depth_unit: DepthUnit = "mm") -> DatasetMeta:
+    def from_state(cls, state: StoreState, depth_unit: DepthUnit = "mm", rows_local: bool = True) -> DatasetMeta:
+        """``rows_local``: the store's rows are on this machine (not a bucket's, of which a mirror holds only the
+        rows read): the stats of its ``stats_on_demand`` features can be computed from them."""
         unavailable = {name: state.unavailable_of(name) for name in state.arrays}
         needs_pyav = cameras_needing_pyav(state)
-        return cls(root=state.root, info=state.info, tasks=list(state.tasks),
-                   stats=_depth_stats(state.info, state.stats, depth_unit), depth_unit=depth_unit,
+        stats = _depth_stats(state.info, state.stats, depth_unit)
+        if state.stats_on_demand and not rows_local:
+            warn_once(str(state.root), f"{state.root}: the stats of {list(state.stats_on_demand)} are computed from "
+                      f"the store's rows when asked; a store read from a bucket holds only the rows read: they are "
+                      f"left out of meta.stats (pull_store the store to compute them)")
+        elif state.stats_on_demand:
+            stats = OnDemandStats(stats, state)
+        return cls(root=state.root, info=state.info, tasks=list(state.tasks), stats=stats, depth_unit=depth_unit,
                    source=state.source, episode_start=state.episode_start, episode_end=state.episode_end,
                    episode_length=state.episode_length, materialized_episodes=served_episodes(state, needs_pyav),
                    not_materialized=dict(state.not_materialized), stored_features=tuple(state.arrays),

@@ -101,6 +101,10 @@ lerobot_zarr sets it for its own process). Dimension names: ``frame`` first, the
 - ``retired``: ``[[pack, unix_time], ...]`` retired packs whose files may still be in ``.retired/``;
   ``generation``: counts commits; ``capacity_frames``: ring-buffer capacity or null; ``pending_tasks``: a
   ``set_task`` in progress, ``[[chunk, offset, task_index], ...]`` (finished by the next writer).
+  ``stats_on_demand`` (optional): raw numeric features whose stats no commit computes (an RL buffer's float32
+  cameras: the per-element stats of a ``[3, H, W]`` frame cost far more than its rows); they are absent from
+  ``stats`` and from ``.episode_stats``, and readers compute them when asked (:mod:`.stats`). Versions before it
+  ignore the key and compute every feature's stats at their next commit.
 
 - ``hashes`` (stores made since content hashes exist; absent in earlier ones, whose episodes ``verify`` reports
   as unverifiable until ``verify --record``): ``{"algorithm": "crc32c", "features": {name: {"crc32c": <base64 of
@@ -169,6 +173,7 @@ from .state import (
     retired_path,
     stats_path,
 )
+from .stats import on_demand_stats
 from .tables import (
     DEFAULT_PACK_BYTES,
     MAX_EPISODES,
@@ -215,6 +220,7 @@ __all__ = [
     "retired_path",
     "live_path",
     "stats_path",
+    "on_demand_stats",
     "to_ranges",
     "from_ranges",
     "check_array_name",

@@ -20,6 +20,7 @@ import contextlib
 import os
 import threading
 import time
+import weakref
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -35,7 +36,7 @@ from .text import decode_text, encode_text
 
 __all__ = ["ensure_pack", "adopt_pack_file", "unadopt_pack_file", "write_rows", "write_pack_bytes", "HUGE_PAGE",
            "row_writer", "open_pack", "open_array_pack", "read_raw_rows", "read_text_rows", "read_shard_index",
-           "shard_index_bytes", "retire_pack", "remove_retired", "RowWriter"]
+           "shard_index_bytes", "retire_pack", "remove_retired", "RowWriter", "PackWriters"]
 
 _EMPTY = np.uint64(2**64 - 1)
 _pack_locks: dict[str, threading.Lock] = {}
@@ -197,28 +198,69 @@ def row_writer(root: str | os.PathLike, name: str, spec: ArraySpec, pack: int, o
     return RowWriter(root, chunk_path(root, name, pack, spec.ndim), spec, offset, n_frames, pack_rows)
 
 
+def _open_raw_for_writing(root: str | os.PathLike, path: str, spec: ArraySpec, pack_rows: int) -> int:
+    try:
+        return open_nofollow(path, os.O_WRONLY, root=root)
+    except FileNotFoundError:  # the pack's first rows
+        _ensure_file(root, path, spec, pack_rows)
+        return open_nofollow(path, os.O_WRONLY, root=root)
+
+
+def _write_raw(fd: int, path: str, spec: ArraySpec, offset: int, frames: np.ndarray) -> int:
+    view = memoryview(np.ascontiguousarray(frames, dtype=spec.dtype).reshape(-1)).cast("B")
+    pwrite_all(fd, view, offset * spec.frame_bytes, path)
+    return crc32c(view)
+
+
 def write_rows(root: str | os.PathLike, name: str, spec: ArraySpec, pack: int, offset: int, frames: np.ndarray,
                pack_rows: int) -> int:
     """Write one episode's frames of ``name`` at row ``offset`` of pack ``pack`` of ``pack_rows`` rows (made if
     it does not exist); return their content hash."""
     path = chunk_path(root, name, pack, spec.ndim)
-    data = frames if spec.is_text else np.ascontiguousarray(frames, dtype=spec.dtype)
     if spec.storage == "raw":
+        fd = _open_raw_for_writing(root, path, spec, pack_rows)
         try:
-            fd = open_nofollow(path, os.O_WRONLY, root=root)
-        except FileNotFoundError:  # the pack's first rows
-            _ensure_file(root, path, spec, pack_rows)
-            fd = open_nofollow(path, os.O_WRONLY, root=root)
-        try:
-            view = memoryview(data.reshape(-1)).cast("B")
-            pwrite_all(fd, view, offset * spec.frame_bytes, path)
+            return _write_raw(fd, path, spec, offset, frames)
         finally:
             os.close(fd)
-        return crc32c(view)
+    data = frames if spec.is_text else np.ascontiguousarray(frames, dtype=spec.dtype)
     with RowWriter(root, path, spec, offset, len(data), pack_rows) as writer:
         for frame in data:
             writer.write(frame)
     return writer.crc
+
+
+class PackWriters:
+    """:func:`write_rows` for a writer that commits often (an RL buffer's episode per commit): the raw pack file
+    each feature last wrote stays open across commits, so that appends to the last pack open no file. A write
+    to another pack closes it (pack ids are never reused and a pack file is never replaced in place: a shared one
+    is copied to a new id, a retired one is never written again)."""
+
+    def __init__(self, root: str | os.PathLike):
+        self.root = root
+        self._open: dict[str, tuple[int, int, str]] = {}  # feature -> (pack, fd, path)
+        self.close = weakref.finalize(self, _close_files, self._open)  # (also when dropped unclosed)
+
+    def write(self, name: str, spec: ArraySpec, pack: int, offset: int, frames: np.ndarray, pack_rows: int) -> int:
+        if spec.storage != "raw":
+            return write_rows(self.root, name, spec, pack, offset, frames, pack_rows)
+        held = self._open.get(name)
+        if held is None or held[0] != pack:
+            self.release(name)
+            path = chunk_path(self.root, name, pack, spec.ndim)
+            held = self._open[name] = (pack, _open_raw_for_writing(self.root, path, spec, pack_rows), path)
+        return _write_raw(held[1], held[2], spec, offset, frames)
+
+    def release(self, name: str) -> None:
+        """Close feature ``name``'s file (its pack file is about to be replaced: a file adopted as a new pack)."""
+        held = self._open.pop(name, None)
+        if held is not None:
+            os.close(held[1])
+
+
+def _close_files(held: dict[str, tuple[int, int, str]]) -> None:
+    while held:
+        os.close(held.popitem()[1][1])
 
 
 HUGE_PAGE = 2 << 20  # a PMD huge page on x86-64 and arm64 with 4 KiB pages

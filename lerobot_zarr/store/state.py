@@ -77,6 +77,8 @@ class StoreState:
     pending_tasks: tuple[tuple[int, int, int], ...] = ()
     read_version: int = FORMAT_VERSION  # the format the root was written in (1 and 2 are upgraded at the next commit)
     hashes: ContentHashes = field(default_factory=ContentHashes)
+    # numeric features whose stats are computed when asked (:mod:`.stats`), not at each commit: absent from ``stats``
+    stats_on_demand: tuple[str, ...] = ()
     # read from disk: whether the root matches its recorded hash (asked, once, before a commit builds on it)
     root_intact: Callable[[], bool] | None = field(default=None, compare=False, repr=False)
     # the root is format 4: commits after it may be in the log (.commit-log); log_records of them were applied
@@ -202,6 +204,7 @@ class StoreState:
             "capacity_frames": self.capacity_frames,
             "pending_tasks": [list(p) for p in self.pending_tasks],
             "hashes": self.hashes.to_json(self.table, self.arrays),
+            **({"stats_on_demand": list(self.stats_on_demand)} if self.stats_on_demand else {}),
         }
 
     @classmethod
@@ -418,12 +421,18 @@ def _parse_state(root: Path, attrs: Mapping, consolidated: Mapping, version: int
                         checked_int(item[1], f"{where}: pending_tasks", 0, MAX_ROWS),
                         checked_int(item[2], f"{where}: pending_tasks", 0, len(tasks) - 1)))
     hashes = ContentHashes.from_json(attrs.get("hashes"), table, arrays, where)
+    on_demand = _key(attrs, "stats_on_demand", list, where, [])
+    for name in on_demand:
+        spec = arrays.get(name) if isinstance(name, str) else None
+        if spec is None or spec.is_text or spec.kind in CAMERA_DTYPES or spec.storage != "raw":
+            raise CorruptStoreError(f"{where}: stats_on_demand names {name!r:.60}, not a raw numeric feature")
     return StoreState(
         root=root, info=info, tasks=tuple(tasks), stats=stats, source=source, arrays=arrays, table=table,
         packs=packs, materialized=materialized, unavailable=unavailable, not_materialized=not_materialized,
         retired=tuple(retired), generation=checked_int(attrs.get("generation", 0), f"{where}: generation", 0),
         pack_bytes=checked_int(attrs.get("pack_bytes", DEFAULT_PACK_BYTES), f"{where}: pack_bytes", 1),
         capacity_frames=capacity, pending_tasks=tuple(pending), read_version=version, hashes=hashes,
+        stats_on_demand=tuple(on_demand),
         logged=version == LOGGED_FORMAT_VERSION)
 
 

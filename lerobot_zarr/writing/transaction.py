@@ -29,8 +29,8 @@ from ..lerobot.format import CAMERA_DTYPES, aggregate_stats, episodes_stats, sta
 from ..store.committing import append_commit, commit, live_matches, live_runs, repair_live
 from ..store.hashes import ContentHashes
 from ..store.log import FOLD_BYTES, FOLD_RECORDS, LOG_FILE, encode_record
-from ..store.packs import (adopt_pack_file, open_array_pack, read_text_rows, remove_retired, retire_pack,
-                           unadopt_pack_file, write_rows)
+from ..store.packs import (PackWriters, adopt_pack_file, open_array_pack, read_text_rows, remove_retired, retire_pack,
+                           unadopt_pack_file)
 from ..store.state import CREATING_MARKER, StoreState, apply_record, chunk_path, counted_info, read_state, stats_path
 from ..store.tables import ArraySpec, EpisodeTable, PackLayout, pack_rows_target
 from ..utils.fileio import (
@@ -88,6 +88,7 @@ class WriteTransaction:
         self.stats_rows: dict[str, dict[str, np.ndarray]] | None = None  # per-episode stats of stored values
         self.fresh: dict[tuple[int, int], dict[str, int]] = {}  # content hashes of rows written since the commit
         self.adopted: dict[str, tuple[str, str]] = {}  # files made packs since the commit: (pack path, their path)
+        self.pack_writers = PackWriters(self.root)  # (closed by the writer's close, or when dropped)
         # appends commit to the log (see :meth:`commit_appended`); the log's valid bytes and records
         self.log_commits = False
         self.log_at, self.log_count = state.log_records.size, len(state.log_records)
@@ -214,8 +215,9 @@ class WriteTransaction:
         return stats
 
     def stats_arrays(self) -> dict[str, ArraySpec]:
-        """The arrays LeRobot keeps stats of (all but text features)."""
-        return {name: spec for name, spec in self.state.arrays.items() if not spec.is_text}
+        """The arrays whose LeRobot stats a commit keeps (all but text features and those computed on demand)."""
+        return {name: spec for name, spec in self.state.arrays.items()
+                if not spec.is_text and name not in self.state.stats_on_demand}
 
     def episode_stats(self, name: str, values: np.ndarray) -> dict[str, np.ndarray]:
         """One episode's LeRobot stats of feature ``name`` from its stored ``values``."""
@@ -539,7 +541,7 @@ class WriteTransaction:
         hashes = self.fresh.setdefault((pack, offset), {})
         for name, spec in self.state.arrays.items():
             if name not in skip:
-                hashes[name] = write_rows(self.root, name, spec, pack, offset, data[name], int(packs.rows[pack]))
+                hashes[name] = self.pack_writers.write(name, spec, pack, offset, data[name], int(packs.rows[pack]))
 
     def adopt_files(self, files: Mapping[str, str | os.PathLike], given: Mapping[str, Any],
                     data: Mapping[str, np.ndarray], pack: int, packs: PackLayout) -> set[str]:
@@ -557,6 +559,7 @@ class WriteTransaction:
                     and os.path.getsize(path) == mapped.nbytes and values is not None
                     and values.__array_interface__["data"][0] == mapped.__array_interface__["data"][0]
                     and values.dtype == mapped.dtype and values.nbytes == mapped.nbytes):
+                self.pack_writers.release(name)
                 self.adopted[name] = (adopt_pack_file(self.root, name, spec, pack, int(packs.rows[pack]), path),
                                       os.fspath(path))
                 out.add(name)

@@ -94,6 +94,11 @@ class Layout:
     def features(self) -> dict[str, dict[str, Any]]:
         return {slot.feature: slot.spec() for slot in self.slots()}
 
+    def float_cameras(self) -> list[str]:
+        """State values kept as float32 frames (3-D: CHW): the store computes their stats when asked, not at each
+        commit (their stats are per element: each of a frame's C*H*W elements has its own)."""
+        return [s.feature for s in self.state.values() if s.stored == "float32" and len(s.shape) == 3]
+
     def to_json(self) -> dict[str, Any]:
         return {"version": 1, "state": {k: s.to_json() for k, s in self.state.items()},
                 "action": self.action.to_json(), "complementary_info": {k: s.to_json()

@@ -422,7 +422,7 @@ class TransitionBuffer:
             self._claim.__exit__(None, None, None)
             self._claim = None
         writer = create(self.root, fps=DEFAULT_FPS if self._fps is None else self._fps, features=layout.features(),
-                        capacity_frames=self.capacity, durable=self.durable)
+                        capacity_frames=self.capacity, durable=self.durable, stats_on_demand=layout.float_cameras())
         layout.write(self.root)
         writer.fold_log(log_commits=True)
         self._writer = writer

@@ -63,7 +63,8 @@ _INLINE_STATS_BYTES = 1 << 20  # smaller appends compute their stats before writ
 
 def create(root: str | os.PathLike, *, fps: float, features: Mapping[str, Mapping[str, Any]],
            robot_type: str | None = None, capacity_frames: int | None = None, durable: bool = True,
-           min_free_bytes: int | None = None, pack_bytes: int = DEFAULT_PACK_BYTES) -> WritableDataset:
+           min_free_bytes: int | None = None, pack_bytes: int = DEFAULT_PACK_BYTES,
+           stats_on_demand: Sequence[str] = ()) -> WritableDataset:
     """Make a new, empty store at ``root`` and open it for writing.
 
     Args:
@@ -81,6 +82,9 @@ def create(root: str | os.PathLike, *, fps: float, features: Mapping[str, Mappin
             ``$LEROBOT_ZARR_MIN_FREE_BYTES``).
         pack_bytes: target size of a pack (consecutive episodes in one chunk file per feature) for the widest
             feature; an episode bigger than that gets a pack of its own.
+        stats_on_demand: numeric features whose stats commits leave out, computed when asked instead
+            (``meta.stats``; exports compute every stat from the data): for wide float features such as an RL
+            buffer's float32 cameras, whose per-element stats cost a commit far more than the frames.
     """
     root = Path(root)
     try:
@@ -94,6 +98,10 @@ def create(root: str | os.PathLike, *, fps: float, features: Mapping[str, Mappin
     pack_bytes = count_arg("pack_bytes", pack_bytes, 1)
     min_free_bytes = resolve_min_free_bytes(min_free_bytes)
     info_features, arrays = feature_specs(features)
+    for name in stats_on_demand:
+        spec = arrays.get(name)
+        if spec is None or spec.is_text or spec.kind in CAMERA_DTYPES or spec.storage != "raw":
+            raise ArgumentError(f"stats_on_demand: {name!r} is not a numeric feature of this store")
     if root.exists() and (root.is_symlink() or not root.is_dir()):
         check_new_store_location(root)  # raises: not a folder
     info = {"codebase_version": "v3.0", "robot_type": robot_type, "fps": fps if fps % 1 else int(fps),
@@ -104,7 +112,8 @@ def create(root: str | os.PathLike, *, fps: float, features: Mapping[str, Mappin
         check_new_store_location(root)
         create_store(StoreState(root=root, info=info, tasks=(), stats={}, source={"kind": "recorded"}, arrays=arrays,
                                 table=empty, packs=PackLayout(np.zeros(0, np.int64)), materialized={},
-                                capacity_frames=capacity_frames, pack_bytes=pack_bytes))
+                                capacity_frames=capacity_frames, pack_bytes=pack_bytes,
+                                stats_on_demand=tuple(dict.fromkeys(stats_on_demand))))
     return WritableDataset(root, durable=durable, min_free_bytes=min_free_bytes)
 
 
@@ -231,6 +240,7 @@ class WritableDataset:
                 self.flush()
                 self.fold_log(log_commits=False)
             finally:
+                self._tx.pack_writers.close()
                 self._release()
 
     @property

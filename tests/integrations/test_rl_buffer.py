@@ -435,6 +435,40 @@ def test_to_lerobot_dataset_publishes_float_cameras_as_lerobots_does(tmp_path):
         assert torch.equal(a[STATE], b[STATE]) and torch.equal(a["next.reward"], b["next.reward"])
 
 
+def test_float_camera_stats_are_lerobots_computed_when_asked(tmp_path):
+    """The drop-in's float32 camera (its default): ``dataset.meta.stats``, computed when asked rather than at each
+    commit, are LeRobot's ``compute_episode_stats`` of each element of the frames as a float feature merged by its
+    ``aggregate_stats`` (LeRobot 0.6.1 given the 3-D frames themselves reduces them over all but their last axis,
+    shape ``(W,)``, and its ``aggregate_stats`` refuses that shape for a key naming an image: the per-element rule
+    is its rule for float vectors, applied to the flattened frames); ``to_lerobot_dataset`` publishes the camera's
+    stats as LeRobot's own export does (an image: per channel, of its PNG pixels). Quantiles are left out:
+    LeRobot's come from histograms."""
+    pytest.importorskip("lerobot", reason="lerobot is not installed: LeRobot's stats are not compared")
+    from lerobot.datasets import compute_stats
+
+    theirs = lerobot_buffer(capacity=100, device="cpu", use_drq=False)
+    ours = ReplayBuffer(100, device="cpu", use_drq=False, root=tmp_path / "b")
+    episodes = [_float_images(20 + e, 4 + e) for e in range(3)]
+    for ep in episodes:
+        for tr in ep:
+            theirs.add(**tr)
+            ours.add(**tr)
+    flat = {"x": {"dtype": "float32", "shape": (3 * 12 * 10,)}}
+    want = compute_stats.aggregate_stats([compute_stats.compute_episode_stats(
+        {"x": np.stack([tr["state"][CAMERA][0].numpy().reshape(-1) for tr in ep])}, flat) for ep in episodes])["x"]
+    got = ours.dataset.meta.stats[CAMERA]
+    for name in ("min", "max", "mean", "std"):
+        assert np.shape(got[name]) == (3, 12, 10), name
+        assert np.allclose(np.reshape(got[name], -1), want[name], rtol=1e-6, atol=1e-7), name
+    assert got["count"] == want["count"].tolist() == [sum(map(len, episodes))]
+    mine = ours.to_lerobot_dataset("local/ours", root=tmp_path / "ours_ds").meta.stats[CAMERA]
+    lerobots = theirs.to_lerobot_dataset("local/theirs", root=tmp_path / "theirs_ds").meta.stats[CAMERA]
+    for name in ("min", "max", "mean", "std", "count"):
+        assert np.shape(mine[name]) == np.shape(lerobots[name]) == ((1,) if name == "count" else (3, 1, 1))
+        assert np.allclose(mine[name], lerobots[name], rtol=1e-6, atol=1e-7), name
+    ours.close()
+
+
 def test_to_lerobot_dataset_refuses_camera_values_lerobots_images_cannot_hold(tmp_path):
     from lerobot_zarr import ValueRangeError
 

@@ -10,6 +10,7 @@ SIGKILL at any moment (adds, checkpoints) loses at most the unfinished episode.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -22,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import rl_reference as ref
+import s3_fixtures
 from rl_reference import CAMERA, STATE, check_batch, transitions
 
 import lerobot_zarr
@@ -42,6 +44,7 @@ from lerobot_zarr.writing.transition_layout import LAYOUT_FILE
 from lerobot_zarr.writing.transitions import TransitionBuffer
 
 SEED = 7
+s3, env = s3_fixtures.s3, s3_fixtures.env  # the fixtures: a server per test module, a bucket per test
 TESTS = Path(__file__).resolve().parents[1]
 REPO = TESTS.parent
 
@@ -569,6 +572,120 @@ def test_export_writes_a_lerobot_folder_and_other_fps_or_task_through_a_copy(tmp
     for name in (STATE, "action", "next.reward", "next.truncated"):
         assert np.array_equal(a.get_batch(np.arange(len(a)))[name], b.get_batch(np.arange(len(b)))[name])
     buf.close()
+
+
+def test_episode_commits_keep_the_pack_files_open_and_close_them_with_the_buffer(tmp_path, monkeypatch):
+    """Each feature's pack file is opened for writing once, not at every episode commit (an RL buffer commits
+    every episode), and closed by ``close()``; every transition comes back as added."""
+    from lerobot_zarr.store import packs
+
+    def pack_fds() -> list[str]:
+        links = []
+        for fd in os.listdir("/proc/self/fd"):
+            with contextlib.suppress(OSError):
+                links.append(os.readlink(f"/proc/self/fd/{fd}"))
+        return [p for p in links if p.startswith(str(tmp_path / "buf")) and "/c/" in p]
+
+    opened = []
+    real = packs.open_nofollow
+
+    def counted(path, flags=os.O_RDONLY, **kw):
+        fd = real(path, flags, **kw)
+        if flags & os.O_WRONLY:
+            opened.append(path)
+        return fd
+
+    monkeypatch.setattr(packs, "open_nofollow", counted)
+    buf = TransitionBuffer(tmp_path / "buf")
+    ids = add_episodes(buf, range(12))
+    features = len(read_state(tmp_path / "buf").arrays)
+    assert len(read_state(tmp_path / "buf").packs) == 1 and len(set(opened)) == len(opened) == features
+    assert everything(buf) == ids
+    assert len(pack_fds()) >= features
+    buf.close()
+    assert pack_fds() == [], "close() closes the pack files"
+
+
+def _stats_by_hand(episodes: list[np.ndarray]) -> dict[str, np.ndarray]:
+    """Stats of a float feature by hand: per element, per episode (quantiles interpolated as ``numpy.quantile``),
+    merged weighted by frame counts (LeRobot's ``aggregate_stats``)."""
+    every = np.concatenate(episodes).astype(np.float64)
+    weights = np.array([len(v) for v in episodes], dtype=np.float64) / len(every)
+    out = {"min": every.min(0), "max": every.max(0), "mean": every.mean(0), "std": every.std(0),
+           "count": np.array([len(every)])}
+    for name, q in {"q01": 0.01, "q10": 0.10, "q50": 0.50, "q90": 0.90, "q99": 0.99}.items():
+        out[name] = sum(w * np.quantile(v.astype(np.float64), q, axis=0) for w, v in zip(weights, episodes))
+    return out
+
+
+@pytest.mark.parametrize("capacity", [None, 25], ids=["unbounded", "ring"])
+def test_float_cameras_get_lerobots_per_element_stats_when_asked_not_at_each_commit(tmp_path, monkeypatch, capacity):
+    """A float32 camera's stats (per element, as for any N-D numeric feature: a column of its own for each of the
+    27,648 elements of a 3x96x96 frame) are left out of the commits (the root's stats and each episode's stats file) and computed
+    when ``meta.stats`` is first read: equal to numpy by hand over the frames the buffer holds, and bit for bit to
+    what a store whose commits compute them records; an export publishes them."""
+    import pickle
+
+    import lerobot_zarr.sampling.meta as meta_module
+    from lerobot_zarr.sampling.dataset import LeRobotZarrDataset
+    from lerobot_zarr.writing.writer import create
+
+    buf = TransitionBuffer(tmp_path / "buf", image_storage="float32", capacity=capacity)
+    add_episodes(buf, range(9))
+    for tr in transitions(SEED, 9)[:-1]:  # an episode in progress, committed by checkpoint() and extended
+        buf.add(**tr)
+        if len(buf) % 3 == 0:
+            buf.checkpoint()
+    buf.close()
+    state = read_state(tmp_path / "buf")
+    assert state.stats_on_demand == (CAMERA,) and CAMERA not in state.stats and STATE in state.stats
+    for path in (tmp_path / "buf" / ".episode_stats").iterdir():
+        assert CAMERA not in json.loads(path.read_text()) and STATE in json.loads(path.read_text())
+
+    calls = []
+    counted = meta_module.on_demand_stats
+    monkeypatch.setattr(meta_module, "on_demand_stats", lambda st: calls.append(1) or counted(st))
+    ds = LeRobotZarrDataset(tmp_path / "buf")
+    assert not calls, "opening a buffer computes no stats"
+    batch = ds.get_batch(np.arange(len(ds)))
+    ids = batch[STATE][:, :2].astype(int)  # the (episode, step) of each frame held, in store order
+    episodes = [np.stack([ref.episode(SEED, e)["pixels"][t] for e, t in ids[ids[:, 0] == e]]).astype(np.float32)
+                / np.float32(255) for e in dict.fromkeys(ids[:, 0].tolist())]
+    got = ds.meta.stats[CAMERA]
+    assert len(calls) == 1 and ds.meta.stats[CAMERA] is got and len(calls) == 1
+    assert pickle.loads(pickle.dumps(ds.meta.stats)) == ds.meta.stats and len(calls) == 1
+    want = _stats_by_hand(episodes)
+    assert np.array(got["count"]).tolist() == want["count"].tolist() == [len(ds)]
+    for name in ("min", "max"):
+        assert np.array_equal(np.asarray(got[name], np.float32), want[name].astype(np.float32)), name
+    for name in ("mean", "std", "q01", "q10", "q50", "q90", "q99"):
+        assert np.allclose(got[name], want[name], rtol=1e-9, atol=1e-12), name
+
+    plain = create(tmp_path / "plain", fps=30, features={CAMERA: state.info["features"][CAMERA]}, durable=False)
+    for frames in episodes:
+        plain.add_episode({CAMERA: frames}, task="t")
+    plain.close()
+    assert read_state(tmp_path / "plain").stats[CAMERA] == got, "what a commit that computes them records"
+
+    ds.close()
+    exported = json.loads((TransitionBuffer(tmp_path / "buf", mode="r").export(tmp_path / "out") / "meta" /
+                           "stats.json").read_text())
+    assert exported[CAMERA] == got
+
+
+def test_a_buffer_read_from_a_bucket_leaves_its_on_demand_stats_out_with_a_warning(tmp_path, env):
+    """A bucket's store is read through a mirror holding only the rows read: the float32 camera's stats, computed
+    from the rows when asked, are left out of ``meta.stats`` with a warning (never computed over absent rows)."""
+    from lerobot_zarr.writing.sync import push_store
+
+    buf = TransitionBuffer(tmp_path / "buf", image_storage="float32")
+    add_episodes(buf, range(3))
+    buf.close()
+    push_store(tmp_path / "buf", env.url("buf"), progress=False)
+    with pytest.warns(lerobot_zarr.LeRobotZarrWarning, match="left out of meta.stats"):
+        remote = lerobot_zarr.open_dataset(env.url("buf"))
+    assert CAMERA not in remote.meta.stats and STATE in remote.meta.stats
+    assert CAMERA in lerobot_zarr.open_dataset(tmp_path / "buf").meta.stats
 
 
 # ------------------------------------------------------------------------------------- other processes
