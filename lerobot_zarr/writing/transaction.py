@@ -410,7 +410,11 @@ class WriteTransaction:
         new = replace(state, info=info, source=source, stats=stats, retired=tuple(retired),
                       packs=packs.retire(retire), logged=self.log_commits).all_materialized()
         new = replace(new, unavailable={}).with_materialized({}, gaps).with_hashes(self.fresh)
-        self.state = commit(new, previous=previous, durable=self.durable)
+        try:
+            self.state = commit(new, previous=previous, durable=self.durable)
+        except BaseException:
+            self._after_failed_commit(previous)
+            raise
         self.log_at = self.log_count = 0
         self.gaps = gaps
         self.fresh, self.adopted = {}, {}
@@ -462,7 +466,11 @@ class WriteTransaction:
                    "hashes": [[c, o, {k: int(v) for k, v in h.items()}] for (c, o), h in self.fresh.items()]}
         new = apply_record(previous, payload, str(self.root / LOG_FILE))
         record = encode_record(payload)
-        self.state = append_commit(new, previous=previous, record=record, at=self.log_at, durable=self.durable)
+        try:
+            self.state = append_commit(new, previous=previous, record=record, at=self.log_at, durable=self.durable)
+        except BaseException:
+            self._after_failed_commit(previous)
+            raise
         self.log_at += len(record)
         self.log_count += 1
         self.fresh, self.adopted = {}, {}
@@ -472,6 +480,25 @@ class WriteTransaction:
         if self.on_commit is not None:
             self.on_commit(self.state)
         return self.state
+
+    def _after_failed_commit(self, previous: StoreState) -> None:
+        """A commit raised (a full disk, an interrupt): if it raised after its commit point (while unflagging rows
+        no longer live, say), the store holds the new commit, and this transaction takes it as its state, read
+        from the store, so that the next commit builds on it (not on ``previous``, which would write its record
+        over the committed one); what it left undone (rows to unflag, stats files) the next commit repairs."""
+        try:
+            state = read_state(self.root)
+        except Exception:  # noqa: BLE001 - the store cannot tell: the next commit's checks will
+            return
+        if state.generation <= previous.generation:
+            return
+        self.state = drop_empty_features(state)
+        self.log_at, self.log_count = state.log_records.size, len(state.log_records)
+        self.fresh, self.adopted, self.dirty, self.stats_rows = {}, {}, {}, None
+        self.gaps = {name: self.state.unavailable_of(name) for name in self.state.arrays
+                     if self.state.unavailable_of(name)}
+        if self.on_commit is not None:
+            self.on_commit(self.state)
 
     def fold(self) -> None:
         """Fold the log into the root (one commit), and make the root format 3 again once :attr:`log_commits` is

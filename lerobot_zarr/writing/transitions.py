@@ -686,18 +686,24 @@ class TransitionBuffer:
         the one in progress (checkpointed before). The caller holds the write lock; samplers go on meanwhile
         (with what was committed before, and the pending transitions) until the new commit is loaded."""
         pending = self._pending
-        if pending.n:
-            frames = pending.frames()
+        if not pending.n:
+            self._open_episode = not end
+            return
+        frames = pending.frames()
+        before = self._writer.committed_state.generation
+        try:
             if self._open_episode:
                 self._writer.extend_episode(frames, task=self.task, tail=1)
             else:
                 self._writer.add_episode(frames, task=self.task, tail=1)
+        finally:  # committed, also when it raised after its commit point: the pending transitions are the store's
             state = self._writer.committed_state  # (this writer's commit: not read back from disk)
-            with self._lock:
-                self._store.load(state)
-                pending.clear()
-                self._drop = 0
-        self._open_episode = not end
+            if state.generation != before:
+                with self._lock:
+                    self._store.load(state)
+                    pending.clear()
+                    self._drop = 0
+                self._open_episode = not end
 
     def checkpoint(self, *, durable: bool | None = None) -> None:
         """Commit the episode in progress as it is (it goes on with the next transitions) and fold the commit log
