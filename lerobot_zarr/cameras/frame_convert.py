@@ -53,7 +53,7 @@ def _pyav_libraries() -> tuple[str, str] | None:
     """Paths of the libswscale and libavutil PyAV's reformatter runs with, as mapped in this process (those in
     PyAV's own folder first: torchcodec may have loaded the system's beside them); None if not found."""
     import av
-    import av.video.reformatter  # noqa: F401  (maps PyAV's libswscale)
+    import av.video.reformatter  # maps PyAV's libswscale
 
     try:
         with open("/proc/self/maps") as maps:
