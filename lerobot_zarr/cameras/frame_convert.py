@@ -97,6 +97,7 @@ class FrameConverter:
         self.reformatter = reformatter
         self._ctx: int | None = None
         self._ctx_key: tuple | None = None
+        self._free: Any = None  # sws_freeContext
         self.direct = 0  # frames converted straight into the destination (for tests and benchmarks)
 
     def convert_into(self, frame: Any, dst: np.ndarray) -> None:
@@ -135,7 +136,7 @@ class FrameConverter:
                                                 None, None, None)
             if not self._ctx:
                 return False
-            self._ctx_key = key[:3] + key[5:6]
+            self._ctx_key, self._free = key[:3] + key[5:6], libs.sws.sws_freeContext
         planes = frame.planes
         if len(planes) > 4:
             return False
@@ -146,9 +147,7 @@ class FrameConverter:
     def close(self) -> None:
         """Free the swscale context (a later conversion makes a new one)."""
         if self._ctx:
-            libs = _libs()
-            if libs is not None:
-                libs.sws.sws_freeContext(self._ctx)
+            self._free(self._ctx)
         self._ctx, self._ctx_key = None, None
 
     def __del__(self) -> None:
