@@ -39,8 +39,9 @@ And the floor of random windows, one thread: a frame costs decoding every frame 
 keyframes cost several times other frames (an AV1 intra frame at LeRobot's crf 30 ~10 inter frames), so random
 2-frame windows at g=2 decode more keyframes per frame than a sequential pass does. From each packet's decode cost
 and each frame's conversion cost, timed in one sequential pass of the same run, the floor is the CPU of decoding
-each needed keyframe interval of 50 random batches once and converting each needed frame once, per frame, over the
-decoder's. Parallel threads can bring the wall time under it, never the CPU. On a shared machine (Linux's
+each needed keyframe interval of 50 random batches once and converting each needed frame once (as the store
+converts: straight into the batch), per frame, over the decoder's (which converts with ``to_ndarray``, as a user
+would: a frame allocated per conversion). Parallel threads can bring the wall time under it, never the CPU. On a shared machine (Linux's
 autogroup gives each session its share of the cores) two threads only help when cores are idle.
 """
 
@@ -183,17 +184,19 @@ def decode_sequential(files: list[str], digests: list[list[bytes]]) -> int:
     return n
 
 
-def packet_costs(files: list[str]) -> tuple[list[np.ndarray], list[np.ndarray], float]:
+def packet_costs(files: list[str]) -> tuple[list[np.ndarray], list[np.ndarray], float, float]:
     """One pass over the footage timing, in this thread's CPU time, the decode of each packet (by the presentation
-    order of its frame) and the rgb24 conversion of each frame as the store's reader converts it (one thread): per
-    file, each frame's decode cost and whether it is a keyframe, and the mean conversion cost (s)."""
+    order of its frame) and the rgb24 conversion of each frame as the store's reader converts it (one thread,
+    straight into an array: ``FrameConverter``) and as the decoder contender does (``to_ndarray``): per file, each
+    frame's decode cost and whether it is a keyframe, and the mean cost of either conversion (s)."""
     import av
     import av.video.reformatter
 
-    from lerobot_zarr.cameras.video import frame_pixels
+    from lerobot_zarr.cameras.frame_convert import FrameConverter
 
-    reformatter = av.video.reformatter.VideoReformatter()  # converts in this thread (PyAV >= 16's default: a pool)
-    costs, keys, convert = [], [], []
+    # converts in this thread (PyAV >= 16's default: a pool)
+    converter = FrameConverter("rgb24", av.video.reformatter.VideoReformatter())
+    costs, keys, convert, to_ndarray, out = [], [], [], [], None
     for path in files:
         with av.open(path) as container:
             stream = container.streams.video[0]
@@ -207,13 +210,18 @@ def packet_costs(files: list[str]) -> tuple[list[np.ndarray], list[np.ndarray], 
                 if packet.size:
                     timed.append((packet.pts, spent, packet.is_keyframe))
                 for frame in frames:
+                    if out is None or out.shape[:2] != (frame.height, frame.width):
+                        out = np.empty((frame.height, frame.width, 3), np.uint8)
                     t0 = time.thread_time()
-                    frame_pixels(frame, "rgb24", reformatter)
+                    converter.convert_into(frame, out)
                     convert.append(time.thread_time() - t0)
+                    t0 = time.thread_time()
+                    frame.to_ndarray(format="rgb24")
+                    to_ndarray.append(time.thread_time() - t0)
         timed.sort()
         costs.append(np.array([c for _, c, _ in timed]))
         keys.append(np.array([k for _, _, k in timed]))
-    return costs, keys, float(np.mean(convert))
+    return costs, keys, float(np.mean(convert)), float(np.mean(to_ndarray))
 
 
 def floor_per_frame(windows: Windows, costs: list[np.ndarray], keys: list[np.ndarray], convert: float,
@@ -450,8 +458,8 @@ def run_footage(footage: Footage, work: Path, episodes: list[int], cfg: dict, se
         if before is not None else None
     if earlier is not None and earlier.len != windows.n:
         raise AssertionError(f"{footage.name}: the earlier store has {earlier.len} frames, the footage {windows.n}")
-    costs, keys, convert = packet_costs(footage.files)
-    sequential_cpu = (sum(c.sum() for c in costs) + windows.n * convert) / windows.n
+    costs, keys, convert, to_ndarray = packet_costs(footage.files)
+    sequential_cpu = (sum(c.sum() for c in costs) + windows.n * to_ndarray) / windows.n  # as the decoder contender
     floor = floor_per_frame(Windows(footage, np.random.default_rng(seed + 1)), costs, keys, convert, 50)
 
     # --- exact: a few batches, every frame against the sequential decode -------------------------------------

@@ -11,8 +11,9 @@ decode (open the file, seek, decode, close, every sample), a batch (:meth:`Mp4Fr
 - its frames are grouped by file and sorted by time, and cut into runs by the file's keyframe index: a run is
   decoded in one pass from a seek to the keyframe before its first frame, and a new run starts only where frames
   nobody asked for lie before the next frame's keyframe (a seek skips them); each needed keyframe interval is
-  decoded once per batch, only the frames asked for are converted, each straight into the batch (the pixels
-  are kept only for a pass's last frame and a frame asked for twice);
+  decoded once per batch, only the frames asked for are converted, each straight into its row of the batch
+  (:class:`~lerobot_zarr.cameras.frame_convert.FrameConverter`: PyAV's swscale, no frame allocated, no copy), a
+  frame asked for twice at once copied from its first row;
 - the runs, in (file, time) order, are cut between runs into one part of about equal decode cost per thread, each
   decoded in parallel through its own container of the file (PyAV releases the GIL while it decodes);
 - seeks go by presentation time; a decoder that holds a frame back until fed the next packet (h264 with B-frames
@@ -50,7 +51,8 @@ from ..errors import CorruptSourceError, LeRobotZarrError, SchemaMismatchError, 
 from ..utils.buffers import recycled_empty
 from .depth import DEPTH_PIX_FMT
 from .frame_codecs import decode_threads, run_in_parallel
-from .video import PIXEL_FORMATS, TOLERANCE_S, frame_pixels
+from .frame_convert import FrameConverter
+from .video import PIXEL_FORMATS, TOLERANCE_S
 
 __all__ = ["Mp4Frames"]
 
@@ -195,7 +197,7 @@ class _Run:
 
     def __init__(self, limit: int):
         self.times: list[float] = []
-        self.frames: list[Any] = []  # av.VideoFrame, replaced by its ndarray once converted
+        self.frames: list[Any] = []  # av.VideoFrame
         self.limit = limit
         self.ended = False  # the decoder reached the end of the stream
         self.drained = False  # the decoder gave all it held before the end: a seek comes next
@@ -210,7 +212,7 @@ class _Run:
 class _File:
     """An open container of one mp4 file, its decoder's position and its decoded-frame run."""
 
-    def __init__(self, key: str, source: str | BinaryIO, cache_frames: int, index: _Index | None):
+    def __init__(self, key: str, source: str | BinaryIO, cache_frames: int, index: _Index | None, fmt: str):
         import_optional("av", "reading a camera kept as mp4")
         import av
         import av.video.reformatter
@@ -233,8 +235,8 @@ class _File:
             self.container.flags |= _NO_PARSE
         # PyAV's to_ndarray converts with a thread-local swscale context using a pool of threads, which a forked
         # child inherits without its threads (and hangs in): convert with this file's own one-thread context
-        # (the same pixels, and faster per frame)
-        self.reformatter = av.video.reformatter.VideoReformatter()
+        # (the same pixels, and faster per frame), straight into the batch where it gives PyAV's bytes
+        self.converter = FrameConverter(fmt, av.video.reformatter.VideoReformatter())
         self.tb = self.stream.time_base
         try:
             self.index = index or _Index.of(self.container, self.stream)
@@ -252,6 +254,7 @@ class _File:
     def close(self) -> None:
         self.run, self.packets = None, None
         self.container.close()
+        self.converter.close()
 
     # -- decoding
     def _seek(self, q: float, then: float | None) -> None:
@@ -373,11 +376,9 @@ class _File:
             j -= 1
         return j
 
-    def frame_at(self, q: float, fmt: str, shape: tuple[int, int, int], where: str,
-                 then: float | None = None, keep: bool = True) -> np.ndarray:
-        """The frame decode_into gives for timestamp ``q``: the nearest decoded frame, within ``TOLERANCE_S``.
-        ``then``: the next (later) timestamp this pass reads, if any. ``keep``: whether the run keeps the frame's
-        pixels once converted (for a later read of the same frame), else only its decoded frame."""
+    def frame_at(self, q: float, where: str, then: float | None = None) -> Any:
+        """The frame decode_into gives for timestamp ``q`` (an ``av.VideoFrame``): the nearest decoded frame,
+        within ``TOLERANCE_S``. ``then``: the next (later) timestamp this pass reads, if any."""
         j = self._nearest(q, then)
         if (j < 0 or abs(self.run.times[j] - q) >= TOLERANCE_S) and self.run.drained:  # type: ignore[union-attr]
             self.run = None  # drained early on a wrong index: decode again without draining before q
@@ -390,16 +391,14 @@ class _File:
         if abs(t - q) >= TOLERANCE_S:
             raise CorruptSourceError(f"{where}: no frame within {TOLERANCE_S} s of timestamp {q:.6f} s (nearest "
                                      f"decoded frame at {t:.6f} s)")
-        frame = run.frames[j]
-        if not isinstance(frame, np.ndarray):
-            arr = frame_pixels(frame, fmt, self.reformatter)
-            if arr.shape != shape:
-                raise SchemaMismatchError(f"{where}: decoded frames of shape {arr.shape}, the dataset declares "
-                                          f"{shape}")
-            if keep:
-                run.frames[j] = arr
-            return arr
-        return frame
+        return run.frames[j]
+
+    def convert_into(self, frame: Any, dst: np.ndarray, where: str) -> None:
+        """The pixels of a decoded ``frame`` into ``dst`` (a row of the batch), as ``frame_pixels`` gives them."""
+        if (frame.height, frame.width) != dst.shape[:2]:
+            raise SchemaMismatchError(f"{where}: decoded frames of shape {(frame.height, frame.width, dst.shape[2])}, "
+                                      f"the dataset declares {dst.shape}")
+        self.converter.convert_into(frame, dst)
 
 
 class Mp4Frames:
@@ -487,7 +486,7 @@ class Mp4Frames:
         import av
 
         try:
-            return _File(key, self.opener(key), self.cache_frames, index)
+            return _File(key, self.opener(key), self.cache_frames, index, self.format)
         except FileNotFoundError:
             raise SourceNotFoundError(f"{key}: video file not found") from None
         except (av.error.FFmpegError, OSError, ValueError) as exc:
@@ -605,17 +604,19 @@ class Mp4Frames:
         then = [None] * len(order)
         for j in range(len(order) - 2, -1, -1):
             then[j] = sorted_times[j + 1] if sorted_times[j + 1] - sorted_times[j] >= TOLERANCE_S else then[j + 1]
-        # pixels are converted into ``out`` and dropped, but for the pass's last frame (a next read may start
-        # there: ds[i] then ds[i + 1]) and a frame read again at once: holding every converted frame made each
-        # conversion land in memory the allocator had just given back to the system (19-28 page faults a frame
-        # at 480x640), then cold in the caches
-        last = len(order) - 1
+        # each frame is converted straight into its row of ``out``; a frame read again at once is copied from
+        # the row it went to
         f = self._file(key, slot)
+        previous, previous_row = None, 0
         with f.lock:
             try:
                 for j, k in enumerate(order.tolist()):
-                    keep = j == last or sorted_times[j + 1] - sorted_times[j] < TOLERANCE_S
-                    out[rows[k]] = f.frame_at(sorted_times[j], self.format, self.frame_shape, where, then[j], keep)
+                    frame, row = f.frame_at(sorted_times[j], where, then[j]), int(rows[k])
+                    if frame is previous:
+                        out[row] = out[previous_row]
+                    else:
+                        f.convert_into(frame, out[row], where)
+                    previous, previous_row = frame, row
             except (av.error.FFmpegError, OSError) as exc:
                 f.run = None  # the decoder's state is unknown: seek on the next read
                 raise CorruptSourceError(f"{where}: cannot decode ({type(exc).__name__}: {exc})") from None

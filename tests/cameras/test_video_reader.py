@@ -6,9 +6,11 @@ settings; the bounds of the open-container cache; the keyframe index without the
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing as mp
 import os
 import pickle
+import sys
 from fractions import Fraction
 from pathlib import Path
 
@@ -17,7 +19,7 @@ import pytest
 
 av = pytest.importorskip("av", reason="PyAV (the video extra) is not installed")
 
-from lerobot_zarr.cameras import video_reader
+from lerobot_zarr.cameras import frame_convert, video_reader
 from lerobot_zarr.cameras.video import TOLERANCE_S, VideoWriter, decode_into
 from lerobot_zarr.cameras.video_reader import Mp4Frames
 from lerobot_zarr.errors import CorruptSourceError, SchemaMismatchError, SourceNotFoundError
@@ -255,20 +257,74 @@ def test_containers_demux_without_parser_the_same_packets(footage, request):
     assert np.array_equal(Mp4Frames(SHAPE).read(str(path), rows / FPS), want[rows])
 
 
-def test_converted_pixels_kept_for_the_pass_end_and_repeats(av1):
-    """A pass converts each frame into the batch and keeps the pixels only of its last frame (where the next read
-    may start) and of a frame read twice at once; every value still equals the decode, repeats and the next
-    window's shared frame included."""
+def test_frames_converted_straight_into_the_batch(av1, monkeypatch):
+    """Each frame is converted into its row of the batch by swscale (on Linux, where PyAV's libraries are found),
+    a conversion setting's first frame checked against PyAV's; a frame read twice at once is converted once;
+    every value equals the decode, repeats and ds[i] then ds[i + 1] included."""
+    monkeypatch.setattr(frame_convert, "_trusted", {})
     path, _, n = av1["a.mp4"]
     want = reference(path, all_times(n))
     reader = Mp4Frames(SHAPE, threads=1)
     rows = np.array([3, 3, 4, 5, 6])
     assert np.array_equal(reader.read(str(path), rows / FPS), want[rows])
-    run = reader._file(str(path)).run
-    kept = [t for t, f in zip(run.times, run.frames, strict=True) if isinstance(f, np.ndarray)]
-    assert np.allclose(kept, [3 / FPS, 6 / FPS])
-    for i in range(7, 20):  # ds[i] then ds[i + 1]: the shared frame from the kept pixels
+    converter = reader._file(str(path)).converter
+    if sys.platform.startswith("linux"):
+        assert list(frame_convert._trusted.values()) == [True]
+        assert converter.direct == 3  # 4 frames: the first checked against PyAV's conversion, the repeat copied
+    for i in range(7, 20):
         assert np.array_equal(reader.read(str(path), [(i - 1) / FPS, i / FPS]), want[[i - 1, i]]), i
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PyAV's libraries are found through /proc")
+@pytest.mark.parametrize("fault", ["value", "overrun"])
+def test_direct_conversion_refused_unless_it_gives_pyav_bytes(av1, monkeypatch, fault):
+    """A direct conversion that gives other bytes than PyAV's, or writes past the row, is never trusted: the
+    frames come from PyAV's conversion (each value equal to the decode), none straight into the batch."""
+    monkeypatch.setattr(frame_convert, "_trusted", {})
+    scale = frame_convert.FrameConverter._scale
+
+    def faulty(self, libs, key, frame, address, line):
+        ok = scale(self, libs, key, frame, address, line)
+        if fault == "value":  # one byte off
+            ctypes.memset(address, ctypes.string_at(address, 1)[0] ^ 1, 1)
+        elif key not in frame_convert._trusted:  # a byte past the row, while the setting is checked (in scratch)
+            ctypes.memset(address + line * frame.height, 0, 1)
+        return ok
+
+    monkeypatch.setattr(frame_convert.FrameConverter, "_scale", faulty)
+    path, _, n = av1["a.mp4"]
+    want = reference(path, all_times(n))
+    reader = Mp4Frames(SHAPE, threads=1)
+    rows = np.arange(0, n, 3)
+    assert np.array_equal(reader.read(str(path), rows / FPS), want[rows])
+    assert list(frame_convert._trusted.values()) == [False]
+    assert reader._file(str(path)).converter.direct == 0
+
+
+def test_rows_not_contiguous_and_odd_widths(av1, tmp_path):
+    """A caller's ``out`` whose rows are not contiguous gets PyAV's conversion copied in; a width swscale's vector
+    code does not cover whole (58) converts to the decode's values either way."""
+    path, _, n = av1["a.mp4"]
+    want = reference(path, all_times(n))
+    rows = np.array([2, 9, 10, 30])
+    wide = np.zeros((len(rows), *SHAPE[:2], 4), np.uint8)
+    got = Mp4Frames(SHAPE, threads=1).read(str(path), rows / FPS, out=wide[..., :3])
+    assert got.base is not None and np.array_equal(wide[..., :3], want[rows]) and not wide[..., 3].any()
+    if "libx264" not in av.codecs_available:
+        pytest.skip("PyAV has no libx264 encoder here")
+    shape = (36, 58, 3)
+    odd = tmp_path / "odd.mp4"
+    with av.open(str(odd), mode="w") as container:
+        stream = container.add_stream("libx264", rate=FPS)
+        stream.width, stream.height, stream.pix_fmt = shape[1], shape[0], "yuv420p"
+        stream.options = {"g": "2", "crf": "30"}
+        for k, image in enumerate(frames(20, seed=4)[:, :shape[0], :shape[1]]):
+            frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(image), format="rgb24")
+            frame.pts, frame.time_base = k, Fraction(1, FPS)
+            container.mux(stream.encode(frame))
+        container.mux(stream.encode(None))
+    times = all_times(20)
+    assert np.array_equal(Mp4Frames(shape, threads=1).read(str(odd), times[::-1]), reference(odd, times, shape)[::-1])
 
 
 @pytest.mark.parametrize("threads", [1, 2])
