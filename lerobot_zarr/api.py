@@ -202,7 +202,7 @@ def _writable_copy(source: Source, root: str | os.PathLike | None, shared: Path)
     if store.resolve() == shared.resolve():
         raise ArgumentError(f"{store}: is the cache's shared store of {source}; pass another root= to write")
     if not has_commit_point(store) and has_commit_point(shared) and read_state(shared).complete_episodes().all():
-        from .writing.writer import fork
+        from .writing.forks import fork
 
         fork(shared, store)
     return store

@@ -1,7 +1,7 @@
 """Writing: transcoding a LeRobot source into a store (:mod:`.transcode`, the cameras kept as asked:
 :mod:`.camera_choices`), the writable dataset (:mod:`.writer`: a
 reader plus its write transaction, :mod:`.transaction`; in-place edits, :mod:`.edits`; value checks,
-:mod:`.values`), RL transitions as episodes (:mod:`.transitions`, their layout :mod:`.transition_layout`), export
+:mod:`.values`; a copy sharing its packs, :mod:`.forks`), RL transitions as episodes (:mod:`.transitions`, their layout :mod:`.transition_layout`), export
 and push as LeRobot v3.0 (:mod:`.export`) and ``verify`` (:mod:`.integrity`)."""
 
 from ..utils.lazy import lazy_face
@@ -10,5 +10,5 @@ __all__ = ["push", "to_lerobot", "VerifyReport", "verify", "TransitionBuffer", "
 
 __getattr__, __dir__ = lazy_face(__name__, {
     "push": "export", "to_lerobot": "export", "VerifyReport": "integrity", "verify": "integrity",
-    "TransitionBuffer": "transitions", "WritableDataset": "writer", "create": "writer", "fork": "writer"
+    "TransitionBuffer": "transitions", "WritableDataset": "writer", "create": "writer", "fork": "forks"
 })

@@ -30,7 +30,6 @@ from typing import Any
 
 import numpy as np
 
-from ..doctor.findings import DOCTOR_DIR
 from ..doctor.scan import doctor_store
 from ..errors import (
     ArgumentError,
@@ -45,17 +44,17 @@ from ..errors import (
 from ..lerobot.format import CAMERA_DTYPES, DEFAULT_FEATURES
 from ..sampling.dataset import DepthUnit, ImageFormat, LeRobotZarrDataset
 from ..sampling.selection import episode_index, frame_range
-from ..store.committing import check_new_store_location, create_store, remove_creation_debris
-from ..store.state import StoreState, chunk_path, read_state, stats_path
+from ..store.committing import check_new_store_location, create_store
+from ..store.state import StoreState, read_state, stats_path
 from ..store.tables import DEFAULT_PACK_BYTES, EpisodeTable, PackLayout
-from ..utils.fileio import WriterLock, check_in_store, copy_file, link_or_copy
+from ..utils.fileio import WriterLock
 from ..utils.hashing import crc32c
 from .completeness import check_complete
 from .edits import EditMaps
 from .transaction import WriteTransaction, remove_path, resolve_min_free_bytes
 from .values import EpisodeFrames, as_frames, content_hash, count_arg, feature_specs, stored_values
 
-__all__ = ["create", "fork", "WritableDataset"]
+__all__ = ["create", "WritableDataset"]
 
 _SETTABLE_INFO = ("chunks_size", "data_files_size_in_mb", "video_files_size_in_mb")
 _INLINE_STATS_BYTES = 1 << 20  # smaller appends compute their stats before writing, not in a thread alongside
@@ -115,34 +114,6 @@ def create(root: str | os.PathLike, *, fps: float, features: Mapping[str, Mappin
                                 capacity_frames=capacity_frames, pack_bytes=pack_bytes,
                                 stats_on_demand=tuple(dict.fromkeys(stats_on_demand))))
     return WritableDataset(root, durable=durable, min_free_bytes=min_free_bytes)
-
-
-def fork(source: str | os.PathLike, root: str | os.PathLike) -> StoreState:
-    """Make ``root`` a copy of the complete store ``source`` that shares its pack files by hard links (instant, no
-    disk space) until a writer changes a pack, which it copies first (:meth:`WriteTransaction.own_pack`): writes
-    to the copy never reach ``source``. On another filesystem (no hard links) the packs are copied."""
-    source, root = Path(source), Path(root)
-    state = read_state(source)
-    if not state.complete_episodes().all():
-        raise NotMaterializedError(f"{source}: a store is copied with every episode; this one lacks some",
-                                   path=source)
-    with WriterLock(root, blocking=False):
-        check_new_store_location(root)
-        remove_creation_debris(root)
-        for pack in np.flatnonzero(state.packs.rows > 0).tolist():
-            for name, spec in state.arrays.items():
-                src = check_in_store(source, chunk_path(source, name, pack, spec.ndim))
-                dst = Path(check_in_store(root, chunk_path(root, name, pack, spec.ndim)))
-                if not os.path.lexists(src):  # a camera no episode of the pack has: no file
-                    continue
-                dst.parent.mkdir(parents=True, exist_ok=True)
-                with contextlib.suppress(FileNotFoundError):
-                    dst.unlink()  # debris of a copy killed midway
-                link_or_copy(src, dst)
-        _copy_store_files(source, root, ".episode_stats", ".json")
-        _copy_store_files(source, root, DOCTOR_DIR, ".json", ".ndjson")  # the doctor's report goes with the copy
-        new = create_store(replace(state, root=root, retired=()), keep_files=True)
-    return new
 
 
 class WritableDataset:
@@ -795,16 +766,3 @@ class WritableDataset:
                 new_rows[name][k][e] = stats[name][k]
         new_table, packs = self._tx.compact_packs(new_table, packs, new_rows)
         self._tx.commit(self._tx.state, new_rows, table=new_table, packs=packs)
-
-
-def _copy_store_files(source: Path, root: Path, name: str, *suffixes: str) -> None:
-    """Files of folder ``name`` of ``source`` ending in ``suffixes`` copied into ``root`` (no link followed)."""
-    folder = Path(check_in_store(source, source / name / "_")).parent
-    if folder.is_symlink() or not folder.is_dir():
-        return
-    target = root / name
-    target.mkdir(exist_ok=True)
-    for entry in folder.iterdir():
-        if entry.is_file() and not entry.is_symlink() and entry.name.endswith(suffixes):
-            with contextlib.suppress(FileExistsError):
-                copy_file(entry, target / entry.name)

@@ -340,7 +340,7 @@ def test_7_copies_of_packs_stay_sparse(source, tmp_path, monkeypatch):
     ds.add_episode({"x": np.ones((3, 3), np.float32), "cam": np.ones((3, 6, 8, 3), np.uint8)}, task="t")
     ds.close()
     monkeypatch.setattr(os, "link", lambda *a, **k: (_ for _ in ()).throw(OSError(errno.EXDEV, "cross-device")))
-    from lerobot_zarr.writing.writer import fork
+    from lerobot_zarr.writing.forks import fork
 
     fork(tmp_path / "rec", tmp_path / "forked")
     assert allocated(tmp_path / "forked") < apparent(tmp_path / "forked") / 4
