@@ -49,26 +49,29 @@ class _Libs:
         self.sws.sws_freeContext.argtypes = [ctypes.c_void_p]
 
 
-def _pyav_libraries() -> tuple[str, str] | None:
-    """Paths of the libswscale and libavutil PyAV's reformatter runs with, as mapped in this process (those in
-    PyAV's own folder first: torchcodec may have loaded the system's beside them); None if not found."""
+def _pyav_libraries(mapped: list[str] | None = None) -> tuple[str, str] | None:
+    """Paths of the libswscale and libavutil PyAV's reformatter runs with, among the files mapped in this process
+    (``mapped``: their paths; default, from /proc/self/maps): those PyAV's wheel bundles (``av.libs/``, or inside
+    the package), else the only ones mapped; None if that does not settle it (other packages bundle their own:
+    OpenCV's wheels, torchcodec beside the system's)."""
     import av
-    import av.video.reformatter  # maps PyAV's libswscale
+    import av.video.reformatter  # noqa: F401  (maps PyAV's libswscale)
 
-    try:
-        with open("/proc/self/maps") as maps:
-            paths = {parts[5].strip() for parts in (line.split(None, 5) for line in maps) if len(parts) == 6}
-    except OSError:
-        return None
-    home = os.path.dirname(os.path.dirname(os.path.abspath(av.__file__)))
+    if mapped is None:
+        try:
+            with open("/proc/self/maps") as maps:
+                mapped = [parts[5].strip() for parts in (line.split(None, 5) for line in maps) if len(parts) == 6]
+        except OSError:
+            return None
+    package = os.path.dirname(os.path.abspath(av.__file__))
+    own = (package + ".libs" + os.sep, package + os.sep)
     found = []
     for name in ("libswscale", "libavutil"):
-        mine = sorted(p for p in paths if os.path.basename(p).startswith(name + "-") or
-                      os.path.basename(p).startswith(name + "."))
-        inside = [p for p in mine if p.startswith(home + os.sep)]
-        if len(inside) == 1:
-            found.append(inside[0])
-        elif len(mine) == 1:
+        mine = sorted({p for p in mapped if os.path.basename(p).startswith((name + "-", name + "."))})
+        bundled = [p for p in mine if p.startswith(own)]
+        if len(bundled) == 1:
+            found.append(bundled[0])
+        elif not bundled and len(mine) == 1:
             found.append(mine[0])
         else:
             return None

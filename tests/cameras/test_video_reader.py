@@ -257,6 +257,21 @@ def test_containers_demux_without_parser_the_same_packets(footage, request):
     assert np.array_equal(Mp4Frames(SHAPE).read(str(path), rows / FPS), want[rows])
 
 
+def test_pyavs_own_libraries_are_found_beside_other_bundled_copies():
+    """OpenCV's wheels (which LeRobot imports) bundle a libswscale of their own, torchcodec loads the system's:
+    the converter takes the copy PyAV's wheel bundles, and none when it cannot tell which PyAV runs."""
+    package = os.path.dirname(os.path.abspath(av.__file__))
+    site = os.path.dirname(package)
+    pyav = [f"{package}.libs/libswscale-1a2b.so.8.3.100", f"{package}.libs/libavutil-3c4d.so.59.39.100"]
+    others = [f"{site}/opencv_python_headless.libs/libswscale-09114b18.so.9.1.100",
+              f"{site}/opencv_python_headless.libs/libavutil-ffee.so.60.1.100",
+              "/usr/lib/x86_64-linux-gnu/libswscale.so.6.7.100", "/usr/lib/x86_64-linux-gnu/libavutil.so.57.28.100"]
+    assert frame_convert._pyav_libraries([*others, *pyav, "/usr/lib/libc.so.6"]) == tuple(pyav)
+    system = others[2:]
+    assert frame_convert._pyav_libraries(system) == tuple(system)  # a PyAV built on the system's libraries
+    assert frame_convert._pyav_libraries(others) is None  # two copies, neither PyAV's: not guessed
+
+
 def test_frames_converted_straight_into_the_batch(av1, monkeypatch):
     """Each frame is converted into its row of the batch by swscale (on Linux, where PyAV's libraries are found),
     a conversion setting's first frame checked against PyAV's; a frame read twice at once is converted once;
