@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import pytest
 import s3_fixtures
-from test_bucket_client import (  # noqa: F401  (the S3 client tests, collected here again on gs://)
+from test_bucket_client import (  # noqa: F401  (the S3 client tests and their fixture, again on gs://)
+    one_attempt,
     test_conditional_writes,
     test_exact_ranges_whole_reads_and_listing,
     test_lasting_faults_end_in_a_typed_error_within_the_deadline,
@@ -47,14 +48,6 @@ def gcs():
 def env(monkeypatch, tmp_path, gcs):
     """A bucket of the test's own on the GCS server, obstore's GOOGLE_* settings pointed at it."""
     yield from s3_fixtures.s3_env(monkeypatch, tmp_path, gcs, scheme="gs")
-
-
-@pytest.fixture
-def one_attempt(monkeypatch):
-    monkeypatch.setattr(client, "_ATTEMPTS", 1)
-    monkeypatch.setattr(client, "_RETRIES", 1)
-    monkeypatch.setattr(client, "_MIN_RATE", 1 << 20)
-    monkeypatch.setenv(client.TIMEOUT_ENV, "1")
 
 
 def test_requests_are_gcs_xml_api_with_the_bearer_token(env, monkeypatch):
