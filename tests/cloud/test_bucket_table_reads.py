@@ -76,13 +76,7 @@ def test_first_open_of_one_episode_in_as_many_round_trips_at_ten_times_the_episo
         env.upload(folders[n], f"first-{n}")
 
     def measure(n: int, attempt: int) -> tuple[int]:
-        env.server.reset_stats()
-        env.server.network = NetworkModel(latency_s=0.02, rate=1e9, settle=True)
-        try:
-            ds = lerobot_zarr.open_dataset(env.url(f"first-{n}"), episodes=[n // 2 + 3],
-                                           root=tmp_path / f"s-{n}-{attempt}", progress=False)
-        finally:
-            env.server.network = None
+        ds = open_counted(env, f"first-{n}", n // 2 + 3, tmp_path / f"s-{n}-{attempt}")
         trips = env.server.stats.round_trips()
         local = lerobot_zarr.open_dataset(folders[n], episodes=[n // 2 + 3], root=tmp_path / f"local-{n}-{attempt}",
                                           progress=False)
@@ -93,6 +87,17 @@ def test_first_open_of_one_episode_in_as_many_round_trips_at_ten_times_the_episo
     # what the folder is (two HEADs), its listing, the metadata files with the episode table, the episode's rows
     # (one more where the episode table's footer is read before its row groups)
     assert counts[200] == counts[2000] <= 5, counts
+
+
+def open_counted(env, folder: str, episode: int, root) -> object:
+    """A first open of one episode of ``folder`` in the bucket, its requests counted from zero on the modelled
+    network (20 ms per request, round trips counted by dependency)."""
+    env.server.reset_stats()
+    env.server.network = NetworkModel(latency_s=0.02, rate=1e9, settle=True)
+    try:
+        return lerobot_zarr.open_dataset(env.url(folder), episodes=[episode], root=root, progress=False)
+    finally:
+        env.server.network = None
 
 
 def v21_folder(path, n: int, cam: str, mp4) -> object:
@@ -130,13 +135,7 @@ def test_first_open_of_one_episode_of_a_v21_folder_lists_only_its_files_folders(
         env.upload(folders[n], f"v21-{n}")
 
     def measure(n: int, attempt: int) -> tuple[int, int]:
-        env.server.reset_stats()
-        env.server.network = NetworkModel(latency_s=0.02, rate=1e9, settle=True)
-        try:
-            ds = lerobot_zarr.open_dataset(env.url(f"v21-{n}"), episodes=[n // 2 + 3],
-                                           root=tmp_path / f"s-{n}-{attempt}", progress=False)
-        finally:
-            env.server.network = None
+        ds = open_counted(env, f"v21-{n}", n // 2 + 3, tmp_path / f"s-{n}-{attempt}")
         lists = [r.query for r in env.server.requests("GET") if "list-type" in r.query]
         counted = (len(lists), env.server.stats.round_trips())
         local = lerobot_zarr.open_dataset(folders[n], episodes=[n // 2 + 3], root=tmp_path / f"local-{n}-{attempt}",
