@@ -18,7 +18,8 @@ fetched (byte ranges of the rows, coalesced, sent together), written, marked pre
   ``cache_bytes / 8`` (a deeper lookahead is left to the batches that read it).
 - The cache is bounded (``cache_bytes``): past it the least recently used rows (a numeric pack whole) are
   dropped, their bytes punched out of the sparse file, never rows a process is reading (or fetching): the bound is
-  exceeded by those alone, each process's last three batches and its prefetches under way.
+  exceeded by those (each process's last three batches and its prefetches under way) and the rows that landed
+  since the last eviction looked.
 
 Sharing between processes (Linux open file description locks, ``F_OFD_SETLK``, on ranges of one lock file that
 name rows; the kernel drops a process's locks when it dies):
@@ -32,7 +33,8 @@ name rows; the kernel drops a process's locks when it dies):
 - a process reading rows holds shared locks on them (pins) from the :meth:`RemoteStore.ensure` that brought them
   until its second ensure after, and an eviction drops only rows on which it gets an exclusive lock on both the
   claim and the pin: never rows being fetched or read;
-- the bytes held are counted in a shared counter (recounted by each eviction); one process evicts at a time, the
+- the bytes held are counted in a shared counter (recounted by each eviction, plus what landed while it looked);
+  one process evicts at a time (one that finds another evicting waits for it, then looks again), the
   least recently used rows of all processes, down to 7/8 of ``cache_bytes``;
 - the folder is removed when the last process using it closes it (a shared ``flock`` per user; those of
   processes that died are removed by the next open);
@@ -451,8 +453,6 @@ class RemoteStore:
             with self._lock:
                 self._ahead_bytes -= job[2] - job[1]
             self._release([(entry, job[3])])
-            if not self._stopping.is_set():
-                self._evict()  # (landed rows count against the bound at once, not at the next batch)
             with self._lock:
                 coming = self._coming.get((entry.name, entry.pack), [])
                 for future in [f for f in coming if f.done()]:
@@ -581,20 +581,31 @@ class RemoteStore:
         """When the mirror holds more than ``cache_bytes``: drop the least recently used rows of every process
         (not pinned nor being fetched by any), down to 7/8 of it. One process at a time; the count recomputed."""
         mirror = self._mirror
-        if not self._evict_lock.acquire(blocking=False):
-            return  # another thread of this process evicts now
+        with self._lock:
+            due = self._fetched_since_evict > 0
+            self._fetched_since_evict = 0
+        if not due or mirror.add_held(0) <= self.cache_bytes:
+            return
+        # An eviction under way (of this process or another) may have looked at the rows before the ones just
+        # landed: wait for it to end, then look again (skipping it let the processes fetch on, unbounded, while a
+        # slow one evicted). Bounded: past it, the next fetch tries again.
+        deadline = time.monotonic() + bucket_timeout()
+        if not self._evict_lock.acquire(timeout=bucket_timeout()):
+            return
         try:
-            with self._lock:
-                due = self._fetched_since_evict > 0
-                self._fetched_since_evict = 0
-            if not due or mirror.add_held(0) <= self.cache_bytes:
-                return
+            delay = 0.001
+            while True:
+                try:
+                    fcntl.flock(mirror.evictor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        return
+                    time.sleep(delay)  # (no event crosses processes; an eviction is local work: milliseconds)
+                    delay = min(2 * delay, 0.02)
             try:
-                fcntl.flock(mirror.evictor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                return  # another process evicts now
-            try:
-                self._evict_locked()
+                if mirror.add_held(0) > self.cache_bytes:
+                    self._evict_locked()
             finally:
                 fcntl.flock(mirror.evictor, fcntl.LOCK_UN)
         finally:
@@ -602,27 +613,8 @@ class RemoteStore:
 
     def _evict_locked(self) -> None:
         mirror = self._mirror
-        units = []  # (last used, pack record, rows, bytes)
-        held = 0
-        names = list(self.state.arrays)
-        for path in (mirror.root / MINE / "packs").iterdir():
-            i, _, pack = path.name.partition("-")
-            if not (i.isdigit() and pack.isdigit()) or int(i) >= len(names) or int(pack) >= len(self.state.packs):
-                continue
-            name = names[int(i)]
-            entry = self._pack(name, int(pack))
-            rows = np.flatnonzero(entry.present)
-            if not len(rows):
-                continue
-            nbytes = entry.nbytes(rows)
-            held += nbytes
-            if (mirror.root / MINE / f"settled-{i}").exists():
-                continue
-            if entry.numeric:
-                units.append((float(entry.used[rows].max()), entry, np.arange(entry.rows), nbytes))
-            else:
-                units += [(float(entry.used[r]), entry, np.array([r]), entry.nbytes(np.array([r]))) for r in
-                          rows.tolist()]
+        since = mirror.add_held(0)  # (rows landing while the packs are looked at are added to the count after)
+        held, units = self._scan()
         target = self.cache_bytes * 7 // 8
         units.sort(key=lambda u: u[0])
         for _, entry, rows, nbytes in units:
@@ -646,7 +638,34 @@ class RemoteStore:
             finally:
                 self._unclaim(entry, lo, hi, evicting=True)
             held -= nbytes
-        mirror.set_held(max(0, held))
+        mirror.recount(held, since)
+
+    def _scan(self) -> tuple[int, list[tuple[float, _Pack, np.ndarray, int]]]:
+        """The bytes of the rows present in the mirror (every process's), and the units an eviction may drop:
+        (last used, pack record, rows, bytes), a row each, a numeric pack whole (not those held whole for good)."""
+        mirror = self._mirror
+        units = []
+        held = 0
+        names = list(self.state.arrays)
+        for path in (mirror.root / MINE / "packs").iterdir():
+            i, _, pack = path.name.partition("-")
+            if not (i.isdigit() and pack.isdigit()) or int(i) >= len(names) or int(pack) >= len(self.state.packs):
+                continue
+            name = names[int(i)]
+            entry = self._pack(name, int(pack))
+            rows = np.flatnonzero(entry.present)
+            if not len(rows):
+                continue
+            nbytes = entry.nbytes(rows)
+            held += nbytes
+            if (mirror.root / MINE / f"settled-{i}").exists():
+                continue
+            if entry.numeric:
+                units.append((float(entry.used[rows].max()), entry, np.arange(entry.rows), nbytes))
+            else:
+                units += [(float(entry.used[r]), entry, np.array([r]), entry.nbytes(np.array([r]))) for r in
+                          rows.tolist()]
+        return held, units
 
     def _pinned_here(self, entry: _Pack, lo: int, hi: int) -> bool:
         with self._pin_lock:
