@@ -14,8 +14,10 @@ A bucket holds a store in the store's own layout (zarr and xarray read it there,
 4. the root last, with ``If-Match`` (or ``If-None-Match: *``): readers see the old commit or the new, never half of
    one; a root changed since step 2 is a :class:`~lerobot_zarr.errors.CommitConflictError`, nothing lost.
 
-A publication killed at any point leaves the bucket at its last commit (the root was not replaced), and the next
-run uploads what is missing.
+Nothing changes before steps 1 and 2 passed (the bucket reachable, the credentials accepted, the root one this
+store may replace): only then is a commit log its writer left folded into one commit, so a publication refused
+leaves the store as it was. A publication killed at any point leaves the bucket at its last commit (the root was
+not replaced), and the next run uploads what is missing.
 
 Retired objects (packs a commit no longer refers to) are deleted two commits later: the bucket keeps a manifest
 (``.lerobot_zarr-commits.json``: the files of the last commits published, by the digest of their root, written
