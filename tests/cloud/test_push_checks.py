@@ -45,7 +45,8 @@ def contents(root: Path) -> dict[str, bytes]:
     return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-def test_a_refused_publication_leaves_the_store_byte_identical(env, logged, tmp_path, one_attempt, monkeypatch):  # noqa: F811
+@pytest.mark.usefixtures("one_attempt")
+def test_a_refused_publication_leaves_the_store_byte_identical(env, logged, tmp_path, monkeypatch):
     store = shutil.copytree(logged, tmp_path / "store")
     before = contents(store)
     url = env.url("pub")
