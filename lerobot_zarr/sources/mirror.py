@@ -22,6 +22,7 @@ import re
 import secrets
 import shutil
 import struct
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -145,6 +146,7 @@ class Mirror:
         self.pins = RangeLocks(self.root / MINE / "locks")  # reading: shared
         self.evicting = RangeLocks(self.root / MINE / "locks")  # an eviction's try of claim and pin together
         self.held = shared_map(self.root / MINE / "held", 8)
+        self._adding = threading.Lock()
         self.held_lock = os.open(self.root / MINE / "held", os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
         self.evictor = os.open(self.root / MINE / "evict", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW,
                                0o644)
@@ -155,6 +157,10 @@ class Mirror:
 
     def add_held(self, delta: int) -> int:
         """Add to the bytes held by the mirror (shared by its processes); the new total."""
+        with self._adding:  # (a flock excludes other processes only: this process's threads share its descriptor)
+            return self._add_held(delta)
+
+    def _add_held(self, delta: int) -> int:
         fcntl.flock(self.held_lock, fcntl.LOCK_EX)
         try:
             (now,) = struct.unpack_from("q", self.held)
@@ -164,12 +170,17 @@ class Mirror:
         finally:
             fcntl.flock(self.held_lock, fcntl.LOCK_UN)
 
-    def set_held(self, value: int) -> None:
-        fcntl.flock(self.held_lock, fcntl.LOCK_EX)
-        try:
-            struct.pack_into("q", self.held, 0, value)
-        finally:
-            fcntl.flock(self.held_lock, fcntl.LOCK_UN)
+    def recount(self, counted: int, since: int) -> None:
+        """After an eviction: the bytes it ``counted`` (the rows present as it looked, less those it dropped), plus
+        what the count gained since it began (``since``: the count then). Rows that landed while it looked may be
+        counted twice (until the next eviction counts again), never missed."""
+        with self._adding:
+            fcntl.flock(self.held_lock, fcntl.LOCK_EX)
+            try:
+                (now,) = struct.unpack_from("q", self.held)
+                struct.pack_into("q", self.held, 0, max(0, counted + max(0, now - since)))
+            finally:
+                fcntl.flock(self.held_lock, fcntl.LOCK_UN)
 
     def forget(self) -> None:
         """Close this process's descriptors (in a forked child: the parent's, whose locks stay the parent's)."""

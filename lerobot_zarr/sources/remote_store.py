@@ -14,9 +14,12 @@ fetched (byte ranges of the rows, coalesced, sent together), written, marked pre
 - Cameras: exactly the rows read (a compact camera's shard index first, once per pack). A camera kept as mp4 is
   read by byte ranges with read-ahead, as a Hub repo's videos (:class:`~lerobot_zarr.cloud.files.BucketFiles`),
   never whole. :meth:`RemoteStore.prefetch` fetches the frames of batches to come in the background (the
-  sampler's lookahead), so that a batch finds them local.
+  sampler's lookahead), so that a batch finds them local; those queued or under way ask for at most
+  ``cache_bytes / 8`` (a deeper lookahead is left to the batches that read it).
 - The cache is bounded (``cache_bytes``): past it the least recently used rows (a numeric pack whole) are
-  dropped, their bytes punched out of the sparse file, never rows a process is reading.
+  dropped, their bytes punched out of the sparse file, never rows a process is reading (or fetching): the bound is
+  exceeded by those (each process's last three batches and its prefetches under way) and the rows that landed
+  since the last eviction looked.
 
 Sharing between processes (Linux open file description locks, ``F_OFD_SETLK``, on ranges of one lock file that
 name rows; the kernel drops a process's locks when it dies):
@@ -30,7 +33,8 @@ name rows; the kernel drops a process's locks when it dies):
 - a process reading rows holds shared locks on them (pins) from the :meth:`RemoteStore.ensure` that brought them
   until its second ensure after, and an eviction drops only rows on which it gets an exclusive lock on both the
   claim and the pin: never rows being fetched or read;
-- the bytes held are counted in a shared counter (recounted by each eviction); one process evicts at a time, the
+- the bytes held are counted in a shared counter (recounted by each eviction, plus what landed while it looked);
+  one process evicts at a time (one that finds another evicting waits for it, then looks again), the
   least recently used rows of all processes, down to 7/8 of ``cache_bytes``;
 - the folder is removed when the last process using it closes it (a shared ``flock`` per user; those of
   processes that died are removed by the next open);
@@ -81,6 +85,7 @@ _BACKGROUND_IN_FLIGHT = 2
 _IN_FLIGHT = 32
 _ROOT_FIRST = 16 << 20  # the root is read in one request up to this size
 _PIN_BATCHES = 2  # a batch's rows stay pinned until this many later ensures of the same process
+_AHEAD_SHARE = 8  # a process's prefetches queued or under way: at most 1/8 of the cache's bytes
 
 
 def _cache_bytes(value: int | None) -> int:
@@ -151,6 +156,9 @@ class RemoteStore:
         self.bucket = bucket
         self.home = Path(home)
         self.cache_bytes = _cache_bytes(cache_bytes)
+        #: the most bytes this process's prefetches queued or under way may ask for (a prefetch past it is not
+        #: made: the batch that reads those rows fetches them)
+        self.ahead_limit = self.cache_bytes // _AHEAD_SHARE
         self._lock = threading.Lock()  # guards the bookkeeping below; never held while waiting on the network
         self._changed = threading.Condition(self._lock)  # rows this process was fetching are no longer coming
         self._making = threading.Lock()  # held while a pack's file is made (a compact one: its index fetched)
@@ -158,6 +166,7 @@ class RemoteStore:
         self._ahead = ThreadPoolExecutor(_IN_FLIGHT, thread_name_prefix="lerobot_zarr-prefetch")  # batches to come
         self._background = ThreadPoolExecutor(_BACKGROUND_IN_FLIGHT, thread_name_prefix="lerobot_zarr-whole")
         self._pin_lock = threading.Lock()  # one pinning at a time (it may wait for an eviction of another process)
+        self._evict_lock = threading.Lock()  # one eviction at a time in this process (the flock is per process)
         self._stopping = threading.Event()  # set when the mirror goes: background fetches stop at their next piece
         self.fetched_bytes = 0
         self.fetched_by: dict[str, int] = {}  # bytes fetched per feature ("": the root, indexes...)
@@ -179,6 +188,7 @@ class RemoteStore:
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._making, self._pin_lock, self._owning = threading.Lock(), threading.Lock(), threading.Lock()
+        self._evict_lock = threading.Lock()
 
     def _own(self) -> None:
         """In a forked child, at its first use: the mirror joined with descriptors of its own (open file
@@ -206,6 +216,7 @@ class RemoteStore:
         self.root_doc = root_doc
         self._packs: dict[tuple[str, int], _Pack] = {}
         self._coming: dict[tuple[str, int], list[Future]] = {}  # background fetches of a pack
+        self._ahead_bytes = 0  # bytes of this process's prefetches queued or under way
         self._claimed: dict[tuple[str, int], list[tuple[int, int]]] = {}  # rows claimed by this process's threads
         self._pinned: Counter = Counter()  # pinned slot (a row; a numeric pack: its first row) -> ensures holding it
         self._recent: list[dict[int, int]] = []  # the pins of the last ensures: slot -> rows
@@ -427,6 +438,9 @@ class RemoteStore:
             with self._lock:  # rows neither held nor coming: marked coming, the fetch registered, at once
                 missing = rows[~(entry.present[rows] | entry.empty[rows] | entry.coming[rows])]
                 for job in self._plan(entry, missing):
+                    if self._ahead_bytes + job[2] - job[1] > self.ahead_limit:
+                        return  # (bounded: the batches to come fetch the rest themselves)
+                    self._ahead_bytes += job[2] - job[1]
                     entry.coming[job[3]] = True
                     future = self._ahead.submit(self._fetch_then_release, job)
                     self._coming.setdefault((name, pack), []).append(future)
@@ -436,6 +450,8 @@ class RemoteStore:
             self._fetch(*job)
         finally:
             entry = job[0]
+            with self._lock:
+                self._ahead_bytes -= job[2] - job[1]
             self._release([(entry, job[3])])
             with self._lock:
                 coming = self._coming.get((entry.name, entry.pack), [])
@@ -570,38 +586,35 @@ class RemoteStore:
             self._fetched_since_evict = 0
         if not due or mirror.add_held(0) <= self.cache_bytes:
             return
+        # An eviction under way (of this process or another) may have looked at the rows before the ones just
+        # landed: wait for it to end, then look again (skipping it let the processes fetch on, unbounded, while a
+        # slow one evicted). Bounded: past it, the next fetch tries again.
+        deadline = time.monotonic() + bucket_timeout()
+        if not self._evict_lock.acquire(timeout=bucket_timeout()):
+            return
         try:
-            fcntl.flock(mirror.evictor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            return  # another process evicts now
-        try:
-            self._evict_locked()
+            delay = 0.001
+            while True:
+                try:
+                    fcntl.flock(mirror.evictor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        return
+                    time.sleep(delay)  # (no event crosses processes; an eviction is local work: milliseconds)
+                    delay = min(2 * delay, 0.02)
+            try:
+                if mirror.add_held(0) > self.cache_bytes:
+                    self._evict_locked()
+            finally:
+                fcntl.flock(mirror.evictor, fcntl.LOCK_UN)
         finally:
-            fcntl.flock(mirror.evictor, fcntl.LOCK_UN)
+            self._evict_lock.release()
 
     def _evict_locked(self) -> None:
         mirror = self._mirror
-        units = []  # (last used, pack record, rows, bytes)
-        held = 0
-        names = list(self.state.arrays)
-        for path in (mirror.root / MINE / "packs").iterdir():
-            i, _, pack = path.name.partition("-")
-            if not (i.isdigit() and pack.isdigit()) or int(i) >= len(names) or int(pack) >= len(self.state.packs):
-                continue
-            name = names[int(i)]
-            entry = self._pack(name, int(pack))
-            rows = np.flatnonzero(entry.present)
-            if not len(rows):
-                continue
-            nbytes = entry.nbytes(rows)
-            held += nbytes
-            if (mirror.root / MINE / f"settled-{i}").exists():
-                continue
-            if entry.numeric:
-                units.append((float(entry.used[rows].max()), entry, np.arange(entry.rows), nbytes))
-            else:
-                units += [(float(entry.used[r]), entry, np.array([r]), entry.nbytes(np.array([r]))) for r in
-                          rows.tolist()]
+        since = mirror.add_held(0)  # (rows landing while the packs are looked at are added to the count after)
+        held, units = self._scan()
         target = self.cache_bytes * 7 // 8
         units.sort(key=lambda u: u[0])
         for _, entry, rows, nbytes in units:
@@ -625,7 +638,34 @@ class RemoteStore:
             finally:
                 self._unclaim(entry, lo, hi, evicting=True)
             held -= nbytes
-        mirror.set_held(max(0, held))
+        mirror.recount(held, since)
+
+    def _scan(self) -> tuple[int, list[tuple[float, _Pack, np.ndarray, int]]]:
+        """The bytes of the rows present in the mirror (every process's), and the units an eviction may drop:
+        (last used, pack record, rows, bytes), a row each, a numeric pack whole (not those held whole for good)."""
+        mirror = self._mirror
+        units = []
+        held = 0
+        names = list(self.state.arrays)
+        for path in (mirror.root / MINE / "packs").iterdir():
+            i, _, pack = path.name.partition("-")
+            if not (i.isdigit() and pack.isdigit()) or int(i) >= len(names) or int(pack) >= len(self.state.packs):
+                continue
+            name = names[int(i)]
+            entry = self._pack(name, int(pack))
+            rows = np.flatnonzero(entry.present)
+            if not len(rows):
+                continue
+            nbytes = entry.nbytes(rows)
+            held += nbytes
+            if (mirror.root / MINE / f"settled-{i}").exists():
+                continue
+            if entry.numeric:
+                units.append((float(entry.used[rows].max()), entry, np.arange(entry.rows), nbytes))
+            else:
+                units += [(float(entry.used[r]), entry, np.array([r]), entry.nbytes(np.array([r]))) for r in
+                          rows.tolist()]
+        return held, units
 
     def _pinned_here(self, entry: _Pack, lo: int, hi: int) -> bool:
         with self._pin_lock:

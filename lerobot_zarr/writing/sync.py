@@ -14,8 +14,10 @@ A bucket holds a store in the store's own layout (zarr and xarray read it there,
 4. the root last, with ``If-Match`` (or ``If-None-Match: *``): readers see the old commit or the new, never half of
    one; a root changed since step 2 is a :class:`~lerobot_zarr.errors.CommitConflictError`, nothing lost.
 
-A publication killed at any point leaves the bucket at its last commit (the root was not replaced), and the next
-run uploads what is missing.
+Nothing changes before steps 1 and 2 passed (the bucket reachable, the credentials accepted, the root one this
+store may replace): only then is a commit log its writer left folded into one commit, so a publication refused
+leaves the store as it was. A publication killed at any point leaves the bucket at its last commit (the root was
+not replaced), and the next run uploads what is missing.
 
 Retired objects (packs a commit no longer refers to) are deleted two commits later: the bucket keeps a manifest
 (``.lerobot_zarr-commits.json``: the files of the last commits published, by the digest of their root, written
@@ -99,38 +101,35 @@ def push_store(store: str | os.PathLike, url: str | Bucket, *, force: bool = Fal
     bucket = url if isinstance(url, Bucket) else Bucket(url, options)
     if lock:
         with WriterLock(root, blocking=False):
-            _fold_log(root)
-            return _push(root, bucket, force, progress, on_file)
+            return _push(root, bucket, force, progress, on_file, fold=True)
     if read_state(root).logged:
         raise ArgumentError(f"{root}: its writer commits to a commit log; fold it into the root first "
                             f"(WritableDataset.fold_log, or close the writer), or push with lock=True", path=root)
-    return _push(root, bucket, force, progress, on_file)
+    return _push(root, bucket, force, progress, on_file, fold=False)
 
 
-def _fold_log(root: Path) -> None:
-    """A store whose root is format 4 (its writer appended commits to the log and was killed): the log folded
-    into a format-3 root first (one commit; the caller holds the writer lock), so that what is published is one
-    whole commit that any reader reads."""
-    state = read_state(root)
-    if state.logged:
-        WriteTransaction(state).recover()
-
-
-def _push(root: Path, bucket: Bucket, force: bool, progress: bool, on_file: Callable[[str], None] | None
-          ) -> SyncReport:
-    doc = read_bounded(root / ROOT, MAX_ROOT_BYTES, what="root zarr.json")
-    state = read_state(root)
+def _push(root: Path, bucket: Bucket, force: bool, progress: bool, on_file: Callable[[str], None] | None, *,
+          fold: bool) -> SyncReport:
+    """Everything is checked before anything changes: the store's files (no link), the bucket (reachable, the
+    credentials, no other publication: the lease; its root's ETag, the precondition of the root's write), and only
+    then is a commit log folded (``fold``: the caller holds the writer lock), the files uploaded, the root written."""
     report = SyncReport(str(bucket.url))
     record = _read_record(_record_path(root, bucket))
+    _store_files(root)  # (a link in the store is refused before any request)
     with _Lease(bucket, f"{root.resolve()}") as lease:
         remote = bucket.head(ROOT)
         current = bucket.read_whole(ROOT, limit=MAX_ROOT_BYTES)[0] if remote is not None else None
-        if remote is not None and remote.etag != record.get("root_etag"):
-            if current != doc and not force:
-                raise CommitConflictError(
-                    f"{bucket.location()}: holds a commit this store did not publish (or published before another "
-                    f"writer did); nothing was uploaded. Open the bucket's store to see it, or pass force=True "
-                    f"(`--force`) to replace it with this store's", path=bucket.location())
+        foreign = remote is not None and remote.etag != record.get("root_etag")
+        if foreign and not force and (read_state(root).logged or current != _committed_root(root)):
+            # (a store with a log would publish its log folded: a format-3 root no other store published)
+            raise CommitConflictError(
+                f"{bucket.location()}: holds a commit this store did not publish (or published before another "
+                f"writer did); nothing was uploaded and the store was not changed. Open the bucket's store to see "
+                f"it, or pass force=True (`--force`) to replace it with this store's", path=bucket.location())
+        if fold:
+            _fold_log(root)  # a store whose writer appended commits to its log and was killed: one whole commit
+        doc = _committed_root(root)
+        state = read_state(root)
         listing = bucket.list()
         files = _store_files(root)
         todo = []
@@ -184,6 +183,19 @@ def _push(root: Path, bucket: Bucket, force: bool, progress: bool, on_file: Call
         if manifest is not None and report.committed:  # (a commit replaced ``current``: its files are kept)
             report.deleted = _delete_retired(bucket, lease, manifest, ours, current, listing)
     return report
+
+
+def _fold_log(root: Path) -> None:
+    """A store whose root is format 4 (its writer appended commits to the log and was killed): the log folded
+    into a format-3 root first (one commit; the caller holds the writer lock), so that what is published is one
+    whole commit that any reader reads."""
+    state = read_state(root)
+    if state.logged:
+        WriteTransaction(state).recover()
+
+
+def _committed_root(root: Path) -> bytes:
+    return read_bounded(root / ROOT, MAX_ROOT_BYTES, what="root zarr.json")
 
 
 def _digest(doc: bytes) -> str:

@@ -236,3 +236,36 @@ def test_a_damaged_root_in_a_bucket_is_a_typed_error(env, folder, tmp_path):
     env.client("stores/bad").write("zarr.json", b'{"attributes": {"lerobot_zarr": {"format_version": 99}}}')
     with pytest.raises(lerobot_zarr.StoreError):
         lerobot_zarr.open_dataset(url)
+
+
+def test_prefetches_under_way_ask_for_at_most_an_eighth_of_the_cache(env, folder, tmp_path):
+    """A lookahead cannot flood the cache: one process's prefetches queued or under way ask for at most
+    ``cache_bytes / 8`` (``ahead_limit``); the rest is left to the batches that read it, which fetch it exactly.
+    (Every prefetch is held at its start until all were asked for: none ends early and lets another in.)"""
+    import concurrent.futures
+    import threading
+
+    local, url = published(env, folder, tmp_path, "ahead")
+    remote = lerobot_zarr.open_dataset(url, delta_timestamps=DELTAS, cache_bytes=1 << 20)
+    store = remote._remote
+    store._numeric_started = True  # (numeric packs whole in the background: not a prefetch)
+    gate, real = threading.Event(), store._fetch
+
+    def held_fetch(*job):
+        assert gate.wait(120)
+        return real(*job)
+
+    store._fetch = held_fetch
+    everything = np.arange(len(remote))
+    remote.prefetch(everything)  # every frame of the camera: ~4x the limit
+    futures = [f for fs in store._coming.values() for f in fs]
+    gate.set()
+    concurrent.futures.wait(futures, timeout=120)
+    frame = remote.array_specs[CAM].frame_bytes
+    asked = store.fetched_by.get(CAM, 0)
+    assert len(remote) * frame > 3 * (1 << 20) // 8  # (the frames are more than the limit)
+    assert 0 < asked <= (1 << 20) // 8, asked
+    del store._fetch
+    want = lerobot_zarr.open_dataset(local.root, delta_timestamps=DELTAS)
+    for idx in np.array_split(everything, 4):
+        assert np.array_equal(remote.get_batch(idx)[CAM], want.get_batch(idx)[CAM])
