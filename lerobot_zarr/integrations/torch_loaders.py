@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import collections
+import itertools
 import os
 import uuid
 import warnings
@@ -37,6 +39,7 @@ __all__ = ["BatchLoader", "IndexBatches", "StreamLoader", "TorchDataset", "Torch
 #: batch_loader's default ``timeout`` with workers: a worker that gives no batch for this long (stopped, stuck) is
 #: an error naming it, not a hang (torch's DataLoader waits for ever by default)
 WORKER_TIMEOUT_S = 600.0
+_LOOKAHEAD = 2  # batches drawn ahead of the one being made, without workers (their frames prefetched)
 
 
 class TorchDataset(Dataset):
@@ -169,9 +172,17 @@ class _BatchRequests(Dataset):
         """One batch: ``get_batch`` of the indices (numpy)."""
         return self.dataset.get_batch(np.asarray(indices, dtype=np.int64))
 
+    def prefetch(self, indices: Sequence[int] | np.ndarray) -> None:
+        """Batches to come (the sampler's lookahead): a store in a bucket fetches their frames in the background."""
+        ahead = getattr(self.dataset, "prefetch", None)
+        if ahead is not None:
+            ahead(np.asarray(indices, dtype=np.int64))
+
     def __getitem__(self, request: Sequence[Sequence[int] | np.ndarray]) -> list[Any]:
         """The batches of ``request``: numpy dicts in the main process; in a worker, objects that unpickle to
-        dicts of tensors."""
+        dicts of tensors. The request's later batches are fetched ahead while its first is made."""
+        if len(request) > 1:
+            self.prefetch(np.concatenate([np.asarray(ix, dtype=np.int64) for ix in request[1:]]))
         many = getattr(self.dataset, "get_batches", None)  # a mixture gathers a request's batches at once
         batches = many(request) if many is not None else [self.batch(ix) for ix in request]
         if get_worker_info() is None:
@@ -298,7 +309,19 @@ class BatchLoader(DataLoader):
     def _in_process(self, requests: _BatchRequests) -> Iterator[dict[str, Any]]:
         if hasattr(self._batches, "state_dict"):
             self._since, self._delivered = self._batches.state_dict(), 0
-        for indices in self._batches:
+        # the sampler's lookahead: the next _LOOKAHEAD batches are drawn before the current one is made and each is
+        # handed to prefetch once (a store in a bucket fetches their frames meanwhile; the state saved counts
+        # delivered batches, not drawn ones)
+        batches = iter(self._batches)
+        ahead: collections.deque = collections.deque(itertools.islice(batches, _LOOKAHEAD + 1))
+        for indices in list(ahead)[1:]:
+            requests.prefetch(indices)
+        while ahead:
+            indices = ahead.popleft()
+            following = next(batches, None)
+            if following is not None:
+                ahead.append(following)
+                requests.prefetch(following)
             batch = to_tensors(requests.batch(indices))
             self._delivered += 1
             yield batch

@@ -386,6 +386,19 @@ class LeRobotZarrMixture:
         """``(dataset, index inside it)`` of mixture indices (1-D, any integer dtype, negative from the end)."""
         return self._index.locate_many(indices)
 
+    def prefetch(self, indices: Sequence[int] | np.ndarray) -> None:
+        """The mixture samples at ``indices`` will be read soon (a sampler's next batches): each dataset read in a
+        bucket fetches its frames of them in the background now (:meth:`LeRobotZarrDataset.prefetch`); a no-op
+        for a mixture of local stores."""
+        ahead = [k for k, ds in enumerate(self.datasets) if getattr(ds, "in_bucket", False)]
+        if not ahead:
+            return
+        d, local = self.locate(indices)
+        for k in ahead:
+            hit = d == k
+            if hit.any():
+                self.datasets[k].prefetch(local[hit])
+
     def get_batch(self, indices: Sequence[int] | np.ndarray) -> dict[str, Any]:
         """The samples of mixture indices stacked along a leading axis: each dataset's ``get_batch`` at its
         indices, in the mixture's names and shapes, plus ``dataset_index`` (int64). One gather per feature across

@@ -422,6 +422,12 @@ class LeRobotZarrDataset(Conveniences):
         return view
 
     @property
+    def in_bucket(self) -> bool:
+        """Whether the store is read in a bucket, where it lies (its rows fetched into a local mirror as they are
+        read): :meth:`prefetch` then pays, and a loader calls it for its next batches."""
+        return self._remote is not None
+
+    @property
     def location(self) -> str:
         """Where the store is: its folder (links resolved), or the URL of a store in a bucket."""
         return os.path.realpath(self.root) if self._remote is None else self._remote.location()
@@ -452,8 +458,10 @@ class LeRobotZarrDataset(Conveniences):
         """The samples at ``indices`` will be read soon (a sampler's next batches): for a store in a bucket, their
         frames are fetched in the background now, so that reading them waits on nothing. A no-op for a local
         store."""
+        if self._remote is None:
+            return
         k, idx = self._sel.locate_k(indices)
-        if self._remote is None or not len(k):
+        if not len(k):
             return
         place = self._ktab[k]
         self._remote.prefetch(self._sel.episodes[k], self._frames_read(idx + place[:, 0], place[:, 1]))

@@ -73,3 +73,52 @@ def test_batch_loader_with_forked_workers_reads_the_local_stores_batches(env, fo
     assert len(got) == len(want)
     for a, b in zip(got, want, strict=True):
         _equal(a, b)
+
+
+def _spied(remote):
+    """``remote`` with its ``prefetch`` and ``get_batch`` calls recorded in one list, in order: ("ahead", indices) and
+    ("read", indices)."""
+    calls = []
+    prefetch, get_batch = remote.prefetch, remote.get_batch
+    remote.prefetch = lambda ix: (calls.append(("ahead", np.asarray(ix).tolist())), prefetch(ix))[1]
+    remote.get_batch = lambda ix: (calls.append(("read", np.asarray(ix).tolist())), get_batch(ix))[1]
+    return calls
+
+
+def test_batch_loader_without_workers_prefetches_its_next_batches(env, folder, tmp_path):
+    """The sampler's lookahead: before a batch is made, the frames of the batches after it are asked for in the
+    background, each batch once, so a store in a bucket fetches them while the current one is worked on."""
+    local, remote = _stores(env, folder, tmp_path)
+    calls = _spied(remote)
+    got = [dict(b) for b in batch_loader(remote, 8, shuffle=True, generator=torch.Generator().manual_seed(1))]
+    want = [dict(b) for b in batch_loader(local, 8, shuffle=True, generator=torch.Generator().manual_seed(1))]
+    for a, b in zip(got, want, strict=True):
+        _equal(a, b)
+    reads = [ix for kind, ix in calls if kind == "read"]
+    ahead = [ix for kind, ix in calls if kind == "ahead"]
+    assert len(reads) == len(want) > 3
+    assert ahead == reads[1:]  # every batch but the first asked ahead once, in order
+    for j, ix in enumerate(reads[1:], 1):  # and before the batch before it was made
+        assert calls.index(("ahead", ix)) < calls.index(("read", reads[j - 1]))
+
+
+def test_a_workers_request_prefetches_its_later_batches(env, folder, tmp_path):
+    """With workers, a request of several batches asks for the later ones ahead while its first is made."""
+    from lerobot_zarr.integrations.torch_loaders import _BatchRequests
+
+    _, remote = _stores(env, folder, tmp_path)
+    calls = _spied(remote)
+    request = [np.arange(0, 8), np.arange(8, 16), np.arange(16, 24)]
+    _BatchRequests(remote, 8, slots=4)[request]
+    assert calls[0] == ("ahead", list(range(8, 24)))
+    assert [c for c in calls[1:]] == [("read", list(ix)) for ix in (range(0, 8), range(8, 16), range(16, 24))]
+
+
+def test_a_mixture_prefetches_in_its_datasets_in_buckets(env, folder, tmp_path):
+    local, remote = _stores(env, folder, tmp_path)
+    mix = lerobot_zarr.open_mixture([local.root, env.url("stores/s")], delta_timestamps=DELTAS)
+    bucket = next(ds for ds in mix.datasets if ds.in_bucket)
+    calls = _spied(bucket)
+    idx = np.array([0, len(local) + 2, 5, len(local) + 7])
+    mix.prefetch(idx)
+    assert calls == [("ahead", [2, 7])]
