@@ -147,6 +147,8 @@ class LeRobotDataset(LeRobotRecording, Dataset):
         from ..api import open_dataset
 
         self.dataset = open_dataset(source, episodes=episodes, delta_timestamps=deltas, **common)
+        if local is not None and self._folder is None and _lerobot_files_beside(self.dataset):
+            self._folder = local  # a finalized recording: LeRobot's episode table (file locations) read from them
         if self.root is None:
             self.root = Path(self.dataset.root)
         self.meta = self._make_meta(self.dataset.meta, self._episode_tasks, self.dataset.left_out)
@@ -422,3 +424,10 @@ def _frame_deltas(delta_timestamps: Mapping[str, Sequence[float]] | None, fps: f
                          f"they are multiples of 1/{fps:g} +/- tolerance and adjust their values accordingly: "
                          f"{outside}")
     return {key: [round(ts * fps) / fps for ts in deltas] for key, deltas in delta_timestamps.items()}
+
+
+def _lerobot_files_beside(ds: Any) -> bool:
+    """Whether the store ``ds`` reads has LeRobot's files of its commit beside it (a finalized recording)."""
+    from ..writing.export import exported_beside
+
+    return exported_beside(ds)

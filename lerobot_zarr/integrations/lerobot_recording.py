@@ -68,6 +68,17 @@ class RecordingMetadata(LeRobotDatasetMetadata):
         self._setup(meta, repo_id=self.repo_id, root=self.root, revision=None, files=None,
                     episode_tasks=lambda: episode_tasks(meta), stats=stats)
         self.revision = None  # LeRobot's recorder has none
+        from ..writing.export import info_beside
+
+        info_beside(self._writer.reader)  # LeRobot's recorder keeps meta/info.json up to date as it records
+
+    def read_files_beside(self) -> None:
+        """After ``finalize()``: LeRobot's episode table (with its file locations) read from the files it put beside
+        the store, as LeRobot's metadata reads its own."""
+        from ..lerobot.source_files import LocalFiles
+
+        if (self.root / "meta" / "info.json").is_file():
+            self._files, self._episodes = LocalFiles(self.root), None
 
     @property
     def episodes(self) -> Any:
@@ -137,6 +148,12 @@ class LeRobotRecording:
                       metadata_buffer_size=metadata_buffer_size, image_writer_processes=image_writer_processes,
                       image_writer_threads=image_writer_threads, encoder_threads=encoder_threads)
         features = recording_features(features, use_videos)
+        from ..writing.export import LEROBOT_ENTRIES
+
+        clash = sorted(set(features) & set(LEROBOT_ENTRIES))
+        if clash:  # the store's folders and LeRobot's files share root (finalize writes them beside the store)
+            raise ArgumentError(f"feature {clash[0]!r}: a recording's root holds LeRobot's {list(LEROBOT_ENTRIES)} "
+                                f"folders beside the store's feature folders; rename the feature")
         root = Path(root) if root is not None else lerobot_home() / repo_id
         if root.exists() or root.is_symlink():
             raise StoreExistsError(f"[Errno 17] File exists: '{root}' (LeRobotDataset.create records a new "
@@ -280,6 +297,7 @@ class LeRobotRecording:
             return
         if self.writer is not None:
             self.writer.finalize()
+            self.meta.read_files_beside()
         self._is_finalized = True
 
     def _check_readable(self) -> None:
