@@ -147,14 +147,28 @@ class LeRobotDataset(LeRobotRecording, Dataset):
         from ..api import open_dataset
 
         self.dataset = open_dataset(source, episodes=episodes, delta_timestamps=deltas, **common)
-        if local is not None and self._folder is None and _lerobot_files_beside(self.dataset):
-            self._folder = local  # a finalized recording: LeRobot's episode table (file locations) read from them
+        if local is not None and self._folder is None:
+            self._note_files_beside(local)
         if self.root is None:
             self.root = Path(self.dataset.root)
         self.meta = self._make_meta(self.dataset.meta, self._episode_tasks, self.dataset.left_out)
         self._plan(download_videos)
         self._frames: Any = None
         self.reader = DatasetReader(self)
+
+    def _note_files_beside(self, store: Path) -> None:
+        """A finalized recording's store has LeRobot's files beside it: its episode table (file locations, for
+        LeRobot's tools) is read from them when they are of the store's commit; changed since (by a LeRobot tool
+        working in place) they are not what this dataset serves, which is said."""
+        from ..errors import warn_user
+        from ..writing.export import edited_beside, exported_beside
+
+        if exported_beside(self.dataset):
+            self._folder = store
+        elif edited := edited_beside(store):
+            warn_user(f"{store}: LeRobot's files beside this recorded store were changed since finalize() wrote "
+                      f"them ({edited[:3]}{'...' if len(edited) > 3 else ''}); this dataset serves the store as "
+                      f"recorded, and LeRobot's class the files as changed")
 
     def _open_if_needed(self) -> None:
         """A recorded dataset's reading side, opened on its store when first read (after ``finalize()``), with the
@@ -424,10 +438,3 @@ def _frame_deltas(delta_timestamps: Mapping[str, Sequence[float]] | None, fps: f
                          f"they are multiples of 1/{fps:g} +/- tolerance and adjust their values accordingly: "
                          f"{outside}")
     return {key: [round(ts * fps) / fps for ts in deltas] for key, deltas in delta_timestamps.items()}
-
-
-def _lerobot_files_beside(ds: Any) -> bool:
-    """Whether the store ``ds`` reads has LeRobot's files of its commit beside it (a finalized recording)."""
-    from ..writing.export import exported_beside
-
-    return exported_beside(ds)

@@ -76,8 +76,9 @@ class RecordingMetadata(LeRobotDatasetMetadata):
         """After ``finalize()``: LeRobot's episode table (with its file locations) read from the files it put beside
         the store, as LeRobot's metadata reads its own."""
         from ..lerobot.source_files import LocalFiles
+        from ..writing.export import exported_state
 
-        if (self.root / "meta" / "info.json").is_file():
+        if exported_state(self.root) is not None:
             self._files, self._episodes = LocalFiles(self.root), None
 
     @property

@@ -43,7 +43,7 @@ from .values import stats_of_stored
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["to_lerobot", "export_beside", "exported_beside", "info_beside", "push", "check_push", "INDEX_FILE", "EXPORT_MARKER", "LEROBOT_ENTRIES"]
+__all__ = ["to_lerobot", "export_beside", "exported_beside", "edited_beside", "info_beside", "push", "check_push", "INDEX_FILE", "EXPORT_MARKER", "LEROBOT_ENTRIES"]
 
 _AV1_RATIO = 20  # raw camera bytes per byte of LeRobot's AV1 (crf 30), roughly: sizes video files
 _INFO_KEPT = ("tools",)
@@ -150,9 +150,15 @@ def export_beside(dataset: LeRobotZarrDataset | str | os.PathLike, *, progress: 
     if clash:
         raise ArgumentError(f"{root}: feature {clash[0]!r} has the name of a folder of LeRobot's files, which "
                             f"cannot be put beside this store (export it elsewhere: to_lerobot)")
-    marker = _export_marker(ds)
-    if exported_state(root) == marker:
+    if exported_beside(ds):
         return False
+    edited = edited_beside(root)
+    if edited:
+        raise StoreExistsError(f"{root}: LeRobot's files beside the store were changed since they were written "
+                               f"({edited[:3]}{'...' if len(edited) > 3 else ''}: by a LeRobot tool working in place?); "
+                               f"writing them again would undo that: move meta/, data/ and videos/ elsewhere first "
+                               f"(LeRobot's class reads them there)", path=root)
+    marker = _export_marker(ds.gather_layout()["state"])
     _check_exportable(ds)
     for debris in [*root.glob(f"{_BESIDE_TMP}*"), *root.glob(f"{_BESIDE_OLD}*")]:  # of an export killed
         shutil.rmtree(debris, ignore_errors=True)
@@ -166,7 +172,7 @@ def export_beside(dataset: LeRobotZarrDataset | str | os.PathLike, *, progress: 
         info = ds.meta.info
         _write(ds, tmp, int(info.get("data_files_size_in_mb") or 100), int(info.get("video_files_size_in_mb") or 200),
                None, progress, False, encoder_threads)
-        (tmp / EXPORT_MARKER).write_text(json.dumps(marker))
+        (tmp / EXPORT_MARKER).write_text(json.dumps({**marker, "files": _files_signature(tmp)}))
         old = Path(tempfile.mkdtemp(prefix=_BESIDE_OLD, dir=root))
         for name in LEROBOT_ENTRIES:  # meta first: from here to the last rename, no info.json (no dataset)
             if (root / name).exists() or (root / name).is_symlink():
@@ -205,15 +211,42 @@ def info_beside(dataset: LeRobotZarrDataset | str | os.PathLike) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _export_marker(ds: LeRobotZarrDataset) -> dict[str, int]:
-    """What :data:`EXPORT_MARKER` says of LeRobot files made from ``ds``'s commit."""
-    return {"generation": int(ds.gather_layout()["state"].generation), "episodes": int(ds.meta.total_episodes),
-            "frames": int(ds.meta.total_frames)}
+def _export_marker(state: Any) -> dict[str, int]:
+    """What :data:`EXPORT_MARKER` says of LeRobot files made from a store's commit ``state``."""
+    return {"generation": int(state.generation), "episodes": len(state.table), "frames": int(state.table.length.sum())}
 
 
-def exported_beside(ds: LeRobotZarrDataset) -> bool:
-    """Whether LeRobot's files beside the store of ``ds`` (:func:`export_beside`) are of the commit ``ds`` reads."""
-    return exported_state(ds.root) == _export_marker(ds)
+def _files_signature(folder: Path) -> list[list]:
+    """LeRobot's files under ``folder`` as they are: each one's path, size and modification time (a LeRobot tool
+    that rewrites one in place changes them)."""
+    out = []
+    for name in LEROBOT_ENTRIES:
+        for path in sorted((folder / name).rglob("*")):
+            rel = path.relative_to(folder).as_posix()
+            if rel != EXPORT_MARKER and path.is_file():
+                st = path.stat()
+                out.append([rel, st.st_size, st.st_mtime_ns])
+    return out
+
+
+def exported_beside(dataset: LeRobotZarrDataset | Any) -> bool:
+    """Whether LeRobot's files beside a store (:func:`export_beside`) are of the commit ``dataset`` reads (a
+    dataset, or a store's committed state) and as the export wrote them."""
+    state = dataset.gather_layout()["state"] if isinstance(dataset, LeRobotZarrDataset) else dataset
+    marker = exported_state(state.root)
+    return marker is not None and {k: marker.get(k) for k in ("generation", "episodes", "frames")} == \
+        _export_marker(state) and marker.get("files") == _files_signature(Path(state.root))
+
+
+def edited_beside(root: str | os.PathLike) -> list[str]:
+    """LeRobot's files beside the store at ``root`` changed since :func:`export_beside` wrote them (by a LeRobot
+    tool working in place: ``modify_tasks``...), added or removed: their paths (empty: none changed)."""
+    marker = exported_state(root)
+    if marker is None or "files" not in marker:
+        return []
+    was = {rel: (size, mtime) for rel, size, mtime in marker["files"]}
+    now = {rel: (size, mtime) for rel, size, mtime in _files_signature(Path(root))}
+    return sorted(rel for rel in was.keys() | now.keys() if was.get(rel) != now.get(rel))
 
 
 def exported_state(root: str | os.PathLike) -> dict[str, int] | None:

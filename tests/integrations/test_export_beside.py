@@ -136,3 +136,28 @@ def test_a_feature_named_as_lerobot_folders_is_refused(tmp_path):
         assert not (root / "meta").exists() and not (root / EXPORT_MARKER).exists()
     finally:
         store.close()
+
+
+def test_files_a_lerobot_tool_changed_in_place_are_never_overwritten(tmp_path):
+    """LeRobot's tools edit a folder in place (modify_tasks rewrites the data and episode files): the next export
+    (a resumed recording's finalize) refuses to undo that, naming the files, before it changes anything."""
+    from lerobot_zarr.errors import StoreExistsError
+    from lerobot_zarr.writing.export import edited_beside, exported_beside
+
+    root = tmp_path / "ds"
+    store = create(root, fps=10, features=FEATURES, durable=False)
+    try:
+        _episode(store, 0, 3)
+        export_beside(store.reader)
+        assert exported_beside(store.reader) and edited_beside(root) == []
+        (data,) = root.glob("data/*/*.parquet")
+        table = pq.read_table(data)
+        pq.write_table(table.set_column(table.schema.get_field_index("task_index"), "task_index",
+                                        table.column("task_index")), data)
+        assert edited_beside(root) == [data.relative_to(root).as_posix()] and not exported_beside(store.reader)
+        _episode(store, 1, 2)
+        with pytest.raises(StoreExistsError, match="changed since"):
+            export_beside(store.reader)
+        assert exported_state(root)["episodes"] == 1 and _lerobot_episodes(root) == [0, 0, 0]
+    finally:
+        store.close()
