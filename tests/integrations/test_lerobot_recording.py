@@ -666,6 +666,35 @@ def test_finalize_leaves_a_lerobot_dataset_at_root_that_lerobot_and_its_tools_re
     assert refreshed.hf_dataset[9]["observation.state"].tolist() == [3, 0, 300]
 
 
+def test_files_a_lerobot_tool_changed_in_place_are_what_the_drop_in_reads_then(tmp_path):
+    """LeRobot's modify_tasks rewrites a finalized recording's files in place: the drop-in opened on root then reads
+    them as changed (as LeRobot's class does, with a warning), not the store; a resumed recording's finalize
+    refuses to write over them."""
+    from lerobot.datasets.dataset_tools import modify_tasks
+
+    from lerobot_zarr.errors import StoreExistsError
+
+    features = {k: v for k, v in FEATURES.items() if k != "observation.images.cam"}
+    root = tmp_path / "ds"
+    ds = LeRobotDataset.create(REPO_ID, 30, features, root=root)
+    for e in range(2):
+        for i in range(2):
+            ds.add_frame({k: v for k, v in _frame(e, i).items() if k != "observation.images.cam"})
+        ds.save_episode()
+    ds.finalize()
+    modify_tasks(ds, new_task="stack the cups")
+    with pytest.warns(UserWarning, match="changed since finalize"):
+        again = LeRobotDataset(REPO_ID, root=root)
+    assert [again[i]["task"] for i in range(4)] == ["stack the cups"] * 4
+    assert list(again.meta.tasks.index) == ["stack the cups"]
+    more = LeRobotDataset.resume(REPO_ID, root=root)
+    more.add_frame({k: v for k, v in _frame(2, 0).items() if k != "observation.images.cam"})
+    more.save_episode()
+    with pytest.raises(StoreExistsError, match="changed since"):
+        more.finalize()
+    assert _reference()(REPO_ID, root=root).meta.total_episodes == 2
+
+
 def test_a_feature_named_as_a_lerobot_folder_is_refused_at_create(tmp_path):
     with pytest.raises(ArgumentError, match="'videos'"):
         LeRobotDataset.create(REPO_ID, 30, {**FEATURES, "videos": {"dtype": "float32", "shape": (1,), "names": None}},
