@@ -114,7 +114,8 @@ def speed(args: argparse.Namespace) -> None:
             ds.save_episode()
             saves.append(time.perf_counter() - t)
         recording = time.perf_counter() - start
-        load = open("/proc/loadavg").read().split()[0]
+        with open("/proc/loadavg") as f:
+            load = f.read().split()[0]
         t = time.perf_counter()
         ds.finalize()
         finalize = time.perf_counter() - t
@@ -139,8 +140,8 @@ def speed(args: argparse.Namespace) -> None:
           ", ".join(f"{k}: {v / base:.2f}x" for k, v in results.items() if k != "lerobot_zarr"))
     for mode in ("", " streaming"):
         if f"lerobot{mode}" in finished:
-            print(f"recording + finalize (a LeRobot dataset at root){mode}: LeRobot {finished[f'lerobot{mode}']:.1f} s, "
-                  f"lerobot_zarr {finished[f'lerobot_zarr{mode}']:.1f} s "
+            print(f"recording + finalize (a LeRobot dataset at root){mode}: LeRobot "
+                  f"{finished[f'lerobot{mode}']:.1f} s, lerobot_zarr {finished[f'lerobot_zarr{mode}']:.1f} s "
                   f"({finished[f'lerobot{mode}'] / finished[f'lerobot_zarr{mode}']:.2f}x)")
 
 

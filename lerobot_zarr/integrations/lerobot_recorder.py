@@ -8,8 +8,9 @@ and any process can read it, whatever happens to this one; before, nothing of it
 spill file in the store while the episode is recorded (written by a thread into the page cache: no encoding, no
 compression, bounded memory; see :class:`_SpillWriter`), their numbers and text stay in memory. A killed recorder
 leaves the spill as debris, removed by the next writer of the store (``.*.tmp-*``). Videos are encoded later: at
-export/push, or, with LeRobot's ``streaming_encoding`` / ``batch_encoding_size``, by a background encoder process
-as episodes are saved (:mod:`lerobot_zarr.writing.segments`), whose segments the push joins without re-encoding.
+``finalize`` (which writes LeRobot's files beside the store) or an export/push, or, with LeRobot's
+``streaming_encoding`` / ``batch_encoding_size``, by a background encoder process as episodes are saved
+(:mod:`lerobot_zarr.writing.segments`), whose segments ``finalize`` and the push join without re-encoding.
 """
 
 from __future__ import annotations
@@ -146,7 +147,7 @@ class Recorder:
     its ``meta``). ``streaming_encoding`` / ``batch_encoding_size`` > 1 start the background encoder
     (:class:`~lerobot_zarr.writing.segments.BackgroundEncoder`, ``encoder_threads``) if the store has video
     cameras: it encodes each saved episode's videos (streaming), or the last ``batch_encoding_size`` ones each time
-    that many were saved; nothing waits for it but :meth:`flush_pending_videos`.
+    that many were saved; nothing waits for it but :meth:`flush_pending_videos` (``finalize`` stops it).
     """
 
     image_writer = None  # LeRobot's asynchronous PNG writer: none, frames are not encoded
@@ -377,7 +378,8 @@ class Recorder:
     def finalize(self) -> None:
         """Close, and leave ``root`` a LeRobot v3.0 dataset as LeRobot's recorder does: the background encoder (if
         any) is stopped (the segments it made are used; the episodes it did not encode yet are encoded here, as
-        LeRobot's finalize finishes its encoders' work), the spill is removed, LeRobot's files of the store's last commit are put beside the store
+        LeRobot's finalize finishes its encoders' work), the spill is removed, LeRobot's files of the store's last
+        commit are put beside the store
         (:func:`~lerobot_zarr.writing.export.export_beside`: their videos joined from the segments, or encoded
         now), and the store's writer lock released. Idempotent; episodes are already committed, so a recorder that
         never gets here loses nothing saved (a later ``resume`` + ``finalize`` writes the files)."""

@@ -6,16 +6,18 @@ records into a lerobot_zarr store at ``root`` (:func:`lerobot_zarr.create`), eac
 commit; its reading side is the drop-in's own, opened on that store when first read after ``finalize()`` (LeRobot
 refuses items before: its files are complete only then). The store needs no finalizing: a recorder killed at any
 instant keeps every episode whose ``save_episode`` returned, any process can open them at once
-(``LeRobotDataset(repo_id, root=root)``), and ``resume`` goes on after them. ``finalize()`` only closes.
+(``LeRobotDataset(repo_id, root=root)``), and ``resume`` goes on after them. ``finalize()`` closes and leaves
+``root`` a LeRobot v3.0 dataset too, as LeRobot's recorder leaves it: LeRobot's files of the store's last commit
+beside the store (:func:`~lerobot_zarr.writing.export.export_beside`), for LeRobot's class and tools.
 
 Cameras are kept raw while recording (no encoding on the way: ``add_frame`` copies a frame, ``save_episode`` writes
 and commits), then encoded to mp4 with the ``rgb_encoder`` / ``depth_encoder`` settings (kept in each video
-feature's ``info``, as LeRobot keeps them), episode by episode, when the dataset is pushed or exported. LeRobot's
+feature's ``info``, as LeRobot keeps them), episode by episode, at ``finalize`` (or a push or export). LeRobot's
 ``streaming_encoding`` and ``batch_encoding_size`` move its encoding off ``save_episode`` (to threads encoding the
 frames as they come, or to every Nth ``save_episode``); here they start a background encoder process
-(:mod:`lerobot_zarr.writing.segments`) encoding each saved episode (streaming) or each batch of N saved episodes
-(the last one at ``finalize``), which neither ``add_frame``, ``save_episode`` nor ``finalize`` waits for; the push
-waits for it and joins its per-episode mp4s without encoding them again.
+(:mod:`lerobot_zarr.writing.segments`) encoding each saved episode (streaming) or each batch of N saved episodes,
+which neither ``add_frame`` nor ``save_episode`` waits for; ``finalize`` (and a push) join its per-episode mp4s
+without encoding them again, encoding only what it did not. Without it, videos are encoded at ``finalize``.
 """
 
 from __future__ import annotations
@@ -292,8 +294,9 @@ class LeRobotRecording:
         return self.writer is not None and self.writer.pending_frames > 0
 
     def finalize(self) -> None:
-        """Close the recorder (idempotent, and cheap: every saved episode is committed already). LeRobot's files
-        are valid only after it; the store needs none of it. Items can be read after it, as in LeRobot."""
+        """Close the recorder and leave ``root`` a LeRobot v3.0 dataset beside the store (LeRobot's files of the
+        last commit; see :meth:`.Recorder.finalize`), as LeRobot's finalize does. Idempotent; the store needs none
+        of it (every saved episode is committed already). Items can be read after it, as in LeRobot."""
         if self._is_finalized:
             return
         if self.writer is not None:

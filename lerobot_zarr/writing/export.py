@@ -36,24 +36,33 @@ from ..sampling.dataset import LeRobotZarrDataset
 from ..store.tables import ArraySpec
 from ..store.text import text_value
 from ..utils.progress import progress_bar
-from .segments import (SEGMENTS, camera_encodings, episode_hashes, find_segment, make_segment, prune_segments,
-                       recorded_encoder, wanted_segments)
+from .segments import (
+    SEGMENTS,
+    camera_encodings,
+    episode_hashes,
+    find_segment,
+    make_segment,
+    prune_segments,
+    recorded_encoder,
+    wanted_segments,
+)
 from .values import stats_of_stored
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["to_lerobot", "export_beside", "exported_beside", "edited_beside", "info_beside", "push", "check_push", "INDEX_FILE", "EXPORT_MARKER", "LEROBOT_ENTRIES"]
+__all__ = ["to_lerobot", "export_beside", "exported_beside", "edited_beside", "info_beside", "push", "check_push",
+           "INDEX_FILE", "EXPORT_MARKER", "LEROBOT_ENTRIES"]
 
 _AV1_RATIO = 20  # raw camera bytes per byte of LeRobot's AV1 (crf 30), roughly: sizes video files
-_INFO_KEPT = ("tools",)
+_INFO_KEPT = ("tools",)  # info.json keys of the source an export keeps (lerobot-annotate's tool schemas)
 #: the top-level entries of a LeRobot v3.0 folder as LeRobot's recorder leaves it (finalized): what
 #: :func:`export_beside` puts beside a store, so no feature of a store it writes beside may have these names
 LEROBOT_ENTRIES = ("meta", "data", "videos")
 #: which store commit the LeRobot files beside a store are of (:func:`export_beside`), inside ``meta`` so that it
 #: comes and goes with them
 EXPORT_MARKER = "meta/lerobot_zarr_export.json"
-_BESIDE_TMP, _BESIDE_OLD = ".lerobot-export.tmp-", ".lerobot-previous.tmp-"  # debris names (``.*.tmp-*``)  # info.json keys of the source an export keeps (lerobot-annotate's tool schemas)
+_BESIDE_TMP, _BESIDE_OLD = ".lerobot-export.tmp-", ".lerobot-previous.tmp-"  # debris names (``.*.tmp-*``)
 
 
 def _encode_image(frame: np.ndarray) -> bytes:
@@ -155,9 +164,9 @@ def export_beside(dataset: LeRobotZarrDataset | str | os.PathLike, *, progress: 
     edited = edited_beside(root)
     if edited:
         raise StoreExistsError(f"{root}: LeRobot's files beside the store were changed since they were written "
-                               f"({edited[:3]}{'...' if len(edited) > 3 else ''}: by a LeRobot tool working in place?); "
-                               f"writing them again would undo that: move meta/, data/ and videos/ elsewhere first "
-                               f"(LeRobot's class reads them there)", path=root)
+                               f"({edited[:3]}{'...' if len(edited) > 3 else ''}: by a LeRobot tool working in "
+                               f"place?); writing them again would undo that: move meta/, data/ and videos/ "
+                               f"elsewhere first (LeRobot's class reads them there)", path=root)
     marker = _export_marker(ds.gather_layout()["state"])
     _check_exportable(ds)
     for debris in [*root.glob(f"{_BESIDE_TMP}*"), *root.glob(f"{_BESIDE_OLD}*")]:  # of an export killed

@@ -48,11 +48,12 @@ from ..utils.fileio import check_in_store, replace_file
 from ..utils.hashing import compact_frame_header, crc32c
 
 __all__ = ["SEGMENTS", "SEGMENT_STORAGES", "CameraEncoding", "camera_encodings", "episode_hashes", "find_segment",
-           "make_segment", "encode_missing", "wanted_segments", "prune_segments", "recorded_encoder", "BackgroundEncoder"]
+           "make_segment", "encode_missing", "wanted_segments", "prune_segments", "recorded_encoder",
+           "BackgroundEncoder", "FLUSH_TIMEOUT"]
 
 SEGMENTS = ".segments"  # the store's folder of segments (hidden: not a feature's folder)
-SEGMENT_STORAGES = ("raw", "compact")
-FLUSH_TIMEOUT = 600.0  # seconds without progress a wait for the background encoder allows (it runs at nice 19)  # cameras whose episodes get segments: those whose stored bytes are hashed
+SEGMENT_STORAGES = ("raw", "compact")  # cameras whose episodes get segments: those whose stored bytes are hashed
+FLUSH_TIMEOUT = 600.0  # seconds without progress a wait for the background encoder allows (it runs at nice 19)
 
 
 def recorded_encoder(feature: dict) -> dict[str, Any] | None:

@@ -16,16 +16,17 @@ import pytest
 pytest.importorskip("av", reason="PyAV is not installed (optional extra lerobot_zarr[video])")
 pytest.importorskip("pyarrow", reason="pyarrow is not installed")
 
-import pyarrow.parquet as pq  # noqa: E402
+import pyarrow.parquet as pq
 
-import lerobot_zarr.writing.export as export_module  # noqa: E402
-from lerobot_zarr.sampling.dataset import LeRobotZarrDataset  # noqa: E402
-from lerobot_zarr.writing.export import EXPORT_MARKER, export_beside, exported_state  # noqa: E402
-from lerobot_zarr.writing.segments import SEGMENTS, encode_missing  # noqa: E402
-from lerobot_zarr.writing.writer import WritableDataset, create  # noqa: E402
+import lerobot_zarr.writing.export as export_module
+from lerobot_zarr.sampling.dataset import LeRobotZarrDataset
+from lerobot_zarr.writing.export import EXPORT_MARKER, export_beside, exported_state
+from lerobot_zarr.writing.segments import SEGMENTS, encode_missing
+from lerobot_zarr.writing.writer import WritableDataset, create
 
 FEATURES = {"observation.state": {"dtype": "float32", "shape": [2], "names": None},
-            "observation.images.cam": {"dtype": "video", "shape": [16, 24, 3], "names": ["height", "width", "channels"]}}
+            "observation.images.cam": {"dtype": "video", "shape": [16, 24, 3],
+                                       "names": ["height", "width", "channels"]}}
 
 
 def _episode(store: WritableDataset, e: int, n: int) -> None:
