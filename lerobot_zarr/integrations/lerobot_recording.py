@@ -168,8 +168,9 @@ class LeRobotRecording:
                 continue
             stored[key] = ft
             if ft.get("dtype") == "video":
-                stored[key] = {**ft, "info": {**_video_info(depth if _is_depth(ft) else rgb),
-                                              **_threads_info(encoder_threads), **(ft.get("info") or {})}}
+                # the encoder's fields over any the feature's info declares, as LeRobot's recorder writes them
+                stored[key] = {**ft, "info": {**(ft.get("info") or {}), **_video_info(depth if _is_depth(ft) else rgb),
+                                              **_threads_info(encoder_threads)}}
         from ..writing.writer import create as create_store
 
         sizes = {k: v for k, v in (("data_files_size_in_mb", data_files_size_in_mb),
