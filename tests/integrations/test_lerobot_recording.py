@@ -93,13 +93,12 @@ def _same_dataset(theirs_root: Path, ours_root: Path, kind: str) -> None:
 @pytest.mark.parametrize("kind", ["numeric", "string", "image", "video_h264", "task_switch", "depth_video_log",
                                   "depth_image_float32"])
 def test_the_same_frames_recorded_give_lerobots_dataset(lerobot_recorded, tmp_path, kind):
-    """The frames LeRobot's fixture records, recorded with the drop-in and exported (what push_to_hub uploads):
-    LeRobot reads the same dataset as from its own recording (encoder settings such as h264 kept)."""
-    from lerobot_zarr.writing.export import to_lerobot
-
+    """The frames LeRobot's fixture records, recorded with the drop-in and finalized: LeRobot reads the folder
+    (LeRobot's files beside the store) as the same dataset as its own recording (encoder settings such as h264
+    kept); a push exports the same files."""
     ours = record(kind, tmp_path, LeRobotDataset)
-    assert not any(ours.glob("data/*/*.parquet"))  # a store, not LeRobot's files
-    _same_dataset(lerobot_recorded(kind), to_lerobot(ours, tmp_path / "export", progress=False), kind)
+    assert (ours / "zarr.json").is_file() and any(ours.glob("data/*/*.parquet"))  # the store, and LeRobot's files
+    _same_dataset(lerobot_recorded(kind), ours, kind)
 
 
 def test_create_and_resume_take_lerobots_parameters():
