@@ -60,9 +60,13 @@ def test_export_beside_writes_once_per_commit_and_follows_new_episodes(tmp_path)
         assert exported_state(root)["episodes"] == 3
     finally:
         store.close()
-    # the store is still what opens at root, beside LeRobot's folders
-    with LeRobotZarrDataset(root) as ds:
-        assert len(ds) == 9 and ds.meta.total_episodes == 3
+    # the store is still what opens at root, beside LeRobot's folders (not a transcode of them into the cache)
+    from lerobot_zarr import open_dataset
+    from lerobot_zarr.sources import resolve_source
+
+    assert type(resolve_source(root)).__name__ == "StoreSource"
+    with open_dataset(root) as ds:
+        assert Path(ds.root) == root and len(ds) == 9 and ds.meta.total_episodes == 3
     WritableDataset(root).close()  # its writer finds nothing to clean up or refuse
 
 
@@ -160,5 +164,43 @@ def test_files_a_lerobot_tool_changed_in_place_are_never_overwritten(tmp_path):
         with pytest.raises(StoreExistsError, match="changed since"):
             export_beside(store.reader)
         assert exported_state(root)["episodes"] == 1 and _lerobot_episodes(root) == [0, 0, 0]
+    finally:
+        store.close()
+
+
+def test_a_process_killed_while_exporting_leaves_the_previous_files_or_none(tmp_path):
+    """A real SIGKILL at several instants of an export (after it started: while writing, renaming...): root holds
+    the previous export whole or no meta/info.json, the store every episode; the next export completes."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    root = tmp_path / "ds"
+    store = create(root, fps=10, features=FEATURES, durable=False)
+    try:
+        _episode(store, 0, 3)
+        export_beside(store.reader)
+        for e in range(1, 4):
+            _episode(store, e, 20)
+        child = ("import sys, lerobot_zarr.writing.export as x; from lerobot_zarr.sampling.dataset import "
+                 "LeRobotZarrDataset as D; ds = D(sys.argv[1]); print('go', flush=True); x.export_beside(ds); "
+                 "print('done', flush=True)")
+        env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+        for delay in (0.0, 0.3, 1.0):
+            proc = subprocess.Popen([sys.executable, "-c", child, str(root)], stdout=subprocess.PIPE, text=True,
+                                    env=env)
+            assert proc.stdout.readline().strip() == "go"
+            time.sleep(delay)
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=60)
+            proc.stdout.close()
+            if (root / "meta" / "info.json").exists():
+                episodes = exported_state(root)["episodes"]
+                assert episodes in (1, 4) and len(set(_lerobot_episodes(root))) == episodes
+            with LeRobotZarrDataset(root) as ds:
+                assert ds.meta.total_episodes == 4
+        export_beside(store.reader)
+        assert sorted(set(_lerobot_episodes(root))) == [0, 1, 2, 3]
     finally:
         store.close()
