@@ -180,7 +180,7 @@ def export_beside(dataset: LeRobotZarrDataset | str | os.PathLike, *, progress: 
     try:
         info = ds.meta.info
         _write(ds, tmp, int(info.get("data_files_size_in_mb") or 100), int(info.get("video_files_size_in_mb") or 200),
-               None, progress, False, encoder_threads)
+               None, progress, False, encoder_threads, link=True)
         (tmp / EXPORT_MARKER).write_text(json.dumps({**marker, "files": _files_signature(tmp)}))
         old = Path(tempfile.mkdtemp(prefix=_BESIDE_OLD, dir=root))
         for name in LEROBOT_ENTRIES:  # meta first: from here to the last rename, no info.json (no dataset)
@@ -367,10 +367,11 @@ def _depth_info(feature: dict, video: bool, height: int, width: int, fps: float)
 
 
 def _write(ds: LeRobotZarrDataset, root: Path, size_mb: int, video_size_mb: int, videos: bool | None,
-           progress: bool, card: dict[str, Any] | bool | None = None, encoder_threads: int | None = None) -> None:
+           progress: bool, card: dict[str, Any] | bool | None = None, encoder_threads: int | None = None,
+           link: bool = False) -> None:
     """Every file of the LeRobot v3.0 dataset, one writer each: data files (with the per-episode stats and tasks
     they yield), videos, then the metadata files and our index (``card=False``: no dataset card, as LeRobot's
-    recorder leaves a folder)."""
+    recorder leaves a folder; ``link``: a video file of one episode is its segment hard-linked)."""
     from ..lerobot.writers import write_card, write_episodes_table, write_info, write_stats, write_tasks
 
     meta = ds.meta
@@ -388,7 +389,8 @@ def _write(ds: LeRobotZarrDataset, root: Path, size_mb: int, video_size_mb: int,
     as_video = _video_keys(ds, videos)
     started = time.time()
     data = _write_data_files(ds, root, selected, as_video, size_mb, progress)
-    places = {k: _write_videos(ds, root, k, selected, video_size_mb, progress, encoder_threads) for k in as_video}
+    places = {k: _write_videos(ds, root, k, selected, video_size_mb, progress, encoder_threads, link)
+              for k in as_video}
     if as_video:
         _prune_segments(ds, encoder_threads, started)
     write_episodes_table(root, tasks=data.tasks, lengths=lengths, data_files=(data.chunk, data.file),
@@ -469,11 +471,14 @@ def _write_data_files(ds: LeRobotZarrDataset, root: Path, selected: list[int], a
 
 
 def _write_videos(ds: LeRobotZarrDataset, root: Path, key: str, selected: list[int], size_mb: int,
-                  progress: bool, encoder_threads: int | None = None) -> list[tuple[int, int, float, float]]:
+                  progress: bool, encoder_threads: int | None = None, link: bool = False
+                  ) -> list[tuple[int, int, float, float]]:
     """One camera's mp4 files; per episode its ``(chunk_index, file_index, from_timestamp, to_timestamp)``. As
     LeRobot's recorder makes them: each episode encoded on its own (or its segment made in the background taken
-    from the store, :mod:`.segments`), the episodes' mp4s joined without re-encoding. One camera at a time: two
-    live SVT-AV1 encoders in a process have been seen to hang."""
+    from the store, :mod:`.segments`), the episodes' mp4s joined without re-encoding; with ``link``, a file of one
+    episode is its segment hard-linked (files beside the store only: a file elsewhere that a tool rewrites in place
+    must not change the store's segment). One camera at a time: two live SVT-AV1 encoders in a process have been
+    seen to hang."""
     spec = ds.array_specs[key]
     if spec.storage == "mp4" and not spec.resize:  # the source's bytes, unchanged
         return _copy_mp4(ds, root, key, selected)
@@ -482,7 +487,7 @@ def _write_videos(ds: LeRobotZarrDataset, root: Path, key: str, selected: list[i
     hashes = episode_hashes(ds, key)
     out = _VideoFiles(root, key, float(ds.meta.info["fps"]), spec.frame_bytes, size_mb)
     places = []
-    alone = out.alone(lengths)
+    alone = out.alone(lengths) if link else [False] * len(lengths)
     try:
         with progress_bar(sum(lengths), f"encoding {key}", progress) as bar, \
                 tempfile.TemporaryDirectory(prefix="lerobot_zarr-episode-mp4-") as tmp:
