@@ -8,9 +8,11 @@ recorder on the same frames, in one run. Needs torch and lerobot (``/path/to/ler
 ``--paced`` at 30 fps, as a camera gives them: what is left to do at ``save_episode`` is then what a real
 recording waits for, not frames queued faster than a camera makes them); reported:
 frames/s over the whole recording (add_frame + save_episode), ``add_frame`` p50/p99 (and its p99 without the time
-the thread waited for a CPU: on a loaded machine the scheduler's share), ``save_episode`` p50/p99, then
-what finishing costs (LeRobot's ``finalize``; ours: ``finalize`` and the export a push makes: waiting for the
-background encoder, if any, then encoding the episodes without segments and joining the episodes' mp4s).
+the thread waited for a CPU: on a loaded machine the scheduler's share), ``save_episode`` p50/p99, then what
+finishing costs: ``finalize`` (LeRobot's; ours writes LeRobot's files beside the store: stops the background
+encoder, if any, encodes the episodes it did not, joins the episodes' mp4s, writes the parquet and metadata), with
+the load average then, the export of a push after it (joins, encodes nothing), and the time to a LeRobot dataset
+at root (recording + finalize) of each.
 LeRobot runs as ``lerobot-record`` configures it by default (4 image-writer threads per camera, videos encoded at
 ``save_episode``), and with ``--streaming`` as its docs recommend (``streaming_encoding=True``, 2 encoder threads);
 ``--streaming`` runs ours that way too (a background encoder process making each saved episode's mp4s).
@@ -90,7 +92,7 @@ def speed(args: argparse.Namespace) -> None:
     if args.streaming:
         runs += [(name, {"image_writer_threads": 12, "streaming_encoding": True, "encoder_threads": 2})
                  for name in ("lerobot_zarr", "lerobot")]
-    results = {}
+    results, finished = {}, {}
     for name, kwargs in runs:
         cls = classes()[name]
         root = Path(tempfile.mkdtemp(prefix="bench_record-", dir=args.tmp)) / "ds"
@@ -112,30 +114,35 @@ def speed(args: argparse.Namespace) -> None:
             ds.save_episode()
             saves.append(time.perf_counter() - t)
         recording = time.perf_counter() - start
+        with open("/proc/loadavg") as f:
+            load = f.read().split()[0]
         t = time.perf_counter()
         ds.finalize()
         finalize = time.perf_counter() - t
-        export = wait = None
-        if name == "lerobot_zarr":  # what push_to_hub does: wait for the background encoder (if any), export
+        export = None
+        if name == "lerobot_zarr":  # a push after finalize: the export joins finalize's segments, encodes nothing
             t = time.perf_counter()
-            ds.writer.flush_pending_videos()
-            wait = time.perf_counter() - t
             to_lerobot(root, root.parent / "export", progress=False, encoder_threads=kwargs.get("encoder_threads"))
             export = time.perf_counter() - t
         label = name + (" streaming" if kwargs.get("streaming_encoding") else "")
         results[label] = recording
+        finished[label] = recording + finalize
         n = len(adds)
         own = np.subtract(adds, waits)
         print(f"{label:24s} {n / recording:7.1f} frames/s  add_frame p50 {1e3 * np.percentile(adds, 50):6.2f} ms "
               f"p99 {1e3 * np.percentile(adds, 99):6.2f} ms (without CPU waits: p99 {1e3 * np.percentile(own, 99):6.2f}"
               f" ms, max {1e3 * own.max():6.1f} ms)  save_episode p50 {np.percentile(saves, 50):5.2f} s "
-              f"p99 {np.percentile(saves, 99):5.2f} s  finalize {finalize:5.2f} s"
-              + (f"  push export {export:5.1f} s (of which waiting for the background encoder {wait:4.1f} s)"
-                 if export is not None else ""), flush=True)
+              f"p99 {np.percentile(saves, 99):5.2f} s  finalize {finalize:5.2f} s (load {load})"
+              + (f"  push export after it {export:5.1f} s" if export is not None else ""), flush=True)
         shutil.rmtree(root.parent, ignore_errors=True)
     base = results["lerobot_zarr"]
     print("recording time ratio (LeRobot / lerobot_zarr): " +
           ", ".join(f"{k}: {v / base:.2f}x" for k, v in results.items() if k != "lerobot_zarr"))
+    for mode in ("", " streaming"):
+        if f"lerobot{mode}" in finished:
+            print(f"recording + finalize (a LeRobot dataset at root){mode}: LeRobot "
+                  f"{finished[f'lerobot{mode}']:.1f} s, lerobot_zarr {finished[f'lerobot_zarr{mode}']:.1f} s "
+                  f"({finished[f'lerobot{mode}'] / finished[f'lerobot_zarr{mode}']:.2f}x)")
 
 
 # ----------------------------------------------------------------------------------------------------- kill

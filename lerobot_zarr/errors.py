@@ -50,6 +50,7 @@ __all__ = [
     "UnknownFeatureError",
     "FrameNotWrittenError",
     "LoaderTimeoutError",
+    "EncoderTimeoutError",
     "LeRobotZarrWarning",
 ]
 
@@ -229,6 +230,11 @@ class UnknownFeatureError(LeRobotZarrError, KeyError):
 class LoaderTimeoutError(LeRobotZarrError, RuntimeError):
     """A DataLoader worker gave no batch within the loader's ``timeout`` (a worker stopped or stuck, as torch's
     ``DataLoader timed out``); the message names the worker, its pid and whether it is stopped."""
+
+
+class EncoderTimeoutError(LeRobotZarrError, TimeoutError):
+    """The background encoder made no progress (no segment made or growing) for the time a wait for its segments
+    allows; the message names the store, the encoder's pid and what was waited for."""
 
 
 #: import name -> (what users call it, pip requirement, lerobot_zarr extra); tests check them against pyproject.toml

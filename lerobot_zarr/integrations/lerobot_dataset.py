@@ -124,6 +124,10 @@ class LeRobotDataset(LeRobotRecording, Dataset):
         self.root = root if bucket else Path(root) if root is not None else local
         self.revision = revision if revision else "v3.0"
         source = root if bucket else local if local is not None else repo_id
+        if local is not None and self._folder is None and _edited_beside(local):
+            from ..sources.local import FolderSource
+
+            source, self._folder = FolderSource(local), local  # LeRobot's files as a LeRobot tool changed them
         # the store: of a local folder or a bucket's, where store= says (else the cache); from the Hub, at root when
         # given (where LeRobot downloads), unless root holds a LeRobot folder (force_cache_sync): never a store
         # inside one
@@ -147,6 +151,11 @@ class LeRobotDataset(LeRobotRecording, Dataset):
         from ..api import open_dataset
 
         self.dataset = open_dataset(source, episodes=episodes, delta_timestamps=deltas, **common)
+        if local is not None and self._folder is None:
+            from ..writing.export import exported_beside
+
+            if exported_beside(self.dataset):  # a finalized recording: LeRobot's episode table (file locations)
+                self._folder = local
         if self.root is None:
             self.root = Path(self.dataset.root)
         self.meta = self._make_meta(self.dataset.meta, self._episode_tasks, self.dataset.left_out)
@@ -422,3 +431,18 @@ def _frame_deltas(delta_timestamps: Mapping[str, Sequence[float]] | None, fps: f
                          f"they are multiples of 1/{fps:g} +/- tolerance and adjust their values accordingly: "
                          f"{outside}")
     return {key: [round(ts * fps) / fps for ts in deltas] for key, deltas in delta_timestamps.items()}
+
+
+def _edited_beside(store: Path) -> bool:
+    """Whether LeRobot's files beside a finalized recording's store were changed since (by a LeRobot tool working in
+    place: ``modify_tasks``, a language annotator...): the drop-in then reads them, as LeRobot's class does, and
+    says so."""
+    from ..errors import warn_user
+    from ..writing.export import edited_beside
+
+    edited = edited_beside(store) if is_store(store) else []
+    if edited:
+        warn_user(f"{store}: LeRobot's files beside this recorded store were changed since finalize() wrote them "
+                  f"({edited[:3]}{'...' if len(edited) > 3 else ''}): read as they are now (as LeRobot's class "
+                  f"reads them), not from the store; a resumed recording's finalize() will not write over them")
+    return bool(edited)

@@ -142,9 +142,13 @@ class LeRobotDatasetMetadata:
         if repo_type != "dataset":
             raise ValueError(f"repo_type must be 'dataset' (lerobot_zarr does not read buckets), got {repo_type!r}")
         where = local_source(repo_id, root, force_cache_sync)
-        if where is not None and is_store(where):
+        from ..writing.export import edited_beside, exported_beside
+
+        if where is not None and is_store(where) and not edited_beside(where):  # (else: LeRobot's files as edited)
             state = read_state(where)
             meta, stats, files, tasks = DatasetMeta.from_state(state), state.stats, None, None
+            if exported_beside(state):  # a finalized recording: LeRobot's episode table (file locations) from them
+                files = LocalFiles(where)
         else:
             if where is not None:
                 files = LocalFiles(where)

@@ -8,8 +8,9 @@ and any process can read it, whatever happens to this one; before, nothing of it
 spill file in the store while the episode is recorded (written by a thread into the page cache: no encoding, no
 compression, bounded memory; see :class:`_SpillWriter`), their numbers and text stay in memory. A killed recorder
 leaves the spill as debris, removed by the next writer of the store (``.*.tmp-*``). Videos are encoded later: at
-export/push, or, with LeRobot's ``streaming_encoding`` / ``batch_encoding_size``, by a background encoder process
-as episodes are saved (:mod:`lerobot_zarr.writing.segments`), whose segments the push joins without re-encoding.
+``finalize`` (which writes LeRobot's files beside the store) or an export/push, or, with LeRobot's
+``streaming_encoding`` / ``batch_encoding_size``, by a background encoder process as episodes are saved
+(:mod:`lerobot_zarr.writing.segments`), whose segments ``finalize`` and the push join without re-encoding.
 """
 
 from __future__ import annotations
@@ -146,7 +147,7 @@ class Recorder:
     its ``meta``). ``streaming_encoding`` / ``batch_encoding_size`` > 1 start the background encoder
     (:class:`~lerobot_zarr.writing.segments.BackgroundEncoder`, ``encoder_threads``) if the store has video
     cameras: it encodes each saved episode's videos (streaming), or the last ``batch_encoding_size`` ones each time
-    that many were saved; nothing waits for it but :meth:`flush_pending_videos`.
+    that many were saved; nothing waits for it but :meth:`flush_pending_videos` (``finalize`` stops it).
     """
 
     image_writer = None  # LeRobot's asynchronous PNG writer: none, frames are not encoded
@@ -344,12 +345,11 @@ class Recorder:
 
     # -- LeRobot's writer methods around recording ---------------------------------------------------------------
     def cancel_pending_videos(self) -> None:
-        """(LeRobot's: drop a streaming encoder's episode in progress.) Stop the background encoder now: the
-        segment it is making is dropped (the episode being recorded is encoded only once saved). Nothing is lost:
-        what lacks a segment is encoded at push, or by the encoder of a resumed recording."""
-        if self._encoder is not None:
-            self._encoder.cancel()
-            self._encoder = self._streaming_encoder = None
+        """LeRobot's: drop the streaming encoder's work on the episode in progress (its VideoEncodingManager calls
+        it when recording fails), the encoder going on with the next episodes. Here the episode being recorded is
+        never encoded before ``save_episode`` (the background encoder makes segments of saved episodes only), so
+        there is nothing of it to drop: the encoder keeps running, and the buffered frames stay until
+        ``clear_episode_buffer`` / ``cleanup_interrupted_episode``, as LeRobot's."""
 
     def cleanup_interrupted_episode(self, episode_index: int) -> None:
         """The frames of an episode interrupted before ``save_episode`` dropped (LeRobot's removal of its temporary
@@ -376,21 +376,30 @@ class Recorder:
         """(LeRobot's.) No image writer runs."""
 
     def finalize(self) -> None:
-        """Close: the spill is removed and the store's writer lock released; a background encoder goes on with the
-        saved episodes' segments, then exits (not waited for: :meth:`flush_pending_videos` waits). Idempotent;
-        episodes are already committed, so this publishes nothing and a recorder that never gets here loses
-        nothing saved."""
+        """Close, and leave ``root`` a LeRobot v3.0 dataset as LeRobot's recorder does: the background encoder (if
+        any) is stopped (the segments it made are used; the episodes it did not encode yet are encoded here, as
+        LeRobot's finalize finishes its encoders' work), the spill is removed, LeRobot's files of the store's last
+        commit are put beside the store
+        (:func:`~lerobot_zarr.writing.export.export_beside`: their videos joined from the segments, or encoded
+        now), and the store's writer lock released. Idempotent; episodes are already committed, so a recorder that
+        never gets here loses nothing saved (a later ``resume`` + ``finalize`` writes the files)."""
         if self._finalized:
             return
         self._finalized = True
         try:
             if self._encoder is not None:
-                self._encoder.close()  # it makes the saved episodes' segments, then exits: not waited for
+                # its segments made so far are joined; the one it is making (at nice 19: on a busy machine it may
+                # wait long for a CPU) is dropped, and encoded by the export at the recorder's priority
+                self._encoder.cancel()
             self._writer.close()
             for spill in self._spills.values():
                 spill.close()
             self._spills.clear()
             shutil.rmtree(self._folder, ignore_errors=True)
+            if self._store.meta.total_episodes:
+                from ..writing.export import export_beside
+
+                export_beside(self._store.reader)
         finally:
             self._store.close()
 

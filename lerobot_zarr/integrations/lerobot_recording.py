@@ -6,16 +6,18 @@ records into a lerobot_zarr store at ``root`` (:func:`lerobot_zarr.create`), eac
 commit; its reading side is the drop-in's own, opened on that store when first read after ``finalize()`` (LeRobot
 refuses items before: its files are complete only then). The store needs no finalizing: a recorder killed at any
 instant keeps every episode whose ``save_episode`` returned, any process can open them at once
-(``LeRobotDataset(repo_id, root=root)``), and ``resume`` goes on after them. ``finalize()`` only closes.
+(``LeRobotDataset(repo_id, root=root)``), and ``resume`` goes on after them. ``finalize()`` closes and leaves
+``root`` a LeRobot v3.0 dataset too, as LeRobot's recorder leaves it: LeRobot's files of the store's last commit
+beside the store (:func:`~lerobot_zarr.writing.export.export_beside`), for LeRobot's class and tools.
 
 Cameras are kept raw while recording (no encoding on the way: ``add_frame`` copies a frame, ``save_episode`` writes
 and commits), then encoded to mp4 with the ``rgb_encoder`` / ``depth_encoder`` settings (kept in each video
-feature's ``info``, as LeRobot keeps them), episode by episode, when the dataset is pushed or exported. LeRobot's
+feature's ``info``, as LeRobot keeps them), episode by episode, at ``finalize`` (or a push or export). LeRobot's
 ``streaming_encoding`` and ``batch_encoding_size`` move its encoding off ``save_episode`` (to threads encoding the
 frames as they come, or to every Nth ``save_episode``); here they start a background encoder process
-(:mod:`lerobot_zarr.writing.segments`) encoding each saved episode (streaming) or each batch of N saved episodes
-(the last one at ``finalize``), which neither ``add_frame``, ``save_episode`` nor ``finalize`` waits for; the push
-waits for it and joins its per-episode mp4s without encoding them again.
+(:mod:`lerobot_zarr.writing.segments`) encoding each saved episode (streaming) or each batch of N saved episodes,
+which neither ``add_frame`` nor ``save_episode`` waits for; ``finalize`` (and a push) join its per-episode mp4s
+without encoding them again, encoding only what it did not. Without it, videos are encoded at ``finalize``.
 """
 
 from __future__ import annotations
@@ -68,6 +70,18 @@ class RecordingMetadata(LeRobotDatasetMetadata):
         self._setup(meta, repo_id=self.repo_id, root=self.root, revision=None, files=None,
                     episode_tasks=lambda: episode_tasks(meta), stats=stats)
         self.revision = None  # LeRobot's recorder has none
+        from ..writing.export import info_beside
+
+        info_beside(self._writer.reader)  # LeRobot's recorder keeps meta/info.json up to date as it records
+
+    def read_files_beside(self) -> None:
+        """After ``finalize()``: LeRobot's episode table (with its file locations) read from the files it put beside
+        the store, as LeRobot's metadata reads its own."""
+        from ..lerobot.source_files import LocalFiles
+        from ..writing.export import exported_state
+
+        if exported_state(self.root) is not None:
+            self._files, self._episodes = LocalFiles(self.root), None
 
     @property
     def episodes(self) -> Any:
@@ -137,6 +151,12 @@ class LeRobotRecording:
                       metadata_buffer_size=metadata_buffer_size, image_writer_processes=image_writer_processes,
                       image_writer_threads=image_writer_threads, encoder_threads=encoder_threads)
         features = recording_features(features, use_videos)
+        from ..writing.export import LEROBOT_ENTRIES
+
+        clash = sorted(set(features) & set(LEROBOT_ENTRIES))
+        if clash:  # the store's folders and LeRobot's files share root (finalize writes them beside the store)
+            raise ArgumentError(f"feature {clash[0]!r}: a recording's root holds LeRobot's {list(LEROBOT_ENTRIES)} "
+                                f"folders beside the store's feature folders; rename the feature")
         root = Path(root) if root is not None else lerobot_home() / repo_id
         if root.exists() or root.is_symlink():
             raise StoreExistsError(f"[Errno 17] File exists: '{root}' (LeRobotDataset.create records a new "
@@ -148,8 +168,9 @@ class LeRobotRecording:
                 continue
             stored[key] = ft
             if ft.get("dtype") == "video":
-                stored[key] = {**ft, "info": {**_video_info(depth if _is_depth(ft) else rgb),
-                                              **_threads_info(encoder_threads), **(ft.get("info") or {})}}
+                # the encoder's fields over any the feature's info declares, as LeRobot's recorder writes them
+                stored[key] = {**ft, "info": {**(ft.get("info") or {}), **_video_info(depth if _is_depth(ft) else rgb),
+                                              **_threads_info(encoder_threads)}}
         from ..writing.writer import create as create_store
 
         sizes = {k: v for k, v in (("data_files_size_in_mb", data_files_size_in_mb),
@@ -274,12 +295,14 @@ class LeRobotRecording:
         return self.writer is not None and self.writer.pending_frames > 0
 
     def finalize(self) -> None:
-        """Close the recorder (idempotent, and cheap: every saved episode is committed already). LeRobot's files
-        are valid only after it; the store needs none of it. Items can be read after it, as in LeRobot."""
+        """Close the recorder and leave ``root`` a LeRobot v3.0 dataset beside the store (LeRobot's files of the
+        last commit; see :meth:`.Recorder.finalize`), as LeRobot's finalize does. Idempotent; the store needs none
+        of it (every saved episode is committed already). Items can be read after it, as in LeRobot."""
         if self._is_finalized:
             return
         if self.writer is not None:
             self.writer.finalize()
+            self.meta.read_files_beside()
         self._is_finalized = True
 
     def _check_readable(self) -> None:

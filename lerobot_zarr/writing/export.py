@@ -19,6 +19,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,16 +36,33 @@ from ..sampling.dataset import LeRobotZarrDataset
 from ..store.tables import ArraySpec
 from ..store.text import text_value
 from ..utils.progress import progress_bar
-from .segments import camera_encodings, episode_hashes, find_segment, make_segment, recorded_encoder
+from .segments import (
+    SEGMENTS,
+    camera_encodings,
+    episode_hashes,
+    find_segment,
+    make_segment,
+    prune_segments,
+    recorded_encoder,
+    wanted_segments,
+)
 from .values import stats_of_stored
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["to_lerobot", "push", "check_push", "INDEX_FILE"]
+__all__ = ["to_lerobot", "export_beside", "exported_beside", "edited_beside", "info_beside", "push", "check_push",
+           "INDEX_FILE", "EXPORT_MARKER", "LEROBOT_ENTRIES"]
 
 _AV1_RATIO = 20  # raw camera bytes per byte of LeRobot's AV1 (crf 30), roughly: sizes video files
 _INFO_KEPT = ("tools",)  # info.json keys of the source an export keeps (lerobot-annotate's tool schemas)
+#: the top-level entries of a LeRobot v3.0 folder as LeRobot's recorder leaves it (finalized): what
+#: :func:`export_beside` puts beside a store, so no feature of a store it writes beside may have these names
+LEROBOT_ENTRIES = ("meta", "data", "videos")
+#: which store commit the LeRobot files beside a store are of (:func:`export_beside`), inside ``meta`` so that it
+#: comes and goes with them
+EXPORT_MARKER = "meta/lerobot_zarr_export.json"
+_BESIDE_TMP, _BESIDE_OLD = ".lerobot-export.tmp-", ".lerobot-previous.tmp-"  # debris names (``.*.tmp-*``)
 
 
 def _encode_image(frame: np.ndarray) -> bytes:
@@ -120,6 +138,136 @@ def to_lerobot(dataset: LeRobotZarrDataset | str | os.PathLike, path: str | os.P
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return path
+
+
+def export_beside(dataset: LeRobotZarrDataset | str | os.PathLike, *, progress: bool = False,
+                  encoder_threads: int | None = None) -> bool:
+    """Put the LeRobot v3.0 files of a store's last commit beside it, under its own root (``meta/``, ``data/``,
+    ``videos/``, as LeRobot's recorder leaves a folder at ``finalize()``), so that LeRobot's class, its tools and an
+    upload of the folder read it as a LeRobot dataset; the store stays what lerobot_zarr opens there. Returns
+    whether anything was written: files already of this commit (:data:`EXPORT_MARKER`) are left as they are.
+
+    Made as :func:`to_lerobot` makes a folder (sizes from the store's info; each camera's episodes joined from the
+    segments the background encoder or an earlier export made, :mod:`.segments`, else encoded and kept as segments;
+    a video file holding one episode is that segment hard linked), into a temporary folder under the root, then
+    moved into place ``meta/`` last: a reader never sees them half-written, and a process killed on the way leaves
+    the previous files or none (no ``meta/info.json``; the leftovers are removed by the next export, and by the
+    store's next writer as debris). The caller holds the store's writer lock (a recorder does)."""
+    ds = _reader(dataset)
+    root = Path(ds.root)
+    clash = sorted(set(ds.meta.info["features"]) & set(LEROBOT_ENTRIES))
+    if clash:
+        raise ArgumentError(f"{root}: feature {clash[0]!r} has the name of a folder of LeRobot's files, which "
+                            f"cannot be put beside this store (export it elsewhere: to_lerobot)")
+    if exported_beside(ds):
+        return False
+    edited = edited_beside(root)
+    if edited:
+        raise StoreExistsError(f"{root}: LeRobot's files beside the store were changed since they were written "
+                               f"({edited[:3]}{'...' if len(edited) > 3 else ''}: by a LeRobot tool working in "
+                               f"place?); writing them again would undo that: move meta/, data/ and videos/ "
+                               f"elsewhere first (LeRobot's class reads them there)", path=root)
+    marker = _export_marker(ds.gather_layout()["state"])
+    _check_exportable(ds)
+    for debris in [*root.glob(f"{_BESIDE_TMP}*"), *root.glob(f"{_BESIDE_OLD}*")]:  # of an export killed
+        shutil.rmtree(debris, ignore_errors=True)
+    try:
+        tmp = Path(tempfile.mkdtemp(prefix=_BESIDE_TMP, dir=root))
+    except OSError as exc:
+        from ..utils.fileio import disk_error
+
+        raise disk_error(exc, root) from None
+    try:
+        info = ds.meta.info
+        _write(ds, tmp, int(info.get("data_files_size_in_mb") or 100), int(info.get("video_files_size_in_mb") or 200),
+               None, progress, False, encoder_threads, link=True)
+        (tmp / EXPORT_MARKER).write_text(json.dumps({**marker, "files": _files_signature(tmp)}))
+        old = Path(tempfile.mkdtemp(prefix=_BESIDE_OLD, dir=root))
+        for name in LEROBOT_ENTRIES:  # meta first: from here to the last rename, no info.json (no dataset)
+            if (root / name).exists() or (root / name).is_symlink():
+                os.replace(root / name, old / name)
+        for name in (*LEROBOT_ENTRIES[1:], LEROBOT_ENTRIES[0]):  # meta last: the dataset appears complete
+            if (tmp / name).exists():
+                os.replace(tmp / name, root / name)
+        shutil.rmtree(old, ignore_errors=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return True
+
+
+def info_beside(dataset: LeRobotZarrDataset | str | os.PathLike) -> None:
+    """While a store is recorded: ``meta/info.json`` beside it as LeRobot's recorder keeps it (written at create and
+    at each saved episode, its counts and features as :func:`export_beside` would write them), unless LeRobot files
+    of an earlier commit are there (a resumed recording: those stay whole until the next :func:`export_beside`).
+    Replaced atomically."""
+    from ..lerobot.writers import write_info
+
+    ds = _reader(dataset)
+    root = Path(ds.root)
+    if exported_state(root) is not None or set(ds.meta.info["features"]) & set(LEROBOT_ENTRIES):
+        return
+    meta = ds.meta
+    tmp = Path(tempfile.mkdtemp(prefix=_BESIDE_TMP, dir=root))
+    try:
+        write_info(tmp, robot_type=meta.info.get("robot_type"), lengths=meta.episode_length,
+                   total_tasks=len(meta.tasks), fps=meta.info["fps"], features=_features(ds, None),
+                   data_files_size_in_mb=int(meta.info.get("data_files_size_in_mb") or 100),
+                   video_files_size_in_mb=int(meta.info.get("video_files_size_in_mb") or 200),
+                   extra={k: meta.info[k] for k in _INFO_KEPT if meta.info.get(k) is not None})
+        (root / "meta").mkdir(exist_ok=True)
+        os.replace(tmp / "meta/info.json", root / "meta/info.json")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _export_marker(state: Any) -> dict[str, int]:
+    """What :data:`EXPORT_MARKER` says of LeRobot files made from a store's commit ``state``."""
+    return {"generation": int(state.generation), "episodes": len(state.table), "frames": int(state.table.length.sum())}
+
+
+def _files_signature(folder: Path) -> list[list]:
+    """LeRobot's files under ``folder`` as they are: each one's path, size and modification time (a LeRobot tool
+    that rewrites one in place changes them)."""
+    out = []
+    for name in LEROBOT_ENTRIES:
+        for path in sorted((folder / name).rglob("*")):
+            rel = path.relative_to(folder).as_posix()
+            if rel != EXPORT_MARKER and path.is_file():
+                st = path.stat()
+                out.append([rel, st.st_size, st.st_mtime_ns])
+    return out
+
+
+def exported_beside(dataset: LeRobotZarrDataset | Any) -> bool:
+    """Whether LeRobot's files beside a store (:func:`export_beside`) are of the commit ``dataset`` reads (a
+    dataset, or a store's committed state) and as the export wrote them."""
+    state = dataset.gather_layout()["state"] if isinstance(dataset, LeRobotZarrDataset) else dataset
+    marker = exported_state(state.root)
+    return marker is not None and {k: marker.get(k) for k in ("generation", "episodes", "frames")} == \
+        _export_marker(state) and marker.get("files") == _files_signature(Path(state.root))
+
+
+def edited_beside(root: str | os.PathLike) -> list[str]:
+    """LeRobot's files beside the store at ``root`` changed since :func:`export_beside` wrote them (by a LeRobot
+    tool working in place: ``modify_tasks``...), added or removed: their paths (empty: none changed)."""
+    marker = exported_state(root)
+    if marker is None or "files" not in marker:
+        return []
+    was = {rel: (size, mtime) for rel, size, mtime in marker["files"]}
+    now = {rel: (size, mtime) for rel, size, mtime in _files_signature(Path(root))}
+    return sorted(rel for rel in was.keys() | now.keys() if was.get(rel) != now.get(rel))
+
+
+def exported_state(root: str | os.PathLike) -> dict[str, int] | None:
+    """Which store commit the LeRobot files beside the store at ``root`` are of (:func:`export_beside`), or None."""
+    from ..utils.fileio import load_json, read_bounded
+
+    try:
+        doc = load_json(read_bounded(Path(root) / EXPORT_MARKER, 1 << 12, what="export marker"),
+                        f"{root}/{EXPORT_MARKER}")
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
 
 
 def _check_exportable(ds: LeRobotZarrDataset) -> None:
@@ -219,9 +367,11 @@ def _depth_info(feature: dict, video: bool, height: int, width: int, fps: float)
 
 
 def _write(ds: LeRobotZarrDataset, root: Path, size_mb: int, video_size_mb: int, videos: bool | None,
-           progress: bool, card: dict[str, Any] | None = None, encoder_threads: int | None = None) -> None:
+           progress: bool, card: dict[str, Any] | bool | None = None, encoder_threads: int | None = None,
+           link: bool = False) -> None:
     """Every file of the LeRobot v3.0 dataset, one writer each: data files (with the per-episode stats and tasks
-    they yield), videos, then the metadata files and our index."""
+    they yield), videos, then the metadata files and our index (``card=False``: no dataset card, as LeRobot's
+    recorder leaves a folder; ``link``: a video file of one episode is its segment hard-linked)."""
     from ..lerobot.writers import write_card, write_episodes_table, write_info, write_stats, write_tasks
 
     meta = ds.meta
@@ -237,8 +387,12 @@ def _write(ds: LeRobotZarrDataset, root: Path, size_mb: int, video_size_mb: int,
         warn_user(f"{ds.root}: exporting {n_episodes} of the store's {meta.total_episodes} episodes "
                   f"({selected[:10]}{'...' if n_episodes > 10 else ''}), renumbered 0..{n_episodes - 1}")
     as_video = _video_keys(ds, videos)
+    started = time.time()
     data = _write_data_files(ds, root, selected, as_video, size_mb, progress)
-    places = {k: _write_videos(ds, root, k, selected, video_size_mb, progress, encoder_threads) for k in as_video}
+    places = {k: _write_videos(ds, root, k, selected, video_size_mb, progress, encoder_threads, link)
+              for k in as_video}
+    if as_video:
+        _prune_segments(ds, encoder_threads, started)
     write_episodes_table(root, tasks=data.tasks, lengths=lengths, data_files=(data.chunk, data.file),
                          videos={k: tuple(zip(*p, strict=True)) for k, p in places.items()}, stats=data.stats)
     write_tasks(root, meta.tasks)
@@ -247,7 +401,8 @@ def _write(ds: LeRobotZarrDataset, root: Path, size_mb: int, video_size_mb: int,
                       fps=meta.info["fps"], features=_features(ds, videos), data_files_size_in_mb=size_mb,
                       video_files_size_in_mb=video_size_mb,
                       extra={k: meta.info[k] for k in _INFO_KEPT if meta.info.get(k) is not None})
-    write_card(root, info, card)
+    if card is not False:
+        write_card(root, info, card)
     write_index(root, info=info, tasks=list(meta.tasks), stats=stats, length=lengths.tolist(),
                 data_file=data.rel, file_row=data.file_row, episode_tasks=data.tasks,
                 videos={k: [(video_file_rel(k, *p[:2]), p[2]) for p in ps] for k, ps in places.items()})
@@ -316,11 +471,14 @@ def _write_data_files(ds: LeRobotZarrDataset, root: Path, selected: list[int], a
 
 
 def _write_videos(ds: LeRobotZarrDataset, root: Path, key: str, selected: list[int], size_mb: int,
-                  progress: bool, encoder_threads: int | None = None) -> list[tuple[int, int, float, float]]:
+                  progress: bool, encoder_threads: int | None = None, link: bool = False
+                  ) -> list[tuple[int, int, float, float]]:
     """One camera's mp4 files; per episode its ``(chunk_index, file_index, from_timestamp, to_timestamp)``. As
     LeRobot's recorder makes them: each episode encoded on its own (or its segment made in the background taken
-    from the store, :mod:`.segments`), the episodes' mp4s joined without re-encoding. One camera at a time: two
-    live SVT-AV1 encoders in a process have been seen to hang."""
+    from the store, :mod:`.segments`), the episodes' mp4s joined without re-encoding; with ``link``, a file of one
+    episode is its segment hard-linked (files beside the store only: a file elsewhere that a tool rewrites in place
+    must not change the store's segment). One camera at a time: two live SVT-AV1 encoders in a process have been
+    seen to hang."""
     spec = ds.array_specs[key]
     if spec.storage == "mp4" and not spec.resize:  # the source's bytes, unchanged
         return _copy_mp4(ds, root, key, selected)
@@ -329,18 +487,41 @@ def _write_videos(ds: LeRobotZarrDataset, root: Path, key: str, selected: list[i
     hashes = episode_hashes(ds, key)
     out = _VideoFiles(root, key, float(ds.meta.info["fps"]), spec.frame_bytes, size_mb)
     places = []
+    alone = out.alone(lengths) if link else [False] * len(lengths)
     try:
         with progress_bar(sum(lengths), f"encoding {key}", progress) as bar, \
                 tempfile.TemporaryDirectory(prefix="lerobot_zarr-episode-mp4-") as tmp:
-            for src, n in zip(selected, lengths, strict=True):
+            for src, n, single in zip(selected, lengths, alone, strict=True):
                 segment = find_segment(ds, encoding, src, hashes) or _kept_segment(ds, encoding, src, hashes)
-                if segment is None:
-                    segment = make_segment(ds, encoding, src, Path(tmp) / "episode.mp4")
-                places.append(out.add(segment, n))
+                if segment is not None and single:  # the file is that one episode's mp4: no bytes copied
+                    places.append(out.link(segment, n))
+                else:
+                    if segment is None:
+                        segment = make_segment(ds, encoding, src, Path(tmp) / "episode.mp4")
+                    places.append(out.add(segment, n))
                 bar.update(n)
     finally:
         out.close()
     return places
+
+
+def _prune_segments(ds: LeRobotZarrDataset, threads: int | None, started: float) -> None:
+    """Remove the store's segments that neither this export's episodes nor the store's latest commit have (stale:
+    of episodes deleted or changed since they were made), leaving those made since ``started`` (a writer's
+    newer episodes'). A store this process cannot open or write keeps them."""
+    from ..errors import LeRobotZarrError
+
+    if not (Path(ds.root) / SEGMENTS).is_dir():
+        return
+    try:
+        latest = LeRobotZarrDataset(ds.root)
+    except (OSError, LeRobotZarrError):
+        return
+    try:
+        keep = wanted_segments(ds, threads) | wanted_segments(latest, threads)
+    finally:
+        latest.close()
+    prune_segments(ds.root, keep, started)
 
 
 def _kept_segment(ds: LeRobotZarrDataset, encoding: Any, episode: int, hashes: np.ndarray) -> Path | None:
@@ -386,6 +567,33 @@ class _VideoFiles:
         self.number = 0
         self.raw = 0
         self.joiner: Mp4Joiner | None = None
+
+    def alone(self, lengths: Sequence[int]) -> list[bool]:
+        """For episodes of ``lengths`` frames added in turn from an empty file: whether each is the only one of its
+        file (the size estimate depends on frame counts only, so this is known before any is added)."""
+        files, raw = [0], 0
+        for n in lengths:
+            raw += n * self.frame_bytes
+            files[-1] += 1
+            if raw >= self.limit:
+                files.append(0)
+                raw = 0
+        return [count == 1 for count in files for _ in range(count)]
+
+    def link(self, segment: Path, frames: int) -> tuple[int, int, float, float]:
+        """One episode's mp4 as a file of its own (a hard link where the filesystem allows, else a copy); the
+        caller made sure the episode is alone in its file (:meth:`alone`)."""
+        from fractions import Fraction
+
+        from ..utils.fileio import link_or_copy
+
+        assert self.joiner is None
+        chunk, file = divmod(self.number, CHUNKS_SIZE)
+        path = self.root / video_file_rel(self.key, chunk, file)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        link_or_copy(segment, path)
+        self.number += 1
+        return chunk, file, 0.0, float(Fraction(frames) / Fraction(self.fps).limit_denominator(1001))
 
     def add(self, segment: Path, frames: int) -> tuple[int, int, float, float]:
         """Join one episode's mp4 (``frames`` frames); its ``(chunk_index, file_index, from_timestamp,

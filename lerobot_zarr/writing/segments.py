@@ -27,10 +27,12 @@ import contextlib
 import hashlib
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,16 +41,19 @@ import numpy as np
 
 from ..cameras.frame_codecs import decode_batch, frame_codec
 from ..cameras.video import VideoWriter, codec_name, segment_packets, writer_settings
+from ..errors import EncoderTimeoutError
 from ..sampling.dataset import LeRobotZarrDataset
 from ..store.packs import open_array_pack, read_shard_index
 from ..utils.fileio import check_in_store, replace_file
 from ..utils.hashing import compact_frame_header, crc32c
 
 __all__ = ["SEGMENTS", "SEGMENT_STORAGES", "CameraEncoding", "camera_encodings", "episode_hashes", "find_segment",
-           "make_segment", "encode_missing", "recorded_encoder", "BackgroundEncoder"]
+           "make_segment", "encode_missing", "wanted_segments", "prune_segments", "recorded_encoder",
+           "BackgroundEncoder", "FLUSH_TIMEOUT"]
 
 SEGMENTS = ".segments"  # the store's folder of segments (hidden: not a feature's folder)
 SEGMENT_STORAGES = ("raw", "compact")  # cameras whose episodes get segments: those whose stored bytes are hashed
+FLUSH_TIMEOUT = 600.0  # seconds without progress a wait for the background encoder allows (it runs at nice 19)
 
 
 def recorded_encoder(feature: dict) -> dict[str, Any] | None:
@@ -193,28 +198,52 @@ def encode_missing(root: str | os.PathLike, threads: int | None = None, *, prune
     """Make the segments the store at ``root`` lacks (its video cameras kept raw or compact, every committed
     episode); ``prune``: remove the segments no episode has any more. Returns how many were made."""
     made = 0
+    started = time.time()
     ds = LeRobotZarrDataset(root)
     try:
-        keys = [k for k, spec in ds.array_specs.items()
-                if spec.kind == "video" and spec.storage in SEGMENT_STORAGES]
-        wanted = set()
-        for encoding in camera_encodings(ds, keys, threads).values():
-            hashes = episode_hashes(ds, encoding.key)
-            for e in ds.episodes.tolist():
-                if hashes[e] < 0 or not ds.meta.materialized_episodes[e]:
-                    continue
-                name = encoding.name(int(hashes[e]), int(ds.meta.episode_length[e]))
-                wanted.add(name)
-                if not (Path(ds.root) / SEGMENTS / name).is_file():
-                    made += make_segment(ds, encoding, e, hashes=hashes) is not None
-        if prune and (Path(ds.root) / SEGMENTS).is_dir():
-            for path in (Path(ds.root) / SEGMENTS).glob("*.mp4"):
-                if path.name not in wanted and not path.name.startswith("."):  # (a writer's temporary file)
-                    with contextlib.suppress(FileNotFoundError):
-                        path.unlink()
+        for encoding, e, hashes, name in _segment_names(ds, threads):
+            if not (Path(ds.root) / SEGMENTS / name).is_file():
+                made += make_segment(ds, encoding, e, hashes=hashes) is not None
+        if prune:
+            prune_segments(ds.root, {name for *_, name in _segment_names(ds, threads)}, started)
     finally:
         ds.close()
     return made
+
+
+def _segment_names(ds: LeRobotZarrDataset, threads: int | None) -> Iterator[tuple[CameraEncoding, int, np.ndarray,
+                                                                                  str]]:
+    """Each segment the store's committed episodes have (video cameras kept raw or compact): its encoding, the
+    episode, the camera's episode hashes and the segment's name."""
+    keys = [k for k, spec in ds.array_specs.items() if spec.kind == "video" and spec.storage in SEGMENT_STORAGES]
+    for encoding in camera_encodings(ds, keys, threads).values():
+        hashes = episode_hashes(ds, encoding.key)
+        for e in ds.episodes.tolist():
+            if hashes[e] >= 0 and ds.meta.materialized_episodes[e]:
+                yield encoding, e, hashes, encoding.name(int(hashes[e]), int(ds.meta.episode_length[e]))
+
+
+def wanted_segments(ds: LeRobotZarrDataset, threads: int | None = None) -> set[str]:
+    """The names of the segments of ``ds``'s committed episodes (with ``threads``' encodings)."""
+    return {name for *_, name in _segment_names(ds, threads)}
+
+
+def prune_segments(root: str | os.PathLike, keep: set[str], before: float) -> int:
+    """Remove the store's segments not named in ``keep`` and last changed before ``before`` (a ``time.time()``
+    taken before ``keep`` was worked out from the committed episodes: a segment made since, for an episode committed
+    since, is kept). Temporary files of writers are left to them. Returns how many were removed."""
+    folder = Path(root) / SEGMENTS
+    removed = 0
+    if not folder.is_dir() or folder.is_symlink():
+        return 0
+    for path in folder.glob("*.mp4"):
+        if path.name in keep or path.name.startswith("."):
+            continue
+        with contextlib.suppress(OSError):  # gone meanwhile, or a store this process cannot write
+            if path.lstat().st_mtime < before:
+                path.unlink()
+                removed += 1
+    return removed
 
 
 class BackgroundEncoder:
@@ -252,17 +281,53 @@ class BackgroundEncoder:
         """New episodes were committed: encode them (at once, or after the episode it is encoding)."""
         self._send("go")
 
-    def flush(self) -> bool:
+    def flush(self, timeout: float | None = FLUSH_TIMEOUT) -> bool:
         """Wait until every episode committed so far has its segments; False if the process ended without making
-        them all (killed, failed: it said why on stderr), whose missing segments an export then encodes."""
-        if self._send("flush"):
-            for line in self.process.stdout:
-                if line.strip() == b"flushed":
-                    return True
-            self.process.wait()
-            return False
-        self.process.wait()  # told to finish (close): it makes the segments of every committed episode, then exits
-        return self.process.returncode == 0
+        them all (killed, failed: it said why on stderr), whose missing segments an export then encodes.
+        ``timeout``: seconds the encoder may go without progress (no segment made or growing) before
+        :class:`~lerobot_zarr.errors.EncoderTimeoutError` (None: no bound); it is left running then."""
+        if not self._send("flush"):  # told to finish (close): it makes the segments of every committed episode
+            self._wait(lambda: self.process.poll() is not None, timeout, "to exit after encoding every saved episode")
+            return self.process.returncode == 0
+        fd, reply = self.process.stdout.fileno(), b""
+
+        def replied() -> bool:
+            nonlocal reply
+            if not select.select([fd], [], [], 0)[0]:
+                return False
+            chunk = os.read(fd, 4096)
+            reply += chunk if chunk else b"\nended\n"
+            return b"flushed\n" in reply or b"ended\n" in reply
+
+        self._wait(replied, timeout, "the segments of every saved episode (flush)")
+        if b"flushed\n" in reply:
+            return True
+        self.process.wait()
+        return False
+
+    def _wait(self, done: Callable[[], bool], timeout: float | None, what: str) -> None:
+        """Poll ``done`` until true; :class:`EncoderTimeoutError` after ``timeout`` seconds without progress."""
+        last, progress = self._progress(), time.monotonic()
+        while not done():
+            if timeout is not None:
+                now = self._progress()
+                if now != last:
+                    last, progress = now, time.monotonic()
+                elif time.monotonic() - progress > timeout:
+                    raise EncoderTimeoutError(
+                        f"{self.root}: the background encoder (pid {self.pid}) made no progress for {timeout:g} s "
+                        f"while waiting for {what}; it is left running (cancel_pending_videos / a push encodes "
+                        f"what it lacks)", path=self.root)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(timeout=0.05)
+
+    def _progress(self) -> tuple:
+        """What the encoder has made so far: its segments' names and sizes (a segment growing counts)."""
+        folder = self.root / SEGMENTS
+        try:
+            return tuple(sorted((e.name, e.stat().st_size) for e in os.scandir(folder)))
+        except OSError:  # no folder yet, or an entry renamed meanwhile
+            return ()
 
     def close(self) -> None:
         """No more episodes: the process makes the segments of those committed, then exits; not waited for."""

@@ -93,13 +93,12 @@ def _same_dataset(theirs_root: Path, ours_root: Path, kind: str) -> None:
 @pytest.mark.parametrize("kind", ["numeric", "string", "image", "video_h264", "task_switch", "depth_video_log",
                                   "depth_image_float32"])
 def test_the_same_frames_recorded_give_lerobots_dataset(lerobot_recorded, tmp_path, kind):
-    """The frames LeRobot's fixture records, recorded with the drop-in and exported (what push_to_hub uploads):
-    LeRobot reads the same dataset as from its own recording (encoder settings such as h264 kept)."""
-    from lerobot_zarr.writing.export import to_lerobot
-
+    """The frames LeRobot's fixture records, recorded with the drop-in and finalized: LeRobot reads the folder
+    (LeRobot's files beside the store) as the same dataset as its own recording (encoder settings such as h264
+    kept); a push exports the same files."""
     ours = record(kind, tmp_path, LeRobotDataset)
-    assert not any(ours.glob("data/*/*.parquet"))  # a store, not LeRobot's files
-    _same_dataset(lerobot_recorded(kind), to_lerobot(ours, tmp_path / "export", progress=False), kind)
+    assert (ours / "zarr.json").is_file() and any(ours.glob("data/*/*.parquet"))  # the store, and LeRobot's files
+    _same_dataset(lerobot_recorded(kind), ours, kind)
 
 
 def test_create_and_resume_take_lerobots_parameters():
@@ -504,11 +503,12 @@ def test_push_to_hub_gives_what_lerobot_loads(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("mode", [{"streaming_encoding": True, "encoder_threads": 1}, {"batch_encoding_size": 2}])
-def test_background_encoder_neither_save_episode_nor_finalize_waits_and_the_push_joins(tmp_path, monkeypatch, mode):
+def test_background_encoder_is_not_waited_for_and_finalize_joins_its_segments(tmp_path, monkeypatch, mode):
     """streaming_encoding / batch_encoding_size start the background encoder; with its process stopped (SIGSTOP),
-    save_episode and finalize still return (they never wait for it); push_to_hub waits for it and joins every
-    episode's segment without encoding any (batches: the last, incomplete one is encoded after finalize, as
-    LeRobot's finalize encodes it); LeRobot 0.6.1 loads the push."""
+    save_episode still returns (never waits for it); once it made the segments (flush_pending_videos), finalize
+    joins them into LeRobot's files without encoding any (batches: the last, incomplete one is encoded at the
+    flush, as LeRobot's finalize encodes it), and the push exports the same without encoding; LeRobot 0.6.1 loads
+    both."""
     from hub_fixtures import make_env
 
     import lerobot_zarr.writing.export as export_module
@@ -529,51 +529,198 @@ def test_background_encoder_neither_save_episode_nor_finalize_waits_and_the_push
             for i in range(n):
                 ds.add_frame(_frame(e, i))
             ds.save_episode()
-        ds.finalize()
         assert encoder.process.poll() is None  # stopped, not waited for
     finally:
         os.kill(encoder.pid, signal.SIGCONT)
+    ds.writer.flush_pending_videos()
+    ds.finalize()
+    assert encodes == [], f"episodes {encodes} were encoded at finalize: their segments were not joined"
+    assert encoder.process.returncode is not None
+    _same_as_recorded(_reference()("someone/streamed", root=tmp_path / "ds"), lengths)
     with HubServer(tmp_path / "server", tokens={"hf_write": "alice"}) as hub:
         make_env(monkeypatch, tmp_path, hub.endpoint)
         monkeypatch.setenv("HF_TOKEN", "hf_write")
         ds.push_to_hub()
         assert encodes == [], f"episodes {encodes} were encoded at push: their segments were not joined"
-        assert encoder.process.returncode == 0
         # an export that is not the recording's (`lerobot-zarr push`) takes the recorded encoder_threads too
         out = export_module.to_lerobot(tmp_path / "ds", tmp_path / "again", progress=False)
         assert encodes == []
         info = json.loads((out / "meta" / "info.json").read_text())["features"]["observation.images.cam"]["info"]
         assert "encoder_threads" not in info and "video.encoder_threads" not in info
-        theirs = _reference()("someone/streamed", root=tmp_path / "download")
-        assert len(theirs) == sum(lengths) and theirs.num_episodes == 3
-        index = 0
-        for e, n in enumerate(lengths):
-            for i in range(n):
-                item, want = theirs[index], _frame(e, i)
-                assert int(item["episode_index"]) == e and item["observation.state"].tolist() == \
-                    want["observation.state"].tolist()
-                cam = torch.from_numpy(want["observation.images.cam"]).permute(2, 0, 1) / 255
-                assert float((item["observation.images.cam"] - cam).abs().mean()) < 0.02, (e, i)
-                index += 1
+        _same_as_recorded(_reference()("someone/streamed", root=tmp_path / "download"), lengths)
 
 
-def test_cancel_pending_videos_stops_the_encoder_and_the_push_encodes(tmp_path):
-    """cancel_pending_videos (LeRobot's VideoEncodingManager calls it when recording fails) stops the background
-    encoder at once; flush_pending_videos then has nothing to wait for; the export encodes what lacks a segment."""
-    from lerobot_zarr.writing.export import to_lerobot
+def _same_as_recorded(theirs, lengths) -> None:
+    """LeRobot's class reads the episodes ``_frame`` made: numbers exactly, camera frames as an encoding keeps them."""
+    assert len(theirs) == sum(lengths) and theirs.num_episodes == len(lengths)
+    index = 0
+    for e, n in enumerate(lengths):
+        for i in range(n):
+            item, want = theirs[index], _frame(e, i)
+            assert int(item["episode_index"]) == e and item["observation.state"].tolist() == \
+                want["observation.state"].tolist()
+            cam = torch.from_numpy(want["observation.images.cam"]).permute(2, 0, 1) / 255
+            assert float((item["observation.images.cam"] - cam).abs().mean()) < 0.02, (e, i)
+            index += 1
 
+
+def test_finalize_stops_a_stalled_encoder_and_encodes_what_it_lacks(tmp_path, monkeypatch):
+    """An encoder that made nothing (stopped) does not hold finalize up: finalize stops it and encodes the saved
+    episodes itself, once each; LeRobot's class reads the folder."""
+    import lerobot_zarr.writing.export as export_module
+
+    encodes: list[int] = []
+    real = export_module.make_segment
+    monkeypatch.setattr(export_module, "make_segment", lambda ds, enc, e, *a, **k: (encodes.append(e),
+                                                                                      real(ds, enc, e, *a, **k))[1])
     ds = LeRobotDataset.create(REPO_ID, 30, FEATURES, root=tmp_path / "ds", streaming_encoding=True)
     encoder = ds.writer._encoder
     os.kill(encoder.pid, signal.SIGSTOP)
+    for e, n in enumerate((3, 2)):
+        for i in range(n):
+            ds.add_frame(_frame(e, i))
+        ds.save_episode()
+    ds.finalize()
+    assert encoder.process.returncode is not None and sorted(encodes) == [0, 1]
+    _same_as_recorded(_reference()(REPO_ID, root=tmp_path / "ds"), (3, 2))
+
+
+def test_cancel_pending_videos_drops_only_the_episode_in_progress(tmp_path):
+    """cancel_pending_videos (LeRobot's VideoEncodingManager calls it when recording fails) drops the encoder's
+    work on the episode in progress, as LeRobot's: here none is encoded before save_episode, so the encoder keeps
+    running and encodes the episodes saved after it; the buffered frames stay until cleared, as LeRobot's."""
+    from lerobot_zarr.writing.segments import SEGMENTS
+
+    ds = LeRobotDataset.create(REPO_ID, 30, FEATURES, root=tmp_path / "ds", streaming_encoding=True)
+    encoder = ds.writer._encoder
     for i in range(3):
         ds.add_frame(_frame(0, i))
     ds.save_episode()
+    ds.add_frame(_frame(1, 0))
     ds.writer.cancel_pending_videos()
-    assert encoder.process.returncode is not None and ds.writer._encoder is None
-    ds.writer.flush_pending_videos()
+    assert ds.has_pending_frames() and ds.writer._encoder is encoder and encoder.process.poll() is None
+    ds.writer.cleanup_interrupted_episode(1)
+    for i in range(2):
+        ds.add_frame(_frame(1, i))
+    ds.save_episode()
+    assert encoder.flush() is True
+    assert len(list((tmp_path / "ds" / SEGMENTS).glob("*.mp4"))) == 2
     ds.finalize()
-    out = to_lerobot(tmp_path / "ds", tmp_path / "export", progress=False)
-    assert len(_reference()(REPO_ID, root=out)) == 3
+    _same_as_recorded(_reference()(REPO_ID, root=tmp_path / "ds"), (3, 2))
+
+
+IMAGE_FEATURES = {**FEATURES, "observation.images.wrist": {"dtype": "image", "shape": (24, 32, 3),
+                                                            "names": ["height", "width", "channels"]}}
+
+
+def _image_frame(e: int, i: int) -> dict:
+    rng = np.random.default_rng(e * 1000 + i)
+    return {**_frame(e, i), "observation.images.wrist": rng.integers(0, 256, (24, 32, 3), dtype=np.uint8)}
+
+
+def test_finalize_leaves_a_lerobot_dataset_at_root_that_lerobot_and_its_tools_read(tmp_path):
+    """After finalize, root is a LeRobot v3.0 dataset as LeRobot's recorder leaves it: LeRobot's class reads it
+    (numbers and PNG images exactly, videos as encoded), the drop-in opened on root still reads the store (not a
+    conversion of those files) with LeRobot's episode table of them, and LeRobot's delete_episodes runs on it. A
+    second finalize writes nothing; resume + a new episode + finalize refreshes the files."""
+    from lerobot.datasets.dataset_tools import delete_episodes
+
+    root = tmp_path / "ds"
+    ds = LeRobotDataset.create(REPO_ID, 30, IMAGE_FEATURES, root=root)
+    assert json.loads((root / "meta" / "info.json").read_text())["total_episodes"] == 0  # as LeRobot's create
+    for e, n in enumerate((3, 2, 4)):
+        for i in range(n):
+            ds.add_frame(_image_frame(e, i))
+        ds.save_episode()
+    ds.finalize()
+    theirs = _reference()(REPO_ID, root=root)
+    assert len(theirs) == 9 and theirs.meta.total_episodes == 3
+    ours = LeRobotDataset(REPO_ID, root=root)
+    assert Path(ours.dataset.root) == root  # the store itself, not a store made of the LeRobot files
+    for index in range(9):
+        a, b = theirs[index], ours[index]
+        for key in ("observation.state", "action", "observation.images.wrist", "episode_index", "frame_index",
+                    "index", "task_index", "timestamp"):
+            assert torch.equal(a[key], b[key]), (index, key)
+        assert a["task"] == b["task"]
+        assert float((a["observation.images.cam"] - b["observation.images.cam"]).abs().mean()) < 0.02
+    for meta in (ours.meta, ds.meta):  # LeRobot's file locations of the files beside the store
+        assert list(meta.episodes["data/file_index"]) == list(theirs.meta.episodes["data/file_index"])
+    smaller = delete_episodes(ds, episode_indices=[1], output_dir=tmp_path / "smaller", repo_id="someone/smaller")
+    kept = _reference()("someone/smaller", root=tmp_path / "smaller")
+    assert kept.meta.total_episodes == 2 and len(kept) == 7 and smaller.meta.total_episodes == 2
+    assert kept[3]["observation.state"].tolist() == [2, 0, 200]
+
+    stamp = (root / "meta" / "info.json").stat().st_mtime_ns
+    again = LeRobotDataset.resume(REPO_ID, root=root)
+    again.finalize()  # no new episode: the files stay as they are
+    assert (root / "meta" / "info.json").stat().st_mtime_ns == stamp
+    more = LeRobotDataset.resume(REPO_ID, root=root)
+    more.add_frame(_image_frame(3, 0))
+    more.save_episode()
+    assert _reference()(REPO_ID, root=root).meta.total_episodes == 3  # the files stay whole until finalize
+    more.finalize()
+    refreshed = _reference()(REPO_ID, root=root)  # (its frames: LeRobot's decoders of this process are cached)
+    assert len(refreshed) == 10 and refreshed.meta.total_episodes == 4
+    assert refreshed.hf_dataset[9]["observation.state"].tolist() == [3, 0, 300]
+
+
+def test_files_a_lerobot_tool_changed_in_place_are_what_the_drop_in_reads_then(tmp_path):
+    """LeRobot's modify_tasks rewrites a finalized recording's files in place: the drop-in opened on root then reads
+    them as changed (as LeRobot's class does, with a warning), not the store; a resumed recording's finalize
+    refuses to write over them."""
+    from lerobot.datasets.dataset_tools import modify_tasks
+
+    from lerobot_zarr.errors import StoreExistsError
+
+    features = {k: v for k, v in FEATURES.items() if k != "observation.images.cam"}
+    root = tmp_path / "ds"
+    ds = LeRobotDataset.create(REPO_ID, 30, features, root=root)
+    for e in range(2):
+        for i in range(2):
+            ds.add_frame({k: v for k, v in _frame(e, i).items() if k != "observation.images.cam"})
+        ds.save_episode()
+    ds.finalize()
+    modify_tasks(ds, new_task="stack the cups")
+    with pytest.warns(UserWarning, match="changed since finalize"):
+        again = LeRobotDataset(REPO_ID, root=root)
+    assert [again[i]["task"] for i in range(4)] == ["stack the cups"] * 4
+    assert list(again.meta.tasks.index) == ["stack the cups"]
+    more = LeRobotDataset.resume(REPO_ID, root=root)
+    more.add_frame({k: v for k, v in _frame(2, 0).items() if k != "observation.images.cam"})
+    more.save_episode()
+    with pytest.raises(StoreExistsError, match="changed since"):
+        more.finalize()
+    assert _reference()(REPO_ID, root=root).meta.total_episodes == 2
+
+
+def test_a_feature_named_as_a_lerobot_folder_is_refused_at_create(tmp_path):
+    with pytest.raises(ArgumentError, match="'videos'"):
+        LeRobotDataset.create(REPO_ID, 30, {**FEATURES, "videos": {"dtype": "float32", "shape": (1,), "names": None}},
+                              root=tmp_path / "ds")
+    assert not (tmp_path / "ds").exists()
+
+
+def test_flush_of_a_stalled_encoder_raises_naming_it(tmp_path):
+    """BackgroundEncoder.flush waits while the encoder makes progress; stalled (SIGSTOP) past its timeout it
+    raises EncoderTimeoutError naming the store, the pid and what it waited for, and leaves it running."""
+    from lerobot_zarr.errors import EncoderTimeoutError
+
+    ds = LeRobotDataset.create(REPO_ID, 30, FEATURES, root=tmp_path / "ds", streaming_encoding=True)
+    encoder = ds.writer._encoder
+    for i in range(2):
+        ds.add_frame(_frame(0, i))
+    os.kill(encoder.pid, signal.SIGSTOP)
+    try:
+        ds.save_episode()
+        with pytest.raises(EncoderTimeoutError, match=f"pid {encoder.pid}.*every saved episode") as err:
+            encoder.flush(timeout=0.5)
+        assert isinstance(err.value, TimeoutError) and str(tmp_path / "ds") in str(err.value)
+        assert encoder.process.poll() is None
+    finally:
+        os.kill(encoder.pid, signal.SIGCONT)
+    assert encoder.flush() is True
+    ds.finalize()
 
 
 def test_the_recording_example_runs(tmp_path):

@@ -1,0 +1,206 @@
+"""LeRobot's files beside a recorded store (``writing.export.export_beside``, what a recording's ``finalize()``
+writes): made of the store's last commit, once (a second export of the same commit writes nothing), never seen
+half-written (a process stopped at any rename leaves the previous files or none, and the store as it was), its
+single-episode videos hard links of the store's segments, and stale segments pruned. LeRobot's own class reading
+them is checked in test_lerobot_recording.py (it needs torch and lerobot)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("av", reason="PyAV is not installed (optional extra lerobot_zarr[video])")
+pytest.importorskip("pyarrow", reason="pyarrow is not installed")
+
+import pyarrow.parquet as pq
+
+import lerobot_zarr.writing.export as export_module
+from lerobot_zarr.sampling.dataset import LeRobotZarrDataset
+from lerobot_zarr.writing.export import EXPORT_MARKER, export_beside, exported_state
+from lerobot_zarr.writing.segments import SEGMENTS, encode_missing
+from lerobot_zarr.writing.writer import WritableDataset, create
+
+FEATURES = {"observation.state": {"dtype": "float32", "shape": [2], "names": None},
+            "observation.images.cam": {"dtype": "video", "shape": [16, 24, 3],
+                                       "names": ["height", "width", "channels"]}}
+
+
+def _episode(store: WritableDataset, e: int, n: int) -> None:
+    store.add_episode({"observation.state": np.stack([np.array([e, i], np.float32) for i in range(n)]),
+                       "observation.images.cam": np.full((n, 16, 24, 3), 40 * e + 10, np.uint8)}, task=f"task {e}")
+
+
+def _lerobot_episodes(root: Path) -> list[int]:
+    """The episode of each row of LeRobot's data files beside the store (what LeRobot's class would serve)."""
+    info = json.loads((root / "meta" / "info.json").read_text())
+    rows = [pq.read_table(path).column("episode_index").to_pylist() for path in sorted(root.glob("data/*/*.parquet"))]
+    episodes = [e for part in rows for e in part]
+    assert len(episodes) == info["total_frames"] and len(set(episodes)) == info["total_episodes"]
+    return episodes
+
+
+def test_export_beside_writes_once_per_commit_and_follows_new_episodes(tmp_path):
+    root = tmp_path / "ds"
+    store = create(root, fps=10, features=FEATURES, durable=False)
+    try:
+        _episode(store, 0, 3)
+        _episode(store, 1, 2)
+        assert export_beside(store.reader) is True
+        assert _lerobot_episodes(root) == [0, 0, 0, 1, 1]
+        stamp = (root / "meta" / "info.json").stat().st_mtime_ns
+        assert export_beside(store.reader) is False  # the same commit: nothing written
+        assert (root / "meta" / "info.json").stat().st_mtime_ns == stamp
+        _episode(store, 2, 4)
+        assert export_beside(store.reader) is True
+        assert _lerobot_episodes(root) == [0, 0, 0, 1, 1, 2, 2, 2, 2]
+        assert exported_state(root)["episodes"] == 3
+    finally:
+        store.close()
+    # the store is still what opens at root, beside LeRobot's folders (not a transcode of them into the cache)
+    from lerobot_zarr import open_dataset
+    from lerobot_zarr.sources import resolve_source
+
+    assert type(resolve_source(root)).__name__ == "StoreSource"
+    with open_dataset(root) as ds:
+        assert Path(ds.root) == root and len(ds) == 9 and ds.meta.total_episodes == 3
+    WritableDataset(root).close()  # its writer finds nothing to clean up or refuse
+
+
+@pytest.mark.parametrize("stop_at", [1, 4, 6])
+def test_an_export_stopped_at_any_rename_leaves_the_previous_files_or_none(tmp_path, monkeypatch, stop_at):
+    """Renames into or out of root are the export's only steps visible there (6: the previous meta, data, videos
+    out, the new data, videos, meta in): stopped before the ``stop_at``-th (as a kill there would), root holds the
+    previous export whole, or no meta/info.json (no dataset), never a mix; the store keeps every episode; the next
+    export completes."""
+    root = tmp_path / "ds"
+    store = create(root, fps=10, features=FEATURES, durable=False)
+    try:
+        _episode(store, 0, 3)
+        export_beside(store.reader)
+        _episode(store, 1, 2)
+        calls = []
+        real = os.replace
+
+        class Killed(BaseException):
+            pass
+
+        def replace(src, dst):
+            if Path(dst).parent == root or Path(src).parent == root:
+                calls.append(dst)
+                if len(calls) == stop_at:
+                    raise Killed
+            return real(src, dst)
+
+        monkeypatch.setattr(export_module.os, "replace", replace)
+        with pytest.raises(Killed):
+            export_beside(store.reader)
+        monkeypatch.setattr(export_module.os, "replace", real)
+        assert len(calls) == stop_at
+        if (root / "meta" / "info.json").exists():
+            assert exported_state(root)["episodes"] == 1 and _lerobot_episodes(root) == [0, 0, 0]
+        else:
+            assert stop_at > 1
+        with LeRobotZarrDataset(root) as ds:
+            assert ds.meta.total_episodes == 2
+        assert export_beside(store.reader) is True
+        assert _lerobot_episodes(root) == [0, 0, 0, 1, 1]
+        assert not [p for p in root.iterdir() if p.name.startswith(".lerobot-")]  # the stopped one's leftovers
+    finally:
+        store.close()
+
+
+def test_a_lone_episode_video_is_the_segment_hard_linked_and_stale_segments_are_pruned(tmp_path):
+    root = tmp_path / "ds"
+    store = create(root, fps=10, features=FEATURES, durable=False)
+    try:
+        _episode(store, 0, 3)
+        encode_missing(root)
+        (segment,) = (root / SEGMENTS).glob("*.mp4")
+        stale = root / SEGMENTS / ("0" * 40 + ".mp4")  # a segment no episode has (of an episode since changed)
+        stale.write_bytes(segment.read_bytes())
+        os.utime(stale, (1, 1))
+        export_beside(store.reader)
+        video = root / "videos" / "observation.images.cam" / "chunk-000" / "file-000.mp4"
+        assert video.stat().st_ino == segment.stat().st_ino  # no bytes copied, nothing encoded
+        assert not stale.exists() and segment.exists()
+    finally:
+        store.close()
+
+
+def test_a_feature_named_as_lerobot_folders_is_refused(tmp_path):
+    root = tmp_path / "ds"
+    store = create(root, fps=10, features={"data": {"dtype": "float32", "shape": [1], "names": None}}, durable=False)
+    try:
+        store.add_episode({"data": np.zeros((2, 1), np.float32)}, task="t")
+        with pytest.raises(ValueError, match="'data'"):
+            export_beside(store.reader)
+        assert not (root / "meta").exists() and not (root / EXPORT_MARKER).exists()
+    finally:
+        store.close()
+
+
+def test_files_a_lerobot_tool_changed_in_place_are_never_overwritten(tmp_path):
+    """LeRobot's tools edit a folder in place (modify_tasks rewrites the data and episode files): the next export
+    (a resumed recording's finalize) refuses to undo that, naming the files, before it changes anything."""
+    from lerobot_zarr.errors import StoreExistsError
+    from lerobot_zarr.writing.export import edited_beside, exported_beside
+
+    root = tmp_path / "ds"
+    store = create(root, fps=10, features=FEATURES, durable=False)
+    try:
+        _episode(store, 0, 3)
+        export_beside(store.reader)
+        assert exported_beside(store.reader) and edited_beside(root) == []
+        (data,) = root.glob("data/*/*.parquet")
+        table = pq.read_table(data)
+        pq.write_table(table.set_column(table.schema.get_field_index("task_index"), "task_index",
+                                        table.column("task_index")), data)
+        assert edited_beside(root) == [data.relative_to(root).as_posix()] and not exported_beside(store.reader)
+        _episode(store, 1, 2)
+        with pytest.raises(StoreExistsError, match="changed since"):
+            export_beside(store.reader)
+        assert exported_state(root)["episodes"] == 1 and _lerobot_episodes(root) == [0, 0, 0]
+    finally:
+        store.close()
+
+
+def test_a_process_killed_while_exporting_leaves_the_previous_files_or_none(tmp_path):
+    """A real SIGKILL at several instants of an export (after it started: while writing, renaming...): root holds
+    the previous export whole or no meta/info.json, the store every episode; the next export completes."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    root = tmp_path / "ds"
+    store = create(root, fps=10, features=FEATURES, durable=False)
+    try:
+        _episode(store, 0, 3)
+        export_beside(store.reader)
+        for e in range(1, 4):
+            _episode(store, e, 20)
+        child = ("import sys, lerobot_zarr.writing.export as x; from lerobot_zarr.sampling.dataset import "
+                 "LeRobotZarrDataset as D; ds = D(sys.argv[1]); print('go', flush=True); x.export_beside(ds); "
+                 "print('done', flush=True)")
+        env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+        for delay in (0.0, 0.3, 1.0):
+            proc = subprocess.Popen([sys.executable, "-c", child, str(root)], stdout=subprocess.PIPE, text=True,
+                                    env=env)
+            assert proc.stdout.readline().strip() == "go"
+            time.sleep(delay)
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=60)
+            proc.stdout.close()
+            if (root / "meta" / "info.json").exists():
+                episodes = exported_state(root)["episodes"]
+                assert episodes in (1, 4) and len(set(_lerobot_episodes(root))) == episodes
+            with LeRobotZarrDataset(root) as ds:
+                assert ds.meta.total_episodes == 4
+        export_beside(store.reader)
+        assert sorted(set(_lerobot_episodes(root))) == [0, 1, 2, 3]
+    finally:
+        store.close()
