@@ -2,11 +2,12 @@
 
 ``LEROBOT_ZARR_TEST_PROFILE=profile.tsv pytest ...`` samples, every second in a background thread, the disk taken
 by the temp folder (``$TMPDIR``: give the run a private one) and the memory of this process and its children
-(RSS, and PSS: a page that forked processes share counted once), and writes per test: seconds, peak temp disk,
-temp disk left when it ended (what it keeps for later tests), peak RSS and PSS (MiB). The end of the run prints
-the tests that take the most. The suite's budget (docs: README "Developing") is 3 GB of temp disk and 3 GB of RAM
-(the process tree's PSS) at any moment, 10 minutes on 2 cores; ``scripts/measure_suite.sh`` measures the whole
-run from outside.
+(RSS, and PSS: a page that forked processes share counted once), and writes per test (from the samples taken while
+it ran, and the last one before): seconds, peak temp disk, temp disk left when it ended (what it keeps for later
+tests), peak RSS and PSS (MiB), and when it started (seconds since the worker's start: with ``-n 2``, when each
+worker ended). The end of the run prints the tests that take the most. The suite's budget (docs: README
+"Developing") is 3 GB of temp disk and 3 GB of RAM (the process tree's PSS) at any moment, 10 minutes on 2 cores;
+``scripts/measure_suite.sh`` measures the whole run from outside.
 """
 
 from __future__ import annotations
@@ -103,9 +104,11 @@ class _Profile:
     def __init__(self, out: Path):
         self.out = out
         self.tmp = tempfile.gettempdir()
-        self.rows: list[tuple[str, float, int, int, int, int]] = []
+        self.rows: list[tuple[str, float, int, int, int, int, float]] = []
+        self.started = time.monotonic()
         self.peak = [0, 0, 0]  # this test's peak temp disk, RSS, PSS
         self.run = [0, 0, 0]  # the run's
+        self.last = [0, 0, 0]  # the latest measure
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._sample, name="test-budget", daemon=True)
@@ -115,31 +118,32 @@ class _Profile:
         while not self._stop.wait(1.0):
             self.measure()
 
-    def measure(self) -> list[int]:
+    def measure(self) -> None:
         now = [disk_bytes(self.tmp), *tree_memory_bytes(os.getpid())]
         with self._lock:
+            self.last = now
             self.peak = [max(a, b) for a, b in zip(self.peak, now)]
             self.run = [max(a, b) for a, b in zip(self.run, now)]
-        return now
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(self, item, nextitem):
-        now = self.measure()
+        # from the background samples only (a second apart): walking the temp folder at each test's start and end
+        # slowed a run of the suite by minutes
         with self._lock:
-            self.peak = now
+            self.peak = list(self.last)
         start = time.monotonic()
         yield
         seconds = time.monotonic() - start
-        end_disk = self.measure()[0]
         with self._lock:
-            self.rows.append((item.nodeid, seconds, self.peak[0], end_disk, self.peak[1], self.peak[2]))
+            self.rows.append((item.nodeid, seconds, self.peak[0], self.last[0], self.peak[1], self.peak[2],
+                              start - self.started))
 
     def pytest_sessionfinish(self, session):
         self._stop.set()
         self._thread.join()
-        lines = ["test\tseconds\tpeak_disk_mib\tend_disk_mib\tpeak_rss_mib\tpeak_pss_mib"]
-        lines += [f"{n}\t{s:.1f}\t{d / _MIB:.0f}\t{e / _MIB:.0f}\t{r / _MIB:.0f}\t{p / _MIB:.0f}"
-                  for n, s, d, e, r, p in self.rows]
+        lines = ["test\tseconds\tpeak_disk_mib\tend_disk_mib\tpeak_rss_mib\tpeak_pss_mib\tstarted_s"]
+        lines += [f"{n}\t{s:.1f}\t{d / _MIB:.0f}\t{e / _MIB:.0f}\t{r / _MIB:.0f}\t{p / _MIB:.0f}\t{t:.1f}"
+                  for n, s, d, e, r, p, t in self.rows]
         self.out.write_text("\n".join(lines) + "\n")
 
     def pytest_terminal_summary(self, terminalreporter):

@@ -65,22 +65,35 @@ def module_tmp(tmp_path_factory, request):
 @pytest.fixture(scope="session")
 def g1_store(tmp_path_factory):
     """G1-policy-train (../shared/datasets) as a store shared by the tests that only read it: all 100 episodes,
-    the camera decoded where its mp4 exists (episodes 1, 2, 4, 5) and kept at 24x32. Read only: the session
-    fails if a test changed it (copy it to write: ``shutil.copytree``)."""
+    the camera decoded where its mp4 exists (episodes 1, 2, 4, 5) and kept at 24x32 (13 MB). Made once per run:
+    pytest-xdist's workers share it (the first to need it makes it, under a file lock; decoding G1's AV1 camera is
+    the costly part). Read only: the session fails if a test changed it (copy it to write: ``shutil.copytree``)."""
+    import fcntl
+
     from hub_fixtures import real_dataset
 
     import lerobot_zarr
 
     src = real_dataset("G1-policy-train")
     pytest.importorskip("av")
-    root = tmp_path_factory.mktemp("g1_shared") / "store"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", lerobot_zarr.LeRobotZarrWarning)
-        lerobot_zarr.open_dataset(src, root=root, resize={G1_CAM: G1_SMALL}, progress=False).close()
+    workers = os.environ.get("PYTEST_XDIST_WORKER")
+    # with xdist, the parent of a worker's base temp folder is the run's, the same for every worker
+    base = tmp_path_factory.getbasetemp().parent / "g1_shared" if workers else tmp_path_factory.mktemp("g1_shared")
+    base.mkdir(exist_ok=True)
+    root = base / "store"
+    with open(base / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another worker making it: wait until it is made
+        if not (base / "made").exists():
+            shutil.rmtree(root, ignore_errors=True)  # a worker failed while making it
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", lerobot_zarr.LeRobotZarrWarning)
+                lerobot_zarr.open_dataset(src, root=root, resize={G1_CAM: G1_SMALL}, progress=False).close()
+            (base / "made").touch()
     committed = (root / "zarr.json").read_bytes()
     yield root
     assert (root / "zarr.json").read_bytes() == committed, "a test changed the shared G1 store (copy it first)"
-    shutil.rmtree(root.parent, ignore_errors=True)
+    if not workers:  # (xdist: another worker may still read it; 13 MB in the run's temp folder, removed with it)
+        shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.fixture

@@ -36,13 +36,14 @@ Timestamps are seconds in the file: an episode's ``from_timestamp`` plus the fra
 from __future__ import annotations
 
 import bisect
+import contextlib
 import itertools
 import math
 import os
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, BinaryIO
 
 import numpy as np
@@ -250,9 +251,10 @@ class _File:
         self.fed: list[float] = []  # presentation times of the packets fed since the last seek, sorted
         self.seeks = 0
         self.decoded = 0  # packets fed to the decoder
+        self.closed = False
 
     def close(self) -> None:
-        self.run, self.packets = None, None
+        self.run, self.packets, self.closed = None, None, True
         self.container.close()
         self.converter.close()
 
@@ -482,6 +484,17 @@ class Mp4Frames:
             f.close()
         return other
 
+    @contextlib.contextmanager
+    def _using(self, key: str, slot: int) -> Iterator[_File]:
+        """Container ``slot`` of ``key`` with its lock held. Another thread's trim may close a file between
+        :meth:`_file` handing it out and its lock being taken (it is not in use yet): a closed one is opened anew."""
+        while True:
+            f = self._file(key, slot)
+            with f.lock:
+                if not f.closed:
+                    yield f
+                    return
+
     def _open(self, key: str, index: _Index | None) -> _File:
         import av
 
@@ -606,9 +619,8 @@ class Mp4Frames:
             then[j] = sorted_times[j + 1] if sorted_times[j + 1] - sorted_times[j] >= TOLERANCE_S else then[j + 1]
         # each frame is converted straight into its row of ``out``; a frame read again at once is copied from
         # the row it went to
-        f = self._file(key, slot)
         previous, previous_row = None, 0
-        with f.lock:
+        with self._using(key, slot) as f:
             try:
                 for j, k in enumerate(order.tolist()):
                     frame, row = f.frame_at(sorted_times[j], where, then[j]), int(rows[k])

@@ -446,14 +446,22 @@ def test_codecs_register_whatever_the_import_order():
     code = ("import sys; {first}; {second}; from zarr.registry import get_codec_class; "
             "print(get_codec_class('lerobot_zarr.delta').__name__, get_codec_class('lerobot_zarr.jpeg').__name__, "
             "[type(f).__module__ for f in sys.meta_path if type(f).__module__.startswith('lerobot_zarr')])")
-    for first, second in (("import lerobot_zarr", "import zarr"), ("import zarr", "import lerobot_zarr"),
-                          ("import lerobot_zarr", "import xarray"), ("import zarr", "pass")):
-        out = subprocess.run([sys.executable, "-c", code.format(first=first, second=second)], check=False,
-                             capture_output=True,
-                             text=True, timeout=120, cwd=str(Path(__file__).parents[2]),
-                             env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])})
-        assert out.returncode == 0 and out.stdout.split() == ["DeltaCodec", "JpegCodec", "[]"], \
-            (first, second, out.stdout, out.stderr)
+    orders = (("import lerobot_zarr", "import zarr"), ("import zarr", "import lerobot_zarr"),
+              ("import lerobot_zarr", "import xarray"), ("import zarr", "pass"))
+    procs = [subprocess.Popen([sys.executable, "-c", code.format(first=first, second=second)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              cwd=str(Path(__file__).parents[2]),
+                              env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])})
+             for first, second in orders]  # fresh interpreters, run side by side
+    try:
+        for (first, second), proc in zip(orders, procs, strict=True):
+            stdout, stderr = proc.communicate(timeout=120)
+            assert proc.returncode == 0 and stdout.split() == ["DeltaCodec", "JpegCodec", "[]"], \
+                (first, second, stdout, stderr)
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
 
 
 # ------------------------------------------------------------------------------------------------ shard layout

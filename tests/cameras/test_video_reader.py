@@ -569,6 +569,28 @@ def test_open_files_are_bounded_closed_on_eviction_and_on_close(av1, lerobot_h26
     assert fds_open(paths) == 0
 
 
+def test_a_file_another_thread_closes_before_its_use_is_opened_anew(av1, monkeypatch):
+    """With threads, another thread's trim may close a file after the cache handed it out and before its lock was
+    taken (the test above failed so under load: "Container is not open"): the read opens it anew."""
+    path, _, n = av1["a.mp4"]
+    want = reference(path, all_times(n))
+    reader = Mp4Frames(SHAPE, max_open=2)
+    handed = []
+    cached = Mp4Frames._file
+
+    def file_then_trimmed(self, key, slot=0):
+        f = cached(self, key, slot)
+        if not handed:  # the first one handed out is closed at once, as another thread's trim would
+            handed.append(f)
+            self._trim_to(0)
+        return f
+
+    monkeypatch.setattr(Mp4Frames, "_file", file_then_trimmed)
+    rows = np.array([3, 17, 40])
+    assert np.array_equal(reader.read(str(path), rows / FPS), want[rows])
+    assert handed[0].closed and reader.stats()["open"] == 1
+
+
 def test_memory_bound_lowers_kept_frames_and_open_files(av1):
     frame = int(np.prod(SHAPE))
     decoder = video_reader._DECODER_FRAMES

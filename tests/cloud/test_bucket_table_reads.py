@@ -50,9 +50,9 @@ def test_reopen_reads_the_footer_and_the_row_groups_it_needs(env, tmp_path):
         # (the two HEADs asking what the folder is are sent together; a loaded machine may delay one thread's
         # first request past the other's answer: the chain is counted from the second)
         counted = (len(env.server.requests()), env.server.stats.round_trips(exclude=("zarr.json",)))
-        local = lerobot_zarr.open_dataset(folder, episodes=[then], root=tmp_path / f"local-{n}-{attempt}",
-                                          progress=False)
-        assert_same_frames(ds, local, f"{n} episodes")
+        if attempt == 0:  # the frames once (a re-measure counts round trips only)
+            local = lerobot_zarr.open_dataset(folder, episodes=[then], root=tmp_path / f"local-{n}", progress=False)
+            assert_same_frames(ds, local, f"{n} episodes")
         pf = pq.ParquetFile(folder / TABLE)
         groups = sorted({then // 10, (then // 20 * 20) // 10})  # its row group, and where its data file begins
         uses = pf.metadata.serialized_size + 8 + sum(b - a for a, b in column_ranges(pf, NEEDED, groups))
@@ -60,7 +60,7 @@ def test_reopen_reads_the_footer_and_the_row_groups_it_needs(env, tmp_path):
         assert 0 < read <= 2 * uses, (n, read, uses)
         return counted
 
-    counts = fewest_round_trips(measure, SIZES)
+    counts = fewest_round_trips(measure, SIZES, most=5)
     # the HEAD, the listing, the metadata files with the table's footer, its row groups, the data file's footer
     assert counts[SIZES[0]] == counts[SIZES[1]] and counts[SIZES[1]][1] <= 5, counts
 
@@ -78,12 +78,13 @@ def test_first_open_of_one_episode_in_as_many_round_trips_at_ten_times_the_episo
     def measure(n: int, attempt: int) -> tuple[int]:
         ds = open_counted(env, f"first-{n}", n // 2 + 3, tmp_path / f"s-{n}-{attempt}")
         trips = env.server.stats.round_trips()
-        local = lerobot_zarr.open_dataset(folders[n], episodes=[n // 2 + 3], root=tmp_path / f"local-{n}-{attempt}",
-                                          progress=False)
-        assert_same_frames(ds, local, f"{n} episodes")
+        if attempt == 0:  # the frames once (a re-measure counts round trips only)
+            local = lerobot_zarr.open_dataset(folders[n], episodes=[n // 2 + 3], root=tmp_path / f"local-{n}",
+                                              progress=False)
+            assert_same_frames(ds, local, f"{n} episodes")
         return (trips,)
 
-    counts = {n: c[0] for n, c in fewest_round_trips(measure, (200, 2000)).items()}
+    counts = {n: c[0] for n, c in fewest_round_trips(measure, (200, 2000), most=5).items()}
     # what the folder is (two HEADs), its listing, the metadata files with the episode table, the episode's rows
     # (one more where the episode table's footer is read before its row groups)
     assert counts[200] == counts[2000] <= 5, counts
@@ -138,12 +139,13 @@ def test_first_open_of_one_episode_of_a_v21_folder_lists_only_its_files_folders(
         ds = open_counted(env, f"v21-{n}", n // 2 + 3, tmp_path / f"s-{n}-{attempt}")
         lists = [r.query for r in env.server.requests("GET") if "list-type" in r.query]
         counted = (len(lists), env.server.stats.round_trips())
-        local = lerobot_zarr.open_dataset(folders[n], episodes=[n // 2 + 3], root=tmp_path / f"local-{n}-{attempt}",
-                                          progress=False)
-        assert_same_frames(ds, local, f"{n} episodes")
+        if attempt == 0:  # the frames once (a re-measure counts round trips only)
+            local = lerobot_zarr.open_dataset(folders[n], episodes=[n // 2 + 3], root=tmp_path / f"local-{n}",
+                                              progress=False)
+            assert_same_frames(ds, local, f"{n} episodes")
         return counted
 
-    counts = fewest_round_trips(measure, SIZES_V21)
+    counts = fewest_round_trips(measure, SIZES_V21, most=5)
     # meta/ listed with the HEAD, the metadata files, the data and video folders of the episode's chunk (listings:
     # 3), its data file, its mp4 (round trips: 5)
     assert counts[SIZES_V21[0]] == counts[SIZES_V21[1]] and counts[SIZES_V21[1]] == (3, 5), counts

@@ -147,12 +147,13 @@ def test_reopen_reads_the_footer_and_the_row_groups_it_needs(hub, env, tmp_path)
         uses = _uses(hub.folders[n], [first, then])
         read = _table_reads(hub, n)
         assert sum(b - a for a, b in read) <= 2 * uses and len(read) <= 3, (n, read, uses)
-        local = lerobot_zarr.open_dataset(hub.folders[n], episodes=[first, then], root=tmp_path / f"local-{n}",
-                                          progress=False)
-        assert_same_frames(ds, local, f"{n} episodes")
+        if attempt == 0:  # the frames once (a re-measure counts round trips only)
+            local = lerobot_zarr.open_dataset(hub.folders[n], episodes=[first, then], root=tmp_path / f"local-{n}",
+                                              progress=False)
+            assert_same_frames(ds, local, f"{n} episodes")
         return counted
 
-    counts = fewest_round_trips(measure, SIZES)
+    counts = fewest_round_trips(measure, SIZES, most=6)
     # revision, listing, the metadata files with the table's footer, its row groups, the data file's footer, its
     # row group
     assert counts[SIZES[0]][1] == counts[SIZES[1]][1] <= 6, counts

@@ -89,6 +89,8 @@ def test_first_open_reads_what_a_later_open_reads(hub, env, tmp_path):
         assert len(read) == 2, (n, [(r.path, r.range) for r in lib_requests(hub)])
         assert sum(b - a for a, b in read) <= 2 * _uses(hub.folders[n], [k]), (n, read)
         assert sum(b - a for a, b in read) < (hub.folders[n] / TABLE).stat().st_size / 2, (n, read)
+        if attempt > 0:  # the values once (a re-measure counts round trips only)
+            return len(read), trips
         assert_table_is_the_sources(root, hub.folders[n])
         local = lerobot_zarr.open_dataset(hub.folders[n], episodes=[k], root=tmp_path / f"local-{n}", progress=False)
         assert_same_frames(ds, local, f"{n} episodes")
@@ -101,7 +103,7 @@ def test_first_open_reads_what_a_later_open_reads(hub, env, tmp_path):
 
     # revision, listing, the metadata files with the table's footer, its row groups, the data file (the fewest of a
     # few measures: a loaded machine can add a round trip, never remove one)
-    counts = fewest_round_trips(measure, SIZES)
+    counts = fewest_round_trips(measure, SIZES, most=5)
     assert counts[SIZES[0]][1] == counts[SIZES[1]][1] <= 5, counts
 
 

@@ -52,12 +52,13 @@ def test_lerobot_written_repo_opens_in_a_bounded_number_of_round_trips(hub, env,
     def measure(n: int, attempt: int) -> tuple[int, int]:
         k = n // 2 + 3  # in a middle data file
         ds, requests, trips = _open_counted(hub, f"org/lerobot-{n}", k, tmp_path / f"lerobot-{n}-{attempt}")
-        local = lerobot_zarr.open_dataset(hub.folders[n], root=tmp_path / f"local-{n}-{attempt}", episodes=[k],
-                                          progress=False)
-        assert_same_frames(ds, local, f"{n} episodes")
+        if attempt == 0:  # the frames once (a re-measure counts round trips only)
+            local = lerobot_zarr.open_dataset(hub.folders[n], root=tmp_path / f"local-{n}", episodes=[k],
+                                              progress=False)
+            assert_same_frames(ds, local, f"{n} episodes")
         return requests, trips
 
-    counts = fewest_round_trips(measure, SIZES)
+    counts = fewest_round_trips(measure, SIZES, most=5)
     # revision, listing (with our index's name), the metadata files together with the episode table (whole: under
     # 16 MiB, and its footer would not give these episodes' lengths of 20-40 frames), the data file's footer, its
     # row group: as many at 1,000 episodes as at 40 (before: a request per row group of the episode table)

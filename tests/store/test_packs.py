@@ -50,6 +50,15 @@ def source(tmp_path) -> Path:
                                 episodes_per_file=5)
 
 
+@pytest.fixture(scope="module")
+def source_store(module_tmp) -> Path:
+    """``source`` transcoded once for the module: the tests that damage a store damage a copy of it."""
+    src = write_sample_dataset(module_tmp / "src", n_episodes=12, lengths=(20, 40), state_dim=4, action_dim=4,
+                               episodes_per_file=5)
+    lz.open_dataset(src, root=module_tmp / "store", progress=False)
+    return module_tmp / "store"
+
+
 def allocated(path: Path) -> int:
     return os.stat(path).st_blocks * 512
 
@@ -489,9 +498,9 @@ MUTATIONS = {  # what each mutation breaks: the key the error must name
 
 
 @pytest.mark.parametrize("what", MUTATIONS)
-def test_a_malformed_root_gives_a_store_error_naming_the_key(source, tmp_path, what):
+def test_a_malformed_root_gives_a_store_error_naming_the_key(source_store, tmp_path, what):
     store = tmp_path / "s"
-    lz.open_dataset(source, root=store, progress=False)
+    shutil.copytree(source_store, store)
     _mutate(store, MUTATIONS[what])
     with pytest.raises(StoreError) as info:
         LeRobotZarrDataset(store)
@@ -512,9 +521,9 @@ NAMED = {  # the key (or value) each error above must name
 }
 
 
-def test_a_symlinked_pack_folder_is_refused(source, tmp_path):
+def test_a_symlinked_pack_folder_is_refused(source_store, tmp_path):
     store = tmp_path / "s"
-    lz.open_dataset(source, root=store, progress=False)
+    shutil.copytree(source_store, store)
     outside = tmp_path / "outside"
     (store / "action" / "c" / "0").rename(outside)
     (store / "action" / "c" / "0").symlink_to(outside)
