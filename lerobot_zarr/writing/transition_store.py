@@ -52,8 +52,10 @@ class StoreTransitions:
             self._follow_packs(state)
         self.length, self.chunk, self.offset = t.length, t.chunk, t.offset
         self.generation = state.generation
-        if appended_one:  # (its pack is mapped: new packs go the other way)
+        if appended_one:  # (in a pack the state before had: no new maps, the pack's mapped if it was not)
             e = len(t) - 1
+            if self._all_mapped:
+                self._maps.ensure(t.chunk[e:])
             self.ends = appended(self.ends, [int(self.ends[-1]) + int(t.length[e]) if e else int(t.length[e])])
             self.starts = appended(self.starts, [int(self.ends[e]) - int(t.length[e])])
             self.tail_ok = appended(self.tail_ok, self._tail_rows(np.array([e]), t.episode_index_shift))
