@@ -67,21 +67,25 @@ class Transitions:
                  t == length - 1, False, {"penalty": 0.0}) for t in range(length)]
 
 
-def timed_fill(buffers: dict, gen: Transitions, n: int, episode: int) -> tuple[dict[str, float], dict[str, float]]:
-    """(us per transition, amortized; of which in the adds that end an episode, amortized) for each buffer."""
-    spent, ending, added = dict.fromkeys(buffers, 0.0), dict.fromkeys(buffers, 0.0), 0
+def timed_fill(buffers: dict, gen: Transitions, n: int, episode: int
+               ) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
+    """(us per transition, amortized; of which in the adds that end an episode, amortized; CPU us per transition,
+    of every thread of the process while the add ran) for each buffer."""
+    spent, ending, cpu, added = dict.fromkeys(buffers, 0.0), dict.fromkeys(buffers, 0.0), dict.fromkeys(buffers, 0.0), 0
     while added < n:
         for tr in gen.episode(episode):
             for name, b in buffers.items():
-                t0 = time.perf_counter()
+                c0, t0 = time.process_time(), time.perf_counter()
                 b.add(*tr)
                 t = time.perf_counter() - t0
+                cpu[name] += time.process_time() - c0
                 spent[name] += t
                 if tr[4]:
                     ending[name] += t
             added += 1
     return ({name: spent[name] / added * 1e6 for name in buffers},
-            {name: ending[name] / added * 1e6 for name in buffers})
+            {name: ending[name] / added * 1e6 for name in buffers},
+            {name: cpu[name] / added * 1e6 for name in buffers})
 
 
 def per_sample_ms(buffers: dict, batch: int, repeats: int, calls: int) -> dict[str, tuple[float, float]]:
@@ -95,10 +99,11 @@ def per_sample_ms(buffers: dict, batch: int, repeats: int, calls: int) -> dict[s
     return {name: (min(ts) / calls * 1e3, statistics.median(ts) / calls * 1e3) for name, ts in times.items()}
 
 
-def add_line(add: dict[str, float], ending: dict[str, float]) -> str:
+def add_line(add: dict[str, float], ending: dict[str, float], cpu: dict[str, float]) -> str:
     """``timed_fill``'s figures in words: per transition, amortized, and what ours spends committing episodes."""
     return (f"add per transition, amortized: ours {add['ours']:.0f} us, LeRobot {add['lerobot']:.0f} us "
-            f"({add['ours'] / add['lerobot']:.2f}x, target <= 2x); ours commits each episode to the store: "
+            f"({add['ours'] / add['lerobot']:.2f}x, target <= 2x); CPU ours {cpu['ours']:.0f} us, LeRobot "
+            f"{cpu['lerobot']:.0f} us ({cpu['ours'] / cpu['lerobot']:.2f}x); ours commits each episode to the store: "
             f"{ending['ours']:.0f} us of it, the other adds {add['ours'] - ending['ours']:.0f} us "
             f"({(add['ours'] - ending['ours']) / add['lerobot']:.2f}x LeRobot's)")
 
@@ -114,8 +119,8 @@ def section_add(args, torch, ReplayBuffer, LeRobotReplayBuffer, work: Path) -> N
         ours = ReplayBuffer(args.transitions, device="cpu", use_drq=False, root=work / f"add-{image}-{storage}",
                             **({"image_storage": storage} if storage else {}))
         theirs = LeRobotReplayBuffer(args.transitions, device="cpu", use_drq=False, optimize_memory=True)
-        add, ending = timed_fill({"ours": ours, "lerobot": theirs}, gen, args.transitions, args.episode)
-        print(f"  {label}: {add_line(add, ending)}; {load()}")
+        add, ending, cpu = timed_fill({"ours": ours, "lerobot": theirs}, gen, args.transitions, args.episode)
+        print(f"  {label}: {add_line(add, ending, cpu)}; {load()}")
         ours.close()
         del theirs
 
@@ -127,8 +132,8 @@ def section_add_and_sample(args, torch, ReplayBuffer, LeRobotReplayBuffer, rando
         gen = Transitions(torch, image)
         ours = ReplayBuffer(args.transitions, device="cpu", use_drq=False, root=work / f"sample-{image}")
         theirs = LeRobotReplayBuffer(args.transitions, device="cpu", use_drq=False, optimize_memory=True)
-        add, ending = timed_fill({"ours": ours, "lerobot": theirs}, gen, args.transitions, args.episode)
-        print(f"  {label}: {add_line(add, ending)}")
+        add, ending, cpu = timed_fill({"ours": ours, "lerobot": theirs}, gen, args.transitions, args.episode)
+        print(f"  {label}: {add_line(add, ending, cpu)}")
         times = per_sample_ms({"ours": ours, "lerobot": theirs}, 256, args.repeats, args.calls)
         rows.append((label + ", no DrQ", times))
         if image is not None:

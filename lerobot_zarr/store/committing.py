@@ -281,23 +281,47 @@ def commit(state: StoreState, *, previous: StoreState | None, durable: bool = Tr
     return state
 
 
-def append_commit(state: StoreState, *, previous: StoreState, record: bytes, at: int, durable: bool = True
-                  ) -> StoreState:
+def _complete(state: StoreState) -> bool:
+    """Whether every episode of ``state`` is committed for every array (what a writer's appends leave)."""
+    every = ((0, len(state.table)),) if len(state.table) else ()
+    return not any(state.unavailable.values()) and all(state.materialized.get(name, ()) == every
+                                                       for name in state.arrays)
+
+
+def _appended_runs(state: StoreState, previous: StoreState, drop: int, extend: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(rows becoming live, rows no longer live) of an append: from the episodes it touches alone (the dropped ones,
+    the extended one, the new last one), so that its cost does not grow with the store; every episode's runs
+    compared when some are incomplete."""
+    if not (_complete(state) and _complete(previous)):
+        new_runs, old_runs = _live_runs(state), _live_runs(previous)
+        return _runs_difference(new_runs, old_runs), _runs_difference(old_runs, new_runs)
+    t, p = state.table, previous.table
+    new = np.array([[t.chunk[-1], t.offset[-1], t.length[-1]]], dtype=np.int64) if len(t) else \
+        np.zeros((0, 3), np.int64)
+    touched = np.arange(drop, dtype=np.int64)
+    if extend:
+        touched = np.append(touched, len(p) - 1)
+    old = np.stack([p.chunk[touched], p.offset[touched], p.length[touched]], axis=1)
+    return _runs_difference(new, old), _runs_difference(old, new)
+
+
+def append_commit(state: StoreState, *, previous: StoreState, record: bytes, at: int, drop: int, extend: bool,
+                  durable: bool = True) -> StoreState:
     """A commit appended to the log of a format-4 root (``previous.logged``): ``state`` is ``previous`` with
-    ``record`` applied (:func:`~lerobot_zarr.store.state.apply_record`). Order: rows becoming live flagged in
-    ``frame_live``, a flush (``durable``), the record written at byte ``at`` of the log in one write (the commit
-    point: a record cut short is not read), then rows no longer live unflagged. zarr's copies and the root are
-    left as they are (zarr readers see the root's commit until the log is folded into it)."""
+    ``record`` applied (:func:`~lerobot_zarr.store.state.apply_record`: one episode appended, or the last one
+    extended, after ``drop`` of the oldest were dropped). Order: rows becoming live flagged in ``frame_live``, a
+    flush (``durable``), the record written at byte ``at`` of the log in one write (the commit point: a record cut
+    short is not read), then rows no longer live unflagged. zarr's copies and the root are left as they are (zarr
+    readers see the root's commit until the log is folded into it)."""
     root = state.root
     _check_intact(previous)
     pending = root / LIVE_PENDING_MARKER
     repair = pending.exists()
-    new_runs, old_runs = _live_runs(state), _live_runs(previous)
-    gone = _runs_difference(old_runs, new_runs)
+    flag, gone = _appended_runs(state, previous, drop, extend)
     if len(gone) and not repair:
         pending.touch()
     if not repair:
-        _set_live(root, state.packs, _runs_difference(new_runs, old_runs), True)
+        _set_live(root, state.packs, flag, True)
     if durable:
         flush_filesystem(root)  # data reaches the disk before the record that lists it
     append_record(root, record, at, durable=durable)

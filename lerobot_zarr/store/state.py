@@ -31,6 +31,7 @@ from .tables import (
     ArraySpec,
     EpisodeTable,
     PackLayout,
+    appended,
     checked_int,
     parse_ranges,
     ranges_mask,
@@ -41,7 +42,8 @@ from .zarr_meta import EPISODE_ARRAYS, LIVE_ARRAY, ROOT
 
 __all__ = ["FORMAT_VERSION", "LOGGED_FORMAT_VERSION", "ATTRS_KEY", "MAX_ROOT_BYTES", "CREATING_MARKER",
            "LIVE_PENDING_MARKER", "StoreState", "check_array_name", "chunk_path", "retired_path", "live_path",
-           "stats_path", "read_root", "has_commit_point", "read_state", "counted_info", "apply_record"]
+           "stats_path", "read_root", "has_commit_point", "read_state", "counted_info", "apply_record",
+           "on_demand_capable"]
 
 FORMAT_VERSION = 3
 LOGGED_FORMAT_VERSION = 4  # a root whose store may hold commits in its log: older versions refuse to read it
@@ -424,8 +426,9 @@ def _parse_state(root: Path, attrs: Mapping, consolidated: Mapping, version: int
     on_demand = _key(attrs, "stats_on_demand", list, where, [])
     for name in on_demand:
         spec = arrays.get(name) if isinstance(name, str) else None
-        if spec is None or spec.is_text or spec.kind in CAMERA_DTYPES or spec.storage != "raw":
-            raise CorruptStoreError(f"{where}: stats_on_demand names {name!r:.60}, not a raw numeric feature")
+        if spec is None or not on_demand_capable(spec):
+            raise CorruptStoreError(f"{where}: stats_on_demand names {name!r:.60}, not a raw numeric feature or "
+                                    f"uint8 camera")
     return StoreState(
         root=root, info=info, tasks=tuple(tasks), stats=stats, source=source, arrays=arrays, table=table,
         packs=packs, materialized=materialized, unavailable=unavailable, not_materialized=not_materialized,
@@ -434,6 +437,12 @@ def _parse_state(root: Path, attrs: Mapping, consolidated: Mapping, version: int
         capacity_frames=capacity, pending_tasks=tuple(pending), read_version=version, hashes=hashes,
         stats_on_demand=tuple(on_demand),
         logged=version == LOGGED_FORMAT_VERSION)
+
+
+def on_demand_capable(spec: ArraySpec) -> bool:
+    """Whether a feature's stats can be computed when asked (:mod:`.stats`): a raw numeric feature, or a raw uint8
+    camera (whose stats LeRobot computes from a sample of its frames, in any unit: no depth conversion)."""
+    return spec.storage == "raw" and not spec.is_text and (spec.kind not in CAMERA_DTYPES or spec.dtype == np.uint8)
 
 
 def _legacy_table(root: Path, attrs: Mapping, where: str, version: int) -> tuple[EpisodeTable, PackLayout]:
@@ -607,15 +616,9 @@ def apply_record(state: StoreState, record: Mapping[str, Any], where: str) -> St
                 if name in state.arrays}
     except (KeyError, TypeError, AttributeError) as exc:
         raise CorruptStoreError(f"{where}: malformed commit record ({type(exc).__name__}: {exc})") from None
-    kept = slice(drop, n - 1 if extend else n)
-    dropped = int(table.length[:drop].sum())
-    new_table = EpisodeTable.contiguous(
-        np.append(table.length[kept], length), np.append(table.task_index[kept], task),
-        np.append(table.chunk[kept], chunk), np.append(table.offset[kept], offset),
-        np.append(table.episode_index_shift[kept] + drop, shift), np.append(table.index_shift[kept] + dropped,
-                                                                            index_shift))
+    new_table = table.appended((length, task, chunk, offset, shift, index_shift), drop=drop, extend=extend)
     all_tasks = (*state.tasks, *tasks)
-    new = replace(state, table=new_table, tasks=all_tasks, generation=generation,
-                  packs=PackLayout(np.append(state.packs.rows, np.asarray(new_rows, dtype=np.int64)), next_row),
+    rows = appended(state.packs.rows, new_rows) if new_rows else state.packs.rows
+    new = replace(state, table=new_table, tasks=all_tasks, generation=generation, packs=PackLayout(rows, next_row),
                   info=counted_info(state.info, new_table, len(all_tasks)), zarr_copies=None)
     return new.all_materialized().with_hashes(entries)

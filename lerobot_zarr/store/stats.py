@@ -1,10 +1,11 @@
 """Stats computed when asked: the LeRobot ``stats.json`` entries of a store's ``stats_on_demand`` features.
 
-A store may name numeric features whose stats no commit computes (``StoreState.stats_on_demand``): an RL buffer's
-float32 cameras, whose per-element stats (each element of a ``[3, H, W]`` frame a column of its own, as this
-library computes any N-D numeric feature's: LeRobot's rule for float vectors) would cost a commit far more than
-writing the frames. Their entries are absent from the root's ``stats``; :func:`on_demand_stats` computes them from
-the committed rows, as a writer's commit would have: each episode's stats
+A store may name numeric features or uint8 cameras whose stats no commit computes (``StoreState.stats_on_demand``):
+an RL buffer's cameras, whose stats would cost a commit of a short episode more than writing its frames (float32
+frames: per element, each element of a ``[3, H, W]`` frame a column of its own, as this library computes any N-D
+numeric feature's, LeRobot's rule for float vectors; uint8 images: per channel, from a sample of each episode's
+frames, as LeRobot computes them). Their entries are absent from the root's ``stats``; :func:`on_demand_stats`
+computes them from the committed rows, as a writer's commit would have: each episode's stats
 (:func:`~lerobot_zarr.lerobot.format.episode_stats`), merged count-weighted
 (:func:`~lerobot_zarr.lerobot.format.aggregate_stats`'s values, bit for bit, one episode in memory at a time);
 episodes without the feature's rows do not count. Exports compute every episode's stats from the data anyway.
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..lerobot.format import QUANTILES, STAT_NAMES, episode_stats, stats_json
+from ..lerobot.format import CAMERA_DTYPES, QUANTILES, STAT_NAMES, aggregate_stats, episode_stats, stats_json
 from .packs import read_raw_rows
 from .state import StoreState
 
@@ -35,6 +36,19 @@ def on_demand_stats(state: StoreState) -> dict[str, dict[str, list]]:
 
 
 def _merged(state: StoreState, name: str, episodes: np.ndarray) -> dict[str, np.ndarray]:
+    """The merged stats of feature ``name`` over ``episodes``: :func:`_merged_numeric`, or for a camera (stats
+    per channel, from a sample of each episode's frames, counted in frames sampled) the episodes' stats stacked
+    and merged by :func:`~lerobot_zarr.lerobot.format.aggregate_stats` itself (they are a few numbers each)."""
+    spec, table = state.arrays[name], state.table
+    if spec.kind not in CAMERA_DTYPES:
+        return _merged_numeric(state, name, episodes)
+    rows = [episode_stats(read_raw_rows(state.root, name, spec, int(table.chunk[e]),
+                                        int(state.packs.rows[table.chunk[e]]), int(table.offset[e]),
+                                        int(table.length[e])), spec.kind) for e in episodes.tolist()]
+    return aggregate_stats({key: np.stack([np.asarray(r[key]) for r in rows]) for key in STAT_NAMES})
+
+
+def _merged_numeric(state: StoreState, name: str, episodes: np.ndarray) -> dict[str, np.ndarray]:
     """:func:`~lerobot_zarr.lerobot.format.aggregate_stats` of the episodes' stats, bit for bit (its sums over
     episodes are sums in episode order), one episode in memory at a time: of each, only its mean and std are kept
     (for the variance, once the mean is known)."""

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import base64
 import binascii
+import math
+import threading
+import weakref
 import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -19,7 +22,8 @@ from .text import TEXT_CODEC, TEXT_KINDS
 
 __all__ = ["MAX_ROWS", "MAX_EPISODES", "MAX_PACKS", "MAX_FRAMES", "MAX_FRAME_BYTES", "MAX_PACK_BYTES",
            "DEFAULT_PACK_BYTES", "Storage", "STORAGES", "ArraySpec", "array_spec", "EpisodeTable", "PackLayout",
-           "location_key", "checked_int", "frozen_ints", "to_ranges", "from_ranges", "ranges_mask", "ranges_of",
+           "location_key", "checked_int", "frozen_ints", "appended", "to_ranges", "from_ranges", "ranges_mask",
+           "ranges_of",
            "parse_ranges", "pack_rows_target", "plan_packs"]
 
 DEFAULT_PACK_BYTES = 32 << 20
@@ -63,7 +67,7 @@ class ArraySpec:
 
     @property
     def frame_bytes(self) -> int:
-        return int(np.prod(self.frame_shape, dtype=np.int64)) * self.dtype.itemsize
+        return int(math.prod(self.frame_shape)) * self.dtype.itemsize  # (no numpy call: cheap at every write)
 
     @property
     def ndim(self) -> int:
@@ -117,8 +121,43 @@ def _decode_column(text: Any, where: str, max_items: int, *, exactly: int | None
 
 
 def frozen_ints(values: Any) -> np.ndarray:
-    """``values`` as a read-only 1-D int64 array."""
+    """``values`` as a read-only 1-D int64 array (one already is taken as it is, else a copy)."""
+    if isinstance(values, np.ndarray) and values.dtype == np.int64 and values.ndim == 1 and \
+            not values.flags.writeable:
+        return values
     out = np.array(values, dtype=np.int64).reshape(-1)
+    out.flags.writeable = False
+    return out
+
+
+_filled: dict[int, int] = {}  # id of a buffer made by appended() -> its rows in use
+_filled_lock = threading.Lock()
+
+
+def appended(column: np.ndarray, values: Any) -> np.ndarray:
+    """``column`` with ``values`` after it along the first axis, as a new read-only array, in amortized O(len(values))
+    (a commit's cost must not grow with the episodes before it): the result is a view of a buffer with room to grow
+    (doubling), and appending to the newest view of a buffer writes into its free rows, which no view shows yet.
+    Appending to any other array (an older view, a slice) copies it into a new buffer."""
+    values = np.asarray(values)
+    if np.result_type(column.dtype, values.dtype) != column.dtype:  # as np.concatenate would: a wider dtype
+        out = np.concatenate([column, values.reshape(-1, *column.shape[1:])])
+        out.flags.writeable = False
+        return out
+    values = values.reshape(-1, *column.shape[1:])
+    n, k = len(column), len(values)
+    owner = column.base
+    with _filled_lock:
+        # a view of the buffer with as many rows as it has in use, of its strides, is its newest (rows [0, n))
+        if owner is not None and _filled.get(id(owner)) == n and n + k <= len(owner) and \
+                column.strides == owner.strides and column.dtype == owner.dtype:
+            owner[n:n + k] = values
+        else:
+            owner = np.empty((max(16, 2 * (n + k)), *column.shape[1:]), dtype=column.dtype)
+            owner[:n], owner[n:n + k] = column, values
+            weakref.finalize(owner, _filled.pop, id(owner), None)
+        _filled[id(owner)] = n + k
+    out = owner[:n + k]
     out.flags.writeable = False
     return out
 
@@ -160,6 +199,25 @@ class EpisodeTable:
 
     def __len__(self) -> int:
         return len(self.length)
+
+    def appended(self, row: tuple[int, int, int, int, int, int], *, drop: int = 0, extend: bool = False
+                 ) -> EpisodeTable:
+        """This table after an append: its ``drop`` oldest episodes dropped (the kept ones' shifts grow by what was
+        dropped), the last one replaced when ``extend``, then ``row`` = (length, task_index, chunk, offset,
+        episode_index_shift, index_shift). A plain append costs O(1) amortized (:func:`appended`)."""
+        length, task, chunk, offset, shift, index_shift = (int(v) for v in row)
+        n = len(self)
+        if not drop and not extend:
+            start = int(self.start[-1] + self.length[-1]) if n else 0
+            return EpisodeTable(*(appended(getattr(self, key), [v]) for key, v in zip(
+                _TABLE_KEYS, (start, length, task, chunk, offset, shift, index_shift), strict=True)))
+        kept = slice(drop, n - 1 if extend else n)
+        dropped = int(self.length[:drop].sum())
+        return EpisodeTable.contiguous(
+            np.append(self.length[kept], length), np.append(self.task_index[kept], task),
+            np.append(self.chunk[kept], chunk), np.append(self.offset[kept], offset),
+            np.append(self.episode_index_shift[kept] + drop, shift),
+            np.append(self.index_shift[kept] + dropped, index_shift))
 
     def take(self, keep: np.ndarray) -> EpisodeTable:
         """The rows ``keep`` (a mask or indices), columns unchanged."""
@@ -209,7 +267,7 @@ class PackLayout:
 
     def with_pack(self, rows: int, used: int) -> PackLayout:
         """One more pack of ``rows`` rows, the first ``used`` of them in use."""
-        return PackLayout(np.append(self.rows, int(rows)), int(used))
+        return PackLayout(appended(self.rows, [int(rows)]), int(used))
 
     def retire(self, packs: Iterable[int]) -> PackLayout:
         rows = self.rows.copy()

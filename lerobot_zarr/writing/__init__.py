@@ -1,7 +1,8 @@
 """Writing: transcoding a LeRobot source into a store (:mod:`.transcode`, the cameras kept as asked:
 :mod:`.camera_choices`), the writable dataset (:mod:`.writer`: a
 reader plus its write transaction, :mod:`.transaction`; in-place edits, :mod:`.edits`; value checks,
-:mod:`.values`; a copy sharing its packs, :mod:`.forks`), RL transitions as episodes (:mod:`.transitions`, their layout :mod:`.transition_layout`), export
+:mod:`.values`; a copy sharing its packs, :mod:`.forks`), RL transitions as episodes (:mod:`.transitions`, their layout :mod:`.transition_layout`, the committed ones
+read by :mod:`.transition_store`), export
 and push as LeRobot v3.0 (:mod:`.export`) and ``verify`` (:mod:`.integrity`)."""
 
 from ..utils.lazy import lazy_face

@@ -86,6 +86,9 @@ class WriteTransaction:
                      if self.state.unavailable_of(name)}
         self.on_commit: Callable[[StoreState], None] | None = None  # told of each new committed state
         self.stats_rows: dict[str, dict[str, np.ndarray]] | None = None  # per-episode stats of stored values
+        # appends committed to the log since stats_rows was stacked: (the episode's stats, drop, extend), stacked
+        # onto it when next asked (an append's commit costs no copy of every episode's stats)
+        self._stats_appends: list[tuple[dict, int, bool]] = []
         self.fresh: dict[tuple[int, int], dict[str, int]] = {}  # content hashes of rows written since the commit
         self.adopted: dict[str, tuple[str, str]] = {}  # files made packs since the commit: (pack path, their path)
         self.pack_writers = PackWriters(self.root)  # (closed by the writer's close, or when dropped)
@@ -307,6 +310,8 @@ class WriteTransaction:
         """Per-episode stats, stacked: of every episode (rows in episode order), or only of ``episodes`` (rows in
         that order: a deletion needs the kept ones only). Computed once where missing, with a progress bar."""
         if self.stats_rows is not None:
+            if self._stats_appends:
+                self.stats_rows = self._stacked_appends()
             rows = self.stats_rows
             return rows if episodes is None else {name: {k: v[list(episodes)] for k, v in stats.items()}
                                                   for name, stats in rows.items()}
@@ -332,6 +337,26 @@ class WriteTransaction:
         if episodes is None:
             self.stats_rows = stacked
         return stacked
+
+    def _stacked_appends(self) -> dict[str, dict[str, np.ndarray]]:
+        """:attr:`stats_rows` with the appends committed since stacked onto it: one concatenation per stat."""
+        rows, appends, self._stats_appends = self.stats_rows, self._stats_appends, []
+        first = next((v for stats in rows.values() for v in stats.values()), None)
+        if first is None:
+            return rows
+        start, stop, new = 0, len(first), []
+        for stats, drop, extend in appends:
+            taken = min(drop, stop - start)
+            start += taken
+            del new[:drop - taken]
+            if extend:
+                if new:
+                    new.pop()
+                else:
+                    stop -= 1
+            new.append(stats)
+        return {name: {k: np.concatenate([v[start:stop], np.stack([s[name][k] for s in new])]) for k, v in
+                       stats.items()} for name, stats in rows.items()}
 
     def _dataset_stats(self, table: EpisodeTable, rows: dict[str, dict[str, np.ndarray]],
                        gaps_of: Mapping[str, Mapping[int, str]]) -> dict:
@@ -424,7 +449,7 @@ class WriteTransaction:
             remove_path(self.root / _EDITING / f"{pack}-{offset}")
         self.dirty = {}
         if rows is not None:
-            self.stats_rows = rows
+            self.stats_rows, self._stats_appends = rows, []
         kept = {(int(c), int(o)) for c, o in zip(table.chunk.tolist(), table.offset.tolist(), strict=True)}
         gone = {(int(c), int(o)) for c, o in zip(previous.table.chunk.tolist(), previous.table.offset.tolist(),
                                                  strict=True)} - kept
@@ -438,13 +463,14 @@ class WriteTransaction:
             self.on_commit(self.state)
         return self.state
 
-    def commit_appended(self, rows: dict[str, dict[str, np.ndarray]], *, table: EpisodeTable, packs: PackLayout,
+    def commit_appended(self, stats: dict[str, dict[str, np.ndarray]], *, row: tuple[int, ...], packs: PackLayout,
                         tasks: tuple[str, ...], gaps: dict[str, dict[int, str]], drop: int, extend: bool
                         ) -> StoreState:
         """The commit of an append (one episode added, or the last one extended, after ``drop`` of the oldest were
         dropped): with :attr:`log_commits`, a record appended to the log (no root rewrite: its cost does not grow
-        with the store), else (or when the change is more than that) :meth:`commit`. ``rows``: every episode's
-        stats, ``gaps`` as in :meth:`commit`. The dataset stats in the root are those of the last fold; the log is
+        with the store), else (or when the change is more than that) :meth:`commit`. ``stats``: the new (or
+        extended) episode's stats, ``row`` its row of the table (:meth:`EpisodeTable.appended`), ``gaps`` as in
+        :meth:`commit`. The dataset stats in the root are those of the last fold; the log is
         folded into the root every ``FOLD_RECORDS`` records, at :meth:`fold` and when a writer opens the store."""
         previous = self.state
         n_old = len(previous.packs)
@@ -455,26 +481,30 @@ class WriteTransaction:
                  or tasks[:len(previous.tasks)] != previous.tasks
                  or self.log_count >= FOLD_RECORDS or self.log_at >= FOLD_BYTES)
         if plain:
-            return self.commit(previous, rows, table=table, packs=packs, tasks=tasks, gaps=gaps)
-        e = len(table) - 1
+            rows = self.episode_stats_rows()
+            kept = slice(drop, len(previous.table) - 1 if extend else None)  # the other episodes that stay
+            rows = {name: {k: np.concatenate([v[kept], stats[name][k][None]]) for k, v in rows[name].items()}
+                    for name in rows}
+            return self.commit(previous, rows, table=previous.table.appended(row, drop=drop, extend=extend),
+                               packs=packs, tasks=tasks, gaps=gaps)
         payload = {"base": previous.generation, "generation": previous.generation + 1, "drop": drop,
-                   "extend": extend, "episode": [int(table.length[e]), int(table.task_index[e]), int(table.chunk[e]),
-                                                 int(table.offset[e]), int(table.episode_index_shift[e]),
-                                                 int(table.index_shift[e])],
+                   "extend": extend, "episode": [int(v) for v in row],
                    "packs": {"new": packs.rows[n_old:].tolist(), "next_row": int(packs.next_row)},
                    "tasks": list(tasks[len(previous.tasks):]),
                    "hashes": [[c, o, {k: int(v) for k, v in h.items()}] for (c, o), h in self.fresh.items()]}
         new = apply_record(previous, payload, str(self.root / LOG_FILE))
         record = encode_record(payload)
         try:
-            self.state = append_commit(new, previous=previous, record=record, at=self.log_at, durable=self.durable)
+            self.state = append_commit(new, previous=previous, record=record, at=self.log_at, drop=drop, extend=extend,
+                                       durable=self.durable)
         except BaseException:
             self._after_failed_commit(previous)
             raise
         self.log_at += len(record)
         self.log_count += 1
         self.fresh, self.adopted = {}, {}
-        self.stats_rows = rows
+        if self.stats_rows is not None:  # (else read from the stats files when first asked, this one's included)
+            self._stats_appends.append((stats, drop, extend))
         for c, o in zip(previous.table.chunk[:drop].tolist(), previous.table.offset[:drop].tolist(), strict=True):
             remove_path(stats_path(self.root, c, o))
         if self.on_commit is not None:
@@ -494,7 +524,7 @@ class WriteTransaction:
             return
         self.state = drop_empty_features(state)
         self.log_at, self.log_count = state.log_records.size, len(state.log_records)
-        self.fresh, self.adopted, self.dirty, self.stats_rows = {}, {}, {}, None
+        self.fresh, self.adopted, self.dirty, self.stats_rows, self._stats_appends = {}, {}, {}, None, []
         self.gaps = {name: self.state.unavailable_of(name) for name in self.state.arrays
                      if self.state.unavailable_of(name)}
         if self.on_commit is not None:

@@ -94,10 +94,12 @@ class Layout:
     def features(self) -> dict[str, dict[str, Any]]:
         return {slot.feature: slot.spec() for slot in self.slots()}
 
-    def float_cameras(self) -> list[str]:
-        """State values kept as float32 frames (3-D: CHW): the store computes their stats when asked, not at each
-        commit (their stats are per element: each of a frame's C*H*W elements has its own)."""
-        return [s.feature for s in self.state.values() if s.stored == "float32" and len(s.shape) == 3]
+    def cameras(self) -> list[str]:
+        """State values kept as frames (3-D: float32 CHW, or uint8 images): the store computes their stats when
+        asked, not at each commit (a float frame's are per element, each of its C*H*W elements has its own; an
+        image's take a pass over the episode's pixels, more than the commit of a short episode costs otherwise)."""
+        return [s.feature for s in self.state.values() if s.stored == "image" or (s.stored == "float32"
+                                                                                   and len(s.shape) == 3)]
 
     def to_json(self) -> dict[str, Any]:
         return {"version": 1, "state": {k: s.to_json() for k, s in self.state.items()},
@@ -287,7 +289,8 @@ def stored_value(slot: Slot, value: Any, what: str, rounding: Rounding | None = 
         if not (low >= 0 and high <= 1):  # NaN fails both
             raise ValueRangeError(f"{what}: camera frames must be finite and in [0, 1] to be stored as images (got "
                                   f"[{low}, {high}]); image_storage='float32' stores any values", feature=slot.feature)
-        out = np.rint(v * np.float32(255)).astype(np.uint8)
+        scaled = v * np.float32(255)
+        out = np.rint(scaled, out=scaled).astype(np.uint8)
         if rounding is not None:
             rounding.check(slot.feature, v, out)
         return out  # CHW: pending frames stay CHW until their commit writes them HWC, a whole episode at a time

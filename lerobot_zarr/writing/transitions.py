@@ -38,7 +38,6 @@ import numpy as np
 
 from ..errors import (
     ArgumentError,
-    CorruptStoreError,
     EmptyStoreError,
     ReadOnlyStoreError,
     SchemaMismatchError,
@@ -52,10 +51,8 @@ from ..errors import (
 )
 from ..lerobot.format import DEFAULT_FEATURES
 from ..sampling.dataset import LeRobotZarrDataset
-from ..sampling.maps import PackMaps
 from ..store.log import LOG_FILE
 from ..store.state import has_commit_point, read_state
-from ..store.tables import pack_rows_target
 from ..store.zarr_meta import ROOT
 from ..utils.fileio import WriterLock
 from ..utils.progress import progress_bar
@@ -82,14 +79,12 @@ from .transition_layout import (
     scalar,
     stored_value,
 )
+from .transition_store import StoreTransitions
 from .writer import WritableDataset, create
 
 __all__ = ["TransitionBuffer"]
 
 log = logging.getLogger("lerobot_zarr")
-
-_MAX_MAPS = 4096
-
 
 class _Pending:
     """Transitions of the episode in progress not yet in the store (stored representation), and the last
@@ -105,8 +100,8 @@ class _Pending:
 
     def append(self, values: dict[str, np.ndarray], next_state: dict[str, np.ndarray],
                frames_after: dict[str, np.ndarray]) -> None:
-        if not self.arrays or self.n == len(next(iter(self.arrays.values()))):
-            size = max(16, 2 * self.n)
+        if not self.arrays or self.n + 1 >= len(next(iter(self.arrays.values()))):  # (a row spare for the tail)
+            size = max(16, 2 * (self.n + 1))
             for slot in self.slots:
                 v = values[slot.feature]
                 grown = np.empty((size, *v.shape), dtype=v.dtype)
@@ -119,14 +114,14 @@ class _Pending:
         self.next_state, self.frames_after = next_state, frames_after
 
     def frames(self) -> dict[str, np.ndarray]:
-        """The pending frames then one tail row: the final observation (zeros elsewhere); cameras HWC."""
+        """The pending frames then one tail row: the final observation (zeros elsewhere); cameras HWC. Views of
+        the pending arrays (the tail written in their spare row), valid until the next append."""
         out = {}
         for slot in self.slots:
-            head = self.arrays[slot.feature][:self.n]
+            rows = self.arrays[slot.feature][:self.n + 1]
             tail = self.next_state.get(slot.feature)
-            tail = np.zeros_like(head[:1]) if tail is None else tail[None]
-            out[slot.feature] = hwc(np.concatenate([head, tail])) if slot.stored == "image" else \
-                np.concatenate([head, tail])
+            rows[self.n] = 0 if tail is None else tail
+            out[slot.feature] = hwc(rows) if slot.stored == "image" else rows
         return out
 
     def clear(self) -> None:
@@ -142,105 +137,6 @@ class _Pending:
             if slot.stored == "image":
                 out[slot.feature], out["next:" + slot.feature] = hwc(out[slot.feature]), hwc(nxt)
         return out
-
-
-class _StoreTransitions:
-    """The committed transitions of an RL buffer store, gathered through memory maps of its packs (one fancy
-    index per value; ``next_state`` is the row after, the final observation row at an episode's end)."""
-
-    def __init__(self, root: Path, layout: Layout):
-        self.root, self.layout = root, layout
-        self.names = [slot.feature for slot in layout.slots()]
-        self._maps: PackMaps | None = None
-        self._warned_tails = False
-        self.generation = -1
-
-    def load(self, state: Any) -> None:
-        """Follow a committed state: its episode table, and maps of its packs."""
-        self.layout.check(state.info.get("features", {}), str(self.root))
-        specs = {}
-        for name in [*self.names, "frame_index", "episode_index"]:
-            spec = state.arrays.get(name)
-            if spec is None or spec.storage != "raw":
-                raise CorruptStoreError(f"{self.root}: feature {name!r} of the buffer is not a raw array of the store",
-                                        path=self.root, feature=name)
-            specs[name] = spec
-        if self._maps is None or not self._maps.update(state.packs):
-            if self._maps is not None:
-                self._maps.close()
-            headroom = int(state.packs.rows.sum() + 4 * pack_rows_target(specs, state.pack_bytes))
-            self._maps = PackMaps(self.root, specs, state.packs, max_packs=max(1, _MAX_MAPS // len(specs)),
-                                  headroom_rows=headroom)
-        t = state.table
-        self.length, self.chunk, self.offset = t.length, t.chunk, t.offset
-        live = np.unique(t.chunk)
-        self._all_mapped = len(live) <= self._maps.max_packs  # (a ring buffer has a few packs)
-        if self._all_mapped:
-            self._maps.ensure(live)
-        self.pack_rows = state.packs.rows
-        self.ends = np.cumsum(t.length)
-        self.starts = self.ends - t.length
-        self.generation = state.generation
-        self.tail_ok = self._tail_rows(t.episode_index_shift)
-        self.all_tails = bool(self.tail_ok.all())
-
-    def _tail_rows(self, shift: np.ndarray) -> np.ndarray:
-        """Whether the row after each episode holds its final observation: inside the pack, with the episode's
-        ``episode_index`` and ``frame_index == length`` (rows another writer reused or left hold other values)."""
-        end = self.offset + self.length
-        ok = end < self.pack_rows[self.chunk]
-        if ok.any():
-            hit = np.flatnonzero(ok)
-            frame = self._read("frame_index", self.chunk[hit], end[hit])
-            episode = self._read("episode_index", self.chunk[hit], end[hit])
-            ok[hit] = (frame == self.length[hit]) & (episode == hit + shift[hit])
-        if not ok.all() and not self._warned_tails:
-            self._warned_tails = True
-            lacking = np.flatnonzero(~ok)
-            warn_user(f"{self.root}: {len(lacking)} episodes (first: {int(lacking[0])}) lack their final observation "
-                      f"(moved by another writer, e.g. after deletions): their last transition's next_state is its "
-                      f"state, LeRobot's rule for datasets")
-        return ok
-
-    def _read(self, name: str, chunk: np.ndarray, rows: np.ndarray) -> np.ndarray:
-        """Values of feature ``name`` at (pack, row) pairs, mapping packs as needed (within the maps' budget)."""
-        maps = self._maps
-        view, base = maps.views[name], maps.base_rows(name)
-        if self._all_mapped:
-            return view[base[chunk] + rows]
-        unique = np.unique(chunk)
-        if len(unique) <= maps.max_packs:
-            maps.ensure(unique)
-            return view[base[chunk] + rows]
-        out = np.empty((len(chunk), *view.shape[1:]), dtype=view.dtype)
-        for part in np.array_split(unique, math.ceil(len(unique) / maps.max_packs)):
-            maps.ensure(part)
-            hit = np.isin(chunk, part)
-            out[hit] = view[base[chunk[hit]] + rows[hit]]
-        return out
-
-    def __len__(self) -> int:
-        return int(self.ends[-1]) if len(self.ends) else 0
-
-    def frames_before(self, episodes: int) -> int:
-        return int(self.ends[episodes - 1]) if episodes else 0
-
-    def gather(self, index: np.ndarray) -> dict[str, np.ndarray]:
-        """Stored values of transitions ``index`` (0 .. len-1 over every committed episode): the rows of their
-        frames, and the rows after them for ``next_state`` (an episode's last frame: its final observation)."""
-        e = np.searchsorted(self.ends, index, side="right")
-        local = index - self.starts[e]
-        chunk, row = self.chunk[e], self.offset[e] + local
-        after = row + 1 if self.all_tails else row + 1 - ((local == self.length[e] - 1) & ~self.tail_ok[e])
-        out = {name: self._read(name, chunk, row) for name in self.names}
-        for slot in self.layout.state.values():
-            out["next:" + slot.feature] = self._read(slot.feature, chunk, after)
-        return out
-
-    def close(self) -> None:
-        if self._maps is not None:
-            self._maps.close()
-            self._maps = None
 
 
 class _DatasetTransitions:
@@ -345,7 +241,7 @@ class TransitionBuffer:
         self._write_lock = threading.RLock()  # adds and commits, one at a time
         self._writer: WritableDataset | None = None
         self._claim: WriterLock | None = None
-        self._store: _StoreTransitions | _DatasetTransitions | None = None
+        self._store: StoreTransitions | _DatasetTransitions | None = None
         self._pending: _Pending | None = None
         self._open_episode = False  # the last committed episode is the one in progress (checkpointed)
         self._drop = 0  # oldest committed episodes the next commit evicts: not sampled any more
@@ -413,7 +309,7 @@ class TransitionBuffer:
     def _use_layout(self, layout: Layout) -> None:
         self.layout = layout
         self._pending = _Pending(layout)
-        self._store = _StoreTransitions(self.root, layout)
+        self._store = StoreTransitions(self.root, layout)
         self._store.load(read_state(self.root))
 
     def _create(self, layout: Layout) -> None:
@@ -422,7 +318,7 @@ class TransitionBuffer:
             self._claim.__exit__(None, None, None)
             self._claim = None
         writer = create(self.root, fps=DEFAULT_FPS if self._fps is None else self._fps, features=layout.features(),
-                        capacity_frames=self.capacity, durable=self.durable, stats_on_demand=layout.float_cameras())
+                        capacity_frames=self.capacity, durable=self.durable, stats_on_demand=layout.cameras())
         layout.write(self.root)
         writer.fold_log(log_commits=True)
         self._writer = writer
@@ -452,7 +348,7 @@ class TransitionBuffer:
                                               f"ReplayBuffer.from_lerobot_dataset", path=self.root)
                 return False  # created, layout not written yet
             self.layout = layout
-            self._store = _StoreTransitions(self.root, layout)
+            self._store = StoreTransitions(self.root, layout)
         changed = state.generation != self._store.generation
         self._store.load(state)
         self._signature = signature

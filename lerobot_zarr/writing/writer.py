@@ -45,7 +45,7 @@ from ..lerobot.format import CAMERA_DTYPES, DEFAULT_FEATURES
 from ..sampling.dataset import DepthUnit, ImageFormat, LeRobotZarrDataset
 from ..sampling.selection import episode_index, frame_range
 from ..store.committing import check_new_store_location, create_store
-from ..store.state import StoreState, read_state, stats_path
+from ..store.state import StoreState, on_demand_capable, read_state, stats_path
 from ..store.tables import DEFAULT_PACK_BYTES, EpisodeTable, PackLayout
 from ..utils.fileio import WriterLock
 from ..utils.hashing import crc32c
@@ -81,9 +81,9 @@ def create(root: str | os.PathLike, *, fps: float, features: Mapping[str, Mappin
             ``$LEROBOT_ZARR_MIN_FREE_BYTES``).
         pack_bytes: target size of a pack (consecutive episodes in one chunk file per feature) for the widest
             feature; an episode bigger than that gets a pack of its own.
-        stats_on_demand: numeric features whose stats commits leave out, computed when asked instead
-            (``meta.stats``; exports compute every stat from the data): for wide float features such as an RL
-            buffer's float32 cameras, whose per-element stats cost a commit far more than the frames.
+        stats_on_demand: numeric features or uint8 cameras whose stats commits leave out, computed when asked
+            instead (``meta.stats``; exports compute every stat from the data): for an RL buffer's cameras, whose
+            stats cost a commit of short episodes more than the frames (float32: per element).
     """
     root = Path(root)
     try:
@@ -99,8 +99,8 @@ def create(root: str | os.PathLike, *, fps: float, features: Mapping[str, Mappin
     info_features, arrays = feature_specs(features)
     for name in stats_on_demand:
         spec = arrays.get(name)
-        if spec is None or spec.is_text or spec.kind in CAMERA_DTYPES or spec.storage != "raw":
-            raise ArgumentError(f"stats_on_demand: {name!r} is not a numeric feature of this store")
+        if spec is None or not on_demand_capable(spec):
+            raise ArgumentError(f"stats_on_demand: {name!r} is not a numeric feature or uint8 camera of this store")
     if root.exists() and (root.is_symlink() or not root.is_dir()):
         check_new_store_location(root)  # raises: not a folder
     info = {"codebase_version": "v3.0", "robot_type": robot_type, "fps": fps if fps % 1 else int(fps),
@@ -418,24 +418,15 @@ class WritableDataset:
         self._tx.fresh[(pack, offset)] = hashes
         if not in_place:
             self._tx.write_stats_file(pack, offset, new_stats)
-        rows = self._tx.episode_stats_rows()
-        kept = slice(drop, len(table) - 1 if extend else None)  # the other episodes that stay
         dropped = int(table.length[:drop].sum())
         first_task = int(table.task_index[e]) if extend else int(task_index[0])
         shifts = (int(table.episode_index_shift[e]) + drop, int(table.index_shift[e]) + dropped) if extend else (0, 0)
-        new_table = EpisodeTable.contiguous(
-            [*table.length[kept].tolist(), before + n], [*table.task_index[kept].tolist(), first_task],
-            [*table.chunk[kept].tolist(), pack], [*table.offset[kept].tolist(), offset],
-            [*(table.episode_index_shift[kept] + drop).tolist(), shifts[0]],
-            [*(table.index_shift[kept] + dropped).tolist(), shifts[1]])
-        new_rows = {name: {k: np.concatenate([v[kept], new_stats[name][k][None]]) for k, v in rows[name].items()}
-                    for name in rows}
         gaps = {name: {p - drop: why for p, why in g.items() if p >= drop} for name, g in self._tx.gaps.items()}
-        self._tx.commit_appended(new_rows, table=new_table, packs=packs, tasks=tuple(tasks), gaps=gaps, drop=drop,
-                                 extend=extend)
+        new = self._tx.commit_appended(new_stats, row=(before + n, first_task, pack, offset, *shifts), packs=packs,
+                                       tasks=tuple(tasks), gaps=gaps, drop=drop, extend=extend)
         if in_place:
             self._tx.write_stats_file(pack, offset, new_stats)
-        return len(new_table) - 1
+        return len(new.table) - 1
 
     def _episode_hashes(self, episode: Mapping[str, EpisodeFrames]) -> dict[str, int]:
         """Each feature's content hash: of the rows the episode keeps and its new ones, not of tail rows."""

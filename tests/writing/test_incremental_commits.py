@@ -1,0 +1,148 @@
+"""An append's commit costs the same however many episodes the store holds (issue 32, RL ``add()``): the episode
+table, the pack rows, the content hashes and the per-episode stats grow by appending into buffers with room
+(:func:`~lerobot_zarr.store.tables.appended`), ``frame_live`` is flagged from the episodes the append touches, and
+uint8 cameras may have their stats computed when asked. Checked against recomputations from scratch: the table and
+hashes read back from the store, the per-episode and dataset stats from the frames given."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import lerobot_zarr as lz
+import lerobot_zarr.store.committing as committing_module
+from lerobot_zarr.lerobot.format import STAT_NAMES, aggregate_stats, episode_stats, stats_json
+from lerobot_zarr.sampling.dataset import LeRobotZarrDataset
+from lerobot_zarr.store.state import read_state
+from lerobot_zarr.store.tables import EpisodeTable, appended
+from lerobot_zarr.utils.hashing import crc32c
+
+FEATURES = {"x": {"dtype": "float32", "shape": [3], "names": None},
+            "y": {"dtype": "float32", "shape": [1], "names": None}}
+
+
+def frames(rng: np.random.Generator, n: int) -> dict[str, np.ndarray]:
+    return {"x": rng.standard_normal((n, 3), dtype=np.float32), "y": rng.standard_normal(n, dtype=np.float32)}
+
+
+def test_appended_views_never_change_and_a_stale_view_is_copied():
+    base = np.arange(3, dtype=np.int64)
+    a = appended(base, [3])
+    b = appended(a, [4, 5])
+    assert b.base is a.base and not b.flags.writeable, "appending to the newest view grows its buffer"
+    stale = appended(a, [9])  # from an older view: a copy, the newer view's rows untouched
+    assert stale.base is not b.base
+    assert a.tolist() == [0, 1, 2, 3] and b.tolist() == [0, 1, 2, 3, 4, 5] and stale.tolist() == [0, 1, 2, 3, 9]
+    assert appended(b[1:], [6]).tolist() == [1, 2, 3, 4, 5, 6] and b.tolist() == [0, 1, 2, 3, 4, 5]
+    wider = appended(np.array([1], dtype=np.int64), [0.5])  # as np.concatenate: the wider dtype
+    assert wider.dtype == np.float64 and wider.tolist() == [1.0, 0.5]
+    rows = appended(np.zeros((2, 3)), np.ones((1, 3)))
+    assert rows.shape == (3, 3) and rows[2].tolist() == [1, 1, 1]
+
+
+@pytest.mark.parametrize("capacity", [None, 120], ids=["unbounded", "ring"])
+def test_many_appends_share_growing_buffers_and_match_a_recomputation(tmp_path, capacity):
+    """300 logged appends (some extending the last episode, a ring buffer dropping the oldest): the committed table,
+    pack rows and hashes are views of a handful of buffers (the old code copied every column at every commit), and
+    equal what the store reads back; every episode's stats and the dataset stats after the fold equal those computed
+    from the frames."""
+    rng = np.random.default_rng(3)
+    ds = lz.create(tmp_path / "s", fps=10, features=FEATURES, durable=False, capacity_frames=capacity)
+    ds.fold_log(log_commits=True)
+    episodes: list[dict[str, np.ndarray]] = []
+    copied = 0  # appends after which the table is not a view of the buffer it was before
+    for k in range(300):
+        part = frames(rng, int(rng.integers(1, 5)))
+        before = ds.committed_state.table.length
+        if k % 7 == 3:  # (the last row changes: a copy of the table)
+            ds.extend_episode(part, task="t")
+            episodes[-1] = {name: np.concatenate([episodes[-1][name], part[name]]) for name in part}
+        else:
+            ds.add_episode(part, task="t")
+            episodes.append(part)
+            copied += ds.committed_state.table.length.base is not before.base
+        episodes = episodes[-len(ds.committed_state.table):]
+    state = ds.committed_state
+    if capacity is None:  # after each extend, and when a buffer doubles
+        assert copied <= 300 // 7 + 2 + 9, f"the table was copied by {copied} of 257 appends"
+    lengths = [len(e["y"]) for e in episodes]
+    assert state.table.length.tolist() == lengths
+    on_disk = read_state(ds.root)
+    assert on_disk.generation == state.generation
+    for key in ("start", "length", "task_index", "chunk", "offset", "episode_index_shift", "index_shift"):
+        assert getattr(state.table, key).tolist() == getattr(on_disk.table, key).tolist(), key
+    assert state.table.start.tolist() == EpisodeTable.contiguous(lengths, [0] * len(lengths), [0] * len(lengths),
+                                                                 [0] * len(lengths)).start.tolist()
+    assert state.packs.rows.tolist() == on_disk.packs.rows.tolist()
+    for name in FEATURES:
+        want = [crc32c(np.ascontiguousarray(e[name])) for e in episodes]
+        assert state.episode_hashes(name).tolist() == on_disk.episode_hashes(name).tolist() == want, name
+
+    rows = ds._tx.episode_stats_rows()  # the appends stacked onto the rows of the last fold
+    for name in FEATURES:
+        for e, values in enumerate(episodes):
+            fresh = episode_stats(values[name], "numeric")
+            for key in STAT_NAMES:
+                assert np.array_equal(rows[name][key][e], fresh[key]), (name, e, key)
+    ds.close()  # folds the log: the root's stats from every episode's
+    stats = read_state(tmp_path / "s").stats
+    for name in FEATURES:
+        per_episode = [episode_stats(e[name], "numeric") for e in episodes]
+        want = stats_json(aggregate_stats({key: np.stack([s[key] for s in per_episode]) for key in STAT_NAMES}))
+        assert json.dumps(stats[name]) == json.dumps(want), name
+
+
+def test_a_commit_failing_after_its_record_leaves_the_writer_on_the_store_and_its_stats_exact(tmp_path, monkeypatch):
+    """An append whose commit raises after its record was written (its second half, the flags of rows no longer
+    live, cut short): the writer takes the store's state (the append is committed), and the stats it builds on are
+    re-read from the episodes' stats files: after more appends and the fold, they equal those of the frames."""
+    rng = np.random.default_rng(5)
+    ds = lz.create(tmp_path / "s", fps=10, features=FEATURES, durable=False)
+    ds.fold_log(log_commits=True)
+    episodes = [frames(rng, 3) for _ in range(8)]
+    for part in episodes[:4]:
+        ds.add_episode(part, task="t")
+    real = committing_module._finish_live
+
+    def cut(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(committing_module, "_finish_live", cut)
+    with pytest.raises(KeyboardInterrupt):
+        ds.add_episode(episodes[4], task="t")
+    monkeypatch.setattr(committing_module, "_finish_live", real)
+    assert len(read_state(ds.root).table) == len(ds.committed_state.table) == 5
+    for part in episodes[5:]:
+        ds.add_episode(part, task="t")
+    ds.close()
+    state = read_state(tmp_path / "s")
+    assert state.table.length.tolist() == [3] * 8
+    for name in FEATURES:  # (the stats read back from files count in floats: equal values)
+        per_episode = [episode_stats(e[name], "numeric") for e in episodes]
+        want = aggregate_stats({key: np.stack([s[key] for s in per_episode]) for key in STAT_NAMES})
+        assert all(np.array_equal(state.stats[name][key], want[key]) for key in STAT_NAMES), name
+
+
+def test_uint8_camera_stats_on_demand_equal_those_a_commit_records(tmp_path):
+    """A uint8 camera named in ``stats_on_demand`` (an RL buffer's, since its commits of short episodes would cost
+    more in image stats than in writes) gets, when asked, bit for bit the stats a store whose commits compute them
+    records, over episodes shorter and longer than LeRobot's sample of frames."""
+    features = {"x": {"dtype": "float32", "shape": [3], "names": None},
+                "cam": {"dtype": "image", "shape": [6, 8, 3], "names": None}}
+    rng = np.random.default_rng(1)
+    at_commit = lz.create(tmp_path / "a", fps=10, features=features, durable=False)
+    on_demand = lz.create(tmp_path / "b", fps=10, features=features, durable=False, stats_on_demand=["cam"])
+    for n in (3, 150, 1, 230, 40):
+        ep = {"x": rng.random((n, 3), dtype=np.float32), "cam": rng.integers(0, 256, (n, 6, 8, 3), dtype=np.uint8)}
+        at_commit.add_episode(ep, task="t")
+        on_demand.add_episode(ep, task="t")
+    at_commit.close()
+    on_demand.close()
+    assert "cam" not in read_state(tmp_path / "b").stats
+    want = LeRobotZarrDataset(tmp_path / "a").meta.stats["cam"]
+    got = LeRobotZarrDataset(tmp_path / "b").meta.stats["cam"]
+    assert got.keys() == want.keys()
+    for key in want:
+        assert np.array_equal(np.asarray(got[key]), np.asarray(want[key])), key
