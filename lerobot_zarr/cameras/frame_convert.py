@@ -101,6 +101,7 @@ class FrameConverter:
         self._ctx: int | None = None
         self._ctx_key: tuple | None = None
         self._free: Any = None  # sws_freeContext
+        self._scale_fn: Any = None  # sws_scale
         self._direct_key: tuple | None = None  # the trusted setting the context converts (no look-ups needed)
         self._src, self._src_strides, self._dst, self._dst_strides = _PLANES(), _STRIDES(), _PLANES(), _STRIDES()
         self.direct = 0  # frames converted straight into the destination (for tests and benchmarks)

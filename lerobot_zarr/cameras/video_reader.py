@@ -301,7 +301,6 @@ class _File:
         run = self.run
         assert run is not None
         codec, fed = self.codec, self.fed
-        num, den = self._tb_num, self._tb_den
         while not (run.ended or run.drained):
             packet = next(self.packets, None)
             if packet is None or not packet.size:  # the end of the stream (a flush packet)
@@ -309,15 +308,10 @@ class _File:
                 run.ended = True
             elif q is not None and (drain if drain is not None else packet.is_keyframe) and self._fed_up_to(q):
                 run.drained = True
-                frames = [f for f in codec.decode(None) if f.pts is None or float(f.pts) * num / den <= q + TOLERANCE_S]
+                frames = [f for f in codec.decode(None) if f.pts is None or self._time(f.pts) <= q + TOLERANCE_S]
             else:
-                pts = packet.pts
-                if pts is not None:
-                    t = float(pts) * num / den
-                    if fed and t < fed[-1]:
-                        bisect.insort(fed, t)
-                    else:  # decode order is mostly time's
-                        fed.append(t)
+                if packet.pts is not None:
+                    bisect.insort(fed, self._time(packet.pts))  # near the end: decode order is almost time's
                 frames = codec.decode(packet)
                 self.decoded += 1
             for frame in frames:
@@ -344,7 +338,7 @@ class _File:
         pts = frame.pts
         if pts is None:
             raise CorruptSourceError(f"{self.key}: decoded a frame without a timestamp")
-        t = float(pts) * self._tb_num / self._tb_den
+        t = self._time(pts)
         if run.times and t <= run.times[-1]:
             raise CorruptSourceError(f"{self.key}: decoded frames out of time order ({run.times[-1]:.6f} s then "
                                      f"{t:.6f} s)")
