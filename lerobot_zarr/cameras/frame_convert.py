@@ -101,6 +101,9 @@ class FrameConverter:
         self._ctx: int | None = None
         self._ctx_key: tuple | None = None
         self._free: Any = None  # sws_freeContext
+        self._scale_fn: Any = None  # sws_scale
+        self._direct_key: tuple | None = None  # the trusted setting the context converts (no look-ups needed)
+        self._src, self._src_strides, self._dst, self._dst_strides = _PLANES(), _STRIDES(), _PLANES(), _STRIDES()
         self.direct = 0  # frames converted straight into the destination (for tests and benchmarks)
 
     def convert_into(self, frame: Any, dst: np.ndarray) -> None:
@@ -108,6 +111,10 @@ class FrameConverter:
         channels, checked by the caller)."""
         key = (frame.format.name, frame.width, frame.height, int(frame.colorspace), int(frame.color_range),
                self.fmt, dst.dtype.str)
+        if key == self._direct_key and dst.flags.c_contiguous and \
+                self._sws_scale(frame, dst.ctypes.data, dst.nbytes // key[2]):
+            self.direct += 1
+            return
         trusted = _trusted.get(key)
         if trusted is False or not dst.flags.c_contiguous or (libs := _libs()) is None:
             dst[...] = frame_pixels(frame, self.fmt, self.reformatter).reshape(dst.shape)
@@ -125,6 +132,7 @@ class FrameConverter:
         if not self._scale(libs, key, frame, dst.ctypes.data, line):
             dst[...] = frame_pixels(frame, self.fmt, self.reformatter).reshape(dst.shape)
             return
+        self._direct_key = key
         self.direct += 1
 
     def _scale(self, libs: _Libs, key: tuple, frame: Any, address: int, line: int) -> bool:
@@ -139,19 +147,28 @@ class FrameConverter:
                                                 None, None, None)
             if not self._ctx:
                 return False
-            self._ctx_key, self._free = key[:3] + key[5:6], libs.sws.sws_freeContext
+            self._ctx_key, self._free, self._scale_fn = key[:3] + key[5:6], libs.sws.sws_freeContext, \
+                libs.sws.sws_scale
+        return self._sws_scale(frame, address, line)
+
+    def _sws_scale(self, frame: Any, address: int, line: int) -> bool:
+        """``sws_scale`` of ``frame`` with the context made for its setting, into ``line``-byte rows at
+        ``address``."""
         planes = frame.planes
         if len(planes) > 4:
             return False
-        src = _PLANES(*[p.buffer_ptr for p in planes])
-        strides = _STRIDES(*[p.line_size for p in planes])
-        return libs.sws.sws_scale(self._ctx, src, strides, 0, height, _PLANES(address), _STRIDES(line)) == height
+        src, strides = self._src, self._src_strides
+        for i, plane in enumerate(planes):
+            src[i], strides[i] = plane.buffer_ptr, plane.line_size
+        self._dst[0], self._dst_strides[0] = address, line
+        height = frame.height
+        return self._scale_fn(self._ctx, src, strides, 0, height, self._dst, self._dst_strides) == height
 
     def close(self) -> None:
         """Free the swscale context (a later conversion makes a new one)."""
         if self._ctx:
             self._free(self._ctx)
-        self._ctx, self._ctx_key = None, None
+        self._ctx, self._ctx_key, self._direct_key = None, None, None
 
     def __del__(self) -> None:
         self.close()

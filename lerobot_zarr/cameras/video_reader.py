@@ -239,6 +239,7 @@ class _File:
         # (the same pixels, and faster per frame), straight into the batch where it gives PyAV's bytes
         self.converter = FrameConverter(fmt, av.video.reformatter.VideoReformatter())
         self.tb = self.stream.time_base
+        self._tb_num, self._tb_den = self.tb.numerator, self.tb.denominator
         try:
             self.index = index or _Index.of(self.container, self.stream)
         except BaseException:
@@ -284,31 +285,36 @@ class _File:
         self.fed = []
         self.run = _Run(self.cache_frames)
         self.seeks += 1
-        return self._next(q, then)
+        return self._next(q, self._drain_rule(q, then))
 
-    def _next(self, q: float | None = None, then: float | None = None) -> bool:
+    def _drain_rule(self, q: float, then: float | None) -> bool | None:
+        """How :meth:`_next` ends a read of ``q`` followed by one of ``then`` (None: the pass ends at ``q``): drain
+        the decoder (True) when reaching ``then`` needs a seek anyway, never (False) when it does not, and at the
+        end of the pass (None) when the next packet is a keyframe."""
+        return None if then is None else self.index.skips(q, then)
+
+    def _next(self, q: float | None = None, drain: bool | None = False) -> bool:
         """Decode on until the decoder gives frames (into the run); False once it gives no more (the end of the
         stream, or drained). Packets are fed in order, but a decoder that reorders (h264's) holds a frame back
         until it is fed the next packet (at LeRobot's g=2, often a keyframe): once every frame up to ``q`` was
-        fed, it is drained instead when ``then`` (the next time this pass reads) needs a seek, or, at the end of
-        the pass, when the next packet is a keyframe (a cheaper one is fed: the next read may go on from here);
-        the frames after ``q`` it gives are dropped (those between them were never fed)."""
+        fed, it is drained instead per ``drain`` (:meth:`_drain_rule`: when the next time this pass reads needs a
+        seek, or, at the end of the pass, when the next packet is a keyframe: a cheaper one is fed, the next read
+        may go on from here); the frames after ``q`` it gives are dropped (those between them were never fed)."""
         run = self.run
         assert run is not None
+        codec, fed = self.codec, self.fed
         while not (run.ended or run.drained):
             packet = next(self.packets, None)
             if packet is None or not packet.size:  # the end of the stream (a flush packet)
-                frames = self.codec.decode(None)
+                frames = codec.decode(None)
                 run.ended = True
-            elif q is not None and (self.index.skips(q, then) if then is not None else packet.is_keyframe) \
-                    and self._fed_up_to(q):
+            elif q is not None and (drain if drain is not None else packet.is_keyframe) and self._fed_up_to(q):
                 run.drained = True
-                frames = [f for f in self.codec.decode(None)
-                          if f.pts is None or self._time(f.pts) <= q + TOLERANCE_S]
+                frames = [f for f in codec.decode(None) if f.pts is None or self._time(f.pts) <= q + TOLERANCE_S]
             else:
                 if packet.pts is not None:
-                    bisect.insort(self.fed, self._time(packet.pts))  # near the end: decode order is almost time's
-                frames = self.codec.decode(packet)
+                    bisect.insort(fed, self._time(packet.pts))  # near the end: decode order is almost time's
+                frames = codec.decode(packet)
                 self.decoded += 1
             for frame in frames:
                 self._add(frame)
@@ -319,7 +325,7 @@ class _File:
     def _time(self, pts: int) -> float:
         """Seconds of a timestamp of the stream, as PyAV's ``frame.time`` (frames a drain gives have no time base
         in PyAV < 16)."""
-        return float(pts) * self.tb.numerator / self.tb.denominator
+        return float(pts) * self._tb_num / self._tb_den
 
     def _fed_up_to(self, q: float) -> bool:
         """Whether every frame from the run's first to ``q`` was fed to the decoder (per the index)."""
@@ -331,9 +337,10 @@ class _File:
     def _add(self, frame: Any) -> None:
         run = self.run
         assert run is not None
-        if frame.pts is None:
+        pts = frame.pts
+        if pts is None:
             raise CorruptSourceError(f"{self.key}: decoded a frame without a timestamp")
-        t = self._time(frame.pts)
+        t = self._time(pts)
         if run.times and t <= run.times[-1]:
             raise CorruptSourceError(f"{self.key}: decoded frames out of time order ({run.times[-1]:.6f} s then "
                                      f"{t:.6f} s)")
@@ -369,8 +376,11 @@ class _File:
             self._seek(q, then)
         run = self.run
         assert run is not None
-        while (not run.times or run.times[-1] < q) and not self._settled(q) and self._next(q, then):
-            pass
+        times = run.times
+        if not times or times[-1] < q:
+            drain = self._drain_rule(q, then)
+            while (not times or times[-1] < q) and not self._settled(q) and self._next(q, drain):
+                pass
         j = bisect.bisect_left(run.times, q)  # first frame at or after q (len: none, past the last frame)
         if j == len(run.times):
             return j - 1
@@ -614,20 +624,21 @@ class Mp4Frames:
         order = np.argsort(times, kind="stable")
         sorted_times = times[order].tolist()
         # the next later timestamp after each: whether the decoder is to go on after a frame or be drained
-        then = [None] * len(order)
+        then: list[float | None] = [None] * len(order)
         for j in range(len(order) - 2, -1, -1):
             then[j] = sorted_times[j + 1] if sorted_times[j + 1] - sorted_times[j] >= TOLERANCE_S else then[j + 1]
         # each frame is converted straight into its row of ``out``; a frame read again at once is copied from
         # the row it went to
         previous, previous_row = None, 0
         with self._using(key, slot) as f:
+            frame_at, convert_into = f.frame_at, f.convert_into
             try:
-                for j, k in enumerate(order.tolist()):
-                    frame, row = f.frame_at(sorted_times[j], where, then[j]), int(rows[k])
+                for q, q_then, row in zip(sorted_times, then, rows[order].tolist(), strict=True):
+                    frame = frame_at(q, where, q_then)
                     if frame is previous:
                         out[row] = out[previous_row]
                     else:
-                        f.convert_into(frame, out[row], where)
+                        convert_into(frame, out[row], where)
                     previous, previous_row = frame, row
             except (av.error.FFmpegError, OSError) as exc:
                 f.run = None  # the decoder's state is unknown: seek on the next read
