@@ -282,9 +282,8 @@ class LeRobotZarrDataset(Conveniences):
         self._all_mapped = False
 
     def _make_item_places(self) -> tuple[list[int], list[int], list[int], list[list[int]]]:
-        """The item path's lists (a list lookup is a third of a numpy one), made when first needed: the
-        selection's index lookup, then per selected episode its length and per group the row of its first
-        frame."""
+        """The item path's lists (a list lookup is a third of a numpy one), made when first needed: the selection's
+        index lookup, then per selected episode its length and per group the row of its first frame."""
         self._item_places = (*self._sel.item_lookup, self._ktab[:, 1].tolist(),
                              [self._ktab[:, g].tolist() for g in range(2, self._ktab.shape[1])])
         return self._item_places
@@ -412,8 +411,7 @@ class LeRobotZarrDataset(Conveniences):
     _selected = False
 
     def with_windows(self, delta_timestamps: Mapping[str, Sequence[float]] | None) -> LeRobotZarrDataset:
-        """A new dataset over the same store and episodes with other windows (``delta_timestamps``); this one is
-        unchanged."""
+        """A new dataset over the same store and episodes with other windows (``delta_timestamps``), this one kept."""
         episodes, _, max_maps, lazy, fetch = self._request  # (as asked: None follows the store's new episodes)
         view = LeRobotZarrDataset(self.root, episodes=episodes, delta_timestamps=delta_timestamps,
                                   image_format=self.image_format, max_open_maps=max_maps, lazy=lazy, fetch=fetch,
@@ -423,8 +421,7 @@ class LeRobotZarrDataset(Conveniences):
 
     @property
     def in_bucket(self) -> bool:
-        """Whether the store is read in a bucket, where it lies (its rows fetched into a local mirror as they are
-        read): :meth:`prefetch` then pays, and a loader calls it for its next batches."""
+        """Whether the store is read in a bucket, where it lies (then :meth:`prefetch` pays: loaders call it)."""
         return self._remote is not None
 
     @property
@@ -455,16 +452,14 @@ class LeRobotZarrDataset(Conveniences):
             self._remote.ensure(eps, frames)
 
     def prefetch(self, indices: Sequence[int] | np.ndarray) -> None:
-        """The samples at ``indices`` will be read soon (a sampler's next batches): for a store in a bucket, their
-        frames are fetched in the background now, so that reading them waits on nothing. A no-op for a local
-        store."""
+        """The samples at ``indices`` will be read soon (a sampler's next batches): a store in a bucket fetches
+        their frames in the background now, so that reading them waits on nothing (a no-op for a local store)."""
         if self._remote is None:
             return
         k, idx = self._sel.locate_k(indices)
-        if not len(k):
-            return
-        place = self._ktab[k]
-        self._remote.prefetch(self._sel.episodes[k], self._frames_read(idx + place[:, 0], place[:, 1]))
+        if len(k):
+            place = self._ktab[k]
+            self._remote.prefetch(self._sel.episodes[k], self._frames_read(idx + place[:, 0], place[:, 1]))
 
     # maps -------------------------------------------------------------------------------------------------
     def _ensure_mapped(self, eps: np.ndarray) -> None:
