@@ -24,9 +24,18 @@ from ..sources.resolve import resolve_source
 from ..store.state import read_state
 from .sample_data import write_sample_dataset
 
-__all__ = ["SourceTests", "DELTAS", "assert_same_batches"]
+__all__ = ["SourceTests", "DELTAS", "assert_same_batches", "published_store"]
 
 DELTAS = {"observation.state": [-1 / 30, 0.0], "action": [0.0, 1 / 30, 2 / 30]}
+
+
+def published_store(folder: Path, url: str, tmp_path: Path) -> str:
+    """``url`` (a bucket folder) holding a store made from the LeRobot dataset ``folder`` (made at
+    ``tmp_path / "store"``, then published): the ``spec`` of a bucket kind's store class (``holds = "store"``)."""
+    from ..writing.sync import push_store
+
+    push_store(open_dataset(folder, root=tmp_path / "store", progress=False).root, url, progress=False)
+    return url
 
 
 def assert_same_batches(got, want, where: str, episodes: list[int] | None = None) -> None:

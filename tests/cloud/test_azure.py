@@ -15,7 +15,7 @@ import pytest
 import lerobot_zarr
 from lerobot_zarr.testing.azurite import AzuriteServer, find_azurite
 from lerobot_zarr.testing.source_files_tests import SourceFilesTests
-from lerobot_zarr.testing.source_tests import SourceTests, assert_same_batches
+from lerobot_zarr.testing.source_tests import SourceTests, assert_same_batches, published_store
 
 pytest.importorskip("obstore", reason="object storage needs obstore (lerobot_zarr's [cloud] extra)")
 if find_azurite() is None:
@@ -81,9 +81,7 @@ class TestAzureStoreSource(SourceTests):
 
     @pytest.fixture
     def spec(self, folder, container, tmp_path):
-        store = lerobot_zarr.open_dataset(folder, root=tmp_path / "store", progress=False).root
-        push_store(store, f"{container}/stores/ds", progress=False)
-        return f"{container}/stores/ds"
+        return published_store(folder, f"{container}/stores/ds", tmp_path)
 
 
 @pytest.mark.parametrize("storage", ["raw", "lossless"])

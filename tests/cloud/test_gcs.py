@@ -31,7 +31,7 @@ from lerobot_zarr.cloud.files import BucketFiles
 from lerobot_zarr.errors import BucketAuthError, CommitConflictError
 from lerobot_zarr.testing.gcs_server import GCSServer
 from lerobot_zarr.testing.source_files_tests import SourceFilesTests
-from lerobot_zarr.testing.source_tests import SourceTests, assert_same_batches
+from lerobot_zarr.testing.source_tests import SourceTests, assert_same_batches, published_store
 from lerobot_zarr.writing.sync import pull_store, push_store
 
 CAM = "observation.images.cam"
@@ -79,9 +79,7 @@ class TestGCSStoreSource(SourceTests):
 
     @pytest.fixture
     def spec(self, folder, env, tmp_path):
-        store = lerobot_zarr.open_dataset(folder, root=tmp_path / "store", progress=False).root
-        push_store(store, env.url("stores/ds"), progress=False)
-        return env.url("stores/ds")
+        return published_store(folder, env.url("stores/ds"), tmp_path)
 
 
 def test_a_store_published_to_gcs_reads_as_the_local_one_and_no_commit_is_lost(env, tmp_path):

@@ -9,7 +9,7 @@ from hub_fixtures import make_env
 
 from lerobot_zarr import open_dataset
 from lerobot_zarr.testing.hub_server import HubServer
-from lerobot_zarr.testing.source_tests import SourceTests
+from lerobot_zarr.testing.source_tests import SourceTests, published_store
 
 
 class TestStoreSource(SourceTests):
@@ -61,8 +61,4 @@ if s3 is not None:
 
         @pytest.fixture
         def spec(self, folder, env, tmp_path):
-            from lerobot_zarr.writing.sync import push_store
-
-            store = open_dataset(folder, root=tmp_path / "store", progress=False).root
-            push_store(store, env.url("stores/ds"), progress=False)
-            return env.url("stores/ds")
+            return published_store(folder, env.url("stores/ds"), tmp_path)
