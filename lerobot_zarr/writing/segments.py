@@ -205,7 +205,7 @@ def encode_missing(root: str | os.PathLike, threads: int | None = None, *, prune
             if not (Path(ds.root) / SEGMENTS / name).is_file():
                 made += make_segment(ds, encoding, e, hashes=hashes) is not None
         if prune:
-            prune_segments(ds.root, {name for *_, name in _segment_names(ds, threads)}, started)
+            prune_segments(ds.root, wanted_segments(ds, threads), started)
     finally:
         ds.close()
     return made
