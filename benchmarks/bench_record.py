@@ -84,65 +84,90 @@ def _cpu_wait() -> float:
         return 0.0
 
 
-def speed(args: argparse.Namespace) -> None:
+MODES = {  # as lerobot-record configures LeRobot's recorder: 4 image-writer threads per camera
+    "plain": {"image_writer_threads": 12},
+    # --batch (LeRobot 0.6.1's recorder fails at a new dataset's first batch: its episode table is not loaded,
+    # `self._meta.episodes[start_episode]` on None; reported as such)
+    "batch": {"image_writer_threads": 12, "batch_encoding_size": None},
+    "streaming": {"image_writer_threads": 12, "streaming_encoding": True, "encoder_threads": 2},  # as LeRobot's docs
+}
+
+
+def _one(name: str, mode: str, kwargs: dict, frames: list, args: argparse.Namespace) -> dict[str, Any]:
+    """One recording (``frames``: per episode) and its finalize; each step's times."""
     from lerobot_zarr.writing.export import to_lerobot
 
-    frames = [[frame(e, i, args.height, args.width) for i in range(args.frames)] for e in range(args.episodes)]
-    runs = [("lerobot_zarr", {"image_writer_threads": 12}), ("lerobot", {"image_writer_threads": 12})]
-    if args.streaming:
-        runs += [(name, {"image_writer_threads": 12, "streaming_encoding": True, "encoder_threads": 2})
-                 for name in ("lerobot_zarr", "lerobot")]
-    results, finished = {}, {}
-    for name, kwargs in runs:
-        cls = classes()[name]
-        root = Path(tempfile.mkdtemp(prefix="bench_record-", dir=args.tmp)) / "ds"
-        ds = cls.create("bench/record", FPS, features(args.height, args.width), root=root, **kwargs)
-        adds, waits, saves = [], [], []
-        start = time.perf_counter()
-        for episode in frames:
-            clock = time.perf_counter()
-            for i, f in enumerate(episode):
-                if args.paced:  # a camera's rate: frame i of the episode is taken at i / FPS
-                    time.sleep(max(0.0, clock + i / FPS - time.perf_counter()))
-                f = dict(f)  # LeRobot's add_frame takes the task out of the dict it is given
-                w = _cpu_wait()
-                t = time.perf_counter()
-                ds.add_frame(f)
-                adds.append(time.perf_counter() - t)
-                waits.append(_cpu_wait() - w)
+    cls = classes()[name]
+    root = Path(tempfile.mkdtemp(prefix="bench_record-", dir=args.tmp)) / "ds"
+    ds = cls.create("bench/record", FPS, features(args.height, args.width), root=root, **kwargs)
+    adds, waits, saves = [], [], []
+    start = time.perf_counter()
+    for e, episode in enumerate(frames):
+        clock = time.perf_counter()
+        for i, f in enumerate(episode):
+            if args.paced:  # a camera's rate: frame i of the episode is taken at i / FPS
+                time.sleep(max(0.0, clock + i / FPS - time.perf_counter()))
+            f = dict(f)  # LeRobot's add_frame takes the task out of the dict it is given
+            w = _cpu_wait()
             t = time.perf_counter()
-            ds.save_episode()
-            saves.append(time.perf_counter() - t)
-        recording = time.perf_counter() - start
-        with open("/proc/loadavg") as f:
-            load = f.read().split()[0]
+            ds.add_frame(f)
+            adds.append(time.perf_counter() - t)
+            waits.append(_cpu_wait() - w)
+        if args.paced and e < len(frames) - 1:  # lerobot-record: the reset, then save_episode (none after the last)
+            time.sleep(args.reset)
         t = time.perf_counter()
-        ds.finalize()
-        finalize = time.perf_counter() - t
-        export = None
-        if name == "lerobot_zarr":  # a push after finalize: the export joins finalize's segments, encodes nothing
-            t = time.perf_counter()
-            to_lerobot(root, root.parent / "export", progress=False, encoder_threads=kwargs.get("encoder_threads"))
-            export = time.perf_counter() - t
-        label = name + (" streaming" if kwargs.get("streaming_encoding") else "")
-        results[label] = recording
-        finished[label] = recording + finalize
-        n = len(adds)
-        own = np.subtract(adds, waits)
-        print(f"{label:24s} {n / recording:7.1f} frames/s  add_frame p50 {1e3 * np.percentile(adds, 50):6.2f} ms "
-              f"p99 {1e3 * np.percentile(adds, 99):6.2f} ms (without CPU waits: p99 {1e3 * np.percentile(own, 99):6.2f}"
-              f" ms, max {1e3 * own.max():6.1f} ms)  save_episode p50 {np.percentile(saves, 50):5.2f} s "
-              f"p99 {np.percentile(saves, 99):5.2f} s  finalize {finalize:5.2f} s (load {load})"
-              + (f"  push export after it {export:5.1f} s" if export is not None else ""), flush=True)
-        shutil.rmtree(root.parent, ignore_errors=True)
-    base = results["lerobot_zarr"]
-    print("recording time ratio (LeRobot / lerobot_zarr): " +
-          ", ".join(f"{k}: {v / base:.2f}x" for k, v in results.items() if k != "lerobot_zarr"))
-    for mode in ("", " streaming"):
-        if f"lerobot{mode}" in finished:
-            print(f"recording + finalize (a LeRobot dataset at root){mode}: LeRobot "
-                  f"{finished[f'lerobot{mode}']:.1f} s, lerobot_zarr {finished[f'lerobot_zarr{mode}']:.1f} s "
-                  f"({finished[f'lerobot{mode}'] / finished[f'lerobot_zarr{mode}']:.2f}x)")
+        ds.save_episode()
+        saves.append(time.perf_counter() - t)
+    recording = time.perf_counter() - start
+    t = time.perf_counter()
+    ds.finalize()
+    finalize = time.perf_counter() - t
+    with open("/proc/loadavg") as f:
+        load = f.read().split()[0]
+    export = None
+    if name == "lerobot_zarr":  # a push after finalize: the export joins finalize's segments, encodes nothing
+        t = time.perf_counter()
+        to_lerobot(root, root.parent / "export", progress=False, encoder_threads=kwargs.get("encoder_threads"))
+        export = time.perf_counter() - t
+    shutil.rmtree(root.parent, ignore_errors=True)
+    return {"fps": len(adds) / recording, "add_p50": np.percentile(adds, 50), "add_p99": np.percentile(adds, 99),
+            "own_p99": np.percentile(np.subtract(adds, waits), 99), "save_p50": np.percentile(saves, 50),
+            "save_p99": np.percentile(saves, 99), "finalize": finalize, "total": recording + finalize,
+            "export": export, "load": load}
+
+
+def speed(args: argparse.Namespace) -> None:
+    if args.encoder_nice is not None:
+        import lerobot_zarr.writing.segments as segments
+
+        segments.ENCODER_NICE = args.encoder_nice
+    frames = [[frame(e, i, args.height, args.width) for i in range(args.frames)] for e in range(args.episodes)]
+    print(f"{'paced at 30 fps, reset ' + str(args.reset) + ' s' if args.paced else 'as fast as each takes them'}; "
+          f"{args.episodes} episodes x {args.frames} frames, 3 cameras {args.height}x{args.width}", flush=True)
+    for r in range(args.rounds):
+        for mode in args.modes.split(","):
+            kwargs = {k: (args.batch if v is None else v) for k, v in MODES[mode].items()}
+            order = ("lerobot_zarr", "lerobot") if r % 2 == 0 else ("lerobot", "lerobot_zarr")
+            got = {}
+            for name in order:
+                try:
+                    got[name] = _one(name, mode, kwargs, frames, args)
+                except Exception as exc:  # noqa: BLE001  (LeRobot's batch mode: see MODES)
+                    print(f"round {r + 1} {mode:9s} {name:12s} failed: {type(exc).__name__}: {exc}", flush=True)
+            for name in [n for n in ("lerobot_zarr", "lerobot") if n in got]:
+                g = got[name]
+                print(f"round {r + 1} {mode:9s} {name:12s} {g['fps']:6.1f} frames/s  add_frame p50 "
+                      f"{1e3 * g['add_p50']:5.2f} ms p99 {1e3 * g['add_p99']:6.2f} ms (own p99 {1e3 * g['own_p99']:5.2f}"
+                      f" ms)  save_episode p50 {g['save_p50']:5.2f} s p99 {g['save_p99']:5.2f} s  finalize "
+                      f"{g['finalize']:5.2f} s  total {g['total']:5.1f} s"
+                      + (f"  push export {g['export']:4.1f} s" if g["export"] is not None else "")
+                      + f"  (load {g['load']})", flush=True)
+            if len(got) < 2:
+                continue
+            ours, theirs = got["lerobot_zarr"], got["lerobot"]
+            print(f"round {r + 1} {mode:9s} LeRobot / lerobot_zarr: frames/s {ours['fps'] / theirs['fps']:.2f}x "
+                  f"(ours faster above 1), save_episode p50 {theirs['save_p50'] / ours['save_p50']:.2f}x, "
+                  f"total {theirs['total'] / ours['total']:.2f}x", flush=True)
 
 
 # ----------------------------------------------------------------------------------------------------- kill
@@ -263,9 +288,15 @@ def main() -> None:
     p.add_argument("--frames", type=int, default=90)
     p.add_argument("--height", type=int, default=480)
     p.add_argument("--width", type=int, default=640)
-    p.add_argument("--streaming", action="store_true", help="also LeRobot with streaming_encoding=True")
-    p.add_argument("--paced", action="store_true", help="frames given at 30 fps (a camera's rate), not as fast as "
-                                                         "each recorder takes them")
+    p.add_argument("--modes", default="plain,batch,streaming", help="of: plain (LeRobot's defaults, as lerobot-record's),"
+                   " batch (batch_encoding_size=--batch), streaming (streaming_encoding=True, encoder_threads=2)")
+    p.add_argument("--batch", type=int, default=2)
+    p.add_argument("--rounds", type=int, default=2, help="each mode's pair this many times, alternating who goes first")
+    p.add_argument("--paced", action="store_true", help="frames given at 30 fps (a camera's rate), with a reset of "
+                   "--reset seconds before each save_episode but the last, as lerobot-record")
+    p.add_argument("--reset", type=float, default=2.0)
+    p.add_argument("--encoder-nice", type=int, default=None, help="our background encoders' nice value (default: "
+                   "lerobot_zarr.writing.segments.ENCODER_NICE)")
     p.add_argument("--tmp", default=None)
     p.set_defaults(run=speed)
     p = sub.add_parser("kill")

@@ -32,7 +32,7 @@ from ..errors import FrameNotWrittenError
 from ..lerobot.format import CAMERA_DTYPES, DEFAULT_FEATURES
 from ..utils.fileio import disk_error, pwrite_all
 from ..utils.libc import start_writeback
-from ..writing.segments import SEGMENT_STORAGES, BackgroundEncoder
+from ..writing.segments import FLUSH_TIMEOUT, SEGMENT_STORAGES, BackgroundEncoder, finish
 from .lerobot_frames import CameraFrameError, as_numpy, camera_frame, check_frame, depth_unit_of
 
 __all__ = ["Recorder"]
@@ -144,10 +144,12 @@ class Recorder:
 
     ``features`` is the dataset's ``meta.features`` (LeRobot's, declared shapes; a depth camera's ``info`` gains its
     unit from its first frame, as LeRobot's does). ``on_saved`` is called after each commit (the drop-in refreshes
-    its ``meta``). ``streaming_encoding`` / ``batch_encoding_size`` > 1 start the background encoder
-    (:class:`~lerobot_zarr.writing.segments.BackgroundEncoder`, ``encoder_threads``) if the store has video
-    cameras: it encodes each saved episode's videos (streaming), or the last ``batch_encoding_size`` ones each time
-    that many were saved; nothing waits for it but :meth:`flush_pending_videos` (``finalize`` stops it).
+    its ``meta``). A store with video cameras gets background encoders (one process per camera,
+    :class:`~lerobot_zarr.writing.segments.BackgroundEncoder`, ``encoder_threads``), started at the first
+    ``save_episode``: they encode the saved episodes' videos each time ``batch_encoding_size`` episodes were saved
+    (1, the default, and ``streaming_encoding``: each episode), where LeRobot encodes them (at that
+    ``save_episode``, or as the frames come); nothing waits for them but :meth:`flush_pending_videos` and
+    :meth:`finalize`, which lets them finish.
     """
 
     image_writer = None  # LeRobot's asynchronous PNG writer: none, frames are not encoded
@@ -162,12 +164,10 @@ class Recorder:
         self._hold_frames = hold_frames  # LeRobot's asynchronous image writers asked for: the caller's array held
         specs = store.reader.array_specs
         self._cameras = [k for k, ft in features.items() if ft["dtype"] in CAMERA_DTYPES and k in specs]
-        self._encoder: BackgroundEncoder | None = None
+        video = [k for k in self._cameras if specs[k].kind == "video" and specs[k].storage in SEGMENT_STORAGES]
+        self._encoder = _Encoders(store.root, video, encoder_threads) if video else None
         self._episodes_since_last_encoding = 0  # LeRobot's name: saved episodes the encoder was not told of yet
         self._every = 1 if streaming_encoding else batch_encoding_size
-        if (streaming_encoding or batch_encoding_size > 1) and any(
-                specs[k].kind == "video" and specs[k].storage in SEGMENT_STORAGES for k in self._cameras):
-            self._encoder = BackgroundEncoder(store.root, encoder_threads)
         # LeRobot's (its VideoEncodingManager cancels it when recording fails)
         self._streaming_encoder = self._encoder if streaming_encoding else None
         self._folder = Path(tempfile.mkdtemp(prefix=SPILL_PREFIX, dir=store.root))
@@ -218,6 +218,8 @@ class Recorder:
         index = len(self._tasks)
         if index == 0:
             self._learn_depth_units(frame)
+            if self._encoder is not None:
+                self._encoder.start()
         specs = self._store.reader.array_specs
         for key, value in frame.items():
             if key == "task":
@@ -287,7 +289,7 @@ class Recorder:
         if episode_data is None:
             self.clear_episode_buffer()
         self._on_saved()
-        if self._encoder is not None:
+        if self._encoder is not None:  # (LeRobot encodes here: at every save_episode, or every batch's last)
             self._episodes_since_last_encoding += 1
             if self._episodes_since_last_encoding >= self._every:
                 self._encoder.notify()
@@ -359,14 +361,11 @@ class Recorder:
     def flush_pending_videos(self) -> None:
         """(LeRobot's: encode the episodes a batch or a streaming encoder still holds.) Wait until the background
         encoder has made the segments of every saved episode (what is left of a batch too); without one, nothing
-        is pending (videos are encoded at push). An encoder that was killed or failed (it says why on stderr) is
-        logged: the push encodes the episodes it did not."""
-        if self._encoder is not None:
+        is pending. An encoder that was killed or failed (it says why on stderr) is logged: the push encodes the
+        episodes it did not."""
+        if self._encoder is not None and (self._encoder.processes or self._store.meta.total_episodes):
             self._episodes_since_last_encoding = 0
-            if not self._encoder.flush():
-                logger.warning("%s: the background encoder ended (exit status %s) before encoding every saved "
-                               "episode; the push encodes the others", self._store.root,
-                               self._encoder.process.returncode)
+            self._encoder.flush()
 
     def start_image_writer(self, num_processes: int = 0, num_threads: int = 4) -> None:
         """(LeRobot's PNG writer pool.) Camera frames are copied as they are, never encoded while recording: no
@@ -376,21 +375,20 @@ class Recorder:
         """(LeRobot's.) No image writer runs."""
 
     def finalize(self) -> None:
-        """Close, and leave ``root`` a LeRobot v3.0 dataset as LeRobot's recorder does: the background encoder (if
-        any) is stopped (the segments it made are used; the episodes it did not encode yet are encoded here, as
-        LeRobot's finalize finishes its encoders' work), the spill is removed, LeRobot's files of the store's last
-        commit are put beside the store
-        (:func:`~lerobot_zarr.writing.export.export_beside`: their videos joined from the segments, or encoded
-        now), and the store's writer lock released. Idempotent; episodes are already committed, so a recorder that
-        never gets here loses nothing saved (a later ``resume`` + ``finalize`` writes the files)."""
+        """Close, and leave ``root`` a LeRobot v3.0 dataset as LeRobot's recorder does: the background encoders
+        finish the saved episodes they have not encoded yet (as LeRobot's finalize finishes its encoders' work; one
+        process per camera, at the recorder's priority: waiting for them is never slower than encoding again what
+        they started), the spill is removed, LeRobot's files of the store's last commit are put beside the store
+        (:func:`~lerobot_zarr.writing.export.export_beside`: their videos joined from the segments; what an
+        encoder did not make, killed or stalled, encoded there, the cameras in parallel), and the store's writer
+        lock released. Idempotent; episodes are already committed, so a recorder that never gets here loses
+        nothing saved (a later ``resume`` + ``finalize`` writes the files)."""
         if self._finalized:
             return
         self._finalized = True
         try:
             if self._encoder is not None:
-                # its segments made so far are joined; the one it is making (at nice 19: on a busy machine it may
-                # wait long for a CPU) is dropped, and encoded by the export at the recorder's priority
-                self._encoder.cancel()
+                self._encoder.finish()
             self._writer.close()
             for spill in self._spills.values():
                 spill.close()
@@ -411,6 +409,57 @@ class Recorder:
         if self._finalized:
             raise RuntimeError(f"{self._store.root}: this recording was finalized; continue it with "
                                f"LeRobotDataset.resume(repo_id, root=...)")
+
+
+class _Encoders:
+    """The background encoders of a recording: one process per video camera (``cameras``) of the store at
+    ``root``, started when first told of saved episodes (:meth:`notify`)."""
+
+    def __init__(self, root: Path, cameras: list[str], threads: int | None):
+        self.root, self.cameras, self.threads = Path(root), cameras, threads
+        self.processes: list[BackgroundEncoder] = []
+
+    def start(self) -> None:
+        """Start the processes if not yet (at the recording's first frame: a process's start, ~0.5 s of CPU, is
+        over by the first ``save_episode``); each first encodes the saved episodes that lack segments."""
+        if not self.processes:
+            self.processes = [BackgroundEncoder(self.root, self.threads, cameras=[key], prune=not k)
+                              for k, key in enumerate(self.cameras)]
+
+    def notify(self) -> None:
+        """Episodes were saved: encode them (each process at once, or after the episode it is encoding)."""
+        if not self.processes:
+            self.start()
+        else:
+            for process in self.processes:
+                process.notify()
+
+    def flush(self, timeout: float | None = FLUSH_TIMEOUT) -> bool:
+        """Wait until every saved episode has its segments (:meth:`BackgroundEncoder.flush`); False, logged, if an
+        encoder ended without making them all (the push encodes the others)."""
+        if not self.processes:
+            self.notify()
+        ended = [p for p in self.processes if not p.flush(timeout)]
+        for process in ended:
+            logger.warning("%s: the background encoder of %s ended (exit status %s) before encoding every saved "
+                           "episode; the push encodes the others", self.root, process.cameras,
+                           process.process.returncode)
+        return not ended
+
+    def finish(self, timeout: float | None = FLUSH_TIMEOUT) -> None:
+        """No more episodes: wait (bounded: ``timeout`` seconds without progress) until the encoders have made the
+        segments of every saved episode and exited; one stalled is stopped, one that failed is logged: the export
+        encodes what they did not make."""
+        if not self.processes:
+            return
+        if not finish(self.processes, timeout):
+            logger.warning("%s: the background encoders ended (exit status %s) before encoding every saved episode; "
+                           "finalize encodes the others", self.root,
+                           [p.process.returncode for p in self.processes])
+
+    def cancel(self) -> None:
+        for process in self.processes:
+            process.cancel()
 
 
 def _image(value: Any) -> Any:

@@ -39,8 +39,10 @@ from ..utils.progress import progress_bar
 from .segments import (
     SEGMENTS,
     camera_encodings,
+    encode_in_parallel,
     episode_hashes,
     find_segment,
+    lacking_cameras,
     make_segment,
     prune_segments,
     recorded_encoder,
@@ -178,6 +180,9 @@ def export_beside(dataset: LeRobotZarrDataset | str | os.PathLike, *, progress: 
 
         raise disk_error(exc, root) from None
     try:
+        lacking = lacking_cameras(ds, encoder_threads)
+        if len(lacking) > 1:  # the cameras encoded in parallel (one is by _write, in this process, as for one)
+            encode_in_parallel(root, encoder_threads, cameras=lacking)
         info = ds.meta.info
         _write(ds, tmp, int(info.get("data_files_size_in_mb") or 100), int(info.get("video_files_size_in_mb") or 200),
                None, progress, False, encoder_threads, link=True)

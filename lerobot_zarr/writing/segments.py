@@ -49,11 +49,14 @@ from ..utils.hashing import compact_frame_header, crc32c
 
 __all__ = ["SEGMENTS", "SEGMENT_STORAGES", "CameraEncoding", "camera_encodings", "episode_hashes", "find_segment",
            "make_segment", "encode_missing", "wanted_segments", "prune_segments", "recorded_encoder",
-           "BackgroundEncoder", "FLUSH_TIMEOUT"]
+           "segment_cameras", "lacking_cameras", "encode_in_parallel", "finish", "BackgroundEncoder", "FLUSH_TIMEOUT",
+           "ENCODER_NICE"]
 
 SEGMENTS = ".segments"  # the store's folder of segments (hidden: not a feature's folder)
 SEGMENT_STORAGES = ("raw", "compact")  # cameras whose episodes get segments: those whose stored bytes are hashed
-FLUSH_TIMEOUT = 600.0  # seconds without progress a wait for the background encoder allows (it runs at nice 19)
+FLUSH_TIMEOUT = 600.0  # seconds without progress a wait for the background encoder allows
+#: the background encoder's CPU priority (a nice value), chosen by measurement: see docs/torch.md
+ENCODER_NICE = 0
 
 
 def recorded_encoder(feature: dict) -> dict[str, Any] | None:
@@ -194,14 +197,16 @@ def _stored_frames(ds: LeRobotZarrDataset, key: str, episode: int) -> tuple[int,
     return crc, frames
 
 
-def encode_missing(root: str | os.PathLike, threads: int | None = None, *, prune: bool = False) -> int:
-    """Make the segments the store at ``root`` lacks (its video cameras kept raw or compact, every committed
-    episode); ``prune``: remove the segments no episode has any more. Returns how many were made."""
+def encode_missing(root: str | os.PathLike, threads: int | None = None, *, prune: bool = False,
+                   cameras: Iterable[str] | None = None) -> int:
+    """Make the segments the store at ``root`` lacks (its video cameras kept raw or compact, or those of
+    ``cameras``; every committed episode); ``prune``: remove the segments no episode has any more. Returns how many
+    were made."""
     made = 0
     started = time.time()
     ds = LeRobotZarrDataset(root)
     try:
-        for encoding, e, hashes, name in _segment_names(ds, threads):
+        for encoding, e, hashes, name in _segment_names(ds, threads, cameras):
             if not (Path(ds.root) / SEGMENTS / name).is_file():
                 made += make_segment(ds, encoding, e, hashes=hashes) is not None
         if prune:
@@ -211,11 +216,18 @@ def encode_missing(root: str | os.PathLike, threads: int | None = None, *, prune
     return made
 
 
-def _segment_names(ds: LeRobotZarrDataset, threads: int | None) -> Iterator[tuple[CameraEncoding, int, np.ndarray,
-                                                                                  str]]:
-    """Each segment the store's committed episodes have (video cameras kept raw or compact): its encoding, the
-    episode, the camera's episode hashes and the segment's name."""
-    keys = [k for k, spec in ds.array_specs.items() if spec.kind == "video" and spec.storage in SEGMENT_STORAGES]
+def segment_cameras(ds: LeRobotZarrDataset) -> list[str]:
+    """The cameras whose episodes get segments: video cameras kept raw or compact."""
+    return [k for k, spec in ds.array_specs.items() if spec.kind == "video" and spec.storage in SEGMENT_STORAGES]
+
+
+def _segment_names(ds: LeRobotZarrDataset, threads: int | None, cameras: Iterable[str] | None = None
+                   ) -> Iterator[tuple[CameraEncoding, int, np.ndarray, str]]:
+    """Each segment the store's committed episodes have (video cameras kept raw or compact; of ``cameras`` only,
+    if given): its encoding, the episode, the camera's episode hashes and the segment's name."""
+    keys = segment_cameras(ds)
+    if cameras is not None:
+        keys = [k for k in keys if k in set(cameras)]
     for encoding in camera_encodings(ds, keys, threads).values():
         hashes = episode_hashes(ds, encoding.key)
         for e in ds.episodes.tolist():
@@ -226,6 +238,62 @@ def _segment_names(ds: LeRobotZarrDataset, threads: int | None) -> Iterator[tupl
 def wanted_segments(ds: LeRobotZarrDataset, threads: int | None = None) -> set[str]:
     """The names of the segments of ``ds``'s committed episodes (with ``threads``' encodings)."""
     return {name for *_, name in _segment_names(ds, threads)}
+
+
+def lacking_cameras(ds: LeRobotZarrDataset, threads: int | None = None) -> list[str]:
+    """The cameras some of whose committed episodes have no segment yet."""
+    folder = Path(ds.root) / SEGMENTS
+    return list(dict.fromkeys(encoding.key for encoding, *_, name in _segment_names(ds, threads)
+                              if not (folder / name).is_file()))
+
+
+def encode_in_parallel(root: str | os.PathLike, threads: int | None = None, *, cameras: Iterable[str] | None = None,
+                       timeout: float | None = FLUSH_TIMEOUT) -> None:
+    """Make the segments the store at ``root`` lacks, the cameras (of ``cameras``; None: each lacking some) in
+    parallel: one in this process, each other in a process of its own at this process's priority (two live
+    SVT-AV1 encoders in one process have been seen to hang), as LeRobot encodes its cameras in parallel at each
+    ``save_episode``. ``timeout``: as :meth:`BackgroundEncoder.flush`'s; a process that fails or stalls is
+    stopped, and what it did not make is left to the caller (an export encodes it)."""
+    if cameras is None:
+        ds = LeRobotZarrDataset(root)
+        try:
+            cameras = lacking_cameras(ds, threads)
+        finally:
+            ds.close()
+    cameras = list(cameras)
+    if not cameras:
+        return
+    helpers = [BackgroundEncoder(root, threads, nice=0, cameras=[key], prune=False) for key in cameras[1:]]
+    try:
+        for helper in helpers:
+            helper.close()  # no more episodes: it makes its camera's segments, then exits
+        encode_missing(root, threads, cameras=cameras[:1])
+        finish(helpers, timeout)
+    finally:
+        for helper in helpers:
+            if helper.process.poll() is None:
+                helper.cancel()
+
+
+def finish(encoders: list[BackgroundEncoder], timeout: float | None = FLUSH_TIMEOUT) -> bool:
+    """Tell each encoder that no more episodes come and wait until each has made the segments of every committed
+    episode and exited; True if all did. ``timeout``: seconds all of them may go without progress (no segment made
+    or growing) before the ones still running are stopped (:meth:`BackgroundEncoder.cancel`), returning False:
+    what they did not make is encoded by the caller."""
+    for encoder in encoders:
+        encoder.close()
+    if not encoders:
+        return True
+    try:
+        encoders[0]._wait(lambda: all(e.process.poll() is not None for e in encoders), timeout,
+                          "the segments of every saved episode (finish)")
+    except EncoderTimeoutError:
+        for encoder in encoders:
+            encoder.cancel()
+        return False
+    for encoder in encoders:
+        encoder.wait()
+    return all(e.process.returncode == 0 for e in encoders)
 
 
 def prune_segments(root: str | os.PathLike, keep: set[str], before: float) -> int:
@@ -247,19 +315,27 @@ def prune_segments(root: str | os.PathLike, keep: set[str], before: float) -> in
 
 
 class BackgroundEncoder:
-    """A process encoding a recording's segments at the lowest CPU priority (see the module docstring): started
-    on the store at ``root``, it first makes the segments the committed episodes lack, then more each time it is
-    told to (:meth:`notify`). Nothing waits for it but :meth:`flush`. ``nice``: its CPU priority (19, the lowest,
-    by default: on a busy machine it may wait long for a CPU; what it has not made by a push, the push encodes)."""
+    """A process encoding a recording's segments (see the module docstring): started on the store at ``root``, it
+    first makes the segments the committed episodes lack, then more each time it is told to (:meth:`notify`).
+    Nothing waits for it but :meth:`flush` (and :func:`finish`). ``nice``: its CPU priority (:data:`ENCODER_NICE`
+    by default; it also runs as a batch process, ``SCHED_BATCH``: it never preempts the recorder's threads when they
+    wake); ``cameras``: the cameras it encodes (None: all); ``prune``: at start, remove segments of no committed
+    episode."""
 
-    def __init__(self, root: str | os.PathLike, threads: int | None = None, *, nice: int = 19):
+    def __init__(self, root: str | os.PathLike, threads: int | None = None, *, nice: int | None = None,
+                 cameras: Iterable[str] | None = None, prune: bool = True):
         self.root, self.threads = Path(root), threads
+        self.cameras = None if cameras is None else list(cameras)
         package = str(Path(__file__).resolve().parents[2])
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [package, os.environ.get("PYTHONPATH")])))
         args = [sys.executable, "-m", "lerobot_zarr.writing.segments", str(self.root)]
         if threads is not None:
             args += ["--threads", str(threads)]
-        args += ["--nice", str(int(nice))]
+        args += ["--nice", str(int(ENCODER_NICE if nice is None else nice))]
+        for key in self.cameras or ():
+            args += ["--camera", key]
+        if not prune:
+            args += ["--no-prune"]
         self.process = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
                                         close_fds=True)
 
@@ -367,20 +443,26 @@ def _main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m lerobot_zarr.writing.segments")
     parser.add_argument("root")
     parser.add_argument("--threads", type=int, default=None)
-    parser.add_argument("--nice", type=int, default=19)
+    parser.add_argument("--nice", type=int, default=ENCODER_NICE)
+    parser.add_argument("--camera", action="append", default=None)
+    parser.add_argument("--no-prune", dest="prune", action="store_false")
     args = parser.parse_args(argv)
-    os.nice(args.nice)  # before any thread starts: the encoder's threads inherit it
+    # before any thread starts: the encoder's threads inherit them
+    with contextlib.suppress(AttributeError, OSError):  # not on every system
+        os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
+    if args.nice:
+        os.nice(args.nice)
     reply = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)  # the encoders' prints go to stderr: stdout is the replies'
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # cancelled: unwinds, the segment's temp removed
     try:
-        encode_missing(args.root, args.threads, prune=True)
+        encode_missing(args.root, args.threads, prune=args.prune, cameras=args.camera)
         for line in sys.stdin:
-            encode_missing(args.root, args.threads)
+            encode_missing(args.root, args.threads, cameras=args.camera)
             if line.strip() == "flush":
                 reply.write("flushed\n")
                 reply.flush()
-        encode_missing(args.root, args.threads)
+        encode_missing(args.root, args.threads, cameras=args.camera)
     except Exception as exc:  # noqa: BLE001 - reported; what it did not make is encoded at export
         print(f"lerobot_zarr background encoder of {args.root}: stopped ({type(exc).__name__}: {exc}); the push "
               f"encodes the episodes it did not", file=sys.stderr)
