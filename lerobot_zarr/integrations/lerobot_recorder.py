@@ -15,6 +15,7 @@ leaves the spill as debris, removed by the next writer of the store (``.*.tmp-*`
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import queue
@@ -32,7 +33,7 @@ from ..errors import FrameNotWrittenError
 from ..lerobot.format import CAMERA_DTYPES, DEFAULT_FEATURES
 from ..utils.fileio import disk_error, pwrite_all
 from ..utils.libc import start_writeback
-from ..writing.segments import FLUSH_TIMEOUT, SEGMENT_STORAGES, BackgroundEncoder, finish
+from ..writing.segments import FLUSH_TIMEOUT, SEGMENT_STORAGES, BackgroundEncoder, Gate, finish
 from .lerobot_frames import CameraFrameError, as_numpy, camera_frame, check_frame, depth_unit_of
 
 __all__ = ["Recorder"]
@@ -40,6 +41,9 @@ __all__ = ["Recorder"]
 logger = logging.getLogger(__name__)
 SPILL_PREFIX = ".recording.tmp-"  # a name the store's next writer removes as debris (``.*.tmp-*``)
 _WRITEBACK_BYTES = 4 << 20
+#: seconds finalize waits for background encoders making no progress (no segment made or growing) before it stops
+#: them and encodes what they lack itself
+FINISH_TIMEOUT = 60.0
 
 
 class _Spill:
@@ -164,13 +168,13 @@ class Recorder:
         self._hold_frames = hold_frames  # LeRobot's asynchronous image writers asked for: the caller's array held
         specs = store.reader.array_specs
         self._cameras = [k for k, ft in features.items() if ft["dtype"] in CAMERA_DTYPES and k in specs]
+        self._folder = Path(tempfile.mkdtemp(prefix=SPILL_PREFIX, dir=store.root))
         video = [k for k in self._cameras if specs[k].kind == "video" and specs[k].storage in SEGMENT_STORAGES]
-        self._encoder = _Encoders(store.root, video, encoder_threads) if video else None
+        self._encoder = _Encoders(store.root, video, encoder_threads, Gate(self._folder / "gate")) if video else None
         self._episodes_since_last_encoding = 0  # LeRobot's name: saved episodes the encoder was not told of yet
         self._every = 1 if streaming_encoding else batch_encoding_size
         # LeRobot's (its VideoEncodingManager cancels it when recording fails)
         self._streaming_encoder = self._encoder if streaming_encoding else None
-        self._folder = Path(tempfile.mkdtemp(prefix=SPILL_PREFIX, dir=store.root))
         self._spills: dict[str, _Spill] = {}
         self._values: dict[str, list] = {}
         self._tasks: list[str] = []
@@ -281,7 +285,8 @@ class Recorder:
             frames, tasks = self._buffered()
         spills = {} if episode_data is not None else {key: spill.path for key, spill in self._spills.items()}
         try:
-            self._store.add_episode(frames, task=tasks, frame_files=spills)
+            with self._encoder.gate.closed() if self._encoder is not None else contextlib.nullcontext():
+                self._store.add_episode(frames, task=tasks, frame_files=spills)  # its encoders held back meanwhile
         except BaseException:
             if any(spill.taken() for spill in self._spills.values()):  # the store kept them (its commit went
                 self.clear_episode_buffer()  # through, or it cannot tell): never written again, nor read from
@@ -389,6 +394,7 @@ class Recorder:
         try:
             if self._encoder is not None:
                 self._encoder.finish()
+                self._encoder.gate.close()
             self._writer.close()
             for spill in self._spills.values():
                 spill.close()
@@ -415,16 +421,16 @@ class _Encoders:
     """The background encoders of a recording: one process per video camera (``cameras``) of the store at
     ``root``, started when first told of saved episodes (:meth:`notify`)."""
 
-    def __init__(self, root: Path, cameras: list[str], threads: int | None):
-        self.root, self.cameras, self.threads = Path(root), cameras, threads
+    def __init__(self, root: Path, cameras: list[str], threads: int | None, gate: Gate):
+        self.root, self.cameras, self.threads, self.gate = Path(root), cameras, threads, gate
         self.processes: list[BackgroundEncoder] = []
 
     def start(self) -> None:
         """Start the processes if not yet (at the recording's first frame: a process's start, ~0.5 s of CPU, is
         over by the first ``save_episode``); each first encodes the saved episodes that lack segments."""
         if not self.processes:
-            self.processes = [BackgroundEncoder(self.root, self.threads, cameras=[key], prune=not k)
-                              for k, key in enumerate(self.cameras)]
+            self.processes = [BackgroundEncoder(self.root, self.threads, cameras=[key], prune=not k,
+                                                gate=self.gate.path) for k, key in enumerate(self.cameras)]
 
     def notify(self) -> None:
         """Episodes were saved: encode them (each process at once, or after the episode it is encoding)."""
@@ -446,13 +452,13 @@ class _Encoders:
                            process.process.returncode)
         return not ended
 
-    def finish(self, timeout: float | None = FLUSH_TIMEOUT) -> None:
+    def finish(self, timeout: float | None = None) -> None:
         """No more episodes: wait (bounded: ``timeout`` seconds without progress) until the encoders have made the
         segments of every saved episode and exited; one stalled is stopped, one that failed is logged: the export
         encodes what they did not make."""
         if not self.processes:
             return
-        if not finish(self.processes, timeout):
+        if not finish(self.processes, FINISH_TIMEOUT if timeout is None else timeout):
             logger.warning("%s: the background encoders ended (exit status %s) before encoding every saved episode; "
                            "finalize encodes the others", self.root,
                            [p.process.returncode for p in self.processes])

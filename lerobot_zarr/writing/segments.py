@@ -24,6 +24,7 @@ with ``add_frame`` for the GIL as well as for a CPU. Run as ``python -m lerobot_
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -50,11 +51,12 @@ from ..utils.hashing import compact_frame_header, crc32c
 __all__ = ["SEGMENTS", "SEGMENT_STORAGES", "CameraEncoding", "camera_encodings", "episode_hashes", "find_segment",
            "make_segment", "encode_missing", "wanted_segments", "prune_segments", "recorded_encoder",
            "segment_cameras", "lacking_cameras", "encode_in_parallel", "finish", "BackgroundEncoder", "FLUSH_TIMEOUT",
-           "ENCODER_NICE"]
+           "ENCODER_NICE", "Gate"]
 
 SEGMENTS = ".segments"  # the store's folder of segments (hidden: not a feature's folder)
 SEGMENT_STORAGES = ("raw", "compact")  # cameras whose episodes get segments: those whose stored bytes are hashed
 FLUSH_TIMEOUT = 600.0  # seconds without progress a wait for the background encoder allows
+_GATE_FRAMES = 8  # frames given to the encoder between two looks at the gate
 #: the background encoder's CPU priority (a nice value), chosen by measurement: see docs/torch.md
 ENCODER_NICE = 0
 
@@ -136,10 +138,11 @@ def find_segment(ds: LeRobotZarrDataset, encoding: CameraEncoding, episode: int,
 
 
 def make_segment(ds: LeRobotZarrDataset, encoding: CameraEncoding, episode: int, target: Path | None = None,
-                 hashes: np.ndarray | None = None) -> Path | None:
+                 hashes: np.ndarray | None = None, gate: Callable[[], None] | None = None) -> Path | None:
     """Encode ``episode``'s frames of the camera into an mp4 of their own: at ``target``, or (None) as the store's
     segment, if the frames' content hash is the one the store recorded (else None: nothing kept). Written under a
-    temporary name, renamed once complete."""
+    temporary name, renamed once complete. ``gate``: called before each few frames are given to the encoder (the
+    background encoder's :class:`_Gate`: it waits there while the recorder commits an episode)."""
     if target is None:
         crc = int((episode_hashes(ds, encoding.key) if hashes is None else hashes)[episode])
         stored = _stored_frames(ds, encoding.key, episode) if crc >= 0 else None
@@ -155,7 +158,10 @@ def make_segment(ds: LeRobotZarrDataset, encoding: CameraEncoding, episode: int,
     try:
         writer = encoding.writer(tmp)
         try:
-            writer.add(frames)
+            for start in range(0, len(frames), _GATE_FRAMES):
+                if gate is not None:
+                    gate()
+                writer.add(frames[start:start + _GATE_FRAMES])
         finally:
             writer.close()
         try:
@@ -198,17 +204,17 @@ def _stored_frames(ds: LeRobotZarrDataset, key: str, episode: int) -> tuple[int,
 
 
 def encode_missing(root: str | os.PathLike, threads: int | None = None, *, prune: bool = False,
-                   cameras: Iterable[str] | None = None) -> int:
+                   cameras: Iterable[str] | None = None, gate: Callable[[], None] | None = None) -> int:
     """Make the segments the store at ``root`` lacks (its video cameras kept raw or compact, or those of
-    ``cameras``; every committed episode); ``prune``: remove the segments no episode has any more. Returns how many
-    were made."""
+    ``cameras``; every committed episode); ``prune``: remove the segments no episode has any more; ``gate``:
+    :func:`make_segment`'s. Returns how many were made."""
     made = 0
     started = time.time()
     ds = LeRobotZarrDataset(root)
     try:
         for encoding, e, hashes, name in _segment_names(ds, threads, cameras):
             if not (Path(ds.root) / SEGMENTS / name).is_file():
-                made += make_segment(ds, encoding, e, hashes=hashes) is not None
+                made += make_segment(ds, encoding, e, hashes=hashes, gate=gate) is not None
         if prune:
             prune_segments(ds.root, wanted_segments(ds, threads), started)
     finally:
@@ -314,16 +320,45 @@ def prune_segments(root: str | os.PathLike, keep: set[str], before: float) -> in
     return removed
 
 
+class Gate:
+    """A file lock by which a recorder holds its background encoders back while it commits an episode, so that its
+    ``save_episode`` has the CPU (and the disk) to itself, as if no encoder ran: the recorder holds it exclusively
+    (:meth:`closed`), an encoder takes it shared for an instant before each few frames it encodes (:meth:`wait`).
+    A lock, not a signal: a recorder killed while holding it releases it (the kernel drops the lock with the
+    process), never leaving its encoders stopped."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+
+    @contextlib.contextmanager
+    def closed(self) -> Iterator[None]:
+        """The recorder's side: encoders wait at their next look until this ends."""
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
+
+    def wait(self) -> None:
+        """The encoder's side: return once the recorder does not hold the gate."""
+        fcntl.flock(self.fd, fcntl.LOCK_SH)
+        fcntl.flock(self.fd, fcntl.LOCK_UN)
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
 class BackgroundEncoder:
     """A process encoding a recording's segments (see the module docstring): started on the store at ``root``, it
     first makes the segments the committed episodes lack, then more each time it is told to (:meth:`notify`).
     Nothing waits for it but :meth:`flush` (and :func:`finish`). ``nice``: its CPU priority (:data:`ENCODER_NICE`
     by default; it also runs as a batch process, ``SCHED_BATCH``: it never preempts the recorder's threads when they
     wake); ``cameras``: the cameras it encodes (None: all); ``prune``: at start, remove segments of no committed
-    episode."""
+    episode; ``gate``: the path of the recorder's :class:`Gate`, looked at as it encodes."""
 
     def __init__(self, root: str | os.PathLike, threads: int | None = None, *, nice: int | None = None,
-                 cameras: Iterable[str] | None = None, prune: bool = True):
+                 cameras: Iterable[str] | None = None, prune: bool = True, gate: str | os.PathLike | None = None):
         self.root, self.threads = Path(root), threads
         self.cameras = None if cameras is None else list(cameras)
         package = str(Path(__file__).resolve().parents[2])
@@ -336,6 +371,8 @@ class BackgroundEncoder:
             args += ["--camera", key]
         if not prune:
             args += ["--no-prune"]
+        if gate is not None:
+            args += ["--gate", str(gate)]
         self.process = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
                                         close_fds=True)
 
@@ -446,6 +483,7 @@ def _main(argv: list[str]) -> int:
     parser.add_argument("--nice", type=int, default=ENCODER_NICE)
     parser.add_argument("--camera", action="append", default=None)
     parser.add_argument("--no-prune", dest="prune", action="store_false")
+    parser.add_argument("--gate", default=None)
     args = parser.parse_args(argv)
     # before any thread starts: the encoder's threads inherit them
     with contextlib.suppress(AttributeError, OSError):  # not on every system
@@ -456,13 +494,18 @@ def _main(argv: list[str]) -> int:
     os.dup2(2, 1)  # the encoders' prints go to stderr: stdout is the replies'
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # cancelled: unwinds, the segment's temp removed
     try:
-        encode_missing(args.root, args.threads, prune=args.prune, cameras=args.camera)
+        gate = None
+        if args.gate is not None:
+            with contextlib.suppress(FileNotFoundError):  # the recording ended meanwhile: nothing to wait for
+                gate = Gate(args.gate).wait
+        encode = dict(cameras=args.camera, gate=gate)
+        encode_missing(args.root, args.threads, prune=args.prune, **encode)
         for line in sys.stdin:
-            encode_missing(args.root, args.threads, cameras=args.camera)
+            encode_missing(args.root, args.threads, **encode)
             if line.strip() == "flush":
                 reply.write("flushed\n")
                 reply.flush()
-        encode_missing(args.root, args.threads, cameras=args.camera)
+        encode_missing(args.root, args.threads, **encode)
     except Exception as exc:  # noqa: BLE001 - reported; what it did not make is encoded at export
         print(f"lerobot_zarr background encoder of {args.root}: stopped ({type(exc).__name__}: {exc}); the push "
               f"encodes the episodes it did not", file=sys.stderr)

@@ -502,9 +502,10 @@ def test_push_to_hub_gives_what_lerobot_loads(tmp_path, monkeypatch):
             assert float((item["observation.images.cam"] - cam).abs().mean()) < 0.02
 
 
-@pytest.mark.parametrize("mode", [{"streaming_encoding": True, "encoder_threads": 1}, {"batch_encoding_size": 2}])
+@pytest.mark.parametrize("mode", [{}, {"streaming_encoding": True, "encoder_threads": 1}, {"batch_encoding_size": 2}])
 def test_background_encoder_is_not_waited_for_and_finalize_joins_its_segments(tmp_path, monkeypatch, mode):
-    """streaming_encoding / batch_encoding_size start the background encoder; with its process stopped (SIGSTOP),
+    """A recording with video cameras starts a background encoder per camera (by default too, as LeRobot encodes at
+    each save_episode; streaming_encoding / batch_encoding_size as LeRobot's); with its process stopped (SIGSTOP),
     save_episode still returns (never waits for it); once it made the segments (flush_pending_videos), finalize
     joins them into LeRobot's files without encoding any (batches: the last, incomplete one is encoded at the
     flush, as LeRobot's finalize encodes it), and the push exports the same without encoding; LeRobot 0.6.1 loads
@@ -520,13 +521,16 @@ def test_background_encoder_is_not_waited_for_and_finalize_joins_its_segments(tm
     monkeypatch.setattr(export_module, "make_segment", lambda ds, enc, e, *a, **k: (encodes.append(e),
                                                                                       real(ds, enc, e, *a, **k))[1])
     ds = LeRobotDataset.create("someone/streamed", 30, FEATURES, root=tmp_path / "ds", **mode)
-    encoder = ds.writer._encoder
-    assert encoder is not None and ds.writer._streaming_encoder is (encoder if "streaming_encoding" in mode else None)
+    encoders = ds.writer._encoder
+    assert encoders is not None and encoders.cameras == ["observation.images.cam"]
+    assert ds.writer._streaming_encoder is (encoders if "streaming_encoding" in mode else None)
     lengths = (4, 3, 5)
+    ds.add_frame(_frame(0, 0))  # starts the encoder
+    (encoder,) = encoders.processes
     os.kill(encoder.pid, signal.SIGSTOP)
     try:
         for e, n in enumerate(lengths):
-            for i in range(n):
+            for i in range(int(e == 0), n):
                 ds.add_frame(_frame(e, i))
             ds.save_episode()
         assert encoder.process.poll() is None  # stopped, not waited for
@@ -535,7 +539,7 @@ def test_background_encoder_is_not_waited_for_and_finalize_joins_its_segments(tm
     ds.writer.flush_pending_videos()
     ds.finalize()
     assert encodes == [], f"episodes {encodes} were encoded at finalize: their segments were not joined"
-    assert encoder.process.returncode is not None
+    assert encoder.process.returncode == 0
     _same_as_recorded(_reference()("someone/streamed", root=tmp_path / "ds"), lengths)
     with HubServer(tmp_path / "server", tokens={"hf_write": "alice"}) as hub:
         make_env(monkeypatch, tmp_path, hub.endpoint)
@@ -564,25 +568,76 @@ def _same_as_recorded(theirs, lengths) -> None:
             index += 1
 
 
-def test_finalize_stops_a_stalled_encoder_and_encodes_what_it_lacks(tmp_path, monkeypatch):
-    """An encoder that made nothing (stopped) does not hold finalize up: finalize stops it and encodes the saved
-    episodes itself, once each; LeRobot's class reads the folder."""
+TWO_CAMERAS = {**FEATURES, "observation.images.top": {"dtype": "video", "shape": (24, 32, 3),
+                                                      "names": ["height", "width", "channels"]}}
+
+
+def _two_camera_frame(e: int, i: int) -> dict:
+    rng = np.random.default_rng(e * 1000 + i)
+    return {**_frame(e, i), "observation.images.top": rng.integers(0, 256, (24, 32, 3), dtype=np.uint8)}
+
+
+def _decoded_videos(root: Path) -> dict[str, list[np.ndarray]]:
+    """Each camera's frames in LeRobot's files under ``root``, decoded file by file in order."""
+    import av
+
+    out = {}
+    for folder in sorted((root / "videos").iterdir()):
+        frames = []
+        for path in sorted(folder.rglob("*.mp4")):
+            with av.open(str(path)) as c:
+                frames += [f.to_ndarray(format="rgb24") for f in c.decode(c.streams.video[0])]
+        out[folder.name] = frames
+    return out
+
+
+@pytest.mark.parametrize("how", ["stalled", "killed"])
+def test_finalize_completes_without_its_encoders(tmp_path, monkeypatch, how):
+    """Encoders stalled (SIGSTOP: finalize waits only its bound without progress, then stops them) or SIGKILLed
+    (mid-episode, or wherever the kill lands) do not keep finalize from completing: it encodes what they did not
+    make (the two cameras in parallel), and LeRobot's files decode to the frames a fresh export of
+    the store gives; a second finalize writes nothing."""
+    import lerobot_zarr.integrations.lerobot_recorder as recorder_module
     import lerobot_zarr.writing.export as export_module
+    from lerobot_zarr.writing.segments import SEGMENTS
 
     encodes: list[int] = []
     real = export_module.make_segment
     monkeypatch.setattr(export_module, "make_segment", lambda ds, enc, e, *a, **k: (encodes.append(e),
                                                                                       real(ds, enc, e, *a, **k))[1])
-    ds = LeRobotDataset.create(REPO_ID, 30, FEATURES, root=tmp_path / "ds", streaming_encoding=True)
-    encoder = ds.writer._encoder
-    os.kill(encoder.pid, signal.SIGSTOP)
-    for e, n in enumerate((3, 2)):
+    monkeypatch.setattr(recorder_module, "FINISH_TIMEOUT", 1.0)
+    root = tmp_path / "ds"
+    ds = LeRobotDataset.create(REPO_ID, 30, TWO_CAMERAS, root=root)
+    lengths = (30, 2)
+    for e, n in enumerate(lengths):
         for i in range(n):
-            ds.add_frame(_frame(e, i))
+            ds.add_frame(_two_camera_frame(e, i))
+            if (e, i) == (0, 0):
+                processes = ds.writer._encoder.processes
+                if how == "stalled":
+                    for p in processes:
+                        os.kill(p.pid, signal.SIGSTOP)
         ds.save_episode()
+        if how == "killed" and e == 0:  # as it encodes episode 0 (or before, or after: the kill lands anywhere)
+            os.kill(processes[0].pid, signal.SIGKILL)
     ds.finalize()
-    assert encoder.process.returncode is not None and sorted(encodes) == [0, 1]
-    _same_as_recorded(_reference()(REPO_ID, root=tmp_path / "ds"), (3, 2))
+    assert all(p.process.returncode is not None for p in processes)
+    made = len(list((root / SEGMENTS).glob("[!.]*.mp4")))
+    assert made == 4 and not list((root / SEGMENTS).glob(".*"))
+    # stalled: both cameras lacked segments, made in parallel before LeRobot's files were written (none encoded
+    # there); killed: the first camera's episodes its encoder had not made, encoded there
+    assert encodes == [] if how == "stalled" else len(encodes) <= 2
+    want = export_module.to_lerobot(root, tmp_path / "fresh", progress=False)
+    got, fresh = _decoded_videos(root), _decoded_videos(want)
+    assert set(got) == {"observation.images.cam", "observation.images.top"} and set(fresh) == set(got)
+    for key in got:
+        assert len(got[key]) == sum(lengths) and all(np.array_equal(a, b) for a, b in zip(got[key], fresh[key],
+                                                                                          strict=True)), key
+    stamp = (root / "meta" / "info.json").stat().st_mtime_ns
+    ds.finalize()
+    LeRobotDataset.resume(REPO_ID, root=root).finalize()
+    assert (root / "meta" / "info.json").stat().st_mtime_ns == stamp
+    _same_as_recorded(_reference()(REPO_ID, root=root), lengths)
 
 
 def test_cancel_pending_videos_drops_only_the_episode_in_progress(tmp_path):
@@ -598,7 +653,8 @@ def test_cancel_pending_videos_drops_only_the_episode_in_progress(tmp_path):
     ds.save_episode()
     ds.add_frame(_frame(1, 0))
     ds.writer.cancel_pending_videos()
-    assert ds.has_pending_frames() and ds.writer._encoder is encoder and encoder.process.poll() is None
+    assert ds.has_pending_frames() and ds.writer._encoder is encoder
+    assert all(p.process.poll() is None for p in encoder.processes)
     ds.writer.cleanup_interrupted_episode(1)
     for i in range(2):
         ds.add_frame(_frame(1, i))
@@ -707,9 +763,9 @@ def test_flush_of_a_stalled_encoder_raises_naming_it(tmp_path):
     from lerobot_zarr.errors import EncoderTimeoutError
 
     ds = LeRobotDataset.create(REPO_ID, 30, FEATURES, root=tmp_path / "ds", streaming_encoding=True)
-    encoder = ds.writer._encoder
     for i in range(2):
         ds.add_frame(_frame(0, i))
+    (encoder,) = ds.writer._encoder.processes
     os.kill(encoder.pid, signal.SIGSTOP)
     try:
         ds.save_episode()

@@ -23,6 +23,7 @@ from lerobot_zarr.writing.segments import (  # noqa: E402
     SEGMENTS,
     BackgroundEncoder,
     camera_encodings,
+    encode_in_parallel,
     encode_missing,
     find_segment,
 )
@@ -325,3 +326,30 @@ def test_one_frame_depth_episodes_encode_on_their_own(tmp_path):
         with av.open(str(path)) as c:
             frames = [f.to_ndarray(format=DEPTH_PIX_FMT) for f in c.decode(c.streams.video[0])]
         assert len(frames) == 1 and (frames[0] == 100 + k).all(), k
+
+
+def test_cameras_encoded_in_parallel_equal_the_single_process_path(tmp_path):
+    """encode_in_parallel (finalize's: one camera in this process, each other in a process of its own) makes the
+    segments encode_missing makes in one process, decoding to the same frames; run again it makes none."""
+    top = "observation.images.top"
+    features = {**FEATURES, top: FEATURES[CAM]}
+    roots = []
+    for name in ("parallel", "single"):
+        ds = lerobot_zarr.create(tmp_path / name, fps=30, features=features)
+        for e, n in enumerate((6, 4)):
+            ds.add_episode({"observation.state": np.zeros((n, 2), np.float32), CAM: _frames(e, n),
+                            top: _frames(e + 7, n)}, task="t")
+        ds.close()
+        roots.append(tmp_path / name)
+    encode_in_parallel(roots[0])
+    assert encode_missing(roots[1]) == 4
+    assert sorted(_segments(roots[0])) == sorted(_segments(roots[1])) and len(_segments(roots[0])) == 4
+    for name in _segments(roots[0]):
+        frames = []
+        for root in roots:
+            with av.open(str(root / SEGMENTS / name)) as c:
+                frames.append([f.to_ndarray(format="rgb24") for f in c.decode(c.streams.video[0])])
+        assert len(frames[0]) in (4, 6) and all(np.array_equal(a, b) for a, b in zip(*frames, strict=True))
+    stamps = {p.name: p.stat().st_mtime_ns for p in (roots[0] / SEGMENTS).iterdir()}
+    encode_in_parallel(roots[0])
+    assert {p.name: p.stat().st_mtime_ns for p in (roots[0] / SEGMENTS).iterdir()} == stamps
