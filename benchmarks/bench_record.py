@@ -138,7 +138,7 @@ def _one(name: str, mode: str, kwargs: dict, frames: list, args: argparse.Namesp
 
 def speed(args: argparse.Namespace) -> None:
     if args.encoder_nice is not None:
-        import lerobot_zarr.writing.segments as segments
+        from lerobot_zarr.writing import segments
 
         segments.ENCODER_NICE = args.encoder_nice
     frames = [[frame(e, i, args.height, args.width) for i in range(args.frames)] for e in range(args.episodes)]

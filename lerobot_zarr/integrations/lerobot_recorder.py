@@ -7,10 +7,9 @@ into an episode buffer, and :meth:`~Recorder.save_episode` writes the episode to
 and any process can read it, whatever happens to this one; before, nothing of it is visible. Camera frames go to a
 spill file in the store while the episode is recorded (written by a thread into the page cache: no encoding, no
 compression, bounded memory; see :class:`_SpillWriter`), their numbers and text stay in memory. A killed recorder
-leaves the spill as debris, removed by the next writer of the store (``.*.tmp-*``). Videos are encoded later: at
-``finalize`` (which writes LeRobot's files beside the store) or an export/push, or, with LeRobot's
-``streaming_encoding`` / ``batch_encoding_size``, by a background encoder process as episodes are saved
-(:mod:`lerobot_zarr.writing.segments`), whose segments ``finalize`` and the push join without re-encoding.
+leaves the spill as debris, removed by the next writer of the store (``.*.tmp-*``). Videos are encoded by
+background encoder processes (:mod:`lerobot_zarr.writing.segments`, one per camera) as episodes are saved, whose
+segments ``finalize`` (which writes LeRobot's files beside the store) and the push join without re-encoding.
 """
 
 from __future__ import annotations
@@ -269,7 +268,9 @@ class Recorder:
         """Write the buffered episode (or ``episode_data``, LeRobot's episode buffer dict) to the store in one
         commit, then empty the buffer, and tell the background encoder (if any; it is not waited for).
         ``parallel_encoding`` is LeRobot's switch for encoding cameras in parallel at this point; here nothing is
-        encoded at this point (videos are encoded at push, or in the background), so it changes nothing."""
+        encoded at this point (the background encoders, one process per camera, encode it), so it changes
+        nothing. The encoders are held back while the episode is committed
+        (:class:`~lerobot_zarr.writing.segments.Gate`)."""
         self._check_open()
         if episode_data is not None:
             frames, tasks = self._episode_of(episode_data)
@@ -365,9 +366,8 @@ class Recorder:
 
     def flush_pending_videos(self) -> None:
         """(LeRobot's: encode the episodes a batch or a streaming encoder still holds.) Wait until the background
-        encoder has made the segments of every saved episode (what is left of a batch too); without one, nothing
-        is pending. An encoder that was killed or failed (it says why on stderr) is logged: the push encodes the
-        episodes it did not."""
+        encoders have made the segments of every saved episode (what is left of a batch too). An encoder that was
+        killed or failed (it says why on stderr) is logged: the push encodes the episodes it did not."""
         if self._encoder is not None and (self._encoder.processes or self._store.meta.total_episodes):
             self._episodes_since_last_encoding = 0
             self._encoder.flush()

@@ -11,13 +11,12 @@ instant keeps every episode whose ``save_episode`` returned, any process can ope
 beside the store (:func:`~lerobot_zarr.writing.export.export_beside`), for LeRobot's class and tools.
 
 Cameras are kept raw while recording (no encoding on the way: ``add_frame`` copies a frame, ``save_episode`` writes
-and commits), then encoded to mp4 with the ``rgb_encoder`` / ``depth_encoder`` settings (kept in each video
-feature's ``info``, as LeRobot keeps them), episode by episode, at ``finalize`` (or a push or export). LeRobot's
-``streaming_encoding`` and ``batch_encoding_size`` move its encoding off ``save_episode`` (to threads encoding the
-frames as they come, or to every Nth ``save_episode``); here they start a background encoder process
-(:mod:`lerobot_zarr.writing.segments`) encoding each saved episode (streaming) or each batch of N saved episodes,
-which neither ``add_frame`` nor ``save_episode`` waits for; ``finalize`` (and a push) join its per-episode mp4s
-without encoding them again, encoding only what it did not. Without it, videos are encoded at ``finalize``.
+and commits), and encoded to mp4 with the ``rgb_encoder`` / ``depth_encoder`` settings (kept in each video
+feature's ``info``, as LeRobot keeps them), episode by episode, by background encoder processes (one per camera,
+:mod:`lerobot_zarr.writing.segments`) told where LeRobot encodes: at each ``save_episode`` (LeRobot's default, and
+``streaming_encoding``) or at every ``batch_encoding_size``-th; neither ``add_frame`` nor ``save_episode`` waits
+for them. ``finalize`` (and a push) join their per-episode mp4s without encoding them again, encoding only what
+they did not.
 """
 
 from __future__ import annotations
@@ -131,10 +130,10 @@ class LeRobotRecording:
         - ``rgb_encoder`` / ``depth_encoder``: LeRobot's ``RGBEncoderConfig`` / ``DepthEncoderConfig`` (or dicts of
           their fields; None: LeRobot's defaults), kept in each video feature's ``info`` and used wherever its mp4
           is made; a depth video's quantizer (``depth_min``...) makes the codes the store keeps.
-        - ``streaming_encoding`` / ``batch_encoding_size`` (a positive int) > 1: LeRobot's ways of taking video
-          encoding off ``save_episode``; here a background encoder process encodes each saved episode (streaming)
-          or each batch of that many (the rest after ``finalize``), never waited for by the recording (see
-          the module docstring). ``encoder_queue_maxsize`` (a positive int): LeRobot's frames queued for its
+        - ``streaming_encoding`` / ``batch_encoding_size`` (a positive int): LeRobot's ways of encoding video as
+          frames come or every that many episodes; here background encoder processes encode each saved episode
+          (by default and streaming) or each batch of that many (the rest at ``finalize``), never waited for by the
+          recording (see the module docstring). ``encoder_queue_maxsize`` (a positive int): LeRobot's frames queued for its
           encoder; none are queued here, none dropped. ``encoder_threads``: the encoder's threads, as LeRobot's
           (kept in each video feature's ``info`` with the encoder settings: every encoding of them uses it).
         - ``image_writer_processes`` / ``image_writer_threads``: LeRobot's PNG writers; frames are not encoded

@@ -332,9 +332,20 @@ class Gate:
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
 
     @contextlib.contextmanager
-    def closed(self) -> Iterator[None]:
-        """The recorder's side: encoders wait at their next look until this ends."""
-        fcntl.flock(self.fd, fcntl.LOCK_EX)
+    def closed(self, patience: float = 1.0) -> Iterator[None]:
+        """The recorder's side: encoders wait at their next look until this ends. An encoder holds the gate only
+        for an instant; one stopped in that instant (SIGSTOP) is not waited for beyond ``patience`` seconds: the
+        caller then goes on with the gate open."""
+        deadline = time.monotonic() + patience
+        while True:
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    yield
+                    return
+                time.sleep(0.001)
         try:
             yield
         finally:
@@ -498,7 +509,7 @@ def _main(argv: list[str]) -> int:
         if args.gate is not None:
             with contextlib.suppress(FileNotFoundError):  # the recording ended meanwhile: nothing to wait for
                 gate = Gate(args.gate).wait
-        encode = dict(cameras=args.camera, gate=gate)
+        encode = {"cameras": args.camera, "gate": gate}
         encode_missing(args.root, args.threads, prune=args.prune, **encode)
         for line in sys.stdin:
             encode_missing(args.root, args.threads, **encode)

@@ -353,3 +353,34 @@ def test_cameras_encoded_in_parallel_equal_the_single_process_path(tmp_path):
     stamps = {p.name: p.stat().st_mtime_ns for p in (roots[0] / SEGMENTS).iterdir()}
     encode_in_parallel(roots[0])
     assert {p.name: p.stat().st_mtime_ns for p in (roots[0] / SEGMENTS).iterdir()} == stamps
+
+
+def test_the_gate_holds_encoders_back_while_the_recorder_commits(tmp_path):
+    """An encoder looks at the recorder's gate before every 8 frames it encodes; a look waits while the recorder holds
+    the gate (save_episode's commit), and the recorder does not wait past its patience for an encoder stopped in
+    the instant it holds the gate."""
+    import fcntl
+    import threading
+
+    from lerobot_zarr.writing.segments import Gate, make_segment
+
+    root = _store(tmp_path / "store", lengths=(20,))
+    looks: list[int] = []
+    ds = LeRobotZarrDataset(root)
+    encoding = camera_encodings(ds, [CAM])[CAM]
+    assert make_segment(ds, encoding, 0, gate=lambda: looks.append(1)) is not None and len(looks) == 3
+    recorder, encoder = Gate(tmp_path / "gate"), Gate(tmp_path / "gate")
+    looked = threading.Event()
+    with recorder.closed():
+        thread = threading.Thread(target=lambda: (encoder.wait(), looked.set()))
+        thread.start()
+        assert not looked.wait(0.3), "the encoder went on while the recorder held the gate"
+    assert looked.wait(60)
+    thread.join()
+    fcntl.flock(encoder.fd, fcntl.LOCK_SH)  # an encoder stopped while it looks
+    started = time.monotonic()
+    with recorder.closed(patience=0.05):
+        pass
+    assert time.monotonic() - started < 30
+    recorder.close()
+    encoder.close()
