@@ -397,7 +397,8 @@ class BackgroundEncoder:
         try:
             self.process.stdin.write(command.encode() + b"\n")
             self.process.stdin.flush()
-        except (BrokenPipeError, OSError):  # it died: what it did not make is encoded at export
+        except (BrokenPipeError, OSError, ValueError):  # it died (or was closed meanwhile): what it did not make is
+            # encoded at export
             return False
         return True
 
