@@ -1,21 +1,20 @@
 """Recording through LeRobot's API: the drop-in (lerobot_zarr.torch.LeRobotDataset) against LeRobot 0.6.1's own
 recorder on the same frames, in one run. Needs torch and lerobot (``/path/to/lerobot-venv/bin/python``).
 
-    python benchmarks/bench_record.py speed --episodes 3 --frames 90     # 3 cameras 480x640, 30 fps
-    python benchmarks/bench_record.py kill --kills 20                      # SIGKILL battery, 3 cameras 96x128
+    python benchmarks/bench_record.py speed [--paced]     # 3 cameras 480x640, 3 episodes x 90 frames, 30 fps
+    python benchmarks/bench_record.py kill --kills 20      # SIGKILL battery, 3 cameras 96x128
 
-``speed``: each recorder takes the same frames as fast as it can (``add_frame`` then ``save_episode``; with
-``--paced`` at 30 fps, as a camera gives them: what is left to do at ``save_episode`` is then what a real
-recording waits for, not frames queued faster than a camera makes them); reported:
-frames/s over the whole recording (add_frame + save_episode), ``add_frame`` p50/p99 (and its p99 without the time
-the thread waited for a CPU: on a loaded machine the scheduler's share), ``save_episode`` p50/p99, then what
-finishing costs: ``finalize`` (LeRobot's; ours writes LeRobot's files beside the store: stops the background
-encoder, if any, encodes the episodes it did not, joins the episodes' mp4s, writes the parquet and metadata), with
-the load average then, the export of a push after it (joins, encodes nothing), and the time to a LeRobot dataset
-at root (recording + finalize) of each.
-LeRobot runs as ``lerobot-record`` configures it by default (4 image-writer threads per camera, videos encoded at
-``save_episode``), and with ``--streaming`` as its docs recommend (``streaming_encoding=True``, 2 encoder threads);
-``--streaming`` runs ours that way too (a background encoder process making each saved episode's mp4s).
+``speed``: each recorder takes the same frames, in each mode (``--modes``): ``plain`` (LeRobot's defaults as
+``lerobot-record`` sets them: 4 image-writer threads per camera, videos encoded at each ``save_episode``),
+``batch`` (``batch_encoding_size=--batch``), ``streaming`` (``streaming_encoding=True``, 2 encoder threads, as
+LeRobot's docs recommend); ours and LeRobot's interleaved, ``--rounds`` times (alternating which goes first). Frames
+come as fast as each recorder takes them, or with ``--paced`` at 30 fps, as a camera gives them, with a reset of
+``--reset`` seconds before each ``save_episode`` but the last (``lerobot-record``'s order: record, reset, save).
+Reported per step: frames/s over the recording (add_frame + save_episode + resets), ``add_frame`` p50/p99 (and its
+p99 without the time the thread waited for a CPU: on a loaded machine the scheduler's share), ``save_episode``
+p50/p99, ``finalize`` (ours: waits for the background encoders, encodes what they lack, joins the episodes' mp4s,
+writes LeRobot's parquet and metadata files beside the store) with the load average then, the total (recording +
+finalize: a LeRobot dataset at root), and for ours a push's export after it (joins, encodes nothing).
 
 ``kill``: a recorder process (3 cameras 96x128, episodes of 50-200 frames) is SIGKILLed at random instants (after a
 random number of the frames and saves it reports); after each kill, the episodes whose ``save_episode`` returned

@@ -148,8 +148,8 @@ class Recorder:
     ``features`` is the dataset's ``meta.features`` (LeRobot's, declared shapes; a depth camera's ``info`` gains its
     unit from its first frame, as LeRobot's does). ``on_saved`` is called after each commit (the drop-in refreshes
     its ``meta``). A store with video cameras gets background encoders (one process per camera,
-    :class:`~lerobot_zarr.writing.segments.BackgroundEncoder`, ``encoder_threads``), started at the first
-    ``save_episode``: they encode the saved episodes' videos each time ``batch_encoding_size`` episodes were saved
+    :class:`~lerobot_zarr.writing.segments.BackgroundEncoder`, ``encoder_threads``), started at the recording's
+    first frame: they encode the saved episodes' videos each time ``batch_encoding_size`` episodes were saved
     (1, the default, and ``streaming_encoding``: each episode), where LeRobot encodes them (at that
     ``save_episode``, or as the frames come); nothing waits for them but :meth:`flush_pending_videos` and
     :meth:`finalize`, which lets them finish.
@@ -464,10 +464,6 @@ class _Encoders:
             logger.warning("%s: the background encoders ended (exit status %s) before encoding every saved episode; "
                            "finalize encodes the others", self.root,
                            [p.process.returncode for p in self.processes])
-
-    def cancel(self) -> None:
-        for process in self.processes:
-            process.cancel()
 
 
 def _image(value: Any) -> Any:

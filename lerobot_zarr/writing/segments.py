@@ -15,10 +15,13 @@ killed encoder leaves debris the store's next writer removes, never a part of a 
 made from frames whose content hash is checked against the recorded one (raw cameras: the hash covers their bytes),
 so a segment holds exactly the frames its name says.
 
-The background encoder (:class:`BackgroundEncoder`) is a separate process at the lowest CPU priority
-(``os.nice(19)``): it encodes the committed episodes that lack segments each time it is told to (after a
-``save_episode``), reading the store as any reader does; on 2 cores a thread in the recorder's process would compete
-with ``add_frame`` for the GIL as well as for a CPU. Run as ``python -m lerobot_zarr.writing.segments ROOT``.
+The background encoder (:class:`BackgroundEncoder`) is a separate process (a recording runs one per video camera,
+as LeRobot encodes its cameras in parallel processes): it encodes the committed episodes that lack segments each
+time it is told to (after a ``save_episode``), reading the store as any reader does; on 2 cores a thread in the
+recorder's process would compete with ``add_frame`` for the GIL as well as for a CPU. It runs at the recorder's
+priority as a batch process (``SCHED_BATCH``: it never preempts the recorder's threads when they wake) and waits at
+the recorder's :class:`Gate` while an episode is committed. :func:`encode_in_parallel` makes what is left at the
+end, the cameras in parallel. Run as ``python -m lerobot_zarr.writing.segments ROOT``.
 """
 
 from __future__ import annotations
