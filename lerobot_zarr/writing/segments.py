@@ -145,7 +145,7 @@ def make_segment(ds: LeRobotZarrDataset, encoding: CameraEncoding, episode: int,
     """Encode ``episode``'s frames of the camera into an mp4 of their own: at ``target``, or (None) as the store's
     segment, if the frames' content hash is the one the store recorded (else None: nothing kept). Written under a
     temporary name, renamed once complete. ``gate``: called before each few frames are given to the encoder (the
-    background encoder's :class:`_Gate`: it waits there while the recorder commits an episode)."""
+    background encoder's :class:`Gate`: it waits there while the recorder commits an episode)."""
     if target is None:
         crc = int((episode_hashes(ds, encoding.key) if hashes is None else hashes)[episode])
         stored = _stored_frames(ds, encoding.key, episode) if crc >= 0 else None
