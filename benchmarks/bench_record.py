@@ -98,37 +98,39 @@ def _one(name: str, mode: str, kwargs: dict, frames: list, args: argparse.Namesp
 
     cls = classes()[name]
     root = Path(tempfile.mkdtemp(prefix="bench_record-", dir=args.tmp)) / "ds"
-    ds = cls.create("bench/record", FPS, features(args.height, args.width), root=root, **kwargs)
-    adds, waits, saves = [], [], []
-    start = time.perf_counter()
-    for e, episode in enumerate(frames):
-        clock = time.perf_counter()
-        for i, f in enumerate(episode):
-            if args.paced:  # a camera's rate: frame i of the episode is taken at i / FPS
-                time.sleep(max(0.0, clock + i / FPS - time.perf_counter()))
-            f = dict(f)  # LeRobot's add_frame takes the task out of the dict it is given
-            w = _cpu_wait()
+    try:
+        ds = cls.create("bench/record", FPS, features(args.height, args.width), root=root, **kwargs)
+        adds, waits, saves = [], [], []
+        start = time.perf_counter()
+        for e, episode in enumerate(frames):
+            clock = time.perf_counter()
+            for i, f in enumerate(episode):
+                if args.paced:  # a camera's rate: frame i of the episode is taken at i / FPS
+                    time.sleep(max(0.0, clock + i / FPS - time.perf_counter()))
+                f = dict(f)  # LeRobot's add_frame takes the task out of the dict it is given
+                w = _cpu_wait()
+                t = time.perf_counter()
+                ds.add_frame(f)
+                adds.append(time.perf_counter() - t)
+                waits.append(_cpu_wait() - w)
+            if args.paced and e < len(frames) - 1:  # lerobot-record: the reset, then save_episode (none after the last)
+                time.sleep(args.reset)
             t = time.perf_counter()
-            ds.add_frame(f)
-            adds.append(time.perf_counter() - t)
-            waits.append(_cpu_wait() - w)
-        if args.paced and e < len(frames) - 1:  # lerobot-record: the reset, then save_episode (none after the last)
-            time.sleep(args.reset)
+            ds.save_episode()
+            saves.append(time.perf_counter() - t)
+        recording = time.perf_counter() - start
         t = time.perf_counter()
-        ds.save_episode()
-        saves.append(time.perf_counter() - t)
-    recording = time.perf_counter() - start
-    t = time.perf_counter()
-    ds.finalize()
-    finalize = time.perf_counter() - t
-    with open("/proc/loadavg") as f:
-        load = f.read().split()[0]
-    export = None
-    if name == "lerobot_zarr":  # a push after finalize: the export joins finalize's segments, encodes nothing
-        t = time.perf_counter()
-        to_lerobot(root, root.parent / "export", progress=False, encoder_threads=kwargs.get("encoder_threads"))
-        export = time.perf_counter() - t
-    shutil.rmtree(root.parent, ignore_errors=True)
+        ds.finalize()
+        finalize = time.perf_counter() - t
+        with open("/proc/loadavg") as f:
+            load = f.read().split()[0]
+        export = None
+        if name == "lerobot_zarr":  # a push after finalize: the export joins finalize's segments, encodes nothing
+            t = time.perf_counter()
+            to_lerobot(root, root.parent / "export", progress=False, encoder_threads=kwargs.get("encoder_threads"))
+            export = time.perf_counter() - t
+    finally:  # (LeRobot's batch mode fails: its folder too)
+        shutil.rmtree(root.parent, ignore_errors=True)
     return {"fps": len(adds) / recording, "add_p50": np.percentile(adds, 50), "add_p99": np.percentile(adds, 99),
             "own_p99": np.percentile(np.subtract(adds, waits), 99), "save_p50": np.percentile(saves, 50),
             "save_p99": np.percentile(saves, 99), "finalize": finalize, "total": recording + finalize,
