@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ..cameras.depth import depth_stats
+from ..cameras.depth import depth_stats, is_depth_feature
 from ..errors import ArgumentError, StoreExistsError, StoreLockedError
 from ..lerobot.format import CAMERA_DTYPES, DEFAULT_FEATURES
 from .lerobot_frames import recording_features
@@ -65,8 +65,9 @@ class RecordingMetadata(LeRobotDatasetMetadata):
         """Describe the store's last commit (stats as recorded: a depth camera's in its recorded unit, as LeRobot's
         recorder keeps them)."""
         meta = self._writer.reader.meta
-        stats = {k: depth_stats(v, meta.depth_unit, ((meta.info["features"].get(k) or {}).get("info") or {})
-                                .get("depth_unit")) for k, v in (meta.stats or {}).items()}
+        features = meta.info["features"]
+        stats = {k: depth_stats(v, meta.depth_unit, (features[k].get("info") or {}).get("depth_unit"))
+                 if k in features and is_depth_feature(features[k]) else v for k, v in (meta.stats or {}).items()}
         self._setup(meta, repo_id=self.repo_id, root=self.root, revision=None, files=None,
                     episode_tasks=lambda: episode_tasks(meta), stats=stats)
         self.revision = None  # LeRobot's recorder has none

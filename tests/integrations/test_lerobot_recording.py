@@ -164,6 +164,13 @@ def test_add_frame_checks_are_lerobots(tmp_path, change):
     ds.finalize()
 
 
+def _same_stats(stats: dict, values: np.ndarray) -> None:
+    assert np.asarray(stats["count"]).tolist() == [len(values)]
+    np.testing.assert_array_equal(stats["min"], values.min(axis=0))
+    np.testing.assert_array_equal(stats["max"], values.max(axis=0))
+    np.testing.assert_allclose(stats["mean"], values.mean(axis=0, dtype=np.float64), rtol=1e-6)
+
+
 def test_recording_lifecycle(tmp_path):
     """The buffer (has_pending_frames, clear_episode_buffer), counts following each save, reading as LeRobot
     allows (after finalize), finalize idempotent, recording methods refused after it, resume going on."""
@@ -181,6 +188,8 @@ def test_recording_lifecycle(tmp_path):
         ds.save_episode()
         assert not ds.has_pending_frames() and ds.meta.total_episodes == e + 1
     assert ds.meta.total_frames == 5 and ds.num_frames == 5 and list(ds.meta.tasks.index) == ["task 0", "task 1"]
+    states = np.array([_frame(e, i)["observation.state"] for e, n in enumerate((3, 2)) for i in range(n)])
+    _same_stats(ds.meta.stats["observation.state"], states)  # while recording, as LeRobot's meta gives them
     with pytest.raises(RuntimeError, match="finalize"):
         ds[0]
     ds.finalize()
@@ -195,6 +204,7 @@ def test_recording_lifecycle(tmp_path):
     again = LeRobotDataset.resume(REPO_ID, root=root)
     again.add_frame(_frame(2, 0))
     again.save_episode()
+    _same_stats(again.meta.stats["observation.state"], np.concatenate([states, [_frame(2, 0)["observation.state"]]]))
     again.finalize()
     assert len(again) == 6 and again.meta.total_episodes == 3 and again.meta.robot_type == "arm"
     assert again[5]["observation.state"].tolist() == [2, 0, 200]
