@@ -99,6 +99,9 @@ def test_the_same_frames_recorded_give_lerobots_dataset(lerobot_recorded, tmp_pa
     ours = record(kind, tmp_path, LeRobotDataset)
     assert (ours / "zarr.json").is_file() and any(ours.glob("data/*/*.parquet"))  # the store, and LeRobot's files
     _same_dataset(lerobot_recorded(kind), ours, kind)
+    theirs_meta, ours_meta = _reference()(REPO_ID, root=ours).meta, LeRobotDataset(REPO_ID, root=ours).meta
+    assert ours_meta.features == theirs_meta.features, kind  # cameras' info as LeRobot's files beside describe them
+    assert ours_meta.video_path == theirs_meta.video_path, kind
 
 
 def test_create_and_resume_take_lerobots_parameters():
