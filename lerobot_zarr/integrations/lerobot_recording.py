@@ -215,6 +215,9 @@ class LeRobotRecording:
             raise StoreNotFoundError(f"{root}: holds no dataset recorded by lerobot_zarr (LeRobotDataset.create); "
                                      f"a LeRobot folder is read with LeRobotDataset(repo_id, root=...), and "
                                      f"recorded into with LeRobot's own class", path=root)
+        from ..writing.export import check_unedited_beside
+
+        check_unedited_beside(root)  # before any recording: its finalize could not write the files again
         try:
             store = WritableDataset(root, durable=durable)
         except StoreLockedError:  # a recorder of this process dropped without finalize() may hold it until collected

@@ -680,8 +680,8 @@ def test_finalize_leaves_a_lerobot_dataset_at_root_that_lerobot_and_its_tools_re
 
 def test_files_a_lerobot_tool_changed_in_place_are_what_the_drop_in_reads_then(tmp_path):
     """LeRobot's modify_tasks rewrites a finalized recording's files in place: the drop-in opened on root then reads
-    them as changed (as LeRobot's class does, with a warning), not the store; a resumed recording's finalize
-    refuses to write over them."""
+    them as changed (as LeRobot's class does, with a warning), not the store; ``resume`` refuses before anything is
+    recorded, since its finalize could not write the files again without undoing the edit."""
     from lerobot.datasets.dataset_tools import modify_tasks
 
     from lerobot_zarr.errors import StoreExistsError
@@ -699,11 +699,8 @@ def test_files_a_lerobot_tool_changed_in_place_are_what_the_drop_in_reads_then(t
         again = LeRobotDataset(REPO_ID, root=root)
     assert [again[i]["task"] for i in range(4)] == ["stack the cups"] * 4
     assert list(again.meta.tasks.index) == ["stack the cups"]
-    more = LeRobotDataset.resume(REPO_ID, root=root)
-    more.add_frame({k: v for k, v in _frame(2, 0).items() if k != "observation.images.cam"})
-    more.save_episode()
     with pytest.raises(StoreExistsError, match="changed since"):
-        more.finalize()
+        LeRobotDataset.resume(REPO_ID, root=root)
     assert _reference()(REPO_ID, root=root).meta.total_episodes == 2
 
 
