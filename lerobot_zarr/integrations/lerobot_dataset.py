@@ -98,6 +98,8 @@ class LeRobotDataset(LeRobotRecording, Dataset):
             raise ArgumentError("streaming_encoding / batch_encoding_size ask LeRobotDataset.__init__ to resume "
                                 "recording (deprecated in LeRobot): use LeRobotDataset.resume(repo_id, root=..., "
                                 "streaming_encoding=..., batch_encoding_size=...)")
+        if episodes is not None and len(episodes) == 0:  # LeRobot's: its Parquet reader finds no data
+            raise ValueError(f"{repo_id}: episodes=[] selects no episode: give None for every episode")
         self.repo_id = repo_id
         self._requested_root = root if is_bucket_url(root) else Path(root) if root else None
         self.tolerance_s = tolerance_s

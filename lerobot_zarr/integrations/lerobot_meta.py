@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 
 from ..cameras.depth import depth_stats, is_depth_feature
-from ..errors import ArgumentError, SourceNotFoundError, import_optional, warn_user
-from ..lerobot.format import CAMERA_DTYPES, LANGUAGE_EVENTS, LANGUAGE_PERSISTENT
+from ..errors import ArgumentError, CorruptSourceError, SourceNotFoundError, import_optional, warn_user
+from ..lerobot.format import CAMERA_DTYPES, LANGUAGE_EVENTS, LANGUAGE_PERSISTENT, V3_VIDEO_PATH
 
 __all__ = ["CODEBASE_VERSION", "DatasetInfo", "LeRobotDatasetMetadata", "episode_tasks", "is_store", "lerobot_home",
            "local_source"]
@@ -179,8 +179,31 @@ class LeRobotDatasetMetadata:
         self._setup(meta, repo_id=repo_id, root=root, revision=revision,
                     files=None if folder is None else LocalFiles(folder), episode_tasks=episode_tasks,
                     stats=meta.stats, left_out=frozenset(left_out))
+        if folder is not None and is_store(folder):
+            self.features_info_beside()
         self._serves_items = True
         return self
+
+    def features_info_beside(self) -> None:
+        """A finalized recording's features as LeRobot's files beside its store describe them: each camera's
+        ``info`` (video size, codec, depth quantizer...) as the export wrote it into ``meta/info.json``, which is
+        what LeRobot's class reads there."""
+        from ..utils.fileio import load_json
+
+        try:
+            info = load_json(self._files.read_bytes("meta/info.json"), str(self._files.location("meta/info.json")),
+                             error=CorruptSourceError)
+            beside = info["features"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            warn_user(f"{self.root}: LeRobot's meta/info.json beside the store not read ({exc!s:.200}): the features' "
+                      f"info is the store's")
+            return
+        features = dict(self.info.features)
+        for key, ft in features.items():
+            theirs = beside.get(key) if isinstance(beside, dict) else None
+            if isinstance(theirs, dict) and theirs.get("dtype") == ft.get("dtype") and "info" in theirs:
+                features[key] = {**ft, "info": copy.deepcopy(theirs["info"])}
+        self.info.features = features
 
     def _setup(self, meta: Any, *, repo_id: str, root: Path | None, revision: str | None, files: Any,
                episode_tasks: Callable[[], list[list[str]]] | None, stats: dict | None,
@@ -196,6 +219,9 @@ class LeRobotDatasetMetadata:
         info = dict(meta.info)
         info["total_episodes"], info["total_frames"] = meta.total_episodes, meta.total_frames
         info["total_tasks"] = len(meta.tasks)
+        if "video_path" not in info:  # a store's info: LeRobot's recorder sets it only for video features
+            info["video_path"] = (V3_VIDEO_PATH if any(ft.get("dtype") == "video" for ft in info["features"].values())
+                                  else None)
         if left_out:
             info["features"] = {k: v for k, v in info["features"].items() if k not in left_out}
         self.info = DatasetInfo.from_dict(info)

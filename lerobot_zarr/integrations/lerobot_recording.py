@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ..cameras.depth import depth_stats
+from ..cameras.depth import depth_stats, is_depth_feature
 from ..errors import ArgumentError, StoreExistsError, StoreLockedError
 from ..lerobot.format import CAMERA_DTYPES, DEFAULT_FEATURES
 from .lerobot_frames import recording_features
@@ -64,8 +64,9 @@ class RecordingMetadata(LeRobotDatasetMetadata):
         """Describe the store's last commit (stats as recorded: a depth camera's in its recorded unit, as LeRobot's
         recorder keeps them)."""
         meta = self._writer.reader.meta
-        stats = {k: depth_stats(v, meta.depth_unit, ((meta.info["features"].get(k) or {}).get("info") or {})
-                                .get("depth_unit")) for k, v in (meta.stats or {}).items()}
+        features = meta.info["features"]
+        stats = {k: depth_stats(v, meta.depth_unit, (features[k].get("info") or {}).get("depth_unit"))
+                 if k in features and is_depth_feature(features[k]) else v for k, v in (meta.stats or {}).items()}
         self._setup(meta, repo_id=self.repo_id, root=self.root, revision=None, files=None,
                     episode_tasks=lambda: episode_tasks(meta), stats=stats)
         self.revision = None  # LeRobot's recorder has none
@@ -81,6 +82,7 @@ class RecordingMetadata(LeRobotDatasetMetadata):
 
         if exported_state(self.root) is not None:
             self._files, self._episodes = LocalFiles(self.root), None
+            self.features_info_beside()
 
     @property
     def episodes(self) -> Any:
@@ -212,6 +214,9 @@ class LeRobotRecording:
             raise StoreNotFoundError(f"{root}: holds no dataset recorded by lerobot_zarr (LeRobotDataset.create); "
                                      f"a LeRobot folder is read with LeRobotDataset(repo_id, root=...), and "
                                      f"recorded into with LeRobot's own class", path=root)
+        from ..writing.export import check_unedited_beside
+
+        check_unedited_beside(root)  # before any recording: its finalize could not write the files again
         try:
             store = WritableDataset(root, durable=durable)
         except StoreLockedError:  # a recorder of this process dropped without finalize() may hold it until collected

@@ -53,7 +53,7 @@ from .values import stats_of_stored
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["to_lerobot", "export_beside", "exported_beside", "edited_beside", "info_beside", "push", "check_push",
+__all__ = ["to_lerobot", "export_beside", "exported_beside", "edited_beside", "check_unedited_beside", "info_beside", "push", "check_push",
            "INDEX_FILE", "EXPORT_MARKER", "LEROBOT_ENTRIES"]
 
 _AV1_RATIO = 20  # raw camera bytes per byte of LeRobot's AV1 (crf 30), roughly: sizes video files
@@ -163,12 +163,7 @@ def export_beside(dataset: LeRobotZarrDataset | str | os.PathLike, *, progress: 
                             f"cannot be put beside this store (export it elsewhere: to_lerobot)")
     if exported_beside(ds):
         return False
-    edited = edited_beside(root)
-    if edited:
-        raise StoreExistsError(f"{root}: LeRobot's files beside the store were changed since they were written "
-                               f"({edited[:3]}{'...' if len(edited) > 3 else ''}: by a LeRobot tool working in "
-                               f"place?); writing them again would undo that: move meta/, data/ and videos/ "
-                               f"elsewhere first (LeRobot's class reads them there)", path=root)
+    check_unedited_beside(root)
     marker = _export_marker(ds.gather_layout()["state"])
     _check_exportable(ds)
     for debris in [*root.glob(f"{_BESIDE_TMP}*"), *root.glob(f"{_BESIDE_OLD}*")]:  # of an export killed
@@ -250,6 +245,17 @@ def exported_beside(dataset: LeRobotZarrDataset | Any) -> bool:
     marker = exported_state(state.root)
     return marker is not None and {k: marker.get(k) for k in ("generation", "episodes", "frames")} == \
         _export_marker(state) and marker.get("files") == _files_signature(Path(state.root))
+
+
+def check_unedited_beside(root: str | os.PathLike) -> None:
+    """Refuse (:class:`StoreExistsError`) to write beside a store whose LeRobot files a LeRobot tool changed since
+    they were written: that would undo the change."""
+    edited = edited_beside(root)
+    if edited:
+        raise StoreExistsError(f"{root}: LeRobot's files beside the store were changed since they were written "
+                               f"({edited[:3]}{'...' if len(edited) > 3 else ''}: by a LeRobot tool working in "
+                               f"place?); writing them again would undo that: move meta/, data/ and videos/ "
+                               f"elsewhere first (LeRobot's class reads them there)", path=root)
 
 
 def edited_beside(root: str | os.PathLike) -> list[str]:

@@ -298,9 +298,11 @@ class WriteTransaction:
         out = {}
         for name, spec in self.stats_arrays().items():
             probe = self.episode_stats(name, np.zeros((1, *spec.frame_shape), dtype=spec.dtype))
-            got = {k: np.asarray(v, dtype=np.float64) for k, v in doc[name].items()}
+            if doc[name].keys() != probe.keys():
+                raise ValueError(f"stats of {name!r} do not fit the episode")
+            got = {k: np.asarray(v, dtype=np.asarray(probe[k]).dtype) for k, v in doc[name].items()}
             frames = 1 if episode in self.gaps.get(name, {}) else length
-            if got.keys() != probe.keys() or any(got[k].shape != np.shape(v) for k, v in probe.items()) \
+            if any(got[k].shape != np.shape(v) for k, v in probe.items()) \
                     or int(got["count"].reshape(-1)[0]) != frames:
                 raise ValueError(f"stats of {name!r} do not fit the episode")
             out[name] = got
@@ -324,7 +326,7 @@ class WriteTransaction:
                 path = stats_path(self.root, int(table.chunk[e]), int(table.offset[e]))
                 doc = load_json(read_bounded(path, _MAX_STATS_FILE, root=self.root, what="episode stats"), str(path))
                 found.append(self._checked_stats(doc, int(table.length[e]), e))
-            except (FileNotFoundError, KeyError, ValueError, TypeError, AttributeError):
+            except (FileNotFoundError, KeyError, ValueError, TypeError, AttributeError, OverflowError):
                 found.append({})
                 todo.append((i, e))
         with progress_bar(sum(int(table.length[e]) for _, e in todo), f"episode stats of {self.root.name}",

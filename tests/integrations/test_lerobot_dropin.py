@@ -180,6 +180,9 @@ def test_episodes_and_episode_filter(lerobot_recorded):
         with pytest.raises(error) as ours:
             LeRobotDataset(REPO_ID, root=folder, episode_filter=bad)
         assert str(ours.value) == str(theirs.value)
+    for cls in (Reference, LeRobotDataset):
+        with pytest.raises(ValueError):
+            cls(REPO_ID, root=folder, episodes=[])
 
 
 def test_tolerance_s_as_lerobot_applies_it(lerobot_recorded):

@@ -99,6 +99,9 @@ def test_the_same_frames_recorded_give_lerobots_dataset(lerobot_recorded, tmp_pa
     ours = record(kind, tmp_path, LeRobotDataset)
     assert (ours / "zarr.json").is_file() and any(ours.glob("data/*/*.parquet"))  # the store, and LeRobot's files
     _same_dataset(lerobot_recorded(kind), ours, kind)
+    theirs_meta, ours_meta = _reference()(REPO_ID, root=ours).meta, LeRobotDataset(REPO_ID, root=ours).meta
+    assert ours_meta.features == theirs_meta.features, kind  # cameras' info as LeRobot's files beside describe them
+    assert ours_meta.video_path == theirs_meta.video_path, kind
 
 
 def test_create_and_resume_take_lerobots_parameters():
@@ -164,6 +167,13 @@ def test_add_frame_checks_are_lerobots(tmp_path, change):
     ds.finalize()
 
 
+def _same_stats(stats: dict, values: np.ndarray) -> None:
+    assert np.asarray(stats["count"]).tolist() == [len(values)]
+    np.testing.assert_array_equal(stats["min"], values.min(axis=0))
+    np.testing.assert_array_equal(stats["max"], values.max(axis=0))
+    np.testing.assert_allclose(stats["mean"], values.mean(axis=0, dtype=np.float64), rtol=1e-6)
+
+
 def test_recording_lifecycle(tmp_path):
     """The buffer (has_pending_frames, clear_episode_buffer), counts following each save, reading as LeRobot
     allows (after finalize), finalize idempotent, recording methods refused after it, resume going on."""
@@ -181,6 +191,8 @@ def test_recording_lifecycle(tmp_path):
         ds.save_episode()
         assert not ds.has_pending_frames() and ds.meta.total_episodes == e + 1
     assert ds.meta.total_frames == 5 and ds.num_frames == 5 and list(ds.meta.tasks.index) == ["task 0", "task 1"]
+    states = np.array([_frame(e, i)["observation.state"] for e, n in enumerate((3, 2)) for i in range(n)])
+    _same_stats(ds.meta.stats["observation.state"], states)  # while recording, as LeRobot's meta gives them
     with pytest.raises(RuntimeError, match="finalize"):
         ds[0]
     ds.finalize()
@@ -195,6 +207,7 @@ def test_recording_lifecycle(tmp_path):
     again = LeRobotDataset.resume(REPO_ID, root=root)
     again.add_frame(_frame(2, 0))
     again.save_episode()
+    _same_stats(again.meta.stats["observation.state"], np.concatenate([states, [_frame(2, 0)["observation.state"]]]))
     again.finalize()
     assert len(again) == 6 and again.meta.total_episodes == 3 and again.meta.robot_type == "arm"
     assert again[5]["observation.state"].tolist() == [2, 0, 200]
@@ -723,8 +736,8 @@ def test_finalize_leaves_a_lerobot_dataset_at_root_that_lerobot_and_its_tools_re
 
 def test_files_a_lerobot_tool_changed_in_place_are_what_the_drop_in_reads_then(tmp_path):
     """LeRobot's modify_tasks rewrites a finalized recording's files in place: the drop-in opened on root then reads
-    them as changed (as LeRobot's class does, with a warning), not the store; a resumed recording's finalize
-    refuses to write over them."""
+    them as changed (as LeRobot's class does, with a warning), not the store; ``resume`` refuses before anything is
+    recorded, since its finalize could not write the files again without undoing the edit."""
     from lerobot.datasets.dataset_tools import modify_tasks
 
     from lerobot_zarr.errors import StoreExistsError
@@ -742,11 +755,8 @@ def test_files_a_lerobot_tool_changed_in_place_are_what_the_drop_in_reads_then(t
         again = LeRobotDataset(REPO_ID, root=root)
     assert [again[i]["task"] for i in range(4)] == ["stack the cups"] * 4
     assert list(again.meta.tasks.index) == ["stack the cups"]
-    more = LeRobotDataset.resume(REPO_ID, root=root)
-    more.add_frame({k: v for k, v in _frame(2, 0).items() if k != "observation.images.cam"})
-    more.save_episode()
     with pytest.raises(StoreExistsError, match="changed since"):
-        more.finalize()
+        LeRobotDataset.resume(REPO_ID, root=root)
     assert _reference()(REPO_ID, root=root).meta.total_episodes == 2
 
 
