@@ -51,6 +51,7 @@ __all__ = [
     "FrameNotWrittenError",
     "LoaderTimeoutError",
     "EncoderTimeoutError",
+    "VideoEncodeError",
     "LeRobotZarrWarning",
 ]
 
@@ -235,6 +236,11 @@ class LoaderTimeoutError(LeRobotZarrError, RuntimeError):
 class EncoderTimeoutError(LeRobotZarrError, TimeoutError):
     """The background encoder made no progress (no segment made or growing) for the time a wait for its segments
     allows; the message names the store, the encoder's pid and what was waited for."""
+
+
+class VideoEncodeError(LeRobotZarrError, ValueError):
+    """The video encoder refused a camera's frames (a codec that cannot take their size or format); the message
+    names the store, the camera, the episode and the encoder, and says the episodes stay in the store."""
 
 
 #: import name -> (what users call it, pip requirement, lerobot_zarr extra); tests check them against pyproject.toml

@@ -369,6 +369,7 @@ class VideoWriter:
         self.stream.options = options
         self.format = DEPTH_PIX_FMT if depth else PIXEL_FORMATS[channels]
         self.frames = 0
+        self.broken = False  # an encode failed: the file is not to be flushed, only closed
 
     @property
     def duration(self) -> float:
@@ -390,7 +391,11 @@ class VideoWriter:
                 rows[:, :pixels.shape[1]] = pixels
             frame.pts = self.frames
             frame.time_base = 1 / self.fps
-            self._mux(self.stream.encode(frame))
+            try:
+                self._mux(self.stream.encode(frame))
+            except BaseException:
+                self.broken = True
+                raise
             self.frames += 1
         return start, self.duration
 
@@ -405,7 +410,10 @@ class VideoWriter:
         self.container.mux(packets)
 
     def close(self) -> None:
-        self._mux(self.stream.encode(None))
+        """Flush the encoder and close the file; after a failed encode only close it (flushing an encoder that
+        failed to open crashes PyAV 19's process)."""
+        if not self.broken:
+            self._mux(self.stream.encode(None))
         self.container.close()
 
 

@@ -45,7 +45,7 @@ import numpy as np
 
 from ..cameras.frame_codecs import decode_batch, frame_codec
 from ..cameras.video import VideoWriter, codec_name, segment_packets, writer_settings
-from ..errors import EncoderTimeoutError
+from ..errors import EncoderTimeoutError, VideoEncodeError
 from ..sampling.dataset import LeRobotZarrDataset
 from ..store.packs import open_array_pack, read_shard_index
 from ..utils.fileio import check_in_store, replace_file
@@ -158,15 +158,24 @@ def make_segment(ds: LeRobotZarrDataset, encoding: CameraEncoding, episode: int,
     else:
         frames = np.asarray(ds.episode(episode, features=[encoding.key])[encoding.key])
     tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}.mp4")  # debris (.*.tmp-*) if killed
+    from av import FFmpegError
+
     try:
-        writer = encoding.writer(tmp)
         try:
-            for start in range(0, len(frames), _GATE_FRAMES):
-                if gate is not None:
-                    gate()
-                writer.add(frames[start:start + _GATE_FRAMES])
-        finally:
-            writer.close()
+            writer = encoding.writer(tmp)
+            try:
+                for start in range(0, len(frames), _GATE_FRAMES):
+                    if gate is not None:
+                        gate()
+                    writer.add(frames[start:start + _GATE_FRAMES])
+            finally:
+                writer.close()
+        except FFmpegError as exc:
+            vcodec = writer_settings(encoding.depth, encoding.encoder, encoding.threads)[0]
+            raise VideoEncodeError(f"{ds.root}: camera {encoding.key!r}, episode {episode}: {vcodec} cannot encode "
+                                   f"its {'x'.join(map(str, encoding.frame_shape))} frames ({exc}); the episodes "
+                                   f"stay in the store (choose another encoder with rgb_encoder= / depth_encoder=, "
+                                   f"or another frame size)") from exc
         try:
             replace_file(tmp, target)
         except FileNotFoundError:  # removed as debris by a writer of the store opened meanwhile: made later

@@ -384,3 +384,21 @@ def test_the_gate_holds_encoders_back_while_the_recorder_commits(tmp_path):
     assert time.monotonic() - started < 30
     recorder.close()
     encoder.close()
+
+
+def test_frames_the_encoder_refuses_fail_naming_the_camera_and_the_episode(tmp_path):
+    """libx265 cannot encode 8x8 depth frames: the export fails with a typed error naming the camera, the episode
+    and the codec (it was PyAV's bare ValueError), and the store keeps the episodes."""
+    from lerobot_zarr.errors import VideoEncodeError
+
+    depth = "observation.images.depth"
+    root = tmp_path / "s"
+    ds = lerobot_zarr.create(root, fps=30, features={depth: {"dtype": "video", "shape": [8, 8, 1],
+                                                             "info": {"is_depth_map": True}}})
+    ds.add_episode({depth: np.full((3, 8, 8, 1), 1000, np.uint16)}, task="t")
+    ds.close()
+    with pytest.raises(VideoEncodeError, match=rf"camera '{depth}', episode 0: hevc cannot encode its 8x8x1") as err:
+        _export(root, tmp_path / "out")
+    assert isinstance(err.value, ValueError)
+    with LeRobotZarrDataset(root) as back:
+        assert back.get_batch([2])[depth].shape[0] == 1
