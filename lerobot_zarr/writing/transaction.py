@@ -592,13 +592,14 @@ class WriteTransaction:
         return packs.with_pack(rows, n), len(packs), 0
 
     def write_episode(self, packs: PackLayout, pack: int, offset: int, data: Mapping[str, np.ndarray],
-                      skip: Sequence[str] = ()) -> None:
+                      skip: Sequence[str] = (), *, hashed: bool = True) -> None:
         """Write one episode's rows of every feature (but ``skip``: features it has no frames of) and note their
-        content hashes for the next commit."""
-        hashes = self.fresh.setdefault((pack, offset), {})
+        content hashes for the next commit (``hashed=False``: the caller notes them)."""
+        hashes = self.fresh.setdefault((pack, offset), {}) if hashed else {}
         for name, spec in self.state.arrays.items():
             if name not in skip:
-                hashes[name] = self.pack_writers.write(name, spec, pack, offset, data[name], int(packs.rows[pack]))
+                hashes[name] = self.pack_writers.write(name, spec, pack, offset, data[name], int(packs.rows[pack]),
+                                                       hashed)
 
     def adopt_files(self, files: Mapping[str, str | os.PathLike], given: Mapping[str, Any],
                     data: Mapping[str, np.ndarray], pack: int, packs: PackLayout) -> set[str]:
