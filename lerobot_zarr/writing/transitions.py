@@ -636,7 +636,7 @@ class TransitionBuffer:
             state = self._writer.committed_state  # (this writer's commit: not read back from disk)
             if state.generation != before:
                 with self._lock:
-                    self._store.load(state)
+                    self._store.load(state, own=True)
                     pending.clear()
                     self._drop = 0
                 self._open_episode = not end
