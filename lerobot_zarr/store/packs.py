@@ -206,10 +206,11 @@ def _open_raw_for_writing(root: str | os.PathLike, path: str, spec: ArraySpec, p
         return open_nofollow(path, os.O_WRONLY, root=root)
 
 
-def _write_raw(fd: int, path: str, spec: ArraySpec, offset: int, frames: np.ndarray) -> int:
+def _write_raw(fd: int, path: str, spec: ArraySpec, offset: int, frames: np.ndarray, hashed: bool = True
+               ) -> int | None:
     view = memoryview(np.ascontiguousarray(frames, dtype=spec.dtype).reshape(-1)).cast("B")
     pwrite_all(fd, view, offset * spec.frame_bytes, path)
-    return crc32c(view)
+    return crc32c(view) if hashed else None
 
 
 def write_rows(root: str | os.PathLike, name: str, spec: ArraySpec, pack: int, offset: int, frames: np.ndarray,
@@ -241,7 +242,10 @@ class PackWriters:
         self._open: dict[str, tuple[int, int, str]] = {}  # feature -> (pack, fd, path)
         self.close = weakref.finalize(self, _close_files, self._open)  # (also when dropped unclosed)
 
-    def write(self, name: str, spec: ArraySpec, pack: int, offset: int, frames: np.ndarray, pack_rows: int) -> int:
+    def write(self, name: str, spec: ArraySpec, pack: int, offset: int, frames: np.ndarray, pack_rows: int,
+              hashed: bool = True) -> int | None:
+        """:func:`write_rows` (``hashed=False``: a raw feature's rows are not hashed, None returned: the caller
+        hashes what it needs)."""
         if spec.storage != "raw":
             return write_rows(self.root, name, spec, pack, offset, frames, pack_rows)
         held = self._open.get(name)
@@ -249,7 +253,7 @@ class PackWriters:
             self.release(name)
             path = chunk_path(self.root, name, pack, spec.ndim)
             held = self._open[name] = (pack, _open_raw_for_writing(self.root, path, spec, pack_rows), path)
-        return _write_raw(held[1], held[2], spec, offset, frames)
+        return _write_raw(held[1], held[2], spec, offset, frames, hashed)
 
     def release(self, name: str) -> None:
         """Close feature ``name``'s file (its pack file is about to be replaced: a file adopted as a new pack)."""

@@ -230,8 +230,8 @@ def as_stored(slot: Slot, value: Any) -> np.ndarray | None:
     if type(value) is not np.ndarray:
         if getattr(value, "is_cpu", False) is not True:  # a CPU torch tensor, else the checked path
             return None
-        try:
-            value = value.detach().numpy()
+        try:  # (detach() only where needed: it costs as much as numpy())
+            value = value.detach().numpy() if value.requires_grad else value.numpy()
         except (TypeError, RuntimeError):  # dtypes numpy has not (bfloat16...)
             return None
     if value.dtype != _STORED_DTYPES.get(slot.stored):

@@ -34,9 +34,10 @@ class StoreTransitions:
         self.length = self.chunk = self.offset = self.pack_rows = np.zeros(0, dtype=np.int64)
         self.all_tails = True
 
-    def load(self, state: Any) -> None:
+    def load(self, state: Any, *, own: bool = False) -> None:
         """Follow a committed state: its episode table, and maps of its packs. After a commit that appended one
-        episode to the state loaded before (a writer's own, or a reader's next), only that episode is looked at."""
+        episode to the state loaded before (a writer's own, or a reader's next), only that episode is looked at;
+        ``own``: the writer's own commit of the episode with its final observation row (not read back)."""
         if state.arrays is not self._arrays:
             self.layout.check(state.info.get("features", {}), str(self.root))
             for name in [*self.names, "frame_index", "episode_index"]:
@@ -58,7 +59,8 @@ class StoreTransitions:
                 self._maps.ensure(t.chunk[e:])
             self.ends = appended(self.ends, [int(self.ends[-1]) + int(t.length[e]) if e else int(t.length[e])])
             self.starts = appended(self.starts, [int(self.ends[e]) - int(t.length[e])])
-            self.tail_ok = appended(self.tail_ok, self._tail_rows(np.array([e]), t.episode_index_shift))
+            self.tail_ok = appended(self.tail_ok, [True] if own else self._tail_rows(np.array([e]),
+                                                                                   t.episode_index_shift))
         else:
             self.ends = np.cumsum(t.length)
             self.starts = self.ends - t.length

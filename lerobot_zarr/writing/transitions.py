@@ -85,54 +85,78 @@ from .writer import WritableDataset, create
 __all__ = ["TransitionBuffer"]
 
 log = logging.getLogger("lerobot_zarr")
+_DTYPES = {"float32": np.dtype(np.float32), "uint8": np.dtype(np.uint8), "image": np.dtype(np.uint8),
+           "bool": np.dtype(np.bool_)}  # pending values by how a slot stores them (cameras CHW until committed)
 
 class _Pending:
-    """Transitions of the episode in progress not yet in the store (stored representation), and the last
-    next_state (the state the next transition must start from to continue the episode)."""
+    """Transitions of the episode in progress not yet in the store (stored representation, cameras CHW), one row
+    per transition and, after the last one, a row holding its next_state (the state the next transition must
+    start from to continue the episode, and the final observation row of the episode's commit): a transition that
+    continues the episode finds its state already in place and writes its next_state once."""
 
     def __init__(self, layout: Layout):
         self.layout = layout
         self.slots = layout.slots()
+        self.state_features = [slot.feature for slot in layout.state.values()]
         self.arrays: dict[str, np.ndarray] = {}
         self.n = 0
-        self.next_state: dict[str, np.ndarray] = {}
         self.frames_after: dict[str, np.ndarray] = {}  # cameras of the last next_state as given (float CHW)
 
-    def append(self, values: dict[str, np.ndarray], next_state: dict[str, np.ndarray],
-               frames_after: dict[str, np.ndarray]) -> None:
-        if not self.arrays or self.n + 1 >= len(next(iter(self.arrays.values()))):  # (a row spare for the tail)
-            size = max(16, 2 * (self.n + 1))
-            for slot in self.slots:
-                v = values[slot.feature]
-                grown = np.empty((size, *v.shape), dtype=v.dtype)
-                if slot.feature in self.arrays:
-                    grown[:self.n] = self.arrays[slot.feature][:self.n]
-                self.arrays[slot.feature] = grown
-        for name, v in values.items():
-            self.arrays[name][self.n] = v
-        self.n += 1
-        self.next_state, self.frames_after = next_state, frames_after
+    def reserve(self, rows: int) -> None:
+        """Room for ``rows`` rows (doubling): the pending transitions and the next_state after them."""
+        size = len(self.arrays[self.slots[0].feature]) if self.arrays else 0
+        if rows <= size:
+            return
+        size = max(16, 2 * rows)
+        for slot in self.slots:
+            grown = np.empty((size, *slot.shape), dtype=_DTYPES[slot.stored])
+            old = self.arrays.get(slot.feature)
+            if old is not None:
+                grown[:self.n + 1] = old[:self.n + 1]
+            self.arrays[slot.feature] = grown
+
+    def append(self, row: list[tuple[str, Any]], after: list[tuple[str, np.ndarray]],
+               frames: dict[str, np.ndarray]) -> None:
+        """One more transition: ``(feature, value)`` pairs of its row (a state that continues the episode is in
+        place already), of the row after it (its next_state), and camera frames of its next_state as given."""
+        n = self.n
+        self.reserve(n + 2)
+        arrays = self.arrays
+        for f, v in row:
+            arrays[f][n] = v
+        for f, v in after:
+            arrays[f][n + 1] = v
+        for f, v in frames.items():
+            kept = self.frames_after.get(f)
+            if kept is None or kept.shape != v.shape or kept.dtype != v.dtype:
+                self.frames_after[f] = np.array(v)  # (a copy: the caller may reuse its tensor)
+            else:
+                np.copyto(kept, v)
+        self.n = n + 1
 
     def frames(self) -> dict[str, np.ndarray]:
         """The pending frames then one tail row: the final observation (zeros elsewhere); cameras HWC. Views of
-        the pending arrays (the tail written in their spare row), valid until the next append."""
+        the pending arrays (the tail written in their row n), valid until the next append."""
         out = {}
+        state = set(self.state_features)
         for slot in self.slots:
             rows = self.arrays[slot.feature][:self.n + 1]
-            tail = self.next_state.get(slot.feature)
-            rows[self.n] = 0 if tail is None else tail
+            if slot.feature not in state:
+                rows[self.n] = 0
             out[slot.feature] = hwc(rows) if slot.stored == "image" else rows
         return out
 
     def clear(self) -> None:
+        """The pending transitions were committed: the last next_state moves to row 0 (the episode may go on)."""
+        for f in self.state_features:
+            a = self.arrays[f]
+            a[0] = a[self.n]
         self.n = 0
 
     def gather(self, j: np.ndarray) -> dict[str, np.ndarray]:
         out = {slot.feature: self.arrays[slot.feature][j] for slot in self.slots}
-        last = j == self.n - 1
         for slot in self.layout.state.values():
-            nxt = self.arrays[slot.feature][np.minimum(j + 1, self.n - 1)]
-            nxt[last] = self.next_state[slot.feature]
+            nxt = self.arrays[slot.feature][j + 1]
             out["next:" + slot.feature] = nxt
             if slot.stored == "image":
                 out[slot.feature], out["next:" + slot.feature] = hwc(out[slot.feature]), hwc(nxt)
@@ -181,6 +205,15 @@ class _DatasetTransitions:
 
     def close(self) -> None:
         self.ds.close()
+
+
+def _same_bytes(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether two values of one slot hold the same bytes (stored values: -0.0 differs from 0.0, a NaN equals
+    itself), in one pass without copies for large ones."""
+    if a.size <= 64:
+        return a.tobytes() == b.tobytes()
+    a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
+    return bool(np.array_equal(a.reshape(-1).view(np.uint8), b.reshape(-1).view(np.uint8)))
 
 
 class TransitionBuffer:
@@ -459,8 +492,8 @@ class TransitionBuffer:
             self._check_writer()
             if self.layout is None:
                 self._start(Layout.of_transition(state, action, complementary_info, self._image_storage or "uint8"))
-            values, after, frames, continues = self._transition(state, action, reward, next_state, done,
-                                                                truncated, complementary_info)
+            row, after, frames, continues, ends = self._transition(state, action, reward, next_state, done,
+                                                                   truncated, complementary_info)
             pending = self._pending
             if not continues:
                 self._end_episode_here()
@@ -470,9 +503,9 @@ class TransitionBuffer:
                                     f"done/truncated; a buffer of capacity {self.capacity} evicts whole episodes "
                                     f"and cannot hold it (make capacity several times the longest episode)")
             with self._lock:
-                pending.append(values, after, frames)
+                pending.append(row, after, frames)
                 self._evict_for_pending()
-            if values[DONE] or values[TRUNCATED]:
+            if ends:
                 self._commit(end=True)
 
     def _start(self, layout: Layout) -> None:
@@ -489,52 +522,60 @@ class TransitionBuffer:
         self._use_layout(layout)
 
     def _transition(self, state, action, reward, next_state, done, truncated, complementary_info
-                    ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, np.ndarray], bool]:
-        """The transition's values and next state as stored, checked, and whether it continues the episode in
-        progress (its state is the last next_state; True when none is in progress). Values already in their stored
-        dtype and shape are taken as they are (views: the pending arrays copy them), and a camera frame equal to
-        the last next_state's is not converted again: the per-transition cost stays near a copy of each value."""
+                    ) -> tuple[list, list, dict[str, np.ndarray], bool, bool]:
+        """The transition's values as stored, checked (nothing is written): ``(feature, value)`` pairs for its row
+        and for the row after it (its next_state), camera frames of its next_state as given (kept to tell whether
+        the next transition's state repeats them), whether it continues the episode in progress (its state is the
+        last next_state; True when none is in progress) and whether it ends its episode. A state that continues
+        the episode is in place already (the last next_state's row); values already in their stored dtype and
+        shape are taken as views, copied once into the pending rows: the per-transition cost stays near one copy
+        of each value."""
         layout, pending = self.layout, self._pending
         for what, given in (("state", state), ("next_state", next_state)):
-            if not isinstance(given, Mapping) or given.keys() != layout.state.keys():
+            if not (type(given) is dict or isinstance(given, Mapping)) or given.keys() != layout.state.keys():
                 keys = sorted(given) if isinstance(given, Mapping) else type(given).__name__
                 raise SchemaMismatchError(f"{self.root}: {what} has keys {keys}, this buffer holds "
                                           f"{sorted(layout.state)}")
-        previous = pending.next_state if pending.n or self._open_episode else None
-        values, after, frames, continues = {}, {}, {}, True
+        previous = pending.arrays if pending.n or self._open_episode else None
+        n = pending.n
+        news, row, after, frames, continues = [], [], [], {}, True
         for k, s in layout.state.items():
             f = s.feature
             if s.stored == "image":  # the frame as given, kept to tell whether the next state repeats it
                 frame = host_array(state[k], f"state[{k!r}]")
                 last = pending.frames_after.get(f) if previous is not None else None
-                if last is not None and frame.shape == last.shape and np.array_equal(frame, last):
-                    values[f] = previous[f]
-                else:
-                    values[f] = stored_value(s, frame, f"state[{k!r}]", self._rounding)
-                    continues = continues and (previous is None or
-                                               values[f].tobytes() == previous[f].tobytes())
+                if last is None or frame.shape != last.shape or not np.array_equal(frame, last):
+                    v = stored_value(s, frame, f"state[{k!r}]", self._rounding)
+                    news.append((f, v))
+                    continues = continues and (previous is None or _same_bytes(v, previous[f][n]))
                 frame = host_array(next_state[k], f"next_state[{k!r}]")
-                after[f] = stored_value(s, frame, f"next_state[{k!r}]", self._rounding)
-                frames[f] = np.array(frame)  # (a copy: the caller may reuse its tensor)
+                after.append((f, stored_value(s, frame, f"next_state[{k!r}]", self._rounding)))
+                frames[f] = frame
                 continue
             v = as_stored(s, state[k])
-            values[f] = stored_value(s, state[k], f"state[{k!r}]", self._rounding) if v is None else v
+            if v is None:
+                v = stored_value(s, state[k], f"state[{k!r}]", self._rounding)
+            news.append((f, v))
             if previous is not None and continues:
-                continues = values[f].tobytes() == previous[f].tobytes()
+                continues = _same_bytes(v, previous[f][n])
             v = as_stored(s, next_state[k])
-            after[f] = stored_value(s, next_state[k], f"next_state[{k!r}]", self._rounding) if v is None else v.copy()
+            after.append((f, stored_value(s, next_state[k], f"next_state[{k!r}]", self._rounding) if v is None else v))
+        if not continues or previous is None:  # the state goes in the transition's row (else it is there)
+            row = news
         v = as_stored(layout.action, action)
-        values[ACTION] = stored_value(layout.action, action, "action") if v is None else v
-        values[REWARD] = np.float32(reward) if type(reward) is float else scalar(reward, "reward").astype(np.float32)
+        row.append((ACTION, stored_value(layout.action, action, "action") if v is None else v))
+        row.append((REWARD, reward if type(reward) is float else scalar(reward, "reward").astype(np.float32)))
+        flags = []
         for name, flag in (("done", done), ("truncated", truncated)):
-            if type(flag) is bool:
-                values[f"next.{name}"] = np.bool_(flag)
-                continue
-            v = scalar(flag, name)
-            if v.item() not in (0, 1):
-                raise ValueRangeError(f"{name}: a bool (or 0/1) per transition, got {flag!r:.60}", feature=name)
-            values[f"next.{name}"] = v.astype(np.bool_)
-        info = complementary_info if isinstance(complementary_info, Mapping) else dict(complementary_info or {})
+            if type(flag) is not bool:
+                v = scalar(flag, name)
+                if v.item() not in (0, 1):
+                    raise ValueRangeError(f"{name}: a bool (or 0/1) per transition, got {flag!r:.60}", feature=name)
+                flag = bool(v)
+            row.append((f"next.{name}", flag))
+            flags.append(flag)
+        info = complementary_info if type(complementary_info) is dict or isinstance(complementary_info, Mapping) \
+            else dict(complementary_info or {})
         if info.keys() != layout.complementary.keys():
             missing = [k for k in layout.complementary if k not in info]
             if missing:
@@ -548,11 +589,10 @@ class TransitionBuffer:
                           f"the first transition: {sorted(layout.complementary)}); they are dropped, as LeRobot does")
         for key, slot in layout.complementary.items():
             v = info[key]
-            if type(v) is float and slot.shape == () and slot.stored == "float32":
-                values[slot.feature] = np.float32(v)
-            else:
-                values[slot.feature] = stored_value(slot, v, f"complementary_info[{key!r}]")
-        return values, after, frames, continues
+            if not (type(v) is float and slot.shape == () and slot.stored == "float32"):
+                v = stored_value(slot, v, f"complementary_info[{key!r}]")
+            row.append((slot.feature, v))
+        return row, after, frames, continues, flags[0] or flags[1]
 
     def _end_episode_here(self) -> None:
         """The new transition does not start from the last next_state: the episode in progress ends where it is
@@ -596,7 +636,7 @@ class TransitionBuffer:
             state = self._writer.committed_state  # (this writer's commit: not read back from disk)
             if state.generation != before:
                 with self._lock:
-                    self._store.load(state)
+                    self._store.load(state, own=True)
                     pending.clear()
                     self._drop = 0
                 self._open_episode = not end

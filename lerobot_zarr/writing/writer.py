@@ -404,18 +404,18 @@ class WritableDataset:
         adopted = self._tx.adopt_files(frame_files, frames, data, pack, packs) if frame_files and not extend else set()
         episode = {name: EpisodeFrames(np.asarray(old[name]) if in_place else None, written[name][:n] if in_place
                                  else written[name][:before + n]) for name in written}
-        if sum(v.nbytes for v in written.values()) < _INLINE_STATS_BYTES:  # a thread costs more than it saves
+        stats_bytes = sum(written[name].nbytes for name in self._tx.stats_arrays())  # (not stats on demand)
+        if stats_bytes < _INLINE_STATS_BYTES:  # a thread costs more than it saves
             new_stats = self._episode_stats_of(episode)
-            self._tx.write_episode(packs, pack, write_at, written, adopted)
+            self._tx.write_episode(packs, pack, write_at, written, adopted, hashed=False)
             hashes = self._episode_hashes(episode)
         else:  # numpy stats overlap the row writes and the hashes (system calls and crc32c release the GIL)
             with ThreadPoolExecutor(1) as pool:
                 stats = pool.submit(self._episode_stats_of, episode)
-                self._tx.write_episode(packs, pack, write_at, written, adopted)
+                self._tx.write_episode(packs, pack, write_at, written, adopted, hashed=False)
                 hashes = self._episode_hashes(episode)
                 new_stats = stats.result()
-        del self._tx.fresh[(pack, write_at)]
-        self._tx.fresh[(pack, offset)] = hashes
+        self._tx.fresh[(pack, offset)] = hashes  # (the episode's rows: not its tail, nor rows written before)
         if not in_place:
             self._tx.write_stats_file(pack, offset, new_stats)
         dropped = int(table.length[:drop].sum())

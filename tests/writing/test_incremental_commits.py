@@ -146,3 +146,41 @@ def test_uint8_camera_stats_on_demand_equal_those_a_commit_records(tmp_path):
     assert got.keys() == want.keys()
     for key in want:
         assert np.array_equal(np.asarray(got[key]), np.asarray(want[key])), key
+
+
+def test_episode_stats_files_read_back_exact_whatever_their_encoding(tmp_path, monkeypatch):
+    """The per-episode stats files (a writer's cache, read when it reopens the store) hold each statistic as
+    base64 of float64 bytes: read back, every episode's stats equal those of its frames bit for bit (and dtype); a file written
+    as JSON numbers (before this encoding) is read as well, and a torn one is recomputed from the data."""
+    import base64
+
+    rng = np.random.default_rng(7)
+    ds = lz.create(tmp_path / "s", fps=10, features=FEATURES, durable=False)
+    episodes = [frames(rng, n) for n in (3, 1, 5)]
+    for part in episodes:
+        ds.add_episode(part, task="t")
+    ds.close()
+    files = sorted((tmp_path / "s" / ".episode_stats").iterdir(), key=lambda p: int(p.stem.split("-")[1]))
+    assert len(files) == 3
+    doc = json.loads(files[1].read_text())
+    assert isinstance(doc["x"]["mean"], str)
+    numbers = {name: {k: np.frombuffer(base64.b64decode(v), "<f8").tolist() for k, v in per.items()}
+               for name, per in doc.items()}  # (every feature here is 1-D: flat lists are its shape)
+    files[1].write_text(json.dumps(numbers))
+    files[2].write_text('{"x": ')  # torn
+    reopened = lz.WritableDataset(tmp_path / "s", durable=False)
+    computed = []
+    real = type(reopened._tx).stats_of
+    monkeypatch.setattr(type(reopened._tx), "stats_of", lambda tx, pack, offset, *a, **k:
+                        computed.append(offset) or real(tx, pack, offset, *a, **k))
+    rows = reopened._tx.episode_stats_rows()
+    assert computed == [4], "only the torn file is recomputed: the others are read"
+    for name in FEATURES:
+        for e, values in enumerate(episodes):
+            fresh = episode_stats(values[name], "numeric")
+            for key in STAT_NAMES:
+                got = rows[name][key][e]
+                assert got.dtype == np.asarray(fresh[key]).dtype and np.array_equal(got, fresh[key]), (name, e, key)
+    reopened.close()
+    assert isinstance(json.loads(files[2].read_text())["x"]["mean"], str), "the torn file was written anew"
+    assert isinstance(json.loads(files[1].read_text())["x"]["mean"], list)

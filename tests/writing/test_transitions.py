@@ -892,7 +892,8 @@ def test_random_operations_match_a_reference_model(tmp_path_factory, capacity, o
 
 def test_arrays_the_caller_reuses_after_add_keep_the_values_added(tmp_path):
     """An actor loop filling the same arrays in place each step: add() keeps copies (values already in their
-    stored dtype are taken without conversion, so what it keeps must not be the caller's array)."""
+    stored dtype are taken without conversion, so what it keeps must not be the caller's array), pending or
+    committed, also across a checkpoint (the episode goes on from the last next_state the buffer kept)."""
     buf = TransitionBuffer(tmp_path / "buf")
     ids, reused = [], {}
     for e in range(3):
@@ -905,7 +906,9 @@ def test_arrays_the_caller_reuses_after_add_keep_the_values_added(tmp_path):
             ids.append((e, t))
             for array in reused.values():
                 array[...] = 0.5  # the caller reuses its arrays for the next step
-    assert everything(buf) == ids
+            if (e, t) == (2, 0):
+                buf.checkpoint()
+            assert everything(buf) == ids
     buf.close()
 
 
@@ -983,3 +986,4 @@ def test_sigkill_during_commits_leaves_whole_zarr_documents_and_copies_repair_ca
         add_episodes(buf, [1000 + run])
         buf.close()
         assert np.array_equal(_zarr_episode_table(root)["episode_offset"], read_state(root).table.offset)
+
