@@ -190,17 +190,21 @@ def publish(store: Path, name: str) -> str:
 
 
 FIRST_BATCH = r"""
-import json, sys, time
+import json, resource, sys, time
 import numpy as np
+def cpu():
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
 t0 = time.perf_counter()
 import lerobot_zarr
-t1 = time.perf_counter()
+t1, c1 = time.perf_counter(), cpu()
 ds = lerobot_zarr.open_dataset(sys.argv[1], delta_timestamps=json.loads(sys.argv[2]))
-t2 = time.perf_counter()
+t2, c2 = time.perf_counter(), cpu()
 batch = ds.get_batch(np.random.default_rng(int(sys.argv[3])).integers(0, len(ds), 256))
-t3 = time.perf_counter()
+t3, c3 = time.perf_counter(), cpu()
 remote = ds._remote
 print(json.dumps({"import": t1 - t0, "open": t2 - t1, "first_batch": t3 - t2, "total": t3 - t1,
+                  "cpu_open": c2 - c1, "cpu_batch": c3 - c2,
                   "episodes": ds.meta.total_episodes, "requests": remote.requests if remote else 0,
                   "fetched": remote.fetched_bytes if remote else 0}))
 """
