@@ -74,7 +74,7 @@ from ..utils.fileio import atomic_write, pwrite_all
 from ..utils.libc import punch_hole
 from .mirror import CLAIMS, INDEXES, MAKING, MINE, PINS, SHARED, Mirror, RangeLocks, align8, publish, runs, shared_map
 
-__all__ = ["RemoteStore", "CACHE_BYTES_ENV", "DEFAULT_CACHE_BYTES", "SHARED"]
+__all__ = ["RemoteStore", "CACHE_BYTES_ENV", "DEFAULT_CACHE_BYTES", "SHARED", "read_root"]
 
 CACHE_BYTES_ENV = "LEROBOT_ZARR_BUCKET_CACHE_BYTES"
 DEFAULT_CACHE_BYTES = 8 << 30
@@ -91,6 +91,12 @@ _IN_FLIGHT = 32
 _ROOT_FIRST = 16 << 20  # the root is read in one request up to this size
 _PIN_BATCHES = 2  # a batch's rows stay pinned until this many later ensures of the same process
 _AHEAD_SHARE = 8  # a process's prefetches queued or under way: at most 1/8 of the cache's bytes
+
+
+def read_root(bucket: Bucket) -> bytes:
+    """The store's root ``zarr.json`` in the bucket now (one request up to ``_ROOT_FIRST`` bytes; at most
+    ``MAX_ROOT_BYTES``); :class:`~lerobot_zarr.errors.SourceNotFoundError` when there is none."""
+    return bucket.read_whole(ROOT, limit=MAX_ROOT_BYTES, first=_ROOT_FIRST)[0]
 
 
 def _cache_bytes(value: int | None) -> int:
@@ -152,12 +158,13 @@ class _Pack:
 class RemoteStore:
     """The store at ``bucket`` (a :class:`~lerobot_zarr.cloud.client.Bucket` of the store's folder) served from a
     mirror under ``home`` shared with the other processes reading the same commit (see the module docstring).
-    ``root_doc``: the root ``zarr.json`` to serve (a worker serves the commit its parent opened); by default the
-    bucket's current one. ``cache_bytes``: the most the mirror holds (default ``$LEROBOT_ZARR_BUCKET_CACHE_BYTES``,
+    ``root_doc``: the root ``zarr.json`` to serve (a worker serves the commit its parent opened; an open, the one read
+    when it asked what the folder is: ``root_fetched``, counted as fetched); by default the bucket's current one.
+    ``cache_bytes``: the most the mirror holds (default ``$LEROBOT_ZARR_BUCKET_CACHE_BYTES``,
     else 8 GiB)."""
 
     def __init__(self, bucket: Bucket, home: str | os.PathLike, *, cache_bytes: int | None = None,
-                 root_doc: bytes | None = None):
+                 root_doc: bytes | None = None, root_fetched: bool = False):
         self.bucket = bucket
         self.home = Path(home)
         self.cache_bytes = _cache_bytes(cache_bytes)
@@ -177,7 +184,8 @@ class RemoteStore:
         self.fetched_by: dict[str, int] = {}  # bytes fetched per feature ("": the root, indexes...)
         self.requests = 0
         if root_doc is None:
-            root_doc, _ = bucket.read_whole(ROOT, limit=MAX_ROOT_BYTES, first=_ROOT_FIRST)
+            root_doc, root_fetched = read_root(bucket), True
+        if root_fetched:
             self._count(len(root_doc))
         self._pools = [self._pool, self._ahead, self._background]
         self._holder: list[Mirror | None] = [None]  # the mirror joined (the finalizer lets go of it)
@@ -748,7 +756,7 @@ class RemoteStore:
         """The bucket's latest commit, if it is not the one served: the mirror of that commit serves it from now
         on. None when it is the same."""
         self._own()
-        doc, _ = self.bucket.read_whole(ROOT, limit=MAX_ROOT_BYTES, first=_ROOT_FIRST)
+        doc = read_root(self.bucket)
         self._count(len(doc))
         if doc == self.root_doc:
             return None
