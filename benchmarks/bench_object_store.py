@@ -365,11 +365,15 @@ def section_cameras(server: Server, args, work: Path) -> None:
         hwm_bucket = max(r["hwm_kib"] for r in runs["bucket"])
         link = args.gbit * 125e6  # bytes/s: one link shared by every connection (testing.hub_network.Link)
         rate = b["fetched_timed"] / b["elapsed"]
-        bound = link / max(b["fetched_timed"] / (64 * (args.camera_batches - 1)), 1)  # samples/s these bytes allow
+        # the ceiling of a first read: every frame a sample's window reads crosses the link once (the frames of
+        # every batch of the plan, the prefetched ones after the last timed batch too, over its samples)
+        per_sample = used / (2 + 64 * (args.camera_batches + args.lookahead - 1))
+        ceiling = link / per_sample
         print(f"  {storage}: local {best_local:,.0f} samples/s, bucket {best_bucket:,.0f} samples/s = "
-              f"{best_bucket / best_local:.2f}x; while timed the camera took {rate / 1e6:.0f} MB/s of the link's "
-              f"{link / 1e6:.0f} MB/s ({rate / link:.0%}): at the link's rate its bytes allow at most {bound:,.0f} "
-              f"samples/s = {bound / best_local:.2f}x local; camera bytes fetched {b['fetched'] / 1e6:.1f} MB for "
+              f"{best_bucket / best_local:.2f}x local; the link-bound ceiling {ceiling / best_local:.2f}x local "
+              f"({link / 1e6:.0f} MB/s over {per_sample / 1e3:.0f} KB per sample as stored = {ceiling:,.0f} "
+              f"samples/s), so {best_bucket / ceiling:.0%} of it; while timed the camera took {rate / 1e6:.0f} MB/s "
+              f"of the link ({rate / link:.0%}); camera bytes fetched {b['fetched'] / 1e6:.1f} MB for "
               f"{used / 1e6:.1f} MB of frames asked for (as stored) = {b['fetched'] / max(used, 1):.2f}x "
               f"({b['requests']} requests); resident memory at the end {rss_bucket / 1024:.0f} MiB vs "
               f"{rss_local / 1024:.0f} MiB = {rss_bucket / rss_local:.2f}x, peak {hwm_bucket / 1024:.0f} vs "

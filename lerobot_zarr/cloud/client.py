@@ -384,6 +384,12 @@ class Bucket:
             except (oe.PreconditionError, oe.AlreadyExistsError):
                 state = "exists already" if if_absent else f"changed since it was read (ETag no longer {if_match})"
                 raise CommitConflictError(f"{where}: {state}; not written", path=where) from None
+            except SourceNotFoundError:
+                if not multipart:
+                    raise
+                # the upload is gone: a completion answered too late was retried by the engine after it completed
+                # (or the upload was aborted); an overwrite of the same bytes is safe to make again, whole
+                raise _Attempt(f"{where}: the multipart upload vanished while it was being written") from None
             etag = result.get("e_tag") if isinstance(result, dict) else None
             if not isinstance(etag, str) or not etag:
                 raise _Attempt(f"{where}: the store gave no ETag for the write")
