@@ -673,15 +673,11 @@ def test_float_cameras_get_lerobots_per_element_stats_when_asked_not_at_each_com
     assert exported[CAMERA] == got
 
 
-def test_a_buffer_read_from_a_bucket_leaves_its_on_demand_stats_out_with_a_warning(tmp_path, env, monkeypatch):
+def test_a_buffer_read_from_a_bucket_leaves_its_on_demand_stats_out_with_a_warning(tmp_path, env):
     """A bucket's store is read through a mirror holding only the rows read: the float32 camera's stats, computed
     from the rows when asked, are left out of ``meta.stats`` with a warning (never computed over absent rows)."""
-    from lerobot_zarr.cloud.client import TIMEOUT_ENV
     from lerobot_zarr.writing.sync import push_store
 
-    # (the default deadline, not the bucket tests' 2 s: the test server runs in this process, and at a load of 30 its
-    # answer to a write came after 2 s three times running; no deadline is tested here)
-    monkeypatch.setenv(TIMEOUT_ENV, "10")
     buf = TransitionBuffer(tmp_path / "buf", image_storage="float32")
     add_episodes(buf, range(3))
     buf.close()
