@@ -229,7 +229,8 @@ def section_open(server: Server, args, work: Path) -> None:
         stats = server.stats()
         local = fresh(FIRST_BATCH, str(store), json.dumps(DELTAS), str(rep))
         print(f"  run {rep}: bucket open {remote['open']:.2f} s + first batch {remote['first_batch']:.2f} s = "
-              f"{remote['total']:.2f} s (CPU {remote['cpu_open']:.2f} + {remote['cpu_batch']:.2f} s; until then {remote['requests']} requests, {remote['fetched'] / 1e6:.1f} MB "
+              f"{remote['total']:.2f} s (CPU {remote['cpu_open']:.2f} + {remote['cpu_batch']:.2f} s; until then "
+              f"{remote['requests']} requests, {remote['fetched'] / 1e6:.1f} MB "
               f"with the root of {root / 1e6:.1f} MB; the process, with the background fetch it ended: "
               f"{stats['requests']} requests, {stats['round_trips']} round trips) | local {local['total']:.3f} s | "
               f"load {load()}")

@@ -12,8 +12,9 @@ guarantees the Hub reader has.
 - Deadlines on every request: a connect and a read timeout (``LEROBOT_ZARR_BUCKET_TIMEOUT`` seconds, default
   10; a stalled answer fails there), and a total per request of two timeouts plus its bytes at ``_MIN_RATE`` (a
   trickling one fails there). A write's read timeout is its total: the engine (reqwest) counts the upload of the
-  body against the read timeout, so a part of 8 MiB sent at less than 6.7 Mbit/s failed every time. obstore retries 5xx answers, dropped connections and timeouts (``_RETRIES`` times,
-  exponential backoff); after that, a :class:`~lerobot_zarr.errors.BucketError` naming the object.
+  body against the read timeout, so a part of 8 MiB sent at less than 6.7 Mbit/s failed every time. obstore
+  retries 5xx answers, dropped connections and timeouts (``_RETRIES`` times, exponential backoff); after that, a
+  :class:`~lerobot_zarr.errors.BucketError` naming the object.
 - Bounded bodies: a read asks for a byte range of known length, at most ``_MAX_REQUEST`` bytes per request (longer
   ones are split, the pieces sent together), and a body of another length is a failed attempt (obstore does not
   check it); a whole object is read only up to the bound the caller gives.

@@ -23,6 +23,7 @@ from ..store.state import ROOT, has_commit_point, read_state
 from .base import Source, origin, register
 from .home import cache_home
 from .local import keyed_cache_path
+from .mirror import read_root
 
 __all__ = ["BucketSource"]
 
@@ -69,8 +70,6 @@ class BucketSource(Source):
             if why:
                 raise NotMaterializedError(f"{self}: {why}: the bucket is not read, and no store of it is held here "
                                            f"(never opened on this machine)")
-            from .remote_store import read_root
-
             with ThreadPoolExecutor(2, thread_name_prefix="lerobot_zarr-probe") as pool:
                 meta = pool.submit(self.bucket.list, "meta")
                 try:

@@ -69,34 +69,24 @@ from ..cloud.client import Bucket, bucket_timeout
 from ..errors import ArgumentError, BucketError, UnsupportedStoreError
 from ..store.cameras import MP4_INDEX, read_mp4_index
 from ..store.packs import read_shard_index, shard_index_bytes
-from ..store.state import MAX_ROOT_BYTES, ROOT, StoreState, chunk_path, read_state
+from ..store.state import StoreState, chunk_path, read_state
 from ..utils.fileio import atomic_write, pwrite_all
 from ..utils.libc import punch_hole
-from .mirror import CLAIMS, INDEXES, MAKING, MINE, PINS, SHARED, Mirror, RangeLocks, align8, publish, runs, shared_map
+from .mirror import (CLAIMS, INDEXES, MAKING, MINE, PINS, SHARED, Mirror, RangeLocks, align8, publish, read_root,
+                     runs, shared_map)
 
-__all__ = ["RemoteStore", "CACHE_BYTES_ENV", "DEFAULT_CACHE_BYTES", "SHARED", "read_root"]
+__all__ = ["RemoteStore", "CACHE_BYTES_ENV", "DEFAULT_CACHE_BYTES", "SHARED"]
 
 CACHE_BYTES_ENV = "LEROBOT_ZARR_BUCKET_CACHE_BYTES"
 DEFAULT_CACHE_BYTES = 8 << 30
-# Numeric rows closer than _NUMERIC_GAP are read in one request: the gap's bytes cost less link time than the request
-# they save. With _IN_FLIGHT requests at once a request costs 1/_IN_FLIGHT of a round trip; at 20 ms and 1 Gbit/s (a
-# bandwidth-delay product of 2.5 MB) that is ~78 KB. Measured (benchmarks/bench_object_store.py --sections open, a
-# 100,000-episode store's first batch): 256 KiB fetched 99 MB for 0.25 MB of rows; 64 KiB 28 MB in 2.7x the requests,
-# with less CPU and time; no merging 1,800 requests.
-_NUMERIC_GAP = 64 << 10
+# numeric rows closer than this in one request: a gap costing less link time than a request's share of a round trip
+_NUMERIC_GAP = 64 << 10  # (2.5 MB in flight at 20 ms and 1 Gbit/s over _IN_FLIGHT requests: ~78 KB)
 _PIECE = 16 << 20  # the most one request of a foreground fetch asks for
 _BACKGROUND_PIECE = 4 << 20  # whole packs in the background: small requests, few in flight
 _BACKGROUND_IN_FLIGHT = 2
 _IN_FLIGHT = 32
-_ROOT_FIRST = 16 << 20  # the root is read in one request up to this size
 _PIN_BATCHES = 2  # a batch's rows stay pinned until this many later ensures of the same process
 _AHEAD_SHARE = 8  # a process's prefetches queued or under way: at most 1/8 of the cache's bytes
-
-
-def read_root(bucket: Bucket) -> bytes:
-    """The store's root ``zarr.json`` in the bucket now (one request up to ``_ROOT_FIRST`` bytes; at most
-    ``MAX_ROOT_BYTES``); :class:`~lerobot_zarr.errors.SourceNotFoundError` when there is none."""
-    return bucket.read_whole(ROOT, limit=MAX_ROOT_BYTES, first=_ROOT_FIRST)[0]
 
 
 def _cache_bytes(value: int | None) -> int:
@@ -158,10 +148,9 @@ class _Pack:
 class RemoteStore:
     """The store at ``bucket`` (a :class:`~lerobot_zarr.cloud.client.Bucket` of the store's folder) served from a
     mirror under ``home`` shared with the other processes reading the same commit (see the module docstring).
-    ``root_doc``: the root ``zarr.json`` to serve (a worker serves the commit its parent opened; an open, the one read
-    when it asked what the folder is: ``root_fetched``, counted as fetched); by default the bucket's current one.
-    ``cache_bytes``: the most the mirror holds (default ``$LEROBOT_ZARR_BUCKET_CACHE_BYTES``,
-    else 8 GiB)."""
+    ``root_doc``: the root ``zarr.json`` to serve (a worker's: its parent's commit; an open's: the one read asking what
+    the folder is, ``root_fetched``); by default the bucket's current one. ``cache_bytes``: the most the mirror holds
+    (default ``$LEROBOT_ZARR_BUCKET_CACHE_BYTES``, else 8 GiB)."""
 
     def __init__(self, bucket: Bucket, home: str | os.PathLike, *, cache_bytes: int | None = None,
                  root_doc: bytes | None = None, root_fetched: bool = False):
@@ -183,8 +172,7 @@ class RemoteStore:
         self.fetched_bytes = 0
         self.fetched_by: dict[str, int] = {}  # bytes fetched per feature ("": the root, indexes...)
         self.requests = 0
-        if root_doc is None:
-            root_doc, root_fetched = read_root(bucket), True
+        root_doc, root_fetched = (read_root(bucket), True) if root_doc is None else (root_doc, root_fetched)
         if root_fetched:
             self._count(len(root_doc))
         self._pools = [self._pool, self._ahead, self._background]
