@@ -4,8 +4,9 @@
 by the temp folder (``$TMPDIR``: give the run a private one) and the memory of this process and its children
 (RSS, and PSS: a page that forked processes share counted once), and writes per test (from the samples taken while
 it ran, and the last one before): seconds, peak temp disk, temp disk left when it ended (what it keeps for later
-tests), peak RSS and PSS (MiB), and when it started (seconds since the worker's start: with ``-n 2``, when each
-worker ended). The end of the run prints the tests that take the most. The suite's budget (docs: README
+tests), peak RSS and PSS (MiB), when it started (seconds since the worker's start: with ``-n 2``, when each
+worker ended), and the CPU time this process took meanwhile, all its threads (an in-process server's too) but the
+sampler's: on a loaded machine a test's seconds mostly say how long it waited for a CPU, its CPU time what it costs. The end of the run prints the tests that take the most. The suite's budget (docs: README
 "Developing") is 3 GB of temp disk and 3 GB of RAM (the process tree's PSS) at any moment, 10 minutes on 2 cores;
 ``scripts/measure_suite.sh`` measures the whole run from outside.
 """
@@ -104,11 +105,12 @@ class _Profile:
     def __init__(self, out: Path):
         self.out = out
         self.tmp = tempfile.gettempdir()
-        self.rows: list[tuple[str, float, int, int, int, int, float]] = []
+        self.rows: list[tuple[str, float, int, int, int, int, float, float]] = []
         self.started = time.monotonic()
         self.peak = [0, 0, 0]  # this test's peak temp disk, RSS, PSS
         self.run = [0, 0, 0]  # the run's
         self.last = [0, 0, 0]  # the latest measure
+        self.sampler_cpu = 0.0  # the CPU time the samples took (left out of the tests')
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._sample, name="test-budget", daemon=True)
@@ -119,8 +121,11 @@ class _Profile:
             self.measure()
 
     def measure(self) -> None:
+        cpu = time.thread_time()
         now = [disk_bytes(self.tmp), *tree_memory_bytes(os.getpid())]
+        cpu = time.thread_time() - cpu
         with self._lock:
+            self.sampler_cpu += cpu
             self.last = now
             self.peak = [max(a, b) for a, b in zip(self.peak, now)]
             self.run = [max(a, b) for a, b in zip(self.run, now)]
@@ -131,19 +136,19 @@ class _Profile:
         # slowed a run of the suite by minutes
         with self._lock:
             self.peak = list(self.last)
-        start = time.monotonic()
+            start, cpu = time.monotonic(), time.process_time() - self.sampler_cpu
         yield
-        seconds = time.monotonic() - start
         with self._lock:
+            seconds, cpu = time.monotonic() - start, time.process_time() - self.sampler_cpu - cpu
             self.rows.append((item.nodeid, seconds, self.peak[0], self.last[0], self.peak[1], self.peak[2],
-                              start - self.started))
+                              start - self.started, cpu))
 
     def pytest_sessionfinish(self, session):
         self._stop.set()
         self._thread.join()
-        lines = ["test\tseconds\tpeak_disk_mib\tend_disk_mib\tpeak_rss_mib\tpeak_pss_mib\tstarted_s"]
-        lines += [f"{n}\t{s:.1f}\t{d / _MIB:.0f}\t{e / _MIB:.0f}\t{r / _MIB:.0f}\t{p / _MIB:.0f}\t{t:.1f}"
-                  for n, s, d, e, r, p, t in self.rows]
+        lines = ["test\tseconds\tpeak_disk_mib\tend_disk_mib\tpeak_rss_mib\tpeak_pss_mib\tstarted_s\tcpu_s"]
+        lines += [f"{n}\t{s:.1f}\t{d / _MIB:.0f}\t{e / _MIB:.0f}\t{r / _MIB:.0f}\t{p / _MIB:.0f}\t{t:.1f}\t{c:.1f}"
+                  for n, s, d, e, r, p, t, c in self.rows]
         self.out.write_text("\n".join(lines) + "\n")
 
     def pytest_terminal_summary(self, terminalreporter):

@@ -237,6 +237,7 @@ def _idle_for(window_s: float) -> bool | None:
     if before is None:
         return None
     if any(state in (b"R", b"D") for state, _ in before.values()):
+        time.sleep(window_s)  # before the next look: looking again at once takes a CPU from the threads it waits on
         return False
     time.sleep(window_s)
     after = _threads()
