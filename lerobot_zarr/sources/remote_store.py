@@ -70,7 +70,7 @@ from ..errors import ArgumentError, BucketError, UnsupportedStoreError
 from ..store.cameras import MP4_INDEX, read_mp4_index
 from ..store.packs import read_shard_index, shard_index_bytes
 from ..store.state import MAX_ROOT_BYTES, ROOT, StoreState, chunk_path, read_state
-from ..utils.fileio import atomic_write, pwrite_all
+from ..utils.fileio import atomic_write, flock_within, pwrite_all
 from ..utils.libc import punch_hole
 from .mirror import CLAIMS, INDEXES, MAKING, MINE, PINS, SHARED, Mirror, RangeLocks, align8, publish, runs, shared_map
 
@@ -593,16 +593,8 @@ class RemoteStore:
         if not self._evict_lock.acquire(timeout=bucket_timeout()):
             return
         try:
-            delay = 0.001
-            while True:
-                try:
-                    fcntl.flock(mirror.evictor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except OSError:
-                    if time.monotonic() > deadline:
-                        return
-                    time.sleep(delay)  # (no event crosses processes; an eviction is local work: milliseconds)
-                    delay = min(2 * delay, 0.02)
+            if not flock_within(mirror.evictor, deadline - time.monotonic()):  # an eviction is local work: ms
+                return
             try:
                 if mirror.add_held(0) > self.cache_bytes:
                     self._evict_locked()

@@ -16,6 +16,7 @@ import json
 import os
 import stat
 import threading
+import time
 import weakref
 from collections.abc import Callable
 from pathlib import Path
@@ -25,6 +26,7 @@ from ..errors import CorruptStoreError, DiskSpaceError, ReadOnlyStoreError, Stor
 from .libc import libc
 
 __all__ = [
+    "flock_within",
     "atomic_write",
     "replace_file",
     "flush_filesystem",
@@ -457,3 +459,19 @@ class WriterLock:
                 fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
             self._fd = None
+
+
+def flock_within(fd: int, seconds: float, *, longest_sleep: float = 0.02) -> bool:
+    """Take an exclusive ``flock`` on ``fd``, trying again (sleeps from 1 ms doubling up to ``longest_sleep``: no
+    event crosses processes) for at most ``seconds``; False when it was not free by then."""
+    deadline = time.monotonic() + seconds
+    delay = 0.001
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except OSError:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(delay)
+            delay = min(2 * delay, longest_sleep)

@@ -48,7 +48,7 @@ from ..cameras.video import VideoWriter, codec_name, segment_packets, writer_set
 from ..errors import EncoderTimeoutError, VideoEncodeError
 from ..sampling.dataset import LeRobotZarrDataset
 from ..store.packs import open_array_pack, read_shard_index
-from ..utils.fileio import check_in_store, replace_file
+from ..utils.fileio import check_in_store, flock_within, replace_file
 from ..utils.hashing import compact_frame_header, crc32c
 
 __all__ = ["SEGMENTS", "SEGMENT_STORAGES", "CameraEncoding", "camera_encodings", "episode_hashes", "find_segment",
@@ -348,16 +348,9 @@ class Gate:
         """The recorder's side: encoders wait at their next look until this ends. An encoder holds the gate only
         for an instant; one stopped in that instant (SIGSTOP) is not waited for beyond ``patience`` seconds: the
         caller then goes on with the gate open."""
-        deadline = time.monotonic() + patience
-        while True:
-            try:
-                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    yield
-                    return
-                time.sleep(0.001)
+        if not flock_within(self.fd, patience, longest_sleep=0.001):
+            yield
+            return
         try:
             yield
         finally:
