@@ -236,10 +236,9 @@ def _expected_stats(values: np.ndarray, ft: dict) -> dict[str, np.ndarray]:
         shape = (channels, 1, 1)
         low, high = x.min(axis=0), x.max(axis=0)
     else:
-        shape = tuple(ft["shape"])
-        x = values.reshape(n, -1).astype(np.float64)
-        raw = values.reshape(n, -1)
-        low, high = raw.min(axis=0).astype(np.float64), raw.max(axis=0).astype(np.float64)
+        shape = tuple(ft["shape"])[-1:]  # LeRobot 0.6.1: over every axis but the last
+        x = values.reshape(-1, shape[0]).astype(np.float64)
+        low, high = x.min(axis=0), x.max(axis=0)
     out = {"min": low, "max": high, "mean": x.mean(axis=0), "std": x.std(axis=0)}
     for name, q in QUANTILES.items():
         out[name] = np.quantile(x, q, axis=0, method="linear")
