@@ -129,16 +129,17 @@ def per_episode_stats(values: np.ndarray, lengths: np.ndarray) -> dict[str, np.n
     As LeRobot 0.6.1 reduces a numeric feature: over every axis but the last (a frame of shape (2, 3) gives stats of
     shape (3,), over its 2 rows of each frame; ``count`` stays the number of frames), the values promoted as
     LeRobot promotes them (``numpy.result_type(dtype, float32)``: integers and bools become floats, min and max too;
-    float32 min and max stay float32). Results have shape (n_episodes, values.shape[-1]), (n_episodes, 1) for 1-D
+    float32 min and max stay float32; not where every episode has fewer than 2 rows: LeRobot's stats of a single
+    row keep its dtype). Results have shape (n_episodes, values.shape[-1]), (n_episodes, 1) for 1-D
     ``values`` and for count; the others are float64. Quantiles interpolate like ``numpy.quantile``.
     """
     n_episodes = len(lengths)
     width = values.shape[-1] if values.ndim > 1 else 1
     per_frame = int(np.prod(values.shape[1:-1], dtype=np.int64)) if values.ndim > 2 else 1
     flat = values.reshape(-1, width)  # LeRobot's rows: every axis but the last
-    flat = flat.astype(np.result_type(flat.dtype, np.float32), copy=False)
     counts = lengths
     lengths = lengths * per_frame
+    flat = _promoted(flat, lengths)
     starts = np.cumsum(lengths) - lengths
     episode_of_row = np.repeat(np.arange(n_episodes), lengths)
     as_float = flat.astype(np.float64)
@@ -162,6 +163,14 @@ def per_episode_stats(values: np.ndarray, lengths: np.ndarray) -> dict[str, np.n
     result = {name: array.reshape(n_episodes, width) for name, array in stats.items()}
     result["count"] = counts.reshape(n_episodes, 1).astype(np.int64)
     return {name: result[name] for name in STAT_NAMES}
+
+
+def _promoted(rows: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """``rows`` as LeRobot 0.6.1 computes stats of them: promoted to ``result_type(dtype, float32)``, unless every
+    episode has fewer than 2 rows (its ``_compute_basic_stats`` then takes min and max of the values as they are)."""
+    if len(lengths) and (np.asarray(lengths) < 2).all():
+        return rows
+    return rows.astype(np.result_type(rows.dtype, np.float32), copy=False)
 
 
 def _sample_indices(n: int) -> np.ndarray:
@@ -248,8 +257,7 @@ def episodes_stats(features: list[np.ndarray]) -> list[dict[str, np.ndarray]]:
         if i in alone:
             out.append(alone[i])
             continue
-        flat = v.reshape(n, -1)
-        flat = flat.astype(np.result_type(flat.dtype, np.float32), copy=False)
+        flat = _promoted(v.reshape(n, -1), np.array([n]))
         width = flat.shape[1]
         stats = {name: merged[name][0, at:at + width] for name in STAT_NAMES if name != "count"}
         stats["min"], stats["max"] = flat.min(axis=0), flat.max(axis=0)

@@ -247,6 +247,10 @@ def _expected_stats(values: np.ndarray, ft: dict) -> dict[str, np.ndarray]:
     return out
 
 
+def _leaves(value) -> list:
+    return [x for v in value for x in _leaves(v)] if isinstance(value, list) else [value]
+
+
 def _close(got, want, what: str) -> None:
     got, want = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
     assert got.shape == want.shape, f"{what}: shape {got.shape}, expected {want.shape}"
@@ -369,6 +373,9 @@ def check_layout(out: Path, ds: LeRobotZarrDataset, what: str) -> dict[int, tupl
         assert np.asarray(stats[k]["count"]).reshape(-1).tolist() == [n_frames], f"{what}: stats.json {k} count"
         for s in ("min", "max", "mean", "std"):
             _close(stats[k][s], want[s], f"{what}: stats.json {k} {s}")
+        if (lengths >= 2).any():  # LeRobot 0.6.1's: floats, integer and bool features' too (one-frame episodes aside)
+            assert all(type(v) is float for s in STAT_NAMES if s != "count" for v in _leaves(stats[k][s])), \
+                f"{what}: stats.json {k} holds a statistic that is not a float"
         for s in QUANTILES:
             q = np.asarray(stats[k][s], dtype=np.float64)
             assert q.shape == want[s].shape, f"{what}: stats.json {k} {s} shape {q.shape}"
