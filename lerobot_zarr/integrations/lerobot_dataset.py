@@ -67,8 +67,8 @@ class LeRobotDataset(LeRobotRecording, Dataset):
     Our own, keyword-only: ``store`` (where the store of a local LeRobot folder lives; default the cache) and
     ``batched_fetch``: in a plain ``DataLoader(ds, batch_size=B)`` each batch is one ``get_batch`` (torch's batched
     fetch, ``__getitems__``), handed to the collate function as items sharing the batch's columns that
-    ``default_collate`` takes back into exactly LeRobot's batch (docs/torch.md); a ``collate_fn`` of your own that
-    reads items one by one gets a ``TypeError`` saying so: pass ``batched_fetch=False`` for real items.
+    ``default_collate`` takes back into exactly LeRobot's batch (docs/torch.md); a ``collate_fn`` of your own gets
+    each item's own values when it reads one; ``batched_fetch=False`` makes items one by one.
 
     Its instance attributes (``vars()``) are LeRobot's (``repo_id``, ``root``, ``meta``, ``reader``, ``writer``...);
     lerobot_zarr's own state (``dataset``: the store's :class:`~lerobot_zarr.LeRobotZarrDataset`, ``batched_fetch``)

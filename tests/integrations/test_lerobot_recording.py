@@ -115,6 +115,29 @@ def test_create_and_resume_take_lerobots_parameters():
         assert all(p.kind is p.KEYWORD_ONLY for p in ours[len(theirs):]), name
 
 
+def test_an_unknown_keyword_is_lerobots_type_error(tmp_path):
+    """An unknown keyword of a recording method is Python's TypeError worded as for LeRobot's class (it names
+    ``LeRobotDataset.<method>()``, not the class that defines it)."""
+    ref = _reference()
+    ours = LeRobotDataset.create(REPO_ID, 30, {"state": {"dtype": "float32", "shape": (2,), "names": None}},
+                                 root=tmp_path / "ours")
+    theirs = ref.create(REPO_ID, 30, {"state": {"dtype": "float32", "shape": (2,), "names": None}},
+                        root=tmp_path / "theirs")
+    calls = [lambda cls, ds: cls.create(REPO_ID, 30, {}, root=tmp_path / "x", unknown=1),
+             lambda cls, ds: cls.resume(REPO_ID, root=tmp_path / "x", unknown=1),
+             lambda cls, ds: ds.add_frame({}, unknown=1), lambda cls, ds: ds.save_episode(unknown=1),
+             lambda cls, ds: ds.finalize(unknown=1)]
+    for call in calls:
+        messages = []
+        for cls, ds in ((ref, theirs), (LeRobotDataset, ours)):
+            with pytest.raises(TypeError) as raised:
+                call(cls, ds)
+            messages.append(str(raised.value))
+        assert messages[1] == messages[0]
+    ours.finalize()
+    theirs.finalize()
+
+
 def test_create_refuses_what_lerobot_refuses(tmp_path):
     create = LeRobotDataset.create
     with pytest.raises(TypeError):
