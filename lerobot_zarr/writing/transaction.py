@@ -299,8 +299,7 @@ class WriteTransaction:
         ValueError (it is recomputed from the data)."""
         out = {}
         for name, spec in self.stats_arrays().items():
-            frames = 1 if episode in self.gaps.get(name, {}) else length
-            # (a probe of as many frames, up to 2: LeRobot's stats of a single row keep the values' dtype)
+            frames = 1 if episode in self.gaps.get(name, {}) else length  # (stats of one row keep its dtype:)
             probe = self.episode_stats(name, np.zeros((min(frames, 2), *spec.frame_shape), dtype=spec.dtype))
             got = {k: _stats_cache_values(doc[name][k], np.asarray(v)) for k, v in probe.items()}  # KeyError: lacks k
             if any(got[k].shape != np.shape(v) for k, v in probe.items()) \
