@@ -67,8 +67,8 @@ class LeRobotDataset(LeRobotRecording, Dataset):
     Our own, keyword-only: ``store`` (where the store of a local LeRobot folder lives; default the cache) and
     ``batched_fetch``: in a plain ``DataLoader(ds, batch_size=B)`` each batch is one ``get_batch`` (torch's batched
     fetch, ``__getitems__``), handed to the collate function as items sharing the batch's columns that
-    ``default_collate`` takes back into exactly LeRobot's batch (docs/torch.md); a ``collate_fn`` of your own that
-    reads items one by one gets a ``TypeError`` saying so: pass ``batched_fetch=False`` for real items.
+    ``default_collate`` takes back into exactly LeRobot's batch (docs/torch.md); a ``collate_fn`` of your own gets
+    each item's own values when it reads one; ``batched_fetch=False`` makes items one by one.
 
     Its instance attributes (``vars()``) are LeRobot's (``repo_id``, ``root``, ``meta``, ``reader``, ``writer``...);
     lerobot_zarr's own state (``dataset``: the store's :class:`~lerobot_zarr.LeRobotZarrDataset`, ``batched_fetch``)
@@ -76,7 +76,7 @@ class LeRobotDataset(LeRobotRecording, Dataset):
     """
 
     __slots__ = ("dataset", "batched_fetch", "_folder", "_frames", "_depth", "_cameras", "_rgb", "_uint8_video",
-                 "_skip")
+                 "_skip", "_source")
 
     def __init__(self, repo_id: str, root: str | os.PathLike | None = None, episodes: list[int] | None = None,
                  episode_filter: Callable[[dict], bool] | None = None, image_transforms: Callable | None = None,
@@ -152,6 +152,7 @@ class LeRobotDataset(LeRobotRecording, Dataset):
         self.episodes = episodes
         from ..api import open_dataset
 
+        self._source = (source, common, local is not None or bucket)
         self.dataset = open_dataset(source, episodes=episodes, delta_timestamps=deltas, **common)
         if local is not None and self._folder is None:
             from ..writing.export import exported_beside
@@ -171,6 +172,33 @@ class LeRobotDataset(LeRobotRecording, Dataset):
         if self.dataset is None:
             self._check_readable()
             self._open(self.root, self.episodes, None, None, False, None, None, True)
+
+    def _pushed_dataset(self) -> Any:
+        """What ``push_to_hub`` publishes: the whole dataset, as LeRobot's uploads the whole folder at ``root``
+        whatever ``episodes`` it was opened on. Its LeRobot files or store are all here (a local folder, a store, a
+        bucket folder): every episode. A dataset downloaded from the Hub for some episodes is refused (LeRobot would
+        upload a folder with only their files); once every episode is in the store, it is pushed whole."""
+        if self.episodes is None:
+            return self.dataset
+        from ..api import open_dataset
+
+        source, common, whole_here = self._source
+        if whole_here:
+            return open_dataset(source, **common)
+        whole = open_dataset(self.dataset.root)
+        if len(whole.episodes) < whole.meta.total_episodes:
+            from ..errors import NotMaterializedError
+
+            held, total = len(whole.episodes), whole.meta.total_episodes
+            whole.close()
+            raise NotMaterializedError(
+                f"{self.repo_id}: push_to_hub publishes the whole dataset (LeRobot's uploads everything at root, "
+                f"whatever episodes it was opened on), and only {held} of its {total} episodes were downloaded "
+                f"from the Hub (this dataset was opened on episodes {self.episodes[:10]}"
+                f"{'...' if len(self.episodes) > 10 else ''}): open LeRobotDataset({self.repo_id!r}) on every "
+                f"episode first, or publish these episodes as a new dataset with lerobot_zarr's "
+                f"ds.dataset.select([...]) then lerobot_zarr.push", path=self.dataset.root)
+        return whole
 
     def _make_meta(self, meta: Any, episode_tasks: Callable[[], list[list[str]]] | None,
                    left_out: Iterable[str]) -> LeRobotDatasetMetadata:
@@ -298,6 +326,19 @@ class LeRobotDataset(LeRobotRecording, Dataset):
         return (f"{type(self).__name__}({{\n    Repository ID: '{self.repo_id}',\n    Number of selected episodes: "
                 f"'{self.num_episodes}',\n    Number of selected samples: '{self.num_frames}',\n    Features: "
                 f"'{list(self.features)}',\n}})")
+
+
+def _named_as_lerobot_dataset() -> None:
+    """The recording methods (defined on the mixin :class:`.LeRobotRecording`) named ``LeRobotDataset.<method>``,
+    as LeRobot's are: Python's own errors name the function by its qualified name (``LeRobotDataset.create() got an
+    unexpected keyword argument ...``)."""
+    for name, attr in vars(LeRobotRecording).items():
+        function = attr.__func__ if isinstance(attr, (classmethod, staticmethod)) else attr
+        if not name.startswith("_") and callable(function) and hasattr(function, "__code__"):
+            function.__qualname__ = f"{LeRobotDataset.__name__}.{name}"
+
+
+_named_as_lerobot_dataset()
 
 
 class DatasetReader:

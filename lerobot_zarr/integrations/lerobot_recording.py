@@ -334,17 +334,23 @@ class LeRobotRecording:
         card = card_fields(tags, license, card_kwargs, self.repo_id)
         if self.writer is not None:
             self.writer.flush_pending_videos()  # the background encoder's segments: joined, not encoded again
+        opened = False  # the whole dataset, opened for this push (the dataset was opened on some episodes)
         if self.writer is not None and not self._is_finalized:
             source = self.writer.store_reader()
         else:
             self._check_readable()
             self._open_if_needed()
-            source = self.dataset
+            source = self._pushed_dataset()
+            opened = source is not self.dataset
         sizes = {k: source.meta.info[k] for k in ("data_files_size_in_mb", "video_files_size_in_mb")
                  if source.meta.info.get(k)}  # the recording's (create, meta.update_chunk_settings) or source's
-        return push(source, self.repo_id, revision=branch, private=private, card=card, tag_version=tag_version,
-                    videos_pushed=push_videos, allow_patterns=allow_patterns,
-                    encoder_threads=getattr(self, "_encoder_threads", None), **sizes)
+        try:
+            return push(source, self.repo_id, revision=branch, private=private, card=card, tag_version=tag_version,
+                        videos_pushed=push_videos, allow_patterns=allow_patterns,
+                        encoder_threads=getattr(self, "_encoder_threads", None), **sizes)
+        finally:
+            if opened:
+                source.close()
 
 
 def card_fields(tags: list | None, license: str | None, card_kwargs: Mapping[str, Any], repo_id: str

@@ -1,15 +1,19 @@
 """The batched fetch of map-style datasets (``__getitems__``): a ``get_batch`` dict handed to a DataLoader's
 collate function as items that share their batch's columns, which ``default_collate`` (extended through torch's
-documented registry) takes back into the batch in one step, without a tensor per item. In a DataLoader worker the
+documented registry) takes back into the batch in one step, without a tensor per item. A collate function of your
+own gets each item's values (views of the batch's, made when it first reads an item). In a DataLoader worker the
 columns are stacked into the worker's shared-memory :class:`~.torch_memory.Ring`."""
 
 from __future__ import annotations
 
+import collections
 import functools
+import itertools
+import operator
 import math
 import os
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -26,11 +30,11 @@ __all__ = ["batch_items"]
 
 
 class _Column(torch.Tensor):
-    """What an item of a batched fetch holds for each field: its whole batch's column (a tensor subclass, through
-    torch's documented ``__torch_function__`` protocol), shared by every item of the fetch. It is not one item's
-    value: any use raises, naming what to do, so a collate function that reads items one by one fails loudly and
-    never gives another item's values. ``default_collate`` never reads it: it collates a fetch's items in one step
-    (:func:`_collate_fetch`)."""
+    """What an item of a batched fetch holds for each field until it is read: its whole batch's column (a tensor
+    subclass, through torch's documented ``__torch_function__`` protocol), shared by every item of the fetch. Reading
+    an item through the dict's methods gives its own values (:class:`_Item`); code that reads the dict's storage
+    directly would find this, which is not one item's value: any use raises, naming what to do, never another item's
+    values. ``default_collate`` never reads it: it collates a fetch's items in one step (:func:`_collate_fetch`)."""
 
     @staticmethod
     def of(values: np.ndarray, block: _Block) -> _Column:
@@ -50,9 +54,9 @@ class _Column(torch.Tensor):
         raise TypeError(f"{getattr(func, '__name__', func)}: {_NOT_AN_ITEM}")
 
 
-_NOT_AN_ITEM = ("the items lerobot_zarr's __getitems__ gives a DataLoader share their batch's columns, which "
-                "default_collate turns back into the batch in one step; index the dataset (ds[i]) for one item's "
-                "values, or make the dataset with batched_fetch=False for a collate_fn that reads items one by one")
+_NOT_AN_ITEM = ("the items lerobot_zarr's __getitems__ gives a DataLoader share their batch's columns until read "
+                "through the dict (item[key], item.items()...), which gives the item's values; index the dataset "
+                "(ds[i]) for one item's values, or make the dataset with batched_fetch=False")
 
 
 class _Block:
@@ -143,42 +147,102 @@ def _from_slot(memory: torch.Tensor | None, ring_id: str, pid: int, slots: int, 
     return torch.from_numpy(values[:math.prod(shape)].reshape(shape))
 
 
-class _Fetch:
-    """One batched fetch: the columns and tasks its items share, in the batch's key order, and the items it handed
-    out (a tuple: it cannot be reordered in place)."""
+def _reading(name: str) -> Callable[..., Any]:
+    """A dict method of :class:`_Item` that reads or changes it: the item's own values are put in first."""
+    method = getattr(dict, name)
 
-    __slots__ = ("columns", "items", "tasks")
-
-    def collated(self) -> dict[str, Any]:
-        """The batch: the columns themselves (in a DataLoader worker, stacked into its shared-memory ring)."""
-        worker = get_worker_info() is not None
-        out: dict[str, Any] = {}
-        for key, value in self.columns.items():
-            if key == "task" and self.tasks is not None:
-                out[key] = list(self.tasks)
-            elif type(value) is _Column:
-                out[key] = value._block.stacked(value) if worker else value._batch
-            else:
-                out[key] = value
-        return out
+    def own_first(self: _Item, *args: Any, **kwargs: Any) -> Any:
+        self.own_values()
+        return method(self, *args, **kwargs)
+    own_first.__name__ = name
+    return own_first
 
 
 class _Item(dict):
-    """An item of a batched fetch (a dict of its batch's columns and its task): ``default_collate`` hands the
-    items of a fetch to :func:`_collate_fetch`, registered for this type, which gives the batch back in one step."""
+    """An item of a batched fetch: a dict holding its batch's columns (and its own task) until read, and its
+    position ``at`` in the fetch. ``default_collate`` hands the items of a fetch, untouched and in order, to
+    :func:`_collate_fetch` (registered for this type), which gives the batch back in one step. Read or changed
+    through the dict (``item[key]``, ``get``, ``items()``, ``values()``, ``dict(item)``, ``{**item}``, ``item[key] =
+    ...``), it first takes its own values (views of its row of each column): a collate function of your own gets
+    real items. Items refer to their columns and nothing refers back: no reference cycle through the tensors
+    (freeing a batch of them is then refcounting's, not the cyclic collector's, which costs far more)."""
 
-    __slots__ = ("fetch",)
+    __slots__ = ("at",)
+
+    def own_values(self) -> None:
+        """Put the item's own values in place of the shared columns (once)."""
+        at = self.at
+        if at is None:
+            return
+        n = next(len(v._batch) for v in dict.values(self) if type(v) is _Column)
+        own = {}
+        for key, value in dict.items(self):
+            if type(value) is _Column:
+                own[key] = value._batch[at]
+            elif isinstance(value, (list, tuple)) and len(value) == n:  # a batch's list (a string feature's)
+                own[key] = value[at]
+        dict.update(self, own)
+        self.at = None
+
+    def __iter__(self) -> Any:  # (also makes dict(item) and {**item} read through __getitem__)
+        return iter(dict.keys(self))
+
+    def __reduce_ex__(self, protocol: Any) -> tuple:
+        self.own_values()
+        return dict, (dict(self),)
+
+    __getitem__ = _reading("__getitem__")
+    get = _reading("get")
+    items = _reading("items")
+    values = _reading("values")
+    copy = _reading("copy")
+    __repr__ = _reading("__repr__")
+    __eq__ = _reading("__eq__")
+    __ne__ = _reading("__ne__")
+    __or__ = _reading("__or__")
+    __ror__ = _reading("__ror__")
+    __setitem__ = _reading("__setitem__")
+    __delitem__ = _reading("__delitem__")
+    __ior__ = _reading("__ior__")
+    pop = _reading("pop")
+    popitem = _reading("popitem")
+    setdefault = _reading("setdefault")
+    update = _reading("update")
+    clear = _reading("clear")
+
+
+_at = operator.attrgetter("at")
 
 
 def _collate_fetch(batch: Sequence[_Item], *, collate_fn_map: Any = None) -> dict[str, Any]:
-    """default_collate of :class:`_Item` s: the items a fetch handed out, as handed out, are its batch. Items share
-    their batch's columns, so any other list of them (reordered, a part, several fetches) has no batch to give:
-    refused."""
-    fetch = batch[0].fetch
-    if batch is not fetch.items:
-        raise TypeError(f"collating {len(batch)} items of a batched fetch other than as __getitems__ gave them "
-                        f"({len(fetch.items)} items, in order): {_NOT_AN_ITEM}")
-    return fetch.collated()
+    """default_collate of :class:`_Item` s: the items a fetch handed out, in order and none read or changed, are
+    its batch: its columns themselves (in a DataLoader worker, stacked into its shared-memory ring), in one step.
+    Any other list of them (reordered, a part, several fetches, an item read or changed) is collated item by item,
+    from each item's own values."""
+    first = batch[0]
+    columns = dict(zip(dict.keys(first), dict.values(first), strict=True))
+    column = next((v for v in columns.values() if type(v) is _Column), None)
+    try:  # every item of the fetch, in order, still holding the shared column
+        whole = (column is not None and len(batch) == len(column._batch)
+                 and all(map(operator.is_, map(dict.get, batch, itertools.repeat(next(
+                     k for k, v in columns.items() if v is column))), itertools.repeat(column)))
+                 and list(map(_at, batch)) == list(range(len(batch))))
+    except (TypeError, AttributeError):  # (not all items of a fetch)
+        whole = False
+    if not whole:
+        from torch.utils.data import default_collate
+
+        return default_collate([dict(item) if isinstance(item, _Item) else item for item in batch])
+    worker = get_worker_info() is not None
+    out: dict[str, Any] = {}
+    for key, value in columns.items():
+        if type(value) is _Column:
+            out[key] = value._block.stacked(value) if worker else value._batch
+        elif key == "task":
+            out[key] = list(map(dict.get, batch, itertools.repeat("task")))
+        else:
+            out[key] = value
+    return out
 
 
 # torch's documented way to extend default_collate (the docstring of torch.utils.data._utils.collate.collate): a
@@ -194,8 +258,8 @@ if isinstance(_collate_map, dict):
 
 def _collatable(batch: Mapping[str, Any], squeeze: Sequence[str] = ()) -> tuple[dict[str, Any], ...]:
     """A ``get_batch`` dict as the items a DataLoader's collate function expects, without making a tensor per
-    item: items share their batch's columns (:class:`_Column`), and items with the same ``task`` are one dict (an
-    :class:`_Item` of the fetch). ``squeeze``: keys whose items are 0-d (their (B, 1) columns become (B,))."""
+    item: items (:class:`_Item` s of the fetch) share their batch's columns (:class:`_Column`) until read.
+    ``squeeze``: keys whose items are 0-d (their (B, 1) columns become (B,))."""
     n = len(batch["task"]) if "task" in batch else len(next(iter(batch.values())))
     if not n:
         return ()
@@ -210,20 +274,18 @@ def _collatable(batch: Mapping[str, Any], squeeze: Sequence[str] = ()) -> tuple[
             columns[key] = _Column.of(value, block)
         else:
             columns[key] = value
-    fetch = _Fetch()
-    fetch.columns, fetch.tasks = columns, batch.get("task")
-
-    def item(task: Any) -> _Item:
-        one = _Item(columns) if task is None else _Item({**columns, "task": task})
-        one.fetch = fetch
-        return one
-
-    if fetch.tasks is None:
-        fetch.items = (item(None),) * n
+    if not any(type(v) is _Column for v in columns.values()):  # (no column to share: items of their own)
+        return tuple({k: v[at] if isinstance(v, (list, tuple)) and len(v) == n else v for k, v in columns.items()}
+                     for at in range(n))
+    # one dict per item, made in C, with its position
+    tasks = batch.get("task")
+    if tasks is None:
+        items = list(map(_Item, itertools.repeat(columns, n)))
     else:
-        one = {task: item(task) for task in set(fetch.tasks)}
-        fetch.items = tuple(one[task] for task in fetch.tasks)
-    return fetch.items
+        first = {task: {**columns, "task": task} for task in dict.fromkeys(tasks)}
+        items = list(map(_Item, map(first.__getitem__, tasks)))
+    collections.deque(map(setattr, items, itertools.repeat("at"), range(n)), maxlen=0)
+    return tuple(items)
 
 
 @functools.cache

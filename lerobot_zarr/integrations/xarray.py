@@ -148,8 +148,9 @@ def lerobot_stats(x: xr.Dataset, features: list[str] | None = None) -> dict[str,
 
 
 def _episode_stats(values: np.ndarray) -> dict[str, np.ndarray]:
-    flat = values.reshape(len(values), -1).astype(np.float64)
-    shape = values.shape[1:] or (1,)
+    """One episode's stats of a numeric feature as LeRobot 0.6.1 reduces it: over every axis but the last."""
+    flat = values.reshape(-1, values.shape[-1] if values.ndim > 1 else 1).astype(np.float64)
+    shape = (flat.shape[1],)
     stats = {"min": flat.min(axis=0), "max": flat.max(axis=0), "mean": flat.mean(axis=0), "std": flat.std(axis=0)}
     for key, q in QUANTILES.items():  # the inverse CDF, what LeRobot's histogram approximates
         stats[key] = np.quantile(flat, q, axis=0, method="inverted_cdf")

@@ -126,11 +126,20 @@ def video_info(height: int, width: int, channels: int, fps: float, pix_fmt: str 
 def per_episode_stats(values: np.ndarray, lengths: np.ndarray) -> dict[str, np.ndarray]:
     """Per-episode min, max, mean, std, count and quantiles of ``values`` (frames of all episodes in order).
 
-    Results have shape (n_episodes, *values.shape[1:]), (n_episodes, 1) for 1-D ``values`` and for count; min
-    and max keep the dtype of ``values``, the others are float64. Quantiles interpolate like ``numpy.quantile``.
+    As LeRobot 0.6.1 reduces a numeric feature: over every axis but the last (a frame of shape (2, 3) gives stats of
+    shape (3,), over its 2 rows of each frame; ``count`` stays the number of frames), the values promoted as
+    LeRobot promotes them (``numpy.result_type(dtype, float32)``: integers and bools become floats, min and max too;
+    float32 min and max stay float32; not where every episode has fewer than 2 rows: LeRobot's stats of a single
+    row keep its dtype). Results have shape (n_episodes, values.shape[-1]), (n_episodes, 1) for 1-D
+    ``values`` and for count; the others are float64. Quantiles interpolate like ``numpy.quantile``.
     """
     n_episodes = len(lengths)
-    flat = values.reshape(len(values), -1)
+    width = values.shape[-1] if values.ndim > 1 else 1
+    per_frame = int(np.prod(values.shape[1:-1], dtype=np.int64)) if values.ndim > 2 else 1
+    flat = values.reshape(-1, width)  # LeRobot's rows: every axis but the last
+    counts = lengths
+    lengths = lengths * per_frame
+    flat = _promoted(flat, lengths)
     starts = np.cumsum(lengths) - lengths
     episode_of_row = np.repeat(np.arange(n_episodes), lengths)
     as_float = flat.astype(np.float64)
@@ -151,10 +160,17 @@ def per_episode_stats(values: np.ndarray, lengths: np.ndarray) -> dict[str, np.n
         fraction = (position - below)[:, None]
         low, high = as_float[starts + below], as_float[starts + above]
         stats[name] = low + (high - low) * fraction
-    shape = (n_episodes, *(values.shape[1:] or (1,)))  # scalar features get stats of shape [1]
-    result = {name: array.reshape(shape) for name, array in stats.items()}
-    result["count"] = lengths.reshape(n_episodes, 1).astype(np.int64)
+    result = {name: array.reshape(n_episodes, width) for name, array in stats.items()}
+    result["count"] = counts.reshape(n_episodes, 1).astype(np.int64)
     return {name: result[name] for name in STAT_NAMES}
+
+
+def _promoted(rows: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """``rows`` as LeRobot 0.6.1 computes stats of them: promoted to ``result_type(dtype, float32)``, unless every
+    episode has fewer than 2 rows (its ``_compute_basic_stats`` then takes min and max of the values as they are)."""
+    if len(lengths) and (np.asarray(lengths) < 2).all():
+        return rows
+    return rows.astype(np.result_type(rows.dtype, np.float32), copy=False)
 
 
 def _sample_indices(n: int) -> np.ndarray:
@@ -227,18 +243,24 @@ def episode_stats(values: np.ndarray, kind: str, depth: bool = False) -> dict[st
 def episodes_stats(features: list[np.ndarray]) -> list[dict[str, np.ndarray]]:
     """:func:`episode_stats` of several numeric features of one episode (the same number of frames each), equal to
     it bit for bit: one pass over their columns side by side (a feature's columns are computed independently of
-    the others'; this saves numpy's per-call cost, which dominates for an RL episode's dozen small features)."""
+    the others'; this saves numpy's per-call cost, which dominates for an RL episode's dozen small features).
+    Features of more than one axis per frame (reduced over all but their last, LeRobot's rule) are computed alone."""
     if not features:
         return []
     n = len(features[0])
-    flats = [v.reshape(n, -1) for v in features]
-    merged = per_episode_stats(np.concatenate([f.astype(np.float64) for f in flats], axis=1), np.array([n]))
+    alone = {i: episode_stats(v, "float") for i, v in enumerate(features) if v.ndim > 2}
+    flats = [v.reshape(n, -1) for i, v in enumerate(features) if i not in alone]
+    merged = per_episode_stats(np.concatenate([f.astype(np.float64) for f in flats], axis=1), np.array([n])) \
+        if flats else {}
     out, at = [], 0
-    for v, flat in zip(features, flats, strict=True):
+    for i, v in enumerate(features):
+        if i in alone:
+            out.append(alone[i])
+            continue
+        flat = _promoted(v.reshape(n, -1), np.array([n]))
         width = flat.shape[1]
-        shape = v.shape[1:] or (1,)
-        stats = {name: merged[name][0, at:at + width].reshape(shape) for name in STAT_NAMES if name != "count"}
-        stats["min"], stats["max"] = flat.min(axis=0).reshape(shape), flat.max(axis=0).reshape(shape)
+        stats = {name: merged[name][0, at:at + width] for name in STAT_NAMES if name != "count"}
+        stats["min"], stats["max"] = flat.min(axis=0), flat.max(axis=0)
         stats["count"] = merged["count"][0]
         out.append({name: stats[name] for name in STAT_NAMES})
         at += width

@@ -102,7 +102,7 @@ lerobot_zarr sets it for its own process). Dimension names: ``frame`` first, the
   ``generation``: counts commits; ``capacity_frames``: ring-buffer capacity or null; ``pending_tasks``: a
   ``set_task`` in progress, ``[[chunk, offset, task_index], ...]`` (finished by the next writer).
   ``stats_on_demand`` (optional): raw numeric features whose stats no commit computes (an RL buffer's float32
-  cameras: the per-element stats of a ``[3, H, W]`` frame cost far more than its rows); they are absent from
+  cameras: the stats of a ``[3, H, W]`` frame, a pass over all its values, cost far more than its rows); they are absent from
   ``stats`` and from ``.episode_stats``, and readers compute them when asked (:mod:`.stats`). Versions before it
   ignore the key and compute every feature's stats at their next commit.
 

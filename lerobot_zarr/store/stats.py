@@ -2,8 +2,7 @@
 
 A store may name numeric features or uint8 cameras whose stats no commit computes (``StoreState.stats_on_demand``):
 an RL buffer's cameras, whose stats would cost a commit of a short episode more than writing its frames (float32
-frames: per element, each element of a ``[3, H, W]`` frame a column of its own, as this library computes any N-D
-numeric feature's, LeRobot's rule for float vectors; uint8 images: per channel, from a sample of each episode's
+frames: over every axis but the last, as this library computes any N-D numeric feature's, LeRobot 0.6.1's rule; uint8 images: per channel, from a sample of each episode's
 frames, as LeRobot computes them). Their entries are absent from the root's ``stats``; :func:`on_demand_stats`
 computes them from the committed rows, as a writer's commit would have: each episode's stats
 (:func:`~lerobot_zarr.lerobot.format.episode_stats`), merged count-weighted

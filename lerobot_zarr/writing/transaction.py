@@ -299,9 +299,9 @@ class WriteTransaction:
         ValueError (it is recomputed from the data)."""
         out = {}
         for name, spec in self.stats_arrays().items():
-            probe = self.episode_stats(name, np.zeros((1, *spec.frame_shape), dtype=spec.dtype))
+            frames = 1 if episode in self.gaps.get(name, {}) else length  # (stats of one row keep its dtype:)
+            probe = self.episode_stats(name, np.zeros((min(frames, 2), *spec.frame_shape), dtype=spec.dtype))
             got = {k: _stats_cache_values(doc[name][k], np.asarray(v)) for k, v in probe.items()}  # KeyError: lacks k
-            frames = 1 if episode in self.gaps.get(name, {}) else length
             if any(got[k].shape != np.shape(v) for k, v in probe.items()) \
                     or int(got["count"].reshape(-1)[0]) != frames:
                 raise ValueError(f"stats of {name!r} do not fit the episode")

@@ -83,7 +83,7 @@ def create(root: str | os.PathLike, *, fps: float, features: Mapping[str, Mappin
             feature; an episode bigger than that gets a pack of its own.
         stats_on_demand: numeric features or uint8 cameras whose stats commits leave out, computed when asked
             instead (``meta.stats``; exports compute every stat from the data): for an RL buffer's cameras, whose
-            stats cost a commit of short episodes more than the frames (float32: per element).
+            stats cost a commit of short episodes more than the frames (float32: over every value of each frame).
     """
     root = Path(root)
     try:

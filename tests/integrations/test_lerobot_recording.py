@@ -115,6 +115,29 @@ def test_create_and_resume_take_lerobots_parameters():
         assert all(p.kind is p.KEYWORD_ONLY for p in ours[len(theirs):]), name
 
 
+def test_an_unknown_keyword_is_lerobots_type_error(tmp_path):
+    """An unknown keyword of a recording method is Python's TypeError worded as for LeRobot's class (it names
+    ``LeRobotDataset.<method>()``, not the class that defines it)."""
+    ref = _reference()
+    ours = LeRobotDataset.create(REPO_ID, 30, {"state": {"dtype": "float32", "shape": (2,), "names": None}},
+                                 root=tmp_path / "ours")
+    theirs = ref.create(REPO_ID, 30, {"state": {"dtype": "float32", "shape": (2,), "names": None}},
+                        root=tmp_path / "theirs")
+    calls = [lambda cls, ds: cls.create(REPO_ID, 30, {}, root=tmp_path / "x", unknown=1),
+             lambda cls, ds: cls.resume(REPO_ID, root=tmp_path / "x", unknown=1),
+             lambda cls, ds: ds.add_frame({}, unknown=1), lambda cls, ds: ds.save_episode(unknown=1),
+             lambda cls, ds: ds.finalize(unknown=1)]
+    for call in calls:
+        messages = []
+        for cls, ds in ((ref, theirs), (LeRobotDataset, ours)):
+            with pytest.raises(TypeError) as raised:
+                call(cls, ds)
+            messages.append(str(raised.value))
+        assert messages[1] == messages[0]
+    ours.finalize()
+    theirs.finalize()
+
+
 def test_create_refuses_what_lerobot_refuses(tmp_path):
     create = LeRobotDataset.create
     with pytest.raises(TypeError):
@@ -165,6 +188,54 @@ def test_add_frame_checks_are_lerobots(tmp_path, change):
     assert str(ours.value) == str(theirs.value)
     assert not ds.has_pending_frames()
     ds.finalize()
+
+
+def _leaf_types(value: object) -> object:
+    """A stats.json value with each number replaced by its JSON type (int or float), its nesting kept."""
+    return [_leaf_types(v) for v in value] if isinstance(value, list) else type(value).__name__
+
+
+@pytest.mark.parametrize("kind", ["numeric", "nd", "string", "image", "depth_image_float32", "one_frame"])
+def test_stats_are_lerobots_for_every_kind(lerobot_recorded, tmp_path, kind):
+    """The same frames recorded with LeRobot's class and with the drop-in: stats.json (the features, and for each
+    statistic its nesting, shape and JSON type: floats for integer and bool features too, N-D features reduced over
+    every axis but the last), the per-episode stats columns of meta/episodes (Arrow types), and ``meta.stats``
+    (while recording, after finalize, reopened: numpy dtypes and shapes) are LeRobot's; min, max and count equal,
+    means and stds within LeRobot's float32 arithmetic. (Quantiles: docs/torch.md, not compared.)"""
+    import pyarrow.parquet as pq
+
+    theirs = lerobot_recorded(kind)
+    recorders = []
+
+    class Keeping(LeRobotDataset):  # the drop-in, kept to read its meta.stats while recording
+        __slots__ = ()
+
+        def save_episode(self, *args, **kwargs):
+            super().save_episode(*args, **kwargs)
+            recorders.append({k: {s: np.asarray(v).copy() for s, v in st.items()} for k, st in self.meta.stats.items()})
+
+    ours = record(kind, tmp_path, Keeping)
+    a, b = (json.loads((root / "meta/stats.json").read_text()) for root in (theirs, ours))
+    assert set(a) == set(b), kind
+    for key in a:
+        assert set(a[key]) == set(b[key]), (kind, key)
+        for stat in a[key]:
+            assert _leaf_types(b[key][stat]) == _leaf_types(a[key][stat]), (kind, key, stat, a[key][stat])
+            if stat in ("min", "max", "count"):
+                np.testing.assert_allclose(b[key][stat], a[key][stat], rtol=1e-6, err_msg=f"{kind} {key} {stat}")
+            elif stat in ("mean", "std") and key != "task_index":  # (LeRobot numbers new tasks in set order)
+                np.testing.assert_allclose(b[key][stat], a[key][stat], rtol=1e-4, atol=1e-6,
+                                           err_msg=f"{kind} {key} {stat}")
+    columns = [{f.name: f.type for f in pq.read_schema(next((root / "meta/episodes").rglob("*.parquet")))
+                if f.name.startswith("stats/")} for root in (theirs, ours)]
+    assert columns[1] == columns[0], kind
+    loaded = _reference()(REPO_ID, root=theirs).meta.stats
+    for stats in (recorders[-1], LeRobotDataset(REPO_ID, root=ours).meta.stats):
+        assert set(stats) == set(loaded), kind
+        for key, by_stat in loaded.items():
+            for stat, want in by_stat.items():
+                got = np.asarray(stats[key][stat])
+                assert (got.dtype, got.shape) == (want.dtype, want.shape), (kind, key, stat, got.dtype, want.dtype)
 
 
 def _same_stats(stats: dict, values: np.ndarray) -> None:

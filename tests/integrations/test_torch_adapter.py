@@ -274,25 +274,33 @@ def test_getitems_is_one_gather_that_default_collate_stacks_back(ds, monkeypatch
     _assert_same_batch(default_collate(items), default_collate([tds[i] for i in (3, 1, 3, 0)]), "getitems")
 
 
-def test_an_item_of_a_batched_fetch_is_not_mistaken_for_one(ds):
-    """The items __getitems__ gives the collate function share their batch's columns: using one as an item's value,
-    or collating them other than as given (reordered, a part), raises naming what to do; never another item's
-    values."""
+def test_items_of_a_batched_fetch_are_real_items_when_read(ds):
+    """The items __getitems__ gives the collate function share their batch's columns until read: read through the
+    dict (item[key], items(), dict(item), {**item}...) each gives its own values, equal to the dataset's item; lists
+    of them reordered, in part or changed collate item by item into the right batch; the stored column itself
+    (read past the dict's methods) raises naming what to do, never another item's values."""
     from torch.utils.data import default_collate
 
-    items = TorchDataset(ds).__getitems__([3, 1, 4])
-    column = items[1]["action"]
-    for use in (lambda: column.numpy(), lambda: column[0], lambda: torch.cat([column]), lambda: column.clone(),
-                lambda: torch.stack([column]), lambda: torch.stack([it["action"] for it in items])):
+    tds = TorchDataset(ds)
+    order = (3, 1, 4)
+    items = tds.__getitems__(list(order))
+    want = [tds[i] for i in order]
+    for item, one, i in zip(items, want, order, strict=True):
+        _assert_same_batch(default_collate([dict(item)]), default_collate([one]), f"item {i}")
+        assert torch.equal(item["action"], one["action"]) and torch.equal({**item}["action"], one["action"])
+    column = dict.__getitem__(tds.__getitems__([3, 1, 4])[1], "action")  # the shared column, read past the dict
+    for use in (lambda: column.numpy(), lambda: column[0], lambda: torch.cat([column]), lambda: column.clone()):
         with pytest.raises(TypeError, match=r"ds\[i\]"):
             use()
-    with pytest.raises(TypeError):  # (torch turns an operator's TypeError into Python's "unsupported operand")
-        column + 1
     assert "column of 3 items" in repr(column)
-    for other in (list(items), items[::-1], items[:2]):
-        with pytest.raises(TypeError, match="batched_fetch"):
-            default_collate(other)
-    _assert_same_batch(default_collate(items), default_collate([TorchDataset(ds)[i] for i in (3, 1, 4)]), "tuple")
+    fresh = tds.__getitems__(list(order))
+    for other, idx in ((list(fresh), order), (fresh[::-1], order[::-1]), (fresh[:2], order[:2])):
+        _assert_same_batch(default_collate(other), default_collate([tds[i] for i in idx]), f"{idx}")
+    changed = tds.__getitems__(list(order))
+    changed[0]["action"] = changed[0]["action"] * 0
+    got = default_collate(changed)
+    assert not got["action"][0].any() and torch.equal(got["action"][1:], torch.stack([w["action"] for w in want[1:]]))
+    _assert_same_batch(default_collate(tds.__getitems__(list(order))), default_collate(want), "tuple")
 
 
 # ------------------------------------------------------------------------------------------------ LeRobot drop-in
@@ -354,8 +362,8 @@ def test_dropin_with_workers_keeps_held_batches(ds, tmp_path):
 
 
 def test_dropin_other_collations(ds, tmp_path):
-    """A Subset of the drop-in batches the same; a collate_fn that reads items one by one fails loudly, and
-    batched_fetch=False (or image_transforms, which apply per item) gives real items."""
+    """A Subset of the drop-in batches the same; a collate_fn of your own gets real items (LeRobot's) with the
+    batched fetch too, as with batched_fetch=False; image_transforms (per item) too."""
     from torch.utils.data import DataLoader, Subset, default_collate
 
     lds = _dropin(ds, tmp_path)
@@ -366,15 +374,20 @@ def test_dropin_other_collations(ds, tmp_path):
     def by_item(items):
         return torch.stack([item["action"] * 2 for item in items])
 
-    with pytest.raises(TypeError):
-        next(iter(DataLoader(lds, batch_size=3, collate_fn=by_item)))
-    for stacked in (lambda items: torch.stack([item["action"] for item in items]),
-                    lambda items: [item["action"].clone() for item in items]):
-        with pytest.raises(TypeError, match="batched_fetch"):
-            next(iter(DataLoader(lds, batch_size=3, collate_fn=stacked)))
     plain = _dropin(ds, tmp_path, batched_fetch=False)
     want = torch.stack([plain[i]["action"] * 2 for i in range(3)])
-    assert torch.equal(next(iter(DataLoader(plain, batch_size=3, collate_fn=by_item))), want)
+    for dataset in (lds, plain):
+        assert torch.equal(next(iter(DataLoader(dataset, batch_size=3, collate_fn=by_item))), want)
+        listed = next(iter(DataLoader(dataset, batch_size=3, collate_fn=lambda items: [dict(i) for i in items])))
+        for got, i in zip(listed, range(3), strict=True):
+            _assert_same_batch(default_collate([got]), default_collate([plain[i]]), f"item {i}")
+    for num_workers in (0, 2):
+        loader = DataLoader(lds, batch_size=4, num_workers=num_workers, collate_fn=lambda items: default_collate(
+            [{k: v for k, v in item.items() if k != "task"} for item in items]))
+        for j, batch in enumerate(loader):
+            idx = range(4 * j, min(4 * j + 4, len(lds)))
+            _assert_same_batch({**batch, "task": [plain[i]["task"] for i in idx]},
+                               default_collate([plain[i] for i in idx]), f"workers {num_workers} batch {j}")
     flipped = _dropin(ds, tmp_path, image_transforms=lambda img: img.flip(-1))
     got = next(iter(DataLoader(flipped, batch_size=3)))
     assert torch.equal(got[IMAGE], torch.stack([flipped[i][IMAGE] for i in range(3)]))
@@ -471,3 +484,31 @@ def test_push_to_hub_of_the_dropin(ds, tmp_path, monkeypatch):
         for i in (0, len(lds) - 1):
             a, b = lds[i], back[i]
             assert set(a) == set(b) and all(torch.equal(a[k], b[k]) for k in a if k != "task")
+
+
+def test_push_to_hub_of_a_dropin_opened_on_some_episodes(ds, tmp_path, monkeypatch):
+    """push_to_hub publishes the whole dataset, as LeRobot's uploads the whole folder at root whatever episodes it
+    was opened on: from a local folder, every episode; a dataset downloaded from the Hub for some episodes only is
+    refused (LeRobot's folder would hold only their files), naming why, and nothing is published."""
+    from hub_fixtures import make_env
+
+    from lerobot_zarr.errors import NotMaterializedError, RevisionNotFoundError
+    from lerobot_zarr.integrations.torch import LeRobotDataset
+    from lerobot_zarr.testing.hub_server import HubServer
+
+    with HubServer(tmp_path / "server", tokens={"tok": "me"}) as server:
+        make_env(monkeypatch, tmp_path, server.endpoint)
+        monkeypatch.setenv("HF_TOKEN", "tok")
+        whole = LeRobotDataset("me/whole", root=ds.meta.source["path"], store=str(tmp_path / "s"))
+        some = LeRobotDataset("me/whole", root=ds.meta.source["path"], episodes=[1, 3], store=str(tmp_path / "s"))
+        assert some.num_episodes == 2 and some.push_to_hub() is not None
+        back = LeRobotDataset("me/whole", store=str(tmp_path / "back"))
+        assert back.meta.total_episodes == 5 and len(back) == len(whole)
+        for i in (0, len(whole) // 2, len(whole) - 1):
+            a, b = whole[i], back[i]
+            assert set(a) == set(b) and all(torch.equal(a[k], b[k]) for k in a if k != "task")
+        partial = LeRobotDataset("me/whole", root=tmp_path / "partial", episodes=[2])
+        with pytest.raises(NotMaterializedError, match="only 1 of its 5 episodes"):
+            partial.push_to_hub(branch="other")
+        with pytest.raises(RevisionNotFoundError, match="branches: \\['main'\\]"):  # nothing was published
+            LeRobotDataset("me/whole", root=tmp_path / "nothing", revision="other", episodes=[0])

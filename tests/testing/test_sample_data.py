@@ -150,13 +150,20 @@ def test_stats_match_the_data(tmp_path: pathlib.Path) -> None:
     assert set(stats) == set(_json(root / "meta/info.json")["features"])
     for key in ("observation.state", "action", "observation.grid", "timestamp", "index", "task_index"):
         values = _matrix(data, key).astype(np.float64)
+        if key == "observation.grid":  # (3, 4) per frame: LeRobot 0.6.1's stats are over every axis but the last
+            values = values.reshape(-1, 4)
         np.testing.assert_allclose(np.ravel(stats[key]["mean"]), values.mean(axis=0), atol=1e-5)
         np.testing.assert_allclose(np.ravel(stats[key]["std"]), values.std(axis=0), atol=1e-5)
         np.testing.assert_allclose(np.ravel(stats[key]["min"]), values.min(axis=0))
         np.testing.assert_allclose(np.ravel(stats[key]["max"]), values.max(axis=0))
         assert stats[key]["count"] == [data.num_rows]
         assert set(stats[key]) == {"min", "max", "mean", "std", "count", "q01", "q10", "q50", "q90", "q99"}
-    assert np.shape(stats["observation.grid"]["mean"]) == (3, 4)
+    assert np.shape(stats["observation.grid"]["mean"]) == (4,)
+    def leaves(value):
+        return [x for v in value for x in leaves(v)] if isinstance(value, list) else [value]
+
+    for key in stats:  # LeRobot 0.6.1's: every statistic but count a float, integer features' too
+        assert all(type(v) is float for name, vs in stats[key].items() if name != "count" for v in leaves(vs)), key
     assert np.shape(stats[WRIST]["mean"]) == (3, 1, 1)
     assert 0.0 <= np.min(stats[WRIST]["min"]) and np.max(stats[WRIST]["max"]) <= 1.0
     # the data holds an exact zero row

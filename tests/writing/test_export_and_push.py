@@ -236,16 +236,19 @@ def _expected_stats(values: np.ndarray, ft: dict) -> dict[str, np.ndarray]:
         shape = (channels, 1, 1)
         low, high = x.min(axis=0), x.max(axis=0)
     else:
-        shape = tuple(ft["shape"])
-        x = values.reshape(n, -1).astype(np.float64)
-        raw = values.reshape(n, -1)
-        low, high = raw.min(axis=0).astype(np.float64), raw.max(axis=0).astype(np.float64)
+        shape = tuple(ft["shape"])[-1:]  # LeRobot 0.6.1: over every axis but the last
+        x = values.reshape(-1, shape[0]).astype(np.float64)
+        low, high = x.min(axis=0), x.max(axis=0)
     out = {"min": low, "max": high, "mean": x.mean(axis=0), "std": x.std(axis=0)}
     for name, q in QUANTILES.items():
         out[name] = np.quantile(x, q, axis=0, method="linear")
     out = {k: v.reshape(shape) for k, v in out.items()}
     out["count"] = np.array([n])
     return out
+
+
+def _leaves(value) -> list:
+    return [x for v in value for x in _leaves(v)] if isinstance(value, list) else [value]
 
 
 def _close(got, want, what: str) -> None:
@@ -370,6 +373,9 @@ def check_layout(out: Path, ds: LeRobotZarrDataset, what: str) -> dict[int, tupl
         assert np.asarray(stats[k]["count"]).reshape(-1).tolist() == [n_frames], f"{what}: stats.json {k} count"
         for s in ("min", "max", "mean", "std"):
             _close(stats[k][s], want[s], f"{what}: stats.json {k} {s}")
+        if (lengths >= 2).any():  # LeRobot 0.6.1's: floats, integer and bool features' too (one-frame episodes aside)
+            assert all(type(v) is float for s in STAT_NAMES if s != "count" for v in _leaves(stats[k][s])), \
+                f"{what}: stats.json {k} holds a statistic that is not a float"
         for s in QUANTILES:
             q = np.asarray(stats[k][s], dtype=np.float64)
             assert q.shape == want[s].shape, f"{what}: stats.json {k} {s} shape {q.shape}"

@@ -607,21 +607,24 @@ def test_episode_commits_keep_the_pack_files_open_and_close_them_with_the_buffer
 
 
 def _stats_by_hand(episodes: list[np.ndarray]) -> dict[str, np.ndarray]:
-    """Stats of a float feature by hand: per element, per episode (quantiles interpolated as ``numpy.quantile``),
-    merged weighted by frame counts (LeRobot's ``aggregate_stats``)."""
-    every = np.concatenate(episodes).astype(np.float64)
-    weights = np.array([len(v) for v in episodes], dtype=np.float64) / len(every)
+    """Stats of an N-D float feature by hand, as LeRobot 0.6.1 reduces one: over every axis but the last, per
+    episode (quantiles interpolated as ``numpy.quantile``), merged weighted by frame counts (LeRobot's
+    ``aggregate_stats``)."""
+    frames = sum(len(v) for v in episodes)
+    rows = [v.reshape(-1, v.shape[-1]).astype(np.float64) for v in episodes]
+    every = np.concatenate(rows)
+    weights = np.array([len(v) for v in episodes], dtype=np.float64) / frames
     out = {"min": every.min(0), "max": every.max(0), "mean": every.mean(0), "std": every.std(0),
-           "count": np.array([len(every)])}
+           "count": np.array([frames])}
     for name, q in {"q01": 0.01, "q10": 0.10, "q50": 0.50, "q90": 0.90, "q99": 0.99}.items():
-        out[name] = sum(w * np.quantile(v.astype(np.float64), q, axis=0) for w, v in zip(weights, episodes))
+        out[name] = sum(w * np.quantile(v, q, axis=0) for w, v in zip(weights, rows))
     return out
 
 
 @pytest.mark.parametrize("capacity", [None, 25], ids=["unbounded", "ring"])
-def test_float_cameras_get_lerobots_per_element_stats_when_asked_not_at_each_commit(tmp_path, monkeypatch, capacity):
-    """A float32 camera's stats (per element, as for any N-D numeric feature: a column of its own for each of the
-    27,648 elements of a 3x96x96 frame) are left out of the commits (the root's stats and each episode's stats file) and computed
+def test_float_cameras_get_lerobots_stats_when_asked_not_at_each_commit(tmp_path, monkeypatch, capacity):
+    """A float32 camera's stats (LeRobot 0.6.1's for any N-D numeric feature: over every axis but the last, the
+    96 columns of a 3x96x96 frame's rows) are left out of the commits (the root's stats and each episode's stats file) and computed
     when ``meta.stats`` is first read: equal to numpy by hand over the frames the buffer holds, and bit for bit to
     what a store whose commits compute them records; an export publishes them."""
     import pickle

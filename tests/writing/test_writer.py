@@ -245,7 +245,8 @@ def ref_episode_stats(values: np.ndarray, kind: str) -> dict[str, np.ndarray]:
         out = {k: v.reshape(c, 1, 1) for k, v in out.items()}
         out["count"] = np.array([len(sample)])
         return out
-    x = values.astype(np.float64).reshape(n, *(values.shape[1:] or (1,)))
+    # LeRobot 0.6.1's rule: over every axis but the last (a (2, 3) feature's stats have shape (3,)), count in frames
+    x = values.astype(np.float64).reshape(-1, values.shape[-1] if values.ndim > 1 else 1)
     out = {"min": x.min(0), "max": x.max(0), "mean": x.mean(0), "std": x.std(0)}
     # every quantile in one call: the values of one call per quantile, bit for bit
     out.update(zip(QUANTILES, np.quantile(x, list(QUANTILES.values()), axis=0), strict=True))
