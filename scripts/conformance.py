@@ -56,6 +56,9 @@ def run(python: str, lerobot_src: Path, mode: str, tests: list[str], extra: list
 def node_id(classname: str, name: str, root: Path) -> str:
     """pytest's node id of a junit test case (``tests.datasets.test_depth.TestX`` -> ``tests/datasets/test_depth.py
     ::TestX::name``): the longest prefix of the class name that is a test file under ``root``."""
+    if not classname:  # a module that failed to collect: pytest names it in ``name``, dotted
+        path = Path(*name.split(".")).with_suffix(".py")
+        return path.as_posix() if (root / path).is_file() else name
     parts = classname.split(".")
     for i in range(len(parts), 0, -1):
         path = Path(*parts[:i]).with_suffix(".py")

@@ -27,6 +27,24 @@ def test_without_lerobots_sources_the_script_says_so(tmp_path):
     assert proc.returncode == 0 and "skipped" in proc.stdout and "tests/conftest.py" in proc.stdout, proc
 
 
+def test_a_module_that_fails_to_collect_is_an_error_of_its_file(tmp_path):
+    # pytest's junit report names such a module in ``name`` with an empty class name (torchcodec without FFmpeg)
+    (tmp_path / "tests" / "datasets").mkdir(parents=True)
+    (tmp_path / "tests" / "datasets" / "test_cache.py").write_text("")
+    (tmp_path / "tests" / "datasets" / "test_ok.py").write_text("")
+    report = tmp_path / "report.xml"
+    report.write_text('<testsuites><testsuite>'
+                      '<testcase classname="" name="tests.datasets.test_cache"><error message="collection failure"/>'
+                      '</testcase><testcase classname="tests.datasets.test_ok" name="test_a"/></testsuite></testsuites>')
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        import conformance
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+    assert conformance.outcomes(report, tmp_path) == {"tests/datasets/test_cache.py": "error",
+                                                      "tests/datasets/test_ok.py::test_a": "passed"}
+
+
 @pytest.mark.parametrize("mode, ours", [("read", True), ("lerobot", False)])
 def test_the_plugin_rebinds_lerobots_names_before_tests_import_them(tmp_path, mode, ours):
     """``--drop-in=read``: a test module importing LeRobot's LeRobotDataset and ReplayBuffer gets the drop-ins
