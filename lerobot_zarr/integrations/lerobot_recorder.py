@@ -417,24 +417,30 @@ class Recorder:
         they started), the spill is removed, LeRobot's files of the store's last commit are put beside the store
         (:func:`~lerobot_zarr.writing.export.export_beside`: their videos joined from the segments; what an
         encoder did not make, killed or stalled, encoded there, the cameras in parallel), and the store's writer
-        lock released. Idempotent; episodes are already committed, so a recorder that never gets here loses
+        lock released. The encoders are waited for once LeRobot's data files are written (they make the last videos
+        meanwhile). Idempotent; episodes are already committed, so a recorder that never gets here loses
         nothing saved (a later ``resume`` + ``finalize`` writes the files)."""
         if self._finalized:
             return
         self._finalized = True
+        encoders = self._encoder
         try:
-            if self._encoder is not None:
-                self._encoder.finish()
-                self._encoder.gate.close()
             self._writer.close()
             for spill in self._spills.values():
                 spill.close()
             self._spills.clear()
-            shutil.rmtree(self._folder, ignore_errors=True)
-            if self._store.meta.total_episodes:
-                from ..writing.export import export_beside
+            if encoders is not None:
+                encoders.close()  # they finish the saved episodes while the data files are written
+            try:
+                if self._store.meta.total_episodes:
+                    from ..writing.export import export_beside
 
-                export_beside(self._store.reader)
+                    export_beside(self._store.reader, before_videos=encoders.finish if encoders else None)
+            finally:
+                if encoders is not None:
+                    encoders.finish()
+                    encoders.gate.close()
+                shutil.rmtree(self._folder, ignore_errors=True)
         finally:
             self._store.close()
 
@@ -528,6 +534,12 @@ class _Encoders:
                            "episode; the push encodes the others", self.root, process.cameras,
                            process.process.returncode)
         return not ended
+
+    def close(self) -> None:
+        """No more episodes: each process finishes the saved ones, then exits (not waited for: :meth:`finish`)."""
+        self._delivered()
+        for process in self.processes:
+            process.close()
 
     def finish(self, timeout: float | None = None) -> None:
         """No more episodes: wait (bounded: ``timeout`` seconds without progress) until the encoders have made the
