@@ -8,8 +8,9 @@ and any process can read it, whatever happens to this one; before, nothing of it
 spill file in the store while the episode is recorded (written by a thread into the page cache: no encoding, no
 compression, bounded memory; see :class:`_SpillWriter`), their numbers and text stay in memory. A killed recorder
 leaves the spill as debris, removed by the next writer of the store (``.*.tmp-*``). Videos are encoded by
-background encoder processes (:mod:`lerobot_zarr.writing.segments`, one per camera) as episodes are saved, whose
-segments ``finalize`` (which writes LeRobot's files beside the store) and the push join without re-encoding.
+background encoder processes (:mod:`lerobot_zarr.writing.segments`, one per camera) from the spill as the episode
+is recorded (kept as its segment once it is saved with those frames), whose segments ``finalize`` (which writes
+LeRobot's files beside the store) and the push join without re-encoding.
 """
 
 from __future__ import annotations
@@ -161,10 +162,10 @@ class Recorder:
     unit from its first frame, as LeRobot's does). ``on_saved`` is called after each commit (the drop-in refreshes
     its ``meta``). A store with video cameras gets background encoders (one process per camera,
     :class:`~lerobot_zarr.writing.segments.BackgroundEncoder`, ``encoder_threads``), started at the recording's
-    first frame: they encode the saved episodes' videos each time ``batch_encoding_size`` episodes were saved
-    (1, the default, and ``streaming_encoding``: each episode), where LeRobot encodes them (at that
-    ``save_episode``, or as the frames come); nothing waits for them but :meth:`flush_pending_videos` and
-    :meth:`finalize`, which lets them finish.
+    first frame: with ``batch_encoding_size`` 1 (the default) and ``streaming_encoding``, they encode each episode
+    as it is recorded (from its spill), the segment kept once it is saved; with ``batch_encoding_size`` N > 1, the
+    saved episodes each time N were saved, where LeRobot encodes them; nothing waits for them but
+    :meth:`flush_pending_videos` and :meth:`finalize`, which lets them finish.
     """
 
     image_writer = None  # LeRobot's asynchronous PNG writer: none, frames are not encoded

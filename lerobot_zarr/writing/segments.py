@@ -18,7 +18,10 @@ so a segment holds exactly the frames its name says.
 The background encoder (:class:`BackgroundEncoder`) is a separate process (a recording runs one per video camera,
 as LeRobot encodes its cameras in parallel processes): it encodes the committed episodes that lack segments each
 time it is told to (after a ``save_episode``), reading the store as any reader does; on 2 cores a thread in the
-recorder's process would compete with ``add_frame`` for the GIL as well as for a CPU. It runs at the recorder's
+recorder's process would compete with ``add_frame`` for the GIL as well as for a CPU. It also encodes the episode
+being recorded as its frames come, from the recorder's spill file (a *stream*, :class:`_Stream`, as LeRobot's
+streaming encoder encodes frames as they come): what it made becomes the episode's segment only once the episode
+is committed with exactly the frames encoded (count and content hash), else it is dropped. It runs at the recorder's
 priority as a batch process (``SCHED_BATCH``: it never preempts the recorder's threads when they wake) and waits at
 the recorder's :class:`Gate` while an episode is committed. :func:`encode_in_parallel` makes what is left at the
 end, the cameras in parallel. Run as ``python -m lerobot_zarr.writing.segments ROOT``.

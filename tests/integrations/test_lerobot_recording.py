@@ -657,8 +657,8 @@ def test_finalize_completes_without_its_encoders(tmp_path, monkeypatch, how):
 
 def test_cancel_pending_videos_drops_only_the_episode_in_progress(tmp_path):
     """cancel_pending_videos (LeRobot's VideoEncodingManager calls it when recording fails) drops the encoder's
-    work on the episode in progress, as LeRobot's: here none is encoded before save_episode, so the encoder keeps
-    running and encodes the episodes saved after it; the buffered frames stay until cleared, as LeRobot's."""
+    work on the episode in progress, as LeRobot's: the encoder keeps running and encodes the episodes saved after
+    it; the buffered frames stay until cleared, as LeRobot's."""
     from lerobot_zarr.writing.segments import SEGMENTS
 
     ds = LeRobotDataset.create(REPO_ID, 30, FEATURES, root=tmp_path / "ds", streaming_encoding=True)
