@@ -409,10 +409,10 @@ class VideoWriter:
                 packet.dts = packet.pts
         self.container.mux(packets)
 
-    def close(self) -> None:
-        """Flush the encoder and close the file; after a failed encode only close it (flushing an encoder that
-        failed to open crashes PyAV 19's process)."""
-        if not self.broken:
+    def close(self, flush: bool = True) -> None:
+        """Flush the encoder and close the file; after a failed encode, or ``flush=False`` (a file dropped), only
+        close it (flushing an encoder that failed to open crashes PyAV 19's process)."""
+        if flush and not self.broken:
             self._mux(self.stream.encode(None))
         self.container.close()
 

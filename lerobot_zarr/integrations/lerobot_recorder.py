@@ -8,8 +8,9 @@ and any process can read it, whatever happens to this one; before, nothing of it
 spill file in the store while the episode is recorded (written by a thread into the page cache: no encoding, no
 compression, bounded memory; see :class:`_SpillWriter`), their numbers and text stay in memory. A killed recorder
 leaves the spill as debris, removed by the next writer of the store (``.*.tmp-*``). Videos are encoded by
-background encoder processes (:mod:`lerobot_zarr.writing.segments`, one per camera) as episodes are saved, whose
-segments ``finalize`` (which writes LeRobot's files beside the store) and the push join without re-encoding.
+background encoder processes (:mod:`lerobot_zarr.writing.segments`, one per camera) from the spill as the episode
+is recorded (kept as its segment once it is saved with those frames), whose segments ``finalize`` (which writes
+LeRobot's files beside the store) and the push join without re-encoding.
 """
 
 from __future__ import annotations
@@ -46,15 +47,22 @@ FINISH_TIMEOUT = 60.0
 
 
 class _Spill:
-    """One camera's frames of the episode being recorded, appended to a file (read back as a memory map)."""
+    """One camera's frames of the episode being recorded, appended to a file (read back as a memory map): a new
+    file for each episode (``<name>.<attempt>``), never one emptied in place: a background encoder may still be
+    reading the frames of the one before (an episode saved, or cleared)."""
 
-    def __init__(self, path: Path, frame_shape: tuple[int, ...], dtype: np.dtype, writeback: bool):
-        self.path, self.frame_shape, self.dtype = path, tuple(frame_shape), np.dtype(dtype)
+    def __init__(self, folder: Path, name: str, frame_shape: tuple[int, ...], dtype: np.dtype, writeback: bool):
+        self.folder, self.name, self.attempt = folder, name, 0
+        self.frame_shape, self.dtype = tuple(frame_shape), np.dtype(dtype)
         self.frame_bytes = int(np.prod(self.frame_shape)) * self.dtype.itemsize
         self.fd = self._open()
         self.frames = 0
         # a durable store flushes each episode at its commit: its frames start their way to disk as they come
         self.writeback, self.written_back = writeback, 0
+
+    @property
+    def path(self) -> Path:
+        return self.folder / f"{self.name}.{self.attempt}"
 
     def _open(self) -> int:
         # the mode of a pack file: the spill becomes one (renamed) when its episode starts a new pack
@@ -85,8 +93,13 @@ class _Spill:
             return True
 
     def clear(self) -> None:
-        """Empty, as a new file: the store may have taken the old one as a pack (never truncated then)."""
+        """Empty, as a new file: the store may have taken the old one as a pack (never truncated then); the old one,
+        if not taken, is unlinked (its frames stay readable to an encoder that opened it)."""
+        if not self.taken():
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.path)
         os.close(self.fd)
+        self.attempt += 1
         self.fd = self._open()
         self.frames = self.written_back = 0
 
@@ -149,10 +162,10 @@ class Recorder:
     unit from its first frame, as LeRobot's does). ``on_saved`` is called after each commit (the drop-in refreshes
     its ``meta``). A store with video cameras gets background encoders (one process per camera,
     :class:`~lerobot_zarr.writing.segments.BackgroundEncoder`, ``encoder_threads``), started at the recording's
-    first frame: they encode the saved episodes' videos each time ``batch_encoding_size`` episodes were saved
-    (1, the default, and ``streaming_encoding``: each episode), where LeRobot encodes them (at that
-    ``save_episode``, or as the frames come); nothing waits for them but :meth:`flush_pending_videos` and
-    :meth:`finalize`, which lets them finish.
+    first frame: with ``batch_encoding_size`` 1 (the default) and ``streaming_encoding``, they encode each episode
+    as it is recorded (from its spill), the segment kept once it is saved; with ``batch_encoding_size`` N > 1, the
+    saved episodes each time N were saved, where LeRobot encodes them; nothing waits for them but
+    :meth:`flush_pending_videos` and :meth:`finalize`, which lets them finish.
     """
 
     image_writer = None  # LeRobot's asynchronous PNG writer: none, frames are not encoded
@@ -172,6 +185,7 @@ class Recorder:
         self._encoder = _Encoders(store.root, video, encoder_threads, Gate(self._folder / "gate")) if video else None
         self._episodes_since_last_encoding = 0  # LeRobot's name: saved episodes the encoder was not told of yet
         self._every = 1 if streaming_encoding else batch_encoding_size
+        self._streamed = False  # the episode in progress is encoded as it is recorded (each episode encoded at once)
         # LeRobot's (its VideoEncodingManager cancels it when recording fails)
         self._streaming_encoder = self._encoder if streaming_encoding else None
         self._spills: dict[str, _Spill] = {}
@@ -246,6 +260,9 @@ class Recorder:
             else:
                 self._values.setdefault(key, []).append(np.array(value, copy=True))
         self._tasks.append(frame["task"])
+        if index == 0 and self._encoder is not None and self._every == 1:
+            self._encoder.stream({key: self._spills[key].path for key in self._encoder.cameras if key in self._spills})
+            self._streamed = True
 
     def _learn_depth_units(self, frame: Mapping[str, Any]) -> None:
         """A depth camera without a recorded unit takes its first frame's (floats: metres, else millimetres), as
@@ -260,7 +277,7 @@ class Recorder:
 
     def _spill(self, key: str, spec: Any) -> _Spill:
         if key not in self._spills:
-            self._spills[key] = _Spill(self._folder / str(len(self._spills)), spec.frame_shape, spec.dtype,
+            self._spills[key] = _Spill(self._folder, str(len(self._spills)), spec.frame_shape, spec.dtype,
                                        writeback=self._store.durable)
         return self._spills[key]
 
@@ -287,18 +304,22 @@ class Recorder:
         spills = {} if episode_data is not None else {key: spill.path for key, spill in self._spills.items()}
         try:
             with self._encoder.gate.closed() if self._encoder is not None else contextlib.nullcontext():
-                self._store.add_episode(frames, task=tasks, frame_files=spills)  # its encoders held back meanwhile
+                index = self._store.add_episode(frames, task=tasks, frame_files=spills)  # encoders held back
         except BaseException:
             if any(spill.taken() for spill in self._spills.values()):  # the store kept them (its commit went
                 self.clear_episode_buffer()  # through, or it cannot tell): never written again, nor read from
             raise
+        streamed = self._streamed and episode_data is None
         if episode_data is None:
-            self.clear_episode_buffer()
+            self._clear()
         self._on_saved()
         if self._encoder is not None:  # (LeRobot encodes here: at every save_episode, or every batch's last)
             self._episodes_since_last_encoding += 1
             if self._episodes_since_last_encoding >= self._every:
-                self._encoder.notify()
+                if streamed:  # what its encoders made of it as it was recorded becomes its segments
+                    self._encoder.saved(index)
+                else:
+                    self._encoder.notify()
                 self._episodes_since_last_encoding = 0
 
     def _buffered(self) -> tuple[dict[str, Any], list[str]]:
@@ -343,7 +364,18 @@ class Recorder:
 
     def clear_episode_buffer(self, delete_images: bool = True) -> None:
         """Drop the frames recorded since the last saved episode (``delete_images``: LeRobot's switch for its
-        temporary image files; the buffer's camera frames are always dropped with it)."""
+        temporary image files; the buffer's camera frames are always dropped with it), and what the background
+        encoders encoded of them."""
+        self._drop_stream()
+        self._clear()
+
+    def _drop_stream(self) -> None:
+        if self._streamed and self._encoder is not None:
+            self._encoder.drop()
+        self._streamed = False
+
+    def _clear(self) -> None:
+        self._streamed = False
         self._writer.drain(errors=False)  # the frames are dropped: so is what failed to write them
         for spill in self._spills.values():
             spill.clear()
@@ -354,10 +386,10 @@ class Recorder:
     # -- LeRobot's writer methods around recording ---------------------------------------------------------------
     def cancel_pending_videos(self) -> None:
         """LeRobot's: drop the streaming encoder's work on the episode in progress (its VideoEncodingManager calls
-        it when recording fails), the encoder going on with the next episodes. Here the episode being recorded is
-        never encoded before ``save_episode`` (the background encoder makes segments of saved episodes only), so
-        there is nothing of it to drop: the encoder keeps running, and the buffered frames stay until
-        ``clear_episode_buffer`` / ``cleanup_interrupted_episode``, as LeRobot's."""
+        it when recording fails), the encoder going on with the next episodes; the buffered frames stay until
+        ``clear_episode_buffer`` / ``cleanup_interrupted_episode``, as LeRobot's (saved still, the episode is
+        encoded from the store)."""
+        self._drop_stream()
 
     def cleanup_interrupted_episode(self, episode_index: int) -> None:
         """The frames of an episode interrupted before ``save_episode`` dropped (LeRobot's removal of its temporary
@@ -386,24 +418,30 @@ class Recorder:
         they started), the spill is removed, LeRobot's files of the store's last commit are put beside the store
         (:func:`~lerobot_zarr.writing.export.export_beside`: their videos joined from the segments; what an
         encoder did not make, killed or stalled, encoded there, the cameras in parallel), and the store's writer
-        lock released. Idempotent; episodes are already committed, so a recorder that never gets here loses
+        lock released. The encoders are waited for once LeRobot's data files are written (they make the last videos
+        meanwhile). Idempotent; episodes are already committed, so a recorder that never gets here loses
         nothing saved (a later ``resume`` + ``finalize`` writes the files)."""
         if self._finalized:
             return
         self._finalized = True
+        encoders = self._encoder
         try:
-            if self._encoder is not None:
-                self._encoder.finish()
-                self._encoder.gate.close()
             self._writer.close()
             for spill in self._spills.values():
                 spill.close()
             self._spills.clear()
-            shutil.rmtree(self._folder, ignore_errors=True)
-            if self._store.meta.total_episodes:
-                from ..writing.export import export_beside
+            if encoders is not None:
+                encoders.close()  # they finish the saved episodes while the data files are written
+            try:
+                if self._store.meta.total_episodes:
+                    from ..writing.export import export_beside
 
-                export_beside(self._store.reader)
+                    export_beside(self._store.reader, before_videos=encoders.finish if encoders else None)
+            finally:
+                if encoders is not None:
+                    encoders.finish()
+                    encoders.gate.close()
+                shutil.rmtree(self._folder, ignore_errors=True)
         finally:
             self._store.close()
 
@@ -419,11 +457,14 @@ class Recorder:
 
 class _Encoders:
     """The background encoders of a recording: one process per video camera (``cameras``) of the store at
-    ``root``, started when first told of saved episodes (:meth:`notify`)."""
+    ``root``, started at the recording's first frame (:meth:`start`), told what to encode by a thread of its own
+    (:meth:`stream`, :meth:`drop`, :meth:`saved`, :meth:`notify`: in order, never waited for)."""
 
     def __init__(self, root: Path, cameras: list[str], threads: int | None, gate: Gate):
         self.root, self.cameras, self.threads, self.gate = Path(root), cameras, threads, gate
         self.processes: list[BackgroundEncoder] = []
+        self._outbox: queue.SimpleQueue = queue.SimpleQueue()
+        self._messenger: threading.Thread | None = None
 
     def start(self) -> None:
         """Start the processes if not yet (at the recording's first frame: a process's start, ~0.5 s of CPU, is
@@ -432,21 +473,62 @@ class _Encoders:
             self.processes = [BackgroundEncoder(self.root, self.threads, cameras=[key], prune=not k,
                                                 gate=self.gate.path) for k, key in enumerate(self.cameras)]
 
+    def _post(self, send: Callable[[BackgroundEncoder], None], camera: str | None = None) -> None:
+        """Have the messenger thread call ``send`` on the process of ``camera`` (None: each process). A thread:
+        a write to a process's pipe wakes it, and on a loaded machine the writing thread may then wait long for a
+        CPU again (measured: up to 0.96 s at load 13-18, in ``save_episode``)."""
+        if self._messenger is None:
+            self._messenger = threading.Thread(target=self._deliver, name="lerobot_zarr-notify", daemon=True)
+            self._messenger.start()
+        self._outbox.put((send, camera))
+
+    def _deliver(self) -> None:
+        while True:
+            send, camera = self._outbox.get()
+            if isinstance(send, threading.Event):  # delivered so far (:meth:`_delivered`)
+                send.set()
+                continue
+            for key, process in zip(self.cameras, self.processes, strict=False):
+                if camera is None or camera == key:
+                    send(process)
+
+    def _delivered(self, timeout: float = 60.0) -> None:
+        """Wait (at most ``timeout`` s: a process stopped with a full pipe) until what was posted is delivered."""
+        if self._messenger is not None:
+            done = threading.Event()
+            self._outbox.put((done, None))
+            done.wait(timeout)
+
+    def stream(self, spills: Mapping[str, Path]) -> None:
+        """A new episode is recorded, each camera's frames appended to its spill file of ``spills``: encode them as
+        they come."""
+        self.start()
+        for key, path in spills.items():
+            self._post(lambda p, key=key, path=path: p.stream(key, path), key)
+
+    def drop(self) -> None:
+        """The episode in progress was cleared: drop what was encoded of it."""
+        for key in self.cameras:
+            self._post(lambda p, key=key: p.drop(key), key)
+
+    def saved(self, episode: int) -> None:
+        """The episode streamed was committed as ``episode``: what was encoded of it becomes its segments (once
+        checked against the committed frames), the rest encoded at once."""
+        self._post(lambda p: p.saved(episode))
+
     def notify(self) -> None:
-        """Episodes were saved: encode them (each process at once, or after the episode it is encoding). Told from
-        a thread of its own: a write to a process's pipe wakes it, and on a loaded machine the writing thread may
-        then wait long for a CPU again (measured: up to 0.96 s at load 13-18, in ``save_episode``)."""
+        """Episodes were saved: encode them (each process at once, or after the episode it is encoding)."""
         if not self.processes:
             self.start()
         else:
-            threading.Thread(target=lambda: [p.notify() for p in self.processes], name="lerobot_zarr-notify",
-                             daemon=True).start()
+            self._post(BackgroundEncoder.notify)
 
     def flush(self, timeout: float | None = FLUSH_TIMEOUT) -> bool:
         """Wait until every saved episode has its segments (:meth:`BackgroundEncoder.flush`); False, logged, if an
         encoder ended without making them all (the push encodes the others)."""
         if not self.processes:
             self.notify()
+        self._delivered()
         ended = [p for p in self.processes if not p.flush(timeout)]
         for process in ended:
             logger.warning("%s: the background encoder of %s ended (exit status %s) before encoding every saved "
@@ -454,12 +536,19 @@ class _Encoders:
                            process.process.returncode)
         return not ended
 
+    def close(self) -> None:
+        """No more episodes: each process finishes the saved ones, then exits (not waited for: :meth:`finish`)."""
+        self._delivered()
+        for process in self.processes:
+            process.close()
+
     def finish(self, timeout: float | None = None) -> None:
         """No more episodes: wait (bounded: ``timeout`` seconds without progress) until the encoders have made the
         segments of every saved episode and exited; one stalled is stopped, one that failed is logged: the export
         encodes what they did not make."""
         if not self.processes:
             return
+        self._delivered()
         if not finish(self.processes, FINISH_TIMEOUT if timeout is None else timeout):
             logger.warning("%s: the background encoders ended (exit status %s) before encoding every saved episode; "
                            "finalize encodes the others", self.root,

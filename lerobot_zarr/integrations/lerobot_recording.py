@@ -13,9 +13,9 @@ beside the store (:func:`~lerobot_zarr.writing.export.export_beside`), for LeRob
 Cameras are kept raw while recording (no encoding on the way: ``add_frame`` copies a frame, ``save_episode`` writes
 and commits), and encoded to mp4 with the ``rgb_encoder`` / ``depth_encoder`` settings (kept in each video
 feature's ``info``, as LeRobot keeps them), episode by episode, by background encoder processes (one per camera,
-:mod:`lerobot_zarr.writing.segments`) told where LeRobot encodes: at each ``save_episode`` (LeRobot's default, and
-``streaming_encoding``) or at every ``batch_encoding_size``-th; neither ``add_frame`` nor ``save_episode`` waits
-for them. ``finalize`` (and a push) join their per-episode mp4s without encoding them again, encoding only what
+:mod:`lerobot_zarr.writing.segments`): as each episode is recorded (LeRobot's default, and ``streaming_encoding``),
+or the saved episodes at every ``batch_encoding_size``-th ``save_episode``; neither ``add_frame`` nor
+``save_episode`` waits for them. ``finalize`` (and a push) join their per-episode mp4s without encoding them again, encoding only what
 they did not.
 """
 

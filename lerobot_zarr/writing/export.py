@@ -143,7 +143,7 @@ def to_lerobot(dataset: LeRobotZarrDataset | str | os.PathLike, path: str | os.P
 
 
 def export_beside(dataset: LeRobotZarrDataset | str | os.PathLike, *, progress: bool = False,
-                  encoder_threads: int | None = None) -> bool:
+                  encoder_threads: int | None = None, before_videos: Callable[[], None] | None = None) -> bool:
     """Put the LeRobot v3.0 files of a store's last commit beside it, under its own root (``meta/``, ``data/``,
     ``videos/``, as LeRobot's recorder leaves a folder at ``finalize()``), so that LeRobot's class, its tools and an
     upload of the folder read it as a LeRobot dataset; the store stays what lerobot_zarr opens there. Returns
@@ -154,7 +154,9 @@ def export_beside(dataset: LeRobotZarrDataset | str | os.PathLike, *, progress: 
     a video file holding one episode is that segment hard linked), into a temporary folder under the root, then
     moved into place ``meta/`` last: a reader never sees them half-written, and a process killed on the way leaves
     the previous files or none (no ``meta/info.json``; the leftovers are removed by the next export, and by the
-    store's next writer as debris). The caller holds the store's writer lock (a recorder does)."""
+    store's next writer as debris). The caller holds the store's writer lock (a recorder does). ``before_videos``:
+    called once the data files are written, before the segments are looked for (a recorder waits there for its
+    background encoders, whose last videos are made meanwhile)."""
     ds = _reader(dataset)
     root = Path(ds.root)
     clash = sorted(set(ds.meta.info["features"]) & set(LEROBOT_ENTRIES))
@@ -174,13 +176,17 @@ def export_beside(dataset: LeRobotZarrDataset | str | os.PathLike, *, progress: 
         from ..utils.fileio import disk_error
 
         raise disk_error(exc, root) from None
-    try:
+    def videos_next() -> None:
+        if before_videos is not None:
+            before_videos()
         lacking = lacking_cameras(ds, encoder_threads)
         if len(lacking) > 1:  # the cameras encoded in parallel (one is by _write, in this process, as for one)
             encode_in_parallel(root, encoder_threads, cameras=lacking)
+
+    try:
         info = ds.meta.info
         _write(ds, tmp, int(info.get("data_files_size_in_mb") or 100), int(info.get("video_files_size_in_mb") or 200),
-               None, progress, False, encoder_threads, link=True)
+               None, progress, False, encoder_threads, link=True, before_videos=videos_next)
         (tmp / EXPORT_MARKER).write_text(json.dumps({**marker, "files": _files_signature(tmp)}))
         old = Path(tempfile.mkdtemp(prefix=_BESIDE_OLD, dir=root))
         for name in LEROBOT_ENTRIES:  # meta first: from here to the last rename, no info.json (no dataset)
@@ -379,10 +385,11 @@ def _depth_info(feature: dict, video: bool, height: int, width: int, fps: float)
 
 def _write(ds: LeRobotZarrDataset, root: Path, size_mb: int, video_size_mb: int, videos: bool | None,
            progress: bool, card: dict[str, Any] | bool | None = None, encoder_threads: int | None = None,
-           link: bool = False) -> None:
+           link: bool = False, before_videos: Callable[[], None] | None = None) -> None:
     """Every file of the LeRobot v3.0 dataset, one writer each: data files (with the per-episode stats and tasks
     they yield), videos, then the metadata files and our index (``card=False``: no dataset card, as LeRobot's
-    recorder leaves a folder; ``link``: a video file of one episode is its segment hard-linked)."""
+    recorder leaves a folder; ``link``: a video file of one episode is its segment hard-linked; ``before_videos``:
+    called between the data files and the videos)."""
     from ..lerobot.writers import write_card, write_episodes_table, write_info, write_stats, write_tasks
 
     meta = ds.meta
@@ -400,6 +407,8 @@ def _write(ds: LeRobotZarrDataset, root: Path, size_mb: int, video_size_mb: int,
     as_video = _video_keys(ds, videos)
     started = time.time()
     data = _write_data_files(ds, root, selected, as_video, size_mb, progress)
+    if before_videos is not None:
+        before_videos()
     places = {k: _write_videos(ds, root, k, selected, video_size_mb, progress, encoder_threads, link)
               for k in as_video}
     if as_video:

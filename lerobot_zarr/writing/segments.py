@@ -18,7 +18,10 @@ so a segment holds exactly the frames its name says.
 The background encoder (:class:`BackgroundEncoder`) is a separate process (a recording runs one per video camera,
 as LeRobot encodes its cameras in parallel processes): it encodes the committed episodes that lack segments each
 time it is told to (after a ``save_episode``), reading the store as any reader does; on 2 cores a thread in the
-recorder's process would compete with ``add_frame`` for the GIL as well as for a CPU. It runs at the recorder's
+recorder's process would compete with ``add_frame`` for the GIL as well as for a CPU. It also encodes the episode
+being recorded as its frames come, from the recorder's spill file (a *stream*, :class:`_Stream`, as LeRobot's
+streaming encoder encodes frames as they come): what it made becomes the episode's segment only once the episode
+is committed with exactly the frames encoded (count and content hash), else it is dropped. It runs at the recorder's
 priority as a batch process (``SCHED_BATCH``: it never preempts the recorder's threads when they wake) and waits at
 the recorder's :class:`Gate` while an episode is committed. :func:`encode_in_parallel` makes what is left at the
 end, the cameras in parallel. Run as ``python -m lerobot_zarr.writing.segments ROOT``.
@@ -220,17 +223,23 @@ def encode_missing(root: str | os.PathLike, threads: int | None = None, *, prune
     """Make the segments the store at ``root`` lacks (its video cameras kept raw or compact, or those of
     ``cameras``; every committed episode); ``prune``: remove the segments no episode has any more; ``gate``:
     :func:`make_segment`'s. Returns how many were made."""
-    made = 0
     started = time.time()
     ds = LeRobotZarrDataset(root)
     try:
-        for encoding, e, hashes, name in _segment_names(ds, threads, cameras):
-            if not (Path(ds.root) / SEGMENTS / name).is_file():
-                made += make_segment(ds, encoding, e, hashes=hashes, gate=gate) is not None
-        if prune:
-            prune_segments(ds.root, wanted_segments(ds, threads), started)
+        return _encode_missing_of(ds, threads, cameras, gate, prune=prune, started=started)
     finally:
         ds.close()
+
+
+def _encode_missing_of(ds: LeRobotZarrDataset, threads: int | None, cameras: Iterable[str] | None,
+                       gate: Callable[[], None] | None, *, prune: bool = False, started: float = 0.0) -> int:
+    """:func:`encode_missing` on ``ds`` (opened at ``started``, a ``time.time()``)."""
+    made = 0
+    for encoding, e, hashes, name in _segment_names(ds, threads, cameras):
+        if not (Path(ds.root) / SEGMENTS / name).is_file():
+            made += make_segment(ds, encoding, e, hashes=hashes, gate=gate) is not None
+    if prune:
+        prune_segments(ds.root, wanted_segments(ds, threads), started)
     return made
 
 
@@ -332,6 +341,107 @@ def prune_segments(root: str | os.PathLike, keep: set[str], before: float) -> in
     return removed
 
 
+class _Stream:
+    """One camera's episode being recorded, encoded while its frames come (the background encoder's ``stream``
+    command): the frames the recorder appends to its spill file (raw frames from byte 0) are read as soon as the
+    file holds them whole and fed to an encoder writing a temporary file (debris if killed), their CRC-32C computed
+    from the very bytes encoded. The file becomes the episode's segment only once the episode is committed with
+    exactly those frames (:meth:`finish`: their count and the content hash the store recorded); anything else drops
+    it (:meth:`drop`), and the episode is encoded from the store as any other.
+
+    The spill is read while it is the recorder's (its path still names the file opened): the recorder may then make
+    it a pack of the store (sized to the pack first, then renamed, in its commit), so its size is looked at under
+    the recorder's :class:`Gate`; after that, frames are read only up to the committed episode's count."""
+
+    def __init__(self, root: Path, encoding: CameraEncoding, path: str, gate: Gate | None, tag: str):
+        self.encoding, self.path, self.gate = encoding, path, gate
+        self.fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        self.inode = os.fstat(self.fd).st_ino
+        self.frame_bytes = int(np.prod(encoding.frame_shape)) * np.dtype(encoding.dtype).itemsize
+        self.frames = self.crc = 0
+        self.live = True  # the spill is still the recorder's episode in progress
+        self.tmp = Path(root) / SEGMENTS / f".stream-{tag}.tmp-{os.getpid()}.mp4"  # debris (.*.tmp-*) if killed
+        self.writer: VideoWriter | None = None
+
+    def _whole_frames(self) -> int:
+        """The frames the spill holds whole while it is the recorder's episode in progress; once it is not (taken
+        as a pack, or replaced), those read so far."""
+        if not self.live:
+            return self.frames
+        with self.gate.shared() if self.gate is not None else contextlib.nullcontext():
+            try:
+                self.live = os.stat(self.path, follow_symlinks=False).st_ino == self.inode
+            except FileNotFoundError:
+                self.live = False
+            size = os.fstat(self.fd).st_size
+        return size // self.frame_bytes if self.live else self.frames
+
+    def advance(self, limit: int | None = None) -> int:
+        """Encode the next few frames the spill holds (up to frame ``limit``, the committed episode's count, when
+        given); returns how many (0: none yet; -1: the file ends before ``limit``)."""
+        if limit is None:
+            stop = self._whole_frames()
+        else:
+            stop = limit
+            if self.gate is not None:
+                self.gate.wait()
+        k = min(stop - self.frames, _GATE_FRAMES)
+        if k <= 0:
+            return 0
+        frames = np.empty((k, *self.encoding.frame_shape), np.dtype(self.encoding.dtype))
+        view, got = memoryview(frames).cast("B"), 0
+        while got < len(view):
+            n = os.preadv(self.fd, [view[got:]], self.frames * self.frame_bytes + got)
+            if n <= 0:
+                return -1
+            got += n
+        self.crc = crc32c(frames, self.crc)
+        if self.writer is None:  # the file is there from the first frames on (FFmpeg opens it at its first packet)
+            self.tmp.parent.mkdir(exist_ok=True)
+            os.close(os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644))
+            self.writer = self.encoding.writer(self.tmp)
+        self.writer.add(frames)
+        self.frames += k
+        return k
+
+    def finish(self, ds: LeRobotZarrDataset, episode: int, encoding: CameraEncoding | None) -> Path | None:
+        """The episode ``episode`` (the store's numbering) of ``ds`` was committed from this spill: encode what is
+        left of it and make the file its segment if its frames are the committed ones (count, content hash) and
+        ``encoding`` (the camera's in ``ds``) is the one encoded with; else drop it. Returns the segment, or None."""
+        try:
+            key = self.encoding.key
+            if (encoding != self.encoding or not 0 <= episode < len(ds.meta.episode_length)
+                    or ds.array_specs[key].storage != "raw" or not ds.meta.materialized_episodes[episode]):
+                return None
+            crc, n = int(episode_hashes(ds, key)[episode]), int(ds.meta.episode_length[episode])
+            while self.frames < n:
+                if self.advance(limit=n) < 0:
+                    return None
+            if crc < 0 or self.frames != n or self.crc != crc or self.writer is None:
+                return None
+            writer, self.writer = self.writer, None
+            writer.close()
+            target = self.tmp.parent / self.encoding.name(crc, n)
+            try:
+                replace_file(self.tmp, target)
+            except FileNotFoundError:  # removed as debris by a writer of the store opened meanwhile
+                return None
+            return target
+        finally:
+            self.drop()
+
+    def drop(self) -> None:
+        """Stop: the file made so far is removed (idempotent)."""
+        writer, self.writer = self.writer, None
+        if writer is not None:
+            writer.close(flush=False)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.tmp)
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
 class Gate:
     """A file lock by which a recorder holds its background encoders back while it commits an episode, so that its
     ``save_episode`` has the CPU (and the disk) to itself, as if no encoder ran: the recorder holds it exclusively
@@ -360,6 +470,15 @@ class Gate:
         """The encoder's side: return once the recorder does not hold the gate."""
         fcntl.flock(self.fd, fcntl.LOCK_SH)
         fcntl.flock(self.fd, fcntl.LOCK_UN)
+
+    @contextlib.contextmanager
+    def shared(self) -> Iterator[None]:
+        """The encoder's side, for an instant: the recorder does not commit meanwhile (it waits at :meth:`closed`)."""
+        fcntl.flock(self.fd, fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
 
     def close(self) -> None:
         os.close(self.fd)
@@ -410,6 +529,21 @@ class BackgroundEncoder:
     def notify(self) -> None:
         """New episodes were committed: encode them (at once, or after the episode it is encoding)."""
         self._send("go")
+
+    def stream(self, camera: str, path: str | os.PathLike) -> None:
+        """Camera ``camera``'s frames of the episode now recorded are appended to the spill file ``path`` (raw
+        frames from byte 0): encode them as they come (:class:`_Stream`), dropping what it encoded of an earlier
+        stream of that camera not committed."""
+        self._send("stream " + json.dumps({"camera": camera, "path": os.fspath(path)}))
+
+    def drop(self, camera: str) -> None:
+        """The episode in progress was cleared: drop what was encoded of camera ``camera``'s stream."""
+        self._send("drop " + json.dumps({"camera": camera}))
+
+    def saved(self, episode: int) -> None:
+        """The episode streamed was committed as ``episode`` (the store's numbering): make what was encoded of it
+        its segment if it holds the committed frames (else drop it), then encode what else lacks a segment."""
+        self._send("saved " + json.dumps({"episode": int(episode)}))
 
     def flush(self, timeout: float | None = FLUSH_TIMEOUT) -> bool:
         """Wait until every episode committed so far has its segments; False if the process ended without making
@@ -488,10 +622,121 @@ class BackgroundEncoder:
             self.process.stdout.close()
 
 
+class _Commands:
+    """The recorder's commands on a pipe, one a line, read without blocking the encoding of a stream."""
+
+    def __init__(self, fd: int):
+        self.fd, self.buffer, self.ended = fd, b"", False
+
+    def next(self, timeout: float) -> str | None:
+        """The next command, waiting at most ``timeout`` seconds for one (None: none yet; ``""``: the pipe ended)."""
+        while b"\n" not in self.buffer:
+            if self.ended or not select.select([self.fd], [], [], timeout)[0]:
+                return "" if self.ended else None
+            chunk = os.read(self.fd, 65536)
+            if not chunk:  # the recorder finished, or died (a part line it wrote is no command)
+                self.ended = True
+                return ""
+            self.buffer += chunk
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        return line.decode()
+
+
+class _Session:
+    """What the background encoder's process does with the recorder's commands (see :func:`_main`)."""
+
+    def __init__(self, root: str, threads: int | None, cameras: list[str] | None, gate: Gate | None):
+        self.root, self.threads, self.cameras, self.gate = root, threads, cameras, gate
+        self.streams: dict[str, _Stream] = {}
+        self.encodings: dict[str, CameraEncoding] = {}
+        self.count = 0
+        from av import FFmpegError
+
+        self.errors = (FFmpegError, OSError, ValueError)  # a stream's failure: the episode is encoded from the store
+
+    def encode_missing(self, ds: LeRobotZarrDataset | None = None, prune: bool = False) -> None:
+        if ds is None:
+            encode_missing(self.root, self.threads, prune=prune, cameras=self.cameras, gate=self._gate_wait)
+        else:
+            _encode_missing_of(ds, self.threads, self.cameras, self._gate_wait)
+
+    @property
+    def _gate_wait(self) -> Callable[[], None] | None:
+        return None if self.gate is None else self.gate.wait
+
+    def command(self, line: str) -> bool:
+        """Do one command; True for ``flush`` (a reply is due)."""
+        word, _, rest = line.partition(" ")
+        if word == "stream":
+            spec = json.loads(rest)
+            self.drop(spec["camera"])
+            self._start(spec["camera"], spec["path"])
+        elif word == "drop":
+            self.drop(json.loads(rest)["camera"])
+        elif word == "saved":
+            self._saved(int(json.loads(rest)["episode"]))
+        else:  # go, flush
+            self.encode_missing()
+        return word == "flush"
+
+    def _start(self, camera: str, path: str) -> None:
+        if self.cameras is not None and camera not in self.cameras:
+            return
+        if camera not in self.encodings:
+            ds = LeRobotZarrDataset(self.root)
+            try:
+                if camera not in segment_cameras(ds) or ds.array_specs[camera].storage != "raw":
+                    return
+                self.encodings.update(camera_encodings(ds, [camera], self.threads))
+            finally:
+                ds.close()
+        self.count += 1
+        with contextlib.suppress(FileNotFoundError):  # the episode was cleared meanwhile: a stream comes later
+            self.streams[camera] = _Stream(Path(self.root), self.encodings[camera], path, self.gate, str(self.count))
+
+    def drop(self, camera: str | None = None) -> None:
+        """Drop camera ``camera``'s stream (None: every stream)."""
+        for key in list(self.streams) if camera is None else [camera]:
+            stream = self.streams.pop(key, None)
+            if stream is not None:
+                stream.drop()
+
+    def _saved(self, episode: int) -> None:
+        ds = LeRobotZarrDataset(self.root)
+        try:
+            fresh = camera_encodings(ds, [k for k in self.streams if k in ds.array_specs], self.threads)
+            for key in list(self.streams):
+                stream = self.streams.pop(key)
+                try:
+                    stream.finish(ds, episode, fresh.get(key))
+                except self.errors:  # what it could not make is made from the store (which says why it fails)
+                    pass
+                self.encodings[key] = fresh.get(key, self.encodings[key])
+            self.encode_missing(ds)
+        finally:
+            ds.close()
+
+    def advance(self) -> bool:
+        """Encode the next few frames of each stream that has some; whether any had."""
+        progressed = False
+        for key, stream in list(self.streams.items()):
+            try:
+                progressed |= stream.advance() > 0
+            except self.errors:  # dropped: the episode is encoded from the store once committed
+                self.drop(key)
+        return progressed
+
+
+_STREAM_POLL = 0.02  # seconds between two looks at a stream's spill when it had no new frame
+
+
 def _main(argv: list[str]) -> int:
-    """The background encoder's process: ``ROOT [--threads N] [--nice N]``; commands on stdin, one a line: ``go`` (encode
-    what lacks segments), ``flush`` (the same, then ``flushed`` on stdout); at the end of stdin (the recorder
-    finished, or died) it encodes what lacks segments and exits."""
+    """The background encoder's process: ``ROOT [--threads N] [--nice N] [--camera KEY]... [--no-prune] [--gate
+    PATH]``; commands on stdin, one a line: ``go`` (encode what lacks segments), ``flush`` (the same, then
+    ``flushed`` on stdout), ``stream {"camera", "path"}`` / ``drop {"camera"}`` / ``saved {"episode"}``
+    (:meth:`BackgroundEncoder.stream`, ``drop``, ``saved``); between commands it encodes the streams' new frames;
+    at the end of stdin (the recorder finished, or died) it drops the streams, encodes what lacks segments and
+    exits."""
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m lerobot_zarr.writing.segments")
@@ -509,24 +754,35 @@ def _main(argv: list[str]) -> int:
         os.nice(args.nice)
     reply = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)  # the encoders' prints go to stderr: stdout is the replies'
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # cancelled: unwinds, the segment's temp removed
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # cancelled: unwinds, temporary files removed
+    session = None
     try:
         gate = None
         if args.gate is not None:
             with contextlib.suppress(FileNotFoundError):  # the recording ended meanwhile: nothing to wait for
-                gate = Gate(args.gate).wait
-        encode = {"cameras": args.camera, "gate": gate}
-        encode_missing(args.root, args.threads, prune=args.prune, **encode)
-        for line in sys.stdin:
-            encode_missing(args.root, args.threads, **encode)
-            if line.strip() == "flush":
+                gate = Gate(args.gate)
+        session = _Session(args.root, args.threads, args.camera, gate)
+        session.encode_missing(prune=args.prune)
+        commands, busy = _Commands(sys.stdin.fileno()), False
+        while True:
+            line = commands.next(0 if busy else _STREAM_POLL)
+            if line is None:
+                busy = session.advance()
+                continue
+            if not line:
+                break
+            if session.command(line):
                 reply.write("flushed\n")
                 reply.flush()
-        encode_missing(args.root, args.threads, **encode)
+        session.drop()  # an episode not committed (or its commit not told): encoded from the store if committed
+        session.encode_missing()
     except Exception as exc:  # noqa: BLE001 - reported; what it did not make is encoded at export
         print(f"lerobot_zarr background encoder of {args.root}: stopped ({type(exc).__name__}: {exc}); the push "
               f"encodes the episodes it did not", file=sys.stderr)
         return 1
+    finally:
+        if session is not None:
+            session.drop()
     return 0
 
 

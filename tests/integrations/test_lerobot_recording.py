@@ -308,7 +308,9 @@ def test_save_episode_renames_the_spill_into_a_new_pack(tmp_path, monkeypatch):
         pack = int(state.table.chunk[e])
         renamed = os.stat(chunk_path(root, key, pack, 4)).st_ino == inode
         assert renamed == (e < 2), e  # episode 2 (1 frame) fits pack 1's free row: copied
-        assert os.path.exists(spill)  # a new (empty) spill for the next episode, or the old one copied from
+        # the old spill renamed, or copied from and removed (never emptied in place: an encoder may be reading
+        # it); the next episode records into a new (empty) one
+        assert not os.path.exists(spill) and os.path.getsize(ds.writer._spills[key].path) == 0
     ds.finalize()
     got = [ds[i] for i in range(len(ds))]
     expected = [(e, i) for e, n in enumerate((6, 3, 1)) for i in range(n)]
@@ -726,8 +728,8 @@ def test_finalize_completes_without_its_encoders(tmp_path, monkeypatch, how):
 
 def test_cancel_pending_videos_drops_only_the_episode_in_progress(tmp_path):
     """cancel_pending_videos (LeRobot's VideoEncodingManager calls it when recording fails) drops the encoder's
-    work on the episode in progress, as LeRobot's: here none is encoded before save_episode, so the encoder keeps
-    running and encodes the episodes saved after it; the buffered frames stay until cleared, as LeRobot's."""
+    work on the episode in progress, as LeRobot's: the encoder keeps running and encodes the episodes saved after
+    it; the buffered frames stay until cleared, as LeRobot's."""
     from lerobot_zarr.writing.segments import SEGMENTS
 
     ds = LeRobotDataset.create(REPO_ID, 30, FEATURES, root=tmp_path / "ds", streaming_encoding=True)
@@ -872,3 +874,134 @@ def test_the_recording_example_runs(tmp_path):
     ds = LeRobotDataset("local/fake_arm", root=tmp_path / "ds")
     assert ds.meta.total_episodes == 3 and len(ds) == 18 and ds.meta.robot_type == "fake_arm"
     assert ds[17]["observation.images.cam0"].shape == (3, 24, 32) and ds[17]["task"] == "wave the arm"
+
+
+# ------------------------------------------------------------------------ videos encoded as episodes are recorded
+
+
+def _wait_until(predicate, what: str, timeout: float = 120.0) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.005)
+
+
+def _streams(root: Path) -> list[Path]:
+    """The temporary files of episodes being encoded as they are recorded (in progress, not committed)."""
+    from lerobot_zarr.writing.segments import SEGMENTS
+
+    folder = root / SEGMENTS
+    return list(folder.glob(".stream-*.tmp-*.mp4")) if folder.is_dir() else []
+
+
+def _named_segments(root: Path) -> set[str]:
+    from lerobot_zarr.writing.segments import SEGMENTS
+
+    return {p.name for p in (root / SEGMENTS).glob("[!.]*.mp4")}
+
+
+def test_clear_episode_buffer_drops_what_the_encoder_encoded_of_the_episode(tmp_path):
+    """The encoders encode an episode as it is recorded; clear_episode_buffer drops what they encoded of it (its
+    file removed, never a segment), and the episode recorded instead is the one in LeRobot's files."""
+    root = tmp_path / "ds"
+    ds = LeRobotDataset.create(REPO_ID, 30, FEATURES, root=root, streaming_encoding=True)
+    for i in range(20):
+        ds.add_frame(_frame(9, i))
+    _wait_until(lambda: _streams(root), "the encoder to encode the episode being recorded")
+    (stream,) = _streams(root)
+    ds.clear_episode_buffer()
+    _wait_until(lambda: not stream.exists(), "the encoder to drop what it encoded of the cleared episode")
+    for i in range(3):
+        ds.add_frame(_frame(0, i))
+    ds.save_episode()
+    ds.writer.flush_pending_videos()
+    assert len(_named_segments(root)) == 1 and not _streams(root)
+    ds.finalize()
+    _same_videos_as_a_fresh_export(root, tmp_path / "fresh", 3)
+    _same_as_recorded(_reference()(REPO_ID, root=root), (3,))
+
+
+def _same_videos_as_a_fresh_export(root: Path, fresh: Path, frames: int) -> None:
+    import lerobot_zarr.writing.export as export_module
+
+    want = _decoded_videos(export_module.to_lerobot(root, fresh, progress=False))
+    got = _decoded_videos(root)
+    assert set(got) == set(want) == {"observation.images.cam"}
+    for key in got:
+        assert len(got[key]) == frames and all(np.array_equal(a, b) for a, b in zip(got[key], want[key],
+                                                                                     strict=True)), key
+
+
+_STREAMING_RECORDER = """
+import os, sys, time
+sys.path.insert(0, {tests!r})
+from test_lerobot_recording import FEATURES, REPO_ID, _frame
+from lerobot_zarr.torch import LeRobotDataset
+root, fd = sys.argv[1], int(sys.argv[2])
+out = os.fdopen(fd, "w", buffering=1)
+ds = LeRobotDataset.create(REPO_ID, 30, FEATURES, root=root, streaming_encoding=True)
+for e, n in enumerate((4, 3)):
+    for i in range(n):
+        ds.add_frame(_frame(e, i))
+    ds.save_episode()
+for i in range(20):
+    ds.add_frame(_frame(2, i))
+out.write("pids " + " ".join(str(p.pid) for p in ds.writer._encoder.processes) + "\\n")
+time.sleep(600)
+"""
+
+
+def _ended(pid: int) -> bool:
+    """Whether process ``pid`` (not this process's child) has exited (gone, or a zombie nobody reaped)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="looks at processes in /proc")
+def test_a_recorder_killed_while_its_encoders_encode_an_episode_in_progress(tmp_path):
+    """SIGKILL of a recorder whose encoders have encoded part of the episode being recorded (after two saved): the
+    store reads back the two saved episodes only, no segment of the episode in progress is left under any name
+    (the encoders drop it when their recorder's pipe ends), resume records the third episode again and finalize
+    gives LeRobot's files whose videos are a fresh export's."""
+    root = tmp_path / "ds"
+    read, write = os.pipe()
+    script = _STREAMING_RECORDER.format(tests=str(REPO / "tests" / "integrations"))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "tests"),
+                                                       os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.Popen([sys.executable, "-c", script, str(root), str(write)], pass_fds=(write,), env=env)
+    os.close(write)
+    try:
+        with os.fdopen(read) as lines:
+            pids = [int(p) for p in lines.readline().split()[1:]]
+        assert pids, f"the recorder ended: {proc.wait()}"
+        # the two saved episodes have their segments, and the third (in progress) is being encoded
+        _wait_until(lambda: len(_named_segments(root)) == 2 and _streams(root),
+                    "the encoder to encode the episode in progress")
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    from lerobot_zarr.sampling.dataset import LeRobotZarrDataset
+    from lerobot_zarr.writing.segments import wanted_segments
+
+    ds = LeRobotDataset(REPO_ID, root=root)
+    assert ds.meta.total_episodes == 2 and len(ds) == 7
+    assert [ds[k]["observation.state"].tolist() for k in (0, 6)] == [[0, 0, 0], [1, 2, 102]]
+    _wait_until(lambda: all(_ended(p) for p in pids), "the killed recorder's encoders to exit")
+    with LeRobotZarrDataset(root) as reader:
+        assert _named_segments(root) == wanted_segments(reader)
+    assert not _streams(root)
+    again = LeRobotDataset.resume(REPO_ID, root=root)
+    for i in range(5):
+        again.add_frame(_frame(2, i))
+    again.save_episode()
+    again.finalize()
+    _same_videos_as_a_fresh_export(root, tmp_path / "fresh", 12)
+    _same_as_recorded(_reference()(REPO_ID, root=root), (4, 3, 5))

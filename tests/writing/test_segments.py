@@ -402,3 +402,104 @@ def test_frames_the_encoder_refuses_fail_naming_the_camera_and_the_episode(tmp_p
     assert isinstance(err.value, ValueError)
     with LeRobotZarrDataset(root) as back:
         assert back.get_batch([2])[depth].shape[0] == 1
+
+
+# ------------------------------------------------------------------------ an episode encoded as it is recorded
+
+
+def _streamed(root: Path, encoder: BackgroundEncoder) -> Path:
+    """The temporary file the encoder writes the stream's frames into, once it exists (it is made when the first
+    frames read are given to the encoder); the encoder's end is the test's next failure, not a wait's timeout."""
+    found: list[Path] = []
+
+    def look() -> bool:
+        found[:] = (root / SEGMENTS).glob(f".stream-*.tmp-{encoder.pid}.mp4") if (root / SEGMENTS).is_dir() else []
+        return bool(found) or encoder.process.poll() is not None
+
+    _wait_for(look, "the encoder to encode the stream's first frames")
+    assert found, f"the encoder ended ({encoder.process.returncode})"
+    return found[0]
+
+
+def _spill(root: Path, frames: np.ndarray) -> Path:
+    """A recorder's spill: raw frames from byte 0, in the store's folder."""
+    path = root / ".spill.tmp-test"
+    path.write_bytes(np.ascontiguousarray(frames).tobytes())
+    return path
+
+
+def _plain_export(tmp_path: Path, episodes: list[np.ndarray]) -> list[np.ndarray]:
+    """The decoded frames of an export (every episode encoded by it) of a store of ``episodes``."""
+    root = lerobot_zarr.create(tmp_path / "plain", fps=30, features=FEATURES).root
+    with WritableDataset(root) as ds:
+        for frames in episodes:
+            ds.add_episode({"observation.state": np.zeros((len(frames), 2), np.float32), CAM: frames}, task="t")
+    return _decoded(_export(root, tmp_path / "out_plain"))
+
+
+@pytest.mark.parametrize("committed", ["the_frames_streamed", "one_frame_changed_after_it_was_encoded"])
+def test_an_episode_encoded_as_recorded_is_its_segment_only_with_the_committed_frames(tmp_path, encodes,
+                                                                                        committed):
+    """The encoder encodes a spill's frames as they come (``stream``), before the episode is committed; once it is
+    (``saved``), that file becomes the episode's segment (renamed: the same inode) if it holds the committed frames,
+    and the export joins it; a frame changed after it was encoded (the committed hash differs) never lets the
+    stream be the segment: the episode is encoded from the store. Either way the export decodes as a plain one."""
+    root = _store(tmp_path / "store", lengths=(10,))
+    frames = _frames(3, 40)
+    with WritableDataset(root) as ds:  # (its opening removes debris: the spill is made after)
+        path = _spill(root, frames[:20])  # the frames recorded so far
+        encoder = BackgroundEncoder(root, nice=0)
+        try:
+            encoder.stream(CAM, path)
+            stream = _streamed(root, encoder)
+            inode = stream.stat().st_ino
+            with open(path, "ab") as f:  # the rest of the episode comes
+                f.write(frames[20:].tobytes())
+            if committed != "the_frames_streamed":  # the stream's file is there once its first frames are encoded
+                frames = frames.copy()
+                frames[1] ^= 1
+            index = ds.add_episode({"observation.state": np.zeros((40, 2), np.float32), CAM: frames}, task="t")
+            encoder.saved(index)
+            assert encoder.flush() is True
+        finally:
+            encoder.close()
+            encoder.wait()
+    assert encoder.process.returncode == 0
+    reader = LeRobotZarrDataset(root)
+    segment = find_segment(reader, camera_encodings(reader, [CAM])[CAM], index)
+    assert segment is not None and not list((root / SEGMENTS).glob(".*"))
+    assert (segment.stat().st_ino == inode) == (committed == "the_frames_streamed")
+    out = _export(root, tmp_path / "out")
+    assert encodes == []
+    want = _plain_export(tmp_path, [_frames(0, 10), frames])
+    got = _decoded(out)
+    assert len(got) == len(want) == 50 and all(np.array_equal(a, b) for a, b in zip(got, want, strict=True))
+
+
+def test_a_dropped_stream_leaves_nothing_and_the_episode_recorded_instead_is_encoded(tmp_path, encodes):
+    """``drop`` (the recorder's clear_episode_buffer) while the encoder encodes a stream: its file is removed at
+    once, never a segment; the episode then recorded and committed instead gets the segment of its own frames."""
+    root = _store(tmp_path / "store", lengths=(10,))
+    other = _frames(4, 12)
+    with WritableDataset(root) as ds:
+        path = _spill(root, _frames(3, 20))
+        encoder = BackgroundEncoder(root, nice=0)
+        try:
+            encoder.stream(CAM, path)
+            stream = _streamed(root, encoder)
+            encoder.drop(CAM)
+            _wait_for(lambda: not stream.exists() or encoder.process.poll() is not None, "the stream's file removed")
+            assert not stream.exists()
+            assert encoder.flush() is True and len(_segments(root)) == 1  # episode 0's only
+            index = ds.add_episode({"observation.state": np.zeros((12, 2), np.float32), CAM: other}, task="t")
+            encoder.saved(index)  # (no stream: the episode is encoded from the store)
+            assert encoder.flush() is True
+        finally:
+            encoder.close()
+            encoder.wait()
+    assert encoder.process.returncode == 0 and len(_segments(root)) == 2
+    assert not list((root / SEGMENTS).glob(".*"))
+    out = _export(root, tmp_path / "out")
+    assert encodes == []
+    want = _plain_export(tmp_path, [_frames(0, 10), other])
+    assert all(np.array_equal(a, b) for a, b in zip(_decoded(out), want, strict=True))
