@@ -28,15 +28,16 @@ from pathlib import Path
 
 from ..cloud.client import Bucket
 from ..errors import BucketError
-from ..store.state import ROOT
+from ..store.state import MAX_ROOT_BYTES, ROOT
 from ..utils.background import process_alive
 from ..utils.fileio import atomic_write, pwrite_all
 from .home import MIRROR_MARKER
 
 __all__ = ["Mirror", "RangeLocks", "SHARED", "MINE", "CLAIMS", "PINS", "MAKING", "INDEXES", "publish", "shared_map",
-           "align8", "runs"]
+           "align8", "runs", "read_root"]
 
 MINE = ".mirror"  # the mirror's own files, beside the store's
+_ROOT_FIRST = 16 << 20  # a store's root is read in one request up to this size
 
 #: where the ranges of the lock file start: claims of rows (fetching), pins of rows (reading), making a compact
 #: pack's file (its shard index), fetching an mp4 index
@@ -73,6 +74,12 @@ class RangeLocks:
     def close(self) -> None:
         with contextlib.suppress(OSError):
             os.close(self.fd)
+
+
+def read_root(bucket: Bucket) -> bytes:
+    """The root ``zarr.json`` of the store in ``bucket`` now (one request up to ``_ROOT_FIRST`` bytes; at most
+    ``MAX_ROOT_BYTES``); :class:`~lerobot_zarr.errors.SourceNotFoundError` when there is none."""
+    return bucket.read_whole(ROOT, limit=MAX_ROOT_BYTES, first=_ROOT_FIRST)[0]
 
 
 def shared_map(path: Path, size: int) -> mmap.mmap:
