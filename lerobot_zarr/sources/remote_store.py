@@ -87,6 +87,13 @@ _BACKGROUND_IN_FLIGHT = 2
 _IN_FLIGHT = 32
 _PIN_BATCHES = 2  # a batch's rows stay pinned until this many later ensures of the same process
 _AHEAD_SHARE = 8  # a process's prefetches queued or under way: at most 1/8 of the cache's bytes
+_ROUNDS = 4  # the most times one ensure fetches rows itself (a prefetch that failed, rows taken from under it...)
+
+
+def _wait_limit() -> float:
+    """The longest a thread waits for a fetch it needs to end (another thread's or process's: each bounded by its
+    requests' deadlines): twice the longest a fetch of a piece may take."""
+    return 6 * bucket_timeout() + _PIECE / (256 << 10)
 
 
 def _cache_bytes(value: int | None) -> int:
@@ -322,7 +329,7 @@ class RemoteStore:
     def _wait_lock(self, locks: RangeLocks, start: int, length: int, what: str, *, exclusive: bool = True) -> None:
         """Take a lock, waiting while another process holds a conflicting one (a fetch or an eviction under way
         there, bounded by its own deadlines): a :class:`BucketError` past twice the longest a fetch may take."""
-        limit = 6 * bucket_timeout() + _PIECE / (256 << 10)
+        limit = _wait_limit()
         deadline = time.monotonic() + limit
         delay = 0.001
         while not locks.lock(start, length, exclusive=exclusive):
@@ -397,22 +404,41 @@ class RemoteStore:
 
     def _bring(self, units: list[tuple[_Pack, np.ndarray]]) -> None:
         """Fetch the rows of ``units`` that are missing, all at once; wait for those this process is fetching
-        already (a prefetch), and fetch those it failed to bring."""
+        already (a prefetch), and fetch those it failed to bring. Bounded: a wait for another thread's fetch past
+        :func:`_wait_limit`, or rows still missing after ``_ROUNDS`` fetches of its own, is a
+        :class:`~lerobot_zarr.errors.BucketError` (never a loop without end)."""
+        rounds, before = 0, None
         while True:
-            mine, waiting = [], False
+            mine, waiting, left_rows = [], False, 0
             with self._lock:
                 for entry, rows in units:
                     missing = rows[~(entry.present[rows] | entry.empty[rows])]
                     free = missing[~entry.coming[missing]]
                     waiting |= len(free) < len(missing)
+                    left_rows += len(missing)
                     if len(free):
-                        entry.coming[free] = True
                         mine.append((entry, free))
                 if not mine and not waiting:
                     return
+                if before is None or left_rows < before:  # (the wait is counted from the last progress seen)
+                    before, deadline = left_rows, time.monotonic() + _wait_limit()
                 if not mine:
-                    self._changed.wait(1.0)  # a fetch of this process ends (each one notifies)
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise BucketError(f"{self.location()}: rows a batch reads have been fetched by another thread "
+                                          f"of this process for more than {_wait_limit():.0f} s",
+                                          path=self.location())
+                    self._changed.wait(min(1.0, left))  # a fetch of this process ends (each one notifies)
                     continue
+                rounds += 1
+                if rounds > _ROUNDS:
+                    entry, rows = mine[0]
+                    raise BucketError(
+                        f"{self.location()}: {sum(len(r) for _, r in mine)} rows a batch reads (row {rows[0]} of "
+                        f"pack {entry.pack} of {entry.name!r}...) were still missing after {_ROUNDS} fetches of "
+                        f"them: dropped from the mirror as soon as they landed", path=self.location())
+                for entry, free in mine:
+                    entry.coming[free] = True
             jobs = [job for entry, rows in mine for job in self._plan(entry, rows)]
             try:
                 if len(jobs) == 1:
@@ -422,6 +448,7 @@ class RemoteStore:
                         future.result()
             finally:
                 self._release(mine)
+            before = None  # (a wait after a fetch of its own: counted from its end)
 
     def _release(self, mine: list[tuple[_Pack, np.ndarray]]) -> None:
         with self._lock:
@@ -506,11 +533,17 @@ class RemoteStore:
         so that the claims of one descriptor never overlap), nor another process (its lock: waited for too).
         Without ``wait`` (an eviction): whether they were all free now."""
         key = (entry.name, entry.pack)
+        deadline = time.monotonic() + _wait_limit()
         with self._lock:
             while any(a < hi and lo < b for a, b in self._claimed.get(key, ())):
                 if not wait:
                     return False
-                self._changed.wait(1.0)
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise BucketError(f"{self.location(entry.rel)}: rows {lo}-{hi - 1} of pack {entry.pack} of "
+                                      f"{entry.name!r} have been claimed by another thread of this process for more "
+                                      f"than {_wait_limit():.0f} s", path=self.location(entry.rel))
+                self._changed.wait(min(1.0, left))
             self._claimed.setdefault(key, []).append((lo, hi))
         try:
             if wait:
