@@ -51,7 +51,6 @@ fetched after them); the root is read once, so a dataset keeps its commit until 
 from __future__ import annotations
 
 import fcntl
-import mmap
 import os
 import threading
 import time
@@ -59,7 +58,6 @@ import weakref
 from collections import Counter
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -72,8 +70,8 @@ from ..store.packs import read_shard_index, shard_index_bytes
 from ..store.state import StoreState, chunk_path, read_state
 from ..utils.fileio import atomic_write, flock_within, pwrite_all
 from ..utils.libc import punch_hole
-from .mirror import (CLAIMS, INDEXES, MAKING, MINE, PINS, SHARED, Mirror, RangeLocks, align8, publish, read_root,
-                     runs, shared_map)
+from .mirror import (CLAIMS, INDEXES, MAKING, MINE, PINS, SHARED, Mirror, Pack, RangeLocks, align8, publish,
+                     read_root, runs, shared_map)
 
 __all__ = ["RemoteStore", "CACHE_BYTES_ENV", "DEFAULT_CACHE_BYTES", "SHARED"]
 
@@ -106,50 +104,6 @@ def _cache_bytes(value: int | None) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1 << 20:
         raise ArgumentError(f"cache_bytes must be an integer of at least 1 MiB, got {value!r:.40}")
     return value
-
-
-@dataclass(eq=False)
-class _Pack:
-    """One pack file of one feature in the mirror: which rows are present (shared by every process), when each was
-    last used (shared), which this process is fetching now."""
-
-    name: str
-    pack: int
-    rel: str  # object key relative to the store
-    path: str  # the mirror's file
-    rows: int
-    frame_bytes: int  # raw: bytes per row; compact: 0 (rows are the shard index's blobs)
-    numeric: bool
-    slot: int  # the lock file's range of row 0 (rows follow)
-    present: np.ndarray = field(init=False)  # shared: the row's bytes are in the file
-    used: np.ndarray = field(init=False)  # shared: time.monotonic() of the row's last read (one boot: one clock)
-    coming: np.ndarray = field(init=False)  # this process is fetching the row now (or evicting it)
-    empty: np.ndarray = field(init=False)  # compact rows never written: nothing to fetch (reading them is an error)
-    index: np.ndarray | None = None  # compact: (offset, nbytes) per row
-    size: int = -1  # bytes of the file (raw: rows * frame_bytes)
-    state: mmap.mmap | None = None
-
-    def attach(self, state: mmap.mmap) -> None:
-        self.state = state
-        self.present = np.frombuffer(state, dtype=np.bool_, count=self.rows)
-        self.used = np.frombuffer(state, dtype=np.float64, count=self.rows, offset=align8(self.rows))
-        self.coming = np.zeros(self.rows, dtype=bool)
-        self.empty = np.zeros(self.rows, dtype=bool) if self.index is None else self.index[:, 0] < 0
-
-    def span(self, row: int) -> tuple[int, int]:
-        if self.index is None:
-            return row * self.frame_bytes, (row + 1) * self.frame_bytes
-        start, nbytes = (int(v) for v in self.index[row])
-        return start, start + nbytes
-
-    def nbytes(self, rows: np.ndarray) -> int:
-        if self.index is None:
-            return len(rows) * self.frame_bytes
-        return int(self.index[rows, 1].sum())
-
-    @property
-    def complete(self) -> bool:
-        return bool((self.present | self.empty).all())
 
 
 class RemoteStore:
@@ -222,7 +176,7 @@ class RemoteStore:
         """Serve the commit ``root_doc``: its mirror joined (or made), its state read, its mp4 files listed (unless
         given: those of the same commit)."""
         self.root_doc = root_doc
-        self._packs: dict[tuple[str, int], _Pack] = {}
+        self._packs: dict[tuple[str, int], Pack] = {}
         self._coming: dict[tuple[str, int], list[Future]] = {}  # background fetches of a pack
         self._ahead_bytes = 0  # bytes of this process's prefetches queued or under way
         self._claimed: dict[tuple[str, int], list[tuple[int, int]]] = {}  # rows claimed by this process's threads
@@ -260,7 +214,7 @@ class RemoteStore:
     def _slot(self, name: str, pack: int) -> int:
         return self._feature[name] * self._feature_span + int(self._pack_start[pack])
 
-    def _pack(self, name: str, pack: int) -> _Pack:
+    def _pack(self, name: str, pack: int) -> Pack:
         """The mirror's record of a pack file, made (its file created at full size, by this process or another)
         on first use; a compact pack's shard index is fetched then, once for every process."""
         key = (name, pack)
@@ -277,13 +231,13 @@ class RemoteStore:
             with self._lock:
                 return self._packs.setdefault(key, entry)
 
-    def _make_pack(self, name: str, pack: int) -> _Pack:
+    def _make_pack(self, name: str, pack: int) -> Pack:
         mirror = self._mirror
         spec = self.state.arrays[name]
         rows = int(self.state.packs.rows[pack])
         path = chunk_path(self.root, name, pack, spec.ndim)
         rel = os.path.relpath(path, self.root).replace(os.sep, "/")
-        entry = _Pack(name, pack, rel, path, rows, spec.frame_bytes if spec.storage == "raw" else 0,
+        entry = Pack(name, pack, rel, path, rows, spec.frame_bytes if spec.storage == "raw" else 0,
                       spec.kind == "numeric" and spec.storage == "raw", self._slot(name, pack))
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         if spec.storage == "raw":
@@ -375,7 +329,7 @@ class RemoteStore:
         self._evict()
         self._start_numeric()
 
-    def _pin(self, units: list[tuple[_Pack, np.ndarray]]) -> None:
+    def _pin(self, units: list[tuple[Pack, np.ndarray]]) -> None:
         """Shared locks on the rows of ``units`` (a numeric pack's: the whole pack, as it is evicted), held until
         the second ensure after this one. Counted per row here: a row pinned by two batches stays pinned until the
         second lets go (the locks of one descriptor merge, so a range is locked or unlocked only where its count
@@ -402,7 +356,7 @@ class RemoteStore:
                 for slot, n in runs(gone):
                     locks.unlock(slot, n)
 
-    def _bring(self, units: list[tuple[_Pack, np.ndarray]]) -> None:
+    def _bring(self, units: list[tuple[Pack, np.ndarray]]) -> None:
         """Fetch the rows of ``units`` that are missing, all at once; wait for those this process is fetching
         already (a prefetch), and fetch those it failed to bring. Bounded: a wait for another thread's fetch past
         :func:`_wait_limit`, or rows still missing after ``_ROUNDS`` fetches of its own, is a
@@ -450,7 +404,7 @@ class RemoteStore:
                 self._release(mine)
             before = None  # (a wait after a fetch of its own: counted from its end)
 
-    def _release(self, mine: list[tuple[_Pack, np.ndarray]]) -> None:
+    def _release(self, mine: list[tuple[Pack, np.ndarray]]) -> None:
         with self._lock:
             for entry, rows in mine:
                 entry.coming[rows] = False
@@ -486,8 +440,8 @@ class RemoteStore:
                 for future in [f for f in coming if f.done()]:
                     coming.remove(future)
 
-    def _plan(self, entry: _Pack, rows: np.ndarray, piece: int = _PIECE, *, exact: bool = False
-              ) -> list[tuple[_Pack, int, int, np.ndarray]]:
+    def _plan(self, entry: Pack, rows: np.ndarray, piece: int = _PIECE, *, exact: bool = False
+              ) -> list[tuple[Pack, int, int, np.ndarray]]:
         """Requests for ``rows`` (sorted, missing) of a pack: byte ranges of consecutive rows merged (numeric rows
         closer than ``_NUMERIC_GAP`` too, unless ``exact``), each at most ``piece`` bytes."""
         if not len(rows):
@@ -511,7 +465,7 @@ class RemoteStore:
                 first = last
         return jobs
 
-    def _fetch(self, entry: _Pack, start: int, stop: int, rows: np.ndarray) -> None:
+    def _fetch(self, entry: Pack, start: int, stop: int, rows: np.ndarray) -> None:
         """Bring ``rows`` (bytes ``[start, stop)`` of a pack): under their claim (another process fetching some of
         them is waited for), those still missing fetched, written, marked present."""
         if entry.index is None:  # raw rows: whole rows from start to stop (numeric: gaps between included)
@@ -528,7 +482,7 @@ class RemoteStore:
         finally:
             self._unclaim(entry, lo, hi)
 
-    def _claim(self, entry: _Pack, lo: int, hi: int, *, wait: bool = True) -> bool:
+    def _claim(self, entry: Pack, lo: int, hi: int, *, wait: bool = True) -> bool:
         """Claim rows ``[lo, hi)`` of a pack: no thread of this process claims any of them meanwhile (waited for,
         so that the claims of one descriptor never overlap), nor another process (its lock: waited for too).
         Without ``wait`` (an eviction): whether they were all free now."""
@@ -560,7 +514,7 @@ class RemoteStore:
         self._forget_claim(key, lo, hi)
         return False
 
-    def _unclaim(self, entry: _Pack, lo: int, hi: int, *, evicting: bool = False) -> None:
+    def _unclaim(self, entry: Pack, lo: int, hi: int, *, evicting: bool = False) -> None:
         if evicting:
             self._mirror.evicting.unlock(PINS + entry.slot + lo, hi - lo)
             self._mirror.evicting.unlock(CLAIMS + entry.slot + lo, hi - lo)
@@ -573,7 +527,7 @@ class RemoteStore:
             self._claimed[key].remove((lo, hi))
             self._changed.notify_all()
 
-    def _get(self, entry: _Pack, start: int, stop: int, rows: np.ndarray) -> None:
+    def _get(self, entry: Pack, start: int, stop: int, rows: np.ndarray) -> None:
         """(Under the rows' claim.) Fetch bytes ``[start, stop)``, write them, then mark ``rows`` present."""
         if entry.index is None:
             rows = np.arange(start // entry.frame_bytes, stop // entry.frame_bytes)
@@ -666,7 +620,7 @@ class RemoteStore:
             held -= nbytes
         mirror.recount(held, since)
 
-    def _scan(self) -> tuple[int, list[tuple[float, _Pack, np.ndarray, int]]]:
+    def _scan(self) -> tuple[int, list[tuple[float, Pack, np.ndarray, int]]]:
         """The bytes of the rows present in the mirror (every process's), and the units an eviction may drop:
         (last used, pack record, rows, bytes), a row each, a numeric pack whole (not those held whole for good)."""
         mirror = self._mirror
@@ -693,7 +647,7 @@ class RemoteStore:
                           rows.tolist()]
         return held, units
 
-    def _pinned_here(self, entry: _Pack, lo: int, hi: int) -> bool:
+    def _pinned_here(self, entry: Pack, lo: int, hi: int) -> bool:
         with self._pin_lock:
             return any(self._pinned[slot] > 0 for slot in range(PINS + entry.slot + lo, PINS + entry.slot + hi))
 
