@@ -190,17 +190,21 @@ def publish(store: Path, name: str) -> str:
 
 
 FIRST_BATCH = r"""
-import json, sys, time
+import json, resource, sys, time
 import numpy as np
+def cpu():
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
 t0 = time.perf_counter()
 import lerobot_zarr
-t1 = time.perf_counter()
+t1, c1 = time.perf_counter(), cpu()
 ds = lerobot_zarr.open_dataset(sys.argv[1], delta_timestamps=json.loads(sys.argv[2]))
-t2 = time.perf_counter()
+t2, c2 = time.perf_counter(), cpu()
 batch = ds.get_batch(np.random.default_rng(int(sys.argv[3])).integers(0, len(ds), 256))
-t3 = time.perf_counter()
+t3, c3 = time.perf_counter(), cpu()
 remote = ds._remote
 print(json.dumps({"import": t1 - t0, "open": t2 - t1, "first_batch": t3 - t2, "total": t3 - t1,
+                  "cpu_open": c2 - c1, "cpu_batch": c3 - c2,
                   "episodes": ds.meta.total_episodes, "requests": remote.requests if remote else 0,
                   "fetched": remote.fetched_bytes if remote else 0}))
 """
@@ -225,7 +229,8 @@ def section_open(server: Server, args, work: Path) -> None:
         stats = server.stats()
         local = fresh(FIRST_BATCH, str(store), json.dumps(DELTAS), str(rep))
         print(f"  run {rep}: bucket open {remote['open']:.2f} s + first batch {remote['first_batch']:.2f} s = "
-              f"{remote['total']:.2f} s (until then {remote['requests']} requests, {remote['fetched'] / 1e6:.1f} MB "
+              f"{remote['total']:.2f} s (CPU {remote['cpu_open']:.2f} + {remote['cpu_batch']:.2f} s; until then "
+              f"{remote['requests']} requests, {remote['fetched'] / 1e6:.1f} MB "
               f"with the root of {root / 1e6:.1f} MB; the process, with the background fetch it ended: "
               f"{stats['requests']} requests, {stats['round_trips']} round trips) | local {local['total']:.3f} s | "
               f"load {load()}")
@@ -361,11 +366,15 @@ def section_cameras(server: Server, args, work: Path) -> None:
         hwm_bucket = max(r["hwm_kib"] for r in runs["bucket"])
         link = args.gbit * 125e6  # bytes/s: one link shared by every connection (testing.hub_network.Link)
         rate = b["fetched_timed"] / b["elapsed"]
-        bound = link / max(b["fetched_timed"] / (64 * (args.camera_batches - 1)), 1)  # samples/s these bytes allow
+        # the ceiling of a first read: every frame a sample's window reads crosses the link once (the frames of
+        # every batch of the plan, the prefetched ones after the last timed batch too, over its samples)
+        per_sample = used / (2 + 64 * (args.camera_batches + args.lookahead - 1))
+        ceiling = link / per_sample
         print(f"  {storage}: local {best_local:,.0f} samples/s, bucket {best_bucket:,.0f} samples/s = "
-              f"{best_bucket / best_local:.2f}x; while timed the camera took {rate / 1e6:.0f} MB/s of the link's "
-              f"{link / 1e6:.0f} MB/s ({rate / link:.0%}): at the link's rate its bytes allow at most {bound:,.0f} "
-              f"samples/s = {bound / best_local:.2f}x local; camera bytes fetched {b['fetched'] / 1e6:.1f} MB for "
+              f"{best_bucket / best_local:.2f}x local; the link-bound ceiling {ceiling / best_local:.2f}x local "
+              f"({link / 1e6:.0f} MB/s over {per_sample / 1e3:.0f} KB per sample as stored = {ceiling:,.0f} "
+              f"samples/s), so {best_bucket / ceiling:.0%} of it; while timed the camera took {rate / 1e6:.0f} MB/s "
+              f"of the link ({rate / link:.0%}); camera bytes fetched {b['fetched'] / 1e6:.1f} MB for "
               f"{used / 1e6:.1f} MB of frames asked for (as stored) = {b['fetched'] / max(used, 1):.2f}x "
               f"({b['requests']} requests); resident memory at the end {rss_bucket / 1024:.0f} MiB vs "
               f"{rss_local / 1024:.0f} MiB = {rss_bucket / rss_local:.2f}x, peak {hwm_bucket / 1024:.0f} vs "

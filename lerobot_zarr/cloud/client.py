@@ -11,8 +11,10 @@ guarantees the Hub reader has.
   in an error message, never written into a store (its record names the URL and endpoint only).
 - Deadlines on every request: a connect and a read timeout (``LEROBOT_ZARR_BUCKET_TIMEOUT`` seconds, default
   10; a stalled answer fails there), and a total per request of two timeouts plus its bytes at ``_MIN_RATE`` (a
-  trickling one fails there). obstore retries 5xx answers, dropped connections and timeouts (``_RETRIES`` times,
-  exponential backoff); after that, a :class:`~lerobot_zarr.errors.BucketError` naming the object.
+  trickling one fails there). A write's read timeout is its total: the engine (reqwest) counts the upload of the
+  body against the read timeout, so a part of 8 MiB sent at less than 6.7 Mbit/s failed every time. obstore
+  retries 5xx answers, dropped connections and timeouts (``_RETRIES`` times, exponential backoff); after that, a
+  :class:`~lerobot_zarr.errors.BucketError` naming the object.
 - Bounded bodies: a read asks for a byte range of known length, at most ``_MAX_REQUEST`` bytes per request (longer
   ones are split, the pieces sent together), and a body of another length is a failed attempt (obstore does not
   check it); a whole object is read only up to the bound the caller gives.
@@ -121,7 +123,7 @@ class Bucket:
     def __init__(self, url: BucketURL | str, options: Mapping[str, Any] | None = None):
         self.url = url if isinstance(url, BucketURL) else parse_bucket_url(url)
         self.options = dict(options or {})
-        self._stores: dict[bool, Any] = {}
+        self._stores: dict[tuple[bool, bool], Any] = {}  # (large, write) -> client
         self._lock = threading.Lock()
 
     def __reduce__(self) -> tuple:
@@ -147,23 +149,24 @@ class Bucket:
         return None
 
     # the engine -------------------------------------------------------------------------------------------
-    def _store(self, large: bool) -> Any:
+    def _store(self, large: bool, write: bool = False) -> Any:
         if _engine_pid[0] is None:
             _engine_pid[0] = os.getpid()
         with self._lock:
-            store = self._stores.get(large)
+            store = self._stores.get((large, write))
             if store is None:
-                store = self._stores[large] = self._make_store(large)
+                store = self._stores[(large, write)] = self._make_store(large, write)
             return store
 
-    def _make_store(self, large: bool) -> Any:
+    def _make_store(self, large: bool, write: bool = False) -> Any:
         import_optional("obstore", f"reading {self.url.scheme}:// URLs")
         from obstore.store import AzureStore, GCSStore, S3Store
 
         timeout = bucket_timeout()
         total = _total(large)
-        client = {"connect_timeout": timedelta(seconds=timeout), "read_timeout": timedelta(seconds=timeout),
-                  "timeout": timedelta(seconds=total)}
+        # (a write's read timeout runs while its body is sent: the total's bound, not a stalled answer's)
+        client = {"connect_timeout": timedelta(seconds=timeout),
+                  "read_timeout": timedelta(seconds=total if write else timeout), "timeout": timedelta(seconds=total)}
         retry = {"max_retries": _RETRIES, "retry_timeout": timedelta(seconds=total * (_RETRIES + 1)),
                  "backoff": {"init_backoff": timedelta(seconds=0.1), "max_backoff": timedelta(seconds=8),
                              "base": 2}}
@@ -201,13 +204,15 @@ class Bucket:
             raise BucketError(f"{self.location()}: cannot configure the object store client "
                               f"({_clean(exc, self.options)})", path=self.location()) from None
 
-    def _call(self, rel: str, fn: Callable[..., T], *args: Any, large: bool = False, **kwargs: Any) -> T:
-        """``fn(store, *args, **kwargs)`` with our errors; obstore has retried what deserves it."""
+    def _call(self, rel: str, fn: Callable[..., T], *args: Any, large: bool = False, write: bool = False,
+              **kwargs: Any) -> T:
+        """``fn(store, *args, **kwargs)`` with our errors; obstore has retried what deserves it. ``write``: through
+        the client for writes (see the module docstring)."""
         import obstore.exceptions as oe
 
         where = self.location(rel)
         try:
-            return fn(self._store(large), *args, **kwargs)
+            return fn(self._store(large, write), *args, **kwargs)
         except (oe.NotFoundError, FileNotFoundError):
             raise SourceNotFoundError(f"{where}: no such object", path=where) from None
         except (oe.PermissionDeniedError, oe.UnauthenticatedError) as exc:
@@ -380,10 +385,16 @@ class Bucket:
         def attempt() -> str:
             try:
                 result = self._call(rel, obstore.put, rel, data, mode=mode, use_multipart=multipart,
-                                    chunk_size=8 << 20, max_concurrency=4, large=size > _SMALL)
+                                    chunk_size=8 << 20, max_concurrency=4, large=size > _SMALL, write=True)
             except (oe.PreconditionError, oe.AlreadyExistsError):
                 state = "exists already" if if_absent else f"changed since it was read (ETag no longer {if_match})"
                 raise CommitConflictError(f"{where}: {state}; not written", path=where) from None
+            except SourceNotFoundError:
+                if not multipart:
+                    raise
+                # the upload is gone: a completion answered too late was retried by the engine after it completed
+                # (or the upload was aborted); an overwrite of the same bytes is safe to make again, whole
+                raise _Attempt(f"{where}: the multipart upload vanished while it was being written") from None
             etag = result.get("e_tag") if isinstance(result, dict) else None
             if not isinstance(etag, str) or not etag:
                 raise _Attempt(f"{where}: the store gave no ETag for the write")

@@ -105,9 +105,11 @@ _LOCATE_GAP = 64 << 10
 _FOOTER_READ_GROUPS = 8
 # a first open's estimate of a table file's footer (LeRobot's: 25-40 % of the file, the stats columns' statistics)
 _FOOTER_SHARE = 0.4
-# a first open reads episode tables smaller than this whole: read footer first, a table whose footer lacks the lengths
-# (varied lengths: most recordings) costs a round trip more; below ~130 ms at 1 Gbit/s that outweighs what it saves
-_FOOTER_FIRST_MIN = 16 << 20
+# a first open reads an episode table file smaller than this whole, with the other metadata files: read footer first,
+# a file whose footer lacks the lengths (varied lengths: most recordings) costs a round trip more for the same bytes,
+# and the round trips of a first open would grow with the episodes. LeRobot starts a new file at 100 MB: every file it
+# writes is read whole (an equal-length table of 16-100 MB: up to 2.5x the bytes of its footer, for a round trip less)
+_FOOTER_FIRST_MIN = 128 << 20
 # a partial read of the table for more than 1/LOCATE_MOST of the episodes would read most row groups: it is read whole
 LOCATE_MOST = 10
 
@@ -358,8 +360,8 @@ class LeRobotMetadata:
         if self._load_index():
             return
         footers = self._footer_estimates(known) if known is not None else {}
-        # all at once (a Hub repo: one round trip); the episode tables whole, or their footers only when ``known``
-        files.prefetch(self._metadata_files(tables=not footers), footers=footers)
+        # all at once (a Hub repo: one round trip); the episode tables whole, or the footers of those in ``footers``
+        files.prefetch([rel for rel in self._metadata_files() if rel not in footers], footers=footers)
         info_path = files.location("meta/info.json")
         if not files.exists("meta/info.json"):
             raise SourceNotFoundError(f"{files.location()}: not a LeRobot dataset (meta/info.json not found)")
@@ -396,12 +398,11 @@ class LeRobotMetadata:
                     raise SchemaMismatchError(f"{info_path}: {key} is {declared}, the episode table "
                                               f"({self.files.location('meta')}) holds {actual}")
 
-    def _metadata_files(self, tables: bool = True) -> list[str]:
-        """The metadata files an open reads (v3.x or, without an episode table in parquet, v2.x); ``tables=False``:
-        but the episode tables."""
+    def _metadata_files(self) -> list[str]:
+        """The metadata files an open reads (v3.x or, without an episode table in parquet, v2.x)."""
         meta = self.files.list("meta")
         parquet = [rel for rel in meta if rel.startswith("meta/episodes/") and rel.endswith(".parquet")]
-        wanted = (["meta/tasks.parquet", *(parquet if tables else [])] if parquet
+        wanted = (["meta/tasks.parquet", *parquet] if parquet
                   else ["meta/episodes.jsonl", "meta/tasks.jsonl"])
         stats = "meta/stats.json" if "meta/stats.json" in meta else "meta/episodes_stats.jsonl"
         return [rel for rel in ("meta/info.json", stats, *wanted) if rel in meta]
@@ -538,10 +539,9 @@ class LeRobotMetadata:
         tables = [rel for rel in files.list("meta/episodes") if rel.endswith(".parquet")]
         if not tables:
             return {}
-        if known.info is None:  # a first open: a share of each file (a small table: none, read whole)
-            if sum(files.size(rel) for rel in tables) < _FOOTER_FIRST_MIN:
-                return {}
-            return {rel: min(files.size(rel), (64 << 10) + int(files.size(rel) * _FOOTER_SHARE)) for rel in tables}
+        if known.info is None:  # a first open: a share of each big file (the others: none, read whole)
+            return {rel: min(files.size(rel), (64 << 10) + int(files.size(rel) * _FOOTER_SHARE)) for rel in tables
+                    if files.size(rel) >= _FOOTER_FIRST_MIN}
         info = known.info if isinstance(known.info, dict) else {}
         features = info.get("features") if isinstance(info.get("features"), dict) else {}
         videos = sum(isinstance(f, dict) and f.get("dtype") == "video" for f in features.values())

@@ -2,8 +2,8 @@
 copying it, :mod:`.remote_store`), or a LeRobot dataset folder (read by byte ranges like a Hub repo, transcoded
 into the cache's ``buckets/<name>-<key>`` store, keyed by its URL and the ETags of its files).
 
-Which of the two the folder is is asked of the bucket once (its ``zarr.json`` and the listing of its ``meta/``,
-together: a LeRobot folder's reader starts from that listing).
+Which of the two the folder is is asked of the bucket once (its ``zarr.json`` read and its ``meta/`` listed,
+together: a store is served from that root, a LeRobot folder's reader starts from that listing).
 HF Buckets are the Hub's: ``HF_HUB_OFFLINE`` keeps them unread too; a LeRobot folder there is then served from the
 newest store the cache holds of it (its key needs the folder's ETags: unknown offline), as a Hub repo is.
 """
@@ -23,6 +23,7 @@ from ..store.state import ROOT, has_commit_point, read_state
 from .base import Source, origin, register
 from .home import cache_home
 from .local import keyed_cache_path
+from .mirror import read_root
 
 __all__ = ["BucketSource"]
 
@@ -42,6 +43,7 @@ class BucketSource(Source):
         self.bucket = bucket
         self._what: str | None = None  # "store" or "folder", once asked
         self._meta: dict | None = None  # the listing of a LeRobot folder's meta/, made when asked what it is
+        self._root: bytes | None = None  # a store's root zarr.json, read when asked what it is
 
     @classmethod
     def guess_can_open(cls, spec: str | os.PathLike) -> bool:
@@ -70,10 +72,13 @@ class BucketSource(Source):
                                            f"(never opened on this machine)")
             with ThreadPoolExecutor(2, thread_name_prefix="lerobot_zarr-probe") as pool:
                 meta = pool.submit(self.bucket.list, "meta")
-                store = self.bucket.head(ROOT)
+                try:
+                    root: bytes | None = read_root(self.bucket)
+                except SourceNotFoundError:
+                    root = None
                 meta = meta.result()
-            if store is not None:
-                self._what = "store"
+            if root is not None:
+                self._what, self._root = "store", root
             elif _INFO in meta:
                 self._what, self._meta = "folder", meta
             else:
@@ -89,7 +94,11 @@ class BucketSource(Source):
         from .home import mirror_home
         from .remote_store import RemoteStore
 
-        return RemoteStore(self.bucket, mirror_home(), cache_bytes=cache_bytes, root_doc=root_doc)
+        fetched = root_doc is None and self._root is not None
+        if root_doc is None:  # the root read when asked what the folder is, once (a second reads the current one)
+            root_doc, self._root = self._root, None
+        return RemoteStore(self.bucket, mirror_home(), cache_bytes=cache_bytes, root_doc=root_doc,
+                           root_fetched=fetched)
 
     def files(self):
         if self.what() != "folder":

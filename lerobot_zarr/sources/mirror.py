@@ -6,6 +6,7 @@ machine, joined by every process that reads that commit, and the means they shar
 - :class:`RangeLocks`: byte-range locks on one lock file whose ranges name rows (Linux open file description locks:
   per descriptor, released by the kernel when a process dies): claims (fetching), pins (reading), and an eviction's
   try of both.
+- :class:`Pack`: one pack file of the mirror, which of its rows are present and when each was last used (shared).
 - :class:`Mirror`: the folder joined (a shared ``flock`` per user: the last to let go removes it; the mirrors no
   process uses are removed by the next open), the bytes held (a shared counter), one evictor at a time.
 """
@@ -24,19 +25,23 @@ import shutil
 import struct
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
+
+import numpy as np
 
 from ..cloud.client import Bucket
 from ..errors import BucketError
-from ..store.state import ROOT
+from ..store.state import MAX_ROOT_BYTES, ROOT
 from ..utils.background import process_alive
 from ..utils.fileio import atomic_write, pwrite_all
 from .home import MIRROR_MARKER
 
 __all__ = ["Mirror", "RangeLocks", "SHARED", "MINE", "CLAIMS", "PINS", "MAKING", "INDEXES", "publish", "shared_map",
-           "align8", "runs"]
+           "align8", "runs", "read_root", "Pack"]
 
 MINE = ".mirror"  # the mirror's own files, beside the store's
+_ROOT_FIRST = 16 << 20  # a store's root is read in one request up to this size
 
 #: where the ranges of the lock file start: claims of rows (fetching), pins of rows (reading), making a compact
 #: pack's file (its shard index), fetching an mp4 index
@@ -73,6 +78,12 @@ class RangeLocks:
     def close(self) -> None:
         with contextlib.suppress(OSError):
             os.close(self.fd)
+
+
+def read_root(bucket: Bucket) -> bytes:
+    """The root ``zarr.json`` of the store in ``bucket`` now (one request up to ``_ROOT_FIRST`` bytes; at most
+    ``MAX_ROOT_BYTES``); :class:`~lerobot_zarr.errors.SourceNotFoundError` when there is none."""
+    return bucket.read_whole(ROOT, limit=MAX_ROOT_BYTES, first=_ROOT_FIRST)[0]
 
 
 def shared_map(path: Path, size: int) -> mmap.mmap:
@@ -117,6 +128,50 @@ def runs(slots: list[tuple[int, int]]) -> list[tuple[int, int]]:
         else:
             out.append([start, n])
     return [(a, n) for a, n in out]
+
+
+@dataclass(eq=False)
+class Pack:
+    """One pack file of one feature in the mirror: which rows are present (shared by every process), when each was
+    last used (shared), which this process is fetching now."""
+
+    name: str
+    pack: int
+    rel: str  # object key relative to the store
+    path: str  # the mirror's file
+    rows: int
+    frame_bytes: int  # raw: bytes per row; compact: 0 (rows are the shard index's blobs)
+    numeric: bool
+    slot: int  # the lock file's range of row 0 (rows follow)
+    present: np.ndarray = field(init=False)  # shared: the row's bytes are in the file
+    used: np.ndarray = field(init=False)  # shared: time.monotonic() of the row's last read (one boot: one clock)
+    coming: np.ndarray = field(init=False)  # this process is fetching the row now (or evicting it)
+    empty: np.ndarray = field(init=False)  # compact rows never written: nothing to fetch (reading them is an error)
+    index: np.ndarray | None = None  # compact: (offset, nbytes) per row
+    size: int = -1  # bytes of the file (raw: rows * frame_bytes)
+    state: mmap.mmap | None = None
+
+    def attach(self, state: mmap.mmap) -> None:
+        self.state = state
+        self.present = np.frombuffer(state, dtype=np.bool_, count=self.rows)
+        self.used = np.frombuffer(state, dtype=np.float64, count=self.rows, offset=align8(self.rows))
+        self.coming = np.zeros(self.rows, dtype=bool)
+        self.empty = np.zeros(self.rows, dtype=bool) if self.index is None else self.index[:, 0] < 0
+
+    def span(self, row: int) -> tuple[int, int]:
+        if self.index is None:
+            return row * self.frame_bytes, (row + 1) * self.frame_bytes
+        start, nbytes = (int(v) for v in self.index[row])
+        return start, start + nbytes
+
+    def nbytes(self, rows: np.ndarray) -> int:
+        if self.index is None:
+            return len(rows) * self.frame_bytes
+        return int(self.index[rows, 1].sum())
+
+    @property
+    def complete(self) -> bool:
+        return bool((self.present | self.empty).all())
 
 
 class Mirror:

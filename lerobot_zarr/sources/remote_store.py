@@ -51,7 +51,6 @@ fetched after them); the root is read once, so a dataset keeps its commit until 
 from __future__ import annotations
 
 import fcntl
-import mmap
 import os
 import threading
 import time
@@ -59,7 +58,6 @@ import weakref
 from collections import Counter
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -69,23 +67,31 @@ from ..cloud.client import Bucket, bucket_timeout
 from ..errors import ArgumentError, BucketError, UnsupportedStoreError
 from ..store.cameras import MP4_INDEX, read_mp4_index
 from ..store.packs import read_shard_index, shard_index_bytes
-from ..store.state import MAX_ROOT_BYTES, ROOT, StoreState, chunk_path, read_state
+from ..store.state import StoreState, chunk_path, read_state
 from ..utils.fileio import atomic_write, flock_within, pwrite_all
 from ..utils.libc import punch_hole
-from .mirror import CLAIMS, INDEXES, MAKING, MINE, PINS, SHARED, Mirror, RangeLocks, align8, publish, runs, shared_map
+from .mirror import (CLAIMS, INDEXES, MAKING, MINE, PINS, SHARED, Mirror, Pack, RangeLocks, align8, publish,
+                     read_root, runs, shared_map)
 
 __all__ = ["RemoteStore", "CACHE_BYTES_ENV", "DEFAULT_CACHE_BYTES", "SHARED"]
 
 CACHE_BYTES_ENV = "LEROBOT_ZARR_BUCKET_CACHE_BYTES"
 DEFAULT_CACHE_BYTES = 8 << 30
-_NUMERIC_GAP = 256 << 10  # numeric rows closer than this are read in one request (rows are tiny, round trips not)
+# numeric rows closer than this in one request: a gap costing less link time than a request's share of a round trip
+_NUMERIC_GAP = 64 << 10  # (2.5 MB in flight at 20 ms and 1 Gbit/s over _IN_FLIGHT requests: ~78 KB)
 _PIECE = 16 << 20  # the most one request of a foreground fetch asks for
 _BACKGROUND_PIECE = 4 << 20  # whole packs in the background: small requests, few in flight
 _BACKGROUND_IN_FLIGHT = 2
 _IN_FLIGHT = 32
-_ROOT_FIRST = 16 << 20  # the root is read in one request up to this size
 _PIN_BATCHES = 2  # a batch's rows stay pinned until this many later ensures of the same process
 _AHEAD_SHARE = 8  # a process's prefetches queued or under way: at most 1/8 of the cache's bytes
+_ROUNDS = 4  # the most times one ensure fetches rows itself (a prefetch that failed, rows taken from under it...)
+
+
+def _wait_limit() -> float:
+    """The longest a thread waits for a fetch it needs to end (another thread's or process's: each bounded by its
+    requests' deadlines): twice the longest a fetch of a piece may take."""
+    return 6 * bucket_timeout() + _PIECE / (256 << 10)
 
 
 def _cache_bytes(value: int | None) -> int:
@@ -100,59 +106,15 @@ def _cache_bytes(value: int | None) -> int:
     return value
 
 
-@dataclass(eq=False)
-class _Pack:
-    """One pack file of one feature in the mirror: which rows are present (shared by every process), when each was
-    last used (shared), which this process is fetching now."""
-
-    name: str
-    pack: int
-    rel: str  # object key relative to the store
-    path: str  # the mirror's file
-    rows: int
-    frame_bytes: int  # raw: bytes per row; compact: 0 (rows are the shard index's blobs)
-    numeric: bool
-    slot: int  # the lock file's range of row 0 (rows follow)
-    present: np.ndarray = field(init=False)  # shared: the row's bytes are in the file
-    used: np.ndarray = field(init=False)  # shared: time.monotonic() of the row's last read (one boot: one clock)
-    coming: np.ndarray = field(init=False)  # this process is fetching the row now (or evicting it)
-    empty: np.ndarray = field(init=False)  # compact rows never written: nothing to fetch (reading them is an error)
-    index: np.ndarray | None = None  # compact: (offset, nbytes) per row
-    size: int = -1  # bytes of the file (raw: rows * frame_bytes)
-    state: mmap.mmap | None = None
-
-    def attach(self, state: mmap.mmap) -> None:
-        self.state = state
-        self.present = np.frombuffer(state, dtype=np.bool_, count=self.rows)
-        self.used = np.frombuffer(state, dtype=np.float64, count=self.rows, offset=align8(self.rows))
-        self.coming = np.zeros(self.rows, dtype=bool)
-        self.empty = np.zeros(self.rows, dtype=bool) if self.index is None else self.index[:, 0] < 0
-
-    def span(self, row: int) -> tuple[int, int]:
-        if self.index is None:
-            return row * self.frame_bytes, (row + 1) * self.frame_bytes
-        start, nbytes = (int(v) for v in self.index[row])
-        return start, start + nbytes
-
-    def nbytes(self, rows: np.ndarray) -> int:
-        if self.index is None:
-            return len(rows) * self.frame_bytes
-        return int(self.index[rows, 1].sum())
-
-    @property
-    def complete(self) -> bool:
-        return bool((self.present | self.empty).all())
-
-
 class RemoteStore:
     """The store at ``bucket`` (a :class:`~lerobot_zarr.cloud.client.Bucket` of the store's folder) served from a
     mirror under ``home`` shared with the other processes reading the same commit (see the module docstring).
-    ``root_doc``: the root ``zarr.json`` to serve (a worker serves the commit its parent opened); by default the
-    bucket's current one. ``cache_bytes``: the most the mirror holds (default ``$LEROBOT_ZARR_BUCKET_CACHE_BYTES``,
-    else 8 GiB)."""
+    ``root_doc``: the root ``zarr.json`` to serve (a worker's: its parent's commit; an open's: the one read asking what
+    the folder is, ``root_fetched``); by default the bucket's current one. ``cache_bytes``: the most the mirror holds
+    (default ``$LEROBOT_ZARR_BUCKET_CACHE_BYTES``, else 8 GiB)."""
 
     def __init__(self, bucket: Bucket, home: str | os.PathLike, *, cache_bytes: int | None = None,
-                 root_doc: bytes | None = None):
+                 root_doc: bytes | None = None, root_fetched: bool = False):
         self.bucket = bucket
         self.home = Path(home)
         self.cache_bytes = _cache_bytes(cache_bytes)
@@ -171,8 +133,8 @@ class RemoteStore:
         self.fetched_bytes = 0
         self.fetched_by: dict[str, int] = {}  # bytes fetched per feature ("": the root, indexes...)
         self.requests = 0
-        if root_doc is None:
-            root_doc, _ = bucket.read_whole(ROOT, limit=MAX_ROOT_BYTES, first=_ROOT_FIRST)
+        root_doc, root_fetched = (read_root(bucket), True) if root_doc is None else (root_doc, root_fetched)
+        if root_fetched:
             self._count(len(root_doc))
         self._pools = [self._pool, self._ahead, self._background]
         self._holder: list[Mirror | None] = [None]  # the mirror joined (the finalizer lets go of it)
@@ -214,7 +176,7 @@ class RemoteStore:
         """Serve the commit ``root_doc``: its mirror joined (or made), its state read, its mp4 files listed (unless
         given: those of the same commit)."""
         self.root_doc = root_doc
-        self._packs: dict[tuple[str, int], _Pack] = {}
+        self._packs: dict[tuple[str, int], Pack] = {}
         self._coming: dict[tuple[str, int], list[Future]] = {}  # background fetches of a pack
         self._ahead_bytes = 0  # bytes of this process's prefetches queued or under way
         self._claimed: dict[tuple[str, int], list[tuple[int, int]]] = {}  # rows claimed by this process's threads
@@ -252,7 +214,7 @@ class RemoteStore:
     def _slot(self, name: str, pack: int) -> int:
         return self._feature[name] * self._feature_span + int(self._pack_start[pack])
 
-    def _pack(self, name: str, pack: int) -> _Pack:
+    def _pack(self, name: str, pack: int) -> Pack:
         """The mirror's record of a pack file, made (its file created at full size, by this process or another)
         on first use; a compact pack's shard index is fetched then, once for every process."""
         key = (name, pack)
@@ -269,13 +231,13 @@ class RemoteStore:
             with self._lock:
                 return self._packs.setdefault(key, entry)
 
-    def _make_pack(self, name: str, pack: int) -> _Pack:
+    def _make_pack(self, name: str, pack: int) -> Pack:
         mirror = self._mirror
         spec = self.state.arrays[name]
         rows = int(self.state.packs.rows[pack])
         path = chunk_path(self.root, name, pack, spec.ndim)
         rel = os.path.relpath(path, self.root).replace(os.sep, "/")
-        entry = _Pack(name, pack, rel, path, rows, spec.frame_bytes if spec.storage == "raw" else 0,
+        entry = Pack(name, pack, rel, path, rows, spec.frame_bytes if spec.storage == "raw" else 0,
                       spec.kind == "numeric" and spec.storage == "raw", self._slot(name, pack))
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         if spec.storage == "raw":
@@ -321,7 +283,7 @@ class RemoteStore:
     def _wait_lock(self, locks: RangeLocks, start: int, length: int, what: str, *, exclusive: bool = True) -> None:
         """Take a lock, waiting while another process holds a conflicting one (a fetch or an eviction under way
         there, bounded by its own deadlines): a :class:`BucketError` past twice the longest a fetch may take."""
-        limit = 6 * bucket_timeout() + _PIECE / (256 << 10)
+        limit = _wait_limit()
         deadline = time.monotonic() + limit
         delay = 0.001
         while not locks.lock(start, length, exclusive=exclusive):
@@ -367,7 +329,7 @@ class RemoteStore:
         self._evict()
         self._start_numeric()
 
-    def _pin(self, units: list[tuple[_Pack, np.ndarray]]) -> None:
+    def _pin(self, units: list[tuple[Pack, np.ndarray]]) -> None:
         """Shared locks on the rows of ``units`` (a numeric pack's: the whole pack, as it is evicted), held until
         the second ensure after this one. Counted per row here: a row pinned by two batches stays pinned until the
         second lets go (the locks of one descriptor merge, so a range is locked or unlocked only where its count
@@ -394,24 +356,43 @@ class RemoteStore:
                 for slot, n in runs(gone):
                     locks.unlock(slot, n)
 
-    def _bring(self, units: list[tuple[_Pack, np.ndarray]]) -> None:
+    def _bring(self, units: list[tuple[Pack, np.ndarray]]) -> None:
         """Fetch the rows of ``units`` that are missing, all at once; wait for those this process is fetching
-        already (a prefetch), and fetch those it failed to bring."""
+        already (a prefetch), and fetch those it failed to bring. Bounded: a wait for another thread's fetch past
+        :func:`_wait_limit`, or rows still missing after ``_ROUNDS`` fetches of its own, is a
+        :class:`~lerobot_zarr.errors.BucketError` (never a loop without end)."""
+        rounds, before = 0, None
         while True:
-            mine, waiting = [], False
+            mine, waiting, left_rows = [], False, 0
             with self._lock:
                 for entry, rows in units:
                     missing = rows[~(entry.present[rows] | entry.empty[rows])]
                     free = missing[~entry.coming[missing]]
                     waiting |= len(free) < len(missing)
+                    left_rows += len(missing)
                     if len(free):
-                        entry.coming[free] = True
                         mine.append((entry, free))
                 if not mine and not waiting:
                     return
+                if before is None or left_rows < before:  # (the wait is counted from the last progress seen)
+                    before, deadline = left_rows, time.monotonic() + _wait_limit()
                 if not mine:
-                    self._changed.wait(1.0)  # a fetch of this process ends (each one notifies)
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise BucketError(f"{self.location()}: rows a batch reads have been fetched by another thread "
+                                          f"of this process for more than {_wait_limit():.0f} s",
+                                          path=self.location())
+                    self._changed.wait(min(1.0, left))  # a fetch of this process ends (each one notifies)
                     continue
+                rounds += 1
+                if rounds > _ROUNDS:
+                    entry, rows = mine[0]
+                    raise BucketError(
+                        f"{self.location()}: {sum(len(r) for _, r in mine)} rows a batch reads (row {rows[0]} of "
+                        f"pack {entry.pack} of {entry.name!r}...) were still missing after {_ROUNDS} fetches of "
+                        f"them: dropped from the mirror as soon as they landed", path=self.location())
+                for entry, free in mine:
+                    entry.coming[free] = True
             jobs = [job for entry, rows in mine for job in self._plan(entry, rows)]
             try:
                 if len(jobs) == 1:
@@ -421,8 +402,9 @@ class RemoteStore:
                         future.result()
             finally:
                 self._release(mine)
+            before = None  # (a wait after a fetch of its own: counted from its end)
 
-    def _release(self, mine: list[tuple[_Pack, np.ndarray]]) -> None:
+    def _release(self, mine: list[tuple[Pack, np.ndarray]]) -> None:
         with self._lock:
             for entry, rows in mine:
                 entry.coming[rows] = False
@@ -458,8 +440,8 @@ class RemoteStore:
                 for future in [f for f in coming if f.done()]:
                     coming.remove(future)
 
-    def _plan(self, entry: _Pack, rows: np.ndarray, piece: int = _PIECE, *, exact: bool = False
-              ) -> list[tuple[_Pack, int, int, np.ndarray]]:
+    def _plan(self, entry: Pack, rows: np.ndarray, piece: int = _PIECE, *, exact: bool = False
+              ) -> list[tuple[Pack, int, int, np.ndarray]]:
         """Requests for ``rows`` (sorted, missing) of a pack: byte ranges of consecutive rows merged (numeric rows
         closer than ``_NUMERIC_GAP`` too, unless ``exact``), each at most ``piece`` bytes."""
         if not len(rows):
@@ -483,7 +465,7 @@ class RemoteStore:
                 first = last
         return jobs
 
-    def _fetch(self, entry: _Pack, start: int, stop: int, rows: np.ndarray) -> None:
+    def _fetch(self, entry: Pack, start: int, stop: int, rows: np.ndarray) -> None:
         """Bring ``rows`` (bytes ``[start, stop)`` of a pack): under their claim (another process fetching some of
         them is waited for), those still missing fetched, written, marked present."""
         if entry.index is None:  # raw rows: whole rows from start to stop (numeric: gaps between included)
@@ -500,16 +482,22 @@ class RemoteStore:
         finally:
             self._unclaim(entry, lo, hi)
 
-    def _claim(self, entry: _Pack, lo: int, hi: int, *, wait: bool = True) -> bool:
+    def _claim(self, entry: Pack, lo: int, hi: int, *, wait: bool = True) -> bool:
         """Claim rows ``[lo, hi)`` of a pack: no thread of this process claims any of them meanwhile (waited for,
         so that the claims of one descriptor never overlap), nor another process (its lock: waited for too).
         Without ``wait`` (an eviction): whether they were all free now."""
         key = (entry.name, entry.pack)
+        deadline = time.monotonic() + _wait_limit()
         with self._lock:
             while any(a < hi and lo < b for a, b in self._claimed.get(key, ())):
                 if not wait:
                     return False
-                self._changed.wait(1.0)
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise BucketError(f"{self.location(entry.rel)}: rows {lo}-{hi - 1} of pack {entry.pack} of "
+                                      f"{entry.name!r} have been claimed by another thread of this process for more "
+                                      f"than {_wait_limit():.0f} s", path=self.location(entry.rel))
+                self._changed.wait(min(1.0, left))
             self._claimed.setdefault(key, []).append((lo, hi))
         try:
             if wait:
@@ -526,7 +514,7 @@ class RemoteStore:
         self._forget_claim(key, lo, hi)
         return False
 
-    def _unclaim(self, entry: _Pack, lo: int, hi: int, *, evicting: bool = False) -> None:
+    def _unclaim(self, entry: Pack, lo: int, hi: int, *, evicting: bool = False) -> None:
         if evicting:
             self._mirror.evicting.unlock(PINS + entry.slot + lo, hi - lo)
             self._mirror.evicting.unlock(CLAIMS + entry.slot + lo, hi - lo)
@@ -539,7 +527,7 @@ class RemoteStore:
             self._claimed[key].remove((lo, hi))
             self._changed.notify_all()
 
-    def _get(self, entry: _Pack, start: int, stop: int, rows: np.ndarray) -> None:
+    def _get(self, entry: Pack, start: int, stop: int, rows: np.ndarray) -> None:
         """(Under the rows' claim.) Fetch bytes ``[start, stop)``, write them, then mark ``rows`` present."""
         if entry.index is None:
             rows = np.arange(start // entry.frame_bytes, stop // entry.frame_bytes)
@@ -632,7 +620,7 @@ class RemoteStore:
             held -= nbytes
         mirror.recount(held, since)
 
-    def _scan(self) -> tuple[int, list[tuple[float, _Pack, np.ndarray, int]]]:
+    def _scan(self) -> tuple[int, list[tuple[float, Pack, np.ndarray, int]]]:
         """The bytes of the rows present in the mirror (every process's), and the units an eviction may drop:
         (last used, pack record, rows, bytes), a row each, a numeric pack whole (not those held whole for good)."""
         mirror = self._mirror
@@ -659,7 +647,7 @@ class RemoteStore:
                           rows.tolist()]
         return held, units
 
-    def _pinned_here(self, entry: _Pack, lo: int, hi: int) -> bool:
+    def _pinned_here(self, entry: Pack, lo: int, hi: int) -> bool:
         with self._pin_lock:
             return any(self._pinned[slot] > 0 for slot in range(PINS + entry.slot + lo, PINS + entry.slot + hi))
 
@@ -735,7 +723,7 @@ class RemoteStore:
         """The bucket's latest commit, if it is not the one served: the mirror of that commit serves it from now
         on. None when it is the same."""
         self._own()
-        doc, _ = self.bucket.read_whole(ROOT, limit=MAX_ROOT_BYTES, first=_ROOT_FIRST)
+        doc = read_root(self.bucket)
         self._count(len(doc))
         if doc == self.root_doc:
             return None

@@ -74,8 +74,11 @@ class AzuriteServer:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
         self._workdir = tempfile.TemporaryDirectory(prefix="azurite-")
+        # (telemetry off: Azurite 3.x sends it to Microsoft by default, and with it on a SIGTERM did not end the
+        # process within 30 s: every test module using it paid 30 s at its end, waiting for the SIGKILL)
         self.proc = subprocess.Popen([self.command, "--blobHost", "127.0.0.1", "--blobPort", str(self.port),
-                                      "--inMemoryPersistence", "--skipApiVersionCheck"], cwd=self._workdir.name,
+                                      "--inMemoryPersistence", "--skipApiVersionCheck", "--disableTelemetry"],
+                                     cwd=self._workdir.name,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
                                      start_new_session=True)
         deadline = time.monotonic() + self.start_timeout

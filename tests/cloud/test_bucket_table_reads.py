@@ -68,12 +68,15 @@ def test_reopen_reads_the_footer_and_the_row_groups_it_needs(env, tmp_path):
 def test_first_open_of_one_episode_in_as_many_round_trips_at_ten_times_the_episodes(env, tmp_path):
     """A first open (no store yet) of one episode of a LeRobot-written folder in the bucket: the round trips the
     client waits for one after the other are counted by dependency (each answer held until the client has sent
-    every request it can without it: ``settle``), and are as many at 2,000 episodes as at 200."""
+    every request it can without it: ``settle``), and are as many at 2,000 episodes as at 200. Wide features make
+    the 2,000-episode table ~21 MB (its stats columns), as big as LeRobot's at ~5,000 episodes: a file LeRobot writes
+    (at most 100 MB) is read whole with the other metadata files, never footer first (a round trip more)."""
     folders = {}
     for n in (200, 2000):
         folders[n] = write_sample_dataset(tmp_path / f"src-{n}", n_episodes=n, lengths=(2, 4), episodes_per_file=n,
-                                          episodes_row_group=10, seed=n)
+                                          episodes_row_group=10, seed=n, state_dim=64, action_dim=64)
         env.upload(folders[n], f"first-{n}")
+    assert (folders[2000] / "meta/episodes/chunk-000/file-000.parquet").stat().st_size > 16 << 20
 
     def measure(n: int, attempt: int) -> tuple[int]:
         ds = open_counted(env, f"first-{n}", n // 2 + 3, tmp_path / f"s-{n}-{attempt}")
