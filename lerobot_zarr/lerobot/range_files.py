@@ -50,6 +50,7 @@ _WHOLE_FILE_MAX = 128 << 20
 _COALESCE_GAP = 1 << 20
 _MAX_RANGES = 16
 _IN_FLIGHT = 8  # requests in flight at once
+_TAIL_GAP = 64 << 10  # a range this close to the tail read for a footer is read with it (one request, not two)
 
 
 class RangeFiles(SourceFiles):
@@ -212,19 +213,22 @@ class RangeFiles(SourceFiles):
     def prefetch_footers(self, rels: Iterable[str], ranges: Mapping[str, Iterable[tuple[int, int]]] | None = None
                          ) -> None:
         """Read the parquet footers of these files, and ``ranges`` of those not read yet (ranges of a file merged
-        where they lie closer than ``_COALESCE_GAP``, less the tail its footer read takes), all at once: one round trip where
+        where they lie closer than ``_COALESCE_GAP``; less the tail its footer read takes, which reaches back to
+        those closer to it than ``_TAIL_GAP``), all at once: one round trip where
         the ranges hold what is read next (a row group whose place the reader estimated before the footer)."""
         todo = [rel for rel in dict.fromkeys(rels) if rel not in self._footers]
         self.prefetch_sizes([*todo, *(ranges or {})])
-        calls = [functools.partial(self._footer, rel) for rel in todo]
+        calls = []
         for rel, rs in (ranges or {}).items():
             if rel not in todo or rel not in self.sizes:  # (a footer read already: its reader reads exact ranges)
                 continue
             tail = self.sizes[rel] - self._footer_guess(rel)
             for a, b in coalesce(((max(0, a), min(b, tail)) for a, b in rs), _COALESCE_GAP, _MAX_RANGES):
-                if not self._holds(rel, a, b):
+                if tail - b < _TAIL_GAP and rel not in self._footer_sizes:  # near the tail: read with it
+                    self._footer_hints[rel] = tail = self.sizes[rel] - a
+                elif not self._holds(rel, a, b):
                     calls.append(functools.partial(self._fetch_ahead, rel, a, b))
-        self._in_parallel(calls)
+        self._in_parallel([*(functools.partial(self._footer, rel) for rel in todo), *calls])
 
     def prefetch_ranges(self, ranges: Mapping[str, Iterable[tuple[int, int]]], gap: int | None = None) -> None:
         """Fetch byte ranges ``[start, stop)`` of files now, all together, to be read later: ranges of a file
