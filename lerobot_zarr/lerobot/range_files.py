@@ -214,20 +214,29 @@ class RangeFiles(SourceFiles):
                          ) -> None:
         """Read the parquet footers of these files, and ``ranges`` of those not read yet (ranges of a file merged
         where they lie closer than ``_COALESCE_GAP``; less the tail its footer read takes, which reaches back to
-        those closer to it than ``_TAIL_GAP``), all at once: one round trip where
+        those closer to it than ``_TAIL_GAP``; none where they add more bytes than that tail read: a row group big
+        beside its footer is read exactly, after it), all at once: one round trip where
         the ranges hold what is read next (a row group whose place the reader estimated before the footer)."""
         todo = [rel for rel in dict.fromkeys(rels) if rel not in self._footers]
         self.prefetch_sizes([*todo, *(ranges or {})])
         calls = []
         for rel, rs in (ranges or {}).items():
-            if rel not in todo or rel not in self.sizes:  # (a footer read already: its reader reads exact ranges)
+            # (a footer read already, or of a length our index gives: its reader reads exact ranges next)
+            if rel not in todo or rel not in self.sizes or rel in self._footer_sizes:
                 continue
-            tail = self.sizes[rel] - self._footer_guess(rel)
+            guess = self._footer_guess(rel)
+            tail = self.sizes[rel] - guess
+            reach, fetch = tail, []  # where the tail read begins; the ranges read on their own
             for a, b in coalesce(((max(0, a), min(b, tail)) for a, b in rs), _COALESCE_GAP, _MAX_RANGES):
-                if tail - b < _TAIL_GAP and rel not in self._footer_sizes:  # near the tail: read with it
-                    self._footer_hints[rel] = tail = self.sizes[rel] - a
-                elif not self._holds(rel, a, b):
-                    calls.append(functools.partial(self._fetch_ahead, rel, a, b))
+                if tail - b < _TAIL_GAP:  # near the tail: read with it (and every range after it)
+                    reach = a
+                    break
+                fetch.append((a, b))
+            if (tail - reach) + sum(b - a for a, b in fetch) > guess:
+                continue  # more than the tail read again: the row groups read exactly, after the footer
+            if reach < tail:
+                self._footer_hints[rel] = self.sizes[rel] - reach
+            calls += [functools.partial(self._fetch_ahead, rel, a, b) for a, b in fetch if not self._holds(rel, a, b)]
         self._in_parallel([*(functools.partial(self._footer, rel) for rel in todo), *calls])
 
     def prefetch_ranges(self, ranges: Mapping[str, Iterable[tuple[int, int]]], gap: int | None = None) -> None:
