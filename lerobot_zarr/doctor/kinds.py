@@ -17,6 +17,7 @@ import numpy as np
 
 from ..cameras.video import TOLERANCE_S
 from ..errors import ArgumentError, CorruptStoreError
+from ..store.tables import sorted_distinct
 
 __all__ = ["SEVERITIES", "Kind", "KINDS", "THRESHOLDS", "Defect", "frame_ranges", "ranges_text", "check_kinds"]
 
@@ -127,7 +128,7 @@ def check_kinds(kinds: Iterable[str] | None, *, droppable: bool = False) -> list
 
 def frame_ranges(frames: np.ndarray | Sequence[int]) -> tuple[tuple[int, int], ...]:
     """Sorted frame numbers as half-open runs ``((first, stop), ...)``."""
-    f = np.unique(np.asarray(frames, dtype=np.int64))
+    f = sorted_distinct(np.asarray(frames, dtype=np.int64).reshape(-1))
     if not f.size:
         return ()
     cut = np.flatnonzero(np.diff(f) != 1) + 1

@@ -50,6 +50,7 @@ _WHOLE_FILE_MAX = 128 << 20
 _COALESCE_GAP = 1 << 20
 _MAX_RANGES = 16
 _IN_FLIGHT = 8  # requests in flight at once
+_TAIL_GAP = 64 << 10  # a range this close to the tail read for a footer is read with it (one request, not two)
 
 
 class RangeFiles(SourceFiles):
@@ -209,11 +210,34 @@ class RangeFiles(SourceFiles):
             self._footer_hints.setdefault(rel, min(1 << 20, max(_FOOTER_GUESS, size // 128)))
             self._footer(rel)
 
-    def prefetch_footers(self, rels: Iterable[str]) -> None:
-        """Read the parquet footers of these files, all at once."""
+    def prefetch_footers(self, rels: Iterable[str], ranges: Mapping[str, Iterable[tuple[int, int]]] | None = None
+                         ) -> None:
+        """Read the parquet footers of these files, and ``ranges`` of those not read yet (ranges of a file merged
+        where they lie closer than ``_COALESCE_GAP``; less the tail its footer read takes, which reaches back to
+        those closer to it than ``_TAIL_GAP``; none where they add more bytes than that tail read: a row group big
+        beside its footer is read exactly, after it), all at once: one round trip where
+        the ranges hold what is read next (a row group whose place the reader estimated before the footer)."""
         todo = [rel for rel in dict.fromkeys(rels) if rel not in self._footers]
-        self.prefetch_sizes(todo)
-        self._in_parallel([functools.partial(self._footer, rel) for rel in todo])
+        self.prefetch_sizes([*todo, *(ranges or {})])
+        calls = []
+        for rel, rs in (ranges or {}).items():
+            # (a footer read already, or of a length our index gives: its reader reads exact ranges next)
+            if rel not in todo or rel not in self.sizes or rel in self._footer_sizes:
+                continue
+            guess = self._footer_guess(rel)
+            tail = self.sizes[rel] - guess
+            reach, fetch = tail, []  # where the tail read begins; the ranges read on their own
+            for a, b in coalesce(((max(0, a), min(b, tail)) for a, b in rs), _COALESCE_GAP, _MAX_RANGES):
+                if tail - b < _TAIL_GAP:  # near the tail: read with it (and every range after it)
+                    reach = a
+                    break
+                fetch.append((a, b))
+            if (tail - reach) + sum(b - a for a, b in fetch) > guess:
+                continue  # more than the tail read again: the row groups read exactly, after the footer
+            if reach < tail:
+                self._footer_hints[rel] = self.sizes[rel] - reach
+            calls += [functools.partial(self._fetch_ahead, rel, a, b) for a, b in fetch if not self._holds(rel, a, b)]
+        self._in_parallel([*(functools.partial(self._footer, rel) for rel in todo), *calls])
 
     def prefetch_ranges(self, ranges: Mapping[str, Iterable[tuple[int, int]]], gap: int | None = None) -> None:
         """Fetch byte ranges ``[start, stop)`` of files now, all together, to be read later: ranges of a file
@@ -297,9 +321,7 @@ class RangeFiles(SourceFiles):
         import pyarrow.parquet as pq
 
         size = self.size(rel)
-        exact = self._footer_sizes.get(rel)
-        guess = exact if exact is not None else max(_FOOTER_GUESS, self._footer_hints.get(rel, 0))
-        start = max(0, size - guess)
+        start = max(0, size - self._footer_guess(rel))
         tail = self.get(rel, start, size)
         if len(tail) < 8 or tail[-4:] != b"PAR1":
             raise CorruptSourceError(f"{self.location(rel)}: not a parquet file (no PAR1 magic at its end)")
@@ -314,6 +336,11 @@ class RangeFiles(SourceFiles):
             return pq.read_metadata(pa.BufferReader(b"PAR1" + tail[-8 - length:]))
         except (pa.ArrowInvalid, OSError) as exc:
             raise CorruptSourceError(f"{self.location(rel)}: unreadable parquet footer ({exc})") from exc
+
+    def _footer_guess(self, rel: str) -> int:
+        """The bytes of the tail read for a footer: its exact length from our index, else the reader's estimate."""
+        exact = self._footer_sizes.get(rel)
+        return exact if exact is not None else max(_FOOTER_GUESS, self._footer_hints.get(rel, 0))
 
     def seed_footer(self, rel: str, metadata: pq.FileMetaData | None = None, size: int | None = None) -> None:
         """What our index file knows of a footer: the footer itself (no request for it), or its size in bytes

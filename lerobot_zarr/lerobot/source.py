@@ -37,6 +37,9 @@ from .source_meta import FeatureSpec, KnownEpisodes, LeRobotMetadata, SourceEpis
 __all__ = ["FeatureSpec", "SourceEpisodes", "LeRobotSource", "is_lerobot_folder"]
 
 
+_WINDOW_EPISODES = 8  # episodes whose rows an open fetches with their data files' footers (see _row_windows)
+
+
 class LeRobotSource:
     """A LeRobot dataset (a local folder, or any ``SourceFiles``): metadata parsed on construction, frames read
     on demand per episode. ``known``: what a store made from it holds of its episode table; then only the episodes
@@ -75,13 +78,36 @@ class LeRobotSource:
         if located:
             data = [r for r in self.files.list("data") if r.endswith(".parquet")]
             share = len(self.episodes) / max(1, sum(self.files.size(r) for r in data))
+        hints = {}
         for rel in rels:
             # ~120 B of metadata per numeric column chunk with statistics; an image column's hold a PNG's bytes
             groups = len(self._episodes_of_file.get(rel, ()))
             if share is not None:
                 groups = max(groups, round(share * self.files.size(rel)))
-            self.files.footer_hint(rel, 16384 + groups * (192 * leaves + 8192 * images))
-        self.files.prefetch_footers(rels)
+            hints[rel] = 16384 + groups * (192 * leaves + 8192 * images)
+            self.files.footer_hint(rel, hints[rel])
+        self.files.prefetch_footers(rels, self._row_windows(episodes, hints) if not located else None)
+
+    def _row_windows(self, episodes: Sequence[int], hints: dict[str, int]) -> dict[str, list[tuple[int, int]]]:
+        """Where the rows of a few ``episodes`` likely lie in their data files, estimated before the footers (rows
+        spread evenly between the magic and a footer of between a quarter of its estimate and all of it, with a
+        margin of an episode's bytes and 16 KiB each side): fetched with the footers, they save the round trip of reading them after (a wrong estimate costs
+        that round trip, never a value: reads take only held bytes that hold the whole range). None for more than
+        ``_WINDOW_EPISODES`` episodes (an open of many reads whole runs of row groups)."""
+        if len(episodes) > _WINDOW_EPISODES:
+            return {}
+        t, out = self.episodes, {}
+        for e in episodes:
+            rel = t.data_file[e]
+            if rel not in hints:
+                continue
+            size = self.files.size(rel)
+            rows = int(max(t.file_row[i] + t.length[i] for i in self._episodes_of_file[rel]))
+            first, stop = int(t.file_row[e]) / rows, int(t.file_row[e] + t.length[e]) / rows
+            low, high = size - 12 - hints[rel], size - 12 - hints[rel] // 4  # the bytes of the row groups
+            margin = (16 << 10) + (stop - first) * high
+            out.setdefault(rel, []).append((int(4 + first * low - margin), int(4 + stop * high + margin)))
+        return out
 
     def _resolve_frame_shapes(self) -> None:
         """Fix each feature's stored per-frame shape from a data file's schema (every file must agree)."""

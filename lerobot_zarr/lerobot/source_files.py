@@ -69,8 +69,10 @@ class SourceFiles(ABC):
         """These files will be read soon (whole, or their parquet footer when big), and the parquet footers of
         ``footers`` (``{file: about how many bytes}``): all in one round trip."""
 
-    def prefetch_footers(self, rels: Iterable[str]) -> None:
-        """The parquet footers of these files will be read soon."""
+    def prefetch_footers(self, rels: Iterable[str], ranges: Mapping[str, Iterable[tuple[int, int]]] | None = None
+                         ) -> None:
+        """The parquet footers of these files will be read soon, and byte ranges ``[start, stop)`` of them
+        (``{file: ranges}``, estimates where rows lie: fetched with the footers, read from if they hold them)."""
 
     def prefetch_sizes(self, rels: Iterable[str], folders: Iterable[str] = ()) -> None:
         """These files will be asked for soon (whether they exist, their size), and every file of ``folders``: a

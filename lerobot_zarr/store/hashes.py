@@ -13,7 +13,7 @@ import numpy as np
 
 from ..errors import CorruptStoreError
 from ..utils.hashing import ALGORITHM, crc32c
-from .tables import EpisodeTable, appended, checked_int, location_key, parse_ranges, ranges_of
+from .tables import EpisodeTable, appended, checked_int, location_key, parse_ranges, ranges_of, sorted_distinct
 
 __all__ = ["ContentHashes", "root_hash"]
 
@@ -87,7 +87,7 @@ class ContentHashes:
         if not entries and not files:
             return self
         names = sorted({*self.values, *(n for per in entries.values() for n in per)})
-        new_keys = np.unique(location_key([c for c, _ in entries], [o for _, o in entries])) if entries else \
+        new_keys = sorted_distinct(location_key([c for c, _ in entries], [o for _, o in entries])) if entries else \
             np.zeros(0, np.int64)
         if len(new_keys) and (not len(self.keys) or new_keys[0] > self.keys[-1]):
             # new episodes after every known one (an append's commit): O(1) amortized in the episodes (appended)
@@ -101,7 +101,7 @@ class ContentHashes:
             keys = np.concatenate([self.keys, new_keys])
             old_at = np.arange(len(self.keys))
         else:
-            keys = np.union1d(self.keys, new_keys)
+            keys = sorted_distinct(np.concatenate([self.keys, new_keys]))
             old_at = np.searchsorted(keys, self.keys)
         values = {}
         for name in names:
@@ -118,7 +118,7 @@ class ContentHashes:
     def restricted(self, table: EpisodeTable, names: Iterable[str]) -> ContentHashes:
         """Only the hashes of ``table``'s episodes and of ``names``."""
         names = [n for n in names if n in self.values]
-        want = np.unique(location_key(table.chunk, table.offset)) if len(table) else np.zeros(0, np.int64)
+        want = sorted_distinct(location_key(table.chunk, table.offset)) if len(table) else np.zeros(0, np.int64)
         keep = np.isin(self.keys, want)
         return ContentHashes(self.keys[keep], {n: self.values[n][keep] for n in names}, dict(self.files))
 

@@ -22,7 +22,7 @@ from .text import TEXT_CODEC, TEXT_KINDS
 
 __all__ = ["MAX_ROWS", "MAX_EPISODES", "MAX_PACKS", "MAX_FRAMES", "MAX_FRAME_BYTES", "MAX_PACK_BYTES",
            "DEFAULT_PACK_BYTES", "Storage", "STORAGES", "ArraySpec", "array_spec", "EpisodeTable", "PackLayout",
-           "location_key", "checked_int", "frozen_ints", "appended", "to_ranges", "from_ranges", "ranges_mask",
+           "location_key", "sorted_distinct", "checked_int", "frozen_ints", "appended", "to_ranges", "from_ranges", "ranges_mask",
            "ranges_of",
            "parse_ranges", "pack_rows_target", "plan_packs"]
 
@@ -291,6 +291,13 @@ class PackLayout:
 def location_key(chunk: Any, offset: Any) -> Any:
     """One int64 per episode location (pack, row): packs < 2**23 and rows < 2**40 keep it exact and ordered."""
     return (np.asarray(chunk, dtype=np.int64) << 40) | np.asarray(offset, dtype=np.int64)
+
+
+def sorted_distinct(values: np.ndarray) -> np.ndarray:
+    """The distinct values of a 1-D array, sorted (``np.unique`` without its import of numpy.ma: ~0.03 s of CPU
+    in a fresh process's first open)."""
+    ordered = np.sort(values)
+    return ordered[np.concatenate([[True], ordered[1:] != ordered[:-1]])] if len(ordered) else ordered
 
 
 def checked_int(value: Any, where: str, low: int | None = None, high: int | None = None) -> int:

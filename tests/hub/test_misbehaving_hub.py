@@ -39,6 +39,7 @@ from lerobot_zarr import (
     open_dataset,
 )
 from lerobot_zarr.hub import HubFiles
+from lerobot_zarr.lerobot.source import LeRobotSource
 from lerobot_zarr.testing.hub_server import HubServer
 from lerobot_zarr.testing.sample_data import write_sample_dataset
 
@@ -292,7 +293,10 @@ def test_hostile_answers_to_a_push_are_hub_errors_in_bounded_memory(hub, env, pa
 
 
 @pytest.mark.parametrize("kind", ["bad_range", "short"])
-def test_wrong_content_range_or_short_body_is_a_hub_error_naming_the_file(hub, env, kind):
+def test_wrong_content_range_or_short_body_is_a_hub_error_naming_the_file(hub, env, kind, monkeypatch):
+    # the data file read by a range (its footer's tail) as a big file is: this small one is read whole with the
+    # estimate of where the episode's rows lie, which reaches back to its first bytes
+    monkeypatch.setattr(LeRobotSource, "_row_windows", lambda self, episodes, hints: {})
     hub.inject_fault(path_contains=resolve_prefix("org/ds", hub.sha) + FILE1, kind=kind, after_bytes=10, count=100)
     with pytest.raises(HubError) as info:
         open_dataset("org/ds", episodes=[3], progress=False)
