@@ -26,14 +26,14 @@ from typing import Any
 import numpy as np
 
 from ..errors import ArgumentError, CorruptStoreError, DiskSpaceError, ReadOnlyStoreError, warn_user
-from ..lerobot.format import CAMERA_DTYPES, aggregate_stats, episodes_stats, stats_json
+from ..lerobot.format import CAMERA_DTYPES, STAT_NAMES, aggregate_stats, episodes_stats, per_episode_stats, stats_json
 from ..store.committing import append_commit, commit, live_matches, live_runs, repair_live
 from ..store.hashes import ContentHashes
 from ..store.log import FOLD_BYTES, FOLD_RECORDS, LOG_FILE, encode_record
 from ..store.packs import (PackWriters, adopt_pack_file, open_array_pack, read_text_rows, remove_retired, retire_pack,
                            unadopt_pack_file)
 from ..store.state import CREATING_MARKER, StoreState, apply_record, chunk_path, counted_info, read_state, stats_path
-from ..store.tables import ArraySpec, EpisodeTable, PackLayout, pack_rows_target
+from ..store.tables import ArraySpec, EpisodeTable, PackLayout, location_key, pack_rows_target
 from ..utils.fileio import (
     atomic_write,
     check_in_store,
@@ -59,6 +59,8 @@ _INDEX_COLUMNS = ("episode_index", "index")  # stored values may exceed LeRobot'
 _STATS_PENDING = ".stats-pending"  # stats files newer than the committed stats.json may exist
 _EDITING = ".editing"  # <pack>-<offset>: features of an episode edited in place since the last commit
 _MAX_STATS_FILE = 16 << 20  # bytes of one episode's stats file
+_MAX_STATS_BATCH = 64 << 20  # bytes of a fold's stats file (the episodes logged since the fold before)
+_BATCH_PREFIX = "batch-"  # .episode_stats/batch-<generation>.json: stats of the episodes a fold made up for
 
 
 class WriteTransaction:
@@ -89,7 +91,12 @@ class WriteTransaction:
         self.stats_rows: dict[str, dict[str, np.ndarray]] | None = None  # per-episode stats of stored values
         # appends committed to the log since stats_rows was stacked: (the episode's stats, drop, extend), stacked
         # onto it when next asked (an append's commit costs no copy of every episode's stats)
-        self._stats_appends: list[tuple[dict, int, bool]] = []
+        self._stats_appends: list[tuple[dict | None, int, bool, dict | None]] = []
+        # episodes appended with log_commits whose stats no file holds yet (written by the next commit of the root,
+        # all in one batch file): by location
+        self.unsaved: set[tuple[int, int]] = set()
+        self._batches: dict[str, set[tuple[int, int]]] = {}  # batch stats files: the live locations they cover
+        self._batch_of: dict[tuple[int, int], set[str]] = {}
         self.fresh: dict[tuple[int, int], dict[str, int]] = {}  # content hashes of rows written since the commit
         self.adopted: dict[str, tuple[str, str]] = {}  # files made packs since the commit: (pack path, their path)
         self.pack_writers = PackWriters(self.root)  # (closed by the writer's close, or when dropped)
@@ -174,6 +181,13 @@ class WriteTransaction:
             if not folder.is_dir():
                 continue
             for entry in folder.iterdir():
+                if suffix and entry.name.startswith(_BATCH_PREFIX):
+                    covered = self._batch_locations(entry) & live
+                    if covered:
+                        self._note_batch(entry.name, covered)
+                    else:
+                        remove_path(entry)
+                    continue
                 key = tuple(entry.name.removesuffix(suffix).split("-"))
                 if not (len(key) == 2 and all(k.isdigit() for k in key) and (int(key[0]), int(key[1])) in live
                         and entry.name.endswith(suffix)):
@@ -208,6 +222,80 @@ class WriteTransaction:
         path = stats_path(self.root, pack, offset)  # in place: a torn file is not JSON, and is recomputed
         doc = {name: {k: _stats_cache_text(v) for k, v in per.items()} for name, per in stats.items()}
         write_in_place(path, json.dumps(doc).encode(), root=self.root)
+
+    def _note_batch(self, name: str, locations: set[tuple[int, int]]) -> None:
+        self._batches[name] = set(locations)
+        for loc in locations:
+            self._batch_of.setdefault(loc, set()).add(name)
+
+    def _batch_locations(self, path: Path) -> set[tuple[int, int]]:
+        """The episode locations a batch stats file lists (none when it is unreadable: it is then removed)."""
+        try:
+            return {(c, o) for c, o, _ in _batch_episodes(self._read_batch(path))}
+        except (OSError, CorruptStoreError, KeyError, ValueError, TypeError):
+            return set()
+
+    def _read_batch(self, path: Path) -> Any:
+        return load_json(read_bounded(path, _MAX_STATS_BATCH, root=self.root, what="episode stats"), str(path))
+
+    def _forget_stats(self, locations: Any) -> None:
+        """The stats files of episodes no longer live removed: their own files, and batch files none of whose
+        episodes is live any more."""
+        for loc in locations:
+            remove_path(stats_path(self.root, *loc))
+            for name in self._batch_of.pop(loc, ()):
+                held = self._batches.get(name)
+                if held is not None:
+                    held.discard(loc)
+                    if not held:
+                        del self._batches[name]
+                        remove_path(self.root / ".episode_stats" / name)
+
+    def _write_stats_batch(self, table: EpisodeTable, rows: Mapping[str, Mapping[str, np.ndarray]]) -> None:
+        """One file holding the stats of the episodes appended to the log since the last commit of the root
+        (:attr:`unsaved`): one file per fold instead of one per episode (creating a file costs more CPU than an
+        RL episode's commit otherwise takes on ext4). A cache like the episodes' own files: an episode that is in
+        none (a writer killed before its fold) gets its stats recomputed from its rows."""
+        unsaved, self.unsaved = self.unsaved, set()
+        if not unsaved or not rows:
+            return
+        keys = location_key(table.chunk, table.offset)
+        wanted = location_key(*np.array(sorted(unsaved), dtype=np.int64).T)
+        hit = np.flatnonzero(np.isin(keys, wanted))
+        if not len(hit):
+            return
+        doc = {"episodes": [[int(table.chunk[e]), int(table.offset[e]), int(table.length[e])] for e in hit.tolist()],
+               "stats": {name: {k: {"shape": list(v.shape[1:]), "data": _stats_cache_text(v[hit])}
+                                for k, v in per.items()} for name, per in rows.items()}}
+        name = f"{_BATCH_PREFIX}{self.state.generation}.json"
+        write_in_place(self.root / ".episode_stats" / name, json.dumps(doc).encode(), root=self.root)
+        self._note_batch(name, {(c, o) for c, o, _ in doc["episodes"]})
+
+    def _batched_stats(self, episodes: list[dict[str, np.ndarray]]) -> list[dict[str, dict[str, np.ndarray]]]:
+        """:meth:`features_stats` of several episodes' numeric features ``{name: stored values}`` in one pass over
+        them all (the same values bit for bit: per-episode sums, sorts and quantiles as one episode's; numpy's
+        per-call cost, not the data, is what an RL episode's stats cost)."""
+        names = list(episodes[0])
+        lengths = np.array([len(ep[names[0]]) for ep in episodes], dtype=np.int64)
+        flats = {name: np.concatenate([np.asarray(ep[name]).reshape(len(ep[name]), -1) for ep in episodes])
+                 for name in names}
+        merged = per_episode_stats(np.concatenate([flats[name].astype(np.float64) for name in names], axis=1),
+                                   lengths)
+        starts = np.cumsum(lengths) - lengths
+        out: list[dict[str, dict[str, np.ndarray]]] = [{} for _ in episodes]
+        at = 0
+        for name in names:
+            flat = flats[name]
+            width = flat.shape[1]
+            shape = np.shape(episodes[0][name])[1:] or (1,)
+            low, high = np.minimum.reduceat(flat, starts, axis=0), np.maximum.reduceat(flat, starts, axis=0)
+            for i in range(len(episodes)):
+                stats = {k: merged[k][i, at:at + width].reshape(shape) for k in STAT_NAMES if k != "count"}
+                stats["min"], stats["max"] = low[i].reshape(shape), high[i].reshape(shape)
+                stats["count"] = merged["count"][i]
+                out[i][name] = {k: stats[k] for k in STAT_NAMES}
+            at += width
+        return out
 
     def stats_of(self, pack: int, offset: int, arrays: Mapping[str, np.ndarray], episode: int | None = None
                  ) -> dict[str, dict[str, np.ndarray]]:
@@ -267,7 +355,8 @@ class WriteTransaction:
         except FileNotFoundError:
             return False
         t = self.state.table
-        return any(f"{c}-{o}.json" not in present for c, o in zip(t.chunk.tolist(), t.offset.tolist(), strict=True))
+        return any(f"{c}-{o}.json" not in present and (c, o) not in self._batch_of
+                   for c, o in zip(t.chunk.tolist(), t.offset.tolist(), strict=True))
 
     def mark_editing(self, key: tuple[int, int], names: set[str]) -> None:
         """Record, before an in-place edit writes, which features of the episode at ``key`` it edits."""
@@ -321,14 +410,18 @@ class WriteTransaction:
         chosen = range(len(table)) if episodes is None else [int(e) for e in episodes]
         found: list[dict] = []
         todo = []
+        batches: dict[str, dict | None] = {}
         for i, e in enumerate(chosen):
+            loc = (int(table.chunk[e]), int(table.offset[e]))
             try:
-                path = stats_path(self.root, int(table.chunk[e]), int(table.offset[e]))
+                path = stats_path(self.root, *loc)
                 doc = load_json(read_bounded(path, _MAX_STATS_FILE, root=self.root, what="episode stats"), str(path))
                 found.append(self._checked_stats(doc, int(table.length[e]), e))
-            except (FileNotFoundError, KeyError, ValueError, TypeError, AttributeError):
-                found.append({})
-                todo.append((i, e))
+            except (FileNotFoundError, KeyError, ValueError, TypeError, AttributeError, CorruptStoreError):
+                stats = self._batched_entry(loc, int(table.length[e]), e, batches)
+                found.append(stats or {})
+                if stats is None:
+                    todo.append((i, e))
         with progress_bar(sum(int(table.length[e]) for _, e in todo), f"episode stats of {self.root.name}",
                           len(todo) > 1) as bar:
             for i, e in todo:
@@ -340,14 +433,40 @@ class WriteTransaction:
             self.stats_rows = stacked
         return stacked
 
+    def _batched_entry(self, loc: tuple[int, int], length: int, e: int, batches: dict[str, dict | None]
+                       ) -> dict[str, dict[str, np.ndarray]] | None:
+        """Episode ``e``'s stats from a batch stats file listing it at ``loc`` over ``length`` frames (the newest
+        such file first), checked as an episode's own file is; None when none holds them."""
+        for name in sorted(self._batch_of.get(loc, ()), key=_batch_generation, reverse=True):
+            if name not in batches:
+                try:
+                    doc = self._read_batch(self.root / ".episode_stats" / name)
+                    where = {(c, o, n): i for i, (c, o, n) in enumerate(_batch_episodes(doc))}
+                    stats = {feature: {k: _stats_cache_values(v["data"], np.empty((len(where), *v["shape"])))
+                                       for k, v in per.items()} for feature, per in doc["stats"].items()}
+                    batches[name] = {"where": where, "stats": stats}
+                except (OSError, CorruptStoreError, KeyError, ValueError, TypeError, AttributeError):
+                    batches[name] = None
+            batch = batches[name]
+            i = None if batch is None else batch["where"].get((*loc, length))
+            if i is None:
+                continue
+            try:
+                return self._checked_stats({feature: {k: v[i] for k, v in per.items()}
+                                            for feature, per in batch["stats"].items()}, length, e)
+            except (KeyError, ValueError, TypeError, AttributeError):
+                continue
+        return None
+
     def _stacked_appends(self) -> dict[str, dict[str, np.ndarray]]:
-        """:attr:`stats_rows` with the appends committed since stacked onto it: one concatenation per stat."""
+        """:attr:`stats_rows` with the appends committed since stacked onto it: one concatenation per stat (the
+        stats of appends that put them off computed first, all in one pass)."""
         rows, appends, self._stats_appends = self.stats_rows, self._stats_appends, []
         first = next((v for stats in rows.values() for v in stats.values()), None)
         if first is None:
             return rows
         start, stop, new = 0, len(first), []
-        for stats, drop, extend in appends:
+        for stats, drop, extend, values in appends:
             taken = min(drop, stop - start)
             start += taken
             del new[:drop - taken]
@@ -356,7 +475,12 @@ class WriteTransaction:
                     new.pop()
                 else:
                     stop -= 1
-            new.append(stats)
+            new.append((stats, values))
+        owed = [i for i, (stats, _) in enumerate(new) if stats is None]
+        if owed:
+            for i, stats in zip(owed, self._batched_stats([new[i][1] for i in owed]), strict=True):
+                new[i] = (stats, None)
+        new = [stats for stats, _ in new]
         return {name: {k: np.concatenate([v[start:stop], np.stack([s[name][k] for s in new])]) for k, v in
                        stats.items()} for name, stats in rows.items()}
 
@@ -455,8 +579,9 @@ class WriteTransaction:
         kept = {(int(c), int(o)) for c, o in zip(table.chunk.tolist(), table.offset.tolist(), strict=True)}
         gone = {(int(c), int(o)) for c, o in zip(previous.table.chunk.tolist(), previous.table.offset.tolist(),
                                                  strict=True)} - kept
-        for pack, offset in gone:
-            remove_path(stats_path(self.root, pack, offset))
+        self._forget_stats(gone)
+        if rows is not None:
+            self._write_stats_batch(table, rows)
         for pack in retire:
             retire_pack(self.root, self.state.arrays, pack)
         for pack in expired:
@@ -465,16 +590,22 @@ class WriteTransaction:
             self.on_commit(self.state)
         return self.state
 
-    def commit_appended(self, stats: dict[str, dict[str, np.ndarray]], *, row: tuple[int, ...], packs: PackLayout,
-                        tasks: tuple[str, ...], gaps: dict[str, dict[int, str]], drop: int, extend: bool
-                        ) -> StoreState:
+    def commit_appended(self, stats: dict[str, dict[str, np.ndarray]] | None, *, row: tuple[int, ...],
+                        packs: PackLayout, tasks: tuple[str, ...], gaps: dict[str, dict[int, str]], drop: int,
+                        extend: bool, values: dict[str, np.ndarray] | None = None) -> StoreState:
         """The commit of an append (one episode added, or the last one extended, after ``drop`` of the oldest were
         dropped): with :attr:`log_commits`, a record appended to the log (no root rewrite: its cost does not grow
         with the store), else (or when the change is more than that) :meth:`commit`. ``stats``: the new (or
         extended) episode's stats, ``row`` its row of the table (:meth:`EpisodeTable.appended`), ``gaps`` as in
         :meth:`commit`. The dataset stats in the root are those of the last fold; the log is
-        folded into the root every ``FOLD_RECORDS`` records, at :meth:`fold` and when a writer opens the store."""
+        folded into the root every ``FOLD_RECORDS`` records, at :meth:`fold` and when a writer opens the store.
+
+        ``stats`` None: the episode's numeric stats are put off, ``values`` are its stored values to compute them
+        from (a copy), with the other episodes' put off since, when next needed (at the fold, in one pass). With
+        :attr:`log_commits`, the episode's stats go to the batch file of the next commit of the root."""
         previous = self.state
+        if self.log_commits:
+            self.unsaved.add((int(row[2]), int(row[3])))
         n_old = len(previous.packs)
         plain = (not self.log_commits or not previous.logged or self.dirty or any(gaps.values()) or self.gaps
                  or previous.pending_tasks or previous.source.get("kind") not in ("recorded", "edited")
@@ -484,6 +615,8 @@ class WriteTransaction:
                  or self.log_count >= FOLD_RECORDS or self.log_at >= FOLD_BYTES)
         if plain:
             rows = self.episode_stats_rows()
+            if stats is None:
+                stats = self._batched_stats([values])[0]
             kept = slice(drop, len(previous.table) - 1 if extend else None)  # the other episodes that stay
             rows = {name: {k: np.concatenate([v[kept], stats[name][k][None]]) for k, v in rows[name].items()}
                     for name in rows}
@@ -505,10 +638,10 @@ class WriteTransaction:
         self.log_at += len(record)
         self.log_count += 1
         self.fresh, self.adopted = {}, {}
-        if self.stats_rows is not None:  # (else read from the stats files when first asked, this one's included)
-            self._stats_appends.append((stats, drop, extend))
-        for c, o in zip(previous.table.chunk[:drop].tolist(), previous.table.offset[:drop].tolist(), strict=True):
-            remove_path(stats_path(self.root, c, o))
+        if self.stats_rows is not None:  # (else read from the stats files when first asked, or recomputed)
+            self._stats_appends.append((stats, drop, extend, values))
+        self._forget_stats(zip(previous.table.chunk[:drop].tolist(), previous.table.offset[:drop].tolist(),
+                               strict=True))
         if self.on_commit is not None:
             self.on_commit(self.state)
         return self.state
@@ -527,6 +660,7 @@ class WriteTransaction:
         self.state = drop_empty_features(state)
         self.log_at, self.log_count = state.log_records.size, len(state.log_records)
         self.fresh, self.adopted, self.dirty, self.stats_rows, self._stats_appends = {}, {}, {}, None, []
+        self.unsaved = set()  # (their stats recomputed from the rows when next needed)
         self.gaps = {name: self.state.unavailable_of(name) for name in self.state.arrays
                      if self.state.unavailable_of(name)}
         if self.on_commit is not None:
@@ -726,6 +860,21 @@ def _stats_cache_text(value: Any) -> str:
     an RL buffer's episode has ~300). Writers before this format read such a file as unusable and recompute it
     from the data (it is a cache)."""
     return base64.b64encode(np.asarray(value, dtype="<f8").tobytes()).decode("ascii")
+
+
+def _batch_episodes(doc: Any) -> list[tuple[int, int, int]]:
+    """The (pack, offset, length) of each episode of a batch stats file, in its order."""
+    out = [(int(c), int(o), int(n)) for c, o, n in doc["episodes"]]
+    if any(isinstance(v, bool) for item in doc["episodes"] for v in item):
+        raise ValueError("not integers")
+    return out
+
+
+def _batch_generation(name: str) -> int:
+    try:
+        return int(name.removeprefix(_BATCH_PREFIX).removesuffix(".json"))
+    except ValueError:
+        return -1
 
 
 def _stats_cache_values(value: Any, computed: np.ndarray) -> np.ndarray:
