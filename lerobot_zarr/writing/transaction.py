@@ -271,10 +271,10 @@ class WriteTransaction:
         write_in_place(self.root / ".episode_stats" / name, json.dumps(doc).encode(), root=self.root)
         self._note_batch(name, {(c, o) for c, o, _ in doc["episodes"]})
 
-    def _batched_stats(self, episodes: list[dict[str, np.ndarray]]) -> list[dict[str, dict[str, np.ndarray]]]:
+    def batched_stats(self, episodes: list[dict[str, np.ndarray]]) -> dict[str, dict[str, np.ndarray]]:
         """:meth:`features_stats` of several episodes' numeric features ``{name: stored values}`` in one pass over
-        them all (the same values bit for bit: per-episode sums, sorts and quantiles as one episode's; numpy's
-        per-call cost, not the data, is what an RL episode's stats cost)."""
+        them all, stacked (row i: episode i's, the same values bit for bit: per-episode sums, sorts and quantiles
+        as one episode's; numpy's per-call cost, not the data, is what an RL episode's stats cost)."""
         names = list(episodes[0])
         lengths = np.array([len(ep[names[0]]) for ep in episodes], dtype=np.int64)
         flats = {name: np.concatenate([np.asarray(ep[name]).reshape(len(ep[name]), -1) for ep in episodes])
@@ -282,18 +282,18 @@ class WriteTransaction:
         merged = per_episode_stats(np.concatenate([flats[name].astype(np.float64) for name in names], axis=1),
                                    lengths)
         starts = np.cumsum(lengths) - lengths
-        out: list[dict[str, dict[str, np.ndarray]]] = [{} for _ in episodes]
+        m = len(episodes)
+        out = {}
         at = 0
         for name in names:
             flat = flats[name]
             width = flat.shape[1]
-            shape = np.shape(episodes[0][name])[1:] or (1,)
-            low, high = np.minimum.reduceat(flat, starts, axis=0), np.maximum.reduceat(flat, starts, axis=0)
-            for i in range(len(episodes)):
-                stats = {k: merged[k][i, at:at + width].reshape(shape) for k in STAT_NAMES if k != "count"}
-                stats["min"], stats["max"] = low[i].reshape(shape), high[i].reshape(shape)
-                stats["count"] = merged["count"][i]
-                out[i][name] = {k: stats[k] for k in STAT_NAMES}
+            shape = (m, *(np.shape(episodes[0][name])[1:] or (1,)))
+            stats = {k: merged[k][:, at:at + width].reshape(shape) for k in STAT_NAMES if k != "count"}
+            stats["min"] = np.minimum.reduceat(flat, starts, axis=0).reshape(shape)
+            stats["max"] = np.maximum.reduceat(flat, starts, axis=0).reshape(shape)
+            stats["count"] = merged["count"]
+            out[name] = {k: stats[k] for k in STAT_NAMES}
             at += width
         return out
 
@@ -476,13 +476,25 @@ class WriteTransaction:
                 else:
                     stop -= 1
             new.append((stats, values))
-        owed = [i for i, (stats, _) in enumerate(new) if stats is None]
-        if owed:
-            for i, stats in zip(owed, self._batched_stats([new[i][1] for i in owed]), strict=True):
-                new[i] = (stats, None)
-        new = [stats for stats, _ in new]
-        return {name: {k: np.concatenate([v[start:stop], np.stack([s[name][k] for s in new])]) for k, v in
-                       stats.items()} for name, stats in rows.items()}
+        owed = [values for stats, values in new if stats is None]
+        batched = self.batched_stats(owed) if owed else {}
+        runs: list[Any] = []  # each a computed episode's stats, or [first, stop) of the batched ones
+        j = 0
+        for stats, _ in new:
+            if stats is not None:
+                runs.append(stats)
+            elif runs and isinstance(runs[-1], list):
+                runs[-1][1] = j = j + 1
+            else:
+                runs.append([j, j + 1])
+                j += 1
+
+        def pieces(name: str, k: str) -> list[np.ndarray]:
+            return [batched[name][k][run[0]:run[1]] if isinstance(run, list) else np.asarray(run[name][k])[None]
+                    for run in runs]
+
+        return {name: {k: np.concatenate([v[start:stop], *pieces(name, k)]) for k, v in stats.items()}
+                for name, stats in rows.items()}
 
     def _dataset_stats(self, table: EpisodeTable, rows: dict[str, dict[str, np.ndarray]],
                        gaps_of: Mapping[str, Mapping[int, str]]) -> dict:
@@ -616,7 +628,7 @@ class WriteTransaction:
         if plain:
             rows = self.episode_stats_rows()
             if stats is None:
-                stats = self._batched_stats([values])[0]
+                stats = {name: {k: v[0] for k, v in per.items()} for name, per in self.batched_stats([values]).items()}
             kept = slice(drop, len(previous.table) - 1 if extend else None)  # the other episodes that stay
             rows = {name: {k: np.concatenate([v[kept], stats[name][k][None]]) for k, v in rows[name].items()}
                     for name in rows}
