@@ -33,7 +33,7 @@ class StoreTransitions:
         self.generation = -1
         self.length = self.chunk = self.offset = self.pack_rows = np.zeros(0, dtype=np.int64)
         self.all_tails = True
-        self._keys = self._lengths = self._tails = np.zeros(0, dtype=np.int64)
+        self.tail_ok = np.zeros(0, dtype=bool)
 
     def load(self, state: Any, *, own: bool = False) -> None:
         """Follow a committed state: its episode table, and maps of its packs. After a commit that appended one
@@ -51,7 +51,7 @@ class StoreTransitions:
                                             f"store", path=self.root, feature=name)
             self._arrays = state.arrays
         t = state.table
-        previous = (self._keys, self._lengths, self._tails) if self._maps is not None else None
+        previous = (self.chunk, self.offset, self.length, self.tail_ok) if self._maps is not None else None
         appended_one = (self._maps is not None and state.packs.rows is self.pack_rows
                         and all(_one_more(getattr(t, k), getattr(self, k)) for k in ("length", "chunk", "offset")))
         if not appended_one:
@@ -71,7 +71,6 @@ class StoreTransitions:
             self.starts = self.ends - t.length
             self.tail_ok = self._known_tails(t, previous)
         self.all_tails = self.all_tails and bool(self.tail_ok[-1]) if appended_one else bool(self.tail_ok.all())
-        self._keys, self._lengths, self._tails = location_key(t.chunk, t.offset), t.length, self.tail_ok
 
     def _known_tails(self, t: Any, previous: tuple | None) -> np.ndarray:
         """Whether each episode of table ``t`` has its final observation row: as found before for an episode held
@@ -80,7 +79,8 @@ class StoreTransitions:
         known = np.zeros(len(t), dtype=bool)
         out = np.zeros(len(t), dtype=bool)
         if previous is not None and len(previous[0]) and len(t):
-            old_keys, old_lengths, old_tails = previous
+            old_chunk, old_offset, old_lengths, old_tails = previous
+            old_keys = location_key(old_chunk, old_offset)
             order = np.argsort(old_keys, kind="stable")
             at = np.minimum(np.searchsorted(old_keys[order], keys), len(order) - 1)
             match = order[at]

@@ -269,6 +269,10 @@ class WritableDataset:
     # recording ------------------------------------------------------------------------------------------
     def _task_indices(self, task: str | Sequence[str], n: int) -> tuple[np.ndarray, list[str]]:
         tasks = list(self._tx.state.tasks)
+        if isinstance(task, str) and task:  # one task for every frame (an RL episode's): no loop over the frames
+            if task not in tasks:
+                tasks.append(task)
+            return np.full(n, tasks.index(task), dtype=np.int64), tasks
         per_frame = [task] * n if isinstance(task, str) else list(task) if isinstance(task, Sequence) else None
         if per_frame is None or len(per_frame) != n or not all(isinstance(t, str) and t for t in per_frame):
             raise ArgumentError(f"task must be a non-empty string or one per frame ({n}), got {task!r:.200}")
