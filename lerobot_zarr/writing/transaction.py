@@ -442,8 +442,8 @@ class WriteTransaction:
                 try:
                     doc = self._read_batch(self.root / ".episode_stats" / name)
                     where = {(c, o, n): i for i, (c, o, n) in enumerate(_batch_episodes(doc))}
-                    stats = {feature: {k: _stats_cache_values(v["data"], np.empty((len(where), *v["shape"])))
-                                       for k, v in per.items()} for feature, per in doc["stats"].items()}
+                    stats = {feature: {k: _batch_values(v, len(where)) for k, v in per.items()}
+                             for feature, per in doc["stats"].items()}
                     batches[name] = {"where": where, "stats": stats}
                 except (OSError, CorruptStoreError, KeyError, ValueError, TypeError, AttributeError):
                     batches[name] = None
@@ -880,6 +880,15 @@ def _batch_episodes(doc: Any) -> list[tuple[int, int, int]]:
     if any(isinstance(v, bool) for item in doc["episodes"] for v in item):
         raise ValueError("not integers")
     return out
+
+
+def _batch_values(value: Any, rows: int) -> np.ndarray:
+    """One statistic of a batch stats file: ``rows`` rows of its ``shape``, float64 (ValueError when malformed)."""
+    shape = [int(d) for d in value["shape"]]
+    raw = base64.b64decode(value["data"].encode("ascii"), validate=True)
+    if any(d < 0 for d in shape) or len(raw) != 8 * rows * int(np.prod(shape, dtype=np.int64)):
+        raise ValueError("a statistic of another size")
+    return np.frombuffer(raw, dtype="<f8").reshape(rows, *shape)
 
 
 def _batch_generation(name: str) -> int:
