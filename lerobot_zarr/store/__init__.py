@@ -32,6 +32,13 @@ Layout of a store folder::
                                root leaves them ahead of it until the next commit or ``verify --repair``.
     .episode_stats/<k>-<offset>.json
                                per-episode statistics of the episode at row ``offset`` of pack k (writers' cache)
+    .episode_stats/batch-<generation>.json
+                               the same for the episodes a writer committed to the commit log since the fold before
+                               (written by the fold of that generation, one file for them all: ``{"episodes":
+                               [[k, offset, length], ...], "stats": {feature: {stat: {"shape", "data": base64 of
+                               float64 rows}}}}``); an episode in none of these files (its writer killed before
+                               the fold) gets its stats recomputed from its rows. Versions before it drop these
+                               files and recompute.
     .editing/<k>-<offset>      the features of that episode an in-place edit changed since the last commit (a
                                JSON list): the next writer recomputes their stats and content hashes
     .retired/<feature>/<k>     pack files of retired packs, kept a while for readers of older commits

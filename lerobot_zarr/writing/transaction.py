@@ -12,7 +12,6 @@ points and flushed before the commit that lists them, packs left without a live 
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import errno
 import json
@@ -26,14 +25,13 @@ from typing import Any
 import numpy as np
 
 from ..errors import ArgumentError, CorruptStoreError, DiskSpaceError, ReadOnlyStoreError, warn_user
-from ..lerobot.format import CAMERA_DTYPES, aggregate_stats, episodes_stats, stats_json
 from ..store.committing import append_commit, commit, live_matches, live_runs, repair_live
 from ..store.hashes import ContentHashes
 from ..store.log import FOLD_BYTES, FOLD_RECORDS, LOG_FILE, encode_record
 from ..store.packs import (PackWriters, adopt_pack_file, open_array_pack, read_text_rows, remove_retired, retire_pack,
                            unadopt_pack_file)
 from ..store.state import CREATING_MARKER, StoreState, apply_record, chunk_path, counted_info, read_state, stats_path
-from ..store.tables import ArraySpec, EpisodeTable, PackLayout, pack_rows_target
+from ..store.tables import EpisodeTable, PackLayout, pack_rows_target
 from ..utils.fileio import (
     atomic_write,
     check_in_store,
@@ -42,11 +40,10 @@ from ..utils.fileio import (
     load_json,
     read_bounded,
     replace_file,
-    write_in_place,
 )
 from ..utils.hashing import crc32c
-from ..utils.progress import progress_bar
-from .values import content_hash, count_arg, stats_of_stored
+from .stats_cache import BATCH_PREFIX, EpisodeStatsCache, remove_path
+from .values import content_hash, count_arg
 
 __all__ = ["WriteTransaction", "RETIRE_AFTER_S", "MIN_FREE_ENV", "resolve_min_free_bytes", "drop_empty_features",
            "remove_path"]
@@ -54,14 +51,11 @@ __all__ = ["WriteTransaction", "RETIRE_AFTER_S", "MIN_FREE_ENV", "resolve_min_fr
 MIN_FREE_ENV = "LEROBOT_ZARR_MIN_FREE_BYTES"
 _DEFAULT_MIN_FREE = 256 * 2**20
 RETIRE_AFTER_S = 60.0  # how long a retired pack's files stay readable for readers of older commits
-_LOCATION_STATS = ("min", "max", "mean", "q01", "q10", "q50", "q90", "q99")
-_INDEX_COLUMNS = ("episode_index", "index")  # stored values may exceed LeRobot's by the table's shifts
 _STATS_PENDING = ".stats-pending"  # stats files newer than the committed stats.json may exist
 _EDITING = ".editing"  # <pack>-<offset>: features of an episode edited in place since the last commit
-_MAX_STATS_FILE = 16 << 20  # bytes of one episode's stats file
 
 
-class WriteTransaction:
+class WriteTransaction(EpisodeStatsCache):
     """The write path of one store, whose writer lock the caller holds: allocation, row writes, commits, retiring
     and compaction (see the module docstring). Opening it cleans up after a writer that died (debris, packs no
     commit lists, half-finished retirements); :meth:`recover` then finishes what such a writer left half done.
@@ -89,7 +83,12 @@ class WriteTransaction:
         self.stats_rows: dict[str, dict[str, np.ndarray]] | None = None  # per-episode stats of stored values
         # appends committed to the log since stats_rows was stacked: (the episode's stats, drop, extend), stacked
         # onto it when next asked (an append's commit costs no copy of every episode's stats)
-        self._stats_appends: list[tuple[dict, int, bool]] = []
+        self._stats_appends: list[tuple[dict | None, int, bool, dict | None]] = []
+        # episodes appended with log_commits whose stats no file holds yet (written by the next commit of the root,
+        # all in one batch file): by location
+        self.unsaved: set[tuple[int, int]] = set()
+        self._batches: dict[str, set[tuple[int, int]]] = {}  # batch stats files: the live locations they cover
+        self._batch_of: dict[tuple[int, int], set[str]] = {}
         self.fresh: dict[tuple[int, int], dict[str, int]] = {}  # content hashes of rows written since the commit
         self.adopted: dict[str, tuple[str, str]] = {}  # files made packs since the commit: (pack path, their path)
         self.pack_writers = PackWriters(self.root)  # (closed by the writer's close, or when dropped)
@@ -174,6 +173,13 @@ class WriteTransaction:
             if not folder.is_dir():
                 continue
             for entry in folder.iterdir():
+                if suffix and entry.name.startswith(BATCH_PREFIX):
+                    covered = self._batch_locations(entry) & live
+                    if covered:
+                        self._note_batch(entry.name, covered)
+                    else:
+                        remove_path(entry)
+                    continue
                 key = tuple(entry.name.removesuffix(suffix).split("-"))
                 if not (len(key) == 2 and all(k.isdigit() for k in key) and (int(key[0]), int(key[1])) in live
                         and entry.name.endswith(suffix)):
@@ -202,40 +208,6 @@ class WriteTransaction:
                                                f" bytes (min_free_bytes= or ${MIN_FREE_ENV}); nothing was written",
                                  path=self.root)
 
-    # stats ----------------------------------------------------------------------------------------------
-    def write_stats_file(self, pack: int, offset: int, stats: Mapping[str, Mapping[str, np.ndarray]]) -> None:
-        """Keep one episode's per-feature stats next to it (a cache: recomputed from the data when unusable)."""
-        path = stats_path(self.root, pack, offset)  # in place: a torn file is not JSON, and is recomputed
-        doc = {name: {k: _stats_cache_text(v) for k, v in per.items()} for name, per in stats.items()}
-        write_in_place(path, json.dumps(doc).encode(), root=self.root)
-
-    def stats_of(self, pack: int, offset: int, arrays: Mapping[str, np.ndarray], episode: int | None = None
-                 ) -> dict[str, dict[str, np.ndarray]]:
-        """Per-episode stats of one episode's stored values, computed and kept next to it. A feature the episode
-        lacks (a gap: its video was missing) gets the stats of one zero frame, which no merge counts."""
-        gaps = [name for name, g in self.gaps.items() if episode in g] if episode is not None else []
-        stats = {name: self.episode_stats(name, np.asarray(arrays[name][:1] if name in gaps else arrays[name]))
-                 for name in self.stats_arrays()}
-        self.write_stats_file(pack, offset, stats)
-        return stats
-
-    def stats_arrays(self) -> dict[str, ArraySpec]:
-        """The arrays whose LeRobot stats a commit keeps (all but text features and those computed on demand)."""
-        return {name: spec for name, spec in self.state.arrays.items()
-                if not spec.is_text and name not in self.state.stats_on_demand}
-
-    def episode_stats(self, name: str, values: np.ndarray) -> dict[str, np.ndarray]:
-        """One episode's LeRobot stats of feature ``name`` from its stored ``values``."""
-        return stats_of_stored(self.state.arrays[name], self.state.info.get("features", {}).get(name))(values)
-
-    def features_stats(self, values: Mapping[str, Any]) -> dict[str, dict[str, np.ndarray]]:
-        """:meth:`episode_stats` of one episode's features ``{name: stored values}``: the numeric ones in one pass
-        (:func:`~lerobot_zarr.lerobot.format.episodes_stats`, the same values)."""
-        numeric = [name for name in values if self.state.arrays[name].kind not in CAMERA_DTYPES]
-        out = dict(zip(numeric, episodes_stats([np.asarray(values[name]) for name in numeric]), strict=True))
-        out.update((name, self.episode_stats(name, v)) for name, v in values.items() if name not in out)
-        return {name: out[name] for name in values}
-
     def rows_map(self, name: str, pack: int, offset: int, length: int, *, writable: bool = False) -> np.ndarray:
         """A memory map of one committed episode's rows of one feature (symlinks refused, size checked); a text
         feature's stored strings (an object array: text is never written in place)."""
@@ -260,15 +232,6 @@ class WriteTransaction:
         return {name: np.zeros((length, *spec.frame_shape), spec.dtype) if name in gaps
                 else self.rows_map(name, pack, offset, length) for name, spec in self.state.arrays.items()}
 
-    def _stats_missing(self) -> bool:
-        """Whether some episode lacks its stats file while others have one (an edit's crash dropped it)."""
-        try:
-            present = set(os.listdir(self.root / ".episode_stats"))
-        except FileNotFoundError:
-            return False
-        t = self.state.table
-        return any(f"{c}-{o}.json" not in present for c, o in zip(t.chunk.tolist(), t.offset.tolist(), strict=True))
-
     def mark_editing(self, key: tuple[int, int], names: set[str]) -> None:
         """Record, before an in-place edit writes, which features of the episode at ``key`` it edits."""
         path = self.root / _EDITING / f"{key[0]}-{key[1]}"
@@ -291,95 +254,6 @@ class WriteTransaction:
                 names = list(self.state.arrays)  # unreadable: assume every feature was edited
             if len(key) == 2 and all(k.isdigit() for k in key) and isinstance(names, list):
                 out[(int(key[0]), int(key[1]))] = {n for n in names if n in self.state.arrays}
-        return out
-
-    def _checked_stats(self, doc: Any, length: int, episode: int) -> dict[str, dict[str, np.ndarray]]:
-        """An episode's stats file (a cache of this writer's), taken only if it has every feature's stats, shaped
-        as computed ones, over ``length`` frames (one for a feature the episode lacks: see :meth:`stats_of`); else
-        ValueError (it is recomputed from the data)."""
-        out = {}
-        for name, spec in self.stats_arrays().items():
-            frames = 1 if episode in self.gaps.get(name, {}) else length  # (stats of one row keep its dtype:)
-            probe = self.episode_stats(name, np.zeros((min(frames, 2), *spec.frame_shape), dtype=spec.dtype))
-            got = {k: _stats_cache_values(doc[name][k], np.asarray(v)) for k, v in probe.items()}  # KeyError: lacks k
-            if any(got[k].shape != np.shape(v) for k, v in probe.items()) \
-                    or int(got["count"].reshape(-1)[0]) != frames:
-                raise ValueError(f"stats of {name!r} do not fit the episode")
-            out[name] = got
-        return out
-
-    def episode_stats_rows(self, episodes: Sequence[int] | None = None) -> dict[str, dict[str, np.ndarray]]:
-        """Per-episode stats, stacked: of every episode (rows in episode order), or only of ``episodes`` (rows in
-        that order: a deletion needs the kept ones only). Computed once where missing, with a progress bar."""
-        if self.stats_rows is not None:
-            if self._stats_appends:
-                self.stats_rows = self._stacked_appends()
-            rows = self.stats_rows
-            return rows if episodes is None else {name: {k: v[list(episodes)] for k, v in stats.items()}
-                                                  for name, stats in rows.items()}
-        table = self.state.table
-        chosen = range(len(table)) if episodes is None else [int(e) for e in episodes]
-        found: list[dict] = []
-        todo = []
-        for i, e in enumerate(chosen):
-            try:
-                path = stats_path(self.root, int(table.chunk[e]), int(table.offset[e]))
-                doc = load_json(read_bounded(path, _MAX_STATS_FILE, root=self.root, what="episode stats"), str(path))
-                found.append(self._checked_stats(doc, int(table.length[e]), e))
-            except (FileNotFoundError, KeyError, ValueError, TypeError, AttributeError):
-                found.append({})
-                todo.append((i, e))
-        with progress_bar(sum(int(table.length[e]) for _, e in todo), f"episode stats of {self.root.name}",
-                          len(todo) > 1) as bar:
-            for i, e in todo:
-                found[i] = self.stats_of(int(table.chunk[e]), int(table.offset[e]), self.read_episode(e), e)
-                bar.update(int(table.length[e]))
-        stacked = {name: _stack([row[name] for row in found], spec, lambda v, n=name: self.episode_stats(n, v))
-                   for name, spec in self.stats_arrays().items()}
-        if episodes is None:
-            self.stats_rows = stacked
-        return stacked
-
-    def _stacked_appends(self) -> dict[str, dict[str, np.ndarray]]:
-        """:attr:`stats_rows` with the appends committed since stacked onto it: one concatenation per stat."""
-        rows, appends, self._stats_appends = self.stats_rows, self._stats_appends, []
-        first = next((v for stats in rows.values() for v in stats.values()), None)
-        if first is None:
-            return rows
-        start, stop, new = 0, len(first), []
-        for stats, drop, extend in appends:
-            taken = min(drop, stop - start)
-            start += taken
-            del new[:drop - taken]
-            if extend:
-                if new:
-                    new.pop()
-                else:
-                    stop -= 1
-            new.append(stats)
-        return {name: {k: np.concatenate([v[start:stop], np.stack([s[name][k] for s in new])]) for k, v in
-                       stats.items()} for name, stats in rows.items()}
-
-    def _dataset_stats(self, table: EpisodeTable, rows: dict[str, dict[str, np.ndarray]],
-                       gaps_of: Mapping[str, Mapping[int, str]]) -> dict:
-        """LeRobot's stats.json from per-episode stats: count-weighted merge, index columns shifted back."""
-        if not len(table):
-            return {}
-        out = {}
-        for name, stats in rows.items():
-            gaps = gaps_of.get(name)
-            if gaps:  # episodes without this feature's frames (zeros in the store) do not count
-                keep = np.ones(len(table), dtype=bool)
-                keep[[e for e in gaps if e < len(table)]] = False
-                if not keep.any():
-                    continue
-                stats = {k: v[keep] for k, v in stats.items()}
-            if name in _INDEX_COLUMNS:
-                shift = (table.episode_index_shift if name == "episode_index" else table.index_shift)
-                stats = dict(stats)
-                for key in _LOCATION_STATS:
-                    stats[key] = stats[key] - shift.reshape(-1, *[1] * (stats[key].ndim - 1))
-            out[name] = stats_json(aggregate_stats(stats))
         return out
 
     def _fold_dirty(self, table: EpisodeTable, rows: dict[str, dict[str, np.ndarray]]
@@ -455,8 +329,9 @@ class WriteTransaction:
         kept = {(int(c), int(o)) for c, o in zip(table.chunk.tolist(), table.offset.tolist(), strict=True)}
         gone = {(int(c), int(o)) for c, o in zip(previous.table.chunk.tolist(), previous.table.offset.tolist(),
                                                  strict=True)} - kept
-        for pack, offset in gone:
-            remove_path(stats_path(self.root, pack, offset))
+        self._forget_stats(gone)
+        if rows is not None:
+            self._write_stats_batch(table, rows)
         for pack in retire:
             retire_pack(self.root, self.state.arrays, pack)
         for pack in expired:
@@ -465,16 +340,22 @@ class WriteTransaction:
             self.on_commit(self.state)
         return self.state
 
-    def commit_appended(self, stats: dict[str, dict[str, np.ndarray]], *, row: tuple[int, ...], packs: PackLayout,
-                        tasks: tuple[str, ...], gaps: dict[str, dict[int, str]], drop: int, extend: bool
-                        ) -> StoreState:
+    def commit_appended(self, stats: dict[str, dict[str, np.ndarray]] | None, *, row: tuple[int, ...],
+                        packs: PackLayout, tasks: tuple[str, ...], gaps: dict[str, dict[int, str]], drop: int,
+                        extend: bool, values: dict[str, np.ndarray] | None = None) -> StoreState:
         """The commit of an append (one episode added, or the last one extended, after ``drop`` of the oldest were
         dropped): with :attr:`log_commits`, a record appended to the log (no root rewrite: its cost does not grow
         with the store), else (or when the change is more than that) :meth:`commit`. ``stats``: the new (or
         extended) episode's stats, ``row`` its row of the table (:meth:`EpisodeTable.appended`), ``gaps`` as in
         :meth:`commit`. The dataset stats in the root are those of the last fold; the log is
-        folded into the root every ``FOLD_RECORDS`` records, at :meth:`fold` and when a writer opens the store."""
+        folded into the root every ``FOLD_RECORDS`` records, at :meth:`fold` and when a writer opens the store.
+
+        ``stats`` None: the episode's numeric stats are put off, ``values`` are its stored values to compute them
+        from (a copy), with the other episodes' put off since, when next needed (at the fold, in one pass). With
+        :attr:`log_commits`, the episode's stats go to the batch file of the next commit of the root."""
         previous = self.state
+        if self.log_commits:
+            self.unsaved.add((int(row[2]), int(row[3])))
         n_old = len(previous.packs)
         plain = (not self.log_commits or not previous.logged or self.dirty or any(gaps.values()) or self.gaps
                  or previous.pending_tasks or previous.source.get("kind") not in ("recorded", "edited")
@@ -484,6 +365,8 @@ class WriteTransaction:
                  or self.log_count >= FOLD_RECORDS or self.log_at >= FOLD_BYTES)
         if plain:
             rows = self.episode_stats_rows()
+            if stats is None:
+                stats = {name: {k: v[0] for k, v in per.items()} for name, per in self.batched_stats([values]).items()}
             kept = slice(drop, len(previous.table) - 1 if extend else None)  # the other episodes that stay
             rows = {name: {k: np.concatenate([v[kept], stats[name][k][None]]) for k, v in rows[name].items()}
                     for name in rows}
@@ -505,10 +388,10 @@ class WriteTransaction:
         self.log_at += len(record)
         self.log_count += 1
         self.fresh, self.adopted = {}, {}
-        if self.stats_rows is not None:  # (else read from the stats files when first asked, this one's included)
-            self._stats_appends.append((stats, drop, extend))
-        for c, o in zip(previous.table.chunk[:drop].tolist(), previous.table.offset[:drop].tolist(), strict=True):
-            remove_path(stats_path(self.root, c, o))
+        if self.stats_rows is not None:  # (else read from the stats files when first asked, or recomputed)
+            self._stats_appends.append((stats, drop, extend, values))
+        self._forget_stats(zip(previous.table.chunk[:drop].tolist(), previous.table.offset[:drop].tolist(),
+                               strict=True))
         if self.on_commit is not None:
             self.on_commit(self.state)
         return self.state
@@ -527,6 +410,7 @@ class WriteTransaction:
         self.state = drop_empty_features(state)
         self.log_at, self.log_count = state.log_records.size, len(state.log_records)
         self.fresh, self.adopted, self.dirty, self.stats_rows, self._stats_appends = {}, {}, {}, None, []
+        self.unsaved = set()  # (their stats recomputed from the rows when next needed)
         self.gaps = {name: self.state.unavailable_of(name) for name in self.state.arrays
                      if self.state.unavailable_of(name)}
         if self.on_commit is not None:
@@ -720,30 +604,6 @@ class WriteTransaction:
                             table.index_shift), packs
 
 
-def _stats_cache_text(value: Any) -> str:
-    """One statistic in an episode's stats file: its values as float64 (what reading them back gives) in
-    little-endian bytes, base64: exact, and about half the CPU of JSON numbers (a float's shortest repr costs ~1 us;
-    an RL buffer's episode has ~300). Writers before this format read such a file as unusable and recompute it
-    from the data (it is a cache)."""
-    return base64.b64encode(np.asarray(value, dtype="<f8").tobytes()).decode("ascii")
-
-
-def _stats_cache_values(value: Any, computed: np.ndarray) -> np.ndarray:
-    """A statistic read from an episode's stats file (base64 of float64 bytes, or JSON numbers as written before:
-    their shape checked by the caller) in the dtype it is ``computed`` in; ValueError when malformed, or when an
-    integer statistic (``count``) is not a whole number an integer holds."""
-    if isinstance(value, str):
-        raw = base64.b64decode(value.encode("ascii"), validate=True)
-        if len(raw) != 8 * computed.size:
-            raise ValueError("a statistic of another size")
-        value = np.frombuffer(raw, dtype="<f8").reshape(computed.shape)
-    values = np.asarray(value, dtype=np.float64)
-    if computed.dtype.kind in "iub" and not (np.isfinite(values).all() and (np.abs(values) < 2 ** 53).all()
-                                            and (values == np.round(values)).all()):
-        raise ValueError("an integer statistic that is not a whole number")
-    return values.astype(computed.dtype)
-
-
 def drop_empty_features(state: StoreState) -> StoreState:
     """Drop arrays the source could give for no episode (cameras whose videos are all missing): the store then
     lists them as not materialized, as one made without them would, and stays writable."""
@@ -761,27 +621,6 @@ def drop_empty_features(state: StoreState) -> StoreState:
     for name in empty:
         remove_path(state.root / name)
     return new_state
-
-
-
-
-def remove_path(path: Path | str) -> None:
-    path = Path(path)
-    with contextlib.suppress(FileNotFoundError):
-        if path.is_dir() and not path.is_symlink():
-            for child in path.iterdir():
-                remove_path(child)
-            path.rmdir()
-        else:
-            path.unlink()
-
-
-def _stack(rows: list[dict[str, np.ndarray]], spec: ArraySpec, stats: Callable[[np.ndarray], dict]
-           ) -> dict[str, np.ndarray]:
-    if rows:
-        return {k: np.stack([np.asarray(r[k]) for r in rows]) for k in rows[0]}
-    probe = stats(np.zeros((1, *spec.frame_shape), dtype=spec.dtype))
-    return {k: np.empty((0, *np.shape(v)), dtype=np.asarray(v).dtype) for k, v in probe.items()}
 
 
 

@@ -12,7 +12,7 @@ import numpy as np
 
 from ..errors import CorruptStoreError, warn_user
 from ..sampling.maps import PackMaps
-from ..store.tables import appended, pack_rows_target
+from ..store.tables import appended, location_key, pack_rows_target
 from .transition_layout import Layout
 
 __all__ = ["StoreTransitions"]
@@ -33,11 +33,15 @@ class StoreTransitions:
         self.generation = -1
         self.length = self.chunk = self.offset = self.pack_rows = np.zeros(0, dtype=np.int64)
         self.all_tails = True
+        self.tail_ok = np.zeros(0, dtype=bool)
 
     def load(self, state: Any, *, own: bool = False) -> None:
         """Follow a committed state: its episode table, and maps of its packs. After a commit that appended one
         episode to the state loaded before (a writer's own, or a reader's next), only that episode is looked at;
-        ``own``: the writer's own commit of the episode with its final observation row (not read back)."""
+        ``own``: the writer's own commit of the episode with its final observation row (not read back). Otherwise
+        the final observation rows are read only for episodes not held before at the same place with the same
+        length (a row once given to an episode is never given to another): a checkpoint, which extends the last
+        episode, reads one, however many the buffer holds."""
         if state.arrays is not self._arrays:
             self.layout.check(state.info.get("features", {}), str(self.root))
             for name in [*self.names, "frame_index", "episode_index"]:
@@ -47,6 +51,7 @@ class StoreTransitions:
                                             f"store", path=self.root, feature=name)
             self._arrays = state.arrays
         t = state.table
+        previous = (self.chunk, self.offset, self.length, self.tail_ok) if self._maps is not None else None
         appended_one = (self._maps is not None and state.packs.rows is self.pack_rows
                         and all(_one_more(getattr(t, k), getattr(self, k)) for k in ("length", "chunk", "offset")))
         if not appended_one:
@@ -64,8 +69,26 @@ class StoreTransitions:
         else:
             self.ends = np.cumsum(t.length)
             self.starts = self.ends - t.length
-            self.tail_ok = self._tail_rows(np.arange(len(t)), t.episode_index_shift)
+            self.tail_ok = self._known_tails(t, previous)
         self.all_tails = self.all_tails and bool(self.tail_ok[-1]) if appended_one else bool(self.tail_ok.all())
+
+    def _known_tails(self, t: Any, previous: tuple | None) -> np.ndarray:
+        """Whether each episode of table ``t`` has its final observation row: as found before for an episode held
+        at the same place with the same length, read for the others."""
+        keys = location_key(t.chunk, t.offset)
+        known = np.zeros(len(t), dtype=bool)
+        out = np.zeros(len(t), dtype=bool)
+        if previous is not None and len(previous[0]) and len(t):
+            old_chunk, old_offset, old_lengths, old_tails = previous
+            old_keys = location_key(old_chunk, old_offset)
+            order = np.argsort(old_keys, kind="stable")
+            at = np.minimum(np.searchsorted(old_keys[order], keys), len(order) - 1)
+            match = order[at]
+            known = (old_keys[match] == keys) & (old_lengths[match] == t.length)
+            out[known] = old_tails[match[known]]
+        todo = np.flatnonzero(~known)
+        out[todo] = self._tail_rows(todo, t.episode_index_shift)
+        return out
 
     def _follow_packs(self, state: Any) -> None:
         """Maps of the state's packs (the maps before, followed where they can be)."""

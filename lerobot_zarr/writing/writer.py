@@ -269,6 +269,10 @@ class WritableDataset:
     # recording ------------------------------------------------------------------------------------------
     def _task_indices(self, task: str | Sequence[str], n: int) -> tuple[np.ndarray, list[str]]:
         tasks = list(self._tx.state.tasks)
+        if isinstance(task, str) and task:  # one task for every frame (an RL episode's): no loop over the frames
+            if task not in tasks:
+                tasks.append(task)
+            return np.full(n, tasks.index(task), dtype=np.int64), tasks
         per_frame = [task] * n if isinstance(task, str) else list(task) if isinstance(task, Sequence) else None
         if per_frame is None or len(per_frame) != n or not all(isinstance(t, str) and t for t in per_frame):
             raise ArgumentError(f"task must be a non-empty string or one per frame ({n}), got {task!r:.200}")
@@ -404,8 +408,17 @@ class WritableDataset:
         adopted = self._tx.adopt_files(frame_files, frames, data, pack, packs) if frame_files and not extend else set()
         episode = {name: EpisodeFrames(np.asarray(old[name]) if in_place else None, written[name][:n] if in_place
                                  else written[name][:before + n]) for name in written}
-        stats_bytes = sum(written[name].nbytes for name in self._tx.stats_arrays())  # (not stats on demand)
-        if stats_bytes < _INLINE_STATS_BYTES:  # a thread costs more than it saves
+        stats_arrays = self._tx.stats_arrays()
+        stats_bytes = sum(written[name].nbytes for name in stats_arrays)  # (not stats on demand)
+        owed = None
+        if self._tx.log_commits and not extend and stats_bytes < _INLINE_STATS_BYTES and all(
+                spec.kind not in CAMERA_DTYPES for spec in stats_arrays.values()):
+            # an RL episode's commit: its stats are put off to the fold, computed there with the others' in one
+            # pass (numpy's per-call cost is most of a short episode's); the values copied (the caller's buffers)
+            new_stats, owed = None, {name: np.array(written[name][:n]) for name in stats_arrays}
+            self._tx.write_episode(packs, pack, write_at, written, adopted, hashed=False)
+            hashes = self._episode_hashes(episode)
+        elif stats_bytes < _INLINE_STATS_BYTES:  # a thread costs more than it saves
             new_stats = self._episode_stats_of(episode)
             self._tx.write_episode(packs, pack, write_at, written, adopted, hashed=False)
             hashes = self._episode_hashes(episode)
@@ -416,15 +429,15 @@ class WritableDataset:
                 hashes = self._episode_hashes(episode)
                 new_stats = stats.result()
         self._tx.fresh[(pack, offset)] = hashes  # (the episode's rows: not its tail, nor rows written before)
-        if not in_place:
+        if not in_place and not self._tx.log_commits:  # (logged: in the batch file of the next fold)
             self._tx.write_stats_file(pack, offset, new_stats)
         dropped = int(table.length[:drop].sum())
         first_task = int(table.task_index[e]) if extend else int(task_index[0])
         shifts = (int(table.episode_index_shift[e]) + drop, int(table.index_shift[e]) + dropped) if extend else (0, 0)
         gaps = {name: {p - drop: why for p, why in g.items() if p >= drop} for name, g in self._tx.gaps.items()}
         new = self._tx.commit_appended(new_stats, row=(before + n, first_task, pack, offset, *shifts), packs=packs,
-                                       tasks=tuple(tasks), gaps=gaps, drop=drop, extend=extend)
-        if in_place:
+                                       tasks=tuple(tasks), gaps=gaps, drop=drop, extend=extend, values=owed)
+        if in_place and not self._tx.log_commits:
             self._tx.write_stats_file(pack, offset, new_stats)
         return len(new.table) - 1
 
