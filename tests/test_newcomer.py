@@ -106,13 +106,13 @@ def test_a_camera_in_delta_timestamps_on_a_real_dataset_names_the_episodes_that_
 
 
 def test_edit_keeping_four_g1_episodes_computes_stats_of_those_only(g1_store, tmp_path, capsys, monkeypatch):
-    import lerobot_zarr.writing.transaction as transaction
+    import lerobot_zarr.writing.stats_cache as stats_cache
     import lerobot_zarr.writing.values as values
 
     store = tmp_path / "g1"
     shutil.copytree(g1_store, store)
     cameras, bars = [], []
-    real_stats, real_bar = values.episode_stats, transaction.progress_bar
+    real_stats, real_bar = values.episode_stats, stats_cache.progress_bar
 
     def counting(frames, kind, **kwargs):
         if kind == "video":
@@ -124,7 +124,7 @@ def test_edit_keeping_four_g1_episodes_computes_stats_of_those_only(g1_store, tm
         return real_bar(total, desc, enabled, **kwargs)
 
     monkeypatch.setattr(values, "episode_stats", counting)  # the writer's stats of stored values
-    monkeypatch.setattr(transaction, "progress_bar", recording)
+    monkeypatch.setattr(stats_cache, "progress_bar", recording)
     code, out, err = run(capsys, "edit", str(store), "--keep-episodes", "1,2,4,5")
     assert code == 0, err
     lengths = read_state(g1_store).table.length

@@ -15,6 +15,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -507,16 +508,22 @@ def _record_until_killed(root: Path, first: int, events: int) -> list[int]:
                             env=env, stderr=subprocess.PIPE)
     os.close(write)
     saved, seen = [], 0
-    with os.fdopen(read) as lines:
-        for line in lines:
-            if line.startswith("saved"):
-                saved.append(int(line.split()[1]))
-            seen += 1
-            if seen == events:
-                proc.send_signal(signal.SIGKILL)
-                break
-        else:
-            raise AssertionError(f"the recorder ended before it was killed: {proc.wait()} {proc.stderr.read()[-2000:]}")
+    stalled = threading.Timer(600, proc.kill)  # a recorder that stops reporting ends the loop below, not the run
+    stalled.start()
+    try:
+        with os.fdopen(read) as lines:
+            for line in lines:
+                if line.startswith("saved"):
+                    saved.append(int(line.split()[1]))
+                seen += 1
+                if seen == events:
+                    proc.send_signal(signal.SIGKILL)
+                    break
+            else:
+                raise AssertionError(f"the recorder ended before it was killed (after {seen} reports): "
+                                     f"{proc.wait()} {proc.stderr.read()[-2000:]}")
+    finally:
+        stalled.cancel()
     proc.wait(timeout=120)
     proc.stderr.close()
     return saved

@@ -611,7 +611,7 @@ def _stats_by_hand(episodes: list[np.ndarray]) -> dict[str, np.ndarray]:
     episode (quantiles interpolated as ``numpy.quantile``), merged weighted by frame counts (LeRobot's
     ``aggregate_stats``)."""
     frames = sum(len(v) for v in episodes)
-    rows = [v.reshape(-1, v.shape[-1]).astype(np.float64) for v in episodes]
+    rows = [v.reshape(-1, v.shape[-1] if v.ndim > 1 else 1).astype(np.float64) for v in episodes]
     every = np.concatenate(rows)
     weights = np.array([len(v) for v in episodes], dtype=np.float64) / frames
     out = {"min": every.min(0), "max": every.max(0), "mean": every.mean(0), "std": every.std(0),
@@ -917,7 +917,8 @@ def test_batched_episode_stats_equal_each_episodes_own_bit_for_bit(tmp_path):
 
     features = {"f": {"dtype": "float32", "shape": [3], "names": None},
                 "i": {"dtype": "int64", "shape": [1], "names": None},
-                "b": {"dtype": "bool", "shape": [1], "names": None}}
+                "b": {"dtype": "bool", "shape": [1], "names": None},
+                "m": {"dtype": "float32", "shape": [2, 3], "names": None}}
     with create(tmp_path / "s", fps=10, features=features) as w:
         tx = w._tx
         rng = np.random.default_rng(3)
@@ -926,15 +927,24 @@ def test_batched_episode_stats_equal_each_episodes_own_bit_for_bit(tmp_path):
             f = rng.standard_normal((n, 3)).astype(np.float32)
             f[rng.random((n, 3)) < 0.1] = np.nan
             f[rng.random((n, 3)) < 0.05] = np.inf
-            episodes.append({"f": f, "i": rng.integers(-5, 10**12, n), "b": rng.random(n) < 0.5})
+            episodes.append({"f": f, "i": rng.integers(-5, 10**12, n), "b": rng.random(n) < 0.5,
+                             "m": rng.standard_normal((n, 2, 3)).astype(np.float32)})
         batched = tx.batched_stats(episodes)
         for i, ep in enumerate(episodes):
             want = tx.features_stats(ep)
             for name in ep:
                 for k, v in want[name].items():
+                    got = batched[name][k][i]  # rows of one-frame episodes (LeRobot keeps their dtype) promoted
+                    assert got.shape == v.shape and np.can_cast(v.dtype, got.dtype, "safe"), (name, k)
+                    assert got.astype(v.dtype).tobytes() == v.tobytes(), (name, k)
+        # no one-frame episode and no N-D feature (stats over all axes but the last): one pass, the same dtypes too
+        long = [{k: v for k, v in ep.items() if k != "m"} for ep in episodes if len(ep["f"]) > 1]
+        batched = tx.batched_stats(long)
+        for i, ep in enumerate(long):
+            for name, stats in tx.features_stats(ep).items():
+                for k, v in stats.items():
                     got = batched[name][k][i]
-                    assert got.dtype == v.dtype and got.shape == v.shape, (name, k)
-                    assert got.tobytes() == v.tobytes(), (name, k)
+                    assert got.dtype == v.dtype and got.shape == v.shape and got.tobytes() == v.tobytes(), (name, k)
 
 
 def test_a_reader_in_another_process_samples_what_the_writer_commits(tmp_path):
