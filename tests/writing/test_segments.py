@@ -452,6 +452,7 @@ def test_an_episode_encoded_as_recorded_is_its_segment_only_with_the_committed_f
         try:
             encoder.stream(CAM, path)
             stream = _streamed(root, encoder)
+            os.link(stream, tmp_path / "stream.mp4")  # its inode stays taken: a new file cannot reuse its number
             inode = stream.stat().st_ino
             with open(path, "ab") as f:  # the rest of the episode comes
                 f.write(frames[20:].tobytes())
