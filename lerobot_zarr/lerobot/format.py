@@ -242,27 +242,41 @@ def episode_stats(values: np.ndarray, kind: str, depth: bool = False) -> dict[st
 
 def episodes_stats(features: list[np.ndarray]) -> list[dict[str, np.ndarray]]:
     """:func:`episode_stats` of several numeric features of one episode (the same number of frames each), equal to
-    it bit for bit: one pass over their columns side by side (a feature's columns are computed independently of
-    the others'; this saves numpy's per-call cost, which dominates for an RL episode's dozen small features).
-    Features of more than one axis per frame (reduced over all but their last, LeRobot's rule) are computed alone."""
+    it bit for bit (:func:`stacked_stats` of one episode)."""
     if not features:
         return []
-    n = len(features[0])
-    alone = {i: episode_stats(v, "float") for i, v in enumerate(features) if v.ndim > 2}
-    flats = [v.reshape(n, -1) for i, v in enumerate(features) if i not in alone]
-    merged = per_episode_stats(np.concatenate([f.astype(np.float64) for f in flats], axis=1), np.array([n])) \
+    return [{k: v[0] for k, v in stats.items()} for stats in stacked_stats(features, np.array([len(features[0])]))]
+
+
+def stacked_stats(features: list[np.ndarray], lengths: np.ndarray) -> list[dict[str, np.ndarray]]:
+    """Per-episode stats of several numeric features over several episodes (``lengths``: the frames of each, in
+    order; the features' frames of all episodes), each stat stacked (row i: episode i's, bit for bit
+    :func:`episode_stats` of its frames): one pass over the features' columns side by side (a feature's columns are
+    computed independently of the others'; this saves numpy's per-call cost, which dominates for RL episodes'
+    dozen small features). Features of more than one axis per frame (reduced over all but their last) are computed
+    alone; where some episodes have one frame (LeRobot keeps such an episode's dtype) each episode is computed
+    alone, and rows of mixed dtypes are promoted."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    if len(lengths) > 1 and (lengths < 2).any():
+        bounds = (np.cumsum(lengths) - lengths).tolist()
+        rows = [stacked_stats([v[s:s + n] for v in features], np.array([n]))
+                for s, n in zip(bounds, lengths.tolist(), strict=True)]
+        return [{k: np.concatenate([r[i][k] for r in rows]) for k in STAT_NAMES} for i in range(len(features))]
+    out: list[dict[str, np.ndarray] | None] = [per_episode_stats(v, lengths) if v.ndim > 2 else None
+                                               for v in features]
+    flats = {i: v.reshape(len(v), -1) for i, v in enumerate(features) if out[i] is None}
+    merged = per_episode_stats(np.concatenate([f.astype(np.float64) for f in flats.values()], axis=1), lengths) \
         if flats else {}
-    out, at = [], 0
-    for i, v in enumerate(features):
-        if i in alone:
-            out.append(alone[i])
-            continue
-        flat = _promoted(v.reshape(n, -1), np.array([n]))
+    starts = np.cumsum(lengths) - lengths
+    at = 0
+    for i, flat in flats.items():
+        flat = _promoted(flat, lengths)
         width = flat.shape[1]
-        stats = {name: merged[name][0, at:at + width] for name in STAT_NAMES if name != "count"}
-        stats["min"], stats["max"] = flat.min(axis=0), flat.max(axis=0)
-        stats["count"] = merged["count"][0]
-        out.append({name: stats[name] for name in STAT_NAMES})
+        stats = {name: merged[name][:, at:at + width] for name in STAT_NAMES if name != "count"}
+        stats["min"] = np.minimum.reduceat(flat, starts, axis=0)
+        stats["max"] = np.maximum.reduceat(flat, starts, axis=0)
+        stats["count"] = merged["count"]
+        out[i] = {name: stats[name] for name in STAT_NAMES}
         at += width
     return out
 

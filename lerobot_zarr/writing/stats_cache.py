@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import CorruptStoreError
-from ..lerobot.format import CAMERA_DTYPES, STAT_NAMES, aggregate_stats, episodes_stats, per_episode_stats, stats_json
+from ..lerobot.format import CAMERA_DTYPES, aggregate_stats, episodes_stats, stacked_stats, stats_json
 from ..store.state import StoreState, stats_path
 from ..store.tables import ArraySpec, EpisodeTable, location_key
 from ..utils.fileio import load_json, read_bounded, write_in_place
@@ -103,35 +103,14 @@ class EpisodeStatsCache:
         self._note_batch(name, {(c, o) for c, o, _ in doc["episodes"]})
 
     def batched_stats(self, episodes: list[dict[str, np.ndarray]]) -> dict[str, dict[str, np.ndarray]]:
-        """:meth:`features_stats` of several episodes' numeric features ``{name: stored values}`` in one pass over
-        them all, stacked (row i: episode i's, the same values bit for bit: per-episode sums, sorts and quantiles
-        as one episode's; numpy's per-call cost, not the data, is what an RL episode's stats cost). Where LeRobot's
-        rule is not one pass's (an episode of one frame keeps its dtype; a feature of more than one axis per frame
-        reduces over all but its last), each episode's own stats are stacked (rows of mixed dtypes promoted)."""
+        """:meth:`features_stats` of several episodes' numeric features ``{name: stored values}``, stacked (row i:
+        episode i's, the same values bit for bit), in one pass over them all
+        (:func:`~lerobot_zarr.lerobot.format.stacked_stats`: numpy's per-call cost, not the data, is what an RL
+        episode's stats cost)."""
         names = list(episodes[0])
         lengths = np.array([len(ep[names[0]]) for ep in episodes], dtype=np.int64)
-        if (lengths < 2).any() or any(np.ndim(episodes[0][name]) > 2 for name in names):
-            own = [self.features_stats(ep) for ep in episodes]
-            return {name: {k: np.stack([np.asarray(r[name][k]) for r in own]) for k in STAT_NAMES} for name in names}
-        flats = {}
-        for name in names:
-            flat = np.concatenate([np.asarray(ep[name]).reshape(len(ep[name]), -1) for ep in episodes])
-            flats[name] = flat.astype(np.result_type(flat.dtype, np.float32), copy=False)  # LeRobot's promotion
-        merged = per_episode_stats(np.concatenate([flats[name].astype(np.float64) for name in names], axis=1),
-                                   lengths)
-        starts = np.cumsum(lengths) - lengths
-        out = {}
-        at = 0
-        for name in names:
-            flat = flats[name]
-            width = flat.shape[1]
-            stats = {k: merged[k][:, at:at + width] for k in STAT_NAMES if k != "count"}
-            stats["min"] = np.minimum.reduceat(flat, starts, axis=0)
-            stats["max"] = np.maximum.reduceat(flat, starts, axis=0)
-            stats["count"] = merged["count"]
-            out[name] = {k: stats[k] for k in STAT_NAMES}
-            at += width
-        return out
+        stacked = stacked_stats([np.concatenate([np.asarray(ep[name]) for ep in episodes]) for name in names], lengths)
+        return dict(zip(names, stacked, strict=True))
 
     def stats_of(self, pack: int, offset: int, arrays: Mapping[str, np.ndarray], episode: int | None = None
                  ) -> dict[str, dict[str, np.ndarray]]:
