@@ -180,11 +180,11 @@ class LeRobotDatasetMetadata:
                     files=None if folder is None else LocalFiles(folder), episode_tasks=episode_tasks,
                     stats=meta.stats, left_out=frozenset(left_out))
         if folder is not None and is_store(folder):
-            self.features_info_beside()
+            self._features_info_beside()
         self._serves_items = True
         return self
 
-    def features_info_beside(self) -> None:
+    def _features_info_beside(self) -> None:
         """A finalized recording's features as LeRobot's files beside its store describe them: each camera's
         ``info`` (video size, codec, depth quantizer...) as the export wrote it into ``meta/info.json``, which is
         what LeRobot's class reads there."""

@@ -549,10 +549,10 @@ class _Encoders:
         if not self.processes:
             return
         self._delivered()
-        if not finish(self.processes, FINISH_TIMEOUT if timeout is None else timeout):
+        processes, self.processes = self.processes, []  # (a second call has nothing to wait for)
+        if not finish(processes, FINISH_TIMEOUT if timeout is None else timeout):
             logger.warning("%s: the background encoders ended (exit status %s) before encoding every saved episode; "
-                           "finalize encodes the others", self.root,
-                           [p.process.returncode for p in self.processes])
+                           "finalize encodes the others", self.root, [p.process.returncode for p in processes])
 
 
 def _image(value: Any) -> Any:

@@ -82,7 +82,7 @@ class RecordingMetadata(LeRobotDatasetMetadata):
 
         if exported_state(self.root) is not None:
             self._files, self._episodes = LocalFiles(self.root), None
-            self.features_info_beside()
+            self._features_info_beside()
 
     @property
     def episodes(self) -> Any:

@@ -6,7 +6,6 @@ columns are stacked into the worker's shared-memory :class:`~.torch_memory.Ring`
 
 from __future__ import annotations
 
-import collections
 import functools
 import itertools
 import operator
@@ -219,13 +218,11 @@ def _collate_fetch(batch: Sequence[_Item], *, collate_fn_map: Any = None) -> dic
     its batch: its columns themselves (in a DataLoader worker, stacked into its shared-memory ring), in one step.
     Any other list of them (reordered, a part, several fetches, an item read or changed) is collated item by item,
     from each item's own values."""
-    first = batch[0]
-    columns = dict(zip(dict.keys(first), dict.values(first), strict=True))
-    column = next((v for v in columns.values() if type(v) is _Column), None)
+    columns = dict.copy(batch[0])
+    key, column = next(((k, v) for k, v in columns.items() if type(v) is _Column), (None, None))
     try:  # every item of the fetch, in order, still holding the shared column
         whole = (column is not None and len(batch) == len(column._batch)
-                 and all(map(operator.is_, map(dict.get, batch, itertools.repeat(next(
-                     k for k, v in columns.items() if v is column))), itertools.repeat(column)))
+                 and all(map(operator.is_, map(dict.get, batch, itertools.repeat(key)), itertools.repeat(column)))
                  and list(map(_at, batch)) == list(range(len(batch))))
     except (TypeError, AttributeError):  # (not all items of a fetch)
         whole = False
@@ -284,7 +281,8 @@ def _collatable(batch: Mapping[str, Any], squeeze: Sequence[str] = ()) -> tuple[
     else:
         first = {task: {**columns, "task": task} for task in dict.fromkeys(tasks)}
         items = list(map(_Item, map(first.__getitem__, tasks)))
-    collections.deque(map(setattr, items, itertools.repeat("at"), range(n)), maxlen=0)
+    for at, item in enumerate(items):
+        item.at = at
     return tuple(items)
 
 

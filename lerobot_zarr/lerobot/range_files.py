@@ -218,7 +218,7 @@ class RangeFiles(SourceFiles):
         beside its footer is read exactly, after it), all at once: one round trip where
         the ranges hold what is read next (a row group whose place the reader estimated before the footer)."""
         todo = [rel for rel in dict.fromkeys(rels) if rel not in self._footers]
-        self.prefetch_sizes([*todo, *(ranges or {})])
+        self.prefetch_sizes(todo)
         calls = []
         for rel, rs in (ranges or {}).items():
             # (a footer read already, or of a length our index gives: its reader reads exact ranges next)

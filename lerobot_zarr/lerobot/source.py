@@ -93,7 +93,7 @@ class LeRobotSource:
         spread evenly between the magic and a footer of between a quarter of its estimate and all of it, with a
         margin of an episode's bytes and 16 KiB each side): fetched with the footers, they save the round trip of reading them after (a wrong estimate costs
         that round trip, never a value: reads take only held bytes that hold the whole range). None for more than
-        ``_WINDOW_EPISODES`` episodes (an open of many reads whole runs of row groups)."""
+        ``_WINDOW_EPISODES`` episodes, none (an open of many reads whole runs of row groups)."""
         if len(episodes) > _WINDOW_EPISODES:
             return {}
         t, out = self.episodes, {}

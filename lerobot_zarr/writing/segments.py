@@ -254,7 +254,8 @@ def _segment_names(ds: LeRobotZarrDataset, threads: int | None, cameras: Iterabl
     if given): its encoding, the episode, the camera's episode hashes and the segment's name."""
     keys = segment_cameras(ds)
     if cameras is not None:
-        keys = [k for k in keys if k in set(cameras)]
+        wanted = set(cameras)
+        keys = [k for k in keys if k in wanted]
     for encoding in camera_encodings(ds, keys, threads).values():
         hashes = episode_hashes(ds, encoding.key)
         for e in ds.episodes.tolist():
@@ -658,7 +659,7 @@ class _Session:
         if ds is None:
             encode_missing(self.root, self.threads, prune=prune, cameras=self.cameras, gate=self._gate_wait)
         else:
-            _encode_missing_of(ds, self.threads, self.cameras, self._gate_wait)
+            _encode_missing_of(ds, self.threads, self.cameras, self._gate_wait, prune=prune, started=time.time())
 
     @property
     def _gate_wait(self) -> Callable[[], None] | None:

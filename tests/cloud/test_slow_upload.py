@@ -28,7 +28,10 @@ def _slow_server(sock: socket.socket, bodies: list[int]) -> None:
         with conn:
             head = b""
             while b"\r\n\r\n" not in head:
-                head += conn.recv(65536)
+                piece = conn.recv(65536)
+                if not piece:  # the client went before its headers
+                    return
+                head += piece
             head, body = head.split(b"\r\n\r\n", 1)
             length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
                           if line.lower().startswith(b"content-length:"))

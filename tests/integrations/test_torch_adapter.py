@@ -287,7 +287,12 @@ def test_items_of_a_batched_fetch_are_real_items_when_read(ds):
     want = [tds[i] for i in order]
     for item, one, i in zip(items, want, order, strict=True):
         _assert_same_batch(default_collate([dict(item)]), default_collate([one]), f"item {i}")
-        assert torch.equal(item["action"], one["action"]) and torch.equal({**item}["action"], one["action"])
+    reads = {"item[k]": lambda it: it["action"], "{**item}": lambda it: {**it}["action"],
+             "get": lambda it: it.get("action"), "items()": lambda it: dict(it.items())["action"],
+             "values()": lambda it: list(it.values())[list(it.keys()).index("action")]}
+    for how, read in reads.items():  # each on items not read before
+        for item, one, i in zip(tds.__getitems__(list(order)), want, order, strict=True):
+            assert torch.equal(read(item), one["action"]), (how, i)
     column = dict.__getitem__(tds.__getitems__([3, 1, 4])[1], "action")  # the shared column, read past the dict
     for use in (lambda: column.numpy(), lambda: column[0], lambda: torch.cat([column]), lambda: column.clone()):
         with pytest.raises(TypeError, match=r"ds\[i\]"):
