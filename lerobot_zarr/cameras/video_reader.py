@@ -14,8 +14,10 @@ decode (open the file, seek, decode, close, every sample), a batch (:meth:`Mp4Fr
   decoded once per batch, only the frames asked for are converted, each straight into its row of the batch
   (:class:`~lerobot_zarr.cameras.frame_convert.FrameConverter`: PyAV's swscale, no frame allocated, no copy), a
   frame asked for twice at once copied from its first row;
-- the runs, in (file, time) order, are cut between runs into one part of about equal decode cost per thread, each
-  decoded in parallel through its own container of the file (PyAV releases the GIL while it decodes);
+- the runs, in (file, time) order, are handed out to the decoding threads as they come free, in pieces of
+  decreasing decode cost cut between runs (no thread idles while another has work left, whatever the other
+  tenants of the machine do to either thread); a thread decodes a piece through a container of the file no other
+  thread is using (PyAV releases the GIL while it decodes);
 - seeks go by presentation time; a decoder that holds a frame back until fed the next packet (h264 with B-frames
   allowed, as LeRobot encodes it) is drained once a run's frames are fed, rather than fed the next keyframe; an
   open GOP's keyframe (HEVC), whose leading frames a decoder starting there drops, is passed for the one before;
@@ -170,27 +172,45 @@ class _Index:
                 for a, b in itertools.pairwise(bounds)]
 
 
-def _plan(files: list[tuple[str, np.ndarray, list[tuple[int, int, float]]]],
-          threads: int) -> list[list[tuple[str, int, np.ndarray]]]:
-    """Each thread's work, ``(file, container slot, rows)`` in order: the runs of every file (``(file, rows in
-    time order, runs)``) in that order, cut between runs into at most ``threads`` parts of about equal cost; the
-    k-th part touching a file decodes it through the file's container number k."""
-    total = sum(cost for _, _, runs in files for *_, cost in runs)
-    parts: list[list[tuple[str, int, list[np.ndarray]]]] = [[]]
-    slots: dict[str, int] = {}
-    done = 0.0
-    for key, rows, runs in files:
-        for a, b, cost in runs:
-            if len(parts) < threads and parts[-1] and done + cost / 2 > total * len(parts) / threads:
-                parts.append([])
-            done += cost
-            part = parts[-1]
-            if not part or part[-1][0] != key:
-                slot = slots.get(key, 0)
-                slots[key] = slot + 1
-                part.append((key, slot, []))
-            part[-1][2].append(rows[a:b])
-    return [[(key, slot, np.concatenate(pieces)) for key, slot, pieces in part] for part in parts if part]
+class _Work:
+    """A batch's runs handed out to decoding threads as they come free (no thread idles while another has work
+    left): the runs of every file (``(file, rows in time order, runs)``), in that order, taken in pieces of
+    decreasing cost (guided: a piece costs about the cost left over twice the threads, at least a thirty-second of
+    the batch), each a list of ``(file, rows, after)``: ``after``, the time of the file's next row after the piece
+    (None: its last), which decides how the piece's pass ends. A piece is cut between runs only, so no keyframe
+    interval is decoded twice."""
+
+    def __init__(self, files: list[tuple[str, np.ndarray, list[tuple[int, int, float]]]], times: np.ndarray,
+                 threads: int):
+        self.files, self.times, self.threads = files, times, threads
+        self.left = sum(cost for _, _, runs in files for *_, cost in runs)
+        self.least = self.left / 32
+        self.lock = threading.Lock()
+        self.file = self.run = 0  # the next run: run ``self.run`` of file ``self.file``
+        self.stopped = False
+
+    def stop(self) -> None:
+        """Hand out nothing more (a thread failed: the batch fails)."""
+        self.stopped = True
+
+    def take(self) -> list[tuple[str, np.ndarray, float | None]]:
+        """The next piece, empty once every run was handed out."""
+        with self.lock:
+            piece: list[tuple[str, np.ndarray, float | None]] = []
+            target, got = max(self.left / (2 * self.threads), self.least), 0.0
+            while not self.stopped and self.file < len(self.files) and got < target:
+                key, rows, runs = self.files[self.file]
+                first = runs[self.run][0]
+                while self.run < len(runs) and got < target:
+                    got += runs[self.run][2]
+                    self.run += 1
+                stop = runs[self.run - 1][1]
+                after = float(self.times[rows[stop]]) if stop < len(rows) else None
+                piece.append((key, rows[first:stop], after))
+                if self.run == len(runs):
+                    self.file, self.run = self.file + 1, 0
+            self.left -= got
+            return piece
 
 
 class _Run:
@@ -572,20 +592,28 @@ class Mp4Frames:
         groups: dict[str, list[int]] = {}
         for k, f in enumerate(files):
             groups.setdefault(f, []).append(k)
+        if threads == 1 or len(times) < 2:
+            for key, members in groups.items():
+                self._read_file(key, times[members], np.asarray(members), out, key)
+            return out
         plan = []
         for key, members in groups.items():
             rows = np.asarray(members)
             rows = rows[np.argsort(times[rows], kind="stable")]
-            runs = self._index(key).runs(times[rows]) if threads > 1 else [(0, len(rows), 1.0)]
-            plan.append((key, rows, runs))
-        parts = _plan(plan, threads)
+            plan.append((key, rows, self._index(key).runs(times[rows])))
+        threads = min(threads, sum(len(runs) for _, _, runs in plan))
+        work = _Work(plan, times, threads)
 
         def run(lo: int, hi: int) -> None:
-            for part in parts[lo:hi]:
-                for key, slot, rows in part:
-                    self._read_file(key, times[rows], rows, out, key, slot)
+            try:
+                while piece := work.take():
+                    for key, rows, after in piece:
+                        self._read_file(key, times[rows], rows, out, key, None, after)
+            except BaseException:
+                work.stop()
+                raise
 
-        run_in_parallel(run, len(parts), threads=threads)
+        run_in_parallel(run, threads, threads=threads)
         return out
 
     def _out(self, n: int, out: np.ndarray | None) -> np.ndarray:
@@ -610,27 +638,48 @@ class Mp4Frames:
                         victim.lock.release()
 
     def _read_file(self, key: str, times: np.ndarray, rows: np.ndarray, out: np.ndarray, where: str,
-                   slot: int = 0) -> None:
+                   slot: int | None = 0, after: float | None = None) -> None:
         try:
-            self._read_open_file(key, times, rows, out, where, slot)
+            self._read_open_file(key, times, rows, out, where, slot, after)
         finally:
             if len(self._files) > self.max_open:  # several threads held more files open than allowed
                 self._trim_to(self.max_open)
 
+    @contextlib.contextmanager
+    def _any_free(self, key: str) -> Iterator[_File]:
+        """A container of ``key`` no other thread is using, its lock held: the first free one of those open,
+        else a new one (container number ``len(open ones)``)."""
+        slot = 0
+        while True:
+            f = self._file(key, slot)
+            if f.lock.acquire(blocking=False):
+                try:
+                    if not f.closed:
+                        yield f
+                        return
+                finally:
+                    f.lock.release()
+                continue  # closed by another thread's trim between _file and the lock: open it anew
+            slot += 1
+
     def _read_open_file(self, key: str, times: np.ndarray, rows: np.ndarray, out: np.ndarray, where: str,
-                        slot: int) -> None:
+                        slot: int | None, after: float | None = None) -> None:
+        """Frames of ``key`` at ``times`` into ``out[rows]``, through container ``slot`` (None: any free one);
+        ``after``: the time the caller reads next in this file, if any (how the pass ends)."""
         import av
 
         order = np.argsort(times, kind="stable")
         sorted_times = times[order].tolist()
         # the next later timestamp after each: whether the decoder is to go on after a frame or be drained
         then: list[float | None] = [None] * len(order)
+        if after is not None and sorted_times and after - sorted_times[-1] >= TOLERANCE_S:
+            then[-1] = after
         for j in range(len(order) - 2, -1, -1):
             then[j] = sorted_times[j + 1] if sorted_times[j + 1] - sorted_times[j] >= TOLERANCE_S else then[j + 1]
         # each frame is converted straight into its row of ``out``; a frame read again at once is copied from
         # the row it went to
         previous, previous_row = None, 0
-        with self._using(key, slot) as f:
+        with self._using(key, slot) if slot is not None else self._any_free(key) as f:
             frame_at, convert_into = f.frame_at, f.convert_into
             try:
                 for q, q_then, row in zip(sorted_times, then, rows[order].tolist(), strict=True):
