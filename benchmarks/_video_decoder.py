@@ -20,7 +20,7 @@ contender for one step (a batch of 64 windows, or 128 frames decoded in order), 
 - ``PyAV planned, 1 thread``: the store's reader alone (``Mp4Frames.read_many`` of each batch's frames, one
   thread), and ``PyAV planned, 1 part, FFmpeg 2 threads``: the same reader with the batch in one part but each
   decoder running two FFmpeg threads (``thread_type="AUTO"``; dav1d's threads for AV1): the other way to use the
-  two cores, against the store's split of a batch into one-thread parts;
+  two cores, against the store's one-thread decoders sharing out a batch's runs;
 - where torchcodec imports (LeRobot's default video backend; not in the project's venv), ``torchcodec``
   (``VideoDecoder(seek_mode="approximate", num_ffmpeg_threads=1).get_frames_at``, decoders kept open as LeRobot's
   cache keeps them) on each batch's frames, one thread, and ``torchcodec sequential`` (``get_frames_in_range``);
@@ -618,6 +618,7 @@ def run_decoder_part(args, work: Path, g1: Path, episodes: list[int], cfg: dict)
     for name, r in summary.items():
         met = [what for what, x in (("best", r["best"]), ("median", r["median"]), ("CPU", r["cpu"])) if x <= TARGET]
         print(f"  {name:<13} best {r['best']:.2f}x, median {r['median']:.2f}x, CPU {r['cpu']:.2f}x (floor "
-              f"{r['floor']:.2f}x; x{LARGER} episodes: {r['floor_larger']:.2f}x), load {r['load'][0]:.1f} -> {r['load'][1]:.1f}: "
+              f"{r['floor']:.2f}x: {r['cpu'] / r['floor']:.2f}x the floor; x{LARGER} episodes: "
+              f"{r['floor_larger']:.2f}x), load {r['load'][0]:.1f} -> {r['load'][1]:.1f}: "
               f"{'met by the ' + ', '.join(met) if met else 'MISSED'}"
               f"{'; the CPU cannot be: its floor is above the target' if r['floor'] > TARGET else ''}")
