@@ -86,14 +86,16 @@ class LeRobotSource:
                 groups = max(groups, round(share * self.files.size(rel)))
             hints[rel] = 16384 + groups * (192 * leaves + 8192 * images)
             self.files.footer_hint(rel, hints[rel])
-        self.files.prefetch_footers(rels, self._row_windows(episodes, hints) if not located else None)
+        self.files.prefetch_footers(rels, self._row_windows(episodes, hints))
 
     def _row_windows(self, episodes: Sequence[int], hints: dict[str, int]) -> dict[str, list[tuple[int, int]]]:
         """Where the rows of a few ``episodes`` likely lie in their data files, estimated before the footers (rows
         spread evenly between the magic and a footer of between a quarter of its estimate and all of it, with a
-        margin of an episode's bytes and 16 KiB each side): fetched with the footers, they save the round trip of reading them after (a wrong estimate costs
-        that round trip, never a value: reads take only held bytes that hold the whole range). None for more than
-        ``_WINDOW_EPISODES`` episodes, none (an open of many reads whole runs of row groups)."""
+        margin of an episode's bytes and 16 KiB each side; where only some episodes were located, the file's rows
+        are between the bounds the episode table's footer gives, :attr:`SourceEpisodes.file_rows`): fetched with the
+        footers, they save the round trip of reading them after (a wrong estimate costs that round trip, never a
+        value: reads take only held bytes that hold the whole range). None for more than ``_WINDOW_EPISODES``
+        episodes (an open of many reads whole runs of row groups), nor for a file whose rows are not bounded."""
         if len(episodes) > _WINDOW_EPISODES:
             return {}
         t, out = self.episodes, {}
@@ -101,12 +103,18 @@ class LeRobotSource:
             rel = t.data_file[e]
             if rel not in hints:
                 continue
+            if t.located is None:
+                fewest = most = int(max(t.file_row[i] + t.length[i] for i in self._episodes_of_file[rel]))
+            elif rel in t.file_rows:
+                fewest, most = t.file_rows[rel]
+            else:
+                continue
             size = self.files.size(rel)
-            rows = int(max(t.file_row[i] + t.length[i] for i in self._episodes_of_file[rel]))
-            first, stop = int(t.file_row[e]) / rows, int(t.file_row[e] + t.length[e]) / rows
+            first, stop = int(t.file_row[e]), int(t.file_row[e] + t.length[e])
             low, high = size - 12 - hints[rel], size - 12 - hints[rel] // 4  # the bytes of the row groups
-            margin = (16 << 10) + (stop - first) * high
-            out.setdefault(rel, []).append((int(4 + first * low - margin), int(4 + stop * high + margin)))
+            margin = (16 << 10) + (stop - first) / fewest * high
+            out.setdefault(rel, []).append((int(4 + first / most * low - margin), int(4 + stop / fewest * high
+                                                                                      + margin)))
         return out
 
     def _resolve_frame_shapes(self) -> None:

@@ -46,7 +46,7 @@ from .format import (
     stats_json,
 )
 from .source_files import SourceFiles, safe_relpath
-from .table_footer import column_ranges, file_pair_bounds, footer_table
+from .table_footer import column_ranges, file_last_row, file_pair_bounds, footer_table
 
 __all__ = ["LOCATE_MOST", "FeatureSpec", "KnownEpisodes", "LeRobotMetadata", "SourceEpisodes", "column_ranges",
            "open_parquet"]
@@ -157,6 +157,9 @@ class SourceEpisodes:
     located: frozenset[int] | None = None
     # start, length and tasks hold every episode's (False: the tasks of the located episodes only, a later open's)
     complete: bool = True
+    # located episodes' data files: bounds (low, high) of their rows, from the episode table's footer (where it
+    # tells): where an open estimates an episode's rows lie before the file's footer
+    file_rows: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     @property
     def end(self) -> np.ndarray:
@@ -589,6 +592,10 @@ class LeRobotMetadata:
         last = max(group_of.values())
         pairs = [pair for rel in metas for pair in file_pair_bounds(
             pfs[rel], [g for r, g in groups[:last + 1] if r == rel])]
+
+        def pair_at(i: int) -> tuple[int, int, int, int] | None:  # (the row groups after ``last``: as asked)
+            return pairs[i] if i < len(pairs) else file_pair_bounds(pfs[groups[i][0]], [groups[i][1]])[0]
+
         need: dict[int, int] = {}  # episode -> the row group where its data file may begin
         begins: dict[tuple[int, int], int] = {}
         for e, at in group_of.items():
@@ -664,6 +671,8 @@ class LeRobotMetadata:
         starts = {k: _float_column(table, f"videos/{k}/from_timestamp", where, [position[e] for e in known.episodes],
                                    known.episodes) for k in self._video_keys}
         first_of: dict[tuple[int, int], int] = {}  # (chunk, file) -> the first row read with it
+        file_rows: dict[str, tuple[int, int]] = {}
+        end = start + length
         for q, key in enumerate(pair):
             first_of.setdefault(key, q)
         for i, e in enumerate(known.episodes):
@@ -677,13 +686,17 @@ class LeRobotMetadata:
                 return self._whole_table(f"the first row of episode {e}'s data file is not among the rows read")
             data_file[e] = self._fill(data_template, "data", e, chunk_index=pair[p][0], file_index=pair[p][1])
             file_row[e] = int(start[e]) - get["dataset_from_index"][first]
+            last = file_last_row(pair_at, first_row, e, pair[p]) if data_file[e] not in file_rows else None
+            if last is not None:
+                begin = get["dataset_from_index"][first]
+                file_rows[data_file[e]] = (int(end[last[0]]) - begin, int(end[last[1]]) - begin)
             for k in self._video_keys:
                 c, f, t0 = get[f"videos/{k}/chunk_index"][p], get[f"videos/{k}/file_index"][p], starts[k][i]
                 videos[k][e] = (None if c is None or f is None or t0 is None else
                                 (self._fill(video_template, f"{k!r} video", e, video_key=k, chunk_index=c,
                                             file_index=f), t0))
         return SourceEpisodes(length, start, tasks, data_file, file_row, videos, located=frozenset(known.episodes),
-                              complete=first_open)
+                              complete=first_open, file_rows=file_rows)
 
     def _whole_table(self, why: str) -> None:
         """Log why the episode table is read whole instead of in part (None: the caller's signal to)."""

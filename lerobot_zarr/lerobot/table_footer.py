@@ -5,13 +5,13 @@ episodes, with per-episode stats columns between the ones an open needs)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-__all__ = ["column_ranges", "file_pair_bounds", "footer_table"]
+__all__ = ["column_ranges", "file_last_row", "file_pair_bounds", "footer_table"]
 
 
 def _leaves(typ: pa.DataType) -> int:
@@ -71,6 +71,29 @@ def file_pair_bounds(pf: pq.ParquetFile, groups: Sequence[int]) -> list[tuple[in
             bounds += [stats.min, stats.max]
         out.append((bounds[0], bounds[1], bounds[2], bounds[3]) if len(bounds) == 4 else None)
     return out
+
+
+def file_last_row(pairs: Callable[[int], tuple[int, int, int, int] | None], first_row: np.ndarray, row: int,
+                  pair: tuple[int, int]) -> tuple[int, int] | None:
+    """Bounds ``(low, high)`` of the last row of the episode table whose data file is ``pair`` (chunk, file), given
+    that row ``row`` is of that file (``pairs(i)``: :func:`file_pair_bounds` of row group ``i`` in table order,
+    ``first_row``: each row group's first row, then the row count), from the footer's statistics alone: rows list
+    data files in order, so the file goes on through the row groups whose largest pair is ``pair``, and ends inside
+    the first whose largest is beyond it (before its last row), or before the first whose smallest is. None when
+    the statistics do not tell (a row group without them, spanning chunks, or not agreeing with ``row``)."""
+    at = int(np.searchsorted(first_row, row, side="right")) - 1
+    low = row
+    for i in range(at, len(first_row) - 1):
+        bounds = pairs(i)
+        if bounds is None or bounds[0] != bounds[1] or ((bounds[0], bounds[2]) > pair and i == at):
+            return None
+        if (bounds[0], bounds[2]) > pair:  # the row group before it ended with the file
+            return low, low
+        if (bounds[1], bounds[3]) > pair:  # the file ends inside this row group, before its last row
+            high = int(first_row[i + 1]) - 2
+            return (low, high) if high >= low else None
+        low = int(first_row[i + 1]) - 1  # its last row is of the file
+    return low, low
 
 
 def _int_bounds(md: pq.FileMetaData, group: int, leaf: int | None) -> tuple[int, int] | None:

@@ -82,6 +82,7 @@ def test_located_episodes_equal_the_table_read_whole(tmp_path, table_files):
             assert t.videos[CAM][e] == (f"videos/{CAM}/chunk-{c:03d}/file-{f:03d}.mp4",
                                         ref[f"videos/{CAM}/from_timestamp"][e]) == whole.episodes.videos[CAM][e]
         assert [e for e, ref_ in enumerate(t.videos[CAM]) if ref_ is not None] == sorted(episodes)
+        _check_file_rows(t, ref)
         got = dict(src.iter_episodes(episodes))
         want = dict(whole.iter_episodes(episodes))
         assert got.keys() == want.keys()
@@ -90,6 +91,37 @@ def test_located_episodes_equal_the_table_read_whole(tmp_path, table_files):
         other = next(e for e in range(97) if e not in episodes)
         with pytest.raises(ArgumentError, match="not located"):
             list(src.iter_episodes([other]))
+
+
+def _check_file_rows(t, ref: dict) -> None:
+    """The bounds of the located episodes' data files' rows (from the table's footer) hold the rows the reference
+    gives them (the lengths of the file's episodes summed), and are exact where the file ends with a row group."""
+    rows: dict[str, int] = {}
+    for rel, n in zip(ref["data_file"], ref["length"], strict=True):
+        rows[rel] = rows.get(rel, 0) + n
+    assert set(t.file_rows) == {t.data_file[e] for e in t.located}
+    for rel, (low, high) in t.file_rows.items():
+        last = max(e for e, r in enumerate(ref["data_file"]) if r == rel)
+        assert low <= rows[rel] <= high, (rel, low, high, rows[rel])
+        if last % 10 == 9 or last == len(ref["length"]) - 1:
+            assert low == high, rel
+        else:  # the file ends inside a row group: the bounds within that row group's frames
+            group = slice(last - last % 10, last - last % 10 + 10)
+            assert high - low <= sum(ref["length"][group]), rel
+
+
+@pytest.mark.parametrize("per_file", [10, 15, 20, 7])
+def test_data_file_rows_are_bounded_from_the_footer(tmp_path, per_file):
+    """Every episode located alone: its data file's rows bounded by the episode table's footer, against the table
+    read whole (data files ending at, inside and across row groups of the episode table)."""
+    folder = write_sample_dataset(tmp_path / "ds", n_episodes=64, lengths=(5, 30), episodes_per_file=per_file,
+                                  episodes_row_group=10, seed=3)
+    ref = reference(folder)
+    info = LeRobotSource(LocalFiles(folder)).info
+    for e in range(64):
+        t = LeRobotSource(LocalFiles(folder), known(ref, [e], info)).episodes
+        assert t.located == frozenset([e]) and list(t.file_rows) == [ref["data_file"][e]]
+        _check_file_rows(t, ref)
 
 
 def test_a_table_it_cannot_locate_in_is_read_whole(tmp_path):
@@ -153,10 +185,11 @@ def test_reopen_reads_the_footer_and_the_row_groups_it_needs(hub, env, tmp_path)
             assert_same_frames(ds, local, f"{n} episodes")
         return counted
 
-    counts = fewest_round_trips(measure, SIZES, most=6)
-    # revision, listing, the metadata files with the table's footer, its row groups, the data file's footer, its
-    # row group
-    assert counts[SIZES[0]][1] == counts[SIZES[1]][1] <= 6, counts
+    counts = fewest_round_trips(measure, SIZES, most=5)
+    # revision, listing, the metadata files with the table's footer, its row groups, the data files' footers with
+    # the bytes where the episodes' rows are estimated to lie (their files' rows bounded by the table's footer:
+    # before, the row groups a round trip after the footers)
+    assert counts[SIZES[0]][1] == counts[SIZES[1]][1] <= 5, counts
     assert counts[SIZES[0]][0] <= counts[SIZES[1]][0] <= counts[SIZES[0]][0] + 1, counts
 
 
