@@ -29,15 +29,13 @@ import pyarrow.parquet as pq
 from ..cameras.video import TOLERANCE_S, DecodeLog, VideoUnavailable, decode_into
 from ..errors import CorruptSourceError, LeRobotZarrError, SchemaMismatchError, SourceNotFoundError, warn_user
 from ..utils.background import in_threads
+from .data_windows import WINDOW_EPISODES, data_footer_hint, row_window
 from .format import bad_timestamp_steps
 from .source_columns import COLOUR_DEPTH_MODES, column_to_numpy, frame_shape_from_arrow, recorded_image_shape
 from .source_files import LocalFiles, SourceFiles, is_lerobot_folder
 from .source_meta import FeatureSpec, KnownEpisodes, LeRobotMetadata, SourceEpisodes, open_parquet
 
 __all__ = ["FeatureSpec", "SourceEpisodes", "LeRobotSource", "is_lerobot_folder"]
-
-
-_WINDOW_EPISODES = 8  # episodes whose rows an open fetches with their data files' footers (see _row_windows)
 
 
 class LeRobotSource:
@@ -72,41 +70,42 @@ class LeRobotSource:
         self.files.prefetch_sizes([*(self.episodes.data_file[e] for e in episodes), *videos],
                                   folders=["data"] if located else ())  # (their folders listed, all at once)
         rels = [rel for rel in dict.fromkeys(self.episodes.data_file[e] for e in episodes) if self.files.exists(rel)]
-        leaves = sum(2 if v.kind == "image" else 1 for v in self.features.values() if v.kind != "video")
-        images = sum(v.kind == "image" for v in self.features.values())
         share = None
         if located:
             data = [r for r in self.files.list("data") if r.endswith(".parquet")]
             share = len(self.episodes) / max(1, sum(self.files.size(r) for r in data))
         hints = {}
         for rel in rels:
-            # ~120 B of metadata per numeric column chunk with statistics; an image column's hold a PNG's bytes
             groups = len(self._episodes_of_file.get(rel, ()))
             if share is not None:
                 groups = max(groups, round(share * self.files.size(rel)))
-            hints[rel] = 16384 + groups * (192 * leaves + 8192 * images)
+            hints[rel] = data_footer_hint(self.features, groups)
             self.files.footer_hint(rel, hints[rel])
-        self.files.prefetch_footers(rels, self._row_windows(episodes, hints) if not located else None)
+        self.files.prefetch_footers(rels, self._row_windows(episodes, hints))
 
     def _row_windows(self, episodes: Sequence[int], hints: dict[str, int]) -> dict[str, list[tuple[int, int]]]:
-        """Where the rows of a few ``episodes`` likely lie in their data files, estimated before the footers (rows
-        spread evenly between the magic and a footer of between a quarter of its estimate and all of it, with a
-        margin of an episode's bytes and 16 KiB each side): fetched with the footers, they save the round trip of reading them after (a wrong estimate costs
-        that round trip, never a value: reads take only held bytes that hold the whole range). None for more than
-        ``_WINDOW_EPISODES`` episodes, none (an open of many reads whole runs of row groups)."""
-        if len(episodes) > _WINDOW_EPISODES:
+        """Where the rows of a few ``episodes`` likely lie in their data files, estimated before the footers
+        (:func:`~.data_windows.row_window`; where only some episodes were located, the file's rows are between the
+        bounds the episode table's footer gives, :attr:`SourceEpisodes.file_rows`): fetched with the footers, they
+        save the round trip of reading them after (a wrong estimate costs that round trip, never a value: reads take
+        only held bytes that hold the whole range). None for more than ``WINDOW_EPISODES`` episodes (an open of many
+        reads whole runs of row groups), nor for a file whose rows are not bounded."""
+        if len(episodes) > WINDOW_EPISODES:
             return {}
         t, out = self.episodes, {}
         for e in episodes:
             rel = t.data_file[e]
             if rel not in hints:
                 continue
-            size = self.files.size(rel)
-            rows = int(max(t.file_row[i] + t.length[i] for i in self._episodes_of_file[rel]))
-            first, stop = int(t.file_row[e]) / rows, int(t.file_row[e] + t.length[e]) / rows
-            low, high = size - 12 - hints[rel], size - 12 - hints[rel] // 4  # the bytes of the row groups
-            margin = (16 << 10) + (stop - first) * high
-            out.setdefault(rel, []).append((int(4 + first * low - margin), int(4 + stop * high + margin)))
+            if t.located is None:
+                fewest = most = int(max(t.file_row[i] + t.length[i] for i in self._episodes_of_file[rel]))
+            elif rel in t.file_rows:
+                fewest, most = t.file_rows[rel]
+            else:
+                continue
+            first, stop = int(t.file_row[e]), int(t.file_row[e] + t.length[e])
+            out.setdefault(rel, []).append(row_window(self.files.size(rel), hints[rel], (first, first), (stop, stop),
+                                                      (fewest, most)))
         return out
 
     def _resolve_frame_shapes(self) -> None:

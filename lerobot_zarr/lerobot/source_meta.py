@@ -14,7 +14,8 @@ from __future__ import annotations
 import functools
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -31,6 +32,7 @@ from ..errors import (
     SourceNotFoundError,
 )
 from ..utils.fileio import load_json
+from .data_windows import data_ahead
 from .format import (
     CAMERA_DTYPES,
     DEFAULT_FEATURES,
@@ -46,7 +48,8 @@ from .format import (
     stats_json,
 )
 from .source_files import SourceFiles, safe_relpath
-from .table_footer import column_ranges, file_pair_bounds, footer_table
+from .table_columns import float_column, int_column, task_lists
+from .table_footer import column_ranges, file_last_row, file_pair_bounds, footer_table
 
 __all__ = ["LOCATE_MOST", "FeatureSpec", "KnownEpisodes", "LeRobotMetadata", "SourceEpisodes", "column_ranges",
            "open_parquet"]
@@ -157,6 +160,9 @@ class SourceEpisodes:
     located: frozenset[int] | None = None
     # start, length and tasks hold every episode's (False: the tasks of the located episodes only, a later open's)
     complete: bool = True
+    # located episodes' data files: bounds (low, high) of their rows, from the episode table's footer (where it
+    # tells): where an open estimates an episode's rows lie before the file's footer
+    file_rows: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     @property
     def end(self) -> np.ndarray:
@@ -215,52 +221,6 @@ def _parse_fps(info: dict, where: str) -> float:
     if not (math.isfinite(fps) and fps > 0):
         raise CorruptSourceError(f"{where}: fps must be finite and positive, got {fps}")
     return fps
-
-
-def _int_column(table: pa.Table, name: str, where: str, *, order: np.ndarray | None = None,
-                nullable: bool = False, episodes: Sequence[int] | None = None) -> list[int | None]:
-    """An integer column of an episode table (in ``order``), every value an int >= 0 (or None if ``nullable``).
-    ``episodes``: the episode of each value in ``order``, for messages (default: its position)."""
-    col = table.column(name)
-    if not (pa.types.is_integer(col.type) or (nullable and pa.types.is_null(col.type))):
-        raise CorruptSourceError(f"{where}: column {name!r} holds {col.type}, expected integers")
-    values = col.to_pylist()
-    if order is not None:
-        values = [values[i] for i in order]
-    for e, v in enumerate(values):
-        if (v is None and not nullable) or (v is not None and v < 0):
-            raise CorruptSourceError(f"{where}: column {name!r} of {'episode' if order is not None else 'row'} "
-                                     f"{e if episodes is None else episodes[e]} is {v!r}, expected an integer >= 0")
-    return values
-
-
-def _float_column(table: pa.Table, name: str, where: str, order: np.ndarray,
-                  episodes: Sequence[int] | None = None) -> list[float | None]:
-    col = table.column(name)
-    if not (pa.types.is_floating(col.type) or pa.types.is_integer(col.type) or pa.types.is_null(col.type)):
-        raise CorruptSourceError(f"{where}: column {name!r} holds {col.type}, expected seconds")
-    column = col.to_pylist()
-    values = [column[int(i)] for i in order]
-    for e, v in enumerate(values):
-        if v is not None and not (math.isfinite(v) and v >= 0):
-            raise CorruptSourceError(f"{where}: column {name!r} of episode {e if episodes is None else episodes[e]} "
-                                     f"is {v!r}, expected seconds >= 0")
-    return [None if v is None else float(v) for v in values]
-
-
-def _task_lists(col: pa.ChunkedArray, where: str, order: np.ndarray,
-                episodes: Sequence[int] | None = None) -> list[list[str]]:
-    if not (pa.types.is_list(col.type) or pa.types.is_large_list(col.type) or pa.types.is_null(col.type)):
-        raise CorruptSourceError(f"{where}: column 'tasks' holds {col.type}, expected lists of strings")
-    values = col.to_pylist()
-    out = []
-    for e, i in enumerate(order):
-        tasks = values[int(i)] or []
-        if not all(isinstance(t, str) for t in tasks):
-            raise CorruptSourceError(f"{where}: column 'tasks' of episode {e if episodes is None else episodes[e]} "
-                                     f"is {tasks!r:.80}, expected strings")
-        out.append(list(tasks))
-    return out
 
 
 def open_parquet(files: SourceFiles, rel: str) -> pq.ParquetFile:
@@ -496,11 +456,11 @@ class LeRobotMetadata:
         for rel in metas:
             tables.append(self._completed(_read_table(files, rel, present[rel]), present[rel]))
         table = self._concat(tables)
-        index = _int_column(table, "episode_index", where)
+        index = int_column(table, "episode_index", where)
         order = np.argsort(np.asarray(index, dtype=np.int64), kind="stable")
         if not np.array_equal(np.asarray(index, dtype=np.int64)[order], np.arange(len(index))):
             raise SchemaMismatchError(f"{where}: episode_index is not contiguous from 0")
-        get = {c: _int_column(table, c, where, order=order, nullable=c.startswith("videos/"))
+        get = {c: int_column(table, c, where, order=order, nullable=c.startswith("videos/"))
                for c in [*columns, *video_columns] if c not in ("episode_index", "tasks")
                and not c.endswith("from_timestamp")}
         length = np.asarray(get["length"], dtype=np.int64)
@@ -522,12 +482,12 @@ class LeRobotMetadata:
             file_row[e] = start[e] - first_start.setdefault(rel, int(start[e]))
         videos: dict[str, list[tuple[str, float] | None]] = {}
         for k in video_keys:
-            starts = _float_column(table, f"videos/{k}/from_timestamp", where, order)
+            starts = float_column(table, f"videos/{k}/from_timestamp", where, order)
             videos[k] = [None if c is None or f is None or t0 is None else
                          (self._fill(video_template, f"{k!r} video", e, video_key=k, chunk_index=c, file_index=f), t0)
                          for e, (c, f, t0) in enumerate(zip(get[f"videos/{k}/chunk_index"],
                                                             get[f"videos/{k}/file_index"], starts, strict=True))]
-        return SourceEpisodes(length, start, _task_lists(table.column("tasks"), where, order), data_file, file_row,
+        return SourceEpisodes(length, start, task_lists(table.column("tasks"), where, order), data_file, file_row,
                               videos)
 
     def _footer_estimates(self, known: KnownEpisodes) -> dict[str, int]:
@@ -589,6 +549,10 @@ class LeRobotMetadata:
         last = max(group_of.values())
         pairs = [pair for rel in metas for pair in file_pair_bounds(
             pfs[rel], [g for r, g in groups[:last + 1] if r == rel])]
+
+        def pair_at(i: int) -> tuple[int, int, int, int] | None:  # (the row groups after ``last``: as asked)
+            return pairs[i] if i < len(pairs) else file_pair_bounds(pfs[groups[i][0]], [groups[i][1]])[0]
+
         need: dict[int, int] = {}  # episode -> the row group where its data file may begin
         begins: dict[tuple[int, int], int] = {}
         for e, at in group_of.items():
@@ -609,9 +573,18 @@ class LeRobotMetadata:
         by_file: dict[str, list[int]] = {}
         for i in read:
             by_file.setdefault(groups[i][0], []).append(groups[i][1])
-        # each row group's columns in a request of its own (unless close): in flight together, one round trip
-        files.prefetch_ranges({rel: column_ranges(pfs[rel], present[rel], gs) for rel, gs in by_file.items()},
-                              gap=_LOCATE_GAP)
+        # each row group's columns in a request of its own (unless close): in flight together, one round trip, with
+        # the data files' footers where the footer's statistics tell them (_data_ahead)
+        table_ranges = functools.partial(files.prefetch_ranges, {
+            rel: column_ranges(pfs[rel], present[rel], gs) for rel, gs in by_file.items()}, gap=_LOCATE_GAP)
+        ahead = self._data_ahead(known.episodes, pair_at, first_row, start, length)
+        if ahead is None:
+            table_ranges()
+        else:
+            with ThreadPoolExecutor(2, thread_name_prefix="lerobot_zarr-fetch") as pool:
+                done = [pool.submit(table_ranges), pool.submit(ahead)]
+            for future in done:
+                future.result()
         tables = []
         for rel, gs in by_file.items():
             try:
@@ -626,9 +599,9 @@ class LeRobotMetadata:
         table = self._concat(tables)
         rows = np.concatenate([np.arange(first_row[i], first_row[i + 1]) for i in read])  # the table's rows read
         position = {int(r): p for p, r in enumerate(rows)}
-        if _int_column(table, "episode_index", where) != rows.tolist():
+        if int_column(table, "episode_index", where) != rows.tolist():
             return self._whole_table(f"the rows of row groups {read} are not in episode order")
-        get = {c: _int_column(table, c, where, order=range(len(rows)), nullable=c.startswith("videos/"),
+        get = {c: int_column(table, c, where, order=range(len(rows)), nullable=c.startswith("videos/"),
                               episodes=rows)
                for c in self._table_columns if c not in ("episode_index", "tasks") and not c.endswith("from_timestamp")}
         for p, e in enumerate(rows.tolist()):
@@ -654,16 +627,18 @@ class LeRobotMetadata:
         videos: dict[str, list[tuple[str, float] | None]] = {k: [None] * n for k in self._video_keys}
         tasks: list[list[str]] = [[] for _ in range(n)]
         if first_open:  # every episode's tasks: the footer's, and those of every row read
-            tasks_of.update(zip(rows.tolist(), _task_lists(table.column("tasks"), where, range(len(rows)), rows),
+            tasks_of.update(zip(rows.tolist(), task_lists(table.column("tasks"), where, range(len(rows)), rows),
                                 strict=True))
             tasks = [tasks_of[e] for e in range(n)]
         else:
-            found = _task_lists(table.column("tasks"), where, [position[e] for e in known.episodes], known.episodes)
+            found = task_lists(table.column("tasks"), where, [position[e] for e in known.episodes], known.episodes)
             for e, t in zip(known.episodes, found, strict=True):
                 tasks[e] = t
-        starts = {k: _float_column(table, f"videos/{k}/from_timestamp", where, [position[e] for e in known.episodes],
+        starts = {k: float_column(table, f"videos/{k}/from_timestamp", where, [position[e] for e in known.episodes],
                                    known.episodes) for k in self._video_keys}
         first_of: dict[tuple[int, int], int] = {}  # (chunk, file) -> the first row read with it
+        file_rows: dict[str, tuple[int, int]] = {}
+        end = start + length
         for q, key in enumerate(pair):
             first_of.setdefault(key, q)
         for i, e in enumerate(known.episodes):
@@ -677,13 +652,31 @@ class LeRobotMetadata:
                 return self._whole_table(f"the first row of episode {e}'s data file is not among the rows read")
             data_file[e] = self._fill(data_template, "data", e, chunk_index=pair[p][0], file_index=pair[p][1])
             file_row[e] = int(start[e]) - get["dataset_from_index"][first]
+            last = file_last_row(pair_at, first_row, e, pair[p]) if data_file[e] not in file_rows else None
+            if last is not None:
+                begin = get["dataset_from_index"][first]
+                file_rows[data_file[e]] = (int(end[last[0]]) - begin, int(end[last[1]]) - begin)
             for k in self._video_keys:
                 c, f, t0 = get[f"videos/{k}/chunk_index"][p], get[f"videos/{k}/file_index"][p], starts[k][i]
                 videos[k][e] = (None if c is None or f is None or t0 is None else
                                 (self._fill(video_template, f"{k!r} video", e, video_key=k, chunk_index=c,
                                             file_index=f), t0))
         return SourceEpisodes(length, start, tasks, data_file, file_row, videos, located=frozenset(known.episodes),
-                              complete=first_open)
+                              complete=first_open, file_rows=file_rows)
+
+    def _data_ahead(self, episodes: Sequence[int], pair_at: Callable[[int], tuple[int, int, int, int] | None],
+                    first_row: np.ndarray, start: np.ndarray, length: np.ndarray) -> Callable[[], None] | None:
+        """What fetches the data files' footers of a few ``episodes`` with the table's row groups
+        (:func:`~.data_windows.data_ahead`)."""
+        template = self._path_template("data_path", V3_DATA_PATH, ("chunk_index", "file_index"))
+
+        def path(e: int, chunk: int, file: int) -> str | None:
+            try:
+                return self._fill(template, "data", e, chunk_index=chunk, file_index=file)
+            except LeRobotZarrError:
+                return None  # (the path is checked, and refused, when the episode is located)
+
+        return data_ahead(self.files, self.features, path, episodes, pair_at, first_row, start, length)
 
     def _whole_table(self, why: str) -> None:
         """Log why the episode table is read whole instead of in part (None: the caller's signal to)."""

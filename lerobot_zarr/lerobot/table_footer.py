@@ -5,13 +5,13 @@ episodes, with per-episode stats columns between the ones an open needs)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-__all__ = ["column_ranges", "file_pair_bounds", "footer_table"]
+__all__ = ["column_ranges", "file_last_row", "file_of_row", "file_pair_bounds", "footer_table"]
 
 
 def _leaves(typ: pa.DataType) -> int:
@@ -71,6 +71,58 @@ def file_pair_bounds(pf: pq.ParquetFile, groups: Sequence[int]) -> list[tuple[in
             bounds += [stats.min, stats.max]
         out.append((bounds[0], bounds[1], bounds[2], bounds[3]) if len(bounds) == 4 else None)
     return out
+
+
+def file_last_row(pairs: Callable[[int], tuple[int, int, int, int] | None], first_row: np.ndarray, row: int,
+                  pair: tuple[int, int]) -> tuple[int, int] | None:
+    """Bounds ``(low, high)`` of the last row of the episode table whose data file is ``pair`` (chunk, file), given
+    that row ``row`` is of that file (``pairs(i)``: :func:`file_pair_bounds` of row group ``i`` in table order,
+    ``first_row``: each row group's first row, then the row count), from the footer's statistics alone: rows list
+    data files in order, so the file goes on through the row groups whose largest pair is ``pair``, and ends inside
+    the first whose largest is beyond it (before its last row), or before the first whose smallest is. None when
+    the statistics do not tell (a row group without them, spanning chunks, or not agreeing with ``row``)."""
+    at = int(np.searchsorted(first_row, row, side="right")) - 1
+    low = row
+    for i in range(at, len(first_row) - 1):
+        bounds = pairs(i)
+        if bounds is None or bounds[0] != bounds[1] or ((bounds[0], bounds[2]) > pair and i == at):
+            return None
+        if (bounds[0], bounds[2]) > pair:  # the row group before it ended with the file
+            return low, low
+        if (bounds[1], bounds[3]) > pair:  # the file ends inside this row group, before its last row
+            high = int(first_row[i + 1]) - 2
+            return (low, high) if high >= low else None
+        low = int(first_row[i + 1]) - 1  # its last row is of the file
+    return low, low
+
+
+def file_of_row(pairs: Callable[[int], tuple[int, int, int, int] | None], first_row: np.ndarray, row: int
+                ) -> tuple[tuple[int, int], tuple[int, int], tuple[int, int]] | None:
+    """From the footer's statistics alone: the data file (chunk, file) of row ``row`` of the episode table, and
+    bounds ``(low, high)`` of the first and of the last row of that file (``pairs``, ``first_row``: as
+    :func:`file_last_row` takes them). None when they do not tell: the row's row group spans data files, or a
+    row group it needs has no statistics."""
+    at = int(np.searchsorted(first_row, row, side="right")) - 1
+    bounds = pairs(at)
+    if bounds is None or bounds[0] != bounds[1] or bounds[2] != bounds[3]:
+        return None
+    pair = (bounds[0], bounds[2])
+    j = at  # the first row group holding rows of the file: the row groups before it end with earlier files
+    while j > 0:
+        before = pairs(j - 1)
+        if before is None or before[0] != before[1]:
+            return None
+        if (before[1], before[3]) < pair:
+            break
+        j -= 1
+    begin = pairs(j)
+    if begin is None:
+        return None
+    # the file begins at row group j's first row, or after it where the row group begins with an earlier file
+    first = (int(first_row[j]),) * 2 if (begin[0], begin[2]) == pair else (int(first_row[j]) + 1, min(
+        row, int(first_row[j + 1]) - 1))
+    last = file_last_row(pairs, first_row, row, pair)
+    return (pair, first, last) if last is not None and first[0] <= first[1] else None
 
 
 def _int_bounds(md: pq.FileMetaData, group: int, leaf: int | None) -> tuple[int, int] | None:

@@ -23,6 +23,7 @@ from lerobot_zarr.errors import ArgumentError, CorruptSourceError, SchemaMismatc
 from lerobot_zarr.lerobot.source import LeRobotSource
 from lerobot_zarr.lerobot.source_files import LocalFiles
 from lerobot_zarr.lerobot.source_meta import KnownEpisodes, column_ranges
+from lerobot_zarr.lerobot.table_footer import file_of_row, file_pair_bounds
 from lerobot_zarr.testing.hub_server import NetworkModel
 from lerobot_zarr.testing.sample_data import write_sample_dataset
 
@@ -82,6 +83,7 @@ def test_located_episodes_equal_the_table_read_whole(tmp_path, table_files):
             assert t.videos[CAM][e] == (f"videos/{CAM}/chunk-{c:03d}/file-{f:03d}.mp4",
                                         ref[f"videos/{CAM}/from_timestamp"][e]) == whole.episodes.videos[CAM][e]
         assert [e for e, ref_ in enumerate(t.videos[CAM]) if ref_ is not None] == sorted(episodes)
+        _check_file_rows(t, ref)
         got = dict(src.iter_episodes(episodes))
         want = dict(whole.iter_episodes(episodes))
         assert got.keys() == want.keys()
@@ -90,6 +92,63 @@ def test_located_episodes_equal_the_table_read_whole(tmp_path, table_files):
         other = next(e for e in range(97) if e not in episodes)
         with pytest.raises(ArgumentError, match="not located"):
             list(src.iter_episodes([other]))
+
+
+def _check_file_rows(t, ref: dict) -> None:
+    """The bounds of the located episodes' data files' rows (from the table's footer) hold the rows the reference
+    gives them (the lengths of the file's episodes summed), and are exact where the file ends with a row group."""
+    rows: dict[str, int] = {}
+    for rel, n in zip(ref["data_file"], ref["length"], strict=True):
+        rows[rel] = rows.get(rel, 0) + n
+    assert set(t.file_rows) == {t.data_file[e] for e in t.located}
+    for rel, (low, high) in t.file_rows.items():
+        last = max(e for e, r in enumerate(ref["data_file"]) if r == rel)
+        assert low <= rows[rel] <= high, (rel, low, high, rows[rel])
+        if last % 10 == 9 or last == len(ref["length"]) - 1:
+            assert low == high, rel
+        else:  # the file ends inside a row group: the bounds within that row group's frames
+            group = slice(last - last % 10, last - last % 10 + 10)
+            assert high - low <= sum(ref["length"][group]), rel
+
+
+@pytest.mark.parametrize("per_file", [10, 15, 20, 7])
+def test_data_file_rows_are_bounded_from_the_footer(tmp_path, per_file):
+    """Every episode located alone: its data file's rows bounded by the episode table's footer, against the table
+    read whole (data files ending at, inside and across row groups of the episode table)."""
+    folder = write_sample_dataset(tmp_path / "ds", n_episodes=64, lengths=(5, 30), episodes_per_file=per_file,
+                                  episodes_row_group=10, seed=3)
+    ref = reference(folder)
+    info = LeRobotSource(LocalFiles(folder)).info
+    for e in range(64):
+        t = LeRobotSource(LocalFiles(folder), known(ref, [e], info)).episodes
+        assert t.located == frozenset([e]) and list(t.file_rows) == [ref["data_file"][e]]
+        _check_file_rows(t, ref)
+
+
+@pytest.mark.parametrize("per_file", [10, 15, 20, 7])
+def test_the_footer_bounds_the_data_file_of_each_row(tmp_path, per_file):
+    """From the footer's statistics alone, each row's data file and the first and last rows of that file (where its
+    row group lies within one data file), against the table read whole."""
+    folder = write_sample_dataset(tmp_path / "ds", n_episodes=64, lengths=(5, 30), episodes_per_file=per_file,
+                                  episodes_row_group=10, seed=3)
+    ref = reference(folder)
+    md = pq.ParquetFile(folder / TABLE).metadata
+    pf = pq.ParquetFile(folder / TABLE)
+    first_row = np.arange(0, 71, 10).clip(max=64)
+    told = 0
+    for e in range(64):
+        found = file_of_row(lambda i: file_pair_bounds(pf, [i])[0], first_row, e)
+        rows = [r for r in range(64) if ref["data_file"][r] == ref["data_file"][e]]
+        group = range(e - e % 10, min(64, e - e % 10 + 10))
+        if len({ref["data_file"][r] for r in group}) > 1:  # its row group spans files: not told
+            assert found is None, e
+            continue
+        told += 1
+        pair, (first_low, first_high), (last_low, last_high) = found
+        assert f"data/chunk-{pair[0]:03d}/file-{pair[1]:03d}.parquet" == ref["data_file"][e]
+        assert first_low <= rows[0] <= first_high and last_low <= rows[-1] <= last_high, (e, found, rows)
+        assert first_high - first_low < 10 and last_high - last_low < 10
+    assert md.num_row_groups == 7 and (told >= 32 or per_file < 10), told  # (files of 7: every row group spans two)
 
 
 def test_a_table_it_cannot_locate_in_is_read_whole(tmp_path):
@@ -130,9 +189,9 @@ def _table_reads(hub, n: int) -> list[tuple[int, int]]:
 
 def test_reopen_reads_the_footer_and_the_row_groups_it_needs(hub, env, tmp_path):
     """A second open for another episode: the episode table's footer (one request) and its needed columns of at
-    most two row groups (one more round trip), as many requests and round trips at 40 as at 1,000 episodes; bytes
-    within 2x of what it uses (the footer, and the needed columns' chunks of the row groups holding the episode and
-    where its data file begins). Frames exact against a local open."""
+    most two row groups (one more round trip, with the data files' footers), as many requests and round trips at
+    40 as at 1,000 episodes; bytes within 2x of what it uses (the footer, and the needed columns' chunks of the row
+    groups holding the episode and where its data file begins). Frames exact against a local open."""
     def measure(n: int, attempt: int) -> tuple[int, int]:
         first, then = n // 2 + 3, n - 2  # a middle episode, then one near the end in another data file
         root = tmp_path / f"hub-{n}-{attempt}"
@@ -153,10 +212,11 @@ def test_reopen_reads_the_footer_and_the_row_groups_it_needs(hub, env, tmp_path)
             assert_same_frames(ds, local, f"{n} episodes")
         return counted
 
-    counts = fewest_round_trips(measure, SIZES, most=6)
-    # revision, listing, the metadata files with the table's footer, its row groups, the data file's footer, its
-    # row group
-    assert counts[SIZES[0]][1] == counts[SIZES[1]][1] <= 6, counts
+    counts = fewest_round_trips(measure, SIZES, most=4)
+    # revision, listing, the metadata files with the table's footer, then its row groups together with the data
+    # files' footers and the bytes where the episodes' rows are estimated to lie (the table's footer tells the files
+    # and bounds their rows; before: the footers a round trip after the row groups)
+    assert counts[SIZES[0]][1] == counts[SIZES[1]][1] <= 4, counts
     assert counts[SIZES[0]][0] <= counts[SIZES[1]][0] <= counts[SIZES[0]][0] + 1, counts
 
 

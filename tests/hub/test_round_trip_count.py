@@ -67,6 +67,28 @@ def test_lerobot_written_repo_opens_in_a_bounded_number_of_round_trips(hub, env,
     assert counts[SIZES[1]][1] <= 4, counts
 
 
+def test_reopen_for_an_episode_of_another_data_file_in_four_round_trips(hub, env, tmp_path):
+    n = SIZES[1]
+    first, then = n // 2 + 3, PER_FILE * (n // PER_FILE // 4) + 1  # then: near the start of another data file (not
+    # in the tail read for its footer)
+
+    def measure(n: int, attempt: int) -> tuple[int, int]:
+        root = tmp_path / f"lerobot-{n}-{attempt}"
+        lerobot_zarr.open_dataset(f"org/lerobot-{n}", episodes=[first], root=root, progress=False)
+        ds, requests, trips = _open_counted(hub, f"org/lerobot-{n}", then, root)
+        if attempt == 0:
+            local = lerobot_zarr.open_dataset(hub.folders[n], root=tmp_path / f"local-{n}", episodes=[then],
+                                              progress=False)
+            assert_same_frames(ds, local, f"a reopen, {n} episodes")
+        return requests, trips
+
+    counts = fewest_round_trips(measure, (n,), most=4)
+    # revision, listing, the metadata files with the episode table's footer, then its row groups together with the
+    # data file's footer and the bytes where the episode's rows are estimated to lie (the table's footer tells the
+    # file and bounds its rows); before: the data file's footer after the table's row groups, then its row group
+    assert counts[n][1] <= 4, counts
+
+
 def test_pushed_repo_opens_in_three_round_trips(hub, env, tmp_path):
     counts = {}
     for n in SIZES:
