@@ -51,6 +51,7 @@ from .hub_network import (
     NetworkModel,
     RequestRecord,
     close_abruptly,
+    settle,
 )
 
 __all__ = ["S3Server", "ACCESS_KEY", "SECRET_KEY", "REGION"]
@@ -162,6 +163,8 @@ class _Handler(BaseHTTPRequestHandler):
                 rtts = 1 + (network.handshake_rtts if not self._served else 0)
                 if owner.stopping.wait(network.latency_s * rtts):
                     raise Dropped
+                if network.settle:  # and the client (in this process) has sent all it can without this answer
+                    settle(owner.stopping)
             self._served += 1
             if fault is not None and fault.kind in ("500", "503", "401", "403"):
                 status = int(fault.kind)
