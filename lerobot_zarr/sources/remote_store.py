@@ -8,7 +8,7 @@ written. The dataset's readers (memory maps of raw packs, compact shards) read t
 store, and the dataset asks :meth:`RemoteStore.ensure` first for the frames a batch reads: those missing are
 fetched (byte ranges of the rows, coalesced, sent together), written, marked present.
 
-- Numeric features (small): the rows a batch needs at once, then, after the first batch, whole packs in the
+- Numeric features (small): the rows a batch needs at once (up to ``_IN_FLIGHT`` requests together), then, after the first batch, whole packs in the
   background (two requests in flight, so that a batch's own requests do not queue behind them), while they fit in
   half of the cache: afterwards a batch reads local maps only.
 - Cameras: exactly the rows read (a compact camera's shard index first, once per pack). A camera kept as mp4 is
@@ -78,11 +78,16 @@ __all__ = ["RemoteStore", "CACHE_BYTES_ENV", "DEFAULT_CACHE_BYTES", "SHARED"]
 CACHE_BYTES_ENV = "LEROBOT_ZARR_BUCKET_CACHE_BYTES"
 DEFAULT_CACHE_BYTES = 8 << 30
 # numeric rows closer than this in one request: a gap costing less link time than a request's share of a round trip
-_NUMERIC_GAP = 64 << 10  # (2.5 MB in flight at 20 ms and 1 Gbit/s over _IN_FLIGHT requests: ~78 KB)
+_NUMERIC_GAP = 64 << 10  # (a request's CPU, ~0.5 ms, is as long as 64 KB takes on a 1 Gbit/s link)
 _PIECE = 16 << 20  # the most one request of a foreground fetch asks for
 _BACKGROUND_PIECE = 4 << 20  # whole packs in the background: small requests, few in flight
 _BACKGROUND_IN_FLIGHT = 2
-_IN_FLIGHT = 32
+# a numeric feature held whole soon after (it fits in half the cache): rows closer than this merged, the gap's bytes
+# fetched sooner, not more (its packs' background fetch skips them); a request less costs ~1.5 ms of CPU (client and
+# a test server), its 256 KiB 2 ms of a 1 Gbit/s link: a 100,000-episode first batch in 320 requests, not 860
+_WHOLE_GAP = 256 << 10
+_IN_FLIGHT = 256  # a batch's requests at once: its numeric rows in one or two round trips (32: 27 of them)
+_AHEAD_IN_FLIGHT = 32  # prefetches (bounded in bytes by ``ahead_limit``)
 _PIN_BATCHES = 2  # a batch's rows stay pinned until this many later ensures of the same process
 _AHEAD_SHARE = 8  # a process's prefetches queued or under way: at most 1/8 of the cache's bytes
 _ROUNDS = 4  # the most times one ensure fetches rows itself (a prefetch that failed, rows taken from under it...)
@@ -125,7 +130,7 @@ class RemoteStore:
         self._changed = threading.Condition(self._lock)  # rows this process was fetching are no longer coming
         self._making = threading.Lock()  # held while a pack's file is made (a compact one: its index fetched)
         self._pool = ThreadPoolExecutor(_IN_FLIGHT, thread_name_prefix="lerobot_zarr-remote")
-        self._ahead = ThreadPoolExecutor(_IN_FLIGHT, thread_name_prefix="lerobot_zarr-prefetch")  # batches to come
+        self._ahead = ThreadPoolExecutor(_AHEAD_IN_FLIGHT, thread_name_prefix="lerobot_zarr-prefetch")  # to come
         self._background = ThreadPoolExecutor(_BACKGROUND_IN_FLIGHT, thread_name_prefix="lerobot_zarr-whole")
         self._pin_lock = threading.Lock()  # one pinning at a time (it may wait for an eviction of another process)
         self._evict_lock = threading.Lock()  # one eviction at a time in this process (the flock is per process)
@@ -166,7 +171,7 @@ class RemoteStore:
             old.forget()  # (this process's copies of the descriptors: the parent's locks stay the parent's)
             os.close(old.users)
             self._pool = ThreadPoolExecutor(_IN_FLIGHT, thread_name_prefix="lerobot_zarr-remote")
-            self._ahead = ThreadPoolExecutor(_IN_FLIGHT, thread_name_prefix="lerobot_zarr-prefetch")
+            self._ahead = ThreadPoolExecutor(_AHEAD_IN_FLIGHT, thread_name_prefix="lerobot_zarr-prefetch")
             self._background = ThreadPoolExecutor(_BACKGROUND_IN_FLIGHT, thread_name_prefix="lerobot_zarr-whole")
             self._pools[:] = [self._pool, self._ahead, self._background]
             self._attach(self.root_doc, mp4_files=self.mp4_files)
@@ -202,6 +207,11 @@ class RemoteStore:
         self._feature_span = int(self._pack_start[-1]) + 1
         self._chunk, self._offset = self.state.table.chunk, self.state.table.offset
         self.mp4_files = mp4_files if mp4_files is not None else self._list_mp4(self.state)
+        numeric = [name for name, spec in self.state.arrays.items()
+                   if spec.kind == "numeric" and spec.storage == "raw"]
+        total = sum(int(self.state.packs.rows.sum()) * self.state.arrays[n].frame_bytes for n in numeric)
+        #: the numeric features fetched whole after the first batch (they fit in half the cache; else none)
+        self._whole_numeric = numeric if total <= self.cache_bytes // 2 else []
 
     def __reduce__(self) -> tuple:
         # to a DataLoader worker: the same commit in the same mirror (no request for the root)
@@ -393,7 +403,7 @@ class RemoteStore:
                         f"them: dropped from the mirror as soon as they landed", path=self.location())
                 for entry, free in mine:
                     entry.coming[free] = True
-            jobs = [job for entry, rows in mine for job in self._plan(entry, rows)]
+            jobs = [job for entry, rows in mine for job in self._plan(entry, rows, gap=self._gap(entry))]
             try:
                 if len(jobs) == 1:
                     self._fetch(*jobs[0])
@@ -440,10 +450,14 @@ class RemoteStore:
                 for future in [f for f in coming if f.done()]:
                     coming.remove(future)
 
-    def _plan(self, entry: Pack, rows: np.ndarray, piece: int = _PIECE, *, exact: bool = False
+    def _gap(self, entry: Pack) -> int:
+        """The gap below which a batch's requests for numeric rows of ``entry`` merge."""
+        return _WHOLE_GAP if entry.numeric and self._whole_numeric else _NUMERIC_GAP
+
+    def _plan(self, entry: Pack, rows: np.ndarray, piece: int = _PIECE, *, exact: bool = False, gap: int | None = None
               ) -> list[tuple[Pack, int, int, np.ndarray]]:
         """Requests for ``rows`` (sorted, missing) of a pack: byte ranges of consecutive rows merged (numeric rows
-        closer than ``_NUMERIC_GAP`` too, unless ``exact``), each at most ``piece`` bytes."""
+        closer than ``gap`` too, by default ``_NUMERIC_GAP``, unless ``exact``), each at most ``piece`` bytes."""
         if not len(rows):
             return []
         rows = np.asarray(rows, dtype=np.int64)
@@ -452,7 +466,7 @@ class RemoteStore:
             stops = starts + entry.frame_bytes
         else:
             starts, stops = entry.index[rows, 0], entry.index[rows, 0] + entry.index[rows, 1]
-        gap = _NUMERIC_GAP if entry.numeric and not exact else 0
+        gap = (_NUMERIC_GAP if gap is None else gap) if entry.numeric and not exact else 0
         breaks = np.flatnonzero(starts[1:] - stops[:-1] > gap) + 1
         jobs = []
         for lo, hi in zip(np.concatenate([[0], breaks]).tolist(), np.concatenate([breaks, [len(rows)]]).tolist(),
@@ -469,12 +483,18 @@ class RemoteStore:
         """Bring ``rows`` (bytes ``[start, stop)`` of a pack): under their claim (another process fetching some of
         them is waited for), those still missing fetched, written, marked present."""
         if entry.index is None:  # raw rows: whole rows from start to stop (numeric: gaps between included)
-            rows = np.arange(start // entry.frame_bytes, stop // entry.frame_bytes)
-        lo, hi = int(rows[0]), int(rows[-1]) + 1
+            lo, hi = start // entry.frame_bytes, stop // entry.frame_bytes
+        else:
+            lo, hi = int(rows[0]), int(rows[-1]) + 1
         self._claim(entry, lo, hi)
         try:
-            missing = rows[~entry.present[rows]]
-            if len(missing) == len(rows):
+            if entry.index is None:  # (slices: a numeric request may span a pack's 600,000 rows)
+                missing = lo + np.flatnonzero(~entry.present[lo:hi])
+                whole = len(missing) == hi - lo
+            else:
+                missing = rows[~entry.present[rows]]
+                whole = len(missing) == len(rows)
+            if whole:
                 self._get(entry, start, stop, rows)
             else:  # another process brought some meanwhile: the others exactly (no byte fetched twice)
                 for job in self._plan(entry, missing, exact=True):
@@ -528,9 +548,8 @@ class RemoteStore:
             self._changed.notify_all()
 
     def _get(self, entry: Pack, start: int, stop: int, rows: np.ndarray) -> None:
-        """(Under the rows' claim.) Fetch bytes ``[start, stop)``, write them, then mark ``rows`` present."""
-        if entry.index is None:
-            rows = np.arange(start // entry.frame_bytes, stop // entry.frame_bytes)
+        """(Under the rows' claim.) Fetch bytes ``[start, stop)``, write them, then mark ``rows`` present (raw
+        rows: every row of the range)."""
         data = self.bucket.read(entry.rel, start, stop, copy=False)
         self._count(len(data), entry.name)
         fd = os.open(entry.path, os.O_WRONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
@@ -538,11 +557,23 @@ class RemoteStore:
             pwrite_all(fd, data, start, entry.path)
         finally:
             os.close(fd)
-        new = rows[~entry.present[rows]]
-        added = entry.nbytes(new)
-        self._mirror.add_held(added)  # counted before marked: a process killed between counts too much, never less
-        entry.used[new] = time.monotonic()
-        entry.present[new] = True
+        now = time.monotonic()
+        if entry.index is None:  # rows [a, b): slices, no index arrays
+            a, b = start // entry.frame_bytes, stop // entry.frame_bytes
+            new = ~entry.present[a:b]
+            added = int(np.count_nonzero(new)) * entry.frame_bytes
+            self._mirror.add_held(added)  # counted before marked: a process killed between counts too much
+            if entry.numeric:  # (evicted whole, by its rows' latest use: one stamp stands for the range's)
+                entry.used[a] = now
+            else:
+                entry.used[a:b][new] = now
+            entry.present[a:b] = True
+        else:
+            new = rows[~entry.present[rows]]
+            added = entry.nbytes(new)
+            self._mirror.add_held(added)
+            entry.used[new] = now
+            entry.present[new] = True
         with self._lock:
             self._fetched_since_evict += added
 
@@ -656,12 +687,7 @@ class RemoteStore:
         if self._numeric_started:
             return
         self._numeric_started = True
-        numeric = [name for name, spec in self.state.arrays.items()
-                   if spec.kind == "numeric" and spec.storage == "raw"]
-        total = sum(int(self.state.packs.rows.sum()) * self.state.arrays[n].frame_bytes for n in numeric)
-        if not numeric or total > self.cache_bytes // 2:
-            return
-        for name in numeric:  # (held whole by another process: each pack found complete, then settled)
+        for name in self._whole_numeric:  # (held whole by another process: each pack found complete, then settled)
             self._background.submit(self._whole_feature, name)
 
     def _whole_feature(self, name: str) -> None:
@@ -732,7 +758,7 @@ class RemoteStore:
                 future.cancel()
         for pool in (self._ahead, self._background):
             pool.shutdown(wait=True, cancel_futures=True)
-        self._ahead = ThreadPoolExecutor(_IN_FLIGHT, thread_name_prefix="lerobot_zarr-prefetch")
+        self._ahead = ThreadPoolExecutor(_AHEAD_IN_FLIGHT, thread_name_prefix="lerobot_zarr-prefetch")
         self._background = ThreadPoolExecutor(_BACKGROUND_IN_FLIGHT, thread_name_prefix="lerobot_zarr-whole")
         self._pools[1:] = [self._ahead, self._background]
         old = self._mirror
