@@ -231,7 +231,8 @@ def section_open(server: Server, args, work: Path) -> None:
         print(f"  run {rep}: bucket open {remote['open']:.2f} s + first batch {remote['first_batch']:.2f} s = "
               f"{remote['total']:.2f} s (CPU {remote['cpu_open']:.2f} + {remote['cpu_batch']:.2f} s; until then "
               f"{remote['requests']} requests, {remote['fetched'] / 1e6:.1f} MB "
-              f"with the root of {root / 1e6:.1f} MB; the process, with the background fetch it ended: "
+              f"after the open's one request for the root and the listing, the root {root / 1e6:.1f} MB; the process, "
+              f"with the background fetch it ended: "
               f"{stats['requests']} requests, {stats['round_trips']} round trips) | local {local['total']:.3f} s | "
               f"load {load()}")
 

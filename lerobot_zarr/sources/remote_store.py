@@ -8,7 +8,8 @@ written. The dataset's readers (memory maps of raw packs, compact shards) read t
 store, and the dataset asks :meth:`RemoteStore.ensure` first for the frames a batch reads: those missing are
 fetched (byte ranges of the rows, coalesced, sent together), written, marked present.
 
-- Numeric features (small): the rows a batch needs at once (up to ``_IN_FLIGHT`` requests together), then, after the first batch, whole packs in the
+- Numeric features (small): the rows a batch needs at once (up to ``_IN_FLIGHT`` requests together; a feature
+  fetched whole after: rows within ``_WHOLE_GAP`` in one request), then, after the first batch, whole packs in the
   background (two requests in flight, so that a batch's own requests do not queue behind them), while they fit in
   half of the cache: afterwards a batch reads local maps only.
 - Cameras: exactly the rows read (a compact camera's shard index first, once per pack). A camera kept as mp4 is
@@ -68,7 +69,7 @@ from ..errors import ArgumentError, BucketError, UnsupportedStoreError
 from ..store.cameras import MP4_INDEX, read_mp4_index
 from ..store.packs import read_shard_index, shard_index_bytes
 from ..store.state import StoreState, chunk_path, read_state
-from ..utils.fileio import atomic_write, flock_within, pwrite_all
+from ..utils.fileio import atomic_write, flock_within, pwrite_all, retry_within
 from ..utils.libc import punch_hole
 from .mirror import (CLAIMS, INDEXES, MAKING, MINE, PINS, SHARED, Mirror, Pack, RangeLocks, align8, publish,
                      read_root, runs, shared_map)
@@ -115,11 +116,12 @@ class RemoteStore:
     """The store at ``bucket`` (a :class:`~lerobot_zarr.cloud.client.Bucket` of the store's folder) served from a
     mirror under ``home`` shared with the other processes reading the same commit (see the module docstring).
     ``root_doc``: the root ``zarr.json`` to serve (a worker's: its parent's commit; an open's: the one read asking what
-    the folder is, ``root_fetched``); by default the bucket's current one. ``cache_bytes``: the most the mirror holds
-    (default ``$LEROBOT_ZARR_BUCKET_CACHE_BYTES``, else 8 GiB)."""
+    the folder is); by default the bucket's current one, read here (``requests`` and ``fetched_bytes`` count what this
+    object reads). ``cache_bytes``: the most the mirror holds (default ``$LEROBOT_ZARR_BUCKET_CACHE_BYTES``, else
+    8 GiB)."""
 
     def __init__(self, bucket: Bucket, home: str | os.PathLike, *, cache_bytes: int | None = None,
-                 root_doc: bytes | None = None, root_fetched: bool = False):
+                 root_doc: bytes | None = None):
         self.bucket = bucket
         self.home = Path(home)
         self.cache_bytes = _cache_bytes(cache_bytes)
@@ -138,8 +140,8 @@ class RemoteStore:
         self.fetched_bytes = 0
         self.fetched_by: dict[str, int] = {}  # bytes fetched per feature ("": the root, indexes...)
         self.requests = 0
-        root_doc, root_fetched = (read_root(bucket), True) if root_doc is None else (root_doc, root_fetched)
-        if root_fetched:
+        if root_doc is None:  # (counted: a root given was read by another, an open's probe or a parent process)
+            root_doc = read_root(bucket)
             self._count(len(root_doc))
         self._pools = [self._pool, self._ahead, self._background]
         self._holder: list[Mirror | None] = [None]  # the mirror joined (the finalizer lets go of it)
@@ -293,15 +295,10 @@ class RemoteStore:
     def _wait_lock(self, locks: RangeLocks, start: int, length: int, what: str, *, exclusive: bool = True) -> None:
         """Take a lock, waiting while another process holds a conflicting one (a fetch or an eviction under way
         there, bounded by its own deadlines): a :class:`BucketError` past twice the longest a fetch may take."""
-        limit = _wait_limit()
-        deadline = time.monotonic() + limit
-        delay = 0.001
-        while not locks.lock(start, length, exclusive=exclusive):
-            if time.monotonic() > deadline:
-                raise BucketError(f"{self.location()}: {what} has been fetched by another process for more than "
-                                  f"{limit:.0f} s (is it stopped?)", path=self.location())
-            time.sleep(delay)  # (no event crosses processes; the holder is a fetch: milliseconds to seconds)
-            delay = min(2 * delay, 0.02)
+        limit = _wait_limit()  # (no event crosses processes: tried again; the holder is a fetch, ms to seconds)
+        if not retry_within(lambda: locks.lock(start, length, exclusive=exclusive), limit):
+            raise BucketError(f"{self.location()}: {what} has been fetched by another process for more than "
+                              f"{limit:.0f} s (is it stopped?)", path=self.location())
 
     # what a batch reads -------------------------------------------------------------------------------------
     def _wants(self, eps: np.ndarray, frames: Mapping[str, np.ndarray]) -> dict[tuple[str, int], np.ndarray]:
@@ -387,12 +384,7 @@ class RemoteStore:
                 if before is None or left_rows < before:  # (the wait is counted from the last progress seen)
                     before, deadline = left_rows, time.monotonic() + _wait_limit()
                 if not mine:
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        raise BucketError(f"{self.location()}: rows a batch reads have been fetched by another thread "
-                                          f"of this process for more than {_wait_limit():.0f} s",
-                                          path=self.location())
-                    self._changed.wait(min(1.0, left))  # a fetch of this process ends (each one notifies)
+                    self._wait_changed(deadline, "", "rows a batch reads have been fetched")
                     continue
                 rounds += 1
                 if rounds > _ROUNDS:
@@ -403,7 +395,8 @@ class RemoteStore:
                         f"them: dropped from the mirror as soon as they landed", path=self.location())
                 for entry, free in mine:
                     entry.coming[free] = True
-            jobs = [job for entry, rows in mine for job in self._plan(entry, rows, gap=self._gap(entry))]
+            gap = _WHOLE_GAP if self._whole_numeric else _NUMERIC_GAP  # (of numeric rows)
+            jobs = [job for entry, rows in mine for job in self._plan(entry, rows, gap=gap)]
             try:
                 if len(jobs) == 1:
                     self._fetch(*jobs[0])
@@ -449,10 +442,6 @@ class RemoteStore:
                 coming = self._coming.get((entry.name, entry.pack), [])
                 for future in [f for f in coming if f.done()]:
                     coming.remove(future)
-
-    def _gap(self, entry: Pack) -> int:
-        """The gap below which a batch's requests for numeric rows of ``entry`` merge."""
-        return _WHOLE_GAP if entry.numeric and self._whole_numeric else _NUMERIC_GAP
 
     def _plan(self, entry: Pack, rows: np.ndarray, piece: int = _PIECE, *, exact: bool = False, gap: int | None = None
               ) -> list[tuple[Pack, int, int, np.ndarray]]:
@@ -512,12 +501,8 @@ class RemoteStore:
             while any(a < hi and lo < b for a, b in self._claimed.get(key, ())):
                 if not wait:
                     return False
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise BucketError(f"{self.location(entry.rel)}: rows {lo}-{hi - 1} of pack {entry.pack} of "
-                                      f"{entry.name!r} have been claimed by another thread of this process for more "
-                                      f"than {_wait_limit():.0f} s", path=self.location(entry.rel))
-                self._changed.wait(min(1.0, left))
+                self._wait_changed(deadline, entry.rel, f"rows {lo}-{hi - 1} of pack {entry.pack} of {entry.name!r} "
+                                                        f"have been claimed")
             self._claimed.setdefault(key, []).append((lo, hi))
         try:
             if wait:
@@ -533,6 +518,15 @@ class RemoteStore:
             raise
         self._forget_claim(key, lo, hi)
         return False
+
+    def _wait_changed(self, deadline: float, rel: str, what: str) -> None:
+        """(Under ``self._lock``.) Wait for a fetch or a claim of this process to end (each notifies ``_changed``),
+        at most until ``deadline``: past it a :class:`BucketError` (``what`` of ``rel`` "... by another thread")."""
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise BucketError(f"{self.location(rel)}: {what} by another thread of this process for more than "
+                              f"{_wait_limit():.0f} s", path=self.location(rel))
+        self._changed.wait(min(1.0, left))
 
     def _unclaim(self, entry: Pack, lo: int, hi: int, *, evicting: bool = False) -> None:
         if evicting:
