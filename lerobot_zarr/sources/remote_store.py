@@ -8,10 +8,9 @@ written. The dataset's readers (memory maps of raw packs, compact shards) read t
 store, and the dataset asks :meth:`RemoteStore.ensure` first for the frames a batch reads: those missing are
 fetched (byte ranges of the rows, coalesced, sent together), written, marked present.
 
-- Numeric features (small): the rows a batch needs at once (up to ``_IN_FLIGHT`` requests together; a feature
-  fetched whole after: rows within ``_WHOLE_GAP`` in one request), then, after the first batch, whole packs in the
-  background (two requests in flight, so that a batch's own requests do not queue behind them), while they fit in
-  half of the cache: afterwards a batch reads local maps only.
+- Numeric features (small): the rows a batch needs at once (up to ``_IN_FLIGHT`` requests together), then, after
+  the first batch, whole packs in the background (two requests in flight, so that a batch's own requests do not
+  queue behind them), while they fit in half of the cache: afterwards a batch reads local maps only.
 - Cameras: exactly the rows read (a compact camera's shard index first, once per pack). A camera kept as mp4 is
   read by byte ranges with read-ahead, as a Hub repo's videos (:class:`~lerobot_zarr.cloud.files.BucketFiles`),
   never whole. :meth:`RemoteStore.prefetch` fetches the frames of batches to come in the background (the
@@ -83,11 +82,7 @@ _NUMERIC_GAP = 64 << 10  # (a request's CPU, ~0.5 ms, is as long as 64 KB takes 
 _PIECE = 16 << 20  # the most one request of a foreground fetch asks for
 _BACKGROUND_PIECE = 4 << 20  # whole packs in the background: small requests, few in flight
 _BACKGROUND_IN_FLIGHT = 2
-# a numeric feature held whole soon after (it fits in half the cache): rows closer than this merged, the gap's bytes
-# fetched sooner, not more (its packs' background fetch skips them); a request less costs ~1.5 ms of CPU (client and
-# a test server), its 256 KiB 2 ms of a 1 Gbit/s link: a 100,000-episode first batch in 320 requests, not 860
-_WHOLE_GAP = 256 << 10
-_IN_FLIGHT = 256  # a batch's requests at once: its numeric rows in one or two round trips (32: 27 of them)
+_IN_FLIGHT = 256  # a batch's requests at once: a 100,000-episode store's first batch in 4 round trips (32: 27)
 _AHEAD_IN_FLIGHT = 32  # prefetches (bounded in bytes by ``ahead_limit``)
 _PIN_BATCHES = 2  # a batch's rows stay pinned until this many later ensures of the same process
 _AHEAD_SHARE = 8  # a process's prefetches queued or under way: at most 1/8 of the cache's bytes
@@ -209,11 +204,6 @@ class RemoteStore:
         self._feature_span = int(self._pack_start[-1]) + 1
         self._chunk, self._offset = self.state.table.chunk, self.state.table.offset
         self.mp4_files = mp4_files if mp4_files is not None else self._list_mp4(self.state)
-        numeric = [name for name, spec in self.state.arrays.items()
-                   if spec.kind == "numeric" and spec.storage == "raw"]
-        total = sum(int(self.state.packs.rows.sum()) * self.state.arrays[n].frame_bytes for n in numeric)
-        #: the numeric features fetched whole after the first batch (they fit in half the cache; else none)
-        self._whole_numeric = numeric if total <= self.cache_bytes // 2 else []
 
     def __reduce__(self) -> tuple:
         # to a DataLoader worker: the same commit in the same mirror (no request for the root)
@@ -395,8 +385,7 @@ class RemoteStore:
                         f"them: dropped from the mirror as soon as they landed", path=self.location())
                 for entry, free in mine:
                     entry.coming[free] = True
-            gap = _WHOLE_GAP if self._whole_numeric else _NUMERIC_GAP  # (of numeric rows)
-            jobs = [job for entry, rows in mine for job in self._plan(entry, rows, gap=gap)]
+            jobs = [job for entry, rows in mine for job in self._plan(entry, rows)]
             try:
                 if len(jobs) == 1:
                     self._fetch(*jobs[0])
@@ -443,10 +432,10 @@ class RemoteStore:
                 for future in [f for f in coming if f.done()]:
                     coming.remove(future)
 
-    def _plan(self, entry: Pack, rows: np.ndarray, piece: int = _PIECE, *, exact: bool = False, gap: int | None = None
+    def _plan(self, entry: Pack, rows: np.ndarray, piece: int = _PIECE, *, exact: bool = False
               ) -> list[tuple[Pack, int, int, np.ndarray]]:
         """Requests for ``rows`` (sorted, missing) of a pack: byte ranges of consecutive rows merged (numeric rows
-        closer than ``gap`` too, by default ``_NUMERIC_GAP``, unless ``exact``), each at most ``piece`` bytes."""
+        closer than ``_NUMERIC_GAP`` too, unless ``exact``), each at most ``piece`` bytes."""
         if not len(rows):
             return []
         rows = np.asarray(rows, dtype=np.int64)
@@ -455,7 +444,7 @@ class RemoteStore:
             stops = starts + entry.frame_bytes
         else:
             starts, stops = entry.index[rows, 0], entry.index[rows, 0] + entry.index[rows, 1]
-        gap = (_NUMERIC_GAP if gap is None else gap) if entry.numeric and not exact else 0
+        gap = _NUMERIC_GAP if entry.numeric and not exact else 0
         breaks = np.flatnonzero(starts[1:] - stops[:-1] > gap) + 1
         jobs = []
         for lo, hi in zip(np.concatenate([[0], breaks]).tolist(), np.concatenate([breaks, [len(rows)]]).tolist(),
@@ -681,7 +670,12 @@ class RemoteStore:
         if self._numeric_started:
             return
         self._numeric_started = True
-        for name in self._whole_numeric:  # (held whole by another process: each pack found complete, then settled)
+        numeric = [name for name, spec in self.state.arrays.items()
+                   if spec.kind == "numeric" and spec.storage == "raw"]
+        total = sum(int(self.state.packs.rows.sum()) * self.state.arrays[n].frame_bytes for n in numeric)
+        if not numeric or total > self.cache_bytes // 2:
+            return
+        for name in numeric:  # (held whole by another process: each pack found complete, then settled)
             self._background.submit(self._whole_feature, name)
 
     def _whole_feature(self, name: str) -> None:
