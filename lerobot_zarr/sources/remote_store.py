@@ -285,6 +285,8 @@ class RemoteStore:
     def _wait_lock(self, locks: RangeLocks, start: int, length: int, what: str, *, exclusive: bool = True) -> None:
         """Take a lock, waiting while another process holds a conflicting one (a fetch or an eviction under way
         there, bounded by its own deadlines): a :class:`BucketError` past twice the longest a fetch may take."""
+        if locks.lock(start, length, exclusive=exclusive):  # free (the usual case): no deadline to work out
+            return
         limit = _wait_limit()  # (no event crosses processes: tried again; the holder is a fetch, ms to seconds)
         if not retry_within(lambda: locks.lock(start, length, exclusive=exclusive), limit):
             raise BucketError(f"{self.location()}: {what} has been fetched by another process for more than "
@@ -320,8 +322,8 @@ class RemoteStore:
         units = [(self._pack(name, pack), rows) for (name, pack), rows in self._wants(eps, frames).items()]
         self._pin(units)  # first: once present, no process evicts them
         now = time.monotonic()
-        for entry, rows in units:
-            entry.used[rows] = now
+        for entry, rows in units:  # (a numeric pack is evicted whole, by its latest use: one row's stamp stands)
+            entry.used[rows[:1] if entry.numeric else rows] = now
         self._bring(units)
         self._evict()
         self._start_numeric()
@@ -484,12 +486,12 @@ class RemoteStore:
         """Claim rows ``[lo, hi)`` of a pack: no thread of this process claims any of them meanwhile (waited for,
         so that the claims of one descriptor never overlap), nor another process (its lock: waited for too).
         Without ``wait`` (an eviction): whether they were all free now."""
-        key = (entry.name, entry.pack)
-        deadline = time.monotonic() + _wait_limit()
+        key, deadline = (entry.name, entry.pack), None
         with self._lock:
             while any(a < hi and lo < b for a, b in self._claimed.get(key, ())):
                 if not wait:
                     return False
+                deadline = deadline or time.monotonic() + _wait_limit()
                 self._wait_changed(deadline, entry.rel, f"rows {lo}-{hi - 1} of pack {entry.pack} of {entry.name!r} "
                                                         f"have been claimed")
             self._claimed.setdefault(key, []).append((lo, hi))
