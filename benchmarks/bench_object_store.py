@@ -231,9 +231,40 @@ def section_open(server: Server, args, work: Path) -> None:
         print(f"  run {rep}: bucket open {remote['open']:.2f} s + first batch {remote['first_batch']:.2f} s = "
               f"{remote['total']:.2f} s (CPU {remote['cpu_open']:.2f} + {remote['cpu_batch']:.2f} s; until then "
               f"{remote['requests']} requests, {remote['fetched'] / 1e6:.1f} MB "
-              f"with the root of {root / 1e6:.1f} MB; the process, with the background fetch it ended: "
+              f"after the open's one request for the root and the listing, the root {root / 1e6:.1f} MB; the process, "
+              f"with the background fetch it ended: "
               f"{stats['requests']} requests, {stats['round_trips']} round trips) | local {local['total']:.3f} s | "
               f"load {load()}")
+    requests, trips = first_batch_by_dependency(store, args, work)
+    print(f"  by dependency: the open and the first batch in {trips} round trips ({requests} requests; load {load()})")
+
+
+def first_batch_by_dependency(store: Path, args, work: Path) -> tuple[int, int]:
+    """The open and first batch of ``store`` published to an S3 server in this process whose answers settle (each
+    held until no other thread of the process runs or waits to): its requests, and its round trips by dependency
+    (the waves the client waits for, which neither a loaded machine nor the server's CPU lengthens)."""
+    from lerobot_zarr.testing.hub_network import NetworkModel
+    from lerobot_zarr.testing.s3_server import S3Server
+
+    saved = dict(os.environ)
+    try:
+        with S3Server() as server:
+            server.create_bucket("bench-dependency-open")
+            os.environ.update(server.client_env(), LEROBOT_ZARR_HOME=str(work / f"home-{time.monotonic_ns()}"))
+            url = "s3://bench-dependency-open/store"
+            push_store(store, url, progress=False)
+            server.reset_stats()
+            server.network = NetworkModel(latency_s=args.latency, rate=args.gbit * 125e6, settle=True)
+            ds = lerobot_zarr.open_dataset(url, delta_timestamps=DELTAS)
+            ds._remote._numeric_started = True  # (the whole packs it fetches after, in the background: not counted)
+            ds.get_batch(np.random.default_rng(0).integers(0, len(ds), 256))
+            counted = len(server.requests()), server.stats.round_trips()
+            server.network = None
+            ds._remote.close()  # (its background fetch of whole packs ends here)
+            return counted
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 def section_numeric(server: Server, args, work: Path) -> None:

@@ -94,11 +94,9 @@ class BucketSource(Source):
         from .home import mirror_home
         from .remote_store import RemoteStore
 
-        fetched = root_doc is None and self._root is not None
         if root_doc is None:  # the root read when asked what the folder is, once (a second reads the current one)
             root_doc, self._root = self._root, None
-        return RemoteStore(self.bucket, mirror_home(), cache_bytes=cache_bytes, root_doc=root_doc,
-                           root_fetched=fetched)
+        return RemoteStore(self.bucket, mirror_home(), cache_bytes=cache_bytes, root_doc=root_doc)
 
     def files(self):
         if self.what() != "folder":

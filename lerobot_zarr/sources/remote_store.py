@@ -8,9 +8,9 @@ written. The dataset's readers (memory maps of raw packs, compact shards) read t
 store, and the dataset asks :meth:`RemoteStore.ensure` first for the frames a batch reads: those missing are
 fetched (byte ranges of the rows, coalesced, sent together), written, marked present.
 
-- Numeric features (small): the rows a batch needs at once, then, after the first batch, whole packs in the
-  background (two requests in flight, so that a batch's own requests do not queue behind them), while they fit in
-  half of the cache: afterwards a batch reads local maps only.
+- Numeric features (small): the rows a batch needs at once (up to ``_IN_FLIGHT`` requests together), then, after
+  the first batch, whole packs in the background (two requests in flight, so that a batch's own requests do not
+  queue behind them), while they fit in half of the cache: afterwards a batch reads local maps only.
 - Cameras: exactly the rows read (a compact camera's shard index first, once per pack). A camera kept as mp4 is
   read by byte ranges with read-ahead, as a Hub repo's videos (:class:`~lerobot_zarr.cloud.files.BucketFiles`),
   never whole. :meth:`RemoteStore.prefetch` fetches the frames of batches to come in the background (the
@@ -68,7 +68,7 @@ from ..errors import ArgumentError, BucketError, UnsupportedStoreError
 from ..store.cameras import MP4_INDEX, read_mp4_index
 from ..store.packs import read_shard_index, shard_index_bytes
 from ..store.state import StoreState, chunk_path, read_state
-from ..utils.fileio import atomic_write, flock_within, pwrite_all
+from ..utils.fileio import atomic_write, flock_within, pwrite_all, retry_within
 from ..utils.libc import punch_hole
 from .mirror import (CLAIMS, INDEXES, MAKING, MINE, PINS, SHARED, Mirror, Pack, RangeLocks, align8, publish,
                      read_root, runs, shared_map)
@@ -78,11 +78,12 @@ __all__ = ["RemoteStore", "CACHE_BYTES_ENV", "DEFAULT_CACHE_BYTES", "SHARED"]
 CACHE_BYTES_ENV = "LEROBOT_ZARR_BUCKET_CACHE_BYTES"
 DEFAULT_CACHE_BYTES = 8 << 30
 # numeric rows closer than this in one request: a gap costing less link time than a request's share of a round trip
-_NUMERIC_GAP = 64 << 10  # (2.5 MB in flight at 20 ms and 1 Gbit/s over _IN_FLIGHT requests: ~78 KB)
+_NUMERIC_GAP = 64 << 10  # (a request's CPU, ~0.5 ms, is as long as 64 KB takes on a 1 Gbit/s link)
 _PIECE = 16 << 20  # the most one request of a foreground fetch asks for
 _BACKGROUND_PIECE = 4 << 20  # whole packs in the background: small requests, few in flight
 _BACKGROUND_IN_FLIGHT = 2
-_IN_FLIGHT = 32
+_IN_FLIGHT = 256  # a batch's requests at once: a 100,000-episode store's first batch in 4 round trips (32: 27)
+_AHEAD_IN_FLIGHT = 32  # prefetches (bounded in bytes by ``ahead_limit``)
 _PIN_BATCHES = 2  # a batch's rows stay pinned until this many later ensures of the same process
 _AHEAD_SHARE = 8  # a process's prefetches queued or under way: at most 1/8 of the cache's bytes
 _ROUNDS = 4  # the most times one ensure fetches rows itself (a prefetch that failed, rows taken from under it...)
@@ -110,11 +111,12 @@ class RemoteStore:
     """The store at ``bucket`` (a :class:`~lerobot_zarr.cloud.client.Bucket` of the store's folder) served from a
     mirror under ``home`` shared with the other processes reading the same commit (see the module docstring).
     ``root_doc``: the root ``zarr.json`` to serve (a worker's: its parent's commit; an open's: the one read asking what
-    the folder is, ``root_fetched``); by default the bucket's current one. ``cache_bytes``: the most the mirror holds
-    (default ``$LEROBOT_ZARR_BUCKET_CACHE_BYTES``, else 8 GiB)."""
+    the folder is); by default the bucket's current one, read here (``requests`` and ``fetched_bytes`` count what this
+    object reads). ``cache_bytes``: the most the mirror holds (default ``$LEROBOT_ZARR_BUCKET_CACHE_BYTES``, else
+    8 GiB)."""
 
     def __init__(self, bucket: Bucket, home: str | os.PathLike, *, cache_bytes: int | None = None,
-                 root_doc: bytes | None = None, root_fetched: bool = False):
+                 root_doc: bytes | None = None):
         self.bucket = bucket
         self.home = Path(home)
         self.cache_bytes = _cache_bytes(cache_bytes)
@@ -125,7 +127,7 @@ class RemoteStore:
         self._changed = threading.Condition(self._lock)  # rows this process was fetching are no longer coming
         self._making = threading.Lock()  # held while a pack's file is made (a compact one: its index fetched)
         self._pool = ThreadPoolExecutor(_IN_FLIGHT, thread_name_prefix="lerobot_zarr-remote")
-        self._ahead = ThreadPoolExecutor(_IN_FLIGHT, thread_name_prefix="lerobot_zarr-prefetch")  # batches to come
+        self._ahead = ThreadPoolExecutor(_AHEAD_IN_FLIGHT, thread_name_prefix="lerobot_zarr-prefetch")  # to come
         self._background = ThreadPoolExecutor(_BACKGROUND_IN_FLIGHT, thread_name_prefix="lerobot_zarr-whole")
         self._pin_lock = threading.Lock()  # one pinning at a time (it may wait for an eviction of another process)
         self._evict_lock = threading.Lock()  # one eviction at a time in this process (the flock is per process)
@@ -133,8 +135,8 @@ class RemoteStore:
         self.fetched_bytes = 0
         self.fetched_by: dict[str, int] = {}  # bytes fetched per feature ("": the root, indexes...)
         self.requests = 0
-        root_doc, root_fetched = (read_root(bucket), True) if root_doc is None else (root_doc, root_fetched)
-        if root_fetched:
+        if root_doc is None:  # (counted: a root given was read by another, an open's probe or a parent process)
+            root_doc = read_root(bucket)
             self._count(len(root_doc))
         self._pools = [self._pool, self._ahead, self._background]
         self._holder: list[Mirror | None] = [None]  # the mirror joined (the finalizer lets go of it)
@@ -166,7 +168,7 @@ class RemoteStore:
             old.forget()  # (this process's copies of the descriptors: the parent's locks stay the parent's)
             os.close(old.users)
             self._pool = ThreadPoolExecutor(_IN_FLIGHT, thread_name_prefix="lerobot_zarr-remote")
-            self._ahead = ThreadPoolExecutor(_IN_FLIGHT, thread_name_prefix="lerobot_zarr-prefetch")
+            self._ahead = ThreadPoolExecutor(_AHEAD_IN_FLIGHT, thread_name_prefix="lerobot_zarr-prefetch")
             self._background = ThreadPoolExecutor(_BACKGROUND_IN_FLIGHT, thread_name_prefix="lerobot_zarr-whole")
             self._pools[:] = [self._pool, self._ahead, self._background]
             self._attach(self.root_doc, mp4_files=self.mp4_files)
@@ -283,15 +285,12 @@ class RemoteStore:
     def _wait_lock(self, locks: RangeLocks, start: int, length: int, what: str, *, exclusive: bool = True) -> None:
         """Take a lock, waiting while another process holds a conflicting one (a fetch or an eviction under way
         there, bounded by its own deadlines): a :class:`BucketError` past twice the longest a fetch may take."""
-        limit = _wait_limit()
-        deadline = time.monotonic() + limit
-        delay = 0.001
-        while not locks.lock(start, length, exclusive=exclusive):
-            if time.monotonic() > deadline:
-                raise BucketError(f"{self.location()}: {what} has been fetched by another process for more than "
-                                  f"{limit:.0f} s (is it stopped?)", path=self.location())
-            time.sleep(delay)  # (no event crosses processes; the holder is a fetch: milliseconds to seconds)
-            delay = min(2 * delay, 0.02)
+        if locks.lock(start, length, exclusive=exclusive):  # free (the usual case): no deadline to work out
+            return
+        limit = _wait_limit()  # (no event crosses processes: tried again; the holder is a fetch, ms to seconds)
+        if not retry_within(lambda: locks.lock(start, length, exclusive=exclusive), limit):
+            raise BucketError(f"{self.location()}: {what} has been fetched by another process for more than "
+                              f"{limit:.0f} s (is it stopped?)", path=self.location())
 
     # what a batch reads -------------------------------------------------------------------------------------
     def _wants(self, eps: np.ndarray, frames: Mapping[str, np.ndarray]) -> dict[tuple[str, int], np.ndarray]:
@@ -323,8 +322,8 @@ class RemoteStore:
         units = [(self._pack(name, pack), rows) for (name, pack), rows in self._wants(eps, frames).items()]
         self._pin(units)  # first: once present, no process evicts them
         now = time.monotonic()
-        for entry, rows in units:
-            entry.used[rows] = now
+        for entry, rows in units:  # (a numeric pack is evicted whole, by its latest use: one row's stamp stands)
+            entry.used[rows[:1] if entry.numeric else rows] = now
         self._bring(units)
         self._evict()
         self._start_numeric()
@@ -377,12 +376,7 @@ class RemoteStore:
                 if before is None or left_rows < before:  # (the wait is counted from the last progress seen)
                     before, deadline = left_rows, time.monotonic() + _wait_limit()
                 if not mine:
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        raise BucketError(f"{self.location()}: rows a batch reads have been fetched by another thread "
-                                          f"of this process for more than {_wait_limit():.0f} s",
-                                          path=self.location())
-                    self._changed.wait(min(1.0, left))  # a fetch of this process ends (each one notifies)
+                    self._wait_changed(deadline, "", "rows a batch reads have been fetched")
                     continue
                 rounds += 1
                 if rounds > _ROUNDS:
@@ -469,12 +463,18 @@ class RemoteStore:
         """Bring ``rows`` (bytes ``[start, stop)`` of a pack): under their claim (another process fetching some of
         them is waited for), those still missing fetched, written, marked present."""
         if entry.index is None:  # raw rows: whole rows from start to stop (numeric: gaps between included)
-            rows = np.arange(start // entry.frame_bytes, stop // entry.frame_bytes)
-        lo, hi = int(rows[0]), int(rows[-1]) + 1
+            lo, hi = start // entry.frame_bytes, stop // entry.frame_bytes
+        else:
+            lo, hi = int(rows[0]), int(rows[-1]) + 1
         self._claim(entry, lo, hi)
         try:
-            missing = rows[~entry.present[rows]]
-            if len(missing) == len(rows):
+            if entry.index is None:  # (slices: a numeric request may span a pack's 600,000 rows)
+                missing = lo + np.flatnonzero(~entry.present[lo:hi])
+                whole = len(missing) == hi - lo
+            else:
+                missing = rows[~entry.present[rows]]
+                whole = len(missing) == len(rows)
+            if whole:
                 self._get(entry, start, stop, rows)
             else:  # another process brought some meanwhile: the others exactly (no byte fetched twice)
                 for job in self._plan(entry, missing, exact=True):
@@ -486,18 +486,14 @@ class RemoteStore:
         """Claim rows ``[lo, hi)`` of a pack: no thread of this process claims any of them meanwhile (waited for,
         so that the claims of one descriptor never overlap), nor another process (its lock: waited for too).
         Without ``wait`` (an eviction): whether they were all free now."""
-        key = (entry.name, entry.pack)
-        deadline = time.monotonic() + _wait_limit()
+        key, deadline = (entry.name, entry.pack), None
         with self._lock:
             while any(a < hi and lo < b for a, b in self._claimed.get(key, ())):
                 if not wait:
                     return False
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise BucketError(f"{self.location(entry.rel)}: rows {lo}-{hi - 1} of pack {entry.pack} of "
-                                      f"{entry.name!r} have been claimed by another thread of this process for more "
-                                      f"than {_wait_limit():.0f} s", path=self.location(entry.rel))
-                self._changed.wait(min(1.0, left))
+                deadline = deadline or time.monotonic() + _wait_limit()
+                self._wait_changed(deadline, entry.rel, f"rows {lo}-{hi - 1} of pack {entry.pack} of {entry.name!r} "
+                                                        f"have been claimed")
             self._claimed.setdefault(key, []).append((lo, hi))
         try:
             if wait:
@@ -514,6 +510,15 @@ class RemoteStore:
         self._forget_claim(key, lo, hi)
         return False
 
+    def _wait_changed(self, deadline: float, rel: str, what: str) -> None:
+        """(Under ``self._lock``.) Wait for a fetch or a claim of this process to end (each notifies ``_changed``),
+        at most until ``deadline``: past it a :class:`BucketError` (``what`` of ``rel`` "... by another thread")."""
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise BucketError(f"{self.location(rel)}: {what} by another thread of this process for more than "
+                              f"{_wait_limit():.0f} s", path=self.location(rel))
+        self._changed.wait(min(1.0, left))
+
     def _unclaim(self, entry: Pack, lo: int, hi: int, *, evicting: bool = False) -> None:
         if evicting:
             self._mirror.evicting.unlock(PINS + entry.slot + lo, hi - lo)
@@ -528,9 +533,8 @@ class RemoteStore:
             self._changed.notify_all()
 
     def _get(self, entry: Pack, start: int, stop: int, rows: np.ndarray) -> None:
-        """(Under the rows' claim.) Fetch bytes ``[start, stop)``, write them, then mark ``rows`` present."""
-        if entry.index is None:
-            rows = np.arange(start // entry.frame_bytes, stop // entry.frame_bytes)
+        """(Under the rows' claim.) Fetch bytes ``[start, stop)``, write them, then mark ``rows`` present (raw
+        rows: every row of the range)."""
         data = self.bucket.read(entry.rel, start, stop, copy=False)
         self._count(len(data), entry.name)
         fd = os.open(entry.path, os.O_WRONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
@@ -538,11 +542,23 @@ class RemoteStore:
             pwrite_all(fd, data, start, entry.path)
         finally:
             os.close(fd)
-        new = rows[~entry.present[rows]]
-        added = entry.nbytes(new)
-        self._mirror.add_held(added)  # counted before marked: a process killed between counts too much, never less
-        entry.used[new] = time.monotonic()
-        entry.present[new] = True
+        now = time.monotonic()
+        if entry.index is None:  # rows [a, b): slices, no index arrays
+            a, b = start // entry.frame_bytes, stop // entry.frame_bytes
+            new = ~entry.present[a:b]
+            added = int(np.count_nonzero(new)) * entry.frame_bytes
+            self._mirror.add_held(added)  # counted before marked: a process killed between counts too much
+            if entry.numeric:  # (evicted whole, by its rows' latest use: one stamp stands for the range's)
+                entry.used[a] = now
+            else:
+                entry.used[a:b][new] = now
+            entry.present[a:b] = True
+        else:
+            new = rows[~entry.present[rows]]
+            added = entry.nbytes(new)
+            self._mirror.add_held(added)
+            entry.used[new] = now
+            entry.present[new] = True
         with self._lock:
             self._fetched_since_evict += added
 
@@ -732,7 +748,7 @@ class RemoteStore:
                 future.cancel()
         for pool in (self._ahead, self._background):
             pool.shutdown(wait=True, cancel_futures=True)
-        self._ahead = ThreadPoolExecutor(_IN_FLIGHT, thread_name_prefix="lerobot_zarr-prefetch")
+        self._ahead = ThreadPoolExecutor(_AHEAD_IN_FLIGHT, thread_name_prefix="lerobot_zarr-prefetch")
         self._background = ThreadPoolExecutor(_BACKGROUND_IN_FLIGHT, thread_name_prefix="lerobot_zarr-whole")
         self._pools[1:] = [self._ahead, self._background]
         old = self._mirror

@@ -113,6 +113,7 @@ class Fault:
     seconds: float = 60.0
     rate: int = 16
     value: str = ""
+    query_contains: str = ""  # (S3 server: and the request's query, e.g. "uploadId" for a multipart completion)
 
 
 class Faults:
@@ -131,11 +132,12 @@ class Faults:
         with self._lock:
             self._faults.clear()
 
-    def take(self, method: str, path: str) -> Fault | None:
-        """The fault a request of ``method`` to ``path`` meets, if any."""
+    def take(self, method: str, path: str, query: str = "") -> Fault | None:
+        """The fault a request of ``method`` to ``path`` (with ``query``) meets, if any."""
         with self._lock:
             for fault in self._faults:
-                if fault.path_contains in path and (fault.method is None or fault.method == method):
+                if (fault.path_contains in path and fault.query_contains in query
+                        and (fault.method is None or fault.method == method)):
                     fault.remaining -= 1
                     if fault.remaining <= 0:
                         self._faults.remove(fault)

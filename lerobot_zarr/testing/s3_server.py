@@ -51,6 +51,7 @@ from .hub_network import (
     NetworkModel,
     RequestRecord,
     close_abruptly,
+    settle,
 )
 
 __all__ = ["S3Server", "ACCESS_KEY", "SECRET_KEY", "REGION"]
@@ -156,12 +157,14 @@ class _Handler(BaseHTTPRequestHandler):
         self._rec, self._sent_headers = rec, False
         try:
             body = self._read_body(rec)
-            fault = owner.take_fault(method, rec.path)
+            fault = owner.take_fault(method, rec.path, split.query)
             network = owner.network
             if network is not None:
                 rtts = 1 + (network.handshake_rtts if not self._served else 0)
                 if owner.stopping.wait(network.latency_s * rtts):
                     raise Dropped
+                if network.settle:  # and the client (in this process) has sent all it can without this answer
+                    settle(owner.stopping)
             self._served += 1
             if fault is not None and fault.kind in ("500", "503", "401", "403"):
                 status = int(fault.kind)
@@ -169,7 +172,15 @@ class _Handler(BaseHTTPRequestHandler):
                                     b"<Error><Code>InjectedFault</Code></Error>", None)
             if fault is not None and fault.kind == "reset":
                 raise Dropped
+            upload = parse_qs(split.query).get("uploadId", [""])[0] if method == "POST" else ""
+            if upload and upload in owner.completed_late:  # as AWS S3: an upload completed is no more
+                return self._answer(404, {"Content-Type": "application/xml"}, b"<Error><Code>NoSuchUpload</Code>"
+                                    b"<Message>The specified upload does not exist.</Message></Error>", None)
             status, headers, data = self._moto(method, path, split.query, body)
+            if fault is not None and fault.kind == "late" and upload and status == 200:  # completed, answered 500
+                owner.completed_late.add(upload)
+                status, headers, data = 500, {"Content-Type": "application/xml"}, b"<Error><Code>InternalError</Code>" \
+                    b"</Error>"
             self._answer(status, headers, data, fault)
         except Dropped:
             self._abort()
@@ -414,6 +425,7 @@ class S3Server:
         self.errors: list[str] = []
         self.stopping = threading.Event()
         self.writing = threading.Lock()  # held while moto writes (see _Handler._moto)
+        self.completed_late: set[str] = set()  # multipart uploads completed under a "late" fault
         self.app = _moto_app()
         self._faults = Faults()
         self._httpd: _Server | None = None
@@ -489,21 +501,25 @@ class S3Server:
         self.stats.reset()
 
     def inject_fault(self, *, path_contains: str, kind: str, count: int = 1, after_bytes: int = 0,
-                     method: str | None = None, seconds: float = 60.0, rate: int = 16) -> None:
-        """Make the next ``count`` requests whose path contains ``path_contains`` (and of ``method``) fail: kinds
-        as the test Hub's (:meth:`~.hub_server.HubServer.inject_fault`: ``"500"``, ``"401"``, ``"403"``,
-        ``"drop"``, ``"reset"``, ``"stall"``, ``"trickle"``, ``"short"``, ``"bad_range"``), plus ``"503"`` and
-        ``"long"`` (a ``Content-Length`` ``after_bytes`` more than the body sent, then the connection closes)."""
-        if kind not in (*FAULT_KINDS, "503", "long") or kind == "bad_commit":
+                     method: str | None = None, seconds: float = 60.0, rate: int = 16, query_contains: str = ""
+                     ) -> None:
+        """Make the next ``count`` requests whose path contains ``path_contains`` (and query ``query_contains``, of
+        ``method``) fail: kinds as the test Hub's (:meth:`~.hub_server.HubServer.inject_fault`: ``"500"``,
+        ``"401"``, ``"403"``, ``"drop"``, ``"reset"``, ``"stall"``, ``"trickle"``, ``"short"``, ``"bad_range"``),
+        plus ``"503"``, ``"long"`` (a ``Content-Length`` ``after_bytes`` more than the body sent, then the
+        connection closes) and ``"late"`` (a multipart upload's completion: done, but answered 500, as a completion
+        answered too late; a retry of it meets AWS S3's answer, 404 ``NoSuchUpload``, where moto would complete it
+        again)."""
+        if kind not in (*FAULT_KINDS, "503", "long", "late") or kind == "bad_commit":
             raise ValueError(f"unknown fault kind {kind!r}")
         self._faults.add(Fault(path_contains, kind, count, after_bytes, method.upper() if method else None, seconds,
-                               rate))
+                               rate, query_contains=query_contains))
 
     def clear_faults(self) -> None:
         self._faults.clear()
 
-    def take_fault(self, method: str, path: str) -> Fault | None:
-        return self._faults.take(method, path)
+    def take_fault(self, method: str, path: str, query: str = "") -> Fault | None:
+        return self._faults.take(method, path, query)
 
 
 def _buckets(values: Iterable[str]) -> list[str]:

@@ -27,6 +27,7 @@ from .libc import libc
 
 __all__ = [
     "flock_within",
+    "retry_within",
     "atomic_write",
     "replace_file",
     "flush_filesystem",
@@ -461,17 +462,28 @@ class WriterLock:
             self._fd = None
 
 
-def flock_within(fd: int, seconds: float, *, longest_sleep: float = 0.02) -> bool:
-    """Take an exclusive ``flock`` on ``fd``, trying again (sleeps from 1 ms doubling up to ``longest_sleep``: no
-    event crosses processes) for at most ``seconds``; False when it was not free by then."""
+def retry_within(attempt: Callable[[], bool], seconds: float, *, longest_sleep: float = 0.02) -> bool:
+    """Call ``attempt`` until it returns True, sleeping between tries (from 1 ms, doubling up to ``longest_sleep``:
+    for what no event signals, such as a lock another process holds) for at most ``seconds``; whether it did."""
     deadline = time.monotonic() + seconds
     delay = 0.001
-    while True:
+    while not attempt():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(delay)
+        delay = min(2 * delay, longest_sleep)
+    return True
+
+
+def flock_within(fd: int, seconds: float, *, longest_sleep: float = 0.02) -> bool:
+    """Take an exclusive ``flock`` on ``fd`` within ``seconds``, tried as :func:`retry_within` does; False when it
+    was not free by then."""
+
+    def attempt() -> bool:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             return True
         except OSError:
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(delay)
-            delay = min(2 * delay, longest_sleep)
+            return False
+
+    return retry_within(attempt, seconds, longest_sleep=longest_sleep)

@@ -93,6 +93,21 @@ def test_conditional_writes(env):
     assert bucket.read_whole("root", limit=10) == (b"2", client.ObjectInfo(1, second))
 
 
+def test_a_multipart_upload_that_vanished_is_written_again(env, tmp_path):
+    """A multipart overwrite whose completion was done but answered late (a 500 here): the engine asks again, the
+    upload is gone by then (404 NoSuchUpload, as AWS S3 answers), and the client writes the object again, whole,
+    instead of failing with 'no such object'."""
+    bucket = env.client()
+    data = os.urandom((16 << 20) + 12345)  # over one request: uploaded in parts
+    (tmp_path / "big").write_bytes(data)
+    env.server.inject_fault(path_contains="/big", kind="late", method="POST",
+                            query_contains="uploadId")
+    etag = bucket.write("big", tmp_path / "big")
+    assert bucket.read_whole("big", limit=len(data)) == (data, client.ObjectInfo(len(data), etag))
+    completions = [r.status for r in env.server.requests("POST", "/big") if "uploadId" in r.query]
+    assert completions == [500, 404, 200], completions  # done late, gone, then a new upload completed
+
+
 @pytest.mark.parametrize("kind, count", [("500", 2), ("503", 1), ("short", 1), ("bad_range", 1), ("drop", 1),
                                          ("long", 1), ("reset", 1)])
 def test_passing_faults_are_retried_to_the_exact_bytes(env, kind, count):

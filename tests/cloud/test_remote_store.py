@@ -14,6 +14,7 @@ import s3_fixtures
 
 import lerobot_zarr
 from lerobot_zarr.errors import ArgumentError
+from lerobot_zarr.testing.hub_network import NetworkModel
 from lerobot_zarr.testing.sample_data import NOTE_KEY, write_sample_dataset
 from lerobot_zarr.testing.source_tests import assert_same_batches
 from lerobot_zarr.writing.sync import push_store
@@ -149,6 +150,25 @@ def test_only_the_rows_read_cross_the_network(env, folder, tmp_path):
     env.server.reset_stats()
     remote.get_batch(idx)  # held now: no request
     assert env.server.requests() == []
+
+
+def test_a_batch_sends_its_requests_together(env, folder, tmp_path):
+    """A batch's rows missing from many objects (small packs) are asked for at once: one round trip, counted by
+    dependency (each answer held until the client has sent all it can without it), for a hundred requests."""
+    local, url = published(env, folder, tmp_path, "together")
+    remote = lerobot_zarr.open_dataset(url, delta_timestamps=DELTAS)
+    remote._remote._numeric_started = True  # (numeric packs whole in the background: measured apart here)
+    idx = np.random.default_rng(4).integers(0, len(remote), 64)
+    env.server.reset_stats()
+    env.server.network = NetworkModel(latency_s=0.02, rate=1e9, settle=True)
+    try:
+        batch = remote.get_batch(idx)
+    finally:
+        env.server.network = None
+    assert len(env.server.requests()) > 64 and env.server.stats.round_trips() == 1, len(env.server.requests())
+    want = lerobot_zarr.open_dataset(local.root, delta_timestamps=DELTAS).get_batch(idx)
+    for key in want:
+        assert _same(batch[key], want[key]), key
 
 
 def test_prefetched_batches_make_no_request(env, folder, tmp_path):
