@@ -39,6 +39,7 @@ from lerobot_zarr import (
     ValueRangeError,
 )
 from lerobot_zarr.lerobot.format import DEFAULT_FEATURES
+from lerobot_zarr.store.log import FOLD_RECORDS
 from lerobot_zarr.store.state import live_path, read_state
 from lerobot_zarr.writing.transition_layout import LAYOUT_FILE
 from lerobot_zarr.writing.transitions import TransitionBuffer
@@ -720,7 +721,7 @@ for e in range(10**6):
 """
 
 
-def _spawn(root: Path, *, checkpoint_every: int = 0, capacity=None, pause: float = 0.0, fold: int = 32):
+def _spawn(root: Path, *, checkpoint_every: int = 0, capacity=None, pause: float = 0.0, fold: int = FOLD_RECORDS):
     code = _CHILD.format(tests=str(TESTS), root=str(root), capacity=capacity, checkpoint_every=checkpoint_every,
                          seed=SEED, pause=pause, fold=fold)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -747,7 +748,7 @@ def _stream(n: int) -> list[tuple[int, int]]:
     return out[:n]
 
 
-@pytest.mark.parametrize("checkpoint_every, fold", [(0, 32), (0, 2), (1, 32)],
+@pytest.mark.parametrize("checkpoint_every, fold", [(0, FOLD_RECORDS), (0, 2), (1, FOLD_RECORDS)],
                          ids=["adds", "adds-folding", "checkpoints"])
 def test_sigkill_at_any_moment_loses_at_most_the_unfinished_episode(tmp_path, checkpoint_every, fold):
     """Kill the writer while it adds (episode commits appended to the log; a fold every ``fold`` of them) or while
@@ -824,7 +825,7 @@ def test_stats_after_a_kill_between_folds_are_recomputed_exactly(tmp_path):
     stats file for the episodes logged since): a writer killed between two folds leaves episodes whose stats no
     file holds. The next writer recomputes them from the rows: the dataset stats equal numpy by hand over the
     frames, and bit for bit those of a buffer given the same episodes and closed without a kill."""
-    root, episodes = tmp_path / "killed", 45  # a fold after 32 records, then a dozen in the log
+    root, episodes = tmp_path / "killed", FOLD_RECORDS + 13  # a fold after FOLD_RECORDS records, a dozen more logged
     code = _STOPPING_CHILD.format(tests=str(TESTS), root=str(root), episodes=episodes, seed=SEED)
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONPATH": str(REPO)})
@@ -835,8 +836,8 @@ def test_stats_after_a_kill_between_folds_are_recomputed_exactly(tmp_path):
         proc.communicate(timeout=30)
     state = read_state(root)
     files = sorted(p.name for p in (root / ".episode_stats").iterdir())
-    folded = episodes - len(state.log_records)  # (the 33rd commit, with 32 records in the log, was the fold)
-    assert len(state.table) == episodes and 0 < len(state.log_records) < episodes - 30, "killed between two folds"
+    folded = episodes - len(state.log_records)  # (the commit after FOLD_RECORDS records in the log was the fold)
+    assert len(state.table) == episodes and 0 < len(state.log_records) < 15, "killed between two folds"
     assert files == [f"batch-{read_state(root, log=False).generation}.json"], "one stats file: the fold's"
     assert len(json.loads((root / ".episode_stats" / files[0]).read_text())["episodes"]) == folded
 
@@ -847,16 +848,17 @@ def test_stats_after_a_kill_between_folds_are_recomputed_exactly(tmp_path):
     add_episodes(clean, range(episodes), camera=False)
     clean.close()
     assert stats == read_state(tmp_path / "clean").stats
-    add_episodes(buf, range(episodes, episodes + 40), camera=False)  # a fold more, stats from the batch files
+    more = FOLD_RECORDS + 8  # a fold more, stats from the batch files
+    add_episodes(buf, range(episodes, episodes + more), camera=False)
     buf.close()
-    _numeric_stats_match_the_reference(read_state(root).stats, range(episodes + 40))
+    _numeric_stats_match_the_reference(read_state(root).stats, range(episodes + more))
     for path in (root / ".episode_stats").glob("batch-*.json"):  # malformed (a hostile shape): recomputed
         doc = json.loads(path.read_text())
         doc["stats"][STATE]["mean"] = {"shape": [10**12], "data": doc["stats"][STATE]["mean"]["data"]}
         path.write_text(json.dumps(doc))
     (root / ".episode_stats" / "batch-999999.json").write_text('{"episodes": [[0, 0, 1e9]], "stats": 5}')
     TransitionBuffer(root).close()
-    _numeric_stats_match_the_reference(read_state(root).stats, range(episodes + 40))
+    _numeric_stats_match_the_reference(read_state(root).stats, range(episodes + more))
 
 
 def test_an_episode_commit_creates_no_stats_file_and_a_fold_one(tmp_path, monkeypatch):
