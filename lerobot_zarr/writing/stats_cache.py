@@ -17,7 +17,14 @@ from typing import Any
 import numpy as np
 
 from ..errors import CorruptStoreError
-from ..lerobot.format import CAMERA_DTYPES, aggregate_stats, episodes_stats, stacked_stats, stats_json
+from ..lerobot.format import (
+    CAMERA_DTYPES,
+    aggregate_stats,
+    episodes_stats,
+    is_float_image,
+    stacked_stats,
+    stats_json,
+)
 from ..store.state import StoreState, stats_path
 from ..store.tables import ArraySpec, EpisodeTable, location_key
 from ..utils.fileio import load_json, read_bounded, write_in_place
@@ -129,12 +136,13 @@ class EpisodeStatsCache:
 
     def episode_stats(self, name: str, values: np.ndarray) -> dict[str, np.ndarray]:
         """One episode's LeRobot stats of feature ``name`` from its stored ``values``."""
-        return stats_of_stored(self.state.arrays[name], self.state.info.get("features", {}).get(name))(values)
+        return stats_of_stored(self.state.arrays[name], self.state.info.get("features", {}).get(name), name)(values)
 
     def features_stats(self, values: Mapping[str, Any]) -> dict[str, dict[str, np.ndarray]]:
         """:meth:`episode_stats` of one episode's features ``{name: stored values}``: the numeric ones in one pass
         (:func:`~lerobot_zarr.lerobot.format.episodes_stats`, the same values)."""
-        numeric = [name for name in values if self.state.arrays[name].kind not in CAMERA_DTYPES]
+        numeric = [name for name in values if self.state.arrays[name].kind not in CAMERA_DTYPES
+                   and not is_float_image(name, self.state.arrays[name])]
         out = dict(zip(numeric, episodes_stats([np.asarray(values[name]) for name in numeric]), strict=True))
         out.update((name, self.episode_stats(name, v)) for name, v in values.items() if name not in out)
         return {name: out[name] for name in values}
