@@ -221,7 +221,11 @@ class EpisodeStatsCache:
                 found[i] = self.stats_of(int(table.chunk[e]), int(table.offset[e]), self.read_episode(e), e)
                 bar.update(int(table.length[e]))
         stacked = {}
+        gathered = not found or any(isinstance(got, tuple) for got in found)
         for name in arrays:
+            if not gathered:  # every episode's stats at hand (computed, or from its own file)
+                stacked[name] = {k: np.stack([np.asarray(got[name][k]) for got in found]) for k in found[0][name]}
+                continue
             kinds = [self._probe(probes, name, self._frames(name, int(table.length[e]), e)) for e in chosen]
             stacked[name] = _stack(name, found, kinds, self._probe(probes, name, 1))  # (its shapes; dtypes if none)
         if episodes is None:
