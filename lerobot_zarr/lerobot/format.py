@@ -195,7 +195,30 @@ def image_stats(frames: np.ndarray) -> dict[str, np.ndarray]:
     (on its sample of frames, downsampled past 300 pixels; ``count`` is the number of frames sampled).
 
     Exact for uint8 and fast: every statistic comes from one 256-bin histogram per channel."""
-    sample = _sampled(frames)
+    return _pixel_stats(_sampled(frames))
+
+
+def is_float_image(name: str, spec: Any) -> bool:
+    """Whether a stored feature (``spec``: an ``ArraySpec``) is a float camera LeRobot publishes as an image: a key
+    naming an image (LeRobot's ``aggregate_stats`` takes only a camera's per-channel stats for those), float frames
+    of 1 or 3 channels first (its replay buffer's ``guess_feature_info`` makes them ``image`` features)."""
+    return ("image" in name and spec.kind not in CAMERA_DTYPES and np.dtype(spec.dtype).kind == "f"
+            and len(spec.frame_shape) == 3 and spec.frame_shape[0] in (1, 3))
+
+
+def float_image_stats(frames: np.ndarray) -> dict[str, np.ndarray]:
+    """Stats of float (T, C, H, W) camera frames as LeRobot 0.6.1 publishes such a camera (its replay buffer's
+    ``to_lerobot_dataset``: an ``image`` feature whose PNG pixels are ``(v * 255)`` truncated to uint8):
+    :func:`image_stats` of those pixels, on LeRobot's sample of frames, shape (C, 1, 1). LeRobot's writer refuses
+    values outside [0, 1] (or not finite); here they count as clipped to it (0 for NaN)."""
+    sample = _sampled(np.moveaxis(frames, 1, -1))  # (only the sampled frames are read)
+    values = np.clip(np.asarray(sample, dtype=np.float32), 0, 1)
+    values[np.isnan(values)] = 0
+    return _pixel_stats((values * np.float32(255)).astype(np.uint8))
+
+
+def _pixel_stats(sample: np.ndarray) -> dict[str, np.ndarray]:
+    """:func:`image_stats` of LeRobot's sample of uint8 (T, H, W, C) frames."""
     channels = sample.shape[-1]
     flat = sample.reshape(-1, channels)
     n = len(flat)

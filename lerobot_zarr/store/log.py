@@ -26,7 +26,7 @@ MAGIC = b"LZC1"
 _HEADER = struct.Struct("<4sII")
 MAX_RECORD_BYTES = 1 << 20  # one episode's record: its table row, new packs and tasks, content hashes
 MAX_LOG_BYTES = 64 << 20  # writers fold the log into the root long before (see FOLD_RECORDS / FOLD_BYTES)
-FOLD_RECORDS = 32  # a writer folds the log into the root when it holds this many records ...
+FOLD_RECORDS = 64  # a writer folds the log into the root when it holds this many records ...
 FOLD_BYTES = 1 << 20  # ... or this many bytes
 
 

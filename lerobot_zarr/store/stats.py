@@ -1,9 +1,9 @@
 """Stats computed when asked: the LeRobot ``stats.json`` entries of a store's ``stats_on_demand`` features.
 
 A store may name numeric features or uint8 cameras whose stats no commit computes (``StoreState.stats_on_demand``):
-an RL buffer's cameras, whose stats would cost a commit of a short episode more than writing its frames (float32
-frames: over every axis but the last, as this library computes any N-D numeric feature's, LeRobot 0.6.1's rule; uint8 images: per channel, from a sample of each episode's
-frames, as LeRobot computes them). Their entries are absent from the root's ``stats``; :func:`on_demand_stats`
+an RL buffer's cameras, whose stats would cost a commit of a short episode more than writing its frames (per
+channel, from a sample of each episode's frames, as LeRobot computes an image's; float32 frames as LeRobot publishes
+them, images of their pixels ``(v * 255)`` truncated: :func:`~lerobot_zarr.lerobot.format.float_image_stats`). Their entries are absent from the root's ``stats``; :func:`on_demand_stats`
 computes them from the committed rows, as a writer's commit would have: each episode's stats
 (:func:`~lerobot_zarr.lerobot.format.episode_stats`), merged count-weighted
 (:func:`~lerobot_zarr.lerobot.format.aggregate_stats`'s values, bit for bit, one episode in memory at a time);
@@ -14,7 +14,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..lerobot.format import CAMERA_DTYPES, QUANTILES, STAT_NAMES, aggregate_stats, episode_stats, stats_json
+from ..lerobot.format import (
+    CAMERA_DTYPES,
+    QUANTILES,
+    STAT_NAMES,
+    aggregate_stats,
+    episode_stats,
+    float_image_stats,
+    is_float_image,
+    stats_json,
+)
 from .packs import read_raw_rows
 from .state import StoreState
 
@@ -39,11 +48,12 @@ def _merged(state: StoreState, name: str, episodes: np.ndarray) -> dict[str, np.
     per channel, from a sample of each episode's frames, counted in frames sampled) the episodes' stats stacked
     and merged by :func:`~lerobot_zarr.lerobot.format.aggregate_stats` itself (they are a few numbers each)."""
     spec, table = state.arrays[name], state.table
-    if spec.kind not in CAMERA_DTYPES:
+    float_image = is_float_image(name, spec)
+    if spec.kind not in CAMERA_DTYPES and not float_image:
         return _merged_numeric(state, name, episodes)
-    rows = [episode_stats(read_raw_rows(state.root, name, spec, int(table.chunk[e]),
-                                        int(state.packs.rows[table.chunk[e]]), int(table.offset[e]),
-                                        int(table.length[e])), spec.kind) for e in episodes.tolist()]
+    rows = [(float_image_stats if float_image else lambda v: episode_stats(v, spec.kind))(read_raw_rows(
+        state.root, name, spec, int(table.chunk[e]), int(state.packs.rows[table.chunk[e]]), int(table.offset[e]),
+        int(table.length[e]))) for e in episodes.tolist()]
     return aggregate_stats({key: np.stack([np.asarray(r[key]) for r in rows]) for key in STAT_NAMES})
 
 

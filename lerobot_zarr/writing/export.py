@@ -451,7 +451,7 @@ def _write_data_files(ds: LeRobotZarrDataset, root: Path, selected: list[int], a
     info, specs, tasks = ds.meta.info, ds.array_specs, ds.meta.tasks
     order = [k for k in info["features"] if k in specs] + [k for k in specs if k not in info["features"]]
     columns = [k for k in order if k not in as_video]
-    stats_of = {k: stats_of_stored(specs[k], info["features"].get(k)) for k in order if not specs[k].is_text}
+    stats_of = {k: stats_of_stored(specs[k], info["features"].get(k), k) for k in order if not specs[k].is_text}
     lengths = ds.meta.episode_length[selected].tolist()
     out = _DataWritten()
     episode_stats: dict[str, list[dict[str, np.ndarray]]] = {k: [] for k in stats_of}

@@ -17,7 +17,14 @@ from typing import Any
 import numpy as np
 
 from ..errors import CorruptStoreError
-from ..lerobot.format import CAMERA_DTYPES, aggregate_stats, episodes_stats, stacked_stats, stats_json
+from ..lerobot.format import (
+    CAMERA_DTYPES,
+    aggregate_stats,
+    episodes_stats,
+    is_float_image,
+    stacked_stats,
+    stats_json,
+)
 from ..store.state import StoreState, stats_path
 from ..store.tables import ArraySpec, EpisodeTable, location_key
 from ..utils.fileio import load_json, read_bounded, write_in_place
@@ -129,12 +136,13 @@ class EpisodeStatsCache:
 
     def episode_stats(self, name: str, values: np.ndarray) -> dict[str, np.ndarray]:
         """One episode's LeRobot stats of feature ``name`` from its stored ``values``."""
-        return stats_of_stored(self.state.arrays[name], self.state.info.get("features", {}).get(name))(values)
+        return stats_of_stored(self.state.arrays[name], self.state.info.get("features", {}).get(name), name)(values)
 
     def features_stats(self, values: Mapping[str, Any]) -> dict[str, dict[str, np.ndarray]]:
         """:meth:`episode_stats` of one episode's features ``{name: stored values}``: the numeric ones in one pass
         (:func:`~lerobot_zarr.lerobot.format.episodes_stats`, the same values)."""
-        numeric = [name for name in values if self.state.arrays[name].kind not in CAMERA_DTYPES]
+        numeric = [name for name in values if self.state.arrays[name].kind not in CAMERA_DTYPES
+                   and not is_float_image(name, self.state.arrays[name])]
         out = dict(zip(numeric, episodes_stats([np.asarray(values[name]) for name in numeric]), strict=True))
         out.update((name, self.episode_stats(name, v)) for name, v in values.items() if name not in out)
         return {name: out[name] for name in values}
@@ -149,17 +157,32 @@ class EpisodeStatsCache:
         return any(f"{c}-{o}.json" not in present and (c, o) not in self._batch_of
                    for c, o in zip(t.chunk.tolist(), t.offset.tolist(), strict=True))
 
-    def _checked_stats(self, doc: Any, length: int, episode: int) -> dict[str, dict[str, np.ndarray]]:
+    def _probe(self, probes: dict, name: str, frames: int) -> dict[str, np.ndarray]:
+        """The stats computed for feature ``name`` over ``frames`` frames have these shapes and dtypes (one
+        computation per feature and kind of episode, one frame or more, memoized in ``probes``)."""
+        key = (name, min(frames, 2))
+        probe = probes.get(key)
+        if probe is None:
+            spec = self.state.arrays[name]
+            probe = probes[key] = {k: np.asarray(v) for k, v in self.episode_stats(
+                name, np.zeros((key[1], *spec.frame_shape), dtype=spec.dtype)).items()}
+        return probe
+
+    def _frames(self, name: str, length: int, episode: int) -> int:
+        """The frames an episode's stats of ``name`` count (one for a feature the episode lacks: see
+        :meth:`stats_of`)."""
+        return 1 if episode in self.gaps.get(name, {}) else length
+
+    def _checked_stats(self, doc: Any, length: int, episode: int, probes: dict) -> dict[str, dict[str, np.ndarray]]:
         """An episode's stats file (a cache of this writer's), taken only if it has every feature's stats, shaped
-        as computed ones, over ``length`` frames (one for a feature the episode lacks: see :meth:`stats_of`); else
-        ValueError (it is recomputed from the data)."""
+        as computed ones, over ``length`` frames (one for a feature the episode lacks); else ValueError (it is
+        recomputed from the data)."""
         out = {}
-        for name, spec in self.stats_arrays().items():
-            frames = 1 if episode in self.gaps.get(name, {}) else length  # (stats of one row keep its dtype:)
-            probe = self.episode_stats(name, np.zeros((min(frames, 2), *spec.frame_shape), dtype=spec.dtype))
-            got = {k: _stats_cache_values(doc[name][k], np.asarray(v)) for k, v in probe.items()}  # KeyError: lacks k
-            if any(got[k].shape != np.shape(v) for k, v in probe.items()) \
-                    or int(got["count"].reshape(-1)[0]) != frames:
+        for name in self.stats_arrays():
+            frames = self._frames(name, length, episode)
+            probe = self._probe(probes, name, frames)
+            got = {k: _stats_cache_values(doc[name][k], v) for k, v in probe.items()}  # KeyError: lacks k
+            if any(got[k].shape != v.shape for k, v in probe.items()) or int(got["count"].reshape(-1)[0]) != frames:
                 raise ValueError(f"stats of {name!r} do not fit the episode")
             out[name] = got
         return out
@@ -175,54 +198,56 @@ class EpisodeStatsCache:
                                                   for name, stats in rows.items()}
         table = self.state.table
         chosen = range(len(table)) if episodes is None else [int(e) for e in episodes]
-        found: list[dict] = []
+        arrays = self.stats_arrays()
+        probes: dict = {}
+        batches: dict[str, _Batch | None] = {}
+        found: list[dict | tuple[_Batch, int] | None] = []  # an episode's stats, or its row of a batch file
         todo = []
-        batches: dict[str, dict | None] = {}
         for i, e in enumerate(chosen):
-            loc = (int(table.chunk[e]), int(table.offset[e]))
-            try:
-                path = stats_path(self.root, *loc)
-                doc = load_json(read_bounded(path, _MAX_STATS_FILE, root=self.root, what="episode stats"), str(path))
-                found.append(self._checked_stats(doc, int(table.length[e]), e))
-            except (FileNotFoundError, KeyError, ValueError, TypeError, AttributeError, CorruptStoreError):
-                stats = self._batched_entry(loc, int(table.length[e]), e, batches)
-                found.append(stats or {})
-                if stats is None:
+            loc, length = (int(table.chunk[e]), int(table.offset[e])), int(table.length[e])
+            got = self._batched_entry(loc, length, e, batches, probes) if loc in self._batch_of else None
+            if got is None:
+                try:
+                    path = stats_path(self.root, *loc)
+                    doc = load_json(read_bounded(path, _MAX_STATS_FILE, root=self.root, what="episode stats"),
+                                    str(path))
+                    got = self._checked_stats(doc, length, e, probes)
+                except (FileNotFoundError, KeyError, ValueError, TypeError, AttributeError, CorruptStoreError):
                     todo.append((i, e))
+            found.append(got)
         with progress_bar(sum(int(table.length[e]) for _, e in todo), f"episode stats of {self.root.name}",
                           len(todo) > 1) as bar:
             for i, e in todo:
                 found[i] = self.stats_of(int(table.chunk[e]), int(table.offset[e]), self.read_episode(e), e)
                 bar.update(int(table.length[e]))
-        stacked = {name: _stack([row[name] for row in found], spec, lambda v, n=name: self.episode_stats(n, v))
-                   for name, spec in self.stats_arrays().items()}
+        stacked = {}
+        gathered = not found or any(isinstance(got, tuple) for got in found)
+        for name in arrays:
+            if not gathered:  # every episode's stats at hand (computed, or from its own file)
+                stacked[name] = {k: np.stack([np.asarray(got[name][k]) for got in found]) for k in found[0][name]}
+                continue
+            kinds = [self._probe(probes, name, self._frames(name, int(table.length[e]), e)) for e in chosen]
+            stacked[name] = _stack(name, found, kinds, self._probe(probes, name, 1))  # (its shapes; dtypes if none)
         if episodes is None:
             self.stats_rows = stacked
         return stacked
 
-    def _batched_entry(self, loc: tuple[int, int], length: int, e: int, batches: dict[str, dict | None]
-                       ) -> dict[str, dict[str, np.ndarray]] | None:
-        """Episode ``e``'s stats from a batch stats file listing it at ``loc`` over ``length`` frames (the newest
+    def _batched_entry(self, loc: tuple[int, int], length: int, e: int, batches: dict[str, _Batch | None],
+                       probes: dict) -> tuple[_Batch, int] | None:
+        """Episode ``e``'s row of a batch stats file listing it at ``loc`` over ``length`` frames (the newest
         such file first), checked as an episode's own file is; None when none holds them."""
         for name in sorted(self._batch_of.get(loc, ()), key=_batch_generation, reverse=True):
             if name not in batches:
                 try:
-                    doc = self._read_batch(self.root / ".episode_stats" / name)
-                    where = {(c, o, n): i for i, (c, o, n) in enumerate(_batch_episodes(doc))}
-                    stats = {feature: {k: _batch_values(v, len(where)) for k, v in per.items()}
-                             for feature, per in doc["stats"].items()}
-                    batches[name] = {"where": where, "stats": stats}
+                    batches[name] = _Batch(self._read_batch(self.root / ".episode_stats" / name),
+                                           {f: self._probe(probes, f, 2) for f in self.stats_arrays()})
                 except (OSError, CorruptStoreError, KeyError, ValueError, TypeError, AttributeError):
                     batches[name] = None
             batch = batches[name]
-            i = None if batch is None else batch["where"].get((*loc, length))
-            if i is None:
-                continue
-            try:
-                return self._checked_stats({feature: {k: v[i] for k, v in per.items()}
-                                            for feature, per in batch["stats"].items()}, length, e)
-            except (KeyError, ValueError, TypeError, AttributeError):
-                continue
+            i = None if batch is None else batch.where.get((*loc, length))
+            if i is not None and all(batch.fits(f, i, self._probe(probes, f, frames := self._frames(f, length, e)),
+                                                frames) for f in batch.stats):
+                return batch, i
         return None
 
     def _stacked_appends(self) -> dict[str, dict[str, np.ndarray]]:
@@ -302,13 +327,48 @@ def _batch_episodes(doc: Any) -> list[tuple[int, int, int]]:
     return out
 
 
-def _batch_values(value: Any, rows: int) -> np.ndarray:
-    """One statistic of a batch stats file: ``rows`` rows of its ``shape``, float64 (ValueError when malformed)."""
-    shape = [int(d) for d in value["shape"]]
-    raw = base64.b64decode(value["data"].encode("ascii"), validate=True)
-    if any(d < 0 for d in shape) or len(raw) != 8 * rows * int(np.prod(shape, dtype=np.int64)):
+class _Batch:
+    """A batch stats file read back: its episodes' rows, each feature's statistics as float64 arrays of one row
+    per episode, shaped as computed ones (``probes``: one episode's, per feature; ValueError otherwise), and which
+    rows hold whole numbers where a statistic is an integer."""
+
+    def __init__(self, doc: Any, probes: Mapping[str, Mapping[str, np.ndarray]]):
+        self.where = {(c, o, n): i for i, (c, o, n) in enumerate(_batch_episodes(doc))}
+        rows = len(self.where)
+        self.stats = {name: {k: _float64s(doc["stats"][name][k]["data"], (rows, *v.shape), doc["stats"][name][k])
+                             for k, v in probe.items()} for name, probe in probes.items()}
+        self._whole: dict[tuple[str, str], np.ndarray] = {}
+
+    def fits(self, name: str, row: int, probe: Mapping[str, np.ndarray], frames: int) -> bool:
+        """Whether row ``row`` holds stats of ``name`` over ``frames`` frames, in ``probe``'s dtypes."""
+        stats = self.stats[name]
+        if stats["count"][row].reshape(-1)[0] != frames:
+            return False
+        for k, v in probe.items():
+            if v.dtype.kind in "iub":
+                whole = self._whole.get((name, k))
+                if whole is None:
+                    whole = self._whole[name, k] = _whole_rows(stats[k])
+                if not whole[row]:
+                    return False
+        return True
+
+
+def _float64s(text: Any, shape: tuple[int, ...], where: Any = None) -> np.ndarray:
+    """float64 values of ``shape`` from base64 little-endian bytes (a stats file's); ValueError when malformed (a
+    batch file's statistic also states its shape, ``where["shape"]``, which must be the computed one's)."""
+    if where is not None and [int(d) for d in where["shape"]] != list(shape[1:]):
+        raise ValueError("a statistic of another shape")
+    raw = base64.b64decode(text.encode("ascii"), validate=True)
+    if len(raw) != 8 * int(np.prod(shape, dtype=np.int64)):
         raise ValueError("a statistic of another size")
-    return np.frombuffer(raw, dtype="<f8").reshape(rows, *shape)
+    return np.frombuffer(raw, dtype="<f8").reshape(shape)
+
+
+def _whole_rows(values: np.ndarray) -> np.ndarray:
+    """Per row, whether every value is a whole number an int64 holds exactly."""
+    flat = values.reshape(len(values), -1)
+    return (np.isfinite(flat) & (np.abs(flat) < 2 ** 53) & (flat == np.round(flat))).all(axis=1)
 
 
 def _batch_generation(name: str) -> int:
@@ -322,14 +382,8 @@ def _stats_cache_values(value: Any, computed: np.ndarray) -> np.ndarray:
     """A statistic read from an episode's stats file (base64 of float64 bytes, or JSON numbers as written before:
     their shape checked by the caller) in the dtype it is ``computed`` in; ValueError when malformed, or when an
     integer statistic (``count``) is not a whole number an integer holds."""
-    if isinstance(value, str):
-        raw = base64.b64decode(value.encode("ascii"), validate=True)
-        if len(raw) != 8 * computed.size:
-            raise ValueError("a statistic of another size")
-        value = np.frombuffer(raw, dtype="<f8").reshape(computed.shape)
-    values = np.asarray(value, dtype=np.float64)
-    if computed.dtype.kind in "iub" and not (np.isfinite(values).all() and (np.abs(values) < 2 ** 53).all()
-                                            and (values == np.round(values)).all()):
+    values = _float64s(value, computed.shape) if isinstance(value, str) else np.asarray(value, dtype=np.float64)
+    if computed.dtype.kind in "iub" and not _whole_rows(values.reshape(1, -1))[0]:
         raise ValueError("an integer statistic that is not a whole number")
     return values.astype(computed.dtype)
 
@@ -345,9 +399,25 @@ def remove_path(path: Path | str) -> None:
             path.unlink()
 
 
-def _stack(rows: list[dict[str, np.ndarray]], spec: ArraySpec, stats: Callable[[np.ndarray], dict]
-           ) -> dict[str, np.ndarray]:
-    if rows:
-        return {k: np.stack([np.asarray(r[k]) for r in rows]) for k in rows[0]}
-    probe = stats(np.zeros((1, *spec.frame_shape), dtype=spec.dtype))
-    return {k: np.empty((0, *np.shape(v)), dtype=np.asarray(v).dtype) for k, v in probe.items()}
+def _stack(name: str, found: Sequence[Any], kinds: Sequence[Mapping[str, np.ndarray]],
+           probe: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Feature ``name``'s stats of the episodes, stacked (as ``numpy.stack`` of each episode's stats in its own
+    dtypes, ``kinds``): ``found`` holds each episode's stats, or its row of a batch file (taken in one gather per
+    batch, cast as a single episode's would be)."""
+    out = {}
+    for k, v in probe.items():
+        dtype = np.result_type(*{kind[k].dtype for kind in kinds}) if kinds else v.dtype
+        column = np.empty((len(found), *v.shape), dtype=dtype)
+        gathered: dict[tuple[int, np.dtype], tuple[Any, list[int], list[int]]] = {}
+        for i, (got, kind) in enumerate(zip(found, kinds, strict=True)):
+            if isinstance(got, tuple):
+                batch, row = got
+                entry = gathered.setdefault((id(batch), kind[k].dtype), (batch, [], []))
+                entry[1].append(i)
+                entry[2].append(row)
+            else:
+                column[i] = got[name][k]
+        for (_, kind_dtype), (batch, at, rows) in gathered.items():
+            column[at] = batch.stats[name][k][rows].astype(kind_dtype)
+        out[k] = column
+    return out

@@ -51,6 +51,7 @@ __all__ = ["WriteTransaction", "RETIRE_AFTER_S", "MIN_FREE_ENV", "resolve_min_fr
 MIN_FREE_ENV = "LEROBOT_ZARR_MIN_FREE_BYTES"
 _DEFAULT_MIN_FREE = 256 * 2**20
 RETIRE_AFTER_S = 60.0  # how long a retired pack's files stay readable for readers of older commits
+RING_PACK_BYTES = 1 << 20  # a ring buffer's packs of small frames may hold up to this much (see allocate)
 _STATS_PENDING = ".stats-pending"  # stats files newer than the committed stats.json may exist
 _EDITING = ".editing"  # <pack>-<offset>: features of an episode edited in place since the last commit
 
@@ -471,9 +472,13 @@ class WriteTransaction(EpisodeStatsCache):
                 len(packs) - 1):
             return PackLayout(packs.rows, packs.next_row + n), len(packs) - 1, packs.next_row
         target = pack_rows_target(self.state.arrays, self.state.pack_bytes)
-        # a ring buffer frees a pack once all of it was evicted: keep them small
-        if self.state.capacity_frames is not None:
-            target = min(target, max(1, self.state.capacity_frames // 8))
+        # a ring buffer frees a pack once all of it was evicted: keep them small (an eighth of the capacity; up to
+        # a quarter while that holds less than RING_PACK_BYTES of the widest frame: small frames, an RL state's,
+        # would otherwise start a new pack, a file per feature, every few episodes)
+        capacity = self.state.capacity_frames
+        if capacity is not None:
+            small = min(capacity // 4, pack_rows_target(self.state.arrays, RING_PACK_BYTES))
+            target = min(target, max(1, capacity // 8, small))
         rows = max(target, n, room)
         return packs.with_pack(rows, n), len(packs), 0
 

@@ -96,8 +96,8 @@ class Layout:
 
     def cameras(self) -> list[str]:
         """State values kept as frames (3-D: float32 CHW, or uint8 images): the store computes their stats when
-        asked, not at each commit (a float frame's are LeRobot's for an N-D float feature: over every axis but the last,
-        a pass over its C*H*W values per frame; an image's take a pass over the episode's pixels, more than the commit of a short episode costs otherwise)."""
+        asked, not at each commit (per channel, as LeRobot computes an image's and publishes a float camera's: a
+        pass over the episode's sampled pixels, more than the commit of a short episode costs otherwise)."""
         return [s.feature for s in self.state.values() if s.stored == "image" or (s.stored == "float32"
                                                                                    and len(s.shape) == 3)]
 

@@ -14,7 +14,15 @@ import numpy as np
 
 from ..cameras.depth import DEPTH_UNITS, DepthOutput, is_depth_feature
 from ..errors import ArgumentError, SchemaMismatchError, UnsupportedDtypeError, ValueRangeError
-from ..lerobot.format import CAMERA_DTYPES, DEFAULT_FEATURES, NUMERIC_DTYPES, episode_stats, language_value
+from ..lerobot.format import (
+    CAMERA_DTYPES,
+    DEFAULT_FEATURES,
+    NUMERIC_DTYPES,
+    episode_stats,
+    float_image_stats,
+    is_float_image,
+    language_value,
+)
 from ..store.state import check_array_name
 from ..store.tables import MAX_FRAME_BYTES, ArraySpec, array_spec
 from ..store.text import TEXT_KINDS, text_crc
@@ -231,12 +239,16 @@ def check_assignable(name: str, arr: np.ndarray, dtype: np.dtype, episode: int) 
     check_fits(name, arr, dtype, episode)
 
 
-def stats_of_stored(spec: ArraySpec, feature: Mapping[str, Any] | None) -> Callable[[np.ndarray], dict] | None:
-    """How one episode's LeRobot stats of a feature are computed from its stored frames (None: a text feature,
-    which has none): LeRobot's way, a depth map's in the unit it was recorded in (a video's codes dequantized to it,
-    millimetres when it is not known)."""
+def stats_of_stored(spec: ArraySpec, feature: Mapping[str, Any] | None, name: str = ""
+                    ) -> Callable[[np.ndarray], dict] | None:
+    """How one episode's LeRobot stats of feature ``name`` are computed from its stored frames (None: a text
+    feature, which has none): LeRobot's way, a depth map's in the unit it was recorded in (a video's codes
+    dequantized to it, millimetres when it is not known), a float camera's as LeRobot publishes it (an image:
+    :func:`~lerobot_zarr.lerobot.format.float_image_stats`)."""
     if spec.is_text:
         return None
+    if is_float_image(name, spec):
+        return float_image_stats
     if spec.kind in CAMERA_DTYPES and isinstance(feature, Mapping) and is_depth_feature(feature) \
             and spec.dtype != np.uint8:
         if spec.kind != "video":

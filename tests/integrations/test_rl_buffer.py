@@ -437,13 +437,11 @@ def test_to_lerobot_dataset_publishes_float_cameras_as_lerobots_does(tmp_path):
 
 def test_float_camera_stats_are_lerobots_computed_when_asked(tmp_path):
     """The drop-in's float32 camera (its default): ``dataset.meta.stats``, computed when asked rather than at each
-    commit, are LeRobot 0.6.1's ``compute_episode_stats`` of the 3-D frames as a float feature (reduced over every
-    axis but the last: shape ``(W,)``) merged by its ``aggregate_stats`` (given a key that names no image: for one
-    that does, LeRobot's ``aggregate_stats`` refuses any shape but a camera's); ``to_lerobot_dataset`` publishes
-    the camera's stats as LeRobot's own export does (an image: per channel, of its PNG pixels). Quantiles are left
-    out: LeRobot's come from histograms."""
+    commit, are those LeRobot 0.6.1 publishes for its own buffer's camera (``to_lerobot_dataset``: an ``image``
+    feature, per-channel stats of shape (3, 1, 1) of its PNG pixels; LeRobot's ``aggregate_stats`` takes no other
+    shape for a key naming an image), and ``to_lerobot_dataset`` publishes the same. Quantiles are left out:
+    LeRobot's come from histograms."""
     pytest.importorskip("lerobot", reason="lerobot is not installed: LeRobot's stats are not compared")
-    from lerobot.datasets import compute_stats
 
     theirs = lerobot_buffer(capacity=100, device="cpu", use_drq=False)
     ours = ReplayBuffer(100, device="cpu", use_drq=False, root=tmp_path / "b")
@@ -452,18 +450,15 @@ def test_float_camera_stats_are_lerobots_computed_when_asked(tmp_path):
         for tr in ep:
             theirs.add(**tr)
             ours.add(**tr)
-    frames = {"x": {"dtype": "float32", "shape": (3, 12, 10)}}
-    want = compute_stats.aggregate_stats([compute_stats.compute_episode_stats(
-        {"x": np.stack([tr["state"][CAMERA][0].numpy() for tr in ep])}, frames) for ep in episodes])["x"]
     got = ours.dataset.meta.stats[CAMERA]
-    for name in ("min", "max", "mean", "std"):
-        assert np.shape(got[name]) == np.shape(want[name]) == (10,), name
-        assert np.allclose(got[name], want[name], rtol=1e-6, atol=1e-7), name
-    assert got["count"] == want["count"].tolist() == [sum(map(len, episodes))]
+    lerobot_ds = theirs.to_lerobot_dataset("local/theirs", root=tmp_path / "theirs_ds")
+    assert lerobot_ds.meta.features[CAMERA]["dtype"] == "image"
+    lerobots = lerobot_ds.meta.stats[CAMERA]
     mine = ours.to_lerobot_dataset("local/ours", root=tmp_path / "ours_ds").meta.stats[CAMERA]
-    lerobots = theirs.to_lerobot_dataset("local/theirs", root=tmp_path / "theirs_ds").meta.stats[CAMERA]
     for name in ("min", "max", "mean", "std", "count"):
-        assert np.shape(mine[name]) == np.shape(lerobots[name]) == ((1,) if name == "count" else (3, 1, 1))
+        shape = (1,) if name == "count" else (3, 1, 1)
+        assert np.shape(got[name]) == np.shape(mine[name]) == np.shape(lerobots[name]) == shape, name
+        assert np.allclose(got[name], lerobots[name], rtol=1e-6, atol=1e-7), name
         assert np.allclose(mine[name], lerobots[name], rtol=1e-6, atol=1e-7), name
     ours.close()
 

@@ -194,10 +194,26 @@ def test_ring_buffer_disk_stays_bounded(tmp_path):
     for _ in range(150):
         ds.add_episode({"action": rng.normal(size=(10, 256)).astype(np.float32)}, task="t")
     packs = read_state(ds.root).packs
-    assert packs.rows.max() <= 25, "ring buffer packs are a fraction of the capacity"
+    assert packs.rows.max() <= 50, "ring buffer packs are a fraction of the capacity (a quarter at most)"
     on_disk = sum(allocated(p) for p in (ds.root / "action" / "c").rglob("*") if p.is_file())
     assert on_disk <= 1.5 * 200 * 1024, f"{on_disk} B of action packs for a 200-frame buffer of 1 KiB frames"
     assert len(ds) == 200
+
+
+
+def test_ring_buffer_packs_of_small_frames_are_fewer(tmp_path):
+    """Small frames (an RL state) fill packs of a quarter of the capacity, not an eighth: a new pack costs a file
+    per feature, and an eighth of the capacity was a new pack every few episodes, for kB of disk; wide frames
+    keep packs of an eighth (the disk held past the capacity stays small)."""
+    rng = np.random.default_rng(4)
+    for width, want in ((14, 2500), (64 * 1024, 1250)):  # 56 B frames; 256 KiB frames (a quarter would be 640 MiB)
+        spec = {"action": {"dtype": "float32", "shape": [width], "names": None}}
+        ds = lz.create(tmp_path / f"s{width}", fps=10, features=spec, durable=False, min_free_bytes=0,
+                       capacity_frames=10_000, pack_bytes=1 << 40)
+        ds.add_episode({"action": rng.normal(size=(3, width)).astype(np.float32)}, task="t")
+        ds.add_episode({"action": rng.normal(size=(3, width)).astype(np.float32)}, task="t")
+        assert read_state(ds.root).packs.rows.tolist() == [want], width
+        ds.close()
 
 
 # ------------------------------------------------------------------------------------------------ formats 1 and 2

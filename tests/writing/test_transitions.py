@@ -39,6 +39,7 @@ from lerobot_zarr import (
     ValueRangeError,
 )
 from lerobot_zarr.lerobot.format import DEFAULT_FEATURES
+from lerobot_zarr.store.log import FOLD_RECORDS
 from lerobot_zarr.store.state import live_path, read_state
 from lerobot_zarr.writing.transition_layout import LAYOUT_FILE
 from lerobot_zarr.writing.transitions import TransitionBuffer
@@ -621,10 +622,30 @@ def _stats_by_hand(episodes: list[np.ndarray]) -> dict[str, np.ndarray]:
     return out
 
 
+def _pixel_stats_by_hand(episodes: list[np.ndarray]) -> dict[str, np.ndarray]:
+    """Stats of float CHW camera frames by hand as LeRobot 0.6.1 publishes them (its replay buffer's export: PNG
+    pixels ``(v * 255)`` truncated to uint8; per channel, every frame of these short episodes sampled, scaled to
+    [0, 1], shape (C, 1, 1)), merged weighted by frame counts (LeRobot's ``aggregate_stats``)."""
+    pixels = [(v * np.float32(255)).astype(np.uint8).transpose(1, 0, 2, 3).reshape(v.shape[1], -1).astype(np.float64)
+              for v in episodes]
+    counts = np.array([len(v) for v in episodes], dtype=np.float64)
+    weights = counts / counts.sum()
+    means = [p.mean(1) for p in pixels]
+    mean = sum(w * m for w, m in zip(weights, means))
+    variance = sum(w * (p.var(1) + (m - mean) ** 2) for w, p, m in zip(weights, pixels, means))
+    out = {"min": np.min([p.min(1) for p in pixels], 0), "max": np.max([p.max(1) for p in pixels], 0), "mean": mean,
+           "std": np.sqrt(variance)}
+    for name, q in {"q01": 0.01, "q10": 0.10, "q50": 0.50, "q90": 0.90, "q99": 0.99}.items():
+        out[name] = sum(w * np.quantile(p, q, axis=1) for w, p in zip(weights, pixels))
+    out = {k: (v / 255).reshape(-1, 1, 1) for k, v in out.items()}
+    out["count"] = np.array([int(counts.sum())])
+    return out
+
+
 @pytest.mark.parametrize("capacity", [None, 25], ids=["unbounded", "ring"])
 def test_float_cameras_get_lerobots_stats_when_asked_not_at_each_commit(tmp_path, monkeypatch, capacity):
-    """A float32 camera's stats (LeRobot 0.6.1's for any N-D numeric feature: over every axis but the last, the
-    96 columns of a 3x96x96 frame's rows) are left out of the commits (the root's stats and each episode's stats file) and computed
+    """A float32 camera's stats (as LeRobot 0.6.1 publishes the camera: an image of its ``(v * 255)``-truncated
+    pixels, per channel) are left out of the commits (the root's stats and each episode's stats file) and computed
     when ``meta.stats`` is first read: equal to numpy by hand over the frames the buffer holds, and bit for bit to
     what a store whose commits compute them records; an export publishes them."""
     import pickle
@@ -659,11 +680,10 @@ def test_float_cameras_get_lerobots_stats_when_asked_not_at_each_commit(tmp_path
     got = ds.meta.stats[CAMERA]
     assert len(calls) == 1 and ds.meta.stats[CAMERA] is got and len(calls) == 1
     assert pickle.loads(pickle.dumps(ds.meta.stats)) == ds.meta.stats and len(calls) == 1
-    want = _stats_by_hand(episodes)
+    want = _pixel_stats_by_hand(episodes)
     assert np.array(got["count"]).tolist() == want["count"].tolist() == [len(ds)]
-    for name in ("min", "max"):
-        assert np.array_equal(np.asarray(got[name], np.float32), want[name].astype(np.float32)), name
-    for name in ("mean", "std", "q01", "q10", "q50", "q90", "q99"):
+    for name in ("min", "max", "mean", "std", "q01", "q10", "q50", "q90", "q99"):
+        assert np.shape(got[name]) == (3, 1, 1), name
         assert np.allclose(got[name], want[name], rtol=1e-9, atol=1e-12), name
 
     plain = create(tmp_path / "plain", fps=30, features={CAMERA: state.info["features"][CAMERA]}, durable=False)
@@ -720,7 +740,7 @@ for e in range(10**6):
 """
 
 
-def _spawn(root: Path, *, checkpoint_every: int = 0, capacity=None, pause: float = 0.0, fold: int = 32):
+def _spawn(root: Path, *, checkpoint_every: int = 0, capacity=None, pause: float = 0.0, fold: int = FOLD_RECORDS):
     code = _CHILD.format(tests=str(TESTS), root=str(root), capacity=capacity, checkpoint_every=checkpoint_every,
                          seed=SEED, pause=pause, fold=fold)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -747,7 +767,7 @@ def _stream(n: int) -> list[tuple[int, int]]:
     return out[:n]
 
 
-@pytest.mark.parametrize("checkpoint_every, fold", [(0, 32), (0, 2), (1, 32)],
+@pytest.mark.parametrize("checkpoint_every, fold", [(0, FOLD_RECORDS), (0, 2), (1, FOLD_RECORDS)],
                          ids=["adds", "adds-folding", "checkpoints"])
 def test_sigkill_at_any_moment_loses_at_most_the_unfinished_episode(tmp_path, checkpoint_every, fold):
     """Kill the writer while it adds (episode commits appended to the log; a fold every ``fold`` of them) or while
@@ -824,7 +844,7 @@ def test_stats_after_a_kill_between_folds_are_recomputed_exactly(tmp_path):
     stats file for the episodes logged since): a writer killed between two folds leaves episodes whose stats no
     file holds. The next writer recomputes them from the rows: the dataset stats equal numpy by hand over the
     frames, and bit for bit those of a buffer given the same episodes and closed without a kill."""
-    root, episodes = tmp_path / "killed", 45  # a fold after 32 records, then a dozen in the log
+    root, episodes = tmp_path / "killed", FOLD_RECORDS + 13  # a fold after FOLD_RECORDS records, a dozen more logged
     code = _STOPPING_CHILD.format(tests=str(TESTS), root=str(root), episodes=episodes, seed=SEED)
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONPATH": str(REPO)})
@@ -835,8 +855,8 @@ def test_stats_after_a_kill_between_folds_are_recomputed_exactly(tmp_path):
         proc.communicate(timeout=30)
     state = read_state(root)
     files = sorted(p.name for p in (root / ".episode_stats").iterdir())
-    folded = episodes - len(state.log_records)  # (the 33rd commit, with 32 records in the log, was the fold)
-    assert len(state.table) == episodes and 0 < len(state.log_records) < episodes - 30, "killed between two folds"
+    folded = episodes - len(state.log_records)  # (the commit after FOLD_RECORDS records in the log was the fold)
+    assert len(state.table) == episodes and 0 < len(state.log_records) < 15, "killed between two folds"
     assert files == [f"batch-{read_state(root, log=False).generation}.json"], "one stats file: the fold's"
     assert len(json.loads((root / ".episode_stats" / files[0]).read_text())["episodes"]) == folded
 
@@ -847,16 +867,17 @@ def test_stats_after_a_kill_between_folds_are_recomputed_exactly(tmp_path):
     add_episodes(clean, range(episodes), camera=False)
     clean.close()
     assert stats == read_state(tmp_path / "clean").stats
-    add_episodes(buf, range(episodes, episodes + 40), camera=False)  # a fold more, stats from the batch files
+    more = FOLD_RECORDS + 8  # a fold more, stats from the batch files
+    add_episodes(buf, range(episodes, episodes + more), camera=False)
     buf.close()
-    _numeric_stats_match_the_reference(read_state(root).stats, range(episodes + 40))
+    _numeric_stats_match_the_reference(read_state(root).stats, range(episodes + more))
     for path in (root / ".episode_stats").glob("batch-*.json"):  # malformed (a hostile shape): recomputed
         doc = json.loads(path.read_text())
         doc["stats"][STATE]["mean"] = {"shape": [10**12], "data": doc["stats"][STATE]["mean"]["data"]}
         path.write_text(json.dumps(doc))
     (root / ".episode_stats" / "batch-999999.json").write_text('{"episodes": [[0, 0, 1e9]], "stats": 5}')
     TransitionBuffer(root).close()
-    _numeric_stats_match_the_reference(read_state(root).stats, range(episodes + 40))
+    _numeric_stats_match_the_reference(read_state(root).stats, range(episodes + more))
 
 
 def test_an_episode_commit_creates_no_stats_file_and_a_fold_one(tmp_path, monkeypatch):
@@ -879,6 +900,40 @@ def test_an_episode_commit_creates_no_stats_file_and_a_fold_one(tmp_path, monkey
     assert len(set(created)) == 2 and all(name.startswith("batch-") for name in created), created
     buf.close()
     _numeric_stats_match_the_reference(read_state(buf.root).stats, range(20))
+
+
+
+def test_a_reopened_buffer_takes_its_episodes_stats_from_the_batch_files_directly(tmp_path, monkeypatch):
+    """A writer reopening a buffer reads its episodes' stats back from the folds' batch files: no episode's own
+    file is tried (none exists), no stats are computed but one probe per feature and kind of episode (before, one
+    per feature and episode: seconds at 3,000 episodes), and the stacked stats equal those of the first writer."""
+    from lerobot_zarr.writing.stats_cache import EpisodeStatsCache
+
+    monkeypatch.setattr("lerobot_zarr.writing.transaction.FOLD_RECORDS", 8)
+    buf = TransitionBuffer(tmp_path / "buf")
+    add_episodes(buf, range(30), camera=False)
+    buf.close()
+    assert all(p.name.startswith("batch-") for p in (tmp_path / "buf" / ".episode_stats").iterdir())
+    computed, tried = [], []
+    real_stats, real_open = EpisodeStatsCache.episode_stats, os.open
+    monkeypatch.setattr(EpisodeStatsCache, "episode_stats", lambda self, name, values: computed.append(name) or
+                        real_stats(self, name, values))
+
+    def opening(path, flags, *args, **kwargs):
+        if ".episode_stats" in os.fspath(path) and not os.path.basename(path).startswith("batch-"):
+            tried.append(os.path.basename(path))
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", opening)
+    reopened = TransitionBuffer(tmp_path / "buf")
+    rows = reopened.writer._tx.episode_stats_rows()
+    monkeypatch.setattr(os, "open", real_open)
+    features = len(rows)
+    assert not tried, tried
+    assert len(computed) <= 2 * features, f"{len(computed)} stats computed for {features} features"
+    assert all(len(v) == 30 for per in rows.values() for v in per.values())
+    reopened.close()
+    _numeric_stats_match_the_reference(read_state(tmp_path / "buf").stats, range(30))
 
 
 def test_a_checkpoint_reads_the_final_observation_rows_of_the_extended_episode_only(tmp_path, monkeypatch):
