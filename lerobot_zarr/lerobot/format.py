@@ -9,12 +9,14 @@ from __future__ import annotations
 import json
 import re
 import string
+import warnings
 from collections.abc import Collection
 from typing import Any
 
 import numpy as np
 
 from ..cameras.video import TOLERANCE_S
+from ..errors import LeRobotZarrWarning
 
 __all__ = ["QUANTILES", "STAT_NAMES", "DEFAULT_FEATURES", "CAMERA_DTYPES", "NUMERIC_DTYPES", "TEXT_DTYPES",
            "LANGUAGE_PERSISTENT", "LANGUAGE_EVENTS", "language_value", "V3_DATA_PATH", "V3_VIDEO_PATH",
@@ -206,14 +208,18 @@ def is_float_image(name: str, spec: Any) -> bool:
             and len(spec.frame_shape) == 3 and spec.frame_shape[0] in (1, 3))
 
 
-def float_image_stats(frames: np.ndarray) -> dict[str, np.ndarray]:
-    """Stats of float (T, C, H, W) camera frames as LeRobot 0.6.1 publishes such a camera (its replay buffer's
-    ``to_lerobot_dataset``: an ``image`` feature whose PNG pixels are ``(v * 255)`` truncated to uint8):
-    :func:`image_stats` of those pixels, on LeRobot's sample of frames, shape (C, 1, 1). LeRobot's writer refuses
-    values outside [0, 1] (or not finite); here they count as clipped to it (0 for NaN)."""
-    sample = _sampled(np.moveaxis(frames, 1, -1))  # (only the sampled frames are read)
-    values = np.clip(np.asarray(sample, dtype=np.float32), 0, 1)
+def float_image_stats(frames: np.ndarray, name: str = "") -> dict[str, np.ndarray]:
+    """Stats of float (T, C, H, W) camera frames (of feature ``name``) as LeRobot 0.6.1 publishes such a camera
+    (its replay buffer's ``to_lerobot_dataset``: an ``image`` feature whose PNG pixels are ``(v * 255)`` truncated
+    to uint8): :func:`image_stats` of those pixels, on LeRobot's sample of frames, shape (C, 1, 1). LeRobot's
+    writer refuses values outside [0, 1] (or not finite); here they count as clipped to it (0 for NaN), with a
+    warning."""
+    sample = np.asarray(_sampled(np.moveaxis(frames, 1, -1)), dtype=np.float32)  # (only the sampled frames read)
+    values = np.clip(sample, 0, 1)
     values[np.isnan(values)] = 0
+    if not np.array_equal(values, sample):
+        warnings.warn(f"feature {name!r}: float camera values outside [0, 1] (or NaN), which LeRobot's writer "
+                      f"refuses: its stats count them clipped to [0, 1] (NaN as 0)", LeRobotZarrWarning, stacklevel=2)
     return _pixel_stats((values * np.float32(255)).astype(np.uint8))
 
 

@@ -3,14 +3,17 @@
 A store may name numeric features or uint8 cameras whose stats no commit computes (``StoreState.stats_on_demand``):
 an RL buffer's cameras, whose stats would cost a commit of a short episode more than writing its frames (per
 channel, from a sample of each episode's frames, as LeRobot computes an image's; float32 frames as LeRobot publishes
-them, images of their pixels ``(v * 255)`` truncated: :func:`~lerobot_zarr.lerobot.format.float_image_stats`). Their entries are absent from the root's ``stats``; :func:`on_demand_stats`
-computes them from the committed rows, as a writer's commit would have: each episode's stats
+them, images of their pixels ``(v * 255)`` truncated: :func:`~lerobot_zarr.lerobot.format.float_image_stats`). Their
+entries are absent from the root's ``stats``; :func:`on_demand_stats` computes them from the committed rows, as a
+writer's commit would have: each episode's stats
 (:func:`~lerobot_zarr.lerobot.format.episode_stats`), merged count-weighted
 (:func:`~lerobot_zarr.lerobot.format.aggregate_stats`'s values, bit for bit, one episode in memory at a time);
 episodes without the feature's rows do not count. Exports compute every episode's stats from the data anyway.
 """
 
 from __future__ import annotations
+
+from functools import partial
 
 import numpy as np
 
@@ -51,7 +54,8 @@ def _merged(state: StoreState, name: str, episodes: np.ndarray) -> dict[str, np.
     float_image = is_float_image(name, spec)
     if spec.kind not in CAMERA_DTYPES and not float_image:
         return _merged_numeric(state, name, episodes)
-    rows = [(float_image_stats if float_image else lambda v: episode_stats(v, spec.kind))(read_raw_rows(
+    stats_of = partial(float_image_stats, name=name) if float_image else partial(episode_stats, kind=spec.kind)
+    rows = [stats_of(read_raw_rows(
         state.root, name, spec, int(table.chunk[e]), int(state.packs.rows[table.chunk[e]]), int(table.offset[e]),
         int(table.length[e]))) for e in episodes.tolist()]
     return aggregate_stats({key: np.stack([np.asarray(r[key]) for r in rows]) for key in STAT_NAMES})

@@ -8,6 +8,7 @@ import json
 import math
 import operator
 from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -248,7 +249,7 @@ def stats_of_stored(spec: ArraySpec, feature: Mapping[str, Any] | None, name: st
     if spec.is_text:
         return None
     if is_float_image(name, spec):
-        return float_image_stats
+        return partial(float_image_stats, name=name)
     if spec.kind in CAMERA_DTYPES and isinstance(feature, Mapping) and is_depth_feature(feature) \
             and spec.dtype != np.uint8:
         if spec.kind != "video":

@@ -698,6 +698,26 @@ def test_float_cameras_get_lerobots_stats_when_asked_not_at_each_commit(tmp_path
     assert exported[CAMERA] == got
 
 
+def test_float_camera_values_outside_the_unit_range_are_counted_clipped_with_a_warning(tmp_path):
+    """LeRobot's writer refuses a float camera's values outside [0, 1]; a store's stats of them count them clipped
+    (NaN as 0), and say so, naming the feature."""
+    from lerobot_zarr.writing.writer import create
+
+    rng = np.random.default_rng(SEED)
+    frames = rng.uniform(-0.5, 1.5, (6, 3, 8, 10)).astype(np.float32)
+    frames[0, 0, 0, 0] = np.nan
+    feature = {"dtype": "float32", "shape": [3, 8, 10], "names": ["channels", "height", "width"]}
+    store = create(tmp_path / "s", fps=30, features={CAMERA: feature}, durable=False)
+    with pytest.warns(lerobot_zarr.LeRobotZarrWarning, match=f"{CAMERA!r}.*outside \\[0, 1\\]"):
+        store.add_episode({CAMERA: frames}, task="t")
+    store.close()
+    clipped = np.nan_to_num(np.clip(frames, 0, 1), nan=0.0)
+    want = _pixel_stats_by_hand([clipped])
+    got = read_state(tmp_path / "s").stats[CAMERA]
+    for name in ("min", "max", "mean", "std", "q50"):
+        assert np.allclose(got[name], want[name], rtol=1e-9, atol=1e-12), name
+
+
 def test_a_buffer_read_from_a_bucket_leaves_its_on_demand_stats_out_with_a_warning(tmp_path, env):
     """A bucket's store is read through a mirror holding only the rows read: the float32 camera's stats, computed
     from the rows when asked, are left out of ``meta.stats`` with a warning (never computed over absent rows)."""
