@@ -27,7 +27,7 @@ pytest.importorskip("lerobot", reason="lerobot is not installed (recording is co
 import lerobot_recorded  # noqa: E402
 from lerobot_recorded import REPO_ID, record  # noqa: E402
 
-from lerobot_zarr.errors import ArgumentError  # noqa: E402
+from lerobot_zarr.errors import ArgumentError, LeRobotZarrWarning  # noqa: E402
 from lerobot_zarr.torch import LeRobotDataset  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
@@ -577,7 +577,10 @@ def test_push_to_hub_gives_what_lerobot_loads(tmp_path, monkeypatch):
         ds.push_to_hub(tags=["so100", "tutorial"], license="mit", push_videos=False, tag_version=False)
         assert not any(f.startswith("videos/") for f in hub.list_files("someone/recorded"))
         assert "v3.0" not in hub.refs("someone/recorded").get("tags", {})
-        ds.push_to_hub(allow_patterns=["meta/info.json"])  # while recording: its last commit
+        with pytest.warns(LeRobotZarrWarning, match="not fields of LeRobot's dataset card"):  # as LeRobot: taken
+            ds.push_to_hub(allow_patterns=["meta/info.json"], not_a_card_field="x")  # while recording: last commit
+        with pytest.raises(TypeError, match="dataset_info"):  # LeRobot's call passes it itself
+            ds.push_to_hub(dataset_info={})
         ds.finalize()
         ds.push_to_hub(tags=["so100", "tutorial"], license="mit")
         files = hub.list_files("someone/recorded")
