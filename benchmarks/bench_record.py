@@ -19,7 +19,8 @@ finalize: a LeRobot dataset at root), and for ours a push's export after it (joi
 ``kill``: a recorder process (3 cameras 96x128, episodes of 50-200 frames) is SIGKILLed at random instants (after a
 random number of the frames and saves it reports); after each kill, the episodes whose ``save_episode`` returned
 are counted in what another process can read: for ours without ``finalize`` (and the recording goes on with
-``resume``), for LeRobot's what ``LeRobotDataset(root=...)`` loads (each run in a new folder: a LeRobot dataset
+``resume``; LeRobot's files beside the store, written after each saved episode, checked too: those of one commit,
+whole, or none), for LeRobot's what ``LeRobotDataset(root=...)`` loads (each run in a new folder: a LeRobot dataset
 cannot be resumed after a crash). Each recorder and each reader is a fork of the benchmark's process, which
 imports torch, LeRobot and lerobot_zarr once: a kill costs no interpreter start.
 """
@@ -205,6 +206,27 @@ def _readable(name: str, root: Path, out: Any) -> None:
         out.write(f"0 {type(exc).__name__} ({str(exc).splitlines()[0][:80]}); the folder holds {held[:8]}\n")
 
 
+def _beside(root: Path, out: Any) -> None:
+    """LeRobot's files beside our store after a kill (written after each saved episode): ``whole N`` (those of a
+    commit of N episodes, as written, LeRobot 0.6.1 reading them to their last frame), ``none`` (no episode table:
+    no dataset LeRobot reads), or ``BROKEN`` with why."""
+    from lerobot_zarr.writing.export import edited_beside, exported_state
+
+    marker = exported_state(root)
+    if marker is None:
+        out.write("none\n" if not (root / "meta" / "episodes").exists() else "BROKEN episode table, no marker\n")
+        return
+    try:
+        edited = edited_beside(root)
+        theirs = classes()["lerobot"]("bench/kill", root=root)
+        last = theirs[len(theirs) - 1]
+        assert not edited and theirs.meta.total_episodes == marker["episodes"], edited
+        assert int(last["episode_index"]) == marker["episodes"] - 1
+        out.write(f"whole {marker['episodes']}\n")
+    except Exception as exc:  # noqa: BLE001  (reported)
+        out.write(f"BROKEN {type(exc).__name__}: {str(exc)[:120]}\n")
+
+
 def _forked(target: Callable[..., None], *args: Any) -> tuple[int, Any]:
     """``target(*args, out)`` in a child forked from this process (its imports done once, here: a kill costs no
     interpreter start); returns the child's pid and the lines it writes to ``out``, line-buffered."""
@@ -269,6 +291,12 @@ def kill(args: argparse.Namespace) -> None:
             if name == "lerobot_zarr":
                 assert readable >= begin + len(saved), (k, readable, begin, saved)  # never fewer than saved
                 first = readable
+            if name == "lerobot_zarr":  # LeRobot's files beside the store: of a commit, whole, or none
+                pid, lines = _forked(_beside, root)
+                with lines:
+                    beside = lines.read().strip() or "the reader died"
+                os.waitpid(pid, 0)
+                why = (why + "; " if why else "") + f"files beside: {beside}"
             kept = max(0, min(kept_now, len(saved)))
             saved_total += len(saved)
             kept_total += kept

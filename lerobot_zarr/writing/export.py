@@ -19,8 +19,9 @@ import json
 import os
 import shutil
 import tempfile
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -53,7 +54,7 @@ from .values import stats_of_stored
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["to_lerobot", "export_beside", "exported_beside", "edited_beside", "check_unedited_beside", "info_beside", "push", "check_push",
+__all__ = ["to_lerobot", "export_beside", "BesideCache", "exported_beside", "edited_beside", "check_unedited_beside", "info_beside", "push", "check_push",
            "INDEX_FILE", "EXPORT_MARKER", "LEROBOT_ENTRIES"]
 
 _AV1_RATIO = 20  # raw camera bytes per byte of LeRobot's AV1 (crf 30), roughly: sizes video files
@@ -65,6 +66,8 @@ LEROBOT_ENTRIES = ("meta", "data", "videos")
 #: comes and goes with them
 EXPORT_MARKER = "meta/lerobot_zarr_export.json"
 _BESIDE_TMP, _BESIDE_OLD = ".lerobot-export.tmp-", ".lerobot-previous.tmp-"  # debris names (``.*.tmp-*``)
+#: held while the files beside a store are moved into place, or its info.json written (a recorder exports in a thread)
+_BESIDE_LOCK = threading.Lock()
 
 
 def _encode_image(frame: np.ndarray) -> bytes:
@@ -143,7 +146,8 @@ def to_lerobot(dataset: LeRobotZarrDataset | str | os.PathLike, path: str | os.P
 
 
 def export_beside(dataset: LeRobotZarrDataset | str | os.PathLike, *, progress: bool = False,
-                  encoder_threads: int | None = None, before_videos: Callable[[], None] | None = None) -> bool:
+                  encoder_threads: int | None = None, before_videos: Callable[[], None] | None = None,
+                  cache: BesideCache | None = None, encode: bool = True) -> bool:
     """Put the LeRobot v3.0 files of a store's last commit beside it, under its own root (``meta/``, ``data/``,
     ``videos/``, as LeRobot's recorder leaves a folder at ``finalize()``), so that LeRobot's class, its tools and an
     upload of the folder read it as a LeRobot dataset; the store stays what lerobot_zarr opens there. Returns
@@ -156,7 +160,12 @@ def export_beside(dataset: LeRobotZarrDataset | str | os.PathLike, *, progress: 
     the previous files or none (no ``meta/info.json``; the leftovers are removed by the next export, and by the
     store's next writer as debris). The caller holds the store's writer lock (a recorder does). ``before_videos``:
     called once the data files are written, before the segments are looked for (a recorder waits there for its
-    background encoders, whose last videos are made meanwhile)."""
+    background encoders, whose last videos are made meanwhile).
+
+    ``cache`` (a recorder's, one per recording): what earlier exports of the same store computed is not computed
+    again (each episode's rows and stats; a data file that an earlier export closed and whose episodes are unchanged
+    is hard linked from the files beside), so that exporting after each saved episode costs that episode's part.
+    ``encode=False``: nothing is encoded; if an episode lacks a segment, nothing is written (False)."""
     ds = _reader(dataset)
     root = Path(ds.root)
     clash = sorted(set(ds.meta.info["features"]) & set(LEROBOT_ENTRIES))
@@ -168,37 +177,97 @@ def export_beside(dataset: LeRobotZarrDataset | str | os.PathLike, *, progress: 
     check_unedited_beside(root)
     marker = _export_marker(ds.gather_layout()["state"])
     _check_exportable(ds)
-    for debris in [*root.glob(f"{_BESIDE_TMP}*"), *root.glob(f"{_BESIDE_OLD}*")]:  # of an export killed
-        shutil.rmtree(debris, ignore_errors=True)
-    try:
-        tmp = Path(tempfile.mkdtemp(prefix=_BESIDE_TMP, dir=root))
-    except OSError as exc:
-        from ..utils.fileio import disk_error
+    if not encode and lacking_cameras(ds, encoder_threads):
+        return False
+    with _BESIDE_LOCK:
+        for debris in [*root.glob(f"{_BESIDE_TMP}*"), *root.glob(f"{_BESIDE_OLD}*")]:  # of an export killed
+            shutil.rmtree(debris, ignore_errors=True)
+        try:
+            tmp = Path(tempfile.mkdtemp(prefix=_BESIDE_TMP, dir=root))
+        except OSError as exc:
+            from ..utils.fileio import disk_error
 
-        raise disk_error(exc, root) from None
+            raise disk_error(exc, root) from None
     def videos_next() -> None:
         if before_videos is not None:
             before_videos()
-        lacking = lacking_cameras(ds, encoder_threads)
+        lacking = lacking_cameras(ds, encoder_threads) if encode else []
         if len(lacking) > 1:  # the cameras encoded in parallel (one is by _write, in this process, as for one)
             encode_in_parallel(root, encoder_threads, cameras=lacking)
 
     try:
         info = ds.meta.info
         _write(ds, tmp, int(info.get("data_files_size_in_mb") or 100), int(info.get("video_files_size_in_mb") or 200),
-               None, progress, False, encoder_threads, link=True, before_videos=videos_next)
+               None, progress, False, encoder_threads, link=True, before_videos=videos_next, cache=cache,
+               prune=encode)
         (tmp / EXPORT_MARKER).write_text(json.dumps({**marker, "files": _files_signature(tmp)}))
-        old = Path(tempfile.mkdtemp(prefix=_BESIDE_OLD, dir=root))
-        for name in LEROBOT_ENTRIES:  # meta first: from here to the last rename, no info.json (no dataset)
-            if (root / name).exists() or (root / name).is_symlink():
-                os.replace(root / name, old / name)
-        for name in (*LEROBOT_ENTRIES[1:], LEROBOT_ENTRIES[0]):  # meta last: the dataset appears complete
-            if (tmp / name).exists():
-                os.replace(tmp / name, root / name)
-        shutil.rmtree(old, ignore_errors=True)
+        with _BESIDE_LOCK:
+            old = Path(tempfile.mkdtemp(prefix=_BESIDE_OLD, dir=root))
+            for name in LEROBOT_ENTRIES:  # meta first: from here to the last rename, no info.json (no dataset)
+                if (root / name).exists() or (root / name).is_symlink():
+                    os.replace(root / name, old / name)
+            for name in (*LEROBOT_ENTRIES[1:], LEROBOT_ENTRIES[0]):  # meta last: the dataset appears complete
+                if (tmp / name).exists():
+                    os.replace(tmp / name, root / name)
+            shutil.rmtree(old, ignore_errors=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return True
+
+
+class BesideCache:
+    """What the exports beside one store being recorded (:func:`export_beside` after each saved episode) keep from
+    one to the next: each exported episode's part of the data files (its rows, as a table, while they are held
+    within ``table_bytes``; its stats and tasks), keyed by the episode's place and the content hashes the store
+    recorded for it, and the data files the last export wrote (the episodes of each, whether it was closed, and its
+    size and modification time as written). Used by one thread at a time."""
+
+    def __init__(self, table_bytes: int = 256 << 20):
+        self.table_bytes = table_bytes
+        self.episodes: dict[tuple, _EpisodeRows] = {}
+        self.files: dict[str, _DataFile] = {}
+        self.hints: dict[int, dict[str, dict[str, np.ndarray]]] = {}
+        self.limit = 0  # the data files' size limit (bytes) the files were written with
+
+    def hint(self, episode: int, stats: Mapping[str, dict[str, np.ndarray]]) -> None:
+        """The LeRobot stats of some features of the store's committed ``episode``, computed by its recorder (a
+        camera's, from each frame's histogram as it was recorded): the export does not read those frames again."""
+        self.hints[episode] = dict(stats)
+
+    def rows(self, key: tuple | None) -> _EpisodeRows | None:
+        return None if key is None else self.episodes.get(key)
+
+    def keep(self, key: tuple | None, rows: _EpisodeRows) -> None:
+        if key is None:
+            return
+        self.episodes[key] = rows
+        held = sum(r.table.nbytes for r in self.episodes.values() if r.table is not None)
+        for r in self.episodes.values():  # the oldest episodes' rows dropped first (their data file is closed)
+            if held <= self.table_bytes:
+                break
+            if r.table is not None and r is not rows:
+                held -= r.table.nbytes
+                r.table = None
+
+
+@dataclass
+class _EpisodeRows:
+    """One exported episode's part of the data files: its rows (None: dropped to bound memory), stats, tasks."""
+
+    table: pa.Table | None
+    stats: dict[str, dict[str, np.ndarray]]
+    tasks: list[str]
+
+
+@dataclass
+class _DataFile:
+    """A data file an export wrote beside the store: its episodes' keys, whether a next file followed it, and its
+    size and modification time once written."""
+
+    keys: list[tuple | None]
+    closed: bool
+    size: int = -1
+    mtime_ns: int = -1
 
 
 def info_beside(dataset: LeRobotZarrDataset | str | os.PathLike) -> None:
@@ -210,8 +279,12 @@ def info_beside(dataset: LeRobotZarrDataset | str | os.PathLike) -> None:
 
     ds = _reader(dataset)
     root = Path(ds.root)
-    if exported_state(root) is not None or set(ds.meta.info["features"]) & set(LEROBOT_ENTRIES):
-        return
+    with _BESIDE_LOCK:  # never while an export of this process moves its files into place
+        if exported_state(root) is None and not set(ds.meta.info["features"]) & set(LEROBOT_ENTRIES):
+            _info_beside(ds, root, write_info)
+
+
+def _info_beside(ds: LeRobotZarrDataset, root: Path, write_info: Callable[..., Any]) -> None:
     meta = ds.meta
     tmp = Path(tempfile.mkdtemp(prefix=_BESIDE_TMP, dir=root))
     try:
@@ -385,11 +458,13 @@ def _depth_info(feature: dict, video: bool, height: int, width: int, fps: float)
 
 def _write(ds: LeRobotZarrDataset, root: Path, size_mb: int, video_size_mb: int, videos: bool | None,
            progress: bool, card: dict[str, Any] | bool | None = None, encoder_threads: int | None = None,
-           link: bool = False, before_videos: Callable[[], None] | None = None) -> None:
+           link: bool = False, before_videos: Callable[[], None] | None = None, cache: BesideCache | None = None,
+           prune: bool = True) -> None:
     """Every file of the LeRobot v3.0 dataset, one writer each: data files (with the per-episode stats and tasks
     they yield), videos, then the metadata files and our index (``card=False``: no dataset card, as LeRobot's
     recorder leaves a folder; ``link``: a video file of one episode is its segment hard-linked; ``before_videos``:
-    called between the data files and the videos)."""
+    called between the data files and the videos; ``cache``: see :func:`export_beside`; ``prune``: the store's
+    stale segments removed)."""
     from ..lerobot.writers import write_card, write_episodes_table, write_info, write_stats, write_tasks
 
     meta = ds.meta
@@ -406,12 +481,12 @@ def _write(ds: LeRobotZarrDataset, root: Path, size_mb: int, video_size_mb: int,
                   f"({selected[:10]}{'...' if n_episodes > 10 else ''}), renumbered 0..{n_episodes - 1}")
     as_video = _video_keys(ds, videos)
     started = time.time()
-    data = _write_data_files(ds, root, selected, as_video, size_mb, progress)
+    data = _write_data_files(ds, root, selected, as_video, size_mb, progress, cache)
     if before_videos is not None:
         before_videos()
     places = {k: _write_videos(ds, root, k, selected, video_size_mb, progress, encoder_threads, link)
               for k in as_video}
-    if as_video:
+    if as_video and prune:
         _prune_segments(ds, encoder_threads, started)
     write_episodes_table(root, tasks=data.tasks, lengths=lengths, data_files=(data.chunk, data.file),
                          videos={k: tuple(zip(*p, strict=True)) for k, p in places.items()}, stats=data.stats)
@@ -441,10 +516,11 @@ class _DataWritten:
 
 
 def _write_data_files(ds: LeRobotZarrDataset, root: Path, selected: list[int], as_video: list[str], size_mb: int,
-                      progress: bool) -> _DataWritten:
+                      progress: bool, cache: BesideCache | None = None) -> _DataWritten:
     """The data files: episodes appended (one row group each) to a file until it would pass ``size_mb``, estimated
-    from the bytes per frame written so far; cameras exported as videos are left out of them."""
-    import pyarrow as pa
+    from the bytes per frame written so far; cameras exported as videos are left out of them. With ``cache``
+    (:func:`export_beside`'s, ``root`` a folder beside the store), an episode's rows and stats are taken from it
+    where an earlier export made them, and a data file an earlier export closed, of the same episodes, is linked."""
 
     from ..lerobot.writers import DataFiles, huggingface_metadata
 
@@ -453,41 +529,140 @@ def _write_data_files(ds: LeRobotZarrDataset, root: Path, selected: list[int], a
     columns = [k for k in order if k not in as_video]
     stats_of = {k: stats_of_stored(specs[k], info["features"].get(k)) for k in order if not specs[k].is_text}
     lengths = ds.meta.episode_length[selected].tolist()
+    starts = np.cumsum([0, *lengths]).tolist()
+    keys = _episode_keys(ds, selected, starts, columns) if cache is not None else [None] * len(selected)
     out = _DataWritten()
     episode_stats: dict[str, list[dict[str, np.ndarray]]] = {k: [] for k in stats_of}
     files = DataFiles(root)
+    written: dict[str, _DataFile] = {}
     limit = size_mb * 2**20
-    start = 0
+    full = False  # the current file is one an earlier export closed (linked): the next episode starts a new one
+
+    def placed(e: int, rows: _EpisodeRows) -> None:
+        chunk, file = files.place
+        out.chunk.append(chunk)
+        out.file.append(file)
+        out.rel.append(files.rel)
+        out.file_row.append(files.rows)
+        out.tasks.append(rows.tasks)
+        for k in stats_of:
+            episode_stats[k].append(rows.stats[k])
+        written.setdefault(files.rel, _DataFile([], False)).keys.append(keys[e])
+
     with progress_bar(sum(lengths), f"exporting {ds.root.name}", progress) as bar:
         try:
-            for e, (src, n) in enumerate(zip(selected, lengths, strict=True)):
-                if files.rows == 0 or files.size() + files.size() / files.rows * n > limit:
+            e = 0
+            while e < len(selected):
+                src, n = selected[e], lengths[e]
+                if full or files.rows == 0 or files.size() + files.size() / files.rows * n > limit:
+                    if files.rel in written:
+                        written[files.rel].closed = True
                     files.new_file()
-                arrays = dict(ds.episode(src))
-                arrays["episode_index"] = np.full(n, e, dtype=np.int64)
-                arrays["index"] = np.arange(start, start + n, dtype=np.int64)
-                table = pa.table({k: _column(np.asarray(arrays[k]), specs[k], k, e) for k in columns})
-                chunk, file = files.place
-                out.chunk.append(chunk)
-                out.file.append(file)
-                out.rel.append(files.rel)
-                out.file_row.append(files.rows)
+                    linked = _linked_file(cache, root, files.rel, keys[e:], limit)
+                    if linked is not None:
+                        for rows in linked:
+                            placed(e, rows)
+                            files.rows += lengths[e]
+                            bar.update(lengths[e])
+                            e += 1
+                        full = True
+                        continue
+                    full = False
+                rows = cache.rows(keys[e]) if cache is not None else None
+                if rows is None or rows.table is None:
+                    known = cache.hints.pop(src, {}) if cache is not None else {}
+                    rows = _episode_rows(ds, src, e, starts[e], columns, stats_of, tasks, rows, known)
+                    if cache is not None:
+                        cache.keep(keys[e], rows)
+                table = rows.table
                 if files.rows == 0:
                     table = table.replace_schema_metadata(
                         {"huggingface": huggingface_metadata(table.schema, "v3.0")})
+                placed(e, rows)
                 files.add(table)
-                task_index = np.asarray(arrays["task_index"]).reshape(-1)
-                first_seen = task_index[np.sort(np.unique(task_index, return_index=True)[1])]
-                out.tasks.append([tasks[t] for t in first_seen.tolist()])
-                for k, stats in stats_of.items():
-                    episode_stats[k].append(stats(np.asarray(arrays[k])))
                 bar.update(n)
-                start += n
+                e += 1
         finally:
             files.close()
+    if cache is not None:
+        cache.limit = limit
+        for rel, record in written.items():
+            st = (root / rel).stat()
+            record.size, record.mtime_ns = st.st_size, st.st_mtime_ns
+        cache.files = written
+        for record in written.values():  # a closed file is linked by the next exports: its rows are not needed
+            for key in record.keys if record.closed else ():
+                rows = cache.rows(key)
+                if rows is not None:
+                    rows.table = None
     out.stats = {k: {name: np.stack([s[name] for s in per_episode]) for name in STAT_NAMES}
                  for k, per_episode in episode_stats.items()}
     return out
+
+
+def _episode_rows(ds: LeRobotZarrDataset, src: int, e: int, start: int, columns: list[str],
+                  stats_of: dict[str, Callable[[np.ndarray], dict]], tasks: Any,
+                  known: _EpisodeRows | None, hints: Mapping[str, dict[str, np.ndarray]] | None = None
+                  ) -> _EpisodeRows:
+    """Episode ``src`` of the store as exported episode ``e`` (its frames from ``start``): its rows (the columns of
+    the data files), stats and tasks (first seen first); ``known``: its stats and tasks computed already;
+    ``hints``: some features' stats computed already (a recorder's cameras', :meth:`BesideCache.hint`)."""
+    import pyarrow as pa
+
+    specs = ds.array_specs
+    n = int(ds.meta.episode_length[src])
+    arrays = dict(ds.episode(src))
+    arrays["episode_index"] = np.full(n, e, dtype=np.int64)
+    arrays["index"] = np.arange(start, start + n, dtype=np.int64)
+    table = pa.table({k: _column(np.asarray(arrays[k]), specs[k], k, e) for k in columns})
+    if known is not None:
+        return _EpisodeRows(table, known.stats, known.tasks)
+    task_index = np.asarray(arrays["task_index"]).reshape(-1)
+    first_seen = task_index[np.sort(np.unique(task_index, return_index=True)[1])]
+    stats = {k: (hints or {}).get(k) or stats(np.asarray(arrays[k])) for k, stats in stats_of.items()}
+    return _EpisodeRows(table, stats, [tasks[t] for t in first_seen.tolist()])
+
+
+def _episode_keys(ds: LeRobotZarrDataset, selected: list[int], starts: list[int], columns: list[str]
+                  ) -> list[tuple | None]:
+    """What an exported episode's part of the data files depends on: its place (exported index, first frame), the
+    columns, and the content hash the store recorded for each feature of it (None where one is not recorded: not
+    cached). The features' info (a depth camera's unit) and the tasks' text are the store's, unchanged while it is
+    recorded."""
+    state = ds.gather_layout()["state"]
+    names = sorted(ds.array_specs)
+    hashes = np.stack([state.episode_hashes(k) for k in names]) if names else np.empty((0, 0))
+    out: list[tuple | None] = []
+    for e, src in enumerate(selected):
+        crcs = tuple(int(h) for h in hashes[:, src])
+        out.append(None if any(h < 0 for h in crcs) else
+                   (e, starts[e], int(ds.meta.episode_length[src]), tuple(columns), tuple(zip(names, crcs))))
+    return out
+
+
+def _linked_file(cache: BesideCache | None, root: Path, rel: str, keys: list[tuple | None], limit: int
+                 ) -> list[_EpisodeRows] | None:
+    """The data file ``rel`` as the last export beside the store wrote it, hard linked into ``root`` (the new
+    files), if that export closed it (files of ``limit`` bytes), it holds the first of ``keys``' episodes, unchanged, and it is still as
+    written; its episodes' parts (None: the file is written again)."""
+    if cache is None:
+        return None
+    record = cache.files.get(rel) if cache.limit == limit else None
+    if record is None or not record.closed or None in record.keys or record.keys != keys[:len(record.keys)]:
+        return None
+    parts = [cache.rows(key) for key in record.keys]
+    source = root.parent / rel
+    try:
+        st = source.stat()
+    except OSError:
+        return None
+    if None in parts or (st.st_size, st.st_mtime_ns) != (record.size, record.mtime_ns):
+        return None
+    from ..utils.fileio import link_or_copy
+
+    (root / rel).parent.mkdir(parents=True, exist_ok=True)
+    link_or_copy(source, root / rel)
+    return parts
 
 
 def _write_videos(ds: LeRobotZarrDataset, root: Path, key: str, selected: list[int], size_mb: int,
