@@ -317,10 +317,12 @@ class Recorder:
             self._writer.drain()
             frames, tasks = self._buffered()
         spills = {} if episode_data is not None else {key: spill.path for key, spill in self._spills.items()}
-        camera_stats = {} if episode_data is not None else {key: spill.stats() for key, spill in self._spills.items()}
+        camera_stats = {} if episode_data is not None else {key: stats for key, spill in self._spills.items()
+                                                             if (stats := spill.stats()) is not None}
         try:
             with self._encoder.gate.closed() if self._encoder is not None else contextlib.nullcontext():
-                index = self._store.add_episode(frames, task=tasks, frame_files=spills)  # encoders held back
+                index = self._store.add_episode(frames, task=tasks, frame_files=spills,  # encoders held back
+                                                camera_stats=camera_stats)
         except BaseException:
             if any(spill.taken() for spill in self._spills.values()):  # the store kept them (its commit went
                 self.clear_episode_buffer()  # through, or it cannot tell): never written again, nor read from
@@ -337,7 +339,7 @@ class Recorder:
                 else:
                     self._encoder.notify()
                 self._episodes_since_last_encoding = 0
-        self._beside.cache.hint(index, {k: v for k, v in camera_stats.items() if v is not None})
+        self._beside.cache.hint(index, camera_stats)
         self._beside.saved(self._store.reader)  # LeRobot's files beside the store: this commit's, here or soon
 
     def _buffered(self) -> tuple[dict[str, Any], list[str]]:

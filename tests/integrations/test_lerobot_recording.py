@@ -873,7 +873,7 @@ def test_files_beside_follow_each_saved_episode_and_finalize_has_no_export_left(
     encoders made the episode's segments: they become those of each commit (never half-written: LeRobot 0.6.1 reads
     them at every step), and finalize then has nothing left to export (no episode's rows or stats computed, no file
     written). The cameras' stats (from each frame's histogram as it was recorded) are LeRobot's of the frames."""
-    import lerobot_zarr.writing.export as export
+    from lerobot_zarr.writing import export
     from lerobot_zarr.lerobot.format import image_stats
     from lerobot_zarr.writing.export import exported_state
 
