@@ -50,6 +50,7 @@ idle.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -104,6 +105,7 @@ def encode_episode(source: str, target: str, codec: str, size: tuple[int, int] |
     import av
 
     from lerobot_zarr.cameras.resize import resize_frames
+    from lerobot_zarr.utils.sched import no_realtime
 
     vcodec, options = lerobot_encoder(codec)
     tmp = target + ".part"
@@ -114,10 +116,12 @@ def encode_episode(source: str, target: str, codec: str, size: tuple[int, int] |
             rgb = frame.to_ndarray(format="rgb24")
             if size is not None:
                 rgb = resize_frames(rgb[None], size, threads=1)[0]
-            if enc is None:
+            opening = enc is None
+            if opening:
                 enc = out.add_stream(vcodec, fps, options=options)
                 enc.pix_fmt, enc.height, enc.width = PIX_FMT, rgb.shape[0], rgb.shape[1]
-            out.mux(enc.encode(av.VideoFrame.from_ndarray(rgb, format="rgb24")))
+            with no_realtime() if opening else contextlib.nullcontext():  # SVT-AV1 run by root: utils.sched
+                out.mux(enc.encode(av.VideoFrame.from_ndarray(rgb, format="rgb24")))
         out.mux(enc.encode())
     os.replace(tmp, target)
 

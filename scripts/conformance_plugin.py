@@ -54,6 +54,14 @@ def pytest_report_header(config: pytest.Config) -> str:
     return f"lerobot_zarr conformance: --drop-in={mode}{where}"
 
 
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """LeRobot's tests encode with SVT-AV1 in the test process, which run by root leaves threads at real-time
+    priority (``lerobot_zarr.utils.sched``): put back under the normal scheduler for the next tests, in every mode."""
+    from lerobot_zarr.utils.sched import drop_realtime
+
+    drop_realtime()
+
+
 def rebind(old: Any, new: Any) -> None:
     """Every module global of LeRobot's package and its tests bound to ``old`` now names ``new``."""
     for name, module in list(sys.modules.items()):

@@ -36,6 +36,8 @@ os.environ["LEROBOT_ZARR_HOME"] = _HOME  # tests that want another one set their
 import _budget  # noqa: E402  (tests/ is on sys.path: pytest puts a conftest's folder there)
 from lerobot_recorded import lerobot_recorded  # noqa: E402, F401  (the session fixture: each kind recorded once)
 
+from lerobot_zarr.utils.sched import drop_realtime  # noqa: E402
+
 G1_CAM = "observation.images.cam_high"
 G1_SMALL = (24, 32)  # the shared G1 store keeps its camera at this size
 
@@ -45,6 +47,9 @@ def pytest_configure(config):
 
 
 def pytest_runtest_teardown(item, nextitem):
+    # LeRobot's own recorder (lerobot_recorded, the LeRobot-side tests) encodes with SVT-AV1 in this process, which
+    # leaves its threads at real-time priority when run by root: the rest of the worker's tests would run so
+    drop_realtime()
     if nextitem is None or nextitem.module is not item.module:  # a module's garbage is not kept for the next
         _budget.release_freed_memory()
 

@@ -19,6 +19,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from ..errors import MissingExtraError, import_optional, missing_extra
+from ..utils.sched import no_realtime
 from .depth import DEPTH_PIX_FMT
 
 __all__ = ["TOLERANCE_S", "VideoUnavailable", "DecodeLog", "decode_into", "have_pyav", "VideoWriter", "ENCODING",
@@ -392,7 +393,11 @@ class VideoWriter:
             frame.pts = self.frames
             frame.time_base = 1 / self.fps
             try:
-                self._mux(self.stream.encode(frame))
+                if self.frames:
+                    self._mux(self.stream.encode(frame))
+                else:  # the encoder opens at its first frame: SVT-AV1 run by root makes its threads real-time there
+                    with no_realtime():
+                        self._mux(self.stream.encode(frame))
             except BaseException:
                 self.broken = True
                 raise

@@ -13,6 +13,7 @@ Run ``python -m lerobot_zarr.testing.defects OUT`` to write the whole battery in
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pathlib
@@ -494,6 +495,7 @@ def _write_video(path: pathlib.Path, episodes: Sequence[tuple[np.ndarray, Sequen
     import av
 
     from ..cameras.video import ENCODING, encoder_options
+    from ..utils.sched import no_realtime
 
     os.environ.setdefault("SVT_LOG", "1")  # SVT-AV1 prints its banner and settings to stderr otherwise
     rate = Fraction(FPS)
@@ -507,13 +509,15 @@ def _write_video(path: pathlib.Path, episodes: Sequence[tuple[np.ndarray, Sequen
         # the encoder's own options, incl. the SVT-AV1 parameters the test suite sets (lp=1), as every other writer
         # of ours: without them the muxer refused a packet (EINVAL) in 4 loaded suite runs of 6 Dec
         stream.options = encoder_options(ENCODING)
-        start = 0
+        start, opened = 0, False
         for (frames, stamps), n in zip(episodes, LENGTHS, strict=True):
             for image, t in zip(frames, stamps, strict=True):
                 frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(image), format="rgb24")
                 frame.pts = round((start / FPS + t) * 4 * FPS)
                 frame.time_base = Fraction(1, 4 * FPS)
-                container.mux(stream.encode(frame))
+                with contextlib.nullcontext() if opened else no_realtime():  # SVT-AV1 run by root: utils.sched
+                    container.mux(stream.encode(frame))
+                opened = True
             start += n
         container.mux(stream.encode(None))
 
