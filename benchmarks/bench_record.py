@@ -2,7 +2,7 @@
 recorder on the same frames, in one run. Needs torch and lerobot (``/path/to/lerobot-venv/bin/python``).
 
     python benchmarks/bench_record.py speed [--paced]     # 3 cameras 480x640, 3 episodes x 90 frames, 30 fps
-    python benchmarks/bench_record.py kill --kills 20      # SIGKILL battery, 3 cameras 96x128
+    python benchmarks/bench_record.py kill --kills 20 [--paced]  # SIGKILL battery, 3 cameras 96x128
 
 ``speed``: each recorder takes the same frames, in each mode (``--modes``): ``plain`` (LeRobot's defaults as
 ``lerobot-record`` sets them: 4 image-writer threads per camera, videos encoded at each ``save_episode``),
@@ -174,14 +174,18 @@ def speed(args: argparse.Namespace) -> None:
 
 # ----------------------------------------------------------------------------------------------------- kill
 
-def _record(name: str, root: Path, first: int, seed: int, out: Any) -> None:
-    """A recorder (create, or resume after ``first`` episodes) reporting each frame and each save to ``out``."""
+def _record(name: str, root: Path, first: int, seed: int, paced: bool, out: Any) -> None:
+    """A recorder (create, or resume after ``first`` episodes) reporting each frame and each save to ``out``
+    (``paced``: frames at 30 fps)."""
     cls = classes()[name]
     ds = cls.create("bench/kill", FPS, features(96, 128), root=root) if first == 0 else \
         cls.resume("bench/kill", root=root)
     rng = np.random.default_rng(seed)
     for e in range(first, first + 10_000):
+        clock = time.perf_counter()
         for i in range(int(rng.integers(50, 201))):
+            if paced:
+                time.sleep(max(0.0, clock + i / FPS - time.perf_counter()))
             ds.add_frame(frame(e, i, 96, 128))
             out.write("f\n")
         ds.save_episode()
@@ -246,9 +250,9 @@ def _forked(target: Callable[..., None], *args: Any) -> tuple[int, Any]:
     return pid, os.fdopen(read)
 
 
-def _run_until_killed(name: str, root: Path, first: int, events: int, seed: int) -> list[int]:
+def _run_until_killed(name: str, root: Path, first: int, events: int, seed: int, paced: bool) -> list[int]:
     """The episodes whose save_episode returned before the recorder was SIGKILLed, ``events`` reports in."""
-    pid, lines = _forked(_record, name, root, first, seed)
+    pid, lines = _forked(_record, name, root, first, seed, paced)
     saved, seen = [], 0
     with lines:
         for line in lines:
@@ -285,7 +289,7 @@ def kill(args: argparse.Namespace) -> None:
             root = parent / ("ds" if name == "lerobot_zarr" else f"ds{k}")
             begin = first if name == "lerobot_zarr" else 0
             events = int(rng.integers(60, 500))
-            saved = _run_until_killed(name, root, begin, events, seed=k)
+            saved = _run_until_killed(name, root, begin, events, seed=k, paced=args.paced)
             readable, why = _count_readable(name, root)
             kept_now = readable - begin if name == "lerobot_zarr" else readable
             if name == "lerobot_zarr":
@@ -330,6 +334,8 @@ def main() -> None:
     p.set_defaults(run=speed)
     p = sub.add_parser("kill")
     p.add_argument("--kills", type=int, default=20)
+    p.add_argument("--paced", action="store_true", help="frames at 30 fps (the encoders keep up: LeRobot's files "
+                   "beside our store are written as it records)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--tmp", default=None)
     p.set_defaults(run=kill)
