@@ -37,6 +37,7 @@ from ..sampling.dataset import LeRobotZarrDataset
 from ..store.tables import ArraySpec
 from ..store.text import text_value
 from ..utils.progress import progress_bar
+from .beside_cache import BesideCache, DataFileRecord, EpisodeRows, episode_keys, linked_file
 from .segments import (
     SEGMENTS,
     camera_encodings,
@@ -213,61 +214,6 @@ def export_beside(dataset: LeRobotZarrDataset | str | os.PathLike, *, progress: 
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return True
-
-
-class BesideCache:
-    """What the exports beside one store being recorded (:func:`export_beside` after each saved episode) keep from
-    one to the next: each exported episode's part of the data files (its rows, as a table, while they are held
-    within ``table_bytes``; its stats and tasks), keyed by the episode's place and the content hashes the store
-    recorded for it, and the data files the last export wrote (the episodes of each, whether it was closed, and its
-    size and modification time as written). Used by one thread at a time."""
-
-    def __init__(self, table_bytes: int = 256 << 20):
-        self.table_bytes = table_bytes
-        self.episodes: dict[tuple, _EpisodeRows] = {}
-        self.files: dict[str, _DataFile] = {}
-        self.hints: dict[int, dict[str, dict[str, np.ndarray]]] = {}
-        self.limit = 0  # the data files' size limit (bytes) the files were written with
-
-    def hint(self, episode: int, stats: Mapping[str, dict[str, np.ndarray]]) -> None:
-        """The LeRobot stats of some features of the store's committed ``episode``, computed by its recorder (a
-        camera's, from each frame's histogram as it was recorded): the export does not read those frames again."""
-        self.hints[episode] = dict(stats)
-
-    def rows(self, key: tuple | None) -> _EpisodeRows | None:
-        return None if key is None else self.episodes.get(key)
-
-    def keep(self, key: tuple | None, rows: _EpisodeRows) -> None:
-        if key is None:
-            return
-        self.episodes[key] = rows
-        held = sum(r.table.nbytes for r in self.episodes.values() if r.table is not None)
-        for r in self.episodes.values():  # the oldest episodes' rows dropped first (their data file is closed)
-            if held <= self.table_bytes:
-                break
-            if r.table is not None and r is not rows:
-                held -= r.table.nbytes
-                r.table = None
-
-
-@dataclass
-class _EpisodeRows:
-    """One exported episode's part of the data files: its rows (None: dropped to bound memory), stats, tasks."""
-
-    table: pa.Table | None
-    stats: dict[str, dict[str, np.ndarray]]
-    tasks: list[str]
-
-
-@dataclass
-class _DataFile:
-    """A data file an export wrote beside the store: its episodes' keys, whether a next file followed it, and its
-    size and modification time once written."""
-
-    keys: list[tuple | None]
-    closed: bool
-    size: int = -1
-    mtime_ns: int = -1
 
 
 def info_beside(dataset: LeRobotZarrDataset | str | os.PathLike) -> None:
@@ -530,15 +476,15 @@ def _write_data_files(ds: LeRobotZarrDataset, root: Path, selected: list[int], a
     stats_of = {k: stats_of_stored(specs[k], info["features"].get(k)) for k in order if not specs[k].is_text}
     lengths = ds.meta.episode_length[selected].tolist()
     starts = np.cumsum([0, *lengths]).tolist()
-    keys = _episode_keys(ds, selected, starts, columns) if cache is not None else [None] * len(selected)
+    keys = episode_keys(ds, selected, starts, columns) if cache is not None else [None] * len(selected)
     out = _DataWritten()
     episode_stats: dict[str, list[dict[str, np.ndarray]]] = {k: [] for k in stats_of}
     files = DataFiles(root)
-    written: dict[str, _DataFile] = {}
+    written: dict[str, DataFileRecord] = {}
     limit = size_mb * 2**20
     full = False  # the current file is one an earlier export closed (linked): the next episode starts a new one
 
-    def placed(e: int, rows: _EpisodeRows) -> None:
+    def placed(e: int, rows: EpisodeRows) -> None:
         chunk, file = files.place
         out.chunk.append(chunk)
         out.file.append(file)
@@ -547,7 +493,7 @@ def _write_data_files(ds: LeRobotZarrDataset, root: Path, selected: list[int], a
         out.tasks.append(rows.tasks)
         for k in stats_of:
             episode_stats[k].append(rows.stats[k])
-        written.setdefault(files.rel, _DataFile([], False)).keys.append(keys[e])
+        written.setdefault(files.rel, DataFileRecord([], False)).keys.append(keys[e])
 
     with progress_bar(sum(lengths), f"exporting {ds.root.name}", progress) as bar:
         try:
@@ -558,7 +504,7 @@ def _write_data_files(ds: LeRobotZarrDataset, root: Path, selected: list[int], a
                     if files.rel in written:
                         written[files.rel].closed = True
                     files.new_file()
-                    linked = _linked_file(cache, root, files.rel, keys[e:], limit)
+                    linked = linked_file(cache, root, files.rel, keys[e:], limit)
                     if linked is not None:
                         for rows in linked:
                             placed(e, rows)
@@ -602,8 +548,8 @@ def _write_data_files(ds: LeRobotZarrDataset, root: Path, selected: list[int], a
 
 def _episode_rows(ds: LeRobotZarrDataset, src: int, e: int, start: int, columns: list[str],
                   stats_of: dict[str, Callable[[np.ndarray], dict]], tasks: Any,
-                  known: _EpisodeRows | None, hints: Mapping[str, dict[str, np.ndarray]] | None = None
-                  ) -> _EpisodeRows:
+                  known: EpisodeRows | None, hints: Mapping[str, dict[str, np.ndarray]] | None = None
+                  ) -> EpisodeRows:
     """Episode ``src`` of the store as exported episode ``e`` (its frames from ``start``): its rows (the columns of
     the data files), stats and tasks (first seen first); ``known``: its stats and tasks computed already;
     ``hints``: some features' stats computed already (a recorder's cameras', :meth:`BesideCache.hint`)."""
@@ -616,53 +562,11 @@ def _episode_rows(ds: LeRobotZarrDataset, src: int, e: int, start: int, columns:
     arrays["index"] = np.arange(start, start + n, dtype=np.int64)
     table = pa.table({k: _column(np.asarray(arrays[k]), specs[k], k, e) for k in columns})
     if known is not None:
-        return _EpisodeRows(table, known.stats, known.tasks)
+        return EpisodeRows(table, known.stats, known.tasks)
     task_index = np.asarray(arrays["task_index"]).reshape(-1)
     first_seen = task_index[np.sort(np.unique(task_index, return_index=True)[1])]
     stats = {k: (hints or {}).get(k) or stats(np.asarray(arrays[k])) for k, stats in stats_of.items()}
-    return _EpisodeRows(table, stats, [tasks[t] for t in first_seen.tolist()])
-
-
-def _episode_keys(ds: LeRobotZarrDataset, selected: list[int], starts: list[int], columns: list[str]
-                  ) -> list[tuple | None]:
-    """What an exported episode's part of the data files depends on: its place (exported index, first frame), the
-    columns, and the content hash the store recorded for each feature of it (None where one is not recorded: not
-    cached). The features' info (a depth camera's unit) and the tasks' text are the store's, unchanged while it is
-    recorded."""
-    state = ds.gather_layout()["state"]
-    names = sorted(ds.array_specs)
-    hashes = np.stack([state.episode_hashes(k) for k in names]) if names else np.empty((0, 0))
-    out: list[tuple | None] = []
-    for e, src in enumerate(selected):
-        crcs = tuple(int(h) for h in hashes[:, src])
-        out.append(None if any(h < 0 for h in crcs) else
-                   (e, starts[e], int(ds.meta.episode_length[src]), tuple(columns), tuple(zip(names, crcs))))
-    return out
-
-
-def _linked_file(cache: BesideCache | None, root: Path, rel: str, keys: list[tuple | None], limit: int
-                 ) -> list[_EpisodeRows] | None:
-    """The data file ``rel`` as the last export beside the store wrote it, hard linked into ``root`` (the new
-    files), if that export closed it (files of ``limit`` bytes), it holds the first of ``keys``' episodes, unchanged, and it is still as
-    written; its episodes' parts (None: the file is written again)."""
-    if cache is None:
-        return None
-    record = cache.files.get(rel) if cache.limit == limit else None
-    if record is None or not record.closed or None in record.keys or record.keys != keys[:len(record.keys)]:
-        return None
-    parts = [cache.rows(key) for key in record.keys]
-    source = root.parent / rel
-    try:
-        st = source.stat()
-    except OSError:
-        return None
-    if None in parts or (st.st_size, st.st_mtime_ns) != (record.size, record.mtime_ns):
-        return None
-    from ..utils.fileio import link_or_copy
-
-    (root / rel).parent.mkdir(parents=True, exist_ok=True)
-    link_or_copy(source, root / rel)
-    return parts
+    return EpisodeRows(table, stats, [tasks[t] for t in first_seen.tolist()])
 
 
 def _write_videos(ds: LeRobotZarrDataset, root: Path, key: str, selected: list[int], size_mb: int,
