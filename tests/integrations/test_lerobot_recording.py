@@ -885,7 +885,7 @@ def test_files_beside_follow_each_saved_episode_and_finalize_has_no_export_left(
             ds.add_frame(_frame(e, i))
         ds.save_episode()
         _wait_until(lambda e=e: (exported_state(root) or {}).get("episodes") == e + 1,
-                    f"the files beside of episode {e}", timeout=60)
+                    f"the files beside of episode {e}")
         theirs = _reference()(REPO_ID, root=root)
         assert theirs.meta.total_episodes == e + 1 and len(theirs) == sum(lengths[:e + 1])
         assert theirs[len(theirs) - 1]["observation.state"].tolist() == _frame(e, n - 1)["observation.state"].tolist()
