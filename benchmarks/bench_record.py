@@ -2,7 +2,7 @@
 recorder on the same frames, in one run. Needs torch and lerobot (``/path/to/lerobot-venv/bin/python``).
 
     python benchmarks/bench_record.py speed [--paced]     # 3 cameras 480x640, 3 episodes x 90 frames, 30 fps
-    python benchmarks/bench_record.py kill --kills 20      # SIGKILL battery, 3 cameras 96x128
+    python benchmarks/bench_record.py kill --kills 20 [--paced]  # SIGKILL battery, 3 cameras 96x128
 
 ``speed``: each recorder takes the same frames, in each mode (``--modes``): ``plain`` (LeRobot's defaults as
 ``lerobot-record`` sets them: 4 image-writer threads per camera, videos encoded at each ``save_episode``),
@@ -12,14 +12,16 @@ come as fast as each recorder takes them, or with ``--paced`` at 30 fps, as a ca
 ``--reset`` seconds before each ``save_episode`` but the last (``lerobot-record``'s order: record, reset, save).
 Reported per step: frames/s over the recording (add_frame + save_episode + resets), ``add_frame`` p50/p99 (and its
 p99 without the time the thread waited for a CPU: on a loaded machine the scheduler's share), ``save_episode``
-p50/p99, ``finalize`` (ours: waits for the background encoders, encodes what they lack, joins the episodes' mp4s,
-writes LeRobot's parquet and metadata files beside the store) with the load average then, the total (recording +
+p50/p99, ``finalize`` (ours: waits for the background encoders, encodes what they lack, and adds to LeRobot's
+files beside the store, which follow each ``save_episode``, the episodes saved since they were last written) with
+the load average then, the total (recording +
 finalize: a LeRobot dataset at root), and for ours a push's export after it (joins, encodes nothing).
 
 ``kill``: a recorder process (3 cameras 96x128, episodes of 50-200 frames) is SIGKILLed at random instants (after a
 random number of the frames and saves it reports); after each kill, the episodes whose ``save_episode`` returned
 are counted in what another process can read: for ours without ``finalize`` (and the recording goes on with
-``resume``), for LeRobot's what ``LeRobotDataset(root=...)`` loads (each run in a new folder: a LeRobot dataset
+``resume``; LeRobot's files beside the store, written after each saved episode, checked too: those of one commit,
+whole, or none), for LeRobot's what ``LeRobotDataset(root=...)`` loads (each run in a new folder: a LeRobot dataset
 cannot be resumed after a crash). Each recorder and each reader is a fork of the benchmark's process, which
 imports torch, LeRobot and lerobot_zarr once: a kill costs no interpreter start.
 """
@@ -173,14 +175,18 @@ def speed(args: argparse.Namespace) -> None:
 
 # ----------------------------------------------------------------------------------------------------- kill
 
-def _record(name: str, root: Path, first: int, seed: int, out: Any) -> None:
-    """A recorder (create, or resume after ``first`` episodes) reporting each frame and each save to ``out``."""
+def _record(name: str, root: Path, first: int, seed: int, paced: bool, out: Any) -> None:
+    """A recorder (create, or resume after ``first`` episodes) reporting each frame and each save to ``out``
+    (``paced``: frames at 30 fps)."""
     cls = classes()[name]
     ds = cls.create("bench/kill", FPS, features(96, 128), root=root) if first == 0 else \
         cls.resume("bench/kill", root=root)
     rng = np.random.default_rng(seed)
     for e in range(first, first + 10_000):
+        clock = time.perf_counter()
         for i in range(int(rng.integers(50, 201))):
+            if paced:
+                time.sleep(max(0.0, clock + i / FPS - time.perf_counter()))
             ds.add_frame(frame(e, i, 96, 128))
             out.write("f\n")
         ds.save_episode()
@@ -205,6 +211,27 @@ def _readable(name: str, root: Path, out: Any) -> None:
         out.write(f"0 {type(exc).__name__} ({str(exc).splitlines()[0][:80]}); the folder holds {held[:8]}\n")
 
 
+def _beside(root: Path, out: Any) -> None:
+    """LeRobot's files beside our store after a kill (written after each saved episode): ``whole N`` (those of a
+    commit of N episodes, as written, LeRobot 0.6.1 reading them to their last frame), ``none`` (no episode table:
+    no dataset LeRobot reads), or ``BROKEN`` with why."""
+    from lerobot_zarr.writing.export import edited_beside, exported_state
+
+    marker = exported_state(root)
+    if marker is None:
+        out.write("none\n" if not (root / "meta" / "episodes").exists() else "BROKEN episode table, no marker\n")
+        return
+    try:
+        edited = edited_beside(root)
+        theirs = classes()["lerobot"]("bench/kill", root=root)
+        last = theirs[len(theirs) - 1]
+        assert not edited and theirs.meta.total_episodes == marker["episodes"], edited
+        assert int(last["episode_index"]) == marker["episodes"] - 1
+        out.write(f"whole {marker['episodes']}\n")
+    except Exception as exc:  # noqa: BLE001  (reported)
+        out.write(f"BROKEN {type(exc).__name__}: {str(exc)[:120]}\n")
+
+
 def _forked(target: Callable[..., None], *args: Any) -> tuple[int, Any]:
     """``target(*args, out)`` in a child forked from this process (its imports done once, here: a kill costs no
     interpreter start); returns the child's pid and the lines it writes to ``out``, line-buffered."""
@@ -224,9 +251,9 @@ def _forked(target: Callable[..., None], *args: Any) -> tuple[int, Any]:
     return pid, os.fdopen(read)
 
 
-def _run_until_killed(name: str, root: Path, first: int, events: int, seed: int) -> list[int]:
+def _run_until_killed(name: str, root: Path, first: int, events: int, seed: int, paced: bool) -> list[int]:
     """The episodes whose save_episode returned before the recorder was SIGKILLed, ``events`` reports in."""
-    pid, lines = _forked(_record, name, root, first, seed)
+    pid, lines = _forked(_record, name, root, first, seed, paced)
     saved, seen = [], 0
     with lines:
         for line in lines:
@@ -263,12 +290,18 @@ def kill(args: argparse.Namespace) -> None:
             root = parent / ("ds" if name == "lerobot_zarr" else f"ds{k}")
             begin = first if name == "lerobot_zarr" else 0
             events = int(rng.integers(60, 500))
-            saved = _run_until_killed(name, root, begin, events, seed=k)
+            saved = _run_until_killed(name, root, begin, events, seed=k, paced=args.paced)
             readable, why = _count_readable(name, root)
             kept_now = readable - begin if name == "lerobot_zarr" else readable
             if name == "lerobot_zarr":
                 assert readable >= begin + len(saved), (k, readable, begin, saved)  # never fewer than saved
                 first = readable
+            if name == "lerobot_zarr":  # LeRobot's files beside the store: of a commit, whole, or none
+                pid, lines = _forked(_beside, root)
+                with lines:
+                    beside = lines.read().strip() or "the reader died"
+                os.waitpid(pid, 0)
+                why = (why + "; " if why else "") + f"files beside: {beside}"
             kept = max(0, min(kept_now, len(saved)))
             saved_total += len(saved)
             kept_total += kept
@@ -302,6 +335,8 @@ def main() -> None:
     p.set_defaults(run=speed)
     p = sub.add_parser("kill")
     p.add_argument("--kills", type=int, default=20)
+    p.add_argument("--paced", action="store_true", help="frames at 30 fps (the encoders keep up: LeRobot's files "
+                   "beside our store are written as it records)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--tmp", default=None)
     p.set_defaults(run=kill)

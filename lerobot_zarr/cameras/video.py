@@ -426,7 +426,29 @@ def segment_packets(path: str | os.PathLike, frames: int, fps: float, codec: str
                     pix_fmt: str) -> bool:
     """Whether ``path`` is a whole episode mp4 as :class:`VideoWriter` makes it: one video stream of ``codec``
     (canonical name), ``width`` x ``height``, ``pix_fmt``, holding ``frames`` packets whose times are 0, 1/fps...
-    (packets are read, nothing is decoded). Anything unreadable is False."""
+    (packets are read, nothing is decoded). Anything unreadable is False. A file found whole is not read again
+    while it is the same file (inode, size, modification time): a segment is written once under a new name, never
+    changed in place, and an export beside a recording looks at every episode's at each saved episode."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    seen = (os.fspath(path), st.st_ino, st.st_size, st.st_mtime_ns, frames, fps, codec, width, height, pix_fmt)
+    if seen in _WHOLE_SEGMENTS:
+        return True
+    whole = _segment_packets(path, frames, fps, codec, width, height, pix_fmt)
+    if whole:
+        if len(_WHOLE_SEGMENTS) >= 100_000:
+            _WHOLE_SEGMENTS.clear()
+        _WHOLE_SEGMENTS.add(seen)
+    return whole
+
+
+_WHOLE_SEGMENTS: set[tuple] = set()  # files segment_packets found whole, as they were then
+
+
+def _segment_packets(path: str | os.PathLike, frames: int, fps: float, codec: str, width: int, height: int,
+                     pix_fmt: str) -> bool:
     import av
 
     step = Fraction(fps).limit_denominator(1001)

@@ -30,7 +30,7 @@ import numpy as np
 
 from ..cameras.depth import is_depth_feature
 from ..errors import FrameNotWrittenError
-from ..lerobot.format import CAMERA_DTYPES, DEFAULT_FEATURES
+from ..lerobot.format import CAMERA_DTYPES, DEFAULT_FEATURES, histogram_stats, image_histogram, sampled_histogram
 from ..utils.fileio import disk_error, pwrite_all
 from ..utils.libc import start_writeback
 from ..writing.segments import FLUSH_TIMEOUT, SEGMENT_STORAGES, BackgroundEncoder, Gate, finish
@@ -54,6 +54,9 @@ class _Spill:
     def __init__(self, folder: Path, name: str, frame_shape: tuple[int, ...], dtype: np.dtype, writeback: bool):
         self.folder, self.name, self.attempt = folder, name, 0
         self.frame_shape, self.dtype = tuple(frame_shape), np.dtype(dtype)
+        # each frame's histogram (uint8 frames: their LeRobot stats, image_stats, at save_episode without reading
+        # them again; made by the spill's writer thread, ~0.2 ms a 480x640 frame)
+        self.histograms: list[np.ndarray] | None = [] if self.dtype == np.uint8 else None
         self.frame_bytes = int(np.prod(self.frame_shape)) * self.dtype.itemsize
         self.fd = self._open()
         self.frames = 0
@@ -75,6 +78,8 @@ class _Spill:
         except OSError as exc:
             raise disk_error(exc, self.path) from None
         self.frames += 1
+        if self.histograms is not None:
+            self.histograms.append(image_histogram(frame).astype(np.uint32))
         end = self.frames * self.frame_bytes
         if self.writeback and end - self.written_back >= _WRITEBACK_BYTES:
             start_writeback(self.fd, self.written_back, end - self.written_back)
@@ -102,6 +107,15 @@ class _Spill:
         self.attempt += 1
         self.fd = self._open()
         self.frames = self.written_back = 0
+        if self.histograms is not None:
+            self.histograms = []
+
+    def stats(self) -> dict[str, np.ndarray] | None:
+        """LeRobot's stats of the frames (uint8: :func:`~lerobot_zarr.lerobot.format.image_stats`, from their
+        histograms), None for other frames (a depth map's: from the store)."""
+        if not self.histograms or len(self.histograms) != self.frames:
+            return None
+        return histogram_stats(*sampled_histogram(np.stack(self.histograms)))
 
     def close(self) -> None:
         os.close(self.fd)
@@ -193,6 +207,7 @@ class Recorder:
         self._tasks: list[str] = []
         self._refused: list[str] = []  # camera frames LeRobot's image writer would have failed on, why
         self._writer = _SpillWriter()
+        self._beside = _Beside(store.root, background=bool(self._cameras))
         self._finalized = False
 
     # -- LeRobot's episode buffer ------------------------------------------------------------------------------
@@ -302,9 +317,12 @@ class Recorder:
             self._writer.drain()
             frames, tasks = self._buffered()
         spills = {} if episode_data is not None else {key: spill.path for key, spill in self._spills.items()}
+        camera_stats = {} if episode_data is not None else {key: stats for key, spill in self._spills.items()
+                                                             if (stats := spill.stats()) is not None}
         try:
             with self._encoder.gate.closed() if self._encoder is not None else contextlib.nullcontext():
-                index = self._store.add_episode(frames, task=tasks, frame_files=spills)  # encoders held back
+                index = self._store.add_episode(frames, task=tasks, frame_files=spills,  # encoders held back
+                                                camera_stats=camera_stats)
         except BaseException:
             if any(spill.taken() for spill in self._spills.values()):  # the store kept them (its commit went
                 self.clear_episode_buffer()  # through, or it cannot tell): never written again, nor read from
@@ -321,6 +339,8 @@ class Recorder:
                 else:
                     self._encoder.notify()
                 self._episodes_since_last_encoding = 0
+        self._beside.cache.hint(index, camera_stats)
+        self._beside.saved(self._store.reader)  # LeRobot's files beside the store: this commit's, here or soon
 
     def _buffered(self) -> tuple[dict[str, Any], list[str]]:
         frames: dict[str, Any] = {key: spill.frames_map() for key, spill in self._spills.items()}
@@ -419,8 +439,9 @@ class Recorder:
         (:func:`~lerobot_zarr.writing.export.export_beside`: their videos joined from the segments; what an
         encoder did not make, killed or stalled, encoded there, the cameras in parallel), and the store's writer
         lock released. The encoders are waited for once LeRobot's data files are written (they make the last videos
-        meanwhile). Idempotent; episodes are already committed, so a recorder that never gets here loses
-        nothing saved (a later ``resume`` + ``finalize`` writes the files)."""
+        meanwhile). Those files were kept up with each saved episode (:class:`_Beside`): what is left is the part of
+        the episodes saved since the last of those exports. Idempotent; episodes are already committed, so a
+        recorder that never gets here loses nothing saved (a later ``resume`` + ``finalize`` writes the files)."""
         if self._finalized:
             return
         self._finalized = True
@@ -433,10 +454,12 @@ class Recorder:
             if encoders is not None:
                 encoders.close()  # they finish the saved episodes while the data files are written
             try:
+                cache = self._beside.stop()  # what it exported: the last export only adds what is new
                 if self._store.meta.total_episodes:
                     from ..writing.export import export_beside
 
-                    export_beside(self._store.reader, before_videos=encoders.finish if encoders else None)
+                    export_beside(self._store.reader, before_videos=encoders.finish if encoders else None,
+                                  cache=cache)
             finally:
                 if encoders is not None:
                     encoders.finish()
@@ -553,6 +576,76 @@ class _Encoders:
         if not finish(processes, FINISH_TIMEOUT if timeout is None else timeout):
             logger.warning("%s: the background encoders ended (exit status %s) before encoding every saved episode; "
                            "finalize encodes the others", self.root, [p.process.returncode for p in processes])
+
+
+class _Beside:
+    """LeRobot's files beside a store being recorded (:func:`~lerobot_zarr.writing.export.export_beside`) kept up
+    with its commits, as LeRobot's recorder writes its data files and metadata at each ``save_episode``: each export
+    adds the new episodes' part (:class:`~lerobot_zarr.writing.export.BesideCache`), never encodes, and moves the
+    files into place at once (those of a complete commit, or none: never half-written). Without cameras, in
+    ``save_episode`` (the files are of its commit when it returns: numbers only, milliseconds); with them, in a
+    thread (``background``: their stats, image features' PNGs) that exports each new commit once the background
+    encoders made the segments of every episode (looked for every :data:`RETRY` s meanwhile), so that
+    ``save_episode`` and ``add_frame`` never wait for it. An export that fails is
+    logged (the episode is committed: ``finalize`` exports again, and says why if it fails again)."""
+
+    RETRY = 0.25  # seconds between two looks for the segments an export waits for
+
+    def __init__(self, root: Path, *, background: bool):
+        from ..writing.export import BesideCache
+
+        self.root, self.background = Path(root), background
+        self.cache = BesideCache()
+        self._wake = threading.Event()
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+
+    def saved(self, reader: Any) -> None:
+        """A commit was made (``reader`` reads it: the recorder's)."""
+        if not self.background:
+            self._export(reader)
+            return
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="lerobot_zarr-beside", daemon=True)
+            self._thread.start()
+        self._wake.set()
+
+    def _run(self) -> None:
+        from ..sampling.dataset import LeRobotZarrDataset
+
+        pending = False
+        while True:
+            self._wake.wait(self.RETRY if pending else None)
+            self._wake.clear()
+            if self._stopping:
+                return
+            try:
+                with LeRobotZarrDataset(self.root) as ds:  # the last commit (this thread's own reader)
+                    pending = not self._export(ds)
+            except Exception as exc:  # noqa: BLE001  (logged: finalize exports again)
+                logger.warning("%s: LeRobot's files beside the store not updated: %s", self.root, exc)
+                pending = False
+
+    def _export(self, ds: Any) -> bool:
+        """Export ``ds``'s commit if its segments are all made; whether the files beside are of it. A failure is
+        logged (:class:`_Beside`)."""
+        from ..writing.export import export_beside, exported_beside
+
+        try:
+            return export_beside(ds, cache=self.cache, encode=False) or exported_beside(ds)
+        except Exception as exc:  # noqa: BLE001  (the episode is committed; finalize exports again)
+            logger.warning("%s: LeRobot's files beside the store not updated after this episode (finalize writes "
+                           "them): %s", self.root, exc)
+            return True
+
+    def stop(self) -> Any:
+        """Stop exporting (the export under way, if any, is finished first); the cache, for the last export."""
+        if self._thread is not None:
+            self._stopping = True
+            self._wake.set()
+            self._thread.join()
+            self._thread = None
+        return self.cache
 
 
 def _image(value: Any) -> Any:

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ..cameras.depth import depth_stats, is_depth_feature
-from ..errors import ArgumentError, StoreExistsError, StoreLockedError
+from ..errors import ArgumentError, StoreExistsError, StoreLockedError, warn_user
 from ..lerobot.format import CAMERA_DTYPES, DEFAULT_FEATURES
 from .lerobot_frames import recording_features
 from .lerobot_meta import LeRobotDatasetMetadata, episode_tasks, lerobot_home
@@ -355,16 +355,31 @@ class LeRobotRecording:
 
 def card_fields(tags: list | None, license: str | None, card_kwargs: Mapping[str, Any], repo_id: str
                 ) -> dict[str, Any]:
-    """The dataset card's fields (LeRobot's ``create_lerobot_dataset_card``): its template's fields only, an unknown
-    one is a ``TypeError`` naming it."""
-    known = {"dataset_description", "url", "paper", "citation_bibtex"}
-    unknown = sorted(set(card_kwargs) - known)
+    """The dataset card's fields, as LeRobot's ``push_to_hub`` gives them to ``create_lerobot_dataset_card``: every
+    keyword goes to its card template, which renders only its own fields (``dataset_description``, ``url``,
+    ``paper``, ``citation_bibtex``): another is accepted as LeRobot accepts it, with a warning that the card does not
+    show it. A keyword that LeRobot's call also passes itself (``repo_id``, ``dataset_info``, the template's
+    ``card_data``, ``template_str``) is its ``TypeError``; ``template_path`` (another template) cannot apply: the
+    card is written from LeRobot's template, and it is refused by name."""
+    taken = sorted(set(card_kwargs) & {"repo_id", "dataset_info", "card_data", "template_str"})
+    if taken:
+        raise TypeError(f"push_to_hub() got multiple values for keyword argument {taken[0]!r} (LeRobot's dataset "
+                        f"card sets it itself)")
+    if "template_path" in card_kwargs:
+        raise TypeError("push_to_hub(): template_path cannot apply: the dataset card is written from LeRobot's "
+                        "template (its fields: dataset_description, url, paper, citation_bibtex)")
+    unknown = sorted(set(card_kwargs) - CARD_FIELDS)
     if unknown:
-        raise TypeError(f"push_to_hub() got unexpected keyword arguments {unknown} (dataset card fields: "
-                        f"{sorted(known)})")
+        warn_user(f"push_to_hub(): {unknown} are not fields of LeRobot's dataset card template (its fields: "
+                  f"{sorted(CARD_FIELDS)}): the card does not show them, as LeRobot's does not")
     if tags is not None and (isinstance(tags, str) or not all(isinstance(t, str) for t in tags)):
         raise ArgumentError(f"tags must be a list of strings, got {tags!r:.80}")
-    return {"tags": list(tags or []), "license": license, "repo_id": repo_id, **card_kwargs}
+    known = {k: v for k, v in card_kwargs.items() if k in CARD_FIELDS}
+    return {"tags": list(tags or []), "license": license, "repo_id": repo_id, **known}
+
+
+#: the fields of LeRobot 0.6.1's dataset card template (``card_template.md``) a caller gives
+CARD_FIELDS = frozenset({"dataset_description", "url", "paper", "citation_bibtex"})
 
 
 def encoder_settings(config: Any, defaults: Mapping[str, Any]) -> dict[str, Any]:

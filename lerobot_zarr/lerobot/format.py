@@ -22,7 +22,8 @@ __all__ = ["QUANTILES", "STAT_NAMES", "DEFAULT_FEATURES", "CAMERA_DTYPES", "NUME
            "LANGUAGE_PERSISTENT", "LANGUAGE_EVENTS", "language_value", "V3_DATA_PATH", "V3_VIDEO_PATH",
            "V21_DATA_PATH", "V21_VIDEO_PATH", "CHUNKS_SIZE", "check_path_template", "data_file_rel", "video_file_rel",
            "default_features", "video_info", "per_episode_stats", "aggregate_stats", "stats_json", "episode_stats",
-           "episodes_stats", "image_stats", "depth_map_stats", "bad_timestamp_steps"]
+           "episodes_stats", "image_stats", "image_histogram", "sampled_histogram", "histogram_stats", "depth_map_stats",
+           "bad_timestamp_steps"]
 
 CHUNKS_SIZE = 1000
 QUANTILES = {"q01": 0.01, "q10": 0.10, "q50": 0.50, "q90": 0.90, "q99": 0.99}
@@ -186,10 +187,31 @@ def _sampled(frames: Any) -> np.ndarray:
     sampled are read (``frames``: an array, a memory map, or anything indexed as one)."""
     height, width = frames.shape[1:3]
     index = _sample_indices(len(frames))
+    step = _step(height, width)
+    return frames[index, ::step, ::step] if step > 1 else frames[index]
+
+
+def _step(height: int, width: int) -> int:
+    """LeRobot's downsampling of camera frames for their stats: every ``step``-th row and column (1: none)."""
     if max(height, width) >= 300:
-        step = int(width / 150) if width > height else int(height / 150)
-        return frames[index, ::step, ::step]
-    return frames[index]
+        return int(width / 150) if width > height else int(height / 150)
+    return 1
+
+
+def image_histogram(frame: np.ndarray) -> np.ndarray:
+    """One uint8 camera frame (H, W, C) as :func:`image_stats` samples it: per channel, the count of each of the 256
+    values (C, 256) in its downsampled pixels. The sum over an episode's frames that LeRobot samples (its
+    :func:`sampled_histogram`) gives :func:`image_stats` exactly, without reading the frames again."""
+    step = _step(*frame.shape[:2])
+    flat = frame[::step, ::step].reshape(-1, frame.shape[-1])
+    return np.stack([np.bincount(flat[:, c], minlength=256) for c in range(flat.shape[1])])
+
+
+def sampled_histogram(histograms: np.ndarray) -> tuple[np.ndarray, int]:
+    """The histogram (C, 256) of LeRobot's sample of an episode's frames, from each frame's
+    (:func:`image_histogram`, stacked: T, C, 256), and how many frames it sampled."""
+    index = _sample_indices(len(histograms))
+    return histograms[index].sum(axis=0), len(index)
 
 
 def image_stats(frames: np.ndarray) -> dict[str, np.ndarray]:
@@ -225,13 +247,20 @@ def float_image_stats(frames: np.ndarray, name: str = "") -> dict[str, np.ndarra
 
 def _pixel_stats(sample: np.ndarray) -> dict[str, np.ndarray]:
     """:func:`image_stats` of LeRobot's sample of uint8 (T, H, W, C) frames."""
-    channels = sample.shape[-1]
-    flat = sample.reshape(-1, channels)
-    n = len(flat)
+    flat = sample.reshape(-1, sample.shape[-1])
+    return histogram_stats(np.stack([np.bincount(flat[:, c], minlength=256) for c in range(flat.shape[1])]),
+                           len(sample))
+
+
+def histogram_stats(histograms: np.ndarray, frames: int) -> dict[str, np.ndarray]:
+    """:func:`image_stats` of the sampled pixels whose per-channel histograms (C, 256) are ``histograms``, of
+    ``frames`` frames."""
+    channels = len(histograms)
     levels = np.arange(256, dtype=np.float64)
     out = {name: np.empty(channels) for name in STAT_NAMES if name != "count"}
     for c in range(channels):
-        hist = np.bincount(flat[:, c], minlength=256)
+        hist = histograms[c]
+        n = int(hist.sum())
         seen = np.flatnonzero(hist)
         cumulative = np.cumsum(hist)
         mean = hist @ levels / n
@@ -244,7 +273,7 @@ def _pixel_stats(sample: np.ndarray) -> dict[str, np.ndarray]:
             high = np.searchsorted(cumulative, min(below + 1, n - 1), side="right")
             out[name][c] = low + (high - low) * (position - below)
     stats = {name: (values / 255.0).reshape(channels, 1, 1) for name, values in out.items()}
-    stats["count"] = np.array([len(sample)])
+    stats["count"] = np.array([frames])
     return {name: stats[name] for name in STAT_NAMES}
 
 

@@ -19,8 +19,9 @@ import json
 import os
 import shutil
 import tempfile
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,6 +37,7 @@ from ..sampling.dataset import LeRobotZarrDataset
 from ..store.tables import ArraySpec
 from ..store.text import text_value
 from ..utils.progress import progress_bar
+from .beside_cache import BesideCache, DataFileRecord, EpisodeRows, episode_keys, linked_file
 from .segments import (
     SEGMENTS,
     camera_encodings,
@@ -53,7 +55,7 @@ from .values import stats_of_stored
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["to_lerobot", "export_beside", "exported_beside", "edited_beside", "check_unedited_beside", "info_beside", "push", "check_push",
+__all__ = ["to_lerobot", "export_beside", "BesideCache", "exported_beside", "edited_beside", "check_unedited_beside", "info_beside", "push", "check_push",
            "INDEX_FILE", "EXPORT_MARKER", "LEROBOT_ENTRIES"]
 
 _AV1_RATIO = 20  # raw camera bytes per byte of LeRobot's AV1 (crf 30), roughly: sizes video files
@@ -65,6 +67,8 @@ LEROBOT_ENTRIES = ("meta", "data", "videos")
 #: comes and goes with them
 EXPORT_MARKER = "meta/lerobot_zarr_export.json"
 _BESIDE_TMP, _BESIDE_OLD = ".lerobot-export.tmp-", ".lerobot-previous.tmp-"  # debris names (``.*.tmp-*``)
+#: held while the files beside a store are moved into place, or its info.json written (a recorder exports in a thread)
+_BESIDE_LOCK = threading.Lock()
 
 
 def _encode_image(frame: np.ndarray) -> bytes:
@@ -143,7 +147,8 @@ def to_lerobot(dataset: LeRobotZarrDataset | str | os.PathLike, path: str | os.P
 
 
 def export_beside(dataset: LeRobotZarrDataset | str | os.PathLike, *, progress: bool = False,
-                  encoder_threads: int | None = None, before_videos: Callable[[], None] | None = None) -> bool:
+                  encoder_threads: int | None = None, before_videos: Callable[[], None] | None = None,
+                  cache: BesideCache | None = None, encode: bool = True) -> bool:
     """Put the LeRobot v3.0 files of a store's last commit beside it, under its own root (``meta/``, ``data/``,
     ``videos/``, as LeRobot's recorder leaves a folder at ``finalize()``), so that LeRobot's class, its tools and an
     upload of the folder read it as a LeRobot dataset; the store stays what lerobot_zarr opens there. Returns
@@ -156,7 +161,12 @@ def export_beside(dataset: LeRobotZarrDataset | str | os.PathLike, *, progress: 
     the previous files or none (no ``meta/info.json``; the leftovers are removed by the next export, and by the
     store's next writer as debris). The caller holds the store's writer lock (a recorder does). ``before_videos``:
     called once the data files are written, before the segments are looked for (a recorder waits there for its
-    background encoders, whose last videos are made meanwhile)."""
+    background encoders, whose last videos are made meanwhile).
+
+    ``cache`` (a recorder's, one per recording): what earlier exports of the same store computed is not computed
+    again (each episode's rows and stats; a data file that an earlier export closed and whose episodes are unchanged
+    is hard linked from the files beside), so that exporting after each saved episode costs that episode's part.
+    ``encode=False``: nothing is encoded; if an episode lacks a segment, nothing is written (False)."""
     ds = _reader(dataset)
     root = Path(ds.root)
     clash = sorted(set(ds.meta.info["features"]) & set(LEROBOT_ENTRIES))
@@ -168,34 +178,39 @@ def export_beside(dataset: LeRobotZarrDataset | str | os.PathLike, *, progress: 
     check_unedited_beside(root)
     marker = _export_marker(ds.gather_layout()["state"])
     _check_exportable(ds)
-    for debris in [*root.glob(f"{_BESIDE_TMP}*"), *root.glob(f"{_BESIDE_OLD}*")]:  # of an export killed
-        shutil.rmtree(debris, ignore_errors=True)
-    try:
-        tmp = Path(tempfile.mkdtemp(prefix=_BESIDE_TMP, dir=root))
-    except OSError as exc:
-        from ..utils.fileio import disk_error
+    if not encode and lacking_cameras(ds, encoder_threads):
+        return False
+    with _BESIDE_LOCK:
+        for debris in [*root.glob(f"{_BESIDE_TMP}*"), *root.glob(f"{_BESIDE_OLD}*")]:  # of an export killed
+            shutil.rmtree(debris, ignore_errors=True)
+        try:
+            tmp = Path(tempfile.mkdtemp(prefix=_BESIDE_TMP, dir=root))
+        except OSError as exc:
+            from ..utils.fileio import disk_error
 
-        raise disk_error(exc, root) from None
+            raise disk_error(exc, root) from None
     def videos_next() -> None:
         if before_videos is not None:
             before_videos()
-        lacking = lacking_cameras(ds, encoder_threads)
+        lacking = lacking_cameras(ds, encoder_threads) if encode else []
         if len(lacking) > 1:  # the cameras encoded in parallel (one is by _write, in this process, as for one)
             encode_in_parallel(root, encoder_threads, cameras=lacking)
 
     try:
         info = ds.meta.info
         _write(ds, tmp, int(info.get("data_files_size_in_mb") or 100), int(info.get("video_files_size_in_mb") or 200),
-               None, progress, False, encoder_threads, link=True, before_videos=videos_next)
+               None, progress, False, encoder_threads, link=True, before_videos=videos_next, cache=cache,
+               prune=encode)
         (tmp / EXPORT_MARKER).write_text(json.dumps({**marker, "files": _files_signature(tmp)}))
-        old = Path(tempfile.mkdtemp(prefix=_BESIDE_OLD, dir=root))
-        for name in LEROBOT_ENTRIES:  # meta first: from here to the last rename, no info.json (no dataset)
-            if (root / name).exists() or (root / name).is_symlink():
-                os.replace(root / name, old / name)
-        for name in (*LEROBOT_ENTRIES[1:], LEROBOT_ENTRIES[0]):  # meta last: the dataset appears complete
-            if (tmp / name).exists():
-                os.replace(tmp / name, root / name)
-        shutil.rmtree(old, ignore_errors=True)
+        with _BESIDE_LOCK:
+            old = Path(tempfile.mkdtemp(prefix=_BESIDE_OLD, dir=root))
+            for name in LEROBOT_ENTRIES:  # meta first: from here to the last rename, no info.json (no dataset)
+                if (root / name).exists() or (root / name).is_symlink():
+                    os.replace(root / name, old / name)
+            for name in (*LEROBOT_ENTRIES[1:], LEROBOT_ENTRIES[0]):  # meta last: the dataset appears complete
+                if (tmp / name).exists():
+                    os.replace(tmp / name, root / name)
+            shutil.rmtree(old, ignore_errors=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return True
@@ -210,8 +225,12 @@ def info_beside(dataset: LeRobotZarrDataset | str | os.PathLike) -> None:
 
     ds = _reader(dataset)
     root = Path(ds.root)
-    if exported_state(root) is not None or set(ds.meta.info["features"]) & set(LEROBOT_ENTRIES):
-        return
+    with _BESIDE_LOCK:  # never while an export of this process moves its files into place
+        if exported_state(root) is None and not set(ds.meta.info["features"]) & set(LEROBOT_ENTRIES):
+            _info_beside(ds, root, write_info)
+
+
+def _info_beside(ds: LeRobotZarrDataset, root: Path, write_info: Callable[..., Any]) -> None:
     meta = ds.meta
     tmp = Path(tempfile.mkdtemp(prefix=_BESIDE_TMP, dir=root))
     try:
@@ -385,11 +404,13 @@ def _depth_info(feature: dict, video: bool, height: int, width: int, fps: float)
 
 def _write(ds: LeRobotZarrDataset, root: Path, size_mb: int, video_size_mb: int, videos: bool | None,
            progress: bool, card: dict[str, Any] | bool | None = None, encoder_threads: int | None = None,
-           link: bool = False, before_videos: Callable[[], None] | None = None) -> None:
+           link: bool = False, before_videos: Callable[[], None] | None = None, cache: BesideCache | None = None,
+           prune: bool = True) -> None:
     """Every file of the LeRobot v3.0 dataset, one writer each: data files (with the per-episode stats and tasks
     they yield), videos, then the metadata files and our index (``card=False``: no dataset card, as LeRobot's
     recorder leaves a folder; ``link``: a video file of one episode is its segment hard-linked; ``before_videos``:
-    called between the data files and the videos)."""
+    called between the data files and the videos; ``cache``: see :func:`export_beside`; ``prune``: the store's
+    stale segments removed)."""
     from ..lerobot.writers import write_card, write_episodes_table, write_info, write_stats, write_tasks
 
     meta = ds.meta
@@ -406,12 +427,12 @@ def _write(ds: LeRobotZarrDataset, root: Path, size_mb: int, video_size_mb: int,
                   f"({selected[:10]}{'...' if n_episodes > 10 else ''}), renumbered 0..{n_episodes - 1}")
     as_video = _video_keys(ds, videos)
     started = time.time()
-    data = _write_data_files(ds, root, selected, as_video, size_mb, progress)
+    data = _write_data_files(ds, root, selected, as_video, size_mb, progress, cache)
     if before_videos is not None:
         before_videos()
     places = {k: _write_videos(ds, root, k, selected, video_size_mb, progress, encoder_threads, link)
               for k in as_video}
-    if as_video:
+    if as_video and prune:
         _prune_segments(ds, encoder_threads, started)
     write_episodes_table(root, tasks=data.tasks, lengths=lengths, data_files=(data.chunk, data.file),
                          videos={k: tuple(zip(*p, strict=True)) for k, p in places.items()}, stats=data.stats)
@@ -441,10 +462,11 @@ class _DataWritten:
 
 
 def _write_data_files(ds: LeRobotZarrDataset, root: Path, selected: list[int], as_video: list[str], size_mb: int,
-                      progress: bool) -> _DataWritten:
+                      progress: bool, cache: BesideCache | None = None) -> _DataWritten:
     """The data files: episodes appended (one row group each) to a file until it would pass ``size_mb``, estimated
-    from the bytes per frame written so far; cameras exported as videos are left out of them."""
-    import pyarrow as pa
+    from the bytes per frame written so far; cameras exported as videos are left out of them. With ``cache``
+    (:func:`export_beside`'s, ``root`` a folder beside the store), an episode's rows and stats are taken from it
+    where an earlier export made them, and a data file an earlier export closed, of the same episodes, is linked."""
 
     from ..lerobot.writers import DataFiles, huggingface_metadata
 
@@ -453,41 +475,98 @@ def _write_data_files(ds: LeRobotZarrDataset, root: Path, selected: list[int], a
     columns = [k for k in order if k not in as_video]
     stats_of = {k: stats_of_stored(specs[k], info["features"].get(k), k) for k in order if not specs[k].is_text}
     lengths = ds.meta.episode_length[selected].tolist()
+    starts = np.cumsum([0, *lengths]).tolist()
+    keys = episode_keys(ds, selected, starts, columns) if cache is not None else [None] * len(selected)
     out = _DataWritten()
     episode_stats: dict[str, list[dict[str, np.ndarray]]] = {k: [] for k in stats_of}
     files = DataFiles(root)
+    written: dict[str, DataFileRecord] = {}
     limit = size_mb * 2**20
-    start = 0
+    full = False  # the current file is one an earlier export closed (linked): the next episode starts a new one
+
+    def placed(e: int, rows: EpisodeRows) -> None:
+        chunk, file = files.place
+        out.chunk.append(chunk)
+        out.file.append(file)
+        out.rel.append(files.rel)
+        out.file_row.append(files.rows)
+        out.tasks.append(rows.tasks)
+        for k in stats_of:
+            episode_stats[k].append(rows.stats[k])
+        written.setdefault(files.rel, DataFileRecord([], False)).keys.append(keys[e])
+
     with progress_bar(sum(lengths), f"exporting {ds.root.name}", progress) as bar:
         try:
-            for e, (src, n) in enumerate(zip(selected, lengths, strict=True)):
-                if files.rows == 0 or files.size() + files.size() / files.rows * n > limit:
+            e = 0
+            while e < len(selected):
+                src, n = selected[e], lengths[e]
+                if full or files.rows == 0 or files.size() + files.size() / files.rows * n > limit:
+                    if files.rel in written:
+                        written[files.rel].closed = True
                     files.new_file()
-                arrays = dict(ds.episode(src))
-                arrays["episode_index"] = np.full(n, e, dtype=np.int64)
-                arrays["index"] = np.arange(start, start + n, dtype=np.int64)
-                table = pa.table({k: _column(np.asarray(arrays[k]), specs[k], k, e) for k in columns})
-                chunk, file = files.place
-                out.chunk.append(chunk)
-                out.file.append(file)
-                out.rel.append(files.rel)
-                out.file_row.append(files.rows)
+                    linked = linked_file(cache, root, files.rel, keys[e:], limit)
+                    if linked is not None:
+                        for rows in linked:
+                            placed(e, rows)
+                            files.rows += lengths[e]
+                            bar.update(lengths[e])
+                            e += 1
+                        full = True
+                        continue
+                    full = False
+                rows = cache.rows(keys[e]) if cache is not None else None
+                if rows is None or rows.table is None:
+                    known = cache.hints.pop(src, {}) if cache is not None else {}
+                    rows = _episode_rows(ds, src, e, starts[e], columns, stats_of, tasks, rows, known)
+                    if cache is not None:
+                        cache.keep(keys[e], rows)
+                table = rows.table
                 if files.rows == 0:
                     table = table.replace_schema_metadata(
                         {"huggingface": huggingface_metadata(table.schema, "v3.0")})
+                placed(e, rows)
                 files.add(table)
-                task_index = np.asarray(arrays["task_index"]).reshape(-1)
-                first_seen = task_index[np.sort(np.unique(task_index, return_index=True)[1])]
-                out.tasks.append([tasks[t] for t in first_seen.tolist()])
-                for k, stats in stats_of.items():
-                    episode_stats[k].append(stats(np.asarray(arrays[k])))
                 bar.update(n)
-                start += n
+                e += 1
         finally:
             files.close()
+    if cache is not None:
+        cache.limit = limit
+        for rel, record in written.items():
+            st = (root / rel).stat()
+            record.size, record.mtime_ns = st.st_size, st.st_mtime_ns
+        cache.files = written
+        for record in written.values():  # a closed file is linked by the next exports: its rows are not needed
+            for key in record.keys if record.closed else ():
+                rows = cache.rows(key)
+                if rows is not None:
+                    rows.table = None
     out.stats = {k: {name: np.stack([s[name] for s in per_episode]) for name in STAT_NAMES}
                  for k, per_episode in episode_stats.items()}
     return out
+
+
+def _episode_rows(ds: LeRobotZarrDataset, src: int, e: int, start: int, columns: list[str],
+                  stats_of: dict[str, Callable[[np.ndarray], dict]], tasks: Any,
+                  known: EpisodeRows | None, hints: Mapping[str, dict[str, np.ndarray]] | None = None
+                  ) -> EpisodeRows:
+    """Episode ``src`` of the store as exported episode ``e`` (its frames from ``start``): its rows (the columns of
+    the data files), stats and tasks (first seen first); ``known``: its stats and tasks computed already;
+    ``hints``: some features' stats computed already (a recorder's cameras', :meth:`BesideCache.hint`)."""
+    import pyarrow as pa
+
+    specs = ds.array_specs
+    n = int(ds.meta.episode_length[src])
+    arrays = dict(ds.episode(src))
+    arrays["episode_index"] = np.full(n, e, dtype=np.int64)
+    arrays["index"] = np.arange(start, start + n, dtype=np.int64)
+    table = pa.table({k: _column(np.asarray(arrays[k]), specs[k], k, e) for k in columns})
+    if known is not None:
+        return EpisodeRows(table, known.stats, known.tasks)
+    task_index = np.asarray(arrays["task_index"]).reshape(-1)
+    first_seen = task_index[np.sort(np.unique(task_index, return_index=True)[1])]
+    stats = {k: (hints or {}).get(k) or stats(np.asarray(arrays[k])) for k, stats in stats_of.items()}
+    return EpisodeRows(table, stats, [tasks[t] for t in first_seen.tolist()])
 
 
 def _write_videos(ds: LeRobotZarrDataset, root: Path, key: str, selected: list[int], size_mb: int,

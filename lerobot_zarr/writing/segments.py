@@ -788,4 +788,7 @@ def _main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(_main(sys.argv[1:]))
+    status = _main(sys.argv[1:])
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)  # files closed, segments in place: no teardown (a finalize waited 0.7 s of 0.86 s for it)

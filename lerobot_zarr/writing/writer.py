@@ -313,7 +313,8 @@ class WritableDataset:
         return n, out
 
     def add_episode(self, frames: Mapping[str, Any], *, task: str | Sequence[str], tail: int = 0,
-                    frame_files: Mapping[str, str | os.PathLike] | None = None) -> int:
+                    frame_files: Mapping[str, str | os.PathLike] | None = None,
+                    camera_stats: Mapping[str, dict[str, np.ndarray]] | None = None) -> int:
         """Append one episode atomically and return its ``episode_index``.
 
         ``frames`` maps every feature (LeRobot's own ones excepted) to an array of (T, *shape) values; ``task``
@@ -330,9 +331,12 @@ class WritableDataset:
         ``frame_files``: raw features' files in the store's folder whose whole memory map their ``frames`` are (a
         recorder's spill): when the episode starts a new pack, such a file becomes the pack's by a rename, not a
         copy (unless the append fails before its commit); otherwise the frames are copied and the file left as is.
+        ``camera_stats``: uint8 cameras' LeRobot stats of these frames (``image_stats``), computed by the caller as
+        they came (a recorder, from each frame's histogram): not computed again from the frames.
         """
         try:
-            return self._append(frames, task, extend=False, tail=tail, frame_files=frame_files)
+            return self._append(frames, task, extend=False, tail=tail, frame_files=frame_files,
+                                camera_stats=camera_stats)
         except BaseException:
             self._tx.unadopt()  # the files taken go back, unless committed
             raise
@@ -350,7 +354,8 @@ class WritableDataset:
         return self._append(frames, task, extend=True, tail=tail)
 
     def _append(self, frames: Mapping[str, Any], task: str | Sequence[str], *, extend: bool, tail: int,
-                frame_files: Mapping[str, str | os.PathLike] | None = None) -> int:
+                frame_files: Mapping[str, str | os.PathLike] | None = None,
+                camera_stats: Mapping[str, dict[str, np.ndarray]] | None = None) -> int:
         self._check_open()
         table = self._tx.state.table
         tail = count_arg("tail", tail, 0)
@@ -411,22 +416,28 @@ class WritableDataset:
         stats_arrays = self._tx.stats_arrays()
         stats_bytes = sum(written[name].nbytes for name in stats_arrays)  # (not stats on demand)
         owed = None
+
+        def write_and_hash() -> dict[str, int]:
+            self._tx.write_episode(packs, pack, write_at, written, adopted, hashed=False)
+            return self._episode_hashes(episode)
+
+        known = {name: dict(v) for name, v in (camera_stats or {}).items()
+                 if name in stats_arrays and stats_arrays[name].kind in CAMERA_DTYPES
+                 and stats_arrays[name].dtype == np.uint8 and not extend}
+        computed = {name: spec for name, spec in stats_arrays.items() if name not in known}
         if self._tx.log_commits and not extend and stats_bytes < _INLINE_STATS_BYTES and all(
                 spec.kind not in CAMERA_DTYPES for spec in stats_arrays.values()):
             # an RL episode's commit: its stats are put off to the fold, computed there with the others' in one
             # pass (numpy's per-call cost is most of a short episode's); the values copied (the caller's buffers)
             new_stats, owed = None, {name: np.array(written[name][:n]) for name in stats_arrays}
-            self._tx.write_episode(packs, pack, write_at, written, adopted, hashed=False)
-            hashes = self._episode_hashes(episode)
-        elif stats_bytes < _INLINE_STATS_BYTES:  # a thread costs more than it saves
-            new_stats = self._episode_stats_of(episode)
-            self._tx.write_episode(packs, pack, write_at, written, adopted, hashed=False)
-            hashes = self._episode_hashes(episode)
+            hashes = write_and_hash()
+        elif sum(written[name].nbytes for name in computed) < _INLINE_STATS_BYTES:  # a thread costs more than it saves
+            new_stats = self._episode_stats_of(episode, known)
+            hashes = write_and_hash()
         else:  # numpy stats overlap the row writes and the hashes (system calls and crc32c release the GIL)
             with ThreadPoolExecutor(1) as pool:
-                stats = pool.submit(self._episode_stats_of, episode)
-                self._tx.write_episode(packs, pack, write_at, written, adopted, hashed=False)
-                hashes = self._episode_hashes(episode)
+                stats = pool.submit(self._episode_stats_of, episode, known)
+                hashes = write_and_hash()
                 new_stats = stats.result()
         self._tx.fresh[(pack, offset)] = hashes  # (the episode's rows: not its tail, nor rows written before)
         if not in_place and not self._tx.log_commits:  # (logged: in the batch file of the next fold)
@@ -448,11 +459,16 @@ class WritableDataset:
                 crc32c(frames.new, 0 if frames.head is None else crc32c(np.ascontiguousarray(frames.head)))
                 for name, frames in episode.items()}
 
-    def _episode_stats_of(self, episode: Mapping[str, EpisodeFrames]) -> dict[str, dict[str, np.ndarray]]:
+    def _episode_stats_of(self, episode: Mapping[str, EpisodeFrames],
+                          known: Mapping[str, dict[str, np.ndarray]] | None = None) -> dict[str, dict[str, np.ndarray]]:
+        """The episode's stats of each feature (``known``: some computed by the caller, taken as they are)."""
         # colour cameras' stats read a sample of frames: the rest need all of them
         arrays = self._tx.stats_arrays()
-        return self._tx.features_stats({name: episode[name] if spec.kind in CAMERA_DTYPES and spec.dtype == np.uint8
-                                        else episode[name].numeric() for name, spec in arrays.items()})
+        known = known or {}
+        out = self._tx.features_stats({name: episode[name] if spec.kind in CAMERA_DTYPES and spec.dtype == np.uint8
+                                       else episode[name].numeric() for name, spec in arrays.items()
+                                       if name not in known})
+        return {name: known[name] if name in known else out[name] for name in arrays}
 
     def set_capacity(self, capacity_frames: int | None) -> None:
         """Make the store a ring buffer of at most ``capacity_frames`` frames (None: unbounded), dropping its oldest

@@ -27,7 +27,7 @@ pytest.importorskip("lerobot", reason="lerobot is not installed (recording is co
 import lerobot_recorded  # noqa: E402
 from lerobot_recorded import REPO_ID, record  # noqa: E402
 
-from lerobot_zarr.errors import ArgumentError  # noqa: E402
+from lerobot_zarr.errors import ArgumentError, LeRobotZarrWarning  # noqa: E402
 from lerobot_zarr.torch import LeRobotDataset  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
@@ -532,7 +532,8 @@ def _record_until_killed(root: Path, first: int, events: int) -> list[int]:
 def test_a_killed_recorder_keeps_every_saved_episode(tmp_path):
     """SIGKILL at instants chosen by what the recorder reported (inside add_frame, between frames, inside or right
     after save_episode): every episode whose save_episode returned is there, exact, read by this process without
-    finalize; resume goes on after them; nothing half-written is served."""
+    finalize; resume goes on after them; nothing half-written is served, by the store or by LeRobot's files beside
+    it (of one commit, whole, or none)."""
     root = tmp_path / "ds"
     rng = np.random.default_rng(7)
     expected: list[int] = []
@@ -552,6 +553,23 @@ def test_a_killed_recorder_keeps_every_saved_episode(tmp_path):
                                    torch.from_numpy(want["observation.images.cam"]).permute(2, 0, 1) / 255)
                 index += 1
         assert len(ds) == index
+        _check_files_beside(root, ds.meta.total_episodes)
+
+
+def _check_files_beside(root: Path, episodes: int) -> None:
+    """LeRobot's files beside a store whose recorder was killed: those of one of its commits, whole (as the export
+    wrote them, read by LeRobot 0.6.1 to their last frame), or no dataset LeRobot reads (no episode table)."""
+    from lerobot_zarr.writing.export import edited_beside, exported_state
+
+    marker = exported_state(root)
+    if marker is None:
+        assert not (root / "meta" / "episodes").exists()
+        return
+    assert edited_beside(root) == []
+    theirs = _reference()(REPO_ID, root=root)
+    assert theirs.meta.total_episodes == marker["episodes"] <= episodes and len(theirs) == marker["frames"]
+    last = theirs[len(theirs) - 1]
+    assert int(last["episode_index"]) == marker["episodes"] - 1
 
 
 # ------------------------------------------------------------------------------------------------------- the Hub
@@ -577,7 +595,10 @@ def test_push_to_hub_gives_what_lerobot_loads(tmp_path, monkeypatch):
         ds.push_to_hub(tags=["so100", "tutorial"], license="mit", push_videos=False, tag_version=False)
         assert not any(f.startswith("videos/") for f in hub.list_files("someone/recorded"))
         assert "v3.0" not in hub.refs("someone/recorded").get("tags", {})
-        ds.push_to_hub(allow_patterns=["meta/info.json"])  # while recording: its last commit
+        with pytest.warns(LeRobotZarrWarning, match="not fields of LeRobot's dataset card"):  # as LeRobot: taken
+            ds.push_to_hub(allow_patterns=["meta/info.json"], not_a_card_field="x")  # while recording: last commit
+        with pytest.raises(TypeError, match="dataset_info"):  # LeRobot's call passes it itself
+            ds.push_to_hub(dataset_info={})
         ds.finalize()
         ds.push_to_hub(tags=["so100", "tutorial"], license="mit")
         files = hub.list_files("someone/recorded")
@@ -807,11 +828,82 @@ def test_finalize_leaves_a_lerobot_dataset_at_root_that_lerobot_and_its_tools_re
     more = LeRobotDataset.resume(REPO_ID, root=root)
     more.add_frame(_image_frame(3, 0))
     more.save_episode()
-    assert _reference()(REPO_ID, root=root).meta.total_episodes == 3  # the files stay whole until finalize
+    assert _reference()(REPO_ID, root=root).meta.total_episodes in (3, 4)  # of one commit or the next, whole
     more.finalize()
     refreshed = _reference()(REPO_ID, root=root)  # (its frames: LeRobot's decoders of this process are cached)
     assert len(refreshed) == 10 and refreshed.meta.total_episodes == 4
     assert refreshed.hf_dataset[9]["observation.state"].tolist() == [3, 0, 300]
+
+
+def test_without_cameras_each_save_episode_leaves_lerobots_files_of_its_commit(tmp_path):
+    """As LeRobot's recorder (its test_save_episode_writes_parquet): once save_episode returns, root holds LeRobot's
+    data file and metadata of that commit, which LeRobot 0.6.1 reads, before finalize. They grow: a data file that
+    the next episodes no longer fit in is kept as it was written (the same file, not written again), and every file
+    is the bytes a fresh export of the store makes (to_lerobot)."""
+    from lerobot_zarr.writing.export import to_lerobot
+
+    features = {"observation.state": {"dtype": "float32", "shape": (3000,), "names": None}}
+    root = tmp_path / "ds"
+    ds = LeRobotDataset.create(REPO_ID, 30, features, root=root)
+    ds.meta.update_chunk_settings(data_files_size_in_mb=1)
+    rng = np.random.default_rng(3)
+    values = [rng.random((40, 3000), dtype=np.float32) for _ in range(4)]  # ~0.5 MB an episode: 2 a file
+    first = None
+    for e, episode in enumerate(values):
+        for row in episode:
+            ds.add_frame({"observation.state": row, "task": f"task {e % 2}"})
+        ds.save_episode()
+        assert list((root / "data").rglob("*.parquet"))
+        theirs = _reference()(REPO_ID, root=root)
+        assert theirs.meta.total_episodes == e + 1 and len(theirs) == 40 * (e + 1)
+        assert theirs.hf_dataset[40 * e + 39]["observation.state"].tolist() == episode[39].tolist()
+        if e == 1:
+            first = (root / "data/chunk-000/file-000.parquet").stat().st_ino
+    assert (root / "data/chunk-000/file-001.parquet").is_file()
+    assert (root / "data/chunk-000/file-000.parquet").stat().st_ino == first  # closed: linked, not rewritten
+    fresh = to_lerobot(root, tmp_path / "fresh", progress=False, data_files_size_in_mb=1)
+    for path in sorted(p for p in fresh.rglob("*") if p.is_file() and p.name != "README.md"):
+        rel = path.relative_to(fresh)
+        assert (root / rel).read_bytes() == path.read_bytes(), rel
+    ds.finalize()
+
+
+def test_files_beside_follow_each_saved_episode_and_finalize_has_no_export_left(tmp_path, monkeypatch):
+    """With video cameras, the files beside the store are made in the background after each save_episode, once its
+    encoders made the episode's segments: they become those of each commit (never half-written: LeRobot 0.6.1 reads
+    them at every step), and finalize then has nothing left to export (no episode's rows or stats computed, no file
+    written). The cameras' stats (from each frame's histogram as it was recorded) are LeRobot's of the frames."""
+    from lerobot_zarr.writing import export
+    from lerobot_zarr.lerobot.format import image_stats
+    from lerobot_zarr.writing.export import exported_state
+
+    root = tmp_path / "ds"
+    ds = LeRobotDataset.create(REPO_ID, 30, FEATURES, root=root)
+    lengths = (4, 3, 5)
+    for e, n in enumerate(lengths):
+        for i in range(n):
+            ds.add_frame(_frame(e, i))
+        ds.save_episode()
+        _wait_until(lambda e=e: (exported_state(root) or {}).get("episodes") == e + 1,
+                    f"the files beside of episode {e}")
+        theirs = _reference()(REPO_ID, root=root)
+        assert theirs.meta.total_episodes == e + 1 and len(theirs) == sum(lengths[:e + 1])
+        assert theirs[len(theirs) - 1]["observation.state"].tolist() == _frame(e, n - 1)["observation.state"].tolist()
+        frames = np.stack([_frame(e, i)["observation.images.cam"] for i in range(n)])
+        import pyarrow.parquet as pq
+
+        stats = pq.read_table(root / "meta/episodes/chunk-000/file-000.parquet").to_pylist()[e]
+        for name, want in image_stats(frames).items():
+            np.testing.assert_array_equal(np.asarray(stats[f"stats/observation.images.cam/{name}"],
+                                                     dtype=np.float64).reshape(-1),
+                                          np.asarray(want, dtype=np.float64).reshape(-1), err_msg=name)
+    calls = []
+    for name in ("_episode_rows", "_write"):
+        real = getattr(export, name)
+        monkeypatch.setattr(export, name, lambda *a, real=real, name=name, **k: calls.append(name) or real(*a, **k))
+    ds.finalize()
+    assert calls == []
+    assert _reference()(REPO_ID, root=root).meta.total_episodes == 3
 
 
 def test_files_a_lerobot_tool_changed_in_place_are_what_the_drop_in_reads_then(tmp_path):

@@ -491,6 +491,24 @@ def test_numeric_features_stats_in_one_pass_equal_one_at_a_time_bit_for_bit():
                     f"{name} of {v.dtype}{v.shape}"
 
 
+@pytest.mark.parametrize(("n", "shape"), [(1, (24, 32, 3)), (37, (480, 640, 3)), (150, (300, 200, 1)),
+                                          (260, (96, 128, 3))])
+def test_image_stats_from_each_frames_histogram_are_lerobots(n, shape):
+    """A recorder's camera stats, made from each frame's histogram as it is recorded (format.image_histogram, summed
+    over LeRobot's sample of frames), are LeRobot's image stats of the frames (the reference: its sample,
+    downsampling and numpy's quantiles), to the float's rounding (a histogram's sums are exact)."""
+    from lerobot_zarr.lerobot.format import histogram_stats, image_histogram, sampled_histogram
+
+    frames = np.random.default_rng(n).integers(0, 256, (n, *shape), dtype=np.uint8)
+    frames[:, :4] = 7  # a repeated value: quantiles fall between equal values
+    got = histogram_stats(*sampled_histogram(np.stack([image_histogram(f) for f in frames])))
+    want = ref_episode_stats(frames, "image")
+    assert set(got) == set(want)
+    for name, value in want.items():
+        np.testing.assert_allclose(got[name], value, rtol=1e-12, atol=1e-12, err_msg=name)
+        assert got[name].shape == value.shape, name
+
+
 def test_image_stats_use_lerobots_frame_sample_on_long_episodes(tmp_path):
     """Past 100 frames LeRobot computes image stats on a sample of frames (count = frames sampled)."""
     rng = np.random.default_rng(24)
