@@ -22,8 +22,8 @@ __all__ = ["QUANTILES", "STAT_NAMES", "DEFAULT_FEATURES", "CAMERA_DTYPES", "NUME
            "LANGUAGE_PERSISTENT", "LANGUAGE_EVENTS", "language_value", "V3_DATA_PATH", "V3_VIDEO_PATH",
            "V21_DATA_PATH", "V21_VIDEO_PATH", "CHUNKS_SIZE", "check_path_template", "data_file_rel", "video_file_rel",
            "default_features", "video_info", "per_episode_stats", "aggregate_stats", "stats_json", "episode_stats",
-           "episodes_stats", "image_stats", "image_histogram", "sampled_histogram", "histogram_stats", "depth_map_stats",
-           "bad_timestamp_steps"]
+           "episodes_stats", "image_stats", "image_histogram", "sampled_histogram", "histogram_stats",
+           "depth_map_stats", "bad_timestamp_steps", "sample_count"]
 
 CHUNKS_SIZE = 1000
 QUANTILES = {"q01": 0.01, "q10": 0.10, "q50": 0.50, "q90": 0.90, "q99": 0.99}
@@ -176,10 +176,14 @@ def _promoted(rows: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     return rows.astype(np.result_type(rows.dtype, np.float32), copy=False)
 
 
+def sample_count(n: int) -> int:
+    """How many of an episode's ``n`` frames LeRobot samples for image stats (their ``count``)."""
+    return max(min(n, 100), min(int(n ** 0.75), 10_000))
+
+
 def _sample_indices(n: int) -> np.ndarray:
     """LeRobot's choice of frames for image stats: about n**0.75 evenly spaced frames (at least 100 or all)."""
-    count = max(min(n, 100), min(int(n ** 0.75), 10_000))
-    return np.round(np.linspace(0, n - 1, count)).astype(np.int64)
+    return np.round(np.linspace(0, n - 1, sample_count(n))).astype(np.int64)
 
 
 def _sampled(frames: Any) -> np.ndarray:

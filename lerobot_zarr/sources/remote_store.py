@@ -68,6 +68,7 @@ from ..errors import ArgumentError, BucketError, UnsupportedStoreError
 from ..store.cameras import MP4_INDEX, read_mp4_index
 from ..store.packs import read_shard_index, shard_index_bytes
 from ..store.state import StoreState, chunk_path, read_state
+from ..utils.background import ByteBudget
 from ..utils.fileio import atomic_write, flock_within, pwrite_all, retry_within
 from ..utils.libc import punch_hole
 from .mirror import (CLAIMS, INDEXES, MAKING, MINE, PINS, SHARED, Mirror, Pack, RangeLocks, align8, publish,
@@ -83,6 +84,7 @@ _PIECE = 16 << 20  # the most one request of a foreground fetch asks for
 _BACKGROUND_PIECE = 4 << 20  # whole packs in the background: small requests, few in flight
 _BACKGROUND_IN_FLIGHT = 2
 _IN_FLIGHT = 256  # a batch's requests at once: a 100,000-episode store's first batch in 4 round trips (32: 27)
+_IN_FLIGHT_BYTES = 32 << 20  # and their bytes: each request's deadline holds on a link of 50 Mbit/s
 _AHEAD_IN_FLIGHT = 32  # prefetches (bounded in bytes by ``ahead_limit``)
 _PIN_BATCHES = 2  # a batch's rows stay pinned until this many later ensures of the same process
 _AHEAD_SHARE = 8  # a process's prefetches queued or under way: at most 1/8 of the cache's bytes
@@ -126,9 +128,7 @@ class RemoteStore:
         self._lock = threading.Lock()  # guards the bookkeeping below; never held while waiting on the network
         self._changed = threading.Condition(self._lock)  # rows this process was fetching are no longer coming
         self._making = threading.Lock()  # held while a pack's file is made (a compact one: its index fetched)
-        self._pool = ThreadPoolExecutor(_IN_FLIGHT, thread_name_prefix="lerobot_zarr-remote")
-        self._ahead = ThreadPoolExecutor(_AHEAD_IN_FLIGHT, thread_name_prefix="lerobot_zarr-prefetch")  # to come
-        self._background = ThreadPoolExecutor(_BACKGROUND_IN_FLIGHT, thread_name_prefix="lerobot_zarr-whole")
+        self._pools = self._new_pools()
         self._pin_lock = threading.Lock()  # one pinning at a time (it may wait for an eviction of another process)
         self._evict_lock = threading.Lock()  # one eviction at a time in this process (the flock is per process)
         self._stopping = threading.Event()  # set when the mirror goes: background fetches stop at their next piece
@@ -138,11 +138,18 @@ class RemoteStore:
         if root_doc is None:  # (counted: a root given was read by another, an open's probe or a parent process)
             root_doc = read_root(bucket)
             self._count(len(root_doc))
-        self._pools = [self._pool, self._ahead, self._background]
         self._holder: list[Mirror | None] = [None]  # the mirror joined (the finalizer lets go of it)
         self._finalizer = weakref.finalize(self, _close, self._stopping, self._pools, self._holder)
         self._attach(root_doc)
         _live.add(self)
+
+    def _new_pools(self) -> list[ThreadPoolExecutor]:
+        """Threads of a batch's fetches (their bytes budgeted), of prefetches, of whole packs in the background."""
+        self._in_flight = ByteBudget(_IN_FLIGHT_BYTES)
+        self._pool = ThreadPoolExecutor(_IN_FLIGHT, thread_name_prefix="lerobot_zarr-remote")
+        self._ahead = ThreadPoolExecutor(_AHEAD_IN_FLIGHT, thread_name_prefix="lerobot_zarr-prefetch")
+        self._background = ThreadPoolExecutor(_BACKGROUND_IN_FLIGHT, thread_name_prefix="lerobot_zarr-whole")
+        return [self._pool, self._ahead, self._background]
 
     def _after_fork(self) -> None:
         """In a forked child (a DataLoader worker started by fork): the parent's locks and threads are not the
@@ -167,10 +174,7 @@ class RemoteStore:
             old = self._mirror
             old.forget()  # (this process's copies of the descriptors: the parent's locks stay the parent's)
             os.close(old.users)
-            self._pool = ThreadPoolExecutor(_IN_FLIGHT, thread_name_prefix="lerobot_zarr-remote")
-            self._ahead = ThreadPoolExecutor(_AHEAD_IN_FLIGHT, thread_name_prefix="lerobot_zarr-prefetch")
-            self._background = ThreadPoolExecutor(_BACKGROUND_IN_FLIGHT, thread_name_prefix="lerobot_zarr-whole")
-            self._pools[:] = [self._pool, self._ahead, self._background]
+            self._pools[:] = self._new_pools()
             self._attach(self.root_doc, mp4_files=self.mp4_files)
             self._forked = False
 
@@ -212,7 +216,6 @@ class RemoteStore:
     def location(self, rel: str = "") -> str:
         return self.bucket.location(rel)
 
-    # bookkeeping ------------------------------------------------------------------------------------------
     def _slot(self, name: str, pack: int) -> int:
         return self._feature[name] * self._feature_span + int(self._pack_start[pack])
 
@@ -292,7 +295,6 @@ class RemoteStore:
             raise BucketError(f"{self.location()}: {what} has been fetched by another process for more than "
                               f"{limit:.0f} s (is it stopped?)", path=self.location())
 
-    # what a batch reads -------------------------------------------------------------------------------------
     def _wants(self, eps: np.ndarray, frames: Mapping[str, np.ndarray]) -> dict[tuple[str, int], np.ndarray]:
         """``{(feature, pack): rows}`` read by the frames ``frames[name]`` (``(n, w)`` episode-local) of episodes
         ``eps``; cameras kept as mp4 (read by ranges) and numeric features held whole are left out."""
@@ -392,7 +394,7 @@ class RemoteStore:
                 if len(jobs) == 1:
                     self._fetch(*jobs[0])
                 else:
-                    for future in [self._pool.submit(self._fetch, *job) for job in jobs]:
+                    for future in [self._pool.submit(self._fetch_in_budget, *job) for job in jobs]:
                         future.result()
             finally:
                 self._release(mine)
@@ -420,6 +422,11 @@ class RemoteStore:
                     entry.coming[job[3]] = True
                     future = self._ahead.submit(self._fetch_then_release, job)
                     self._coming.setdefault((name, pack), []).append(future)
+
+    def _fetch_in_budget(self, entry: Pack, start: int, stop: int, rows: np.ndarray) -> None:
+        with self._in_flight.held(stop - start, _wait_limit(), lambda why: BucketError(
+                f"{self.location()}: pack {entry.pack} of {entry.name!r}: {why}", path=self.location())):
+            self._fetch(entry, start, stop, rows)
 
     def _fetch_then_release(self, job: tuple) -> None:
         try:
@@ -700,7 +707,6 @@ class RemoteStore:
         finally:
             self._release([(entry, missing)])
 
-    # cameras kept as mp4 -----------------------------------------------------------------------------------
     def _fetch_mp4_indexes(self, state: StoreState) -> None:
         """Each mp4 camera's index (episode -> file, times) into the mirror: fetched by one process."""
         names = [name for name, spec in state.arrays.items() if spec.storage == "mp4"]
@@ -734,7 +740,6 @@ class RemoteStore:
         files = self.mp4_files
         return lambda key: files.open(f"{name}/videos/{key}")
 
-    # lifetime ---------------------------------------------------------------------------------------------
     def refresh(self) -> StoreState | None:
         """The bucket's latest commit, if it is not the one served: the mirror of that commit serves it from now
         on. None when it is the same."""

@@ -1,9 +1,10 @@
 """Work ahead of the consumer, a bounded amount: an iterator run in a background thread (reads overlap the
 consumer), or a function mapped over items by a thread pool with the results kept in order; and whether another
-process still runs (its leftovers may be cleaned up)."""
+process still runs (its leftovers may be cleaned up); a budget of bytes under way at once (:class:`ByteBudget`)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import threading
@@ -85,3 +86,28 @@ def process_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+class ByteBudget:
+    """At most ``limit`` bytes of work under way at once (one piece larger than the limit runs alone): requests
+    sharing one link, each with a deadline counted from its start, so that many in flight never share the link so
+    thinly that each misses its deadline."""
+
+    def __init__(self, limit: int):
+        self.limit, self.used = limit, 0
+        self._changed = threading.Condition()
+
+    @contextlib.contextmanager
+    def held(self, size: int, seconds: float, error: Callable[[str], Exception] = TimeoutError) -> Iterator[None]:
+        """Run the block with ``size`` bytes of the budget; ``error`` (of a message) raised when they are not free
+        within ``seconds`` (the work under way is stuck)."""
+        with self._changed:
+            if not self._changed.wait_for(lambda: self.used == 0 or self.used + size <= self.limit, seconds):
+                raise error(f"{self.used} bytes of work under way did not end within {seconds:.0f} s")
+            self.used += size
+        try:
+            yield
+        finally:
+            with self._changed:
+                self.used -= size
+                self._changed.notify_all()

@@ -5,9 +5,12 @@ real-time priority, and on a small machine every other process waits (seen: a 2-
 processes making no progress for 15 minutes). :func:`no_realtime` puts back what such a call changed."""
 
 import contextlib
+import logging
 import os
 from collections.abc import Iterator
 
+logger = logging.getLogger(__name__)
+_warned: list[int] = []
 _REALTIME = frozenset(getattr(os, name) for name in ("SCHED_FIFO", "SCHED_RR") if hasattr(os, name))
 
 
@@ -25,15 +28,22 @@ def thread_policies() -> dict[int, int]:
     return policies
 
 
-def drop_realtime(policy: int | None = None, keep: frozenset[int] | set[int] = frozenset()) -> list[int]:
+def drop_realtime(policy: int | None = None, keep: frozenset[int] | set[int] = frozenset(),
+                  priority: int = 0) -> list[int]:
     """Put every real-time thread of this process (but those in ``keep``) under ``policy`` (default: the normal
-    one); return their ids."""
+    one) at ``priority``; return their ids. A thread that cannot be moved is logged once."""
     policy = getattr(os, "SCHED_OTHER", 0) if policy is None else policy
     moved = []
     for tid, now in thread_policies().items():
         if now in _REALTIME and tid not in keep:
-            with contextlib.suppress(OSError):
-                os.sched_setscheduler(tid, policy, os.sched_param(0))
+            try:
+                os.sched_setscheduler(tid, policy, os.sched_param(priority))
+            except OSError as exc:
+                if not _warned:
+                    _warned.append(tid)
+                    logger.warning("thread %d stays at real-time priority (%s): it may starve other processes",
+                                   tid, exc)
+            else:
                 moved.append(tid)
     return moved
 
@@ -41,14 +51,18 @@ def drop_realtime(policy: int | None = None, keep: frozenset[int] | set[int] = f
 @contextlib.contextmanager
 def no_realtime() -> Iterator[None]:
     """Run a call that may raise threads to real-time priority (opening an SVT-AV1 encoder), then put every thread
-    of this process that is real-time afterwards, and was not before, back to the policy the calling thread had
-    (the normal one, or ``SCHED_BATCH`` in a background encoder)."""
+    of this process that is real-time afterwards, and was not before, back to the policy and priority the calling
+    thread had (the normal one, or ``SCHED_BATCH`` in a background encoder)."""
     before = thread_policies()
     own = before.get(_gettid(), getattr(os, "SCHED_OTHER", 0))
+    priority = os.sched_getparam(0).sched_priority if own in _REALTIME else 0
     try:
         yield
     finally:
-        drop_realtime(own, keep={tid for tid, policy in before.items() if policy in _REALTIME})
+        drop_realtime(own, keep={tid for tid, policy in before.items() if policy in _REALTIME}, priority=priority)
+        if own in _REALTIME:  # the caller's own priority, which the call may have raised
+            with contextlib.suppress(OSError):
+                os.sched_setscheduler(0, own, os.sched_param(priority))
 
 
 def _gettid() -> int:

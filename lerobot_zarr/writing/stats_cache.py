@@ -60,6 +60,7 @@ class EpisodeStatsCache:
         path = stats_path(self.root, pack, offset)  # in place: a torn file is not JSON, and is recomputed
         doc = {name: {k: _stats_cache_text(v) for k, v in per.items()} for name, per in stats.items()}
         write_in_place(path, json.dumps(doc).encode(), root=self.root)
+        self._unbatch([(pack, offset)])  # an episode's own file is newer than a batch listing it (an edit)
 
     def _note_batch(self, name: str, locations: set[tuple[int, int]]) -> None:
         self._batches[name] = set(locations)
@@ -81,6 +82,11 @@ class EpisodeStatsCache:
         episodes is live any more."""
         for loc in locations:
             remove_path(stats_path(self.root, *loc))
+        self._unbatch(locations)
+
+    def _unbatch(self, locations: Any) -> None:
+        """Batch stats files no longer answer for these episodes; a batch answering for none is removed."""
+        for loc in locations:
             for name in self._batch_of.pop(loc, ()):
                 held = self._batches.get(name)
                 if held is not None:

@@ -173,17 +173,22 @@ class WriteTransaction(EpisodeStatsCache):
                 remove_path(folder)
             if not folder.is_dir():
                 continue
+            batches, own = [], set()
             for entry in folder.iterdir():
                 if suffix and entry.name.startswith(BATCH_PREFIX):
-                    covered = self._batch_locations(entry) & live
-                    if covered:
-                        self._note_batch(entry.name, covered)
-                    else:
-                        remove_path(entry)
+                    batches.append(entry)
                     continue
                 key = tuple(entry.name.removesuffix(suffix).split("-"))
                 if not (len(key) == 2 and all(k.isdigit() for k in key) and (int(key[0]), int(key[1])) in live
                         and entry.name.endswith(suffix)):
+                    remove_path(entry)
+                else:
+                    own.add((int(key[0]), int(key[1])))
+            for entry in batches:  # an episode's own file is newer than a batch listing it (written by an edit)
+                covered = self._batch_locations(entry) & live - own
+                if covered:
+                    self._note_batch(entry.name, covered)
+                else:
                     remove_path(entry)
         try:  # zarr's copies of the commit are for zarr readers only (lerobot_zarr reads the root): may wait
             if state.read_version < 3 or (self.root / ".frame_live-pending").exists():

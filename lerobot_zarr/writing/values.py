@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import math
 import operator
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from functools import partial
 from typing import Any
 
@@ -19,10 +19,12 @@ from ..lerobot.format import (
     CAMERA_DTYPES,
     DEFAULT_FEATURES,
     NUMERIC_DTYPES,
+    STAT_NAMES,
     episode_stats,
     float_image_stats,
     is_float_image,
     language_value,
+    sample_count,
 )
 from ..store.state import check_array_name
 from ..store.tables import MAX_FRAME_BYTES, ArraySpec, array_spec
@@ -317,3 +319,31 @@ class EpisodeFrames:
 
     def numeric(self) -> np.ndarray:
         return self.new if self.head is None else np.concatenate([self.head, self.new])
+
+
+def checked_camera_stats(given: Mapping[str, Mapping[str, Any]] | None, specs: Mapping[str, ArraySpec],
+                         kept: Collection[str], frames: int) -> dict[str, dict[str, np.ndarray]]:
+    """A caller's uint8 cameras' LeRobot stats of an episode of ``frames`` frames (``add_episode(camera_stats=)``),
+    checked as LeRobot's ``image_stats`` would have made them: every stat, per channel (C, 1, 1) in [0, 1], ``count``
+    the frames LeRobot samples; ArgumentError naming the feature otherwise, or for an entry that is not a uint8
+    camera of the store (``specs``). Only those whose stats a commit keeps (``kept``) are returned."""
+    out = {}
+    for name, stats in (given or {}).items():
+        spec = specs.get(name)
+        if spec is None or spec.kind not in CAMERA_DTYPES or spec.dtype != np.uint8:
+            raise ArgumentError(f"camera_stats[{name!r}]: not a uint8 camera of this store")
+        if name not in kept:
+            continue
+        channels = spec.frame_shape[-1]
+        try:
+            got = {k: np.asarray(stats[k], dtype=np.float64) for k in STAT_NAMES}
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ArgumentError(f"camera_stats[{name!r}]: needs numeric {', '.join(STAT_NAMES)} ({exc})") from None
+        values = [v for k, v in got.items() if k != "count"]
+        if any(v.shape != (channels, 1, 1) or not np.all((v >= 0) & (v <= 1)) for v in values):
+            raise ArgumentError(f"camera_stats[{name!r}]: each stat must be of shape ({channels}, 1, 1) in [0, 1]")
+        if got["count"].reshape(-1).tolist() != [sample_count(frames)]:
+            raise ArgumentError(f"camera_stats[{name!r}]: count must be [{sample_count(frames)}] (the frames LeRobot "
+                                f"samples of {frames}), got {got['count'].tolist()}")
+        out[name] = {k: np.asarray(stats[k]) for k in STAT_NAMES}
+    return out

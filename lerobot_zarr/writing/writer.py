@@ -41,7 +41,7 @@ from ..errors import (
     StoreClosedError,
     warn_user,
 )
-from ..lerobot.format import CAMERA_DTYPES, DEFAULT_FEATURES
+from ..lerobot.format import CAMERA_DTYPES, DEFAULT_FEATURES, is_float_image
 from ..sampling.dataset import DepthUnit, ImageFormat, LeRobotZarrDataset
 from ..sampling.selection import episode_index, frame_range
 from ..store.committing import check_new_store_location, create_store
@@ -52,7 +52,8 @@ from ..utils.hashing import crc32c
 from .completeness import check_complete
 from .edits import EditMaps
 from .transaction import WriteTransaction, remove_path, resolve_min_free_bytes
-from .values import EpisodeFrames, as_frames, content_hash, count_arg, feature_specs, stored_values
+from .values import (EpisodeFrames, as_frames, checked_camera_stats, content_hash, count_arg, feature_specs,
+                     stored_values)
 
 __all__ = ["create", "WritableDataset"]
 
@@ -421,12 +422,12 @@ class WritableDataset:
             self._tx.write_episode(packs, pack, write_at, written, adopted, hashed=False)
             return self._episode_hashes(episode)
 
-        known = {name: dict(v) for name, v in (camera_stats or {}).items()
-                 if name in stats_arrays and stats_arrays[name].kind in CAMERA_DTYPES
-                 and stats_arrays[name].dtype == np.uint8 and not extend}
+        if camera_stats and tail:
+            raise ArgumentError(f"{self.root}: camera_stats are of the episode's frames: not given with tail={tail}")
+        known = checked_camera_stats(camera_stats, self._tx.state.arrays, stats_arrays, n)
         computed = {name: spec for name, spec in stats_arrays.items() if name not in known}
-        if self._tx.log_commits and not extend and stats_bytes < _INLINE_STATS_BYTES and all(
-                spec.kind not in CAMERA_DTYPES for spec in stats_arrays.values()):
+        if self._tx.log_commits and not extend and stats_bytes < _INLINE_STATS_BYTES and not any(
+                spec.kind in CAMERA_DTYPES or is_float_image(name, spec) for name, spec in stats_arrays.items()):
             # an RL episode's commit: its stats are put off to the fold, computed there with the others' in one
             # pass (numpy's per-call cost is most of a short episode's); the values copied (the caller's buffers)
             new_stats, owed = None, {name: np.array(written[name][:n]) for name in stats_arrays}

@@ -171,6 +171,41 @@ def test_a_batch_sends_its_requests_together(env, folder, tmp_path):
         assert _same(batch[key], want[key]), key
 
 
+def test_a_batchs_requests_share_a_budget_of_bytes_under_way(env, folder, tmp_path, monkeypatch):
+    """Many requests sent together share one link, each with a deadline from its start: the bytes under way at
+    once stay within the budget (here two requests' worth), and the batch is still the local store's."""
+    import threading
+
+    import lerobot_zarr.sources.remote_store as remote_module
+
+    local, url = published(env, folder, tmp_path, "budget")
+    fetch, lock, under_way, most, sizes = remote_module.RemoteStore._fetch, threading.Lock(), [0], [0], []
+
+    def counted(self, entry, start, stop, rows):
+        with lock:
+            under_way[0] += stop - start
+            most[0] = max(most[0], under_way[0])
+            sizes.append(stop - start)
+        try:
+            time.sleep(0.005)  # (holds its bytes a moment: requests sent together would overlap)
+            return fetch(self, entry, start, stop, rows)
+        finally:
+            with lock:
+                under_way[0] -= stop - start
+
+    monkeypatch.setattr(remote_module, "_IN_FLIGHT_BYTES", 2 * 4096)
+    monkeypatch.setattr(remote_module.RemoteStore, "_fetch", counted)
+    remote = lerobot_zarr.open_dataset(url, delta_timestamps=DELTAS)
+    remote._remote._numeric_started = True
+    idx = np.random.default_rng(5).integers(0, len(remote), 64)
+    batch = remote.get_batch(idx)
+    assert len(sizes) > 8
+    assert most[0] <= max(2 * 4096, max(sizes)), (most[0], sorted(sizes)[-4:])
+    want = lerobot_zarr.open_dataset(local.root, delta_timestamps=DELTAS).get_batch(idx)
+    for key in want:
+        assert _same(batch[key], want[key]), key
+
+
 def test_prefetched_batches_make_no_request(env, folder, tmp_path):
     local, url = published(env, folder, tmp_path, "prefetch")
     remote = lerobot_zarr.open_dataset(url, delta_timestamps=DELTAS)

@@ -184,3 +184,76 @@ def test_episode_stats_files_read_back_exact_whatever_their_encoding(tmp_path, m
     reopened.close()
     assert isinstance(json.loads(files[2].read_text())["x"]["mean"], str), "the torn file was written anew"
     assert isinstance(json.loads(files[1].read_text())["x"]["mean"], list)
+
+
+def test_an_edit_after_a_fold_keeps_its_stats_when_the_store_is_reopened(tmp_path):
+    """Logged commits keep their episodes' stats in one batch file per fold; an edit in place writes the edited
+    episode's own stats file, which a later writer session must take over the batch's older row."""
+    rng = np.random.default_rng(3)
+    ds = lz.create(tmp_path / "s", fps=10, features=FEATURES, durable=False)
+    ds.fold_log(log_commits=True)
+    for _ in range(4):
+        ds.add_episode(frames(rng, 5), task="t")
+    ds.fold_log(log_commits=False)
+    with ds.edit(1) as ep:
+        ep["x"][:] = 100.0
+    ds.close()
+    assert read_state(tmp_path / "s").stats["x"]["max"] == [100.0] * 3
+    again = lz.open_dataset(tmp_path / "s", mode="r+")
+    again.add_episode(frames(rng, 5), task="t")
+    again.close()
+    held = LeRobotZarrDataset(tmp_path / "s")
+    x = held.get_batch(np.arange(len(held)))["x"]
+    assert read_state(tmp_path / "s").stats["x"]["max"] == x.max(0).tolist() == [100.0] * 3
+
+
+def test_a_float_camera_of_a_logged_store_folds_with_lerobots_image_stats(tmp_path):
+    """A float camera (a key naming an image, 3 channels first) gets per-channel stats as LeRobot publishes it: its
+    commits cannot be put off to the fold's one numeric pass, which reduces N-D features another way."""
+    features = {**FEATURES, "observation.image": {"dtype": "float32", "shape": [3, 4, 5], "names": None}}
+    rng = np.random.default_rng(4)
+    logged = lz.create(tmp_path / "a", fps=10, features=features, durable=False)
+    plain = lz.create(tmp_path / "b", fps=10, features=features, durable=False)
+    logged.fold_log(log_commits=True)
+    for n in (3, 6, 2):
+        ep = {**frames(rng, n), "observation.image": rng.random((n, 3, 4, 5), dtype=np.float32)}
+        logged.add_episode(ep, task="t")
+        plain.add_episode(ep, task="t")
+    logged.fold_log()
+    logged.close()
+    plain.close()
+    got, want = read_state(tmp_path / "a").stats, read_state(tmp_path / "b").stats
+    assert np.shape(got["observation.image"]["mean"]) == (3, 1, 1)
+    assert got == want
+
+
+@pytest.mark.parametrize("bad", ["count", "shape", "range", "feature", "tail"])
+def test_camera_stats_given_to_a_commit_are_checked(tmp_path, bad):
+    """A recorder's camera stats (from each frame's histogram) are trusted by the commit only if they are what
+    LeRobot's image stats of the episode would be shaped as; otherwise the append is refused, naming the feature."""
+    from lerobot_zarr.lerobot.format import image_stats
+
+    features = {**FEATURES, "cam": {"dtype": "image", "shape": [6, 8, 3], "names": None}}
+    rng = np.random.default_rng(5)
+    ds = lz.create(tmp_path / "s", fps=10, features=features, durable=False)
+    ep = {**frames(rng, 7), "cam": rng.integers(0, 256, (7, 6, 8, 3), dtype=np.uint8)}
+    good = image_stats(ep["cam"])
+    ds.add_episode(ep, task="t", camera_stats={"cam": good})
+    stats = {"cam": dict(good)}
+    tail = 0
+    if bad == "count":
+        stats["cam"]["count"] = np.array([6])
+    elif bad == "shape":
+        stats["cam"]["mean"] = np.full((3,), 0.5)
+    elif bad == "range":
+        stats["cam"]["max"] = np.full((3, 1, 1), 2.0)
+    elif bad == "feature":
+        stats = {"x": good}
+    else:
+        tail = 1
+    with pytest.raises(lz.ArgumentError, match="cam|'x'|tail"):
+        ds.add_episode(ep, task="t", camera_stats=stats, tail=tail)
+    ds.close()
+    assert LeRobotZarrDataset(tmp_path / "s").meta.total_episodes == 1, "nothing of the refused append committed"
+    kept = read_state(tmp_path / "s").stats["cam"]
+    assert all(np.allclose(np.asarray(kept[k]), good[k]) for k in STAT_NAMES)
