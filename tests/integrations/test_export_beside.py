@@ -204,3 +204,72 @@ def test_a_process_killed_while_exporting_leaves_the_previous_files_or_none(tmp_
         assert sorted(set(_lerobot_episodes(root))) == [0, 1, 2, 3]
     finally:
         store.close()
+
+
+def test_a_closed_video_file_is_linked_by_the_next_exports_not_joined_again(tmp_path, monkeypatch):
+    """Exports after each saved episode (one cache, as a recorder's): a video file an earlier export closed keeps
+    its inode (hard linked, not joined again), and every file beside equals a fresh to_lerobot's."""
+    import lerobot_zarr.writing.export_videos as videos_module
+    from lerobot_zarr.writing.beside_cache import BesideCache
+    from lerobot_zarr.writing.export import to_lerobot
+
+    # video files of ~8000 raw bytes: 3 episodes of 3 frames of 16x24x3 each (the default 200 MB limit)
+    monkeypatch.setattr(videos_module, "_AV1_RATIO", 8000 / (200 * 2**20))
+    root = tmp_path / "ds"
+    cache = BesideCache()
+    cam = Path("videos/observation.images.cam/chunk-000")
+    store = create(root, fps=10, features=FEATURES, durable=False)
+    try:
+        for e in range(4):
+            _episode(store, e, 3)
+            assert export_beside(store.reader, cache=cache) is True
+        closed = (root / cam / "file-000.mp4").stat().st_ino
+        joined = []
+        real_add = videos_module.VideoFiles.add
+        monkeypatch.setattr(videos_module.VideoFiles, "add",
+                            lambda self, segment, frames: joined.append(self.number) or real_add(self, segment, frames))
+        _episode(store, 4, 3)
+        assert export_beside(store.reader, cache=cache) is True
+        assert (root / cam / "file-000.mp4").stat().st_ino == closed
+        assert joined == [1, 1]  # the open file's episodes only
+        fresh = to_lerobot(store.reader, tmp_path / "fresh", progress=False)
+    finally:
+        store.close()
+    assert sorted(p.name for p in (root / cam).iterdir()) == ["file-000.mp4", "file-001.mp4"]
+    for name in ("file-000.mp4", "file-001.mp4"):
+        assert (root / cam / name).read_bytes() == (fresh / cam / name).read_bytes()
+    assert _lerobot_episodes(root) == [e for e in range(5) for _ in range(3)]
+
+
+def test_an_export_whose_files_vanished_before_the_move_leaves_the_previous_files(tmp_path, monkeypatch):
+    """The export's temporary folder removed before its files are moved into place (another process's debris
+    sweep): the export raises, the previous files stay whole (never none or a mix), and the next export completes."""
+    import shutil
+    import threading
+
+    root = tmp_path / "ds"
+    store = create(root, fps=10, features=FEATURES, durable=False)
+    try:
+        _episode(store, 0, 3)
+        export_beside(store.reader)
+        _episode(store, 1, 2)
+        real = threading.Lock()
+
+        class Swept:  # the lock, taken after a sweep of the export folders (what another process may do)
+            def __enter__(self):
+                real.acquire()
+                for debris in root.glob(".lerobot-export.tmp-*"):
+                    shutil.rmtree(debris)
+
+            def __exit__(self, *exc):
+                real.release()
+
+        monkeypatch.setattr(export_module, "_BESIDE_LOCK", Swept())
+        with pytest.raises(FileNotFoundError, match="vanished"):
+            export_beside(store.reader)
+        assert exported_state(root)["episodes"] == 1 and _lerobot_episodes(root) == [0, 0, 0]
+        monkeypatch.undo()
+        assert export_beside(store.reader) is True
+        assert _lerobot_episodes(root) == [0, 0, 0, 1, 1]
+    finally:
+        store.close()
