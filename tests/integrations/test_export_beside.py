@@ -273,3 +273,18 @@ def test_an_export_whose_files_vanished_before_the_move_leaves_the_previous_file
         assert _lerobot_episodes(root) == [0, 0, 0, 1, 1]
     finally:
         store.close()
+
+
+def test_encode_false_never_encodes_an_episode_whose_segment_is_invalid(tmp_path):
+    root = tmp_path / "ds"
+    store = create(root, fps=10, features=FEATURES, durable=False)
+    try:
+        _episode(store, 0, 3)
+        encode_missing(root)
+        (segment,) = (root / SEGMENTS).glob("*.mp4")
+        segment.write_bytes(b"not an mp4")  # there, but fails validation
+        assert export_beside(store.reader, encode=False) is False
+        assert segment.read_bytes() == b"not an mp4" and not (root / "meta" / "info.json").exists()
+        assert not [p for p in root.iterdir() if p.name.startswith(".lerobot-")]
+    finally:
+        store.close()
