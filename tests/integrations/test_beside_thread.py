@@ -1,7 +1,8 @@
 """The thread keeping LeRobot's files beside a store being recorded (``lerobot_recorder._Beside``): it looks for the
 segments an export waits for less and less often (up to a bound; soon again after each saved episode) and says so
 once when they are long in coming, an export under way is abandoned at ``stop()``, and the thread stops when its
-recorder is garbage collected without ``finalize``."""
+recorder is garbage collected without ``finalize``; a spill's per-frame histograms take the smallest dtype that holds
+them, its stats exact."""
 
 from __future__ import annotations
 
@@ -9,6 +10,9 @@ import contextlib
 import gc
 import logging
 import threading
+
+import numpy as np
+import pytest
 
 import lerobot_zarr.integrations.lerobot_recorder as recorder_module
 import lerobot_zarr.sampling.dataset as dataset_module
@@ -97,3 +101,26 @@ def test_the_thread_stops_when_its_recorder_is_collected_without_finalize(tmp_pa
         assert not thread.is_alive()
     finally:
         store.close()
+
+
+@pytest.mark.parametrize(("shape", "dtype"), [((480, 640, 3), np.uint16), ((299, 299, 1), np.uint32)])
+def test_a_spill_keeps_each_frames_histogram_in_the_smallest_dtype_and_its_stats_exact(tmp_path, shape, dtype):
+    """480x640 frames are counted on 120x160 pixels (uint16 histograms, half of uint32's memory); 299x299 ones on
+    all 89401 (more than uint16 holds: a frame of one value must not wrap). The stats equal image_stats's."""
+    from lerobot_zarr.integrations.lerobot_recorder import _Spill
+    from lerobot_zarr.lerobot.format import image_stats
+
+    rng = np.random.default_rng(0)
+    frames = rng.integers(0, 256, (4, *shape), dtype=np.uint8)
+    frames[1] = 7  # every pixel of a channel the same value: its count is the pixel count
+    spill = _Spill(tmp_path, "cam", shape, np.uint8, writeback=False)
+    try:
+        for frame in frames:
+            spill.append(frame)
+        assert {h.dtype for h in spill.histograms} == {np.dtype(dtype)}
+        got, want = spill.stats(), image_stats(frames)
+        assert got.keys() == want.keys()
+        for name in want:
+            np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+    finally:
+        spill.close()
