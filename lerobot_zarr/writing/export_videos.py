@@ -21,7 +21,7 @@ from .segments import camera_encodings, episode_hashes, find_segment, make_segme
 if TYPE_CHECKING:
     from ..sampling.dataset import LeRobotZarrDataset
 
-__all__ = ["write_videos", "VideoFiles"]
+__all__ = ["VideoFiles", "write_videos"]
 
 _AV1_RATIO = 20  # raw camera bytes per byte of LeRobot's AV1 (crf 30), roughly: sizes video files
 

@@ -241,6 +241,57 @@ def test_a_closed_video_file_is_linked_by_the_next_exports_not_joined_again(tmp_
     assert _lerobot_episodes(root) == [e for e in range(5) for _ in range(3)]
 
 
+def test_a_file_beside_replaced_by_another_of_the_same_size_and_time_is_written_again(tmp_path, monkeypatch):
+    """A closed video file beside swapped for another file (same size and modification time, another inode) is not
+    linked into the next export: it is joined again from the segments."""
+    import shutil
+
+    import lerobot_zarr.writing.export_videos as videos_module
+    from lerobot_zarr.writing.beside_cache import BesideCache
+
+    monkeypatch.setattr(videos_module, "_AV1_RATIO", 8000 / (200 * 2**20))
+    root = tmp_path / "ds"
+    cache = BesideCache()
+    video = root / "videos/observation.images.cam/chunk-000/file-000.mp4"
+    store = create(root, fps=10, features=FEATURES, durable=False)
+    try:
+        for e in range(4):
+            _episode(store, e, 3)
+        assert export_beside(store.reader, cache=cache) is True
+        good = video.read_bytes()
+        st = video.stat()
+        swapped = video.with_name("swapped")
+        swapped.write_bytes(bytes(len(good)))  # another file, its size and time made the same
+        os.utime(swapped, ns=(st.st_atime_ns, st.st_mtime_ns))
+        os.replace(swapped, video)
+        shutil.rmtree(root / "meta")  # (so that the edit is not refused as a LeRobot tool's)
+        swapped_ino = video.stat().st_ino
+        _episode(store, 4, 3)
+        assert export_beside(store.reader, cache=cache) is True
+        assert video.stat().st_ino != swapped_ino and video.read_bytes() == good
+    finally:
+        store.close()
+
+
+def test_a_hint_given_after_its_episode_was_exported_is_not_kept(tmp_path):
+    """The recorder's camera stats (BesideCache.hint) for an episode its thread already exported without them are
+    dropped by the next export (not kept for the whole recording)."""
+    from lerobot_zarr.writing.beside_cache import BesideCache
+
+    root = tmp_path / "ds"
+    cache = BesideCache()
+    store = create(root, fps=10, features=FEATURES, durable=False)
+    try:
+        _episode(store, 0, 3)
+        assert export_beside(store.reader, cache=cache) is True
+        cache.hint(0, {})  # too late: episode 0 is exported
+        _episode(store, 1, 2)
+        assert export_beside(store.reader, cache=cache) is True
+        assert cache.hints == {}
+    finally:
+        store.close()
+
+
 def test_an_export_whose_files_vanished_before_the_move_leaves_the_previous_files(tmp_path, monkeypatch):
     """The export's temporary folder removed before its files are moved into place (another process's debris
     sweep): the export raises, the previous files stay whole (never none or a mix), and the next export completes."""
