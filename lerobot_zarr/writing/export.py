@@ -191,7 +191,7 @@ def export_beside(dataset: LeRobotZarrDataset | str | os.PathLike, *, progress: 
         info = ds.meta.info
         if not _write(ds, tmp, int(info.get("data_files_size_in_mb") or 100),
                       int(info.get("video_files_size_in_mb") or 200), None, progress, False, encoder_threads,
-                      link=True, before_videos=videos_next, cache=cache, prune=encode):
+                      link=True, before_videos=videos_next, cache=cache, encode=encode):
             return False  # encode=False and a segment is missing or invalid
         (tmp / EXPORT_MARKER).write_text(json.dumps({**marker, "files": _files_signature(tmp)}))
         with _BESIDE_LOCK:
@@ -400,12 +400,12 @@ def _depth_info(feature: dict, video: bool, height: int, width: int, fps: float)
 def _write(ds: LeRobotZarrDataset, root: Path, size_mb: int, video_size_mb: int, videos: bool | None,
            progress: bool, card: dict[str, Any] | bool | None = None, encoder_threads: int | None = None,
            link: bool = False, before_videos: Callable[[], None] | None = None, cache: BesideCache | None = None,
-           prune: bool = True) -> bool:
+           encode: bool = True) -> bool:
     """Every file of the LeRobot v3.0 dataset, one writer each: data files (with the per-episode stats and tasks
     they yield), videos, then the metadata files and our index (``card=False``: no dataset card, as LeRobot's
     recorder leaves a folder; ``link``: a video file of one episode is its segment hard-linked; ``before_videos``:
-    called between the data files and the videos; ``cache``: see :func:`export_beside`; ``prune=False``: nothing
-    encoded and the store's stale segments kept). Whether the files were written (False: ``prune=False`` and an
+    called between the data files and the videos; ``cache``: see :func:`export_beside`; ``encode=False``: nothing
+    encoded and the store's stale segments kept). Whether the files were written (False: ``encode=False`` and an
     episode lacks a valid segment)."""
     from ..lerobot.writers import write_card, write_episodes_table, write_info, write_stats, write_tasks
 
@@ -428,11 +428,11 @@ def _write(ds: LeRobotZarrDataset, root: Path, size_mb: int, video_size_mb: int,
         before_videos()
     places = {}
     for k in as_video:
-        placed = write_videos(ds, root, k, selected, video_size_mb, progress, encoder_threads, link, cache, prune)
+        placed = write_videos(ds, root, k, selected, video_size_mb, progress, encoder_threads, link, cache, encode)
         if placed is None:
             return False
         places[k] = placed
-    if as_video and prune:
+    if as_video and encode:
         _prune_segments(ds, encoder_threads, started)
     write_episodes_table(root, tasks=data.tasks, lengths=lengths, data_files=(data.chunk, data.file),
                          videos={k: tuple(zip(*p, strict=True)) for k, p in places.items()}, stats=data.stats)
