@@ -22,6 +22,8 @@ import queue
 import shutil
 import tempfile
 import threading
+import time
+import weakref
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -30,7 +32,14 @@ import numpy as np
 
 from ..cameras.depth import is_depth_feature
 from ..errors import FrameNotWrittenError
-from ..lerobot.format import CAMERA_DTYPES, DEFAULT_FEATURES, histogram_stats, image_histogram, sampled_histogram
+from ..lerobot.format import (
+    CAMERA_DTYPES,
+    DEFAULT_FEATURES,
+    histogram_dtype,
+    histogram_stats,
+    image_histogram,
+    sampled_histogram,
+)
 from ..utils.fileio import disk_error, pwrite_all
 from ..utils.libc import start_writeback
 from ..writing.segments import FLUSH_TIMEOUT, SEGMENT_STORAGES, BackgroundEncoder, Gate, finish
@@ -55,8 +64,10 @@ class _Spill:
         self.folder, self.name, self.attempt = folder, name, 0
         self.frame_shape, self.dtype = tuple(frame_shape), np.dtype(dtype)
         # each frame's histogram (uint8 frames: their LeRobot stats, image_stats, at save_episode without reading
-        # them again; made by the spill's writer thread, ~0.2 ms a 480x640 frame)
+        # them again; made by the spill's writer thread, ~0.2 ms a 480x640 frame), in the smallest dtype holding its
+        # counts (uint16 up to 65535 sampled pixels: 1.5 KB a 480x640 frame, 0.5 GB an hour at 30 fps x 3 cameras)
         self.histograms: list[np.ndarray] | None = [] if self.dtype == np.uint8 else None
+        self.histogram_dtype = histogram_dtype(*self.frame_shape[:2]) if self.dtype == np.uint8 else None
         self.frame_bytes = int(np.prod(self.frame_shape)) * self.dtype.itemsize
         self.fd = self._open()
         self.frames = 0
@@ -79,7 +90,7 @@ class _Spill:
             raise disk_error(exc, self.path) from None
         self.frames += 1
         if self.histograms is not None:
-            self.histograms.append(image_histogram(frame).astype(np.uint32))
+            self.histograms.append(image_histogram(frame).astype(self.histogram_dtype))
         end = self.frames * self.frame_bytes
         if self.writeback and end - self.written_back >= _WRITEBACK_BYTES:
             start_writeback(self.fd, self.written_back, end - self.written_back)
@@ -208,6 +219,7 @@ class Recorder:
         self._refused: list[str] = []  # camera frames LeRobot's image writer would have failed on, why
         self._writer = _SpillWriter()
         self._beside = _Beside(store.root, background=bool(self._cameras))
+        weakref.finalize(self, self._beside.close)  # its thread stops with the recorder, finalized or not
         self._finalized = False
 
     # -- LeRobot's episode buffer ------------------------------------------------------------------------------
@@ -439,8 +451,9 @@ class Recorder:
         (:func:`~lerobot_zarr.writing.export.export_beside`: their videos joined from the segments; what an
         encoder did not make, killed or stalled, encoded there, the cameras in parallel), and the store's writer
         lock released. The encoders are waited for once LeRobot's data files are written (they make the last videos
-        meanwhile). Those files were kept up with each saved episode (:class:`_Beside`): what is left is the part of
-        the episodes saved since the last of those exports. Idempotent; episodes are already committed, so a
+        meanwhile). Those files were kept up with each saved episode (:class:`_Beside`), whose cache the last export
+        takes: it computes the rows and stats of the episodes saved since, links the files earlier exports closed,
+        and writes the last data file, each camera's last video file and the metadata again. Idempotent; episodes are already committed, so a
         recorder that never gets here loses nothing saved (a later ``resume`` + ``finalize`` writes the files)."""
         if self._finalized:
             return
@@ -581,18 +594,25 @@ class _Encoders:
 class _Beside:
     """LeRobot's files beside a store being recorded (:func:`~lerobot_zarr.writing.export.export_beside`) kept up
     with its commits, as LeRobot's recorder writes its data files and metadata at each ``save_episode``: each export
-    adds the new episodes' part (:class:`~lerobot_zarr.writing.export.BesideCache`), never encodes, and moves the
-    files into place at once (those of a complete commit, or none: never half-written). Without cameras, in
-    ``save_episode`` (the files are of its commit when it returns: numbers only, milliseconds); with them, in a
-    thread (``background``: their stats, image features' PNGs) that exports each new commit once the background
-    encoders made the segments of every episode (looked for every :data:`RETRY` s meanwhile), so that
-    ``save_episode`` and ``add_frame`` never wait for it. An export that fails is
-    logged (the episode is committed: ``finalize`` exports again, and says why if it fails again)."""
+    reuses what the ones before made (:class:`~lerobot_zarr.writing.beside_cache.BesideCache`: the new episodes'
+    rows and stats computed, the files earlier exports closed linked, the last data file, the last video file of
+    each camera and the metadata written again), encodes nothing (``encode=False``: it waits for the background
+    encoders' segments), and moves the files into place at once (those of a complete commit, or none: never
+    half-written). Without cameras, in ``save_episode`` (the files are of its commit when it returns; numbers
+    only); with them, in a thread (``background``: their stats, image features' PNGs) that exports each new commit
+    once the background encoders made the segments of every episode (looked for after :data:`RETRY` s, then twice
+    as long each time up to :data:`MAX_RETRY` s, from the start again at each saved episode; logged once when the
+    files beside waited :data:`PENDING_LOG` s), so that ``save_episode`` and ``add_frame`` never wait for it. An export
+    that fails is logged (the episode is committed: ``finalize`` exports again, and says why if it fails again).
+    The thread stops at :meth:`stop` (an export under way abandoned before its videos) or when its recorder is
+    garbage collected (:meth:`close`)."""
 
-    RETRY = 0.25  # seconds between two looks for the segments an export waits for
+    RETRY, MAX_RETRY = 0.25, 5.0  # seconds before looking again for the segments an export waits for
+    PENDING_LOG = 60.0  # seconds a commit waits for its segments before that is logged (once)
+    STOP_TIMEOUT = 60.0  # seconds stop() waits for the thread (an export of data files under way)
 
     def __init__(self, root: Path, *, background: bool):
-        from ..writing.export import BesideCache
+        from ..writing.beside_cache import BesideCache
 
         self.root, self.background = Path(root), background
         self.cache = BesideCache()
@@ -613,18 +633,37 @@ class _Beside:
     def _run(self) -> None:
         from ..sampling.dataset import LeRobotZarrDataset
 
-        pending = False
+        delay: float | None = None  # None: nothing pending (wait for a commit)
+        since: float | None = None  # when the files beside stopped being of the last commit
+        logged = False
         while True:
-            self._wake.wait(self.RETRY if pending else None)
+            woken = self._wake.wait(delay)
             self._wake.clear()
             if self._stopping:
                 return
             try:
                 with LeRobotZarrDataset(self.root) as ds:  # the last commit (this thread's own reader)
-                    pending = not self._export(ds)
+                    done = self._export(ds)
+            except _Stopped:
+                return
             except Exception as exc:  # noqa: BLE001  (logged: finalize exports again)
                 logger.warning("%s: LeRobot's files beside the store not updated: %s", self.root, exc)
-                pending = False
+                done = True
+            now = time.monotonic()
+            if done:
+                delay, since, logged = None, None, False
+                continue
+            since = now if since is None else since
+            delay = self.RETRY if woken or delay is None else min(2 * delay, self.MAX_RETRY)  # a new episode: soon
+            if not logged and now - since >= self.PENDING_LOG:
+                logged = True
+                logger.warning("%s: LeRobot's files beside the store wait for the videos of the last episodes "
+                               "(%.0f s so far: batch encoding, or a background encoder stopped?); finalize "
+                               "writes them", self.root, now - since)
+
+    def _check_stop(self) -> None:
+        if self._stopping:
+            raise _Stopped
 
     def _export(self, ds: Any) -> bool:
         """Export ``ds``'s commit if its segments are all made; whether the files beside are of it. A failure is
@@ -632,20 +671,38 @@ class _Beside:
         from ..writing.export import export_beside, exported_beside
 
         try:
-            return export_beside(ds, cache=self.cache, encode=False) or exported_beside(ds)
+            return export_beside(ds, cache=self.cache, encode=False, before_videos=self._check_stop) or \
+                exported_beside(ds)
+        except _Stopped:
+            raise
         except Exception as exc:  # noqa: BLE001  (the episode is committed; finalize exports again)
             logger.warning("%s: LeRobot's files beside the store not updated after this episode (finalize writes "
                            "them): %s", self.root, exc)
             return True
 
+    def close(self) -> None:
+        """Ask the thread to stop, without waiting for it (its recorder was garbage collected)."""
+        self._stopping = True
+        self._wake.set()
+
     def stop(self) -> Any:
-        """Stop exporting (the export under way, if any, is finished first); the cache, for the last export."""
+        """Stop exporting (an export under way is abandoned before its videos; waited for up to
+        :data:`STOP_TIMEOUT` s); the cache, for the last export."""
         if self._thread is not None:
-            self._stopping = True
-            self._wake.set()
-            self._thread.join()
+            self.close()
+            self._thread.join(self.STOP_TIMEOUT)
+            if self._thread.is_alive():
+                logger.warning("%s: the thread exporting LeRobot's files beside the store did not stop within "
+                               "%.0f s; exporting them without its cache", self.root, self.STOP_TIMEOUT)
+                from ..writing.beside_cache import BesideCache
+
+                self.cache = BesideCache()
             self._thread = None
         return self.cache
+
+
+class _Stopped(Exception):
+    """Raised in the exporting thread's hook: :meth:`_Beside.stop` was called, the export is abandoned."""
 
 
 def _image(value: Any) -> Any:

@@ -22,8 +22,8 @@ __all__ = ["QUANTILES", "STAT_NAMES", "DEFAULT_FEATURES", "CAMERA_DTYPES", "NUME
            "LANGUAGE_PERSISTENT", "LANGUAGE_EVENTS", "language_value", "V3_DATA_PATH", "V3_VIDEO_PATH",
            "V21_DATA_PATH", "V21_VIDEO_PATH", "CHUNKS_SIZE", "check_path_template", "data_file_rel", "video_file_rel",
            "default_features", "video_info", "per_episode_stats", "aggregate_stats", "stats_json", "episode_stats",
-           "episodes_stats", "image_stats", "image_histogram", "sampled_histogram", "histogram_stats",
-           "depth_map_stats", "bad_timestamp_steps", "sample_count"]
+           "episodes_stats", "image_stats", "image_histogram", "histogram_dtype", "sampled_histogram",
+           "histogram_stats", "depth_map_stats", "bad_timestamp_steps", "sample_count"]
 
 CHUNKS_SIZE = 1000
 QUANTILES = {"q01": 0.01, "q10": 0.10, "q50": 0.50, "q90": 0.90, "q99": 0.99}
@@ -207,7 +207,20 @@ def image_histogram(frame: np.ndarray) -> np.ndarray:
     values (C, 256) in its downsampled pixels. The sum over an episode's frames that LeRobot samples (its
     :func:`sampled_histogram`) gives :func:`image_stats` exactly, without reading the frames again."""
     step = _step(*frame.shape[:2])
-    flat = frame[::step, ::step].reshape(-1, frame.shape[-1])
+    return _channel_counts(frame[::step, ::step])
+
+
+def histogram_dtype(height: int, width: int) -> np.dtype:
+    """The smallest unsigned dtype holding every count of :func:`image_histogram` of a (``height``, ``width``)
+    frame (its downsampled pixels': uint16 for 480x640, whose 120x160 pixels are counted)."""
+    step = _step(height, width)
+    pixels = -(-height // step) * -(-width // step)
+    return np.dtype(np.uint16 if pixels <= np.iinfo(np.uint16).max else np.uint32)
+
+
+def _channel_counts(pixels: np.ndarray) -> np.ndarray:
+    """Per channel (the last axis) of uint8 ``pixels``, the count of each of the 256 values (C, 256)."""
+    flat = pixels.reshape(-1, pixels.shape[-1])
     return np.stack([np.bincount(flat[:, c], minlength=256) for c in range(flat.shape[1])])
 
 
@@ -251,9 +264,7 @@ def float_image_stats(frames: np.ndarray, name: str = "") -> dict[str, np.ndarra
 
 def _pixel_stats(sample: np.ndarray) -> dict[str, np.ndarray]:
     """:func:`image_stats` of LeRobot's sample of uint8 (T, H, W, C) frames."""
-    flat = sample.reshape(-1, sample.shape[-1])
-    return histogram_stats(np.stack([np.bincount(flat[:, c], minlength=256) for c in range(flat.shape[1])]),
-                           len(sample))
+    return histogram_stats(_channel_counts(sample), len(sample))
 
 
 def histogram_stats(histograms: np.ndarray, frames: int) -> dict[str, np.ndarray]:

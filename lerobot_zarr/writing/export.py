@@ -29,27 +29,17 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..cameras.depth import Quantizer
-from ..cameras.video import DEPTH_ENCODING, ENCODING, Mp4Joiner, pyav_missing
+from ..cameras.video import DEPTH_ENCODING, ENCODING, pyav_missing
 from ..errors import ArgumentError, EmptyStoreError, NotMaterializedError, StoreExistsError, warn_user
-from ..lerobot.format import CAMERA_DTYPES, CHUNKS_SIZE, STAT_NAMES, default_features, video_file_rel, video_info
+from ..lerobot.format import CAMERA_DTYPES, STAT_NAMES, default_features, video_file_rel, video_info
 from ..lerobot.index_file import INDEX_FILE, write_index
 from ..sampling.dataset import LeRobotZarrDataset
 from ..store.tables import ArraySpec
 from ..store.text import text_value
 from ..utils.progress import progress_bar
 from .beside_cache import BesideCache, DataFileRecord, EpisodeRows, episode_keys, linked_file
-from .segments import (
-    SEGMENTS,
-    camera_encodings,
-    encode_in_parallel,
-    episode_hashes,
-    find_segment,
-    lacking_cameras,
-    make_segment,
-    prune_segments,
-    recorded_encoder,
-    wanted_segments,
-)
+from .export_videos import write_videos
+from .segments import SEGMENTS, encode_in_parallel, lacking_cameras, prune_segments, recorded_encoder, wanted_segments
 from .values import stats_of_stored
 
 if TYPE_CHECKING:
@@ -58,7 +48,6 @@ if TYPE_CHECKING:
 __all__ = ["to_lerobot", "export_beside", "BesideCache", "exported_beside", "edited_beside", "check_unedited_beside", "info_beside", "push", "check_push",
            "INDEX_FILE", "EXPORT_MARKER", "LEROBOT_ENTRIES"]
 
-_AV1_RATIO = 20  # raw camera bytes per byte of LeRobot's AV1 (crf 30), roughly: sizes video files
 _INFO_KEPT = ("tools",)  # info.json keys of the source an export keeps (lerobot-annotate's tool schemas)
 #: the top-level entries of a LeRobot v3.0 folder as LeRobot's recorder leaves it (finalized): what
 #: :func:`export_beside` puts beside a store, so no feature of a store it writes beside may have these names
@@ -165,8 +154,10 @@ def export_beside(dataset: LeRobotZarrDataset | str | os.PathLike, *, progress: 
 
     ``cache`` (a recorder's, one per recording): what earlier exports of the same store computed is not computed
     again (each episode's rows and stats; a data file that an earlier export closed and whose episodes are unchanged
-    is hard linked from the files beside), so that exporting after each saved episode costs that episode's part.
-    ``encode=False``: nothing is encoded; if an episode lacks a segment, nothing is written (False)."""
+    is hard linked from the files beside, and so is a video file it closed, of the same segments), so that exporting
+    after each saved episode computes that episode's rows and stats, joins the last (open) video file of each camera
+    again and writes the last data file and the metadata again (:mod:`.beside_cache`). ``encode=False``: nothing is
+    encoded; if an episode lacks a valid segment, nothing is written (False)."""
     ds = _reader(dataset)
     root = Path(ds.root)
     clash = sorted(set(ds.meta.info["features"]) & set(LEROBOT_ENTRIES))
@@ -198,17 +189,21 @@ def export_beside(dataset: LeRobotZarrDataset | str | os.PathLike, *, progress: 
 
     try:
         info = ds.meta.info
-        _write(ds, tmp, int(info.get("data_files_size_in_mb") or 100), int(info.get("video_files_size_in_mb") or 200),
-               None, progress, False, encoder_threads, link=True, before_videos=videos_next, cache=cache,
-               prune=encode)
+        if not _write(ds, tmp, int(info.get("data_files_size_in_mb") or 100),
+                      int(info.get("video_files_size_in_mb") or 200), None, progress, False, encoder_threads,
+                      link=True, before_videos=videos_next, cache=cache, encode=encode):
+            return False  # encode=False and a segment is missing or invalid
         (tmp / EXPORT_MARKER).write_text(json.dumps({**marker, "files": _files_signature(tmp)}))
         with _BESIDE_LOCK:
+            if not (tmp / "meta/info.json").is_file():  # removed meanwhile (another process's debris sweep)
+                raise FileNotFoundError(f"{tmp}: the export's files vanished before they were moved into place; "
+                                        f"the files beside the store are left as they were")
             old = Path(tempfile.mkdtemp(prefix=_BESIDE_OLD, dir=root))
             for name in LEROBOT_ENTRIES:  # meta first: from here to the last rename, no info.json (no dataset)
                 if (root / name).exists() or (root / name).is_symlink():
                     os.replace(root / name, old / name)
             for name in (*LEROBOT_ENTRIES[1:], LEROBOT_ENTRIES[0]):  # meta last: the dataset appears complete
-                if (tmp / name).exists():
+                if (tmp / name).exists():  # (videos/: none without cameras exported as videos)
                     os.replace(tmp / name, root / name)
             shutil.rmtree(old, ignore_errors=True)
     finally:
@@ -405,12 +400,13 @@ def _depth_info(feature: dict, video: bool, height: int, width: int, fps: float)
 def _write(ds: LeRobotZarrDataset, root: Path, size_mb: int, video_size_mb: int, videos: bool | None,
            progress: bool, card: dict[str, Any] | bool | None = None, encoder_threads: int | None = None,
            link: bool = False, before_videos: Callable[[], None] | None = None, cache: BesideCache | None = None,
-           prune: bool = True) -> None:
+           encode: bool = True) -> bool:
     """Every file of the LeRobot v3.0 dataset, one writer each: data files (with the per-episode stats and tasks
     they yield), videos, then the metadata files and our index (``card=False``: no dataset card, as LeRobot's
     recorder leaves a folder; ``link``: a video file of one episode is its segment hard-linked; ``before_videos``:
-    called between the data files and the videos; ``cache``: see :func:`export_beside`; ``prune``: the store's
-    stale segments removed)."""
+    called between the data files and the videos; ``cache``: see :func:`export_beside`; ``encode=False``: nothing
+    encoded and the store's stale segments kept). Whether the files were written (False: ``encode=False`` and an
+    episode lacks a valid segment)."""
     from ..lerobot.writers import write_card, write_episodes_table, write_info, write_stats, write_tasks
 
     meta = ds.meta
@@ -430,9 +426,13 @@ def _write(ds: LeRobotZarrDataset, root: Path, size_mb: int, video_size_mb: int,
     data = _write_data_files(ds, root, selected, as_video, size_mb, progress, cache)
     if before_videos is not None:
         before_videos()
-    places = {k: _write_videos(ds, root, k, selected, video_size_mb, progress, encoder_threads, link)
-              for k in as_video}
-    if as_video and prune:
+    places = {}
+    for k in as_video:
+        placed = write_videos(ds, root, k, selected, video_size_mb, progress, encoder_threads, link, cache, encode)
+        if placed is None:
+            return False
+        places[k] = placed
+    if as_video and encode:
         _prune_segments(ds, encoder_threads, started)
     write_episodes_table(root, tasks=data.tasks, lengths=lengths, data_files=(data.chunk, data.file),
                          videos={k: tuple(zip(*p, strict=True)) for k, p in places.items()}, stats=data.stats)
@@ -447,6 +447,7 @@ def _write(ds: LeRobotZarrDataset, root: Path, size_mb: int, video_size_mb: int,
     write_index(root, info=info, tasks=list(meta.tasks), stats=stats, length=lengths.tolist(),
                 data_file=data.rel, file_row=data.file_row, episode_tasks=data.tasks,
                 videos={k: [(video_file_rel(k, *p[:2]), p[2]) for p in ps] for k, ps in places.items()})
+    return True
 
 
 @dataclass
@@ -516,8 +517,8 @@ def _write_data_files(ds: LeRobotZarrDataset, root: Path, selected: list[int], a
                     full = False
                 rows = cache.rows(keys[e]) if cache is not None else None
                 if rows is None or rows.table is None:
-                    known = cache.hints.pop(src, {}) if cache is not None else {}
-                    rows = _episode_rows(ds, src, e, starts[e], columns, stats_of, tasks, rows, known)
+                    hints = cache.take_hint(src) if cache is not None else {}
+                    rows = _episode_rows(ds, src, e, starts[e], columns, stats_of, tasks, known=rows, hints=hints)
                     if cache is not None:
                         cache.keep(keys[e], rows)
                 table = rows.table
@@ -533,9 +534,9 @@ def _write_data_files(ds: LeRobotZarrDataset, root: Path, selected: list[int], a
     if cache is not None:
         cache.limit = limit
         for rel, record in written.items():
-            st = (root / rel).stat()
-            record.size, record.mtime_ns = st.st_size, st.st_mtime_ns
+            record.stamp(root / rel)
         cache.files = written
+        cache.drop_hints(selected)  # a hint given after its episode was exported without it
         for record in written.values():  # a closed file is linked by the next exports: its rows are not needed
             for key in record.keys if record.closed else ():
                 rows = cache.rows(key)
@@ -569,41 +570,6 @@ def _episode_rows(ds: LeRobotZarrDataset, src: int, e: int, start: int, columns:
     return EpisodeRows(table, stats, [tasks[t] for t in first_seen.tolist()])
 
 
-def _write_videos(ds: LeRobotZarrDataset, root: Path, key: str, selected: list[int], size_mb: int,
-                  progress: bool, encoder_threads: int | None = None, link: bool = False
-                  ) -> list[tuple[int, int, float, float]]:
-    """One camera's mp4 files; per episode its ``(chunk_index, file_index, from_timestamp, to_timestamp)``. As
-    LeRobot's recorder makes them: each episode encoded on its own (or its segment made in the background taken
-    from the store, :mod:`.segments`), the episodes' mp4s joined without re-encoding; with ``link``, a file of one
-    episode is its segment hard-linked (files beside the store only: a file elsewhere that a tool rewrites in place
-    must not change the store's segment). One camera at a time: two live SVT-AV1 encoders in a process have been
-    seen to hang."""
-    spec = ds.array_specs[key]
-    if spec.storage == "mp4" and not spec.resize:  # the source's bytes, unchanged
-        return _copy_mp4(ds, root, key, selected)
-    encoding = camera_encodings(ds, [key], encoder_threads)[key]
-    lengths = ds.meta.episode_length[selected].tolist()
-    hashes = episode_hashes(ds, key)
-    out = _VideoFiles(root, key, float(ds.meta.info["fps"]), spec.frame_bytes, size_mb)
-    places = []
-    alone = out.alone(lengths) if link else [False] * len(lengths)
-    try:
-        with progress_bar(sum(lengths), f"encoding {key}", progress) as bar, \
-                tempfile.TemporaryDirectory(prefix="lerobot_zarr-episode-mp4-") as tmp:
-            for src, n, single in zip(selected, lengths, alone, strict=True):
-                segment = find_segment(ds, encoding, src, hashes) or _kept_segment(ds, encoding, src, hashes)
-                if segment is not None and single:  # the file is that one episode's mp4: no bytes copied
-                    places.append(out.link(segment, n))
-                else:
-                    if segment is None:
-                        segment = make_segment(ds, encoding, src, Path(tmp) / "episode.mp4")
-                    places.append(out.add(segment, n))
-                bar.update(n)
-    finally:
-        out.close()
-    return places
-
-
 def _prune_segments(ds: LeRobotZarrDataset, threads: int | None, started: float) -> None:
     """Remove the store's segments that neither this export's episodes nor the store's latest commit have (stale:
     of episodes deleted or changed since they were made), leaving those made since ``started`` (a writer's
@@ -621,99 +587,6 @@ def _prune_segments(ds: LeRobotZarrDataset, threads: int | None, started: float)
     finally:
         latest.close()
     prune_segments(ds.root, keep, started)
-
-
-def _kept_segment(ds: LeRobotZarrDataset, encoding: Any, episode: int, hashes: np.ndarray) -> Path | None:
-    """The episode encoded as the store's segment (:func:`~.segments.make_segment`: from frames checked against
-    their recorded hash), so that the next export of the unchanged episode joins it instead of encoding it again;
-    None where the store cannot keep one (no hash, a folder it cannot write: a read-only store)."""
-    try:
-        return make_segment(ds, encoding, episode, hashes=hashes)
-    except OSError:
-        return None
-
-
-def _copy_mp4(ds: LeRobotZarrDataset, root: Path, key: str,
-              selected: list[int]) -> list[tuple[int, int, float, float]]:
-    """A camera kept as mp4: the files holding the exported episodes copied unchanged (renumbered as LeRobot's
-    ``file-NNN``), each episode at the same seconds of its file."""
-    from ..store.cameras import mp4_file, read_mp4_index
-    from ..utils.fileio import copy_file
-
-    index = read_mp4_index(ds.root, key, ds.meta.total_episodes)
-    numbers: dict[int, int] = {}
-    places = []
-    for src in selected:
-        f = int(index["file"][src])
-        if f not in numbers:
-            numbers[f] = len(numbers)
-            target = root / video_file_rel(key, *divmod(numbers[f], CHUNKS_SIZE))
-            target.parent.mkdir(parents=True, exist_ok=True)
-            copy_file(mp4_file(ds.root, key, index["files"][f]), target)  # never a file outside the store
-        chunk, file = divmod(numbers[f], CHUNKS_SIZE)
-        places.append((chunk, file, float(index["from_timestamp"][src]), float(index["to_timestamp"][src])))
-    return places
-
-
-class _VideoFiles:
-    """One camera's mp4 files: episodes' mp4s joined into the current file until it is estimated to pass the size
-    limit. The estimate (raw frame bytes / ``_AV1_RATIO``) keeps exports byte-deterministic: the encoder's own
-    threads make the size of a file still being written vary from run to run."""
-
-    def __init__(self, root: Path, key: str, fps: float, frame_bytes: int, size_mb: int):
-        self.root, self.key, self.fps, self.frame_bytes = root, key, fps, frame_bytes
-        self.limit = size_mb * 2**20 * _AV1_RATIO
-        self.number = 0
-        self.raw = 0
-        self.joiner: Mp4Joiner | None = None
-
-    def alone(self, lengths: Sequence[int]) -> list[bool]:
-        """For episodes of ``lengths`` frames added in turn from an empty file: whether each is the only one of its
-        file (the size estimate depends on frame counts only, so this is known before any is added)."""
-        files, raw = [0], 0
-        for n in lengths:
-            raw += n * self.frame_bytes
-            files[-1] += 1
-            if raw >= self.limit:
-                files.append(0)
-                raw = 0
-        return [count == 1 for count in files for _ in range(count)]
-
-    def link(self, segment: Path, frames: int) -> tuple[int, int, float, float]:
-        """One episode's mp4 as a file of its own (a hard link where the filesystem allows, else a copy); the
-        caller made sure the episode is alone in its file (:meth:`alone`)."""
-        from fractions import Fraction
-
-        from ..utils.fileio import link_or_copy
-
-        assert self.joiner is None
-        chunk, file = divmod(self.number, CHUNKS_SIZE)
-        path = self.root / video_file_rel(self.key, chunk, file)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        link_or_copy(segment, path)
-        self.number += 1
-        return chunk, file, 0.0, float(Fraction(frames) / Fraction(self.fps).limit_denominator(1001))
-
-    def add(self, segment: Path, frames: int) -> tuple[int, int, float, float]:
-        """Join one episode's mp4 (``frames`` frames); its ``(chunk_index, file_index, from_timestamp,
-        to_timestamp)``."""
-        chunk, file = divmod(self.number, CHUNKS_SIZE)
-        if self.joiner is None:
-            path = self.root / video_file_rel(self.key, chunk, file)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self.joiner = Mp4Joiner(path, self.fps)
-        start, stop = self.joiner.add(segment, frames)
-        self.raw += frames * self.frame_bytes
-        if self.raw >= self.limit:
-            self.close()
-        return chunk, file, start, stop
-
-    def close(self) -> None:
-        if self.joiner is not None:
-            self.joiner.close()
-            self.joiner = None
-            self.number += 1
-            self.raw = 0
 
 
 def check_push(dataset: LeRobotZarrDataset | None, repo_id: str, *, revision: str | None = None,

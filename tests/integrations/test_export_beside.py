@@ -204,3 +204,138 @@ def test_a_process_killed_while_exporting_leaves_the_previous_files_or_none(tmp_
         assert sorted(set(_lerobot_episodes(root))) == [0, 1, 2, 3]
     finally:
         store.close()
+
+
+def test_a_closed_video_file_is_linked_by_the_next_exports_not_joined_again(tmp_path, monkeypatch):
+    """Exports after each saved episode (one cache, as a recorder's): a video file an earlier export closed keeps
+    its inode (hard linked, not joined again), and every file beside equals a fresh to_lerobot's."""
+    import lerobot_zarr.writing.export_videos as videos_module
+    from lerobot_zarr.writing.beside_cache import BesideCache
+    from lerobot_zarr.writing.export import to_lerobot
+
+    # video files of ~8000 raw bytes: 3 episodes of 3 frames of 16x24x3 each (the default 200 MB limit)
+    monkeypatch.setattr(videos_module, "_AV1_RATIO", 8000 / (200 * 2**20))
+    root = tmp_path / "ds"
+    cache = BesideCache()
+    cam = Path("videos/observation.images.cam/chunk-000")
+    store = create(root, fps=10, features=FEATURES, durable=False)
+    try:
+        for e in range(4):
+            _episode(store, e, 3)
+            assert export_beside(store.reader, cache=cache) is True
+        closed = (root / cam / "file-000.mp4").stat().st_ino
+        joined = []
+        real_add = videos_module.VideoFiles.add
+        monkeypatch.setattr(videos_module.VideoFiles, "add",
+                            lambda self, segment, frames: joined.append(self.number) or real_add(self, segment, frames))
+        _episode(store, 4, 3)
+        assert export_beside(store.reader, cache=cache) is True
+        assert (root / cam / "file-000.mp4").stat().st_ino == closed
+        assert joined == [1, 1]  # the open file's episodes only
+        fresh = to_lerobot(store.reader, tmp_path / "fresh", progress=False)
+    finally:
+        store.close()
+    assert sorted(p.name for p in (root / cam).iterdir()) == ["file-000.mp4", "file-001.mp4"]
+    for name in ("file-000.mp4", "file-001.mp4"):
+        assert (root / cam / name).read_bytes() == (fresh / cam / name).read_bytes()
+    assert _lerobot_episodes(root) == [e for e in range(5) for _ in range(3)]
+
+
+def test_a_file_beside_replaced_by_another_of_the_same_size_and_time_is_written_again(tmp_path, monkeypatch):
+    """A closed video file beside swapped for another file (same size and modification time, another inode) is not
+    linked into the next export: it is joined again from the segments."""
+    import shutil
+
+    import lerobot_zarr.writing.export_videos as videos_module
+    from lerobot_zarr.writing.beside_cache import BesideCache
+
+    monkeypatch.setattr(videos_module, "_AV1_RATIO", 8000 / (200 * 2**20))
+    root = tmp_path / "ds"
+    cache = BesideCache()
+    video = root / "videos/observation.images.cam/chunk-000/file-000.mp4"
+    store = create(root, fps=10, features=FEATURES, durable=False)
+    try:
+        for e in range(4):
+            _episode(store, e, 3)
+        assert export_beside(store.reader, cache=cache) is True
+        good = video.read_bytes()
+        st = video.stat()
+        swapped = video.with_name("swapped")
+        swapped.write_bytes(bytes(len(good)))  # another file, its size and time made the same
+        os.utime(swapped, ns=(st.st_atime_ns, st.st_mtime_ns))
+        os.replace(swapped, video)
+        shutil.rmtree(root / "meta")  # (so that the edit is not refused as a LeRobot tool's)
+        swapped_ino = video.stat().st_ino
+        _episode(store, 4, 3)
+        assert export_beside(store.reader, cache=cache) is True
+        assert video.stat().st_ino != swapped_ino and video.read_bytes() == good
+    finally:
+        store.close()
+
+
+def test_a_hint_given_after_its_episode_was_exported_is_not_kept(tmp_path):
+    """The recorder's camera stats (BesideCache.hint) for an episode its thread already exported without them are
+    dropped by the next export (not kept for the whole recording)."""
+    from lerobot_zarr.writing.beside_cache import BesideCache
+
+    root = tmp_path / "ds"
+    cache = BesideCache()
+    store = create(root, fps=10, features=FEATURES, durable=False)
+    try:
+        _episode(store, 0, 3)
+        assert export_beside(store.reader, cache=cache) is True
+        cache.hint(0, {})  # too late: episode 0 is exported
+        _episode(store, 1, 2)
+        assert export_beside(store.reader, cache=cache) is True
+        assert cache.hints == {}
+    finally:
+        store.close()
+
+
+def test_an_export_whose_files_vanished_before_the_move_leaves_the_previous_files(tmp_path, monkeypatch):
+    """The export's temporary folder removed before its files are moved into place (another process's debris
+    sweep): the export raises, the previous files stay whole (never none or a mix), and the next export completes."""
+    import shutil
+    import threading
+
+    root = tmp_path / "ds"
+    store = create(root, fps=10, features=FEATURES, durable=False)
+    try:
+        _episode(store, 0, 3)
+        export_beside(store.reader)
+        _episode(store, 1, 2)
+        real = threading.Lock()
+
+        class Swept:  # the lock, taken after a sweep of the export folders (what another process may do)
+            def __enter__(self):
+                real.acquire()
+                for debris in root.glob(".lerobot-export.tmp-*"):
+                    shutil.rmtree(debris)
+
+            def __exit__(self, *exc):
+                real.release()
+
+        monkeypatch.setattr(export_module, "_BESIDE_LOCK", Swept())
+        with pytest.raises(FileNotFoundError, match="vanished"):
+            export_beside(store.reader)
+        assert exported_state(root)["episodes"] == 1 and _lerobot_episodes(root) == [0, 0, 0]
+        monkeypatch.undo()
+        assert export_beside(store.reader) is True
+        assert _lerobot_episodes(root) == [0, 0, 0, 1, 1]
+    finally:
+        store.close()
+
+
+def test_encode_false_never_encodes_an_episode_whose_segment_is_invalid(tmp_path):
+    root = tmp_path / "ds"
+    store = create(root, fps=10, features=FEATURES, durable=False)
+    try:
+        _episode(store, 0, 3)
+        encode_missing(root)
+        (segment,) = (root / SEGMENTS).glob("*.mp4")
+        segment.write_bytes(b"not an mp4")  # there, but fails validation
+        assert export_beside(store.reader, encode=False) is False
+        assert segment.read_bytes() == b"not an mp4" and not (root / "meta" / "info.json").exists()
+        assert not [p for p in root.iterdir() if p.name.startswith(".lerobot-")]
+    finally:
+        store.close()

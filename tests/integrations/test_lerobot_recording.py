@@ -627,12 +627,13 @@ def test_background_encoder_is_not_waited_for_and_finalize_joins_its_segments(tm
     from hub_fixtures import make_env
 
     import lerobot_zarr.writing.export as export_module
+    import lerobot_zarr.writing.export_videos as videos_module
     from lerobot_zarr.testing.hub_server import HubServer
 
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     encodes: list[int] = []
-    real = export_module.make_segment
-    monkeypatch.setattr(export_module, "make_segment", lambda ds, enc, e, *a, **k: (encodes.append(e),
+    real = videos_module.make_segment
+    monkeypatch.setattr(videos_module, "make_segment", lambda ds, enc, e, *a, **k: (encodes.append(e),
                                                                                       real(ds, enc, e, *a, **k))[1])
     ds = LeRobotDataset.create("someone/streamed", 30, FEATURES, root=tmp_path / "ds", **mode)
     encoders = ds.writer._encoder
@@ -713,11 +714,12 @@ def test_finalize_completes_without_its_encoders(tmp_path, monkeypatch, how):
     the store gives; a second finalize writes nothing."""
     import lerobot_zarr.integrations.lerobot_recorder as recorder_module
     import lerobot_zarr.writing.export as export_module
+    import lerobot_zarr.writing.export_videos as videos_module
     from lerobot_zarr.writing.segments import SEGMENTS
 
     encodes: list[int] = []
-    real = export_module.make_segment
-    monkeypatch.setattr(export_module, "make_segment", lambda ds, enc, e, *a, **k: (encodes.append(e),
+    real = videos_module.make_segment
+    monkeypatch.setattr(videos_module, "make_segment", lambda ds, enc, e, *a, **k: (encodes.append(e),
                                                                                       real(ds, enc, e, *a, **k))[1])
     monkeypatch.setattr(recorder_module, "FINISH_TIMEOUT", 1.0)
     root = tmp_path / "ds"

@@ -17,6 +17,7 @@ av = pytest.importorskip("av", reason="PyAV is not installed (the video extra): 
 
 import lerobot_zarr  # noqa: E402
 import lerobot_zarr.writing.export as export_module  # noqa: E402
+import lerobot_zarr.writing.export_videos as videos_module  # noqa: E402
 from lerobot_zarr.cameras.video import SVT_PARAMS_ENV  # noqa: E402
 from lerobot_zarr.sampling.dataset import LeRobotZarrDataset  # noqa: E402
 from lerobot_zarr.writing.segments import (  # noqa: E402
@@ -71,13 +72,13 @@ def _decoded(export: Path) -> list[np.ndarray]:
 def encodes(monkeypatch):
     """How many episodes an export encodes (segments it had to make) instead of joining the store's."""
     calls: list[int] = []
-    real = export_module.make_segment
+    real = videos_module.make_segment
 
     def counted(ds, encoding, episode, *args, **kwargs):
         calls.append(episode)
         return real(ds, encoding, episode, *args, **kwargs)
 
-    monkeypatch.setattr(export_module, "make_segment", counted)
+    monkeypatch.setattr(videos_module, "make_segment", counted)
     return calls
 
 
