@@ -453,8 +453,9 @@ class Recorder:
         lock released. The encoders are waited for once LeRobot's data files are written (they make the last videos
         meanwhile). Those files were kept up with each saved episode (:class:`_Beside`), whose cache the last export
         takes: it computes the rows and stats of the episodes saved since, links the files earlier exports closed,
-        and writes the last data file, each camera's last video file and the metadata again. Idempotent; episodes are already committed, so a
-        recorder that never gets here loses nothing saved (a later ``resume`` + ``finalize`` writes the files)."""
+        and writes the last data file, each camera's last video file and the metadata again. Idempotent; episodes
+        are already committed, so a recorder that never gets here loses nothing saved (a later ``resume`` +
+        ``finalize`` writes the files)."""
         if self._finalized:
             return
         self._finalized = True

@@ -45,8 +45,8 @@ from .values import stats_of_stored
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["to_lerobot", "export_beside", "BesideCache", "exported_beside", "edited_beside", "check_unedited_beside", "info_beside", "push", "check_push",
-           "INDEX_FILE", "EXPORT_MARKER", "LEROBOT_ENTRIES"]
+__all__ = ["to_lerobot", "export_beside", "BesideCache", "exported_beside", "edited_beside", "check_unedited_beside",
+           "info_beside", "push", "check_push", "INDEX_FILE", "EXPORT_MARKER", "LEROBOT_ENTRIES"]
 
 _INFO_KEPT = ("tools",)  # info.json keys of the source an export keeps (lerobot-annotate's tool schemas)
 #: the top-level entries of a LeRobot v3.0 folder as LeRobot's recorder leaves it (finalized): what
