@@ -113,13 +113,18 @@ def test_a_stopped_worker_is_an_error_naming_it_after_the_default_timeout(src, t
     assert f"pid {stopped[0]}, stopped" in str(exc) and f"{TIMEOUT_S} s" in str(exc), str(exc)
 
 
-def test_lerobots_class_in_a_dataloader_with_a_stopped_worker_raises_too(src, tmp_path, monkeypatch):
+def test_lerobots_class_in_a_dataloader_with_a_stopped_worker_raises_too(src, tmp_path, monkeypatch, request):
     """LeRobot's own class in torch's DataLoader given a timeout: torch's RuntimeError, which ours refines (with the
     drop-in in the same DataLoader: the same error, torch's)."""
     pytest.importorskip("lerobot", reason="lerobot is not installed (LeRobot's class with a stopped worker)")
     from lerobot.datasets.lerobot_dataset import LeRobotDataset as Reference
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    # torch's default sharing passes a batch's tensors as descriptors the worker hands over when the batch is
+    # unpickled: a batch queued just before the worker stopped then hangs the unpickling, past any timeout
+    strategy = torch.multiprocessing.get_sharing_strategy()
+    torch.multiprocessing.set_sharing_strategy("file_system")
+    request.addfinalizer(lambda: torch.multiprocessing.set_sharing_strategy(strategy))
     for lds in (Reference("local/x", root=src, delta_timestamps=DELTAS), dropin(src, tmp_path)):
         loader = DataLoader(lds, batch_size=2, num_workers=1, prefetch_factor=1, timeout=TIMEOUT_S)
         exc, _ = _stop_after_first_batch(loader)
