@@ -6,8 +6,10 @@ them is checked in test_lerobot_recording.py (it needs torch and lerobot)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +29,17 @@ from lerobot_zarr.writing.writer import WritableDataset, create
 FEATURES = {"observation.state": {"dtype": "float32", "shape": [2], "names": None},
             "observation.images.cam": {"dtype": "video", "shape": [16, 24, 3],
                                        "names": ["height", "width", "channels"]}}
+
+
+@contextlib.contextmanager
+def _store(tmp_path: Path) -> Iterator[tuple[Path, WritableDataset]]:
+    """A store of FEATURES at ``tmp_path / "ds"``, closed afterwards."""
+    root = tmp_path / "ds"
+    store = create(root, fps=10, features=FEATURES, durable=False)
+    try:
+        yield root, store
+    finally:
+        store.close()
 
 
 def _episode(store: WritableDataset, e: int, n: int) -> None:
@@ -76,9 +89,7 @@ def test_an_export_stopped_at_any_rename_leaves_the_previous_files_or_none(tmp_p
     out, the new data, videos, meta in): stopped before the ``stop_at``-th (as a kill there would), root holds the
     previous export whole, or no meta/info.json (no dataset), never a mix; the store keeps every episode; the next
     export completes."""
-    root = tmp_path / "ds"
-    store = create(root, fps=10, features=FEATURES, durable=False)
-    try:
+    with _store(tmp_path) as (root, store):
         _episode(store, 0, 3)
         export_beside(store.reader)
         _episode(store, 1, 2)
@@ -109,14 +120,11 @@ def test_an_export_stopped_at_any_rename_leaves_the_previous_files_or_none(tmp_p
         assert export_beside(store.reader) is True
         assert _lerobot_episodes(root) == [0, 0, 0, 1, 1]
         assert not [p for p in root.iterdir() if p.name.startswith(".lerobot-")]  # the stopped one's leftovers
-    finally:
-        store.close()
+
 
 
 def test_a_lone_episode_video_is_the_segment_hard_linked_and_stale_segments_are_pruned(tmp_path):
-    root = tmp_path / "ds"
-    store = create(root, fps=10, features=FEATURES, durable=False)
-    try:
+    with _store(tmp_path) as (root, store):
         _episode(store, 0, 3)
         encode_missing(root)
         (segment,) = (root / SEGMENTS).glob("*.mp4")
@@ -127,8 +135,7 @@ def test_a_lone_episode_video_is_the_segment_hard_linked_and_stale_segments_are_
         video = root / "videos" / "observation.images.cam" / "chunk-000" / "file-000.mp4"
         assert video.stat().st_ino == segment.stat().st_ino  # no bytes copied, nothing encoded
         assert not stale.exists() and segment.exists()
-    finally:
-        store.close()
+
 
 
 def test_a_feature_named_as_lerobot_folders_is_refused(tmp_path):
@@ -149,9 +156,7 @@ def test_files_a_lerobot_tool_changed_in_place_are_never_overwritten(tmp_path):
     from lerobot_zarr.errors import StoreExistsError
     from lerobot_zarr.writing.export import edited_beside, exported_beside
 
-    root = tmp_path / "ds"
-    store = create(root, fps=10, features=FEATURES, durable=False)
-    try:
+    with _store(tmp_path) as (root, store):
         _episode(store, 0, 3)
         export_beside(store.reader)
         assert exported_beside(store.reader) and edited_beside(root) == []
@@ -164,8 +169,7 @@ def test_files_a_lerobot_tool_changed_in_place_are_never_overwritten(tmp_path):
         with pytest.raises(StoreExistsError, match="changed since"):
             export_beside(store.reader)
         assert exported_state(root)["episodes"] == 1 and _lerobot_episodes(root) == [0, 0, 0]
-    finally:
-        store.close()
+
 
 
 def test_a_process_killed_while_exporting_leaves_the_previous_files_or_none(tmp_path):
@@ -176,9 +180,7 @@ def test_a_process_killed_while_exporting_leaves_the_previous_files_or_none(tmp_
     import sys
     import time
 
-    root = tmp_path / "ds"
-    store = create(root, fps=10, features=FEATURES, durable=False)
-    try:
+    with _store(tmp_path) as (root, store):
         _episode(store, 0, 3)
         export_beside(store.reader)
         for e in range(1, 4):
@@ -202,8 +204,7 @@ def test_a_process_killed_while_exporting_leaves_the_previous_files_or_none(tmp_
                 assert ds.meta.total_episodes == 4
         export_beside(store.reader)
         assert sorted(set(_lerobot_episodes(root))) == [0, 1, 2, 3]
-    finally:
-        store.close()
+
 
 
 def test_a_closed_video_file_is_linked_by_the_next_exports_not_joined_again(tmp_path, monkeypatch):
@@ -298,9 +299,7 @@ def test_an_export_whose_files_vanished_before_the_move_leaves_the_previous_file
     import shutil
     import threading
 
-    root = tmp_path / "ds"
-    store = create(root, fps=10, features=FEATURES, durable=False)
-    try:
+    with _store(tmp_path) as (root, store):
         _episode(store, 0, 3)
         export_beside(store.reader)
         _episode(store, 1, 2)
@@ -322,14 +321,11 @@ def test_an_export_whose_files_vanished_before_the_move_leaves_the_previous_file
         monkeypatch.undo()
         assert export_beside(store.reader) is True
         assert _lerobot_episodes(root) == [0, 0, 0, 1, 1]
-    finally:
-        store.close()
+
 
 
 def test_encode_false_never_encodes_an_episode_whose_segment_is_invalid(tmp_path):
-    root = tmp_path / "ds"
-    store = create(root, fps=10, features=FEATURES, durable=False)
-    try:
+    with _store(tmp_path) as (root, store):
         _episode(store, 0, 3)
         encode_missing(root)
         (segment,) = (root / SEGMENTS).glob("*.mp4")
@@ -337,5 +333,4 @@ def test_encode_false_never_encodes_an_episode_whose_segment_is_invalid(tmp_path
         assert export_beside(store.reader, encode=False) is False
         assert segment.read_bytes() == b"not an mp4" and not (root / "meta" / "info.json").exists()
         assert not [p for p in root.iterdir() if p.name.startswith(".lerobot-")]
-    finally:
-        store.close()
+
