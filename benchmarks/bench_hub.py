@@ -8,11 +8,15 @@ per-episode stats columns, as LeRobot's recorder flushes it). Three sections (``
 - ``rtt`` (round trips, the first open of a real Hub dataset): the server models a network (``--latency`` per
   request, one shared link of ``--gbit`` Gbit/s; ``--handshake-rtts`` more per new connection). For datasets of
   ``--scale`` episodes (default 200, 2,000, 20,000 of ``--scale-frames`` frames), a fresh process opens one
-  episode: requests, round trips (requests one after the other), bytes and wall time of the open, and what it uses
-  of the episode table (its footer and the needed columns of the row groups it needs: for a first open, which makes
-  the store with every episode's start, length and first task, each row group whose footer statistics do not give
-  them; a table of varied lengths has none that do) against what it reads of it; the same for the dataset pushed
-  by us (``push``: with our index file), and LeRobot's ``LeRobotDataset(repo_id, episodes=[k])`` when lerobot is
+  episode: requests, round trips (requests one after the other), bytes and wall time of the open, and what it reads
+  of the episode table against what opening that episode uses of it, whatever the reader (its footer, and the
+  needed columns of the row groups holding the episode and where its data file begins) and, for a first open,
+  against what today's store needs to be made (every episode's start, length and first task: the needed columns of
+  every row group whose footer statistics do not give them; a table of varied lengths has none that do); the same
+  first open reading the footer then the needed columns of every row group (the other way to read only what the
+  store needs), a reopen for another episode (what an open that resolved other episodes' lengths only when needed
+  would read), the dataset pushed by us (``push``: with our index file), and LeRobot's
+  ``LeRobotDataset(repo_id, episodes=[k])`` when lerobot is
   importable (run with a LeRobot environment's Python).
 - ``compare``: one episode of a ``--compare-episodes`` dataset of ``--compare-frames`` frames (default 2,000 of
   300-700: 400 per file), ours against LeRobot, fresh processes, ``--repeats`` interleaved runs: best and median
@@ -83,6 +87,13 @@ t2 = time.perf_counter()
 assert ds.episodes.tolist() == [k] and len(ds) > 0
 print(json.dumps({"seconds": t2 - t1, "with_import": t2 - t0, "frames": len(ds)}))
 """
+
+# The other way a first open of today's store could read a varied-length table: its footer first, then the needed
+# columns of every row group, each in a request of its own (they lie between LeRobot's stats columns), 8 in flight
+PROBE_COLUMNS = PROBE_OURS.replace("t1 = time.perf_counter()", """\
+import lerobot_zarr.lerobot.source_meta as sm, lerobot_zarr.lerobot.range_files as rf
+sm._FOOTER_FIRST_MIN, sm._FOOTER_READ_GROUPS, sm._LOCATE_GAP, rf._MAX_RANGES = 0, 1 << 40, 1, 1 << 40
+t1 = time.perf_counter()""", 1)
 
 PROBE_LEROBOT = r"""
 import json, sys, time
@@ -191,6 +202,7 @@ def section_rtt(b: Bench, args) -> None:
         table = folder / "meta/episodes/chunk-000/file-000.parquet"
         k = n // 2 + 7 if n > 20 else n // 2
         rows.append((n, "LeRobot-written, ours", b.probe(PROBE_OURS, f"bench/lerobot-{n}", k), table, [k]))
+        rows.append((n, "  every group's columns", b.probe(PROBE_COLUMNS, f"bench/lerobot-{n}", k), table, [k]))
         again = n // 4 + 3  # another data file; its row group is not in the tail read with the footer
         rows.append((n, "  reopen for another", b.probe(PROBE_OURS, f"bench/lerobot-{n}", again, first=k), table,
                      [again]))
@@ -199,25 +211,29 @@ def section_rtt(b: Bench, args) -> None:
             rows.append((n, "LeRobot-written, LeRobot", b.probe(PROBE_LEROBOT, f"bench/lerobot-{n}", k), table,
                          [k]))
     print(f"\n{'episodes':>9}  {'repo, reader':<26}{'requests':>9}{'round trips':>12}{'bytes':>14}{'table bytes':>13}"
-          f"{'uses':>12}{'':>7}{'seconds':>9}   episode table: size, footer, what locating the episode uses of it")
+          f"{'uses':>12}{'':>7}{'store':>7}{'seconds':>9}   episode table: size, footer, what locating the episode "
+          f"uses of it")
     for n, label, r, table, eps in rows:
         md = pq.ParquetFile(table).metadata
         footer = md.serialized_size + 8
-        uses = footer + (locating_uses(table, eps) if label.strip().startswith("reopen")
-                         else first_open_uses(table, eps))
+        uses = footer + locating_uses(table, eps)
+        first = not label.strip().startswith(("reopen", "pushed"))
+        store = f"{r['table_bytes'] / (footer + first_open_uses(table, eps)):>6.2f}x" if first else f"{'':>7}"
         ratio = f"{uses:>12,}{r['table_bytes'] / uses:>6.2f}x" if "pushed" not in label else f"{'-':>12}{'':>7}"
         print(f"{n:>9,}  {label:<26}{r['requests']:>9}{r['round_trips']:>12}{r['bytes']:>14,}{r['table_bytes']:>13,}"
-              f"{ratio}{r['seconds']:>9.2f}   {table.stat().st_size:,} B, "
+              f"{ratio}{store}{r['seconds']:>9.2f}   {table.stat().st_size:,} B, "
               f"{md.num_row_groups} row groups, footer {footer:,} B, + {locating_uses(table, eps):,} B of columns")
-    print("(uses: what the open needs of the episode table, and 'table bytes' over it (a repo pushed by us: our "
-          "index file instead). A first open (no store yet) "
-          "needs every episode's start, length and first task: the footer, and the columns an open needs of the row "
-          "groups whose episodes' lengths or tasks differ (the footer's statistics give a row group's frame range, "
-          "and its episodes' length and task only when all the same: --tasks 1, frames LO-LO) and of those "
-          "locating the episode; a reopen: the store holds every episode's start and length, made by an earlier "
-          "open of another episode; what locating an episode uses: the footer, and the columns an open needs of "
-          "the row groups holding it and where its data file begins. A table whose footer does not give the lengths "
-          "is read whole, its footer first)")
+    print("(uses: what opening the episode uses of the episode table, whatever the reader: its footer (the only way "
+          "to find a column chunk of a parquet file; LeRobot's stats columns' statistics make it ~1.1 KB per "
+          "episode) and the columns an open needs (episode_index, tasks, length, data/*, dataset_*_index, "
+          "videos/*) of the row groups holding the episode and where its data file begins; then 'table bytes' "
+          "over it (a repo pushed by us: our index file instead). store: 'table bytes' over what today's store "
+          "needs to be made by a first open: every episode's start, length and first task, so the same columns of "
+          "every row group whose footer statistics do not give them (a table of varied lengths: all of them). "
+          "'every group's columns': today's first open reading the footer, then those columns of every row group "
+          "in a request each (they lie between the stats columns; 8 in flight). A reopen reads what an open that "
+          "resolved other episodes' lengths only when needed would read. A table read whole at once comes in the "
+          "first round trip, with the other metadata files)")
     if not have_lerobot():
         print("(LeRobot's rows skipped: lerobot is not importable here)")
 

@@ -34,7 +34,7 @@ MODEL = NetworkModel(latency_s=0.05, rate=1e9, settle=True)
 
 @pytest.fixture(autouse=True)
 def footer_first(monkeypatch):
-    """Tables of these sizes read footer first (by default only those over 16 MiB are: below, the round trip a
+    """Tables of these sizes read footer first (by default only those over 128 MiB are: below, the round trip a
     varied-length table loses costs more than what a footer-first read can save; the path is the same)."""
     monkeypatch.setattr(source_meta, "_FOOTER_FIRST_MIN", 1 << 20)
 
