@@ -35,8 +35,8 @@ from .tables import ArraySpec
 from .text import decode_text, encode_text
 
 __all__ = ["ensure_pack", "adopt_pack_file", "unadopt_pack_file", "write_rows", "write_pack_bytes", "HUGE_PAGE",
-           "row_writer", "open_pack", "open_array_pack", "read_raw_rows", "read_text_rows", "read_shard_index",
-           "shard_index_bytes", "retire_pack", "remove_retired", "RowWriter", "PackWriters"]
+           "APPEND_PIECE", "row_writer", "open_pack", "open_array_pack", "read_raw_rows", "read_text_rows",
+           "read_shard_index", "shard_index_bytes", "retire_pack", "remove_retired", "RowWriter", "PackWriters"]
 
 _EMPTY = np.uint64(2**64 - 1)
 _pack_locks: dict[str, threading.Lock] = {}
@@ -206,10 +206,25 @@ def _open_raw_for_writing(root: str | os.PathLike, path: str, spec: ArraySpec, p
         return open_nofollow(path, os.O_WRONLY, root=root)
 
 
+APPEND_PIECE = 256 << 10  # the largest write of an episode's rows (see _write_raw)
+
+
 def _write_raw(fd: int, path: str, spec: ArraySpec, offset: int, frames: np.ndarray, hashed: bool = True
                ) -> int | None:
+    """Write an episode's rows in pieces cut at :data:`APPEND_PIECE`-aligned file offsets. The page cache takes
+    a write's data into folios as large as the write allows: one write of a 100-frame float32 camera (11 MB) asks
+    for 2 MiB folios, which the kernel takes from its large free blocks, on a VM with free page reporting the
+    memory handed back to the host: writing into them cost 12-25 ms of CPU per 11 MB on the project's VM against
+    2.5 ms in 256 KiB pieces, whose folios come from the smaller free blocks that anonymous page faults (LeRobot's
+    in-memory buffer) use too (``benchmarks/README.md``, bench_rl_buffer). Sampling maps them with small pages
+    until they are read back from disk (a transcode writes whole huge pages instead: :func:`write_pack_bytes`)."""
     view = memoryview(np.ascontiguousarray(frames, dtype=spec.dtype).reshape(-1)).cast("B")
-    pwrite_all(fd, view, offset * spec.frame_bytes, path)
+    start = offset * spec.frame_bytes
+    at, end = start, start + len(view)
+    while at < end:
+        cut = min(end, (at // APPEND_PIECE + 1) * APPEND_PIECE)
+        pwrite_all(fd, view[at - start:cut - start], at, path)
+        at = cut
     return crc32c(view) if hashed else None
 
 

@@ -1165,6 +1165,54 @@ def _zarr_episode_table(root: Path) -> dict[str, np.ndarray]:
         return {name: np.asarray(g[name][:]) for name in ("episode_length", "episode_chunk", "episode_offset")}
 
 
+def test_an_episodes_rows_are_written_in_pieces_that_stay_inside_256_kib_blocks(tmp_path, monkeypatch):
+    """One write of a large camera's episode (11 MB for 100 float32 frames of 3x96x96) makes the page cache take
+    2 MiB folios, on a VM with free page reporting the memory handed back to the host (several times the CPU of
+    LeRobot's in-memory add, see ``benchmarks/README.md``): an episode's rows reach each pack file in writes that
+    never cross a 256 KiB-aligned boundary of the file. Float32 frames (not made of uint8 pixels) come back bit for
+    bit, from the writer and from the store reopened."""
+    piece = 256 << 10  # lerobot_zarr.store.packs.APPEND_PIECE
+    writes: list[tuple[str, int, int]] = []
+    real = os.pwrite
+
+    def spy(fd, data, offset):
+        path = os.readlink(f"/proc/self/fd/{fd}")
+        if "/c/" in path and path.startswith(str(tmp_path / "buf")):
+            writes.append((path, offset, len(memoryview(data).cast("B"))))
+        return real(fd, data, offset)
+
+    monkeypatch.setattr(os, "pwrite", spy)
+    rng = np.random.default_rng(SEED)
+    lengths = (12, 3, 20, 7)  # 49,152-byte frames: episodes of 4 to 21 rows, across the pieces' boundaries
+    frames = [rng.random((n + 1, 3, 64, 64), dtype=np.float32) for n in lengths]
+    frames[0][0, 0, :4, 0] = (-0.0, 1e-40, np.float32(np.nextafter(np.float32(1), np.float32(0))), 0.5)
+    buf = TransitionBuffer(tmp_path / "buf", image_storage="float32")
+    for e, (n, f) in enumerate(zip(lengths, frames)):
+        for t in range(n):
+            state = {STATE: np.array([[e, t]], np.float32), CAMERA: f[t][None]}
+            after = {STATE: np.array([[e, t + 1]], np.float32), CAMERA: f[t + 1][None]}
+            buf.add(state, np.zeros((1, 2), np.float32), 0.0, after, t == n - 1, False)
+    camera = [(o, size) for path, o, size in writes if f"/{CAMERA}/c/" in path]
+    assert sum(size for _, size in camera) == sum(f.nbytes for f in frames), "each episode's rows, tail included"
+    assert len(camera) > len(lengths), "episodes crossing a boundary are written in several pieces"
+    for path, offset, size in writes:
+        assert offset // piece == (offset + size - 1) // piece, f"{path}: {size} bytes at {offset}"
+
+    def check(b: TransitionBuffer) -> None:
+        got = b.gather(np.arange(len(b)))
+        assert len(b) == sum(lengths)
+        for i, (e, t) in enumerate(got["state"][STATE].astype(int).tolist()):
+            for part, row in (("state", t), ("next_state", t + 1)):
+                value = got[part][CAMERA][i]
+                assert value.dtype == np.float32 and value.tobytes() == frames[e][row].tobytes(), (part, e, t)
+
+    check(buf)
+    buf.close()
+    reopened = TransitionBuffer(tmp_path / "buf", mode="r")
+    check(reopened)
+    reopened.close()
+
+
 def test_an_episode_commit_appends_to_the_log_and_a_fold_replaces_the_root_only(tmp_path, monkeypatch):
     """Replacing an existing file by rename makes ext4 start writing it out at once (1-30 ms each on a busy disk),
     and rewriting the root costs what the store holds: an episode's commit appends a record to the commit log and
