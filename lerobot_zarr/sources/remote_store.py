@@ -211,8 +211,10 @@ class RemoteStore:
         self._feature_span = int(self._pack_start[-1]) + 1
         self._chunk, self._offset = self.state.table.chunk, self.state.table.offset
         self._filled = np.flatnonzero(self.state.packs.rows > 0).tolist()
+        self._numeric = [name for name, spec in self.state.arrays.items()
+                         if spec.kind == "numeric" and spec.storage == "raw"]
         self._by_rows = [name for name, spec in self.state.arrays.items()
-                         if spec.storage != "mp4" and not (spec.kind == "numeric" and spec.storage == "raw")]
+                         if spec.storage != "mp4" and name not in self._numeric]
         self.mp4_files = mp4_files if mp4_files is not None else self._list_mp4(self.state)
 
     def __reduce__(self) -> tuple:
@@ -597,23 +599,25 @@ class RemoteStore:
 
     def _numeric_whole_bytes(self) -> int:
         """Bytes of the numeric features fetched whole (all of them, when they fit in half the cache), else 0."""
-        total = sum(int(self.state.packs.rows.sum()) * spec.frame_bytes for spec in self.state.arrays.values()
-                    if spec.kind == "numeric" and spec.storage == "raw")
+        total = int(self.state.packs.rows.sum()) * sum(self.state.arrays[name].frame_bytes for name in self._numeric)
         return total if total <= self.cache_bytes // 2 else 0
 
     def _look_to_settle(self) -> None:
         """Features read row by row (cameras, text...) whose every row is present are settled as numeric ones are
         (never evicted, nothing asked for them: a batch reads the maps alone), while together with the numeric
-        features and those settled before they fit in half the cache. Looked at every ``_SETTLE_EVERY`` ensures:
-        the packs found complete are not looked at again (a cursor per feature; packs never made stop it, no
-        request is sent); the last look is under the eviction lock (no eviction meanwhile, in any process), every
-        pack again, and the mark (its bytes) published then."""
-        for name in self._by_rows:
+        features and those settled before they fit in half the cache; and numeric features fetched whole that the
+        background fetch could not settle (rows a batch was fetching as it ended: not present yet when it looked).
+        Looked at every ``_SETTLE_EVERY`` ensures: the packs found complete are not looked at again (a cursor per
+        feature; packs never made stop it, no request is sent); for a feature read row by row the last look is under
+        the eviction lock (no eviction meanwhile, in any process), every pack again, and the mark (its bytes)
+        published then; a numeric one is settled as the background fetch settles it (:meth:`_settle`)."""
+        numeric = self._numeric if self._numeric_started and self._numeric_whole_bytes() else []
+        for name in numeric + self._by_rows:
             cursor = self._settle_cursor.get(name, 0)
             if name in self.settled or cursor < 0:
                 continue
             i = self._feature[name]
-            if (self.root / MINE / f"settled-{i}").exists():  # (settled by another process)
+            if name not in numeric and (self.root / MINE / f"settled-{i}").exists():  # (by another process)
                 with self._lock:
                     self.settled.add(name)
                 continue
@@ -626,7 +630,7 @@ class RemoteStore:
                 cursor += 1
             self._settle_cursor[name] = cursor
             if cursor == len(self._filled):
-                self._settle_rows(name)
+                (self._settle if name in numeric else self._settle_rows)(name)
 
     def _settle_rows(self, name: str) -> None:
         entries = [self._pack(name, pack) for pack in self._filled]
@@ -749,11 +753,9 @@ class RemoteStore:
         if self._numeric_started:
             return
         self._numeric_started = True
-        numeric = [name for name, spec in self.state.arrays.items()
-                   if spec.kind == "numeric" and spec.storage == "raw"]
-        if not numeric or not self._numeric_whole_bytes():
+        if not self._numeric or not self._numeric_whole_bytes():
             return
-        for name in numeric:  # (held whole by another process: each pack found complete, then settled)
+        for name in self._numeric:  # (held whole by another process: each pack found complete, then settled)
             self._background.submit(self._whole_feature, name)
 
     def _whole_feature(self, name: str) -> None:

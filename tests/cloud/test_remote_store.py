@@ -380,3 +380,20 @@ def test_a_camera_over_half_the_cache_is_never_held_for_good(env, folder, tmp_pa
         remote.get_batch(idx)
     assert _read_until(remote, lambda: CAM in remote._remote.settled, rng, 40) == 40
     same_items(remote, local, "a camera over half the cache", rng)
+
+
+def test_numeric_features_the_background_fetch_left_unsettled_are_settled_by_the_batches(env, folder, tmp_path):
+    """The background fetch of the numeric packs settles a feature only if every row is present when it looks:
+    rows a batch was fetching at that moment left it unsettled for good, and every batch after pinned and looked up
+    its rows. The batches settle it once every row is present."""
+    local, url = published(env, folder, tmp_path, "numeric-late")
+    local = lerobot_zarr.open_dataset(local.root, delta_timestamps=DELTAS)
+    remote = lerobot_zarr.open_dataset(url, delta_timestamps=DELTAS)
+    store = remote._remote
+    store._whole_feature = lambda name: None  # (the background fetch looks too early: settles nothing)
+    rng = np.random.default_rng(6)
+    for idx in np.array_split(rng.permutation(len(remote)), 12):  # every row read once
+        remote.get_batch(idx)
+    numeric = {name for name, spec in local.array_specs.items() if spec.kind == "numeric"}
+    assert _read_until(remote, lambda: numeric <= store.settled, rng, 40) <= 16
+    assert_same_batches(remote, local, "numeric features settled by the batches")
