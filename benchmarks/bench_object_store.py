@@ -11,6 +11,10 @@ own, at ``--latency`` (20 ms) per request and one shared link of ``--gbit`` (1 G
 - ``cameras``: a 224x224 camera (jpeg and raw storage), 2-frame windows, get_batch(64) with the next
   ``--lookahead`` batches prefetched, each contender in a fresh process over fresh random samples: samples/s,
   bytes fetched / bytes the samples use, peak resident memory;
+- ``epochs``: the same cameras over ``--epochs`` whole epochs (every sample once, in a new order), local, in the
+  bucket, and in the bucket with a cache of 1.5x the camera (held row by row), interleaved: the first epoch (a first
+  read: samples/s, ratio to local, and the share of the link's bound, its rate over the camera's bytes per
+  sample) and the later ones (the steady state, from the local cache);
 - ``workers``: ``--workers`` processes reading the same raw camera batches at once against one: bytes across the
   link (the mirror is shared by the processes of a machine);
 - ``forked``: the same raw 224x224 camera batches read by the process that opened the store and by a process
@@ -285,14 +289,20 @@ def section_numeric(server: Server, args, work: Path) -> None:
             raise RuntimeError("the numeric packs were not fetched in 10 minutes")
     print(f"  numeric packs whole after {time.perf_counter() - t:.1f} s in the background "
           f"({remote._remote.fetched_bytes / 1e6:.0f} MB)")
+    for _ in range(32):  # (the batches settle a feature the background fetch could not: they look every 16)
+        remote.get_batch(rng.integers(0, len(local), 256))
+    numeric = {name for name, spec in remote.array_specs.items() if spec.kind == "numeric"}
+    print(f"  held whole: {sorted(numeric & remote._remote.settled) == sorted(numeric)}")
     times = {"local": [], "bucket": []}
+    cpus = {"local": [], "bucket": []}
     for _ in range(args.repeats):
         idx = [rng.integers(0, len(local), 256) for _ in range(args.batches)]
         for name, ds in (("local", local), ("bucket", remote)):
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             for i in idx:
                 ds.get_batch(i)
             times[name].append(time.perf_counter() - t0)
+            cpus[name].append(time.process_time() - c0)
     check = rng.integers(0, len(local), 256)
     a, b = remote.get_batch(check), local.get_batch(check)
     for key in b:
@@ -300,8 +310,11 @@ def section_numeric(server: Server, args, work: Path) -> None:
             raise AssertionError(f"bucket and local differ in {key}")
     n = 256 * args.batches
     rate = {k: n / min(v) for k, v in times.items()}
+    cpu_rate = {k: n / min(v) for k, v in cpus.items()}
     print(f"  local {rate['local']:,.0f} samples/s, bucket {rate['bucket']:,.0f} samples/s: "
-          f"{rate['bucket'] / rate['local']:.2f}x local (best of {args.repeats}; load {load()})")
+          f"{rate['bucket'] / rate['local']:.2f}x local (best of {args.repeats}); per CPU second (the process's): "
+          f"local {cpu_rate['local']:,.0f}, bucket {cpu_rate['bucket']:,.0f} samples = "
+          f"{cpu_rate['bucket'] / cpu_rate['local']:.2f}x (load {load()})")
 
 
 CAMERA_RUN = r"""
@@ -416,41 +429,96 @@ EPOCHS_RUN = r"""
 import json, sys, time
 import numpy as np
 import lerobot_zarr
-source, lookahead, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-ds = lerobot_zarr.open_dataset(source, delta_timestamps={"observation.images.cam": [-1 / 30, 0.0]})
+source, (lookahead, seed, epochs, cache) = sys.argv[1], (int(a) for a in sys.argv[2:6])
+cam = "observation.images.cam"
+ds = lerobot_zarr.open_dataset(source, delta_timestamps={cam: [-1 / 30, 0.0]},
+                               **({"cache_bytes": cache} if cache else {}))
 rng = np.random.default_rng(seed)
 ds.get_batch([0])  # open costs apart
+remote = ds._remote
 out = []
-for epoch in range(2):  # every sample once per epoch, in a new order, batches of 64 (the last one short)
+for epoch in range(epochs):  # every sample once per epoch, in a new order, batches of 64 (the last one short)
     plan = np.array_split(rng.permutation(len(ds)), -(-len(ds) // 64))
-    remote = ds._remote
-    fetched = remote.fetched_by.get("observation.images.cam", 0) if remote else 0
-    t0 = time.perf_counter()
+    fetched = remote.fetched_by.get(cam, 0) if remote else 0
+    t0, c0 = time.perf_counter(), time.process_time()
     for k in range(1, 1 + lookahead):
         ds.prefetch(plan[k])
     for k, idx in enumerate(plan):
         if k + lookahead + 1 < len(plan):
             ds.prefetch(plan[k + lookahead + 1])
         ds.get_batch(idx)
-    elapsed = time.perf_counter() - t0
-    now = remote.fetched_by.get("observation.images.cam", 0) if remote else 0
-    out.append({"samples_per_s": len(ds) / elapsed, "fetched": now - fetched})
-print(json.dumps({"epochs": out}))
+    elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0  # (cpu: every thread of the process)
+    now = remote.fetched_by.get(cam, 0) if remote else 0
+    out.append({"samples_per_s": len(ds) / elapsed, "seconds": elapsed, "cpu": cpu, "fetched": now - fetched})
+stored = 0  # the camera's bytes as stored (every frame is read in an epoch): what a first read must fetch
+if remote:
+    for (name, _), pack in remote._packs.items():
+        if name == cam:
+            stored += pack.nbytes(np.flatnonzero(~pack.empty))
+print(json.dumps({"epochs": out, "samples": len(ds), "stored": stored,
+                  "held_whole": bool(remote and cam in remote.settled)}))
 """
 
 
 def section_epochs(server: Server, args, work: Path) -> None:
-    """Raw 224x224 windows over two whole epochs: the first is bound by the link, the second reads what the
-    bucket's local cache (default 8 GiB, more than the store) kept from the first."""
-    print(f"\n== 224x224 raw camera, 2-frame windows, two epochs, get_batch(64), {args.lookahead} batches ahead "
-          f"(load {load()}) ==")
-    store, url = raw_camera_store(args, work)
-    local = fresh(EPOCHS_RUN, str(store), "0", "7")["epochs"]
-    bucket = fresh(EPOCHS_RUN, url, str(args.lookahead), "7")["epochs"]
-    for n, (a, b) in enumerate(zip(local, bucket), 1):
-        print(f"  epoch {n}: local {a['samples_per_s']:,.0f} samples/s, bucket {b['samples_per_s']:,.0f} samples/s = "
-              f"{b['samples_per_s'] / a['samples_per_s']:.2f}x; camera bytes fetched {b['fetched'] / 1e6:.0f} MB "
-              f"(load {load()})")
+    """224x224 windows (jpeg and raw storage) over whole epochs, each contender in a fresh process, interleaved:
+    the first epoch is a first read (every frame crosses the link once: bound by the link for raw frames), the
+    later ones the steady state of training over many epochs, from the local cache: held whole when the camera fits
+    in half of it (the default 8 GiB), and with a cache of 1.5x the camera (held, but row by row: pinned)."""
+    print(f"\n== 224x224 camera, 2-frame windows, {args.epochs} epochs, get_batch(64), {args.lookahead} batches "
+          f"ahead, {args.repeats_cameras} runs interleaved (load {load()}) ==")
+    link = args.gbit * 125e6  # bytes/s: one link shared by every connection (testing.hub_network.Link)
+    src = camera_source(args, work)
+    for storage in ("jpeg", "raw"):
+        if storage == "jpeg":
+            try:
+                import simplejpeg  # noqa: F401
+            except ImportError:
+                print("  jpeg: skipped (simplejpeg is not installed)")
+                continue
+        store = work / f"camera-{storage}-{args.camera_episodes}.store"
+        if not (store / "zarr.json").is_file():
+            lerobot_zarr.open_dataset(src, root=store, storage={CAM: storage}, progress=False)
+        url = publish(store, f"camera-{storage}-{args.camera_episodes}")
+        camera = sum(f.stat().st_size for f in (store / CAM).rglob("*") if f.is_file())
+        pinned_cache = max(1 << 20, int(1.5 * camera))
+        contenders = {"local": (str(store), 0, 0), "bucket": (url, args.lookahead, 0),
+                      "bucket, cache 1.5x the camera": (url, args.lookahead, pinned_cache)}
+        runs = {name: [] for name in contenders}
+        for rep in range(args.repeats_cameras):
+            for name, (source, lookahead, cache) in contenders.items():
+                os.environ["LEROBOT_ZARR_HOME"] = str(work / f"home-epochs-{time.monotonic_ns()}")
+                r = fresh(EPOCHS_RUN, source, str(lookahead), str(7 + rep), str(args.epochs), str(cache))
+                r["load"] = load()
+                runs[name].append(r)
+        n = runs["local"][0]["samples"]
+        first = {name: max(r["epochs"][0]["samples_per_s"] for r in rs) for name, rs in runs.items()}
+        # the steady state of a run: its later epochs together (each is short: apart, a loaded machine's noise)
+        steady = {name: max(n * len(r["epochs"][1:]) / sum(e["seconds"] for e in r["epochs"][1:]) for r in rs)
+                  for name, rs in runs.items()}
+        cpu = {name: min(sum(e["cpu"] for e in r["epochs"][1:]) / (n * len(r["epochs"][1:])) for r in rs)
+               for name, rs in runs.items()}  # CPU seconds a sample
+        b = runs["bucket"][0]
+        per_sample = b["stored"] / b["samples"]
+        bound = link / per_sample
+        loads = ", ".join(r["load"] for rs in runs.values() for r in rs)
+        print(f"  {storage} ({b['samples']:,} samples, camera {b['stored'] / 1e6:.1f} MB as stored, "
+              f"{per_sample / 1e3:.1f} KB a sample in an epoch):")
+        print(f"    first read (epoch 1): local {first['local']:,.0f}, bucket {first['bucket']:,.0f} samples/s = "
+              f"{first['bucket'] / first['local']:.2f}x local; the link's bound {bound:,.0f} samples/s "
+              f"({link / 1e6:.0f} MB/s over {per_sample / 1e3:.1f} KB), reached at {first['bucket'] / bound:.0%}; "
+              f"camera bytes fetched {b['epochs'][0]['fetched'] / 1e6:.1f} MB")
+        for name in ("bucket", "bucket, cache 1.5x the camera"):
+            r = runs[name][0]
+            later = sum(e["fetched"] for e in r["epochs"][1:])
+            print(f"    steady state (epochs 2-{args.epochs}), {name}: {steady[name]:,.0f} vs local "
+                  f"{steady['local']:,.0f} samples/s = {steady[name] / steady['local']:.2f}x local; CPU "
+                  f"{cpu[name] * 1e6:.0f} vs {cpu['local'] * 1e6:.0f} us a sample = {cpu['local'] / cpu[name]:.2f}x "
+                  f"local's samples per CPU second (camera held whole: {r['held_whole']}; {later / 1e6:.1f} MB "
+                  f"fetched after epoch 1)")
+        print(f"    best of {args.repeats_cameras} runs each; every run: " + "; ".join(
+            f"{name} " + " / ".join(f"{e['samples_per_s']:,.0f}" for e in r["epochs"])
+            for name, rs in runs.items() for r in rs) + f" samples/s by epoch (load {loads})")
 
 
 WORKER_RUN = r"""
@@ -714,7 +782,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--repeats-open", type=int, default=3)
     parser.add_argument("--repeats-cameras", type=int, default=2)
-    parser.add_argument("--batches", type=int, default=50)
+    parser.add_argument("--epochs", type=int, default=6, help="epochs of the epochs section (the first: a first read)")
+    parser.add_argument("--batches", type=int, default=200)
     parser.add_argument("--kills", type=int, default=20)
     parser.add_argument("--races", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="small shapes: a smoke run")

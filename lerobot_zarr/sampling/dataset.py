@@ -447,7 +447,7 @@ class LeRobotZarrDataset(Conveniences):
     def prefetch(self, indices: Sequence[int] | np.ndarray) -> None:
         """The samples at ``indices`` will be read soon (a sampler's next batches): a store in a bucket fetches
         their frames in the background now, so that reading them waits on nothing (a no-op for a local store)."""
-        if self._remote is None:
+        if self._remote is None or self._remote.settled.issuperset(self._specs):  # (held whole: nothing to fetch)
             return
         k, idx = self._sel.locate_k(indices)
         if len(k):

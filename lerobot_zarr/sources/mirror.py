@@ -37,8 +37,8 @@ from ..utils.background import process_alive
 from ..utils.fileio import atomic_write, pwrite_all
 from .home import MIRROR_MARKER
 
-__all__ = ["Mirror", "RangeLocks", "SHARED", "MINE", "CLAIMS", "PINS", "MAKING", "INDEXES", "publish", "shared_map",
-           "align8", "runs", "read_root", "Pack"]
+__all__ = ["Mirror", "RangeLocks", "SHARED", "MINE", "CLAIMS", "PINS", "PIN_TURNS", "MAKING", "INDEXES", "publish",
+           "shared_map", "align8", "read_root", "Pack"]
 
 MINE = ".mirror"  # the mirror's own files, beside the store's
 _ROOT_FIRST = 16 << 20  # a store's root is read in one request up to this size
@@ -46,6 +46,8 @@ _ROOT_FIRST = 16 << 20  # a store's root is read in one request up to this size
 #: where the ranges of the lock file start: claims of rows (fetching), pins of rows (reading), making a compact
 #: pack's file (its shard index), fetching an mp4 index
 CLAIMS, PINS, MAKING, INDEXES = 0, 1 << 44, 2 << 44, 3 << 44
+#: descriptors the pins of a process's ensures rotate over: a batch's rows stay pinned through its next two ensures
+PIN_TURNS = 3
 #: Open file description locks (Linux): shared by the threads of a process, released when it dies. Elsewhere the
 #: mirror is private to the process (its folder named after it), as no lock tells another process's rows apart.
 SHARED = hasattr(fcntl, "F_OFD_SETLK")
@@ -119,17 +121,6 @@ def align8(n: int) -> int:
     return (n + 7) // 8 * 8
 
 
-def runs(slots: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """``(start, length)`` ranges merged where one ends where the next starts."""
-    out: list[list[int]] = []
-    for start, n in sorted(slots):
-        if out and out[-1][0] + out[-1][1] == start:
-            out[-1][1] += n
-        else:
-            out.append([start, n])
-    return [(a, n) for a, n in out]
-
-
 @dataclass(eq=False)
 class Pack:
     """One pack file of one feature in the mirror: which rows are present (shared by every process), when each was
@@ -198,7 +189,7 @@ class Mirror:
         else:
             raise BucketError(f"{bucket.location()}: the mirror folder {self.root} keeps being removed", path=str(base))
         self.claims = RangeLocks(self.root / MINE / "locks")  # fetching: exclusive
-        self.pins = RangeLocks(self.root / MINE / "locks")  # reading: shared
+        self.pins = [RangeLocks(self.root / MINE / "locks") for _ in range(PIN_TURNS)]  # reading: shared
         self.evicting = RangeLocks(self.root / MINE / "locks")  # an eviction's try of claim and pin together
         self.held = shared_map(self.root / MINE / "held", 8)
         self._adding = threading.Lock()
@@ -239,7 +230,7 @@ class Mirror:
 
     def forget(self) -> None:
         """Close this process's descriptors (in a forked child: the parent's, whose locks stay the parent's)."""
-        for locks in (self.claims, self.pins, self.evicting):
+        for locks in (self.claims, *self.pins, self.evicting):
             locks.close()
         for fd in (self.held_lock, self.evictor):
             with contextlib.suppress(OSError):

@@ -50,12 +50,10 @@ fetched after them); the root is read once, so a dataset keeps its commit until 
 
 from __future__ import annotations
 
-import fcntl
 import os
 import threading
 import time
 import weakref
-from collections import Counter
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -69,10 +67,10 @@ from ..store.cameras import MP4_INDEX, read_mp4_index
 from ..store.packs import read_shard_index, shard_index_bytes
 from ..store.state import StoreState, chunk_path, read_state
 from ..utils.background import ByteBudget
-from ..utils.fileio import atomic_write, flock_within, pwrite_all, retry_within
-from ..utils.libc import punch_hole
-from .mirror import (CLAIMS, INDEXES, MAKING, MINE, PINS, SHARED, Mirror, Pack, RangeLocks, align8, publish,
-                     read_root, runs, shared_map)
+from ..utils.fileio import atomic_write, pwrite_all, retry_within
+from .keeping import Keeping
+from .mirror import (CLAIMS, INDEXES, MAKING, MINE, PIN_TURNS, PINS, SHARED, Mirror, Pack, RangeLocks, align8, publish,
+                     read_root, shared_map)
 
 __all__ = ["RemoteStore", "CACHE_BYTES_ENV", "DEFAULT_CACHE_BYTES", "SHARED"]
 
@@ -81,14 +79,13 @@ DEFAULT_CACHE_BYTES = 8 << 30
 # numeric rows closer than this in one request: a gap costing less link time than a request's share of a round trip
 _NUMERIC_GAP = 64 << 10  # (a request's CPU, ~0.5 ms, is as long as 64 KB takes on a 1 Gbit/s link)
 _PIECE = 16 << 20  # the most one request of a foreground fetch asks for
-_BACKGROUND_PIECE = 4 << 20  # whole packs in the background: small requests, few in flight
 _BACKGROUND_IN_FLIGHT = 2
 _IN_FLIGHT = 256  # a batch's requests at once: a 100,000-episode store's first batch in 4 round trips (32: 27)
 _IN_FLIGHT_BYTES = 32 << 20  # and their bytes: each request's deadline holds on a link of 50 Mbit/s
 _AHEAD_IN_FLIGHT = 32  # prefetches (bounded in bytes by ``ahead_limit``)
-_PIN_BATCHES = 2  # a batch's rows stay pinned until this many later ensures of the same process
 _AHEAD_SHARE = 8  # a process's prefetches queued or under way: at most 1/8 of the cache's bytes
 _ROUNDS = 4  # the most times one ensure fetches rows itself (a prefetch that failed, rows taken from under it...)
+_SETTLE_EVERY = 16  # ensures between two looks whether a feature read row by row is held whole
 
 
 def _wait_limit() -> float:
@@ -109,7 +106,7 @@ def _cache_bytes(value: int | None) -> int:
     return value
 
 
-class RemoteStore:
+class RemoteStore(Keeping):
     """The store at ``bucket`` (a :class:`~lerobot_zarr.cloud.client.Bucket` of the store's folder) served from a
     mirror under ``home`` shared with the other processes reading the same commit (see the module docstring).
     ``root_doc``: the root ``zarr.json`` to serve (a worker's: its parent's commit; an open's: the one read asking what
@@ -186,12 +183,16 @@ class RemoteStore:
         self._coming: dict[tuple[str, int], list[Future]] = {}  # background fetches of a pack
         self._ahead_bytes = 0  # bytes of this process's prefetches queued or under way
         self._claimed: dict[tuple[str, int], list[tuple[int, int]]] = {}  # rows claimed by this process's threads
-        self._pinned: Counter = Counter()  # pinned slot (a row; a numeric pack: its first row) -> ensures holding it
-        self._recent: list[dict[int, int]] = []  # the pins of the last ensures: slot -> rows
+        empty = np.empty(0, np.int64)
+        self._pinned = [(empty, empty)] * PIN_TURNS  # per descriptor of pins: the ranges it holds (starts, lengths)
+        self._pin_turn = 0
         self._numeric_started = False
-        #: numeric features held whole (every pack): nothing to ask for them, and they are never evicted (they were
-        #: fetched whole because they fit in half the cache)
+        #: features held whole (every row present): nothing to ask for them, and they are never evicted. Numeric
+        #: ones fetched whole because they fit in half the cache; those read row by row (cameras...) once every row
+        #: was read, while with the others held whole they fit in half the cache (:meth:`_look_to_settle`)
         self.settled: set[str] = set()
+        self._ensures = 0
+        self._settle_cursor: dict[str, int] = {}  # per feature read row by row: packs found complete from the first
         self._fetched_since_evict = 0
         mirror = Mirror(self.home, self.bucket, root_doc)
         self._mirror = self._holder[0] = mirror
@@ -207,6 +208,11 @@ class RemoteStore:
         self._pack_start = np.concatenate([[0], np.cumsum(self.state.packs.rows)]).astype(np.int64)
         self._feature_span = int(self._pack_start[-1]) + 1
         self._chunk, self._offset = self.state.table.chunk, self.state.table.offset
+        self._filled = np.flatnonzero(self.state.packs.rows > 0).tolist()
+        self._numeric = [name for name, spec in self.state.arrays.items()
+                         if spec.kind == "numeric" and spec.storage == "raw"]
+        self._by_rows = [name for name, spec in self.state.arrays.items()
+                         if spec.storage != "mp4" and name not in self._numeric]
         self.mp4_files = mp4_files if mp4_files is not None else self._list_mp4(self.state)
 
     def __reduce__(self) -> tuple:
@@ -297,22 +303,23 @@ class RemoteStore:
 
     def _wants(self, eps: np.ndarray, frames: Mapping[str, np.ndarray]) -> dict[tuple[str, int], np.ndarray]:
         """``{(feature, pack): rows}`` read by the frames ``frames[name]`` (``(n, w)`` episode-local) of episodes
-        ``eps``; cameras kept as mp4 (read by ranges) and numeric features held whole are left out."""
+        ``eps``; cameras kept as mp4 (read by ranges) and features held whole are left out."""
         out: dict[tuple[str, int], np.ndarray] = {}
-        chunk, offset = self._chunk[eps], self._offset[eps]
+        chunk, offset = self._chunk[eps].astype(np.int64), self._offset[eps].astype(np.int64)
+        span = self._feature_span
         for name, q in frames.items():
             spec = self.state.arrays[name]
             if spec.storage == "mp4" or name in self.settled:
                 continue
             q = np.asarray(q).reshape(len(eps), -1)
-            packs = np.repeat(chunk, q.shape[1])
-            rows = (offset[:, None] + q).reshape(-1)
-            order = np.argsort(packs, kind="stable")
-            packs, rows = packs[order], rows[order]
-            cut = np.flatnonzero(np.diff(packs)) + 1
-            for p, r in zip(np.split(packs, cut), np.split(rows, cut), strict=True):
-                if len(p):
-                    out[(name, int(p[0]))] = np.unique(r)
+            # one sort for every pack: (pack, row) as one key
+            keys = np.unique((chunk[:, None] * span + offset[:, None] + q).reshape(-1))
+            packs = keys // span
+            cut = np.flatnonzero(packs[1:] != packs[:-1]) + 1
+            for lo, hi in zip([0, *cut.tolist()], [*cut.tolist(), len(keys)], strict=True):
+                if hi > lo:
+                    pack = int(packs[lo])
+                    out[(name, pack)] = keys[lo:hi] - pack * span
         return out
 
     def ensure(self, eps: np.ndarray, frames: Mapping[str, np.ndarray]) -> None:
@@ -329,33 +336,33 @@ class RemoteStore:
         self._bring(units)
         self._evict()
         self._start_numeric()
+        self._ensures += 1
+        if self._ensures % _SETTLE_EVERY == 0:
+            self._look_to_settle()
 
     def _pin(self, units: list[tuple[Pack, np.ndarray]]) -> None:
         """Shared locks on the rows of ``units`` (a numeric pack's: the whole pack, as it is evicted), held until
-        the second ensure after this one. Counted per row here: a row pinned by two batches stays pinned until the
-        second lets go (the locks of one descriptor merge, so a range is locked or unlocked only where its count
-        goes from or to zero)."""
-        pins: dict[int, int] = {}  # slot -> rows from it
-        for entry, rows in units:
-            if entry.numeric:
-                pins[PINS + entry.slot] = entry.rows
-            else:
-                pins.update(dict.fromkeys((PINS + entry.slot + rows).tolist(), 1))
-        locks = self._mirror.pins
+        the second ensure after this one (the third lets go). Each ensure pins through the next of ``PIN_TURNS``
+        descriptors of the lock file, first letting go of all that descriptor held (the pins of the ensure
+        ``PIN_TURNS`` before, in one call; no count per row): a row pinned by a later ensure too stays pinned by that
+        one's descriptor. A row of this batch that the letting go leaves unpinned for a moment may be evicted then:
+        :meth:`_bring`, after this, fetches it again."""
+        slots = [PINS + entry.slot + rows for entry, rows in units if not entry.numeric]
+        slots = np.concatenate(slots) if slots else np.empty(0, np.int64)  # (each unit's rows sorted, distinct)
+        first = np.flatnonzero(np.diff(slots, prepend=-2) != 1)  # runs of consecutive slots: one lock each
+        numeric = [entry for entry, _ in units if entry.numeric]
+        pinned = (np.concatenate([slots[first], [PINS + entry.slot for entry in numeric]]).astype(np.int64),
+                  np.concatenate([np.diff(first, append=len(slots)), [e.rows for e in numeric]]).astype(np.int64))
         with self._pin_lock:
-            taken = [(slot, n) for slot, n in pins.items() if self._pinned[slot] == 0]
-            for slot, n in runs(taken):  # (shared: refused only while an eviction tries these rows)
-                self._wait_lock(locks, slot, n, "rows being evicted", exclusive=False)
-            self._pinned.update(pins.keys())
-            self._recent.append(pins)
-            while len(self._recent) > _PIN_BATCHES + 1:
-                old = self._recent.pop(0)
-                self._pinned.subtract(old.keys())
-                gone = [(slot, n) for slot, n in old.items() if self._pinned[slot] <= 0]
-                for slot, _ in gone:
-                    del self._pinned[slot]
-                for slot, n in runs(gone):
-                    locks.unlock(slot, n)
+            turn = self._pin_turn = (self._pin_turn + 1) % PIN_TURNS
+            self._pinned[turn] = pinned
+            if not SHARED:  # (the mirror is this process's: its pins are asked of ``_pinned`` alone)
+                return
+            locks = self._mirror.pins[turn]
+            locks.unlock(PINS, MAKING - PINS)
+            for slot, n in zip(*(a.tolist() for a in pinned), strict=True):
+                if not locks.lock(slot, n, exclusive=False):  # (refused only while an eviction tries these rows)
+                    self._wait_lock(locks, slot, n, "rows being evicted", exclusive=False)
 
     def _bring(self, units: list[tuple[Pack, np.ndarray]]) -> None:
         """Fetch the rows of ``units`` that are missing, all at once; wait for those this process is fetching
@@ -568,144 +575,6 @@ class RemoteStore:
             entry.present[new] = True
         with self._lock:
             self._fetched_since_evict += added
-
-    def _settle(self, name: str) -> None:
-        """Numeric feature ``name`` is held whole once every pack of it is: marked so in the mirror first (no process
-        evicts its packs after that: an eviction looks for the mark under its claim), then each pack checked under
-        its claim (an eviction under way is waited for); batches ask nothing more for it."""
-        packs = np.flatnonzero(self.state.packs.rows > 0).tolist()
-        marker = self.root / MINE / f"settled-{self._feature[name]}"
-        if not marker.exists():
-            publish(marker, lambda fd: None)
-        for p in packs:
-            entry = self._pack(name, p)
-            self._claim(entry, 0, entry.rows)
-            try:
-                if not entry.complete:
-                    return  # (evicted just before the mark: fetched again by the batches that read it)
-            finally:
-                self._unclaim(entry, 0, entry.rows)
-        with self._lock:
-            self.settled.add(name)
-
-    def _evict(self) -> None:
-        """When the mirror holds more than ``cache_bytes``: drop the least recently used rows of every process
-        (not pinned nor being fetched by any), down to 7/8 of it. One process at a time; the count recomputed."""
-        mirror = self._mirror
-        with self._lock:
-            due = self._fetched_since_evict > 0
-            self._fetched_since_evict = 0
-        if not due or mirror.add_held(0) <= self.cache_bytes:
-            return
-        # An eviction under way (of this process or another) may have looked at the rows before the ones just
-        # landed: wait for it to end, then look again (skipping it let the processes fetch on, unbounded, while a
-        # slow one evicted). Bounded: past it, the next fetch tries again.
-        deadline = time.monotonic() + bucket_timeout()
-        if not self._evict_lock.acquire(timeout=bucket_timeout()):
-            return
-        try:
-            if not flock_within(mirror.evictor, deadline - time.monotonic()):  # an eviction is local work: ms
-                return
-            try:
-                if mirror.add_held(0) > self.cache_bytes:
-                    self._evict_locked()
-            finally:
-                fcntl.flock(mirror.evictor, fcntl.LOCK_UN)
-        finally:
-            self._evict_lock.release()
-
-    def _evict_locked(self) -> None:
-        mirror = self._mirror
-        since = mirror.add_held(0)  # (rows landing while the packs are looked at are added to the count after)
-        held, units = self._scan()
-        target = self.cache_bytes * 7 // 8
-        units.sort(key=lambda u: u[0])
-        for _, entry, rows, nbytes in units:
-            if held <= target:
-                break
-            lo, hi = int(rows[0]), int(rows[-1]) + 1
-            if not SHARED and self._pinned_here(entry, lo, hi):
-                continue  # (one process's locks do not conflict: its pins are asked of its own count)
-            if not self._claim(entry, lo, hi, wait=False):
-                continue  # being fetched or read by a process
-            try:  # marked absent first, then the bytes go
-                if entry.numeric and (mirror.root / MINE / f"settled-{self._feature[entry.name]}").exists():
-                    continue  # held whole for good since it was listed
-                entry.present[rows] = False
-                fd = os.open(entry.path, os.O_WRONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
-                try:
-                    a, b = (0, entry.size) if entry.numeric else entry.span(lo)
-                    punch_hole(fd, a, b - a)
-                finally:
-                    os.close(fd)
-            finally:
-                self._unclaim(entry, lo, hi, evicting=True)
-            held -= nbytes
-        mirror.recount(held, since)
-
-    def _scan(self) -> tuple[int, list[tuple[float, Pack, np.ndarray, int]]]:
-        """The bytes of the rows present in the mirror (every process's), and the units an eviction may drop:
-        (last used, pack record, rows, bytes), a row each, a numeric pack whole (not those held whole for good)."""
-        mirror = self._mirror
-        units = []
-        held = 0
-        names = list(self.state.arrays)
-        for path in (mirror.root / MINE / "packs").iterdir():
-            i, _, pack = path.name.partition("-")
-            if not (i.isdigit() and pack.isdigit()) or int(i) >= len(names) or int(pack) >= len(self.state.packs):
-                continue
-            name = names[int(i)]
-            entry = self._pack(name, int(pack))
-            rows = np.flatnonzero(entry.present)
-            if not len(rows):
-                continue
-            nbytes = entry.nbytes(rows)
-            held += nbytes
-            if (mirror.root / MINE / f"settled-{i}").exists():
-                continue
-            if entry.numeric:
-                units.append((float(entry.used[rows].max()), entry, np.arange(entry.rows), nbytes))
-            else:
-                units += [(float(entry.used[r]), entry, np.array([r]), entry.nbytes(np.array([r]))) for r in
-                          rows.tolist()]
-        return held, units
-
-    def _pinned_here(self, entry: Pack, lo: int, hi: int) -> bool:
-        with self._pin_lock:
-            return any(self._pinned[slot] > 0 for slot in range(PINS + entry.slot + lo, PINS + entry.slot + hi))
-
-    def _start_numeric(self) -> None:
-        """After the first batch: the numeric packs whole, in the background, while they fit in half the cache."""
-        if self._numeric_started:
-            return
-        self._numeric_started = True
-        numeric = [name for name, spec in self.state.arrays.items()
-                   if spec.kind == "numeric" and spec.storage == "raw"]
-        total = sum(int(self.state.packs.rows.sum()) * self.state.arrays[n].frame_bytes for n in numeric)
-        if not numeric or total > self.cache_bytes // 2:
-            return
-        for name in numeric:  # (held whole by another process: each pack found complete, then settled)
-            self._background.submit(self._whole_feature, name)
-
-    def _whole_feature(self, name: str) -> None:
-        for pack in np.flatnonzero(self.state.packs.rows > 0).tolist():
-            if self._stopping.is_set():
-                return
-            self._whole_pack(name, pack)
-        self._settle(name)
-
-    def _whole_pack(self, name: str, pack: int) -> None:
-        entry = self._pack(name, pack)
-        with self._lock:
-            missing = np.flatnonzero(~entry.present & ~entry.coming)
-            entry.coming[missing] = True
-        try:
-            for job in self._plan(entry, missing, _BACKGROUND_PIECE):
-                if self._stopping.is_set():
-                    return
-                self._fetch(*job)
-        finally:
-            self._release([(entry, missing)])
 
     def _fetch_mp4_indexes(self, state: StoreState) -> None:
         """Each mp4 camera's index (episode -> file, times) into the mirror: fetched by one process."""

@@ -324,3 +324,76 @@ def test_prefetches_under_way_ask_for_at_most_an_eighth_of_the_cache(env, folder
     want = lerobot_zarr.open_dataset(local.root, delta_timestamps=DELTAS)
     for idx in np.array_split(everything, 4):
         assert np.array_equal(remote.get_batch(idx)[CAM], want.get_batch(idx)[CAM])
+
+
+def _read_until(ds, done, rng: np.random.Generator, most: int) -> int:
+    """Random batches of ``ds`` until ``done()`` (at most ``most``): how many were read."""
+    for n in range(most):
+        if done():
+            return n
+        ds.get_batch(rng.integers(0, len(ds), 32))
+    return most
+
+
+@pytest.mark.parametrize("storage", ["raw", "jpeg"])
+def test_a_camera_held_whole_is_read_from_the_maps_alone(env, folder, tmp_path, storage):
+    """Once every row of a camera was read and it fits in half the cache (with the numeric features), it is held
+    for good, as numeric features are: batches ask the mirror nothing more for it (no pins, no bookkeeping, the
+    steady state of training over many epochs) and read the same values; another reader of that commit sees it
+    held at once, fetching nothing."""
+    if storage == "jpeg":
+        pytest.importorskip("simplejpeg", reason="jpeg storage needs simplejpeg")
+    local, url = published(env, folder, tmp_path, f"whole-{storage}", storage={CAM: storage})
+    local = lerobot_zarr.open_dataset(local.root, delta_timestamps=DELTAS)
+    remote = lerobot_zarr.open_dataset(url, delta_timestamps=DELTAS)
+    store = remote._remote
+    rng = np.random.default_rng(3)
+    for idx in np.array_split(rng.permutation(len(remote)), 12):  # an epoch: every frame read once
+        remote.get_batch(idx)
+    assert CAM not in store.settled
+    assert _read_until(remote, lambda: CAM in store.settled, rng, 40) <= 16  # looked at every 16 batches
+    asked = []
+    real = store.ensure
+    store.ensure = lambda eps, frames: (asked.append(set(frames)), real(eps, frames))
+    fetched = store.fetched_by.get(CAM, 0)
+    for _ in range(4):
+        idx = rng.integers(0, len(local), 48)
+        remote.prefetch(idx)
+        a, b = remote.get_batch(idx), local.get_batch(idx)
+        assert all(_same(a[key], b[key]) for key in b)
+    assert all(CAM not in names for names in asked) and store.fetched_by.get(CAM, 0) == fetched
+    other = pickle.loads(pickle.dumps(remote))  # another reader of the commit (a worker): the same mirror
+    assert _read_until(other, lambda: CAM in other._remote.settled, rng, 40) <= 16
+    assert other._remote.fetched_by.get(CAM, 0) == 0
+    assert_same_batches(other, local, "a second reader of a camera held whole")
+
+
+def test_a_camera_over_half_the_cache_is_never_held_for_good(env, folder, tmp_path):
+    """A camera whose rows take more than half the cache stays evictable, read row by row: held for good, it
+    would leave an eviction too little to drop."""
+    local, url = published(env, folder, tmp_path, "over-half")
+    local = lerobot_zarr.open_dataset(local.root, delta_timestamps=DELTAS)
+    remote = lerobot_zarr.open_dataset(url, delta_timestamps=DELTAS, cache_bytes=1 << 20)
+    assert len(local) * local.array_specs[CAM].frame_bytes > 1 << 19
+    rng = np.random.default_rng(4)
+    for idx in np.array_split(rng.permutation(len(remote)), 12):
+        remote.get_batch(idx)
+    assert _read_until(remote, lambda: CAM in remote._remote.settled, rng, 40) == 40
+    same_items(remote, local, "a camera over half the cache", rng)
+
+
+def test_numeric_features_the_background_fetch_left_unsettled_are_settled_by_the_batches(env, folder, tmp_path):
+    """The background fetch of the numeric packs settles a feature only if every row is present when it looks:
+    rows a batch was fetching at that moment left it unsettled for good, and every batch after pinned and looked up
+    its rows. The batches settle it once every row is present."""
+    local, url = published(env, folder, tmp_path, "numeric-late")
+    local = lerobot_zarr.open_dataset(local.root, delta_timestamps=DELTAS)
+    remote = lerobot_zarr.open_dataset(url, delta_timestamps=DELTAS)
+    store = remote._remote
+    store._whole_feature = lambda name: None  # (the background fetch looks too early: settles nothing)
+    rng = np.random.default_rng(6)
+    for idx in np.array_split(rng.permutation(len(remote)), 12):  # every row read once
+        remote.get_batch(idx)
+    numeric = {name for name, spec in local.array_specs.items() if spec.kind == "numeric"}
+    assert _read_until(remote, lambda: numeric <= store.settled, rng, 40) <= 16
+    assert_same_batches(remote, local, "numeric features settled by the batches")
