@@ -5,8 +5,9 @@ by the temp folder (``$TMPDIR``: give the run a private one) and the memory of t
 (RSS, and PSS: a page that forked processes share counted once), and writes per test (from the samples taken while
 it ran, and the last one before): seconds, peak temp disk, temp disk left when it ended (what it keeps for later
 tests), peak RSS and PSS (MiB), when it started (seconds since the worker's start: with ``-n 2``, when each
-worker ended), and the CPU time this process took meanwhile, all its threads (an in-process server's too) but the
-sampler's: on a loaded machine a test's seconds mostly say how long it waited for a CPU, its CPU time what it costs. The end of the run prints the tests that take the most. The suite's budget (docs: README
+worker ended), the CPU time this process took meanwhile, all its threads (an in-process server's too) but the
+sampler's, and the CPU time of the child processes it ran and waited for (subprocesses, worker pools): on a loaded
+machine a test's seconds mostly say how long it waited for a CPU, its CPU time what it costs. The end of the run prints the tests that take the most. The suite's budget (docs: README
 "Developing") is 3 GB of temp disk and 3 GB of RAM (the process tree's PSS) at any moment, 10 minutes on 2 cores;
 ``scripts/measure_suite.sh`` measures the whole run from outside.
 """
@@ -14,6 +15,7 @@ sampler's: on a loaded machine a test's seconds mostly say how long it waited fo
 from __future__ import annotations
 
 import os
+import resource
 import tempfile
 import threading
 import time
@@ -101,11 +103,17 @@ def release_freed_memory() -> None:
         pass
 
 
+def _children_cpu() -> float:
+    """CPU seconds (user and system) of this process's children that ended and were waited for."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 class _Profile:
     def __init__(self, out: Path):
         self.out = out
         self.tmp = tempfile.gettempdir()
-        self.rows: list[tuple[str, float, int, int, int, int, float, float]] = []
+        self.rows: list[tuple[str, float, int, int, int, int, float, float, float]] = []
         self.started = time.monotonic()
         self.peak = [0, 0, 0]  # this test's peak temp disk, RSS, PSS
         self.run = [0, 0, 0]  # the run's
@@ -137,18 +145,21 @@ class _Profile:
         with self._lock:
             self.peak = list(self.last)
             start, cpu = time.monotonic(), time.process_time() - self.sampler_cpu
+            children = _children_cpu()
         yield
         with self._lock:
             seconds, cpu = time.monotonic() - start, time.process_time() - self.sampler_cpu - cpu
             self.rows.append((item.nodeid, seconds, self.peak[0], self.last[0], self.peak[1], self.peak[2],
-                              start - self.started, cpu))
+                              start - self.started, cpu, _children_cpu() - children))
 
     def pytest_sessionfinish(self, session):
         self._stop.set()
         self._thread.join()
-        lines = ["test\tseconds\tpeak_disk_mib\tend_disk_mib\tpeak_rss_mib\tpeak_pss_mib\tstarted_s\tcpu_s"]
+        columns = ("test", "seconds", "peak_disk_mib", "end_disk_mib", "peak_rss_mib", "peak_pss_mib", "started_s",
+                   "cpu_s", "children_cpu_s")
+        lines = ["\t".join(columns)]
         lines += [f"{n}\t{s:.1f}\t{d / _MIB:.0f}\t{e / _MIB:.0f}\t{r / _MIB:.0f}\t{p / _MIB:.0f}\t{t:.1f}\t{c:.1f}"
-                  for n, s, d, e, r, p, t, c in self.rows]
+                  f"\t{k:.1f}" for n, s, d, e, r, p, t, c, k in self.rows]
         self.out.write_text("\n".join(lines) + "\n")
 
     def pytest_terminal_summary(self, terminalreporter):

@@ -129,8 +129,19 @@ def g1_hub(module_tmp):
         mp.undo()
 
 
+@pytest.fixture(scope="module")
+def g1_first_frames(module_tmp) -> np.ndarray:
+    """The first 3 frames of G1's camera in its first episode with an mp4, at full size, decoded by an open of the
+    folder (once for both kinds of source: a full-size AV1 episode is the costly part)."""
+    pytest.importorskip("av", reason="the video extra (PyAV) decodes the G1 camera")
+    e = g1_have()[0]
+    ref = lerobot_zarr.open_dataset(real_dataset("G1-policy-train"), episodes=[e], root=module_tmp / "ref",
+                                    progress=False)
+    return np.asarray(ref.episode(e)[G1_CAM][:3]).copy()
+
+
 @pytest.mark.parametrize("kind", ["folder", "hub"])
-def test_selected_episodes_with_video_stream_the_camera(kind, g1_hub, tmp_path):
+def test_selected_episodes_with_video_stream_the_camera(kind, g1_hub, g1_first_frames):
     pytest.importorskip("av", reason="the video extra (PyAV) decodes the G1 camera")
     source = real_dataset("G1-policy-train") if kind == "folder" else "real/g1"
     have = g1_have()
@@ -140,9 +151,7 @@ def test_selected_episodes_with_video_stream_the_camera(kind, g1_hub, tmp_path):
     items = s.__iter__()
     first = [next(items) for _ in range(3)]
     items.close()
-    ref = lerobot_zarr.open_dataset(real_dataset("G1-policy-train"), episodes=[have[0]], root=tmp_path / "ref",
-                                    progress=False)
-    frames = ref.episode(have[0])[G1_CAM]
+    frames = g1_first_frames
     for j, item in enumerate(first):
         assert int(item["episode_index"]) == have[0] and int(item["frame_index"]) == j
         assert np.array_equal(item[G1_CAM], frames[j])
