@@ -359,22 +359,25 @@ def card_fields(tags: list | None, license: str | None, card_kwargs: Mapping[str
     keyword goes to its card template, which renders only its own fields (``dataset_description``, ``url``,
     ``paper``, ``citation_bibtex``): another is accepted as LeRobot accepts it, with a warning that the card does not
     show it. A keyword that LeRobot's call also passes itself (``repo_id``, ``dataset_info``, the template's
-    ``card_data``, ``template_str``) is its ``TypeError``; ``template_path`` (another template) cannot apply: the
-    card is written from LeRobot's template, and it is refused by name."""
+    ``card_data``, ``template_str``) is its ``TypeError``. ``template_path`` (a Jinja template file, checked to be
+    one before anything is pushed) replaces LeRobot's template as in LeRobot: huggingface_hub's
+    ``DatasetCard.from_template`` renders it with every keyword, any of which may be one of its fields."""
     taken = sorted(set(card_kwargs) & {"repo_id", "dataset_info", "card_data", "template_str"})
     if taken:
         raise TypeError(f"push_to_hub() got multiple values for keyword argument {taken[0]!r} (LeRobot's dataset "
                         f"card sets it itself)")
-    if "template_path" in card_kwargs:
-        raise TypeError("push_to_hub(): template_path cannot apply: the dataset card is written from LeRobot's "
-                        "template (its fields: dataset_description, url, paper, citation_bibtex)")
+    template = card_kwargs.get("template_path")
+    if template is not None and not Path(template).is_file():
+        raise FileNotFoundError(f"push_to_hub(): template_path {os.fspath(template)!r} is no file")
     unknown = sorted(set(card_kwargs) - CARD_FIELDS)
-    if unknown:
+    if unknown and template is None:
         warn_user(f"push_to_hub(): {unknown} are not fields of LeRobot's dataset card template (its fields: "
                   f"{sorted(CARD_FIELDS)}): the card does not show them, as LeRobot's does not")
     if tags is not None and (isinstance(tags, str) or not all(isinstance(t, str) for t in tags)):
         raise ArgumentError(f"tags must be a list of strings, got {tags!r:.80}")
-    known = {k: v for k, v in card_kwargs.items() if k in CARD_FIELDS}
+    known = {k: v for k, v in card_kwargs.items() if k in CARD_FIELDS or template is not None}
+    if template is not None:
+        known["template_path"] = os.fspath(template)
     return {"tags": list(tags or []), "license": license, "repo_id": repo_id, **known}
 
 

@@ -605,6 +605,14 @@ def test_push_to_hub_gives_what_lerobot_loads(tmp_path, monkeypatch):
         assert any(f.startswith("videos/observation.images.cam/") for f in files)
         card = hub.get_file("someone/recorded", "README.md").decode()
         assert "- so100" in card and "license: mit" in card
+        template = tmp_path / "card.md"  # LeRobot renders a template_path given (huggingface_hub's from_template)
+        template.write_text("---\n{{ card_data }}\n---\n\n# {{ repo_id }} by {{ author }}\n\n{{ dataset_structure }}")
+        ds.push_to_hub(license="mit", template_path=str(template), author="alice", allow_patterns=["README.md"])
+        card = hub.get_file("someone/recorded", "README.md").decode()
+        assert card.startswith("---\n") and "license: mit" in card and "- LeRobot" in card
+        assert "\n# someone/recorded by alice\n" in card and '"total_episodes": 2' in card
+        with pytest.raises(FileNotFoundError, match="template_path"):
+            ds.push_to_hub(template_path=str(tmp_path / "none.md"))
         theirs = _reference()("someone/recorded", root=tmp_path / "download")
         assert len(theirs) == 5 and theirs.meta.robot_type == "arm" and theirs.num_episodes == 2
         assert theirs.meta.features["observation.images.cam"]["info"]["video.codec"] == "av1"
