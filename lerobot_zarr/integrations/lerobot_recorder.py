@@ -174,8 +174,12 @@ class _SpillWriter:
         if error is not None and errors:
             raise error
 
-    def close(self) -> None:
+    def stop(self) -> None:
+        """Let the thread end once the frames queued are written (not waited for)."""
         self._queue.put(None)
+
+    def close(self) -> None:
+        self.stop()
         self._thread.join()
 
 
@@ -219,7 +223,8 @@ class Recorder:
         self._refused: list[str] = []  # camera frames LeRobot's image writer would have failed on, why
         self._writer = _SpillWriter()
         self._beside = _Beside(store.root, background=bool(self._cameras))
-        weakref.finalize(self, self._beside.close)  # its thread stops with the recorder, finalized or not
+        # dropped without finalize: its threads stop and its encoder processes finish the saved episodes and exit
+        weakref.finalize(self, _release, self._beside, self._writer, self._encoder)
         self._finalized = False
 
     # -- LeRobot's episode buffer ------------------------------------------------------------------------------
@@ -477,6 +482,7 @@ class Recorder:
             finally:
                 if encoders is not None:
                     encoders.finish()
+                    encoders.release()  # its messenger thread ends
                     encoders.gate.close()
                 shutil.rmtree(self._folder, ignore_errors=True)
         finally:
@@ -522,6 +528,10 @@ class _Encoders:
     def _deliver(self) -> None:
         while True:
             send, camera = self._outbox.get()
+            if send is None:  # :meth:`release`
+                for process in self.processes:
+                    process.close()
+                return
             if isinstance(send, threading.Event):  # delivered so far (:meth:`_delivered`)
                 send.set()
                 continue
@@ -572,6 +582,15 @@ class _Encoders:
                            "episode; the push encodes the others", self.root, process.cameras,
                            process.process.returncode)
         return not ended
+
+    def release(self) -> None:
+        """The recorder was dropped without ``finalize``: after what was posted, each process is told to finish
+        the saved episodes and exit (not waited for), and the messenger thread ends."""
+        if self._messenger is None:
+            for process in self.processes:
+                process.close()
+        else:
+            self._outbox.put((None, None))
 
     def close(self) -> None:
         """No more episodes: each process finishes the saved ones, then exits (not waited for: :meth:`finish`)."""
@@ -704,6 +723,16 @@ class _Beside:
 
 class _Stopped(Exception):
     """Raised in the exporting thread's hook: :meth:`_Beside.stop` was called, the export is abandoned."""
+
+
+def _release(beside: _Beside, writer: _SpillWriter, encoders: _Encoders | None) -> None:
+    """What a recorder dropped without ``finalize`` leaves running is stopped (its weakref finalizer; holds no
+    reference to it): the exporting and spill threads end, the encoder processes finish the saved episodes and exit
+    (their notify thread ends). The store's lock is released by the store's own finalizer."""
+    beside.close()
+    writer.stop()
+    if encoders is not None:
+        encoders.release()
 
 
 def _image(value: Any) -> Any:

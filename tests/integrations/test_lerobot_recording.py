@@ -1114,3 +1114,31 @@ def test_a_recorder_killed_while_its_encoders_encode_an_episode_in_progress(tmp_
     again.finalize()
     _same_videos_as_a_fresh_export(root, tmp_path / "fresh", 12)
     _same_as_recorded(_reference()(REPO_ID, root=root), (4, 3, 5))
+
+
+def test_a_recorder_dropped_without_finalize_releases_its_threads_and_encoders(tmp_path):
+    """A recording dropped without finalize (an exception in the user's loop, say): once collected, its encoder
+    processes finish the saved episode's segments and exit, and its threads (spill writer, notify, export) end,
+    instead of living until the process exits; the saved episode is kept, and resume goes on."""
+    import gc
+
+    root = tmp_path / "ds"
+    ds = LeRobotDataset.create(REPO_ID, 30, FEATURES, root=root, streaming_encoding=True)
+    for i in range(3):
+        ds.add_frame(_frame(0, i))
+    ds.save_episode()
+    for i in range(2):
+        ds.add_frame(_frame(1, i))  # an episode in progress, being streamed to its encoder
+    processes = [p.process for p in ds.writer._encoder.processes]
+    threads = [t for t in threading.enumerate() if t.name.startswith("lerobot_zarr-")]
+    assert processes and {t.name for t in threads} >= {"lerobot_zarr-spill", "lerobot_zarr-notify"}
+    del ds
+    gc.collect()
+    for process in processes:
+        assert process.wait(timeout=120) == 0
+    for thread in threads:
+        thread.join(timeout=60)
+        assert not thread.is_alive(), thread.name
+    ds = LeRobotDataset.resume(REPO_ID, root=root)
+    assert ds.meta.total_episodes == 1 and len(_named_segments(root)) == 1
+    ds.finalize()
