@@ -223,9 +223,22 @@ class Recorder:
         self._refused: list[str] = []  # camera frames LeRobot's image writer would have failed on, why
         self._writer = _SpillWriter()
         self._beside = _Beside(store.root, background=bool(self._cameras))
+        self._hint_kept_stats()
         # dropped without finalize: its threads stop and its encoder processes finish the saved episodes and exit
         weakref.finalize(self, _release, self._beside, self._writer, self._encoder)
         self._finalized = False
+
+    def _hint_kept_stats(self) -> None:
+        """A resumed recording: its cameras' stats of the episodes saved before, as the store keeps them, given to
+        the first export beside the store, which then reads none of their frames back (as each episode saved here
+        gives its own, from its frames' histograms)."""
+        episodes = self._store.meta.total_episodes
+        if not episodes or not self._cameras:
+            return
+        rows = self._store.episode_stats()
+        for e in range(episodes):
+            self._beside.cache.hint(e, {k: {name: v[e] for name, v in rows[k].items()}
+                                        for k in self._cameras if k in rows})
 
     # -- LeRobot's episode buffer ------------------------------------------------------------------------------
     @property

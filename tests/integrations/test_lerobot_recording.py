@@ -1142,3 +1142,38 @@ def test_a_recorder_dropped_without_finalize_releases_its_threads_and_encoders(t
     ds = LeRobotDataset.resume(REPO_ID, root=root)
     assert ds.meta.total_episodes == 1 and len(_named_segments(root)) == 1
     ds.finalize()
+
+
+def test_the_first_export_after_resume_reads_no_earlier_camera_frames(tmp_path, monkeypatch):
+    """After resume, LeRobot's files beside the store are exported again from an empty cache: the earlier episodes'
+    camera stats are the store's own (kept with each episode), not computed again from their frames read back in
+    the recorder's process; the stats are still those of a fresh export (LeRobot's reader on both)."""
+    import lerobot_zarr.writing.export as export_module
+
+    root = tmp_path / "ds"
+    ds = LeRobotDataset.create(REPO_ID, 30, FEATURES, root=root)
+    for e, n in enumerate((4, 3)):
+        for i in range(n):
+            ds.add_frame(_frame(e, i))
+        ds.save_episode()
+    ds.finalize()
+    computed: list[str] = []
+    real = export_module.stats_of_stored
+
+    def spied(spec, feature, name=""):
+        stats = real(spec, feature, name)
+        return None if stats is None else (lambda values: (computed.append(name), stats(values))[1])
+
+    monkeypatch.setattr(export_module, "stats_of_stored", spied)
+    ds = LeRobotDataset.resume(REPO_ID, root=root)
+    for i in range(2):
+        ds.add_frame(_frame(2, i))
+    ds.save_episode()
+    ds.finalize()
+    assert "observation.images.cam" not in computed and "observation.state" in computed  # (the spy sees them)
+    fresh = export_module.to_lerobot(root, tmp_path / "fresh", progress=False)
+    ours, want = _reference()(REPO_ID, root=root).meta.stats, _reference()(REPO_ID, root=fresh).meta.stats
+    assert set(ours) == set(want)
+    for key in want:
+        for name in want[key]:
+            np.testing.assert_array_equal(np.asarray(ours[key][name]), np.asarray(want[key][name]), err_msg=key)
