@@ -57,7 +57,7 @@ from ..utils.hashing import compact_frame_header, crc32c
 __all__ = ["SEGMENTS", "SEGMENT_STORAGES", "CameraEncoding", "camera_encodings", "episode_hashes", "find_segment",
            "make_segment", "encode_missing", "wanted_segments", "prune_segments", "recorded_encoder",
            "segment_cameras", "lacking_cameras", "encode_in_parallel", "finish", "BackgroundEncoder", "FLUSH_TIMEOUT",
-           "ENCODER_NICE", "Gate"]
+           "ENCODER_NICE", "Gate", "progress_path"]
 
 SEGMENTS = ".segments"  # the store's folder of segments (hidden: not a feature's folder)
 SEGMENT_STORAGES = ("raw", "compact")  # cameras whose episodes get segments: those whose stored bytes are hashed
@@ -363,6 +363,13 @@ class _Stream:
         self.live = True  # the spill is still the recorder's episode in progress
         self.tmp = Path(root) / SEGMENTS / f".stream-{tag}.tmp-{os.getpid()}.mp4"  # debris (.*.tmp-*) if killed
         self.writer: VideoWriter | None = None
+        self.ended: int | None = None  # the frames the file was completed with (:meth:`end`)
+        # the frames encoded so far, for the recorder (its backpressure): 8 bytes, little-endian, beside the spill
+        try:
+            self.progress = os.open(progress_path(path), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
+                                    | os.O_CLOEXEC, 0o644)
+        except OSError:  # (the recording ended meanwhile)
+            self.progress = -1
 
     def _whole_frames(self) -> int:
         """The frames the spill holds whole while it is the recorder's episode in progress; once it is not (taken
@@ -379,7 +386,9 @@ class _Stream:
 
     def advance(self, limit: int | None = None) -> int:
         """Encode the next few frames the spill holds (up to frame ``limit``, the committed episode's count, when
-        given); returns how many (0: none yet; -1: the file ends before ``limit``)."""
+        given); returns how many (0: none yet, or the file is completed; -1: the file ends before ``limit``)."""
+        if self.ended is not None:
+            return -1 if limit is not None and limit > self.frames else 0
         if limit is None:
             stop = self._whole_frames()
         else:
@@ -403,6 +412,8 @@ class _Stream:
             self.writer = self.encoding.writer(self.tmp)
         self.writer.add(frames)
         self.frames += k
+        if self.progress >= 0:
+            os.pwrite(self.progress, self.frames.to_bytes(8, "little"), 0)
         return k
 
     def finish(self, ds: LeRobotZarrDataset, episode: int, encoding: CameraEncoding | None) -> Path | None:
@@ -415,13 +426,16 @@ class _Stream:
                     or ds.array_specs[key].storage != "raw" or not ds.meta.materialized_episodes[episode]):
                 return None
             crc, n = int(episode_hashes(ds, key)[episode]), int(ds.meta.episode_length[episode])
+            if self.ended is not None and self.ended != n:
+                return None
             while self.frames < n:
                 if self.advance(limit=n) < 0:
                     return None
             if crc < 0 or self.frames != n or self.crc != crc or self.writer is None:
                 return None
-            writer, self.writer = self.writer, None
-            writer.close()
+            if self.ended is None:
+                self.writer.close()
+            self.writer = None
             target = self.tmp.parent / self.encoding.name(crc, n)
             try:
                 replace_file(self.tmp, target)
@@ -431,16 +445,36 @@ class _Stream:
         finally:
             self.drop()
 
+    def end(self, frames: int) -> None:
+        """The recorder is saving the episode with ``frames`` frames (its commit under way): once they are all
+        encoded, the encoder is flushed and the file completed now, while the episode is committed, rather than
+        after (:meth:`finish` then only checks it against the commit, and makes it the segment)."""
+        while self.frames < frames:
+            if self.advance(limit=frames) <= 0:
+                return
+        if self.frames == frames and self.writer is not None and self.ended is None:
+            self.writer.close()
+            self.ended = frames
+
     def drop(self) -> None:
         """Stop: the file made so far is removed (idempotent)."""
         writer, self.writer = self.writer, None
-        if writer is not None:
+        if writer is not None and self.ended is None:
             writer.close(flush=False)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.tmp)
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
+        if self.progress >= 0:
+            os.close(self.progress)
+            self.progress = -1
+
+
+def progress_path(spill: str | os.PathLike) -> str:
+    """Where the background encoder streaming the spill file ``spill`` says how many of its frames it encoded so far
+    (8 bytes, little-endian; written after each few frames)."""
+    return f"{os.fspath(spill)}.encoded"
 
 
 class Gate:
@@ -537,21 +571,28 @@ class BackgroundEncoder:
         stream of that camera not committed."""
         self._send("stream " + json.dumps({"camera": camera, "path": os.fspath(path)}))
 
+    def end(self, camera: str, frames: int) -> None:
+        """The episode streamed of camera ``camera`` is being saved with ``frames`` frames: complete its file now
+        (:meth:`_Stream.end`), while it is committed."""
+        self._send("end " + json.dumps({"camera": camera, "frames": int(frames)}))
+
     def drop(self, camera: str) -> None:
         """The episode in progress was cleared: drop what was encoded of camera ``camera``'s stream."""
         self._send("drop " + json.dumps({"camera": camera}))
 
-    def saved(self, episode: int) -> None:
+    def saved(self, episode: int, *, reply: bool = False) -> None:
         """The episode streamed was committed as ``episode`` (the store's numbering): make what was encoded of it
-        its segment if it holds the committed frames (else drop it), then encode what else lacks a segment."""
-        self._send("saved " + json.dumps({"episode": int(episode)}))
+        its segment if it holds the committed frames (else drop it), then encode what else lacks a segment
+        (``reply``: then reply as to a flush: ``flush(asked=True)`` waits for it)."""
+        self._send("saved " + json.dumps({"episode": int(episode), "reply": reply}))
 
-    def flush(self, timeout: float | None = FLUSH_TIMEOUT) -> bool:
+    def flush(self, timeout: float | None = FLUSH_TIMEOUT, *, asked: bool = False) -> bool:
         """Wait until every episode committed so far has its segments; False if the process ended without making
         them all (killed, failed: it said why on stderr), whose missing segments an export then encodes.
         ``timeout``: seconds the encoder may go without progress (no segment made or growing) before
-        :class:`~lerobot_zarr.errors.EncoderTimeoutError` (None: no bound); it is left running then."""
-        if not self._send("flush"):  # told to finish (close): it makes the segments of every committed episode
+        :class:`~lerobot_zarr.errors.EncoderTimeoutError` (None: no bound); it is left running then. ``asked``:
+        the reply was asked for already (``saved(..., reply=True)``), only waited for."""
+        if not asked and not self._send("flush"):  # told to finish (close): it makes the segments of every committed episode
             self._wait(lambda: self.process.poll() is not None, timeout, "to exit after encoding every saved episode")
             return self.process.returncode == 0
         fd, reply = self.process.stdout.fileno(), b""
@@ -599,6 +640,12 @@ class BackgroundEncoder:
         if self.process.stdin is not None and not self.process.stdin.closed:
             with contextlib.suppress(OSError):
                 self.process.stdin.close()
+
+    def exit(self) -> None:
+        """No more episodes, and every saved one has its segments (a flush said so): the process drops what it
+        streams and exits at once, without looking for segments to make; not waited for."""
+        self._send("exit")
+        self.close()
 
     def cancel(self) -> None:
         """Stop now (a segment being made is dropped); what lacks a segment is encoded at export."""
@@ -666,7 +713,7 @@ class _Session:
         return None if self.gate is None else self.gate.wait
 
     def command(self, line: str) -> bool:
-        """Do one command; True for ``flush`` (a reply is due)."""
+        """Do one command; True when a reply is due (``flush``, ``saved`` asking for one)."""
         word, _, rest = line.partition(" ")
         if word == "stream":
             spec = json.loads(rest)
@@ -674,8 +721,18 @@ class _Session:
             self._start(spec["camera"], spec["path"])
         elif word == "drop":
             self.drop(json.loads(rest)["camera"])
+        elif word == "end":
+            spec = json.loads(rest)
+            stream = self.streams.get(spec["camera"])
+            try:
+                if stream is not None:
+                    stream.end(int(spec["frames"]))
+            except self.errors:  # dropped: the episode is encoded from the store once committed
+                self.drop(spec["camera"])
         elif word == "saved":
-            self._saved(int(json.loads(rest)["episode"]))
+            spec = json.loads(rest)
+            self._saved(int(spec["episode"]))
+            return bool(spec.get("reply"))
         else:  # go, flush
             self.encode_missing()
         return word == "flush"
@@ -734,8 +791,8 @@ _STREAM_POLL = 0.02  # seconds between two looks at a stream's spill when it had
 def _main(argv: list[str]) -> int:
     """The background encoder's process: ``ROOT [--threads N] [--nice N] [--camera KEY]... [--no-prune] [--gate
     PATH]``; commands on stdin, one a line: ``go`` (encode what lacks segments), ``flush`` (the same, then
-    ``flushed`` on stdout), ``stream {"camera", "path"}`` / ``drop {"camera"}`` / ``saved {"episode"}``
-    (:meth:`BackgroundEncoder.stream`, ``drop``, ``saved``); between commands it encodes the streams' new frames;
+    ``flushed`` on stdout), ``stream {"camera", "path"}`` / ``end {"camera", "frames"}`` / ``drop {"camera"}`` /
+    ``saved {"episode"}`` (:meth:`BackgroundEncoder.stream`, ``end``, ``drop``, ``saved``), ``exit`` (at once); between commands it encodes the streams' new frames;
     at the end of stdin (the recorder finished, or died) it drops the streams, encodes what lacks segments and
     exits."""
     import argparse
@@ -770,6 +827,8 @@ def _main(argv: list[str]) -> int:
             if line is None:
                 busy = session.advance()
                 continue
+            if line == "exit":  # (BackgroundEncoder.exit) nothing left to make
+                return 0
             if not line:
                 break
             if session.command(line):

@@ -628,7 +628,8 @@ def test_push_to_hub_gives_what_lerobot_loads(tmp_path, monkeypatch):
 def test_background_encoder_is_not_waited_for_and_finalize_joins_its_segments(tmp_path, monkeypatch, mode):
     """A recording with video cameras starts a background encoder per camera (by default too, as LeRobot encodes at
     each save_episode; streaming_encoding / batch_encoding_size as LeRobot's); with its process stopped (SIGSTOP),
-    save_episode still returns (never waits for it); once it made the segments (flush_pending_videos), finalize
+    save_episode still returns (it waits for the episode's videos, as LeRobot's, only while the encoder makes
+    progress: SAVE_TIMEOUT s without, logged); once it made the segments (flush_pending_videos), finalize
     joins them into LeRobot's files without encoding any (batches: the last, incomplete one is encoded at the
     flush, as LeRobot's finalize encodes it), and the push exports the same without encoding; LeRobot 0.6.1 loads
     both."""
@@ -643,6 +644,9 @@ def test_background_encoder_is_not_waited_for_and_finalize_joins_its_segments(tm
     real = videos_module.make_segment
     monkeypatch.setattr(videos_module, "make_segment", lambda ds, enc, e, *a, **k: (encodes.append(e),
                                                                                       real(ds, enc, e, *a, **k))[1])
+    import lerobot_zarr.integrations.lerobot_recorder as recorder_module
+
+    monkeypatch.setattr(recorder_module, "SAVE_TIMEOUT", 1.0)
     ds = LeRobotDataset.create("someone/streamed", 30, FEATURES, root=tmp_path / "ds", **mode)
     encoders = ds.writer._encoder
     assert encoders is not None and encoders.cameras == ["observation.images.cam"]
@@ -730,6 +734,7 @@ def test_finalize_completes_without_its_encoders(tmp_path, monkeypatch, how):
     monkeypatch.setattr(videos_module, "make_segment", lambda ds, enc, e, *a, **k: (encodes.append(e),
                                                                                       real(ds, enc, e, *a, **k))[1])
     monkeypatch.setattr(recorder_module, "FINISH_TIMEOUT", 1.0)
+    monkeypatch.setattr(recorder_module, "SAVE_TIMEOUT", 1.0)  # save_episode's wait for stalled encoders
     root = tmp_path / "ds"
     ds = LeRobotDataset.create(REPO_ID, 30, TWO_CAMERAS, root=root)
     lengths = (30, 2)
@@ -1177,3 +1182,61 @@ def test_the_first_export_after_resume_reads_no_earlier_camera_frames(tmp_path, 
     for key in want:
         for name in want[key]:
             np.testing.assert_array_equal(np.asarray(ours[key][name]), np.asarray(want[key][name]), err_msg=key)
+
+
+@pytest.mark.parametrize("mode", [{}, {"streaming_encoding": True, "encoder_threads": 1}])
+def test_save_episode_returns_with_its_videos_and_finalize_only_closes(tmp_path, monkeypatch, mode):
+    """As LeRobot's save_episode, the drop-in's returns with the episode's videos made: its segment is there and
+    LeRobot's files beside the store are those of its commit (LeRobot reads its last frame) at once; finalize then
+    exports nothing, encodes nothing, and its encoders exit without further work."""
+    from lerobot_zarr.writing import export
+    from lerobot_zarr.writing.export import exported_state
+
+    root = tmp_path / "ds"
+    ds = LeRobotDataset.create(REPO_ID, 30, FEATURES, root=root, **mode)
+    lengths = (5, 3)
+    for e, n in enumerate(lengths):
+        for i in range(n):
+            ds.add_frame(_frame(e, i))
+        ds.save_episode()
+        assert len(_named_segments(root)) == e + 1 and (exported_state(root) or {}).get("episodes") == e + 1
+        theirs = _reference()(REPO_ID, root=root)
+        assert theirs[len(theirs) - 1]["observation.state"].tolist() == _frame(e, n - 1)["observation.state"].tolist()
+    processes = list(ds.writer._encoder.processes)
+    calls = []
+    for name in ("_episode_rows", "_write", "lacking_cameras"):
+        real = getattr(export, name)
+        monkeypatch.setattr(export, name, lambda *a, real=real, name=name, **k: calls.append(name) or real(*a, **k))
+    ds.finalize()
+    assert calls == [] and [p.process.returncode for p in processes] == [0]
+    _same_as_recorded(_reference()(REPO_ID, root=root), lengths)
+
+
+def test_streaming_add_frame_waits_for_an_encoder_behind_frames_given_faster_than_fps(tmp_path, monkeypatch, caplog):
+    """With streaming_encoding and frames given faster than the fps (not a camera's pace), add_frame waits while
+    the encoder is more than encoder_queue_maxsize frames behind, as LeRobot's queue makes it wait (none dropped);
+    an encoder making no progress (SIGSTOP) is waited for KEEP_UP_TIMEOUT s only, logged; the episode is whole."""
+    import logging
+
+    import lerobot_zarr.integrations.lerobot_recorder as recorder_module
+
+    monkeypatch.setattr(recorder_module, "KEEP_UP_TIMEOUT", 0.5)
+    root = tmp_path / "ds"
+    ds = LeRobotDataset.create(REPO_ID, 10, FEATURES, root=root, streaming_encoding=True, encoder_queue_maxsize=3)
+    ds.add_frame(_frame(0, 0))
+    ds.save_episode()  # (the encoder started)
+    ds.add_frame(_frame(1, 0))
+    spill = ds.writer._spills["observation.images.cam"]
+    _wait_until(lambda: spill.encoded() == 1, "the encoder to encode the episode's first frame")
+    (encoder,) = ds.writer._encoder.processes
+    os.kill(encoder.pid, signal.SIGSTOP)
+    try:
+        with caplog.at_level(logging.WARNING, logger=recorder_module.__name__):
+            for i in range(1, 40):  # 4 s of frames at 10 fps, given at once: from ~1 s of them on, ahead of time
+                ds.add_frame(_frame(1, i))
+        assert ds.writer._unpaced and any("made no progress" in r.getMessage() for r in caplog.records)
+    finally:
+        os.kill(encoder.pid, signal.SIGCONT)
+    ds.save_episode()
+    ds.finalize()
+    _same_as_recorded(_reference()(REPO_ID, root=root), (1, 40))
