@@ -583,7 +583,8 @@ class Recorder:
                                   cache=self._beside.cache)
             finally:
                 if encoders is not None:
-                    encoders.finish()
+                    if not self._all_encoded:  # (told to exit at once otherwise: not waited for)
+                        encoders.finish()
                     encoders.release()  # its messenger thread ends
                     encoders.gate.close()
                 shutil.rmtree(self._folder, ignore_errors=True)
