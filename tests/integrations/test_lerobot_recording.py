@@ -1208,7 +1208,7 @@ def test_save_episode_returns_with_its_videos_and_finalize_only_closes(tmp_path,
         real = getattr(export, name)
         monkeypatch.setattr(export, name, lambda *a, real=real, name=name, **k: calls.append(name) or real(*a, **k))
     ds.finalize()
-    assert calls == [] and [p.process.returncode for p in processes] == [0]
+    assert calls == [] and [p.process.wait(timeout=60) for p in processes] == [0]  # told to exit: not waited for
     _same_as_recorded(_reference()(REPO_ID, root=root), lengths)
 
 
