@@ -42,7 +42,7 @@ from ..lerobot.format import (
 )
 from ..utils.fileio import disk_error, pwrite_all
 from ..utils.libc import start_writeback
-from ..writing.segments import FLUSH_TIMEOUT, SEGMENT_STORAGES, BackgroundEncoder, Gate, finish
+from ..writing.segments import FLUSH_TIMEOUT, SEGMENT_STORAGES, BackgroundEncoder, Gate, finish, progress_path
 from .lerobot_frames import CameraFrameError, as_numpy, camera_frame, check_frame, depth_unit_of
 
 __all__ = ["Recorder"]
@@ -53,6 +53,13 @@ _WRITEBACK_BYTES = 4 << 20
 #: seconds finalize waits for background encoders making no progress (no segment made or growing) before it stops
 #: them and encodes what they lack itself
 FINISH_TIMEOUT = 60.0
+#: seconds ``save_episode`` waits for background encoders making no progress before it returns without the
+#: episode's videos (logged; the episode is committed, its videos are made later: at the next save, or ``finalize``)
+SAVE_TIMEOUT = 60.0
+#: seconds ``add_frame`` waits (streaming) for an encoder making no progress before it stops waiting for it
+KEEP_UP_TIMEOUT = 10.0
+_KEEP_UP_POLL = 0.002
+_AHEAD_S = 1.0  # seconds of frames ahead of real time from which add_frame may wait for a streaming encoder
 
 
 class _Spill:
@@ -96,6 +103,18 @@ class _Spill:
             start_writeback(self.fd, self.written_back, end - self.written_back)
             self.written_back = end
 
+    def encoded(self) -> int | None:
+        """How many of the episode's frames its streaming encoder encoded so far (None: it did not start on them)."""
+        try:
+            fd = os.open(progress_path(self.path), os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return None
+        try:
+            data = os.pread(fd, 8, 0)
+        finally:
+            os.close(fd)
+        return int.from_bytes(data, "little") if len(data) == 8 else 0
+
     def frames_map(self) -> np.ndarray:
         if not self.frames:
             return np.empty((0, *self.frame_shape), self.dtype)
@@ -114,6 +133,8 @@ class _Spill:
         if not self.taken():
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.path)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(progress_path(self.path))
         os.close(self.fd)
         self.attempt += 1
         self.fd = self._open()
@@ -174,8 +195,12 @@ class _SpillWriter:
         if error is not None and errors:
             raise error
 
-    def close(self) -> None:
+    def stop(self) -> None:
+        """Let the thread end once the frames queued are written (not waited for)."""
         self._queue.put(None)
+
+    def close(self) -> None:
+        self.stop()
         self._thread.join()
 
 
@@ -189,15 +214,17 @@ class Recorder:
     :class:`~lerobot_zarr.writing.segments.BackgroundEncoder`, ``encoder_threads``), started at the recording's
     first frame: with ``batch_encoding_size`` 1 (the default) and ``streaming_encoding``, they encode each episode
     as it is recorded (from its spill), the segment kept once it is saved; with ``batch_encoding_size`` N > 1, the
-    saved episodes each time N were saved, where LeRobot encodes them; nothing waits for them but
-    :meth:`flush_pending_videos` and :meth:`finalize`, which lets them finish.
+    saved episodes each time N were saved, where LeRobot encodes them. ``save_episode`` waits for them where
+    LeRobot encodes (each episode, or each batch's last) and exports the commit beside the store, so that
+    :meth:`finalize` then only closes; ``add_frame`` waits for them only with ``streaming_encoding`` and frames
+    coming faster than the fps (``encoder_queue_maxsize``, as LeRobot's queue).
     """
 
     image_writer = None  # LeRobot's asynchronous PNG writer: none, frames are not encoded
 
     def __init__(self, store: Any, features: dict[str, dict], *, on_saved: Callable[[], None],
                  streaming_encoding: bool = False, batch_encoding_size: int = 1, encoder_threads: int | None = None,
-                 hold_frames: bool = False):
+                 hold_frames: bool = False, encoder_queue_maxsize: int = 30):
         self._store = store
         self._features = features
         self._on_saved = on_saved
@@ -218,9 +245,27 @@ class Recorder:
         self._tasks: list[str] = []
         self._refused: list[str] = []  # camera frames LeRobot's image writer would have failed on, why
         self._writer = _SpillWriter()
-        self._beside = _Beside(store.root, background=bool(self._cameras))
-        weakref.finalize(self, self._beside.close)  # its thread stops with the recorder, finalized or not
+        self._beside = _Beside(store.root)
+        self._hint_kept_stats()
+        self._queue_frames = encoder_queue_maxsize  # frames the streaming encoders may lag behind add_frame
+        self._all_encoded = False  # every saved episode has its segments (the last save_episode waited for them)
+        self._unpaced = False  # add_frame stopped waiting for a stalled streaming encoder (this episode)
+        self._fps, self._episode_start = float(store.meta.fps), 0.0
+        # dropped without finalize: its threads stop and its encoder processes finish the saved episodes and exit
+        weakref.finalize(self, _release, self._writer, self._encoder)
         self._finalized = False
+
+    def _hint_kept_stats(self) -> None:
+        """A resumed recording: its cameras' stats of the episodes saved before, as the store keeps them, given to
+        the first export beside the store, which then reads none of their frames back (as each episode saved here
+        gives its own, from its frames' histograms)."""
+        episodes = self._store.meta.total_episodes
+        if not episodes or not self._cameras:
+            return
+        rows = self._store.episode_stats()
+        for e in range(episodes):
+            self._beside.cache.hint(e, {k: {name: v[e] for name, v in rows[k].items()}
+                                        for k in self._cameras if k in rows})
 
     # -- LeRobot's episode buffer ------------------------------------------------------------------------------
     @property
@@ -290,6 +335,37 @@ class Recorder:
         if index == 0 and self._encoder is not None and self._every == 1:
             self._encoder.stream({key: self._spills[key].path for key in self._encoder.cameras if key in self._spills})
             self._streamed = True
+        if index == 0:
+            self._episode_start = time.monotonic()
+        if self._streaming_encoder is not None and self._streamed and not self._unpaced and \
+                index / self._fps - (time.monotonic() - self._episode_start) > _AHEAD_S:
+            self._keep_up(index + 1)
+
+    def _keep_up(self, frames: int) -> None:
+        """``streaming_encoding``'s backpressure, as LeRobot's encoder queue (``encoder_queue_maxsize`` frames)
+        gives it, for frames coming faster than the dataset's fps (a replay, a conversion: more than
+        :data:`_AHEAD_S` s of frames ahead of the time since the episode's first; never at a camera's rate, where
+        ``add_frame`` never waits): wait while a camera's encoder, streaming the episode, has encoded more than
+        that many frames fewer than the ``frames`` added (none is dropped, as LeRobot drops them after 0.1 s). Not
+        before it started on the episode (its process starting), nor for one that ended or made no progress for
+        :data:`KEEP_UP_TIMEOUT` s (logged once; the episode is then encoded at ``save_episode``)."""
+        for key in self._streaming_encoder.cameras:
+            spill = self._spills.get(key)
+            done = spill.encoded() if spill is not None else None
+            if done is None or frames - done <= self._queue_frames:
+                continue
+            process = self._streaming_encoder.process(key)
+            last, since = done, time.monotonic()
+            while frames - done > self._queue_frames and process is not None and process.process.poll() is None:
+                time.sleep(_KEEP_UP_POLL)
+                done = spill.encoded() or 0
+                if done != last:
+                    last, since = done, time.monotonic()
+                elif time.monotonic() - since > KEEP_UP_TIMEOUT:
+                    logger.warning("%s: the streaming encoder of %s made no progress for %.0f s; add_frame no longer "
+                                   "waits for it this episode", self._store.root, key, KEEP_UP_TIMEOUT)
+                    self._unpaced = True
+                    return
 
     def _learn_depth_units(self, frame: Mapping[str, Any]) -> None:
         """A depth camera without a recorded unit takes its first frame's (floats: metres, else millimetres), as
@@ -310,7 +386,9 @@ class Recorder:
 
     def save_episode(self, episode_data: dict | None = None, parallel_encoding: bool = True) -> None:
         """Write the buffered episode (or ``episode_data``, LeRobot's episode buffer dict) to the store in one
-        commit, then empty the buffer, and tell the background encoder (if any; it is not waited for).
+        commit, then empty the buffer; where LeRobot encodes (each episode, each batch's last) wait for the
+        background encoders' segments (bounded: :meth:`_wait_for_videos`) and put LeRobot's files of the commit
+        beside the store.
         ``parallel_encoding`` is LeRobot's switch for encoding cameras in parallel at this point; here nothing is
         encoded at this point (the background encoders, one process per camera, encode it), so it changes
         nothing. The encoders are held back while the episode is committed
@@ -327,6 +405,8 @@ class Recorder:
                     f"({'; '.join(self._refused[:3])}{'...' if len(self._refused) > 3 else ''}); record it again "
                     f"after clear_episode_buffer()", path=self._store.root)
             self._writer.drain()
+            if self._streamed and self._encoder is not None and self._every == 1:  # complete its videos meanwhile
+                self._encoder.end(len(self._tasks))
             frames, tasks = self._buffered()
         spills = {} if episode_data is not None else {key: spill.path for key, spill in self._spills.items()}
         camera_stats = {} if episode_data is not None else {key: stats for key, spill in self._spills.items()
@@ -343,16 +423,37 @@ class Recorder:
         if episode_data is None:
             self._clear()
         self._on_saved()
+        self._all_encoded = due = False
         if self._encoder is not None:  # (LeRobot encodes here: at every save_episode, or every batch's last)
             self._episodes_since_last_encoding += 1
             if self._episodes_since_last_encoding >= self._every:
                 if streamed:  # what its encoders made of it as it was recorded becomes its segments
-                    self._encoder.saved(index)
+                    self._encoder.saved(index, reply=True)
                 else:
                     self._encoder.notify()
                 self._episodes_since_last_encoding = 0
+                due = True
         self._beside.cache.hint(index, camera_stats)
-        self._beside.saved(self._store.reader)  # LeRobot's files beside the store: this commit's, here or soon
+
+        def videos() -> None:  # (once the data files are written: the encoders make the last frames' meanwhile)
+            self._all_encoded = self._wait_for_videos(asked=streamed)
+
+        # LeRobot's files beside the store: this commit's (if every episode has its videos)
+        self._beside.saved(self._store.reader, before_videos=videos if due else None)
+
+    def _wait_for_videos(self, asked: bool) -> bool:
+        """As LeRobot's ``save_episode`` returns with the episode's videos made: wait until the background
+        encoders made the segments of every saved episode (they encoded the episode as it was recorded: what is
+        left is its last frames). Bounded: an encoder that ended, or made no progress for :data:`SAVE_TIMEOUT` s,
+        is logged and not waited for (its episodes are encoded later, at the latest by ``finalize``); whether all
+        were made. ``asked``: the encoders were told to reply once they made the episode's segments."""
+        from ..errors import EncoderTimeoutError
+
+        try:
+            return self._encoder.flush(SAVE_TIMEOUT, asked=asked)
+        except EncoderTimeoutError as exc:
+            logger.warning("%s (save_episode returns without this episode's videos: finalize makes them)", exc)
+            return False
 
     def _buffered(self) -> tuple[dict[str, Any], list[str]]:
         frames: dict[str, Any] = {key: spill.frames_map() for key, spill in self._spills.items()}
@@ -407,7 +508,7 @@ class Recorder:
         self._streamed = False
 
     def _clear(self) -> None:
-        self._streamed = False
+        self._streamed = self._unpaced = False
         self._writer.drain(errors=False)  # the frames are dropped: so is what failed to write them
         for spill in self._spills.values():
             spill.clear()
@@ -432,7 +533,8 @@ class Recorder:
         """(LeRobot's: encode the episodes a batch or a streaming encoder still holds.) Wait until the background
         encoders have made the segments of every saved episode (what is left of a batch too). An encoder that was
         killed or failed (it says why on stderr) is logged: the push encodes the episodes it did not."""
-        if self._encoder is not None and (self._encoder.processes or self._store.meta.total_episodes):
+        if self._encoder is not None and not self._finalized and (self._encoder.processes or
+                                                                  self._store.meta.total_episodes):
             self._episodes_since_last_encoding = 0
             self._encoder.flush()
 
@@ -444,7 +546,9 @@ class Recorder:
         """(LeRobot's.) No image writer runs."""
 
     def finalize(self) -> None:
-        """Close, and leave ``root`` a LeRobot v3.0 dataset as LeRobot's recorder does: the background encoders
+        """Close, and leave ``root`` a LeRobot v3.0 dataset as LeRobot's recorder does. When the last
+        ``save_episode`` had every video made and exported (the usual case), it only closes: the encoders exit at
+        once. Otherwise (a batch's rest, an encoder stopped or killed) the background encoders
         finish the saved episodes they have not encoded yet (as LeRobot's finalize finishes its encoders' work; one
         process per camera, at the recorder's priority: waiting for them is never slower than encoding again what
         they started), the spill is removed, LeRobot's files of the store's last commit are put beside the store
@@ -466,17 +570,22 @@ class Recorder:
                 spill.close()
             self._spills.clear()
             if encoders is not None:
-                encoders.close()  # they finish the saved episodes while the data files are written
+                if self._all_encoded:  # nothing is left for them to make
+                    encoders.exit()
+                else:
+                    encoders.close()  # they finish the saved episodes while the data files are written
             try:
-                cache = self._beside.stop()  # what it exported: the last export only adds what is new
                 if self._store.meta.total_episodes:
                     from ..writing.export import export_beside
 
+                    # (nothing to do when the last save_episode exported its commit)
                     export_beside(self._store.reader, before_videos=encoders.finish if encoders else None,
-                                  cache=cache)
+                                  cache=self._beside.cache)
             finally:
                 if encoders is not None:
-                    encoders.finish()
+                    if not self._all_encoded:  # (told to exit at once otherwise: not waited for)
+                        encoders.finish()
+                    encoders.release()  # its messenger thread ends
                     encoders.gate.close()
                 shutil.rmtree(self._folder, ignore_errors=True)
         finally:
@@ -522,6 +631,10 @@ class _Encoders:
     def _deliver(self) -> None:
         while True:
             send, camera = self._outbox.get()
+            if send is None:  # :meth:`release`
+                for process in self.processes:
+                    process.close()
+                return
             if isinstance(send, threading.Event):  # delivered so far (:meth:`_delivered`)
                 send.set()
                 continue
@@ -543,15 +656,21 @@ class _Encoders:
         for key, path in spills.items():
             self._post(lambda p, key=key, path=path: p.stream(key, path), key)
 
+    def end(self, frames: int) -> None:
+        """The episode streamed is being saved with ``frames`` frames: complete its files while it is committed."""
+        for key in self.cameras:
+            self._post(lambda p, key=key: p.end(key, frames), key)
+
     def drop(self) -> None:
         """The episode in progress was cleared: drop what was encoded of it."""
         for key in self.cameras:
             self._post(lambda p, key=key: p.drop(key), key)
 
-    def saved(self, episode: int) -> None:
+    def saved(self, episode: int, *, reply: bool = False) -> None:
         """The episode streamed was committed as ``episode``: what was encoded of it becomes its segments (once
-        checked against the committed frames), the rest encoded at once."""
-        self._post(lambda p: p.saved(episode))
+        checked against the committed frames), the rest encoded at once (``reply``: each process then replies as
+        to a flush, :meth:`flush` with ``asked``)."""
+        self._post(lambda p: p.saved(episode, reply=reply))
 
     def notify(self) -> None:
         """Episodes were saved: encode them (each process at once, or after the episode it is encoding)."""
@@ -560,18 +679,40 @@ class _Encoders:
         else:
             self._post(BackgroundEncoder.notify)
 
-    def flush(self, timeout: float | None = FLUSH_TIMEOUT) -> bool:
-        """Wait until every saved episode has its segments (:meth:`BackgroundEncoder.flush`); False, logged, if an
-        encoder ended without making them all (the push encodes the others)."""
+    def flush(self, timeout: float | None = FLUSH_TIMEOUT, *, asked: bool = False) -> bool:
+        """Wait until every saved episode has its segments (:meth:`BackgroundEncoder.flush`; ``asked``: the reply
+        was asked for with :meth:`saved`); False, logged, if an encoder ended without making them all (the push
+        encodes the others)."""
         if not self.processes:
             self.notify()
         self._delivered()
-        ended = [p for p in self.processes if not p.flush(timeout)]
+        ended = [p for p in self.processes if not p.flush(timeout, asked=asked)]
         for process in ended:
             logger.warning("%s: the background encoder of %s ended (exit status %s) before encoding every saved "
                            "episode; the push encodes the others", self.root, process.cameras,
                            process.process.returncode)
         return not ended
+
+    def release(self) -> None:
+        """The recorder was dropped without ``finalize``: after what was posted, each process is told to finish
+        the saved episodes and exit (not waited for), and the messenger thread ends."""
+        if self._messenger is None:
+            for process in self.processes:
+                process.close()
+        else:
+            self._outbox.put((None, None))
+            self._messenger = None  # (a later post starts another)
+
+    def process(self, camera: str) -> BackgroundEncoder | None:
+        """The process encoding ``camera`` (None: not started)."""
+        return dict(zip(self.cameras, self.processes, strict=False)).get(camera)
+
+    def exit(self) -> None:
+        """No more episodes and every saved one has its segments: each process exits at once (:meth:`finish` waits
+        for it)."""
+        self._delivered()
+        for process in self.processes:
+            process.exit()
 
     def close(self) -> None:
         """No more episodes: each process finishes the saved ones, then exits (not waited for: :meth:`finish`)."""
@@ -597,113 +738,55 @@ class _Beside:
     with its commits, as LeRobot's recorder writes its data files and metadata at each ``save_episode``: each export
     reuses what the ones before made (:class:`~lerobot_zarr.writing.beside_cache.BesideCache`: the new episodes'
     rows and stats computed, the files earlier exports closed linked, the last data file, the last video file of
-    each camera and the metadata written again), encodes nothing (``encode=False``: it waits for the background
-    encoders' segments), and moves the files into place at once (those of a complete commit, or none: never
-    half-written). Without cameras, in ``save_episode`` (the files are of its commit when it returns; numbers
-    only); with them, in a thread (``background``: their stats, image features' PNGs) that exports each new commit
-    once the background encoders made the segments of every episode (looked for after :data:`RETRY` s, then twice
-    as long each time up to :data:`MAX_RETRY` s, from the start again at each saved episode; logged once when the
-    files beside waited :data:`PENDING_LOG` s), so that ``save_episode`` and ``add_frame`` never wait for it. An export
-    that fails is logged (the episode is committed: ``finalize`` exports again, and says why if it fails again).
-    The thread stops at :meth:`stop` (an export under way abandoned before its videos) or when its recorder is
-    garbage collected (:meth:`close`)."""
+    each camera and the metadata written again), encodes nothing (``encode=False``: it joins the background
+    encoders' segments; without all of them, as in the middle of a batch, it waits for a later commit), and moves
+    the files into place at once (those of a complete commit, or none: never half-written). Called in
+    ``save_episode``, once the encoders made the episode's segments: the files are of its commit when it returns.
+    An export that fails is logged (the episode is committed: ``finalize`` exports again, and says why if it fails
+    again)."""
 
-    RETRY, MAX_RETRY = 0.25, 5.0  # seconds before looking again for the segments an export waits for
-    PENDING_LOG = 60.0  # seconds a commit waits for its segments before that is logged (once)
-    STOP_TIMEOUT = 60.0  # seconds stop() waits for the thread (an export of data files under way)
+    def __init__(self, root: Path):
+        import pyarrow as pa
 
-    def __init__(self, root: Path, *, background: bool):
+        from ..writing import export  # noqa: F401  (imported now, not in the first save_episode)
         from ..writing.beside_cache import BesideCache
 
-        self.root, self.background = Path(root), background
+        self.root = Path(root)
         self.cache = BesideCache()
-        self._wake = threading.Event()
-        self._stopping = False
-        self._thread: threading.Thread | None = None
+        pa.array(np.zeros(1))  # pyarrow imports pandas at its first array (0.5-0.7 s, once): at create, not later
 
-    def saved(self, reader: Any) -> None:
-        """A commit was made (``reader`` reads it: the recorder's)."""
-        if not self.background:
-            self._export(reader)
-            return
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="lerobot_zarr-beside", daemon=True)
-            self._thread.start()
-        self._wake.set()
-
-    def _run(self) -> None:
-        from ..sampling.dataset import LeRobotZarrDataset
-
-        delay: float | None = None  # None: nothing pending (wait for a commit)
-        since: float | None = None  # when the files beside stopped being of the last commit
-        logged = False
-        while True:
-            woken = self._wake.wait(delay)
-            self._wake.clear()
-            if self._stopping:
-                return
-            try:
-                with LeRobotZarrDataset(self.root) as ds:  # the last commit (this thread's own reader)
-                    done = self._export(ds)
-            except _Stopped:
-                return
-            except Exception as exc:  # noqa: BLE001  (logged: finalize exports again)
-                logger.warning("%s: LeRobot's files beside the store not updated: %s", self.root, exc)
-                done = True
-            now = time.monotonic()
-            if done:
-                delay, since, logged = None, None, False
-                continue
-            since = now if since is None else since
-            delay = self.RETRY if woken or delay is None else min(2 * delay, self.MAX_RETRY)  # a new episode: soon
-            if not logged and now - since >= self.PENDING_LOG:
-                logged = True
-                logger.warning("%s: LeRobot's files beside the store wait for the videos of the last episodes "
-                               "(%.0f s so far: batch encoding, or a background encoder stopped?); finalize "
-                               "writes them", self.root, now - since)
-
-    def _check_stop(self) -> None:
-        if self._stopping:
-            raise _Stopped
-
-    def _export(self, ds: Any) -> bool:
-        """Export ``ds``'s commit if its segments are all made; whether the files beside are of it. A failure is
-        logged (:class:`_Beside`)."""
+    def saved(self, reader: Any, before_videos: Callable[[], None] | None = None) -> bool:
+        """A commit was made (``reader`` reads it: the recorder's): export it if its segments are all made (after
+        ``before_videos``: the wait for the encoders, once the data files are written); whether the files beside
+        are of it. ``before_videos`` is called in any case."""
         from ..writing.export import export_beside, exported_beside
 
+        called = False
+
+        def hook() -> None:
+            nonlocal called
+            called = True
+            before_videos()
+
         try:
-            return export_beside(ds, cache=self.cache, encode=False, before_videos=self._check_stop) or \
-                exported_beside(ds)
-        except _Stopped:
-            raise
+            return export_beside(reader, cache=self.cache, encode=False,
+                                 before_videos=None if before_videos is None else hook) or exported_beside(reader)
         except Exception as exc:  # noqa: BLE001  (the episode is committed; finalize exports again)
             logger.warning("%s: LeRobot's files beside the store not updated after this episode (finalize writes "
                            "them): %s", self.root, exc)
-            return True
-
-    def close(self) -> None:
-        """Ask the thread to stop, without waiting for it (its recorder was garbage collected)."""
-        self._stopping = True
-        self._wake.set()
-
-    def stop(self) -> Any:
-        """Stop exporting (an export under way is abandoned before its videos; waited for up to
-        :data:`STOP_TIMEOUT` s); the cache, for the last export."""
-        if self._thread is not None:
-            self.close()
-            self._thread.join(self.STOP_TIMEOUT)
-            if self._thread.is_alive():
-                logger.warning("%s: the thread exporting LeRobot's files beside the store did not stop within "
-                               "%.0f s; exporting them without its cache", self.root, self.STOP_TIMEOUT)
-                from ..writing.beside_cache import BesideCache
-
-                self.cache = BesideCache()
-            self._thread = None
-        return self.cache
+            return False
+        finally:
+            if before_videos is not None and not called:
+                before_videos()
 
 
-class _Stopped(Exception):
-    """Raised in the exporting thread's hook: :meth:`_Beside.stop` was called, the export is abandoned."""
+def _release(writer: _SpillWriter, encoders: _Encoders | None) -> None:
+    """What a recorder dropped without ``finalize`` leaves running is stopped (its weakref finalizer; holds no
+    reference to it): the spill thread ends, the encoder processes finish the saved episodes and exit (their notify
+    thread ends). The store's lock is released by the store's own finalizer."""
+    writer.stop()
+    if encoders is not None:
+        encoders.release()
 
 
 def _image(value: Any) -> Any:

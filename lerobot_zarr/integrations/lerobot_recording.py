@@ -14,8 +14,8 @@ Cameras are kept raw while recording (no encoding on the way: ``add_frame`` copi
 and commits), and encoded to mp4 with the ``rgb_encoder`` / ``depth_encoder`` settings (kept in each video
 feature's ``info``, as LeRobot keeps them), episode by episode, by background encoder processes (one per camera,
 :mod:`lerobot_zarr.writing.segments`): as each episode is recorded (LeRobot's default, and ``streaming_encoding``),
-or the saved episodes at every ``batch_encoding_size``-th ``save_episode``; neither ``add_frame`` nor
-``save_episode`` waits for them. ``finalize`` (and a push) join their per-episode mp4s without encoding them again, encoding only what
+or the saved episodes at every ``batch_encoding_size``-th ``save_episode``, which returns once they made them (as
+LeRobot's: its videos complete; ``add_frame`` never waits at a camera's pace). ``finalize`` (and a push) join their per-episode mp4s without encoding them again, encoding only what
 they did not.
 """
 
@@ -134,9 +134,10 @@ class LeRobotRecording:
           is made; a depth video's quantizer (``depth_min``...) makes the codes the store keeps.
         - ``streaming_encoding`` / ``batch_encoding_size`` (a positive int): LeRobot's ways of encoding video as
           frames come or every that many episodes; here background encoder processes encode each saved episode
-          (by default and streaming) or each batch of that many (the rest at ``finalize``), never waited for by the
-          recording (see the module docstring). ``encoder_queue_maxsize`` (a positive int): LeRobot's frames queued for its
-          encoder; none are queued here, none dropped. ``encoder_threads``: the encoder's threads, as LeRobot's
+          (by default and streaming) or each batch of that many (the rest at ``finalize``); ``save_episode`` returns
+          with its videos made, as LeRobot's (see the module docstring). ``encoder_queue_maxsize`` (a positive
+          int): LeRobot's frames queued for its encoder: how far a streaming encoder may fall behind frames given
+          faster than the fps before ``add_frame`` waits; none dropped. ``encoder_threads``: the encoder's threads, as LeRobot's
           (kept in each video feature's ``info`` with the encoder settings: every encoding of them uses it).
         - ``image_writer_processes`` / ``image_writer_threads``: LeRobot's PNG writers; frames are not encoded
           while recording, so none starts. As with LeRobot, their number says whether ``add_frame`` holds the
@@ -180,7 +181,7 @@ class LeRobotRecording:
         return cls._recording(repo_id, store, lambda: store.update_info(**sizes) if sizes else None,
                               tolerance_s=tolerance_s, video_backend=video_backend,
                               streaming_encoding=streaming_encoding, batch_encoding_size=batch_encoding_size,
-                              encoder_threads=encoder_threads,
+                              encoder_threads=encoder_threads, encoder_queue_maxsize=encoder_queue_maxsize,
                               hold_frames=bool(image_writer_threads or image_writer_processes))
 
     @classmethod
@@ -237,13 +238,13 @@ class LeRobotRecording:
 
         return cls._recording(repo_id, store, new_encoders, tolerance_s=tolerance_s, video_backend=video_backend,
                               streaming_encoding=streaming_encoding, batch_encoding_size=batch_encoding_size,
-                              encoder_threads=encoder_threads,
+                              encoder_threads=encoder_threads, encoder_queue_maxsize=encoder_queue_maxsize,
                               hold_frames=bool(image_writer_threads or image_writer_processes))
 
     @classmethod
     def _recording(cls, repo_id: str, store: Any, prepare: Callable[[], None], *, tolerance_s: float,
                    video_backend: str | None, streaming_encoding: bool, batch_encoding_size: int,
-                   encoder_threads: int | None, hold_frames: bool) -> Any:
+                   encoder_threads: int | None, hold_frames: bool, encoder_queue_maxsize: int) -> Any:
         """The drop-in dataset recording into ``store`` (a WritableDataset, closed if this fails), after
         ``prepare()`` (its changes to the store's info): LeRobot's attributes of a recorder."""
         obj = cls.__new__(cls)
@@ -268,7 +269,8 @@ class LeRobotRecording:
             obj.meta = RecordingMetadata.of_writer(store, repo_id)
             obj.writer = Recorder(store, obj.meta.features, on_saved=obj.meta.follow,
                                   streaming_encoding=streaming_encoding, batch_encoding_size=batch_encoding_size,
-                                  encoder_threads=encoder_threads, hold_frames=hold_frames)
+                                  encoder_threads=encoder_threads, hold_frames=hold_frames,
+                                  encoder_queue_maxsize=encoder_queue_maxsize)
         except BaseException:
             store.close()
             raise
@@ -359,22 +361,25 @@ def card_fields(tags: list | None, license: str | None, card_kwargs: Mapping[str
     keyword goes to its card template, which renders only its own fields (``dataset_description``, ``url``,
     ``paper``, ``citation_bibtex``): another is accepted as LeRobot accepts it, with a warning that the card does not
     show it. A keyword that LeRobot's call also passes itself (``repo_id``, ``dataset_info``, the template's
-    ``card_data``, ``template_str``) is its ``TypeError``; ``template_path`` (another template) cannot apply: the
-    card is written from LeRobot's template, and it is refused by name."""
+    ``card_data``, ``template_str``) is its ``TypeError``. ``template_path`` (a Jinja template file, checked to be
+    one before anything is pushed) replaces LeRobot's template as in LeRobot: huggingface_hub's
+    ``DatasetCard.from_template`` renders it with every keyword, any of which may be one of its fields."""
     taken = sorted(set(card_kwargs) & {"repo_id", "dataset_info", "card_data", "template_str"})
     if taken:
         raise TypeError(f"push_to_hub() got multiple values for keyword argument {taken[0]!r} (LeRobot's dataset "
                         f"card sets it itself)")
-    if "template_path" in card_kwargs:
-        raise TypeError("push_to_hub(): template_path cannot apply: the dataset card is written from LeRobot's "
-                        "template (its fields: dataset_description, url, paper, citation_bibtex)")
+    template = card_kwargs.get("template_path")
+    if template is not None and not Path(template).is_file():
+        raise FileNotFoundError(f"push_to_hub(): template_path {os.fspath(template)!r} is no file")
     unknown = sorted(set(card_kwargs) - CARD_FIELDS)
-    if unknown:
+    if unknown and template is None:
         warn_user(f"push_to_hub(): {unknown} are not fields of LeRobot's dataset card template (its fields: "
                   f"{sorted(CARD_FIELDS)}): the card does not show them, as LeRobot's does not")
     if tags is not None and (isinstance(tags, str) or not all(isinstance(t, str) for t in tags)):
         raise ArgumentError(f"tags must be a list of strings, got {tags!r:.80}")
-    known = {k: v for k, v in card_kwargs.items() if k in CARD_FIELDS}
+    known = {k: v for k, v in card_kwargs.items() if k in CARD_FIELDS or template is not None}
+    if template is not None:
+        known["template_path"] = os.fspath(template)
     return {"tags": list(tags or []), "license": license, "repo_id": repo_id, **known}
 
 

@@ -287,6 +287,9 @@ def write_card(root: pathlib.Path, info: dict, card: Mapping[str, Any] | None = 
     LeRobot's card template (``tags`` added to "LeRobot", ``license`` (None: none), ``repo_id``,
     ``dataset_description``, ``url``, ``paper``, ``citation_bibtex``), as ``push_to_hub`` gives them."""
     structure = f"[meta/info.json](meta/info.json):\n```json\n{json.dumps(info, indent=4)}\n```\n"
+    if card is not None and card.get("template_path") is not None:
+        (root / "README.md").write_text(_templated_card(structure, card), encoding="utf-8")
+        return
     if card is None:
         (root / "README.md").write_text(
             "---\nlicense: apache-2.0\ntask_categories:\n- robotics\ntags:\n- LeRobot\nconfigs:\n- config_name: "
@@ -310,6 +313,19 @@ def write_card(root: pathlib.Path, info: dict, card: Mapping[str, Any] | None = 
         f"- **Homepage:** {card.get('url') or more}\n- **Paper:** {card.get('paper') or more}\n"
         f"- **License:** {card.get('license') or more}\n\n## Dataset Structure\n\n{structure}\n## Citation\n\n"
         f"**BibTeX:**\n\n```bibtex\n{card.get('citation_bibtex') or more}\n```\n", encoding="utf-8")
+
+
+def _templated_card(structure: str, card: Mapping[str, Any]) -> str:
+    """The dataset card rendered from the Jinja template at ``card["template_path"]`` as LeRobot renders it
+    (``create_lerobot_dataset_card``: huggingface_hub's ``DatasetCard.from_template`` with LeRobot's card data and
+    every other field of ``card``; the template sees ``dataset_structure`` too)."""
+    from huggingface_hub import DatasetCard, DatasetCardData
+
+    fields = {k: v for k, v in card.items() if k != "tags"}
+    data = DatasetCardData(license=fields.get("license"), tags=["LeRobot", *(card.get("tags") or [])],
+                           task_categories=["robotics"],
+                           configs=[{"config_name": "default", "data_files": "data/*/*.parquet"}])
+    return str(DatasetCard.from_template(card_data=data, **fields, dataset_structure=structure))
 
 
 def _yaml(value: Any, indent: str = "") -> str:

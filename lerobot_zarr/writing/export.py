@@ -157,7 +157,7 @@ def export_beside(dataset: LeRobotZarrDataset | str | os.PathLike, *, progress: 
     is hard linked from the files beside, and so is a video file it closed, of the same segments), so that exporting
     after each saved episode computes that episode's rows and stats, joins the last (open) video file of each camera
     again and writes the last data file and the metadata again (:mod:`.beside_cache`). ``encode=False``: nothing is
-    encoded; if an episode lacks a valid segment, nothing is written (False)."""
+    encoded; if an episode lacks a valid segment (after ``before_videos``), nothing is written (False)."""
     ds = _reader(dataset)
     root = Path(ds.root)
     clash = sorted(set(ds.meta.info["features"]) & set(LEROBOT_ENTRIES))
@@ -169,7 +169,7 @@ def export_beside(dataset: LeRobotZarrDataset | str | os.PathLike, *, progress: 
     check_unedited_beside(root)
     marker = _export_marker(ds.gather_layout()["state"])
     _check_exportable(ds)
-    if not encode and lacking_cameras(ds, encoder_threads):
+    if not encode and before_videos is None and lacking_cameras(ds, encoder_threads):
         return False
     with _BESIDE_LOCK:
         for debris in [*root.glob(f"{_BESIDE_TMP}*"), *root.glob(f"{_BESIDE_OLD}*")]:  # of an export killed

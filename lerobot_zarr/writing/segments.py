@@ -57,7 +57,7 @@ from ..utils.hashing import compact_frame_header, crc32c
 __all__ = ["SEGMENTS", "SEGMENT_STORAGES", "CameraEncoding", "camera_encodings", "episode_hashes", "find_segment",
            "make_segment", "encode_missing", "wanted_segments", "prune_segments", "recorded_encoder",
            "segment_cameras", "lacking_cameras", "encode_in_parallel", "finish", "BackgroundEncoder", "FLUSH_TIMEOUT",
-           "ENCODER_NICE", "Gate"]
+           "ENCODER_NICE", "Gate", "progress_path"]
 
 SEGMENTS = ".segments"  # the store's folder of segments (hidden: not a feature's folder)
 SEGMENT_STORAGES = ("raw", "compact")  # cameras whose episodes get segments: those whose stored bytes are hashed
@@ -363,6 +363,13 @@ class _Stream:
         self.live = True  # the spill is still the recorder's episode in progress
         self.tmp = Path(root) / SEGMENTS / f".stream-{tag}.tmp-{os.getpid()}.mp4"  # debris (.*.tmp-*) if killed
         self.writer: VideoWriter | None = None
+        self.ended: int | None = None  # the frames the file was completed with (:meth:`end`)
+        # the frames encoded so far, for the recorder (its backpressure): 8 bytes, little-endian, beside the spill
+        try:
+            self.progress = os.open(progress_path(path), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
+                                    | os.O_CLOEXEC, 0o644)
+        except OSError:  # (the recording ended meanwhile)
+            self.progress = -1
 
     def _whole_frames(self) -> int:
         """The frames the spill holds whole while it is the recorder's episode in progress; once it is not (taken
@@ -379,7 +386,9 @@ class _Stream:
 
     def advance(self, limit: int | None = None) -> int:
         """Encode the next few frames the spill holds (up to frame ``limit``, the committed episode's count, when
-        given); returns how many (0: none yet; -1: the file ends before ``limit``)."""
+        given); returns how many (0: none yet, or the file is completed; -1: the file ends before ``limit``)."""
+        if self.ended is not None:
+            return -1 if limit is not None and limit > self.frames else 0
         if limit is None:
             stop = self._whole_frames()
         else:
@@ -403,6 +412,8 @@ class _Stream:
             self.writer = self.encoding.writer(self.tmp)
         self.writer.add(frames)
         self.frames += k
+        if self.progress >= 0:
+            os.pwrite(self.progress, self.frames.to_bytes(8, "little"), 0)
         return k
 
     def finish(self, ds: LeRobotZarrDataset, episode: int, encoding: CameraEncoding | None) -> Path | None:
@@ -415,13 +426,16 @@ class _Stream:
                     or ds.array_specs[key].storage != "raw" or not ds.meta.materialized_episodes[episode]):
                 return None
             crc, n = int(episode_hashes(ds, key)[episode]), int(ds.meta.episode_length[episode])
+            if self.ended is not None and self.ended != n:
+                return None
             while self.frames < n:
                 if self.advance(limit=n) < 0:
                     return None
             if crc < 0 or self.frames != n or self.crc != crc or self.writer is None:
                 return None
-            writer, self.writer = self.writer, None
-            writer.close()
+            if self.ended is None:
+                self.writer.close()
+            self.writer = None
             target = self.tmp.parent / self.encoding.name(crc, n)
             try:
                 replace_file(self.tmp, target)
@@ -431,16 +445,36 @@ class _Stream:
         finally:
             self.drop()
 
+    def end(self, frames: int) -> None:
+        """The recorder is saving the episode with ``frames`` frames (its commit under way): once they are all
+        encoded, the encoder is flushed and the file completed now, while the episode is committed, rather than
+        after (:meth:`finish` then only checks it against the commit, and makes it the segment)."""
+        while self.frames < frames:
+            if self.advance(limit=frames) <= 0:
+                return
+        if self.frames == frames and self.writer is not None and self.ended is None:
+            self.writer.close()
+            self.ended = frames
+
     def drop(self) -> None:
         """Stop: the file made so far is removed (idempotent)."""
         writer, self.writer = self.writer, None
-        if writer is not None:
+        if writer is not None and self.ended is None:
             writer.close(flush=False)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.tmp)
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
+        if self.progress >= 0:
+            os.close(self.progress)
+            self.progress = -1
+
+
+def progress_path(spill: str | os.PathLike) -> str:
+    """Where the background encoder streaming the spill file ``spill`` says how many of its frames it encoded so far
+    (8 bytes, little-endian; written after each few frames)."""
+    return f"{os.fspath(spill)}.encoded"
 
 
 class Gate:
@@ -499,7 +533,7 @@ class BackgroundEncoder:
         self.cameras = None if cameras is None else list(cameras)
         package = str(Path(__file__).resolve().parents[2])
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [package, os.environ.get("PYTHONPATH")])))
-        args = [sys.executable, "-m", "lerobot_zarr.writing.segments", str(self.root)]
+        args = [sys.executable, "-m", "lerobot_zarr.writing.encoder_process", str(self.root)]
         if threads is not None:
             args += ["--threads", str(threads)]
         args += ["--nice", str(int(ENCODER_NICE if nice is None else nice))]
@@ -537,21 +571,28 @@ class BackgroundEncoder:
         stream of that camera not committed."""
         self._send("stream " + json.dumps({"camera": camera, "path": os.fspath(path)}))
 
+    def end(self, camera: str, frames: int) -> None:
+        """The episode streamed of camera ``camera`` is being saved with ``frames`` frames: complete its file now
+        (:meth:`_Stream.end`), while it is committed."""
+        self._send("end " + json.dumps({"camera": camera, "frames": int(frames)}))
+
     def drop(self, camera: str) -> None:
         """The episode in progress was cleared: drop what was encoded of camera ``camera``'s stream."""
         self._send("drop " + json.dumps({"camera": camera}))
 
-    def saved(self, episode: int) -> None:
+    def saved(self, episode: int, *, reply: bool = False) -> None:
         """The episode streamed was committed as ``episode`` (the store's numbering): make what was encoded of it
-        its segment if it holds the committed frames (else drop it), then encode what else lacks a segment."""
-        self._send("saved " + json.dumps({"episode": int(episode)}))
+        its segment if it holds the committed frames (else drop it), then encode what else lacks a segment
+        (``reply``: then reply as to a flush: ``flush(asked=True)`` waits for it)."""
+        self._send("saved " + json.dumps({"episode": int(episode), "reply": reply}))
 
-    def flush(self, timeout: float | None = FLUSH_TIMEOUT) -> bool:
+    def flush(self, timeout: float | None = FLUSH_TIMEOUT, *, asked: bool = False) -> bool:
         """Wait until every episode committed so far has its segments; False if the process ended without making
         them all (killed, failed: it said why on stderr), whose missing segments an export then encodes.
         ``timeout``: seconds the encoder may go without progress (no segment made or growing) before
-        :class:`~lerobot_zarr.errors.EncoderTimeoutError` (None: no bound); it is left running then."""
-        if not self._send("flush"):  # told to finish (close): it makes the segments of every committed episode
+        :class:`~lerobot_zarr.errors.EncoderTimeoutError` (None: no bound); it is left running then. ``asked``:
+        the reply was asked for already (``saved(..., reply=True)``), only waited for."""
+        if not asked and not self._send("flush"):  # told to finish (close): it makes the segments of every committed episode
             self._wait(lambda: self.process.poll() is not None, timeout, "to exit after encoding every saved episode")
             return self.process.returncode == 0
         fd, reply = self.process.stdout.fileno(), b""
@@ -600,6 +641,12 @@ class BackgroundEncoder:
             with contextlib.suppress(OSError):
                 self.process.stdin.close()
 
+    def exit(self) -> None:
+        """No more episodes, and every saved one has its segments (a flush said so): the process drops what it
+        streams and exits at once, without looking for segments to make; not waited for."""
+        self._send("exit")
+        self.close()
+
     def cancel(self) -> None:
         """Stop now (a segment being made is dropped); what lacks a segment is encoded at export."""
         self.close()
@@ -621,174 +668,3 @@ class BackgroundEncoder:
         self.process.wait()
         if self.process.stdout is not None:
             self.process.stdout.close()
-
-
-class _Commands:
-    """The recorder's commands on a pipe, one a line, read without blocking the encoding of a stream."""
-
-    def __init__(self, fd: int):
-        self.fd, self.buffer, self.ended = fd, b"", False
-
-    def next(self, timeout: float) -> str | None:
-        """The next command, waiting at most ``timeout`` seconds for one (None: none yet; ``""``: the pipe ended)."""
-        while b"\n" not in self.buffer:
-            if self.ended or not select.select([self.fd], [], [], timeout)[0]:
-                return "" if self.ended else None
-            chunk = os.read(self.fd, 65536)
-            if not chunk:  # the recorder finished, or died (a part line it wrote is no command)
-                self.ended = True
-                return ""
-            self.buffer += chunk
-        line, self.buffer = self.buffer.split(b"\n", 1)
-        return line.decode()
-
-
-class _Session:
-    """What the background encoder's process does with the recorder's commands (see :func:`_main`)."""
-
-    def __init__(self, root: str, threads: int | None, cameras: list[str] | None, gate: Gate | None):
-        self.root, self.threads, self.cameras, self.gate = root, threads, cameras, gate
-        self.streams: dict[str, _Stream] = {}
-        self.encodings: dict[str, CameraEncoding] = {}
-        self.count = 0
-        from av import FFmpegError
-
-        self.errors = (FFmpegError, OSError, ValueError)  # a stream's failure: the episode is encoded from the store
-
-    def encode_missing(self, ds: LeRobotZarrDataset | None = None, prune: bool = False) -> None:
-        if ds is None:
-            encode_missing(self.root, self.threads, prune=prune, cameras=self.cameras, gate=self._gate_wait)
-        else:
-            _encode_missing_of(ds, self.threads, self.cameras, self._gate_wait, prune=prune, started=time.time())
-
-    @property
-    def _gate_wait(self) -> Callable[[], None] | None:
-        return None if self.gate is None else self.gate.wait
-
-    def command(self, line: str) -> bool:
-        """Do one command; True for ``flush`` (a reply is due)."""
-        word, _, rest = line.partition(" ")
-        if word == "stream":
-            spec = json.loads(rest)
-            self.drop(spec["camera"])
-            self._start(spec["camera"], spec["path"])
-        elif word == "drop":
-            self.drop(json.loads(rest)["camera"])
-        elif word == "saved":
-            self._saved(int(json.loads(rest)["episode"]))
-        else:  # go, flush
-            self.encode_missing()
-        return word == "flush"
-
-    def _start(self, camera: str, path: str) -> None:
-        if self.cameras is not None and camera not in self.cameras:
-            return
-        if camera not in self.encodings:
-            ds = LeRobotZarrDataset(self.root)
-            try:
-                if camera not in segment_cameras(ds) or ds.array_specs[camera].storage != "raw":
-                    return
-                self.encodings.update(camera_encodings(ds, [camera], self.threads))
-            finally:
-                ds.close()
-        self.count += 1
-        with contextlib.suppress(FileNotFoundError):  # the episode was cleared meanwhile: a stream comes later
-            self.streams[camera] = _Stream(Path(self.root), self.encodings[camera], path, self.gate, str(self.count))
-
-    def drop(self, camera: str | None = None) -> None:
-        """Drop camera ``camera``'s stream (None: every stream)."""
-        for key in list(self.streams) if camera is None else [camera]:
-            stream = self.streams.pop(key, None)
-            if stream is not None:
-                stream.drop()
-
-    def _saved(self, episode: int) -> None:
-        ds = LeRobotZarrDataset(self.root)
-        try:
-            fresh = camera_encodings(ds, [k for k in self.streams if k in ds.array_specs], self.threads)
-            for key in list(self.streams):
-                stream = self.streams.pop(key)
-                try:
-                    stream.finish(ds, episode, fresh.get(key))
-                except self.errors:  # what it could not make is made from the store (which says why it fails)
-                    pass
-                self.encodings[key] = fresh.get(key, self.encodings[key])
-            self.encode_missing(ds)
-        finally:
-            ds.close()
-
-    def advance(self) -> bool:
-        """Encode the next few frames of each stream that has some; whether any had."""
-        progressed = False
-        for key, stream in list(self.streams.items()):
-            try:
-                progressed |= stream.advance() > 0
-            except self.errors:  # dropped: the episode is encoded from the store once committed
-                self.drop(key)
-        return progressed
-
-
-_STREAM_POLL = 0.02  # seconds between two looks at a stream's spill when it had no new frame
-
-
-def _main(argv: list[str]) -> int:
-    """The background encoder's process: ``ROOT [--threads N] [--nice N] [--camera KEY]... [--no-prune] [--gate
-    PATH]``; commands on stdin, one a line: ``go`` (encode what lacks segments), ``flush`` (the same, then
-    ``flushed`` on stdout), ``stream {"camera", "path"}`` / ``drop {"camera"}`` / ``saved {"episode"}``
-    (:meth:`BackgroundEncoder.stream`, ``drop``, ``saved``); between commands it encodes the streams' new frames;
-    at the end of stdin (the recorder finished, or died) it drops the streams, encodes what lacks segments and
-    exits."""
-    import argparse
-
-    parser = argparse.ArgumentParser(prog="python -m lerobot_zarr.writing.segments")
-    parser.add_argument("root")
-    parser.add_argument("--threads", type=int, default=None)
-    parser.add_argument("--nice", type=int, default=ENCODER_NICE)
-    parser.add_argument("--camera", action="append", default=None)
-    parser.add_argument("--no-prune", dest="prune", action="store_false")
-    parser.add_argument("--gate", default=None)
-    args = parser.parse_args(argv)
-    # before any thread starts: the encoder's threads inherit them
-    with contextlib.suppress(AttributeError, OSError):  # not on every system
-        os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
-    if args.nice:
-        os.nice(args.nice)
-    reply = os.fdopen(os.dup(1), "w")
-    os.dup2(2, 1)  # the encoders' prints go to stderr: stdout is the replies'
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # cancelled: unwinds, temporary files removed
-    session = None
-    try:
-        gate = None
-        if args.gate is not None:
-            with contextlib.suppress(FileNotFoundError):  # the recording ended meanwhile: nothing to wait for
-                gate = Gate(args.gate)
-        session = _Session(args.root, args.threads, args.camera, gate)
-        session.encode_missing(prune=args.prune)
-        commands, busy = _Commands(sys.stdin.fileno()), False
-        while True:
-            line = commands.next(0 if busy else _STREAM_POLL)
-            if line is None:
-                busy = session.advance()
-                continue
-            if not line:
-                break
-            if session.command(line):
-                reply.write("flushed\n")
-                reply.flush()
-        session.drop()  # an episode not committed (or its commit not told): encoded from the store if committed
-        session.encode_missing()
-    except Exception as exc:  # noqa: BLE001 - reported; what it did not make is encoded at export
-        print(f"lerobot_zarr background encoder of {args.root}: stopped ({type(exc).__name__}: {exc}); the push "
-              f"encodes the episodes it did not", file=sys.stderr)
-        return 1
-    finally:
-        if session is not None:
-            session.drop()
-    return 0
-
-
-if __name__ == "__main__":
-    status = _main(sys.argv[1:])
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(status)  # files closed, segments in place: no teardown (a finalize waited 0.7 s of 0.86 s for it)

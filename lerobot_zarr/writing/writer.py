@@ -594,6 +594,12 @@ class WritableDataset:
         finally:
             maps.close()
 
+    def episode_stats(self) -> dict[str, dict[str, np.ndarray]]:
+        """The LeRobot stats the store keeps of each committed episode, per feature (text features have none), each
+        stat stacked: row ``e`` is episode ``e``'s (read from the store; computed once where missing)."""
+        self._check_open()
+        return self._tx.episode_stats_rows()
+
     def flush(self) -> None:
         """Commit what in-place edits changed (their episodes' stats); a no-op when nothing is pending."""
         self._check_open()

@@ -605,6 +605,14 @@ def test_push_to_hub_gives_what_lerobot_loads(tmp_path, monkeypatch):
         assert any(f.startswith("videos/observation.images.cam/") for f in files)
         card = hub.get_file("someone/recorded", "README.md").decode()
         assert "- so100" in card and "license: mit" in card
+        template = tmp_path / "card.md"  # LeRobot renders a template_path given (huggingface_hub's from_template)
+        template.write_text("---\n{{ card_data }}\n---\n\n# {{ repo_id }} by {{ author }}\n\n{{ dataset_structure }}")
+        ds.push_to_hub(license="mit", template_path=str(template), author="alice", allow_patterns=["README.md"])
+        card = hub.get_file("someone/recorded", "README.md").decode()
+        assert card.startswith("---\n") and "license: mit" in card and "- LeRobot" in card
+        assert "\n# someone/recorded by alice\n" in card and '"total_episodes": 2' in card
+        with pytest.raises(FileNotFoundError, match="template_path"):
+            ds.push_to_hub(template_path=str(tmp_path / "none.md"))
         theirs = _reference()("someone/recorded", root=tmp_path / "download")
         assert len(theirs) == 5 and theirs.meta.robot_type == "arm" and theirs.num_episodes == 2
         assert theirs.meta.features["observation.images.cam"]["info"]["video.codec"] == "av1"
@@ -620,7 +628,8 @@ def test_push_to_hub_gives_what_lerobot_loads(tmp_path, monkeypatch):
 def test_background_encoder_is_not_waited_for_and_finalize_joins_its_segments(tmp_path, monkeypatch, mode):
     """A recording with video cameras starts a background encoder per camera (by default too, as LeRobot encodes at
     each save_episode; streaming_encoding / batch_encoding_size as LeRobot's); with its process stopped (SIGSTOP),
-    save_episode still returns (never waits for it); once it made the segments (flush_pending_videos), finalize
+    save_episode still returns (it waits for the episode's videos, as LeRobot's, only while the encoder makes
+    progress: SAVE_TIMEOUT s without, logged); once it made the segments (flush_pending_videos), finalize
     joins them into LeRobot's files without encoding any (batches: the last, incomplete one is encoded at the
     flush, as LeRobot's finalize encodes it), and the push exports the same without encoding; LeRobot 0.6.1 loads
     both."""
@@ -635,6 +644,9 @@ def test_background_encoder_is_not_waited_for_and_finalize_joins_its_segments(tm
     real = videos_module.make_segment
     monkeypatch.setattr(videos_module, "make_segment", lambda ds, enc, e, *a, **k: (encodes.append(e),
                                                                                       real(ds, enc, e, *a, **k))[1])
+    import lerobot_zarr.integrations.lerobot_recorder as recorder_module
+
+    monkeypatch.setattr(recorder_module, "SAVE_TIMEOUT", 1.0)
     ds = LeRobotDataset.create("someone/streamed", 30, FEATURES, root=tmp_path / "ds", **mode)
     encoders = ds.writer._encoder
     assert encoders is not None and encoders.cameras == ["observation.images.cam"]
@@ -722,6 +734,7 @@ def test_finalize_completes_without_its_encoders(tmp_path, monkeypatch, how):
     monkeypatch.setattr(videos_module, "make_segment", lambda ds, enc, e, *a, **k: (encodes.append(e),
                                                                                       real(ds, enc, e, *a, **k))[1])
     monkeypatch.setattr(recorder_module, "FINISH_TIMEOUT", 1.0)
+    monkeypatch.setattr(recorder_module, "SAVE_TIMEOUT", 1.0)  # save_episode's wait for stalled encoders
     root = tmp_path / "ds"
     ds = LeRobotDataset.create(REPO_ID, 30, TWO_CAMERAS, root=root)
     lengths = (30, 2)
@@ -1106,3 +1119,124 @@ def test_a_recorder_killed_while_its_encoders_encode_an_episode_in_progress(tmp_
     again.finalize()
     _same_videos_as_a_fresh_export(root, tmp_path / "fresh", 12)
     _same_as_recorded(_reference()(REPO_ID, root=root), (4, 3, 5))
+
+
+def test_a_recorder_dropped_without_finalize_releases_its_threads_and_encoders(tmp_path):
+    """A recording dropped without finalize (an exception in the user's loop, say): once collected, its encoder
+    processes finish the saved episode's segments and exit, and its threads (spill writer, notify, export) end,
+    instead of living until the process exits; the saved episode is kept, and resume goes on."""
+    import gc
+
+    root = tmp_path / "ds"
+    ds = LeRobotDataset.create(REPO_ID, 30, FEATURES, root=root, streaming_encoding=True)
+    for i in range(3):
+        ds.add_frame(_frame(0, i))
+    ds.save_episode()
+    for i in range(2):
+        ds.add_frame(_frame(1, i))  # an episode in progress, being streamed to its encoder
+    processes = [p.process for p in ds.writer._encoder.processes]
+    threads = [t for t in threading.enumerate() if t.name.startswith("lerobot_zarr-")]
+    assert processes and {t.name for t in threads} >= {"lerobot_zarr-spill", "lerobot_zarr-notify"}
+    del ds
+    gc.collect()
+    for process in processes:
+        assert process.wait(timeout=120) == 0
+    for thread in threads:
+        thread.join(timeout=60)
+        assert not thread.is_alive(), thread.name
+    ds = LeRobotDataset.resume(REPO_ID, root=root)
+    assert ds.meta.total_episodes == 1 and len(_named_segments(root)) == 1
+    ds.finalize()
+
+
+def test_the_first_export_after_resume_reads_no_earlier_camera_frames(tmp_path, monkeypatch):
+    """After resume, LeRobot's files beside the store are exported again from an empty cache: the earlier episodes'
+    camera stats are the store's own (kept with each episode), not computed again from their frames read back in
+    the recorder's process; the stats are still those of a fresh export (LeRobot's reader on both)."""
+    import lerobot_zarr.writing.export as export_module
+
+    root = tmp_path / "ds"
+    ds = LeRobotDataset.create(REPO_ID, 30, FEATURES, root=root)
+    for e, n in enumerate((4, 3)):
+        for i in range(n):
+            ds.add_frame(_frame(e, i))
+        ds.save_episode()
+    ds.finalize()
+    computed: list[str] = []
+    real = export_module.stats_of_stored
+
+    def spied(spec, feature, name=""):
+        stats = real(spec, feature, name)
+        return None if stats is None else (lambda values: (computed.append(name), stats(values))[1])
+
+    monkeypatch.setattr(export_module, "stats_of_stored", spied)
+    ds = LeRobotDataset.resume(REPO_ID, root=root)
+    for i in range(2):
+        ds.add_frame(_frame(2, i))
+    ds.save_episode()
+    ds.finalize()
+    assert "observation.images.cam" not in computed and "observation.state" in computed  # (the spy sees them)
+    fresh = export_module.to_lerobot(root, tmp_path / "fresh", progress=False)
+    ours, want = _reference()(REPO_ID, root=root).meta.stats, _reference()(REPO_ID, root=fresh).meta.stats
+    assert set(ours) == set(want)
+    for key in want:
+        for name in want[key]:
+            np.testing.assert_array_equal(np.asarray(ours[key][name]), np.asarray(want[key][name]), err_msg=key)
+
+
+@pytest.mark.parametrize("mode", [{}, {"streaming_encoding": True, "encoder_threads": 1}])
+def test_save_episode_returns_with_its_videos_and_finalize_only_closes(tmp_path, monkeypatch, mode):
+    """As LeRobot's save_episode, the drop-in's returns with the episode's videos made: its segment is there and
+    LeRobot's files beside the store are those of its commit (LeRobot reads its last frame) at once; finalize then
+    exports nothing, encodes nothing, and its encoders exit without further work."""
+    from lerobot_zarr.writing import export
+    from lerobot_zarr.writing.export import exported_state
+
+    root = tmp_path / "ds"
+    ds = LeRobotDataset.create(REPO_ID, 30, FEATURES, root=root, **mode)
+    lengths = (5, 3)
+    for e, n in enumerate(lengths):
+        for i in range(n):
+            ds.add_frame(_frame(e, i))
+        ds.save_episode()
+        assert len(_named_segments(root)) == e + 1 and (exported_state(root) or {}).get("episodes") == e + 1
+        theirs = _reference()(REPO_ID, root=root)
+        assert theirs[len(theirs) - 1]["observation.state"].tolist() == _frame(e, n - 1)["observation.state"].tolist()
+    processes = list(ds.writer._encoder.processes)
+    calls = []
+    for name in ("_episode_rows", "_write", "lacking_cameras"):
+        real = getattr(export, name)
+        monkeypatch.setattr(export, name, lambda *a, real=real, name=name, **k: calls.append(name) or real(*a, **k))
+    ds.finalize()
+    assert calls == [] and [p.process.wait(timeout=60) for p in processes] == [0]  # told to exit: not waited for
+    _same_as_recorded(_reference()(REPO_ID, root=root), lengths)
+
+
+def test_streaming_add_frame_waits_for_an_encoder_behind_frames_given_faster_than_fps(tmp_path, monkeypatch, caplog):
+    """With streaming_encoding and frames given faster than the fps (not a camera's pace), add_frame waits while
+    the encoder is more than encoder_queue_maxsize frames behind, as LeRobot's queue makes it wait (none dropped);
+    an encoder making no progress (SIGSTOP) is waited for KEEP_UP_TIMEOUT s only, logged; the episode is whole."""
+    import logging
+
+    import lerobot_zarr.integrations.lerobot_recorder as recorder_module
+
+    monkeypatch.setattr(recorder_module, "KEEP_UP_TIMEOUT", 0.5)
+    root = tmp_path / "ds"
+    ds = LeRobotDataset.create(REPO_ID, 10, FEATURES, root=root, streaming_encoding=True, encoder_queue_maxsize=3)
+    ds.add_frame(_frame(0, 0))
+    ds.save_episode()  # (the encoder started)
+    ds.add_frame(_frame(1, 0))
+    spill = ds.writer._spills["observation.images.cam"]
+    _wait_until(lambda: spill.encoded() == 1, "the encoder to encode the episode's first frame")
+    (encoder,) = ds.writer._encoder.processes
+    os.kill(encoder.pid, signal.SIGSTOP)
+    try:
+        with caplog.at_level(logging.WARNING, logger=recorder_module.__name__):
+            for i in range(1, 40):  # 4 s of frames at 10 fps, given at once: from ~1 s of them on, ahead of time
+                ds.add_frame(_frame(1, i))
+        assert ds.writer._unpaced and any("made no progress" in r.getMessage() for r in caplog.records)
+    finally:
+        os.kill(encoder.pid, signal.SIGCONT)
+    ds.save_episode()
+    ds.finalize()
+    _same_as_recorded(_reference()(REPO_ID, root=root), (1, 40))
