@@ -113,6 +113,8 @@ _FOOTER_SHARE = 0.4
 # and the round trips of a first open would grow with the episodes. LeRobot starts a new file at 100 MB: every file it
 # writes is read whole (an equal-length table of 16-100 MB: up to 2.5x the bytes of its footer, for a round trip less)
 _FOOTER_FIRST_MIN = 128 << 20
+# a lazy first open (KnownEpisodes.lazy) reads the footer of a table file of at least this size, a smaller one whole
+_LAZY_FOOTER_MIN = 1 << 20
 # a partial read of the table for more than 1/LOCATE_MOST of the episodes would read most row groups: it is read whole
 LOCATE_MOST = 10
 
@@ -137,10 +139,13 @@ class KnownEpisodes:
     length: np.ndarray | None
     episodes: tuple[int, ...]
     info: dict | None
+    # a first open that leaves unread the row groups whose episodes' lengths or tasks the footer does not give
+    # (:attr:`SourceEpisodes.unresolved`): the footer, then the row groups holding ``episodes`` only
+    lazy: bool = False
 
     @classmethod
-    def first_open(cls, episodes: Sequence[int]) -> KnownEpisodes:
-        return cls(None, None, tuple(sorted({int(e) for e in episodes})), None)
+    def first_open(cls, episodes: Sequence[int], *, lazy: bool = False) -> KnownEpisodes:
+        return cls(None, None, tuple(sorted({int(e) for e in episodes})), None, lazy)
 
 
 @dataclass(frozen=True)
@@ -163,6 +168,16 @@ class SourceEpisodes:
     # located episodes' data files: bounds (low, high) of their rows, from the episode table's footer (where it
     # tells): where an open estimates an episode's rows lie before the file's footer
     file_rows: dict[str, tuple[int, int]] = field(default_factory=dict)
+    # row groups of the episode table left unread, whose episodes' start, length and tasks are not known (-1, []):
+    # ``(first, stop, frame_first, frame_stop)``, episodes ``[first, stop)`` holding frames ``[frame_first,
+    # frame_stop)`` (from the footer's statistics), in order (a lazy first open: :class:`KnownEpisodes`)
+    unresolved: tuple[tuple[int, int, int, int], ...] = ()
+
+    @property
+    def total_frames(self) -> int:
+        """Frames of every episode (those of :attr:`unresolved` row groups from their frame ranges)."""
+        known = self.length >= 0
+        return int(self.length[known].sum()) + sum(f1 - f0 for _, _, f0, f1 in self.unresolved)
 
     @property
     def end(self) -> np.ndarray:
@@ -351,7 +366,7 @@ class LeRobotMetadata:
     def _check_totals(self, info_path: str) -> None:
         """info.json's ``total_episodes`` / ``total_frames`` (where given) agree with the episode table: a table cut
         short (a crash while recording, a lost file) is not read as a smaller dataset."""
-        for key, actual in (("total_episodes", len(self.episodes)), ("total_frames", int(self.episodes.length.sum()))):
+        for key, actual in (("total_episodes", len(self.episodes)), ("total_frames", self.episodes.total_frames)):
             if key in self.info and self.info[key] is not None:
                 declared = _int(self.info[key], info_path, key)
                 if declared != actual:
@@ -500,8 +515,9 @@ class LeRobotMetadata:
         if not tables:
             return {}
         if known.info is None:  # a first open: a share of each big file (the others: none, read whole)
+            least = _LAZY_FOOTER_MIN if known.lazy else _FOOTER_FIRST_MIN
             return {rel: min(files.size(rel), (64 << 10) + int(files.size(rel) * _FOOTER_SHARE)) for rel in tables
-                    if files.size(rel) >= _FOOTER_FIRST_MIN}
+                    if files.size(rel) >= least}
         info = known.info if isinstance(known.info, dict) else {}
         features = info.get("features") if isinstance(info.get("features"), dict) else {}
         videos = sum(isinstance(f, dict) and f.get("dtype") == "video" for f in features.values())
@@ -532,14 +548,15 @@ class LeRobotMetadata:
             return self._whole_table(f"it holds {int(first_row[-1])} rows, {n} episodes known; episodes "
                                      f"{list(known.episodes)[:10]} asked for")
         undetermined: list[int] = []
+        frames = None
         if first_open:
             if len(known.episodes) > max(1, n // LOCATE_MOST):
                 return self._whole_table(f"{len(known.episodes)} of {n} episodes asked for")
             footer = footer_table(pfs, groups, first_row)
             if isinstance(footer, str):
                 return self._whole_table(footer)
-            start, length, tasks_of, undetermined = footer
-            if len(undetermined) > _FOOTER_READ_GROUPS:
+            start, length, tasks_of, undetermined, frames = footer
+            if len(undetermined) > _FOOTER_READ_GROUPS and not known.lazy:
                 return self._whole_table(f"{len(undetermined)} of its {len(groups)} row groups hold episodes of "
                                          f"different lengths or tasks, which its footer does not give")
         else:
@@ -569,7 +586,7 @@ class LeRobotMetadata:
                                              f"data/file_index")
                 begins[begin] = j
             need[e] = begins[begin]
-        read = sorted({*need.values(), *group_of.values(), *undetermined})
+        read = sorted({*need.values(), *group_of.values(), *([] if known.lazy else undetermined)})
         by_file: dict[str, list[int]] = {}
         for i in read:
             by_file.setdefault(groups[i][0], []).append(groups[i][1])
@@ -604,10 +621,12 @@ class LeRobotMetadata:
         get = {c: int_column(table, c, where, order=range(len(rows)), nullable=c.startswith("videos/"),
                               episodes=rows)
                for c in self._table_columns if c not in ("episode_index", "tasks") and not c.endswith("from_timestamp")}
+        filled: list[int] = []  # the episodes whose start and length come from the rows read
         for p, e in enumerate(rows.tolist()):
             here = (get["dataset_from_index"][p], get["dataset_to_index"][p], get["length"][p])
-            if first_open and length[e] < 0:  # a row group the footer does not determine
+            if length[e] < 0:  # a row group the footer (or the store: unresolved) does not determine
                 start[e], length[e] = here[0], here[2]
+                filled.append(e)
             held = (int(start[e]), int(start[e] + length[e]), int(length[e]))
             if here != held and first_open:
                 return self._whole_table(f"episode {e} has frames [{here[0]}, {here[1]}) (length {here[2]}), its "
@@ -615,10 +634,12 @@ class LeRobotMetadata:
             if here != held:
                 raise SchemaMismatchError(f"{where}: episode {e} has frames [{here[0]}, {here[1]}) (length {here[2]}), "
                                           f"the store made from this source holds [{held[0]}, {held[1]})", episode=e)
-        if first_open and ((length <= 0).any() or (start != np.cumsum(length) - length).any()):
-            e = int(np.argmax((length <= 0) | (start != np.cumsum(length) - length)))
-            return self._whole_table(f"episode {e} has length {length[e]} and starts at frame {start[e]}: episodes "
-                                     f"do not follow each other from frame 0")
+        if known.lazy:  # the row groups the footer does not determine, unread: their episodes not known
+            for i in set(undetermined) - set(read):
+                start[first_row[i]:first_row[i + 1]] = length[first_row[i]:first_row[i + 1]] = -1
+        unresolved = self._unresolved(known, pfs, groups, frames, first_row, start, length)
+        if isinstance(unresolved, str):
+            return self._whole_table(unresolved)
         data_template = self._path_template("data_path", V3_DATA_PATH, ("chunk_index", "file_index"))
         video_template = (self._path_template("video_path", V3_VIDEO_PATH, ("video_key", "chunk_index", "file_index"))
                           if self._video_keys else "")
@@ -629,10 +650,11 @@ class LeRobotMetadata:
         if first_open:  # every episode's tasks: the footer's, and those of every row read
             tasks_of.update(zip(rows.tolist(), task_lists(table.column("tasks"), where, range(len(rows)), rows),
                                 strict=True))
-            tasks = [tasks_of[e] for e in range(n)]
-        else:
-            found = task_lists(table.column("tasks"), where, [position[e] for e in known.episodes], known.episodes)
-            for e, t in zip(known.episodes, found, strict=True):
+            tasks = [tasks_of.get(e, []) for e in range(n)]  # (none: an unresolved row group's)
+        else:  # the tasks of the episodes asked for, and of a store's unresolved ones read
+            told = sorted({*known.episodes, *filled})
+            found = task_lists(table.column("tasks"), where, [position[e] for e in told], told)
+            for e, t in zip(told, found, strict=True):
                 tasks[e] = t
         starts = {k: float_column(table, f"videos/{k}/from_timestamp", where, [position[e] for e in known.episodes],
                                    known.episodes) for k in self._video_keys}
@@ -653,7 +675,7 @@ class LeRobotMetadata:
             data_file[e] = self._fill(data_template, "data", e, chunk_index=pair[p][0], file_index=pair[p][1])
             file_row[e] = int(start[e]) - get["dataset_from_index"][first]
             last = file_last_row(pair_at, first_row, e, pair[p]) if data_file[e] not in file_rows else None
-            if last is not None:
+            if last is not None and length[last[0]] > 0 and length[last[1]] > 0:  # (not an unresolved episode)
                 begin = get["dataset_from_index"][first]
                 file_rows[data_file[e]] = (int(end[last[0]]) - begin, int(end[last[1]]) - begin)
             for k in self._video_keys:
@@ -662,7 +684,41 @@ class LeRobotMetadata:
                                 (self._fill(video_template, f"{k!r} video", e, video_key=k, chunk_index=c,
                                             file_index=f), t0))
         return SourceEpisodes(length, start, tasks, data_file, file_row, videos, located=frozenset(known.episodes),
-                              complete=first_open, file_rows=file_rows)
+                              complete=first_open and not unresolved, file_rows=file_rows, unresolved=unresolved)
+
+    def _unresolved(self, known: KnownEpisodes, pfs: dict[str, pq.ParquetFile], groups: list[tuple[str, int]],
+                    frames: np.ndarray | None, first_row: np.ndarray, start: np.ndarray, length: np.ndarray
+                    ) -> tuple[tuple[int, int, int, int], ...] | str:
+        """The row groups left unread whose episodes' start and length are not known (-1: a lazy first open's, or
+        a store's unresolved ones not read now; see :attr:`SourceEpisodes.unresolved`), after checking that every
+        episode known and every such row group's frames follow each other from frame 0; or why not (the caller
+        then reads the table whole)."""
+        unknown = np.flatnonzero(length < 0)
+        if not unknown.size:
+            frames = None
+        elif known.length is None and not known.lazy:
+            return f"the lengths of episodes {unknown[:10].tolist()} are not known"
+        elif frames is None:  # a store's unresolved episodes: their row groups' frames from the footer
+            footer = footer_table(pfs, groups, first_row)
+            if isinstance(footer, str):
+                return footer
+            frames = footer[4]
+        out = []
+        for i in sorted({int(np.searchsorted(first_row, e, side="right") - 1) for e in unknown.tolist()}):
+            a, b = int(first_row[i]), int(first_row[i + 1])
+            if (length[a:b] >= 0).any():
+                return f"the episodes of row group {i} are known only in part"
+            out.append((a, b, int(frames[i][0]), int(frames[i][1])))
+        # every episode, an unresolved row group standing for its episodes: they follow each other from frame 0
+        edges = sorted([*((int(start[e]), int(start[e] + length[e])) for e in np.flatnonzero(length >= 0)),
+                        *((f0, f1) for _, _, f0, f1 in out)])
+        at = 0
+        for f0, f1 in edges:
+            if f0 != at or f1 <= f0:
+                return (f"frames [{f0}, {f1}) (an episode or an unread row group) follow frame {at}: episodes do not "
+                        f"follow each other from frame 0")
+            at = f1
+        return tuple(out)
 
     def _data_ahead(self, episodes: Sequence[int], pair_at: Callable[[int], tuple[int, int, int, int] | None],
                     first_row: np.ndarray, start: np.ndarray, length: np.ndarray) -> Callable[[], None] | None:

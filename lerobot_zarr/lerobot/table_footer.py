@@ -135,11 +135,12 @@ def _int_bounds(md: pq.FileMetaData, group: int, leaf: int | None) -> tuple[int,
 
 
 def footer_table(pfs: dict[str, pq.ParquetFile], groups: Sequence[tuple[str, int]], first_row: np.ndarray
-                  ) -> tuple[np.ndarray, np.ndarray, dict[int, list[str]], list[int]] | str:
+                  ) -> tuple[np.ndarray, np.ndarray, dict[int, list[str]], list[int], np.ndarray] | str:
     """What the footers' statistics of the episode table determine: every episode's start and length (-1 where not
-    determined), the tasks of the episodes they give, and the row groups (indices into ``groups``) whose episodes'
-    lengths or tasks they do not; or why they cannot be used (no statistics, rows not in episode order, row groups'
-    frame ranges not following each other from frame 0).
+    determined), the tasks of the episodes they give, the row groups (indices into ``groups``) whose episodes'
+    lengths or tasks they do not, and every row group's frame range ``[first, stop)`` (int64, (G, 2)); or why they
+    cannot be used (no statistics, rows not in episode order, row groups' frame ranges not following each other from
+    frame 0).
 
     A row group of ``r`` episodes from row ``f``: ``episode_index`` spans ``[f, f + r)``; its frames are
     ``[min(dataset_from_index), max(dataset_to_index))``; when ``min(length) == max(length) == L`` and the from/to
@@ -150,6 +151,7 @@ def footer_table(pfs: dict[str, pq.ParquetFile], groups: Sequence[tuple[str, int
     start, length = np.full(n, -1, dtype=np.int64), np.full(n, -1, dtype=np.int64)
     tasks: dict[int, list[str]] = {}
     undetermined: list[int] = []
+    frames = np.zeros((len(groups), 2), dtype=np.int64)
     leaves: dict[str, dict[str, int | None]] = {}
     for rel, pf in pfs.items():
         columns = _column_leaves(pf)
@@ -170,7 +172,10 @@ def footer_table(pfs: dict[str, pq.ParquetFile], groups: Sequence[tuple[str, int
         (f0, f1), (t0, t1), (l0, l1) = bounds["dataset_from_index"], bounds["dataset_to_index"], bounds["length"]
         if f0 != end:
             return f"row group {g} of {rel} starts at frame {f0}, where the row groups before it end at {end}"
+        if not (f0 < t0 <= t1 and f0 <= f1 < t1 and t1 - f0 >= rows):
+            return f"row group {g} of {rel} holds frames [{f0}, {t1}) for {rows} episodes: not one after the other"
         end = t1
+        frames[i] = f0, t1
         if not (l0 == l1 >= 1 and f1 == f0 + (rows - 1) * l0 and t0 == f0 + l0 and t1 == f0 + rows * l0):
             undetermined.append(i)
             continue
@@ -185,4 +190,4 @@ def footer_table(pfs: dict[str, pq.ParquetFile], groups: Sequence[tuple[str, int
             undetermined.append(i)  # its lengths are known; its tasks read with it
             continue
         tasks.update((e, [stats.min]) for e in range(first, first + rows))
-    return start, length, tasks, undetermined
+    return start, length, tasks, undetermined, frames
