@@ -43,13 +43,12 @@ from .format import (
     V3_VIDEO_PATH,
     V21_DATA_PATH,
     V21_VIDEO_PATH,
-    aggregate_stats,
     check_path_template,
-    stats_json,
+    merge_episode_stats,
 )
 from .source_files import SourceFiles, safe_relpath
 from .table_columns import float_column, int_column, task_lists
-from .table_footer import column_ranges, file_last_row, file_pair_bounds, footer_table
+from .table_footer import column_ranges, file_last_row, file_pair_bounds, footer_table, frame_bounds, unresolved_groups
 
 __all__ = ["LOCATE_MOST", "FeatureSpec", "KnownEpisodes", "LeRobotMetadata", "SourceEpisodes", "column_ranges",
            "open_parquet"]
@@ -104,17 +103,11 @@ _FOOTER_BYTES_PER_CHUNK = 192
 # the row groups a partial read needs are read as one where less than this lies between them (about what a request
 # costs at 1 Gbit/s in CPU time); farther ones in requests of their own, in flight together
 _LOCATE_GAP = 64 << 10
-# a first open reads up to this many row groups whose lengths or tasks the footer leaves open; more: the table whole
-_FOOTER_READ_GROUPS = 8
 # a first open's estimate of a table file's footer (LeRobot's: 25-40 % of the file, the stats columns' statistics)
 _FOOTER_SHARE = 0.4
-# a first open reads an episode table file smaller than this whole, with the other metadata files: read footer first,
-# a file whose footer lacks the lengths (varied lengths: most recordings) costs a round trip more for the same bytes,
-# and the round trips of a first open would grow with the episodes. LeRobot starts a new file at 100 MB: every file it
-# writes is read whole (an equal-length table of 16-100 MB: up to 2.5x the bytes of its footer, for a round trip less)
-_FOOTER_FIRST_MIN = 128 << 20
-# a lazy first open (KnownEpisodes.lazy) reads the footer of a table file of at least this size, a smaller one whole
-_LAZY_FOOTER_MIN = 1 << 20
+# a first open reads the footer of an episode table file of at least this size (then the row groups it needs), a
+# smaller one whole with the other metadata files (its footer and two row groups are about as many bytes)
+_FOOTER_FIRST_MIN = 1 << 20
 # a partial read of the table for more than 1/LOCATE_MOST of the episodes would read most row groups: it is read whole
 LOCATE_MOST = 10
 
@@ -129,23 +122,23 @@ class KnownEpisodes:
     reads the footer of each table file (one request sized from ``info``) and then only the columns it needs of the
     row groups holding them, not the whole table (LeRobot's per-episode stats columns are most of it).
 
-    ``start``, ``length`` and ``info`` None: a first open (no store yet), which needs every episode's start, length
-    and first task to make the store. They are taken from the footers' statistics where those determine them (a
-    row group of 10 episodes: its frame range, and its episodes' lengths when they are all equal, their task when it
-    is one and the same); the row groups where they do not are read too when few (:data:`_FOOTER_READ_GROUPS`), else
-    the table is read whole (the reason logged)."""
+    A store's unresolved episodes (-1 in ``start`` and ``length``, a row group's each) are resolved by the rows
+    read (those of the row groups located).
+
+    ``start``, ``length`` and ``info`` None: a first open (no store yet). Every episode's start, length and tasks are
+    taken from the footers' statistics where those determine them (a row group of 10 episodes: its frame range, and
+    its episodes' lengths when they are all equal, their task when it is one and the same) and from the row groups
+    read; the others' row groups are left unresolved (:attr:`SourceEpisodes.unresolved`): reading every episode's
+    length would read the whole table (LeRobot writes it between per-episode stats columns)."""
 
     start: np.ndarray | None
     length: np.ndarray | None
     episodes: tuple[int, ...]
     info: dict | None
-    # a first open that leaves unread the row groups whose episodes' lengths or tasks the footer does not give
-    # (:attr:`SourceEpisodes.unresolved`): the footer, then the row groups holding ``episodes`` only
-    lazy: bool = False
 
     @classmethod
-    def first_open(cls, episodes: Sequence[int], *, lazy: bool = False) -> KnownEpisodes:
-        return cls(None, None, tuple(sorted({int(e) for e in episodes})), None, lazy)
+    def first_open(cls, episodes: Sequence[int]) -> KnownEpisodes:
+        return cls(None, None, tuple(sorted({int(e) for e in episodes})), None)
 
 
 @dataclass(frozen=True)
@@ -170,7 +163,7 @@ class SourceEpisodes:
     file_rows: dict[str, tuple[int, int]] = field(default_factory=dict)
     # row groups of the episode table left unread, whose episodes' start, length and tasks are not known (-1, []):
     # ``(first, stop, frame_first, frame_stop)``, episodes ``[first, stop)`` holding frames ``[frame_first,
-    # frame_stop)`` (from the footer's statistics), in order (a lazy first open: :class:`KnownEpisodes`)
+    # frame_stop)`` (from the footer's statistics), in order (a first open: :class:`KnownEpisodes`)
     unresolved: tuple[tuple[int, int, int, int], ...] = ()
 
     @property
@@ -310,20 +303,6 @@ def _parse_features(info: dict, info_path: str) -> tuple[dict[str, FeatureSpec],
     for name, dtype in DEFAULT_FEATURES.items():
         specs.setdefault(name, FeatureSpec(name, dtype, (1,)))
     return specs, refused
-
-
-def _merge_stats(episode_stats: list[dict]) -> dict:
-    """Dataset stats from per-episode stats (v2.1 ``episodes_stats.jsonl``), merged the way LeRobot does."""
-    merged: dict[str, dict] = {}
-    for key in sorted({k for s in episode_stats for k in s}):
-        rows = [s[key] for s in episode_stats if key in s]
-        stacked = {name: np.stack([np.asarray(r[name], dtype=np.int64 if name == "count" else np.float64)
-                                   for r in rows])
-                   for name in STAT_NAMES if name == "count" or all(name in r for r in rows)}
-        stacked["count"] = stacked["count"].reshape(len(rows), -1)[:, :1]
-        if stacked["count"].sum() > 0:
-            merged[key] = stats_json(aggregate_stats(stacked))
-    return merged
 
 
 class LeRobotMetadata:
@@ -515,9 +494,8 @@ class LeRobotMetadata:
         if not tables:
             return {}
         if known.info is None:  # a first open: a share of each big file (the others: none, read whole)
-            least = _LAZY_FOOTER_MIN if known.lazy else _FOOTER_FIRST_MIN
             return {rel: min(files.size(rel), (64 << 10) + int(files.size(rel) * _FOOTER_SHARE)) for rel in tables
-                    if files.size(rel) >= least}
+                    if files.size(rel) >= _FOOTER_FIRST_MIN}
         info = known.info if isinstance(known.info, dict) else {}
         features = info.get("features") if isinstance(info.get("features"), dict) else {}
         videos = sum(isinstance(f, dict) and f.get("dtype") == "video" for f in features.values())
@@ -556,9 +534,6 @@ class LeRobotMetadata:
             if isinstance(footer, str):
                 return self._whole_table(footer)
             start, length, tasks_of, undetermined, frames = footer
-            if len(undetermined) > _FOOTER_READ_GROUPS and not known.lazy:
-                return self._whole_table(f"{len(undetermined)} of its {len(groups)} row groups hold episodes of "
-                                         f"different lengths or tasks, which its footer does not give")
         else:
             start, length = np.array(known.start, dtype=np.int64), np.array(known.length, dtype=np.int64)
         # LeRobot writes episode e at row e: the row group of an episode is its row's (checked once read)
@@ -586,7 +561,7 @@ class LeRobotMetadata:
                                              f"data/file_index")
                 begins[begin] = j
             need[e] = begins[begin]
-        read = sorted({*need.values(), *group_of.values(), *([] if known.lazy else undetermined)})
+        read = sorted({*need.values(), *group_of.values()})
         by_file: dict[str, list[int]] = {}
         for i in read:
             by_file.setdefault(groups[i][0], []).append(groups[i][1])
@@ -594,7 +569,12 @@ class LeRobotMetadata:
         # the data files' footers where the footer's statistics tell them (_data_ahead)
         table_ranges = functools.partial(files.prefetch_ranges, {
             rel: column_ranges(pfs[rel], present[rel], gs) for rel, gs in by_file.items()}, gap=_LOCATE_GAP)
-        ahead = self._data_ahead(known.episodes, pair_at, first_row, start, length)
+        if frames is None and (length < 0).any():  # a store's unresolved episodes: their row groups' frames
+            footer = footer_table(pfs, groups, first_row)
+            if isinstance(footer, str):
+                return self._whole_table(footer)
+            frames = footer[4]
+        ahead = self._data_ahead(known.episodes, pair_at, first_row, *frame_bounds(start, length, frames, first_row))
         if ahead is None:
             table_ranges()
         else:
@@ -634,10 +614,10 @@ class LeRobotMetadata:
             if here != held:
                 raise SchemaMismatchError(f"{where}: episode {e} has frames [{here[0]}, {here[1]}) (length {here[2]}), "
                                           f"the store made from this source holds [{held[0]}, {held[1]})", episode=e)
-        if known.lazy:  # the row groups the footer does not determine, unread: their episodes not known
+        if first_open:  # the row groups the footer does not determine, unread: their episodes not known
             for i in set(undetermined) - set(read):
                 start[first_row[i]:first_row[i + 1]] = length[first_row[i]:first_row[i + 1]] = -1
-        unresolved = self._unresolved(known, pfs, groups, frames, first_row, start, length)
+        unresolved = unresolved_groups(frames, first_row, start, length)
         if isinstance(unresolved, str):
             return self._whole_table(unresolved)
         data_template = self._path_template("data_path", V3_DATA_PATH, ("chunk_index", "file_index"))
@@ -686,42 +666,10 @@ class LeRobotMetadata:
         return SourceEpisodes(length, start, tasks, data_file, file_row, videos, located=frozenset(known.episodes),
                               complete=first_open and not unresolved, file_rows=file_rows, unresolved=unresolved)
 
-    def _unresolved(self, known: KnownEpisodes, pfs: dict[str, pq.ParquetFile], groups: list[tuple[str, int]],
-                    frames: np.ndarray | None, first_row: np.ndarray, start: np.ndarray, length: np.ndarray
-                    ) -> tuple[tuple[int, int, int, int], ...] | str:
-        """The row groups left unread whose episodes' start and length are not known (-1: a lazy first open's, or
-        a store's unresolved ones not read now; see :attr:`SourceEpisodes.unresolved`), after checking that every
-        episode known and every such row group's frames follow each other from frame 0; or why not (the caller
-        then reads the table whole)."""
-        unknown = np.flatnonzero(length < 0)
-        if not unknown.size:
-            frames = None
-        elif known.length is None and not known.lazy:
-            return f"the lengths of episodes {unknown[:10].tolist()} are not known"
-        elif frames is None:  # a store's unresolved episodes: their row groups' frames from the footer
-            footer = footer_table(pfs, groups, first_row)
-            if isinstance(footer, str):
-                return footer
-            frames = footer[4]
-        out = []
-        for i in sorted({int(np.searchsorted(first_row, e, side="right") - 1) for e in unknown.tolist()}):
-            a, b = int(first_row[i]), int(first_row[i + 1])
-            if (length[a:b] >= 0).any():
-                return f"the episodes of row group {i} are known only in part"
-            out.append((a, b, int(frames[i][0]), int(frames[i][1])))
-        # every episode, an unresolved row group standing for its episodes: they follow each other from frame 0
-        edges = sorted([*((int(start[e]), int(start[e] + length[e])) for e in np.flatnonzero(length >= 0)),
-                        *((f0, f1) for _, _, f0, f1 in out)])
-        at = 0
-        for f0, f1 in edges:
-            if f0 != at or f1 <= f0:
-                return (f"frames [{f0}, {f1}) (an episode or an unread row group) follow frame {at}: episodes do not "
-                        f"follow each other from frame 0")
-            at = f1
-        return tuple(out)
 
     def _data_ahead(self, episodes: Sequence[int], pair_at: Callable[[int], tuple[int, int, int, int] | None],
-                    first_row: np.ndarray, start: np.ndarray, length: np.ndarray) -> Callable[[], None] | None:
+                    first_row: np.ndarray, start: tuple[np.ndarray, np.ndarray], end: tuple[np.ndarray, np.ndarray]
+                    ) -> Callable[[], None] | None:
         """What fetches the data files' footers of a few ``episodes`` with the table's row groups
         (:func:`~.data_windows.data_ahead`)."""
         template = self._path_template("data_path", V3_DATA_PATH, ("chunk_index", "file_index"))
@@ -732,7 +680,7 @@ class LeRobotMetadata:
             except LeRobotZarrError:
                 return None  # (the path is checked, and refused, when the episode is located)
 
-        return data_ahead(self.files, self.features, path, episodes, pair_at, first_row, start, length)
+        return data_ahead(self.files, self.features, path, episodes, pair_at, first_row, start, end)
 
     def _whole_table(self, why: str) -> None:
         """Log why the episode table is read whole instead of in part (None: the caller's signal to)."""
@@ -842,7 +790,7 @@ class LeRobotMetadata:
                         raise CorruptSourceError(f"{path}:{lineno}: the statistics of {key!r} have no count")
             try:
                 with np.errstate(all="ignore"):
-                    return _merge_stats([r["stats"] for r in rows])
+                    return merge_episode_stats([r["stats"] for r in rows])
             except (KeyError, TypeError, ValueError, IndexError, OverflowError) as exc:
                 raise CorruptSourceError(f"{path}: unreadable per-episode stats ({exc!r:.200})") from exc
         return {}

@@ -11,7 +11,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-__all__ = ["column_ranges", "file_last_row", "file_of_row", "file_pair_bounds", "footer_table"]
+__all__ = ["column_ranges", "file_last_row", "file_of_row", "file_pair_bounds", "footer_table", "frame_bounds",
+           "unresolved_groups"]
 
 
 def _leaves(typ: pa.DataType) -> int:
@@ -191,3 +192,44 @@ def footer_table(pfs: dict[str, pq.ParquetFile], groups: Sequence[tuple[str, int
             continue
         tasks.update((e, [stats.min]) for e in range(first, first + rows))
     return start, length, tasks, undetermined, frames
+
+
+def frame_bounds(start: np.ndarray, length: np.ndarray, frames: np.ndarray | None, first_row: np.ndarray
+                 ) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
+    """Likely bounds (low, high) of every episode's first frame and of the frame after its last: its own where known
+    (a length > 0), else where its row group's ``frames`` (:func:`footer_table`) put it if its episodes were of one
+    length, give or take a quarter of the row group's frames (a frame at least each): an estimate, which may miss."""
+    lo, hi = start.copy(), start.copy()
+    end_lo, end_hi = start + length, start + length
+    for i in np.unique(np.searchsorted(first_row, np.flatnonzero(length <= 0), side="right") - 1).tolist():
+        a, b = int(first_row[i]), int(first_row[i + 1])
+        (f0, f1), x = frames[i], np.arange(a, b + 1, dtype=np.int64)  # (b: the frame after the row group's last)
+        even, spread = f0 + (x - a) * (f1 - f0) // (b - a), (f1 - f0) // 4
+        low, high = np.maximum(f0 + (x - a), even - spread), np.minimum(f1 - (b - x), even + spread)
+        lo[a:b], hi[a:b], end_lo[a:b], end_hi[a:b] = low[:-1], high[:-1], low[1:], high[1:]
+    return (lo, hi), (end_lo, end_hi)
+
+
+def unresolved_groups(frames: np.ndarray | None, first_row: np.ndarray, start: np.ndarray, length: np.ndarray
+                      ) -> tuple[tuple[int, int, int, int], ...] | str:
+    """The row groups (``first_row``: each one's first row, then the row count) whose episodes' start and length
+    are not known (-1) as ``(first, stop, frame_first, frame_stop)`` (``frames``: :func:`footer_table`'s), after
+    checking that every episode known and every such row group's frames follow each other from frame 0; or why
+    not."""
+    unknown = np.flatnonzero(length < 0)
+    out = []
+    for i in np.unique(np.searchsorted(first_row, unknown, side="right") - 1).tolist():
+        a, b = int(first_row[i]), int(first_row[i + 1])
+        if (length[a:b] >= 0).any() or frames is None:
+            return f"the episodes of row group {i} are known only in part"
+        out.append((a, b, int(frames[i][0]), int(frames[i][1])))
+    # every episode, an unresolved row group standing for its episodes: they follow each other from frame 0
+    edges = sorted([*((int(start[e]), int(start[e] + length[e])) for e in np.flatnonzero(length >= 0)),
+                    *((f0, f1) for _, _, f0, f1 in out)])
+    at = 0
+    for f0, f1 in edges:
+        if f0 != at or f1 <= f0:
+            return (f"frames [{f0}, {f1}) (an episode or an unread row group) follow frame {at}: episodes do not "
+                    f"follow each other from frame 0")
+        at = f1
+    return tuple(out)
