@@ -236,7 +236,7 @@ def inspect(source: str | os.PathLike, *, revision: str | None = None, token: st
     src = resolve_source(source, revision=revision, token=token, options=storage_options, hub_first=True)
     store = src.store() or src.held_store()
     if store is not None:
-        return DatasetMeta.from_state(read_state(store), depth_unit)
+        return DatasetMeta.from_state(read_state(store, resolve=False), depth_unit)
     remote = src.remote()
     if remote is not None:
         try:
