@@ -197,15 +197,17 @@ def footer_table(pfs: dict[str, pq.ParquetFile], groups: Sequence[tuple[str, int
 def frame_bounds(start: np.ndarray, length: np.ndarray, frames: np.ndarray | None, first_row: np.ndarray
                  ) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
     """Likely bounds (low, high) of every episode's first frame and of the frame after its last: its own where known
-    (a length > 0), else where its row group's ``frames`` (:func:`footer_table`) put it if its episodes were of one
-    length, give or take a quarter of the row group's frames (a frame at least each): an estimate, which may miss."""
+    (a length > 0), else where its row group's ``frames`` (:func:`footer_table`) put it if its ``r`` episodes were
+    of one length, give or take ``mean * sqrt(k (r - k) / r) / 2`` for the ``k``-th (a standard deviation of where
+    it lies if lengths vary by half their mean; a frame at least each): an estimate, which may miss."""
     lo, hi = start.copy(), start.copy()
     end_lo, end_hi = start + length, start + length
     for i in np.unique(np.searchsorted(first_row, np.flatnonzero(length <= 0), side="right") - 1).tolist():
         a, b = int(first_row[i]), int(first_row[i + 1])
-        (f0, f1), x = frames[i], np.arange(a, b + 1, dtype=np.int64)  # (b: the frame after the row group's last)
-        even, spread = f0 + (x - a) * (f1 - f0) // (b - a), (f1 - f0) // 4
-        low, high = np.maximum(f0 + (x - a), even - spread), np.minimum(f1 - (b - x), even + spread)
+        (f0, f1), k, r = frames[i], np.arange(b - a + 1, dtype=np.int64), b - a  # (k = r: the row group's end)
+        even = f0 + k * (f1 - f0) // r
+        spread = np.ceil((f1 - f0) / r * np.sqrt(k * (r - k) / r) / 2).astype(np.int64)
+        low, high = np.maximum(f0 + k, even - spread), np.minimum(f1 - (r - k), even + spread)
         lo[a:b], hi[a:b], end_lo[a:b], end_hi[a:b] = low[:-1], high[:-1], low[1:], high[1:]
     return (lo, hi), (end_lo, end_hi)
 
