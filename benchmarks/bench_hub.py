@@ -88,12 +88,10 @@ assert ds.episodes.tolist() == [k] and len(ds) > 0
 print(json.dumps({"seconds": t2 - t1, "with_import": t2 - t0, "frames": len(ds)}))
 """
 
-# The other way a first open of today's store could read a varied-length table: its footer first, then the needed
-# columns of every row group, each in a request of its own (they lie between LeRobot's stats columns), 8 in flight
-PROBE_COLUMNS = PROBE_OURS.replace("t1 = time.perf_counter()", """\
-import lerobot_zarr.lerobot.source_meta as sm, lerobot_zarr.lerobot.range_files as rf
-sm._FOOTER_FIRST_MIN, sm._FOOTER_READ_GROUPS, sm._LOCATE_GAP, rf._MAX_RANGES = 0, 1 << 40, 1, 1 << 40
-t1 = time.perf_counter()""", 1)
+# A first open, then every episode's length asked for (meta.episodes): the store's unresolved row groups resolved
+PROBE_RESOLVE = PROBE_OURS.replace("t2 = time.perf_counter()", """\
+lengths = ds.meta.episode_length
+t2 = time.perf_counter()""", 1)
 
 PROBE_LEROBOT = r"""
 import json, sys, time
@@ -202,7 +200,7 @@ def section_rtt(b: Bench, args) -> None:
         table = folder / "meta/episodes/chunk-000/file-000.parquet"
         k = n // 2 + 7 if n > 20 else n // 2
         rows.append((n, "LeRobot-written, ours", b.probe(PROBE_OURS, f"bench/lerobot-{n}", k), table, [k]))
-        rows.append((n, "  every group's columns", b.probe(PROBE_COLUMNS, f"bench/lerobot-{n}", k), table, [k]))
+        rows.append((n, "  then meta.episodes", b.probe(PROBE_RESOLVE, f"bench/lerobot-{n}", k), table, [k]))
         again = n // 4 + 3  # another data file; its row group is not in the tail read with the footer
         rows.append((n, "  reopen for another", b.probe(PROBE_OURS, f"bench/lerobot-{n}", again, first=k), table,
                      [again]))
@@ -211,49 +209,27 @@ def section_rtt(b: Bench, args) -> None:
             rows.append((n, "LeRobot-written, LeRobot", b.probe(PROBE_LEROBOT, f"bench/lerobot-{n}", k), table,
                          [k]))
     print(f"\n{'episodes':>9}  {'repo, reader':<26}{'requests':>9}{'round trips':>12}{'bytes':>14}{'table bytes':>13}"
-          f"{'uses':>12}{'':>7}{'store':>7}{'seconds':>9}   episode table: size, footer, what locating the episode "
+          f"{'uses':>12}{'':>7}{'seconds':>9}   episode table: size, footer, what locating the episode "
           f"uses of it")
     for n, label, r, table, eps in rows:
         md = pq.ParquetFile(table).metadata
         footer = md.serialized_size + 8
         uses = footer + locating_uses(table, eps)
-        first = not label.strip().startswith(("reopen", "pushed"))
-        store = f"{r['table_bytes'] / (footer + first_open_uses(table, eps)):>6.2f}x" if first else f"{'':>7}"
         ratio = f"{uses:>12,}{r['table_bytes'] / uses:>6.2f}x" if "pushed" not in label else f"{'-':>12}{'':>7}"
         print(f"{n:>9,}  {label:<26}{r['requests']:>9}{r['round_trips']:>12}{r['bytes']:>14,}{r['table_bytes']:>13,}"
-              f"{ratio}{store}{r['seconds']:>9.2f}   {table.stat().st_size:,} B, "
+              f"{ratio}{r['seconds']:>9.2f}   {table.stat().st_size:,} B, "
               f"{md.num_row_groups} row groups, footer {footer:,} B, + {locating_uses(table, eps):,} B of columns")
     print("(uses: what opening the episode uses of the episode table, whatever the reader: its footer (the only way "
           "to find a column chunk of a parquet file; LeRobot's stats columns' statistics make it ~1.1 KB per "
           "episode) and the columns an open needs (episode_index, tasks, length, data/*, dataset_*_index, "
           "videos/*) of the row groups holding the episode and where its data file begins; then 'table bytes' "
-          "over it (a repo pushed by us: our index file instead). store: 'table bytes' over what today's store "
-          "needs to be made by a first open: every episode's start, length and first task, so the same columns of "
-          "every row group whose footer statistics do not give them (a table of varied lengths: all of them). "
-          "'every group's columns': today's first open reading the footer, then those columns of every row group "
-          "in a request each (they lie between the stats columns; 8 in flight). A reopen reads what an open that "
-          "resolved other episodes' lengths only when needed would read. A table read whole at once comes in the "
-          "first round trip, with the other metadata files)")
+          "over it (a repo pushed by us: our index file instead). A first open reads the table's footer and those "
+          "row groups; the store it makes leaves the other row groups' episodes unresolved (their lengths are "
+          "between LeRobot's stats columns). 'then meta.episodes': the same open, then every episode's length "
+          "asked for, which resolves them (the table read whole, a commit). A reopen for another episode reads "
+          "the footer and its row groups, and resolves theirs)")
     if not have_lerobot():
         print("(LeRobot's rows skipped: lerobot is not importable here)")
-
-
-def first_open_uses(table: Path, episodes: list[int]) -> int:
-    """The bytes of the columns a first open needs (``EPISODE_COLUMNS``) besides the footer: those of the row groups
-    whose footer statistics cannot give their episodes' lengths and tasks (lengths or tasks differ, or an episode's
-    tasks are not one string), read from the table whole, and of those locating ``episodes`` uses."""
-    pf = pq.ParquetFile(table)
-    columns = [c for c in EPISODE_COLUMNS if c in pf.schema_arrow.names]
-    t = pf.read(columns=[c for c in ("length", "tasks") if c in columns]).to_pydict()
-    first = np.cumsum([0] + [pf.metadata.row_group(g).num_rows for g in range(pf.metadata.num_row_groups)])
-
-    def given(g: int) -> bool:
-        rows = range(first[g], first[g + 1])
-        tasks = {tuple(t["tasks"][r] or ()) for r in rows} if "tasks" in t else {("",)}
-        return len({t["length"][r] for r in rows}) == 1 and len(tasks) == 1 and len(next(iter(tasks))) == 1
-
-    groups = {g for g in range(pf.metadata.num_row_groups) if not given(g)} | locating_groups(pf, episodes)
-    return sum(b - a for a, b in column_ranges(pf, columns, sorted(groups)))
 
 
 def locating_groups(pf: pq.ParquetFile, episodes: list[int]) -> set[int]:

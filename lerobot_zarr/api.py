@@ -147,7 +147,7 @@ def _from_lerobot(src: Source, *, root, episodes, progress, storage, resize, cli
         store = Path(root).expanduser() if root is not None else _variant(src.cache_path(), storage, resize)
     known = src.known_record()
     if known is not None and has_commit_point(store) and storage is None and resize is None \
-            and same_source(read_state(store).source, known) and not missing_episodes(store, episodes):
+            and same_source(read_state(store, resolve=False).source, known) and not missing_episodes(store, episodes):
         return store
     why = src.offline()
     if why:
@@ -170,7 +170,7 @@ def _note_camera_choices(store: Path) -> None:
     """Warn when a store made earlier keeps a camera with other values than the source's (resized, lossy) and this
     open did not ask for it: its ``storage=``/``resize=`` were chosen by the open that made the store."""
     cached = store.resolve().is_relative_to(cache_home().resolve())
-    for name, spec in read_state(store).arrays.items():
+    for name, spec in read_state(store, resolve=False).arrays.items():
         if spec.resize or (spec.storage == "compact" and spec.codec_spec.get("codec") == "jpeg"):
             fix = (f"this cached store was made so by an earlier lerobot_zarr (camera choices now get a store of "
                    f"their own): `lerobot-zarr cache rm {store}` and open again for the source's values" if cached
@@ -236,7 +236,7 @@ def inspect(source: str | os.PathLike, *, revision: str | None = None, token: st
     src = resolve_source(source, revision=revision, token=token, options=storage_options, hub_first=True)
     store = src.store() or src.held_store()
     if store is not None:
-        return DatasetMeta.from_state(read_state(store), depth_unit)
+        return DatasetMeta.from_state(read_state(store, resolve=False), depth_unit)
     remote = src.remote()
     if remote is not None:
         try:

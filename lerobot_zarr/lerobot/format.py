@@ -23,7 +23,7 @@ __all__ = ["QUANTILES", "STAT_NAMES", "DEFAULT_FEATURES", "CAMERA_DTYPES", "NUME
            "V21_DATA_PATH", "V21_VIDEO_PATH", "CHUNKS_SIZE", "check_path_template", "data_file_rel", "video_file_rel",
            "default_features", "video_info", "per_episode_stats", "aggregate_stats", "stats_json", "episode_stats",
            "episodes_stats", "image_stats", "image_histogram", "histogram_dtype", "sampled_histogram",
-           "histogram_stats", "depth_map_stats", "bad_timestamp_steps", "sample_count"]
+           "histogram_stats", "depth_map_stats", "bad_timestamp_steps", "sample_count", "merge_episode_stats"]
 
 CHUNKS_SIZE = 1000
 QUANTILES = {"q01": 0.01, "q10": 0.10, "q50": 0.50, "q90": 0.90, "q99": 0.99}
@@ -386,3 +386,17 @@ def bad_timestamp_steps(ts: np.ndarray, fps: float) -> np.ndarray:
     step = np.diff(ts.astype(np.float64))
     slack = TOLERANCE_S + (2 * np.spacing(np.abs(ts[1:])).astype(np.float64) if ts.dtype.kind == "f" else 0.0)
     return np.flatnonzero(~(np.abs(step - 1.0 / fps) <= slack))
+
+
+def merge_episode_stats(episode_stats: list[dict]) -> dict:
+    """Dataset stats from per-episode stats (v2.1 ``episodes_stats.jsonl``), merged the way LeRobot does."""
+    merged: dict[str, dict] = {}
+    for key in sorted({k for s in episode_stats for k in s}):
+        rows = [s[key] for s in episode_stats if key in s]
+        stacked = {name: np.stack([np.asarray(r[name], dtype=np.int64 if name == "count" else np.float64)
+                                   for r in rows])
+                   for name in STAT_NAMES if name == "count" or all(name in r for r in rows)}
+        stacked["count"] = stacked["count"].reshape(len(rows), -1)[:, :1]
+        if stacked["count"].sum() > 0:
+            merged[key] = stats_json(aggregate_stats(stacked))
+    return merged

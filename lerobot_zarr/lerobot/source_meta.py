@@ -43,13 +43,12 @@ from .format import (
     V3_VIDEO_PATH,
     V21_DATA_PATH,
     V21_VIDEO_PATH,
-    aggregate_stats,
     check_path_template,
-    stats_json,
+    merge_episode_stats,
 )
 from .source_files import SourceFiles, safe_relpath
 from .table_columns import float_column, int_column, task_lists
-from .table_footer import column_ranges, file_last_row, file_pair_bounds, footer_table
+from .table_footer import column_ranges, file_last_row, file_pair_bounds, footer_table, frame_bounds, unresolved_groups
 
 __all__ = ["LOCATE_MOST", "FeatureSpec", "KnownEpisodes", "LeRobotMetadata", "SourceEpisodes", "column_ranges",
            "open_parquet"]
@@ -104,15 +103,11 @@ _FOOTER_BYTES_PER_CHUNK = 192
 # the row groups a partial read needs are read as one where less than this lies between them (about what a request
 # costs at 1 Gbit/s in CPU time); farther ones in requests of their own, in flight together
 _LOCATE_GAP = 64 << 10
-# a first open reads up to this many row groups whose lengths or tasks the footer leaves open; more: the table whole
-_FOOTER_READ_GROUPS = 8
 # a first open's estimate of a table file's footer (LeRobot's: 25-40 % of the file, the stats columns' statistics)
 _FOOTER_SHARE = 0.4
-# a first open reads an episode table file smaller than this whole, with the other metadata files: read footer first,
-# a file whose footer lacks the lengths (varied lengths: most recordings) costs a round trip more for the same bytes,
-# and the round trips of a first open would grow with the episodes. LeRobot starts a new file at 100 MB: every file it
-# writes is read whole (an equal-length table of 16-100 MB: up to 2.5x the bytes of its footer, for a round trip less)
-_FOOTER_FIRST_MIN = 128 << 20
+# a first open reads the footer of an episode table file of at least this size (then the row groups it needs), a
+# smaller one whole with the other metadata files (its footer and two row groups are about as many bytes)
+_FOOTER_FIRST_MIN = 1 << 20
 # a partial read of the table for more than 1/LOCATE_MOST of the episodes would read most row groups: it is read whole
 LOCATE_MOST = 10
 
@@ -127,11 +122,14 @@ class KnownEpisodes:
     reads the footer of each table file (one request sized from ``info``) and then only the columns it needs of the
     row groups holding them, not the whole table (LeRobot's per-episode stats columns are most of it).
 
-    ``start``, ``length`` and ``info`` None: a first open (no store yet), which needs every episode's start, length
-    and first task to make the store. They are taken from the footers' statistics where those determine them (a
-    row group of 10 episodes: its frame range, and its episodes' lengths when they are all equal, their task when it
-    is one and the same); the row groups where they do not are read too when few (:data:`_FOOTER_READ_GROUPS`), else
-    the table is read whole (the reason logged)."""
+    A store's unresolved episodes (-1 in ``start`` and ``length``, a row group's each) are resolved by the rows
+    read (those of the row groups located).
+
+    ``start``, ``length`` and ``info`` None: a first open (no store yet). Every episode's start, length and tasks are
+    taken from the footers' statistics where those determine them (a row group of 10 episodes: its frame range, and
+    its episodes' lengths when they are all equal, their task when it is one and the same) and from the row groups
+    read; the others' row groups are left unresolved (:attr:`SourceEpisodes.unresolved`): reading every episode's
+    length would read the whole table (LeRobot writes it between per-episode stats columns)."""
 
     start: np.ndarray | None
     length: np.ndarray | None
@@ -163,6 +161,16 @@ class SourceEpisodes:
     # located episodes' data files: bounds (low, high) of their rows, from the episode table's footer (where it
     # tells): where an open estimates an episode's rows lie before the file's footer
     file_rows: dict[str, tuple[int, int]] = field(default_factory=dict)
+    # row groups of the episode table left unread, whose episodes' start, length and tasks are not known (-1, []):
+    # ``(first, stop, frame_first, frame_stop)``, episodes ``[first, stop)`` holding frames ``[frame_first,
+    # frame_stop)`` (from the footer's statistics), in order (a first open: :class:`KnownEpisodes`)
+    unresolved: tuple[tuple[int, int, int, int], ...] = ()
+
+    @property
+    def total_frames(self) -> int:
+        """Frames of every episode (those of :attr:`unresolved` row groups from their frame ranges)."""
+        known = self.length >= 0
+        return int(self.length[known].sum()) + sum(f1 - f0 for _, _, f0, f1 in self.unresolved)
 
     @property
     def end(self) -> np.ndarray:
@@ -297,20 +305,6 @@ def _parse_features(info: dict, info_path: str) -> tuple[dict[str, FeatureSpec],
     return specs, refused
 
 
-def _merge_stats(episode_stats: list[dict]) -> dict:
-    """Dataset stats from per-episode stats (v2.1 ``episodes_stats.jsonl``), merged the way LeRobot does."""
-    merged: dict[str, dict] = {}
-    for key in sorted({k for s in episode_stats for k in s}):
-        rows = [s[key] for s in episode_stats if key in s]
-        stacked = {name: np.stack([np.asarray(r[name], dtype=np.int64 if name == "count" else np.float64)
-                                   for r in rows])
-                   for name in STAT_NAMES if name == "count" or all(name in r for r in rows)}
-        stacked["count"] = stacked["count"].reshape(len(rows), -1)[:, :1]
-        if stacked["count"].sum() > 0:
-            merged[key] = stats_json(aggregate_stats(stacked))
-    return merged
-
-
 class LeRobotMetadata:
     """A LeRobot dataset's metadata, parsed and checked on construction: ``info``, ``major`` (the codebase
     version), ``fps``, ``features``, ``episodes`` (the :class:`SourceEpisodes`), ``tasks`` and ``stats``."""
@@ -351,7 +345,7 @@ class LeRobotMetadata:
     def _check_totals(self, info_path: str) -> None:
         """info.json's ``total_episodes`` / ``total_frames`` (where given) agree with the episode table: a table cut
         short (a crash while recording, a lost file) is not read as a smaller dataset."""
-        for key, actual in (("total_episodes", len(self.episodes)), ("total_frames", int(self.episodes.length.sum()))):
+        for key, actual in (("total_episodes", len(self.episodes)), ("total_frames", self.episodes.total_frames)):
             if key in self.info and self.info[key] is not None:
                 declared = _int(self.info[key], info_path, key)
                 if declared != actual:
@@ -532,16 +526,14 @@ class LeRobotMetadata:
             return self._whole_table(f"it holds {int(first_row[-1])} rows, {n} episodes known; episodes "
                                      f"{list(known.episodes)[:10]} asked for")
         undetermined: list[int] = []
+        frames = None
         if first_open:
             if len(known.episodes) > max(1, n // LOCATE_MOST):
                 return self._whole_table(f"{len(known.episodes)} of {n} episodes asked for")
             footer = footer_table(pfs, groups, first_row)
             if isinstance(footer, str):
                 return self._whole_table(footer)
-            start, length, tasks_of, undetermined = footer
-            if len(undetermined) > _FOOTER_READ_GROUPS:
-                return self._whole_table(f"{len(undetermined)} of its {len(groups)} row groups hold episodes of "
-                                         f"different lengths or tasks, which its footer does not give")
+            start, length, tasks_of, undetermined, frames = footer
         else:
             start, length = np.array(known.start, dtype=np.int64), np.array(known.length, dtype=np.int64)
         # LeRobot writes episode e at row e: the row group of an episode is its row's (checked once read)
@@ -569,7 +561,7 @@ class LeRobotMetadata:
                                              f"data/file_index")
                 begins[begin] = j
             need[e] = begins[begin]
-        read = sorted({*need.values(), *group_of.values(), *undetermined})
+        read = sorted({*need.values(), *group_of.values()})
         by_file: dict[str, list[int]] = {}
         for i in read:
             by_file.setdefault(groups[i][0], []).append(groups[i][1])
@@ -577,7 +569,12 @@ class LeRobotMetadata:
         # the data files' footers where the footer's statistics tell them (_data_ahead)
         table_ranges = functools.partial(files.prefetch_ranges, {
             rel: column_ranges(pfs[rel], present[rel], gs) for rel, gs in by_file.items()}, gap=_LOCATE_GAP)
-        ahead = self._data_ahead(known.episodes, pair_at, first_row, start, length)
+        if frames is None and (length < 0).any():  # a store's unresolved episodes: their row groups' frames
+            footer = footer_table(pfs, groups, first_row)
+            if isinstance(footer, str):
+                return self._whole_table(footer)
+            frames = footer[4]
+        ahead = self._data_ahead(known.episodes, pair_at, first_row, *frame_bounds(start, length, frames, first_row))
         if ahead is None:
             table_ranges()
         else:
@@ -604,10 +601,12 @@ class LeRobotMetadata:
         get = {c: int_column(table, c, where, order=range(len(rows)), nullable=c.startswith("videos/"),
                               episodes=rows)
                for c in self._table_columns if c not in ("episode_index", "tasks") and not c.endswith("from_timestamp")}
+        filled: list[int] = []  # the episodes whose start and length come from the rows read
         for p, e in enumerate(rows.tolist()):
             here = (get["dataset_from_index"][p], get["dataset_to_index"][p], get["length"][p])
-            if first_open and length[e] < 0:  # a row group the footer does not determine
+            if length[e] < 0:  # a row group the footer (or the store: unresolved) does not determine
                 start[e], length[e] = here[0], here[2]
+                filled.append(e)
             held = (int(start[e]), int(start[e] + length[e]), int(length[e]))
             if here != held and first_open:
                 return self._whole_table(f"episode {e} has frames [{here[0]}, {here[1]}) (length {here[2]}), its "
@@ -615,10 +614,12 @@ class LeRobotMetadata:
             if here != held:
                 raise SchemaMismatchError(f"{where}: episode {e} has frames [{here[0]}, {here[1]}) (length {here[2]}), "
                                           f"the store made from this source holds [{held[0]}, {held[1]})", episode=e)
-        if first_open and ((length <= 0).any() or (start != np.cumsum(length) - length).any()):
-            e = int(np.argmax((length <= 0) | (start != np.cumsum(length) - length)))
-            return self._whole_table(f"episode {e} has length {length[e]} and starts at frame {start[e]}: episodes "
-                                     f"do not follow each other from frame 0")
+        if first_open:  # the row groups the footer does not determine, unread: their episodes not known
+            for i in set(undetermined) - set(read):
+                start[first_row[i]:first_row[i + 1]] = length[first_row[i]:first_row[i + 1]] = -1
+        unresolved = unresolved_groups(frames, first_row, start, length)
+        if isinstance(unresolved, str):
+            return self._whole_table(unresolved)
         data_template = self._path_template("data_path", V3_DATA_PATH, ("chunk_index", "file_index"))
         video_template = (self._path_template("video_path", V3_VIDEO_PATH, ("video_key", "chunk_index", "file_index"))
                           if self._video_keys else "")
@@ -629,10 +630,11 @@ class LeRobotMetadata:
         if first_open:  # every episode's tasks: the footer's, and those of every row read
             tasks_of.update(zip(rows.tolist(), task_lists(table.column("tasks"), where, range(len(rows)), rows),
                                 strict=True))
-            tasks = [tasks_of[e] for e in range(n)]
-        else:
-            found = task_lists(table.column("tasks"), where, [position[e] for e in known.episodes], known.episodes)
-            for e, t in zip(known.episodes, found, strict=True):
+            tasks = [tasks_of.get(e, []) for e in range(n)]  # (none: an unresolved row group's)
+        else:  # the tasks of the episodes asked for, and of a store's unresolved ones read
+            told = sorted({*known.episodes, *filled})
+            found = task_lists(table.column("tasks"), where, [position[e] for e in told], told)
+            for e, t in zip(told, found, strict=True):
                 tasks[e] = t
         starts = {k: float_column(table, f"videos/{k}/from_timestamp", where, [position[e] for e in known.episodes],
                                    known.episodes) for k in self._video_keys}
@@ -653,7 +655,7 @@ class LeRobotMetadata:
             data_file[e] = self._fill(data_template, "data", e, chunk_index=pair[p][0], file_index=pair[p][1])
             file_row[e] = int(start[e]) - get["dataset_from_index"][first]
             last = file_last_row(pair_at, first_row, e, pair[p]) if data_file[e] not in file_rows else None
-            if last is not None:
+            if last is not None and length[last[0]] > 0 and length[last[1]] > 0:  # (not an unresolved episode)
                 begin = get["dataset_from_index"][first]
                 file_rows[data_file[e]] = (int(end[last[0]]) - begin, int(end[last[1]]) - begin)
             for k in self._video_keys:
@@ -662,10 +664,12 @@ class LeRobotMetadata:
                                 (self._fill(video_template, f"{k!r} video", e, video_key=k, chunk_index=c,
                                             file_index=f), t0))
         return SourceEpisodes(length, start, tasks, data_file, file_row, videos, located=frozenset(known.episodes),
-                              complete=first_open, file_rows=file_rows)
+                              complete=first_open and not unresolved, file_rows=file_rows, unresolved=unresolved)
+
 
     def _data_ahead(self, episodes: Sequence[int], pair_at: Callable[[int], tuple[int, int, int, int] | None],
-                    first_row: np.ndarray, start: np.ndarray, length: np.ndarray) -> Callable[[], None] | None:
+                    first_row: np.ndarray, start: tuple[np.ndarray, np.ndarray], end: tuple[np.ndarray, np.ndarray]
+                    ) -> Callable[[], None] | None:
         """What fetches the data files' footers of a few ``episodes`` with the table's row groups
         (:func:`~.data_windows.data_ahead`)."""
         template = self._path_template("data_path", V3_DATA_PATH, ("chunk_index", "file_index"))
@@ -676,7 +680,7 @@ class LeRobotMetadata:
             except LeRobotZarrError:
                 return None  # (the path is checked, and refused, when the episode is located)
 
-        return data_ahead(self.files, self.features, path, episodes, pair_at, first_row, start, length)
+        return data_ahead(self.files, self.features, path, episodes, pair_at, first_row, start, end)
 
     def _whole_table(self, why: str) -> None:
         """Log why the episode table is read whole instead of in part (None: the caller's signal to)."""
@@ -786,7 +790,7 @@ class LeRobotMetadata:
                         raise CorruptSourceError(f"{path}:{lineno}: the statistics of {key!r} have no count")
             try:
                 with np.errstate(all="ignore"):
-                    return _merge_stats([r["stats"] for r in rows])
+                    return merge_episode_stats([r["stats"] for r in rows])
             except (KeyError, TypeError, ValueError, IndexError, OverflowError) as exc:
                 raise CorruptSourceError(f"{path}: unreadable per-episode stats ({exc!r:.200})") from exc
         return {}

@@ -11,7 +11,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-__all__ = ["column_ranges", "file_last_row", "file_of_row", "file_pair_bounds", "footer_table"]
+__all__ = ["column_ranges", "file_last_row", "file_of_row", "file_pair_bounds", "footer_table", "frame_bounds",
+           "unresolved_groups"]
 
 
 def _leaves(typ: pa.DataType) -> int:
@@ -135,11 +136,12 @@ def _int_bounds(md: pq.FileMetaData, group: int, leaf: int | None) -> tuple[int,
 
 
 def footer_table(pfs: dict[str, pq.ParquetFile], groups: Sequence[tuple[str, int]], first_row: np.ndarray
-                  ) -> tuple[np.ndarray, np.ndarray, dict[int, list[str]], list[int]] | str:
+                  ) -> tuple[np.ndarray, np.ndarray, dict[int, list[str]], list[int], np.ndarray] | str:
     """What the footers' statistics of the episode table determine: every episode's start and length (-1 where not
-    determined), the tasks of the episodes they give, and the row groups (indices into ``groups``) whose episodes'
-    lengths or tasks they do not; or why they cannot be used (no statistics, rows not in episode order, row groups'
-    frame ranges not following each other from frame 0).
+    determined), the tasks of the episodes they give, the row groups (indices into ``groups``) whose episodes'
+    lengths or tasks they do not, and every row group's frame range ``[first, stop)`` (int64, (G, 2)); or why they
+    cannot be used (no statistics, rows not in episode order, row groups' frame ranges not following each other from
+    frame 0).
 
     A row group of ``r`` episodes from row ``f``: ``episode_index`` spans ``[f, f + r)``; its frames are
     ``[min(dataset_from_index), max(dataset_to_index))``; when ``min(length) == max(length) == L`` and the from/to
@@ -150,6 +152,7 @@ def footer_table(pfs: dict[str, pq.ParquetFile], groups: Sequence[tuple[str, int
     start, length = np.full(n, -1, dtype=np.int64), np.full(n, -1, dtype=np.int64)
     tasks: dict[int, list[str]] = {}
     undetermined: list[int] = []
+    frames = np.zeros((len(groups), 2), dtype=np.int64)
     leaves: dict[str, dict[str, int | None]] = {}
     for rel, pf in pfs.items():
         columns = _column_leaves(pf)
@@ -170,7 +173,10 @@ def footer_table(pfs: dict[str, pq.ParquetFile], groups: Sequence[tuple[str, int
         (f0, f1), (t0, t1), (l0, l1) = bounds["dataset_from_index"], bounds["dataset_to_index"], bounds["length"]
         if f0 != end:
             return f"row group {g} of {rel} starts at frame {f0}, where the row groups before it end at {end}"
+        if not (f0 < t0 <= t1 and f0 <= f1 < t1 and t1 - f0 >= rows):
+            return f"row group {g} of {rel} holds frames [{f0}, {t1}) for {rows} episodes: not one after the other"
         end = t1
+        frames[i] = f0, t1
         if not (l0 == l1 >= 1 and f1 == f0 + (rows - 1) * l0 and t0 == f0 + l0 and t1 == f0 + rows * l0):
             undetermined.append(i)
             continue
@@ -185,4 +191,47 @@ def footer_table(pfs: dict[str, pq.ParquetFile], groups: Sequence[tuple[str, int
             undetermined.append(i)  # its lengths are known; its tasks read with it
             continue
         tasks.update((e, [stats.min]) for e in range(first, first + rows))
-    return start, length, tasks, undetermined
+    return start, length, tasks, undetermined, frames
+
+
+def frame_bounds(start: np.ndarray, length: np.ndarray, frames: np.ndarray | None, first_row: np.ndarray
+                 ) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
+    """Likely bounds (low, high) of every episode's first frame and of the frame after its last: its own where known
+    (a length > 0), else where its row group's ``frames`` (:func:`footer_table`) put it if its ``r`` episodes were
+    of one length, give or take ``mean * sqrt(k (r - k) / r) / 2`` for the ``k``-th (a standard deviation of where
+    it lies if lengths vary by half their mean; a frame at least each): an estimate, which may miss."""
+    lo, hi = start.copy(), start.copy()
+    end_lo, end_hi = start + length, start + length
+    for i in np.unique(np.searchsorted(first_row, np.flatnonzero(length <= 0), side="right") - 1).tolist():
+        a, b = int(first_row[i]), int(first_row[i + 1])
+        (f0, f1), k, r = frames[i], np.arange(b - a + 1, dtype=np.int64), b - a  # (k = r: the row group's end)
+        even = f0 + k * (f1 - f0) // r
+        spread = np.ceil((f1 - f0) / r * np.sqrt(k * (r - k) / r) / 2).astype(np.int64)
+        low, high = np.maximum(f0 + k, even - spread), np.minimum(f1 - (r - k), even + spread)
+        lo[a:b], hi[a:b], end_lo[a:b], end_hi[a:b] = low[:-1], high[:-1], low[1:], high[1:]
+    return (lo, hi), (end_lo, end_hi)
+
+
+def unresolved_groups(frames: np.ndarray | None, first_row: np.ndarray, start: np.ndarray, length: np.ndarray
+                      ) -> tuple[tuple[int, int, int, int], ...] | str:
+    """The row groups (``first_row``: each one's first row, then the row count) whose episodes' start and length
+    are not known (-1) as ``(first, stop, frame_first, frame_stop)`` (``frames``: :func:`footer_table`'s), after
+    checking that every episode known and every such row group's frames follow each other from frame 0; or why
+    not."""
+    unknown = np.flatnonzero(length < 0)
+    out = []
+    for i in np.unique(np.searchsorted(first_row, unknown, side="right") - 1).tolist():
+        a, b = int(first_row[i]), int(first_row[i + 1])
+        if (length[a:b] >= 0).any() or frames is None:
+            return f"the episodes of row group {i} are known only in part"
+        out.append((a, b, int(frames[i][0]), int(frames[i][1])))
+    # every episode, an unresolved row group standing for its episodes: they follow each other from frame 0
+    edges = sorted([*((int(start[e]), int(start[e] + length[e])) for e in np.flatnonzero(length >= 0)),
+                    *((f0, f1) for _, _, f0, f1 in out)])
+    at = 0
+    for f0, f1 in edges:
+        if f0 != at or f1 <= f0:
+            return (f"frames [{f0}, {f1}) (an episode or an unread row group) follow frame {at}: episodes do not "
+                    f"follow each other from frame 0")
+        at = f1
+    return tuple(out)

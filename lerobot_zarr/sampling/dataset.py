@@ -141,7 +141,7 @@ class LeRobotZarrDataset(Conveniences):
         self._lock = threading.Lock()
         self._maps: PackMaps | None = None
         self._closed = False
-        self._load(read_state(self.root))
+        self._load(self._read_state())
         if self._left_out:
             (first, why), *others = self._left_out.items()
             text = f"{first!r} is left out of samples: {why}" + (
@@ -150,6 +150,12 @@ class LeRobotZarrDataset(Conveniences):
         _live_datasets.add(self)
 
     # state ------------------------------------------------------------------------------------------------
+    def _read_state(self) -> StoreState:
+        """The store's state; its unresolved episodes (format 5) resolved only if the selection holds some (or is
+        every episode): ``meta`` resolves them when its per-episode arrays are read."""
+        wanted = self._request[0]
+        return read_state(self.root, resolve=True if wanted is None else wanted)
+
     def _load(self, state: StoreState) -> None:
         """Set up index arithmetic for a committed state (maps are opened lazily; on a reload, packs keep their
         maps)."""
@@ -157,7 +163,7 @@ class LeRobotZarrDataset(Conveniences):
         self._state = state
         self.meta = meta = DatasetMeta.from_state(state, self.depth_unit, rows_local=self._remote is None)
         present = meta.materialized_episodes
-        selection = Selection.of(episodes, meta.episode_length, np.ones(len(present), bool) if lazy else present)
+        selection = Selection.of(episodes, state.table.length, np.ones(len(present), bool) if lazy else present)
         wanted = selection.episodes
         missing = {name: why + _OLD_STRINGS_FIX if why == _OLD_STRINGS else why
                    for name, why in state.not_materialized.items()}
@@ -193,7 +199,7 @@ class LeRobotZarrDataset(Conveniences):
         self._lazy, self._present = lazy, present.copy()
         self._specs = {name: spec for name, spec in state.arrays.items() if name not in self._left_out}
         self._windows = windows(self._offsets)
-        self._lengths = meta.episode_length.copy()  # bounds for reads: never a user-visible array
+        self._lengths = state.table.length.copy()  # bounds for reads: never a user-visible array
         self._chunk = state.table.chunk
         self._tasks = np.array(meta.tasks, dtype=object)
         # stored episode_index / index values exceed LeRobot's after earlier episodes were deleted
@@ -284,7 +290,7 @@ class LeRobotZarrDataset(Conveniences):
     def _learn_tasks(self, task_index: Any) -> None:
         """A writer gave frames a task added after this dataset's commit (set_task works in place): tasks are
         only ever appended, so the latest list names it. A ``task_index`` it does not name is damage."""
-        self._tasks = np.array(read_state(self.root).tasks, dtype=object)
+        self._tasks = np.array(read_state(self.root, resolve=False).tasks, dtype=object)
         values = np.asarray(task_index)
         if values.size and (values.min() < 0 or values.max() >= len(self._tasks)):
             bad = int(values.min() if values.min() < 0 else values.max())
@@ -315,7 +321,7 @@ class LeRobotZarrDataset(Conveniences):
                 self.root = self._remote.root  # (the mirror of that commit)
                 self._load(state)
             return True
-        state = read_state(self.root)
+        state = self._read_state()
         if state.generation == self._state.generation:
             return False
         self.reload(state)
@@ -358,7 +364,7 @@ class LeRobotZarrDataset(Conveniences):
     # pickling: arguments only ------------------------------------------------------------------------------
     def __getstate__(self) -> tuple:
         _, _, max_maps, lazy, fetch = self._request
-        return (str(self.root), self._sel.to_args(self.meta.episode_length), self.delta_timestamps,
+        return (str(self.root), self._sel.to_args(self._state.table.length), self.delta_timestamps,
                 self.image_format, max_maps, lazy, fetch, self.depth_unit, self._remote)
 
     def __setstate__(self, args: tuple) -> None:
@@ -512,7 +518,7 @@ class LeRobotZarrDataset(Conveniences):
         """Lazy mode: bring missing episodes into the store from its recorded source (Hub or local folder)."""
         fetch = self._request[4]
         fetch(self.root, episodes.tolist())
-        state = read_state(self.root)
+        state = read_state(self.root, resolve=False)
         wanted = set(episodes.tolist())
         for name in self._specs:
             gone = {e: why for e, why in state.unavailable_of(name).items() if e in wanted}
@@ -772,7 +778,7 @@ class LeRobotZarrDataset(Conveniences):
             if name in out:
                 stored = np.asarray(out[name])
                 first = stored.reshape(n, -1)[0, 0] if n else 0
-                want = (int(self.meta.episode_start[e]) if name == "index" else e) + int(shift[e])
+                want = (int(self._state.table.start[e]) if name == "index" else e) + int(shift[e])
                 if n and first != want:
                     raise CorruptStoreError(f"{self.root}: episode {e}'s stored {name} is {int(first)}, but the table "
                                             f"gives {want}: the root's shifts disagree with the data", path=self.root,

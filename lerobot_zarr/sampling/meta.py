@@ -16,13 +16,16 @@ from ..cameras.video import have_pyav, pyav_missing
 from ..errors import ArgumentError, warn_once
 from ..lerobot.format import CAMERA_DTYPES
 from ..store.cameras import cameras_needing_pyav, served_episodes
-from ..store.state import StoreState
+from ..store.state import StoreState, read_state
 from ..store.stats import on_demand_stats
 
 if TYPE_CHECKING:
     from ..lerobot.source import LeRobotSource
 
 __all__ = ["DatasetMeta", "OnDemandStats"]
+
+_PER_EPISODE = frozenset({"episode_start", "episode_end", "episode_length", "episode_task_index"})
+_resolving = threading.Lock()
 
 
 class OnDemandStats(dict):
@@ -84,6 +87,25 @@ class DatasetMeta:
     # video cameras this process cannot serve because PyAV is not installed, with the reason (not the store's)
     needs_pyav: dict[str, str] = field(default_factory=dict)
     depth_unit: DepthUnit = "mm"  # the unit depth maps and their stats are given in
+    # made from a store with unresolved episodes (format 5): their entries in the episode_* arrays are the store's
+    # placeholders, and reading any of those arrays resolves the store first (its source read, then a commit)
+    unresolved: bool = False
+
+    def __getattribute__(self, name: str) -> Any:
+        if name in _PER_EPISODE and object.__getattribute__(self, "unresolved"):
+            object.__getattribute__(self, "_resolve")()
+        return object.__getattribute__(self, name)
+
+    def _resolve(self) -> None:
+        """The episode table of the store resolved (:func:`~lerobot_zarr.store.state.read_state`), once."""
+        with _resolving:
+            if object.__getattribute__(self, "unresolved"):
+                state = read_state(object.__getattribute__(self, "root"))
+                for name, values in (("episode_start", state.episode_start), ("episode_end", state.episode_end),
+                                     ("episode_length", state.episode_length),
+                                     ("episode_task_index", state.table.task_index)):
+                    object.__setattr__(self, name, values)
+                object.__setattr__(self, "unresolved", False)
 
     @property
     def fps(self) -> float:
@@ -110,11 +132,11 @@ class DatasetMeta:
 
     @property
     def total_episodes(self) -> int:
-        return len(self.episode_length)
+        return len(self.materialized_episodes)
 
     @property
-    def total_frames(self) -> int:
-        return int(self.episode_length.sum())
+    def total_frames(self) -> int:  # (an unresolved row group's placeholders hold its frames: no need to resolve)
+        return int(object.__getattribute__(self, "episode_length").sum())
 
     @classmethod
     def from_state(cls, state: StoreState, depth_unit: DepthUnit = "mm", rows_local: bool = True) -> DatasetMeta:
@@ -134,7 +156,8 @@ class DatasetMeta:
                    episode_length=state.episode_length, materialized_episodes=served_episodes(state, needs_pyav),
                    not_materialized=dict(state.not_materialized), stored_features=tuple(state.arrays),
                    unavailable={k: v for k, v in unavailable.items() if v},
-                   episode_task_index=state.table.task_index, needs_pyav=needs_pyav)
+                   episode_task_index=state.table.task_index, needs_pyav=needs_pyav,
+                   unresolved=bool(state.unresolved))
 
     @classmethod
     def from_source(cls, source: LeRobotSource, depth_unit: DepthUnit = "mm") -> DatasetMeta:

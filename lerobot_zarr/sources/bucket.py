@@ -118,7 +118,7 @@ class BucketSource(Source):
 
     def known_record(self) -> dict | None:
         held = self._held() if self.offline() else None
-        return origin(read_state(held).source) if held is not None else None
+        return origin(read_state(held, resolve=False).source) if held is not None else None
 
     def _held(self) -> Path | None:
         """The newest store of the cache made from this folder at this endpoint (plain: no camera choices)."""
@@ -128,7 +128,7 @@ class BucketSource(Source):
             if "+" in path.name or not has_commit_point(path):
                 continue
             try:
-                record = origin(read_state(path).source)
+                record = origin(read_state(path, resolve=False).source)
                 when = (path / ROOT).stat().st_mtime
             except (StoreError, OSError):
                 continue

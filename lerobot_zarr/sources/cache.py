@@ -64,7 +64,7 @@ class CachedStore:
 def _store_summary(path: Path) -> tuple[dict, int, int, str]:
     """(source record, episodes held, total episodes, camera choices) of a committed store. The one place this
     module reads a store's metadata (the store format may change: adapt here)."""
-    state = read_state(path)
+    state = read_state(path, resolve=False)
     variant = "; ".join(f"{name}={kept_description(spec)}" for name, spec in state.arrays.items()
                         if not spec.is_text and (spec.resize or spec.storage != "raw"))
     return dict(state.source), int(served_episodes(state).sum()), len(state.table), variant
@@ -168,7 +168,7 @@ def prune_candidates(home: str | os.PathLike | None = None) -> list[tuple[Cached
             out.append((s, "never committed (an interrupted first transcode)"))
         elif s.status in ("ok", "edited"):
             try:
-                record = origin(read_state(s.path).source)
+                record = origin(read_state(s.path, resolve=False).source)
             except (StoreError, OSError, KeyError, ValueError):
                 continue
             why = by_folder[s.kind].prune_reason(s.path, record, s.refs)

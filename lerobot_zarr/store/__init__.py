@@ -1,4 +1,4 @@
-"""The on-disk store format (version 3; 4 with a commit log): a Zarr v3 group that other tools can read. This
+"""The on-disk store format (version 3; 4 with a commit log; 5 with unresolved episodes): a Zarr v3 group that other tools can read. This
 docstring is the contract; its code: :mod:`.tables` (array specs, the episode table, packs, limits), :mod:`.hashes`
 (content hashes), :mod:`.state` (the root state: reading and validating it, file paths), :mod:`.log` (the commit
 log's records), :mod:`.committing` (creating a store, the commit, an appended commit, ``frame_live``),
@@ -70,7 +70,8 @@ lerobot_zarr sets it for its own process). Dimension names: ``frame`` first, the
 
 ``attributes["lerobot_zarr"]`` (the root state, :class:`StoreState`; every key is validated when read):
 
-- ``format_version``: 3, or 4 while the store's writer commits appends to the commit log (below). Versions 1 and
+- ``format_version``: 3, or 4 while the store's writer commits appends to the commit log (below), or 5 while the
+  store lists ``unresolved`` episodes (below; versions before it refuse to read it). Versions 1 and
   2 (one chunk per episode) are read too; the first commit made by this version upgrades such a store in place
   (data files unchanged: chunk k becomes pack k with one episode at row 0).
 - ``info``: LeRobot's ``meta/info.json`` (features, fps, robot_type, codebase_version...). ``tasks``: task strings
@@ -113,6 +114,15 @@ lerobot_zarr sets it for its own process). Dimension names: ``frame`` first, the
   ``stats`` and from ``.episode_stats``, and readers compute them when asked (:mod:`.stats`). Versions before it
   ignore the key and compute every feature's stats at their next commit.
 
+- ``unresolved`` (format 5 only): ``[[first, stop, frame_first, frame_stop], ...]``, in order: episodes ``[first,
+  stop)`` (a row group of LeRobot's episode table, which a first open read only through its footer: reading every
+  episode's length would read the whole table) whose start, length and task are not known yet; they hold frames
+  ``[frame_first, frame_stop)``. Their entries in ``episodes`` are placeholders: the row group's frames laid out as
+  a first episode of all of them but one frame for each of the others, one run of rows of one pack, which the
+  episodes' own rows fill once known (no data moves); zarr's copies of the table hold -1 for them (but
+  ``episode_chunk``). They are never committed for any feature. Readers resolve them before any use of every
+  episode (:func:`.state.read_state`; the source is read, then a commit of their values), a reader of other
+  episodes leaves them (``read_state(resolve=False)``), an open of one of them resolves its row group.
 - ``hashes`` (stores made since content hashes exist; absent in earlier ones, whose episodes ``verify`` reports
   as unverifiable until ``verify --record``): ``{"algorithm": "crc32c", "features": {name: {"crc32c": <base64 of
   little-endian uint32, one per episode in table order>, "missing": [[first, stop], ...]}}, "files":

@@ -101,6 +101,10 @@ def _write_zarr_copies(state: StoreState, docs: dict[str, dict], previous: Store
     columns = {"episode_start": table.start, "episode_end": table.end, "episode_length": table.length,
                "episode_task_index": table.task_index, "episode_chunk": table.chunk, "episode_offset": table.offset,
                "episode_frame": state.episode_frame()}
+    unknown = state.unresolved_mask()
+    if unknown.any():  # placeholders: not known (-1) but for the pack
+        columns = {name: np.where(unknown, -1, values) if name != "episode_chunk" else values
+                   for name, values in columns.items()}
     copies = {f"{name}/c/0": np.asarray(values, dtype="<i8").tobytes() for name, values in columns.items()}
     copies.update((key, dump(doc)) for key, doc in docs.items())
     known = previous.zarr_copies if previous is not None and previous.zarr_copies is not None else {}

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import CorruptStoreError, SourceNotFoundError, UnsupportedStoreError
+from ..errors import CorruptStoreError, NotMaterializedError, SourceNotFoundError, UnsupportedStoreError
 from ..lerobot.format import CAMERA_DTYPES
 from ..utils.fileio import load_json, read_bounded
 from .hashes import ContentHashes, root_hash
@@ -43,11 +43,13 @@ from .zarr_meta import EPISODE_ARRAYS, LIVE_ARRAY, ROOT
 __all__ = ["FORMAT_VERSION", "LOGGED_FORMAT_VERSION", "ATTRS_KEY", "MAX_ROOT_BYTES", "CREATING_MARKER",
            "LIVE_PENDING_MARKER", "StoreState", "check_array_name", "chunk_path", "retired_path", "live_path",
            "stats_path", "read_root", "has_commit_point", "read_state", "counted_info", "apply_record",
-           "on_demand_capable"]
+           "on_demand_capable", "UNRESOLVED_FORMAT_VERSION", "set_resolver", "unresolved_table"]
 
 FORMAT_VERSION = 3
 LOGGED_FORMAT_VERSION = 4  # a root whose store may hold commits in its log: older versions refuse to read it
-_READABLE_VERSIONS = (1, 2, 3, 4)
+# a root listing unresolved row groups (their episodes' table entries are placeholders): older versions refuse it
+UNRESOLVED_FORMAT_VERSION = 5
+_READABLE_VERSIONS = (1, 2, 3, 4, 5)
 ATTRS_KEY = "lerobot_zarr"
 _KINDS = ("numeric", *sorted(CAMERA_DTYPES), *TEXT_KINDS)
 _CAMERA_STORED = {np.dtype("uint8"): (1, 3, 4), np.dtype("<u2"): (1,), np.dtype("<f4"): (1,)}  # dtype: channels
@@ -89,6 +91,18 @@ class StoreState:
     # set by this process's commit of this state: zarr's copies it wrote (path in the store -> bytes), so that the
     # next commit writes only those that change; None when read from disk (the next commit compares the files)
     zarr_copies: dict[str, bytes] | None = field(default=None, compare=False, repr=False)
+    # episodes of the source whose start, length and task are not known yet: ``(first, stop, frame_first,
+    # frame_stop)`` (a row group of LeRobot's episode table read only through its footer). Their table entries are
+    # placeholders laying out the row group's frames in its pack (``unresolved_table``); read_state resolves them
+    # unless asked not to
+    unresolved: tuple[tuple[int, int, int, int], ...] = ()
+
+    def unresolved_mask(self) -> np.ndarray:
+        """Boolean mask over episodes: those of :attr:`unresolved` row groups."""
+        mask = np.zeros(len(self.table), dtype=bool)
+        for a, b, _, _ in self.unresolved:
+            mask[a:b] = True
+        return mask
 
     def episode_hashes(self, name: str) -> np.ndarray:
         """The content hash of every episode's rows of ``name`` (-1 where none is recorded)."""
@@ -183,7 +197,8 @@ class StoreState:
     # JSON ---------------------------------------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
         return {
-            "format_version": LOGGED_FORMAT_VERSION if self.logged else FORMAT_VERSION,
+            "format_version": (UNRESOLVED_FORMAT_VERSION if self.unresolved else
+                               LOGGED_FORMAT_VERSION if self.logged else FORMAT_VERSION),
             "info": self.info,
             "tasks": list(self.tasks),
             "stats": self.stats,
@@ -207,6 +222,7 @@ class StoreState:
             "pending_tasks": [list(p) for p in self.pending_tasks],
             "hashes": self.hashes.to_json(self.table, self.arrays),
             **({"stats_on_demand": list(self.stats_on_demand)} if self.stats_on_demand else {}),
+            **({"unresolved": [list(u) for u in self.unresolved]} if self.unresolved else {}),
         }
 
     @classmethod
@@ -429,14 +445,52 @@ def _parse_state(root: Path, attrs: Mapping, consolidated: Mapping, version: int
         if spec is None or not on_demand_capable(spec):
             raise CorruptStoreError(f"{where}: stats_on_demand names {name!r:.60}, not a raw numeric feature or "
                                     f"uint8 camera")
+    unresolved = (_parse_unresolved(attrs.get("unresolved"), table, where) if version == UNRESOLVED_FORMAT_VERSION
+                  else ())
     return StoreState(
-        root=root, info=info, tasks=tuple(tasks), stats=stats, source=source, arrays=arrays, table=table,
+        unresolved=unresolved, root=root, info=info, tasks=tuple(tasks), stats=stats, source=source, arrays=arrays, table=table,
         packs=packs, materialized=materialized, unavailable=unavailable, not_materialized=not_materialized,
         retired=tuple(retired), generation=checked_int(attrs.get("generation", 0), f"{where}: generation", 0),
         pack_bytes=checked_int(attrs.get("pack_bytes", DEFAULT_PACK_BYTES), f"{where}: pack_bytes", 1),
         capacity_frames=capacity, pending_tasks=tuple(pending), read_version=version, hashes=hashes,
         stats_on_demand=tuple(on_demand),
         logged=version == LOGGED_FORMAT_VERSION)
+
+
+def unresolved_table(length: np.ndarray, unresolved: Iterable[tuple[int, int, int, int]]) -> np.ndarray:
+    """``length`` (-1 for the episodes of ``unresolved`` row groups) with the placeholders a store keeps for them:
+    each row group's frames laid out as its first episode's but one frame for each of the others, so that the
+    table's checks hold and the row group's rows are one run of its pack (its episodes' own rows, once resolved)."""
+    out = np.array(length, dtype=np.int64)
+    for a, b, f0, f1 in unresolved:
+        out[a:b] = 1
+        out[a] = f1 - f0 - (b - a - 1)
+    return out
+
+
+def _parse_unresolved(value: Any, table: EpisodeTable, where: str) -> tuple[tuple[int, int, int, int], ...]:
+    """The ``unresolved`` row groups of a format-5 root: in order, apart, each a run of rows of one pack holding
+    frames ``[frame_first, frame_stop)`` in its placeholders (:func:`unresolved_table`)."""
+    if not isinstance(value, list) or not value:
+        raise CorruptStoreError(f"{where}: unresolved must be a non-empty list of [first, stop, frame_first, "
+                                f"frame_stop] (format {UNRESOLVED_FORMAT_VERSION})")
+    out, at, n = [], 0, len(table)
+    for item in value:
+        if not isinstance(item, list) or len(item) != 4:
+            raise CorruptStoreError(f"{where}: unresolved entry {item!r:.60} is not [first, stop, frame_first, "
+                                    f"frame_stop]")
+        a = checked_int(item[0], f"{where}: unresolved", at, n - 1)
+        b = checked_int(item[1], f"{where}: unresolved", a + 1, n)
+        f0, f1 = (checked_int(v, f"{where}: unresolved", 0, MAX_FRAMES) for v in item[2:])
+        t = table
+        if (int(t.start[a]), int(t.start[b - 1] + t.length[b - 1])) != (f0, f1) or (t.chunk[a:b] != t.chunk[a]).any() \
+                or (t.offset[a + 1:b] != t.offset[a] + np.cumsum(t.length[a:b - 1])).any() \
+                or (t.length[a + 1:b] != 1).any():
+            raise CorruptStoreError(f"{where}: unresolved episodes [{a}, {b}) are not one run of frames [{f0}, {f1}) "
+                                    f"in their pack (episodes.*)", episode=a)
+        out.append((a, b, f0, f1))
+        at = b
+    return tuple(out)
 
 
 def on_demand_capable(spec: ArraySpec) -> bool:
@@ -534,9 +588,21 @@ def has_commit_point(root: str | os.PathLike) -> bool:
     return (Path(root) / ROOT).is_file()
 
 
-def read_state(root: str | os.PathLike, *, log: bool = True) -> StoreState:
+_resolvers: list[Callable[[Path], StoreState]] = []
+
+
+def set_resolver(resolve: Callable[[Path], StoreState]) -> None:
+    """Who resolves a store's unresolved episodes (:attr:`StoreState.unresolved`) when read: reads them from the
+    store's source and commits them, returning the new state (the writing layer's, which reaches the source)."""
+    _resolvers[:] = [resolve]
+
+
+def read_state(root: str | os.PathLike, *, log: bool = True, resolve: bool | Iterable[int] = True) -> StoreState:
     """Read and validate the committed state: one JSON read (no zarr call, no data read), then the commits of the
-    log applied (a format-4 root; ``log=False``: the root's state alone)."""
+    log applied (a format-4 root; ``log=False``: the root's state alone). A store with unresolved episodes (format
+    5) has them resolved first (a read of its source and a commit: :func:`set_resolver`); ``resolve=False``: as
+    it is, their table entries placeholders (what an open of other episodes needs); episode indices: only if some
+    of them are unresolved (indices outside the store ignored)."""
     root = Path(root)
     for _ in range(100):  # the root read and the log read must be of one commit (a writer folding meanwhile)
         before = _identity(root / ROOT)
@@ -559,6 +625,15 @@ def read_state(root: str | os.PathLike, *, log: bool = True) -> StoreState:
             state = apply_record(state, record, f"{where}: record {i}")
         _check_table(state.table, state.packs, len(state.tasks), where)
         state = replace(state, log_records=records)
+    if state.unresolved and not isinstance(resolve, bool):
+        mask = state.unresolved_mask()
+        resolve = any(0 <= e < len(mask) and mask[e] for e in map(int, resolve))
+    if state.unresolved and resolve:
+        if not _resolvers:
+            raise NotMaterializedError(f"{root}: episodes of {len(state.unresolved)} row groups of the source's "
+                                       f"episode table are not resolved yet, and nothing here can read them",
+                                       path=root)
+        return _resolvers[0](root)
     return state
 
 

@@ -26,6 +26,7 @@ from ..errors import CorruptStoreError, DiskSpaceError, ReadOnlyStoreError, Stor
 from .libc import libc
 
 __all__ = [
+    "holds_lock",
     "flock_within",
     "retry_within",
     "atomic_write",
@@ -415,6 +416,12 @@ def _drop_inherited_locks() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_drop_inherited_locks)
+
+
+def holds_lock(root: str | os.PathLike) -> bool:
+    """Whether this process holds the writer lock of the store at ``root`` (a second one would wait for itself)."""
+    where = Path(root).resolve()
+    return any(lock.held and lock.root.resolve() == where for lock in list(_held_locks))
 
 
 class WriterLock:

@@ -14,6 +14,7 @@ processes writing the same episode write the same bytes; a commit merges what th
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import time
 from collections import deque
@@ -41,7 +42,7 @@ from ..sources.registry import describe_record, kind_of_record, made_from_source
 from ..store.cameras import MP4_INDEX, kept_description, served_episodes
 from ..store.committing import check_new_store_location, commit, create_store, remove_creation_debris
 from ..store.packs import HUGE_PAGE, ensure_pack, read_raw_rows, row_writer, write_pack_bytes, write_rows
-from ..store.state import StoreState, has_commit_point, read_state
+from ..store.state import StoreState, has_commit_point, read_state, set_resolver, unresolved_table
 from ..store.tables import (
     DEFAULT_PACK_BYTES,
     MAX_EPISODES,
@@ -61,6 +62,7 @@ from ..utils.hashing import crc32c
 from ..utils.progress import progress_bar
 from .camera_choices import CameraStorage, Resize, camera_array, every_camera
 from .mp4_files import keep_mp4, write_mp4_index
+from .resolve import commit_resolved, known_lengths, resolve_store
 
 if TYPE_CHECKING:  # the caller gives the source: reading one is what needs pyarrow
     from ..doctor.checkup import Checkup
@@ -104,11 +106,12 @@ def _camera_arrays(source: LeRobotSource, storage: Mapping[str, CameraStorage | 
 def _create(source: LeRobotSource, root: Path, record: dict, arrays: Mapping[str, ArraySpec], pack_bytes: int
             ) -> StoreState:
     t = source.episodes
-    if not t.complete:  # located by a store's table: the others' tasks were not read
+    if not t.complete and not t.unresolved:  # located by a store's table: the others' tasks were not read
         t.check_located(range(len(t)), f"{root}: a new store")
     task_index = {task: i for i, task in enumerate(source.tasks)}
     first_task = np.array([task_index.get(ts[0], -1) if ts else -1 for ts in t.tasks], dtype=np.int64)
-    chunk, offset, rows = plan_packs(t.length, pack_rows_target(arrays, pack_bytes))
+    length = unresolved_table(t.length, t.unresolved)  # (an unresolved row group: its frames, one run of rows)
+    chunk, offset, rows = _plan(length, t.unresolved, pack_rows_target(arrays, pack_bytes))
     zeros = np.zeros(len(t), dtype=np.int64)
     info = source.info
     resized = {k: s.frame_shape for k, s in arrays.items() if s.resize}
@@ -121,17 +124,32 @@ def _create(source: LeRobotSource, root: Path, record: dict, arrays: Mapping[str
              for name, spec in arrays.items() if spec.storage == "mp4"}
     return create_store(StoreState(
         root=root, info=info, tasks=tuple(source.tasks), stats=source.stats, source=record, arrays=dict(arrays),
-        table=EpisodeTable(t.start, t.length, first_task, chunk, offset, zeros, zeros),
-        packs=PackLayout(rows, int(rows[-1]) if len(rows) else 0), materialized={},
+        table=EpisodeTable(np.cumsum(length) - length, length, first_task, chunk, offset, zeros, zeros),
+        packs=PackLayout(rows, int(rows[-1]) if len(rows) else 0), materialized={}, unresolved=t.unresolved,
         not_materialized=source.not_materialized, pack_bytes=int(pack_bytes)).with_hashes({}, files),
         keep_files=True)
+
+
+def _plan(length: np.ndarray, unresolved: Sequence[tuple[int, int, int, int]], target_rows: int
+          ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`plan_packs` of episodes of ``length``, each unresolved row group planned as one episode of its frames
+    (its episodes' rows one run of a pack, wherever their lengths turn out to split it)."""
+    unit = np.arange(len(length))  # each episode's unit: itself, or its row group's first episode
+    for a, b, _, _ in unresolved:
+        unit[a:b] = a
+    firsts = np.flatnonzero(np.r_[True, unit[1:] != unit[:-1]]) if len(length) else np.zeros(0, dtype=np.int64)
+    sizes = np.add.reduceat(length, firsts) if len(length) else length
+    chunk, offset, rows = plan_packs(sizes, target_rows)
+    which = np.searchsorted(firsts, np.arange(len(length)), side="right") - 1
+    within = np.cumsum(length) - length - (np.cumsum(length) - length)[firsts][which]
+    return chunk[which], offset[which] + within, rows
 
 
 def _check_storable(source: LeRobotSource, arrays: Mapping[str, ArraySpec]) -> None:
     """Refuse, before anything is made, a source whose declared episodes a store cannot hold (an episode of
     10**12 frames in a corrupt episode table): the store's limits are :data:`~lerobot_zarr.store.state.MAX_EPISODES`,
     rows per pack, bytes per pack file and frames in all."""
-    length = source.episodes.length.astype(np.float64)
+    length = unresolved_table(source.episodes.length, source.episodes.unresolved).astype(np.float64)
     widest = max((s.frame_bytes for s in arrays.values() if s.storage == "raw"), default=1)
     where = source.files.location("meta")
     if len(length) > MAX_EPISODES or length.sum() > MAX_FRAMES:
@@ -148,7 +166,7 @@ def _check_storable(source: LeRobotSource, arrays: Mapping[str, ArraySpec]) -> N
 
 
 def _checked_state(root: Path, record: dict) -> StoreState:
-    state = read_state(root)
+    state = read_state(root, resolve=False)
     if not same_source(state.source, record):
         held, asked = describe_record(origin(state.source)), describe_record(record)
         if held == asked:  # same folder or repo: its content changed since the store was made
@@ -218,6 +236,12 @@ def transcode(source: LeRobotSource, root: str | os.PathLike, *, episodes: Seque
                 remove_creation_debris(root)
                 _create(source, root, record, arrays, pack_bytes)
         state = _checked_state(root, record)
+    if state.unresolved:  # the row groups this reader read resolve their episodes (a commit of their lengths)
+        state = commit_resolved(root, source.episodes)
+        pending = [e for e in wanted if state.unresolved_mask()[e]]
+        if pending:
+            raise NotMaterializedError(f"{root}: episodes {pending[:20]} are not resolved in the store and this reader "
+                                       f"of its source did not read them", path=root, episode=pending[0])
     done = served_episodes(state)
     todo = [e for e in wanted if not done[e]]
     if not todo:
@@ -239,7 +263,7 @@ def _checkup(source: LeRobotSource, root: Path, state: StoreState) -> Checkup:
 def missing_episodes(store: str | os.PathLike, episodes: Iterable[int] | None) -> list[int]:
     """The episodes among ``episodes`` (None: all) that the store cannot serve here yet, sorted (indices outside
     the store are left out)."""
-    complete = served_episodes(read_state(store))
+    complete = served_episodes(read_state(store, resolve=False))
     wanted = range(len(complete)) if episodes is None else episodes
     return sorted({int(e) for e in wanted if 0 <= e < len(complete) and not complete[e]})
 
@@ -262,7 +286,7 @@ def recorded_source(store: str | os.PathLike, episodes: Sequence[int], *, token:
     ``NotMaterializedError`` when it cannot be reached (offline, the folder gone, a store recorded or edited in
     place), ``SourceMismatchError`` when its content changed since; both name ``episodes``, those wanted from it."""
     store, wanted = Path(store), list(episodes)[:20]
-    recorded = read_state(store).source
+    recorded = read_state(store, resolve=False).source
     kind = kind_of_record(recorded)
     if kind is None or not made_from_source(recorded):
         raise NotMaterializedError(f"{store}: episodes {wanted} are not in the store and its source "
@@ -297,7 +321,7 @@ def located_source(src: Source, store: Path, episodes: Iterable[int] | None, *,
         return src.dataset()
     if not has_commit_point(store):  # a first open: the store is made from what the table's footers give
         return _first_open_source(src, episodes)
-    state = read_state(store)
+    state = read_state(store, resolve=False)
     n = len(state.table)
     wanted = sorted({int(e) for e in episodes})
     if (not wanted or len(wanted) > max(1, n // LOCATE_MOST) or not all(0 <= e < n for e in wanted)
@@ -307,7 +331,7 @@ def located_source(src: Source, store: Path, episodes: Iterable[int] | None, *,
     files = src.files()
     if files.local_path("meta/info.json") is not None:  # a folder on this machine: its table is read at disk speed
         return src.dataset()
-    reader = LeRobotSource(files, KnownEpisodes(state.table.start, state.table.length, tuple(wanted), state.info))
+    reader = LeRobotSource(files, KnownEpisodes(*known_lengths(state), tuple(wanted), state.info))
     return reader if same_source(state.source, reader.record()) else src.dataset()
 
 
@@ -344,7 +368,7 @@ def _heal_cameras(source: LeRobotSource, root: Path, state: StoreState,
     arrays = _camera_arrays(source, {k: v for k, v in (storage or {}).items() if k in lost},
                             {k: v for k, v in (resize or {}).items() if k in lost})
     with WriterLock(root):
-        state = read_state(root)
+        state = read_state(root, resolve=False)
         lost = [name for name in lost if name in state.not_materialized and name not in state.arrays]
         if not lost:
             return state
@@ -383,7 +407,7 @@ def transcode_unit(files: SourceFiles, root: str, episodes: list[int], doctor: b
     from ..lerobot.source import LeRobotSource
 
     source = LeRobotSource(files)
-    state = read_state(Path(root))
+    state = read_state(Path(root), resolve=False)
     unavailable: dict[str, dict[int, str]] = {}
     rows = _Rows(root, state)
     checkup = _checkup(source, Path(root), state) if doctor else None
@@ -421,7 +445,7 @@ def _write_distributed(source: LeRobotSource, root: Path, state: StoreState, tod
         finally:
             client.cancel(futures)
             commits.flush()
-    state = read_state(root)
+    state = read_state(root, resolve=False)
     if checkup is not None:
         checkup.finish(root, state)  # keeps its files in .doctor/, outside the store's state
     return state
@@ -464,7 +488,7 @@ class _Commits:
         ready = [e for e in self.done if e not in waiting]
         if ready:
             with WriterLock(self.root):
-                state = read_state(self.root)
+                state = read_state(self.root, resolve=False)
                 unavailable = {name: {e: why for e, why in reasons.items() if e not in waiting}
                                for name, reasons in self.unavailable.items()}
                 written = {name: [e for e in ready if e not in unavailable.get(name, {})
@@ -673,7 +697,10 @@ def _write_episodes(source: LeRobotSource, root: Path, state: StoreState, todo: 
             pool.shutdown(wait=True, cancel_futures=True)
             raise
         commits.flush()
-    state = read_state(root)
+    state = read_state(root, resolve=False)
     if checkup is not None:
         checkup.finish(root, state)  # keeps its files in .doctor/, outside the store's state
     return state
+
+
+set_resolver(functools.partial(resolve_store, source_of=recorded_source))  # (read_state resolves through it)

@@ -132,16 +132,17 @@ def test_row_groups_the_footer_does_not_determine_are_read_when_few(hub, env, tm
     assert_same_frames(ds, local, "few varied")
 
 
-@pytest.mark.parametrize("how", ["varied", "no_statistics", "out_of_order"])
+@pytest.mark.parametrize("how", ["no_statistics", "out_of_order"])
 def test_a_table_whose_footer_does_not_give_the_lengths_is_read_whole(hub, env, tmp_path, caplog, how):
     def swap(folder, table):  # two row groups swapped: rows not in episode order
         rows = list(range(SIZES[0]))
         rows[100:110], rows[110:120] = rows[110:120], rows[100:110]
         pq.write_table(table.take(rows), folder / TABLE, row_group_size=10)
 
-    # every row group with episodes of different lengths (a robot's recordings); no statistics; rows out of order
-    lengths = (20, 26) if how == "varied" else (25, 25)
-    rewrite = {"varied": None, "out_of_order": swap,
+    # no statistics; rows out of order (a table of varied lengths is read footer first all the same, its row groups
+    # left unresolved: test_lazy_first_open.py)
+    lengths = (25, 25)
+    rewrite = {"out_of_order": swap,
                "no_statistics": lambda folder, table: pq.write_table(table, folder / TABLE, row_group_size=10,
                                                                      write_statistics=False)}[how]
     # (a table without statistics is smaller: as many episodes as make it bigger than what is read whole anyway)
@@ -150,7 +151,7 @@ def test_a_table_whose_footer_does_not_give_the_lengths_is_read_whole(hub, env, 
     hub.reset_stats()
     with caplog.at_level(logging.INFO, logger="lerobot_zarr"):
         ds = lerobot_zarr.open_dataset(repo, episodes=[40], root=tmp_path / "store", progress=False)
-    why = {"varied": "different lengths or tasks", "no_statistics": "no statistics",
+    why = {"no_statistics": "no statistics",
            "out_of_order": "not in episode order"}[how]
     assert any("read whole" in r.getMessage() and why in r.getMessage() for r in caplog.records), caplog.text
     assert sum(b - a for a, b in _table_reads(hub, folder)) >= (folder / TABLE).stat().st_size, "read whole"

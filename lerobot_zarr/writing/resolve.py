@@ -1,0 +1,87 @@
+"""A lazy store's unresolved episodes (format 5, :attr:`~lerobot_zarr.store.state.StoreState.unresolved`): row
+groups of its source's episode table that the first open read only through the table's footer, so that opening one
+episode did not read every episode's length. They are resolved from the source and committed (their start, length,
+first task and rows, inside the run of rows their row group holds in its pack: no data moves):
+
+- by an open, fetch or transcode of one of their episodes (its reader reads their row groups anyway):
+  :func:`commit_resolved` with what it read;
+- by any reader needing every episode (``meta.episodes``, the doctor, an export, a writer...): :func:`resolve_store`,
+  which :func:`~lerobot_zarr.store.state.read_state` calls (registered by :mod:`.transcode`, which reaches the
+  source) unless asked for the state as it is.
+
+A crash at any moment leaves the store at its last commit: resolving is a commit of the root like any other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..errors import CorruptSourceError, StoreLockedError
+from ..store.committing import commit
+from ..store.state import StoreState, read_state
+from ..store.tables import EpisodeTable
+from ..utils.fileio import WriterLock, holds_lock
+
+if TYPE_CHECKING:
+    from ..lerobot.source import LeRobotSource
+    from ..lerobot.source_meta import SourceEpisodes
+
+__all__ = ["commit_resolved", "known_lengths", "resolve_store"]
+
+
+def known_lengths(state: StoreState) -> tuple[np.ndarray, np.ndarray]:
+    """Every episode's start and length as the store knows them: -1 for unresolved episodes (not their
+    placeholders), as :class:`~lerobot_zarr.lerobot.source_meta.KnownEpisodes` takes them."""
+    unknown = state.unresolved_mask()
+    return np.where(unknown, -1, state.table.start), np.where(unknown, -1, state.table.length)
+
+
+def resolve_store(root: Path, source_of: Callable[[Path, list[int]], LeRobotSource]) -> StoreState:
+    """Resolve every unresolved episode of the store at ``root`` from its recorded source (``source_of(root,
+    episodes)``: a reader of it locating those episodes, :func:`~.transcode.recorded_source`) and commit them; the
+    new state. ``NotMaterializedError`` when the source cannot be reached (naming why)."""
+    state = read_state(root, resolve=False)
+    if not state.unresolved:
+        return state
+    if holds_lock(root):
+        raise StoreLockedError(f"{root}: its unresolved episodes must be resolved before a writer holds it (this "
+                               f"process does): read it (any reader resolves them) before opening it for writing",
+                               path=str(root))
+    source = source_of(root, [a for a, _, _, _ in state.unresolved])
+    return commit_resolved(root, source.episodes)
+
+
+def commit_resolved(root: Path, episodes: SourceEpisodes) -> StoreState:
+    """Commit the episodes of the store's unresolved row groups that ``episodes`` (a reader of its source) knows
+    every episode of, checked against the frames the store holds for them; the state committed (or as it was)."""
+    with WriterLock(root):
+        state = read_state(root, resolve=False)
+        t = state.table
+        start, length, task = t.start.copy(), t.length.copy(), t.task_index.copy()
+        offset = t.offset.copy()
+        index = {text: i for i, text in enumerate(state.tasks)}
+        left = []
+        for a, b, f0, f1 in state.unresolved:
+            got_length = np.asarray(episodes.length[a:b], dtype=np.int64)
+            if (got_length <= 0).any() or b > len(episodes):
+                left.append((a, b, f0, f1))
+                continue
+            got_start = np.asarray(episodes.start[a:b], dtype=np.int64)
+            if got_start[0] != f0 or (got_start[1:] != got_start[:-1] + got_length[:-1]).any() \
+                    or int(got_start[-1] + got_length[-1]) != f1:
+                raise CorruptSourceError(f"{root}: episodes [{a}, {b}) of its source now hold frames "
+                                         f"[{int(got_start[0])}, {int(got_start[-1] + got_length[-1])}), the store "
+                                         f"was made with [{f0}, {f1})")
+            start[a:b], length[a:b] = got_start, got_length
+            offset[a:b] = t.offset[a] + (got_start - f0)
+            task[a:b] = [index.get(ts[0], -1) if ts else -1 for ts in episodes.tasks[a:b]]
+        if len(left) == len(state.unresolved):
+            return state
+        table = EpisodeTable(start, length, task, t.chunk, offset, t.episode_index_shift, t.index_shift)
+        return commit(replace(state, table=table, unresolved=tuple(left)), previous=state)
+
