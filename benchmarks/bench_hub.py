@@ -90,8 +90,11 @@ print(json.dumps({"seconds": t2 - t1, "with_import": t2 - t0, "frames": len(ds)}
 
 # The other way a first open of today's store could read a varied-length table: its footer first, then the needed
 # columns of every row group, each in a request of its own (they lie between LeRobot's stats columns), 8 in flight
+assert "t1 = time.perf_counter()" in PROBE_OURS  # (the anchor of the replace below: a rename fails loudly)
 PROBE_COLUMNS = PROBE_OURS.replace("t1 = time.perf_counter()", """\
 import lerobot_zarr.lerobot.source_meta as sm, lerobot_zarr.lerobot.range_files as rf
+_knobs = [(sm, "_FOOTER_FIRST_MIN"), (sm, "_FOOTER_READ_GROUPS"), (sm, "_LOCATE_GAP"), (rf, "_MAX_RANGES")]
+assert all(hasattr(m, a) for m, a in _knobs), [a for m, a in _knobs if not hasattr(m, a)]  # (renamed: say so)
 sm._FOOTER_FIRST_MIN, sm._FOOTER_READ_GROUPS, sm._LOCATE_GAP, rf._MAX_RANGES = 0, 1 << 40, 1, 1 << 40
 t1 = time.perf_counter()""", 1)
 
