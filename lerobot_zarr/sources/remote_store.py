@@ -52,6 +52,7 @@ fetched after them); the root is read once, so a dataset keeps its commit until 
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -89,6 +90,8 @@ from .mirror import (
 )
 
 __all__ = ["RemoteStore", "CACHE_BYTES_ENV", "DEFAULT_CACHE_BYTES", "SHARED"]
+
+log = logging.getLogger("lerobot_zarr")
 
 CACHE_BYTES_ENV = "LEROBOT_ZARR_BUCKET_CACHE_BYTES"
 DEFAULT_CACHE_BYTES = 8 << 30
@@ -354,7 +357,11 @@ class RemoteStore(Keeping):
         self._start_numeric()
         self._ensures += 1
         if self._ensures % _SETTLE_EVERY == 0:
-            self._look_to_settle()
+            try:
+                self._look_to_settle()
+            except (BucketError, OSError) as exc:  # (the batch's rows are present: looked at again 16 batches on)
+                log.info("%s: looking whether features are held whole: %s (looked at again later)", self.location(),
+                         exc)
 
     def _pin(self, units: list[tuple[Pack, np.ndarray]]) -> None:
         """Shared locks on the rows of ``units`` (a numeric pack's: the whole pack, as it is evicted), held until
