@@ -89,6 +89,7 @@ print(json.dumps({"seconds": t2 - t1, "with_import": t2 - t0, "frames": len(ds)}
 """
 
 # A first open, then every episode's length asked for (meta.episodes): the store's unresolved row groups resolved
+assert "t2 = time.perf_counter()" in PROBE_OURS  # (the anchor of the replace below: a rename fails loudly)
 PROBE_RESOLVE = PROBE_OURS.replace("t2 = time.perf_counter()", """\
 lengths = ds.meta.episode_length
 t2 = time.perf_counter()""", 1)

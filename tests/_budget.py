@@ -7,7 +7,8 @@ it ran, and the last one before): seconds, peak temp disk, temp disk left when i
 tests), peak RSS and PSS (MiB), when it started (seconds since the worker's start: with ``-n 2``, when each
 worker ended), the CPU time this process took meanwhile, all its threads (an in-process server's too) but the
 sampler's, and the CPU time of the child processes it ran and waited for (subprocesses, worker pools): on a loaded
-machine a test's seconds mostly say how long it waited for a CPU, its CPU time what it costs. The end of the run prints the tests that take the most. The suite's budget (docs: README
+machine a test's seconds mostly say how long it waited for a CPU, its CPU time what it costs. The end of the run
+prints the tests that take the most. The suite's budget (docs: README
 "Developing") is 3 GB of temp disk and 3 GB of RAM (the process tree's PSS) at any moment, 10 minutes on 2 cores;
 ``scripts/measure_suite.sh`` measures the whole run from outside.
 """
@@ -169,10 +170,11 @@ class _Profile:
         tr.write_line(f"whole run: peak temp disk {disk:.0f} MiB, peak memory of the process tree: RSS {rss:.0f} "
                       f"MiB, PSS {pss:.0f} MiB; per test in {self.out}")
         for title, key in (("temp disk (MiB, peak)", 2), ("temp disk kept at the end (MiB)", 3),
-                           ("PSS (MiB, peak)", 5), ("seconds", 1)):
+                           ("PSS (MiB, peak)", 5), ("seconds", 1), ("CPU seconds", 7),
+                           ("CPU seconds of child processes", 8)):
             top = sorted(self.rows, key=lambda r: r[key], reverse=True)[:8]
-            scale = 1 if key == 1 else _MIB
-            tr.write_line(f"most {title}: " + "; ".join(f"{r[0]} {r[key] / scale:.0f}" for r in top))
+            scale, digits = (1, 1 if key > 1 else 0) if key in (1, 7, 8) else (_MIB, 0)
+            tr.write_line(f"most {title}: " + "; ".join(f"{r[0]} {r[key] / scale:.{digits}f}" for r in top))
 
 
 def pytest_configure(config):

@@ -5,15 +5,22 @@ used rows past the cache's bound."""
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 
 from ..cloud.client import bucket_timeout
+from ..store.state import StoreState
 from ..utils.fileio import flock_within, pwrite_all
 from ..utils.libc import punch_hole
-from .mirror import MINE, PINS, SHARED, Pack, publish
+from .mirror import MINE, PINS, SHARED, Mirror, Pack, publish
+
+log = logging.getLogger("lerobot_zarr")
 
 __all__ = ["Keeping"]
 
@@ -22,24 +29,51 @@ _BACKGROUND_PIECE = 4 << 20  # whole packs in the background: small requests, fe
 
 class Keeping:
     """Part of :class:`~.remote_store.RemoteStore` (its state, its fetches): which features are held whole, and
-    the eviction."""
+    the eviction. Uses the store's attributes below and its methods ``_pack``, ``_claim``, ``_unclaim``, ``_plan``,
+    ``_fetch``, ``_release`` and
+    ``location``."""
 
-    def _settle(self, name: str) -> None:
+    state: StoreState
+    root: Path
+    cache_bytes: int
+    settled: set[str]
+    _lock: threading.Lock
+    _evict_lock: threading.Lock
+    _pin_lock: threading.Lock
+    _stopping: threading.Event
+    _background: ThreadPoolExecutor
+    _mirror: Mirror
+    _feature: dict[str, int]
+    _numeric: list[str]
+    _by_rows: list[str]
+    _filled: list[int]
+    _packs: dict[tuple[str, int], Pack]
+    _pinned: list[tuple[np.ndarray, np.ndarray]]
+    _settle_cursor: dict[str, int]
+    _numeric_started: bool
+    _fetched_since_evict: int
+
+    def _settle(self, name: str, *, wait: bool = True) -> None:
         """Numeric feature ``name`` is held whole once every pack of it is: marked so in the mirror first (no process
         evicts its packs after that: an eviction looks for the mark under its claim), then each pack checked under
-        its claim (an eviction under way is waited for); batches ask nothing more for it."""
+        its claim (an eviction under way is waited for); batches ask nothing more for it. A pack found incomplete
+        (evicted just before the mark) is fetched whole in the background: settled at a later look. Without
+        ``wait`` (a batch's look): a pack claimed by a fetch or an eviction is not waited for, left to a later look."""
         packs = np.flatnonzero(self.state.packs.rows > 0).tolist()
         marker = self.root / MINE / f"settled-{self._feature[name]}"
         if not marker.exists():
             publish(marker, lambda fd: None)
         for p in packs:
             entry = self._pack(name, p)
-            self._claim(entry, 0, entry.rows)
+            if not self._claim(entry, 0, entry.rows, wait=wait):
+                return
             try:
-                if not entry.complete:
-                    return  # (evicted just before the mark: fetched again by the batches that read it)
+                complete = entry.complete
             finally:
                 self._unclaim(entry, 0, entry.rows)
+            if not complete:  # (never evicted now, maybe never read by the batches: an ``episodes=`` selection)
+                self._background.submit(self._whole_pack, name, p)
+                return
         with self._lock:
             self.settled.add(name)
 
@@ -56,7 +90,9 @@ class Keeping:
         Looked at every 16 ensures: the packs found complete are not looked at again (a cursor per
         feature; packs never made stop it, no request is sent); for a feature read row by row the last look is under
         the eviction lock (no eviction meanwhile, in any process), every pack again, and the mark (its bytes)
-        published then; a numeric one is settled as the background fetch settles it (:meth:`_settle`)."""
+        published then; a numeric one is settled as the background fetch settles it (:meth:`_settle`), not waiting
+        for packs another fetch claims (a batch's rows are present: it is never failed for this), and a pack it
+        finds incomplete is fetched whole in the background."""
         numeric = self._numeric if self._numeric_started and self._numeric_whole_bytes() else []
         for name in numeric + self._by_rows:
             cursor = self._settle_cursor.get(name, 0)
@@ -75,8 +111,13 @@ class Keeping:
                     break
                 cursor += 1
             self._settle_cursor[name] = cursor
+            if cursor < len(self._filled) and name in numeric and (self.root / MINE / f"settled-{i}").exists():
+                self._background.submit(self._whole_pack, name, self._filled[cursor])  # (evicted before the mark)
             if cursor == len(self._filled):
-                (self._settle if name in numeric else self._settle_rows)(name)
+                if name in numeric:
+                    self._settle(name, wait=False)
+                else:
+                    self._settle_rows(name)
 
     def _settle_rows(self, name: str) -> None:
         entries = [self._pack(name, pack) for pack in self._filled]
@@ -95,6 +136,11 @@ class Keeping:
                         for other in self._by_rows if (self.root / MINE / f"settled-{self._feature[other]}").exists())
                     if whole + total > self.cache_bytes // 2:
                         self._settle_cursor[name] = -1  # (never: those held whole stay so)
+                        log.warning("%s: feature %r (%s bytes) is not held whole: with the features held whole "
+                                    "(%s bytes) it passes half the cache (cache_bytes=%s); its rows stay evictable, "
+                                    "fetched again when read. Held whole with cache_bytes of %s or more",
+                                    self.location(), name, f"{total:,}", f"{whole:,}",
+                                    f"{self.cache_bytes:,}", f"{2 * (whole + total):,}")
                         return
                     if not all(entry.complete for entry in entries):  # (rows evicted since the cursor passed)
                         self._settle_cursor[name] = 0
@@ -109,7 +155,8 @@ class Keeping:
 
     def _evict(self) -> None:
         """When the mirror holds more than ``cache_bytes``: drop the least recently used rows of every process
-        (not pinned nor being fetched by any), down to 7/8 of it. One process at a time; the count recomputed."""
+        (not pinned nor being fetched by any, nor of a feature held whole), down to 7/8 of it. One process at a
+        time; the count recomputed."""
         mirror = self._mirror
         with self._lock:
             due = self._fetched_since_evict > 0
@@ -145,7 +192,7 @@ class Keeping:
             lo, hi = int(rows[0]), int(rows[-1]) + 1
             if not SHARED and self._pinned_here(entry, lo, hi):
                 continue  # (one process's locks do not conflict: its pins are asked of its own count)
-            if not self._claim(entry, lo, hi, wait=False):
+            if not self._claim(entry, lo, hi, evicting=True):
                 continue  # being fetched or read by a process
             try:  # marked absent first, then the bytes go
                 if entry.numeric and (mirror.root / MINE / f"settled-{self._feature[entry.name]}").exists():

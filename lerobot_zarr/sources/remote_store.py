@@ -15,11 +15,13 @@ fetched (byte ranges of the rows, coalesced, sent together), written, marked pre
   read by byte ranges with read-ahead, as a Hub repo's videos (:class:`~lerobot_zarr.cloud.files.BucketFiles`),
   never whole. :meth:`RemoteStore.prefetch` fetches the frames of batches to come in the background (the
   sampler's lookahead), so that a batch finds them local; those queued or under way ask for at most
-  ``cache_bytes / 8`` (a deeper lookahead is left to the batches that read it).
+  ``cache_bytes / 8`` (a deeper lookahead is left to the batches that read it). A camera (or text) whose every row
+  was read and that fits in half the cache with the numeric features is then held whole (never evicted): a batch
+  reads it from the maps alone, as the numeric features (:mod:`.keeping`).
 - The cache is bounded (``cache_bytes``): past it the least recently used rows (a numeric pack whole) are
-  dropped, their bytes punched out of the sparse file, never rows a process is reading (or fetching): the bound is
-  exceeded by those (each process's last three batches and its prefetches under way) and the rows that landed
-  since the last eviction looked.
+  dropped, their bytes punched out of the sparse file, never rows a process is reading (or fetching) nor those of
+  a feature held whole: the bound is exceeded by those (each process's last three batches and its prefetches
+  under way) and the rows that landed since the last eviction looked.
 
 Sharing between processes (Linux open file description locks, ``F_OFD_SETLK``, on ranges of one lock file that
 name rows; the kernel drops a process's locks when it dies):
@@ -50,6 +52,7 @@ fetched after them); the root is read once, so a dataset keeps its commit until 
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -69,10 +72,26 @@ from ..store.state import StoreState, chunk_path, read_state
 from ..utils.background import ByteBudget
 from ..utils.fileio import atomic_write, pwrite_all, retry_within
 from .keeping import Keeping
-from .mirror import (CLAIMS, INDEXES, MAKING, MINE, PIN_TURNS, PINS, SHARED, Mirror, Pack, RangeLocks, align8, publish,
-                     read_root, shared_map)
+from .mirror import (
+    CLAIMS,
+    INDEXES,
+    MAKING,
+    MINE,
+    PIN_TURNS,
+    PINS,
+    SHARED,
+    Mirror,
+    Pack,
+    RangeLocks,
+    align8,
+    publish,
+    read_root,
+    shared_map,
+)
 
 __all__ = ["RemoteStore", "CACHE_BYTES_ENV", "DEFAULT_CACHE_BYTES", "SHARED"]
+
+log = logging.getLogger("lerobot_zarr")
 
 CACHE_BYTES_ENV = "LEROBOT_ZARR_BUCKET_CACHE_BYTES"
 DEFAULT_CACHE_BYTES = 8 << 30
@@ -338,7 +357,11 @@ class RemoteStore(Keeping):
         self._start_numeric()
         self._ensures += 1
         if self._ensures % _SETTLE_EVERY == 0:
-            self._look_to_settle()
+            try:
+                self._look_to_settle()
+            except (BucketError, OSError) as exc:  # (the batch's rows are present: looked at again 16 batches on)
+                log.info("%s: looking whether features are held whole: %s (looked at again later)", self.location(),
+                         exc)
 
     def _pin(self, units: list[tuple[Pack, np.ndarray]]) -> None:
         """Shared locks on the rows of ``units`` (a numeric pack's: the whole pack, as it is evicted), held until
@@ -496,11 +519,13 @@ class RemoteStore(Keeping):
         finally:
             self._unclaim(entry, lo, hi)
 
-    def _claim(self, entry: Pack, lo: int, hi: int, *, wait: bool = True) -> bool:
+    def _claim(self, entry: Pack, lo: int, hi: int, *, wait: bool = True, evicting: bool = False) -> bool:
         """Claim rows ``[lo, hi)`` of a pack: no thread of this process claims any of them meanwhile (waited for,
         so that the claims of one descriptor never overlap), nor another process (its lock: waited for too).
-        Without ``wait`` (an eviction): whether they were all free now."""
+        Without ``wait``, or ``evicting`` (an eviction's claim: the rows' pins too): whether they were all free now
+        (claimed then)."""
         key, deadline = (entry.name, entry.pack), None
+        wait = wait and not evicting
         with self._lock:
             while any(a < hi and lo < b for a, b in self._claimed.get(key, ())):
                 if not wait:
@@ -514,7 +539,10 @@ class RemoteStore(Keeping):
                 self._wait_lock(self._mirror.claims, CLAIMS + entry.slot + lo, hi - lo, f"rows {lo}-{hi - 1} of "
                                 f"pack {entry.pack} of {entry.name!r}")
                 return True
-            if self._mirror.evicting.lock(CLAIMS + entry.slot + lo, hi - lo):
+            if not evicting:
+                if self._mirror.claims.lock(CLAIMS + entry.slot + lo, hi - lo):
+                    return True
+            elif self._mirror.evicting.lock(CLAIMS + entry.slot + lo, hi - lo):
                 if self._mirror.evicting.lock(PINS + entry.slot + lo, hi - lo):
                     return True
                 self._mirror.evicting.unlock(CLAIMS + entry.slot + lo, hi - lo)

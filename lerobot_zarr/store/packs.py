@@ -206,18 +206,13 @@ def _open_raw_for_writing(root: str | os.PathLike, path: str, spec: ArraySpec, p
         return open_nofollow(path, os.O_WRONLY, root=root)
 
 
-APPEND_PIECE = 256 << 10  # the largest write of an episode's rows (see _write_raw)
+APPEND_PIECE = 256 << 10  # the largest write of raw rows (see _write_raw)
 
 
 def _write_raw(fd: int, path: str, spec: ArraySpec, offset: int, frames: np.ndarray, hashed: bool = True
                ) -> int | None:
-    """Write an episode's rows in pieces cut at :data:`APPEND_PIECE`-aligned file offsets. The page cache takes
-    a write's data into folios as large as the write allows: one write of a 100-frame float32 camera (11 MB) asks
-    for 2 MiB folios, which the kernel takes from its large free blocks, on a VM with free page reporting the
-    memory handed back to the host: writing into them cost 12-25 ms of CPU per 11 MB on the project's VM against
-    2.5 ms in 256 KiB pieces, whose folios come from the smaller free blocks that anonymous page faults (LeRobot's
-    in-memory buffer) use too (``benchmarks/README.md``, bench_rl_buffer). Sampling maps them with small pages
-    until they are read back from disk (a transcode writes whole huge pages instead: :func:`write_pack_bytes`)."""
+    """Write raw rows in pieces cut at :data:`APPEND_PIECE`-aligned offsets: one large write gets 2 MiB folios,
+    costly on a VM with free page reporting (``benchmarks/README.md``, bench_rl_buffer)."""
     view = memoryview(np.ascontiguousarray(frames, dtype=spec.dtype).reshape(-1)).cast("B")
     start = offset * spec.frame_bytes
     at, end = start, start + len(view)

@@ -4,6 +4,7 @@ processes), whatever the cache evicts; only the rows read cross the network; pre
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
 import pickle
 import time
@@ -14,6 +15,8 @@ import s3_fixtures
 
 import lerobot_zarr
 from lerobot_zarr.errors import ArgumentError
+from lerobot_zarr.sources import remote_store
+from lerobot_zarr.sources.mirror import PINS
 from lerobot_zarr.testing.hub_network import NetworkModel
 from lerobot_zarr.testing.sample_data import NOTE_KEY, write_sample_dataset
 from lerobot_zarr.testing.source_tests import assert_same_batches
@@ -339,8 +342,8 @@ def _read_until(ds, done, rng: np.random.Generator, most: int) -> int:
 def test_a_camera_held_whole_is_read_from_the_maps_alone(env, folder, tmp_path, storage):
     """Once every row of a camera was read and it fits in half the cache (with the numeric features), it is held
     for good, as numeric features are: batches ask the mirror nothing more for it (no pins, no bookkeeping, the
-    steady state of training over many epochs) and read the same values; another reader of that commit sees it
-    held at once, fetching nothing."""
+    steady state of training over many epochs) and read the same values; another reader of that commit finds it
+    held at its first look (the mark in the mirror), fetching nothing for it."""
     if storage == "jpeg":
         pytest.importorskip("simplejpeg", reason="jpeg storage needs simplejpeg")
     local, url = published(env, folder, tmp_path, f"whole-{storage}", storage={CAM: storage})
@@ -350,7 +353,7 @@ def test_a_camera_held_whole_is_read_from_the_maps_alone(env, folder, tmp_path, 
     rng = np.random.default_rng(3)
     for idx in np.array_split(rng.permutation(len(remote)), 12):  # an epoch: every frame read once
         remote.get_batch(idx)
-    assert CAM not in store.settled
+    assert _pins_camera(store) and store._wants(np.array([0]), {CAM: np.zeros((1, 2), np.int64)})  # (row by row)
     assert _read_until(remote, lambda: CAM in store.settled, rng, 40) <= 16  # looked at every 16 batches
     asked = []
     real = store.ensure
@@ -362,13 +365,21 @@ def test_a_camera_held_whole_is_read_from_the_maps_alone(env, folder, tmp_path, 
         a, b = remote.get_batch(idx), local.get_batch(idx)
         assert all(_same(a[key], b[key]) for key in b)
     assert all(CAM not in names for names in asked) and store.fetched_by.get(CAM, 0) == fetched
+    assert not store._wants(np.array([0]), {CAM: np.zeros((1, 2), np.int64)})  # (no row to pin, none to fetch)
     other = pickle.loads(pickle.dumps(remote))  # another reader of the commit (a worker): the same mirror
     assert _read_until(other, lambda: CAM in other._remote.settled, rng, 40) <= 16
     assert other._remote.fetched_by.get(CAM, 0) == 0
     assert_same_batches(other, local, "a second reader of a camera held whole")
 
 
-def test_a_camera_over_half_the_cache_is_never_held_for_good(env, folder, tmp_path):
+def _pins_camera(store, name: str = CAM) -> bool:
+    """Whether the batches' pins of ``store`` (the last three) hold any row of feature ``name``."""
+    lo = PINS + store._feature[name] * store._feature_span
+    hi = lo + store._feature_span
+    return any(bool(((starts < hi) & (starts + lengths > lo)).any()) for starts, lengths in store._pinned)
+
+
+def test_a_camera_over_half_the_cache_is_never_held_for_good(env, folder, tmp_path, caplog):
     """A camera whose rows take more than half the cache stays evictable, read row by row: held for good, it
     would leave an eviction too little to drop."""
     local, url = published(env, folder, tmp_path, "over-half")
@@ -378,7 +389,11 @@ def test_a_camera_over_half_the_cache_is_never_held_for_good(env, folder, tmp_pa
     rng = np.random.default_rng(4)
     for idx in np.array_split(rng.permutation(len(remote)), 12):
         remote.get_batch(idx)
-    assert _read_until(remote, lambda: CAM in remote._remote.settled, rng, 40) == 40
+    with caplog.at_level(logging.INFO, logger="lerobot_zarr"):
+        assert _read_until(remote, lambda: CAM in remote._remote.settled, rng, 40) == 40
+    assert remote._remote._settle_cursor[CAM] == -1  # (refused: never looked at again)
+    said = [r.getMessage() for r in caplog.records if CAM in r.getMessage() and "not held whole" in r.getMessage()]
+    assert len(said) == 1 and "cache_bytes=1,048,576" in said[0], said  # once, with the cache it would need
     same_items(remote, local, "a camera over half the cache", rng)
 
 
@@ -397,3 +412,83 @@ def test_numeric_features_the_background_fetch_left_unsettled_are_settled_by_the
     numeric = {name for name, spec in local.array_specs.items() if spec.kind == "numeric"}
     assert _read_until(remote, lambda: numeric <= store.settled, rng, 40) <= 16
     assert_same_batches(remote, local, "numeric features settled by the batches")
+
+
+def test_a_look_does_not_wait_for_packs_another_reader_claims(env, folder, tmp_path, monkeypatch):
+    """Whether a numeric feature is whole is looked at under each pack's claim: a pack another reader claims (a
+    fetch, an eviction) is left to a later look, never waited for: a batch whose rows are present is not failed
+    for it (nor held up to the longest wait)."""
+    monkeypatch.setattr(remote_store, "_wait_limit", lambda: 1.0)  # (a wait past it: a BucketError)
+    local, url = published(env, folder, tmp_path, "busy-look")
+    local = lerobot_zarr.open_dataset(local.root, delta_timestamps=DELTAS)
+    remote = lerobot_zarr.open_dataset(url, delta_timestamps=DELTAS)
+    store = remote._remote
+    store._whole_feature = lambda name: None  # (settled by the batches' looks alone)
+    rng = np.random.default_rng(8)
+    for idx in np.array_split(rng.permutation(len(remote)), 12):  # every row read once
+        remote.get_batch(idx)
+    other = lerobot_zarr.open_dataset(url, delta_timestamps=DELTAS)._remote  # its own descriptors
+    name = "observation.state"
+    entry = other._pack(name, store._filled[-1])
+    assert other._claim(entry, 0, entry.rows)
+    try:
+        assert _read_until(remote, lambda: name in store.settled, rng, 20) == 20  # looked at, busy: no error
+    finally:
+        other._unclaim(entry, 0, entry.rows)
+    assert _read_until(remote, lambda: name in store.settled, rng, 40) <= 16
+    assert_same_batches(remote, local, "a look past a busy pack")
+
+
+def test_a_marked_numeric_feature_found_incomplete_is_completed_under_a_selection(env, folder, tmp_path):
+    """A numeric feature marked held whole whose pack was evicted just before the mark: the batches of a selection
+    never read that pack, so a look fetches it whole (in the background), and the feature is settled after."""
+    local, url = published(env, folder, tmp_path, "marked-incomplete")
+    local = lerobot_zarr.open_dataset(local.root, delta_timestamps=DELTAS)
+    part = lerobot_zarr.open_dataset(url, episodes=[2, 7], delta_timestamps=DELTAS)
+    store = part._remote
+    rng = np.random.default_rng(9)
+    part.get_batch(rng.integers(0, len(part), 32))  # (after the first batch: the numeric features fetched whole)
+    numeric = {name for name, spec in local.array_specs.items() if spec.kind == "numeric"}
+    settled_at = time.monotonic() + 60
+    while not numeric <= store.settled and time.monotonic() < settled_at:
+        time.sleep(0.05)
+    assert numeric <= store.settled
+    name = "observation.state"
+    read = set(store.state.table.chunk[[2, 7]].tolist())
+    pack = next(p for p in store._filled if p not in read)
+    entry = store._pack(name, pack)
+    entry.present[:] = False  # (evicted just before the mark: marked, incomplete, not settled)
+    with store._lock:
+        store.settled.discard(name)
+    complete_at = time.monotonic() + 60  # (a look queues the pack's fetch; the batches go on meanwhile)
+    while not entry.complete and time.monotonic() < complete_at:
+        part.get_batch(rng.integers(0, len(part), 32))
+    assert entry.complete
+    assert _read_until(part, lambda: name in store.settled, rng, 40) <= 32  # (the next look, or the one after)
+    with open(entry.path, "rb") as mirrored, open(local.root / entry.rel, "rb") as source:
+        assert mirrored.read() == source.read()
+    assert_same_batches(part, local.select([2, 7]), "a selection after the pack came back")
+
+
+def test_a_camera_held_whole_survives_another_readers_eviction(env, tmp_path):
+    """Readers of one commit with different caches share its mirror: a camera one of them holds whole is never
+    dropped by the eviction of another (whose small cache it passes): every pack stays complete, the same values."""
+    pytest.importorskip("simplejpeg", reason="jpeg storage needs simplejpeg")
+    src = write_sample_dataset(tmp_path / "src2", n_episodes=12, lengths=(20, 40), image_keys=(CAM, VID),
+                               image_shape=(24, 32, 3), seed=5)
+    local, url = published(env, src, tmp_path, "two-readers", storage={CAM: "jpeg", VID: "raw"})
+    local = lerobot_zarr.open_dataset(local.root, delta_timestamps=DELTAS)
+    one = lerobot_zarr.open_dataset(url, delta_timestamps=DELTAS, cache_bytes=3 << 19)
+    store = one._remote
+    rng = np.random.default_rng(10)
+    for idx in np.array_split(rng.permutation(len(one)), 12):
+        one.get_batch(idx)
+    assert _read_until(one, lambda: CAM in store.settled, rng, 40) <= 16
+    assert VID not in store.settled  # (over half the cache: evictable)
+    two = lerobot_zarr.open_dataset(url, delta_timestamps=DELTAS, cache_bytes=1_200_000)._remote
+    assert two._mirror.root == store._mirror.root and two.held_bytes > two.cache_bytes
+    two._fetched_since_evict = 1  # (as after a fetch of its own)
+    two._evict()
+    assert two.held_bytes <= two.cache_bytes  # (it evicted: the other camera's rows)
+    assert all(store._pack(CAM, p).complete for p in store._filled)
+    assert_same_batches(one, local, "a camera held whole after another reader's eviction")
