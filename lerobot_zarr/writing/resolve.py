@@ -14,6 +14,7 @@ A crash at any moment leaves the store at its last commit: resolving is a commit
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -41,25 +42,29 @@ def known_lengths(state: StoreState) -> tuple[np.ndarray, np.ndarray]:
     return np.where(unknown, -1, state.table.start), np.where(unknown, -1, state.table.length)
 
 
-def resolve_store(root: Path, source_of: Callable[[Path, list[int]], LeRobotSource]) -> StoreState:
+def resolve_store(root: Path, source_of: Callable[[Path, list[int]], LeRobotSource], *, locked: bool = False
+                  ) -> StoreState:
     """Resolve every unresolved episode of the store at ``root`` from its recorded source (``source_of(root,
     episodes)``: a reader of it locating those episodes, :func:`~.transcode.recorded_source`) and commit them; the
-    new state. ``NotMaterializedError`` when the source cannot be reached (naming why)."""
+    new state. ``NotMaterializedError`` when the source cannot be reached (naming why). ``locked``: the caller holds
+    the store's writer lock and has nothing uncommitted (a writer being opened: :class:`~.writer.WritableDataset`);
+    else it is taken for the commit only (never during the source's read)."""
     state = read_state(root, resolve=False)
     if not state.unresolved:
         return state
-    if holds_lock(root):
+    if holds_lock(root) and not locked:
         raise StoreLockedError(f"{root}: its unresolved episodes must be resolved before a writer holds it (this "
                                f"process does): read it (any reader resolves them) before opening it for writing",
                                path=str(root))
     source = source_of(root, [a for a, _, _, _ in state.unresolved])
-    return commit_resolved(root, source.episodes)
+    return commit_resolved(root, source.episodes, locked=locked)
 
 
-def commit_resolved(root: Path, episodes: SourceEpisodes) -> StoreState:
+def commit_resolved(root: Path, episodes: SourceEpisodes, *, locked: bool = False) -> StoreState:
     """Commit the episodes of the store's unresolved row groups that ``episodes`` (a reader of its source) knows
-    every episode of, checked against the frames the store holds for them; the state committed (or as it was)."""
-    with WriterLock(root):
+    every episode of, checked against the frames the store holds for them; the state committed (or as it was).
+    ``locked``: the caller holds the writer lock (else it is taken meanwhile)."""
+    with contextlib.nullcontext() if locked else WriterLock(root):
         state = read_state(root, resolve=False)
         t = state.table
         start, length, task = t.start.copy(), t.length.copy(), t.task_index.copy()
