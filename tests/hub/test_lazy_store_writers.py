@@ -4,6 +4,8 @@ serves the values of resolved ones."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from hub_fixtures import sized_hub
@@ -14,7 +16,7 @@ from lerobot_zarr.lerobot import source_meta
 from lerobot_zarr.store.state import read_state
 from lerobot_zarr.writing.writer import WritableDataset
 
-hub, env = sized_hub("hub_lazy_writers", (40,), "org/lazyw-{n}", per_file=5)
+hub, env = sized_hub("hub_lazy_writers", (40, 30), "org/lazyw-{n}", per_file=5)
 REPO = "org/lazyw-40"
 
 
@@ -30,8 +32,8 @@ def _batch(ds) -> dict:
 
 def _same(a: dict, b: dict) -> None:
     assert sorted(a) == sorted(b)
-    for key in b:
-        assert (a[key] == b[key] if key == "task" else a[key].tobytes() == b[key].tobytes()), key
+    for key, want in b.items():
+        assert (a[key] == want if key == "task" else a[key].tobytes() == want.tobytes()), key
 
 
 def test_a_writer_on_a_lazy_store_behaves_as_on_a_resolved_one(hub, env, tmp_path):
@@ -58,3 +60,48 @@ def test_a_writer_on_a_lazy_store_behaves_as_on_a_resolved_one(hub, env, tmp_pat
     assert not read_state(root, resolve=False).unresolved
     assert lazy.meta.episode_length.tolist() == made.meta.episode_length.tolist()
     _same(_batch(lazy), _batch(made))
+
+
+@pytest.mark.parametrize("lazy_ones", [("org/lazyw-40", "org/lazyw-30"), ("org/lazyw-40",)])
+def test_a_mixture_of_lazy_stores_serves_the_values_of_resolved_ones(hub, env, tmp_path, lazy_ones):
+    """A mixture over lazy stores (or a lazy store beside one made from a folder), its windows crossing episode
+    edges and its weights by frames, serves every sample and weight of the same mixture over stores made from the
+    source folders (every episode's length known from the start); opening it does not resolve the lazy stores (it
+    read every episode's length through meta: the source's whole table, and offline an error), offline too, nor
+    does a stream of a lazy store's episodes; their meta then resolves them to the same lengths and starts."""
+    repos = {"org/lazyw-40": ([23, 5, 25], 40), "org/lazyw-30": ([12], 30)}
+    fps = json.loads((hub.folders[40] / "meta/info.json").read_text())["fps"]
+    window = {"action": [-2 / fps, 0.0, 1 / fps], "observation.state": [-1 / fps, 0.0]}
+
+    def mixture(kind: str, use_hub) -> lerobot_zarr.LeRobotZarrMixture:
+        name = {repo: repo if use_hub(repo) else str(hub.folders[n]) for repo, (_, n) in repos.items()}
+        return lerobot_zarr.open_mixture([name[r] for r in repos], weights="frames", delta_timestamps=window,
+                                         episodes={name[r]: e for r, (e, _) in repos.items()},
+                                         root={name[r]: tmp_path / kind / r.replace("/", "-") for r in repos},
+                                         progress=False)
+
+    got = mixture("lazy", lambda repo: repo in lazy_ones)
+    for repo in lazy_ones:
+        assert read_state(tmp_path / "lazy" / repo.replace("/", "-"), resolve=False).unresolved
+    want = mixture("made", lambda repo: False)
+    assert len(got) == len(want) and np.array_equal(got.weights, want.weights)
+    idx = np.arange(len(want))
+    _same({k: (list(v) if k == "task" else np.asarray(v)) for k, v in got.get_batch(idx).items()},
+          {k: (list(v) if k == "task" else np.asarray(v)) for k, v in want.get_batch(idx).items()})
+    env.offline(True)  # the lazy stores reopened without the network: their episodes need no resolution
+    again = mixture("lazy", lambda repo: repo in lazy_ones)
+    _same({k: (list(v) if k == "task" else np.asarray(v)) for k, v in again.get_batch(idx).items()},
+          {k: (list(v) if k == "task" else np.asarray(v)) for k, v in want.get_batch(idx).items()})
+    for repo in lazy_ones:
+        assert read_state(tmp_path / "lazy" / repo.replace("/", "-"), resolve=False).unresolved
+    lazy40 = tmp_path / "lazy" / "org-lazyw-40"
+    streamed = lerobot_zarr.stream(lazy40, episodes=[23, 5], shuffle=False, batch_size=1000)
+    plain = lerobot_zarr.stream(tmp_path / "made" / "org-lazyw-40", episodes=[23, 5], shuffle=False, batch_size=1000)
+    a, b = next(iter(streamed)), next(iter(plain))
+    _same({k: (list(v) if k == "task" else np.asarray(v)) for k, v in a.items()},
+          {k: (list(v) if k == "task" else np.asarray(v)) for k, v in b.items()})
+    assert read_state(lazy40, resolve=False).unresolved
+    env.offline(False)
+    for a, b in zip(got.datasets, want.datasets, strict=True):
+        assert a.meta.episode_length.tolist() == b.meta.episode_length.tolist()
+        assert a.meta.episode_start.tolist() == b.meta.episode_start.tolist()
