@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..errors import CorruptSourceError, StoreLockedError
+from ..errors import CorruptSourceError, NotMaterializedError, StoreLockedError
+from ..sources.registry import describe_record
 from ..store.committing import commit
 from ..store.state import StoreState, read_state
 from ..store.tables import EpisodeTable
@@ -56,7 +57,15 @@ def resolve_store(root: Path, source_of: Callable[[Path, list[int]], LeRobotSour
         raise StoreLockedError(f"{root}: its unresolved episodes must be resolved before a writer holds it (this "
                                f"process does): read it (any reader resolves them) before opening it for writing",
                                path=str(root))
-    source = source_of(root, [a for a, _, _, _ in state.unresolved])
+    try:
+        source = source_of(root, [a for a, _, _, _ in state.unresolved])
+    except NotMaterializedError as exc:  # (its words: "episodes ... are not in the store": not what is asked)
+        spans = ", ".join(f"[{a}, {b})" for a, b, _, _ in state.unresolved[:5])
+        raise NotMaterializedError(
+            f"{root}: the lengths of episodes {spans}{' ...' if len(state.unresolved) > 5 else ''} are not known yet "
+            f"(row groups of the episode table of {describe_record(state.source)} that the first open did not read): "
+            f"what needs every episode's length (meta's episode arrays, a writer, an export, verify) reads them from "
+            f"that source, which failed: {exc}", path=root) from exc
     return commit_resolved(root, source.episodes, locked=locked)
 
 

@@ -105,3 +105,18 @@ def test_a_mixture_of_lazy_stores_serves_the_values_of_resolved_ones(hub, env, t
     for a, b in zip(got.datasets, want.datasets, strict=True):
         assert a.meta.episode_length.tolist() == b.meta.episode_length.tolist()
         assert a.meta.episode_start.tolist() == b.meta.episode_start.tolist()
+
+
+def test_resolving_offline_names_the_repo_and_what_needs_it(hub, env, tmp_path):
+    """Offline, what needs every episode's length of a lazy store (meta's episode arrays) refuses naming the repo,
+    the unresolved episodes and HF_HUB_OFFLINE (it said "episodes [10, 30] are not in the store": the first episode
+    of each unresolved row group, as if they were wanted); the store is left as it was, its episodes still served."""
+    root = tmp_path / "lazy"
+    lerobot_zarr.open_dataset(REPO, episodes=[23], root=root, progress=False)
+    before = read_state(root, resolve=False)
+    env.offline(True)
+    ds = lerobot_zarr.open_dataset(REPO, episodes=[23], root=root, progress=False)
+    with pytest.raises(NotMaterializedError, match=r"(?s)lengths of episodes \[0, 10\).*org/lazyw-40.*OFFLINE"):
+        _ = ds.meta.episode_length
+    assert read_state(root, resolve=False).unresolved == before.unresolved
+    assert len(ds.get_batch(np.arange(len(ds)))["index"]) == len(ds)
