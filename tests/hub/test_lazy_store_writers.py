@@ -108,10 +108,11 @@ def test_a_mixture_of_lazy_stores_serves_the_values_of_resolved_ones(hub, env, t
 
 
 def test_resolving_offline_names_the_repo_and_what_needs_it(hub, env, tmp_path):
-    """Offline, what needs every episode's length of a lazy store (meta's episode arrays) refuses naming the repo,
-    the unresolved episodes and HF_HUB_OFFLINE (it said "episodes [10, 30] are not in the store": the first episode
-    of each unresolved row group, as if they were wanted); the store is left as it was, its episodes still served,
-    by the repo or by the store's path (a store opened without episodes serves those it holds: no resolution)."""
+    """Offline, what needs every episode's length of a lazy store (meta's episode arrays, verify, an export) refuses
+    naming the repo, the unresolved episodes and HF_HUB_OFFLINE (it said "episodes [0, 10, 30] are not in the
+    store": the first episode of each unresolved row group, as if they were wanted); the store is left as it was,
+    its episodes still served, by the repo or by the store's path (a store opened without episodes serves those it
+    holds: no resolution)."""
     root = tmp_path / "lazy"
     lerobot_zarr.open_dataset(REPO, episodes=[23], root=root, progress=False)
     before = read_state(root, resolve=False)
@@ -121,6 +122,9 @@ def test_resolving_offline_names_the_repo_and_what_needs_it(hub, env, tmp_path):
         _ = ds.meta.episode_length
     assert read_state(root, resolve=False).unresolved == before.unresolved
     assert len(ds.get_batch(np.arange(len(ds)))["index"]) == len(ds)
+    for needs_all in (lambda: lerobot_zarr.verify(root), lambda: ds.to_lerobot(tmp_path / "out")):
+        with pytest.raises(NotMaterializedError, match=r"(?s)lengths of episodes.*org/lazyw-40.*OFFLINE"):
+            needs_all()
     # the store opened by its path, every episode it holds (it asked for every episode's length: the network)
     held = lerobot_zarr.open_dataset(root)
     assert held.episodes.tolist() == [23]
