@@ -55,7 +55,7 @@ def resolve_store(root: Path, source_of: Callable[[Path, list[int]], LeRobotSour
         return state
     if holds_lock(root) and not locked:
         raise StoreLockedError(f"{root}: its unresolved episodes must be resolved before a writer holds it (this "
-                               f"process does): read it (any reader resolves them) before opening it for writing",
+                               f"thread does): read it (any reader resolves them) before taking the lock",
                                path=str(root))
     try:
         source = source_of(root, [a for a, _, _, _ in state.unresolved])

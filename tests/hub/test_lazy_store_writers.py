@@ -5,15 +5,17 @@ serves the values of resolved ones."""
 from __future__ import annotations
 
 import json
+import threading
 
 import numpy as np
 import pytest
 from hub_fixtures import sized_hub
 
 import lerobot_zarr
-from lerobot_zarr.errors import NotMaterializedError
+from lerobot_zarr.errors import NotMaterializedError, StoreLockedError
 from lerobot_zarr.lerobot import source_meta
-from lerobot_zarr.store.state import read_state
+from lerobot_zarr.store.state import StoreState, read_state
+from lerobot_zarr.utils.fileio import WriterLock
 from lerobot_zarr.writing.writer import WritableDataset
 
 hub, env = sized_hub("hub_lazy_writers", (40, 30), "org/lazyw-{n}", per_file=5)
@@ -130,3 +132,28 @@ def test_resolving_offline_names_the_repo_and_what_needs_it(hub, env, tmp_path):
     assert held.episodes.tolist() == [23]
     _same(_batch(held), _batch(ds))
     assert read_state(root, resolve=False).unresolved == before.unresolved
+
+
+def test_resolving_waits_for_a_lock_another_thread_holds(hub, env, tmp_path):
+    """A thread resolving a lazy store while another thread of the process holds its writer lock (a fetch's commit)
+    waits for it, as for another process's, then resolves (it raised StoreLockedError, "this process" holding
+    it); the thread that holds the lock is refused (it would wait for itself)."""
+    root = tmp_path / "lazy"
+    lerobot_zarr.open_dataset(REPO, episodes=[23], root=root, progress=False)
+    got: list = []
+    with WriterLock(root):
+        with pytest.raises(StoreLockedError, match="this thread"):
+            read_state(root)
+
+        def resolve() -> None:
+            try:
+                got.append(read_state(root))
+            except Exception as exc:  # noqa: BLE001  (the test reports it)
+                got.append(exc)
+
+        thread = threading.Thread(target=resolve)
+        thread.start()
+        thread.join(2.0)  # (a chance to reach the lock while it is held; the outcome is checked either way)
+    thread.join(120.0)
+    assert not thread.is_alive() and len(got) == 1 and isinstance(got[0], StoreState), got
+    assert not got[0].unresolved and not read_state(root, resolve=False).unresolved
