@@ -14,7 +14,6 @@ A crash at any moment leaves the store at its last commit: resolving is a commit
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -43,17 +42,15 @@ def known_lengths(state: StoreState) -> tuple[np.ndarray, np.ndarray]:
     return np.where(unknown, -1, state.table.start), np.where(unknown, -1, state.table.length)
 
 
-def resolve_store(root: Path, source_of: Callable[[Path, list[int]], LeRobotSource], *, locked: bool = False
-                  ) -> StoreState:
+def resolve_store(root: Path, source_of: Callable[[Path, list[int]], LeRobotSource]) -> StoreState:
     """Resolve every unresolved episode of the store at ``root`` from its recorded source (``source_of(root,
     episodes)``: a reader of it locating those episodes, :func:`~.transcode.recorded_source`) and commit them; the
-    new state. ``NotMaterializedError`` when the source cannot be reached (naming why). ``locked``: the caller holds
-    the store's writer lock and has nothing uncommitted (a writer being opened: :class:`~.writer.WritableDataset`);
-    else it is taken for the commit only (never during the source's read)."""
+    new state. ``NotMaterializedError`` when the source cannot be reached (naming why). The writer lock is taken
+    for the commit only (not during the source's read)."""
     state = read_state(root, resolve=False)
     if not state.unresolved:
         return state
-    if holds_lock(root) and not locked:
+    if holds_lock(root):
         raise StoreLockedError(f"{root}: its unresolved episodes must be resolved before a writer holds it (this "
                                f"thread does): read it (any reader resolves them) before taking the lock",
                                path=str(root))
@@ -66,14 +63,17 @@ def resolve_store(root: Path, source_of: Callable[[Path, list[int]], LeRobotSour
             f"(row groups of the episode table of {describe_record(state.source)} that the first open did not read): "
             f"what needs every episode's length (meta's episode arrays, a writer, an export, verify) reads them from "
             f"that source, which failed: {exc}", path=root) from exc
-    return commit_resolved(root, source.episodes, locked=locked)
+    state = commit_resolved(root, source.episodes)
+    if state.unresolved:  # (never served as lengths: a caller asked for every one)
+        raise NotMaterializedError(f"{root}: its source's reader gave no lengths for episodes "
+                                   f"{[a for a, _, _, _ in state.unresolved][:20]}'s row groups", path=root)
+    return state
 
 
-def commit_resolved(root: Path, episodes: SourceEpisodes, *, locked: bool = False) -> StoreState:
+def commit_resolved(root: Path, episodes: SourceEpisodes) -> StoreState:
     """Commit the episodes of the store's unresolved row groups that ``episodes`` (a reader of its source) knows
-    every episode of, checked against the frames the store holds for them; the state committed (or as it was).
-    ``locked``: the caller holds the writer lock (else it is taken meanwhile)."""
-    with contextlib.nullcontext() if locked else WriterLock(root):
+    every episode of, checked against the frames the store holds for them; the state committed (or as it was)."""
+    with WriterLock(root):
         state = read_state(root, resolve=False)
         t = state.table
         start, length, task = t.start.copy(), t.length.copy(), t.task_index.copy()

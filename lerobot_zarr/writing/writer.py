@@ -51,9 +51,7 @@ from ..utils.fileio import WriterLock
 from ..utils.hashing import crc32c
 from .completeness import check_complete
 from .edits import EditMaps
-from .resolve import resolve_store
 from .transaction import WriteTransaction, remove_path, resolve_min_free_bytes
-from .transcode import recorded_source
 from .values import (EpisodeFrames, as_frames, checked_camera_stats, content_hash, count_arg, feature_specs,
                      stored_values)
 
@@ -141,14 +139,10 @@ class WritableDataset:
         root = Path(root)
         lock = WriterLock(root, blocking=False).__enter__()
         try:
+            # a lazy store's unresolved episodes (format 5) are never in it: refused as lacking them (no network);
+            # a store holding every episode has every one resolved (an episode is transcoded once its row group is)
             state = read_state(root, resolve=False)
-            check_complete(state)  # (a lazy store's unresolved episodes are never in it: refused here, offline)
-            if state.unresolved:  # a lazy store (format 5): every episode's length resolved, under this lock
-                state = resolve_store(root, recorded_source, locked=True)
-                if state.unresolved:
-                    raise NotMaterializedError(f"{root}: {len(state.unresolved)} row groups of its source's episode "
-                                               f"table stay unresolved; a writer needs every episode's length",
-                                               path=root)
+            check_complete(state)
             self._tx = WriteTransaction(state, durable=durable, min_free_bytes=min_free_bytes)
             # appended packs get maps next to the others: sampling keeps its maps across commits
             self._sampler = LeRobotZarrDataset(root, delta_timestamps=delta_timestamps, image_format=image_format,
