@@ -5,11 +5,13 @@ first task and rows, inside the run of rows their row group holds in its pack: n
 
 - by an open, fetch or transcode of one of their episodes (its reader reads their row groups anyway):
   :func:`commit_resolved` with what it read;
-- by any reader needing every episode (``meta.episodes``, the doctor, an export, a writer...): :func:`resolve_store`,
+- by any reader needing every episode (``meta.episodes``, the doctor, an export, a push...): :func:`resolve_store`,
   which :func:`~lerobot_zarr.store.state.read_state` calls (registered by :mod:`.transcode`, which reaches the
   source) unless asked for the state as it is.
 
-A crash at any moment leaves the store at its last commit: resolving is a commit of the root like any other.
+A writer never sees one: its store must hold every episode, and an episode is transcoded only once its row group
+is resolved. A crash at any moment leaves the store at its last commit: resolving is a commit of the root like any
+other; two processes resolving at once commit once (the second finds nothing left under the writer lock).
 """
 
 from __future__ import annotations
@@ -61,7 +63,7 @@ def resolve_store(root: Path, source_of: Callable[[Path, list[int]], LeRobotSour
         raise NotMaterializedError(
             f"{root}: the lengths of episodes {spans}{' ...' if len(state.unresolved) > 5 else ''} are not known yet "
             f"(row groups of the episode table of {describe_record(state.source)} that the first open did not read): "
-            f"what needs every episode's length (meta's episode arrays, a writer, an export, verify) reads them from "
+            f"what needs every episode's length (meta's episode arrays, an export, verify, push) reads them from "
             f"that source, which failed: {exc}", path=root) from exc
     state = commit_resolved(root, source.episodes)
     if state.unresolved:  # (never served as lengths: a caller asked for every one)
