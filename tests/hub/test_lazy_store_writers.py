@@ -157,3 +157,28 @@ def test_resolving_waits_for_a_lock_another_thread_holds(hub, env, tmp_path):
     thread.join(120.0)
     assert not thread.is_alive() and len(got) == 1 and isinstance(got[0], StoreState), got
     assert not got[0].unresolved and not read_state(root, resolve=False).unresolved
+
+
+def test_two_resolving_at_once_commit_once(hub, env, tmp_path):
+    """Two threads resolving the same lazy store at once (each its own source read, each its own lock file
+    descriptor, as two processes) both get the resolved state of one commit: the second finds nothing left."""
+    root = tmp_path / "lazy"
+    lerobot_zarr.open_dataset(REPO, episodes=[23], root=root, progress=False)
+    before = read_state(root, resolve=False).generation
+    start = threading.Barrier(2)
+    got: list = []
+
+    def resolve() -> None:
+        try:
+            start.wait(60.0)
+            got.append(read_state(root))
+        except Exception as exc:  # noqa: BLE001  (the test reports it)
+            got.append(exc)
+
+    threads = [threading.Thread(target=resolve) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120.0)
+    assert len(got) == 2 and all(isinstance(s, StoreState) and not s.unresolved for s in got), got
+    assert {s.generation for s in got} == {before + 1} == {read_state(root, resolve=False).generation}
