@@ -151,10 +151,11 @@ class LeRobotZarrDataset(Conveniences):
 
     # state ------------------------------------------------------------------------------------------------
     def _read_state(self) -> StoreState:
-        """The store's state; its unresolved episodes (format 5) resolved only if the selection holds some (or is
-        every episode): ``meta`` resolves them when its per-episode arrays are read."""
-        wanted = self._request[0]
-        return read_state(self.root, resolve=True if wanted is None else wanted)
+        """The store's state; its unresolved episodes (format 5) resolved only if the selection holds some, or is
+        every episode of a lazy dataset (without ``episodes``, a dataset that is not lazy serves the episodes the
+        store holds, never unresolved ones): ``meta`` resolves them when its per-episode arrays are read."""
+        wanted, lazy = self._request[0], self._request[3]
+        return read_state(self.root, resolve=bool(lazy) if wanted is None else wanted)
 
     def _load(self, state: StoreState) -> None:
         """Set up index arithmetic for a committed state (maps are opened lazily; on a reload, packs keep their

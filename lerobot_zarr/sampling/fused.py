@@ -96,9 +96,10 @@ class GatherLayout:
                f"depth maps are converted to float32 {ds.depth_unit} ({depth[0]!r})" if depth else
                f"text features are given as lists ({text[0]!r})" if text else None)
         offsets = window_offsets(ds.delta_timestamps, ds.meta.fps, list(specs), {})
+        # lengths from the state, not meta's (reading those resolves a lazy store: its source's whole table)
         return cls(meta=ds.meta, state=state, root=str(ds.root), max_packs=got["max_packs"], specs=raw,
                    outside=tuple(name for name in specs if name not in raw), windows=windows(offsets), episodes=e,
-                   first=sel.first, stop=sel.first + np.diff(sel.cum), length=ds.meta.episode_length[e],
+                   first=sel.first, stop=sel.first + np.diff(sel.cum), length=state.table.length[e],
                    pack=state.table.chunk[e], offset=state.table.offset[e],
                    tasks=np.array(ds.meta.tasks, dtype=object), why_not=why)
 

@@ -598,7 +598,7 @@ class _StoreReader(_EpisodeReader):
         meta = self.ds.meta
         self.episodes = sorted(set(self.ds.episodes.tolist()))
         self.fps, self.tasks = meta.fps, meta.tasks
-        self.lengths = meta.episode_length
+        self.lengths = self.ds.gather_layout()["state"].table.length  # (its episodes' lengths: meta's resolve all)
         self.kinds = {k: s.kind for k, s in self.ds.array_specs.items()}
         self.features = meta.features
         self.not_materialized = meta.not_materialized

@@ -419,9 +419,10 @@ if hasattr(os, "register_at_fork"):
 
 
 def holds_lock(root: str | os.PathLike) -> bool:
-    """Whether this process holds the writer lock of the store at ``root`` (a second one would wait for itself)."""
-    where = Path(root).resolve()
-    return any(lock.held and lock.root.resolve() == where for lock in list(_held_locks))
+    """Whether this thread took the writer lock of the store at ``root`` (a second one would wait for itself; one
+    another thread of the process holds is waited for, as another process's)."""
+    where, me = Path(root).resolve(), threading.get_ident()
+    return any(lock.held and lock.taker == me and lock.root.resolve() == where for lock in list(_held_locks))
 
 
 class WriterLock:
@@ -432,6 +433,7 @@ class WriterLock:
         self.root = Path(root)
         self.blocking = blocking
         self._fd: int | None = None
+        self.taker: int | None = None  # the thread that took it
 
     @property
     def held(self) -> bool:
@@ -457,6 +459,7 @@ class WriterLock:
                                        f"dataset still open in this one: close() it first)", path=str(self.root)
                                        ) from None
             raise
+        self.taker = threading.get_ident()
         _held_locks.add(self)
         return self
 

@@ -5,11 +5,13 @@ first task and rows, inside the run of rows their row group holds in its pack: n
 
 - by an open, fetch or transcode of one of their episodes (its reader reads their row groups anyway):
   :func:`commit_resolved` with what it read;
-- by any reader needing every episode (``meta.episodes``, the doctor, an export, a writer...): :func:`resolve_store`,
+- by any reader needing every episode (``meta.episodes``, the doctor, an export, a push...): :func:`resolve_store`,
   which :func:`~lerobot_zarr.store.state.read_state` calls (registered by :mod:`.transcode`, which reaches the
   source) unless asked for the state as it is.
 
-A crash at any moment leaves the store at its last commit: resolving is a commit of the root like any other.
+A writer never sees one: its store must hold every episode, and an episode is transcoded only once its row group
+is resolved. A crash at any moment leaves the store at its last commit: resolving is a commit of the root like any
+other; two processes resolving at once commit once (the second finds nothing left under the writer lock).
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..errors import CorruptSourceError, StoreLockedError
+from ..errors import CorruptSourceError, NotMaterializedError, StoreLockedError
+from ..sources.registry import describe_record
 from ..store.committing import commit
 from ..store.state import StoreState, read_state
 from ..store.tables import EpisodeTable
@@ -44,16 +47,29 @@ def known_lengths(state: StoreState) -> tuple[np.ndarray, np.ndarray]:
 def resolve_store(root: Path, source_of: Callable[[Path, list[int]], LeRobotSource]) -> StoreState:
     """Resolve every unresolved episode of the store at ``root`` from its recorded source (``source_of(root,
     episodes)``: a reader of it locating those episodes, :func:`~.transcode.recorded_source`) and commit them; the
-    new state. ``NotMaterializedError`` when the source cannot be reached (naming why)."""
+    new state. ``NotMaterializedError`` when the source cannot be reached (naming why). The writer lock is taken
+    for the commit only (not during the source's read)."""
     state = read_state(root, resolve=False)
     if not state.unresolved:
         return state
     if holds_lock(root):
         raise StoreLockedError(f"{root}: its unresolved episodes must be resolved before a writer holds it (this "
-                               f"process does): read it (any reader resolves them) before opening it for writing",
+                               f"thread does): read it (any reader resolves them) before taking the lock",
                                path=str(root))
-    source = source_of(root, [a for a, _, _, _ in state.unresolved])
-    return commit_resolved(root, source.episodes)
+    try:
+        source = source_of(root, [a for a, _, _, _ in state.unresolved])
+    except NotMaterializedError as exc:  # (its words: "episodes ... are not in the store": not what is asked)
+        spans = ", ".join(f"[{a}, {b})" for a, b, _, _ in state.unresolved[:5])
+        raise NotMaterializedError(
+            f"{root}: the lengths of episodes {spans}{' ...' if len(state.unresolved) > 5 else ''} are not known yet "
+            f"(row groups of the episode table of {describe_record(state.source)} that the first open did not read): "
+            f"what needs every episode's length (meta's episode arrays, an export, verify, push) reads them from "
+            f"that source, which failed: {exc}", path=root) from exc
+    state = commit_resolved(root, source.episodes)
+    if state.unresolved:  # (never served as lengths: a caller asked for every one)
+        raise NotMaterializedError(f"{root}: its source's reader gave no lengths for episodes "
+                                   f"{[a for a, _, _, _ in state.unresolved][:20]}'s row groups", path=root)
+    return state
 
 
 def commit_resolved(root: Path, episodes: SourceEpisodes) -> StoreState:

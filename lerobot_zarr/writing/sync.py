@@ -99,6 +99,7 @@ def push_store(store: str | os.PathLike, url: str | Bucket, *, force: bool = Fal
     if not has_commit_point(root):
         raise StoreNotFoundError(f"{root}: not a lerobot_zarr store (no committed zarr.json)", path=root)
     bucket = url if isinstance(url, Bucket) else Bucket(url, options)
+    read_state(root)  # a lazy store's unresolved episodes (format 5) resolved before the lock: a store published whole
     if lock:
         with WriterLock(root, blocking=False):
             return _push(root, bucket, force, progress, on_file, fold=True)

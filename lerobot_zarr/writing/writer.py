@@ -139,7 +139,9 @@ class WritableDataset:
         root = Path(root)
         lock = WriterLock(root, blocking=False).__enter__()
         try:
-            state = read_state(root)
+            # a lazy store's unresolved episodes (format 5) are never in it: refused as lacking them (no network);
+            # a store holding every episode has every one resolved (an episode is transcoded once its row group is)
+            state = read_state(root, resolve=False)
             check_complete(state)
             self._tx = WriteTransaction(state, durable=durable, min_free_bytes=min_free_bytes)
             # appended packs get maps next to the others: sampling keeps its maps across commits
