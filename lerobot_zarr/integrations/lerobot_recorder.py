@@ -166,6 +166,7 @@ class _SpillWriter:
 
     def __init__(self, maxsize: int = 256):
         self._queue: queue.Queue = queue.Queue(maxsize=maxsize)
+        self._stopped = threading.Event()
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="lerobot_zarr-spill", daemon=True)
         self._thread.start()
@@ -187,6 +188,8 @@ class _SpillWriter:
                 self._error = exc
             finally:
                 self._queue.task_done()
+            if self._stopped.is_set() and self._queue.empty():  # (stop found the queue full)
+                return
 
     def drain(self, *, errors: bool = True) -> None:
         """Wait for the frames queued; raise the first error met (dropped with ``errors=False``)."""
@@ -196,8 +199,11 @@ class _SpillWriter:
             raise error
 
     def stop(self) -> None:
-        """Let the thread end once the frames queued are written (not waited for)."""
-        self._queue.put(None)
+        """Let the thread end once the frames queued are written (not waited for). Never blocks: it may run in
+        the thread itself (the recorder's weakref finalizer, called by a garbage collection there)."""
+        self._stopped.set()
+        with contextlib.suppress(queue.Full):  # full: the thread sees the event once it emptied the queue
+            self._queue.put_nowait(None)
 
     def close(self) -> None:
         self.stop()
@@ -634,6 +640,7 @@ class _Encoders:
             if send is None:  # :meth:`release`
                 for process in self.processes:
                     process.close()
+                _reap(self.processes, None)
                 return
             if isinstance(send, threading.Event):  # delivered so far (:meth:`_delivered`)
                 send.set()
@@ -642,12 +649,18 @@ class _Encoders:
                 if camera is None or camera == key:
                     send(process)
 
-    def _delivered(self, timeout: float = 60.0) -> None:
-        """Wait (at most ``timeout`` s: a process stopped with a full pipe) until what was posted is delivered."""
-        if self._messenger is not None:
-            done = threading.Event()
-            self._outbox.put((done, None))
-            done.wait(timeout)
+    def _delivered(self, timeout: float = 60.0) -> bool:
+        """Wait (at most ``timeout`` s: a process stopped with a full pipe) until what was posted is delivered;
+        False, logged, if it was not (the messenger thread may still write to the pipes: write none directly)."""
+        if self._messenger is None:
+            return True
+        done = threading.Event()
+        self._outbox.put((done, None))
+        if done.wait(timeout):
+            return True
+        logger.warning("%s: the background encoders' commands were not delivered within %g s (an encoder does not "
+                       "read them: stopped?)", self.root, timeout)
+        return False
 
     def stream(self, spills: Mapping[str, Path]) -> None:
         """A new episode is recorded, each camera's frames appended to its spill file of ``spills``: encode them as
@@ -683,14 +696,26 @@ class _Encoders:
         """Wait until every saved episode has its segments (:meth:`BackgroundEncoder.flush`; ``asked``: the reply
         was asked for with :meth:`saved`); False, logged, if an encoder ended without making them all (the push
         encodes the others)."""
+        from ..errors import EncoderTimeoutError
+
         if not self.processes:
             self.notify()
-        self._delivered()
-        ended = [p for p in self.processes if not p.flush(timeout, asked=asked)]
+        if not self._delivered():
+            raise EncoderTimeoutError(f"{self.root}: the background encoders were not told of the episode (one "
+                                      f"of them does not read its commands)", path=self.root)
+        ended, stalled = [], []
+        for process in self.processes:  # each waited for, even after one stalled: its reply is read, or owed
+            try:
+                if not process.flush(timeout, asked=asked):
+                    ended.append(process)
+            except EncoderTimeoutError as exc:
+                stalled.append(exc)
         for process in ended:
             logger.warning("%s: the background encoder of %s ended (exit status %s) before encoding every saved "
                            "episode; the push encodes the others", self.root, process.cameras,
                            process.process.returncode)
+        if stalled:
+            raise stalled[0]
         return not ended
 
     def release(self) -> None:
@@ -708,17 +733,23 @@ class _Encoders:
         return dict(zip(self.cameras, self.processes, strict=False)).get(camera)
 
     def exit(self) -> None:
-        """No more episodes and every saved one has its segments: each process exits at once (:meth:`finish` waits
-        for it)."""
-        self._delivered()
-        for process in self.processes:
+        """No more episodes and every saved one has its segments: each process exits at once, reaped by a thread
+        of its own (:func:`_reap`: not waited for)."""
+        if not self._delivered():  # after what the messenger thread has still to write (reaped at release)
+            self._post(BackgroundEncoder.exit)
+            return
+        processes, self.processes = self.processes, []
+        for process in processes:
             process.exit()
+        _reap(processes, FINISH_TIMEOUT)
 
     def close(self) -> None:
         """No more episodes: each process finishes the saved ones, then exits (not waited for: :meth:`finish`)."""
-        self._delivered()
-        for process in self.processes:
-            process.close()
+        if self._delivered():
+            for process in self.processes:
+                process.close()
+        else:  # after what the messenger thread has still to write
+            self._post(BackgroundEncoder.close)
 
     def finish(self, timeout: float | None = None) -> None:
         """No more episodes: wait (bounded: ``timeout`` seconds without progress) until the encoders have made the
@@ -778,6 +809,27 @@ class _Beside:
         finally:
             if before_videos is not None and not called:
                 before_videos()
+
+
+def _reap(processes: list[BackgroundEncoder], timeout: float | None) -> None:
+    """A daemon thread waits for ``processes`` to exit (told to: finish or exit) and closes their pipes, so that no
+    zombie nor pipe is left while the recording's objects live; one not exited within ``timeout`` seconds (None:
+    no bound) is stopped (:meth:`~lerobot_zarr.writing.segments.BackgroundEncoder.cancel`: told to exit, it has
+    nothing left to make)."""
+    import subprocess
+
+    def reap() -> None:
+        for process in processes:
+            try:
+                process.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                logger.warning("%s: the background encoder (pid %s) did not exit within %g s of being told to; "
+                               "stopped", process.root, process.pid, timeout)
+                process.cancel()
+            process.wait()
+
+    if processes:
+        threading.Thread(target=reap, name="lerobot_zarr-reap", daemon=True).start()
 
 
 def _release(writer: _SpillWriter, encoders: _Encoders | None) -> None:

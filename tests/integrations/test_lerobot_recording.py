@@ -1208,8 +1208,58 @@ def test_save_episode_returns_with_its_videos_and_finalize_only_closes(tmp_path,
         real = getattr(export, name)
         monkeypatch.setattr(export, name, lambda *a, real=real, name=name, **k: calls.append(name) or real(*a, **k))
     ds.finalize()
-    assert calls == [] and [p.process.wait(timeout=60) for p in processes] == [0]  # told to exit: not waited for
+    assert calls == []
+    # told to exit, not waited for by finalize: reaped by a thread of their own (no zombie, no pipe left open)
+    _wait_until(lambda: all(p.process.returncode is not None and p.process.stdout.closed for p in processes),
+                "the encoders to be reaped", timeout=60)
+    assert [p.process.returncode for p in processes] == [0] and all(p.process.stdin.closed for p in processes)
+    assert not [p.pid for p in processes if _zombie(p.pid)]
     _same_as_recorded(_reference()(REPO_ID, root=root), lengths)
+
+
+def _zombie(pid: int) -> bool:
+    """Whether process ``pid`` is a zombie (a child exited and not waited for)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] == "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_save_episode_after_one_that_timed_out_waits_for_its_own_videos(tmp_path, monkeypatch, caplog):
+    """A save_episode whose encoder made no progress for SAVE_TIMEOUT s returns without its videos, warning; the
+    encoder's late reply to it never answers the next save_episode, which waits for its own episode's videos (here
+    the encoder stopped again: it warns in turn, its episode known not encoded), each camera's reply counted."""
+    import logging
+    import select
+
+    import lerobot_zarr.integrations.lerobot_recorder as recorder_module
+
+    monkeypatch.setattr(recorder_module, "SAVE_TIMEOUT", 1.0)
+    root = tmp_path / "ds"
+    ds = LeRobotDataset.create(REPO_ID, 30, FEATURES, root=root)
+    ds.add_frame(_frame(0, 0))
+    spill = ds.writer._spills["observation.images.cam"]
+    _wait_until(lambda: spill.encoded() == 1, "the encoder to encode the episode's first frame")
+    (encoder,) = ds.writer._encoder.processes
+    for e, n in enumerate((5, 6)):
+        os.kill(encoder.pid, signal.SIGSTOP)
+        try:
+            for i in range(int(e == 0), n):
+                ds.add_frame(_frame(e, i))
+            caplog.clear()
+            with caplog.at_level(logging.WARNING, logger=recorder_module.__name__):
+                ds.save_episode()
+            assert any("made no progress" in r.getMessage() and "returns without this episode's videos"
+                       in r.getMessage() for r in caplog.records), e
+            assert not ds.writer._all_encoded and len(_named_segments(root)) == e
+        finally:
+            os.kill(encoder.pid, signal.SIGCONT)
+        if e == 0:  # its late reply to the first save_episode is written, not read
+            _wait_until(lambda: select.select([encoder.process.stdout], [], [], 0)[0], "the encoder's late reply")
+    ds.finalize()
+    assert len(_named_segments(root)) == 2
+    _same_as_recorded(_reference()(REPO_ID, root=root), (5, 6))
 
 
 def test_streaming_add_frame_waits_for_an_encoder_behind_frames_given_faster_than_fps(tmp_path, monkeypatch, caplog):
