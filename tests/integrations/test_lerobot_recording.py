@@ -624,6 +624,26 @@ def test_push_to_hub_gives_what_lerobot_loads(tmp_path, monkeypatch):
             assert float((item["observation.images.cam"] - cam).abs().mean()) < 0.02
 
 
+def test_a_templated_card_is_lerobots_even_given_a_dataset_structure(tmp_path):
+    """push_to_hub(template_path=..., dataset_structure=...): LeRobot's card function replaces the structure given
+    with the dataset's; the drop-in's card is the same text (not a TypeError)."""
+    import types
+
+    from lerobot.datasets.utils import create_lerobot_dataset_card
+
+    from lerobot_zarr.lerobot.writers import write_card
+
+    template = tmp_path / "card.md"
+    template.write_text("---\n{{ card_data }}\n---\n\n# {{ repo_id }} by {{ author }}\n\n{{ dataset_structure }}")
+    info = {"codebase_version": "v3.0", "fps": 30, "total_episodes": 2}
+    fields = {"tags": ["so100"], "license": "mit", "repo_id": "someone/recorded", "author": "alice",
+              "template_path": str(template), "dataset_structure": "the caller's"}
+    theirs = str(create_lerobot_dataset_card(dataset_info=types.SimpleNamespace(to_dict=lambda: info), **fields))
+    write_card(tmp_path, info, fields)
+    assert (tmp_path / "README.md").read_text() == theirs
+    assert "the caller's" not in theirs and '"total_episodes": 2' in theirs
+
+
 @pytest.mark.parametrize("mode", [{}, {"streaming_encoding": True, "encoder_threads": 1}, {"batch_encoding_size": 2}])
 def test_background_encoder_is_not_waited_for_and_finalize_joins_its_segments(tmp_path, monkeypatch, mode):
     """A recording with video cameras starts a background encoder per camera (by default too, as LeRobot encodes at
