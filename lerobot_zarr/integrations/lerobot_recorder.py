@@ -9,8 +9,9 @@ spill file in the store while the episode is recorded (written by a thread into 
 compression, bounded memory; see :class:`_SpillWriter`), their numbers and text stay in memory. A killed recorder
 leaves the spill as debris, removed by the next writer of the store (``.*.tmp-*``). Videos are encoded by
 background encoder processes (:mod:`lerobot_zarr.writing.segments`, one per camera) from the spill as the episode
-is recorded (kept as its segment once it is saved with those frames), whose segments ``finalize`` (which writes
-LeRobot's files beside the store) and the push join without re-encoding.
+is recorded (kept as its segment once it is saved with those frames); ``save_episode`` waits for them (bounded) and
+writes LeRobot's files of its commit beside the store (their videos joined from the segments without re-encoding),
+so that ``finalize`` only closes; the push joins the same segments.
 """
 
 from __future__ import annotations
@@ -424,6 +425,10 @@ class Recorder:
         except BaseException:
             if any(spill.taken() for spill in self._spills.values()):  # the store kept them (its commit went
                 self.clear_episode_buffer()  # through, or it cannot tell): never written again, nor read from
+            elif self._streamed and self._encoder is not None and self._every == 1:  # told `end`: stream the
+                # episode again, so that frames added after are encoded too (and keep_up sees them encoded)
+                self._encoder.stream({key: self._spills[key].path for key in self._encoder.cameras
+                                      if key in self._spills})
             raise
         streamed = self._streamed and episode_data is None
         if episode_data is None:
@@ -610,7 +615,8 @@ class Recorder:
 class _Encoders:
     """The background encoders of a recording: one process per video camera (``cameras``) of the store at
     ``root``, started at the recording's first frame (:meth:`start`), told what to encode by a thread of its own
-    (:meth:`stream`, :meth:`drop`, :meth:`saved`, :meth:`notify`: in order, never waited for)."""
+    (:meth:`stream`, :meth:`end`, :meth:`drop`, :meth:`saved`, :meth:`notify`: in order, not waited for; a
+    ``save_episode`` then waits for the videos with :meth:`flush`, bounded)."""
 
     def __init__(self, root: Path, cameras: list[str], threads: int | None, gate: Gate):
         self.root, self.cameras, self.threads, self.gate = Path(root), cameras, threads, gate
@@ -670,7 +676,8 @@ class _Encoders:
             self._post(lambda p, key=key, path=path: p.stream(key, path), key)
 
     def end(self, frames: int) -> None:
-        """The episode streamed is being saved with ``frames`` frames: complete its files while it is committed."""
+        """The episode streamed is being saved with ``frames`` frames: complete its files now (during the commit, or
+        once it is over)."""
         for key in self.cameras:
             self._post(lambda p, key=key: p.end(key, frames), key)
 
@@ -786,11 +793,11 @@ class _Beside:
         self.cache = BesideCache()
         pa.array(np.zeros(1))  # pyarrow imports pandas at its first array (0.5-0.7 s, once): at create, not later
 
-    def saved(self, reader: Any, before_videos: Callable[[], None] | None = None) -> bool:
+    def saved(self, reader: Any, before_videos: Callable[[], None] | None = None) -> None:
         """A commit was made (``reader`` reads it: the recorder's): export it if its segments are all made (after
-        ``before_videos``: the wait for the encoders, once the data files are written); whether the files beside
-        are of it. ``before_videos`` is called in any case."""
-        from ..writing.export import export_beside, exported_beside
+        ``before_videos``: the wait for the encoders, once the data files are written). ``before_videos`` is called
+        in any case."""
+        from ..writing.export import export_beside
 
         called = False
 
@@ -800,12 +807,10 @@ class _Beside:
             before_videos()
 
         try:
-            return export_beside(reader, cache=self.cache, encode=False,
-                                 before_videos=None if before_videos is None else hook) or exported_beside(reader)
+            export_beside(reader, cache=self.cache, encode=False, before_videos=None if before_videos is None else hook)
         except Exception as exc:  # noqa: BLE001  (the episode is committed; finalize exports again)
             logger.warning("%s: LeRobot's files beside the store not updated after this episode (finalize writes "
                            "them): %s", self.root, exc)
-            return False
         finally:
             if before_videos is not None and not called:
                 before_videos()

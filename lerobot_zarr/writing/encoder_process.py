@@ -150,8 +150,9 @@ def _main(argv: list[str]) -> int:
     """The background encoder's process: ``ROOT [--threads N] [--nice N] [--camera KEY]... [--no-prune] [--gate
     PATH]``; commands on stdin, one a line: ``go`` (encode what lacks segments), ``flush`` (the same, then
     ``flushed`` on stdout), ``stream {"camera", "path"}`` / ``end {"camera", "frames"}`` / ``drop {"camera"}`` /
-    ``saved {"episode", "reply"}`` (``flushed EPISODE`` on stdout if ``reply``; :meth:`BackgroundEncoder.stream`, ``end``, ``drop``, ``saved``), ``exit`` (at once); between commands it encodes the streams' new frames;
-    at the end of stdin (the recorder finished, or died) it drops the streams, encodes what lacks segments and
+    ``saved {"episode", "reply"}`` (:meth:`BackgroundEncoder.stream`, ``end``, ``drop``, ``saved``; ``flushed
+    EPISODE`` on stdout if ``reply``), ``exit`` (at once); between commands it encodes the streams' new frames; at
+    the end of stdin (the recorder finished, or died) it drops the streams, encodes what lacks segments and
     exits."""
     import argparse
 

@@ -449,8 +449,9 @@ class _Stream:
 
     def end(self, frames: int) -> None:
         """The recorder is saving the episode with ``frames`` frames (its commit under way): once they are all
-        encoded, the encoder is flushed and the file completed now, while the episode is committed, rather than
-        after (:meth:`finish` then only checks it against the commit, and makes it the segment)."""
+        encoded (frames left wait at the gate until the commit is over), the encoder is flushed and the file
+        completed now, rather than at :meth:`finish`, which then only checks it against the commit and makes it the
+        segment (with every frame encoded before, the flush overlaps the commit)."""
         while self.frames < frames:
             if self.advance(limit=frames) <= 0:
                 return
@@ -578,7 +579,7 @@ class BackgroundEncoder:
 
     def end(self, camera: str, frames: int) -> None:
         """The episode streamed of camera ``camera`` is being saved with ``frames`` frames: complete its file now
-        (:meth:`_Stream.end`), while it is committed."""
+        (:meth:`_Stream.end`: during the commit if every frame was encoded, else once it is over)."""
         self._send("end " + json.dumps({"camera": camera, "frames": int(frames)}))
 
     def drop(self, camera: str) -> None:

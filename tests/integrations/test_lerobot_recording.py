@@ -321,6 +321,30 @@ def test_save_episode_renames_the_spill_into_a_new_pack(tmp_path, monkeypatch):
         np.testing.assert_array_equal((item[key] * 255).round().byte().permute(1, 2, 0).numpy(), ref[key])
 
 
+def test_a_save_episode_failing_before_its_commit_keeps_the_episode_streamed(tmp_path, monkeypatch):
+    """A save_episode whose commit fails without taking the spill (the episode stays in the buffer) told the
+    encoder to complete the episode's video: the episode is streamed again, so the frames added after are encoded
+    as they come too, and the next save_episode returns with its videos."""
+    root = tmp_path / "ds"
+    ds = LeRobotDataset.create(REPO_ID, 30, FEATURES, root=root)
+    for i in range(3):
+        ds.add_frame(_frame(0, i))
+    store = ds.writer._store
+    monkeypatch.setattr(store, "add_episode", lambda *a, **k: (_ for _ in ()).throw(OSError(28, "No space (test)")))
+    with pytest.raises(OSError, match="test"):
+        ds.save_episode()
+    monkeypatch.undo()
+    assert ds.has_pending_frames()
+    for i in range(3, 5):
+        ds.add_frame(_frame(0, i))
+    spill = ds.writer._spills["observation.images.cam"]
+    _wait_until(lambda: spill.encoded() == 5, "the encoder to encode the frames added after the failure", 60)
+    ds.save_episode()
+    assert ds.writer._all_encoded and len(_named_segments(root)) == 1
+    ds.finalize()
+    _same_as_recorded(_reference()(REPO_ID, root=root), (5,))
+
+
 def test_a_save_episode_failing_after_its_commit_never_writes_into_the_taken_spill(tmp_path, monkeypatch):
     """A save_episode that raises after its commit (here: the writer's follower of commits fails) keeps the episode
     (committed), and the recorder never writes the next episode's frames into the file the store took as that
@@ -650,9 +674,10 @@ def test_a_stalled_background_encoder_is_waited_for_within_a_bound_and_finalize_
     """A recording with video cameras starts a background encoder per camera (by default too, as LeRobot encodes at
     each save_episode; streaming_encoding / batch_encoding_size as LeRobot's); with its process stopped (SIGSTOP),
     save_episode still returns (it waits for the episode's videos, as LeRobot's, only while the encoder makes
-    progress: SAVE_TIMEOUT s without, logged, the episode known not encoded); once it made the segments (flush_pending_videos), finalize
-    joins them into LeRobot's files without encoding any (batches: the last, incomplete one is encoded at the
-    flush, as LeRobot's finalize encodes it), and the push exports the same without encoding; LeRobot 0.6.1 loads
+    progress: SAVE_TIMEOUT s without, logged, the episode known not encoded); once it made the segments
+    (flush_pending_videos), finalize joins them into LeRobot's files without encoding any (batches: the last,
+    incomplete one is encoded at the flush, as LeRobot's finalize encodes it), and the push exports the same
+    without encoding; LeRobot 0.6.1 loads
     both."""
     from hub_fixtures import make_env
 
