@@ -59,6 +59,9 @@ FINISH_TIMEOUT = 60.0
 SAVE_TIMEOUT = 60.0
 #: seconds ``add_frame`` waits (streaming) for an encoder making no progress before it stops waiting for it
 KEEP_UP_TIMEOUT = 10.0
+#: seconds a command to the background encoders may take to be written to their pipes (a stopped encoder with a full
+#: pipe: logged, and nothing is written to the pipes but by the thread that delivers the commands)
+DELIVERY_TIMEOUT = 60.0
 _KEEP_UP_POLL = 0.002
 _AHEAD_S = 1.0  # seconds of frames ahead of real time from which add_frame may wait for a streaming encoder
 
@@ -655,12 +658,13 @@ class _Encoders:
                 if camera is None or camera == key:
                     send(process)
 
-    def _delivered(self, timeout: float = 60.0) -> bool:
-        """Wait (at most ``timeout`` s: a process stopped with a full pipe) until what was posted is delivered;
+    def _delivered(self, timeout: float | None = None) -> bool:
+        """Wait (at most ``timeout`` s, :data:`DELIVERY_TIMEOUT` by default: a process stopped with a full pipe)
+        until what was posted is delivered;
         False, logged, if it was not (the messenger thread may still write to the pipes: write none directly)."""
         if self._messenger is None:
             return True
-        done = threading.Event()
+        done, timeout = threading.Event(), DELIVERY_TIMEOUT if timeout is None else timeout
         self._outbox.put((done, None))
         if done.wait(timeout):
             return True
@@ -743,7 +747,7 @@ class _Encoders:
         """No more episodes and every saved one has its segments: each process exits at once, reaped by a thread
         of its own (:func:`_reap`: not waited for)."""
         if not self._delivered():  # after what the messenger thread has still to write (reaped at release)
-            self._post(BackgroundEncoder.exit)
+            self._post(lambda p: p.exit())
             return
         processes, self.processes = self.processes, []
         for process in processes:
@@ -756,7 +760,7 @@ class _Encoders:
             for process in self.processes:
                 process.close()
         else:  # after what the messenger thread has still to write
-            self._post(BackgroundEncoder.close)
+            self._post(lambda p: p.close())
 
     def finish(self, timeout: float | None = None) -> None:
         """No more episodes: wait (bounded: ``timeout`` seconds without progress) until the encoders have made the
