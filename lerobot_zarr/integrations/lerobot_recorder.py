@@ -21,6 +21,7 @@ import logging
 import os
 import queue
 import shutil
+import signal
 import tempfile
 import threading
 import time
@@ -768,7 +769,11 @@ class _Encoders:
         encodes what they did not make."""
         if not self.processes:
             return
-        self._delivered()
+        if not self._delivered():  # one does not read its commands: stopped (its pipe broken, the write under way
+            for process in self.processes:  # ends), rather than waited for behind it
+                with contextlib.suppress(ProcessLookupError):
+                    process.process.send_signal(signal.SIGTERM)
+                    process.process.send_signal(signal.SIGCONT)
         processes, self.processes = self.processes, []  # (a second call has nothing to wait for)
         if not finish(processes, FINISH_TIMEOUT if timeout is None else timeout):
             logger.warning("%s: the background encoders ended (exit status %s) before encoding every saved episode; "
