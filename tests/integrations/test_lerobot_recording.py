@@ -787,7 +787,9 @@ def test_finalize_completes_without_its_encoders(tmp_path, monkeypatch, how):
     real = videos_module.make_segment
     monkeypatch.setattr(videos_module, "make_segment", lambda ds, enc, e, *a, **k: (encodes.append(e),
                                                                                       real(ds, enc, e, *a, **k))[1])
-    monkeypatch.setattr(recorder_module, "FINISH_TIMEOUT", 1.0)
+    import lerobot_zarr.integrations.lerobot_encoders as encoders_module
+
+    monkeypatch.setattr(encoders_module, "FINISH_TIMEOUT", 1.0)
     monkeypatch.setattr(recorder_module, "SAVE_TIMEOUT", 1.0)  # save_episode's wait for stalled encoders
     root = tmp_path / "ds"
     ds = LeRobotDataset.create(REPO_ID, 30, TWO_CAMERAS, root=root)

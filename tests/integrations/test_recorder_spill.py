@@ -66,10 +66,10 @@ def test_commands_not_delivered_are_logged_and_nothing_else_writes_to_the_pipes(
     import logging
     import threading
 
-    import lerobot_zarr.integrations.lerobot_recorder as recorder_module
+    import lerobot_zarr.integrations.lerobot_encoders as encoders_module
     from lerobot_zarr.writing.segments import Gate
 
-    monkeypatch.setattr(recorder_module, "DELIVERY_TIMEOUT", 0.2)
+    monkeypatch.setattr(encoders_module, "DELIVERY_TIMEOUT", 0.2)
 
     class Process:  # a background encoder's pipe, as the recorder writes to it
         def __init__(self):
@@ -83,12 +83,12 @@ def test_commands_not_delivered_are_logged_and_nothing_else_writes_to_the_pipes(
         def close(self):
             self.writes.append(("close", threading.current_thread().name))
 
-    encoders = recorder_module._Encoders(tmp_path, ["cam"], None, Gate(tmp_path / "gate"))
+    encoders = encoders_module.Encoders(tmp_path, ["cam"], None, Gate(tmp_path / "gate"))
     process = Process()
     encoders.processes = [process]
     encoders.stream({"cam": tmp_path / "spill"})
     assert process.writing.wait(60)
-    with caplog.at_level(logging.WARNING, logger=recorder_module.__name__):
+    with caplog.at_level(logging.WARNING, logger=encoders_module.__name__):
         encoders.close()
     assert any("not delivered" in r.getMessage() for r in caplog.records) and process.writes == []
     process.unstuck.set()
