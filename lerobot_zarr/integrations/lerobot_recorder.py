@@ -9,8 +9,9 @@ spill file in the store while the episode is recorded (written by a thread into 
 compression, bounded memory; see :class:`_SpillWriter`), their numbers and text stay in memory. A killed recorder
 leaves the spill as debris, removed by the next writer of the store (``.*.tmp-*``). Videos are encoded by
 background encoder processes (:mod:`lerobot_zarr.writing.segments`, one per camera) from the spill as the episode
-is recorded (kept as its segment once it is saved with those frames), whose segments ``finalize`` (which writes
-LeRobot's files beside the store) and the push join without re-encoding.
+is recorded (kept as its segment once it is saved with those frames); ``save_episode`` waits for them (bounded) and
+writes LeRobot's files of its commit beside the store (their videos joined from the segments without re-encoding),
+so that ``finalize`` only closes; the push joins the same segments.
 """
 
 from __future__ import annotations
@@ -42,7 +43,8 @@ from ..lerobot.format import (
 )
 from ..utils.fileio import disk_error, pwrite_all
 from ..utils.libc import start_writeback
-from ..writing.segments import FLUSH_TIMEOUT, SEGMENT_STORAGES, BackgroundEncoder, Gate, finish, progress_path
+from ..writing.segments import SEGMENT_STORAGES, Gate, progress_path
+from .lerobot_encoders import Encoders
 from .lerobot_frames import CameraFrameError, as_numpy, camera_frame, check_frame, depth_unit_of
 
 __all__ = ["Recorder"]
@@ -50,9 +52,6 @@ __all__ = ["Recorder"]
 logger = logging.getLogger(__name__)
 SPILL_PREFIX = ".recording.tmp-"  # a name the store's next writer removes as debris (``.*.tmp-*``)
 _WRITEBACK_BYTES = 4 << 20
-#: seconds finalize waits for background encoders making no progress (no segment made or growing) before it stops
-#: them and encodes what they lack itself
-FINISH_TIMEOUT = 60.0
 #: seconds ``save_episode`` waits for background encoders making no progress before it returns without the
 #: episode's videos (logged; the episode is committed, its videos are made later: at the next save, or ``finalize``)
 SAVE_TIMEOUT = 60.0
@@ -166,6 +165,7 @@ class _SpillWriter:
 
     def __init__(self, maxsize: int = 256):
         self._queue: queue.Queue = queue.Queue(maxsize=maxsize)
+        self._stopped = threading.Event()
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="lerobot_zarr-spill", daemon=True)
         self._thread.start()
@@ -187,6 +187,8 @@ class _SpillWriter:
                 self._error = exc
             finally:
                 self._queue.task_done()
+            if self._stopped.is_set() and self._queue.empty():  # (stop found the queue full)
+                return
 
     def drain(self, *, errors: bool = True) -> None:
         """Wait for the frames queued; raise the first error met (dropped with ``errors=False``)."""
@@ -196,8 +198,11 @@ class _SpillWriter:
             raise error
 
     def stop(self) -> None:
-        """Let the thread end once the frames queued are written (not waited for)."""
-        self._queue.put(None)
+        """Let the thread end once the frames queued are written (not waited for). Never blocks: it may run in
+        the thread itself (the recorder's weakref finalizer, called by a garbage collection there)."""
+        self._stopped.set()
+        with contextlib.suppress(queue.Full):  # full: the thread sees the event once it emptied the queue
+            self._queue.put_nowait(None)
 
     def close(self) -> None:
         self.stop()
@@ -234,7 +239,7 @@ class Recorder:
         self._cameras = [k for k, ft in features.items() if ft["dtype"] in CAMERA_DTYPES and k in specs]
         self._folder = Path(tempfile.mkdtemp(prefix=SPILL_PREFIX, dir=store.root))
         video = [k for k in self._cameras if specs[k].kind == "video" and specs[k].storage in SEGMENT_STORAGES]
-        self._encoder = _Encoders(store.root, video, encoder_threads, Gate(self._folder / "gate")) if video else None
+        self._encoder = Encoders(store.root, video, encoder_threads, Gate(self._folder / "gate")) if video else None
         self._episodes_since_last_encoding = 0  # LeRobot's name: saved episodes the encoder was not told of yet
         self._every = 1 if streaming_encoding else batch_encoding_size
         self._streamed = False  # the episode in progress is encoded as it is recorded (each episode encoded at once)
@@ -418,6 +423,10 @@ class Recorder:
         except BaseException:
             if any(spill.taken() for spill in self._spills.values()):  # the store kept them (its commit went
                 self.clear_episode_buffer()  # through, or it cannot tell): never written again, nor read from
+            elif self._streamed and self._encoder is not None and self._every == 1:  # told `end`: stream the
+                # episode again, so that frames added after are encoded too (and keep_up sees them encoded)
+                self._encoder.stream({key: self._spills[key].path for key in self._encoder.cameras
+                                      if key in self._spills})
             raise
         streamed = self._streamed and episode_data is None
         if episode_data is None:
@@ -601,138 +610,6 @@ class Recorder:
                                f"LeRobotDataset.resume(repo_id, root=...)")
 
 
-class _Encoders:
-    """The background encoders of a recording: one process per video camera (``cameras``) of the store at
-    ``root``, started at the recording's first frame (:meth:`start`), told what to encode by a thread of its own
-    (:meth:`stream`, :meth:`drop`, :meth:`saved`, :meth:`notify`: in order, never waited for)."""
-
-    def __init__(self, root: Path, cameras: list[str], threads: int | None, gate: Gate):
-        self.root, self.cameras, self.threads, self.gate = Path(root), cameras, threads, gate
-        self.processes: list[BackgroundEncoder] = []
-        self._outbox: queue.SimpleQueue = queue.SimpleQueue()
-        self._messenger: threading.Thread | None = None
-
-    def start(self) -> None:
-        """Start the processes if not yet (at the recording's first frame: a process's start, ~0.5 s of CPU, is
-        over by the first ``save_episode``); each first encodes the saved episodes that lack segments."""
-        if not self.processes:
-            self.processes = [BackgroundEncoder(self.root, self.threads, cameras=[key], prune=not k,
-                                                gate=self.gate.path) for k, key in enumerate(self.cameras)]
-
-    def _post(self, send: Callable[[BackgroundEncoder], None], camera: str | None = None) -> None:
-        """Have the messenger thread call ``send`` on the process of ``camera`` (None: each process). A thread:
-        a write to a process's pipe wakes it, and on a loaded machine the writing thread may then wait long for a
-        CPU again (measured: up to 0.96 s at load 13-18, in ``save_episode``)."""
-        if self._messenger is None:
-            self._messenger = threading.Thread(target=self._deliver, name="lerobot_zarr-notify", daemon=True)
-            self._messenger.start()
-        self._outbox.put((send, camera))
-
-    def _deliver(self) -> None:
-        while True:
-            send, camera = self._outbox.get()
-            if send is None:  # :meth:`release`
-                for process in self.processes:
-                    process.close()
-                return
-            if isinstance(send, threading.Event):  # delivered so far (:meth:`_delivered`)
-                send.set()
-                continue
-            for key, process in zip(self.cameras, self.processes, strict=False):
-                if camera is None or camera == key:
-                    send(process)
-
-    def _delivered(self, timeout: float = 60.0) -> None:
-        """Wait (at most ``timeout`` s: a process stopped with a full pipe) until what was posted is delivered."""
-        if self._messenger is not None:
-            done = threading.Event()
-            self._outbox.put((done, None))
-            done.wait(timeout)
-
-    def stream(self, spills: Mapping[str, Path]) -> None:
-        """A new episode is recorded, each camera's frames appended to its spill file of ``spills``: encode them as
-        they come."""
-        self.start()
-        for key, path in spills.items():
-            self._post(lambda p, key=key, path=path: p.stream(key, path), key)
-
-    def end(self, frames: int) -> None:
-        """The episode streamed is being saved with ``frames`` frames: complete its files while it is committed."""
-        for key in self.cameras:
-            self._post(lambda p, key=key: p.end(key, frames), key)
-
-    def drop(self) -> None:
-        """The episode in progress was cleared: drop what was encoded of it."""
-        for key in self.cameras:
-            self._post(lambda p, key=key: p.drop(key), key)
-
-    def saved(self, episode: int, *, reply: bool = False) -> None:
-        """The episode streamed was committed as ``episode``: what was encoded of it becomes its segments (once
-        checked against the committed frames), the rest encoded at once (``reply``: each process then replies as
-        to a flush, :meth:`flush` with ``asked``)."""
-        self._post(lambda p: p.saved(episode, reply=reply))
-
-    def notify(self) -> None:
-        """Episodes were saved: encode them (each process at once, or after the episode it is encoding)."""
-        if not self.processes:
-            self.start()
-        else:
-            self._post(BackgroundEncoder.notify)
-
-    def flush(self, timeout: float | None = FLUSH_TIMEOUT, *, asked: bool = False) -> bool:
-        """Wait until every saved episode has its segments (:meth:`BackgroundEncoder.flush`; ``asked``: the reply
-        was asked for with :meth:`saved`); False, logged, if an encoder ended without making them all (the push
-        encodes the others)."""
-        if not self.processes:
-            self.notify()
-        self._delivered()
-        ended = [p for p in self.processes if not p.flush(timeout, asked=asked)]
-        for process in ended:
-            logger.warning("%s: the background encoder of %s ended (exit status %s) before encoding every saved "
-                           "episode; the push encodes the others", self.root, process.cameras,
-                           process.process.returncode)
-        return not ended
-
-    def release(self) -> None:
-        """The recorder was dropped without ``finalize``: after what was posted, each process is told to finish
-        the saved episodes and exit (not waited for), and the messenger thread ends."""
-        if self._messenger is None:
-            for process in self.processes:
-                process.close()
-        else:
-            self._outbox.put((None, None))
-            self._messenger = None  # (a later post starts another)
-
-    def process(self, camera: str) -> BackgroundEncoder | None:
-        """The process encoding ``camera`` (None: not started)."""
-        return dict(zip(self.cameras, self.processes, strict=False)).get(camera)
-
-    def exit(self) -> None:
-        """No more episodes and every saved one has its segments: each process exits at once (:meth:`finish` waits
-        for it)."""
-        self._delivered()
-        for process in self.processes:
-            process.exit()
-
-    def close(self) -> None:
-        """No more episodes: each process finishes the saved ones, then exits (not waited for: :meth:`finish`)."""
-        self._delivered()
-        for process in self.processes:
-            process.close()
-
-    def finish(self, timeout: float | None = None) -> None:
-        """No more episodes: wait (bounded: ``timeout`` seconds without progress) until the encoders have made the
-        segments of every saved episode and exited; one stalled is stopped, one that failed is logged: the export
-        encodes what they did not make."""
-        if not self.processes:
-            return
-        self._delivered()
-        processes, self.processes = self.processes, []  # (a second call has nothing to wait for)
-        if not finish(processes, FINISH_TIMEOUT if timeout is None else timeout):
-            logger.warning("%s: the background encoders ended (exit status %s) before encoding every saved episode; "
-                           "finalize encodes the others", self.root, [p.process.returncode for p in processes])
-
-
 class _Beside:
     """LeRobot's files beside a store being recorded (:func:`~lerobot_zarr.writing.export.export_beside`) kept up
     with its commits, as LeRobot's recorder writes its data files and metadata at each ``save_episode``: each export
@@ -755,11 +632,11 @@ class _Beside:
         self.cache = BesideCache()
         pa.array(np.zeros(1))  # pyarrow imports pandas at its first array (0.5-0.7 s, once): at create, not later
 
-    def saved(self, reader: Any, before_videos: Callable[[], None] | None = None) -> bool:
+    def saved(self, reader: Any, before_videos: Callable[[], None] | None = None) -> None:
         """A commit was made (``reader`` reads it: the recorder's): export it if its segments are all made (after
-        ``before_videos``: the wait for the encoders, once the data files are written); whether the files beside
-        are of it. ``before_videos`` is called in any case."""
-        from ..writing.export import export_beside, exported_beside
+        ``before_videos``: the wait for the encoders, once the data files are written). ``before_videos`` is called
+        in any case."""
+        from ..writing.export import export_beside
 
         called = False
 
@@ -769,18 +646,16 @@ class _Beside:
             before_videos()
 
         try:
-            return export_beside(reader, cache=self.cache, encode=False,
-                                 before_videos=None if before_videos is None else hook) or exported_beside(reader)
+            export_beside(reader, cache=self.cache, encode=False, before_videos=None if before_videos is None else hook)
         except Exception as exc:  # noqa: BLE001  (the episode is committed; finalize exports again)
             logger.warning("%s: LeRobot's files beside the store not updated after this episode (finalize writes "
                            "them): %s", self.root, exc)
-            return False
         finally:
             if before_videos is not None and not called:
                 before_videos()
 
 
-def _release(writer: _SpillWriter, encoders: _Encoders | None) -> None:
+def _release(writer: _SpillWriter, encoders: Encoders | None) -> None:
     """What a recorder dropped without ``finalize`` leaves running is stopped (its weakref finalizer; holds no
     reference to it): the spill thread ends, the encoder processes finish the saved episodes and exit (their notify
     thread ends). The store's lock is released by the store's own finalizer."""

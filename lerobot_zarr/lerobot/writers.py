@@ -318,14 +318,14 @@ def write_card(root: pathlib.Path, info: dict, card: Mapping[str, Any] | None = 
 def _templated_card(structure: str, card: Mapping[str, Any]) -> str:
     """The dataset card rendered from the Jinja template at ``card["template_path"]`` as LeRobot renders it
     (``create_lerobot_dataset_card``: huggingface_hub's ``DatasetCard.from_template`` with LeRobot's card data and
-    every other field of ``card``; the template sees ``dataset_structure`` too)."""
+    every other field of ``card``; the template sees ``dataset_structure`` too, LeRobot's: one given is replaced)."""
     from huggingface_hub import DatasetCard, DatasetCardData
 
     fields = {k: v for k, v in card.items() if k != "tags"}
     data = DatasetCardData(license=fields.get("license"), tags=["LeRobot", *(card.get("tags") or [])],
                            task_categories=["robotics"],
                            configs=[{"config_name": "default", "data_files": "data/*/*.parquet"}])
-    return str(DatasetCard.from_template(card_data=data, **fields, dataset_structure=structure))
+    return str(DatasetCard.from_template(card_data=data, **{**fields, "dataset_structure": structure}))
 
 
 def _yaml(value: Any, indent: str = "") -> str:

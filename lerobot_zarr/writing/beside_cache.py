@@ -6,7 +6,6 @@ with the episodes they hold, up to their size limit), plus the metadata (which g
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -29,8 +28,8 @@ class BesideCache:
     one to the next: each exported episode's part of the data files (its rows, as a table, while they are held
     within ``table_bytes``; its stats and tasks), keyed by the episode's place and the content hashes the store
     recorded for it, and the data and video files the last export wrote (the episodes or segments of each, whether it
-    was closed, and its size, modification time and inode as written). Exports use it one at a time (a recorder's
-    thread, then its ``finalize``); :meth:`hint` may be called from another thread (the recording one)."""
+    was closed, and its size, modification time and inode as written). One thread uses it (the recorder's: its
+    ``save_episode`` gives hints and exports, then its ``finalize`` exports)."""
 
     def __init__(self, table_bytes: int = 256 << 20):
         self.table_bytes = table_bytes
@@ -39,25 +38,21 @@ class BesideCache:
         self.videos: dict[str, dict[str, VideoFileRecord]] = {}  # per camera, per file path
         self.hints: dict[int, dict[str, dict[str, np.ndarray]]] = {}
         self.limit = 0  # the data files' size limit (bytes) the files were written with
-        self._hints_lock = threading.Lock()
 
     def hint(self, episode: int, stats: Mapping[str, dict[str, np.ndarray]]) -> None:
         """The LeRobot stats of some features of the store's committed ``episode``, computed by its recorder (a
         camera's, from each frame's histogram as it was recorded): the export does not read those frames again.
         Dropped once an export computed the episode's stats (with or without it)."""
-        with self._hints_lock:
-            self.hints[episode] = dict(stats)
+        self.hints[episode] = dict(stats)
 
     def take_hint(self, episode: int) -> dict[str, dict[str, np.ndarray]]:
         """The stats :meth:`hint` gave for ``episode`` (empty: none), removed."""
-        with self._hints_lock:
-            return self.hints.pop(episode, {})
+        return self.hints.pop(episode, {})
 
     def drop_hints(self, episodes: list[int]) -> None:
         """Forget the hints of ``episodes`` (exported: their stats are kept with their rows)."""
-        with self._hints_lock:
-            for episode in episodes:
-                self.hints.pop(episode, None)
+        for episode in episodes:
+            self.hints.pop(episode, None)
 
     def rows(self, key: tuple | None) -> EpisodeRows | None:
         return None if key is None else self.episodes.get(key)

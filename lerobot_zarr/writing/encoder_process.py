@@ -69,8 +69,9 @@ class _Session:
     def _gate_wait(self) -> Callable[[], None] | None:
         return None if self.gate is None else self.gate.wait
 
-    def command(self, line: str) -> bool:
-        """Do one command; True when a reply is due (``flush``, ``saved`` asking for one)."""
+    def command(self, line: str) -> str | None:
+        """Do one command; the reply due (``flush``, ``saved`` asking for one: ``flushed``, with the episode
+        saved), else None."""
         word, _, rest = line.partition(" ")
         if word == "stream":
             spec = json.loads(rest)
@@ -89,10 +90,10 @@ class _Session:
         elif word == "saved":
             spec = json.loads(rest)
             self._saved(int(spec["episode"]))
-            return bool(spec.get("reply"))
+            return f"flushed {int(spec['episode'])}" if spec.get("reply") else None
         else:  # go, flush
             self.encode_missing()
-        return word == "flush"
+        return "flushed" if word == "flush" else None
 
     def _start(self, camera: str, path: str) -> None:
         if self.cameras is not None and camera not in self.cameras:
@@ -149,8 +150,9 @@ def _main(argv: list[str]) -> int:
     """The background encoder's process: ``ROOT [--threads N] [--nice N] [--camera KEY]... [--no-prune] [--gate
     PATH]``; commands on stdin, one a line: ``go`` (encode what lacks segments), ``flush`` (the same, then
     ``flushed`` on stdout), ``stream {"camera", "path"}`` / ``end {"camera", "frames"}`` / ``drop {"camera"}`` /
-    ``saved {"episode"}`` (:meth:`BackgroundEncoder.stream`, ``end``, ``drop``, ``saved``), ``exit`` (at once); between commands it encodes the streams' new frames;
-    at the end of stdin (the recorder finished, or died) it drops the streams, encodes what lacks segments and
+    ``saved {"episode", "reply"}`` (:meth:`BackgroundEncoder.stream`, ``end``, ``drop``, ``saved``; ``flushed
+    EPISODE`` on stdout if ``reply``), ``exit`` (at once); between commands it encodes the streams' new frames; at
+    the end of stdin (the recorder finished, or died) it drops the streams, encodes what lacks segments and
     exits."""
     import argparse
 
@@ -188,8 +190,9 @@ def _main(argv: list[str]) -> int:
                 return 0
             if not line:
                 break
-            if session.command(line):
-                reply.write("flushed\n")
+            answer = session.command(line)
+            if answer is not None:
+                reply.write(answer + "\n")
                 reply.flush()
         session.drop()  # an episode not committed (or its commit not told): encoded from the store if committed
         session.encode_missing()

@@ -24,7 +24,7 @@ streaming encoder encodes frames as they come): what it made becomes the episode
 is committed with exactly the frames encoded (count and content hash), else it is dropped. It runs at the recorder's
 priority as a batch process (``SCHED_BATCH``: it never preempts the recorder's threads when they wake) and waits at
 the recorder's :class:`Gate` while an episode is committed. :func:`encode_in_parallel` makes what is left at the
-end, the cameras in parallel. Run as ``python -m lerobot_zarr.writing.segments ROOT``.
+end, the cameras in parallel. Run as ``python -m lerobot_zarr.writing.encoder_process ROOT``.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -62,6 +63,7 @@ __all__ = ["SEGMENTS", "SEGMENT_STORAGES", "CameraEncoding", "camera_encodings",
 SEGMENTS = ".segments"  # the store's folder of segments (hidden: not a feature's folder)
 SEGMENT_STORAGES = ("raw", "compact")  # cameras whose episodes get segments: those whose stored bytes are hashed
 FLUSH_TIMEOUT = 600.0  # seconds without progress a wait for the background encoder allows
+_LONGEST_LOOK = 1.0  # seconds at most that one gap between two looks at the encoder counts as waited
 _GATE_FRAMES = 8  # frames given to the encoder between two looks at the gate
 #: the background encoder's CPU priority (a nice value), chosen by measurement: see docs/torch.md
 ENCODER_NICE = 0
@@ -447,8 +449,9 @@ class _Stream:
 
     def end(self, frames: int) -> None:
         """The recorder is saving the episode with ``frames`` frames (its commit under way): once they are all
-        encoded, the encoder is flushed and the file completed now, while the episode is committed, rather than
-        after (:meth:`finish` then only checks it against the commit, and makes it the segment)."""
+        encoded (frames left wait at the gate until the commit is over), the encoder is flushed and the file
+        completed now, rather than at :meth:`finish`, which then only checks it against the commit and makes it the
+        segment (with every frame encoded before, the flush overlaps the commit)."""
         while self.frames < frames:
             if self.advance(limit=frames) <= 0:
                 return
@@ -545,6 +548,9 @@ class BackgroundEncoder:
             args += ["--gate", str(gate)]
         self.process = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
                                         close_fds=True)
+        self._replies_due = 0  # replies asked for (flush, saved with reply) not read yet
+        self._replies = b""  # what was read of its stdout and not yet of a whole reply
+        self._replies_lock = threading.Lock()  # (asked from the recorder's messenger thread, read in its own)
 
     @property
     def pid(self) -> int:
@@ -573,7 +579,7 @@ class BackgroundEncoder:
 
     def end(self, camera: str, frames: int) -> None:
         """The episode streamed of camera ``camera`` is being saved with ``frames`` frames: complete its file now
-        (:meth:`_Stream.end`), while it is committed."""
+        (:meth:`_Stream.end`: during the commit if every frame was encoded, else once it is over)."""
         self._send("end " + json.dumps({"camera": camera, "frames": int(frames)}))
 
     def drop(self, camera: str) -> None:
@@ -584,42 +590,72 @@ class BackgroundEncoder:
         """The episode streamed was committed as ``episode`` (the store's numbering): make what was encoded of it
         its segment if it holds the committed frames (else drop it), then encode what else lacks a segment
         (``reply``: then reply as to a flush: ``flush(asked=True)`` waits for it)."""
-        self._send("saved " + json.dumps({"episode": int(episode), "reply": reply}))
+        if reply:
+            self._asked(1)
+        if not self._send("saved " + json.dumps({"episode": int(episode), "reply": reply})) and reply:
+            self._asked(-1)
+
+    def _asked(self, count: int) -> None:
+        with self._replies_lock:  # (not held while writing to the pipe: a write may block on a stopped process)
+            self._replies_due += count
 
     def flush(self, timeout: float | None = FLUSH_TIMEOUT, *, asked: bool = False) -> bool:
         """Wait until every episode committed so far has its segments; False if the process ended without making
         them all (killed, failed: it said why on stderr), whose missing segments an export then encodes.
         ``timeout``: seconds the encoder may go without progress (no segment made or growing) before
-        :class:`~lerobot_zarr.errors.EncoderTimeoutError` (None: no bound); it is left running then. ``asked``:
-        the reply was asked for already (``saved(..., reply=True)``), only waited for."""
-        if not asked and not self._send("flush"):  # told to finish (close): it makes the segments of every committed episode
-            self._wait(lambda: self.process.poll() is not None, timeout, "to exit after encoding every saved episode")
-            return self.process.returncode == 0
-        fd, reply = self.process.stdout.fileno(), b""
+        :class:`~lerobot_zarr.errors.EncoderTimeoutError` (None: no bound); it is left running then, and the replies
+        it owes are read by the next flush (each reply asked for is counted: a late one never answers a later
+        flush). ``asked``: the reply was asked for already (``saved(..., reply=True)``), only waited for."""
+        if not asked:
+            self._asked(1)
+            if not self._send("flush"):
+                self._asked(-1)  # told to finish (close): it makes the segments of every committed episode
+                self._wait(lambda: self.process.poll() is not None, timeout,
+                           "to exit after encoding every saved episode")
+                return self.process.returncode == 0
+        ended = False
 
         def replied() -> bool:
-            nonlocal reply
-            if not select.select([fd], [], [], 0)[0]:
+            nonlocal ended
+            with self._replies_lock:
+                while self._replies_due and b"\n" in self._replies:
+                    line, _, self._replies = self._replies.partition(b"\n")
+                    self._replies_due -= line.startswith(b"flushed")
+                if not self._replies_due:
+                    return True
+                if self.process.stdout is None or self.process.stdout.closed:
+                    ended = True
+                    return True
+                fd = self.process.stdout.fileno()
+                if not select.select([fd], [], [], 0)[0]:
+                    return False
+                chunk = os.read(fd, 4096)
+                if not chunk:
+                    ended = True
+                    return True
+                self._replies += chunk
                 return False
-            chunk = os.read(fd, 4096)
-            reply += chunk if chunk else b"\nended\n"
-            return b"flushed\n" in reply or b"ended\n" in reply
 
         self._wait(replied, timeout, "the segments of every saved episode (flush)")
-        if b"flushed\n" in reply:
+        if not ended:
             return True
         self.process.wait()
         return False
 
     def _wait(self, done: Callable[[], bool], timeout: float | None, what: str) -> None:
-        """Poll ``done`` until true; :class:`EncoderTimeoutError` after ``timeout`` seconds without progress."""
-        last, progress = self._progress(), time.monotonic()
+        """Poll ``done`` until true; :class:`EncoderTimeoutError` after ``timeout`` seconds without progress. The
+        seconds counted are those this process polled: a gap between two looks (this process stopped, Ctrl-Z then
+        ``fg``, or starved) counts as :data:`_LONGEST_LOOK` at most, so that the encoder, stopped with it, has time
+        to show progress once both continue."""
+        last, waited, then = self._progress(), 0.0, time.monotonic()
         while not done():
             if timeout is not None:
                 now = self._progress()
+                clock = time.monotonic()
+                waited, then = waited + min(clock - then, _LONGEST_LOOK), clock
                 if now != last:
-                    last, progress = now, time.monotonic()
-                elif time.monotonic() - progress > timeout:
+                    last, waited = now, 0.0
+                elif waited > timeout:
                     raise EncoderTimeoutError(
                         f"{self.root}: the background encoder (pid {self.pid}) made no progress for {timeout:g} s "
                         f"while waiting for {what}; it is left running (cancel_pending_videos / a push encodes "

@@ -321,6 +321,30 @@ def test_save_episode_renames_the_spill_into_a_new_pack(tmp_path, monkeypatch):
         np.testing.assert_array_equal((item[key] * 255).round().byte().permute(1, 2, 0).numpy(), ref[key])
 
 
+def test_a_save_episode_failing_before_its_commit_keeps_the_episode_streamed(tmp_path, monkeypatch):
+    """A save_episode whose commit fails without taking the spill (the episode stays in the buffer) told the
+    encoder to complete the episode's video: the episode is streamed again, so the frames added after are encoded
+    as they come too, and the next save_episode returns with its videos."""
+    root = tmp_path / "ds"
+    ds = LeRobotDataset.create(REPO_ID, 30, FEATURES, root=root)
+    for i in range(3):
+        ds.add_frame(_frame(0, i))
+    store = ds.writer._store
+    monkeypatch.setattr(store, "add_episode", lambda *a, **k: (_ for _ in ()).throw(OSError(28, "No space (test)")))
+    with pytest.raises(OSError, match="test"):
+        ds.save_episode()
+    monkeypatch.undo()
+    assert ds.has_pending_frames()
+    for i in range(3, 5):
+        ds.add_frame(_frame(0, i))
+    spill = ds.writer._spills["observation.images.cam"]
+    _wait_until(lambda: spill.encoded() == 5, "the encoder to encode the frames added after the failure", 60)
+    ds.save_episode()
+    assert ds.writer._all_encoded and len(_named_segments(root)) == 1
+    ds.finalize()
+    _same_as_recorded(_reference()(REPO_ID, root=root), (5,))
+
+
 def test_a_save_episode_failing_after_its_commit_never_writes_into_the_taken_spill(tmp_path, monkeypatch):
     """A save_episode that raises after its commit (here: the writer's follower of commits fails) keeps the episode
     (committed), and the recorder never writes the next episode's frames into the file the store took as that
@@ -624,14 +648,36 @@ def test_push_to_hub_gives_what_lerobot_loads(tmp_path, monkeypatch):
             assert float((item["observation.images.cam"] - cam).abs().mean()) < 0.02
 
 
+def test_a_templated_card_is_lerobots_even_given_a_dataset_structure(tmp_path):
+    """push_to_hub(template_path=..., dataset_structure=...): LeRobot's card function replaces the structure given
+    with the dataset's; the drop-in's card is the same text (not a TypeError)."""
+    import types
+
+    from lerobot.datasets.utils import create_lerobot_dataset_card
+
+    from lerobot_zarr.lerobot.writers import write_card
+
+    template = tmp_path / "card.md"
+    template.write_text("---\n{{ card_data }}\n---\n\n# {{ repo_id }} by {{ author }}\n\n{{ dataset_structure }}")
+    info = {"codebase_version": "v3.0", "fps": 30, "total_episodes": 2}
+    fields = {"tags": ["so100"], "license": "mit", "repo_id": "someone/recorded", "author": "alice",
+              "template_path": str(template), "dataset_structure": "the caller's"}
+    theirs = str(create_lerobot_dataset_card(dataset_info=types.SimpleNamespace(to_dict=lambda: info), **fields))
+    write_card(tmp_path, info, fields)
+    assert (tmp_path / "README.md").read_text() == theirs
+    assert "the caller's" not in theirs and '"total_episodes": 2' in theirs
+
+
 @pytest.mark.parametrize("mode", [{}, {"streaming_encoding": True, "encoder_threads": 1}, {"batch_encoding_size": 2}])
-def test_background_encoder_is_not_waited_for_and_finalize_joins_its_segments(tmp_path, monkeypatch, mode):
+def test_a_stalled_background_encoder_is_waited_for_within_a_bound_and_finalize_joins_its_segments(
+        tmp_path, monkeypatch, caplog, mode):
     """A recording with video cameras starts a background encoder per camera (by default too, as LeRobot encodes at
     each save_episode; streaming_encoding / batch_encoding_size as LeRobot's); with its process stopped (SIGSTOP),
     save_episode still returns (it waits for the episode's videos, as LeRobot's, only while the encoder makes
-    progress: SAVE_TIMEOUT s without, logged); once it made the segments (flush_pending_videos), finalize
-    joins them into LeRobot's files without encoding any (batches: the last, incomplete one is encoded at the
-    flush, as LeRobot's finalize encodes it), and the push exports the same without encoding; LeRobot 0.6.1 loads
+    progress: SAVE_TIMEOUT s without, logged, the episode known not encoded); once it made the segments
+    (flush_pending_videos), finalize joins them into LeRobot's files without encoding any (batches: the last,
+    incomplete one is encoded at the flush, as LeRobot's finalize encodes it), and the push exports the same
+    without encoding; LeRobot 0.6.1 loads
     both."""
     from hub_fixtures import make_env
 
@@ -655,12 +701,20 @@ def test_background_encoder_is_not_waited_for_and_finalize_joins_its_segments(tm
     ds.add_frame(_frame(0, 0))  # starts the encoder
     (encoder,) = encoders.processes
     os.kill(encoder.pid, signal.SIGSTOP)
+    import logging
+
     try:
         for e, n in enumerate(lengths):
             for i in range(int(e == 0), n):
                 ds.add_frame(_frame(e, i))
-            ds.save_episode()
-        assert encoder.process.poll() is None  # stopped, not waited for
+            caplog.clear()
+            with caplog.at_level(logging.WARNING, logger=recorder_module.__name__):
+                ds.save_episode()
+            due = e % 2 == 1 if "batch_encoding_size" in mode else True  # where LeRobot encodes (and waits)
+            warned = [r.getMessage() for r in caplog.records if "made no progress for 1 s" in r.getMessage()]
+            assert len(warned) == due and all("returns without this episode's videos" in m for m in warned), e
+            assert not ds.writer._all_encoded and not _named_segments(tmp_path / "ds"), e
+        assert encoder.process.poll() is None  # stopped, not waited for beyond the bound
     finally:
         os.kill(encoder.pid, signal.SIGCONT)
     ds.writer.flush_pending_videos()
@@ -733,7 +787,9 @@ def test_finalize_completes_without_its_encoders(tmp_path, monkeypatch, how):
     real = videos_module.make_segment
     monkeypatch.setattr(videos_module, "make_segment", lambda ds, enc, e, *a, **k: (encodes.append(e),
                                                                                       real(ds, enc, e, *a, **k))[1])
-    monkeypatch.setattr(recorder_module, "FINISH_TIMEOUT", 1.0)
+    import lerobot_zarr.integrations.lerobot_encoders as encoders_module
+
+    monkeypatch.setattr(encoders_module, "FINISH_TIMEOUT", 1.0)
     monkeypatch.setattr(recorder_module, "SAVE_TIMEOUT", 1.0)  # save_episode's wait for stalled encoders
     root = tmp_path / "ds"
     ds = LeRobotDataset.create(REPO_ID, 30, TWO_CAMERAS, root=root)
@@ -1180,6 +1236,7 @@ def test_the_first_export_after_resume_reads_no_earlier_camera_frames(tmp_path, 
     ours, want = _reference()(REPO_ID, root=root).meta.stats, _reference()(REPO_ID, root=fresh).meta.stats
     assert set(ours) == set(want)
     for key in want:
+        assert set(ours[key]) == set(want[key]), key
         for name in want[key]:
             np.testing.assert_array_equal(np.asarray(ours[key][name]), np.asarray(want[key][name]), err_msg=key)
 
@@ -1208,19 +1265,70 @@ def test_save_episode_returns_with_its_videos_and_finalize_only_closes(tmp_path,
         real = getattr(export, name)
         monkeypatch.setattr(export, name, lambda *a, real=real, name=name, **k: calls.append(name) or real(*a, **k))
     ds.finalize()
-    assert calls == [] and [p.process.wait(timeout=60) for p in processes] == [0]  # told to exit: not waited for
+    assert calls == []
+    # told to exit, not waited for by finalize: reaped by a thread of their own (no zombie, no pipe left open)
+    _wait_until(lambda: all(p.process.returncode is not None and p.process.stdout.closed for p in processes),
+                "the encoders to be reaped", timeout=60)
+    assert [p.process.returncode for p in processes] == [0] and all(p.process.stdin.closed for p in processes)
+    assert not [p.pid for p in processes if _zombie(p.pid)]
     _same_as_recorded(_reference()(REPO_ID, root=root), lengths)
+
+
+def _zombie(pid: int) -> bool:
+    """Whether process ``pid`` is a zombie (a child exited and not waited for)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] == "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_save_episode_after_one_that_timed_out_waits_for_its_own_videos(tmp_path, monkeypatch, caplog):
+    """A save_episode whose encoder made no progress for SAVE_TIMEOUT s returns without its videos, warning; the
+    encoder's late reply to it never answers the next save_episode, which waits for its own episode's videos (here
+    the encoder stopped again: it warns in turn, its episode known not encoded), each camera's reply counted."""
+    import logging
+    import select
+
+    import lerobot_zarr.integrations.lerobot_recorder as recorder_module
+
+    monkeypatch.setattr(recorder_module, "SAVE_TIMEOUT", 1.0)
+    root = tmp_path / "ds"
+    ds = LeRobotDataset.create(REPO_ID, 30, FEATURES, root=root)
+    ds.add_frame(_frame(0, 0))
+    spill = ds.writer._spills["observation.images.cam"]
+    _wait_until(lambda: spill.encoded() == 1, "the encoder to encode the episode's first frame")
+    (encoder,) = ds.writer._encoder.processes
+    for e, n in enumerate((5, 6)):
+        os.kill(encoder.pid, signal.SIGSTOP)
+        try:
+            for i in range(int(e == 0), n):
+                ds.add_frame(_frame(e, i))
+            caplog.clear()
+            with caplog.at_level(logging.WARNING, logger=recorder_module.__name__):
+                ds.save_episode()
+            assert any("made no progress" in r.getMessage() and "returns without this episode's videos"
+                       in r.getMessage() for r in caplog.records), e
+            assert not ds.writer._all_encoded and len(_named_segments(root)) == e
+        finally:
+            os.kill(encoder.pid, signal.SIGCONT)
+        if e == 0:  # its late reply to the first save_episode is written, not read
+            _wait_until(lambda: select.select([encoder.process.stdout], [], [], 0)[0], "the encoder's late reply")
+    ds.finalize()
+    assert len(_named_segments(root)) == 2
+    _same_as_recorded(_reference()(REPO_ID, root=root), (5, 6))
 
 
 def test_streaming_add_frame_waits_for_an_encoder_behind_frames_given_faster_than_fps(tmp_path, monkeypatch, caplog):
     """With streaming_encoding and frames given faster than the fps (not a camera's pace), add_frame waits while
-    the encoder is more than encoder_queue_maxsize frames behind, as LeRobot's queue makes it wait (none dropped);
-    an encoder making no progress (SIGSTOP) is waited for KEEP_UP_TIMEOUT s only, logged; the episode is whole."""
+    the encoder is more than encoder_queue_maxsize frames behind, as LeRobot's queue makes it wait (none dropped):
+    when it returns, the frames added minus those encoded are at most that many; an encoder making no progress
+    (SIGSTOP) is waited for KEEP_UP_TIMEOUT s only, logged; the episode is whole."""
     import logging
 
     import lerobot_zarr.integrations.lerobot_recorder as recorder_module
 
-    monkeypatch.setattr(recorder_module, "KEEP_UP_TIMEOUT", 0.5)
+    monkeypatch.setattr(recorder_module, "_AHEAD_S", -1e9)  # every frame ahead of the fps: each add_frame may wait
     root = tmp_path / "ds"
     ds = LeRobotDataset.create(REPO_ID, 10, FEATURES, root=root, streaming_encoding=True, encoder_queue_maxsize=3)
     ds.add_frame(_frame(0, 0))
@@ -1228,13 +1336,20 @@ def test_streaming_add_frame_waits_for_an_encoder_behind_frames_given_faster_tha
     ds.add_frame(_frame(1, 0))
     spill = ds.writer._spills["observation.images.cam"]
     _wait_until(lambda: spill.encoded() == 1, "the encoder to encode the episode's first frame")
+    behind = []
+    for i in range(1, 30):  # the encoder running: waited for (within KEEP_UP_TIMEOUT, 10 s, of progress)
+        ds.add_frame(_frame(1, i))
+        behind.append(i + 1 - spill.encoded())
+    assert not ds.writer._unpaced and max(behind) <= 3, behind
+    monkeypatch.setattr(recorder_module, "KEEP_UP_TIMEOUT", 0.5)
     (encoder,) = ds.writer._encoder.processes
     os.kill(encoder.pid, signal.SIGSTOP)
     try:
         with caplog.at_level(logging.WARNING, logger=recorder_module.__name__):
-            for i in range(1, 40):  # 4 s of frames at 10 fps, given at once: from ~1 s of them on, ahead of time
+            for i in range(30, 40):
                 ds.add_frame(_frame(1, i))
         assert ds.writer._unpaced and any("made no progress" in r.getMessage() for r in caplog.records)
+        assert 40 - spill.encoded() > 3  # no longer waited for
     finally:
         os.kill(encoder.pid, signal.SIGCONT)
     ds.save_episode()

@@ -28,3 +28,72 @@ def test_a_spill_keeps_each_frames_histogram_in_the_smallest_dtype_and_its_stats
             np.testing.assert_array_equal(got[name], want[name], err_msg=name)
     finally:
         spill.close()
+
+
+def test_stopping_the_spill_writer_never_blocks_and_its_frames_are_still_written():
+    """``_SpillWriter.stop`` runs in the recorder's weakref finalizer, possibly in the spill thread itself (a garbage
+    collection there): with its queue full it returns at once, and the thread ends once it wrote the frames queued."""
+    import threading
+
+    from lerobot_zarr.integrations.lerobot_recorder import _SpillWriter
+
+    class Slow:  # a spill whose writes wait until released
+        def __init__(self):
+            self.release, self.started, self.frames = threading.Event(), threading.Event(), []
+
+        def append(self, frame):
+            self.started.set()
+            assert self.release.wait(60)
+            self.frames.append(frame)
+
+    spill, writer = Slow(), _SpillWriter(maxsize=1)
+    writer.put(spill, 0)
+    assert spill.started.wait(60)  # the thread is writing frame 0
+    writer.put(spill, 1)  # the queue is full
+    stopper = threading.Thread(target=writer.stop, daemon=True)
+    stopper.start()
+    stopper.join(30)
+    assert not stopper.is_alive(), "stop() blocked on the full queue"
+    spill.release.set()
+    writer._thread.join(60)
+    assert not writer._thread.is_alive() and spill.frames == [0, 1]
+
+
+def test_commands_not_delivered_are_logged_and_nothing_else_writes_to_the_pipes(tmp_path, monkeypatch, caplog):
+    """A command to an encoder stuck in delivery (a stopped encoder, its pipe full) holds the commands behind it:
+    closing the encoders logs it and leaves the close to the thread that delivers them, in order (a direct write
+    would interleave with the one under way), done once the stuck one is."""
+    import logging
+    import threading
+
+    import lerobot_zarr.integrations.lerobot_encoders as encoders_module
+    from lerobot_zarr.writing.segments import Gate
+
+    monkeypatch.setattr(encoders_module, "DELIVERY_TIMEOUT", 0.2)
+
+    class Process:  # a background encoder's pipe, as the recorder writes to it
+        def __init__(self):
+            self.writes, self.writing, self.unstuck = [], threading.Event(), threading.Event()
+
+        def stream(self, camera, path):
+            self.writing.set()
+            assert self.unstuck.wait(60)
+            self.writes.append(("stream", threading.current_thread().name))
+
+        def close(self):
+            self.writes.append(("close", threading.current_thread().name))
+
+    encoders = encoders_module.Encoders(tmp_path, ["cam"], None, Gate(tmp_path / "gate"))
+    process = Process()
+    encoders.processes = [process]
+    encoders.stream({"cam": tmp_path / "spill"})
+    assert process.writing.wait(60)
+    with caplog.at_level(logging.WARNING, logger=encoders_module.__name__):
+        encoders.close()
+    assert any("not delivered" in r.getMessage() for r in caplog.records) and process.writes == []
+    process.unstuck.set()
+    assert encoders._delivered(60)
+    assert process.writes == [("stream", "lerobot_zarr-notify"), ("close", "lerobot_zarr-notify")]
+    encoders.processes = []  # (no process to reap)
+    encoders.release()
+    encoders.gate.close()

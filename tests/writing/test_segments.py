@@ -305,6 +305,25 @@ def _writing_or_done(encoder: BackgroundEncoder, folder) -> bool:
     return encoder.process.poll() is not None or (folder.is_dir() and any(folder.iterdir()))
 
 
+def test_a_wait_counts_a_gap_of_its_own_process_as_little_time(tmp_path, monkeypatch):
+    """The wait for an encoder's progress counts the seconds it looked: its own process stopped for longer than
+    the bound (Ctrl-Z, then fg: the encoder, in its process group, stopped with it) does not time it out before
+    the encoder, continued, can show progress; a wait without progress still times out."""
+    import types
+
+    import lerobot_zarr.writing.segments as segments_module
+    from lerobot_zarr.errors import EncoderTimeoutError
+
+    clock = iter([0.0, 100.0] + [100.0 + 0.1 * k for k in range(1, 1000)])  # stopped 100 s at the first look
+    monkeypatch.setattr(segments_module, "time", types.SimpleNamespace(monotonic=lambda: next(clock)))
+    fake = types.SimpleNamespace(_progress=lambda: (), root=tmp_path, pid=0,
+                                 process=types.SimpleNamespace(wait=lambda timeout: None))
+    looks = iter(range(100))
+    BackgroundEncoder._wait(fake, lambda: next(looks) == 3, 5.0, "a test")  # done at the 4th look: no timeout
+    with pytest.raises(EncoderTimeoutError, match="made no progress for 5 s"):
+        BackgroundEncoder._wait(fake, lambda: False, 5.0, "a test")
+
+
 def test_segments_do_not_disturb_verify(tmp_path):
     root = _store(tmp_path / "store")
     encode_missing(root)
