@@ -24,7 +24,6 @@ import pytest
 torch = pytest.importorskip("torch", reason="torch is not installed (optional extra lerobot_zarr[torch])")
 pytest.importorskip("lerobot", reason="lerobot is not installed (recording is compared with LeRobot 0.6.1's)")
 
-import lerobot_recorded  # noqa: E402
 from lerobot_recorded import REPO_ID, record  # noqa: E402
 
 from lerobot_zarr.errors import ArgumentError, LeRobotZarrWarning  # noqa: E402
