@@ -4,7 +4,7 @@
 # and the sum of the processes' RSS) and the machine's load average while it ran (1-minute load, sampled every
 # 2 s: its mean and peak; timings mean little without it).
 #
-#   bash scripts/measure_suite.sh                      # the suite as CI runs it (pytest -n 2 --dist loadfile)
+#   bash scripts/measure_suite.sh                      # the suite as CI runs it (pytest -n 3 --dist loadfile)
 #   bash scripts/measure_suite.sh -- CMD ARGS...       # any other command
 #   KEEP=1 bash scripts/measure_suite.sh ...           # keep the temp folder and the samples afterwards
 #   BUSY=2 bash scripts/measure_suite.sh ...           # with 2 CPU-bound processes beside it (the suite must pass
@@ -15,7 +15,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 if [ "${1:-}" = "--" ]; then shift; fi
-if [ $# -eq 0 ]; then set -- .venv/bin/python -m pytest -q -p no:cacheprovider -n 2 --dist loadfile; fi
+if [ $# -eq 0 ]; then set -- .venv/bin/python -m pytest -q -p no:cacheprovider -n 3 --dist loadfile; fi
 work="$(mktemp -d "${MEASURE_DIR:-${TMPDIR:-/tmp}}/measure_suite.XXXXXX")"
 mkdir -p "$work/tmp"
 samples="$work/samples.tsv"
