@@ -380,10 +380,9 @@ def raw_camera_store(args, work: Path) -> tuple[Path, str]:
     return store, publish(store, f"camera-raw-{args.camera_episodes}")
 
 
-def section_cameras(server: Server, args, work: Path) -> None:
-    print(f"\n== 224x224 camera, 2-frame windows, get_batch(64), {args.lookahead} batches prefetched ahead "
-          f"(load {load()}) ==")
-    src = camera_source(args, work)
+def camera_stores(src: Path, args, work: Path):
+    """The jpeg (when simplejpeg is installed) and raw stores of the camera source, each on local disk and
+    published to the bucket: ``(storage, local store, bucket url)``."""
     for storage in ("jpeg", "raw"):
         if storage == "jpeg":
             try:
@@ -394,7 +393,14 @@ def section_cameras(server: Server, args, work: Path) -> None:
         store = work / f"camera-{storage}-{args.camera_episodes}.store"
         if not (store / "zarr.json").is_file():
             lerobot_zarr.open_dataset(src, root=store, storage={CAM: storage}, progress=False)
-        url = publish(store, f"camera-{storage}-{args.camera_episodes}")
+        yield storage, store, publish(store, f"camera-{storage}-{args.camera_episodes}")
+
+
+def section_cameras(server: Server, args, work: Path) -> None:
+    print(f"\n== 224x224 camera, 2-frame windows, get_batch(64), {args.lookahead} batches prefetched ahead "
+          f"(load {load()}) ==")
+    src = camera_source(args, work)
+    for storage, store, url in camera_stores(src, args, work):
         runs = {"local": [], "bucket": []}
         for rep in range(args.repeats_cameras):
             for name, source in (("local", str(store)), ("bucket", url)):
@@ -469,17 +475,7 @@ def section_epochs(server: Server, args, work: Path) -> None:
           f"ahead, {args.repeats_cameras} runs interleaved (load {load()}) ==")
     link = args.gbit * 125e6  # bytes/s: one link shared by every connection (testing.hub_network.Link)
     src = camera_source(args, work)
-    for storage in ("jpeg", "raw"):
-        if storage == "jpeg":
-            try:
-                import simplejpeg  # noqa: F401
-            except ImportError:
-                print("  jpeg: skipped (simplejpeg is not installed)")
-                continue
-        store = work / f"camera-{storage}-{args.camera_episodes}.store"
-        if not (store / "zarr.json").is_file():
-            lerobot_zarr.open_dataset(src, root=store, storage={CAM: storage}, progress=False)
-        url = publish(store, f"camera-{storage}-{args.camera_episodes}")
+    for storage, store, url in camera_stores(src, args, work):
         camera = sum(f.stat().st_size for f in (store / CAM).rglob("*") if f.is_file())
         pinned_cache = max(1 << 20, int(1.5 * camera))
         contenders = {"local": (str(store), 0, 0), "bucket": (url, args.lookahead, 0),

@@ -26,6 +26,37 @@ REAL_DATASETS = {"record-test": "v3.0", "open_50": "v3.0", "G1-policy-train": "v
 CLIENT_NOISE = ("/api/agent-harnesses",)
 
 
+# LeRobot's episode table as write_sample_dataset writes it (one file), and the columns an open reads of it
+EPISODE_TABLE = "meta/episodes/chunk-000/file-000.parquet"
+TABLE_COLUMNS = ["episode_index", "tasks", "length", "data/chunk_index", "data/file_index", "dataset_from_index",
+                 "dataset_to_index"]
+
+
+def episode_table(folder: Path) -> dict:
+    """The episode table read whole with pyarrow, in episode order, and each episode's data file and first row in
+    it computed here from LeRobot's path template (files hold their episodes in index order)."""
+    table = pq.read_table(folder / EPISODE_TABLE).to_pydict()
+    order = np.argsort(table["episode_index"])
+    out = {c: [table[c][i] for i in order] for c in table}
+    first: dict[tuple[int, int], int] = {}
+    out["data_file"], out["file_row"] = [], []
+    for c, f, start in zip(out["data/chunk_index"], out["data/file_index"], out["dataset_from_index"], strict=True):
+        out["data_file"].append(f"data/chunk-{c:03d}/file-{f:03d}.parquet")
+        out["file_row"].append(start - first.setdefault((c, f), start))
+    return out
+
+
+def table_bytes_used(folder: Path, episodes) -> int:
+    """What opening ``episodes`` uses of the episode table (row groups of 10): its footer, and the needed columns'
+    chunks of the row groups holding them and where their data files begin."""
+    from lerobot_zarr.lerobot.source_meta import column_ranges
+
+    pf = pq.ParquetFile(folder / EPISODE_TABLE)
+    ref = episode_table(folder)
+    groups = sorted({g for e in episodes for g in (e // 10, ref["data_file"].index(ref["data_file"][e]) // 10)})
+    return pf.metadata.serialized_size + 8 + sum(b - a for a, b in column_ranges(pf, TABLE_COLUMNS, groups))
+
+
 def real_dataset(name: str) -> Path:
     """Path of a real dataset folder, or skip the test when it is absent."""
     path = DATASETS_DIR / name

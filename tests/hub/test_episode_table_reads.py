@@ -16,41 +16,34 @@ import shutil
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from hub_fixtures import CLIENT_NOISE, assert_same_frames, fewest_round_trips, lib_requests, parse_range, sized_hub
+from hub_fixtures import (
+    CLIENT_NOISE,
+    EPISODE_TABLE,
+    assert_same_frames,
+    episode_table,
+    fewest_round_trips,
+    lib_requests,
+    parse_range,
+    sized_hub,
+    table_bytes_used,
+)
 
 import lerobot_zarr
 from lerobot_zarr.errors import ArgumentError, CorruptSourceError, SchemaMismatchError
 from lerobot_zarr.lerobot.source import LeRobotSource
 from lerobot_zarr.lerobot.source_files import LocalFiles
-from lerobot_zarr.lerobot.source_meta import KnownEpisodes, column_ranges
+from lerobot_zarr.lerobot.source_meta import KnownEpisodes
 from lerobot_zarr.lerobot.table_footer import file_of_row, file_pair_bounds
 from lerobot_zarr.testing.hub_server import NetworkModel
 from lerobot_zarr.testing.sample_data import write_sample_dataset
 
 SIZES = (300, 1000)  # both with a table of more than its footer's estimate (a small one comes whole)
 PER_FILE = 15  # data files begin inside row groups of the episode table (10 episodes each)
-TABLE = "meta/episodes/chunk-000/file-000.parquet"
-NEEDED = ["episode_index", "tasks", "length", "data/chunk_index", "data/file_index", "dataset_from_index",
-          "dataset_to_index"]
 MODEL = NetworkModel(latency_s=0.05, rate=1e9, settle=True)
 CAM = "observation.images.cam"
 
 
 hub, env = sized_hub("hub_table", SIZES, "org/table-{n}", per_file=PER_FILE)
-
-
-def reference(folder) -> dict:
-    """The episode table read whole with pyarrow, and each episode's data file and first row in it computed
-    here from LeRobot's path template (files hold their episodes in index order)."""
-    table = pq.read_table(folder / TABLE).to_pydict()
-    order = np.argsort(table["episode_index"])
-    out = {c: [table[c][i] for i in order] for c in table}
-    first: dict[tuple[int, int], int] = {}
-    out["data_file"], out["file_row"] = [], []
-    for c, f, start in zip(out["data/chunk_index"], out["data/file_index"], out["dataset_from_index"], strict=True):
-        out["data_file"].append(f"data/chunk-{c:03d}/file-{f:03d}.parquet")
-        out["file_row"].append(start - first.setdefault((c, f), start))
-    return out
 
 
 def known(ref: dict, episodes, info) -> KnownEpisodes:
@@ -64,11 +57,11 @@ def test_located_episodes_equal_the_table_read_whole(tmp_path, table_files):
     # episode table in one file or two (LeRobot starts another past a size)
     folder = write_sample_dataset(tmp_path / "ds", n_episodes=97, lengths=(5, 30), episodes_per_file=PER_FILE,
                                   episodes_row_group=10, seed=1, video_keys=(CAM,))
-    ref = reference(folder)
+    ref = episode_table(folder)
     if table_files == 2:
-        table = pq.read_table(folder / TABLE)
-        pq.write_table(table.slice(0, 50), folder / TABLE, row_group_size=10)
-        pq.write_table(table.slice(50), folder / TABLE.replace("file-000", "file-001"), row_group_size=10)
+        table = pq.read_table(folder / EPISODE_TABLE)
+        pq.write_table(table.slice(0, 50), folder / EPISODE_TABLE, row_group_size=10)
+        pq.write_table(table.slice(50), folder / EPISODE_TABLE.replace("file-000", "file-001"), row_group_size=10)
     whole = LeRobotSource(LocalFiles(folder))
     for episodes in ([0], [48], [96], [45], [46], [44, 59, 60], [29, 30, 31]):
         src = LeRobotSource(LocalFiles(folder), known(ref, episodes, whole.info))
@@ -117,7 +110,7 @@ def test_data_file_rows_are_bounded_from_the_footer(tmp_path, per_file):
     read whole (data files ending at, inside and across row groups of the episode table)."""
     folder = write_sample_dataset(tmp_path / "ds", n_episodes=64, lengths=(5, 30), episodes_per_file=per_file,
                                   episodes_row_group=10, seed=3)
-    ref = reference(folder)
+    ref = episode_table(folder)
     info = LeRobotSource(LocalFiles(folder)).info
     for e in range(64):
         t = LeRobotSource(LocalFiles(folder), known(ref, [e], info)).episodes
@@ -131,9 +124,9 @@ def test_the_footer_bounds_the_data_file_of_each_row(tmp_path, per_file):
     row group lies within one data file), against the table read whole."""
     folder = write_sample_dataset(tmp_path / "ds", n_episodes=64, lengths=(5, 30), episodes_per_file=per_file,
                                   episodes_row_group=10, seed=3)
-    ref = reference(folder)
-    md = pq.ParquetFile(folder / TABLE).metadata
-    pf = pq.ParquetFile(folder / TABLE)
+    ref = episode_table(folder)
+    md = pq.ParquetFile(folder / EPISODE_TABLE).metadata
+    pf = pq.ParquetFile(folder / EPISODE_TABLE)
     first_row = np.arange(0, 71, 10).clip(max=64)
     told = 0
     for e in range(64):
@@ -154,18 +147,18 @@ def test_the_footer_bounds_the_data_file_of_each_row(tmp_path, per_file):
 def test_a_table_it_cannot_locate_in_is_read_whole(tmp_path):
     folder = write_sample_dataset(tmp_path / "ds", n_episodes=60, lengths=(5, 30), episodes_per_file=PER_FILE,
                                   episodes_row_group=10, seed=2)
-    ref = reference(folder)
+    ref = episode_table(folder)
     info = LeRobotSource(LocalFiles(folder)).info
-    table = pq.read_table(folder / TABLE)
+    table = pq.read_table(folder / EPISODE_TABLE)
     # no statistics in the footer; then rows out of episode order: the whole table, the same values
-    for write in (lambda: pq.write_table(table, folder / TABLE, row_group_size=10, write_statistics=False),
-                  lambda: pq.write_table(table.take(list(range(59, -1, -1))), folder / TABLE, row_group_size=10)):
+    for write in (lambda: pq.write_table(table, folder / EPISODE_TABLE, row_group_size=10, write_statistics=False),
+                  lambda: pq.write_table(table.take(list(range(59, -1, -1))), folder / EPISODE_TABLE, row_group_size=10)):
         write()
         src = LeRobotSource(LocalFiles(folder), known(ref, [33], info))
         assert src.episodes.located is None
         assert src.episodes.data_file == ref["data_file"] and src.episodes.file_row.tolist() == ref["file_row"]
     # a store whose table disagrees with the source it names: refused, naming the episode
-    pq.write_table(table, folder / TABLE, row_group_size=10)
+    pq.write_table(table, folder / EPISODE_TABLE, row_group_size=10)
     lengths = np.asarray(ref["length"]).copy()
     lengths[34] += 1
     wrong = KnownEpisodes(np.concatenate([[0], np.cumsum(lengths)[:-1]]), lengths, (33,), info)
@@ -173,18 +166,9 @@ def test_a_table_it_cannot_locate_in_is_read_whole(tmp_path):
         LeRobotSource(LocalFiles(folder), wrong)
 
 
-def _uses(folder, episodes) -> int:
-    """What locating ``episodes`` uses of the episode table: its footer, and the needed columns' chunks of the row
-    groups holding them and where their data files begin."""
-    pf = pq.ParquetFile(folder / TABLE)
-    ref = reference(folder)
-    groups = sorted({g for e in episodes for g in (e // 10, ref["data_file"].index(ref["data_file"][e]) // 10)})
-    return pf.metadata.serialized_size + 8 + sum(b - a for a, b in column_ranges(pf, NEEDED, groups))
-
-
 def _table_reads(hub, n: int) -> list[tuple[int, int]]:
-    size = (hub.folders[n] / TABLE).stat().st_size
-    return [parse_range(r.range, size) for r in lib_requests(hub, "GET", f"/{TABLE}")]
+    size = (hub.folders[n] / EPISODE_TABLE).stat().st_size
+    return [parse_range(r.range, size) for r in lib_requests(hub, "GET", f"/{EPISODE_TABLE}")]
 
 
 def test_reopen_reads_the_footer_and_the_row_groups_it_needs(hub, env, tmp_path):
@@ -203,7 +187,7 @@ def test_reopen_reads_the_footer_and_the_row_groups_it_needs(hub, env, tmp_path)
         finally:
             hub.network = None
         counted = (len(lib_requests(hub)), hub.stats.round_trips(exclude=CLIENT_NOISE))
-        uses = _uses(hub.folders[n], [first, then])
+        uses = table_bytes_used(hub.folders[n], [first, then])
         read = _table_reads(hub, n)
         assert sum(b - a for a, b in read) <= 2 * uses and len(read) <= 3, (n, read, uses)
         if attempt == 0:  # the frames once (a re-measure counts round trips only)
@@ -229,7 +213,7 @@ def test_fetch_missing_locates_what_it_fetches(hub, env, tmp_path):
     hub.reset_stats()
     want = [7, 512, 998]
     fetch_missing(root, want, progress=False)
-    assert 0 < sum(b - a for a, b in _table_reads(hub, n)) <= 2 * _uses(hub.folders[n], want)
+    assert 0 < sum(b - a for a, b in _table_reads(hub, n)) <= 2 * table_bytes_used(hub.folders[n], want)
     local = lerobot_zarr.open_dataset(hub.folders[n], episodes=want, root=tmp_path / "local", progress=False)
     assert_same_frames(lerobot_zarr.open_dataset(root, episodes=want), local, "fetched")
 
@@ -241,16 +225,16 @@ def test_a_malformed_footer_is_a_typed_error_naming_the_file(hub, env, tmp_path,
     n = SIZES[1]
     folder = tmp_path / "bad"
     shutil.copytree(hub.folders[n], folder)
-    data = bytearray((folder / TABLE).read_bytes())
+    data = bytearray((folder / EPISODE_TABLE).read_bytes())
     length = int.from_bytes(data[-8:-4], "little")
     if damage == "length":  # a footer longer than the file
         data[-8:-4] = (len(data) * 2).to_bytes(4, "little")
     else:  # a footer of the right length that is not parquet's
         data[-8 - length:-8] = bytes(length)
-    (folder / TABLE).write_bytes(bytes(data))
+    (folder / EPISODE_TABLE).write_bytes(bytes(data))
     hub.add_repo(f"org/bad-footer-{damage}", folder, tags=["v3.0"])
     files = resolve_source(f"org/bad-footer-{damage}").files()
-    ref = reference(hub.folders[n])
+    ref = episode_table(hub.folders[n])
     info = LeRobotSource(LocalFiles(hub.folders[n])).info
     with pytest.raises(CorruptSourceError, match=rf"org/bad-footer-{damage}.*file-000\.parquet: .*footer"):
         LeRobotSource(files, known(ref, [3], info))

@@ -17,40 +17,30 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import pyarrow.parquet as pq
 import pytest
-from hub_fixtures import assert_same_frames, lib_requests, parse_range, sized_hub
+from hub_fixtures import (
+    EPISODE_TABLE,
+    assert_same_frames,
+    episode_table,
+    lib_requests,
+    parse_range,
+    sized_hub,
+    table_bytes_used,
+)
 
 import lerobot_zarr
 from lerobot_zarr.errors import CorruptStoreError, NotMaterializedError
 from lerobot_zarr.lerobot import source_meta
 from lerobot_zarr.lerobot.source import LeRobotSource
 from lerobot_zarr.lerobot.source_files import LocalFiles
-from lerobot_zarr.lerobot.source_meta import KnownEpisodes, column_ranges
+from lerobot_zarr.lerobot.source_meta import KnownEpisodes
 from lerobot_zarr.store.state import read_state
 from lerobot_zarr.testing.sample_data import write_sample_dataset
 
-TABLE = "meta/episodes/chunk-000/file-000.parquet"
-NEEDED = ["episode_index", "tasks", "length", "data/chunk_index", "data/file_index", "dataset_from_index",
-          "dataset_to_index"]
 PER_FILE = 15
 REPO = Path(__file__).resolve().parents[2]
 
 hub, env = sized_hub("hub_lazy", (1000,), "org/lazy-{n}", per_file=PER_FILE)
-
-
-def reference(folder) -> dict:
-    """The episode table read whole with pyarrow, in episode order, with each episode's data file and first row in
-    it (files hold their episodes in index order)."""
-    table = pq.read_table(folder / TABLE).to_pydict()
-    order = np.argsort(table["episode_index"])
-    out = {c: [table[c][i] for i in order] for c in table}
-    first: dict[tuple[int, int], int] = {}
-    out["data_file"], out["file_row"] = [], []
-    for c, f, start in zip(out["data/chunk_index"], out["data/file_index"], out["dataset_from_index"], strict=True):
-        out["data_file"].append(f"data/chunk-{c:03d}/file-{f:03d}.parquet")
-        out["file_row"].append(start - first.setdefault((c, f), start))
-    return out
 
 
 def _check(t, ref: dict, episodes, told=None) -> None:
@@ -76,7 +66,7 @@ def test_a_lazy_first_open_leaves_unread_row_groups_unresolved(tmp_path, monkeyp
     monkeypatch.setattr(source_meta, "_FOOTER_FIRST_MIN", 0)  # (a small table: its footer read first all the same)
     folder = write_sample_dataset(tmp_path / "ds", n_episodes=97, lengths=(5, 30), episodes_per_file=PER_FILE,
                                   episodes_row_group=10, seed=1)
-    ref = reference(folder)
+    ref = episode_table(folder)
     whole = LeRobotSource(LocalFiles(folder))
     for episodes in ([0], [45], [96], [29, 30], [44, 59]):
         src = LeRobotSource(LocalFiles(folder), KnownEpisodes.first_open(episodes))
@@ -107,16 +97,7 @@ def test_an_equal_length_table_is_resolved_from_its_footer(tmp_path, monkeypatch
                                       episodes_per_file=PER_FILE, episodes_row_group=10, seed=4, tasks=tasks)
         t = LeRobotSource(LocalFiles(folder), KnownEpisodes.first_open([33])).episodes
         assert (t.unresolved == ()) == t.complete == (len(tasks) == 1)
-        _check(t, reference(folder), [33])
-
-
-def _uses(folder, episodes) -> int:
-    """What opening ``episodes`` uses of the episode table: its footer, and the needed columns' chunks of the row
-    groups holding them and where their data files begin."""
-    pf = pq.ParquetFile(folder / TABLE)
-    ref = reference(folder)
-    groups = sorted({g for e in episodes for g in (e // 10, ref["data_file"].index(ref["data_file"][e]) // 10)})
-    return pf.metadata.serialized_size + 8 + sum(b - a for a, b in column_ranges(pf, NEEDED, groups))
+        _check(t, episode_table(folder), [33])
 
 
 def same_batch(got, want) -> None:
@@ -130,8 +111,8 @@ def same_batch(got, want) -> None:
 
 
 def _table_bytes(hub, n: int) -> int:
-    size = (hub.folders[n] / TABLE).stat().st_size
-    return sum(b - a for a, b in (parse_range(r.range, size) for r in lib_requests(hub, "GET", f"/{TABLE}")))
+    size = (hub.folders[n] / EPISODE_TABLE).stat().st_size
+    return sum(b - a for a, b in (parse_range(r.range, size) for r in lib_requests(hub, "GET", f"/{EPISODE_TABLE}")))
 
 
 def assert_store_table(root, ref: dict, *, resolved: bool) -> None:
@@ -158,9 +139,9 @@ def test_a_first_open_reads_within_2x_of_what_it_uses(hub, env, tmp_path, monkey
     monkeypatch.setattr(source_meta, "_FOOTER_FIRST_MIN", 0)  # (this table of 3 MB: LeRobot's are 8-90 MB)
     n, k = 1000, 517
     folder, root = hub.folders[n], tmp_path / "store"
-    ref = reference(folder)
+    ref = episode_table(folder)
     ds = lerobot_zarr.open_dataset(f"org/lazy-{n}", episodes=[k], root=root, progress=False)
-    assert _table_bytes(hub, n) <= 2 * _uses(folder, [k]), (_table_bytes(hub, n), _uses(folder, [k]))
+    assert _table_bytes(hub, n) <= 2 * table_bytes_used(folder, [k]), (_table_bytes(hub, n), table_bytes_used(folder, [k]))
     assert_store_table(root, ref, resolved=False)
     assert read_state(root, resolve=False).read_version == 5
     local = lerobot_zarr.open_dataset(folder, episodes=[k], root=tmp_path / "local", progress=False)
@@ -170,7 +151,7 @@ def test_a_first_open_reads_within_2x_of_what_it_uses(hub, env, tmp_path, monkey
     assert read_state(root, resolve=False).unresolved_mask()[other]
     hub.reset_stats()
     again = lerobot_zarr.open_dataset(f"org/lazy-{n}", episodes=[other], root=root, progress=False)
-    assert _table_bytes(hub, n) <= 2 * _uses(folder, [other])
+    assert _table_bytes(hub, n) <= 2 * table_bytes_used(folder, [other])
     assert not read_state(root, resolve=False).unresolved_mask()[other]
     assert_store_table(root, ref, resolved=False)
     same_batch(again, lerobot_zarr.open_dataset(folder, episodes=[other], root=tmp_path / "local2", progress=False))
@@ -217,7 +198,7 @@ def test_a_crash_while_resolving_leaves_the_store_readable(hub, env, tmp_path, m
     assert out.returncode == 3, out.stderr[-2000:]
     after = read_state(root, resolve=False)
     assert after.unresolved == (before.unresolved if when == "before" else ())
-    ref = reference(folder)
+    ref = episode_table(folder)
     assert_store_table(root, ref, resolved=when == "after")
     ds = lerobot_zarr.open_dataset(root, episodes=[k])
     assert_same_frames(ds, lerobot_zarr.open_dataset(folder, episodes=[k], root=tmp_path / "local", progress=False),
