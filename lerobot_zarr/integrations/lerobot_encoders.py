@@ -153,7 +153,7 @@ class Encoders:
 
     def exit(self) -> None:
         """No more episodes and every saved one has its segments: each process exits at once, reaped by a thread
-        of its own (:func:`_reap`: not waited for)."""
+        of its own (:func:`reap`: not waited for)."""
         if not self._delivered():  # after what the messenger thread has still to write (reaped at release)
             self._post(lambda p: p.exit())
             return
@@ -194,7 +194,7 @@ def reap(processes: list[BackgroundEncoder], timeout: float | None) -> None:
     nothing left to make)."""
     import subprocess
 
-    def reap() -> None:
+    def wait_all() -> None:
         for process in processes:
             try:
                 process.process.wait(timeout)
@@ -205,4 +205,4 @@ def reap(processes: list[BackgroundEncoder], timeout: float | None) -> None:
             process.wait()
 
     if processes:
-        threading.Thread(target=reap, name="lerobot_zarr-reap", daemon=True).start()
+        threading.Thread(target=wait_all, name="lerobot_zarr-reap", daemon=True).start()

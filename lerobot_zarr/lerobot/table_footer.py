@@ -194,15 +194,20 @@ def footer_table(pfs: dict[str, pq.ParquetFile], groups: Sequence[tuple[str, int
     return start, length, tasks, undetermined, frames
 
 
+def _groups_of(first_row: np.ndarray, rows: np.ndarray) -> list[int]:
+    """The row groups (``first_row``: each one's first row, then the row count) holding ``rows``, in order."""
+    return np.unique(np.searchsorted(first_row, rows, side="right") - 1).tolist()
+
+
 def frame_bounds(start: np.ndarray, length: np.ndarray, frames: np.ndarray | None, first_row: np.ndarray
                  ) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
     """Likely bounds (low, high) of every episode's first frame and of the frame after its last: its own where known
-    (a length > 0), else where its row group's ``frames`` (:func:`footer_table`) put it if its ``r`` episodes were
+    (a length >= 0), else where its row group's ``frames`` (:func:`footer_table`) put it if its ``r`` episodes were
     of one length, give or take ``mean * sqrt(k (r - k) / r) / 2`` for the ``k``-th (a standard deviation of where
     it lies if lengths vary by half their mean; a frame at least each): an estimate, which may miss."""
     lo, hi = start.copy(), start.copy()
     end_lo, end_hi = start + length, start + length
-    for i in np.unique(np.searchsorted(first_row, np.flatnonzero(length <= 0), side="right") - 1).tolist():
+    for i in _groups_of(first_row, np.flatnonzero(length < 0)):
         a, b = int(first_row[i]), int(first_row[i + 1])
         (f0, f1), k, r = frames[i], np.arange(b - a + 1, dtype=np.int64), b - a  # (k = r: the row group's end)
         even = f0 + k * (f1 - f0) // r
@@ -218,20 +223,22 @@ def unresolved_groups(frames: np.ndarray | None, first_row: np.ndarray, start: n
     are not known (-1) as ``(first, stop, frame_first, frame_stop)`` (``frames``: :func:`footer_table`'s), after
     checking that every episode known and every such row group's frames follow each other from frame 0; or why
     not."""
-    unknown = np.flatnonzero(length < 0)
     out = []
-    for i in np.unique(np.searchsorted(first_row, unknown, side="right") - 1).tolist():
+    for i in _groups_of(first_row, np.flatnonzero(length < 0)):
         a, b = int(first_row[i]), int(first_row[i + 1])
         if (length[a:b] >= 0).any() or frames is None:
             return f"the episodes of row group {i} are known only in part"
         out.append((a, b, int(frames[i][0]), int(frames[i][1])))
     # every episode, an unresolved row group standing for its episodes: they follow each other from frame 0
-    edges = sorted([*((int(start[e]), int(start[e] + length[e])) for e in np.flatnonzero(length >= 0)),
-                    *((f0, f1) for _, _, f0, f1 in out)])
-    at = 0
-    for f0, f1 in edges:
-        if f0 != at or f1 <= f0:
-            return (f"frames [{f0}, {f1}) (an episode or an unread row group) follow frame {at}: episodes do not "
-                    f"follow each other from frame 0")
-        at = f1
+    known = length >= 0
+    first = np.concatenate([start[known], np.array([f0 for _, _, f0, _ in out], dtype=np.int64)])
+    stop = np.concatenate([(start + length)[known], np.array([f1 for _, _, _, f1 in out], dtype=np.int64)])
+    order = np.lexsort((stop, first))
+    first, stop = first[order], stop[order]
+    after = np.concatenate([[0], stop[:-1]])  # the frame each should begin at
+    bad = np.flatnonzero((first != after) | (stop <= first))
+    if len(bad):
+        i = int(bad[0])
+        return (f"frames [{first[i]}, {stop[i]}) (an episode or an unread row group) follow frame {after[i]}: "
+                f"episodes do not follow each other from frame 0")
     return tuple(out)

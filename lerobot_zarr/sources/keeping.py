@@ -123,10 +123,10 @@ class Keeping:
         entries = [self._pack(name, pack) for pack in self._filled]
         total = sum(entry.nbytes(np.flatnonzero(~entry.empty)) for entry in entries)
         mirror = self._mirror
-        if not self._evict_lock.acquire(timeout=bucket_timeout()):
+        if not self._evict_lock.acquire(blocking=False):  # (a look never waits: tried again at the next)
             return
         try:
-            if not flock_within(mirror.evictor, bucket_timeout()):
+            if not flock_within(mirror.evictor, 0):
                 return
             try:
                 marker = self.root / MINE / f"settled-{self._feature[name]}"

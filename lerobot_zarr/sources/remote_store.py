@@ -384,8 +384,7 @@ class RemoteStore(Keeping):
             locks = self._mirror.pins[turn]
             locks.unlock(PINS, MAKING - PINS)
             for slot, n in zip(*(a.tolist() for a in pinned), strict=True):
-                if not locks.lock(slot, n, exclusive=False):  # (refused only while an eviction tries these rows)
-                    self._wait_lock(locks, slot, n, "rows being evicted", exclusive=False)
+                self._wait_lock(locks, slot, n, "rows being evicted", exclusive=False)  # (waits only on an eviction)
 
     def _bring(self, units: list[tuple[Pack, np.ndarray]]) -> None:
         """Fetch the rows of ``units`` that are missing, all at once; wait for those this process is fetching

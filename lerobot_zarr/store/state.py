@@ -448,13 +448,13 @@ def _parse_state(root: Path, attrs: Mapping, consolidated: Mapping, version: int
     unresolved = (_parse_unresolved(attrs.get("unresolved"), table, where) if version == UNRESOLVED_FORMAT_VERSION
                   else ())
     return StoreState(
-        unresolved=unresolved, root=root, info=info, tasks=tuple(tasks), stats=stats, source=source, arrays=arrays, table=table,
+        root=root, info=info, tasks=tuple(tasks), stats=stats, source=source, arrays=arrays, table=table,
         packs=packs, materialized=materialized, unavailable=unavailable, not_materialized=not_materialized,
         retired=tuple(retired), generation=checked_int(attrs.get("generation", 0), f"{where}: generation", 0),
         pack_bytes=checked_int(attrs.get("pack_bytes", DEFAULT_PACK_BYTES), f"{where}: pack_bytes", 1),
         capacity_frames=capacity, pending_tasks=tuple(pending), read_version=version, hashes=hashes,
         stats_on_demand=tuple(on_demand),
-        logged=version == LOGGED_FORMAT_VERSION)
+        logged=version == LOGGED_FORMAT_VERSION, unresolved=unresolved)
 
 
 def unresolved_table(length: np.ndarray, unresolved: Iterable[tuple[int, int, int, int]]) -> np.ndarray:
@@ -588,13 +588,14 @@ def has_commit_point(root: str | os.PathLike) -> bool:
     return (Path(root) / ROOT).is_file()
 
 
-_resolvers: list[Callable[[Path], StoreState]] = []
+_resolver: Callable[[Path], StoreState] | None = None
 
 
 def set_resolver(resolve: Callable[[Path], StoreState]) -> None:
     """Who resolves a store's unresolved episodes (:attr:`StoreState.unresolved`) when read: reads them from the
     store's source and commits them, returning the new state (the writing layer's, which reaches the source)."""
-    _resolvers[:] = [resolve]
+    global _resolver
+    _resolver = resolve
 
 
 def read_state(root: str | os.PathLike, *, log: bool = True, resolve: bool | Iterable[int] = True) -> StoreState:
@@ -629,11 +630,11 @@ def read_state(root: str | os.PathLike, *, log: bool = True, resolve: bool | Ite
         mask = state.unresolved_mask()
         resolve = any(0 <= e < len(mask) and mask[e] for e in map(int, resolve))
     if state.unresolved and resolve:
-        if not _resolvers:
+        if _resolver is None:
             raise NotMaterializedError(f"{root}: episodes of {len(state.unresolved)} row groups of the source's "
                                        f"episode table are not resolved yet, and nothing here can read them",
                                        path=root)
-        return _resolvers[0](root)
+        return _resolver(root)
     return state
 
 

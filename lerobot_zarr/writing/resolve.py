@@ -16,7 +16,7 @@ other; two processes resolving at once commit once (the second finds nothing lef
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -34,7 +34,12 @@ if TYPE_CHECKING:
     from ..lerobot.source import LeRobotSource
     from ..lerobot.source_meta import SourceEpisodes
 
-__all__ = ["commit_resolved", "known_lengths", "resolve_store"]
+__all__ = ["commit_resolved", "first_task_index", "known_lengths", "resolve_store"]
+
+
+def first_task_index(tasks: Sequence[Sequence[str]], index: dict[str, int]) -> np.ndarray:
+    """Each episode's first task (``tasks``: its task texts) as its index in ``index`` (-1: none, or not known)."""
+    return np.array([index.get(ts[0], -1) if ts else -1 for ts in tasks], dtype=np.int64)
 
 
 def known_lengths(state: StoreState) -> tuple[np.ndarray, np.ndarray]:
@@ -95,9 +100,8 @@ def commit_resolved(root: Path, episodes: SourceEpisodes) -> StoreState:
                                          f"was made with [{f0}, {f1})")
             start[a:b], length[a:b] = got_start, got_length
             offset[a:b] = t.offset[a] + (got_start - f0)
-            task[a:b] = [index.get(ts[0], -1) if ts else -1 for ts in episodes.tasks[a:b]]
+            task[a:b] = first_task_index(episodes.tasks[a:b], index)
         if len(left) == len(state.unresolved):
             return state
         table = EpisodeTable(start, length, task, t.chunk, offset, t.episode_index_shift, t.index_shift)
         return commit(replace(state, table=table, unresolved=tuple(left)), previous=state)
-

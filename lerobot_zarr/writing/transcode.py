@@ -62,7 +62,7 @@ from ..utils.hashing import crc32c
 from ..utils.progress import progress_bar
 from .camera_choices import CameraStorage, Resize, camera_array, every_camera
 from .mp4_files import keep_mp4, write_mp4_index
-from .resolve import commit_resolved, known_lengths, resolve_store
+from .resolve import commit_resolved, first_task_index, known_lengths, resolve_store
 
 if TYPE_CHECKING:  # the caller gives the source: reading one is what needs pyarrow
     from ..doctor.checkup import Checkup
@@ -109,7 +109,7 @@ def _create(source: LeRobotSource, root: Path, record: dict, arrays: Mapping[str
     if not t.complete and not t.unresolved:  # located by a store's table: the others' tasks were not read
         t.check_located(range(len(t)), f"{root}: a new store")
     task_index = {task: i for i, task in enumerate(source.tasks)}
-    first_task = np.array([task_index.get(ts[0], -1) if ts else -1 for ts in t.tasks], dtype=np.int64)
+    first_task = first_task_index(t.tasks, task_index)
     length = unresolved_table(t.length, t.unresolved)  # (an unresolved row group: its frames, one run of rows)
     chunk, offset, rows = _plan(length, t.unresolved, pack_rows_target(arrays, pack_bytes))
     zeros = np.zeros(len(t), dtype=np.int64)
@@ -238,7 +238,8 @@ def transcode(source: LeRobotSource, root: str | os.PathLike, *, episodes: Seque
         state = _checked_state(root, record)
     if state.unresolved:  # the row groups this reader read resolve their episodes (a commit of their lengths)
         state = commit_resolved(root, source.episodes)
-        pending = [e for e in wanted if state.unresolved_mask()[e]]
+        unresolved = state.unresolved_mask()
+        pending = [e for e in wanted if unresolved[e]]
         if pending:
             raise NotMaterializedError(f"{root}: episodes {pending[:20]} are not resolved in the store and this reader "
                                        f"of its source did not read them", path=root, episode=pending[0])

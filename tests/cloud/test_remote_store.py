@@ -418,7 +418,8 @@ def test_a_look_does_not_wait_for_packs_another_reader_claims(env, folder, tmp_p
     """Whether a numeric feature is whole is looked at under each pack's claim: a pack another reader claims (a
     fetch, an eviction) is left to a later look, never waited for: a batch whose rows are present is not failed
     for it (nor held up to the longest wait)."""
-    monkeypatch.setattr(remote_store, "_wait_limit", lambda: 1.0)  # (a wait past it: a BucketError)
+    # (a look that waited on the claim held below would raise a BucketError past it; 10 s: a fetch under load fits)
+    monkeypatch.setattr(remote_store, "_wait_limit", lambda: 10.0)
     local, url = published(env, folder, tmp_path, "busy-look")
     local = lerobot_zarr.open_dataset(local.root, delta_timestamps=DELTAS)
     remote = lerobot_zarr.open_dataset(url, delta_timestamps=DELTAS)

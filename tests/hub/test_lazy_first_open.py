@@ -226,3 +226,19 @@ def test_unresolved_row_groups_are_checked_when_read(hub, env, tmp_path, monkeyp
     env.offline(True)
     with pytest.raises(NotMaterializedError, match="not in the store|offline|reach"):
         read_state(root)
+
+
+def test_unresolved_groups_are_refused_unless_every_episode_follows_from_frame_0():
+    """The row groups left unresolved stand for their episodes only if, with the episodes known, they lay the
+    frames out one after another from frame 0: a gap, an overlap or a group known in part is said, not kept."""
+    from lerobot_zarr.lerobot.table_footer import unresolved_groups
+
+    first_row = np.array([0, 3, 6])
+    start, length = np.array([0, 2, 4, -1, -1, -1]), np.array([2, 2, 2, -1, -1, -1])
+    assert unresolved_groups(np.array([[0, 6], [6, 12]]), first_row, start, length) == ((3, 6, 6, 12),)
+    gap = unresolved_groups(np.array([[0, 6], [7, 12]]), first_row, start, length)
+    assert isinstance(gap, str) and "frames [7, 12)" in gap and "follow frame 6" in gap
+    overlap = unresolved_groups(np.array([[0, 6], [6, 12]]), first_row, np.array([0, 3, 4, -1, -1, -1]), length)
+    assert isinstance(overlap, str) and "frames [3, 5)" in overlap and "follow frame 2" in overlap
+    part = unresolved_groups(np.array([[0, 6], [6, 12]]), first_row, start, np.array([2, 2, 2, 2, -1, -1]))
+    assert part == "the episodes of row group 1 are known only in part"

@@ -788,8 +788,11 @@ def test_finalize_completes_without_its_encoders(tmp_path, monkeypatch, how):
                                                                                       real(ds, enc, e, *a, **k))[1])
     import lerobot_zarr.integrations.lerobot_encoders as encoders_module
 
-    monkeypatch.setattr(encoders_module, "FINISH_TIMEOUT", 1.0)
-    monkeypatch.setattr(recorder_module, "SAVE_TIMEOUT", 1.0)  # save_episode's wait for stalled encoders
+    # the waits for encoders without progress: short where they are stopped (they expire whatever the load), long
+    # where one runs (it must not be taken for stalled beside busy processes)
+    wait = 1.0 if how == "stalled" else 30.0
+    monkeypatch.setattr(encoders_module, "FINISH_TIMEOUT", wait)
+    monkeypatch.setattr(recorder_module, "SAVE_TIMEOUT", wait)  # save_episode's wait for stalled encoders
     root = tmp_path / "ds"
     ds = LeRobotDataset.create(REPO_ID, 30, TWO_CAMERAS, root=root)
     lengths = (30, 2)
@@ -1336,7 +1339,8 @@ def test_streaming_add_frame_waits_for_an_encoder_behind_frames_given_faster_tha
     spill = ds.writer._spills["observation.images.cam"]
     _wait_until(lambda: spill.encoded() == 1, "the encoder to encode the episode's first frame")
     behind = []
-    for i in range(1, 30):  # the encoder running: waited for (within KEEP_UP_TIMEOUT, 10 s, of progress)
+    monkeypatch.setattr(recorder_module, "KEEP_UP_TIMEOUT", 300.0)  # (running: never taken for stalled under load)
+    for i in range(1, 30):  # the encoder running: waited for (within KEEP_UP_TIMEOUT of progress)
         ds.add_frame(_frame(1, i))
         behind.append(i + 1 - spill.encoded())
     assert not ds.writer._unpaced and max(behind) <= 3, behind
