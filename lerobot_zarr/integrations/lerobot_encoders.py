@@ -39,8 +39,8 @@ class Encoders:
         """Start the processes if not yet (at the recording's first frame: a process's start, ~0.5 s of CPU, is
         over by the first ``save_episode``); each first encodes the saved episodes that lack segments."""
         if not self.processes:
-            self.processes = [BackgroundEncoder(self.root, self.threads, cameras=[key], prune=not k,
-                                                gate=self.gate.path) for k, key in enumerate(self.cameras)]
+            self.processes = [BackgroundEncoder(self.root, self.threads, cameras=self.cameras, prune=True,
+                                                gate=self.gate.path)]
 
     def _post(self, send: Callable[[BackgroundEncoder], None], camera: str | None = None) -> None:
         """Have the messenger thread call ``send`` on the process of ``camera`` (None: each process). A thread:
@@ -62,8 +62,8 @@ class Encoders:
             if isinstance(send, threading.Event):  # delivered so far (:meth:`_delivered`)
                 send.set()
                 continue
-            for key, process in zip(self.cameras, self.processes, strict=False):
-                if camera is None or camera == key:
+            for process in self.processes:
+                if camera is None or camera in process.cameras:
                     send(process)
 
     def _delivered(self, timeout: float | None = None) -> bool:
@@ -149,7 +149,7 @@ class Encoders:
 
     def process(self, camera: str) -> BackgroundEncoder | None:
         """The process encoding ``camera`` (None: not started)."""
-        return dict(zip(self.cameras, self.processes, strict=False)).get(camera)
+        return next((p for p in self.processes if camera in p.cameras), None)
 
     def exit(self) -> None:
         """No more episodes and every saved one has its segments: each process exits at once, reaped by a thread

@@ -16,6 +16,7 @@ so that ``finalize`` only closes; the push joins the same segments.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import logging
 import os
@@ -42,6 +43,7 @@ from ..lerobot.format import (
     sampled_histogram,
 )
 from ..utils.fileio import disk_error, pwrite_all
+from ..utils.hashing import crc32c
 from ..utils.libc import start_writeback
 from ..writing.segments import SEGMENT_STORAGES, Gate, progress_path
 from .lerobot_encoders import Encoders
@@ -58,7 +60,18 @@ SAVE_TIMEOUT = 60.0
 #: seconds ``add_frame`` waits (streaming) for an encoder making no progress before it stops waiting for it
 KEEP_UP_TIMEOUT = 10.0
 _KEEP_UP_POLL = 0.002
-_AHEAD_S = 1.0  # seconds of frames ahead of real time from which add_frame may wait for a streaming encoder
+#: seconds by which frames come ahead of the fps, from which add_frame may wait for a streaming encoder: the frames
+#: of the last second (from the episode's second frame: its first is often late, a camera's or a policy's first
+#: call) given that much faster than the fps would space them; a camera's pace cannot (one frame given late makes
+#: one look see the next second's frames ahead, not every look)
+_AHEAD_S = 0.1
+#: frames a streaming encoder may be behind frames given faster than real time (``encoder_queue_maxsize`` if fewer):
+#: a ``save_episode`` then has only the encoder's flush to wait for, as LeRobot's (whose ``add_frame`` takes its
+#: encoders' pace then); measured (3 cameras 480x640 as fast as it goes): save_episode 0.9 s with 30, 0.35 s with 2
+_KEEP_UP_FRAMES = 2
+#: share of a frame's period (1 / fps) add_frame waits at most for streaming encoders within encoder_queue_maxsize
+#: frames: frames are never taken slower than the fps while the encoders are no further behind
+_WAIT_SHARE = 0.8
 
 
 class _Spill:
@@ -77,6 +90,7 @@ class _Spill:
         self.frame_bytes = int(np.prod(self.frame_shape)) * self.dtype.itemsize
         self.fd = self._open()
         self.frames = 0
+        self.crc = 0  # CRC-32C of the frames written, from the bytes written: the store's content hash of them
         # a durable store flushes each episode at its commit: its frames start their way to disk as they come
         self.writeback, self.written_back = writeback, 0
 
@@ -95,6 +109,7 @@ class _Spill:
         except OSError as exc:
             raise disk_error(exc, self.path) from None
         self.frames += 1
+        self.crc = crc32c(data, self.crc)
         if self.histograms is not None:
             self.histograms.append(image_histogram(frame).astype(self.histogram_dtype))
         end = self.frames * self.frame_bytes
@@ -137,7 +152,7 @@ class _Spill:
         os.close(self.fd)
         self.attempt += 1
         self.fd = self._open()
-        self.frames = self.written_back = 0
+        self.frames = self.written_back = self.crc = 0
         if self.histograms is not None:
             self.histograms = []
 
@@ -245,6 +260,7 @@ class Recorder:
         self._streamed = False  # the episode in progress is encoded as it is recorded (each episode encoded at once)
         # LeRobot's (its VideoEncodingManager cancels it when recording fails)
         self._streaming_encoder = self._encoder if streaming_encoding else None
+        self._streamable = [k for k in video if specs[k].storage == "raw"]  # those it encodes as they come
         self._spills: dict[str, _Spill] = {}
         self._values: dict[str, list] = {}
         self._tasks: list[str] = []
@@ -255,7 +271,8 @@ class Recorder:
         self._queue_frames = encoder_queue_maxsize  # frames the streaming encoders may lag behind add_frame
         self._all_encoded = False  # every saved episode has its segments (the last save_episode waited for them)
         self._unpaced = False  # add_frame stopped waiting for a stalled streaming encoder (this episode)
-        self._fps, self._episode_start = float(store.meta.fps), 0.0
+        self._fps = float(store.meta.fps)
+        self._given: collections.deque = collections.deque(maxlen=max(2, round(self._fps) + 1))  # add_frame's times
         # dropped without finalize: its threads stop and its encoder processes finish the saved episodes and exit
         weakref.finalize(self, _release, self._writer, self._encoder)
         self._finalized = False
@@ -340,28 +357,37 @@ class Recorder:
         if index == 0 and self._encoder is not None and self._every == 1:
             self._encoder.stream({key: self._spills[key].path for key in self._encoder.cameras if key in self._spills})
             self._streamed = True
-        if index == 0:
-            self._episode_start = time.monotonic()
-        if self._streaming_encoder is not None and self._streamed and not self._unpaced and \
-                index / self._fps - (time.monotonic() - self._episode_start) > _AHEAD_S:
-            self._keep_up(index + 1)
+        if self._streaming_encoder is not None and self._streamed and not self._unpaced:
+            if index == 0:
+                self._given.clear()
+            else:
+                now = time.monotonic()
+                self._given.append(now)
+                if (len(self._given) - 1) / self._fps - (now - self._given[0]) > _AHEAD_S:
+                    self._keep_up(index + 1)
 
     def _keep_up(self, frames: int) -> None:
         """``streaming_encoding``'s backpressure, as LeRobot's encoder queue (``encoder_queue_maxsize`` frames)
         gives it, for frames coming faster than the dataset's fps (a replay, a conversion: more than
-        :data:`_AHEAD_S` s of frames ahead of the time since the episode's first; never at a camera's rate, where
-        ``add_frame`` never waits): wait while a camera's encoder, streaming the episode, has encoded more than
-        that many frames fewer than the ``frames`` added (none is dropped, as LeRobot drops them after 0.1 s). Not
-        before it started on the episode (its process starting), nor for one that ended or made no progress for
-        :data:`KEEP_UP_TIMEOUT` s (logged once; the episode is then encoded at ``save_episode``)."""
-        for key in self._streaming_encoder.cameras:
+        :data:`_AHEAD_S` s ahead of it over the last second; never at a camera's pace, where ``add_frame`` does
+        not wait): wait while a camera's encoder, streaming the episode, has encoded more than
+        :data:`_KEEP_UP_FRAMES` (or that many, if fewer) frames fewer than the ``frames`` added (none is dropped, as
+        LeRobot drops them after 0.1 s), including while it starts on the episode (its process starting: the first
+        episode's); not for one that ended or made no progress for :data:`KEEP_UP_TIMEOUT` s (logged once; the
+        episode is then encoded at ``save_episode``)."""
+        bound = min(self._queue_frames, _KEEP_UP_FRAMES)
+        until = time.monotonic() + _WAIT_SHARE / self._fps
+        for key in self._streamable:
             spill = self._spills.get(key)
-            done = spill.encoded() if spill is not None else None
-            if done is None or frames - done <= self._queue_frames:
+            done = spill.encoded() if spill is not None else None  # None: not started on the episode yet
+            if spill is None or frames - (done or 0) <= bound:
                 continue
             process = self._streaming_encoder.process(key)
+            done = done or 0
             last, since = done, time.monotonic()
-            while frames - done > self._queue_frames and process is not None and process.process.poll() is None:
+            while frames - done > bound and process is not None and process.process.poll() is None:
+                if frames - done <= self._queue_frames and time.monotonic() > until:
+                    return
                 time.sleep(_KEEP_UP_POLL)
                 done = spill.encoded() or 0
                 if done != last:
@@ -416,10 +442,11 @@ class Recorder:
         spills = {} if episode_data is not None else {key: spill.path for key, spill in self._spills.items()}
         camera_stats = {} if episode_data is not None else {key: stats for key, spill in self._spills.items()
                                                              if (stats := spill.stats()) is not None}
+        hashes = {} if episode_data is not None else {key: spill.crc for key, spill in self._spills.items()}
         try:
             with self._encoder.gate.closed() if self._encoder is not None else contextlib.nullcontext():
                 index = self._store.add_episode(frames, task=tasks, frame_files=spills,  # encoders held back
-                                                camera_stats=camera_stats)
+                                                camera_stats=camera_stats, frame_hashes=hashes)
         except BaseException:
             if any(spill.taken() for spill in self._spills.values()):  # the store kept them (its commit went
                 self.clear_episode_buffer()  # through, or it cannot tell): never written again, nor read from

@@ -7,23 +7,30 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import queue
 import select
 import signal
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 from ..sampling.dataset import LeRobotZarrDataset
 from .segments import (
     ENCODER_NICE,
+    SEGMENTS,
     CameraEncoding,
     Gate,
-    _encode_missing_of,
+    _segment_names,
     _Stream,
     camera_encodings,
-    encode_missing,
+    committed_frames,
+    make_segment,
+    prune_segments,
     segment_cameras,
+    wanted_segments,
 )
 
 
@@ -47,51 +54,172 @@ class _Commands:
         return line.decode()
 
 
-class _Session:
-    """What the background encoder's process does with the recorder's commands (see :func:`_main`)."""
+class _Worker:
+    """One camera of the process: its stream (the episode recorded, :class:`_Stream`) and the segments it is told
+    to make, in a thread of its own, in order. The cameras' encoders so run in parallel (as LeRobot's encoder
+    threads: PyAV and the encoders release the GIL) in one process: one interpreter's start and one opening of the
+    store per commit, not one per camera. A failure is kept and raised by the next :meth:`sync`."""
 
-    def __init__(self, root: str, threads: int | None, cameras: list[str] | None, gate: Gate | None):
-        self.root, self.threads, self.cameras, self.gate = root, threads, cameras, gate
-        self.streams: dict[str, _Stream] = {}
+    def __init__(self, session: _Session, camera: str):
+        self.session, self.camera = session, camera
+        self.gate: Gate | None = None
+        if session.gate_path is not None:
+            with contextlib.suppress(FileNotFoundError):  # its own descriptor: flock is per open file
+                self.gate = Gate(session.gate_path)
+        self.stream: _Stream | None = None
+        self.tasks: queue.SimpleQueue = queue.SimpleQueue()
+        self.failure: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, name=f"lerobot_zarr-encoder-{camera}", daemon=True)
+        self.thread.start()
+
+    def post(self, task: Callable[[], None]) -> None:
+        self.tasks.put(task)
+
+    def sync(self) -> None:
+        """Wait until what was posted before is done; raise the failure that stopped the thread."""
+        done = threading.Event()
+        self.post(done.set)
+        while not done.wait(0.05):
+            if not self.thread.is_alive():
+                break
+        if self.failure is not None:
+            raise self.failure
+
+    def _run(self) -> None:
+        busy = False
+        try:
+            while True:
+                try:
+                    task = self.tasks.get(block=not busy, timeout=None if busy else _STREAM_POLL)
+                except queue.Empty:
+                    busy = self._advance()
+                    continue
+                if task is None:
+                    return
+                task()
+                busy = self.stream is not None
+        except BaseException as exc:  # noqa: BLE001  (raised in the main thread by sync)
+            self.failure = exc
+
+    def _advance(self) -> bool:
+        """Encode the next few frames of the stream, if any; whether there were some (none for a while: the
+        stream completes its file, :meth:`_Stream.settle`)."""
+        if self.stream is None:
+            return False
+        try:
+            if self.stream.advance() > 0:
+                return True
+            self.stream.settle()
+        except self.session.errors:  # dropped: the episode is encoded from the store once committed
+            self.drop()
+        return False
+
+    def start(self, encoding: CameraEncoding, path: str, tag: str) -> None:
+        self.drop()
+        with contextlib.suppress(FileNotFoundError):  # the episode was cleared meanwhile: a stream comes later
+            self.stream = _Stream(Path(self.session.root), encoding, path, self.gate, tag)
+
+    def end(self, frames: int) -> None:
+        if self.stream is not None:
+            try:
+                self.stream.end(frames)
+            except self.session.errors:  # dropped: the episode is encoded from the store once committed
+                self.drop()
+
+    def finish(self, committed: tuple[int, int] | None, encoding: CameraEncoding | None) -> None:
+        stream, self.stream = self.stream, None
+        if stream is not None:
+            with contextlib.suppress(*self.session.errors):  # what it could not make is made from the store
+                stream.finish(committed, encoding)
+
+    def drop(self) -> None:
+        stream, self.stream = self.stream, None
+        if stream is not None:
+            stream.drop()
+
+    def make(self, lacking: list[tuple[CameraEncoding, int, Any]]) -> None:
+        """Make the segments ``lacking`` (encoding, episode, the camera's episode hashes) from the store, each
+        unless made meanwhile."""
+        ds = LeRobotZarrDataset(self.session.root)
+        try:
+            for encoding, episode, hashes in lacking:
+                make_segment(ds, encoding, episode, hashes=hashes,
+                             gate=None if self.gate is None else self.gate.wait)
+        finally:
+            ds.close()
+
+
+class _Session:
+    """What the background encoder's process does with the recorder's commands (see :func:`_main`): one
+    :class:`_Worker` per camera does the camera's work."""
+
+    def __init__(self, root: str, threads: int | None, cameras: list[str] | None, gate: str | None):
+        self.root, self.threads, self.cameras, self.gate_path = root, threads, cameras, gate
+        self.workers: dict[str, _Worker] = {}
         self.encodings: dict[str, CameraEncoding] = {}
         self.count = 0
         from av import FFmpegError
 
         self.errors = (FFmpegError, OSError, ValueError)  # a stream's failure: the episode is encoded from the store
 
-    def encode_missing(self, ds: LeRobotZarrDataset | None = None, prune: bool = False) -> None:
-        if ds is None:
-            encode_missing(self.root, self.threads, prune=prune, cameras=self.cameras, gate=self._gate_wait)
-        else:
-            _encode_missing_of(ds, self.threads, self.cameras, self._gate_wait, prune=prune, started=time.time())
+    def worker(self, camera: str) -> _Worker:
+        if camera not in self.workers:
+            self.workers[camera] = _Worker(self, camera)
+        return self.workers[camera]
 
-    @property
-    def _gate_wait(self) -> Callable[[], None] | None:
-        return None if self.gate is None else self.gate.wait
+    def sync(self, cameras: Iterable[str] | None = None) -> None:
+        for camera in list(self.workers) if cameras is None else cameras:
+            self.workers[camera].sync()
+
+    def check(self) -> None:
+        """Raise the failure that stopped a worker, if one did."""
+        for worker in self.workers.values():
+            if worker.failure is not None:
+                raise worker.failure
+
+    def encode_missing(self, ds: LeRobotZarrDataset | None = None, prune: bool = False) -> None:
+        """Make the segments the committed episodes lack, the cameras in parallel (``prune``: then remove those of
+        no committed episode)."""
+        started = time.time()
+        own = ds is None
+        ds = LeRobotZarrDataset(self.root) if own else ds
+        try:
+            lacking: dict[str, list] = {}
+            for encoding, episode, hashes, name in _segment_names(ds, self.threads, self.cameras):
+                if not (Path(ds.root) / SEGMENTS / name).is_file():
+                    lacking.setdefault(encoding.key, []).append((encoding, episode, hashes))
+            for camera, items in lacking.items():
+                worker = self.worker(camera)
+                worker.post(lambda worker=worker, items=items: worker.make(items))
+            self.sync(lacking)
+            if prune:
+                prune_segments(ds.root, wanted_segments(ds, self.threads), started)
+        finally:
+            if own:
+                ds.close()
 
     def command(self, line: str) -> str | None:
-        """Do one command; the reply due (``flush``, ``saved`` asking for one: ``flushed``, with the episode
-        saved), else None."""
+        """Do one command (a camera's: handed to its worker, in order); the reply due (``flush``, ``saved``
+        asking for one: ``flushed``, with the episode saved), else None."""
         word, _, rest = line.partition(" ")
         if word == "stream":
             spec = json.loads(rest)
-            self.drop(spec["camera"])
             self._start(spec["camera"], spec["path"])
         elif word == "drop":
-            self.drop(json.loads(rest)["camera"])
+            camera = json.loads(rest)["camera"]
+            if camera in self.workers:
+                self.workers[camera].post(self.workers[camera].drop)
         elif word == "end":
             spec = json.loads(rest)
-            stream = self.streams.get(spec["camera"])
-            try:
-                if stream is not None:
-                    stream.end(int(spec["frames"]))
-            except self.errors:  # dropped: the episode is encoded from the store once committed
-                self.drop(spec["camera"])
+            if spec["camera"] in self.workers:
+                worker = self.workers[spec["camera"]]
+                worker.post(lambda: worker.end(int(spec["frames"])))
         elif word == "saved":
             spec = json.loads(rest)
             self._saved(int(spec["episode"]))
             return f"flushed {int(spec['episode'])}" if spec.get("reply") else None
         else:  # go, flush
+            self.sync()
             self.encode_missing()
         return "flushed" if word == "flush" else None
 
@@ -107,43 +235,37 @@ class _Session:
             finally:
                 ds.close()
         self.count += 1
-        with contextlib.suppress(FileNotFoundError):  # the episode was cleared meanwhile: a stream comes later
-            self.streams[camera] = _Stream(Path(self.root), self.encodings[camera], path, self.gate, str(self.count))
+        worker, encoding, tag = self.worker(camera), self.encodings[camera], str(self.count)
+        worker.post(lambda: worker.start(encoding, path, tag))
 
-    def drop(self, camera: str | None = None) -> None:
-        """Drop camera ``camera``'s stream (None: every stream)."""
-        for key in list(self.streams) if camera is None else [camera]:
-            stream = self.streams.pop(key, None)
-            if stream is not None:
-                stream.drop()
+    def drop(self, *, wait: bool = True) -> None:
+        """Drop every camera's stream (``wait``: until dropped)."""
+        for worker in self.workers.values():
+            worker.post(worker.drop)
+        if wait:
+            self.sync()
 
     def _saved(self, episode: int) -> None:
+        """The episode streamed was committed as ``episode``: each camera's stream becomes its segment (checked
+        against the committed frames), the cameras in parallel; then what else lacks a segment is made."""
+        self.sync()  # (its streams ended: their files are complete, or being completed)
         ds = LeRobotZarrDataset(self.root)
         try:
-            fresh = camera_encodings(ds, [k for k in self.streams if k in ds.array_specs], self.threads)
-            for key in list(self.streams):
-                stream = self.streams.pop(key)
-                try:
-                    stream.finish(ds, episode, fresh.get(key))
-                except self.errors:  # what it could not make is made from the store (which says why it fails)
-                    pass
+            streamed = [k for k, w in self.workers.items() if w.stream is not None]
+            fresh = camera_encodings(ds, [k for k in streamed if k in ds.array_specs], self.threads)
+            for key in streamed:
+                worker = self.workers[key]
+                committed = committed_frames(ds, key, episode) if key in fresh else None
+                worker.post(lambda worker=worker, c=committed, e=fresh.get(key): worker.finish(c, e))
                 self.encodings[key] = fresh.get(key, self.encodings[key])
+            self.sync(streamed)
             self.encode_missing(ds)
         finally:
             ds.close()
 
-    def advance(self) -> bool:
-        """Encode the next few frames of each stream that has some; whether any had."""
-        progressed = False
-        for key, stream in list(self.streams.items()):
-            try:
-                progressed |= stream.advance() > 0
-            except self.errors:  # dropped: the episode is encoded from the store once committed
-                self.drop(key)
-        return progressed
-
 
 _STREAM_POLL = 0.02  # seconds between two looks at a stream's spill when it had no new frame
+_FAILURE_LOOK = 0.5  # seconds between two looks at the workers for a failure, while no command comes
 
 
 def _main(argv: list[str]) -> int:
@@ -171,20 +293,16 @@ def _main(argv: list[str]) -> int:
         os.nice(args.nice)
     reply = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)  # the encoders' prints go to stderr: stdout is the replies'
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # cancelled: unwinds, temporary files removed
-    session = None
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # cancelled: unwinds (its caller removes the files)
+    session, cancelled = None, False
     try:
-        gate = None
-        if args.gate is not None:
-            with contextlib.suppress(FileNotFoundError):  # the recording ended meanwhile: nothing to wait for
-                gate = Gate(args.gate)
-        session = _Session(args.root, args.threads, args.camera, gate)
+        session = _Session(args.root, args.threads, args.camera, args.gate)
         session.encode_missing(prune=args.prune)
-        commands, busy = _Commands(sys.stdin.fileno()), False
+        commands = _Commands(sys.stdin.fileno())
         while True:
-            line = commands.next(0 if busy else _STREAM_POLL)
-            if line is None:
-                busy = session.advance()
+            line = commands.next(_FAILURE_LOOK)
+            if line is None:  # (a camera's encoder that failed stops the process now, not at the next command)
+                session.check()
                 continue
             if line == "exit":  # (BackgroundEncoder.exit) nothing left to make
                 return 0
@@ -196,13 +314,17 @@ def _main(argv: list[str]) -> int:
                 reply.flush()
         session.drop()  # an episode not committed (or its commit not told): encoded from the store if committed
         session.encode_missing()
+    except SystemExit:
+        cancelled = True
+        raise
     except Exception as exc:  # noqa: BLE001 - reported; what it did not make is encoded at export
         print(f"lerobot_zarr background encoder of {args.root}: stopped ({type(exc).__name__}: {exc}); the push "
               f"encodes the episodes it did not", file=sys.stderr)
         return 1
     finally:
         if session is not None:
-            session.drop()
+            with contextlib.suppress(Exception):  # (what failed was reported above)
+                session.drop(wait=not cancelled)
     return 0
 
 

@@ -58,13 +58,16 @@ from ..utils.hashing import compact_frame_header, crc32c
 __all__ = ["SEGMENTS", "SEGMENT_STORAGES", "CameraEncoding", "camera_encodings", "episode_hashes", "find_segment",
            "make_segment", "encode_missing", "wanted_segments", "prune_segments", "recorded_encoder",
            "segment_cameras", "lacking_cameras", "encode_in_parallel", "finish", "BackgroundEncoder", "FLUSH_TIMEOUT",
-           "ENCODER_NICE", "Gate", "progress_path"]
+           "ENCODER_NICE", "Gate", "progress_path", "committed_frames"]
 
 SEGMENTS = ".segments"  # the store's folder of segments (hidden: not a feature's folder)
 SEGMENT_STORAGES = ("raw", "compact")  # cameras whose episodes get segments: those whose stored bytes are hashed
 FLUSH_TIMEOUT = 600.0  # seconds without progress a wait for the background encoder allows
 _LONGEST_LOOK = 1.0  # seconds at most that one gap between two looks at the encoder counts as waited
 _GATE_FRAMES = 8  # frames given to the encoder between two looks at the gate
+#: seconds without frames after which a stream completes its file (:meth:`_Stream.settle`): more than a recording
+#: loop's pause between two frames, less than a reset before ``save_episode``
+SETTLE_S = 0.5
 #: the background encoder's CPU priority (a nice value), chosen by measurement: see docs/torch.md
 ENCODER_NICE = 0
 
@@ -352,6 +355,11 @@ class _Stream:
     exactly those frames (:meth:`finish`: their count and the content hash the store recorded); anything else drops
     it (:meth:`drop`), and the episode is encoded from the store as any other.
 
+    A stream given no frame for a while (:meth:`settle`: the recording paused, as in ``lerobot-record``'s reset
+    before ``save_episode``) completes its file then (the encoder flushed: the frames it held back are encoded
+    meanwhile, not in ``save_episode``), as a part: frames coming after it go to a new part, and the parts are
+    joined without re-encoding (:class:`~lerobot_zarr.cameras.video.Mp4Joiner`) when the segment is made.
+
     The spill is read while it is the recorder's (its path still names the file opened): the recorder may then make
     it a pack of the store (sized to the pack first, then renamed, in its commit), so its size is looked at under
     the recorder's :class:`Gate`; after that, frames are read only up to the committed episode's count."""
@@ -363,9 +371,12 @@ class _Stream:
         self.frame_bytes = int(np.prod(encoding.frame_shape)) * np.dtype(encoding.dtype).itemsize
         self.frames = self.crc = 0
         self.live = True  # the spill is still the recorder's episode in progress
-        self.tmp = Path(root) / SEGMENTS / f".stream-{tag}.tmp-{os.getpid()}.mp4"  # debris (.*.tmp-*) if killed
+        self.folder, self.tag = Path(root) / SEGMENTS, tag
         self.writer: VideoWriter | None = None
-        self.ended: int | None = None  # the frames the file was completed with (:meth:`end`)
+        self.parts: list[tuple[Path, int]] = []  # the files completed so far (the last one being written) and frames
+        self.ended: int | None = None  # the frames the files were completed with (:meth:`end`)
+        self.fed = self.first_fed = time.monotonic()  # when the spill last (first) gave frames
+        self.feeds = 0  # how many times it gave some
         # the frames encoded so far, for the recorder (its backpressure): 8 bytes, little-endian, beside the spill
         try:
             self.progress = os.open(progress_path(path), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
@@ -407,45 +418,79 @@ class _Stream:
             if n <= 0:
                 return -1
             got += n
+        self.fed = time.monotonic()
+        self.first_fed, self.feeds = (self.fed if not self.feeds else self.first_fed), self.feeds + 1
         self.crc = crc32c(frames, self.crc)
-        if self.writer is None:  # the file is there from the first frames on (FFmpeg opens it at its first packet)
-            self.tmp.parent.mkdir(exist_ok=True)
-            os.close(os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644))
-            self.writer = self.encoding.writer(self.tmp)
-        self.writer.add(frames)
-        self.frames += k
-        if self.progress >= 0:
-            os.pwrite(self.progress, self.frames.to_bytes(8, "little"), 0)
+        if self.writer is None:  # a new part (the first, or one after the stream settled)
+            path = self.folder / f".stream-{self.tag}-{len(self.parts)}.tmp-{os.getpid()}.mp4"  # debris if killed
+            self.folder.mkdir(exist_ok=True)  # (the file is there from its first frames on: FFmpeg opens it at
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644))
+            self.writer = self.encoding.writer(path)  # its first packet)
+            self.parts.append((path, 0))
+        for frame in frames:  # progress said per frame: the recorder's backpressure waits for no more than one
+            self.writer.add(frame[None])
+            self.frames += 1
+            self.parts[-1] = (self.parts[-1][0], self.parts[-1][1] + 1)
+            if self.progress >= 0:
+                os.pwrite(self.progress, self.frames.to_bytes(8, "little"), 0)
         return k
 
-    def finish(self, ds: LeRobotZarrDataset, episode: int, encoding: CameraEncoding | None) -> Path | None:
-        """The episode ``episode`` (the store's numbering) of ``ds`` was committed from this spill: encode what is
-        left of it and make the file its segment if its frames are the committed ones (count, content hash) and
-        ``encoding`` (the camera's in ``ds``) is the one encoded with; else drop it. Returns the segment, or None."""
+    def settle(self) -> bool:
+        """Once the spill gave no frame for :data:`SETTLE_S` seconds, or 4 times its frames' mean interval if
+        longer (a slow loop is not taken for a pause; every frame it holds is encoded, the caller's look),
+        complete the part being written: the encoder is flushed now, not in ``save_episode``. Whether it did."""
+        if self.writer is None:
+            return False
+        interval = (self.fed - self.first_fed) / (self.feeds - 1) if self.feeds > 1 else 0.0
+        if time.monotonic() - self.fed < max(SETTLE_S, 4 * interval):
+            return False
+        writer, self.writer = self.writer, None
+        writer.close()
+        return True
+
+    def finish(self, committed: tuple[int, int] | None, encoding: CameraEncoding | None) -> Path | None:
+        """An episode was committed from this spill, ``committed`` its frames' count and content hash
+        (:func:`committed_frames`; None: none to take): encode what is left of it and make the file its segment
+        if its frames are the committed ones and ``encoding`` (the camera's in the store) is the one encoded with;
+        else drop it. Returns the segment, or None."""
         try:
-            key = self.encoding.key
-            if (encoding != self.encoding or not 0 <= episode < len(ds.meta.episode_length)
-                    or ds.array_specs[key].storage != "raw" or not ds.meta.materialized_episodes[episode]):
+            if encoding != self.encoding or committed is None:
                 return None
-            crc, n = int(episode_hashes(ds, key)[episode]), int(ds.meta.episode_length[episode])
+            n, crc = committed
             if self.ended is not None and self.ended != n:
                 return None
             while self.frames < n:
                 if self.advance(limit=n) < 0:
                     return None
-            if crc < 0 or self.frames != n or self.crc != crc or self.writer is None:
+            if crc < 0 or self.frames != n or self.crc != crc or not self.parts:
                 return None
-            if self.ended is None:
-                self.writer.close()
-            self.writer = None
-            target = self.tmp.parent / self.encoding.name(crc, n)
+            if self.writer is not None:
+                writer, self.writer = self.writer, None
+                writer.close()
+            target = self.folder / self.encoding.name(crc, n)
             try:
-                replace_file(self.tmp, target)
+                replace_file(self._joined(), target)
             except FileNotFoundError:  # removed as debris by a writer of the store opened meanwhile
                 return None
             return target
         finally:
             self.drop()
+
+    def _joined(self) -> Path:
+        """The parts as one file (the only one, or a new one they are joined into)."""
+        if len(self.parts) == 1:
+            return self.parts[0][0]
+        from ..cameras.video import Mp4Joiner
+
+        path = self.folder / f".stream-{self.tag}.tmp-{os.getpid()}.mp4"
+        joiner = Mp4Joiner(path, self.encoding.fps)
+        try:
+            for part, frames in self.parts:
+                joiner.add(part, frames)
+        finally:
+            joiner.close()
+        self.parts.append((path, 0))  # (removed with the parts if its rename fails)
+        return path
 
     def end(self, frames: int) -> None:
         """The recorder is saving the episode with ``frames`` frames (its commit under way): once they are all
@@ -455,23 +500,37 @@ class _Stream:
         while self.frames < frames:
             if self.advance(limit=frames) <= 0:
                 return
-        if self.frames == frames and self.writer is not None and self.ended is None:
-            self.writer.close()
+        if self.frames == frames and self.ended is None:
+            if self.writer is not None:
+                writer, self.writer = self.writer, None
+                writer.close()
             self.ended = frames
 
     def drop(self) -> None:
-        """Stop: the file made so far is removed (idempotent)."""
+        """Stop: the files made so far are removed (idempotent)."""
         writer, self.writer = self.writer, None
-        if writer is not None and self.ended is None:
+        if writer is not None:
             writer.close(flush=False)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.tmp)
+        parts, self.parts = self.parts, []
+        for path, _ in parts:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
         if self.progress >= 0:
             os.close(self.progress)
             self.progress = -1
+
+
+def committed_frames(ds: LeRobotZarrDataset, key: str, episode: int) -> tuple[int, int] | None:
+    """Camera ``key``'s frames of the committed episode ``episode`` of ``ds`` as a stream's file is checked
+    against (:meth:`_Stream.finish`): their count and content hash; None where no stream makes its segment (not
+    kept raw, not held, no such episode)."""
+    if (not 0 <= episode < len(ds.meta.episode_length) or ds.array_specs[key].storage != "raw"
+            or not ds.meta.materialized_episodes[episode]):
+        return None
+    return int(ds.meta.episode_length[episode]), int(episode_hashes(ds, key)[episode])
 
 
 def progress_path(spill: str | os.PathLike) -> str:
@@ -618,32 +677,35 @@ class BackgroundEncoder:
         def replied() -> bool:
             nonlocal ended
             with self._replies_lock:
-                while self._replies_due and b"\n" in self._replies:
-                    line, _, self._replies = self._replies.partition(b"\n")
-                    self._replies_due -= line.startswith(b"flushed")
-                if not self._replies_due:
-                    return True
-                if self.process.stdout is None or self.process.stdout.closed:
-                    ended = True
-                    return True
-                fd = self.process.stdout.fileno()
-                if not select.select([fd], [], [], 0)[0]:
-                    return False
-                chunk = os.read(fd, 4096)
-                if not chunk:
-                    ended = True
-                    return True
-                self._replies += chunk
-                return False
+                while True:  # what the pipe holds is read and counted now, not at the next look
+                    while self._replies_due and b"\n" in self._replies:
+                        line, _, self._replies = self._replies.partition(b"\n")
+                        self._replies_due -= line.startswith(b"flushed")
+                    if not self._replies_due:
+                        return True
+                    if self.process.stdout is None or self.process.stdout.closed:
+                        ended = True
+                        return True
+                    fd = self.process.stdout.fileno()
+                    if not select.select([fd], [], [], 0)[0]:
+                        return False
+                    chunk = os.read(fd, 4096)
+                    if not chunk:
+                        ended = True
+                        return True
+                    self._replies += chunk
 
-        self._wait(replied, timeout, "the segments of every saved episode (flush)")
+        stdout = self.process.stdout
+        self._wait(replied, timeout, "the segments of every saved episode (flush)",
+                   wake=None if stdout is None or stdout.closed else stdout.fileno())
         if not ended:
             return True
         self.process.wait()
         return False
 
-    def _wait(self, done: Callable[[], bool], timeout: float | None, what: str) -> None:
-        """Poll ``done`` until true; :class:`EncoderTimeoutError` after ``timeout`` seconds without progress. The
+    def _wait(self, done: Callable[[], bool], timeout: float | None, what: str, wake: int | None = None) -> None:
+        """Poll ``done`` until true (every 50 ms, or as soon as the descriptor ``wake`` becomes readable: a reply
+        is looked at once it comes); :class:`EncoderTimeoutError` after ``timeout`` seconds without progress. The
         seconds counted are those this process polled: a gap between two looks (this process stopped, Ctrl-Z then
         ``fg``, or starved) counts as :data:`_LONGEST_LOOK` at most, so that the encoder, stopped with it, has time
         to show progress once both continue."""
@@ -660,8 +722,11 @@ class BackgroundEncoder:
                         f"{self.root}: the background encoder (pid {self.pid}) made no progress for {timeout:g} s "
                         f"while waiting for {what}; it is left running (cancel_pending_videos / a push encodes "
                         f"what it lacks)", path=self.root)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.process.wait(timeout=0.05)
+            if wake is not None and self.process.poll() is None:
+                select.select([wake], [], [], 0.05)
+            else:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self.process.wait(timeout=0.05)
 
     def _progress(self) -> tuple:
         """What the encoder has made so far: its segments' names and sizes (a segment growing counts)."""

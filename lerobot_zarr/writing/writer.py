@@ -317,7 +317,8 @@ class WritableDataset:
 
     def add_episode(self, frames: Mapping[str, Any], *, task: str | Sequence[str], tail: int = 0,
                     frame_files: Mapping[str, str | os.PathLike] | None = None,
-                    camera_stats: Mapping[str, dict[str, np.ndarray]] | None = None) -> int:
+                    camera_stats: Mapping[str, dict[str, np.ndarray]] | None = None,
+                    frame_hashes: Mapping[str, int] | None = None) -> int:
         """Append one episode atomically and return its ``episode_index``.
 
         ``frames`` maps every feature (LeRobot's own ones excepted) to an array of (T, *shape) values; ``task``
@@ -336,10 +337,13 @@ class WritableDataset:
         copy (unless the append fails before its commit); otherwise the frames are copied and the file left as is.
         ``camera_stats``: uint8 cameras' LeRobot stats of these frames (``image_stats``), computed by the caller as
         they came (a recorder, from each frame's histogram): not computed again from the frames.
+        ``frame_hashes``: the CRC-32C of some ``frame_files``' frames, computed by the caller from the very bytes it
+        wrote to them (a recorder, as it wrote them): the episode's content hash of those features, not computed
+        again (the cost of reading them all in the commit).
         """
         try:
             return self._append(frames, task, extend=False, tail=tail, frame_files=frame_files,
-                                camera_stats=camera_stats)
+                                camera_stats=camera_stats, frame_hashes=frame_hashes)
         except BaseException:
             self._tx.unadopt()  # the files taken go back, unless committed
             raise
@@ -358,8 +362,12 @@ class WritableDataset:
 
     def _append(self, frames: Mapping[str, Any], task: str | Sequence[str], *, extend: bool, tail: int,
                 frame_files: Mapping[str, str | os.PathLike] | None = None,
-                camera_stats: Mapping[str, dict[str, np.ndarray]] | None = None) -> int:
+                camera_stats: Mapping[str, dict[str, np.ndarray]] | None = None,
+                frame_hashes: Mapping[str, int] | None = None) -> int:
         self._check_open()
+        if frame_hashes and (tail or not set(frame_hashes) <= set(frame_files or ())):
+            raise ArgumentError(f"{self.root}: frame_hashes are of frame_files' frames, given with tail=0: got them for "
+                                f"{sorted(set(frame_hashes) - set(frame_files or ()))} with tail={tail}")
         table = self._tx.state.table
         tail = count_arg("tail", tail, 0)
         if extend and not len(table):
@@ -422,7 +430,7 @@ class WritableDataset:
 
         def write_and_hash() -> dict[str, int]:
             self._tx.write_episode(packs, pack, write_at, written, adopted, hashed=False)
-            return self._episode_hashes(episode)
+            return self._episode_hashes(episode, frame_hashes)
 
         if camera_stats and tail:
             raise ArgumentError(f"{self.root}: camera_stats are of the episode's frames: not given with tail={tail}")
@@ -455,10 +463,13 @@ class WritableDataset:
             self._tx.write_stats_file(pack, offset, new_stats)
         return len(new.table) - 1
 
-    def _episode_hashes(self, episode: Mapping[str, EpisodeFrames]) -> dict[str, int]:
-        """Each feature's content hash: of the rows the episode keeps and its new ones, not of tail rows."""
-        arrays = self._tx.state.arrays
-        return {name: content_hash(arrays[name], frames.numeric()) if arrays[name].is_text else
+    def _episode_hashes(self, episode: Mapping[str, EpisodeFrames],
+                        given: Mapping[str, int] | None = None) -> dict[str, int]:
+        """Each feature's content hash: of the rows the episode keeps and its new ones, not of tail rows
+        (``given``: some, as the caller computed them)."""
+        arrays, given = self._tx.state.arrays, given or {}
+        return {name: int(given[name]) if name in given else
+                content_hash(arrays[name], frames.numeric()) if arrays[name].is_text else
                 crc32c(frames.new, 0 if frames.head is None else crc32c(np.ascontiguousarray(frames.head)))
                 for name, frames in episode.items()}
 

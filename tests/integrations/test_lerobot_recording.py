@@ -812,8 +812,8 @@ def test_finalize_completes_without_its_encoders(tmp_path, monkeypatch, how):
     made = len(list((root / SEGMENTS).glob("[!.]*.mp4")))
     assert made == 4 and not list((root / SEGMENTS).glob(".*"))
     # stalled: both cameras lacked segments, made in parallel before LeRobot's files were written (none encoded
-    # there); killed: the first camera's episodes its encoder had not made, encoded there
-    assert encodes == [] if how == "stalled" else len(encodes) <= 2
+    # there); killed: the episodes its encoder (one process for both cameras) had not made, encoded there
+    assert encodes == [] if how == "stalled" else len(encodes) <= 4
     want = export_module.to_lerobot(root, tmp_path / "fresh", progress=False)
     got, fresh = _decoded_videos(root), _decoded_videos(want)
     assert set(got) == {"observation.images.cam", "observation.images.top"} and set(fresh) == set(got)

@@ -72,6 +72,8 @@ def test_commands_not_delivered_are_logged_and_nothing_else_writes_to_the_pipes(
     monkeypatch.setattr(encoders_module, "DELIVERY_TIMEOUT", 0.2)
 
     class Process:  # a background encoder's pipe, as the recorder writes to it
+        cameras = ["cam"]
+
         def __init__(self):
             self.writes, self.writing, self.unstuck = [], threading.Event(), threading.Event()
 
