@@ -109,7 +109,8 @@ class _Worker:
         try:
             if self.stream.advance() > 0:
                 return True
-            self.stream.settle()
+            if self.session.settle is not None:
+                self.stream.settle(self.session.settle)
         except self.session.errors:  # dropped: the episode is encoded from the store once committed
             self.drop()
         return False
@@ -153,8 +154,9 @@ class _Session:
     """What the background encoder's process does with the recorder's commands (see :func:`_main`): one
     :class:`_Worker` per camera does the camera's work."""
 
-    def __init__(self, root: str, threads: int | None, cameras: list[str] | None, gate: str | None):
-        self.root, self.threads, self.cameras, self.gate_path = root, threads, cameras, gate
+    def __init__(self, root: str, threads: int | None, cameras: list[str] | None, gate: str | None,
+                 settle: float | None = None):
+        self.root, self.threads, self.cameras, self.gate_path, self.settle = root, threads, cameras, gate, settle
         self.workers: dict[str, _Worker] = {}
         self.encodings: dict[str, CameraEncoding] = {}
         self.count = 0
@@ -270,12 +272,12 @@ _FAILURE_LOOK = 0.5  # seconds between two looks at the workers for a failure, w
 
 def _main(argv: list[str]) -> int:
     """The background encoder's process: ``ROOT [--threads N] [--nice N] [--camera KEY]... [--no-prune] [--gate
-    PATH]``; commands on stdin, one a line: ``go`` (encode what lacks segments), ``flush`` (the same, then
-    ``flushed`` on stdout), ``stream {"camera", "path"}`` / ``end {"camera", "frames"}`` / ``drop {"camera"}`` /
-    ``saved {"episode", "reply"}`` (:meth:`BackgroundEncoder.stream`, ``end``, ``drop``, ``saved``; ``flushed
-    EPISODE`` on stdout if ``reply``), ``exit`` (at once); between commands it encodes the streams' new frames; at
-    the end of stdin (the recorder finished, or died) it drops the streams, encodes what lacks segments and
-    exits."""
+    PATH] [--settle SECONDS]``; commands on stdin, one a line: ``go`` (encode what lacks segments), ``flush`` (the
+    same, then ``flushed`` on stdout), ``stream {"camera", "path"}`` / ``end {"camera", "frames"}`` / ``drop
+    {"camera"}`` / ``saved {"episode", "reply"}`` (:meth:`BackgroundEncoder.stream`, ``end``, ``drop``, ``saved``;
+    ``flushed EPISODE`` on stdout if ``reply``), ``exit`` (at once); each camera's work is done by a thread of its
+    own (:class:`_Worker`), which encodes its stream's new frames between commands; at the end of stdin (the
+    recorder finished, or died) it drops the streams, encodes what lacks segments and exits."""
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m lerobot_zarr.writing.encoder_process")
@@ -285,6 +287,7 @@ def _main(argv: list[str]) -> int:
     parser.add_argument("--camera", action="append", default=None)
     parser.add_argument("--no-prune", dest="prune", action="store_false")
     parser.add_argument("--gate", default=None)
+    parser.add_argument("--settle", type=float, default=None)
     args = parser.parse_args(argv)
     # before any thread starts: the encoder's threads inherit them
     with contextlib.suppress(AttributeError, OSError):  # not on every system
@@ -296,7 +299,7 @@ def _main(argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # cancelled: unwinds (its caller removes the files)
     session, cancelled = None, False
     try:
-        session = _Session(args.root, args.threads, args.camera, args.gate)
+        session = _Session(args.root, args.threads, args.camera, args.gate, args.settle)
         session.encode_missing(prune=args.prune)
         commands = _Commands(sys.stdin.fileno())
         while True:

@@ -435,14 +435,15 @@ class _Stream:
                 os.pwrite(self.progress, self.frames.to_bytes(8, "little"), 0)
         return k
 
-    def settle(self) -> bool:
-        """Once the spill gave no frame for :data:`SETTLE_S` seconds, or 4 times its frames' mean interval if
-        longer (a slow loop is not taken for a pause; every frame it holds is encoded, the caller's look),
-        complete the part being written: the encoder is flushed now, not in ``save_episode``. Whether it did."""
+    def settle(self, idle: float) -> bool:
+        """Once the spill gave no frame for ``idle`` seconds (:data:`SETTLE_S`), or 4 times its frames' mean
+        interval if longer (a slow loop is not taken for a pause; every frame it holds is encoded: the caller
+        looked), complete the part being written: the encoder is flushed now, not in ``save_episode``. Whether it
+        did."""
         if self.writer is None:
             return False
         interval = (self.fed - self.first_fed) / (self.feeds - 1) if self.feeds > 1 else 0.0
-        if time.monotonic() - self.fed < max(SETTLE_S, 4 * interval):
+        if time.monotonic() - self.fed < max(idle, 4 * interval):
             return False
         writer, self.writer = self.writer, None
         writer.close()
@@ -587,10 +588,13 @@ class BackgroundEncoder:
     Nothing waits for it but :meth:`flush` (and :func:`finish`). ``nice``: its CPU priority (:data:`ENCODER_NICE`
     by default; it also runs as a batch process, ``SCHED_BATCH``: it never preempts the recorder's threads when they
     wake); ``cameras``: the cameras it encodes (None: all); ``prune``: at start, remove segments of no committed
-    episode; ``gate``: the path of the recorder's :class:`Gate`, looked at as it encodes."""
+    episode; ``gate``: the path of the recorder's :class:`Gate`, looked at as it encodes; ``settle``: seconds
+    without frames after which a stream completes its file (:meth:`_Stream.settle`; None: only when saved). The
+    cameras are encoded in parallel, a thread each."""
 
     def __init__(self, root: str | os.PathLike, threads: int | None = None, *, nice: int | None = None,
-                 cameras: Iterable[str] | None = None, prune: bool = True, gate: str | os.PathLike | None = None):
+                 cameras: Iterable[str] | None = None, prune: bool = True, gate: str | os.PathLike | None = None,
+                 settle: float | None = SETTLE_S):
         self.root, self.threads = Path(root), threads
         self.cameras = None if cameras is None else list(cameras)
         package = str(Path(__file__).resolve().parents[2])
@@ -605,6 +609,8 @@ class BackgroundEncoder:
             args += ["--no-prune"]
         if gate is not None:
             args += ["--gate", str(gate)]
+        if settle is not None:
+            args += ["--settle", repr(float(settle))]
         self.process = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
                                         close_fds=True)
         self._replies_due = 0  # replies asked for (flush, saved with reply) not read yet

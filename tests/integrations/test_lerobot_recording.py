@@ -1323,9 +1323,10 @@ def test_save_episode_after_one_that_timed_out_waits_for_its_own_videos(tmp_path
 
 def test_streaming_add_frame_waits_for_an_encoder_behind_frames_given_faster_than_fps(tmp_path, monkeypatch, caplog):
     """With streaming_encoding and frames given faster than the fps (not a camera's pace), add_frame waits while
-    the encoder is more than encoder_queue_maxsize frames behind, as LeRobot's queue makes it wait (none dropped):
-    when it returns, the frames added minus those encoded are at most that many; an encoder making no progress
-    (SIGSTOP) is waited for KEEP_UP_TIMEOUT s only, logged; the episode is whole."""
+    the encoder is behind (more than 2 frames: at most 0.8 of a frame period; more than encoder_queue_maxsize: until
+    it is not, as LeRobot's queue makes it wait, none dropped): when it returns, the frames added minus those
+    encoded are at most encoder_queue_maxsize; an encoder making no progress (SIGSTOP) is waited for
+    KEEP_UP_TIMEOUT s only, logged; the episode is whole."""
     import logging
 
     import lerobot_zarr.integrations.lerobot_recorder as recorder_module
@@ -1358,3 +1359,56 @@ def test_streaming_add_frame_waits_for_an_encoder_behind_frames_given_faster_tha
     ds.save_episode()
     ds.finalize()
     _same_as_recorded(_reference()(REPO_ID, root=root), (1, 40))
+
+
+def test_streaming_add_frame_waits_for_frames_given_faster_than_the_fps_not_at_a_cameras_pace(tmp_path, monkeypatch):
+    """add_frame's wait for the streaming encoders is looked at only for frames given faster than the fps over
+    the last second: frames as fast as they go are (from their first few); frames given as lerobot-record's loop
+    gives them (each at least a frame period after the one before) are not, even after a slow first one (a
+    camera's first read, a policy's first call)."""
+    import time
+
+    import lerobot_zarr.integrations.lerobot_recorder as recorder_module
+
+    looks: list[int] = []
+    monkeypatch.setattr(recorder_module.Recorder, "_keep_up", lambda self, frames: looks.append(frames))
+    ds = LeRobotDataset.create(REPO_ID, 30, FEATURES, root=tmp_path / "ds", streaming_encoding=True)
+    for i in range(12):  # as fast as they go
+        ds.add_frame(_frame(0, i))
+    ds.save_episode()
+    assert looks and min(looks) <= 6, looks
+    looks.clear()
+    for i in range(40):
+        begun = time.monotonic()
+        time.sleep(0.3 if i == 0 else 0.005)  # the loop's work before add_frame (observation, policy)
+        ds.add_frame(_frame(1, i))
+        time.sleep(max(0.0, begun + 1 / 30 - time.monotonic()))  # lerobot-record's busy_wait to the period
+    ds.save_episode()
+    assert looks == []
+    ds.finalize()
+    _same_as_recorded(_reference()(REPO_ID, root=tmp_path / "ds"), (12, 40))
+
+
+def test_one_encoder_process_encodes_every_camera_as_recorded(tmp_path):
+    """The background encoders of a recording with two video cameras are one process (one interpreter's start,
+    one store opening per commit), each camera encoded by a thread of its own as its frames come; every saved
+    episode's videos of both cameras are made when save_episode returns, and decode as a fresh export's."""
+    root = tmp_path / "ds"
+    ds = LeRobotDataset.create(REPO_ID, 30, TWO_CAMERAS, root=root, streaming_encoding=True)
+    lengths = (6, 4)
+    for e, n in enumerate(lengths):
+        for i in range(n):
+            ds.add_frame(_two_camera_frame(e, i))
+        (process,) = ds.writer._encoder.processes
+        assert sorted(process.cameras) == ["observation.images.cam", "observation.images.top"]
+        ds.save_episode()
+        assert len(_named_segments(root)) == 2 * (e + 1)
+    ds.finalize()
+    import lerobot_zarr.writing.export as export_module
+
+    want = _decoded_videos(export_module.to_lerobot(root, tmp_path / "fresh", progress=False))
+    got = _decoded_videos(root)
+    assert set(got) == set(want) == {"observation.images.cam", "observation.images.top"}
+    for key in got:
+        assert len(got[key]) == sum(lengths) and all(np.array_equal(a, b) for a, b in zip(got[key], want[key],
+                                                                                          strict=True)), key

@@ -468,7 +468,7 @@ def test_an_episode_encoded_as_recorded_is_its_segment_only_with_the_committed_f
     frames = _frames(3, 40)
     with WritableDataset(root) as ds:  # (its opening removes debris: the spill is made after)
         path = _spill(root, frames[:20])  # the frames recorded so far
-        encoder = BackgroundEncoder(root, nice=0)
+        encoder = BackgroundEncoder(root, nice=0, settle=None)  # (one file: never completed before it is saved)
         try:
             encoder.stream(CAM, path)
             stream = _streamed(root, encoder)
@@ -524,3 +524,87 @@ def test_a_dropped_stream_leaves_nothing_and_the_episode_recorded_instead_is_enc
     assert encodes == []
     want = _plain_export(tmp_path, [_frames(0, 10), other])
     assert all(np.array_equal(a, b) for a, b in zip(_decoded(out), want, strict=True))
+
+
+def _decodes_to(path: Path, frames: int) -> bool:
+    """Whether ``path`` is a complete mp4 of ``frames`` frames (one being written does not open)."""
+    try:
+        with av.open(str(path)) as c:
+            return sum(1 for _ in c.decode(c.streams.video[0])) == frames
+    except (av.FFmpegError, OSError):
+        return False
+
+
+def test_a_paused_stream_completes_its_file_and_the_parts_join_as_the_segment(tmp_path, encodes):
+    """A stream given no frame for ``settle`` seconds (lerobot-record's reset before save_episode) completes its
+    file then (the encoder flushed: nothing left for the save); frames coming after it go to a new part, and the
+    episode's segment is the parts joined without encoding: its frames decode in order, each closest to the frame
+    recorded at its index, and the export joins it (no episode encoded there)."""
+    root = _store(tmp_path / "store", lengths=(10,))
+    frames = _frames(3, 30)
+    with WritableDataset(root) as ds:
+        path = _spill(root, frames[:12])
+        encoder = BackgroundEncoder(root, nice=0, settle=0.05)
+        try:
+            encoder.stream(CAM, path)
+            first = _streamed(root, encoder)
+            _wait_for(lambda: _decodes_to(first, 12) or encoder.process.poll() is not None,
+                      "the paused stream's file to be completed")
+            assert encoder.process.poll() is None
+            with open(path, "ab") as f:  # the episode goes on
+                f.write(frames[12:].tobytes())
+            index = ds.add_episode({"observation.state": np.zeros((30, 2), np.float32), CAM: frames}, task="t")
+            encoder.saved(index)
+            assert encoder.flush() is True
+        finally:
+            encoder.close()
+            encoder.wait()
+    assert encoder.process.returncode == 0 and not list((root / SEGMENTS).glob(".*"))
+    reader = LeRobotZarrDataset(root)
+    encoding = camera_encodings(reader, [CAM])[CAM]
+    segment = find_segment(reader, encoding, index)
+    assert segment is not None and encoding.valid(segment, 30)
+    with av.open(str(segment)) as c:
+        got = np.stack([f.to_ndarray(format="rgb24") for f in c.decode(c.streams.video[0])]).astype(np.int16)
+    errors = np.abs(got[:, None] - frames[None].astype(np.int16)).mean(axis=(2, 3, 4))  # decoded x recorded
+    assert got.shape[0] == 30 and (errors.argmin(axis=1) == np.arange(30)).all(), errors.argmin(axis=1)
+    out = _export(root, tmp_path / "out")
+    assert encodes == [] and len(_decoded(out)) == 40
+    whole = np.stack(_plain_export(tmp_path, [_frames(0, 10), frames])[10:]).astype(np.int16)  # encoded in one go
+    assert np.abs(got - frames).mean() < 1.25 * np.abs(whole - frames).mean()  # as close as one encoding
+
+
+def test_a_reply_already_in_the_pipe_is_taken_at_the_first_look(tmp_path, monkeypatch):
+    """``flush`` reads the replies the encoder wrote (two at once here) and returns without waiting again: a save
+    returns as soon as its videos are made, not at the next look (it was one more 50 ms wait per process)."""
+    import select
+    import subprocess
+    import sys
+    import threading
+    import types
+
+    import lerobot_zarr.writing.segments as segments_module
+
+    reply = "import sys, time; sys.stdout.write('flushed 0\\nflushed 1\\n'); sys.stdout.flush(); time.sleep(60)"
+    encoder = BackgroundEncoder.__new__(BackgroundEncoder)
+    encoder.root, encoder.cameras = tmp_path, None
+    encoder.process = subprocess.Popen([sys.executable, "-c", reply], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    encoder._replies_due, encoder._replies, encoder._replies_lock = 2, b"", threading.Lock()
+    try:
+        _wait_for(lambda: select.select([encoder.process.stdout], [], [], 0)[0], "the replies")
+        waits: list[float] = []
+
+        def looked(r, w, x, timeout=None):
+            if timeout:
+                waits.append(timeout)
+            return select.select(r, w, x, timeout)
+
+        monkeypatch.setattr(segments_module, "select", types.SimpleNamespace(select=looked))
+        monkeypatch.setattr(encoder.process, "wait", lambda timeout=None: waits.append(timeout))
+        assert encoder.flush(30, asked=True) is True
+        assert waits == [] and encoder._replies_due == 0
+    finally:
+        encoder.process.kill()
+        encoder.process.wait()
+        encoder.process.stdout.close()
+        encoder.process.stdin.close()

@@ -169,3 +169,30 @@ def test_a_writer_killed_between_the_rename_and_the_commit_leaves_nothing_served
     assert _pack_of(root, 1) == (1, 0) and os.stat(chunk_path(root, CAM, 1, 4)).st_ino == inode
     store.close()
     _check(root, [first, ep])
+
+
+def test_frame_hashes_given_are_the_episodes_content_hashes_and_only_for_frame_files(tmp_path):
+    """``frame_hashes`` (a recorder's CRC-32C of the bytes it wrote to its spill) are taken as the episode's
+    content hashes: verify checks them against the frames (so a wrong one is reported); given for a feature that
+    is not one of ``frame_files``, or with ``tail``, they are refused before anything is written."""
+    from lerobot_zarr.errors import ArgumentError
+    from lerobot_zarr.utils.hashing import crc32c
+
+    root = tmp_path / "ds"
+    store = lz.create(root, fps=10, features=FEATURES)
+    episode = _episode(5, 0)
+    path, frames = _spill(root, episode[CAM])
+    with pytest.raises(ArgumentError, match="frame_hashes"):
+        store.add_episode({**episode, CAM: frames}, task="t", frame_hashes={CAM: 1})  # no frame_files
+    with pytest.raises(ArgumentError, match="frame_hashes"):
+        store.add_episode({**episode, CAM: frames}, task="t", frame_files={CAM: path},
+                          frame_hashes={"observation.state": 1})
+    assert store.meta.total_episodes == 0
+    store.add_episode({**episode, CAM: frames}, task="t", frame_files={CAM: path},
+                      frame_hashes={CAM: crc32c(episode[CAM])})
+    path, frames = _spill(root, _episode(4, 1)[CAM], name=".recording.tmp-x/1")
+    store.add_episode({**_episode(4, 1), CAM: frames}, task="t", frame_files={CAM: path},
+                      frame_hashes={CAM: crc32c(episode[CAM])})  # not these frames' hash
+    store.close()
+    report = lz.verify(root, progress=False)
+    assert not report.ok and f"{CAM!r} in 1 episode(s) [1]:" in str(report), str(report)  # episode 0 sound
