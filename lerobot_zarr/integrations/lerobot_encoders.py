@@ -1,6 +1,6 @@
-"""The background encoders of a recording through the drop-in (:class:`Encoders`): one process per video camera
-(:class:`~lerobot_zarr.writing.segments.BackgroundEncoder`), told what to encode by a thread of their own, waited
-for with bounds, and reaped once told to exit."""
+"""The background encoders of a recording through the drop-in (:class:`Encoders`): one process for every video
+camera (:class:`~lerobot_zarr.writing.segments.BackgroundEncoder`, a thread per camera in it), told what to encode
+by a thread of the recorder, waited for with bounds, and reaped once told to exit."""
 
 from __future__ import annotations
 
@@ -24,8 +24,10 @@ DELIVERY_TIMEOUT = 60.0
 
 
 class Encoders:
-    """The background encoders of a recording: one process per video camera (``cameras``) of the store at
-    ``root``, started at the recording's first frame (:meth:`start`), told what to encode by a thread of its own
+    """The background encoders of a recording: one process for the video cameras (``cameras``) of the store at
+    ``root``, each encoded by a thread of it (as LeRobot's encoder threads: one interpreter's start and one opening
+    of the store per commit, not one per camera), started at the recording's first frame (:meth:`start`), told
+    what to encode by a thread of its own
     (:meth:`stream`, :meth:`end`, :meth:`drop`, :meth:`saved`, :meth:`notify`: in order, not waited for; a
     ``save_episode`` then waits for the videos with :meth:`flush`, bounded)."""
 
@@ -36,8 +38,8 @@ class Encoders:
         self._messenger: threading.Thread | None = None
 
     def start(self) -> None:
-        """Start the processes if not yet (at the recording's first frame: a process's start, ~0.5 s of CPU, is
-        over by the first ``save_episode``); each first encodes the saved episodes that lack segments."""
+        """Start the process if not yet (at the recording's first frame: its start, ~0.4 s of CPU, is over by the
+        first ``save_episode``); it first encodes the saved episodes that lack segments."""
         if not self.processes:
             self.processes = [BackgroundEncoder(self.root, self.threads, cameras=self.cameras, prune=True,
                                                 gate=self.gate.path)]

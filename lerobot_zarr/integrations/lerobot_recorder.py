@@ -8,8 +8,8 @@ and any process can read it, whatever happens to this one; before, nothing of it
 spill file in the store while the episode is recorded (written by a thread into the page cache: no encoding, no
 compression, bounded memory; see :class:`_SpillWriter`), their numbers and text stay in memory. A killed recorder
 leaves the spill as debris, removed by the next writer of the store (``.*.tmp-*``). Videos are encoded by
-background encoder processes (:mod:`lerobot_zarr.writing.segments`, one per camera) from the spill as the episode
-is recorded (kept as its segment once it is saved with those frames); ``save_episode`` waits for them (bounded) and
+a background encoder process (:mod:`lerobot_zarr.writing.segments`, a thread per camera) from the spill as the
+episode is recorded (kept as its segment once it is saved with those frames); ``save_episode`` waits for them (bounded) and
 writes LeRobot's files of its commit beside the store (their videos joined from the segments without re-encoding),
 so that ``finalize`` only closes; the push joins the same segments.
 """
@@ -66,8 +66,10 @@ _KEEP_UP_POLL = 0.002
 #: one look see the next second's frames ahead, not every look)
 _AHEAD_S = 0.1
 #: frames a streaming encoder may be behind frames given faster than real time (``encoder_queue_maxsize`` if fewer):
-#: a ``save_episode`` then has only the encoder's flush to wait for, as LeRobot's (whose ``add_frame`` takes its
-#: encoders' pace then); measured (3 cameras 480x640 as fast as it goes): save_episode 0.9 s with 30, 0.35 s with 2
+#: a ``save_episode`` then has little more than the encoder's flush to wait for, as LeRobot's (whose ``add_frame``
+#: takes its encoders' pace then). Measured (3 cameras 480x640 as fast as it goes, LeRobot 0.6.1 beside): with 30,
+#: save_episode 0.9 s; with 2, 0.30-0.36 s, total 1.07x LeRobot's; with 0, 0.23 s as LeRobot's but the encoders
+#: then wait for frames: total 0.83x
 _KEEP_UP_FRAMES = 2
 #: share of a frame's period (1 / fps) add_frame waits at most for streaming encoders within encoder_queue_maxsize
 #: frames: frames are never taken slower than the fps while the encoders are no further behind
@@ -230,14 +232,14 @@ class Recorder:
 
     ``features`` is the dataset's ``meta.features`` (LeRobot's, declared shapes; a depth camera's ``info`` gains its
     unit from its first frame, as LeRobot's does). ``on_saved`` is called after each commit (the drop-in refreshes
-    its ``meta``). A store with video cameras gets background encoders (one process per camera,
+    its ``meta``). A store with video cameras gets background encoders (one process, a thread per camera,
     :class:`~lerobot_zarr.writing.segments.BackgroundEncoder`, ``encoder_threads``), started at the recording's
     first frame: with ``batch_encoding_size`` 1 (the default) and ``streaming_encoding``, they encode each episode
     as it is recorded (from its spill), the segment kept once it is saved; with ``batch_encoding_size`` N > 1, the
     saved episodes each time N were saved, where LeRobot encodes them. ``save_episode`` waits for them where
     LeRobot encodes (each episode, or each batch's last) and exports the commit beside the store, so that
     :meth:`finalize` then only closes; ``add_frame`` waits for them only with ``streaming_encoding`` and frames
-    coming faster than the fps (``encoder_queue_maxsize``, as LeRobot's queue).
+    coming faster than the fps (:meth:`_keep_up`).
     """
 
     image_writer = None  # LeRobot's asynchronous PNG writer: none, frames are not encoded
@@ -421,7 +423,7 @@ class Recorder:
         background encoders' segments (bounded: :meth:`_wait_for_videos`) and put LeRobot's files of the commit
         beside the store.
         ``parallel_encoding`` is LeRobot's switch for encoding cameras in parallel at this point; here nothing is
-        encoded at this point (the background encoders, one process per camera, encode it), so it changes
+        encoded at this point (the background encoders, a thread per camera, encode it), so it changes
         nothing. The encoders are held back while the episode is committed
         (:class:`~lerobot_zarr.writing.segments.Gate`)."""
         self._check_open()
@@ -585,8 +587,8 @@ class Recorder:
         """Close, and leave ``root`` a LeRobot v3.0 dataset as LeRobot's recorder does. When the last
         ``save_episode`` had every video made and exported (the usual case), it only closes: the encoders exit at
         once. Otherwise (a batch's rest, an encoder stopped or killed) the background encoders
-        finish the saved episodes they have not encoded yet (as LeRobot's finalize finishes its encoders' work; one
-        process per camera, at the recorder's priority: waiting for them is never slower than encoding again what
+        finish the saved episodes they have not encoded yet (as LeRobot's finalize finishes its encoders' work; a
+        thread per camera, at the recorder's priority: waiting for them is never slower than encoding again what
         they started), the spill is removed, LeRobot's files of the store's last commit are put beside the store
         (:func:`~lerobot_zarr.writing.export.export_beside`: their videos joined from the segments; what an
         encoder did not make, killed or stalled, encoded there, the cameras in parallel), and the store's writer

@@ -12,8 +12,8 @@ beside the store (:func:`~lerobot_zarr.writing.export.export_beside`), for LeRob
 
 Cameras are kept raw while recording (no encoding on the way: ``add_frame`` copies a frame, ``save_episode`` writes
 and commits), and encoded to mp4 with the ``rgb_encoder`` / ``depth_encoder`` settings (kept in each video
-feature's ``info``, as LeRobot keeps them), episode by episode, by background encoder processes (one per camera,
-:mod:`lerobot_zarr.writing.segments`): as each episode is recorded (LeRobot's default, and ``streaming_encoding``),
+feature's ``info``, as LeRobot keeps them), episode by episode, by a background encoder process (a thread per
+camera, :mod:`lerobot_zarr.writing.segments`): as each episode is recorded (LeRobot's default, and ``streaming_encoding``),
 or the saved episodes at every ``batch_encoding_size``-th ``save_episode``, which returns once they made them (as
 LeRobot's: its videos complete; ``add_frame`` never waits at a camera's pace). ``finalize`` (and a push) join their per-episode mp4s without encoding them again, encoding only what
 they did not.
@@ -133,11 +133,12 @@ class LeRobotRecording:
           their fields; None: LeRobot's defaults), kept in each video feature's ``info`` and used wherever its mp4
           is made; a depth video's quantizer (``depth_min``...) makes the codes the store keeps.
         - ``streaming_encoding`` / ``batch_encoding_size`` (a positive int): LeRobot's ways of encoding video as
-          frames come or every that many episodes; here background encoder processes encode each saved episode
+          frames come or every that many episodes; here a background encoder process encodes each saved episode
           (by default and streaming) or each batch of that many (the rest at ``finalize``); ``save_episode`` returns
           with its videos made, as LeRobot's (see the module docstring). ``encoder_queue_maxsize`` (a positive
           int): LeRobot's frames queued for its encoder: how far a streaming encoder may fall behind frames given
-          faster than the fps before ``add_frame`` waits; none dropped. ``encoder_threads``: the encoder's threads, as LeRobot's
+          faster than the fps before ``add_frame`` waits for it without bound (within it, 2 frames: at most 0.8 of
+          a frame period per call); none dropped. ``encoder_threads``: the encoder's threads, as LeRobot's
           (kept in each video feature's ``info`` with the encoder settings: every encoding of them uses it).
         - ``image_writer_processes`` / ``image_writer_threads``: LeRobot's PNG writers; frames are not encoded
           while recording, so none starts. As with LeRobot, their number says whether ``add_frame`` holds the

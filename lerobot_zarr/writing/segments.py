@@ -15,16 +15,18 @@ killed encoder leaves debris the store's next writer removes, never a part of a 
 made from frames whose content hash is checked against the recorded one (raw cameras: the hash covers their bytes),
 so a segment holds exactly the frames its name says.
 
-The background encoder (:class:`BackgroundEncoder`) is a separate process (a recording runs one per video camera,
-as LeRobot encodes its cameras in parallel processes): it encodes the committed episodes that lack segments each
-time it is told to (after a ``save_episode``), reading the store as any reader does; on 2 cores a thread in the
-recorder's process would compete with ``add_frame`` for the GIL as well as for a CPU. It also encodes the episode
-being recorded as its frames come, from the recorder's spill file (a *stream*, :class:`_Stream`, as LeRobot's
-streaming encoder encodes frames as they come): what it made becomes the episode's segment only once the episode
-is committed with exactly the frames encoded (count and content hash), else it is dropped. It runs at the recorder's
-priority as a batch process (``SCHED_BATCH``: it never preempts the recorder's threads when they wake) and waits at
-the recorder's :class:`Gate` while an episode is committed. :func:`encode_in_parallel` makes what is left at the
-end, the cameras in parallel. Run as ``python -m lerobot_zarr.writing.encoder_process ROOT``.
+The background encoder (:class:`BackgroundEncoder`) is a separate process (a recording runs one for its video
+cameras, a thread each, as LeRobot encodes its cameras in parallel threads; a process, not threads of the
+recorder: on 2 cores those would compete with ``add_frame`` for the GIL as well as for a CPU, and it finishes the
+saved episodes if the recorder dies): it encodes the committed episodes that lack segments each time it is told to
+(after a ``save_episode``), reading the store as any reader does. It also encodes the episode being recorded as
+its frames come, from the recorder's spill file (a *stream*, :class:`_Stream`, as LeRobot's streaming encoder
+encodes frames as they come): what it made becomes the episode's segment only once the episode is committed with
+exactly the frames encoded (count and content hash), else it is dropped; a stream paused for a while completes
+its file then (:meth:`_Stream.settle`: the encoder's flush done before ``save_episode``). It runs at the
+recorder's priority as a batch process (``SCHED_BATCH``: it never preempts the recorder's threads when they wake)
+and waits at the recorder's :class:`Gate` while an episode is committed. :func:`encode_in_parallel` makes what is
+left at the end, the cameras in parallel. Run as ``python -m lerobot_zarr.writing.encoder_process ROOT``.
 """
 
 from __future__ import annotations
