@@ -45,7 +45,8 @@ from ..lerobot.format import (
 from ..utils.fileio import disk_error, pwrite_all
 from ..utils.hashing import crc32c
 from ..utils.libc import start_writeback
-from ..writing.segments import SEGMENT_STORAGES, Gate, progress_path
+from ..writing.segments import SEGMENT_STORAGES, Gate
+from ..writing.stream_encoding import progress_path
 from .lerobot_encoders import Encoders
 from .lerobot_frames import CameraFrameError, as_numpy, camera_frame, check_frame, depth_unit_of
 
@@ -254,7 +255,8 @@ class Recorder:
         self._hold_frames = hold_frames  # LeRobot's asynchronous image writers asked for: the caller's array held
         specs = store.reader.array_specs
         self._cameras = [k for k, ft in features.items() if ft["dtype"] in CAMERA_DTYPES and k in specs]
-        self._folder = Path(tempfile.mkdtemp(prefix=SPILL_PREFIX, dir=store.root))
+        # (named as the store's root is, relative or not: its files are checked to be inside it by their path)
+        self._folder = Path(store.root) / Path(tempfile.mkdtemp(prefix=SPILL_PREFIX, dir=store.root)).name
         video = [k for k in self._cameras if specs[k].kind == "video" and specs[k].storage in SEGMENT_STORAGES]
         self._encoder = Encoders(store.root, video, encoder_threads, Gate(self._folder / "gate")) if video else None
         self._episodes_since_last_encoding = 0  # LeRobot's name: saved episodes the encoder was not told of yet
@@ -373,28 +375,31 @@ class Recorder:
         gives it, for frames coming faster than the dataset's fps (a replay, a conversion: more than
         :data:`_AHEAD_S` s ahead of it over the last second; never at a camera's pace, where ``add_frame`` does
         not wait): wait while a camera's encoder, streaming the episode, has encoded more than
-        :data:`_KEEP_UP_FRAMES` (or that many, if fewer) frames fewer than the ``frames`` added (none is dropped, as
-        LeRobot drops them after 0.1 s), including while it starts on the episode (its process starting: the first
-        episode's); not for one that ended or made no progress for :data:`KEEP_UP_TIMEOUT` s (logged once; the
-        episode is then encoded at ``save_episode``)."""
+        :data:`_KEEP_UP_FRAMES` frames fewer than the ``frames`` added, for at most :data:`_WAIT_SHARE` of a frame
+        period in all, then while it is more than ``encoder_queue_maxsize`` behind (none is dropped, as LeRobot
+        drops them after 0.1 s). An encoder not started on the episode yet (its process starting, or encoding an
+        older episode) is waited for within that share only; one that ended or made no progress for
+        :data:`KEEP_UP_TIMEOUT` s no longer (logged once; the episode is then encoded at ``save_episode``)."""
         bound = min(self._queue_frames, _KEEP_UP_FRAMES)
         until = time.monotonic() + _WAIT_SHARE / self._fps
         for key in self._streamable:
             spill = self._spills.get(key)
-            done = spill.encoded() if spill is not None else None  # None: not started on the episode yet
-            if spill is None or frames - (done or 0) <= bound:
-                continue
             process = self._streaming_encoder.process(key)
-            done = done or 0
+            if spill is None or process is None:
+                continue
+            done = spill.encoded()  # None: not started on the episode (an older one's encoding, its process's start)
+            started = done is not None
             last, since = done, time.monotonic()
-            while frames - done > bound and process is not None and process.process.poll() is None:
-                if frames - done <= self._queue_frames and time.monotonic() > until:
-                    return
+            while process.process.poll() is None:
+                behind = frames - (done or 0)
+                if behind <= bound or ((behind <= self._queue_frames or not started) and time.monotonic() > until):
+                    break  # (the next camera is still looked at: within its bounds once the share is spent)
                 time.sleep(_KEEP_UP_POLL)
-                done = spill.encoded() or 0
+                done = spill.encoded()
+                started = done is not None
                 if done != last:
                     last, since = done, time.monotonic()
-                elif time.monotonic() - since > KEEP_UP_TIMEOUT:
+                elif started and time.monotonic() - since > KEEP_UP_TIMEOUT:
                     logger.warning("%s: the streaming encoder of %s made no progress for %.0f s; add_frame no longer "
                                    "waits for it this episode", self._store.root, key, KEEP_UP_TIMEOUT)
                     self._unpaced = True

@@ -24,14 +24,13 @@ from .segments import (
     CameraEncoding,
     Gate,
     _segment_names,
-    _Stream,
     camera_encodings,
-    committed_frames,
     make_segment,
     prune_segments,
     segment_cameras,
     wanted_segments,
 )
+from .stream_encoding import Stream, committed_frames
 
 
 class _Commands:
@@ -40,8 +39,9 @@ class _Commands:
     def __init__(self, fd: int):
         self.fd, self.buffer, self.ended = fd, b"", False
 
-    def next(self, timeout: float) -> str | None:
-        """The next command, waiting at most ``timeout`` seconds for one (None: none yet; ``""``: the pipe ended)."""
+    def next(self, timeout: float | None = None) -> str | None:
+        """The next command, waiting at most ``timeout`` seconds for one (None: until one comes; returns None: none
+        yet, ``""``: the pipe ended)."""
         while b"\n" not in self.buffer:
             if self.ended or not select.select([self.fd], [], [], timeout)[0]:
                 return "" if self.ended else None
@@ -55,10 +55,11 @@ class _Commands:
 
 
 class _Worker:
-    """One camera of the process: its stream (the episode recorded, :class:`_Stream`) and the segments it is told
+    """One camera of the process: its stream (the episode recorded, :class:`Stream`) and the segments it is told
     to make, in a thread of its own, in order. The cameras' encoders so run in parallel (as LeRobot's encoder
     threads: PyAV and the encoders release the GIL) in one process: one interpreter's start and one opening of the
-    store per commit, not one per camera. A failure is kept and raised by the next :meth:`sync`."""
+    store per commit, not one per camera. A task that fails (a frame the encoder refuses...) stops this camera's
+    work only: said on stderr, its stream dropped, what it lacks made at export; the process then exits 1."""
 
     def __init__(self, session: _Session, camera: str):
         self.session, self.camera = session, camera
@@ -66,45 +67,53 @@ class _Worker:
         if session.gate_path is not None:
             with contextlib.suppress(FileNotFoundError):  # its own descriptor: flock is per open file
                 self.gate = Gate(session.gate_path)
-        self.stream: _Stream | None = None
+        self.stream: Stream | None = None
         self.tasks: queue.SimpleQueue = queue.SimpleQueue()
-        self.failure: BaseException | None = None
+        self.failure: Exception | None = None
         self.thread = threading.Thread(target=self._run, name=f"lerobot_zarr-encoder-{camera}", daemon=True)
         self.thread.start()
 
-    def post(self, task: Callable[[], None]) -> None:
+    def post(self, task: Callable[[], None] | threading.Event) -> None:
         self.tasks.put(task)
 
     def sync(self) -> None:
-        """Wait until what was posted before is done; raise the failure that stopped the thread."""
+        """Wait until what was posted before is done."""
         done = threading.Event()
-        self.post(done.set)
-        while not done.wait(0.05):
-            if not self.thread.is_alive():
-                break
-        if self.failure is not None:
-            raise self.failure
+        self.post(done)
+        while not done.wait(0.05) and self.thread.is_alive():
+            pass
 
     def _run(self) -> None:
         busy = False
-        try:
-            while True:
+        while True:
+            try:
+                task = self.tasks.get(block=not busy, timeout=None if busy else _STREAM_POLL)
+            except queue.Empty:
+                busy = self._advance()
+                continue
+            if task is None:
+                return
+            if isinstance(task, threading.Event):  # (sync)
+                task.set()
+                continue
+            if self.failure is None:
                 try:
-                    task = self.tasks.get(block=not busy, timeout=None if busy else _STREAM_POLL)
-                except queue.Empty:
-                    busy = self._advance()
-                    continue
-                if task is None:
-                    return
-                task()
-                busy = self.stream is not None
-        except BaseException as exc:  # noqa: BLE001  (raised in the main thread by sync)
-            self.failure = exc
+                    task()
+                except Exception as exc:  # noqa: BLE001  (this camera stops; the others go on)
+                    self._fail(exc)
+            busy = self.stream is not None
+
+    def _fail(self, exc: Exception) -> None:
+        self.failure = exc
+        print(f"lerobot_zarr background encoder of {self.session.root}: camera {self.camera!r} stopped "
+              f"({type(exc).__name__}: {exc}); the push encodes the episodes it did not", file=sys.stderr, flush=True)
+        with contextlib.suppress(Exception):
+            self.drop()
 
     def _advance(self) -> bool:
         """Encode the next few frames of the stream, if any; whether there were some (none for a while: the
-        stream completes its file, :meth:`_Stream.settle`)."""
-        if self.stream is None:
+        stream completes its file, :meth:`Stream.settle`)."""
+        if self.stream is None or self.failure is not None:
             return False
         try:
             if self.stream.advance() > 0:
@@ -113,12 +122,14 @@ class _Worker:
                 self.stream.settle(self.session.settle)
         except self.session.errors:  # dropped: the episode is encoded from the store once committed
             self.drop()
+        except Exception as exc:  # noqa: BLE001  (this camera stops; the others go on)
+            self._fail(exc)
         return False
 
     def start(self, encoding: CameraEncoding, path: str, tag: str) -> None:
         self.drop()
         with contextlib.suppress(FileNotFoundError):  # the episode was cleared meanwhile: a stream comes later
-            self.stream = _Stream(Path(self.session.root), encoding, path, self.gate, tag)
+            self.stream = Stream(Path(self.session.root), encoding, path, self.gate, tag)
 
     def end(self, frames: int) -> None:
         if self.stream is not None:
@@ -173,11 +184,10 @@ class _Session:
         for camera in list(self.workers) if cameras is None else cameras:
             self.workers[camera].sync()
 
-    def check(self) -> None:
-        """Raise the failure that stopped a worker, if one did."""
-        for worker in self.workers.values():
-            if worker.failure is not None:
-                raise worker.failure
+    @property
+    def failed(self) -> bool:
+        """Whether a camera's work stopped on a failure (said on stderr)."""
+        return any(worker.failure is not None for worker in self.workers.values())
 
     def encode_missing(self, ds: LeRobotZarrDataset | None = None, prune: bool = False) -> None:
         """Make the segments the committed episodes lack, the cameras in parallel (``prune``: then remove those of
@@ -267,7 +277,6 @@ class _Session:
 
 
 _STREAM_POLL = 0.02  # seconds between two looks at a stream's spill when it had no new frame
-_FAILURE_LOOK = 0.5  # seconds between two looks at the workers for a failure, while no command comes
 
 
 def _main(argv: list[str]) -> int:
@@ -296,17 +305,15 @@ def _main(argv: list[str]) -> int:
         os.nice(args.nice)
     reply = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)  # the encoders' prints go to stderr: stdout is the replies'
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # cancelled: unwinds (its caller removes the files)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # cancelled: its temporary files are removed by
+    # BackgroundEncoder.wait (a worker's make_segment is not unwound: threads are not interrupted)
     session, cancelled = None, False
     try:
         session = _Session(args.root, args.threads, args.camera, args.gate, args.settle)
         session.encode_missing(prune=args.prune)
         commands = _Commands(sys.stdin.fileno())
         while True:
-            line = commands.next(_FAILURE_LOOK)
-            if line is None:  # (a camera's encoder that failed stops the process now, not at the next command)
-                session.check()
-                continue
+            line = commands.next()
             if line == "exit":  # (BackgroundEncoder.exit) nothing left to make
                 return 0
             if not line:
@@ -317,6 +324,7 @@ def _main(argv: list[str]) -> int:
                 reply.flush()
         session.drop()  # an episode not committed (or its commit not told): encoded from the store if committed
         session.encode_missing()
+        return 1 if session.failed else 0
     except SystemExit:
         cancelled = True
         raise
@@ -328,7 +336,6 @@ def _main(argv: list[str]) -> int:
         if session is not None:
             with contextlib.suppress(Exception):  # (what failed was reported above)
                 session.drop(wait=not cancelled)
-    return 0
 
 
 if __name__ == "__main__":

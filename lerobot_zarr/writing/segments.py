@@ -20,10 +20,10 @@ cameras, a thread each, as LeRobot encodes its cameras in parallel threads; a pr
 recorder: on 2 cores those would compete with ``add_frame`` for the GIL as well as for a CPU, and it finishes the
 saved episodes if the recorder dies): it encodes the committed episodes that lack segments each time it is told to
 (after a ``save_episode``), reading the store as any reader does. It also encodes the episode being recorded as
-its frames come, from the recorder's spill file (a *stream*, :class:`_Stream`, as LeRobot's streaming encoder
+its frames come, from the recorder's spill file (a *stream*, :class:`~lerobot_zarr.writing.stream_encoding.Stream`, as LeRobot's streaming encoder
 encodes frames as they come): what it made becomes the episode's segment only once the episode is committed with
 exactly the frames encoded (count and content hash), else it is dropped; a stream paused for a while completes
-its file then (:meth:`_Stream.settle`: the encoder's flush done before ``save_episode``). It runs at the
+its file then (:meth:`~lerobot_zarr.writing.stream_encoding.Stream.settle`: the encoder's flush done before ``save_episode``). It runs at the
 recorder's priority as a batch process (``SCHED_BATCH``: it never preempts the recorder's threads when they wake)
 and waits at the recorder's :class:`Gate` while an episode is committed. :func:`encode_in_parallel` makes what is
 left at the end, the cameras in parallel. Run as ``python -m lerobot_zarr.writing.encoder_process ROOT``.
@@ -60,16 +60,16 @@ from ..utils.hashing import compact_frame_header, crc32c
 __all__ = ["SEGMENTS", "SEGMENT_STORAGES", "CameraEncoding", "camera_encodings", "episode_hashes", "find_segment",
            "make_segment", "encode_missing", "wanted_segments", "prune_segments", "recorded_encoder",
            "segment_cameras", "lacking_cameras", "encode_in_parallel", "finish", "BackgroundEncoder", "FLUSH_TIMEOUT",
-           "ENCODER_NICE", "Gate", "progress_path", "committed_frames"]
+           "ENCODER_NICE", "Gate", "SETTLE_S"]
 
 SEGMENTS = ".segments"  # the store's folder of segments (hidden: not a feature's folder)
 SEGMENT_STORAGES = ("raw", "compact")  # cameras whose episodes get segments: those whose stored bytes are hashed
+#: seconds without frames after which a stream completes its file (``Stream.settle``): more than a recording loop's
+#: pause between two frames, less than a reset before ``save_episode``
+SETTLE_S = 0.5
+_GATE_FRAMES = 8  # frames given to the encoder between two looks at the gate
 FLUSH_TIMEOUT = 600.0  # seconds without progress a wait for the background encoder allows
 _LONGEST_LOOK = 1.0  # seconds at most that one gap between two looks at the encoder counts as waited
-_GATE_FRAMES = 8  # frames given to the encoder between two looks at the gate
-#: seconds without frames after which a stream completes its file (:meth:`_Stream.settle`): more than a recording
-#: loop's pause between two frames, less than a reset before ``save_episode``
-SETTLE_S = 0.5
 #: the background encoder's CPU priority (a nice value), chosen by measurement: see docs/torch.md
 ENCODER_NICE = 0
 
@@ -349,199 +349,6 @@ def prune_segments(root: str | os.PathLike, keep: set[str], before: float) -> in
     return removed
 
 
-class _Stream:
-    """One camera's episode being recorded, encoded while its frames come (the background encoder's ``stream``
-    command): the frames the recorder appends to its spill file (raw frames from byte 0) are read as soon as the
-    file holds them whole and fed to an encoder writing a temporary file (debris if killed), their CRC-32C computed
-    from the very bytes encoded. The file becomes the episode's segment only once the episode is committed with
-    exactly those frames (:meth:`finish`: their count and the content hash the store recorded); anything else drops
-    it (:meth:`drop`), and the episode is encoded from the store as any other.
-
-    A stream given no frame for a while (:meth:`settle`: the recording paused, as in ``lerobot-record``'s reset
-    before ``save_episode``) completes its file then (the encoder flushed: the frames it held back are encoded
-    meanwhile, not in ``save_episode``), as a part: frames coming after it go to a new part, and the parts are
-    joined without re-encoding (:class:`~lerobot_zarr.cameras.video.Mp4Joiner`) when the segment is made.
-
-    The spill is read while it is the recorder's (its path still names the file opened): the recorder may then make
-    it a pack of the store (sized to the pack first, then renamed, in its commit), so its size is looked at under
-    the recorder's :class:`Gate`; after that, frames are read only up to the committed episode's count."""
-
-    def __init__(self, root: Path, encoding: CameraEncoding, path: str, gate: Gate | None, tag: str):
-        self.encoding, self.path, self.gate = encoding, path, gate
-        self.fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        self.inode = os.fstat(self.fd).st_ino
-        self.frame_bytes = int(np.prod(encoding.frame_shape)) * np.dtype(encoding.dtype).itemsize
-        self.frames = self.crc = 0
-        self.live = True  # the spill is still the recorder's episode in progress
-        self.folder, self.tag = Path(root) / SEGMENTS, tag
-        self.writer: VideoWriter | None = None
-        self.parts: list[tuple[Path, int]] = []  # the files completed so far (the last one being written) and frames
-        self.ended: int | None = None  # the frames the files were completed with (:meth:`end`)
-        self.fed = self.first_fed = time.monotonic()  # when the spill last (first) gave frames
-        self.feeds = 0  # how many times it gave some
-        # the frames encoded so far, for the recorder (its backpressure): 8 bytes, little-endian, beside the spill
-        try:
-            self.progress = os.open(progress_path(path), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
-                                    | os.O_CLOEXEC, 0o644)
-        except OSError:  # (the recording ended meanwhile)
-            self.progress = -1
-
-    def _whole_frames(self) -> int:
-        """The frames the spill holds whole while it is the recorder's episode in progress; once it is not (taken
-        as a pack, or replaced), those read so far."""
-        if not self.live:
-            return self.frames
-        with self.gate.shared() if self.gate is not None else contextlib.nullcontext():
-            try:
-                self.live = os.stat(self.path, follow_symlinks=False).st_ino == self.inode
-            except FileNotFoundError:
-                self.live = False
-            size = os.fstat(self.fd).st_size
-        return size // self.frame_bytes if self.live else self.frames
-
-    def advance(self, limit: int | None = None) -> int:
-        """Encode the next few frames the spill holds (up to frame ``limit``, the committed episode's count, when
-        given); returns how many (0: none yet, or the file is completed; -1: the file ends before ``limit``)."""
-        if self.ended is not None:
-            return -1 if limit is not None and limit > self.frames else 0
-        if limit is None:
-            stop = self._whole_frames()
-        else:
-            stop = limit
-            if self.gate is not None:
-                self.gate.wait()
-        k = min(stop - self.frames, _GATE_FRAMES)
-        if k <= 0:
-            return 0
-        frames = np.empty((k, *self.encoding.frame_shape), np.dtype(self.encoding.dtype))
-        view, got = memoryview(frames).cast("B"), 0
-        while got < len(view):
-            n = os.preadv(self.fd, [view[got:]], self.frames * self.frame_bytes + got)
-            if n <= 0:
-                return -1
-            got += n
-        self.fed = time.monotonic()
-        self.first_fed, self.feeds = (self.fed if not self.feeds else self.first_fed), self.feeds + 1
-        self.crc = crc32c(frames, self.crc)
-        if self.writer is None:  # a new part (the first, or one after the stream settled)
-            path = self.folder / f".stream-{self.tag}-{len(self.parts)}.tmp-{os.getpid()}.mp4"  # debris if killed
-            self.folder.mkdir(exist_ok=True)  # (the file is there from its first frames on: FFmpeg opens it at
-            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644))
-            self.writer = self.encoding.writer(path)  # its first packet)
-            self.parts.append((path, 0))
-        for frame in frames:  # progress said per frame: the recorder's backpressure waits for no more than one
-            self.writer.add(frame[None])
-            self.frames += 1
-            self.parts[-1] = (self.parts[-1][0], self.parts[-1][1] + 1)
-            if self.progress >= 0:
-                os.pwrite(self.progress, self.frames.to_bytes(8, "little"), 0)
-        return k
-
-    def settle(self, idle: float) -> bool:
-        """Once the spill gave no frame for ``idle`` seconds (:data:`SETTLE_S`), or 4 times its frames' mean
-        interval if longer (a slow loop is not taken for a pause; every frame it holds is encoded: the caller
-        looked), complete the part being written: the encoder is flushed now, not in ``save_episode``. Whether it
-        did."""
-        if self.writer is None:
-            return False
-        interval = (self.fed - self.first_fed) / (self.feeds - 1) if self.feeds > 1 else 0.0
-        if time.monotonic() - self.fed < max(idle, 4 * interval):
-            return False
-        writer, self.writer = self.writer, None
-        writer.close()
-        return True
-
-    def finish(self, committed: tuple[int, int] | None, encoding: CameraEncoding | None) -> Path | None:
-        """An episode was committed from this spill, ``committed`` its frames' count and content hash
-        (:func:`committed_frames`; None: none to take): encode what is left of it and make the file its segment
-        if its frames are the committed ones and ``encoding`` (the camera's in the store) is the one encoded with;
-        else drop it. Returns the segment, or None."""
-        try:
-            if encoding != self.encoding or committed is None:
-                return None
-            n, crc = committed
-            if self.ended is not None and self.ended != n:
-                return None
-            while self.frames < n:
-                if self.advance(limit=n) < 0:
-                    return None
-            if crc < 0 or self.frames != n or self.crc != crc or not self.parts:
-                return None
-            if self.writer is not None:
-                writer, self.writer = self.writer, None
-                writer.close()
-            target = self.folder / self.encoding.name(crc, n)
-            try:
-                replace_file(self._joined(), target)
-            except FileNotFoundError:  # removed as debris by a writer of the store opened meanwhile
-                return None
-            return target
-        finally:
-            self.drop()
-
-    def _joined(self) -> Path:
-        """The parts as one file (the only one, or a new one they are joined into)."""
-        if len(self.parts) == 1:
-            return self.parts[0][0]
-        from ..cameras.video import Mp4Joiner
-
-        path = self.folder / f".stream-{self.tag}.tmp-{os.getpid()}.mp4"
-        joiner = Mp4Joiner(path, self.encoding.fps)
-        try:
-            for part, frames in self.parts:
-                joiner.add(part, frames)
-        finally:
-            joiner.close()
-        self.parts.append((path, 0))  # (removed with the parts if its rename fails)
-        return path
-
-    def end(self, frames: int) -> None:
-        """The recorder is saving the episode with ``frames`` frames (its commit under way): once they are all
-        encoded (frames left wait at the gate until the commit is over), the encoder is flushed and the file
-        completed now, rather than at :meth:`finish`, which then only checks it against the commit and makes it the
-        segment (with every frame encoded before, the flush overlaps the commit)."""
-        while self.frames < frames:
-            if self.advance(limit=frames) <= 0:
-                return
-        if self.frames == frames and self.ended is None:
-            if self.writer is not None:
-                writer, self.writer = self.writer, None
-                writer.close()
-            self.ended = frames
-
-    def drop(self) -> None:
-        """Stop: the files made so far are removed (idempotent)."""
-        writer, self.writer = self.writer, None
-        if writer is not None:
-            writer.close(flush=False)
-        parts, self.parts = self.parts, []
-        for path, _ in parts:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
-        if self.progress >= 0:
-            os.close(self.progress)
-            self.progress = -1
-
-
-def committed_frames(ds: LeRobotZarrDataset, key: str, episode: int) -> tuple[int, int] | None:
-    """Camera ``key``'s frames of the committed episode ``episode`` of ``ds`` as a stream's file is checked
-    against (:meth:`_Stream.finish`): their count and content hash; None where no stream makes its segment (not
-    kept raw, not held, no such episode)."""
-    if (not 0 <= episode < len(ds.meta.episode_length) or ds.array_specs[key].storage != "raw"
-            or not ds.meta.materialized_episodes[episode]):
-        return None
-    return int(ds.meta.episode_length[episode]), int(episode_hashes(ds, key)[episode])
-
-
-def progress_path(spill: str | os.PathLike) -> str:
-    """Where the background encoder streaming the spill file ``spill`` says how many of its frames it encoded so far
-    (8 bytes, little-endian; written after each few frames)."""
-    return f"{os.fspath(spill)}.encoded"
-
-
 class Gate:
     """A file lock by which a recorder holds its background encoders back while it commits an episode, so that its
     ``save_episode`` has the CPU (and the disk) to itself, as if no encoder ran: the recorder holds it exclusively
@@ -591,7 +398,7 @@ class BackgroundEncoder:
     by default; it also runs as a batch process, ``SCHED_BATCH``: it never preempts the recorder's threads when they
     wake); ``cameras``: the cameras it encodes (None: all); ``prune``: at start, remove segments of no committed
     episode; ``gate``: the path of the recorder's :class:`Gate`, looked at as it encodes; ``settle``: seconds
-    without frames after which a stream completes its file (:meth:`_Stream.settle`; None: only when saved). The
+    without frames after which a stream completes its file (:meth:`~lerobot_zarr.writing.stream_encoding.Stream.settle`; None: only when saved). The
     cameras are encoded in parallel, a thread each."""
 
     def __init__(self, root: str | os.PathLike, threads: int | None = None, *, nice: int | None = None,
@@ -640,13 +447,13 @@ class BackgroundEncoder:
 
     def stream(self, camera: str, path: str | os.PathLike) -> None:
         """Camera ``camera``'s frames of the episode now recorded are appended to the spill file ``path`` (raw
-        frames from byte 0): encode them as they come (:class:`_Stream`), dropping what it encoded of an earlier
+        frames from byte 0): encode them as they come (:class:`~lerobot_zarr.writing.stream_encoding.Stream`), dropping what it encoded of an earlier
         stream of that camera not committed."""
         self._send("stream " + json.dumps({"camera": camera, "path": os.fspath(path)}))
 
     def end(self, camera: str, frames: int) -> None:
         """The episode streamed of camera ``camera`` is being saved with ``frames`` frames: complete its file now
-        (:meth:`_Stream.end`: during the commit if every frame was encoded, else once it is over)."""
+        (:meth:`~lerobot_zarr.writing.stream_encoding.Stream.end`: during the commit if every frame was encoded, else once it is over)."""
         self._send("end " + json.dumps({"camera": camera, "frames": int(frames)}))
 
     def drop(self, camera: str) -> None:
@@ -768,12 +575,14 @@ class BackgroundEncoder:
             except subprocess.TimeoutExpired:  # stuck in an encoder's call, or given no CPU at its priority
                 self.process.kill()
         self.wait()
-        for tmp in (self.root / SEGMENTS).glob(f".*.tmp-{self.pid}.mp4"):  # what a killed one left
-            with contextlib.suppress(FileNotFoundError):
-                tmp.unlink()
 
     def wait(self) -> None:
-        """Wait for the process to exit (after :meth:`close` or :meth:`cancel`)."""
+        """Wait for the process to exit (after :meth:`close` or :meth:`cancel`); the temporary files of one that
+        did not exit cleanly (killed, stopped, failed: a thread of it making a file is not unwound) are removed."""
         self.process.wait()
         if self.process.stdout is not None:
             self.process.stdout.close()
+        if self.process.returncode != 0:
+            for tmp in (self.root / SEGMENTS).glob(f".*.tmp-{self.pid}.mp4"):
+                with contextlib.suppress(FileNotFoundError):
+                    tmp.unlink()

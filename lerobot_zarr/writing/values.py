@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import math
 import operator
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from functools import partial
 from typing import Any
 
@@ -32,7 +32,7 @@ from ..store.text import TEXT_KINDS, text_crc
 from ..utils.hashing import crc32c
 
 __all__ = ["RESERVED_NAMES", "count_arg", "feature_specs", "camera_frame_shape", "stored_values", "as_frames",
-           "check_assignable", "check_fits", "stats_of_stored", "content_hash", "EpisodeFrames"]
+           "check_assignable", "check_fits", "stats_of_stored", "content_hash", "EpisodeFrames", "task_indices"]
 
 RESERVED_NAMES = ("task",)  # sample keys a feature may not take (with LeRobot's own columns and '*_is_pad')
 _RAW_DTYPES = frozenset(np.dtype(t).type for t in NUMERIC_DTYPES)
@@ -347,3 +347,24 @@ def checked_camera_stats(given: Mapping[str, Mapping[str, Any]] | None, specs: M
                                 f"samples of {frames}), got {got['count'].tolist()}")
         out[name] = {k: np.asarray(stats[k]) for k in STAT_NAMES}
     return out
+
+
+def task_indices(known: Sequence[str], task: str | Sequence[str], n: int) -> tuple[np.ndarray, list[str]]:
+    """Each of ``n`` frames' task index for ``task`` (one for every frame, or one per frame), and the tasks then
+    (``known`` ones, then new ones in the order they come)."""
+    tasks = list(known)
+    if isinstance(task, str) and task:  # one task for every frame (an RL episode's): no loop over the frames
+        if task not in tasks:
+            tasks.append(task)
+        return np.full(n, tasks.index(task), dtype=np.int64), tasks
+    per_frame = [task] * n if isinstance(task, str) else list(task) if isinstance(task, Sequence) else None
+    if per_frame is None or len(per_frame) != n or not all(isinstance(t, str) and t for t in per_frame):
+        raise ArgumentError(f"task must be a non-empty string or one per frame ({n}), got {task!r:.200}")
+    lookup = {t: i for i, t in enumerate(tasks)}
+    out = np.empty(n, dtype=np.int64)
+    for i, t in enumerate(per_frame):
+        if t not in lookup:
+            lookup[t] = len(tasks)
+            tasks.append(t)
+        out[i] = lookup[t]
+    return out, tasks

@@ -53,7 +53,7 @@ from .completeness import check_complete
 from .edits import EditMaps
 from .transaction import WriteTransaction, remove_path, resolve_min_free_bytes
 from .values import (EpisodeFrames, as_frames, checked_camera_stats, content_hash, count_arg, feature_specs,
-                     stored_values)
+                     stored_values, task_indices)
 
 __all__ = ["create", "WritableDataset"]
 
@@ -270,24 +270,6 @@ class WritableDataset:
                                    path=self.root)
 
     # recording ------------------------------------------------------------------------------------------
-    def _task_indices(self, task: str | Sequence[str], n: int) -> tuple[np.ndarray, list[str]]:
-        tasks = list(self._tx.state.tasks)
-        if isinstance(task, str) and task:  # one task for every frame (an RL episode's): no loop over the frames
-            if task not in tasks:
-                tasks.append(task)
-            return np.full(n, tasks.index(task), dtype=np.int64), tasks
-        per_frame = [task] * n if isinstance(task, str) else list(task) if isinstance(task, Sequence) else None
-        if per_frame is None or len(per_frame) != n or not all(isinstance(t, str) and t for t in per_frame):
-            raise ArgumentError(f"task must be a non-empty string or one per frame ({n}), got {task!r:.200}")
-        lookup = {t: i for i, t in enumerate(tasks)}
-        out = np.empty(n, dtype=np.int64)
-        for i, t in enumerate(per_frame):
-            if t not in lookup:
-                lookup[t] = len(tasks)
-                tasks.append(t)
-            out[i] = lookup[t]
-        return out, tasks
-
     def _frames_of(self, frames: Mapping[str, Any], episode: int) -> tuple[int, dict[str, np.ndarray]]:
         """Validate one episode's user features: every one present, same length, right shape, values that fit."""
         if not isinstance(frames, Mapping):
@@ -380,7 +362,7 @@ class WritableDataset:
                                       f"one frame", episode=e)
         if not isinstance(task, str) and isinstance(task, Sequence) and len(task) == n and tail:
             task = [*task, *[task[-1]] * tail]  # tail rows carry the last frame's task
-        task_index, tasks = self._task_indices(task, total)
+        task_index, tasks = task_indices(self._tx.state.tasks, task, total)
         before = int(table.length[e]) if extend else 0  # frames of the episode already committed
         capacity = self.capacity_frames
         if capacity is not None and before + n > capacity:

@@ -1412,3 +1412,21 @@ def test_one_encoder_process_encodes_every_camera_as_recorded(tmp_path):
     for key in got:
         assert len(got[key]) == sum(lengths) and all(np.array_equal(a, b) for a, b in zip(got[key], want[key],
                                                                                           strict=True)), key
+
+
+def test_a_recording_at_a_relative_root(tmp_path, monkeypatch):
+    """root given as a relative path (as a script run from its folder gives it): the episodes are saved (the
+    spill's frames taken into the store: its path was absolute, the root's not, and the commit refused it as
+    outside the store), resumed and read back by LeRobot."""
+    monkeypatch.chdir(tmp_path)
+    ds = LeRobotDataset.create(REPO_ID, 30, FEATURES, root="ds", streaming_encoding=True)
+    for i in range(4):
+        ds.add_frame(_frame(0, i))
+    ds.save_episode()
+    ds.finalize()
+    ds = LeRobotDataset.resume(REPO_ID, root="ds")
+    for i in range(3):
+        ds.add_frame(_frame(1, i))
+    ds.save_episode()
+    ds.finalize()
+    _same_as_recorded(_reference()(REPO_ID, root=tmp_path / "ds"), (4, 3))

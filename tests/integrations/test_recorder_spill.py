@@ -99,3 +99,30 @@ def test_commands_not_delivered_are_logged_and_nothing_else_writes_to_the_pipes(
     encoders.processes = []  # (no process to reap)
     encoders.release()
     encoders.gate.close()
+
+
+def test_keep_up_looks_at_every_camera_once_its_share_of_a_frame_period_is_spent():
+    """add_frame's wait for streaming encoders (frames given faster than the fps): once its share of a frame period
+    is spent on a camera a few frames behind, the next camera is still looked at, and waited for while it is more
+    than encoder_queue_maxsize frames behind (it was never looked at: the wait returned at the first camera)."""
+    import types
+
+    from lerobot_zarr.integrations.lerobot_recorder import Recorder
+
+    class Spill:  # a camera's encoder progress, as the recorder reads it
+        def __init__(self, encoded: int, step: int):
+            self.value, self.step, self.looks = encoded, step, 0
+
+        def encoded(self) -> int:
+            self.looks += 1
+            self.value += self.step
+            return self.value
+
+    frames, queue = 200, 30
+    behind, far = Spill(frames - 5, 0), Spill(frames - 100, 1)  # a camera stuck 5 behind, one 100 behind, encoding
+    running = types.SimpleNamespace(process=types.SimpleNamespace(poll=lambda: None))
+    fake = types.SimpleNamespace(_queue_frames=queue, _fps=30.0, _streamable=["a", "b"], _spills={"a": behind, "b": far},
+                                 _streaming_encoder=types.SimpleNamespace(process=lambda key: running),
+                                 _store=types.SimpleNamespace(root="store"), _unpaced=False)
+    Recorder._keep_up(fake, frames)
+    assert behind.looks > 1 and frames - far.value <= queue and not fake._unpaced

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import sys
 import time
 from pathlib import Path
 
@@ -264,7 +265,7 @@ def test_a_killed_encoder_leaves_no_segment_served_and_the_export_completes(tmp_
         try:
             _wait_for(lambda: _writing_or_done(encoder, folder), "the encoder to start writing a segment")
             os.kill(encoder.pid, signal.SIGKILL)
-            encoder.wait()
+            encoder.process.wait()  # (not BackgroundEncoder.wait, which removes them: as if its recorder died too)
         finally:
             if encoder.process.poll() is None:
                 encoder.cancel()
@@ -284,6 +285,26 @@ def test_a_killed_encoder_leaves_no_segment_served_and_the_export_completes(tmp_
     names = [p.name for p in folder.iterdir()]
     assert not [n for n in names if n.startswith(".")] and set(served) <= set(names)
     assert len(names) == 2  # the export kept the segments it encoded
+    encoder.process.stdout.close()
+
+
+def test_a_killed_encoders_temporary_files_are_removed_once_it_is_waited_for(tmp_path):
+    """The recorder waiting for an encoder that did not exit cleanly (killed, or a camera's work failed) removes
+    the temporary files it left (a thread of it making a file is not unwound), not only the store's next writer."""
+    root = _store(tmp_path / "store", lengths=(400,))
+    folder = root / SEGMENTS
+    for _ in range(5):  # on a loaded machine the encoder may finish before the kill lands: then again
+        encoder = BackgroundEncoder(root, nice=0)
+        _wait_for(lambda: _writing_or_done(encoder, folder), "the encoder to start writing a segment")
+        os.kill(encoder.pid, signal.SIGKILL)
+        encoder.process.wait()
+        if any(p.name.startswith(".") for p in folder.iterdir()):
+            break
+        encoder.wait()
+        shutil.rmtree(folder)
+    assert any(p.name.startswith(".") for p in folder.iterdir())
+    encoder.wait()
+    assert not [p.name for p in folder.iterdir() if p.name.startswith(".")]
 
 
 def test_cancel_stops_the_encoder_and_removes_its_temporary_file(tmp_path):
@@ -608,3 +629,36 @@ def test_a_reply_already_in_the_pipe_is_taken_at_the_first_look(tmp_path, monkey
         encoder.process.wait()
         encoder.process.stdout.close()
         encoder.process.stdin.close()
+
+
+def test_a_camera_the_encoder_cannot_encode_stops_only_that_cameras_work(tmp_path, encodes):
+    """One process encodes every camera, a thread each: a camera whose frames its encoder refuses (libx265 and
+    8x8 depth frames) stops that camera's work only, said on stderr naming it; the other camera's segments are
+    made, the process then exits 1 (the recorder logs that it ended without them all), and an export encodes
+    what it lacks (failing there, as without the encoder, with the typed error)."""
+    import subprocess
+
+    from lerobot_zarr.errors import VideoEncodeError
+
+    depth = "observation.images.depth"
+    root = tmp_path / "s"
+    ds = lerobot_zarr.create(root, fps=30, features={**FEATURES, depth: {"dtype": "video", "shape": [8, 8, 1],
+                                                                         "info": {"is_depth_map": True}}})
+    for e, n in enumerate((6, 5)):
+        ds.add_episode({"observation.state": np.zeros((n, 2), np.float32), CAM: _frames(e, n),
+                        depth: np.full((n, 8, 8, 1), 1000, np.uint16)}, task="t")
+    ds.close()
+    encoder = BackgroundEncoder(root, nice=0)  # (its stderr is the test's: what it says is read below, run again)
+    encoder.close()
+    encoder.wait()
+    assert encoder.process.returncode == 1
+    reader = LeRobotZarrDataset(root)
+    cam = camera_encodings(reader, [CAM])[CAM]
+    assert all(find_segment(reader, cam, e) is not None for e in range(2))  # the other camera's, made
+    assert not list((root / SEGMENTS).glob(".*"))
+    said = subprocess.run([sys.executable, "-m", "lerobot_zarr.writing.encoder_process", str(root), "--no-prune"],
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(Path(lerobot_zarr.__file__).parents[1])})
+    assert said.returncode == 1 and f"camera '{depth}' stopped (VideoEncodeError" in said.stderr, said.stderr
+    with pytest.raises(VideoEncodeError, match=rf"camera '{depth}', episode 0"):
+        _export(root, tmp_path / "out")
