@@ -12,10 +12,10 @@ come as fast as each recorder takes them, or with ``--paced`` at 30 fps, as a ca
 ``--reset`` seconds before each ``save_episode`` but the last (``lerobot-record``'s order: record, reset, save).
 Reported per step: frames/s over the recording (add_frame + save_episode + resets), ``add_frame`` p50/p99 (and its
 p99 without the time the thread waited for a CPU: on a loaded machine the scheduler's share), ``save_episode``
-p50/p99, ``finalize`` (ours: waits for the background encoders, encodes what they lack, and adds to LeRobot's
-files beside the store, which follow each ``save_episode``, the episodes saved since they were last written) with
-the load average then, the total (recording +
-finalize: a LeRobot dataset at root), and for ours a push's export after it (joins, encodes nothing).
+p50/p99 (both return with the episode's videos made), ``finalize`` (ours: closes; the encoders' leftovers, if a
+save could not wait for them, and LeRobot's files beside the store, which follow each ``save_episode``) with the
+load average then, the total (recording + finalize: a LeRobot dataset at root), and for ours a push's export after
+it (joins, encodes nothing).
 
 ``kill``: a recorder process (3 cameras 96x128, episodes of 50-200 frames) is SIGKILLed at random instants (after a
 random number of the frames and saves it reports); after each kill, the episodes whose ``save_episode`` returned

@@ -37,8 +37,10 @@ def write_videos(ds: LeRobotZarrDataset, root: Path, key: str, selected: list[in
     must not change the store's segment). ``cache`` (``root`` a folder beside the store): a file an earlier export
     closed, of the same segments and still as written, is hard linked from beside the store, not joined again (only
     the last, open file is); the files written are recorded in it. ``encode=False``: nothing is encoded; None if an
-    episode lacks a valid segment. One camera at a time: two live SVT-AV1 encoders in a process have been seen to
-    hang."""
+    episode lacks a valid segment. One camera at a time: two live SVT-AV1 encoders in a process were seen to hang
+    (2 Dec, before their threads were taken off real-time priority, :mod:`lerobot_zarr.utils.sched`: ~80 threads
+    at SCHED_FIFO 99 on 2 cores); the recording's encoder process runs one per camera in threads since (60 episodes
+    x 3 cameras beside two busy processes: none hung), the export was left as it was."""
     spec = ds.array_specs[key]
     if spec.storage == "mp4" and not spec.resize:  # the source's bytes, unchanged
         return _copy_mp4(ds, root, key, selected)

@@ -285,9 +285,9 @@ def lacking_cameras(ds: LeRobotZarrDataset, threads: int | None = None) -> list[
 def encode_in_parallel(root: str | os.PathLike, threads: int | None = None, *, cameras: Iterable[str] | None = None,
                        timeout: float | None = FLUSH_TIMEOUT) -> None:
     """Make the segments the store at ``root`` lacks, the cameras (of ``cameras``; None: each lacking some) in
-    parallel: one in this process, each other in a process of its own at this process's priority (two live
-    SVT-AV1 encoders in one process have been seen to hang), as LeRobot encodes its cameras in parallel at each
-    ``save_episode``. ``timeout``: as :meth:`BackgroundEncoder.flush`'s; a process that fails or stalls is
+    parallel: one in this process, each other in a process of its own at this process's priority (the caller's
+    thread keeps to one encoder at a time: see :func:`~lerobot_zarr.writing.export_videos.write_videos`), as
+    LeRobot encodes its cameras in parallel at each ``save_episode``. ``timeout``: as :meth:`BackgroundEncoder.flush`'s; a process that fails or stalls is
     stopped, and what it did not make is left to the caller (an export encodes it)."""
     if cameras is None:
         ds = LeRobotZarrDataset(root)
