@@ -7,11 +7,11 @@ into an episode buffer, and :meth:`~Recorder.save_episode` writes the episode to
 and any process can read it, whatever happens to this one; before, nothing of it is visible. Camera frames go to a
 spill file in the store while the episode is recorded (written by a thread into the page cache: no encoding, no
 compression, bounded memory; see :class:`_SpillWriter`), their numbers and text stay in memory. A killed recorder
-leaves the spill as debris, removed by the next writer of the store (``.*.tmp-*``). Videos are encoded by
-a background encoder process (:mod:`lerobot_zarr.writing.segments`, a thread per camera) from the spill as the
-episode is recorded (kept as its segment once it is saved with those frames); ``save_episode`` waits for them (bounded) and
-writes LeRobot's files of its commit beside the store (their videos joined from the segments without re-encoding),
-so that ``finalize`` only closes; the push joins the same segments.
+leaves the spill as debris, removed by the next writer of the store (``.*.tmp-*``). Videos are encoded by a background
+encoder process (:mod:`lerobot_zarr.writing.segments`, a thread per camera) from the spill as the episode is recorded
+(kept as its segment once it is saved with those frames); ``save_episode`` waits for them (bounded) and writes LeRobot's
+files of its commit beside the store (their videos joined from the segments without re-encoding), so that ``finalize``
+only closes; the push joins the same segments.
 """
 
 from __future__ import annotations

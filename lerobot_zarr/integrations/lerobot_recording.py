@@ -11,12 +11,12 @@ instant keeps every episode whose ``save_episode`` returned, any process can ope
 beside the store (:func:`~lerobot_zarr.writing.export.export_beside`), for LeRobot's class and tools.
 
 Cameras are kept raw while recording (no encoding on the way: ``add_frame`` copies a frame, ``save_episode`` writes
-and commits), and encoded to mp4 with the ``rgb_encoder`` / ``depth_encoder`` settings (kept in each video
-feature's ``info``, as LeRobot keeps them), episode by episode, by a background encoder process (a thread per
-camera, :mod:`lerobot_zarr.writing.segments`): as each episode is recorded (LeRobot's default, and ``streaming_encoding``),
-or the saved episodes at every ``batch_encoding_size``-th ``save_episode``, which returns once they made them (as
-LeRobot's: its videos complete; ``add_frame`` never waits at a camera's pace). ``finalize`` (and a push) join their per-episode mp4s without encoding them again, encoding only what
-they did not.
+and commits), and encoded to mp4 with the ``rgb_encoder`` / ``depth_encoder`` settings (kept in each video feature's
+``info``, as LeRobot keeps them), episode by episode, by a background encoder process (a thread per camera,
+:mod:`lerobot_zarr.writing.segments`): as each episode is recorded (LeRobot's default, and ``streaming_encoding``), or
+the saved episodes at every ``batch_encoding_size``-th ``save_episode``, which returns once they made them (as
+LeRobot's: its videos complete; ``add_frame`` never waits at a camera's pace). ``finalize`` (and a push) join their
+per-episode mp4s without encoding them again, encoding only what they did not.
 """
 
 from __future__ import annotations

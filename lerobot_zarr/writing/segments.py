@@ -15,18 +15,18 @@ killed encoder leaves debris the store's next writer removes, never a part of a 
 made from frames whose content hash is checked against the recorded one (raw cameras: the hash covers their bytes),
 so a segment holds exactly the frames its name says.
 
-The background encoder (:class:`BackgroundEncoder`) is a separate process (a recording runs one for its video
-cameras, a thread each, as LeRobot encodes its cameras in parallel threads; a process, not threads of the
-recorder: on 2 cores those would compete with ``add_frame`` for the GIL as well as for a CPU, and it finishes the
-saved episodes if the recorder dies): it encodes the committed episodes that lack segments each time it is told to
-(after a ``save_episode``), reading the store as any reader does. It also encodes the episode being recorded as
-its frames come, from the recorder's spill file (a *stream*, :class:`~lerobot_zarr.writing.stream_encoding.Stream`, as LeRobot's streaming encoder
-encodes frames as they come): what it made becomes the episode's segment only once the episode is committed with
-exactly the frames encoded (count and content hash), else it is dropped; a stream paused for a while completes
-its file then (:meth:`~lerobot_zarr.writing.stream_encoding.Stream.settle`: the encoder's flush done before ``save_episode``). It runs at the
-recorder's priority as a batch process (``SCHED_BATCH``: it never preempts the recorder's threads when they wake)
-and waits at the recorder's :class:`Gate` while an episode is committed. :func:`encode_in_parallel` makes what is
-left at the end, the cameras in parallel. Run as ``python -m lerobot_zarr.writing.encoder_process ROOT``.
+The background encoder (:class:`BackgroundEncoder`) is a separate process (a recording runs one for its video cameras, a
+thread each, as LeRobot encodes its cameras in parallel threads; a process, not threads of the recorder: on 2 cores
+those would compete with ``add_frame`` for the GIL as well as for a CPU, and it finishes the saved episodes if the
+recorder dies): it encodes the committed episodes that lack segments each time it is told to (after a ``save_episode``),
+reading the store as any reader does. It also encodes the episode being recorded as its frames come, from the recorder's
+spill file (a *stream*, :class:`~lerobot_zarr.writing.stream_encoding.Stream`, as LeRobot's streaming encoder encodes
+frames as they come): what it made becomes the episode's segment only once the episode is committed with exactly the
+frames encoded (count and content hash), else it is dropped; a stream paused for a while completes its file then
+(:meth:`~lerobot_zarr.writing.stream_encoding.Stream.settle`: the encoder's flush done before ``save_episode``). It runs
+at the recorder's priority as a batch process (``SCHED_BATCH``: it never preempts the recorder's threads when they wake)
+and waits at the recorder's :class:`Gate` while an episode is committed. :func:`encode_in_parallel` makes what is left
+at the end, the cameras in parallel. Run as ``python -m lerobot_zarr.writing.encoder_process ROOT``.
 """
 
 from __future__ import annotations
@@ -285,10 +285,10 @@ def lacking_cameras(ds: LeRobotZarrDataset, threads: int | None = None) -> list[
 def encode_in_parallel(root: str | os.PathLike, threads: int | None = None, *, cameras: Iterable[str] | None = None,
                        timeout: float | None = FLUSH_TIMEOUT) -> None:
     """Make the segments the store at ``root`` lacks, the cameras (of ``cameras``; None: each lacking some) in
-    parallel: one in this process, each other in a process of its own at this process's priority (the caller's
-    thread keeps to one encoder at a time: see :func:`~lerobot_zarr.writing.export_videos.write_videos`), as
-    LeRobot encodes its cameras in parallel at each ``save_episode``. ``timeout``: as :meth:`BackgroundEncoder.flush`'s; a process that fails or stalls is
-    stopped, and what it did not make is left to the caller (an export encodes it)."""
+    parallel: one in this process, each other in a process of its own at this process's priority (the caller's thread
+    keeps to one encoder at a time: see :func:`~lerobot_zarr.writing.export_videos.write_videos`), as LeRobot encodes
+    its cameras in parallel at each ``save_episode``. ``timeout``: as :meth:`BackgroundEncoder.flush`'s; a process that
+    fails or stalls is stopped, and what it did not make is left to the caller (an export encodes it)."""
     if cameras is None:
         ds = LeRobotZarrDataset(root)
         try:
@@ -397,9 +397,9 @@ class BackgroundEncoder:
     Nothing waits for it but :meth:`flush` (and :func:`finish`). ``nice``: its CPU priority (:data:`ENCODER_NICE`
     by default; it also runs as a batch process, ``SCHED_BATCH``: it never preempts the recorder's threads when they
     wake); ``cameras``: the cameras it encodes (None: all); ``prune``: at start, remove segments of no committed
-    episode; ``gate``: the path of the recorder's :class:`Gate`, looked at as it encodes; ``settle``: seconds
-    without frames after which a stream completes its file (:meth:`~lerobot_zarr.writing.stream_encoding.Stream.settle`; None: only when saved). The
-    cameras are encoded in parallel, a thread each."""
+    episode; ``gate``: the path of the recorder's :class:`Gate`, looked at as it encodes; ``settle``: seconds without
+    frames after which a stream completes its file (:meth:`~lerobot_zarr.writing.stream_encoding.Stream.settle`; None:
+    only when saved). The cameras are encoded in parallel, a thread each."""
 
     def __init__(self, root: str | os.PathLike, threads: int | None = None, *, nice: int | None = None,
                  cameras: Iterable[str] | None = None, prune: bool = True, gate: str | os.PathLike | None = None,
@@ -446,14 +446,15 @@ class BackgroundEncoder:
         self._send("go")
 
     def stream(self, camera: str, path: str | os.PathLike) -> None:
-        """Camera ``camera``'s frames of the episode now recorded are appended to the spill file ``path`` (raw
-        frames from byte 0): encode them as they come (:class:`~lerobot_zarr.writing.stream_encoding.Stream`), dropping what it encoded of an earlier
-        stream of that camera not committed."""
+        """Camera ``camera``'s frames of the episode now recorded are appended to the spill file ``path`` (raw frames
+        from byte 0): encode them as they come (:class:`~lerobot_zarr.writing.stream_encoding.Stream`), dropping what it
+        encoded of an earlier stream of that camera not committed."""
         self._send("stream " + json.dumps({"camera": camera, "path": os.fspath(path)}))
 
     def end(self, camera: str, frames: int) -> None:
         """The episode streamed of camera ``camera`` is being saved with ``frames`` frames: complete its file now
-        (:meth:`~lerobot_zarr.writing.stream_encoding.Stream.end`: during the commit if every frame was encoded, else once it is over)."""
+        (:meth:`~lerobot_zarr.writing.stream_encoding.Stream.end`: during the commit if every frame was encoded, else
+        once it is over)."""
         self._send("end " + json.dumps({"camera": camera, "frames": int(frames)}))
 
     def drop(self, camera: str) -> None:

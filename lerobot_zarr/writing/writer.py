@@ -348,8 +348,8 @@ class WritableDataset:
                 frame_hashes: Mapping[str, int] | None = None) -> int:
         self._check_open()
         if frame_hashes and (tail or not set(frame_hashes) <= set(frame_files or ())):
-            raise ArgumentError(f"{self.root}: frame_hashes are of frame_files' frames, given with tail=0: got them for "
-                                f"{sorted(set(frame_hashes) - set(frame_files or ()))} with tail={tail}")
+            raise ArgumentError(f"{self.root}: frame_hashes are of frame_files' frames, given with tail=0: got them "
+                                f"for {sorted(set(frame_hashes) - set(frame_files or ()))} with tail={tail}")
         table = self._tx.state.table
         tail = count_arg("tail", tail, 0)
         if extend and not len(table):

@@ -121,7 +121,8 @@ def test_keep_up_looks_at_every_camera_once_its_share_of_a_frame_period_is_spent
     frames, queue = 200, 30
     behind, far = Spill(frames - 5, 0), Spill(frames - 100, 1)  # a camera stuck 5 behind, one 100 behind, encoding
     running = types.SimpleNamespace(process=types.SimpleNamespace(poll=lambda: None))
-    fake = types.SimpleNamespace(_queue_frames=queue, _fps=30.0, _streamable=["a", "b"], _spills={"a": behind, "b": far},
+    fake = types.SimpleNamespace(_queue_frames=queue, _fps=30.0, _streamable=["a", "b"],
+                                 _spills={"a": behind, "b": far},
                                  _streaming_encoder=types.SimpleNamespace(process=lambda key: running),
                                  _store=types.SimpleNamespace(root="store"), _unpaced=False)
     Recorder._keep_up(fake, frames)
