@@ -55,6 +55,7 @@ __all__ = ["Recorder"]
 logger = logging.getLogger(__name__)
 SPILL_PREFIX = ".recording.tmp-"  # a name the store's next writer removes as debris (``.*.tmp-*``)
 _WRITEBACK_BYTES = 4 << 20
+SPILL_QUEUE_BYTES = 512 << 20  # camera frames add_frame may queue for the spill's writer before it waits
 #: seconds ``save_episode`` waits for background encoders making no progress before it returns without the
 #: episode's videos (logged; the episode is committed, its videos are made later: at the next save, or ``finalize``)
 SAVE_TIMEOUT = 60.0
@@ -172,18 +173,21 @@ class _Spill:
 
 class _SpillWriter:
     """Writes camera frames to their spills in a thread, as LeRobot's image writer threads write its PNGs:
-    ``add_frame`` only queues a frame (bounded: at most ``maxsize`` frames wait, then it waits), so a disk busy
-    writing back does not stall it. With LeRobot's asynchronous image writers asked for, the frame is the caller's
-    array, held until written and not copied, as LeRobot's image writer holds it (else a copy): a copy (0.3 ms per
-    480x640 frame) made ``add_frame`` ~10x longer, so ~10x likelier to lose its CPU on a loaded machine, and let
-    the writer take the GIL mid-call (numpy releases it while copying). Measured (3 cameras 480x640, 270 frames
-    taken as fast as it goes, load 25-30): p99 45 ms without the copy, 72-108 ms with it, 86-715 ms writing in
-    ``add_frame`` (the disk's stalls then land in it).
+    ``add_frame`` only queues a frame (bounded: at most ``max_bytes`` of frames wait, then it waits), so a disk
+    busy writing back does not stall it. With LeRobot's asynchronous image writers asked for, the frame is the
+    caller's array, held until written and not copied, as LeRobot's image writer holds it (else a copy): a copy
+    (0.3 ms per 480x640 frame) made ``add_frame`` ~10x longer, so ~10x likelier to lose its CPU on a loaded machine,
+    and let the writer take the GIL mid-call (numpy releases it while copying). Measured (3 cameras 480x640, 270
+    frames taken as fast as it goes, load 25-30): p99 45 ms without the copy, 72-108 ms with it, 86-715 ms writing
+    in ``add_frame`` (the disk's stalls then land in it). The bound is in bytes, :data:`SPILL_QUEUE_BYTES`: 256
+    frames (one episode of 90 frames x 3 cameras did not fit) made frames given as fast as they go wait for the
+    writer near each episode's end (``add_frame`` p99 1.5-5.4 ms, LeRobot's unbounded queue 0.3-0.7 ms).
     :meth:`drain` waits until every frame queued is written and raises the first error met (a full disk...)."""
 
-    def __init__(self, maxsize: int = 256):
-        self._queue: queue.Queue = queue.Queue(maxsize=maxsize)
-        self._stopped = threading.Event()
+    def __init__(self, max_bytes: int | None = None):
+        self._queue: queue.Queue = queue.Queue()
+        self._room = threading.Condition()
+        self._queued, self._max = 0, SPILL_QUEUE_BYTES if max_bytes is None else max_bytes
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="lerobot_zarr-spill", daemon=True)
         self._thread.start()
@@ -191,6 +195,10 @@ class _SpillWriter:
     def put(self, spill: _Spill, frame: np.ndarray) -> None:
         if self._error is not None:
             self.drain()
+        with self._room:  # (a frame larger than the bound waits for the queue to be empty)
+            while self._queued and self._queued + frame.nbytes > self._max:
+                self._room.wait()
+            self._queued += frame.nbytes
         self._queue.put((spill, frame))
 
     def _run(self) -> None:
@@ -204,9 +212,11 @@ class _SpillWriter:
             except BaseException as exc:  # reported by drain(), in the recording thread
                 self._error = exc
             finally:
+                if item is not None:
+                    with self._room:
+                        self._queued -= item[1].nbytes
+                        self._room.notify_all()
                 self._queue.task_done()
-            if self._stopped.is_set() and self._queue.empty():  # (stop found the queue full)
-                return
 
     def drain(self, *, errors: bool = True) -> None:
         """Wait for the frames queued; raise the first error met (dropped with ``errors=False``)."""
@@ -218,9 +228,7 @@ class _SpillWriter:
     def stop(self) -> None:
         """Let the thread end once the frames queued are written (not waited for). Never blocks: it may run in
         the thread itself (the recorder's weakref finalizer, called by a garbage collection there)."""
-        self._stopped.set()
-        with contextlib.suppress(queue.Full):  # full: the thread sees the event once it emptied the queue
-            self._queue.put_nowait(None)
+        self._queue.put_nowait(None)
 
     def close(self) -> None:
         self.stop()

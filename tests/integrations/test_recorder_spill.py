@@ -32,7 +32,8 @@ def test_a_spill_keeps_each_frames_histogram_in_the_smallest_dtype_and_its_stats
 
 def test_stopping_the_spill_writer_never_blocks_and_its_frames_are_still_written():
     """``_SpillWriter.stop`` runs in the recorder's weakref finalizer, possibly in the spill thread itself (a garbage
-    collection there): with its queue full it returns at once, and the thread ends once it wrote the frames queued."""
+    collection there): with its queue full it returns at once, and the thread ends once it wrote the frames queued.
+    A frame that would pass the queue's bytes waits for the writer to make room (add_frame's backpressure)."""
     import threading
 
     from lerobot_zarr.integrations.lerobot_recorder import _SpillWriter
@@ -44,19 +45,25 @@ def test_stopping_the_spill_writer_never_blocks_and_its_frames_are_still_written
         def append(self, frame):
             self.started.set()
             assert self.release.wait(60)
-            self.frames.append(frame)
+            self.frames.append(int(frame[0]))
 
-    spill, writer = Slow(), _SpillWriter(maxsize=1)
-    writer.put(spill, 0)
+    frames = [np.full(8, k, np.uint8) for k in range(3)]
+    spill, writer = Slow(), _SpillWriter(max_bytes=16)
+    writer.put(spill, frames[0])
     assert spill.started.wait(60)  # the thread is writing frame 0
-    writer.put(spill, 1)  # the queue is full
+    writer.put(spill, frames[1])  # the queue is full: 16 bytes
+    third = threading.Thread(target=writer.put, args=(spill, frames[2]), daemon=True)
+    third.start()
+    third.join(0.2)
+    assert third.is_alive(), "a frame past the queue's bytes was queued"
     stopper = threading.Thread(target=writer.stop, daemon=True)
     stopper.start()
     stopper.join(30)
     assert not stopper.is_alive(), "stop() blocked on the full queue"
     spill.release.set()
+    third.join(60)
     writer._thread.join(60)
-    assert not writer._thread.is_alive() and spill.frames == [0, 1]
+    assert not writer._thread.is_alive() and spill.frames[:2] == [0, 1]
 
 
 def test_commands_not_delivered_are_logged_and_nothing_else_writes_to_the_pipes(tmp_path, monkeypatch, caplog):
