@@ -370,6 +370,7 @@ class VideoWriter:
         self.stream.options = options
         self.format = DEPTH_PIX_FMT if depth else PIXEL_FORMATS[channels]
         self.frames = 0
+        self.packets = 0  # the encoded frames it gave back so far (an encoder holds some back: SVT-AV1 13)
         self.broken = False  # an encode failed: the file is not to be flushed, only closed
 
     @property
@@ -409,6 +410,7 @@ class VideoWriter:
         undefined decoding time (seen: 0, -65600, -2.3e18), which made the mp4 muxer fail now and then at close
         (an episode of one frame is encoded on its own): a decoding time after the packet's time, or more than 16
         frames before it, is set to its time."""
+        self.packets += len(packets)
         for packet in packets:
             if packet.pts is not None and packet.dts is not None and not packet.pts - 16 <= packet.dts <= packet.pts:
                 packet.dts = packet.pts

@@ -73,6 +73,11 @@ _AHEAD_S = 0.1
 #: save_episode 0.9 s; with 2, 0.30-0.36 s, total 1.07x LeRobot's; with 0, 0.23 s as LeRobot's but the encoders
 #: then wait for frames: total 0.83x
 _KEEP_UP_FRAMES = 2
+#: ... and frames it may hold not yet encoded (an encoder takes frames faster than it encodes them: SVT-AV1 holds 13
+#: when fed slowly, 22-49 as fast as they go, all to encode in save_episode). Measured as _KEEP_UP_FRAMES: with 16,
+#: save_episode 0.21 s but total 0.8x LeRobot's (SVT-AV1 then waits for frames); 24, 0.22-0.26 s and 0.95-1.02x;
+#: without, 0.27-0.50 s and 1.05-1.19x (LeRobot's 0.21-0.24 s)
+_KEEP_UP_ENCODED = 24
 #: share of a frame's period (1 / fps) add_frame waits at most for streaming encoders within encoder_queue_maxsize
 #: frames: frames are never taken slower than the fps while the encoders are no further behind
 _WAIT_SHARE = 0.8
@@ -122,16 +127,24 @@ class _Spill:
             self.written_back = end
 
     def encoded(self) -> int | None:
-        """How many of the episode's frames its streaming encoder encoded so far (None: it did not start on them)."""
+        """How many of the episode's frames its streaming encoder took so far (None: it did not start on them)."""
+        progress = self.progress()
+        return None if progress is None else progress[0]
+
+    def progress(self) -> tuple[int, int] | None:
+        """The episode's frames its streaming encoder took so far, and those it gave back encoded (an encoder holds
+        some back: SVT-AV1, 13); None: it did not start on them."""
         try:
             fd = os.open(progress_path(self.path), os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:
             return None
         try:
-            data = os.pread(fd, 8, 0)
+            data = os.pread(fd, 16, 0)
         finally:
             os.close(fd)
-        return int.from_bytes(data, "little") if len(data) == 8 else 0
+        if len(data) != 16:
+            return 0, 0
+        return int.from_bytes(data[:8], "little"), int.from_bytes(data[8:], "little")
 
     def frames_map(self) -> np.ndarray:
         if not self.frames:
@@ -382,8 +395,9 @@ class Recorder:
         """``streaming_encoding``'s backpressure, as LeRobot's encoder queue (``encoder_queue_maxsize`` frames)
         gives it, for frames coming faster than the dataset's fps (a replay, a conversion: more than
         :data:`_AHEAD_S` s ahead of it over the last second; never at a camera's pace, where ``add_frame`` does
-        not wait): wait while a camera's encoder, streaming the episode, has encoded more than
-        :data:`_KEEP_UP_FRAMES` frames fewer than the ``frames`` added, for at most :data:`_WAIT_SHARE` of a frame
+        not wait): wait while a camera's encoder, streaming the episode, has taken more than
+        :data:`_KEEP_UP_FRAMES` frames fewer than the ``frames`` added, or holds more than
+        :data:`_KEEP_UP_ENCODED` of them not yet encoded, for at most :data:`_WAIT_SHARE` of a frame
         period in all, then while it is more than ``encoder_queue_maxsize`` behind (none is dropped, as LeRobot
         drops them after 0.1 s). An encoder not started on the episode yet (its process starting, or encoding an
         older episode) is waited for within that share only; one that ended or made no progress for
@@ -395,18 +409,19 @@ class Recorder:
             process = self._streaming_encoder.process(key)
             if spill is None or process is None:
                 continue
-            done = spill.encoded()  # None: not started on the episode (an older one's encoding, its process's start)
-            started = done is not None
-            last, since = done, time.monotonic()
+            progress = spill.progress()  # None: not started on the episode (an older one's, its process's start)
+            last, since = progress, time.monotonic()
             while process.process.poll() is None:
-                behind = frames - (done or 0)
-                if behind <= bound or ((behind <= self._queue_frames or not started) and time.monotonic() > until):
+                started = progress is not None
+                done, out = progress or (0, 0)
+                behind = frames - done
+                if (behind <= bound and frames - out <= _KEEP_UP_ENCODED) or \
+                        ((behind <= self._queue_frames or not started) and time.monotonic() > until):
                     break  # (the next camera is still looked at: within its bounds once the share is spent)
                 time.sleep(_KEEP_UP_POLL)
-                done = spill.encoded()
-                started = done is not None
-                if done != last:
-                    last, since = done, time.monotonic()
+                progress = spill.progress()
+                if progress != last:
+                    last, since = progress, time.monotonic()
                 elif started and time.monotonic() - since > KEEP_UP_TIMEOUT:
                     logger.warning("%s: the streaming encoder of %s made no progress for %.0f s; add_frame no longer "
                                    "waits for it this episode", self._store.root, key, KEEP_UP_TIMEOUT)

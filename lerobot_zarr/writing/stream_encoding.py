@@ -108,9 +108,14 @@ class Stream:
             self.writer.add(frame[None])
             self.frames += 1
             self.parts[-1] = (self.parts[-1][0], self.parts[-1][1] + 1)
-            if self.progress >= 0:
-                os.pwrite(self.progress, self.frames.to_bytes(8, "little"), 0)
+            self._say_progress()
         return k
+
+    def _say_progress(self) -> None:
+        """The frames given to the encoder and those it gave back encoded (the parts completed: all of theirs)."""
+        if self.progress >= 0:
+            out = self.frames - (self.writer.frames - self.writer.packets if self.writer is not None else 0)
+            os.pwrite(self.progress, self.frames.to_bytes(8, "little") + out.to_bytes(8, "little"), 0)
 
     def settle(self, idle: float) -> bool:
         """Once the spill gave no frame for ``idle`` seconds (:data:`~lerobot_zarr.writing.segments.SETTLE_S`), or 4
@@ -124,6 +129,7 @@ class Stream:
             return False
         writer, self.writer = self.writer, None
         writer.close()
+        self._say_progress()
         return True
 
     def finish(self, committed: tuple[int, int] | None, encoding: CameraEncoding | None) -> Path | None:
@@ -181,6 +187,7 @@ class Stream:
             if self.writer is not None:
                 writer, self.writer = self.writer, None
                 writer.close()
+                self._say_progress()
             self.ended = frames
 
     def drop(self) -> None:

@@ -120,10 +120,10 @@ def test_keep_up_looks_at_every_camera_once_its_share_of_a_frame_period_is_spent
         def __init__(self, encoded: int, step: int):
             self.value, self.step, self.looks = encoded, step, 0
 
-        def encoded(self) -> int:
+        def progress(self) -> tuple[int, int]:  # (taken, given back encoded)
             self.looks += 1
             self.value += self.step
-            return self.value
+            return self.value, self.value
 
     frames, queue = 200, 30
     behind, far = Spill(frames - 5, 0), Spill(frames - 100, 1)  # a camera stuck 5 behind, one 100 behind, encoding

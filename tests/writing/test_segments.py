@@ -29,6 +29,7 @@ from lerobot_zarr.writing.segments import (  # noqa: E402
     encode_missing,
     find_segment,
 )
+from lerobot_zarr.writing.stream_encoding import progress_path  # noqa: E402
 from lerobot_zarr.writing.writer import WritableDataset  # noqa: E402
 
 CAM = "observation.images.cam"
@@ -572,6 +573,8 @@ def test_a_paused_stream_completes_its_file_and_the_parts_join_as_the_segment(tm
             _wait_for(lambda: _decodes_to(first, 12) or encoder.process.poll() is not None,
                       "the paused stream's file to be completed")
             assert encoder.process.poll() is None
+            progress = Path(progress_path(path)).read_bytes()  # frames taken, and given back encoded: all of them
+            assert [int.from_bytes(progress[k:k + 8], "little") for k in (0, 8)] == [12, 12]
             with open(path, "ab") as f:  # the episode goes on
                 f.write(frames[12:].tobytes())
             index = ds.add_episode({"observation.state": np.zeros((30, 2), np.float32), CAM: frames}, task="t")
