@@ -76,11 +76,13 @@ _KEEP_UP_FRAMES = 2
 #: ... and frames it may hold not yet encoded (an encoder takes frames faster than it encodes them: SVT-AV1 holds 13
 #: when fed slowly, 22-49 as fast as they go, all to encode in save_episode). Measured as _KEEP_UP_FRAMES: with 16,
 #: save_episode 0.21 s but total 0.8x LeRobot's (SVT-AV1 then waits for frames); 24, 0.22-0.26 s and 0.95-1.02x;
-#: without, 0.27-0.50 s and 1.05-1.19x (LeRobot's 0.21-0.24 s)
+#: without, 0.27-0.50 s and 1.05-1.19x (LeRobot's 0.21-0.24 s; these with a share of 0.8, below)
 _KEEP_UP_ENCODED = 24
 #: share of a frame's period (1 / fps) add_frame waits at most for streaming encoders within encoder_queue_maxsize
-#: frames: frames are never taken slower than the fps while the encoders are no further behind
-_WAIT_SHARE = 0.8
+#: frames: frames are never taken slower than the fps while the encoders are no further behind. Measured (as
+#: _KEEP_UP_FRAMES): 0.8, add_frame p99 35 ms (over 1/30 s) and frames taken at 37 fps at most, total 0.87-1.06x
+#: LeRobot's; 0.7, p99 28-31 ms, total 1.00x, save_episode 0.21-0.22 s (LeRobot's 0.23 s)
+_WAIT_SHARE = 0.7
 
 
 class _Spill:
