@@ -74,10 +74,10 @@ _AHEAD_S = 0.1
 #: then wait for frames: total 0.83x
 _KEEP_UP_FRAMES = 2
 #: ... and frames it may hold not yet encoded (an encoder takes frames faster than it encodes them: SVT-AV1 holds 13
-#: when fed slowly, 22-49 as fast as they go, all to encode in save_episode). Measured as _KEEP_UP_FRAMES: with 16,
-#: save_episode 0.21 s but total 0.8x LeRobot's (SVT-AV1 then waits for frames); 24, 0.22-0.26 s and 0.95-1.02x;
-#: without, 0.27-0.50 s and 1.05-1.19x (LeRobot's 0.21-0.24 s; these with a share of 0.8, below)
-_KEEP_UP_ENCODED = 24
+#: when fed slowly, 22-49 as fast as they go, all to encode in save_episode). Measured as _KEEP_UP_FRAMES, with a
+#: share (below) of 0.7, LeRobot's save_episode 0.21-0.24 s: with 24, save_episode 0.21-0.22 s but frames taken at
+#: 42 fps at most (total 0.86-0.90x LeRobot's); 32, 0.22-0.24 s and 0.95-1.00x; without, 0.49-0.52 s and 1.10-1.12x
+_KEEP_UP_ENCODED = 32
 #: share of a frame's period (1 / fps) add_frame waits at most for streaming encoders within encoder_queue_maxsize
 #: frames: frames are never taken slower than the fps while the encoders are no further behind. Measured (as
 #: _KEEP_UP_FRAMES): 0.8, add_frame p99 35 ms (over 1/30 s) and frames taken at 37 fps at most, total 0.87-1.06x
