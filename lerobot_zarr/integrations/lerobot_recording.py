@@ -137,8 +137,8 @@ class LeRobotRecording:
           (by default and streaming) or each batch of that many (the rest at ``finalize``); ``save_episode`` returns
           with its videos made, as LeRobot's (see the module docstring). ``encoder_queue_maxsize`` (a positive
           int): LeRobot's frames queued for its encoder: how far a streaming encoder may fall behind frames given
-          faster than the fps before ``add_frame`` waits for it without bound (within it, 2 frames: at most 0.8 of
-          a frame period per call); none dropped. ``encoder_threads``: the encoder's threads, as LeRobot's
+          faster than the fps before ``add_frame`` waits for it without bound (within it, 2 frames taken and 32
+          held not yet encoded: at most 0.7 of a frame period per call); none dropped. ``encoder_threads``: the encoder's threads, as LeRobot's
           (kept in each video feature's ``info`` with the encoder settings: every encoding of them uses it).
         - ``image_writer_processes`` / ``image_writer_threads``: LeRobot's PNG writers; frames are not encoded
           while recording, so none starts. As with LeRobot, their number says whether ``add_frame`` holds the
