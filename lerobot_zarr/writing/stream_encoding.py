@@ -52,7 +52,8 @@ class Stream:
         self.ended: int | None = None  # the frames the files were completed with (:meth:`end`)
         self.fed: float | None = None  # when the spill last gave frames
         self.gaps: collections.deque = collections.deque(maxlen=31)  # the times between its last gives
-        # the frames encoded so far, for the recorder (its backpressure): 8 bytes, little-endian, beside the spill
+        # for the recorder (its backpressure), beside the spill: the frames taken so far and those given back
+        # encoded, 8 bytes each, little-endian (:meth:`_say_progress`)
         try:
             self.progress = os.open(progress_path(path), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
                                     | os.O_CLOEXEC, 0o644)
@@ -218,6 +219,6 @@ def committed_frames(ds: LeRobotZarrDataset, key: str, episode: int) -> tuple[in
 
 
 def progress_path(spill: str | os.PathLike) -> str:
-    """Where the background encoder streaming the spill file ``spill`` says how many of its frames it encoded so far
-    (8 bytes, little-endian; written after each few frames)."""
+    """Where the background encoder streaming the spill file ``spill`` says how many of its frames it took so far
+    and how many it gave back encoded (8 bytes each, little-endian; written after each frame)."""
     return f"{os.fspath(spill)}.encoded"
