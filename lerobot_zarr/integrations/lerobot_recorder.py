@@ -128,11 +128,6 @@ class _Spill:
             start_writeback(self.fd, self.written_back, end - self.written_back)
             self.written_back = end
 
-    def encoded(self) -> int | None:
-        """How many of the episode's frames its streaming encoder took so far (None: it did not start on them)."""
-        progress = self.progress()
-        return None if progress is None else progress[0]
-
     def progress(self) -> tuple[int, int] | None:
         """The episode's frames its streaming encoder took so far, and those it gave back encoded (an encoder holds
         some back: SVT-AV1, 13); None: it did not start on them."""

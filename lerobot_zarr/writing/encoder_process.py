@@ -20,11 +20,10 @@ from typing import Any
 from ..sampling.dataset import LeRobotZarrDataset
 from .segments import (
     ENCODER_NICE,
-    SEGMENTS,
     CameraEncoding,
     Gate,
-    _segment_names,
     camera_encodings,
+    lacking_segments,
     make_segment,
     prune_segments,
     segment_cameras,
@@ -196,10 +195,7 @@ class _Session:
         own = ds is None
         ds = LeRobotZarrDataset(self.root) if own else ds
         try:
-            lacking: dict[str, list] = {}
-            for encoding, episode, hashes, name in _segment_names(ds, self.threads, self.cameras):
-                if not (Path(ds.root) / SEGMENTS / name).is_file():
-                    lacking.setdefault(encoding.key, []).append((encoding, episode, hashes))
+            lacking = lacking_segments(ds, self.threads, self.cameras)
             for camera, items in lacking.items():
                 worker = self.worker(camera)
                 worker.post(lambda worker=worker, items=items: worker.make(items))

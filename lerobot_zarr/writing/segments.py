@@ -58,8 +58,8 @@ from ..utils.fileio import check_in_store, flock_within, replace_file
 from ..utils.hashing import compact_frame_header, crc32c
 
 __all__ = ["SEGMENTS", "SEGMENT_STORAGES", "CameraEncoding", "camera_encodings", "episode_hashes", "find_segment",
-           "make_segment", "encode_missing", "wanted_segments", "prune_segments", "recorded_encoder",
-           "segment_cameras", "lacking_cameras", "encode_in_parallel", "finish", "BackgroundEncoder", "FLUSH_TIMEOUT",
+           "make_segment", "encode_missing", "wanted_segments", "prune_segments", "recorded_encoder", "segment_cameras",
+           "lacking_cameras", "lacking_segments", "encode_in_parallel", "finish", "BackgroundEncoder", "FLUSH_TIMEOUT",
            "ENCODER_NICE", "Gate", "SETTLE_S"]
 
 SEGMENTS = ".segments"  # the store's folder of segments (hidden: not a feature's folder)
@@ -242,8 +242,8 @@ def _encode_missing_of(ds: LeRobotZarrDataset, threads: int | None, cameras: Ite
                        gate: Callable[[], None] | None, *, prune: bool = False, started: float = 0.0) -> int:
     """:func:`encode_missing` on ``ds`` (opened at ``started``, a ``time.time()``)."""
     made = 0
-    for encoding, e, hashes, name in _segment_names(ds, threads, cameras):
-        if not (Path(ds.root) / SEGMENTS / name).is_file():
+    for lacking in lacking_segments(ds, threads, cameras).values():
+        for encoding, e, hashes in lacking:
             made += make_segment(ds, encoding, e, hashes=hashes, gate=gate) is not None
     if prune:
         prune_segments(ds.root, wanted_segments(ds, threads), started)
@@ -275,11 +275,21 @@ def wanted_segments(ds: LeRobotZarrDataset, threads: int | None = None) -> set[s
     return {name for *_, name in _segment_names(ds, threads)}
 
 
+def lacking_segments(ds: LeRobotZarrDataset, threads: int | None = None, cameras: Iterable[str] | None = None
+                     ) -> dict[str, list[tuple[CameraEncoding, int, np.ndarray]]]:
+    """Per camera (of ``cameras``; None: each), its committed episodes that have no segment yet: their encoding,
+    the episode and the camera's episode hashes (:func:`make_segment`'s arguments)."""
+    folder = Path(ds.root) / SEGMENTS
+    out: dict[str, list[tuple[CameraEncoding, int, np.ndarray]]] = {}
+    for encoding, e, hashes, name in _segment_names(ds, threads, cameras):
+        if not (folder / name).is_file():
+            out.setdefault(encoding.key, []).append((encoding, e, hashes))
+    return out
+
+
 def lacking_cameras(ds: LeRobotZarrDataset, threads: int | None = None) -> list[str]:
     """The cameras some of whose committed episodes have no segment yet."""
-    folder = Path(ds.root) / SEGMENTS
-    return list(dict.fromkeys(encoding.key for encoding, *_, name in _segment_names(ds, threads)
-                              if not (folder / name).is_file()))
+    return list(lacking_segments(ds, threads))
 
 
 def encode_in_parallel(root: str | os.PathLike, threads: int | None = None, *, cameras: Iterable[str] | None = None,

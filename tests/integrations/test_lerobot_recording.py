@@ -337,7 +337,7 @@ def test_a_save_episode_failing_before_its_commit_keeps_the_episode_streamed(tmp
     for i in range(3, 5):
         ds.add_frame(_frame(0, i))
     spill = ds.writer._spills["observation.images.cam"]
-    _wait_until(lambda: spill.encoded() == 5, "the encoder to encode the frames added after the failure", 60)
+    _wait_until(lambda: _taken(spill) == 5, "the encoder to encode the frames added after the failure", 60)
     ds.save_episode()
     assert ds.writer._all_encoded and len(_named_segments(root)) == 1
     ds.finalize()
@@ -1051,6 +1051,12 @@ def test_the_recording_example_runs(tmp_path):
 # ------------------------------------------------------------------------ videos encoded as episodes are recorded
 
 
+def _taken(spill) -> int | None:
+    """The frames of the episode its streaming encoder took so far (None: it did not start on them)."""
+    progress = spill.progress()
+    return None if progress is None else progress[0]
+
+
 def _wait_until(predicate, what: str, timeout: float = 120.0) -> None:
     import time
 
@@ -1299,7 +1305,7 @@ def test_save_episode_after_one_that_timed_out_waits_for_its_own_videos(tmp_path
     ds = LeRobotDataset.create(REPO_ID, 30, FEATURES, root=root)
     ds.add_frame(_frame(0, 0))
     spill = ds.writer._spills["observation.images.cam"]
-    _wait_until(lambda: spill.encoded() == 1, "the encoder to encode the episode's first frame")
+    _wait_until(lambda: _taken(spill) == 1, "the encoder to encode the episode's first frame")
     (encoder,) = ds.writer._encoder.processes
     for e, n in enumerate((5, 6)):
         os.kill(encoder.pid, signal.SIGSTOP)
@@ -1338,12 +1344,12 @@ def test_streaming_add_frame_waits_for_an_encoder_behind_frames_given_faster_tha
     ds.save_episode()  # (the encoder started)
     ds.add_frame(_frame(1, 0))
     spill = ds.writer._spills["observation.images.cam"]
-    _wait_until(lambda: spill.encoded() == 1, "the encoder to encode the episode's first frame")
+    _wait_until(lambda: _taken(spill) == 1, "the encoder to encode the episode's first frame")
     behind = []
     monkeypatch.setattr(recorder_module, "KEEP_UP_TIMEOUT", 300.0)  # (running: never taken for stalled under load)
     for i in range(1, 30):  # the encoder running: waited for (within KEEP_UP_TIMEOUT of progress)
         ds.add_frame(_frame(1, i))
-        behind.append(i + 1 - spill.encoded())
+        behind.append(i + 1 - _taken(spill))
     assert not ds.writer._unpaced and max(behind) <= 3, behind
     monkeypatch.setattr(recorder_module, "KEEP_UP_TIMEOUT", 0.5)
     (encoder,) = ds.writer._encoder.processes
@@ -1353,7 +1359,7 @@ def test_streaming_add_frame_waits_for_an_encoder_behind_frames_given_faster_tha
             for i in range(30, 40):
                 ds.add_frame(_frame(1, i))
         assert ds.writer._unpaced and any("made no progress" in r.getMessage() for r in caplog.records)
-        assert 40 - spill.encoded() > 3  # no longer waited for
+        assert 40 - _taken(spill) > 3  # no longer waited for
     finally:
         os.kill(encoder.pid, signal.SIGCONT)
     ds.save_episode()
@@ -1373,10 +1379,10 @@ def test_streaming_add_frame_waits_for_frames_given_faster_than_the_fps_not_at_a
     looks: list[int] = []
     monkeypatch.setattr(recorder_module.Recorder, "_keep_up", lambda self, frames: looks.append(frames))
     ds = LeRobotDataset.create(REPO_ID, 30, FEATURES, root=tmp_path / "ds", streaming_encoding=True)
-    for i in range(12):  # as fast as they go
-        ds.add_frame(_frame(0, i))
+    for i in range(30):  # as fast as they go (a look from the 5th, once 0.1 s ahead of 30 fps: by the 12th with
+        ds.add_frame(_frame(0, i))  # add_frame taking up to 30 ms, as beside busy processes)
     ds.save_episode()
-    assert looks and min(looks) <= 6, looks
+    assert looks and min(looks) <= 12, looks
     looks.clear()
     for i in range(40):
         begun = time.monotonic()
@@ -1386,7 +1392,7 @@ def test_streaming_add_frame_waits_for_frames_given_faster_than_the_fps_not_at_a
     ds.save_episode()
     assert looks == []
     ds.finalize()
-    _same_as_recorded(_reference()(REPO_ID, root=tmp_path / "ds"), (12, 40))
+    _same_as_recorded(_reference()(REPO_ID, root=tmp_path / "ds"), (30, 40))
 
 
 def test_one_encoder_process_encodes_every_camera_as_recorded(tmp_path):

@@ -470,6 +470,18 @@ def _spill(root: Path, frames: np.ndarray) -> Path:
     return path
 
 
+def _commit_the_rest(ds: WritableDataset, encoder: BackgroundEncoder, path: Path, rest: np.ndarray,
+                     frames: np.ndarray) -> int:
+    """The rest of the episode lands in the spill at ``path``; the episode (``frames``, as committed) is committed
+    and the encoder told so, its reply waited for. Returns the episode's index."""
+    with open(path, "ab") as f:
+        f.write(np.ascontiguousarray(rest).tobytes())
+    index = ds.add_episode({"observation.state": np.zeros((len(frames), 2), np.float32), CAM: frames}, task="t")
+    encoder.saved(index)
+    assert encoder.flush() is True
+    return index
+
+
 def _plain_export(tmp_path: Path, episodes: list[np.ndarray]) -> list[np.ndarray]:
     """The decoded frames of an export (every episode encoded by it) of a store of ``episodes``."""
     root = lerobot_zarr.create(tmp_path / "plain", fps=30, features=FEATURES).root
@@ -496,14 +508,10 @@ def test_an_episode_encoded_as_recorded_is_its_segment_only_with_the_committed_f
             stream = _streamed(root, encoder)
             os.link(stream, tmp_path / "stream.mp4")  # its inode stays taken: a new file cannot reuse its number
             inode = stream.stat().st_ino
-            with open(path, "ab") as f:  # the rest of the episode comes
-                f.write(frames[20:].tobytes())
             if committed != "the_frames_streamed":  # the stream's file is there once its first frames are encoded
                 frames = frames.copy()
                 frames[1] ^= 1
-            index = ds.add_episode({"observation.state": np.zeros((40, 2), np.float32), CAM: frames}, task="t")
-            encoder.saved(index)
-            assert encoder.flush() is True
+            index = _commit_the_rest(ds, encoder, path, frames[20:], frames)
         finally:
             encoder.close()
             encoder.wait()
@@ -566,7 +574,7 @@ def test_a_paused_stream_completes_its_file_and_the_parts_join_as_the_segment(tm
     frames = _frames(3, 30)
     with WritableDataset(root) as ds:
         path = _spill(root, frames[:12])
-        encoder = BackgroundEncoder(root, nice=0, settle=0.05)
+        encoder = BackgroundEncoder(root, nice=0, settle=0.5)  # (SETTLE_S: frames already in the spill come closer)
         try:
             encoder.stream(CAM, path)
             first = _streamed(root, encoder)
@@ -575,11 +583,7 @@ def test_a_paused_stream_completes_its_file_and_the_parts_join_as_the_segment(tm
             assert encoder.process.poll() is None
             progress = Path(progress_path(path)).read_bytes()  # frames taken, and given back encoded: all of them
             assert [int.from_bytes(progress[k:k + 8], "little") for k in (0, 8)] == [12, 12]
-            with open(path, "ab") as f:  # the episode goes on
-                f.write(frames[12:].tobytes())
-            index = ds.add_episode({"observation.state": np.zeros((30, 2), np.float32), CAM: frames}, task="t")
-            encoder.saved(index)
-            assert encoder.flush() is True
+            index = _commit_the_rest(ds, encoder, path, frames[12:], frames)  # the episode goes on, and is saved
         finally:
             encoder.close()
             encoder.wait()
